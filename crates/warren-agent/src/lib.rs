@@ -1,0 +1,1 @@
+//! warren-agent: placeholder until its first module lands.

@@ -1,0 +1,1 @@
+//! warren-client: placeholder until its first module lands.

@@ -1,0 +1,1 @@
+//! warren-devfile: placeholder until its first module lands.

@@ -1,0 +1,1 @@
+//! warren-server: placeholder until its first module lands.

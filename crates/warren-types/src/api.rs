@@ -1,0 +1,286 @@
+//! Bodies of the REST API under `/api/v1`, shared by the server, the client and the CLI.
+
+use crate::config::AgentConfig;
+use crate::ids::{AgentId, ProjectId, SshKeyId, TokenId, UserId, WorkspaceId};
+use crate::state::{ActualState, DesiredState};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use utoipa::ToSchema;
+
+/// Prefix of every REST route.
+pub const API_PREFIX: &str = "/api/v1";
+
+/// Every API error: `{"error": {"code": "...", "message": "..."}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ApiError {
+    pub error: ApiErrorBody,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ApiErrorBody {
+    /// Stable machine-readable code, e.g. `not_found`, `invalid_field`, `quota_exceeded`.
+    pub code: String,
+    /// Human-readable, names the offending field or state.
+    pub message: String,
+}
+
+/// A page of a list; `next_cursor` is passed back as `?cursor=` for the next page.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub next_cursor: Option<String>,
+}
+
+// ---- users, tokens, keys ----
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct User {
+    pub id: UserId,
+    pub username: String,
+    pub is_admin: bool,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateUserRequest {
+    pub username: String,
+    pub password: String,
+    #[serde(default)]
+    pub is_admin: bool,
+}
+
+/// What a personal access token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenScope {
+    /// Everything the user may do through the REST API.
+    Api,
+    /// Read-only REST API access.
+    ReadApi,
+    /// Reach workspaces through the proxy (HTTP bearer, SSH password).
+    Workspace,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTokenRequest {
+    pub name: String,
+    pub scopes: Vec<TokenScope>,
+    /// Defaults to 30 days; at most 365.
+    #[serde(default)]
+    pub expires_in_days: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Token {
+    pub id: TokenId,
+    pub name: String,
+    pub scopes: Vec<TokenScope>,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+    pub revoked: bool,
+    pub last_used_at: Option<DateTime<Utc>>,
+}
+
+/// Returned once at creation: the only time the secret is shown.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CreatedToken {
+    pub token: Token,
+    pub secret: String,
+}
+
+/// `POST /api/v1/session`: exchange a username and password for a token (used by `warren login`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PasswordLoginRequest {
+    pub username: String,
+    pub password: String,
+    #[serde(default)]
+    pub token_name: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddSshKeyRequest {
+    /// An OpenSSH public key line, e.g. `ssh-ed25519 AAAA... comment`.
+    pub public_key: String,
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SshKey {
+    pub id: SshKeyId,
+    pub name: String,
+    pub fingerprint: String,
+    pub public_key: String,
+    pub created_at: DateTime<Utc>,
+}
+
+// ---- agents ----
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateAgentRequest {
+    pub name: String,
+    #[serde(default)]
+    pub config: Option<AgentConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Agent {
+    pub id: AgentId,
+    pub name: String,
+    pub config: AgentConfig,
+    pub created_at: DateTime<Utc>,
+    /// Last reconcile call the server answered for this agent.
+    pub last_seen_at: Option<DateTime<Utc>>,
+}
+
+/// Returned once at agent creation: the only time the agent token is shown.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CreatedAgent {
+    pub agent: Agent,
+    pub token: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateAgentRequest {
+    pub config: AgentConfig,
+}
+
+// ---- projects ----
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateProjectRequest {
+    pub name: String,
+    pub git_url: String,
+    #[serde(default)]
+    pub default_ref: Option<String>,
+    #[serde(default)]
+    pub devfile_path: Option<String>,
+    /// The devfile's text, when the server cannot fetch it from the repository.
+    #[serde(default)]
+    pub devfile: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Project {
+    pub id: ProjectId,
+    pub name: String,
+    pub git_url: String,
+    pub default_ref: String,
+    pub devfile_path: String,
+    pub has_devfile: bool,
+    pub created_at: DateTime<Utc>,
+}
+
+// ---- workspaces ----
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum VariableKind {
+    Env,
+    File,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VariableInput {
+    pub key: String,
+    pub value: String,
+    #[serde(default = "default_variable_kind")]
+    pub kind: VariableKind,
+    /// Secret values are encrypted at rest and never returned.
+    #[serde(default)]
+    pub secret: bool,
+}
+
+fn default_variable_kind() -> VariableKind {
+    VariableKind::Env
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Variable {
+    pub key: String,
+    pub kind: VariableKind,
+    pub secret: bool,
+    /// `None` for secret variables.
+    pub value: Option<String>,
+}
+
+/// A whole-workspace size, e.g. `{"cpu": "2", "memory": "4Gi"}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceResources {
+    #[serde(default)]
+    pub cpu: Option<String>,
+    #[serde(default)]
+    pub memory: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateWorkspaceRequest {
+    /// Project name or id; its devfile is used unless `devfile` is given.
+    #[serde(default)]
+    pub project: Option<String>,
+    /// A devfile's text (YAML).
+    #[serde(default)]
+    pub devfile: Option<String>,
+    /// Agent name or id; defaults to the only agent when there is exactly one.
+    #[serde(default)]
+    pub agent: Option<String>,
+    /// Requested name; generated (`adjective-animal-xxxx`) when absent.
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub resources: Option<WorkspaceResources>,
+    #[serde(default)]
+    pub variables: Vec<VariableInput>,
+    /// Git ref to check out instead of the project's default.
+    #[serde(default, rename = "ref")]
+    pub git_ref: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Workspace {
+    pub id: WorkspaceId,
+    pub name: String,
+    pub namespace: String,
+    pub owner: UserId,
+    pub owner_username: String,
+    pub agent: AgentId,
+    pub agent_name: String,
+    pub project: Option<ProjectId>,
+    pub project_name: Option<String>,
+    pub desired_state: DesiredState,
+    pub actual_state: ActualState,
+    pub desired_state_updated_at: DateTime<Utc>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// URL of the main endpoint, when the devfile declares one.
+    pub url: Option<String>,
+    /// Every declared endpoint: name → URL.
+    pub endpoints: BTreeMap<String, String>,
+    /// Why the workspace is `Failed` or `Error`, in words a user can act on.
+    pub failure_reason: Option<String>,
+    pub resources: WorkspaceResources,
+    pub variables: Vec<Variable>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateDesiredStateRequest {
+    pub desired_state: DesiredState,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResizeWorkspaceRequest {
+    pub resources: WorkspaceResources,
+}

@@ -1,0 +1,164 @@
+//! Per-agent configuration (lifecycle.md, desired-config.md): domain, quotas, policy, resources.
+//!
+//! Stored by the server with each agent, read by the renderer. Every field has the spec's
+//! default so an empty document `{}` is a valid configuration; unknown fields are refused so
+//! a typo in an operator's file is an error rather than a silently ignored setting.
+
+use crate::reconcile::ImagePullSecretRef;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Hours after which any workspace is terminated, whatever the policy says.
+pub const MAX_WORKSPACE_LIFE_HOURS: u32 = 8760;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentConfig {
+    /// Workspace hosts are `{port}-{workspace}.{workspace_domain}`; may carry a `:port`.
+    pub workspace_domain: String,
+    /// URL scheme users reach workspace hosts with (`http` for `*.localhost`, else `https`).
+    pub workspace_scheme: String,
+    /// Put every workspace in this namespace instead of `warren-ws-<name>`.
+    pub shared_namespace: Option<String>,
+    /// Max workspaces not desired `Terminated` on this agent; -1 unlimited, 0 blocks creation.
+    pub workspaces_quota: i64,
+    /// The same, per user.
+    pub workspaces_per_user_quota: i64,
+    pub lifecycle: LifecyclePolicy,
+    /// Fill what a devfile container leaves out; devfile values win.
+    pub default_resources_per_workspace_container: ResourceRequirements,
+    /// Caps the sum over the workspace's containers; `None` means no cap.
+    pub max_resources_per_workspace: Option<ResourceRequirements>,
+    /// Added to every object's labels.
+    pub labels: BTreeMap<String, String>,
+    /// Added to every object's annotations.
+    pub annotations: BTreeMap<String, String>,
+    pub network_policy: NetworkPolicyConfig,
+    pub image_pull_secrets: Vec<ImagePullSecretRef>,
+    pub security: SecurityConfig,
+    /// Size of the `warren-data` volume mounted at `/projects`.
+    pub data_volume_size: String,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            workspace_domain: "ws.localhost".into(),
+            workspace_scheme: "http".into(),
+            shared_namespace: None,
+            workspaces_quota: -1,
+            workspaces_per_user_quota: -1,
+            lifecycle: LifecyclePolicy::default(),
+            default_resources_per_workspace_container: ResourceRequirements::default(),
+            max_resources_per_workspace: None,
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+            network_policy: NetworkPolicyConfig::default(),
+            image_pull_secrets: vec![],
+            security: SecurityConfig::default(),
+            data_volume_size: "20Gi".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct LifecyclePolicy {
+    pub max_active_hours_before_stop: u32,
+    pub max_stopped_hours_before_termination: u32,
+    /// Stop a workspace after this many minutes without user traffic; `None` is off.
+    pub idle_timeout_minutes: Option<u32>,
+}
+
+impl Default for LifecyclePolicy {
+    fn default() -> Self {
+        LifecyclePolicy {
+            max_active_hours_before_stop: 36,
+            max_stopped_hours_before_termination: 744,
+            idle_timeout_minutes: None,
+        }
+    }
+}
+
+/// Kubernetes-style requests and limits of cpu and memory, as quantity strings.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct ResourceRequirements {
+    pub requests: ResourceList,
+    pub limits: ResourceList,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct ResourceList {
+    pub cpu: Option<String>,
+    pub memory: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct NetworkPolicyConfig {
+    pub enabled: bool,
+    /// Egress allow-list; DNS (port 53 UDP/TCP) is always allowed.
+    pub egress: Vec<EgressRule>,
+}
+
+impl Default for NetworkPolicyConfig {
+    fn default() -> Self {
+        NetworkPolicyConfig {
+            enabled: true,
+            egress: vec![EgressRule {
+                allow: "0.0.0.0/0".into(),
+                except: vec!["10.0.0.0/8".into(), "172.16.0.0/12".into(), "192.168.0.0/16".into()],
+            }],
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EgressRule {
+    /// A CIDR.
+    pub allow: String,
+    #[serde(default)]
+    pub except: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct SecurityConfig {
+    /// The fixed non-root user every container runs as.
+    pub run_as_user: i64,
+    /// Group 0 so images built for arbitrary user ids work.
+    pub run_as_group: i64,
+    pub allow_privilege_escalation: bool,
+    pub runtime_class_name: Option<String>,
+    /// Run pods in a user namespace (`hostUsers: false`).
+    pub use_user_namespaces: bool,
+}
+
+impl Default for SecurityConfig {
+    fn default() -> Self {
+        SecurityConfig {
+            run_as_user: 5001,
+            run_as_group: 0,
+            allow_privilege_escalation: false,
+            runtime_class_name: None,
+            use_user_namespaces: false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_document_is_the_default_and_typos_are_refused() {
+        let c: AgentConfig = serde_json::from_str("{}").unwrap();
+        assert_eq!(c, AgentConfig::default());
+        assert_eq!(c.lifecycle.max_active_hours_before_stop, 36);
+        let err = serde_json::from_str::<AgentConfig>(r#"{"workspace_quota": 3}"#).unwrap_err();
+        assert!(err.to_string().contains("unknown field `workspace_quota`"), "{err}");
+    }
+}

@@ -1,0 +1,140 @@
+//! The agent ⇄ server reconcile protocol (reconcile.md); field names are fixed by the spec.
+
+use crate::state::{ActualState, DesiredState};
+use serde::{Deserialize, Serialize};
+
+/// Path of the server's reconcile endpoint, called by the relay on an agent's behalf.
+pub const RECONCILE_PATH: &str = "/internal/agents/reconcile";
+
+/// Header the relay uses to name the agent it authenticated (the JWT's `sub` must match).
+pub const AGENT_ID_HEADER: &str = "x-warren-agent-id";
+
+/// JWT issuer used by relays towards the server.
+pub const RELAY_JWT_ISSUER: &str = "warren-relay";
+/// JWT audience of the server's internal endpoints.
+pub const SERVER_JWT_AUDIENCE: &str = "warren-server";
+/// Longest validity the server accepts for a relay JWT, in seconds.
+pub const RELAY_JWT_MAX_VALIDITY_SECS: i64 = 30;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UpdateType {
+    Full,
+    Partial,
+}
+
+/// Body of `POST /internal/agents/reconcile`. Unknown fields are rejected.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReconcileRequest {
+    pub update_type: UpdateType,
+    pub workspace_agent_infos: Vec<WorkspaceAgentInfo>,
+}
+
+/// What the agent saw of one workspace.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceAgentInfo {
+    pub name: String,
+    pub namespace: String,
+    /// A whole Deployment object (metadata, spec, status), real or synthesised.
+    #[serde(default)]
+    pub latest_k8s_deployment_info: Option<serde_json::Value>,
+    #[serde(default)]
+    pub termination_progress: Option<TerminationProgress>,
+    #[serde(default)]
+    pub error_details: Option<ErrorDetails>,
+    #[serde(default)]
+    pub pod_failure: Option<PodFailure>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TerminationProgress {
+    Terminating,
+    Terminated,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ErrorType {
+    Applier,
+    Runtime,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorDetails {
+    pub error_type: ErrorType,
+    pub error_message: String,
+}
+
+/// A pod-level failure the Deployment status alone would hide (crash loop, missing image).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PodFailure {
+    pub reason: String,
+    #[serde(default)]
+    pub message: String,
+}
+
+/// Response of the reconcile endpoint (status 201).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReconcileResponse {
+    /// Named for wire compatibility with the protocol Warren grew from.
+    pub workspace_rails_infos: Vec<WorkspaceRailsInfo>,
+    pub settings: ReconcileSettings,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkspaceRailsInfo {
+    pub name: String,
+    pub namespace: String,
+    pub desired_state: DesiredState,
+    pub actual_state: ActualState,
+    pub deployment_resource_version: Option<String>,
+    /// Multi-document YAML of Kubernetes objects, or null when nothing must be applied.
+    pub config_to_apply: Option<String>,
+    #[serde(default)]
+    pub image_pull_secrets: Vec<ImagePullSecretRef>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ImagePullSecretRef {
+    pub name: String,
+    pub namespace: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReconcileSettings {
+    pub full_reconciliation_interval_seconds: u64,
+    pub partial_reconciliation_interval_seconds: u64,
+}
+
+impl Default for ReconcileSettings {
+    fn default() -> Self {
+        ReconcileSettings {
+            full_reconciliation_interval_seconds: 3600,
+            partial_reconciliation_interval_seconds: 10,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_rejects_unknown_fields() {
+        let body = r#"{"update_type":"full","workspace_agent_infos":[],"extra":1}"#;
+        let err = serde_json::from_str::<ReconcileRequest>(body).unwrap_err();
+        assert!(err.to_string().contains("unknown field `extra`"), "{err}");
+        let body = r#"{"update_type":"partial","workspace_agent_infos":[
+            {"name":"a","namespace":"n","latest_k8s_deployment_info":null,
+             "termination_progress":"Terminating","error_details":null}]}"#;
+        let req: ReconcileRequest = serde_json::from_str(body).unwrap();
+        assert_eq!(
+            req.workspace_agent_infos[0].termination_progress,
+            Some(TerminationProgress::Terminating)
+        );
+    }
+}

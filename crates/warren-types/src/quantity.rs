@@ -100,7 +100,7 @@ fn parse_scaled(s: &str, unit: u128) -> Result<u64, QuantityError> {
 
 /// Formats millicores the way Kubernetes prints them ("500m", "2").
 pub fn format_cpu_millis(m: u64) -> String {
-    if m % 1000 == 0 {
+    if m.is_multiple_of(1000) {
         format!("{}", m / 1000)
     } else {
         format!("{m}m")
@@ -112,7 +112,7 @@ pub fn format_memory_bytes(b: u64) -> String {
     const UNITS: [(&str, u64); 5] =
         [("Pi", 1 << 50), ("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)];
     for (suffix, size) in UNITS {
-        if b != 0 && b % size == 0 {
+        if b != 0 && b.is_multiple_of(size) {
             return format!("{}{suffix}", b / size);
         }
     }

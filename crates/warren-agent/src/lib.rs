@@ -1,1 +1,3 @@
-//! warren-agent: placeholder until its first module lands.
+//! Warren's agent: reconciles a workspace runtime (Kubernetes, container engine) with the server.
+
+pub mod runtime;

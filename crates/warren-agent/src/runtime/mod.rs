@@ -1,0 +1,96 @@
+//! The seam between the agent's reconciler and a workspace runtime (engine, Kubernetes, simulated).
+//!
+//! A runtime receives the same Kubernetes objects whichever runtime it is, and reports a
+//! Deployment-shaped object back, so the server never needs to know which runtime runs a
+//! workspace (architecture.md). Every method is idempotent: the reconciler may call it again
+//! after any failure or restart, and a runtime rebuilds everything it knows from the runtime
+//! itself (labels), never from memory alone.
+
+use async_trait::async_trait;
+use std::fmt;
+use tokio::io::{AsyncRead, AsyncWrite};
+use warren_types::reconcile::{PodFailure, TerminationProgress};
+
+/// Label every object and container of a workspace carries: the owning agent.
+pub const AGENT_ID_LABEL: &str = "warren.dev/agent-id";
+/// Label every object and container of a workspace carries: the workspace id.
+pub const WORKSPACE_ID_LABEL: &str = "warren.dev/workspace-id";
+
+/// Identifies one workspace on a runtime.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WorkspaceKey {
+    pub name: String,
+    pub namespace: String,
+}
+
+impl fmt::Display for WorkspaceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// What a runtime holds of one workspace right now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObservedWorkspace {
+    pub key: WorkspaceKey,
+    /// The whole Deployment object (metadata with `resourceVersion`, spec, status): the real
+    /// one on Kubernetes, a faithful synthesised one on an engine; `None` when it is gone.
+    pub deployment: Option<serde_json::Value>,
+    /// A pod-level failure the Deployment status alone would hide.
+    pub pod_failure: Option<PodFailure>,
+    /// Set while the runtime still deletes the workspace's objects.
+    pub terminating: bool,
+}
+
+/// A bidirectional byte stream to a workspace endpoint.
+pub trait ByteStream: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> ByteStream for T {}
+
+/// Why a runtime call failed; the reconciler reports `Apply` as an `applier` error and the
+/// others as `runtime` errors.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The objects could not be applied (invalid object, refused by the runtime).
+    #[error("applying {workspace}: {message}")]
+    Apply { workspace: String, message: String },
+    /// The runtime could not be reached or answered with an error.
+    #[error("{context}")]
+    Runtime {
+        context: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The workspace or endpoint does not exist on this runtime.
+    #[error("{0} not found")]
+    NotFound(String),
+}
+
+#[async_trait]
+pub trait WorkspaceRuntime: Send + Sync + 'static {
+    /// Creates or updates every object of the workspace so that the runtime matches
+    /// `objects` (the complete set, parsed from `config_to_apply`), and removes objects of
+    /// that workspace that are no longer in the set.
+    async fn apply(
+        &self,
+        workspace: &WorkspaceKey,
+        objects: &[serde_json::Value],
+    ) -> Result<(), RuntimeError>;
+
+    /// Starts or continues deleting everything of the workspace, volumes included.
+    /// Returns `Terminated` once nothing remains, `Terminating` while something does.
+    async fn delete(&self, workspace: &WorkspaceKey) -> Result<TerminationProgress, RuntimeError>;
+
+    /// Every workspace of this agent the runtime holds, rebuilt from the runtime itself.
+    async fn list(&self) -> Result<Vec<ObservedWorkspace>, RuntimeError>;
+
+    /// A receiver whose value changes whenever something of this agent's workspaces
+    /// changed in the runtime (container or pod events), so the reconciler reports at once.
+    fn changes(&self) -> tokio::sync::watch::Receiver<u64>;
+
+    /// Opens a byte stream to `port` (a declared endpoint's target port) of the workspace.
+    async fn dial(
+        &self,
+        workspace: &WorkspaceKey,
+        port: u16,
+    ) -> Result<Box<dyn ByteStream>, RuntimeError>;
+}

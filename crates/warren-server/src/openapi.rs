@@ -28,6 +28,8 @@ use utoipa::{Modify, OpenApi};
         api::projects::get_one,
         api::projects::delete_one,
         api::workspaces::list,
+        api::workspaces::create,
+        api::workspaces::resize,
         api::workspaces::get_one,
         api::workspaces::set_desired_state,
         api::workspaces::terminate,

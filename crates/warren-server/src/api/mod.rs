@@ -100,7 +100,10 @@ pub fn router() -> Router<AppState> {
             "/projects/{project}",
             get(projects::get_one).delete(projects::delete_one),
         )
-        .route("/workspaces", get(workspaces::list))
+        .route(
+            "/workspaces",
+            get(workspaces::list).post(workspaces::create),
+        )
         .route(
             "/workspaces/{workspace}",
             get(workspaces::get_one).delete(workspaces::terminate),
@@ -109,6 +112,7 @@ pub fn router() -> Router<AppState> {
             "/workspaces/{workspace}/desired_state",
             put(workspaces::set_desired_state),
         )
+        .route("/workspaces/{workspace}/resources", put(workspaces::resize))
         .route("/openapi.json", get(crate::openapi::serve));
     Router::new().nest(warren_types::api::API_PREFIX, v1)
 }

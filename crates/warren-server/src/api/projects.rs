@@ -2,6 +2,7 @@
 
 use super::Auth;
 use crate::error::{HttpError, Json, Path};
+use crate::render;
 use crate::state::AppState;
 use axum::extract::State;
 use http::StatusCode;
@@ -33,6 +34,9 @@ pub async fn create(
     auth: Auth,
     Json(req): Json<CreateProjectRequest>,
 ) -> Result<(StatusCode, Json<Project>), HttpError> {
+    if let Some(text) = &req.devfile {
+        render::parse(text, "devfile")?;
+    }
     let p = state
         .store
         .create_project(&req, auth.user.id, state.clock.now_ms())

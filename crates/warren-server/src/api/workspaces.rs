@@ -7,12 +7,19 @@
 use super::Auth;
 use crate::error::{HttpError, Json, Path, Query};
 use crate::lifecycle::check_desired_state_request;
+use crate::names;
+use crate::render::{self, ProjectInput, RenderInput};
 use crate::state::AppState;
-use crate::store::workspaces::{WorkspaceFilter, WorkspaceRow};
+use crate::store::agents::AgentRow;
+use crate::store::workspaces::{NewWorkspace, StoredVariable, WorkspaceFilter, WorkspaceRow};
 use axum::extract::State;
 use http::StatusCode;
 use serde::Deserialize;
-use warren_types::api::{ApiError, Page, UpdateDesiredStateRequest, Workspace};
+use warren_types::api::{
+    ApiError, CreateWorkspaceRequest, Page, ResizeWorkspaceRequest, UpdateDesiredStateRequest,
+    VariableInput, VariableKind, Workspace, WorkspaceResources,
+};
+use warren_types::quantity::{parse_cpu_millis, parse_memory_bytes};
 use warren_types::{ActualState, DesiredState};
 
 /// Attempts of an optimistic write before giving up with 409.
@@ -208,4 +215,276 @@ pub async fn terminate(
 ) -> Result<(StatusCode, Json<Workspace>), HttpError> {
     let w = change_desired_state(&state, &auth, &key, DesiredState::Terminated, true).await?;
     Ok((StatusCode::OK, Json(w)))
+}
+
+/// Most variables one workspace may carry, and the largest value.
+const MAX_VARIABLES: usize = 200;
+const MAX_VARIABLE_BYTES: usize = 256 * 1024;
+
+fn check_variables(vars: &[VariableInput]) -> Result<Vec<StoredVariable>, HttpError> {
+    if vars.len() > MAX_VARIABLES {
+        return Err(HttpError::invalid_field(
+            "variables",
+            format!("at most {MAX_VARIABLES} variables"),
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = vec![];
+    for (i, v) in vars.iter().enumerate() {
+        let field = format!("variables[{i}].key");
+        let key_ok = match v.kind {
+            VariableKind::Env => {
+                v.key
+                    .starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                    && v.key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            }
+            VariableKind::File => {
+                !v.key.is_empty()
+                    && v.key != "."
+                    && v.key != ".."
+                    && v.key
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+            }
+        };
+        if !key_ok || v.key.len() > 253 {
+            let rule = match v.kind {
+                VariableKind::Env => "an environment variable name ([A-Za-z_][A-Za-z0-9_]*)",
+                VariableKind::File => "a file name (letters, digits, '.', '_', '-')",
+            };
+            return Err(HttpError::invalid_field(
+                &field,
+                format!("{:?} is not {rule}", v.key),
+            ));
+        }
+        if !seen.insert((v.kind == VariableKind::File, v.key.clone())) {
+            return Err(HttpError::invalid_field(
+                &field,
+                format!("{:?} is given twice", v.key),
+            ));
+        }
+        if v.value.len() > MAX_VARIABLE_BYTES {
+            return Err(HttpError::invalid_field(
+                &format!("variables[{i}].value"),
+                format!("longer than {MAX_VARIABLE_BYTES} bytes"),
+            ));
+        }
+        out.push(StoredVariable {
+            key: v.key.clone(),
+            kind: v.kind,
+            secret: v.secret,
+            value: v.value.clone(),
+        });
+    }
+    Ok(out)
+}
+
+fn check_resources(r: &WorkspaceResources) -> Result<(), HttpError> {
+    if let Some(c) = &r.cpu {
+        parse_cpu_millis(c).map_err(|e| HttpError::invalid_field("resources.cpu", e))?;
+    }
+    if let Some(m) = &r.memory {
+        parse_memory_bytes(m).map_err(|e| HttpError::invalid_field("resources.memory", e))?;
+    }
+    Ok(())
+}
+
+async fn choose_agent(state: &AppState, key: Option<&str>) -> Result<AgentRow, HttpError> {
+    match key {
+        Some(k) => state
+            .store
+            .agent_by_key(k)
+            .await?
+            .ok_or_else(|| HttpError::invalid_field("agent", format!("no agent named {k:?}"))),
+        None => {
+            let mut agents = state.store.list_agents().await?;
+            match agents.len() {
+                0 => Err(HttpError::invalid_field(
+                    "agent",
+                    "no agent exists yet; an admin must create one",
+                )),
+                1 => Ok(agents.remove(0)),
+                _ => Err(HttpError::invalid_field(
+                    "agent",
+                    format!(
+                        "required when several agents exist ({})",
+                        agents
+                            .iter()
+                            .map(|a| a.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )),
+            }
+        }
+    }
+}
+
+/// Creates a workspace from the request's devfile, else the project's, else the server's
+/// default; renders its objects and asks for `Running`.
+#[utoipa::path(post, path = "/api/v1/workspaces", request_body = CreateWorkspaceRequest,
+    responses((status = 201, body = Workspace), (status = 400, body = ApiError), (status = 403, body = ApiError),
+    (status = 409, body = ApiError), (status = 422, body = ApiError)), tag = "workspaces", security(("bearer" = [])))]
+pub async fn create(
+    State(state): State<AppState>,
+    auth: Auth,
+    Json(req): Json<CreateWorkspaceRequest>,
+) -> Result<(StatusCode, Json<Workspace>), HttpError> {
+    if let Some(n) = &req.name {
+        names::validate(n).map_err(|e| HttpError::invalid_field("name", e))?;
+    }
+    let resources = req.resources.clone().unwrap_or_default();
+    check_resources(&resources)?;
+    let variables = check_variables(&req.variables)?;
+    let agent = choose_agent(&state, req.agent.as_deref()).await?;
+    let project = match &req.project {
+        Some(p) => Some(state.store.project_by_key(p).await?.ok_or_else(|| {
+            HttpError::invalid_field("project", format!("no project named {p:?}"))
+        })?),
+        None => None,
+    };
+    let (devfile_text, field) = match (
+        &req.devfile,
+        project.as_ref().and_then(|p| p.devfile.as_ref()),
+    ) {
+        (Some(d), _) => (d.clone(), "devfile"),
+        (None, Some(d)) => (d.clone(), "project devfile"),
+        (None, None) => (state.default_devfile.as_str().to_owned(), "default devfile"),
+    };
+    let devfile = render::parse(&devfile_text, field)?;
+    let git_ref = req
+        .git_ref
+        .clone()
+        .or_else(|| project.as_ref().map(|p| p.default_ref.clone()));
+    let now = state.clock.now_ms();
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let name = req.name.clone().unwrap_or_else(names::generate);
+        let new = NewWorkspace {
+            name: name.clone(),
+            owner_id: auth.user.id,
+            agent_id: agent.id,
+            project_id: project.as_ref().map(|p| p.id),
+            git_ref: git_ref.clone(),
+            devfile: devfile_text.clone(),
+            resources: resources.clone(),
+            variables: variables.clone(),
+        };
+        let project_input = project.as_ref().map(|p| ProjectInput {
+            name: &p.name,
+            git_url: &p.git_url,
+            git_ref: git_ref.as_deref().unwrap_or(""),
+        });
+        let quotas = (
+            agent.config.workspaces_quota,
+            agent.config.workspaces_per_user_quota,
+        );
+        let result = state
+            .store
+            .insert_workspace(&new, quotas, now, |id| {
+                render::render_workspace(
+                    &devfile,
+                    RenderInput {
+                        name: &name,
+                        id,
+                        agent: &agent,
+                        project: project_input,
+                        resources: &resources,
+                        variables: &variables,
+                        desired: DesiredState::Running,
+                    },
+                )
+            })
+            .await;
+        match result {
+            Ok(w) => {
+                state.signals.notify(agent.id);
+                return Ok((StatusCode::CREATED, Json(w.to_api(&state.store)?)));
+            }
+            // A generated name collided: draw another.
+            Err(e) if e.code == "already_exists" && req.name.is_none() && attempts < 5 => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Resizes a workspace: re-renders its objects with the new size and restarts it (desired
+/// `RestartRequested` when it was `Running`), keeping its volume. A stopped workspace keeps
+/// `Stopped` and starts with the new size next time.
+#[utoipa::path(put, path = "/api/v1/workspaces/{workspace}/resources",
+    params(("workspace" = String, Path, description = "workspace name or id")),
+    request_body = ResizeWorkspaceRequest,
+    responses((status = 200, body = Workspace), (status = 400, body = ApiError), (status = 404, body = ApiError),
+    (status = 409, body = ApiError), (status = 422, body = ApiError)), tag = "workspaces", security(("bearer" = [])))]
+pub async fn resize(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(key): Path<String>,
+    Json(req): Json<ResizeWorkspaceRequest>,
+) -> Result<Json<Workspace>, HttpError> {
+    check_resources(&req.resources)?;
+    for _ in 0..WRITE_ATTEMPTS {
+        let w = visible(&state, &auth, &key).await?;
+        check_desired_state_request(
+            &w.name,
+            w.desired_state,
+            w.actual_state,
+            DesiredState::RestartRequested,
+        )?;
+        let agent = state
+            .store
+            .agent_by_id(w.agent_id)
+            .await?
+            .ok_or_else(|| HttpError::not_found(format!("agent {}", w.agent_id)))?;
+        let project = match w.project_id {
+            Some(p) => state.store.project_by_key(&p.to_string()).await?,
+            None => None,
+        };
+        let devfile = render::parse(&w.devfile, "stored devfile")?;
+        let variables = w.stored_variables(&state.store)?;
+        let desired = match w.desired_state {
+            DesiredState::Running | DesiredState::RestartRequested => {
+                DesiredState::RestartRequested
+            }
+            other => other,
+        };
+        let rendered = render::render_workspace(
+            &devfile,
+            RenderInput {
+                name: &w.name,
+                id: w.id,
+                agent: &agent,
+                project: project.as_ref().map(|p| ProjectInput {
+                    name: &p.name,
+                    git_url: &p.git_url,
+                    git_ref: w.git_ref.as_deref().unwrap_or(&p.default_ref),
+                }),
+                resources: &req.resources,
+                variables: &variables,
+                desired,
+            },
+        )?;
+        let stored = state
+            .store
+            .set_rendered(
+                w.id,
+                w.version,
+                &rendered.objects,
+                &req.resources,
+                desired,
+                state.clock.now_ms(),
+            )
+            .await?;
+        if stored.is_some() {
+            state.signals.notify(w.agent_id);
+            return Ok(Json(
+                visible(&state, &auth, &key).await?.to_api(&state.store)?,
+            ));
+        }
+    }
+    Err(HttpError::conflict(
+        "conflict",
+        "the workspace changed too often while resizing it; try again",
+    ))
 }

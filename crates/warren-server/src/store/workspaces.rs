@@ -6,6 +6,7 @@ use super::{
 };
 use crate::db::{from_millis, DbKind, Tx};
 use crate::error::HttpError;
+use crate::render::RenderedWorkspace;
 use serde::{Deserialize, Serialize};
 use sqlx::any::AnyRow;
 use std::collections::BTreeMap;
@@ -164,17 +165,13 @@ pub fn row(r: &AnyRow) -> Result<WorkspaceRow, sqlx::Error> {
 #[derive(Debug, Clone)]
 pub struct NewWorkspace {
     pub name: String,
-    pub namespace: String,
     pub owner_id: UserId,
     pub agent_id: AgentId,
     pub project_id: Option<ProjectId>,
     pub git_ref: Option<String>,
     pub devfile: String,
-    pub objects: Vec<serde_json::Value>,
     pub resources: WorkspaceResources,
     pub variables: Vec<StoredVariable>,
-    pub endpoints: BTreeMap<String, String>,
-    pub url: Option<String>,
 }
 
 /// Filters of the workspace list.
@@ -226,13 +223,18 @@ pub fn check_quotas(quota: i64, per_user_quota: i64, counts: QuotaCounts) -> Res
 
 impl Store {
     /// Inserts a workspace after checking the agent's quotas, atomically (the agent row is
-    /// locked on PostgreSQL; SQLite's write transaction is exclusive).
-    pub async fn insert_workspace(
+    /// locked on PostgreSQL; SQLite's write transaction is exclusive). `render` gets the new
+    /// id (the objects carry it) and returns the objects, in the same transaction.
+    pub async fn insert_workspace<F>(
         &self,
         w: &NewWorkspace,
         quotas: (i64, i64),
         now: i64,
-    ) -> Result<WorkspaceRow, HttpError> {
+        render: F,
+    ) -> Result<WorkspaceRow, HttpError>
+    where
+        F: FnOnce(WorkspaceId) -> Result<RenderedWorkspace, HttpError>,
+    {
         let mut tx = self.db.begin().await?;
         if self.db.kind == DbKind::Postgres {
             sqlx::query("SELECT id FROM agents WHERE id = $1 FOR UPDATE")
@@ -246,22 +248,18 @@ impl Store {
             "INSERT INTO workspaces (name, namespace, owner_id, agent_id, project_id, git_ref, desired_state, \
              actual_state, desired_state_updated_at, actual_state_updated_at, force_include_all_resources, devfile, \
              rendered_objects, resources, variables, endpoints, url, created_at, updated_at, version) \
-             VALUES ($1, $2, $3, $4, $5, $6, 'Running', 'CreationRequested', $7, $7, 1, $8, $9, $10, $11, $12, $13, $7, $7, 1) \
+             VALUES ($1, '', $2, $3, $4, $5, 'Running', 'CreationRequested', $6, $6, 1, $7, '', $8, $9, '{}', NULL, $6, $6, 1) \
              RETURNING id",
         )
         .bind(&w.name)
-        .bind(&w.namespace)
         .bind(w.owner_id.get())
         .bind(w.agent_id.get())
         .bind(w.project_id.map(|p| p.get()))
         .bind(w.git_ref.clone())
         .bind(now)
         .bind(&w.devfile)
-        .bind(seal_json(self, &w.objects))
         .bind(serde_json::to_string(&w.resources).unwrap_or_default())
         .bind(seal_json(self, &w.variables))
-        .bind(serde_json::to_string(&w.endpoints).unwrap_or_default())
-        .bind(w.url.clone())
         .fetch_one(&mut *tx)
         .await
         .map_err(|e| {
@@ -272,6 +270,17 @@ impl Store {
             }
         })?;
         let id = WorkspaceId(get_i64(&id, "id")?);
+        let r = render(id)?;
+        sqlx::query(
+            "UPDATE workspaces SET namespace = $1, rendered_objects = $2, endpoints = $3, url = $4 WHERE id = $5",
+        )
+        .bind(&r.namespace)
+        .bind(seal_json(self, &r.objects))
+        .bind(serde_json::to_string(&r.endpoints).unwrap_or_default())
+        .bind(r.url)
+        .bind(id.get())
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         self.workspace_by_id(id)
             .await?

@@ -8,6 +8,7 @@
 pub mod api;
 pub mod config;
 pub mod ids;
+pub mod internal;
 pub mod lifecycle;
 pub mod quantity;
 pub mod reconcile;

@@ -1,0 +1,2 @@
+//! Reconcile benchmark (written below).
+fn main() {}

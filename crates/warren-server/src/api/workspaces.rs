@@ -1,0 +1,490 @@
+//! Workspaces: create, list, get, change desired state, resize, terminate.
+//!
+//! A user sees only their own workspaces (others' are 404, never 403, so existence does not
+//! leak); admins see all. Writes use the row's `version` and retry on a lost race, so two
+//! concurrent requests never overwrite each other.
+
+use super::Auth;
+use crate::error::{HttpError, Json, Path, Query};
+use crate::lifecycle::check_desired_state_request;
+use crate::names;
+use crate::render::{self, ProjectInput, RenderInput};
+use crate::state::AppState;
+use crate::store::agents::AgentRow;
+use crate::store::workspaces::{NewWorkspace, StoredVariable, WorkspaceFilter, WorkspaceRow};
+use axum::extract::State;
+use http::StatusCode;
+use serde::Deserialize;
+use warren_types::api::{
+    ApiError, CreateWorkspaceRequest, Page, ResizeWorkspaceRequest, UpdateDesiredStateRequest,
+    VariableInput, VariableKind, Workspace, WorkspaceResources,
+};
+use warren_types::quantity::{parse_cpu_millis, parse_memory_bytes};
+use warren_types::{ActualState, DesiredState};
+
+/// Attempts of an optimistic write before giving up with 409.
+const WRITE_ATTEMPTS: usize = 20;
+const DEFAULT_LIMIT: i64 = 50;
+const MAX_LIMIT: i64 = 500;
+
+/// Query of `GET /api/v1/workspaces`.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    /// Actual state to match; without it, workspaces both desired and actual Terminated are left out.
+    pub state: Option<String>,
+    /// Agent name or id.
+    pub agent: Option<String>,
+    /// Project name or id.
+    pub project: Option<String>,
+    /// Username or id of the owner (admins only; others always see their own).
+    pub owner: Option<String>,
+    /// Page size, 1–500 (default 50).
+    pub limit: Option<i64>,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+/// Loads a workspace the caller may see, by name or id.
+pub async fn visible(state: &AppState, auth: &Auth, key: &str) -> Result<WorkspaceRow, HttpError> {
+    match state.store.workspace_by_key(key).await? {
+        Some(w) if auth.user.is_admin || w.owner_id == auth.user.id => Ok(w),
+        _ => Err(HttpError::not_found(format!("workspace {key:?}"))),
+    }
+}
+
+#[utoipa::path(get, path = "/api/v1/workspaces", params(ListQuery),
+    responses((status = 200, body = Page<Workspace>), (status = 400, body = ApiError)), tag = "workspaces",
+    security(("bearer" = [])))]
+pub async fn list(
+    State(state): State<AppState>,
+    auth: Auth,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<Page<Workspace>>, HttpError> {
+    let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(HttpError::invalid_field(
+            "limit",
+            format!("must be between 1 and {MAX_LIMIT}"),
+        ));
+    }
+    let mut f = WorkspaceFilter {
+        limit: limit + 1,
+        ..Default::default()
+    };
+    if let Some(s) = &q.state {
+        f.state = Some(
+            s.parse::<ActualState>()
+                .map_err(|e| HttpError::invalid_field("state", e))?,
+        );
+    }
+    if let Some(c) = &q.cursor {
+        f.after = Some(c.parse().map_err(|_| {
+            HttpError::invalid_field("cursor", "is not a cursor this server issued")
+        })?);
+    }
+    if let Some(a) = &q.agent {
+        f.agent = Some(
+            state
+                .store
+                .agent_by_key(a)
+                .await?
+                .ok_or_else(|| HttpError::invalid_field("agent", format!("no agent {a:?}")))?
+                .id,
+        );
+    }
+    if let Some(p) = &q.project {
+        f.project = Some(
+            state
+                .store
+                .project_by_key(p)
+                .await?
+                .ok_or_else(|| HttpError::invalid_field("project", format!("no project {p:?}")))?
+                .id,
+        );
+    }
+    f.owner = match &q.owner {
+        Some(o) => {
+            let user = match o.parse::<i64>() {
+                Ok(id) => state.store.user_by_id(warren_types::UserId(id)).await?,
+                Err(_) => state.store.user_by_name(o).await?,
+            };
+            let user =
+                user.ok_or_else(|| HttpError::invalid_field("owner", format!("no user {o:?}")))?;
+            if !auth.user.is_admin && user.id != auth.user.id {
+                return Err(HttpError::forbidden(
+                    "owner: only admins may list other users' workspaces",
+                ));
+            }
+            Some(user.id)
+        }
+        None if auth.user.is_admin => None,
+        None => Some(auth.user.id),
+    };
+    let mut rows = state.store.list_workspaces(&f).await?;
+    let next_cursor = if rows.len() as i64 > limit {
+        rows.truncate(limit as usize);
+        rows.last().map(|w| w.id.to_string())
+    } else {
+        None
+    };
+    let items = rows
+        .iter()
+        .map(|w| w.to_api(&state.store))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Json(Page { items, next_cursor }))
+}
+
+#[utoipa::path(get, path = "/api/v1/workspaces/{workspace}",
+    params(("workspace" = String, Path, description = "workspace name or id")),
+    responses((status = 200, body = Workspace), (status = 404, body = ApiError)), tag = "workspaces",
+    security(("bearer" = [])))]
+pub async fn get_one(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(key): Path<String>,
+) -> Result<Json<Workspace>, HttpError> {
+    Ok(Json(
+        visible(&state, &auth, &key).await?.to_api(&state.store)?,
+    ))
+}
+
+/// Moves a workspace to a new desired state (lifecycle.md rules), signalling its agent.
+pub async fn change_desired_state(
+    state: &AppState,
+    auth: &Auth,
+    key: &str,
+    requested: DesiredState,
+    idempotent_terminate: bool,
+) -> Result<Workspace, HttpError> {
+    for _ in 0..WRITE_ATTEMPTS {
+        let w = visible(state, auth, key).await?;
+        if idempotent_terminate
+            && requested == DesiredState::Terminated
+            && w.desired_state == DesiredState::Terminated
+        {
+            return w.to_api(&state.store);
+        }
+        check_desired_state_request(&w.name, w.desired_state, w.actual_state, requested)?;
+        if w.desired_state == requested {
+            return w.to_api(&state.store);
+        }
+        if state
+            .store
+            .set_desired_state(w.id, w.version, requested, state.clock.now_ms())
+            .await?
+            .is_some()
+        {
+            state.signals.notify(w.agent_id);
+            let w = visible(state, auth, key).await?;
+            return w.to_api(&state.store);
+        }
+    }
+    Err(HttpError::conflict(
+        "conflict",
+        "the workspace changed too often while updating it; try again",
+    ))
+}
+
+#[utoipa::path(put, path = "/api/v1/workspaces/{workspace}/desired_state",
+    params(("workspace" = String, Path, description = "workspace name or id")),
+    request_body = UpdateDesiredStateRequest,
+    responses((status = 200, body = Workspace), (status = 400, body = ApiError), (status = 404, body = ApiError),
+    (status = 409, body = ApiError)), tag = "workspaces", security(("bearer" = [])))]
+pub async fn set_desired_state(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(key): Path<String>,
+    Json(req): Json<UpdateDesiredStateRequest>,
+) -> Result<Json<Workspace>, HttpError> {
+    Ok(Json(
+        change_desired_state(&state, &auth, &key, req.desired_state, false).await?,
+    ))
+}
+
+/// Asks for `Terminated`: the agent deletes everything, volume included. Repeating it is harmless.
+#[utoipa::path(delete, path = "/api/v1/workspaces/{workspace}",
+    params(("workspace" = String, Path, description = "workspace name or id")),
+    responses((status = 200, body = Workspace), (status = 404, body = ApiError)), tag = "workspaces",
+    security(("bearer" = [])))]
+pub async fn terminate(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(key): Path<String>,
+) -> Result<(StatusCode, Json<Workspace>), HttpError> {
+    let w = change_desired_state(&state, &auth, &key, DesiredState::Terminated, true).await?;
+    Ok((StatusCode::OK, Json(w)))
+}
+
+/// Most variables one workspace may carry, and the largest value.
+const MAX_VARIABLES: usize = 200;
+const MAX_VARIABLE_BYTES: usize = 256 * 1024;
+
+fn check_variables(vars: &[VariableInput]) -> Result<Vec<StoredVariable>, HttpError> {
+    if vars.len() > MAX_VARIABLES {
+        return Err(HttpError::invalid_field(
+            "variables",
+            format!("at most {MAX_VARIABLES} variables"),
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = vec![];
+    for (i, v) in vars.iter().enumerate() {
+        let field = format!("variables[{i}].key");
+        let key_ok = match v.kind {
+            VariableKind::Env => {
+                v.key
+                    .starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                    && v.key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            }
+            VariableKind::File => {
+                !v.key.is_empty()
+                    && v.key != "."
+                    && v.key != ".."
+                    && v.key
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+            }
+        };
+        if !key_ok || v.key.len() > 253 {
+            let rule = match v.kind {
+                VariableKind::Env => "an environment variable name ([A-Za-z_][A-Za-z0-9_]*)",
+                VariableKind::File => "a file name (letters, digits, '.', '_', '-')",
+            };
+            return Err(HttpError::invalid_field(
+                &field,
+                format!("{:?} is not {rule}", v.key),
+            ));
+        }
+        if !seen.insert((v.kind == VariableKind::File, v.key.clone())) {
+            return Err(HttpError::invalid_field(
+                &field,
+                format!("{:?} is given twice", v.key),
+            ));
+        }
+        if v.value.len() > MAX_VARIABLE_BYTES {
+            return Err(HttpError::invalid_field(
+                &format!("variables[{i}].value"),
+                format!("longer than {MAX_VARIABLE_BYTES} bytes"),
+            ));
+        }
+        out.push(StoredVariable {
+            key: v.key.clone(),
+            kind: v.kind,
+            secret: v.secret,
+            value: v.value.clone(),
+        });
+    }
+    Ok(out)
+}
+
+fn check_resources(r: &WorkspaceResources) -> Result<(), HttpError> {
+    if let Some(c) = &r.cpu {
+        parse_cpu_millis(c).map_err(|e| HttpError::invalid_field("resources.cpu", e))?;
+    }
+    if let Some(m) = &r.memory {
+        parse_memory_bytes(m).map_err(|e| HttpError::invalid_field("resources.memory", e))?;
+    }
+    Ok(())
+}
+
+async fn choose_agent(state: &AppState, key: Option<&str>) -> Result<AgentRow, HttpError> {
+    match key {
+        Some(k) => state
+            .store
+            .agent_by_key(k)
+            .await?
+            .ok_or_else(|| HttpError::invalid_field("agent", format!("no agent named {k:?}"))),
+        None => {
+            let mut agents = state.store.list_agents().await?;
+            match agents.len() {
+                0 => Err(HttpError::invalid_field(
+                    "agent",
+                    "no agent exists yet; an admin must create one",
+                )),
+                1 => Ok(agents.remove(0)),
+                _ => Err(HttpError::invalid_field(
+                    "agent",
+                    format!(
+                        "required when several agents exist ({})",
+                        agents
+                            .iter()
+                            .map(|a| a.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )),
+            }
+        }
+    }
+}
+
+/// Creates a workspace from the request's devfile, else the project's, else the server's
+/// default; renders its objects and asks for `Running`.
+#[utoipa::path(post, path = "/api/v1/workspaces", request_body = CreateWorkspaceRequest,
+    responses((status = 201, body = Workspace), (status = 400, body = ApiError), (status = 403, body = ApiError),
+    (status = 409, body = ApiError), (status = 422, body = ApiError)), tag = "workspaces", security(("bearer" = [])))]
+pub async fn create(
+    State(state): State<AppState>,
+    auth: Auth,
+    Json(req): Json<CreateWorkspaceRequest>,
+) -> Result<(StatusCode, Json<Workspace>), HttpError> {
+    if let Some(n) = &req.name {
+        names::validate(n).map_err(|e| HttpError::invalid_field("name", e))?;
+    }
+    let resources = req.resources.clone().unwrap_or_default();
+    check_resources(&resources)?;
+    let variables = check_variables(&req.variables)?;
+    let agent = choose_agent(&state, req.agent.as_deref()).await?;
+    let project = match &req.project {
+        Some(p) => Some(state.store.project_by_key(p).await?.ok_or_else(|| {
+            HttpError::invalid_field("project", format!("no project named {p:?}"))
+        })?),
+        None => None,
+    };
+    let (devfile_text, field) = match (
+        &req.devfile,
+        project.as_ref().and_then(|p| p.devfile.as_ref()),
+    ) {
+        (Some(d), _) => (d.clone(), "devfile"),
+        (None, Some(d)) => (d.clone(), "project devfile"),
+        (None, None) => (state.default_devfile.as_str().to_owned(), "default devfile"),
+    };
+    let devfile = render::parse(&devfile_text, field)?;
+    let git_ref = req
+        .git_ref
+        .clone()
+        .or_else(|| project.as_ref().map(|p| p.default_ref.clone()));
+    let now = state.clock.now_ms();
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let name = req.name.clone().unwrap_or_else(names::generate);
+        let new = NewWorkspace {
+            name: name.clone(),
+            owner_id: auth.user.id,
+            agent_id: agent.id,
+            project_id: project.as_ref().map(|p| p.id),
+            git_ref: git_ref.clone(),
+            devfile: devfile_text.clone(),
+            resources: resources.clone(),
+            variables: variables.clone(),
+        };
+        let project_input = project.as_ref().map(|p| ProjectInput {
+            name: &p.name,
+            git_url: &p.git_url,
+            git_ref: git_ref.as_deref().unwrap_or(""),
+        });
+        let quotas = (
+            agent.config.workspaces_quota,
+            agent.config.workspaces_per_user_quota,
+        );
+        let result = state
+            .store
+            .insert_workspace(&new, quotas, now, |id| {
+                render::render_workspace(
+                    &devfile,
+                    RenderInput {
+                        name: &name,
+                        id,
+                        agent: &agent,
+                        project: project_input,
+                        resources: &resources,
+                        variables: &variables,
+                        desired: DesiredState::Running,
+                    },
+                )
+            })
+            .await;
+        match result {
+            Ok(w) => {
+                state.signals.notify(agent.id);
+                return Ok((StatusCode::CREATED, Json(w.to_api(&state.store)?)));
+            }
+            // A generated name collided: draw another.
+            Err(e) if e.code == "already_exists" && req.name.is_none() && attempts < 5 => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Resizes a workspace: re-renders its objects with the new size and restarts it (desired
+/// `RestartRequested` when it was `Running`), keeping its volume. A stopped workspace keeps
+/// `Stopped` and starts with the new size next time.
+#[utoipa::path(put, path = "/api/v1/workspaces/{workspace}/resources",
+    params(("workspace" = String, Path, description = "workspace name or id")),
+    request_body = ResizeWorkspaceRequest,
+    responses((status = 200, body = Workspace), (status = 400, body = ApiError), (status = 404, body = ApiError),
+    (status = 409, body = ApiError), (status = 422, body = ApiError)), tag = "workspaces", security(("bearer" = [])))]
+pub async fn resize(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(key): Path<String>,
+    Json(req): Json<ResizeWorkspaceRequest>,
+) -> Result<Json<Workspace>, HttpError> {
+    check_resources(&req.resources)?;
+    for _ in 0..WRITE_ATTEMPTS {
+        let w = visible(&state, &auth, &key).await?;
+        check_desired_state_request(
+            &w.name,
+            w.desired_state,
+            w.actual_state,
+            DesiredState::RestartRequested,
+        )?;
+        let agent = state
+            .store
+            .agent_by_id(w.agent_id)
+            .await?
+            .ok_or_else(|| HttpError::not_found(format!("agent {}", w.agent_id)))?;
+        let project = match w.project_id {
+            Some(p) => state.store.project_by_key(&p.to_string()).await?,
+            None => None,
+        };
+        let devfile = render::parse(&w.devfile, "stored devfile")?;
+        let variables = w.stored_variables(&state.store)?;
+        let desired = match w.desired_state {
+            DesiredState::Running | DesiredState::RestartRequested => {
+                DesiredState::RestartRequested
+            }
+            other => other,
+        };
+        let rendered = render::render_workspace(
+            &devfile,
+            RenderInput {
+                name: &w.name,
+                id: w.id,
+                agent: &agent,
+                project: project.as_ref().map(|p| ProjectInput {
+                    name: &p.name,
+                    git_url: &p.git_url,
+                    git_ref: w.git_ref.as_deref().unwrap_or(&p.default_ref),
+                }),
+                resources: &req.resources,
+                variables: &variables,
+                desired,
+            },
+        )?;
+        let stored = state
+            .store
+            .set_rendered(
+                w.id,
+                w.version,
+                &rendered.objects,
+                &req.resources,
+                desired,
+                state.clock.now_ms(),
+            )
+            .await?;
+        if stored.is_some() {
+            state.signals.notify(w.agent_id);
+            return Ok(Json(
+                visible(&state, &auth, &key).await?.to_api(&state.store)?,
+            ));
+        }
+    }
+    Err(HttpError::conflict(
+        "conflict",
+        "the workspace changed too often while resizing it; try again",
+    ))
+}

@@ -1,0 +1,160 @@
+//! The server's configuration, validated before anything binds or opens.
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// Everything `warren server` can be told; the binary fills it from flags, env and a file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Holds the SQLite database (`warren.db`) and `keys/`.
+    pub home: PathBuf,
+    /// `postgres://…` or `sqlite://…`; default: SQLite in `home`.
+    #[serde(default)]
+    pub database_url: Option<String>,
+    /// Key that encrypts secrets at rest; default `home/keys/secret.key`, created on first
+    /// start. Every server sharing a database must use the same key.
+    #[serde(default)]
+    pub secret_key_file: Option<PathBuf>,
+    /// Relay ↔ server shared secret (HS256 for internal JWTs). Default: read or create
+    /// `home/keys/relay-secret.key`.
+    #[serde(default)]
+    pub relay_secret: Option<String>,
+    /// Relay internal URLs the server signals on desired-state changes (may be empty).
+    #[serde(default)]
+    pub relay_urls: Vec<String>,
+    /// A devfile used when neither the request nor the project gives one.
+    #[serde(default)]
+    pub default_devfile_file: Option<PathBuf>,
+    /// Username of the admin bootstrapped on an empty database.
+    #[serde(default = "default_admin_username")]
+    pub bootstrap_admin_username: String,
+    /// How often the lifecycle timers run.
+    #[serde(default = "default_lifecycle_interval")]
+    pub lifecycle_interval_seconds: u64,
+    #[serde(default = "default_full_interval")]
+    pub full_reconciliation_interval_seconds: u64,
+    #[serde(default = "default_partial_interval")]
+    pub partial_reconciliation_interval_seconds: u64,
+    #[serde(default = "default_max_connections")]
+    pub max_db_connections: u32,
+}
+
+fn default_admin_username() -> String {
+    "admin".into()
+}
+fn default_lifecycle_interval() -> u64 {
+    60
+}
+fn default_full_interval() -> u64 {
+    3600
+}
+fn default_partial_interval() -> u64 {
+    10
+}
+fn default_max_connections() -> u32 {
+    10
+}
+
+impl ServerConfig {
+    /// A configuration with every default, storing its state in `home`.
+    pub fn new(home: impl Into<PathBuf>) -> ServerConfig {
+        ServerConfig {
+            home: home.into(),
+            database_url: None,
+            secret_key_file: None,
+            relay_secret: None,
+            relay_urls: vec![],
+            default_devfile_file: None,
+            bootstrap_admin_username: default_admin_username(),
+            lifecycle_interval_seconds: default_lifecycle_interval(),
+            full_reconciliation_interval_seconds: default_full_interval(),
+            partial_reconciliation_interval_seconds: default_partial_interval(),
+            max_db_connections: default_max_connections(),
+        }
+    }
+
+    /// The database URL to open: the configured one or SQLite in `home`.
+    pub fn effective_database_url(&self) -> String {
+        match &self.database_url {
+            Some(u) => u.clone(),
+            None => format!(
+                "sqlite://{}?mode=rwc",
+                self.home.join("warren.db").display()
+            ),
+        }
+    }
+
+    pub fn secret_key_path(&self) -> PathBuf {
+        self.secret_key_file
+            .clone()
+            .unwrap_or_else(|| self.home.join("keys/secret.key"))
+    }
+
+    /// Checks every field; the message names the offending one.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.home.as_os_str().is_empty() {
+            return Err("home: must not be empty".into());
+        }
+        if let Some(u) = &self.database_url {
+            if !(u.starts_with("sqlite:")
+                || u.starts_with("postgres:")
+                || u.starts_with("postgresql:"))
+            {
+                return Err(format!(
+                    "database_url: {:?} must start with sqlite:, postgres: or postgresql:",
+                    crate::db::redact(u)
+                ));
+            }
+        }
+        if let Some(s) = &self.relay_secret {
+            if s.len() < 32 {
+                return Err("relay_secret: must be at least 32 characters".into());
+            }
+        }
+        for u in &self.relay_urls {
+            match url::Url::parse(u) {
+                Ok(p) if p.scheme() == "http" || p.scheme() == "https" => {}
+                _ => return Err(format!("relay_urls: {u:?} is not an http(s) URL")),
+            }
+        }
+        let name_ok = !self.bootstrap_admin_username.is_empty()
+            && crate::store::users::validate_username(&self.bootstrap_admin_username).is_ok();
+        if !name_ok {
+            return Err("bootstrap_admin_username: not a valid username".into());
+        }
+        if self.lifecycle_interval_seconds == 0 {
+            return Err("lifecycle_interval_seconds: must be at least 1".into());
+        }
+        if self.full_reconciliation_interval_seconds == 0
+            || self.partial_reconciliation_interval_seconds == 0
+        {
+            return Err("reconciliation intervals: must be at least 1 second".into());
+        }
+        if self.max_db_connections == 0 {
+            return Err("max_db_connections: must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation_names_the_field() {
+        let mut c = ServerConfig::new("/tmp/x");
+        assert!(c.validate().is_ok());
+        c.database_url = Some("mysql://x".into());
+        assert!(c.validate().unwrap_err().starts_with("database_url"));
+        c.database_url = None;
+        c.relay_urls = vec!["ftp://x".into()];
+        assert!(c.validate().unwrap_err().starts_with("relay_urls"));
+        c.relay_urls = vec![];
+        c.relay_secret = Some("short".into());
+        assert!(c.validate().unwrap_err().starts_with("relay_secret"));
+        let err = toml::from_str::<ServerConfig>("home = \"/x\"\nlisten = 1").unwrap_err();
+        assert!(err.to_string().contains("unknown field `listen`"), "{err}");
+    }
+}

@@ -1,0 +1,167 @@
+//! Everything the server does with devfiles and rendered objects; the only module that
+//! uses `warren-devfile`.
+
+use crate::error::HttpError;
+use crate::store::agents::AgentRow;
+use crate::store::workspaces::StoredVariable;
+use crate::store::Store;
+use http::StatusCode;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use warren_devfile::{Devfile, ProjectSource, RenderRequest, ResolvedVariable};
+use warren_types::api::WorkspaceResources;
+use warren_types::{DesiredState, WorkspaceId};
+
+/// The YAML the agent applies: the stored objects with the Deployment's replicas set.
+pub fn config_for_agent(
+    store: &Store,
+    sealed_objects: &str,
+    replicas: i32,
+) -> Result<String, HttpError> {
+    let plain = store.sbox.open(sealed_objects)?;
+    let mut objects: Vec<Value> = serde_json::from_slice(&plain)
+        .map_err(|e| HttpError::internal("decoding stored objects", &e))?;
+    warren_devfile::set_replicas(&mut objects, replicas);
+    Ok(warren_devfile::objects_to_yaml(&objects))
+}
+
+/// The server's built-in default devfile.
+pub fn builtin_default_devfile() -> &'static str {
+    warren_devfile::default_devfile()
+}
+
+/// Parses a devfile; every error comes back with its path (422).
+pub fn parse(text: &str, field: &str) -> Result<Devfile, HttpError> {
+    if text.len() > warren_devfile::MAX_DEVFILE_BYTES {
+        return Err(HttpError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_devfile",
+            format!(
+                "{field}: larger than the limit of {} bytes",
+                warren_devfile::MAX_DEVFILE_BYTES
+            ),
+        ));
+    }
+    warren_devfile::parse_devfile(text).map_err(|errs| {
+        let list = errs
+            .0
+            .iter()
+            .map(|e| format!("  {e}"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        HttpError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_devfile",
+            format!("{field} has {} error(s):\n{list}", errs.0.len()),
+        )
+    })
+}
+
+/// What rendering produced, ready to store.
+#[derive(Debug, Clone)]
+pub struct RenderedWorkspace {
+    pub namespace: String,
+    pub objects: Vec<Value>,
+    /// Endpoint name → URL, for endpoints users can reach.
+    pub endpoints: BTreeMap<String, String>,
+    /// URL of the main endpoint (or the first reachable one).
+    pub url: Option<String>,
+}
+
+/// The project a workspace clones.
+#[derive(Debug, Clone, Copy)]
+pub struct ProjectInput<'a> {
+    pub name: &'a str,
+    pub git_url: &'a str,
+    pub git_ref: &'a str,
+}
+
+/// Everything a render needs besides the devfile.
+#[derive(Debug, Clone, Copy)]
+pub struct RenderInput<'a> {
+    pub name: &'a str,
+    pub id: WorkspaceId,
+    pub agent: &'a AgentRow,
+    pub project: Option<ProjectInput<'a>>,
+    pub resources: &'a WorkspaceResources,
+    pub variables: &'a [StoredVariable],
+    pub desired: DesiredState,
+}
+
+/// Renders a workspace's objects and computes its URLs; refusals are 422 with the reason.
+pub fn render_workspace(
+    devfile: &Devfile,
+    input: RenderInput<'_>,
+) -> Result<RenderedWorkspace, HttpError> {
+    let variables: Vec<ResolvedVariable> = input
+        .variables
+        .iter()
+        .map(|v| ResolvedVariable {
+            key: v.key.clone(),
+            value: v.value.clone(),
+            kind: v.kind,
+        })
+        .collect();
+    let has_resources = input.resources.cpu.is_some() || input.resources.memory.is_some();
+    let req = RenderRequest {
+        workspace_name: input.name,
+        workspace_id: input.id,
+        agent_id: input.agent.id,
+        agent_config: &input.agent.config,
+        project: input.project.map(|p| ProjectSource {
+            name: p.name,
+            git_url: p.git_url,
+            git_ref: p.git_ref,
+        }),
+        resources: has_resources.then_some(input.resources),
+        variables: &variables,
+        desired_state: input.desired,
+    };
+    let rendered = warren_devfile::render(devfile, &req).map_err(|e| {
+        HttpError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "render_failed",
+            error_chain(&e),
+        )
+    })?;
+    let cfg = &input.agent.config;
+    let url_of = |port: u16, path: &Option<String>| {
+        let path = path.as_deref().unwrap_or("").trim_start_matches('/');
+        format!(
+            "{}://{port}-{}.{}/{path}",
+            cfg.workspace_scheme, input.name, cfg.workspace_domain
+        )
+    };
+    let reachable: Vec<_> = rendered
+        .endpoints
+        .iter()
+        .filter(|e| e.exposure != "none")
+        .collect();
+    let endpoints = reachable
+        .iter()
+        .map(|e| (e.name.clone(), url_of(e.port, &e.path)))
+        .collect();
+    let url = reachable
+        .iter()
+        .find(|e| e.main && e.exposure == "public")
+        .or_else(|| reachable.iter().find(|e| e.exposure == "public"))
+        .or_else(|| reachable.first())
+        .map(|e| url_of(e.port, &e.path));
+    Ok(RenderedWorkspace {
+        namespace: rendered.namespace,
+        objects: rendered.objects,
+        endpoints,
+        url,
+    })
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(x) = src {
+        s.push_str(": ");
+        s.push_str(&x.to_string());
+        src = x.source();
+    }
+    s
+}

@@ -1,0 +1,214 @@
+//! Start-up (configuration, keys, database, bootstrap admin) and serving.
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::ServerConfig;
+use crate::crypto::{self, SecretBox};
+use crate::db::Db;
+use crate::error::{HttpError, ServerError};
+use crate::internal::signal::{self, SignalHub};
+use crate::state::AppState;
+use crate::store::users::BootstrapAdmin;
+use crate::store::Store;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::get;
+use axum::Router;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use warren_types::api::CreatedAgent;
+use warren_types::config::AgentConfig;
+use warren_types::reconcile::ReconcileSettings;
+
+/// A prepared server: database open and migrated, keys loaded, first admin bootstrapped.
+/// `warren up` uses it to run the server in-process and read what it needs.
+#[derive(Debug)]
+pub struct Server {
+    config: ServerConfig,
+    state: AppState,
+    bootstrap_admin: Option<BootstrapAdmin>,
+}
+
+impl Server {
+    /// Validates `config`, opens everything; binds nothing.
+    pub async fn prepare(config: ServerConfig) -> Result<Server, ServerError> {
+        Self::prepare_with_clock(config, Arc::new(SystemClock)).await
+    }
+
+    /// [`Server::prepare`] with a chosen clock (tests move time by hand).
+    pub async fn prepare_with_clock(
+        config: ServerConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Server, ServerError> {
+        config.validate().map_err(ServerError::Config)?;
+        std::fs::create_dir_all(&config.home).map_err(|e| {
+            ServerError::Config(format!(
+                "home: cannot create {}: {e}",
+                config.home.display()
+            ))
+        })?;
+        let key = crypto::load_or_create_key(&config.secret_key_path())?;
+        let relay_secret = match &config.relay_secret {
+            Some(s) => s.as_bytes().to_vec(),
+            None => hex::encode(crypto::load_or_create_key(
+                &config.home.join("keys/relay-secret.key"),
+            )?)
+            .into_bytes(),
+        };
+        let default_devfile = match &config.default_devfile_file {
+            Some(path) => {
+                std::fs::read_to_string(path).map_err(|source| ServerError::DefaultDevfile {
+                    path: path.clone(),
+                    source,
+                })?
+            }
+            None => crate::render::builtin_default_devfile().to_owned(),
+        };
+        crate::render::parse(&default_devfile, "default devfile")
+            .map_err(|e| ServerError::Config(format!("default_devfile_file: {}", e.message)))?;
+        let url = config.effective_database_url();
+        tracing::info!(database = %crate::db::redact(&url), "opening database");
+        let db = Db::connect(&url, config.max_db_connections).await?;
+        let store = Store::new(db, SecretBox::new(key));
+        let bootstrap_admin = store
+            .bootstrap_admin(&config.bootstrap_admin_username, clock.now_ms())
+            .await?;
+        let state = AppState {
+            store,
+            clock,
+            relay_secret: Arc::new(relay_secret),
+            signals: SignalHub::default(),
+            settings: ReconcileSettings {
+                full_reconciliation_interval_seconds: config.full_reconciliation_interval_seconds,
+                partial_reconciliation_interval_seconds: config
+                    .partial_reconciliation_interval_seconds,
+            },
+            default_devfile: Arc::new(default_devfile),
+        };
+        crate::metrics::handle();
+        Ok(Server {
+            config,
+            state,
+            bootstrap_admin,
+        })
+    }
+
+    /// The admin created on this start (only when the database was empty); shown once.
+    pub fn bootstrap_admin(&self) -> Option<&BootstrapAdmin> {
+        self.bootstrap_admin.as_ref()
+    }
+
+    /// The HS256 secret relays must share with this server.
+    pub fn relay_secret(&self) -> &[u8] {
+        &self.state.relay_secret
+    }
+
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Creates an agent directly (for `warren up`'s default agent); its token is returned once.
+    pub async fn create_agent(
+        &self,
+        name: &str,
+        config: &AgentConfig,
+    ) -> Result<CreatedAgent, HttpError> {
+        let (agent, token) = self
+            .state
+            .store
+            .create_agent(name, config, self.state.clock.now_ms())
+            .await?;
+        Ok(CreatedAgent {
+            agent: agent.to_api(),
+            token,
+        })
+    }
+
+    /// The whole HTTP application.
+    pub fn router(&self) -> Router {
+        router(self.state.clone())
+    }
+
+    /// Serves on `listener` until `shutdown`, with the lifecycle timers and relay signals.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: CancellationToken,
+    ) -> Result<(), ServerError> {
+        let tasks = shutdown.child_token();
+        let timers = tokio::spawn(crate::lifecycle::timer_task(
+            self.state.clone(),
+            Duration::from_secs(self.config.lifecycle_interval_seconds),
+            tasks.clone(),
+        ));
+        let signals = tokio::spawn(signal::deliver_task(
+            self.state.signals.clone(),
+            self.config.relay_urls.clone(),
+            self.state.relay_secret.clone(),
+            tasks.clone(),
+        ));
+        if let Ok(addr) = listener.local_addr() {
+            tracing::info!(%addr, "warren server listening");
+        }
+        let app = self.router();
+        let result = axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+            .await;
+        tasks.cancel();
+        let _ = timers.await;
+        let _ = signals.await;
+        result.map_err(ServerError::Serve)
+    }
+}
+
+/// The router over a given state (tests build their own state).
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .merge(crate::api::router())
+        .merge(crate::internal::router())
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(crate::metrics::serve))
+        .fallback(|| async { HttpError::not_found("route") })
+        .method_not_allowed_fallback(|| async {
+            HttpError::new(
+                http::StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "method not allowed on this route",
+            )
+        })
+        .layer(axum::middleware::from_fn(crate::metrics::track))
+        .layer(DefaultBodyLimit::max(crate::api::BODY_LIMIT))
+        .with_state(state)
+}
+
+async fn readyz(
+    axum::extract::State(state): axum::extract::State<AppState>,
+) -> Result<&'static str, HttpError> {
+    state.store.db.ping().await.map_err(|e| {
+        HttpError::new(
+            http::StatusCode::SERVICE_UNAVAILABLE,
+            "not_ready",
+            format!("database is not reachable: {e}"),
+        )
+    })?;
+    Ok("ready")
+}
+
+/// Prepares and serves; prints the bootstrap admin's credentials once, on the start that
+/// created it.
+pub async fn run(
+    config: ServerConfig,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> Result<(), ServerError> {
+    let server = Server::prepare(config).await?;
+    if let Some(admin) = server.bootstrap_admin() {
+        println!(
+            "Created the first admin account (shown only this once):\n  username: {}\n  password: {}",
+            admin.username, admin.password
+        );
+        tracing::warn!(username = %admin.username, "bootstrapped the first admin; its password was printed to stdout once");
+    }
+    server.serve(listener, shutdown).await
+}

@@ -1,0 +1,81 @@
+//! Persistence of users, tokens, SSH keys, agents, projects and workspaces.
+//!
+//! Every function takes the time (`now`, unix ms) from its caller so the clock stays a seam.
+
+pub mod agents;
+pub mod projects;
+pub mod ssh_keys;
+pub mod tokens;
+pub mod users;
+pub mod workspaces;
+
+use crate::crypto::SecretBox;
+use crate::db::Db;
+use sqlx::any::AnyRow;
+use sqlx::Row;
+
+/// The database plus the key that seals secrets at rest.
+#[derive(Debug, Clone)]
+pub struct Store {
+    pub db: Db,
+    pub sbox: SecretBox,
+}
+
+impl Store {
+    pub fn new(db: Db, sbox: SecretBox) -> Store {
+        Store { db, sbox }
+    }
+}
+
+/// A value bound to a dynamically built query.
+#[derive(Debug, Clone)]
+pub(crate) enum Bind {
+    I(i64),
+    S(String),
+}
+
+pub(crate) fn bind_all<'q>(
+    mut q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+    binds: &'q [Bind],
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+    for b in binds {
+        q = match b {
+            Bind::I(i) => q.bind(*i),
+            Bind::S(s) => q.bind(s.as_str()),
+        };
+    }
+    q
+}
+
+pub(crate) fn get_i64(row: &AnyRow, col: &str) -> Result<i64, sqlx::Error> {
+    row.try_get::<i64, _>(col)
+}
+
+pub(crate) fn get_opt_i64(row: &AnyRow, col: &str) -> Result<Option<i64>, sqlx::Error> {
+    row.try_get::<Option<i64>, _>(col)
+}
+
+pub(crate) fn get_str(row: &AnyRow, col: &str) -> Result<String, sqlx::Error> {
+    row.try_get::<String, _>(col)
+}
+
+pub(crate) fn get_opt_str(row: &AnyRow, col: &str) -> Result<Option<String>, sqlx::Error> {
+    row.try_get::<Option<String>, _>(col)
+}
+
+/// Whether an error is a unique-constraint violation (both databases).
+pub(crate) fn is_unique_violation(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(d) => {
+            d.is_unique_violation()
+                || d.code().as_deref() == Some("23505")
+                || d.message().contains("UNIQUE constraint failed")
+        }
+        _ => false,
+    }
+}
+
+/// A stored value that failed to decode: data written by a newer or broken server.
+pub(crate) fn corrupt(what: &str, e: impl std::fmt::Display) -> sqlx::Error {
+    sqlx::Error::Decode(format!("stored {what} is invalid: {e}").into())
+}

@@ -1,0 +1,179 @@
+//! Personal access tokens: shown once, stored as SHA-256 digests, scoped, expiring, revocable.
+
+use super::{get_i64, get_opt_i64, get_str, Store};
+use crate::crypto;
+use crate::db::from_millis;
+use crate::error::HttpError;
+use sqlx::any::AnyRow;
+use warren_types::api::{Token, TokenScope};
+use warren_types::{TokenId, UserId};
+
+/// `last_used_at` is written at most this often per token, so reads stay reads.
+const LAST_USED_GRANULARITY_MS: i64 = 60_000;
+
+#[derive(Debug, Clone)]
+pub struct TokenRow {
+    pub id: TokenId,
+    pub user_id: UserId,
+    pub name: String,
+    pub scopes: Vec<TokenScope>,
+    pub created_at: i64,
+    pub expires_at: i64,
+    pub revoked_at: Option<i64>,
+    pub last_used_at: Option<i64>,
+}
+
+impl TokenRow {
+    pub fn to_api(&self) -> Token {
+        Token {
+            id: self.id,
+            name: self.name.clone(),
+            scopes: self.scopes.clone(),
+            created_at: from_millis(self.created_at),
+            expires_at: from_millis(self.expires_at),
+            revoked: self.revoked_at.is_some(),
+            last_used_at: self.last_used_at.map(from_millis),
+        }
+    }
+    pub fn has_scope(&self, s: TokenScope) -> bool {
+        self.scopes.contains(&s)
+    }
+}
+
+pub fn scope_name(s: TokenScope) -> &'static str {
+    match s {
+        TokenScope::Api => "api",
+        TokenScope::ReadApi => "read_api",
+        TokenScope::Workspace => "workspace",
+    }
+}
+
+fn parse_scopes(s: &str) -> Result<Vec<TokenScope>, sqlx::Error> {
+    s.split(',')
+        .filter(|p| !p.is_empty())
+        .map(|p| match p {
+            "api" => Ok(TokenScope::Api),
+            "read_api" => Ok(TokenScope::ReadApi),
+            "workspace" => Ok(TokenScope::Workspace),
+            other => Err(super::corrupt("token scope", other)),
+        })
+        .collect()
+}
+
+const COLS: &str = "id, user_id, name, scopes, created_at, expires_at, revoked_at, last_used_at";
+
+fn row(r: &AnyRow) -> Result<TokenRow, sqlx::Error> {
+    Ok(TokenRow {
+        id: TokenId(get_i64(r, "id")?),
+        user_id: UserId(get_i64(r, "user_id")?),
+        name: get_str(r, "name")?,
+        scopes: parse_scopes(&get_str(r, "scopes")?)?,
+        created_at: get_i64(r, "created_at")?,
+        expires_at: get_i64(r, "expires_at")?,
+        revoked_at: get_opt_i64(r, "revoked_at")?,
+        last_used_at: get_opt_i64(r, "last_used_at")?,
+    })
+}
+
+impl Store {
+    /// Creates a token and returns it with its secret (the only time the secret exists).
+    pub async fn create_token(
+        &self,
+        user: UserId,
+        name: &str,
+        scopes: &[TokenScope],
+        expires_at: i64,
+        now: i64,
+    ) -> Result<(TokenRow, String), HttpError> {
+        if name.trim().is_empty() || name.len() > 100 {
+            return Err(HttpError::invalid_field("name", "must be 1-100 characters"));
+        }
+        if scopes.is_empty() {
+            return Err(HttpError::invalid_field(
+                "scopes",
+                "at least one scope is required (api, read_api, workspace)",
+            ));
+        }
+        let mut names: Vec<&str> = scopes.iter().map(|s| scope_name(*s)).collect();
+        names.sort_unstable();
+        names.dedup();
+        let secret = crypto::new_pat();
+        let r = sqlx::query(&format!(
+            "INSERT INTO tokens (user_id, name, secret_hash, scopes, created_at, expires_at) \
+             VALUES ($1, $2, $3, $4, $5, $6) RETURNING {COLS}"
+        ))
+        .bind(user.get())
+        .bind(name)
+        .bind(crypto::token_digest(&secret))
+        .bind(names.join(","))
+        .bind(now)
+        .bind(expires_at)
+        .fetch_one(&self.db.pool)
+        .await?;
+        Ok((row(&r)?, secret))
+    }
+
+    /// The token and its user for a presented secret, if it is valid now.
+    pub async fn authenticate_token(
+        &self,
+        secret: &str,
+        now: i64,
+    ) -> Result<Option<TokenRow>, sqlx::Error> {
+        if !secret.starts_with(crypto::PAT_PREFIX) || secret.len() > 200 {
+            return Ok(None);
+        }
+        let digest = crypto::token_digest(secret);
+        let r = sqlx::query(&format!(
+            "SELECT {COLS}, secret_hash FROM tokens WHERE secret_hash = $1"
+        ))
+        .bind(&digest)
+        .fetch_optional(&self.db.pool)
+        .await?;
+        let Some(r) = r else { return Ok(None) };
+        if !crypto::ct_eq(&get_str(&r, "secret_hash")?, &digest) {
+            return Ok(None);
+        }
+        let t = row(&r)?;
+        if t.revoked_at.is_some() || t.expires_at <= now {
+            return Ok(None);
+        }
+        if t.last_used_at
+            .is_none_or(|l| now - l >= LAST_USED_GRANULARITY_MS)
+        {
+            sqlx::query("UPDATE tokens SET last_used_at = $1 WHERE id = $2")
+                .bind(now)
+                .bind(t.id.get())
+                .execute(&self.db.pool)
+                .await?;
+        }
+        Ok(Some(t))
+    }
+
+    pub async fn list_tokens(&self, user: UserId) -> Result<Vec<TokenRow>, sqlx::Error> {
+        let rows = sqlx::query(&format!(
+            "SELECT {COLS} FROM tokens WHERE user_id = $1 ORDER BY id"
+        ))
+        .bind(user.get())
+        .fetch_all(&self.db.pool)
+        .await?;
+        rows.iter().map(row).collect()
+    }
+
+    /// Revokes one of the user's tokens; false when the user has no such token.
+    pub async fn revoke_token(
+        &self,
+        user: UserId,
+        id: TokenId,
+        now: i64,
+    ) -> Result<bool, sqlx::Error> {
+        let r = sqlx::query(
+            "UPDATE tokens SET revoked_at = COALESCE(revoked_at, $1) WHERE id = $2 AND user_id = $3",
+        )
+        .bind(now)
+        .bind(id.get())
+        .bind(user.get())
+        .execute(&self.db.pool)
+        .await?;
+        Ok(r.rows_affected() > 0)
+    }
+}

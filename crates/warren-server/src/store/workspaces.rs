@@ -1,0 +1,447 @@
+//! Workspaces: desired and actual state, rendered objects (sealed), variables (sealed),
+//! and a `version` that every write bumps, for optimistic concurrency.
+
+use super::{
+    bind_all, corrupt, get_i64, get_opt_i64, get_opt_str, get_str, is_unique_violation, Bind, Store,
+};
+use crate::db::{from_millis, DbKind, Tx};
+use crate::error::HttpError;
+use crate::render::RenderedWorkspace;
+use serde::{Deserialize, Serialize};
+use sqlx::any::AnyRow;
+use std::collections::BTreeMap;
+use warren_types::api::{Variable, VariableKind, Workspace, WorkspaceResources};
+use warren_types::{ActualState, AgentId, DesiredState, ProjectId, UserId, WorkspaceId};
+
+/// A variable as stored (inside the sealed `variables` column).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredVariable {
+    pub key: String,
+    pub kind: VariableKind,
+    pub secret: bool,
+    pub value: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct WorkspaceRow {
+    pub id: WorkspaceId,
+    pub name: String,
+    pub namespace: String,
+    pub owner_id: UserId,
+    pub owner_username: String,
+    pub agent_id: AgentId,
+    pub agent_name: String,
+    pub project_id: Option<ProjectId>,
+    pub project_name: Option<String>,
+    pub git_ref: Option<String>,
+    pub desired_state: DesiredState,
+    pub actual_state: ActualState,
+    pub desired_state_updated_at: i64,
+    pub actual_state_updated_at: i64,
+    pub responded_to_agent_at: Option<i64>,
+    pub deployment_resource_version: Option<String>,
+    pub force_include_all_resources: bool,
+    pub devfile: String,
+    /// Sealed JSON array of Kubernetes objects.
+    pub rendered_objects: String,
+    pub resources: WorkspaceResources,
+    /// Sealed JSON array of [`StoredVariable`].
+    pub variables: String,
+    pub endpoints: BTreeMap<String, String>,
+    pub url: Option<String>,
+    pub failure_reason: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub version: i64,
+}
+
+impl WorkspaceRow {
+    pub fn to_api(&self, store: &Store) -> Result<Workspace, HttpError> {
+        let vars: Vec<StoredVariable> = open_json(store, &self.variables, "variables")?;
+        Ok(Workspace {
+            id: self.id,
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            owner: self.owner_id,
+            owner_username: self.owner_username.clone(),
+            agent: self.agent_id,
+            agent_name: self.agent_name.clone(),
+            project: self.project_id,
+            project_name: self.project_name.clone(),
+            desired_state: self.desired_state,
+            actual_state: self.actual_state,
+            desired_state_updated_at: from_millis(self.desired_state_updated_at),
+            created_at: from_millis(self.created_at),
+            updated_at: from_millis(self.updated_at),
+            url: self.url.clone(),
+            endpoints: self.endpoints.clone(),
+            failure_reason: self.failure_reason.clone(),
+            resources: self.resources.clone(),
+            variables: vars
+                .into_iter()
+                .map(|v| Variable {
+                    value: (!v.secret).then_some(v.value),
+                    key: v.key,
+                    kind: v.kind,
+                    secret: v.secret,
+                })
+                .collect(),
+        })
+    }
+
+    pub fn objects(&self, store: &Store) -> Result<Vec<serde_json::Value>, HttpError> {
+        open_json(store, &self.rendered_objects, "rendered objects")
+    }
+
+    pub fn stored_variables(&self, store: &Store) -> Result<Vec<StoredVariable>, HttpError> {
+        open_json(store, &self.variables, "variables")
+    }
+}
+
+fn open_json<T: serde::de::DeserializeOwned>(
+    store: &Store,
+    sealed: &str,
+    what: &str,
+) -> Result<T, HttpError> {
+    let plain = store.sbox.open(sealed)?;
+    serde_json::from_slice(&plain)
+        .map_err(|e| HttpError::internal(&format!("decoding stored {what}"), &e))
+}
+
+pub(crate) fn seal_json<T: Serialize>(store: &Store, v: &T) -> String {
+    // Serialising plain data (Values, strings) to JSON cannot fail.
+    store.sbox.seal(&serde_json::to_vec(v).unwrap_or_default())
+}
+
+pub const COLS: &str = "w.id, w.name, w.namespace, w.owner_id, u.username AS owner_username, w.agent_id, \
+    a.name AS agent_name, w.project_id, p.name AS project_name, w.git_ref, w.desired_state, w.actual_state, \
+    w.desired_state_updated_at, w.actual_state_updated_at, w.responded_to_agent_at, \
+    w.deployment_resource_version, w.force_include_all_resources, w.devfile, w.rendered_objects, w.resources, \
+    w.variables, w.endpoints, w.url, w.failure_reason, w.created_at, w.updated_at, w.version";
+
+pub const FROM: &str =
+    "workspaces w JOIN users u ON u.id = w.owner_id JOIN agents a ON a.id = w.agent_id \
+    LEFT JOIN projects p ON p.id = w.project_id";
+
+pub fn row(r: &AnyRow) -> Result<WorkspaceRow, sqlx::Error> {
+    Ok(WorkspaceRow {
+        id: WorkspaceId(get_i64(r, "id")?),
+        name: get_str(r, "name")?,
+        namespace: get_str(r, "namespace")?,
+        owner_id: UserId(get_i64(r, "owner_id")?),
+        owner_username: get_str(r, "owner_username")?,
+        agent_id: AgentId(get_i64(r, "agent_id")?),
+        agent_name: get_str(r, "agent_name")?,
+        project_id: get_opt_i64(r, "project_id")?.map(ProjectId),
+        project_name: get_opt_str(r, "project_name")?,
+        git_ref: get_opt_str(r, "git_ref")?,
+        desired_state: get_str(r, "desired_state")?
+            .parse()
+            .map_err(|e| corrupt("desired state", e))?,
+        actual_state: get_str(r, "actual_state")?
+            .parse()
+            .map_err(|e| corrupt("actual state", e))?,
+        desired_state_updated_at: get_i64(r, "desired_state_updated_at")?,
+        actual_state_updated_at: get_i64(r, "actual_state_updated_at")?,
+        responded_to_agent_at: get_opt_i64(r, "responded_to_agent_at")?,
+        deployment_resource_version: get_opt_str(r, "deployment_resource_version")?,
+        force_include_all_resources: get_i64(r, "force_include_all_resources")? != 0,
+        devfile: get_str(r, "devfile")?,
+        rendered_objects: get_str(r, "rendered_objects")?,
+        resources: serde_json::from_str(&get_str(r, "resources")?)
+            .map_err(|e| corrupt("resources", e))?,
+        variables: get_str(r, "variables")?,
+        endpoints: serde_json::from_str(&get_str(r, "endpoints")?)
+            .map_err(|e| corrupt("endpoints", e))?,
+        url: get_opt_str(r, "url")?,
+        failure_reason: get_opt_str(r, "failure_reason")?,
+        created_at: get_i64(r, "created_at")?,
+        updated_at: get_i64(r, "updated_at")?,
+        version: get_i64(r, "version")?,
+    })
+}
+
+/// Everything needed to insert a workspace; objects and variables in plain text (sealed here).
+#[derive(Debug, Clone)]
+pub struct NewWorkspace {
+    pub name: String,
+    pub owner_id: UserId,
+    pub agent_id: AgentId,
+    pub project_id: Option<ProjectId>,
+    pub git_ref: Option<String>,
+    pub devfile: String,
+    pub resources: WorkspaceResources,
+    pub variables: Vec<StoredVariable>,
+}
+
+/// Filters of the workspace list.
+#[derive(Debug, Clone, Default)]
+pub struct WorkspaceFilter {
+    pub owner: Option<UserId>,
+    pub agent: Option<AgentId>,
+    pub project: Option<ProjectId>,
+    /// Matches the actual state.
+    pub state: Option<ActualState>,
+    /// Include workspaces both desired and actual `Terminated`.
+    pub include_terminated: bool,
+    /// Only ids greater than this (cursor).
+    pub after: Option<i64>,
+    pub limit: i64,
+}
+
+/// Quota counts at creation time: workspaces not desired `Terminated` on the agent.
+#[derive(Debug, Clone, Copy)]
+pub struct QuotaCounts {
+    pub agent_total: i64,
+    pub user_total: i64,
+}
+
+/// A refused creation because of a quota; names the quota and the count.
+pub fn check_quotas(quota: i64, per_user_quota: i64, counts: QuotaCounts) -> Result<(), HttpError> {
+    if quota >= 0 && counts.agent_total >= quota {
+        return Err(HttpError::new(
+            http::StatusCode::FORBIDDEN,
+            "quota_exceeded",
+            format!(
+                "workspaces_quota of this agent is {quota} and it already has {} workspaces that are not terminated",
+                counts.agent_total
+            ),
+        ));
+    }
+    if per_user_quota >= 0 && counts.user_total >= per_user_quota {
+        return Err(HttpError::new(
+            http::StatusCode::FORBIDDEN,
+            "quota_exceeded",
+            format!(
+                "workspaces_per_user_quota of this agent is {per_user_quota} and you already have {} workspaces on it that are not terminated",
+                counts.user_total
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl Store {
+    /// Inserts a workspace after checking the agent's quotas, atomically (the agent row is
+    /// locked on PostgreSQL; SQLite's write transaction is exclusive). `render` gets the new
+    /// id (the objects carry it) and returns the objects, in the same transaction.
+    pub async fn insert_workspace<F>(
+        &self,
+        w: &NewWorkspace,
+        quotas: (i64, i64),
+        now: i64,
+        render: F,
+    ) -> Result<WorkspaceRow, HttpError>
+    where
+        F: FnOnce(WorkspaceId) -> Result<RenderedWorkspace, HttpError>,
+    {
+        let mut tx = self.db.begin().await?;
+        if self.db.kind == DbKind::Postgres {
+            sqlx::query("SELECT id FROM agents WHERE id = $1 FOR UPDATE")
+                .bind(w.agent_id.get())
+                .fetch_optional(&mut *tx)
+                .await?;
+        }
+        let counts = quota_counts(&mut tx, w.agent_id, w.owner_id).await?;
+        check_quotas(quotas.0, quotas.1, counts)?;
+        let id = sqlx::query(
+            "INSERT INTO workspaces (name, namespace, owner_id, agent_id, project_id, git_ref, desired_state, \
+             actual_state, desired_state_updated_at, actual_state_updated_at, force_include_all_resources, devfile, \
+             rendered_objects, resources, variables, endpoints, url, created_at, updated_at, version) \
+             VALUES ($1, '', $2, $3, $4, $5, 'Running', 'CreationRequested', $6, $6, 1, $7, '', $8, $9, '{}', NULL, $6, $6, 1) \
+             RETURNING id",
+        )
+        .bind(&w.name)
+        .bind(w.owner_id.get())
+        .bind(w.agent_id.get())
+        .bind(w.project_id.map(|p| p.get()))
+        .bind(w.git_ref.clone())
+        .bind(now)
+        .bind(&w.devfile)
+        .bind(serde_json::to_string(&w.resources).unwrap_or_default())
+        .bind(seal_json(self, &w.variables))
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| {
+            if is_unique_violation(&e) {
+                HttpError::conflict("already_exists", format!("name: a workspace named {:?} already exists", w.name))
+            } else {
+                e.into()
+            }
+        })?;
+        let id = WorkspaceId(get_i64(&id, "id")?);
+        let r = render(id)?;
+        sqlx::query(
+            "UPDATE workspaces SET namespace = $1, rendered_objects = $2, endpoints = $3, url = $4 WHERE id = $5",
+        )
+        .bind(&r.namespace)
+        .bind(seal_json(self, &r.objects))
+        .bind(serde_json::to_string(&r.endpoints).unwrap_or_default())
+        .bind(r.url)
+        .bind(id.get())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        self.workspace_by_id(id)
+            .await?
+            .ok_or_else(|| HttpError::not_found("the new workspace"))
+    }
+
+    pub async fn workspace_by_id(
+        &self,
+        id: WorkspaceId,
+    ) -> Result<Option<WorkspaceRow>, sqlx::Error> {
+        let r = sqlx::query(&format!("SELECT {COLS} FROM {FROM} WHERE w.id = $1"))
+            .bind(id.get())
+            .fetch_optional(&self.db.pool)
+            .await?;
+        r.as_ref().map(row).transpose()
+    }
+
+    pub async fn workspace_by_name(&self, name: &str) -> Result<Option<WorkspaceRow>, sqlx::Error> {
+        let r = sqlx::query(&format!("SELECT {COLS} FROM {FROM} WHERE w.name = $1"))
+            .bind(name)
+            .fetch_optional(&self.db.pool)
+            .await?;
+        r.as_ref().map(row).transpose()
+    }
+
+    /// A workspace by name, or by id when `key` is all digits.
+    pub async fn workspace_by_key(&self, key: &str) -> Result<Option<WorkspaceRow>, sqlx::Error> {
+        if let Ok(id) = key.parse::<i64>() {
+            if let Some(w) = self.workspace_by_id(WorkspaceId(id)).await? {
+                return Ok(Some(w));
+            }
+        }
+        self.workspace_by_name(key).await
+    }
+
+    pub async fn list_workspaces(
+        &self,
+        f: &WorkspaceFilter,
+    ) -> Result<Vec<WorkspaceRow>, sqlx::Error> {
+        let mut sql = format!("SELECT {COLS} FROM {FROM} WHERE 1 = 1");
+        let mut binds = vec![];
+        let mut push = |cond: &str, b: Bind, sql: &mut String| {
+            binds.push(b);
+            sql.push_str(&format!(" AND {cond} ${}", binds.len()));
+        };
+        if let Some(o) = f.owner {
+            push("w.owner_id =", Bind::I(o.get()), &mut sql);
+        }
+        if let Some(a) = f.agent {
+            push("w.agent_id =", Bind::I(a.get()), &mut sql);
+        }
+        if let Some(p) = f.project {
+            push("w.project_id =", Bind::I(p.get()), &mut sql);
+        }
+        if let Some(s) = f.state {
+            push("w.actual_state =", Bind::S(s.as_str().to_owned()), &mut sql);
+        } else if !f.include_terminated {
+            sql.push_str(
+                " AND NOT (w.desired_state = 'Terminated' AND w.actual_state = 'Terminated')",
+            );
+        }
+        if let Some(after) = f.after {
+            push("w.id >", Bind::I(after), &mut sql);
+        }
+        binds.push(Bind::I(f.limit));
+        sql.push_str(&format!(" ORDER BY w.id LIMIT ${}", binds.len()));
+        let rows = bind_all(sqlx::query(&sql), &binds)
+            .fetch_all(&self.db.pool)
+            .await?;
+        rows.iter().map(row).collect()
+    }
+
+    /// Writes a new desired state if the row still has `version`; `Ok(None)` on a lost race.
+    ///
+    /// `desired_state_updated_at` never goes below the last response to the agent, so a
+    /// server whose clock lags cannot hide a change from partial reconciliation.
+    pub async fn set_desired_state(
+        &self,
+        id: WorkspaceId,
+        version: i64,
+        desired: DesiredState,
+        now: i64,
+    ) -> Result<Option<()>, sqlx::Error> {
+        let r = sqlx::query(
+            "UPDATE workspaces SET desired_state = $1, \
+             desired_state_updated_at = CASE WHEN responded_to_agent_at IS NOT NULL AND responded_to_agent_at > $2 \
+                 THEN responded_to_agent_at ELSE $2 END, \
+             updated_at = $2, version = version + 1 WHERE id = $3 AND version = $4",
+        )
+        .bind(desired.as_str())
+        .bind(now)
+        .bind(id.get())
+        .bind(version)
+        .execute(&self.db.pool)
+        .await?;
+        Ok((r.rows_affected() == 1).then_some(()))
+    }
+
+    /// Stores re-rendered objects and resources (resize), forcing a full send to the agent
+    /// and optionally a new desired state; `Ok(None)` on a lost race.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn set_rendered(
+        &self,
+        id: WorkspaceId,
+        version: i64,
+        objects: &[serde_json::Value],
+        resources: &WorkspaceResources,
+        desired: DesiredState,
+        now: i64,
+    ) -> Result<Option<()>, sqlx::Error> {
+        let r = sqlx::query(
+            "UPDATE workspaces SET rendered_objects = $1, resources = $2, desired_state = $3, \
+             desired_state_updated_at = CASE WHEN responded_to_agent_at IS NOT NULL AND responded_to_agent_at > $4 \
+                 THEN responded_to_agent_at ELSE $4 END, \
+             force_include_all_resources = 1, updated_at = $4, version = version + 1 WHERE id = $5 AND version = $6",
+        )
+        .bind(seal_json(self, &objects))
+        .bind(serde_json::to_string(resources).unwrap_or_default())
+        .bind(desired.as_str())
+        .bind(now)
+        .bind(id.get())
+        .bind(version)
+        .execute(&self.db.pool)
+        .await?;
+        Ok((r.rows_affected() == 1).then_some(()))
+    }
+
+    /// Workspaces per (desired, actual) state, for metrics.
+    pub async fn count_by_state(&self) -> Result<Vec<(String, String, i64)>, sqlx::Error> {
+        let rows = sqlx::query(
+            "SELECT desired_state, actual_state, COUNT(*) AS n FROM workspaces GROUP BY desired_state, actual_state",
+        )
+        .fetch_all(&self.db.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    get_str(r, "desired_state")?,
+                    get_str(r, "actual_state")?,
+                    get_i64(r, "n")?,
+                ))
+            })
+            .collect()
+    }
+}
+
+pub async fn quota_counts(
+    tx: &mut Tx,
+    agent: AgentId,
+    owner: UserId,
+) -> Result<QuotaCounts, sqlx::Error> {
+    let r = sqlx::query(
+        "SELECT COUNT(*) AS total, COALESCE(SUM(CASE WHEN owner_id = $2 THEN 1 ELSE 0 END), 0) AS mine \
+         FROM workspaces WHERE agent_id = $1 AND desired_state <> 'Terminated'",
+    )
+    .bind(agent.get())
+    .bind(owner.get())
+    .fetch_one(&mut **tx)
+    .await?;
+    Ok(QuotaCounts {
+        agent_total: get_i64(&r, "total")?,
+        user_total: get_i64(&r, "mine")?,
+    })
+}

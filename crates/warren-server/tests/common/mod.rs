@@ -1,0 +1,374 @@
+//! Test helpers: a database per test (SQLite file, or a fresh PostgreSQL schema), and the
+//! whole server on port 0 with a hand-moved clock.
+#![allow(dead_code)]
+
+use reqwest::Method;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+use warren_server::clock::ManualClock;
+use warren_server::internal::jwt;
+use warren_server::state::AppState;
+use warren_server::{Server, ServerConfig};
+use warren_types::reconcile::{RELAY_JWT_ISSUER, SERVER_JWT_AUDIENCE};
+
+pub const RELAY_SECRET: &str = "test-relay-secret-0123456789abcdef";
+
+/// Which database a test runs on.
+#[derive(Debug, Clone)]
+pub enum DbChoice {
+    Sqlite,
+    Postgres(String),
+}
+
+impl DbChoice {
+    pub fn label(&self) -> &'static str {
+        match self {
+            DbChoice::Sqlite => "sqlite",
+            DbChoice::Postgres(_) => "postgres",
+        }
+    }
+}
+
+/// SQLite always; PostgreSQL too when `WARREN_TEST_DATABASE_URL` is set.
+pub fn databases() -> Vec<DbChoice> {
+    let mut v = vec![DbChoice::Sqlite];
+    match std::env::var("WARREN_TEST_DATABASE_URL") {
+        Ok(u) if !u.is_empty() => v.push(DbChoice::Postgres(u)),
+        _ => eprintln!("skipping the PostgreSQL run: WARREN_TEST_DATABASE_URL is not set"),
+    }
+    v
+}
+
+/// A database for one test; a PostgreSQL schema is dropped when this is dropped.
+pub struct TestDb {
+    pub url: String,
+    pub dir: tempfile::TempDir,
+    pg: Option<(String, String)>,
+}
+
+impl TestDb {
+    pub async fn new(choice: &DbChoice) -> TestDb {
+        let dir = tempfile::tempdir().expect("tempdir");
+        match choice {
+            DbChoice::Sqlite => TestDb {
+                url: format!(
+                    "sqlite://{}?mode=rwc",
+                    dir.path().join("warren.db").display()
+                ),
+                dir,
+                pg: None,
+            },
+            DbChoice::Postgres(base) => {
+                let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
+                sqlx::any::install_default_drivers();
+                let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(base)
+                    .await
+                    .expect("connect postgres");
+                sqlx::query(&format!("CREATE SCHEMA {schema}"))
+                    .execute(&mut conn)
+                    .await
+                    .expect("create schema");
+                let sep = if base.contains('?') { '&' } else { '?' };
+                TestDb {
+                    url: format!("{base}{sep}options=-c%20search_path%3D{schema}"),
+                    dir,
+                    pg: Some((base.clone(), schema)),
+                }
+            }
+        }
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Some((base, schema)) = self.pg.take() {
+            // Drop runs outside async; a helper thread with its own runtime does the cleanup.
+            let _ = std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .ok()?;
+                rt.block_on(async {
+                    let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&base)
+                        .await
+                        .ok()?;
+                    sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                        .execute(&mut conn)
+                        .await
+                        .ok()
+                })
+            })
+            .join();
+        }
+    }
+}
+
+/// A running server with an admin token.
+pub struct TestServer {
+    pub base: String,
+    pub state: AppState,
+    pub clock: ManualClock,
+    pub admin_token: String,
+    pub admin_password: String,
+    pub http: reqwest::Client,
+    pub shutdown: CancellationToken,
+    pub db: TestDb,
+    pub label: &'static str,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl TestServer {
+    pub async fn start(choice: &DbChoice) -> TestServer {
+        Self::start_with(choice, |_| {}).await
+    }
+
+    pub async fn start_with(
+        choice: &DbChoice,
+        tweak: impl FnOnce(&mut ServerConfig),
+    ) -> TestServer {
+        let db = TestDb::new(choice).await;
+        let mut config = ServerConfig::new(db.dir.path().join("home"));
+        config.database_url = Some(db.url.clone());
+        config.relay_secret = Some(RELAY_SECRET.into());
+        config.max_db_connections = 5;
+        tweak(&mut config);
+        let clock = ManualClock::new(chrono::Utc::now().timestamp_millis());
+        let server = Server::prepare_with_clock(config, Arc::new(clock.clone()))
+            .await
+            .expect("prepare");
+        let admin = server
+            .bootstrap_admin()
+            .cloned()
+            .expect("bootstrap admin on an empty database");
+        let state = server.state().clone();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        let shutdown = CancellationToken::new();
+        let s = shutdown.clone();
+        let task = tokio::spawn(async move {
+            server.serve(listener, s).await.expect("serve");
+        });
+        let http = reqwest::Client::new();
+        let mut ts = TestServer {
+            base,
+            state,
+            clock,
+            admin_token: String::new(),
+            admin_password: admin.password.clone(),
+            http,
+            shutdown,
+            db,
+            label: choice.label(),
+            task: Some(task),
+        };
+        let (status, body) = ts
+            .call(
+                Method::POST,
+                "/api/v1/session",
+                None,
+                Some(json!({"username": admin.username, "password": admin.password})),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+        ts.admin_token = body["secret"].as_str().expect("secret").to_owned();
+        ts
+    }
+
+    /// Any request; returns the status and the JSON body (Null when empty or not JSON).
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut req = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.expect("request");
+        let status = resp.status().as_u16();
+        let text = resp.text().await.expect("body");
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    pub async fn admin(&self, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        self.call(method, path, Some(&self.admin_token.clone()), body)
+            .await
+    }
+
+    /// Creates an agent; returns its id.
+    pub async fn agent(&self, name: &str, config: Value) -> i64 {
+        let (s, b) = self
+            .admin(
+                Method::POST,
+                "/api/v1/agents",
+                Some(json!({"name": name, "config": config})),
+            )
+            .await;
+        assert_eq!(s, 201, "{b}");
+        b["agent"]["id"].as_i64().expect("agent id")
+    }
+
+    /// Creates a user and a token with `scopes`; returns the token.
+    pub async fn user(&self, name: &str, scopes: &[&str]) -> String {
+        let (s, b) = self
+            .admin(
+                Method::POST,
+                "/api/v1/users",
+                Some(json!({"username": name, "password": "password-123"})),
+            )
+            .await;
+        assert_eq!(s, 201, "{b}");
+        let (s, b) = self
+            .call(
+                Method::POST,
+                "/api/v1/session",
+                None,
+                Some(json!({"username": name, "password": "password-123"})),
+            )
+            .await;
+        assert_eq!(s, 201, "{b}");
+        let t = b["secret"].as_str().expect("secret").to_owned();
+        if scopes == ["api", "workspace"] {
+            return t;
+        }
+        let (s, b) = self
+            .call(
+                Method::POST,
+                "/api/v1/users/me/tokens",
+                Some(&t),
+                Some(json!({"name": "t", "scopes": scopes})),
+            )
+            .await;
+        assert_eq!(s, 201, "{b}");
+        b["secret"].as_str().expect("secret").to_owned()
+    }
+
+    /// A relay JWT for `agent`.
+    pub fn relay_jwt(&self, agent: i64) -> String {
+        jwt::mint(
+            RELAY_SECRET.as_bytes(),
+            RELAY_JWT_ISSUER,
+            SERVER_JWT_AUDIENCE,
+            Some(agent.to_string()),
+            chrono::Utc::now().timestamp(),
+            30,
+        )
+    }
+
+    /// `POST /internal/agents/reconcile` as the relay for `agent`.
+    /// The clock moves 1 ms first, as real time would between two calls.
+    pub async fn reconcile(&self, agent: i64, body: Value) -> (u16, Value) {
+        self.clock.advance_ms(1);
+        let jwt = self.relay_jwt(agent);
+        self.call(
+            Method::POST,
+            warren_types::reconcile::RECONCILE_PATH,
+            Some(&jwt),
+            Some(body),
+        )
+        .await
+    }
+
+    /// A reconcile that must succeed; returns the infos by workspace name.
+    pub async fn reconcile_ok(
+        &self,
+        agent: i64,
+        update_type: &str,
+        infos: Value,
+    ) -> serde_json::Map<String, Value> {
+        let (s, b) = self
+            .reconcile(
+                agent,
+                json!({"update_type": update_type, "workspace_agent_infos": infos}),
+            )
+            .await;
+        assert_eq!(s, 201, "[{}] {b}", self.label);
+        let mut out = serde_json::Map::new();
+        for i in b["workspace_rails_infos"].as_array().expect("infos") {
+            out.insert(i["name"].as_str().expect("name").to_owned(), i.clone());
+        }
+        out
+    }
+
+    /// Creates a workspace through the API (default devfile unless `extra` says otherwise).
+    pub async fn workspace(&self, token: &str, extra: Value) -> Value {
+        let (s, b) = self
+            .call(Method::POST, "/api/v1/workspaces", Some(token), Some(extra))
+            .await;
+        assert_eq!(s, 201, "[{}] {b}", self.label);
+        b
+    }
+
+    pub async fn stop(mut self) {
+        self.shutdown.cancel();
+        if let Some(t) = self.task.take() {
+            let _ = t.await;
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// A Deployment as an agent reports it.
+pub fn deployment(
+    name: &str,
+    rv: Option<&str>,
+    replicas: Option<i64>,
+    progressing: Option<&str>,
+    available: Option<&str>,
+    counts: (Option<i64>, Option<i64>),
+) -> Value {
+    let mut conditions = vec![];
+    if let Some(r) = progressing {
+        conditions.push(
+            json!({"type": "Progressing", "status": "True", "reason": r, "message": "progress"}),
+        );
+    }
+    if let Some(r) = available {
+        conditions.push(json!({"type": "Available", "status": "True", "reason": r}));
+    }
+    let mut status = json!({ "conditions": conditions });
+    if let Some(a) = counts.0 {
+        status["availableReplicas"] = json!(a);
+    }
+    if let Some(u) = counts.1 {
+        status["unavailableReplicas"] = json!(u);
+    }
+    let mut spec = json!({});
+    if let Some(r) = replicas {
+        spec["replicas"] = json!(r);
+    }
+    let mut metadata = json!({"name": name});
+    if let Some(rv) = rv {
+        metadata["resourceVersion"] = json!(rv);
+    }
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata, "spec": spec, "status": status})
+}
+
+pub const NRA: &str = "NewReplicaSetAvailable";
+pub const MRA: &str = "MinimumReplicasAvailable";
+pub const MRU: &str = "MinimumReplicasUnavailable";
+
+/// The report of a running workspace.
+pub fn running(name: &str, rv: &str) -> Value {
+    json!({"name": name, "namespace": format!("warren-ws-{name}"),
+           "latest_k8s_deployment_info": deployment(name, Some(rv), Some(1), Some(NRA), Some(MRA), (Some(1), None))})
+}
+
+/// The report of a stopped workspace.
+pub fn stopped(name: &str, rv: &str) -> Value {
+    json!({"name": name, "namespace": format!("warren-ws-{name}"),
+           "latest_k8s_deployment_info": deployment(name, Some(rv), Some(0), Some(NRA), Some(MRA), (None, None))})
+}

@@ -1,0 +1,83 @@
+//! Every REST path the client calls, in one place so it can be checked against the server's router.
+//!
+//! Each function returns the path segments below `/api/v1` unencoded; the client percent-encodes
+//! them, so a name with a `/` or `?` can never address another route.
+
+/// `POST /session`: password → personal access token (no bearer).
+pub fn session() -> Vec<String> {
+    segs(&["session"])
+}
+
+/// `GET /users/me`.
+pub fn me() -> Vec<String> {
+    segs(&["users", "me"])
+}
+
+/// `GET|POST /users` (admin).
+pub fn users() -> Vec<String> {
+    segs(&["users"])
+}
+
+/// `GET|POST /users/me/tokens`.
+pub fn tokens() -> Vec<String> {
+    segs(&["users", "me", "tokens"])
+}
+
+/// `DELETE /users/me/tokens/{id}`.
+pub fn token(id: &str) -> Vec<String> {
+    segs(&["users", "me", "tokens", id])
+}
+
+/// `GET|POST /users/me/ssh-keys`.
+pub fn ssh_keys() -> Vec<String> {
+    segs(&["users", "me", "ssh-keys"])
+}
+
+/// `DELETE /users/me/ssh-keys/{id}`.
+pub fn ssh_key(id: &str) -> Vec<String> {
+    segs(&["users", "me", "ssh-keys", id])
+}
+
+/// `GET|POST /agents`.
+pub fn agents() -> Vec<String> {
+    segs(&["agents"])
+}
+
+/// `GET|PUT /agents/{name-or-id}`.
+pub fn agent(name: &str) -> Vec<String> {
+    segs(&["agents", name])
+}
+
+/// `GET|POST /projects`.
+pub fn projects() -> Vec<String> {
+    segs(&["projects"])
+}
+
+/// `GET|DELETE /projects/{name-or-id}`.
+pub fn project(name: &str) -> Vec<String> {
+    segs(&["projects", name])
+}
+
+/// `GET|POST /workspaces` (the list takes `state, agent, project, owner, limit, cursor`).
+pub fn workspaces() -> Vec<String> {
+    segs(&["workspaces"])
+}
+
+/// `GET|DELETE /workspaces/{name-or-id}`.
+pub fn workspace(name: &str) -> Vec<String> {
+    segs(&["workspaces", name])
+}
+
+/// `PUT /workspaces/{name-or-id}/desired_state`.
+pub fn workspace_desired_state(name: &str) -> Vec<String> {
+    segs(&["workspaces", name, "desired_state"])
+}
+
+/// `PUT /workspaces/{name-or-id}/resources`.
+pub fn workspace_resources(name: &str) -> Vec<String> {
+    segs(&["workspaces", name, "resources"])
+}
+
+fn segs(parts: &[&str]) -> Vec<String> {
+    parts.iter().map(|s| (*s).to_owned()).collect()
+}

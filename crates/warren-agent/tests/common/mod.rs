@@ -271,12 +271,16 @@ pub async fn wait_for(
 
 /// Sets `spec.replicas` of the Deployment among `objects`.
 pub fn with_replicas(mut objects: Vec<Value>, replicas: i64) -> Vec<Value> {
-    for o in &mut objects {
+    with_replicas_in_place(&mut objects, replicas);
+    objects
+}
+
+pub fn with_replicas_in_place(objects: &mut [Value], replicas: i64) {
+    for o in objects {
         if o["kind"] == "Deployment" {
             o["spec"]["replicas"] = replicas.into();
         }
     }
-    objects
 }
 
 /// The Deployment's pod spec among `objects`, to change in a test.

@@ -167,11 +167,13 @@ pub async fn spawn_podman(podman: &Path, state_dir: &Path) -> Result<Connection,
         Err(e) => return Err(spawn_err(e)),
     }
     let host = format!("unix://{}", socket.display());
+    // Its own log, next to the socket: Podman is chatty (pull retries, syslog warnings).
+    let log = std::fs::File::create(state_dir.join("podman-service.log")).map_err(spawn_err)?;
     let mut child = Command::new(podman)
         .args(["system", "service", "--time=0", &host])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::inherit())
+        .stderr(log)
         .kill_on_drop(true)
         .spawn()
         .map_err(spawn_err)?;

@@ -801,10 +801,14 @@ impl EngineRuntime {
         Ok(None)
     }
 
+    /// The containers of the current pod. Exit codes and log tails are read only when the
+    /// pod should run (`details`): a stopped pod's exited containers are no failure, and a
+    /// list of many stopped workspaces stays one engine call.
     async fn observe(
         &self,
         containers: &[ContainerSummary],
         record: Option<&Record>,
+        details: bool,
     ) -> Vec<ContainerObservation> {
         let mut out = Vec::new();
         let mut sorted: Vec<&ContainerSummary> = containers
@@ -826,10 +830,12 @@ impl EngineRuntime {
                 error: String::new(),
                 log_tail: String::new(),
             };
-            if matches!(
-                status.as_str(),
-                "exited" | "dead" | "restarting" | "stopped"
-            ) {
+            if details
+                && matches!(
+                    status.as_str(),
+                    "exited" | "dead" | "restarting" | "stopped"
+                )
+            {
                 if let Ok(inspect) = self.inspect(&id).await {
                     if let Some(s) = inspect.state {
                         obs.exit_code = s.exit_code.unwrap_or(0);
@@ -1029,7 +1035,7 @@ impl WorkspaceRuntime for EngineRuntime {
             let Some(record) = record else {
                 // Left-overs without a record (the state directory was lost): report what
                 // runs; the next full reconcile applies or deletes it.
-                let observed = self.observe(&containers, None).await;
+                let observed = self.observe(&containers, None, true).await;
                 let replicas = i32::from(observed.iter().any(|c| c.status == "running"));
                 let pod = PodObservation {
                     name,
@@ -1058,7 +1064,9 @@ impl WorkspaceRuntime for EngineRuntime {
                 });
                 continue;
             }
-            let observed = self.observe(&containers, Some(&record)).await;
+            let observed = self
+                .observe(&containers, Some(&record), record.replicas == 1)
+                .await;
             let pod = PodObservation {
                 name,
                 namespace,

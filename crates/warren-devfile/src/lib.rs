@@ -1,1 +1,261 @@
-//! warren-devfile: placeholder until its first module lands.
+//! warren-devfile: parses and validates devfiles (2.0–2.3) and renders a workspace's objects.
+//!
+//! The pipeline is `parse_devfile` (text → validated [`Devfile`], every problem reported with
+//! the path of the offending value) → [`render`] (devfile + agent configuration + request →
+//! [`Rendered`], the Kubernetes objects as JSON) → [`objects_to_yaml`] (what agents apply).
+//!
+//! Parsing happens in stages so the errors are precise and the JSON schema stays the oracle:
+//!
+//! 1. size cap ([`MAX_DEVFILE_BYTES`]) and YAML/JSON syntax;
+//! 2. *structure* ([`check_structure`]): exactly what the official devfile JSON schema checks
+//!    (types, required fields, unknown keys, enums, name patterns, one-of choices);
+//! 3. `{{variable}}` substitution from the devfile's `variables`;
+//! 4. features Warren cannot honour, refused by name ("… is not supported by Warren");
+//! 5. semantics (unique names, references, ports, quantities, the main container).
+//!
+//! See [`render`] for how the startup scripts keep the main container alive.
+
+mod model;
+mod parse;
+mod render;
+mod yaml;
+
+pub use model::{
+    Command, CommandAction, Container, Devfile, DevfileEndpoint, EnvVar, Exposure, Protocol,
+    Volume, VolumeMount,
+};
+pub use parse::check_structure;
+pub use render::{
+    render, Endpoint, ProjectSource, RenderError, RenderRequest, Rendered, ResolvedVariable,
+    FILES_MOUNT_PATH, SCRIPTS_MOUNT_PATH,
+};
+pub use yaml::{is_static_object, objects_to_yaml, set_replicas};
+
+use serde::Serialize;
+use std::fmt;
+
+/// Devfiles larger than this are refused before any parsing.
+pub const MAX_DEVFILE_BYTES: usize = 3 * 1024 * 1024;
+
+/// One problem in a devfile, with the path of the offending value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DevfileError {
+    /// Like `components[1].container.memoryLimit`; empty for the document as a whole.
+    pub path: String,
+    pub message: String,
+}
+
+impl DevfileError {
+    pub(crate) fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        DevfileError {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+
+    /// True when this error refuses a devfile feature Warren cannot honour (as opposed to a
+    /// devfile that is malformed or inconsistent).
+    pub fn is_unsupported(&self) -> bool {
+        self.message.contains(UNSUPPORTED_MARKER)
+    }
+}
+
+/// Every unsupported-feature message contains this phrase (see [`DevfileError::is_unsupported`]).
+pub(crate) const UNSUPPORTED_MARKER: &str = "not supported by Warren";
+
+impl fmt::Display for DevfileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+/// All the problems found in a devfile; `Display` prints one `path: message` per line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
+pub struct DevfileErrors(pub Vec<DevfileError>);
+
+impl fmt::Display for DevfileErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Parses and validates a devfile (YAML or JSON text). All errors found, each with a path.
+pub fn parse_devfile(text: &str) -> Result<Devfile, DevfileErrors> {
+    parse::parse(text)
+}
+
+const DEFAULT_DEVFILE: &str = r#"schemaVersion: 2.2.0
+metadata:
+  name: default
+  displayName: Warren default workspace
+  description: One universal developer container with the project in /projects.
+components:
+  - name: dev
+    attributes:
+      warren.dev/main: true
+    container:
+      image: quay.io/devfile/universal-developer-image:ubi9-latest
+      memoryRequest: 512Mi
+      memoryLimit: 4Gi
+      cpuRequest: 500m
+      cpuLimit: "2"
+      mountSources: true
+"#;
+
+/// The server's built-in default devfile: one universal developer container (it has `git` and
+/// `/bin/sh`, which the startup script needs) with the project in `/projects`.
+pub fn default_devfile() -> &'static str {
+    DEFAULT_DEVFILE
+}
+
+/// Renders a devfile outside any real workspace, for `warren devfile render FILE [--name NAME]
+/// [--agent-config FILE]`: workspace and agent ids 0, no project to clone, desired `Running`.
+pub fn render_preview(
+    devfile: &Devfile,
+    workspace_name: &str,
+    agent_config: &warren_types::config::AgentConfig,
+) -> Result<Rendered, RenderError> {
+    render(
+        devfile,
+        &RenderRequest {
+            workspace_name,
+            workspace_id: warren_types::WorkspaceId(0),
+            agent_id: warren_types::AgentId(0),
+            agent_config,
+            project: None,
+            resources: None,
+            variables: &[],
+            desired_state: warren_types::DesiredState::Running,
+        },
+    )
+}
+
+/// A short human summary of a valid devfile, for `warren devfile validate`.
+pub fn summary(devfile: &Devfile) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(s, "schemaVersion: {}", devfile.schema_version);
+    if let Some(name) = &devfile.metadata_name {
+        let _ = writeln!(s, "name: {name}");
+    }
+    let names = |cs: &mut dyn Iterator<Item = &Container>| -> String {
+        let v: Vec<&str> = cs.map(|c| c.name.as_str()).collect();
+        if v.is_empty() {
+            "none".into()
+        } else {
+            v.join(", ")
+        }
+    };
+    let _ = writeln!(
+        s,
+        "containers: {}",
+        names(&mut devfile.containers.iter().filter(|c| !c.init_only))
+    );
+    let _ = writeln!(s, "main container: {}", devfile.main_container().name);
+    let init: Vec<&Container> = devfile.containers.iter().filter(|c| c.init_only).collect();
+    if !init.is_empty() {
+        let _ = writeln!(s, "init-only containers: {}", names(&mut init.into_iter()));
+    }
+    let eps: Vec<String> = devfile
+        .containers
+        .iter()
+        .flat_map(|c| {
+            c.endpoints.iter().map(move |e| {
+                format!(
+                    "{} ({}/{} in {}, {})",
+                    e.name,
+                    e.target_port,
+                    e.protocol.as_str(),
+                    c.name,
+                    e.exposure.as_str()
+                )
+            })
+        })
+        .collect();
+    let _ = writeln!(
+        s,
+        "endpoints: {}",
+        if eps.is_empty() {
+            "none".into()
+        } else {
+            eps.join(", ")
+        }
+    );
+    let vols: Vec<String> = devfile
+        .volumes
+        .iter()
+        .map(|v| {
+            let mut d = v.name.clone();
+            if let Some(size) = &v.size {
+                d.push_str(&format!(" {size}"));
+            }
+            if v.ephemeral {
+                d.push_str(" (ephemeral)");
+            }
+            d
+        })
+        .collect();
+    let _ = writeln!(
+        s,
+        "volumes: {}",
+        if vols.is_empty() {
+            "none".into()
+        } else {
+            vols.join(", ")
+        }
+    );
+    let cmds: Vec<&str> = devfile.commands.iter().map(|c| c.id.as_str()).collect();
+    let _ = writeln!(
+        s,
+        "commands: {}",
+        if cmds.is_empty() {
+            "none".into()
+        } else {
+            cmds.join(", ")
+        }
+    );
+    if !devfile.pre_start.is_empty() {
+        let _ = writeln!(s, "preStart: {}", devfile.pre_start.join(", "));
+    }
+    if !devfile.post_start.is_empty() {
+        let _ = writeln!(s, "postStart: {}", devfile.post_start.join(", "));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_display_one_per_line() {
+        let e = DevfileErrors(vec![
+            DevfileError::new("components[1].container.memoryLimit", "expected a string"),
+            DevfileError::new("", "the devfile is empty"),
+        ]);
+        assert_eq!(
+            e.to_string(),
+            "components[1].container.memoryLimit: expected a string\nthe devfile is empty"
+        );
+    }
+
+    #[test]
+    fn preview_renders_the_default_devfile() {
+        let d = parse_devfile(default_devfile()).expect("default devfile is valid");
+        let config = warren_types::config::AgentConfig::default();
+        let r = render_preview(&d, "preview", &config).expect("renders");
+        assert_eq!(r.namespace, "warren-ws-preview");
+        assert!(objects_to_yaml(&r.objects).contains("kind: Deployment"));
+        assert!(render_preview(&d, "Bad Name", &config).is_err());
+    }
+}

@@ -1,0 +1,508 @@
+//! One test per rule: each refusal, each cap, variable substitution, the main-container rule.
+
+mod common;
+
+use common::*;
+use warren_devfile::{
+    parse_devfile, render, summary, DevfileErrors, RenderError, MAX_DEVFILE_BYTES,
+};
+use warren_types::api::WorkspaceResources;
+use warren_types::config::{AgentConfig, ResourceList, ResourceRequirements};
+
+const BASE: &str =
+    "schemaVersion: 2.2.0\ncomponents:\n  - name: dev\n    container:\n      image: busybox\n";
+
+fn errors(text: &str) -> DevfileErrors {
+    match parse_devfile(text) {
+        Ok(_) => panic!("expected a refusal of:\n{text}"),
+        Err(e) => e,
+    }
+}
+
+/// Asserts an error at `path` whose message contains `needle`.
+fn assert_error(text: &str, path: &str, needle: &str) {
+    let e = errors(text);
+    assert!(
+        e.0.iter()
+            .any(|x| x.path == path && x.message.contains(needle)),
+        "expected `{path}: …{needle}…`, got:\n{e}"
+    );
+}
+
+#[test]
+fn base_devfile_is_accepted_and_summarised() {
+    let d = parse_devfile(BASE).unwrap();
+    assert_eq!(d.main_container().name, "dev");
+    let s = summary(&d);
+    assert!(
+        s.contains("schemaVersion: 2.2.0") && s.contains("main container: dev"),
+        "{s}"
+    );
+}
+
+#[test]
+fn json_is_accepted_too() {
+    let d = parse_devfile(
+        r#"{"schemaVersion":"2.3.0","components":[{"name":"a","container":{"image":"x"}}]}"#,
+    );
+    assert!(d.is_ok(), "{d:?}");
+}
+
+#[test]
+fn type_errors_name_the_path() {
+    let text = format!("{BASE}      memoryLimit: 512\n");
+    assert_error(
+        &text,
+        "components[0].container.memoryLimit",
+        "expected a string",
+    );
+    let text =
+        format!("{BASE}      endpoints:\n        - name: web\n          targetPort: \"80\"\n");
+    assert_error(
+        &text,
+        "components[0].container.endpoints[0].targetPort",
+        "expected i64",
+    );
+}
+
+#[test]
+fn size_cap_is_checked_before_parsing() {
+    let big = format!("{BASE}#{}\n", "x".repeat(MAX_DEVFILE_BYTES));
+    let e = errors(&big);
+    assert!(e.to_string().contains("3 MiB"), "{e}");
+}
+
+#[test]
+fn syntax_errors_and_non_mappings() {
+    assert!(errors("schemaVersion: [")
+        .to_string()
+        .contains("not valid YAML"));
+    assert!(errors("- a\n- b")
+        .to_string()
+        .contains("expected a mapping"));
+    assert!(errors("").to_string().contains("empty"));
+}
+
+#[test]
+fn unsupported_features_are_refused_by_name() {
+    let cases = [
+        (
+            "starterProjects:\n  - name: s\n    git: {remotes: {origin: https://x}}\n",
+            "starterProjects",
+            "starterProjects",
+        ),
+        (
+            "projects:\n  - name: p\n    git: {remotes: {origin: https://x}}\n",
+            "projects",
+            "projects",
+        ),
+        (
+            "dependentProjects:\n  - name: p\n    zip: {location: https://x}\n",
+            "dependentProjects",
+            "dependentProjects",
+        ),
+        ("parent: {id: nodejs}\n", "parent", "parent"),
+        (
+            "attributes: {pod-overrides: {spec: {}}}\n",
+            "attributes.pod-overrides",
+            "pod-overrides",
+        ),
+    ];
+    for (extra, path, needle) in cases {
+        let text = format!("{BASE}{extra}");
+        let e = errors(&text);
+        let hit =
+            e.0.iter()
+                .find(|x| x.path == path)
+                .unwrap_or_else(|| panic!("{path}: {e}"));
+        assert!(
+            hit.is_unsupported() && hit.message.contains(needle),
+            "{hit}"
+        );
+    }
+    let components = [
+        (
+            "  - name: k\n    kubernetes: {uri: deploy.yaml}\n",
+            "components[1].kubernetes",
+            "`kubernetes` components",
+        ),
+        (
+            "  - name: o\n    openshift: {inlined: x}\n",
+            "components[1].openshift",
+            "`openshift` components",
+        ),
+        (
+            "  - name: i\n    image: {imageName: x, dockerfile: {uri: Dockerfile}}\n",
+            "components[1].image",
+            "`image` components",
+        ),
+    ];
+    for (extra, path, needle) in components {
+        let e = errors(&format!("{BASE}{extra}"));
+        let hit =
+            e.0.iter()
+                .find(|x| x.path == path)
+                .unwrap_or_else(|| panic!("{path}: {e}"));
+        assert!(
+            hit.is_unsupported() && hit.message.contains(needle),
+            "{hit}"
+        );
+    }
+    assert_error(
+        &format!("{BASE}      dedicatedPod: true\n"),
+        "components[0].container.dedicatedPod",
+        "not supported by Warren",
+    );
+    assert_error(
+        &format!("{BASE}      endpoints: [{{name: web, targetPort: 80, annotation: {{a: b}}}}]\n"),
+        "components[0].container.endpoints[0].annotation",
+        "not supported by Warren",
+    );
+    let composite = format!(
+        "{BASE}commands:\n  - id: a\n    exec: {{component: dev, commandLine: x}}\n  - id: all\n    composite: {{commands: [a]}}\nevents:\n  postStart: [all]\n  preStop: [a]\n"
+    );
+    let e = errors(&composite);
+    assert!(
+        e.0.iter()
+            .any(|x| x.path == "commands[1].composite" && x.is_unsupported()),
+        "{e}"
+    );
+    assert!(
+        e.0.iter()
+            .any(|x| x.path == "events.postStart[0]" && x.message.contains("composite")),
+        "{e}"
+    );
+    assert!(
+        e.0.iter()
+            .any(|x| x.path == "events.preStop" && x.is_unsupported()),
+        "{e}"
+    );
+    assert_error(
+        &BASE.replace("2.2.0", "3.0.0"),
+        "schemaVersion",
+        "not supported by Warren",
+    );
+}
+
+#[test]
+fn commands_referring_to_refused_components_say_so() {
+    let text = format!("{BASE}  - name: build\n    image: {{imageName: x, dockerfile: {{uri: D}}}}\ncommands:\n  - id: b\n    apply: {{component: build}}\n");
+    assert_error(
+        &text,
+        "commands[0].apply.component",
+        "`image` component, which Warren refuses",
+    );
+}
+
+#[test]
+fn reserved_names() {
+    assert_error(
+        &BASE.replace("name: dev", "name: warren-dev"),
+        "components[0].name",
+        "reserved",
+    );
+    assert_error(
+        &format!(
+            "{BASE}commands:\n  - id: warren-x\n    exec: {{component: dev, commandLine: x}}\n"
+        ),
+        "commands[0].id",
+        "reserved",
+    );
+    assert_error(
+        &format!("{BASE}      env: [{{name: PROJECT_SOURCE, value: x}}]\n"),
+        "components[0].container.env[0].name",
+        "set by Warren",
+    );
+    assert_error(
+        &format!("{BASE}      env: [{{name: WARREN_X, value: x}}]\n"),
+        "components[0].container.env[0].name",
+        "reserved",
+    );
+    assert_error(
+        &format!("{BASE}      volumeMounts: [{{name: v, path: /warren/x}}]\n  - name: v\n    volume: {{}}\n"),
+        "components[0].container.volumeMounts[0].path",
+        "reserved",
+    );
+}
+
+#[test]
+fn main_container_rule() {
+    let two = format!("{BASE}  - name: side\n    container: {{image: busybox}}\n");
+    assert_error(&two, "components", "none is marked as the main one");
+    let marked = two.replace(
+        "  - name: side\n",
+        "  - name: side\n    attributes: {warren.dev/main: true}\n",
+    );
+    let d = parse_devfile(&marked).unwrap();
+    assert_eq!(d.main_container().name, "side");
+    let both = marked.replace(
+        "  - name: dev\n",
+        "  - name: dev\n    attributes: {warren.dev/main: \"true\"}\n",
+    );
+    assert_error(&both, "components", "exactly one must be");
+    assert_error(
+        "schemaVersion: 2.2.0\ncomponents:\n  - name: v\n    volume: {}\n",
+        "components",
+        "no container component",
+    );
+    assert_error(
+        &format!("{BASE}      mountSources: false\n"),
+        "components[0].container.mountSources",
+        "must mount",
+    );
+}
+
+#[test]
+fn names_ports_and_references() {
+    assert_error(
+        &format!("{BASE}  - name: dev\n    volume: {{}}\n"),
+        "components[1].name",
+        "more than once",
+    );
+    assert_error(
+        &format!(
+            "{BASE}      endpoints: [{{name: a, targetPort: 0}}, {{name: b, targetPort: 70000}}]\n"
+        ),
+        "components[0].container.endpoints[0].targetPort",
+        "not a port number",
+    );
+    assert_error(
+        &format!(
+            "{BASE}      endpoints: [{{name: a, targetPort: 80}}, {{name: a, targetPort: 81}}]\n"
+        ),
+        "components[0].container.endpoints[1].name",
+        "already used",
+    );
+    assert_error(
+        &format!(
+            "{BASE}      endpoints: [{{name: a, targetPort: 80}}, {{name: b, targetPort: 80}}]\n"
+        ),
+        "components[0].container.endpoints[1].targetPort",
+        "already used",
+    );
+    assert_error(
+        &format!("{BASE}commands:\n  - id: a\n    exec: {{component: nope, commandLine: x}}\n"),
+        "commands[0].exec.component",
+        "does not define",
+    );
+    assert_error(
+        &format!("{BASE}events:\n  postStart: [nope]\n"),
+        "events.postStart[0]",
+        "does not define",
+    );
+    assert_error(
+        &format!("{BASE}      volumeMounts: [{{name: nope}}]\n"),
+        "components[0].container.volumeMounts[0].name",
+        "does not define",
+    );
+    assert_error(
+        &BASE.replace("name: dev", "name: Dev"),
+        "components[0].name",
+        "not a valid name",
+    );
+    assert_error(
+        &format!("{BASE}      memoryLimit: lots\n"),
+        "components[0].container.memoryLimit",
+        "not a resource quantity",
+    );
+    assert_error(
+        &format!("{BASE}      memoryLimit: 1Gi\n      memoryRequest: 2Gi\n"),
+        "components[0].container.memoryRequest",
+        "more than memoryLimit",
+    );
+    assert_error(
+        &format!("{BASE}commands:\n  - id: a\n    apply: {{component: dev}}\nevents:\n  postStart: [a]\n"),
+        "events.postStart[0]",
+        "exec commands only",
+    );
+}
+
+#[test]
+fn variables_are_substituted_and_unknown_ones_named() {
+    let d = parse_devfile(&format!(
+        "variables: {{img: alpine}}\n{}",
+        BASE.replace("busybox", "'{{img}}:3'")
+    ))
+    .unwrap();
+    assert_eq!(d.main_container().image, "alpine:3");
+    assert_error(
+        &BASE.replace("busybox", "'{{nope}}'"),
+        "components[0].container.image",
+        "{{nope}}",
+    );
+}
+
+#[test]
+fn every_error_is_reported_at_once() {
+    let text =
+        format!("{BASE}      memoryLimit: lots\n      cpuLimit: lots\nstarterProjects: []\n");
+    assert!(errors(&text).0.len() >= 3);
+}
+
+fn capped(cpu: &str, memory: &str) -> AgentConfig {
+    AgentConfig {
+        max_resources_per_workspace: Some(ResourceRequirements {
+            requests: ResourceList::default(),
+            limits: ResourceList {
+                cpu: Some(cpu.into()),
+                memory: Some(memory.into()),
+            },
+        }),
+        ..AgentConfig::default()
+    }
+}
+
+#[test]
+fn cap_on_the_sum_is_enforced_and_named() {
+    let two = "schemaVersion: 2.2.0\ncomponents:\n  - name: a\n    attributes: {warren.dev/main: true}\n    container: {image: x, cpuLimit: '3', memoryLimit: 1Gi}\n  - name: b\n    container: {image: y, cpuLimit: '3', memoryLimit: 1Gi}\n";
+    let d = parse_devfile(two).unwrap();
+    let cfg = capped("4", "8Gi");
+    let e = render(&d, &request(&cfg, &[])).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            RenderError::ExceedsCap {
+                resource: "cpu",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(
+        e.to_string(),
+        "workspace asks for cpu limits 6 in total, more than the agent's max_resources_per_workspace limits cpu 4"
+    );
+    assert!(render(&d, &request(&capped("6", "2Gi"), &[])).is_ok());
+    let e = render(&d, &request(&capped("6", "1Gi"), &[])).unwrap_err();
+    assert!(e.to_string().contains("memory limits 2Gi"), "{e}");
+    // A container without a limit under a cap is unbounded.
+    let d = parse_devfile(BASE).unwrap();
+    let e = render(&d, &request(&capped("6", "1Gi"), &[])).unwrap_err();
+    assert!(matches!(e, RenderError::Unbounded { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("container \"dev\" has no cpu limits"),
+        "{e}"
+    );
+}
+
+#[test]
+fn requested_size_sets_main_limits_and_clamps_requests() {
+    let d = parse_devfile(&format!(
+        "{BASE}      cpuRequest: '2'\n      cpuLimit: '4'\n"
+    ))
+    .unwrap();
+    let cfg = AgentConfig::default();
+    let size = WorkspaceResources {
+        cpu: Some("1".into()),
+        memory: Some("3Gi".into()),
+    };
+    let mut req = request(&cfg, &[]);
+    req.resources = Some(&size);
+    let r = render(&d, &req).unwrap();
+    let dep = r
+        .objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .unwrap();
+    let res = &dep["spec"]["template"]["spec"]["containers"][0]["resources"];
+    assert_eq!(res["limits"]["cpu"], "1");
+    assert_eq!(res["limits"]["memory"], "3Gi");
+    assert_eq!(res["requests"]["cpu"], "1", "request clamped to the limit");
+    // The cap applies to the requested size too.
+    let cfg = capped("500m", "8Gi");
+    let mut req = request(&cfg, &[]);
+    req.resources = Some(&size);
+    assert!(matches!(
+        render(&d, &req),
+        Err(RenderError::ExceedsCap { .. })
+    ));
+    // A bad requested quantity is named.
+    let bad = WorkspaceResources {
+        cpu: Some("lots".into()),
+        memory: None,
+    };
+    let cfg = AgentConfig::default();
+    let mut req = request(&cfg, &[]);
+    req.resources = Some(&bad);
+    assert!(render(&d, &req)
+        .unwrap_err()
+        .to_string()
+        .contains("requested workspace cpu"));
+}
+
+#[test]
+fn shared_namespace_has_no_quota_and_long_names_are_hashed() {
+    let d = parse_devfile(BASE).unwrap();
+    let mut cfg = capped("8", "8Gi");
+    cfg.default_resources_per_workspace_container.limits = ResourceList {
+        cpu: Some("1".into()),
+        memory: Some("1Gi".into()),
+    };
+    cfg.shared_namespace = Some("dev-workspaces".into());
+    let r = render(&d, &request(&cfg, &[])).unwrap();
+    assert_eq!(r.namespace, "dev-workspaces");
+    assert!(r.objects.iter().all(|o| o["kind"] != "ResourceQuota"));
+    let long = format!("{BASE}  - name: {}\n    volume: {{}}\n", "v".repeat(60));
+    let long = long.replace(
+        "      image: busybox\n",
+        &format!(
+            "      image: busybox\n      volumeMounts: [{{name: {}}}]\n",
+            "v".repeat(60)
+        ),
+    );
+    let d = parse_devfile(&long).unwrap();
+    let r = render(&d, &request(&cfg, &[])).unwrap();
+    for o in &r.objects {
+        let name = o["metadata"]["name"].as_str().unwrap();
+        assert!(name.len() <= 63 && !name.ends_with('-'), "{name}");
+    }
+}
+
+#[test]
+fn bad_variables_and_requests_are_refused() {
+    let d = parse_devfile(BASE).unwrap();
+    let cfg = AgentConfig::default();
+    let vars = [warren_devfile::ResolvedVariable {
+        key: "1BAD".into(),
+        value: "x".into(),
+        kind: warren_types::api::VariableKind::Env,
+    }];
+    assert!(matches!(
+        render(&d, &request(&cfg, &vars)),
+        Err(RenderError::Variable { .. })
+    ));
+    let mut req = request(&cfg, &[]);
+    req.workspace_name = "Not_DNS";
+    assert!(matches!(
+        render(&d, &req),
+        Err(RenderError::WorkspaceName(_))
+    ));
+    let mut req = request(&cfg, &[]);
+    req.project = Some(warren_devfile::ProjectSource {
+        name: "../x",
+        git_url: "u",
+        git_ref: "",
+    });
+    assert!(matches!(render(&d, &req), Err(RenderError::ProjectName(_))));
+}
+
+#[test]
+fn security_options_from_config() {
+    let d = parse_devfile(BASE).unwrap();
+    let mut cfg = AgentConfig::default();
+    cfg.security.use_user_namespaces = true;
+    cfg.security.runtime_class_name = Some("gvisor".into());
+    cfg.security.run_as_user = 7000;
+    cfg.network_policy.enabled = false;
+    let r = render(&d, &request(&cfg, &[])).unwrap();
+    let pod = &r
+        .objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .unwrap()["spec"]["template"]["spec"];
+    assert_eq!(pod["hostUsers"], false);
+    assert_eq!(pod["runtimeClassName"], "gvisor");
+    assert_eq!(pod["containers"][0]["securityContext"]["runAsUser"], 7000);
+    assert!(r.objects.iter().all(|o| o["kind"] != "NetworkPolicy"));
+}

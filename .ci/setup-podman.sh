@@ -7,7 +7,10 @@
 #   service   start `podman system service` on /run/podman/podman.sock unless it answers
 #   image     build localhost/warren-test:latest from a busybox-static rootfs (podman import)
 #   verify    `podman run --rm localhost/warren-test:latest true`
-# Without arguments every step runs, in that order.
+#   stop      stop the service the `service` step started (not part of the default steps)
+# Without arguments install, config, service, image and verify run, in that order. The engine
+# tests need no service (the runtime starts its own); CI that must leave nothing running can
+# run `setup-podman.sh install config image verify`.
 #
 # Why the workarounds: on these machines crun refuses hybrid cgroups and Podman's default ulimits
 # cannot be raised (see /work/shared/notes/podman.md). Warren itself does not depend on them.
@@ -134,24 +137,38 @@ step_image() {
     log "built $IMAGE"
 }
 
+step_stop() {
+    local pidfile="$SOCKET_DIR/service.pid"
+    if [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null; then
+        log "stopped the podman service (pid $(cat "$pidfile"))"
+    else
+        log "no podman service started by this script is running"
+    fi
+    rm -f "$pidfile"
+}
+
 step_verify() {
     podman run --rm "$IMAGE" true
     log "podman run --rm $IMAGE true: ok"
 }
 
 main() {
-    if [ "$(id -u)" != 0 ]; then
-        log "run as root"
-        exit 1
-    fi
     local steps=("$@")
     [ ${#steps[@]} -eq 0 ] && steps=(install config service image verify)
     local s
     for s in "${steps[@]}"; do
         case "$s" in
-            install | config | service | image | verify) "step_$s" ;;
+            install | config | service | stop)
+                # System-wide changes; building and running the image works rootless too.
+                if [ "$(id -u)" != 0 ]; then
+                    log "step $s must run as root"
+                    exit 1
+                fi
+                "step_$s"
+                ;;
+            image | verify) "step_$s" ;;
             *)
-                log "unknown step $s (install, config, service, image, verify)"
+                log "unknown step $s (install, config, service, image, verify, stop)"
                 exit 2
                 ;;
         esac

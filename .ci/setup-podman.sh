@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+#! Installs and configures Podman for Warren's engine tests on Debian bookworm (run as root).
+#
+# Idempotent. Steps (each can be run alone by naming it):
+#   install   apt-get install podman, runc and busybox-static
+#   config    write /etc/containers/containers.conf (runc, cgroupfs, ulimits within the hard limits)
+#   service   start `podman system service` on /run/podman/podman.sock unless it answers
+#   image     build localhost/warren-test:latest from a busybox-static rootfs (podman import)
+#   verify    `podman run --rm localhost/warren-test:latest true`
+#   stop      stop the service the `service` step started (not part of the default steps)
+# Without arguments install, config, service, image and verify run, in that order. The engine
+# tests need no service (the runtime starts its own); CI that must leave nothing running can
+# run `setup-podman.sh install config image verify`.
+#
+# Why the workarounds: on these machines crun refuses hybrid cgroups and Podman's default ulimits
+# cannot be raised (see /work/shared/notes/podman.md). Warren itself does not depend on them.
+set -euo pipefail
+
+IMAGE="${WARREN_TEST_IMAGE:-localhost/warren-test:latest}"
+SOCKET_DIR=/run/podman
+SOCKET="$SOCKET_DIR/podman.sock"
+
+log() { printf 'setup-podman: %s\n' "$*" >&2; }
+
+step_install() {
+    if command -v podman >/dev/null && command -v runc >/dev/null && [ -x /bin/busybox ]; then
+        log "podman, runc and busybox-static already installed"
+        return
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    apt-get install -y -q podman runc busybox-static
+}
+
+step_config() {
+    local nofile nproc
+    nofile="$(ulimit -Hn)"
+    nproc="$(ulimit -Hu)"
+    # Stay within the hard limits: raising a limit needs CAP_SYS_RESOURCE, which we lack here.
+    [ "$nofile" = unlimited ] && nofile=1048576
+    [ "$nproc" = unlimited ] && nproc=32768
+    [ "$nofile" -gt 1048576 ] && nofile=1048576
+    [ "$nproc" -gt 32768 ] && nproc=32768
+    mkdir -p /etc/containers
+    local want
+    want="$(cat <<CONF
+# Written by Warren's .ci/setup-podman.sh.
+[containers]
+default_ulimits = ["nofile=${nofile}:${nofile}", "nproc=${nproc}:${nproc}"]
+
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+CONF
+)"
+    if [ -f /etc/containers/containers.conf ] && [ "$(cat /etc/containers/containers.conf)" = "$want" ]; then
+        log "/etc/containers/containers.conf already up to date"
+        return
+    fi
+    printf '%s\n' "$want" > /etc/containers/containers.conf
+    log "wrote /etc/containers/containers.conf (nofile=$nofile, nproc=$nproc)"
+}
+
+socket_answers() {
+    [ -S "$SOCKET" ] || return 1
+    if command -v curl >/dev/null; then
+        curl -sf --max-time 2 --unix-socket "$SOCKET" http://d/_ping >/dev/null 2>&1
+    else
+        timeout 5 podman --remote --url "unix://$SOCKET" version >/dev/null 2>&1
+    fi
+}
+
+step_service() {
+    if socket_answers; then
+        log "podman service already answers on $SOCKET"
+        return
+    fi
+    mkdir -p "$SOCKET_DIR"
+    rm -f "$SOCKET"
+    nohup podman system service --time=0 "unix://$SOCKET" >/var/log/podman-service.log 2>&1 &
+    local pid=$!
+    echo "$pid" > "$SOCKET_DIR/service.pid"
+    for _ in $(seq 1 100); do
+        if socket_answers; then
+            log "podman service answers on $SOCKET (pid $pid; stop it with: kill \$(cat $SOCKET_DIR/service.pid))"
+            return
+        fi
+        sleep 0.1
+    done
+    log "podman service did not answer on $SOCKET within 10 s; see /var/log/podman-service.log"
+    exit 1
+}
+
+# Builds a rootfs from busybox-static into $1: applets symlinked, /bin/sh, /tmp, and an
+# /etc/passwd with root and the workspace user 5001 (group 0, as Warren runs containers).
+build_rootfs() {
+    local root="$1" busybox
+    busybox="$(command -v busybox || true)"
+    [ -x /bin/busybox ] && busybox=/bin/busybox
+    if [ -z "$busybox" ]; then
+        log "busybox not found: apt-get install busybox-static"
+        exit 1
+    fi
+    mkdir -p "$root/bin" "$root/sbin" "$root/usr/bin" "$root/usr/sbin" "$root/etc" \
+        "$root/tmp" "$root/home/user" "$root/projects" "$root/root" "$root/var/www"
+    chmod 1777 "$root/tmp"
+    cp "$busybox" "$root/bin/busybox"
+    local applet
+    for applet in $("$root/bin/busybox" --list); do
+        [ "$applet" = busybox ] && continue
+        ln -sf busybox "$root/bin/$applet"
+    done
+    ln -sf busybox "$root/bin/sh"
+    cat > "$root/etc/passwd" <<PASSWD
+root:x:0:0:root:/root:/bin/sh
+user:x:5001:0:workspace user:/home/user:/bin/sh
+PASSWD
+    cat > "$root/etc/group" <<GROUP
+root:x:0:
+GROUP
+    chown 5001:0 "$root/home/user"
+    chmod 0775 "$root/home/user" "$root/projects"
+}
+
+step_image() {
+    if podman image exists "$IMAGE"; then
+        log "image $IMAGE already exists"
+        return
+    fi
+    WORK_DIR="$(mktemp -d)"
+    trap 'rm -rf "$WORK_DIR"' EXIT
+    build_rootfs "$WORK_DIR/root"
+    tar -C "$WORK_DIR/root" -cf "$WORK_DIR/rootfs.tar" .
+    podman import --change 'CMD ["/bin/sh"]' "$WORK_DIR/rootfs.tar" "$IMAGE" >/dev/null
+    rm -rf "$WORK_DIR"
+    log "built $IMAGE"
+}
+
+step_stop() {
+    local pidfile="$SOCKET_DIR/service.pid"
+    if [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null; then
+        log "stopped the podman service (pid $(cat "$pidfile"))"
+    else
+        log "no podman service started by this script is running"
+    fi
+    rm -f "$pidfile"
+}
+
+step_verify() {
+    podman run --rm "$IMAGE" true
+    log "podman run --rm $IMAGE true: ok"
+}
+
+main() {
+    local steps=("$@")
+    [ ${#steps[@]} -eq 0 ] && steps=(install config service image verify)
+    local s
+    for s in "${steps[@]}"; do
+        case "$s" in
+            install | config | service | stop)
+                # System-wide changes; building and running the image works rootless too.
+                if [ "$(id -u)" != 0 ]; then
+                    log "step $s must run as root"
+                    exit 1
+                fi
+                "step_$s"
+                ;;
+            image | verify) "step_$s" ;;
+            *)
+                log "unknown step $s (install, config, service, image, verify, stop)"
+                exit 2
+                ;;
+        esac
+    done
+}
+
+main "$@"

@@ -1,0 +1,206 @@
+//! Finds a Docker or Podman API socket, or starts `podman system service` when only the
+//! `podman` binary exists (no systemd socket activation on many machines).
+
+use bollard::Docker;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::process::{Child, Command};
+
+/// How long a socket may take to answer a ping before the next candidate is tried.
+const PING_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a freshly started `podman system service` may take to answer.
+const SERVICE_START_DEADLINE: Duration = Duration::from_secs(30);
+/// Request timeout of the API client, in seconds (image pulls are streamed, not bounded).
+const CLIENT_TIMEOUT_SECS: u64 = 120;
+
+/// What could not be connected.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error(
+        "no container engine found: install Podman (apt-get install podman) or Docker, or set \
+         DOCKER_HOST (tried {tried})"
+    )]
+    NoEngine { tried: String },
+    #[error("connecting to the container engine at {host}")]
+    Client {
+        host: String,
+        #[source]
+        source: bollard::errors::Error,
+    },
+    #[error("the container engine at {host} does not answer")]
+    NoAnswer {
+        host: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("starting `podman system service` on {socket}")]
+    Spawn {
+        socket: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("`podman system service` did not answer on {socket} within {secs} s")]
+    ServiceTimeout { socket: PathBuf, secs: u64 },
+}
+
+/// A `podman system service` this runtime started; killed when dropped.
+#[derive(Debug)]
+pub struct PodmanService {
+    child: Child,
+    pub socket: PathBuf,
+}
+
+impl PodmanService {
+    /// Stops the service and waits for it to exit.
+    pub async fn stop(mut self) {
+        let _ = self.child.kill().await;
+    }
+}
+
+/// A connected client, the address it uses, and the service started for it, if any.
+#[derive(Debug)]
+pub struct Connection {
+    pub docker: Docker,
+    pub host: String,
+    pub service: Option<PodmanService>,
+}
+
+/// Connects to `host` (a `unix://`, `tcp://` or `http://` URL) and checks that it answers.
+pub async fn connect_host(host: &str) -> Result<Docker, ConnectError> {
+    let docker = if host.starts_with("unix://") || host.starts_with('/') {
+        let path = host.strip_prefix("unix://").unwrap_or(host);
+        Docker::connect_with_unix(path, CLIENT_TIMEOUT_SECS, bollard::API_DEFAULT_VERSION)
+    } else {
+        Docker::connect_with_host(host)
+    }
+    .map_err(|source| ConnectError::Client {
+        host: host.to_owned(),
+        source,
+    })?;
+    match tokio::time::timeout(PING_TIMEOUT, docker.ping()).await {
+        Ok(Ok(_)) => Ok(docker),
+        Ok(Err(e)) => Err(ConnectError::NoAnswer {
+            host: host.to_owned(),
+            source: Box::new(e),
+        }),
+        Err(e) => Err(ConnectError::NoAnswer {
+            host: host.to_owned(),
+            source: Box::new(e),
+        }),
+    }
+}
+
+/// The sockets tried, in order, when no host is configured.
+pub fn candidates() -> Vec<String> {
+    let mut out = Vec::new();
+    if let Ok(h) = std::env::var("DOCKER_HOST") {
+        if !h.is_empty() {
+            out.push(h);
+        }
+    }
+    out.push("unix:///var/run/docker.sock".into());
+    out.push("unix:///run/podman/podman.sock".into());
+    if let Ok(xdg) = std::env::var("XDG_RUNTIME_DIR") {
+        if !xdg.is_empty() {
+            out.push(format!("unix://{xdg}/podman/podman.sock"));
+        }
+    }
+    out
+}
+
+/// Auto-detection: the candidates, then a `podman system service` of our own on
+/// `<state_dir>/podman.sock`.
+pub async fn auto(state_dir: &Path) -> Result<Connection, ConnectError> {
+    let mut tried = Vec::new();
+    for host in candidates() {
+        let path = host.strip_prefix("unix://");
+        if path.is_some_and(|p| !Path::new(p).exists()) {
+            tried.push(host);
+            continue;
+        }
+        match connect_host(&host).await {
+            Ok(docker) => {
+                return Ok(Connection {
+                    docker,
+                    host,
+                    service: None,
+                })
+            }
+            Err(e) => {
+                tracing::debug!(host, error = %e, "container engine candidate does not answer");
+                tried.push(host);
+            }
+        }
+    }
+    match find_podman() {
+        Some(podman) => spawn_podman(&podman, state_dir).await,
+        None => {
+            tried.push("a `podman` binary on PATH".into());
+            Err(ConnectError::NoEngine {
+                tried: tried.join(", "),
+            })
+        }
+    }
+}
+
+/// The `podman` binary on `PATH`.
+pub fn find_podman() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("podman"))
+        .find(|candidate| candidate.is_file())
+}
+
+/// Starts `podman system service --time=0 unix://<state_dir>/podman.sock` and waits (with a
+/// deadline) until it answers.
+pub async fn spawn_podman(podman: &Path, state_dir: &Path) -> Result<Connection, ConnectError> {
+    let socket = state_dir.join("podman.sock");
+    let spawn_err = |source| ConnectError::Spawn {
+        socket: socket.clone(),
+        source,
+    };
+    std::fs::create_dir_all(state_dir).map_err(spawn_err)?;
+    // A socket left by an earlier run would accept nothing; podman refuses to bind over it.
+    match std::fs::remove_file(&socket) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(spawn_err(e)),
+    }
+    let host = format!("unix://{}", socket.display());
+    // Its own log, next to the socket: Podman is chatty (pull retries, syslog warnings).
+    let log = std::fs::File::create(state_dir.join("podman-service.log")).map_err(spawn_err)?;
+    let mut child = Command::new(podman)
+        .args(["system", "service", "--time=0", &host])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(spawn_err)?;
+    tracing::info!(socket = %socket.display(), "started podman system service");
+    let deadline = tokio::time::Instant::now() + SERVICE_START_DEADLINE;
+    loop {
+        if socket.exists() {
+            if let Ok(docker) = connect_host(&host).await {
+                return Ok(Connection {
+                    docker,
+                    host,
+                    service: Some(PodmanService { child, socket }),
+                });
+            }
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(spawn_err(std::io::Error::other(format!(
+                "podman system service exited with {status}"
+            ))));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let _ = child.kill().await;
+            return Err(ConnectError::ServiceTimeout {
+                socket,
+                secs: SERVICE_START_DEADLINE.as_secs(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

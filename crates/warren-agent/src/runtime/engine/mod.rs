@@ -1,0 +1,1376 @@
+//! The container-engine runtime: realises a workspace's Kubernetes objects on Docker or
+//! Podman (desired-config.md, "Realising the objects on a container engine").
+//!
+//! Everything the runtime knows is rebuilt from the engine (container, volume and network
+//! labels) and from a small record per workspace in the state directory (the desired replica
+//! count, the Deployment last applied and Secret data a partial reconcile may omit), so an
+//! agent restart loses nothing.
+
+mod connect;
+pub mod plan;
+pub mod status;
+
+use async_trait::async_trait;
+use bollard::models::{ContainerSummary, NetworkCreateRequest, VolumeCreateRequest};
+use bollard::query_parameters::{
+    CreateContainerOptions, CreateImageOptions, EventsOptions, InspectNetworkOptions,
+    ListContainersOptions, ListNetworksOptions, ListVolumesOptions, LogsOptions,
+    RemoveContainerOptions, RemoveVolumeOptions, StopContainerOptions, WaitContainerOptions,
+};
+use bollard::Docker;
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{watch, OwnedMutexGuard};
+use tokio_util::sync::CancellationToken;
+use warren_types::reconcile::{PodFailure, TerminationProgress};
+use warren_types::AgentId;
+
+pub use connect::{ConnectError, PodmanService};
+use plan::{
+    ContainerPlan, DataSets, PodPlan, Role, CONTAINER_LABEL, ORDER_LABEL, POD_HASH_LABEL,
+    PORTS_LABEL, ROLE_LABEL, WORKSPACE_NAMESPACE_LABEL, WORKSPACE_NAME_LABEL,
+};
+use status::{ContainerObservation, PodObservation};
+
+use super::{
+    ByteStream, ObservedWorkspace, RuntimeError, WorkspaceKey, WorkspaceRuntime, AGENT_ID_LABEL,
+    WORKSPACE_ID_LABEL,
+};
+
+/// Configuration of the engine runtime.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineConfig {
+    /// The agent this runtime belongs to; every container, volume and network is labelled
+    /// with it, and only those are listed.
+    pub agent_id: AgentId,
+    /// `unix:///path`, `tcp://host:port`; auto-detected when absent (`DOCKER_HOST`,
+    /// `/var/run/docker.sock`, `/run/podman/podman.sock`,
+    /// `$XDG_RUNTIME_DIR/podman/podman.sock`, then a `podman system service` of our own).
+    #[serde(default)]
+    pub host: Option<String>,
+    /// Start our own `podman system service` even when another socket answers.
+    #[serde(default)]
+    pub own_podman_service: bool,
+    /// Where Secret/ConfigMap files and per-workspace records live (created 0700).
+    pub state_dir: PathBuf,
+    /// Seconds a container gets to stop on SIGTERM before it is killed.
+    #[serde(default = "default_stop_timeout")]
+    pub stop_timeout_secs: u32,
+}
+
+fn default_stop_timeout() -> u32 {
+    10
+}
+
+impl EngineConfig {
+    pub fn new(agent_id: AgentId, state_dir: impl Into<PathBuf>) -> Self {
+        EngineConfig {
+            agent_id,
+            host: None,
+            own_podman_service: false,
+            state_dir: state_dir.into(),
+            stop_timeout_secs: default_stop_timeout(),
+        }
+    }
+
+    /// Checks the configuration before anything is bound or started.
+    pub fn validate(&self) -> Result<(), EngineError> {
+        if self.state_dir.as_os_str().is_empty() {
+            return Err(EngineError::Config("state_dir must not be empty".into()));
+        }
+        if self.stop_timeout_secs > 600 {
+            return Err(EngineError::Config(format!(
+                "stop_timeout_secs is {}; at most 600 is allowed",
+                self.stop_timeout_secs
+            )));
+        }
+        if let Some(h) = &self.host {
+            if !(h.starts_with("unix://") || h.starts_with("tcp://") || h.starts_with("http://")) {
+                return Err(EngineError::Config(format!(
+                    "host {h:?} must start with unix://, tcp:// or http://"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why the runtime could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("invalid engine configuration: {0}")]
+    Config(String),
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    #[error("creating the state directory {path}")]
+    StateDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The container-engine [`WorkspaceRuntime`].
+#[derive(Clone)]
+pub struct EngineRuntime {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for EngineRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineRuntime")
+            .field("host", &self.inner.host)
+            .field("agent_id", &self.inner.config.agent_id)
+            .finish()
+    }
+}
+
+struct Inner {
+    docker: Docker,
+    host: String,
+    config: EngineConfig,
+    changes: watch::Sender<u64>,
+    /// One lock per workspace: applies and deletes of one workspace never interleave.
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// The running start sequence per workspace, cancelled by the next apply or delete.
+    starters: Mutex<HashMap<String, (u64, CancellationToken)>>,
+    next_starter: std::sync::atomic::AtomicU64,
+    shutdown: CancellationToken,
+    service: tokio::sync::Mutex<Option<PodmanService>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The events task and start sequences end; a podman service we started is killed by
+        // its `kill_on_drop`.
+        self.shutdown.cancel();
+    }
+}
+
+/// Per-workspace record in `<state_dir>/workspaces/<name>/state.json` (0600).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Record {
+    agent_id: AgentId,
+    name: String,
+    namespace: String,
+    replicas: i32,
+    pod_hash: String,
+    /// The Deployment last applied.
+    deployment: serde_json::Value,
+    /// Engine volume names of the pod.
+    volumes: Vec<String>,
+    /// The start sequence has been asked for and has not finished.
+    starting: bool,
+    failure: Option<PodFailure>,
+    deleting: bool,
+    /// Secret and ConfigMap data seen so far (a partial reconcile may omit them).
+    secrets: DataSets,
+    config_maps: DataSets,
+}
+
+impl EngineRuntime {
+    /// Connects to the configured or auto-detected engine, starting `podman system service`
+    /// when only the `podman` binary exists.
+    pub async fn connect(config: EngineConfig) -> Result<Self, EngineError> {
+        config.validate()?;
+        create_private_dir(&config.state_dir).map_err(|source| EngineError::StateDir {
+            path: config.state_dir.clone(),
+            source,
+        })?;
+        let connection = if config.own_podman_service {
+            let podman = connect::find_podman().ok_or_else(|| ConnectError::NoEngine {
+                tried: "a `podman` binary on PATH".into(),
+            })?;
+            connect::spawn_podman(&podman, &config.state_dir).await?
+        } else if let Some(host) = &config.host {
+            connect::Connection {
+                docker: connect::connect_host(host).await?,
+                host: host.clone(),
+                service: None,
+            }
+        } else {
+            connect::auto(&config.state_dir).await?
+        };
+        tracing::info!(host = %connection.host, "connected to the container engine");
+        let (changes, _) = watch::channel(0);
+        let inner = Arc::new(Inner {
+            docker: connection.docker,
+            host: connection.host,
+            config,
+            changes,
+            locks: Mutex::default(),
+            starters: Mutex::default(),
+            next_starter: std::sync::atomic::AtomicU64::new(0),
+            shutdown: CancellationToken::new(),
+            service: tokio::sync::Mutex::new(connection.service),
+        });
+        tokio::spawn(watch_events(Arc::downgrade(&inner), inner.shutdown.clone()));
+        Ok(EngineRuntime { inner })
+    }
+
+    /// The engine address in use (`unix:///run/podman/podman.sock`, …).
+    pub fn host(&self) -> &str {
+        &self.inner.host
+    }
+
+    /// The API client, for callers that inspect the engine (tests, diagnostics).
+    pub fn docker(&self) -> &Docker {
+        &self.inner.docker
+    }
+
+    /// Stops background work and a `podman system service` this runtime started. Containers
+    /// keep running: they belong to the workspaces, not to the agent process.
+    pub async fn shutdown(&self) {
+        self.inner.shutdown.cancel();
+        let starters: Vec<CancellationToken> = lock(&self.inner.starters)
+            .drain()
+            .map(|(_, (_, t))| t)
+            .collect();
+        for t in starters {
+            t.cancel();
+        }
+        if let Some(service) = self.inner.service.lock().await.take() {
+            service.stop().await;
+        }
+    }
+
+    fn bump(&self) {
+        self.inner.changes.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    fn agent_label(&self) -> String {
+        format!("{AGENT_ID_LABEL}={}", self.inner.config.agent_id)
+    }
+
+    fn workspace_dir(&self, name: &str) -> PathBuf {
+        self.inner.config.state_dir.join("workspaces").join(name)
+    }
+
+    fn read_record(&self, name: &str) -> Option<Record> {
+        let path = self.workspace_dir(name).join("state.json");
+        let bytes = std::fs::read(&path).ok()?;
+        match serde_json::from_slice::<Record>(&bytes) {
+            Ok(r) if r.agent_id == self.inner.config.agent_id => Some(r),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "ignoring unreadable workspace record");
+                None
+            }
+        }
+    }
+
+    fn write_record(&self, record: &Record) -> Result<(), RuntimeError> {
+        let dir = self.workspace_dir(&record.name);
+        let io =
+            |e: std::io::Error| runtime_err(format!("writing the record of {}", record.name), e);
+        create_private_dir(&dir).map_err(io)?;
+        let bytes = serde_json::to_vec(record)
+            .map_err(|e| runtime_err(format!("encoding the record of {}", record.name), e))?;
+        let tmp = dir.join("state.json.tmp");
+        write_private_file(&tmp, &bytes).map_err(io)?;
+        std::fs::rename(&tmp, dir.join("state.json")).map_err(io)
+    }
+
+    /// Acquires the workspace's lock after cancelling its start sequence, if one runs.
+    async fn lock_workspace(&self, name: &str) -> OwnedMutexGuard<()> {
+        if let Some((_, token)) = lock(&self.inner.starters).remove(name) {
+            token.cancel();
+        }
+        let m = lock(&self.inner.locks)
+            .entry(name.to_owned())
+            .or_default()
+            .clone();
+        m.lock_owned().await
+    }
+
+    async fn containers(
+        &self,
+        extra: Option<String>,
+    ) -> Result<Vec<ContainerSummary>, RuntimeError> {
+        let mut labels = vec![self.agent_label()];
+        labels.extend(extra);
+        let options = ListContainersOptions {
+            all: true,
+            filters: Some(HashMap::from([("label".to_owned(), labels)])),
+            ..Default::default()
+        };
+        let docker = &self.inner.docker;
+        retry_transient(|| docker.list_containers(Some(options.clone())))
+            .await
+            .map_err(|e| runtime_err("listing containers".into(), e))
+    }
+
+    async fn inspect(
+        &self,
+        name: &str,
+    ) -> Result<bollard::models::ContainerInspectResponse, bollard::errors::Error> {
+        let docker = &self.inner.docker;
+        retry_transient(|| docker.inspect_container(name, None)).await
+    }
+
+    async fn workspace_containers(
+        &self,
+        name: &str,
+    ) -> Result<Vec<ContainerSummary>, RuntimeError> {
+        self.containers(Some(format!("{WORKSPACE_NAME_LABEL}={name}")))
+            .await
+    }
+
+    async fn labelled_volumes(
+        &self,
+        name: Option<&str>,
+    ) -> Result<Vec<(String, BTreeMap<String, String>)>, RuntimeError> {
+        let mut labels = vec![self.agent_label()];
+        labels.extend(name.map(|n| format!("{WORKSPACE_NAME_LABEL}={n}")));
+        let options = ListVolumesOptions {
+            filters: Some(HashMap::from([("label".to_owned(), labels)])),
+        };
+        let volumes = self
+            .inner
+            .docker
+            .list_volumes(Some(options))
+            .await
+            .map_err(|e| runtime_err("listing volumes".into(), e))?;
+        Ok(volumes
+            .volumes
+            .unwrap_or_default()
+            .into_iter()
+            .map(|v| (v.name, v.labels.into_iter().collect()))
+            .collect())
+    }
+
+    async fn labelled_networks(
+        &self,
+        name: Option<&str>,
+    ) -> Result<Vec<(String, BTreeMap<String, String>)>, RuntimeError> {
+        let mut labels = vec![self.agent_label()];
+        labels.extend(name.map(|n| format!("{WORKSPACE_NAME_LABEL}={n}")));
+        let options = ListNetworksOptions {
+            filters: Some(HashMap::from([("label".to_owned(), labels)])),
+        };
+        let networks = self
+            .inner
+            .docker
+            .list_networks(Some(options))
+            .await
+            .map_err(|e| runtime_err("listing networks".into(), e))?;
+        Ok(networks
+            .into_iter()
+            .filter_map(|n| Some((n.name?, n.labels.unwrap_or_default().into_iter().collect())))
+            .collect())
+    }
+
+    fn base_labels(
+        &self,
+        workspace: &WorkspaceKey,
+        deployment: &serde_json::Value,
+    ) -> BTreeMap<String, String> {
+        let mut labels = BTreeMap::new();
+        labels.insert(
+            AGENT_ID_LABEL.to_owned(),
+            self.inner.config.agent_id.to_string(),
+        );
+        labels.insert(WORKSPACE_NAME_LABEL.to_owned(), workspace.name.clone());
+        labels.insert(
+            WORKSPACE_NAMESPACE_LABEL.to_owned(),
+            workspace.namespace.clone(),
+        );
+        if let Some(id) = deployment
+            .pointer("/metadata/labels")
+            .and_then(|l| l.get(WORKSPACE_ID_LABEL))
+            .and_then(serde_json::Value::as_str)
+        {
+            labels.insert(WORKSPACE_ID_LABEL.to_owned(), id.to_owned());
+        }
+        labels
+    }
+
+    async fn stop(&self, name: &str) -> Result<(), bollard::errors::Error> {
+        let options = StopContainerOptions {
+            t: Some(self.inner.config.stop_timeout_secs as i32),
+            signal: None,
+        };
+        match self.inner.docker.stop_container(name, Some(options)).await {
+            Err(e) if status_of(&e) == Some(304) || status_of(&e) == Some(404) => Ok(()),
+            other => other,
+        }
+    }
+
+    async fn remove(&self, name: &str) -> Result<(), bollard::errors::Error> {
+        let options = RemoveContainerOptions {
+            force: true,
+            v: false,
+            link: false,
+        };
+        match self
+            .inner
+            .docker
+            .remove_container(name, Some(options))
+            .await
+        {
+            Err(e) if status_of(&e) == Some(404) => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Removes containers joiners first, the infra container (the namespace owner) last.
+    async fn remove_all(&self, mut containers: Vec<ContainerSummary>) -> Result<(), RuntimeError> {
+        containers.sort_by_key(|c| std::cmp::Reverse(summary_role(c)));
+        for c in containers {
+            let id = c.id.unwrap_or_default();
+            self.remove(&id)
+                .await
+                .map_err(|e| runtime_err(format!("removing container {id}"), e))?;
+        }
+        Ok(())
+    }
+
+    async fn ensure_network(
+        &self,
+        plan: &PodPlan,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<(), RuntimeError> {
+        let docker = &self.inner.docker;
+        match docker
+            .inspect_network(&plan.network, None::<InspectNetworkOptions>)
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(e) if status_of(&e) == Some(404) => {}
+            Err(e) => {
+                return Err(runtime_err(
+                    format!("inspecting network {}", plan.network),
+                    e,
+                ))
+            }
+        }
+        let request = NetworkCreateRequest {
+            name: plan.network.clone(),
+            driver: Some("bridge".into()),
+            labels: Some(labels.clone().into_iter().collect()),
+            ..Default::default()
+        };
+        match docker.create_network(request).await {
+            Err(e) if status_of(&e) == Some(409) => Ok(()),
+            Err(e) => Err(runtime_err(format!("creating network {}", plan.network), e)),
+            Ok(_) => Ok(()),
+        }
+    }
+
+    async fn ensure_volumes(
+        &self,
+        plan: &PodPlan,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<(), RuntimeError> {
+        let docker = &self.inner.docker;
+        for name in plan.volumes.keys() {
+            match docker.inspect_volume(name).await {
+                Ok(_) => continue,
+                Err(e) if status_of(&e) == Some(404) => {}
+                Err(e) => return Err(runtime_err(format!("inspecting volume {name}"), e)),
+            }
+            let request = VolumeCreateRequest {
+                name: Some(name.clone()),
+                labels: Some(labels.clone().into_iter().collect()),
+                ..Default::default()
+            };
+            match docker.create_volume(request).await {
+                Err(e) if status_of(&e) == Some(409) => {}
+                Err(e) => return Err(runtime_err(format!("creating volume {name}"), e)),
+                Ok(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates one container; a missing image is pulled once. `Ok(Err(failure))` is a pod
+    /// failure (image missing, configuration refused), `Err` an unreachable engine.
+    async fn create(&self, c: &ContainerPlan) -> Result<Result<(), PodFailure>, RuntimeError> {
+        let docker = &self.inner.docker;
+        let image = c.body.image.clone().unwrap_or_default();
+        let options = || CreateContainerOptions {
+            name: Some(c.engine_name.clone()),
+            ..Default::default()
+        };
+        let mut pulled = false;
+        loop {
+            match docker
+                .create_container(Some(options()), c.body.clone())
+                .await
+            {
+                Ok(_) => return Ok(Ok(())),
+                Err(e) if status_of(&e) == Some(409) => {
+                    // Created by an earlier, interrupted apply: the name carries the pod hash
+                    // in its labels, checked by the caller.
+                    return Ok(Ok(()));
+                }
+                Err(e) if status_of(&e) == Some(404) && !pulled => {
+                    pulled = true;
+                    if let Err(message) = self.pull(&image).await {
+                        return Ok(Err(PodFailure {
+                            reason: "ErrImagePull".into(),
+                            message: format!(
+                                "image {image:?} of container {} is not available locally and \
+                                 could not be pulled: {message}",
+                                c.name
+                            ),
+                        }));
+                    }
+                }
+                Err(e) if status_of(&e) == Some(404) => {
+                    return Ok(Err(PodFailure {
+                        reason: "ErrImagePull".into(),
+                        message: format!(
+                            "image {image:?} of container {} not found: {}",
+                            c.name,
+                            error_message(&e)
+                        ),
+                    }))
+                }
+                Err(e) if status_of(&e).is_some() => {
+                    return Ok(Err(PodFailure {
+                        reason: "CreateContainerError".into(),
+                        message: format!("container {}: {}", c.name, error_message(&e)),
+                    }))
+                }
+                Err(e) => {
+                    return Err(runtime_err(
+                        format!("creating container {}", c.engine_name),
+                        e,
+                    ))
+                }
+            }
+        }
+    }
+
+    async fn pull(&self, image: &str) -> Result<(), String> {
+        // Without a tag, the engine would pull every tag of the repository.
+        let last = image.rsplit('/').next().unwrap_or(image);
+        let reference = if image.contains('@') || last.contains(':') {
+            image.to_owned()
+        } else {
+            format!("{image}:latest")
+        };
+        let options = CreateImageOptions {
+            from_image: Some(reference),
+            ..Default::default()
+        };
+        let mut stream = self.inner.docker.create_image(Some(options), None, None);
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(info) => {
+                    if let Some(detail) = info.error_detail.and_then(|d| d.message) {
+                        return Err(detail);
+                    }
+                }
+                Err(e) => return Err(error_message(&e)),
+            }
+        }
+        match self.inner.docker.inspect_image(image).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(error_message(&e)),
+        }
+    }
+
+    async fn apply_locked(
+        &self,
+        workspace: &WorkspaceKey,
+        objects: &[serde_json::Value],
+    ) -> Result<Option<PodPlan>, RuntimeError> {
+        let name = &workspace.name;
+        let apply_err = |message: String| RuntimeError::Apply {
+            workspace: workspace.to_string(),
+            message,
+        };
+        if !is_dns_label(name) {
+            return Err(apply_err(format!(
+                "workspace name {name:?} is not a DNS label"
+            )));
+        }
+        let parsed = plan::parse_objects(objects).map_err(|e| apply_err(e.to_string()))?;
+        let previous = self.read_record(name);
+        let mut secrets = previous
+            .as_ref()
+            .map(|r| r.secrets.clone())
+            .unwrap_or_default();
+        secrets.extend(parsed.secrets.clone());
+        let mut config_maps = previous
+            .as_ref()
+            .map(|r| r.config_maps.clone())
+            .unwrap_or_default();
+        config_maps.extend(parsed.config_maps.clone());
+        let labels = self.base_labels(workspace, &parsed.deployment_json);
+        let files_dir = self.workspace_dir(name).join("files");
+        let cx = plan::PlanContext {
+            workspace,
+            files_dir: &files_dir,
+            labels: &labels,
+        };
+        let plan = plan::plan(&parsed, &secrets, &config_maps, &cx)
+            .map_err(|e| apply_err(e.to_string()))?;
+
+        let mut record = Record {
+            agent_id: self.inner.config.agent_id,
+            name: name.clone(),
+            namespace: workspace.namespace.clone(),
+            replicas: plan.replicas,
+            pod_hash: plan.hash.clone(),
+            deployment: parsed.deployment_json.clone(),
+            volumes: plan.volumes.keys().cloned().collect(),
+            starting: false,
+            failure: None,
+            deleting: false,
+            secrets,
+            config_maps,
+        };
+        self.write_record(&record)?;
+        write_files(&files_dir, &plan).map_err(|e| {
+            runtime_err(
+                format!("writing the Secret and ConfigMap files of {name}"),
+                e,
+            )
+        })?;
+        self.ensure_network(&plan, &labels).await?;
+        self.ensure_volumes(&plan, &labels).await?;
+
+        // Recreate: any container of another pod hash goes, volumes stay.
+        let existing = self.workspace_containers(name).await?;
+        let (current, stale): (Vec<_>, Vec<_>) = existing
+            .into_iter()
+            .partition(|c| label(c, POD_HASH_LABEL) == Some(plan.hash.as_str()));
+        if !stale.is_empty() {
+            tracing::info!(workspace = %workspace, "pod spec changed: recreating its containers");
+            for c in stale.iter().filter(|c| summary_running(c)) {
+                let id = c.id.clone().unwrap_or_default();
+                self.stop(&id)
+                    .await
+                    .map_err(|e| runtime_err(format!("stopping container {id}"), e))?;
+            }
+            self.remove_all(stale).await?;
+        }
+        let present: BTreeSet<String> = current
+            .iter()
+            .filter_map(|c| {
+                label(c, CONTAINER_LABEL)
+                    .map(|n| format!("{}/{n}", label(c, ROLE_LABEL).unwrap_or("")))
+            })
+            .collect();
+        for c in &plan.containers {
+            if present.contains(&format!("{}/{}", c.role.label(), c.name)) {
+                continue;
+            }
+            if let Err(failure) = self.create(c).await? {
+                tracing::info!(workspace = %workspace, reason = %failure.reason, "pod failure while creating containers");
+                record.failure = Some(failure);
+                self.write_record(&record)?;
+                return Ok(None);
+            }
+        }
+
+        let containers = self.workspace_containers(name).await?;
+        if plan.replicas == 0 {
+            let mut running: Vec<&ContainerSummary> =
+                containers.iter().filter(|c| summary_running(c)).collect();
+            running.sort_by_key(|c| std::cmp::Reverse((summary_role(c), summary_order(c))));
+            for c in running {
+                let id = c.id.clone().unwrap_or_default();
+                self.stop(&id)
+                    .await
+                    .map_err(|e| runtime_err(format!("stopping container {id}"), e))?;
+            }
+            return Ok(None);
+        }
+        let all_running = containers
+            .iter()
+            .filter(|c| summary_role(c) != Role::Init)
+            .all(summary_running);
+        if all_running {
+            return Ok(None);
+        }
+        record.starting = true;
+        self.write_record(&record)?;
+        Ok(Some(plan))
+    }
+
+    /// Starts the pod: the infra container, each init container to completion in order, then
+    /// the app containers. Runs in the background, holding the workspace's lock.
+    async fn start_sequence(&self, name: String, plan: PodPlan, cancel: CancellationToken) {
+        let outcome = tokio::select! {
+            // Cancel-safe: dropping the sequence leaves containers in a state the next apply
+            // converges from (it starts whatever is not running).
+            _ = cancel.cancelled() => return,
+            r = self.run_start(&plan) => r,
+        };
+        let Some(mut record) = self.read_record(&name) else {
+            return;
+        };
+        if record.pod_hash != plan.hash {
+            return;
+        }
+        record.starting = false;
+        match outcome {
+            Ok(failure) => record.failure = failure,
+            Err(e) => {
+                tracing::warn!(workspace = %name, error = %e, "starting the workspace failed");
+                record.failure = Some(PodFailure {
+                    reason: "RunContainerError".into(),
+                    message: format!("{e}: {}", source_chain(&e)),
+                });
+            }
+        }
+        if let Err(e) = self.write_record(&record) {
+            tracing::warn!(workspace = %name, error = %e, "recording the start outcome failed");
+        }
+        self.bump();
+    }
+
+    /// `Ok(Some(failure))` for a pod failure found while starting.
+    async fn run_start(&self, plan: &PodPlan) -> Result<Option<PodFailure>, RuntimeError> {
+        let docker = &self.inner.docker;
+        let infra = plan.infra();
+        let infra_state = self
+            .inspect(&infra.engine_name)
+            .await
+            .map_err(|e| runtime_err(format!("inspecting {}", infra.engine_name), e))?;
+        let infra_running = infra_state.state.as_ref().and_then(|s| s.running) == Some(true);
+        let start = |name: String| async move {
+            match docker.start_container(&name, None).await {
+                Err(e) if status_of(&e) == Some(304) => Ok(()),
+                Err(e) if status_of(&e).is_some() => Err(Ok(PodFailure {
+                    reason: "RunContainerError".into(),
+                    message: format!("starting {name}: {}", error_message(&e)),
+                })),
+                Err(e) => Err(Err(runtime_err(format!("starting {name}"), e))),
+                Ok(()) => Ok(()),
+            }
+        };
+        macro_rules! start_or_fail {
+            ($name:expr) => {
+                match start($name).await {
+                    Ok(()) => {}
+                    Err(Ok(failure)) => return Ok(Some(failure)),
+                    Err(Err(e)) => return Err(e),
+                }
+            };
+        }
+        if !infra_running {
+            start_or_fail!(infra.engine_name.clone());
+        }
+        for c in plan.containers.iter().filter(|c| c.role == Role::Init) {
+            let state = self
+                .inspect(&c.engine_name)
+                .await
+                .map_err(|e| runtime_err(format!("inspecting {}", c.engine_name), e))?
+                .state
+                .unwrap_or_default();
+            let done = state.status.map(|s| s.to_string()) == Some("exited".into())
+                && state.exit_code == Some(0)
+                && infra_running;
+            if done {
+                continue;
+            }
+            start_or_fail!(c.engine_name.clone());
+            let options = WaitContainerOptions {
+                condition: "not-running".into(),
+            };
+            // The stream reports a non-zero exit as an error; the exit code is read below.
+            let _ = docker
+                .wait_container(&c.engine_name, Some(options))
+                .next()
+                .await;
+            let code = self
+                .inspect(&c.engine_name)
+                .await
+                .map_err(|e| runtime_err(format!("inspecting {}", c.engine_name), e))?
+                .state
+                .and_then(|s| s.exit_code)
+                .unwrap_or(0);
+            if code != 0 {
+                // Reported by `list` from the container's state, with its log.
+                return Ok(None);
+            }
+        }
+        for c in plan.containers.iter().filter(|c| c.role == Role::App) {
+            start_or_fail!(c.engine_name.clone());
+        }
+        Ok(None)
+    }
+
+    /// The containers of the current pod. Exit codes and log tails are read only when the
+    /// pod should run (`details`): a stopped pod's exited containers are no failure, and a
+    /// list of many stopped workspaces stays one engine call.
+    async fn observe(
+        &self,
+        containers: &[ContainerSummary],
+        record: Option<&Record>,
+        details: bool,
+    ) -> Vec<ContainerObservation> {
+        let mut out = Vec::new();
+        let mut sorted: Vec<&ContainerSummary> = containers
+            .iter()
+            .filter(|c| {
+                record.is_none_or(|r| label(c, POD_HASH_LABEL) == Some(r.pod_hash.as_str()))
+            })
+            .collect();
+        sorted.sort_by_key(|c| (summary_role(c), summary_order(c)));
+        for c in sorted {
+            let id = c.id.clone().unwrap_or_default();
+            let status = c.state.map(|s| s.to_string()).unwrap_or_default();
+            let mut obs = ContainerObservation {
+                role: summary_role(c),
+                name: label(c, CONTAINER_LABEL).unwrap_or("").to_owned(),
+                status: status.clone(),
+                exit_code: 0,
+                oom_killed: false,
+                error: String::new(),
+                log_tail: String::new(),
+            };
+            if details
+                && matches!(
+                    status.as_str(),
+                    "exited" | "dead" | "restarting" | "stopped"
+                )
+            {
+                if let Ok(inspect) = self.inspect(&id).await {
+                    if let Some(s) = inspect.state {
+                        obs.exit_code = s.exit_code.unwrap_or(0);
+                        obs.oom_killed = s.oom_killed.unwrap_or(false);
+                        obs.error = s.error.unwrap_or_default();
+                    }
+                }
+                if obs.exit_code != 0 || obs.role != Role::Init {
+                    obs.log_tail = self.log_tail(&id).await;
+                }
+            }
+            out.push(obs);
+        }
+        out
+    }
+
+    async fn log_tail(&self, id: &str) -> String {
+        let options = LogsOptions {
+            stdout: true,
+            stderr: true,
+            tail: "5".into(),
+            ..Default::default()
+        };
+        let mut stream = self.inner.docker.logs(id, Some(options));
+        let mut text = String::new();
+        while let Some(Ok(chunk)) = stream.next().await {
+            text.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
+            if text.len() > 4096 {
+                break;
+            }
+        }
+        // Only short logs go into the message; a user reads long ones with `warren ws logs`.
+        if text.len() > 1000 {
+            let cut = text.len() - 1000;
+            let cut = (cut..text.len())
+                .find(|i| text.is_char_boundary(*i))
+                .unwrap_or(text.len());
+            text = format!("…{}", &text[cut..]);
+        }
+        text
+    }
+}
+
+#[async_trait]
+impl WorkspaceRuntime for EngineRuntime {
+    async fn apply(
+        &self,
+        workspace: &WorkspaceKey,
+        objects: &[serde_json::Value],
+    ) -> Result<(), RuntimeError> {
+        let guard = self.lock_workspace(&workspace.name).await;
+        let result = self.apply_locked(workspace, objects).await;
+        self.bump();
+        let plan = match result {
+            Ok(Some(plan)) => plan,
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let token = self.inner.shutdown.child_token();
+        let generation = self
+            .inner
+            .next_starter
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        lock(&self.inner.starters).insert(workspace.name.clone(), (generation, token.clone()));
+        let this = self.clone();
+        let name = workspace.name.clone();
+        tokio::spawn(async move {
+            let _guard = guard;
+            this.start_sequence(name.clone(), plan, token).await;
+            let mut starters = lock(&this.inner.starters);
+            if starters.get(&name).is_some_and(|(g, _)| *g == generation) {
+                starters.remove(&name);
+            }
+        });
+        Ok(())
+    }
+
+    async fn delete(&self, workspace: &WorkspaceKey) -> Result<TerminationProgress, RuntimeError> {
+        let name = &workspace.name;
+        if !is_dns_label(name) {
+            return Err(RuntimeError::NotFound(format!("workspace {name:?}")));
+        }
+        let _guard = self.lock_workspace(name).await;
+        if let Some(mut record) = self.read_record(name) {
+            if !record.deleting {
+                record.deleting = true;
+                self.write_record(&record)?;
+            }
+        }
+        self.bump();
+        let containers = self.workspace_containers(name).await?;
+        self.remove_all(containers).await?;
+        let mut blocked = false;
+        for (network, _) in self.labelled_networks(Some(name)).await? {
+            match self.inner.docker.remove_network(&network).await {
+                Ok(()) => {}
+                Err(e) if status_of(&e) == Some(404) => {}
+                Err(e) if status_of(&e).is_some() => {
+                    tracing::info!(network, error = %e, "network not removed yet");
+                    blocked = true;
+                }
+                Err(e) => return Err(runtime_err(format!("removing network {network}"), e)),
+            }
+        }
+        let mut volumes: BTreeSet<String> = self
+            .labelled_volumes(Some(name))
+            .await?
+            .into_iter()
+            .map(|(v, _)| v)
+            .collect();
+        if let Some(record) = self.read_record(name) {
+            volumes.extend(record.volumes);
+        }
+        for volume in volumes {
+            let options = RemoveVolumeOptions { force: true };
+            match self
+                .inner
+                .docker
+                .remove_volume(&volume, Some(options))
+                .await
+            {
+                Ok(()) => {}
+                Err(e) if status_of(&e) == Some(404) => {}
+                Err(e) if status_of(&e).is_some() => {
+                    tracing::info!(volume, error = %e, "volume not removed yet");
+                    blocked = true;
+                }
+                Err(e) => return Err(runtime_err(format!("removing volume {volume}"), e)),
+            }
+        }
+        if blocked {
+            return Ok(TerminationProgress::Terminating);
+        }
+        match std::fs::remove_dir_all(self.workspace_dir(name)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(runtime_err(format!("removing the state of {name}"), e)),
+        }
+        let remaining = !self.workspace_containers(name).await?.is_empty()
+            || !self.labelled_networks(Some(name)).await?.is_empty()
+            || !self.labelled_volumes(Some(name)).await?.is_empty();
+        self.bump();
+        Ok(if remaining {
+            TerminationProgress::Terminating
+        } else {
+            TerminationProgress::Terminated
+        })
+    }
+
+    async fn list(&self) -> Result<Vec<ObservedWorkspace>, RuntimeError> {
+        let containers = self.containers(None).await?;
+        let mut by_workspace: BTreeMap<String, Vec<ContainerSummary>> = BTreeMap::new();
+        let mut namespaces: BTreeMap<String, String> = BTreeMap::new();
+        for c in containers {
+            let Some(name) = label(&c, WORKSPACE_NAME_LABEL).map(str::to_owned) else {
+                continue;
+            };
+            if let Some(ns) = label(&c, WORKSPACE_NAMESPACE_LABEL) {
+                namespaces.insert(name.clone(), ns.to_owned());
+            }
+            by_workspace.entry(name).or_default().push(c);
+        }
+        for (_, labels) in self
+            .labelled_volumes(None)
+            .await?
+            .into_iter()
+            .chain(self.labelled_networks(None).await?)
+        {
+            if let Some(name) = labels.get(WORKSPACE_NAME_LABEL) {
+                by_workspace.entry(name.clone()).or_default();
+                if let Some(ns) = labels.get(WORKSPACE_NAMESPACE_LABEL) {
+                    namespaces.entry(name.clone()).or_insert_with(|| ns.clone());
+                }
+            }
+        }
+        if let Ok(entries) = std::fs::read_dir(self.inner.config.state_dir.join("workspaces")) {
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if self.read_record(&name).is_some() {
+                    by_workspace.entry(name).or_default();
+                }
+            }
+        }
+
+        let mut out = Vec::new();
+        for (name, containers) in by_workspace {
+            let record = self.read_record(&name);
+            let namespace = record
+                .as_ref()
+                .map(|r| r.namespace.clone())
+                .or_else(|| namespaces.get(&name).cloned())
+                .unwrap_or_default();
+            let key = WorkspaceKey {
+                name: name.clone(),
+                namespace: namespace.clone(),
+            };
+            let Some(record) = record else {
+                // Left-overs without a record (the state directory was lost): report what
+                // runs; the next full reconcile applies or deletes it.
+                let observed = self.observe(&containers, None, true).await;
+                let replicas = i32::from(observed.iter().any(|c| c.status == "running"));
+                let pod = PodObservation {
+                    name,
+                    namespace,
+                    replicas,
+                    applied: None,
+                    containers: observed,
+                    starting: false,
+                    recorded_failure: None,
+                };
+                let s = status::synthesise(&pod);
+                out.push(ObservedWorkspace {
+                    key,
+                    deployment: Some(s.deployment),
+                    pod_failure: s.pod_failure,
+                    terminating: false,
+                });
+                continue;
+            };
+            if record.deleting {
+                out.push(ObservedWorkspace {
+                    key,
+                    deployment: None,
+                    pod_failure: None,
+                    terminating: true,
+                });
+                continue;
+            }
+            let observed = self
+                .observe(&containers, Some(&record), record.replicas == 1)
+                .await;
+            let pod = PodObservation {
+                name,
+                namespace,
+                replicas: record.replicas,
+                applied: Some(record.deployment.clone()),
+                containers: observed,
+                starting: record.starting,
+                recorded_failure: record.failure.clone(),
+            };
+            let s = status::synthesise(&pod);
+            out.push(ObservedWorkspace {
+                key,
+                deployment: Some(s.deployment),
+                pod_failure: s.pod_failure,
+                terminating: false,
+            });
+        }
+        Ok(out)
+    }
+
+    fn changes(&self) -> watch::Receiver<u64> {
+        self.inner.changes.subscribe()
+    }
+
+    async fn dial(
+        &self,
+        workspace: &WorkspaceKey,
+        port: u16,
+    ) -> Result<Box<dyn ByteStream>, RuntimeError> {
+        let name = &workspace.name;
+        let infra = self
+            .containers(Some(format!("{WORKSPACE_NAME_LABEL}={name}")))
+            .await?
+            .into_iter()
+            .filter(|c| summary_role(c) == Role::Infra)
+            .find(|c| {
+                self.read_record(name)
+                    .is_none_or(|r| label(c, POD_HASH_LABEL) == Some(r.pod_hash.as_str()))
+            })
+            .ok_or_else(|| RuntimeError::NotFound(format!("workspace {workspace}")))?;
+        let key = format!("{port}/tcp");
+        let declared = label(&infra, PORTS_LABEL)
+            .unwrap_or("")
+            .split(',')
+            .any(|p| p == key);
+        if !declared {
+            return Err(RuntimeError::NotFound(format!(
+                "port {port} of workspace {workspace}"
+            )));
+        }
+        let id = infra.id.clone().unwrap_or_default();
+        let inspect = self
+            .inspect(&id)
+            .await
+            .map_err(|e| runtime_err(format!("inspecting the pod of {workspace}"), e))?;
+        let host_port = inspect
+            .network_settings
+            .and_then(|n| n.ports)
+            .and_then(|p| p.get(&key).cloned().flatten())
+            .and_then(|bindings| bindings.into_iter().find_map(|b| b.host_port))
+            .and_then(|p| p.parse::<u16>().ok())
+            .ok_or_else(|| {
+                RuntimeError::NotFound(format!(
+                    "a published port {port} of workspace {workspace} (is it running?)"
+                ))
+            })?;
+        let stream = tokio::net::TcpStream::connect(("127.0.0.1", host_port))
+            .await
+            .map_err(|e| {
+                runtime_err(
+                    format!("connecting to port {port} of workspace {workspace}"),
+                    e,
+                )
+            })?;
+        Ok(Box::new(stream))
+    }
+}
+
+/// Bumps the change counter on every engine event of this agent's objects; reconnects when
+/// the stream ends (the engine restarted, the connection dropped).
+async fn watch_events(inner: std::sync::Weak<Inner>, shutdown: CancellationToken) {
+    loop {
+        let Some(strong) = inner.upgrade() else {
+            return;
+        };
+        let docker = strong.docker.clone();
+        let agent = strong.config.agent_id.to_string();
+        let changes = strong.changes.clone();
+        drop(strong);
+        let options = EventsOptions {
+            filters: Some(HashMap::from([(
+                "label".to_owned(),
+                vec![format!("{AGENT_ID_LABEL}={agent}")],
+            )])),
+            ..Default::default()
+        };
+        let mut stream = docker.events(Some(options));
+        // Events may have been missed while disconnected.
+        changes.send_modify(|v| *v = v.wrapping_add(1));
+        loop {
+            tokio::select! {
+                // Cancel-safe: nothing is half-done between events.
+                _ = shutdown.cancelled() => return,
+                event = stream.next() => match event {
+                    Some(Ok(event)) => {
+                        // Engines that ignore the label filter still name the labels in the
+                        // actor's attributes; any event of our objects counts, whatever its
+                        // action is called (Podman's differ from Docker's).
+                        let ours = event
+                            .actor
+                            .and_then(|a| a.attributes)
+                            .and_then(|attrs| attrs.get(AGENT_ID_LABEL).cloned())
+                            .is_none_or(|id| id == agent);
+                        if ours {
+                            changes.send_modify(|v| *v = v.wrapping_add(1));
+                        }
+                    }
+                    Some(Err(e)) => {
+                        tracing::debug!(error = %e, "engine event stream failed; reconnecting");
+                        break;
+                    }
+                    None => break,
+                },
+            }
+        }
+        tokio::select! {
+            // Cancel-safe: a sleep.
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}
+
+/// Podman reports a container that has just exited as `stopped` for a few milliseconds, a
+/// state Docker's API (and so bollard's types) does not have; the answer is retried briefly.
+async fn retry_transient<T, F, Fut>(mut call: F) -> Result<T, bollard::errors::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, bollard::errors::Error>>,
+{
+    let mut attempts = 0;
+    loop {
+        match call().await {
+            Err(bollard::errors::Error::JsonDataError { .. }) if attempts < 40 => {
+                attempts += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn label<'a>(c: &'a ContainerSummary, key: &str) -> Option<&'a str> {
+    c.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+fn summary_role(c: &ContainerSummary) -> Role {
+    label(c, ROLE_LABEL)
+        .and_then(Role::from_label)
+        .unwrap_or(Role::App)
+}
+
+fn summary_order(c: &ContainerSummary) -> usize {
+    label(c, ORDER_LABEL)
+        .and_then(|o| o.parse().ok())
+        .unwrap_or(0)
+}
+
+fn summary_running(c: &ContainerSummary) -> bool {
+    matches!(
+        c.state.map(|s| s.to_string()).as_deref(),
+        Some("running" | "restarting" | "paused")
+    )
+}
+
+fn status_of(e: &bollard::errors::Error) -> Option<u16> {
+    match e {
+        bollard::errors::Error::DockerResponseServerError { status_code, .. } => Some(*status_code),
+        _ => None,
+    }
+}
+
+fn error_message(e: &bollard::errors::Error) -> String {
+    match e {
+        bollard::errors::Error::DockerResponseServerError { message, .. } => message.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn source_chain(e: &dyn std::error::Error) -> String {
+    let mut parts = Vec::new();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        parts.push(s.to_string());
+        cur = s.source();
+    }
+    parts.join(": ")
+}
+
+fn runtime_err(
+    context: String,
+    source: impl std::error::Error + Send + Sync + 'static,
+) -> RuntimeError {
+    RuntimeError::Runtime {
+        context,
+        source: Box::new(source),
+    }
+}
+
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+fn create_private_dir(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))
+}
+
+fn write_private_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(bytes)?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    f.sync_all()
+}
+
+/// Writes the Secret/ConfigMap files: 0700 directories and 0600 files owned by the pod's
+/// user, so the non-root user can read them through the read-only bind mount. Files are
+/// rewritten in place, so a single-file (subPath) bind keeps seeing the current contents.
+fn write_files(files_dir: &Path, plan: &PodPlan) -> std::io::Result<()> {
+    create_private_dir(files_dir)?;
+    let mut dirs = BTreeSet::new();
+    for f in &plan.files {
+        let path = files_dir.join(&f.path);
+        let mut dir = path.parent().map(Path::to_path_buf);
+        while let Some(d) = dir {
+            if d == files_dir {
+                break;
+            }
+            dirs.insert(d.clone());
+            dir = d.parent().map(Path::to_path_buf);
+        }
+        if let Some(parent) = path.parent() {
+            create_private_dir(parent)?;
+        }
+        write_private_file(&path, &f.contents)?;
+        chown_to(&path, plan)?;
+    }
+    // Volumes without data still get their (empty) directory to bind.
+    for c in &plan.containers {
+        for m in c
+            .body
+            .host_config
+            .iter()
+            .flat_map(|h| h.mounts.iter().flatten())
+        {
+            if m.typ == Some(bollard::models::MountType::BIND) {
+                if let Some(src) = &m.source {
+                    let p = PathBuf::from(src);
+                    if p.starts_with(files_dir)
+                        && !p.exists()
+                        && !plan.files.iter().any(|f| files_dir.join(&f.path) == p)
+                    {
+                        create_private_dir(&p)?;
+                        dirs.insert(p);
+                    }
+                }
+            }
+        }
+    }
+    for d in dirs {
+        chown_to(&d, plan)?;
+    }
+    Ok(())
+}
+
+fn chown_to(path: &Path, plan: &PodPlan) -> std::io::Result<()> {
+    match std::os::unix::fs::chown(path, Some(plan.uid), Some(plan.gid)) {
+        Ok(()) => Ok(()),
+        // Not root (rootless engine): the files stay ours, which the engine maps to the
+        // container's root; the workspace user may then not read them.
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            tracing::warn!(path = %path.display(), "cannot chown a workspace file (agent not running as root)");
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,883 @@
+//! Turns one workspace's Kubernetes objects into what an engine runs: containers, volumes, files.
+//!
+//! Pure (no engine calls), so the mapping of desired-config.md's table is unit-tested on its
+//! own. The pod becomes an *infra* container that owns the network namespace and publishes
+//! the Service ports (as a pod's sandbox does), the init containers and the app containers,
+//! which join the infra container's namespace with `container:<name>`.
+
+use bollard::models::{
+    ContainerCreateBody, EndpointSettings, HostConfig, Mount, MountType, NetworkingConfig,
+    PortBinding, RestartPolicy, RestartPolicyNameEnum,
+};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, PersistentVolumeClaim, PodSecurityContext, Secret, SecurityContext,
+    Service,
+};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+
+use crate::runtime::WorkspaceKey;
+
+/// Label: workspace name (the key the runtime groups containers, volumes and networks by).
+pub const WORKSPACE_NAME_LABEL: &str = "warren.dev/workspace-name";
+/// Label: workspace namespace.
+pub const WORKSPACE_NAMESPACE_LABEL: &str = "warren.dev/workspace-namespace";
+/// Label: hash of the pod spec a container was created from (Recreate when it differs).
+pub const POD_HASH_LABEL: &str = "warren.dev/pod-hash";
+/// Label: `infra`, `init` or `container`.
+pub const ROLE_LABEL: &str = "warren.dev/role";
+/// Label: the container's name in the pod spec.
+pub const CONTAINER_LABEL: &str = "warren.dev/container";
+/// Label: position of the container within its role (init containers run in this order).
+pub const ORDER_LABEL: &str = "warren.dev/order";
+/// Label: the published target ports, comma-separated (for `dial` and the synthesised status).
+pub const PORTS_LABEL: &str = "warren.dev/ports";
+
+/// The user a pod runs as when its spec names none: non-root, group 0 (desired-config.md).
+pub const DEFAULT_UID: i64 = 5001;
+
+/// Why objects cannot be realised; reported as an applier error.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("object {index} ({kind}) is invalid: {message}")]
+    Invalid {
+        index: usize,
+        kind: String,
+        message: String,
+    },
+    #[error("kind {kind} (object {index}) is not supported by the container-engine runtime")]
+    UnsupportedKind { index: usize, kind: String },
+    #[error("the objects contain no Deployment")]
+    NoDeployment,
+    #[error("the objects contain more than one Deployment")]
+    TwoDeployments,
+    #[error("{0}")]
+    Spec(String),
+}
+
+/// Secret or ConfigMap data by object name, key → bytes.
+pub type DataSets = BTreeMap<String, BTreeMap<String, Vec<u8>>>;
+
+/// The objects of one workspace, parsed with the Kubernetes types.
+#[derive(Debug, Clone)]
+pub struct Objects {
+    pub deployment: Deployment,
+    /// The Deployment as given (reported back, lightly changed, by the synthesised status).
+    pub deployment_json: Value,
+    pub service: Option<Service>,
+    pub secrets: DataSets,
+    pub config_maps: DataSets,
+    pub claims: BTreeSet<String>,
+}
+
+/// Parses the objects, keeping the kinds the engine realises and skipping those without an
+/// engine equivalent (ServiceAccount, NetworkPolicy, ResourceQuota, Namespace).
+pub fn parse_objects(objects: &[Value]) -> Result<Objects, PlanError> {
+    let mut deployment = None;
+    let mut service = None;
+    let mut secrets = DataSets::new();
+    let mut config_maps = DataSets::new();
+    let mut claims = BTreeSet::new();
+    for (index, object) in objects.iter().enumerate() {
+        let kind = object
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        let invalid = |e: serde_json::Error| PlanError::Invalid {
+            index,
+            kind: kind.clone(),
+            message: e.to_string(),
+        };
+        match kind.as_str() {
+            "Deployment" => {
+                if deployment.is_some() {
+                    return Err(PlanError::TwoDeployments);
+                }
+                let d: Deployment = serde_json::from_value(object.clone()).map_err(invalid)?;
+                deployment = Some((d, object.clone()));
+            }
+            "Service" => {
+                service = Some(serde_json::from_value::<Service>(object.clone()).map_err(invalid)?)
+            }
+            "Secret" => {
+                let s: Secret = serde_json::from_value(object.clone()).map_err(invalid)?;
+                let mut data: BTreeMap<String, Vec<u8>> = s
+                    .data
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k, v.0))
+                    .collect();
+                for (k, v) in s.string_data.unwrap_or_default() {
+                    data.insert(k, v.into_bytes());
+                }
+                secrets.insert(s.metadata.name.unwrap_or_default(), data);
+            }
+            "ConfigMap" => {
+                let c: ConfigMap = serde_json::from_value(object.clone()).map_err(invalid)?;
+                let mut data: BTreeMap<String, Vec<u8>> = c
+                    .data
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k, v.into_bytes()))
+                    .collect();
+                for (k, v) in c.binary_data.unwrap_or_default() {
+                    data.insert(k, v.0);
+                }
+                config_maps.insert(c.metadata.name.unwrap_or_default(), data);
+            }
+            "PersistentVolumeClaim" => {
+                let p: PersistentVolumeClaim =
+                    serde_json::from_value(object.clone()).map_err(invalid)?;
+                claims.insert(p.metadata.name.unwrap_or_default());
+            }
+            "ServiceAccount" | "NetworkPolicy" | "ResourceQuota" | "Namespace" | "LimitRange" => {}
+            _ => return Err(PlanError::UnsupportedKind { index, kind }),
+        }
+    }
+    let (deployment, deployment_json) = deployment.ok_or(PlanError::NoDeployment)?;
+    Ok(Objects {
+        deployment,
+        deployment_json,
+        service,
+        secrets,
+        config_maps,
+        claims,
+    })
+}
+
+/// Role of a container in the pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    Infra,
+    Init,
+    App,
+}
+
+impl Role {
+    pub fn label(self) -> &'static str {
+        match self {
+            Role::Infra => "infra",
+            Role::Init => "init",
+            Role::App => "container",
+        }
+    }
+
+    pub fn from_label(s: &str) -> Option<Role> {
+        match s {
+            "infra" => Some(Role::Infra),
+            "init" => Some(Role::Init),
+            "container" => Some(Role::App),
+            _ => None,
+        }
+    }
+}
+
+/// One container to create.
+#[derive(Debug, Clone)]
+pub struct ContainerPlan {
+    pub role: Role,
+    /// The name in the pod spec (`infra` for the infra container).
+    pub name: String,
+    /// The engine's container name.
+    pub engine_name: String,
+    pub order: usize,
+    pub body: ContainerCreateBody,
+}
+
+/// A file to write under the workspace's state directory before the containers start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedFile {
+    /// Relative to the workspace's files directory.
+    pub path: PathBuf,
+    pub contents: Vec<u8>,
+}
+
+/// Everything of the pod an engine realises.
+#[derive(Debug, Clone)]
+pub struct PodPlan {
+    pub hash: String,
+    pub replicas: i32,
+    pub network: String,
+    /// Engine volume name → PVC name.
+    pub volumes: BTreeMap<String, String>,
+    pub files: Vec<PlannedFile>,
+    /// Published target ports (`<port>/<proto>`).
+    pub ports: Vec<String>,
+    /// uid and gid the containers run as (files are chowned to them).
+    pub uid: u32,
+    pub gid: u32,
+    /// In start order: infra, init containers, app containers.
+    pub containers: Vec<ContainerPlan>,
+}
+
+impl PodPlan {
+    pub fn infra(&self) -> &ContainerPlan {
+        &self.containers[0]
+    }
+}
+
+/// Names derived from the workspace name (desired-config.md).
+pub fn network_name(workspace: &str) -> String {
+    format!("warren-{workspace}")
+}
+
+/// `warren-<workspace>-<volume>` where the PVC is `<workspace>-<volume>`.
+pub fn volume_name(workspace: &str, claim: &str) -> String {
+    let volume = claim
+        .strip_prefix(&format!("{workspace}-"))
+        .unwrap_or(claim);
+    format!("warren-{workspace}-{volume}")
+}
+
+/// Workspace names are DNS labels, so `.` cannot be part of one: no two workspaces' container
+/// names collide.
+pub fn container_name(workspace: &str, role: Role, name: &str) -> String {
+    match role {
+        Role::Infra => format!("warren-{workspace}.infra"),
+        _ => format!("warren-{workspace}.c.{name}"),
+    }
+}
+
+/// Context the plan needs besides the objects.
+#[derive(Debug, Clone)]
+pub struct PlanContext<'a> {
+    pub workspace: &'a WorkspaceKey,
+    /// Where the workspace's Secret/ConfigMap files are written (host path).
+    pub files_dir: &'a Path,
+    /// Labels every container, volume and network carries.
+    pub labels: &'a BTreeMap<String, String>,
+}
+
+/// Builds the pod plan. `secrets`/`config_maps` are the objects' data merged with what was
+/// stored from earlier applies (partial reconciles may omit Secrets, reconcile.md).
+pub fn plan(
+    objects: &Objects,
+    secrets: &DataSets,
+    config_maps: &DataSets,
+    cx: &PlanContext<'_>,
+) -> Result<PodPlan, PlanError> {
+    let ws = cx.workspace.name.as_str();
+    let spec_err = |m: String| PlanError::Spec(m);
+    let dspec = objects
+        .deployment
+        .spec
+        .as_ref()
+        .ok_or_else(|| spec_err("the Deployment has no spec".into()))?;
+    let replicas = dspec.replicas.unwrap_or(1);
+    if !(0..=1).contains(&replicas) {
+        return Err(spec_err(format!(
+            "spec.replicas is {replicas}; a workspace runs 0 or 1 replicas"
+        )));
+    }
+    let pod = dspec
+        .template
+        .spec
+        .as_ref()
+        .ok_or_else(|| spec_err("the Deployment has no spec.template.spec".into()))?;
+    if pod.containers.is_empty() {
+        return Err(spec_err("spec.template.spec.containers is empty".into()));
+    }
+    let init_containers = pod.init_containers.clone().unwrap_or_default();
+    let mut seen = BTreeSet::new();
+    for c in init_containers.iter().chain(&pod.containers) {
+        if c.name.is_empty()
+            || !c
+                .name
+                .chars()
+                .all(|ch| ch.is_ascii_alphanumeric() || ch == '-')
+        {
+            return Err(spec_err(format!(
+                "container name {:?} is not a DNS label",
+                c.name
+            )));
+        }
+        if !seen.insert(c.name.clone()) {
+            return Err(spec_err(format!(
+                "container name {:?} is used twice",
+                c.name
+            )));
+        }
+    }
+
+    // Volumes: PVC → named volume, Secret/ConfigMap → files, emptyDir → named volume too.
+    let mut volumes = BTreeMap::new();
+    let mut files = Vec::new();
+    let mut sources: HashMap<String, Source> = HashMap::new();
+    for v in pod.volumes.clone().unwrap_or_default() {
+        let source = if let Some(pvc) = &v.persistent_volume_claim {
+            let engine = volume_name(ws, &pvc.claim_name);
+            volumes.insert(engine.clone(), pvc.claim_name.clone());
+            Source::Volume(engine)
+        } else if v.empty_dir.is_some() {
+            let engine = volume_name(ws, &format!("{ws}-{}", v.name));
+            volumes.insert(engine.clone(), v.name.clone());
+            Source::Volume(engine)
+        } else if let Some(s) = &v.secret {
+            let name = s.secret_name.clone().unwrap_or_default();
+            let data = match secrets.get(&name) {
+                Some(d) => d,
+                None if s.optional == Some(true) => &BTreeMap::new(),
+                None => {
+                    return Err(spec_err(format!(
+                        "volume {:?} uses Secret {name:?}, which is not among the objects",
+                        v.name
+                    )))
+                }
+            };
+            let items = s.items.clone().unwrap_or_default();
+            files.extend(project(&v.name, data, &items, &name)?);
+            Source::Dir(PathBuf::from(&v.name))
+        } else if let Some(c) = &v.config_map {
+            let name = c.name.clone();
+            let data = match config_maps.get(&name) {
+                Some(d) => d,
+                None if c.optional == Some(true) => &BTreeMap::new(),
+                None => {
+                    return Err(spec_err(format!(
+                        "volume {:?} uses ConfigMap {name:?}, which is not among the objects",
+                        v.name
+                    )))
+                }
+            };
+            let items = c.items.clone().unwrap_or_default();
+            files.extend(project(&v.name, data, &items, &name)?);
+            Source::Dir(PathBuf::from(&v.name))
+        } else {
+            return Err(spec_err(format!(
+                "volume {:?}: only persistentVolumeClaim, emptyDir, secret and configMap volumes \
+                 are supported by the container-engine runtime",
+                v.name
+            )));
+        };
+        if !is_safe_relative(&v.name) {
+            return Err(spec_err(format!(
+                "volume name {:?} is not a DNS label",
+                v.name
+            )));
+        }
+        sources.insert(v.name.clone(), source);
+    }
+
+    let (uid, gid) = pod_user(pod.security_context.as_ref(), None)?;
+
+    // Service ports → target ports published by the infra container.
+    let mut ports = BTreeSet::new();
+    if let Some(svc) = objects.service.as_ref().and_then(|s| s.spec.as_ref()) {
+        for p in svc.ports.clone().unwrap_or_default() {
+            let target = match &p.target_port {
+                None => p.port,
+                Some(IntOrString::Int(i)) => *i,
+                Some(IntOrString::String(named)) => pod
+                    .containers
+                    .iter()
+                    .flat_map(|c| c.ports.clone().unwrap_or_default())
+                    .find(|cp| cp.name.as_deref() == Some(named.as_str()))
+                    .map(|cp| cp.container_port)
+                    .ok_or_else(|| {
+                        spec_err(format!(
+                            "Service targetPort {named:?} names no container port"
+                        ))
+                    })?,
+            };
+            if !(1..=65535).contains(&target) {
+                return Err(spec_err(format!(
+                    "Service targetPort {target} is out of range"
+                )));
+            }
+            let proto = p.protocol.as_deref().unwrap_or("TCP").to_ascii_lowercase();
+            if proto != "tcp" && proto != "udp" {
+                return Err(spec_err(format!(
+                    "Service port protocol {proto:?} is not supported"
+                )));
+            }
+            ports.insert(format!("{target}/{proto}"));
+        }
+    }
+    let ports: Vec<String> = ports.into_iter().collect();
+
+    let network = network_name(ws);
+    let mut containers = Vec::new();
+    let first = &pod.containers[0];
+    let image = first
+        .image
+        .clone()
+        .filter(|i| !i.is_empty())
+        .ok_or_else(|| spec_err(format!("container {:?} has no image", first.name)))?;
+    // The infra container only holds the namespaces; `sleep` under the init process stops at
+    // once on SIGTERM and needs nothing but the workspace's own image.
+    let infra_body = ContainerCreateBody {
+        image: Some(image),
+        entrypoint: Some(vec!["sleep".into()]),
+        cmd: Some(vec!["2147483647".into()]),
+        user: Some(format!("{uid}:{gid}")),
+        hostname: Some(ws.to_owned()),
+        exposed_ports: Some(ports.clone()),
+        host_config: Some(HostConfig {
+            init: Some(true),
+            cap_drop: Some(vec!["ALL".into()]),
+            security_opt: Some(vec!["no-new-privileges".into()]),
+            privileged: Some(false),
+            network_mode: Some(network.clone()),
+            restart_policy: Some(RestartPolicy {
+                name: Some(RestartPolicyNameEnum::NO),
+                maximum_retry_count: None,
+            }),
+            port_bindings: Some(
+                ports
+                    .iter()
+                    .map(|p| {
+                        let binding = PortBinding {
+                            host_ip: Some("127.0.0.1".into()),
+                            host_port: Some(String::new()),
+                        };
+                        (p.clone(), Some(vec![binding]))
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        }),
+        networking_config: Some(NetworkingConfig {
+            endpoints_config: Some(HashMap::from([(
+                network.clone(),
+                EndpointSettings {
+                    aliases: Some(vec![ws.to_owned()]),
+                    ..Default::default()
+                },
+            )])),
+        }),
+        ..Default::default()
+    };
+    containers.push(ContainerPlan {
+        role: Role::Infra,
+        name: "infra".into(),
+        engine_name: container_name(ws, Role::Infra, "infra"),
+        order: 0,
+        body: infra_body,
+    });
+
+    let infra_name = containers[0].engine_name.clone();
+    let env_cx = EnvContext {
+        workspace: cx.workspace,
+        secrets,
+        config_maps,
+    };
+    for (role, list) in [(Role::Init, &init_containers), (Role::App, &pod.containers)] {
+        for (order, c) in list.iter().enumerate() {
+            let body = container_body(
+                c,
+                pod.security_context.as_ref(),
+                &infra_name,
+                &sources,
+                cx.files_dir,
+                &env_cx,
+            )?;
+            containers.push(ContainerPlan {
+                role,
+                name: c.name.clone(),
+                engine_name: container_name(ws, role, &c.name),
+                order,
+                body,
+            });
+        }
+    }
+
+    // The hash covers what the containers are created from, not the contents of mounted files
+    // (those are rewritten in place, as Kubernetes updates Secret volumes in place).
+    let mut hasher = Sha256::new();
+    for c in &containers {
+        let v = serde_json::to_value(&c.body).map_err(|e| spec_err(e.to_string()))?;
+        hasher.update(c.role.label());
+        hasher.update([0]);
+        hasher.update(&c.engine_name);
+        hasher.update([0]);
+        hasher.update(canonical_json(&v));
+        hasher.update([0]);
+    }
+    for (engine, claim) in &volumes {
+        hasher.update(format!("volume {engine} {claim}\0"));
+    }
+    let hash = hex::encode(&hasher.finalize()[..12]);
+
+    // Labels last: they carry the hash.
+    for c in &mut containers {
+        let mut labels: HashMap<String, String> = cx
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        labels.insert(POD_HASH_LABEL.into(), hash.clone());
+        labels.insert(ROLE_LABEL.into(), c.role.label().into());
+        labels.insert(CONTAINER_LABEL.into(), c.name.clone());
+        labels.insert(ORDER_LABEL.into(), c.order.to_string());
+        if c.role == Role::Infra {
+            labels.insert(PORTS_LABEL.into(), ports.join(","));
+        }
+        c.body.labels = Some(labels);
+    }
+
+    Ok(PodPlan {
+        hash,
+        replicas,
+        network,
+        volumes,
+        files,
+        ports,
+        uid,
+        gid,
+        containers,
+    })
+}
+
+/// Where a pod volume comes from on the engine.
+enum Source {
+    Volume(String),
+    Dir(PathBuf),
+}
+
+struct EnvContext<'a> {
+    workspace: &'a WorkspaceKey,
+    secrets: &'a DataSets,
+    config_maps: &'a DataSets,
+}
+
+fn container_body(
+    c: &Container,
+    pod_sc: Option<&PodSecurityContext>,
+    infra: &str,
+    sources: &HashMap<String, Source>,
+    files_dir: &Path,
+    env_cx: &EnvContext<'_>,
+) -> Result<ContainerCreateBody, PlanError> {
+    let err = |m: String| PlanError::Spec(format!("container {:?}: {m}", c.name));
+    let image = c
+        .image
+        .clone()
+        .filter(|i| !i.is_empty())
+        .ok_or_else(|| err("no image".into()))?;
+    let sc = c.security_context.as_ref();
+    if sc.and_then(|s| s.privileged) == Some(true) {
+        return Err(err("privileged containers are not allowed".into()));
+    }
+    let (uid, gid) = pod_user(pod_sc, sc)?;
+    let mut security_opt = Vec::new();
+    if sc.and_then(|s| s.allow_privilege_escalation) == Some(false) {
+        security_opt.push("no-new-privileges".to_owned());
+    }
+    let cap_add: Vec<String> = sc
+        .and_then(|s| s.capabilities.as_ref())
+        .and_then(|caps| caps.add.clone())
+        .unwrap_or_default();
+
+    let (mut memory, mut nano_cpus) = (None, None);
+    if let Some(limits) = c.resources.as_ref().and_then(|r| r.limits.as_ref()) {
+        if let Some(m) = limits.get("memory") {
+            let bytes = warren_types::quantity::parse_memory_bytes(&m.0)
+                .map_err(|e| err(format!("resources.limits.memory: {e}")))?;
+            memory = Some(i64::try_from(bytes).map_err(|_| err("memory limit too large".into()))?);
+        }
+        if let Some(cpu) = limits.get("cpu") {
+            let millis = warren_types::quantity::parse_cpu_millis(&cpu.0)
+                .map_err(|e| err(format!("resources.limits.cpu: {e}")))?;
+            let nanos = millis
+                .checked_mul(1_000_000)
+                .and_then(|n| i64::try_from(n).ok())
+                .ok_or_else(|| err("cpu limit too large".into()))?;
+            nano_cpus = Some(nanos);
+        }
+    }
+
+    let mut mounts = Vec::new();
+    for m in c.volume_mounts.clone().unwrap_or_default() {
+        let source = sources
+            .get(&m.name)
+            .ok_or_else(|| err(format!("volumeMount {:?} names no volume", m.name)))?;
+        let sub = m.sub_path.clone().filter(|s| !s.is_empty());
+        if let Some(s) = &sub {
+            if !is_safe_relative(s) {
+                return Err(err(format!(
+                    "volumeMount {:?}: subPath {s:?} is not allowed",
+                    m.name
+                )));
+            }
+        }
+        let read_only = m.read_only.unwrap_or(false);
+        let mount = match source {
+            Source::Volume(v) => Mount {
+                target: Some(m.mount_path.clone()),
+                source: Some(v.clone()),
+                typ: Some(MountType::VOLUME),
+                read_only: Some(read_only),
+                volume_options: sub.map(|s| bollard::models::MountVolumeOptions {
+                    subpath: Some(s),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            Source::Dir(dir) => {
+                let mut path = files_dir.join(dir);
+                if let Some(s) = sub {
+                    path = path.join(s);
+                }
+                Mount {
+                    target: Some(m.mount_path.clone()),
+                    source: Some(path.to_string_lossy().into_owned()),
+                    typ: Some(MountType::BIND),
+                    // Secret and ConfigMap files are always read-only, as on Kubernetes.
+                    read_only: Some(true),
+                    ..Default::default()
+                }
+            }
+        };
+        mounts.push(mount);
+    }
+
+    let env = resolve_env(c, env_cx).map_err(err)?;
+    let readonly_rootfs = sc.and_then(|s| s.read_only_root_filesystem).filter(|r| *r);
+
+    Ok(ContainerCreateBody {
+        image: Some(image),
+        entrypoint: c.command.clone(),
+        cmd: c.args.clone(),
+        working_dir: c.working_dir.clone().filter(|w| !w.is_empty()),
+        env: Some(env),
+        user: Some(format!("{uid}:{gid}")),
+        tty: c.tty,
+        open_stdin: c.stdin,
+        host_config: Some(HostConfig {
+            init: Some(true),
+            memory,
+            nano_cpus,
+            cap_drop: Some(vec!["ALL".into()]),
+            cap_add: (!cap_add.is_empty()).then_some(cap_add),
+            security_opt: (!security_opt.is_empty()).then_some(security_opt),
+            privileged: Some(false),
+            readonly_rootfs,
+            network_mode: Some(format!("container:{infra}")),
+            mounts: Some(mounts),
+            restart_policy: Some(RestartPolicy {
+                name: Some(RestartPolicyNameEnum::NO),
+                maximum_retry_count: None,
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+/// The uid/gid a container runs as: the container's securityContext, then the pod's, then
+/// Warren's default 5001:0. Root is refused when `runAsNonRoot` is set.
+fn pod_user(
+    pod: Option<&PodSecurityContext>,
+    container: Option<&SecurityContext>,
+) -> Result<(u32, u32), PlanError> {
+    let uid = container
+        .and_then(|s| s.run_as_user)
+        .or(pod.and_then(|s| s.run_as_user))
+        .unwrap_or(DEFAULT_UID);
+    let gid = container
+        .and_then(|s| s.run_as_group)
+        .or(pod.and_then(|s| s.run_as_group))
+        .unwrap_or(0);
+    let non_root = container
+        .and_then(|s| s.run_as_non_root)
+        .or(pod.and_then(|s| s.run_as_non_root))
+        .unwrap_or(false);
+    if non_root && uid == 0 {
+        return Err(PlanError::Spec(
+            "runAsNonRoot is set but runAsUser is 0".into(),
+        ));
+    }
+    let uid =
+        u32::try_from(uid).map_err(|_| PlanError::Spec(format!("runAsUser {uid} is invalid")))?;
+    let gid =
+        u32::try_from(gid).map_err(|_| PlanError::Spec(format!("runAsGroup {gid} is invalid")))?;
+    Ok((uid, gid))
+}
+
+fn resolve_env(c: &Container, cx: &EnvContext<'_>) -> Result<Vec<String>, String> {
+    // Later entries win, as on Kubernetes (env over envFrom).
+    let mut vars: Vec<(String, String)> = Vec::new();
+    let mut set = |k: String, v: String| {
+        vars.retain(|(name, _)| *name != k);
+        vars.push((k, v));
+    };
+    let text = |bytes: &[u8], what: &str| {
+        String::from_utf8(bytes.to_vec()).map_err(|_| format!("{what} is not UTF-8 text"))
+    };
+    for from in c.env_from.clone().unwrap_or_default() {
+        let prefix = from.prefix.clone().unwrap_or_default();
+        let (set_name, optional, data) = if let Some(s) = &from.secret_ref {
+            (
+                s.name.clone(),
+                s.optional == Some(true),
+                cx.secrets.get(&s.name),
+            )
+        } else if let Some(m) = &from.config_map_ref {
+            (
+                m.name.clone(),
+                m.optional == Some(true),
+                cx.config_maps.get(&m.name),
+            )
+        } else {
+            continue;
+        };
+        match data {
+            Some(data) => {
+                for (k, v) in data {
+                    set(format!("{prefix}{k}"), text(v, &format!("{set_name}.{k}"))?);
+                }
+            }
+            None if optional => {}
+            None => {
+                return Err(format!(
+                    "envFrom names {set_name:?}, which is not among the objects"
+                ))
+            }
+        }
+    }
+    for e in c.env.clone().unwrap_or_default() {
+        let value = match (&e.value, &e.value_from) {
+            (Some(v), _) => v.clone(),
+            (None, None) => String::new(),
+            (None, Some(from)) => {
+                let lookup = |sets: &DataSets, name: &str, key: &str, optional: bool| match sets
+                    .get(name)
+                    .and_then(|d| d.get(key))
+                {
+                    Some(v) => text(v, &format!("{name}.{key}")).map(Some),
+                    None if optional => Ok(None),
+                    None => Err(format!(
+                        "env {:?}: {name}.{key} is not among the objects",
+                        e.name
+                    )),
+                };
+                let found = if let Some(s) = &from.secret_key_ref {
+                    lookup(cx.secrets, &s.name, &s.key, s.optional == Some(true))?
+                } else if let Some(m) = &from.config_map_key_ref {
+                    lookup(cx.config_maps, &m.name, &m.key, m.optional == Some(true))?
+                } else if let Some(f) = &from.field_ref {
+                    Some(match f.field_path.as_str() {
+                        "metadata.name" => cx.workspace.name.clone(),
+                        "metadata.namespace" => cx.workspace.namespace.clone(),
+                        other => {
+                            return Err(format!(
+                                "env {:?}: fieldRef {other:?} is not supported by the \
+                                 container-engine runtime",
+                                e.name
+                            ))
+                        }
+                    })
+                } else {
+                    return Err(format!(
+                        "env {:?}: this valueFrom is not supported by the container-engine runtime",
+                        e.name
+                    ));
+                };
+                match found {
+                    Some(v) => v,
+                    None => continue,
+                }
+            }
+        };
+        set(e.name.clone(), value);
+    }
+    for (k, _) in &vars {
+        if k.is_empty() || k.contains('=') {
+            return Err(format!("environment variable name {k:?} is invalid"));
+        }
+    }
+    Ok(vars.into_iter().map(|(k, v)| format!("{k}={v}")).collect())
+}
+
+/// The files of one Secret/ConfigMap volume: every key, or the listed items.
+fn project(
+    volume: &str,
+    data: &BTreeMap<String, Vec<u8>>,
+    items: &[k8s_openapi::api::core::v1::KeyToPath],
+    object: &str,
+) -> Result<Vec<PlannedFile>, PlanError> {
+    let mut out = Vec::new();
+    let pairs: Vec<(String, String)> = if items.is_empty() {
+        data.keys().map(|k| (k.clone(), k.clone())).collect()
+    } else {
+        items
+            .iter()
+            .map(|i| (i.key.clone(), i.path.clone()))
+            .collect()
+    };
+    for (key, path) in pairs {
+        if !is_safe_relative(&path) {
+            return Err(PlanError::Spec(format!(
+                "volume {volume:?}: file path {path:?} must be relative and stay inside the volume"
+            )));
+        }
+        let contents = data.get(&key).cloned().ok_or_else(|| {
+            PlanError::Spec(format!("volume {volume:?}: {object} has no key {key:?}"))
+        })?;
+        out.push(PlannedFile {
+            path: Path::new(volume).join(path),
+            contents,
+        });
+    }
+    Ok(out)
+}
+
+/// A relative path without `..`, absolute parts or empty components.
+fn is_safe_relative(p: &str) -> bool {
+    !p.is_empty()
+        && !p.starts_with('/')
+        && p.split('/')
+            .all(|part| !part.is_empty() && part != "." && part != "..")
+}
+
+/// JSON with object keys sorted, so the hash does not depend on map order.
+pub fn canonical_json(v: &Value) -> String {
+    fn sort(v: &Value) -> Value {
+        match v {
+            Value::Object(m) => {
+                let sorted: BTreeMap<&String, Value> =
+                    m.iter().map(|(k, v)| (k, sort(v))).collect();
+                Value::Object(sorted.into_iter().map(|(k, v)| (k.clone(), v)).collect())
+            }
+            Value::Array(a) => Value::Array(a.iter().map(sort).collect()),
+            other => other.clone(),
+        }
+    }
+    fn write(v: &Value, out: &mut String) {
+        match v {
+            Value::Object(m) => {
+                let mut keys: Vec<&String> = m.keys().collect();
+                keys.sort();
+                out.push('{');
+                for (i, k) in keys.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&Value::String(k.clone()).to_string());
+                    out.push(':');
+                    write(&m[k], out);
+                }
+                out.push('}');
+            }
+            Value::Array(a) => {
+                out.push('[');
+                for (i, x) in a.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    write(x, out);
+                }
+                out.push(']');
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+    let mut out = String::new();
+    write(&sort(v), &mut out);
+    out
+}

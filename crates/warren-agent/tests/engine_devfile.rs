@@ -1,0 +1,136 @@
+//! A devfile rendered by `warren-devfile`, applied by the engine runtime to a real Podman:
+//! the renderer's objects and the engine's mapping agree end to end.
+
+mod common;
+
+use anyhow::{Context, Result};
+use common::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use warren_agent::runtime::WorkspaceRuntime;
+use warren_devfile::{parse_devfile, render, RenderRequest, ResolvedVariable};
+use warren_types::api::VariableKind;
+use warren_types::config::AgentConfig;
+use warren_types::state::ActualState;
+use warren_types::{DesiredState, WorkspaceId};
+
+const DEVFILE: &str = r#"
+schemaVersion: 2.2.0
+metadata: {name: engine-e2e}
+components:
+  - name: dev
+    attributes: {warren.dev/main: true}
+    container:
+      image: localhost/warren-test:latest
+      memoryLimit: 128Mi
+      cpuLimit: 250m
+      command: [sh, -c, "mkdir -p /tmp/www && echo \"hello $GREETING\" > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www"]
+      endpoints:
+        - {name: web, targetPort: 8080}
+      volumeMounts: [{name: cache, path: /home/user/.cache}]
+  - name: cache
+    volume: {size: 1Gi}
+commands:
+  - id: prepare
+    exec: {component: dev, commandLine: "echo prepared > /projects/.prepared"}
+events:
+  preStart: [prepare]
+"#;
+
+fn rendered(ws: &Workspace, desired: DesiredState) -> Result<Vec<serde_json::Value>> {
+    let devfile = parse_devfile(DEVFILE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let config = AgentConfig {
+        workspace_domain: "ws.example.test".into(),
+        ..Default::default()
+    };
+    let variables = [
+        ResolvedVariable {
+            key: "GREETING".into(),
+            value: "from a variable".into(),
+            kind: VariableKind::Env,
+        },
+        ResolvedVariable {
+            key: "token.txt".into(),
+            value: "t0ken".into(),
+            kind: VariableKind::File,
+        },
+    ];
+    let req = RenderRequest {
+        workspace_name: ws.name(),
+        workspace_id: WorkspaceId(4242),
+        agent_id: ws.agent_id,
+        agent_config: &config,
+        project: None,
+        resources: None,
+        variables: &variables,
+        desired_state: desired,
+    };
+    Ok(render(&devfile, &req)?.objects)
+}
+
+#[tokio::test]
+async fn a_rendered_devfile_runs_stops_and_starts() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    let mut ws = Workspace::new("devfile", h.agent_id);
+    let objects = rendered(&ws, DesiredState::Running)?;
+    let namespace = objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .and_then(|d| d["metadata"]["namespace"].as_str())
+        .context("namespace")?
+        .to_owned();
+    ws.key.namespace = namespace;
+    h.runtime.apply(&ws.key, &objects).await?;
+    let running = wait_state(&h.runtime, &ws, ActualState::Running).await?;
+    assert!(running.pod_failure.is_none());
+
+    let dev = h
+        .runtime
+        .docker()
+        .inspect_container(&format!("warren-{}.c.dev", ws.name()), None)
+        .await?;
+    let hc = dev.host_config.context("host config")?;
+    assert_eq!(hc.memory, Some(128 << 20));
+    assert_eq!(hc.nano_cpus, Some(250_000_000));
+    assert_eq!(dev.config.and_then(|c| c.user).as_deref(), Some("5001:0"));
+    assert_eq!(
+        exec(&ws, "dev", "cat /projects/.prepared")?.trim(),
+        "prepared",
+        "preStart ran"
+    );
+    let token = exec(
+        &ws,
+        "dev",
+        &format!("cat {}/token.txt", warren_devfile::FILES_MOUNT_PATH),
+    )?;
+    assert_eq!(token, "t0ken", "file variable mounted");
+
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    let body = loop {
+        let mut stream = h.runtime.dial(&ws.key, 8080).await?;
+        stream.write_all(b"GET / HTTP/1.0\r\n\r\n").await?;
+        let mut response = String::new();
+        let _ = stream.read_to_string(&mut response).await;
+        if response.contains("200") || tokio::time::Instant::now() > deadline {
+            break response;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert!(body.contains("hello from a variable"), "{body}");
+
+    h.runtime
+        .apply(&ws.key, &rendered(&ws, DesiredState::Stopped)?)
+        .await?;
+    wait_state(&h.runtime, &ws, ActualState::Stopped).await?;
+    h.runtime
+        .apply(&ws.key, &rendered(&ws, DesiredState::Running)?)
+        .await?;
+    wait_state(&h.runtime, &ws, ActualState::Running).await?;
+    assert_eq!(
+        exec(&ws, "dev", "cat /projects/.prepared")?.trim(),
+        "prepared"
+    );
+    Ok(())
+}

@@ -1,0 +1,205 @@
+//! The mapping of a workspace's Kubernetes objects to engine containers, volumes and files
+//! (desired-config.md's table), checked without an engine.
+
+mod common;
+
+use anyhow::Result;
+use bollard::models::MountType;
+use common::Workspace;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::Path;
+use warren_agent::runtime::engine::plan::{self, PlanContext, PlanError, PodPlan, Role};
+use warren_types::AgentId;
+
+fn plan_of(ws: &Workspace, objects: &[Value]) -> Result<PodPlan, PlanError> {
+    let parsed = plan::parse_objects(objects)?;
+    let labels = BTreeMap::from([("warren.dev/agent-id".to_owned(), "7".to_owned())]);
+    let cx = PlanContext {
+        workspace: &ws.key,
+        files_dir: Path::new("/state/ws/files"),
+        labels: &labels,
+    };
+    plan::plan(&parsed, &parsed.secrets, &parsed.config_maps, &cx)
+}
+
+fn workspace() -> Workspace {
+    Workspace::new("plan", AgentId(7))
+}
+
+#[test]
+fn the_fixture_maps_to_an_infra_container_init_containers_and_app_containers() -> Result<()> {
+    let ws = workspace();
+    let name = ws.name().to_owned();
+    let p = plan_of(&ws, &ws.objects())?;
+    let names: Vec<(Role, &str)> = p
+        .containers
+        .iter()
+        .map(|c| (c.role, c.engine_name.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        vec![
+            (Role::Infra, format!("warren-{name}.infra").as_str()),
+            (
+                Role::Init,
+                format!("warren-{name}.c.warren-prestart").as_str()
+            ),
+            (Role::App, format!("warren-{name}.c.dev").as_str()),
+            (Role::App, format!("warren-{name}.c.tools").as_str()),
+        ]
+    );
+    assert_eq!(p.replicas, 1);
+    assert_eq!(p.network, format!("warren-{name}"));
+    assert_eq!(p.ports, vec!["8080/tcp".to_owned()]);
+    assert_eq!(
+        p.volumes.keys().cloned().collect::<Vec<_>>(),
+        vec![format!("warren-{name}-warren-data")]
+    );
+    assert_eq!((p.uid, p.gid), (5001, 0));
+
+    let infra = &p.containers[0].body;
+    let hc = infra.host_config.as_ref().unwrap();
+    assert_eq!(
+        hc.network_mode.as_deref(),
+        Some(format!("warren-{name}").as_str())
+    );
+    let binding = &hc.port_bindings.as_ref().unwrap()["8080/tcp"]
+        .as_ref()
+        .unwrap()[0];
+    assert_eq!(
+        binding.host_ip.as_deref(),
+        Some("127.0.0.1"),
+        "published on loopback only"
+    );
+    assert_eq!(binding.host_port.as_deref(), Some(""), "a random host port");
+
+    let dev = &p.containers[2].body;
+    let hc = dev.host_config.as_ref().unwrap();
+    assert_eq!(hc.memory, Some(256 << 20));
+    assert_eq!(hc.nano_cpus, Some(500_000_000));
+    assert_eq!(hc.cap_drop.as_deref(), Some(&["ALL".to_owned()][..]));
+    assert_eq!(
+        hc.security_opt.as_deref(),
+        Some(&["no-new-privileges".to_owned()][..])
+    );
+    assert_eq!(hc.privileged, Some(false));
+    assert_eq!(hc.init, Some(true));
+    assert_eq!(
+        hc.network_mode.as_deref(),
+        Some(format!("container:warren-{name}.infra").as_str())
+    );
+    assert_eq!(dev.user.as_deref(), Some("5001:0"));
+    let env = dev.env.clone().unwrap();
+    assert!(
+        env.contains(&"GREETING=hello from the secret".to_owned()),
+        "{env:?}"
+    );
+    assert!(env.contains(&format!("POD_NAME={name}")), "{env:?}");
+    let mounts = hc.mounts.clone().unwrap();
+    let data = mounts
+        .iter()
+        .find(|m| m.target.as_deref() == Some("/projects"))
+        .unwrap();
+    assert_eq!(data.typ, Some(MountType::VOLUME));
+    assert_eq!(
+        data.source.as_deref(),
+        Some(format!("warren-{name}-warren-data").as_str())
+    );
+    let files = mounts
+        .iter()
+        .find(|m| m.target.as_deref() == Some("/.warren/files"))
+        .unwrap();
+    assert_eq!(files.typ, Some(MountType::BIND));
+    assert_eq!(files.read_only, Some(true));
+    assert_eq!(
+        files.source.as_deref(),
+        Some("/state/ws/files/warren-files")
+    );
+
+    let labels = dev.labels.clone().unwrap();
+    assert_eq!(labels["warren.dev/pod-hash"], p.hash);
+    assert_eq!(labels["warren.dev/agent-id"], "7");
+    assert_eq!(labels["warren.dev/container"], "dev");
+
+    let token = p
+        .files
+        .iter()
+        .find(|f| f.path == Path::new("warren-files/token"))
+        .unwrap();
+    assert_eq!(token.contents, b"s3cret-token");
+    assert!(p
+        .files
+        .iter()
+        .any(|f| f.path == Path::new("warren-scripts/start.sh")));
+    Ok(())
+}
+
+#[test]
+fn the_hash_follows_the_pod_spec_not_the_replicas() -> Result<()> {
+    let ws = workspace();
+    let a = plan_of(&ws, &ws.objects())?;
+    assert_eq!(a.hash, plan_of(&ws, &ws.objects())?.hash, "deterministic");
+    let stopped = common::with_replicas(ws.objects(), 0);
+    let b = plan_of(&ws, &stopped)?;
+    assert_eq!(b.replicas, 0);
+    assert_eq!(a.hash, b.hash, "stopping is not a new pod spec");
+    let mut resized = ws.objects();
+    common::pod_spec(&mut resized)["containers"][0]["resources"]["limits"]["cpu"] = json!("1");
+    assert_ne!(a.hash, plan_of(&ws, &resized)?.hash);
+    Ok(())
+}
+
+#[test]
+fn objects_an_engine_cannot_honour_are_refused_by_name() {
+    let ws = workspace();
+    let refuse = |change: &dyn Fn(&mut Vec<Value>), want: &str| {
+        let mut objects = ws.objects();
+        change(&mut objects);
+        let err = plan_of(&ws, &objects).expect_err(want).to_string();
+        assert!(err.contains(want), "{err:?} should contain {want:?}");
+    };
+    refuse(
+        &|o| o.push(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}})),
+        "kind Pod",
+    );
+    refuse(
+        &|o| common::pod_spec(o)["containers"][0]["securityContext"]["privileged"] = json!(true),
+        "privileged",
+    );
+    refuse(
+        &|o| common::pod_spec(o)["securityContext"]["runAsUser"] = json!(0),
+        "runAsUser is 0",
+    );
+    refuse(
+        &|o| common::pod_spec(o)["containers"][0]["volumeMounts"][0]["subPath"] = json!("../etc"),
+        "subPath",
+    );
+    refuse(
+        &|o| {
+            common::pod_spec(o)["volumes"][1]["secret"]["items"] =
+                json!([{"key": "token", "path": "../../x"}])
+        },
+        "stay inside the volume",
+    );
+    refuse(
+        &|o| common::pod_spec(o)["containers"][0]["resources"]["limits"]["cpu"] = json!("-1"),
+        "limits.cpu",
+    );
+    refuse(&|o| common::with_replicas_in_place(o, 3), "replicas is 3");
+    refuse(
+        &|o| o.retain(|x| x["kind"] != "Secret"),
+        "not among the objects",
+    );
+    refuse(
+        &|o| o.retain(|x| x["kind"] != "Deployment"),
+        "no Deployment",
+    );
+    refuse(
+        &|o| {
+            common::pod_spec(o)["volumes"][0] =
+                json!({"name": "warren-data", "hostPath": {"path": "/"}})
+        },
+        "only persistentVolumeClaim",
+    );
+}

@@ -1,0 +1,570 @@
+//! The container-engine runtime against a real Podman (or Docker): lifecycle, limits and
+//! security settings, pod failures, agent restart, deletion and dialling.
+//!
+//! Skips with a notice when no engine exists; fails instead under `WARREN_REQUIRE_ENGINE=1`.
+
+mod common;
+
+use anyhow::{Context, Result};
+use common::*;
+use std::collections::BTreeSet;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use warren_agent::runtime::{RuntimeError, WorkspaceRuntime};
+use warren_types::reconcile::TerminationProgress;
+use warren_types::state::ActualState;
+
+/// Container ids of the workspace, by engine name.
+async fn container_ids(h: &Harness, ws: &Workspace) -> Result<Vec<(String, String)>> {
+    let lines = cli_lines(&[
+        "ps",
+        "-a",
+        "--filter",
+        &format!("label=warren.dev/workspace-name={}", ws.name()),
+        "--format",
+        "{{.Names}} {{.ID}}",
+    ]);
+    let mut out: Vec<(String, String)> = lines
+        .iter()
+        .filter_map(|l| l.split_once(' ').map(|(a, b)| (a.to_owned(), b.to_owned())))
+        .collect();
+    out.sort();
+    let _ = h;
+    Ok(out)
+}
+
+#[tokio::test]
+async fn running_workspace_has_limits_user_security_and_files() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    let ws = Workspace::new("limits", h.agent_id);
+    h.runtime.apply(&ws.key, &ws.objects()).await?;
+    let observed = wait_state(&h.runtime, &ws, ActualState::Running).await?;
+    assert!(observed.pod_failure.is_none());
+    let d = observed.deployment.as_ref().context("deployment")?;
+    assert_eq!(d["metadata"]["name"], ws.name());
+    assert_eq!(d["metadata"]["labels"]["warren.dev/workspace-id"], "4242");
+    assert_eq!(d["status"]["availableReplicas"], 1);
+
+    let docker = h.runtime.docker();
+    let dev = docker
+        .inspect_container(&format!("warren-{}.c.dev", ws.name()), None)
+        .await?;
+    let hc = dev.host_config.context("host config")?;
+    assert_eq!(
+        hc.memory,
+        Some(256 << 20),
+        "memory limit from resources.limits.memory"
+    );
+    assert_eq!(
+        hc.nano_cpus,
+        Some(500_000_000),
+        "cpu limit from resources.limits.cpu"
+    );
+    assert_eq!(hc.privileged, Some(false));
+    assert_eq!(
+        hc.init,
+        Some(true),
+        "an init process, so SIGTERM stops the container"
+    );
+    // Docker reports `ALL`; Podman expands it to the default capabilities it dropped.
+    let cap_drop: Vec<String> = hc
+        .cap_drop
+        .unwrap_or_default()
+        .iter()
+        .map(|c| c.to_uppercase())
+        .collect();
+    let expanded = [
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "KILL",
+        "NET_RAW",
+        "SETGID",
+        "SETUID",
+    ]
+    .iter()
+    .all(|cap| {
+        cap_drop
+            .iter()
+            .any(|c| c.trim_start_matches("CAP_") == *cap)
+    });
+    assert!(cap_drop == ["ALL"] || expanded, "cap_drop {cap_drop:?}");
+    let sec = hc.security_opt.unwrap_or_default();
+    assert!(
+        sec.iter().any(|s| s.contains("no-new-privileges")),
+        "security_opt {sec:?}"
+    );
+    assert_eq!(
+        dev.config.as_ref().and_then(|c| c.user.clone()).as_deref(),
+        Some("5001:0")
+    );
+    let tools = docker
+        .inspect_container(&format!("warren-{}.c.tools", ws.name()), None)
+        .await?;
+    assert_eq!(tools.host_config.and_then(|h| h.memory), Some(32 << 20));
+
+    // Inside: the user, dropped capabilities, no_new_privs, the env and files.
+    let id = exec(
+        &ws,
+        "dev",
+        "id -u; id -g; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status",
+    )?;
+    let lines: Vec<&str> = id.lines().collect();
+    assert_eq!(lines[0], "5001");
+    assert_eq!(lines[1], "0");
+    assert!(id.contains("CapEff:\t0000000000000000"), "{id}");
+    assert!(id.contains("NoNewPrivs:\t1"), "{id}");
+    assert_eq!(
+        exec(&ws, "dev", "echo $GREETING")?.trim(),
+        "hello from the secret"
+    );
+    assert_eq!(exec(&ws, "dev", "echo $POD_NAME")?.trim(), ws.name());
+    assert_eq!(
+        exec(&ws, "dev", "cat /.warren/files/token")?,
+        "s3cret-token"
+    );
+    let perms = exec(&ws, "dev", "stat -c '%a %u' /.warren/files/token")?;
+    assert_eq!(perms.trim(), "600 5001");
+    let ro = exec(&ws, "dev", "touch /.warren/files/x 2>&1 || echo refused")?;
+    assert!(ro.contains("refused"), "secret files are read-only: {ro}");
+    assert_eq!(
+        exec(&ws, "dev", "cat /projects/.prestart")?.trim(),
+        "prestart ran",
+        "init container ran"
+    );
+    // One network namespace, as in a pod: the sidecar reaches the main container on localhost.
+    let via_localhost = exec(&ws, "tools", "wget -q -O - http://127.0.0.1:8080/")?;
+    assert_eq!(via_localhost.trim(), format!("hello from {}", ws.name()));
+
+    // Ports: published on 127.0.0.1 only, at a random host port.
+    let infra = docker
+        .inspect_container(&format!("warren-{}.infra", ws.name()), None)
+        .await?;
+    let ports = infra
+        .network_settings
+        .and_then(|n| n.ports)
+        .context("ports")?;
+    let bindings = ports
+        .get("8080/tcp")
+        .cloned()
+        .flatten()
+        .context("8080 published")?;
+    assert!(!bindings.is_empty());
+    for b in &bindings {
+        assert_eq!(b.host_ip.as_deref(), Some("127.0.0.1"), "{bindings:?}");
+        assert_ne!(b.host_port.as_deref(), Some("8080"));
+    }
+
+    // Applying the same objects again changes nothing.
+    let before = container_ids(&h, &ws).await?;
+    let started: Vec<String> =
+        cli_lines(&["inspect", "--format", "{{.State.StartedAt}}", &before[0].0]);
+    h.runtime.apply(&ws.key, &ws.objects()).await?;
+    let again = wait_state(&h.runtime, &ws, ActualState::Running).await?;
+    assert_eq!(container_ids(&h, &ws).await?, before, "same containers");
+    assert_eq!(
+        cli_lines(&["inspect", "--format", "{{.State.StartedAt}}", &before[0].0]),
+        started,
+        "not restarted"
+    );
+    assert_eq!(
+        again
+            .deployment
+            .as_ref()
+            .map(|d| d["metadata"]["resourceVersion"].clone()),
+        observed
+            .deployment
+            .as_ref()
+            .map(|d| d["metadata"]["resourceVersion"].clone()),
+        "nothing changed, so neither did the resource version"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn stop_keeps_the_volume_and_its_data_then_start_again() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    let ws = Workspace::new("stop", h.agent_id);
+    h.runtime.apply(&ws.key, &ws.objects()).await?;
+    let running = wait_state(&h.runtime, &ws, ActualState::Running).await?;
+    exec(&ws, "dev", "echo kept > /projects/keep.txt")?;
+    let ids = container_ids(&h, &ws).await?;
+
+    // A partial reconcile may omit the Secrets: the stored ones keep the pod spec the same.
+    let partial: Vec<_> = with_replicas(ws.objects(), 0)
+        .into_iter()
+        .filter(|o| o["kind"] != "Secret")
+        .collect();
+    h.runtime.apply(&ws.key, &partial).await?;
+    let stopped = wait_state(&h.runtime, &ws, ActualState::Stopped).await?;
+    assert_eq!(
+        stopped
+            .deployment
+            .as_ref()
+            .map(|d| d["spec"]["replicas"].clone()),
+        Some(0.into())
+    );
+    assert_ne!(
+        stopped
+            .deployment
+            .as_ref()
+            .map(|d| d["metadata"]["resourceVersion"].clone()),
+        running
+            .deployment
+            .as_ref()
+            .map(|d| d["metadata"]["resourceVersion"].clone())
+    );
+    assert!(
+        stopped.pod_failure.is_none(),
+        "a stopped pod has no failure: {:?}",
+        stopped.pod_failure
+    );
+    assert_eq!(
+        container_ids(&h, &ws).await?,
+        ids,
+        "containers are kept on stop"
+    );
+    let running_now = cli_lines(&[
+        "ps",
+        "-q",
+        "--filter",
+        &format!("label=warren.dev/workspace-name={}", ws.name()),
+    ]);
+    assert!(running_now.is_empty(), "nothing runs: {running_now:?}");
+    let volumes = cli_lines(&[
+        "volume",
+        "ls",
+        "-q",
+        "--filter",
+        &format!("label=warren.dev/workspace-name={}", ws.name()),
+    ]);
+    assert_eq!(volumes, vec![format!("warren-{}-warren-data", ws.name())]);
+
+    h.runtime.apply(&ws.key, &ws.objects()).await?;
+    wait_state(&h.runtime, &ws, ActualState::Running).await?;
+    assert_eq!(exec(&ws, "dev", "cat /projects/keep.txt")?.trim(), "kept");
+    assert_eq!(
+        container_ids(&h, &ws).await?,
+        ids,
+        "the same containers started again"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn changed_pod_spec_recreates_containers_and_keeps_the_volume() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    let ws = Workspace::new("resize", h.agent_id);
+    h.runtime.apply(&ws.key, &ws.objects()).await?;
+    wait_state(&h.runtime, &ws, ActualState::Running).await?;
+    exec(&ws, "dev", "echo kept > /projects/keep.txt")?;
+    let ids = container_ids(&h, &ws).await?;
+
+    let mut objects = ws.objects();
+    pod_spec(&mut objects)["containers"][0]["resources"]["limits"]["memory"] = "300Mi".into();
+    h.runtime.apply(&ws.key, &objects).await?;
+    wait_state(&h.runtime, &ws, ActualState::Running).await?;
+    let new_ids = container_ids(&h, &ws).await?;
+    let old: BTreeSet<&String> = ids.iter().map(|(_, id)| id).collect();
+    assert!(
+        new_ids.iter().all(|(_, id)| !old.contains(id)),
+        "recreated: {ids:?} → {new_ids:?}"
+    );
+    assert_eq!(new_ids.len(), ids.len());
+    let dev = h
+        .runtime
+        .docker()
+        .inspect_container(&format!("warren-{}.c.dev", ws.name()), None)
+        .await?;
+    assert_eq!(dev.host_config.and_then(|h| h.memory), Some(300 << 20));
+    assert_eq!(
+        exec(&ws, "dev", "cat /projects/keep.txt")?.trim(),
+        "kept",
+        "the volume is kept"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn delete_removes_containers_network_volumes_and_files() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    let ws = Workspace::new("delete", h.agent_id);
+    h.runtime.apply(&ws.key, &ws.objects()).await?;
+    wait_state(&h.runtime, &ws, ActualState::Running).await?;
+    assert!(!ws.leftovers().is_empty());
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        match h.runtime.delete(&ws.key).await? {
+            TerminationProgress::Terminated => break,
+            TerminationProgress::Terminating => {
+                assert!(tokio::time::Instant::now() < deadline, "never Terminated");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    assert_eq!(ws.leftovers(), Vec::<String>::new());
+    assert!(
+        observe(&h.runtime, &ws).await?.is_none(),
+        "list() no longer has it"
+    );
+    assert!(
+        !h.state_dir
+            .path()
+            .join("workspaces")
+            .join(ws.name())
+            .exists(),
+        "secret files are gone"
+    );
+    assert_eq!(
+        h.runtime.delete(&ws.key).await?,
+        TerminationProgress::Terminated,
+        "idempotent"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_container_that_exits_at_once_is_a_pod_failure() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    let ws = Workspace::new("crash", h.agent_id);
+    let mut objects = ws.objects();
+    pod_spec(&mut objects)["containers"][0]["command"] =
+        serde_json::json!(["sh", "-c", "echo cannot find /projects/app >&2; exit 3"]);
+    h.runtime.apply(&ws.key, &objects).await?;
+    let failed = wait_state(&h.runtime, &ws, ActualState::Failed).await?;
+    let failure = failed.pod_failure.context("pod failure")?;
+    assert_eq!(failure.reason, "Error");
+    assert!(
+        failure.message.contains("container dev exited with code 3"),
+        "{}",
+        failure.message
+    );
+    assert!(
+        failure.message.contains("cannot find /projects/app"),
+        "log tail: {}",
+        failure.message
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_failing_init_container_is_a_pod_failure_and_blocks_the_others() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    let ws = Workspace::new("initfail", h.agent_id);
+    let mut objects = ws.objects();
+    pod_spec(&mut objects)["initContainers"][0]["args"] =
+        serde_json::json!(["echo clone failed >&2; exit 7"]);
+    h.runtime.apply(&ws.key, &objects).await?;
+    let failed = wait_state(&h.runtime, &ws, ActualState::Failed).await?;
+    let failure = failed.pod_failure.context("pod failure")?;
+    assert_eq!(failure.reason, "InitContainerFailed");
+    assert!(
+        failure
+            .message
+            .contains("warren-prestart exited with code 7"),
+        "{}",
+        failure.message
+    );
+    assert!(
+        failure.message.contains("clone failed"),
+        "{}",
+        failure.message
+    );
+    let dev = h
+        .runtime
+        .docker()
+        .inspect_container(&format!("warren-{}.c.dev", ws.name()), None)
+        .await?;
+    assert_eq!(
+        dev.state.and_then(|s| s.running),
+        Some(false),
+        "app containers never started"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_missing_image_is_a_pod_failure_naming_it() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    let ws = Workspace::new("noimage", h.agent_id);
+    let mut objects = ws.objects();
+    pod_spec(&mut objects)["containers"][1]["image"] = "localhost/warren-no-such-image:1".into();
+    h.runtime.apply(&ws.key, &objects).await?;
+    let failed = wait_state(&h.runtime, &ws, ActualState::Failed).await?;
+    let failure = failed.pod_failure.context("pod failure")?;
+    assert_eq!(failure.reason, "ErrImagePull");
+    assert!(
+        failure.message.contains("localhost/warren-no-such-image:1"),
+        "{}",
+        failure.message
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn invalid_objects_are_an_apply_error() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    let ws = Workspace::new("invalid", h.agent_id);
+    let mut objects = ws.objects();
+    pod_spec(&mut objects)["containers"][0]["resources"]["limits"]["memory"] = "lots".into();
+    let err = h
+        .runtime
+        .apply(&ws.key, &objects)
+        .await
+        .expect_err("invalid memory limit");
+    assert!(matches!(err, RuntimeError::Apply { .. }), "{err:?}");
+    assert!(err.to_string().contains("resources.limits.memory"), "{err}");
+    let objects: Vec<_> = ws
+        .objects()
+        .into_iter()
+        .filter(|o| o["kind"] != "Deployment")
+        .collect();
+    let err = h
+        .runtime
+        .apply(&ws.key, &objects)
+        .await
+        .expect_err("no deployment");
+    assert!(err.to_string().contains("no Deployment"), "{err}");
+    assert!(
+        ws.leftovers().is_empty(),
+        "nothing created: {:?}",
+        ws.leftovers()
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_agent_restart_rebuilds_the_same_view() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let mut h = Harness::new().await?;
+    let running = Workspace::new("restart-a", h.agent_id);
+    let stopped = Workspace::new("restart-b", h.agent_id);
+    h.runtime.apply(&running.key, &running.objects()).await?;
+    h.runtime
+        .apply(&stopped.key, &with_replicas(stopped.objects(), 0))
+        .await?;
+    wait_state(&h.runtime, &running, ActualState::Running).await?;
+    wait_state(&h.runtime, &stopped, ActualState::Stopped).await?;
+    let before = h.runtime.list().await?;
+    assert_eq!(before.len(), 2);
+
+    h.restart().await?;
+    let after = h.runtime.list().await?;
+    assert_eq!(
+        after, before,
+        "the same workspaces, deployments and resource versions"
+    );
+    // And the new runtime converges them: re-applying changes nothing.
+    let ids = container_ids(&h, &running).await?;
+    h.runtime.apply(&running.key, &running.objects()).await?;
+    assert_eq!(container_ids(&h, &running).await?, ids);
+    Ok(())
+}
+
+#[tokio::test]
+async fn dial_reaches_a_served_port_and_refuses_undeclared_ones() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    let ws = Workspace::new("dial", h.agent_id);
+    h.runtime.apply(&ws.key, &ws.objects()).await?;
+    wait_state(&h.runtime, &ws, ActualState::Running).await?;
+    // The server may need a moment to listen after the container started.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let body = loop {
+        let mut stream = h.runtime.dial(&ws.key, 8080).await?;
+        stream
+            .write_all(b"GET / HTTP/1.0\r\nHost: x\r\n\r\n")
+            .await?;
+        let mut response = String::new();
+        let _ = stream.read_to_string(&mut response).await;
+        if response.contains("200") || tokio::time::Instant::now() > deadline {
+            break response;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        body.contains(&format!("hello from {}", ws.name())),
+        "{body}"
+    );
+    match h.runtime.dial(&ws.key, 9999).await {
+        Err(RuntimeError::NotFound(what)) => assert!(what.contains("9999"), "{what}"),
+        Err(e) => panic!("expected NotFound, got {e}"),
+        Ok(_) => panic!("expected NotFound for an undeclared port"),
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn engine_events_signal_changes() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    let ws = Workspace::new("events", h.agent_id);
+    let mut changes = h.runtime.changes();
+    h.runtime.apply(&ws.key, &ws.objects()).await?;
+    wait_state(&h.runtime, &ws, ActualState::Running).await?;
+    changes.borrow_and_update();
+    // Something outside the agent stops a container: the engine's event wakes the reconciler.
+    cli_run(&["stop", "-t", "0", &format!("warren-{}.c.tools", ws.name())])?;
+    tokio::time::timeout(Duration::from_secs(20), changes.changed())
+        .await
+        .context("no change signalled within 20 s")??;
+    let failed = wait_state(&h.runtime, &ws, ActualState::Failed).await?;
+    assert!(failed.pod_failure.is_some());
+    Ok(())
+}
+
+#[tokio::test]
+async fn starts_its_own_podman_service_and_stops_it_on_shutdown() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    if cli() != Some("podman") {
+        eprintln!("skipping: podman is not installed");
+        return Ok(());
+    }
+    let state = tempfile::tempdir()?;
+    let mut config = warren_agent::runtime::engine::EngineConfig::new(
+        warren_types::AgentId(rand::random::<u32>() as i64 + 1_000_000),
+        state.path(),
+    );
+    config.own_podman_service = true;
+    let rt = warren_agent::runtime::engine::EngineRuntime::connect(config).await?;
+    let socket = state.path().join("podman.sock");
+    assert_eq!(rt.host(), format!("unix://{}", socket.display()));
+    assert!(rt.list().await?.is_empty());
+    rt.shutdown().await;
+    let answers = tokio::net::UnixStream::connect(&socket).await.is_ok();
+    assert!(!answers, "the service is gone after shutdown");
+    Ok(())
+}

@@ -6,6 +6,8 @@
 //! after any failure or restart, and a runtime rebuilds everything it knows from the runtime
 //! itself (labels), never from memory alone.
 
+pub mod kubernetes;
+
 use async_trait::async_trait;
 use std::fmt;
 use tokio::io::{AsyncRead, AsyncWrite};

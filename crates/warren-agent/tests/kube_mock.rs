@@ -23,17 +23,13 @@ struct Exchange {
     body: Value,
 }
 
+/// Requests that differ from the script, and what is left of the script.
+type Recorded = (Arc<Mutex<Vec<String>>>, Arc<Mutex<VecDeque<Exchange>>>);
+
 /// Answers the watches' list calls with `watch_list` and hangs their watch calls (nothing
 /// happens), and answers every other request with the next scripted exchange, recording
 /// requests that differ from the script.
-fn scripted(
-    watch_list: (u16, Value),
-    script: Vec<Exchange>,
-) -> (
-    Client,
-    Arc<Mutex<Vec<String>>>,
-    Arc<Mutex<VecDeque<Exchange>>>,
-) {
+fn scripted(watch_list: (u16, Value), script: Vec<Exchange>) -> (Client, Recorded) {
     let script = Arc::new(Mutex::new(VecDeque::from(script)));
     let mismatches = Arc::new(Mutex::new(Vec::new()));
     let (s, m) = (script.clone(), mismatches.clone());
@@ -75,7 +71,7 @@ fn scripted(
             }
         }
     });
-    (Client::new(service, "default"), mismatches, script)
+    (Client::new(service, "default"), (mismatches, script))
 }
 
 fn answer(code: u16, body: &Value) -> Response<Body> {
@@ -120,7 +116,7 @@ async fn a_conflict_on_apply_is_an_apply_error_with_the_servers_message() {
     let inventory = "/api/v1/namespaces/warren-ws-brave-otter-x7k2/configmaps/warren-inventory-brave-otter-x7k2";
     let conflict = "Apply failed with 1 conflict: conflict with \"kubectl-edit\" using v1: \
                     .automountServiceAccountToken";
-    let (client, mismatches, rest) = scripted(
+    let (client, (mismatches, rest)) = scripted(
         empty_list(),
         vec![
             Exchange {
@@ -184,7 +180,7 @@ async fn a_conflict_on_apply_is_an_apply_error_with_the_servers_message() {
 #[tokio::test]
 async fn an_unavailable_api_server_is_a_runtime_error() {
     let unavailable = status(503, "ServiceUnavailable", "etcdserver: request timed out");
-    let (client, mismatches, _) = scripted(
+    let (client, (mismatches, _)) = scripted(
         (503, unavailable.clone()),
         vec![Exchange {
             method: Method::GET,

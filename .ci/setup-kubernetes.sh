@@ -23,7 +23,7 @@ fi
 as_root systemctl disable --now etcd >/dev/null 2>&1 || true
 
 if [ -x "$bin/kube-apiserver" ] && [ -x "$bin/kube-controller-manager" ]; then
-  echo "kubernetes binaries cached in $bin (build skipped)"
+  echo "kubernetes binaries cached in $bin (build skipped, $((SECONDS - start))s)"
   exit 0
 fi
 

@@ -46,15 +46,36 @@ async fn observed(runtime: &KubernetesRuntime, key: &WorkspaceKey) -> Option<Obs
         .find(|o| &o.key == key)
 }
 
-fn derived(o: &ObservedWorkspace) -> ActualState {
-    derive_actual_state(&WorkspaceAgentInfo {
+fn info_of(o: &ObservedWorkspace) -> WorkspaceAgentInfo {
+    WorkspaceAgentInfo {
         name: o.key.name.clone(),
         namespace: o.key.namespace.clone(),
         latest_k8s_deployment_info: o.deployment.clone(),
         termination_progress: None,
         error_details: None,
         pod_failure: o.pod_failure.clone(),
-    })
+    }
+}
+
+fn derived(o: &ObservedWorkspace) -> ActualState {
+    derive_actual_state(&info_of(o))
+}
+
+/// Adds (or removes) a test finalizer on a ConfigMap, so its deletion waits for the test.
+async fn hold(client: &Client, namespace: &str, config_map: &str, on: bool) {
+    let finalizers: Vec<&str> = if on {
+        vec!["warren.dev/test-hold"]
+    } else {
+        vec![]
+    };
+    Api::<ConfigMap>::namespaced(client.clone(), namespace)
+        .patch(
+            config_map,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
+        )
+        .await
+        .expect("patching finalizers");
 }
 
 /// Waits until `list()` shows the workspace in `state`.
@@ -356,17 +377,47 @@ async fn deleting_a_workspace_in_its_own_namespace_ends_terminated() {
     let pod = the_pod(&client, &key).await;
     mark_running(&client, &key, &pod.name_any(), "127.0.0.1").await;
     wait_state(&runtime, &key, ActualState::Running).await;
+    // Holds the namespace in deletion until the test lets go, as a slow volume would.
+    hold(
+        &client,
+        &key.namespace,
+        &format!("{}-scripts", key.name),
+        true,
+    )
+    .await;
 
+    let started = std::time::Instant::now();
     assert_eq!(
         runtime.delete(&key).await.expect("delete"),
         TerminationProgress::Terminating
     );
+    let terminating = eventually(60, "list() to show the workspace terminating", || async {
+        observed(&runtime, &key).await.filter(|o| o.terminating)
+    })
+    .await;
+    let info = WorkspaceAgentInfo {
+        termination_progress: Some(TerminationProgress::Terminating),
+        ..info_of(&terminating)
+    };
+    assert_eq!(derive_actual_state(&info), ActualState::Terminating);
+    assert_eq!(
+        runtime.delete(&key).await.expect("delete again"),
+        TerminationProgress::Terminating
+    );
+    hold(
+        &client,
+        &key.namespace,
+        &format!("{}-scripts", key.name),
+        false,
+    )
+    .await;
     // The namespace controller removes the content and then the namespace.
     eventually(120, "the namespace to be gone", || async {
         (runtime.delete(&key).await.expect("delete") == TerminationProgress::Terminated)
             .then_some(())
     })
     .await;
+    eprintln!("namespace deletion took {:?}", started.elapsed());
     let gone = Api::<Namespace>::all(client.clone())
         .get_opt(&key.namespace)
         .await
@@ -406,15 +457,22 @@ async fn deleting_in_a_shared_namespace_removes_only_that_workspace() {
         .await
         .expect("apply b");
 
-    let mut progress = runtime.delete(&a).await.expect("delete a");
-    if progress == TerminationProgress::Terminating {
-        progress = eventually(60, "a to be terminated", || async {
-            let p = runtime.delete(&a).await.expect("delete a");
-            (p == TerminationProgress::Terminated).then_some(p)
-        })
-        .await;
-    }
-    assert_eq!(progress, TerminationProgress::Terminated);
+    // One of a's objects stays (a finalizer) until the test lets go.
+    hold(&client, &shared, &format!("{}-scripts", a.name), true).await;
+    assert_eq!(
+        runtime.delete(&a).await.expect("delete a"),
+        TerminationProgress::Terminating
+    );
+    assert_eq!(
+        runtime.delete(&a).await.expect("delete a again"),
+        TerminationProgress::Terminating
+    );
+    hold(&client, &shared, &format!("{}-scripts", a.name), false).await;
+    eventually(60, "a to be terminated", || async {
+        let p = runtime.delete(&a).await.expect("delete a");
+        (p == TerminationProgress::Terminated).then_some(p)
+    })
+    .await;
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &shared);
     let names: Vec<String> = configmaps
         .list(&ListParams::default())

@@ -70,9 +70,9 @@ pub fn workspace_objects(
                         "envFrom": [{"secretRef": {"name": format!("{name}-env")}}],
                         "resources": {
                             "requests": {"cpu": "100m", "memory": "256Mi"},
-                            // Canonical quantities: on 1.20 a non-canonical one ("1000m")
-                            // makes every server-side apply rewrite the Deployment.
-                            "limits": {"cpu": "1", "memory": "1G"},
+                            // Written as the renderer writes them, not as the API server
+                            // stores them ("1", "1Gi"): a re-apply must still be a no-op.
+                            "limits": {"cpu": "1000m", "memory": "1024Mi"},
                         },
                         "securityContext": security,
                         "volumeMounts": [
@@ -118,7 +118,7 @@ pub fn workspace_objects(
     ];
     if quota {
         objects.push(json!({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": meta(name.clone()),
-            "spec": {"hard": {"limits.cpu": "2", "limits.memory": "4Gi", "requests.cpu": "1", "requests.memory": "2Gi"}}}));
+            "spec": {"hard": {"limits.cpu": "2000m", "limits.memory": "4Gi", "requests.cpu": "1", "requests.memory": "2048Mi"}}}));
     }
     objects
 }

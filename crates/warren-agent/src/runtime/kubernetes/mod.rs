@@ -7,6 +7,7 @@
 //! prunes and deletes exactly what an earlier one applied.
 
 mod objects;
+mod quantity;
 mod status;
 
 pub use objects::{dedicated_namespace, inventory_name, KINDS, WORKSPACE_NAME_LABEL};

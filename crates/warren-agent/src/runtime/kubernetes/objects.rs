@@ -96,9 +96,10 @@ pub struct Prepared {
 }
 
 /// Checks every object before anything is sent, so a bad set changes nothing: an allowed
-/// kind, a DNS name, the workspace's namespace (filled in when absent), this agent's label
+/// kind, a name, the workspace's namespace (filled in when absent), this agent's label
 /// (added when absent, refused when it names another agent; also on the pod template so
-/// that the pod watch sees the workspace's pods). Returns them in apply order.
+/// that the pod watch sees the workspace's pods). Resource quantities are written the way the
+/// API server stores them, so a re-apply is a no-op. Returns them in apply order.
 pub fn prepare(
     workspace: &WorkspaceKey,
     agent_id: &str,
@@ -164,6 +165,7 @@ pub fn prepare(
                     .map_err(|m| refuse(format!("Deployment {name} pod template: {m}")))?;
             }
         }
+        super::quantity::canonicalise(kind, &mut body);
         let reference = ObjectRef {
             api_version: api_version.to_owned(),
             kind: kind.to_owned(),

@@ -404,6 +404,13 @@ async fn deleting_a_workspace_in_its_own_namespace_ends_terminated() {
         runtime.delete(&key).await.expect("delete again"),
         TerminationProgress::Terminating
     );
+    // Applying into the namespace being deleted is refused, with the reason.
+    let objects = workspace_objects(&key, agent, 14, 1, true);
+    let err = runtime.apply(&key, &objects).await.unwrap_err();
+    assert!(
+        matches!(&err, RuntimeError::Apply { message, .. } if message.contains("being deleted")),
+        "{err:?}"
+    );
     hold(
         &client,
         &key.namespace,

@@ -440,6 +440,10 @@ impl WorkspaceRuntime for KubernetesRuntime {
         workspace: &WorkspaceKey,
         objects: &[serde_json::Value],
     ) -> Result<(), RuntimeError> {
+        objects::check_key(workspace).map_err(|message| RuntimeError::Apply {
+            workspace: workspace.to_string(),
+            message,
+        })?;
         let prepared = objects::prepare(workspace, &self.agent_id, objects)?;
         self.ensure_namespace(workspace).await?;
         let previous = self.read_inventory(workspace).await?;
@@ -469,6 +473,10 @@ impl WorkspaceRuntime for KubernetesRuntime {
     }
 
     async fn delete(&self, workspace: &WorkspaceKey) -> Result<TerminationProgress, RuntimeError> {
+        // A malformed key names nothing Warren could have created (and an empty namespace
+        // would address the whole cluster).
+        objects::check_key(workspace)
+            .map_err(|m| RuntimeError::NotFound(format!("workspace {workspace:?} ({m})")))?;
         if let Some(progress) = self.delete_namespace(workspace).await? {
             return Ok(progress);
         }
@@ -525,7 +533,14 @@ impl WorkspaceRuntime for KubernetesRuntime {
                 .get(name)
                 .is_some_and(|ns| ns.metadata.deletion_timestamp.is_some())
         };
-        let pods = self.pods.state();
+        // Pods by namespace, so matching stays linear in the number of workspaces.
+        let mut pods: BTreeMap<String, Vec<Arc<Pod>>> = BTreeMap::new();
+        for pod in self.pods.state() {
+            if pod.metadata.deletion_timestamp.is_none() {
+                let ns = pod.metadata.namespace.clone().unwrap_or_default();
+                pods.entry(ns).or_default().push(pod);
+            }
+        }
         let mut seen = BTreeSet::new();
         let mut observed = Vec::new();
         for deployment in self.deployments.state() {
@@ -536,8 +551,9 @@ impl WorkspaceRuntime for KubernetesRuntime {
                 continue;
             };
             let pod_failure = pods
-                .iter()
-                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .get(&namespace)
+                .into_iter()
+                .flatten()
                 .filter(|p| status::selects(&deployment, p))
                 .find_map(|p| pod_failure(p));
             let terminating =
@@ -586,6 +602,8 @@ impl WorkspaceRuntime for KubernetesRuntime {
         workspace: &WorkspaceKey,
         port: u16,
     ) -> Result<Box<dyn ByteStream>, RuntimeError> {
+        objects::check_key(workspace)
+            .map_err(|m| RuntimeError::NotFound(format!("workspace {workspace:?} ({m})")))?;
         self.ready().await?;
         let reference = StoreRef::<Deployment>::new(&workspace.name).within(&workspace.namespace);
         let Some(deployment) = self.deployments.get(&reference) else {

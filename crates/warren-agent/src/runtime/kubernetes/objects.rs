@@ -32,6 +32,28 @@ pub fn rank_of(kind: &str) -> usize {
         .unwrap_or(KINDS.len())
 }
 
+/// Checks that a workspace key names a DNS-1123 label name in a DNS-1123 label namespace.
+pub fn check_key(key: &WorkspaceKey) -> Result<(), String> {
+    let label = |what: &str, text: &str| {
+        let valid = !text.is_empty()
+            && text.len() <= 63
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !text.starts_with('-')
+            && !text.ends_with('-');
+        if valid {
+            Ok(())
+        } else {
+            Err(format!(
+                "{what} {text:?} is not a DNS label (lowercase letters, digits and '-', at most 63)"
+            ))
+        }
+    };
+    label("name", &key.name)?;
+    label("namespace", &key.namespace)
+}
+
 /// Names the namespace a workspace gets when it does not share one (desired-config.md).
 pub fn dedicated_namespace(name: &str) -> String {
     format!("warren-ws-{name}")
@@ -311,6 +333,24 @@ mod tests {
             .to_string()
             .contains("twice"));
         assert!(prepare(&key(), "7", &[json!("x")]).is_err());
+    }
+
+    #[test]
+    fn keys_must_be_dns_labels() {
+        assert!(check_key(&key()).is_ok());
+        for (name, namespace) in [
+            ("", "ns"),
+            ("a", ""),
+            ("A", "ns"),
+            ("a", "-ns"),
+            ("a/b", "ns"),
+        ] {
+            let k = WorkspaceKey {
+                name: name.into(),
+                namespace: namespace.into(),
+            };
+            assert!(check_key(&k).is_err(), "{k:?}");
+        }
     }
 
     #[test]

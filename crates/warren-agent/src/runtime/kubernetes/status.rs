@@ -78,7 +78,9 @@ pub fn selects(deployment: &Deployment, pod: &Pod) -> bool {
     let Some(spec) = deployment.spec.as_ref() else {
         return false;
     };
-    let wanted = spec.selector.match_labels.clone().unwrap_or_default();
+    let Some(wanted) = spec.selector.match_labels.as_ref() else {
+        return false;
+    };
     if wanted.is_empty() || spec.selector.match_expressions.is_some() {
         // An empty selector would claim every pod; Warren never renders one.
         return false;

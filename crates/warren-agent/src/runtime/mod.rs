@@ -7,6 +7,7 @@
 //! itself (labels), never from memory alone.
 
 pub mod engine;
+pub mod kubernetes;
 
 use async_trait::async_trait;
 use std::fmt;

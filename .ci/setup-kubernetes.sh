@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Builds kube-apiserver and kube-controller-manager from Debian's kubernetes source package (no
+# prebuilt binaries can be downloaded on the CI machines) and caches them, so the Kubernetes
+# runtime's tests run against a real API server. See shared notes "kubernetes.md".
+#
+# Cache: $WARREN_K8S_CACHE (default /var/cache/warren-k8s); binaries land in "$cache/bin".
+# When both binaries already exist there the build is skipped. etcd comes from Debian's
+# etcd-server package (/usr/bin/etcd) and is always installed.
+set -euo pipefail
+
+cache="${WARREN_K8S_CACHE:-/var/cache/warren-k8s}"
+bin="$cache/bin"
+start=$SECONDS
+apt_get() { DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 "$@"; }
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+if ! command -v etcd >/dev/null; then
+  as_root apt-get -o DPkg::Lock::Timeout=600 update -q
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q etcd-server
+fi
+# Debian's etcd-server package enables a system etcd on the default ports; the tests start their
+# own on free ports, so the system one is not needed (ignore failures: no systemd in containers).
+as_root systemctl disable --now etcd >/dev/null 2>&1 || true
+
+if [ -x "$bin/kube-apiserver" ] && [ -x "$bin/kube-controller-manager" ]; then
+  echo "kubernetes binaries cached in $bin (build skipped, $((SECONDS - start))s)"
+  exit 0
+fi
+
+# Source packages for bookworm's main component, signed by Debian's archive key.
+src_list=/etc/apt/sources.list.d/warren-deb-src.sources
+if ! grep -rqs '^Types:.*deb-src' /etc/apt/sources.list.d/ && ! grep -qs '^deb-src' /etc/apt/sources.list; then
+  as_root tee "$src_list" >/dev/null <<'SRC'
+Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: bookworm
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+fi
+as_root apt-get -o DPkg::Lock::Timeout=600 update -q
+as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q golang-go rsync etcd-server make
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/warren-k8s-build.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+apt-get source --download-only kubernetes >/dev/null
+orig="$(ls kubernetes_*.orig.tar.* | head -n1)"
+mkdir src
+tar -xf "$orig" -C src --strip-components=1
+cd src
+# The tree's make rules want it on a GOPATH as k8s.io/kubernetes; plain `go build -mod=vendor` fails.
+mkdir -p .go/src/k8s.io
+ln -s ../../.. .go/src/k8s.io/kubernetes
+export GOPATH="$PWD/.go" CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-}"
+# Keep the ~1 GB Go build cache inside the build dir so it is removed with it.
+export GOCACHE="$work/gocache"
+echo "building kube-apiserver and kube-controller-manager (several minutes on 2 cores)"
+make WHAT="cmd/kube-apiserver cmd/kube-controller-manager" >"$work/build.log" 2>&1 || {
+  tail -n 50 "$work/build.log" >&2
+  echo "kubernetes build failed" >&2
+  exit 1
+}
+out="$(find _output -type f -path '*/bin/kube-apiserver' | head -n1)"
+as_root mkdir -p "$bin"
+as_root install -m 0755 "$out" "$(dirname "$out")/kube-controller-manager" "$bin/"
+echo "built kubernetes $(basename "$orig") in $((SECONDS - start))s"
+echo "kubernetes binaries in $bin"
+"$bin/kube-apiserver" --version || true

@@ -1,0 +1,647 @@
+//! The Kubernetes runtime: server-side apply with one field manager, inventory-based prune,
+//! watches of the agent's Deployments, Pods and namespaces (by the agent-id label), and dialing
+//! workspace pods.
+//!
+//! Which objects belong to a workspace is recorded in the cluster itself (an inventory
+//! ConfigMap `warren-inventory-<name>` in the workspace's namespace), so a restarted agent
+//! prunes and deletes exactly what an earlier one applied.
+
+mod objects;
+mod quantity;
+mod status;
+
+pub use objects::{dedicated_namespace, inventory_name, KINDS, WORKSPACE_NAME_LABEL};
+pub use status::{pod_failure, FAILURE_REASONS};
+
+use super::{
+    ByteStream, ObservedWorkspace, RuntimeError, WorkspaceKey, WorkspaceRuntime, AGENT_ID_LABEL,
+};
+use async_trait::async_trait;
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Service};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::{self, ObjectRef as StoreRef, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::Client;
+use objects::{owns_namespace, ObjectRef};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use warren_types::reconcile::TerminationProgress;
+use warren_types::AgentId;
+
+/// Settings of the Kubernetes runtime.
+#[derive(Debug, Clone)]
+pub struct KubernetesOptions {
+    /// The one field manager every object is applied with.
+    pub field_manager: String,
+    /// How long `list` and `dial` wait for the watches' first complete listing.
+    pub ready_timeout: Duration,
+    /// How long `dial` waits for a TCP connection to the pod.
+    pub dial_timeout: Duration,
+}
+
+impl Default for KubernetesOptions {
+    fn default() -> Self {
+        KubernetesOptions {
+            field_manager: "warren-agent".into(),
+            ready_timeout: Duration::from_secs(10),
+            dial_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The last error a watch reported, kept for `list`'s error when the watches never become ready.
+type LastError = Arc<Mutex<Option<String>>>;
+
+/// A `WorkspaceRuntime` on a Kubernetes cluster.
+pub struct KubernetesRuntime {
+    client: Client,
+    agent_id: String,
+    options: KubernetesOptions,
+    deployments: Store<Deployment>,
+    pods: Store<Pod>,
+    namespaces: Store<Namespace>,
+    changes: watch::Receiver<u64>,
+    last_error: LastError,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for KubernetesRuntime {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl KubernetesRuntime {
+    /// Starts the watches (Deployments, Pods and namespaces labelled with this agent's id, in
+    /// every namespace); must be called within a tokio runtime. The watches retry with
+    /// backoff on errors and re-list after reconnecting, so the view survives API outages.
+    pub fn new(client: Client, agent_id: AgentId, options: KubernetesOptions) -> Self {
+        let agent_id = agent_id.to_string();
+        let selector = format!("{AGENT_ID_LABEL}={agent_id}");
+        let (sender, changes) = watch::channel(0u64);
+        let sender = Arc::new(sender);
+        let last_error = LastError::default();
+        let (deployments, d) = spawn_reflector(
+            Api::<Deployment>::all(client.clone()),
+            &selector,
+            sender.clone(),
+            last_error.clone(),
+        );
+        let (pods, p) = spawn_reflector(
+            Api::<Pod>::all(client.clone()),
+            &selector,
+            sender.clone(),
+            last_error.clone(),
+        );
+        let (namespaces, n) = spawn_reflector(
+            Api::<Namespace>::all(client.clone()),
+            &selector,
+            sender,
+            last_error.clone(),
+        );
+        KubernetesRuntime {
+            client,
+            agent_id,
+            options,
+            deployments,
+            pods,
+            namespaces,
+            changes,
+            last_error,
+            tasks: vec![d, p, n],
+        }
+    }
+
+    /// Waits until every watch has listed once, so the stores are a complete view.
+    async fn ready(&self) -> Result<(), RuntimeError> {
+        let all = async {
+            self.deployments.wait_until_ready().await?;
+            self.pods.wait_until_ready().await?;
+            self.namespaces.wait_until_ready().await
+        };
+        match tokio::time::timeout(self.options.ready_timeout, all).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(RuntimeError::Runtime {
+                context: "watching the kubernetes api".into(),
+                source: Box::new(e),
+            }),
+            Err(_) => {
+                let cause = self
+                    .last_error
+                    .lock()
+                    .ok()
+                    .and_then(|e| e.clone())
+                    .unwrap_or_else(|| "no answer".into());
+                Err(RuntimeError::Runtime {
+                    context: format!(
+                        "listing workspaces: the kubernetes api did not answer within {:?}",
+                        self.options.ready_timeout
+                    ),
+                    source: cause.into(),
+                })
+            }
+        }
+    }
+
+    fn inventory_api(&self, workspace: &WorkspaceKey) -> Api<ConfigMap> {
+        Api::namespaced(self.client.clone(), &workspace.namespace)
+    }
+
+    /// The recorded inventory; `None` when there is none.
+    async fn read_inventory(
+        &self,
+        workspace: &WorkspaceKey,
+    ) -> Result<Option<BTreeSet<ObjectRef>>, RuntimeError> {
+        let name = inventory_name(&workspace.name);
+        let found = self
+            .inventory_api(workspace)
+            .get_opt(&name)
+            .await
+            .map_err(|e| runtime_error(format!("reading inventory of {workspace}"), e))?;
+        let Some(map) = found else {
+            return Ok(None);
+        };
+        let data = map
+            .data
+            .as_ref()
+            .and_then(|d| d.get(objects::INVENTORY_KEY));
+        objects::parse_inventory(data.map(String::as_str))
+            .map(Some)
+            .map_err(|e| RuntimeError::Runtime {
+                context: format!("reading inventory ConfigMap {name} of {workspace}"),
+                source: Box::new(e),
+            })
+    }
+
+    async fn write_inventory(
+        &self,
+        workspace: &WorkspaceKey,
+        entries: &BTreeSet<ObjectRef>,
+    ) -> Result<(), RuntimeError> {
+        let name = inventory_name(&workspace.name);
+        let body = objects::inventory_object(workspace, &self.agent_id, entries);
+        self.inventory_api(workspace)
+            .patch(&name, &self.patch_params(), &Patch::Apply(&body))
+            .await
+            .map_err(|e| apply_error(workspace, &format!("ConfigMap {name}"), e))?;
+        Ok(())
+    }
+
+    fn patch_params(&self) -> PatchParams {
+        PatchParams::apply(&self.options.field_manager).force()
+    }
+
+    /// Creates the namespace when missing, labelled with this agent (and with the workspace
+    /// when it is the workspace's own); an existing namespace is left as it is.
+    async fn ensure_namespace(&self, workspace: &WorkspaceKey) -> Result<(), RuntimeError> {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let existing = api
+            .get_opt(&workspace.namespace)
+            .await
+            .map_err(|e| runtime_error(format!("reading namespace of {workspace}"), e))?;
+        if let Some(ns) = existing {
+            if ns.metadata.deletion_timestamp.is_some() {
+                return Err(RuntimeError::Apply {
+                    workspace: workspace.to_string(),
+                    message: format!("namespace {} is being deleted", workspace.namespace),
+                });
+            }
+            return Ok(());
+        }
+        let mut labels = BTreeMap::from([(AGENT_ID_LABEL.to_owned(), self.agent_id.clone())]);
+        if owns_namespace(workspace) {
+            labels.insert(WORKSPACE_NAME_LABEL.to_owned(), workspace.name.clone());
+        }
+        let mut ns = Namespace::default();
+        ns.metadata.name = Some(workspace.namespace.clone());
+        ns.metadata.labels = Some(labels);
+        match api.create(&PostParams::default(), &ns).await {
+            Ok(_) => Ok(()),
+            // Created concurrently (another apply of a workspace sharing it): fine.
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+            Err(e) => Err(apply_error(
+                workspace,
+                &format!("Namespace {}", workspace.namespace),
+                e,
+            )),
+        }
+    }
+
+    fn dynamic_api(
+        &self,
+        workspace: &WorkspaceKey,
+        entry: &ObjectRef,
+    ) -> Option<Api<DynamicObject>> {
+        let resource = entry.resource()?;
+        Some(Api::namespaced_with(
+            self.client.clone(),
+            &workspace.namespace,
+            &resource,
+        ))
+    }
+
+    /// Deletes one object; a missing one counts as deleted.
+    async fn delete_object(
+        &self,
+        workspace: &WorkspaceKey,
+        entry: &ObjectRef,
+    ) -> Result<(), RuntimeError> {
+        let Some(api) = self.dynamic_api(workspace, entry) else {
+            return Ok(());
+        };
+        match api.delete(&entry.name, &DeleteParams::background()).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(e) => Err(runtime_error(format!("deleting {entry} of {workspace}"), e)),
+        }
+    }
+
+    async fn exists(
+        &self,
+        workspace: &WorkspaceKey,
+        entry: &ObjectRef,
+    ) -> Result<bool, RuntimeError> {
+        let Some(api) = self.dynamic_api(workspace, entry) else {
+            return Ok(false);
+        };
+        api.get_opt(&entry.name)
+            .await
+            .map(|o| o.is_some())
+            .map_err(|e| runtime_error(format!("reading {entry} of {workspace}"), e))
+    }
+
+    /// Deletes the workspace's namespace when it is its own and was created by this agent.
+    /// `None` when the namespace is not the workspace's to delete.
+    async fn delete_namespace(
+        &self,
+        workspace: &WorkspaceKey,
+    ) -> Result<Option<TerminationProgress>, RuntimeError> {
+        if !owns_namespace(workspace) {
+            return Ok(None);
+        }
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let found = api
+            .get_opt(&workspace.namespace)
+            .await
+            .map_err(|e| runtime_error(format!("reading namespace of {workspace}"), e))?;
+        let Some(ns) = found else {
+            return Ok(Some(TerminationProgress::Terminated));
+        };
+        let labels = ns.metadata.labels.clone().unwrap_or_default();
+        let ours = labels.get(AGENT_ID_LABEL) == Some(&self.agent_id)
+            && labels.get(WORKSPACE_NAME_LABEL) == Some(&workspace.name);
+        if !ours {
+            return Ok(None);
+        }
+        if ns.metadata.deletion_timestamp.is_none() {
+            match api
+                .delete(&workspace.namespace, &DeleteParams::background())
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {
+                    return Ok(Some(TerminationProgress::Terminated));
+                }
+                Err(e) => {
+                    return Err(runtime_error(
+                        format!("deleting namespace {}", workspace.namespace),
+                        e,
+                    ));
+                }
+            }
+        }
+        Ok(Some(TerminationProgress::Terminating))
+    }
+
+    /// The ports a workspace declares: its Service's target ports and its containers' ports.
+    async fn declared_ports(
+        &self,
+        workspace: &WorkspaceKey,
+        deployment: &Deployment,
+    ) -> Result<BTreeSet<u16>, RuntimeError> {
+        let containers = deployment
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .map(|s| s.containers.clone())
+            .unwrap_or_default();
+        let container_ports: Vec<_> = containers
+            .iter()
+            .flat_map(|c| c.ports.clone().unwrap_or_default())
+            .collect();
+        let mut ports: BTreeSet<u16> = container_ports
+            .iter()
+            .filter_map(|p| u16::try_from(p.container_port).ok())
+            .collect();
+        let services: Api<Service> = Api::namespaced(self.client.clone(), &workspace.namespace);
+        let service = services
+            .get_opt(&workspace.name)
+            .await
+            .map_err(|e| runtime_error(format!("reading Service of {workspace}"), e))?;
+        let service_ports = service
+            .and_then(|s| s.spec)
+            .and_then(|s| s.ports)
+            .unwrap_or_default();
+        for port in service_ports {
+            let target = match port.target_port {
+                None => Some(port.port),
+                Some(IntOrString::Int(p)) => Some(p),
+                Some(IntOrString::String(name)) => container_ports
+                    .iter()
+                    .find(|p| p.name.as_deref() == Some(name.as_str()))
+                    .map(|p| p.container_port),
+            };
+            ports.extend(target.and_then(|p| u16::try_from(p).ok()));
+        }
+        Ok(ports)
+    }
+}
+
+fn spawn_reflector<K>(
+    api: Api<K>,
+    selector: &str,
+    changes: Arc<watch::Sender<u64>>,
+    last_error: LastError,
+) -> (Store<K>, JoinHandle<()>)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let stream = watcher(api, watcher::Config::default().labels(selector))
+        .default_backoff()
+        .reflect(writer);
+    let task = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(
+                    watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone,
+                ) => {
+                    if let Ok(mut e) = last_error.lock() {
+                        *e = None;
+                    }
+                    changes.send_modify(|v| *v = v.wrapping_add(1));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(kind = %K::kind(&()), error = %e, "kubernetes watch failed, retrying");
+                    if let Ok(mut last) = last_error.lock() {
+                        *last = Some(e.to_string());
+                    }
+                }
+            }
+        }
+    });
+    (reader, task)
+}
+
+/// An error reaching or reading the API server.
+fn runtime_error(context: String, e: kube::Error) -> RuntimeError {
+    RuntimeError::Runtime {
+        context,
+        source: Box::new(e),
+    }
+}
+
+/// An error applying an object: the API server's refusals (validation, conflicts, admission,
+/// a namespace being deleted) are `Apply` with its message; everything else is `Runtime`.
+fn apply_error(workspace: &WorkspaceKey, what: &str, e: kube::Error) -> RuntimeError {
+    match e {
+        kube::Error::Api(resp) if matches!(resp.code, 400 | 403 | 404 | 409 | 422) => {
+            RuntimeError::Apply {
+                workspace: workspace.to_string(),
+                message: format!("{what}: {}", resp.message),
+            }
+        }
+        e => runtime_error(format!("applying {what} of {workspace}"), e),
+    }
+}
+
+#[async_trait]
+impl WorkspaceRuntime for KubernetesRuntime {
+    async fn apply(
+        &self,
+        workspace: &WorkspaceKey,
+        objects: &[serde_json::Value],
+    ) -> Result<(), RuntimeError> {
+        objects::check_key(workspace).map_err(|message| RuntimeError::Apply {
+            workspace: workspace.to_string(),
+            message,
+        })?;
+        let prepared = objects::prepare(workspace, &self.agent_id, objects)?;
+        self.ensure_namespace(workspace).await?;
+        let previous = self.read_inventory(workspace).await?;
+        let current: BTreeSet<ObjectRef> = prepared.iter().map(|p| p.reference.clone()).collect();
+        // Record the union before applying: if the agent dies half-way, the next apply still
+        // knows every object that may exist and prunes what is not wanted.
+        let previous_set = previous.clone().unwrap_or_default();
+        let union: BTreeSet<ObjectRef> = previous_set.union(&current).cloned().collect();
+        if previous.as_ref() != Some(&union) {
+            self.write_inventory(workspace, &union).await?;
+        }
+        let params = self.patch_params();
+        for object in &prepared {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(self.client.clone(), &workspace.namespace, &object.resource);
+            api.patch(&object.reference.name, &params, &Patch::Apply(&object.body))
+                .await
+                .map_err(|e| apply_error(workspace, &object.reference.to_string(), e))?;
+        }
+        for stale in previous_set.difference(&current) {
+            self.delete_object(workspace, stale).await?;
+        }
+        if union != current {
+            self.write_inventory(workspace, &current).await?;
+        }
+        Ok(())
+    }
+
+    async fn delete(&self, workspace: &WorkspaceKey) -> Result<TerminationProgress, RuntimeError> {
+        // A malformed key names nothing Warren could have created (and an empty namespace
+        // would address the whole cluster).
+        objects::check_key(workspace)
+            .map_err(|m| RuntimeError::NotFound(format!("workspace {workspace:?} ({m})")))?;
+        if let Some(progress) = self.delete_namespace(workspace).await? {
+            return Ok(progress);
+        }
+        // A shared namespace: delete what the inventory names, the Deployment first (its pods
+        // go with it) and the volumes last; the inventory itself goes once nothing remains.
+        let mut entries: Vec<ObjectRef> = self
+            .read_inventory(workspace)
+            .await?
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let deployment = ObjectRef {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            name: workspace.name.clone(),
+        };
+        if !entries.contains(&deployment) {
+            entries.push(deployment);
+        }
+        entries.sort_by_key(|e| std::cmp::Reverse(objects::rank_of(&e.kind)));
+        for entry in &entries {
+            self.delete_object(workspace, entry).await?;
+        }
+        for entry in &entries {
+            if self.exists(workspace, entry).await? {
+                return Ok(TerminationProgress::Terminating);
+            }
+        }
+        let inventory = inventory_name(&workspace.name);
+        match self
+            .inventory_api(workspace)
+            .delete(&inventory, &DeleteParams::background())
+            .await
+        {
+            Ok(_) => Ok(TerminationProgress::Terminated),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(TerminationProgress::Terminated),
+            Err(e) => Err(runtime_error(
+                format!("deleting inventory of {workspace}"),
+                e,
+            )),
+        }
+    }
+
+    async fn list(&self) -> Result<Vec<ObservedWorkspace>, RuntimeError> {
+        self.ready().await?;
+        let namespaces: BTreeMap<String, Arc<Namespace>> = self
+            .namespaces
+            .state()
+            .into_iter()
+            .filter_map(|ns| Some((ns.metadata.name.clone()?, ns)))
+            .collect();
+        let ns_terminating = |name: &str| {
+            namespaces
+                .get(name)
+                .is_some_and(|ns| ns.metadata.deletion_timestamp.is_some())
+        };
+        // Pods by namespace, so matching stays linear in the number of workspaces.
+        let mut pods: BTreeMap<String, Vec<Arc<Pod>>> = BTreeMap::new();
+        for pod in self.pods.state() {
+            if pod.metadata.deletion_timestamp.is_none() {
+                let ns = pod.metadata.namespace.clone().unwrap_or_default();
+                pods.entry(ns).or_default().push(pod);
+            }
+        }
+        let mut seen = BTreeSet::new();
+        let mut observed = Vec::new();
+        for deployment in self.deployments.state() {
+            let (Some(name), Some(namespace)) = (
+                deployment.metadata.name.clone(),
+                deployment.metadata.namespace.clone(),
+            ) else {
+                continue;
+            };
+            let pod_failure = pods
+                .get(&namespace)
+                .into_iter()
+                .flatten()
+                .filter(|p| status::selects(&deployment, p))
+                .find_map(|p| pod_failure(p));
+            let terminating =
+                deployment.metadata.deletion_timestamp.is_some() || ns_terminating(&namespace);
+            let key = WorkspaceKey { name, namespace };
+            seen.insert(key.clone());
+            observed.push(ObservedWorkspace {
+                key,
+                deployment: status::deployment_json(&deployment),
+                pod_failure,
+                terminating,
+            });
+        }
+        // A workspace namespace still being deleted after its Deployment went.
+        for (ns_name, ns) in &namespaces {
+            let labels = ns.metadata.labels.clone().unwrap_or_default();
+            let Some(name) = labels.get(WORKSPACE_NAME_LABEL) else {
+                continue;
+            };
+            let key = WorkspaceKey {
+                name: name.clone(),
+                namespace: ns_name.clone(),
+            };
+            if ns.metadata.deletion_timestamp.is_some()
+                && owns_namespace(&key)
+                && !seen.contains(&key)
+            {
+                observed.push(ObservedWorkspace {
+                    key,
+                    deployment: None,
+                    pod_failure: None,
+                    terminating: true,
+                });
+            }
+        }
+        observed.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(observed)
+    }
+
+    fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.clone()
+    }
+
+    async fn dial(
+        &self,
+        workspace: &WorkspaceKey,
+        port: u16,
+    ) -> Result<Box<dyn ByteStream>, RuntimeError> {
+        objects::check_key(workspace)
+            .map_err(|m| RuntimeError::NotFound(format!("workspace {workspace:?} ({m})")))?;
+        self.ready().await?;
+        let reference = StoreRef::<Deployment>::new(&workspace.name).within(&workspace.namespace);
+        let Some(deployment) = self.deployments.get(&reference) else {
+            return Err(RuntimeError::NotFound(format!("workspace {workspace}")));
+        };
+        if !self
+            .declared_ports(workspace, &deployment)
+            .await?
+            .contains(&port)
+        {
+            return Err(RuntimeError::NotFound(format!(
+                "port {port} of workspace {workspace}"
+            )));
+        }
+        let ip = self
+            .pods
+            .state()
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter(|p| status::selects(&deployment, p))
+            .filter_map(|p| p.status.as_ref())
+            .filter(|s| s.phase.as_deref() == Some("Running"))
+            .find_map(|s| s.pod_ip.as_deref()?.parse::<IpAddr>().ok());
+        let Some(ip) = ip else {
+            return Err(RuntimeError::Runtime {
+                context: format!("dialing port {port} of workspace {workspace}"),
+                source: "the workspace has no running pod with an IP".into(),
+            });
+        };
+        let connect = TcpStream::connect((ip, port));
+        let dial_error = |source: Box<dyn std::error::Error + Send + Sync>| RuntimeError::Runtime {
+            context: format!("dialing {ip}:{port} of workspace {workspace}"),
+            source,
+        };
+        match tokio::time::timeout(self.options.dial_timeout, connect).await {
+            Ok(Ok(stream)) => Ok(Box::new(stream)),
+            Ok(Err(e)) => Err(dial_error(Box::new(e))),
+            Err(_) => Err(dial_error("timed out".into())),
+        }
+    }
+}

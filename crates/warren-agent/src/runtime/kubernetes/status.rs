@@ -1,0 +1,145 @@
+//! What the watched Pods and Deployments say about a workspace: pod failures, termination.
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use std::collections::BTreeMap;
+use warren_types::reconcile::PodFailure;
+
+/// Waiting reasons that mean the pod will not become ready without a change by the user.
+pub const FAILURE_REASONS: [&str; 5] = [
+    "CrashLoopBackOff",
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "CreateContainerConfigError",
+    "InvalidImageName",
+];
+
+/// The first failure a pod shows: init containers first (they run first), then containers.
+pub fn pod_failure(pod: &Pod) -> Option<PodFailure> {
+    let status = pod.status.as_ref()?;
+    let init = status
+        .init_container_statuses
+        .as_deref()
+        .unwrap_or_default();
+    for container in init {
+        if let Some(failure) = waiting_failure(container) {
+            return Some(failure);
+        }
+        let terminated = container
+            .state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .filter(|t| t.exit_code != 0);
+        if let Some(t) = terminated {
+            let detail = t
+                .message
+                .as_deref()
+                .or(t.reason.as_deref())
+                .unwrap_or_default();
+            return Some(PodFailure {
+                reason: "InitContainerFailed".into(),
+                message: format!(
+                    "init container {} exited with code {}{}{}",
+                    container.name,
+                    t.exit_code,
+                    if detail.is_empty() { "" } else { ": " },
+                    detail
+                ),
+            });
+        }
+    }
+    let containers = status.container_statuses.as_deref().unwrap_or_default();
+    containers.iter().find_map(waiting_failure)
+}
+
+fn waiting_failure(container: &ContainerStatus) -> Option<PodFailure> {
+    let waiting = container.state.as_ref()?.waiting.as_ref()?;
+    let reason = waiting.reason.as_deref()?;
+    if !FAILURE_REASONS.contains(&reason) {
+        return None;
+    }
+    let message = waiting.message.as_deref().unwrap_or_default();
+    Some(PodFailure {
+        reason: reason.to_owned(),
+        message: if message.is_empty() {
+            format!("container {}", container.name)
+        } else {
+            format!("container {}: {message}", container.name)
+        },
+    })
+}
+
+/// Whether `pod` belongs to `deployment`: same namespace, and the Deployment's selector
+/// (matchLabels; Warren renders no matchExpressions) matches the pod's labels.
+pub fn selects(deployment: &Deployment, pod: &Pod) -> bool {
+    if deployment.metadata.namespace != pod.metadata.namespace {
+        return false;
+    }
+    let Some(spec) = deployment.spec.as_ref() else {
+        return false;
+    };
+    let Some(wanted) = spec.selector.match_labels.as_ref() else {
+        return false;
+    };
+    if wanted.is_empty() || spec.selector.match_expressions.is_some() {
+        // An empty selector would claim every pod; Warren never renders one.
+        return false;
+    }
+    let empty = BTreeMap::new();
+    let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
+    wanted.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+/// The Deployment as reported to the server: the real object, without `managedFields`
+/// (large, and nothing in Warren reads them).
+pub fn deployment_json(deployment: &Deployment) -> Option<serde_json::Value> {
+    let mut value = serde_json::to_value(deployment).ok()?;
+    if let Some(metadata) = value.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+        metadata.remove("managedFields");
+    }
+    Some(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(status: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": "p"}, "status": status})).unwrap()
+    }
+
+    #[test]
+    fn reports_waiting_reasons_and_failed_init_containers() {
+        let crash = pod(json!({"containerStatuses": [
+            {"name": "ok", "ready": true, "restartCount": 0, "image": "i", "imageID": "",
+             "state": {"running": {}}},
+            {"name": "main", "ready": false, "restartCount": 3, "image": "i", "imageID": "",
+             "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}}}]}));
+        let f = pod_failure(&crash).unwrap();
+        assert_eq!(f.reason, "CrashLoopBackOff");
+        assert_eq!(f.message, "container main: back-off 40s");
+
+        let creating = pod(json!({"containerStatuses": [
+            {"name": "main", "ready": false, "restartCount": 0, "image": "i", "imageID": "",
+             "state": {"waiting": {"reason": "ContainerCreating"}}}]}));
+        assert_eq!(pod_failure(&creating), None);
+
+        let init = pod(json!({"initContainerStatuses": [
+            {"name": "prestart", "ready": false, "restartCount": 0, "image": "i", "imageID": "",
+             "state": {"terminated": {"exitCode": 2, "reason": "Error"}}}]}));
+        let f = pod_failure(&init).unwrap();
+        assert_eq!(f.reason, "InitContainerFailed");
+        assert!(
+            f.message.contains("prestart exited with code 2: Error"),
+            "{}",
+            f.message
+        );
+
+        let init_ok = pod(json!({"initContainerStatuses": [
+            {"name": "prestart", "ready": false, "restartCount": 0, "image": "i", "imageID": "",
+             "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}));
+        assert_eq!(pod_failure(&init_ok), None);
+        assert_eq!(pod_failure(&pod(json!({}))), None);
+    }
+}

@@ -1,0 +1,606 @@
+//! The Kubernetes runtime against a real kube-apiserver and kube-controller-manager (built by
+//! `.ci/setup-kubernetes.sh`). There is no kubelet, so where a pod must "run" the test patches
+//! the Pod's status subresource, and the real controllers move the ReplicaSet and Deployment.
+
+mod kube_common;
+
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use kube_common::fixtures::{key, unique, workspace_objects};
+use kube_common::{cluster, eventually};
+use serde_json::json;
+use std::collections::BTreeMap;
+use warren_agent::runtime::kubernetes::{inventory_name, KubernetesOptions, KubernetesRuntime};
+use warren_agent::runtime::{
+    ObservedWorkspace, RuntimeError, WorkspaceKey, WorkspaceRuntime, AGENT_ID_LABEL,
+};
+use warren_types::lifecycle::derive_actual_state;
+use warren_types::reconcile::{TerminationProgress, WorkspaceAgentInfo};
+use warren_types::state::ActualState;
+use warren_types::AgentId;
+
+/// A distinct agent id per test: the tests share one cluster and must not see each other.
+fn agent_id() -> i64 {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    static N: AtomicI64 = AtomicI64::new(1);
+    i64::from(std::process::id()) * 1000 + N.fetch_add(1, Ordering::Relaxed)
+}
+
+async fn setup() -> Option<(Client, i64, KubernetesRuntime)> {
+    let cluster = cluster()?;
+    let client = cluster.client().await;
+    let agent = agent_id();
+    let runtime =
+        KubernetesRuntime::new(client.clone(), AgentId(agent), KubernetesOptions::default());
+    Some((client, agent, runtime))
+}
+
+async fn observed(runtime: &KubernetesRuntime, key: &WorkspaceKey) -> Option<ObservedWorkspace> {
+    runtime
+        .list()
+        .await
+        .expect("list")
+        .into_iter()
+        .find(|o| &o.key == key)
+}
+
+fn info_of(o: &ObservedWorkspace) -> WorkspaceAgentInfo {
+    WorkspaceAgentInfo {
+        name: o.key.name.clone(),
+        namespace: o.key.namespace.clone(),
+        latest_k8s_deployment_info: o.deployment.clone(),
+        termination_progress: None,
+        error_details: None,
+        pod_failure: o.pod_failure.clone(),
+    }
+}
+
+fn derived(o: &ObservedWorkspace) -> ActualState {
+    derive_actual_state(&info_of(o))
+}
+
+/// Adds (or removes) a test finalizer on a ConfigMap, so its deletion waits for the test.
+async fn hold(client: &Client, namespace: &str, config_map: &str, on: bool) {
+    let finalizers: Vec<&str> = if on {
+        vec!["warren.dev/test-hold"]
+    } else {
+        vec![]
+    };
+    Api::<ConfigMap>::namespaced(client.clone(), namespace)
+        .patch(
+            config_map,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
+        )
+        .await
+        .expect("patching finalizers");
+}
+
+/// Waits until `list()` shows the workspace in `state`.
+async fn wait_state(
+    runtime: &KubernetesRuntime,
+    key: &WorkspaceKey,
+    state: ActualState,
+) -> ObservedWorkspace {
+    eventually(60, &format!("{key} to be {state:?}"), || async {
+        observed(runtime, key).await.filter(|o| derived(o) == state)
+    })
+    .await
+}
+
+async fn the_pod(client: &Client, key: &WorkspaceKey) -> Pod {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &key.namespace);
+    eventually(
+        60,
+        "the controllers to create the workspace's pod",
+        || async {
+            let list = pods.list(&ListParams::default()).await.ok()?;
+            list.items
+                .into_iter()
+                .find(|p| p.metadata.deletion_timestamp.is_none())
+        },
+    )
+    .await
+}
+
+/// Plays the kubelet: the pod runs (with `ip`) and is ready.
+async fn mark_running(client: &Client, key: &WorkspaceKey, pod: &str, ip: &str) {
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let condition = |t: &str| json!({"type": t, "status": "True", "lastTransitionTime": now});
+    let status = json!({"status": {
+        "phase": "Running",
+        "podIP": ip,
+        "podIPs": [{"ip": ip}],
+        "startTime": now,
+        "conditions": [condition("PodScheduled"), condition("Initialized"),
+                       condition("ContainersReady"), condition("Ready")],
+        "initContainerStatuses": [{"name": "warren-prestart", "ready": true, "restartCount": 0,
+            "image": "registry.local/tools:1", "imageID": "",
+            "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}],
+        "containerStatuses": [{"name": "main", "ready": true, "started": true, "restartCount": 0,
+            "image": "registry.local/devbox:1", "imageID": "",
+            "state": {"running": {"startedAt": now}}}],
+    }});
+    Api::<Pod>::namespaced(client.clone(), &key.namespace)
+        .patch_status(pod, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("patching pod status to running");
+}
+
+async fn mark_crash_loop(client: &Client, key: &WorkspaceKey, pod: &str) {
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let status = json!({"status": {
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": now,
+                        "reason": "ContainersNotReady"}],
+        "containerStatuses": [{"name": "main", "ready": false, "restartCount": 4,
+            "image": "registry.local/devbox:1", "imageID": "",
+            "state": {"waiting": {"reason": "CrashLoopBackOff",
+                "message": "back-off 1m20s restarting failed container=main"}}}],
+    }});
+    Api::<Pod>::namespaced(client.clone(), &key.namespace)
+        .patch_status(pod, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("patching pod status to crash loop");
+}
+
+/// Per object Warren applied in the namespace (by kind/name): its resourceVersion and the
+/// time of Warren's last apply as the API server recorded it in `managedFields`.
+async fn versions(client: &Client, key: &WorkspaceKey) -> BTreeMap<String, (String, String)> {
+    let mut out = BTreeMap::new();
+    for (api_version, kind, plural) in warren_agent::runtime::kubernetes::KINDS {
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let ar = kube::core::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk(group, version, kind),
+            plural,
+        );
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &key.namespace, &ar);
+        for o in api.list(&ListParams::default()).await.expect("list").items {
+            let applied = o
+                .managed_fields()
+                .iter()
+                .find(|m| m.manager.as_deref() == Some("warren-agent"))
+                .and_then(|m| m.time.as_ref())
+                .map(|t| t.0.to_rfc3339());
+            if let Some(applied) = applied {
+                let version = o.resource_version().unwrap_or_default();
+                out.insert(format!("{kind}/{}", o.name_any()), (version, applied));
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn apply_creates_everything_reapply_changes_nothing_and_prune_removes() {
+    let Some((client, agent, runtime)) = setup().await else {
+        return;
+    };
+    let key = key(&unique("apply"));
+    let objects = workspace_objects(&key, agent, 11, 1, true);
+    runtime.apply(&key, &objects).await.expect("apply");
+
+    let ns = Api::<Namespace>::all(client.clone())
+        .get(&key.namespace)
+        .await
+        .expect("namespace");
+    assert_eq!(ns.labels().get(AGENT_ID_LABEL), Some(&agent.to_string()));
+
+    // The controllers are done with the Deployment (its status seen and a pod created), so
+    // the resourceVersions below move only if the agent writes.
+    the_pod(&client, &key).await;
+    let first = versions(&client, &key).await;
+    let expected: Vec<&str> = vec![
+        "ConfigMap/",
+        "Deployment/",
+        "NetworkPolicy/",
+        "PersistentVolumeClaim/",
+        "ResourceQuota/",
+        "Secret/",
+        "Service/",
+        "ServiceAccount/",
+    ];
+    for kind in expected {
+        assert!(
+            first.keys().any(|k| k.starts_with(kind)),
+            "{kind} missing from {first:?}"
+        );
+    }
+    // Eight rendered objects + the inventory, all with the one field manager.
+    assert_eq!(first.len(), 10, "{first:?}");
+    let deployment = Api::<Deployment>::namespaced(client.clone(), &key.namespace)
+        .get(&key.name)
+        .await
+        .expect("deployment");
+    let managers: Vec<_> = deployment
+        .managed_fields()
+        .iter()
+        .filter(|m| m.operation.as_deref() == Some("Apply"))
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    assert_eq!(managers, vec!["warren-agent".to_string()]);
+
+    // The same objects again: the API server records no write by Warren (the apply times
+    // are per second, so the re-apply happens in a later second than the first one), and
+    // the objects no controller touches keep their resourceVersion. (Controllers update
+    // Deployment and quota status, service account token lists and PVC finalizers.)
+    let applied_at = chrono::Utc::now();
+    eventually(5, "the clock to reach the next second", || async {
+        (chrono::Utc::now().timestamp() > applied_at.timestamp()).then_some(())
+    })
+    .await;
+    runtime.apply(&key, &objects).await.expect("re-apply");
+    let second = versions(&client, &key).await;
+    assert_eq!(second.len(), first.len());
+    for (object, (version, applied)) in &second {
+        let (first_version, first_applied) = &first[object];
+        assert_eq!(applied, first_applied, "re-apply wrote {object}");
+        let untouched = ["ConfigMap/", "Secret/", "NetworkPolicy/", "Service/"];
+        if untouched.iter().any(|k| object.starts_with(k)) {
+            assert_eq!(version, first_version, "re-apply changed {object}");
+        }
+    }
+
+    // Without the quota and the file secret: both pruned, the rest untouched.
+    let fewer: Vec<_> = objects
+        .iter()
+        .filter(|o| o["kind"] != "ResourceQuota")
+        .filter(|o| o["metadata"]["name"] != format!("{}-files", key.name))
+        .cloned()
+        .collect();
+    runtime.apply(&key, &fewer).await.expect("apply fewer");
+    let after = versions(&client, &key).await;
+    assert!(
+        !after.contains_key(&format!("ResourceQuota/{}", key.name)),
+        "{after:?}"
+    );
+    assert!(
+        !after.contains_key(&format!("Secret/{}-files", key.name)),
+        "{after:?}"
+    );
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &key.namespace);
+    assert!(secrets
+        .get_opt(&format!("{}-files", key.name))
+        .await
+        .unwrap()
+        .is_none());
+    let service = format!("Service/{}", key.name);
+    assert_eq!(
+        after.get(&service),
+        first.get(&service),
+        "pruning touched the Service"
+    );
+    let inventory = Api::<ConfigMap>::namespaced(client.clone(), &key.namespace)
+        .get(&inventory_name(&key.name))
+        .await
+        .expect("inventory");
+    let listed = inventory.data.unwrap_or_default()["objects"].clone();
+    assert!(!listed.contains("ResourceQuota"), "{listed}");
+    assert!(listed.contains("NetworkPolicy"), "{listed}");
+}
+
+#[tokio::test]
+async fn deployment_status_follows_the_pod_running_stopped_and_crash_loop() {
+    let Some((client, agent, runtime)) = setup().await else {
+        return;
+    };
+    let key = key(&unique("status"));
+    runtime
+        .apply(&key, &workspace_objects(&key, agent, 12, 1, false))
+        .await
+        .expect("apply");
+
+    // The real deployment and replicaset controllers create the ReplicaSet and the Pod.
+    let replicasets: Api<ReplicaSet> = Api::namespaced(client.clone(), &key.namespace);
+    eventually(60, "a ReplicaSet", || async {
+        let list = replicasets.list(&ListParams::default()).await.ok()?;
+        (!list.items.is_empty()).then_some(())
+    })
+    .await;
+    let pod = the_pod(&client, &key).await;
+    assert_eq!(pod.labels().get(AGENT_ID_LABEL), Some(&agent.to_string()));
+    wait_state(&runtime, &key, ActualState::Starting).await;
+
+    let before = *runtime.changes().borrow();
+    mark_running(&client, &key, &pod.name_any(), "127.0.0.1").await;
+    let running = wait_state(&runtime, &key, ActualState::Running).await;
+    assert!(
+        *runtime.changes().borrow() > before,
+        "changes() did not move"
+    );
+    let deployment = running.deployment.expect("deployment");
+    assert_eq!(deployment["kind"], "Deployment");
+    assert!(deployment["metadata"]["resourceVersion"].is_string());
+    assert!(deployment["metadata"].get("managedFields").is_none());
+    assert_eq!(running.pod_failure, None);
+    assert!(!running.terminating);
+
+    // A crash loop shows as a pod failure, and the derived state is Failed.
+    mark_crash_loop(&client, &key, &pod.name_any()).await;
+    let failed = wait_state(&runtime, &key, ActualState::Failed).await;
+    let failure = failed.pod_failure.expect("pod failure");
+    assert_eq!(failure.reason, "CrashLoopBackOff");
+    assert!(
+        failure.message.contains("container main"),
+        "{}",
+        failure.message
+    );
+
+    // Scale to zero: the pod goes, the Deployment settles on zero, Stopped.
+    runtime
+        .apply(&key, &workspace_objects(&key, agent, 12, 0, false))
+        .await
+        .expect("apply stopped");
+    let stopped = wait_state(&runtime, &key, ActualState::Stopped).await;
+    assert_eq!(stopped.pod_failure, None);
+}
+
+#[tokio::test]
+async fn an_invalid_object_is_an_apply_error_with_the_servers_message() {
+    let Some((_client, agent, runtime)) = setup().await else {
+        return;
+    };
+    let key = key(&unique("invalid"));
+    let mut objects = workspace_objects(&key, agent, 13, 1, false);
+    let service = objects.iter_mut().find(|o| o["kind"] == "Service").unwrap();
+    service["spec"]["ports"][0]["port"] = json!(70000);
+    let err = runtime.apply(&key, &objects).await.unwrap_err();
+    let RuntimeError::Apply { message, .. } = &err else {
+        panic!("expected an apply error, got {err:?}");
+    };
+    // The API server's validation message, naming the field.
+    assert!(message.contains("spec.ports[0].port"), "{message}");
+    assert!(
+        message.contains(&format!("Service {}", key.name)),
+        "{message}"
+    );
+
+    // A kind Warren does not render is refused before anything is sent.
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "x"}, "rules": []});
+    let err = runtime.apply(&key, &[role]).await.unwrap_err().to_string();
+    assert!(err.contains("\"Role\""), "{err}");
+}
+
+#[tokio::test]
+async fn deleting_a_workspace_in_its_own_namespace_ends_terminated() {
+    let Some((client, agent, runtime)) = setup().await else {
+        return;
+    };
+    let key = key(&unique("delete"));
+    runtime
+        .apply(&key, &workspace_objects(&key, agent, 14, 1, true))
+        .await
+        .expect("apply");
+    let pod = the_pod(&client, &key).await;
+    mark_running(&client, &key, &pod.name_any(), "127.0.0.1").await;
+    wait_state(&runtime, &key, ActualState::Running).await;
+    // Holds the namespace in deletion until the test lets go, as a slow volume would.
+    hold(
+        &client,
+        &key.namespace,
+        &format!("{}-scripts", key.name),
+        true,
+    )
+    .await;
+
+    let started = std::time::Instant::now();
+    assert_eq!(
+        runtime.delete(&key).await.expect("delete"),
+        TerminationProgress::Terminating
+    );
+    let terminating = eventually(60, "list() to show the workspace terminating", || async {
+        observed(&runtime, &key).await.filter(|o| o.terminating)
+    })
+    .await;
+    let info = WorkspaceAgentInfo {
+        termination_progress: Some(TerminationProgress::Terminating),
+        ..info_of(&terminating)
+    };
+    assert_eq!(derive_actual_state(&info), ActualState::Terminating);
+    assert_eq!(
+        runtime.delete(&key).await.expect("delete again"),
+        TerminationProgress::Terminating
+    );
+    // Applying into the namespace being deleted is refused, with the reason.
+    let objects = workspace_objects(&key, agent, 14, 1, true);
+    let err = runtime.apply(&key, &objects).await.unwrap_err();
+    assert!(
+        matches!(&err, RuntimeError::Apply { message, .. } if message.contains("being deleted")),
+        "{err:?}"
+    );
+    hold(
+        &client,
+        &key.namespace,
+        &format!("{}-scripts", key.name),
+        false,
+    )
+    .await;
+    // The namespace controller removes the content and then the namespace.
+    eventually(120, "the namespace to be gone", || async {
+        (runtime.delete(&key).await.expect("delete") == TerminationProgress::Terminated)
+            .then_some(())
+    })
+    .await;
+    eprintln!("namespace deletion took {:?}", started.elapsed());
+    let gone = Api::<Namespace>::all(client.clone())
+        .get_opt(&key.namespace)
+        .await
+        .unwrap();
+    assert!(gone.is_none());
+    eventually(30, "list() to forget the workspace", || async {
+        observed(&runtime, &key).await.is_none().then_some(())
+    })
+    .await;
+    // Idempotent.
+    assert_eq!(
+        runtime.delete(&key).await.expect("delete"),
+        TerminationProgress::Terminated
+    );
+}
+
+#[tokio::test]
+async fn deleting_in_a_shared_namespace_removes_only_that_workspace() {
+    let Some((client, agent, runtime)) = setup().await else {
+        return;
+    };
+    let shared = unique("shared");
+    let a = WorkspaceKey {
+        name: unique("a"),
+        namespace: shared.clone(),
+    };
+    let b = WorkspaceKey {
+        name: unique("b"),
+        namespace: shared.clone(),
+    };
+    runtime
+        .apply(&a, &workspace_objects(&a, agent, 15, 1, false))
+        .await
+        .expect("apply a");
+    runtime
+        .apply(&b, &workspace_objects(&b, agent, 16, 1, false))
+        .await
+        .expect("apply b");
+
+    // One of a's objects stays (a finalizer) until the test lets go.
+    hold(&client, &shared, &format!("{}-scripts", a.name), true).await;
+    assert_eq!(
+        runtime.delete(&a).await.expect("delete a"),
+        TerminationProgress::Terminating
+    );
+    assert_eq!(
+        runtime.delete(&a).await.expect("delete a again"),
+        TerminationProgress::Terminating
+    );
+    hold(&client, &shared, &format!("{}-scripts", a.name), false).await;
+    eventually(60, "a to be terminated", || async {
+        let p = runtime.delete(&a).await.expect("delete a");
+        (p == TerminationProgress::Terminated).then_some(p)
+    })
+    .await;
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &shared);
+    let names: Vec<String> = configmaps
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|c| c.name_any())
+        .collect();
+    assert!(!names.iter().any(|n| n.contains(&a.name)), "{names:?}");
+    assert!(names.contains(&inventory_name(&b.name)), "{names:?}");
+    assert!(names.contains(&format!("{}-scripts", b.name)), "{names:?}");
+    // The shared namespace itself stays.
+    let ns = Api::<Namespace>::all(client.clone())
+        .get(&shared)
+        .await
+        .expect("namespace");
+    assert!(ns.metadata.deletion_timestamp.is_none());
+    eventually(30, "list() to show only b", || async {
+        let list = runtime.list().await.ok()?;
+        let keys: Vec<_> = list.iter().map(|o| o.key.clone()).collect();
+        (keys == vec![b.clone()]).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_restarted_agent_sees_the_same_workspaces() {
+    let Some((client, agent, runtime)) = setup().await else {
+        return;
+    };
+    let one = key(&unique("restart"));
+    let two = key(&unique("restart"));
+    runtime
+        .apply(&one, &workspace_objects(&one, agent, 17, 1, false))
+        .await
+        .unwrap();
+    runtime
+        .apply(&two, &workspace_objects(&two, agent, 18, 0, false))
+        .await
+        .unwrap();
+    let pod = the_pod(&client, &one).await;
+    mark_running(&client, &one, &pod.name_any(), "127.0.0.1").await;
+    wait_state(&runtime, &one, ActualState::Running).await;
+    wait_state(&runtime, &two, ActualState::Stopped).await;
+    let before = runtime.list().await.unwrap();
+    drop(runtime);
+
+    let again =
+        KubernetesRuntime::new(client.clone(), AgentId(agent), KubernetesOptions::default());
+    let after = again.list().await.unwrap();
+    assert_eq!(after, before);
+    assert_eq!(after.len(), 2);
+    // Another agent sees none of them.
+    let other = KubernetesRuntime::new(
+        client.clone(),
+        AgentId(agent + 500),
+        KubernetesOptions::default(),
+    );
+    assert!(other.list().await.unwrap().is_empty());
+    // And the restarted agent prunes what the earlier one applied.
+    let fewer: Vec<_> = workspace_objects(&one, agent, 17, 1, false)
+        .into_iter()
+        .filter(|o| o["kind"] != "NetworkPolicy")
+        .collect();
+    again.apply(&one, &fewer).await.unwrap();
+    let versions = versions(&client, &one).await;
+    assert!(
+        !versions.keys().any(|k| k.starts_with("NetworkPolicy/")),
+        "{versions:?}"
+    );
+}
+
+#[tokio::test]
+async fn dial_reaches_the_pod_ip_and_refuses_undeclared_ports() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Some((client, agent, runtime)) = setup().await else {
+        return;
+    };
+    // A local listener stands in for the workspace's process; the pod's IP is 127.0.0.1.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let key = key(&unique("dial"));
+    let mut objects = workspace_objects(&key, agent, 19, 1, false);
+    let service = objects.iter_mut().find(|o| o["kind"] == "Service").unwrap();
+    service["spec"]["ports"][0]["targetPort"] = json!(port);
+    runtime.apply(&key, &objects).await.unwrap();
+
+    let err = runtime.dial(&key, 9).await.err().expect("undeclared port");
+    assert!(matches!(err, RuntimeError::NotFound(_)), "{err:?}");
+    let missing = WorkspaceKey {
+        name: "nope".into(),
+        namespace: key.namespace.clone(),
+    };
+    assert!(matches!(
+        runtime.dial(&missing, port).await.err(),
+        Some(RuntimeError::NotFound(_))
+    ));
+
+    // No running pod yet: a runtime error, not a hang.
+    let pod = the_pod(&client, &key).await;
+    let err = runtime
+        .dial(&key, port)
+        .await
+        .err()
+        .expect("no pod running yet");
+    assert!(matches!(err, RuntimeError::Runtime { .. }), "{err:?}");
+
+    mark_running(&client, &key, &pod.name_any(), "127.0.0.1").await;
+    wait_state(&runtime, &key, ActualState::Running).await;
+    let server = tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut buf = [0u8; 4];
+        socket.read_exact(&mut buf).await.unwrap();
+        socket.write_all(b"pong").await.unwrap();
+        buf
+    });
+    let mut stream = runtime.dial(&key, port).await.expect("dial");
+    stream.write_all(b"ping").await.unwrap();
+    let mut answer = [0u8; 4];
+    stream.read_exact(&mut answer).await.unwrap();
+    assert_eq!(&answer, b"pong");
+    assert_eq!(&server.await.unwrap(), b"ping");
+}

@@ -1234,6 +1234,7 @@ fn startup_script(devfile: &Devfile, c: &Container, req: &RenderRequest<'_>) -> 
             s,
             "    say \"postStart command {id} failed with status $?; not running the later ones\""
         );
+        let _ = writeln!(s, "    say \"startup of container {} failed\"", c.name);
         let _ = writeln!(s, "    exit 1");
         let _ = writeln!(s, "  fi");
     }

@@ -63,7 +63,8 @@ struct RawAnnotation {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct RawEndpoint {
     name: String,
-    target_port: i64,
+    // i128: the schema says "integer", any size; the port range is checked later.
+    target_port: i128,
     annotation: Option<BTreeMap<String, String>>,
     #[allow(dead_code)]
     attributes: Option<Map<String, Value>>,
@@ -497,7 +498,7 @@ fn typed<T: DeserializeOwned>(value: &Value, path: &str, errors: &mut Errors) ->
             let message = e
                 .into_inner()
                 .to_string()
-                .replace("expected i64", "expected an integer")
+                .replace("expected i128", "expected an integer")
                 .replace("expected a borrowed string", "expected a string");
             errors.push(DevfileError::new(p, message));
             None

@@ -267,6 +267,11 @@ fn names_ports_and_references() {
         "not a port number",
     );
     assert_error(
+        &format!("{BASE}      endpoints: [{{name: a, targetPort: 18446744073709551615}}]\n"),
+        "components[0].container.endpoints[0].targetPort",
+        "not a port number",
+    );
+    assert_error(
         &format!(
             "{BASE}      endpoints: [{{name: a, targetPort: 80}}, {{name: a, targetPort: 81}}]\n"
         ),

@@ -257,3 +257,36 @@ fn broken_variants_agree_with_the_schema() {
     problems.truncate(40);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+#[test]
+fn edge_documents_agree_with_the_schema() {
+    let oracle = Oracle::new();
+    let base =
+        r#"{"schemaVersion":"2.2.0","components":[{"name":"dev","container":{"image":"x"%s}}]%t}"#;
+    let cases = [
+        (",\"endpoints\":[{\"name\":\"a\",\"targetPort\":18446744073709551615}]", ""),
+        (",\"endpoints\":[{\"name\":\"a\",\"targetPort\":8080.0}]", ""),
+        (",\"endpoints\":[{\"name\":\"a\",\"targetPort\":-1}]", ""),
+        (",\"endpoints\":[{\"name\":\"a\",\"targetPort\":80,\"exposure\":null}]", ""),
+        (",\"env\":[]", ",\"metadata\":{\"custom\":null,\"name\":\"n\"}"),
+        ("", ",\"metadata\":{\"version\":\"1.0\"}"),
+        ("", ",\"metadata\":{\"architectures\":[\"amd64\",\"amd64\"]}"),
+        ("", ",\"variables\":{\"a\":1}"),
+        ("", ",\"events\":{\"preStart\":[1]}"),
+        ("", ",\"attributes\":{\"anything\":null}"),
+        ("", ",\"commands\":[{\"id\":\"a\",\"exec\":{\"component\":\"dev\",\"commandLine\":\"x\"},\"apply\":{\"component\":\"dev\"}}]"),
+        ("", ",\"commands\":[{\"id\":\"a\"}]"),
+        ("", ",\"starterProjects\":[{\"name\":\"s\",\"git\":{\"remotes\":{}},\"zip\":{}}]"),
+        ("", ",\"starterProjects\":[{\"name\":\"s\",\"clonePath\":\"x\",\"git\":{\"remotes\":{}}}]"),
+        ("", ",\"projects\":[{\"name\":\"s\",\"subDir\":\"x\",\"git\":{\"remotes\":{}}}]"),
+        (",\"volumeMounts\":[{\"name\":\"UPPER\"}]", ""),
+        (",\"annotation\":{\"pod\":{}}", ""),
+    ];
+    let mut problems = Vec::new();
+    for (container_extra, top_extra) in cases {
+        let text = base.replace("%s", container_extra).replace("%t", top_extra);
+        let doc: Value = serde_json::from_str(&text).expect("json");
+        problems.extend(compare(&oracle, &text, &doc));
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}

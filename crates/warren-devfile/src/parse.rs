@@ -1179,7 +1179,8 @@ fn semantics(raw: RawDevfile, errors: &mut Errors) -> Option<Devfile> {
             Some(Kind::Refused(k)) => errors.push(DevfileError::new(
                 p,
                 format!(
-                    "refers to component {component:?}, a `{k}` component, which Warren refuses (see that component); remove this command too"
+                    "refers to component {component:?}, {} `{k}` component, which Warren refuses (see that component); remove this command too",
+                    if k.starts_with(['i', 'o']) { "an" } else { "a" }
                 ),
             )),
         }

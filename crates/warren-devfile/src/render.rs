@@ -87,6 +87,7 @@ pub struct ResolvedVariable {
     pub kind: VariableKind,
 }
 
+#[derive(Debug, Clone, Copy)]
 pub struct RenderRequest<'a> {
     /// Already validated DNS-safe by the server.
     pub workspace_name: &'a str,

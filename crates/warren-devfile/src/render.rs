@@ -376,17 +376,21 @@ fn check_cap(
         let mut max_init: u64 = 0;
         for (list, is_init) in [(app, false), (init, true)] {
             for (name, r) in list {
-                let Some((n, _)) = get(r) else {
-                    // Requests default to limits in Kubernetes, so only a missing limit is unbounded.
-                    if kind == "limits" {
-                        return Err(RenderError::Unbounded {
-                            container: (*name).to_owned(),
-                            resource,
-                            kind,
-                            field,
-                        });
-                    }
-                    continue;
+                // Kubernetes defaults a missing request to the limit; with neither, the
+                // container is unbounded and a quota would refuse the pod.
+                let fallback = match (kind, resource) {
+                    ("requests", "cpu") => r.cpu_lim.as_ref(),
+                    ("requests", _) => r.mem_lim.as_ref(),
+                    _ => None,
+                };
+                let value = get(r).as_ref().or(fallback);
+                let Some((n, _)) = value else {
+                    return Err(RenderError::Unbounded {
+                        container: (*name).to_owned(),
+                        resource,
+                        kind,
+                        field,
+                    });
                 };
                 if is_init {
                     max_init = max_init.max(*n);

@@ -443,6 +443,39 @@ fn cap_on_the_sum_is_enforced_and_named() {
 }
 
 #[test]
+fn request_caps_count_a_missing_request_as_its_limit() {
+    let cfg = AgentConfig {
+        max_resources_per_workspace: Some(ResourceRequirements {
+            requests: ResourceList {
+                cpu: Some("1".into()),
+                memory: None,
+            },
+            limits: ResourceList::default(),
+        }),
+        ..AgentConfig::default()
+    };
+    let d = parse_devfile(&format!("{BASE}      cpuLimit: '2'\n")).unwrap();
+    let e = render(&d, &request(&cfg, &[])).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "workspace asks for cpu requests 2 in total, more than the agent's max_resources_per_workspace requests cpu 1"
+    );
+    let d = parse_devfile(&format!(
+        "{BASE}      cpuLimit: '2'\n      cpuRequest: 500m\n"
+    ))
+    .unwrap();
+    assert!(render(&d, &request(&cfg, &[])).is_ok());
+    let d = parse_devfile(BASE).unwrap();
+    assert!(matches!(
+        render(&d, &request(&cfg, &[])),
+        Err(RenderError::Unbounded {
+            kind: "requests",
+            ..
+        })
+    ));
+}
+
+#[test]
 fn requested_size_sets_main_limits_and_clamps_requests() {
     let d = parse_devfile(&format!(
         "{BASE}      cpuRequest: '2'\n      cpuLimit: '4'\n"

@@ -140,10 +140,10 @@ async fn running_workspace_has_limits_user_security_and_files() -> Result<()> {
     assert_eq!(via_localhost.trim(), format!("hello from {}", ws.name()));
 
     // Ports: published on 127.0.0.1 only, at a random host port.
-    let infra = docker
-        .inspect_container(&format!("warren-{}.infra", ws.name()), None)
+    let owner = docker
+        .inspect_container(&format!("warren-{}.c.dev", ws.name()), None)
         .await?;
-    let ports = infra
+    let ports = owner
         .network_settings
         .and_then(|n| n.ports)
         .context("ports")?;

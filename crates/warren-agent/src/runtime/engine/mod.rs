@@ -418,9 +418,9 @@ impl EngineRuntime {
         }
     }
 
-    /// Removes containers joiners first, the infra container (the namespace owner) last.
+    /// Removes containers joiners first, the namespace owner (first app container) last.
     async fn remove_all(&self, mut containers: Vec<ContainerSummary>) -> Result<(), RuntimeError> {
-        containers.sort_by_key(|c| std::cmp::Reverse(summary_role(c)));
+        containers.sort_by_key(|c| std::cmp::Reverse((summary_role(c), summary_order(c))));
         for c in containers {
             let id = c.id.unwrap_or_default();
             self.remove(&id)
@@ -645,7 +645,10 @@ impl EngineRuntime {
             .partition(|c| label(c, POD_HASH_LABEL) == Some(plan.hash.as_str()));
         if !stale.is_empty() {
             tracing::info!(workspace = %workspace, "pod spec changed: recreating its containers");
-            for c in stale.iter().filter(|c| summary_running(c)) {
+            let mut running: Vec<&ContainerSummary> =
+                stale.iter().filter(|c| summary_running(c)).collect();
+            running.sort_by_key(|c| std::cmp::Reverse((summary_role(c), summary_order(c))));
+            for c in running {
                 let id = c.id.clone().unwrap_or_default();
                 self.stop(&id)
                     .await
@@ -697,8 +700,8 @@ impl EngineRuntime {
         Ok(Some(plan))
     }
 
-    /// Starts the pod: the infra container, each init container to completion in order, then
-    /// the app containers. Runs in the background, holding the workspace's lock.
+    /// Starts the pod: each init container to completion in order, then the app containers,
+    /// the namespace owner first. Runs in the background, holding the workspace's lock.
     async fn start_sequence(&self, name: String, plan: PodPlan, cancel: CancellationToken) {
         let outcome = tokio::select! {
             // Cancel-safe: dropping the sequence leaves containers in a state the next apply
@@ -732,12 +735,30 @@ impl EngineRuntime {
     /// `Ok(Some(failure))` for a pod failure found while starting.
     async fn run_start(&self, plan: &PodPlan) -> Result<Option<PodFailure>, RuntimeError> {
         let docker = &self.inner.docker;
-        let infra = plan.infra();
-        let infra_state = self
-            .inspect(&infra.engine_name)
-            .await
-            .map_err(|e| runtime_err(format!("inspecting {}", infra.engine_name), e))?;
-        let infra_running = infra_state.state.as_ref().and_then(|s| s.running) == Some(true);
+        let Some(owner) = plan.owner() else {
+            return Ok(None);
+        };
+        let running = |name: &str| {
+            let name = name.to_owned();
+            async move {
+                self.inspect(&name)
+                    .await
+                    .map(|i| i.state.and_then(|s| s.running) == Some(true))
+                    .map_err(|e| runtime_err(format!("inspecting {name}"), e))
+            }
+        };
+        let owner_running = running(&owner.engine_name).await?;
+        if !owner_running {
+            // A fresh start of the pod: containers still running in the old namespace of a
+            // stopped owner would stay cut off from it, so they restart with the pod.
+            for c in plan.containers.iter().rev().filter(|c| c.role == Role::App) {
+                if c.engine_name != owner.engine_name && running(&c.engine_name).await? {
+                    self.stop(&c.engine_name)
+                        .await
+                        .map_err(|e| runtime_err(format!("stopping {}", c.engine_name), e))?;
+                }
+            }
+        }
         let start = |name: String| async move {
             match docker.start_container(&name, None).await {
                 Err(e) if status_of(&e) == Some(304) => Ok(()),
@@ -758,9 +779,6 @@ impl EngineRuntime {
                 }
             };
         }
-        if !infra_running {
-            start_or_fail!(infra.engine_name.clone());
-        }
         for c in plan.containers.iter().filter(|c| c.role == Role::Init) {
             let state = self
                 .inspect(&c.engine_name)
@@ -768,9 +786,10 @@ impl EngineRuntime {
                 .map_err(|e| runtime_err(format!("inspecting {}", c.engine_name), e))?
                 .state
                 .unwrap_or_default();
+            // Init containers run again whenever the pod starts afresh, as in a new pod.
             let done = state.status.map(|s| s.to_string()) == Some("exited".into())
                 && state.exit_code == Some(0)
-                && infra_running;
+                && owner_running;
             if done {
                 continue;
             }
@@ -796,7 +815,19 @@ impl EngineRuntime {
             }
         }
         for c in plan.containers.iter().filter(|c| c.role == Role::App) {
-            start_or_fail!(c.engine_name.clone());
+            match start(c.engine_name.clone()).await {
+                Ok(()) => {}
+                // A joiner cannot start once the owner has exited: the owner's exit (with its
+                // log, reported by `list`) is the failure the user needs to see.
+                Err(Ok(_))
+                    if c.engine_name != owner.engine_name
+                        && !running(&owner.engine_name).await? =>
+                {
+                    return Ok(None)
+                }
+                Err(Ok(failure)) => return Ok(Some(failure)),
+                Err(Err(e)) => return Err(e),
+            }
         }
         Ok(None)
     }
@@ -1097,18 +1128,18 @@ impl WorkspaceRuntime for EngineRuntime {
         port: u16,
     ) -> Result<Box<dyn ByteStream>, RuntimeError> {
         let name = &workspace.name;
-        let infra = self
+        let owner = self
             .containers(Some(format!("{WORKSPACE_NAME_LABEL}={name}")))
             .await?
             .into_iter()
-            .filter(|c| summary_role(c) == Role::Infra)
+            .filter(|c| summary_role(c) == Role::App && summary_order(c) == 0)
             .find(|c| {
                 self.read_record(name)
                     .is_none_or(|r| label(c, POD_HASH_LABEL) == Some(r.pod_hash.as_str()))
             })
             .ok_or_else(|| RuntimeError::NotFound(format!("workspace {workspace}")))?;
         let key = format!("{port}/tcp");
-        let declared = label(&infra, PORTS_LABEL)
+        let declared = label(&owner, PORTS_LABEL)
             .unwrap_or("")
             .split(',')
             .any(|p| p == key);
@@ -1117,7 +1148,7 @@ impl WorkspaceRuntime for EngineRuntime {
                 "port {port} of workspace {workspace}"
             )));
         }
-        let id = infra.id.clone().unwrap_or_default();
+        let id = owner.id.clone().unwrap_or_default();
         let inspect = self
             .inspect(&id)
             .await

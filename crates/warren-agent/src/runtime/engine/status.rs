@@ -46,7 +46,7 @@ pub struct PodObservation {
     pub replicas: i32,
     /// The Deployment last applied (metadata and spec are reported back from it).
     pub applied: Option<Value>,
-    /// Containers of the current pod hash, in start order (infra, init…, app…).
+    /// Containers of the current pod hash, in start order (init…, app…).
     pub containers: Vec<ContainerObservation>,
     /// The start sequence (init containers, then the app containers) is under way.
     pub starting: bool,
@@ -63,7 +63,7 @@ pub struct Synthesised {
 
 /// The rules (first match wins), desired replicas R:
 ///
-/// - *ready*: the infra container and every app container run.
+/// - *ready*: every app container runs.
 /// - R=1, ready → status replicas/ready/available/updated 1; `Progressing`
 ///   `NewReplicaSetAvailable`, `Available` `MinimumReplicasAvailable` → **Running**.
 /// - R=1, not ready → replicas 1, unavailable 1; `Progressing` `ReplicaSetUpdated`,
@@ -313,9 +313,9 @@ mod tests {
                 "spec": {"replicas": 1, "strategy": {"type": "Recreate"}}
             })),
             containers: vec![
-                container(Role::Infra, "infra", statuses[0], 0),
                 container(Role::Init, "clone", statuses[1], init_exit),
-                container(Role::App, "dev", statuses[2], 0),
+                container(Role::App, "dev", statuses[0], 0),
+                container(Role::App, "tools", statuses[2], 0),
             ],
             starting: false,
             recorded_failure: None,
@@ -445,7 +445,7 @@ mod tests {
         let f = synthesise(&p).pod_failure.expect("a failure");
         assert_eq!(f.reason, "Error");
         assert!(
-            f.message.contains("container dev exited with code 3"),
+            f.message.contains("container tools exited with code 3"),
             "{}",
             f.message
         );

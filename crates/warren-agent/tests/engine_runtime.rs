@@ -568,3 +568,45 @@ async fn starts_its_own_podman_service_and_stops_it_on_shutdown() -> Result<()> 
     assert!(!answers, "the service is gone after shutdown");
     Ok(())
 }
+
+#[tokio::test]
+async fn reapplying_restarts_a_pod_whose_namespace_owner_died() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    let ws = Workspace::new("heal", h.agent_id);
+    h.runtime.apply(&ws.key, &ws.objects()).await?;
+    wait_state(&h.runtime, &ws, ActualState::Running).await?;
+    // The container owning the pod's network namespace dies; the sidecar keeps running in a
+    // namespace nobody serves any more.
+    cli_run(&["kill", &format!("warren-{}.c.dev", ws.name())])?;
+    let failed = wait_state(&h.runtime, &ws, ActualState::Failed).await?;
+    let failure = failed.pod_failure.context("pod failure")?;
+    assert!(
+        failure.message.contains("container dev exited"),
+        "{}",
+        failure.message
+    );
+
+    // The next apply (a full reconcile) starts the pod afresh, sidecar included.
+    h.runtime.apply(&ws.key, &ws.objects()).await?;
+    wait_state(&h.runtime, &ws, ActualState::Running).await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let answer = exec(
+            &ws,
+            "tools",
+            "wget -q -O - http://127.0.0.1:8080/ 2>&1 || true",
+        )?;
+        if answer.contains("hello from") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the sidecar never shared the new namespace: {answer}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}

@@ -159,6 +159,14 @@ pub async fn spawn_podman(podman: &Path, state_dir: &Path) -> Result<Connection,
         socket: socket.clone(),
         source,
     };
+    // A Unix socket path holds at most 107 bytes; fail with the reason, not a bind error.
+    if socket.as_os_str().len() > 100 {
+        return Err(spawn_err(std::io::Error::other(format!(
+            "the socket path is {} bytes long, too long for a Unix socket: choose a shorter \
+             state directory",
+            socket.as_os_str().len()
+        ))));
+    }
     std::fs::create_dir_all(state_dir).map_err(spawn_err)?;
     // A socket left by an earlier run would accept nothing; podman refuses to bind over it.
     match std::fs::remove_file(&socket) {

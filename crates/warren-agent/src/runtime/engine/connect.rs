@@ -229,7 +229,7 @@ mod tests {
     async fn without_any_engine_the_error_says_what_to_install() {
         let dir = tempfile::tempdir().expect("tempdir");
         let missing = format!("unix://{}/nothing.sock", dir.path().display());
-        let err = auto_with(&[missing.clone()], None, dir.path())
+        let err = auto_with(std::slice::from_ref(&missing), None, dir.path())
             .await
             .expect_err("no engine");
         let text = err.to_string();
@@ -250,7 +250,7 @@ mod tests {
         // A listener that never answers HTTP.
         let _listener = tokio::net::UnixListener::bind(&path).expect("bind");
         let host = format!("unix://{}", path.display());
-        let err = auto_with(&[host.clone()], None, dir.path())
+        let err = auto_with(std::slice::from_ref(&host), None, dir.path())
             .await
             .expect_err("no engine");
         assert!(matches!(err, ConnectError::NoEngine { .. }), "{err}");

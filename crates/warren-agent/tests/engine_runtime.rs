@@ -562,6 +562,7 @@ async fn starts_its_own_podman_service_and_stops_it_on_shutdown() -> Result<()> 
     let rt = warren_agent::runtime::engine::EngineRuntime::connect(config).await?;
     let socket = state.path().join("podman.sock");
     assert_eq!(rt.host(), format!("unix://{}", socket.display()));
+    assert!(rt.is_podman(), "detected as Podman");
     assert!(rt.list().await?.is_empty());
     rt.shutdown().await;
     let answers = tokio::net::UnixStream::connect(&socket).await.is_ok();

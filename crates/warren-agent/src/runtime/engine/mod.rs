@@ -133,6 +133,8 @@ impl std::fmt::Debug for EngineRuntime {
 struct Inner {
     docker: Docker,
     host: String,
+    /// Podman answers the Docker API with a few differences the runtime tolerates.
+    is_podman: bool,
     config: EngineConfig,
     changes: watch::Sender<u64>,
     /// One lock per workspace: applies and deletes of one workspace never interleave.
@@ -196,11 +198,21 @@ impl EngineRuntime {
         } else {
             connect::auto(&config.state_dir).await?
         };
-        tracing::info!(host = %connection.host, "connected to the container engine");
+        let is_podman = match connection.docker.version().await {
+            Ok(v) => v
+                .components
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.name.to_ascii_lowercase().contains("podman")),
+            // Both engines answer `version`; assume Docker, whose handling is the safe one.
+            Err(_) => false,
+        };
+        tracing::info!(host = %connection.host, is_podman, "connected to the container engine");
         let (changes, _) = watch::channel(0);
         let inner = Arc::new(Inner {
             docker: connection.docker,
             host: connection.host,
+            is_podman,
             config,
             changes,
             locks: Mutex::default(),
@@ -211,6 +223,11 @@ impl EngineRuntime {
         });
         tokio::spawn(watch_events(Arc::downgrade(&inner), inner.shutdown.clone()));
         Ok(EngineRuntime { inner })
+    }
+
+    /// Whether the engine is Podman (else Docker or compatible).
+    pub fn is_podman(&self) -> bool {
+        self.inner.is_podman
     }
 
     /// The engine address in use (`unix:///run/podman/podman.sock`, …).
@@ -462,12 +479,14 @@ impl EngineRuntime {
         }
     }
 
+    /// Creates the pod's volumes that do not exist yet; returns their names.
     async fn ensure_volumes(
         &self,
         plan: &PodPlan,
         labels: &BTreeMap<String, String>,
-    ) -> Result<(), RuntimeError> {
+    ) -> Result<Vec<String>, RuntimeError> {
         let docker = &self.inner.docker;
+        let mut created = Vec::new();
         for name in plan.volumes.keys() {
             match docker.inspect_volume(name).await {
                 Ok(_) => continue,
@@ -482,10 +501,77 @@ impl EngineRuntime {
             match docker.create_volume(request).await {
                 Err(e) if status_of(&e) == Some(409) => {}
                 Err(e) => return Err(runtime_err(format!("creating volume {name}"), e)),
-                Ok(_) => {}
+                Ok(_) => created.push(name.clone()),
             }
         }
-        Ok(())
+        Ok(created)
+    }
+
+    /// Docker creates a new named volume owned by root (or by the owner of the image's
+    /// directory), which the pod's non-root user cannot write; Podman hands an empty volume to
+    /// the container's user by itself. On Docker, a short-lived container of the pod's own
+    /// image (root, only `CAP_CHOWN`, no network) gives new volumes to the pod's user. A
+    /// failure is logged, not fatal: images that prepare their directories still work.
+    async fn give_volumes_to_pod_user(
+        &self,
+        plan: &PodPlan,
+        volumes: &[String],
+        labels: &BTreeMap<String, String>,
+    ) {
+        if self.inner.is_podman || volumes.is_empty() {
+            return;
+        }
+        let Some(image) = plan.owner().and_then(|o| o.body.image.clone()) else {
+            return;
+        };
+        let name = format!("{}.volume-owner", plan.network);
+        let mut cmd = vec!["chown".to_owned(), format!("{}:{}", plan.uid, plan.gid)];
+        let mut mounts = Vec::new();
+        for (i, v) in volumes.iter().enumerate() {
+            cmd.push(format!("/v/{i}"));
+            mounts.push(bollard::models::Mount {
+                target: Some(format!("/v/{i}")),
+                source: Some(v.clone()),
+                typ: Some(bollard::models::MountType::VOLUME),
+                ..Default::default()
+            });
+        }
+        let body = bollard::models::ContainerCreateBody {
+            image: Some(image),
+            entrypoint: Some(cmd),
+            cmd: Some(vec![]),
+            user: Some("0:0".into()),
+            labels: Some(labels.clone().into_iter().collect()),
+            host_config: Some(bollard::models::HostConfig {
+                cap_drop: Some(vec!["ALL".into()]),
+                cap_add: Some(vec!["CHOWN".into()]),
+                security_opt: Some(vec!["no-new-privileges".into()]),
+                network_mode: Some("none".into()),
+                mounts: Some(mounts),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let docker = &self.inner.docker;
+        let options = CreateContainerOptions {
+            name: Some(name.clone()),
+            ..Default::default()
+        };
+        let _ = self.remove(&name).await;
+        let outcome = async {
+            docker.create_container(Some(options), body).await?;
+            docker.start_container(&name, None).await?;
+            let wait = WaitContainerOptions {
+                condition: "not-running".into(),
+            };
+            let _ = docker.wait_container(&name, Some(wait)).next().await;
+            Ok::<_, bollard::errors::Error>(())
+        }
+        .await;
+        if let Err(e) = outcome {
+            tracing::warn!(volumes = ?volumes, error = %e, "could not give new volumes to the pod's user");
+        }
+        let _ = self.remove(&name).await;
     }
 
     /// Creates one container; a missing image is pulled once. `Ok(Err(failure))` is a pod
@@ -636,7 +722,7 @@ impl EngineRuntime {
             )
         })?;
         self.ensure_network(&plan, &labels).await?;
-        self.ensure_volumes(&plan, &labels).await?;
+        let new_volumes = self.ensure_volumes(&plan, &labels).await?;
 
         // Recreate: any container of another pod hash goes, volumes stay.
         let existing = self.workspace_containers(name).await?;
@@ -674,6 +760,10 @@ impl EngineRuntime {
                 return Ok(None);
             }
         }
+
+        // After the creates: the image is pulled by now.
+        self.give_volumes_to_pod_user(&plan, &new_volumes, &labels)
+            .await;
 
         let containers = self.workspace_containers(name).await?;
         if plan.replicas == 0 {

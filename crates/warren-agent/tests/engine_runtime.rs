@@ -611,3 +611,26 @@ async fn reapplying_restarts_a_pod_whose_namespace_owner_died() -> Result<()> {
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn a_missing_image_that_must_not_be_pulled_is_a_pod_failure() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    let ws = Workspace::new("neverpull", h.agent_id);
+    let mut objects = ws.objects();
+    let dev = &mut pod_spec(&mut objects)["containers"][0];
+    dev["image"] = "localhost/warren-never-pulled:2".into();
+    dev["imagePullPolicy"] = "Never".into();
+    h.runtime.apply(&ws.key, &objects).await?;
+    let failed = wait_state(&h.runtime, &ws, ActualState::Failed).await?;
+    let failure = failed.pod_failure.context("pod failure")?;
+    assert_eq!(failure.reason, "ErrImageNeverPull");
+    assert!(
+        failure.message.contains("localhost/warren-never-pulled:2"),
+        "{}",
+        failure.message
+    );
+    Ok(())
+}

@@ -595,6 +595,16 @@ impl EngineRuntime {
                     // in its labels, checked by the caller.
                     return Ok(Ok(()));
                 }
+                Err(e) if status_of(&e) == Some(404) && c.pull_policy == "Never" => {
+                    return Ok(Err(PodFailure {
+                        reason: "ErrImageNeverPull".into(),
+                        message: format!(
+                            "image {image:?} of container {} is not present and its \
+                             imagePullPolicy is Never",
+                            c.name
+                        ),
+                    }))
+                }
                 Err(e) if status_of(&e) == Some(404) && !pulled => {
                     pulled = true;
                     if let Err(message) = self.pull(&image).await {

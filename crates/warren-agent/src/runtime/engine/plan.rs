@@ -185,6 +185,9 @@ pub struct ContainerPlan {
     /// The engine's container name.
     pub engine_name: String,
     pub order: usize,
+    /// `imagePullPolicy`: `Never` forbids pulling a missing image; `Always` and
+    /// `IfNotPresent` pull only when the image is missing (an engine keeps no pull record).
+    pub pull_policy: String,
     pub body: ContainerCreateBody,
 }
 
@@ -455,6 +458,10 @@ pub fn plan(
                 name: c.name.clone(),
                 engine_name: container_name(ws, role, &c.name),
                 order,
+                pull_policy: c
+                    .image_pull_policy
+                    .clone()
+                    .unwrap_or_else(|| "IfNotPresent".into()),
                 body,
             });
         }

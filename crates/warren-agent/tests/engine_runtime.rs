@@ -254,6 +254,24 @@ async fn stop_keeps_the_volume_and_its_data_then_start_again() -> Result<()> {
         ids,
         "the same containers started again"
     );
+
+    // A changed file Secret is rewritten in place: no recreation, removed keys disappear.
+    let mut objects = ws.objects();
+    for o in &mut objects {
+        if o["kind"] == "Secret" && o["metadata"]["name"] == format!("{}-files", ws.name()) {
+            o["data"] = serde_json::json!({"other": "bmV3"});
+        }
+    }
+    h.runtime.apply(&ws.key, &objects).await?;
+    wait_state(&h.runtime, &ws, ActualState::Running).await?;
+    assert_eq!(exec(&ws, "dev", "cat /.warren/files/other")?, "new");
+    let gone = exec(
+        &ws,
+        "dev",
+        "test -e /.warren/files/token && echo present || echo gone",
+    )?;
+    assert_eq!(gone.trim(), "gone");
+    assert_eq!(container_ids(&h, &ws).await?, ids, "not recreated");
     Ok(())
 }
 

@@ -1490,6 +1490,21 @@ fn write_files(files_dir: &Path, plan: &PodPlan) -> std::io::Result<()> {
     for d in dirs {
         chown_to(&d, plan)?;
     }
+    // A key removed from a Secret or ConfigMap disappears from the mount, as on Kubernetes.
+    let planned: BTreeSet<PathBuf> = plan.files.iter().map(|f| files_dir.join(&f.path)).collect();
+    remove_unplanned(files_dir, &planned)
+}
+
+fn remove_unplanned(dir: &Path, planned: &BTreeSet<PathBuf>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        if entry.file_type()?.is_dir() {
+            remove_unplanned(&path, planned)?;
+        } else if !planned.contains(&path) {
+            std::fs::remove_file(&path)?;
+        }
+    }
     Ok(())
 }
 

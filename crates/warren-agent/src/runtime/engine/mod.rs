@@ -718,7 +718,9 @@ impl EngineRuntime {
             pod_hash: plan.hash.clone(),
             deployment: parsed.deployment_json.clone(),
             volumes: plan.volumes.keys().cloned().collect(),
-            starting: false,
+            // Set until the pod is known to run, so `list` never mistakes containers not
+            // created or started yet for missing or exited ones.
+            starting: plan.replicas == 1,
             failure: None,
             deleting: false,
             secrets,
@@ -766,6 +768,7 @@ impl EngineRuntime {
             if let Err(failure) = self.create(c).await? {
                 tracing::info!(workspace = %workspace, reason = %failure.reason, "pod failure while creating containers");
                 record.failure = Some(failure);
+                record.starting = false;
                 self.write_record(&record)?;
                 return Ok(None);
             }
@@ -793,10 +796,10 @@ impl EngineRuntime {
             .filter(|c| summary_role(c) != Role::Init)
             .all(summary_running);
         if all_running {
+            record.starting = false;
+            self.write_record(&record)?;
             return Ok(None);
         }
-        record.starting = true;
-        self.write_record(&record)?;
         Ok(Some(plan))
     }
 

@@ -264,6 +264,14 @@ fn detect_failure(pod: &PodObservation, ready: bool) -> Option<PodFailure> {
     if pod.starting {
         return None;
     }
+    if apps().next().is_none() {
+        return Some(PodFailure {
+            reason: "ContainersMissing".into(),
+            message: "the workspace's containers were removed outside Warren; the next full \
+                      reconcile creates them again"
+                .into(),
+        });
+    }
     if let Some(c) = apps().find(|c| c.finished()) {
         let reason = if c.exit_code == 0 {
             "ContainerExited"
@@ -416,6 +424,27 @@ mod tests {
             ),
             ("oom", oom, Failed, Some("OOMKilled")),
             ("image missing", image_missing, Failed, Some("ErrImagePull")),
+            (
+                "containers removed",
+                {
+                    let mut p = pod(1, ["running", "exited", "running"], 0);
+                    p.containers.clear();
+                    p
+                },
+                Failed,
+                Some("ContainersMissing"),
+            ),
+            (
+                "not created yet",
+                {
+                    let mut p = pod(1, ["running", "exited", "running"], 0);
+                    p.containers.clear();
+                    p.starting = true;
+                    p
+                },
+                Starting,
+                None,
+            ),
         ];
         for (label, p, want, reason) in cases {
             let s = synthesise(&p);

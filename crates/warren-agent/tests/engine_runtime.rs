@@ -652,3 +652,40 @@ async fn a_missing_image_that_must_not_be_pulled_is_a_pod_failure() -> Result<()
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_stop_during_a_slow_start_wins() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    let ws = Workspace::new("slow", h.agent_id);
+    let mut objects = ws.objects();
+    pod_spec(&mut objects)["initContainers"][0]["args"] = serde_json::json!(["sleep 300"]);
+    h.runtime.apply(&ws.key, &objects).await?;
+    let starting = wait_state(&h.runtime, &ws, ActualState::Starting).await?;
+    assert!(starting.pod_failure.is_none());
+    // The init container is still running when the user stops the workspace.
+    wait_for(&h.runtime, &ws, "init container running", |_| {
+        cli_lines(&[
+            "ps",
+            "-q",
+            "--filter",
+            &format!("name=warren-{}.c.warren-prestart", ws.name()),
+        ])
+        .len()
+            == 1
+    })
+    .await?;
+    // Stopped long before the init container's 300 s are up (wait_state's deadline is 60 s).
+    h.runtime.apply(&ws.key, &with_replicas(objects, 0)).await?;
+    wait_state(&h.runtime, &ws, ActualState::Stopped).await?;
+    let running = cli_lines(&[
+        "ps",
+        "-q",
+        "--filter",
+        &format!("label=warren.dev/workspace-name={}", ws.name()),
+    ]);
+    assert!(running.is_empty(), "nothing runs: {running:?}");
+    Ok(())
+}

@@ -5,6 +5,13 @@
 //! labels) and from a small record per workspace in the state directory (the desired replica
 //! count, the Deployment last applied and Secret data a partial reconcile may omit), so an
 //! agent restart loses nothing.
+//!
+//! Wiring: `EngineRuntime::connect(EngineConfig::new(agent_id, state_dir)).await?` (validates
+//! the configuration, creates `state_dir` 0700, finds or starts an engine), hand it to the
+//! reconciler as a `WorkspaceRuntime`, and call [`EngineRuntime::shutdown`] on exit (stops
+//! background work and a `podman system service` it started; workspaces keep running).
+//! `apply` returns once containers exist; the start sequence (init containers, then app
+//! containers) runs in the background and is reported through `changes()` and `list()`.
 
 mod connect;
 pub mod plan;

@@ -1238,14 +1238,15 @@ impl WorkspaceRuntime for EngineRuntime {
         port: u16,
     ) -> Result<Box<dyn ByteStream>, RuntimeError> {
         let name = &workspace.name;
+        let hash = self.read_record(name).map(|r| r.pod_hash);
         let owner = self
             .containers(Some(format!("{WORKSPACE_NAME_LABEL}={name}")))
             .await?
             .into_iter()
             .filter(|c| summary_role(c) == Role::App && summary_order(c) == 0)
             .find(|c| {
-                self.read_record(name)
-                    .is_none_or(|r| label(c, POD_HASH_LABEL) == Some(r.pod_hash.as_str()))
+                hash.as_deref()
+                    .is_none_or(|h| label(c, POD_HASH_LABEL) == Some(h))
             })
             .ok_or_else(|| RuntimeError::NotFound(format!("workspace {workspace}")))?;
         let key = format!("{port}/tcp");

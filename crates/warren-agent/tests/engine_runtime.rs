@@ -9,7 +9,6 @@ use anyhow::{Context, Result};
 use common::*;
 use std::collections::BTreeSet;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use warren_agent::runtime::{RuntimeError, WorkspaceRuntime};
 use warren_types::reconcile::TerminationProgress;
 use warren_types::state::ActualState;
@@ -515,20 +514,7 @@ async fn dial_reaches_a_served_port_and_refuses_undeclared_ones() -> Result<()> 
     let ws = Workspace::new("dial", h.agent_id);
     h.runtime.apply(&ws.key, &ws.objects()).await?;
     wait_state(&h.runtime, &ws, ActualState::Running).await?;
-    // The server may need a moment to listen after the container started.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let body = loop {
-        let mut stream = h.runtime.dial(&ws.key, 8080).await?;
-        stream
-            .write_all(b"GET / HTTP/1.0\r\nHost: x\r\n\r\n")
-            .await?;
-        let mut response = String::new();
-        let _ = stream.read_to_string(&mut response).await;
-        if response.contains("200") || tokio::time::Instant::now() > deadline {
-            break response;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let body = http_get_via_dial(&h.runtime, &ws, 8080).await?;
     assert!(
         body.contains(&format!("hello from {}", ws.name())),
         "{body}"

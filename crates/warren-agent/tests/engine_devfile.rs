@@ -5,7 +5,6 @@ mod common;
 
 use anyhow::{Context, Result};
 use common::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use warren_agent::runtime::WorkspaceRuntime;
 use warren_devfile::{parse_devfile, render, RenderRequest, ResolvedVariable};
 use warren_types::api::VariableKind;
@@ -107,17 +106,7 @@ async fn a_rendered_devfile_runs_stops_and_starts() -> Result<()> {
     )?;
     assert_eq!(token, "t0ken", "file variable mounted");
 
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-    let body = loop {
-        let mut stream = h.runtime.dial(&ws.key, 8080).await?;
-        stream.write_all(b"GET / HTTP/1.0\r\n\r\n").await?;
-        let mut response = String::new();
-        let _ = stream.read_to_string(&mut response).await;
-        if response.contains("200") || tokio::time::Instant::now() > deadline {
-            break response;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    };
+    let body = http_get_via_dial(&h.runtime, &ws, 8080).await?;
     assert!(body.contains("hello from a variable"), "{body}");
 
     h.runtime

@@ -28,7 +28,7 @@ fn workspace() -> Workspace {
 }
 
 #[test]
-fn the_fixture_maps_to_an_infra_container_init_containers_and_app_containers() -> Result<()> {
+fn the_fixture_maps_to_init_containers_and_app_containers_sharing_a_namespace() -> Result<()> {
     let ws = workspace();
     let name = ws.name().to_owned();
     let p = plan_of(&ws, &ws.objects())?;
@@ -40,7 +40,6 @@ fn the_fixture_maps_to_an_infra_container_init_containers_and_app_containers() -
     assert_eq!(
         names,
         vec![
-            (Role::Infra, format!("warren-{name}.infra").as_str()),
             (
                 Role::Init,
                 format!("warren-{name}.c.warren-prestart").as_str()
@@ -58,8 +57,18 @@ fn the_fixture_maps_to_an_infra_container_init_containers_and_app_containers() -
     );
     assert_eq!((p.uid, p.gid), (5001, 0));
 
-    let infra = &p.containers[0].body;
-    let hc = infra.host_config.as_ref().unwrap();
+    // The init container runs on the workspace network, before the pod's namespace exists.
+    let init = &p.containers[0].body;
+    assert_eq!(
+        init.host_config.as_ref().unwrap().network_mode.as_deref(),
+        Some(format!("warren-{name}").as_str())
+    );
+    assert!(init.host_config.as_ref().unwrap().port_bindings.is_none());
+
+    // The first app container owns the namespace and publishes the ports.
+    let owner = &p.containers[1].body;
+    assert_eq!(owner.hostname.as_deref(), Some(name.as_str()));
+    let hc = owner.host_config.as_ref().unwrap();
     assert_eq!(
         hc.network_mode.as_deref(),
         Some(format!("warren-{name}").as_str())
@@ -74,7 +83,7 @@ fn the_fixture_maps_to_an_infra_container_init_containers_and_app_containers() -
     );
     assert_eq!(binding.host_port.as_deref(), Some(""), "a random host port");
 
-    let dev = &p.containers[2].body;
+    let dev = &p.containers[1].body;
     let hc = dev.host_config.as_ref().unwrap();
     assert_eq!(hc.memory, Some(256 << 20));
     assert_eq!(hc.nano_cpus, Some(500_000_000));
@@ -85,9 +94,11 @@ fn the_fixture_maps_to_an_infra_container_init_containers_and_app_containers() -
     );
     assert_eq!(hc.privileged, Some(false));
     assert_eq!(hc.init, Some(true));
+    let tools = &p.containers[2].body;
     assert_eq!(
-        hc.network_mode.as_deref(),
-        Some(format!("container:warren-{name}.infra").as_str())
+        tools.host_config.as_ref().unwrap().network_mode.as_deref(),
+        Some(format!("container:warren-{name}.c.dev").as_str()),
+        "the sidecar joins the owner's namespace"
     );
     assert_eq!(dev.user.as_deref(), Some("5001:0"));
     let env = dev.env.clone().unwrap();

@@ -9,7 +9,6 @@ use anyhow::{Context, Result};
 use common::*;
 use std::collections::BTreeSet;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use warren_agent::runtime::{RuntimeError, WorkspaceRuntime};
 use warren_types::reconcile::TerminationProgress;
 use warren_types::state::ActualState;
@@ -140,10 +139,10 @@ async fn running_workspace_has_limits_user_security_and_files() -> Result<()> {
     assert_eq!(via_localhost.trim(), format!("hello from {}", ws.name()));
 
     // Ports: published on 127.0.0.1 only, at a random host port.
-    let infra = docker
-        .inspect_container(&format!("warren-{}.infra", ws.name()), None)
+    let owner = docker
+        .inspect_container(&format!("warren-{}.c.dev", ws.name()), None)
         .await?;
-    let ports = infra
+    let ports = owner
         .network_settings
         .and_then(|n| n.ports)
         .context("ports")?;
@@ -254,6 +253,24 @@ async fn stop_keeps_the_volume_and_its_data_then_start_again() -> Result<()> {
         ids,
         "the same containers started again"
     );
+
+    // A changed file Secret is rewritten in place: no recreation, removed keys disappear.
+    let mut objects = ws.objects();
+    for o in &mut objects {
+        if o["kind"] == "Secret" && o["metadata"]["name"] == format!("{}-files", ws.name()) {
+            o["data"] = serde_json::json!({"other": "bmV3"});
+        }
+    }
+    h.runtime.apply(&ws.key, &objects).await?;
+    wait_state(&h.runtime, &ws, ActualState::Running).await?;
+    assert_eq!(exec(&ws, "dev", "cat /.warren/files/other")?, "new");
+    let gone = exec(
+        &ws,
+        "dev",
+        "test -e /.warren/files/token && echo present || echo gone",
+    )?;
+    assert_eq!(gone.trim(), "gone");
+    assert_eq!(container_ids(&h, &ws).await?, ids, "not recreated");
     Ok(())
 }
 
@@ -497,20 +514,7 @@ async fn dial_reaches_a_served_port_and_refuses_undeclared_ones() -> Result<()> 
     let ws = Workspace::new("dial", h.agent_id);
     h.runtime.apply(&ws.key, &ws.objects()).await?;
     wait_state(&h.runtime, &ws, ActualState::Running).await?;
-    // The server may need a moment to listen after the container started.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let body = loop {
-        let mut stream = h.runtime.dial(&ws.key, 8080).await?;
-        stream
-            .write_all(b"GET / HTTP/1.0\r\nHost: x\r\n\r\n")
-            .await?;
-        let mut response = String::new();
-        let _ = stream.read_to_string(&mut response).await;
-        if response.contains("200") || tokio::time::Instant::now() > deadline {
-            break response;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let body = http_get_via_dial(&h.runtime, &ws, 8080).await?;
     assert!(
         body.contains(&format!("hello from {}", ws.name())),
         "{body}"
@@ -562,9 +566,112 @@ async fn starts_its_own_podman_service_and_stops_it_on_shutdown() -> Result<()> 
     let rt = warren_agent::runtime::engine::EngineRuntime::connect(config).await?;
     let socket = state.path().join("podman.sock");
     assert_eq!(rt.host(), format!("unix://{}", socket.display()));
+    assert!(rt.is_podman(), "detected as Podman");
     assert!(rt.list().await?.is_empty());
     rt.shutdown().await;
     let answers = tokio::net::UnixStream::connect(&socket).await.is_ok();
     assert!(!answers, "the service is gone after shutdown");
+    Ok(())
+}
+
+#[tokio::test]
+async fn reapplying_restarts_a_pod_whose_namespace_owner_died() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    let ws = Workspace::new("heal", h.agent_id);
+    h.runtime.apply(&ws.key, &ws.objects()).await?;
+    wait_state(&h.runtime, &ws, ActualState::Running).await?;
+    // The container owning the pod's network namespace dies; the sidecar keeps running in a
+    // namespace nobody serves any more.
+    cli_run(&["kill", &format!("warren-{}.c.dev", ws.name())])?;
+    let failed = wait_state(&h.runtime, &ws, ActualState::Failed).await?;
+    let failure = failed.pod_failure.context("pod failure")?;
+    assert!(
+        failure.message.contains("container dev exited"),
+        "{}",
+        failure.message
+    );
+
+    // The next apply (a full reconcile) starts the pod afresh, sidecar included.
+    h.runtime.apply(&ws.key, &ws.objects()).await?;
+    wait_state(&h.runtime, &ws, ActualState::Running).await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let answer = exec(
+            &ws,
+            "tools",
+            "wget -q -O - http://127.0.0.1:8080/ 2>&1 || true",
+        )?;
+        if answer.contains("hello from") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the sidecar never shared the new namespace: {answer}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_missing_image_that_must_not_be_pulled_is_a_pod_failure() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    let ws = Workspace::new("neverpull", h.agent_id);
+    let mut objects = ws.objects();
+    let dev = &mut pod_spec(&mut objects)["containers"][0];
+    dev["image"] = "localhost/warren-never-pulled:2".into();
+    dev["imagePullPolicy"] = "Never".into();
+    h.runtime.apply(&ws.key, &objects).await?;
+    let failed = wait_state(&h.runtime, &ws, ActualState::Failed).await?;
+    let failure = failed.pod_failure.context("pod failure")?;
+    assert_eq!(failure.reason, "ErrImageNeverPull");
+    assert!(
+        failure.message.contains("localhost/warren-never-pulled:2"),
+        "{}",
+        failure.message
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_stop_during_a_slow_start_wins() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    let ws = Workspace::new("slow", h.agent_id);
+    let mut objects = ws.objects();
+    pod_spec(&mut objects)["initContainers"][0]["args"] = serde_json::json!(["sleep 300"]);
+    h.runtime.apply(&ws.key, &objects).await?;
+    let starting = wait_state(&h.runtime, &ws, ActualState::Starting).await?;
+    assert!(starting.pod_failure.is_none());
+    // The init container is still running when the user stops the workspace.
+    wait_for(&h.runtime, &ws, "init container running", |_| {
+        cli_lines(&[
+            "ps",
+            "-q",
+            "--filter",
+            &format!("name=warren-{}.c.warren-prestart", ws.name()),
+        ])
+        .len()
+            == 1
+    })
+    .await?;
+    // Stopped long before the init container's 300 s are up (wait_state's deadline is 60 s).
+    h.runtime.apply(&ws.key, &with_replicas(objects, 0)).await?;
+    wait_state(&h.runtime, &ws, ActualState::Stopped).await?;
+    let running = cli_lines(&[
+        "ps",
+        "-q",
+        "--filter",
+        &format!("label=warren.dev/workspace-name={}", ws.name()),
+    ]);
+    assert!(running.is_empty(), "nothing runs: {running:?}");
     Ok(())
 }

@@ -291,3 +291,32 @@ pub fn pod_spec(objects: &mut [Value]) -> &mut Value {
         .expect("a Deployment");
     &mut d["spec"]["template"]["spec"]
 }
+
+/// `GET /` through `dial`, retried until a 200 answer or a 20 s deadline: right after the
+/// workspace runs, its server may not listen yet (the connection is then refused).
+pub async fn http_get_via_dial(rt: &EngineRuntime, ws: &Workspace, port: u16) -> Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let attempt = async {
+            let mut stream = rt.dial(&ws.key, port).await?;
+            stream
+                .write_all(b"GET / HTTP/1.0\r\nHost: x\r\n\r\n")
+                .await?;
+            let mut response = String::new();
+            stream.read_to_string(&mut response).await?;
+            anyhow::Ok(response)
+        }
+        .await;
+        match attempt {
+            Ok(response) if response.contains(" 200 ") => return Ok(response),
+            Ok(response) if tokio::time::Instant::now() > deadline => {
+                bail!("no 200 from port {port} of {}: {response:?}", ws.name())
+            }
+            Err(e) if tokio::time::Instant::now() > deadline => {
+                return Err(e.context(format!("dialling port {port} of {}", ws.name())))
+            }
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}

@@ -111,28 +111,36 @@ pub fn candidates() -> Vec<String> {
 /// Auto-detection: the candidates, then a `podman system service` of our own on
 /// `<state_dir>/podman.sock`.
 pub async fn auto(state_dir: &Path) -> Result<Connection, ConnectError> {
+    auto_with(&candidates(), find_podman(), state_dir).await
+}
+
+async fn auto_with(
+    candidates: &[String],
+    podman: Option<PathBuf>,
+    state_dir: &Path,
+) -> Result<Connection, ConnectError> {
     let mut tried = Vec::new();
-    for host in candidates() {
+    for host in candidates {
         let path = host.strip_prefix("unix://");
         if path.is_some_and(|p| !Path::new(p).exists()) {
-            tried.push(host);
+            tried.push(host.clone());
             continue;
         }
-        match connect_host(&host).await {
+        match connect_host(host).await {
             Ok(docker) => {
                 return Ok(Connection {
                     docker,
-                    host,
+                    host: host.clone(),
                     service: None,
                 })
             }
             Err(e) => {
                 tracing::debug!(host, error = %e, "container engine candidate does not answer");
-                tried.push(host);
+                tried.push(host.clone());
             }
         }
     }
-    match find_podman() {
+    match podman {
         Some(podman) => spawn_podman(&podman, state_dir).await,
         None => {
             tried.push("a `podman` binary on PATH".into());
@@ -159,6 +167,14 @@ pub async fn spawn_podman(podman: &Path, state_dir: &Path) -> Result<Connection,
         socket: socket.clone(),
         source,
     };
+    // A Unix socket path holds at most 107 bytes; fail with the reason, not a bind error.
+    if socket.as_os_str().len() > 100 {
+        return Err(spawn_err(std::io::Error::other(format!(
+            "the socket path is {} bytes long, too long for a Unix socket: choose a shorter \
+             state directory",
+            socket.as_os_str().len()
+        ))));
+    }
     std::fs::create_dir_all(state_dir).map_err(spawn_err)?;
     // A socket left by an earlier run would accept nothing; podman refuses to bind over it.
     match std::fs::remove_file(&socket) {
@@ -202,5 +218,41 @@ pub async fn spawn_podman(podman: &Path, state_dir: &Path) -> Result<Connection,
             });
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn without_any_engine_the_error_says_what_to_install() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let missing = format!("unix://{}/nothing.sock", dir.path().display());
+        let err = auto_with(std::slice::from_ref(&missing), None, dir.path())
+            .await
+            .expect_err("no engine");
+        let text = err.to_string();
+        assert!(
+            text.starts_with(
+                "no container engine found: install Podman (apt-get install podman) or Docker, \
+                 or set DOCKER_HOST"
+            ),
+            "{text}"
+        );
+        assert!(text.contains(&missing), "names what was tried: {text}");
+    }
+
+    #[tokio::test]
+    async fn a_socket_that_does_not_answer_is_skipped() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("silent.sock");
+        // A listener that never answers HTTP.
+        let _listener = tokio::net::UnixListener::bind(&path).expect("bind");
+        let host = format!("unix://{}", path.display());
+        let err = auto_with(std::slice::from_ref(&host), None, dir.path())
+            .await
+            .expect_err("no engine");
+        assert!(matches!(err, ConnectError::NoEngine { .. }), "{err}");
     }
 }

@@ -5,6 +5,13 @@
 //! labels) and from a small record per workspace in the state directory (the desired replica
 //! count, the Deployment last applied and Secret data a partial reconcile may omit), so an
 //! agent restart loses nothing.
+//!
+//! Wiring: `EngineRuntime::connect(EngineConfig::new(agent_id, state_dir)).await?` (validates
+//! the configuration, creates `state_dir` 0700, finds or starts an engine), hand it to the
+//! reconciler as a `WorkspaceRuntime`, and call [`EngineRuntime::shutdown`] on exit (stops
+//! background work and a `podman system service` it started; workspaces keep running).
+//! `apply` returns once containers exist; the start sequence (init containers, then app
+//! containers) runs in the background and is reported through `changes()` and `list()`.
 
 mod connect;
 pub mod plan;
@@ -133,6 +140,8 @@ impl std::fmt::Debug for EngineRuntime {
 struct Inner {
     docker: Docker,
     host: String,
+    /// Podman answers the Docker API with a few differences the runtime tolerates.
+    is_podman: bool,
     config: EngineConfig,
     changes: watch::Sender<u64>,
     /// One lock per workspace: applies and deletes of one workspace never interleave.
@@ -196,11 +205,21 @@ impl EngineRuntime {
         } else {
             connect::auto(&config.state_dir).await?
         };
-        tracing::info!(host = %connection.host, "connected to the container engine");
+        let is_podman = match connection.docker.version().await {
+            Ok(v) => v
+                .components
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.name.to_ascii_lowercase().contains("podman")),
+            // Both engines answer `version`; assume Docker, whose handling is the safe one.
+            Err(_) => false,
+        };
+        tracing::info!(host = %connection.host, is_podman, "connected to the container engine");
         let (changes, _) = watch::channel(0);
         let inner = Arc::new(Inner {
             docker: connection.docker,
             host: connection.host,
+            is_podman,
             config,
             changes,
             locks: Mutex::default(),
@@ -211,6 +230,11 @@ impl EngineRuntime {
         });
         tokio::spawn(watch_events(Arc::downgrade(&inner), inner.shutdown.clone()));
         Ok(EngineRuntime { inner })
+    }
+
+    /// Whether the engine is Podman (else Docker or compatible).
+    pub fn is_podman(&self) -> bool {
+        self.inner.is_podman
     }
 
     /// The engine address in use (`unix:///run/podman/podman.sock`, …).
@@ -418,9 +442,9 @@ impl EngineRuntime {
         }
     }
 
-    /// Removes containers joiners first, the infra container (the namespace owner) last.
+    /// Removes containers joiners first, the namespace owner (first app container) last.
     async fn remove_all(&self, mut containers: Vec<ContainerSummary>) -> Result<(), RuntimeError> {
-        containers.sort_by_key(|c| std::cmp::Reverse(summary_role(c)));
+        containers.sort_by_key(|c| std::cmp::Reverse((summary_role(c), summary_order(c))));
         for c in containers {
             let id = c.id.unwrap_or_default();
             self.remove(&id)
@@ -462,12 +486,14 @@ impl EngineRuntime {
         }
     }
 
+    /// Creates the pod's volumes that do not exist yet; returns their names.
     async fn ensure_volumes(
         &self,
         plan: &PodPlan,
         labels: &BTreeMap<String, String>,
-    ) -> Result<(), RuntimeError> {
+    ) -> Result<Vec<String>, RuntimeError> {
         let docker = &self.inner.docker;
+        let mut created = Vec::new();
         for name in plan.volumes.keys() {
             match docker.inspect_volume(name).await {
                 Ok(_) => continue,
@@ -482,10 +508,77 @@ impl EngineRuntime {
             match docker.create_volume(request).await {
                 Err(e) if status_of(&e) == Some(409) => {}
                 Err(e) => return Err(runtime_err(format!("creating volume {name}"), e)),
-                Ok(_) => {}
+                Ok(_) => created.push(name.clone()),
             }
         }
-        Ok(())
+        Ok(created)
+    }
+
+    /// Docker creates a new named volume owned by root (or by the owner of the image's
+    /// directory), which the pod's non-root user cannot write; Podman hands an empty volume to
+    /// the container's user by itself. On Docker, a short-lived container of the pod's own
+    /// image (root, only `CAP_CHOWN`, no network) gives new volumes to the pod's user. A
+    /// failure is logged, not fatal: images that prepare their directories still work.
+    async fn give_volumes_to_pod_user(
+        &self,
+        plan: &PodPlan,
+        volumes: &[String],
+        labels: &BTreeMap<String, String>,
+    ) {
+        if self.inner.is_podman || volumes.is_empty() {
+            return;
+        }
+        let Some(image) = plan.owner().and_then(|o| o.body.image.clone()) else {
+            return;
+        };
+        let name = format!("{}.volume-owner", plan.network);
+        let mut cmd = vec!["chown".to_owned(), format!("{}:{}", plan.uid, plan.gid)];
+        let mut mounts = Vec::new();
+        for (i, v) in volumes.iter().enumerate() {
+            cmd.push(format!("/v/{i}"));
+            mounts.push(bollard::models::Mount {
+                target: Some(format!("/v/{i}")),
+                source: Some(v.clone()),
+                typ: Some(bollard::models::MountType::VOLUME),
+                ..Default::default()
+            });
+        }
+        let body = bollard::models::ContainerCreateBody {
+            image: Some(image),
+            entrypoint: Some(cmd),
+            cmd: Some(vec![]),
+            user: Some("0:0".into()),
+            labels: Some(labels.clone().into_iter().collect()),
+            host_config: Some(bollard::models::HostConfig {
+                cap_drop: Some(vec!["ALL".into()]),
+                cap_add: Some(vec!["CHOWN".into()]),
+                security_opt: Some(vec!["no-new-privileges".into()]),
+                network_mode: Some("none".into()),
+                mounts: Some(mounts),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let docker = &self.inner.docker;
+        let options = CreateContainerOptions {
+            name: Some(name.clone()),
+            ..Default::default()
+        };
+        let _ = self.remove(&name).await;
+        let outcome = async {
+            docker.create_container(Some(options), body).await?;
+            docker.start_container(&name, None).await?;
+            let wait = WaitContainerOptions {
+                condition: "not-running".into(),
+            };
+            let _ = docker.wait_container(&name, Some(wait)).next().await;
+            Ok::<_, bollard::errors::Error>(())
+        }
+        .await;
+        if let Err(e) = outcome {
+            tracing::warn!(volumes = ?volumes, error = %e, "could not give new volumes to the pod's user");
+        }
+        let _ = self.remove(&name).await;
     }
 
     /// Creates one container; a missing image is pulled once. `Ok(Err(failure))` is a pod
@@ -508,6 +601,16 @@ impl EngineRuntime {
                     // Created by an earlier, interrupted apply: the name carries the pod hash
                     // in its labels, checked by the caller.
                     return Ok(Ok(()));
+                }
+                Err(e) if status_of(&e) == Some(404) && c.pull_policy == "Never" => {
+                    return Ok(Err(PodFailure {
+                        reason: "ErrImageNeverPull".into(),
+                        message: format!(
+                            "image {image:?} of container {} is not present and its \
+                             imagePullPolicy is Never",
+                            c.name
+                        ),
+                    }))
                 }
                 Err(e) if status_of(&e) == Some(404) && !pulled => {
                     pulled = true;
@@ -622,7 +725,9 @@ impl EngineRuntime {
             pod_hash: plan.hash.clone(),
             deployment: parsed.deployment_json.clone(),
             volumes: plan.volumes.keys().cloned().collect(),
-            starting: false,
+            // Set until the pod is known to run, so `list` never mistakes containers not
+            // created or started yet for missing or exited ones.
+            starting: plan.replicas == 1,
             failure: None,
             deleting: false,
             secrets,
@@ -636,7 +741,7 @@ impl EngineRuntime {
             )
         })?;
         self.ensure_network(&plan, &labels).await?;
-        self.ensure_volumes(&plan, &labels).await?;
+        let new_volumes = self.ensure_volumes(&plan, &labels).await?;
 
         // Recreate: any container of another pod hash goes, volumes stay.
         let existing = self.workspace_containers(name).await?;
@@ -645,7 +750,10 @@ impl EngineRuntime {
             .partition(|c| label(c, POD_HASH_LABEL) == Some(plan.hash.as_str()));
         if !stale.is_empty() {
             tracing::info!(workspace = %workspace, "pod spec changed: recreating its containers");
-            for c in stale.iter().filter(|c| summary_running(c)) {
+            let mut running: Vec<&ContainerSummary> =
+                stale.iter().filter(|c| summary_running(c)).collect();
+            running.sort_by_key(|c| std::cmp::Reverse((summary_role(c), summary_order(c))));
+            for c in running {
                 let id = c.id.clone().unwrap_or_default();
                 self.stop(&id)
                     .await
@@ -667,10 +775,15 @@ impl EngineRuntime {
             if let Err(failure) = self.create(c).await? {
                 tracing::info!(workspace = %workspace, reason = %failure.reason, "pod failure while creating containers");
                 record.failure = Some(failure);
+                record.starting = false;
                 self.write_record(&record)?;
                 return Ok(None);
             }
         }
+
+        // After the creates: the image is pulled by now.
+        self.give_volumes_to_pod_user(&plan, &new_volumes, &labels)
+            .await;
 
         let containers = self.workspace_containers(name).await?;
         if plan.replicas == 0 {
@@ -690,15 +803,15 @@ impl EngineRuntime {
             .filter(|c| summary_role(c) != Role::Init)
             .all(summary_running);
         if all_running {
+            record.starting = false;
+            self.write_record(&record)?;
             return Ok(None);
         }
-        record.starting = true;
-        self.write_record(&record)?;
         Ok(Some(plan))
     }
 
-    /// Starts the pod: the infra container, each init container to completion in order, then
-    /// the app containers. Runs in the background, holding the workspace's lock.
+    /// Starts the pod: each init container to completion in order, then the app containers,
+    /// the namespace owner first. Runs in the background, holding the workspace's lock.
     async fn start_sequence(&self, name: String, plan: PodPlan, cancel: CancellationToken) {
         let outcome = tokio::select! {
             // Cancel-safe: dropping the sequence leaves containers in a state the next apply
@@ -732,12 +845,30 @@ impl EngineRuntime {
     /// `Ok(Some(failure))` for a pod failure found while starting.
     async fn run_start(&self, plan: &PodPlan) -> Result<Option<PodFailure>, RuntimeError> {
         let docker = &self.inner.docker;
-        let infra = plan.infra();
-        let infra_state = self
-            .inspect(&infra.engine_name)
-            .await
-            .map_err(|e| runtime_err(format!("inspecting {}", infra.engine_name), e))?;
-        let infra_running = infra_state.state.as_ref().and_then(|s| s.running) == Some(true);
+        let Some(owner) = plan.owner() else {
+            return Ok(None);
+        };
+        let running = |name: &str| {
+            let name = name.to_owned();
+            async move {
+                self.inspect(&name)
+                    .await
+                    .map(|i| i.state.and_then(|s| s.running) == Some(true))
+                    .map_err(|e| runtime_err(format!("inspecting {name}"), e))
+            }
+        };
+        let owner_running = running(&owner.engine_name).await?;
+        if !owner_running {
+            // A fresh start of the pod: containers still running in the old namespace of a
+            // stopped owner would stay cut off from it, so they restart with the pod.
+            for c in plan.containers.iter().rev().filter(|c| c.role == Role::App) {
+                if c.engine_name != owner.engine_name && running(&c.engine_name).await? {
+                    self.stop(&c.engine_name)
+                        .await
+                        .map_err(|e| runtime_err(format!("stopping {}", c.engine_name), e))?;
+                }
+            }
+        }
         let start = |name: String| async move {
             match docker.start_container(&name, None).await {
                 Err(e) if status_of(&e) == Some(304) => Ok(()),
@@ -758,9 +889,6 @@ impl EngineRuntime {
                 }
             };
         }
-        if !infra_running {
-            start_or_fail!(infra.engine_name.clone());
-        }
         for c in plan.containers.iter().filter(|c| c.role == Role::Init) {
             let state = self
                 .inspect(&c.engine_name)
@@ -768,9 +896,10 @@ impl EngineRuntime {
                 .map_err(|e| runtime_err(format!("inspecting {}", c.engine_name), e))?
                 .state
                 .unwrap_or_default();
+            // Init containers run again whenever the pod starts afresh, as in a new pod.
             let done = state.status.map(|s| s.to_string()) == Some("exited".into())
                 && state.exit_code == Some(0)
-                && infra_running;
+                && owner_running;
             if done {
                 continue;
             }
@@ -796,7 +925,19 @@ impl EngineRuntime {
             }
         }
         for c in plan.containers.iter().filter(|c| c.role == Role::App) {
-            start_or_fail!(c.engine_name.clone());
+            match start(c.engine_name.clone()).await {
+                Ok(()) => {}
+                // A joiner cannot start once the owner has exited: the owner's exit (with its
+                // log, reported by `list`) is the failure the user needs to see.
+                Err(Ok(_))
+                    if c.engine_name != owner.engine_name
+                        && !running(&owner.engine_name).await? =>
+                {
+                    return Ok(None)
+                }
+                Err(Ok(failure)) => return Ok(Some(failure)),
+                Err(Err(e)) => return Err(e),
+            }
         }
         Ok(None)
     }
@@ -1097,18 +1238,19 @@ impl WorkspaceRuntime for EngineRuntime {
         port: u16,
     ) -> Result<Box<dyn ByteStream>, RuntimeError> {
         let name = &workspace.name;
-        let infra = self
+        let hash = self.read_record(name).map(|r| r.pod_hash);
+        let owner = self
             .containers(Some(format!("{WORKSPACE_NAME_LABEL}={name}")))
             .await?
             .into_iter()
-            .filter(|c| summary_role(c) == Role::Infra)
+            .filter(|c| summary_role(c) == Role::App && summary_order(c) == 0)
             .find(|c| {
-                self.read_record(name)
-                    .is_none_or(|r| label(c, POD_HASH_LABEL) == Some(r.pod_hash.as_str()))
+                hash.as_deref()
+                    .is_none_or(|h| label(c, POD_HASH_LABEL) == Some(h))
             })
             .ok_or_else(|| RuntimeError::NotFound(format!("workspace {workspace}")))?;
         let key = format!("{port}/tcp");
-        let declared = label(&infra, PORTS_LABEL)
+        let declared = label(&owner, PORTS_LABEL)
             .unwrap_or("")
             .split(',')
             .any(|p| p == key);
@@ -1117,7 +1259,7 @@ impl WorkspaceRuntime for EngineRuntime {
                 "port {port} of workspace {workspace}"
             )));
         }
-        let id = infra.id.clone().unwrap_or_default();
+        let id = owner.id.clone().unwrap_or_default();
         let inspect = self
             .inspect(&id)
             .await
@@ -1358,6 +1500,21 @@ fn write_files(files_dir: &Path, plan: &PodPlan) -> std::io::Result<()> {
     }
     for d in dirs {
         chown_to(&d, plan)?;
+    }
+    // A key removed from a Secret or ConfigMap disappears from the mount, as on Kubernetes.
+    let planned: BTreeSet<PathBuf> = plan.files.iter().map(|f| files_dir.join(&f.path)).collect();
+    remove_unplanned(files_dir, &planned)
+}
+
+fn remove_unplanned(dir: &Path, planned: &BTreeSet<PathBuf>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        if entry.file_type()?.is_dir() {
+            remove_unplanned(&path, planned)?;
+        } else if !planned.contains(&path) {
+            std::fs::remove_file(&path)?;
+        }
     }
     Ok(())
 }

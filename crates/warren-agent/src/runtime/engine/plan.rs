@@ -1,9 +1,11 @@
 //! Turns one workspace's Kubernetes objects into what an engine runs: containers, volumes, files.
 //!
 //! Pure (no engine calls), so the mapping of desired-config.md's table is unit-tested on its
-//! own. The pod becomes an *infra* container that owns the network namespace and publishes
-//! the Service ports (as a pod's sandbox does), the init containers and the app containers,
-//! which join the infra container's namespace with `container:<name>`.
+//! own. The first app container owns the pod's network namespace and publishes the Service
+//! ports; the other app containers join it with `container:<name>`, so they share localhost
+//! as in a pod. Init containers run before any app container, on the workspace network.
+//! (No separate "pause" container: it would cost a container create and start per workspace
+//! and needs an image that may not exist locally.)
 
 use bollard::models::{
     ContainerCreateBody, EndpointSettings, HostConfig, Mount, MountType, NetworkingConfig,
@@ -28,7 +30,7 @@ pub const WORKSPACE_NAME_LABEL: &str = "warren.dev/workspace-name";
 pub const WORKSPACE_NAMESPACE_LABEL: &str = "warren.dev/workspace-namespace";
 /// Label: hash of the pod spec a container was created from (Recreate when it differs).
 pub const POD_HASH_LABEL: &str = "warren.dev/pod-hash";
-/// Label: `infra`, `init` or `container`.
+/// Label: `init` or `container`.
 pub const ROLE_LABEL: &str = "warren.dev/role";
 /// Label: the container's name in the pod spec.
 pub const CONTAINER_LABEL: &str = "warren.dev/container";
@@ -153,7 +155,6 @@ pub fn parse_objects(objects: &[Value]) -> Result<Objects, PlanError> {
 /// Role of a container in the pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Role {
-    Infra,
     Init,
     App,
 }
@@ -161,7 +162,6 @@ pub enum Role {
 impl Role {
     pub fn label(self) -> &'static str {
         match self {
-            Role::Infra => "infra",
             Role::Init => "init",
             Role::App => "container",
         }
@@ -169,7 +169,6 @@ impl Role {
 
     pub fn from_label(s: &str) -> Option<Role> {
         match s {
-            "infra" => Some(Role::Infra),
             "init" => Some(Role::Init),
             "container" => Some(Role::App),
             _ => None,
@@ -181,11 +180,14 @@ impl Role {
 #[derive(Debug, Clone)]
 pub struct ContainerPlan {
     pub role: Role,
-    /// The name in the pod spec (`infra` for the infra container).
+    /// The name in the pod spec.
     pub name: String,
     /// The engine's container name.
     pub engine_name: String,
     pub order: usize,
+    /// `imagePullPolicy`: `Never` forbids pulling a missing image; `Always` and
+    /// `IfNotPresent` pull only when the image is missing (an engine keeps no pull record).
+    pub pull_policy: String,
     pub body: ContainerCreateBody,
 }
 
@@ -211,13 +213,15 @@ pub struct PodPlan {
     /// uid and gid the containers run as (files are chowned to them).
     pub uid: u32,
     pub gid: u32,
-    /// In start order: infra, init containers, app containers.
+    /// In start order: init containers, then app containers; the first app container owns
+    /// the network namespace.
     pub containers: Vec<ContainerPlan>,
 }
 
 impl PodPlan {
-    pub fn infra(&self) -> &ContainerPlan {
-        &self.containers[0]
+    /// The app container owning the pod's network namespace (started first, stopped last).
+    pub fn owner(&self) -> Option<&ContainerPlan> {
+        self.containers.iter().find(|c| c.role == Role::App)
     }
 }
 
@@ -236,11 +240,8 @@ pub fn volume_name(workspace: &str, claim: &str) -> String {
 
 /// Workspace names are DNS labels, so `.` cannot be part of one: no two workspaces' container
 /// names collide.
-pub fn container_name(workspace: &str, role: Role, name: &str) -> String {
-    match role {
-        Role::Infra => format!("warren-{workspace}.infra"),
-        _ => format!("warren-{workspace}.c.{name}"),
-    }
+pub fn container_name(workspace: &str, _role: Role, name: &str) -> String {
+    format!("warren-{workspace}.c.{name}")
 }
 
 /// Context the plan needs besides the objects.
@@ -365,7 +366,7 @@ pub fn plan(
 
     let (uid, gid) = pod_user(pod.security_context.as_ref(), None)?;
 
-    // Service ports → target ports published by the infra container.
+    // Service ports → target ports published by the namespace owner.
     let mut ports = BTreeSet::new();
     if let Some(svc) = objects.service.as_ref().and_then(|s| s.spec.as_ref()) {
         for p in svc.ports.clone().unwrap_or_default() {
@@ -402,65 +403,7 @@ pub fn plan(
 
     let network = network_name(ws);
     let mut containers = Vec::new();
-    let first = &pod.containers[0];
-    let image = first
-        .image
-        .clone()
-        .filter(|i| !i.is_empty())
-        .ok_or_else(|| spec_err(format!("container {:?} has no image", first.name)))?;
-    // The infra container only holds the namespaces; `sleep` under the init process stops at
-    // once on SIGTERM and needs nothing but the workspace's own image.
-    let infra_body = ContainerCreateBody {
-        image: Some(image),
-        entrypoint: Some(vec!["sleep".into()]),
-        cmd: Some(vec!["2147483647".into()]),
-        user: Some(format!("{uid}:{gid}")),
-        hostname: Some(ws.to_owned()),
-        exposed_ports: Some(ports.clone()),
-        host_config: Some(HostConfig {
-            init: Some(true),
-            cap_drop: Some(vec!["ALL".into()]),
-            security_opt: Some(vec!["no-new-privileges".into()]),
-            privileged: Some(false),
-            network_mode: Some(network.clone()),
-            restart_policy: Some(RestartPolicy {
-                name: Some(RestartPolicyNameEnum::NO),
-                maximum_retry_count: None,
-            }),
-            port_bindings: Some(
-                ports
-                    .iter()
-                    .map(|p| {
-                        let binding = PortBinding {
-                            host_ip: Some("127.0.0.1".into()),
-                            host_port: Some(String::new()),
-                        };
-                        (p.clone(), Some(vec![binding]))
-                    })
-                    .collect(),
-            ),
-            ..Default::default()
-        }),
-        networking_config: Some(NetworkingConfig {
-            endpoints_config: Some(HashMap::from([(
-                network.clone(),
-                EndpointSettings {
-                    aliases: Some(vec![ws.to_owned()]),
-                    ..Default::default()
-                },
-            )])),
-        }),
-        ..Default::default()
-    };
-    containers.push(ContainerPlan {
-        role: Role::Infra,
-        name: "infra".into(),
-        engine_name: container_name(ws, Role::Infra, "infra"),
-        order: 0,
-        body: infra_body,
-    });
-
-    let infra_name = containers[0].engine_name.clone();
+    let owner = container_name(ws, Role::App, &pod.containers[0].name);
     let env_cx = EnvContext {
         workspace: cx.workspace,
         secrets,
@@ -468,19 +411,57 @@ pub fn plan(
     };
     for (role, list) in [(Role::Init, &init_containers), (Role::App, &pod.containers)] {
         for (order, c) in list.iter().enumerate() {
-            let body = container_body(
+            let mut body = container_body(
                 c,
                 pod.security_context.as_ref(),
-                &infra_name,
                 &sources,
                 cx.files_dir,
                 &env_cx,
             )?;
+            let host_config = body.host_config.get_or_insert_with(Default::default);
+            if role == Role::App && order == 0 {
+                // The first app container owns the pod's network namespace: it joins the
+                // workspace network under the workspace's name and publishes the ports.
+                host_config.network_mode = Some(network.clone());
+                host_config.port_bindings = Some(
+                    ports
+                        .iter()
+                        .map(|p| {
+                            let binding = PortBinding {
+                                host_ip: Some("127.0.0.1".into()),
+                                host_port: Some(String::new()),
+                            };
+                            (p.clone(), Some(vec![binding]))
+                        })
+                        .collect(),
+                );
+                body.exposed_ports = Some(ports.clone());
+                body.hostname = Some(ws.to_owned());
+                body.networking_config = Some(NetworkingConfig {
+                    endpoints_config: Some(HashMap::from([(
+                        network.clone(),
+                        EndpointSettings {
+                            aliases: Some(vec![ws.to_owned()]),
+                            ..Default::default()
+                        },
+                    )])),
+                });
+            } else if role == Role::App {
+                host_config.network_mode = Some(format!("container:{owner}"));
+            } else {
+                // Init containers finish before the app containers start, so nothing is
+                // shared on localhost: they only need the workspace network.
+                host_config.network_mode = Some(network.clone());
+            }
             containers.push(ContainerPlan {
                 role,
                 name: c.name.clone(),
                 engine_name: container_name(ws, role, &c.name),
                 order,
+                pull_policy: c
+                    .image_pull_policy
+                    .clone()
+                    .unwrap_or_else(|| "IfNotPresent".into()),
                 body,
             });
         }
@@ -514,7 +495,7 @@ pub fn plan(
         labels.insert(ROLE_LABEL.into(), c.role.label().into());
         labels.insert(CONTAINER_LABEL.into(), c.name.clone());
         labels.insert(ORDER_LABEL.into(), c.order.to_string());
-        if c.role == Role::Infra {
+        if c.role == Role::App && c.order == 0 {
             labels.insert(PORTS_LABEL.into(), ports.join(","));
         }
         c.body.labels = Some(labels);
@@ -548,7 +529,6 @@ struct EnvContext<'a> {
 fn container_body(
     c: &Container,
     pod_sc: Option<&PodSecurityContext>,
-    infra: &str,
     sources: &HashMap<String, Source>,
     files_dir: &Path,
     env_cx: &EnvContext<'_>,
@@ -657,7 +637,6 @@ fn container_body(
             security_opt: (!security_opt.is_empty()).then_some(security_opt),
             privileged: Some(false),
             readonly_rootfs,
-            network_mode: Some(format!("container:{infra}")),
             mounts: Some(mounts),
             restart_policy: Some(RestartPolicy {
                 name: Some(RestartPolicyNameEnum::NO),

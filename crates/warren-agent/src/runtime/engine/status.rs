@@ -46,7 +46,7 @@ pub struct PodObservation {
     pub replicas: i32,
     /// The Deployment last applied (metadata and spec are reported back from it).
     pub applied: Option<Value>,
-    /// Containers of the current pod hash, in start order (infra, init…, app…).
+    /// Containers of the current pod hash, in start order (init…, app…).
     pub containers: Vec<ContainerObservation>,
     /// The start sequence (init containers, then the app containers) is under way.
     pub starting: bool,
@@ -63,7 +63,7 @@ pub struct Synthesised {
 
 /// The rules (first match wins), desired replicas R:
 ///
-/// - *ready*: the infra container and every app container run.
+/// - *ready*: every app container runs.
 /// - R=1, ready → status replicas/ready/available/updated 1; `Progressing`
 ///   `NewReplicaSetAvailable`, `Available` `MinimumReplicasAvailable` → **Running**.
 /// - R=1, not ready → replicas 1, unavailable 1; `Progressing` `ReplicaSetUpdated`,
@@ -264,6 +264,14 @@ fn detect_failure(pod: &PodObservation, ready: bool) -> Option<PodFailure> {
     if pod.starting {
         return None;
     }
+    if apps().next().is_none() {
+        return Some(PodFailure {
+            reason: "ContainersMissing".into(),
+            message: "the workspace's containers were removed outside Warren; the next full \
+                      reconcile creates them again"
+                .into(),
+        });
+    }
     if let Some(c) = apps().find(|c| c.finished()) {
         let reason = if c.exit_code == 0 {
             "ContainerExited"
@@ -313,9 +321,9 @@ mod tests {
                 "spec": {"replicas": 1, "strategy": {"type": "Recreate"}}
             })),
             containers: vec![
-                container(Role::Infra, "infra", statuses[0], 0),
                 container(Role::Init, "clone", statuses[1], init_exit),
-                container(Role::App, "dev", statuses[2], 0),
+                container(Role::App, "dev", statuses[0], 0),
+                container(Role::App, "tools", statuses[2], 0),
             ],
             starting: false,
             recorded_failure: None,
@@ -416,6 +424,27 @@ mod tests {
             ),
             ("oom", oom, Failed, Some("OOMKilled")),
             ("image missing", image_missing, Failed, Some("ErrImagePull")),
+            (
+                "containers removed",
+                {
+                    let mut p = pod(1, ["running", "exited", "running"], 0);
+                    p.containers.clear();
+                    p
+                },
+                Failed,
+                Some("ContainersMissing"),
+            ),
+            (
+                "not created yet",
+                {
+                    let mut p = pod(1, ["running", "exited", "running"], 0);
+                    p.containers.clear();
+                    p.starting = true;
+                    p
+                },
+                Starting,
+                None,
+            ),
         ];
         for (label, p, want, reason) in cases {
             let s = synthesise(&p);
@@ -445,7 +474,7 @@ mod tests {
         let f = synthesise(&p).pod_failure.expect("a failure");
         assert_eq!(f.reason, "Error");
         assert!(
-            f.message.contains("container dev exited with code 3"),
+            f.message.contains("container tools exited with code 3"),
             "{}",
             f.message
         );

@@ -132,10 +132,11 @@ pub fn render_workspace(
             cfg.workspace_scheme, input.name, cfg.workspace_domain
         )
     };
+    // Only public endpoints are reachable from outside (devfile `exposure` semantics).
     let reachable: Vec<_> = rendered
         .endpoints
         .iter()
-        .filter(|e| e.exposure != "none")
+        .filter(|e| e.exposure == "public")
         .collect();
     let endpoints = reachable
         .iter()
@@ -143,8 +144,7 @@ pub fn render_workspace(
         .collect();
     let url = reachable
         .iter()
-        .find(|e| e.main && e.exposure == "public")
-        .or_else(|| reachable.iter().find(|e| e.exposure == "public"))
+        .find(|e| e.main)
         .or_else(|| reachable.first())
         .map(|e| url_of(e.port, &e.path));
     Ok(RenderedWorkspace {

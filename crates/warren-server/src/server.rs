@@ -98,6 +98,17 @@ impl Server {
         self.bootstrap_admin.as_ref()
     }
 
+    /// Prints the bootstrap admin's credentials to stdout, when this start created it.
+    pub fn announce_bootstrap_admin(&self) {
+        if let Some(admin) = &self.bootstrap_admin {
+            println!(
+                "Created the first admin account (shown only this once):\n  username: {}\n  password: {}",
+                admin.username, admin.password
+            );
+            tracing::warn!(username = %admin.username, "bootstrapped the first admin; its password was printed to stdout once");
+        }
+    }
+
     /// The HS256 secret relays must share with this server.
     pub fn relay_secret(&self) -> &[u8] {
         &self.state.relay_secret
@@ -203,12 +214,6 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), ServerError> {
     let server = Server::prepare(config).await?;
-    if let Some(admin) = server.bootstrap_admin() {
-        println!(
-            "Created the first admin account (shown only this once):\n  username: {}\n  password: {}",
-            admin.username, admin.password
-        );
-        tracing::warn!(username = %admin.username, "bootstrapped the first admin; its password was printed to stdout once");
-    }
+    server.announce_bootstrap_admin();
     server.serve(listener, shutdown).await
 }

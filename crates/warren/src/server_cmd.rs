@@ -1,8 +1,227 @@
-//! `warren server`: parse the server's configuration and run it.
+//! `warren server`: flags (with `WARREN_*` environment fallbacks) over an optional TOML file,
+//! merged into the server's configuration, validated before binding, then run until Ctrl-C
+//! or SIGTERM.
+
+use anyhow::Context;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use tokio_util::sync::CancellationToken;
+use warren_server::ServerConfig;
+
+const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+/// Boxed so the binary's command enum stays small.
+#[derive(Debug, clap::Args)]
+pub struct ServerArgs {
+    #[command(flatten)]
+    options: Box<ServerOptions>,
+}
 
 #[derive(Debug, clap::Args)]
-pub struct ServerArgs {}
+pub struct ServerOptions {
+    /// TOML file with any of the settings below (flags and environment win over it).
+    #[arg(long, env = "WARREN_SERVER_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Address to listen on (port 0 picks a free port; see --ready-file). [default: 127.0.0.1:8080]
+    #[arg(long, env = "WARREN_LISTEN", value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+    /// Directory of the SQLite database and keys. [default: the user's data directory/warren]
+    #[arg(long, env = "WARREN_HOME", value_name = "DIR")]
+    home: Option<PathBuf>,
+    /// `postgres://…` (production) or `sqlite://…`; default SQLite in the home directory.
+    #[arg(
+        long,
+        env = "WARREN_DATABASE_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    database_url: Option<String>,
+    /// Key that encrypts secrets at rest (share it between servers on one database).
+    #[arg(long, env = "WARREN_SECRET_KEY_FILE", value_name = "FILE")]
+    secret_key_file: Option<PathBuf>,
+    /// Relay ↔ server shared secret (≥ 32 characters); default: generated in the home directory.
+    #[arg(
+        long,
+        env = "WARREN_RELAY_SECRET",
+        value_name = "SECRET",
+        hide_env_values = true
+    )]
+    relay_secret: Option<String>,
+    /// Internal URL of a relay to signal on desired-state changes (repeat, or comma-separate).
+    #[arg(
+        long = "relay-url",
+        env = "WARREN_RELAY_URLS",
+        value_delimiter = ',',
+        value_name = "URL"
+    )]
+    relay_urls: Vec<String>,
+    /// Devfile used when neither the request nor the project has one.
+    #[arg(long, env = "WARREN_DEFAULT_DEVFILE", value_name = "FILE")]
+    default_devfile: Option<PathBuf>,
+    /// Username of the admin created on an empty database.
+    #[arg(long, env = "WARREN_BOOTSTRAP_ADMIN", value_name = "NAME")]
+    bootstrap_admin_username: Option<String>,
+    /// Seconds between runs of the lifecycle timers.
+    #[arg(
+        long,
+        env = "WARREN_LIFECYCLE_INTERVAL_SECONDS",
+        value_name = "SECONDS"
+    )]
+    lifecycle_interval_seconds: Option<u64>,
+    /// Write the bound address (`host:port`) to this file once ready to serve.
+    #[arg(long, env = "WARREN_READY_FILE", value_name = "FILE")]
+    ready_file: Option<PathBuf>,
+}
 
-pub async fn run(_args: ServerArgs) -> anyhow::Result<()> {
-    anyhow::bail!("the server is being wired up")
+/// The `--config` file: the same settings, unknown keys refused.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<SocketAddr>,
+    home: Option<PathBuf>,
+    database_url: Option<String>,
+    secret_key_file: Option<PathBuf>,
+    relay_secret: Option<String>,
+    relay_urls: Option<Vec<String>>,
+    default_devfile: Option<PathBuf>,
+    bootstrap_admin_username: Option<String>,
+    lifecycle_interval_seconds: Option<u64>,
+    full_reconciliation_interval_seconds: Option<u64>,
+    partial_reconciliation_interval_seconds: Option<u64>,
+    max_db_connections: Option<u32>,
+}
+
+fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+/// Flags and environment over the file over the defaults.
+fn merge(args: &ServerOptions, file: FileConfig) -> anyhow::Result<(ServerConfig, SocketAddr)> {
+    let home = match args.home.clone().or(file.home) {
+        Some(h) => h,
+        None => dirs::data_dir()
+            .map(|d| d.join("warren"))
+            .context("no home directory: set --home or WARREN_HOME")?,
+    };
+    let mut c = ServerConfig::new(home);
+    c.database_url = args.database_url.clone().or(file.database_url);
+    c.secret_key_file = args.secret_key_file.clone().or(file.secret_key_file);
+    c.relay_secret = args.relay_secret.clone().or(file.relay_secret);
+    c.relay_urls = if args.relay_urls.is_empty() {
+        file.relay_urls.unwrap_or_default()
+    } else {
+        args.relay_urls.clone()
+    };
+    c.relay_urls.retain(|u| !u.trim().is_empty());
+    c.default_devfile_file = args.default_devfile.clone().or(file.default_devfile);
+    if let Some(u) = args
+        .bootstrap_admin_username
+        .clone()
+        .or(file.bootstrap_admin_username)
+    {
+        c.bootstrap_admin_username = u;
+    }
+    if let Some(s) = args
+        .lifecycle_interval_seconds
+        .or(file.lifecycle_interval_seconds)
+    {
+        c.lifecycle_interval_seconds = s;
+    }
+    if let Some(s) = file.full_reconciliation_interval_seconds {
+        c.full_reconciliation_interval_seconds = s;
+    }
+    if let Some(s) = file.partial_reconciliation_interval_seconds {
+        c.partial_reconciliation_interval_seconds = s;
+    }
+    if let Some(n) = file.max_db_connections {
+        c.max_db_connections = n;
+    }
+    let listen = match args.listen.or(file.listen) {
+        Some(l) => l,
+        None => DEFAULT_LISTEN.parse().context("default listen address")?,
+    };
+    Ok((c, listen))
+}
+
+pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
+    let args = *args.options;
+    let file = match &args.config {
+        Some(p) => read_file(p)?,
+        None => FileConfig::default(),
+    };
+    let (config, listen) = merge(&args, file)?;
+    config
+        .validate()
+        .map_err(|e| anyhow::anyhow!("invalid server configuration: {e}"))?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding {listen}"))?;
+    let addr = listener.local_addr().context("reading the bound address")?;
+    tracing::info!(%addr, "bound");
+    let server = warren_server::Server::prepare(config).await?;
+    server.announce_bootstrap_admin();
+    if let Some(path) = &args.ready_file {
+        // Written whole then renamed, so a reader never sees half an address.
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, addr.to_string())
+            .with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+    }
+    let shutdown = CancellationToken::new();
+    tokio::spawn(wait_for_signal(shutdown.clone()));
+    server.serve(listener, shutdown).await?;
+    Ok(())
+}
+
+async fn wait_for_signal(shutdown: CancellationToken) {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGTERM; Ctrl-C still stops the server");
+            let _ = tokio::signal::ctrl_c().await;
+            shutdown.cancel();
+            return;
+        }
+    };
+    tokio::select! {
+        // Cancel-safe: both are signal notifications; whichever comes first stops the server.
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutting down");
+    shutdown.cancel();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct T {
+        #[command(flatten)]
+        a: ServerArgs,
+    }
+
+    #[test]
+    fn flags_win_over_the_file_and_the_file_refuses_typos() {
+        let t = T::parse_from(["t", "--home", "/flag", "--relay-url", "http://r1,http://r2"]);
+        let file: FileConfig = toml::from_str(
+            "home = \"/file\"\ndatabase_url = \"postgres://db/x\"\nlisten = \"0.0.0.0:9000\"\nrelay_urls = [\"http://f\"]",
+        )
+        .unwrap();
+        let (c, listen) = merge(&t.a.options, file).unwrap();
+        assert_eq!(c.home, PathBuf::from("/flag"));
+        assert_eq!(c.database_url.as_deref(), Some("postgres://db/x"));
+        assert_eq!(c.relay_urls, ["http://r1", "http://r2"]);
+        assert_eq!(listen.to_string(), "0.0.0.0:9000");
+        let err = toml::from_str::<FileConfig>("databse_url = \"x\"").unwrap_err();
+        assert!(
+            err.to_string().contains("unknown field `databse_url`"),
+            "{err}"
+        );
+    }
 }

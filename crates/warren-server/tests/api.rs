@@ -1,0 +1,906 @@
+//! The REST API through HTTP on SQLite and (when configured) PostgreSQL: authentication and
+//! scopes, JSON errors, users, tokens, SSH keys, agents, projects and workspaces.
+
+mod common;
+
+use common::*;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+const WEB_DEVFILE: &str = "schemaVersion: 2.2.0
+metadata:
+  name: web
+components:
+  - name: dev
+    container:
+      image: alpine:3
+      memoryLimit: 1Gi
+      cpuLimit: '1'
+      endpoints:
+        - name: web
+          targetPort: 8080
+          exposure: public
+        - name: debug
+          targetPort: 5005
+          exposure: internal
+";
+
+const ED25519: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEmv+5QZ8fnzg9O8BUgrxNvCI4fmArD7xgQnXxlfb9xh me@laptop";
+
+fn msg(b: &Value) -> &str {
+    b["error"]["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("not an API error: {b}"))
+}
+
+#[tokio::test]
+async fn authentication_scopes_and_json_errors() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        let (st, b) = s.call(Method::GET, "/api/v1/users/me", None, None).await;
+        assert_eq!(
+            (st, b["error"]["code"].as_str()),
+            (401, Some("unauthorized")),
+            "[{l}] {b}"
+        );
+        let (st, _) = s
+            .call(
+                Method::GET,
+                "/api/v1/users/me",
+                Some("wrn_pat_nonsense"),
+                None,
+            )
+            .await;
+        assert_eq!(st, 401);
+        let (st, b) = s.admin(Method::GET, "/api/v1/users/me", None).await;
+        assert_eq!(
+            (st, b["username"].as_str(), b["is_admin"].as_bool()),
+            (200, Some("admin"), Some(true))
+        );
+
+        // Scopes: read_api reads but cannot write; workspace-only cannot use the API.
+        let reader = s.user("reader", &["read_api"]).await;
+        let (st, _) = s
+            .call(Method::GET, "/api/v1/workspaces", Some(&reader), None)
+            .await;
+        assert_eq!(st, 200, "[{l}]");
+        let (st, b) = s
+            .call(
+                Method::POST,
+                "/api/v1/workspaces",
+                Some(&reader),
+                Some(json!({})),
+            )
+            .await;
+        assert_eq!(st, 403, "[{l}] {b}");
+        assert!(msg(&b).contains("api"), "{b}");
+        let ws_only = s.user("wsonly", &["workspace"]).await;
+        let (st, _) = s
+            .call(Method::GET, "/api/v1/users/me", Some(&ws_only), None)
+            .await;
+        assert_eq!(st, 403);
+
+        // axum's own rejections come back in the one JSON error shape.
+        let url = format!("{}/api/v1/agents", s.base);
+        let r = s
+            .http
+            .post(&url)
+            .bearer_auth(&s.admin_token)
+            .header("content-type", "application/json")
+            .body("{not json")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400);
+        let b: Value = r.json().await.unwrap();
+        assert_eq!(b["error"]["code"], "invalid_json", "{b}");
+        let (st, b) = s
+            .admin(Method::POST, "/api/v1/agents", Some(json!({})))
+            .await;
+        assert_eq!(st, 400);
+        assert!(msg(&b).contains("missing field `name`"), "{b}");
+        let (st, b) = s
+            .admin(
+                Method::POST,
+                "/api/v1/agents",
+                Some(json!({"name": "a", "colour": "red"})),
+            )
+            .await;
+        assert_eq!(st, 400);
+        assert!(msg(&b).contains("unknown field `colour`"), "{b}");
+        let r = s
+            .http
+            .post(&url)
+            .bearer_auth(&s.admin_token)
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 415);
+        let b: Value = r.json().await.unwrap();
+        assert_eq!(b["error"]["code"], "unsupported_media_type");
+        let big = "x".repeat(5 * 1024 * 1024);
+        let r = s
+            .http
+            .post(&url)
+            .bearer_auth(&s.admin_token)
+            .header("content-type", "application/json")
+            .body(format!("{{\"name\": \"{big}\"}}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 413);
+        let b: Value = r.json().await.unwrap();
+        assert_eq!(b["error"]["code"], "body_too_large", "{b}");
+        let (st, b) = s.admin(Method::GET, "/api/v1/nothing-here", None).await;
+        assert_eq!((st, b["error"]["code"].as_str()), (404, Some("not_found")));
+        let (st, b) = s.admin(Method::PATCH, "/api/v1/agents", None).await;
+        assert_eq!(
+            (st, b["error"]["code"].as_str()),
+            (405, Some("method_not_allowed"))
+        );
+        let (st, b) = s
+            .admin(Method::GET, "/api/v1/workspaces?limit=abc", None)
+            .await;
+        assert_eq!(st, 400);
+        assert!(msg(&b).contains("limit"), "{b}");
+        s.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn users_sessions_and_tokens() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        let (st, b) = s
+            .call(
+                Method::POST,
+                "/api/v1/session",
+                None,
+                Some(json!({"username": "admin", "password": "wrong-password"})),
+            )
+            .await;
+        assert_eq!(st, 401, "[{l}] {b}");
+        let (st, b) = s
+            .call(
+                Method::POST,
+                "/api/v1/session",
+                None,
+                Some(json!({"username": "ghost", "password": "wrong-password"})),
+            )
+            .await;
+        assert_eq!(st, 401, "{b}");
+        let (st, b) = s
+            .admin(
+                Method::POST,
+                "/api/v1/users",
+                Some(json!({"username": "Bad Name", "password": "password-123"})),
+            )
+            .await;
+        assert_eq!(st, 400);
+        assert!(msg(&b).starts_with("username"), "{b}");
+        let (st, b) = s
+            .admin(
+                Method::POST,
+                "/api/v1/users",
+                Some(json!({"username": "bob", "password": "short"})),
+            )
+            .await;
+        assert_eq!(st, 400);
+        assert!(msg(&b).starts_with("password"), "{b}");
+        let bob = s.user("bob", &["api", "workspace"]).await;
+        let (st, b) = s
+            .admin(
+                Method::POST,
+                "/api/v1/users",
+                Some(json!({"username": "bob", "password": "password-123"})),
+            )
+            .await;
+        assert_eq!(st, 409, "{b}");
+        let (st, _) = s.call(Method::GET, "/api/v1/users", Some(&bob), None).await;
+        assert_eq!(st, 403, "[{l}] users list is for admins");
+        let (st, b) = s.admin(Method::GET, "/api/v1/users", None).await;
+        assert_eq!((st, b.as_array().map(Vec::len)), (200, Some(2)));
+
+        // Tokens: shown once, listed without the secret, expire, revoke.
+        let (st, b) = s
+            .call(
+                Method::POST,
+                "/api/v1/users/me/tokens",
+                Some(&bob),
+                Some(json!({"name": "ci", "scopes": ["read_api"], "expires_in_days": 1})),
+            )
+            .await;
+        assert_eq!(st, 201, "{b}");
+        let ci = b["secret"].as_str().unwrap().to_owned();
+        let ci_id = b["token"]["id"].as_i64().unwrap();
+        assert!(ci.starts_with("wrn_pat_"));
+        let (st, b) = s
+            .call(Method::GET, "/api/v1/users/me/tokens", Some(&bob), None)
+            .await;
+        assert_eq!(st, 200);
+        assert!(!b.to_string().contains(&ci), "secrets are never listed");
+        assert_eq!(b.as_array().unwrap().len(), 2);
+        let (st, b) = s
+            .call(
+                Method::POST,
+                "/api/v1/users/me/tokens",
+                Some(&bob),
+                Some(json!({"name": "x", "scopes": [], "expires_in_days": 1})),
+            )
+            .await;
+        assert_eq!(st, 400);
+        assert!(msg(&b).starts_with("scopes"), "{b}");
+        let (st, b) = s
+            .call(
+                Method::POST,
+                "/api/v1/users/me/tokens",
+                Some(&bob),
+                Some(json!({"name": "x", "scopes": ["api"], "expires_in_days": 999})),
+            )
+            .await;
+        assert_eq!(st, 400);
+        assert!(msg(&b).starts_with("expires_in_days"), "{b}");
+        let (st, _) = s
+            .call(Method::GET, "/api/v1/users/me", Some(&ci), None)
+            .await;
+        assert_eq!(st, 200);
+        // Another user cannot revoke bob's token.
+        let (st, _) = s
+            .admin(
+                Method::DELETE,
+                &format!("/api/v1/users/me/tokens/{ci_id}"),
+                None,
+            )
+            .await;
+        assert_eq!(st, 404);
+        s.clock.advance_ms(86_400_000 + 1);
+        let (st, _) = s
+            .call(Method::GET, "/api/v1/users/me", Some(&ci), None)
+            .await;
+        assert_eq!(st, 401, "[{l}] expired");
+        let (st, _) = s
+            .call(
+                Method::DELETE,
+                &format!("/api/v1/users/me/tokens/{ci_id}"),
+                Some(&bob),
+                None,
+            )
+            .await;
+        assert_eq!(st, 204);
+        let (st, b) = s
+            .call(Method::GET, "/api/v1/users/me/tokens", Some(&bob), None)
+            .await;
+        assert_eq!(st, 200);
+        assert!(
+            b.as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t["id"] == ci_id && t["revoked"] == true),
+            "{b}"
+        );
+        let (st, b) = s
+            .call(Method::DELETE, "/api/v1/users/me/tokens", Some(&bob), None)
+            .await;
+        assert_eq!(st, 405, "{b}");
+        // Revoking the token in use locks it out at once.
+        let (st, b) = s
+            .call(Method::GET, "/api/v1/users/me/tokens", Some(&bob), None)
+            .await;
+        assert_eq!(st, 200);
+        let own = b
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == "warren login")
+            .unwrap()["id"]
+            .as_i64()
+            .unwrap();
+        let (st, _) = s
+            .call(
+                Method::DELETE,
+                &format!("/api/v1/users/me/tokens/{own}"),
+                Some(&bob),
+                None,
+            )
+            .await;
+        assert_eq!(st, 204);
+        let (st, _) = s
+            .call(Method::GET, "/api/v1/users/me", Some(&bob), None)
+            .await;
+        assert_eq!(st, 401);
+        s.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn ssh_keys() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let bob = s.user("bob", &["api", "workspace"]).await;
+        let (st, b) = s
+            .call(
+                Method::POST,
+                "/api/v1/users/me/ssh-keys",
+                Some(&bob),
+                Some(json!({"public_key": ED25519})),
+            )
+            .await;
+        assert_eq!(st, 201, "[{}] {b}", s.label);
+        assert_eq!(
+            b["fingerprint"],
+            "SHA256:3UeSlfl7JdmtYwloUUnOaHI4EYMxkz3LNHVRT0vbttQ"
+        );
+        assert_eq!(b["name"], "me@laptop");
+        let id = b["id"].as_i64().unwrap();
+        let (st, b) = s
+            .admin(
+                Method::POST,
+                "/api/v1/users/me/ssh-keys",
+                Some(json!({"public_key": ED25519})),
+            )
+            .await;
+        assert_eq!(st, 409, "one key, one user: {b}");
+        let (st, b) = s
+            .call(
+                Method::POST,
+                "/api/v1/users/me/ssh-keys",
+                Some(&bob),
+                Some(json!({"public_key": "ssh-ed25519 bm9wZQ=="})),
+            )
+            .await;
+        assert_eq!(st, 400);
+        assert!(msg(&b).starts_with("public_key"), "{b}");
+        let (st, b) = s
+            .call(Method::GET, "/api/v1/users/me/ssh-keys", Some(&bob), None)
+            .await;
+        assert_eq!((st, b.as_array().map(Vec::len)), (200, Some(1)));
+        let (st, _) = s
+            .admin(
+                Method::DELETE,
+                &format!("/api/v1/users/me/ssh-keys/{id}"),
+                None,
+            )
+            .await;
+        assert_eq!(st, 404, "not the admin's key");
+        let (st, _) = s
+            .call(
+                Method::DELETE,
+                &format!("/api/v1/users/me/ssh-keys/{id}"),
+                Some(&bob),
+                None,
+            )
+            .await;
+        assert_eq!(st, 204);
+        let (st, b) = s
+            .call(Method::GET, "/api/v1/users/me/ssh-keys", Some(&bob), None)
+            .await;
+        assert_eq!((st, b.as_array().map(Vec::len)), (200, Some(0)));
+        s.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn agents_and_projects() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        let bob = s.user("bob", &["api", "workspace"]).await;
+        let (st, _) = s
+            .call(
+                Method::POST,
+                "/api/v1/agents",
+                Some(&bob),
+                Some(json!({"name": "a"})),
+            )
+            .await;
+        assert_eq!(st, 403, "[{l}] admins create agents");
+        let (st, b) = s
+            .admin(
+                Method::POST,
+                "/api/v1/agents",
+                Some(json!({"name": "a1", "config": {"workspace_scheme": "gopher"}})),
+            )
+            .await;
+        assert_eq!(st, 400);
+        assert!(msg(&b).starts_with("config.workspace_scheme"), "{b}");
+        let (st, b) = s
+            .admin(
+                Method::POST,
+                "/api/v1/agents",
+                Some(json!({"name": "a1", "config": {"workspace_quota": 1}})),
+            )
+            .await;
+        assert_eq!(st, 400);
+        assert!(msg(&b).contains("workspace_quota"), "{b}");
+        let (st, b) = s
+            .admin(
+                Method::POST,
+                "/api/v1/agents",
+                Some(json!({"name": "a1", "config": {"workspaces_quota": 5}})),
+            )
+            .await;
+        assert_eq!(st, 201, "{b}");
+        assert!(b["token"].as_str().unwrap().starts_with("wrn_agent_"));
+        let (st, _) = s
+            .admin(Method::POST, "/api/v1/agents", Some(json!({"name": "a1"})))
+            .await;
+        assert_eq!(st, 409);
+        let (st, b) = s
+            .call(Method::GET, "/api/v1/agents/a1", Some(&bob), None)
+            .await;
+        assert_eq!(st, 200);
+        assert!(b.get("token").is_none());
+        assert_eq!(b["config"]["workspaces_quota"], 5);
+        let (st, b) = s.admin(Method::PUT, "/api/v1/agents/a1", Some(json!({"config": {"workspace_domain": "ws.example.com", "workspace_scheme": "https"}}))).await;
+        assert_eq!(st, 200, "{b}");
+        assert_eq!(b["config"]["workspace_domain"], "ws.example.com");
+        let (st, _) = s.admin(Method::GET, "/api/v1/agents/nope", None).await;
+        assert_eq!(st, 404);
+
+        let (st, b) = s
+            .call(
+                Method::POST,
+                "/api/v1/projects",
+                Some(&bob),
+                Some(json!({"name": "p1", "git_url": "not a url"})),
+            )
+            .await;
+        assert_eq!(st, 400);
+        assert!(msg(&b).starts_with("git_url"), "{b}");
+        let (st, b) = s
+            .call(Method::POST, "/api/v1/projects", Some(&bob),
+                Some(json!({"name": "p1", "git_url": "https://example.com/r.git", "devfile": "schemaVersion: 2.2.0\ncomponents:\n  - name: x\n    container: {}\n"})))
+            .await;
+        assert_eq!(st, 422, "[{l}] {b}");
+        assert!(
+            msg(&b).contains("components[0].container"),
+            "the error names the path: {b}"
+        );
+        let (st, b) = s
+            .call(Method::POST, "/api/v1/projects", Some(&bob),
+                Some(json!({"name": "p1", "git_url": "https://example.com/r.git", "devfile": WEB_DEVFILE, "default_ref": "dev"})))
+            .await;
+        assert_eq!(st, 201, "{b}");
+        assert_eq!(
+            (b["has_devfile"].as_bool(), b["default_ref"].as_str()),
+            (Some(true), Some("dev"))
+        );
+        let (st, _) = s
+            .call(
+                Method::POST,
+                "/api/v1/projects",
+                Some(&bob),
+                Some(json!({"name": "p1", "git_url": "git@example.com:r.git"})),
+            )
+            .await;
+        assert_eq!(st, 409);
+        let (st, b) = s
+            .call(Method::GET, "/api/v1/projects", Some(&bob), None)
+            .await;
+        assert_eq!((st, b.as_array().map(Vec::len)), (200, Some(1)));
+        let (st, _) = s
+            .call(Method::DELETE, "/api/v1/projects/p1", Some(&bob), None)
+            .await;
+        assert_eq!(st, 403);
+        let (st, _) = s.admin(Method::DELETE, "/api/v1/projects/p1", None).await;
+        assert_eq!(st, 204);
+        let (st, _) = s.admin(Method::GET, "/api/v1/projects/p1", None).await;
+        assert_eq!(st, 404);
+        s.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn workspace_creation_rendering_quotas_and_visibility() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        let bob = s.user("bob", &["api", "workspace"]).await;
+        let carol = s.user("carol", &["api", "workspace"]).await;
+        let (st, b) = s
+            .call(
+                Method::POST,
+                "/api/v1/workspaces",
+                Some(&bob),
+                Some(json!({})),
+            )
+            .await;
+        assert_eq!(st, 400, "[{l}] {b}");
+        assert!(msg(&b).starts_with("agent"), "no agent yet: {b}");
+        s.agent("a1", json!({"workspaces_quota": 3, "workspaces_per_user_quota": 2, "workspace_domain": "ws.example.com:8443", "workspace_scheme": "https"})).await;
+        s.admin(Method::POST, "/api/v1/projects", Some(json!({"name": "p1", "git_url": "https://example.com/r.git", "devfile": WEB_DEVFILE}))).await;
+
+        // A broken devfile: 422 with every error and its path.
+        let (st, b) = s
+            .call(Method::POST, "/api/v1/workspaces", Some(&bob),
+                Some(json!({"devfile": "schemaVersion: 2.2.0\nparent: {id: x}\ncomponents:\n  - name: a\n    container: {image: alpine}\n  - name: b\n    kubernetes: {uri: x}\n"})))
+            .await;
+        assert_eq!(st, 422, "{b}");
+        assert_eq!(b["error"]["code"], "invalid_devfile");
+        assert!(
+            msg(&b).contains("parent") && msg(&b).contains("components[1]"),
+            "{b}"
+        );
+
+        // Bad inputs name their field.
+        for (body, field) in [
+            (json!({"name": "Bad_Name"}), "name"),
+            (json!({"resources": {"cpu": "lots"}}), "resources.cpu"),
+            (
+                json!({"variables": [{"key": "1X", "value": "v"}]}),
+                "variables[0].key",
+            ),
+            (json!({"project": "nope"}), "project"),
+            (json!({"agent": "nope"}), "agent"),
+        ] {
+            let (st, b) = s
+                .call(Method::POST, "/api/v1/workspaces", Some(&bob), Some(body))
+                .await;
+            assert_eq!(st, 400, "[{l}] {b}");
+            assert!(msg(&b).starts_with(field), "[{l}] expected {field}: {b}");
+        }
+
+        // From the project's devfile, with URLs from the agent's domain and scheme.
+        let w = s
+            .workspace(
+                &bob,
+                json!({"project": "p1", "name": "bobs-ws", "variables": [
+                {"key": "API_KEY", "value": "s3cr3t-value", "secret": true},
+                {"key": "MODE", "value": "dev"}]}),
+            )
+            .await;
+        assert_eq!(w["url"], "https://8080-bobs-ws.ws.example.com:8443/", "{w}");
+        assert_eq!(
+            w["endpoints"]["web"],
+            "https://8080-bobs-ws.ws.example.com:8443/"
+        );
+        assert!(
+            w["endpoints"].get("debug").is_none(),
+            "internal endpoints get no URL: {w}"
+        );
+        assert_eq!(w["desired_state"], "Running");
+        assert_eq!(w["actual_state"], "CreationRequested");
+        assert_eq!(w["namespace"], "warren-ws-bobs-ws");
+        assert_eq!(w["project_name"], "p1");
+        assert!(
+            w["variables"][0]["value"].is_null(),
+            "secret values are never returned: {w}"
+        );
+        assert_eq!(w["variables"][1]["value"], "dev");
+        let (st, _) = s
+            .call(
+                Method::POST,
+                "/api/v1/workspaces",
+                Some(&carol),
+                Some(json!({"name": "bobs-ws"})),
+            )
+            .await;
+        assert_eq!(st, 409, "names are unique");
+
+        // Secrets are encrypted at rest: neither the variables nor the rendered Secret hold the plain value.
+        let pool = &s.state.store.db.pool;
+        let rows: Vec<(String, String)> =
+            sqlx::query_as("SELECT variables, rendered_objects FROM workspaces")
+                .fetch_all(pool)
+                .await
+                .unwrap();
+        for (vars, objs) in rows {
+            assert!(
+                !vars.contains("s3cr3t") && !objs.contains("s3cr3t") && !objs.contains("czNjcjN0"),
+                "[{l}] plaintext at rest"
+            );
+        }
+        let (_, body) = s
+            .reconcile(
+                1,
+                json!({"update_type": "full", "workspace_agent_infos": []}),
+            )
+            .await;
+        let yaml = body["workspace_rails_infos"][0]["config_to_apply"]
+            .as_str()
+            .unwrap();
+        assert!(
+            yaml.contains("API_KEY"),
+            "the agent gets the variable: {yaml}"
+        );
+
+        // Quotas: per user (2) then per agent (3); the refusal names the quota and the count.
+        s.workspace(&bob, json!({})).await;
+        let (st, b) = s
+            .call(
+                Method::POST,
+                "/api/v1/workspaces",
+                Some(&bob),
+                Some(json!({})),
+            )
+            .await;
+        assert_eq!(
+            (st, b["error"]["code"].as_str()),
+            (403, Some("quota_exceeded")),
+            "[{l}] {b}"
+        );
+        assert!(
+            msg(&b).contains("workspaces_per_user_quota") && msg(&b).contains("2"),
+            "{b}"
+        );
+        s.workspace(&carol, json!({})).await;
+        let (st, b) = s
+            .call(
+                Method::POST,
+                "/api/v1/workspaces",
+                Some(&carol),
+                Some(json!({})),
+            )
+            .await;
+        assert_eq!(st, 403);
+        assert!(
+            msg(&b).contains("workspaces_quota") && msg(&b).contains("3"),
+            "{b}"
+        );
+        // Terminated workspaces do not count.
+        let (st, _) = s
+            .call(
+                Method::DELETE,
+                "/api/v1/workspaces/bobs-ws",
+                Some(&bob),
+                None,
+            )
+            .await;
+        assert_eq!(st, 200);
+        s.workspace(&carol, json!({})).await;
+
+        // Visibility: others' workspaces are 404; admins see everything.
+        let (st, _) = s
+            .call(
+                Method::GET,
+                "/api/v1/workspaces/bobs-ws",
+                Some(&carol),
+                None,
+            )
+            .await;
+        assert_eq!(st, 404);
+        let (st, _) = s
+            .call(
+                Method::PUT,
+                "/api/v1/workspaces/bobs-ws/desired_state",
+                Some(&carol),
+                Some(json!({"desired_state": "Stopped"})),
+            )
+            .await;
+        assert_eq!(st, 404);
+        let (st, b) = s
+            .call(Method::GET, "/api/v1/workspaces", Some(&carol), None)
+            .await;
+        assert_eq!(st, 200);
+        assert!(
+            b["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|w| w["owner_username"] == "carol"),
+            "{b}"
+        );
+        let (st, _) = s
+            .call(
+                Method::GET,
+                "/api/v1/workspaces?owner=bob",
+                Some(&carol),
+                None,
+            )
+            .await;
+        assert_eq!(st, 403);
+        let (st, b) = s
+            .admin(Method::GET, "/api/v1/workspaces?owner=bob", None)
+            .await;
+        assert_eq!(
+            (st, b["items"].as_array().map(Vec::len)),
+            (200, Some(2)),
+            "{b}"
+        );
+        let (st, b) = s
+            .admin(
+                Method::GET,
+                "/api/v1/workspaces?state=CreationRequested",
+                None,
+            )
+            .await;
+        assert_eq!(
+            (st, b["items"].as_array().map(Vec::len)),
+            (200, Some(4)),
+            "{b}"
+        );
+        let (st, b) = s
+            .admin(Method::GET, "/api/v1/workspaces?state=running", None)
+            .await;
+        assert_eq!(st, 400);
+        assert!(msg(&b).starts_with("state"), "{b}");
+        let (st, b) = s
+            .call(
+                Method::PUT,
+                "/api/v1/workspaces/bobs-ws/desired_state",
+                Some(&bob),
+                Some(json!({"desired_state": "Paused"})),
+            )
+            .await;
+        assert_eq!(st, 400);
+        assert!(msg(&b).contains("Paused"), "{b}");
+        s.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn pagination_and_filters() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        s.agent("a1", json!({})).await;
+        s.agent("a2", json!({})).await;
+        for i in 0..5 {
+            s.workspace(
+                &s.admin_token,
+                json!({"name": format!("w{i}"), "agent": "a1"}),
+            )
+            .await;
+        }
+        s.workspace(&s.admin_token, json!({"name": "other", "agent": "a2"}))
+            .await;
+        let mut names = vec![];
+        let mut cursor: Option<String> = None;
+        let mut pages = 0;
+        loop {
+            let q = match &cursor {
+                Some(c) => format!("/api/v1/workspaces?agent=a1&limit=2&cursor={c}"),
+                None => "/api/v1/workspaces?agent=a1&limit=2".into(),
+            };
+            let (st, b) = s.admin(Method::GET, &q, None).await;
+            assert_eq!(st, 200, "{b}");
+            pages += 1;
+            names.extend(
+                b["items"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|w| w["name"].as_str().unwrap().to_owned()),
+            );
+            match b["next_cursor"].as_str() {
+                Some(c) => cursor = Some(c.to_owned()),
+                None => break,
+            }
+        }
+        assert_eq!(names, ["w0", "w1", "w2", "w3", "w4"], "[{}]", s.label);
+        assert_eq!(pages, 3);
+        let (st, b) = s
+            .admin(Method::GET, "/api/v1/workspaces?limit=0", None)
+            .await;
+        assert_eq!(st, 400, "{b}");
+        let (st, b) = s
+            .admin(Method::GET, "/api/v1/workspaces?cursor=zzz", None)
+            .await;
+        assert_eq!(st, 400, "{b}");
+        let (st, b) = s.admin(Method::GET, "/api/v1/workspaces/other", None).await;
+        assert_eq!((st, b["agent_name"].as_str()), (200, Some("a2")));
+        let id = b["id"].as_i64().unwrap();
+        let (st, b) = s
+            .admin(Method::GET, &format!("/api/v1/workspaces/{id}"), None)
+            .await;
+        assert_eq!((st, b["name"].as_str()), (200, Some("other")), "by id too");
+        s.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn resize_rerenders_and_restarts() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let agent = s
+            .agent(
+                "a1",
+                json!({"max_resources_per_workspace": {"limits": {"cpu": "4", "memory": "8Gi"}}}),
+            )
+            .await;
+        s.workspace(
+            &s.admin_token,
+            json!({"name": "w1", "devfile": WEB_DEVFILE}),
+        )
+        .await;
+        s.reconcile_ok(agent, "full", json!([running("w1", "1")]))
+            .await;
+        let (st, b) = s
+            .admin(
+                Method::PUT,
+                "/api/v1/workspaces/w1/resources",
+                Some(json!({"resources": {"cpu": "3", "memory": "6Gi"}})),
+            )
+            .await;
+        assert_eq!(st, 200, "[{}] {b}", s.label);
+        assert_eq!(b["desired_state"], "RestartRequested");
+        assert_eq!(b["resources"]["cpu"], "3");
+        let infos = s.reconcile_ok(agent, "partial", json!([])).await;
+        let yaml = infos["w1"]["config_to_apply"].as_str().unwrap();
+        assert!(
+            yaml.contains("cpu: '3'")
+                && yaml.contains("memory: 6Gi")
+                && yaml.contains("replicas: 0"),
+            "{yaml}"
+        );
+        let infos = s
+            .reconcile_ok(agent, "partial", json!([stopped("w1", "2")]))
+            .await;
+        assert_eq!(infos["w1"]["desired_state"], "Running");
+        assert!(infos["w1"]["config_to_apply"]
+            .as_str()
+            .unwrap()
+            .contains("replicas: 1"));
+        // Over the agent's cap: refused with the reason.
+        let (st, b) = s
+            .admin(
+                Method::PUT,
+                "/api/v1/workspaces/w1/resources",
+                Some(json!({"resources": {"cpu": "16"}})),
+            )
+            .await;
+        assert_eq!(st, 422, "{b}");
+        assert!(msg(&b).contains("max_resources_per_workspace"), "{b}");
+        let (st, b) = s
+            .admin(
+                Method::PUT,
+                "/api/v1/workspaces/w1/resources",
+                Some(json!({"resources": {"memory": "lots"}})),
+            )
+            .await;
+        assert_eq!(st, 400);
+        assert!(msg(&b).starts_with("resources.memory"), "{b}");
+        s.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn bootstrap_admin_happens_once() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let mut config = warren_server::ServerConfig::new(s.db.dir.path().join("home"));
+        config.database_url = Some(s.db.url.clone());
+        config.relay_secret = Some(RELAY_SECRET.into());
+        let again = warren_server::Server::prepare(config).await.unwrap();
+        assert!(
+            again.bootstrap_admin().is_none(),
+            "[{}] a second start creates no admin",
+            s.label
+        );
+        let (st, b) = s.admin(Method::GET, "/api/v1/users", None).await;
+        assert_eq!((st, b.as_array().map(Vec::len)), (200, Some(1)));
+        s.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn health_readiness_metrics_and_openapi() {
+    let s = TestServer::start(&DbChoice::Sqlite).await;
+    let get = |p: &str| s.http.get(format!("{}{p}", s.base)).send();
+    assert_eq!(get("/healthz").await.unwrap().status(), 200);
+    assert_eq!(get("/readyz").await.unwrap().status(), 200);
+    s.agent("a1", json!({})).await;
+    s.workspace(&s.admin_token, json!({})).await;
+    s.reconcile_ok(1, "full", json!([])).await;
+    let text = get("/metrics").await.unwrap().text().await.unwrap();
+    assert!(text.contains("warren_http_requests_total"), "{text}");
+    assert!(text.contains("warren_reconcile_total"), "{text}");
+    assert!(
+        text.contains(
+            "warren_workspaces{desired_state=\"Running\",actual_state=\"CreationRequested\"} 1"
+        ),
+        "{text}"
+    );
+    let doc: Value = get("/api/v1/openapi.json")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(doc["paths"]["/api/v1/workspaces"]["post"].is_object());
+    insta::assert_snapshot!("openapi", warren_server::openapi::document());
+    s.stop().await;
+}

@@ -1,0 +1,44 @@
+//! `warren server` refuses bad configuration before binding anything, naming the problem.
+
+use std::process::Command;
+
+fn run(args: &[&str], home: &std::path::Path) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_warren"))
+        .arg("server")
+        .args(args)
+        .arg("--home")
+        .arg(home)
+        .env_remove("WARREN_DATABASE_URL")
+        .output()
+        .expect("run warren");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn bad_configuration_is_refused_with_the_field_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("server.toml");
+    std::fs::write(&cfg, "listen = \"127.0.0.1:0\"\ndatabse_url = \"x\"\n").unwrap();
+    let (ok, err) = run(&["--config", cfg.to_str().unwrap()], dir.path());
+    assert!(!ok);
+    assert!(err.contains("unknown field `databse_url`"), "{err}");
+    let (ok, err) = run(
+        &["--listen", "127.0.0.1:0", "--database-url", "mysql://db/x"],
+        dir.path(),
+    );
+    assert!(!ok);
+    assert!(err.contains("database_url"), "{err}");
+    let (ok, err) = run(
+        &["--listen", "127.0.0.1:0", "--relay-secret", "short"],
+        dir.path(),
+    );
+    assert!(!ok);
+    assert!(err.contains("relay_secret"), "{err}");
+    assert!(
+        !dir.path().join("warren.db").exists(),
+        "nothing opened before validation"
+    );
+}

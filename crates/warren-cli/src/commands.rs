@@ -319,8 +319,10 @@ async fn agent(out: Format, cmd: AgentCommand) -> Result<(), CliError> {
                 );
                 println!("{}", created.token);
                 eprintln!(
-                    "Run the agent next to the workspace runtime with this token and the server \
-                     URL {} (see `warren agent --help`).",
+                    "Start the agent next to the workspace runtime (Docker/Podman or \
+                     Kubernetes), connected to a relay of {}:\n  \
+                     WARREN_AGENT_TOKEN=<the token above> warren agent --relay-url <relay agent URL>\n\
+                     or keep the token in a file (mode 600) and pass --token-file FILE.",
                     c.base_url()
                 );
             } else {
@@ -537,9 +539,16 @@ async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
                 c.resize_workspace(&name, WorkspaceResources { cpu, memory })
                     .await,
             )?;
-            // The server's own clock, so a skewed local clock cannot end the wait early.
-            let goal = Goal::Resized {
-                requested_at: w.updated_at,
+            // The server restarts a running workspace to apply a new size (desired
+            // RestartRequested) and keeps a stopped one stopped; a server that rolls the new
+            // size out in place keeps desired Running, and then only a report newer than the
+            // request (the server's own clock, never ours) says the new size is running.
+            let goal = match w.desired_state {
+                DesiredState::RestartRequested => Goal::Restarted,
+                DesiredState::Stopped => Goal::Stopped,
+                _ => Goal::Resized {
+                    requested_at: w.updated_at,
+                },
             };
             finish_action(&c, out, w, goal, &wait).await
         }

@@ -1,62 +1,227 @@
-//! End to end: the `warren` CLI binary against a real Warren server (SQLite in a temp home,
-//! port 0), as a user would drive it: login, agent, project, workspace, list, stop, failures.
+//! End to end: the `warren` CLI binary against a real `warren server` (SQLite in a temp home,
+//! port 0), as a user would drive it: login, agent, project, workspace, list, stop, failures;
+//! then `--wait` through every transition with a scripted agent reconciling.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use tokio_util::sync::CancellationToken;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use warren_types::reconcile::{
+    ReconcileRequest, ReconcileResponse, TerminationProgress, UpdateType, WorkspaceAgentInfo,
+    RECONCILE_PATH, RELAY_JWT_ISSUER, SERVER_JWT_AUDIENCE,
+};
+use warren_types::DesiredState;
 
-/// A running server; stopped (and its thread joined) on drop, even when the test fails.
+const RELAY_SECRET: &str = "cli-e2e-relay-secret-0123456789abcdef";
+
+/// `warren server` on port 0 with a temp home; killed on drop, even when the test fails.
 struct Server {
+    child: Child,
     url: String,
     admin_password: String,
-    shutdown: CancellationToken,
-    thread: Option<std::thread::JoinHandle<()>>,
     _home: tempfile::TempDir,
 }
 
 impl Server {
     fn start() -> Server {
         let home = tempfile::tempdir().unwrap();
-        let config = warren_server::config::ServerConfig::new(home.path());
-        let shutdown = CancellationToken::new();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let token = shutdown.clone();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let server = warren_server::Server::prepare(config).await.unwrap();
-                let password = server.bootstrap_admin().unwrap().password.clone();
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                let addr = listener.local_addr().unwrap();
-                tx.send((format!("http://{addr}"), password)).unwrap();
-                server.serve(listener, token).await.unwrap();
-            });
-        });
-        let (url, admin_password) = rx
-            .recv_timeout(std::time::Duration::from_secs(60))
-            .expect("the server did not start");
-        Server {
-            url,
-            admin_password,
-            shutdown,
-            thread: Some(thread),
+        let ready = home.path().join("ready");
+        let log = home.path().join("stdout.log");
+        let child = Command::new(env!("CARGO_BIN_EXE_warren"))
+            .args(["server", "--listen", "127.0.0.1:0", "--home"])
+            .arg(home.path())
+            .arg("--ready-file")
+            .arg(&ready)
+            .args(["--relay-secret", RELAY_SECRET])
+            .env_remove("WARREN_DATABASE_URL")
+            .env("WARREN_LOG", "warn")
+            .stdout(Stdio::from(std::fs::File::create(&log).unwrap()))
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn warren server");
+        let mut server = Server {
+            child,
+            url: String::new(),
+            admin_password: String::new(),
             _home: home,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(addr) = std::fs::read_to_string(&ready) {
+                if !addr.trim().is_empty() {
+                    server.url = format!("http://{}", addr.trim());
+                    break;
+                }
+            }
+            if let Ok(Some(status)) = server.child.try_wait() {
+                panic!("warren server exited early: {status}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "warren server did not become ready"
+            );
+            std::thread::sleep(Duration::from_millis(20));
         }
+        let out = std::fs::read_to_string(&log).unwrap();
+        server.admin_password = out
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("password: "))
+            .expect("the first start prints the admin password")
+            .to_owned();
+        server
     }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        self.shutdown.cancel();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A scripted agent speaking the reconcile protocol over plain HTTP, as the relay would on an
+/// agent's behalf: every tick a full reconcile reporting a Deployment that does at once what
+/// the last answer asked for. Stopped (thread joined) on drop.
+struct ScriptedAgent {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ScriptedAgent {
+    fn start(url: &str, agent_id: i64) -> ScriptedAgent {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let endpoint = format!("{url}{RECONCILE_PATH}");
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(agent_loop(endpoint, agent_id, flag));
+        });
+        ScriptedAgent {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for ScriptedAgent {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
     }
+}
+
+/// What the fake runtime holds for one workspace.
+struct Fake {
+    namespace: String,
+    replicas: i64,
+    terminated: bool,
+    rv: u64,
+    /// The objects last applied; a change while running is a rollout (one `Starting` report).
+    config: Option<String>,
+    rolling: bool,
+}
+
+async fn agent_loop(endpoint: String, agent_id: i64, stop: Arc<AtomicBool>) {
+    let http = reqwest::Client::new();
+    let mut runtime: BTreeMap<String, Fake> = BTreeMap::new();
+    while !stop.load(Ordering::SeqCst) {
+        let infos: Vec<WorkspaceAgentInfo> = runtime
+            .iter()
+            .map(|(name, f)| WorkspaceAgentInfo {
+                name: name.clone(),
+                namespace: f.namespace.clone(),
+                latest_k8s_deployment_info: (!f.terminated).then(|| deployment(name, f)),
+                termination_progress: f.terminated.then_some(TerminationProgress::Terminated),
+                error_details: None,
+                pod_failure: None,
+            })
+            .collect();
+        runtime.retain(|_, f| !f.terminated);
+        let jwt = warren_server::internal::jwt::mint(
+            RELAY_SECRET.as_bytes(),
+            RELAY_JWT_ISSUER,
+            SERVER_JWT_AUDIENCE,
+            Some(agent_id.to_string()),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs() as i64,
+            30,
+        );
+        let req = ReconcileRequest {
+            update_type: UpdateType::Full,
+            workspace_agent_infos: infos,
+        };
+        let resp = http
+            .post(&endpoint)
+            .bearer_auth(jwt)
+            .json(&req)
+            .send()
+            .await;
+        if let Ok(resp) = resp {
+            assert_eq!(resp.status().as_u16(), 201, "reconcile refused");
+            let body: ReconcileResponse = resp.json().await.unwrap();
+            for info in body.workspace_rails_infos {
+                let f = runtime.entry(info.name.clone()).or_insert(Fake {
+                    namespace: info.namespace.clone(),
+                    replicas: 0,
+                    terminated: false,
+                    rv: 0,
+                    config: None,
+                    rolling: false,
+                });
+                f.rolling = false;
+                if let Some(config) = info.config_to_apply {
+                    if f.config.as_ref().is_some_and(|c| *c != config) && f.replicas == 1 {
+                        f.rolling = true;
+                        f.rv += 1;
+                    }
+                    f.config = Some(config);
+                }
+                let (replicas, terminated) = match info.desired_state {
+                    DesiredState::Running => (1, false),
+                    DesiredState::Stopped | DesiredState::RestartRequested => (0, false),
+                    DesiredState::Terminated => (0, true),
+                };
+                if (replicas, terminated) != (f.replicas, f.terminated) {
+                    f.rv += 1;
+                }
+                f.replicas = replicas;
+                f.terminated = terminated;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A settled Deployment with `f.replicas` replicas, as Kubernetes reports it.
+fn deployment(name: &str, f: &Fake) -> serde_json::Value {
+    let progressing = if f.rolling {
+        "ReplicaSetUpdated"
+    } else {
+        "NewReplicaSetAvailable"
+    };
+    let mut status = serde_json::json!({"conditions": [
+        {"type": "Progressing", "status": "True", "reason": progressing},
+        {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
+    ]});
+    if f.replicas > 0 {
+        status["availableReplicas"] = f.replicas.into();
+    }
+    serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": f.namespace, "resourceVersion": f.rv.to_string()},
+        "spec": {"replicas": f.replicas},
+        "status": status,
+    })
 }
 
 /// Runs `warren ARGS` with its own WARREN_HOME and no inherited WARREN_URL/WARREN_TOKEN.
@@ -358,6 +523,42 @@ fn cli_drives_a_real_server() {
         .run(&["whoami"]);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert!(stderr(&out).contains("cannot reach"), "{}", stderr(&out));
+
+    // --wait through every transition, with an agent reconciling.
+    let agent_id = agents[0]["id"].as_i64().unwrap();
+    {
+        let _agent = ScriptedAgent::start(&server.url, agent_id);
+        let wait = ["--wait", "--timeout", "60s"];
+        let w = cli.json(
+            &[
+                &["ws", "create", "--devfile", devfile, "--name", "waited"][..],
+                &wait,
+            ]
+            .concat(),
+        );
+        assert_eq!(
+            (w["desired_state"].as_str(), w["actual_state"].as_str()),
+            (Some("Running"), Some("Running")),
+            "{w}"
+        );
+        let out = cli.ok(&[&["ws", "stop", "waited"][..], &wait].concat());
+        assert!(out.contains("desired Stopped, actual Stopped"), "{out}");
+        let w = cli.json(&[&["ws", "start", "waited"][..], &wait].concat());
+        assert_eq!(w["actual_state"], "Running", "{w}");
+        let w = cli.json(&[&["ws", "restart", "waited"][..], &wait].concat());
+        assert_eq!(
+            (w["desired_state"].as_str(), w["actual_state"].as_str()),
+            (Some("Running"), Some("Running")),
+            "{w}"
+        );
+        let w = cli.json(&[&["ws", "resize", "waited", "--memory", "2Gi"][..], &wait].concat());
+        assert_eq!(w["actual_state"], "Running", "{w}");
+        assert_eq!(w["resources"]["memory"], "2Gi", "{w}");
+        let out = cli.run(&[&["ws", "rm", "waited"][..], &wait].concat());
+        assert!(out.status.success(), "{}", stderr(&out));
+        let w = cli.json(&["ws", "show", "waited"]);
+        assert_eq!(w["actual_state"], "Terminated", "{w}");
+    }
 
     // Logout revokes the token it created and deletes the file.
     let login_token = stored

@@ -659,6 +659,50 @@ mod tests {
         assert_eq!(read.report(), "reading devfile x.yaml: No such file");
     }
 
+    /// `warren agent` is also the agent service. The binary can host both under one name: the
+    /// service's flags when no subcommand is given, these management commands otherwise (and
+    /// then leave [`Command::Agent`] out of the flattened enum). This checks that shape parses.
+    #[test]
+    fn agent_management_can_share_the_name_with_the_agent_service() {
+        #[derive(Debug, Parser)]
+        #[command(name = "warren")]
+        struct Bin {
+            #[command(subcommand)]
+            command: BinCommand,
+        }
+        #[derive(Debug, Subcommand)]
+        enum BinCommand {
+            #[command(args_conflicts_with_subcommands = true)]
+            Agent(AgentService),
+        }
+        #[derive(Debug, Args)]
+        struct AgentService {
+            #[arg(long)]
+            relay_url: Option<String>,
+            #[command(flatten)]
+            out: OutputArgs,
+            #[command(subcommand)]
+            manage: Option<AgentCommand>,
+        }
+        Bin::command().debug_assert();
+        let BinCommand::Agent(a) =
+            Bin::try_parse_from(["warren", "agent", "--relay-url", "http://r"])
+                .unwrap()
+                .command;
+        assert!(a.manage.is_none() && a.relay_url.is_some());
+        let BinCommand::Agent(a) =
+            Bin::try_parse_from(["warren", "agent", "create", "x", "-o", "json"])
+                .unwrap()
+                .command;
+        assert!(matches!(a.manage, Some(AgentCommand::Create { .. })));
+        assert_eq!(a.out.output, Format::Json);
+        // What the binary then runs:
+        let _ = Command::Agent(AgentGroup {
+            out: a.out,
+            cmd: a.manage.unwrap(),
+        });
+    }
+
     #[test]
     fn completions_are_generated_from_the_binary_command() {
         let mut cmd = Cli::command();

@@ -1,14 +1,714 @@
 //! The `warren` user commands: login, tokens, keys, agents, projects, workspaces, devfiles.
+//!
+//! The binary flattens [`Command`] into its top-level commands and calls [`main`] with a
+//! factory of its whole `clap::Command` (for `warren completions`). Every command except
+//! `devfile` and `completions` talks only to the REST API through `warren-client`.
+//!
+//! Exit codes (also in [`EXIT_CODES_HELP`], shown by `warren --help`):
+//! 0 success; 1 the request failed (API error, not found, workspace failed, `--wait` timed
+//! out, invalid devfile); 2 usage (bad arguments or input files); 3 the server could not be
+//! reached or answered something that is not the API; 4 not signed in or the token was refused.
 
+mod commands;
+pub mod credentials;
+mod devfile_cmd;
+pub mod input;
+pub mod output;
+pub mod wait;
+
+use clap::{Args, Subcommand};
+use input::KeyValue;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
+use warren_types::ActualState;
 
-#[derive(Debug, clap::Subcommand)]
+pub use output::Format;
+
+/// Text for the binary's `after_long_help`.
+pub const EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0  success
+  1  the request failed: API error, not found, workspace Failed/Error, --wait timed out,
+     invalid devfile
+  2  usage: bad arguments or unreadable input files
+  3  the Warren server could not be reached or did not answer like Warren
+  4  not signed in, or the server refused the token (run `warren login`)
+
+Environment: WARREN_HOME (credentials.toml lives there), WARREN_URL and WARREN_TOKEN
+(override the stored server URL and token, for scripts and CI).";
+
+/// The user commands, flattened into the binary's top level.
+#[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Sign in to a Warren server.
-    Login,
+    /// Sign in to a Warren server and remember its URL and a token.
+    Login(LoginArgs),
+    /// Forget the stored credentials and revoke the token `warren login` created.
+    Logout,
+    /// Show the signed-in user.
+    Whoami(OutputArgs),
+    /// Personal access tokens.
+    Token(TokenGroup),
+    /// SSH public keys for reaching workspaces over SSH.
+    #[command(name = "ssh-key")]
+    SshKey(SshKeyGroup),
+    /// Agents, one per cluster or container-engine host (admin).
+    Agent(AgentGroup),
+    /// Projects: a git repository and its devfile.
+    Project(ProjectGroup),
+    /// Workspaces.
+    #[command(visible_alias = "workspace")]
+    Ws(WsGroup),
+    /// Users (admin).
+    User(UserGroup),
+    /// Check and render devfiles locally, without a server.
+    Devfile(DevfileGroup),
+    /// Print a shell completion script.
+    Completions(CompletionsArgs),
 }
 
-pub fn main(_cmd: Command) -> ExitCode {
-    eprintln!("error: not yet available");
-    ExitCode::FAILURE
+/// `-o/--output`, accepted anywhere after the command group.
+#[derive(Debug, Clone, Args)]
+pub struct OutputArgs {
+    /// Output format: a table for people, or the API's JSON/YAML for scripts.
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_enum,
+        default_value_t,
+        global = true
+    )]
+    pub output: Format,
+}
+
+#[derive(Debug, Args)]
+pub struct LoginArgs {
+    /// Base URL of the Warren server, e.g. https://warren.example.com.
+    #[arg(long, env = credentials::URL_ENV)]
+    pub url: String,
+    /// Username (prompted for when a terminal is attached).
+    #[arg(long, short = 'u')]
+    pub username: Option<String>,
+    /// Read a personal access token from standard input instead of using a password.
+    #[arg(long, conflicts_with_all = ["password_stdin", "username"])]
+    pub token_stdin: bool,
+    /// Read the password from standard input (first line) instead of prompting.
+    #[arg(long)]
+    pub password_stdin: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct TokenGroup {
+    #[command(flatten)]
+    pub out: OutputArgs,
+    #[command(subcommand)]
+    pub cmd: TokenCommand,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[value(rename_all = "snake_case")]
+pub enum ScopeArg {
+    Api,
+    ReadApi,
+    Workspace,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Create a token; its secret is printed once, on standard output.
+    Create {
+        name: String,
+        /// What the token may do (repeatable); default: api.
+        #[arg(long = "scope", value_enum)]
+        scopes: Vec<ScopeArg>,
+        /// Days until it expires (server default 30, at most 365).
+        #[arg(long)]
+        expires_in_days: Option<u32>,
+    },
+    /// List your tokens.
+    #[command(visible_alias = "ls")]
+    List,
+    /// Revoke a token by id.
+    Revoke { id: i64 },
+}
+
+#[derive(Debug, Args)]
+pub struct SshKeyGroup {
+    #[command(flatten)]
+    pub out: OutputArgs,
+    #[command(subcommand)]
+    pub cmd: SshKeyCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SshKeyCommand {
+    /// Add an OpenSSH public key from FILE, or from standard input with `-`.
+    Add {
+        file: PathBuf,
+        /// Name shown in lists (default: the key's comment).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// List your SSH keys.
+    #[command(visible_alias = "ls")]
+    List,
+    /// Remove a key by id.
+    #[command(visible_alias = "remove")]
+    Rm { id: i64 },
+}
+
+#[derive(Debug, Args)]
+pub struct AgentGroup {
+    #[command(flatten)]
+    pub out: OutputArgs,
+    #[command(subcommand)]
+    pub cmd: AgentCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AgentCommand {
+    /// Register an agent; its token is printed once, on standard output.
+    Create {
+        name: String,
+        /// Agent configuration (AgentConfig) as TOML, YAML or JSON, by file extension.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// List agents.
+    #[command(visible_alias = "ls")]
+    List,
+    /// Show one agent and its configuration.
+    Show { name: String },
+    /// Replace an agent's configuration.
+    Update {
+        name: String,
+        #[arg(long)]
+        config: PathBuf,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ProjectGroup {
+    #[command(flatten)]
+    pub out: OutputArgs,
+    #[command(subcommand)]
+    pub cmd: ProjectCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ProjectCommand {
+    /// Register a project.
+    Create {
+        name: String,
+        #[arg(long)]
+        git_url: String,
+        /// Default branch, tag or commit.
+        #[arg(long = "ref")]
+        git_ref: Option<String>,
+        /// Where the devfile lives in the repository.
+        #[arg(long)]
+        devfile_path: Option<String>,
+        /// Store this devfile with the project (for repositories the server cannot read).
+        #[arg(long)]
+        devfile: Option<PathBuf>,
+    },
+    /// List projects.
+    #[command(visible_alias = "ls")]
+    List,
+    /// Show one project.
+    Show { name: String },
+    /// Delete a project.
+    #[command(visible_alias = "remove")]
+    Rm { name: String },
+}
+
+#[derive(Debug, Args)]
+pub struct WsGroup {
+    #[command(flatten)]
+    pub out: OutputArgs,
+    #[command(subcommand)]
+    pub cmd: WsCommand,
+}
+
+/// `--wait` and `--timeout`.
+#[derive(Debug, Clone, Args)]
+pub struct WaitArgs {
+    /// Wait until the workspace reaches the state the command aims at.
+    #[arg(long)]
+    pub wait: bool,
+    /// How long `--wait` waits, e.g. 90s, 5m, 1h.
+    #[arg(long, default_value = "5m", value_parser = input::duration)]
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct WsCreateArgs {
+    /// Project (name or id) whose devfile and repository the workspace uses.
+    #[arg(long)]
+    pub project: Option<String>,
+    /// A devfile to use instead of the project's (or the server's default); `-` for stdin.
+    #[arg(long)]
+    pub devfile: Option<PathBuf>,
+    /// Agent (name or id); default: the only agent.
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// Workspace name; generated when absent.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Git ref to check out instead of the project's default.
+    #[arg(long = "ref")]
+    pub git_ref: Option<String>,
+    /// CPU limit of the main container, e.g. 2 or 500m.
+    #[arg(long, value_parser = input::cpu)]
+    pub cpu: Option<String>,
+    /// Memory limit of the main container, e.g. 4Gi.
+    #[arg(long, value_parser = input::memory)]
+    pub memory: Option<String>,
+    /// Environment variable KEY=VALUE (repeatable).
+    #[arg(long = "var", value_name = "KEY=VALUE", value_parser = input::key_value)]
+    pub vars: Vec<KeyValue>,
+    /// Secret environment variable KEY=VALUE: encrypted at rest, never shown again.
+    #[arg(long = "secret-var", value_name = "KEY=VALUE", value_parser = input::key_value)]
+    pub secret_vars: Vec<KeyValue>,
+    /// File variable KEY=@PATH: the file's content is mounted in the workspace.
+    #[arg(long = "file-var", value_name = "KEY=@PATH", value_parser = input::key_file)]
+    pub file_vars: Vec<(String, PathBuf)>,
+    #[command(flatten)]
+    pub wait: WaitArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct WsActionArgs {
+    /// Workspace name or id.
+    pub name: String,
+    #[command(flatten)]
+    pub wait: WaitArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WsCommand {
+    /// Create a workspace (desired Running).
+    Create(Box<WsCreateArgs>),
+    /// List workspaces (without --all: the first page only).
+    #[command(visible_alias = "ls")]
+    List {
+        /// Only workspaces in this actual state.
+        #[arg(long, value_parser = parse_actual_state)]
+        state: Option<ActualState>,
+        #[arg(long)]
+        agent: Option<String>,
+        #[arg(long)]
+        project: Option<String>,
+        /// Only this owner's workspaces (admins).
+        #[arg(long)]
+        owner: Option<String>,
+        /// Page size.
+        #[arg(long)]
+        limit: Option<u32>,
+        /// Follow the pages to the end.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Show one workspace.
+    Show {
+        /// Workspace name or id.
+        name: String,
+    },
+    /// Ask for Running.
+    Start(WsActionArgs),
+    /// Ask for Stopped (the volume is kept).
+    Stop(WsActionArgs),
+    /// Restart: stop, then run again.
+    Restart(WsActionArgs),
+    /// Terminate: delete everything, volume included. Final.
+    #[command(visible_aliases = ["remove", "terminate"])]
+    Rm(WsActionArgs),
+    /// Change the workspace's size; it restarts, keeping its volume.
+    #[command(group = clap::ArgGroup::new("size").required(true).multiple(true))]
+    Resize {
+        name: String,
+        #[arg(long, value_parser = input::cpu, group = "size")]
+        cpu: Option<String>,
+        #[arg(long, value_parser = input::memory, group = "size")]
+        memory: Option<String>,
+        #[command(flatten)]
+        wait: WaitArgs,
+    },
+}
+
+fn parse_actual_state(s: &str) -> Result<ActualState, String> {
+    s.parse()
+        .map_err(|e: warren_types::state::UnknownState| e.to_string())
+}
+
+#[derive(Debug, Args)]
+pub struct UserGroup {
+    #[command(flatten)]
+    pub out: OutputArgs,
+    #[command(subcommand)]
+    pub cmd: UserCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UserCommand {
+    /// Create a local account (admin); the password is prompted for or read from stdin.
+    Create {
+        username: String,
+        #[arg(long)]
+        admin: bool,
+        #[arg(long)]
+        password_stdin: bool,
+    },
+    /// List accounts (admin).
+    #[command(visible_alias = "ls")]
+    List,
+}
+
+#[derive(Debug, Args)]
+pub struct DevfileGroup {
+    #[command(subcommand)]
+    pub cmd: DevfileCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DevfileCommand {
+    /// Check that Warren can run a devfile; prints every error with its path.
+    Validate {
+        /// The devfile (`-` for stdin).
+        file: PathBuf,
+    },
+    /// Print the Kubernetes objects Warren would create for a devfile, as YAML.
+    Render(Box<devfile_cmd::RenderArgs>),
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    pub shell: clap_complete::Shell,
+}
+
+/// Why a command failed, and which exit code that means.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error(transparent)]
+    Client(#[from] warren_client::Error),
+    #[error(transparent)]
+    Credentials(#[from] credentials::CredentialsError),
+    #[error(transparent)]
+    Read(#[from] input::ReadError),
+    #[error(transparent)]
+    Wait(#[from] wait::WaitError),
+    #[error("not logged in; run `warren login --url URL` or set WARREN_URL and WARREN_TOKEN")]
+    NotLoggedIn,
+    /// Bad arguments or input the command cannot use.
+    #[error("{0}")]
+    Usage(String),
+    /// The command ran and the answer is no (invalid devfile, …).
+    #[error("{0}")]
+    Failed(String),
+    #[error("cannot start the async runtime")]
+    Runtime(#[source] std::io::Error),
+}
+
+impl CliError {
+    pub fn exit_code(&self) -> u8 {
+        fn client(e: &warren_client::Error) -> u8 {
+            use warren_client::Error as E;
+            match e {
+                E::Api { status: 401, .. } => 4,
+                E::Api { .. } => 1,
+                E::InvalidUrl { .. } => 2,
+                E::Transport { .. } | E::Decode { .. } | E::CursorLoop { .. } => 3,
+            }
+        }
+        match self {
+            CliError::Client(e) | CliError::Wait(wait::WaitError::Client(e)) => client(e),
+            CliError::Wait(_) | CliError::Failed(_) | CliError::Credentials(_) => 1,
+            CliError::Runtime(_) => 1,
+            CliError::Read(_) | CliError::Usage(_) => 2,
+            CliError::NotLoggedIn => 4,
+        }
+    }
+
+    /// The message, plus the innermost cause when there is one (`cannot reach …: Connection
+    /// refused`), plus a hint for a refused token.
+    pub fn report(&self) -> String {
+        let mut msg = self.to_string();
+        let mut source = std::error::Error::source(self);
+        let mut last = None;
+        while let Some(s) = source {
+            last = Some(s.to_string());
+            source = s.source();
+        }
+        if let Some(last) = last.filter(|l| !msg.contains(l.as_str())) {
+            msg.push_str(": ");
+            msg.push_str(&last);
+        }
+        if self.exit_code() == 4 && !matches!(self, CliError::NotLoggedIn) {
+            msg.push_str(" (run `warren login` to sign in again)");
+        }
+        msg
+    }
+}
+
+/// Runs one user command and turns its outcome into an exit code, printing `error: …` on
+/// stderr on failure. `cli` builds the binary's whole command, for `warren completions`.
+pub fn main(cmd: Command, cli: impl FnOnce() -> clap::Command) -> ExitCode {
+    let result = match cmd {
+        Command::Completions(args) => {
+            let mut command = cli();
+            let name = command.get_name().to_owned();
+            clap_complete::generate(args.shell, &mut command, name, &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Devfile(group) => devfile_cmd::run(group.cmd),
+        cmd => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(CliError::Runtime)
+            .and_then(|rt| rt.block_on(commands::run(cmd))),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", e.report());
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, Parser};
+
+    /// Stands in for the binary's top-level parser.
+    #[derive(Debug, Parser)]
+    #[command(name = "warren")]
+    struct Cli {
+        #[command(subcommand)]
+        command: Command,
+    }
+
+    fn parse(args: &[&str]) -> Result<Command, clap::Error> {
+        Cli::try_parse_from(std::iter::once("warren").chain(args.iter().copied()))
+            .map(|c| c.command)
+    }
+
+    #[test]
+    fn the_command_tree_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn ws_create_takes_every_option() {
+        let cmd = parse(&[
+            "ws",
+            "create",
+            "--project",
+            "p",
+            "--devfile",
+            "d.yaml",
+            "--agent",
+            "a",
+            "--name",
+            "dev",
+            "--cpu",
+            "2",
+            "--memory",
+            "4Gi",
+            "--var",
+            "A=1",
+            "--var",
+            "B=x=y",
+            "--secret-var",
+            "PW=s",
+            "--file-var",
+            "CFG=@c.json",
+            "--wait",
+            "--timeout",
+            "90s",
+            "-o",
+            "json",
+        ])
+        .unwrap();
+        let Command::Ws(WsGroup {
+            out,
+            cmd: WsCommand::Create(c),
+        }) = cmd
+        else {
+            panic!("{cmd:?}")
+        };
+        assert_eq!(out.output, Format::Json);
+        assert_eq!(c.project.as_deref(), Some("p"));
+        assert_eq!(c.devfile, Some(PathBuf::from("d.yaml")));
+        assert_eq!(
+            (c.cpu.as_deref(), c.memory.as_deref()),
+            (Some("2"), Some("4Gi"))
+        );
+        assert_eq!(c.vars.len(), 2);
+        assert_eq!(c.vars[1].value, "x=y");
+        assert_eq!(c.secret_vars[0].key, "PW");
+        assert_eq!(
+            c.file_vars,
+            vec![("CFG".to_owned(), PathBuf::from("c.json"))]
+        );
+        assert!(c.wait.wait);
+        assert_eq!(c.wait.timeout, Duration::from_secs(90));
+    }
+
+    #[test]
+    fn output_flag_works_before_and_after_the_subcommand() {
+        for args in [
+            &["ws", "-o", "yaml", "list"][..],
+            &["ws", "list", "--output", "yaml"],
+        ] {
+            let Command::Ws(g) = parse(args).unwrap() else {
+                panic!()
+            };
+            assert_eq!(g.out.output, Format::Yaml);
+        }
+        let Command::Ws(g) = parse(&["ws", "list", "--all", "--state", "Running"]).unwrap() else {
+            panic!()
+        };
+        assert_eq!(g.out.output, Format::Table);
+        assert!(matches!(
+            g.cmd,
+            WsCommand::List {
+                all: true,
+                state: Some(ActualState::Running),
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn bad_arguments_are_usage_errors() {
+        let cases: &[&[&str]] = &[
+            &["ws", "create", "--var", "NOEQUALS"],
+            &["ws", "create", "--file-var", "K=/no/at"],
+            &["ws", "create", "--cpu", "lots"],
+            &["ws", "create", "--timeout", "soon", "--wait"],
+            &["ws", "list", "--state", "running"],
+            &["ws", "resize", "dev"],
+            &["ws", "stop"],
+            &["token", "create", "t", "--scope", "admin"],
+            &[
+                "login",
+                "--url",
+                "http://x",
+                "--token-stdin",
+                "--password-stdin",
+            ],
+            &["ws", "list", "-o", "xml"],
+        ];
+        for args in cases {
+            let err = parse(args).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn actions_parse_name_and_wait() {
+        let Command::Ws(g) = parse(&["ws", "restart", "dev", "--wait"]).unwrap() else {
+            panic!()
+        };
+        let WsCommand::Restart(a) = g.cmd else {
+            panic!()
+        };
+        assert_eq!(a.name, "dev");
+        assert!(a.wait.wait);
+        assert_eq!(a.wait.timeout, Duration::from_secs(300));
+        assert!(matches!(
+            parse(&["ws", "resize", "dev", "--memory", "8Gi"]).unwrap(),
+            Command::Ws(WsGroup {
+                cmd: WsCommand::Resize {
+                    cpu: None,
+                    memory: Some(_),
+                    ..
+                },
+                ..
+            })
+        ));
+        assert!(matches!(
+            parse(&["token", "create", "ci", "--scope", "read_api", "--scope", "workspace"]).unwrap(),
+            Command::Token(TokenGroup { cmd: TokenCommand::Create { ref scopes, .. }, .. })
+                if scopes == &[ScopeArg::ReadApi, ScopeArg::Workspace]
+        ));
+    }
+
+    #[test]
+    fn exit_codes_follow_the_kind_of_failure() {
+        let api = |status| {
+            CliError::Client(warren_client::Error::Api {
+                status,
+                code: "x".into(),
+                message: "m".into(),
+            })
+        };
+        assert_eq!(api(404).exit_code(), 1);
+        assert_eq!(api(401).exit_code(), 4);
+        assert!(api(401).report().contains("warren login"));
+        assert_eq!(CliError::NotLoggedIn.exit_code(), 4);
+        assert_eq!(CliError::Usage("u".into()).exit_code(), 2);
+        let read = CliError::Read(input::ReadError {
+            what: "devfile",
+            path: "x.yaml".into(),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "No such file"),
+        });
+        assert_eq!(read.exit_code(), 2);
+        assert_eq!(read.report(), "reading devfile x.yaml: No such file");
+    }
+
+    /// `warren agent` is also the agent service. The binary can host both under one name: the
+    /// service's flags when no subcommand is given, these management commands otherwise (and
+    /// then leave [`Command::Agent`] out of the flattened enum). This checks that shape parses.
+    #[test]
+    fn agent_management_can_share_the_name_with_the_agent_service() {
+        #[derive(Debug, Parser)]
+        #[command(name = "warren")]
+        struct Bin {
+            #[command(subcommand)]
+            command: BinCommand,
+        }
+        #[derive(Debug, Subcommand)]
+        enum BinCommand {
+            #[command(args_conflicts_with_subcommands = true)]
+            Agent(AgentService),
+        }
+        #[derive(Debug, Args)]
+        struct AgentService {
+            #[arg(long)]
+            relay_url: Option<String>,
+            #[command(flatten)]
+            out: OutputArgs,
+            #[command(subcommand)]
+            manage: Option<AgentCommand>,
+        }
+        Bin::command().debug_assert();
+        let BinCommand::Agent(a) =
+            Bin::try_parse_from(["warren", "agent", "--relay-url", "http://r"])
+                .unwrap()
+                .command;
+        assert!(a.manage.is_none() && a.relay_url.is_some());
+        let BinCommand::Agent(a) =
+            Bin::try_parse_from(["warren", "agent", "create", "x", "-o", "json"])
+                .unwrap()
+                .command;
+        assert!(matches!(a.manage, Some(AgentCommand::Create { .. })));
+        assert_eq!(a.out.output, Format::Json);
+        // What the binary then runs:
+        let _ = Command::Agent(AgentGroup {
+            out: a.out,
+            cmd: a.manage.unwrap(),
+        });
+    }
+
+    #[test]
+    fn completions_are_generated_from_the_binary_command() {
+        let mut cmd = Cli::command();
+        let mut buf = Vec::new();
+        clap_complete::generate(clap_complete::Shell::Bash, &mut cmd, "warren", &mut buf);
+        let script = String::from_utf8(buf).unwrap();
+        assert!(script.contains("ssh-key"), "bash completion lacks ssh-key");
+    }
 }

@@ -3,12 +3,13 @@
 mod server_cmd;
 mod telemetry;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
 
 /// Warren: self-hosted remote development workspaces.
 #[derive(Debug, Parser)]
 #[command(name = "warren", version, about, propagate_version = true)]
+#[command(after_long_help = warren_cli::EXIT_CODES_HELP)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -29,7 +30,7 @@ fn main() -> ExitCode {
             telemetry::init();
             run_service(server_cmd::run(args))
         }
-        Command::User(cmd) => warren_cli::main(cmd),
+        Command::User(cmd) => warren_cli::main(cmd, Cli::command),
     }
 }
 

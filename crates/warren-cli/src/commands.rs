@@ -1,0 +1,587 @@
+//! The commands that talk to a server: each resolves credentials, calls the API, prints.
+
+use crate::credentials::{self, Credentials};
+use crate::input::{self, read_text};
+use crate::output::{self, render, Format};
+use crate::wait::{self, Goal};
+use crate::{
+    AgentCommand, CliError, Command, LoginArgs, ProjectCommand, ScopeArg, SshKeyCommand,
+    TokenCommand, UserCommand, WaitArgs, WsCommand, WsCreateArgs,
+};
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::Path;
+use std::time::Duration;
+use warren_client::{Client, WorkspaceQuery};
+use warren_types::api::{
+    AddSshKeyRequest, CreateAgentRequest, CreateProjectRequest, CreateTokenRequest,
+    CreateUserRequest, CreateWorkspaceRequest, Page, PasswordLoginRequest, TokenScope,
+    UpdateAgentRequest, Workspace, WorkspaceResources,
+};
+use warren_types::config::AgentConfig;
+use warren_types::DesiredState;
+
+/// How often `--wait` polls.
+const POLL_INTERVAL: Duration = Duration::from_millis(500);
+
+pub async fn run(cmd: Command) -> Result<(), CliError> {
+    match cmd {
+        Command::Login(args) => login(args).await,
+        Command::Logout => logout().await,
+        Command::Whoami(out) => {
+            let (c, _) = client()?;
+            let me = c.me().await?;
+            print(out.output, &me, output::user);
+            Ok(())
+        }
+        Command::Token(g) => token(g.out.output, g.cmd).await,
+        Command::SshKey(g) => ssh_key(g.out.output, g.cmd).await,
+        Command::Agent(g) => agent(g.out.output, g.cmd).await,
+        Command::Project(g) => project(g.out.output, g.cmd).await,
+        Command::Ws(g) => ws(g.out.output, g.cmd).await,
+        Command::User(g) => user(g.out.output, g.cmd).await,
+        Command::Devfile(_) | Command::Completions(_) => {
+            Err(CliError::Usage("this command runs without a server".into()))
+        }
+    }
+}
+
+fn print<T: serde::Serialize + ?Sized>(
+    format: Format,
+    value: &T,
+    human: impl FnOnce(&T) -> String,
+) {
+    let s = render(format, value, human);
+    let mut stdout = std::io::stdout().lock();
+    // A closed pipe (`warren ws list | head`) is not worth an error.
+    let _ = stdout.write_all(s.as_bytes());
+}
+
+/// The signed-in client, from the credentials file and the environment.
+fn client() -> Result<(Client, Credentials), CliError> {
+    let path = credentials::default_path()?;
+    let file = credentials::load(&path)?;
+    if file.is_some() {
+        if let Some(w) = credentials::permission_warning(&path) {
+            eprintln!("warning: {w}");
+        }
+    }
+    let creds = credentials::resolve(
+        file,
+        std::env::var(credentials::URL_ENV).ok(),
+        std::env::var(credentials::TOKEN_ENV).ok(),
+    )
+    .ok_or(CliError::NotLoggedIn)?;
+    Ok((Client::new(&creds.url, creds.token.clone())?, creds))
+}
+
+/// Names the thing asked for when a 404's message does not already.
+fn named<T>(kind: &str, name: &str, r: Result<T, warren_client::Error>) -> Result<T, CliError> {
+    match r {
+        Err(warren_client::Error::Api {
+            status: 404,
+            code,
+            message,
+        }) if !message.contains(name) => Err(CliError::Client(warren_client::Error::Api {
+            status: 404,
+            code,
+            message: format!("{kind} {name:?} not found"),
+        })),
+        r => Ok(r?),
+    }
+}
+
+/// One line of standard input, without its line ending.
+fn read_stdin_line(what: &str) -> Result<String, CliError> {
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .map_err(|e| CliError::Usage(format!("reading the {what} from standard input: {e}")))?;
+    let line = line.trim_end_matches(['\n', '\r']).to_owned();
+    if line.is_empty() {
+        return Err(CliError::Usage(format!("no {what} on standard input")));
+    }
+    Ok(line)
+}
+
+fn prompt_line(prompt: &str) -> Result<String, CliError> {
+    eprint!("{prompt}");
+    let _ = std::io::stderr().flush();
+    read_stdin_line(prompt.trim_end_matches([':', ' ']))
+}
+
+fn prompt_password(prompt: &str) -> Result<String, CliError> {
+    rpassword::prompt_password(prompt)
+        .map_err(|e| CliError::Usage(format!("reading the password from the terminal: {e}")))
+}
+
+async fn login(args: LoginArgs) -> Result<(), CliError> {
+    let path = credentials::default_path()?;
+    let anonymous = Client::anonymous(&args.url)?;
+    let url = anonymous.base_url().to_owned();
+    let creds = if args.token_stdin {
+        let token = read_stdin_line("token")?;
+        let me = Client::new(&url, token.clone())?.me().await?;
+        Credentials {
+            url,
+            token,
+            username: Some(me.username),
+            token_id: None,
+        }
+    } else {
+        let tty = std::io::stdin().is_terminal();
+        let username = match args.username {
+            Some(u) => u,
+            None if tty && !args.password_stdin => prompt_line("Username: ")?,
+            None => {
+                return Err(CliError::Usage(
+                    "--username is required with --password-stdin or without a terminal".into(),
+                ))
+            }
+        };
+        let password = if args.password_stdin {
+            read_stdin_line("password")?
+        } else if tty {
+            prompt_password("Password: ")?
+        } else {
+            return Err(CliError::Usage(
+                "no terminal to ask for a password; use --password-stdin or --token-stdin".into(),
+            ));
+        };
+        let created = anonymous
+            .login(&PasswordLoginRequest {
+                username: username.clone(),
+                password,
+                token_name: Some("warren login".into()),
+            })
+            .await?;
+        Credentials {
+            url,
+            token: created.secret,
+            username: Some(username),
+            token_id: Some(created.token.id),
+        }
+    };
+    // The token an earlier `warren login` created for this server is now useless: revoke it
+    // so it does not linger until it expires. Best effort — the new sign-in already worked.
+    if let Ok(Some(old)) = credentials::load(&path) {
+        if let (Some(id), true) = (old.token_id, old.url == creds.url) {
+            if let Ok(c) = Client::new(&old.url, old.token) {
+                let _ = c.revoke_token(&id.to_string()).await;
+            }
+        }
+    }
+    credentials::save(&path, &creds)?;
+    println!(
+        "Logged in to {} as {}; credentials saved in {}.",
+        creds.url,
+        creds.username.as_deref().unwrap_or("?"),
+        path.display()
+    );
+    Ok(())
+}
+
+async fn logout() -> Result<(), CliError> {
+    let path = credentials::default_path()?;
+    let Some(creds) = credentials::load(&path)? else {
+        println!("Not logged in.");
+        return Ok(());
+    };
+    if let Some(id) = creds.token_id {
+        let revoked = match Client::new(&creds.url, creds.token.clone()) {
+            Ok(c) => c
+                .revoke_token(&id.to_string())
+                .await
+                .map_err(CliError::from),
+            Err(e) => Err(e.into()),
+        };
+        if let Err(e) = revoked {
+            eprintln!(
+                "warning: could not revoke the token on the server: {}",
+                e.report()
+            );
+        }
+    }
+    credentials::remove(&path)?;
+    println!("Logged out of {}.", creds.url);
+    Ok(())
+}
+
+async fn token(out: Format, cmd: TokenCommand) -> Result<(), CliError> {
+    let (c, _) = client()?;
+    match cmd {
+        TokenCommand::Create {
+            name,
+            scopes,
+            expires_in_days,
+        } => {
+            let mut scopes: Vec<TokenScope> = scopes
+                .into_iter()
+                .map(|s| match s {
+                    ScopeArg::Api => TokenScope::Api,
+                    ScopeArg::ReadApi => TokenScope::ReadApi,
+                    ScopeArg::Workspace => TokenScope::Workspace,
+                })
+                .collect();
+            if scopes.is_empty() {
+                scopes.push(TokenScope::Api);
+            }
+            scopes.dedup();
+            let created = c
+                .create_token(&CreateTokenRequest {
+                    name,
+                    scopes,
+                    expires_in_days,
+                })
+                .await?;
+            if out == Format::Table {
+                // Details on stderr, the secret alone on stdout: `T=$(warren token create ci)`.
+                eprintln!("{}", output::token(&created.token));
+                eprintln!("The secret below is shown only this once:");
+                println!("{}", created.secret);
+            } else {
+                print(out, &created, |_| String::new());
+            }
+        }
+        TokenCommand::List => print(out, &c.list_tokens().await?, |t| output::tokens(t)),
+        TokenCommand::Revoke { id } => {
+            let id = id.to_string();
+            named("token", &id, c.revoke_token(&id).await)?;
+            eprintln!("Token {id} revoked.");
+        }
+    }
+    Ok(())
+}
+
+async fn ssh_key(out: Format, cmd: SshKeyCommand) -> Result<(), CliError> {
+    let (c, _) = client()?;
+    match cmd {
+        SshKeyCommand::Add { file, name } => {
+            let text = read_text("public key", &file)?;
+            let public_key = text.trim().to_owned();
+            if public_key.is_empty() {
+                return Err(CliError::Usage(format!("{} is empty", file.display())));
+            }
+            if public_key.contains("PRIVATE KEY") {
+                return Err(CliError::Usage(format!(
+                    "{} is a private key; give the .pub file",
+                    file.display()
+                )));
+            }
+            let key = c
+                .add_ssh_key(&AddSshKeyRequest { public_key, name })
+                .await?;
+            print(out, &key, |k| {
+                format!(
+                    "SSH key {:?} added ({}), id {}.",
+                    k.name, k.fingerprint, k.id
+                )
+            });
+        }
+        SshKeyCommand::List => print(out, &c.list_ssh_keys().await?, |k| output::ssh_keys(k)),
+        SshKeyCommand::Rm { id } => {
+            let id = id.to_string();
+            named("SSH key", &id, c.delete_ssh_key(&id).await)?;
+            eprintln!("SSH key {id} removed.");
+        }
+    }
+    Ok(())
+}
+
+/// An agent configuration file: TOML for `.toml`, JSON for `.json`, YAML otherwise.
+pub(crate) fn read_agent_config(path: &Path) -> Result<AgentConfig, CliError> {
+    let text = read_text("agent configuration", path)?;
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+    let parsed = match ext {
+        "toml" => toml::from_str(&text).map_err(|e| e.to_string()),
+        "json" => serde_json::from_str(&text).map_err(|e| e.to_string()),
+        _ => serde_yaml::from_str(&text).map_err(|e| e.to_string()),
+    };
+    parsed.map_err(|e| {
+        let e = e.lines().map(str::trim).collect::<Vec<_>>().join(" ");
+        CliError::Usage(format!(
+            "{} is not a valid agent configuration: {e}",
+            path.display()
+        ))
+    })
+}
+
+async fn agent(out: Format, cmd: AgentCommand) -> Result<(), CliError> {
+    let (c, _) = client()?;
+    match cmd {
+        AgentCommand::Create { name, config } => {
+            let config = config.as_deref().map(read_agent_config).transpose()?;
+            let created = c.create_agent(&CreateAgentRequest { name, config }).await?;
+            if out == Format::Table {
+                eprintln!(
+                    "Agent {:?} created (id {}). Its token is shown only this once:",
+                    created.agent.name, created.agent.id
+                );
+                println!("{}", created.token);
+                eprintln!(
+                    "Start the agent next to the workspace runtime (Docker/Podman or \
+                     Kubernetes), connected to a relay of {}:\n  \
+                     WARREN_AGENT_TOKEN=<the token above> warren agent --relay-url <relay agent URL>\n\
+                     or keep the token in a file (mode 600) and pass --token-file FILE.",
+                    c.base_url()
+                );
+            } else {
+                print(out, &created, |_| String::new());
+            }
+        }
+        AgentCommand::List => print(out, &c.list_agents().await?, |a| output::agents(a)),
+        AgentCommand::Show { name } => {
+            let a = named("agent", &name, c.get_agent(&name).await)?;
+            print(out, &a, output::agent);
+        }
+        AgentCommand::Update { name, config } => {
+            let config = read_agent_config(&config)?;
+            let a = named(
+                "agent",
+                &name,
+                c.update_agent(&name, &UpdateAgentRequest { config }).await,
+            )?;
+            print(out, &a, output::agent);
+        }
+    }
+    Ok(())
+}
+
+async fn project(out: Format, cmd: ProjectCommand) -> Result<(), CliError> {
+    let (c, _) = client()?;
+    match cmd {
+        ProjectCommand::Create {
+            name,
+            git_url,
+            git_ref,
+            devfile_path,
+            devfile,
+        } => {
+            let devfile = devfile
+                .as_deref()
+                .map(|p| read_text("devfile", p))
+                .transpose()?;
+            let p = c
+                .create_project(&CreateProjectRequest {
+                    name,
+                    git_url,
+                    default_ref: git_ref,
+                    devfile_path,
+                    devfile,
+                })
+                .await?;
+            print(out, &p, |p| {
+                format!(
+                    "Project {:?} created (id {}, {} at {}).",
+                    p.name, p.id, p.git_url, p.default_ref
+                )
+            });
+        }
+        ProjectCommand::List => print(out, &c.list_projects().await?, |p| output::projects(p)),
+        ProjectCommand::Show { name } => {
+            let p = named("project", &name, c.get_project(&name).await)?;
+            print(out, &p, output::project);
+        }
+        ProjectCommand::Rm { name } => {
+            named("project", &name, c.delete_project(&name).await)?;
+            eprintln!("Project {name:?} deleted.");
+        }
+    }
+    Ok(())
+}
+
+async fn user(out: Format, cmd: UserCommand) -> Result<(), CliError> {
+    let (c, _) = client()?;
+    match cmd {
+        UserCommand::Create {
+            username,
+            admin,
+            password_stdin,
+        } => {
+            let password = if password_stdin {
+                read_stdin_line("password")?
+            } else if std::io::stdin().is_terminal() {
+                let p = prompt_password("Password: ")?;
+                if prompt_password("Again: ")? != p {
+                    return Err(CliError::Usage("the passwords differ".into()));
+                }
+                p
+            } else {
+                return Err(CliError::Usage(
+                    "no terminal to ask for a password; use --password-stdin".into(),
+                ));
+            };
+            let u = c
+                .create_user(&CreateUserRequest {
+                    username,
+                    password,
+                    is_admin: admin,
+                })
+                .await?;
+            print(out, &u, output::user);
+        }
+        UserCommand::List => print(out, &c.list_users().await?, |u| output::users(u)),
+    }
+    Ok(())
+}
+
+fn state_line(w: &Workspace) -> String {
+    let mut s = format!(
+        "Workspace {:?}: desired {}, actual {}.",
+        w.name, w.desired_state, w.actual_state
+    );
+    if let Some(url) = &w.url {
+        s.push_str(&format!(" URL: {url}"));
+    }
+    s
+}
+
+/// Waits when asked, then prints the workspace (one line for people, the object for scripts).
+async fn finish_action(
+    c: &Client,
+    out: Format,
+    w: Workspace,
+    goal: Goal,
+    wait_args: &WaitArgs,
+) -> Result<(), CliError> {
+    let w = if wait_args.wait {
+        match wait::wait(c, &w.name, goal, wait_args.timeout, POLL_INTERVAL).await? {
+            Some(w) => w,
+            None => {
+                eprintln!("Workspace {:?} is gone.", w.name);
+                return Ok(());
+            }
+        }
+    } else {
+        w
+    };
+    print(out, &w, state_line);
+    Ok(())
+}
+
+async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
+    let (c, _) = client()?;
+    match cmd {
+        WsCommand::Create(args) => ws_create(&c, out, *args).await,
+        WsCommand::List {
+            state,
+            agent,
+            project,
+            owner,
+            limit,
+            all,
+        } => {
+            let query = WorkspaceQuery {
+                state: state.map(|s| s.to_string()),
+                agent,
+                project,
+                owner,
+                limit,
+                cursor: None,
+            };
+            let page = if all {
+                Page {
+                    items: c.list_all_workspaces(&query).await?,
+                    next_cursor: None,
+                }
+            } else {
+                c.list_workspaces(&query).await?
+            };
+            print(out, &page, |p| output::workspaces(&p.items));
+            if out == Format::Table && page.next_cursor.is_some() {
+                eprintln!("(more workspaces: use --all)");
+            }
+            Ok(())
+        }
+        WsCommand::Show { name } => {
+            let w = named("workspace", &name, c.get_workspace(&name).await)?;
+            print(out, &w, output::workspace);
+            Ok(())
+        }
+        WsCommand::Start(a) => {
+            let w = named(
+                "workspace",
+                &a.name,
+                c.set_desired_state(&a.name, DesiredState::Running).await,
+            )?;
+            finish_action(&c, out, w, Goal::Running, &a.wait).await
+        }
+        WsCommand::Stop(a) => {
+            let w = named(
+                "workspace",
+                &a.name,
+                c.set_desired_state(&a.name, DesiredState::Stopped).await,
+            )?;
+            finish_action(&c, out, w, Goal::Stopped, &a.wait).await
+        }
+        WsCommand::Restart(a) => {
+            let w = named(
+                "workspace",
+                &a.name,
+                c.set_desired_state(&a.name, DesiredState::RestartRequested)
+                    .await,
+            )?;
+            finish_action(&c, out, w, Goal::Restarted, &a.wait).await
+        }
+        WsCommand::Rm(a) => {
+            let w = named("workspace", &a.name, c.delete_workspace(&a.name).await)?;
+            finish_action(&c, out, w, Goal::Terminated, &a.wait).await
+        }
+        WsCommand::Resize {
+            name,
+            cpu,
+            memory,
+            wait,
+        } => {
+            let w = named(
+                "workspace",
+                &name,
+                c.resize_workspace(&name, WorkspaceResources { cpu, memory })
+                    .await,
+            )?;
+            // The server restarts a running workspace to apply a new size (desired
+            // RestartRequested) and keeps a stopped one stopped; a server that rolls the new
+            // size out in place keeps desired Running, and then only a report newer than the
+            // request (the server's own clock, never ours) says the new size is running.
+            let goal = match w.desired_state {
+                DesiredState::RestartRequested => Goal::Restarted,
+                DesiredState::Stopped => Goal::Stopped,
+                _ => Goal::Resized {
+                    requested_at: w.updated_at,
+                },
+            };
+            finish_action(&c, out, w, goal, &wait).await
+        }
+    }
+}
+
+async fn ws_create(c: &Client, out: Format, a: WsCreateArgs) -> Result<(), CliError> {
+    let devfile = a
+        .devfile
+        .as_deref()
+        .map(|p| read_text("devfile", p))
+        .transpose()?;
+    let variables = input::variables(&a.vars, &a.secret_vars, &a.file_vars)?;
+    let resources = (a.cpu.is_some() || a.memory.is_some()).then_some(WorkspaceResources {
+        cpu: a.cpu,
+        memory: a.memory,
+    });
+    let w = c
+        .create_workspace(&CreateWorkspaceRequest {
+            project: a.project,
+            devfile,
+            agent: a.agent,
+            name: a.name,
+            resources,
+            variables,
+            git_ref: a.git_ref,
+        })
+        .await?;
+    if out == Format::Table {
+        eprintln!(
+            "Workspace {:?} created on agent {:?}.",
+            w.name, w.agent_name
+        );
+    }
+    finish_action(c, out, w, Goal::Running, &a.wait).await
+}

@@ -1,0 +1,410 @@
+//! Printing results: tables for people, the API's own JSON or YAML for scripts.
+
+use chrono::{DateTime, Utc};
+use comfy_table::{presets, Table};
+use serde::Serialize;
+use warren_types::api::{Agent, Project, SshKey, Token, User, Workspace};
+
+/// `-o/--output`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Aligned columns for people.
+    #[default]
+    Table,
+    /// The API's JSON, pretty-printed.
+    Json,
+    /// The same fields as YAML.
+    Yaml,
+}
+
+/// Renders `value` in `format`; `human` makes the people's version.
+pub fn render<T: Serialize + ?Sized>(
+    format: Format,
+    value: &T,
+    human: impl FnOnce(&T) -> String,
+) -> String {
+    let mut s = match format {
+        Format::Table => human(value),
+        // Serialising our own typed values cannot fail (no maps with non-string keys).
+        Format::Json => serde_json::to_string_pretty(value).unwrap_or_default(),
+        Format::Yaml => serde_yaml::to_string(value).unwrap_or_default(),
+    };
+    if !s.ends_with('\n') {
+        s.push('\n');
+    }
+    s
+}
+
+fn table(header: &[&str]) -> Table {
+    let mut t = Table::new();
+    t.load_preset(presets::NOTHING);
+    t.set_header(header.iter().copied());
+    t
+}
+
+/// Key/value pairs of one object.
+fn details(rows: Vec<(&str, String)>) -> String {
+    let mut t = Table::new();
+    t.load_preset(presets::NOTHING);
+    for (k, v) in rows {
+        t.add_row(vec![format!("{k}:"), v]);
+    }
+    trim_lines(&t.to_string())
+}
+
+/// comfy-table pads every cell; trailing blanks only make `grep`/`diff` harder.
+fn trim_lines(s: &str) -> String {
+    s.lines()
+        .map(|l| {
+            let l = l.trim_end();
+            l.strip_prefix(' ').unwrap_or(l)
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn finish(t: Table) -> String {
+    trim_lines(&t.to_string())
+}
+
+pub fn time(t: &DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M:%S").to_string()
+}
+
+fn opt(v: &Option<String>) -> String {
+    v.clone().unwrap_or_else(|| "-".into())
+}
+
+pub fn resources(r: &warren_types::api::WorkspaceResources) -> String {
+    match (&r.cpu, &r.memory) {
+        (None, None) => "default".into(),
+        (cpu, mem) => format!("cpu {} / memory {}", opt(cpu), opt(mem)),
+    }
+}
+
+pub fn workspaces(items: &[Workspace]) -> String {
+    if items.is_empty() {
+        return "No workspaces.".into();
+    }
+    let mut t = table(&[
+        "NAME", "STATE", "DESIRED", "OWNER", "AGENT", "PROJECT", "URL",
+    ]);
+    for w in items {
+        t.add_row(vec![
+            w.name.clone(),
+            w.actual_state.to_string(),
+            w.desired_state.to_string(),
+            w.owner_username.clone(),
+            w.agent_name.clone(),
+            opt(&w.project_name),
+            opt(&w.url),
+        ]);
+    }
+    finish(t)
+}
+
+pub fn workspace(w: &Workspace) -> String {
+    let mut rows = vec![
+        ("Name", w.name.clone()),
+        ("ID", w.id.to_string()),
+        ("State", w.actual_state.to_string()),
+        ("Desired", w.desired_state.to_string()),
+        ("Owner", w.owner_username.clone()),
+        ("Agent", w.agent_name.clone()),
+        ("Project", opt(&w.project_name)),
+        ("Namespace", w.namespace.clone()),
+        ("Resources", resources(&w.resources)),
+        ("URL", opt(&w.url)),
+    ];
+    if let Some(reason) = &w.failure_reason {
+        rows.push(("Failure", reason.clone()));
+    }
+    for (name, url) in &w.endpoints {
+        rows.push(("Endpoint", format!("{name} {url}")));
+    }
+    for v in &w.variables {
+        let value = if v.secret {
+            "(secret)".to_owned()
+        } else {
+            opt(&v.value)
+        };
+        let kind = match v.kind {
+            warren_types::api::VariableKind::Env => "env",
+            warren_types::api::VariableKind::File => "file",
+        };
+        rows.push(("Variable", format!("{} ({kind}) = {value}", v.key)));
+    }
+    rows.push(("Created", time(&w.created_at)));
+    rows.push(("Updated", time(&w.updated_at)));
+    details(rows)
+}
+
+pub fn agents(items: &[Agent]) -> String {
+    if items.is_empty() {
+        return "No agents.".into();
+    }
+    let mut t = table(&["NAME", "ID", "DOMAIN", "LAST SEEN", "CREATED"]);
+    for a in items {
+        t.add_row(vec![
+            a.name.clone(),
+            a.id.to_string(),
+            a.config.workspace_domain.clone(),
+            a.last_seen_at
+                .as_ref()
+                .map(time)
+                .unwrap_or_else(|| "never".into()),
+            time(&a.created_at),
+        ]);
+    }
+    finish(t)
+}
+
+pub fn agent(a: &Agent) -> String {
+    let quota = |q: i64| {
+        if q < 0 {
+            "unlimited".to_owned()
+        } else {
+            q.to_string()
+        }
+    };
+    let mut out = details(vec![
+        ("Name", a.name.clone()),
+        ("ID", a.id.to_string()),
+        (
+            "Last seen",
+            a.last_seen_at
+                .as_ref()
+                .map(time)
+                .unwrap_or_else(|| "never".into()),
+        ),
+        ("Created", time(&a.created_at)),
+        ("Domain", a.config.workspace_domain.clone()),
+        ("Workspaces quota", quota(a.config.workspaces_quota)),
+        ("Per-user quota", quota(a.config.workspaces_per_user_quota)),
+    ]);
+    out.push_str("\nConfiguration:\n");
+    let yaml = serde_yaml::to_string(&a.config).unwrap_or_default();
+    for line in yaml.lines() {
+        out.push_str("  ");
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+pub fn projects(items: &[Project]) -> String {
+    if items.is_empty() {
+        return "No projects.".into();
+    }
+    let mut t = table(&["NAME", "ID", "GIT URL", "REF", "DEVFILE"]);
+    for p in items {
+        let devfile = if p.has_devfile {
+            format!("{} (stored)", p.devfile_path)
+        } else {
+            p.devfile_path.clone()
+        };
+        t.add_row(vec![
+            p.name.clone(),
+            p.id.to_string(),
+            p.git_url.clone(),
+            p.default_ref.clone(),
+            devfile,
+        ]);
+    }
+    finish(t)
+}
+
+pub fn project(p: &Project) -> String {
+    details(vec![
+        ("Name", p.name.clone()),
+        ("ID", p.id.to_string()),
+        ("Git URL", p.git_url.clone()),
+        ("Ref", p.default_ref.clone()),
+        ("Devfile", p.devfile_path.clone()),
+        ("Devfile stored", p.has_devfile.to_string()),
+        ("Created", time(&p.created_at)),
+    ])
+}
+
+fn scopes(t: &Token) -> String {
+    t.scopes
+        .iter()
+        .map(|s| match s {
+            warren_types::api::TokenScope::Api => "api",
+            warren_types::api::TokenScope::ReadApi => "read_api",
+            warren_types::api::TokenScope::Workspace => "workspace",
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+pub fn tokens(items: &[Token]) -> String {
+    if items.is_empty() {
+        return "No tokens.".into();
+    }
+    let mut t = table(&["ID", "NAME", "SCOPES", "EXPIRES", "LAST USED", "STATUS"]);
+    let now = Utc::now();
+    for tok in items {
+        let status = if tok.revoked {
+            "revoked"
+        } else if tok.expires_at <= now {
+            "expired"
+        } else {
+            "active"
+        };
+        t.add_row(vec![
+            tok.id.to_string(),
+            tok.name.clone(),
+            scopes(tok),
+            time(&tok.expires_at),
+            tok.last_used_at
+                .as_ref()
+                .map(time)
+                .unwrap_or_else(|| "never".into()),
+            status.to_owned(),
+        ]);
+    }
+    finish(t)
+}
+
+pub fn token(t: &Token) -> String {
+    details(vec![
+        ("ID", t.id.to_string()),
+        ("Name", t.name.clone()),
+        ("Scopes", scopes(t)),
+        ("Expires", time(&t.expires_at)),
+    ])
+}
+
+pub fn ssh_keys(items: &[SshKey]) -> String {
+    if items.is_empty() {
+        return "No SSH keys.".into();
+    }
+    let mut t = table(&["ID", "NAME", "FINGERPRINT", "ADDED"]);
+    for k in items {
+        t.add_row(vec![
+            k.id.to_string(),
+            k.name.clone(),
+            k.fingerprint.clone(),
+            time(&k.created_at),
+        ]);
+    }
+    finish(t)
+}
+
+pub fn users(items: &[User]) -> String {
+    let mut t = table(&["ID", "USERNAME", "ADMIN", "CREATED"]);
+    for u in items {
+        t.add_row(vec![
+            u.id.to_string(),
+            u.username.clone(),
+            if u.is_admin { "yes" } else { "no" }.to_owned(),
+            time(&u.created_at),
+        ]);
+    }
+    finish(t)
+}
+
+pub fn user(u: &User) -> String {
+    users(std::slice::from_ref(u))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use warren_types::api::{Page, Variable, VariableKind, WorkspaceResources};
+    use warren_types::{ActualState, AgentId, DesiredState, UserId, WorkspaceId};
+
+    fn ws(name: &str) -> Workspace {
+        let t = "2026-03-01T10:00:00Z".parse().unwrap();
+        Workspace {
+            id: WorkspaceId(4),
+            name: name.into(),
+            namespace: format!("warren-ws-{name}"),
+            owner: UserId(1),
+            owner_username: "ann".into(),
+            agent: AgentId(2),
+            agent_name: "local".into(),
+            project: None,
+            project_name: None,
+            desired_state: DesiredState::Stopped,
+            actual_state: ActualState::Stopping,
+            desired_state_updated_at: t,
+            created_at: t,
+            updated_at: t,
+            url: Some("http://3000-dev.ws.localhost".into()),
+            endpoints: [("web".to_owned(), "http://3000-dev.ws.localhost".to_owned())].into(),
+            failure_reason: None,
+            resources: WorkspaceResources {
+                cpu: Some("2".into()),
+                memory: None,
+            },
+            variables: vec![Variable {
+                key: "DB_PASSWORD".into(),
+                kind: VariableKind::Env,
+                secret: true,
+                value: None,
+            }],
+        }
+    }
+
+    #[test]
+    fn workspace_table_has_a_header_and_one_row_each() {
+        let s = render(Format::Table, &vec![ws("dev"), ws("other")], |v| {
+            workspaces(v)
+        });
+        let lines: Vec<_> = s.lines().collect();
+        assert_eq!(lines.len(), 3, "{s}");
+        let header: Vec<_> = lines[0].split_whitespace().collect();
+        assert_eq!(
+            header,
+            ["NAME", "STATE", "DESIRED", "OWNER", "AGENT", "PROJECT", "URL"]
+        );
+        let row: Vec<_> = lines[1].split_whitespace().collect();
+        assert_eq!(
+            row,
+            [
+                "dev",
+                "Stopping",
+                "Stopped",
+                "ann",
+                "local",
+                "-",
+                "http://3000-dev.ws.localhost"
+            ]
+        );
+        assert!(lines.iter().all(|l| l.trim_end() == *l), "{s:?}");
+        assert_eq!(
+            render(Format::Table, &Vec::<Workspace>::new(), |v| workspaces(v)),
+            "No workspaces.\n"
+        );
+    }
+
+    #[test]
+    fn details_hide_secret_values_and_show_the_state() {
+        let s = workspace(&ws("dev"));
+        assert!(s.contains("DB_PASSWORD (env) = (secret)"), "{s}");
+        assert!(s.contains("cpu 2 / memory -"), "{s}");
+        assert!(
+            s.lines()
+                .any(|l| l.starts_with("Desired:") && l.ends_with("Stopped")),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn json_and_yaml_are_the_api_fields() {
+        let page = Page {
+            items: vec![ws("dev")],
+            next_cursor: None,
+        };
+        let json = render(Format::Json, &page, |_| unreachable!());
+        let back: Page<Workspace> = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, page);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(v["items"][0]["desired_state"], "Stopped");
+        let yaml = render(Format::Yaml, &page, |_| unreachable!());
+        let back: Page<Workspace> = serde_yaml::from_str(&yaml).unwrap();
+        assert_eq!(back, page);
+    }
+}

@@ -1,0 +1,338 @@
+//! `--wait`: poll a workspace until its actual state is the one the action aims at.
+//!
+//! The decision is a pure function of the goal, what was seen so far and the latest answer,
+//! so every rule is unit-tested without a server.
+
+use chrono::{DateTime, Utc};
+use std::io::IsTerminal;
+use std::time::Duration;
+use warren_client::Client;
+use warren_types::api::Workspace;
+use warren_types::{ActualState, DesiredState};
+
+/// What an action waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Goal {
+    /// `create`, `start`: actual `Running`.
+    Running,
+    /// `stop`: actual `Stopped`.
+    Stopped,
+    /// `rm`: actual `Terminated` (or the workspace gone).
+    Terminated,
+    /// `restart`: through a stop (the server flips desired `RestartRequested` back to
+    /// `Running` only once the agent reported `Stopped`), then `Running`.
+    Restarted,
+    /// `resize`: the re-rendered workspace `Running` again. Seen either as a non-running state
+    /// after the request, or as `Running` reported after `requested_at`.
+    Resized { requested_at: DateTime<Utc> },
+}
+
+impl Goal {
+    fn target(self) -> ActualState {
+        match self {
+            Goal::Running | Goal::Restarted | Goal::Resized { .. } => ActualState::Running,
+            Goal::Stopped => ActualState::Stopped,
+            Goal::Terminated => ActualState::Terminated,
+        }
+    }
+
+    /// Desired states under which the goal can still be reached.
+    fn desired_ok(self, d: DesiredState) -> bool {
+        match self {
+            Goal::Running | Goal::Resized { .. } => d == DesiredState::Running,
+            Goal::Stopped => d == DesiredState::Stopped,
+            Goal::Terminated => d == DesiredState::Terminated,
+            Goal::Restarted => matches!(d, DesiredState::RestartRequested | DesiredState::Running),
+        }
+    }
+}
+
+/// What to do after one poll.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    Done,
+    Continue,
+    Fail(String),
+}
+
+/// Memory of a wait across polls.
+#[derive(Debug, Clone, Default)]
+pub struct Progress {
+    saw_not_running: bool,
+}
+
+/// Decides after one answer.
+pub fn step(goal: Goal, progress: &mut Progress, w: &Workspace) -> Step {
+    let actual = w.actual_state;
+    if actual != ActualState::Running {
+        progress.saw_not_running = true;
+    }
+    if !goal.desired_ok(w.desired_state) {
+        return Step::Fail(format!(
+            "workspace {:?} is now desired {} (actual {}); it will not become {}",
+            w.name,
+            w.desired_state,
+            actual,
+            goal.target()
+        ));
+    }
+    if actual == ActualState::Terminated && goal != Goal::Terminated {
+        return Step::Fail(format!("workspace {:?} is Terminated", w.name));
+    }
+    // Failed/Error on the way to Stopped or Terminated are normal starting points
+    // (`Failed → Stopped|Terminating`); only a run that cannot start is a failure.
+    if matches!(actual, ActualState::Failed | ActualState::Error)
+        && goal.target() == ActualState::Running
+    {
+        let reason = w
+            .failure_reason
+            .clone()
+            .unwrap_or_else(|| "no reason reported".into());
+        return Step::Fail(format!("workspace {:?} is {actual}: {reason}", w.name));
+    }
+    if actual != goal.target() {
+        return Step::Continue;
+    }
+    match goal {
+        Goal::Restarted if w.desired_state != DesiredState::Running => Step::Continue,
+        Goal::Resized { requested_at }
+            if !progress.saw_not_running && w.updated_at <= requested_at =>
+        {
+            Step::Continue
+        }
+        _ => Step::Done,
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WaitError {
+    #[error("{0}")]
+    Failed(String),
+    #[error("timed out after {after:?} waiting for workspace {name:?} to become {target} (now {actual}{reason})")]
+    Timeout {
+        name: String,
+        after: Duration,
+        target: ActualState,
+        actual: ActualState,
+        reason: String,
+    },
+    #[error(transparent)]
+    Client(#[from] warren_client::Error),
+}
+
+/// Polls `GET /workspaces/{name}` every `interval` until `goal` is reached, it cannot be, or
+/// `timeout` passes; `None` when a workspace being terminated is gone altogether. Shows a spinner with the actual state on stderr when it is a terminal.
+pub async fn wait(
+    client: &Client,
+    name: &str,
+    goal: Goal,
+    timeout: Duration,
+    interval: Duration,
+) -> Result<Option<Workspace>, WaitError> {
+    let spinner = if std::io::stderr().is_terminal() {
+        let pb = indicatif::ProgressBar::new_spinner();
+        pb.enable_steady_tick(Duration::from_millis(120));
+        Some(pb)
+    } else {
+        None
+    };
+    let result = poll(client, name, goal, timeout, interval, |w| {
+        if let Some(pb) = &spinner {
+            pb.set_message(format!(
+                "{}: {} (waiting for {})",
+                w.name,
+                w.actual_state,
+                goal.target()
+            ));
+        }
+    })
+    .await;
+    if let Some(pb) = spinner {
+        pb.finish_and_clear();
+    }
+    result
+}
+
+async fn poll(
+    client: &Client,
+    name: &str,
+    goal: Goal,
+    timeout: Duration,
+    interval: Duration,
+    mut show: impl FnMut(&Workspace),
+) -> Result<Option<Workspace>, WaitError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut progress = Progress::default();
+    loop {
+        let w = match client.get_workspace(name).await {
+            Ok(w) => w,
+            // A terminated workspace may be purged; gone is as terminated as it gets.
+            Err(e) if e.is_not_found() && goal == Goal::Terminated => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        show(&w);
+        match step(goal, &mut progress, &w) {
+            Step::Done => return Ok(Some(w)),
+            Step::Fail(msg) => return Err(WaitError::Failed(msg)),
+            Step::Continue => {}
+        }
+        if tokio::time::Instant::now() + interval > deadline {
+            return Err(WaitError::Timeout {
+                name: w.name.clone(),
+                after: timeout,
+                target: goal.target(),
+                actual: w.actual_state,
+                reason: w
+                    .failure_reason
+                    .as_ref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default(),
+            });
+        }
+        tokio::time::sleep(interval).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use warren_types::api::WorkspaceResources;
+    use warren_types::{AgentId, UserId, WorkspaceId};
+
+    fn ws(desired: DesiredState, actual: ActualState, updated_at: &str) -> Workspace {
+        let t: DateTime<Utc> = "2026-03-01T10:00:00Z".parse().unwrap();
+        Workspace {
+            id: WorkspaceId(1),
+            name: "dev".into(),
+            namespace: "warren-ws-dev".into(),
+            owner: UserId(1),
+            owner_username: "ann".into(),
+            agent: AgentId(1),
+            agent_name: "a".into(),
+            project: None,
+            project_name: None,
+            desired_state: desired,
+            actual_state: actual,
+            desired_state_updated_at: t,
+            created_at: t,
+            updated_at: updated_at.parse().unwrap(),
+            url: None,
+            endpoints: Default::default(),
+            failure_reason: Some("image \"nope\" cannot be pulled".into()),
+            resources: WorkspaceResources::default(),
+            variables: vec![],
+        }
+    }
+
+    const T0: &str = "2026-03-01T10:00:00Z";
+    const T1: &str = "2026-03-01T10:00:05Z";
+
+    fn run(goal: Goal, states: &[(DesiredState, ActualState, &str)]) -> Vec<Step> {
+        let mut p = Progress::default();
+        states
+            .iter()
+            .map(|(d, a, t)| step(goal, &mut p, &ws(*d, *a, t)))
+            .collect()
+    }
+
+    use ActualState as A;
+    use DesiredState as D;
+
+    #[test]
+    fn start_and_stop_wait_for_their_state() {
+        assert_eq!(
+            run(
+                Goal::Running,
+                &[
+                    (D::Running, A::CreationRequested, T0),
+                    (D::Running, A::Starting, T0),
+                    (D::Running, A::Running, T0)
+                ]
+            ),
+            [Step::Continue, Step::Continue, Step::Done]
+        );
+        // A failed workspace may still be stopped.
+        assert_eq!(
+            run(
+                Goal::Stopped,
+                &[
+                    (D::Stopped, A::Failed, T0),
+                    (D::Stopped, A::Stopping, T0),
+                    (D::Stopped, A::Stopped, T0)
+                ]
+            ),
+            [Step::Continue, Step::Continue, Step::Done]
+        );
+        assert_eq!(
+            run(Goal::Terminated, &[(D::Terminated, A::Terminated, T0)]),
+            [Step::Done]
+        );
+    }
+
+    #[test]
+    fn failure_while_starting_fails_with_the_reason() {
+        let steps = run(Goal::Running, &[(D::Running, A::Failed, T0)]);
+        let Step::Fail(msg) = &steps[0] else {
+            panic!("{steps:?}")
+        };
+        assert_eq!(
+            msg,
+            "workspace \"dev\" is Failed: image \"nope\" cannot be pulled"
+        );
+    }
+
+    #[test]
+    fn a_changed_desired_state_ends_the_wait() {
+        let steps = run(Goal::Running, &[(D::Stopped, A::Running, T0)]);
+        let Step::Fail(msg) = &steps[0] else {
+            panic!("{steps:?}")
+        };
+        assert!(msg.contains("now desired Stopped"), "{msg}");
+        let steps = run(Goal::Stopped, &[(D::Terminated, A::Terminating, T0)]);
+        assert!(matches!(&steps[0], Step::Fail(_)), "{steps:?}");
+    }
+
+    #[test]
+    fn restart_needs_the_flip_back_to_running() {
+        assert_eq!(
+            run(
+                Goal::Restarted,
+                &[
+                    // Still the old pod: desired not flipped yet.
+                    (D::RestartRequested, A::Running, T0),
+                    (D::RestartRequested, A::Stopping, T0),
+                    (D::Running, A::Stopped, T0),
+                    (D::Running, A::Starting, T0),
+                    (D::Running, A::Running, T0),
+                ]
+            ),
+            [
+                Step::Continue,
+                Step::Continue,
+                Step::Continue,
+                Step::Continue,
+                Step::Done
+            ]
+        );
+    }
+
+    #[test]
+    fn resize_waits_for_a_report_after_the_request() {
+        let at: DateTime<Utc> = T0.parse().unwrap();
+        let goal = Goal::Resized { requested_at: at };
+        assert_eq!(
+            run(
+                goal,
+                &[(D::Running, A::Running, T0), (D::Running, A::Running, T1)]
+            ),
+            [Step::Continue, Step::Done]
+        );
+        assert_eq!(
+            run(
+                goal,
+                &[(D::Running, A::Starting, T0), (D::Running, A::Running, T0)]
+            ),
+            [Step::Continue, Step::Done]
+        );
+    }
+}

@@ -1,0 +1,172 @@
+//! `warren devfile validate|render` on every registry devfile and on broken ones.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn warren(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_warren"))
+        .args(args)
+        .env_remove("WARREN_URL")
+        .env_remove("WARREN_TOKEN")
+        .output()
+        .unwrap()
+}
+
+fn registry() -> Vec<PathBuf> {
+    let dir =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata/devfiles/registry");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return vec![];
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn cli_devfile_every_registry_devfile_validates_and_renders_or_is_refused_with_paths() {
+    let files = registry();
+    if files.is_empty() {
+        eprintln!("skipping: no registry devfiles in ../shared/testdata");
+        return;
+    }
+    let (mut accepted, mut refused) = (0, 0);
+    for f in &files {
+        let path = f.to_str().unwrap();
+        let v = warren(&["devfile", "validate", path]);
+        let r = warren(&["devfile", "render", path, "--name", "reg-test", "--json"]);
+        if v.status.success() {
+            accepted += 1;
+            assert!(
+                text(&v.stdout).contains("Warren can run this devfile"),
+                "{path}"
+            );
+            assert!(
+                r.status.success(),
+                "{path}: validates but does not render: {}",
+                text(&r.stderr)
+            );
+            let json = text(&r.stdout);
+            let objects: Vec<serde_json::Value> = serde_json::from_str(&json).unwrap();
+            let mut kinds = vec![];
+            for v in &objects {
+                kinds.push(v["kind"].as_str().unwrap_or("").to_owned());
+                let name = v["metadata"]["name"].as_str().unwrap_or("");
+                assert!(!name.is_empty(), "{path}: an object without a name");
+            }
+            assert!(kinds.iter().any(|k| k == "Deployment"), "{path}: {kinds:?}");
+            assert!(json.contains("reg-test"), "{path}: --name not used");
+        } else {
+            refused += 1;
+            assert_eq!(v.status.code(), Some(1), "{path}");
+            let err = text(&v.stderr);
+            let lines: Vec<&str> = err.lines().collect();
+            assert!(lines.len() >= 2, "{path}: {err}");
+            let last = lines.last().unwrap();
+            assert!(
+                last.starts_with("error: ") && last.contains("error"),
+                "{path}: {err}"
+            );
+            // Every error line names the file and a message; most name a path in the devfile.
+            for l in &lines[..lines.len() - 1] {
+                assert!(l.starts_with(&format!("{path}: ")), "{path}: {l}");
+                assert!(l.len() > path.len() + 2, "{path}: empty message");
+            }
+            assert_eq!(r.status.code(), Some(1), "{path}: refused but rendered");
+        }
+    }
+    eprintln!("{accepted} accepted, {refused} refused of {}", files.len());
+    assert!(accepted > 0);
+}
+
+#[test]
+fn cli_devfile_errors_carry_their_paths_and_render_takes_an_agent_config() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bad = tmp.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "schemaVersion: 2.2.0\nmetadata:\n  name: bad\ncomponents:\n  - name: dev\n    container:\n      image: x\n      memoryLimit: lots\n",
+    )
+    .unwrap();
+    let out = warren(&["devfile", "validate", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("components[0].container.memoryLimit"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let good = tmp.path().join("good.yaml");
+    std::fs::write(
+        &good,
+        "schemaVersion: 2.2.0\nmetadata:\n  name: good\ncomponents:\n  - name: dev\n    container:\n      image: busybox\n      memoryLimit: 1Gi\n",
+    )
+    .unwrap();
+    let out = warren(&["devfile", "validate", good.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    let cfg = tmp.path().join("agent.toml");
+    std::fs::write(
+        &cfg,
+        "workspace_domain = \"ws.example.com\"\n[labels]\nteam = \"blue\"\n",
+    )
+    .unwrap();
+    let out = warren(&[
+        "devfile",
+        "render",
+        good.to_str().unwrap(),
+        "--name",
+        "mine",
+        "--agent-config",
+        cfg.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let yaml = text(&out.stdout);
+    assert!(yaml.contains("team: blue"), "{yaml}");
+
+    let typo = tmp.path().join("typo.toml");
+    std::fs::write(&typo, "workspace_domian = \"x\"\n").unwrap();
+    let out = warren(&[
+        "devfile",
+        "render",
+        good.to_str().unwrap(),
+        "--agent-config",
+        typo.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("workspace_domian"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let out = warren(&["devfile", "validate", "/no/such/file.yaml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(text(&out.stderr).lines().count(), 1);
+}
+
+#[test]
+fn cli_completions_and_help() {
+    let out = warren(&["completions", "bash"]);
+    assert!(out.status.success());
+    let script = text(&out.stdout);
+    assert!(
+        script.contains("warren") && script.contains("ssh-key"),
+        "bash script lacks commands"
+    );
+    let out = warren(&["--help"]);
+    assert!(
+        text(&out.stdout).contains("Exit codes:"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = warren(&["ws", "create", "--var", "NOEQUALS"]);
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -1,0 +1,581 @@
+//! End to end: the `warren` CLI binary against a real `warren server` (SQLite in a temp home,
+//! port 0), as a user would drive it: login, agent, project, workspace, list, stop, failures;
+//! then `--wait` through every transition with a scripted agent reconciling.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use warren_types::reconcile::{
+    ReconcileRequest, ReconcileResponse, TerminationProgress, UpdateType, WorkspaceAgentInfo,
+    RECONCILE_PATH, RELAY_JWT_ISSUER, SERVER_JWT_AUDIENCE,
+};
+use warren_types::DesiredState;
+
+const RELAY_SECRET: &str = "cli-e2e-relay-secret-0123456789abcdef";
+
+/// `warren server` on port 0 with a temp home; killed on drop, even when the test fails.
+struct Server {
+    child: Child,
+    url: String,
+    admin_password: String,
+    _home: tempfile::TempDir,
+}
+
+impl Server {
+    fn start() -> Server {
+        let home = tempfile::tempdir().unwrap();
+        let ready = home.path().join("ready");
+        let log = home.path().join("stdout.log");
+        let child = Command::new(env!("CARGO_BIN_EXE_warren"))
+            .args(["server", "--listen", "127.0.0.1:0", "--home"])
+            .arg(home.path())
+            .arg("--ready-file")
+            .arg(&ready)
+            .args(["--relay-secret", RELAY_SECRET])
+            .env_remove("WARREN_DATABASE_URL")
+            .env("WARREN_LOG", "warn")
+            .stdout(Stdio::from(std::fs::File::create(&log).unwrap()))
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn warren server");
+        let mut server = Server {
+            child,
+            url: String::new(),
+            admin_password: String::new(),
+            _home: home,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(addr) = std::fs::read_to_string(&ready) {
+                if !addr.trim().is_empty() {
+                    server.url = format!("http://{}", addr.trim());
+                    break;
+                }
+            }
+            if let Ok(Some(status)) = server.child.try_wait() {
+                panic!("warren server exited early: {status}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "warren server did not become ready"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = std::fs::read_to_string(&log).unwrap();
+        server.admin_password = out
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("password: "))
+            .expect("the first start prints the admin password")
+            .to_owned();
+        server
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A scripted agent speaking the reconcile protocol over plain HTTP, as the relay would on an
+/// agent's behalf: every tick a full reconcile reporting a Deployment that does at once what
+/// the last answer asked for. Stopped (thread joined) on drop.
+struct ScriptedAgent {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ScriptedAgent {
+    fn start(url: &str, agent_id: i64) -> ScriptedAgent {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let endpoint = format!("{url}{RECONCILE_PATH}");
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(agent_loop(endpoint, agent_id, flag));
+        });
+        ScriptedAgent {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for ScriptedAgent {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// What the fake runtime holds for one workspace.
+struct Fake {
+    namespace: String,
+    replicas: i64,
+    terminated: bool,
+    rv: u64,
+    /// The objects last applied; a change while running is a rollout (one `Starting` report).
+    config: Option<String>,
+    rolling: bool,
+}
+
+async fn agent_loop(endpoint: String, agent_id: i64, stop: Arc<AtomicBool>) {
+    let http = reqwest::Client::new();
+    let mut runtime: BTreeMap<String, Fake> = BTreeMap::new();
+    while !stop.load(Ordering::SeqCst) {
+        let infos: Vec<WorkspaceAgentInfo> = runtime
+            .iter()
+            .map(|(name, f)| WorkspaceAgentInfo {
+                name: name.clone(),
+                namespace: f.namespace.clone(),
+                latest_k8s_deployment_info: (!f.terminated).then(|| deployment(name, f)),
+                termination_progress: f.terminated.then_some(TerminationProgress::Terminated),
+                error_details: None,
+                pod_failure: None,
+            })
+            .collect();
+        runtime.retain(|_, f| !f.terminated);
+        let jwt = warren_server::internal::jwt::mint(
+            RELAY_SECRET.as_bytes(),
+            RELAY_JWT_ISSUER,
+            SERVER_JWT_AUDIENCE,
+            Some(agent_id.to_string()),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs() as i64,
+            30,
+        );
+        let req = ReconcileRequest {
+            update_type: UpdateType::Full,
+            workspace_agent_infos: infos,
+        };
+        let resp = http
+            .post(&endpoint)
+            .bearer_auth(jwt)
+            .json(&req)
+            .send()
+            .await;
+        if let Ok(resp) = resp {
+            assert_eq!(resp.status().as_u16(), 201, "reconcile refused");
+            let body: ReconcileResponse = resp.json().await.unwrap();
+            for info in body.workspace_rails_infos {
+                let f = runtime.entry(info.name.clone()).or_insert(Fake {
+                    namespace: info.namespace.clone(),
+                    replicas: 0,
+                    terminated: false,
+                    rv: 0,
+                    config: None,
+                    rolling: false,
+                });
+                f.rolling = false;
+                if let Some(config) = info.config_to_apply {
+                    if f.config.as_ref().is_some_and(|c| *c != config) && f.replicas == 1 {
+                        f.rolling = true;
+                        f.rv += 1;
+                    }
+                    f.config = Some(config);
+                }
+                let (replicas, terminated) = match info.desired_state {
+                    DesiredState::Running => (1, false),
+                    DesiredState::Stopped | DesiredState::RestartRequested => (0, false),
+                    DesiredState::Terminated => (0, true),
+                };
+                if (replicas, terminated) != (f.replicas, f.terminated) {
+                    f.rv += 1;
+                }
+                f.replicas = replicas;
+                f.terminated = terminated;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A settled Deployment with `f.replicas` replicas, as Kubernetes reports it.
+fn deployment(name: &str, f: &Fake) -> serde_json::Value {
+    let progressing = if f.rolling {
+        "ReplicaSetUpdated"
+    } else {
+        "NewReplicaSetAvailable"
+    };
+    let mut status = serde_json::json!({"conditions": [
+        {"type": "Progressing", "status": "True", "reason": progressing},
+        {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
+    ]});
+    if f.replicas > 0 {
+        status["availableReplicas"] = f.replicas.into();
+    }
+    serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": f.namespace, "resourceVersion": f.rv.to_string()},
+        "spec": {"replicas": f.replicas},
+        "status": status,
+    })
+}
+
+/// Runs `warren ARGS` with its own WARREN_HOME and no inherited WARREN_URL/WARREN_TOKEN.
+struct Cli {
+    home: PathBuf,
+    env: Vec<(String, String)>,
+}
+
+impl Cli {
+    fn new(home: &Path) -> Cli {
+        Cli {
+            home: home.to_owned(),
+            env: vec![],
+        }
+    }
+
+    fn with_env(&self, k: &str, v: &str) -> Cli {
+        let mut env = self.env.clone();
+        env.push((k.into(), v.into()));
+        Cli {
+            home: self.home.clone(),
+            env,
+        }
+    }
+
+    fn run_stdin(&self, args: &[&str], stdin: &str) -> Output {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_warren"));
+        cmd.args(args)
+            .env("WARREN_HOME", &self.home)
+            .env_remove("WARREN_URL")
+            .env_remove("WARREN_TOKEN")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.run_stdin(args, "")
+    }
+
+    /// Runs and insists on success; returns stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "warren {args:?} failed ({:?}):\n{}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn json(&self, args: &[&str]) -> serde_json::Value {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        let stdout = self.ok(&all);
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{args:?}: {e}\n{stdout}"))
+    }
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+const DEVFILE: &str = r#"schemaVersion: 2.2.0
+metadata:
+  name: e2e
+components:
+  - name: dev
+    container:
+      image: quay.io/devfile/universal-developer-image:ubi9-latest
+      memoryLimit: 1Gi
+      endpoints:
+        - name: web
+          targetPort: 3000
+"#;
+
+const BAD_DEVFILE: &str = r#"schemaVersion: 2.2.0
+metadata:
+  name: bad
+components:
+  - name: dev
+    container:
+      image: quay.io/devfile/universal-developer-image:ubi9-latest
+      memoryLimit: lots
+"#;
+
+#[test]
+fn cli_drives_a_real_server() {
+    let server = Server::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let cli = Cli::new(&tmp.path().join("cli-home"));
+    let devfile = tmp.path().join("devfile.yaml");
+    std::fs::write(&devfile, DEVFILE).unwrap();
+    let bad_devfile = tmp.path().join("bad.yaml");
+    std::fs::write(&bad_devfile, BAD_DEVFILE).unwrap();
+    let devfile = devfile.to_str().unwrap();
+
+    // Not signed in yet: exit 4 and a hint.
+    let out = cli.run(&["ws", "list"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(stderr(&out).contains("warren login"), "{}", stderr(&out));
+
+    // A wrong password is refused with the server's message.
+    let out = cli.run_stdin(
+        &[
+            "login",
+            "--url",
+            &server.url,
+            "--username",
+            "admin",
+            "--password-stdin",
+        ],
+        "wrong\n",
+    );
+    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+
+    let out = cli.run_stdin(
+        &[
+            "login",
+            "--url",
+            &server.url,
+            "--username",
+            "admin",
+            "--password-stdin",
+        ],
+        &format!("{}\n", server.admin_password),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let creds = cli.home.join("credentials.toml");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&creds).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+    let stored = std::fs::read_to_string(&creds).unwrap();
+    assert!(stored.contains(&server.url), "{stored}");
+
+    assert_eq!(cli.json(&["whoami"])["username"], "admin");
+
+    // Agent: the token alone on stdout.
+    let token = cli.ok(&["agent", "create", "local"]);
+    assert_eq!(token.lines().count(), 1, "{token}");
+    assert!(token.trim().len() >= 20, "{token}");
+    let agents = cli.json(&["agent", "list"]);
+    assert_eq!(agents[0]["name"], "local");
+    assert!(cli.ok(&["agent", "show", "local"]).contains("Domain:"));
+
+    // Project with a stored devfile.
+    let p = cli.json(&[
+        "project",
+        "create",
+        "demo",
+        "--git-url",
+        "https://example.com/demo.git",
+        "--devfile",
+        devfile,
+    ]);
+    assert_eq!(p["name"], "demo");
+    assert_eq!(p["has_devfile"], true);
+    assert!(cli
+        .ok(&["project", "list"])
+        .contains("https://example.com/demo.git"));
+
+    // Workspace from a devfile file.
+    let w = cli.json(&[
+        "ws",
+        "create",
+        "--devfile",
+        devfile,
+        "--name",
+        "dev",
+        "--var",
+        "GREETING=hi",
+        "--secret-var",
+        "PW=s3cret",
+        "--cpu",
+        "1",
+        "--memory",
+        "1Gi",
+    ]);
+    assert_eq!(w["name"], "dev");
+    assert_eq!(w["desired_state"], "Running");
+    assert_eq!(w["actual_state"], "CreationRequested");
+    assert!(!w.to_string().contains("s3cret"), "{w}");
+
+    // From the project's devfile too.
+    let w2 = cli.json(&["ws", "create", "--project", "demo", "--name", "dev2"]);
+    assert_eq!(w2["project_name"], "demo");
+
+    let page = cli.json(&["ws", "list"]);
+    let names: Vec<&str> = page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"dev") && names.contains(&"dev2"), "{page}");
+    let all = cli.json(&["ws", "list", "--all", "--limit", "1"]);
+    assert_eq!(all["items"].as_array().unwrap().len(), 2, "{all}");
+    let table = cli.ok(&["ws", "list"]);
+    assert!(table.lines().next().unwrap().starts_with("NAME"), "{table}");
+    assert!(table.lines().any(|l| l.starts_with("dev ")), "{table}");
+
+    // Stop: the new desired state is shown at once.
+    let stopped = cli.ok(&["ws", "stop", "dev"]);
+    assert!(stopped.contains("desired Stopped"), "{stopped}");
+    assert_eq!(cli.json(&["ws", "show", "dev"])["desired_state"], "Stopped");
+    assert!(cli
+        .ok(&["ws", "show", "dev"])
+        .contains("PW (env) = (secret)"));
+
+    // No agent is running, so waiting ends in a timeout: exit 1, one line.
+    let out = cli.run(&["ws", "start", "dev", "--wait", "--timeout", "2s"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("error: timed out") && err.contains("\"dev\""),
+        "{err}"
+    );
+
+    // Unknown workspace: exit 1, one line naming it.
+    let out = cli.run(&["ws", "show", "no-such-ws"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("error: ") && err.contains("no-such-ws"),
+        "{err}"
+    );
+    let out = cli.run(&["ws", "stop", "no-such-ws"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+
+    // A devfile the server refuses: the path of the error is printed.
+    let out = cli.run(&["ws", "create", "--devfile", bad_devfile.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("components[0].container.memoryLimit"),
+        "{}",
+        stderr(&out)
+    );
+    // A devfile that cannot be read: usage, exit 2.
+    let out = cli.run(&["ws", "create", "--devfile", "/no/such/devfile.yaml"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+
+    // Terminate; afterwards nothing may move it.
+    let rm = cli.ok(&["ws", "rm", "dev"]);
+    assert!(rm.contains("desired Terminated"), "{rm}");
+    let out = cli.run(&["ws", "start", "dev"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("Terminated"), "{}", stderr(&out));
+
+    // Tokens: the secret alone on stdout, usable through WARREN_TOKEN.
+    let secret = cli.ok(&[
+        "token",
+        "create",
+        "ci",
+        "--scope",
+        "read_api",
+        "--expires-in-days",
+        "2",
+    ]);
+    let secret = secret.trim();
+    let tokens = cli.json(&["token", "list"]);
+    assert!(tokens.to_string().contains("\"ci\""), "{tokens}");
+    let via_env = cli.with_env("WARREN_TOKEN", secret);
+    assert_eq!(via_env.json(&["whoami"])["username"], "admin");
+    let out = cli.with_env("WARREN_TOKEN", "wrong-token").run(&["whoami"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+
+    // SSH keys.
+    let key = tmp.path().join("id_ed25519.pub");
+    std::fs::write(
+        &key,
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl e2e@test\n",
+    )
+    .unwrap();
+    let k = cli.json(&["ssh-key", "add", key.to_str().unwrap(), "--name", "laptop"]);
+    assert_eq!(k["name"], "laptop");
+    assert!(cli.ok(&["ssh-key", "list"]).contains("laptop"));
+
+    // An unreachable server: exit 3.
+    let out = cli
+        .with_env("WARREN_URL", "http://127.0.0.1:9")
+        .run(&["whoami"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("cannot reach"), "{}", stderr(&out));
+
+    // --wait through every transition, with an agent reconciling.
+    let agent_id = agents[0]["id"].as_i64().unwrap();
+    {
+        let _agent = ScriptedAgent::start(&server.url, agent_id);
+        let wait = ["--wait", "--timeout", "60s"];
+        let w = cli.json(
+            &[
+                &["ws", "create", "--devfile", devfile, "--name", "waited"][..],
+                &wait,
+            ]
+            .concat(),
+        );
+        assert_eq!(
+            (w["desired_state"].as_str(), w["actual_state"].as_str()),
+            (Some("Running"), Some("Running")),
+            "{w}"
+        );
+        let out = cli.ok(&[&["ws", "stop", "waited"][..], &wait].concat());
+        assert!(out.contains("desired Stopped, actual Stopped"), "{out}");
+        let w = cli.json(&[&["ws", "start", "waited"][..], &wait].concat());
+        assert_eq!(w["actual_state"], "Running", "{w}");
+        let w = cli.json(&[&["ws", "restart", "waited"][..], &wait].concat());
+        assert_eq!(
+            (w["desired_state"].as_str(), w["actual_state"].as_str()),
+            (Some("Running"), Some("Running")),
+            "{w}"
+        );
+        let w = cli.json(&[&["ws", "resize", "waited", "--memory", "2Gi"][..], &wait].concat());
+        assert_eq!(w["actual_state"], "Running", "{w}");
+        assert_eq!(w["resources"]["memory"], "2Gi", "{w}");
+        let out = cli.run(&[&["ws", "rm", "waited"][..], &wait].concat());
+        assert!(out.status.success(), "{}", stderr(&out));
+        let w = cli.json(&["ws", "show", "waited"]);
+        assert_eq!(w["actual_state"], "Terminated", "{w}");
+    }
+
+    // Logout revokes the token it created and deletes the file.
+    let login_token = stored
+        .lines()
+        .find_map(|l| l.strip_prefix("token = \""))
+        .map(|t| t.trim_end_matches('"').to_owned())
+        .unwrap();
+    cli.ok(&["logout"]);
+    assert!(!creds.exists());
+    let out = cli
+        .with_env("WARREN_URL", &server.url)
+        .with_env("WARREN_TOKEN", &login_token)
+        .run(&["whoami"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+
+    // Log in again with a token from stdin.
+    let out = cli.run_stdin(&["login", "--url", &server.url, "--token-stdin"], secret);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(cli.json(&["whoami"])["username"], "admin");
+}

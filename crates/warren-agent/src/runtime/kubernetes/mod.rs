@@ -5,6 +5,17 @@
 //! Which objects belong to a workspace is recorded in the cluster itself (an inventory
 //! ConfigMap `warren-inventory-<name>` in the workspace's namespace), so a restarted agent
 //! prunes and deletes exactly what an earlier one applied.
+//!
+//! A workspace owns its namespace when it is named `warren-ws-<name>` and was created by this
+//! agent (labels `warren.dev/agent-id` and `warren.dev/workspace-name`); deleting the
+//! workspace then deletes the namespace and relies on the cluster's namespace controller to
+//! remove the content (`Terminating` until the namespace is gone; without a namespace
+//! controller that never ends). Any other namespace is shared: deletion removes the objects
+//! of the inventory and then the inventory, never the namespace.
+//!
+//! The agent's service account needs, cluster-wide: namespaces get/list/watch/create/delete;
+//! deployments and pods list/watch; and in workspace namespaces get/patch/delete on the kinds
+//! of [`KINDS`] (server-side apply is a PATCH).
 
 mod objects;
 mod quantity;

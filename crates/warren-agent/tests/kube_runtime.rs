@@ -328,13 +328,21 @@ async fn deployment_status_follows_the_pod_running_stopped_and_crash_loop() {
         failure.message
     );
 
-    // Scale to zero: the pod goes, the Deployment settles on zero, Stopped.
+    // Scale to zero with a partial set (only the Deployment, as a partial reconcile response
+    // sends it): the pod goes, the Deployment settles on zero, Stopped; nothing is pruned.
+    let deployment_only: Vec<_> = workspace_objects(&key, agent, 12, 0, false)
+        .into_iter()
+        .filter(|o| o["kind"] == "Deployment")
+        .collect();
     runtime
-        .apply(&key, &workspace_objects(&key, agent, 12, 0, false))
+        .apply(&key, &deployment_only)
         .await
         .expect("apply stopped");
     let stopped = wait_state(&runtime, &key, ActualState::Stopped).await;
     assert_eq!(stopped.pod_failure, None);
+    let kept = versions(&client, &key).await;
+    assert_eq!(kept.len(), 9, "a partial set pruned objects: {kept:?}");
+    assert!(kept.contains_key(&format!("PersistentVolumeClaim/{}-warren-data", key.name)));
 }
 
 #[tokio::test]

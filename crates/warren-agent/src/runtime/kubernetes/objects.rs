@@ -211,6 +211,13 @@ pub fn prepare(
     Ok(prepared)
 }
 
+/// Whether a set is a partial one: nothing but Deployments (the only objects that change with
+/// desired state), which a partial reconcile response may send alone. Warren always renders
+/// other objects (service account, volumes) into a complete set.
+pub fn is_partial(prepared: &[Prepared]) -> bool {
+    prepared.iter().all(|p| p.reference.kind == "Deployment")
+}
+
 fn ensure_agent_label(
     metadata: &mut serde_json::Map<String, Value>,
     agent_id: &str,

@@ -11,7 +11,6 @@ set -euo pipefail
 cache="${WARREN_K8S_CACHE:-/var/cache/warren-k8s}"
 bin="$cache/bin"
 start=$SECONDS
-apt_get() { DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 "$@"; }
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
 if ! command -v etcd >/dev/null; then

@@ -26,15 +26,16 @@ struct Exchange {
 /// Requests that differ from the script, and what is left of the script.
 type Recorded = (Arc<Mutex<Vec<String>>>, Arc<Mutex<VecDeque<Exchange>>>);
 
-/// Answers the watches' list calls with `watch_list` and hangs their watch calls (nothing
+/// Answers the watches' list calls with `watch_lists` in turn and hangs their watch calls (nothing
 /// happens), and answers every other request with the next scripted exchange, recording
 /// requests that differ from the script.
-fn scripted(watch_list: (u16, Value), script: Vec<Exchange>) -> (Client, Recorded) {
+fn scripted(watch_lists: Vec<(u16, Value)>, script: Vec<Exchange>) -> (Client, Recorded) {
     let script = Arc::new(Mutex::new(VecDeque::from(script)));
+    let watch_lists = Arc::new(Mutex::new(VecDeque::from(watch_lists)));
     let mismatches = Arc::new(Mutex::new(Vec::new()));
     let (s, m) = (script.clone(), mismatches.clone());
     let service = tower::service_fn(move |req: Request<Body>| {
-        let (script, mismatches, watch_list) = (s.clone(), m.clone(), watch_list.clone());
+        let (script, mismatches, watch_lists) = (s.clone(), m.clone(), watch_lists.clone());
         async move {
             let query = req.uri().query().unwrap_or("").to_owned();
             let path = req.uri().path().to_owned();
@@ -50,7 +51,16 @@ fn scripted(watch_list: (u16, Value), script: Vec<Exchange>) -> (Client, Recorde
                 if query.contains("watch=true") {
                     std::future::pending::<()>().await;
                 }
-                return Ok::<_, std::convert::Infallible>(answer(watch_list.0, &watch_list.1));
+                // The answers in turn, the last one for good.
+                let (code, body) = {
+                    let mut lists = watch_lists.lock().unwrap();
+                    if lists.len() > 1 {
+                        lists.pop_front().unwrap()
+                    } else {
+                        lists[0].clone()
+                    }
+                };
+                return Ok::<_, std::convert::Infallible>(answer(code, &body));
             }
             let next = script.lock().unwrap().pop_front();
             match next {
@@ -117,7 +127,7 @@ async fn a_conflict_on_apply_is_an_apply_error_with_the_servers_message() {
     let conflict = "Apply failed with 1 conflict: conflict with \"kubectl-edit\" using v1: \
                     .automountServiceAccountToken";
     let (client, (mismatches, rest)) = scripted(
-        empty_list(),
+        vec![empty_list()],
         vec![
             Exchange {
                 method: Method::GET,
@@ -181,7 +191,7 @@ async fn a_conflict_on_apply_is_an_apply_error_with_the_servers_message() {
 async fn an_unavailable_api_server_is_a_runtime_error() {
     let unavailable = status(503, "ServiceUnavailable", "etcdserver: request timed out");
     let (client, (mismatches, _)) = scripted(
-        (503, unavailable.clone()),
+        vec![(503, unavailable.clone())],
         vec![Exchange {
             method: Method::GET,
             path: "/api/v1/namespaces/warren-ws-brave-otter-x7k2",
@@ -246,4 +256,34 @@ async fn an_unreachable_api_server_is_a_runtime_error() {
         runtime.delete(&key()).await.unwrap_err(),
         RuntimeError::Runtime { .. }
     ));
+}
+
+#[tokio::test]
+async fn the_watches_recover_after_the_api_server_failed() {
+    // The real API server in kube_runtime.rs cannot be made to fail on demand while the
+    // shared cluster serves other tests; here the first list calls fail with 503.
+    let unavailable = status(503, "ServiceUnavailable", "etcdserver: leader changed");
+    let lists = vec![
+        (503, unavailable.clone()),
+        (503, unavailable.clone()),
+        (503, unavailable),
+        empty_list(),
+    ];
+    let (client, (mismatches, _)) = scripted(lists, vec![]);
+    let options = KubernetesOptions {
+        ready_timeout: Duration::from_secs(20),
+        ..Default::default()
+    };
+    let runtime = KubernetesRuntime::new(client, AgentId(7), options);
+    let changes = runtime.changes();
+    assert_eq!(runtime.list().await.expect("list after recovery"), vec![]);
+    assert!(
+        *changes.borrow() >= 3,
+        "each watch reports its first complete listing"
+    );
+    assert!(
+        mismatches.lock().unwrap().is_empty(),
+        "{:?}",
+        mismatches.lock().unwrap()
+    );
 }

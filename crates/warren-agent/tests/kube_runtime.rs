@@ -328,13 +328,44 @@ async fn deployment_status_follows_the_pod_running_stopped_and_crash_loop() {
         failure.message
     );
 
-    // Scale to zero: the pod goes, the Deployment settles on zero, Stopped.
+    // A preStart init container that failed shows too (init containers come first).
+    let status = json!({"status": {"initContainerStatuses": [{"name": "warren-prestart",
+        "ready": false, "restartCount": 1, "image": "registry.local/tools:1", "imageID": "",
+        "state": {"terminated": {"exitCode": 3, "reason": "Error",
+            "message": "git clone failed"}}}]}});
+    Api::<Pod>::namespaced(client.clone(), &key.namespace)
+        .patch_status(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&status),
+        )
+        .await
+        .expect("patching init container status");
+    let failure = eventually(60, "the init container failure", || async {
+        let o = observed(&runtime, &key).await?;
+        o.pod_failure.filter(|f| f.reason == "InitContainerFailed")
+    })
+    .await;
+    assert_eq!(
+        failure.message,
+        "init container warren-prestart exited with code 3: git clone failed"
+    );
+
+    // Scale to zero with a partial set (only the Deployment, as a partial reconcile response
+    // sends it): the pod goes, the Deployment settles on zero, Stopped; nothing is pruned.
+    let deployment_only: Vec<_> = workspace_objects(&key, agent, 12, 0, false)
+        .into_iter()
+        .filter(|o| o["kind"] == "Deployment")
+        .collect();
     runtime
-        .apply(&key, &workspace_objects(&key, agent, 12, 0, false))
+        .apply(&key, &deployment_only)
         .await
         .expect("apply stopped");
     let stopped = wait_state(&runtime, &key, ActualState::Stopped).await;
     assert_eq!(stopped.pod_failure, None);
+    let kept = versions(&client, &key).await;
+    assert_eq!(kept.len(), 9, "a partial set pruned objects: {kept:?}");
+    assert!(kept.contains_key(&format!("PersistentVolumeClaim/{}-warren-data", key.name)));
 }
 
 #[tokio::test]

@@ -100,7 +100,8 @@ pub fn workspace_objects(
         json!({"apiVersion": "v1", "kind": "Secret", "metadata": meta(format!("{name}-env")),
             "type": "Opaque", "data": {"GIT_AUTHOR_NAME": "RGV2", "EDITOR": "dmlt"}}),
         json!({"apiVersion": "v1", "kind": "Secret", "metadata": meta(format!("{name}-files")),
-            "type": "Opaque", "data": {"npmrc": "cmVnaXN0cnk9aHR0cHM6Ly9ucG0ubG9jYWwvCg=="}}),
+            // No file variables: the renderer writes an empty map.
+            "type": "Opaque", "data": {}}),
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(format!("{name}-scripts")),
             "data": {"start.sh": "#!/bin/sh\nexec sleep infinity\n", "prestart.sh": "#!/bin/sh\ntrue\n"}}),
         json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta(name.clone()),

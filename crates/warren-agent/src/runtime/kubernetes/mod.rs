@@ -2,9 +2,24 @@
 //! watches of the agent's Deployments, Pods and namespaces (by the agent-id label), and dialing
 //! workspace pods.
 //!
+//! A set holding nothing but the Deployment is a partial one (reconcile.md lets a partial
+//! response leave out every object that does not change with desired state): it is applied
+//! and nothing is pruned. Any other set is the workspace's complete set.
+//!
 //! Which objects belong to a workspace is recorded in the cluster itself (an inventory
 //! ConfigMap `warren-inventory-<name>` in the workspace's namespace), so a restarted agent
 //! prunes and deletes exactly what an earlier one applied.
+//!
+//! A workspace owns its namespace when it is named `warren-ws-<name>` and was created by this
+//! agent (labels `warren.dev/agent-id` and `warren.dev/workspace-name`); deleting the
+//! workspace then deletes the namespace and relies on the cluster's namespace controller to
+//! remove the content (`Terminating` until the namespace is gone; without a namespace
+//! controller that never ends). Any other namespace is shared: deletion removes the objects
+//! of the inventory and then the inventory, never the namespace.
+//!
+//! The agent's service account needs, cluster-wide: namespaces get/list/watch/create/delete;
+//! deployments and pods list/watch; and in workspace namespaces get/patch/delete on the kinds
+//! of [`KINDS`] (server-side apply is a PATCH).
 
 mod objects;
 mod quantity;
@@ -462,6 +477,12 @@ impl WorkspaceRuntime for KubernetesRuntime {
             api.patch(&object.reference.name, &params, &Patch::Apply(&object.body))
                 .await
                 .map_err(|e| apply_error(workspace, &object.reference.to_string(), e))?;
+        }
+        if objects::is_partial(&prepared) {
+            // Only the Deployment: a partial response leaves out the objects that do not
+            // change with desired state (reconcile.md; the renderer's `is_static_object`),
+            // and those must not be pruned; the volumes among them hold the user's files.
+            return Ok(());
         }
         for stale in previous_set.difference(&current) {
             self.delete_object(workspace, stale).await?;

@@ -188,6 +188,7 @@ pub fn prepare(
             }
         }
         super::quantity::canonicalise(kind, &mut body);
+        drop_empty_data(kind, &mut body);
         let reference = ObjectRef {
             api_version: api_version.to_owned(),
             kind: kind.to_owned(),
@@ -209,6 +210,31 @@ pub fn prepare(
     }
     prepared.sort_by_key(|p| p.reference.rank());
     Ok(prepared)
+}
+
+/// Removes empty `data` maps of Secrets and ConfigMaps: the API server stores none, so an
+/// applied empty map differs from the stored object and every re-apply would rewrite it.
+fn drop_empty_data(kind: &str, body: &mut Value) {
+    if kind != "Secret" && kind != "ConfigMap" {
+        return;
+    }
+    if let Some(map) = body.as_object_mut() {
+        for field in ["data", "binaryData", "stringData"] {
+            let empty = map
+                .get(field)
+                .is_some_and(|v| v.as_object().is_some_and(|m| m.is_empty()) || v.is_null());
+            if empty {
+                map.remove(field);
+            }
+        }
+    }
+}
+
+/// Whether a set is a partial one: nothing but Deployments (the only objects that change with
+/// desired state), which a partial reconcile response may send alone. Warren always renders
+/// other objects (service account, volumes) into a complete set.
+pub fn is_partial(prepared: &[Prepared]) -> bool {
+    prepared.iter().all(|p| p.reference.kind == "Deployment")
 }
 
 fn ensure_agent_label(
@@ -333,6 +359,18 @@ mod tests {
             .to_string()
             .contains("twice"));
         assert!(prepare(&key(), "7", &[json!("x")]).is_err());
+    }
+
+    #[test]
+    fn empty_secret_data_is_left_out() {
+        let objs = [
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+            "type": "Opaque", "data": {}, "stringData": null}),
+        ];
+        let p = prepare(&key(), "7", &objs).unwrap();
+        assert!(p[0].body.get("data").is_none());
+        assert!(p[0].body.get("stringData").is_none());
+        assert_eq!(p[0].body["type"], "Opaque");
     }
 
     #[test]

@@ -118,6 +118,28 @@ pub fn default_devfile() -> &'static str {
     DEFAULT_DEVFILE
 }
 
+/// Renders a devfile outside any real workspace, for `warren devfile render FILE [--name NAME]
+/// [--agent-config FILE]`: workspace and agent ids 0, no project to clone, desired `Running`.
+pub fn render_preview(
+    devfile: &Devfile,
+    workspace_name: &str,
+    agent_config: &warren_types::config::AgentConfig,
+) -> Result<Rendered, RenderError> {
+    render(
+        devfile,
+        &RenderRequest {
+            workspace_name,
+            workspace_id: warren_types::WorkspaceId(0),
+            agent_id: warren_types::AgentId(0),
+            agent_config,
+            project: None,
+            resources: None,
+            variables: &[],
+            desired_state: warren_types::DesiredState::Running,
+        },
+    )
+}
+
 /// A short human summary of a valid devfile, for `warren devfile validate`.
 pub fn summary(devfile: &Devfile) -> String {
     use std::fmt::Write;
@@ -209,4 +231,31 @@ pub fn summary(devfile: &Devfile) -> String {
         let _ = writeln!(s, "postStart: {}", devfile.post_start.join(", "));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_display_one_per_line() {
+        let e = DevfileErrors(vec![
+            DevfileError::new("components[1].container.memoryLimit", "expected a string"),
+            DevfileError::new("", "the devfile is empty"),
+        ]);
+        assert_eq!(
+            e.to_string(),
+            "components[1].container.memoryLimit: expected a string\nthe devfile is empty"
+        );
+    }
+
+    #[test]
+    fn preview_renders_the_default_devfile() {
+        let d = parse_devfile(default_devfile()).expect("default devfile is valid");
+        let config = warren_types::config::AgentConfig::default();
+        let r = render_preview(&d, "preview", &config).expect("renders");
+        assert_eq!(r.namespace, "warren-ws-preview");
+        assert!(objects_to_yaml(&r.objects).contains("kind: Deployment"));
+        assert!(render_preview(&d, "Bad Name", &config).is_err());
+    }
 }

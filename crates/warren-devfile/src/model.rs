@@ -24,6 +24,10 @@ pub struct Devfile {
 }
 
 impl Devfile {
+    /// # Panics
+    ///
+    /// Only on a `Devfile` not made by [`crate::parse_devfile`] (e.g. deserialized from
+    /// altered data) whose `main` is out of range.
     pub fn main_container(&self) -> &Container {
         &self.containers[self.main]
     }

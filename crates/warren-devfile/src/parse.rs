@@ -63,7 +63,8 @@ struct RawAnnotation {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct RawEndpoint {
     name: String,
-    target_port: i64,
+    // i128: the schema says "integer", any size; the port range is checked later.
+    target_port: i128,
     annotation: Option<BTreeMap<String, String>>,
     #[allow(dead_code)]
     attributes: Option<Map<String, Value>>,
@@ -338,7 +339,9 @@ fn read_value(text: &str) -> Result<Value, Errors> {
     if text.trim().is_empty() {
         return Err(vec![DevfileError::new("", "the devfile is empty")]);
     }
-    let value: Value = serde_yaml::from_str(text).map_err(|e| {
+    // Through `serde_yaml::Value` rather than straight into JSON: its mappings refuse
+    // duplicate keys, which would otherwise silently keep the last one.
+    let yaml: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| {
         let message = match e.location() {
             Some(l) => format!(
                 "not valid YAML or JSON at line {}, column {}: {}",
@@ -350,6 +353,11 @@ fn read_value(text: &str) -> Result<Value, Errors> {
         };
         vec![DevfileError::new("", message)]
     })?;
+    let mut errors = Errors::new();
+    let value = yaml_to_json(yaml, "", &mut errors);
+    if !errors.is_empty() {
+        return Err(errors);
+    }
     if !value.is_object() {
         return Err(vec![DevfileError::new(
             "",
@@ -360,6 +368,89 @@ fn read_value(text: &str) -> Result<Value, Errors> {
         )]);
     }
     Ok(value)
+}
+
+/// YAML → JSON data model: keys must be strings, no tags, finite numbers; a float with no
+/// fraction is an integer (JSON Schema's view: `8080.0` is an integer).
+fn yaml_to_json(v: serde_yaml::Value, path: &str, errors: &mut Errors) -> Value {
+    use serde_yaml::Value as Y;
+    match v {
+        Y::Null => Value::Null,
+        Y::Bool(b) => Value::Bool(b),
+        Y::String(s) => Value::String(s),
+        Y::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                Value::from(i)
+            } else if let Some(u) = n.as_u64() {
+                Value::from(u)
+            } else {
+                let f = n.as_f64().unwrap_or(f64::NAN);
+                if !f.is_finite() {
+                    errors.push(DevfileError::new(
+                        path,
+                        format!("{n} is not a finite number"),
+                    ));
+                    Value::Null
+                } else if f.fract() == 0.0 && f.abs() < 9.0e15 {
+                    Value::from(f as i64)
+                } else {
+                    serde_json::Number::from_f64(f)
+                        .map(Value::Number)
+                        .unwrap_or(Value::Null)
+                }
+            }
+        }
+        Y::Sequence(items) => Value::Array(
+            items
+                .into_iter()
+                .enumerate()
+                .map(|(i, item)| yaml_to_json(item, &format!("{path}[{i}]"), errors))
+                .collect(),
+        ),
+        Y::Mapping(m) => {
+            let mut out = Map::new();
+            for (k, v) in m {
+                let key = match k {
+                    Y::String(s) => s,
+                    other => {
+                        errors.push(DevfileError::new(
+                            path,
+                            format!("mapping keys must be strings, found {}", yaml_kind(&other)),
+                        ));
+                        continue;
+                    }
+                };
+                let p = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
+                let v = yaml_to_json(v, &p, errors);
+                out.insert(key, v);
+            }
+            Value::Object(out)
+        }
+        Y::Tagged(t) => {
+            errors.push(DevfileError::new(
+                path,
+                format!("YAML tags ({}) are not allowed in a devfile", t.tag),
+            ));
+            Value::Null
+        }
+    }
+}
+
+fn yaml_kind(v: &serde_yaml::Value) -> String {
+    use serde_yaml::Value as Y;
+    match v {
+        Y::Null => "null".into(),
+        Y::Bool(b) => format!("the boolean {b}"),
+        Y::Number(n) => format!("the number {n}"),
+        Y::String(s) => format!("{s:?}"),
+        Y::Sequence(_) => "a sequence".into(),
+        Y::Mapping(_) => "a mapping".into(),
+        Y::Tagged(t) => format!("a value tagged {}", t.tag),
+    }
 }
 
 fn strip_location(s: &str) -> &str {
@@ -402,8 +493,14 @@ fn typed<T: DeserializeOwned>(value: &Value, path: &str, errors: &mut Errors) ->
     match serde_path_to_error::deserialize::<_, T>(value.clone()) {
         Ok(v) => Some(v),
         Err(e) => {
+            // serde_path_to_error already ends the path with an unknown key's name.
             let p = join(path, e.path());
-            errors.push(DevfileError::new(p, e.into_inner().to_string()));
+            let message = e
+                .into_inner()
+                .to_string()
+                .replace("expected i128", "expected an integer")
+                .replace("expected a borrowed string", "expected a string");
+            errors.push(DevfileError::new(p, message));
             None
         }
     }
@@ -1082,7 +1179,8 @@ fn semantics(raw: RawDevfile, errors: &mut Errors) -> Option<Devfile> {
             Some(Kind::Refused(k)) => errors.push(DevfileError::new(
                 p,
                 format!(
-                    "refers to component {component:?}, a `{k}` component, which Warren refuses (see that component); remove this command too"
+                    "refers to component {component:?}, {} `{k}` component, which Warren refuses (see that component); remove this command too",
+                    if k.starts_with(['i', 'o']) { "an" } else { "a" }
                 ),
             )),
         }
@@ -1488,6 +1586,30 @@ fn semantics(raw: RawDevfile, errors: &mut Errors) -> Option<Devfile> {
             errors.push(DevfileError::new(
                 format!("{}.container.mountSources", component_path(&raw, &containers[m].name)),
                 "the main container must mount the project sources (Warren clones the project there)",
+            ));
+        }
+    }
+    // Init-only containers (applied by preStart) never run alongside the others.
+    for c in containers.iter().filter(|c| c.init_only) {
+        if !c.endpoints.is_empty() {
+            errors.push(DevfileError::new(
+                format!("{}.container.endpoints", component_path(&raw, &c.name)),
+                format!(
+                    "container {:?} is applied by a preStart event and only runs as an init container, so its endpoints would never be reachable",
+                    c.name
+                ),
+            ));
+        }
+    }
+    for (i, id) in post_start.iter().enumerate() {
+        let on = commands.iter().find(|c| &c.id == id).map(|c| c.component());
+        if let Some(c) = on.and_then(|n| containers.iter().find(|c| c.name == n && c.init_only)) {
+            errors.push(DevfileError::new(
+                format!("events.postStart[{i}]"),
+                format!(
+                    "command {id:?} runs in container {:?}, which is applied by a preStart event and only runs as an init container",
+                    c.name
+                ),
             ));
         }
     }

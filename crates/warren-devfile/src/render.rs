@@ -26,7 +26,8 @@
 //! is renamed into `/projects/<project>` only when complete (a restart retries cleanly; an
 //! existing checkout is never touched), then is unshallowed in the background. Sidecars with
 //! `postStart` commands wait (up to 10 minutes) for the clone before running theirs.
-//! `preStart` commands run as init containers, before the clone: an `exec` command in the
+//! `preStart` commands run as init containers, before the clone (so their default working
+//! directory is `$PROJECTS_ROOT`, not the not-yet-cloned project): an `exec` command in the
 //! image of its component, an `apply` command as the applied container itself (which then
 //! runs only as an init container).
 //!
@@ -86,6 +87,7 @@ pub struct ResolvedVariable {
     pub kind: VariableKind,
 }
 
+#[derive(Debug, Clone, Copy)]
 pub struct RenderRequest<'a> {
     /// Already validated DNS-safe by the server.
     pub workspace_name: &'a str,
@@ -374,17 +376,21 @@ fn check_cap(
         let mut max_init: u64 = 0;
         for (list, is_init) in [(app, false), (init, true)] {
             for (name, r) in list {
-                let Some((n, _)) = get(r) else {
-                    // Requests default to limits in Kubernetes, so only a missing limit is unbounded.
-                    if kind == "limits" {
-                        return Err(RenderError::Unbounded {
-                            container: (*name).to_owned(),
-                            resource,
-                            kind,
-                            field,
-                        });
-                    }
-                    continue;
+                // Kubernetes defaults a missing request to the limit; with neither, the
+                // container is unbounded and a quota would refuse the pod.
+                let fallback = match (kind, resource) {
+                    ("requests", "cpu") => r.cpu_lim.as_ref(),
+                    ("requests", _) => r.mem_lim.as_ref(),
+                    _ => None,
+                };
+                let value = get(r).as_ref().or(fallback);
+                let Some((n, _)) = value else {
+                    return Err(RenderError::Unbounded {
+                        container: (*name).to_owned(),
+                        resource,
+                        kind,
+                        field,
+                    });
                 };
                 if is_init {
                     max_init = max_init.max(*n);
@@ -979,9 +985,11 @@ pub fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rendered, Re
         {
             k.ports = None;
             k.command = Some(vec!["/bin/sh".into(), "-c".into()]);
+            // Init containers run before the clone, so the project directory may not exist yet.
             k.args = Some(vec![command_script(
                 command_line,
                 working_dir.as_deref(),
+                "${PROJECTS_ROOT}",
                 env,
             )]);
         }
@@ -1131,9 +1139,12 @@ fn network_policy(ctx: &Ctx<'_>, cfg: &AgentConfig) -> net::NetworkPolicy {
 }
 
 /// `cd <workingDir> && export …; <commandLine>` for one exec command.
+/// `default_dir` applies when the command gives no `workingDir`: the project for postStart
+/// commands, the sources root for preStart ones (they run before the clone).
 fn command_script(
     command_line: &str,
     working_dir: Option<&str>,
+    default_dir: &str,
     env: &[crate::model::EnvVar],
 ) -> String {
     let mut s = String::new();
@@ -1141,7 +1152,7 @@ fn command_script(
     for e in env {
         s.push_str(&format!("export {}={}\n", e.name, sh_quote(&e.value)));
     }
-    let wd = working_dir.unwrap_or("${PROJECT_SOURCE}");
+    let wd = working_dir.unwrap_or(default_dir);
     s.push_str(&format!("cd {} || exit 1\n", sh_dquote_expand(wd)));
     s.push_str(command_line);
     s.push('\n');
@@ -1225,7 +1236,12 @@ fn startup_script(devfile: &Devfile, c: &Container, req: &RenderRequest<'_>) -> 
         if component != &c.name {
             continue;
         }
-        let body = command_script(command_line, working_dir.as_deref(), env);
+        let body = command_script(
+            command_line,
+            working_dir.as_deref(),
+            "${PROJECT_SOURCE}",
+            env,
+        );
         let _ = writeln!(s, "  say \"running postStart command {id}\"");
         let _ = writeln!(s, "  if /bin/sh -c {} ; then", sh_quote(&body));
         let _ = writeln!(s, "    say \"postStart command {id} succeeded\"");
@@ -1234,6 +1250,7 @@ fn startup_script(devfile: &Devfile, c: &Container, req: &RenderRequest<'_>) -> 
             s,
             "    say \"postStart command {id} failed with status $?; not running the later ones\""
         );
+        let _ = writeln!(s, "    say \"startup of container {} failed\"", c.name);
         let _ = writeln!(s, "    exit 1");
         let _ = writeln!(s, "  fi");
     }

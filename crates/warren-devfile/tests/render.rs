@@ -330,6 +330,12 @@ fn objects_read_back_satisfy_the_spec_table() {
         init.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
         ["warren-prestart-prepare", "migrate"]
     );
+    // preStart runs before the clone: by default in the sources root, not the project.
+    assert!(init[0].args.as_ref().unwrap()[0].starts_with("cd \"${PROJECTS_ROOT}\""));
+    assert_eq!(
+        init[1].command.as_deref(),
+        Some(&["sh".to_string(), "-c".into(), "echo migrate".into()][..])
+    );
     let containers = pod.containers;
     assert_eq!(
         containers

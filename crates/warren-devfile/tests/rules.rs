@@ -61,7 +61,7 @@ fn type_errors_name_the_path() {
     assert_error(
         &text,
         "components[0].container.endpoints[0].targetPort",
-        "expected i64",
+        "expected an integer",
     );
 }
 
@@ -267,6 +267,11 @@ fn names_ports_and_references() {
         "not a port number",
     );
     assert_error(
+        &format!("{BASE}      endpoints: [{{name: a, targetPort: 18446744073709551615}}]\n"),
+        "components[0].container.endpoints[0].targetPort",
+        "not a port number",
+    );
+    assert_error(
         &format!(
             "{BASE}      endpoints: [{{name: a, targetPort: 80}}, {{name: a, targetPort: 81}}]\n"
         ),
@@ -314,6 +319,57 @@ fn names_ports_and_references() {
         &format!("{BASE}commands:\n  - id: a\n    apply: {{component: dev}}\nevents:\n  postStart: [a]\n"),
         "events.postStart[0]",
         "exec commands only",
+    );
+}
+
+#[test]
+fn yaml_quirks_are_errors_not_silent() {
+    let dup = format!("{BASE}      image: alpine\n");
+    assert!(
+        errors(&dup).to_string().contains("duplicate entry"),
+        "{}",
+        errors(&dup)
+    );
+    assert_error(
+        &format!("{BASE}      !tagged x: y\n"),
+        "components[0].container",
+        "keys must be strings",
+    );
+    assert_error(
+        &BASE.replace("image: busybox", "image: !custom busybox"),
+        "components[0].container.image",
+        "YAML tags (!custom)",
+    );
+    assert_error(
+        &format!("{BASE}      bogus: 1\n"),
+        "components[0].container.bogus",
+        "unknown field `bogus`",
+    );
+    assert!(errors(&format!("{BASE}      1: x\n"))
+        .to_string()
+        .contains("keys must be strings"));
+    // JSON Schema treats 8080.0 as an integer; so does Warren.
+    let d = parse_devfile(&format!(
+        "{BASE}      endpoints: [{{name: web, targetPort: 8080.0}}]\n"
+    ))
+    .unwrap();
+    assert_eq!(d.main_container().endpoints[0].target_port, 8080);
+}
+
+#[test]
+fn init_only_containers_cannot_serve_or_run_post_start() {
+    let text = format!(
+        "{BASE}  - name: job\n    container: {{image: x, endpoints: [{{name: web, targetPort: 80}}]}}\ncommands:\n  - id: run-job\n    apply: {{component: job}}\n  - id: in-job\n    exec: {{component: job, commandLine: x}}\nevents:\n  preStart: [run-job]\n  postStart: [in-job]\n"
+    );
+    assert_error(
+        &text,
+        "components[1].container.endpoints",
+        "never be reachable",
+    );
+    assert_error(
+        &text,
+        "events.postStart[0]",
+        "only runs as an init container",
     );
 }
 
@@ -384,6 +440,39 @@ fn cap_on_the_sum_is_enforced_and_named() {
             .contains("container \"dev\" has no cpu limits"),
         "{e}"
     );
+}
+
+#[test]
+fn request_caps_count_a_missing_request_as_its_limit() {
+    let cfg = AgentConfig {
+        max_resources_per_workspace: Some(ResourceRequirements {
+            requests: ResourceList {
+                cpu: Some("1".into()),
+                memory: None,
+            },
+            limits: ResourceList::default(),
+        }),
+        ..AgentConfig::default()
+    };
+    let d = parse_devfile(&format!("{BASE}      cpuLimit: '2'\n")).unwrap();
+    let e = render(&d, &request(&cfg, &[])).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "workspace asks for cpu requests 2 in total, more than the agent's max_resources_per_workspace requests cpu 1"
+    );
+    let d = parse_devfile(&format!(
+        "{BASE}      cpuLimit: '2'\n      cpuRequest: 500m\n"
+    ))
+    .unwrap();
+    assert!(render(&d, &request(&cfg, &[])).is_ok());
+    let d = parse_devfile(BASE).unwrap();
+    assert!(matches!(
+        render(&d, &request(&cfg, &[])),
+        Err(RenderError::Unbounded {
+            kind: "requests",
+            ..
+        })
+    ));
 }
 
 #[test]

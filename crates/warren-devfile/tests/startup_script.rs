@@ -1,0 +1,210 @@
+//! The rendered startup script really works with `/bin/sh` and `git`: it clones the project
+//! (shallow, by branch or by commit), runs postStart commands in order, logs, and leaves an
+//! existing checkout alone. Skips with a notice when `sh` or `git` is missing.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use warren_devfile::{parse_devfile, render, ProjectSource};
+use warren_types::config::AgentConfig;
+
+/// A temporary directory removed on drop, even when the test fails.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let p = std::env::temp_dir().join(format!(
+            "warren-devfile-{tag}-{}-{nanos}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&p).expect("temp dir");
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn have(tool: &str) -> bool {
+    Command::new(tool).arg("--version").output().is_ok()
+        || Path::new(&format!("/bin/{tool}")).exists()
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.com",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+const DEVFILE: &str = r#"
+schemaVersion: 2.2.0
+components:
+  - name: tools
+    container: {image: busybox}
+commands:
+  - id: first
+    exec: {component: tools, commandLine: "echo one > order", workingDir: "${PROJECT_SOURCE}"}
+  - id: second
+    exec:
+      component: tools
+      commandLine: "echo \"two $GREETING\" >> order"
+      env: [{name: GREETING, value: "it's me"}]
+events:
+  postStart: [first, second]
+"#;
+
+fn wait_for(path: &Path, needle: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.contains(needle) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {needle:?} in {}:\n{text}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn run_script(root: &Path, url: &str, git_ref: &str) -> String {
+    let d = parse_devfile(DEVFILE).expect("valid");
+    let cfg = AgentConfig::default();
+    let mut req = request(&cfg, &[]);
+    req.project = Some(ProjectSource {
+        name: "demo",
+        git_url: url,
+        git_ref,
+    });
+    let r = render(&d, &req).expect("renders");
+    let cm = r
+        .objects
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap")
+        .expect("scripts");
+    let script = cm["data"]["start-tools.sh"]
+        .as_str()
+        .expect("main script")
+        .to_owned();
+    let script_path = root.join("start-tools.sh");
+    std::fs::write(&script_path, script).expect("write script");
+    let projects = root.join("projects");
+    std::fs::create_dir_all(&projects).expect("projects");
+    let log = projects.join(".warren/logs/tools.log");
+    let _ = std::fs::remove_file(&log);
+    // The payload `true` stands for the container's command; the startup work goes on in
+    // the background and reports in the log.
+    let status = Command::new("sh")
+        .arg(&script_path)
+        .arg("true")
+        .env("PROJECTS_ROOT", &projects)
+        .env("PROJECT_SOURCE", projects.join("demo"))
+        .env("WARREN_PROJECT_GIT_URL", url)
+        .env("WARREN_PROJECT_GIT_REF", git_ref)
+        .status()
+        .expect("sh runs");
+    assert!(status.success());
+    // Ends with "startup of container tools done" or "… failed".
+    wait_for(&log, "startup of container tools ")
+}
+
+#[test]
+fn startup_script_clones_and_runs_post_start_commands() {
+    if !have("sh") || !have("git") {
+        eprintln!("skipping: needs sh and git");
+        return;
+    }
+    let tmp = TempDir::new("script");
+    let repo = tmp.0.join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "--quiet"]);
+    std::fs::write(repo.join("README"), "first\n").unwrap();
+    git(&repo, &["add", "README"]);
+    git(&repo, &["commit", "--quiet", "-m", "one"]);
+    let first = git(&repo, &["rev-parse", "HEAD"]);
+    std::fs::write(repo.join("README"), "second\n").unwrap();
+    git(&repo, &["commit", "--quiet", "-am", "two"]);
+    let url = format!("file://{}", repo.display());
+
+    // By branch.
+    let root = tmp.0.join("by-branch");
+    std::fs::create_dir_all(&root).unwrap();
+    let log = run_script(&root, &url, "main");
+    assert!(
+        log.contains("cloned project demo") && log.contains("tools done"),
+        "{log}"
+    );
+    let demo = root.join("projects/demo");
+    assert_eq!(
+        std::fs::read_to_string(demo.join("README")).unwrap(),
+        "second\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(demo.join("order")).unwrap(),
+        "one\ntwo it's me\n"
+    );
+    assert!(root.join("projects/.warren/cloned").exists());
+    // The unshallow runs in the background; wait for it to finish.
+    let unshallowed = wait_for(&root.join("projects/.warren/logs/tools.log"), "unshallow");
+    assert!(
+        unshallowed.contains("unshallowed project demo"),
+        "{unshallowed}"
+    );
+
+    // A restart leaves the checkout (and the user's changes) alone.
+    std::fs::write(demo.join("README"), "local change\n").unwrap();
+    let log = run_script(&root, &url, "main");
+    assert!(log.contains("already present"), "{log}");
+    assert_eq!(
+        std::fs::read_to_string(demo.join("README")).unwrap(),
+        "local change\n"
+    );
+
+    // By commit: `--branch` cannot take a commit, so the script falls back to fetching it.
+    let root = tmp.0.join("by-commit");
+    std::fs::create_dir_all(&root).unwrap();
+    let log = run_script(&root, &url, &first);
+    assert!(log.contains("cloned project demo"), "{log}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("projects/demo/README")).unwrap(),
+        "first\n"
+    );
+    let _ = wait_for(&root.join("projects/.warren/logs/tools.log"), "unshallow");
+
+    // A failing clone is logged; the postStart command that needs it fails and says so.
+    let root = tmp.0.join("bad-url");
+    std::fs::create_dir_all(&root).unwrap();
+    let log = run_script(&root, "file:///nonexistent/repo", "main");
+    assert!(log.contains("cloning project demo failed"), "{log}");
+    assert!(log.contains("postStart command first failed"), "{log}");
+    assert!(log.contains("startup of container tools failed"), "{log}");
+    assert!(!log.contains("running postStart command second"), "{log}");
+}

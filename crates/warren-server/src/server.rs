@@ -222,6 +222,15 @@ pub fn router(state: AppState) -> Router {
             )
         })
         .layer(axum::middleware::from_fn(crate::metrics::track))
+        .layer(tower_http::trace::TraceLayer::new_for_http())
+        // A bug must still answer in the one error shape, not drop the connection.
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
+            axum::response::IntoResponse::into_response(HttpError::new(
+                http::StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "internal error",
+            ))
+        }))
         .layer(DefaultBodyLimit::max(crate::api::BODY_LIMIT))
         .with_state(state)
 }

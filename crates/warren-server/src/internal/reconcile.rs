@@ -423,6 +423,12 @@ async fn apply_report(
         desired = DesiredState::Running;
         desired_at = now;
     }
+    // Terminated is final for both states: a workspace whose objects are all gone (deleted
+    // behind Warren's back) must not be re-created by the next full reconcile.
+    if actual == ActualState::Terminated && desired != DesiredState::Terminated {
+        desired = DesiredState::Terminated;
+        desired_at = now;
+    }
     if let Some(to) = timer_decision(
         &agent.config.lifecycle,
         desired,

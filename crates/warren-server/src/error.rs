@@ -139,8 +139,9 @@ impl From<JsonRejection> for HttpError {
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "body_too_large",
                 format!(
-                    "request body is larger than the limit of {} bytes",
-                    crate::api::BODY_LIMIT
+                    "request body is larger than the limit of {} bytes (internal routes: {})",
+                    crate::api::BODY_LIMIT,
+                    crate::internal::INTERNAL_BODY_LIMIT
                 ),
             ),
             other => HttpError::new(other.status(), "invalid_body", other.body_text()),

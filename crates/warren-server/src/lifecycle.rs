@@ -92,7 +92,7 @@ pub async fn run_timers_once(state: &AppState) -> Result<Vec<AgentId>, sqlx::Err
                 "UPDATE workspaces SET desired_state = $1, \
                  desired_state_updated_at = CASE WHEN responded_to_agent_at IS NOT NULL AND responded_to_agent_at > $2 \
                      THEN responded_to_agent_at ELSE $2 END, \
-                 updated_at = $2, version = version + 1 WHERE agent_id = $3 AND {cond}"
+                 needs_response = 1, updated_at = $2, version = version + 1 WHERE agent_id = $3 AND {cond}"
             ))
             .bind(to.as_str())
             .bind(now)

@@ -12,17 +12,19 @@ use warren_devfile::{Devfile, ProjectSource, RenderRequest, ResolvedVariable};
 use warren_types::api::WorkspaceResources;
 use warren_types::{DesiredState, WorkspaceId};
 
-/// The YAML the agent applies: the stored objects with the Deployment's replicas set.
-pub fn config_for_agent(
-    store: &Store,
-    sealed_objects: &str,
-    replicas: i32,
-) -> Result<String, HttpError> {
-    let plain = store.sbox.open(sealed_objects)?;
-    let mut objects: Vec<Value> = serde_json::from_slice(&plain)
-        .map_err(|e| HttpError::internal("decoding stored objects", &e))?;
-    warren_devfile::set_replicas(&mut objects, replicas);
-    Ok(warren_devfile::objects_to_yaml(&objects))
+/// The sealed YAML the agent applies for replicas 1 and for replicas 0, rendered once when
+/// the objects are stored so reconciles only decrypt.
+pub fn sealed_configs(store: &Store, objects: &[Value]) -> (String, String) {
+    let mut objects = objects.to_vec();
+    warren_devfile::set_replicas(&mut objects, 1);
+    let running = store
+        .sbox
+        .seal(warren_devfile::objects_to_yaml(&objects).as_bytes());
+    warren_devfile::set_replicas(&mut objects, 0);
+    let stopped = store
+        .sbox
+        .seal(warren_devfile::objects_to_yaml(&objects).as_bytes());
+    (running, stopped)
 }
 
 /// The server's built-in default devfile.
@@ -164,4 +166,9 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         src = x.source();
     }
     s
+}
+
+/// Sets every Deployment's replicas to 0, so two object sets compare without desired state.
+pub fn normalise_replicas(objects: &mut [Value]) {
+    warren_devfile::set_replicas(objects, 0);
 }

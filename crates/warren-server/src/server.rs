@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use warren_types::api::CreatedAgent;
+use warren_types::api::{CreatedAgent, CreatedToken, TokenScope};
 use warren_types::config::AgentConfig;
 use warren_types::reconcile::ReconcileSettings;
 
@@ -135,6 +135,39 @@ impl Server {
         })
     }
 
+    /// Issues a personal access token (scopes `api` and `workspace`, valid `days`) for an
+    /// existing user, e.g. so `warren up` can log its CLI in as the bootstrap admin.
+    pub async fn issue_token(
+        &self,
+        username: &str,
+        name: &str,
+        days: u32,
+    ) -> Result<CreatedToken, HttpError> {
+        let user = self
+            .state
+            .store
+            .user_by_name(username)
+            .await?
+            .ok_or_else(|| HttpError::not_found(format!("user {username:?}")))?;
+        let now = self.state.clock.now_ms();
+        let expires = now + i64::from(days.clamp(1, 365)) * 86_400_000;
+        let (token, secret) = self
+            .state
+            .store
+            .create_token(
+                user.id,
+                name,
+                &[TokenScope::Api, TokenScope::Workspace],
+                expires,
+                now,
+            )
+            .await?;
+        Ok(CreatedToken {
+            token: token.to_api(),
+            secret,
+        })
+    }
+
     /// The whole HTTP application.
     pub fn router(&self) -> Router {
         router(self.state.clone())
@@ -189,6 +222,15 @@ pub fn router(state: AppState) -> Router {
             )
         })
         .layer(axum::middleware::from_fn(crate::metrics::track))
+        .layer(tower_http::trace::TraceLayer::new_for_http())
+        // A bug must still answer in the one error shape, not drop the connection.
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
+            axum::response::IntoResponse::into_response(HttpError::new(
+                http::StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "internal error",
+            ))
+        }))
         .layer(DefaultBodyLimit::max(crate::api::BODY_LIMIT))
         .with_state(state)
 }

@@ -904,3 +904,84 @@ async fn health_readiness_metrics_and_openapi() {
     insta::assert_snapshot!("openapi", warren_server::openapi::document());
     s.stop().await;
 }
+
+#[tokio::test]
+async fn agent_config_change_rerenders_and_restarts() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let agent = s.agent("a1", json!({})).await;
+        s.workspace(
+            &s.admin_token,
+            json!({"name": "w1", "devfile": WEB_DEVFILE}),
+        )
+        .await;
+        s.workspace(
+            &s.admin_token,
+            json!({"name": "w2", "devfile": WEB_DEVFILE}),
+        )
+        .await;
+        s.admin(
+            Method::PUT,
+            "/api/v1/workspaces/w2/desired_state",
+            Some(json!({"desired_state": "Stopped"})),
+        )
+        .await;
+        s.reconcile_ok(
+            agent,
+            "full",
+            json!([running("w1", "1"), stopped("w2", "1")]),
+        )
+        .await;
+        // Same configuration again: nothing to restart.
+        let (st, _) = s
+            .admin(
+                Method::PUT,
+                "/api/v1/agents/a1",
+                Some(json!({"config": {}})),
+            )
+            .await;
+        assert_eq!(st, 200);
+        assert!(
+            s.reconcile_ok(agent, "partial", json!([])).await.is_empty(),
+            "[{}] unchanged objects",
+            s.label
+        );
+        // New labels change every object: the running one restarts, the stopped one stays stopped.
+        let (st, b) = s
+            .admin(
+                Method::PUT,
+                "/api/v1/agents/a1",
+                Some(json!({"config": {"labels": {"team": "blue"}}})),
+            )
+            .await;
+        assert_eq!(st, 200, "{b}");
+        let infos = s.reconcile_ok(agent, "partial", json!([])).await;
+        assert_eq!(
+            infos["w1"]["desired_state"], "RestartRequested",
+            "[{}]",
+            s.label
+        );
+        assert_eq!(infos["w2"]["desired_state"], "Stopped");
+        assert!(infos["w1"]["config_to_apply"]
+            .as_str()
+            .unwrap()
+            .contains("team: blue"));
+        assert!(infos["w2"]["config_to_apply"]
+            .as_str()
+            .unwrap()
+            .contains("team: blue"));
+        // A cap the workspace exceeds: it keeps its objects and says why.
+        let (st, _) = s
+            .admin(Method::PUT, "/api/v1/agents/a1", Some(json!({"config": {"max_resources_per_workspace": {"limits": {"cpu": "500m", "memory": "512Mi"}}}})))
+            .await;
+        assert_eq!(st, 200);
+        let (_, w) = s.admin(Method::GET, "/api/v1/workspaces/w2", None).await;
+        assert!(
+            w["failure_reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("max_resources_per_workspace")),
+            "{w}"
+        );
+        s.stop().await;
+    }
+}

@@ -308,6 +308,23 @@ async fn selection_and_config_to_apply_rules() {
         s.reconcile_ok(agent, "partial", json!([running("w1", "77")]))
             .await;
         assert_eq!(ws_state(&s, "w1").await["actual_state"], "Terminated");
+        // Gone behind Warren's back: Terminated is final for desired state too, so a full
+        // reconcile does not re-create it.
+        let infos = s
+            .reconcile_ok(agent, "partial", json!([{"name": "w2", "namespace": "warren-ws-w2", "termination_progress": "Terminated"}]))
+            .await;
+        assert_eq!(
+            (
+                infos["w2"]["desired_state"].as_str(),
+                infos["w2"]["actual_state"].as_str()
+            ),
+            (Some("Terminated"), Some("Terminated"))
+        );
+        assert!(infos["w2"]["config_to_apply"].is_null());
+        assert!(
+            s.reconcile_ok(agent, "full", json!([])).await.is_empty(),
+            "[{l}]"
+        );
         s.stop().await;
     }
 }

@@ -1,5 +1,9 @@
 -- Warren's initial schema (SQLite). Timestamps are unix milliseconds; JSON is TEXT;
 -- flags are 0/1 integers so one code path (sqlx::Any) reads both databases alike.
+-- workspaces.needs_response materialises reconcile.md's partial rule
+-- (desired_state_updated_at >= responded_to_agent_at, or never responded, or forced) so a
+-- partial reconcile is an index lookup; config_running/config_stopped hold the sealed YAML
+-- the agent gets for replicas 1 and 0, rendered once instead of on every full reconcile.
 
 CREATE TABLE users (
     id            INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -68,8 +72,11 @@ CREATE TABLE workspaces (
     responded_to_agent_at       INTEGER,
     deployment_resource_version TEXT,
     force_include_all_resources INTEGER NOT NULL DEFAULT 0,
+    needs_response              INTEGER NOT NULL DEFAULT 1,
     devfile                     TEXT NOT NULL,
     rendered_objects            TEXT NOT NULL,
+    config_running              TEXT NOT NULL DEFAULT '',
+    config_stopped              TEXT NOT NULL DEFAULT '',
     resources                   TEXT NOT NULL,
     variables                   TEXT NOT NULL,
     endpoints                   TEXT NOT NULL,
@@ -81,3 +88,5 @@ CREATE TABLE workspaces (
 );
 CREATE INDEX workspaces_agent ON workspaces(agent_id, desired_state_updated_at);
 CREATE INDEX workspaces_owner ON workspaces(owner_id, id);
+-- Partial reconciles look up only what changed since the last response.
+CREATE INDEX workspaces_pending ON workspaces(agent_id, needs_response);

@@ -85,7 +85,10 @@ pub async fn update(
         .update_agent_config(a.id, &req.config, state.clock.now_ms())
         .await?
         .ok_or_else(|| HttpError::not_found(format!("agent {key:?}")))?;
-    // The agent's full reconcile picks up new image pull secrets and intervals.
+    let changed = super::workspaces::rerender_agent_workspaces(&state, &a).await?;
+    if changed > 0 {
+        tracing::info!(agent = %a.name, workspaces = changed, "re-rendered workspaces after a configuration change");
+    }
     state.signals.notify(a.id);
     Ok(Json(a.to_api()))
 }

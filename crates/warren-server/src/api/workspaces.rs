@@ -437,47 +437,10 @@ pub async fn resize(
             .agent_by_id(w.agent_id)
             .await?
             .ok_or_else(|| HttpError::not_found(format!("agent {}", w.agent_id)))?;
-        let project = match w.project_id {
-            Some(p) => state.store.project_by_key(&p.to_string()).await?,
-            None => None,
-        };
-        let devfile = render::parse(&w.devfile, "stored devfile")?;
-        let variables = w.stored_variables(&state.store)?;
-        let desired = match w.desired_state {
-            DesiredState::Running | DesiredState::RestartRequested => {
-                DesiredState::RestartRequested
-            }
-            other => other,
-        };
-        let rendered = render::render_workspace(
-            &devfile,
-            RenderInput {
-                name: &w.name,
-                id: w.id,
-                agent: &agent,
-                project: project.as_ref().map(|p| ProjectInput {
-                    name: &p.name,
-                    git_url: &p.git_url,
-                    git_ref: w.git_ref.as_deref().unwrap_or(&p.default_ref),
-                }),
-                resources: &req.resources,
-                variables: &variables,
-                desired,
-            },
-        )?;
-        let stored = state
-            .store
-            .set_rendered(
-                w.id,
-                w.version,
-                &rendered.objects,
-                &req.resources,
-                desired,
-                state.clock.now_ms(),
-            )
-            .await?;
-        if stored.is_some() {
-            state.signals.notify(w.agent_id);
+        if rerender(&state, &w, &agent, &req.resources, true)
+            .await?
+            .is_some()
+        {
             return Ok(Json(
                 visible(&state, &auth, &key).await?.to_api(&state.store)?,
             ));
@@ -487,4 +450,126 @@ pub async fn resize(
         "conflict",
         "the workspace changed too often while resizing it; try again",
     ))
+}
+
+/// Re-renders a workspace with `resources` under `agent`'s current configuration and stores
+/// the objects, forcing a full send. A `Running` workspace is restarted (desired
+/// `RestartRequested`); a stopped one starts with the new objects next time. Unless `always`,
+/// nothing is written when the objects did not change. `Ok(Some(wrote))`, or `Ok(None)` when
+/// it lost a race (reload and retry).
+pub async fn rerender(
+    state: &AppState,
+    w: &WorkspaceRow,
+    agent: &AgentRow,
+    resources: &WorkspaceResources,
+    always: bool,
+) -> Result<Option<bool>, HttpError> {
+    let project = match w.project_id {
+        Some(p) => state.store.project_by_key(&p.to_string()).await?,
+        None => None,
+    };
+    let devfile = render::parse(&w.devfile, "stored devfile")?;
+    let variables = w.stored_variables(&state.store)?;
+    let desired = match w.desired_state {
+        DesiredState::Running | DesiredState::RestartRequested => DesiredState::RestartRequested,
+        other => other,
+    };
+    let rendered = render::render_workspace(
+        &devfile,
+        RenderInput {
+            name: &w.name,
+            id: w.id,
+            agent,
+            project: project.as_ref().map(|p| ProjectInput {
+                name: &p.name,
+                git_url: &p.git_url,
+                git_ref: w.git_ref.as_deref().unwrap_or(&p.default_ref),
+            }),
+            resources,
+            variables: &variables,
+            desired,
+        },
+    )?;
+    if !always {
+        let mut old = w.objects(&state.store)?;
+        let mut new = rendered.objects.clone();
+        // Replicas follow the desired state and are not part of the comparison.
+        render::normalise_replicas(&mut old);
+        render::normalise_replicas(&mut new);
+        if old == new {
+            return Ok(Some(false));
+        }
+    }
+    let stored = state
+        .store
+        .set_rendered(
+            w.id,
+            w.version,
+            &rendered.objects,
+            resources,
+            desired,
+            state.clock.now_ms(),
+        )
+        .await?;
+    if stored.is_some() {
+        state.signals.notify(w.agent_id);
+    }
+    Ok(stored.map(|()| true))
+}
+
+/// After an agent's configuration changed: re-render its workspaces, restarting those whose
+/// objects changed (lifecycle.md: changing the cap re-renders and restarts). A workspace the
+/// new configuration cannot render (e.g. over a lowered cap) keeps its objects; the reason is
+/// recorded as its failure reason.
+pub async fn rerender_agent_workspaces(
+    state: &AppState,
+    agent: &AgentRow,
+) -> Result<usize, HttpError> {
+    let mut changed = 0;
+    let mut after = None;
+    loop {
+        let f = WorkspaceFilter {
+            agent: Some(agent.id),
+            after,
+            limit: 200,
+            ..Default::default()
+        };
+        let page = state.store.list_workspaces(&f).await?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.id.get());
+        for w in page {
+            if w.desired_state == DesiredState::Terminated {
+                continue;
+            }
+            let mut w = w;
+            for _ in 0..WRITE_ATTEMPTS {
+                let resources = w.resources.clone();
+                match rerender(state, &w, agent, &resources, false).await {
+                    Ok(Some(wrote)) => {
+                        changed += usize::from(wrote);
+                        break;
+                    }
+                    Ok(None) => match state.store.workspace_by_id(w.id).await? {
+                        Some(fresh) => w = fresh,
+                        None => break,
+                    },
+                    Err(e) => {
+                        tracing::warn!(workspace = %w.name, error = %e.message, "cannot re-render after an agent configuration change");
+                        state
+                            .store
+                            .set_failure_reason(
+                                w.id,
+                                &format!(
+                                    "the agent's new configuration cannot be applied: {}",
+                                    e.message
+                                ),
+                            )
+                            .await?;
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    Ok(changed)
 }

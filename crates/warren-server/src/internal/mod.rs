@@ -7,13 +7,19 @@ pub mod reconcile;
 pub mod signal;
 
 use crate::state::AppState;
+use axum::extract::DefaultBodyLimit;
 use axum::routing::post;
 use axum::Router;
 use warren_types::internal::AUTHENTICATE_AGENT_PATH;
 use warren_types::reconcile::RECONCILE_PATH;
 
+/// Largest internal request body: a full reconcile carries a whole Deployment per workspace
+/// (1,000 workspaces with managed fields reach several MiB). Only relays (JWT) get here.
+pub const INTERNAL_BODY_LIMIT: usize = 64 * 1024 * 1024;
+
 pub fn router() -> Router<AppState> {
     Router::new()
         .route(RECONCILE_PATH, post(reconcile::handler))
         .route(AUTHENTICATE_AGENT_PATH, post(authenticate::handler))
+        .layer(DefaultBodyLimit::max(INTERNAL_BODY_LIMIT))
 }

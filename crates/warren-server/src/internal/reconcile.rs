@@ -6,10 +6,9 @@ use super::authenticate::check_relay;
 use crate::db::{DbKind, Tx};
 use crate::error::{HttpError, Json};
 use crate::lifecycle::timer_decision;
-use crate::render;
 use crate::state::AppState;
 use crate::store::agents::AgentRow;
-use crate::store::{bind_all, get_i64, get_opt_i64, get_opt_str, get_str, Bind};
+use crate::store::{bind_all, get_i64, get_opt_str, get_str, Bind};
 use axum::extract::State;
 use http::{HeaderMap, StatusCode};
 use std::collections::BTreeMap;
@@ -187,6 +186,30 @@ async fn reconcile_once(
 ) -> Result<(ReconcileResponse, bool), Failure> {
     let store = &state.store;
     let now = state.clock.now_ms();
+    let seen_due = agent
+        .last_seen_at
+        .is_none_or(|t| now - t >= LAST_SEEN_GRANULARITY_MS);
+    // Fast path: a partial reconcile reporting nothing, with nothing pending, needs no
+    // transaction (and no write lock). A change committed right after this check is
+    // flagged and signalled, and goes out on the next call.
+    if req.update_type == UpdateType::Partial && req.workspace_agent_infos.is_empty() && !seen_due {
+        let pending = sqlx::query(
+            "SELECT id FROM workspaces WHERE agent_id = $1 AND needs_response = 1 LIMIT 1",
+        )
+        .bind(agent.id.get())
+        .fetch_optional(&store.db.pool)
+        .await?;
+        if pending.is_none() {
+            let settings = state.settings;
+            return Ok((
+                ReconcileResponse {
+                    workspace_rails_infos: vec![],
+                    settings,
+                },
+                false,
+            ));
+        }
+    }
     let mut tx = store.db.begin().await?;
     let mut desired_changed = false;
 
@@ -217,9 +240,11 @@ async fn reconcile_once(
             "NOT (desired_state = 'Terminated' AND actual_state = 'Terminated')".to_owned()
         }
         UpdateType::Partial => {
-            let mut p = "(responded_to_agent_at IS NULL OR desired_state_updated_at >= responded_to_agent_at \
-                         OR force_include_all_resources = 1"
-                .to_owned();
+            // `needs_response` is set by every write that sets desired_state_updated_at or
+            // the force flag, and cleared with responded_to_agent_at: it is reconcile.md's
+            // rule (desired_state_updated_at >= responded_to_agent_at, never responded, or
+            // forced), kept in an indexed column.
+            let mut p = "(needs_response = 1".to_owned();
             if !valid_names.is_empty() {
                 p.push_str(&format!(
                     " OR name IN ({})",
@@ -232,8 +257,8 @@ async fn reconcile_once(
         }
     };
     let sql = format!(
-        "SELECT id, name, namespace, desired_state, actual_state, deployment_resource_version, rendered_objects, \
-         force_include_all_resources, responded_to_agent_at, desired_state_updated_at \
+        "SELECT id, name, namespace, desired_state, actual_state, deployment_resource_version, config_running, \
+         config_stopped, force_include_all_resources, needs_response \
          FROM workspaces WHERE agent_id = $1 AND {predicate} ORDER BY id{}",
         for_update(store.db.kind)
     );
@@ -245,14 +270,21 @@ async fn reconcile_once(
     for r in &rows {
         let desired: DesiredState = parse_state(&get_str(r, "desired_state")?)?;
         let actual: ActualState = parse_state(&get_str(r, "actual_state")?)?;
-        let responded = get_opt_i64(r, "responded_to_agent_at")?;
         let forced = get_i64(r, "force_include_all_resources")? != 0;
-        let changed = responded
-            .is_none_or(|resp| get_i64(r, "desired_state_updated_at").unwrap_or(0) >= resp);
+        let changed = get_i64(r, "needs_response")? != 0;
         let config_to_apply = match desired.replicas() {
             Some(replicas) if full || forced || changed => {
-                let sealed = get_str(r, "rendered_objects")?;
-                Some(render::config_for_agent(store, &sealed, replicas)?)
+                let column = if replicas > 0 {
+                    "config_running"
+                } else {
+                    "config_stopped"
+                };
+                Some(
+                    store
+                        .sbox
+                        .open_string(&get_str(r, column)?)
+                        .map_err(HttpError::from)?,
+                )
             }
             _ => None,
         };
@@ -272,17 +304,14 @@ async fn reconcile_once(
         // Shift the predicate's placeholders by one: $1 is now the time.
         let shifted = shift_placeholders(&predicate, 1);
         let sql = format!(
-            "UPDATE workspaces SET responded_to_agent_at = $1, force_include_all_resources = 0 \
+            "UPDATE workspaces SET responded_to_agent_at = $1, force_include_all_resources = 0, needs_response = 0 \
              WHERE agent_id = $2 AND {shifted}"
         );
         bind_all(sqlx::query(&sql), &mark_binds)
             .execute(&mut *tx)
             .await?;
     }
-    if agent
-        .last_seen_at
-        .is_none_or(|t| now - t >= LAST_SEEN_GRANULARITY_MS)
-    {
+    if seen_due {
         sqlx::query("UPDATE agents SET last_seen_at = $1 WHERE id = $2")
             .bind(now)
             .bind(agent.id.get())
@@ -394,6 +423,12 @@ async fn apply_report(
         desired = DesiredState::Running;
         desired_at = now;
     }
+    // Terminated is final for both states: a workspace whose objects are all gone (deleted
+    // behind Warren's back) must not be re-created by the next full reconcile.
+    if actual == ActualState::Terminated && desired != DesiredState::Terminated {
+        desired = DesiredState::Terminated;
+        desired_at = now;
+    }
     if let Some(to) = timer_decision(
         &agent.config.lifecycle,
         desired,
@@ -413,6 +448,11 @@ async fn apply_report(
     {
         return Ok(false);
     }
+    let needs = if desired_changed {
+        ", needs_response = 1"
+    } else {
+        ""
+    };
     let actual_at_sql = if actual != row.actual {
         "$7"
     } else {
@@ -421,7 +461,7 @@ async fn apply_report(
     sqlx::query(&format!(
         "UPDATE workspaces SET actual_state = $1, deployment_resource_version = $2, failure_reason = $3, \
          desired_state = $4, desired_state_updated_at = $5, actual_state_updated_at = {actual_at_sql}, \
-         updated_at = $7, version = version + 1 WHERE id = $6"
+         updated_at = $7, version = version + 1{needs} WHERE id = $6"
     ))
     .bind(actual.as_str())
     .bind(resource_version)

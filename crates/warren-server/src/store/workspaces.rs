@@ -271,14 +271,18 @@ impl Store {
         })?;
         let id = WorkspaceId(get_i64(&id, "id")?);
         let r = render(id)?;
+        let configs = crate::render::sealed_configs(self, &r.objects);
         sqlx::query(
-            "UPDATE workspaces SET namespace = $1, rendered_objects = $2, endpoints = $3, url = $4 WHERE id = $5",
+            "UPDATE workspaces SET namespace = $1, rendered_objects = $2, endpoints = $3, url = $4, \
+             config_running = $6, config_stopped = $7 WHERE id = $5",
         )
         .bind(&r.namespace)
         .bind(seal_json(self, &r.objects))
         .bind(serde_json::to_string(&r.endpoints).unwrap_or_default())
         .bind(r.url)
         .bind(id.get())
+        .bind(configs.0)
+        .bind(configs.1)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -368,7 +372,7 @@ impl Store {
             "UPDATE workspaces SET desired_state = $1, \
              desired_state_updated_at = CASE WHEN responded_to_agent_at IS NOT NULL AND responded_to_agent_at > $2 \
                  THEN responded_to_agent_at ELSE $2 END, \
-             updated_at = $2, version = version + 1 WHERE id = $3 AND version = $4",
+             needs_response = 1, updated_at = $2, version = version + 1 WHERE id = $3 AND version = $4",
         )
         .bind(desired.as_str())
         .bind(now)
@@ -391,11 +395,13 @@ impl Store {
         desired: DesiredState,
         now: i64,
     ) -> Result<Option<()>, sqlx::Error> {
+        let configs = crate::render::sealed_configs(self, objects);
         let r = sqlx::query(
             "UPDATE workspaces SET rendered_objects = $1, resources = $2, desired_state = $3, \
              desired_state_updated_at = CASE WHEN responded_to_agent_at IS NOT NULL AND responded_to_agent_at > $4 \
                  THEN responded_to_agent_at ELSE $4 END, \
-             force_include_all_resources = 1, updated_at = $4, version = version + 1 WHERE id = $5 AND version = $6",
+             force_include_all_resources = 1, needs_response = 1, config_running = $7, config_stopped = $8, \
+             updated_at = $4, version = version + 1 WHERE id = $5 AND version = $6",
         )
         .bind(seal_json(self, &objects))
         .bind(serde_json::to_string(resources).unwrap_or_default())
@@ -403,9 +409,27 @@ impl Store {
         .bind(now)
         .bind(id.get())
         .bind(version)
+        .bind(configs.0)
+        .bind(configs.1)
         .execute(&self.db.pool)
         .await?;
         Ok((r.rows_affected() == 1).then_some(()))
+    }
+
+    /// Records why a workspace cannot follow a change (shown to its owner).
+    pub async fn set_failure_reason(
+        &self,
+        id: WorkspaceId,
+        reason: &str,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "UPDATE workspaces SET failure_reason = $1, version = version + 1 WHERE id = $2",
+        )
+        .bind(reason)
+        .bind(id.get())
+        .execute(&self.db.pool)
+        .await?;
+        Ok(())
     }
 
     /// Workspaces per (desired, actual) state, for metrics.

@@ -16,9 +16,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use warren_types::api::{CreatedAgent, CreatedToken, TokenScope};
+use warren_types::api::{Agent, CreatedAgent, CreatedToken, TokenScope};
 use warren_types::config::AgentConfig;
 use warren_types::reconcile::ReconcileSettings;
+use warren_types::AgentId;
 
 /// A prepared server: database open and migrated, keys loaded, first admin bootstrapped.
 /// `warren up` uses it to run the server in-process and read what it needs.
@@ -133,6 +134,20 @@ impl Server {
             agent: agent.to_api(),
             token,
         })
+    }
+
+    /// The agent named `name`, if it exists (for `warren up`'s default agent).
+    pub async fn agent_by_name(&self, name: &str) -> Result<Option<Agent>, HttpError> {
+        Ok(self.state.store.agent_by_key(name).await?.map(|a| a.to_api()))
+    }
+
+    /// Gives an existing agent a new token (the old one stops working); shown once.
+    pub async fn reset_agent_token(&self, agent: AgentId) -> Result<String, HttpError> {
+        self.state
+            .store
+            .reset_agent_token(agent, self.state.clock.now_ms())
+            .await?
+            .ok_or_else(|| HttpError::not_found(format!("agent {agent}")))
     }
 
     /// Issues a personal access token (scopes `api` and `workspace`, valid `days`) for an

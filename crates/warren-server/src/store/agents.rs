@@ -212,6 +212,23 @@ impl Store {
         Ok(r.as_ref().map(row).transpose()?)
     }
 
+    /// Replaces an agent's token (a lost or leaked token); the old one stops working at once.
+    /// Returns the new token, shown once, or `None` when no such agent exists.
+    pub async fn reset_agent_token(
+        &self,
+        id: AgentId,
+        now: i64,
+    ) -> Result<Option<String>, sqlx::Error> {
+        let token = crypto::new_agent_token();
+        let done = sqlx::query("UPDATE agents SET token_hash = $1, updated_at = $2 WHERE id = $3")
+            .bind(crypto::token_digest(&token))
+            .bind(now)
+            .bind(id.get())
+            .execute(&self.db.pool)
+            .await?;
+        Ok((done.rows_affected() == 1).then_some(token))
+    }
+
     /// The agent owning a presented agent token.
     pub async fn authenticate_agent(&self, token: &str) -> Result<Option<AgentRow>, sqlx::Error> {
         if !token.starts_with(crypto::AGENT_TOKEN_PREFIX) || token.len() > 200 {

@@ -1,0 +1,256 @@
+//! `warren up`: server, relay and an engine agent in one process, on embedded defaults.
+//!
+//! State lives under `WARREN_HOME`: the SQLite database and keys (the server's), the default
+//! agent's token (`keys/agent-local.token`), the engine runtime's files (`agent/`), and the
+//! CLI's credentials, written so that `warren ws create --devfile FILE --wait` works right
+//! after. The relay and the agent talk over real loopback sockets exactly as separate
+//! processes would, so `warren up` exercises the same code paths as a production deployment.
+
+use crate::relay_cmd::{read_secret, shutdown_on_signals};
+use anyhow::{bail, Context};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use url::Url;
+use warren_agent::connection::{ConnectionConfig, RelayConnection};
+use warren_agent::reconciler::{Reconciler, ReconcilerConfig};
+use warren_agent::runtime::engine::{EngineConfig, EngineRuntime};
+use warren_agent::runtime::WorkspaceRuntime;
+use warren_cli::credentials::{self, Credentials};
+use warren_server::{Server, ServerConfig};
+use warren_types::config::AgentConfig;
+use warren_types::AgentId;
+
+/// The agent `warren up` creates and runs.
+const DEFAULT_AGENT: &str = "local";
+
+#[derive(Debug, clap::Args)]
+pub struct UpArgs {
+    /// State directory [default: the user's data directory, e.g. ~/.local/share/warren].
+    #[arg(long, env = "WARREN_HOME")]
+    home: Option<PathBuf>,
+    /// Address of the REST API.
+    #[arg(long, env = "WARREN_LISTEN", default_value = "127.0.0.1:7070")]
+    listen: SocketAddr,
+    /// Domain of workspace hosts (`{port}-{workspace}.{domain}`); `*.localhost` needs no DNS.
+    #[arg(long, env = "WARREN_WORKSPACE_DOMAIN", default_value = "ws.localhost")]
+    workspace_domain: String,
+    /// A Docker-compatible engine socket (`unix:///…` or `tcp://…`) [default: auto-detect].
+    #[arg(long, env = "DOCKER_HOST")]
+    engine: Option<String>,
+    /// Write the API's bound address to this file once everything is serving (for scripts).
+    #[arg(long, env = "WARREN_READY_FILE")]
+    ready_file: Option<PathBuf>,
+}
+
+pub async fn run(args: UpArgs) -> anyhow::Result<()> {
+    let home = match args.home.clone() {
+        Some(h) => h,
+        None => credentials::warren_home(None).context("finding WARREN_HOME")?,
+    };
+    std::fs::create_dir_all(&home)
+        .with_context(|| format!("creating the state directory {}", home.display()))?;
+    let mut config = ServerConfig::new(&home);
+    config
+        .validate()
+        .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+    if args.workspace_domain.trim().is_empty() {
+        bail!("--workspace-domain must not be empty");
+    }
+
+    // Configuration is valid: bind. The relay's listeners are private to this process.
+    let api = TcpListener::bind(args.listen).await.with_context(|| {
+        format!(
+            "binding the API to {} (is another Warren running? pass --listen)",
+            args.listen
+        )
+    })?;
+    let api_addr = api.local_addr().context("reading the API address")?;
+    let relay_agents = TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("binding the relay's agent listener")?;
+    let relay_internal = TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("binding the relay's internal listener")?;
+    let relay_agent_url = format!("http://{}", relay_agents.local_addr()?);
+    let relay_internal_url = format!("http://{}", relay_internal.local_addr()?);
+    config.relay_urls = vec![relay_internal_url];
+
+    let server = Server::prepare(config)
+        .await
+        .context("starting the server")?;
+    let api_url = format!("http://{api_addr}");
+
+    if let Some(admin) = server.bootstrap_admin() {
+        println!(
+            "Created the admin account {:?} with password {:?} (shown only now).",
+            admin.username, admin.password
+        );
+    }
+    let (agent_id, agent_token) = ensure_agent(&server, &home, &args.workspace_domain).await?;
+    let cred_path = ensure_cli_credentials(&server, &home, &api_url).await?;
+
+    // The engine is checked before anything serves so a missing one is a clear, early error.
+    let mut engine = EngineConfig::new(agent_id, home.join("agent"));
+    engine.host = args.engine.clone();
+    let runtime = EngineRuntime::connect(engine).await.context(
+        "warren up runs workspaces on Docker or Podman; install one \
+         (e.g. `apt-get install podman`) or point DOCKER_HOST at an engine",
+    )?;
+    let shared_secret = String::from_utf8(server.relay_secret().to_vec())
+        .context("the relay secret is not text")?;
+
+    let shutdown = shutdown_on_signals();
+    let relay_config = warren_relay::RelayConfig::new(
+        Url::parse(&api_url).context("the API address is not a URL")?,
+        shared_secret,
+    );
+    let relay = tokio::spawn(warren_relay::run(
+        relay_config,
+        warren_relay::Listeners {
+            agents: relay_agents,
+            internal: relay_internal,
+        },
+        shutdown.clone(),
+    ));
+    let server_task = tokio::spawn(server.serve(api, shutdown.clone()));
+
+    let engine_runtime = runtime;
+    let runtime: Arc<dyn WorkspaceRuntime> = Arc::new(engine_runtime.clone());
+    let connection = RelayConnection::new(
+        ConnectionConfig::new(
+            Url::parse(&relay_agent_url).context("the relay address is not a URL")?,
+            agent_token,
+        ),
+        runtime.clone(),
+    )?;
+    let reconciler = Reconciler::new(
+        Arc::new(connection.clone()),
+        runtime,
+        ReconcilerConfig::default(),
+    );
+    let conn_task = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { connection.run(shutdown).await }
+    });
+    let loop_task = tokio::spawn(reconciler.run(shutdown.clone()));
+
+    if let Some(path) = &args.ready_file {
+        std::fs::write(path, api_addr.to_string())
+            .with_context(|| format!("writing the ready file {}", path.display()))?;
+    }
+    println!("Warren is up.");
+    println!("  REST API:        {api_url}/api/v1");
+    println!(
+        "  workspace hosts: http://{{port}}-{{workspace}}.{}",
+        args.workspace_domain
+    );
+    println!("  state:           {}", home.display());
+    println!("  CLI signed in:   {} (credentials in {})", api_url, cred_path.display());
+    println!("Try: warren ws create --devfile devfile.yaml --wait    (Ctrl-C stops Warren; workspaces keep running)");
+
+    let (server_res, relay_res, conn_res, loop_res) =
+        tokio::join!(server_task, relay, conn_task, loop_task);
+    let stopped = shutdown.is_cancelled();
+    shutdown.cancel();
+    // Stops a Podman service the runtime started itself; workspaces keep running.
+    engine_runtime.shutdown().await;
+    server_res
+        .context("the server task panicked")?
+        .context("the server stopped")?;
+    relay_res
+        .context("the relay task panicked")?
+        .context("the relay stopped")?;
+    conn_res.context("the relay connection task panicked")?;
+    loop_res.context("the reconcile loop panicked")?;
+    if !stopped {
+        bail!("a component stopped on its own");
+    }
+    println!("Warren stopped.");
+    Ok(())
+}
+
+/// Makes sure the default agent exists and that its token is on disk; returns both.
+async fn ensure_agent(
+    server: &Server,
+    home: &Path,
+    workspace_domain: &str,
+) -> anyhow::Result<(AgentId, String)> {
+    let token_path = home.join("keys").join("agent-local.token");
+    if let Some(agent) = server
+        .agent_by_name(DEFAULT_AGENT)
+        .await
+        .map_err(|e| anyhow::anyhow!("looking up the default agent: {e}"))?
+    {
+        if token_path.exists() {
+            return Ok((agent.id, read_secret(&token_path, "agent token")?));
+        }
+        // The token is stored hashed only; a lost file means a new token.
+        let token = server
+            .reset_agent_token(agent.id)
+            .await
+            .map_err(|e| anyhow::anyhow!("renewing the default agent's token: {e}"))?;
+        write_private(&token_path, &token)?;
+        return Ok((agent.id, token));
+    }
+    let config = AgentConfig {
+        workspace_domain: workspace_domain.to_owned(),
+        workspace_scheme: "http".into(),
+        ..AgentConfig::default()
+    };
+    let created = server
+        .create_agent(DEFAULT_AGENT, &config)
+        .await
+        .map_err(|e| anyhow::anyhow!("creating the default agent: {e}"))?;
+    write_private(&token_path, &created.token)?;
+    Ok((created.agent.id, created.token))
+}
+
+/// Signs the CLI in as the admin unless it already points at this server.
+async fn ensure_cli_credentials(
+    server: &Server,
+    home: &Path,
+    api_url: &str,
+) -> anyhow::Result<PathBuf> {
+    let path = home.join(credentials::FILE_NAME);
+    if let Ok(Some(existing)) = credentials::load(&path) {
+        if existing.url == api_url {
+            return Ok(path);
+        }
+    }
+    let username = "admin";
+    let created = server
+        .issue_token(username, "warren up", 365)
+        .await
+        .map_err(|e| anyhow::anyhow!("issuing a token for the CLI: {e}"))?;
+    credentials::save(
+        &path,
+        &Credentials {
+            url: api_url.to_owned(),
+            token: created.secret,
+            username: Some(username.to_owned()),
+            token_id: Some(created.token.id),
+        },
+    )
+    .with_context(|| format!("writing the CLI credentials {}", path.display()))?;
+    Ok(path)
+}
+
+/// Writes a secret readable by its owner only.
+fn write_private(path: &Path, secret: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    writeln!(f, "{secret}").with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}

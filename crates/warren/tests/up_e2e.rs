@@ -1,0 +1,307 @@
+//! End to end on a real engine: `warren up` (server, relay and agent in one process) and the
+//! `warren` CLI drive one workspace through its whole life, with `podman` as the witness.
+//!
+//! Skips with a notice when no Podman exists; fails instead under `WARREN_REQUIRE_ENGINE=1`.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const IMAGE: &str = "localhost/warren-test:latest";
+
+const DEVFILE: &str = r#"
+schemaVersion: 2.2.0
+metadata:
+  name: e2e
+components:
+  - name: dev
+    container:
+      image: localhost/warren-test:latest
+      memoryLimit: 256Mi
+      cpuLimit: 500m
+      mountSources: true
+"#;
+
+fn podman_available() -> bool {
+    let ok = Command::new("podman")
+        .arg("version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if ok {
+        return true;
+    }
+    if std::env::var("WARREN_REQUIRE_ENGINE").as_deref() == Ok("1") {
+        panic!("WARREN_REQUIRE_ENGINE=1 but podman does not work here (run .ci/setup-podman.sh)");
+    }
+    eprintln!("skipping: podman not found (install it with .ci/setup-podman.sh)");
+    false
+}
+
+fn ensure_image() {
+    let exists = Command::new("podman")
+        .args(["image", "exists", IMAGE])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !exists {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.ci/setup-podman.sh");
+        let status = Command::new("bash")
+            .arg(script)
+            .arg("image")
+            .status()
+            .expect("running .ci/setup-podman.sh image");
+        assert!(status.success(), "building {IMAGE} failed");
+    }
+}
+
+/// `warren up` in a temp home; stopped (SIGTERM, then SIGKILL) on drop, and every container,
+/// volume and network of its workspace removed, even when the test fails.
+struct Up {
+    child: Option<Child>,
+    home: tempfile::TempDir,
+    workspace: Option<String>,
+}
+
+impl Up {
+    fn start() -> Up {
+        let home = tempfile::tempdir().expect("temp home");
+        let ready = home.path().join("ready");
+        let log = std::fs::File::create(home.path().join("up.log")).expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_warren"))
+            .arg("up")
+            .arg("--home")
+            .arg(home.path())
+            .args(["--listen", "127.0.0.1:0", "--ready-file"])
+            .arg(&ready)
+            .env("WARREN_LOG", "info")
+            .stdout(Stdio::from(log.try_clone().expect("log file")))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("spawn warren up");
+        let mut up = Up {
+            child: Some(child),
+            home,
+            workspace: None,
+        };
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !std::fs::read_to_string(&ready).is_ok_and(|s| !s.trim().is_empty()) {
+            if let Some(Ok(Some(status))) = up.child.as_mut().map(|c| c.try_wait()) {
+                panic!("warren up exited early ({status}):\n{}", up.log());
+            }
+            assert!(Instant::now() < deadline, "warren up not ready:\n{}", up.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        up
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.home.path().join("up.log")).unwrap_or_default()
+    }
+
+    /// Runs the CLI as the user `warren up` signed in.
+    fn cli(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_warren"))
+            .args(args)
+            .env("WARREN_HOME", self.home.path())
+            .env_remove("WARREN_URL")
+            .env_remove("WARREN_TOKEN")
+            .output()
+            .expect("run the warren CLI")
+    }
+
+    fn cli_ok(&self, args: &[&str]) -> String {
+        let out = self.cli(args);
+        assert!(
+            out.status.success(),
+            "warren {args:?} failed: {}\n--- warren up log ---\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.log()
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Stops `warren up` with SIGTERM and returns its exit status.
+    fn stop(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("warren up ignored SIGTERM:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if let Some(ws) = &self.workspace {
+            for id in containers(ws) {
+                let _ = podman(&["rm", "-f", "-t", "0", &id]);
+            }
+            for v in volumes(ws) {
+                let _ = podman(&["volume", "rm", "-f", &v]);
+            }
+            let _ = podman(&["network", "rm", "-f", &format!("warren-{ws}")]);
+        }
+    }
+}
+
+fn podman(args: &[&str]) -> String {
+    let out = Command::new("podman").args(args).output().expect("podman");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Ids of every container (running or not) of the workspace.
+fn containers(ws: &str) -> Vec<String> {
+    podman(&[
+        "ps",
+        "-a",
+        "--filter",
+        &format!("name=^warren-{ws}\\."),
+        "--format",
+        "{{.ID}}",
+    ])
+    .lines()
+    .map(str::to_owned)
+    .collect()
+}
+
+fn volumes(ws: &str) -> Vec<String> {
+    podman(&["volume", "ls", "--format", "{{.Name}}"])
+        .lines()
+        .filter(|v| v.starts_with(&format!("warren-{ws}-")))
+        .map(str::to_owned)
+        .collect()
+}
+
+fn networks(ws: &str) -> Vec<String> {
+    podman(&["network", "ls", "--format", "{{.Name}}"])
+        .lines()
+        .filter(|n| *n == format!("warren-{ws}"))
+        .map(str::to_owned)
+        .collect()
+}
+
+fn inspect(id: &str) -> Value {
+    let text = podman(&["inspect", id]);
+    let v: Value = serde_json::from_str(&text).expect("podman inspect JSON");
+    v[0].clone()
+}
+
+fn running(ws: &str) -> Vec<Value> {
+    containers(ws)
+        .iter()
+        .map(|id| inspect(id))
+        .filter(|c| c["State"]["Running"] == Value::Bool(true))
+        .collect()
+}
+
+fn state_of(up: &Up, ws: &str) -> (String, String) {
+    let v: Value = serde_json::from_str(&up.cli_ok(&["ws", "show", ws, "-o", "json"]))
+        .expect("ws show JSON");
+    (
+        v["desired_state"].as_str().unwrap_or_default().to_owned(),
+        v["actual_state"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+fn write_devfile(dir: &Path) -> PathBuf {
+    let path = dir.join("devfile.yaml");
+    std::fs::write(&path, DEVFILE).expect("write devfile");
+    path
+}
+
+#[test]
+fn warren_up_runs_a_workspace_through_its_life_on_podman() {
+    if !podman_available() {
+        return;
+    }
+    ensure_image();
+    let mut up = Up::start();
+    let devfile = write_devfile(up.home.path());
+
+    // Create and wait for Running: a real container with the rendered limits and user.
+    let created: Value = serde_json::from_str(&up.cli_ok(&[
+        "ws",
+        "create",
+        "--devfile",
+        devfile.to_str().expect("utf-8 path"),
+        "--wait",
+        "--timeout",
+        "3m",
+        "-o",
+        "json",
+    ]))
+    .expect("ws create JSON");
+    let ws = created["name"].as_str().expect("workspace name").to_owned();
+    up.workspace = Some(ws.clone());
+    assert_eq!(state_of(&up, &ws), ("Running".into(), "Running".into()));
+    let live = running(&ws);
+    assert_eq!(live.len(), 1, "one running container: {live:#?}");
+    let c = &live[0];
+    assert_eq!(c["HostConfig"]["Memory"], 256 * 1024 * 1024, "memory limit");
+    assert_eq!(c["HostConfig"]["NanoCpus"], 500_000_000, "cpu limit");
+    assert_eq!(c["Config"]["User"], "5001:0", "non-root user");
+    let caps = c["HostConfig"]["CapDrop"].to_string().to_lowercase();
+    assert!(caps.contains("all") || caps.contains("cap_"), "capabilities dropped: {caps}");
+    let id = c["Id"].as_str().expect("container id").to_owned();
+    let wrote = Command::new("podman")
+        .args(["exec", &id, "sh", "-c", "echo kept > /projects/keep.txt"])
+        .status()
+        .expect("podman exec");
+    assert!(wrote.success(), "writing into /projects");
+    assert_eq!(volumes(&ws).len(), 1, "the data volume exists");
+
+    // Stop: containers stopped, volume kept.
+    up.cli_ok(&["ws", "stop", &ws, "--wait", "--timeout", "2m"]);
+    assert_eq!(state_of(&up, &ws), ("Stopped".into(), "Stopped".into()));
+    assert!(running(&ws).is_empty(), "nothing runs after stop");
+    assert_eq!(volumes(&ws).len(), 1, "the volume is kept on stop");
+
+    // Start: the file written before the stop is still there.
+    up.cli_ok(&["ws", "start", &ws, "--wait", "--timeout", "2m"]);
+    assert_eq!(state_of(&up, &ws), ("Running".into(), "Running".into()));
+    let live = running(&ws);
+    assert_eq!(live.len(), 1);
+    let id = live[0]["Id"].as_str().expect("container id").to_owned();
+    let kept = Command::new("podman")
+        .args(["exec", &id, "cat", "/projects/keep.txt"])
+        .output()
+        .expect("podman exec");
+    assert_eq!(String::from_utf8_lossy(&kept.stdout).trim(), "kept");
+
+    // Restart: back to Running with a fresh start of the container.
+    let started_before = live[0]["State"]["StartedAt"].clone();
+    up.cli_ok(&["ws", "restart", &ws, "--wait", "--timeout", "2m"]);
+    assert_eq!(state_of(&up, &ws), ("Running".into(), "Running".into()));
+    let live = running(&ws);
+    assert_eq!(live.len(), 1);
+    assert_ne!(live[0]["State"]["StartedAt"], started_before, "restarted");
+
+    // Terminate: containers, network and volumes gone.
+    up.cli_ok(&["ws", "rm", &ws, "--wait", "--timeout", "2m"]);
+    let (desired, actual) = state_of(&up, &ws);
+    assert_eq!((desired.as_str(), actual.as_str()), ("Terminated", "Terminated"));
+    assert!(containers(&ws).is_empty(), "containers removed");
+    assert!(volumes(&ws).is_empty(), "volumes removed");
+    assert!(networks(&ws).is_empty(), "network removed");
+
+    // A running Warren stops cleanly on SIGTERM.
+    let status = up.stop();
+    assert!(status.success(), "warren up exit: {status}\n{}", up.log());
+    assert!(up.log().contains("Warren stopped"), "{}", up.log());
+}

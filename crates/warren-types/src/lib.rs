@@ -11,6 +11,7 @@ pub mod ids;
 pub mod lifecycle;
 pub mod quantity;
 pub mod reconcile;
+pub mod relay;
 pub mod state;
 
 pub use ids::{AgentId, ProjectId, SshKeyId, TokenId, UserId, WorkspaceId};

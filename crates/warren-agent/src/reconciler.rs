@@ -239,6 +239,17 @@ impl Reconciler {
             }
             let may_run = retry_at.is_none_or(|t| now >= t);
             if may_run && (full_due || partial_due) {
+                // Everything announced until now is covered by this cycle (it lists the
+                // runtime and calls the server afterwards), so mark it seen; only what
+                // happens during the cycle wakes the loop again.
+                changes.borrow_and_update();
+                if events_open {
+                    let ev = *events.borrow_and_update();
+                    if ev.connection != seen_connection {
+                        seen_connection = ev.connection;
+                        full_due = true;
+                    }
+                }
                 let kind = if full_due {
                     UpdateType::Full
                 } else {
@@ -483,7 +494,10 @@ impl Reconciler {
             }
             t.desired = Some(info.desired_state);
             if info.desired_state == DesiredState::Terminated {
-                if t.termination != Some(TerminationProgress::Terminated) {
+                // Start deleting once; `advance_terminations` drives it on every later cycle
+                // (woken by the runtime's change events), so an unfinished deletion cannot
+                // turn into a tight loop of follow-ups.
+                if t.termination.is_none() {
                     self.delete(&key).await;
                     follow_up = true;
                 }

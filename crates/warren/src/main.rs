@@ -1,5 +1,7 @@
 //! The `warren` binary: argument parsing and wiring only; every behaviour lives in a crate.
 
+mod agent_cmd;
+mod relay_cmd;
 mod server_cmd;
 mod telemetry;
 
@@ -18,6 +20,10 @@ struct Cli {
 enum Command {
     /// Run the control plane (REST API, web UI, reconcile handler).
     Server(server_cmd::ServerArgs),
+    /// Run a relay: agents connect to it; it forwards their calls and carries traffic to them.
+    Relay(relay_cmd::RelayArgs),
+    /// Run an agent: reconcile a workspace runtime with the server, through a relay.
+    Agent(agent_cmd::AgentArgs),
     #[command(flatten)]
     User(warren_cli::Command),
 }
@@ -28,6 +34,14 @@ fn main() -> ExitCode {
         Command::Server(args) => {
             telemetry::init();
             run_service(server_cmd::run(args))
+        }
+        Command::Relay(args) => {
+            telemetry::init();
+            run_service(relay_cmd::run(args))
+        }
+        Command::Agent(args) => {
+            telemetry::init();
+            run_service(agent_cmd::run(args))
         }
         Command::User(cmd) => warren_cli::main(cmd),
     }

@@ -21,8 +21,9 @@ use warren_types::api::ApiError;
 use warren_types::reconcile::{ReconcileRequest, ReconcileResponse};
 use warren_types::relay::{
     DialErrorCode, DialReply, DialTarget, ReconcileReply, StreamOpen, AGENT_CONNECT_PATH,
-    TUNNEL_PROTOCOL,
+    AGENT_ID_RESPONSE_HEADER, TUNNEL_PROTOCOL,
 };
+use warren_types::AgentId;
 
 /// Time the relay has to answer the connection request.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -207,41 +208,7 @@ impl RelayConnection {
     }
 
     async fn connect(&self) -> Result<reqwest::Upgraded, ConnectError> {
-        let config = &self.inner.config;
-        let url = config
-            .relay_url
-            .join(AGENT_CONNECT_PATH)
-            .map_err(|_| ConnectError::Scheme {
-                url: config.relay_url.to_string(),
-            })?;
-        let request = self
-            .inner
-            .http
-            .get(url.clone())
-            .bearer_auth(&config.token)
-            .header(reqwest::header::CONNECTION, "upgrade")
-            .header(reqwest::header::UPGRADE, TUNNEL_PROTOCOL)
-            .send();
-        let response = tokio::time::timeout(CONNECT_TIMEOUT, request)
-            .await
-            .map_err(|_| ConnectError::Timeout {
-                url: url.to_string(),
-            })?
-            .map_err(|source| ConnectError::Dial {
-                url: url.to_string(),
-                source,
-            })?;
-        let status = response.status();
-        if status != reqwest::StatusCode::SWITCHING_PROTOCOLS {
-            let body = response.bytes().await.unwrap_or_default();
-            let message = serde_json::from_slice::<ApiError>(&body)
-                .map(|e| e.error.message)
-                .unwrap_or_else(|_| String::from_utf8_lossy(&body).chars().take(200).collect());
-            return Err(ConnectError::Refused {
-                status: status.as_u16(),
-                message,
-            });
-        }
+        let response = handshake(&self.inner.http, &self.inner.config).await?;
         response.upgrade().await.map_err(ConnectError::Upgrade)
     }
 
@@ -365,6 +332,66 @@ impl ReconcileTransport for RelayConnection {
     fn events(&self) -> watch::Receiver<TransportEvents> {
         self.inner.events.subscribe()
     }
+}
+
+/// Asks the relay who this agent token belongs to: one authenticated connection that is
+/// closed at once. Used at start-up to label the runtime's objects with the agent id.
+pub async fn identify(config: &ConnectionConfig) -> Result<AgentId, ConnectError> {
+    let http = reqwest::Client::builder()
+        .http1_only()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .build()
+        .map_err(ConnectError::Client)?;
+    let response = handshake(&http, config).await?;
+    response
+        .headers()
+        .get(AGENT_ID_RESPONSE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .ok_or(ConnectError::Refused {
+            status: 101,
+            message: format!("the relay did not name the agent ({AGENT_ID_RESPONSE_HEADER})"),
+        })
+}
+
+/// Sends the upgrade request with the agent token; `Ok` only on `101 Switching Protocols`.
+async fn handshake(
+    http: &reqwest::Client,
+    config: &ConnectionConfig,
+) -> Result<reqwest::Response, ConnectError> {
+    let url = config
+        .relay_url
+        .join(AGENT_CONNECT_PATH)
+        .map_err(|_| ConnectError::Scheme {
+            url: config.relay_url.to_string(),
+        })?;
+    let request = http
+        .get(url.clone())
+        .bearer_auth(&config.token)
+        .header(reqwest::header::CONNECTION, "upgrade")
+        .header(reqwest::header::UPGRADE, TUNNEL_PROTOCOL)
+        .send();
+    let response = tokio::time::timeout(CONNECT_TIMEOUT, request)
+        .await
+        .map_err(|_| ConnectError::Timeout {
+            url: url.to_string(),
+        })?
+        .map_err(|source| ConnectError::Dial {
+            url: url.to_string(),
+            source,
+        })?;
+    let status = response.status();
+    if status != reqwest::StatusCode::SWITCHING_PROTOCOLS {
+        let body = response.bytes().await.unwrap_or_default();
+        let message = serde_json::from_slice::<ApiError>(&body)
+            .map(|e| e.error.message)
+            .unwrap_or_else(|_| String::from_utf8_lossy(&body).chars().take(200).collect());
+        return Err(ConnectError::Refused {
+            status: status.as_u16(),
+            message,
+        });
+    }
+    Ok(response)
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {

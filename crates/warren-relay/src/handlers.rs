@@ -12,13 +12,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use hyper_util::rt::TokioIo;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
+use tokio::time::Instant;
 use warren_types::api::{ApiError, ApiErrorBody};
 use warren_types::relay::{
     AuthenticateResponse, DialErrorCode, DialReply, ReconcileReply, SignalResponse, StreamOpen,
-    TunnelQuery, AGENT_CONNECT_PATH, AGENT_ID_RESPONSE_HEADER, SIGNAL_ROUTE, TUNNEL_PROTOCOL,
-    TUNNEL_ROUTE,
+    TunnelQuery, AGENT_CONNECT_PATH, AGENT_IDLE_TIMEOUT_SECS, AGENT_ID_RESPONSE_HEADER,
+    SIGNAL_ROUTE, TUNNEL_PROTOCOL, TUNNEL_ROUTE,
 };
 use warren_types::AgentId;
 
@@ -136,6 +138,19 @@ async fn agent_connect(State(relay): State<Relay>, mut req: Request) -> Response
     switching_protocols(Some((AGENT_ID_RESPONSE_HEADER, agent_id.to_string())))
 }
 
+/// Finishes when the agent opened no stream for `AGENT_IDLE_TIMEOUT_SECS` (its heartbeat
+/// stopped: the host or network vanished without a TCP reset).
+async fn idle_watchdog(last_seen: &Mutex<Instant>) {
+    let limit = Duration::from_secs(AGENT_IDLE_TIMEOUT_SECS);
+    loop {
+        let seen = *last_seen.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.elapsed() >= limit {
+            return;
+        }
+        tokio::time::sleep_until(seen + limit).await;
+    }
+}
+
 pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
@@ -161,15 +176,15 @@ impl Relay {
         };
         let inbound_relay = self.clone();
         let agent_id = agent.agent_id;
-        let (session, driver) = tunnel::start(
-            io,
-            yamux::Mode::Server,
-            self.shutdown.child_token(),
-            move |stream| {
+        let last_seen = Arc::new(Mutex::new(Instant::now()));
+        let seen = last_seen.clone();
+        let conn_token = self.shutdown.child_token();
+        let (session, driver) =
+            tunnel::start(io, yamux::Mode::Server, conn_token.clone(), move |stream| {
+                *seen.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
                 let relay = inbound_relay.clone();
                 tokio::spawn(async move { relay.serve_agent_stream(agent_id, stream).await });
-            },
-        );
+            });
         self.local.insert(
             entry.connection,
             AgentSession {
@@ -182,7 +197,19 @@ impl Relay {
         match &registered {
             Ok(()) => {
                 tracing::info!(agent = %agent.agent_id, name = %agent.agent_name, connection = %entry.connection.0, "agent connected");
-                if let Err(e) = driver.await {
+                tokio::pin!(driver);
+                let result = tokio::select! {
+                    // Cancel-safe: not cancelled here; the watchdog arm only closes the
+                    // session through its token and the driver is then awaited to the end.
+                    r = &mut driver => r,
+                    // Cancel-safe: the watchdog holds only a sleep.
+                    _ = idle_watchdog(&last_seen) => {
+                        tracing::warn!(agent = %agent.agent_id, "agent connection idle too long; closing");
+                        conn_token.cancel();
+                        driver.await
+                    }
+                };
+                if let Err(e) = result {
                     tracing::info!(agent = %agent.agent_id, error = %e, "agent connection failed");
                 }
             }
@@ -204,13 +231,22 @@ impl Relay {
             let open: StreamOpen = read_json(&mut stream).await?;
             let body = match open {
                 StreamOpen::Reconcile => read_frame(&mut stream).await?,
+                StreamOpen::Ping => {
+                    write_frame(&mut stream, b"").await?;
+                    stream
+                        .shutdown()
+                        .await
+                        .map_err(tunnel::TunnelError::Write)?;
+                    return Ok(Some(None));
+                }
                 _ => return Ok(None),
             };
-            Ok::<_, tunnel::TunnelError>(Some(body))
+            Ok::<_, tunnel::TunnelError>(Some(Some(body)))
         })
         .await;
         let body = match head {
-            Ok(Ok(Some(body))) => body,
+            Ok(Ok(Some(Some(body)))) => body,
+            Ok(Ok(Some(None))) => return,
             Ok(Ok(None)) => {
                 tracing::warn!(agent = %agent, "agent opened a stream the relay does not serve");
                 return;

@@ -13,6 +13,8 @@
 //!   `ReconcileRequest`; the relay answers with a JSON [`ReconcileReply`] frame and then one
 //!   frame with the server's response body, unchanged.
 //! - `signal` (relay → agent): nothing more; the stream is closed. "Reconcile now".
+//! - `ping` (agent → relay, every [`HEARTBEAT_INTERVAL_SECS`]): the relay answers with one
+//!   empty frame; no answer in time and the agent reconnects.
 //! - `dial` (relay → agent): the agent dials the workspace endpoint and answers with a JSON
 //!   [`DialReply`] frame; on success raw bytes follow in both directions until either side
 //!   closes.
@@ -48,6 +50,13 @@ pub const PROXY_JWT_ISSUER: &str = "warren-proxy";
 pub const RELAY_JWT_AUDIENCE: &str = "warren-relay";
 /// Longest validity a relay accepts for a JWT on its internal endpoints, in seconds.
 pub const INTERNAL_JWT_MAX_VALIDITY_SECS: i64 = 30;
+
+/// The agent pings the relay this often; a ping unanswered within the timeout makes it
+/// reconnect (a vanished relay host sends no TCP reset).
+pub const HEARTBEAT_INTERVAL_SECS: u64 = 15;
+pub const HEARTBEAT_TIMEOUT_SECS: u64 = 10;
+/// The relay closes an agent connection that opened no stream (not even a ping) for this long.
+pub const AGENT_IDLE_TIMEOUT_SECS: u64 = 60;
 
 /// Largest frame either side accepts; bigger frames are a protocol error, never an allocation.
 pub const MAX_FRAME_LEN: u32 = 64 * 1024 * 1024;
@@ -104,6 +113,8 @@ pub enum StreamOpen {
     Signal,
     /// Relay → agent: open a byte stream to a workspace endpoint.
     Dial(DialTarget),
+    /// Agent → relay: liveness check; the relay answers with one empty frame.
+    Ping,
 }
 
 /// A workspace endpoint the agent dials on the relay's behalf.

@@ -21,7 +21,7 @@ use warren_types::api::ApiError;
 use warren_types::reconcile::{ReconcileRequest, ReconcileResponse};
 use warren_types::relay::{
     DialErrorCode, DialReply, DialTarget, ReconcileReply, StreamOpen, AGENT_CONNECT_PATH,
-    AGENT_ID_RESPONSE_HEADER, TUNNEL_PROTOCOL,
+    AGENT_ID_RESPONSE_HEADER, HEARTBEAT_INTERVAL_SECS, HEARTBEAT_TIMEOUT_SECS, TUNNEL_PROTOCOL,
 };
 use warren_types::AgentId;
 
@@ -40,6 +40,9 @@ pub struct ConnectionConfig {
     pub max_backoff: Duration,
     /// Longest a reconcile call may take end to end.
     pub call_timeout: Duration,
+    /// How often the relay is pinged, and how long an answer may take before reconnecting.
+    pub heartbeat_interval: Duration,
+    pub heartbeat_timeout: Duration,
 }
 
 impl ConnectionConfig {
@@ -50,6 +53,8 @@ impl ConnectionConfig {
             initial_backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(30),
             call_timeout: Duration::from_secs(60),
+            heartbeat_interval: Duration::from_secs(HEARTBEAT_INTERVAL_SECS),
+            heartbeat_timeout: Duration::from_secs(HEARTBEAT_TIMEOUT_SECS),
         }
     }
 }
@@ -62,6 +67,7 @@ impl std::fmt::Debug for ConnectionConfig {
             .field("initial_backoff", &self.initial_backoff)
             .field("max_backoff", &self.max_backoff)
             .field("call_timeout", &self.call_timeout)
+            .field("heartbeat_interval", &self.heartbeat_interval)
             .finish()
     }
 }
@@ -214,12 +220,19 @@ impl RelayConnection {
 
     /// Serves one established connection until it closes.
     async fn serve(&self, upgraded: reqwest::Upgraded, shutdown: CancellationToken) {
+        let shutdown_session = shutdown.clone();
         let this = self.clone();
         let (session, driver) =
             tunnel::start(upgraded, yamux::Mode::Client, shutdown, move |stream| {
                 let this = this.clone();
                 tokio::spawn(async move { this.serve_stream(stream).await });
             });
+        let heartbeat = tokio::spawn(heartbeat(
+            session.clone(),
+            shutdown_session.clone(),
+            self.inner.config.heartbeat_interval,
+            self.inner.config.heartbeat_timeout,
+        ));
         self.inner.session.send_replace(Some(session));
         // Announce the new connection after it is usable, so the full reconcile it triggers
         // goes through it.
@@ -228,6 +241,7 @@ impl RelayConnection {
         if let Err(e) = driver.await {
             tracing::info!(error = %e, "relay connection failed");
         }
+        heartbeat.abort();
         self.inner.session.send_replace(None);
     }
 
@@ -254,8 +268,8 @@ impl RelayConnection {
                 self.inner.events.send_modify(|e| e.signals += 1);
             }
             StreamOpen::Dial(target) => self.serve_dial(stream, target).await,
-            StreamOpen::Reconcile => {
-                tracing::warn!("the relay opened a reconcile stream; only agents do that");
+            StreamOpen::Reconcile | StreamOpen::Ping => {
+                tracing::warn!("the relay opened an agent-to-relay stream; ignored");
             }
         }
     }
@@ -296,6 +310,21 @@ impl RelayConnection {
             .borrow()
             .clone()
             .ok_or(TransportError::NotConnected)?;
+        tokio::select! {
+            // Cancel-safe: dropping a half-done call drops its stream; the server sees a
+            // reconcile it answered to nobody, which the next (full) reconcile makes good.
+            r = self.call_on(&session, request) => r,
+            // Cancel-safe: `closed` holds no state. A call on a dead connection fails at once
+            // instead of waiting for the call timeout, so the loop can use the new connection.
+            _ = session.closed() => Err(TransportError::Connection(Box::new(TunnelError::Closed))),
+        }
+    }
+
+    async fn call_on(
+        &self,
+        session: &Session,
+        request: &ReconcileRequest,
+    ) -> Result<ReconcileResponse, TransportError> {
         let body = serde_json::to_vec(request).map_err(TransportError::Malformed)?;
         let conn = |e: TunnelError| TransportError::Connection(Box::new(e));
         let mut stream = session.open().await.map_err(conn)?;
@@ -331,6 +360,42 @@ impl ReconcileTransport for RelayConnection {
 
     fn events(&self) -> watch::Receiver<TransportEvents> {
         self.inner.events.subscribe()
+    }
+}
+
+/// Pings the relay every `interval`; closes the session (through its token) when a ping goes
+/// unanswered, so a relay that vanished without a TCP reset is left at once.
+async fn heartbeat(
+    session: Session,
+    close: CancellationToken,
+    interval: Duration,
+    timeout: Duration,
+) {
+    loop {
+        tokio::select! {
+            // Cancel-safe: a sleep holds no state.
+            _ = tokio::time::sleep(interval) => {}
+            // Cancel-safe: cancellation is level-triggered.
+            _ = close.cancelled() => return,
+        }
+        let ping = async {
+            let mut stream = session.open().await?;
+            write_json(&mut stream, &StreamOpen::Ping).await?;
+            read_frame(&mut stream).await.map(|_| ())
+        };
+        match tokio::time::timeout(timeout, ping).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %error_chain(&e), "relay heartbeat failed; reconnecting");
+                close.cancel();
+                return;
+            }
+            Err(_) => {
+                tracing::warn!("relay heartbeat unanswered; reconnecting");
+                close.cancel();
+                return;
+            }
+        }
     }
 }
 

@@ -61,6 +61,11 @@ impl Session {
     pub fn is_closed(&self) -> bool {
         self.open_tx.is_closed()
     }
+
+    /// Completes when the driver has stopped (the connection is gone).
+    pub async fn closed(&self) {
+        self.open_tx.closed().await
+    }
 }
 
 /// Starts driving a yamux session over `io`. Inbound streams are handed to `on_inbound`

@@ -260,12 +260,21 @@ impl Drop for TestAgent {
 
 impl TestAgent {
     pub fn start(relay: url::Url, token: &str) -> TestAgent {
+        Self::start_with(relay, token, |_| {})
+    }
+
+    pub fn start_with(
+        relay: url::Url,
+        token: &str,
+        tweak: impl FnOnce(&mut ConnectionConfig),
+    ) -> TestAgent {
         let runtime = Arc::new(SimulatedRuntime::new());
         runtime.set_auto_settle(true);
         runtime.set_auto_delete(true);
         let mut config = ConnectionConfig::new(relay, token.into());
         config.initial_backoff = Duration::from_millis(50);
         config.max_backoff = Duration::from_millis(500);
+        tweak(&mut config);
         let connection = RelayConnection::new(config, runtime.clone()).unwrap();
         let reconciler = Reconciler::new(
             Arc::new(connection.clone()),
@@ -378,4 +387,86 @@ pub async fn echo_server() -> SocketAddr {
         }
     });
     addr
+}
+
+/// A TCP proxy whose existing connections can be frozen: bytes stop flowing but the sockets
+/// stay open, as when a host vanishes without sending a reset.
+pub struct FreezingProxy {
+    pub addr: SocketAddr,
+    freeze_below: Arc<std::sync::atomic::AtomicU64>,
+    accepted: Arc<std::sync::atomic::AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FreezingProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl FreezingProxy {
+    pub async fn start(upstream: SocketAddr) -> FreezingProxy {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let freeze_below = Arc::new(AtomicU64::new(0));
+        let accepted = Arc::new(AtomicU64::new(0));
+        let (fb, acc) = (freeze_below.clone(), accepted.clone());
+        let task = tokio::spawn(async move {
+            let mut conns = tokio::task::JoinSet::new();
+            while let Ok((client, _)) = listener.accept().await {
+                let id = acc.fetch_add(1, Ordering::SeqCst);
+                let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
+                    continue;
+                };
+                let fb = fb.clone();
+                conns.spawn(async move {
+                    let (cr, cw) = client.into_split();
+                    let (sr, sw) = server.into_split();
+                    let frozen = move || fb.load(Ordering::SeqCst) > id;
+                    let f2 = frozen.clone();
+                    let _ = tokio::join!(pump(cr, sw, frozen), pump(sr, cw, f2));
+                });
+            }
+        });
+        FreezingProxy {
+            addr,
+            freeze_below,
+            accepted,
+            task,
+        }
+    }
+
+    /// Every connection accepted so far stops forwarding.
+    pub fn freeze_existing(&self) {
+        use std::sync::atomic::Ordering;
+        self.freeze_below
+            .store(self.accepted.load(Ordering::SeqCst), Ordering::SeqCst);
+    }
+
+    pub fn accepted(&self) -> u64 {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+async fn pump(
+    mut r: tokio::net::tcp::OwnedReadHalf,
+    mut w: tokio::net::tcp::OwnedWriteHalf,
+    frozen: impl Fn() -> bool,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match r.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if frozen() {
+            // Hold the bytes and the sockets forever.
+            std::future::pending::<()>().await;
+        }
+        if w.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
 }

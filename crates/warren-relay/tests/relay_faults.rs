@@ -1,0 +1,61 @@
+//! Connection faults between agent and relay: a relay that stops answering without closing the
+//! socket, and the agent's identity handshake.
+
+mod common;
+
+use common::*;
+use std::time::Duration;
+use warren_agent::connection::{identify, ConnectionConfig};
+use warren_types::reconcile::{ReconcileSettings, UpdateType};
+
+fn slow_timers() -> ReconcileSettings {
+    ReconcileSettings {
+        full_reconciliation_interval_seconds: 3600,
+        partial_reconciliation_interval_seconds: 3600,
+    }
+}
+
+#[tokio::test]
+async fn agent_leaves_a_silent_relay_connection_and_reconnects() {
+    let server = TestServer::start(slow_timers()).await;
+    server.with(|s| s.model.create("ws-a"));
+    let relay = TestRelay::start(&server.url).await;
+    let proxy = FreezingProxy::start(relay.agent_addr).await;
+    let agent = TestAgent::start_with(
+        format!("http://{}", proxy.addr).parse().unwrap(),
+        GOOD_TOKEN,
+        |c| {
+            c.heartbeat_interval = Duration::from_millis(200);
+            c.heartbeat_timeout = Duration::from_millis(300);
+        },
+    );
+    wait_for("the first full reconcile", 20, || async {
+        server.with(|s| s.model.count(UpdateType::Full)) == 1
+    })
+    .await;
+    let before = proxy.accepted();
+    proxy.freeze_existing();
+    // The heartbeat goes unanswered: the agent drops the connection, dials again (a new
+    // proxied connection, not frozen) and reconciles fully.
+    wait_for("a new connection", 20, || async {
+        proxy.accepted() > before
+    })
+    .await;
+    wait_for("a full reconcile on the new connection", 20, || async {
+        server.with(|s| s.model.count(UpdateType::Full)) >= 2
+    })
+    .await;
+    assert!(agent.connection.is_connected());
+}
+
+#[tokio::test]
+async fn identify_names_the_agent_and_refuses_bad_tokens() {
+    let server = TestServer::start(slow_timers()).await;
+    let relay = TestRelay::start(&server.url).await;
+    let config = ConnectionConfig::new(relay.agent_url(), GOOD_TOKEN.into());
+    assert_eq!(identify(&config).await.unwrap(), AGENT);
+    let bad = ConnectionConfig::new(relay.agent_url(), "nope".into());
+    let err = identify(&bad).await.unwrap_err();
+    assert!(err.is_auth(), "{err}");
+    assert!(err.to_string().contains("refused"), "{err}");
+}

@@ -58,6 +58,23 @@ async fn latency<S: AsyncRead + AsyncWrite + Unpin>(
     (samples[rounds / 2], samples[rounds * 99 / 100])
 }
 
+/// A plain TCP forwarder (no multiplexing, no framing) in front of `upstream`.
+async fn forwarder(upstream: std::net::SocketAddr) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let _ = inbound.set_nodelay(true);
+                let mut outbound = tokio::net::TcpStream::connect(upstream).await.unwrap();
+                let _ = outbound.set_nodelay(true);
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+            });
+        }
+    });
+    addr
+}
+
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -90,19 +107,29 @@ async fn run() {
     agent.runtime.set_endpoint(&key("bench"), 8080, echo);
     let jwt = internal_jwt("warren-proxy");
 
+    eprintln!("set up; measuring");
     let mut direct = tokio::net::TcpStream::connect(echo).await.unwrap();
     direct.set_nodelay(true).unwrap();
     let mut tunnel = open_tunnel(&relay, AGENT, "bench", 8080, &jwt)
         .await
         .unwrap();
+    // The same number of socket hops as the tunnel (client → relay → agent → workspace)
+    // through plain forwarders: separates the cost of the hops from yamux and HTTP.
+    let chain = forwarder(forwarder(echo).await).await;
+    let mut hops = tokio::net::TcpStream::connect(chain).await.unwrap();
+    hops.set_nodelay(true).unwrap();
 
     // Warm both paths (window auto-tuning, allocator), then measure.
     throughput(&mut direct, 16 << 20).await;
     throughput(&mut tunnel, 16 << 20).await;
+    throughput(&mut hops, 16 << 20).await;
+    eprintln!("warm");
     let direct_tp = throughput(&mut direct, total).await;
     let tunnel_tp = throughput(&mut tunnel, total).await;
+    let hops_tp = throughput(&mut hops, total).await;
     let (direct_p50, direct_p99) = latency(&mut direct, rounds).await;
     let (tunnel_p50, tunnel_p99) = latency(&mut tunnel, rounds).await;
+    let (hops_p50, hops_p99) = latency(&mut hops, rounds).await;
 
     // Opening a stream: the relay's JWT check, the agent's dial and the upgrade.
     let mut opens = vec![];
@@ -140,6 +167,15 @@ async fn run() {
         micros(direct_p99),
         micros(tunnel_p99),
         micros(tunnel_p99) / micros(direct_p99)
+    );
+    println!(
+        "3 plain TCP hops (same hop count as the tunnel): throughput {hops_tp:.1} MB/s \
+         (tunnel/hops {:.2}), rtt p50 {:.1} µs (tunnel/hops {:.2}), p99 {:.1} µs (tunnel/hops {:.2})",
+        tunnel_tp / hops_tp,
+        micros(hops_p50),
+        micros(tunnel_p50) / micros(hops_p50),
+        micros(hops_p99),
+        micros(tunnel_p99) / micros(hops_p99)
     );
     println!(
         "open p50     direct {:>9.1} µs     tunnel {:>9.1} µs     tunnel/direct {:.2}",

@@ -15,6 +15,7 @@ pub mod tunnel;
 
 pub use config::{ConfigError, RelayConfig};
 
+use axum::serve::ListenerExt;
 use registry::{AgentRegistry, InMemoryRegistry, InstanceId, LocalConnections};
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -105,10 +106,24 @@ pub async fn run_with_registry(
         instance = %relay.instance.0,
         "relay listening"
     );
-    let agents = axum::serve(listeners.agents, handlers::agent_router(relay.clone()))
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
-    let internal = axum::serve(listeners.internal, handlers::internal_router(relay.clone()))
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    // Tunnels carry interactive traffic (terminals, SSH) in small writes, and yamux writes a
+    // frame's header and body separately: without TCP_NODELAY, Nagle's algorithm and delayed
+    // ACKs add tens of milliseconds per round trip.
+    let nodelay = |tcp: &mut tokio::net::TcpStream| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+    };
+    let agents = axum::serve(
+        listeners.agents.tap_io(nodelay),
+        handlers::agent_router(relay.clone()),
+    )
+    .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let internal = axum::serve(
+        listeners.internal.tap_io(nodelay),
+        handlers::internal_router(relay.clone()),
+    )
+    .with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let (a, i) = tokio::join!(agents, internal);
     // Upgraded connections are not tracked by the HTTP server; they watch `shutdown`
     // themselves and unregister on the way out.

@@ -134,7 +134,8 @@ where
 
 fn config() -> yamux::Config {
     // The defaults: 256 KiB initial stream window auto-tuned towards the bandwidth-delay
-    // product, 1 GiB per connection across 512 streams.
+    // product, 1 GiB per connection across 512 streams, 16 KiB data frames (64 KiB frames
+    // measured no better in `benches/tunnel.rs`).
     yamux::Config::default()
 }
 

@@ -220,20 +220,26 @@ async fn tunnel_waits_for_an_agent_that_connects_late() {
     let jwt = internal_jwt("warren-proxy");
     let relay = Arc::new(relay);
     let r = relay.clone();
-    let pending =
-        tokio::spawn(async move { open_tunnel(&r, AGENT, "ws-a", 8080, &jwt).await.is_ok() });
+    let pending = tokio::spawn(async move {
+        open_tunnel(&r, AGENT, "ws-a", 8080, &jwt)
+            .await
+            .err()
+            .map(|(_, body)| body)
+    });
     tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!pending.is_finished(), "the request waits for the agent");
     let agent = TestAgent::start(relay.agent_url(), GOOD_TOKEN);
     let echo = echo_server().await;
-    // The workspace must exist for the dial to succeed; it is applied by the first full reconcile.
     wait_for("the workspace to exist", 20, || async {
         agent.runtime.workspace(&key("ws-a")).is_some()
     })
     .await;
     agent.runtime.set_endpoint(&key("ws-a"), 8080, echo);
-    // The request may have been answered before the endpoint existed (a 502): the point is
-    // that it did not fail with "not connected" while the agent was on its way.
-    let _ = pending.await.unwrap();
+    // The waiting request reached the agent once it connected: it either got through or was
+    // answered by the agent (the workspace may not have been applied yet), never "not connected".
+    if let Some(body) = pending.await.unwrap() {
+        assert!(!body.contains("agent_not_connected"), "{body}");
+    }
     let jwt = internal_jwt("warren-proxy");
     assert!(open_tunnel(&relay, AGENT, "ws-a", 8080, &jwt).await.is_ok());
 }

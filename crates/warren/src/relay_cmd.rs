@@ -69,8 +69,9 @@ pub(crate) fn shutdown_on_signals() -> CancellationToken {
             match signal(SignalKind::terminate()) {
                 Ok(mut term) => {
                     tokio::select! {
-                        // Cancel-safe: both are signal streams; losing one at exit is fine.
+                        // Cancel-safe: a fresh Ctrl-C listener; nothing is lost by dropping it.
                         _ = tokio::signal::ctrl_c() => {}
+                        // Cancel-safe: `recv` on a signal stream loses nothing when dropped.
                         _ = term.recv() => {}
                     }
                 }

@@ -359,6 +359,8 @@ impl WorkspaceRuntime for SimulatedRuntime {
                     context: format!("dialling port {port} of {key}"),
                     source: Box::new(e),
                 })?;
+        // Interactive traffic: no Nagle delay on the last hop either.
+        let _ = stream.set_nodelay(true);
         Ok(Box::new(stream))
     }
 }

@@ -380,6 +380,7 @@ pub async fn echo_server() -> SocketAddr {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         while let Ok((mut sock, _)) = listener.accept().await {
+            let _ = sock.set_nodelay(true);
             tokio::spawn(async move {
                 let (mut r, mut w) = sock.split();
                 let _ = tokio::io::copy(&mut r, &mut w).await;

@@ -59,3 +59,40 @@ async fn identify_names_the_agent_and_refuses_bad_tokens() {
     assert!(err.is_auth(), "{err}");
     assert!(err.to_string().contains("refused"), "{err}");
 }
+
+#[tokio::test]
+async fn server_outage_is_reported_not_cached_and_the_agent_recovers() {
+    // A port with nothing behind it yet: the server is down when the agent arrives.
+    let probe = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server_addr = probe.local_addr().unwrap();
+    drop(probe);
+    let server_url: url::Url = format!("http://{server_addr}").parse().unwrap();
+    let relay = TestRelay::start(&server_url).await;
+
+    let resp = reqwest::Client::builder()
+        .http1_only()
+        .build()
+        .unwrap()
+        .get(format!("{}v1/agent/connect", relay.agent_url()))
+        .bearer_auth(GOOD_TOKEN)
+        .header("connection", "upgrade")
+        .header("upgrade", "warren-tunnel/1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 503);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "server_unavailable");
+
+    let agent = TestAgent::start(relay.agent_url(), GOOD_TOKEN);
+    // The server comes up: the outage was not cached, the agent connects and reconciles.
+    let server = TestServer::start_on(server_addr, slow_timers()).await;
+    server.with(|s| s.model.create("ws-a"));
+    wait_for(
+        "the agent to reconcile once the server is back",
+        20,
+        || async { server.with(|s| s.model.count(UpdateType::Full)) >= 1 },
+    )
+    .await;
+    assert!(agent.connection.is_connected());
+}

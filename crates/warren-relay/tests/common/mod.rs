@@ -140,6 +140,11 @@ async fn reconcile(
 
 impl TestServer {
     pub async fn start(settings: ReconcileSettings) -> TestServer {
+        Self::start_on("127.0.0.1:0".parse().unwrap(), settings).await
+    }
+
+    /// Starts the double on `addr` (port 0, or the port of a server that went away).
+    pub async fn start_on(addr: SocketAddr, settings: ReconcileSettings) -> TestServer {
         let mut st = ServerState {
             model: ServerModel::new(settings),
             ..Default::default()
@@ -156,7 +161,7 @@ impl TestServer {
             .route(AUTHENTICATE_PATH, post(authenticate))
             .route(RECONCILE_PATH, post(reconcile))
             .with_state(state.clone());
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = TcpListener::bind(addr).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let shutdown = CancellationToken::new();
         let s = shutdown.clone();

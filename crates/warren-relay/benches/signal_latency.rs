@@ -11,8 +11,8 @@
 mod common;
 
 use common::*;
-use warren_agent::runtime::WorkspaceRuntime;
 use std::time::{Duration, Instant};
+use warren_agent::runtime::WorkspaceRuntime;
 use warren_types::reconcile::ReconcileSettings;
 use warren_types::{ActualState, DesiredState};
 

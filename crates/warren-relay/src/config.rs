@@ -27,6 +27,10 @@ pub struct RelayConfig {
     /// How long the agent may take to dial a workspace endpoint.
     #[serde(default = "default_dial_timeout")]
     pub dial_timeout_seconds: u64,
+    /// An agent connection that opens no stream (agents ping every 15 s) for this long is
+    /// closed: its host or network vanished without a TCP reset.
+    #[serde(default = "default_agent_idle_timeout")]
+    pub agent_idle_timeout_seconds: u64,
 }
 
 fn default_auth_cache() -> u64 {
@@ -41,6 +45,9 @@ fn default_agent_wait() -> u64 {
 fn default_dial_timeout() -> u64 {
     10
 }
+fn default_agent_idle_timeout() -> u64 {
+    warren_types::relay::AGENT_IDLE_TIMEOUT_SECS
+}
 
 impl std::fmt::Debug for RelayConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -54,6 +61,10 @@ impl std::fmt::Debug for RelayConfig {
             )
             .field("agent_wait_seconds", &self.agent_wait_seconds)
             .field("dial_timeout_seconds", &self.dial_timeout_seconds)
+            .field(
+                "agent_idle_timeout_seconds",
+                &self.agent_idle_timeout_seconds,
+            )
             .finish()
     }
 }
@@ -78,6 +89,7 @@ impl RelayConfig {
             auth_failure_cache_seconds: default_auth_failure_cache(),
             agent_wait_seconds: default_agent_wait(),
             dial_timeout_seconds: default_dial_timeout(),
+            agent_idle_timeout_seconds: default_agent_idle_timeout(),
         }
     }
 
@@ -99,6 +111,10 @@ impl RelayConfig {
                 self.auth_failure_cache_seconds,
             ),
             ("dial_timeout_seconds", self.dial_timeout_seconds),
+            (
+                "agent_idle_timeout_seconds",
+                self.agent_idle_timeout_seconds,
+            ),
         ] {
             if v == 0 {
                 return Err(ConfigError::Zero { field });
@@ -118,6 +134,9 @@ impl RelayConfig {
     }
     pub fn dial_timeout(&self) -> Duration {
         Duration::from_secs(self.dial_timeout_seconds)
+    }
+    pub fn agent_idle_timeout(&self) -> Duration {
+        Duration::from_secs(self.agent_idle_timeout_seconds)
     }
 }
 

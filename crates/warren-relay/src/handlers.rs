@@ -19,8 +19,8 @@ use tokio::time::Instant;
 use warren_types::api::{ApiError, ApiErrorBody};
 use warren_types::relay::{
     AuthenticateResponse, DialErrorCode, DialReply, ReconcileReply, SignalResponse, StreamOpen,
-    TunnelQuery, AGENT_CONNECT_PATH, AGENT_IDLE_TIMEOUT_SECS, AGENT_ID_RESPONSE_HEADER,
-    SIGNAL_ROUTE, TUNNEL_PROTOCOL, TUNNEL_ROUTE,
+    TunnelQuery, AGENT_CONNECT_PATH, AGENT_ID_RESPONSE_HEADER, SIGNAL_ROUTE, TUNNEL_PROTOCOL,
+    TUNNEL_ROUTE,
 };
 use warren_types::AgentId;
 
@@ -138,10 +138,9 @@ async fn agent_connect(State(relay): State<Relay>, mut req: Request) -> Response
     switching_protocols(Some((AGENT_ID_RESPONSE_HEADER, agent_id.to_string())))
 }
 
-/// Finishes when the agent opened no stream for `AGENT_IDLE_TIMEOUT_SECS` (its heartbeat
-/// stopped: the host or network vanished without a TCP reset).
-async fn idle_watchdog(last_seen: &Mutex<Instant>) {
-    let limit = Duration::from_secs(AGENT_IDLE_TIMEOUT_SECS);
+/// Finishes when the agent opened no stream for `limit` (its heartbeat stopped: the host or
+/// network vanished without a TCP reset).
+async fn idle_watchdog(last_seen: &Mutex<Instant>, limit: Duration) {
     loop {
         let seen = *last_seen.lock().unwrap_or_else(|p| p.into_inner());
         if seen.elapsed() >= limit {
@@ -203,7 +202,7 @@ impl Relay {
                     // session through its token and the driver is then awaited to the end.
                     r = &mut driver => r,
                     // Cancel-safe: the watchdog holds only a sleep.
-                    _ = idle_watchdog(&last_seen) => {
+                    _ = idle_watchdog(&last_seen, self.config.agent_idle_timeout()) => {
                         tracing::warn!(agent = %agent.agent_id, "agent connection idle too long; closing");
                         conn_token.cancel();
                         driver.await

@@ -96,3 +96,51 @@ async fn server_outage_is_reported_not_cached_and_the_agent_recovers() {
     .await;
     assert!(agent.connection.is_connected());
 }
+
+#[tokio::test]
+async fn relay_closes_and_unregisters_a_silent_agent_connection() {
+    let server = TestServer::start(slow_timers()).await;
+    let relay = TestRelay::start_on(&server.url, "127.0.0.1:0".parse().unwrap(), |c| {
+        c.agent_idle_timeout_seconds = 1
+    })
+    .await;
+    // An agent that authenticates and then goes silent (no heartbeat, no streams).
+    let resp = reqwest::Client::builder()
+        .http1_only()
+        .build()
+        .unwrap()
+        .get(format!("{}v1/agent/connect", relay.agent_url()))
+        .bearer_auth(GOOD_TOKEN)
+        .header("connection", "upgrade")
+        .header("upgrade", "warren-tunnel/1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 101);
+    let mut silent = resp.upgrade().await.unwrap();
+    let connections = || async {
+        reqwest::Client::new()
+            .post(relay.internal_url(&format!("/internal/agents/{AGENT}/signal")))
+            .bearer_auth(internal_jwt("warren-server"))
+            .send()
+            .await
+            .unwrap()
+            .json::<warren_types::relay::SignalResponse>()
+            .await
+            .unwrap()
+            .connections
+    };
+    // Registered while fresh (the signal itself opens a stream; it is not agent activity).
+    assert_eq!(connections().await, 1);
+    wait_for("the relay to drop the silent connection", 20, || async {
+        connections().await == 0
+    })
+    .await;
+    // And it closed the socket: reading ends (after yamux's go-away frame, if any).
+    use tokio::io::AsyncReadExt;
+    let mut sink = vec![];
+    tokio::time::timeout(Duration::from_secs(10), silent.read_to_end(&mut sink))
+        .await
+        .expect("the relay closes the connection")
+        .ok();
+}

@@ -45,6 +45,7 @@ struct RelayFile {
     auth_failure_cache_seconds: Option<u64>,
     agent_wait_seconds: Option<u64>,
     dial_timeout_seconds: Option<u64>,
+    agent_idle_timeout_seconds: Option<u64>,
 }
 
 /// Reads a secret from a file, without the trailing newline editors add.
@@ -128,6 +129,9 @@ fn resolve(args: RelayArgs) -> anyhow::Result<(RelayConfig, SocketAddr, SocketAd
     }
     if let Some(v) = file.dial_timeout_seconds {
         config.dial_timeout_seconds = v;
+    }
+    if let Some(v) = file.agent_idle_timeout_seconds {
+        config.agent_idle_timeout_seconds = v;
     }
     config.validate().context("invalid relay configuration")?;
     let agent_listen = match args.agent_listen.or(file.agent_listen) {

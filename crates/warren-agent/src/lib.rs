@@ -1,3 +1,5 @@
 //! Warren's agent: reconciles a workspace runtime (Kubernetes, container engine) with the server.
 
+pub mod connection;
+pub mod reconciler;
 pub mod runtime;

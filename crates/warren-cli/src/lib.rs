@@ -52,7 +52,10 @@ pub enum Command {
     /// SSH public keys for reaching workspaces over SSH.
     #[command(name = "ssh-key")]
     SshKey(SshKeyGroup),
-    /// Agents, one per cluster or container-engine host (admin).
+    /// Agents, one per cluster or container-engine host (admin). Not parsed here: the
+    /// binary's `warren agent` is also the agent service, so it parses these commands itself
+    /// and hands them back through this variant.
+    #[command(skip)]
     Agent(AgentGroup),
     /// Projects: a git repository and its devfile.
     Project(ProjectGroup),

@@ -12,6 +12,7 @@ pub mod internal;
 pub mod lifecycle;
 pub mod quantity;
 pub mod reconcile;
+pub mod relay;
 pub mod state;
 
 pub use ids::{AgentId, ProjectId, SshKeyId, TokenId, UserId, WorkspaceId};

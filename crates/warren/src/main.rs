@@ -1,7 +1,10 @@
 //! The `warren` binary: argument parsing and wiring only; every behaviour lives in a crate.
 
+mod agent_cmd;
+mod relay_cmd;
 mod server_cmd;
 mod telemetry;
+mod up_cmd;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
@@ -17,8 +20,15 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the control plane (REST API, web UI, reconcile handler).
+    /// Run Warren on this machine: server, relay and an agent on the local Docker or Podman.
+    Up(up_cmd::UpArgs),
+    /// Run the control plane (REST API, reconcile handler, lifecycle timers).
     Server(server_cmd::ServerArgs),
+    /// Run a relay: agents connect to it; it forwards their calls and carries traffic to them.
+    Relay(relay_cmd::RelayArgs),
+    /// Run an agent (no subcommand), or manage agents: create, list, show, update.
+    #[command(args_conflicts_with_subcommands = true)]
+    Agent(agent_cmd::AgentArgs),
     #[command(flatten)]
     User(warren_cli::Command),
 }
@@ -26,10 +36,31 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Up(args) => {
+            telemetry::init();
+            run_service(up_cmd::run(args))
+        }
         Command::Server(args) => {
             telemetry::init();
             run_service(server_cmd::run(args))
         }
+        Command::Relay(args) => {
+            telemetry::init();
+            run_service(relay_cmd::run(args))
+        }
+        Command::Agent(mut args) => match args.manage.take() {
+            Some(cmd) => warren_cli::main(
+                warren_cli::Command::Agent(warren_cli::AgentGroup {
+                    out: args.out.clone(),
+                    cmd,
+                }),
+                Cli::command,
+            ),
+            None => {
+                telemetry::init();
+                run_service(agent_cmd::run(args))
+            }
+        },
         Command::User(cmd) => warren_cli::main(cmd, Cli::command),
     }
 }

@@ -97,3 +97,6 @@ pub trait WorkspaceRuntime: Send + Sync + 'static {
         port: u16,
     ) -> Result<Box<dyn ByteStream>, RuntimeError>;
 }
+
+/// The steppable in-memory runtime for tests.
+pub mod simulated;

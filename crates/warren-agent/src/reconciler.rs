@@ -1,0 +1,590 @@
+//! The agent's reconcile loop (reconcile.md "Agent loop" and "Agent side").
+//!
+//! The loop is told nothing about what changed: a wake-up (timer, runtime change, the relay's
+//! signal, a reconnect) only decides *when* to run and whether the cycle is full or partial;
+//! each cycle compares the runtime with what the server last echoed. Everything here can be
+//! lost at any time: the next full reconcile rebuilds it from the runtime and the server.
+
+use crate::runtime::{ObservedWorkspace, RuntimeError, WorkspaceKey, WorkspaceRuntime};
+use async_trait::async_trait;
+use futures::StreamExt;
+use rand::Rng;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use warren_types::reconcile::{
+    ErrorDetails, ErrorType, PodFailure, ReconcileRequest, ReconcileResponse, ReconcileSettings,
+    TerminationProgress, UpdateType, WorkspaceAgentInfo, WorkspaceRailsInfo,
+};
+use warren_types::{ActualState, DesiredState};
+
+/// Shortest interval honoured from the server's settings, so a bad setting cannot spin.
+const MIN_INTERVAL: Duration = Duration::from_secs(1);
+
+/// What the transport tells the loop besides answers: counters that only grow.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TransportEvents {
+    /// Incremented on every new connection to the relay: the loop runs a full reconcile.
+    pub connection: u64,
+    /// Incremented on every "reconcile now" signal: the loop runs a partial reconcile.
+    pub signals: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    #[error("not connected to the relay")]
+    NotConnected,
+    #[error("the reconcile call timed out")]
+    Timeout,
+    #[error("the relay connection failed")]
+    Connection(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("the server answered {status}: {message}")]
+    Status { status: u16, message: String },
+    #[error("the server's answer is malformed")]
+    Malformed(#[source] serde_json::Error),
+}
+
+/// How the loop reaches the server (production: the relay connection).
+#[async_trait]
+pub trait ReconcileTransport: Send + Sync + 'static {
+    async fn reconcile(
+        &self,
+        request: &ReconcileRequest,
+    ) -> Result<ReconcileResponse, TransportError>;
+
+    /// Connection and signal counters; a change wakes the loop.
+    fn events(&self) -> watch::Receiver<TransportEvents>;
+}
+
+#[derive(Debug, Clone)]
+pub struct ReconcilerConfig {
+    /// First retry delay after a failed cycle; doubles up to `max_backoff`, jittered.
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+    /// Workspaces applied at the same time.
+    pub apply_concurrency: usize,
+}
+
+impl Default for ReconcilerConfig {
+    fn default() -> Self {
+        ReconcilerConfig {
+            initial_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(60),
+            apply_concurrency: 8,
+        }
+    }
+}
+
+/// What the loop has done so far; for logs, metrics and tests.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReconcilerStatus {
+    pub full_cycles: u64,
+    pub partial_cycles: u64,
+    pub failed_cycles: u64,
+    pub last_error: Option<String>,
+    pub settings: ReconcileSettings,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum CycleError {
+    #[error("listing the runtime's workspaces")]
+    List(#[source] RuntimeError),
+    #[error("calling the server")]
+    Transport(#[from] TransportError),
+}
+
+/// An error waiting to be reported; `seq` orders errors so a newer one wins.
+#[derive(Debug, Clone)]
+struct PendingError {
+    details: ErrorDetails,
+    seq: u64,
+}
+
+/// What the agent remembers of one workspace between cycles.
+#[derive(Debug, Clone, Default)]
+struct Tracked {
+    /// The `deployment_resource_version` the server last echoed.
+    echoed_version: Option<String>,
+    desired: Option<DesiredState>,
+    /// Termination progress to report (set once desired `Terminated` was acted on).
+    termination: Option<TerminationProgress>,
+    error: Option<PendingError>,
+    /// The pod failure last reported, so a new or cleared one is reported at once.
+    reported_pod_failure: Option<PodFailure>,
+}
+
+impl Tracked {
+    fn has_pending(&self) -> bool {
+        self.termination.is_some() || self.error.is_some()
+    }
+}
+
+pub struct Reconciler {
+    transport: Arc<dyn ReconcileTransport>,
+    runtime: Arc<dyn WorkspaceRuntime>,
+    config: ReconcilerConfig,
+    tracked: BTreeMap<WorkspaceKey, Tracked>,
+    settings: ReconcileSettings,
+    error_seq: u64,
+    status: watch::Sender<ReconcilerStatus>,
+}
+
+impl std::fmt::Debug for Reconciler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reconciler")
+            .field("workspaces", &self.tracked.len())
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+struct Backoff {
+    initial: Duration,
+    max: Duration,
+    failures: u32,
+}
+
+impl Backoff {
+    /// Full-jitter-ish: uniformly in [d/2, d] where d doubles per failure up to `max`.
+    fn next(&mut self) -> Duration {
+        let exp = self.failures.min(20);
+        self.failures = self.failures.saturating_add(1);
+        let d = self.initial.saturating_mul(1u32 << exp).min(self.max);
+        let half = d / 2;
+        half + rand::thread_rng().gen_range(Duration::ZERO..=half)
+    }
+    fn reset(&mut self) {
+        self.failures = 0;
+    }
+}
+
+fn interval(secs: u64) -> Duration {
+    Duration::from_secs(secs).max(MIN_INTERVAL)
+}
+
+/// Parses `config_to_apply`: a multi-document YAML stream, empty documents skipped.
+pub fn parse_objects(yaml: &str) -> Result<Vec<serde_json::Value>, serde_yaml::Error> {
+    use serde::Deserialize;
+    let mut out = vec![];
+    for doc in serde_yaml::Deserializer::from_str(yaml) {
+        let value = serde_json::Value::deserialize(doc)?;
+        if !value.is_null() {
+            out.push(value);
+        }
+    }
+    Ok(out)
+}
+
+fn resource_version(deployment: &Option<serde_json::Value>) -> Option<&str> {
+    deployment
+        .as_ref()?
+        .pointer("/metadata/resourceVersion")?
+        .as_str()
+}
+
+impl Reconciler {
+    pub fn new(
+        transport: Arc<dyn ReconcileTransport>,
+        runtime: Arc<dyn WorkspaceRuntime>,
+        config: ReconcilerConfig,
+    ) -> Self {
+        Reconciler {
+            transport,
+            runtime,
+            config,
+            tracked: BTreeMap::new(),
+            settings: ReconcileSettings::default(),
+            error_seq: 0,
+            status: watch::channel(ReconcilerStatus::default()).0,
+        }
+    }
+
+    /// Follows the loop's progress.
+    pub fn status(&self) -> watch::Receiver<ReconcilerStatus> {
+        self.status.subscribe()
+    }
+
+    /// Runs until `shutdown` fires. Never returns early: every error is logged and retried.
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        let mut events = self.transport.events();
+        let mut changes = self.runtime.changes();
+        let mut changes_open = true;
+        let mut events_open = true;
+        let mut seen_connection = events.borrow_and_update().connection;
+        let mut backoff = Backoff {
+            initial: self.config.initial_backoff,
+            max: self.config.max_backoff,
+            failures: 0,
+        };
+        // At start: a full reconcile at once.
+        let mut full_due = true;
+        let mut partial_due = false;
+        let mut last_full = Instant::now();
+        let mut next_partial =
+            Instant::now() + interval(self.settings.partial_reconciliation_interval_seconds);
+        let mut retry_at: Option<Instant> = None;
+
+        loop {
+            let now = Instant::now();
+            let next_full =
+                last_full + interval(self.settings.full_reconciliation_interval_seconds);
+            if now >= next_full {
+                full_due = true;
+            }
+            if now >= next_partial {
+                partial_due = true;
+            }
+            let may_run = retry_at.is_none_or(|t| now >= t);
+            if may_run && (full_due || partial_due) {
+                // Everything announced until now is covered by this cycle (it lists the
+                // runtime and calls the server afterwards), so mark it seen; only what
+                // happens during the cycle wakes the loop again.
+                changes.borrow_and_update();
+                if events_open {
+                    let ev = *events.borrow_and_update();
+                    if ev.connection != seen_connection {
+                        seen_connection = ev.connection;
+                        full_due = true;
+                    }
+                }
+                let kind = if full_due {
+                    UpdateType::Full
+                } else {
+                    UpdateType::Partial
+                };
+                let result = tokio::select! {
+                    // Cancel-safe: a cycle may stop at any await; every runtime call is
+                    // idempotent and the next start rebuilds everything with a full reconcile.
+                    r = self.cycle(kind) => r,
+                    // Cancel-safe: cancellation is level-triggered.
+                    _ = shutdown.cancelled() => return,
+                };
+                match result {
+                    Ok(follow_up) => {
+                        backoff.reset();
+                        retry_at = None;
+                        if kind == UpdateType::Full {
+                            full_due = false;
+                            last_full = Instant::now();
+                        }
+                        // A full covers a pending partial; an apply or delete that just
+                        // happened is reported by a partial at once.
+                        partial_due = follow_up;
+                        next_partial = Instant::now()
+                            + interval(self.settings.partial_reconciliation_interval_seconds);
+                    }
+                    Err(e) => {
+                        let delay = backoff.next();
+                        let message = crate_error_chain(&e);
+                        tracing::warn!(error = %message, retry_in = ?delay, kind = ?kind, "reconcile failed");
+                        self.status.send_modify(|s| {
+                            s.failed_cycles += 1;
+                            s.last_error = Some(message);
+                        });
+                        retry_at = Some(Instant::now() + delay);
+                    }
+                }
+                continue;
+            }
+            let deadline = retry_at.unwrap_or_else(|| next_full.min(next_partial));
+            tokio::select! {
+                // Cancel-safe: cancellation is level-triggered.
+                _ = shutdown.cancelled() => return,
+                // Cancel-safe: a sleep holds no state; the loop top re-derives what is due.
+                _ = tokio::time::sleep_until(deadline) => {}
+                // Cancel-safe: `changed` only marks the value seen when it completes.
+                r = events.changed(), if events_open => match r {
+                    Ok(()) => {
+                        let ev = *events.borrow_and_update();
+                        if ev.connection != seen_connection {
+                            // A new connection: the relay or server may have restarted, so
+                            // rebuild everything at once, whatever the backoff says.
+                            seen_connection = ev.connection;
+                            full_due = true;
+                            retry_at = None;
+                            backoff.reset();
+                        } else {
+                            partial_due = true;
+                        }
+                    }
+                    Err(_) => events_open = false,
+                },
+                // Cancel-safe: as above.
+                r = changes.changed(), if changes_open => match r {
+                    Ok(()) => partial_due = true,
+                    Err(_) => changes_open = false,
+                },
+            }
+        }
+    }
+
+    /// One reconcile; returns whether something was applied or deleted (report it at once).
+    async fn cycle(&mut self, kind: UpdateType) -> Result<bool, CycleError> {
+        self.advance_terminations().await;
+        let observed = self.runtime.list().await.map_err(CycleError::List)?;
+        if kind == UpdateType::Full {
+            // Rebuild the view: a workspace no longer in the runtime and with nothing to
+            // report is the server's business to mention again.
+            let present: std::collections::BTreeSet<_> =
+                observed.iter().map(|o| o.key.clone()).collect();
+            self.tracked.retain(|k, t| {
+                present.contains(k)
+                    || t.has_pending()
+                    || t.desired == Some(DesiredState::Terminated)
+            });
+        }
+        let (infos, sent_errors) = self.report(kind, observed);
+        let request = ReconcileRequest {
+            update_type: kind,
+            workspace_agent_infos: infos,
+        };
+        let response = self.transport.reconcile(&request).await?;
+        tracing::debug!(kind = ?kind, reported = request.workspace_agent_infos.len(), returned = response.workspace_rails_infos.len(), "reconciled");
+
+        // Acknowledged: clear exactly the errors this call carried (a newer one stays).
+        for (key, seq) in sent_errors {
+            if let Some(t) = self.tracked.get_mut(&key) {
+                if t.error.as_ref().is_some_and(|e| e.seq == seq) {
+                    t.error = None;
+                }
+            }
+        }
+        for info in &request.workspace_agent_infos {
+            let key = WorkspaceKey {
+                name: info.name.clone(),
+                namespace: info.namespace.clone(),
+            };
+            if let Some(t) = self.tracked.get_mut(&key) {
+                t.reported_pod_failure = info.pod_failure.clone();
+            }
+        }
+        self.settings = response.settings;
+        let follow_up = self.act(response.workspace_rails_infos).await;
+        self.status.send_modify(|s| {
+            match kind {
+                UpdateType::Full => s.full_cycles += 1,
+                UpdateType::Partial => s.partial_cycles += 1,
+            }
+            s.settings = self.settings;
+        });
+        Ok(follow_up)
+    }
+
+    /// Moves deletions that are under way forward so their progress is current.
+    async fn advance_terminations(&mut self) {
+        let deleting: Vec<WorkspaceKey> = self
+            .tracked
+            .iter()
+            .filter(|(_, t)| {
+                t.desired == Some(DesiredState::Terminated)
+                    && t.termination != Some(TerminationProgress::Terminated)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in deleting {
+            self.delete(&key).await;
+        }
+    }
+
+    async fn delete(&mut self, key: &WorkspaceKey) {
+        match self.runtime.delete(key).await {
+            Ok(progress) => {
+                self.tracked.entry(key.clone()).or_default().termination = Some(progress);
+            }
+            Err(e) => {
+                // Still being deleted as far as anyone can tell; retried next cycle.
+                tracing::warn!(workspace = %key, error = %crate_error_chain(&e), "deleting a workspace failed");
+                let t = self.tracked.entry(key.clone()).or_default();
+                t.termination
+                    .get_or_insert(TerminationProgress::Terminating);
+            }
+        }
+    }
+
+    /// Builds the request's workspace list; returns it with the errors it carries.
+    fn report(
+        &mut self,
+        kind: UpdateType,
+        observed: Vec<ObservedWorkspace>,
+    ) -> (Vec<WorkspaceAgentInfo>, Vec<(WorkspaceKey, u64)>) {
+        let mut infos = vec![];
+        let mut sent_errors = vec![];
+        let mut seen = std::collections::BTreeSet::new();
+        for o in observed {
+            seen.insert(o.key.clone());
+            let t = self.tracked.get(&o.key);
+            let changed = t.is_none_or(|t| {
+                t.echoed_version.as_deref() != resource_version(&o.deployment)
+                    || t.reported_pod_failure != o.pod_failure
+                    || t.has_pending()
+            });
+            if kind == UpdateType::Partial && !changed && !o.terminating {
+                continue;
+            }
+            let termination = t
+                .and_then(|t| t.termination)
+                .or(o.terminating.then_some(TerminationProgress::Terminating));
+            let error = t.and_then(|t| t.error.clone());
+            if let Some(e) = &error {
+                sent_errors.push((o.key.clone(), e.seq));
+            }
+            self.tracked.entry(o.key.clone()).or_default();
+            infos.push(WorkspaceAgentInfo {
+                name: o.key.name,
+                namespace: o.key.namespace,
+                latest_k8s_deployment_info: o.deployment,
+                termination_progress: termination,
+                error_details: error.map(|e| e.details),
+                pod_failure: o.pod_failure,
+            });
+        }
+        // Workspaces the runtime no longer shows but that still have something to say
+        // (a finished deletion, an apply error before anything existed).
+        for (key, t) in &self.tracked {
+            if seen.contains(key) || !t.has_pending() {
+                continue;
+            }
+            if let Some(e) = &t.error {
+                sent_errors.push((key.clone(), e.seq));
+            }
+            infos.push(WorkspaceAgentInfo {
+                name: key.name.clone(),
+                namespace: key.namespace.clone(),
+                latest_k8s_deployment_info: None,
+                termination_progress: t.termination,
+                error_details: t.error.as_ref().map(|e| e.details.clone()),
+                pod_failure: None,
+            });
+        }
+        (infos, sent_errors)
+    }
+
+    fn record_error(&mut self, key: &WorkspaceKey, error_type: ErrorType, message: String) {
+        self.error_seq += 1;
+        let seq = self.error_seq;
+        self.tracked.entry(key.clone()).or_default().error = Some(PendingError {
+            details: ErrorDetails {
+                error_type,
+                error_message: message,
+            },
+            seq,
+        });
+    }
+
+    /// Acts on the server's answer: remember echoes, apply, delete, forget.
+    async fn act(&mut self, infos: Vec<WorkspaceRailsInfo>) -> bool {
+        let mut follow_up = false;
+        let mut to_apply = vec![];
+        for info in infos {
+            let key = WorkspaceKey {
+                name: info.name.clone(),
+                namespace: info.namespace.clone(),
+            };
+            if info.actual_state == ActualState::Terminated {
+                // The server has recorded the end; nothing more to say about it.
+                self.tracked.remove(&key);
+                continue;
+            }
+            let t = self.tracked.entry(key.clone()).or_default();
+            if let Some(v) = info.deployment_resource_version {
+                t.echoed_version = Some(v);
+            }
+            t.desired = Some(info.desired_state);
+            if info.desired_state == DesiredState::Terminated {
+                // Start deleting once; `advance_terminations` drives it on every later cycle
+                // (woken by the runtime's change events), so an unfinished deletion cannot
+                // turn into a tight loop of follow-ups.
+                if t.termination.is_none() {
+                    self.delete(&key).await;
+                    follow_up = true;
+                }
+                continue;
+            }
+            if let Some(yaml) = info.config_to_apply {
+                match parse_objects(&yaml) {
+                    Ok(objects) => to_apply.push((key, objects)),
+                    Err(e) => {
+                        self.record_error(
+                            &key,
+                            ErrorType::Applier,
+                            format!("config_to_apply is not valid YAML: {e}"),
+                        );
+                        follow_up = true;
+                    }
+                }
+            }
+        }
+        if to_apply.is_empty() {
+            return follow_up;
+        }
+        let runtime = self.runtime.clone();
+        let results: Vec<(WorkspaceKey, Result<(), RuntimeError>)> =
+            futures::stream::iter(to_apply)
+                .map(|(key, objects)| {
+                    let runtime = runtime.clone();
+                    async move {
+                        let r = runtime.apply(&key, &objects).await;
+                        (key, r)
+                    }
+                })
+                .buffer_unordered(self.config.apply_concurrency.max(1))
+                .collect()
+                .await;
+        for (key, result) in results {
+            if let Err(e) = result {
+                let (error_type, message) = match &e {
+                    RuntimeError::Apply { .. } => (ErrorType::Applier, e.to_string()),
+                    _ => (ErrorType::Runtime, crate_error_chain(&e)),
+                };
+                tracing::warn!(workspace = %key, error = %message, "apply failed");
+                self.record_error(&key, error_type, message);
+            }
+        }
+        true
+    }
+}
+
+fn crate_error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(src) = cur {
+        s.push_str(": ");
+        s.push_str(&src.to_string());
+        cur = src.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_multi_document_yaml() {
+        let objs = parse_objects("---\nkind: A\n---\n\n---\nkind: B\n").unwrap();
+        assert_eq!(objs.len(), 2);
+        assert_eq!(objs[1]["kind"], "B");
+        assert!(parse_objects("kind: [").is_err());
+    }
+
+    #[test]
+    fn backoff_grows_and_is_bounded() {
+        let mut b = Backoff {
+            initial: Duration::from_secs(1),
+            max: Duration::from_secs(60),
+            failures: 0,
+        };
+        let first = b.next();
+        assert!(first >= Duration::from_millis(500) && first <= Duration::from_secs(1));
+        for _ in 0..30 {
+            let d = b.next();
+            assert!(d <= Duration::from_secs(60));
+        }
+        assert!(b.next() >= Duration::from_secs(30));
+        b.reset();
+        assert!(b.next() <= Duration::from_secs(1));
+    }
+}

@@ -1,0 +1,441 @@
+//! An in-memory runtime whose transitions a test steps: a workspace becomes ready, crashes,
+//! fails to apply, finishes deleting. It synthesises Deployment objects whose status follows
+//! lifecycle.md's derivation rules, so the server derives the same states it would from a
+//! real cluster. `dial` connects to TCP addresses a test registers per endpoint.
+
+use super::{ByteStream, ObservedWorkspace, RuntimeError, WorkspaceKey, WorkspaceRuntime};
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use tokio::sync::watch;
+use warren_types::reconcile::{PodFailure, TerminationProgress};
+
+/// A test's view of one simulated workspace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimulatedWorkspace {
+    pub objects: Vec<Value>,
+    pub replicas: i64,
+    /// Whether the pods match `replicas` (a finished rollout).
+    pub settled: bool,
+    pub pod_failure: Option<PodFailure>,
+    pub deadline_exceeded: bool,
+    pub terminating: bool,
+    pub apply_count: u64,
+    pub resource_version: u64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    workspaces: BTreeMap<WorkspaceKey, SimulatedWorkspace>,
+    next_version: u64,
+    fail_next_apply: HashMap<WorkspaceKey, String>,
+    endpoints: HashMap<(WorkspaceKey, u16), SocketAddr>,
+    auto_settle: bool,
+    auto_delete: bool,
+    fail_list: Option<String>,
+    delete_calls: u64,
+}
+
+#[derive(Debug)]
+pub struct SimulatedRuntime {
+    state: Mutex<State>,
+    changes: watch::Sender<u64>,
+}
+
+impl Default for SimulatedRuntime {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct SimulatedFailure(String);
+
+impl SimulatedRuntime {
+    /// A runtime where nothing happens until the test steps it.
+    pub fn new() -> Self {
+        SimulatedRuntime {
+            state: Mutex::new(State::default()),
+            changes: watch::channel(0).0,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Changes a workspace and announces it, with a new resource version.
+    fn mutate(&self, key: &WorkspaceKey, f: impl FnOnce(&mut SimulatedWorkspace)) -> bool {
+        let mut st = self.lock();
+        st.next_version += 1;
+        let v = st.next_version;
+        let Some(ws) = st.workspaces.get_mut(key) else {
+            return false;
+        };
+        f(ws);
+        ws.resource_version = v;
+        drop(st);
+        self.changes.send_modify(|c| *c += 1);
+        true
+    }
+
+    /// Rollouts finish as soon as they start.
+    pub fn set_auto_settle(&self, on: bool) {
+        self.lock().auto_settle = on;
+    }
+
+    /// Deletions finish as soon as they start.
+    pub fn set_auto_delete(&self, on: bool) {
+        self.lock().auto_delete = on;
+    }
+
+    /// The rollout finishes: the pods match the wanted replicas (Running or Stopped).
+    pub fn settle(&self, key: &WorkspaceKey) -> bool {
+        self.mutate(key, |w| {
+            w.settled = true;
+            w.pod_failure = None;
+            w.deadline_exceeded = false;
+        })
+    }
+
+    /// The workspace's container crashes and keeps restarting.
+    pub fn crash(&self, key: &WorkspaceKey, reason: &str, message: &str) -> bool {
+        let failure = PodFailure {
+            reason: reason.into(),
+            message: message.into(),
+        };
+        self.mutate(key, |w| {
+            w.settled = false;
+            w.pod_failure = Some(failure);
+        })
+    }
+
+    /// The rollout exceeds its progress deadline.
+    pub fn exceed_deadline(&self, key: &WorkspaceKey) -> bool {
+        self.mutate(key, |w| w.deadline_exceeded = true)
+    }
+
+    /// The next `apply` of this workspace fails with `message`.
+    pub fn fail_next_apply(&self, key: &WorkspaceKey, message: &str) {
+        self.lock()
+            .fail_next_apply
+            .insert(key.clone(), message.into());
+    }
+
+    /// `list` fails until cleared (the runtime is unreachable).
+    pub fn set_list_failure(&self, message: Option<&str>) {
+        self.lock().fail_list = message.map(Into::into);
+    }
+
+    /// A deletion under way finishes: the workspace is gone.
+    pub fn finish_deleting(&self, key: &WorkspaceKey) -> bool {
+        let removed = {
+            let mut st = self.lock();
+            match st.workspaces.get(key) {
+                Some(w) if w.terminating => st.workspaces.remove(key).is_some(),
+                _ => false,
+            }
+        };
+        if removed {
+            self.changes.send_modify(|c| *c += 1);
+        }
+        removed
+    }
+
+    /// `dial(key, port)` connects to `addr`.
+    pub fn set_endpoint(&self, key: &WorkspaceKey, port: u16, addr: SocketAddr) {
+        self.lock().endpoints.insert((key.clone(), port), addr);
+    }
+
+    pub fn workspace(&self, key: &WorkspaceKey) -> Option<SimulatedWorkspace> {
+        self.lock().workspaces.get(key).cloned()
+    }
+
+    pub fn keys(&self) -> Vec<WorkspaceKey> {
+        self.lock().workspaces.keys().cloned().collect()
+    }
+
+    pub fn delete_calls(&self) -> u64 {
+        self.lock().delete_calls
+    }
+
+    /// A Deployment as the cluster would return it, status per lifecycle.md's rules.
+    fn deployment(key: &WorkspaceKey, w: &SimulatedWorkspace) -> Value {
+        let mut dep = w
+            .objects
+            .iter()
+            .find(|o| o.get("kind").and_then(Value::as_str) == Some("Deployment"))
+            .cloned()
+            .unwrap_or_else(|| json!({"apiVersion": "apps/v1", "kind": "Deployment"}));
+        dep["metadata"]["name"] = json!(key.name);
+        dep["metadata"]["namespace"] = json!(key.namespace);
+        dep["metadata"]["resourceVersion"] = json!(w.resource_version.to_string());
+        dep["spec"]["replicas"] = json!(w.replicas);
+        let (progressing, available, avail, unavail) = if w.deadline_exceeded {
+            (
+                "ProgressDeadlineExceeded",
+                "MinimumReplicasUnavailable",
+                0,
+                w.replicas,
+            )
+        } else if w.pod_failure.is_some() {
+            (
+                "NewReplicaSetAvailable",
+                "MinimumReplicasUnavailable",
+                0,
+                w.replicas,
+            )
+        } else if w.settled {
+            (
+                "NewReplicaSetAvailable",
+                "MinimumReplicasAvailable",
+                w.replicas,
+                0,
+            )
+        } else {
+            (
+                "ReplicaSetUpdated",
+                "MinimumReplicasUnavailable",
+                0,
+                w.replicas,
+            )
+        };
+        dep["status"] = json!({
+            "observedGeneration": 1,
+            "replicas": w.replicas,
+            "availableReplicas": avail,
+            "unavailableReplicas": unavail,
+            "readyReplicas": avail,
+            "conditions": [
+                {"type": "Available", "status": if avail == w.replicas { "True" } else { "False" }, "reason": available},
+                {"type": "Progressing", "status": if progressing == "ProgressDeadlineExceeded" { "False" } else { "True" }, "reason": progressing},
+            ],
+        });
+        dep
+    }
+}
+
+fn apply_error(key: &WorkspaceKey, message: impl Into<String>) -> RuntimeError {
+    RuntimeError::Apply {
+        workspace: key.to_string(),
+        message: message.into(),
+    }
+}
+
+#[async_trait]
+impl WorkspaceRuntime for SimulatedRuntime {
+    async fn apply(&self, key: &WorkspaceKey, objects: &[Value]) -> Result<(), RuntimeError> {
+        for o in objects {
+            if o.get("kind").and_then(Value::as_str).is_none()
+                || o.pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .is_none()
+            {
+                return Err(apply_error(key, "an object lacks kind or metadata.name"));
+            }
+        }
+        let deployment = objects
+            .iter()
+            .find(|o| o.get("kind").and_then(Value::as_str) == Some("Deployment"))
+            .ok_or_else(|| apply_error(key, "the objects contain no Deployment"))?;
+        let replicas = deployment
+            .pointer("/spec/replicas")
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
+        {
+            let mut st = self.lock();
+            if let Some(message) = st.fail_next_apply.remove(key) {
+                return Err(apply_error(key, message));
+            }
+            if st.workspaces.get(key).is_some_and(|w| w.terminating) {
+                return Err(apply_error(key, "the workspace is being deleted"));
+            }
+            let auto_settle = st.auto_settle;
+            st.next_version += 1;
+            let v = st.next_version;
+            let ws = st
+                .workspaces
+                .entry(key.clone())
+                .or_insert_with(|| SimulatedWorkspace {
+                    objects: vec![],
+                    replicas,
+                    settled: false,
+                    pod_failure: None,
+                    deadline_exceeded: false,
+                    terminating: false,
+                    apply_count: 0,
+                    resource_version: v,
+                });
+            let unchanged = ws.objects == objects;
+            ws.apply_count += 1;
+            if !unchanged {
+                // A new spec starts a rollout; an identical apply is a no-op, as with
+                // server-side apply.
+                ws.objects = objects.to_vec();
+                ws.replicas = replicas;
+                ws.settled = auto_settle;
+                ws.pod_failure = None;
+                ws.deadline_exceeded = false;
+                ws.resource_version = v;
+            } else {
+                return Ok(());
+            }
+        }
+        self.changes.send_modify(|c| *c += 1);
+        Ok(())
+    }
+
+    async fn delete(&self, key: &WorkspaceKey) -> Result<TerminationProgress, RuntimeError> {
+        let progress = {
+            let mut st = self.lock();
+            st.delete_calls += 1;
+            let auto_delete = st.auto_delete;
+            match st.workspaces.get_mut(key) {
+                None => return Ok(TerminationProgress::Terminated),
+                Some(_) if auto_delete => {
+                    st.workspaces.remove(key);
+                    TerminationProgress::Terminated
+                }
+                Some(w) if w.terminating => return Ok(TerminationProgress::Terminating),
+                Some(w) => {
+                    w.terminating = true;
+                    TerminationProgress::Terminating
+                }
+            }
+        };
+        self.changes.send_modify(|c| *c += 1);
+        Ok(progress)
+    }
+
+    async fn list(&self) -> Result<Vec<ObservedWorkspace>, RuntimeError> {
+        let st = self.lock();
+        if let Some(message) = &st.fail_list {
+            return Err(RuntimeError::Runtime {
+                context: "listing simulated workspaces".into(),
+                source: Box::new(SimulatedFailure(message.clone())),
+            });
+        }
+        Ok(st
+            .workspaces
+            .iter()
+            .map(|(key, w)| ObservedWorkspace {
+                key: key.clone(),
+                deployment: Some(Self::deployment(key, w)),
+                pod_failure: w.pod_failure.clone(),
+                terminating: w.terminating,
+            })
+            .collect())
+    }
+
+    fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    async fn dial(
+        &self,
+        key: &WorkspaceKey,
+        port: u16,
+    ) -> Result<Box<dyn ByteStream>, RuntimeError> {
+        let addr = {
+            let st = self.lock();
+            if !st.workspaces.contains_key(key) {
+                return Err(RuntimeError::NotFound(format!("workspace {key}")));
+            }
+            st.endpoints.get(&(key.clone(), port)).copied()
+        };
+        let Some(addr) = addr else {
+            return Err(RuntimeError::Runtime {
+                context: format!("dialling port {port} of {key}"),
+                source: Box::new(SimulatedFailure("connection refused".into())),
+            });
+        };
+        let stream =
+            tokio::net::TcpStream::connect(addr)
+                .await
+                .map_err(|e| RuntimeError::Runtime {
+                    context: format!("dialling port {port} of {key}"),
+                    source: Box::new(e),
+                })?;
+        // Interactive traffic: no Nagle delay on the last hop either.
+        let _ = stream.set_nodelay(true);
+        Ok(Box::new(stream))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use warren_types::lifecycle::derive_from_deployment;
+    use warren_types::ActualState;
+
+    fn key() -> WorkspaceKey {
+        WorkspaceKey {
+            name: "w".into(),
+            namespace: "n".into(),
+        }
+    }
+
+    fn objects(replicas: i64) -> Vec<Value> {
+        vec![
+            json!({"kind": "Deployment", "metadata": {"name": "w"}, "spec": {"replicas": replicas}}),
+        ]
+    }
+
+    async fn state(rt: &SimulatedRuntime) -> ActualState {
+        let list = rt.list().await.unwrap();
+        derive_from_deployment(list[0].deployment.as_ref().unwrap())
+    }
+
+    #[tokio::test]
+    async fn steps_drive_the_derived_state() {
+        let rt = SimulatedRuntime::new();
+        rt.apply(&key(), &objects(1)).await.unwrap();
+        assert_eq!(state(&rt).await, ActualState::Starting);
+        rt.settle(&key());
+        assert_eq!(state(&rt).await, ActualState::Running);
+        rt.apply(&key(), &objects(0)).await.unwrap();
+        assert_eq!(state(&rt).await, ActualState::Stopping);
+        rt.settle(&key());
+        assert_eq!(state(&rt).await, ActualState::Stopped);
+        rt.exceed_deadline(&key());
+        assert_eq!(state(&rt).await, ActualState::Failed);
+        rt.fail_next_apply(&key(), "bad object");
+        assert!(matches!(
+            rt.apply(&key(), &objects(1)).await,
+            Err(RuntimeError::Apply { .. })
+        ));
+        assert_eq!(
+            rt.delete(&key()).await.unwrap(),
+            TerminationProgress::Terminating
+        );
+        assert_eq!(
+            rt.delete(&key()).await.unwrap(),
+            TerminationProgress::Terminating
+        );
+        assert!(rt.finish_deleting(&key()));
+        assert_eq!(
+            rt.delete(&key()).await.unwrap(),
+            TerminationProgress::Terminated
+        );
+        assert!(rt.list().await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn resource_version_changes_only_with_state() {
+        let rt = SimulatedRuntime::new();
+        let mut changes = rt.changes();
+        rt.apply(&key(), &objects(1)).await.unwrap();
+        assert!(changes.has_changed().unwrap());
+        changes.borrow_and_update();
+        let v1 = rt.workspace(&key()).unwrap().resource_version;
+        rt.apply(&key(), &objects(1)).await.unwrap();
+        assert!(!changes.has_changed().unwrap());
+        assert_eq!(rt.workspace(&key()).unwrap().resource_version, v1);
+        rt.crash(&key(), "CrashLoopBackOff", "exit 1");
+        assert!(rt.workspace(&key()).unwrap().resource_version > v1);
+        assert!(rt.list().await.unwrap()[0].pod_failure.is_some());
+    }
+}

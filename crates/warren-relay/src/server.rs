@@ -1,0 +1,197 @@
+//! The relay's calls to the server: agent-token checks (cached) and reconcile forwarding.
+
+use crate::jwt::{JwtError, JwtKeys};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio::time::Instant;
+use url::Url;
+use warren_types::reconcile::{AGENT_ID_HEADER, RECONCILE_PATH};
+use warren_types::relay::{AuthenticateRequest, AuthenticateResponse, AUTHENTICATE_PATH};
+use warren_types::AgentId;
+
+/// At most this many cached token answers; beyond it expired ones are purged, then all.
+const CACHE_CAPACITY: usize = 10_000;
+/// Time allowed for one call to the server.
+const SERVER_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("the agent token was refused")]
+    Refused,
+    #[error("calling the server at {url}")]
+    Unreachable {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("the server answered {status} to {url}")]
+    Status { url: String, status: u16 },
+    #[error("the server's answer to {url} is malformed")]
+    Malformed {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error(transparent)]
+    Jwt(#[from] JwtError),
+}
+
+#[derive(Clone)]
+enum Cached {
+    Accepted(AuthenticateResponse),
+    Refused,
+}
+
+/// A forwarded response: the server's status and body, unchanged.
+#[derive(Debug)]
+pub struct Forwarded {
+    pub status: u16,
+    pub body: Vec<u8>,
+}
+
+pub struct ServerClient {
+    http: reqwest::Client,
+    base: Url,
+    keys: JwtKeys,
+    accepted_ttl: Duration,
+    refused_ttl: Duration,
+    cache: Mutex<HashMap<[u8; 32], (Cached, Instant)>>,
+}
+
+impl std::fmt::Debug for ServerClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerClient")
+            .field("base", &self.base.as_str())
+            .finish()
+    }
+}
+
+impl ServerClient {
+    pub fn new(
+        base: Url,
+        keys: JwtKeys,
+        accepted_ttl: Duration,
+        refused_ttl: Duration,
+    ) -> Result<Self, reqwest::Error> {
+        let http = reqwest::Client::builder().timeout(SERVER_TIMEOUT).build()?;
+        Ok(ServerClient {
+            http,
+            base,
+            keys,
+            accepted_ttl,
+            refused_ttl,
+            cache: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn url(&self, path: &str) -> String {
+        let mut url = self.base.clone();
+        let prefix = url.path().trim_end_matches('/').to_owned();
+        url.set_path(&format!("{prefix}{path}"));
+        url.to_string()
+    }
+
+    /// Checks an agent token with the server; answers (acceptance and refusal) are cached,
+    /// keyed by the token's SHA-256 so the cache holds no token. Server failures are not cached.
+    pub async fn authenticate(&self, token: &str) -> Result<AuthenticateResponse, ServerError> {
+        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        if let Some(hit) = self.cached(&key) {
+            return match hit {
+                Cached::Accepted(a) => Ok(a),
+                Cached::Refused => Err(ServerError::Refused),
+            };
+        }
+        let url = self.url(AUTHENTICATE_PATH);
+        let jwt = self.keys.mint_for_server(None)?;
+        let resp = self
+            .http
+            .post(&url)
+            .bearer_auth(jwt)
+            .json(&AuthenticateRequest {
+                token: token.to_owned(),
+            })
+            .send()
+            .await
+            .map_err(|source| ServerError::Unreachable {
+                url: url.clone(),
+                source,
+            })?;
+        let status = resp.status();
+        let answer = if status == reqwest::StatusCode::UNAUTHORIZED
+            || status == reqwest::StatusCode::FORBIDDEN
+        {
+            Cached::Refused
+        } else if status.is_success() {
+            let body: AuthenticateResponse =
+                resp.json().await.map_err(|source| ServerError::Malformed {
+                    url: url.clone(),
+                    source,
+                })?;
+            Cached::Accepted(body)
+        } else {
+            return Err(ServerError::Status {
+                url,
+                status: status.as_u16(),
+            });
+        };
+        self.store(key, answer.clone());
+        match answer {
+            Cached::Accepted(a) => Ok(a),
+            Cached::Refused => Err(ServerError::Refused),
+        }
+    }
+
+    fn cached(&self, key: &[u8; 32]) -> Option<Cached> {
+        let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        cache
+            .get(key)
+            .filter(|(_, expires)| *expires > Instant::now())
+            .map(|(c, _)| c.clone())
+    }
+
+    fn store(&self, key: [u8; 32], answer: Cached) {
+        let ttl = match answer {
+            Cached::Accepted(_) => self.accepted_ttl,
+            Cached::Refused => self.refused_ttl,
+        };
+        let now = Instant::now();
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() >= CACHE_CAPACITY {
+            cache.retain(|_, (_, expires)| *expires > now);
+            if cache.len() >= CACHE_CAPACITY {
+                cache.clear();
+            }
+        }
+        cache.insert(key, (answer, now + ttl));
+    }
+
+    /// Forwards a reconcile body to the server unchanged, naming the authenticated agent.
+    pub async fn reconcile(&self, agent: AgentId, body: Vec<u8>) -> Result<Forwarded, ServerError> {
+        let url = self.url(RECONCILE_PATH);
+        let jwt = self.keys.mint_for_server(Some(agent))?;
+        let resp = self
+            .http
+            .post(&url)
+            .bearer_auth(jwt)
+            .header(AGENT_ID_HEADER, agent.to_string())
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body)
+            .send()
+            .await
+            .map_err(|source| ServerError::Unreachable {
+                url: url.clone(),
+                source,
+            })?;
+        let status = resp.status().as_u16();
+        let body = resp
+            .bytes()
+            .await
+            .map_err(|source| ServerError::Unreachable { url, source })?;
+        Ok(Forwarded {
+            status,
+            body: body.to_vec(),
+        })
+    }
+}

@@ -1,0 +1,173 @@
+//! `warren relay`: read the relay's settings (flags, `WARREN_*` variables, an optional TOML
+//! file), bind its two listeners and run it until Ctrl-C or SIGTERM.
+
+use anyhow::{bail, Context};
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use tokio_util::sync::CancellationToken;
+use url::Url;
+use warren_relay::{Listeners, RelayConfig};
+
+/// Default address of the agent listener (agents dial it from other networks).
+const DEFAULT_AGENT_LISTEN: &str = "0.0.0.0:7081";
+/// Default address of the internal listener (server and proxy only).
+const DEFAULT_INTERNAL_LISTEN: &str = "127.0.0.1:7082";
+
+#[derive(Debug, clap::Args)]
+pub struct RelayArgs {
+    /// TOML file with any of the settings below (snake_case keys); flags and variables win.
+    #[arg(long, env = "WARREN_RELAY_CONFIG")]
+    config: Option<PathBuf>,
+    /// Address agents connect to [default: 0.0.0.0:7081].
+    #[arg(long, env = "WARREN_RELAY_AGENT_LISTEN")]
+    agent_listen: Option<SocketAddr>,
+    /// Address the server and proxies call [default: 127.0.0.1:7082].
+    #[arg(long, env = "WARREN_RELAY_INTERNAL_LISTEN")]
+    internal_listen: Option<SocketAddr>,
+    /// Base URL of the server.
+    #[arg(long, env = "WARREN_SERVER_URL")]
+    server_url: Option<Url>,
+    /// File holding the relay↔server shared secret (or set WARREN_RELAY_SHARED_SECRET).
+    #[arg(long, env = "WARREN_RELAY_SHARED_SECRET_FILE")]
+    shared_secret_file: Option<PathBuf>,
+}
+
+/// The TOML file; every key optional, unknown keys refused.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RelayFile {
+    agent_listen: Option<SocketAddr>,
+    internal_listen: Option<SocketAddr>,
+    server_url: Option<Url>,
+    shared_secret_file: Option<PathBuf>,
+    auth_cache_seconds: Option<u64>,
+    auth_failure_cache_seconds: Option<u64>,
+    agent_wait_seconds: Option<u64>,
+    dial_timeout_seconds: Option<u64>,
+    agent_idle_timeout_seconds: Option<u64>,
+}
+
+/// Reads a secret from a file, without the trailing newline editors add.
+pub(crate) fn read_secret(path: &Path, what: &str) -> anyhow::Result<String> {
+    let raw = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the {what} from {}", path.display()))?;
+    let secret = raw.trim_end_matches(['\n', '\r']).to_owned();
+    if secret.is_empty() {
+        bail!("the {what} file {} is empty", path.display());
+    }
+    Ok(secret)
+}
+
+/// A token cancelled on the first Ctrl-C or SIGTERM.
+pub(crate) fn shutdown_on_signals() -> CancellationToken {
+    let token = CancellationToken::new();
+    let t = token.clone();
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            match signal(SignalKind::terminate()) {
+                Ok(mut term) => {
+                    tokio::select! {
+                        // Cancel-safe: a fresh Ctrl-C listener; nothing is lost by dropping it.
+                        _ = tokio::signal::ctrl_c() => {}
+                        // Cancel-safe: `recv` on a signal stream loses nothing when dropped.
+                        _ = term.recv() => {}
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot watch SIGTERM; only Ctrl-C stops");
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        tracing::info!("shutting down");
+        t.cancel();
+    });
+    token
+}
+
+fn resolve(args: RelayArgs) -> anyhow::Result<(RelayConfig, SocketAddr, SocketAddr)> {
+    let file = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            toml::from_str::<RelayFile>(&text)
+                .with_context(|| format!("parsing {}", path.display()))?
+        }
+        None => RelayFile::default(),
+    };
+    let server_url = args
+        .server_url
+        .or(file.server_url)
+        .context("the server URL is required: --server-url, WARREN_SERVER_URL or server_url")?;
+    let secret = match (
+        std::env::var("WARREN_RELAY_SHARED_SECRET").ok(),
+        args.shared_secret_file.or(file.shared_secret_file),
+    ) {
+        (_, Some(path)) => read_secret(&path, "shared secret")?,
+        (Some(s), None) if !s.is_empty() => s,
+        _ => bail!(
+            "the relay↔server shared secret is required: --shared-secret-file, \
+             WARREN_RELAY_SHARED_SECRET_FILE, WARREN_RELAY_SHARED_SECRET or shared_secret_file"
+        ),
+    };
+    let mut config = RelayConfig::new(server_url, secret);
+    if let Some(v) = file.auth_cache_seconds {
+        config.auth_cache_seconds = v;
+    }
+    if let Some(v) = file.auth_failure_cache_seconds {
+        config.auth_failure_cache_seconds = v;
+    }
+    if let Some(v) = file.agent_wait_seconds {
+        config.agent_wait_seconds = v;
+    }
+    if let Some(v) = file.dial_timeout_seconds {
+        config.dial_timeout_seconds = v;
+    }
+    if let Some(v) = file.agent_idle_timeout_seconds {
+        config.agent_idle_timeout_seconds = v;
+    }
+    config.validate().context("invalid relay configuration")?;
+    let agent_listen = match args.agent_listen.or(file.agent_listen) {
+        Some(a) => a,
+        None => DEFAULT_AGENT_LISTEN.parse()?,
+    };
+    let internal_listen = match args.internal_listen.or(file.internal_listen) {
+        Some(a) => a,
+        None => DEFAULT_INTERNAL_LISTEN.parse()?,
+    };
+    Ok((config, agent_listen, internal_listen))
+}
+
+pub async fn run(args: RelayArgs) -> anyhow::Result<()> {
+    let (config, agent_listen, internal_listen) = resolve(args)?;
+    let agents = tokio::net::TcpListener::bind(agent_listen)
+        .await
+        .with_context(|| format!("binding the agent listener on {agent_listen}"))?;
+    let internal = tokio::net::TcpListener::bind(internal_listen)
+        .await
+        .with_context(|| format!("binding the internal listener on {internal_listen}"))?;
+    let shutdown = shutdown_on_signals();
+    warren_relay::run(config, Listeners { agents, internal }, shutdown).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_refuses_unknown_keys() {
+        let err = toml::from_str::<RelayFile>("server_url = 'http://a'\nsecret = 'x'").unwrap_err();
+        assert!(err.to_string().contains("unknown field `secret`"), "{err}");
+        let ok: RelayFile =
+            toml::from_str("server_url = 'http://a'\nagent_listen = '127.0.0.1:1'").unwrap();
+        assert_eq!(ok.agent_listen, Some("127.0.0.1:1".parse().unwrap()));
+    }
+}

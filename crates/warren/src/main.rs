@@ -31,10 +31,6 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Server(args) => {
-            telemetry::init();
-            run_service(server_cmd::run(args))
-        }
         Command::Relay(args) => {
             telemetry::init();
             run_service(relay_cmd::run(args))
@@ -42,6 +38,10 @@ fn main() -> ExitCode {
         Command::Agent(args) => {
             telemetry::init();
             run_service(agent_cmd::run(args))
+        }
+        Command::Server(args) => {
+            telemetry::init();
+            run_service(server_cmd::run(args))
         }
         Command::User(cmd) => warren_cli::main(cmd),
     }

@@ -2,11 +2,10 @@
 //! tokio time: intervals, backoff, partial selection, errors reported once, termination,
 //! settings changes and wake-up on signals are checked on the virtual clock.
 
-#[path = "server_model/mod.rs"]
-mod common;
+mod reconciler_model;
 
 use async_trait::async_trait;
-use common::{ServerModel, NAMESPACE};
+use reconciler_model::{ServerModel, NAMESPACE};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;

@@ -3,7 +3,7 @@
 //! runtime), and helpers to call the relay's internal endpoints.
 #![allow(dead_code)]
 
-#[path = "../../../warren-agent/tests/server_model/mod.rs"]
+#[path = "../../../warren-agent/tests/reconciler_model/mod.rs"]
 pub mod model;
 
 use axum::extract::State;

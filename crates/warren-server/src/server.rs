@@ -138,7 +138,12 @@ impl Server {
 
     /// The agent named `name`, if it exists (for `warren up`'s default agent).
     pub async fn agent_by_name(&self, name: &str) -> Result<Option<Agent>, HttpError> {
-        Ok(self.state.store.agent_by_key(name).await?.map(|a| a.to_api()))
+        Ok(self
+            .state
+            .store
+            .agent_by_key(name)
+            .await?
+            .map(|a| a.to_api()))
     }
 
     /// Gives an existing agent a new token (the old one stops working); shown once.

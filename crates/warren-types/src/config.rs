@@ -109,7 +109,11 @@ impl Default for NetworkPolicyConfig {
             enabled: true,
             egress: vec![EgressRule {
                 allow: "0.0.0.0/0".into(),
-                except: vec!["10.0.0.0/8".into(), "172.16.0.0/12".into(), "192.168.0.0/16".into()],
+                except: vec![
+                    "10.0.0.0/8".into(),
+                    "172.16.0.0/12".into(),
+                    "192.168.0.0/16".into(),
+                ],
             }],
         }
     }
@@ -159,6 +163,9 @@ mod tests {
         assert_eq!(c, AgentConfig::default());
         assert_eq!(c.lifecycle.max_active_hours_before_stop, 36);
         let err = serde_json::from_str::<AgentConfig>(r#"{"workspace_quota": 3}"#).unwrap_err();
-        assert!(err.to_string().contains("unknown field `workspace_quota`"), "{err}");
+        assert!(
+            err.to_string().contains("unknown field `workspace_quota`"),
+            "{err}"
+        );
     }
 }

@@ -5,7 +5,11 @@ use crate::state::ActualState;
 use serde_json::Value;
 
 /// The reasons of a Deployment's `Progressing` condition that mean a rollout is under way.
-const ROLLING_REASONS: [&str; 3] = ["NewReplicaSetCreated", "FoundNewReplicaSet", "ReplicaSetUpdated"];
+const ROLLING_REASONS: [&str; 3] = [
+    "NewReplicaSetCreated",
+    "FoundNewReplicaSet",
+    "ReplicaSetUpdated",
+];
 
 /// Derives the actual state from one workspace report; the first matching rule wins.
 ///
@@ -42,7 +46,9 @@ pub fn derive_from_deployment(deployment: &Value) -> ActualState {
     let Some(replicas) = deployment.pointer("/spec/replicas").and_then(Value::as_i64) else {
         return ActualState::Unknown;
     };
-    let Some(conditions) = deployment.pointer("/status/conditions").and_then(Value::as_array)
+    let Some(conditions) = deployment
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
     else {
         return ActualState::Unknown;
     };
@@ -153,31 +159,59 @@ mod tests {
         const NRA: &str = "NewReplicaSetAvailable";
         let cases: Vec<(&str, Option<Value>, ActualState)> = vec![
             ("no deployment", None, Unknown),
-            ("no replicas", Some(deployment(None, Some(NRA), Some(MRA), (None, None))), Unknown),
+            (
+                "no replicas",
+                Some(deployment(None, Some(NRA), Some(MRA), (None, None))),
+                Unknown,
+            ),
             (
                 "no conditions",
                 Some(json!({"spec": {"replicas": 1}, "status": {}})),
                 Unknown,
             ),
-            ("no progressing", Some(deployment(Some(1), None, Some(MRA), (None, None))), Unknown),
+            (
+                "no progressing",
+                Some(deployment(Some(1), None, Some(MRA), (None, None))),
+                Unknown,
+            ),
             (
                 "deadline",
-                Some(deployment(Some(1), Some("ProgressDeadlineExceeded"), None, (None, None))),
+                Some(deployment(
+                    Some(1),
+                    Some("ProgressDeadlineExceeded"),
+                    None,
+                    (None, None),
+                )),
                 Failed,
             ),
             (
                 "rollout to zero",
-                Some(deployment(Some(0), Some("ReplicaSetUpdated"), None, (None, None))),
+                Some(deployment(
+                    Some(0),
+                    Some("ReplicaSetUpdated"),
+                    None,
+                    (None, None),
+                )),
                 Stopping,
             ),
             (
                 "rollout to one",
-                Some(deployment(Some(1), Some("NewReplicaSetCreated"), None, (None, None))),
+                Some(deployment(
+                    Some(1),
+                    Some("NewReplicaSetCreated"),
+                    None,
+                    (None, None),
+                )),
                 Starting,
             ),
             (
                 "found rs",
-                Some(deployment(Some(1), Some("FoundNewReplicaSet"), None, (None, None))),
+                Some(deployment(
+                    Some(1),
+                    Some("FoundNewReplicaSet"),
+                    None,
+                    (None, None),
+                )),
                 Starting,
             ),
             (
@@ -185,11 +219,24 @@ mod tests {
                 Some(deployment(Some(1), Some(NRA), None, (Some(1), None))),
                 Unknown,
             ),
-            ("stopped", Some(deployment(Some(0), Some(NRA), Some(MRA), (None, None))), Stopped),
-            ("running", Some(deployment(Some(1), Some(NRA), Some(MRA), (Some(1), None))), Running),
+            (
+                "stopped",
+                Some(deployment(Some(0), Some(NRA), Some(MRA), (None, None))),
+                Stopped,
+            ),
+            (
+                "running",
+                Some(deployment(Some(1), Some(NRA), Some(MRA), (Some(1), None))),
+                Running,
+            ),
             (
                 "running but one unavailable",
-                Some(deployment(Some(1), Some(NRA), Some(MRA), (Some(1), Some(1)))),
+                Some(deployment(
+                    Some(1),
+                    Some(NRA),
+                    Some(MRA),
+                    (Some(1), Some(1)),
+                )),
                 Unknown,
             ),
             (
@@ -199,7 +246,12 @@ mod tests {
             ),
             (
                 "starting available",
-                Some(deployment(Some(1), Some(NRA), Some(MRA), (Some(0), Some(1)))),
+                Some(deployment(
+                    Some(1),
+                    Some(NRA),
+                    Some(MRA),
+                    (Some(0), Some(1)),
+                )),
                 Starting,
             ),
             (
@@ -214,7 +266,12 @@ mod tests {
             ),
             (
                 "other progressing reason",
-                Some(deployment(Some(1), Some("Whatever"), Some(MRA), (Some(1), None))),
+                Some(deployment(
+                    Some(1),
+                    Some("Whatever"),
+                    Some(MRA),
+                    (Some(1), None),
+                )),
                 Unknown,
             ),
         ];
@@ -231,25 +288,43 @@ mod tests {
             Some("MinimumReplicasAvailable"),
             (Some(1), None),
         );
-        let error = ErrorDetails { error_type: ErrorType::Applier, error_message: "x".into() };
+        let error = ErrorDetails {
+            error_type: ErrorType::Applier,
+            error_message: "x".into(),
+        };
 
         let mut i = info(Some(running.clone()));
         i.termination_progress = Some(TerminationProgress::Terminated);
         i.error_details = Some(error.clone());
-        assert_eq!(derive_actual_state(&i), ActualState::Terminated, "rule 1 beats errors");
+        assert_eq!(
+            derive_actual_state(&i),
+            ActualState::Terminated,
+            "rule 1 beats errors"
+        );
 
         let mut i = info(Some(running.clone()));
         i.termination_progress = Some(TerminationProgress::Terminating);
         i.error_details = Some(error);
-        assert_eq!(derive_actual_state(&i), ActualState::Error, "rule 2 beats terminating");
+        assert_eq!(
+            derive_actual_state(&i),
+            ActualState::Error,
+            "rule 2 beats terminating"
+        );
 
         let mut i = info(None);
         i.termination_progress = Some(TerminationProgress::Terminating);
         assert_eq!(derive_actual_state(&i), ActualState::Terminating);
 
         let mut i = info(Some(running));
-        i.pod_failure = Some(PodFailure { reason: "CrashLoopBackOff".into(), message: "".into() });
-        assert_eq!(derive_actual_state(&i), ActualState::Failed, "pod failure shows");
+        i.pod_failure = Some(PodFailure {
+            reason: "CrashLoopBackOff".into(),
+            message: "".into(),
+        });
+        assert_eq!(
+            derive_actual_state(&i),
+            ActualState::Failed,
+            "pod failure shows"
+        );
 
         let stopped = deployment(
             Some(0),
@@ -258,7 +333,14 @@ mod tests {
             (None, None),
         );
         let mut i = info(Some(stopped));
-        i.pod_failure = Some(PodFailure { reason: "Exited".into(), message: "".into() });
-        assert_eq!(derive_actual_state(&i), ActualState::Stopped, "a stopped pod has no failure");
+        i.pod_failure = Some(PodFailure {
+            reason: "Exited".into(),
+            message: "".into(),
+        });
+        assert_eq!(
+            derive_actual_state(&i),
+            ActualState::Stopped,
+            "a stopped pod has no failure"
+        );
     }
 }

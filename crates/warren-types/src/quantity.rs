@@ -86,7 +86,9 @@ fn parse_scaled(s: &str, unit: u128) -> Result<u64, QuantityError> {
     if frac_part.len() > 18 || int_part.len() > 24 {
         return Err(QuantityError::Overflow(s.to_owned()));
     }
-    let digits: u128 = format!("{int_part}{frac_part}").parse().map_err(|_| syntax())?;
+    let digits: u128 = format!("{int_part}{frac_part}")
+        .parse()
+        .map_err(|_| syntax())?;
     let scale = 10u128.pow(frac_part.len() as u32);
     let overflow = || QuantityError::Overflow(s.to_owned());
     let top = digits
@@ -109,8 +111,13 @@ pub fn format_cpu_millis(m: u64) -> String {
 
 /// Formats bytes with the largest exact binary suffix ("512Mi", "1Gi", "1000").
 pub fn format_memory_bytes(b: u64) -> String {
-    const UNITS: [(&str, u64); 5] =
-        [("Pi", 1 << 50), ("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)];
+    const UNITS: [(&str, u64); 5] = [
+        ("Pi", 1 << 50),
+        ("Ti", 1 << 40),
+        ("Gi", 1 << 30),
+        ("Mi", 1 << 20),
+        ("Ki", 1 << 10),
+    ];
     for (suffix, size) in UNITS {
         if b != 0 && b.is_multiple_of(size) {
             return format!("{}{suffix}", b / size);
@@ -148,11 +155,26 @@ mod tests {
         assert_eq!(parse_cpu_millis("0.5"), Ok(500));
         assert_eq!(parse_cpu_millis("1.0005"), Ok(1001), "rounds up");
         assert_eq!(parse_cpu_millis("1e3"), Ok(1_000_000));
-        assert!(matches!(parse_cpu_millis("-1"), Err(QuantityError::Negative(_))));
-        assert!(matches!(parse_cpu_millis("abc"), Err(QuantityError::Syntax(_))));
-        assert!(matches!(parse_cpu_millis("1x"), Err(QuantityError::Syntax(_))));
-        assert!(matches!(parse_cpu_millis("."), Err(QuantityError::Syntax(_))));
-        assert!(matches!(parse_cpu_millis(""), Err(QuantityError::Syntax(_))));
+        assert!(matches!(
+            parse_cpu_millis("-1"),
+            Err(QuantityError::Negative(_))
+        ));
+        assert!(matches!(
+            parse_cpu_millis("abc"),
+            Err(QuantityError::Syntax(_))
+        ));
+        assert!(matches!(
+            parse_cpu_millis("1x"),
+            Err(QuantityError::Syntax(_))
+        ));
+        assert!(matches!(
+            parse_cpu_millis("."),
+            Err(QuantityError::Syntax(_))
+        ));
+        assert!(matches!(
+            parse_cpu_millis(""),
+            Err(QuantityError::Syntax(_))
+        ));
     }
 
     #[test]
@@ -163,7 +185,10 @@ mod tests {
         assert_eq!(parse_memory_bytes("500M"), Ok(500_000_000));
         assert_eq!(parse_memory_bytes("128974848"), Ok(128_974_848));
         assert_eq!(parse_memory_bytes("129e6"), Ok(129_000_000));
-        assert!(matches!(parse_memory_bytes("9999999999Ei"), Err(QuantityError::Overflow(_))));
+        assert!(matches!(
+            parse_memory_bytes("9999999999Ei"),
+            Err(QuantityError::Overflow(_))
+        ));
         assert_eq!(format_memory_bytes(512 << 20), "512Mi");
         assert_eq!(format_memory_bytes(1000), "1000");
         assert_eq!(format_cpu_millis(1500), "1500m");

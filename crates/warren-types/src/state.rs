@@ -5,9 +5,7 @@ use std::fmt;
 use std::str::FromStr;
 
 /// What the user or a policy asked for.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 pub enum DesiredState {
     Running,
     Stopped,
@@ -44,9 +42,7 @@ impl DesiredState {
 }
 
 /// What the runtime has, as derived by the server from the agent's reports.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 pub enum ActualState {
     CreationRequested,
     Starting,

@@ -78,9 +78,9 @@ async fn make_runtime(
             Ok(Arc::new(runtime))
         }
         RuntimeKind::Kubernetes => {
-            let client = kube::Client::try_default().await.context(
-                "connecting to Kubernetes (in-cluster configuration or KUBECONFIG)",
-            )?;
+            let client = kube::Client::try_default()
+                .await
+                .context("connecting to Kubernetes (in-cluster configuration or KUBECONFIG)")?;
             Ok(Arc::new(KubernetesRuntime::new(
                 client,
                 agent,

@@ -147,7 +147,11 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         args.workspace_domain
     );
     println!("  state:           {}", home.display());
-    println!("  CLI signed in:   {} (credentials in {})", api_url, cred_path.display());
+    println!(
+        "  CLI signed in:   {} (credentials in {})",
+        api_url,
+        cred_path.display()
+    );
     println!("Try: warren ws create --devfile devfile.yaml --wait    (Ctrl-C stops Warren; workspaces keep running)");
 
     let (server_res, relay_res, conn_res, loop_res) =

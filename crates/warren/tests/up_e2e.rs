@@ -90,7 +90,11 @@ impl Up {
             if let Some(Ok(Some(status))) = up.child.as_mut().map(|c| c.try_wait()) {
                 panic!("warren up exited early ({status}):\n{}", up.log());
             }
-            assert!(Instant::now() < deadline, "warren up not ready:\n{}", up.log());
+            assert!(
+                Instant::now() < deadline,
+                "warren up not ready:\n{}",
+                up.log()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         up
@@ -211,8 +215,8 @@ fn running(ws: &str) -> Vec<Value> {
 }
 
 fn state_of(up: &Up, ws: &str) -> (String, String) {
-    let v: Value = serde_json::from_str(&up.cli_ok(&["ws", "show", ws, "-o", "json"]))
-        .expect("ws show JSON");
+    let v: Value =
+        serde_json::from_str(&up.cli_ok(&["ws", "show", ws, "-o", "json"])).expect("ws show JSON");
     (
         v["desired_state"].as_str().unwrap_or_default().to_owned(),
         v["actual_state"].as_str().unwrap_or_default().to_owned(),
@@ -257,7 +261,10 @@ fn warren_up_runs_a_workspace_through_its_life_on_podman() {
     assert_eq!(c["HostConfig"]["NanoCpus"], 500_000_000, "cpu limit");
     assert_eq!(c["Config"]["User"], "5001:0", "non-root user");
     let caps = c["HostConfig"]["CapDrop"].to_string().to_lowercase();
-    assert!(caps.contains("all") || caps.contains("cap_"), "capabilities dropped: {caps}");
+    assert!(
+        caps.contains("all") || caps.contains("cap_"),
+        "capabilities dropped: {caps}"
+    );
     let id = c["Id"].as_str().expect("container id").to_owned();
     let wrote = Command::new("podman")
         .args(["exec", &id, "sh", "-c", "echo kept > /projects/keep.txt"])
@@ -295,7 +302,10 @@ fn warren_up_runs_a_workspace_through_its_life_on_podman() {
     // Terminate: containers, network and volumes gone.
     up.cli_ok(&["ws", "rm", &ws, "--wait", "--timeout", "2m"]);
     let (desired, actual) = state_of(&up, &ws);
-    assert_eq!((desired.as_str(), actual.as_str()), ("Terminated", "Terminated"));
+    assert_eq!(
+        (desired.as_str(), actual.as_str()),
+        ("Terminated", "Terminated")
+    );
     assert!(containers(&ws).is_empty(), "containers removed");
     assert!(volumes(&ws).is_empty(), "volumes removed");
     assert!(networks(&ws).is_empty(), "network removed");

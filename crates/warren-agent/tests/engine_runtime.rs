@@ -675,3 +675,33 @@ async fn a_stop_during_a_slow_start_wins() -> Result<()> {
     assert!(running.is_empty(), "nothing runs: {running:?}");
     Ok(())
 }
+
+/// Agent ids are database keys, so two Warren installations on one engine (two `warren up`
+/// homes, or a developer's Warren and a test run) can both run agent 1. Each must see, report
+/// and delete only its own workspaces.
+#[tokio::test]
+async fn two_installations_with_the_same_agent_id_never_see_each_other() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let mine = Harness::new().await?;
+    let other_dir = tempfile::tempdir()?;
+    let other = common::connect(mine.agent_id, other_dir.path().to_path_buf()).await?;
+    let ws = Workspace::new("owner", mine.agent_id);
+    mine.runtime.apply(&ws.key, &ws.objects()).await?;
+    wait_state(&mine.runtime, &ws, ActualState::Running).await?;
+
+    assert!(
+        other.list().await?.iter().all(|o| o.key != ws.key),
+        "another installation with the same agent id must not list the workspace"
+    );
+    // Deleting through the other installation finds nothing of it and removes nothing.
+    other.delete(&ws.key).await?;
+    wait_state(&mine.runtime, &ws, ActualState::Running).await?;
+    assert!(
+        !ws.leftovers().is_empty(),
+        "the workspace's containers, volume and network are still there"
+    );
+    other.shutdown().await;
+    Ok(())
+}

@@ -48,6 +48,31 @@ use super::{
     WORKSPACE_ID_LABEL,
 };
 
+/// Label naming the Warren installation that owns an object. Agent ids are database keys, so
+/// two installations (two `warren up` homes, a developer's Warren and a test run) can both
+/// have agent 1 on one engine; without this label each would list, report and delete the
+/// other's containers.
+pub const OWNER_LABEL: &str = "warren.dev/engine-owner";
+
+/// File in the state directory holding this installation's owner id.
+const OWNER_FILE: &str = "owner-id";
+
+/// Reads the owner id from the state directory, creating a random one on first use.
+fn load_or_create_owner(state_dir: &std::path::Path) -> std::io::Result<String> {
+    let path = state_dir.join(OWNER_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) if !text.trim().is_empty() => return Ok(text.trim().to_owned()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let id = format!("{:016x}", rand::random::<u64>());
+    let tmp = state_dir.join(format!("{OWNER_FILE}.tmp"));
+    std::fs::write(&tmp, &id)?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(id)
+}
+
 /// Configuration of the engine runtime.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -143,6 +168,8 @@ struct Inner {
     /// Podman answers the Docker API with a few differences the runtime tolerates.
     is_podman: bool,
     config: EngineConfig,
+    /// This installation's owner id (see [`OWNER_LABEL`]).
+    owner: String,
     changes: watch::Sender<u64>,
     /// One lock per workspace: applies and deletes of one workspace never interleave.
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
@@ -215,12 +242,18 @@ impl EngineRuntime {
             Err(_) => false,
         };
         tracing::info!(host = %connection.host, is_podman, "connected to the container engine");
+        let owner =
+            load_or_create_owner(&config.state_dir).map_err(|source| EngineError::StateDir {
+                path: config.state_dir.join(OWNER_FILE),
+                source,
+            })?;
         let (changes, _) = watch::channel(0);
         let inner = Arc::new(Inner {
             docker: connection.docker,
             host: connection.host,
             is_podman,
             config,
+            owner,
             changes,
             locks: Mutex::default(),
             starters: Mutex::default(),
@@ -267,8 +300,20 @@ impl EngineRuntime {
         self.inner.changes.send_modify(|v| *v = v.wrapping_add(1));
     }
 
-    fn agent_label(&self) -> String {
-        format!("{AGENT_ID_LABEL}={}", self.inner.config.agent_id)
+    /// Whether an object carries this runtime's agent and owner labels. Engines filter by
+    /// label on the server side too, but Podman ORs several `label` filters on volumes where
+    /// Docker ANDs them, so every listing is checked here as well.
+    fn is_own<'a>(&self, mut get: impl FnMut(&str) -> Option<&'a str>) -> bool {
+        let agent = self.inner.config.agent_id.to_string();
+        get(AGENT_ID_LABEL) == Some(agent.as_str()) && get(OWNER_LABEL) == Some(&self.inner.owner)
+    }
+
+    /// Label filters selecting this runtime's objects: the agent's and this installation's.
+    fn own_labels(&self) -> Vec<String> {
+        vec![
+            format!("{AGENT_ID_LABEL}={}", self.inner.config.agent_id),
+            format!("{OWNER_LABEL}={}", self.inner.owner),
+        ]
     }
 
     fn workspace_dir(&self, name: &str) -> PathBuf {
@@ -316,7 +361,7 @@ impl EngineRuntime {
         &self,
         extra: Option<String>,
     ) -> Result<Vec<ContainerSummary>, RuntimeError> {
-        let mut labels = vec![self.agent_label()];
+        let mut labels = self.own_labels();
         labels.extend(extra);
         let options = ListContainersOptions {
             all: true,
@@ -324,9 +369,16 @@ impl EngineRuntime {
             ..Default::default()
         };
         let docker = &self.inner.docker;
-        retry_transient(|| docker.list_containers(Some(options.clone())))
+        let all = retry_transient(|| docker.list_containers(Some(options.clone())))
             .await
-            .map_err(|e| runtime_err("listing containers".into(), e))
+            .map_err(|e| runtime_err("listing containers".into(), e))?;
+        Ok(all
+            .into_iter()
+            .filter(|c| {
+                let labels = c.labels.as_ref();
+                self.is_own(|k| labels.and_then(|l| l.get(k)).map(String::as_str))
+            })
+            .collect())
     }
 
     async fn inspect(
@@ -349,7 +401,7 @@ impl EngineRuntime {
         &self,
         name: Option<&str>,
     ) -> Result<Vec<(String, BTreeMap<String, String>)>, RuntimeError> {
-        let mut labels = vec![self.agent_label()];
+        let mut labels = self.own_labels();
         labels.extend(name.map(|n| format!("{WORKSPACE_NAME_LABEL}={n}")));
         let options = ListVolumesOptions {
             filters: Some(HashMap::from([("label".to_owned(), labels)])),
@@ -364,7 +416,8 @@ impl EngineRuntime {
             .volumes
             .unwrap_or_default()
             .into_iter()
-            .map(|v| (v.name, v.labels.into_iter().collect()))
+            .map(|v| (v.name, v.labels.into_iter().collect::<BTreeMap<_, _>>()))
+            .filter(|(_, labels)| self.is_own(|k| labels.get(k).map(String::as_str)))
             .collect())
     }
 
@@ -372,7 +425,7 @@ impl EngineRuntime {
         &self,
         name: Option<&str>,
     ) -> Result<Vec<(String, BTreeMap<String, String>)>, RuntimeError> {
-        let mut labels = vec![self.agent_label()];
+        let mut labels = self.own_labels();
         labels.extend(name.map(|n| format!("{WORKSPACE_NAME_LABEL}={n}")));
         let options = ListNetworksOptions {
             filters: Some(HashMap::from([("label".to_owned(), labels)])),
@@ -385,7 +438,12 @@ impl EngineRuntime {
             .map_err(|e| runtime_err("listing networks".into(), e))?;
         Ok(networks
             .into_iter()
-            .filter_map(|n| Some((n.name?, n.labels.unwrap_or_default().into_iter().collect())))
+            .filter_map(|n| {
+                let labels: BTreeMap<String, String> =
+                    n.labels.unwrap_or_default().into_iter().collect();
+                Some((n.name?, labels))
+            })
+            .filter(|(_, labels)| self.is_own(|k| labels.get(k).map(String::as_str)))
             .collect())
     }
 
@@ -399,6 +457,7 @@ impl EngineRuntime {
             AGENT_ID_LABEL.to_owned(),
             self.inner.config.agent_id.to_string(),
         );
+        labels.insert(OWNER_LABEL.to_owned(), self.inner.owner.clone());
         labels.insert(WORKSPACE_NAME_LABEL.to_owned(), workspace.name.clone());
         labels.insert(
             WORKSPACE_NAMESPACE_LABEL.to_owned(),
@@ -1296,12 +1355,16 @@ async fn watch_events(inner: std::sync::Weak<Inner>, shutdown: CancellationToken
         };
         let docker = strong.docker.clone();
         let agent = strong.config.agent_id.to_string();
+        let owner = strong.owner.clone();
         let changes = strong.changes.clone();
         drop(strong);
         let options = EventsOptions {
             filters: Some(HashMap::from([(
                 "label".to_owned(),
-                vec![format!("{AGENT_ID_LABEL}={agent}")],
+                vec![
+                    format!("{AGENT_ID_LABEL}={agent}"),
+                    format!("{OWNER_LABEL}={owner}"),
+                ],
             )])),
             ..Default::default()
         };
@@ -1317,11 +1380,11 @@ async fn watch_events(inner: std::sync::Weak<Inner>, shutdown: CancellationToken
                         // Engines that ignore the label filter still name the labels in the
                         // actor's attributes; any event of our objects counts, whatever its
                         // action is called (Podman's differ from Docker's).
-                        let ours = event
-                            .actor
-                            .and_then(|a| a.attributes)
-                            .and_then(|attrs| attrs.get(AGENT_ID_LABEL).cloned())
-                            .is_none_or(|id| id == agent);
+                        let attrs = event.actor.and_then(|a| a.attributes);
+                        let ours = attrs.as_ref().is_none_or(|attrs| {
+                            attrs.get(AGENT_ID_LABEL).is_none_or(|id| *id == agent)
+                                && attrs.get(OWNER_LABEL).is_none_or(|o| *o == owner)
+                        });
                         if ours {
                             changes.send_modify(|v| *v = v.wrapping_add(1));
                         }

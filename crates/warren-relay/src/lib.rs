@@ -11,7 +11,7 @@ mod handlers;
 pub mod jwt;
 pub mod registry;
 pub mod server;
-pub mod tunnel;
+pub use warren_tunnel as tunnel;
 
 pub use config::{ConfigError, RelayConfig};
 

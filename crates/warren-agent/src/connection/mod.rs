@@ -4,7 +4,7 @@
 //!
 //! Protocol: `warren_types::relay`. The connection is the production [`ReconcileTransport`].
 
-pub mod tunnel;
+pub use warren_tunnel as tunnel;
 
 use crate::reconciler::{ReconcileTransport, TransportError, TransportEvents};
 use crate::runtime::{RuntimeError, WorkspaceKey, WorkspaceRuntime};

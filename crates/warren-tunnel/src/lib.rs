@@ -1,10 +1,11 @@
-//! The multiplexed agent connection: a yamux session driven by one task, plus the framing
-//! every tunnel stream starts with (`warren_types::relay`).
+//! The agent ⇄ relay tunnel, shared by both ends: a yamux session driven by one task, plus
+//! the framing every tunnel stream starts with (`warren_types::relay`).
 //!
 //! yamux only makes progress while its `Connection` is polled, so one driver task owns it,
 //! accepts inbound streams and opens outbound ones on request. Flow control is yamux's: every
 //! stream has its own receive window, so a stream whose reader stalls stops only its sender.
-//! The agent crate carries a twin of this module (services never import each other).
+//! It is a wire-protocol library, like `warren-types`: the relay and the agent both depend on
+//! it, and neither depends on the other.
 
 use futures::future::poll_fn;
 use serde::de::DeserializeOwned;

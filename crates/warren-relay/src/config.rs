@@ -31,6 +31,10 @@ pub struct RelayConfig {
     /// closed: its host or network vanished without a TCP reset.
     #[serde(default = "default_agent_idle_timeout")]
     pub agent_idle_timeout_seconds: u64,
+    /// The secret only relay instances share, for relay↔relay JWTs; required when the
+    /// relay serves a relay↔relay listener or forwards to other instances.
+    #[serde(default)]
+    pub peer_secret: Option<String>,
 }
 
 fn default_auth_cache() -> u64 {
@@ -65,6 +69,10 @@ impl std::fmt::Debug for RelayConfig {
                 "agent_idle_timeout_seconds",
                 &self.agent_idle_timeout_seconds,
             )
+            .field(
+                "peer_secret",
+                &self.peer_secret.as_ref().map(|_| "<redacted>"),
+            )
             .finish()
     }
 }
@@ -75,6 +83,10 @@ pub enum ConfigError {
     ServerScheme { url: String },
     #[error("shared_secret has {len} bytes; at least {MIN_SECRET_LEN} are required")]
     SecretTooShort { len: usize },
+    #[error("peer_secret has {len} bytes; at least {MIN_SECRET_LEN} are required")]
+    PeerSecretTooShort { len: usize },
+    #[error("peer_secret must differ from shared_secret")]
+    PeerSecretReused,
     #[error("{field} must be greater than zero")]
     Zero { field: &'static str },
 }
@@ -90,6 +102,7 @@ impl RelayConfig {
             agent_wait_seconds: default_agent_wait(),
             dial_timeout_seconds: default_dial_timeout(),
             agent_idle_timeout_seconds: default_agent_idle_timeout(),
+            peer_secret: None,
         }
     }
 
@@ -103,6 +116,14 @@ impl RelayConfig {
             return Err(ConfigError::SecretTooShort {
                 len: self.shared_secret.len(),
             });
+        }
+        if let Some(peer) = &self.peer_secret {
+            if peer.len() < MIN_SECRET_LEN {
+                return Err(ConfigError::PeerSecretTooShort { len: peer.len() });
+            }
+            if peer == &self.shared_secret {
+                return Err(ConfigError::PeerSecretReused);
+            }
         }
         for (field, v) in [
             ("auth_cache_seconds", self.auth_cache_seconds),

@@ -1,7 +1,7 @@
 //! The relay's HTTP handlers: the agent connection upgrade, and the internal signal and tunnel
 //! endpoints; plus serving the streams an agent opens.
 
-use crate::registry::{AgentSession, ConnectionEntry, ConnectionId};
+use crate::registry::{AgentSession, ConnectionEntry, ConnectionId, InstanceId};
 use crate::server::ServerError;
 use crate::tunnel::{self, read_frame, read_json, write_frame, write_json, TunnelStream};
 use crate::Relay;
@@ -19,8 +19,8 @@ use tokio::time::Instant;
 use warren_types::api::{ApiError, ApiErrorBody};
 use warren_types::relay::{
     AuthenticateResponse, DialErrorCode, DialReply, ReconcileReply, SignalResponse, StreamOpen,
-    TunnelQuery, AGENT_CONNECT_PATH, AGENT_ID_RESPONSE_HEADER, SIGNAL_ROUTE, TUNNEL_PROTOCOL,
-    TUNNEL_ROUTE,
+    TunnelQuery, AGENT_CONNECT_PATH, AGENT_ID_RESPONSE_HEADER, AGENT_NOT_HERE, PEER_SIGNAL_ROUTE,
+    PEER_TUNNEL_ROUTE, SIGNAL_ROUTE, TUNNEL_PROTOCOL, TUNNEL_ROUTE,
 };
 use warren_types::AgentId;
 
@@ -283,42 +283,43 @@ impl Relay {
     }
 
     /// This instance's live sessions of `agent`.
-    async fn local_sessions(&self, agent: AgentId) -> Vec<AgentSession> {
-        match self.registry.lookup(agent).await {
-            Ok(entries) => entries
-                .into_iter()
-                .filter(|e| e.instance == self.instance)
-                .filter_map(|e| self.local.get(e.connection))
-                .filter(|s| !s.session.is_closed())
-                .collect(),
-            Err(e) => {
-                tracing::warn!(agent = %agent, error = %error_chain(&e), "connection registry lookup failed");
-                vec![]
-            }
-        }
+    fn local_sessions(&self, agent: AgentId) -> Vec<AgentSession> {
+        self.local.for_agent(agent)
     }
 
-    /// Waits up to the configured bound for `agent` to have a session here.
-    async fn wait_for_sessions(&self, agent: AgentId) -> Vec<AgentSession> {
-        let mut connected = self.registry.subscribe();
-        let deadline = tokio::time::Instant::now() + self.config.agent_wait();
-        loop {
-            let sessions = self.local_sessions(agent).await;
-            if !sessions.is_empty() {
-                return sessions;
+    /// Other instances holding a connection of `agent`, with their relay↔relay URLs; empty
+    /// when this relay does not forward.
+    async fn remote_candidates(&self, agent: AgentId) -> Vec<(InstanceId, url::Url)> {
+        if self.peer.is_none() {
+            return vec![];
+        }
+        let entries = match self.registry.lookup(agent).await {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(agent = %agent, error = %error_chain(&e), "connection registry lookup failed");
+                return vec![];
             }
-            tokio::select! {
-                // Cancel-safe: a missed broadcast is covered by the lookup at the top of the loop.
-                r = connected.recv() => match r {
-                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return vec![],
-                },
-                // Cancel-safe: a sleep holds no state.
-                _ = tokio::time::sleep_until(deadline) => return vec![],
-                // Cancel-safe: cancellation is level-triggered.
-                _ = self.shutdown.cancelled() => return vec![],
+        };
+        let mut instances: Vec<InstanceId> = entries
+            .into_iter()
+            .map(|e| e.instance)
+            .filter(|i| *i != self.instance)
+            .collect();
+        instances.sort();
+        instances.dedup();
+        let mut out = Vec::new();
+        for i in instances {
+            match self.registry.peer_url(i).await {
+                Ok(Some(url)) => out.push((i, url)),
+                Ok(None) => {
+                    tracing::debug!(agent = %agent, instance = %i.0, "skipping an instance that is gone")
+                }
+                Err(e) => {
+                    tracing::warn!(error = %error_chain(&e), "connection registry lookup failed")
+                }
             }
         }
+        out
     }
 }
 
@@ -368,19 +369,8 @@ fn parse_agent(raw: &str) -> Result<AgentId, Rejection> {
     })
 }
 
-async fn signal(
-    State(relay): State<Relay>,
-    Path(agent): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    if let Err(resp) = check_internal(&relay, &headers) {
-        return resp.into_response();
-    }
-    let agent = match parse_agent(&agent) {
-        Ok(a) => a,
-        Err(resp) => return resp.into_response(),
-    };
-    let sessions = relay.local_sessions(agent).await;
+/// Delivers a signal to each of `sessions`; returns how many took it.
+async fn signal_sessions(sessions: Vec<AgentSession>) -> usize {
     let sends = sessions.into_iter().map(|s| async move {
         let send = async {
             let mut stream = s.session.open().await?;
@@ -396,11 +386,38 @@ async fn signal(
             Err(_) => false,
         }
     });
-    let delivered = futures::future::join_all(sends)
+    futures::future::join_all(sends)
         .await
         .into_iter()
         .filter(|ok| *ok)
-        .count();
+        .count()
+}
+
+async fn signal(
+    State(relay): State<Relay>,
+    Path(agent): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(resp) = check_internal(&relay, &headers) {
+        return resp.into_response();
+    }
+    let agent = match parse_agent(&agent) {
+        Ok(a) => a,
+        Err(resp) => return resp.into_response(),
+    };
+    let local = signal_sessions(relay.local_sessions(agent));
+    let remote = async {
+        let candidates = relay.remote_candidates(agent).await;
+        let forwards = candidates
+            .iter()
+            .map(|(instance, url)| relay.forward_signal(agent, *instance, url));
+        futures::future::join_all(forwards)
+            .await
+            .into_iter()
+            .sum::<usize>()
+    };
+    let (local, remote) = tokio::join!(local, remote);
+    let delivered = local + remote;
     tracing::debug!(agent = %agent, connections = delivered, "signalled");
     Json(SignalResponse {
         connections: delivered,
@@ -408,44 +425,39 @@ async fn signal(
     .into_response()
 }
 
-async fn tunnel_open(
-    State(relay): State<Relay>,
-    Path(agent): Path<String>,
+/// What became of one attempt to open a tunnel.
+enum Attempt<S> {
+    Open(S),
+    /// This candidate holds no (working) connection: try the next one.
+    NotHere,
+    /// A definite answer for the client (the agent could not dial, …).
+    Failed(Response),
+}
+
+fn parse_target(
     query: Result<Query<TunnelQuery>, axum::extract::rejection::QueryRejection>,
-    mut req: Request,
-) -> Response {
-    if let Err(resp) = check_internal(&relay, req.headers()) {
-        return resp.into_response();
+) -> Result<warren_types::relay::DialTarget, Rejection> {
+    match query {
+        Ok(Query(q)) => Ok(q),
+        Err(e) => Err(Rejection(
+            StatusCode::BAD_REQUEST,
+            "invalid_query",
+            format!("expected ?workspace=&namespace=&port=: {e}"),
+        )),
     }
-    let agent = match parse_agent(&agent) {
-        Ok(a) => a,
-        Err(resp) => return resp.into_response(),
-    };
-    let target = match query {
-        Ok(Query(q)) => q,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "invalid_query",
-                format!("expected ?workspace=&namespace=&port=: {e}"),
-            )
-        }
-    };
-    if !wants_tunnel(req.headers()) {
-        return upgrade_required();
-    }
-    let sessions = relay.wait_for_sessions(agent).await;
-    if sessions.is_empty() {
-        return error(
-            StatusCode::NOT_FOUND,
-            "agent_not_connected",
-            format!("agent {agent} is not connected"),
-        );
-    }
+}
+
+/// Asks the agent, through one of this instance's `sessions`, to dial `target`.
+async fn dial_local(
+    relay: &Relay,
+    agent: AgentId,
+    sessions: &[AgentSession],
+    target: &warren_types::relay::DialTarget,
+) -> Attempt<TunnelStream> {
     // Replicas of one agent share the runtime, so any of them can dial; the first whose
     // connection still opens a stream is used.
     let mut stream = None;
-    for s in &sessions {
+    for s in sessions {
         match s.session.open().await {
             Ok(st) => {
                 stream = Some(st);
@@ -455,43 +467,42 @@ async fn tunnel_open(
         }
     }
     let Some(mut stream) = stream else {
-        return error(
-            StatusCode::NOT_FOUND,
-            "agent_not_connected",
-            format!("agent {agent} is not connected"),
-        );
+        return Attempt::NotHere;
     };
     let dial = async {
         write_json(&mut stream, &StreamOpen::Dial(target.clone())).await?;
         read_json::<_, DialReply>(&mut stream).await
     };
     match tokio::time::timeout(relay.config.dial_timeout(), dial).await {
-        Ok(Ok(DialReply::Connected)) => {}
+        Ok(Ok(DialReply::Connected)) => Attempt::Open(stream),
         Ok(Ok(DialReply::Failed { code, message })) => {
             let (status, code) = match code {
                 DialErrorCode::WorkspaceNotFound => (StatusCode::NOT_FOUND, "workspace_not_found"),
                 DialErrorCode::Unreachable => (StatusCode::BAD_GATEWAY, "workspace_unreachable"),
             };
-            return error(status, code, message);
+            Attempt::Failed(error(status, code, message))
         }
-        Ok(Err(e)) => {
-            return error(
-                StatusCode::BAD_GATEWAY,
-                "agent_error",
-                format!("the agent connection failed: {}", error_chain(&e)),
-            )
-        }
-        Err(_) => {
-            return error(
-                StatusCode::GATEWAY_TIMEOUT,
-                "dial_timeout",
-                format!(
-                    "the agent did not reach port {} of {}/{} in time",
-                    target.port, target.namespace, target.workspace
-                ),
-            )
-        }
+        Ok(Err(e)) => Attempt::Failed(error(
+            StatusCode::BAD_GATEWAY,
+            "agent_error",
+            format!("the agent connection failed: {}", error_chain(&e)),
+        )),
+        Err(_) => Attempt::Failed(error(
+            StatusCode::GATEWAY_TIMEOUT,
+            "dial_timeout",
+            format!(
+                "the agent did not reach port {} of {}/{} in time",
+                target.port, target.namespace, target.workspace
+            ),
+        )),
     }
+}
+
+/// Answers 101 and copies bytes between the client's upgraded connection and `stream`.
+fn splice<S>(relay: &Relay, mut req: Request, mut stream: S) -> Response
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let on_upgrade = hyper::upgrade::on(&mut req);
     let shutdown = relay.shutdown.clone();
     relay.tasks.spawn(async move {
@@ -515,4 +526,277 @@ async fn tunnel_open(
         }
     });
     switching_protocols(None)
+}
+
+/// How often a waiting request looks the table up again besides pub/sub wake-ups (covers a
+/// message lost while Redis was away).
+const WAIT_RECHECK: Duration = Duration::from_secs(1);
+
+async fn tunnel_open(
+    State(relay): State<Relay>,
+    Path(agent): Path<String>,
+    query: Result<Query<TunnelQuery>, axum::extract::rejection::QueryRejection>,
+    req: Request,
+) -> Response {
+    if let Err(resp) = check_internal(&relay, req.headers()) {
+        return resp.into_response();
+    }
+    let agent = match parse_agent(&agent) {
+        Ok(a) => a,
+        Err(resp) => return resp.into_response(),
+    };
+    let target = match parse_target(query) {
+        Ok(t) => t,
+        Err(resp) => return resp.into_response(),
+    };
+    if !wants_tunnel(req.headers()) {
+        return upgrade_required();
+    }
+    // Subscribed before the first lookup so a connect between lookup and wait is not missed.
+    let mut connected = relay.registry.subscribe();
+    let deadline = Instant::now() + relay.config.agent_wait();
+    loop {
+        let sessions = relay.local_sessions(agent);
+        if !sessions.is_empty() {
+            match dial_local(&relay, agent, &sessions, &target).await {
+                Attempt::Open(stream) => return splice(&relay, req, stream),
+                Attempt::Failed(resp) => return resp,
+                Attempt::NotHere => {}
+            }
+        }
+        for (instance, url) in relay.remote_candidates(agent).await {
+            match relay.forward_tunnel(agent, instance, &url, &target).await {
+                Attempt::Open(stream) => return splice(&relay, req, stream),
+                Attempt::Failed(resp) => return resp,
+                Attempt::NotHere => {}
+            }
+        }
+        tokio::select! {
+            // Cancel-safe: a missed broadcast is covered by the lookup at the top of the loop.
+            r = connected.recv() => {
+                if let Err(tokio::sync::broadcast::error::RecvError::Closed) = r {
+                    break;
+                }
+            }
+            // Cancel-safe: a sleep holds no state.
+            _ = tokio::time::sleep(WAIT_RECHECK) => {}
+            // Cancel-safe: a sleep holds no state.
+            _ = tokio::time::sleep_until(deadline) => break,
+            // Cancel-safe: cancellation is level-triggered.
+            _ = relay.shutdown.cancelled() => break,
+        }
+    }
+    error(
+        StatusCode::NOT_FOUND,
+        "agent_not_connected",
+        format!("agent {agent} is not connected"),
+    )
+}
+
+// ---- relay↔relay ----
+
+impl Relay {
+    fn peer_url(base: &url::Url, route: &str, agent: AgentId) -> String {
+        format!(
+            "{}{}",
+            base.as_str().trim_end_matches('/'),
+            route.replace("{agent_id}", &agent.to_string())
+        )
+    }
+
+    /// Forwards a signal to the gateway `instance`; returns how many connections took it.
+    async fn forward_signal(&self, agent: AgentId, instance: InstanceId, base: &url::Url) -> usize {
+        let Some(peer) = &self.peer else { return 0 };
+        let token = match peer.keys.mint(agent) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "cannot sign a relay↔relay token");
+                return 0;
+            }
+        };
+        let resp = peer
+            .http
+            .post(Self::peer_url(base, PEER_SIGNAL_ROUTE, agent))
+            .bearer_auth(token)
+            .timeout(SIGNAL_TIMEOUT)
+            .send()
+            .await;
+        match resp {
+            Ok(r) if r.status().is_success() => r
+                .json::<SignalResponse>()
+                .await
+                .map(|s| s.connections)
+                .unwrap_or(0),
+            Ok(r) => {
+                tracing::debug!(agent = %agent, instance = %instance.0, status = %r.status(), "gateway did not take the signal");
+                0
+            }
+            Err(e) => {
+                tracing::info!(agent = %agent, instance = %instance.0, error = %error_chain(&e), "cannot reach a gateway instance");
+                0
+            }
+        }
+    }
+
+    /// Asks the gateway `instance` to open a tunnel through its own connection of `agent`.
+    async fn forward_tunnel(
+        &self,
+        agent: AgentId,
+        instance: InstanceId,
+        base: &url::Url,
+        target: &warren_types::relay::DialTarget,
+    ) -> Attempt<reqwest::Upgraded> {
+        let Some(peer) = &self.peer else {
+            return Attempt::NotHere;
+        };
+        let token = match peer.keys.mint(agent) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "cannot sign a relay↔relay token");
+                return Attempt::NotHere;
+            }
+        };
+        let resp = peer
+            .http
+            .get(Self::peer_url(base, PEER_TUNNEL_ROUTE, agent))
+            .query(target)
+            .bearer_auth(token)
+            .header(header::CONNECTION, "upgrade")
+            .header(header::UPGRADE, TUNNEL_PROTOCOL)
+            .timeout(self.config.dial_timeout() + Duration::from_secs(2))
+            .send()
+            .await;
+        let resp = match resp {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::info!(agent = %agent, instance = %instance.0, error = %error_chain(&e), "cannot reach a gateway instance");
+                return Attempt::NotHere;
+            }
+        };
+        let status = resp.status();
+        if status == reqwest::StatusCode::SWITCHING_PROTOCOLS {
+            return match resp.upgrade().await {
+                Ok(u) => Attempt::Open(u),
+                Err(e) => {
+                    tracing::info!(agent = %agent, error = %error_chain(&e), "gateway tunnel upgrade failed");
+                    Attempt::NotHere
+                }
+            };
+        }
+        let body = resp.bytes().await.unwrap_or_default();
+        let code = serde_json::from_slice::<ApiError>(&body)
+            .map(|e| e.error.code)
+            .unwrap_or_default();
+        if code == AGENT_NOT_HERE || status.is_server_error() && code.is_empty() {
+            tracing::debug!(agent = %agent, instance = %instance.0, "gateway does not hold the agent");
+            return Attempt::NotHere;
+        }
+        if status == reqwest::StatusCode::UNAUTHORIZED {
+            tracing::warn!(instance = %instance.0, "a gateway instance refused our relay↔relay token (peer secrets differ?)");
+            return Attempt::NotHere;
+        }
+        // The gateway's definite answer (dial failed, …) goes back to the client as is.
+        let mut out = Response::new(Body::from(body));
+        *out.status_mut() =
+            StatusCode::from_u16(status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+        out.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        Attempt::Failed(out)
+    }
+}
+
+/// The relay↔relay listener: a gateway only serves its own connections and never routes
+/// further, so a forwarded request cannot loop between instances.
+pub(crate) fn peer_router(relay: Relay) -> Router {
+    Router::new()
+        .route(PEER_SIGNAL_ROUTE, post(peer_signal))
+        .route(PEER_TUNNEL_ROUTE, get(peer_tunnel))
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "not_found", "no such endpoint") })
+        .with_state(relay)
+}
+
+fn check_peer(relay: &Relay, headers: &HeaderMap, agent: AgentId) -> Result<(), Rejection> {
+    let Some(peer) = &relay.peer else {
+        return Err(Rejection(
+            StatusCode::UNAUTHORIZED,
+            "invalid_token",
+            "this relay accepts no relay↔relay requests".into(),
+        ));
+    };
+    let Some(token) = bearer(headers) else {
+        return Err(Rejection(
+            StatusCode::UNAUTHORIZED,
+            "unauthenticated",
+            "a relay JWT is required as `Authorization: Bearer <token>`".into(),
+        ));
+    };
+    peer.keys.verify(token, agent).map_err(|e| {
+        Rejection(
+            StatusCode::UNAUTHORIZED,
+            "invalid_token",
+            format!("the token was refused: {}", error_chain(&e)),
+        )
+    })
+}
+
+fn not_here(agent: AgentId) -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        AGENT_NOT_HERE,
+        format!("this relay instance holds no connection of agent {agent}"),
+    )
+}
+
+async fn peer_signal(
+    State(relay): State<Relay>,
+    Path(agent): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let agent = match parse_agent(&agent) {
+        Ok(a) => a,
+        Err(resp) => return resp.into_response(),
+    };
+    if let Err(resp) = check_peer(&relay, &headers, agent) {
+        return resp.into_response();
+    }
+    let sessions = relay.local_sessions(agent);
+    if sessions.is_empty() {
+        return not_here(agent);
+    }
+    let delivered = signal_sessions(sessions).await;
+    Json(SignalResponse {
+        connections: delivered,
+    })
+    .into_response()
+}
+
+async fn peer_tunnel(
+    State(relay): State<Relay>,
+    Path(agent): Path<String>,
+    query: Result<Query<TunnelQuery>, axum::extract::rejection::QueryRejection>,
+    req: Request,
+) -> Response {
+    let agent = match parse_agent(&agent) {
+        Ok(a) => a,
+        Err(resp) => return resp.into_response(),
+    };
+    if let Err(resp) = check_peer(&relay, req.headers(), agent) {
+        return resp.into_response();
+    }
+    let target = match parse_target(query) {
+        Ok(t) => t,
+        Err(resp) => return resp.into_response(),
+    };
+    if !wants_tunnel(req.headers()) {
+        return upgrade_required();
+    }
+    // No waiting and no routing: the routing instance decides what to try next.
+    let sessions = relay.local_sessions(agent);
+    match dial_local(&relay, agent, &sessions, &target).await {
+        Attempt::Open(stream) => splice(&relay, req, stream),
+        Attempt::Failed(resp) => resp,
+        Attempt::NotHere => not_here(agent),
+    }
 }

@@ -8,8 +8,8 @@ use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use std::time::{SystemTime, UNIX_EPOCH};
 use warren_types::reconcile::{RELAY_JWT_ISSUER, SERVER_JWT_AUDIENCE};
 use warren_types::relay::{
-    InternalClaims, INTERNAL_JWT_MAX_VALIDITY_SECS, PROXY_JWT_ISSUER, RELAY_JWT_AUDIENCE,
-    SERVER_JWT_ISSUER,
+    InternalClaims, INTERNAL_JWT_MAX_VALIDITY_SECS, PEER_JWT_ISSUER, PEER_JWT_MAX_VALIDITY_SECS,
+    PROXY_JWT_ISSUER, RELAY_JWT_AUDIENCE, SERVER_JWT_ISSUER,
 };
 use warren_types::AgentId;
 
@@ -28,6 +28,8 @@ pub enum JwtError {
         "token is valid for {secs} s, more than the allowed {INTERNAL_JWT_MAX_VALIDITY_SECS} s"
     )]
     TooLong { secs: i64 },
+    #[error("token was issued for another agent")]
+    WrongAgent,
 }
 
 /// Keys derived once from the shared secret.
@@ -92,6 +94,70 @@ impl JwtKeys {
             return Err(JwtError::TooLong { secs });
         }
         Ok(claims)
+    }
+}
+
+/// Validity of relay↔relay JWTs: a forwarded request is sent at once.
+const PEER_VALIDITY_SECS: i64 = 10;
+
+/// Keys for the relay↔relay endpoint, from a secret only relays share (not the relay↔server
+/// one: a server or proxy must not be able to make a relay act as a gateway).
+#[derive(Clone)]
+pub struct PeerKeys {
+    encoding: EncodingKey,
+    decoding: DecodingKey,
+}
+
+impl std::fmt::Debug for PeerKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PeerKeys(..)")
+    }
+}
+
+impl PeerKeys {
+    pub fn new(secret: &[u8]) -> Self {
+        PeerKeys {
+            encoding: EncodingKey::from_secret(secret),
+            decoding: DecodingKey::from_secret(secret),
+        }
+    }
+
+    /// A token for one forwarded request about `agent`.
+    pub fn mint(&self, agent: AgentId) -> Result<String, JwtError> {
+        let iat = now();
+        let claims = InternalClaims {
+            iss: PEER_JWT_ISSUER.into(),
+            aud: PEER_JWT_ISSUER.into(),
+            sub: Some(agent.to_string()),
+            iat,
+            nbf: iat,
+            exp: iat + PEER_VALIDITY_SECS,
+        };
+        jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
+            .map_err(JwtError::Sign)
+    }
+
+    /// Checks a token on the relay↔relay endpoint; it must name `agent`.
+    pub fn verify(&self, token: &str, agent: AgentId) -> Result<(), JwtError> {
+        let mut validation = Validation::new(Algorithm::HS256);
+        validation.set_audience(&[PEER_JWT_ISSUER]);
+        validation.set_issuer(&[PEER_JWT_ISSUER]);
+        validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+        validation.validate_nbf = true;
+        validation.leeway = LEEWAY_SECS;
+        let claims = jsonwebtoken::decode::<InternalClaims>(token, &self.decoding, &validation)
+            .map_err(JwtError::Invalid)?
+            .claims;
+        let secs = claims.exp - claims.iat.max(claims.nbf);
+        if secs > PEER_JWT_MAX_VALIDITY_SECS
+            || claims.exp - now() > PEER_JWT_MAX_VALIDITY_SECS + LEEWAY_SECS as i64
+        {
+            return Err(JwtError::TooLong { secs });
+        }
+        if claims.sub.as_deref() != Some(agent.to_string().as_str()) {
+            return Err(JwtError::WrongAgent);
+        }
+        Ok(())
     }
 }
 
@@ -167,6 +233,25 @@ mod tests {
         );
         assert!(keys.verify_internal(&expired).is_err());
         assert!(keys.verify_internal("not a jwt").is_err());
+    }
+
+    #[test]
+    fn peer_tokens_are_checked() {
+        let keys = PeerKeys::new(b"peer-secret-peer-secret-peer-secret!");
+        let t = keys.mint(AgentId(3)).unwrap();
+        keys.verify(&t, AgentId(3)).unwrap();
+        assert!(matches!(
+            keys.verify(&t, AgentId(4)),
+            Err(JwtError::WrongAgent)
+        ));
+        let other = PeerKeys::new(b"0123456789abcdef0123456789abcdef");
+        assert!(other.verify(&t, AgentId(3)).is_err());
+        // A server token (right secret, wrong issuer/audience) is refused.
+        let server = sign(
+            b"peer-secret-peer-secret-peer-secret!",
+            &claims("warren-server", "warren-relay", 10),
+        );
+        assert!(keys.verify(&server, AgentId(3)).is_err());
     }
 
     #[test]

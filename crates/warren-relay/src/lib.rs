@@ -2,13 +2,16 @@
 //! reconcile calls to the server and carries server→agent signals and proxy→workspace byte
 //! streams back through that connection (relay.md, protocol in `warren_types::relay`).
 //!
-//! Two listeners: the agent listener (agent tokens, checked with the server and cached) and
-//! the internal listener for the server and proxies (short-lived JWTs, audience
-//! `warren-relay`). The routing table sits behind [`registry::AgentRegistry`].
+//! Listeners: the agent listener (agent tokens, checked with the server and cached), the
+//! internal listener for the server and proxies (short-lived JWTs, audience `warren-relay`)
+//! and, with several instances, the private relay↔relay listener (JWTs signed with a secret
+//! only relays share). The routing table sits behind [`registry::AgentRegistry`]: in memory
+//! alone, in Redis ([`redis_registry::RedisRegistry`]) when several instances share it.
 
 pub mod config;
 mod handlers;
 pub mod jwt;
+pub mod redis_registry;
 pub mod registry;
 pub mod server;
 pub use warren_tunnel as tunnel;
@@ -37,6 +40,8 @@ pub enum RelayError {
     Config(#[from] ConfigError),
     #[error("building the HTTP client for the server")]
     HttpClient(#[source] reqwest::Error),
+    #[error("a relay↔relay listener needs peer_secret")]
+    PeersWithoutSecret,
     #[error("serving the {listener} listener")]
     Serve {
         listener: &'static str,
@@ -50,12 +55,20 @@ pub enum RelayError {
 pub(crate) struct Relay {
     pub(crate) server: Arc<server::ServerClient>,
     pub(crate) keys: jwt::JwtKeys,
+    /// Relay↔relay: how this instance signs and checks forwarded requests.
+    pub(crate) peer: Option<Peer>,
     pub(crate) registry: Arc<dyn AgentRegistry>,
     pub(crate) local: LocalConnections,
     pub(crate) instance: InstanceId,
     pub(crate) config: Arc<RelayConfig>,
     pub(crate) shutdown: CancellationToken,
     pub(crate) tasks: TaskTracker,
+}
+
+#[derive(Clone)]
+pub(crate) struct Peer {
+    pub(crate) keys: jwt::PeerKeys,
+    pub(crate) http: reqwest::Client,
 }
 
 /// Runs a relay alone (in-memory routing table) until `shutdown` fires.
@@ -81,7 +94,35 @@ pub async fn run_with_registry(
     registry: Arc<dyn AgentRegistry>,
     shutdown: CancellationToken,
 ) -> Result<(), RelayError> {
+    run_with_peers(config, listeners, None, registry, shutdown).await
+}
+
+/// Runs one of several relay instances: as [`run_with_registry`], plus the relay↔relay
+/// listener `peers` (other instances forward requests for agents connected here) and
+/// forwarding of requests for agents connected elsewhere (needs `config.peer_secret`).
+pub async fn run_with_peers(
+    config: RelayConfig,
+    listeners: Listeners,
+    peers: Option<TcpListener>,
+    registry: Arc<dyn AgentRegistry>,
+    shutdown: CancellationToken,
+) -> Result<(), RelayError> {
     config.validate()?;
+    if peers.is_some() && config.peer_secret.is_none() {
+        return Err(RelayError::PeersWithoutSecret);
+    }
+    let peer = match &config.peer_secret {
+        Some(secret) => Some(Peer {
+            keys: jwt::PeerKeys::new(secret.as_bytes()),
+            http: reqwest::Client::builder()
+                .http1_only()
+                .tcp_nodelay(true)
+                .connect_timeout(std::time::Duration::from_secs(2))
+                .build()
+                .map_err(RelayError::HttpClient)?,
+        }),
+        None => None,
+    };
     let keys = jwt::JwtKeys::new(config.shared_secret.as_bytes());
     let server = server::ServerClient::new(
         config.server_url.clone(),
@@ -93,9 +134,12 @@ pub async fn run_with_registry(
     let relay = Relay {
         server: Arc::new(server),
         keys,
+        peer,
+        instance: registry
+            .local_instance()
+            .unwrap_or_else(|| InstanceId(uuid::Uuid::new_v4())),
         registry,
         local: LocalConnections::default(),
-        instance: InstanceId(uuid::Uuid::new_v4()),
         config: Arc::new(config),
         shutdown: shutdown.clone(),
         tasks: TaskTracker::new(),
@@ -124,17 +168,32 @@ pub async fn run_with_registry(
         handlers::internal_router(relay.clone()),
     )
     .with_graceful_shutdown(shutdown.clone().cancelled_owned());
-    let (a, i) = tokio::join!(agents, internal);
+    let peers_served = async {
+        match peers {
+            Some(l) => {
+                axum::serve(l.tap_io(nodelay), handlers::peer_router(relay.clone()))
+                    .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+                    .await
+            }
+            None => Ok(()),
+        }
+    };
+    let (a, i, p) = tokio::join!(agents, internal, peers_served);
     // Upgraded connections are not tracked by the HTTP server; they watch `shutdown`
     // themselves and unregister on the way out.
     relay.tasks.close();
     relay.tasks.wait().await;
+    relay.registry.close().await;
     a.map_err(|source| RelayError::Serve {
         listener: "agent",
         source,
     })?;
     i.map_err(|source| RelayError::Serve {
         listener: "internal",
+        source,
+    })?;
+    p.map_err(|source| RelayError::Serve {
+        listener: "relay↔relay",
         source,
     })?;
     tracing::info!("relay stopped");

@@ -45,6 +45,18 @@ pub trait AgentRegistry: Send + Sync + 'static {
     async fn lookup(&self, agent: AgentId) -> Result<Vec<ConnectionEntry>, RegistryError>;
     /// Announces each agent that connects anywhere, so a waiting request wakes at once.
     fn subscribe(&self) -> broadcast::Receiver<AgentId>;
+    /// The instance id this registry registers under, when it is fixed by the registry (a
+    /// shared one advertises it to the other instances); `None` lets the relay pick one.
+    fn local_instance(&self) -> Option<InstanceId> {
+        None
+    }
+    /// Where another instance's relay↔relay endpoint is; `None` when the instance is unknown
+    /// or gone (its metadata expired).
+    async fn peer_url(&self, _instance: InstanceId) -> Result<Option<url::Url>, RegistryError> {
+        Ok(None)
+    }
+    /// Clean shutdown of this instance: drops whatever it still holds in the table.
+    async fn close(&self) {}
 }
 
 /// The table of a relay running alone.
@@ -135,6 +147,18 @@ impl LocalConnections {
             .unwrap_or_else(|p| p.into_inner())
             .get(&id)
             .cloned()
+    }
+
+    /// This instance's live sessions of `agent`, without asking the routing table (a gateway
+    /// answers from what it holds, even while the shared table is unreachable).
+    pub fn for_agent(&self, agent: AgentId) -> Vec<AgentSession> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|s| s.agent == agent && !s.session.is_closed())
+            .cloned()
+            .collect()
     }
 
     pub fn len(&self) -> usize {

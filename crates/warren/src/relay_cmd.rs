@@ -1,5 +1,7 @@
 //! `warren relay`: read the relay's settings (flags, `WARREN_*` variables, an optional TOML
-//! file), bind its two listeners and run it until Ctrl-C or SIGTERM.
+//! file), bind its listeners and run it until Ctrl-C or SIGTERM. With `--redis-url` it is one
+//! of several instances: the routing table lives in Redis and a third, relay↔relay listener
+//! (`--peer-listen`, reached by the others at `--advertise-url`) serves forwarded requests.
 
 use anyhow::{bail, Context};
 use serde::Deserialize;
@@ -31,6 +33,19 @@ pub struct RelayArgs {
     /// File holding the relay↔server shared secret (or set WARREN_RELAY_SHARED_SECRET).
     #[arg(long, env = "WARREN_RELAY_SHARED_SECRET_FILE")]
     shared_secret_file: Option<PathBuf>,
+    /// Redis holding the routing table shared by several relay instances (none: alone).
+    #[arg(long, env = "WARREN_REDIS_URL")]
+    redis_url: Option<String>,
+    /// Address of the relay↔relay listener (with --redis-url).
+    #[arg(long, env = "WARREN_RELAY_PEER_LISTEN")]
+    peer_listen: Option<SocketAddr>,
+    /// URL other relay instances use to reach the relay↔relay listener [default:
+    /// http://<peer-listen> when that is not a wildcard address].
+    #[arg(long, env = "WARREN_RELAY_ADVERTISE_URL")]
+    advertise_url: Option<Url>,
+    /// File holding the secret only relay instances share (or set WARREN_RELAY_PEER_SECRET).
+    #[arg(long, env = "WARREN_RELAY_PEER_SECRET_FILE")]
+    peer_secret_file: Option<PathBuf>,
 }
 
 /// The TOML file; every key optional, unknown keys refused.
@@ -46,6 +61,29 @@ struct RelayFile {
     agent_wait_seconds: Option<u64>,
     dial_timeout_seconds: Option<u64>,
     agent_idle_timeout_seconds: Option<u64>,
+    redis_url: Option<String>,
+    peer_listen: Option<SocketAddr>,
+    advertise_url: Option<Url>,
+    peer_secret_file: Option<PathBuf>,
+    /// Lifetime of an unrefreshed routing entry [default 300].
+    redis_entry_ttl_seconds: Option<u64>,
+    /// How often routing entries are refreshed [default 240].
+    redis_refresh_seconds: Option<u64>,
+    /// Prefix of the relay's Redis keys [default `warren:relay:`].
+    redis_key_prefix: Option<String>,
+}
+
+/// The settings of one of several instances.
+struct Cluster {
+    registry: warren_relay::redis_registry::RedisRegistryConfig,
+    peer_listen: SocketAddr,
+}
+
+struct Resolved {
+    config: RelayConfig,
+    agent_listen: SocketAddr,
+    internal_listen: SocketAddr,
+    cluster: Option<Cluster>,
 }
 
 /// Reads a secret from a file, without the trailing newline editors add.
@@ -92,7 +130,7 @@ pub(crate) fn shutdown_on_signals() -> CancellationToken {
     token
 }
 
-fn resolve(args: RelayArgs) -> anyhow::Result<(RelayConfig, SocketAddr, SocketAddr)> {
+fn resolve(args: RelayArgs) -> anyhow::Result<Resolved> {
     let file = match &args.config {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -133,6 +171,70 @@ fn resolve(args: RelayArgs) -> anyhow::Result<(RelayConfig, SocketAddr, SocketAd
     if let Some(v) = file.agent_idle_timeout_seconds {
         config.agent_idle_timeout_seconds = v;
     }
+    let redis_url = args.redis_url.or(file.redis_url).filter(|u| !u.is_empty());
+    let peer_listen = args.peer_listen.or(file.peer_listen);
+    let advertise_url = args.advertise_url.or(file.advertise_url);
+    let peer_secret = match (
+        std::env::var("WARREN_RELAY_PEER_SECRET").ok(),
+        args.peer_secret_file.or(file.peer_secret_file),
+    ) {
+        (_, Some(path)) => Some(read_secret(&path, "relay peer secret")?),
+        (Some(s), None) if !s.is_empty() => Some(s),
+        _ => None,
+    };
+    let cluster = match redis_url {
+        None => {
+            if peer_listen.is_some() || advertise_url.is_some() {
+                bail!(
+                    "--peer-listen and --advertise-url need --redis-url (several relay instances)"
+                );
+            }
+            None
+        }
+        Some(redis_url) => {
+            let peer_listen = peer_listen.context(
+                "several relay instances need a relay↔relay listener: --peer-listen, \
+                 WARREN_RELAY_PEER_LISTEN or peer_listen",
+            )?;
+            if peer_secret.is_none() {
+                bail!(
+                    "several relay instances need the relay peer secret: --peer-secret-file, \
+                     WARREN_RELAY_PEER_SECRET_FILE, WARREN_RELAY_PEER_SECRET or peer_secret_file"
+                );
+            }
+            let advertise_url = match advertise_url {
+                Some(u) => u,
+                None if !peer_listen.ip().is_unspecified() => {
+                    format!("http://{peer_listen}").parse()?
+                }
+                None => bail!(
+                    "--peer-listen {peer_listen} is a wildcard address; give --advertise-url \
+                     (how the other relay instances reach this one)"
+                ),
+            };
+            let mut registry =
+                warren_relay::redis_registry::RedisRegistryConfig::new(redis_url, advertise_url);
+            if let Some(v) = file.redis_entry_ttl_seconds {
+                registry.entry_ttl = std::time::Duration::from_secs(v);
+            }
+            if let Some(v) = file.redis_refresh_seconds {
+                registry.refresh_interval = std::time::Duration::from_secs(v);
+            }
+            if let Some(p) = file.redis_key_prefix {
+                registry.key_prefix = p;
+            }
+            if registry.refresh_interval.is_zero()
+                || registry.refresh_interval >= registry.entry_ttl
+            {
+                bail!("redis_refresh_seconds must be above zero and below redis_entry_ttl_seconds");
+            }
+            Some(Cluster {
+                registry,
+                peer_listen,
+            })
+        }
+    };
+    config.peer_secret = peer_secret;
     config.validate().context("invalid relay configuration")?;
     let agent_listen = match args.agent_listen.or(file.agent_listen) {
         Some(a) => a,
@@ -142,11 +244,21 @@ fn resolve(args: RelayArgs) -> anyhow::Result<(RelayConfig, SocketAddr, SocketAd
         Some(a) => a,
         None => DEFAULT_INTERNAL_LISTEN.parse()?,
     };
-    Ok((config, agent_listen, internal_listen))
+    Ok(Resolved {
+        config,
+        agent_listen,
+        internal_listen,
+        cluster,
+    })
 }
 
 pub async fn run(args: RelayArgs) -> anyhow::Result<()> {
-    let (config, agent_listen, internal_listen) = resolve(args)?;
+    let Resolved {
+        config,
+        agent_listen,
+        internal_listen,
+        cluster,
+    } = resolve(args)?;
     let agents = tokio::net::TcpListener::bind(agent_listen)
         .await
         .with_context(|| format!("binding the agent listener on {agent_listen}"))?;
@@ -154,7 +266,30 @@ pub async fn run(args: RelayArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding the internal listener on {internal_listen}"))?;
     let shutdown = shutdown_on_signals();
-    warren_relay::run(config, Listeners { agents, internal }, shutdown).await?;
+    match cluster {
+        None => warren_relay::run(config, Listeners { agents, internal }, shutdown).await?,
+        Some(cluster) => {
+            let peers = tokio::net::TcpListener::bind(cluster.peer_listen)
+                .await
+                .with_context(|| {
+                    format!(
+                        "binding the relay↔relay listener on {}",
+                        cluster.peer_listen
+                    )
+                })?;
+            let registry = warren_relay::redis_registry::RedisRegistry::connect(cluster.registry)
+                .await
+                .context("connecting to the relay routing table in redis")?;
+            warren_relay::run_with_peers(
+                config,
+                Listeners { agents, internal },
+                Some(peers),
+                std::sync::Arc::new(registry),
+                shutdown,
+            )
+            .await?;
+        }
+    }
     Ok(())
 }
 

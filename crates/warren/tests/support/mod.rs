@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use serde_json::Value;
-use std::net::TcpListener;
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -291,3 +291,223 @@ components:
       cpuLimit: 500m
       mountSources: true
 "#;
+
+/// Generous: the machine running the tests may be loaded.
+pub const CONVERGE: Duration = Duration::from_secs(240);
+const RELAY_SECRET: &str = "faults-e2e-relay-secret-0123456789abcdef";
+
+/// The three services on fixed loopback ports chosen at start, so a restarted process comes
+/// back where the others expect it. Every process is SIGKILLed on drop.
+pub struct Stack {
+    pub dir: tempfile::TempDir,
+    /// Whether the server signals the relay on desired-state changes (off: timers only).
+    signal: bool,
+    pub server_port: u16,
+    agent_port: u16,
+    internal_port: u16,
+    agent_token: String,
+    pub server: Option<Proc>,
+    pub relay: Option<Proc>,
+    pub agent: Option<Proc>,
+}
+
+impl Stack {
+    /// The CLI's personal access token (for calling the REST API directly).
+    pub fn token(&self) -> String {
+        let text = std::fs::read_to_string(self.cli_home().join("credentials.toml"))
+            .expect("the CLI's credentials");
+        let v: toml::Value = toml::from_str(&text).expect("credentials TOML");
+        v["token"].as_str().expect("a token").to_owned()
+    }
+
+    pub fn server_home(&self) -> PathBuf {
+        self.dir.path().join("server")
+    }
+    /// Where the CLI keeps its credentials.
+    pub fn cli_home(&self) -> PathBuf {
+        self.dir.path().join("cli")
+    }
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.server_port)
+    }
+
+    pub fn logs(&self) -> String {
+        let read = |n: &str| std::fs::read_to_string(self.dir.path().join(n)).unwrap_or_default();
+        format!(
+            "--- server ---\n{}\n--- relay ---\n{}\n--- agent ---\n{}",
+            read("server.log"),
+            read("relay.log"),
+            read("agent.log")
+        )
+    }
+
+    /// Starts the server and waits for its ready file; retried while the port is still
+    /// held by the process just killed.
+    pub fn start_server(&mut self) {
+        let ready = self.dir.path().join("server.ready");
+        let _ = std::fs::remove_file(&ready);
+        let mut args: Vec<String> = vec![
+            "server".into(),
+            "--listen".into(),
+            format!("127.0.0.1:{}", self.server_port),
+            "--home".into(),
+            self.server_home().display().to_string(),
+            "--ready-file".into(),
+            ready.display().to_string(),
+            "--relay-secret".into(),
+            RELAY_SECRET.into(),
+        ];
+        if self.signal {
+            args.push("--relay-url".into());
+            args.push(format!("http://127.0.0.1:{}", self.internal_port));
+        }
+        let log = self.dir.path().join("server.log");
+        let deadline = Instant::now() + Duration::from_secs(180);
+        let mut proc = Proc::spawn("server", &args, &[], &log);
+        while !std::fs::read_to_string(&ready).is_ok_and(|s| !s.trim().is_empty()) {
+            if proc.exited().is_some() {
+                assert!(Instant::now() < deadline, "server exits:\n{}", self.logs());
+                proc = Proc::spawn("server", &args, &[], &log);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "server not ready:\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.server = Some(proc);
+    }
+
+    /// Starts the relay and waits until both its listeners accept connections.
+    pub fn start_relay(&mut self) {
+        let args: Vec<String> = vec![
+            "relay".into(),
+            "--agent-listen".into(),
+            format!("127.0.0.1:{}", self.agent_port),
+            "--internal-listen".into(),
+            format!("127.0.0.1:{}", self.internal_port),
+            "--server-url".into(),
+            self.url(),
+        ];
+        let envs = [("WARREN_RELAY_SHARED_SECRET", RELAY_SECRET.to_owned())];
+        let log = self.dir.path().join("relay.log");
+        let deadline = Instant::now() + Duration::from_secs(180);
+        let mut proc = Proc::spawn("relay", &args, &envs, &log);
+        let accepts = |port: u16| TcpStream::connect(("127.0.0.1", port)).is_ok();
+        loop {
+            if proc.exited().is_some() {
+                assert!(Instant::now() < deadline, "relay exits:\n{}", self.logs());
+                proc = Proc::spawn("relay", &args, &envs, &log);
+            } else if accepts(self.agent_port) && accepts(self.internal_port) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "relay not listening:\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.relay = Some(proc);
+    }
+
+    /// Starts the agent; it reconnects to the relay by itself, so there is nothing to wait for.
+    pub fn start_agent(&mut self) {
+        let args: Vec<String> = vec![
+            "agent".into(),
+            "--relay-url".into(),
+            format!("http://127.0.0.1:{}", self.agent_port),
+            "--runtime".into(),
+            "engine".into(),
+            "--state-dir".into(),
+            self.dir.path().join("agent-state").display().to_string(),
+        ];
+        let envs = [("WARREN_AGENT_TOKEN", self.agent_token.clone())];
+        self.agent = Some(Proc::spawn(
+            "agent",
+            &args,
+            &envs,
+            &self.dir.path().join("agent.log"),
+        ));
+    }
+
+    /// Starts the server (signalling the relay when `signal`), signs the CLI in as the bootstrap admin, registers an agent, then
+    /// starts the relay and the agent.
+    pub fn start(signal: bool) -> Stack {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut stack = Stack {
+            dir,
+            signal,
+            server_port: free_port(),
+            agent_port: free_port(),
+            internal_port: free_port(),
+            agent_token: String::new(),
+            server: None,
+            relay: None,
+            agent: None,
+        };
+        stack.start_server();
+        let log = stack.logs();
+        let password = log
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("password: "))
+            .unwrap_or_else(|| panic!("the bootstrap admin's password is printed:\n{log}"))
+            .to_owned();
+        let cli_home = stack.cli_home();
+        let out = cli(
+            &cli_home,
+            &[
+                "login",
+                "--url",
+                &stack.url(),
+                "-u",
+                "admin",
+                "--password-stdin",
+            ],
+            Some(&format!("{password}\n")),
+        );
+        assert!(
+            out.status.success(),
+            "warren login: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let created: Value =
+            serde_json::from_str(&stack.cli_ok(&["agent", "create", "faulty", "-o", "json"]))
+                .expect("agent create JSON");
+        stack.agent_token = created["token"]
+            .as_str()
+            .expect("the new agent's token")
+            .to_owned();
+        stack.start_relay();
+        stack.start_agent();
+        stack
+    }
+
+    pub fn cli_ok(&self, args: &[&str]) -> String {
+        let out = cli(&self.cli_home(), args, None);
+        assert!(
+            out.status.success(),
+            "warren {args:?} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.logs()
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Waits until the server reports `actual` for the workspace and `check` holds on the engine.
+    pub fn converge(&self, ws: &str, actual: &str, check: impl Fn() -> bool) -> Value {
+        wait_for(
+            &format!("workspace {ws} to be {actual}"),
+            CONVERGE,
+            || show(&self.cli_home(), ws).filter(|v| v["actual_state"] == actual && check()),
+            || format!("{:#?}\n{}", show(&self.cli_home(), ws), self.logs()),
+        )
+    }
+
+    pub fn kill(slot: &mut Option<Proc>) {
+        if let Some(mut p) = slot.take() {
+            p.kill();
+        }
+    }
+}

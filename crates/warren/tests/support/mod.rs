@@ -1,0 +1,513 @@
+//! Shared pieces of the end-to-end tests (and the lifecycle benchmark): Podman witnesses,
+//! polling with deadlines, and guards that kill every process and remove every container,
+//! volume and network a run created, even when it panics.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const IMAGE: &str = "localhost/warren-test:latest";
+
+/// The `warren` binary under test.
+pub fn warren_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_warren"))
+}
+
+/// True when Podman works; panics under `WARREN_REQUIRE_ENGINE=1` when it does not.
+pub fn podman_available() -> bool {
+    let ok = Command::new("podman")
+        .arg("version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if ok {
+        return true;
+    }
+    if std::env::var("WARREN_REQUIRE_ENGINE").as_deref() == Ok("1") {
+        panic!("WARREN_REQUIRE_ENGINE=1 but podman does not work here (run .ci/setup-podman.sh)");
+    }
+    eprintln!("skipping: podman not found (install it with .ci/setup-podman.sh)");
+    false
+}
+
+/// Builds the test image with `.ci/setup-podman.sh image` when it is missing.
+pub fn ensure_image() {
+    let exists = Command::new("podman")
+        .args(["image", "exists", IMAGE])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !exists {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.ci/setup-podman.sh");
+        let status = Command::new("bash")
+            .arg(script)
+            .arg("image")
+            .status()
+            .expect("running .ci/setup-podman.sh image");
+        assert!(status.success(), "building {IMAGE} failed");
+    }
+}
+
+pub fn podman(args: &[&str]) -> String {
+    let out = Command::new("podman").args(args).output().expect("podman");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Ids of every container (running or not) of the workspace.
+pub fn containers(ws: &str) -> Vec<String> {
+    podman(&[
+        "ps",
+        "-a",
+        "--filter",
+        &format!("name=^warren-{ws}\\."),
+        "--format",
+        "{{.ID}}",
+    ])
+    .lines()
+    .map(str::to_owned)
+    .collect()
+}
+
+pub fn volumes(ws: &str) -> Vec<String> {
+    podman(&["volume", "ls", "--format", "{{.Name}}"])
+        .lines()
+        .filter(|v| v.starts_with(&format!("warren-{ws}-")))
+        .map(str::to_owned)
+        .collect()
+}
+
+pub fn networks(ws: &str) -> Vec<String> {
+    podman(&["network", "ls", "--format", "{{.Name}}"])
+        .lines()
+        .filter(|n| *n == format!("warren-{ws}"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `podman inspect` of one container; `Null` when it is gone.
+pub fn inspect(id: &str) -> Value {
+    let text = podman(&["inspect", id]);
+    serde_json::from_str::<Value>(&text)
+        .map(|v| v[0].clone())
+        .unwrap_or(Value::Null)
+}
+
+/// The running containers of the workspace, inspected.
+pub fn running(ws: &str) -> Vec<Value> {
+    containers(ws)
+        .iter()
+        .map(|id| inspect(id))
+        .filter(|c| c["State"]["Running"] == Value::Bool(true))
+        .collect()
+}
+
+/// Removes every container, volume and network of a workspace.
+pub fn remove_workspace_objects(ws: &str) {
+    for id in containers(ws) {
+        let _ = podman(&["rm", "-f", "-t", "0", &id]);
+    }
+    for v in volumes(ws) {
+        let _ = podman(&["volume", "rm", "-f", &v]);
+    }
+    let _ = podman(&["network", "rm", "-f", &format!("warren-{ws}")]);
+}
+
+/// Polls `probe` until it returns `Some`, panicking with `what` and `context()` at the deadline.
+pub fn wait_for<T>(
+    what: &str,
+    timeout: Duration,
+    mut probe: impl FnMut() -> Option<T>,
+    context: impl Fn() -> String,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = probe() {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "timed out after {timeout:?} waiting for {what}\n{}",
+                context()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A free loopback port: bound, read, released (the caller binds it again right away).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("binding a free port")
+}
+
+/// One `warren` service process with its output in a log file; SIGKILLed on drop.
+pub struct Proc {
+    pub name: String,
+    child: Option<Child>,
+    pub log: PathBuf,
+}
+
+impl Proc {
+    /// Spawns `warren <args>` with `envs`, output appended to `log`.
+    pub fn spawn(name: &str, args: &[String], envs: &[(&str, String)], log: &Path) -> Proc {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("log file");
+        let mut cmd = Command::new(warren_bin());
+        cmd.args(args)
+            .env("WARREN_LOG", "info")
+            .env_remove("WARREN_URL")
+            .env_remove("WARREN_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(file.try_clone().expect("log file")))
+            .stderr(Stdio::from(file));
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn warren {name}: {e}"));
+        Proc {
+            name: name.to_owned(),
+            child: Some(child),
+            log: log.to_owned(),
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `Some(status)` once the process has exited.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// SIGKILL and reap: the crash the fault tests inject.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, then SIGKILL after `grace`; returns the exit status.
+    pub fn terminate(&mut self, grace: Duration) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + grace;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                return child.wait().ok();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Removes the Podman objects of every workspace named in it when dropped.
+#[derive(Default)]
+pub struct Workspaces(pub Vec<String>);
+
+impl Drop for Workspaces {
+    fn drop(&mut self) {
+        for ws in &self.0 {
+            remove_workspace_objects(ws);
+        }
+    }
+}
+
+/// Runs the `warren` CLI with its credentials under `home`.
+pub fn cli(home: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+    use std::io::Write;
+    let mut cmd = Command::new(warren_bin());
+    cmd.args(args)
+        .env("WARREN_HOME", home)
+        .env_remove("WARREN_URL")
+        .env_remove("WARREN_TOKEN")
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("run the warren CLI");
+    if let Some(text) = stdin {
+        let mut pipe = child.stdin.take().expect("stdin");
+        pipe.write_all(text.as_bytes()).expect("write stdin");
+    }
+    child.wait_with_output().expect("run the warren CLI")
+}
+
+/// The workspace as `warren ws show -o json` prints it; `None` when the CLI fails (e.g. the
+/// server is down).
+pub fn show(home: &Path, ws: &str) -> Option<Value> {
+    let out = cli(home, &["ws", "show", ws, "-o", "json"], None);
+    if !out.status.success() {
+        return None;
+    }
+    serde_json::from_slice(&out.stdout).ok()
+}
+
+/// Writes a devfile into `dir`.
+pub fn write_file(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write file");
+    path
+}
+
+/// The devfile of a one-container workspace on the test image.
+pub const DEVFILE: &str = r#"
+schemaVersion: 2.2.0
+metadata:
+  name: e2e
+components:
+  - name: dev
+    container:
+      image: localhost/warren-test:latest
+      memoryLimit: 256Mi
+      cpuLimit: 500m
+      mountSources: true
+"#;
+
+/// Generous: the machine running the tests may be loaded.
+pub const CONVERGE: Duration = Duration::from_secs(240);
+const RELAY_SECRET: &str = "faults-e2e-relay-secret-0123456789abcdef";
+
+/// The three services on fixed loopback ports chosen at start, so a restarted process comes
+/// back where the others expect it. Every process is SIGKILLed on drop.
+pub struct Stack {
+    pub dir: tempfile::TempDir,
+    /// Whether the server signals the relay on desired-state changes (off: timers only).
+    signal: bool,
+    pub server_port: u16,
+    agent_port: u16,
+    internal_port: u16,
+    agent_token: String,
+    pub server: Option<Proc>,
+    pub relay: Option<Proc>,
+    pub agent: Option<Proc>,
+}
+
+impl Stack {
+    /// The CLI's personal access token (for calling the REST API directly).
+    pub fn token(&self) -> String {
+        let text = std::fs::read_to_string(self.cli_home().join("credentials.toml"))
+            .expect("the CLI's credentials");
+        let v: toml::Value = toml::from_str(&text).expect("credentials TOML");
+        v["token"].as_str().expect("a token").to_owned()
+    }
+
+    pub fn server_home(&self) -> PathBuf {
+        self.dir.path().join("server")
+    }
+    /// Where the CLI keeps its credentials.
+    pub fn cli_home(&self) -> PathBuf {
+        self.dir.path().join("cli")
+    }
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.server_port)
+    }
+
+    pub fn logs(&self) -> String {
+        let read = |n: &str| std::fs::read_to_string(self.dir.path().join(n)).unwrap_or_default();
+        format!(
+            "--- server ---\n{}\n--- relay ---\n{}\n--- agent ---\n{}",
+            read("server.log"),
+            read("relay.log"),
+            read("agent.log")
+        )
+    }
+
+    /// Starts the server and waits for its ready file; retried while the port is still
+    /// held by the process just killed.
+    pub fn start_server(&mut self) {
+        let ready = self.dir.path().join("server.ready");
+        let _ = std::fs::remove_file(&ready);
+        let mut args: Vec<String> = vec![
+            "server".into(),
+            "--listen".into(),
+            format!("127.0.0.1:{}", self.server_port),
+            "--home".into(),
+            self.server_home().display().to_string(),
+            "--ready-file".into(),
+            ready.display().to_string(),
+            "--relay-secret".into(),
+            RELAY_SECRET.into(),
+        ];
+        if self.signal {
+            args.push("--relay-url".into());
+            args.push(format!("http://127.0.0.1:{}", self.internal_port));
+        }
+        let log = self.dir.path().join("server.log");
+        let deadline = Instant::now() + Duration::from_secs(180);
+        let mut proc = Proc::spawn("server", &args, &[], &log);
+        while !std::fs::read_to_string(&ready).is_ok_and(|s| !s.trim().is_empty()) {
+            if proc.exited().is_some() {
+                assert!(Instant::now() < deadline, "server exits:\n{}", self.logs());
+                proc = Proc::spawn("server", &args, &[], &log);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "server not ready:\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.server = Some(proc);
+    }
+
+    /// Starts the relay and waits until both its listeners accept connections.
+    pub fn start_relay(&mut self) {
+        let args: Vec<String> = vec![
+            "relay".into(),
+            "--agent-listen".into(),
+            format!("127.0.0.1:{}", self.agent_port),
+            "--internal-listen".into(),
+            format!("127.0.0.1:{}", self.internal_port),
+            "--server-url".into(),
+            self.url(),
+        ];
+        let envs = [("WARREN_RELAY_SHARED_SECRET", RELAY_SECRET.to_owned())];
+        let log = self.dir.path().join("relay.log");
+        let deadline = Instant::now() + Duration::from_secs(180);
+        let mut proc = Proc::spawn("relay", &args, &envs, &log);
+        let accepts = |port: u16| TcpStream::connect(("127.0.0.1", port)).is_ok();
+        loop {
+            if proc.exited().is_some() {
+                assert!(Instant::now() < deadline, "relay exits:\n{}", self.logs());
+                proc = Proc::spawn("relay", &args, &envs, &log);
+            } else if accepts(self.agent_port) && accepts(self.internal_port) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "relay not listening:\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.relay = Some(proc);
+    }
+
+    /// Starts the agent; it reconnects to the relay by itself, so there is nothing to wait for.
+    pub fn start_agent(&mut self) {
+        let args: Vec<String> = vec![
+            "agent".into(),
+            "--relay-url".into(),
+            format!("http://127.0.0.1:{}", self.agent_port),
+            "--runtime".into(),
+            "engine".into(),
+            "--state-dir".into(),
+            self.dir.path().join("agent-state").display().to_string(),
+        ];
+        let envs = [("WARREN_AGENT_TOKEN", self.agent_token.clone())];
+        self.agent = Some(Proc::spawn(
+            "agent",
+            &args,
+            &envs,
+            &self.dir.path().join("agent.log"),
+        ));
+    }
+
+    /// Starts the server (signalling the relay when `signal`), signs the CLI in as the bootstrap admin, registers an agent, then
+    /// starts the relay and the agent.
+    pub fn start(signal: bool) -> Stack {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut stack = Stack {
+            dir,
+            signal,
+            server_port: free_port(),
+            agent_port: free_port(),
+            internal_port: free_port(),
+            agent_token: String::new(),
+            server: None,
+            relay: None,
+            agent: None,
+        };
+        stack.start_server();
+        let log = stack.logs();
+        let password = log
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("password: "))
+            .unwrap_or_else(|| panic!("the bootstrap admin's password is printed:\n{log}"))
+            .to_owned();
+        let cli_home = stack.cli_home();
+        let out = cli(
+            &cli_home,
+            &[
+                "login",
+                "--url",
+                &stack.url(),
+                "-u",
+                "admin",
+                "--password-stdin",
+            ],
+            Some(&format!("{password}\n")),
+        );
+        assert!(
+            out.status.success(),
+            "warren login: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let created: Value =
+            serde_json::from_str(&stack.cli_ok(&["agent", "create", "faulty", "-o", "json"]))
+                .expect("agent create JSON");
+        stack.agent_token = created["token"]
+            .as_str()
+            .expect("the new agent's token")
+            .to_owned();
+        stack.start_relay();
+        stack.start_agent();
+        stack
+    }
+
+    pub fn cli_ok(&self, args: &[&str]) -> String {
+        let out = cli(&self.cli_home(), args, None);
+        assert!(
+            out.status.success(),
+            "warren {args:?} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.logs()
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Waits until the server reports `actual` for the workspace and `check` holds on the engine.
+    pub fn converge(&self, ws: &str, actual: &str, check: impl Fn() -> bool) -> Value {
+        wait_for(
+            &format!("workspace {ws} to be {actual}"),
+            CONVERGE,
+            || show(&self.cli_home(), ws).filter(|v| v["actual_state"] == actual && check()),
+            || format!("{:#?}\n{}", show(&self.cli_home(), ws), self.logs()),
+        )
+    }
+
+    pub fn kill(slot: &mut Option<Proc>) {
+        if let Some(mut p) = slot.take() {
+            p.kill();
+        }
+    }
+}

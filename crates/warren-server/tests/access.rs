@@ -411,6 +411,17 @@ async fn idle_timeout_stops_and_activity_postpones() {
             "[{l}] just started"
         );
 
+        // A time in the future is clamped to the server's now.
+        let (st, _) = report(s.clock.now_ms() + 86_400_000).await;
+        assert_eq!(st, 204);
+        let last = s
+            .state
+            .store
+            .last_activity(warren_types::WorkspaceId(wid))
+            .await
+            .unwrap();
+        assert_eq!(last, Some(s.clock.now_ms()), "[{l}] clamped");
+
         // Bad reports are refused with a reason; unauthenticated ones with 401.
         let (st, _) = s
             .call(

@@ -748,3 +748,44 @@ async fn third_party_clients_get_a_consent_page() {
         s.stop().await;
     }
 }
+
+/// `Server::register_oauth_client` (for `warren up`) is idempotent and replaces the secret.
+#[tokio::test]
+async fn register_oauth_client_upserts() {
+    for db in databases() {
+        let tdb = TestDb::new(&db).await;
+        let mut config = warren_server::ServerConfig::new(tdb.dir.path().join("home"));
+        config.database_url = Some(tdb.url.clone());
+        config.relay_secret = Some(RELAY_SECRET.into());
+        let server = warren_server::Server::prepare(config)
+            .await
+            .expect("prepare");
+        let mut c = NewOAuthClient {
+            client_id: "warren-proxy".into(),
+            name: "Warren proxy".into(),
+            redirect_uris: vec!["http://auth.ws.localhost:7080/callback".into()],
+            first_party: true,
+            secret: Some("first-secret-first-secret-first-secret".into()),
+        };
+        let a = server.register_oauth_client(&c).await.expect("register");
+        assert!(a.confidential && a.first_party);
+        c.secret = Some("second-secret-second-secret-second-secret".into());
+        c.redirect_uris
+            .push("https://auth.ws.example.com/callback".into());
+        let b = server.register_oauth_client(&c).await.expect("again");
+        assert_eq!(b.redirect_uris.len(), 2, "[{}]", db.label());
+        let row = server
+            .state()
+            .store
+            .oauth_client("warren-proxy")
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(row.check_secret("second-secret-second-secret-second-secret"));
+        assert!(!row.check_secret("first-secret-first-secret-first-secret"));
+        c.redirect_uris = vec!["javascript:alert(1)".into()];
+        assert!(server.register_oauth_client(&c).await.is_err());
+        c.redirect_uris = vec!["http://x.example/cb#frag".into()];
+        assert!(server.register_oauth_client(&c).await.is_err());
+    }
+}

@@ -13,6 +13,7 @@ pub mod internal;
 pub mod lifecycle;
 pub mod metrics;
 pub mod names;
+pub mod oauth;
 pub mod openapi;
 pub mod render;
 pub mod server;

@@ -1,5 +1,5 @@
 //! Lifecycle rules of lifecycle.md: which desired-state requests are allowed, and the
-//! timers (max active hours, max stopped hours, the 8760 h ceiling).
+//! timers (max active hours, max stopped hours, the 8760 h ceiling, the idle timeout).
 
 use crate::error::HttpError;
 use crate::state::AppState;
@@ -10,6 +10,7 @@ use warren_types::config::{LifecyclePolicy, MAX_WORKSPACE_LIFE_HOURS};
 use warren_types::{ActualState, AgentId, DesiredState};
 
 const HOUR_MS: i64 = 3_600_000;
+const MINUTE_MS: i64 = 60_000;
 
 /// Checks a user's request to move a workspace to `requested`.
 pub fn check_desired_state_request(
@@ -70,7 +71,7 @@ pub async fn run_timers_once(state: &AppState) -> Result<Vec<AgentId>, sqlx::Err
         let p = &agent.config.lifecycle;
         let mut changed = 0;
         let ceiling = now - i64::from(MAX_WORKSPACE_LIFE_HOURS) * HOUR_MS;
-        let stmts: [(&str, DesiredState, i64); 3] = [
+        let mut stmts: Vec<(&str, DesiredState, i64)> = vec![
             (
                 "desired_state <> 'Terminated' AND created_at <= $4",
                 DesiredState::Terminated,
@@ -87,6 +88,17 @@ pub async fn run_timers_once(state: &AppState) -> Result<Vec<AgentId>, sqlx::Err
                 now - i64::from(p.max_stopped_hours_before_termination) * HOUR_MS,
             ),
         ];
+        // Idle policy (off by default): no activity reported by the proxy, and no start,
+        // for the timeout since max(last activity, desired_state_updated_at).
+        if let Some(minutes) = p.idle_timeout_minutes.filter(|m| *m > 0) {
+            stmts.push((
+                "desired_state = 'Running' AND desired_state_updated_at <= $4 AND NOT EXISTS \
+                 (SELECT 1 FROM workspace_activity x WHERE x.workspace_id = workspaces.id \
+                 AND x.last_activity_at > $4)",
+                DesiredState::Stopped,
+                now - i64::from(minutes) * MINUTE_MS,
+            ));
+        }
         for (cond, to, cutoff) in stmts {
             let r = sqlx::query(&format!(
                 "UPDATE workspaces SET desired_state = $1, \

@@ -188,6 +188,20 @@ impl Server {
         })
     }
 
+    /// Registers (or updates, by `client_id`) an OAuth client, e.g. `warren up`'s proxy with
+    /// a secret it keeps in its home; idempotent, so it can run on every start.
+    pub async fn register_oauth_client(
+        &self,
+        client: &crate::store::oauth::NewOAuthClient,
+    ) -> Result<crate::oauth::clients::OAuthClient, HttpError> {
+        let row = self
+            .state
+            .store
+            .upsert_oauth_client(client, self.state.clock.now_ms())
+            .await?;
+        Ok((&row).into())
+    }
+
     /// The whole HTTP application.
     pub fn router(&self) -> Router {
         router(self.state.clone())
@@ -230,6 +244,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(crate::api::router())
         .merge(crate::internal::router())
+        .merge(crate::oauth::router())
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(crate::metrics::serve))

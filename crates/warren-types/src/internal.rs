@@ -55,3 +55,87 @@ pub struct AuthenticateAgentResponse {
     pub agent_id: AgentId,
     pub agent_name: String,
 }
+
+// ---- proxy → server (access.md) ----
+//
+// The proxy authenticates with the same kind of JWT as the relay (HS256 over the relay ↔
+// server shared secret, ≤ 30 s), with issuer [`PROXY_JWT_ISSUER`] and audience
+// `warren-server` ([`crate::reconcile::SERVER_JWT_AUDIENCE`]).
+
+/// JWT issuer of the proxy's calls to the server.
+pub const PROXY_JWT_ISSUER: &str = "warren-proxy";
+/// `GET` with [`WorkspaceAccessQuery`]: may this user reach this port of this workspace?
+pub const WORKSPACE_ACCESS_PATH: &str = "/internal/workspaces/access";
+/// `POST` with [`ActivityReport`] (204): last user activity per workspace.
+pub const WORKSPACE_ACTIVITY_PATH: &str = "/internal/workspaces/activity";
+/// `GET` with [`SshAuthorizeQuery`]: may this SSH key or token open this workspace?
+pub const SSH_AUTHORIZE_PATH: &str = "/internal/ssh/authorize";
+
+/// Query of [`WORKSPACE_ACCESS_PATH`]: exactly one of `user` (the user id from the proxy's
+/// session cookie) and `bearer` (a personal access token with the `workspace` scope).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceAccessQuery {
+    /// The workspace's name (the `{workspace-name}` part of the host).
+    pub host: String,
+    pub port: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<crate::ids::UserId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bearer: Option<String>,
+}
+
+/// 200 answer of [`WORKSPACE_ACCESS_PATH`]; every refusal is a 404 that says nothing more.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkspaceAccess {
+    pub allowed: bool,
+    pub workspace_id: crate::ids::WorkspaceId,
+    pub workspace_name: String,
+    pub agent_id: AgentId,
+    pub namespace: String,
+    pub port: u16,
+    pub desired_state: crate::state::DesiredState,
+    pub actual_state: crate::state::ActualState,
+    pub user_id: crate::ids::UserId,
+}
+
+/// Body of [`WORKSPACE_ACTIVITY_PATH`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActivityReport {
+    pub workspaces: Vec<WorkspaceActivity>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceActivity {
+    pub workspace_id: crate::ids::WorkspaceId,
+    /// Unix milliseconds of the last request, WebSocket frame or SSH data.
+    pub last_activity_ms: i64,
+}
+
+/// Query of [`SSH_AUTHORIZE_PATH`]: `username` is the workspace name; exactly one of
+/// `public_key_fingerprint` (`SHA256:…` as `ssh-keygen -l` prints it) and `token` (a
+/// personal access token with the `workspace` scope, the SSH password).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SshAuthorizeQuery {
+    pub username: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_key_fingerprint: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+}
+
+/// 200 answer of [`SSH_AUTHORIZE_PATH`]; every refusal is a 404.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SshAuthorization {
+    pub user_id: crate::ids::UserId,
+    pub username: String,
+    pub workspace_id: crate::ids::WorkspaceId,
+    pub workspace_name: String,
+    pub agent_id: AgentId,
+    pub namespace: String,
+    pub desired_state: crate::state::DesiredState,
+    pub actual_state: crate::state::ActualState,
+}

@@ -1,6 +1,7 @@
 //! The internal endpoints the relay calls (reconcile, authenticate) and the server → relay
 //! "reconcile now" signal.
 
+pub mod access;
 pub mod authenticate;
 pub mod jwt;
 pub mod reconcile;
@@ -8,7 +9,7 @@ pub mod signal;
 
 use crate::state::AppState;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::Router;
 use warren_types::internal::AUTHENTICATE_AGENT_PATH;
 use warren_types::reconcile::RECONCILE_PATH;
@@ -21,5 +22,17 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route(RECONCILE_PATH, post(reconcile::handler))
         .route(AUTHENTICATE_AGENT_PATH, post(authenticate::handler))
+        .route(
+            warren_types::internal::WORKSPACE_ACCESS_PATH,
+            get(access::access),
+        )
+        .route(
+            warren_types::internal::WORKSPACE_ACTIVITY_PATH,
+            post(access::activity),
+        )
+        .route(
+            warren_types::internal::SSH_AUTHORIZE_PATH,
+            get(access::ssh_authorize),
+        )
         .layer(DefaultBodyLimit::max(INTERNAL_BODY_LIMIT))
 }

@@ -2,7 +2,9 @@
 //!
 //! Every function takes the time (`now`, unix ms) from its caller so the clock stays a seam.
 
+pub mod activity;
 pub mod agents;
+pub mod oauth;
 pub mod projects;
 pub mod ssh_keys;
 pub mod tokens;

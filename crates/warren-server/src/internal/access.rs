@@ -1,0 +1,181 @@
+//! The proxy's internal endpoints (access.md): may a user reach a workspace port, may an
+//! SSH key or token open a workspace, and activity reports for the idle policy.
+//!
+//! Only the owner may reach a workspace — admins included get 404, as access.md says
+//! ("only the workspace's owner"); admins manage workspaces through the API instead.
+//! Every refusal (unknown workspace, another user, undeclared port, terminated workspace,
+//! bad token) is the same 404, so the answer never tells whether a workspace exists.
+
+use super::jwt;
+use crate::error::{HttpError, Json, Query};
+use crate::state::AppState;
+use crate::store::workspaces::WorkspaceRow;
+use axum::extract::State;
+use http::{HeaderMap, StatusCode};
+use warren_types::api::TokenScope;
+use warren_types::internal::{
+    ActivityReport, InternalClaims, SshAuthorization, SshAuthorizeQuery, WorkspaceAccess,
+    WorkspaceAccessQuery, PROXY_JWT_ISSUER,
+};
+use warren_types::reconcile::SERVER_JWT_AUDIENCE;
+use warren_types::{ActualState, DesiredState, UserId};
+
+/// Most workspaces one activity report may carry.
+const MAX_ACTIVITY_ITEMS: usize = 10_000;
+
+/// Checks the proxy's JWT (issuer `warren-proxy`, audience `warren-server`, ≤ 30 s).
+pub fn check_proxy(state: &AppState, headers: &HeaderMap) -> Result<InternalClaims, HttpError> {
+    let token = jwt::bearer(headers).map_err(|e| HttpError::unauthorized(e.to_string()))?;
+    // Internal JWTs are about wall-clock time between processes, not the server's clock seam.
+    let now = chrono::Utc::now().timestamp();
+    jwt::verify(
+        &state.relay_secret,
+        token,
+        PROXY_JWT_ISSUER,
+        SERVER_JWT_AUDIENCE,
+        now,
+    )
+    .map_err(|e| HttpError::unauthorized(e.to_string()))
+}
+
+fn hidden() -> HttpError {
+    HttpError::not_found("workspace")
+}
+
+/// The declared (public) ports of a workspace, from the URLs its render produced:
+/// `{scheme}://{port}-{name}.{domain}/…`.
+pub fn declared_ports(w: &WorkspaceRow) -> Vec<u16> {
+    let prefix_end = format!("-{}.", w.name);
+    w.endpoints
+        .values()
+        .filter_map(|u| url::Url::parse(u).ok())
+        .filter_map(|u| {
+            let host = u.host_str()?.to_owned();
+            let i = host.find(&prefix_end)?;
+            host[..i].parse::<u16>().ok()
+        })
+        .collect()
+}
+
+fn reachable(w: &WorkspaceRow) -> bool {
+    w.desired_state != DesiredState::Terminated && w.actual_state != ActualState::Terminated
+}
+
+/// The user a presented personal access token stands for, if it is valid and has the
+/// `workspace` scope.
+async fn token_user(state: &AppState, secret: &str) -> Result<Option<UserId>, HttpError> {
+    let now = state.clock.now_ms();
+    Ok(state
+        .store
+        .authenticate_token(secret, now)
+        .await?
+        .filter(|t| t.has_scope(TokenScope::Workspace))
+        .map(|t| t.user_id))
+}
+
+/// `GET /internal/workspaces/access?host=&port=&user=|bearer=`
+pub async fn access(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<WorkspaceAccessQuery>,
+) -> Result<Json<WorkspaceAccess>, HttpError> {
+    check_proxy(&state, &headers)?;
+    let user = match (q.user, q.bearer.as_deref()) {
+        (Some(u), None) => u,
+        (None, Some(b)) => token_user(&state, b).await?.ok_or_else(hidden)?,
+        _ => {
+            return Err(HttpError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_query",
+                "query string: exactly one of `user` and `bearer` is required",
+            ))
+        }
+    };
+    let w = state
+        .store
+        .workspace_by_name(&q.host)
+        .await?
+        .ok_or_else(hidden)?;
+    if w.owner_id != user || !reachable(&w) || !declared_ports(&w).contains(&q.port) {
+        return Err(hidden());
+    }
+    Ok(Json(WorkspaceAccess {
+        allowed: true,
+        workspace_id: w.id,
+        workspace_name: w.name,
+        agent_id: w.agent_id,
+        namespace: w.namespace,
+        port: q.port,
+        desired_state: w.desired_state,
+        actual_state: w.actual_state,
+        user_id: user,
+    }))
+}
+
+/// `POST /internal/workspaces/activity` → 204.
+pub async fn activity(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Json(report): Json<ActivityReport>,
+) -> Result<StatusCode, HttpError> {
+    check_proxy(&state, &headers)?;
+    if report.workspaces.len() > MAX_ACTIVITY_ITEMS {
+        return Err(HttpError::invalid_field(
+            "workspaces",
+            format!("at most {MAX_ACTIVITY_ITEMS} entries per report"),
+        ));
+    }
+    let items: Vec<_> = report
+        .workspaces
+        .iter()
+        .map(|a| (a.workspace_id, a.last_activity_ms))
+        .collect();
+    state
+        .store
+        .record_activity(&items, state.clock.now_ms())
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /internal/ssh/authorize?username=<workspace>&public_key_fingerprint=|token=`
+pub async fn ssh_authorize(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<SshAuthorizeQuery>,
+) -> Result<Json<SshAuthorization>, HttpError> {
+    check_proxy(&state, &headers)?;
+    let user = match (q.public_key_fingerprint.as_deref(), q.token.as_deref()) {
+        (Some(fp), None) => state
+            .store
+            .ssh_key_by_fingerprint(fp)
+            .await?
+            .map(|k| k.user_id)
+            .ok_or_else(hidden)?,
+        (None, Some(t)) => token_user(&state, t).await?.ok_or_else(hidden)?,
+        _ => {
+            return Err(HttpError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_query",
+                "query string: exactly one of `public_key_fingerprint` and `token` is required",
+            ))
+        }
+    };
+    let w = state
+        .store
+        .workspace_by_name(&q.username)
+        .await?
+        .ok_or_else(hidden)?;
+    if w.owner_id != user || !reachable(&w) {
+        return Err(hidden());
+    }
+    Ok(Json(SshAuthorization {
+        user_id: user,
+        username: w.owner_username,
+        workspace_id: w.id,
+        workspace_name: w.name,
+        agent_id: w.agent_id,
+        namespace: w.namespace,
+        desired_state: w.desired_state,
+        actual_state: w.actual_state,
+    }))
+}

@@ -1,0 +1,446 @@
+//! The proxy's internal endpoints on SQLite and (when configured) PostgreSQL: workspace
+//! access (owner only, declared ports only, 404 for everything else), SSH authorisation,
+//! activity reports and the idle-timeout policy they feed.
+
+mod common;
+
+use common::*;
+use reqwest::Method;
+use serde_json::{json, Value};
+use warren_server::clock::Clock;
+use warren_server::internal::jwt;
+use warren_types::internal::PROXY_JWT_ISSUER;
+use warren_types::reconcile::{RELAY_JWT_ISSUER, SERVER_JWT_AUDIENCE};
+
+const WEB_DEVFILE: &str = "schemaVersion: 2.2.0
+metadata:
+  name: web
+components:
+  - name: dev
+    container:
+      image: alpine:3
+      memoryLimit: 1Gi
+      cpuLimit: '1'
+      endpoints:
+        - name: web
+          targetPort: 8080
+          exposure: public
+        - name: debug
+          targetPort: 5005
+          exposure: internal
+";
+
+const ED25519: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEmv+5QZ8fnzg9O8BUgrxNvCI4fmArD7xgQnXxlfb9xh me@laptop";
+
+fn proxy_jwt_with(iss: &str, aud: &str, now: i64) -> String {
+    jwt::mint(RELAY_SECRET.as_bytes(), iss, aud, None, now, 30)
+}
+
+fn proxy_jwt() -> String {
+    proxy_jwt_with(
+        PROXY_JWT_ISSUER,
+        SERVER_JWT_AUDIENCE,
+        chrono::Utc::now().timestamp(),
+    )
+}
+
+async fn proxy_get(s: &TestServer, path_and_query: &str) -> (u16, Value) {
+    s.call(Method::GET, path_and_query, Some(&proxy_jwt()), None)
+        .await
+}
+
+fn access_q(host: &str, port: u16, who: &str) -> String {
+    format!("/internal/workspaces/access?host={host}&port={port}&{who}")
+}
+
+async fn user_id(s: &TestServer, token: &str) -> i64 {
+    let (st, b) = s
+        .call(Method::GET, "/api/v1/users/me", Some(token), None)
+        .await;
+    assert_eq!(st, 200, "{b}");
+    b["id"].as_i64().unwrap()
+}
+
+#[tokio::test]
+async fn access_matrix() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        s.agent("a1", json!({})).await;
+        let alice = s.user("alice", &["api", "workspace"]).await;
+        let bob = s.user("bob", &["api", "workspace"]).await;
+        let alice_id = user_id(&s, &alice).await;
+        let bob_id = user_id(&s, &bob).await;
+        let admin_id = user_id(&s, &s.admin_token).await;
+        let w = s
+            .workspace(&alice, json!({"name": "ws-one", "devfile": WEB_DEVFILE}))
+            .await;
+        let wid = w["id"].as_i64().unwrap();
+
+        // The owner on a declared port.
+        let (st, b) = proxy_get(&s, &access_q("ws-one", 8080, &format!("user={alice_id}"))).await;
+        assert_eq!(st, 200, "[{l}] {b}");
+        assert_eq!(
+            b,
+            json!({"allowed": true, "workspace_id": wid, "workspace_name": "ws-one",
+                   "agent_id": w["agent"], "namespace": w["namespace"], "port": 8080,
+                   "desired_state": "Running", "actual_state": w["actual_state"], "user_id": alice_id}),
+            "[{l}]"
+        );
+
+        // Everything else is the same 404.
+        let not_found = [
+            access_q("ws-one", 8080, &format!("user={bob_id}")),
+            access_q("ws-one", 8080, &format!("user={admin_id}")),
+            access_q("ws-one", 8080, "user=999999"),
+            access_q("no-such-ws", 8080, &format!("user={alice_id}")),
+            access_q("ws-one", 5005, &format!("user={alice_id}")),
+            access_q("ws-one", 9999, &format!("user={alice_id}")),
+        ];
+        let mut bodies = vec![];
+        for q in &not_found {
+            let (st, b) = proxy_get(&s, q).await;
+            assert_eq!(st, 404, "[{l}] {q}: {b}");
+            bodies.push(b);
+        }
+        assert!(
+            bodies.windows(2).all(|w| w[0] == w[1]),
+            "[{l}] identical 404s: {bodies:?}"
+        );
+
+        // Personal access tokens: the workspace scope is needed; revoked/expired fail.
+        let (st, b) = proxy_get(&s, &access_q("ws-one", 8080, &format!("bearer={alice}"))).await;
+        assert_eq!(
+            (st, b["user_id"].as_i64()),
+            (200, Some(alice_id)),
+            "[{l}] {b}"
+        );
+        let (st, tb) = s
+            .call(
+                Method::POST,
+                "/api/v1/users/me/tokens",
+                Some(&alice),
+                Some(json!({"name": "api-only", "scopes": ["api"]})),
+            )
+            .await;
+        assert_eq!(st, 201);
+        let api_only = tb["secret"].as_str().unwrap().to_owned();
+        let (st, _) = proxy_get(&s, &access_q("ws-one", 8080, &format!("bearer={api_only}"))).await;
+        assert_eq!(st, 404, "[{l}] token without the workspace scope");
+        let (st, _) = proxy_get(&s, &access_q("ws-one", 8080, &format!("bearer={bob}"))).await;
+        assert_eq!(st, 404, "[{l}] another user's token");
+        let (st, _) = proxy_get(&s, &access_q("ws-one", 8080, "bearer=wrn_pat_garbage")).await;
+        assert_eq!(st, 404, "[{l}] garbage token");
+        let (st, tb) = s
+            .call(
+                Method::POST,
+                "/api/v1/users/me/tokens",
+                Some(&alice),
+                Some(json!({"name": "short", "scopes": ["workspace"], "expires_in_days": 1})),
+            )
+            .await;
+        assert_eq!(st, 201, "{tb}");
+        let short = tb["secret"].as_str().unwrap().to_owned();
+        let short_id = tb["token"]["id"].as_i64().unwrap();
+        let (st, _) = proxy_get(&s, &access_q("ws-one", 8080, &format!("bearer={short}"))).await;
+        assert_eq!(st, 200, "[{l}]");
+        let (st, _) = s
+            .call(
+                Method::DELETE,
+                &format!("/api/v1/users/me/tokens/{short_id}"),
+                Some(&alice),
+                None,
+            )
+            .await;
+        assert!(st == 204 || st == 200, "[{l}] revoke {st}");
+        let (st, _) = proxy_get(&s, &access_q("ws-one", 8080, &format!("bearer={short}"))).await;
+        assert_eq!(st, 404, "[{l}] revoked token");
+
+        // An expired token.
+        let (st, tb) = s
+            .call(
+                Method::POST,
+                "/api/v1/users/me/tokens",
+                Some(&alice),
+                Some(json!({"name": "day", "scopes": ["workspace"], "expires_in_days": 1})),
+            )
+            .await;
+        assert_eq!(st, 201, "{tb}");
+        let day = tb["secret"].as_str().unwrap().to_owned();
+        s.clock.advance_ms(25 * 3_600_000);
+        let (st, _) = proxy_get(&s, &access_q("ws-one", 8080, &format!("bearer={day}"))).await;
+        assert_eq!(st, 404, "[{l}] expired token");
+
+        // Exactly one of user and bearer.
+        let (st, _) = proxy_get(&s, "/internal/workspaces/access?host=ws-one&port=8080").await;
+        assert_eq!(st, 400, "[{l}]");
+
+        // The proxy's JWT: missing, wrong audience, wrong issuer, expired, wrong secret → 401.
+        let q = access_q("ws-one", 8080, &format!("user={alice_id}"));
+        let now = chrono::Utc::now().timestamp();
+        for (what, token) in [
+            (
+                "wrong audience",
+                Some(proxy_jwt_with(PROXY_JWT_ISSUER, "warren-relay", now)),
+            ),
+            (
+                "relay issuer",
+                Some(proxy_jwt_with(RELAY_JWT_ISSUER, SERVER_JWT_AUDIENCE, now)),
+            ),
+            (
+                "expired",
+                Some(proxy_jwt_with(
+                    PROXY_JWT_ISSUER,
+                    SERVER_JWT_AUDIENCE,
+                    now - 120,
+                )),
+            ),
+            (
+                "other secret",
+                Some(jwt::mint(
+                    b"another-secret-another-secret-xx",
+                    PROXY_JWT_ISSUER,
+                    SERVER_JWT_AUDIENCE,
+                    None,
+                    now,
+                    30,
+                )),
+            ),
+            ("a personal access token", Some(alice.clone())),
+            ("missing", None),
+        ] {
+            let (st, b) = s.call(Method::GET, &q, token.as_deref(), None).await;
+            assert_eq!(st, 401, "[{l}] {what}: {b}");
+        }
+
+        // Terminated: 404 at once.
+        let (st, _) = s
+            .call(
+                Method::DELETE,
+                "/api/v1/workspaces/ws-one",
+                Some(&alice),
+                None,
+            )
+            .await;
+        assert!(st < 300, "[{l}] terminate {st}");
+        let (st, _) = proxy_get(&s, &q).await;
+        assert_eq!(st, 404, "[{l}] terminated workspace");
+        s.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn ssh_authorize_by_key_or_token() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        s.agent("a1", json!({})).await;
+        let alice = s.user("alice", &["api", "workspace"]).await;
+        let bob = s.user("bob", &["api", "workspace"]).await;
+        s.workspace(&alice, json!({"name": "ws-ssh", "devfile": WEB_DEVFILE}))
+            .await;
+        let (st, k) = s
+            .call(
+                Method::POST,
+                "/api/v1/users/me/ssh-keys",
+                Some(&alice),
+                Some(json!({"name": "laptop", "public_key": ED25519})),
+            )
+            .await;
+        assert_eq!(st, 201, "[{l}] {k}");
+        let fp = k["fingerprint"].as_str().unwrap().to_owned();
+        let enc = |s: &str| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
+
+        let (st, b) = proxy_get(
+            &s,
+            &format!(
+                "/internal/ssh/authorize?username=ws-ssh&public_key_fingerprint={}",
+                enc(&fp)
+            ),
+        )
+        .await;
+        assert_eq!(st, 200, "[{l}] {b}");
+        assert_eq!(b["username"], "alice");
+        assert_eq!(b["workspace_name"], "ws-ssh");
+        assert_eq!(b["desired_state"], "Running");
+
+        for q in [
+            format!(
+                "username=ws-ssh&public_key_fingerprint={}",
+                enc("SHA256:unregisteredkeyAAAAAAAAAAAAAAAAAAAAAAAAAAAAA")
+            ),
+            format!("username=no-such&public_key_fingerprint={}", enc(&fp)),
+            format!("username=ws-ssh&token={bob}"),
+            "username=ws-ssh&token=wrn_pat_nope".to_string(),
+        ] {
+            let (st, b) = proxy_get(&s, &format!("/internal/ssh/authorize?{q}")).await;
+            assert_eq!(st, 404, "[{l}] {q}: {b}");
+        }
+        let (st, b) = proxy_get(
+            &s,
+            &format!("/internal/ssh/authorize?username=ws-ssh&token={alice}"),
+        )
+        .await;
+        assert_eq!(
+            (st, b["username"].as_str()),
+            (200, Some("alice")),
+            "[{l}] password = token"
+        );
+
+        // Bob registers the key? It is alice's: unique fingerprints keep it hers.
+        let (st, _) = s
+            .call(
+                Method::POST,
+                "/api/v1/users/me/ssh-keys",
+                Some(&bob),
+                Some(json!({"name": "stolen", "public_key": ED25519})),
+            )
+            .await;
+        assert_ne!(st, 201, "[{l}]");
+        let (st, _) = s
+            .call(
+                Method::GET,
+                &format!(
+                    "/internal/ssh/authorize?username=ws-ssh&public_key_fingerprint={}",
+                    enc(&fp)
+                ),
+                Some(&bob),
+                None,
+            )
+            .await;
+        assert_eq!(st, 401, "[{l}] a PAT is not the proxy's JWT");
+        s.stop().await;
+    }
+}
+
+async fn desired(s: &TestServer, token: &str, name: &str) -> String {
+    let (st, b) = s
+        .call(
+            Method::GET,
+            &format!("/api/v1/workspaces/{name}"),
+            Some(token),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    b["desired_state"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn idle_timeout_stops_and_activity_postpones() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        s.agent("idle", json!({"lifecycle": {"idle_timeout_minutes": 30}}))
+            .await;
+        s.agent("never", json!({})).await;
+        let alice = s.user("alice", &["api", "workspace"]).await;
+        let w = s
+            .workspace(
+                &alice,
+                json!({"name": "ws-idle", "agent": "idle", "devfile": WEB_DEVFILE}),
+            )
+            .await;
+        s.workspace(
+            &alice,
+            json!({"name": "ws-busy", "agent": "never", "devfile": WEB_DEVFILE}),
+        )
+        .await;
+        let wid = w["id"].as_i64().unwrap();
+
+        let report = |ms: i64| {
+            let s = &s;
+            async move {
+                s.call(Method::POST, "/internal/workspaces/activity", Some(&proxy_jwt()),
+                       Some(json!({"workspaces": [{"workspace_id": wid, "last_activity_ms": ms},
+                                                   {"workspace_id": 999999, "last_activity_ms": ms}]})))
+                    .await
+            }
+        };
+
+        // 20 minutes in, activity is reported; 40 minutes in it is still running.
+        s.clock.advance_ms(20 * 60_000);
+        let (st, b) = report(s.clock.now_ms()).await;
+        assert_eq!(st, 204, "[{l}] {b}");
+        // An older report does not move the time back.
+        let (st, _) = report(s.clock.now_ms() - 15 * 60_000).await;
+        assert_eq!(st, 204);
+        s.clock.advance_ms(20 * 60_000);
+        warren_server::lifecycle::run_timers_once(&s.state)
+            .await
+            .unwrap();
+        assert_eq!(
+            desired(&s, &alice, "ws-idle").await,
+            "Running",
+            "[{l}] activity postpones"
+        );
+
+        // 31 minutes after the last activity it is stopped; the policy-less agent's is not.
+        s.clock.advance_ms(11 * 60_000);
+        warren_server::lifecycle::run_timers_once(&s.state)
+            .await
+            .unwrap();
+        assert_eq!(
+            desired(&s, &alice, "ws-idle").await,
+            "Stopped",
+            "[{l}] idle stop"
+        );
+        assert_eq!(
+            desired(&s, &alice, "ws-busy").await,
+            "Running",
+            "[{l}] off by default"
+        );
+
+        // A fresh start counts as activity: no immediate stop after restarting.
+        let (st, _) = s
+            .call(
+                Method::PUT,
+                "/api/v1/workspaces/ws-idle/desired_state",
+                Some(&alice),
+                Some(json!({"desired_state": "Running"})),
+            )
+            .await;
+        assert_eq!(st, 200, "[{l}]");
+        warren_server::lifecycle::run_timers_once(&s.state)
+            .await
+            .unwrap();
+        assert_eq!(
+            desired(&s, &alice, "ws-idle").await,
+            "Running",
+            "[{l}] just started"
+        );
+
+        // A time in the future is clamped to the server's now.
+        let (st, _) = report(s.clock.now_ms() + 86_400_000).await;
+        assert_eq!(st, 204);
+        let last = s
+            .state
+            .store
+            .last_activity(warren_types::WorkspaceId(wid))
+            .await
+            .unwrap();
+        assert_eq!(last, Some(s.clock.now_ms()), "[{l}] clamped");
+
+        // Bad reports are refused with a reason; unauthenticated ones with 401.
+        let (st, _) = s
+            .call(
+                Method::POST,
+                "/internal/workspaces/activity",
+                None,
+                Some(json!({"workspaces": []})),
+            )
+            .await;
+        assert_eq!(st, 401);
+        let (st, b) = s
+            .call(
+                Method::POST,
+                "/internal/workspaces/activity",
+                Some(&proxy_jwt()),
+                Some(json!({"workspace": []})),
+            )
+            .await;
+        assert_eq!(st, 400, "[{l}] {b}");
+        s.stop().await;
+    }
+}

@@ -18,6 +18,7 @@ use futures::StreamExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::AsyncCommands;
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::broadcast;
@@ -117,6 +118,8 @@ struct Shared {
     config: RedisRegistryConfig,
     /// This instance's registered connections: rewritten on refresh and after a restart.
     local: Mutex<HashSet<ConnectionEntry>>,
+    /// A write failed: the next health check rewrites everything.
+    dirty: AtomicBool,
     connected: broadcast::Sender<AgentId>,
 }
 
@@ -208,6 +211,7 @@ impl RedisRegistry {
             },
             config,
             local: Mutex::new(HashSet::new()),
+            dirty: AtomicBool::new(false),
             connected,
         });
         shared
@@ -238,7 +242,7 @@ async fn maintain(shared: Arc<Shared>, stop: CancellationToken) {
             .await;
         let due = last_refresh.elapsed() >= shared.config.refresh_interval;
         let lost = match present {
-            Ok(p) => !p || !healthy,
+            Ok(p) => !p || !healthy || shared.dirty.swap(false, Ordering::SeqCst),
             Err(e) => {
                 if healthy {
                     tracing::warn!(error = %e, "redis unreachable; local connections will be re-registered when it is back");
@@ -310,13 +314,19 @@ async fn listen(client: redis::Client, shared: Arc<Shared>, stop: CancellationTo
 #[async_trait]
 impl AgentRegistry for RedisRegistry {
     async fn register(&self, entry: ConnectionEntry) -> Result<(), RegistryError> {
-        // Remembered first: a write lost to an outage is redone by the health check.
+        // Remembered first: a write lost to an outage is redone by the health check, and
+        // meanwhile the connection still serves requests sent to this instance, so an outage
+        // is not a reason to drop it.
         self.shared
             .local
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(entry);
-        self.shared.write(&[entry]).await.map_err(unavailable)
+        if let Err(e) = self.shared.write(&[entry]).await {
+            tracing::warn!(agent = %entry.agent, error = %e, "cannot register a connection in redis yet; will retry");
+            self.shared.dirty.store(true, Ordering::SeqCst);
+        }
+        Ok(())
     }
 
     async fn unregister(&self, entry: ConnectionEntry) -> Result<(), RegistryError> {

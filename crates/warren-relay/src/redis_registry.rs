@@ -128,8 +128,14 @@ impl Shared {
         self.config.entry_ttl.as_millis() as i64
     }
 
-    /// Adds `entries` (and this instance's metadata) in one transaction.
-    async fn write(&self, entries: &[ConnectionEntry]) -> Result<(), redis::RedisError> {
+    /// Adds `entries` (and this instance's metadata) in one transaction; `announce` publishes
+    /// a connect event for each (new connections, or a re-registration after an outage during
+    /// which waiters may have missed them), not for a routine refresh.
+    async fn write(
+        &self,
+        entries: &[ConnectionEntry],
+        announce: bool,
+    ) -> Result<(), redis::RedisError> {
         let ttl = self.ttl_ms();
         let expiry = now_ms() + ttl;
         let mut pipe = redis::pipe();
@@ -144,14 +150,16 @@ impl Shared {
             let key = self.keys.agent(e.agent);
             pipe.hset(&key, field(e), expiry).ignore();
             pipe.pexpire(&key, ttl).ignore();
-            pipe.publish(self.keys.events(), format!("connect {}", e.agent))
-                .ignore();
+            if announce {
+                pipe.publish(self.keys.events(), format!("connect {}", e.agent))
+                    .ignore();
+            }
         }
         let mut conn = self.conn.clone();
         pipe.query_async::<()>(&mut conn).await
     }
 
-    async fn refresh_all(&self) -> Result<usize, redis::RedisError> {
+    async fn refresh_all(&self, announce: bool) -> Result<usize, redis::RedisError> {
         let entries: Vec<_> = self
             .local
             .lock()
@@ -159,7 +167,7 @@ impl Shared {
             .iter()
             .copied()
             .collect();
-        self.write(&entries).await?;
+        self.write(&entries, announce).await?;
         Ok(entries.len())
     }
 }
@@ -215,12 +223,21 @@ impl RedisRegistry {
             connected,
         });
         shared
-            .write(&[])
+            .write(&[], false)
+            .await
+            .map_err(RedisRegistryError::Connect)?;
+        // Subscribed before returning, so no connect event published from now on is missed.
+        let mut first = client
+            .get_async_pubsub()
+            .await
+            .map_err(RedisRegistryError::Connect)?;
+        first
+            .subscribe(shared.keys.events())
             .await
             .map_err(RedisRegistryError::Connect)?;
         let stop = CancellationToken::new();
         tokio::spawn(maintain(shared.clone(), stop.clone()));
-        tokio::spawn(listen(client, shared.clone(), stop.clone()));
+        tokio::spawn(listen(client, first, shared.clone(), stop.clone()));
         Ok(RedisRegistry { shared, stop })
     }
 }
@@ -254,7 +271,7 @@ async fn maintain(shared: Arc<Shared>, stop: CancellationToken) {
         if !(due || lost) {
             continue;
         }
-        match shared.refresh_all().await {
+        match shared.refresh_all(lost).await {
             Ok(n) => {
                 if lost {
                     tracing::info!(connections = n, "re-registered local connections in redis");
@@ -272,12 +289,24 @@ async fn maintain(shared: Arc<Shared>, stop: CancellationToken) {
 
 /// Forwards `connect` events from the pub/sub channel to local waiters, resubscribing after
 /// Redis comes back.
-async fn listen(client: redis::Client, shared: Arc<Shared>, stop: CancellationToken) {
+async fn listen(
+    client: redis::Client,
+    first: redis::aio::PubSub,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+) {
     let channel = shared.keys.events();
+    let mut first = Some(first);
     loop {
         let session = async {
-            let mut pubsub = client.get_async_pubsub().await?;
-            pubsub.subscribe(&channel).await?;
+            let mut pubsub = match first.take() {
+                Some(p) => p,
+                None => {
+                    let mut p = client.get_async_pubsub().await?;
+                    p.subscribe(&channel).await?;
+                    p
+                }
+            };
             let mut messages = pubsub.on_message();
             while let Some(msg) = messages.next().await {
                 let Ok(payload) = msg.get_payload::<String>() else {
@@ -322,7 +351,7 @@ impl AgentRegistry for RedisRegistry {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(entry);
-        if let Err(e) = self.shared.write(&[entry]).await {
+        if let Err(e) = self.shared.write(&[entry], true).await {
             tracing::warn!(agent = %entry.agent, error = %e, "cannot register a connection in redis yet; will retry");
             self.shared.dirty.store(true, Ordering::SeqCst);
         }

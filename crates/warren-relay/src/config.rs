@@ -186,5 +186,16 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("unknown field `bogus`"), "{err}");
+        c.server_url = "http://a".parse().unwrap();
+        c.peer_secret = Some("short".into());
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::PeerSecretTooShort { len: 5 })
+        ));
+        c.peer_secret = Some(c.shared_secret.clone());
+        assert!(matches!(c.validate(), Err(ConfigError::PeerSecretReused)));
+        c.peer_secret = Some("p".repeat(32));
+        c.validate().unwrap();
+        assert!(!format!("{c:?}").contains("ppp"), "peer secret redacted");
     }
 }

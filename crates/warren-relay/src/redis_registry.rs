@@ -18,6 +18,7 @@ use futures::StreamExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::AsyncCommands;
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::broadcast;
@@ -117,6 +118,8 @@ struct Shared {
     config: RedisRegistryConfig,
     /// This instance's registered connections: rewritten on refresh and after a restart.
     local: Mutex<HashSet<ConnectionEntry>>,
+    /// A write failed: the next health check rewrites everything.
+    dirty: AtomicBool,
     connected: broadcast::Sender<AgentId>,
 }
 
@@ -125,8 +128,14 @@ impl Shared {
         self.config.entry_ttl.as_millis() as i64
     }
 
-    /// Adds `entries` (and this instance's metadata) in one transaction.
-    async fn write(&self, entries: &[ConnectionEntry]) -> Result<(), redis::RedisError> {
+    /// Adds `entries` (and this instance's metadata) in one transaction; `announce` publishes
+    /// a connect event for each (new connections, or a re-registration after an outage during
+    /// which waiters may have missed them), not for a routine refresh.
+    async fn write(
+        &self,
+        entries: &[ConnectionEntry],
+        announce: bool,
+    ) -> Result<(), redis::RedisError> {
         let ttl = self.ttl_ms();
         let expiry = now_ms() + ttl;
         let mut pipe = redis::pipe();
@@ -141,14 +150,16 @@ impl Shared {
             let key = self.keys.agent(e.agent);
             pipe.hset(&key, field(e), expiry).ignore();
             pipe.pexpire(&key, ttl).ignore();
-            pipe.publish(self.keys.events(), format!("connect {}", e.agent))
-                .ignore();
+            if announce {
+                pipe.publish(self.keys.events(), format!("connect {}", e.agent))
+                    .ignore();
+            }
         }
         let mut conn = self.conn.clone();
         pipe.query_async::<()>(&mut conn).await
     }
 
-    async fn refresh_all(&self) -> Result<usize, redis::RedisError> {
+    async fn refresh_all(&self, announce: bool) -> Result<usize, redis::RedisError> {
         let entries: Vec<_> = self
             .local
             .lock()
@@ -156,7 +167,7 @@ impl Shared {
             .iter()
             .copied()
             .collect();
-        self.write(&entries).await?;
+        self.write(&entries, announce).await?;
         Ok(entries.len())
     }
 }
@@ -208,15 +219,25 @@ impl RedisRegistry {
             },
             config,
             local: Mutex::new(HashSet::new()),
+            dirty: AtomicBool::new(false),
             connected,
         });
         shared
-            .write(&[])
+            .write(&[], false)
+            .await
+            .map_err(RedisRegistryError::Connect)?;
+        // Subscribed before returning, so no connect event published from now on is missed.
+        let mut first = client
+            .get_async_pubsub()
+            .await
+            .map_err(RedisRegistryError::Connect)?;
+        first
+            .subscribe(shared.keys.events())
             .await
             .map_err(RedisRegistryError::Connect)?;
         let stop = CancellationToken::new();
         tokio::spawn(maintain(shared.clone(), stop.clone()));
-        tokio::spawn(listen(client, shared.clone(), stop.clone()));
+        tokio::spawn(listen(client, first, shared.clone(), stop.clone()));
         Ok(RedisRegistry { shared, stop })
     }
 }
@@ -238,7 +259,7 @@ async fn maintain(shared: Arc<Shared>, stop: CancellationToken) {
             .await;
         let due = last_refresh.elapsed() >= shared.config.refresh_interval;
         let lost = match present {
-            Ok(p) => !p || !healthy,
+            Ok(p) => !p || !healthy || shared.dirty.swap(false, Ordering::SeqCst),
             Err(e) => {
                 if healthy {
                     tracing::warn!(error = %e, "redis unreachable; local connections will be re-registered when it is back");
@@ -250,7 +271,7 @@ async fn maintain(shared: Arc<Shared>, stop: CancellationToken) {
         if !(due || lost) {
             continue;
         }
-        match shared.refresh_all().await {
+        match shared.refresh_all(lost).await {
             Ok(n) => {
                 if lost {
                     tracing::info!(connections = n, "re-registered local connections in redis");
@@ -268,12 +289,24 @@ async fn maintain(shared: Arc<Shared>, stop: CancellationToken) {
 
 /// Forwards `connect` events from the pub/sub channel to local waiters, resubscribing after
 /// Redis comes back.
-async fn listen(client: redis::Client, shared: Arc<Shared>, stop: CancellationToken) {
+async fn listen(
+    client: redis::Client,
+    first: redis::aio::PubSub,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+) {
     let channel = shared.keys.events();
+    let mut first = Some(first);
     loop {
         let session = async {
-            let mut pubsub = client.get_async_pubsub().await?;
-            pubsub.subscribe(&channel).await?;
+            let mut pubsub = match first.take() {
+                Some(p) => p,
+                None => {
+                    let mut p = client.get_async_pubsub().await?;
+                    p.subscribe(&channel).await?;
+                    p
+                }
+            };
             let mut messages = pubsub.on_message();
             while let Some(msg) = messages.next().await {
                 let Ok(payload) = msg.get_payload::<String>() else {
@@ -310,13 +343,19 @@ async fn listen(client: redis::Client, shared: Arc<Shared>, stop: CancellationTo
 #[async_trait]
 impl AgentRegistry for RedisRegistry {
     async fn register(&self, entry: ConnectionEntry) -> Result<(), RegistryError> {
-        // Remembered first: a write lost to an outage is redone by the health check.
+        // Remembered first: a write lost to an outage is redone by the health check, and
+        // meanwhile the connection still serves requests sent to this instance, so an outage
+        // is not a reason to drop it.
         self.shared
             .local
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(entry);
-        self.shared.write(&[entry]).await.map_err(unavailable)
+        if let Err(e) = self.shared.write(&[entry], true).await {
+            tracing::warn!(agent = %entry.agent, error = %e, "cannot register a connection in redis yet; will retry");
+            self.shared.dirty.store(true, Ordering::SeqCst);
+        }
+        Ok(())
     }
 
     async fn unregister(&self, entry: ConnectionEntry) -> Result<(), RegistryError> {

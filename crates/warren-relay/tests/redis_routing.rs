@@ -189,6 +189,41 @@ async fn routing_recovers_after_redis_restarts() {
 }
 
 #[tokio::test]
+async fn an_agent_connecting_while_redis_is_down_is_routable_once_it_is_back() {
+    if redis_url().is_none() {
+        return;
+    }
+    let Some(mut private) = PrivateRedis::start().await else {
+        return;
+    };
+    let redis = private.url();
+    let prefix = Prefix::new(&redis);
+    let server = TestServer::start(slow_timers()).await;
+    server.with(|s| s.model.create("ws-a"));
+    let relays = three(&server, &redis, &prefix).await;
+    private.kill();
+    // Redis is down: the agent still connects and is served by its own instance.
+    let _agent = agent_with_echo(&server, relays[0].agent_url()).await;
+    wait_for("a local tunnel without redis", 30, || async {
+        echo_once(relays[0].internal_addr, AGENT, b"local")
+            .await
+            .is_ok()
+    })
+    .await;
+    private.start_again().await;
+    wait_for("the entry written once redis is back", 30, || {
+        registered_on(&prefix, relays[0].instance)
+    })
+    .await;
+    wait_for("routed traffic", 30, || async {
+        echo_once(relays[2].internal_addr, AGENT, b"routed")
+            .await
+            .is_ok()
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn stale_entries_are_skipped_and_collected() {
     let Some(redis) = redis_url() else { return };
     let prefix = Prefix::new(&redis);

@@ -304,5 +304,11 @@ mod tests {
         let ok: RelayFile =
             toml::from_str("server_url = 'http://a'\nagent_listen = '127.0.0.1:1'").unwrap();
         assert_eq!(ok.agent_listen, Some("127.0.0.1:1".parse().unwrap()));
+        let cluster: RelayFile = toml::from_str(
+            "redis_url = 'redis://127.0.0.1:6379'\npeer_listen = '127.0.0.1:7083'\n\
+             redis_entry_ttl_seconds = 30\nredis_refresh_seconds = 20",
+        )
+        .unwrap();
+        assert_eq!(cluster.redis_refresh_seconds, Some(20));
     }
 }

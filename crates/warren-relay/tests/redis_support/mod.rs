@@ -334,6 +334,11 @@ impl PrivateRedis {
         }
     }
 
+    /// Starts it again on the same port after [`PrivateRedis::kill`], empty.
+    pub async fn start_again(&mut self) {
+        assert!(self.spawn().await, "redis-server starts again");
+    }
+
     /// Starts it again on the same port, empty.
     pub async fn restart(&mut self) {
         self.kill();

@@ -179,6 +179,19 @@ pub struct InternalClaims {
     pub exp: i64,
 }
 
+// ---- relay↔relay (several relay instances) ----
+
+/// Private relay↔relay endpoint: deliver a signal to this instance's own connections only.
+pub const PEER_SIGNAL_ROUTE: &str = "/peer/agents/{agent_id}/signal";
+/// Private relay↔relay endpoint: open a tunnel through this instance's own connection only.
+pub const PEER_TUNNEL_ROUTE: &str = "/peer/agents/{agent_id}/tunnel";
+/// Issuer and audience of relay↔relay JWTs (signed with a secret only relays share).
+pub const PEER_JWT_ISSUER: &str = "warren-relay";
+/// Longest validity a relay accepts on a relay↔relay JWT.
+pub const PEER_JWT_MAX_VALIDITY_SECS: i64 = 30;
+/// Error code a gateway instance answers (404) when it holds no connection of the agent.
+pub const AGENT_NOT_HERE: &str = "agent_not_here";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,16 +231,3 @@ mod tests {
         assert_eq!(signal_path(AgentId(7)), "/internal/agents/7/signal");
     }
 }
-
-// ---- relay↔relay (several relay instances) ----
-
-/// Private relay↔relay endpoint: deliver a signal to this instance's own connections only.
-pub const PEER_SIGNAL_ROUTE: &str = "/peer/agents/{agent_id}/signal";
-/// Private relay↔relay endpoint: open a tunnel through this instance's own connection only.
-pub const PEER_TUNNEL_ROUTE: &str = "/peer/agents/{agent_id}/tunnel";
-/// Issuer and audience of relay↔relay JWTs (signed with a secret only relays share).
-pub const PEER_JWT_ISSUER: &str = "warren-relay";
-/// Longest validity a relay accepts on a relay↔relay JWT.
-pub const PEER_JWT_MAX_VALIDITY_SECS: i64 = 30;
-/// Error code a gateway instance answers (404) when it holds no connection of the agent.
-pub const AGENT_NOT_HERE: &str = "agent_not_here";

@@ -47,6 +47,11 @@ impl Goal {
     }
 }
 
+/// How long `Running` must hold before a wait for it succeeds. A container that exits at once
+/// is reported `Running` for a moment, until the agent sees it die and reports `Failed`; the
+/// wait must name that failure, not succeed on the moment (the cost: this much more time).
+pub const RUNNING_SETTLE: Duration = Duration::from_secs(2);
+
 /// What to do after one poll.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
@@ -163,6 +168,8 @@ async fn poll(
 ) -> Result<Option<Workspace>, WaitError> {
     let deadline = tokio::time::Instant::now() + timeout;
     let mut progress = Progress::default();
+    // When the goal `Running` was first reached and has held since.
+    let mut running_since: Option<tokio::time::Instant> = None;
     loop {
         let w = match client.get_workspace(name).await {
             Ok(w) => w,
@@ -172,9 +179,15 @@ async fn poll(
         };
         show(&w);
         match step(goal, &mut progress, &w) {
+            Step::Done if goal.target() == ActualState::Running => {
+                let since = *running_since.get_or_insert_with(tokio::time::Instant::now);
+                if since.elapsed() >= RUNNING_SETTLE {
+                    return Ok(Some(w));
+                }
+            }
             Step::Done => return Ok(Some(w)),
             Step::Fail(msg) => return Err(WaitError::Failed(msg)),
-            Step::Continue => {}
+            Step::Continue => running_since = None,
         }
         if tokio::time::Instant::now() + interval > deadline {
             return Err(WaitError::Timeout {

@@ -25,6 +25,9 @@ const STOP_CYCLES: usize = 10;
 const TIMER_CYCLES: usize = 4;
 const CREATE_RUNS: usize = 5;
 const PARTIAL_INTERVAL_S: f64 = 10.0;
+/// The signal path does not depend on the phase; a short spread keeps requests off the
+/// heels of the previous transition.
+const SIGNAL_PHASE: Duration = Duration::from_secs(2);
 const DEADLINE: Duration = Duration::from_secs(120);
 
 /// A REST client for one stack.
@@ -233,15 +236,36 @@ fn summary(mut v: Vec<Duration>) -> (f64, f64, f64) {
     (ms(pct(&v, 50.0)), ms(pct(&v, 95.0)), mean)
 }
 
-/// Stop/start cycles of one running workspace: (stop latencies, start latencies).
-fn cycles(api: &Api, events: &Events, ws: &str, n: usize) -> (Vec<Duration>, Vec<Duration>) {
+/// A pseudo-random pause in `[0, max)`: requests then arrive at a random phase of the agent's
+/// timers instead of right after its previous reconcile (which would flatter a timer-only
+/// design). Workload shaping, not synchronisation.
+fn random_phase(max: Duration) {
+    let seed = now_nanos() as u64;
+    let x = seed
+        .wrapping_mul(6_364_136_223_846_793_005)
+        .rotate_right(29)
+        % 1_000_000;
+    std::thread::sleep(max.mul_f64(x as f64 / 1_000_000.0));
+}
+
+/// Stop/start cycles of one running workspace, each request at a random phase in `[0, phase)`
+/// after the previous transition: (stop latencies, start latencies).
+fn cycles(
+    api: &Api,
+    events: &Events,
+    ws: &str,
+    n: usize,
+    phase: Duration,
+) -> (Vec<Duration>, Vec<Duration>) {
     let name = format!("warren-{ws}.c.dev");
     let (mut stops, mut starts) = (Vec::new(), Vec::new());
     for _ in 0..n {
+        random_phase(phase);
         let t0 = now_nanos();
         api.set_desired(ws, "Stopped");
         stops.push(events.latency(&name, "died", t0, DEADLINE));
         api.wait_actual(ws, "Stopped");
+        random_phase(phase);
         let t0 = now_nanos();
         api.set_desired(ws, "Running");
         starts.push(events.latency(&name, "start", t0, DEADLINE));
@@ -361,8 +385,8 @@ fn main() {
     api.create(ws);
     api.wait_actual(ws, "Running");
     // One unmeasured cycle warms the event stream and every connection.
-    let _ = cycles(&api, &events, ws, 1);
-    let (stops, starts) = cycles(&api, &events, ws, STOP_CYCLES);
+    let _ = cycles(&api, &events, ws, 1, Duration::ZERO);
+    let (stops, starts) = cycles(&api, &events, ws, STOP_CYCLES, SIGNAL_PHASE);
     let reference = running(ws)
         .into_iter()
         .next()
@@ -389,7 +413,13 @@ fn main() {
     let ws = "bench-timer";
     api.create(ws);
     api.wait_actual(ws, "Running");
-    let (timer_stops, timer_starts) = cycles(&api, &events, ws, TIMER_CYCLES);
+    let (timer_stops, timer_starts) = cycles(
+        &api,
+        &events,
+        ws,
+        TIMER_CYCLES,
+        Duration::from_secs_f64(PARTIAL_INTERVAL_S),
+    );
     api.terminate(ws);
     drop(api);
     drop(stack);
@@ -420,7 +450,7 @@ fn main() {
         "  signal path, start -> start ({STOP_CYCLES} runs): p50 {st50:8.1} ms  p95 {st95:8.1} ms  mean {stmean:8.1} ms"
     );
     println!(
-        "  timers only, stop -> died   ({TIMER_CYCLES} runs):  p50 {t50:8.1} ms  p95 {t95:8.1} ms  mean {tmean:8.1} ms  (measured: server without --relay-url)"
+        "  timers only, stop -> died   ({TIMER_CYCLES} runs):  p50 {t50:8.1} ms  p95 {t95:8.1} ms  mean {tmean:8.1} ms  (measured: server without --relay-url, requests at a random phase)"
     );
     println!(
         "  timers only, start -> start ({TIMER_CYCLES} runs):  p50 {tt50:8.1} ms  p95 {tt95:8.1} ms  mean {ttmean:8.1} ms"

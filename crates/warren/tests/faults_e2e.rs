@@ -107,6 +107,12 @@ fn killing_agent_relay_and_server_mid_lifecycle_loses_and_duplicates_nothing() {
     assert_one_of_each(ws, &stack);
     assert_eq!(exec(ws, "cat /projects/keep.txt"), "before-faults");
 
+    // One workspace on the server, whatever was retried.
+    let list: serde_json::Value =
+        serde_json::from_str(&stack.cli_ok(&["ws", "list", "-o", "json"])).expect("list JSON");
+    let items = list["items"].as_array().expect("items");
+    assert_eq!(items.len(), 1, "one workspace: {list:#}");
+
     // 6. Terminate removes everything.
     stack.cli_ok(&["ws", "rm", ws, "--wait", "--timeout", "4m"]);
     let v = show(&stack.cli_home(), ws).expect("ws show");

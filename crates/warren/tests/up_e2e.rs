@@ -3,12 +3,16 @@
 //!
 //! Skips with a notice when no Podman exists; fails instead under `WARREN_REQUIRE_ENGINE=1`.
 
+mod support;
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-const IMAGE: &str = "localhost/warren-test:latest";
+use support::{
+    containers, ensure_image, networks, podman_available, remove_workspace_objects, running,
+    volumes,
+};
 
 const DEVFILE: &str = r#"
 schemaVersion: 2.2.0
@@ -22,39 +26,6 @@ components:
       cpuLimit: 500m
       mountSources: true
 "#;
-
-fn podman_available() -> bool {
-    let ok = Command::new("podman")
-        .arg("version")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if ok {
-        return true;
-    }
-    if std::env::var("WARREN_REQUIRE_ENGINE").as_deref() == Ok("1") {
-        panic!("WARREN_REQUIRE_ENGINE=1 but podman does not work here (run .ci/setup-podman.sh)");
-    }
-    eprintln!("skipping: podman not found (install it with .ci/setup-podman.sh)");
-    false
-}
-
-fn ensure_image() {
-    let exists = Command::new("podman")
-        .args(["image", "exists", IMAGE])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !exists {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.ci/setup-podman.sh");
-        let status = Command::new("bash")
-            .arg(script)
-            .arg("image")
-            .status()
-            .expect("running .ci/setup-podman.sh image");
-        assert!(status.success(), "building {IMAGE} failed");
-    }
-}
 
 /// `warren up` in a temp home; stopped (SIGTERM, then SIGKILL) on drop, and every container,
 /// volume and network of its workspace removed, even when the test fails.
@@ -153,65 +124,9 @@ impl Drop for Up {
             let _ = child.wait();
         }
         if let Some(ws) = &self.workspace {
-            for id in containers(ws) {
-                let _ = podman(&["rm", "-f", "-t", "0", &id]);
-            }
-            for v in volumes(ws) {
-                let _ = podman(&["volume", "rm", "-f", &v]);
-            }
-            let _ = podman(&["network", "rm", "-f", &format!("warren-{ws}")]);
+            remove_workspace_objects(ws);
         }
     }
-}
-
-fn podman(args: &[&str]) -> String {
-    let out = Command::new("podman").args(args).output().expect("podman");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Ids of every container (running or not) of the workspace.
-fn containers(ws: &str) -> Vec<String> {
-    podman(&[
-        "ps",
-        "-a",
-        "--filter",
-        &format!("name=^warren-{ws}\\."),
-        "--format",
-        "{{.ID}}",
-    ])
-    .lines()
-    .map(str::to_owned)
-    .collect()
-}
-
-fn volumes(ws: &str) -> Vec<String> {
-    podman(&["volume", "ls", "--format", "{{.Name}}"])
-        .lines()
-        .filter(|v| v.starts_with(&format!("warren-{ws}-")))
-        .map(str::to_owned)
-        .collect()
-}
-
-fn networks(ws: &str) -> Vec<String> {
-    podman(&["network", "ls", "--format", "{{.Name}}"])
-        .lines()
-        .filter(|n| *n == format!("warren-{ws}"))
-        .map(str::to_owned)
-        .collect()
-}
-
-fn inspect(id: &str) -> Value {
-    let text = podman(&["inspect", id]);
-    let v: Value = serde_json::from_str(&text).expect("podman inspect JSON");
-    v[0].clone()
-}
-
-fn running(ws: &str) -> Vec<Value> {
-    containers(ws)
-        .iter()
-        .map(|id| inspect(id))
-        .filter(|c| c["State"]["Running"] == Value::Bool(true))
-        .collect()
 }
 
 fn state_of(up: &Up, ws: &str) -> (String, String) {

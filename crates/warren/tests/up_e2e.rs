@@ -6,12 +6,13 @@
 mod support;
 
 use serde_json::Value;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use support::{
-    containers, ensure_image, networks, podman_available, remove_workspace_objects, running,
-    volumes,
+    containers, ensure_image, kill_podman_services, networks, podman_available,
+    remove_workspace_objects, running, volumes,
 };
 
 const DEVFILE: &str = r#"
@@ -47,6 +48,7 @@ impl Up {
             .args(["--listen", "127.0.0.1:0", "--ready-file"])
             .arg(&ready)
             .env("WARREN_LOG", "info")
+            .process_group(0)
             .stdout(Stdio::from(log.try_clone().expect("log file")))
             .stderr(Stdio::from(log))
             .spawn()
@@ -122,6 +124,7 @@ impl Drop for Up {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+            kill_podman_services(child.id());
         }
         if let Some(ws) = &self.workspace {
             remove_workspace_objects(ws);
@@ -153,10 +156,20 @@ fn warren_up_runs_a_workspace_through_its_life_on_podman() {
     let mut up = Up::start();
     let devfile = write_devfile(up.home.path());
 
+    // The name is chosen here so the guard can clean up even when the create itself fails.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    let name = format!("up-e2e-{:06x}", (nanos ^ std::process::id()) & 0xff_ffff);
+    up.workspace = Some(name.clone());
+
     // Create and wait for Running: a real container with the rendered limits and user.
     let created: Value = serde_json::from_str(&up.cli_ok(&[
         "ws",
         "create",
+        "--name",
+        &name,
         "--devfile",
         devfile.to_str().expect("utf-8 path"),
         "--wait",
@@ -167,7 +180,7 @@ fn warren_up_runs_a_workspace_through_its_life_on_podman() {
     ]))
     .expect("ws create JSON");
     let ws = created["name"].as_str().expect("workspace name").to_owned();
-    up.workspace = Some(ws.clone());
+    assert_eq!(ws, name, "the workspace has the requested name");
     assert_eq!(state_of(&up, &ws), ("Running".into(), "Running".into()));
     let live = running(&ws);
     assert_eq!(live.len(), 1, "one running container: {live:#?}");

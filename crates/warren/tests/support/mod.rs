@@ -161,6 +161,9 @@ impl Proc {
             .open(log)
             .expect("log file");
         let mut cmd = Command::new(warren_bin());
+        // Its own process group, so the `podman system service` an agent starts can be found
+        // and stopped with it (a SIGKILLed agent cannot stop it itself).
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         cmd.args(args)
             .env("WARREN_LOG", "info")
             .env_remove("WARREN_URL")
@@ -192,11 +195,13 @@ impl Proc {
             .and_then(|c| c.try_wait().ok().flatten())
     }
 
-    /// SIGKILL and reap: the crash the fault tests inject.
+    /// SIGKILL and reap: the crash the fault tests inject. A Podman service the process
+    /// started is stopped too; containers keep running, as after a real crash.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+            kill_podman_services(child.id());
         }
     }
 
@@ -209,15 +214,31 @@ impl Proc {
         let deadline = Instant::now() + grace;
         loop {
             if let Ok(Some(status)) = child.try_wait() {
+                kill_podman_services(child.id());
                 return Some(status);
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
-                return child.wait().ok();
+                let status = child.wait().ok();
+                kill_podman_services(child.id());
+                return status;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+/// Stops the `podman system service` processes left in a test process's group.
+pub fn kill_podman_services(group: u32) {
+    let _ = Command::new("pkill")
+        .args([
+            "-KILL",
+            "-g",
+            &group.to_string(),
+            "-f",
+            "podman system service",
+        ])
+        .status();
 }
 
 impl Drop for Proc {

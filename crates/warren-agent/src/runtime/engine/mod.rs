@@ -1406,7 +1406,9 @@ async fn watch_events(inner: std::sync::Weak<Inner>, shutdown: CancellationToken
 }
 
 /// Podman reports a container that has just exited as `stopped` for a few milliseconds, a
-/// state Docker's API (and so bollard's types) does not have; the answer is retried briefly.
+/// state Docker's API (and so bollard's types) does not have, and a listing that races with a
+/// container's exit can fail with a 500 naming the vanished process; both answers are retried
+/// briefly.
 async fn retry_transient<T, F, Fut>(mut call: F) -> Result<T, bollard::errors::Error>
 where
     F: FnMut() -> Fut,
@@ -1415,12 +1417,24 @@ where
     let mut attempts = 0;
     loop {
         match call().await {
-            Err(bollard::errors::Error::JsonDataError { .. }) if attempts < 40 => {
+            Err(e) if attempts < 40 && is_transient(&e) => {
                 attempts += 1;
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             other => return other,
         }
+    }
+}
+
+fn is_transient(e: &bollard::errors::Error) -> bool {
+    match e {
+        bollard::errors::Error::JsonDataError { .. } => true,
+        // e.g. "read /proc/24709/cgroup: no such process" while a container exits.
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 500,
+            message,
+        } => message.contains("no such process") || message.contains("no such file or directory"),
+        _ => false,
     }
 }
 

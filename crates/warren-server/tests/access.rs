@@ -12,27 +12,6 @@ use warren_server::internal::jwt;
 use warren_types::internal::PROXY_JWT_ISSUER;
 use warren_types::reconcile::{RELAY_JWT_ISSUER, SERVER_JWT_AUDIENCE};
 
-const WEB_DEVFILE: &str = "schemaVersion: 2.2.0
-metadata:
-  name: web
-components:
-  - name: dev
-    container:
-      image: alpine:3
-      memoryLimit: 1Gi
-      cpuLimit: '1'
-      endpoints:
-        - name: web
-          targetPort: 8080
-          exposure: public
-        - name: debug
-          targetPort: 5005
-          exposure: internal
-";
-
-const ED25519: &str =
-    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEmv+5QZ8fnzg9O8BUgrxNvCI4fmArD7xgQnXxlfb9xh me@laptop";
-
 fn proxy_jwt_with(iss: &str, aud: &str, now: i64) -> String {
     jwt::mint(RELAY_SECRET.as_bytes(), iss, aud, None, now, 30)
 }

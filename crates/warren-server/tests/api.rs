@@ -7,27 +7,6 @@ use common::*;
 use reqwest::Method;
 use serde_json::{json, Value};
 
-const WEB_DEVFILE: &str = "schemaVersion: 2.2.0
-metadata:
-  name: web
-components:
-  - name: dev
-    container:
-      image: alpine:3
-      memoryLimit: 1Gi
-      cpuLimit: '1'
-      endpoints:
-        - name: web
-          targetPort: 8080
-          exposure: public
-        - name: debug
-          targetPort: 5005
-          exposure: internal
-";
-
-const ED25519: &str =
-    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEmv+5QZ8fnzg9O8BUgrxNvCI4fmArD7xgQnXxlfb9xh me@laptop";
-
 fn msg(b: &Value) -> &str {
     b["error"]["message"]
         .as_str()

@@ -372,3 +372,26 @@ pub fn stopped(name: &str, rv: &str) -> Value {
     json!({"name": name, "namespace": format!("warren-ws-{name}"),
            "latest_k8s_deployment_info": deployment(name, Some(rv), Some(0), Some(NRA), Some(MRA), (None, None))})
 }
+
+/// A one-container devfile with a public and an internal endpoint.
+pub const WEB_DEVFILE: &str = "schemaVersion: 2.2.0
+metadata:
+  name: web
+components:
+  - name: dev
+    container:
+      image: alpine:3
+      memoryLimit: 1Gi
+      cpuLimit: '1'
+      endpoints:
+        - name: web
+          targetPort: 8080
+          exposure: public
+        - name: debug
+          targetPort: 5005
+          exposure: internal
+";
+
+/// A valid OpenSSH public key.
+pub const ED25519: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEmv+5QZ8fnzg9O8BUgrxNvCI4fmArD7xgQnXxlfb9xh me@laptop";

@@ -479,6 +479,7 @@ async fn dial_local(
             let (status, code) = match code {
                 DialErrorCode::WorkspaceNotFound => (StatusCode::NOT_FOUND, "workspace_not_found"),
                 DialErrorCode::Unreachable => (StatusCode::BAD_GATEWAY, "workspace_unreachable"),
+                DialErrorCode::ExecFailed => (StatusCode::BAD_GATEWAY, "exec_failed"),
             };
             Attempt::Failed(error(status, code, message))
         }

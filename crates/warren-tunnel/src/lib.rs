@@ -36,6 +36,8 @@ pub enum TunnelError {
     FrameTooLarge { len: usize },
     #[error("malformed frame")]
     Malformed(#[source] serde_json::Error),
+    #[error("malformed exec frame")]
+    MalformedExec(#[source] warren_types::relay::ExecFrameError),
 }
 
 type OpenReply = oneshot::Sender<Result<yamux::Stream, TunnelError>>;
@@ -176,4 +178,41 @@ pub async fn read_json<R: AsyncRead + Unpin, T: DeserializeOwned>(
 ) -> Result<T, TunnelError> {
     let bytes = read_frame(r).await?;
     serde_json::from_slice(&bytes).map_err(TunnelError::Malformed)
+}
+
+/// Writes one exec-session message ([`ExecFrame`](warren_types::relay::ExecFrame)).
+pub async fn write_exec_frame<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    frame: &warren_types::relay::ExecFrame,
+) -> Result<(), TunnelError> {
+    write_frame(w, &frame.encode()).await
+}
+
+/// Reads one exec-session message; `None` when the peer closed the stream cleanly between
+/// messages.
+pub async fn read_exec_frame<R: AsyncRead + Unpin>(
+    r: &mut R,
+) -> Result<Option<warren_types::relay::ExecFrame>, TunnelError> {
+    let mut len = [0u8; 4];
+    // A clean end of stream before a length prefix is the peer closing, not an error.
+    let mut got = 0;
+    while got < len.len() {
+        let n = r.read(&mut len[got..]).await.map_err(TunnelError::Read)?;
+        if n == 0 {
+            if got == 0 {
+                return Ok(None);
+            }
+            return Err(TunnelError::Read(std::io::ErrorKind::UnexpectedEof.into()));
+        }
+        got += n;
+    }
+    let len = u32::from_be_bytes(len);
+    if len > MAX_FRAME_LEN {
+        return Err(TunnelError::FrameTooLarge { len: len as usize });
+    }
+    let mut buf = vec![0u8; len as usize];
+    r.read_exact(&mut buf).await.map_err(TunnelError::Read)?;
+    warren_types::relay::ExecFrame::decode(&buf)
+        .map(Some)
+        .map_err(TunnelError::MalformedExec)
 }

@@ -68,6 +68,10 @@ pub const PROXY_JWT_ISSUER: &str = "warren-proxy";
 pub const WORKSPACE_ACCESS_PATH: &str = "/internal/workspaces/access";
 /// `POST` with [`ActivityReport`] (204): last user activity per workspace.
 pub const WORKSPACE_ACTIVITY_PATH: &str = "/internal/workspaces/activity";
+/// `POST` with [`WorkspaceStartRequest`] → 200 [`WorkspaceAccess`] (the new states): the
+/// stopped-workspace page's start button. 404 unless the user owns the workspace; 409 when
+/// its state allows no start.
+pub const WORKSPACE_START_PATH: &str = "/internal/workspaces/start";
 /// `GET` with [`SshAuthorizeQuery`]: may this SSH key or token open this workspace?
 pub const SSH_AUTHORIZE_PATH: &str = "/internal/ssh/authorize";
 
@@ -78,7 +82,9 @@ pub const SSH_AUTHORIZE_PATH: &str = "/internal/ssh/authorize";
 pub struct WorkspaceAccessQuery {
     /// The workspace's name (the `{workspace-name}` part of the host).
     pub host: String,
-    pub port: u16,
+    /// A declared endpoint port; `None` asks for the workspace itself (the web terminal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<crate::ids::UserId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -93,9 +99,17 @@ pub struct WorkspaceAccess {
     pub workspace_name: String,
     pub agent_id: AgentId,
     pub namespace: String,
-    pub port: u16,
+    pub port: Option<u16>,
     pub desired_state: crate::state::DesiredState,
     pub actual_state: crate::state::ActualState,
+    pub user_id: crate::ids::UserId,
+}
+
+/// Body of [`WORKSPACE_START_PATH`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceStartRequest {
+    pub workspace_id: crate::ids::WorkspaceId,
     pub user_id: crate::ids::UserId,
 }
 

@@ -18,6 +18,10 @@
 //! - `dial` (relay → agent): the agent dials the workspace endpoint and answers with a JSON
 //!   [`DialReply`] frame; on success raw bytes follow in both directions until either side
 //!   closes.
+//! - `exec` (relay → agent): the agent starts a process in the workspace through the
+//!   runtime's exec (engine exec, Kubernetes exec) and answers with a [`DialReply`] frame;
+//!   on success both directions carry [`ExecFrame`]s (each in one length-prefixed frame)
+//!   until the agent has sent [`ExecFrame::Exit`] and closed the stream.
 //!
 //! **Internal listener** (server and proxy; `Authorization: Bearer <JWT>`, HS256 with the
 //! relay↔server shared secret, audience [`RELAY_JWT_AUDIENCE`], at most 30 s of validity):
@@ -25,6 +29,8 @@
 //! - `GET /internal/agents/{agent_id}/tunnel?workspace=&namespace=&port=` with the same
 //!   `Upgrade: warren-tunnel/1` → 101 and then raw bytes to the workspace endpoint, or 404
 //!   (agent not connected) / 502 (the agent could not dial) with an `ApiError` body.
+//! - `GET /internal/agents/{agent_id}/exec?request=<JSON of ExecTarget>` with the same
+//!   upgrade → 101 and then [`ExecFrame`]s in both directions, or the same errors.
 
 use crate::ids::AgentId;
 use serde::{Deserialize, Serialize};
@@ -37,6 +43,8 @@ pub const AGENT_CONNECT_PATH: &str = "/v1/agent/connect";
 pub const SIGNAL_ROUTE: &str = "/internal/agents/{agent_id}/signal";
 /// Route (axum syntax) of a byte stream to a workspace endpoint on the internal listener.
 pub const TUNNEL_ROUTE: &str = "/internal/agents/{agent_id}/tunnel";
+/// Route (axum syntax) of an exec session in a workspace on the internal listener.
+pub const EXEC_ROUTE: &str = "/internal/agents/{agent_id}/exec";
 /// Path of the server's endpoint that checks an agent token; the relay calls it.
 pub const AUTHENTICATE_PATH: &str = "/internal/agents/authenticate";
 /// Response header on the agent connection's 101 naming the authenticated agent.
@@ -69,6 +77,11 @@ pub fn signal_path(agent: AgentId) -> String {
 /// The path of the tunnel endpoint for one agent (add [`TunnelQuery`] as the query string).
 pub fn tunnel_path(agent: AgentId) -> String {
     format!("/internal/agents/{agent}/tunnel")
+}
+
+/// The path of the exec endpoint for one agent (add [`ExecQuery`] as the query string).
+pub fn exec_path(agent: AgentId) -> String {
+    format!("/internal/agents/{agent}/exec")
 }
 
 /// Prefixes `payload` with its length, the framing of every message on a tunnel stream.
@@ -115,6 +128,142 @@ pub enum StreamOpen {
     Dial(DialTarget),
     /// Agent → relay: liveness check; the relay answers with one empty frame.
     Ping,
+    /// Relay → agent: run a process in the workspace; [`ExecFrame`]s follow the reply.
+    Exec(ExecTarget),
+}
+
+/// A process to run in a workspace (the web terminal, SSH sessions, `sftp`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecTarget {
+    /// Workspace name.
+    pub workspace: String,
+    pub namespace: String,
+    /// The container; `None` means the workspace's main container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    /// argv; never empty. An interactive shell is `["/bin/sh", "-l"]` or a wrapper
+    /// that prefers a better shell when the image has one.
+    pub command: Vec<String>,
+    /// Extra environment variables for the process (SSH `env` requests, `TERM`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvVar>,
+    /// Allocate a pseudo-terminal (stdout and stderr are then one stream).
+    #[serde(default)]
+    pub tty: bool,
+    /// Initial terminal size when `tty`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<TerminalSize>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvVar {
+    pub name: String,
+    pub value: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TerminalSize {
+    pub cols: u16,
+    pub rows: u16,
+}
+
+/// Query string of the internal exec endpoint: `request` is the JSON of an [`ExecTarget`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecQuery {
+    pub request: String,
+}
+
+/// How an exec'd process ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecExit {
+    /// The exit code; `None` when the runtime could not tell (killed, connection lost).
+    pub code: Option<i32>,
+    /// Why the code is missing or what went wrong, for the user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// One message of an exec session, after the [`DialReply`]. On the wire: one
+/// length-prefixed frame whose first byte is the tag, then the payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecFrame {
+    /// Client → agent (tag 0): bytes for the process's stdin.
+    Stdin(Vec<u8>),
+    /// Client → agent (tag 1): stdin is closed.
+    StdinEof,
+    /// Client → agent (tag 2): the terminal was resized (`cols`, `rows` as big-endian u16).
+    Resize(TerminalSize),
+    /// Agent → client (tag 3): bytes the process wrote to stdout (or the terminal).
+    Stdout(Vec<u8>),
+    /// Agent → client (tag 4): bytes the process wrote to stderr (never with a tty).
+    Stderr(Vec<u8>),
+    /// Agent → client (tag 5, JSON payload): the process ended; the agent closes the stream
+    /// after this frame.
+    Exit(ExecExit),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExecFrameError {
+    #[error("empty exec frame")]
+    Empty,
+    #[error("unknown exec frame tag {0}")]
+    UnknownTag(u8),
+    #[error("exec frame with tag {tag}: {message}")]
+    Malformed { tag: u8, message: String },
+}
+
+impl ExecFrame {
+    /// The payload of this message (without the length prefix).
+    pub fn encode(&self) -> Vec<u8> {
+        let (tag, body): (u8, std::borrow::Cow<'_, [u8]>) = match self {
+            ExecFrame::Stdin(b) => (0, b.as_slice().into()),
+            ExecFrame::StdinEof => (1, (&[][..]).into()),
+            ExecFrame::Resize(s) => {
+                let mut v = Vec::with_capacity(4);
+                v.extend_from_slice(&s.cols.to_be_bytes());
+                v.extend_from_slice(&s.rows.to_be_bytes());
+                (2, v.into())
+            }
+            ExecFrame::Stdout(b) => (3, b.as_slice().into()),
+            ExecFrame::Stderr(b) => (4, b.as_slice().into()),
+            ExecFrame::Exit(e) => (
+                5,
+                serde_json::to_vec(e)
+                    .expect("an exit status always serialises")
+                    .into(),
+            ),
+        };
+        let mut out = Vec::with_capacity(1 + body.len());
+        out.push(tag);
+        out.extend_from_slice(&body);
+        out
+    }
+
+    /// Parses one payload (without the length prefix).
+    pub fn decode(payload: &[u8]) -> Result<Self, ExecFrameError> {
+        let (&tag, body) = payload.split_first().ok_or(ExecFrameError::Empty)?;
+        let malformed = |message: String| ExecFrameError::Malformed { tag, message };
+        Ok(match tag {
+            0 => ExecFrame::Stdin(body.to_vec()),
+            1 if body.is_empty() => ExecFrame::StdinEof,
+            2 if body.len() == 4 => ExecFrame::Resize(TerminalSize {
+                cols: u16::from_be_bytes([body[0], body[1]]),
+                rows: u16::from_be_bytes([body[2], body[3]]),
+            }),
+            3 => ExecFrame::Stdout(body.to_vec()),
+            4 => ExecFrame::Stderr(body.to_vec()),
+            5 => {
+                ExecFrame::Exit(serde_json::from_slice(body).map_err(|e| malformed(e.to_string()))?)
+            }
+            1 | 2 => return Err(malformed(format!("unexpected length {}", body.len()))),
+            other => return Err(ExecFrameError::UnknownTag(other)),
+        })
+    }
 }
 
 /// A workspace endpoint the agent dials on the relay's behalf.
@@ -157,6 +306,8 @@ pub enum DialErrorCode {
     WorkspaceNotFound,
     /// The workspace exists but its endpoint did not accept the connection.
     Unreachable,
+    /// The runtime refused or failed to start the process (no such container, not running).
+    ExecFailed,
 }
 
 /// 200 answer of the signal endpoint: how many connections of the agent were signalled
@@ -185,6 +336,8 @@ pub struct InternalClaims {
 pub const PEER_SIGNAL_ROUTE: &str = "/peer/agents/{agent_id}/signal";
 /// Private relay↔relay endpoint: open a tunnel through this instance's own connection only.
 pub const PEER_TUNNEL_ROUTE: &str = "/peer/agents/{agent_id}/tunnel";
+/// Private relay↔relay endpoint: open an exec session through this instance's own connection.
+pub const PEER_EXEC_ROUTE: &str = "/peer/agents/{agent_id}/exec";
 /// Issuer and audience of relay↔relay JWTs (signed with a secret only relays share).
 pub const PEER_JWT_ISSUER: &str = "warren-relay";
 /// Longest validity a relay accepts on a relay↔relay JWT.
@@ -223,6 +376,33 @@ mod tests {
             r#"{"result":"failed","code":"unreachable","message":"refused"}"#
         );
         assert!(serde_json::from_str::<StreamOpen>(r#"{"type":"exec"}"#).is_err());
+        assert!(serde_json::from_str::<StreamOpen>(
+            r#"{"type":"exec","workspace":"w","namespace":"n","command":["sh"]}"#
+        )
+        .is_ok());
+    }
+
+    #[test]
+    fn exec_frames_round_trip_and_reject_garbage() {
+        let frames = [
+            ExecFrame::Stdin(b"ls\n".to_vec()),
+            ExecFrame::StdinEof,
+            ExecFrame::Resize(TerminalSize { cols: 300, rows: 2 }),
+            ExecFrame::Stdout(vec![0, 255]),
+            ExecFrame::Stderr(vec![]),
+            ExecFrame::Exit(ExecExit {
+                code: Some(3),
+                message: None,
+            }),
+        ];
+        for f in frames {
+            assert_eq!(ExecFrame::decode(&f.encode()).unwrap(), f);
+        }
+        assert_eq!(ExecFrame::decode(&[]), Err(ExecFrameError::Empty));
+        assert_eq!(ExecFrame::decode(&[9]), Err(ExecFrameError::UnknownTag(9)));
+        assert!(ExecFrame::decode(&[2, 0, 1]).is_err());
+        assert!(ExecFrame::decode(&[1, 0]).is_err());
+        assert!(ExecFrame::decode(&[5, b'{']).is_err());
     }
 
     #[test]

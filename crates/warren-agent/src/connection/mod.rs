@@ -268,6 +268,10 @@ impl RelayConnection {
                 self.inner.events.send_modify(|e| e.signals += 1);
             }
             StreamOpen::Dial(target) => self.serve_dial(stream, target).await,
+            StreamOpen::Exec(_) => {
+                // Placeholder until exec lands: the relay sees the stream close.
+                drop(stream);
+            }
             StreamOpen::Reconcile | StreamOpen::Ping => {
                 tracing::warn!("the relay opened an agent-to-relay stream; ignored");
             }

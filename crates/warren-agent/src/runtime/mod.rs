@@ -49,6 +49,46 @@ pub struct ObservedWorkspace {
 pub trait ByteStream: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> ByteStream for T {}
 
+/// A process to start in a workspace (the web terminal, SSH sessions, `sftp`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecSpec {
+    /// The container; `None` means the workspace's main container.
+    pub container: Option<String>,
+    /// argv; never empty.
+    pub command: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// Allocate a pseudo-terminal (stdout and stderr are then one stream).
+    pub tty: bool,
+    pub size: Option<warren_types::relay::TerminalSize>,
+}
+
+/// Output of an exec'd process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecOutput {
+    Stdout(bytes::Bytes),
+    Stderr(bytes::Bytes),
+}
+
+/// A running exec'd process. Dropping it detaches from (and, where the runtime allows,
+/// ends) the process.
+pub struct ExecSession {
+    /// The process's stdin; shutting it down closes stdin.
+    pub stdin: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
+    /// Everything the process writes; ends when the process closed its output.
+    pub output: futures::stream::BoxStream<'static, Result<ExecOutput, RuntimeError>>,
+    /// Terminal size changes; the runtime applies them in order (ignored without a tty).
+    pub resize: tokio::sync::mpsc::Sender<warren_types::relay::TerminalSize>,
+    /// Resolves once the process has ended, with its exit status.
+    pub exit:
+        futures::future::BoxFuture<'static, Result<warren_types::relay::ExecExit, RuntimeError>>,
+}
+
+impl fmt::Debug for ExecSession {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExecSession").finish_non_exhaustive()
+    }
+}
+
 /// Why a runtime call failed; the reconciler reports `Apply` as an `applier` error and the
 /// others as `runtime` errors.
 #[derive(Debug, thiserror::Error)]
@@ -96,6 +136,14 @@ pub trait WorkspaceRuntime: Send + Sync + 'static {
         workspace: &WorkspaceKey,
         port: u16,
     ) -> Result<Box<dyn ByteStream>, RuntimeError>;
+
+    /// Starts a process in a running workspace (engine exec, Kubernetes exec). Needs nothing
+    /// in the image beyond the command itself.
+    async fn exec(
+        &self,
+        workspace: &WorkspaceKey,
+        spec: ExecSpec,
+    ) -> Result<ExecSession, RuntimeError>;
 }
 
 /// The steppable in-memory runtime for tests.

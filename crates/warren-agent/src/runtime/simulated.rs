@@ -227,6 +227,17 @@ fn apply_error(key: &WorkspaceKey, message: impl Into<String>) -> RuntimeError {
 
 #[async_trait]
 impl WorkspaceRuntime for SimulatedRuntime {
+    async fn exec(
+        &self,
+        workspace: &WorkspaceKey,
+        _spec: crate::runtime::ExecSpec,
+    ) -> Result<crate::runtime::ExecSession, RuntimeError> {
+        // Placeholder until exec lands for this runtime.
+        Err(RuntimeError::NotFound(format!(
+            "exec in workspace {workspace}"
+        )))
+    }
+
     async fn apply(&self, key: &WorkspaceKey, objects: &[Value]) -> Result<(), RuntimeError> {
         for o in objects {
             if o.get("kind").and_then(Value::as_str).is_none()

@@ -96,7 +96,10 @@ pub async fn access(
         .workspace_by_name(&q.host)
         .await?
         .ok_or_else(hidden)?;
-    if w.owner_id != user || !reachable(&w) || !declared_ports(&w).contains(&q.port) {
+    if w.owner_id != user
+        || !reachable(&w)
+        || q.port.is_some_and(|p| !declared_ports(&w).contains(&p))
+    {
         return Err(hidden());
     }
     Ok(Json(WorkspaceAccess {

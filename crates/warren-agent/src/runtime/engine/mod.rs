@@ -1081,6 +1081,17 @@ impl EngineRuntime {
 
 #[async_trait]
 impl WorkspaceRuntime for EngineRuntime {
+    async fn exec(
+        &self,
+        workspace: &WorkspaceKey,
+        _spec: super::ExecSpec,
+    ) -> Result<super::ExecSession, RuntimeError> {
+        // Placeholder until exec lands for this runtime.
+        Err(RuntimeError::NotFound(format!(
+            "exec in workspace {workspace}"
+        )))
+    }
+
     async fn apply(
         &self,
         workspace: &WorkspaceKey,

@@ -450,6 +450,17 @@ fn apply_error(workspace: &WorkspaceKey, what: &str, e: kube::Error) -> RuntimeE
 
 #[async_trait]
 impl WorkspaceRuntime for KubernetesRuntime {
+    async fn exec(
+        &self,
+        workspace: &WorkspaceKey,
+        _spec: super::ExecSpec,
+    ) -> Result<super::ExecSession, RuntimeError> {
+        // Placeholder until exec lands for this runtime.
+        Err(RuntimeError::NotFound(format!(
+            "exec in workspace {workspace}"
+        )))
+    }
+
     async fn apply(
         &self,
         workspace: &WorkspaceKey,

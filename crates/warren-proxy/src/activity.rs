@@ -1,0 +1,81 @@
+//! Last user activity per workspace (a request, a WebSocket frame, SSH data), reported to
+//! the server at most every few seconds for the idle policy (access.md, lifecycle.md).
+
+use crate::server_api::ServerApi;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use warren_types::ids::WorkspaceId;
+use warren_types::internal::{ActivityReport, WorkspaceActivity};
+
+/// Records activity; cheap to clone and to call on every request or frame.
+#[derive(Debug, Clone, Default)]
+pub struct Activity {
+    pending: Arc<Mutex<HashMap<WorkspaceId, i64>>>,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl Activity {
+    /// Marks `workspace` active now.
+    pub fn touch(&self, workspace: WorkspaceId) {
+        let now = now_ms();
+        let mut p = self.pending.lock().expect("activity lock poisoned");
+        let e = p.entry(workspace).or_insert(now);
+        *e = (*e).max(now);
+    }
+
+    fn take(&self) -> Vec<WorkspaceActivity> {
+        let mut p = self.pending.lock().expect("activity lock poisoned");
+        p.drain()
+            .map(|(workspace_id, last_activity_ms)| WorkspaceActivity {
+                workspace_id,
+                last_activity_ms,
+            })
+            .collect()
+    }
+
+    fn put_back(&self, items: Vec<WorkspaceActivity>) {
+        let mut p = self.pending.lock().expect("activity lock poisoned");
+        for a in items {
+            let e = p.entry(a.workspace_id).or_insert(a.last_activity_ms);
+            *e = (*e).max(a.last_activity_ms);
+        }
+    }
+
+    /// Reports pending activity every `interval` until `shutdown`, then once more.
+    pub async fn report_loop(
+        self,
+        api: ServerApi,
+        interval: Duration,
+        shutdown: CancellationToken,
+    ) {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let last = tokio::select! {
+                // Cancel-safe: a tick holds no state.
+                _ = tick.tick() => false,
+                // Cancel-safe: cancellation is level-triggered.
+                _ = shutdown.cancelled() => true,
+            };
+            let items = self.take();
+            if !items.is_empty() {
+                let report = ActivityReport { workspaces: items };
+                if let Err(e) = api.report_activity(&report).await {
+                    tracing::info!(error = %crate::error_chain(&e), "activity report failed; kept for the next one");
+                    self.put_back(report.workspaces);
+                }
+            }
+            if last {
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! The proxy's configuration, validated before anything is bound.
+
+use serde::Deserialize;
+use std::path::PathBuf;
+
+/// Longest time a positive authorisation answer may be reused (access.md: ≤ 60 s).
+pub const MAX_AUTHORIZATION_CACHE_SECS: u64 = 60;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyConfig {
+    /// Holds the proxy's keys: cookie signing keys and the SSH host key.
+    pub state_dir: PathBuf,
+    /// Workspace hosts are `{port}-{workspace}.{workspace_domain}`; the sign-in callback is
+    /// `auth.{workspace_domain}` and the web terminal `terminal-{workspace}.{workspace_domain}`.
+    pub workspace_domain: String,
+    /// Scheme browsers use for workspace hosts: `http` or `https` (cookies are `Secure` then).
+    #[serde(default = "default_scheme")]
+    pub public_scheme: String,
+    /// Port browsers use for workspace hosts; `None` is the scheme's default port.
+    #[serde(default)]
+    pub public_port: Option<u16>,
+    /// The server as the proxy reaches it (internal endpoints, OAuth token exchange).
+    pub server_url: url::Url,
+    /// The server as browsers reach it (the authorize endpoint and login page).
+    pub server_public_url: url::Url,
+    /// A relay's internal listener (any instance; relays route among themselves).
+    pub relay_url: url::Url,
+    /// The relay ↔ server ↔ proxy shared secret (HS256 internal JWTs).
+    pub shared_secret: String,
+    /// The proxy's OAuth client (registered on the server as first-party, confidential, with
+    /// redirect URI [`ProxyConfig::callback_url`]).
+    pub oauth_client_id: String,
+    pub oauth_client_secret: String,
+    /// How long a workspace session cookie is valid.
+    #[serde(default = "default_session_lifetime")]
+    pub session_lifetime_secs: u64,
+    /// How long a positive authorisation answer is reused (at most 60 s).
+    #[serde(default = "default_authorization_cache")]
+    pub authorization_cache_secs: u64,
+    /// How often activity is reported to the server.
+    #[serde(default = "default_activity_report")]
+    pub activity_report_secs: u64,
+    /// Direct mode: dial workspaces at this address template instead of through the relay,
+    /// where the network allows it (e.g. `{workspace}.{namespace}.svc.cluster.local:{port}`).
+    /// Authentication and authorisation are the same either way.
+    #[serde(default)]
+    pub direct_upstream: Option<String>,
+    /// TLS for the HTTP listener (PEM files); both or neither.
+    #[serde(default)]
+    pub tls_cert_file: Option<PathBuf>,
+    #[serde(default)]
+    pub tls_key_file: Option<PathBuf>,
+    /// The SSH host key (OpenSSH format); default `state_dir/ssh_host_ed25519_key`,
+    /// generated once.
+    #[serde(default)]
+    pub ssh_host_key_file: Option<PathBuf>,
+}
+
+fn default_scheme() -> String {
+    "http".into()
+}
+fn default_session_lifetime() -> u64 {
+    12 * 3600
+}
+fn default_authorization_cache() -> u64 {
+    30
+}
+fn default_activity_report() -> u64 {
+    5
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("invalid proxy configuration: {field}: {message}")]
+    Invalid {
+        field: &'static str,
+        message: String,
+    },
+}
+
+fn invalid(field: &'static str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field,
+        message: message.into(),
+    }
+}
+
+impl ProxyConfig {
+    /// Checks everything that can be checked without binding or dialling.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let d = &self.workspace_domain;
+        if d.is_empty()
+            || d.starts_with('.')
+            || d.ends_with('.')
+            || d.contains(':')
+            || !d
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+        {
+            return Err(invalid(
+                "workspace_domain",
+                format!("`{d}` is not a DNS name (no scheme, port or trailing dot)"),
+            ));
+        }
+        if self.public_scheme != "http" && self.public_scheme != "https" {
+            return Err(invalid("public_scheme", "must be `http` or `https`"));
+        }
+        if self.shared_secret.len() < 32 {
+            return Err(invalid("shared_secret", "must be at least 32 bytes"));
+        }
+        if self.oauth_client_id.is_empty() || self.oauth_client_secret.is_empty() {
+            return Err(invalid(
+                "oauth_client_id",
+                "the OAuth client id and secret are required",
+            ));
+        }
+        if self.session_lifetime_secs < 60 {
+            return Err(invalid("session_lifetime_secs", "must be at least 60"));
+        }
+        if self.authorization_cache_secs > MAX_AUTHORIZATION_CACHE_SECS {
+            return Err(invalid(
+                "authorization_cache_secs",
+                format!("must be at most {MAX_AUTHORIZATION_CACHE_SECS} (access.md)"),
+            ));
+        }
+        if self.activity_report_secs == 0 {
+            return Err(invalid("activity_report_secs", "must be at least 1"));
+        }
+        if let Some(t) = &self.direct_upstream {
+            if !t.contains("{port}") {
+                return Err(invalid(
+                    "direct_upstream",
+                    "the template must contain `{port}`",
+                ));
+            }
+        }
+        if self.tls_cert_file.is_some() != self.tls_key_file.is_some() {
+            return Err(invalid(
+                "tls_cert_file",
+                "give both the TLS certificate and key, or neither",
+            ));
+        }
+        for (field, u) in [
+            ("server_url", &self.server_url),
+            ("server_public_url", &self.server_public_url),
+            ("relay_url", &self.relay_url),
+        ] {
+            if u.scheme() != "http" && u.scheme() != "https" {
+                return Err(invalid(field, format!("`{u}` is not an http(s) URL")));
+            }
+        }
+        Ok(())
+    }
+
+    /// `host[:port]` as browsers write it for a host under the workspace domain.
+    pub fn public_authority(&self, host: &str) -> String {
+        let default = if self.public_scheme == "https" {
+            443
+        } else {
+            80
+        };
+        match self.public_port {
+            Some(p) if p != default => format!("{host}:{p}"),
+            _ => host.to_owned(),
+        }
+    }
+
+    /// The sign-in host: the only OAuth redirect URI, whatever workspace is signed in to.
+    pub fn auth_host(&self) -> String {
+        format!("auth.{}", self.workspace_domain)
+    }
+
+    /// The OAuth redirect URI registered for the proxy.
+    pub fn callback_url(&self) -> String {
+        format!(
+            "{}://{}/oauth/callback",
+            self.public_scheme,
+            self.public_authority(&self.auth_host())
+        )
+    }
+
+    pub fn ssh_host_key_path(&self) -> PathBuf {
+        self.ssh_host_key_file
+            .clone()
+            .unwrap_or_else(|| self.state_dir.join("ssh_host_ed25519_key"))
+    }
+}

@@ -1,0 +1,113 @@
+//! `warren proxy`: the authenticating front door for workspace HTTP and WebSocket hosts,
+//! the web terminal and SSH (access.md).
+//!
+//! Every path into a workspace passes the same two checks: who is this (session cookie,
+//! personal access token, SSH key) and may they reach this workspace (the server's answer,
+//! cached ≤ 60 s). Traffic then goes proxy → relay → the agent's connection → the workspace,
+//! or straight to the workspace in direct mode. The proxy keeps no sessions of its own: the
+//! signed cookie is the session, so instances can be added freely.
+//!
+//! Module map: `http` (host routing, sign-in, forwarding), `terminal` (the web terminal's
+//! page and WebSocket ⇄ exec bridge), `ssh` (the SSH server), `server_api` and `relay` (the
+//! two peers), `activity` (idle-policy reports).
+
+pub mod activity;
+pub mod config;
+mod http;
+mod jwt;
+pub mod relay;
+pub mod server_api;
+pub mod ssh;
+mod terminal;
+
+pub use config::ProxyConfig;
+
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    #[error("preparing the proxy's keys in {path}")]
+    Keys {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("serving {what}")]
+    Serve {
+        what: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// The proxy's sockets, bound by the caller so tests and `warren up` can use port 0.
+#[derive(Debug)]
+pub struct ProxyListeners {
+    /// Workspace hosts, the sign-in host and terminal hosts (HTTP/1.1 and HTTP/2).
+    pub http: TcpListener,
+    /// The SSH server; `None` runs no SSH.
+    pub ssh: Option<TcpListener>,
+}
+
+/// What every part of the proxy shares.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub config: ProxyConfig,
+    pub server: server_api::ServerApi,
+    pub relay: relay::RelayClient,
+    pub activity: activity::Activity,
+}
+
+/// Runs the proxy until `shutdown` is cancelled.
+pub async fn run(
+    config: ProxyConfig,
+    listeners: ProxyListeners,
+    shutdown: CancellationToken,
+) -> Result<(), ProxyError> {
+    config.validate()?;
+    std::fs::create_dir_all(&config.state_dir).map_err(|source| ProxyError::Keys {
+        path: config.state_dir.display().to_string(),
+        source,
+    })?;
+    let shared = Arc::new(Shared {
+        server: server_api::ServerApi::new(
+            config.server_url.clone(),
+            config.shared_secret.as_bytes(),
+        ),
+        relay: relay::RelayClient::new(config.relay_url.clone(), config.shared_secret.as_bytes()),
+        activity: activity::Activity::default(),
+        config,
+    });
+    let reporter = tokio::spawn(shared.activity.clone().report_loop(
+        shared.server.clone(),
+        std::time::Duration::from_secs(shared.config.activity_report_secs),
+        shutdown.clone(),
+    ));
+    let http = http::serve(shared.clone(), listeners.http, shutdown.clone());
+    let ssh = async {
+        match listeners.ssh {
+            Some(l) => ssh::serve(shared.clone(), l, shutdown.clone()).await,
+            None => Ok(()),
+        }
+    };
+    let (h, s) = tokio::join!(http, ssh);
+    shutdown.cancel();
+    let _ = reporter.await;
+    h.and(s)
+}
+
+/// The whole chain of an error on one line, for logs.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        src = s.source();
+    }
+    out
+}

@@ -1,0 +1,169 @@
+//! The proxy's calls to the server's internal endpoints (access.md): authorisation, SSH
+//! authorisation, activity reports and the stopped page's start button.
+
+use crate::jwt::InternalKeys;
+use reqwest::StatusCode;
+use serde::de::DeserializeOwned;
+use std::time::Duration;
+use warren_types::api::ApiError;
+use warren_types::internal::{
+    ActivityReport, SshAuthorization, SshAuthorizeQuery, WorkspaceAccess, WorkspaceAccessQuery,
+    WorkspaceStartRequest, SSH_AUTHORIZE_PATH, WORKSPACE_ACCESS_PATH, WORKSPACE_ACTIVITY_PATH,
+    WORKSPACE_START_PATH,
+};
+use warren_types::reconcile::SERVER_JWT_AUDIENCE;
+
+/// A server call that hangs must not hang a user's request forever.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerApiError {
+    /// The server refused (404 for every "no": unknown, not the owner, undeclared port).
+    #[error("the server refused access")]
+    Denied,
+    /// The server answered with another error.
+    #[error("the server answered {status}: {message}")]
+    Status { status: u16, message: String },
+    /// The server could not be reached or its answer was unreadable.
+    #[error("calling the server at {url}")]
+    Unavailable {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+}
+
+/// Client of the server's internal endpoints; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct ServerApi {
+    base: url::Url,
+    http: reqwest::Client,
+    keys: InternalKeys,
+}
+
+impl ServerApi {
+    pub fn new(base: url::Url, shared_secret: &[u8]) -> Self {
+        let http = reqwest::Client::builder()
+            .timeout(CALL_TIMEOUT)
+            .tcp_nodelay(true)
+            .build()
+            .expect("a plain reqwest client always builds");
+        Self {
+            base,
+            http,
+            keys: InternalKeys::new(shared_secret),
+        }
+    }
+
+    /// The server's base URL (for the OAuth token and userinfo endpoints).
+    pub fn base(&self) -> &url::Url {
+        &self.base
+    }
+
+    /// A shared HTTP client for other calls to the server.
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base.as_str().trim_end_matches('/'), path)
+    }
+
+    async fn answer<T: DeserializeOwned>(
+        url: String,
+        resp: Result<reqwest::Response, reqwest::Error>,
+    ) -> Result<T, ServerApiError> {
+        let resp = resp.map_err(|source| ServerApiError::Unavailable {
+            url: url.clone(),
+            source,
+        })?;
+        let status = resp.status();
+        if status == StatusCode::NOT_FOUND {
+            return Err(ServerApiError::Denied);
+        }
+        if !status.is_success() {
+            let body = resp.bytes().await.unwrap_or_default();
+            let message = serde_json::from_slice::<ApiError>(&body)
+                .map(|e| e.error.message)
+                .unwrap_or_else(|_| String::from_utf8_lossy(&body).chars().take(200).collect());
+            return Err(ServerApiError::Status {
+                status: status.as_u16(),
+                message,
+            });
+        }
+        resp.json::<T>()
+            .await
+            .map_err(|source| ServerApiError::Unavailable { url, source })
+    }
+
+    /// May this user (or token) reach this port of this workspace?
+    pub async fn access(
+        &self,
+        query: &WorkspaceAccessQuery,
+    ) -> Result<WorkspaceAccess, ServerApiError> {
+        let url = self.url(WORKSPACE_ACCESS_PATH);
+        let resp = self
+            .http
+            .get(&url)
+            .query(query)
+            .bearer_auth(self.keys.mint(SERVER_JWT_AUDIENCE))
+            .send()
+            .await;
+        Self::answer(url, resp).await
+    }
+
+    /// May this SSH key or token open this workspace?
+    pub async fn ssh_authorize(
+        &self,
+        query: &SshAuthorizeQuery,
+    ) -> Result<SshAuthorization, ServerApiError> {
+        let url = self.url(SSH_AUTHORIZE_PATH);
+        let resp = self
+            .http
+            .get(&url)
+            .query(query)
+            .bearer_auth(self.keys.mint(SERVER_JWT_AUDIENCE))
+            .send()
+            .await;
+        Self::answer(url, resp).await
+    }
+
+    /// Asks the server to start a stopped workspace on its owner's behalf.
+    pub async fn start(
+        &self,
+        request: &WorkspaceStartRequest,
+    ) -> Result<WorkspaceAccess, ServerApiError> {
+        let url = self.url(WORKSPACE_START_PATH);
+        let resp = self
+            .http
+            .post(&url)
+            .json(request)
+            .bearer_auth(self.keys.mint(SERVER_JWT_AUDIENCE))
+            .send()
+            .await;
+        Self::answer(url, resp).await
+    }
+
+    /// Reports the last activity of workspaces.
+    pub async fn report_activity(&self, report: &ActivityReport) -> Result<(), ServerApiError> {
+        let url = self.url(WORKSPACE_ACTIVITY_PATH);
+        let resp = self
+            .http
+            .post(&url)
+            .json(report)
+            .bearer_auth(self.keys.mint(SERVER_JWT_AUDIENCE))
+            .send()
+            .await
+            .map_err(|source| ServerApiError::Unavailable {
+                url: url.clone(),
+                source,
+            })?;
+        if resp.status().is_success() {
+            return Ok(());
+        }
+        Err(ServerApiError::Status {
+            status: resp.status().as_u16(),
+            message: resp.text().await.unwrap_or_default(),
+        })
+    }
+}

@@ -38,6 +38,10 @@ pub struct ServerConfig {
     pub partial_reconciliation_interval_seconds: u64,
     #[serde(default = "default_max_connections")]
     pub max_db_connections: u32,
+    /// Where users reach the proxy's SSH server (`host:port`), told to the CLI for
+    /// `warren ws ssh` and `warren ws ssh-config`; `None` when no SSH is offered.
+    #[serde(default)]
+    pub ssh_public_address: Option<String>,
 }
 
 fn default_admin_username() -> String {
@@ -71,6 +75,7 @@ impl ServerConfig {
             full_reconciliation_interval_seconds: default_full_interval(),
             partial_reconciliation_interval_seconds: default_partial_interval(),
             max_db_connections: default_max_connections(),
+            ssh_public_address: None,
         }
     }
 

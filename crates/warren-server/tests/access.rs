@@ -485,7 +485,10 @@ async fn start_button_owner_only_and_lifecycle_rules() {
             )
             .await;
         assert_eq!((st_bob, st_admin, st_unknown), (404, 404, 404), "[{l}]");
-        assert!(b_bob == b_admin && b_admin == b_unknown, "[{l}] identical 404s");
+        assert!(
+            b_bob == b_admin && b_admin == b_unknown,
+            "[{l}] identical 404s"
+        );
         assert_eq!(desired(&s, &alice, "ws-start").await, "Stopped", "[{l}]");
 
         // The owner: desired Running, answered with the new states.
@@ -498,18 +501,30 @@ async fn start_button_owner_only_and_lifecycle_rules() {
         assert_eq!(desired(&s, &alice, "ws-start").await, "Running", "[{l}]");
         // Again: harmless.
         let (st, b) = start(alice_id).await;
-        assert_eq!((st, b["desired_state"].as_str()), (200, Some("Running")), "[{l}]");
+        assert_eq!(
+            (st, b["desired_state"].as_str()),
+            (200, Some("Running")),
+            "[{l}]"
+        );
 
         // Terminated: 409 naming the state.
         let (st, _) = s
-            .call(Method::DELETE, "/api/v1/workspaces/ws-start", Some(&alice), None)
+            .call(
+                Method::DELETE,
+                "/api/v1/workspaces/ws-start",
+                Some(&alice),
+                None,
+            )
             .await;
         assert!(st < 300, "[{l}] terminate {st}");
         let (st, b) = start(alice_id).await;
         assert_eq!(st, 409, "[{l}] {b}");
         assert_eq!(b["error"]["code"], "invalid_state_transition", "[{l}]");
         assert!(
-            b["error"]["message"].as_str().unwrap().contains("Terminated"),
+            b["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("Terminated"),
             "[{l}] {b}"
         );
         s.stop().await;

@@ -186,3 +186,39 @@ impl ProxyConfig {
             .unwrap_or_else(|| self.state_dir.join("ssh_host_ed25519_key"))
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn sample() -> ProxyConfig {
+        ProxyConfig {
+            state_dir: std::env::temp_dir(),
+            workspace_domain: "ws.example.com".into(),
+            public_scheme: "http".into(),
+            public_port: Some(7080),
+            server_url: "http://127.0.0.1:1".parse().unwrap(),
+            server_public_url: "http://127.0.0.1:1".parse().unwrap(),
+            relay_url: "http://127.0.0.1:2".parse().unwrap(),
+            shared_secret: "x".repeat(32),
+            oauth_client_id: "proxy".into(),
+            oauth_client_secret: "secret".into(),
+            session_lifetime_secs: 3600,
+            authorization_cache_secs: 30,
+            activity_report_secs: 5,
+            direct_upstream: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            ssh_host_key_file: None,
+        }
+    }
+
+    #[test]
+    fn sample_is_valid() {
+        sample().validate().unwrap();
+        assert_eq!(
+            sample().callback_url(),
+            "http://auth.ws.example.com:7080/oauth/callback"
+        );
+    }
+}

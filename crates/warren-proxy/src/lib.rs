@@ -21,6 +21,7 @@ pub mod ssh;
 mod terminal;
 
 pub use config::ProxyConfig;
+pub use http::keys::{rotate as rotate_cookie_key, KeyError, KEY_FILE as COOKIE_KEY_FILE};
 
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -30,6 +31,8 @@ use tokio_util::sync::CancellationToken;
 pub enum ProxyError {
     #[error(transparent)]
     Config(#[from] config::ConfigError),
+    #[error("preparing the proxy's cookie keys")]
+    CookieKeys(#[from] http::keys::KeyError),
     #[error("preparing the proxy's keys in {path}")]
     Keys {
         path: String,
@@ -60,6 +63,8 @@ pub(crate) struct Shared {
     pub server: server_api::ServerApi,
     pub relay: relay::RelayClient,
     pub activity: activity::Activity,
+    /// The HTTP front door's keys, caches and upstream connections.
+    pub front: http::Front,
 }
 
 /// Runs the proxy until `shutdown` is cancelled.
@@ -80,6 +85,7 @@ pub async fn run(
         ),
         relay: relay::RelayClient::new(config.relay_url.clone(), config.shared_secret.as_bytes()),
         activity: activity::Activity::default(),
+        front: http::Front::new(&config)?,
         config,
     });
     let reporter = tokio::spawn(shared.activity.clone().report_loop(

@@ -423,3 +423,110 @@ async fn idle_timeout_stops_and_activity_postpones() {
         s.stop().await;
     }
 }
+
+#[tokio::test]
+async fn start_button_owner_only_and_lifecycle_rules() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        s.agent("a1", json!({})).await;
+        let alice = s.user("alice", &["api", "workspace"]).await;
+        let bob = s.user("bob", &["api", "workspace"]).await;
+        let alice_id = user_id(&s, &alice).await;
+        let bob_id = user_id(&s, &bob).await;
+        let admin_id = user_id(&s, &s.admin_token).await;
+        let w = s
+            .workspace(&alice, json!({"name": "ws-start", "devfile": WEB_DEVFILE}))
+            .await;
+        let wid = w["id"].as_i64().unwrap();
+        let (st, b) = s
+            .call(
+                Method::PUT,
+                "/api/v1/workspaces/ws-start/desired_state",
+                Some(&alice),
+                Some(json!({"desired_state": "Stopped"})),
+            )
+            .await;
+        assert_eq!(st, 200, "[{l}] {b}");
+        assert_eq!(desired(&s, &alice, "ws-start").await, "Stopped", "[{l}]");
+
+        let start = |user: i64| {
+            let body = json!({"workspace_id": wid, "user_id": user});
+            let s = &s;
+            async move {
+                s.call(
+                    Method::POST,
+                    "/internal/workspaces/start",
+                    Some(&proxy_jwt()),
+                    Some(body),
+                )
+                .await
+            }
+        };
+        // Without the proxy's JWT: 401.
+        let (st, _) = s
+            .call(
+                Method::POST,
+                "/internal/workspaces/start",
+                Some(&alice),
+                Some(json!({"workspace_id": wid, "user_id": alice_id})),
+            )
+            .await;
+        assert_eq!(st, 401, "[{l}] a personal access token is not the proxy");
+        // Other users and admins: the same 404 as an unknown workspace.
+        let (st_bob, b_bob) = start(bob_id).await;
+        let (st_admin, b_admin) = start(admin_id).await;
+        let (st_unknown, b_unknown) = s
+            .call(
+                Method::POST,
+                "/internal/workspaces/start",
+                Some(&proxy_jwt()),
+                Some(json!({"workspace_id": 999_999, "user_id": alice_id})),
+            )
+            .await;
+        assert_eq!((st_bob, st_admin, st_unknown), (404, 404, 404), "[{l}]");
+        assert!(
+            b_bob == b_admin && b_admin == b_unknown,
+            "[{l}] identical 404s"
+        );
+        assert_eq!(desired(&s, &alice, "ws-start").await, "Stopped", "[{l}]");
+
+        // The owner: desired Running, answered with the new states.
+        let (st, b) = start(alice_id).await;
+        assert_eq!(st, 200, "[{l}] {b}");
+        assert_eq!(b["workspace_id"], json!(wid), "[{l}]");
+        assert_eq!(b["workspace_name"], "ws-start", "[{l}]");
+        assert_eq!(b["desired_state"], "Running", "[{l}]");
+        assert_eq!(b["user_id"], json!(alice_id), "[{l}]");
+        assert_eq!(desired(&s, &alice, "ws-start").await, "Running", "[{l}]");
+        // Again: harmless.
+        let (st, b) = start(alice_id).await;
+        assert_eq!(
+            (st, b["desired_state"].as_str()),
+            (200, Some("Running")),
+            "[{l}]"
+        );
+
+        // Terminated: 409 naming the state.
+        let (st, _) = s
+            .call(
+                Method::DELETE,
+                "/api/v1/workspaces/ws-start",
+                Some(&alice),
+                None,
+            )
+            .await;
+        assert!(st < 300, "[{l}] terminate {st}");
+        let (st, b) = start(alice_id).await;
+        assert_eq!(st, 409, "[{l}] {b}");
+        assert_eq!(b["error"]["code"], "invalid_state_transition", "[{l}]");
+        assert!(
+            b["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("Terminated"),
+            "[{l}] {b}"
+        );
+        s.stop().await;
+    }
+}

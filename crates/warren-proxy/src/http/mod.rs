@@ -1,10 +1,60 @@
-//! Workspace hosts over HTTP/1.1 and HTTP/2: host routing, sign-in, authorisation and
-//! forwarding (access.md).
+//! Workspace hosts over HTTP/1.1 and HTTP/2 (h2c with prior knowledge): host routing,
+//! sign-in, authorisation and forwarding (access.md).
+//!
+//! Module map: `host` (which host is this), `keys` + `cookies` (signed cookies, rotation),
+//! `signin` (the OAuth dance and the session hand-off), `authz` (the server's answers,
+//! cached), `forward` (to the endpoint and back, WebSocket included), `pages` (what the
+//! proxy answers itself).
 
+pub(crate) mod authz;
+pub(crate) mod cookies;
+pub(crate) mod forward;
+pub(crate) mod host;
+pub mod keys;
+pub(crate) mod pages;
+pub(crate) mod signin;
+
+use crate::server_api::ServerApiError;
 use crate::{ProxyError, Shared};
+use authz::{AuthzCache, Principal};
+use axum::body::Body;
+use host::{Route, Target};
+use http::header::{AUTHORIZATION, LOCATION};
+use http::request::Parts;
+use http::{HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+
+/// Reserved path on workspace hosts: the stopped page's start button posts here.
+pub(crate) const START_PATH: &str = "/.warren/start";
+/// Longest wait for open connections to finish after shutdown.
+const DRAIN: Duration = Duration::from_secs(5);
+
+/// The front door's own state, part of [`Shared`].
+#[derive(Debug)]
+pub(crate) struct Front {
+    pub keys: keys::CookieKeys,
+    pub authz: AuthzCache,
+    pub upstreams: forward::Upstreams,
+    pub used_handoffs: signin::UsedHandoffs,
+}
+
+impl Front {
+    pub(crate) fn new(config: &crate::ProxyConfig) -> Result<Self, keys::KeyError> {
+        Ok(Front {
+            keys: keys::CookieKeys::open(&config.state_dir, config.session_lifetime_secs)?,
+            authz: AuthzCache::new(config.authorization_cache_secs),
+            upstreams: forward::Upstreams::default(),
+            used_handoffs: signin::UsedHandoffs::default(),
+        })
+    }
+}
 
 /// Serves the HTTP listener until `shutdown`.
 pub(crate) async fn serve(
@@ -12,8 +62,263 @@ pub(crate) async fn serve(
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> Result<(), ProxyError> {
-    // Placeholder: the HTTP front door lands with the proxy work.
-    let _ = (shared, listener);
-    shutdown.cancelled().await;
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        let (stream, peer) = tokio::select! {
+            // Cancel-safe: accept() loses no connection when the other arm wins.
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    // Out of file descriptors and the like: keep serving the rest.
+                    tracing::warn!(error = %e, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            // Cancel-safe: cancellation is level-triggered.
+            _ = shutdown.cancelled() => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let shared = shared.clone();
+        let shutdown = shutdown.clone();
+        conns.spawn(async move {
+            let svc = hyper::service::service_fn(move |req| {
+                let shared = shared.clone();
+                async move { Ok::<_, Infallible>(handle(shared, req, peer).await) }
+            });
+            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
+            tokio::pin!(conn);
+            tokio::select! {
+                // Cancel-safe: the connection future is pinned and polled again below.
+                r = conn.as_mut() => {
+                    if let Err(e) = r {
+                        tracing::debug!(error = %e, "client connection ended");
+                    }
+                    return;
+                }
+                // Cancel-safe: cancellation is level-triggered.
+                _ = shutdown.cancelled() => {}
+            }
+            conn.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(DRAIN, conn).await;
+        });
+        // Reap finished connections so the set does not grow forever.
+        while conns.try_join_next().is_some() {}
+    }
+    let _ = tokio::time::timeout(DRAIN, async { while conns.join_next().await.is_some() {} }).await;
+    conns.abort_all();
     Ok(())
+}
+
+async fn handle(
+    shared: Arc<Shared>,
+    req: Request<hyper::body::Incoming>,
+    peer: SocketAddr,
+) -> Response<Body> {
+    let req = req.map(Body::new);
+    let target = host::request_host(&req).and_then(|h| host::parse(&shared.config, &h));
+    let Some(target) = target else {
+        return pages::not_found(req.headers());
+    };
+    match target.route {
+        Route::Auth => signin::auth_host(&shared, req).await,
+        _ => workspace_host(shared, target, req, peer).await,
+    }
+}
+
+/// Who the request comes from: a session on this host, else a personal access token.
+enum Caller {
+    Session {
+        claims: signin::SessionClaims,
+        raw: String,
+    },
+    Token(String),
+}
+
+impl Caller {
+    fn principal(&self) -> Principal {
+        match self {
+            Caller::Session { claims, .. } => Principal::User(claims.sub),
+            Caller::Token(t) => Principal::Token(t.clone()),
+        }
+    }
+}
+
+fn bearer(req: &Parts) -> Option<String> {
+    let v = req.headers.get(AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = v.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then(|| token.to_owned())
+}
+
+async fn workspace_host(
+    shared: Arc<Shared>,
+    target: Target,
+    req: Request<Body>,
+    peer: SocketAddr,
+) -> Response<Body> {
+    let (parts, body) = req.into_parts();
+    if parts.uri.path() == signin::HANDOFF_PATH {
+        return signin::complete_handoff(&shared, &target, &parts).await;
+    }
+    let workspace = target.workspace().unwrap_or_default().to_owned();
+    let caller = match signin::session(&shared, &target, &parts.headers) {
+        Some((claims, raw)) => Caller::Session { claims, raw },
+        None => match bearer(&parts) {
+            Some(t) => Caller::Token(t),
+            None => return signin::anonymous(&shared, &target, &parts),
+        },
+    };
+    let principal = caller.principal();
+    let access = match shared
+        .front
+        .authz
+        .check(&shared.server, &principal, &workspace, target.port())
+        .await
+    {
+        Ok(a) if a.allowed => a,
+        Ok(_) | Err(ServerApiError::Denied) => return pages::not_found(&parts.headers),
+        Err(e) => {
+            tracing::warn!(error = %crate::error_chain(&e), "authorisation check failed");
+            return pages::server_unavailable(&parts.headers);
+        }
+    };
+    if let Caller::Session { claims, .. } = &caller {
+        // The name now belongs to another workspace (terminated and re-created): sign in anew.
+        if claims.ws != access.workspace_id {
+            return signin::anonymous(&shared, &target, &parts);
+        }
+    }
+    let authority = signin::request_authority(&parts).unwrap_or_else(|| target.host.clone());
+    let req = Request::from_parts(parts, body);
+    shared.activity.touch(access.workspace_id);
+    let csrf = match &caller {
+        Caller::Session { raw, .. } => Some(signin::csrf_token(raw)),
+        Caller::Token(_) => None,
+    };
+    if req.uri().path() == START_PATH && req.method() == Method::POST {
+        return start(&shared, &caller, &access, req).await;
+    }
+    if access.actual_state != warren_types::ActualState::Running {
+        return pages::not_running(req.headers(), &access, csrf.as_deref());
+    }
+    match target.route {
+        Route::Terminal { .. } => crate::terminal::handle(shared.clone(), access, req).await,
+        Route::Endpoint { port, .. } => {
+            let client = forward::ClientInfo {
+                peer,
+                scheme: if shared.config.public_scheme == "https" {
+                    "https"
+                } else {
+                    "http"
+                },
+                authority,
+                strip_authorization: matches!(caller, Caller::Token(_)),
+            };
+            let headers = req.headers().clone();
+            let (req, client_upgrade) = forward::prepare_request(req, &client);
+            let key = forward::Upstream {
+                agent: access.agent_id,
+                workspace: access.workspace_name.clone(),
+                namespace: access.namespace.clone(),
+                port,
+            };
+            match shared.front.upstreams.send(&shared, &key, req).await {
+                Ok(resp) => {
+                    forward::finish_response(&shared, access.workspace_id, resp, client_upgrade)
+                }
+                Err(e) => {
+                    tracing::info!(workspace = %workspace, port, error = %crate::error_chain(&e), "forwarding failed");
+                    shared
+                        .front
+                        .authz
+                        .forget(&principal, &workspace, Some(port));
+                    let detail = match &e {
+                        forward::ForwardError::Relay(crate::relay::RelayError::Refused {
+                            message,
+                            ..
+                        }) => message.clone(),
+                        other => crate::error_chain(other),
+                    };
+                    pages::unreachable(&headers, &workspace, &format!("port {port}"), &detail)
+                }
+            }
+        }
+        Route::Auth => pages::not_found(&http::HeaderMap::new()),
+    }
+}
+
+/// Largest start form accepted.
+const START_FORM_LIMIT: usize = 4096;
+
+/// `POST /.warren/start`: the stopped page's button. With a session cookie the request
+/// must come from this very origin (Origin / Sec-Fetch-Site) and carry the CSRF token
+/// derived from the session; a personal access token is not ambient, so needs neither.
+async fn start(
+    shared: &Shared,
+    caller: &Caller,
+    access: &warren_types::internal::WorkspaceAccess,
+    req: Request<Body>,
+) -> Response<Body> {
+    let (parts, body) = req.into_parts();
+    let headers = parts.headers.clone();
+    if let Caller::Session { raw, .. } = caller {
+        let scheme = &shared.config.public_scheme;
+        let origin_ok = match headers.get(http::header::ORIGIN) {
+            Some(o) => signin::request_authority(&parts)
+                .is_some_and(|a| o.as_bytes() == format!("{scheme}://{a}").as_bytes()),
+            None => true,
+        };
+        let site_ok = headers
+            .get("sec-fetch-site")
+            .is_none_or(|s| s.as_bytes() == b"same-origin");
+        let body = match http_body_util::Limited::new(body, START_FORM_LIMIT)
+            .collect()
+            .await
+        {
+            Ok(b) => b.to_bytes(),
+            Err(_) => return pages::bad_request(&headers, "The start form is too large."),
+        };
+        let token_ok = url::form_urlencoded::parse(&body)
+            .find(|(k, _)| k == "csrf")
+            .is_some_and(|(_, v)| signin::csrf_ok(raw, &v));
+        if !(origin_ok && site_ok && token_ok) {
+            return pages::error(
+                &headers,
+                StatusCode::FORBIDDEN,
+                "csrf",
+                "Not started",
+                "This start request did not come from the workspace's own page. Reload the page and press Start again.",
+            );
+        }
+    }
+    let request = warren_types::internal::WorkspaceStartRequest {
+        workspace_id: access.workspace_id,
+        user_id: access.user_id,
+    };
+    match shared.server.start(&request).await {
+        Ok(_) => {
+            let mut r = Response::new(Body::empty());
+            *r.status_mut() = StatusCode::SEE_OTHER;
+            r.headers_mut()
+                .insert(LOCATION, HeaderValue::from_static("/"));
+            r
+        }
+        Err(ServerApiError::Denied) => pages::not_found(&headers),
+        Err(ServerApiError::Status {
+            status: 409,
+            message,
+        }) => pages::error(
+            &headers,
+            StatusCode::CONFLICT,
+            "invalid_state_transition",
+            "Cannot start",
+            &message,
+        ),
+        Err(e) => {
+            tracing::warn!(error = %crate::error_chain(&e), "starting a workspace failed");
+            pages::server_unavailable(&headers)
+        }
+    }
 }

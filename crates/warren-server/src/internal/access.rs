@@ -15,7 +15,7 @@ use http::{HeaderMap, StatusCode};
 use warren_types::api::TokenScope;
 use warren_types::internal::{
     ActivityReport, InternalClaims, SshAuthorization, SshAuthorizeQuery, WorkspaceAccess,
-    WorkspaceAccessQuery, PROXY_JWT_ISSUER,
+    WorkspaceAccessQuery, WorkspaceStartRequest, PROXY_JWT_ISSUER,
 };
 use warren_types::reconcile::SERVER_JWT_AUDIENCE;
 use warren_types::{ActualState, DesiredState, UserId};
@@ -113,6 +113,66 @@ pub async fn access(
         actual_state: w.actual_state,
         user_id: user,
     }))
+}
+
+/// Attempts of the optimistic desired-state write before giving up with 409.
+const START_ATTEMPTS: usize = 20;
+
+/// `POST /internal/workspaces/start`: the stopped-workspace page's start button, on the
+/// owner's behalf. The same lifecycle rules as `PUT …/desired_state` apply (a terminated
+/// workspace answers 409 naming its state); anyone but the owner gets the usual 404.
+pub async fn start(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Json(req): Json<WorkspaceStartRequest>,
+) -> Result<Json<WorkspaceAccess>, HttpError> {
+    check_proxy(&state, &headers)?;
+    for _ in 0..START_ATTEMPTS {
+        let w = state
+            .store
+            .workspace_by_id(req.workspace_id)
+            .await?
+            .filter(|w| w.owner_id == req.user_id)
+            .ok_or_else(hidden)?;
+        crate::lifecycle::check_desired_state_request(
+            &w.name,
+            w.desired_state,
+            w.actual_state,
+            DesiredState::Running,
+        )?;
+        let written = w.desired_state == DesiredState::Running
+            || state
+                .store
+                .set_desired_state(w.id, w.version, DesiredState::Running, state.clock.now_ms())
+                .await?
+                .is_some();
+        if !written {
+            continue;
+        }
+        if w.desired_state != DesiredState::Running {
+            state.signals.notify(w.agent_id);
+        }
+        let w = state
+            .store
+            .workspace_by_id(w.id)
+            .await?
+            .ok_or_else(hidden)?;
+        return Ok(Json(WorkspaceAccess {
+            allowed: true,
+            workspace_id: w.id,
+            workspace_name: w.name,
+            agent_id: w.agent_id,
+            namespace: w.namespace,
+            port: None,
+            desired_state: w.desired_state,
+            actual_state: w.actual_state,
+            user_id: req.user_id,
+        }));
+    }
+    Err(HttpError::conflict(
+        "conflict",
+        "the workspace changed too often while starting it; try again",
+    ))
 }
 
 /// `POST /internal/workspaces/activity` → 204.

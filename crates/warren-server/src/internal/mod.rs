@@ -31,6 +31,10 @@ pub fn router() -> Router<AppState> {
             post(access::activity),
         )
         .route(
+            warren_types::internal::WORKSPACE_START_PATH,
+            post(access::start),
+        )
+        .route(
             warren_types::internal::SSH_AUTHORIZE_PATH,
             get(access::ssh_authorize),
         )

@@ -1,0 +1,423 @@
+//! Forwarding to a workspace endpoint: proxy → relay → the agent's connection → endpoint
+//! (or straight to the endpoint in direct mode), over HTTP/1.1 connections that are kept
+//! and reused per endpoint, so a request usually costs no new tunnel.
+//!
+//! The request is rewritten for the upstream: origin-form URI, `Host` as the client wrote
+//! it, hop-by-hop headers (and the ones `Connection` names) removed, `X-Forwarded-*` set,
+//! the proxy's cookies stripped. WebSocket (any `Upgrade`) is passed through: once both
+//! sides switched protocols, bytes are copied both ways.
+
+use super::cookies;
+use crate::relay::RelayError;
+use crate::Shared;
+use axum::body::Body;
+use http::header::{self, HeaderName, HeaderValue};
+use http::{HeaderMap, Request, Response, StatusCode, Version};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Mutex;
+use std::task::{Context, Poll};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use warren_types::ids::{AgentId, WorkspaceId};
+use warren_types::relay::DialTarget;
+
+/// Idle connections kept per endpoint.
+const MAX_IDLE_PER_UPSTREAM: usize = 64;
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ForwardError {
+    #[error(transparent)]
+    Relay(#[from] RelayError),
+    #[error("connecting to {addr}")]
+    Direct {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the endpoint did not speak HTTP/1.1")]
+    Handshake(#[source] hyper::Error),
+    #[error("the endpoint failed the request")]
+    Request(#[source] hyper::Error),
+}
+
+/// One workspace endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Upstream {
+    pub agent: AgentId,
+    pub workspace: String,
+    pub namespace: String,
+    pub port: u16,
+}
+
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+/// Kept HTTP/1.1 connections, per endpoint.
+#[derive(Default)]
+pub(crate) struct Upstreams {
+    idle: Mutex<HashMap<Upstream, Vec<SendRequest<Body>>>>,
+}
+
+impl std::fmt::Debug for Upstreams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Upstreams(..)")
+    }
+}
+
+impl Upstreams {
+    /// A kept connection that can take a request now, if any.
+    fn take_idle(&self, key: &Upstream) -> Option<SendRequest<Body>> {
+        let mut idle = self.idle.lock().expect("pool lock poisoned");
+        let list = idle.get_mut(key)?;
+        let mut busy = vec![];
+        let mut found = None;
+        while let Some(s) = list.pop() {
+            if s.is_closed() {
+                continue;
+            }
+            if s.is_ready() {
+                found = Some(s);
+                break;
+            }
+            // Still streaming a response body: keep it for later.
+            busy.push(s);
+        }
+        list.extend(busy);
+        found
+    }
+
+    fn put_back(&self, key: Upstream, s: SendRequest<Body>) {
+        let mut idle = self.idle.lock().expect("pool lock poisoned");
+        let list = idle.entry(key).or_default();
+        list.retain(|s| !s.is_closed());
+        if list.len() < MAX_IDLE_PER_UPSTREAM {
+            list.push(s);
+        }
+    }
+
+    async fn connect(
+        &self,
+        shared: &Shared,
+        key: &Upstream,
+    ) -> Result<SendRequest<Body>, ForwardError> {
+        let io: Box<dyn Io> = match &shared.config.direct_upstream {
+            Some(template) => {
+                let addr = template
+                    .replace("{workspace}", &key.workspace)
+                    .replace("{namespace}", &key.namespace)
+                    .replace("{port}", &key.port.to_string());
+                let s = tokio::net::TcpStream::connect(&addr)
+                    .await
+                    .map_err(|source| ForwardError::Direct { addr, source })?;
+                let _ = s.set_nodelay(true);
+                Box::new(s)
+            }
+            None => {
+                let target = DialTarget {
+                    workspace: key.workspace.clone(),
+                    namespace: key.namespace.clone(),
+                    port: key.port,
+                };
+                Box::new(shared.relay.open_tunnel(key.agent, &target).await?)
+            }
+        };
+        let (sender, conn) = hyper::client::conn::http1::Builder::new()
+            .handshake::<_, Body>(TokioIo::new(io))
+            .await
+            .map_err(ForwardError::Handshake)?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.with_upgrades().await {
+                tracing::debug!(error = %e, "upstream connection ended");
+            }
+        });
+        Ok(sender)
+    }
+
+    /// Sends `req` to the endpoint on a kept connection or a new one.
+    pub(crate) async fn send(
+        &self,
+        shared: &Shared,
+        key: &Upstream,
+        mut req: Request<Body>,
+    ) -> Result<Response<hyper::body::Incoming>, ForwardError> {
+        let upgrade = req.headers().contains_key(header::UPGRADE);
+        if !upgrade {
+            while let Some(mut s) = self.take_idle(key) {
+                match s.try_send_request(req).await {
+                    Ok(resp) => {
+                        self.put_back(key.clone(), s);
+                        return Ok(resp);
+                    }
+                    Err(mut e) => match e.take_message() {
+                        // The kept connection closed before taking the request: try another.
+                        Some(r) => req = r,
+                        None => return Err(ForwardError::Request(e.into_error())),
+                    },
+                }
+            }
+        }
+        let mut s = self.connect(shared, key).await?;
+        s.ready().await.map_err(ForwardError::Handshake)?;
+        let resp = s.send_request(req).await.map_err(ForwardError::Request)?;
+        if !upgrade {
+            self.put_back(key.clone(), s);
+        }
+        Ok(resp)
+    }
+}
+
+/// Hop-by-hop headers (RFC 9110 §7.6.1) plus the legacy ones proxies still see.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Removes hop-by-hop headers and those `Connection` lists; returns the `Upgrade` value
+/// when the message asks for (or agrees to) a protocol switch.
+fn remove_hop_by_hop(h: &mut HeaderMap) -> Option<HeaderValue> {
+    let upgrade = h.get(header::UPGRADE).cloned();
+    let mut listed_upgrade = false;
+    let listed: Vec<HeaderName> = h
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| {
+            let n = n.trim();
+            if n.eq_ignore_ascii_case("upgrade") {
+                listed_upgrade = true;
+            }
+            HeaderName::from_bytes(n.as_bytes()).ok()
+        })
+        .collect();
+    for n in listed {
+        h.remove(n);
+    }
+    for n in HOP_BY_HOP {
+        h.remove(n);
+    }
+    upgrade.filter(|_| listed_upgrade)
+}
+
+/// Everything about the client the upstream is told.
+pub(crate) struct ClientInfo {
+    pub peer: SocketAddr,
+    pub scheme: &'static str,
+    /// `host[:port]` as the client wrote it.
+    pub authority: String,
+    /// A personal access token was used: `Authorization` is the proxy's, not the app's.
+    pub strip_authorization: bool,
+}
+
+/// Rewrites a client request into one for the upstream; returns it with the client side's
+/// pending upgrade, if the client asked for one.
+pub(crate) fn prepare_request(
+    mut req: Request<Body>,
+    client: &ClientInfo,
+) -> (Request<Body>, Option<hyper::upgrade::OnUpgrade>) {
+    let on_upgrade = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>();
+    let h = req.headers_mut();
+    let upgrade = remove_hop_by_hop(h);
+    cookies::strip_ours(h);
+    if client.strip_authorization {
+        h.remove(header::AUTHORIZATION);
+    }
+    if let Ok(v) = HeaderValue::from_str(&client.authority) {
+        h.insert(header::HOST, v.clone());
+        h.insert(HeaderName::from_static("x-forwarded-host"), v);
+    }
+    h.insert(
+        HeaderName::from_static("x-forwarded-proto"),
+        HeaderValue::from_static(client.scheme),
+    );
+    let xff = HeaderName::from_static("x-forwarded-for");
+    let ip = client.peer.ip().to_string();
+    let forwarded_for = match h.get(&xff).and_then(|v| v.to_str().ok()) {
+        Some(prev) => format!("{prev}, {ip}"),
+        None => ip,
+    };
+    if let Ok(v) = HeaderValue::from_str(&forwarded_for) {
+        h.insert(xff, v);
+    }
+    let upgrade = upgrade.filter(|_| req.version() == Version::HTTP_11);
+    if let Some(u) = &upgrade {
+        let h = req.headers_mut();
+        h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        h.insert(header::UPGRADE, u.clone());
+    }
+    let pq = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "/".into());
+    *req.uri_mut() = pq.parse().unwrap_or_else(|_| http::Uri::from_static("/"));
+    *req.version_mut() = Version::HTTP_11;
+    let on_upgrade = if upgrade.is_some() { on_upgrade } else { None };
+    (req, on_upgrade)
+}
+
+/// Rewrites the upstream's answer for the client; a switch of protocols is wired up here.
+pub(crate) fn finish_response(
+    shared: &std::sync::Arc<Shared>,
+    workspace: WorkspaceId,
+    mut resp: Response<hyper::body::Incoming>,
+    client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+) -> Response<Body> {
+    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+        let Some(client_upgrade) = client_upgrade else {
+            // The upstream switched although nobody asked: refuse rather than hang.
+            return super::pages::json_error(
+                StatusCode::BAD_GATEWAY,
+                "bad_upstream",
+                "the endpoint switched protocols unasked",
+            );
+        };
+        let upstream_upgrade = hyper::upgrade::on(&mut resp);
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let (c, u) = tokio::join!(client_upgrade, upstream_upgrade);
+            let (Ok(c), Ok(u)) = (c, u) else {
+                return;
+            };
+            let mut c = Touching::new(TokioIo::new(c), &shared, workspace);
+            let mut u = Touching::new(TokioIo::new(u), &shared, workspace);
+            let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
+        });
+        let upgrade = resp.headers().get(header::UPGRADE).cloned();
+        let (mut parts, _) = resp.into_parts();
+        remove_hop_by_hop(&mut parts.headers);
+        if let Some(u) = upgrade {
+            parts
+                .headers
+                .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+            parts.headers.insert(header::UPGRADE, u);
+        }
+        return Response::from_parts(parts, Body::empty());
+    }
+    let (mut parts, body) = resp.into_parts();
+    remove_hop_by_hop(&mut parts.headers);
+    Response::from_parts(parts, Body::new(body))
+}
+
+/// Marks the workspace active whenever bytes arrive (WebSocket frames, upgraded streams).
+struct Touching<T> {
+    io: T,
+    activity: crate::activity::Activity,
+    workspace: WorkspaceId,
+}
+
+impl<T> Touching<T> {
+    fn new(io: T, shared: &Shared, workspace: WorkspaceId) -> Self {
+        Self {
+            io,
+            activity: shared.activity.clone(),
+            workspace,
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Touching<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.io).poll_read(cx, buf);
+        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.activity.touch(self.workspace);
+        }
+        r
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Touching<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_rewrite() {
+        let req = Request::get("http://8080-a.ws.example.com:7080/p?q=1")
+            .version(Version::HTTP_2)
+            .header("connection", "keep-alive, x-private")
+            .header("x-private", "1")
+            .header("keep-alive", "timeout=5")
+            .header("te", "trailers")
+            .header("cookie", "warren_session=s; app=1")
+            .header("authorization", "Bearer wrn_pat_x")
+            .header("x-forwarded-for", "10.0.0.1")
+            .header("x-kept", "yes")
+            .body(Body::empty())
+            .unwrap();
+        let info = ClientInfo {
+            peer: "127.0.0.2:5555".parse().unwrap(),
+            scheme: "http",
+            authority: "8080-a.ws.example.com:7080".into(),
+            strip_authorization: true,
+        };
+        let (r, up) = prepare_request(req, &info);
+        assert!(up.is_none());
+        assert_eq!(r.uri(), "/p?q=1");
+        assert_eq!(r.version(), Version::HTTP_11);
+        let h = r.headers();
+        for gone in [
+            "connection",
+            "x-private",
+            "keep-alive",
+            "te",
+            "authorization",
+        ] {
+            assert!(h.get(gone).is_none(), "{gone}");
+        }
+        assert_eq!(h["host"], "8080-a.ws.example.com:7080");
+        assert_eq!(h["x-forwarded-host"], "8080-a.ws.example.com:7080");
+        assert_eq!(h["x-forwarded-proto"], "http");
+        assert_eq!(h["x-forwarded-for"], "10.0.0.1, 127.0.0.2");
+        assert_eq!(h["cookie"], "app=1");
+        assert_eq!(h["x-kept"], "yes");
+    }
+
+    #[test]
+    fn upgrade_kept() {
+        let req = Request::get("/ws")
+            .header("connection", "Upgrade")
+            .header("upgrade", "websocket")
+            .body(Body::empty())
+            .unwrap();
+        let info = ClientInfo {
+            peer: "127.0.0.2:5555".parse().unwrap(),
+            scheme: "https",
+            authority: "x".into(),
+            strip_authorization: false,
+        };
+        let (r, _) = prepare_request(req, &info);
+        assert_eq!(r.headers()["connection"], "upgrade");
+        assert_eq!(r.headers()["upgrade"], "websocket");
+    }
+}

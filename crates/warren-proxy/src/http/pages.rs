@@ -1,0 +1,201 @@
+//! What the proxy itself answers: error pages for browsers, JSON errors for other clients
+//! (`{"error":{"code","message"}}`), the stopped-workspace page with its start button.
+
+use axum::body::Body;
+use http::header::{CACHE_CONTROL, CONTENT_TYPE};
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
+use warren_types::internal::WorkspaceAccess;
+use warren_types::{ActualState, DesiredState};
+
+pub(crate) fn escape(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '&' => o.push_str("&amp;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&#39;"),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+/// Does the client want HTML (a browser navigating) rather than JSON?
+pub(crate) fn wants_html(headers: &HeaderMap) -> bool {
+    headers
+        .get(http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("text/html"))
+        || headers
+            .get("sec-fetch-mode")
+            .is_some_and(|v| v.as_bytes() == b"navigate")
+}
+
+fn no_store(mut r: Response<Body>) -> Response<Body> {
+    r.headers_mut()
+        .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+/// An HTML page; `body` is already escaped HTML.
+pub(crate) fn html(
+    status: StatusCode,
+    title: &str,
+    body: &str,
+    head_extra: &str,
+) -> Response<Body> {
+    let page = format!(
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{t}</title>{head_extra}\
+         <style>body{{font-family:system-ui,sans-serif;max-width:40em;margin:4em auto;padding:0 1em;color:#222}}\
+         button{{font-size:1em;padding:.4em 1.2em}}</style></head>\
+         <body><h1>{t}</h1>{body}</body></html>\n",
+        t = escape(title),
+    );
+    let mut r = Response::new(Body::from(page));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    no_store(r)
+}
+
+/// A JSON error.
+pub(crate) fn json_error(status: StatusCode, code: &str, message: &str) -> Response<Body> {
+    let body = serde_json::json!({"error": {"code": code, "message": message}});
+    let mut r = Response::new(Body::from(body.to_string()));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    no_store(r)
+}
+
+/// An error as the client prefers it.
+pub(crate) fn error(
+    headers: &HeaderMap,
+    status: StatusCode,
+    code: &str,
+    title: &str,
+    message: &str,
+) -> Response<Body> {
+    if wants_html(headers) {
+        html(status, title, &format!("<p>{}</p>", escape(message)), "")
+    } else {
+        json_error(status, code, message)
+    }
+}
+
+/// The one answer for every host or workspace the caller may not see: never a hint.
+pub(crate) fn not_found(headers: &HeaderMap) -> Response<Body> {
+    error(
+        headers,
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "Not found",
+        "There is nothing here.",
+    )
+}
+
+pub(crate) fn bad_request(headers: &HeaderMap, message: &str) -> Response<Body> {
+    error(
+        headers,
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+        "Bad request",
+        message,
+    )
+}
+
+/// The server could not answer the authorisation question.
+pub(crate) fn server_unavailable(headers: &HeaderMap) -> Response<Body> {
+    error(
+        headers,
+        StatusCode::BAD_GATEWAY,
+        "server_unavailable",
+        "Warren is unavailable",
+        "The proxy could not reach the Warren server to check access. Try again in a moment.",
+    )
+}
+
+/// The workspace (or its agent) could not be reached although it should be running.
+pub(crate) fn unreachable(
+    headers: &HeaderMap,
+    workspace: &str,
+    what: &str,
+    detail: &str,
+) -> Response<Body> {
+    let msg = format!("Could not reach {what} of workspace {workspace}: {detail}");
+    if wants_html(headers) {
+        html(
+            StatusCode::BAD_GATEWAY,
+            "Workspace unreachable",
+            &format!(
+                "<p>{}</p><p>If the workspace was just started or its agent restarted, \
+                 <a href=\"\">try again</a> in a few seconds.</p>",
+                escape(&msg)
+            ),
+            "",
+        )
+    } else {
+        json_error(StatusCode::BAD_GATEWAY, "workspace_unreachable", &msg)
+    }
+}
+
+/// Whether the start button makes sense in this state.
+pub(crate) fn can_start(a: &WorkspaceAccess) -> bool {
+    a.desired_state != DesiredState::Running
+        || matches!(
+            a.actual_state,
+            ActualState::Stopped | ActualState::Failed | ActualState::Error
+        )
+}
+
+/// A workspace that is not running: 503 with a start button (or "starting", refreshing
+/// itself until it runs).
+pub(crate) fn not_running(
+    headers: &HeaderMap,
+    a: &WorkspaceAccess,
+    csrf: Option<&str>,
+) -> Response<Body> {
+    let name = escape(&a.workspace_name);
+    let state = format!("{} (desired {})", a.actual_state, a.desired_state);
+    if !wants_html(headers) {
+        return json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "workspace_not_running",
+            &format!("workspace {} is not running: {state}", a.workspace_name),
+        );
+    }
+    if can_start(a) {
+        let form = match csrf {
+            Some(token) => format!(
+                "<form method=\"post\" action=\"/.warren/start\">\
+                 <input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+                 <button type=\"submit\">Start {name}</button></form>",
+                escape(token)
+            ),
+            None => "<p>Start it with <code>warren ws start</code>.</p>".into(),
+        };
+        html(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!("Workspace {} is not running", a.workspace_name),
+            &format!(
+                "<p>Workspace <b>{name}</b> is {}.</p>{form}",
+                escape(&state)
+            ),
+            "",
+        )
+    } else {
+        html(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!("Workspace {} is starting", a.workspace_name),
+            &format!(
+                "<p>Workspace <b>{name}</b> is {}. This page reloads until it is running.</p>",
+                escape(&state)
+            ),
+            "<meta http-equiv=\"refresh\" content=\"2\">",
+        )
+    }
+}

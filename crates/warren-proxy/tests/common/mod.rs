@@ -1,0 +1,261 @@
+//! Shared pieces of the proxy's tests: a local upstream playing the workspace's web app,
+//! and a cookie-keeping browser that follows redirects by hand across hosts.
+
+#![allow(dead_code)]
+
+use axum::extract::ws::{Message, WebSocketUpgrade};
+use axum::extract::Request;
+use axum::response::IntoResponse;
+use axum::routing::{any, get, post};
+use axum::Router;
+use futures::StreamExt;
+use sha2::Digest;
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use tokio_util::sync::CancellationToken;
+
+/// The workspace's web app: `/` names itself, `/headers` echoes the request headers as
+/// JSON, `/upload` streams the body and answers its size and SHA-256, `/ws` echoes
+/// WebSocket messages.
+pub struct Upstream {
+    pub addr: SocketAddr,
+    stop: CancellationToken,
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+pub async fn upstream(name: &'static str) -> Upstream {
+    let app = Router::new()
+        .route(
+            "/",
+            get(move || async move { format!("hello from {name}") }),
+        )
+        .route(
+            "/headers",
+            any(|req: Request| async move {
+                let mut m: BTreeMap<String, Vec<String>> = BTreeMap::new();
+                for (k, v) in req.headers() {
+                    m.entry(k.as_str().to_owned())
+                        .or_default()
+                        .push(v.to_str().unwrap_or("").to_owned());
+                }
+                axum::Json(m)
+            }),
+        )
+        .route(
+            "/upload",
+            post(|req: Request| async move {
+                let mut body = req.into_body().into_data_stream();
+                let mut n = 0u64;
+                let mut h = sha2::Sha256::new();
+                while let Some(chunk) = body.next().await {
+                    let chunk = chunk.expect("upload chunk");
+                    n += chunk.len() as u64;
+                    h.update(&chunk);
+                }
+                format!("{n} {}", hex(&h.finalize()))
+            }),
+        )
+        .route(
+            "/ws",
+            get(|ws: WebSocketUpgrade| async move {
+                ws.on_upgrade(|mut socket| async move {
+                    while let Some(Ok(m)) = socket.recv().await {
+                        let reply = match m {
+                            Message::Text(t) => {
+                                Message::Text(format!("echo: {}", t.as_str()).into())
+                            }
+                            Message::Binary(b) => Message::Binary(b),
+                            Message::Close(_) => break,
+                            _ => continue,
+                        };
+                        if socket.send(reply).await.is_err() {
+                            break;
+                        }
+                    }
+                })
+                .into_response()
+            }),
+        );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    tokio::spawn(async move {
+        axum::serve(l, app)
+            .with_graceful_shutdown(async move { s.cancelled().await })
+            .await
+            .ok();
+    });
+    Upstream { addr, stop }
+}
+
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// One answer the browser saw.
+#[derive(Debug)]
+pub struct Seen {
+    pub url: String,
+    pub status: u16,
+    pub location: Option<String>,
+    pub set_cookies: Vec<String>,
+    pub body: String,
+}
+
+impl Seen {
+    /// The hidden inputs of the page's form, unescaped.
+    pub fn hidden(&self) -> Vec<(String, String)> {
+        hidden_inputs(&self.body)
+    }
+}
+
+pub fn hidden_inputs(body: &str) -> Vec<(String, String)> {
+    let mut out = vec![];
+    for part in body.split("<input type=\"hidden\" name=\"").skip(1) {
+        let (name, rest) = part.split_once("\" value=\"").expect("value");
+        let value = rest.split_once('"').expect("end").0;
+        out.push((unescape(name), unescape(value)));
+    }
+    out
+}
+
+fn unescape(s: &str) -> String {
+    s.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&amp;", "&")
+}
+
+/// A browser: host-only cookies per host, `Accept: text/html`, follows redirects itself
+/// and records every hop.
+pub struct Browser {
+    pub http: reqwest::Client,
+    pub jar: HashMap<String, BTreeMap<String, String>>,
+    pub hops: Vec<Seen>,
+}
+
+fn host_of(url: &str) -> String {
+    url::Url::parse(url).unwrap().host_str().unwrap().to_owned()
+}
+
+impl Browser {
+    pub fn new(http: reqwest::Client) -> Browser {
+        Browser {
+            http,
+            jar: HashMap::new(),
+            hops: vec![],
+        }
+    }
+
+    pub fn cookie(&self, host: &str, name: &str) -> Option<String> {
+        self.jar.get(host)?.get(name).cloned()
+    }
+
+    pub fn set_cookie(&mut self, host: &str, name: &str, value: &str) {
+        self.jar
+            .entry(host.to_owned())
+            .or_default()
+            .insert(name.to_owned(), value.to_owned());
+    }
+
+    /// One request, no redirect following.
+    pub async fn once(&mut self, req: reqwest::RequestBuilder, url: &str) -> Seen {
+        let host = host_of(url);
+        let mut req = req.header("accept", "text/html");
+        if let Some(c) = self.jar.get(&host).filter(|c| !c.is_empty()) {
+            let v = c
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join("; ");
+            req = req.header("cookie", v);
+        }
+        let resp = req.send().await.expect("request");
+        let status = resp.status().as_u16();
+        let set_cookies: Vec<String> = resp
+            .headers()
+            .get_all("set-cookie")
+            .iter()
+            .map(|v| v.to_str().unwrap().to_owned())
+            .collect();
+        for c in &set_cookies {
+            let (k, v) = c.split(';').next().unwrap().split_once('=').unwrap();
+            let jar = self.jar.entry(host.clone()).or_default();
+            if v.is_empty() || c.contains("Max-Age=0") {
+                jar.remove(k);
+            } else {
+                jar.insert(k.to_owned(), v.to_owned());
+            }
+        }
+        let location = resp
+            .headers()
+            .get("location")
+            .map(|v| v.to_str().unwrap().to_owned())
+            .map(|l| url::Url::parse(url).unwrap().join(&l).unwrap().to_string());
+        let body = resp.text().await.unwrap_or_default();
+        Seen {
+            url: url.to_owned(),
+            status,
+            location,
+            set_cookies,
+            body,
+        }
+    }
+
+    /// GET, following redirects; returns the last answer.
+    pub async fn get(&mut self, url: &str) -> Seen {
+        let mut url = url.to_owned();
+        for _ in 0..10 {
+            let seen = self.once(self.http.get(&url), &url).await;
+            match (&seen.location, seen.status) {
+                (Some(l), 301 | 302 | 303 | 307 | 308) => {
+                    url = l.clone();
+                    self.hops.push(seen);
+                }
+                _ => return seen,
+            }
+        }
+        panic!("too many redirects");
+    }
+
+    /// POSTs a form, following redirects (as GETs) afterwards.
+    pub async fn post_form(&mut self, url: &str, form: &[(String, String)]) -> Seen {
+        let seen = self.once(self.http.post(url).form(form), url).await;
+        match (&seen.location, seen.status) {
+            (Some(l), 301 | 302 | 303) => {
+                let l = l.clone();
+                self.hops.push(seen);
+                self.get(&l).await
+            }
+            _ => seen,
+        }
+    }
+
+    /// Opens `url` (a workspace page), signs in on the server's login page as
+    /// `username`, and returns the page the browser lands on.
+    pub async fn sign_in(&mut self, url: &str, username: &str, password: &str) -> Seen {
+        let login = self.get(url).await;
+        assert_eq!(login.status, 200, "login page: {login:?}");
+        assert!(
+            login.body.contains("action=\"/oauth/login\""),
+            "{}",
+            login.body
+        );
+        let mut form = login.hidden();
+        form.push(("username".into(), username.into()));
+        form.push(("password".into(), password.into()));
+        let origin = url::Url::parse(&login.url)
+            .unwrap()
+            .origin()
+            .ascii_serialization();
+        self.post_form(&format!("{origin}/oauth/login"), &form)
+            .await
+    }
+}

@@ -329,33 +329,30 @@ impl WorkspaceRuntime for SimulatedRuntime {
             .map_err(read_err)
         });
         let output = futures::stream::select(out, err).boxed();
-        let (resize, mut sizes) = tokio::sync::mpsc::channel(16);
-        let exit = async move {
-            let mut sizes_open = true;
-            loop {
-                tokio::select! {
-                    // Cancel-safe: `wait` only reaps; it can be polled again.
-                    status = child.wait() => {
-                        let status = status.map_err(|e| RuntimeError::Runtime {
-                            context: "waiting for a simulated exec".into(),
-                            source: Box::new(e),
-                        })?;
-                        return Ok(match status.code() {
-                            Some(code) => ExecExit { code: Some(code), message: None },
-                            None => ExecExit {
-                                code: None,
-                                message: Some(format!("the process was killed ({status})")),
-                            },
-                        });
-                    }
-                    // Cancel-safe: `recv` loses nothing when dropped.
-                    size = sizes.recv(), if sizes_open => match size {
-                        Some(size) if tty => record(size),
-                        Some(_) => {}
-                        None => sizes_open = false,
-                    },
+        let (resize, mut sizes) = tokio::sync::mpsc::channel::<TerminalSize>(16);
+        // Drained at once so sizes never hold up stdin; ends when the session is dropped.
+        tokio::spawn(async move {
+            while let Some(size) = sizes.recv().await {
+                if tty {
+                    record(size);
                 }
             }
+        });
+        let exit = async move {
+            let status = child.wait().await.map_err(|e| RuntimeError::Runtime {
+                context: "waiting for a simulated exec".into(),
+                source: Box::new(e),
+            })?;
+            Ok(match status.code() {
+                Some(code) => ExecExit {
+                    code: Some(code),
+                    message: None,
+                },
+                None => ExecExit {
+                    code: None,
+                    message: Some(format!("the process was killed ({status})")),
+                },
+            })
         };
         Ok(ExecSession {
             stdin: Box::pin(stdin),

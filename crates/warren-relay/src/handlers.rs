@@ -517,7 +517,7 @@ where
         let mut client = TokioIo::new(upgraded);
         tokio::select! {
             // Cancel-safe: dropping the copy drops both ends, which closes them.
-            r = tokio::io::copy_bidirectional(&mut client, &mut stream) => {
+            r = tokio::io::copy_bidirectional_with_sizes(&mut client, &mut stream, tunnel::COPY_BUFFER, tunnel::COPY_BUFFER) => {
                 if let Err(e) = r {
                     tracing::debug!(error = %e, "tunnel ended");
                 }

@@ -1,0 +1,424 @@
+//! What reaching a workspace costs (issue 5's targets), in one run on loopback, each figure
+//! also printed as a ratio to a baseline measured in the same run:
+//!
+//! - HTTP requests/s (32 keep-alive connections) and latency p50/p99 (one connection, no
+//!   load) for: the upstream hit directly (baseline), nginx as a reverse proxy to the same
+//!   upstream (when `nginx` is installed), the proxy's direct mode, and the full path
+//!   proxy → relay → agent → workspace. Requests carry a personal access token, so every
+//!   one goes through authentication and the authorisation cache.
+//! - WebSocket echo round trip through the full path against the upstream directly.
+//! - Bulk upload throughput through a relay tunnel against direct TCP is in
+//!   `cargo bench -p warren-relay --bench tunnel`.
+//!
+//! `cargo bench -p warren-testkit --bench access` (`ACCESS_BENCH_SECS` per load run, default 3).
+
+use anyhow::{bail, Context, Result};
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use tokio::net::{TcpListener, TcpStream};
+use warren_testkit::{Stack, StackOptions, TestUser};
+
+const BODY: &[u8] = b"hello from the workspace\n";
+const CONNECTIONS: usize = 32;
+
+/// A minimal HTTP/1.1 upstream (keep-alive) that also echoes WebSocket messages on `/ws`.
+async fn upstream() -> Result<SocketAddr> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((sock, _)) = listener.accept().await {
+            let _ = sock.set_nodelay(true);
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(|mut req: Request<Incoming>| async move {
+                    if req.uri().path() == "/ws" {
+                        let key = req
+                            .headers()
+                            .get("sec-websocket-key")
+                            .cloned()
+                            .unwrap_or(http::HeaderValue::from_static(""));
+                        let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(
+                            key.as_bytes(),
+                        );
+                        let on_upgrade = hyper::upgrade::on(&mut req);
+                        tokio::spawn(async move {
+                            let Ok(up) = on_upgrade.await else { return };
+                            let mut ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+                                TokioIo::new(up),
+                                tokio_tungstenite::tungstenite::protocol::Role::Server,
+                                None,
+                            )
+                            .await;
+                            while let Some(Ok(m)) = ws.next().await {
+                                if m.is_binary() || m.is_text() {
+                                    if ws.send(m).await.is_err() {
+                                        return;
+                                    }
+                                }
+                            }
+                        });
+                        return Ok::<_, std::convert::Infallible>(
+                            Response::builder()
+                                .status(101)
+                                .header("connection", "upgrade")
+                                .header("upgrade", "websocket")
+                                .header("sec-websocket-accept", accept)
+                                .body(Full::new(Bytes::new()))
+                                .expect("response"),
+                        );
+                    }
+                    Ok(Response::new(Full::new(Bytes::from_static(BODY))))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(sock), service)
+                    .with_upgrades()
+                    .await;
+            });
+        }
+    });
+    Ok(addr)
+}
+
+/// One keep-alive HTTP/1.1 connection to `addr` that sends requests for `host`.
+struct Conn {
+    send: hyper::client::conn::http1::SendRequest<Empty<Bytes>>,
+    host: String,
+    token: Option<String>,
+}
+
+impl Conn {
+    async fn open(addr: SocketAddr, host: &str, token: Option<&str>) -> Result<Conn> {
+        let sock = TcpStream::connect(addr).await?;
+        sock.set_nodelay(true)?;
+        let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(sock)).await?;
+        tokio::spawn(conn);
+        Ok(Conn {
+            send,
+            host: host.to_owned(),
+            token: token.map(str::to_owned),
+        })
+    }
+
+    async fn get(&mut self) -> Result<()> {
+        let mut req = Request::get("/").header("host", &self.host);
+        if let Some(t) = &self.token {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        self.send.ready().await?;
+        let resp = self.send.send_request(req.body(Empty::new())?).await?;
+        let status = resp.status();
+        let body = resp.into_body().collect().await?.to_bytes();
+        if status != 200 || body.as_ref() != BODY {
+            bail!(
+                "unexpected answer {status}: {:?}",
+                String::from_utf8_lossy(&body)
+            );
+        }
+        Ok(())
+    }
+}
+
+struct Figures {
+    rps: f64,
+    p50: Duration,
+    p99: Duration,
+}
+
+/// Latency of sequential requests on one connection, then requests/s with `CONNECTIONS`.
+async fn measure(addr: SocketAddr, host: &str, token: Option<&str>, secs: u64) -> Result<Figures> {
+    let mut one = Conn::open(addr, host, token).await?;
+    for _ in 0..200 {
+        one.get().await?;
+    }
+    let mut samples = Vec::with_capacity(2000);
+    for _ in 0..2000 {
+        let t = Instant::now();
+        one.get().await?;
+        samples.push(t.elapsed());
+    }
+    samples.sort();
+    let (p50, p99) = (
+        samples[samples.len() / 2],
+        samples[samples.len() * 99 / 100],
+    );
+
+    let mut conns = vec![];
+    for _ in 0..CONNECTIONS {
+        conns.push(Conn::open(addr, host, token).await?);
+    }
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for mut c in conns {
+        tasks.spawn(async move {
+            let mut n = 0u64;
+            while Instant::now() < deadline {
+                c.get().await?;
+                n += 1;
+            }
+            Ok::<_, anyhow::Error>(n)
+        });
+    }
+    let mut total = 0;
+    while let Some(r) = tasks.join_next().await {
+        total += r??;
+    }
+    Ok(Figures {
+        rps: total as f64 / start.elapsed().as_secs_f64(),
+        p50,
+        p99,
+    })
+}
+
+/// WebSocket echo round trips (p50, p99) of 1 KiB binary messages.
+async fn ws_rtt(addr: SocketAddr, host: &str, token: Option<&str>) -> Result<(Duration, Duration)> {
+    let mut req = tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(
+        format!("ws://{host}/ws"),
+    )?;
+    if let Some(t) = token {
+        req.headers_mut()
+            .insert("authorization", format!("Bearer {t}").parse()?);
+    }
+    let sock = TcpStream::connect(addr).await?;
+    sock.set_nodelay(true)?;
+    let (mut ws, _) = tokio_tungstenite::client_async(req, sock)
+        .await
+        .context("websocket handshake")?;
+    let msg = vec![0x42u8; 1024];
+    let mut samples = vec![];
+    for i in 0..2200 {
+        let t = Instant::now();
+        ws.send(tokio_tungstenite::tungstenite::Message::binary(msg.clone()))
+            .await?;
+        let back = ws.next().await.context("echo closed")??;
+        if back.into_data().len() != msg.len() {
+            bail!("echo returned a different message");
+        }
+        if i >= 200 {
+            samples.push(t.elapsed());
+        }
+    }
+    samples.sort();
+    Ok((
+        samples[samples.len() / 2],
+        samples[samples.len() * 99 / 100],
+    ))
+}
+
+/// nginx as a reverse proxy with upstream keep-alive, on a port of its own; `None` when
+/// nginx is not installed.
+struct Nginx {
+    child: std::process::Child,
+    addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn nginx(upstream: SocketAddr) -> Result<Option<Nginx>> {
+    let bin = ["/usr/sbin/nginx", "/usr/bin/nginx"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists());
+    let Some(bin) = bin else { return Ok(None) };
+    // nginx binds by itself: take a free port from the kernel and hand it over.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let dir = tempfile::tempdir()?;
+    let conf = format!(
+        "worker_processes 1; daemon off; pid {d}/nginx.pid; error_log {d}/error.log;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d}; uwsgi_temp_path {d}; scgi_temp_path {d};
+  upstream ws {{ server {upstream}; keepalive 64; }}
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{
+      proxy_pass http://ws; proxy_http_version 1.1;
+      proxy_set_header Connection \"\"; proxy_set_header Host $host;
+      proxy_set_header X-Forwarded-For $remote_addr;
+    }}
+  }}
+}}
+",
+        d = dir.path().display()
+    );
+    std::fs::write(dir.path().join("nginx.conf"), conf)?;
+    let child = std::process::Command::new(bin)
+        .arg("-c")
+        .arg(dir.path().join("nginx.conf"))
+        .arg("-p")
+        .arg(dir.path())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .context("starting nginx")?;
+    Ok(Some(Nginx {
+        child,
+        addr: format!("127.0.0.1:{port}").parse()?,
+        _dir: dir,
+    }))
+}
+
+async fn wait_ok(addr: SocketAddr, host: &str, token: Option<&str>) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ok = async {
+            let mut c = Conn::open(addr, host, token).await?;
+            c.get().await
+        }
+        .await;
+        match ok {
+            Ok(()) => return Ok(()),
+            Err(e) if Instant::now() > deadline => {
+                return Err(e.context(format!("{host} never answered")))
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+/// The devfile of the bench workspace: its endpoint is the upstream's real port, so direct
+/// mode (`127.0.0.1:{port}`) reaches the same server.
+fn devfile(port: u16) -> String {
+    format!(
+        "schemaVersion: 2.2.0
+metadata:
+  name: bench
+components:
+  - name: dev
+    container:
+      image: localhost/warren-test:latest
+      endpoints:
+        - name: web
+          targetPort: {port}
+          exposure: public
+"
+    )
+}
+
+async fn stack_with_workspace(
+    options: StackOptions,
+    up: SocketAddr,
+) -> Result<(Stack, TestUser, String)> {
+    let stack = Stack::start_with(options).await?;
+    let user = stack.user("bench").await?;
+    let ws = stack
+        .workspace_from(&user, "bench", &devfile(up.port()))
+        .await?;
+    stack.set_endpoint(&ws, up.port(), up);
+    let host = stack.host(up.port(), "bench");
+    Ok((stack, user, host))
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn line(name: &str, f: &Figures, base: &Figures) {
+    println!(
+        "{name:<28} {:>9.0} req/s ({:>4.2}×)   p50 {:>6.3} ms (+{:.3})   p99 {:>6.3} ms (+{:.3})",
+        f.rps,
+        f.rps / base.rps,
+        ms(f.p50),
+        ms(f.p50) - ms(base.p50),
+        ms(f.p99),
+        ms(f.p99) - ms(base.p99),
+    );
+}
+
+fn main() -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(run())
+}
+
+async fn run() -> Result<()> {
+    let secs: u64 = std::env::var("ACCESS_BENCH_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let up = upstream().await?;
+    let (full, full_user, full_host) = stack_with_workspace(StackOptions::default(), up).await?;
+    let (direct, direct_user, direct_host) = stack_with_workspace(
+        StackOptions {
+            direct_upstream: Some("127.0.0.1:{port}".into()),
+            ssh: false,
+            ..StackOptions::default()
+        },
+        up,
+    )
+    .await?;
+    let nginx = nginx(up)?;
+    let up_host = up.to_string();
+    wait_ok(up, &up_host, None).await?;
+    wait_ok(full.proxy_addr, &full_host, Some(&full_user.token)).await?;
+    wait_ok(direct.proxy_addr, &direct_host, Some(&direct_user.token)).await?;
+    if let Some(n) = &nginx {
+        wait_ok(n.addr, &up_host, None).await?;
+    }
+
+    let base = measure(up, &up_host, None, secs).await?;
+    let nginx_f = match &nginx {
+        Some(n) => Some(measure(n.addr, &up_host, None, secs).await?),
+        None => None,
+    };
+    let direct_f = measure(
+        direct.proxy_addr,
+        &direct_host,
+        Some(&direct_user.token),
+        secs,
+    )
+    .await?;
+    let full_f = measure(full.proxy_addr, &full_host, Some(&full_user.token), secs).await?;
+    let (ws_base50, ws_base99) = ws_rtt(up, &up_host, None).await?;
+    let (ws_full50, ws_full99) =
+        ws_rtt(full.proxy_addr, &full_host, Some(&full_user.token)).await?;
+
+    println!(
+        "access bench: GET / ({} B body), {CONNECTIONS} connections for {secs} s per row; latency on one idle connection",
+        BODY.len()
+    );
+    line("upstream directly (base)", &base, &base);
+    match &nginx_f {
+        Some(n) => line("nginx reverse proxy", n, &base),
+        None => println!("nginx reverse proxy          (nginx not installed; skipped)"),
+    }
+    line("proxy, direct mode", &direct_f, &base);
+    line("proxy → relay → agent", &full_f, &base);
+    if let Some(n) = &nginx_f {
+        println!(
+            "direct mode / nginx requests/s: {:.2} (target ≥ 1.00)",
+            direct_f.rps / n.rps
+        );
+    }
+    println!(
+        "full path: p50 added {:.3} ms (target ≤ 1 ms), requests/s {:.2} of direct (target ≥ 0.50)",
+        ms(full_f.p50) - ms(base.p50),
+        full_f.rps / base.rps
+    );
+    println!(
+        "websocket echo 1 KiB rtt    upstream p50 {:.3} ms p99 {:.3} ms   full path p50 {:.3} ms ({:.2}×) p99 {:.3} ms ({:.2}×)",
+        ms(ws_base50),
+        ms(ws_base99),
+        ms(ws_full50),
+        ms(ws_full50) / ms(ws_base50),
+        ms(ws_full99),
+        ms(ws_full99) / ms(ws_base99)
+    );
+    drop(nginx);
+    drop(full);
+    drop(direct);
+    Ok(())
+}

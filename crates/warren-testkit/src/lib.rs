@@ -1,0 +1,500 @@
+//! Test-only: the whole Warren stack in one process — the real server (SQLite in a temporary
+//! home), a real relay, a real agent connection and reconciler on the simulated runtime, and
+//! the real proxy — every piece on its own port-0 loopback socket, talking over the same wire
+//! protocols as separate processes.
+//!
+//! Workspaces run on the simulated runtime: they settle to Running on their own, their
+//! endpoints are whatever local address a test registers with [`Stack::set_endpoint`], and
+//! exec runs local processes. Everything stops when the [`Stack`] is dropped.
+
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use warren_agent::connection::{ConnectionConfig, RelayConnection};
+use warren_agent::reconciler::{Reconciler, ReconcilerConfig};
+use warren_agent::runtime::simulated::SimulatedRuntime;
+use warren_agent::runtime::WorkspaceKey;
+use warren_server::store::oauth::NewOAuthClient;
+use warren_server::{Server, ServerConfig};
+use warren_types::config::AgentConfig;
+
+/// Domain of workspace hosts; browsers and curl resolve `*.localhost` to loopback.
+pub const DOMAIN: &str = "ws.localhost";
+/// Password of every user [`Stack::user`] creates.
+pub const PASSWORD: &str = "password-123";
+/// The proxy's OAuth client.
+pub const OAUTH_CLIENT_ID: &str = "warren-proxy";
+
+/// A devfile whose main container declares public endpoints on 8080 and 3000 and an
+/// internal one on 5005.
+pub const WEB_DEVFILE: &str = "schemaVersion: 2.2.0
+metadata:
+  name: web
+components:
+  - name: dev
+    container:
+      image: localhost/warren-test:latest
+      memoryLimit: 256Mi
+      cpuLimit: 500m
+      endpoints:
+        - name: web
+          targetPort: 8080
+          exposure: public
+        - name: app
+          targetPort: 3000
+          exposure: public
+        - name: debug
+          targetPort: 5005
+          exposure: internal
+";
+
+/// Knobs of [`Stack::start_with`].
+#[derive(Debug, Clone)]
+pub struct StackOptions {
+    /// Proxy session cookie lifetime.
+    pub session_lifetime_secs: u64,
+    /// Proxy authorisation cache.
+    pub authorization_cache_secs: u64,
+    /// Direct mode template for the proxy (`None`: through the relay).
+    pub direct_upstream: Option<String>,
+    /// Whether the proxy runs its SSH listener.
+    pub ssh: bool,
+}
+
+impl Default for StackOptions {
+    fn default() -> Self {
+        StackOptions {
+            session_lifetime_secs: 3600,
+            authorization_cache_secs: 30,
+            direct_upstream: None,
+            ssh: true,
+        }
+    }
+}
+
+/// A user of the stack with a personal access token (scopes `api` and `workspace`).
+#[derive(Debug, Clone)]
+pub struct TestUser {
+    pub id: i64,
+    pub username: String,
+    pub password: String,
+    pub token: String,
+}
+
+/// A workspace created through the API.
+#[derive(Debug, Clone)]
+pub struct TestWorkspace {
+    pub id: i64,
+    pub name: String,
+    pub namespace: String,
+    pub agent_id: i64,
+}
+
+impl TestWorkspace {
+    pub fn key(&self) -> WorkspaceKey {
+        WorkspaceKey {
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+        }
+    }
+}
+
+/// The running stack. Dropping it stops everything.
+pub struct Stack {
+    pub home: tempfile::TempDir,
+    /// The server's REST API and OAuth endpoints, e.g. `http://127.0.0.1:41234`.
+    pub api_url: String,
+    /// The relay's internal listener.
+    pub relay_internal_url: String,
+    /// The proxy's HTTP listener.
+    pub proxy_addr: SocketAddr,
+    /// The proxy's SSH listener (when enabled).
+    pub ssh_addr: Option<SocketAddr>,
+    pub runtime: Arc<SimulatedRuntime>,
+    pub admin: TestUser,
+    /// The shared secret of internal JWTs (server ⇄ relay ⇄ proxy).
+    pub shared_secret: String,
+    pub oauth_client_secret: String,
+    pub options: StackOptions,
+    http: reqwest::Client,
+    shutdown: CancellationToken,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+async fn bind() -> Result<(TcpListener, SocketAddr)> {
+    let l = TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("binding a port-0 listener")?;
+    let a = l.local_addr()?;
+    Ok((l, a))
+}
+
+impl Stack {
+    pub async fn start() -> Result<Stack> {
+        Self::start_with(StackOptions::default()).await
+    }
+
+    pub async fn start_with(options: StackOptions) -> Result<Stack> {
+        let home = tempfile::tempdir().context("creating a temporary home")?;
+        let shutdown = CancellationToken::new();
+        let mut tasks = vec![];
+
+        let (api, api_addr) = bind().await?;
+        let (relay_agents, relay_agents_addr) = bind().await?;
+        let (relay_internal, relay_internal_addr) = bind().await?;
+        let (proxy_http, proxy_addr) = bind().await?;
+        let (proxy_ssh, ssh_addr) = if options.ssh {
+            let (l, a) = bind().await?;
+            (Some(l), Some(a))
+        } else {
+            (None, None)
+        };
+        let api_url = format!("http://{api_addr}");
+        let relay_internal_url = format!("http://{relay_internal_addr}");
+
+        let mut config = ServerConfig::new(home.path().join("server"));
+        config.relay_urls = vec![relay_internal_url.clone()];
+        config.ssh_public_address = ssh_addr.map(|a| a.to_string());
+        let server = Server::prepare(config)
+            .await
+            .context("preparing the server")?;
+        let admin_password = server
+            .bootstrap_admin()
+            .map(|a| a.password.clone())
+            .context("a fresh server bootstraps its admin")?;
+        let shared_secret =
+            String::from_utf8(server.relay_secret().to_vec()).context("relay secret as text")?;
+        let admin_token = server
+            .issue_token("admin", "testkit", 30)
+            .await
+            .map_err(|e| anyhow::anyhow!("issuing the admin token: {e}"))?
+            .secret;
+
+        // The proxy's OAuth client: its redirect URI is fixed on the sign-in host.
+        let oauth_client_secret = "testkit-oauth-client-secret-0123456789".to_owned();
+        let proxy_config = warren_proxy::ProxyConfig {
+            state_dir: home.path().join("proxy"),
+            workspace_domain: DOMAIN.into(),
+            public_scheme: "http".into(),
+            public_port: Some(proxy_addr.port()),
+            server_url: api_url.parse()?,
+            server_public_url: api_url.parse()?,
+            relay_url: relay_internal_url.parse()?,
+            shared_secret: shared_secret.clone(),
+            oauth_client_id: OAUTH_CLIENT_ID.into(),
+            oauth_client_secret: oauth_client_secret.clone(),
+            session_lifetime_secs: options.session_lifetime_secs,
+            authorization_cache_secs: options.authorization_cache_secs,
+            activity_report_secs: 1,
+            direct_upstream: options.direct_upstream.clone(),
+            tls_cert_file: None,
+            tls_key_file: None,
+            ssh_host_key_file: None,
+        };
+        server
+            .register_oauth_client(&NewOAuthClient {
+                client_id: OAUTH_CLIENT_ID.into(),
+                name: "Warren proxy".into(),
+                redirect_uris: vec![proxy_config.callback_url()],
+                first_party: true,
+                secret: Some(oauth_client_secret.clone()),
+            })
+            .await
+            .map_err(|e| anyhow::anyhow!("registering the proxy's OAuth client: {e}"))?;
+        let agent_config = AgentConfig {
+            workspace_domain: format!("{DOMAIN}:{}", proxy_addr.port()),
+            workspace_scheme: "http".into(),
+            ..AgentConfig::default()
+        };
+        let agent = server
+            .create_agent("local", &agent_config)
+            .await
+            .map_err(|e| anyhow::anyhow!("creating the agent: {e}"))?;
+
+        tasks.push(tokio::spawn({
+            let s = shutdown.clone();
+            async move {
+                if let Err(e) = server.serve(api, s).await {
+                    eprintln!("testkit: server stopped: {e}");
+                }
+            }
+        }));
+        let mut relay_config =
+            warren_relay::RelayConfig::new(api_url.parse()?, shared_secret.clone());
+        relay_config.agent_wait_seconds = 5;
+        tasks.push(tokio::spawn({
+            let s = shutdown.clone();
+            async move {
+                let listeners = warren_relay::Listeners {
+                    agents: relay_agents,
+                    internal: relay_internal,
+                };
+                if let Err(e) = warren_relay::run(relay_config, listeners, s).await {
+                    eprintln!("testkit: relay stopped: {e}");
+                }
+            }
+        }));
+
+        let runtime = Arc::new(SimulatedRuntime::new());
+        runtime.set_auto_settle(true);
+        runtime.set_auto_delete(true);
+        let mut conn_config =
+            ConnectionConfig::new(format!("http://{relay_agents_addr}").parse()?, agent.token);
+        conn_config.initial_backoff = Duration::from_millis(50);
+        conn_config.max_backoff = Duration::from_millis(500);
+        let connection = RelayConnection::new(conn_config, runtime.clone())
+            .context("creating the agent connection")?;
+        let reconciler = Reconciler::new(
+            Arc::new(connection.clone()),
+            runtime.clone(),
+            ReconcilerConfig {
+                initial_backoff: Duration::from_millis(50),
+                max_backoff: Duration::from_millis(500),
+                apply_concurrency: 4,
+            },
+        );
+        tasks.push(tokio::spawn({
+            let s = shutdown.clone();
+            async move { connection.run(s).await }
+        }));
+        tasks.push(tokio::spawn(reconciler.run(shutdown.clone())));
+
+        tasks.push(tokio::spawn({
+            let s = shutdown.clone();
+            async move {
+                let listeners = warren_proxy::ProxyListeners {
+                    http: proxy_http,
+                    ssh: proxy_ssh,
+                };
+                if let Err(e) = warren_proxy::run(proxy_config, listeners, s).await {
+                    eprintln!("testkit: proxy stopped: {e}");
+                }
+            }
+        }));
+
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()?;
+        let mut stack = Stack {
+            home,
+            api_url,
+            relay_internal_url,
+            proxy_addr,
+            ssh_addr,
+            runtime,
+            admin: TestUser {
+                id: 0,
+                username: "admin".into(),
+                password: admin_password,
+                token: admin_token,
+            },
+            shared_secret,
+            oauth_client_secret,
+            options,
+            http,
+            shutdown,
+            tasks,
+        };
+        let me = stack
+            .api(
+                reqwest::Method::GET,
+                "/api/v1/users/me",
+                &stack.admin.token.clone(),
+                None,
+            )
+            .await?;
+        stack.admin.id = me["id"].as_i64().context("users/me has an id")?;
+        Ok(stack)
+    }
+
+    /// Calls the REST API with a bearer token; a non-2xx answer is an error naming it.
+    pub async fn api(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: &str,
+        body: Option<Value>,
+    ) -> Result<Value> {
+        let mut req = self
+            .http
+            .request(method.clone(), format!("{}{path}", self.api_url))
+            .bearer_auth(token);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req
+            .send()
+            .await
+            .with_context(|| format!("{method} {path}"))?;
+        let status = resp.status();
+        let text = resp.text().await.unwrap_or_default();
+        if !status.is_success() {
+            bail!("{method} {path} answered {status}: {text}");
+        }
+        if text.is_empty() {
+            return Ok(Value::Null);
+        }
+        serde_json::from_str(&text).with_context(|| format!("{method} {path}: {text}"))
+    }
+
+    /// Creates a user (password [`PASSWORD`]) and a personal access token for it.
+    pub async fn user(&self, username: &str) -> Result<TestUser> {
+        let created = self
+            .api(
+                reqwest::Method::POST,
+                "/api/v1/users",
+                &self.admin.token,
+                Some(json!({"username": username, "password": PASSWORD})),
+            )
+            .await?;
+        let session = self
+            .http
+            .post(format!("{}/api/v1/session", self.api_url))
+            .json(&json!({"username": username, "password": PASSWORD}))
+            .send()
+            .await?
+            .error_for_status()?
+            .json::<Value>()
+            .await?;
+        Ok(TestUser {
+            id: created["id"].as_i64().context("created user has an id")?,
+            username: username.into(),
+            password: PASSWORD.into(),
+            token: session["secret"]
+                .as_str()
+                .context("session answer has a secret")?
+                .into(),
+        })
+    }
+
+    /// Creates a workspace of `owner` from [`WEB_DEVFILE`] and waits until it runs.
+    pub async fn workspace(&self, owner: &TestUser, name: &str) -> Result<TestWorkspace> {
+        self.workspace_from(owner, name, WEB_DEVFILE).await
+    }
+
+    /// Creates a workspace of `owner` from `devfile` and waits until it runs.
+    pub async fn workspace_from(
+        &self,
+        owner: &TestUser,
+        name: &str,
+        devfile: &str,
+    ) -> Result<TestWorkspace> {
+        let w = self
+            .api(
+                reqwest::Method::POST,
+                "/api/v1/workspaces",
+                &owner.token,
+                Some(json!({"name": name, "devfile": devfile})),
+            )
+            .await?;
+        let ws = TestWorkspace {
+            id: w["id"].as_i64().context("workspace id")?,
+            name: name.into(),
+            namespace: w["namespace"].as_str().context("namespace")?.into(),
+            agent_id: w["agent"].as_i64().context("agent id")?,
+        };
+        self.wait_state(owner, name, "Running").await?;
+        Ok(ws)
+    }
+
+    /// Waits (up to 30 s, a hang guard) until the workspace's actual state is `state`.
+    pub async fn wait_state(&self, owner: &TestUser, name: &str, state: &str) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let w = self
+                .api(
+                    reqwest::Method::GET,
+                    &format!("/api/v1/workspaces/{name}"),
+                    &owner.token,
+                    None,
+                )
+                .await?;
+            if w["actual_state"] == state {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!("workspace {name} did not become {state}: {w}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Sets the workspace's desired state (`Running`, `Stopped`, …) as `owner`.
+    pub async fn set_desired(&self, owner: &TestUser, name: &str, desired: &str) -> Result<()> {
+        self.api(
+            reqwest::Method::PUT,
+            &format!("/api/v1/workspaces/{name}/desired_state"),
+            &owner.token,
+            Some(json!({"desired_state": desired})),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Makes `port` of the workspace reach `addr` (a local upstream of the test).
+    pub fn set_endpoint(&self, ws: &TestWorkspace, port: u16, addr: SocketAddr) {
+        self.runtime.set_endpoint(&ws.key(), port, addr);
+    }
+
+    /// `{port}-{workspace}.ws.localhost:{proxy port}`.
+    pub fn host(&self, port: u16, workspace: &str) -> String {
+        format!("{port}-{workspace}.{DOMAIN}:{}", self.proxy_addr.port())
+    }
+
+    /// `http://{port}-{workspace}.ws.localhost:{proxy port}{path}`.
+    pub fn url(&self, port: u16, workspace: &str, path: &str) -> String {
+        format!("http://{}{path}", self.host(port, workspace))
+    }
+
+    /// `http://terminal-{workspace}.ws.localhost:{proxy port}{path}`.
+    pub fn terminal_url(&self, workspace: &str, path: &str) -> String {
+        format!(
+            "http://terminal-{workspace}.{DOMAIN}:{}{path}",
+            self.proxy_addr.port()
+        )
+    }
+
+    /// A reqwest client that resolves every `*.ws.localhost` name the tests use to the
+    /// proxy (glibc does not resolve `*.localhost` by itself) and follows no redirects.
+    pub fn client_for(&self, hosts: &[String]) -> reqwest::Client {
+        let mut b = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(Duration::from_secs(30));
+        for h in hosts {
+            let name = h.split(':').next().unwrap_or(h);
+            b = b.resolve(name, self.proxy_addr);
+        }
+        b.build().expect("reqwest client")
+    }
+}
+
+/// Polls `cond` until it holds; fails after `secs` seconds (a hang guard, not a timing check).
+pub async fn wait_for<F, Fut>(what: &str, secs: u64, mut cond: F) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if cond().await {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("timed out after {secs} s waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

@@ -139,7 +139,9 @@ async fn start(workspace: &str) -> Env {
         tls_key_file: None,
         ssh_host_key_file: None,
     };
+    std::fs::create_dir_all(&proxy_config.state_dir).unwrap();
     let shared = Arc::new(Shared {
+        front: crate::http::Front::new(&proxy_config).unwrap(),
         server: crate::server_api::ServerApi::new(server_url, SECRET.as_bytes()),
         relay: crate::relay::RelayClient::new(relay_url, SECRET.as_bytes()),
         activity: Activity::default(),

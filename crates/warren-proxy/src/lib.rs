@@ -31,6 +31,8 @@ use tokio_util::sync::CancellationToken;
 pub enum ProxyError {
     #[error(transparent)]
     Config(#[from] config::ConfigError),
+    #[error("preparing TLS")]
+    Tls(#[from] http::tls::TlsError),
     #[error("preparing the proxy's cookie keys")]
     CookieKeys(#[from] http::keys::KeyError),
     #[error("preparing the proxy's keys in {path}")]

@@ -47,6 +47,12 @@ impl Up {
             .arg(home.path())
             .args(["--listen", "127.0.0.1:0", "--ready-file"])
             .arg(&ready)
+            .args([
+                "--proxy-listen",
+                "127.0.0.1:0",
+                "--ssh-listen",
+                "127.0.0.1:0",
+            ])
             .env("WARREN_LOG", "info")
             .process_group(0)
             .stdout(Stdio::from(log.try_clone().expect("log file")))

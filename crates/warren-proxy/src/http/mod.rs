@@ -13,6 +13,7 @@ pub(crate) mod host;
 pub mod keys;
 pub(crate) mod pages;
 pub(crate) mod signin;
+pub mod tls;
 
 use crate::server_api::ServerApiError;
 use crate::{ProxyError, Shared};
@@ -35,6 +36,8 @@ use tokio_util::sync::CancellationToken;
 pub(crate) const START_PATH: &str = "/.warren/start";
 /// Longest wait for open connections to finish after shutdown.
 const DRAIN: Duration = Duration::from_secs(5);
+/// Longest TLS handshake before the connection is dropped.
+const TLS_HANDSHAKE: Duration = Duration::from_secs(10);
 
 /// The front door's own state, part of [`Shared`].
 #[derive(Debug)]
@@ -62,6 +65,10 @@ pub(crate) async fn serve(
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> Result<(), ProxyError> {
+    let tls = match (&shared.config.tls_cert_file, &shared.config.tls_key_file) {
+        (Some(cert), Some(key)) => Some(tls::acceptor(cert, key)?),
+        _ => None,
+    };
     let mut conns = tokio::task::JoinSet::new();
     loop {
         let (stream, peer) = tokio::select! {
@@ -81,27 +88,18 @@ pub(crate) async fn serve(
         let _ = stream.set_nodelay(true);
         let shared = shared.clone();
         let shutdown = shutdown.clone();
+        let tls = tls.clone();
         conns.spawn(async move {
-            let svc = hyper::service::service_fn(move |req| {
-                let shared = shared.clone();
-                async move { Ok::<_, Infallible>(handle(shared, req, peer).await) }
-            });
-            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
-            tokio::pin!(conn);
-            tokio::select! {
-                // Cancel-safe: the connection future is pinned and polled again below.
-                r = conn.as_mut() => {
-                    if let Err(e) = r {
-                        tracing::debug!(error = %e, "client connection ended");
+            match tls {
+                None => serve_connection(shared, stream, peer, shutdown).await,
+                Some(acceptor) => {
+                    match tokio::time::timeout(TLS_HANDSHAKE, acceptor.accept(stream)).await {
+                        Ok(Ok(s)) => serve_connection(shared, s, peer, shutdown).await,
+                        Ok(Err(e)) => tracing::debug!(error = %e, %peer, "TLS handshake failed"),
+                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
                     }
-                    return;
                 }
-                // Cancel-safe: cancellation is level-triggered.
-                _ = shutdown.cancelled() => {}
             }
-            conn.as_mut().graceful_shutdown();
-            let _ = tokio::time::timeout(DRAIN, conn).await;
         });
         // Reap finished connections so the set does not grow forever.
         while conns.try_join_next().is_some() {}
@@ -109,6 +107,38 @@ pub(crate) async fn serve(
     let _ = tokio::time::timeout(DRAIN, async { while conns.join_next().await.is_some() {} }).await;
     conns.abort_all();
     Ok(())
+}
+
+/// HTTP/1.1 (with upgrades) or HTTP/2 (by ALPN or prior knowledge) on one connection,
+/// drained gracefully on shutdown.
+async fn serve_connection<I>(
+    shared: Arc<Shared>,
+    io: I,
+    peer: SocketAddr,
+    shutdown: CancellationToken,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = hyper::service::service_fn(move |req| {
+        let shared = shared.clone();
+        async move { Ok::<_, Infallible>(handle(shared, req, peer).await) }
+    });
+    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
+    tokio::pin!(conn);
+    tokio::select! {
+        // Cancel-safe: the connection future is pinned and polled again below.
+        r = conn.as_mut() => {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "client connection ended");
+            }
+            return;
+        }
+        // Cancel-safe: cancellation is level-triggered.
+        _ = shutdown.cancelled() => {}
+    }
+    conn.as_mut().graceful_shutdown();
+    let _ = tokio::time::timeout(DRAIN, conn).await;
 }
 
 async fn handle(

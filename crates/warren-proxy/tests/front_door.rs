@@ -810,7 +810,8 @@ async fn stopped_workspace_page_and_start_button() {
 
     let start = s.url(8080, "alice-web", "/.warren/start");
     // Forged: no token, wrong token, cross-site origin.
-    let bad: [(Vec<(String, String)>, Option<&str>); 3] = [
+    type Form = Vec<(String, String)>;
+    let bad: [(Form, Option<&str>); 3] = [
         (vec![], None),
         (vec![("csrf".into(), "x".repeat(43))], None),
         (form.clone(), Some("http://evil.example.com")),

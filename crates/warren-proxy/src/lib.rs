@@ -21,6 +21,7 @@ pub mod ssh;
 mod terminal;
 
 pub use config::ProxyConfig;
+pub use http::keys as http_keys;
 pub use http::keys::{rotate as rotate_cookie_key, KeyError, KEY_FILE as COOKIE_KEY_FILE};
 
 use std::sync::Arc;

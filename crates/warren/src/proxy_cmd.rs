@@ -332,4 +332,15 @@ mod tests {
         let t = T::parse_from(["t", "--config", cfg.to_str().unwrap()]);
         assert!(format!("{:#}", resolve(t.a).err().unwrap()).contains("workspace_domain"));
     }
+
+    #[test]
+    fn rotate_key_keeps_the_previous_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = warren_proxy::http_keys::load_or_create(dir.path()).unwrap();
+        rotate_key(dir.path()).unwrap();
+        let after = warren_proxy::http_keys::load_or_create(dir.path()).unwrap();
+        assert_eq!(after.previous.as_deref(), Some(first.current.as_str()));
+        assert_ne!(after.current, first.current);
+        assert!(after.rotated_at.is_some());
+    }
 }

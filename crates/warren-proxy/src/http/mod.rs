@@ -4,7 +4,14 @@
 //! Module map: `host` (which host is this), `keys` + `cookies` (signed cookies, rotation),
 //! `signin` (the OAuth dance and the session hand-off), `authz` (the server's answers,
 //! cached), `forward` (to the endpoint and back, WebSocket included), `pages` (what the
-//! proxy answers itself).
+//! proxy answers itself), `tls` (optional TLS with ALPN).
+//!
+//! Answers: unknown hosts, unknown or other people's workspaces, undeclared ports and
+//! refused tokens are all the same 404. No credentials: browsers are redirected to sign
+//! in, API clients get 401. Reserved paths on workspace hosts: `/.warren/session` (the
+//! sign-in hand-off) and `POST /.warren/start` (the stopped page's button); everything
+//! else goes to the workspace. WebSocket over HTTP/2 (RFC 8441) is not offered; browsers
+//! fall back to HTTP/1.1 for it.
 
 pub(crate) mod authz;
 pub(crate) mod cookies;
@@ -197,7 +204,7 @@ async fn workspace_host(
         Some((claims, raw)) => Caller::Session { claims, raw },
         None => match bearer(&parts) {
             Some(t) => Caller::Token(t),
-            None => return signin::anonymous(&shared, &target, &parts),
+            None => return signin::anonymous(&shared, &parts),
         },
     };
     let principal = caller.principal();
@@ -217,7 +224,7 @@ async fn workspace_host(
     if let Caller::Session { claims, .. } = &caller {
         // The name now belongs to another workspace (terminated and re-created): sign in anew.
         if claims.ws != access.workspace_id {
-            return signin::anonymous(&shared, &target, &parts);
+            return signin::anonymous(&shared, &parts);
         }
     }
     let authority = signin::request_authority(&parts).unwrap_or_else(|| target.host.clone());

@@ -24,7 +24,6 @@ SOCKET="$SOCKET_DIR/podman.sock"
 log() { printf 'setup-podman: %s\n' "$*" >&2; }
 
 step_install() {
-    install_test_clients
     if command -v podman >/dev/null && command -v runc >/dev/null && [ -x /bin/busybox ]; then
         log "podman, runc and busybox-static already installed"
         return
@@ -32,20 +31,6 @@ step_install() {
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q
     apt-get install -y -q podman runc busybox-static openssh-sftp-server
-}
-
-# The real clients the proxy's tests drive: curl (cookie-jar sign-in, HTTP/2), openssl (a
-# throwaway TLS certificate) and websocat (WebSocket echo; not packaged in Debian 12).
-install_test_clients() {
-    if ! command -v curl >/dev/null || ! command -v openssl >/dev/null; then
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -q
-        apt-get install -y -q curl openssl
-    fi
-    if ! command -v websocat >/dev/null && [ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/websocat" ]; then
-        log "installing websocat with cargo"
-        cargo install websocat --locked --quiet
-    fi
 }
 
 step_config() {

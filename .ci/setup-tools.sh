@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the real clients the access tests drive: headless Chromium, OpenSSH's ssh/sftp,
-# sshpass (SSH password = token), curl, and websocat (not packaged by Debian 12: built from
+# sshpass (SSH password = token), curl, openssl (a throwaway TLS certificate), and websocat (not packaged by Debian 12: built from
 # crates.io, pinned). Idempotent; prints what it did.
 set -euo pipefail
 
@@ -8,7 +8,7 @@ log() { printf 'setup-tools: %s\n' "$*"; }
 
 need=()
 for pair in chromium:chromium ssh:openssh-client sftp:openssh-client sshpass:sshpass \
-    curl:curl ssh-keygen:openssh-client; do
+    curl:curl ssh-keygen:openssh-client openssl:openssl; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
 done
 if [ "${#need[@]}" -gt 0 ]; then

@@ -57,17 +57,24 @@ pub struct ProxyConfig {
     pub ssh_host_key_file: Option<PathBuf>,
 }
 
+/// Default session cookie lifetime.
+pub const DEFAULT_SESSION_LIFETIME_SECS: u64 = 12 * 3600;
+/// Default reuse of a positive authorisation answer.
+pub const DEFAULT_AUTHORIZATION_CACHE_SECS: u64 = 30;
+/// Default interval of activity reports.
+pub const DEFAULT_ACTIVITY_REPORT_SECS: u64 = 5;
+
 fn default_scheme() -> String {
     "http".into()
 }
 fn default_session_lifetime() -> u64 {
-    12 * 3600
+    DEFAULT_SESSION_LIFETIME_SECS
 }
 fn default_authorization_cache() -> u64 {
-    30
+    DEFAULT_AUTHORIZATION_CACHE_SECS
 }
 fn default_activity_report() -> u64 {
-    5
+    DEFAULT_ACTIVITY_REPORT_SECS
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -21,6 +21,7 @@ pub mod ssh;
 mod terminal;
 
 pub use config::ProxyConfig;
+pub use http::keys as http_keys;
 pub use http::keys::{rotate as rotate_cookie_key, KeyError, KEY_FILE as COOKIE_KEY_FILE};
 
 use std::sync::Arc;
@@ -31,6 +32,8 @@ use tokio_util::sync::CancellationToken;
 pub enum ProxyError {
     #[error(transparent)]
     Config(#[from] config::ConfigError),
+    #[error("preparing TLS")]
+    Tls(#[from] http::tls::TlsError),
     #[error("preparing the proxy's cookie keys")]
     CookieKeys(#[from] http::keys::KeyError),
     #[error("preparing the proxy's keys in {path}")]

@@ -61,7 +61,7 @@ fn host_only(h: &str) -> String {
 }
 
 fn require_tools() -> bool {
-    std::env::var("WARREN_REQUIRE_TOOLS").is_ok_and(|v| v == "1")
+    std::env::var_os("WARREN_REQUIRE_TOOLS").is_some()
 }
 
 fn have(tool: &str) -> bool {
@@ -76,7 +76,7 @@ fn have(tool: &str) -> bool {
             !require_tools(),
             "{tool} is required (WARREN_REQUIRE_TOOLS=1) but missing"
         );
-        eprintln!("NOTICE: {tool} is not installed; skipping this part of the test");
+        eprintln!("NOTICE: {tool} is not installed; skipping this part of the test (.ci/setup-tools.sh installs it)");
     }
     found
 }
@@ -810,7 +810,8 @@ async fn stopped_workspace_page_and_start_button() {
 
     let start = s.url(8080, "alice-web", "/.warren/start");
     // Forged: no token, wrong token, cross-site origin.
-    let bad: [(Vec<(String, String)>, Option<&str>); 3] = [
+    type Form = Vec<(String, String)>;
+    let bad: [(Form, Option<&str>); 3] = [
         (vec![], None),
         (vec![("csrf".into(), "x".repeat(43))], None),
         (form.clone(), Some("http://evil.example.com")),
@@ -939,4 +940,140 @@ async fn key_rotation_keeps_sessions_for_one_lifetime() {
     .await
     .unwrap();
     assert_eq!(status(new_key_cookie).await, 200);
+}
+
+/// TLS on the proxy's listener (a self-signed wildcard certificate made with openssl):
+/// HTTP/2 by ALPN with curl, and cookies become `Secure`.
+#[tokio::test]
+async fn tls_with_alpn_http2_and_secure_cookies() {
+    if !have("openssl") || !have("curl") {
+        return;
+    }
+    let e = env().await;
+    let s = &e.stack;
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    let out = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=ws.localhost",
+        ])
+        .args(["-addext", "subjectAltName=DNS:*.ws.localhost"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let config = warren_proxy::ProxyConfig {
+        state_dir: dir.path().join("state"),
+        workspace_domain: "ws.localhost".into(),
+        public_scheme: "https".into(),
+        public_port: Some(port),
+        server_url: s.api_url.parse().unwrap(),
+        server_public_url: s.api_url.parse().unwrap(),
+        relay_url: s.relay_internal_url.parse().unwrap(),
+        shared_secret: s.shared_secret.clone(),
+        oauth_client_id: warren_testkit::OAUTH_CLIENT_ID.into(),
+        oauth_client_secret: s.oauth_client_secret.clone(),
+        session_lifetime_secs: 3600,
+        authorization_cache_secs: 30,
+        activity_report_secs: 1,
+        direct_upstream: None,
+        tls_cert_file: Some(cert.clone()),
+        tls_key_file: Some(key),
+        ssh_host_key_file: None,
+    };
+    let stop = tokio_util::sync::CancellationToken::new();
+    let _guard = stop.clone().drop_guard();
+    tokio::spawn(warren_proxy::run(
+        config,
+        warren_proxy::ProxyListeners {
+            http: listener,
+            ssh: None,
+        },
+        stop,
+    ));
+    let curl = |extra: &[&str]| {
+        let mut c = tokio::process::Command::new("curl");
+        c.args(["-sS", "--cacert"])
+            .arg(&cert)
+            .args([
+                "--resolve",
+                &format!("8080-alice-web.ws.localhost:{port}:127.0.0.1"),
+            ])
+            .args(extra)
+            .kill_on_drop(true);
+        c
+    };
+    let url = format!("https://8080-alice-web.ws.localhost:{port}/");
+    let auth = format!("Authorization: Bearer {}", e.alice.token);
+    let out = curl(&[
+        "--http2",
+        "-H",
+        &auth,
+        "-w",
+        "\n%{http_version} %{http_code}",
+        &url,
+    ])
+    .output()
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        "hello from alice-web\n2 200"
+    );
+    let out = curl(&[
+        "--http1.1",
+        "-H",
+        &auth,
+        "-w",
+        "\n%{http_version} %{http_code}",
+        &url,
+    ])
+    .output()
+    .await
+    .unwrap();
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        "hello from alice-web\n1.1 200"
+    );
+    // An anonymous browser gets a Secure bind cookie and an https sign-in address.
+    let out = curl(&[
+        "-D",
+        "-",
+        "-o",
+        "/dev/null",
+        "-H",
+        "Accept: text/html",
+        &url,
+    ])
+    .output()
+    .await
+    .unwrap();
+    let head = String::from_utf8(out.stdout).unwrap();
+    assert!(head.contains("; HttpOnly; SameSite=Lax; Secure"), "{head}");
+    assert!(
+        head.contains(&format!("location: https://auth.ws.localhost:{port}/oauth/start?return=https%3A%2F%2F8080-alice-web")),
+        "{head}"
+    );
 }

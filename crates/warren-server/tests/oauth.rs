@@ -177,6 +177,13 @@ async fn register_proxy(s: &TestServer) -> String {
 async fn sign_in(b: &mut Browser, client: &str, user: &str, password: &str) -> Page {
     let p = b.get(&authorize_path(client, REDIRECT, "st-1", &[])).await;
     assert_eq!(p.status, 200, "{}", p.body);
+    // Browsers apply form-action to every redirect after the post (to the client and on
+    // from there): the login page must not restrict it, or the sign-in stops half-way.
+    let csp = p.headers["content-security-policy"].to_str().unwrap();
+    assert!(
+        csp.contains("default-src 'none'") && !csp.contains("form-action"),
+        "{csp}"
+    );
     assert!(p
         .body
         .contains("<form method=\"post\" action=\"/oauth/login\">"));

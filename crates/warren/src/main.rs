@@ -1,6 +1,7 @@
 //! The `warren` binary: argument parsing and wiring only; every behaviour lives in a crate.
 
 mod agent_cmd;
+mod proxy_cmd;
 mod relay_cmd;
 mod server_cmd;
 mod telemetry;
@@ -26,6 +27,9 @@ enum Command {
     Server(server_cmd::ServerArgs),
     /// Run a relay: agents connect to it; it forwards their calls and carries traffic to them.
     Relay(relay_cmd::RelayArgs),
+    /// Run the proxy: workspace hosts in the browser (sign-in, WebSocket, HTTP/2) and SSH;
+    /// `warren proxy rotate-key` rotates its cookie key.
+    Proxy(proxy_cmd::ProxyArgs),
     /// Run an agent (no subcommand), or manage agents: create, list, show, update.
     #[command(args_conflicts_with_subcommands = true)]
     Agent(agent_cmd::AgentArgs),
@@ -47,6 +51,10 @@ fn main() -> ExitCode {
         Command::Relay(args) => {
             telemetry::init();
             run_service(relay_cmd::run(args))
+        }
+        Command::Proxy(args) => {
+            telemetry::init();
+            run_service(proxy_cmd::run(args))
         }
         Command::Agent(mut args) => match args.manage.take() {
             Some(cmd) => warren_cli::main(

@@ -1,4 +1,6 @@
-//! `warren up`: server, relay and an engine agent in one process, on embedded defaults.
+//! `warren up`: server, relay, an engine agent and the proxy in one process, on embedded
+//! defaults. Workspace hosts are `http://{port}-{workspace}.ws.localhost:<proxy port>`
+//! (browsers resolve `*.localhost` to loopback), SSH is `ssh -p <ssh port> <workspace>@localhost`.
 //!
 //! State lives under `WARREN_HOME`: the SQLite database and keys (the server's), the default
 //! agent's token (`keys/agent-local.token`), the engine runtime's files (`agent/`), and the
@@ -18,12 +20,27 @@ use warren_agent::reconciler::{Reconciler, ReconcilerConfig};
 use warren_agent::runtime::engine::{EngineConfig, EngineRuntime};
 use warren_agent::runtime::WorkspaceRuntime;
 use warren_cli::credentials::{self, Credentials};
+use warren_proxy::{ProxyConfig, ProxyListeners};
+use warren_server::store::oauth::NewOAuthClient;
 use warren_server::{Server, ServerConfig};
 use warren_types::config::AgentConfig;
 use warren_types::AgentId;
 
 /// The agent `warren up` creates and runs.
 const DEFAULT_AGENT: &str = "local";
+/// The OAuth client id of the built-in proxy.
+const PROXY_CLIENT_ID: &str = crate::proxy_cmd::DEFAULT_OAUTH_CLIENT_ID;
+
+/// A fresh random secret (the proxy's OAuth client secret lives only in this process).
+fn random_secret() -> String {
+    use std::fmt::Write;
+    let mut bytes = [0u8; 32];
+    rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut bytes);
+    bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
 
 #[derive(Debug, clap::Args)]
 pub struct UpArgs {
@@ -33,6 +50,12 @@ pub struct UpArgs {
     /// Address of the REST API.
     #[arg(long, env = "WARREN_LISTEN", default_value = "127.0.0.1:7070")]
     listen: SocketAddr,
+    /// Address of the proxy (workspace hosts in the browser).
+    #[arg(long, env = "WARREN_PROXY_LISTEN", default_value = "127.0.0.1:7080")]
+    proxy_listen: SocketAddr,
+    /// Address of the proxy's SSH server.
+    #[arg(long, env = "WARREN_SSH_LISTEN", default_value = "127.0.0.1:2222")]
+    ssh_listen: SocketAddr,
     /// Domain of workspace hosts (`{port}-{workspace}.{domain}`); `*.localhost` needs no DNS.
     #[arg(long, env = "WARREN_WORKSPACE_DOMAIN", default_value = "ws.localhost")]
     workspace_domain: String,
@@ -67,6 +90,31 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         )
     })?;
     let api_addr = api.local_addr().context("reading the API address")?;
+    let proxy_http = TcpListener::bind(args.proxy_listen)
+        .await
+        .with_context(|| {
+            format!(
+                "binding the proxy to {} (is another Warren running? pass --proxy-listen)",
+                args.proxy_listen
+            )
+        })?;
+    let proxy_addr = proxy_http
+        .local_addr()
+        .context("reading the proxy address")?;
+    let proxy_ssh = TcpListener::bind(args.ssh_listen).await.with_context(|| {
+        format!(
+            "binding the SSH server to {} (is another Warren running? pass --ssh-listen)",
+            args.ssh_listen
+        )
+    })?;
+    let ssh_addr = proxy_ssh.local_addr().context("reading the SSH address")?;
+    config.ssh_public_address = Some(ssh_addr.to_string());
+    // Endpoint URLs carry the proxy's port unless it is the default one.
+    let url_domain = if proxy_addr.port() == 80 {
+        args.workspace_domain.clone()
+    } else {
+        format!("{}:{}", args.workspace_domain, proxy_addr.port())
+    };
     let relay_agents = TcpListener::bind("127.0.0.1:0")
         .await
         .context("binding the relay's agent listener")?;
@@ -75,7 +123,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         .context("binding the relay's internal listener")?;
     let relay_agent_url = format!("http://{}", relay_agents.local_addr()?);
     let relay_internal_url = format!("http://{}", relay_internal.local_addr()?);
-    config.relay_urls = vec![relay_internal_url];
+    config.relay_urls = vec![relay_internal_url.clone()];
 
     let server = Server::prepare(config)
         .await
@@ -88,7 +136,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             admin.username, admin.password
         );
     }
-    let (agent_id, agent_token) = ensure_agent(&server, &home, &args.workspace_domain).await?;
+    let (agent_id, agent_token) = ensure_agent(&server, &home, &url_domain).await?;
     let cred_path = ensure_cli_credentials(&server, &home, &api_url).await?;
 
     // The engine is checked before anything serves so a missing one is a clear, early error.
@@ -100,6 +148,40 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     )?;
     let shared_secret = String::from_utf8(server.relay_secret().to_vec())
         .context("the relay secret is not text")?;
+
+    // The proxy's OAuth client: first-party (no consent screen), a fresh secret each run.
+    let proxy_config = ProxyConfig {
+        state_dir: home.join("proxy"),
+        workspace_domain: args.workspace_domain.clone(),
+        public_scheme: "http".into(),
+        public_port: Some(proxy_addr.port()),
+        server_url: Url::parse(&api_url).context("the API address is not a URL")?,
+        server_public_url: Url::parse(&api_url).context("the API address is not a URL")?,
+        relay_url: Url::parse(&relay_internal_url).context("the relay address is not a URL")?,
+        shared_secret: shared_secret.clone(),
+        oauth_client_id: PROXY_CLIENT_ID.into(),
+        oauth_client_secret: random_secret(),
+        session_lifetime_secs: warren_proxy::config::DEFAULT_SESSION_LIFETIME_SECS,
+        authorization_cache_secs: warren_proxy::config::DEFAULT_AUTHORIZATION_CACHE_SECS,
+        activity_report_secs: warren_proxy::config::DEFAULT_ACTIVITY_REPORT_SECS,
+        direct_upstream: None,
+        tls_cert_file: None,
+        tls_key_file: None,
+        ssh_host_key_file: None,
+    };
+    proxy_config
+        .validate()
+        .map_err(|e| anyhow::anyhow!("invalid proxy configuration: {e}"))?;
+    server
+        .register_oauth_client(&NewOAuthClient {
+            client_id: PROXY_CLIENT_ID.into(),
+            name: "Warren".into(),
+            redirect_uris: vec![proxy_config.callback_url()],
+            first_party: true,
+            secret: Some(proxy_config.oauth_client_secret.clone()),
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("registering the proxy's OAuth client: {e}"))?;
 
     let shutdown = shutdown_on_signals();
     let relay_config = warren_relay::RelayConfig::new(
@@ -115,6 +197,14 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         shutdown.clone(),
     ));
     let server_task = tokio::spawn(server.serve(api, shutdown.clone()));
+    let proxy_task = tokio::spawn(warren_proxy::run(
+        proxy_config,
+        ProxyListeners {
+            http: proxy_http,
+            ssh: Some(proxy_ssh),
+        },
+        shutdown.clone(),
+    ));
 
     let engine_runtime = runtime;
     let runtime: Arc<dyn WorkspaceRuntime> = Arc::new(engine_runtime.clone());
@@ -142,9 +232,12 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     }
     println!("Warren is up.");
     println!("  REST API:        {api_url}/api/v1");
+    println!("  workspace hosts: http://{{port}}-{{workspace}}.{url_domain}/");
+    println!("  web terminal:    http://terminal-{{workspace}}.{url_domain}/");
     println!(
-        "  workspace hosts: http://{{port}}-{{workspace}}.{}",
-        args.workspace_domain
+        "  SSH:             ssh -p {} {{workspace}}@{}",
+        ssh_addr.port(),
+        ssh_addr.ip()
     );
     println!("  state:           {}", home.display());
     println!(
@@ -154,8 +247,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     );
     println!("Try: warren ws create --devfile devfile.yaml --wait    (Ctrl-C stops Warren; workspaces keep running)");
 
-    let (server_res, relay_res, conn_res, loop_res) =
-        tokio::join!(server_task, relay, conn_task, loop_task);
+    let (server_res, relay_res, proxy_res, conn_res, loop_res) =
+        tokio::join!(server_task, relay, proxy_task, conn_task, loop_task);
     let stopped = shutdown.is_cancelled();
     shutdown.cancel();
     // Stops a Podman service the runtime started itself; workspaces keep running.
@@ -166,6 +259,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     relay_res
         .context("the relay task panicked")?
         .context("the relay stopped")?;
+    proxy_res
+        .context("the proxy task panicked")?
+        .context("the proxy stopped")?;
     conn_res.context("the relay connection task panicked")?;
     loop_res.context("the reconcile loop panicked")?;
     if !stopped {
@@ -187,6 +283,21 @@ async fn ensure_agent(
         .await
         .map_err(|e| anyhow::anyhow!("looking up the default agent: {e}"))?
     {
+        if agent.config.workspace_domain != workspace_domain {
+            // The proxy moved to another port: new endpoint URLs must name it.
+            let config = AgentConfig {
+                workspace_domain: workspace_domain.to_owned(),
+                ..agent.config.clone()
+            };
+            let state = server.state();
+            state
+                .store
+                .update_agent_config(agent.id, &config, state.clock.now_ms())
+                .await
+                .map_err(|e| {
+                    anyhow::anyhow!("updating the default agent's workspace domain: {e}")
+                })?;
+        }
         if token_path.exists() {
             return Ok((agent.id, read_secret(&token_path, "agent token")?));
         }

@@ -27,6 +27,10 @@ impl Up {
             home.path().display().to_string(),
             "--listen".into(),
             "127.0.0.1:0".into(),
+            "--proxy-listen".into(),
+            "127.0.0.1:0".into(),
+            "--ssh-listen".into(),
+            "127.0.0.1:0".into(),
             "--ready-file".into(),
             ready.display().to_string(),
         ];

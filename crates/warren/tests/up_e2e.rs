@@ -47,6 +47,12 @@ impl Up {
             .arg(home.path())
             .args(["--listen", "127.0.0.1:0", "--ready-file"])
             .arg(&ready)
+            .args([
+                "--proxy-listen",
+                "127.0.0.1:0",
+                "--ssh-listen",
+                "127.0.0.1:0",
+            ])
             .env("WARREN_LOG", "info")
             .process_group(0)
             .stdout(Stdio::from(log.try_clone().expect("log file")))
@@ -242,4 +248,114 @@ fn warren_up_runs_a_workspace_through_its_life_on_podman() {
     let status = up.stop();
     assert!(status.success(), "warren up exit: {status}\n{}", up.log());
     assert!(up.log().contains("Warren stopped"), "{}", up.log());
+}
+
+/// A workspace whose main container serves HTTP (busybox httpd) on a declared endpoint.
+const WEB_DEVFILE: &str = r#"
+schemaVersion: 2.2.0
+metadata:
+  name: e2e-web
+components:
+  - name: dev
+    container:
+      image: localhost/warren-test:latest
+      memoryLimit: 256Mi
+      cpuLimit: 500m
+      command: ["sh", "-c", "mkdir -p /tmp/www && echo served-by-workspace > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www"]
+      endpoints:
+        - name: web
+          targetPort: 8080
+          exposure: public
+"#;
+
+/// `warren up` includes the proxy: a workspace endpoint answers through
+/// proxy → relay → agent → container, with the CLI's token as `Authorization: Bearer`;
+/// without credentials an API client gets 401.
+#[test]
+fn warren_up_serves_a_workspace_endpoint_through_its_proxy() {
+    if !podman_available() {
+        return;
+    }
+    ensure_image();
+    let mut up = Up::start();
+    let devfile = up.home.path().join("web-devfile.yaml");
+    std::fs::write(&devfile, WEB_DEVFILE).expect("write devfile");
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    let name = format!("up-web-{:06x}", (nanos ^ std::process::id()) & 0xff_ffff);
+    up.workspace = Some(name.clone());
+    let created: Value = serde_json::from_str(&up.cli_ok(&[
+        "ws",
+        "create",
+        "--name",
+        &name,
+        "--devfile",
+        devfile.to_str().expect("utf-8 path"),
+        "--wait",
+        "--timeout",
+        "3m",
+        "-o",
+        "json",
+    ]))
+    .expect("ws create JSON");
+    // The endpoint URL names the proxy's port, as printed at start.
+    let url = created["endpoints"]["web"]
+        .as_str()
+        .unwrap_or_else(|| panic!("an endpoint URL: {created}"))
+        .to_owned();
+    let prefix = format!("http://8080-{name}.ws.localhost:");
+    assert!(url.starts_with(&prefix), "{url}");
+    let port: u16 = url[prefix.len()..]
+        .trim_end_matches('/')
+        .parse()
+        .unwrap_or_else(|_| panic!("a port in {url}"));
+    assert!(
+        up.log().contains(&format!(
+            "workspace hosts: http://{{port}}-{{workspace}}.ws.localhost:{port}/"
+        )),
+        "{}",
+        up.log()
+    );
+    let token =
+        warren_cli::credentials::load(&up.home.path().join(warren_cli::credentials::FILE_NAME))
+            .expect("CLI credentials")
+            .expect("credentials written by warren up")
+            .token;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let http = reqwest::Client::builder()
+            .resolve(
+                &format!("8080-{name}.ws.localhost"),
+                ([127, 0, 0, 1], port).into(),
+            )
+            .build()
+            .expect("client");
+        // The container may still be starting httpd: poll (a hang guard, not a timing check).
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let r = http.get(&url).bearer_auth(&token).send().await;
+            if let Ok(r) = r {
+                if r.status() == 200 {
+                    assert_eq!(r.text().await.expect("body"), "served-by-workspace\n");
+                    break;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no answer through the proxy:\n{}",
+                up.log()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let r = http.get(&url).send().await.expect("anonymous request");
+        assert_eq!(r.status(), 401);
+    });
+    up.cli_ok(&["ws", "rm", &name, "--wait", "--timeout", "2m"]);
+    let status = up.stop();
+    assert!(status.success(), "warren up exit: {status}\n{}", up.log());
 }

@@ -4,7 +4,14 @@
 //! Module map: `host` (which host is this), `keys` + `cookies` (signed cookies, rotation),
 //! `signin` (the OAuth dance and the session hand-off), `authz` (the server's answers,
 //! cached), `forward` (to the endpoint and back, WebSocket included), `pages` (what the
-//! proxy answers itself).
+//! proxy answers itself), `tls` (optional TLS with ALPN).
+//!
+//! Answers: unknown hosts, unknown or other people's workspaces, undeclared ports and
+//! refused tokens are all the same 404. No credentials: browsers are redirected to sign
+//! in, API clients get 401. Reserved paths on workspace hosts: `/.warren/session` (the
+//! sign-in hand-off) and `POST /.warren/start` (the stopped page's button); everything
+//! else goes to the workspace. WebSocket over HTTP/2 (RFC 8441) is not offered; browsers
+//! fall back to HTTP/1.1 for it.
 
 pub(crate) mod authz;
 pub(crate) mod cookies;
@@ -13,6 +20,7 @@ pub(crate) mod host;
 pub mod keys;
 pub(crate) mod pages;
 pub(crate) mod signin;
+pub mod tls;
 
 use crate::server_api::ServerApiError;
 use crate::{ProxyError, Shared};
@@ -35,6 +43,8 @@ use tokio_util::sync::CancellationToken;
 pub(crate) const START_PATH: &str = "/.warren/start";
 /// Longest wait for open connections to finish after shutdown.
 const DRAIN: Duration = Duration::from_secs(5);
+/// Longest TLS handshake before the connection is dropped.
+const TLS_HANDSHAKE: Duration = Duration::from_secs(10);
 
 /// The front door's own state, part of [`Shared`].
 #[derive(Debug)]
@@ -62,6 +72,10 @@ pub(crate) async fn serve(
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> Result<(), ProxyError> {
+    let tls = match (&shared.config.tls_cert_file, &shared.config.tls_key_file) {
+        (Some(cert), Some(key)) => Some(tls::acceptor(cert, key)?),
+        _ => None,
+    };
     let mut conns = tokio::task::JoinSet::new();
     loop {
         let (stream, peer) = tokio::select! {
@@ -81,27 +95,18 @@ pub(crate) async fn serve(
         let _ = stream.set_nodelay(true);
         let shared = shared.clone();
         let shutdown = shutdown.clone();
+        let tls = tls.clone();
         conns.spawn(async move {
-            let svc = hyper::service::service_fn(move |req| {
-                let shared = shared.clone();
-                async move { Ok::<_, Infallible>(handle(shared, req, peer).await) }
-            });
-            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
-            tokio::pin!(conn);
-            tokio::select! {
-                // Cancel-safe: the connection future is pinned and polled again below.
-                r = conn.as_mut() => {
-                    if let Err(e) = r {
-                        tracing::debug!(error = %e, "client connection ended");
+            match tls {
+                None => serve_connection(shared, stream, peer, shutdown).await,
+                Some(acceptor) => {
+                    match tokio::time::timeout(TLS_HANDSHAKE, acceptor.accept(stream)).await {
+                        Ok(Ok(s)) => serve_connection(shared, s, peer, shutdown).await,
+                        Ok(Err(e)) => tracing::debug!(error = %e, %peer, "TLS handshake failed"),
+                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
                     }
-                    return;
                 }
-                // Cancel-safe: cancellation is level-triggered.
-                _ = shutdown.cancelled() => {}
             }
-            conn.as_mut().graceful_shutdown();
-            let _ = tokio::time::timeout(DRAIN, conn).await;
         });
         // Reap finished connections so the set does not grow forever.
         while conns.try_join_next().is_some() {}
@@ -109,6 +114,38 @@ pub(crate) async fn serve(
     let _ = tokio::time::timeout(DRAIN, async { while conns.join_next().await.is_some() {} }).await;
     conns.abort_all();
     Ok(())
+}
+
+/// HTTP/1.1 (with upgrades) or HTTP/2 (by ALPN or prior knowledge) on one connection,
+/// drained gracefully on shutdown.
+async fn serve_connection<I>(
+    shared: Arc<Shared>,
+    io: I,
+    peer: SocketAddr,
+    shutdown: CancellationToken,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = hyper::service::service_fn(move |req| {
+        let shared = shared.clone();
+        async move { Ok::<_, Infallible>(handle(shared, req, peer).await) }
+    });
+    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
+    tokio::pin!(conn);
+    tokio::select! {
+        // Cancel-safe: the connection future is pinned and polled again below.
+        r = conn.as_mut() => {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "client connection ended");
+            }
+            return;
+        }
+        // Cancel-safe: cancellation is level-triggered.
+        _ = shutdown.cancelled() => {}
+    }
+    conn.as_mut().graceful_shutdown();
+    let _ = tokio::time::timeout(DRAIN, conn).await;
 }
 
 async fn handle(
@@ -167,7 +204,7 @@ async fn workspace_host(
         Some((claims, raw)) => Caller::Session { claims, raw },
         None => match bearer(&parts) {
             Some(t) => Caller::Token(t),
-            None => return signin::anonymous(&shared, &target, &parts),
+            None => return signin::anonymous(&shared, &parts),
         },
     };
     let principal = caller.principal();
@@ -187,7 +224,7 @@ async fn workspace_host(
     if let Caller::Session { claims, .. } = &caller {
         // The name now belongs to another workspace (terminated and re-created): sign in anew.
         if claims.ws != access.workspace_id {
-            return signin::anonymous(&shared, &target, &parts);
+            return signin::anonymous(&shared, &parts);
         }
     }
     let authority = signin::request_authority(&parts).unwrap_or_else(|| target.host.clone());

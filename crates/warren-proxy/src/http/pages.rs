@@ -93,7 +93,7 @@ pub(crate) fn not_found(headers: &HeaderMap) -> Response<Body> {
         headers,
         StatusCode::NOT_FOUND,
         "not_found",
-        "Not found",
+        "404 Not found",
         "There is nothing here.",
     )
 }

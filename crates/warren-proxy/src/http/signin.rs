@@ -165,8 +165,10 @@ pub(crate) fn session(
     (c.host == target.host).then(|| (c, raw.to_owned()))
 }
 
-/// No session: browsers go to sign in, other clients get 401.
-pub(crate) fn anonymous(shared: &Shared, target: &Target, req: &Parts) -> Response<Body> {
+/// No session: browsers (`Accept` with `text/html`, or a navigation) go to sign in; other
+/// clients get 401 with `WWW-Authenticate: Bearer` — a redirect to an HTML login page is
+/// of no use to them.
+pub(crate) fn anonymous(shared: &Shared, req: &Parts) -> Response<Body> {
     let headers = &req.headers;
     if !pages::wants_html(headers) {
         let mut r = pages::json_error(
@@ -196,7 +198,6 @@ pub(crate) fn anonymous(shared: &Shared, target: &Target, req: &Parts) -> Respon
         Some(b) => (b.to_owned(), false),
         None => (random_token(32), true),
     };
-    let _ = target;
     let start = url::form_urlencoded::Serializer::new(String::new())
         .append_pair("return", &ret)
         .append_pair("bind", &hash(&bind))

@@ -229,7 +229,7 @@ impl Browser {
     pub async fn post_form(&mut self, url: &str, form: &[(String, String)]) -> Seen {
         let seen = self.once(self.http.post(url).form(form), url).await;
         match (&seen.location, seen.status) {
-            (Some(l), 301 | 302 | 303) => {
+            (Some(l), 301..=303) => {
                 let l = l.clone();
                 self.hops.push(seen);
                 self.get(&l).await

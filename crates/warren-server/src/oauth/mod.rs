@@ -317,11 +317,13 @@ fn consent_page(
     let csrf = cookies::consent_csrf(key, session);
     let mut fields = p.pairs();
     fields.push(("csrf_token", &csrf));
-    pages::page(
+    let mut r = pages::page(
         StatusCode::OK,
         "Allow access?",
         &pages::consent(&v.client.name, username, &pages::hidden_fields(&fields)),
-    )
+    );
+    pages::allow_form_redirects(&mut r);
+    r
 }
 
 fn login_page(
@@ -351,6 +353,7 @@ fn login_page(
             error,
         ),
     );
+    pages::allow_form_redirects(&mut r);
     let c = cookies::set_cookie(
         cookies::PRELOGIN_COOKIE,
         &prelogin,

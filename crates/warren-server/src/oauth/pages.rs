@@ -50,6 +50,21 @@ pub fn page(status: StatusCode, title: &str, body: &str) -> Response {
     r
 }
 
+/// Lets a sign-in form's submission end where the client sends the browser. Browsers apply
+/// `form-action` to every redirect that follows a form post (login → authorize → the
+/// client's redirect URI → wherever the client goes next, e.g. the proxy's hand-off to a
+/// workspace host), so any `form-action` list stops the sign-in at some hop. The page has
+/// no script (`default-src 'none'`) and escapes all it shows, which is what keeps injected
+/// forms out; `form-action` is dropped on the login and consent pages only.
+pub fn allow_form_redirects(r: &mut Response) {
+    r.headers_mut().insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'",
+        ),
+    );
+}
+
 /// An error shown in the browser instead of redirecting (bad client or redirect URI).
 pub fn error(status: StatusCode, message: &str) -> Response {
     page(

@@ -1,0 +1,346 @@
+//! `warren proxy`: read the proxy's settings (flags, `WARREN_*` variables, an optional TOML
+//! file), validate them, bind its listeners (HTTP, and SSH unless `--no-ssh`) and run it
+//! until Ctrl-C or SIGTERM. `warren proxy rotate-key` rotates the cookie-signing key (the
+//! previous key stays valid for one session lifetime; a running proxy picks it up).
+//!
+//! The proxy's OAuth client must be registered on the server first (an admin:
+//! `POST /api/v1/oauth/clients` with `first_party: true` and the redirect URI
+//! `{scheme}://auth.{domain}[:port]/oauth/callback`); `warren up` does that itself.
+
+use crate::relay_cmd::{read_secret, shutdown_on_signals};
+use anyhow::{bail, Context};
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use tokio::net::TcpListener;
+use url::Url;
+use warren_proxy::{config, ProxyConfig, ProxyListeners};
+
+/// Default address of the HTTP listener (browsers and API clients, usually behind a load
+/// balancer that terminates TLS).
+const DEFAULT_HTTP_LISTEN: &str = "0.0.0.0:7080";
+/// Default address of the SSH listener.
+const DEFAULT_SSH_LISTEN: &str = "0.0.0.0:2222";
+/// Default OAuth client id of the proxy.
+pub(crate) const DEFAULT_OAUTH_CLIENT_ID: &str = "warren-proxy";
+
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct ProxyArgs {
+    #[command(subcommand)]
+    command: Option<ProxyCommand>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum ProxyCommand {
+    /// Rotate the cookie-signing key in the state directory; sessions signed with the
+    /// previous key stay valid for one session lifetime.
+    RotateKey {
+        /// The proxy's state directory.
+        #[arg(long, env = "WARREN_PROXY_STATE_DIR")]
+        state_dir: PathBuf,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// TOML file with any of the settings below (snake_case keys) plus
+    /// session_lifetime_secs, authorization_cache_secs, activity_report_secs and
+    /// ssh_host_key_file; flags and variables win.
+    #[arg(long, env = "WARREN_PROXY_CONFIG")]
+    config: Option<PathBuf>,
+    /// Address of the HTTP listener [default: 0.0.0.0:7080].
+    #[arg(long, env = "WARREN_PROXY_HTTP_LISTEN")]
+    http_listen: Option<SocketAddr>,
+    /// Address of the SSH listener [default: 0.0.0.0:2222].
+    #[arg(long, env = "WARREN_PROXY_SSH_LISTEN")]
+    ssh_listen: Option<SocketAddr>,
+    /// Run no SSH listener.
+    #[arg(long, env = "WARREN_PROXY_NO_SSH")]
+    no_ssh: bool,
+    /// Directory of the proxy's keys (cookie keys, SSH host key).
+    #[arg(long, env = "WARREN_PROXY_STATE_DIR")]
+    state_dir: Option<PathBuf>,
+    /// Workspace hosts are `{port}-{workspace}.{domain}`; `auth.{domain}` must reach the
+    /// proxy too.
+    #[arg(long, env = "WARREN_WORKSPACE_DOMAIN")]
+    workspace_domain: Option<String>,
+    /// Scheme browsers use: http or https (then cookies are Secure) [default: http].
+    #[arg(long, env = "WARREN_PROXY_PUBLIC_SCHEME")]
+    public_scheme: Option<String>,
+    /// Port browsers use when it is not the scheme's default.
+    #[arg(long, env = "WARREN_PROXY_PUBLIC_PORT")]
+    public_port: Option<u16>,
+    /// Base URL of the server as the proxy reaches it.
+    #[arg(long, env = "WARREN_SERVER_URL")]
+    server_url: Option<Url>,
+    /// Base URL of the server as browsers reach it [default: --server-url].
+    #[arg(long, env = "WARREN_SERVER_PUBLIC_URL")]
+    server_public_url: Option<Url>,
+    /// A relay's internal listener.
+    #[arg(long, env = "WARREN_RELAY_URL")]
+    relay_url: Option<Url>,
+    /// File holding the relay↔server↔proxy shared secret (or set WARREN_PROXY_SHARED_SECRET).
+    #[arg(long, env = "WARREN_PROXY_SHARED_SECRET_FILE")]
+    shared_secret_file: Option<PathBuf>,
+    /// The proxy's OAuth client id [default: warren-proxy].
+    #[arg(long, env = "WARREN_PROXY_OAUTH_CLIENT_ID")]
+    oauth_client_id: Option<String>,
+    /// File holding the OAuth client secret (or set WARREN_PROXY_OAUTH_CLIENT_SECRET).
+    #[arg(long, env = "WARREN_PROXY_OAUTH_CLIENT_SECRET_FILE")]
+    oauth_client_secret_file: Option<PathBuf>,
+    /// Direct mode: dial workspaces at this template instead of through the relay, e.g.
+    /// `{workspace}.{namespace}.svc.cluster.local:{port}`.
+    #[arg(long, env = "WARREN_PROXY_DIRECT_UPSTREAM")]
+    direct_upstream: Option<String>,
+}
+
+/// The TOML file; every key optional, unknown keys refused.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProxyFile {
+    http_listen: Option<SocketAddr>,
+    ssh_listen: Option<SocketAddr>,
+    no_ssh: Option<bool>,
+    state_dir: Option<PathBuf>,
+    workspace_domain: Option<String>,
+    public_scheme: Option<String>,
+    public_port: Option<u16>,
+    server_url: Option<Url>,
+    server_public_url: Option<Url>,
+    relay_url: Option<Url>,
+    shared_secret_file: Option<PathBuf>,
+    oauth_client_id: Option<String>,
+    oauth_client_secret_file: Option<PathBuf>,
+    direct_upstream: Option<String>,
+    session_lifetime_secs: Option<u64>,
+    authorization_cache_secs: Option<u64>,
+    activity_report_secs: Option<u64>,
+    ssh_host_key_file: Option<PathBuf>,
+    tls_cert_file: Option<PathBuf>,
+    tls_key_file: Option<PathBuf>,
+}
+
+struct Resolved {
+    config: ProxyConfig,
+    http_listen: SocketAddr,
+    ssh_listen: Option<SocketAddr>,
+}
+
+fn secret_from(env: &str, file: Option<PathBuf>, what: &str, how: &str) -> anyhow::Result<String> {
+    match (std::env::var(env).ok(), file) {
+        (_, Some(path)) => read_secret(&path, what),
+        (Some(s), None) if !s.is_empty() => Ok(s),
+        _ => bail!("the {what} is required: {how} or {env}"),
+    }
+}
+
+fn resolve(args: RunArgs) -> anyhow::Result<Resolved> {
+    let file = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            toml::from_str::<ProxyFile>(&text)
+                .with_context(|| format!("parsing {}", path.display()))?
+        }
+        None => ProxyFile::default(),
+    };
+    let server_url = args
+        .server_url
+        .or(file.server_url)
+        .context("the server URL is required: --server-url, WARREN_SERVER_URL or server_url")?;
+    let shared_secret = secret_from(
+        "WARREN_PROXY_SHARED_SECRET",
+        args.shared_secret_file.or(file.shared_secret_file),
+        "shared secret",
+        "--shared-secret-file, WARREN_PROXY_SHARED_SECRET_FILE, shared_secret_file",
+    )?;
+    let oauth_client_secret = secret_from(
+        "WARREN_PROXY_OAUTH_CLIENT_SECRET",
+        args.oauth_client_secret_file.or(file.oauth_client_secret_file),
+        "OAuth client secret",
+        "--oauth-client-secret-file, WARREN_PROXY_OAUTH_CLIENT_SECRET_FILE, oauth_client_secret_file",
+    )?;
+    let config = ProxyConfig {
+        state_dir: args
+            .state_dir
+            .or(file.state_dir)
+            .context("the state directory is required: --state-dir, WARREN_PROXY_STATE_DIR or state_dir")?,
+        workspace_domain: args.workspace_domain.or(file.workspace_domain).context(
+            "the workspace domain is required: --workspace-domain, WARREN_WORKSPACE_DOMAIN or workspace_domain",
+        )?,
+        public_scheme: args
+            .public_scheme
+            .or(file.public_scheme)
+            .unwrap_or_else(|| "http".into()),
+        public_port: args.public_port.or(file.public_port),
+        server_public_url: args
+            .server_public_url
+            .or(file.server_public_url)
+            .unwrap_or_else(|| server_url.clone()),
+        server_url,
+        relay_url: args
+            .relay_url
+            .or(file.relay_url)
+            .context("the relay URL is required: --relay-url, WARREN_RELAY_URL or relay_url")?,
+        shared_secret,
+        oauth_client_id: args
+            .oauth_client_id
+            .or(file.oauth_client_id)
+            .unwrap_or_else(|| DEFAULT_OAUTH_CLIENT_ID.into()),
+        oauth_client_secret,
+        session_lifetime_secs: file
+            .session_lifetime_secs
+            .unwrap_or(config::DEFAULT_SESSION_LIFETIME_SECS),
+        authorization_cache_secs: file
+            .authorization_cache_secs
+            .unwrap_or(config::DEFAULT_AUTHORIZATION_CACHE_SECS),
+        activity_report_secs: file
+            .activity_report_secs
+            .unwrap_or(config::DEFAULT_ACTIVITY_REPORT_SECS),
+        direct_upstream: args.direct_upstream.or(file.direct_upstream),
+        tls_cert_file: file.tls_cert_file,
+        tls_key_file: file.tls_key_file,
+        ssh_host_key_file: file.ssh_host_key_file,
+    };
+    config.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let http_listen = match args.http_listen.or(file.http_listen) {
+        Some(a) => a,
+        None => DEFAULT_HTTP_LISTEN.parse().expect("valid default"),
+    };
+    let ssh_listen = if args.no_ssh || file.no_ssh.unwrap_or(false) {
+        None
+    } else {
+        Some(match args.ssh_listen.or(file.ssh_listen) {
+            Some(a) => a,
+            None => DEFAULT_SSH_LISTEN.parse().expect("valid default"),
+        })
+    };
+    Ok(Resolved {
+        config,
+        http_listen,
+        ssh_listen,
+    })
+}
+
+pub async fn run(args: ProxyArgs) -> anyhow::Result<()> {
+    match args.command {
+        Some(ProxyCommand::RotateKey { state_dir }) => rotate_key(&state_dir),
+        None => serve(args.run).await,
+    }
+}
+
+fn rotate_key(state_dir: &std::path::Path) -> anyhow::Result<()> {
+    let f = warren_proxy::rotate_cookie_key(state_dir)
+        .with_context(|| format!("rotating the cookie key in {}", state_dir.display()))?;
+    println!(
+        "Rotated the cookie key in {}; the previous key stays valid for one session lifetime (rotated at unix time {}).",
+        state_dir.display(),
+        f.rotated_at.unwrap_or_default()
+    );
+    Ok(())
+}
+
+async fn serve(args: RunArgs) -> anyhow::Result<()> {
+    // Everything is validated before anything is bound.
+    let r = resolve(args)?;
+    let http = TcpListener::bind(r.http_listen)
+        .await
+        .with_context(|| format!("binding the proxy's HTTP listener to {}", r.http_listen))?;
+    let ssh = match r.ssh_listen {
+        Some(a) => Some(
+            TcpListener::bind(a)
+                .await
+                .with_context(|| format!("binding the proxy's SSH listener to {a}"))?,
+        ),
+        None => None,
+    };
+    tracing::info!(http = %r.http_listen, ssh = ?r.ssh_listen, domain = %r.config.workspace_domain, "proxy listening");
+    let shutdown = shutdown_on_signals();
+    warren_proxy::run(r.config, ProxyListeners { http, ssh }, shutdown)
+        .await
+        .context("the proxy stopped")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct T {
+        #[command(flatten)]
+        a: RunArgs,
+    }
+
+    #[test]
+    fn file_and_flags_resolve_and_validate() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, format!("{}\n", "s".repeat(40))).unwrap();
+        let oauth = dir.path().join("oauth");
+        std::fs::write(&oauth, "client-secret\n").unwrap();
+        let cfg = dir.path().join("proxy.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "state_dir = {:?}\nworkspace_domain = \"ws.example.com\"\nserver_url = \"http://server:7070\"\n\
+                 relay_url = \"http://relay:7082\"\nshared_secret_file = {:?}\n\
+                 oauth_client_secret_file = {:?}\nauthorization_cache_secs = 10\nno_ssh = true\n",
+                dir.path().join("state"),
+                secret,
+                oauth
+            ),
+        )
+        .unwrap();
+        let t = T::parse_from([
+            "t",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--public-port",
+            "8443",
+            "--public-scheme",
+            "https",
+        ]);
+        let r = resolve(t.a).unwrap();
+        assert_eq!(r.config.authorization_cache_secs, 10);
+        assert_eq!(r.config.shared_secret, "s".repeat(40));
+        assert_eq!(r.config.oauth_client_secret, "client-secret");
+        assert_eq!(r.config.oauth_client_id, DEFAULT_OAUTH_CLIENT_ID);
+        assert_eq!(r.config.server_public_url.as_str(), "http://server:7070/");
+        assert_eq!(
+            r.config.callback_url(),
+            "https://auth.ws.example.com:8443/oauth/callback"
+        );
+        assert_eq!(r.ssh_listen, None);
+        assert_eq!(r.http_listen.to_string(), DEFAULT_HTTP_LISTEN);
+
+        // Unknown keys and invalid values are refused before anything binds.
+        std::fs::write(&cfg, "no_such_key = 1\n").unwrap();
+        let t = T::parse_from(["t", "--config", cfg.to_str().unwrap()]);
+        assert!(format!("{:#}", resolve(t.a).err().unwrap()).contains("no_such_key"));
+        std::fs::write(
+            &cfg,
+            format!(
+                "state_dir = \"/tmp/x\"\nworkspace_domain = \"https://bad\"\nserver_url = \"http://s\"\n\
+                 relay_url = \"http://r\"\nshared_secret_file = {secret:?}\noauth_client_secret_file = {oauth:?}\n"
+            ),
+        )
+        .unwrap();
+        let t = T::parse_from(["t", "--config", cfg.to_str().unwrap()]);
+        assert!(format!("{:#}", resolve(t.a).err().unwrap()).contains("workspace_domain"));
+    }
+
+    #[test]
+    fn rotate_key_keeps_the_previous_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = warren_proxy::http_keys::load_or_create(dir.path()).unwrap();
+        rotate_key(dir.path()).unwrap();
+        let after = warren_proxy::http_keys::load_or_create(dir.path()).unwrap();
+        assert_eq!(after.previous.as_deref(), Some(first.current.as_str()));
+        assert_ne!(after.current, first.current);
+        assert!(after.rotated_at.is_some());
+    }
+}

@@ -11,7 +11,9 @@
 
 use super::plan::{Role, CONTAINER_LABEL, POD_HASH_LABEL, WORKSPACE_NAME_LABEL};
 use super::{label, runtime_err, summary_order, summary_role, summary_running, EngineRuntime};
-use crate::runtime::{ByteStream, ExecOutput, ExecSession, ExecSpec, RuntimeError, WorkspaceKey};
+use crate::runtime::{
+    shell_wrapped, ByteStream, ExecOutput, ExecSession, ExecSpec, RuntimeError, WorkspaceKey,
+};
 use bollard::container::LogOutput;
 use bollard::exec::{ResizeExecOptions, StartExecOptions, StartExecResults};
 use bollard::models::{ContainerSummary, ExecConfig};
@@ -62,21 +64,12 @@ impl EngineRuntime {
     /// Podman ignores `ConsoleSize` and refuses a resize before start, and a resize right
     /// after start races with the process reading its size: a process that asks at once
     /// (`stty size`, a full-screen program) would see 0×0. So on Podman a terminal's command
-    /// is wrapped to set the size on its terminal first; `/bin/sh` is all it needs, and a
-    /// missing `stty` only loses the early size (the resize after start still lands).
+    /// is wrapped to set the size on its terminal first ([`shell_wrapped`]).
     fn command_with_size(&self, spec: &ExecSpec) -> Vec<String> {
         match spec.size {
             Some(size) if spec.tty && self.inner.is_podman => {
-                let mut argv = vec![
-                    "/bin/sh".to_owned(),
-                    "-c".to_owned(),
-                    format!(
-                        "stty rows {} cols {} 2>/dev/null; exec \"$0\" \"$@\"",
-                        size.rows, size.cols
-                    ),
-                ];
-                argv.extend(spec.command.iter().cloned());
-                argv
+                shell_wrapped(&spec.command, &[], Some(size))
+                    .unwrap_or_else(|_| spec.command.clone())
             }
             _ => spec.command.clone(),
         }

@@ -21,10 +21,12 @@
 //! deployments and pods list/watch; and in workspace namespaces get/patch/delete on the kinds
 //! of [`KINDS`] (server-side apply is a PATCH).
 
+mod exec;
 mod objects;
 mod quantity;
 mod status;
 
+pub use exec::exit_from_status;
 pub use objects::{dedicated_namespace, inventory_name, KINDS, WORKSPACE_NAME_LABEL};
 pub use status::{pod_failure, FAILURE_REASONS};
 
@@ -453,12 +455,9 @@ impl WorkspaceRuntime for KubernetesRuntime {
     async fn exec(
         &self,
         workspace: &WorkspaceKey,
-        _spec: super::ExecSpec,
+        spec: super::ExecSpec,
     ) -> Result<super::ExecSession, RuntimeError> {
-        // Placeholder until exec lands for this runtime.
-        Err(RuntimeError::NotFound(format!(
-            "exec in workspace {workspace}"
-        )))
+        self.exec_in(workspace, spec).await
     }
 
     async fn apply(

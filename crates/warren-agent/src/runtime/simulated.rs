@@ -317,7 +317,8 @@ impl WorkspaceRuntime for SimulatedRuntime {
         };
         let out = tokio_util::io::ReaderStream::new(stdout)
             .map(move |r| r.map(ExecOutput::Stdout).map_err(read_err));
-        // With a "tty" both streams are one, as they would be on a terminal.
+        // With a "tty" both streams are one, as they would be on a terminal (but read from
+        // two pipes, so their relative order is not kept).
         let err = tokio_util::io::ReaderStream::new(stderr).map(move |r| {
             r.map(|b| {
                 if tty {

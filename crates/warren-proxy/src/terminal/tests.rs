@@ -236,19 +236,26 @@ async fn the_terminal_runs_a_login_shell_with_size_resize_and_exit_code() {
         vec![serde_json::json!({"type": "exit", "code": 5})],
         "{out}"
     );
-    assert_eq!(
-        env.runtime.exec_resizes(),
-        vec![
-            TerminalSize {
-                cols: 100,
-                rows: 30
-            },
-            TerminalSize {
-                cols: 132,
-                rows: 43
-            }
-        ]
-    );
+    // Recorded asynchronously by the simulated runtime.
+    let want = vec![
+        TerminalSize {
+            cols: 100,
+            rows: 30,
+        },
+        TerminalSize {
+            cols: 132,
+            rows: 43,
+        },
+    ];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while env.runtime.exec_resizes() != want {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "sizes: {:?}",
+            env.runtime.exec_resizes()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert_eq!(env.shared.activity.pending(), vec![WorkspaceId(42)]);
 }
 

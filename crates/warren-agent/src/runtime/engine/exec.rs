@@ -8,6 +8,10 @@
 //! create is ignored and a resize before start fails ("exec session state improper"), and a
 //! resize right after start comes too late for a process that reads its size at once (see
 //! [`EngineRuntime::command_with_size`]); a resize of an exec that ended fails harmlessly.
+//!
+//! The engine API cannot kill an exec. Dropping a session closes the attach connection: a
+//! process reading stdin sees EOF and usually ends, but one that does not read it (`sleep`,
+//! even under a tty, as conmon keeps the terminal open) keeps running, detached.
 
 use super::plan::{Role, CONTAINER_LABEL, POD_HASH_LABEL, WORKSPACE_NAME_LABEL};
 use super::{label, runtime_err, summary_order, summary_role, summary_running, EngineRuntime};

@@ -157,12 +157,16 @@ async fn tty_sessions_merge_output_and_take_sizes() {
         }),
     )
     .await;
-    send(&mut io, ExecFrame::Stdin(b"line\n".to_vec())).await;
+    // Enter on a terminal is CR; the (simulated) line discipline hands the shell LF.
+    send(&mut io, ExecFrame::Stdin(b"line\r".to_vec())).await;
     let (out, err, exit) = collect(&mut io).await;
-    assert!(out.contains("size 91 33\n"), "{out}");
+    assert!(out.contains("size 91 33\r\n"), "{out}");
     // Merged from two pipes by the simulated runtime: the order between them is not kept.
-    assert!(out.contains("err\n"), "stderr is merged with a tty: {out}");
-    assert!(out.contains("got line\n"), "{out}");
+    assert!(
+        out.contains("err\r\n"),
+        "stderr is merged with a tty: {out}"
+    );
+    assert!(out.contains("got line\r\n"), "{out}");
     assert_eq!(err, "");
     assert_eq!(exit.code, Some(0));
     // The agent hands sizes to the runtime in order; the simulated runtime records them

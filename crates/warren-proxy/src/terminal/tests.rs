@@ -223,14 +223,14 @@ async fn the_terminal_runs_a_login_shell_with_size_resize_and_exit_code() {
         .await
         .unwrap();
     ws.send(WsMessage::Binary(
-        b"echo \"cols=$COLUMNS term=$TERM\"; exit 5\n"
+        b"echo \"cols=$COLUMNS term=$TERM\"; exit 5\r"
             .to_vec()
             .into(),
     ))
     .await
     .unwrap();
     let (out, texts) = until_close(&mut ws).await;
-    assert!(out.contains("cols=100 term=xterm-256color"), "{out}");
+    assert!(out.contains("cols=100 term=xterm-256color\r\n"), "{out}");
     assert_eq!(
         texts,
         vec![serde_json::json!({"type": "exit", "code": 5})],

@@ -42,6 +42,16 @@ pub enum SshError {
     Accept(#[source] std::io::Error),
 }
 
+/// Loads the host key, generating it on first use; a key that cannot be read is an error.
+pub(crate) fn check_host_key(config: &crate::ProxyConfig) -> Result<(), ProxyError> {
+    host_key::load_or_create(&config.ssh_host_key_path())
+        .map(|_| ())
+        .map_err(|e| ProxyError::Serve {
+            what: "ssh",
+            source: Box::new(SshError::HostKey(e)),
+        })
+}
+
 /// Serves SSH on `listener` until `shutdown`.
 pub(crate) async fn serve(
     shared: Arc<Shared>,

@@ -31,6 +31,13 @@ impl Activity {
         *e = (*e).max(now);
     }
 
+    /// Workspaces with unreported activity (tests).
+    #[cfg(test)]
+    pub(crate) fn pending(&self) -> Vec<WorkspaceId> {
+        let p = self.pending.lock().expect("activity lock poisoned");
+        p.keys().copied().collect()
+    }
+
     fn take(&self) -> Vec<WorkspaceActivity> {
         let mut p = self.pending.lock().expect("activity lock poisoned");
         p.drain()

@@ -189,7 +189,7 @@ struct World {
 async fn world(ws_name: &str) -> Result<World> {
     let stack = Stack::start().await?;
     let files = tempfile::tempdir()?;
-    // stack.runtime.enable_exec(files.path());
+    stack.runtime.enable_exec(files.path());
     let client = Client::new(stack.ssh_addr.context("the stack runs SSH")?)?;
     let alice = stack.user("alice").await?;
     let key = client.keygen("alice_key").await?;

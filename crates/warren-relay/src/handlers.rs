@@ -1,5 +1,7 @@
-//! The relay's HTTP handlers: the agent connection upgrade, and the internal signal and tunnel
-//! endpoints; plus serving the streams an agent opens.
+//! The relay's HTTP handlers: the agent connection upgrade, and the internal signal, tunnel and
+//! exec endpoints; plus serving the streams an agent opens. Tunnels and exec sessions share
+//! one path (wait for the agent, route across instances, splice the upgraded connection);
+//! they differ only in the [`StreamOpen`] the agent receives.
 
 use crate::registry::{AgentSession, ConnectionEntry, ConnectionId, InstanceId};
 use crate::server::ServerError;
@@ -18,8 +20,9 @@ use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 use warren_types::api::{ApiError, ApiErrorBody};
 use warren_types::relay::{
-    AuthenticateResponse, DialErrorCode, DialReply, ReconcileReply, SignalResponse, StreamOpen,
-    TunnelQuery, AGENT_CONNECT_PATH, AGENT_ID_RESPONSE_HEADER, AGENT_NOT_HERE, PEER_SIGNAL_ROUTE,
+    AuthenticateResponse, DialErrorCode, DialReply, DialTarget, ExecQuery, ExecTarget,
+    ReconcileReply, SignalResponse, StreamOpen, TunnelQuery, AGENT_CONNECT_PATH,
+    AGENT_ID_RESPONSE_HEADER, AGENT_NOT_HERE, EXEC_ROUTE, PEER_EXEC_ROUTE, PEER_SIGNAL_ROUTE,
     PEER_TUNNEL_ROUTE, SIGNAL_ROUTE, TUNNEL_PROTOCOL, TUNNEL_ROUTE,
 };
 use warren_types::AgentId;
@@ -329,6 +332,7 @@ pub(crate) fn internal_router(relay: Relay) -> Router {
     Router::new()
         .route(SIGNAL_ROUTE, post(signal))
         .route(TUNNEL_ROUTE, get(tunnel_open))
+        .route(EXEC_ROUTE, get(exec_open))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "not_found", "no such endpoint") })
         .with_state(relay)
 }
@@ -434,11 +438,61 @@ enum Attempt<S> {
     Failed(Response),
 }
 
+/// Longest JSON exec request accepted (argv and environment of an SSH session fit easily).
+const MAX_EXEC_REQUEST_LEN: usize = 16 * 1024;
+
+/// What a client asked the agent to open: a byte stream to an endpoint or an exec session.
+#[derive(Debug, Clone)]
+enum StreamTarget {
+    Dial(DialTarget),
+    Exec(ExecTarget),
+}
+
+impl StreamTarget {
+    fn open(&self) -> StreamOpen {
+        match self {
+            StreamTarget::Dial(t) => StreamOpen::Dial(t.clone()),
+            StreamTarget::Exec(t) => StreamOpen::Exec(t.clone()),
+        }
+    }
+
+    fn peer_route(&self) -> &'static str {
+        match self {
+            StreamTarget::Dial(_) => PEER_TUNNEL_ROUTE,
+            StreamTarget::Exec(_) => PEER_EXEC_ROUTE,
+        }
+    }
+
+    /// The same query string the internal endpoint took, for the gateway instance.
+    fn peer_query(&self) -> Result<Vec<(String, String)>, serde_json::Error> {
+        Ok(match self {
+            StreamTarget::Dial(t) => vec![
+                ("workspace".into(), t.workspace.clone()),
+                ("namespace".into(), t.namespace.clone()),
+                ("port".into(), t.port.to_string()),
+            ],
+            StreamTarget::Exec(t) => vec![("request".into(), serde_json::to_string(t)?)],
+        })
+    }
+
+    /// For the timeout message: what the agent did not manage in time.
+    fn describe(&self) -> String {
+        match self {
+            StreamTarget::Dial(t) => {
+                format!("reach port {} of {}/{}", t.port, t.namespace, t.workspace)
+            }
+            StreamTarget::Exec(t) => {
+                format!("start a process in {}/{}", t.namespace, t.workspace)
+            }
+        }
+    }
+}
+
 fn parse_target(
     query: Result<Query<TunnelQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<warren_types::relay::DialTarget, Rejection> {
+) -> Result<StreamTarget, Rejection> {
     match query {
-        Ok(Query(q)) => Ok(q),
+        Ok(Query(q)) => Ok(StreamTarget::Dial(q)),
         Err(e) => Err(Rejection(
             StatusCode::BAD_REQUEST,
             "invalid_query",
@@ -447,12 +501,38 @@ fn parse_target(
     }
 }
 
-/// Asks the agent, through one of this instance's `sessions`, to dial `target`.
+fn parse_exec(
+    query: Result<Query<ExecQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<StreamTarget, Rejection> {
+    let bad = |message: String| Rejection(StatusCode::BAD_REQUEST, "invalid_exec_request", message);
+    let Query(q) = query.map_err(|e| {
+        Rejection(
+            StatusCode::BAD_REQUEST,
+            "invalid_query",
+            format!("expected ?request=<JSON exec request>: {e}"),
+        )
+    })?;
+    if q.request.len() > MAX_EXEC_REQUEST_LEN {
+        return Err(bad(format!(
+            "the exec request is {} bytes; at most {MAX_EXEC_REQUEST_LEN} are accepted",
+            q.request.len()
+        )));
+    }
+    let target: ExecTarget = serde_json::from_str(&q.request)
+        .map_err(|e| bad(format!("the exec request is not valid: {e}")))?;
+    if target.command.is_empty() {
+        return Err(bad("the exec request's command is empty".into()));
+    }
+    Ok(StreamTarget::Exec(target))
+}
+
+/// Asks the agent, through one of this instance's `sessions`, to dial `target` or start its
+/// process.
 async fn dial_local(
     relay: &Relay,
     agent: AgentId,
     sessions: &[AgentSession],
-    target: &warren_types::relay::DialTarget,
+    target: &StreamTarget,
 ) -> Attempt<TunnelStream> {
     // Replicas of one agent share the runtime, so any of them can dial; the first whose
     // connection still opens a stream is used.
@@ -470,7 +550,7 @@ async fn dial_local(
         return Attempt::NotHere;
     };
     let dial = async {
-        write_json(&mut stream, &StreamOpen::Dial(target.clone())).await?;
+        write_json(&mut stream, &target.open()).await?;
         read_json::<_, DialReply>(&mut stream).await
     };
     match tokio::time::timeout(relay.config.dial_timeout(), dial).await {
@@ -491,10 +571,7 @@ async fn dial_local(
         Err(_) => Attempt::Failed(error(
             StatusCode::GATEWAY_TIMEOUT,
             "dial_timeout",
-            format!(
-                "the agent did not reach port {} of {}/{} in time",
-                target.port, target.namespace, target.workspace
-            ),
+            format!("the agent did not {} in time", target.describe()),
         )),
     }
 }
@@ -539,6 +616,26 @@ async fn tunnel_open(
     query: Result<Query<TunnelQuery>, axum::extract::rejection::QueryRejection>,
     req: Request,
 ) -> Response {
+    internal_open(relay, agent, parse_target(query), req).await
+}
+
+async fn exec_open(
+    State(relay): State<Relay>,
+    Path(agent): Path<String>,
+    query: Result<Query<ExecQuery>, axum::extract::rejection::QueryRejection>,
+    req: Request,
+) -> Response {
+    internal_open(relay, agent, parse_exec(query), req).await
+}
+
+/// The internal tunnel and exec endpoints: check the caller, then open the stream through
+/// whichever instance holds the agent, waiting a bounded time for a late agent.
+async fn internal_open(
+    relay: Relay,
+    agent: String,
+    target: Result<StreamTarget, Rejection>,
+    req: Request,
+) -> Response {
     if let Err(resp) = check_internal(&relay, req.headers()) {
         return resp.into_response();
     }
@@ -546,7 +643,7 @@ async fn tunnel_open(
         Ok(a) => a,
         Err(resp) => return resp.into_response(),
     };
-    let target = match parse_target(query) {
+    let target = match target {
         Ok(t) => t,
         Err(resp) => return resp.into_response(),
     };
@@ -566,7 +663,7 @@ async fn tunnel_open(
             }
         }
         for (instance, url) in relay.remote_candidates(agent).await {
-            match relay.forward_tunnel(agent, instance, &url, &target).await {
+            match relay.forward_stream(agent, instance, &url, &target).await {
                 Attempt::Open(stream) => return splice(&relay, req, stream),
                 Attempt::Failed(resp) => return resp,
                 Attempt::NotHere => {}
@@ -639,13 +736,14 @@ impl Relay {
         }
     }
 
-    /// Asks the gateway `instance` to open a tunnel through its own connection of `agent`.
-    async fn forward_tunnel(
+    /// Asks the gateway `instance` to open a tunnel or exec session through its own
+    /// connection of `agent`.
+    async fn forward_stream(
         &self,
         agent: AgentId,
         instance: InstanceId,
         base: &url::Url,
-        target: &warren_types::relay::DialTarget,
+        target: &StreamTarget,
     ) -> Attempt<reqwest::Upgraded> {
         let Some(peer) = &self.peer else {
             return Attempt::NotHere;
@@ -657,10 +755,20 @@ impl Relay {
                 return Attempt::NotHere;
             }
         };
+        let query = match target.peer_query() {
+            Ok(q) => q,
+            Err(e) => {
+                return Attempt::Failed(error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    format!("encoding the request for the gateway: {e}"),
+                ))
+            }
+        };
         let resp = peer
             .http
-            .get(Self::peer_url(base, PEER_TUNNEL_ROUTE, agent))
-            .query(target)
+            .get(Self::peer_url(base, target.peer_route(), agent))
+            .query(&query)
             .bearer_auth(token)
             .header(header::CONNECTION, "upgrade")
             .header(header::UPGRADE, TUNNEL_PROTOCOL)
@@ -714,6 +822,7 @@ pub(crate) fn peer_router(relay: Relay) -> Router {
     Router::new()
         .route(PEER_SIGNAL_ROUTE, post(peer_signal))
         .route(PEER_TUNNEL_ROUTE, get(peer_tunnel))
+        .route(PEER_EXEC_ROUTE, get(peer_exec))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "not_found", "no such endpoint") })
         .with_state(relay)
 }
@@ -779,6 +888,25 @@ async fn peer_tunnel(
     query: Result<Query<TunnelQuery>, axum::extract::rejection::QueryRejection>,
     req: Request,
 ) -> Response {
+    peer_open(relay, agent, parse_target(query), req).await
+}
+
+async fn peer_exec(
+    State(relay): State<Relay>,
+    Path(agent): Path<String>,
+    query: Result<Query<ExecQuery>, axum::extract::rejection::QueryRejection>,
+    req: Request,
+) -> Response {
+    peer_open(relay, agent, parse_exec(query), req).await
+}
+
+/// A gateway's side of a forwarded tunnel or exec session.
+async fn peer_open(
+    relay: Relay,
+    agent: String,
+    target: Result<StreamTarget, Rejection>,
+    req: Request,
+) -> Response {
     let agent = match parse_agent(&agent) {
         Ok(a) => a,
         Err(resp) => return resp.into_response(),
@@ -786,7 +914,7 @@ async fn peer_tunnel(
     if let Err(resp) = check_peer(&relay, req.headers(), agent) {
         return resp.into_response();
     }
-    let target = match parse_target(query) {
+    let target = match target {
         Ok(t) => t,
         Err(resp) => return resp.into_response(),
     };

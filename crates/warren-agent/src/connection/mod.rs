@@ -1,14 +1,18 @@
 //! The agent's one connection to the relay: dial out, authenticate with the agent token,
 //! multiplex with yamux, reconnect with jittered exponential backoff, and serve the relay's
-//! calls ("reconcile now" signals, byte streams to workspace endpoints) over it.
+//! calls ("reconcile now" signals, byte streams to workspace endpoints, exec sessions) over
+//! it. Every relay stream is served in its own task, so exec load never delays reconciling.
 //!
 //! Protocol: `warren_types::relay`. The connection is the production [`ReconcileTransport`].
 
 pub use warren_tunnel as tunnel;
 
 use crate::reconciler::{ReconcileTransport, TransportError, TransportEvents};
-use crate::runtime::{RuntimeError, WorkspaceKey, WorkspaceRuntime};
+use crate::runtime::{
+    ExecOutput, ExecSession, ExecSpec, RuntimeError, WorkspaceKey, WorkspaceRuntime,
+};
 use async_trait::async_trait;
+use futures::StreamExt;
 use rand::Rng;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,8 +24,9 @@ use url::Url;
 use warren_types::api::ApiError;
 use warren_types::reconcile::{ReconcileRequest, ReconcileResponse};
 use warren_types::relay::{
-    DialErrorCode, DialReply, DialTarget, ReconcileReply, StreamOpen, AGENT_CONNECT_PATH,
-    AGENT_ID_RESPONSE_HEADER, HEARTBEAT_INTERVAL_SECS, HEARTBEAT_TIMEOUT_SECS, TUNNEL_PROTOCOL,
+    DialErrorCode, DialReply, DialTarget, ExecExit, ExecFrame, ExecTarget, ReconcileReply,
+    StreamOpen, AGENT_CONNECT_PATH, AGENT_ID_RESPONSE_HEADER, HEARTBEAT_INTERVAL_SECS,
+    HEARTBEAT_TIMEOUT_SECS, TUNNEL_PROTOCOL,
 };
 use warren_types::AgentId;
 
@@ -268,10 +273,7 @@ impl RelayConnection {
                 self.inner.events.send_modify(|e| e.signals += 1);
             }
             StreamOpen::Dial(target) => self.serve_dial(stream, target).await,
-            StreamOpen::Exec(_) => {
-                // Placeholder until exec lands: the relay sees the stream close.
-                drop(stream);
-            }
+            StreamOpen::Exec(target) => self.serve_exec(stream, target).await,
             StreamOpen::Reconcile | StreamOpen::Ping => {
                 tracing::warn!("the relay opened an agent-to-relay stream; ignored");
             }
@@ -311,6 +313,119 @@ impl RelayConnection {
         );
         if let Err(e) = copy.await {
             tracing::debug!(workspace = %key, port = target.port, error = %e, "stream ended");
+        }
+    }
+
+    /// Runs a process for the relay: the reply, then [`ExecFrame`]s both ways until the
+    /// process ended (an `Exit` frame, then the stream closes) or the client went away (the
+    /// stream ended or broke before `Exit`), which drops the session and so ends or detaches
+    /// from the process.
+    async fn serve_exec(&self, mut stream: TunnelStream, target: ExecTarget) {
+        let key = WorkspaceKey {
+            name: target.workspace.clone(),
+            namespace: target.namespace.clone(),
+        };
+        let started = if target.command.is_empty() {
+            Err(DialReply::Failed {
+                code: DialErrorCode::ExecFailed,
+                message: "the command is empty".into(),
+            })
+        } else {
+            let spec = ExecSpec {
+                container: target.container,
+                command: target.command,
+                env: target.env.into_iter().map(|e| (e.name, e.value)).collect(),
+                tty: target.tty,
+                size: target.size,
+            };
+            self.inner.runtime.exec(&key, spec).await.map_err(|e| {
+                let code = match e {
+                    RuntimeError::NotFound(_) => DialErrorCode::WorkspaceNotFound,
+                    _ => DialErrorCode::ExecFailed,
+                };
+                DialReply::Failed {
+                    code,
+                    message: error_chain(&e),
+                }
+            })
+        };
+        let session = match started {
+            Ok(session) => session,
+            Err(reply) => {
+                tracing::info!(workspace = %key, reply = ?reply, "exec failed");
+                let _ = write_json(&mut stream, &reply).await;
+                let _ = stream.shutdown().await;
+                return;
+            }
+        };
+        if let Err(e) = write_json(&mut stream, &DialReply::Connected).await {
+            tracing::info!(error = %error_chain(&e), "relay went away before the exec started");
+            return;
+        }
+        let ExecSession {
+            stdin,
+            mut output,
+            resize,
+            exit,
+        } = session;
+        let (mut from_client, mut to_client) = tokio::io::split(stream);
+        let input = async move {
+            let mut stdin = Some(stdin);
+            loop {
+                match tunnel::read_exec_frame(&mut from_client).await {
+                    Ok(Some(ExecFrame::Stdin(bytes))) => {
+                        // A process that closed its stdin just stops getting input; resizes
+                        // still apply.
+                        if let Some(s) = stdin.as_mut() {
+                            if s.write_all(&bytes).await.is_err() || s.flush().await.is_err() {
+                                stdin = None;
+                            }
+                        }
+                    }
+                    Ok(Some(ExecFrame::StdinEof)) => {
+                        if let Some(mut s) = stdin.take() {
+                            let _ = s.shutdown().await;
+                        }
+                    }
+                    Ok(Some(ExecFrame::Resize(size))) => {
+                        // A runtime that has finished no longer takes sizes; harmless.
+                        let _ = resize.send(size).await;
+                    }
+                    Ok(Some(other)) => {
+                        return format!("the client sent an agent-to-client frame: {other:?}")
+                    }
+                    Ok(None) => return "the client closed the session".to_owned(),
+                    Err(e) => return error_chain(&e),
+                }
+            }
+        };
+        let pump = async move {
+            while let Some(item) = output.next().await {
+                let frame = match item {
+                    Ok(ExecOutput::Stdout(b)) => ExecFrame::Stdout(b.to_vec()),
+                    Ok(ExecOutput::Stderr(b)) => ExecFrame::Stderr(b.to_vec()),
+                    Err(e) => {
+                        tracing::info!(workspace = %key, error = %error_chain(&e), "exec output failed");
+                        break;
+                    }
+                };
+                tunnel::write_exec_frame(&mut to_client, &frame).await?;
+            }
+            let status = exit.await.unwrap_or_else(|e| ExecExit {
+                code: None,
+                message: Some(error_chain(&e)),
+            });
+            tunnel::write_exec_frame(&mut to_client, &ExecFrame::Exit(status)).await?;
+            to_client.shutdown().await.map_err(TunnelError::Write)
+        };
+        tokio::select! {
+            // Cancel-safe: both arms are dropped together with the session; nothing of the
+            // stream is reused afterwards.
+            why = input => tracing::debug!(reason = %why, "exec client gone; ending the process"),
+            // Cancel-safe: as above.
+            r = pump => if let Err(e) = r {
+                tracing::debug!(error = %error_chain(&e), "exec client gone before the exit");
+            },
         }
     }
 

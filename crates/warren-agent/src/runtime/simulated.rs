@@ -1,16 +1,23 @@
 //! An in-memory runtime whose transitions a test steps: a workspace becomes ready, crashes,
 //! fails to apply, finishes deleting. It synthesises Deployment objects whose status follows
 //! lifecycle.md's derivation rules, so the server derives the same states it would from a
-//! real cluster. `dial` connects to TCP addresses a test registers per endpoint.
+//! real cluster. `dial` connects to TCP addresses a test registers per endpoint; `exec` runs
+//! the command as a local child process (no PTY) once a test enabled it with
+//! [`SimulatedRuntime::enable_exec`].
 
-use super::{ByteStream, ObservedWorkspace, RuntimeError, WorkspaceKey, WorkspaceRuntime};
+use super::{
+    ByteStream, ExecOutput, ExecSession, ExecSpec, ObservedWorkspace, RuntimeError, WorkspaceKey,
+    WorkspaceRuntime,
+};
 use async_trait::async_trait;
+use futures::{FutureExt, StreamExt};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 use warren_types::reconcile::{PodFailure, TerminationProgress};
+use warren_types::relay::{ExecExit, TerminalSize};
 
 /// A test's view of one simulated workspace.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,11 +43,15 @@ struct State {
     auto_delete: bool,
     fail_list: Option<String>,
     delete_calls: u64,
+    /// Working directory of exec'd processes; `None` refuses every exec.
+    exec_dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug)]
 pub struct SimulatedRuntime {
     state: Mutex<State>,
+    /// Shared with running exec sessions, which outlive any borrow of the runtime.
+    resizes: Arc<Mutex<Vec<TerminalSize>>>,
     changes: watch::Sender<u64>,
 }
 
@@ -59,6 +70,7 @@ impl SimulatedRuntime {
     pub fn new() -> Self {
         SimulatedRuntime {
             state: Mutex::new(State::default()),
+            resizes: Arc::default(),
             changes: watch::channel(0).0,
         }
     }
@@ -150,6 +162,20 @@ impl SimulatedRuntime {
         self.lock().endpoints.insert((key.clone(), port), addr);
     }
 
+    /// Lets `exec` run commands as local child processes in `dir` (a test's temporary
+    /// directory). Off by default: a simulated runtime never runs local commands unasked.
+    pub fn enable_exec(&self, dir: impl Into<std::path::PathBuf>) {
+        self.lock().exec_dir = Some(dir.into());
+    }
+
+    /// Every terminal size exec sessions asked for, initial sizes and resizes, in order.
+    pub fn exec_resizes(&self) -> Vec<TerminalSize> {
+        self.resizes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     pub fn workspace(&self, key: &WorkspaceKey) -> Option<SimulatedWorkspace> {
         self.lock().workspaces.get(key).cloned()
     }
@@ -218,6 +244,13 @@ impl SimulatedRuntime {
     }
 }
 
+fn exec_error(key: &WorkspaceKey, message: String) -> RuntimeError {
+    RuntimeError::Runtime {
+        context: format!("exec in workspace {key}"),
+        source: Box::new(SimulatedFailure(message)),
+    }
+}
+
 fn apply_error(key: &WorkspaceKey, message: impl Into<String>) -> RuntimeError {
     RuntimeError::Apply {
         workspace: key.to_string(),
@@ -227,15 +260,106 @@ fn apply_error(key: &WorkspaceKey, message: impl Into<String>) -> RuntimeError {
 
 #[async_trait]
 impl WorkspaceRuntime for SimulatedRuntime {
-    async fn exec(
-        &self,
-        workspace: &WorkspaceKey,
-        _spec: crate::runtime::ExecSpec,
-    ) -> Result<crate::runtime::ExecSession, RuntimeError> {
-        // Placeholder until exec lands for this runtime.
-        Err(RuntimeError::NotFound(format!(
-            "exec in workspace {workspace}"
-        )))
+    async fn exec(&self, key: &WorkspaceKey, spec: ExecSpec) -> Result<ExecSession, RuntimeError> {
+        let dir = {
+            let st = self.lock();
+            let running = match st.workspaces.get(key) {
+                None => return Err(RuntimeError::NotFound(format!("workspace {key}"))),
+                Some(w) => w.replicas > 0 && !w.terminating,
+            };
+            if !running {
+                return Err(exec_error(key, "the workspace is not running".into()));
+            }
+            let Some(dir) = st.exec_dir.clone() else {
+                return Err(exec_error(
+                    key,
+                    "exec is not enabled on this simulated runtime".into(),
+                ));
+            };
+            dir
+        };
+        let Some((program, args)) = spec.command.split_first() else {
+            return Err(exec_error(key, "the command is empty".into()));
+        };
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.args(args)
+            .current_dir(dir)
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            // Dropping the session ends the process, as closing a terminal would.
+            .kill_on_drop(true);
+        if let Some(size) = spec.size.filter(|_| spec.tty) {
+            // No PTY here; the size is visible to the process the way shells publish it.
+            cmd.env("COLUMNS", size.cols.to_string())
+                .env("LINES", size.rows.to_string());
+        }
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| exec_error(key, format!("starting {program}: {e}")))?;
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err(exec_error(key, "the child has no pipes".into()));
+        };
+        let tty = spec.tty;
+        let resizes = self.resizes.clone();
+        let record = move |size: TerminalSize| {
+            resizes.lock().unwrap_or_else(|p| p.into_inner()).push(size);
+        };
+        if let Some(size) = spec.size.filter(|_| tty) {
+            record(size);
+        }
+        let read_err = |e: std::io::Error| RuntimeError::Runtime {
+            context: "reading the output of a simulated exec".into(),
+            source: Box::new(e),
+        };
+        let out = tokio_util::io::ReaderStream::new(stdout)
+            .map(move |r| r.map(ExecOutput::Stdout).map_err(read_err));
+        // With a "tty" both streams are one, as they would be on a terminal.
+        let err = tokio_util::io::ReaderStream::new(stderr).map(move |r| {
+            r.map(|b| {
+                if tty {
+                    ExecOutput::Stdout(b)
+                } else {
+                    ExecOutput::Stderr(b)
+                }
+            })
+            .map_err(read_err)
+        });
+        let output = futures::stream::select(out, err).boxed();
+        let (resize, mut sizes) = tokio::sync::mpsc::channel::<TerminalSize>(16);
+        // Drained at once so sizes never hold up stdin; ends when the session is dropped.
+        tokio::spawn(async move {
+            while let Some(size) = sizes.recv().await {
+                if tty {
+                    record(size);
+                }
+            }
+        });
+        let exit = async move {
+            let status = child.wait().await.map_err(|e| RuntimeError::Runtime {
+                context: "waiting for a simulated exec".into(),
+                source: Box::new(e),
+            })?;
+            Ok(match status.code() {
+                Some(code) => ExecExit {
+                    code: Some(code),
+                    message: None,
+                },
+                None => ExecExit {
+                    code: None,
+                    message: Some(format!("the process was killed ({status})")),
+                },
+            })
+        };
+        Ok(ExecSession {
+            stdin: Box::pin(stdin),
+            output,
+            resize,
+            exit: exit.boxed(),
+        })
     }
 
     async fn apply(&self, key: &WorkspaceKey, objects: &[Value]) -> Result<(), RuntimeError> {

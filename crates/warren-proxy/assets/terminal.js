@@ -1,0 +1,72 @@
+// The web terminal page: xterm.js bridged to the proxy's WebSocket at /ws.
+// Binary messages carry terminal bytes both ways; text messages are JSON:
+// {"type":"resize","cols":C,"rows":R} from here, {"type":"exit","code":N} and
+// {"type":"error","message":M} from the proxy. The body's data-state ("connecting",
+// "connected", "exited", "closed") and data-exit-code let tests and users see how it ended.
+(function () {
+  "use strict";
+  const body = document.body;
+  const term = new Terminal({
+    cursorBlink: true,
+    scrollback: 5000,
+    fontFamily: 'ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace',
+  });
+  const fit = new FitAddon.FitAddon();
+  term.loadAddon(fit);
+  term.open(document.getElementById("terminal"));
+  try { fit.fit(); } catch (e) { /* not laid out yet: the default size stands */ }
+
+  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+  const ws = new WebSocket(
+    scheme + "//" + location.host + "/ws?cols=" + term.cols + "&rows=" + term.rows);
+  ws.binaryType = "arraybuffer";
+  const encoder = new TextEncoder();
+  let ended = false;
+
+  ws.onopen = function () {
+    body.dataset.state = "connected";
+    term.focus();
+  };
+  ws.onmessage = function (ev) {
+    if (typeof ev.data !== "string") {
+      term.write(new Uint8Array(ev.data));
+      return;
+    }
+    let msg;
+    try { msg = JSON.parse(ev.data); } catch (e) { return; }
+    if (msg.type === "exit") {
+      ended = true;
+      body.dataset.state = "exited";
+      body.dataset.exitCode = msg.code === null ? "" : String(msg.code);
+      const how = msg.code === null ? (msg.message || "unknown status") : "code " + msg.code;
+      term.write("\r\n\x1b[2m[process exited: " + how + "]\x1b[0m\r\n");
+    } else if (msg.type === "error") {
+      ended = true;
+      body.dataset.state = "closed";
+      term.write("\r\n\x1b[31m" + msg.message + "\x1b[0m\r\n");
+    }
+  };
+  ws.onclose = function () {
+    if (!ended) {
+      body.dataset.state = "closed";
+      term.write("\r\n\x1b[2m[connection closed]\x1b[0m\r\n");
+    }
+  };
+
+  function send(data) {
+    if (ws.readyState === WebSocket.OPEN) ws.send(data);
+  }
+  term.onData(function (d) { send(encoder.encode(d)); });
+  term.onBinary(function (d) {
+    const bytes = new Uint8Array(d.length);
+    for (let i = 0; i < d.length; i++) bytes[i] = d.charCodeAt(i) & 0xff;
+    send(bytes);
+  });
+  term.onResize(function (size) {
+    send(JSON.stringify({ type: "resize", cols: size.cols, rows: size.rows }));
+  });
+  window.addEventListener("resize", function () {
+    try { fit.fit(); } catch (e) { /* hidden */ }
+  });
+  window.warrenTerminal = term;
+})();

@@ -262,12 +262,14 @@ async fn stdin_reaches_the_process_and_env_requests_are_passed_on() -> Result<()
     }
     let w = world("alice-stdin").await?;
     // More than any window or buffer on the way, so backpressure is exercised.
-    let data: Vec<u8> = (0..3 * 1024 * 1024u32)
-        .map(|i| (i % 251) as u8)
-        .collect();
+    let data: Vec<u8> = (0..3 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
     let out = run(w.client.ssh(&w.key, &w.ws.name).arg("cat"), &data).await?;
     assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
-    assert!(out.stdout == data, "cat returned {} bytes", out.stdout.len());
+    assert!(
+        out.stdout == data,
+        "cat returned {} bytes",
+        out.stdout.len()
+    );
 
     let mut cmd = w.client.ssh(&w.key, &w.ws.name);
     cmd.args([
@@ -317,14 +319,19 @@ async fn sftp_puts_and_gets_a_file() -> Result<()> {
     )?;
     let mut cmd = Command::new("sftp");
     w.client.common_args(&mut cmd, false);
-    cmd.args(["-o", "BatchMode=yes", "-o", "PreferredAuthentications=publickey"])
-        .arg("-i")
-        .arg(&w.key)
-        .arg("-P")
-        .arg(w.client.addr.port().to_string())
-        .arg("-b")
-        .arg(&batch)
-        .arg(format!("{}@{}", w.ws.name, w.client.addr.ip()));
+    cmd.args([
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "PreferredAuthentications=publickey",
+    ])
+    .arg("-i")
+    .arg(&w.key)
+    .arg("-P")
+    .arg(w.client.addr.port().to_string())
+    .arg("-b")
+    .arg(&batch)
+    .arg(format!("{}@{}", w.ws.name, w.client.addr.ip()));
     let out = run(&mut cmd, b"").await?;
     assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
     assert!(std::fs::read(w.files.path().join("remote.bin"))? == payload);
@@ -361,7 +368,12 @@ async fn local_forwarding_reaches_a_workspace_port_and_nothing_else() -> Result<
     let mut cmd = w.client.ssh(&w.key, &w.ws.name);
     cmd.args(["-W", "localhost:8080"]);
     let out = run(&mut cmd, b"ping\n").await?;
-    assert_eq!(text(&out.stdout), "hello\nping\n", "stderr: {}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "hello\nping\n",
+        "stderr: {}",
+        text(&out.stderr)
+    );
 
     // `-L` on a local port (found by binding port 0 and letting it go).
     let local_port = {
@@ -466,7 +478,11 @@ async fn unknown_keys_and_other_users_keys_are_refused() -> Result<()> {
     let stranger = w.client.keygen("stranger_key").await?;
     let out = run(w.client.ssh(&stranger, &w.ws.name).arg("true"), b"").await?;
     assert_eq!(out.status.code(), Some(255));
-    assert!(text(&out.stderr).contains("Permission denied"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("Permission denied"),
+        "{}",
+        text(&out.stderr)
+    );
 
     // Bob's key opens Bob's workspace, not Alice's; and Alice's key not Bob's.
     let bob = w.stack.user("bob").await?;
@@ -497,12 +513,18 @@ async fn a_stopped_workspace_says_so_and_exits_1() -> Result<()> {
     let w = world("alice-stopped").await?;
     w.stack.set_desired(&w.alice, &w.ws.name, "Stopped").await?;
     w.stack.wait_state(&w.alice, &w.ws.name, "Stopped").await?;
-    let out = run(w.client.ssh(&w.key, &w.ws.name).arg("echo should-not-run"), b"").await?;
+    let out = run(
+        w.client.ssh(&w.key, &w.ws.name).arg("echo should-not-run"),
+        b"",
+    )
+    .await?;
     assert_eq!(out.status.code(), Some(1), "stderr: {}", text(&out.stderr));
     assert!(out.stdout.is_empty());
     let stderr = text(&out.stderr);
     assert!(
-        stderr.contains("workspace alice-stopped is stopped; start it with `warren ws start alice-stopped`"),
+        stderr.contains(
+            "workspace alice-stopped is stopped; start it with `warren ws start alice-stopped`"
+        ),
         "{stderr}"
     );
     Ok(())
@@ -512,7 +534,11 @@ async fn a_stopped_workspace_says_so_and_exits_1() -> Result<()> {
 async fn extra_proxy(
     stack: &Stack,
     state_dir: &Path,
-) -> Result<(SocketAddr, tokio_util::sync::CancellationToken, tokio::task::JoinHandle<()>)> {
+) -> Result<(
+    SocketAddr,
+    tokio_util::sync::CancellationToken,
+    tokio::task::JoinHandle<()>,
+)> {
     let http = TcpListener::bind("127.0.0.1:0").await?;
     let ssh = TcpListener::bind("127.0.0.1:0").await?;
     let addr = ssh.local_addr()?;

@@ -308,7 +308,10 @@ impl SshEndpoint {
             let (h, after) = rest.split_once(']').ok_or_else(|| bad("missing `]`"))?;
             match after {
                 "" => (h, None),
-                p => (h, Some(p.strip_prefix(':').ok_or_else(|| bad("junk after `]`"))?)),
+                p => (
+                    h,
+                    Some(p.strip_prefix(':').ok_or_else(|| bad("junk after `]`"))?),
+                ),
             }
         } else if address.matches(':').count() > 1 {
             (address, None)

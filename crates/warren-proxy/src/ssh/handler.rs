@@ -195,7 +195,12 @@ impl Handler {
     }
 
     /// Starts `kind` on a pending session channel and answers the request.
-    fn start(&mut self, id: ChannelId, kind: session::Kind, s: &mut Session) -> Result<(), russh::Error> {
+    fn start(
+        &mut self,
+        id: ChannelId,
+        kind: session::Kind,
+        s: &mut Session,
+    ) -> Result<(), russh::Error> {
         let (Some(pending), Some(auth)) = (self.session_for(id), self.auth.clone()) else {
             // Already started (a second `exec` on one channel) or unknown.
             return s.channel_failure(id);
@@ -344,7 +349,10 @@ impl russh::server::Handler for Handler {
             _ => return Ok(false),
         };
         if !local_host(host_to_connect, &cached.workspace_name) {
-            tracing::debug!(host = host_to_connect, "direct-tcpip to a foreign host refused");
+            tracing::debug!(
+                host = host_to_connect,
+                "direct-tcpip to a foreign host refused"
+            );
             return Ok(false);
         }
         if cached.actual_state != warren_types::ActualState::Running {

@@ -2,10 +2,11 @@
 #! Installs and configures Podman for Warren's engine tests on Debian bookworm (run as root).
 #
 # Idempotent. Steps (each can be run alone by naming it):
-#   install   apt-get install podman, runc and busybox-static
+#   install   apt-get install podman, runc, busybox-static and openssh-sftp-server
 #   config    write /etc/containers/containers.conf (runc, cgroupfs, ulimits within the hard limits)
 #   service   start `podman system service` on /run/podman/podman.sock unless it answers
-#   image     build localhost/warren-test:latest from a busybox-static rootfs (podman import)
+#   image     build localhost/warren-test:latest from a busybox-static rootfs with OpenSSH's
+#             sftp-server (podman import)
 #   verify    `podman run --rm localhost/warren-test:latest true`
 #   stop      stop the service the `service` step started (not part of the default steps)
 # Without arguments install, config, service, image and verify run, in that order. The engine
@@ -29,7 +30,7 @@ step_install() {
     fi
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q
-    apt-get install -y -q podman runc busybox-static
+    apt-get install -y -q podman runc busybox-static openssh-sftp-server
 }
 
 step_config() {
@@ -121,13 +122,27 @@ root:x:0:
 GROUP
     chown 5001:0 "$root/home/user"
     chmod 0775 "$root/home/user" "$root/projects"
+    # OpenSSH's sftp server (needs only libc), so SSH tests can run `sftp` into a workspace.
+    local sftp=/usr/lib/openssh/sftp-server lib
+    if [ ! -x "$sftp" ]; then
+        log "$sftp not found: apt-get install openssh-sftp-server"
+        exit 1
+    fi
+    mkdir -p "$root/usr/lib/openssh"
+    cp "$sftp" "$root/usr/lib/openssh/sftp-server"
+    for lib in $(ldd "$sftp" | grep -o '/[^ ]*'); do
+        mkdir -p "$root$(dirname "$lib")"
+        cp -L "$lib" "$root$lib"
+    done
 }
 
 step_image() {
-    if podman image exists "$IMAGE"; then
+    if podman image exists "$IMAGE" &&
+        podman run --rm "$IMAGE" test -x /usr/lib/openssh/sftp-server 2>/dev/null; then
         log "image $IMAGE already exists"
         return
     fi
+    podman rmi -f "$IMAGE" >/dev/null 2>&1 || true
     WORK_DIR="$(mktemp -d)"
     trap 'rm -rf "$WORK_DIR"' EXIT
     build_rootfs "$WORK_DIR/root"

@@ -7,6 +7,8 @@
 //! endpoints are whatever local address a test registers with [`Stack::set_endpoint`], and
 //! exec runs local processes. Everything stops when the [`Stack`] is dropped.
 
+pub mod browser;
+
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 use std::net::SocketAddr;

@@ -1,0 +1,225 @@
+//! Headless Chromium driven over the Chrome DevTools Protocol, for tests that need a real
+//! browser: cookies, redirects, forms, JavaScript and WebSockets exactly as users get them.
+//!
+//! Chromium resolves every `*.localhost` name to the loopback address by itself, so
+//! workspace hosts work with no DNS set-up, as they do for users of `warren up`.
+
+use anyhow::{bail, Context, Result};
+use futures::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+/// The Chromium binary, if one is installed.
+pub fn chromium_path() -> Option<PathBuf> {
+    ["chromium", "chromium-browser", "google-chrome"]
+        .iter()
+        .flat_map(|name| {
+            std::env::var_os("PATH")
+                .map(|p| {
+                    std::env::split_paths(&p)
+                        .map(|d| d.join(name))
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default()
+        })
+        .find(|p| p.is_file())
+}
+
+/// A headless Chromium with a fresh profile; killed on drop.
+pub struct Chromium {
+    child: Child,
+    port: u16,
+    _profile: tempfile::TempDir,
+}
+
+impl Drop for Chromium {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Chromium {
+    /// Starts Chromium; `None` when none is installed.
+    pub async fn start() -> Result<Option<Chromium>> {
+        let Some(bin) = chromium_path() else {
+            return Ok(None);
+        };
+        let profile = tempfile::tempdir().context("creating a Chromium profile directory")?;
+        let child = Command::new(bin)
+            .args([
+                "--headless=new",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--no-first-run",
+                "--no-default-browser-check",
+                "--disable-extensions",
+                "--disable-background-networking",
+                "--remote-debugging-port=0",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg("about:blank")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting Chromium")?;
+        let mut browser = Chromium {
+            child,
+            port: 0,
+            _profile: profile,
+        };
+        // Chromium writes the port it bound into the profile once DevTools listens.
+        let file = browser._profile.path().join("DevToolsActivePort");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&file) {
+                if let Some(port) = text.lines().next().and_then(|l| l.trim().parse().ok()) {
+                    browser.port = port;
+                    break;
+                }
+            }
+            if let Ok(Some(status)) = browser.child.try_wait() {
+                bail!("Chromium exited at start with {status}");
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!("Chromium did not open its DevTools port within 30 s");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(Some(browser))
+    }
+
+    /// Opens a new tab.
+    pub async fn tab(&self) -> Result<Tab> {
+        let target: Value = reqwest::Client::new()
+            .put(format!(
+                "http://127.0.0.1:{}/json/new?about:blank",
+                self.port
+            ))
+            .send()
+            .await
+            .context("asking Chromium for a new tab")?
+            .error_for_status()?
+            .json()
+            .await?;
+        let url = target["webSocketDebuggerUrl"]
+            .as_str()
+            .context("the new tab has no DevTools URL")?;
+        let (ws, _) = tokio_tungstenite::connect_async(url)
+            .await
+            .context("connecting to the tab's DevTools")?;
+        let mut tab = Tab { ws, next_id: 0 };
+        tab.call("Page.enable", json!({})).await?;
+        tab.call("Runtime.enable", json!({})).await?;
+        Ok(tab)
+    }
+}
+
+/// One browser tab.
+pub struct Tab {
+    ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    next_id: u64,
+}
+
+impl Tab {
+    /// Sends a DevTools command and waits for its result (events in between are skipped).
+    pub async fn call(&mut self, method: &str, params: Value) -> Result<Value> {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.ws
+            .send(Message::text(
+                json!({"id": id, "method": method, "params": params}).to_string(),
+            ))
+            .await
+            .with_context(|| format!("sending {method}"))?;
+        let wait = async {
+            while let Some(msg) = self.ws.next().await {
+                let msg = msg.with_context(|| format!("reading the answer to {method}"))?;
+                let Message::Text(text) = msg else { continue };
+                let v: Value = serde_json::from_str(&text)?;
+                if v["id"].as_u64() == Some(id) {
+                    if let Some(e) = v.get("error") {
+                        bail!("{method} failed: {e}");
+                    }
+                    return Ok(v["result"].clone());
+                }
+            }
+            bail!("DevTools closed while waiting for {method}")
+        };
+        tokio::time::timeout(Duration::from_secs(30), wait)
+            .await
+            .with_context(|| format!("no answer to {method} within 30 s"))?
+    }
+
+    /// Navigates to `url` (returns once the navigation started).
+    pub async fn goto(&mut self, url: &str) -> Result<()> {
+        let r = self.call("Page.navigate", json!({"url": url})).await?;
+        if let Some(e) = r.get("errorText").and_then(Value::as_str) {
+            bail!("navigating to {url}: {e}");
+        }
+        Ok(())
+    }
+
+    /// Evaluates `expression` in the page and returns its value.
+    pub async fn eval(&mut self, expression: &str) -> Result<Value> {
+        let r = self
+            .call(
+                "Runtime.evaluate",
+                json!({"expression": expression, "returnByValue": true, "awaitPromise": true}),
+            )
+            .await?;
+        if let Some(e) = r.get("exceptionDetails") {
+            bail!("evaluating {expression}: {e}");
+        }
+        Ok(r["result"]["value"].clone())
+    }
+
+    /// Waits until `expression` is truthy in the page (navigations in between are fine);
+    /// fails after `secs` seconds with the page's URL and text.
+    pub async fn wait_until(&mut self, expression: &str, secs: u64) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+        loop {
+            // A navigation may destroy the context mid-evaluation; that is just "not yet".
+            if let Ok(v) = self.eval(expression).await {
+                if v.as_bool() == Some(true) {
+                    return Ok(());
+                }
+            }
+            if tokio::time::Instant::now() > deadline {
+                let state = self
+                    .eval("location.href + '\\n' + (document.body ? document.body.innerText : '')")
+                    .await
+                    .unwrap_or(Value::Null);
+                bail!("timed out after {secs} s waiting for `{expression}`; page: {state}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The page's URL.
+    pub async fn url(&mut self) -> Result<String> {
+        Ok(self
+            .eval("location.href")
+            .await?
+            .as_str()
+            .unwrap_or_default()
+            .to_owned())
+    }
+
+    /// The page's visible text.
+    pub async fn text(&mut self) -> Result<String> {
+        Ok(self
+            .eval("document.body ? document.body.innerText : ''")
+            .await?
+            .as_str()
+            .unwrap_or_default()
+            .to_owned())
+    }
+}

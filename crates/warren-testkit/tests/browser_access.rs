@@ -1,0 +1,154 @@
+//! A real browser reaching workspaces: headless Chromium signs in through the proxy and the
+//! server's login page, sees the workspace's web server, opens the web terminal and runs a
+//! command in it; another user signing in gets the same 404 as for a workspace that does
+//! not exist.
+
+use anyhow::{Context, Result};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use warren_testkit::browser::{Chromium, Tab};
+use warren_testkit::{Stack, TestUser};
+
+/// A workspace web server: one HTML page naming the workspace and the request's path.
+async fn web_server(name: &'static str) -> Result<std::net::SocketAddr> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 16 * 1024];
+                let n = sock.read(&mut buf).await.unwrap_or(0);
+                let req = String::from_utf8_lossy(&buf[..n]).into_owned();
+                let path = req.split(' ').nth(1).unwrap_or("?").to_owned();
+                let cookies = req
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("cookie: ")
+                            .map(str::to_owned)
+                    })
+                    .unwrap_or_default();
+                let body = format!(
+                    "<html><body><h1 id=hello>Hello from {name}</h1><p id=path>{path}</p>\
+                     <p id=cookies>[{cookies}]</p></body></html>"
+                );
+                let resp = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = sock.write_all(resp.as_bytes()).await;
+            });
+        }
+    });
+    Ok(addr)
+}
+
+async fn browser() -> Result<Option<Chromium>> {
+    let b = Chromium::start().await?;
+    if b.is_none() {
+        if std::env::var_os("WARREN_REQUIRE_TOOLS").is_some() {
+            panic!(
+                "WARREN_REQUIRE_TOOLS is set but Chromium is not installed (.ci/setup-tools.sh)"
+            );
+        }
+        eprintln!("skipping: Chromium is not installed (.ci/setup-tools.sh installs it)");
+    }
+    Ok(b)
+}
+
+/// Fills in and submits the server's login form once the tab shows it.
+async fn sign_in(tab: &mut Tab, user: &TestUser) -> Result<()> {
+    tab.wait_until("document.getElementById('password') !== null", 30)
+        .await
+        .context("the server's login page")?;
+    tab.eval(&format!(
+        "document.getElementById('username').value = {u:?}; \
+         document.getElementById('password').value = {p:?}; \
+         document.getElementById('password').form.submit(); true",
+        u = user.username,
+        p = user.password
+    ))
+    .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_user_signs_in_sees_the_workspace_and_uses_the_terminal_another_user_gets_404(
+) -> Result<()> {
+    let Some(chromium) = browser().await? else {
+        return Ok(());
+    };
+    let stack = Stack::start().await?;
+    let alice = stack.user("alice").await?;
+    let bob = stack.user("bob").await?;
+    let ws = stack.workspace(&alice, "alice-web").await?;
+    stack.set_endpoint(&ws, 8080, web_server("alice-web").await?);
+
+    // Alice opens her workspace's URL: sign-in on the server, then the workspace's page.
+    let mut tab = chromium.tab().await?;
+    let page = stack.url(8080, "alice-web", "/some/page?x=1");
+    tab.goto(&page).await?;
+    sign_in(&mut tab, &alice).await?;
+    tab.wait_until(
+        "document.getElementById('hello') !== null && \
+         document.getElementById('hello').innerText === 'Hello from alice-web'",
+        30,
+    )
+    .await?;
+    assert_eq!(tab.url().await?, page, "back on the page she asked for");
+    assert_eq!(
+        tab.eval("document.getElementById('path').innerText")
+            .await?,
+        "/some/page?x=1"
+    );
+    // The session cookie is HttpOnly and never reaches the workspace.
+    let seen = tab
+        .eval("document.getElementById('cookies').innerText")
+        .await?;
+    assert!(
+        !seen.as_str().unwrap_or_default().contains("warren"),
+        "the workspace saw a proxy cookie: {seen}"
+    );
+    assert_eq!(tab.eval("document.cookie.includes('warren')").await?, false);
+
+    // The web terminal of the same workspace: signed in at the server already, so no form.
+    tab.goto(&stack.terminal_url("alice-web", "/")).await?;
+    tab.wait_until(
+        "document.body && document.body.dataset.state === 'connected'",
+        30,
+    )
+    .await?;
+    tab.eval("window.warrenTerminal.input('echo warren-$((6*7))\\r'); true")
+        .await?;
+    let screen = "(() => { const b = window.warrenTerminal.buffer.active; let s = ''; \
+                  for (let i = 0; i < b.length; i++) { s += b.getLine(i).translateToString(true) + '\\n'; } \
+                  return s; })()";
+    tab.wait_until(&format!("{screen}.includes('warren-42')"), 30)
+        .await?;
+    tab.eval("window.warrenTerminal.input('exit 3\\r'); true")
+        .await?;
+    tab.wait_until("document.body.dataset.state === 'exited'", 30)
+        .await?;
+    assert_eq!(tab.eval("document.body.dataset.exitCode").await?, "3");
+
+    // Bob, in a browser of his own, signs in and asks for Alice's workspace: 404, exactly
+    // as for a workspace that does not exist.
+    let bob_browser = Chromium::start().await?.context("a second Chromium")?;
+    let mut bob_tab = bob_browser.tab().await?;
+    bob_tab.goto(&page).await?;
+    sign_in(&mut bob_tab, &bob).await?;
+    let not_found = "document.title.includes('404') || document.body.innerText.includes('404')";
+    bob_tab.wait_until(not_found, 30).await?;
+    let alices = bob_tab.text().await?;
+    assert!(!alices.contains("Hello from alice-web"), "{alices}");
+    bob_tab
+        .goto(&stack.url(8080, "no-such-workspace", "/some/page?x=1"))
+        .await?;
+    bob_tab.wait_until(not_found, 30).await?;
+    let missing = bob_tab.text().await?;
+    assert_eq!(
+        alices.replace("alice-web", "X"),
+        missing.replace("no-such-workspace", "X"),
+        "another user's workspace and a missing one look the same"
+    );
+    Ok(())
+}

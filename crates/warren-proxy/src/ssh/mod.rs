@@ -179,6 +179,10 @@ async fn connection(
             _ = stop.cancelled() => break "the proxy is shutting down",
             // Cancel-safe: a pinned sleep keeps its deadline across polls.
             _ = &mut auth_deadline, if !authenticated.load(Ordering::Acquire) => {
+                // The flag may have flipped while this branch was waiting.
+                if authenticated.load(Ordering::Acquire) {
+                    continue;
+                }
                 break "authentication timed out";
             }
         }

@@ -622,3 +622,91 @@ async fn the_host_key_survives_a_restart() -> Result<()> {
     assert_eq!(std::fs::read(&key_file)?, b"garbage");
     Ok(())
 }
+
+/// Accepts any host key (the test talks to its own proxy).
+struct TrustingClient;
+
+impl russh::client::Handler for TrustingClient {
+    type Error = russh::Error;
+
+    async fn check_server_key(
+        &mut self,
+        _key: &russh::keys::PublicKey,
+    ) -> Result<bool, Self::Error> {
+        Ok(true)
+    }
+}
+
+/// OpenSSH's client resizes only from a real terminal, so russh's client sends the
+/// `window-change`; the exec on the agent's side sees the initial size and the new one.
+#[tokio::test]
+async fn window_change_resizes_the_terminal_and_several_channels_share_a_connection(
+) -> Result<()> {
+    if !tools_present(&["ssh-keygen"]) {
+        return Ok(());
+    }
+    let w = world("alice-resize").await?;
+    let key = russh::keys::load_secret_key(&w.key, None)?;
+    let mut session = russh::client::connect(
+        std::sync::Arc::new(russh::client::Config::default()),
+        w.client.addr,
+        TrustingClient,
+    )
+    .await?;
+    let auth = session
+        .authenticate_publickey(
+            w.ws.name.clone(),
+            russh::keys::PrivateKeyWithHashAlg::new(std::sync::Arc::new(key), None),
+        )
+        .await?;
+    assert!(auth.success());
+
+    let mut tty = session.channel_open_session().await?;
+    tty.request_pty(true, "xterm", 90, 30, 0, 0, &[]).await?;
+    tty.exec(true, "cat").await?;
+    tty.window_change(132, 43, 0, 0).await?;
+    let want = [
+        warren_types::relay::TerminalSize { cols: 90, rows: 30 },
+        warren_types::relay::TerminalSize {
+            cols: 132,
+            rows: 43,
+        },
+    ];
+    let runtime = w.stack.runtime.clone();
+    warren_testkit::wait_for("both terminal sizes", 30, || {
+        let runtime = runtime.clone();
+        async move { runtime.exec_resizes().ends_with(&want) }
+    })
+    .await?;
+
+    // A second channel on the same connection, while the first is still open.
+    let mut second = session.channel_open_session().await?;
+    second.exec(true, "echo second; exit 9").await?;
+    let mut out = Vec::new();
+    let mut code = None;
+    while let Some(msg) = tokio::time::timeout(CLIENT_TIMEOUT, second.wait()).await? {
+        match msg {
+            russh::ChannelMsg::Data { data } => out.extend_from_slice(&data),
+            russh::ChannelMsg::ExitStatus { exit_status } => code = Some(exit_status),
+            _ => {}
+        }
+    }
+    assert_eq!(text(&out), "second\n");
+    assert_eq!(code, Some(9));
+
+    // The first still works: what goes in comes back, EOF ends it with status 0.
+    tty.data(&b"still here\n"[..]).await?;
+    tty.eof().await?;
+    let mut out = Vec::new();
+    let mut code = None;
+    while let Some(msg) = tokio::time::timeout(CLIENT_TIMEOUT, tty.wait()).await? {
+        match msg {
+            russh::ChannelMsg::Data { data } => out.extend_from_slice(&data),
+            russh::ChannelMsg::ExitStatus { exit_status } => code = Some(exit_status),
+            _ => {}
+        }
+    }
+    assert_eq!(text(&out), "still here\n");
+    assert_eq!(code, Some(0));
+    Ok(())
+}

@@ -640,8 +640,8 @@ impl russh::client::Handler for TrustingClient {
 /// OpenSSH's client resizes only from a real terminal, so russh's client sends the
 /// `window-change`; the exec on the agent's side sees the initial size and the new one.
 #[tokio::test]
-async fn window_change_resizes_the_terminal_and_several_channels_share_a_connection(
-) -> Result<()> {
+async fn window_change_resizes_the_terminal_and_several_channels_share_a_connection() -> Result<()>
+{
     if !tools_present(&["ssh-keygen"]) {
         return Ok(());
     }
@@ -708,5 +708,51 @@ async fn window_change_resizes_the_terminal_and_several_channels_share_a_connect
     }
     assert_eq!(text(&out), "still here\n");
     assert_eq!(code, Some(0));
+    Ok(())
+}
+
+fn alive(pid: &str) -> bool {
+    std::process::Command::new("kill")
+        .args(["-0", pid])
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+/// Closing the connection ends what it started: the process in the workspace goes away.
+#[tokio::test]
+async fn a_closed_connection_ends_its_processes() -> Result<()> {
+    if !tools_present(&["ssh", "ssh-keygen"]) {
+        return Ok(());
+    }
+    let w = world("alice-cleanup").await?;
+    let mut cmd = w.client.ssh(&w.key, &w.ws.name);
+    cmd.arg("echo $$ > pid.txt; exec sleep 600")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn()?;
+    let pid_file = w.files.path().join("pid.txt");
+    let files = pid_file.clone();
+    warren_testkit::wait_for("the remote process", 30, || {
+        let f = files.clone();
+        async move {
+            std::fs::read_to_string(&f)
+                .map(|s| !s.trim().is_empty())
+                .unwrap_or(false)
+        }
+    })
+    .await?;
+    let pid = std::fs::read_to_string(&pid_file)?.trim().to_owned();
+    assert!(alive(&pid));
+    child.start_kill()?;
+    child.wait().await?;
+    warren_testkit::wait_for("the remote process to end", 30, || {
+        let pid = pid.clone();
+        async move { !alive(&pid) }
+    })
+    .await?;
     Ok(())
 }

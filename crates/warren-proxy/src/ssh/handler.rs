@@ -397,6 +397,20 @@ impl russh::server::Handler for Handler {
         }
     }
 
+    async fn x11_request(
+        &mut self,
+        channel: ChannelId,
+        _single_connection: bool,
+        _x11_auth_protocol: &str,
+        _x11_auth_cookie: &str,
+        _x11_screen_number: u32,
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        // No X11 forwarding; say so (an unanswered request would shift the replies to the
+        // client's later requests).
+        session.channel_failure(channel)
+    }
+
     async fn env_request(
         &mut self,
         channel: ChannelId,

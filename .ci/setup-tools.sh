@@ -17,6 +17,14 @@ if [ "${#need[@]}" -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}"
 fi
 
+# The SSH tests' simulated workspaces run sftp-server on this machine (the proxy's sftp
+# subsystem looks for it where Debian puts it); no recommends, so no sshd comes along.
+if [ ! -x /usr/lib/openssh/sftp-server ]; then
+    log "apt-get install openssh-sftp-server"
+    apt-get update -q
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends openssh-sftp-server
+fi
+
 WEBSOCAT_VERSION=1.14.0
 if ! command -v websocat >/dev/null 2>&1; then
     log "cargo install websocat $WEBSOCAT_VERSION (a few minutes)"

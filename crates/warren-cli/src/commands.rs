@@ -3,6 +3,7 @@
 use crate::credentials::{self, Credentials};
 use crate::input::{self, read_text};
 use crate::output::{self, render, Format};
+use crate::ssh_cmd;
 use crate::wait::{self, Goal};
 use crate::{
     AgentCommand, CliError, Command, LoginArgs, ProjectCommand, ScopeArg, SshKeyCommand,
@@ -527,6 +528,20 @@ async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
             let w = named("workspace", &a.name, c.delete_workspace(&a.name).await)?;
             finish_action(&c, out, w, Goal::Terminated, &a.wait).await
         }
+        WsCommand::Ssh {
+            name,
+            ssh_options,
+            command,
+        } => {
+            let endpoint = c.access().await?.ssh.ok_or_else(ssh_cmd::no_ssh)?;
+            let w = named("workspace", &name, c.get_workspace(&name).await)?;
+            let args = ssh_cmd::ssh_args(&endpoint, &w.name, &ssh_options, &command);
+            match ssh_cmd::exec_ssh(&args)? {
+                0 => Ok(()),
+                code => Err(CliError::Exited(code)),
+            }
+        }
+        WsCommand::SshConfig { names, write } => ws_ssh_config(&c, names, write).await,
         WsCommand::Resize {
             name,
             cpu,
@@ -553,6 +568,68 @@ async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
             finish_action(&c, out, w, goal, &wait).await
         }
     }
+}
+
+/// `warren ws ssh-config [NAME…] [--write]`.
+async fn ws_ssh_config(c: &Client, names: Vec<String>, write: bool) -> Result<(), CliError> {
+    let endpoint = c.access().await?.ssh.ok_or_else(ssh_cmd::no_ssh)?;
+    let all = names.is_empty();
+    let workspaces: Vec<Workspace> = if all {
+        let me = c.me().await?;
+        let query = WorkspaceQuery {
+            owner: Some(me.username.clone()),
+            ..WorkspaceQuery::default()
+        };
+        let mut ws = c.list_all_workspaces(&query).await?;
+        // Admins may list others' workspaces; SSH only ever lets the owner in.
+        ws.retain(|w| {
+            w.owner_username == me.username
+                && w.actual_state != warren_types::ActualState::Terminated
+        });
+        ws
+    } else {
+        let mut ws = Vec::new();
+        for n in &names {
+            ws.push(named("workspace", n, c.get_workspace(n).await)?);
+        }
+        ws
+    };
+    let blocks: std::collections::BTreeMap<String, String> = workspaces
+        .iter()
+        .map(|w| (w.name.clone(), ssh_cmd::host_block(&endpoint, &w.name)))
+        .collect();
+    if !write {
+        let text: Vec<&str> = blocks.values().map(String::as_str).collect();
+        let mut stdout = std::io::stdout().lock();
+        let _ = stdout.write_all(text.join("\n").as_bytes());
+        if blocks.is_empty() {
+            eprintln!("(no workspaces)");
+        }
+        return Ok(());
+    }
+    let dir = ssh_cmd::default_ssh_dir()?;
+    let count = blocks.len();
+    let written = ssh_cmd::write_config(&dir, blocks, all)?;
+    let verb = if written.changed {
+        "wrote"
+    } else {
+        "unchanged:"
+    };
+    eprintln!(
+        "{verb} {} ({count} host{})",
+        written.file.display(),
+        if count == 1 { "" } else { "s" }
+    );
+    if written.include_added {
+        eprintln!(
+            "added `Include warren.config` to {}",
+            dir.join("config").display()
+        );
+    }
+    if let Some(w) = workspaces.first() {
+        eprintln!("connect with: ssh {}{}", ssh_cmd::HOST_PREFIX, w.name);
+    }
+    Ok(())
 }
 
 async fn ws_create(c: &Client, out: Format, a: WsCreateArgs) -> Result<(), CliError> {

@@ -14,6 +14,7 @@ pub mod credentials;
 mod devfile_cmd;
 pub mod input;
 pub mod output;
+pub mod ssh_cmd;
 pub mod wait;
 
 use clap::{Args, Subcommand};
@@ -326,6 +327,28 @@ pub enum WsCommand {
     /// Terminate: delete everything, volume included. Final.
     #[command(visible_aliases = ["remove", "terminate"])]
     Rm(WsActionArgs),
+    /// Open a shell in a workspace over SSH, or run a command there.
+    #[command(after_long_help = WS_SSH_HELP)]
+    Ssh {
+        /// Workspace name or id.
+        name: String,
+        /// An OpenSSH option for this connection, as `ssh -o` takes it (repeatable).
+        #[arg(long = "ssh-option", value_name = "OPTION")]
+        ssh_options: Vec<String>,
+        /// The command to run instead of a login shell (after `--`).
+        #[arg(last = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
+    /// Print SSH config Host blocks for workspaces (VS Code Remote-SSH, JetBrains Gateway);
+    /// --write installs them into ~/.ssh.
+    #[command(name = "ssh-config", after_long_help = WS_SSH_CONFIG_HELP)]
+    SshConfig {
+        /// Workspaces (names or ids); default: all of yours.
+        names: Vec<String>,
+        /// Write ~/.ssh/warren.config and include it from ~/.ssh/config.
+        #[arg(long)]
+        write: bool,
+    },
     /// Change the workspace's size; it restarts, keeping its volume.
     #[command(group = clap::ArgGroup::new("size").required(true).multiple(true))]
     Resize {
@@ -338,6 +361,33 @@ pub enum WsCommand {
         wait: WaitArgs,
     },
 }
+
+const WS_SSH_HELP: &str = "\
+Runs your OpenSSH client against the Warren proxy's SSH server as
+`ssh -p PORT -l WORKSPACE HOST [COMMAND…]`; the exit code is ssh's (the remote command's).
+The proxy accepts the SSH keys registered with `warren ssh-key add`, or a personal access
+token with the `workspace` scope as the password. WARREN_SSH names another ssh program.
+
+Examples:
+  warren ws ssh dev
+  warren ws ssh dev -- make test
+  warren ws ssh dev --ssh-option ForwardAgent=yes";
+
+const WS_SSH_CONFIG_HELP: &str = "\
+Prints one OpenSSH `Host` block per workspace:
+
+  Host warren-NAME
+      HostName <the proxy's SSH host>
+      Port <its port>
+      User NAME
+
+With --write the blocks go to ~/.ssh/warren.config (merged with the ones already there;
+without NAMEs the file is rewritten with all your workspaces) and ~/.ssh/config gets an
+`Include warren.config` line at its top, once. Running it again changes nothing.
+
+Then `ssh warren-NAME` works, and VS Code Remote-SSH (\"Connect to Host…\") and JetBrains
+Gateway list the hosts. Authentication uses your SSH keys registered with
+`warren ssh-key add`.";
 
 fn parse_actual_state(s: &str) -> Result<ActualState, String> {
     s.parse()
@@ -410,6 +460,9 @@ pub enum CliError {
     Failed(String),
     #[error("cannot start the async runtime")]
     Runtime(#[source] std::io::Error),
+    /// A program the command ran (ssh) ended with this code; it has said why itself.
+    #[error("exited with status {0}")]
+    Exited(u8),
 }
 
 impl CliError {
@@ -429,6 +482,7 @@ impl CliError {
             CliError::Runtime(_) => 1,
             CliError::Read(_) | CliError::Usage(_) => 2,
             CliError::NotLoggedIn => 4,
+            CliError::Exited(code) => *code,
         }
     }
 
@@ -472,6 +526,7 @@ pub fn main(cmd: Command, cli: impl FnOnce() -> clap::Command) -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(CliError::Exited(code)) => ExitCode::from(code),
         Err(e) => {
             eprintln!("error: {}", e.report());
             ExitCode::from(e.exit_code())
@@ -608,6 +663,40 @@ mod tests {
             let err = parse(args).unwrap_err();
             assert_eq!(err.exit_code(), 2, "{args:?}: {err}");
         }
+    }
+
+    #[test]
+    fn ws_ssh_takes_a_command_after_the_separator() {
+        let Command::Ws(g) = parse(&[
+            "ws",
+            "ssh",
+            "dev",
+            "--ssh-option",
+            "ForwardAgent=yes",
+            "--",
+            "ls",
+            "-la",
+        ])
+        .unwrap() else {
+            panic!("not ws")
+        };
+        let WsCommand::Ssh {
+            name,
+            ssh_options,
+            command,
+        } = g.cmd
+        else {
+            panic!("not ssh")
+        };
+        assert_eq!(name, "dev");
+        assert_eq!(ssh_options, ["ForwardAgent=yes"]);
+        assert_eq!(command, ["ls", "-la"]);
+        let Command::Ws(g) = parse(&["ws", "ssh-config", "a", "b", "--write"]).unwrap() else {
+            panic!("not ws")
+        };
+        assert!(
+            matches!(g.cmd, WsCommand::SshConfig { names, write: true } if names == ["a", "b"])
+        );
     }
 
     #[test]

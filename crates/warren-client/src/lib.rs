@@ -13,7 +13,7 @@ use std::fmt;
 use std::time::Duration;
 use url::Url;
 use warren_types::api::{
-    AddSshKeyRequest, Agent, ApiError, CreateAgentRequest, CreateProjectRequest,
+    AccessInfo, AddSshKeyRequest, Agent, ApiError, CreateAgentRequest, CreateProjectRequest,
     CreateTokenRequest, CreateUserRequest, CreateWorkspaceRequest, CreatedAgent, CreatedToken,
     Page, PasswordLoginRequest, Project, ResizeWorkspaceRequest, SshKey, Token, UpdateAgentRequest,
     UpdateDesiredStateRequest, User, Workspace, WorkspaceResources, API_PREFIX,
@@ -182,6 +182,12 @@ impl Client {
 
     pub async fn me(&self) -> Result<User> {
         self.call(Method::GET, &routes::me(), &[], None::<&()>)
+            .await
+    }
+
+    /// How workspaces are reached besides the API (the proxy's SSH address).
+    pub async fn access(&self) -> Result<AccessInfo> {
+        self.call(Method::GET, &routes::access(), &[], None::<&()>)
             .await
     }
 

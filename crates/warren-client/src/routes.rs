@@ -13,6 +13,11 @@ pub fn me() -> Vec<String> {
     segs(&["users", "me"])
 }
 
+/// `GET /access`: the proxy's SSH address and the like.
+pub fn access() -> Vec<String> {
+    segs(&["access"])
+}
+
 /// `GET|POST /users` (admin).
 pub fn users() -> Vec<String> {
     segs(&["users"])

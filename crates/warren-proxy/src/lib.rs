@@ -81,6 +81,11 @@ pub async fn run(
         path: config.state_dir.display().to_string(),
         source,
     })?;
+    if listeners.ssh.is_some() {
+        // A missing host key is created here and a broken one stops the start, before any
+        // listener serves.
+        ssh::check_host_key(&config)?;
+    }
     let shared = Arc::new(Shared {
         server: server_api::ServerApi::new(
             config.server_url.clone(),

@@ -128,6 +128,10 @@ impl ServerConfig {
         if !name_ok {
             return Err("bootstrap_admin_username: not a valid username".into());
         }
+        if let Some(a) = &self.ssh_public_address {
+            warren_types::api::SshEndpoint::parse(a)
+                .map_err(|e| format!("ssh_public_address: {e}"))?;
+        }
         if self.lifecycle_interval_seconds == 0 {
             return Err("lifecycle_interval_seconds: must be at least 1".into());
         }

@@ -11,6 +11,7 @@ use utoipa::{Modify, OpenApi};
     paths(
         api::users::create_session,
         api::users::me,
+        api::access::access_info,
         api::users::list_users,
         api::users::create_user,
         api::users::list_tokens,

@@ -85,6 +85,12 @@ impl Server {
                     .partial_reconciliation_interval_seconds,
             },
             default_devfile: Arc::new(default_devfile),
+            access: Arc::new(warren_types::api::AccessInfo {
+                ssh: config
+                    .ssh_public_address
+                    .as_deref()
+                    .and_then(|a| warren_types::api::SshEndpoint::parse(a).ok()),
+            }),
         };
         crate::metrics::handle();
         Ok(Server {

@@ -16,4 +16,6 @@ pub struct AppState {
     pub settings: ReconcileSettings,
     /// The devfile used when neither request nor project gives one.
     pub default_devfile: Arc<String>,
+    /// How users reach workspaces besides the API (`GET /api/v1/access`).
+    pub access: Arc<warren_types::api::AccessInfo>,
 }

@@ -284,3 +284,80 @@ pub struct UpdateDesiredStateRequest {
 pub struct ResizeWorkspaceRequest {
     pub resources: WorkspaceResources,
 }
+
+/// `GET /api/v1/access`: how users reach their workspaces besides the API (for the CLI's
+/// `warren ws ssh` and `warren ws ssh-config`). Any authenticated user may ask.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AccessInfo {
+    /// The proxy's SSH server; `None` when this installation offers no SSH.
+    pub ssh: Option<SshEndpoint>,
+}
+
+/// Where the proxy's SSH server is reached: `ssh -p {port} {workspace}@{host}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SshEndpoint {
+    pub host: String,
+    pub port: u16,
+}
+
+impl SshEndpoint {
+    /// Parses `host`, `host:port`, `[v6]:port` or a bare IPv6 address (port 22 when none).
+    pub fn parse(address: &str) -> Result<SshEndpoint, String> {
+        let bad = |why: &str| format!("{address:?} is not an SSH address (`host[:port]`): {why}");
+        let (host, port) = if let Some(rest) = address.strip_prefix('[') {
+            let (h, after) = rest.split_once(']').ok_or_else(|| bad("missing `]`"))?;
+            match after {
+                "" => (h, None),
+                p => (
+                    h,
+                    Some(p.strip_prefix(':').ok_or_else(|| bad("junk after `]`"))?),
+                ),
+            }
+        } else if address.matches(':').count() > 1 {
+            (address, None)
+        } else {
+            match address.split_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (address, None),
+            }
+        };
+        if host.is_empty()
+            || host
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control() || matches!(c, '@' | '/' | '"' | '\''))
+        {
+            return Err(bad("bad host"));
+        }
+        let port = match port {
+            None => 22,
+            Some(p) => p
+                .parse::<u16>()
+                .ok()
+                .filter(|p| *p != 0)
+                .ok_or_else(|| bad("bad port"))?,
+        };
+        Ok(SshEndpoint {
+            host: host.to_owned(),
+            port,
+        })
+    }
+}
+
+#[cfg(test)]
+mod ssh_endpoint_tests {
+    use super::SshEndpoint;
+
+    #[test]
+    fn parses_the_usual_forms() {
+        let p = |s| SshEndpoint::parse(s).map(|e| (e.host, e.port));
+        assert_eq!(p("ssh.example.com"), Ok(("ssh.example.com".into(), 22)));
+        assert_eq!(p("127.0.0.1:2222"), Ok(("127.0.0.1".into(), 2222)));
+        assert_eq!(p("[::1]:2222"), Ok(("::1".into(), 2222)));
+        assert_eq!(p("::1"), Ok(("::1".into(), 22)));
+        assert!(p("").is_err());
+        assert!(p("host:0").is_err());
+        assert!(p("host:x").is_err());
+        assert!(p("a b:22").is_err());
+        assert!(p("u@host:22").is_err());
+    }
+}

@@ -32,6 +32,8 @@ const MAX_ENV_NAME: usize = 256;
 const MAX_ENV_VALUE: usize = 8 * 1024;
 /// Session channels waiting for `shell`/`exec`/`subsystem`, per connection.
 const MAX_PENDING_CHANNELS: usize = 32;
+/// Open channels (sessions and forwards) per connection; more are refused.
+const MAX_CHANNELS: usize = 256;
 
 /// How the user proved who they are; kept to ask the server again later.
 #[derive(Clone)]
@@ -122,6 +124,8 @@ async fn authorize(
 /// What a session channel asked for before its `shell`/`exec`/`subsystem`.
 struct PendingSession {
     channel: Channel<Msg>,
+    /// Held for as long as the channel lives.
+    permit: tokio::sync::OwnedSemaphorePermit,
     pty: Option<(String, TerminalSize)>,
     env: Vec<EnvVar>,
 }
@@ -135,6 +139,7 @@ pub(crate) struct Handler {
     auth: Option<Arc<Authorized>>,
     failed_attempts: u32,
     pending: HashMap<ChannelId, PendingSession>,
+    channels: Arc<tokio::sync::Semaphore>,
 }
 
 impl Handler {
@@ -153,6 +158,7 @@ impl Handler {
             auth: None,
             failed_attempts: 0,
             pending: HashMap::new(),
+            channels: Arc::new(tokio::sync::Semaphore::new(MAX_CHANNELS)),
         }
     }
 
@@ -195,7 +201,12 @@ impl Handler {
     }
 
     /// Starts `kind` on a pending session channel and answers the request.
-    fn start(&mut self, id: ChannelId, kind: session::Kind, s: &mut Session) -> Result<(), russh::Error> {
+    fn start(
+        &mut self,
+        id: ChannelId,
+        kind: session::Kind,
+        s: &mut Session,
+    ) -> Result<(), russh::Error> {
         let (Some(pending), Some(auth)) = (self.session_for(id), self.auth.clone()) else {
             // Already started (a second `exec` on one channel) or unknown.
             return s.channel_failure(id);
@@ -219,13 +230,18 @@ impl Handler {
             tty: pending.pty.as_ref().map(|(_, size)| *size),
             env,
         };
-        tokio::spawn(session::run(
+        let run = session::run(
             self.shared.clone(),
             auth,
             pending.channel,
             request,
             self.stop.clone(),
-        ));
+        );
+        let permit = pending.permit;
+        tokio::spawn(async move {
+            run.await;
+            drop(permit);
+        });
         Ok(())
     }
 }
@@ -315,10 +331,14 @@ impl russh::server::Handler for Handler {
         if self.auth.is_none() || self.pending.len() >= MAX_PENDING_CHANNELS {
             return Ok(false);
         }
+        let Ok(permit) = self.channels.clone().try_acquire_owned() else {
+            return Ok(false);
+        };
         self.pending.insert(
             channel.id(),
             PendingSession {
                 channel,
+                permit,
                 pty: None,
                 env: Vec::new(),
             },
@@ -344,19 +364,23 @@ impl russh::server::Handler for Handler {
             _ => return Ok(false),
         };
         if !local_host(host_to_connect, &cached.workspace_name) {
-            tracing::debug!(host = host_to_connect, "direct-tcpip to a foreign host refused");
+            tracing::debug!(
+                host = host_to_connect,
+                "direct-tcpip to a foreign host refused"
+            );
             return Ok(false);
         }
         if cached.actual_state != warren_types::ActualState::Running {
             return Ok(false);
         }
-        tokio::spawn(forward::run(
-            self.shared.clone(),
-            auth,
-            channel,
-            port,
-            self.stop.clone(),
-        ));
+        let Ok(permit) = self.channels.clone().try_acquire_owned() else {
+            return Ok(false);
+        };
+        let run = forward::run(self.shared.clone(), auth, channel, port, self.stop.clone());
+        tokio::spawn(async move {
+            run.await;
+            drop(permit);
+        });
         Ok(true)
     }
 
@@ -387,6 +411,20 @@ impl russh::server::Handler for Handler {
             }
             _ => session.channel_failure(channel),
         }
+    }
+
+    async fn x11_request(
+        &mut self,
+        channel: ChannelId,
+        _single_connection: bool,
+        _x11_auth_protocol: &str,
+        _x11_auth_cookie: &str,
+        _x11_screen_number: u32,
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        // No X11 forwarding; say so (an unanswered request would shift the replies to the
+        // client's later requests).
+        session.channel_failure(channel)
     }
 
     async fn env_request(

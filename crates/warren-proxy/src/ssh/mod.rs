@@ -42,6 +42,16 @@ pub enum SshError {
     Accept(#[source] std::io::Error),
 }
 
+/// Loads the host key, generating it on first use; a key that cannot be read is an error.
+pub(crate) fn check_host_key(config: &crate::ProxyConfig) -> Result<(), ProxyError> {
+    host_key::load_or_create(&config.ssh_host_key_path())
+        .map(|_| ())
+        .map_err(|e| ProxyError::Serve {
+            what: "ssh",
+            source: Box::new(SshError::HostKey(e)),
+        })
+}
+
 /// Serves SSH on `listener` until `shutdown`.
 pub(crate) async fn serve(
     shared: Arc<Shared>,
@@ -105,10 +115,7 @@ fn is_transient_accept_error(e: &std::io::Error) -> bool {
 fn server_config(key: russh::keys::PrivateKey) -> russh::server::Config {
     use russh::MethodKind;
     russh::server::Config {
-        server_id: russh::SshId::Standard(format!(
-            "SSH-2.0-warren_{}",
-            env!("CARGO_PKG_VERSION")
-        )),
+        server_id: russh::SshId::Standard(format!("SSH-2.0-warren_{}", env!("CARGO_PKG_VERSION"))),
         methods: russh::MethodSet::from(&[MethodKind::PublicKey, MethodKind::Password][..]),
         auth_rejection_time: AUTH_REJECTION_DELAY,
         // OpenSSH probes with "none" first to learn the methods; that is not a failure.
@@ -172,6 +179,10 @@ async fn connection(
             _ = stop.cancelled() => break "the proxy is shutting down",
             // Cancel-safe: a pinned sleep keeps its deadline across polls.
             _ = &mut auth_deadline, if !authenticated.load(Ordering::Acquire) => {
+                // The flag may have flipped while this branch was waiting.
+                if authenticated.load(Ordering::Acquire) {
+                    continue;
+                }
                 break "authentication timed out";
             }
         }

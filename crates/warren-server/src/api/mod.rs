@@ -1,5 +1,6 @@
 //! The REST API under `/api/v1`: bearer-token authentication, scopes, and the routes.
 
+pub mod access;
 pub mod agents;
 pub mod projects;
 pub mod users;
@@ -82,6 +83,7 @@ pub fn router() -> Router<AppState> {
     let v1 = Router::new()
         .route("/session", post(users::create_session))
         .route("/users/me", get(users::me))
+        .route("/access", get(access::access_info))
         .route("/users", get(users::list_users).post(users::create_user))
         .route(
             "/users/me/tokens",

@@ -1,0 +1,354 @@
+//! `warren ws ssh` (runs the system `ssh` against the proxy's SSH server) and `warren ws
+//! ssh-config` (Host blocks for OpenSSH, VS Code Remote-SSH and JetBrains Gateway).
+//!
+//! `--write` keeps Warren's blocks in their own file, `~/.ssh/warren.config`, which
+//! `~/.ssh/config` includes; the user's own file only ever gains that one `Include` line.
+
+use crate::CliError;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use warren_types::api::SshEndpoint;
+
+/// The `ssh` program; `WARREN_SSH` overrides it (a wrapper, another client, tests).
+pub const SSH_PROGRAM_ENV: &str = "WARREN_SSH";
+/// Warren's own file next to the user's SSH config.
+pub const WARREN_SSH_CONFIG: &str = "warren.config";
+/// The prefix of every generated `Host` alias.
+pub const HOST_PREFIX: &str = "warren-";
+const HEADER: &str = "# Written by `warren ws ssh-config --write`; rerun it to update.\n\
+# Connect with `ssh warren-<workspace>` (or pick the host in VS Code Remote-SSH).\n";
+const INCLUDE_LINE: &str = "Include warren.config";
+
+/// The error for an installation without SSH.
+pub fn no_ssh() -> CliError {
+    CliError::Failed(
+        "this Warren server offers no SSH (its administrator has not set ssh_public_address)"
+            .into(),
+    )
+}
+
+/// The arguments of `ssh` for a workspace: options first, then the destination and command.
+pub fn ssh_args(
+    endpoint: &SshEndpoint,
+    workspace: &str,
+    options: &[String],
+    command: &[String],
+) -> Vec<String> {
+    let mut args = vec![
+        "-p".to_owned(),
+        endpoint.port.to_string(),
+        "-l".to_owned(),
+        workspace.to_owned(),
+    ];
+    for o in options {
+        args.push("-o".into());
+        args.push(o.clone());
+    }
+    args.push(endpoint.host.clone());
+    args.extend(command.iter().cloned());
+    args
+}
+
+/// Runs `ssh` in place of this process where the platform allows (so its terminal handling,
+/// signals and exit code are exactly ssh's); elsewhere waits for it and returns its code.
+pub fn exec_ssh(args: &[String]) -> Result<u8, CliError> {
+    let program = std::env::var(SSH_PROGRAM_ENV)
+        .ok()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "ssh".into());
+    let mut cmd = std::process::Command::new(&program);
+    cmd.args(args);
+    let missing = |e: std::io::Error| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            CliError::Failed(format!(
+                "`{program}` was not found; install an OpenSSH client (Debian/Ubuntu: \
+                 openssh-client) or point {SSH_PROGRAM_ENV} at one"
+            ))
+        } else {
+            CliError::Failed(format!("running `{program}`: {e}"))
+        }
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt;
+        // Only returns on failure.
+        Err(missing(cmd.exec()))
+    }
+    #[cfg(not(unix))]
+    {
+        let status = cmd.status().map_err(missing)?;
+        Ok(status
+            .code()
+            .map(|c| u8::try_from(c).unwrap_or(255))
+            .unwrap_or(255))
+    }
+}
+
+/// One `Host` block.
+pub fn host_block(endpoint: &SshEndpoint, workspace: &str) -> String {
+    format!(
+        "Host {HOST_PREFIX}{workspace}\n    HostName {}\n    Port {}\n    User {workspace}\n",
+        endpoint.host, endpoint.port
+    )
+}
+
+/// The blocks of a `warren.config` by workspace name (anything else in the file is dropped:
+/// the file is Warren's).
+pub fn parse_blocks(text: &str) -> BTreeMap<String, String> {
+    let mut blocks = BTreeMap::new();
+    let mut current: Option<(String, String)> = None;
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        let host = trimmed
+            .strip_prefix("Host ")
+            .map(str::trim)
+            .and_then(|h| h.strip_prefix(HOST_PREFIX));
+        if let Some(name) = host {
+            if let Some((n, b)) = current.take() {
+                blocks.insert(n, b);
+            }
+            current = Some((name.to_owned(), format!("{line}\n")));
+        } else if let Some((_, b)) = current.as_mut() {
+            if !trimmed.is_empty() && !trimmed.starts_with('#') {
+                b.push_str(line);
+                b.push('\n');
+            }
+        }
+    }
+    if let Some((n, b)) = current {
+        blocks.insert(n, b);
+    }
+    blocks
+}
+
+/// The whole `warren.config` for these blocks.
+pub fn render_file(blocks: &BTreeMap<String, String>) -> String {
+    let mut out = HEADER.to_owned();
+    for b in blocks.values() {
+        out.push('\n');
+        out.push_str(b);
+    }
+    out
+}
+
+/// `~/.ssh/config` with the `Include` of Warren's file at its top (where it applies to every
+/// host; an `Include` after a `Host` line would belong to that block). `None`: already there.
+pub fn with_include(config: &str) -> Option<String> {
+    let present = config.lines().any(|l| {
+        let mut words = l.split_whitespace();
+        words
+            .next()
+            .is_some_and(|w| w.eq_ignore_ascii_case("include"))
+            && words.any(|w| {
+                w == WARREN_SSH_CONFIG
+                    || w == format!("~/.ssh/{WARREN_SSH_CONFIG}")
+                    || w.ends_with(&format!("/.ssh/{WARREN_SSH_CONFIG}"))
+            })
+    });
+    if present {
+        return None;
+    }
+    let mut out = format!("# Added by `warren ws ssh-config --write`.\n{INCLUDE_LINE}\n");
+    if !config.is_empty() {
+        out.push('\n');
+        out.push_str(config);
+    }
+    Some(out)
+}
+
+/// What `--write` did.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Written {
+    pub file: PathBuf,
+    pub changed: bool,
+    pub include_added: bool,
+}
+
+/// Writes `blocks` into `ssh_dir/warren.config` (merged with the blocks already there unless
+/// `replace_all`) and makes `ssh_dir/config` include it. Running it twice changes nothing.
+pub fn write_config(
+    ssh_dir: &Path,
+    blocks: BTreeMap<String, String>,
+    replace_all: bool,
+) -> Result<Written, CliError> {
+    let io = |what: &str, p: &Path, e: std::io::Error| {
+        CliError::Failed(format!("{what} {}: {e}", p.display()))
+    };
+    create_private_dir(ssh_dir).map_err(|e| io("creating", ssh_dir, e))?;
+    let file = ssh_dir.join(WARREN_SSH_CONFIG);
+    let old = read_or_empty(&file).map_err(|e| io("reading", &file, e))?;
+    let mut merged = if replace_all {
+        BTreeMap::new()
+    } else {
+        parse_blocks(&old)
+    };
+    merged.extend(blocks);
+    let new = render_file(&merged);
+    let changed = new != old;
+    if changed {
+        write_private(&file, &new).map_err(|e| io("writing", &file, e))?;
+    }
+    let config = ssh_dir.join("config");
+    let current = read_or_empty(&config).map_err(|e| io("reading", &config, e))?;
+    let include_added = match with_include(&current) {
+        Some(updated) => {
+            write_private(&config, &updated).map_err(|e| io("writing", &config, e))?;
+            true
+        }
+        None => false,
+    };
+    Ok(Written {
+        file,
+        changed,
+        include_added,
+    })
+}
+
+fn read_or_empty(p: &Path) -> std::io::Result<String> {
+    match std::fs::read_to_string(p) {
+        Ok(s) => Ok(s),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+        Err(e) => Err(e),
+    }
+}
+
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+    }
+    #[cfg(not(unix))]
+    {
+        std::fs::create_dir_all(dir)
+    }
+}
+
+/// Replaces `path` with `text` through a temporary file (OpenSSH refuses a config that
+/// others may write; a crash never leaves half a file). An existing file keeps its mode.
+fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    let tmp = path.with_extension(format!("warren-tmp-{}", std::process::id()));
+    std::fs::write(&tmp, text)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path)
+            .map(|m| m.permissions().mode() & 0o644)
+            .unwrap_or(0o600);
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;
+    }
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
+/// `~/.ssh`.
+pub fn default_ssh_dir() -> Result<PathBuf, CliError> {
+    dirs::home_dir()
+        .map(|h| h.join(".ssh"))
+        .ok_or_else(|| CliError::Failed("cannot find your home directory for ~/.ssh".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ep() -> SshEndpoint {
+        SshEndpoint {
+            host: "ssh.example.com".into(),
+            port: 2222,
+        }
+    }
+
+    #[test]
+    fn ssh_arguments_put_the_command_after_the_host() {
+        let a = ssh_args(
+            &ep(),
+            "dev",
+            &["StrictHostKeyChecking=yes".into()],
+            &["ls".into(), "-la".into()],
+        );
+        assert_eq!(
+            a,
+            [
+                "-p",
+                "2222",
+                "-l",
+                "dev",
+                "-o",
+                "StrictHostKeyChecking=yes",
+                "ssh.example.com",
+                "ls",
+                "-la"
+            ]
+        );
+    }
+
+    #[test]
+    fn blocks_round_trip_and_the_include_is_added_once() {
+        let mut blocks = BTreeMap::new();
+        blocks.insert("b".to_owned(), host_block(&ep(), "b"));
+        blocks.insert("a".to_owned(), host_block(&ep(), "a"));
+        let text = render_file(&blocks);
+        assert!(text
+            .contains("Host warren-a\n    HostName ssh.example.com\n    Port 2222\n    User a\n"));
+        assert_eq!(parse_blocks(&text), blocks);
+
+        let user = "Host github.com\n    User git\n";
+        let with = with_include(user).unwrap();
+        assert!(with.starts_with("# Added by"));
+        assert!(with.contains("Include warren.config\n"));
+        assert!(with.ends_with(user));
+        assert_eq!(with_include(&with), None);
+        assert_eq!(with_include("Include ~/.ssh/warren.config\n"), None);
+        assert!(with_include("").is_some());
+    }
+
+    #[test]
+    fn write_is_idempotent_merges_and_keeps_the_users_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let ssh = dir.path().join(".ssh");
+        std::fs::create_dir(&ssh).unwrap();
+        std::fs::write(ssh.join("config"), "Host x\n    User y\n").unwrap();
+        let one = |n: &str| {
+            let mut m = BTreeMap::new();
+            m.insert(n.to_owned(), host_block(&ep(), n));
+            m
+        };
+        let w = write_config(&ssh, one("a"), false).unwrap();
+        assert!(w.changed && w.include_added);
+        let config = std::fs::read_to_string(ssh.join("config")).unwrap();
+        let file = std::fs::read_to_string(ssh.join("warren.config")).unwrap();
+
+        let again = write_config(&ssh, one("a"), false).unwrap();
+        assert!(!again.changed && !again.include_added);
+        assert_eq!(std::fs::read_to_string(ssh.join("config")).unwrap(), config);
+        assert_eq!(
+            std::fs::read_to_string(ssh.join("warren.config")).unwrap(),
+            file
+        );
+        assert!(config.ends_with("Host x\n    User y\n"));
+
+        write_config(&ssh, one("b"), false).unwrap();
+        let both = std::fs::read_to_string(ssh.join("warren.config")).unwrap();
+        assert!(both.contains("Host warren-a\n") && both.contains("Host warren-b\n"));
+        write_config(&ssh, one("b"), true).unwrap();
+        let only_b = std::fs::read_to_string(ssh.join("warren.config")).unwrap();
+        assert!(!only_b.contains("Host warren-a\n") && only_b.contains("Host warren-b\n"));
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(ssh.join("warren.config"))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o077, 0, "{mode:o}");
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! `warren ws ssh` and `warren ws ssh-config` (the binary) against the in-process stack
+//! (warren-testkit) with its proxy's SSH server; OpenSSH's `ssh` does the connecting.
+//!
+//! The binary runs with its own `HOME` and `WARREN_HOME`; `WARREN_SSH` points at a wrapper
+//! that gives ssh `-F /dev/null`, a private known_hosts and the test's key, so the user's SSH
+//! setup never takes part. Without OpenSSH the tests print a notice and pass, unless
+//! `WARREN_REQUIRE_TOOLS=1`.
+
+use anyhow::{bail, Context, Result};
+use serde_json::json;
+use std::path::PathBuf;
+use std::process::{Output, Stdio};
+use std::time::Duration;
+use tokio::process::Command;
+use warren_testkit::{Stack, TestUser};
+
+fn tools_present() -> bool {
+    let ok = ["ssh", "ssh-keygen"].iter().all(|t| {
+        std::process::Command::new("sh")
+            .args(["-c", &format!("command -v {t}")])
+            .stdout(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+    });
+    if ok {
+        return true;
+    }
+    if std::env::var("WARREN_REQUIRE_TOOLS").as_deref() == Ok("1") {
+        panic!("WARREN_REQUIRE_TOOLS=1 but ssh or ssh-keygen is missing");
+    }
+    eprintln!("SKIPPED: OpenSSH client tools missing (set WARREN_REQUIRE_TOOLS=1 to fail instead)");
+    false
+}
+
+struct Env {
+    stack: Stack,
+    alice: TestUser,
+    home: tempfile::TempDir,
+    ssh_wrapper: PathBuf,
+}
+
+async fn env() -> Result<Env> {
+    let stack = Stack::start().await?;
+    stack.runtime.enable_exec(std::env::temp_dir());
+    let alice = stack.user("alice").await?;
+    let home = tempfile::tempdir()?;
+    let key = home.path().join("id_test");
+    let out = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(&key)
+        .output()
+        .await?;
+    if !out.status.success() {
+        bail!("ssh-keygen: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let public = std::fs::read_to_string(home.path().join("id_test.pub"))?;
+    stack
+        .api(
+            reqwest::Method::POST,
+            "/api/v1/users/me/ssh-keys",
+            &alice.token,
+            Some(json!({ "public_key": public.trim() })),
+        )
+        .await?;
+    let ssh_wrapper = home.path().join("ssh-wrapper");
+    std::fs::write(
+        &ssh_wrapper,
+        format!(
+            "#!/bin/sh\nexec ssh -F /dev/null -o UserKnownHostsFile={kh} -o GlobalKnownHostsFile=/dev/null \
+             -o StrictHostKeyChecking=accept-new -o IdentitiesOnly=yes -o IdentityAgent=none \
+             -o BatchMode=yes -o LogLevel=ERROR -i {key} \"$@\"\n",
+            kh = home.path().join("known_hosts").display(),
+            key = key.display()
+        ),
+    )?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&ssh_wrapper, std::fs::Permissions::from_mode(0o755))?;
+    }
+    Ok(Env {
+        stack,
+        alice,
+        home,
+        ssh_wrapper,
+    })
+}
+
+impl Env {
+    async fn warren(&self, args: &[&str]) -> Result<Output> {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_warren"));
+        cmd.args(args)
+            .env("HOME", self.home.path())
+            .env("WARREN_HOME", self.home.path().join("warren"))
+            .env("WARREN_URL", &self.stack.api_url)
+            .env("WARREN_TOKEN", &self.alice.token)
+            .env("WARREN_SSH", &self.ssh_wrapper)
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        tokio::time::timeout(Duration::from_secs(60), cmd.output())
+            .await
+            .context("warren hung")?
+            .context("running warren")
+    }
+
+    fn ssh_dir(&self) -> PathBuf {
+        self.home.path().join(".ssh")
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ws_ssh_runs_the_command_and_returns_its_exit_code() -> Result<()> {
+    if !tools_present() {
+        return Ok(());
+    }
+    let e = env().await?;
+    e.stack.workspace(&e.alice, "alice-cli").await?;
+    let out = e
+        .warren(&["ws", "ssh", "alice-cli", "--", "exit", "7"])
+        .await?;
+    assert_eq!(out.status.code(), Some(7), "stderr: {}", text(&out.stderr));
+    let out = e
+        .warren(&["ws", "ssh", "alice-cli", "--", "echo", "hello from $0"])
+        .await?;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "hello from /bin/sh\n");
+
+    // No ssh program: a clear error, not a panic.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_warren"));
+    cmd.args(["ws", "ssh", "alice-cli"])
+        .env("HOME", e.home.path())
+        .env("WARREN_HOME", e.home.path().join("warren"))
+        .env("WARREN_URL", &e.stack.api_url)
+        .env("WARREN_TOKEN", &e.alice.token)
+        .env("WARREN_SSH", "/nonexistent/ssh")
+        .stdin(Stdio::null());
+    let out = cmd.output().await?;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("was not found"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // An unknown workspace is named.
+    let out = e.warren(&["ws", "ssh", "nope"]).await?;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("nope"), "{}", text(&out.stderr));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ws_ssh_config_prints_blocks_and_writes_them_once() -> Result<()> {
+    if !tools_present() {
+        return Ok(());
+    }
+    let e = env().await?;
+    e.stack.workspace(&e.alice, "alice-one").await?;
+    e.stack.workspace(&e.alice, "alice-two").await?;
+    let bob = e.stack.user("bob").await?;
+    e.stack.workspace(&bob, "bob-ws").await?;
+    let addr = e.stack.ssh_addr.context("ssh")?;
+
+    let out = e.warren(&["ws", "ssh-config"]).await?;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let printed = text(&out.stdout);
+    let block = |n: &str| {
+        format!(
+            "Host warren-{n}\n    HostName {}\n    Port {}\n    User {n}\n",
+            addr.ip(),
+            addr.port()
+        )
+    };
+    assert!(printed.contains(&block("alice-one")), "{printed}");
+    assert!(printed.contains(&block("alice-two")), "{printed}");
+    assert!(!printed.contains("bob-ws"), "{printed}");
+
+    let out = e.warren(&["ws", "ssh-config", "alice-two"]).await?;
+    assert_eq!(text(&out.stdout), block("alice-two"));
+
+    // --write: the user's own config keeps its content and gains one Include.
+    std::fs::create_dir_all(e.ssh_dir())?;
+    std::fs::write(e.ssh_dir().join("config"), "Host example\n    User me\n")?;
+    let out = e.warren(&["ws", "ssh-config", "--write"]).await?;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let config = std::fs::read_to_string(e.ssh_dir().join("config"))?;
+    let written = std::fs::read_to_string(e.ssh_dir().join("warren.config"))?;
+    assert_eq!(
+        config.matches("Include warren.config").count(),
+        1,
+        "{config}"
+    );
+    assert!(config.ends_with("Host example\n    User me\n"), "{config}");
+    assert!(written.contains(&block("alice-one")) && written.contains(&block("alice-two")));
+
+    let out = e.warren(&["ws", "ssh-config", "--write"]).await?;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert_eq!(std::fs::read_to_string(e.ssh_dir().join("config"))?, config);
+    assert_eq!(
+        std::fs::read_to_string(e.ssh_dir().join("warren.config"))?,
+        written
+    );
+
+    // OpenSSH reads the blocks as intended.
+    let out = Command::new("ssh")
+        .arg("-G")
+        .arg("-F")
+        .arg(e.ssh_dir().join("warren.config"))
+        .arg("warren-alice-one")
+        .output()
+        .await?;
+    let resolved = text(&out.stdout);
+    assert!(resolved.contains("\nuser alice-one\n"), "{resolved}");
+    assert!(
+        resolved.contains(&format!("\nport {}\n", addr.port())),
+        "{resolved}"
+    );
+    assert!(
+        resolved.contains(&format!("\nhostname {}\n", addr.ip())),
+        "{resolved}"
+    );
+
+    // And through them, a real login (the wrapper adds key and known_hosts).
+    let out = Command::new(&e.ssh_wrapper)
+        .arg("-F")
+        .arg(e.ssh_dir().join("warren.config"))
+        .args(["warren-alice-one", "exit 4"])
+        .stdin(Stdio::null())
+        .output()
+        .await?;
+    assert_eq!(out.status.code(), Some(4), "stderr: {}", text(&out.stderr));
+    Ok(())
+}

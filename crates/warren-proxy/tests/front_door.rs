@@ -1077,3 +1077,44 @@ async fn tls_with_alpn_http2_and_secure_cookies() {
         "{head}"
     );
 }
+
+/// An endpoint that drops every connection right after answering (without saying so, as
+/// dev servers with short keep-alive timeouts do): every request still gets its answer.
+#[tokio::test]
+async fn endpoint_dropping_kept_connections_is_transparent() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let e = env().await;
+    let s = &e.stack;
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 8192];
+                let mut seen = 0;
+                while !buf[..seen].windows(4).any(|w| w == b"\r\n\r\n") {
+                    match sock.read(&mut buf[seen..]).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen += n,
+                    }
+                }
+                let _ = sock
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    .await;
+            });
+        }
+    });
+    s.set_endpoint(&e.ws, 3000, addr);
+    let host = s.host(3000, "alice-web");
+    let http = s.client_for(std::slice::from_ref(&host));
+    for i in 0..30 {
+        let resp = http
+            .get(s.url(3000, "alice-web", "/"))
+            .bearer_auth(&e.alice.token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 200, "request {i}");
+        assert_eq!(resp.text().await.unwrap(), "ok");
+    }
+}

@@ -137,6 +137,11 @@ impl Upstreams {
     }
 
     /// Sends `req` to the endpoint on a kept connection or a new one.
+    ///
+    /// A kept connection the endpoint closed while idle (many dev servers drop keep-alive
+    /// connections after a few seconds) must not surface as an error: a request it never
+    /// took is sent elsewhere, and a bodiless GET/HEAD/OPTIONS it took but never answered
+    /// is repeated once on a new connection.
     pub(crate) async fn send(
         &self,
         shared: &Shared,
@@ -146,15 +151,20 @@ impl Upstreams {
         let upgrade = req.headers().contains_key(header::UPGRADE);
         if !upgrade {
             while let Some(mut s) = self.take_idle(key) {
+                let replay = replayable(&req);
                 match s.try_send_request(req).await {
                     Ok(resp) => {
                         self.put_back(key.clone(), s);
                         return Ok(resp);
                     }
-                    Err(mut e) => match e.take_message() {
+                    Err(mut e) => match (e.take_message(), replay) {
                         // The kept connection closed before taking the request: try another.
-                        Some(r) => req = r,
-                        None => return Err(ForwardError::Request(e.into_error())),
+                        (Some(r), _) => req = r,
+                        (None, Some(r)) => {
+                            tracing::debug!(error = %e.error(), "kept connection failed; repeating the request");
+                            req = r;
+                        }
+                        (None, None) => return Err(ForwardError::Request(e.into_error())),
                     },
                 }
             }
@@ -167,6 +177,24 @@ impl Upstreams {
         }
         Ok(resp)
     }
+}
+
+/// A copy of a request that is safe to send twice: idempotent and without a body.
+fn replayable(req: &Request<Body>) -> Option<Request<Body>> {
+    use hyper::body::Body as HttpBody;
+    let idempotent = matches!(
+        *req.method(),
+        http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
+    );
+    if !idempotent || HttpBody::size_hint(req.body()).exact() != Some(0) {
+        return None;
+    }
+    let mut copy = Request::new(Body::empty());
+    *copy.method_mut() = req.method().clone();
+    *copy.uri_mut() = req.uri().clone();
+    *copy.version_mut() = req.version();
+    *copy.headers_mut() = req.headers().clone();
+    Some(copy)
 }
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1) plus the legacy ones proxies still see.
@@ -401,6 +429,27 @@ mod tests {
         assert_eq!(h["x-forwarded-for"], "10.0.0.1, 127.0.0.2");
         assert_eq!(h["cookie"], "app=1");
         assert_eq!(h["x-kept"], "yes");
+    }
+
+    #[test]
+    fn only_bodiless_idempotent_requests_are_replayed() {
+        let get = Request::get("/x")
+            .header("a", "1")
+            .body(Body::empty())
+            .unwrap();
+        let copy = replayable(&get).unwrap();
+        assert_eq!(
+            (copy.method(), copy.uri(), &copy.headers()["a"]),
+            (
+                &http::Method::GET,
+                &http::Uri::from_static("/x"),
+                &HeaderValue::from_static("1")
+            )
+        );
+        let post = Request::post("/x").body(Body::empty()).unwrap();
+        assert!(replayable(&post).is_none());
+        let get_body = Request::get("/x").body(Body::from("data")).unwrap();
+        assert!(replayable(&get_body).is_none());
     }
 
     #[test]

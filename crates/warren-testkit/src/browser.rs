@@ -115,7 +115,11 @@ impl Chromium {
         let (ws, _) = tokio_tungstenite::connect_async(url)
             .await
             .context("connecting to the tab's DevTools")?;
-        let mut tab = Tab { ws, next_id: 0 };
+        let mut tab = Tab {
+            ws,
+            next_id: 0,
+            events: Default::default(),
+        };
         tab.call("Page.enable", json!({})).await?;
         tab.call("Runtime.enable", json!({})).await?;
         Ok(tab)
@@ -126,6 +130,9 @@ impl Chromium {
 pub struct Tab {
     ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
     next_id: u64,
+    /// DevTools events received while waiting for answers (newest last, bounded), for
+    /// diagnosing a failed test: enable a domain (`Network.enable`) to collect its events.
+    pub events: std::collections::VecDeque<Value>,
 }
 
 impl Tab {
@@ -149,6 +156,12 @@ impl Tab {
                         bail!("{method} failed: {e}");
                     }
                     return Ok(v["result"].clone());
+                }
+                if v.get("method").is_some() {
+                    if self.events.len() >= 1000 {
+                        self.events.pop_front();
+                    }
+                    self.events.push_back(v);
                 }
             }
             bail!("DevTools closed while waiting for {method}")

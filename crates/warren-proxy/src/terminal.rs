@@ -97,6 +97,8 @@ const PAGE: &str = include_str!("../assets/terminal.html");
 /// Serves every request to `terminal-{workspace}.{domain}` once the HTTP front door has
 /// authenticated the user and the server has allowed access to the workspace itself
 /// (`access.port` is `None`): the page, its assets, and the WebSocket at `/ws`.
+// Called by the HTTP front door (`http`), which lands separately; until then only tests call it.
+#[allow(dead_code)]
 pub(crate) async fn handle(
     shared: Arc<Shared>,
     access: WorkspaceAccess,

@@ -443,3 +443,74 @@ async fn entries_of_a_crashed_instance_expire() {
     .await;
     other.close().await;
 }
+
+#[tokio::test]
+async fn exec_reaches_an_agent_on_another_instance() {
+    use warren_types::relay::{ExecFrame, ExecQuery, ExecTarget, TUNNEL_PROTOCOL};
+    let Some(redis) = redis_url() else { return };
+    let prefix = Prefix::new(&redis);
+    let server = TestServer::start(slow_timers()).await;
+    server.with(|s| s.model.create("ws-a"));
+    let relays = three(&server, &redis, &prefix).await;
+    let agent = agent_with_echo(&server, relays[0].agent_url()).await;
+    let dir = tempfile::tempdir().unwrap();
+    agent.runtime.enable_exec(dir.path());
+    wait_for("the agent's entry in redis", 20, || {
+        registered_on(&prefix, relays[0].instance)
+    })
+    .await;
+
+    let open = |command: Vec<String>| {
+        let target = ExecTarget {
+            workspace: "ws-a".into(),
+            namespace: common::model::NAMESPACE.into(),
+            container: None,
+            command,
+            env: vec![],
+            tty: false,
+            size: None,
+        };
+        let internal = relays[1].internal_addr;
+        async move {
+            reqwest::Client::builder()
+                .http1_only()
+                .build()
+                .unwrap()
+                .get(format!("http://{internal}/internal/agents/{AGENT}/exec"))
+                .query(&ExecQuery {
+                    request: serde_json::to_string(&target).unwrap(),
+                })
+                .bearer_auth(internal_jwt("warren-proxy"))
+                .header("connection", "upgrade")
+                .header("upgrade", TUNNEL_PROTOCOL)
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    // Through instance 1, which holds no connection of the agent.
+    let resp = open(vec!["/bin/sh".into(), "-c".into(), "cat; exit 4".into()]).await;
+    assert_eq!(resp.status(), 101);
+    let mut io = resp.upgrade().await.unwrap();
+    warren_tunnel::write_exec_frame(&mut io, &ExecFrame::Stdin(b"routed".to_vec()))
+        .await
+        .unwrap();
+    warren_tunnel::write_exec_frame(&mut io, &ExecFrame::StdinEof)
+        .await
+        .unwrap();
+    let (mut out, mut code) = (Vec::new(), None);
+    while let Some(frame) = warren_tunnel::read_exec_frame(&mut io).await.unwrap() {
+        match frame {
+            ExecFrame::Stdout(b) => out.extend(b),
+            ExecFrame::Exit(e) => code = e.code,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(out, b"routed");
+    assert_eq!(code, Some(4));
+
+    // The gateway's definite answer comes back as is.
+    let resp = open(vec!["/definitely/not/here".into()]).await;
+    assert_eq!(resp.status(), 502);
+    assert!(resp.text().await.unwrap().contains("exec_failed"));
+}

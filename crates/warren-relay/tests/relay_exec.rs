@@ -157,24 +157,31 @@ async fn tty_sessions_merge_output_and_take_sizes() {
         }),
     )
     .await;
-    send(&mut io, ExecFrame::Stdin(b"line\n".to_vec())).await;
+    // Enter on a terminal is CR; the (simulated) line discipline hands the shell LF.
+    send(&mut io, ExecFrame::Stdin(b"line\r".to_vec())).await;
     let (out, err, exit) = collect(&mut io).await;
-    assert!(out.starts_with("size 91 33\n"), "{out}");
-    assert!(out.contains("err\n"), "stderr is merged with a tty: {out}");
-    assert!(out.ends_with("got line\n"), "{out}");
+    assert!(out.contains("size 91 33\r\n"), "{out}");
+    // Merged from two pipes by the simulated runtime: the order between them is not kept.
+    assert!(
+        out.contains("err\r\n"),
+        "stderr is merged with a tty: {out}"
+    );
+    assert!(out.contains("got line\r\n"), "{out}");
     assert_eq!(err, "");
     assert_eq!(exit.code, Some(0));
-    // The resize was sent before the line, and the agent applies frames in order.
-    assert_eq!(
-        agent.runtime.exec_resizes(),
-        vec![
-            TerminalSize { cols: 91, rows: 33 },
-            TerminalSize {
-                cols: 120,
-                rows: 40
-            }
-        ]
-    );
+    // The agent hands sizes to the runtime in order; the simulated runtime records them
+    // asynchronously.
+    let want = vec![
+        TerminalSize { cols: 91, rows: 33 },
+        TerminalSize {
+            cols: 120,
+            rows: 40,
+        },
+    ];
+    wait_for("both sizes to reach the runtime", 20, || async {
+        agent.runtime.exec_resizes() == want
+    })
+    .await;
 }
 
 #[tokio::test]

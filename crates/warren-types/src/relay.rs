@@ -21,7 +21,10 @@
 //! - `exec` (relay → agent): the agent starts a process in the workspace through the
 //!   runtime's exec (engine exec, Kubernetes exec) and answers with a [`DialReply`] frame;
 //!   on success both directions carry [`ExecFrame`]s (each in one length-prefixed frame)
-//!   until the agent has sent [`ExecFrame::Exit`] and closed the stream.
+//!   until the agent has sent [`ExecFrame::Exit`] and closed the stream. Stdin is closed with
+//!   [`ExecFrame::StdinEof`], never by closing the stream: a client whose side of the stream
+//!   ends before the `Exit` has gone away, and the agent ends (or, where the runtime cannot,
+//!   detaches from) the process.
 //!
 //! **Internal listener** (server and proxy; `Authorization: Bearer <JWT>`, HS256 with the
 //! relay↔server shared secret, audience [`RELAY_JWT_AUDIENCE`], at most 30 s of validity):

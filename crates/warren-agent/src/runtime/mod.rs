@@ -62,6 +62,50 @@ pub struct ExecSpec {
     pub size: Option<warren_types::relay::TerminalSize>,
 }
 
+/// argv that sets `env` and, with a size, the terminal size before it runs `command`, for
+/// exec APIs that lack them (Kubernetes has no exec environment; Podman ignores the initial
+/// console size and a process that asks at once would see 0×0). Needs only `/bin/sh` in the
+/// image; a missing `stty` loses just the early size. `command` is run with `exec`, unchanged.
+/// Environment names must be shell variable names.
+pub fn shell_wrapped(
+    command: &[String],
+    env: &[(String, String)],
+    size: Option<warren_types::relay::TerminalSize>,
+) -> Result<Vec<String>, String> {
+    if env.is_empty() && size.is_none() {
+        return Ok(command.to_vec());
+    }
+    for (name, _) in env {
+        let valid = name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(format!("`{name}` is not a valid environment variable name"));
+        }
+    }
+    let mut script = String::new();
+    if let Some(size) = size {
+        script.push_str(&format!(
+            "stty rows {} cols {} 2>/dev/null; ",
+            size.rows, size.cols
+        ));
+    }
+    // The variables come as arguments up to `--`, so no value is ever parsed by the shell.
+    script.push_str(r#"while [ "$1" != -- ]; do export "$1"; shift; done; shift; exec "$@""#);
+    let mut argv = vec![
+        "/bin/sh".to_owned(),
+        "-c".to_owned(),
+        script,
+        "warren-exec".to_owned(),
+    ];
+    argv.extend(env.iter().map(|(k, v)| format!("{k}={v}")));
+    argv.push("--".to_owned());
+    argv.extend(command.iter().cloned());
+    Ok(argv)
+}
+
 /// Output of an exec'd process.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExecOutput {

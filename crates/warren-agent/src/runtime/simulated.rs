@@ -2,8 +2,10 @@
 //! fails to apply, finishes deleting. It synthesises Deployment objects whose status follows
 //! lifecycle.md's derivation rules, so the server derives the same states it would from a
 //! real cluster. `dial` connects to TCP addresses a test registers per endpoint; `exec` runs
-//! the command as a local child process (no PTY) once a test enabled it with
-//! [`SimulatedRuntime::enable_exec`].
+//! the command as a local child process (no PTY; with `tty`, CR in the input becomes LF and
+//! LF in the output CR LF, as a terminal's line discipline would do) in the system's
+//! temporary directory, or where [`SimulatedRuntime::enable_exec`] says, unless a test
+//! turned it off with [`SimulatedRuntime::disable_exec`].
 
 use super::{
     ByteStream, ExecOutput, ExecSession, ExecSpec, ObservedWorkspace, RuntimeError, WorkspaceKey,
@@ -43,8 +45,9 @@ struct State {
     auto_delete: bool,
     fail_list: Option<String>,
     delete_calls: u64,
-    /// Working directory of exec'd processes; `None` refuses every exec.
+    /// Working directory of exec'd processes (default: the temporary directory).
     exec_dir: Option<std::path::PathBuf>,
+    exec_disabled: bool,
 }
 
 #[derive(Debug)]
@@ -163,9 +166,16 @@ impl SimulatedRuntime {
     }
 
     /// Lets `exec` run commands as local child processes in `dir` (a test's temporary
-    /// directory). Off by default: a simulated runtime never runs local commands unasked.
+    /// directory).
     pub fn enable_exec(&self, dir: impl Into<std::path::PathBuf>) {
-        self.lock().exec_dir = Some(dir.into());
+        let mut st = self.lock();
+        st.exec_dir = Some(dir.into());
+        st.exec_disabled = false;
+    }
+
+    /// `exec` fails from now on, as on a runtime that refuses it.
+    pub fn disable_exec(&self) {
+        self.lock().exec_disabled = true;
     }
 
     /// Every terminal size exec sessions asked for, initial sizes and resizes, in order.
@@ -270,13 +280,13 @@ impl WorkspaceRuntime for SimulatedRuntime {
             if !running {
                 return Err(exec_error(key, "the workspace is not running".into()));
             }
-            let Some(dir) = st.exec_dir.clone() else {
+            if st.exec_disabled {
                 return Err(exec_error(
                     key,
-                    "exec is not enabled on this simulated runtime".into(),
+                    "exec is disabled on this simulated runtime".into(),
                 ));
-            };
-            dir
+            }
+            st.exec_dir.clone().unwrap_or_else(std::env::temp_dir)
         };
         let Some((program, args)) = spec.command.split_first() else {
             return Err(exec_error(key, "the command is empty".into()));
@@ -315,13 +325,28 @@ impl WorkspaceRuntime for SimulatedRuntime {
             context: "reading the output of a simulated exec".into(),
             source: Box::new(e),
         };
+        let onlcr = move |b: bytes::Bytes| -> bytes::Bytes {
+            if tty && b.contains(&b'\n') {
+                let mut v = Vec::with_capacity(b.len() + 16);
+                for &c in b.iter() {
+                    if c == b'\n' {
+                        v.push(b'\r');
+                    }
+                    v.push(c);
+                }
+                v.into()
+            } else {
+                b
+            }
+        };
         let out = tokio_util::io::ReaderStream::new(stdout)
-            .map(move |r| r.map(ExecOutput::Stdout).map_err(read_err));
-        // With a "tty" both streams are one, as they would be on a terminal.
+            .map(move |r| r.map(|b| ExecOutput::Stdout(onlcr(b))).map_err(read_err));
+        // With a "tty" both streams are one, as they would be on a terminal (but read from
+        // two pipes, so their relative order is not kept).
         let err = tokio_util::io::ReaderStream::new(stderr).map(move |r| {
             r.map(|b| {
                 if tty {
-                    ExecOutput::Stdout(b)
+                    ExecOutput::Stdout(onlcr(b))
                 } else {
                     ExecOutput::Stderr(b)
                 }
@@ -354,8 +379,34 @@ impl WorkspaceRuntime for SimulatedRuntime {
                 },
             })
         };
+        let stdin: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>> = if tty {
+            // A terminal's Enter is CR; the line discipline hands the program LF.
+            let (writer, mut reader) = tokio::io::duplex(64 * 1024);
+            let mut stdin = stdin;
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut buf = vec![0u8; 8192];
+                while let Ok(n) = reader.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    for c in &mut buf[..n] {
+                        if *c == b'\r' {
+                            *c = b'\n';
+                        }
+                    }
+                    if stdin.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+                let _ = stdin.shutdown().await;
+            });
+            Box::pin(writer)
+        } else {
+            Box::pin(stdin)
+        };
         Ok(ExecSession {
-            stdin: Box::pin(stdin),
+            stdin,
             output,
             resize,
             exit: exit.boxed(),

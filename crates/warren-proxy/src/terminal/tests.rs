@@ -223,32 +223,39 @@ async fn the_terminal_runs_a_login_shell_with_size_resize_and_exit_code() {
         .await
         .unwrap();
     ws.send(WsMessage::Binary(
-        b"echo \"cols=$COLUMNS term=$TERM\"; exit 5\n"
+        b"echo \"cols=$COLUMNS term=$TERM\"; exit 5\r"
             .to_vec()
             .into(),
     ))
     .await
     .unwrap();
     let (out, texts) = until_close(&mut ws).await;
-    assert!(out.contains("cols=100 term=xterm-256color"), "{out}");
+    assert!(out.contains("cols=100 term=xterm-256color\r\n"), "{out}");
     assert_eq!(
         texts,
         vec![serde_json::json!({"type": "exit", "code": 5})],
         "{out}"
     );
-    assert_eq!(
-        env.runtime.exec_resizes(),
-        vec![
-            TerminalSize {
-                cols: 100,
-                rows: 30
-            },
-            TerminalSize {
-                cols: 132,
-                rows: 43
-            }
-        ]
-    );
+    // Recorded asynchronously by the simulated runtime.
+    let want = vec![
+        TerminalSize {
+            cols: 100,
+            rows: 30,
+        },
+        TerminalSize {
+            cols: 132,
+            rows: 43,
+        },
+    ];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while env.runtime.exec_resizes() != want {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "sizes: {:?}",
+            env.runtime.exec_resizes()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert_eq!(env.shared.activity.pending(), vec![WorkspaceId(42)]);
 }
 

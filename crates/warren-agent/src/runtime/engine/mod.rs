@@ -14,6 +14,7 @@
 //! containers) runs in the background and is reported through `changes()` and `list()`.
 
 mod connect;
+mod exec;
 pub mod plan;
 pub mod status;
 
@@ -1084,12 +1085,9 @@ impl WorkspaceRuntime for EngineRuntime {
     async fn exec(
         &self,
         workspace: &WorkspaceKey,
-        _spec: super::ExecSpec,
+        spec: super::ExecSpec,
     ) -> Result<super::ExecSession, RuntimeError> {
-        // Placeholder until exec lands for this runtime.
-        Err(RuntimeError::NotFound(format!(
-            "exec in workspace {workspace}"
-        )))
+        self.exec_in(workspace, spec).await
     }
 
     async fn apply(
@@ -1325,9 +1323,7 @@ impl WorkspaceRuntime for EngineRuntime {
             .split(',')
             .any(|p| p == key);
         if !declared {
-            return Err(RuntimeError::NotFound(format!(
-                "port {port} of workspace {workspace}"
-            )));
+            return self.dial_unpublished(workspace, &owner, port).await;
         }
         let id = owner.id.clone().unwrap_or_default();
         let inspect = self

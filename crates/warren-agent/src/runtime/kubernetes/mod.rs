@@ -1,6 +1,7 @@
 //! The Kubernetes runtime: server-side apply with one field manager, inventory-based prune,
-//! watches of the agent's Deployments, Pods and namespaces (by the agent-id label), and dialing
-//! workspace pods.
+//! watches of the agent's Deployments, Pods and namespaces (by the agent-id label), dialing
+//! workspace pods (any port: which ones browsers may reach is the proxy's check) and exec in
+//! them (`exec.rs`).
 //!
 //! A set holding nothing but the Deployment is a partial one (reconcile.md lets a partial
 //! response leave out every object that does not change with desired state): it is applied
@@ -21,10 +22,12 @@
 //! deployments and pods list/watch; and in workspace namespaces get/patch/delete on the kinds
 //! of [`KINDS`] (server-side apply is a PATCH).
 
+mod exec;
 mod objects;
 mod quantity;
 mod status;
 
+pub use exec::exit_from_status;
 pub use objects::{dedicated_namespace, inventory_name, KINDS, WORKSPACE_NAME_LABEL};
 pub use status::{pod_failure, FAILURE_REASONS};
 
@@ -34,8 +37,7 @@ use super::{
 use async_trait::async_trait;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Service};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, ObjectRef as StoreRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -337,49 +339,6 @@ impl KubernetesRuntime {
         }
         Ok(Some(TerminationProgress::Terminating))
     }
-
-    /// The ports a workspace declares: its Service's target ports and its containers' ports.
-    async fn declared_ports(
-        &self,
-        workspace: &WorkspaceKey,
-        deployment: &Deployment,
-    ) -> Result<BTreeSet<u16>, RuntimeError> {
-        let containers = deployment
-            .spec
-            .as_ref()
-            .and_then(|s| s.template.spec.as_ref())
-            .map(|s| s.containers.clone())
-            .unwrap_or_default();
-        let container_ports: Vec<_> = containers
-            .iter()
-            .flat_map(|c| c.ports.clone().unwrap_or_default())
-            .collect();
-        let mut ports: BTreeSet<u16> = container_ports
-            .iter()
-            .filter_map(|p| u16::try_from(p.container_port).ok())
-            .collect();
-        let services: Api<Service> = Api::namespaced(self.client.clone(), &workspace.namespace);
-        let service = services
-            .get_opt(&workspace.name)
-            .await
-            .map_err(|e| runtime_error(format!("reading Service of {workspace}"), e))?;
-        let service_ports = service
-            .and_then(|s| s.spec)
-            .and_then(|s| s.ports)
-            .unwrap_or_default();
-        for port in service_ports {
-            let target = match port.target_port {
-                None => Some(port.port),
-                Some(IntOrString::Int(p)) => Some(p),
-                Some(IntOrString::String(name)) => container_ports
-                    .iter()
-                    .find(|p| p.name.as_deref() == Some(name.as_str()))
-                    .map(|p| p.container_port),
-            };
-            ports.extend(target.and_then(|p| u16::try_from(p).ok()));
-        }
-        Ok(ports)
-    }
 }
 
 fn spawn_reflector<K>(
@@ -453,12 +412,9 @@ impl WorkspaceRuntime for KubernetesRuntime {
     async fn exec(
         &self,
         workspace: &WorkspaceKey,
-        _spec: super::ExecSpec,
+        spec: super::ExecSpec,
     ) -> Result<super::ExecSession, RuntimeError> {
-        // Placeholder until exec lands for this runtime.
-        Err(RuntimeError::NotFound(format!(
-            "exec in workspace {workspace}"
-        )))
+        self.exec_in(workspace, spec).await
     }
 
     async fn apply(
@@ -641,15 +597,8 @@ impl WorkspaceRuntime for KubernetesRuntime {
         let Some(deployment) = self.deployments.get(&reference) else {
             return Err(RuntimeError::NotFound(format!("workspace {workspace}")));
         };
-        if !self
-            .declared_ports(workspace, &deployment)
-            .await?
-            .contains(&port)
-        {
-            return Err(RuntimeError::NotFound(format!(
-                "port {port} of workspace {workspace}"
-            )));
-        }
+        // Ports no endpoint declares are dialled too (SSH port forwarding to an editor's
+        // server); which ports browsers may reach is the proxy's check, with the server.
         let ip = self
             .pods
             .state()

@@ -1,0 +1,267 @@
+//! Engine exec (`docker exec` / `podman exec` through the Docker API) and dialling ports that
+//! are not published, for the web terminal, SSH sessions and SSH port forwarding.
+//!
+//! An exec runs in the workspace's main container (the pod's first app container, which owns
+//! the pod's network) or a named one, as that container runs: its user, environment and
+//! working directory, plus the requested environment. Measured on Podman 4.3 (Docker API
+//! compat): the attach is a hijacked HTTP connection that bollard handles; `ConsoleSize` on
+//! create is ignored and a resize before start fails ("exec session state improper"), and a
+//! resize right after start comes too late for a process that reads its size at once (see
+//! [`EngineRuntime::command_with_size`]); a resize of an exec that ended fails harmlessly.
+//!
+//! The engine API cannot kill an exec. Dropping a session closes the attach connection: a
+//! process reading stdin sees EOF and usually ends, but one that does not read it (`sleep`,
+//! even under a tty, as conmon keeps the terminal open) keeps running, detached.
+
+use super::plan::{Role, CONTAINER_LABEL, POD_HASH_LABEL, WORKSPACE_NAME_LABEL};
+use super::{label, runtime_err, summary_order, summary_role, summary_running, EngineRuntime};
+use crate::runtime::{
+    shell_wrapped, ByteStream, ExecOutput, ExecSession, ExecSpec, RuntimeError, WorkspaceKey,
+};
+use bollard::container::LogOutput;
+use bollard::exec::{ResizeExecOptions, StartExecOptions, StartExecResults};
+use bollard::models::{ContainerSummary, ExecConfig};
+use futures::{FutureExt, StreamExt};
+use std::time::Duration;
+use warren_types::relay::{ExecExit, TerminalSize};
+
+/// How long the engine may keep reporting an exec as running after its output ended.
+const EXIT_SETTLE: Duration = Duration::from_secs(10);
+/// How long a connection to an unpublished port may take.
+const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct ExecFailure(String);
+
+fn failure(context: String, message: impl Into<String>) -> RuntimeError {
+    RuntimeError::Runtime {
+        context,
+        source: Box::new(ExecFailure(message.into())),
+    }
+}
+
+impl EngineRuntime {
+    /// The app containers of the workspace's current pod.
+    async fn app_containers(
+        &self,
+        workspace: &WorkspaceKey,
+    ) -> Result<Vec<ContainerSummary>, RuntimeError> {
+        let name = &workspace.name;
+        let hash = self.read_record(name).map(|r| r.pod_hash);
+        let containers = self
+            .containers(Some(format!("{WORKSPACE_NAME_LABEL}={name}")))
+            .await?
+            .into_iter()
+            .filter(|c| summary_role(c) == Role::App)
+            .filter(|c| {
+                hash.as_deref()
+                    .is_none_or(|h| label(c, POD_HASH_LABEL) == Some(h))
+            })
+            .collect::<Vec<_>>();
+        if containers.is_empty() {
+            return Err(RuntimeError::NotFound(format!("workspace {workspace}")));
+        }
+        Ok(containers)
+    }
+
+    /// Podman ignores `ConsoleSize` and refuses a resize before start, and a resize right
+    /// after start races with the process reading its size: a process that asks at once
+    /// (`stty size`, a full-screen program) would see 0×0. So on Podman a terminal's command
+    /// is wrapped to set the size on its terminal first ([`shell_wrapped`]).
+    fn command_with_size(&self, spec: &ExecSpec) -> Vec<String> {
+        match spec.size {
+            Some(size) if spec.tty && self.inner.is_podman => {
+                shell_wrapped(&spec.command, &[], Some(size))
+                    .unwrap_or_else(|_| spec.command.clone())
+            }
+            _ => spec.command.clone(),
+        }
+    }
+
+    pub(super) async fn exec_in(
+        &self,
+        workspace: &WorkspaceKey,
+        spec: ExecSpec,
+    ) -> Result<ExecSession, RuntimeError> {
+        let context = format!("exec in workspace {workspace}");
+        if spec.command.is_empty() {
+            return Err(failure(context, "the command is empty"));
+        }
+        let containers = self.app_containers(workspace).await?;
+        let target = match &spec.container {
+            None => containers.iter().find(|c| summary_order(c) == 0),
+            Some(name) => containers
+                .iter()
+                .find(|c| label(c, CONTAINER_LABEL) == Some(name.as_str())),
+        };
+        let Some(target) = target else {
+            return Err(failure(
+                context,
+                format!(
+                    "the workspace has no container {}",
+                    spec.container.as_deref().unwrap_or("(main)")
+                ),
+            ));
+        };
+        if !summary_running(target) {
+            return Err(failure(context, "the workspace is not running"));
+        }
+        let id = target.id.clone().unwrap_or_default();
+        let docker = self.inner.docker.clone();
+        let config = ExecConfig {
+            attach_stdin: Some(true),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: Some(spec.tty),
+            console_size: spec
+                .size
+                .filter(|_| spec.tty)
+                .map(|s| vec![usize::from(s.rows), usize::from(s.cols)]),
+            env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            cmd: Some(self.command_with_size(&spec)),
+            ..Default::default()
+        };
+        let created = docker
+            .create_exec(&id, config)
+            .await
+            .map_err(|e| runtime_err(context.clone(), e))?;
+        let exec_id = created.id;
+        let started = docker
+            .start_exec(
+                &exec_id,
+                Some(StartExecOptions {
+                    detach: false,
+                    tty: spec.tty,
+                    output_capacity: Some(64 * 1024),
+                }),
+            )
+            .await
+            .map_err(|e| runtime_err(format!("starting the {context}"), e))?;
+        let StartExecResults::Attached { output, input } = started else {
+            return Err(failure(context, "the engine detached the exec"));
+        };
+        let (resize, mut sizes) = tokio::sync::mpsc::channel::<TerminalSize>(16);
+        if let (true, Some(size)) = (spec.tty, spec.size) {
+            // Queued first, so it is applied before any later resize (engines that honour
+            // `ConsoleSize` already have it; a repeat is harmless).
+            let _ = resize.try_send(size);
+        }
+        let resizer = {
+            let docker = docker.clone();
+            let exec_id = exec_id.clone();
+            let tty = spec.tty;
+            async move {
+                while let Some(size) = sizes.recv().await {
+                    if !tty {
+                        continue;
+                    }
+                    let options = ResizeExecOptions {
+                        height: size.rows,
+                        width: size.cols,
+                    };
+                    if let Err(e) = docker.resize_exec(&exec_id, options).await {
+                        tracing::debug!(error = %e, "resizing an exec failed");
+                    }
+                }
+            }
+        };
+        // Ends when the session (its sender) is dropped.
+        tokio::spawn(resizer);
+        let output = output
+            .filter_map(|item| async move {
+                match item {
+                    Ok(LogOutput::StdOut { message } | LogOutput::Console { message }) => {
+                        Some(Ok(ExecOutput::Stdout(message)))
+                    }
+                    Ok(LogOutput::StdErr { message }) => Some(Ok(ExecOutput::Stderr(message))),
+                    Ok(LogOutput::StdIn { .. }) => None,
+                    Err(e) => Some(Err(runtime_err("reading the output of an exec".into(), e))),
+                }
+            })
+            .boxed();
+        let exit = async move {
+            // The output has ended when this is awaited; the engine may still need a moment
+            // to record the exit code.
+            let deadline = tokio::time::Instant::now() + EXIT_SETTLE;
+            let mut delay = Duration::from_millis(10);
+            loop {
+                let inspect = docker
+                    .inspect_exec(&exec_id)
+                    .await
+                    .map_err(|e| runtime_err("inspecting an exec".into(), e))?;
+                if inspect.running != Some(true) {
+                    return Ok(ExecExit {
+                        code: inspect.exit_code.and_then(|c| i32::try_from(c).ok()),
+                        message: inspect
+                            .exit_code
+                            .is_none()
+                            .then(|| "the engine reported no exit code".to_owned()),
+                    });
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return Ok(ExecExit {
+                        code: None,
+                        message: Some(
+                            "the process closed its output but is still running".to_owned(),
+                        ),
+                    });
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_millis(500));
+            }
+        }
+        .boxed();
+        Ok(ExecSession {
+            stdin: input,
+            output,
+            resize,
+            exit,
+        })
+    }
+
+    /// A port no endpoint declares (SSH `direct-tcpip`, an editor's server port): dialled at
+    /// the pod's address on its network, which works wherever the agent can route to
+    /// container networks (Linux hosts with rootful engines).
+    pub(super) async fn dial_unpublished(
+        &self,
+        workspace: &WorkspaceKey,
+        owner: &ContainerSummary,
+        port: u16,
+    ) -> Result<Box<dyn ByteStream>, RuntimeError> {
+        let context = format!("connecting to port {port} of workspace {workspace}");
+        if !summary_running(owner) {
+            return Err(failure(context, "the workspace is not running"));
+        }
+        let id = owner.id.clone().unwrap_or_default();
+        let inspect = self
+            .inspect(&id)
+            .await
+            .map_err(|e| runtime_err(format!("inspecting the pod of {workspace}"), e))?;
+        let addresses: Vec<std::net::IpAddr> = inspect
+            .network_settings
+            .and_then(|n| n.networks)
+            .unwrap_or_default()
+            .into_values()
+            .filter_map(|n| n.ip_address)
+            .filter_map(|ip| ip.parse().ok())
+            .collect();
+        if addresses.is_empty() {
+            return Err(failure(context, "the pod has no network address"));
+        }
+        let mut last = None;
+        for ip in addresses {
+            match tokio::time::timeout(DIAL_TIMEOUT, tokio::net::TcpStream::connect((ip, port)))
+                .await
+            {
+                Ok(Ok(stream)) => {
+                    let _ = stream.set_nodelay(true);
+                    return Ok(Box::new(stream));
+                }
+                Ok(Err(e)) => last = Some(e.to_string()),
+                Err(_) => last = Some(format!("{ip}:{port} did not answer in time")),
+            }
+        }
+        Err(failure(context, last.unwrap_or_default()))
+    }
+}

@@ -163,6 +163,11 @@ mod tests {
         c.relay_urls = vec![];
         c.relay_secret = Some("short".into());
         assert!(c.validate().unwrap_err().starts_with("relay_secret"));
+        c.relay_secret = None;
+        c.ssh_public_address = Some("ssh.example.com:notaport".into());
+        assert!(c.validate().unwrap_err().starts_with("ssh_public_address"));
+        c.ssh_public_address = Some("ssh.example.com:2222".into());
+        assert!(c.validate().is_ok());
         let err = toml::from_str::<ServerConfig>("home = \"/x\"\nlisten = 1").unwrap_err();
         assert!(err.to_string().contains("unknown field `listen`"), "{err}");
     }

@@ -881,6 +881,19 @@ async fn health_readiness_metrics_and_openapi() {
         .unwrap();
     assert!(doc["paths"]["/api/v1/workspaces"]["post"].is_object());
     insta::assert_snapshot!("openapi", warren_server::openapi::document());
+    // Without `ssh_public_address` there is no SSH to tell about; anonymous callers get 401.
+    let access: Value = s
+        .http
+        .get(format!("{}/api/v1/access", s.base))
+        .bearer_auth(&s.admin_token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(access, json!({"ssh": null}));
+    assert_eq!(get("/api/v1/access").await.unwrap().status(), 401);
     s.stop().await;
 }
 

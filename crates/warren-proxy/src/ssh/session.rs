@@ -227,3 +227,67 @@ async fn pump_output(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str, path: &str) -> std::process::Output {
+        std::process::Command::new("/bin/sh")
+            .args(["-c", script])
+            .env("PATH", path)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("running /bin/sh")
+    }
+
+    #[test]
+    fn without_an_sftp_server_the_user_is_told_why() {
+        let mut script = SFTP_SERVER.to_owned();
+        for p in [
+            "/usr/lib/openssh/sftp-server",
+            "/usr/libexec/openssh/sftp-server",
+            "/usr/lib/ssh/sftp-server",
+            "/usr/libexec/sftp-server",
+            "/usr/lib/sftp-server",
+        ] {
+            script = script.replace(p, "/nonexistent/sftp-server");
+        }
+        assert!(!script.contains("/usr/"), "every candidate replaced");
+        let out = sh(&script, "/nonexistent");
+        assert_eq!(out.status.code(), Some(127));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            stderr,
+            "warren: this workspace has no sftp-server; install OpenSSH's sftp server in its \
+             image (Debian/Ubuntu: openssh-sftp-server)\n"
+        );
+    }
+
+    #[test]
+    fn the_login_shell_falls_back_to_sh() {
+        use std::io::Write;
+        // No bash on PATH: the wrapper still starts a login shell, which reads stdin.
+        let mut child = std::process::Command::new("/bin/sh")
+            .args(["-c", LOGIN_SHELL])
+            .env("PATH", "/nonexistent")
+            .env("HOME", "/nonexistent")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"echo \"shell=$0\"; exit 4\n")
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(4));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "shell=/bin/sh\n");
+        assert_eq!(
+            Kind::Exec("true".into()).command(),
+            ["/bin/sh", "-c", "true"]
+        );
+    }
+}

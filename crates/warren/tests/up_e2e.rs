@@ -11,8 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use support::{
-    containers, ensure_image, kill_podman_services, networks, podman_available,
-    remove_workspace_objects, running, volumes,
+    containers, ensure_image, networks, podman_available, running, volumes, Up, WEB_DEVFILE,
 };
 
 const DEVFILE: &str = r#"
@@ -27,116 +26,6 @@ components:
       cpuLimit: 500m
       mountSources: true
 "#;
-
-/// `warren up` in a temp home; stopped (SIGTERM, then SIGKILL) on drop, and every container,
-/// volume and network of its workspace removed, even when the test fails.
-struct Up {
-    child: Option<Child>,
-    home: tempfile::TempDir,
-    workspace: Option<String>,
-}
-
-impl Up {
-    fn start() -> Up {
-        let home = tempfile::tempdir().expect("temp home");
-        let ready = home.path().join("ready");
-        let log = std::fs::File::create(home.path().join("up.log")).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_warren"))
-            .arg("up")
-            .arg("--home")
-            .arg(home.path())
-            .args(["--listen", "127.0.0.1:0", "--ready-file"])
-            .arg(&ready)
-            .args([
-                "--proxy-listen",
-                "127.0.0.1:0",
-                "--ssh-listen",
-                "127.0.0.1:0",
-            ])
-            .env("WARREN_LOG", "info")
-            .process_group(0)
-            .stdout(Stdio::from(log.try_clone().expect("log file")))
-            .stderr(Stdio::from(log))
-            .spawn()
-            .expect("spawn warren up");
-        let mut up = Up {
-            child: Some(child),
-            home,
-            workspace: None,
-        };
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while !std::fs::read_to_string(&ready).is_ok_and(|s| !s.trim().is_empty()) {
-            if let Some(Ok(Some(status))) = up.child.as_mut().map(|c| c.try_wait()) {
-                panic!("warren up exited early ({status}):\n{}", up.log());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "warren up not ready:\n{}",
-                up.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        up
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.home.path().join("up.log")).unwrap_or_default()
-    }
-
-    /// Runs the CLI as the user `warren up` signed in.
-    fn cli(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_warren"))
-            .args(args)
-            .env("WARREN_HOME", self.home.path())
-            .env_remove("WARREN_URL")
-            .env_remove("WARREN_TOKEN")
-            .output()
-            .expect("run the warren CLI")
-    }
-
-    fn cli_ok(&self, args: &[&str]) -> String {
-        let out = self.cli(args);
-        assert!(
-            out.status.success(),
-            "warren {args:?} failed: {}\n--- warren up log ---\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            self.log()
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// Stops `warren up` with SIGTERM and returns its exit status.
-    fn stop(&mut self) -> std::process::ExitStatus {
-        let mut child = self.child.take().expect("running");
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(Some(status)) = child.try_wait() {
-                return status;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("warren up ignored SIGTERM:\n{}", self.log());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Up {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-            kill_podman_services(child.id());
-        }
-        if let Some(ws) = &self.workspace {
-            remove_workspace_objects(ws);
-        }
-    }
-}
 
 fn state_of(up: &Up, ws: &str) -> (String, String) {
     let v: Value =
@@ -251,22 +140,6 @@ fn warren_up_runs_a_workspace_through_its_life_on_podman() {
 }
 
 /// A workspace whose main container serves HTTP (busybox httpd) on a declared endpoint.
-const WEB_DEVFILE: &str = r#"
-schemaVersion: 2.2.0
-metadata:
-  name: e2e-web
-components:
-  - name: dev
-    container:
-      image: localhost/warren-test:latest
-      memoryLimit: 256Mi
-      cpuLimit: 500m
-      command: ["sh", "-c", "mkdir -p /tmp/www && echo served-by-workspace > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www"]
-      endpoints:
-        - name: web
-          targetPort: 8080
-          exposure: public
-"#;
 
 /// `warren up` includes the proxy: a workspace endpoint answers through
 /// proxy → relay → agent → container, with the CLI's token as `Authorization: Bearer`;

@@ -1,0 +1,347 @@
+//! Issue 5's "done when", on a real engine: with `warren up` running, a user who created a
+//! workspace opens its URL in headless Chromium, signs in and sees the workspace's web
+//! server; opens the web terminal (a real exec with a PTY in the Podman container) and runs a
+//! command; connects with OpenSSH `ssh` (exit status, stdin) and `sftp`; another user gets
+//! 404 in the browser and is refused over SSH.
+//!
+//! Skips with a notice without Podman (fails under `WARREN_REQUIRE_ENGINE=1`) or without
+//! Chromium/OpenSSH (fails under `WARREN_REQUIRE_TOOLS`).
+
+mod support;
+
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use support::{ensure_image, podman_available, Up, WEB_DEVFILE};
+use warren_testkit::browser::{Chromium, Tab};
+
+fn tools_available() -> bool {
+    let have = |bin: &str| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {bin}")])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let missing: Vec<_> = ["ssh", "sftp", "ssh-keygen"]
+        .into_iter()
+        .filter(|b| !have(b))
+        .collect();
+    let chromium = warren_testkit::browser::chromium_path().is_some();
+    if missing.is_empty() && chromium {
+        return true;
+    }
+    let what = format!("missing {missing:?}, chromium: {chromium}");
+    if std::env::var_os("WARREN_REQUIRE_TOOLS").is_some() {
+        panic!("WARREN_REQUIRE_TOOLS is set but tools are missing ({what}); run .ci/setup-tools.sh");
+    }
+    eprintln!("skipping: {what} (.ci/setup-tools.sh installs them)");
+    false
+}
+
+/// A REST call against `warren up`'s API.
+async fn api(
+    http: &reqwest::Client,
+    base: &str,
+    token: Option<&str>,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> Value {
+    let mut req = http.request(method.clone(), format!("{base}/api/v1{path}"));
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req.send().await.expect("API call");
+    let status = resp.status();
+    let text = resp.text().await.unwrap_or_default();
+    assert!(status.is_success(), "{method} {path}: {status} {text}");
+    serde_json::from_str(&text).unwrap_or(Value::Null)
+}
+
+/// A user with a token and an SSH key registered on the account.
+struct User {
+    name: String,
+    password: String,
+    token: String,
+    key: PathBuf,
+}
+
+async fn user(http: &reqwest::Client, base: &str, admin: &str, name: &str, dir: &Path) -> User {
+    let password = format!("{name}-password-123");
+    api(
+        http,
+        base,
+        Some(admin),
+        reqwest::Method::POST,
+        "/users",
+        Some(json!({"username": name, "password": password})),
+    )
+    .await;
+    let session = api(
+        http,
+        base,
+        None,
+        reqwest::Method::POST,
+        "/session",
+        Some(json!({"username": name, "password": password})),
+    )
+    .await;
+    let token = session["secret"].as_str().expect("token").to_owned();
+    let key = dir.join(format!("{name}_ed25519"));
+    let st = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
+        .arg(&key)
+        .status()
+        .expect("ssh-keygen");
+    assert!(st.success());
+    let public = std::fs::read_to_string(key.with_extension("pub")).expect("public key");
+    api(
+        http,
+        base,
+        Some(&token),
+        reqwest::Method::POST,
+        "/users/me/ssh-keys",
+        Some(json!({"name": "laptop", "public_key": public.trim()})),
+    )
+    .await;
+    User {
+        name: name.into(),
+        password,
+        token,
+        key,
+    }
+}
+
+/// `ssh` with nothing from the user's own configuration.
+fn ssh(key: &Path, known_hosts: &Path, port: u16, dest: &str) -> Command {
+    let mut c = Command::new("ssh");
+    c.args(["-F", "/dev/null", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes"])
+        .args(["-o", "StrictHostKeyChecking=accept-new", "-o", "ConnectTimeout=20"])
+        .arg("-o")
+        .arg(format!("UserKnownHostsFile={}", known_hosts.display()))
+        .arg("-i")
+        .arg(key)
+        .args(["-p", &port.to_string(), dest]);
+    c
+}
+
+async fn sign_in(tab: &mut Tab, user: &User) {
+    tab.wait_until("document.getElementById('password') !== null", 60)
+        .await
+        .expect("the server's login page");
+    tab.eval(&format!(
+        "document.getElementById('username').value = {u:?}; \
+         document.getElementById('password').value = {p:?}; \
+         document.getElementById('password').form.submit(); true",
+        u = user.name,
+        p = user.password
+    ))
+    .await
+    .expect("submit the login form");
+}
+
+/// The proxy's HTTP and SSH ports, as `warren up` printed them.
+fn ports(up: &Up) -> (u16, u16) {
+    let log = up.log();
+    let http = log
+        .split("workspace hosts: http://{port}-{workspace}.ws.localhost:")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no proxy port in:\n{log}"));
+    let ssh = log
+        .split("SSH:             ssh -p ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no SSH port in:\n{log}"));
+    (http, ssh)
+}
+
+#[test]
+fn with_warren_up_a_user_reaches_the_workspace_in_the_browser_terminal_ssh_and_sftp() {
+    if !podman_available() || !tools_available() {
+        return;
+    }
+    ensure_image();
+    let mut up = Up::start();
+    let (http_port, ssh_port) = ports(&up);
+    let base = format!(
+        "http://{}",
+        std::fs::read_to_string(up.home.path().join("ready"))
+            .expect("ready file")
+            .trim()
+    );
+    let admin = warren_cli::credentials::load(&up.home.path().join(warren_cli::credentials::FILE_NAME))
+        .expect("CLI credentials")
+        .expect("credentials written by warren up")
+        .token;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    let name = format!("acc-{:06x}", (nanos ^ std::process::id()) & 0xff_ffff);
+    up.workspace = Some(name.clone());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let known_hosts = dir.path().join("known_hosts");
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let http = reqwest::Client::new();
+        let alice = user(&http, &base, &admin, "alice", dir.path()).await;
+        let bob = user(&http, &base, &admin, "bob", dir.path()).await;
+        api(
+            &http,
+            &base,
+            Some(&alice.token),
+            reqwest::Method::POST,
+            "/workspaces",
+            Some(json!({"name": name, "devfile": WEB_DEVFILE})),
+        )
+        .await;
+        let deadline = Instant::now() + Duration::from_secs(180);
+        loop {
+            let w = api(&http, &base, Some(&alice.token), reqwest::Method::GET, &format!("/workspaces/{name}"), None).await;
+            if w["actual_state"] == "Running" {
+                break;
+            }
+            assert!(Instant::now() < deadline, "workspace never ran: {w}\n{}", up.log());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+
+        // The browser: sign in, then the workspace's own web server.
+        let chromium = Chromium::start().await.expect("Chromium").expect("installed");
+        let mut tab = chromium.tab().await.expect("tab");
+        let page = format!("http://8080-{name}.ws.localhost:{http_port}/");
+        tab.goto(&page).await.expect("open the workspace URL");
+        sign_in(&mut tab, &alice).await;
+        // httpd may still be starting inside the container: reload until it answers.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if tab
+                .wait_until("document.body && document.body.innerText.includes('served-by-workspace')", 5)
+                .await
+                .is_ok()
+            {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no page from the workspace:\n{}", up.log());
+            tab.goto(&page).await.expect("reload");
+        }
+        assert_eq!(tab.url().await.expect("url"), page);
+
+        // The web terminal: a real exec with a PTY in the Podman container.
+        tab.goto(&format!("http://terminal-{name}.ws.localhost:{http_port}/"))
+            .await
+            .expect("open the terminal");
+        tab.wait_until("document.body && document.body.dataset.state === 'connected'", 60)
+            .await
+            .expect("terminal connected");
+        tab.eval("window.warrenTerminal.input('echo warren-$((6*7)) $(id -u); tty\\r'); true")
+            .await
+            .expect("type");
+        let screen = "(() => { const b = window.warrenTerminal.buffer.active; let s = ''; \
+                      for (let i = 0; i < b.length; i++) { s += b.getLine(i).translateToString(true) + '\\n'; } \
+                      return s; })()";
+        tab.wait_until(&format!("{screen}.includes('warren-42 5001') && {screen}.includes('/dev/pts/')"), 60)
+            .await
+            .expect("the command's output on a real terminal");
+        tab.eval("window.warrenTerminal.input('exit 3\\r'); true").await.expect("type");
+        tab.wait_until("document.body.dataset.state === 'exited'", 60).await.expect("exit");
+        assert_eq!(tab.eval("document.body.dataset.exitCode").await.expect("code"), "3");
+
+        // Bob, in his own browser, signs in and gets 404 for Alice's workspace.
+        let bobs = Chromium::start().await.expect("Chromium").expect("installed");
+        let mut bob_tab = bobs.tab().await.expect("tab");
+        bob_tab.goto(&page).await.expect("open");
+        sign_in(&mut bob_tab, &bob).await;
+        bob_tab
+            .wait_until("performance.getEntriesByType('navigation')[0].responseStatus === 404", 60)
+            .await
+            .expect("404 for another user");
+        assert!(!bob_tab.text().await.expect("text").contains("served-by-workspace"));
+    });
+
+    // SSH: exec with an exit status and stdin, then sftp both ways.
+    let out = ssh(&alice_key(&dir), &known_hosts, ssh_port, &format!("{name}@127.0.0.1"))
+        .arg("read line; echo got-$line; id -u; exit 7")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().expect("stdin").write_all(b"hello\n")?;
+            c.wait_with_output()
+        })
+        .expect("ssh");
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "ssh: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        up.log()
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "got-hello\n5001\n");
+
+    let upload = dir.path().join("upload.bin");
+    let payload: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(&upload, &payload).expect("write upload");
+    let back = dir.path().join("back.bin");
+    let batch = dir.path().join("batch");
+    std::fs::write(
+        &batch,
+        format!(
+            "put {} /tmp/up.bin\nget /tmp/up.bin {}\n",
+            upload.display(),
+            back.display()
+        ),
+    )
+    .expect("batch file");
+    let out = Command::new("sftp")
+        .args(["-F", "/dev/null", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes"])
+        .arg("-o")
+        .arg(format!("UserKnownHostsFile={}", known_hosts.display()))
+        .arg("-i")
+        .arg(alice_key(&dir))
+        .args(["-P", &ssh_port.to_string(), "-b"])
+        .arg(&batch)
+        .arg(format!("{name}@127.0.0.1"))
+        .output()
+        .expect("sftp");
+    assert!(
+        out.status.success(),
+        "sftp: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        up.log()
+    );
+    assert_eq!(std::fs::read(&back).expect("downloaded file"), payload);
+
+    // Bob's key opens nothing of Alice's.
+    let out = ssh(&dir.path().join("bob_ed25519"), &known_hosts, ssh_port, &format!("{name}@127.0.0.1"))
+        .arg("true")
+        .output()
+        .expect("ssh as bob");
+    assert_ne!(out.status.code(), Some(0), "bob got in");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Permission denied"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    up.cli_ok(&["ws", "rm", &name, "--wait", "--timeout", "2m"]);
+    let status = up.stop();
+    assert!(status.success(), "warren up exit: {status}\n{}", up.log());
+}
+
+fn alice_key(dir: &tempfile::TempDir) -> PathBuf {
+    dir.path().join("alice_ed25519")
+}

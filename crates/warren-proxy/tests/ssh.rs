@@ -706,7 +706,8 @@ async fn window_change_resizes_the_terminal_and_several_channels_share_a_connect
             _ => {}
         }
     }
-    assert_eq!(text(&out), "still here\n");
+    // A terminal's line discipline turns the echoed LF into CRLF.
+    assert_eq!(text(&out), "still here\r\n");
     assert_eq!(code, Some(0));
     Ok(())
 }

@@ -236,3 +236,38 @@ async fn ws_ssh_config_prints_blocks_and_writes_them_once() -> Result<()> {
     assert_eq!(out.status.code(), Some(4), "stderr: {}", text(&out.stderr));
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_ssh_on_the_server_both_commands_say_so() -> Result<()> {
+    let stack = Stack::start_with(warren_testkit::StackOptions {
+        ssh: false,
+        ..Default::default()
+    })
+    .await?;
+    let alice = stack.user("alice").await?;
+    stack.workspace(&alice, "alice-nossh").await?;
+    let home = tempfile::tempdir()?;
+    for args in [
+        &["ws", "ssh", "alice-nossh"][..],
+        &["ws", "ssh-config", "--write"][..],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_warren"))
+            .args(args)
+            .env("HOME", home.path())
+            .env("WARREN_HOME", home.path().join("warren"))
+            .env("WARREN_URL", &stack.api_url)
+            .env("WARREN_TOKEN", &alice.token)
+            .env("WARREN_SSH", "/nonexistent/ssh")
+            .stdin(Stdio::null())
+            .output()
+            .await?;
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(
+            text(&out.stderr).contains("offers no SSH"),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+    assert!(!home.path().join(".ssh").exists(), "nothing was written");
+    Ok(())
+}

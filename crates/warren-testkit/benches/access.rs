@@ -55,10 +55,8 @@ async fn upstream() -> Result<SocketAddr> {
                             )
                             .await;
                             while let Some(Ok(m)) = ws.next().await {
-                                if m.is_binary() || m.is_text() {
-                                    if ws.send(m).await.is_err() {
-                                        return;
-                                    }
+                                if (m.is_binary() || m.is_text()) && ws.send(m).await.is_err() {
+                                    return;
                                 }
                             }
                         });

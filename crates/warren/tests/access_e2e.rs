@@ -34,7 +34,9 @@ fn tools_available() -> bool {
     }
     let what = format!("missing {missing:?}, chromium: {chromium}");
     if std::env::var_os("WARREN_REQUIRE_TOOLS").is_some() {
-        panic!("WARREN_REQUIRE_TOOLS is set but tools are missing ({what}); run .ci/setup-tools.sh");
+        panic!(
+            "WARREN_REQUIRE_TOOLS is set but tools are missing ({what}); run .ci/setup-tools.sh"
+        );
     }
     eprintln!("skipping: {what} (.ci/setup-tools.sh installs them)");
     false
@@ -68,7 +70,6 @@ struct User {
     name: String,
     password: String,
     token: String,
-    key: PathBuf,
 }
 
 async fn user(http: &reqwest::Client, base: &str, admin: &str, name: &str, dir: &Path) -> User {
@@ -113,20 +114,31 @@ async fn user(http: &reqwest::Client, base: &str, admin: &str, name: &str, dir: 
         name: name.into(),
         password,
         token,
-        key,
     }
 }
 
 /// `ssh` with nothing from the user's own configuration.
 fn ssh(key: &Path, known_hosts: &Path, port: u16, dest: &str) -> Command {
     let mut c = Command::new("ssh");
-    c.args(["-F", "/dev/null", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes"])
-        .args(["-o", "StrictHostKeyChecking=accept-new", "-o", "ConnectTimeout=20"])
-        .arg("-o")
-        .arg(format!("UserKnownHostsFile={}", known_hosts.display()))
-        .arg("-i")
-        .arg(key)
-        .args(["-p", &port.to_string(), dest]);
+    c.args([
+        "-F",
+        "/dev/null",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "IdentitiesOnly=yes",
+    ])
+    .args([
+        "-o",
+        "StrictHostKeyChecking=accept-new",
+        "-o",
+        "ConnectTimeout=20",
+    ])
+    .arg("-o")
+    .arg(format!("UserKnownHostsFile={}", known_hosts.display()))
+    .arg("-i")
+    .arg(key)
+    .args(["-p", &port.to_string(), dest]);
     c
 }
 
@@ -177,10 +189,11 @@ fn with_warren_up_a_user_reaches_the_workspace_in_the_browser_terminal_ssh_and_s
             .expect("ready file")
             .trim()
     );
-    let admin = warren_cli::credentials::load(&up.home.path().join(warren_cli::credentials::FILE_NAME))
-        .expect("CLI credentials")
-        .expect("credentials written by warren up")
-        .token;
+    let admin =
+        warren_cli::credentials::load(&up.home.path().join(warren_cli::credentials::FILE_NAME))
+            .expect("CLI credentials")
+            .expect("credentials written by warren up")
+            .token;
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
@@ -271,18 +284,23 @@ fn with_warren_up_a_user_reaches_the_workspace_in_the_browser_terminal_ssh_and_s
     });
 
     // SSH: exec with an exit status and stdin, then sftp both ways.
-    let out = ssh(&alice_key(&dir), &known_hosts, ssh_port, &format!("{name}@127.0.0.1"))
-        .arg("read line; echo got-$line; id -u; exit 7")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .and_then(|mut c| {
-            use std::io::Write;
-            c.stdin.take().expect("stdin").write_all(b"hello\n")?;
-            c.wait_with_output()
-        })
-        .expect("ssh");
+    let out = ssh(
+        &alice_key(&dir),
+        &known_hosts,
+        ssh_port,
+        &format!("{name}@127.0.0.1"),
+    )
+    .arg("read line; echo got-$line; id -u; exit 7")
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .and_then(|mut c| {
+        use std::io::Write;
+        c.stdin.take().expect("stdin").write_all(b"hello\n")?;
+        c.wait_with_output()
+    })
+    .expect("ssh");
     assert_eq!(
         out.status.code(),
         Some(7),
@@ -307,7 +325,14 @@ fn with_warren_up_a_user_reaches_the_workspace_in_the_browser_terminal_ssh_and_s
     )
     .expect("batch file");
     let out = Command::new("sftp")
-        .args(["-F", "/dev/null", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes"])
+        .args([
+            "-F",
+            "/dev/null",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+        ])
         .arg("-o")
         .arg(format!("UserKnownHostsFile={}", known_hosts.display()))
         .arg("-i")
@@ -326,10 +351,15 @@ fn with_warren_up_a_user_reaches_the_workspace_in_the_browser_terminal_ssh_and_s
     assert_eq!(std::fs::read(&back).expect("downloaded file"), payload);
 
     // Bob's key opens nothing of Alice's.
-    let out = ssh(&dir.path().join("bob_ed25519"), &known_hosts, ssh_port, &format!("{name}@127.0.0.1"))
-        .arg("true")
-        .output()
-        .expect("ssh as bob");
+    let out = ssh(
+        &dir.path().join("bob_ed25519"),
+        &known_hosts,
+        ssh_port,
+        &format!("{name}@127.0.0.1"),
+    )
+    .arg("true")
+    .output()
+    .expect("ssh as bob");
     assert_ne!(out.status.code(), Some(0), "bob got in");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("Permission denied"),

@@ -6,9 +6,8 @@
 mod support;
 
 use serde_json::Value;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 use support::{
     containers, ensure_image, networks, podman_available, running, volumes, Up, WEB_DEVFILE,
@@ -138,8 +137,6 @@ fn warren_up_runs_a_workspace_through_its_life_on_podman() {
     assert!(status.success(), "warren up exit: {status}\n{}", up.log());
     assert!(up.log().contains("Warren stopped"), "{}", up.log());
 }
-
-/// A workspace whose main container serves HTTP (busybox httpd) on a declared endpoint.
 
 /// `warren up` includes the proxy: a workspace endpoint answers through
 /// proxy → relay → agent → container, with the CLI's token as `Authorization: Bearer`;

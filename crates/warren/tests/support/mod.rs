@@ -5,9 +5,9 @@
 
 use serde_json::Value;
 use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
 
 pub const IMAGE: &str = "localhost/warren-test:latest";
@@ -30,7 +30,6 @@ components:
           targetPort: 8080
           exposure: public
 "#;
-
 
 /// The `warren` binary under test.
 pub fn warren_bin() -> PathBuf {
@@ -663,4 +662,3 @@ impl Drop for Up {
         }
     }
 }
-

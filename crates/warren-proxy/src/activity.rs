@@ -3,8 +3,11 @@
 
 use crate::server_api::ServerApi;
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_util::sync::CancellationToken;
 use warren_types::ids::WorkspaceId;
 use warren_types::internal::{ActivityReport, WorkspaceActivity};
@@ -36,6 +39,16 @@ impl Activity {
     pub(crate) fn pending(&self) -> Vec<WorkspaceId> {
         let p = self.pending.lock().expect("activity lock poisoned");
         p.keys().copied().collect()
+    }
+
+    /// Wraps a byte stream from a user (an upgraded HTTP connection, an SSH channel) so
+    /// that every read marks `workspace` active.
+    pub(crate) fn touching<T>(&self, io: T, workspace: WorkspaceId) -> Touching<T> {
+        Touching {
+            io,
+            activity: self.clone(),
+            workspace,
+        }
     }
 
     fn take(&self) -> Vec<WorkspaceActivity> {
@@ -84,5 +97,45 @@ impl Activity {
                 return;
             }
         }
+    }
+}
+
+/// A byte stream that marks its workspace active whenever bytes arrive.
+pub(crate) struct Touching<T> {
+    io: T,
+    activity: Activity,
+    workspace: WorkspaceId,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Touching<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.io).poll_read(cx, buf);
+        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.activity.touch(self.workspace);
+        }
+        r
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Touching<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }

@@ -96,20 +96,27 @@ impl ServerApi {
             .map_err(|source| ServerApiError::Unavailable { url, source })
     }
 
+    /// Sends `req` with a fresh internal JWT and reads the answer.
+    async fn call<T: DeserializeOwned>(
+        &self,
+        url: String,
+        req: reqwest::RequestBuilder,
+    ) -> Result<T, ServerApiError> {
+        let resp = req
+            .bearer_auth(self.keys.mint(SERVER_JWT_AUDIENCE))
+            .send()
+            .await;
+        Self::answer(url, resp).await
+    }
+
     /// May this user (or token) reach this port of this workspace?
     pub async fn access(
         &self,
         query: &WorkspaceAccessQuery,
     ) -> Result<WorkspaceAccess, ServerApiError> {
         let url = self.url(WORKSPACE_ACCESS_PATH);
-        let resp = self
-            .http
-            .get(&url)
-            .query(query)
-            .bearer_auth(self.keys.mint(SERVER_JWT_AUDIENCE))
-            .send()
-            .await;
-        Self::answer(url, resp).await
+        self.call(url.clone(), self.http.get(&url).query(query))
+            .await
     }
 
     /// May this SSH key or token open this workspace?
@@ -118,14 +125,8 @@ impl ServerApi {
         query: &SshAuthorizeQuery,
     ) -> Result<SshAuthorization, ServerApiError> {
         let url = self.url(SSH_AUTHORIZE_PATH);
-        let resp = self
-            .http
-            .get(&url)
-            .query(query)
-            .bearer_auth(self.keys.mint(SERVER_JWT_AUDIENCE))
-            .send()
-            .await;
-        Self::answer(url, resp).await
+        self.call(url.clone(), self.http.get(&url).query(query))
+            .await
     }
 
     /// Asks the server to start a stopped workspace on its owner's behalf.
@@ -134,14 +135,8 @@ impl ServerApi {
         request: &WorkspaceStartRequest,
     ) -> Result<WorkspaceAccess, ServerApiError> {
         let url = self.url(WORKSPACE_START_PATH);
-        let resp = self
-            .http
-            .post(&url)
-            .json(request)
-            .bearer_auth(self.keys.mint(SERVER_JWT_AUDIENCE))
-            .send()
-            .await;
-        Self::answer(url, resp).await
+        self.call(url.clone(), self.http.post(&url).json(request))
+            .await
     }
 
     /// Reports the last activity of workspaces.

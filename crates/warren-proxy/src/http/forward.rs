@@ -17,10 +17,8 @@ use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Mutex;
-use std::task::{Context, Poll};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use warren_types::ids::{AgentId, WorkspaceId};
 use warren_types::relay::DialTarget;
 
@@ -317,8 +315,8 @@ pub(crate) fn finish_response(
             let (Ok(c), Ok(u)) = (c, u) else {
                 return;
             };
-            let mut c = Touching::new(TokioIo::new(c), &shared, workspace);
-            let mut u = Touching::new(TokioIo::new(u), &shared, workspace);
+            let mut c = shared.activity.touching(TokioIo::new(c), workspace);
+            let mut u = shared.activity.touching(TokioIo::new(u), workspace);
             let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
         });
         let upgrade = resp.headers().get(header::UPGRADE).cloned();
@@ -335,54 +333,6 @@ pub(crate) fn finish_response(
     let (mut parts, body) = resp.into_parts();
     remove_hop_by_hop(&mut parts.headers);
     Response::from_parts(parts, Body::new(body))
-}
-
-/// Marks the workspace active whenever bytes arrive (WebSocket frames, upgraded streams).
-struct Touching<T> {
-    io: T,
-    activity: crate::activity::Activity,
-    workspace: WorkspaceId,
-}
-
-impl<T> Touching<T> {
-    fn new(io: T, shared: &Shared, workspace: WorkspaceId) -> Self {
-        Self {
-            io,
-            activity: shared.activity.clone(),
-            workspace,
-        }
-    }
-}
-
-impl<T: AsyncRead + Unpin> AsyncRead for Touching<T> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let r = Pin::new(&mut self.io).poll_read(cx, buf);
-        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.activity.touch(self.workspace);
-        }
-        r
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for Touching<T> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
-    }
 }
 
 #[cfg(test)]

@@ -240,6 +240,7 @@ http {{
   access_log off;
   client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d}; uwsgi_temp_path {d}; scgi_temp_path {d};
   upstream ws {{ server {upstream}; keepalive 64; }}
+  keepalive_requests 1000000; keepalive_timeout 300s;
   server {{
     listen 127.0.0.1:{port};
     location / {{

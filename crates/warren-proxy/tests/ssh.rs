@@ -682,34 +682,34 @@ async fn window_change_resizes_the_terminal_and_several_channels_share_a_connect
     // A second channel on the same connection, while the first is still open.
     let mut second = session.channel_open_session().await?;
     second.exec(true, "echo second; exit 9").await?;
-    let mut out = Vec::new();
-    let mut code = None;
-    while let Some(msg) = tokio::time::timeout(CLIENT_TIMEOUT, second.wait()).await? {
-        match msg {
-            russh::ChannelMsg::Data { data } => out.extend_from_slice(&data),
-            russh::ChannelMsg::ExitStatus { exit_status } => code = Some(exit_status),
-            _ => {}
-        }
-    }
+    let (out, code) = drain(&mut second).await?;
     assert_eq!(text(&out), "second\n");
     assert_eq!(code, Some(9));
 
     // The first still works: what goes in comes back, EOF ends it with status 0.
     tty.data(&b"still here\n"[..]).await?;
     tty.eof().await?;
+    let (out, code) = drain(&mut tty).await?;
+    // A terminal's line discipline turns the echoed LF into CRLF.
+    assert_eq!(text(&out), "still here\r\n");
+    assert_eq!(code, Some(0));
+    Ok(())
+}
+
+/// Reads a channel to its end: everything it sent as data, and its exit status.
+async fn drain(
+    channel: &mut russh::Channel<russh::client::Msg>,
+) -> anyhow::Result<(Vec<u8>, Option<u32>)> {
     let mut out = Vec::new();
     let mut code = None;
-    while let Some(msg) = tokio::time::timeout(CLIENT_TIMEOUT, tty.wait()).await? {
+    while let Some(msg) = tokio::time::timeout(CLIENT_TIMEOUT, channel.wait()).await? {
         match msg {
             russh::ChannelMsg::Data { data } => out.extend_from_slice(&data),
             russh::ChannelMsg::ExitStatus { exit_status } => code = Some(exit_status),
             _ => {}
         }
     }
-    // A terminal's line discipline turns the echoed LF into CRLF.
-    assert_eq!(text(&out), "still here\r\n");
-    assert_eq!(code, Some(0));
-    Ok(())
+    Ok((out, code))
 }
 
 fn alive(pid: &str) -> bool {

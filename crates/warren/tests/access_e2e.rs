@@ -194,11 +194,7 @@ fn with_warren_up_a_user_reaches_the_workspace_in_the_browser_terminal_ssh_and_s
             .expect("CLI credentials")
             .expect("credentials written by warren up")
             .token;
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or_default();
-    let name = format!("acc-{:06x}", (nanos ^ std::process::id()) & 0xff_ffff);
+    let name = support::unique_name("acc");
     up.workspace = Some(name.clone());
     let dir = tempfile::tempdir().expect("temp dir");
     let known_hosts = dir.path().join("known_hosts");

@@ -6,7 +6,6 @@
 mod support;
 
 use serde_json::Value;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 use support::{
@@ -35,12 +34,6 @@ fn state_of(up: &Up, ws: &str) -> (String, String) {
     )
 }
 
-fn write_devfile(dir: &Path) -> PathBuf {
-    let path = dir.join("devfile.yaml");
-    std::fs::write(&path, DEVFILE).expect("write devfile");
-    path
-}
-
 #[test]
 fn warren_up_runs_a_workspace_through_its_life_on_podman() {
     if !podman_available() {
@@ -48,31 +41,8 @@ fn warren_up_runs_a_workspace_through_its_life_on_podman() {
     }
     ensure_image();
     let mut up = Up::start();
-    let devfile = write_devfile(up.home.path());
-
-    // The name is chosen here so the guard can clean up even when the create itself fails.
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or_default();
-    let name = format!("up-e2e-{:06x}", (nanos ^ std::process::id()) & 0xff_ffff);
-    up.workspace = Some(name.clone());
-
     // Create and wait for Running: a real container with the rendered limits and user.
-    let created: Value = serde_json::from_str(&up.cli_ok(&[
-        "ws",
-        "create",
-        "--name",
-        &name,
-        "--devfile",
-        devfile.to_str().expect("utf-8 path"),
-        "--wait",
-        "--timeout",
-        "3m",
-        "-o",
-        "json",
-    ]))
-    .expect("ws create JSON");
+    let (name, created) = up.create_workspace("up-e2e", DEVFILE);
     let ws = created["name"].as_str().expect("workspace name").to_owned();
     assert_eq!(ws, name, "the workspace has the requested name");
     assert_eq!(state_of(&up, &ws), ("Running".into(), "Running".into()));
@@ -148,28 +118,7 @@ fn warren_up_serves_a_workspace_endpoint_through_its_proxy() {
     }
     ensure_image();
     let mut up = Up::start();
-    let devfile = up.home.path().join("web-devfile.yaml");
-    std::fs::write(&devfile, WEB_DEVFILE).expect("write devfile");
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or_default();
-    let name = format!("up-web-{:06x}", (nanos ^ std::process::id()) & 0xff_ffff);
-    up.workspace = Some(name.clone());
-    let created: Value = serde_json::from_str(&up.cli_ok(&[
-        "ws",
-        "create",
-        "--name",
-        &name,
-        "--devfile",
-        devfile.to_str().expect("utf-8 path"),
-        "--wait",
-        "--timeout",
-        "3m",
-        "-o",
-        "json",
-    ]))
-    .expect("ws create JSON");
+    let (name, created) = up.create_workspace("up-web", WEB_DEVFILE);
     // The endpoint URL names the proxy's port, as printed at start.
     let url = created["endpoints"]["web"]
         .as_str()

@@ -630,6 +630,32 @@ impl Up {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// Creates a workspace named `{prefix}-{random}` from `devfile` with the CLI and waits
+    /// until it runs; the guard removes it even when the test fails. Returns the name and
+    /// `ws create -o json`'s answer.
+    pub fn create_workspace(&mut self, prefix: &str, devfile: &str) -> (String, Value) {
+        let name = unique_name(prefix);
+        // Named before the create so cleanup works even when the create itself fails.
+        self.workspace = Some(name.clone());
+        let path = self.home.path().join(format!("{name}.devfile.yaml"));
+        std::fs::write(&path, devfile).expect("write devfile");
+        let created = serde_json::from_str(&self.cli_ok(&[
+            "ws",
+            "create",
+            "--name",
+            &name,
+            "--devfile",
+            path.to_str().expect("utf-8 path"),
+            "--wait",
+            "--timeout",
+            "3m",
+            "-o",
+            "json",
+        ]))
+        .expect("ws create JSON");
+        (name, created)
+    }
+
     /// Stops `warren up` with SIGTERM and returns its exit status.
     pub fn stop(&mut self) -> std::process::ExitStatus {
         let mut child = self.child.take().expect("running");
@@ -661,4 +687,13 @@ impl Drop for Up {
             remove_workspace_objects(ws);
         }
     }
+}
+
+/// `{prefix}-{6 hex digits}`: distinct across concurrent runs on one engine.
+pub fn unique_name(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    format!("{prefix}-{:06x}", (nanos ^ std::process::id()) & 0xff_ffff)
 }

@@ -136,6 +136,13 @@ pub fn workspace(w: &Workspace) -> String {
     }
     rows.push(("Created", time(&w.created_at)));
     rows.push(("Updated", time(&w.updated_at)));
+    rows.push((
+        "Last used",
+        w.last_activity_at
+            .as_ref()
+            .map(time)
+            .unwrap_or_else(|| "never".into()),
+    ));
     details(rows)
 }
 
@@ -332,6 +339,7 @@ mod tests {
             desired_state_updated_at: t,
             created_at: t,
             updated_at: t,
+            last_activity_at: None,
             url: Some("http://3000-dev.ws.localhost".into()),
             endpoints: [("web".to_owned(), "http://3000-dev.ws.localhost".to_owned())].into(),
             failure_reason: None,

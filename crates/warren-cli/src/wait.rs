@@ -229,6 +229,7 @@ mod tests {
             desired_state_updated_at: t,
             created_at: t,
             updated_at: updated_at.parse().unwrap(),
+            last_activity_at: None,
             url: None,
             endpoints: Default::default(),
             failure_reason: Some("image \"nope\" cannot be pulled".into()),

@@ -39,6 +39,8 @@ pub struct HttpError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// Sent as `Retry-After` (seconds) when set.
+    pub retry_after: Option<u64>,
 }
 
 impl HttpError {
@@ -47,7 +49,12 @@ impl HttpError {
             status,
             code,
             message: message.into(),
+            retry_after: None,
         }
+    }
+    pub fn retry_after(mut self, secs: u64) -> Self {
+        self.retry_after = Some(secs);
+        self
     }
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
@@ -113,7 +120,12 @@ impl IntoResponse for HttpError {
                 message: self.message,
             },
         };
-        (self.status, axum::Json(body)).into_response()
+        let mut r = (self.status, axum::Json(body)).into_response();
+        if let Some(secs) = self.retry_after {
+            r.headers_mut()
+                .insert(http::header::RETRY_AFTER, http::HeaderValue::from(secs));
+        }
+        r
     }
 }
 

@@ -19,6 +19,7 @@ pub mod render;
 pub mod server;
 pub mod state;
 pub mod store;
+pub mod throttle;
 
 pub use config::ServerConfig;
 pub use error::ServerError;

@@ -91,6 +91,7 @@ impl Server {
                     .as_deref()
                     .and_then(|a| warren_types::api::SshEndpoint::parse(a).ok()),
             }),
+            login_throttle: Arc::default(),
         };
         crate::metrics::handle();
         Ok(Server {
@@ -235,6 +236,7 @@ impl Server {
             tracing::info!(%addr, "warren server listening");
         }
         let app = self.router();
+        let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
         let result = axum::serve(listener, app)
             .with_graceful_shutdown(shutdown.clone().cancelled_owned())
             .await;

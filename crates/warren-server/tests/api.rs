@@ -977,3 +977,57 @@ async fn agent_config_change_rerenders_and_restarts() {
         s.stop().await;
     }
 }
+
+/// Password guessing: after a few failures the account is slowed down, even for the right
+/// password, with `429` and `Retry-After`; once the wait has passed the right password works
+/// and clears the count. The same throttle guards the OAuth login form (tests/oauth.rs).
+#[tokio::test]
+async fn password_guessing_is_slowed_down() {
+    let s = TestServer::start(&DbChoice::Sqlite).await;
+    s.user("victim", &["api"]).await;
+    let login = |password: &'static str| {
+        let req = s
+            .http
+            .post(format!("{}/api/v1/session", s.base))
+            .json(&json!({"username": "victim", "password": password}));
+        async move {
+            let r = req.send().await.expect("request");
+            let retry = r
+                .headers()
+                .get("retry-after")
+                .map(|v| v.to_str().unwrap().to_owned());
+            let status = r.status().as_u16();
+            let body: Value = r.json().await.unwrap_or(Value::Null);
+            (status, retry, body)
+        }
+    };
+    for _ in 0..5 {
+        assert_eq!(login("not-the-password").await.0, 401);
+    }
+    let (st, retry, b) = login("password-123").await;
+    assert_eq!((st, retry.as_deref()), (429, Some("1")), "{b}");
+    assert_eq!(b["error"]["code"], "too_many_attempts", "{b}");
+    assert!(msg(&b).contains("try again in 1 s"), "{b}");
+    // Another account from the same address is not held up by this one.
+    let (st, _) = s
+        .call(
+            Method::POST,
+            "/api/v1/session",
+            None,
+            Some(json!({"username": "admin", "password": s.admin_password})),
+        )
+        .await;
+    assert_eq!(st, 201);
+    s.clock.advance_ms(1000);
+    assert_eq!(login("still-wrong").await.0, 401);
+    // The wait doubles after each further failure.
+    let (st, retry, _) = login("password-123").await;
+    assert_eq!((st, retry.as_deref()), (429, Some("2")));
+    s.clock.advance_ms(2000);
+    assert_eq!(login("password-123").await.0, 201);
+    // A success starts the account afresh: five more free failures.
+    for _ in 0..5 {
+        assert_eq!(login("not-the-password").await.0, 401);
+    }
+    assert_eq!(login("password-123").await.0, 429);
+}

@@ -796,3 +796,36 @@ async fn register_oauth_client_upserts() {
         assert!(server.register_oauth_client(&c).await.is_err());
     }
 }
+
+/// The login form shares the password throttle with `POST /api/v1/session`: after five
+/// failures even the right password is refused (429, `Retry-After`, no session) until the
+/// wait has passed.
+#[tokio::test]
+async fn login_form_slows_down_password_guessing() {
+    let s = TestServer::start(&DbChoice::Sqlite).await;
+    register_proxy(&s).await;
+    s.user("erin", &["api", "workspace"]).await;
+    for _ in 0..5 {
+        let mut b = Browser::new(&s.base);
+        let p = sign_in(&mut b, "proxy", "erin", "wrong-password").await;
+        assert_eq!(p.status, 401, "{}", p.body);
+    }
+    let mut b = Browser::new(&s.base);
+    let p = sign_in(&mut b, "proxy", "erin", "password-123").await;
+    assert_eq!(p.status, 429, "{}", p.body);
+    assert_eq!(p.headers["retry-after"], "1");
+    assert!(
+        p.body
+            .contains("Too many failed sign-in attempts. Try again in 1 s."),
+        "{}",
+        p.body
+    );
+    assert!(!p
+        .set_cookies
+        .iter()
+        .any(|c| c.starts_with("warren_session")));
+    s.clock.advance_ms(1000);
+    let p = sign_in(&mut b, "proxy", "erin", "password-123").await;
+    assert_eq!(p.status, 303, "{}", p.body);
+    s.stop().await;
+}

@@ -263,6 +263,10 @@ pub struct Workspace {
     pub desired_state_updated_at: DateTime<Utc>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// Last use through the proxy (HTTP, WebSocket, terminal, SSH), as the idle timeout
+    /// sees it; reported in batches, so up to a few seconds behind. `None`: never used.
+    #[serde(default)]
+    pub last_activity_at: Option<DateTime<Utc>>,
     /// URL of the main endpoint, when the devfile declares one.
     pub url: Option<String>,
     /// Every declared endpoint: name → URL.

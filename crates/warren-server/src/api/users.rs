@@ -2,7 +2,7 @@
 
 use super::Auth;
 use crate::error::{HttpError, Json, Path};
-use crate::state::AppState;
+use crate::state::{AppState, ClientAddr};
 use axum::extract::State;
 use http::StatusCode;
 use warren_types::api::{
@@ -12,22 +12,40 @@ use warren_types::api::{
 use warren_types::{SshKeyId, TokenId};
 
 const DAY_MS: i64 = 86_400_000;
+
+fn throttled(t: crate::throttle::Throttled) -> HttpError {
+    HttpError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "too_many_attempts",
+        t.message(),
+    )
+    .retry_after(t.retry_after_secs)
+}
 /// Tokens made by `POST /session` live this long.
 const SESSION_TOKEN_DAYS: i64 = 30;
 
 /// Exchange a username and password for a new personal access token (`warren login`).
 #[utoipa::path(post, path = "/api/v1/session", request_body = PasswordLoginRequest,
-    responses((status = 201, body = CreatedToken), (status = 401, body = ApiError)), tag = "users")]
+    responses((status = 201, body = CreatedToken), (status = 401, body = ApiError), (status = 429, body = ApiError)), tag = "users")]
 pub async fn create_session(
     State(state): State<AppState>,
+    ClientAddr(addr): ClientAddr,
     Json(req): Json<PasswordLoginRequest>,
 ) -> Result<(StatusCode, Json<CreatedToken>), HttpError> {
-    let user = state
+    let now = state.clock.now_ms();
+    state
+        .login_throttle
+        .check(&req.username, addr, now)
+        .map_err(throttled)?;
+    let Some(user) = state
         .store
         .check_password(&req.username, &req.password)
         .await?
-        .ok_or_else(|| HttpError::unauthorized("wrong username or password"))?;
-    let now = state.clock.now_ms();
+    else {
+        state.login_throttle.failed(&req.username, addr, now);
+        return Err(HttpError::unauthorized("wrong username or password"));
+    };
+    state.login_throttle.succeeded(&req.username);
     let name = req.token_name.unwrap_or_else(|| "warren login".into());
     let (token, secret) = state
         .store

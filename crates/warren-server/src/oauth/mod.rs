@@ -410,6 +410,7 @@ pub struct LoginForm {
 /// `POST /oauth/login`
 pub async fn login(
     State(state): State<AppState>,
+    crate::state::ClientAddr(addr): crate::state::ClientAddr,
     headers: HeaderMap,
     form: Result<Form<LoginForm>, axum::extract::rejection::FormRejection>,
 ) -> Response {
@@ -431,6 +432,25 @@ pub async fn login(
         Ok(v) => v,
         Err(e) => return e.into_response(),
     };
+    let now = state.clock.now_ms();
+    if let Err(t) = state.login_throttle.check(&f.username, addr, now) {
+        tracing::info!("oauth sign-in refused: too many failures");
+        let mut r = login_page(
+            StatusCode::TOO_MANY_REQUESTS,
+            &v,
+            &f.params,
+            &key,
+            &headers,
+            &f.username,
+            Some(&format!(
+                "Too many failed sign-in attempts. Try again in {} s.",
+                t.retry_after_secs
+            )),
+        );
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(t.retry_after_secs));
+        return r;
+    }
     let user = if f.username.is_empty()
         || f.username.len() > 64
         || f.password.is_empty()
@@ -444,6 +464,7 @@ pub async fn login(
         }
     };
     let Some(user) = user else {
+        state.login_throttle.failed(&f.username, addr, now);
         tracing::info!("oauth sign-in failed");
         return login_page(
             StatusCode::UNAUTHORIZED,
@@ -455,7 +476,7 @@ pub async fn login(
             Some(LOGIN_FAILED),
         );
     };
-    let now = state.clock.now_ms();
+    state.login_throttle.succeeded(&f.username);
     let session = cookies::session_value(&key, user.id, now + cookies::SESSION_TTL_MS);
     let https = cookies::is_https(&headers);
     let mut r = Redirect::to(&f.params.authorize_path()).into_response();

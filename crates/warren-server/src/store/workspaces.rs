@@ -53,6 +53,8 @@ pub struct WorkspaceRow {
     pub created_at: i64,
     pub updated_at: i64,
     pub version: i64,
+    /// Last use through the proxy (HTTP, terminal, SSH), as reported for the idle policy.
+    pub last_activity_at: Option<i64>,
 }
 
 impl WorkspaceRow {
@@ -73,6 +75,7 @@ impl WorkspaceRow {
             desired_state_updated_at: from_millis(self.desired_state_updated_at),
             created_at: from_millis(self.created_at),
             updated_at: from_millis(self.updated_at),
+            last_activity_at: self.last_activity_at.map(from_millis),
             url: self.url.clone(),
             endpoints: self.endpoints.clone(),
             failure_reason: self.failure_reason.clone(),
@@ -117,11 +120,13 @@ pub const COLS: &str = "w.id, w.name, w.namespace, w.owner_id, u.username AS own
     a.name AS agent_name, w.project_id, p.name AS project_name, w.git_ref, w.desired_state, w.actual_state, \
     w.desired_state_updated_at, w.actual_state_updated_at, w.responded_to_agent_at, \
     w.deployment_resource_version, w.force_include_all_resources, w.devfile, w.rendered_objects, w.resources, \
-    w.variables, w.endpoints, w.url, w.failure_reason, w.created_at, w.updated_at, w.version";
+    w.variables, w.endpoints, w.url, w.failure_reason, w.created_at, w.updated_at, w.version, \
+    x.last_activity_at";
 
 pub const FROM: &str =
     "workspaces w JOIN users u ON u.id = w.owner_id JOIN agents a ON a.id = w.agent_id \
-    LEFT JOIN projects p ON p.id = w.project_id";
+    LEFT JOIN projects p ON p.id = w.project_id \
+    LEFT JOIN workspace_activity x ON x.workspace_id = w.id";
 
 pub fn row(r: &AnyRow) -> Result<WorkspaceRow, sqlx::Error> {
     Ok(WorkspaceRow {
@@ -158,6 +163,7 @@ pub fn row(r: &AnyRow) -> Result<WorkspaceRow, sqlx::Error> {
         created_at: get_i64(r, "created_at")?,
         updated_at: get_i64(r, "updated_at")?,
         version: get_i64(r, "version")?,
+        last_activity_at: get_opt_i64(r, "last_activity_at")?,
     })
 }
 

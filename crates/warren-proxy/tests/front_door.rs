@@ -1118,3 +1118,81 @@ async fn endpoint_dropping_kept_connections_is_transparent() {
         assert_eq!(resp.text().await.unwrap(), "ok");
     }
 }
+
+/// Requests one after another reuse one kept connection to the endpoint, whether answers
+/// carry a length or stream in chunks; an answer the client abandons half-way costs that
+/// connection (it is mid-message), and the next request opens a fresh one and works.
+#[tokio::test]
+async fn kept_connections_are_reused_after_complete_answers() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let e = env().await;
+    let s = &e.stack;
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((sock, _)) = l.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            let svc = hyper::service::service_fn(
+                |req: hyper::Request<hyper::body::Incoming>| async move {
+                    let body = match req.uri().path() {
+                        // Streamed in chunks, no length.
+                        "/chunked" => {
+                            let chunks = (0..8).map(|i| {
+                                Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(
+                                    bytes::Bytes::from(format!("part{i};")),
+                                ))
+                            });
+                            http_body_util::BodyExt::boxed(http_body_util::StreamBody::new(
+                                futures::stream::iter(chunks),
+                            ))
+                        }
+                        // Large enough that a client reading only the head leaves it unfinished.
+                        "/large" => http_body_util::BodyExt::boxed(http_body_util::Full::new(
+                            bytes::Bytes::from(vec![b'x'; 8 << 20]),
+                        )),
+                        _ => http_body_util::BodyExt::boxed(http_body_util::Full::new(
+                            bytes::Bytes::from_static(b"ok"),
+                        )),
+                    };
+                    Ok::<_, std::convert::Infallible>(hyper::Response::new(body))
+                },
+            );
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(sock), svc),
+            );
+        }
+    });
+    s.set_endpoint(&e.ws, 3000, addr);
+    let host = s.host(3000, "alice-web");
+    let http = s.client_for(std::slice::from_ref(&host));
+    let get = |path: &'static str| {
+        http.get(s.url(3000, "alice-web", path))
+            .bearer_auth(&e.alice.token)
+            .send()
+    };
+    let streamed: String = (0..8).map(|i| format!("part{i};")).collect();
+    for i in 0..10 {
+        let r = get("/").await.unwrap();
+        assert_eq!(r.status().as_u16(), 200, "request {i}");
+        assert_eq!(r.text().await.unwrap(), "ok");
+        let r = get("/chunked").await.unwrap();
+        assert_eq!(r.text().await.unwrap(), streamed, "request {i}");
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 1, "one kept connection");
+
+    // Abandon a large answer after its head.
+    let r = get("/large").await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    drop(r);
+    let r = get("/").await.unwrap();
+    assert_eq!(r.text().await.unwrap(), "ok");
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        2,
+        "the abandoned connection is not reused"
+    );
+}

@@ -16,8 +16,11 @@ use http::{HeaderMap, Request, Response, StatusCode, Version};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Mutex;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite};
 use warren_types::ids::{AgentId, WorkspaceId};
 use warren_types::relay::DialTarget;
@@ -53,10 +56,45 @@ pub(crate) struct Upstream {
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
+type UpstreamConn = hyper::client::conn::http1::Connection<TokioIo<Box<dyn Io>>, Body>;
+
+/// A kept HTTP/1.1 connection to an endpoint: the request handle and the connection itself.
+///
+/// The connection is not a task of its own: whoever sends a request on it drives it (while
+/// waiting for the answer, then from the answer's body), so a request costs no hand-over
+/// between tasks or threads on the way out and back. It goes back to the pool when its
+/// answer has been read to the end.
+struct Kept {
+    sender: SendRequest<Body>,
+    conn: Pin<Box<UpstreamConn>>,
+    idle_since: tokio::time::Instant,
+}
+
+impl Kept {
+    /// Drives the connection once; `false` when it has ended.
+    fn poll_conn(&mut self, cx: &mut Context<'_>) -> bool {
+        match self.conn.as_mut().poll(cx) {
+            Poll::Pending => true,
+            Poll::Ready(Ok(())) => false,
+            Poll::Ready(Err(e)) => {
+                tracing::debug!(error = %e, "upstream connection ended");
+                false
+            }
+        }
+    }
+
+    /// Whether a request can go out now (driving the connection to find out).
+    fn ready_now(&mut self) -> bool {
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        self.poll_conn(&mut cx) && matches!(self.sender.poll_ready(&mut cx), Poll::Ready(Ok(())))
+    }
+}
+
 /// Kept HTTP/1.1 connections, per endpoint.
 #[derive(Default)]
 pub(crate) struct Upstreams {
-    idle: Mutex<HashMap<Upstream, Vec<SendRequest<Body>>>>,
+    idle: Mutex<HashMap<Upstream, Vec<Kept>>>,
 }
 
 impl std::fmt::Debug for Upstreams {
@@ -65,42 +103,37 @@ impl std::fmt::Debug for Upstreams {
     }
 }
 
+/// Kept connections unused for this long are closed (each may hold a relay tunnel open).
+const IDLE_LIFETIME: std::time::Duration = std::time::Duration::from_secs(90);
+
 impl Upstreams {
     /// A kept connection that can take a request now, if any.
-    fn take_idle(&self, key: &Upstream) -> Option<SendRequest<Body>> {
+    fn take_idle(&self, key: &Upstream) -> Option<Kept> {
         let mut idle = self.idle.lock().expect("pool lock poisoned");
         let list = idle.get_mut(key)?;
-        let mut busy = vec![];
-        let mut found = None;
-        while let Some(s) = list.pop() {
-            if s.is_closed() {
-                continue;
+        let now = tokio::time::Instant::now();
+        while let Some(mut k) = list.pop() {
+            if now.duration_since(k.idle_since) < IDLE_LIFETIME && k.ready_now() {
+                return Some(k);
             }
-            if s.is_ready() {
-                found = Some(s);
-                break;
-            }
-            // Still streaming a response body: keep it for later.
-            busy.push(s);
         }
-        list.extend(busy);
-        found
+        None
     }
 
-    fn put_back(&self, key: Upstream, s: SendRequest<Body>) {
+    fn put_back(&self, key: Upstream, mut k: Kept) {
+        if k.sender.is_closed() {
+            return;
+        }
+        k.idle_since = tokio::time::Instant::now();
         let mut idle = self.idle.lock().expect("pool lock poisoned");
         let list = idle.entry(key).or_default();
-        list.retain(|s| !s.is_closed());
+        list.retain(|k| !k.sender.is_closed() && k.idle_since.elapsed() < IDLE_LIFETIME);
         if list.len() < MAX_IDLE_PER_UPSTREAM {
-            list.push(s);
+            list.push(k);
         }
     }
 
-    async fn connect(
-        &self,
-        shared: &Shared,
-        key: &Upstream,
-    ) -> Result<SendRequest<Body>, ForwardError> {
+    async fn connect(&self, shared: &Shared, key: &Upstream) -> Result<Kept, ForwardError> {
         let io: Box<dyn Io> = match &shared.config.direct_upstream {
             Some(template) => {
                 let addr = template
@@ -126,12 +159,30 @@ impl Upstreams {
             .handshake::<_, Body>(TokioIo::new(io))
             .await
             .map_err(ForwardError::Handshake)?;
-        tokio::spawn(async move {
-            if let Err(e) = conn.with_upgrades().await {
-                tracing::debug!(error = %e, "upstream connection ended");
+        Ok(Kept {
+            sender,
+            conn: Box::pin(conn),
+            idle_since: tokio::time::Instant::now(),
+        })
+    }
+
+    /// Sends `req` on `kept`, driving the connection until the answer's head arrives.
+    async fn exchange(
+        kept: &mut Kept,
+        req: Request<Body>,
+    ) -> Result<Response<hyper::body::Incoming>, hyper::client::conn::TrySendError<Request<Body>>>
+    {
+        let answer = kept.sender.try_send_request(req);
+        tokio::pin!(answer);
+        let mut open = true;
+        std::future::poll_fn(|cx| {
+            // Once the connection has ended, the answer resolves with its error.
+            if open {
+                open = kept.poll_conn(cx);
             }
-        });
-        Ok(sender)
+            answer.as_mut().poll(cx)
+        })
+        .await
     }
 
     /// Sends `req` to the endpoint on a kept connection or a new one.
@@ -142,38 +193,129 @@ impl Upstreams {
     /// is repeated once on a new connection.
     pub(crate) async fn send(
         &self,
-        shared: &Shared,
+        shared: &Arc<Shared>,
         key: &Upstream,
         mut req: Request<Body>,
-    ) -> Result<Response<hyper::body::Incoming>, ForwardError> {
-        let upgrade = req.headers().contains_key(header::UPGRADE);
-        if !upgrade {
-            while let Some(mut s) = self.take_idle(key) {
-                let replay = replayable(&req);
-                match s.try_send_request(req).await {
-                    Ok(resp) => {
-                        self.put_back(key.clone(), s);
-                        return Ok(resp);
-                    }
-                    Err(mut e) => match (e.take_message(), replay) {
-                        // The kept connection closed before taking the request: try another.
-                        (Some(r), _) => req = r,
-                        (None, Some(r)) => {
-                            tracing::debug!(error = %e.error(), "kept connection failed; repeating the request");
-                            req = r;
-                        }
-                        (None, None) => return Err(ForwardError::Request(e.into_error())),
-                    },
+    ) -> Result<Response<UpstreamBody>, ForwardError> {
+        if req.headers().contains_key(header::UPGRADE) {
+            // A protocol switch keeps the connection for itself: it runs as its own task.
+            let Kept {
+                mut sender, conn, ..
+            } = self.connect(shared, key).await?;
+            tokio::spawn(async move {
+                if let Err(e) = Pin::into_inner(conn).with_upgrades().await {
+                    tracing::debug!(error = %e, "upstream connection ended");
                 }
+            });
+            sender.ready().await.map_err(ForwardError::Handshake)?;
+            let resp = sender
+                .send_request(req)
+                .await
+                .map_err(ForwardError::Request)?;
+            return Ok(resp.map(|body| UpstreamBody::new(body, None)));
+        }
+        while let Some(mut kept) = self.take_idle(key) {
+            let replay = replayable(&req);
+            match Self::exchange(&mut kept, req).await {
+                Ok(resp) => return Ok(self.driven(shared, key, kept, resp)),
+                Err(mut e) => match (e.take_message(), replay) {
+                    // The kept connection closed before taking the request: try another.
+                    (Some(r), _) => req = r,
+                    (None, Some(r)) => {
+                        tracing::debug!(error = %e.error(), "kept connection failed; repeating the request");
+                        req = r;
+                    }
+                    (None, None) => return Err(ForwardError::Request(e.into_error())),
+                },
             }
         }
-        let mut s = self.connect(shared, key).await?;
-        s.ready().await.map_err(ForwardError::Handshake)?;
-        let resp = s.send_request(req).await.map_err(ForwardError::Request)?;
-        if !upgrade {
-            self.put_back(key.clone(), s);
+        let mut kept = self.connect(shared, key).await?;
+        let resp = Self::exchange(&mut kept, req)
+            .await
+            .map_err(|e| ForwardError::Request(e.into_error()))?;
+        Ok(self.driven(shared, key, kept, resp))
+    }
+
+    fn driven(
+        &self,
+        shared: &Arc<Shared>,
+        key: &Upstream,
+        kept: Kept,
+        resp: Response<hyper::body::Incoming>,
+    ) -> Response<UpstreamBody> {
+        let home = Home {
+            shared: shared.clone(),
+            key: key.clone(),
+            kept,
+        };
+        resp.map(|body| UpstreamBody::new(body, Some(home)))
+    }
+}
+
+/// Where a kept connection goes back to.
+struct Home {
+    shared: Arc<Shared>,
+    key: Upstream,
+    kept: Kept,
+}
+
+/// An endpoint's answer body that also drives the connection it arrives on, and returns that
+/// connection to the pool once the body has been read to the end (dropped early, the
+/// connection is closed: it is in the middle of a message).
+pub(crate) struct UpstreamBody {
+    body: hyper::body::Incoming,
+    home: Option<Home>,
+    /// The body said it has no more frames (a chunked body never counts as `is_end_stream`).
+    ended: bool,
+}
+
+impl UpstreamBody {
+    fn new(body: hyper::body::Incoming, home: Option<Home>) -> Self {
+        UpstreamBody {
+            body,
+            home,
+            ended: false,
         }
-        Ok(resp)
+    }
+}
+
+impl hyper::body::Body for UpstreamBody {
+    type Data = bytes::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let this = &mut *self;
+        if let Some(home) = &mut this.home {
+            if !home.kept.poll_conn(cx) {
+                this.home = None;
+            }
+        }
+        let frame = Pin::new(&mut this.body).poll_frame(cx);
+        if let Poll::Ready(None) = frame {
+            this.ended = true;
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Drop for UpstreamBody {
+    fn drop(&mut self) {
+        if let Some(home) = self.home.take() {
+            if self.ended || hyper::body::Body::is_end_stream(&self.body) {
+                home.shared.front.upstreams.put_back(home.key, home.kept);
+            }
+        }
     }
 }
 
@@ -296,7 +438,7 @@ pub(crate) fn prepare_request(
 pub(crate) fn finish_response(
     shared: &std::sync::Arc<Shared>,
     workspace: WorkspaceId,
-    mut resp: Response<hyper::body::Incoming>,
+    mut resp: Response<UpstreamBody>,
     client_upgrade: Option<hyper::upgrade::OnUpgrade>,
 ) -> Response<Body> {
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS {

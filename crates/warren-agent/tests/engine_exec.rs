@@ -231,6 +231,91 @@ async fn exec_in_a_running_workspace_and_not_in_a_stopped_one() -> Result<()> {
     Ok(())
 }
 
+/// The command lines of every process in the workspace's main container.
+async fn processes(h: &Harness, ws: &Workspace) -> Result<String> {
+    let list = spec(&[
+        "sh",
+        "-c",
+        r#"for d in /proc/[0-9]*; do tr '\0' ' ' < "$d/cmdline"; echo; done"#,
+    ]);
+    let (out, _, _) = run(h.runtime.exec(&ws.key, list).await?, b"").await?;
+    Ok(out)
+}
+
+/// Polls the process list until `cond` holds (a hang guard of 60 s, not a timing check).
+async fn wait_processes(
+    h: &Harness,
+    ws: &Workspace,
+    what: &str,
+    cond: impl Fn(&str) -> bool,
+) -> Result<String> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let list = processes(h, ws).await?;
+        if cond(&list) {
+            return Ok(list);
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("{what} never happened; processes:\n{list}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A session dropped while its process runs (the browser tab closed, the SSH client gone)
+/// hangs that process up, with a terminal or without, children in its group included; a
+/// process the user detached into a session of its own keeps running.
+#[tokio::test]
+async fn a_dropped_session_hangs_up_its_process() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    let ws = Workspace::new("hangup", h.agent_id);
+    h.runtime.apply(&ws.key, &ws.objects()).await?;
+    wait_state(&h.runtime, &ws, ActualState::Running).await?;
+
+    let (_, _, exit) = run(
+        h.runtime
+            .exec(
+                &ws.key,
+                spec(&["sh", "-c", "setsid sleep 3001 </dev/null >/dev/null 2>&1 &"]),
+            )
+            .await?,
+        b"",
+    )
+    .await?;
+    assert_eq!(exit.code, Some(0));
+    // A shell waiting for a child, no terminal, stdin left open.
+    let plain = h
+        .runtime
+        .exec(&ws.key, spec(&["sh", "-c", "sleep 3002; echo never"]))
+        .await?;
+    // An interactive shell on a terminal running a command.
+    let mut t = spec(&["/bin/sh"]);
+    t.tty = true;
+    t.size = Some(TerminalSize { cols: 80, rows: 24 });
+    let mut term = h.runtime.exec(&ws.key, t).await?;
+    term.stdin.write_all(b"sleep 3003\n").await?;
+    term.stdin.flush().await?;
+    wait_processes(&h, &ws, "both sessions running", |p| {
+        p.contains("sleep 3001") && p.contains("sleep 3002") && p.contains("sleep 3003")
+    })
+    .await?;
+
+    drop(plain);
+    drop(term);
+    let left = wait_processes(&h, &ws, "the sessions' processes ending", |p| {
+        !p.contains("sleep 3002") && !p.contains("sleep 3003")
+    })
+    .await?;
+    assert!(
+        left.contains("sleep 3001"),
+        "the detached process was hung up too:\n{left}"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn exec_in_a_missing_workspace_is_not_found() -> Result<()> {
     if !engine_available() {

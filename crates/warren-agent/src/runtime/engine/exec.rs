@@ -9,9 +9,15 @@
 //! resize right after start comes too late for a process that reads its size at once (see
 //! [`EngineRuntime::command_with_size`]); a resize of an exec that ended fails harmlessly.
 //!
-//! The engine API cannot kill an exec. Dropping a session closes the attach connection: a
-//! process reading stdin sees EOF and usually ends, but one that does not read it (`sleep`,
-//! even under a tty, as conmon keeps the terminal open) keeps running, detached.
+//! The engine API cannot kill an exec, and dropping a session (the browser tab closed, the SSH
+//! client gone) only closes the attach connection: a process that does not read stdin
+//! (`sleep`, a build, even a shell under a tty, as conmon keeps the terminal open) would keep
+//! running, detached, forever. So every exec carries a random marker in its environment, and
+//! when a session is dropped while its process still runs, a second exec hangs it up the way
+//! a terminal would: `SIGHUP` to the process group of the process the exec started (the one
+//! with the marker whose parent is outside the container), which also reaches its foreground
+//! children, and which a shell passes on to its jobs. Processes the user detached on purpose
+//! (`nohup`, daemons in a session of their own) keep running.
 
 use super::plan::{Role, CONTAINER_LABEL, POD_HASH_LABEL, WORKSPACE_NAME_LABEL};
 use super::{label, runtime_err, summary_order, summary_role, summary_running, EngineRuntime};
@@ -27,6 +33,19 @@ use warren_types::relay::{ExecExit, TerminalSize};
 
 /// How long the engine may keep reporting an exec as running after its output ended.
 const EXIT_SETTLE: Duration = Duration::from_secs(10);
+/// Environment variable carrying an exec's marker (see the module comment).
+pub const EXEC_MARKER_ENV: &str = "WARREN_EXEC_SESSION";
+/// Finds the process an exec started by its marker (`$1`) and sends `SIGHUP` to its process
+/// group (the engine makes it a group and session leader), as a terminal hangup does. Needs only
+/// `/bin/sh`, `tr`, `grep` and `/proc`; where they are missing it does nothing.
+const HANG_UP_SCRIPT: &str = r#"for d in /proc/[0-9]*; do
+  tr '\0' '\n' < "$d/environ" 2>/dev/null | grep -qx "WARREN_EXEC_SESSION=$1" || continue
+  grep -q '^PPid:[[:space:]]*0$' "$d/status" 2>/dev/null || continue
+  kill -s HUP "-${d#/proc/}" 2>/dev/null
+done
+exit 0"#;
+/// Longest a hang-up may take.
+const HANG_UP_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a connection to an unpublished port may take.
 const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -38,6 +57,38 @@ fn failure(context: String, message: impl Into<String>) -> RuntimeError {
     RuntimeError::Runtime {
         context,
         source: Box::new(ExecFailure(message.into())),
+    }
+}
+
+/// Sends `SIGHUP` to the process of exec `exec_id` if it still runs (see the module comment).
+async fn hang_up(docker: &bollard::Docker, container: &str, exec_id: &str, marker: &str) {
+    match docker.inspect_exec(exec_id).await {
+        Ok(i) if i.running == Some(true) => {}
+        Ok(_) => return,
+        Err(e) => {
+            tracing::debug!(error = %e, "inspecting an exec to hang it up failed");
+            return;
+        }
+    }
+    let config = ExecConfig {
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        cmd: Some(
+            ["/bin/sh", "-c", HANG_UP_SCRIPT, "warren-hang-up", marker]
+                .map(str::to_owned)
+                .to_vec(),
+        ),
+        ..Default::default()
+    };
+    let started = match docker.create_exec(container, config).await {
+        Ok(created) => docker.start_exec(&created.id, None).await,
+        Err(e) => Err(e),
+    };
+    match started {
+        // Waits for the script to finish: its output ends when it exits.
+        Ok(StartExecResults::Attached { mut output, .. }) => while output.next().await.is_some() {},
+        Ok(StartExecResults::Detached) => {}
+        Err(e) => tracing::debug!(error = %e, "hanging up an exec failed"),
     }
 }
 
@@ -109,6 +160,7 @@ impl EngineRuntime {
         }
         let id = target.id.clone().unwrap_or_default();
         let docker = self.inner.docker.clone();
+        let marker = format!("{:032x}", rand::random::<u128>());
         let config = ExecConfig {
             attach_stdin: Some(true),
             attach_stdout: Some(true),
@@ -118,7 +170,13 @@ impl EngineRuntime {
                 .size
                 .filter(|_| spec.tty)
                 .map(|s| vec![usize::from(s.rows), usize::from(s.cols)]),
-            env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            env: Some(
+                spec.env
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .chain([format!("{EXEC_MARKER_ENV}={marker}")])
+                    .collect(),
+            ),
             cmd: Some(self.command_with_size(&spec)),
             ..Default::default()
         };
@@ -151,6 +209,7 @@ impl EngineRuntime {
             let docker = docker.clone();
             let exec_id = exec_id.clone();
             let tty = spec.tty;
+            let container = id.clone();
             async move {
                 while let Some(size) = sizes.recv().await {
                     if !tty {
@@ -164,9 +223,17 @@ impl EngineRuntime {
                         tracing::debug!(error = %e, "resizing an exec failed");
                     }
                 }
+                // The session is gone: its process must not outlive it.
+                let hang_up = hang_up(&docker, &container, &exec_id, &marker);
+                if tokio::time::timeout(HANG_UP_TIMEOUT, hang_up)
+                    .await
+                    .is_err()
+                {
+                    tracing::debug!("hanging up an exec timed out");
+                }
             }
         };
-        // Ends when the session (its sender) is dropped.
+        // Ends when the session (its sender) is dropped, after hanging up its process.
         tokio::spawn(resizer);
         let output = output
             .filter_map(|item| async move {

@@ -235,10 +235,12 @@ async fn a_terminal_exec_carries_stdin_resizes_and_the_exit_code() {
     let command = query_values(&seen, "command");
     assert_eq!(command[0], "/bin/sh");
     assert!(command[2].contains("stty rows 30 cols 100"), "{command:?}");
-    assert_eq!(
-        &command[3..],
-        &["warren-exec", "TERM=xterm-256color", "--", "/bin/sh", "-l"]
+    assert_eq!(command[3..5], ["warren-exec", "TERM=xterm-256color"]);
+    assert!(
+        command[5].starts_with("WARREN_EXEC_SESSION="),
+        "the hang-up marker: {command:?}"
     );
+    assert_eq!(command[6..], ["--", "/bin/sh", "-l"]);
     assert_eq!(
         seen.resizes,
         vec![
@@ -277,11 +279,13 @@ async fn a_plain_exec_keeps_stderr_apart_and_can_name_a_container() {
     assert_eq!(err, b"to stderr\n");
     let seen = mock.seen.lock().unwrap()[0].clone();
     assert_eq!(query_values(&seen, "container"), vec!["sidecar"]);
-    assert_eq!(
-        query_values(&seen, "command"),
-        vec!["ls"],
-        "no wrapper without env or tty"
+    let command = query_values(&seen, "command");
+    assert_eq!(command[0..2], ["/bin/sh", "-c"]);
+    assert!(
+        command[4].starts_with("WARREN_EXEC_SESSION="),
+        "{command:?}"
     );
+    assert_eq!(command[5..], ["--", "ls"], "the command itself, unchanged");
     assert_eq!(query_values(&seen, "stderr"), vec!["true"]);
 }
 
@@ -331,4 +335,52 @@ fn exit_codes_come_from_the_status() {
     assert_eq!(other.code, None);
     assert!(other.message.unwrap().contains("container not found"));
     assert_eq!(exit_from_status(None).code, None);
+}
+
+/// A session dropped before its exit status (the client went away) is hung up: a second
+/// exec in the same container runs the hang-up script for the first one's marker.
+#[tokio::test]
+async fn a_dropped_session_is_hung_up_by_its_marker() {
+    let (runtime, mock) = start("Running").await;
+    let spec = ExecSpec {
+        container: None,
+        command: vec!["/bin/sh".into()],
+        env: vec![],
+        tty: true,
+        size: None,
+    };
+    let session = runtime.exec(&key(NAME), spec).await.unwrap();
+    drop(session);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let seen = loop {
+        let seen = mock.seen.lock().unwrap().clone();
+        if seen.len() >= 2 {
+            break seen;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no hang-up exec: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let is_hang_up = |s: &Seen| query_values(s, "command").contains(&"warren-hang-up");
+    let first = seen
+        .iter()
+        .find(|s| !is_hang_up(s))
+        .expect("the session's exec");
+    let second = seen
+        .iter()
+        .find(|s| is_hang_up(s))
+        .expect("the hang-up exec");
+    let first = query_values(first, "command");
+    let marker = first
+        .iter()
+        .find_map(|a| a.strip_prefix("WARREN_EXEC_SESSION="))
+        .expect("the first exec carries a marker");
+    let hang_up = query_values(second, "command");
+    assert_eq!(hang_up[0..2], ["/bin/sh", "-c"]);
+    assert!(hang_up[2].contains("kill -s HUP"), "{hang_up:?}");
+    assert_eq!(hang_up[3..], ["warren-hang-up", marker]);
+    assert_eq!(query_values(second, "container"), vec!["dev"]);
+    assert!(!query_values(second, "tty").contains(&"true"));
 }

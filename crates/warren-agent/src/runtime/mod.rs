@@ -62,6 +62,24 @@ pub struct ExecSpec {
     pub size: Option<warren_types::relay::TerminalSize>,
 }
 
+/// Environment variable carrying an exec's marker: when a session is dropped while its
+/// process runs, a second exec finds the process by it and hangs it up (engine and
+/// Kubernetes exec; see `engine/exec.rs`).
+pub const EXEC_MARKER_ENV: &str = "WARREN_EXEC_SESSION";
+/// Finds the process an exec started by its marker (`$1`) and sends `SIGHUP` to its process
+/// group (runc makes it a group and session leader), as a terminal hangup does. Needs only
+/// `/bin/sh`, `tr`, `grep` and `/proc`; where they are missing it does nothing.
+pub const HANG_UP_SCRIPT: &str = r#"for d in /proc/[0-9]*; do
+  tr '\0' '\n' < "$d/environ" 2>/dev/null | grep -qx "WARREN_EXEC_SESSION=$1" || continue
+  grep -q '^PPid:[[:space:]]*0$' "$d/status" 2>/dev/null || continue
+  kill -s HUP "-${d#/proc/}" 2>/dev/null
+done
+exit 0"#;
+/// A fresh marker for one exec session.
+pub fn exec_marker() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
 /// argv that sets `env` and, with a size, the terminal size before it runs `command`, for
 /// exec APIs that lack them (Kubernetes has no exec environment; Podman ignores the initial
 /// console size and a process that asks at once would see 0×0). Needs only `/bin/sh` in the

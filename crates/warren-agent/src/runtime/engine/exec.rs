@@ -23,6 +23,7 @@ use super::plan::{Role, CONTAINER_LABEL, POD_HASH_LABEL, WORKSPACE_NAME_LABEL};
 use super::{label, runtime_err, summary_order, summary_role, summary_running, EngineRuntime};
 use crate::runtime::{
     shell_wrapped, ByteStream, ExecOutput, ExecSession, ExecSpec, RuntimeError, WorkspaceKey,
+    EXEC_MARKER_ENV, HANG_UP_SCRIPT,
 };
 use bollard::container::LogOutput;
 use bollard::exec::{ResizeExecOptions, StartExecOptions, StartExecResults};
@@ -33,17 +34,6 @@ use warren_types::relay::{ExecExit, TerminalSize};
 
 /// How long the engine may keep reporting an exec as running after its output ended.
 const EXIT_SETTLE: Duration = Duration::from_secs(10);
-/// Environment variable carrying an exec's marker (see the module comment).
-pub const EXEC_MARKER_ENV: &str = "WARREN_EXEC_SESSION";
-/// Finds the process an exec started by its marker (`$1`) and sends `SIGHUP` to its process
-/// group (the engine makes it a group and session leader), as a terminal hangup does. Needs only
-/// `/bin/sh`, `tr`, `grep` and `/proc`; where they are missing it does nothing.
-const HANG_UP_SCRIPT: &str = r#"for d in /proc/[0-9]*; do
-  tr '\0' '\n' < "$d/environ" 2>/dev/null | grep -qx "WARREN_EXEC_SESSION=$1" || continue
-  grep -q '^PPid:[[:space:]]*0$' "$d/status" 2>/dev/null || continue
-  kill -s HUP "-${d#/proc/}" 2>/dev/null
-done
-exit 0"#;
 /// Longest a hang-up may take.
 const HANG_UP_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a connection to an unpublished port may take.
@@ -160,7 +150,7 @@ impl EngineRuntime {
         }
         let id = target.id.clone().unwrap_or_default();
         let docker = self.inner.docker.clone();
-        let marker = format!("{:032x}", rand::random::<u128>());
+        let marker = crate::runtime::exec_marker();
         let config = ExecConfig {
             attach_stdin: Some(true),
             attach_stdout: Some(true),

@@ -5,10 +5,15 @@
 //! set by a `/bin/sh` wrapper ([`shell_wrapped`]). The exit code comes from the status
 //! channel: `Success`, or a `Failure` with reason `NonZeroExitCode` whose `details.causes`
 //! hold an `ExitCode`.
+//!
+//! Closing the WebSocket does not end every process (one that does not read stdin keeps
+//! running), so as with engine exec ([`HANG_UP_SCRIPT`]) a session dropped before its exit
+//! status arrived is hung up by a second exec that finds the process by its marker.
 
 use super::{objects, status, KubernetesRuntime};
 use crate::runtime::{
-    shell_wrapped, ExecOutput, ExecSession, ExecSpec, RuntimeError, WorkspaceKey,
+    exec_marker, shell_wrapped, ExecOutput, ExecSession, ExecSpec, RuntimeError, WorkspaceKey,
+    EXEC_MARKER_ENV, HANG_UP_SCRIPT,
 };
 use futures::{FutureExt, SinkExt, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -16,6 +21,8 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use kube::api::{Api, AttachParams, AttachedProcess};
 use kube::runtime::reflector::ObjectRef as StoreRef;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use warren_types::relay::{ExecExit, TerminalSize};
 
 #[derive(Debug, thiserror::Error)]
@@ -76,6 +83,30 @@ pub fn exit_from_status(status: Option<Status>) -> ExecExit {
     }
 }
 
+/// Longest a hang-up may take.
+const HANG_UP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Runs [`HANG_UP_SCRIPT`] for `marker` in the container and waits for it to finish.
+async fn hang_up(pods: &Api<Pod>, pod: &str, container: &str, marker: &str) {
+    let params = AttachParams {
+        container: Some(container.to_owned()),
+        stdin: false,
+        stdout: true,
+        stderr: true,
+        tty: false,
+        ..Default::default()
+    };
+    let command = ["/bin/sh", "-c", HANG_UP_SCRIPT, "warren-hang-up", marker];
+    match pods.exec(pod, command, &params).await {
+        Ok(mut attached) => {
+            if let Some(status) = attached.take_status() {
+                let _ = status.await;
+            }
+        }
+        Err(e) => tracing::debug!(error = %e, "hanging up an exec failed"),
+    }
+}
+
 impl KubernetesRuntime {
     pub(super) async fn exec_in(
         &self,
@@ -115,10 +146,13 @@ impl KubernetesRuntime {
             None => return Err(failure(context, "the workspace has no container")),
         };
         let size = spec.size.filter(|_| spec.tty);
-        let command = shell_wrapped(&spec.command, &spec.env, size)
-            .map_err(|m| failure(context.clone(), m))?;
+        let marker = exec_marker();
+        let mut env = spec.env.clone();
+        env.push((EXEC_MARKER_ENV.to_owned(), marker.clone()));
+        let command =
+            shell_wrapped(&spec.command, &env, size).map_err(|m| failure(context.clone(), m))?;
         let params = AttachParams {
-            container: Some(container),
+            container: Some(container.clone()),
             stdin: true,
             stdout: true,
             // Kubernetes refuses stderr with a tty: the terminal carries both.
@@ -159,7 +193,23 @@ impl KubernetesRuntime {
             None => out.boxed(),
         };
         let (resize, mut sizes) = tokio::sync::mpsc::channel::<TerminalSize>(16);
-        // Drained at once so sizes never hold up stdin; ends when the session is dropped.
+        let ended = Arc::new(AtomicBool::new(false));
+        let hang_up = {
+            let ended = ended.clone();
+            async move {
+                if !ended.load(Ordering::SeqCst) {
+                    let hang_up = hang_up(&pods, &pod_name, &container, &marker);
+                    if tokio::time::timeout(HANG_UP_TIMEOUT, hang_up)
+                        .await
+                        .is_err()
+                    {
+                        tracing::debug!("hanging up an exec timed out");
+                    }
+                }
+            }
+        };
+        // Drained at once so sizes never hold up stdin; ends when the session is dropped,
+        // after hanging up a process that is still running.
         tokio::spawn(async move {
             let mut terminal = terminal;
             while let Some(size) = sizes.recv().await {
@@ -173,13 +223,16 @@ impl KubernetesRuntime {
                     }
                 }
             }
+            hang_up.await;
         });
         if let Some(size) = size {
             let _ = resize.try_send(size);
         }
         let exit = async move {
             let _guard = guard;
-            Ok(exit_from_status(status.await))
+            let status = status.await;
+            ended.store(true, Ordering::SeqCst);
+            Ok(exit_from_status(status))
         }
         .boxed();
         Ok(ExecSession {

@@ -42,6 +42,12 @@ pub struct ServerConfig {
     /// `warren ws ssh` and `warren ws ssh-config`; `None` when no SSH is offered.
     #[serde(default)]
     pub ssh_public_address: Option<String>,
+    /// Reverse proxies in front of the server (addresses or CIDR ranges). A request from one
+    /// of them is attributed to the address it names in `X-Forwarded-For` (the right-most one
+    /// that is not itself a trusted proxy), so the password throttle counts real clients;
+    /// from anywhere else the header is ignored, as anyone can write it.
+    #[serde(default)]
+    pub trusted_proxies: Vec<ipnet::IpNet>,
 }
 
 fn default_admin_username() -> String {
@@ -76,6 +82,7 @@ impl ServerConfig {
             partial_reconciliation_interval_seconds: default_partial_interval(),
             max_db_connections: default_max_connections(),
             ssh_public_address: None,
+            trusted_proxies: vec![],
         }
     }
 

@@ -92,6 +92,7 @@ impl Server {
                     .and_then(|a| warren_types::api::SshEndpoint::parse(a).ok()),
             }),
             login_throttle: Arc::default(),
+            trusted_proxies: Arc::new(config.trusted_proxies.clone()),
         };
         crate::metrics::handle();
         Ok(Server {

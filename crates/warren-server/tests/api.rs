@@ -1031,3 +1031,42 @@ async fn password_guessing_is_slowed_down() {
     }
     assert_eq!(login("password-123").await.0, 429);
 }
+
+/// Behind a trusted reverse proxy the throttle counts the client `X-Forwarded-For` names,
+/// so one guesser does not slow everyone behind the proxy down; from an untrusted peer the
+/// header is ignored (anyone can write it).
+#[tokio::test]
+async fn the_address_throttle_believes_forwarded_for_only_from_trusted_proxies() {
+    let attempt = |s: &TestServer, user: String, from: &'static str| {
+        let req = s
+            .http
+            .post(format!("{}/api/v1/session", s.base))
+            .header("x-forwarded-for", from)
+            .json(&json!({"username": user, "password": "not-the-password"}));
+        async move { req.send().await.expect("request").status().as_u16() }
+    };
+    for trusted in [true, false] {
+        let s = TestServer::start_with(&DbChoice::Sqlite, |c| {
+            if trusted {
+                c.trusted_proxies = vec!["127.0.0.0/8".parse().unwrap()];
+            }
+        })
+        .await;
+        // One address sprays one failure at each of 20 accounts: its free failures.
+        for i in 0..20 {
+            assert_eq!(attempt(&s, format!("user{i}"), "198.51.100.7").await, 401);
+        }
+        assert_eq!(
+            attempt(&s, "fresh".into(), "198.51.100.7").await,
+            429,
+            "trusted={trusted}: the spraying address waits"
+        );
+        let other = attempt(&s, "fresh2".into(), "198.51.100.8").await;
+        if trusted {
+            assert_eq!(other, 401, "another client behind the proxy is not held up");
+        } else {
+            assert_eq!(other, 429, "untrusted: the header is ignored, one address");
+        }
+        s.stop().await;
+    }
+}

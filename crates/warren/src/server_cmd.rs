@@ -69,6 +69,15 @@ pub struct ServerOptions {
         value_name = "SECONDS"
     )]
     lifecycle_interval_seconds: Option<u64>,
+    /// A reverse proxy in front of the server (address or CIDR range) whose
+    /// `X-Forwarded-For` names the client (repeat, or comma-separate).
+    #[arg(
+        long = "trusted-proxy",
+        env = "WARREN_TRUSTED_PROXIES",
+        value_delimiter = ',',
+        value_name = "CIDR"
+    )]
+    trusted_proxies: Vec<ipnet::IpNet>,
     /// Write the bound address (`host:port`) to this file once ready to serve.
     #[arg(long, env = "WARREN_READY_FILE", value_name = "FILE")]
     ready_file: Option<PathBuf>,
@@ -90,6 +99,7 @@ struct FileConfig {
     full_reconciliation_interval_seconds: Option<u64>,
     partial_reconciliation_interval_seconds: Option<u64>,
     max_db_connections: Option<u32>,
+    trusted_proxies: Option<Vec<ipnet::IpNet>>,
 }
 
 fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
@@ -139,6 +149,11 @@ fn merge(args: &ServerOptions, file: FileConfig) -> anyhow::Result<(ServerConfig
     if let Some(n) = file.max_db_connections {
         c.max_db_connections = n;
     }
+    c.trusted_proxies = if args.trusted_proxies.is_empty() {
+        file.trusted_proxies.unwrap_or_default()
+    } else {
+        args.trusted_proxies.clone()
+    };
     let listen = match args.listen.or(file.listen) {
         Some(l) => l,
         None => DEFAULT_LISTEN.parse().context("default listen address")?,

@@ -236,7 +236,8 @@ fn wrk(addr: SocketAddr, host: &str, token: Option<&str>, secs: u64) -> Result<O
 }
 
 /// nginx as a reverse proxy with upstream keep-alive, on a port of its own; `None` when
-/// nginx is not installed.
+/// nginx is not installed. One process (`master_process off`), so killing it leaves no
+/// worker behind.
 struct Nginx {
     child: std::process::Child,
     addr: SocketAddr,
@@ -261,7 +262,7 @@ fn nginx(upstream: SocketAddr) -> Result<Option<Nginx>> {
         .port();
     let dir = tempfile::tempdir()?;
     let conf = format!(
-        "worker_processes 1; daemon off; pid {d}/nginx.pid; error_log {d}/error.log;
+        "master_process off; worker_processes 1; daemon off; pid {d}/nginx.pid; error_log {d}/error.log;
 events {{ worker_connections 1024; }}
 http {{
   access_log off;

@@ -124,10 +124,11 @@ impl Upstreams {
         if k.sender.is_closed() {
             return;
         }
-        k.idle_since = tokio::time::Instant::now();
+        let now = tokio::time::Instant::now();
+        k.idle_since = now;
         let mut idle = self.idle.lock().expect("pool lock poisoned");
         let list = idle.entry(key).or_default();
-        list.retain(|k| !k.sender.is_closed() && k.idle_since.elapsed() < IDLE_LIFETIME);
+        list.retain(|k| !k.sender.is_closed() && now.duration_since(k.idle_since) < IDLE_LIFETIME);
         if list.len() < MAX_IDLE_PER_UPSTREAM {
             list.push(k);
         }

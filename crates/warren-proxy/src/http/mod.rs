@@ -253,7 +253,16 @@ async fn workspace_host(
                 authority,
                 strip_authorization: matches!(caller, Caller::Token(_)),
             };
-            let headers = req.headers().clone();
+            // Only what the error page looks at (`pages::wants_html`), not every header.
+            let mut headers = http::HeaderMap::new();
+            for name in [
+                http::header::ACCEPT,
+                http::HeaderName::from_static("sec-fetch-mode"),
+            ] {
+                if let Some(v) = req.headers().get(&name) {
+                    headers.insert(name, v.clone());
+                }
+            }
             let (req, client_upgrade) = forward::prepare_request(req, &client);
             let key = forward::Upstream {
                 agent: access.agent_id,

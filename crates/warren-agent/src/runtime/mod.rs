@@ -75,6 +75,16 @@ pub const HANG_UP_SCRIPT: &str = r#"for d in /proc/[0-9]*; do
   kill -s HUP "-${d#/proc/}" 2>/dev/null
 done
 exit 0"#;
+/// Runs a runtime's hang-up (see [`HANG_UP_SCRIPT`]) for at most 10 s: it is best effort, and
+/// a stuck engine or API server must not keep the task forever.
+pub(crate) async fn bounded_hang_up(hang_up: impl std::future::Future<Output = ()>) {
+    if tokio::time::timeout(std::time::Duration::from_secs(10), hang_up)
+        .await
+        .is_err()
+    {
+        tracing::debug!("hanging up an exec timed out");
+    }
+}
 /// A fresh marker for one exec session.
 pub fn exec_marker() -> String {
     format!("{:032x}", rand::random::<u128>())

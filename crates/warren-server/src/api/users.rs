@@ -12,7 +12,10 @@ use warren_types::api::{
 use warren_types::{SshKeyId, TokenId};
 
 const DAY_MS: i64 = 86_400_000;
+/// Tokens made by `POST /session` live this long.
+const SESSION_TOKEN_DAYS: i64 = 30;
 
+/// The API's answer while the password throttle holds a caller back.
 fn throttled(t: crate::throttle::Throttled) -> HttpError {
     HttpError::new(
         StatusCode::TOO_MANY_REQUESTS,
@@ -21,8 +24,6 @@ fn throttled(t: crate::throttle::Throttled) -> HttpError {
     )
     .retry_after(t.retry_after_secs)
 }
-/// Tokens made by `POST /session` live this long.
-const SESSION_TOKEN_DAYS: i64 = 30;
 
 /// Exchange a username and password for a new personal access token (`warren login`).
 #[utoipa::path(post, path = "/api/v1/session", request_body = PasswordLoginRequest,

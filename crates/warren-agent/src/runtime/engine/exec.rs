@@ -34,8 +34,6 @@ use warren_types::relay::{ExecExit, TerminalSize};
 
 /// How long the engine may keep reporting an exec as running after its output ended.
 const EXIT_SETTLE: Duration = Duration::from_secs(10);
-/// Longest a hang-up may take.
-const HANG_UP_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a connection to an unpublished port may take.
 const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -214,13 +212,8 @@ impl EngineRuntime {
                     }
                 }
                 // The session is gone: its process must not outlive it.
-                let hang_up = hang_up(&docker, &container, &exec_id, &marker);
-                if tokio::time::timeout(HANG_UP_TIMEOUT, hang_up)
-                    .await
-                    .is_err()
-                {
-                    tracing::debug!("hanging up an exec timed out");
-                }
+                crate::runtime::bounded_hang_up(hang_up(&docker, &container, &exec_id, &marker))
+                    .await;
             }
         };
         // Ends when the session (its sender) is dropped, after hanging up its process.

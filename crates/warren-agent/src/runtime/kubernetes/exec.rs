@@ -83,9 +83,6 @@ pub fn exit_from_status(status: Option<Status>) -> ExecExit {
     }
 }
 
-/// Longest a hang-up may take.
-const HANG_UP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
 /// Runs [`HANG_UP_SCRIPT`] for `marker` in the container and waits for it to finish.
 async fn hang_up(pods: &Api<Pod>, pod: &str, container: &str, marker: &str) {
     let params = AttachParams {
@@ -198,13 +195,8 @@ impl KubernetesRuntime {
             let ended = ended.clone();
             async move {
                 if !ended.load(Ordering::SeqCst) {
-                    let hang_up = hang_up(&pods, &pod_name, &container, &marker);
-                    if tokio::time::timeout(HANG_UP_TIMEOUT, hang_up)
-                        .await
-                        .is_err()
-                    {
-                        tracing::debug!("hanging up an exec timed out");
-                    }
+                    crate::runtime::bounded_hang_up(hang_up(&pods, &pod_name, &container, &marker))
+                        .await;
                 }
             }
         };

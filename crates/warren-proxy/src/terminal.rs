@@ -97,11 +97,9 @@ const PAGE: &str = include_str!("../assets/terminal.html");
 /// Serves every request to `terminal-{workspace}.{domain}` once the HTTP front door has
 /// authenticated the user and the server has allowed access to the workspace itself
 /// (`access.port` is `None`): the page, its assets, and the WebSocket at `/ws`.
-// Called by the HTTP front door (`http`), which lands separately; until then only tests call it.
-#[allow(dead_code)]
 pub(crate) async fn handle(
     shared: Arc<Shared>,
-    access: WorkspaceAccess,
+    access: Arc<WorkspaceAccess>,
     req: axum::extract::Request,
 ) -> Response {
     let path = req.uri().path().to_owned();
@@ -287,7 +285,7 @@ enum ProxyMessage {
 
 async fn websocket(
     shared: Arc<Shared>,
-    access: WorkspaceAccess,
+    access: Arc<WorkspaceAccess>,
     req: axum::extract::Request,
 ) -> Response {
     let (mut parts, _body) = req.into_parts();
@@ -334,7 +332,7 @@ async fn close(socket: &mut futures::stream::SplitSink<WebSocket, Message>, code
 /// closes the relay stream and ends the process).
 async fn bridge(
     shared: Arc<Shared>,
-    access: WorkspaceAccess,
+    access: Arc<WorkspaceAccess>,
     size: TerminalSize,
     socket: WebSocket,
 ) {

@@ -2,6 +2,11 @@
 //! agent's multiplexed connection (client → relay internal listener → yamux → agent → echo
 //! server), against a direct TCP connection to the same echo server, on loopback, in one run.
 //!
+//! Loopback makes "direct TCP" a bare memory copy, so every extra hop shows at full weight
+//! (the worst case for any tunnel). Run as root with `ip` and `tc`, the bench also measures
+//! bulk upload over a link shaped to 10 Gbit/s (a veth pair with `tbf`, the client in a
+//! network namespace of its own): the case of a user reaching a workspace over a network.
+//!
 //! `cargo bench -p warren-relay --bench tunnel` (set `TUNNEL_BENCH_MB` to change the volume).
 
 #[path = "../tests/common/mod.rs"]
@@ -60,10 +65,10 @@ async fn bulk<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S, total: usize) -
     total as f64 / 1e6 / start.elapsed().as_secs_f64()
 }
 
-/// A sink: per connection, reads an 8-byte length, then that many bytes, answers one byte;
-/// repeats until the client closes.
-async fn sink_server() -> std::net::SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+/// A sink on `ip`: per connection, reads an 8-byte length, then that many bytes, answers
+/// one byte; repeats until the client closes.
+async fn sink_server(ip: std::net::IpAddr) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         while let Ok((mut sock, _)) = listener.accept().await {
@@ -135,7 +140,180 @@ async fn forwarder(upstream: std::net::SocketAddr) -> std::net::SocketAddr {
     addr
 }
 
+/// Set in the environment of the shaped link's client: the address it sends to.
+const CLIENT_ENV: &str = "TUNNEL_BENCH_CLIENT";
+/// Link rate for the shaped rows (`tc` syntax).
+const LINK_RATE: &str = "10gbit";
+
+/// A veth pair between this network namespace and a new one, shaped to [`LINK_RATE`] both
+/// ways; removed on drop.
+struct Link {
+    ns: String,
+    host_if: String,
+    host_ip: std::net::Ipv4Addr,
+}
+
+impl Link {
+    /// `None` (with the reason printed) where this is not possible: not root, no `ip`/`tc`.
+    fn create() -> Option<Link> {
+        let pid = std::process::id();
+        let octet = (pid % 250) as u8 + 1;
+        let link = Link {
+            ns: format!("wrnb{pid}"),
+            host_if: format!("wrnb{pid}h"),
+            host_ip: std::net::Ipv4Addr::new(10, 213, octet, 1),
+        };
+        let peer_if = format!("wrnb{pid}p");
+        let ns = link.ns.as_str();
+        let host_cidr = format!("{}/30", link.host_ip);
+        let peer_cidr = format!("10.213.{octet}.2/30");
+        let steps: Vec<Vec<&str>> = vec![
+            vec!["ip", "netns", "add", ns],
+            vec![
+                "ip",
+                "link",
+                "add",
+                &link.host_if,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &peer_if,
+                "netns",
+                ns,
+            ],
+            vec!["ip", "addr", "add", &host_cidr, "dev", &link.host_if],
+            vec!["ip", "link", "set", &link.host_if, "up"],
+            vec!["ip", "-n", ns, "addr", "add", &peer_cidr, "dev", &peer_if],
+            vec!["ip", "-n", ns, "link", "set", &peer_if, "up"],
+            vec!["ip", "-n", ns, "link", "set", "lo", "up"],
+            vec![
+                "tc",
+                "qdisc",
+                "add",
+                "dev",
+                &link.host_if,
+                "root",
+                "tbf",
+                "rate",
+                LINK_RATE,
+                "burst",
+                "4mb",
+                "latency",
+                "10ms",
+            ],
+            vec![
+                "tc", "-n", ns, "qdisc", "add", "dev", &peer_if, "root", "tbf", "rate", LINK_RATE,
+                "burst", "4mb", "latency", "10ms",
+            ],
+        ];
+        for step in steps {
+            let ok = std::process::Command::new(step[0])
+                .args(&step[1..])
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if !ok {
+                eprintln!(
+                    "no shaped link ({} failed: needs root, ip and tc); loopback rows only",
+                    step.join(" ")
+                );
+                return None; // `link` drops here and removes what was made.
+            }
+        }
+        Some(link)
+    }
+
+    /// Bulk upload MB/s measured by a client in the link's namespace (this binary again),
+    /// sending to `addr`, through the tunnel when `upgrade` names its path and JWT.
+    async fn bulk(
+        &self,
+        addr: std::net::SocketAddr,
+        total: usize,
+        upgrade: Option<(&str, &str)>,
+    ) -> f64 {
+        let exe = std::env::current_exe().unwrap();
+        let mut cmd = tokio::process::Command::new("ip");
+        cmd.args(["netns", "exec", &self.ns])
+            .arg(exe)
+            .env(CLIENT_ENV, addr.to_string())
+            .env("TUNNEL_BENCH_BYTES", total.to_string())
+            .kill_on_drop(true);
+        if let Some((path, jwt)) = upgrade {
+            cmd.env("TUNNEL_BENCH_UPGRADE", path)
+                .env("TUNNEL_BENCH_JWT", jwt);
+        }
+        let out = cmd.output().await.unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "link client failed: {text} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text.trim().parse().unwrap()
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        for args in [
+            vec!["netns", "del", &self.ns],
+            vec!["link", "del", &self.host_if],
+        ] {
+            let _ = std::process::Command::new("ip")
+                .args(args)
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// The shaped link's client (run inside its namespace): connects to `addr`, switches to
+/// the tunnel protocol when asked, warms up, prints the best of three bulk uploads in MB/s.
+fn link_client(addr: String) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let total: usize = std::env::var("TUNNEL_BENCH_BYTES")
+            .unwrap()
+            .parse()
+            .unwrap();
+        let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        s.set_nodelay(true).unwrap();
+        if let Ok(path) = std::env::var("TUNNEL_BENCH_UPGRADE") {
+            let jwt = std::env::var("TUNNEL_BENCH_JWT").unwrap();
+            let head = format!(
+                "GET {path} HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {jwt}\r\n\
+                 connection: upgrade\r\nupgrade: {}\r\n\r\n",
+                warren_types::relay::TUNNEL_PROTOCOL
+            );
+            s.write_all(head.as_bytes()).await.unwrap();
+            // Byte by byte up to the blank line: nothing of the tunnel is read here.
+            let mut answer = Vec::new();
+            while !answer.ends_with(b"\r\n\r\n") {
+                answer.push(s.read_u8().await.unwrap());
+            }
+            assert!(
+                answer.starts_with(b"HTTP/1.1 101"),
+                "{}",
+                String::from_utf8_lossy(&answer)
+            );
+        }
+        bulk(&mut s, 16 << 20).await;
+        let mut best: f64 = 0.0;
+        for _ in 0..3 {
+            best = best.max(bulk(&mut s, total).await);
+        }
+        println!("{best}");
+    });
+}
+
 fn main() {
+    if let Ok(addr) = std::env::var(CLIENT_ENV) {
+        return link_client(addr);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -151,13 +329,24 @@ async fn run() {
     let total = mb * 1024 * 1024;
     let rounds = 5000;
 
+    let link = Link::create();
+    let bind_ip: std::net::IpAddr = match &link {
+        Some(l) => l.host_ip.into(),
+        None => std::net::Ipv4Addr::LOCALHOST.into(),
+    };
     let server = TestServer::start(ReconcileSettings {
         full_reconciliation_interval_seconds: 3600,
         partial_reconciliation_interval_seconds: 3600,
     })
     .await;
     server.with(|s| s.model.create("bench"));
-    let relay = TestRelay::start(&server.url).await;
+    let relay = TestRelay::start_with_internal(
+        &server.url,
+        "127.0.0.1:0".parse().unwrap(),
+        (bind_ip, 0).into(),
+        |_| {},
+    )
+    .await;
     let agent = TestAgent::start(relay.agent_url(), GOOD_TOKEN);
     wait_for("the workspace to exist", 30, || async {
         agent.runtime.workspace(&key("bench")).is_some()
@@ -165,7 +354,7 @@ async fn run() {
     .await;
     let echo = echo_server().await;
     agent.runtime.set_endpoint(&key("bench"), 8080, echo);
-    let sink = sink_server().await;
+    let sink = sink_server(bind_ip).await;
     agent.runtime.set_endpoint(&key("bench"), 9090, sink);
     let jwt = internal_jwt("warren-proxy");
 
@@ -233,6 +422,23 @@ async fn run() {
     opens.sort();
     connects.sort();
 
+    // Over the shaped link, after everything on loopback (the client runs apart, so its
+    // load does not overlap the rows above).
+    let shaped = match &link {
+        Some(l) => {
+            let path = format!(
+                "/internal/agents/{AGENT}/tunnel?workspace=bench&namespace={}&port=9090",
+                model::NAMESPACE
+            );
+            let direct = l.bulk(sink, total, None).await;
+            let tunnel = l
+                .bulk(relay.internal_addr, total, Some((&path, &jwt)))
+                .await;
+            Some((direct, tunnel))
+        }
+        None => None,
+    };
+
     println!("tunnel bench ({mb} MiB full-duplex echo, {rounds} 1-byte round trips, loopback)");
     println!(
         "throughput   direct {direct_tp:>9.1} MB/s   tunnel {tunnel_tp:>9.1} MB/s   tunnel/direct {:.2}",
@@ -270,6 +476,14 @@ async fn run() {
         micros(opens[100]),
         micros(opens[100]) / micros(connects[100])
     );
+    match shaped {
+        Some((direct, tunnel)) => println!(
+            "over a {LINK_RATE} link (client in its own network namespace): bulk upload direct \
+             {direct:.1} MB/s   tunnel {tunnel:.1} MB/s   tunnel/direct {:.2}",
+            tunnel / direct
+        ),
+        None => println!("over a shaped link: skipped (needs root, ip and tc)"),
+    }
 }
 
 fn micros(d: Duration) -> f64 {

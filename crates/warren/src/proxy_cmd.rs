@@ -82,8 +82,13 @@ struct RunArgs {
     /// A relay's internal listener.
     #[arg(long, env = "WARREN_RELAY_URL")]
     relay_url: Option<Url>,
-    /// File holding the relay↔server↔proxy shared secret (or set WARREN_PROXY_SHARED_SECRET).
-    #[arg(long, env = "WARREN_PROXY_SHARED_SECRET_FILE")]
+    /// File holding the relay↔server↔proxy shared secret (or set WARREN_PROXY_SHARED_SECRET);
+    /// `--relay-secret-file` as the server calls it.
+    #[arg(
+        long,
+        visible_alias = "relay-secret-file",
+        env = "WARREN_PROXY_SHARED_SECRET_FILE"
+    )]
     shared_secret_file: Option<PathBuf>,
     /// The proxy's OAuth client id [default: warren-proxy].
     #[arg(long, env = "WARREN_PROXY_OAUTH_CLIENT_ID")]

@@ -30,8 +30,13 @@ pub struct RelayArgs {
     /// Base URL of the server.
     #[arg(long, env = "WARREN_SERVER_URL")]
     server_url: Option<Url>,
-    /// File holding the relay↔server shared secret (or set WARREN_RELAY_SHARED_SECRET).
-    #[arg(long, env = "WARREN_RELAY_SHARED_SECRET_FILE")]
+    /// File holding the relay↔server shared secret (or set WARREN_RELAY_SHARED_SECRET);
+    /// `--relay-secret-file` as the server and the proxy call it.
+    #[arg(
+        long,
+        visible_alias = "relay-secret-file",
+        env = "WARREN_RELAY_SHARED_SECRET_FILE"
+    )]
     shared_secret_file: Option<PathBuf>,
     /// Redis holding the routing table shared by several relay instances (none: alone).
     #[arg(long, env = "WARREN_REDIS_URL")]

@@ -40,7 +40,12 @@ pub struct ServerOptions {
     /// Key that encrypts secrets at rest (share it between servers on one database).
     #[arg(long, env = "WARREN_SECRET_KEY_FILE", value_name = "FILE")]
     secret_key_file: Option<PathBuf>,
-    /// Relay ↔ server shared secret (≥ 32 characters); default: generated in the home directory.
+    /// File holding the relay ↔ server shared secret (≥ 32 characters); default: generated
+    /// in the home directory.
+    #[arg(long, env = "WARREN_RELAY_SECRET_FILE", value_name = "FILE")]
+    relay_secret_file: Option<PathBuf>,
+    /// The shared secret itself (prefer --relay-secret-file or the variable: a value on the
+    /// command line is visible to every user of the machine in the process list).
     #[arg(
         long,
         env = "WARREN_RELAY_SECRET",
@@ -92,6 +97,7 @@ struct FileConfig {
     database_url: Option<String>,
     secret_key_file: Option<PathBuf>,
     relay_secret: Option<String>,
+    relay_secret_file: Option<PathBuf>,
     relay_urls: Option<Vec<String>>,
     default_devfile: Option<PathBuf>,
     bootstrap_admin_username: Option<String>,
@@ -119,7 +125,10 @@ fn merge(args: &ServerOptions, file: FileConfig) -> anyhow::Result<(ServerConfig
     let mut c = ServerConfig::new(home);
     c.database_url = args.database_url.clone().or(file.database_url);
     c.secret_key_file = args.secret_key_file.clone().or(file.secret_key_file);
-    c.relay_secret = args.relay_secret.clone().or(file.relay_secret);
+    c.relay_secret = match args.relay_secret_file.clone().or(file.relay_secret_file) {
+        Some(path) => Some(crate::relay_cmd::read_secret(&path, "relay secret")?),
+        None => args.relay_secret.clone().or(file.relay_secret),
+    };
     c.relay_urls = if args.relay_urls.is_empty() {
         file.relay_urls.unwrap_or_default()
     } else {

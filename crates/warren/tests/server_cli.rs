@@ -42,3 +42,45 @@ fn bad_configuration_is_refused_with_the_field_named() {
         "nothing opened before validation"
     );
 }
+
+/// `--relay-secret-file` (the form that keeps the secret out of the process list) is read
+/// and validated like the value; a missing file is named. The relay takes the same flag.
+#[test]
+fn relay_secret_comes_from_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let short = dir.path().join("short.secret");
+    std::fs::write(&short, "too-short\n").unwrap();
+    let (ok, err) = run(
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--relay-secret-file",
+            short.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(!ok);
+    assert!(err.contains("relay_secret: must be at least 32"), "{err}");
+    let missing = dir.path().join("missing.secret");
+    let (ok, err) = run(
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--relay-secret-file",
+            missing.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(!ok);
+    assert!(err.contains("missing.secret"), "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_warren"))
+        .args(["relay", "--server-url", "http://127.0.0.1:9"])
+        .arg("--relay-secret-file")
+        .arg(&missing)
+        .env_remove("WARREN_RELAY_SHARED_SECRET")
+        .output()
+        .expect("run warren relay");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("missing.secret"), "{err}");
+}

@@ -6,7 +6,7 @@
 use crate::server_api::{ServerApi, ServerApiError};
 use sha2::Digest;
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use warren_types::internal::{WorkspaceAccess, WorkspaceAccessQuery};
 use warren_types::{ActualState, UserId};
@@ -16,27 +16,76 @@ use warren_types::{ActualState, UserId};
 const MAX_ENTRIES: usize = 100_000;
 
 /// Who is asking.
-#[derive(Debug, Clone)]
-pub(crate) enum Principal {
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Principal<'a> {
     /// From a valid session cookie.
     User(UserId),
     /// A personal access token (`Authorization: Bearer`).
-    Token(String),
+    Token(&'a str),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Who {
     User(UserId),
     /// SHA-256 of the token: the cache never holds secrets.
     Token([u8; 32]),
 }
 
-type Key = (Who, String, Option<u16>);
+/// Answers for one workspace name, per caller and port.
+type PerWorkspace = HashMap<(Who, Option<u16>), (Arc<WorkspaceAccess>, Instant)>;
+
+#[derive(Debug, Default)]
+struct Entries {
+    /// By workspace name first, so a lookup borrows the name from the request and
+    /// allocates nothing (this runs on every proxied request).
+    by_workspace: HashMap<String, PerWorkspace>,
+    len: usize,
+}
+
+impl Entries {
+    fn get(
+        &self,
+        who: &Who,
+        workspace: &str,
+        port: Option<u16>,
+    ) -> Option<&(Arc<WorkspaceAccess>, Instant)> {
+        self.by_workspace.get(workspace)?.get(&(*who, port))
+    }
+
+    fn insert(
+        &mut self,
+        who: Who,
+        workspace: &str,
+        port: Option<u16>,
+        answer: Arc<WorkspaceAccess>,
+    ) {
+        if self.len >= MAX_ENTRIES {
+            self.by_workspace.clear();
+            self.len = 0;
+        }
+        let per = self.by_workspace.entry(workspace.to_owned()).or_default();
+        if per.insert((who, port), (answer, Instant::now())).is_none() {
+            self.len += 1;
+        }
+    }
+
+    fn remove(&mut self, who: &Who, workspace: &str, port: Option<u16>) {
+        let Some(per) = self.by_workspace.get_mut(workspace) else {
+            return;
+        };
+        if per.remove(&(*who, port)).is_some() {
+            self.len -= 1;
+        }
+        if per.is_empty() {
+            self.by_workspace.remove(workspace);
+        }
+    }
+}
 
 #[derive(Debug)]
 pub(crate) struct AuthzCache {
     ttl: Duration,
-    entries: Mutex<HashMap<Key, (WorkspaceAccess, Instant)>>,
+    entries: Mutex<Entries>,
 }
 
 impl AuthzCache {
@@ -47,26 +96,25 @@ impl AuthzCache {
         }
     }
 
-    fn key(principal: &Principal, workspace: &str, port: Option<u16>) -> Key {
-        let who = match principal {
+    fn who(principal: &Principal<'_>) -> Who {
+        match principal {
             Principal::User(u) => Who::User(*u),
             Principal::Token(t) => Who::Token(sha2::Sha256::digest(t.as_bytes()).into()),
-        };
-        (who, workspace.to_owned(), port)
+        }
     }
 
     /// May `principal` reach `port` of `workspace` (`None`: the workspace itself)?
     pub(crate) async fn check(
         &self,
         server: &ServerApi,
-        principal: &Principal,
+        principal: &Principal<'_>,
         workspace: &str,
         port: Option<u16>,
-    ) -> Result<WorkspaceAccess, ServerApiError> {
-        let key = Self::key(principal, workspace, port);
+    ) -> Result<Arc<WorkspaceAccess>, ServerApiError> {
+        let who = Self::who(principal);
         if !self.ttl.is_zero() {
             let entries = self.entries.lock().expect("authz lock poisoned");
-            if let Some((a, at)) = entries.get(&key) {
+            if let Some((a, at)) = entries.get(&who, workspace, port) {
                 if at.elapsed() < self.ttl {
                     return Ok(a.clone());
                 }
@@ -74,7 +122,7 @@ impl AuthzCache {
         }
         let (user, bearer) = match principal {
             Principal::User(u) => (Some(*u), None),
-            Principal::Token(t) => (None, Some(t.clone())),
+            Principal::Token(t) => (None, Some((*t).to_owned())),
         };
         let query = WorkspaceAccessQuery {
             host: workspace.to_owned(),
@@ -82,29 +130,82 @@ impl AuthzCache {
             user,
             bearer,
         };
-        let answer = server.access(&query).await;
+        let answer = server.access(&query).await.map(Arc::new);
         let mut entries = self.entries.lock().expect("authz lock poisoned");
         match &answer {
             Ok(a) if a.allowed && a.actual_state == ActualState::Running && !self.ttl.is_zero() => {
-                if entries.len() >= MAX_ENTRIES {
-                    entries.clear();
-                }
-                entries.insert(key, (a.clone(), Instant::now()));
+                entries.insert(who, workspace, port, a.clone());
             }
-            _ => {
-                entries.remove(&key);
-            }
+            _ => entries.remove(&who, workspace, port),
         }
         answer
     }
 
     /// Forgets an answer (the workspace turned out unreachable, so the next request asks
     /// the server for its state again).
-    pub(crate) fn forget(&self, principal: &Principal, workspace: &str, port: Option<u16>) {
-        let key = Self::key(principal, workspace, port);
+    pub(crate) fn forget(&self, principal: &Principal<'_>, workspace: &str, port: Option<u16>) {
+        let who = Self::who(principal);
         self.entries
             .lock()
             .expect("authz lock poisoned")
-            .remove(&key);
+            .remove(&who, workspace, port);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(name: &str) -> Arc<WorkspaceAccess> {
+        Arc::new(WorkspaceAccess {
+            allowed: true,
+            workspace_id: warren_types::ids::WorkspaceId(1),
+            workspace_name: name.into(),
+            agent_id: warren_types::ids::AgentId(7),
+            namespace: "ns".into(),
+            port: Some(8080),
+            desired_state: warren_types::DesiredState::Running,
+            actual_state: ActualState::Running,
+            user_id: UserId(1),
+        })
+    }
+
+    #[test]
+    fn entries_are_per_caller_workspace_and_port_and_counted() {
+        let mut e = Entries::default();
+        let alice = Who::User(UserId(1));
+        let token = Who::Token([7; 32]);
+        e.insert(alice, "a-web", Some(8080), answer("a-web"));
+        e.insert(alice, "a-web", Some(8080), answer("a-web"));
+        e.insert(alice, "a-web", None, answer("a-web"));
+        e.insert(token, "a-web", Some(8080), answer("a-web"));
+        assert_eq!(e.len, 3, "a replaced answer is not counted twice");
+        assert!(e.get(&alice, "a-web", Some(8080)).is_some());
+        assert!(e.get(&alice, "a-web", Some(3000)).is_none());
+        assert!(e.get(&alice, "b-web", Some(8080)).is_none());
+        e.remove(&alice, "a-web", Some(8080));
+        e.remove(&alice, "a-web", Some(8080));
+        assert_eq!(e.len, 2);
+        e.remove(&alice, "a-web", None);
+        e.remove(&token, "a-web", Some(8080));
+        assert_eq!(e.len, 0);
+        assert!(
+            e.by_workspace.is_empty(),
+            "no empty per-workspace maps are kept"
+        );
+    }
+
+    #[test]
+    fn entries_start_over_at_the_bound() {
+        let mut e = Entries::default();
+        let who = Who::User(UserId(1));
+        for i in 0..MAX_ENTRIES {
+            e.insert(who, &format!("w{i}"), None, answer("w"));
+        }
+        assert_eq!(e.len, MAX_ENTRIES);
+        e.insert(who, "one-more", None, answer("one-more"));
+        assert_eq!(e.len, 1);
+        assert!(e.get(&who, "one-more", None).is_some());
+        assert!(e.get(&who, "w0", None).is_none());
     }
 }

@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite};
 use warren_types::ids::{AgentId, WorkspaceId};
+use warren_types::internal::WorkspaceAccess;
 use warren_types::relay::DialTarget;
 
 /// Idle connections kept per endpoint.
@@ -44,13 +45,34 @@ pub(crate) enum ForwardError {
     Request(#[source] hyper::Error),
 }
 
-/// One workspace endpoint.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// One workspace endpoint: `port` of the workspace the (cached) access answer names.
+/// Cloning it is cheap; two keys are the same endpoint when agent, namespace, workspace
+/// name and port agree, whichever answer they came from.
+#[derive(Debug, Clone)]
 pub(crate) struct Upstream {
-    pub agent: AgentId,
-    pub workspace: String,
-    pub namespace: String,
+    pub access: Arc<WorkspaceAccess>,
     pub port: u16,
+}
+
+impl Upstream {
+    fn parts(&self) -> (AgentId, &str, &str, u16) {
+        let a = &self.access;
+        (a.agent_id, &a.namespace, &a.workspace_name, self.port)
+    }
+}
+
+impl PartialEq for Upstream {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for Upstream {}
+
+impl std::hash::Hash for Upstream {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.parts().hash(state)
+    }
 }
 
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
@@ -138,8 +160,8 @@ impl Upstreams {
         let io: Box<dyn Io> = match &shared.config.direct_upstream {
             Some(template) => {
                 let addr = template
-                    .replace("{workspace}", &key.workspace)
-                    .replace("{namespace}", &key.namespace)
+                    .replace("{workspace}", &key.access.workspace_name)
+                    .replace("{namespace}", &key.access.namespace)
                     .replace("{port}", &key.port.to_string());
                 let s = tokio::net::TcpStream::connect(&addr)
                     .await
@@ -149,11 +171,16 @@ impl Upstreams {
             }
             None => {
                 let target = DialTarget {
-                    workspace: key.workspace.clone(),
-                    namespace: key.namespace.clone(),
+                    workspace: key.access.workspace_name.clone(),
+                    namespace: key.access.namespace.clone(),
                     port: key.port,
                 };
-                Box::new(shared.relay.open_tunnel(key.agent, &target).await?)
+                Box::new(
+                    shared
+                        .relay
+                        .open_tunnel(key.access.agent_id, &target)
+                        .await?,
+                )
             }
         };
         let (sender, conn) = hyper::client::conn::http1::Builder::new()

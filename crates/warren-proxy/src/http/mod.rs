@@ -174,10 +174,10 @@ enum Caller {
 }
 
 impl Caller {
-    fn principal(&self) -> Principal {
+    fn principal(&self) -> Principal<'_> {
         match self {
             Caller::Session { claims, .. } => Principal::User(claims.sub),
-            Caller::Token(t) => Principal::Token(t.clone()),
+            Caller::Token(t) => Principal::Token(t),
         }
     }
 }
@@ -199,7 +199,7 @@ async fn workspace_host(
     if parts.uri.path() == signin::HANDOFF_PATH {
         return signin::complete_handoff(&shared, &target, &parts).await;
     }
-    let workspace = target.workspace().unwrap_or_default().to_owned();
+    let workspace = target.workspace().unwrap_or_default();
     let caller = match signin::session(&shared, &target, &parts.headers) {
         Some((claims, raw)) => Caller::Session { claims, raw },
         None => match bearer(&parts) {
@@ -211,7 +211,7 @@ async fn workspace_host(
     let access = match shared
         .front
         .authz
-        .check(&shared.server, &principal, &workspace, target.port())
+        .check(&shared.server, &principal, workspace, target.port())
         .await
     {
         Ok(a) if a.allowed => a,
@@ -230,14 +230,14 @@ async fn workspace_host(
     let authority = signin::request_authority(&parts).unwrap_or_else(|| target.host.clone());
     let req = Request::from_parts(parts, body);
     shared.activity.touch(access.workspace_id);
-    let csrf = match &caller {
-        Caller::Session { raw, .. } => Some(signin::csrf_token(raw)),
-        Caller::Token(_) => None,
-    };
     if req.uri().path() == START_PATH && req.method() == Method::POST {
         return start(&shared, &caller, &access, req).await;
     }
     if access.actual_state != warren_types::ActualState::Running {
+        let csrf = match &caller {
+            Caller::Session { raw, .. } => Some(signin::csrf_token(raw)),
+            Caller::Token(_) => None,
+        };
         return pages::not_running(req.headers(), &access, csrf.as_deref());
     }
     match target.route {
@@ -264,22 +264,13 @@ async fn workspace_host(
                 }
             }
             let (req, client_upgrade) = forward::prepare_request(req, &client);
-            let key = forward::Upstream {
-                agent: access.agent_id,
-                workspace: access.workspace_name.clone(),
-                namespace: access.namespace.clone(),
-                port,
-            };
+            let workspace_id = access.workspace_id;
+            let key = forward::Upstream { access, port };
             match shared.front.upstreams.send(&shared, &key, req).await {
-                Ok(resp) => {
-                    forward::finish_response(&shared, access.workspace_id, resp, client_upgrade)
-                }
+                Ok(resp) => forward::finish_response(&shared, workspace_id, resp, client_upgrade),
                 Err(e) => {
                     tracing::info!(workspace = %workspace, port, error = %crate::error_chain(&e), "forwarding failed");
-                    shared
-                        .front
-                        .authz
-                        .forget(&principal, &workspace, Some(port));
+                    shared.front.authz.forget(&principal, workspace, Some(port));
                     let detail = match &e {
                         forward::ForwardError::Relay(crate::relay::RelayError::Refused {
                             message,
@@ -287,7 +278,7 @@ async fn workspace_host(
                         }) => message.clone(),
                         other => crate::error_chain(other),
                     };
-                    pages::unreachable(&headers, &workspace, &format!("port {port}"), &detail)
+                    pages::unreachable(&headers, workspace, &format!("port {port}"), &detail)
                 }
             }
         }

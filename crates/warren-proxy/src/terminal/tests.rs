@@ -152,7 +152,7 @@ async fn start(workspace: &str) -> Env {
     let (sh, ws) = (shared.clone(), workspace.to_owned());
     let app = Router::new().fallback(move |req: axum::extract::Request| {
         let (sh, ws) = (sh.clone(), ws.clone());
-        async move { handle(sh, access(&ws), req).await }
+        async move { handle(sh, Arc::new(access(&ws)), req).await }
     });
     serve(http, app, shutdown.clone()).await;
 

@@ -208,11 +208,21 @@ impl TestRelay {
         agent_addr: SocketAddr,
         tweak: impl FnOnce(&mut RelayConfig),
     ) -> TestRelay {
+        Self::start_with_internal(server, agent_addr, "127.0.0.1:0".parse().unwrap(), tweak).await
+    }
+
+    /// As [`TestRelay::start_on`], with the internal (proxy-facing) listener on `internal_addr`.
+    pub async fn start_with_internal(
+        server: &url::Url,
+        agent_addr: SocketAddr,
+        internal_addr: SocketAddr,
+        tweak: impl FnOnce(&mut RelayConfig),
+    ) -> TestRelay {
         let mut config = RelayConfig::new(server.clone(), SECRET.into());
         config.agent_wait_seconds = 2;
         tweak(&mut config);
         let agents = TcpListener::bind(agent_addr).await.unwrap();
-        let internal = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let internal = TcpListener::bind(internal_addr).await.unwrap();
         let agent_addr = agents.local_addr().unwrap();
         let internal_addr = internal.local_addr().unwrap();
         let shutdown = CancellationToken::new();

@@ -407,10 +407,8 @@ impl EngineRuntime {
         let options = ListVolumesOptions {
             filters: Some(HashMap::from([("label".to_owned(), labels)])),
         };
-        let volumes = self
-            .inner
-            .docker
-            .list_volumes(Some(options))
+        let docker = &self.inner.docker;
+        let volumes = retry_transient(|| docker.list_volumes(Some(options.clone())))
             .await
             .map_err(|e| runtime_err("listing volumes".into(), e))?;
         Ok(volumes
@@ -431,10 +429,10 @@ impl EngineRuntime {
         let options = ListNetworksOptions {
             filters: Some(HashMap::from([("label".to_owned(), labels)])),
         };
-        let networks = self
-            .inner
-            .docker
-            .list_networks(Some(options))
+        // Podman lists a network's containers too, so this races with exits like the
+        // container listing does.
+        let docker = &self.inner.docker;
+        let networks = retry_transient(|| docker.list_networks(Some(options.clone())))
             .await
             .map_err(|e| runtime_err("listing networks".into(), e))?;
         Ok(networks

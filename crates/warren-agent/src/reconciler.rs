@@ -279,7 +279,13 @@ impl Reconciler {
                     Err(e) => {
                         let delay = backoff.next();
                         let message = crate_error_chain(&e);
-                        tracing::warn!(error = %message, retry_in = ?delay, kind = ?kind, "reconcile failed");
+                        if matches!(e, CycleError::Transport(TransportError::NotConnected)) {
+                            // Not a fault: the connection (re)starts, and its arrival wakes
+                            // the loop for a full reconcile anyway.
+                            tracing::info!(retry_in = ?delay, kind = ?kind, "reconcile waits for the relay connection");
+                        } else {
+                            tracing::warn!(error = %message, retry_in = ?delay, kind = ?kind, "reconcile failed");
+                        }
                         self.status.send_modify(|s| {
                             s.failed_cycles += 1;
                             s.last_error = Some(message);

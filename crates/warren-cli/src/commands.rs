@@ -535,7 +535,13 @@ async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
         } => {
             let endpoint = c.access().await?.ssh.ok_or_else(ssh_cmd::no_ssh)?;
             let w = named("workspace", &name, c.get_workspace(&name).await)?;
-            let args = ssh_cmd::ssh_args(&endpoint, &w.name, &ssh_options, &command);
+            // The user's own options come first, so they win over the pin (OpenSSH takes
+            // the first value it sees).
+            let mut options = ssh_options;
+            if let Some(file) = ssh_cmd::pin_host_keys(&ssh_cmd::default_ssh_dir()?, &endpoint)? {
+                options.extend(ssh_cmd::pin_options(&file));
+            }
+            let args = ssh_cmd::ssh_args(&endpoint, &w.name, &options, &command);
             match ssh_cmd::exec_ssh(&args)? {
                 0 => Ok(()),
                 code => Err(CliError::Exited(code)),
@@ -594,9 +600,19 @@ async fn ws_ssh_config(c: &Client, names: Vec<String>, write: bool) -> Result<()
         }
         ws
     };
+    // Written blocks pin the published host keys; printed ones leave that to the user (the
+    // file they would name is only written with --write).
+    let known_hosts = if write {
+        ssh_cmd::pin_host_keys(&ssh_cmd::default_ssh_dir()?, &endpoint)?
+    } else {
+        None
+    };
     let blocks: std::collections::BTreeMap<String, String> = workspaces
         .iter()
-        .map(|w| (w.name.clone(), ssh_cmd::host_block(&endpoint, &w.name)))
+        .map(|w| {
+            let block = ssh_cmd::host_block(&endpoint, &w.name, known_hosts.as_deref());
+            (w.name.clone(), block)
+        })
         .collect();
     if !write {
         let text: Vec<&str> = blocks.values().map(String::as_str).collect();

@@ -18,6 +18,8 @@ pub const HOST_PREFIX: &str = "warren-";
 const HEADER: &str = "# Written by `warren ws ssh-config --write`; rerun it to update.\n\
 # Connect with `ssh warren-<workspace>` (or pick the host in VS Code Remote-SSH).\n";
 const INCLUDE_LINE: &str = "Include warren.config";
+/// Warren's `known_hosts` file next to the user's: the host keys the server publishes.
+pub const WARREN_KNOWN_HOSTS: &str = "warren_known_hosts";
 
 /// The error for an installation without SSH.
 pub fn no_ssh() -> CliError {
@@ -84,12 +86,73 @@ pub fn exec_ssh(args: &[String]) -> Result<u8, CliError> {
     }
 }
 
-/// One `Host` block.
-pub fn host_block(endpoint: &SshEndpoint, workspace: &str) -> String {
-    format!(
+/// One `Host` block; with `known_hosts` (the file holding the pinned host keys), the host
+/// key is checked against that file only.
+pub fn host_block(endpoint: &SshEndpoint, workspace: &str, known_hosts: Option<&Path>) -> String {
+    let mut block = format!(
         "Host {HOST_PREFIX}{workspace}\n    HostName {}\n    Port {}\n    User {workspace}\n",
         endpoint.host, endpoint.port
-    )
+    );
+    if let Some(file) = known_hosts {
+        block.push_str(&format!(
+            "    UserKnownHostsFile {}\n    StrictHostKeyChecking yes\n",
+            quoted(file)
+        ));
+    }
+    block
+}
+
+/// The `ssh` options that pin the host key to `known_hosts`.
+pub fn pin_options(known_hosts: &Path) -> Vec<String> {
+    vec![
+        format!("UserKnownHostsFile={}", quoted(known_hosts)),
+        "StrictHostKeyChecking=yes".into(),
+    ]
+}
+
+/// A path as OpenSSH reads it in an option (double quotes when it has spaces).
+fn quoted(p: &Path) -> String {
+    let s = p.display().to_string();
+    if s.chars().any(char::is_whitespace) {
+        format!("\"{s}\"")
+    } else {
+        s
+    }
+}
+
+/// Records the host keys the server publishes for `endpoint` in `ssh_dir/warren_known_hosts`
+/// (lines for other hosts are kept: another Warren installation's, say) and returns that
+/// file; `None` when the server publishes no key (then OpenSSH asks on first use as usual).
+pub fn pin_host_keys(ssh_dir: &Path, endpoint: &SshEndpoint) -> Result<Option<PathBuf>, CliError> {
+    let lines = endpoint.known_hosts_lines();
+    if lines.is_empty() {
+        return Ok(None);
+    }
+    let io = |what: &str, p: &Path, e: std::io::Error| {
+        CliError::Failed(format!("{what} {}: {e}", p.display()))
+    };
+    create_private_dir(ssh_dir).map_err(|e| io("creating", ssh_dir, e))?;
+    let file = ssh_dir.join(WARREN_KNOWN_HOSTS);
+    let old = read_or_empty(&file).map_err(|e| io("reading", &file, e))?;
+    let ours: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    let mut new: Vec<String> = old
+        .lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .next()
+                .is_some_and(|host| !ours.contains(&host))
+        })
+        .map(str::to_owned)
+        .collect();
+    new.extend(lines);
+    let text = new.join("\n") + "\n";
+    if text != old {
+        write_private(&file, &text).map_err(|e| io("writing", &file, e))?;
+    }
+    Ok(Some(file))
 }
 
 /// The blocks of a `warren.config` by workspace name (anything else in the file is dropped:
@@ -263,6 +326,7 @@ mod tests {
         SshEndpoint {
             host: "ssh.example.com".into(),
             port: 2222,
+            host_keys: vec![],
         }
     }
 
@@ -293,8 +357,8 @@ mod tests {
     #[test]
     fn blocks_round_trip_and_the_include_is_added_once() {
         let mut blocks = BTreeMap::new();
-        blocks.insert("b".to_owned(), host_block(&ep(), "b"));
-        blocks.insert("a".to_owned(), host_block(&ep(), "a"));
+        blocks.insert("b".to_owned(), host_block(&ep(), "b", None));
+        blocks.insert("a".to_owned(), host_block(&ep(), "a", None));
         let text = render_file(&blocks);
         assert!(text
             .contains("Host warren-a\n    HostName ssh.example.com\n    Port 2222\n    User a\n"));
@@ -311,6 +375,50 @@ mod tests {
     }
 
     #[test]
+    fn published_host_keys_are_pinned_per_host_and_others_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let ssh = dir.path().join(".ssh");
+        assert_eq!(
+            pin_host_keys(&ssh, &ep()).unwrap(),
+            None,
+            "nothing published"
+        );
+        let key = |k: &str| format!("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI{k}");
+        let mut e = ep();
+        e.host_keys = vec![key("one")];
+        let mut other = ep();
+        other.port = 22;
+        other.host = "other.example.com".into();
+        other.host_keys = vec![key("other")];
+        pin_host_keys(&ssh, &other).unwrap();
+        let file = pin_host_keys(&ssh, &e).unwrap().unwrap();
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert_eq!(
+            text,
+            format!(
+                "other.example.com {}\n[ssh.example.com]:2222 {}\n",
+                key("other"),
+                key("one")
+            )
+        );
+        // A new key replaces this host's line only.
+        e.host_keys = vec![key("two")];
+        pin_host_keys(&ssh, &e).unwrap();
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(!text.contains(&key("one")) && text.contains(&key("two")));
+        assert!(text.contains(&key("other")));
+        let block = host_block(&e, "dev", Some(&file));
+        assert!(block.ends_with(&format!(
+            "    UserKnownHostsFile {}\n    StrictHostKeyChecking yes\n",
+            file.display()
+        )));
+        assert_eq!(
+            pin_options(Path::new("/a b/k")),
+            ["UserKnownHostsFile=\"/a b/k\"", "StrictHostKeyChecking=yes"]
+        );
+    }
+
+    #[test]
     fn write_is_idempotent_merges_and_keeps_the_users_config() {
         let dir = tempfile::tempdir().unwrap();
         let ssh = dir.path().join(".ssh");
@@ -318,7 +426,7 @@ mod tests {
         std::fs::write(ssh.join("config"), "Host x\n    User y\n").unwrap();
         let one = |n: &str| {
             let mut m = BTreeMap::new();
-            m.insert(n.to_owned(), host_block(&ep(), n));
+            m.insert(n.to_owned(), host_block(&ep(), n, None));
             m
         };
         let w = write_config(&ssh, one("a"), false).unwrap();

@@ -57,6 +57,9 @@ pub struct ProxyConfig {
     pub ssh_host_key_file: Option<PathBuf>,
 }
 
+/// The SSH host key's file in the state directory (unless `ssh_host_key_file` says otherwise).
+pub const SSH_HOST_KEY_FILE: &str = "ssh_host_ed25519_key";
+
 /// Default session cookie lifetime.
 pub const DEFAULT_SESSION_LIFETIME_SECS: u64 = 12 * 3600;
 /// Default reuse of a positive authorisation answer.
@@ -190,7 +193,7 @@ impl ProxyConfig {
     pub fn ssh_host_key_path(&self) -> PathBuf {
         self.ssh_host_key_file
             .clone()
-            .unwrap_or_else(|| self.state_dir.join("ssh_host_ed25519_key"))
+            .unwrap_or_else(|| self.state_dir.join(SSH_HOST_KEY_FILE))
     }
 }
 

@@ -42,6 +42,10 @@ pub struct ServerConfig {
     /// `warren ws ssh` and `warren ws ssh-config`; `None` when no SSH is offered.
     #[serde(default)]
     pub ssh_public_address: Option<String>,
+    /// The proxy's SSH host public keys (OpenSSH lines), published with the address so the
+    /// CLI pins them (`warren ws ssh` never asks the user to trust a key on first use).
+    #[serde(default)]
+    pub ssh_host_keys: Vec<String>,
     /// Reverse proxies in front of the server (addresses or CIDR ranges). A request from one
     /// of them is attributed to the address it names in `X-Forwarded-For` (the right-most one
     /// that is not itself a trusted proxy), so the password throttle counts real clients;
@@ -82,6 +86,7 @@ impl ServerConfig {
             partial_reconciliation_interval_seconds: default_partial_interval(),
             max_db_connections: default_max_connections(),
             ssh_public_address: None,
+            ssh_host_keys: Vec::new(),
             trusted_proxies: vec![],
         }
     }
@@ -139,6 +144,10 @@ impl ServerConfig {
             warren_types::api::SshEndpoint::parse(a)
                 .map_err(|e| format!("ssh_public_address: {e}"))?;
         }
+        for k in &self.ssh_host_keys {
+            warren_types::api::SshEndpoint::parse_host_key(k)
+                .map_err(|e| format!("ssh_host_keys: {e}"))?;
+        }
         if self.lifecycle_interval_seconds == 0 {
             return Err("lifecycle_interval_seconds: must be at least 1".into());
         }
@@ -174,6 +183,10 @@ mod tests {
         c.ssh_public_address = Some("ssh.example.com:notaport".into());
         assert!(c.validate().unwrap_err().starts_with("ssh_public_address"));
         c.ssh_public_address = Some("ssh.example.com:2222".into());
+        assert!(c.validate().is_ok());
+        c.ssh_host_keys = vec!["-----BEGIN OPENSSH PRIVATE KEY-----".into()];
+        assert!(c.validate().unwrap_err().starts_with("ssh_host_keys"));
+        c.ssh_host_keys = vec!["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGx0 proxy".into()];
         assert!(c.validate().is_ok());
         let err = toml::from_str::<ServerConfig>("home = \"/x\"\nlisten = 1").unwrap_err();
         assert!(err.to_string().contains("unknown field `listen`"), "{err}");

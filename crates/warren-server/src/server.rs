@@ -89,7 +89,15 @@ impl Server {
                 ssh: config
                     .ssh_public_address
                     .as_deref()
-                    .and_then(|a| warren_types::api::SshEndpoint::parse(a).ok()),
+                    .and_then(|a| warren_types::api::SshEndpoint::parse(a).ok())
+                    .map(|mut e| {
+                        e.host_keys = config
+                            .ssh_host_keys
+                            .iter()
+                            .filter_map(|k| warren_types::api::SshEndpoint::parse_host_key(k).ok())
+                            .collect();
+                        e
+                    }),
             }),
             login_throttle: Arc::default(),
             trusted_proxies: Arc::new(config.trusted_proxies.clone()),

@@ -170,6 +170,16 @@ impl Stack {
         let mut config = ServerConfig::new(home.path().join("server"));
         config.relay_urls = vec![relay_internal_url.clone()];
         config.ssh_public_address = ssh_addr.map(|a| a.to_string());
+        if options.ssh {
+            let key = warren_proxy::ssh::host_public_key(
+                &home
+                    .path()
+                    .join("proxy")
+                    .join(warren_proxy::config::SSH_HOST_KEY_FILE),
+            )
+            .context("preparing the proxy's SSH host key")?;
+            config.ssh_host_keys = vec![key];
+        }
         let server = Server::prepare(config)
             .await
             .context("preparing the server")?;

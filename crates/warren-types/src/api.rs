@@ -302,9 +302,51 @@ pub struct AccessInfo {
 pub struct SshEndpoint {
     pub host: String,
     pub port: u16,
+    /// The server's host keys in OpenSSH form (`ssh-ed25519 AAAA…`), when the installation
+    /// publishes them: clients pin these instead of trusting the first key they see.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_keys: Vec<String>,
 }
 
 impl SshEndpoint {
+    /// `known_hosts` lines for the published host keys (`[host]:port key`, or `host key` on
+    /// port 22, as OpenSSH looks them up).
+    pub fn known_hosts_lines(&self) -> Vec<String> {
+        let name = if self.port == 22 {
+            self.host.clone()
+        } else {
+            format!("[{}]:{}", self.host, self.port)
+        };
+        self.host_keys
+            .iter()
+            .map(|k| format!("{name} {k}"))
+            .collect()
+    }
+
+    /// Checks one OpenSSH public key line (`algorithm base64 [comment]`) and returns it
+    /// without the comment.
+    pub fn parse_host_key(line: &str) -> Result<String, String> {
+        let mut words = line.split_whitespace();
+        let (Some(algorithm), Some(data)) = (words.next(), words.next()) else {
+            return Err("not an OpenSSH public key (`ssh-ed25519 AAAA… [comment]`)".into());
+        };
+        let algorithm_ok = !algorithm.is_empty()
+            && algorithm
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '@'));
+        let data_ok = data.len() >= 16
+            && data
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '='));
+        if !algorithm_ok || !data_ok {
+            return Err(format!(
+                "{:?} is not an OpenSSH public key (`ssh-ed25519 AAAA… [comment]`)",
+                line.chars().take(40).collect::<String>()
+            ));
+        }
+        Ok(format!("{algorithm} {data}"))
+    }
+
     /// Parses `host`, `host:port`, `[v6]:port` or a bare IPv6 address (port 22 when none).
     pub fn parse(address: &str) -> Result<SshEndpoint, String> {
         let bad = |why: &str| format!("{address:?} is not an SSH address (`host[:port]`): {why}");
@@ -343,6 +385,7 @@ impl SshEndpoint {
         Ok(SshEndpoint {
             host: host.to_owned(),
             port,
+            host_keys: Vec::new(),
         })
     }
 }
@@ -350,6 +393,26 @@ impl SshEndpoint {
 #[cfg(test)]
 mod ssh_endpoint_tests {
     use super::SshEndpoint;
+
+    #[test]
+    fn host_keys_are_checked_and_become_known_hosts_lines() {
+        let key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGx0";
+        assert_eq!(
+            SshEndpoint::parse_host_key(&format!("{key} warren proxy host key")).unwrap(),
+            key
+        );
+        for bad in ["", "ssh-ed25519", "ssh-ed25519 not;base64!!!!!!!!!!", "a b"] {
+            assert!(SshEndpoint::parse_host_key(bad).is_err(), "{bad:?}");
+        }
+        let mut e = SshEndpoint::parse("ssh.example.com:2222").unwrap();
+        e.host_keys = vec![key.into()];
+        assert_eq!(
+            e.known_hosts_lines(),
+            [format!("[ssh.example.com]:2222 {key}")]
+        );
+        e.port = 22;
+        assert_eq!(e.known_hosts_lines(), [format!("ssh.example.com {key}")]);
+    }
 
     #[test]
     fn parses_the_usual_forms() {

@@ -74,6 +74,14 @@ pub struct ServerOptions {
         value_name = "SECONDS"
     )]
     lifecycle_interval_seconds: Option<u64>,
+    /// Where users reach the proxy's SSH server (`host[:port]`), told to `warren ws ssh`
+    /// and `warren ws ssh-config`; none: the installation offers no SSH to the CLI.
+    #[arg(long, env = "WARREN_SSH_PUBLIC_ADDRESS", value_name = "HOST:PORT")]
+    ssh_public_address: Option<String>,
+    /// The proxy's SSH host public key(s), one OpenSSH line each (e.g. `ssh-keygen -y -f
+    /// <proxy state>/ssh_host_ed25519_key`), published so clients pin them.
+    #[arg(long, env = "WARREN_SSH_HOST_KEY_FILE", value_name = "FILE")]
+    ssh_host_key_file: Option<PathBuf>,
     /// A reverse proxy in front of the server (address or CIDR range) whose
     /// `X-Forwarded-For` names the client (repeat, or comma-separate).
     #[arg(
@@ -106,6 +114,8 @@ struct FileConfig {
     partial_reconciliation_interval_seconds: Option<u64>,
     max_db_connections: Option<u32>,
     trusted_proxies: Option<Vec<ipnet::IpNet>>,
+    ssh_public_address: Option<String>,
+    ssh_host_key_file: Option<PathBuf>,
 }
 
 fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
@@ -163,6 +173,20 @@ fn merge(args: &ServerOptions, file: FileConfig) -> anyhow::Result<(ServerConfig
     } else {
         args.trusted_proxies.clone()
     };
+    c.ssh_public_address = args.ssh_public_address.clone().or(file.ssh_public_address);
+    if let Some(path) = args.ssh_host_key_file.clone().or(file.ssh_host_key_file) {
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading the SSH host key file {}", path.display()))?;
+        c.ssh_host_keys = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(str::to_owned)
+            .collect();
+        if c.ssh_host_keys.is_empty() {
+            anyhow::bail!("the SSH host key file {} holds no key", path.display());
+        }
+    }
     let listen = match args.listen.or(file.listen) {
         Some(l) => l,
         None => DEFAULT_LISTEN.parse().context("default listen address")?,

@@ -109,6 +109,14 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     })?;
     let ssh_addr = proxy_ssh.local_addr().context("reading the SSH address")?;
     config.ssh_public_address = Some(ssh_addr.to_string());
+    // The proxy's host key, made now if new, is published so `warren ws ssh` pins it.
+    let host_key = warren_proxy::ssh::host_public_key(
+        &home
+            .join("proxy")
+            .join(warren_proxy::config::SSH_HOST_KEY_FILE),
+    )
+    .context("preparing the proxy's SSH host key")?;
+    config.ssh_host_keys = vec![host_key];
     // Endpoint URLs carry the proxy's port unless it is the default one.
     let url_domain = if proxy_addr.port() == 80 {
         args.workspace_domain.clone()

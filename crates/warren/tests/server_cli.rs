@@ -84,3 +84,34 @@ fn relay_secret_comes_from_a_file() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("missing.secret"), "{err}");
 }
+
+/// `--ssh-host-key-file` must hold a public key: a private key (an easy slip) or an empty
+/// file is refused before anything is opened.
+#[test]
+fn ssh_host_key_file_must_hold_public_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let private = dir.path().join("host_key");
+    std::fs::write(
+        &private,
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n",
+    )
+    .unwrap();
+    let empty = dir.path().join("empty.pub");
+    std::fs::write(&empty, "\n# nothing\n").unwrap();
+    for (file, says) in [(&private, "ssh_host_keys"), (&empty, "holds no key")] {
+        let (ok, err) = run(
+            &[
+                "--listen",
+                "127.0.0.1:0",
+                "--ssh-public-address",
+                "ssh.example.com:2222",
+                "--ssh-host-key-file",
+                file.to_str().unwrap(),
+            ],
+            dir.path(),
+        );
+        assert!(!ok);
+        assert!(err.contains(says), "{err}");
+    }
+    assert!(!dir.path().join("warren.db").exists());
+}

@@ -271,3 +271,88 @@ async fn without_ssh_on_the_server_both_commands_say_so() -> Result<()> {
     assert!(!home.path().join(".ssh").exists(), "nothing was written");
     Ok(())
 }
+
+/// The server publishes the proxy's host key and the CLI pins it: with OpenSSH in batch mode
+/// (no prompt could accept an unknown key) and no known_hosts of the test's own, `warren ws
+/// ssh` and the blocks `ssh-config --write` writes connect; a different key on file for that
+/// host is refused as a changed host key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_published_host_key_is_pinned_without_trust_on_first_use() -> Result<()> {
+    if !tools_present() {
+        return Ok(());
+    }
+    let e = env().await?;
+    e.stack.workspace(&e.alice, "alice-pin").await?;
+    let addr = e.stack.ssh_addr.context("ssh")?;
+    // Like the usual wrapper, minus the known_hosts options: the CLI's are the only ones.
+    let strict = e.home.path().join("ssh-strict");
+    std::fs::write(
+        &strict,
+        format!(
+            "#!/bin/sh\nexec ssh -o GlobalKnownHostsFile=/dev/null -o IdentitiesOnly=yes \
+             -o IdentityAgent=none -o BatchMode=yes -o LogLevel=ERROR -i {key} \"$@\"\n",
+            key = e.home.path().join("id_test").display()
+        ),
+    )?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&strict, std::fs::Permissions::from_mode(0o755))?;
+    }
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_warren"));
+    cmd.args(["ws", "ssh", "alice-pin", "--", "exit", "5"])
+        .env("HOME", e.home.path())
+        .env("WARREN_HOME", e.home.path().join("warren"))
+        .env("WARREN_URL", &e.stack.api_url)
+        .env("WARREN_TOKEN", &e.alice.token)
+        .env("WARREN_SSH", &strict)
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output()).await??;
+    assert_eq!(out.status.code(), Some(5), "stderr: {}", text(&out.stderr));
+    let known = e.ssh_dir().join("warren_known_hosts");
+    let pinned = std::fs::read_to_string(&known)?;
+    let host = format!("[{}]:{}", addr.ip(), addr.port());
+    assert!(
+        pinned.starts_with(&format!("{host} ssh-ed25519 ")),
+        "{pinned}"
+    );
+
+    // The written blocks pin the same file.
+    let out = e
+        .warren(&["ws", "ssh-config", "--write", "alice-pin"])
+        .await?;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let config = e.ssh_dir().join("warren.config");
+    let out = Command::new(&strict)
+        .arg("-F")
+        .arg(&config)
+        .args(["warren-alice-pin", "exit 6"])
+        .stdin(Stdio::null())
+        .output()
+        .await?;
+    assert_eq!(out.status.code(), Some(6), "stderr: {}", text(&out.stderr));
+
+    // Another key on file for this host: refused, nothing runs.
+    let other = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGBkR0J1uFYPqFmGFbPhWSIsyfMvQU3oHYW3MOnX0UaL";
+    std::fs::write(&known, format!("{host} {other}\n"))?;
+    let out = Command::new(&strict)
+        .arg("-F")
+        .arg(&config)
+        .args(["warren-alice-pin", "exit 6"])
+        .stdin(Stdio::null())
+        .output()
+        .await?;
+    assert_eq!(
+        out.status.code(),
+        Some(255),
+        "stderr: {}",
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stderr).contains("Host key verification failed"),
+        "{}",
+        text(&out.stderr)
+    );
+    Ok(())
+}

@@ -52,6 +52,15 @@ pub(crate) fn check_host_key(config: &crate::ProxyConfig) -> Result<(), ProxyErr
         })
 }
 
+/// The public half of the host key (`ssh-ed25519 AAAA…`, no comment), generating the key on
+/// first use: what the server publishes so clients can pin it instead of trusting on first use.
+pub fn host_public_key(path: &std::path::Path) -> Result<String, SshError> {
+    let key = host_key::load_or_create(path)?;
+    key.public_key()
+        .to_openssh()
+        .map_err(|e| SshError::HostKey(HostKeyError::Generate(e)))
+}
+
 /// Serves SSH on `listener` until `shutdown`.
 pub(crate) async fn serve(
     shared: Arc<Shared>,

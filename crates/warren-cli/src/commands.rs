@@ -2,6 +2,7 @@
 
 use crate::credentials::{self, Credentials};
 use crate::input::{self, read_text};
+use crate::open_cmd;
 use crate::output::{self, render, Format};
 use crate::ssh_cmd;
 use crate::wait::{self, Goal};
@@ -548,6 +549,21 @@ async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
             }
         }
         WsCommand::SshConfig { names, write } => ws_ssh_config(&c, names, write).await,
+        WsCommand::Open {
+            name,
+            endpoint,
+            terminal,
+            print,
+        } => {
+            let w = named("workspace", &name, c.get_workspace(&name).await)?;
+            let url = open_cmd::address(&w, endpoint.as_deref(), terminal)?;
+            if print || !open_cmd::launch(&url) {
+                println!("{url}");
+            } else {
+                eprintln!("opened {url}");
+            }
+            Ok(())
+        }
         WsCommand::Resize {
             name,
             cpu,

@@ -13,6 +13,7 @@ mod commands;
 pub mod credentials;
 mod devfile_cmd;
 pub mod input;
+pub mod open_cmd;
 pub mod output;
 pub mod ssh_cmd;
 pub mod wait;
@@ -339,6 +340,22 @@ pub enum WsCommand {
         #[arg(last = true, value_name = "COMMAND")]
         command: Vec<String>,
     },
+    /// Open the workspace in the browser: its main endpoint, another endpoint, or its
+    /// terminal.
+    #[command(after_long_help = WS_OPEN_HELP)]
+    Open {
+        /// Workspace name or id.
+        name: String,
+        /// The endpoint to open, by its devfile name [default: the main one].
+        #[arg(long, conflicts_with = "terminal")]
+        endpoint: Option<String>,
+        /// Open the web terminal instead.
+        #[arg(long)]
+        terminal: bool,
+        /// Only print the address.
+        #[arg(long)]
+        print: bool,
+    },
     /// Print SSH config Host blocks for workspaces (VS Code Remote-SSH, JetBrains Gateway);
     /// --write installs them into ~/.ssh.
     #[command(name = "ssh-config", after_long_help = WS_SSH_CONFIG_HELP)]
@@ -372,6 +389,11 @@ Examples:
   warren ws ssh dev
   warren ws ssh dev -- make test
   warren ws ssh dev --ssh-option ForwardAgent=yes";
+
+const WS_OPEN_HELP: &str = "\
+The browser is $BROWSER when set, else xdg-open (macOS: open). Where none can be started, the
+address is printed instead. The workspace need not be running: a stopped one shows a page with
+a start button.";
 
 const WS_SSH_CONFIG_HELP: &str = "\
 Prints one OpenSSH `Host` block per workspace:

@@ -421,6 +421,15 @@ fn cli_drives_a_real_server() {
     assert_eq!(w["actual_state"], "CreationRequested");
     assert!(!w.to_string().contains("s3cret"), "{w}");
 
+    // `ws open --print`: the addresses, no browser.
+    let main_url = w["url"].as_str().expect("a main endpoint").to_owned();
+    assert_eq!(cli.ok(&["ws", "open", "dev", "--print"]).trim(), main_url);
+    let terminal = cli.ok(&["ws", "open", "dev", "--terminal", "--print"]);
+    assert!(terminal.contains("://terminal-dev."), "{terminal}");
+    let out = cli.run(&["ws", "open", "dev", "--endpoint", "db", "--print"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("\"db\""), "{}", stderr(&out));
+
     // From the project's devfile too.
     let w2 = cli.json(&["ws", "create", "--project", "demo", "--name", "dev2"]);
     assert_eq!(w2["project_name"], "demo");

@@ -1,7 +1,8 @@
 //! `warren proxy`: read the proxy's settings (flags, `WARREN_*` variables, an optional TOML
 //! file), validate them, bind its listeners (HTTP, and SSH unless `--no-ssh`) and run it
 //! until Ctrl-C or SIGTERM. `warren proxy rotate-key` rotates the cookie-signing key (the
-//! previous key stays valid for one session lifetime; a running proxy picks it up).
+//! previous key stays valid for one session lifetime; a running proxy picks it up);
+//! `warren proxy host-key` prints the SSH host public key for the server to publish.
 //!
 //! The proxy's OAuth client must be registered on the server first (an admin:
 //! `POST /api/v1/oauth/clients` with `first_party: true` and the redirect URI
@@ -41,6 +42,16 @@ enum ProxyCommand {
         /// The proxy's state directory.
         #[arg(long, env = "WARREN_PROXY_STATE_DIR")]
         state_dir: PathBuf,
+    },
+    /// Print the SSH host public key (creating the key if the proxy never ran), for the
+    /// server's --ssh-host-key-file so that clients pin it.
+    HostKey {
+        /// The proxy's state directory.
+        #[arg(long, env = "WARREN_PROXY_STATE_DIR")]
+        state_dir: PathBuf,
+        /// The host key file, when not the state directory's.
+        #[arg(long, env = "WARREN_PROXY_SSH_HOST_KEY_FILE")]
+        ssh_host_key_file: Option<PathBuf>,
     },
 }
 
@@ -233,6 +244,17 @@ fn resolve(args: RunArgs) -> anyhow::Result<Resolved> {
 pub async fn run(args: ProxyArgs) -> anyhow::Result<()> {
     match args.command {
         Some(ProxyCommand::RotateKey { state_dir }) => rotate_key(&state_dir),
+        Some(ProxyCommand::HostKey {
+            state_dir,
+            ssh_host_key_file,
+        }) => {
+            let path = ssh_host_key_file
+                .unwrap_or_else(|| state_dir.join(warren_proxy::config::SSH_HOST_KEY_FILE));
+            let key = warren_proxy::ssh::host_public_key(&path)
+                .with_context(|| format!("reading the SSH host key {}", path.display()))?;
+            println!("{key}");
+            Ok(())
+        }
         None => serve(args.run).await,
     }
 }

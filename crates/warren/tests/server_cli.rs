@@ -115,3 +115,35 @@ fn ssh_host_key_file_must_hold_public_keys() {
     }
     assert!(!dir.path().join("warren.db").exists());
 }
+
+/// `warren proxy host-key` makes the key on first use and prints the same public line every
+/// time: what `warren server --ssh-host-key-file` takes.
+#[test]
+fn proxy_host_key_prints_a_stable_public_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let print = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_warren"))
+            .args(["proxy", "host-key", "--state-dir"])
+            .arg(dir.path())
+            .output()
+            .expect("run warren proxy host-key");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let first = print();
+    assert!(
+        first.starts_with("ssh-ed25519 ") && first.ends_with('\n'),
+        "{first}"
+    );
+    assert_eq!(first.lines().count(), 1, "{first}");
+    assert_eq!(print(), first, "the key is kept, not made anew");
+    assert_eq!(
+        warren_types::api::SshEndpoint::parse_host_key(first.trim()).unwrap(),
+        first.trim()
+    );
+    assert!(dir.path().join("ssh_host_ed25519_key").exists());
+}

@@ -56,7 +56,9 @@ pub(crate) fn check_host_key(config: &crate::ProxyConfig) -> Result<(), ProxyErr
 /// first use: what the server publishes so clients can pin it instead of trusting on first use.
 pub fn host_public_key(path: &std::path::Path) -> Result<String, SshError> {
     let key = host_key::load_or_create(path)?;
-    key.public_key()
+    let mut public = key.public_key().clone();
+    public.set_comment("");
+    public
         .to_openssh()
         .map_err(|e| SshError::HostKey(HostKeyError::Generate(e)))
 }

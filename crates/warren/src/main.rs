@@ -28,8 +28,8 @@ enum Command {
     /// Run a relay: agents connect to it; it forwards their calls and carries traffic to them.
     Relay(relay_cmd::RelayArgs),
     /// Run the proxy: workspace hosts in the browser (sign-in, WebSocket, HTTP/2) and SSH;
-    /// `warren proxy rotate-key` rotates its cookie key.
-    Proxy(proxy_cmd::ProxyArgs),
+    /// `warren proxy rotate-key` rotates its cookie key, `host-key` prints its SSH host key.
+    Proxy(Box<proxy_cmd::ProxyArgs>),
     /// Run an agent (no subcommand), or manage agents: create, list, show, update.
     #[command(args_conflicts_with_subcommands = true)]
     Agent(agent_cmd::AgentArgs),
@@ -54,7 +54,7 @@ fn main() -> ExitCode {
         }
         Command::Proxy(args) => {
             telemetry::init();
-            run_service(proxy_cmd::run(args))
+            run_service(proxy_cmd::run(*args))
         }
         Command::Agent(mut args) => match args.manage.take() {
             Some(cmd) => warren_cli::main(

@@ -78,8 +78,8 @@ pub struct ServerOptions {
     /// and `warren ws ssh-config`; none: the installation offers no SSH to the CLI.
     #[arg(long, env = "WARREN_SSH_PUBLIC_ADDRESS", value_name = "HOST:PORT")]
     ssh_public_address: Option<String>,
-    /// The proxy's SSH host public key(s), one OpenSSH line each (e.g. `ssh-keygen -y -f
-    /// <proxy state>/ssh_host_ed25519_key`), published so clients pin them.
+    /// The proxy's SSH host public key(s), one OpenSSH line each (`warren proxy host-key
+    /// --state-dir <proxy state>` prints it), published so clients pin them.
     #[arg(long, env = "WARREN_SSH_HOST_KEY_FILE", value_name = "FILE")]
     ssh_host_key_file: Option<PathBuf>,
     /// A reverse proxy in front of the server (address or CIDR range) whose

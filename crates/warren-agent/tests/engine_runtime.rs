@@ -709,3 +709,48 @@ async fn two_installations_with_the_same_agent_id_never_see_each_other() -> Resu
     other.shutdown().await;
     Ok(())
 }
+
+/// A container's output: the tail asked for, stdout and stderr, another container by name,
+/// and still there once the workspace is stopped (when a failed start is looked into).
+#[tokio::test]
+async fn logs_show_a_containers_output_running_or_stopped() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    let ws = Workspace::new("logs", h.agent_id);
+    let mut objects = ws.objects();
+    pod_spec(&mut objects)["containers"][0]["command"] = serde_json::json!([
+        "/bin/sh",
+        "-c",
+        "for i in 1 2 3 4 5; do echo line $i; done; echo trouble >&2; exec sleep 2147483647"
+    ]);
+    h.runtime.apply(&ws.key, &objects).await?;
+    wait_state(&h.runtime, &ws, ActualState::Running).await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let all = loop {
+        let text = String::from_utf8(h.runtime.logs(&ws.key, None, 100).await?)?;
+        if text.contains("trouble") && text.contains("line 5") {
+            break text;
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the output never showed: {text:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(all.contains("line 1\n"), "{all}");
+    let tail = String::from_utf8(h.runtime.logs(&ws.key, None, 2).await?)?;
+    assert_eq!(tail.lines().count(), 2, "{tail}");
+    assert!(!tail.contains("line 1"), "{tail}");
+    let tools = h.runtime.logs(&ws.key, Some("tools"), 10).await?;
+    assert!(tools.is_empty(), "{:?}", String::from_utf8_lossy(&tools));
+    let err = h.runtime.logs(&ws.key, Some("db"), 10).await.unwrap_err();
+    assert!(err.to_string().contains("container db"), "{err}");
+
+    h.runtime.apply(&ws.key, &with_replicas(objects, 0)).await?;
+    wait_state(&h.runtime, &ws, ActualState::Stopped).await?;
+    let stopped = String::from_utf8(h.runtime.logs(&ws.key, None, 100).await?)?;
+    assert!(stopped.contains("line 5"), "{stopped}");
+    Ok(())
+}

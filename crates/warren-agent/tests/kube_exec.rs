@@ -82,6 +82,17 @@ async fn api(mock: Mock, req: Request) -> Response {
         "/api/v1/namespaces" => return axum::Json(list("NamespaceList", vec![])).into_response(),
         _ => {}
     }
+    if path.ends_with("/log") {
+        // The kubelet's container log, as the API server passes it on.
+        mock.seen.lock().unwrap().push(Seen {
+            path,
+            query: url::form_urlencoded::parse(query.as_bytes())
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect(),
+            ..Default::default()
+        });
+        return "booting\nerror: config.yml not found\n".into_response();
+    }
     if !path.ends_with("/exec") {
         return (axum::http::StatusCode::NOT_FOUND, "not scripted").into_response();
     }
@@ -383,4 +394,31 @@ async fn a_dropped_session_is_hung_up_by_its_marker() {
     assert_eq!(hang_up[3..], ["warren-hang-up", marker]);
     assert_eq!(query_values(second, "container"), vec!["dev"]);
     assert!(!query_values(second, "tty").contains(&"true"));
+}
+
+/// Logs are read from the workspace's pod even when it is not running (a crash is when they
+/// are wanted), from the main container unless another is named, with the tail and the byte
+/// bound passed on.
+#[tokio::test]
+async fn logs_come_from_the_pods_main_or_named_container() {
+    let (runtime, mock) = start("Failed").await;
+    let text = runtime.logs(&key(NAME), None, 50).await.unwrap();
+    assert_eq!(text, b"booting\nerror: config.yml not found\n");
+    runtime.logs(&key(NAME), Some("sidecar"), 5).await.unwrap();
+    let seen = mock.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(
+        seen[0].path,
+        format!("/api/v1/namespaces/{NAMESPACE}/pods/{NAME}-abc/log")
+    );
+    assert_eq!(query_values(&seen[0], "container"), ["dev"]);
+    assert_eq!(query_values(&seen[0], "tailLines"), ["50"]);
+    assert_eq!(
+        query_values(&seen[0], "limitBytes"),
+        [warren_types::relay::MAX_LOG_BYTES.to_string().as_str()]
+    );
+    assert_eq!(query_values(&seen[1], "container"), ["sidecar"]);
+    assert_eq!(query_values(&seen[1], "tailLines"), ["5"]);
+    let err = runtime.logs(&key("unknown"), None, 5).await.unwrap_err();
+    assert!(matches!(err, RuntimeError::NotFound(_)), "{err}");
 }

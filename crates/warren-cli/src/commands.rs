@@ -554,6 +554,24 @@ async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
             }
         }
         WsCommand::SshConfig { names, write } => ws_ssh_config(&c, names, write).await,
+        WsCommand::Logs {
+            name,
+            tail,
+            container,
+        } => {
+            let text = named(
+                "workspace",
+                &name,
+                c.workspace_logs(&name, Some(tail), container.as_deref())
+                    .await,
+            )?;
+            let mut stdout = std::io::stdout().lock();
+            stdout
+                .write_all(&text)
+                .and_then(|_| stdout.flush())
+                .map_err(|e| CliError::Failed(format!("writing the output: {e}")))?;
+            Ok(())
+        }
         WsCommand::Open {
             name,
             endpoint,

@@ -340,6 +340,18 @@ pub enum WsCommand {
         #[arg(last = true, value_name = "COMMAND")]
         command: Vec<String>,
     },
+    /// Print what a container of the workspace wrote lately (stdout and stderr), also when
+    /// it stopped or keeps failing to start.
+    Logs {
+        /// Workspace name or id.
+        name: String,
+        /// The last this many lines (1–10000).
+        #[arg(long, short = 'n', default_value_t = 200)]
+        tail: u32,
+        /// The container, by its devfile component name [default: the main one].
+        #[arg(long, short = 'c')]
+        container: Option<String>,
+    },
     /// Open the workspace in the browser: its main endpoint, another endpoint, or its
     /// terminal.
     #[command(after_long_help = WS_OPEN_HELP)]

@@ -357,6 +357,27 @@ impl Client {
         .await
     }
 
+    /// `GET /workspaces/{name}/logs`: the last `tail` lines a container wrote (`None`: the
+    /// main container), as bytes (the workspace's own text, not necessarily UTF-8).
+    pub async fn workspace_logs(
+        &self,
+        name_or_id: &str,
+        tail: Option<u32>,
+        container: Option<&str>,
+    ) -> Result<Vec<u8>> {
+        let mut query = Vec::new();
+        if let Some(t) = tail {
+            query.push(("tail", t.to_string()));
+        }
+        if let Some(c) = container {
+            query.push(("container", c.to_owned()));
+        }
+        let url = self.url(&routes::workspace_logs(name_or_id));
+        self.send(Method::GET, url, &query, None::<&()>)
+            .await
+            .map(|(_, bytes)| bytes)
+    }
+
     /// `DELETE /workspaces/{name}`: asks for `Terminated`; answers the workspace.
     pub async fn delete_workspace(&self, name_or_id: &str) -> Result<Workspace> {
         self.call(

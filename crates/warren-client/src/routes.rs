@@ -83,6 +83,10 @@ pub fn workspace_resources(name: &str) -> Vec<String> {
     segs(&["workspaces", name, "resources"])
 }
 
+pub fn workspace_logs(name: &str) -> Vec<String> {
+    segs(&["workspaces", name, "logs"])
+}
+
 fn segs(parts: &[&str]) -> Vec<String> {
     parts.iter().map(|s| (*s).to_owned()).collect()
 }

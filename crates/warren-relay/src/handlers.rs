@@ -20,10 +20,11 @@ use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 use warren_types::api::{ApiError, ApiErrorBody};
 use warren_types::relay::{
-    AuthenticateResponse, DialErrorCode, DialReply, DialTarget, ExecQuery, ExecTarget,
+    AuthenticateResponse, DialErrorCode, DialReply, DialTarget, ExecQuery, ExecTarget, LogsTarget,
     ReconcileReply, SignalResponse, StreamOpen, TunnelQuery, AGENT_CONNECT_PATH,
-    AGENT_ID_RESPONSE_HEADER, AGENT_NOT_HERE, EXEC_ROUTE, PEER_EXEC_ROUTE, PEER_SIGNAL_ROUTE,
-    PEER_TUNNEL_ROUTE, SIGNAL_ROUTE, TUNNEL_PROTOCOL, TUNNEL_ROUTE,
+    AGENT_ID_RESPONSE_HEADER, AGENT_NOT_HERE, EXEC_ROUTE, LOGS_ROUTE, PEER_EXEC_ROUTE,
+    PEER_LOGS_ROUTE, PEER_SIGNAL_ROUTE, PEER_TUNNEL_ROUTE, SIGNAL_ROUTE, TUNNEL_PROTOCOL,
+    TUNNEL_ROUTE,
 };
 use warren_types::AgentId;
 
@@ -333,6 +334,7 @@ pub(crate) fn internal_router(relay: Relay) -> Router {
         .route(SIGNAL_ROUTE, post(signal))
         .route(TUNNEL_ROUTE, get(tunnel_open))
         .route(EXEC_ROUTE, get(exec_open))
+        .route(LOGS_ROUTE, get(logs_open))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "not_found", "no such endpoint") })
         .with_state(relay)
 }
@@ -446,6 +448,7 @@ const MAX_EXEC_REQUEST_LEN: usize = 16 * 1024;
 enum StreamTarget {
     Dial(DialTarget),
     Exec(ExecTarget),
+    Logs(LogsTarget),
 }
 
 impl StreamTarget {
@@ -453,6 +456,7 @@ impl StreamTarget {
         match self {
             StreamTarget::Dial(t) => StreamOpen::Dial(t.clone()),
             StreamTarget::Exec(t) => StreamOpen::Exec(t.clone()),
+            StreamTarget::Logs(t) => StreamOpen::Logs(t.clone()),
         }
     }
 
@@ -460,6 +464,7 @@ impl StreamTarget {
         match self {
             StreamTarget::Dial(_) => PEER_TUNNEL_ROUTE,
             StreamTarget::Exec(_) => PEER_EXEC_ROUTE,
+            StreamTarget::Logs(_) => PEER_LOGS_ROUTE,
         }
     }
 
@@ -472,6 +477,15 @@ impl StreamTarget {
                 ("port".into(), t.port.to_string()),
             ],
             StreamTarget::Exec(t) => vec![("request".into(), serde_json::to_string(t)?)],
+            StreamTarget::Logs(t) => {
+                let mut q = vec![
+                    ("workspace".into(), t.workspace.clone()),
+                    ("namespace".into(), t.namespace.clone()),
+                    ("tail".into(), t.tail.to_string()),
+                ];
+                q.extend(t.container.clone().map(|c| ("container".into(), c)));
+                q
+            }
         })
     }
 
@@ -483,6 +497,9 @@ impl StreamTarget {
             }
             StreamTarget::Exec(t) => {
                 format!("start a process in {}/{}", t.namespace, t.workspace)
+            }
+            StreamTarget::Logs(t) => {
+                format!("read the output of {}/{}", t.namespace, t.workspace)
             }
         }
     }
@@ -524,6 +541,19 @@ fn parse_exec(
         return Err(bad("the exec request's command is empty".into()));
     }
     Ok(StreamTarget::Exec(target))
+}
+
+fn parse_logs(
+    query: Result<Query<LogsTarget>, axum::extract::rejection::QueryRejection>,
+) -> Result<StreamTarget, Rejection> {
+    match query {
+        Ok(Query(q)) => Ok(StreamTarget::Logs(q)),
+        Err(e) => Err(Rejection(
+            StatusCode::BAD_REQUEST,
+            "invalid_query",
+            format!("expected ?workspace=&namespace=&tail=[&container=]: {e}"),
+        )),
+    }
 }
 
 /// Asks the agent, through one of this instance's `sessions`, to dial `target` or start its
@@ -626,6 +656,15 @@ async fn exec_open(
     req: Request,
 ) -> Response {
     internal_open(relay, agent, parse_exec(query), req).await
+}
+
+async fn logs_open(
+    State(relay): State<Relay>,
+    Path(agent): Path<String>,
+    query: Result<Query<LogsTarget>, axum::extract::rejection::QueryRejection>,
+    req: Request,
+) -> Response {
+    internal_open(relay, agent, parse_logs(query), req).await
 }
 
 /// The internal tunnel and exec endpoints: check the caller, then open the stream through
@@ -823,6 +862,7 @@ pub(crate) fn peer_router(relay: Relay) -> Router {
         .route(PEER_SIGNAL_ROUTE, post(peer_signal))
         .route(PEER_TUNNEL_ROUTE, get(peer_tunnel))
         .route(PEER_EXEC_ROUTE, get(peer_exec))
+        .route(PEER_LOGS_ROUTE, get(peer_logs))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "not_found", "no such endpoint") })
         .with_state(relay)
 }
@@ -898,6 +938,15 @@ async fn peer_exec(
     req: Request,
 ) -> Response {
     peer_open(relay, agent, parse_exec(query), req).await
+}
+
+async fn peer_logs(
+    State(relay): State<Relay>,
+    Path(agent): Path<String>,
+    query: Result<Query<LogsTarget>, axum::extract::rejection::QueryRejection>,
+    req: Request,
+) -> Response {
+    peer_open(relay, agent, parse_logs(query), req).await
 }
 
 /// A gateway's side of a forwarded tunnel or exec session.

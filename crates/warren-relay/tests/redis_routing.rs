@@ -514,3 +514,56 @@ async fn exec_reaches_an_agent_on_another_instance() {
     assert_eq!(resp.status(), 502);
     assert!(resp.text().await.unwrap().contains("exec_failed"));
 }
+
+#[tokio::test]
+async fn logs_reach_an_agent_on_another_instance() {
+    use tokio::io::AsyncReadExt;
+    use warren_types::relay::TUNNEL_PROTOCOL;
+    let Some(redis) = redis_url() else { return };
+    let prefix = Prefix::new(&redis);
+    let server = TestServer::start(slow_timers()).await;
+    server.with(|s| s.model.create("ws-a"));
+    let relays = three(&server, &redis, &prefix).await;
+    let agent = agent_with_echo(&server, relays[0].agent_url()).await;
+    agent
+        .runtime
+        .set_logs(&key("ws-a"), None, "first\nsecond\nthird\n");
+    wait_for("the agent's entry in redis", 20, || {
+        registered_on(&prefix, relays[0].instance)
+    })
+    .await;
+    let internal = relays[1].internal_addr;
+    let open = |workspace: &'static str| async move {
+        reqwest::Client::builder()
+            .http1_only()
+            .build()
+            .unwrap()
+            .get(format!("http://{internal}/internal/agents/{AGENT}/logs"))
+            .query(&[
+                ("workspace", workspace),
+                ("namespace", common::model::NAMESPACE),
+                ("tail", "2"),
+            ])
+            .bearer_auth(internal_jwt("warren-server"))
+            .header("connection", "upgrade")
+            .header("upgrade", TUNNEL_PROTOCOL)
+            .send()
+            .await
+            .unwrap()
+    };
+    // Through instance 1, which holds no connection of the agent.
+    let resp = open("ws-a").await;
+    assert_eq!(resp.status(), 101);
+    let mut text = String::new();
+    resp.upgrade()
+        .await
+        .unwrap()
+        .read_to_string(&mut text)
+        .await
+        .unwrap();
+    assert_eq!(text, "second\nthird\n");
+    // The gateway's definite answer comes back as is.
+    let resp = open("ws-unknown").await;
+    assert_eq!(resp.status(), 404);
+    assert!(resp.text().await.unwrap().contains("workspace_not_found"));
+}

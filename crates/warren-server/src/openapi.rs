@@ -31,6 +31,7 @@ use utoipa::{Modify, OpenApi};
         api::workspaces::list,
         api::workspaces::create,
         api::workspaces::resize,
+        api::workspaces::logs,
         api::workspaces::get_one,
         api::workspaces::set_desired_state,
         api::workspaces::terminate,

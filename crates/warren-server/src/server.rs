@@ -78,6 +78,7 @@ impl Server {
             store,
             clock,
             relay_secret: Arc::new(relay_secret),
+            relay_urls: Arc::new(config.relay_urls.clone()),
             signals: SignalHub::default(),
             settings: ReconcileSettings {
                 full_reconciliation_interval_seconds: config.full_reconciliation_interval_seconds,

@@ -12,6 +12,8 @@ pub struct AppState {
     pub clock: Arc<dyn Clock>,
     /// HS256 secret shared with the relays.
     pub relay_secret: Arc<Vec<u8>>,
+    /// Internal URLs of the relays (signals, workspace logs).
+    pub relay_urls: Arc<Vec<String>>,
     pub signals: SignalHub,
     pub settings: ReconcileSettings,
     /// The devfile used when neither request nor project gives one.

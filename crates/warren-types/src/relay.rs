@@ -48,6 +48,8 @@ pub const SIGNAL_ROUTE: &str = "/internal/agents/{agent_id}/signal";
 pub const TUNNEL_ROUTE: &str = "/internal/agents/{agent_id}/tunnel";
 /// Route (axum syntax) of an exec session in a workspace on the internal listener.
 pub const EXEC_ROUTE: &str = "/internal/agents/{agent_id}/exec";
+/// Route (axum syntax) of a workspace container's recent output on the internal listener.
+pub const LOGS_ROUTE: &str = "/internal/agents/{agent_id}/logs";
 /// Path of the server's endpoint that checks an agent token; the relay calls it.
 pub const AUTHENTICATE_PATH: &str = "/internal/agents/authenticate";
 /// Response header on the agent connection's 101 naming the authenticated agent.
@@ -133,6 +135,28 @@ pub enum StreamOpen {
     Ping,
     /// Relay → agent: run a process in the workspace; [`ExecFrame`]s follow the reply.
     Exec(ExecTarget),
+    /// Relay → agent: the recent output of a workspace's container; after the reply the
+    /// agent writes the text and closes the stream.
+    Logs(LogsTarget),
+}
+
+/// Most lines of output a logs request may ask for.
+pub const MAX_LOG_TAIL: u32 = 10_000;
+/// Most bytes of output a logs answer carries (the end is kept when there is more).
+pub const MAX_LOG_BYTES: usize = 2 << 20;
+
+/// Whose output to fetch; also the query string of the internal logs endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogsTarget {
+    /// Workspace name.
+    pub workspace: String,
+    pub namespace: String,
+    /// The container; `None` means the workspace's main container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    /// The last this many lines (at most [`MAX_LOG_TAIL`]).
+    pub tail: u32,
 }
 
 /// A process to run in a workspace (the web terminal, SSH sessions, `sftp`).
@@ -341,6 +365,8 @@ pub const PEER_SIGNAL_ROUTE: &str = "/peer/agents/{agent_id}/signal";
 pub const PEER_TUNNEL_ROUTE: &str = "/peer/agents/{agent_id}/tunnel";
 /// Private relay↔relay endpoint: open an exec session through this instance's own connection.
 pub const PEER_EXEC_ROUTE: &str = "/peer/agents/{agent_id}/exec";
+/// Private relay↔relay endpoint: fetch container output through this instance's connection.
+pub const PEER_LOGS_ROUTE: &str = "/peer/agents/{agent_id}/logs";
 /// Issuer and audience of relay↔relay JWTs (signed with a secret only relays share).
 pub const PEER_JWT_ISSUER: &str = "warren-relay";
 /// Longest validity a relay accepts on a relay↔relay JWT.

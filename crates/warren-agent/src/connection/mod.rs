@@ -24,9 +24,9 @@ use url::Url;
 use warren_types::api::ApiError;
 use warren_types::reconcile::{ReconcileRequest, ReconcileResponse};
 use warren_types::relay::{
-    DialErrorCode, DialReply, DialTarget, ExecExit, ExecFrame, ExecTarget, ReconcileReply,
-    StreamOpen, AGENT_CONNECT_PATH, AGENT_ID_RESPONSE_HEADER, HEARTBEAT_INTERVAL_SECS,
-    HEARTBEAT_TIMEOUT_SECS, TUNNEL_PROTOCOL,
+    DialErrorCode, DialReply, DialTarget, ExecExit, ExecFrame, ExecTarget, LogsTarget,
+    ReconcileReply, StreamOpen, AGENT_CONNECT_PATH, AGENT_ID_RESPONSE_HEADER,
+    HEARTBEAT_INTERVAL_SECS, HEARTBEAT_TIMEOUT_SECS, TUNNEL_PROTOCOL,
 };
 use warren_types::AgentId;
 
@@ -274,6 +274,7 @@ impl RelayConnection {
             }
             StreamOpen::Dial(target) => self.serve_dial(stream, target).await,
             StreamOpen::Exec(target) => self.serve_exec(stream, target).await,
+            StreamOpen::Logs(target) => self.serve_logs(stream, target).await,
             StreamOpen::Reconcile | StreamOpen::Ping => {
                 tracing::warn!("the relay opened an agent-to-relay stream; ignored");
             }
@@ -313,6 +314,45 @@ impl RelayConnection {
         );
         if let Err(e) = copy.await {
             tracing::debug!(workspace = %key, port = target.port, error = %e, "stream ended");
+        }
+    }
+
+    /// A container's recent output for the relay: the reply, the text, then the end.
+    async fn serve_logs(&self, mut stream: TunnelStream, target: LogsTarget) {
+        let key = WorkspaceKey {
+            name: target.workspace.clone(),
+            namespace: target.namespace.clone(),
+        };
+        let tail = target.tail.min(warren_types::relay::MAX_LOG_TAIL);
+        let text = match self
+            .inner
+            .runtime
+            .logs(&key, target.container.as_deref(), tail)
+            .await
+        {
+            Ok(text) => text,
+            Err(e) => {
+                let code = match e {
+                    RuntimeError::NotFound(_) => DialErrorCode::WorkspaceNotFound,
+                    _ => DialErrorCode::Unreachable,
+                };
+                let message = error_chain(&e);
+                tracing::info!(workspace = %key, error = %message, "reading logs failed");
+                let _ = write_json(&mut stream, &DialReply::Failed { code, message }).await;
+                let _ = stream.shutdown().await;
+                return;
+            }
+        };
+        if let Err(e) = write_json(&mut stream, &DialReply::Connected).await {
+            tracing::info!(workspace = %key, error = %error_chain(&e), "relay went away before the logs");
+            return;
+        }
+        let sent = async {
+            stream.write_all(&text).await?;
+            stream.shutdown().await
+        };
+        if let Err(e) = sent.await {
+            tracing::info!(workspace = %key, error = %e, "relay went away while logs were sent");
         }
     }
 

@@ -216,7 +216,51 @@ pub trait WorkspaceRuntime: Send + Sync + 'static {
         workspace: &WorkspaceKey,
         spec: ExecSpec,
     ) -> Result<ExecSession, RuntimeError>;
+
+    /// The last `tail` lines a container of the workspace wrote (stdout and stderr; `None`:
+    /// the main container), also when it has stopped or keeps failing to start: that is when
+    /// they are wanted. At most [`warren_types::relay::MAX_LOG_BYTES`], the end kept.
+    async fn logs(
+        &self,
+        workspace: &WorkspaceKey,
+        container: Option<&str>,
+        tail: u32,
+    ) -> Result<Vec<u8>, RuntimeError>;
+}
+
+/// Keeps the end of `bytes` within [`warren_types::relay::MAX_LOG_BYTES`], from a line start.
+pub(crate) fn log_tail(mut bytes: Vec<u8>) -> Vec<u8> {
+    let max = warren_types::relay::MAX_LOG_BYTES;
+    if bytes.len() <= max {
+        return bytes;
+    }
+    let mut cut = bytes.len() - max;
+    if let Some(nl) = bytes[cut..].iter().position(|&b| b == b'\n') {
+        cut += nl + 1;
+    }
+    bytes.drain(..cut);
+    bytes
 }
 
 /// The steppable in-memory runtime for tests.
 pub mod simulated;
+
+#[cfg(test)]
+mod tests {
+    use super::log_tail;
+    use warren_types::relay::MAX_LOG_BYTES;
+
+    #[test]
+    fn log_tail_keeps_the_end_from_a_line_start() {
+        assert_eq!(log_tail(b"a\nb\n".to_vec()), b"a\nb\n");
+        let line = b"0123456789abcde\n";
+        let many: Vec<u8> = line.repeat(MAX_LOG_BYTES / line.len() + 10);
+        let kept = log_tail(many.clone());
+        assert!(kept.len() <= MAX_LOG_BYTES);
+        assert!(kept.starts_with(line), "cut at a line start");
+        assert!(many.ends_with(&kept));
+        // One endless line: cut anyway, within the bound.
+        let endless = vec![b'x'; MAX_LOG_BYTES * 2];
+        assert_eq!(log_tail(endless).len(), MAX_LOG_BYTES);
+    }
+}

@@ -48,6 +48,8 @@ struct State {
     /// Working directory of exec'd processes (default: the temporary directory).
     exec_dir: Option<std::path::PathBuf>,
     exec_disabled: bool,
+    /// What `logs` answers, per workspace and container (`None`: the main one).
+    logs: HashMap<(WorkspaceKey, Option<String>), String>,
 }
 
 #[derive(Debug)]
@@ -160,6 +162,13 @@ impl SimulatedRuntime {
         removed
     }
 
+    /// What the workspace's `container` (`None`: the main one) has written, for `logs`.
+    pub fn set_logs(&self, key: &WorkspaceKey, container: Option<&str>, text: &str) {
+        self.lock()
+            .logs
+            .insert((key.clone(), container.map(str::to_owned)), text.to_owned());
+    }
+
     /// `dial(key, port)` connects to `addr`.
     pub fn set_endpoint(&self, key: &WorkspaceKey, port: u16, addr: SocketAddr) {
         self.lock().endpoints.insert((key.clone(), port), addr);
@@ -270,6 +279,33 @@ fn apply_error(key: &WorkspaceKey, message: impl Into<String>) -> RuntimeError {
 
 #[async_trait]
 impl WorkspaceRuntime for SimulatedRuntime {
+    async fn logs(
+        &self,
+        key: &WorkspaceKey,
+        container: Option<&str>,
+        tail: u32,
+    ) -> Result<Vec<u8>, RuntimeError> {
+        let st = self.lock();
+        if !st.workspaces.contains_key(key) {
+            return Err(RuntimeError::NotFound(format!("workspace {key}")));
+        }
+        let Some(text) = st.logs.get(&(key.clone(), container.map(str::to_owned))) else {
+            return match container {
+                None => Ok(Vec::new()),
+                Some(c) => Err(RuntimeError::NotFound(format!(
+                    "container {c} of workspace {key}"
+                ))),
+            };
+        };
+        let lines: Vec<&str> = text.lines().collect();
+        let keep = lines.len().saturating_sub(tail as usize);
+        let mut out = lines[keep..].join("\n");
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        Ok(super::log_tail(out.into_bytes()))
+    }
+
     async fn exec(&self, key: &WorkspaceKey, spec: ExecSpec) -> Result<ExecSession, RuntimeError> {
         let dir = {
             let st = self.lock();

@@ -115,6 +115,7 @@ pub fn router() -> Router<AppState> {
             put(workspaces::set_desired_state),
         )
         .route("/workspaces/{workspace}/resources", put(workspaces::resize))
+        .route("/workspaces/{workspace}/logs", get(workspaces::logs))
         .route("/openapi.json", get(crate::openapi::serve));
     Router::new().nest(warren_types::api::API_PREFIX, v1)
 }

@@ -573,3 +573,99 @@ pub async fn rerender_agent_workspaces(
     }
     Ok(changed)
 }
+
+/// Lines of output `GET …/logs` returns when the query does not say.
+const DEFAULT_LOG_TAIL: u32 = 200;
+
+/// Query of `GET /api/v1/workspaces/{workspace}/logs`.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct LogsQuery {
+    /// The last this many lines, 1–10000 (default 200).
+    pub tail: Option<u32>,
+    /// The container, by its devfile component name (default: the main one).
+    pub container: Option<String>,
+}
+
+/// The recent output (stdout and stderr) of a container of the workspace, as text; also
+/// when it stopped or keeps failing to start. Fetched from the runtime through the relay.
+#[utoipa::path(get, path = "/api/v1/workspaces/{workspace}/logs",
+    params(("workspace" = String, Path, description = "workspace name or id"), LogsQuery),
+    responses((status = 200, description = "the output, text/plain", content_type = "text/plain"),
+    (status = 400, body = ApiError), (status = 404, body = ApiError), (status = 502, body = ApiError),
+    (status = 503, body = ApiError)), tag = "workspaces", security(("bearer" = [])))]
+pub async fn logs(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(key): Path<String>,
+    Query(q): Query<LogsQuery>,
+) -> Result<axum::response::Response, HttpError> {
+    use axum::response::IntoResponse;
+    use warren_types::relay::{LogsTarget, MAX_LOG_TAIL};
+    let tail = q.tail.unwrap_or(DEFAULT_LOG_TAIL);
+    if !(1..=MAX_LOG_TAIL).contains(&tail) {
+        return Err(HttpError::invalid_field(
+            "tail",
+            format!("must be between 1 and {MAX_LOG_TAIL}"),
+        ));
+    }
+    if let Some(c) = &q.container {
+        let ok = !c.is_empty()
+            && c.len() <= 63
+            && c.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        if !ok {
+            return Err(HttpError::invalid_field(
+                "container",
+                "must be a container name (lowercase letters, digits and `-`)",
+            ));
+        }
+    }
+    let w = visible(&state, &auth, &key).await?;
+    if w.actual_state == ActualState::Terminated {
+        return Err(HttpError::conflict(
+            "invalid_state",
+            format!("workspace {} is terminated: nothing of it is left", w.name),
+        ));
+    }
+    let target = LogsTarget {
+        workspace: w.name.clone(),
+        namespace: w.namespace.clone(),
+        container: q.container.clone(),
+        tail,
+    };
+    use crate::internal::relay_logs::{fetch, RelayLogsError};
+    match fetch(&state.relay_urls, &state.relay_secret, w.agent_id, &target).await {
+        Ok(text) => Ok((
+            [(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            text,
+        )
+            .into_response()),
+        Err(RelayLogsError::Refused {
+            status: 404,
+            code,
+            message,
+        }) if code != "agent_not_connected" => {
+            Err(HttpError::new(StatusCode::NOT_FOUND, "not_found", message))
+        }
+        Err(RelayLogsError::Refused { code, .. }) if code == "agent_not_connected" => {
+            Err(HttpError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "agent_unavailable",
+                format!(
+                    "agent {} is not connected, so the output of {} cannot be read now",
+                    w.agent_id, w.name
+                ),
+            ))
+        }
+        Err(e) => {
+            tracing::warn!(workspace = %w.name, error = %crate::render::error_chain(&e), "reading workspace logs failed");
+            Err(HttpError::new(
+                StatusCode::BAD_GATEWAY,
+                "logs_unavailable",
+                format!("the output of {} could not be read: {e}", w.name),
+            ))
+        }
+    }
+}

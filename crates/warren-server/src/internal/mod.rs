@@ -5,6 +5,7 @@ pub mod access;
 pub mod authenticate;
 pub mod jwt;
 pub mod reconcile;
+pub mod relay_logs;
 pub mod signal;
 
 use crate::state::AppState;

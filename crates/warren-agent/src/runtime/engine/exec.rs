@@ -104,6 +104,47 @@ impl EngineRuntime {
         Ok(containers)
     }
 
+    /// The last `tail` lines of a container's stdout and stderr (running or not).
+    pub(super) async fn logs_of(
+        &self,
+        workspace: &WorkspaceKey,
+        container: Option<&str>,
+        tail: u32,
+    ) -> Result<Vec<u8>, RuntimeError> {
+        let context = format!("reading the output of workspace {workspace}");
+        let containers = self.app_containers(workspace).await?;
+        let target = match container {
+            None => containers.iter().find(|c| summary_order(c) == 0),
+            Some(name) => containers
+                .iter()
+                .find(|c| label(c, CONTAINER_LABEL) == Some(name)),
+        };
+        let Some(target) = target else {
+            return Err(RuntimeError::NotFound(format!(
+                "container {} of workspace {workspace}",
+                container.unwrap_or("(main)")
+            )));
+        };
+        let id = target.id.clone().unwrap_or_default();
+        let options = bollard::query_parameters::LogsOptions {
+            stdout: true,
+            stderr: true,
+            tail: tail.to_string(),
+            ..Default::default()
+        };
+        let mut stream = self.inner.docker.logs(&id, Some(options));
+        let mut out = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| runtime_err(context.clone(), e))?;
+            out.extend_from_slice(&chunk.into_bytes());
+            // Bounded while reading too: a tail of long lines must not fill the memory.
+            if out.len() > 2 * warren_types::relay::MAX_LOG_BYTES {
+                out = crate::runtime::log_tail(out);
+            }
+        }
+        Ok(crate::runtime::log_tail(out))
+    }
+
     /// Podman ignores `ConsoleSize` and refuses a resize before start, and a resize right
     /// after start races with the process reading its size: a process that asks at once
     /// (`stty size`, a full-screen program) would see 0×0. So on Podman a terminal's command

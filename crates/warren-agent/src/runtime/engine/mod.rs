@@ -1080,6 +1080,15 @@ impl EngineRuntime {
 
 #[async_trait]
 impl WorkspaceRuntime for EngineRuntime {
+    async fn logs(
+        &self,
+        workspace: &WorkspaceKey,
+        container: Option<&str>,
+        tail: u32,
+    ) -> Result<Vec<u8>, RuntimeError> {
+        self.logs_of(workspace, container, tail).await
+    }
+
     async fn exec(
         &self,
         workspace: &WorkspaceKey,

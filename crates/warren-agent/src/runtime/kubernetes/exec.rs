@@ -105,6 +105,55 @@ async fn hang_up(pods: &Api<Pod>, pod: &str, container: &str, marker: &str) {
 }
 
 impl KubernetesRuntime {
+    /// The last `tail` lines of a container of the workspace's newest pod (running or not:
+    /// a pod whose container keeps crashing is when they are wanted).
+    pub(super) async fn logs_of(
+        &self,
+        workspace: &WorkspaceKey,
+        container: Option<&str>,
+        tail: u32,
+    ) -> Result<Vec<u8>, RuntimeError> {
+        objects::check_key(workspace)
+            .map_err(|m| RuntimeError::NotFound(format!("workspace {workspace:?} ({m})")))?;
+        self.ready().await?;
+        let reference = StoreRef::<Deployment>::new(&workspace.name).within(&workspace.namespace);
+        let Some(deployment) = self.deployments.get(&reference) else {
+            return Err(RuntimeError::NotFound(format!("workspace {workspace}")));
+        };
+        let pod = self
+            .pods
+            .state()
+            .into_iter()
+            .filter(|p| status::selects(&deployment, p))
+            .max_by_key(|p| p.metadata.creation_timestamp.clone());
+        let Some(pod) = pod else {
+            return Err(failure(
+                format!("reading the output of workspace {workspace}"),
+                "the workspace has no pod (it is stopped)",
+            ));
+        };
+        let main = deployment
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|s| s.containers.first())
+            .map(|c| c.name.clone());
+        let params = kube::api::LogParams {
+            container: container.map(str::to_owned).or(main),
+            tail_lines: Some(i64::from(tail)),
+            limit_bytes: Some(warren_types::relay::MAX_LOG_BYTES as i64),
+            ..Default::default()
+        };
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &workspace.namespace);
+        let text = pods
+            .logs(&pod.metadata.name.clone().unwrap_or_default(), &params)
+            .await
+            .map_err(|e| {
+                super::runtime_error(format!("reading the output of workspace {workspace}"), e)
+            })?;
+        Ok(crate::runtime::log_tail(text.into_bytes()))
+    }
+
     pub(super) async fn exec_in(
         &self,
         workspace: &WorkspaceKey,

@@ -409,6 +409,15 @@ fn apply_error(workspace: &WorkspaceKey, what: &str, e: kube::Error) -> RuntimeE
 
 #[async_trait]
 impl WorkspaceRuntime for KubernetesRuntime {
+    async fn logs(
+        &self,
+        workspace: &WorkspaceKey,
+        container: Option<&str>,
+        tail: u32,
+    ) -> Result<Vec<u8>, RuntimeError> {
+        self.logs_of(workspace, container, tail).await
+    }
+
     async fn exec(
         &self,
         workspace: &WorkspaceKey,

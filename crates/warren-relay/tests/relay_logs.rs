@@ -1,0 +1,90 @@
+//! A workspace container's recent output through a real relay and a real agent connection
+//! (simulated runtime): the tail asked for, another container, errors named, bad queries.
+
+mod common;
+
+use common::*;
+use tokio::io::AsyncReadExt;
+use warren_types::reconcile::ReconcileSettings;
+use warren_types::relay::TUNNEL_PROTOCOL;
+
+async fn setup() -> (TestServer, TestRelay, TestAgent) {
+    let server = TestServer::start(ReconcileSettings {
+        full_reconciliation_interval_seconds: 3600,
+        partial_reconciliation_interval_seconds: 3600,
+    })
+    .await;
+    server.with(|s| s.model.create("ws-a"));
+    let relay = TestRelay::start(&server.url).await;
+    let agent = TestAgent::start(relay.agent_url(), GOOD_TOKEN);
+    wait_for("the workspace to exist", 20, || async {
+        agent.runtime.workspace(&key("ws-a")).is_some()
+    })
+    .await;
+    (server, relay, agent)
+}
+
+/// The text, or `Err((status, body))` when refused.
+async fn logs(relay: &TestRelay, query: &[(&str, &str)]) -> Result<String, (u16, String)> {
+    let resp = reqwest::Client::builder()
+        .http1_only()
+        .build()
+        .unwrap()
+        .get(relay.internal_url(&format!("/internal/agents/{AGENT}/logs")))
+        .query(query)
+        .bearer_auth(internal_jwt("warren-server"))
+        .header("connection", "upgrade")
+        .header("upgrade", TUNNEL_PROTOCOL)
+        .send()
+        .await
+        .unwrap();
+    if resp.status() != reqwest::StatusCode::SWITCHING_PROTOCOLS {
+        let status = resp.status().as_u16();
+        return Err((status, resp.text().await.unwrap_or_default()));
+    }
+    let mut io = resp.upgrade().await.unwrap();
+    let mut text = String::new();
+    io.read_to_string(&mut text).await.unwrap();
+    Ok(text)
+}
+
+#[tokio::test]
+async fn logs_come_back_as_text_with_the_tail_asked_for() {
+    let (_server, relay, agent) = setup().await;
+    let ns = common::model::NAMESPACE;
+    agent
+        .runtime
+        .set_logs(&key("ws-a"), None, "one\ntwo\nthree\nfour\n");
+    agent
+        .runtime
+        .set_logs(&key("ws-a"), Some("sidecar"), "side 1\nside 2\n");
+    let q = |tail: &'static str| vec![("workspace", "ws-a"), ("namespace", ns), ("tail", tail)];
+    assert_eq!(logs(&relay, &q("2")).await.unwrap(), "three\nfour\n");
+    assert_eq!(
+        logs(&relay, &q("100")).await.unwrap(),
+        "one\ntwo\nthree\nfour\n"
+    );
+    let mut side = q("1");
+    side.push(("container", "sidecar"));
+    assert_eq!(logs(&relay, &side).await.unwrap(), "side 2\n");
+
+    // Errors name the problem.
+    let mut missing = q("1");
+    missing.push(("container", "db"));
+    let (status, body) = logs(&relay, &missing).await.unwrap_err();
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("container db"), "{body}");
+    let (status, body) = logs(
+        &relay,
+        &[("workspace", "nope"), ("namespace", ns), ("tail", "5")],
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("workspace_not_found"), "{body}");
+    let (status, body) = logs(&relay, &[("workspace", "ws-a"), ("tail", "x")])
+        .await
+        .unwrap_err();
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("invalid_query"), "{body}");
+}

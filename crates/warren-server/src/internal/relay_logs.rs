@@ -1,0 +1,115 @@
+//! Server → relay: a workspace container's recent output, fetched through whichever relay
+//! routes to the workspace's agent (the relay's internal logs endpoint, an upgrade whose
+//! bytes are the text).
+
+use super::jwt;
+use std::time::Duration;
+use tokio::io::AsyncReadExt;
+use warren_types::api::ApiError;
+use warren_types::internal::{RELAY_JWT_AUDIENCE, SERVER_JWT_ISSUER};
+use warren_types::relay::{LogsTarget, LOGS_ROUTE, MAX_LOG_BYTES, TUNNEL_PROTOCOL};
+use warren_types::AgentId;
+
+/// Longest wait for the relay and the agent (the relay itself waits a bounded time for a
+/// late agent).
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum RelayLogsError {
+    #[error("no relay is configured (relay_urls)")]
+    NoRelay,
+    #[error("no relay answered (last tried {url})")]
+    Unavailable {
+        url: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The relay answered with an error: its status, code and message.
+    #[error("the relay refused: {message}")]
+    Refused {
+        status: u16,
+        code: String,
+        message: String,
+    },
+}
+
+/// Reads `target`'s output through the first of `relay_urls` that answers.
+pub async fn fetch(
+    relay_urls: &[String],
+    secret: &[u8],
+    agent: AgentId,
+    target: &LogsTarget,
+) -> Result<Vec<u8>, RelayLogsError> {
+    let client = reqwest::Client::builder()
+        .http1_only()
+        .timeout(TIMEOUT)
+        .build()
+        .map_err(|e| RelayLogsError::Unavailable {
+            url: String::new(),
+            source: Box::new(e),
+        })?;
+    let token = jwt::mint(
+        secret,
+        SERVER_JWT_ISSUER,
+        RELAY_JWT_AUDIENCE,
+        Some(agent.to_string()),
+        chrono::Utc::now().timestamp(),
+        30,
+    );
+    let path = LOGS_ROUTE.replace("{agent_id}", &agent.to_string());
+    let mut last = RelayLogsError::NoRelay;
+    for base in relay_urls {
+        let url = format!("{}{path}", base.trim_end_matches('/'));
+        let unavailable =
+            |e: Box<dyn std::error::Error + Send + Sync>| RelayLogsError::Unavailable {
+                url: url.clone(),
+                source: e,
+            };
+        let resp = match client
+            .get(&url)
+            .query(target)
+            .bearer_auth(&token)
+            .header(reqwest::header::CONNECTION, "upgrade")
+            .header(reqwest::header::UPGRADE, TUNNEL_PROTOCOL)
+            .send()
+            .await
+        {
+            Ok(r) => r,
+            // Try the next relay.
+            Err(e) => {
+                last = unavailable(Box::new(e));
+                continue;
+            }
+        };
+        if resp.status() != reqwest::StatusCode::SWITCHING_PROTOCOLS {
+            let status = resp.status().as_u16();
+            let body = resp.bytes().await.unwrap_or_default();
+            let (code, message) = match serde_json::from_slice::<ApiError>(&body) {
+                Ok(e) => (e.error.code, e.error.message),
+                Err(_) => (
+                    String::new(),
+                    String::from_utf8_lossy(&body).chars().take(200).collect(),
+                ),
+            };
+            return Err(RelayLogsError::Refused {
+                status,
+                code,
+                message,
+            });
+        }
+        let io = resp.upgrade().await.map_err(|e| unavailable(Box::new(e)))?;
+        // The agent sends at most MAX_LOG_BYTES; a little more is tolerated, never unbounded.
+        let mut text = Vec::new();
+        let read = tokio::time::timeout(
+            TIMEOUT,
+            io.take(MAX_LOG_BYTES as u64 + 1024).read_to_end(&mut text),
+        )
+        .await;
+        return match read {
+            Ok(Ok(_)) => Ok(text),
+            Ok(Err(e)) => Err(unavailable(Box::new(e))),
+            Err(e) => Err(unavailable(Box::new(e))),
+        };
+    }
+    Err(last)
+}

@@ -1,0 +1,85 @@
+//! `GET /api/v1/workspaces/{ws}/logs` and `warren ws logs` against the in-process stack
+//! (server → relay → agent connection → simulated runtime): the owner reads the tail asked
+//! for, of the main or a named container; others get 404; bad queries name the field.
+
+use anyhow::Result;
+use std::process::Stdio;
+use tokio::process::Command;
+use warren_testkit::Stack;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workspace_logs_reach_the_owner_through_api_and_cli() -> Result<()> {
+    let stack = Stack::start().await?;
+    let alice = stack.user("alice").await?;
+    let bob = stack.user("bob").await?;
+    let ws = stack.workspace(&alice, "alice-logs").await?;
+    let lines: String = (1..=300).map(|i| format!("line {i}\n")).collect();
+    stack.runtime.set_logs(&ws.key(), None, &lines);
+    stack.runtime.set_logs(&ws.key(), Some("db"), "db ready\n");
+
+    let http = reqwest::Client::new();
+    let get = |token: &str, query: &str| {
+        http.get(format!(
+            "{}/api/v1/workspaces/alice-logs/logs{query}",
+            stack.api_url
+        ))
+        .bearer_auth(token.to_owned())
+        .send()
+    };
+    let resp = get(&alice.token, "").await?;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "text/plain; charset=utf-8");
+    let text = resp.text().await?;
+    assert_eq!(text.lines().count(), 200, "the default tail");
+    assert!(text.ends_with("line 300\n") && text.starts_with("line 101\n"));
+    let text = get(&alice.token, "?tail=3").await?.text().await?;
+    assert_eq!(text, "line 298\nline 299\nline 300\n");
+    let text = get(&alice.token, "?container=db").await?.text().await?;
+    assert_eq!(text, "db ready\n");
+    // The admin may read them too; another user learns nothing.
+    assert_eq!(get(&stack.admin.token, "?tail=1").await?.status(), 200);
+    let resp = get(&bob.token, "").await?;
+    assert_eq!(resp.status(), 404);
+    assert!(!resp.text().await?.contains("line"));
+    for (query, field) in [
+        ("?tail=0", "tail"),
+        ("?tail=10001", "tail"),
+        ("?container=Bad%2Fname", "container"),
+    ] {
+        let resp = get(&alice.token, query).await?;
+        assert_eq!(resp.status(), 400, "{query}");
+        let body = resp.text().await?;
+        assert!(body.contains(field), "{query}: {body}");
+    }
+    let resp = get(&alice.token, "?container=cache").await?;
+    assert_eq!(resp.status(), 404);
+    assert!(resp.text().await?.contains("container cache"));
+
+    // The CLI prints the text as it is.
+    let home = tempfile::tempdir()?;
+    let warren = |args: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_warren"));
+        cmd.args(args)
+            .env("HOME", home.path())
+            .env("WARREN_HOME", home.path().join("warren"))
+            .env("WARREN_URL", &stack.api_url)
+            .env("WARREN_TOKEN", &alice.token)
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        cmd.output()
+    };
+    let out = warren(&["ws", "logs", "alice-logs", "--tail", "2"]).await?;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8(out.stdout)?, "line 299\nline 300\n");
+    let out = warren(&["ws", "logs", "alice-logs", "-c", "db"]).await?;
+    assert_eq!(String::from_utf8(out.stdout)?, "db ready\n");
+    let out = warren(&["ws", "logs", "nope"]).await?;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nope"));
+    Ok(())
+}

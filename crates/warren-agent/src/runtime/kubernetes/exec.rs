@@ -10,7 +10,7 @@
 //! running), so as with engine exec ([`HANG_UP_SCRIPT`]) a session dropped before its exit
 //! status arrived is hung up by a second exec that finds the process by its marker.
 
-use super::{objects, status, KubernetesRuntime};
+use super::{status, KubernetesRuntime};
 use crate::runtime::{
     exec_marker, shell_wrapped, ExecOutput, ExecSession, ExecSpec, RuntimeError, WorkspaceKey,
     EXEC_MARKER_ENV, HANG_UP_SCRIPT,
@@ -20,7 +20,6 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use kube::api::{Api, AttachParams, AttachedProcess};
-use kube::runtime::reflector::ObjectRef as StoreRef;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use warren_types::relay::{ExecExit, TerminalSize};
@@ -104,6 +103,16 @@ async fn hang_up(pods: &Api<Pod>, pod: &str, container: &str, marker: &str) {
     }
 }
 
+/// The first container of the pod template: the workspace's main one.
+fn main_container(deployment: &Deployment) -> Option<String> {
+    deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|s| s.containers.first())
+        .map(|c| c.name.clone())
+}
+
 impl KubernetesRuntime {
     /// The last `tail` lines of a container of the workspace's newest pod (running or not:
     /// a pod whose container keeps crashing is when they are wanted).
@@ -113,13 +122,7 @@ impl KubernetesRuntime {
         container: Option<&str>,
         tail: u32,
     ) -> Result<Vec<u8>, RuntimeError> {
-        objects::check_key(workspace)
-            .map_err(|m| RuntimeError::NotFound(format!("workspace {workspace:?} ({m})")))?;
-        self.ready().await?;
-        let reference = StoreRef::<Deployment>::new(&workspace.name).within(&workspace.namespace);
-        let Some(deployment) = self.deployments.get(&reference) else {
-            return Err(RuntimeError::NotFound(format!("workspace {workspace}")));
-        };
+        let deployment = self.deployment_of(workspace).await?;
         let pod = self
             .pods
             .state()
@@ -132,12 +135,7 @@ impl KubernetesRuntime {
                 "the workspace has no pod (it is stopped)",
             ));
         };
-        let main = deployment
-            .spec
-            .as_ref()
-            .and_then(|s| s.template.spec.as_ref())
-            .and_then(|s| s.containers.first())
-            .map(|c| c.name.clone());
+        let main = main_container(&deployment);
         let params = kube::api::LogParams {
             container: container.map(str::to_owned).or(main),
             tail_lines: Some(i64::from(tail)),
@@ -159,17 +157,11 @@ impl KubernetesRuntime {
         workspace: &WorkspaceKey,
         spec: ExecSpec,
     ) -> Result<ExecSession, RuntimeError> {
-        objects::check_key(workspace)
-            .map_err(|m| RuntimeError::NotFound(format!("workspace {workspace:?} ({m})")))?;
         let context = format!("exec in workspace {workspace}");
         if spec.command.is_empty() {
             return Err(failure(context, "the command is empty"));
         }
-        self.ready().await?;
-        let reference = StoreRef::<Deployment>::new(&workspace.name).within(&workspace.namespace);
-        let Some(deployment) = self.deployments.get(&reference) else {
-            return Err(RuntimeError::NotFound(format!("workspace {workspace}")));
-        };
+        let deployment = self.deployment_of(workspace).await?;
         let pod = self
             .pods
             .state()
@@ -181,12 +173,7 @@ impl KubernetesRuntime {
             return Err(failure(context, "the workspace is not running"));
         };
         let pod_name = pod.metadata.name.clone().unwrap_or_default();
-        let main = deployment
-            .spec
-            .as_ref()
-            .and_then(|s| s.template.spec.as_ref())
-            .and_then(|s| s.containers.first())
-            .map(|c| c.name.clone());
+        let main = main_container(&deployment);
         let container = match spec.container.clone().or(main) {
             Some(c) => c,
             None => return Err(failure(context, "the workspace has no container")),

@@ -139,6 +139,21 @@ impl KubernetesRuntime {
         }
     }
 
+    /// The workspace's Deployment from the watch (a key that cannot be ours, or no such
+    /// Deployment: `NotFound`).
+    async fn deployment_of(
+        &self,
+        workspace: &WorkspaceKey,
+    ) -> Result<Arc<Deployment>, RuntimeError> {
+        objects::check_key(workspace)
+            .map_err(|m| RuntimeError::NotFound(format!("workspace {workspace:?} ({m})")))?;
+        self.ready().await?;
+        let reference = StoreRef::<Deployment>::new(&workspace.name).within(&workspace.namespace);
+        self.deployments
+            .get(&reference)
+            .ok_or_else(|| RuntimeError::NotFound(format!("workspace {workspace}")))
+    }
+
     /// Waits until every watch has listed once, so the stores are a complete view.
     async fn ready(&self) -> Result<(), RuntimeError> {
         let all = async {
@@ -599,13 +614,7 @@ impl WorkspaceRuntime for KubernetesRuntime {
         workspace: &WorkspaceKey,
         port: u16,
     ) -> Result<Box<dyn ByteStream>, RuntimeError> {
-        objects::check_key(workspace)
-            .map_err(|m| RuntimeError::NotFound(format!("workspace {workspace:?} ({m})")))?;
-        self.ready().await?;
-        let reference = StoreRef::<Deployment>::new(&workspace.name).within(&workspace.namespace);
-        let Some(deployment) = self.deployments.get(&reference) else {
-            return Err(RuntimeError::NotFound(format!("workspace {workspace}")));
-        };
+        let deployment = self.deployment_of(workspace).await?;
         // Ports no endpoint declares are dialled too (SSH port forwarding to an editor's
         // server); which ports browsers may reach is the proxy's check, with the server.
         let ip = self

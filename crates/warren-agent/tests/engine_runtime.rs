@@ -754,3 +754,44 @@ async fn logs_show_a_containers_output_running_or_stopped() -> Result<()> {
     assert!(stopped.contains("line 5"), "{stopped}");
     Ok(())
 }
+
+/// Following a container: the tail, then lines as it writes them; the stream ends when the
+/// container stops.
+#[tokio::test]
+async fn followed_logs_bring_new_lines_and_end_when_the_container_stops() -> Result<()> {
+    use futures::StreamExt;
+    if !engine_available() {
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    let ws = Workspace::new("follow", h.agent_id);
+    let mut objects = ws.objects();
+    pod_spec(&mut objects)["containers"][0]["command"] = serde_json::json!([
+        "/bin/sh",
+        "-c",
+        "i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.2; done"
+    ]);
+    h.runtime.apply(&ws.key, &objects).await?;
+    wait_state(&h.runtime, &ws, ActualState::Running).await?;
+    let mut stream = h.runtime.follow_logs(&ws.key, None, 1).await?;
+    let mut seen = String::new();
+    // Ticks keep coming while the stream is open: at least three distinct ones.
+    while seen.matches("tick").count() < 3 {
+        let chunk = tokio::time::timeout(Duration::from_secs(20), stream.next())
+            .await
+            .context("no output while following")?
+            .context("the stream ended while the container runs")??;
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    h.runtime.apply(&ws.key, &with_replicas(objects, 0)).await?;
+    // After the stop the stream ends (whatever was still buffered comes first).
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(chunk) = stream.next().await {
+            chunk?;
+        }
+        Ok::<_, anyhow::Error>(())
+    })
+    .await
+    .context("following did not end when the container stopped")??;
+    Ok(())
+}

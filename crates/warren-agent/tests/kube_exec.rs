@@ -421,4 +421,18 @@ async fn logs_come_from_the_pods_main_or_named_container() {
     assert_eq!(query_values(&seen[1], "tailLines"), ["5"]);
     let err = runtime.logs(&key("unknown"), None, 5).await.unwrap_err();
     assert!(matches!(err, RuntimeError::NotFound(_)), "{err}");
+
+    // Following asks the API server to follow, without the byte bound, and streams the body.
+    use futures::StreamExt;
+    let mut stream = runtime.follow_logs(&key(NAME), None, 3).await.unwrap();
+    let mut got = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        got.extend_from_slice(&chunk.unwrap());
+    }
+    assert_eq!(got, b"booting\nerror: config.yml not found\n");
+    let seen = mock.seen.lock().unwrap().clone();
+    let follow = seen.last().unwrap();
+    assert_eq!(query_values(follow, "follow"), ["true"]);
+    assert_eq!(query_values(follow, "tailLines"), ["3"]);
+    assert!(query_values(follow, "limitBytes").is_empty());
 }

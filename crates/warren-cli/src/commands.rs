@@ -558,6 +558,29 @@ async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
             name,
             tail,
             container,
+            follow: true,
+        } => {
+            let mut chunks = named(
+                "workspace",
+                &name,
+                c.follow_workspace_logs(&name, Some(tail), container.as_deref())
+                    .await,
+            )?;
+            let mut stdout = std::io::stdout();
+            while let Some(chunk) = chunks.next().await? {
+                // Flushed per chunk: the point is to see it when it happens.
+                stdout
+                    .write_all(&chunk)
+                    .and_then(|_| stdout.flush())
+                    .map_err(|e| CliError::Failed(format!("writing the output: {e}")))?;
+            }
+            Ok(())
+        }
+        WsCommand::Logs {
+            name,
+            tail,
+            container,
+            follow: false,
         } => {
             let text = named(
                 "workspace",

@@ -351,6 +351,9 @@ pub enum WsCommand {
         /// The container, by its devfile component name [default: the main one].
         #[arg(long, short = 'c')]
         container: Option<String>,
+        /// Keep printing what the container writes until it stops (Ctrl-C to leave).
+        #[arg(long, short = 'f')]
+        follow: bool,
     },
     /// Open the workspace in the browser: its main endpoint, another endpoint, or its
     /// terminal.

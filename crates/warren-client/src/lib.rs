@@ -378,6 +378,41 @@ impl Client {
             .map(|(_, bytes)| bytes)
     }
 
+    /// `GET /workspaces/{name}/logs?follow=true`: the tail, then what the container writes
+    /// next, chunk by chunk, until it stops.
+    pub async fn follow_workspace_logs(
+        &self,
+        name_or_id: &str,
+        tail: Option<u32>,
+        container: Option<&str>,
+    ) -> Result<LogFollow> {
+        let url = self.url(&routes::workspace_logs(name_or_id));
+        let mut req = self.http.get(url.clone()).query(&[("follow", "true")]);
+        if let Some(t) = tail {
+            req = req.query(&[("tail", t.to_string())]);
+        }
+        if let Some(c) = container {
+            req = req.query(&[("container", c)]);
+        }
+        if let Some(token) = &self.token {
+            req = req.bearer_auth(token);
+        }
+        let transport = |source| Error::Transport {
+            url: url.to_string(),
+            source,
+        };
+        let resp = req.send().await.map_err(transport)?;
+        let status = resp.status();
+        if !status.is_success() {
+            let bytes = resp.bytes().await.map_err(transport)?;
+            return Err(api_error(status, &bytes));
+        }
+        Ok(LogFollow {
+            resp,
+            url: url.to_string(),
+        })
+    }
+
     /// `DELETE /workspaces/{name}`: asks for `Terminated`; answers the workspace.
     pub async fn delete_workspace(&self, name_or_id: &str) -> Result<Workspace> {
         self.call(
@@ -441,6 +476,28 @@ impl Client {
         } else {
             Err(api_error(status, &bytes))
         }
+    }
+}
+
+/// A followed workspace output ([`Client::follow_workspace_logs`]).
+#[derive(Debug)]
+pub struct LogFollow {
+    resp: reqwest::Response,
+    url: String,
+}
+
+impl LogFollow {
+    /// The next chunk; `None` once the container stopped.
+    pub async fn next(&mut self) -> Result<Option<Vec<u8>>> {
+        let url = &self.url;
+        self.resp
+            .chunk()
+            .await
+            .map(|c| c.map(|b| b.to_vec()))
+            .map_err(|source| Error::Transport {
+                url: url.clone(),
+                source,
+            })
     }
 }
 

@@ -484,6 +484,9 @@ impl StreamTarget {
                     ("tail".into(), t.tail.to_string()),
                 ];
                 q.extend(t.container.clone().map(|c| ("container".into(), c)));
+                if t.follow {
+                    q.push(("follow".into(), "true".into()));
+                }
                 q
             }
         })

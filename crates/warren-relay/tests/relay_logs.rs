@@ -88,3 +88,55 @@ async fn logs_come_back_as_text_with_the_tail_asked_for() {
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("invalid_query"), "{body}");
 }
+
+/// Following: the tail at once, then each later write as it happens; the client leaving ends
+/// it on the agent's side too (a new follower still works).
+#[tokio::test]
+async fn followed_logs_stream_later_output() {
+    let (_server, relay, agent) = setup().await;
+    let ns = common::model::NAMESPACE;
+    agent.runtime.set_logs(&key("ws-a"), None, "one\ntwo\n");
+    let open = || async {
+        let resp = reqwest::Client::builder()
+            .http1_only()
+            .build()
+            .unwrap()
+            .get(relay.internal_url(&format!("/internal/agents/{AGENT}/logs")))
+            .query(&[
+                ("workspace", "ws-a"),
+                ("namespace", ns),
+                ("tail", "1"),
+                ("follow", "true"),
+            ])
+            .bearer_auth(internal_jwt("warren-server"))
+            .header("connection", "upgrade")
+            .header("upgrade", TUNNEL_PROTOCOL)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 101);
+        resp.upgrade().await.unwrap()
+    };
+    let mut io = open().await;
+    assert_eq!(read_until(&mut io, "two\n").await, "two\n");
+    agent.runtime.append_logs(&key("ws-a"), None, "three\n");
+    assert_eq!(read_until(&mut io, "three\n").await, "three\n");
+    drop(io);
+    let mut again = open().await;
+    assert_eq!(read_until(&mut again, "three\n").await, "three\n");
+}
+
+/// Reads from `io` until `want` came; everything read.
+async fn read_until(io: &mut reqwest::Upgraded, want: &str) -> String {
+    let mut got = String::new();
+    let mut buf = vec![0u8; 1024];
+    while !got.contains(want) {
+        let n = tokio::time::timeout(std::time::Duration::from_secs(10), io.read(&mut buf))
+            .await
+            .expect("the output came")
+            .unwrap();
+        assert!(n > 0, "ended early: {got:?}");
+        got.push_str(std::str::from_utf8(&buf[..n]).unwrap());
+    }
+    got
+}

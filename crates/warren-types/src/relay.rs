@@ -136,7 +136,8 @@ pub enum StreamOpen {
     /// Relay → agent: run a process in the workspace; [`ExecFrame`]s follow the reply.
     Exec(ExecTarget),
     /// Relay → agent: the recent output of a workspace's container; after the reply the
-    /// agent writes the text and closes the stream.
+    /// agent writes the text and closes the stream (when following: once the container
+    /// stopped or the relay closed its side).
     Logs(LogsTarget),
 }
 
@@ -157,6 +158,10 @@ pub struct LogsTarget {
     pub container: Option<String>,
     /// The last this many lines (at most [`MAX_LOG_TAIL`]).
     pub tail: u32,
+    /// Keep sending what the container writes after the tail until the container stops or
+    /// the client goes away.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub follow: bool,
 }
 
 /// A process to run in a workspace (the web terminal, SSH sessions, `sftp`).

@@ -4,6 +4,7 @@
 
 use anyhow::Result;
 use std::process::Stdio;
+use tokio::io::AsyncBufReadExt;
 use tokio::process::Command;
 use warren_testkit::Stack;
 
@@ -81,5 +82,49 @@ async fn workspace_logs_reach_the_owner_through_api_and_cli() -> Result<()> {
     let out = warren(&["ws", "logs", "nope"]).await?;
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("nope"));
+
+    // Following over the API: the tail, then what is written later, as it happens.
+    let mut resp = get(&alice.token, "?tail=1&follow=true").await?;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(chunk_until(&mut resp, "line 300\n").await?, "line 300\n");
+    stack.runtime.append_logs(&ws.key(), None, "line 301\n");
+    assert_eq!(chunk_until(&mut resp, "line 301\n").await?, "line 301\n");
+    drop(resp);
+
+    // And with the CLI: `-f` prints each write when it comes.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_warren"));
+    cmd.args(["ws", "logs", "alice-logs", "-f", "-n", "1"])
+        .env("HOME", home.path())
+        .env("WARREN_HOME", home.path().join("warren"))
+        .env("WARREN_URL", &stack.api_url)
+        .env("WARREN_TOKEN", &alice.token)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn()?;
+    let mut out = tokio::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    assert_eq!(next_line(&mut out).await?.as_deref(), Some("line 301"));
+    stack.runtime.append_logs(&ws.key(), None, "line 302\n");
+    assert_eq!(next_line(&mut out).await?.as_deref(), Some("line 302"));
+    child.kill().await?;
     Ok(())
+}
+
+/// Reads chunks of a followed answer until `want` came; everything read.
+async fn chunk_until(resp: &mut reqwest::Response, want: &str) -> Result<String> {
+    let mut got = String::new();
+    while !got.contains(want) {
+        let chunk = tokio::time::timeout(std::time::Duration::from_secs(10), resp.chunk())
+            .await??
+            .ok_or_else(|| anyhow::anyhow!("ended early: {got:?}"))?;
+        got.push_str(std::str::from_utf8(&chunk)?);
+    }
+    Ok(got)
+}
+
+/// The next line the CLI printed, waiting at most 20 s.
+async fn next_line(
+    out: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+) -> Result<Option<String>> {
+    Ok(tokio::time::timeout(std::time::Duration::from_secs(20), out.next_line()).await??)
 }

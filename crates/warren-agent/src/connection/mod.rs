@@ -324,6 +324,9 @@ impl RelayConnection {
             namespace: target.namespace.clone(),
         };
         let tail = target.tail.min(warren_types::relay::MAX_LOG_TAIL);
+        if target.follow {
+            return self.follow_logs(stream, key, target.container, tail).await;
+        }
         let text = match self
             .inner
             .runtime
@@ -354,6 +357,71 @@ impl RelayConnection {
         if let Err(e) = sent.await {
             tracing::info!(workspace = %key, error = %e, "relay went away while logs were sent");
         }
+    }
+
+    /// Following: the reply, then chunks as the container writes them, until it stops (the
+    /// stream ends) or the relay closes its side (the client went away).
+    async fn follow_logs(
+        &self,
+        mut stream: TunnelStream,
+        key: WorkspaceKey,
+        container: Option<String>,
+        tail: u32,
+    ) {
+        let chunks = self
+            .inner
+            .runtime
+            .follow_logs(&key, container.as_deref(), tail)
+            .await;
+        let mut chunks = match chunks {
+            Ok(c) => c,
+            Err(e) => {
+                let code = match e {
+                    RuntimeError::NotFound(_) => DialErrorCode::WorkspaceNotFound,
+                    _ => DialErrorCode::Unreachable,
+                };
+                let message = error_chain(&e);
+                tracing::info!(workspace = %key, error = %message, "following logs failed");
+                let _ = write_json(&mut stream, &DialReply::Failed { code, message }).await;
+                let _ = stream.shutdown().await;
+                return;
+            }
+        };
+        if write_json(&mut stream, &DialReply::Connected)
+            .await
+            .is_err()
+        {
+            return;
+        }
+        use futures::StreamExt;
+        use tokio::io::AsyncReadExt;
+        let (mut from_relay, mut to_relay) = tokio::io::split(stream);
+        let mut scratch = [0u8; 64];
+        loop {
+            tokio::select! {
+                // Cancel-safe: a chunk not yet taken stays in the stream.
+                chunk = chunks.next() => match chunk {
+                    Some(Ok(bytes)) => {
+                        if to_relay.write_all(&bytes).await.is_err() {
+                            return;
+                        }
+                    }
+                    Some(Err(e)) => {
+                        tracing::info!(workspace = %key, error = %error_chain(&e), "following logs ended");
+                        break;
+                    }
+                    None => break,
+                },
+                // Cancel-safe: nothing is expected from the relay; any end of its side means
+                // the client went away, and dropping `chunks` stops following.
+                r = from_relay.read(&mut scratch) => {
+                    if !matches!(r, Ok(n) if n > 0) {
+                        return;
+                    }
+                }
+            }
+        }
+        let _ = to_relay.shutdown().await;
     }
 
     /// Runs a process for the relay: the reply, then [`ExecFrame`]s both ways until the

@@ -226,7 +226,19 @@ pub trait WorkspaceRuntime: Send + Sync + 'static {
         container: Option<&str>,
         tail: u32,
     ) -> Result<Vec<u8>, RuntimeError>;
+
+    /// As [`WorkspaceRuntime::logs`], then whatever the container writes next, until it stops
+    /// (the stream ends) or the stream is dropped.
+    async fn follow_logs(
+        &self,
+        workspace: &WorkspaceKey,
+        container: Option<&str>,
+        tail: u32,
+    ) -> Result<LogStream, RuntimeError>;
 }
+
+/// A container's output as it comes.
+pub type LogStream = futures::stream::BoxStream<'static, Result<bytes::Bytes, RuntimeError>>;
 
 /// Keeps the end of `bytes` within [`warren_types::relay::MAX_LOG_BYTES`], from a line start.
 pub(crate) fn log_tail(mut bytes: Vec<u8>) -> Vec<u8> {

@@ -55,6 +55,8 @@ struct State {
 #[derive(Debug)]
 pub struct SimulatedRuntime {
     state: Mutex<State>,
+    /// What `append_logs` adds, for followers.
+    log_appends: tokio::sync::broadcast::Sender<((WorkspaceKey, Option<String>), String)>,
     /// Shared with running exec sessions, which outlive any borrow of the runtime.
     resizes: Arc<Mutex<Vec<TerminalSize>>>,
     changes: watch::Sender<u64>,
@@ -75,6 +77,7 @@ impl SimulatedRuntime {
     pub fn new() -> Self {
         SimulatedRuntime {
             state: Mutex::new(State::default()),
+            log_appends: tokio::sync::broadcast::channel(256).0,
             resizes: Arc::default(),
             changes: watch::channel(0).0,
         }
@@ -167,6 +170,15 @@ impl SimulatedRuntime {
         self.lock()
             .logs
             .insert((key.clone(), container.map(str::to_owned)), text.to_owned());
+    }
+
+    /// The container writes `text` now: appended, and sent to whoever follows.
+    pub fn append_logs(&self, key: &WorkspaceKey, container: Option<&str>, text: &str) {
+        let id = (key.clone(), container.map(str::to_owned));
+        let mut st = self.lock();
+        st.logs.entry(id.clone()).or_default().push_str(text);
+        // Sent under the lock, so a follower subscribed under it misses nothing.
+        let _ = self.log_appends.send((id, text.to_owned()));
     }
 
     /// `dial(key, port)` connects to `addr`.
@@ -279,6 +291,33 @@ fn apply_error(key: &WorkspaceKey, message: impl Into<String>) -> RuntimeError {
 
 #[async_trait]
 impl WorkspaceRuntime for SimulatedRuntime {
+    async fn follow_logs(
+        &self,
+        key: &WorkspaceKey,
+        container: Option<&str>,
+        tail: u32,
+    ) -> Result<super::LogStream, RuntimeError> {
+        // Subscribed before the tail is read: text appended in between may come twice, but is
+        // never lost (a test appends after it has seen the tail anyway).
+        let appends = self.log_appends.subscribe();
+        let first = self.logs(key, container, tail).await?;
+        let id = (key.clone(), container.map(str::to_owned));
+        let later = futures::stream::unfold((appends, id), |(mut appends, id)| async move {
+            loop {
+                match appends.recv().await {
+                    Ok((k, text)) if k == id => {
+                        return Some((Ok(bytes::Bytes::from(text)), (appends, id)))
+                    }
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        });
+        let head =
+            futures::stream::iter((!first.is_empty()).then(|| Ok(bytes::Bytes::from(first))));
+        Ok(Box::pin(head.chain(later)))
+    }
+
     async fn logs(
         &self,
         key: &WorkspaceKey,

@@ -586,6 +586,8 @@ pub struct LogsQuery {
     pub tail: Option<u32>,
     /// The container, by its devfile component name (default: the main one).
     pub container: Option<String>,
+    /// Keep the answer open and send what the container writes next, until it stops.
+    pub follow: Option<bool>,
 }
 
 /// The recent output (stdout and stderr) of a container of the workspace, as text; also
@@ -634,14 +636,25 @@ pub async fn logs(
         namespace: w.namespace.clone(),
         container: q.container.clone(),
         tail,
+        follow: q.follow.unwrap_or(false),
     };
-    use crate::internal::relay_logs::{fetch, RelayLogsError};
-    match fetch(&state.relay_urls, &state.relay_secret, w.agent_id, &target).await {
-        Ok(text) => Ok((
-            [(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            text,
-        )
-            .into_response()),
+    use crate::internal::relay_logs::{fetch, open, RelayLogsError};
+    let text_plain = [(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")];
+    let result = if target.follow {
+        // Streamed as it comes; dropping the answer (the client left) closes the relay stream.
+        open(&state.relay_urls, &state.relay_secret, w.agent_id, &target)
+            .await
+            .map(|(io, _)| {
+                let body = axum::body::Body::from_stream(tokio_util::io::ReaderStream::new(io));
+                (text_plain, body).into_response()
+            })
+    } else {
+        fetch(&state.relay_urls, &state.relay_secret, w.agent_id, &target)
+            .await
+            .map(|text| (text_plain, text).into_response())
+    };
+    match result {
+        Ok(resp) => Ok(resp),
         Err(RelayLogsError::Refused {
             status: 404,
             code,

@@ -40,9 +40,37 @@ pub async fn fetch(
     agent: AgentId,
     target: &LogsTarget,
 ) -> Result<Vec<u8>, RelayLogsError> {
+    let (io, url) = open(relay_urls, secret, agent, target).await?;
+    // The agent sends at most MAX_LOG_BYTES; a little more is tolerated, never unbounded.
+    let mut text = Vec::new();
+    let read = tokio::time::timeout(
+        TIMEOUT,
+        io.take(MAX_LOG_BYTES as u64 + 1024).read_to_end(&mut text),
+    )
+    .await;
+    let unavailable = |e: Box<dyn std::error::Error + Send + Sync>| RelayLogsError::Unavailable {
+        url: url.clone(),
+        source: e,
+    };
+    match read {
+        Ok(Ok(_)) => Ok(text),
+        Ok(Err(e)) => Err(unavailable(Box::new(e))),
+        Err(e) => Err(unavailable(Box::new(e))),
+    }
+}
+
+/// The byte stream of `target`'s output (for following: it lasts as long as the container
+/// writes and the reader reads), and the relay it comes from.
+pub async fn open(
+    relay_urls: &[String],
+    secret: &[u8],
+    agent: AgentId,
+    target: &LogsTarget,
+) -> Result<(reqwest::Upgraded, String), RelayLogsError> {
+    // No whole-request timeout: a followed stream has no end; the opening is bounded below.
     let client = reqwest::Client::builder()
         .http1_only()
-        .timeout(TIMEOUT)
+        .connect_timeout(TIMEOUT)
         .build()
         .map_err(|e| RelayLogsError::Unavailable {
             url: String::new(),
@@ -65,17 +93,20 @@ pub async fn fetch(
                 url: url.clone(),
                 source: e,
             };
-        let resp = match client
+        let sent = client
             .get(&url)
             .query(target)
             .bearer_auth(&token)
             .header(reqwest::header::CONNECTION, "upgrade")
             .header(reqwest::header::UPGRADE, TUNNEL_PROTOCOL)
-            .send()
-            .await
-        {
-            Ok(r) => r,
+            .send();
+        let resp = match tokio::time::timeout(TIMEOUT, sent).await {
+            Ok(Ok(r)) => r,
             // Try the next relay.
+            Ok(Err(e)) => {
+                last = unavailable(Box::new(e));
+                continue;
+            }
             Err(e) => {
                 last = unavailable(Box::new(e));
                 continue;
@@ -98,18 +129,7 @@ pub async fn fetch(
             });
         }
         let io = resp.upgrade().await.map_err(|e| unavailable(Box::new(e)))?;
-        // The agent sends at most MAX_LOG_BYTES; a little more is tolerated, never unbounded.
-        let mut text = Vec::new();
-        let read = tokio::time::timeout(
-            TIMEOUT,
-            io.take(MAX_LOG_BYTES as u64 + 1024).read_to_end(&mut text),
-        )
-        .await;
-        return match read {
-            Ok(Ok(_)) => Ok(text),
-            Ok(Err(e)) => Err(unavailable(Box::new(e))),
-            Err(e) => Err(unavailable(Box::new(e))),
-        };
+        return Ok((io, url));
     }
     Err(last)
 }

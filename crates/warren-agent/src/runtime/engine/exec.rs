@@ -104,14 +104,12 @@ impl EngineRuntime {
         Ok(containers)
     }
 
-    /// The last `tail` lines of a container's stdout and stderr (running or not).
-    pub(super) async fn logs_of(
+    /// The id of the workspace's `container` (`None`: the main one), running or not.
+    async fn log_container(
         &self,
         workspace: &WorkspaceKey,
         container: Option<&str>,
-        tail: u32,
-    ) -> Result<Vec<u8>, RuntimeError> {
-        let context = format!("reading the output of workspace {workspace}");
+    ) -> Result<String, RuntimeError> {
         let containers = self.app_containers(workspace).await?;
         let target = match container {
             None => containers.iter().find(|c| summary_order(c) == 0),
@@ -125,7 +123,18 @@ impl EngineRuntime {
                 container.unwrap_or("(main)")
             )));
         };
-        let id = target.id.clone().unwrap_or_default();
+        Ok(target.id.clone().unwrap_or_default())
+    }
+
+    /// The last `tail` lines of a container's stdout and stderr (running or not).
+    pub(super) async fn logs_of(
+        &self,
+        workspace: &WorkspaceKey,
+        container: Option<&str>,
+        tail: u32,
+    ) -> Result<Vec<u8>, RuntimeError> {
+        let context = format!("reading the output of workspace {workspace}");
+        let id = self.log_container(workspace, container).await?;
         let options = bollard::query_parameters::LogsOptions {
             stdout: true,
             stderr: true,
@@ -143,6 +152,31 @@ impl EngineRuntime {
             }
         }
         Ok(crate::runtime::log_tail(out))
+    }
+
+    /// The tail, then what the container writes next, until it stops.
+    pub(super) async fn follow_logs_of(
+        &self,
+        workspace: &WorkspaceKey,
+        container: Option<&str>,
+        tail: u32,
+    ) -> Result<crate::runtime::LogStream, RuntimeError> {
+        let context = format!("following the output of workspace {workspace}");
+        let id = self.log_container(workspace, container).await?;
+        let options = bollard::query_parameters::LogsOptions {
+            follow: true,
+            stdout: true,
+            stderr: true,
+            tail: tail.to_string(),
+            ..Default::default()
+        };
+        let docker = self.inner.docker.clone();
+        let stream = docker.logs(&id, Some(options)).map(move |chunk| {
+            chunk
+                .map(LogOutput::into_bytes)
+                .map_err(|e| runtime_err(context.clone(), e))
+        });
+        Ok(Box::pin(stream))
     }
 
     /// Podman ignores `ConsoleSize` and refuses a resize before start, and a resize right

@@ -122,6 +122,54 @@ impl KubernetesRuntime {
         container: Option<&str>,
         tail: u32,
     ) -> Result<Vec<u8>, RuntimeError> {
+        let (pods, pod, params) = self.log_request(workspace, container, tail).await?;
+        let text = pods.logs(&pod, &params).await.map_err(|e| {
+            super::runtime_error(format!("reading the output of workspace {workspace}"), e)
+        })?;
+        Ok(crate::runtime::log_tail(text.into_bytes()))
+    }
+
+    /// The tail, then what the container writes next (`follow`), until it stops.
+    pub(super) async fn follow_logs_of(
+        &self,
+        workspace: &WorkspaceKey,
+        container: Option<&str>,
+        tail: u32,
+    ) -> Result<crate::runtime::LogStream, RuntimeError> {
+        let (pods, pod, mut params) = self.log_request(workspace, container, tail).await?;
+        params.follow = true;
+        params.limit_bytes = None;
+        let context = format!("following the output of workspace {workspace}");
+        let reader = pods
+            .log_stream(&pod, &params)
+            .await
+            .map_err(|e| super::runtime_error(context.clone(), e))?;
+        // Chunks as they arrive; the first read error ends the stream after being reported.
+        let stream = futures::stream::unfold(Some(Box::pin(reader)), move |reader| {
+            let context = context.clone();
+            async move {
+                let mut reader = reader?;
+                let mut buf = vec![0u8; 16 * 1024];
+                match futures::AsyncReadExt::read(&mut reader, &mut buf).await {
+                    Ok(0) => None,
+                    Ok(n) => {
+                        buf.truncate(n);
+                        Some((Ok(bytes::Bytes::from(buf)), Some(reader)))
+                    }
+                    Err(e) => Some((Err(failure(context, e.to_string())), None)),
+                }
+            }
+        });
+        Ok(Box::pin(stream))
+    }
+
+    /// Which pod and container to read, and how.
+    async fn log_request(
+        &self,
+        workspace: &WorkspaceKey,
+        container: Option<&str>,
+        tail: u32,
+    ) -> Result<(Api<Pod>, String, kube::api::LogParams), RuntimeError> {
         let deployment = self.deployment_of(workspace).await?;
         let pod = self
             .pods
@@ -143,13 +191,7 @@ impl KubernetesRuntime {
             ..Default::default()
         };
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &workspace.namespace);
-        let text = pods
-            .logs(&pod.metadata.name.clone().unwrap_or_default(), &params)
-            .await
-            .map_err(|e| {
-                super::runtime_error(format!("reading the output of workspace {workspace}"), e)
-            })?;
-        Ok(crate::runtime::log_tail(text.into_bytes()))
+        Ok((pods, pod.metadata.name.clone().unwrap_or_default(), params))
     }
 
     pub(super) async fn exec_in(

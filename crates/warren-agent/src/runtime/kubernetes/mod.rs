@@ -433,6 +433,15 @@ impl WorkspaceRuntime for KubernetesRuntime {
         self.logs_of(workspace, container, tail).await
     }
 
+    async fn follow_logs(
+        &self,
+        workspace: &WorkspaceKey,
+        container: Option<&str>,
+        tail: u32,
+    ) -> Result<super::LogStream, RuntimeError> {
+        self.follow_logs_of(workspace, container, tail).await
+    }
+
     async fn exec(
         &self,
         workspace: &WorkspaceKey,

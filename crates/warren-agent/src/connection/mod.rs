@@ -289,17 +289,7 @@ impl RelayConnection {
         let dialled = self.inner.runtime.dial(&key, target.port).await;
         let mut endpoint = match dialled {
             Ok(endpoint) => endpoint,
-            Err(e) => {
-                let code = match e {
-                    RuntimeError::NotFound(_) => DialErrorCode::WorkspaceNotFound,
-                    _ => DialErrorCode::Unreachable,
-                };
-                let message = error_chain(&e);
-                tracing::info!(workspace = %key, port = target.port, error = %message, "dial failed");
-                let _ = write_json(&mut stream, &DialReply::Failed { code, message }).await;
-                let _ = stream.shutdown().await;
-                return;
-            }
+            Err(e) => return refuse(stream, &key, "dial", e).await,
         };
         if let Err(e) = write_json(&mut stream, &DialReply::Connected).await {
             tracing::info!(error = %error_chain(&e), "relay went away before the stream started");
@@ -334,17 +324,7 @@ impl RelayConnection {
             .await
         {
             Ok(text) => text,
-            Err(e) => {
-                let code = match e {
-                    RuntimeError::NotFound(_) => DialErrorCode::WorkspaceNotFound,
-                    _ => DialErrorCode::Unreachable,
-                };
-                let message = error_chain(&e);
-                tracing::info!(workspace = %key, error = %message, "reading logs failed");
-                let _ = write_json(&mut stream, &DialReply::Failed { code, message }).await;
-                let _ = stream.shutdown().await;
-                return;
-            }
+            Err(e) => return refuse(stream, &key, "reading logs", e).await,
         };
         if let Err(e) = write_json(&mut stream, &DialReply::Connected).await {
             tracing::info!(workspace = %key, error = %error_chain(&e), "relay went away before the logs");
@@ -375,17 +355,7 @@ impl RelayConnection {
             .await;
         let mut chunks = match chunks {
             Ok(c) => c,
-            Err(e) => {
-                let code = match e {
-                    RuntimeError::NotFound(_) => DialErrorCode::WorkspaceNotFound,
-                    _ => DialErrorCode::Unreachable,
-                };
-                let message = error_chain(&e);
-                tracing::info!(workspace = %key, error = %message, "following logs failed");
-                let _ = write_json(&mut stream, &DialReply::Failed { code, message }).await;
-                let _ = stream.shutdown().await;
-                return;
-            }
+            Err(e) => return refuse(stream, &key, "following logs", e).await,
         };
         if write_json(&mut stream, &DialReply::Connected)
             .await
@@ -702,4 +672,17 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         cur = src.source();
     }
     s
+}
+
+/// Answers a stream the runtime could not serve: the failure (its code and the whole error
+/// chain), then the end.
+async fn refuse(mut stream: TunnelStream, key: &WorkspaceKey, what: &str, e: RuntimeError) {
+    let code = match e {
+        RuntimeError::NotFound(_) => DialErrorCode::WorkspaceNotFound,
+        _ => DialErrorCode::Unreachable,
+    };
+    let message = error_chain(&e);
+    tracing::info!(workspace = %key, error = %message, "{what} failed");
+    let _ = write_json(&mut stream, &DialReply::Failed { code, message }).await;
+    let _ = stream.shutdown().await;
 }

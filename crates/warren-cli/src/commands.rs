@@ -558,41 +558,27 @@ async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
             name,
             tail,
             container,
-            follow: true,
+            follow,
         } => {
-            let mut chunks = named(
-                "workspace",
-                &name,
-                c.follow_workspace_logs(&name, Some(tail), container.as_deref())
-                    .await,
-            )?;
             let mut stdout = std::io::stdout();
-            while let Some(chunk) = chunks.next().await? {
-                // Flushed per chunk: the point is to see it when it happens.
+            // Flushed per write: when following, the point is to see it when it happens.
+            let mut print = |bytes: &[u8]| {
                 stdout
-                    .write_all(&chunk)
+                    .write_all(bytes)
                     .and_then(|_| stdout.flush())
-                    .map_err(|e| CliError::Failed(format!("writing the output: {e}")))?;
+                    .map_err(|e| CliError::Failed(format!("writing the output: {e}")))
+            };
+            let container = container.as_deref();
+            if follow {
+                let following = c.follow_workspace_logs(&name, Some(tail), container).await;
+                let mut chunks = named("workspace", &name, following)?;
+                while let Some(chunk) = chunks.next().await? {
+                    print(&chunk)?;
+                }
+            } else {
+                let text = c.workspace_logs(&name, Some(tail), container).await;
+                print(&named("workspace", &name, text)?)?;
             }
-            Ok(())
-        }
-        WsCommand::Logs {
-            name,
-            tail,
-            container,
-            follow: false,
-        } => {
-            let text = named(
-                "workspace",
-                &name,
-                c.workspace_logs(&name, Some(tail), container.as_deref())
-                    .await,
-            )?;
-            let mut stdout = std::io::stdout().lock();
-            stdout
-                .write_all(&text)
-                .and_then(|_| stdout.flush())
-                .map_err(|e| CliError::Failed(format!("writing the output: {e}")))?;
             Ok(())
         }
         WsCommand::Open {

@@ -101,13 +101,7 @@ impl RelayClient {
                 .map_err(|source| RelayError::Unavailable { url, source });
         }
         let body = resp.bytes().await.unwrap_or_default();
-        let (code, message) = match serde_json::from_slice::<ApiError>(&body) {
-            Ok(e) => (e.error.code, e.error.message),
-            Err(_) => (
-                String::new(),
-                String::from_utf8_lossy(&body).chars().take(200).collect(),
-            ),
-        };
+        let (code, message) = ApiError::parts_of(&body);
         Err(RelayError::Refused {
             status: status.as_u16(),
             code,

@@ -20,7 +20,8 @@ pub struct ServerConfig {
     /// `home/keys/relay-secret.key`.
     #[serde(default)]
     pub relay_secret: Option<String>,
-    /// Relay internal URLs the server signals on desired-state changes (may be empty).
+    /// Relay internal URLs the server signals on desired-state changes and fetches workspace
+    /// logs through (may be empty: then no signals and no logs).
     #[serde(default)]
     pub relay_urls: Vec<String>,
     /// A devfile used when neither the request nor the project gives one.

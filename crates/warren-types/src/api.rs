@@ -17,6 +17,20 @@ pub struct ApiError {
     pub error: ApiErrorBody,
 }
 
+impl ApiError {
+    /// The code and message of an error answer's body; for a body that is not this JSON (a
+    /// load balancer's page, say), no code and the start of the text.
+    pub fn parts_of(body: &[u8]) -> (String, String) {
+        match serde_json::from_slice::<ApiError>(body) {
+            Ok(e) => (e.error.code, e.error.message),
+            Err(_) => (
+                String::new(),
+                String::from_utf8_lossy(body).chars().take(200).collect(),
+            ),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ApiErrorBody {
     /// Stable machine-readable code, e.g. `not_found`, `invalid_field`, `quota_exceeded`.

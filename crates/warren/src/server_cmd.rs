@@ -53,7 +53,8 @@ pub struct ServerOptions {
         hide_env_values = true
     )]
     relay_secret: Option<String>,
-    /// Internal URL of a relay to signal on desired-state changes (repeat, or comma-separate).
+    /// Internal URL of a relay: signalled on desired-state changes, and asked for workspace
+    /// logs (repeat, or comma-separate).
     #[arg(
         long = "relay-url",
         env = "WARREN_RELAY_URLS",

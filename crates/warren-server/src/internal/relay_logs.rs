@@ -22,7 +22,7 @@ pub enum RelayLogsError {
     Unavailable {
         url: String,
         #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
+        source: BoxError,
     },
     /// The relay answered with an error: its status, code and message.
     #[error("the relay refused: {message}")]
@@ -43,20 +43,22 @@ pub async fn fetch(
     let (io, url) = open(relay_urls, secret, agent, target).await?;
     // The agent sends at most MAX_LOG_BYTES; a little more is tolerated, never unbounded.
     let mut text = Vec::new();
-    let read = tokio::time::timeout(
-        TIMEOUT,
-        io.take(MAX_LOG_BYTES as u64 + 1024).read_to_end(&mut text),
-    )
-    .await;
-    let unavailable = |e: Box<dyn std::error::Error + Send + Sync>| RelayLogsError::Unavailable {
-        url: url.clone(),
-        source: e,
-    };
-    match read {
-        Ok(Ok(_)) => Ok(text),
-        Ok(Err(e)) => Err(unavailable(Box::new(e))),
-        Err(e) => Err(unavailable(Box::new(e))),
-    }
+    bounded(io.take(MAX_LOG_BYTES as u64 + 1024).read_to_end(&mut text))
+        .await
+        .map_err(|source| RelayLogsError::Unavailable { url, source })?;
+    Ok(text)
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// `fut` within [`TIMEOUT`]; its error and the timeout alike as the cause.
+async fn bounded<T, E: Into<BoxError>>(
+    fut: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, BoxError> {
+    tokio::time::timeout(TIMEOUT, fut)
+        .await
+        .map_err(BoxError::from)?
+        .map_err(Into::into)
 }
 
 /// The byte stream of `target`'s output (for following: it lasts as long as the container
@@ -100,28 +102,18 @@ pub async fn open(
             .header(reqwest::header::CONNECTION, "upgrade")
             .header(reqwest::header::UPGRADE, TUNNEL_PROTOCOL)
             .send();
-        let resp = match tokio::time::timeout(TIMEOUT, sent).await {
-            Ok(Ok(r)) => r,
+        let resp = match bounded(sent).await {
+            Ok(r) => r,
             // Try the next relay.
-            Ok(Err(e)) => {
-                last = unavailable(Box::new(e));
-                continue;
-            }
             Err(e) => {
-                last = unavailable(Box::new(e));
+                last = unavailable(e);
                 continue;
             }
         };
         if resp.status() != reqwest::StatusCode::SWITCHING_PROTOCOLS {
             let status = resp.status().as_u16();
             let body = resp.bytes().await.unwrap_or_default();
-            let (code, message) = match serde_json::from_slice::<ApiError>(&body) {
-                Ok(e) => (e.error.code, e.error.message),
-                Err(_) => (
-                    String::new(),
-                    String::from_utf8_lossy(&body).chars().take(200).collect(),
-                ),
-            };
+            let (code, message) = ApiError::parts_of(&body);
             return Err(RelayLogsError::Refused {
                 status,
                 code,

@@ -80,6 +80,19 @@ async fn hang_up(docker: &bollard::Docker, container: &str, exec_id: &str, marke
     }
 }
 
+/// The main app container (`None`) or the one the devfile names `container`.
+fn pick<'a>(
+    containers: &'a [ContainerSummary],
+    container: Option<&str>,
+) -> Option<&'a ContainerSummary> {
+    match container {
+        None => containers.iter().find(|c| summary_order(c) == 0),
+        Some(name) => containers
+            .iter()
+            .find(|c| label(c, CONTAINER_LABEL) == Some(name)),
+    }
+}
+
 impl EngineRuntime {
     /// The app containers of the workspace's current pod.
     async fn app_containers(
@@ -111,13 +124,7 @@ impl EngineRuntime {
         container: Option<&str>,
     ) -> Result<String, RuntimeError> {
         let containers = self.app_containers(workspace).await?;
-        let target = match container {
-            None => containers.iter().find(|c| summary_order(c) == 0),
-            Some(name) => containers
-                .iter()
-                .find(|c| label(c, CONTAINER_LABEL) == Some(name)),
-        };
-        let Some(target) = target else {
+        let Some(target) = pick(&containers, container) else {
             return Err(RuntimeError::NotFound(format!(
                 "container {} of workspace {workspace}",
                 container.unwrap_or("(main)")
@@ -133,19 +140,10 @@ impl EngineRuntime {
         container: Option<&str>,
         tail: u32,
     ) -> Result<Vec<u8>, RuntimeError> {
-        let context = format!("reading the output of workspace {workspace}");
-        let id = self.log_container(workspace, container).await?;
-        let options = bollard::query_parameters::LogsOptions {
-            stdout: true,
-            stderr: true,
-            tail: tail.to_string(),
-            ..Default::default()
-        };
-        let mut stream = self.inner.docker.logs(&id, Some(options));
+        let mut stream = self.log_stream(workspace, container, tail, false).await?;
         let mut out = Vec::new();
         while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| runtime_err(context.clone(), e))?;
-            out.extend_from_slice(&chunk.into_bytes());
+            out.extend_from_slice(&chunk?);
             // Bounded while reading too: a tail of long lines must not fill the memory.
             if out.len() > 2 * warren_types::relay::MAX_LOG_BYTES {
                 out = crate::runtime::log_tail(out);
@@ -154,17 +152,18 @@ impl EngineRuntime {
         Ok(crate::runtime::log_tail(out))
     }
 
-    /// The tail, then what the container writes next, until it stops.
-    pub(super) async fn follow_logs_of(
+    /// The tail, then (`follow`) what the container writes next, until it stops.
+    pub(super) async fn log_stream(
         &self,
         workspace: &WorkspaceKey,
         container: Option<&str>,
         tail: u32,
+        follow: bool,
     ) -> Result<crate::runtime::LogStream, RuntimeError> {
-        let context = format!("following the output of workspace {workspace}");
+        let context = format!("reading the output of workspace {workspace}");
         let id = self.log_container(workspace, container).await?;
         let options = bollard::query_parameters::LogsOptions {
-            follow: true,
+            follow,
             stdout: true,
             stderr: true,
             tail: tail.to_string(),
@@ -203,13 +202,7 @@ impl EngineRuntime {
             return Err(failure(context, "the command is empty"));
         }
         let containers = self.app_containers(workspace).await?;
-        let target = match &spec.container {
-            None => containers.iter().find(|c| summary_order(c) == 0),
-            Some(name) => containers
-                .iter()
-                .find(|c| label(c, CONTAINER_LABEL) == Some(name.as_str())),
-        };
-        let Some(target) = target else {
+        let Some(target) = pick(&containers, spec.container.as_deref()) else {
             return Err(failure(
                 context,
                 format!(

@@ -1095,7 +1095,7 @@ impl WorkspaceRuntime for EngineRuntime {
         container: Option<&str>,
         tail: u32,
     ) -> Result<super::LogStream, RuntimeError> {
-        self.follow_logs_of(workspace, container, tail).await
+        self.log_stream(workspace, container, tail, true).await
     }
 
     async fn exec(

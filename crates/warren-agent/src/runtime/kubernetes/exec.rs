@@ -144,22 +144,11 @@ impl KubernetesRuntime {
             .log_stream(&pod, &params)
             .await
             .map_err(|e| super::runtime_error(context.clone(), e))?;
-        // Chunks as they arrive; the first read error ends the stream after being reported.
-        let stream = futures::stream::unfold(Some(Box::pin(reader)), move |reader| {
-            let context = context.clone();
-            async move {
-                let mut reader = reader?;
-                let mut buf = vec![0u8; 16 * 1024];
-                match futures::AsyncReadExt::read(&mut reader, &mut buf).await {
-                    Ok(0) => None,
-                    Ok(n) => {
-                        buf.truncate(n);
-                        Some((Ok(bytes::Bytes::from(buf)), Some(reader)))
-                    }
-                    Err(e) => Some((Err(failure(context, e.to_string())), None)),
-                }
-            }
-        });
+        // Chunks as they arrive; a read error is reported and ends the stream.
+        use futures::StreamExt;
+        use tokio_util::compat::FuturesAsyncReadCompatExt;
+        let stream = tokio_util::io::ReaderStream::new(reader.compat())
+            .map(move |chunk| chunk.map_err(|e| failure(context.clone(), e.to_string())));
         Ok(Box::pin(stream))
     }
 

@@ -114,6 +114,11 @@ struct Tracked {
     error: Option<PendingError>,
     /// The pod failure last reported, so a new or cleared one is reported at once.
     reported_pod_failure: Option<PodFailure>,
+    /// An unfinished deletion's next attempt: when, and after how many unfinished ones.
+    delete_retry: Option<(Instant, u32)>,
+    /// Why the deletion last could not progress, once reported (said again only if it
+    /// changes).
+    delete_blocked: Option<String>,
 }
 
 impl Tracked {
@@ -226,6 +231,9 @@ impl Reconciler {
         let mut next_partial =
             Instant::now() + interval(self.settings.partial_reconciliation_interval_seconds);
         let mut retry_at: Option<Instant> = None;
+        // The runtime announced a change since the last cycle: unfinished deletions may be
+        // able to progress, whatever their retry timers say.
+        let mut runtime_changed = false;
 
         loop {
             let now = Instant::now();
@@ -234,7 +242,7 @@ impl Reconciler {
             if now >= next_full {
                 full_due = true;
             }
-            if now >= next_partial {
+            if now >= next_partial || self.next_delete_retry().is_some_and(|t| now >= t) {
                 partial_due = true;
             }
             let may_run = retry_at.is_none_or(|t| now >= t);
@@ -255,10 +263,12 @@ impl Reconciler {
                 } else {
                     UpdateType::Partial
                 };
+                let all_deletions =
+                    kind == UpdateType::Full || std::mem::take(&mut runtime_changed);
                 let result = tokio::select! {
                     // Cancel-safe: a cycle may stop at any await; every runtime call is
                     // idempotent and the next start rebuilds everything with a full reconcile.
-                    r = self.cycle(kind) => r,
+                    r = self.cycle(kind, all_deletions) => r,
                     // Cancel-safe: cancellation is level-triggered.
                     _ = shutdown.cancelled() => return,
                 };
@@ -295,7 +305,12 @@ impl Reconciler {
                 }
                 continue;
             }
-            let deadline = retry_at.unwrap_or_else(|| next_full.min(next_partial));
+            let mut deadline = retry_at.unwrap_or_else(|| next_full.min(next_partial));
+            if retry_at.is_none() {
+                if let Some(t) = self.next_delete_retry() {
+                    deadline = deadline.min(t);
+                }
+            }
             tokio::select! {
                 // Cancel-safe: cancellation is level-triggered.
                 _ = shutdown.cancelled() => return,
@@ -320,7 +335,10 @@ impl Reconciler {
                 },
                 // Cancel-safe: as above.
                 r = changes.changed(), if changes_open => match r {
-                    Ok(()) => partial_due = true,
+                    Ok(()) => {
+                        partial_due = true;
+                        runtime_changed = true;
+                    }
                     Err(_) => changes_open = false,
                 },
             }
@@ -328,8 +346,8 @@ impl Reconciler {
     }
 
     /// One reconcile; returns whether something was applied or deleted (report it at once).
-    async fn cycle(&mut self, kind: UpdateType) -> Result<bool, CycleError> {
-        self.advance_terminations().await;
+    async fn cycle(&mut self, kind: UpdateType, all_deletions: bool) -> Result<bool, CycleError> {
+        self.advance_terminations(all_deletions).await;
         let observed = self.runtime.list().await.map_err(CycleError::List)?;
         if kind == UpdateType::Full {
             // Rebuild the view: a workspace no longer in the runtime and with nothing to
@@ -379,14 +397,17 @@ impl Reconciler {
         Ok(follow_up)
     }
 
-    /// Moves deletions that are under way forward so their progress is current.
-    async fn advance_terminations(&mut self) {
+    /// Moves deletions that are under way forward so their progress is current: all of them
+    /// when `all` (the runtime changed, or a full cycle), else those whose retry is due.
+    async fn advance_terminations(&mut self, all: bool) {
+        let now = Instant::now();
         let deleting: Vec<WorkspaceKey> = self
             .tracked
             .iter()
             .filter(|(_, t)| {
                 t.desired == Some(DesiredState::Terminated)
                     && t.termination != Some(TerminationProgress::Terminated)
+                    && (all || t.delete_retry.is_none_or(|(at, _)| at <= now))
             })
             .map(|(k, _)| k.clone())
             .collect();
@@ -395,17 +416,48 @@ impl Reconciler {
         }
     }
 
+    /// When the earliest unfinished deletion is to be tried again.
+    fn next_delete_retry(&self) -> Option<Instant> {
+        self.tracked
+            .values()
+            .filter(|t| t.termination != Some(TerminationProgress::Terminated))
+            .filter_map(|t| t.delete_retry.map(|(at, _)| at))
+            .min()
+    }
+
     async fn delete(&mut self, key: &WorkspaceKey) {
-        match self.runtime.delete(key).await {
-            Ok(progress) => {
-                self.tracked.entry(key.clone()).or_default().termination = Some(progress);
+        let result = self.runtime.delete(key).await;
+        let (initial, max) = (self.config.initial_backoff, self.config.max_backoff);
+        let t = self.tracked.entry(key.clone()).or_default();
+        let blocked = match result {
+            Ok(TerminationProgress::Terminated) => {
+                t.termination = Some(TerminationProgress::Terminated);
+                t.delete_retry = None;
+                return;
+            }
+            Ok(TerminationProgress::Terminating) => {
+                t.termination = Some(TerminationProgress::Terminating);
+                None
             }
             Err(e) => {
-                // Still being deleted as far as anyone can tell; retried next cycle.
-                tracing::warn!(workspace = %key, error = %crate_error_chain(&e), "deleting a workspace failed");
-                let t = self.tracked.entry(key.clone()).or_default();
                 t.termination
                     .get_or_insert(TerminationProgress::Terminating);
+                let message = crate_error_chain(&e);
+                if t.delete_blocked.as_ref() != Some(&message) {
+                    tracing::warn!(workspace = %key, error = %message, "deleting a workspace cannot finish yet");
+                }
+                Some(message)
+            }
+        };
+        // Unfinished: try again later, sooner if the runtime changes meanwhile (the loop
+        // then runs every deletion), so a deletion that cannot progress costs nothing.
+        let failures = t.delete_retry.map_or(0, |(_, n)| n.saturating_add(1));
+        let delay = initial.saturating_mul(1u32 << failures.min(16)).min(max);
+        t.delete_retry = Some((Instant::now() + delay, failures));
+        if let Some(message) = blocked {
+            if t.delete_blocked.as_ref() != Some(&message) {
+                t.delete_blocked = Some(message.clone());
+                self.record_error(key, ErrorType::Runtime, message);
             }
         }
     }
@@ -500,9 +552,9 @@ impl Reconciler {
             }
             t.desired = Some(info.desired_state);
             if info.desired_state == DesiredState::Terminated {
-                // Start deleting once; `advance_terminations` drives it on every later cycle
-                // (woken by the runtime's change events), so an unfinished deletion cannot
-                // turn into a tight loop of follow-ups.
+                // Start deleting once; `advance_terminations` drives it later (on runtime
+                // changes and on its backoff timer), so an unfinished deletion cannot turn
+                // into a tight loop of follow-ups.
                 if t.termination.is_none() {
                     self.delete(&key).await;
                     follow_up = true;

@@ -795,3 +795,94 @@ async fn followed_logs_bring_new_lines_and_end_when_the_container_stops() -> Res
     .context("following did not end when the container stopped")??;
     Ok(())
 }
+
+/// Deletes `ws` until it is Terminated (60 s deadline); a blocked deletion fails the test
+/// with the engine's reason.
+async fn delete_until_terminated(h: &Harness, ws: &Workspace) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        match h.runtime.delete(&ws.key).await {
+            Ok(TerminationProgress::Terminated) => return Ok(()),
+            Ok(TerminationProgress::Terminating) => {}
+            Err(e) => anyhow::bail!("deleting {} did not progress: {e}", ws.name()),
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "{} never Terminated",
+            ws.name()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Podman 4.3 ORs several `label=` filters on volumes, so "the volumes of workspace w0"
+/// came back as every volume of the agent, and deleting w0 tried to remove them all: stuck
+/// on the running ones, and a stopped one's data gone. Five workspaces of one agent, one of
+/// them stopped; removing w0 leaves every other container, volume and file alone.
+#[tokio::test]
+async fn removing_one_workspace_leaves_every_other_untouched() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    let all: Vec<Workspace> = (0..5)
+        .map(|i| Workspace::new(&format!("many{i}"), h.agent_id))
+        .collect();
+    for ws in &all {
+        h.runtime.apply(&ws.key, &ws.objects()).await?;
+    }
+    for ws in &all {
+        wait_state(&h.runtime, ws, ActualState::Running).await?;
+        exec(
+            ws,
+            "dev",
+            &format!("echo {} > /projects/keep.txt", ws.name()),
+        )?;
+    }
+    let stopped = &all[4];
+    h.runtime
+        .apply(&stopped.key, &with_replicas(stopped.objects(), 0))
+        .await?;
+    wait_state(&h.runtime, stopped, ActualState::Stopped).await?;
+    let mut before = Vec::new();
+    for ws in &all[1..] {
+        before.push((container_ids(&h, ws).await?, ws.leftovers()));
+    }
+
+    let (gone, others) = all.split_first().expect("five");
+    delete_until_terminated(&h, gone).await?;
+    assert_eq!(gone.leftovers(), Vec::<String>::new());
+
+    for (ws, (ids, objects)) in others.iter().zip(&before) {
+        assert_eq!(
+            &container_ids(&h, ws).await?,
+            ids,
+            "{}: containers",
+            ws.name()
+        );
+        assert_eq!(&ws.leftovers(), objects, "{}: objects", ws.name());
+    }
+    for ws in &others[..3] {
+        assert_eq!(
+            derive(&observe(&h.runtime, ws).await?.context("listed")?),
+            ActualState::Running
+        );
+        assert_eq!(exec(ws, "dev", "cat /projects/keep.txt")?.trim(), ws.name());
+    }
+    h.runtime.apply(&stopped.key, &stopped.objects()).await?;
+    wait_state(&h.runtime, stopped, ActualState::Running).await?;
+    assert_eq!(
+        exec(stopped, "dev", "cat /projects/keep.txt")?.trim(),
+        stopped.name(),
+        "the stopped workspace's data survived"
+    );
+
+    // And the next removals each finish too, down to none.
+    for ws in others {
+        delete_until_terminated(&h, ws).await?;
+    }
+    for ws in &all {
+        assert_eq!(ws.leftovers(), Vec::<String>::new(), "{}", ws.name());
+    }
+    Ok(())
+}

@@ -440,3 +440,44 @@ async fn a_restarted_agent_rebuilds_from_the_runtime_without_duplicates() {
     }
     assert_eq!(h2.model(|m| m.actual("a")), Some(ActualState::Running));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_blocked_deletion_backs_off_says_why_once_and_finishes_when_unblocked() {
+    let runtime = Arc::new(SimulatedRuntime::new());
+    runtime.set_auto_settle(true);
+    let mut model = ServerModel::new(settings(3600, 10));
+    model.create("a");
+    let h = Harness::with(model, runtime);
+    h.until(1, "running", |h| {
+        h.model(|m| m.actual("a")) == Some(ActualState::Running)
+    })
+    .await;
+    h.runtime.block_deletion(
+        &key("a"),
+        Some("volume warren-a-data: volume is being used"),
+    );
+    h.model(|m| m.set_desired("a", DesiredState::Terminated));
+    h.signal();
+    h.until(1, "the reason to reach the server", |h| {
+        h.model(|m| m.workspaces["a"].errors_seen.len()) == 1
+    })
+    .await;
+    let seen = h.model(|m| m.workspaces["a"].errors_seen.clone());
+    assert!(seen[0].contains("volume warren-a-data"), "{seen:?}");
+    // Two virtual minutes of a deletion that cannot progress: a handful of attempts on a
+    // growing interval (not one per wake-up), and the same reason is not said again.
+    let before = h.runtime.delete_calls();
+    h.run_for(120.0).await;
+    let attempts = h.runtime.delete_calls() - before;
+    assert!((2..=8).contains(&attempts), "{attempts} attempts in 120 s");
+    assert_eq!(h.model(|m| m.workspaces["a"].errors_seen.len()), 1);
+    assert_eq!(h.model(|m| m.actual("a")), Some(ActualState::Terminating));
+    // The blocker goes away (a change event): the deletion goes on at once, not after the
+    // backoff.
+    h.runtime.set_auto_delete(true);
+    h.runtime.block_deletion(&key("a"), None);
+    h.until(1, "terminated", |h| {
+        h.model(|m| m.actual("a")) == Some(ActualState::Terminated)
+    })
+    .await;
+}

@@ -178,6 +178,10 @@ pub enum RuntimeError {
     /// The workspace or endpoint does not exist on this runtime.
     #[error("{0} not found")]
     NotFound(String),
+    /// Deleting the workspace cannot progress for now (an object of it is still in use);
+    /// retried later, and reported to the user meanwhile.
+    #[error("deleting {workspace} is blocked: {reason}")]
+    Blocked { workspace: String, reason: String },
 }
 
 #[async_trait]
@@ -192,7 +196,9 @@ pub trait WorkspaceRuntime: Send + Sync + 'static {
     ) -> Result<(), RuntimeError>;
 
     /// Starts or continues deleting everything of the workspace, volumes included.
-    /// Returns `Terminated` once nothing remains, `Terminating` while something does.
+    /// Returns `Terminated` once nothing remains, `Terminating` while something does, and
+    /// `RuntimeError::Blocked` when what remains cannot be removed yet. Touches nothing of
+    /// any other workspace.
     async fn delete(&self, workspace: &WorkspaceKey) -> Result<TerminationProgress, RuntimeError>;
 
     /// Every workspace of this agent the runtime holds, rebuilt from the runtime itself.

@@ -45,6 +45,8 @@ struct State {
     auto_delete: bool,
     fail_list: Option<String>,
     delete_calls: u64,
+    /// Deletions of these workspaces cannot progress, for this reason.
+    delete_blocked: HashMap<WorkspaceKey, String>,
     /// Working directory of exec'd processes (default: the temporary directory).
     exec_dir: Option<std::path::PathBuf>,
     exec_disabled: bool,
@@ -148,6 +150,20 @@ impl SimulatedRuntime {
     /// `list` fails until cleared (the runtime is unreachable).
     pub fn set_list_failure(&self, message: Option<&str>) {
         self.lock().fail_list = message.map(Into::into);
+    }
+
+    /// Deleting the workspace cannot progress (`Some(reason)`), or can again (`None`, which
+    /// is announced as a change, like the engine's event when the blocker goes away).
+    pub fn block_deletion(&self, key: &WorkspaceKey, reason: Option<&str>) {
+        match reason {
+            Some(r) => {
+                self.lock().delete_blocked.insert(key.clone(), r.into());
+            }
+            None => {
+                self.lock().delete_blocked.remove(key);
+                self.changes.send_modify(|c| *c += 1);
+            }
+        }
     }
 
     /// A deletion under way finishes: the workspace is gone.
@@ -553,6 +569,15 @@ impl WorkspaceRuntime for SimulatedRuntime {
         let progress = {
             let mut st = self.lock();
             st.delete_calls += 1;
+            if let Some(reason) = st.delete_blocked.get(key).cloned() {
+                if let Some(w) = st.workspaces.get_mut(key) {
+                    w.terminating = true;
+                }
+                return Err(RuntimeError::Blocked {
+                    workspace: key.name.clone(),
+                    reason,
+                });
+            }
             let auto_delete = st.auto_delete;
             match st.workspaces.get_mut(key) {
                 None => return Ok(TerminationProgress::Terminated),

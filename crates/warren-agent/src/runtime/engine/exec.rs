@@ -19,7 +19,7 @@
 //! children, and which a shell passes on to its jobs. Processes the user detached on purpose
 //! (`nohup`, daemons in a session of their own) keep running.
 
-use super::plan::{Role, CONTAINER_LABEL, POD_HASH_LABEL, WORKSPACE_NAME_LABEL};
+use super::plan::{Role, CONTAINER_LABEL, POD_HASH_LABEL};
 use super::{label, runtime_err, summary_order, summary_role, summary_running, EngineRuntime};
 use crate::runtime::{
     shell_wrapped, ByteStream, ExecOutput, ExecSession, ExecSpec, RuntimeError, WorkspaceKey,
@@ -102,7 +102,7 @@ impl EngineRuntime {
         let name = &workspace.name;
         let hash = self.read_record(name).map(|r| r.pod_hash);
         let containers = self
-            .containers(Some(format!("{WORKSPACE_NAME_LABEL}={name}")))
+            .workspace_containers(name)
             .await?
             .into_iter()
             .filter(|c| summary_role(c) == Role::App)

@@ -16,6 +16,7 @@
 mod connect;
 mod exec;
 pub mod plan;
+mod select;
 pub mod status;
 
 use async_trait::async_trait;
@@ -42,6 +43,7 @@ use plan::{
     ContainerPlan, DataSets, PodPlan, Role, CONTAINER_LABEL, ORDER_LABEL, POD_HASH_LABEL,
     PORTS_LABEL, ROLE_LABEL, WORKSPACE_NAMESPACE_LABEL, WORKSPACE_NAME_LABEL,
 };
+use select::Selector;
 use status::{ContainerObservation, PodObservation};
 
 use super::{
@@ -301,20 +303,13 @@ impl EngineRuntime {
         self.inner.changes.send_modify(|v| *v = v.wrapping_add(1));
     }
 
-    /// Whether an object carries this runtime's agent and owner labels. Engines filter by
-    /// label on the server side too, but Podman ORs several `label` filters on volumes where
-    /// Docker ANDs them, so every listing is checked here as well.
-    fn is_own<'a>(&self, mut get: impl FnMut(&str) -> Option<&'a str>) -> bool {
-        let agent = self.inner.config.agent_id.to_string();
-        get(AGENT_ID_LABEL) == Some(agent.as_str()) && get(OWNER_LABEL) == Some(&self.inner.owner)
-    }
-
-    /// Label filters selecting this runtime's objects: the agent's and this installation's.
-    fn own_labels(&self) -> Vec<String> {
-        vec![
-            format!("{AGENT_ID_LABEL}={}", self.inner.config.agent_id),
-            format!("{OWNER_LABEL}={}", self.inner.owner),
-        ]
+    /// Every object of this installation; `.workspace(name)` narrows it to one workspace.
+    /// All listings go through it (see `select`).
+    fn selector(&self) -> Selector {
+        Selector::installation(
+            self.inner.config.agent_id.to_string(),
+            self.inner.owner.clone(),
+        )
     }
 
     fn workspace_dir(&self, name: &str) -> PathBuf {
@@ -358,15 +353,11 @@ impl EngineRuntime {
         m.lock_owned().await
     }
 
-    async fn containers(
-        &self,
-        extra: Option<String>,
-    ) -> Result<Vec<ContainerSummary>, RuntimeError> {
-        let mut labels = self.own_labels();
-        labels.extend(extra);
+    /// The containers `selector` selects.
+    async fn containers(&self, selector: &Selector) -> Result<Vec<ContainerSummary>, RuntimeError> {
         let options = ListContainersOptions {
             all: true,
-            filters: Some(HashMap::from([("label".to_owned(), labels)])),
+            filters: Some(HashMap::from([("label".to_owned(), selector.filters())])),
             ..Default::default()
         };
         let docker = &self.inner.docker;
@@ -377,7 +368,7 @@ impl EngineRuntime {
             .into_iter()
             .filter(|c| {
                 let labels = c.labels.as_ref();
-                self.is_own(|k| labels.and_then(|l| l.get(k)).map(String::as_str))
+                selector.matches(|k| labels.and_then(|l| l.get(k)).map(String::as_str))
             })
             .collect())
     }
@@ -394,18 +385,16 @@ impl EngineRuntime {
         &self,
         name: &str,
     ) -> Result<Vec<ContainerSummary>, RuntimeError> {
-        self.containers(Some(format!("{WORKSPACE_NAME_LABEL}={name}")))
-            .await
+        self.containers(&self.selector().workspace(name)).await
     }
 
+    /// The volumes `selector` selects, with their labels.
     async fn labelled_volumes(
         &self,
-        name: Option<&str>,
+        selector: &Selector,
     ) -> Result<Vec<(String, BTreeMap<String, String>)>, RuntimeError> {
-        let mut labels = self.own_labels();
-        labels.extend(name.map(|n| format!("{WORKSPACE_NAME_LABEL}={n}")));
         let options = ListVolumesOptions {
-            filters: Some(HashMap::from([("label".to_owned(), labels)])),
+            filters: Some(HashMap::from([("label".to_owned(), selector.filters())])),
         };
         let docker = &self.inner.docker;
         let volumes = retry_transient(|| docker.list_volumes(Some(options.clone())))
@@ -416,18 +405,17 @@ impl EngineRuntime {
             .unwrap_or_default()
             .into_iter()
             .map(|v| (v.name, v.labels.into_iter().collect::<BTreeMap<_, _>>()))
-            .filter(|(_, labels)| self.is_own(|k| labels.get(k).map(String::as_str)))
+            .filter(|(_, labels)| selector.matches_btree(labels))
             .collect())
     }
 
+    /// The networks `selector` selects, with their labels.
     async fn labelled_networks(
         &self,
-        name: Option<&str>,
+        selector: &Selector,
     ) -> Result<Vec<(String, BTreeMap<String, String>)>, RuntimeError> {
-        let mut labels = self.own_labels();
-        labels.extend(name.map(|n| format!("{WORKSPACE_NAME_LABEL}={n}")));
         let options = ListNetworksOptions {
-            filters: Some(HashMap::from([("label".to_owned(), labels)])),
+            filters: Some(HashMap::from([("label".to_owned(), selector.filters())])),
         };
         // Podman lists a network's containers too, so this races with exits like the
         // container listing does.
@@ -442,7 +430,7 @@ impl EngineRuntime {
                     n.labels.unwrap_or_default().into_iter().collect();
                 Some((n.name?, labels))
             })
-            .filter(|(_, labels)| self.is_own(|k| labels.get(k).map(String::as_str)))
+            .filter(|(_, labels)| selector.matches_btree(labels))
             .collect())
     }
 
@@ -552,9 +540,30 @@ impl EngineRuntime {
     ) -> Result<Vec<String>, RuntimeError> {
         let docker = &self.inner.docker;
         let mut created = Vec::new();
+        let workspace = labels
+            .get(WORKSPACE_NAME_LABEL)
+            .cloned()
+            .unwrap_or_default();
+        let selector = self.selector().workspace(&workspace);
         for name in plan.volumes.keys() {
             match docker.inspect_volume(name).await {
-                Ok(_) => continue,
+                // Volume names are `warren-<workspace>-<volume>`, which two workspaces can
+                // share ("a" with "b-data", "a-b" with "data"): never use another's.
+                Ok(v) if selector.matches_map(&v.labels) => continue,
+                Ok(v) => {
+                    let holder = v
+                        .labels
+                        .get(WORKSPACE_NAME_LABEL)
+                        .map_or("something other than Warren".to_owned(), |w| {
+                            format!("workspace {w}")
+                        });
+                    return Err(RuntimeError::Apply {
+                        workspace,
+                        message: format!(
+                            "volume {name} already exists and belongs to {holder}; rename the devfile volume"
+                        ),
+                    });
+                }
                 Err(e) if status_of(&e) == Some(404) => {}
                 Err(e) => return Err(runtime_err(format!("inspecting volume {name}"), e)),
             }
@@ -870,6 +879,94 @@ impl EngineRuntime {
 
     /// Starts the pod: each init container to completion in order, then the app containers,
     /// the namespace owner first. Runs in the background, holding the workspace's lock.
+    /// Removes what is left of workspace `name`: containers, then networks and volumes.
+    ///
+    /// Invariant: only objects whose labels name this installation *and this workspace*
+    /// are removed, whatever the engine's filters returned ([`Selector::matches`] on every
+    /// candidate, the record's volume names included). An object still in use is left for
+    /// a later call and named in the `Blocked` error.
+    async fn delete_locked(&self, name: &str) -> Result<TerminationProgress, RuntimeError> {
+        let selector = self.selector().workspace(name);
+        let containers = self.containers(&selector).await?;
+        self.remove_all(containers).await?;
+        let mut blocked = Vec::new();
+        for (network, _) in self.labelled_networks(&selector).await? {
+            match self.inner.docker.remove_network(&network).await {
+                Ok(()) => {}
+                Err(e) if status_of(&e) == Some(404) => {}
+                Err(e) if status_of(&e).is_some() => {
+                    blocked.push(error_message(&e));
+                }
+                Err(e) => return Err(runtime_err(format!("removing network {network}"), e)),
+            }
+        }
+        let mut volumes: BTreeSet<String> = self
+            .labelled_volumes(&selector)
+            .await?
+            .into_iter()
+            .map(|(v, _)| v)
+            .collect();
+        for volume in self
+            .read_record(name)
+            .map(|r| r.volumes)
+            .unwrap_or_default()
+        {
+            if volumes.contains(&volume) {
+                continue;
+            }
+            // Recorded but not listed: remove it only if it is this workspace's after all.
+            match self.inner.docker.inspect_volume(&volume).await {
+                Ok(v) if selector.matches_map(&v.labels) => {
+                    volumes.insert(volume);
+                }
+                Ok(_) => {
+                    tracing::warn!(
+                        workspace = name,
+                        volume,
+                        "a recorded volume is not labelled as this workspace's; left alone"
+                    );
+                }
+                Err(e) if status_of(&e) == Some(404) => {}
+                Err(e) => return Err(runtime_err(format!("inspecting volume {volume}"), e)),
+            }
+        }
+        for volume in volumes {
+            let options = RemoveVolumeOptions { force: true };
+            match self
+                .inner
+                .docker
+                .remove_volume(&volume, Some(options))
+                .await
+            {
+                Ok(()) => {}
+                Err(e) if status_of(&e) == Some(404) => {}
+                Err(e) if status_of(&e).is_some() => {
+                    blocked.push(error_message(&e));
+                }
+                Err(e) => return Err(runtime_err(format!("removing volume {volume}"), e)),
+            }
+        }
+        if !blocked.is_empty() {
+            return Err(RuntimeError::Blocked {
+                workspace: name.to_owned(),
+                reason: blocked.join("; "),
+            });
+        }
+        match std::fs::remove_dir_all(self.workspace_dir(name)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(runtime_err(format!("removing the state of {name}"), e)),
+        }
+        let remaining = !self.containers(&selector).await?.is_empty()
+            || !self.labelled_networks(&selector).await?.is_empty()
+            || !self.labelled_volumes(&selector).await?.is_empty();
+        Ok(if remaining {
+            TerminationProgress::Terminating
+        } else {
+            TerminationProgress::Terminated
+        })
+    }
+
     async fn start_sequence(&self, name: String, plan: PodPlan, cancel: CancellationToken) {
         let outcome = tokio::select! {
             // Cancel-safe: dropping the sequence leaves containers in a state the next apply
@@ -1150,68 +1247,18 @@ impl WorkspaceRuntime for EngineRuntime {
                 self.write_record(&record)?;
             }
         }
-        self.bump();
-        let containers = self.workspace_containers(name).await?;
-        self.remove_all(containers).await?;
-        let mut blocked = false;
-        for (network, _) in self.labelled_networks(Some(name)).await? {
-            match self.inner.docker.remove_network(&network).await {
-                Ok(()) => {}
-                Err(e) if status_of(&e) == Some(404) => {}
-                Err(e) if status_of(&e).is_some() => {
-                    tracing::info!(network, error = %e, "network not removed yet");
-                    blocked = true;
-                }
-                Err(e) => return Err(runtime_err(format!("removing network {network}"), e)),
-            }
+        let progress = self.delete_locked(name).await;
+        if !matches!(progress, Err(RuntimeError::Blocked { .. })) {
+            // Only a deletion that moved tells the reconciler to look again; a blocked one
+            // waits for its retry timer instead of waking itself in a loop.
+            self.bump();
         }
-        let mut volumes: BTreeSet<String> = self
-            .labelled_volumes(Some(name))
-            .await?
-            .into_iter()
-            .map(|(v, _)| v)
-            .collect();
-        if let Some(record) = self.read_record(name) {
-            volumes.extend(record.volumes);
-        }
-        for volume in volumes {
-            let options = RemoveVolumeOptions { force: true };
-            match self
-                .inner
-                .docker
-                .remove_volume(&volume, Some(options))
-                .await
-            {
-                Ok(()) => {}
-                Err(e) if status_of(&e) == Some(404) => {}
-                Err(e) if status_of(&e).is_some() => {
-                    tracing::info!(volume, error = %e, "volume not removed yet");
-                    blocked = true;
-                }
-                Err(e) => return Err(runtime_err(format!("removing volume {volume}"), e)),
-            }
-        }
-        if blocked {
-            return Ok(TerminationProgress::Terminating);
-        }
-        match std::fs::remove_dir_all(self.workspace_dir(name)) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(runtime_err(format!("removing the state of {name}"), e)),
-        }
-        let remaining = !self.workspace_containers(name).await?.is_empty()
-            || !self.labelled_networks(Some(name)).await?.is_empty()
-            || !self.labelled_volumes(Some(name)).await?.is_empty();
-        self.bump();
-        Ok(if remaining {
-            TerminationProgress::Terminating
-        } else {
-            TerminationProgress::Terminated
-        })
+        progress
     }
 
     async fn list(&self) -> Result<Vec<ObservedWorkspace>, RuntimeError> {
-        let containers = self.containers(None).await?;
+        let all = self.selector();
+        let containers = self.containers(&all).await?;
         let mut by_workspace: BTreeMap<String, Vec<ContainerSummary>> = BTreeMap::new();
         let mut namespaces: BTreeMap<String, String> = BTreeMap::new();
         for c in containers {
@@ -1224,10 +1271,10 @@ impl WorkspaceRuntime for EngineRuntime {
             by_workspace.entry(name).or_default().push(c);
         }
         for (_, labels) in self
-            .labelled_volumes(None)
+            .labelled_volumes(&all)
             .await?
             .into_iter()
-            .chain(self.labelled_networks(None).await?)
+            .chain(self.labelled_networks(&all).await?)
         {
             if let Some(name) = labels.get(WORKSPACE_NAME_LABEL) {
                 by_workspace.entry(name.clone()).or_default();
@@ -1324,7 +1371,7 @@ impl WorkspaceRuntime for EngineRuntime {
         let name = &workspace.name;
         let hash = self.read_record(name).map(|r| r.pod_hash);
         let owner = self
-            .containers(Some(format!("{WORKSPACE_NAME_LABEL}={name}")))
+            .workspace_containers(name)
             .await?
             .into_iter()
             .filter(|c| summary_role(c) == Role::App && summary_order(c) == 0)

@@ -361,9 +361,14 @@ impl Reconciler {
             });
         }
         let (infos, sent_errors) = self.report(kind, observed);
+        let capacity = match kind {
+            UpdateType::Full => self.runtime.capacity().await,
+            UpdateType::Partial => None,
+        };
         let request = ReconcileRequest {
             update_type: kind,
             workspace_agent_infos: infos,
+            capacity,
         };
         let response = self.transport.reconcile(&request).await?;
         tracing::debug!(kind = ?kind, reported = request.workspace_agent_infos.len(), returned = response.workspace_rails_infos.len(), "reconciled");

@@ -447,7 +447,10 @@ async fn finish_action(
     wait_args: &WaitArgs,
 ) -> Result<(), CliError> {
     let w = if wait_args.wait {
-        match wait::wait(c, &w.name, goal, wait_args.timeout, POLL_INTERVAL).await? {
+        // The action's own write on the server's clock: failures reported before it are
+        // the previous attempt's.
+        let since = Some(w.updated_at);
+        match wait::wait(c, &w.name, goal, since, wait_args.timeout, POLL_INTERVAL).await? {
             Some(w) => w,
             None => {
                 eprintln!("Workspace {:?} is gone.", w.name);
@@ -506,7 +509,13 @@ async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
                 &a.name,
                 c.set_desired_state(&a.name, DesiredState::Running).await,
             )?;
-            finish_action(&c, out, w, Goal::Running, &a.wait).await
+            // Starting a failed workspace is a new attempt, which the server runs as a
+            // restart.
+            let goal = match w.desired_state {
+                DesiredState::RestartRequested => Goal::Restarted,
+                _ => Goal::Running,
+            };
+            finish_action(&c, out, w, goal, &a.wait).await
         }
         WsCommand::Stop(a) => {
             let w = named(

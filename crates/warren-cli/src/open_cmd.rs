@@ -122,6 +122,7 @@ mod tests {
             desired_state: DesiredState::Running,
             actual_state: ActualState::Running,
             desired_state_updated_at: t,
+            actual_state_updated_at: None,
             created_at: t,
             updated_at: t,
             last_activity_at: None,

@@ -337,6 +337,7 @@ mod tests {
             desired_state: DesiredState::Stopped,
             actual_state: ActualState::Stopping,
             desired_state_updated_at: t,
+            actual_state_updated_at: None,
             created_at: t,
             updated_at: t,
             last_activity_at: None,

@@ -64,6 +64,30 @@ pub enum Step {
 #[derive(Debug, Clone, Default)]
 pub struct Progress {
     saw_not_running: bool,
+    /// When the action was made (the server's clock): a failure reported before it is the
+    /// previous attempt's, not this one's outcome.
+    since: Option<DateTime<Utc>>,
+    /// A state other than `Failed`/`Error` was seen: the new attempt has begun.
+    saw_not_failed: bool,
+}
+
+impl Progress {
+    /// A wait for the outcome of an action the server recorded at `since`.
+    pub fn since(since: DateTime<Utc>) -> Self {
+        Progress {
+            since: Some(since),
+            ..Progress::default()
+        }
+    }
+
+    /// Whether a `Failed`/`Error` answer is an earlier attempt's, still showing.
+    fn is_stale_failure(&self, w: &Workspace) -> bool {
+        match (self.since, w.actual_state_updated_at) {
+            (Some(since), Some(reported)) => !self.saw_not_failed && reported < since,
+            // A server that does not say when the state changed: every failure counts.
+            _ => false,
+        }
+    }
 }
 
 /// Decides after one answer.
@@ -86,9 +110,14 @@ pub fn step(goal: Goal, progress: &mut Progress, w: &Workspace) -> Step {
     }
     // Failed/Error on the way to Stopped or Terminated are normal starting points
     // (`Failed → Stopped|Terminating`); only a run that cannot start is a failure.
-    if matches!(actual, ActualState::Failed | ActualState::Error)
-        && goal.target() == ActualState::Running
-    {
+    let failed = matches!(actual, ActualState::Failed | ActualState::Error);
+    if !failed {
+        progress.saw_not_failed = true;
+    }
+    if failed && goal.target() == ActualState::Running {
+        if progress.is_stale_failure(w) {
+            return Step::Continue;
+        }
         let reason = w
             .failure_reason
             .clone()
@@ -131,6 +160,7 @@ pub async fn wait(
     client: &Client,
     name: &str,
     goal: Goal,
+    since: Option<DateTime<Utc>>,
     timeout: Duration,
     interval: Duration,
 ) -> Result<Option<Workspace>, WaitError> {
@@ -141,7 +171,7 @@ pub async fn wait(
     } else {
         None
     };
-    let result = poll(client, name, goal, timeout, interval, |w| {
+    let result = poll(client, name, goal, since, timeout, interval, |w| {
         if let Some(pb) = &spinner {
             pb.set_message(format!(
                 "{}: {} (waiting for {})",
@@ -162,12 +192,13 @@ async fn poll(
     client: &Client,
     name: &str,
     goal: Goal,
+    since: Option<DateTime<Utc>>,
     timeout: Duration,
     interval: Duration,
     mut show: impl FnMut(&Workspace),
 ) -> Result<Option<Workspace>, WaitError> {
     let deadline = tokio::time::Instant::now() + timeout;
-    let mut progress = Progress::default();
+    let mut progress = since.map(Progress::since).unwrap_or_default();
     // When the goal `Running` was first reached and has held since.
     let mut running_since: Option<tokio::time::Instant> = None;
     loop {
@@ -227,6 +258,7 @@ mod tests {
             desired_state: desired,
             actual_state: actual,
             desired_state_updated_at: t,
+            actual_state_updated_at: None,
             created_at: t,
             updated_at: updated_at.parse().unwrap(),
             last_activity_at: None,
@@ -328,6 +360,53 @@ mod tests {
                 Step::Done
             ]
         );
+    }
+
+    /// `ws start|restart|resize --wait` on a `Failed` workspace: the failure still showing
+    /// was reported before the action and is not its outcome; the new attempt's is.
+    #[test]
+    fn an_earlier_failure_is_not_the_outcome_of_a_new_attempt() {
+        let at = |t: &str| -> DateTime<Utc> { t.parse().unwrap() };
+        let failed_as = |desired: DesiredState, reported: &str| {
+            let mut w = ws(desired, A::Failed, T1);
+            w.actual_state_updated_at = Some(at(reported));
+            w
+        };
+        let failed = |reported: &str| failed_as(D::RestartRequested, reported);
+        for (goal, desired) in [
+            (Goal::Restarted, D::RestartRequested),
+            (Goal::Running, D::Running),
+        ] {
+            let failed = |reported: &str| failed_as(desired, reported);
+            let mut p = Progress::since(at(T1));
+            assert_eq!(step(goal, &mut p, &failed(T0)), Step::Continue, "{goal:?}");
+            // The same failure again, reported after the action: this attempt's outcome.
+            let new = "2026-03-01T10:00:09Z";
+            assert!(
+                matches!(step(goal, &mut p, &failed(new)), Step::Fail(m) if m.contains("cannot be pulled")),
+                "{goal:?}"
+            );
+        }
+        // Once the new attempt has shown another state, a failure is its outcome even if the
+        // server did not move the timestamp.
+        let mut p = Progress::since(at(T1));
+        let mut stopped = ws(D::RestartRequested, A::Stopped, T1);
+        stopped.actual_state_updated_at = Some(at(T0));
+        assert_eq!(step(Goal::Restarted, &mut p, &stopped), Step::Continue);
+        assert!(matches!(
+            step(Goal::Restarted, &mut p, &failed(T0)),
+            Step::Fail(_)
+        ));
+        // A server that does not say when the state changed: every failure counts.
+        let mut p = Progress::since(at(T1));
+        assert!(matches!(
+            step(
+                Goal::Restarted,
+                &mut p,
+                &ws(D::RestartRequested, A::Failed, T0)
+            ),
+            Step::Fail(_)
+        ));
     }
 
     #[test]

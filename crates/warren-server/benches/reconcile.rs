@@ -126,6 +126,7 @@ async fn bench(label: &str, url: String, home: &std::path::Path) {
     let full = ReconcileRequest {
         update_type: UpdateType::Full,
         workspace_agent_infos: infos,
+        capacity: None,
     };
     let first = Instant::now();
     let resp =
@@ -152,6 +153,7 @@ async fn bench(label: &str, url: String, home: &std::path::Path) {
     let partial = ReconcileRequest {
         update_type: UpdateType::Partial,
         workspace_agent_infos: vec![],
+        capacity: None,
     };
     let resp = warren_server::internal::reconcile::reconcile(
         &state,

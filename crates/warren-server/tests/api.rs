@@ -836,6 +836,98 @@ async fn resize_rerenders_and_restarts() {
     }
 }
 
+/// A resize names what changes and keeps the rest; it stays within what the agent's host
+/// can give one workspace (as the agent reported it) and above the smallest useful size.
+#[tokio::test]
+async fn resize_keeps_what_it_does_not_name_and_stays_within_the_host() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let agent = s.agent("a1", json!({})).await;
+        s.workspace(
+            &s.admin_token,
+            json!({"name": "w1", "devfile": WEB_DEVFILE}),
+        )
+        .await;
+        // The agent's host: 2 CPUs, 4 GiB.
+        let (st, b) = s
+            .reconcile(
+                agent,
+                json!({"update_type": "full", "workspace_agent_infos": [running("w1", "1")],
+                       "capacity": {"cpu_millis": 2000, "memory_bytes": 4u64 << 30}}),
+            )
+            .await;
+        assert_eq!(st, 201, "[{}] {b}", s.label);
+        let resize = |body: Value| {
+            s.admin(
+                Method::PUT,
+                "/api/v1/workspaces/w1/resources",
+                Some(json!({ "resources": body })),
+            )
+        };
+        let (st, b) = resize(json!({"memory": "3Gi"})).await;
+        assert_eq!(st, 200, "[{}] {b}", s.label);
+        let (st, b) = resize(json!({"cpu": "1500m"})).await;
+        assert_eq!(st, 200, "[{}] {b}", s.label);
+        assert_eq!(
+            b["resources"],
+            json!({"cpu": "1500m", "memory": "3Gi"}),
+            "[{}]",
+            s.label
+        );
+        let infos = s.reconcile_ok(agent, "partial", json!([])).await;
+        let yaml = infos["w1"]["config_to_apply"].as_str().unwrap();
+        assert!(
+            yaml.contains("cpu: 1500m") && yaml.contains("memory: 3Gi"),
+            "{yaml}"
+        );
+
+        for (body, field, words) in [
+            (
+                json!({"cpu": "64"}),
+                "resources.cpu",
+                "more than agent a1 can give one workspace (2 CPUs)",
+            ),
+            (
+                json!({"memory": "64Gi"}),
+                "resources.memory",
+                "more than agent a1 can give one workspace (4096Mi)",
+            ),
+            (
+                json!({"memory": "1Mi"}),
+                "resources.memory",
+                "below the smallest workspace size, 64Mi",
+            ),
+            (
+                json!({"cpu": "1m"}),
+                "resources.cpu",
+                "below the smallest workspace size",
+            ),
+        ] {
+            let (st, b) = resize(body.clone()).await;
+            assert_eq!(st, 400, "[{}] {body}: {b}", s.label);
+            assert!(
+                msg(&b).starts_with(field) && msg(&b).contains(words),
+                "[{}] {b}",
+                s.label
+            );
+        }
+        // Creating is held to the same limits.
+        let (st, b) = s
+            .admin(
+                Method::POST,
+                "/api/v1/workspaces",
+                Some(json!({"name": "w2", "devfile": WEB_DEVFILE, "resources": {"cpu": "8"}})),
+            )
+            .await;
+        assert_eq!(st, 400, "[{}] {b}", s.label);
+        assert!(msg(&b).contains("more than agent a1 can give"), "{b}");
+        // Nothing of the refused requests stuck.
+        let (_, b) = s.admin(Method::GET, "/api/v1/workspaces/w1", None).await;
+        assert_eq!(b["resources"], json!({"cpu": "1500m", "memory": "3Gi"}));
+        s.stop().await;
+    }
+}
+
 #[tokio::test]
 async fn bootstrap_admin_happens_once() {
     for db in databases() {

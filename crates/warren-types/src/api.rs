@@ -275,6 +275,10 @@ pub struct Workspace {
     pub desired_state: DesiredState,
     pub actual_state: ActualState,
     pub desired_state_updated_at: DateTime<Utc>,
+    /// When the actual state last changed (a failure newer than a request is that
+    /// request's outcome; an older one is not).
+    #[serde(default)]
+    pub actual_state_updated_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     /// Last use through the proxy (HTTP, WebSocket, terminal, SSH), as the idle timeout

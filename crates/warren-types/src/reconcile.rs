@@ -29,6 +29,20 @@ pub enum UpdateType {
 pub struct ReconcileRequest {
     pub update_type: UpdateType,
     pub workspace_agent_infos: Vec<WorkspaceAgentInfo>,
+    /// What one workspace of this agent can get at most (a Warren extension: the host's
+    /// CPUs and memory on a container engine), so the server refuses a size the agent
+    /// cannot give. Sent with full reconciles when the runtime knows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<HostCapacity>,
+}
+
+/// The most one workspace can use on an agent's runtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostCapacity {
+    /// CPUs, in millicores.
+    pub cpu_millis: u64,
+    pub memory_bytes: u64,
 }
 
 /// What the agent saw of one workspace.

@@ -159,6 +159,7 @@ async fn agent_loop(endpoint: String, agent_id: i64, stop: Arc<AtomicBool>) {
         let req = ReconcileRequest {
             update_type: UpdateType::Full,
             workspace_agent_infos: infos,
+            capacity: None,
         };
         let resp = http
             .post(&endpoint)

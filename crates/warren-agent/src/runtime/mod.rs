@@ -201,6 +201,12 @@ pub trait WorkspaceRuntime: Send + Sync + 'static {
     /// any other workspace.
     async fn delete(&self, workspace: &WorkspaceKey) -> Result<TerminationProgress, RuntimeError>;
 
+    /// The most one workspace can use here (the host's CPUs and memory), when the runtime
+    /// knows it; reported so the server refuses sizes this agent cannot give.
+    async fn capacity(&self) -> Option<warren_types::reconcile::HostCapacity> {
+        None
+    }
+
     /// Every workspace of this agent the runtime holds, rebuilt from the runtime itself.
     async fn list(&self) -> Result<Vec<ObservedWorkspace>, RuntimeError>;
 

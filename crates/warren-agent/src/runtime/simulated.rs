@@ -45,6 +45,8 @@ struct State {
     auto_delete: bool,
     fail_list: Option<String>,
     delete_calls: u64,
+    /// What `capacity` answers.
+    capacity: Option<warren_types::reconcile::HostCapacity>,
     /// Deletions of these workspaces cannot progress, for this reason.
     delete_blocked: HashMap<WorkspaceKey, String>,
     /// Working directory of exec'd processes (default: the temporary directory).
@@ -150,6 +152,11 @@ impl SimulatedRuntime {
     /// `list` fails until cleared (the runtime is unreachable).
     pub fn set_list_failure(&self, message: Option<&str>) {
         self.lock().fail_list = message.map(Into::into);
+    }
+
+    /// What the runtime says one workspace can use at most (`None`: unknown).
+    pub fn set_capacity(&self, capacity: Option<warren_types::reconcile::HostCapacity>) {
+        self.lock().capacity = capacity;
     }
 
     /// Deleting the workspace cannot progress (`Some(reason)`), or can again (`None`, which
@@ -594,6 +601,10 @@ impl WorkspaceRuntime for SimulatedRuntime {
         };
         self.changes.send_modify(|c| *c += 1);
         Ok(progress)
+    }
+
+    async fn capacity(&self) -> Option<warren_types::reconcile::HostCapacity> {
+        self.lock().capacity
     }
 
     async fn list(&self) -> Result<Vec<ObservedWorkspace>, RuntimeError> {

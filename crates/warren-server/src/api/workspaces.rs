@@ -167,6 +167,16 @@ pub async fn change_desired_state(
             return w.to_api(&state.store);
         }
         check_desired_state_request(&w.name, w.desired_state, w.actual_state, requested)?;
+        // Starting a workspace that failed while meant to run is a new attempt: the agent
+        // stops what is left and starts it again (a restart), instead of a no-op.
+        let requested = match (requested, w.desired_state, w.actual_state) {
+            (
+                DesiredState::Running,
+                DesiredState::Running,
+                ActualState::Failed | ActualState::Error,
+            ) => DesiredState::RestartRequested,
+            _ => requested,
+        };
         if w.desired_state == requested {
             return w.to_api(&state.store);
         }
@@ -279,12 +289,55 @@ fn check_variables(vars: &[VariableInput]) -> Result<Vec<StoredVariable>, HttpEr
     Ok(out)
 }
 
-fn check_resources(r: &WorkspaceResources) -> Result<(), HttpError> {
+/// The smallest workspace size a user may ask for: below it no editor or shell starts, and
+/// the container runtime refuses memory limits under a few MiB with an opaque error.
+const MIN_WORKSPACE_CPU_MILLIS: u64 = 100;
+const MIN_WORKSPACE_MEMORY_BYTES: u64 = 64 << 20;
+
+/// Checks a requested workspace size: valid quantities, not below the floors, and within
+/// what `agent` reported it can give one workspace (its host's CPUs and memory). The agent's
+/// `max_resources_per_workspace` is checked by rendering.
+fn check_resources(r: &WorkspaceResources, agent: &AgentRow) -> Result<(), HttpError> {
+    let capacity = agent.capacity;
     if let Some(c) = &r.cpu {
-        parse_cpu_millis(c).map_err(|e| HttpError::invalid_field("resources.cpu", e))?;
+        let millis =
+            parse_cpu_millis(c).map_err(|e| HttpError::invalid_field("resources.cpu", e))?;
+        if millis < MIN_WORKSPACE_CPU_MILLIS {
+            return Err(HttpError::invalid_field(
+                "resources.cpu",
+                format!("{c} is below the smallest workspace size, 100m (0.1 CPU)"),
+            ));
+        }
+        if let Some(cap) = capacity.filter(|cap| millis > cap.cpu_millis) {
+            return Err(HttpError::invalid_field(
+                "resources.cpu",
+                format!(
+                    "{c} is more than agent {} can give one workspace ({} CPUs)",
+                    agent.name,
+                    cap.cpu_millis as f64 / 1000.0
+                ),
+            ));
+        }
     }
     if let Some(m) = &r.memory {
-        parse_memory_bytes(m).map_err(|e| HttpError::invalid_field("resources.memory", e))?;
+        let bytes =
+            parse_memory_bytes(m).map_err(|e| HttpError::invalid_field("resources.memory", e))?;
+        if bytes < MIN_WORKSPACE_MEMORY_BYTES {
+            return Err(HttpError::invalid_field(
+                "resources.memory",
+                format!("{m} is below the smallest workspace size, 64Mi"),
+            ));
+        }
+        if let Some(cap) = capacity.filter(|cap| bytes > cap.memory_bytes) {
+            return Err(HttpError::invalid_field(
+                "resources.memory",
+                format!(
+                    "{m} is more than agent {} can give one workspace ({}Mi)",
+                    agent.name,
+                    cap.memory_bytes >> 20
+                ),
+            ));
+        }
     }
     Ok(())
 }
@@ -334,9 +387,9 @@ pub async fn create(
         names::validate(n).map_err(|e| HttpError::invalid_field("name", e))?;
     }
     let resources = req.resources.clone().unwrap_or_default();
-    check_resources(&resources)?;
     let variables = check_variables(&req.variables)?;
     let agent = choose_agent(&state, req.agent.as_deref()).await?;
+    check_resources(&resources, &agent)?;
     let project = match &req.project {
         Some(p) => Some(state.store.project_by_key(p).await?.ok_or_else(|| {
             HttpError::invalid_field("project", format!("no project named {p:?}"))
@@ -410,7 +463,8 @@ pub async fn create(
 }
 
 /// Resizes a workspace: re-renders its objects with the new size and restarts it (desired
-/// `RestartRequested` when it was `Running`), keeping its volume. A stopped workspace keeps
+/// `RestartRequested` when it was `Running`), keeping its volume. A field left out keeps
+/// the size asked for earlier. A stopped workspace keeps
 /// `Stopped` and starts with the new size next time.
 #[utoipa::path(put, path = "/api/v1/workspaces/{workspace}/resources",
     params(("workspace" = String, Path, description = "workspace name or id")),
@@ -423,7 +477,6 @@ pub async fn resize(
     Path(key): Path<String>,
     Json(req): Json<ResizeWorkspaceRequest>,
 ) -> Result<Json<Workspace>, HttpError> {
-    check_resources(&req.resources)?;
     for _ in 0..WRITE_ATTEMPTS {
         let w = visible(&state, &auth, &key).await?;
         check_desired_state_request(
@@ -437,7 +490,22 @@ pub async fn resize(
             .agent_by_id(w.agent_id)
             .await?
             .ok_or_else(|| HttpError::not_found(format!("agent {}", w.agent_id)))?;
-        if rerender(&state, &w, &agent, &req.resources, true)
+        // A resize changes what it names and keeps the rest: `--cpu` after `--memory` keeps
+        // the memory asked for earlier.
+        let resources = WorkspaceResources {
+            cpu: req
+                .resources
+                .cpu
+                .clone()
+                .or_else(|| w.resources.cpu.clone()),
+            memory: req
+                .resources
+                .memory
+                .clone()
+                .or_else(|| w.resources.memory.clone()),
+        };
+        check_resources(&resources, &agent)?;
+        if rerender(&state, &w, &agent, &resources, true)
             .await?
             .is_some()
         {

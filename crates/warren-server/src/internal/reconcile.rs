@@ -311,6 +311,15 @@ async fn reconcile_once(
             .execute(&mut *tx)
             .await?;
     }
+    if req.capacity.is_some() && req.capacity != agent.capacity {
+        let json = serde_json::to_string(&req.capacity)
+            .map_err(|e| Failure::Http(HttpError::internal("encoding the agent capacity", &e)))?;
+        sqlx::query("UPDATE agents SET capacity = $1 WHERE id = $2")
+            .bind(json)
+            .bind(agent.id.get())
+            .execute(&mut *tx)
+            .await?;
+    }
     if seen_due {
         sqlx::query("UPDATE agents SET last_seen_at = $1 WHERE id = $2")
             .bind(now)

@@ -1,6 +1,6 @@
 //! Agents: created by an admin, authenticated by a hashed token, configured per agent.
 
-use super::{corrupt, get_i64, get_opt_i64, get_str, is_unique_violation, Store};
+use super::{corrupt, get_i64, get_opt_i64, get_opt_str, get_str, is_unique_violation, Store};
 use crate::crypto;
 use crate::db::from_millis;
 use crate::error::HttpError;
@@ -8,6 +8,7 @@ use sqlx::any::AnyRow;
 use warren_types::api::Agent;
 use warren_types::config::{AgentConfig, ResourceList};
 use warren_types::quantity::{parse_cpu_millis, parse_memory_bytes};
+use warren_types::reconcile::HostCapacity;
 use warren_types::AgentId;
 
 #[derive(Debug, Clone)]
@@ -17,6 +18,8 @@ pub struct AgentRow {
     pub config: AgentConfig,
     pub created_at: i64,
     pub last_seen_at: Option<i64>,
+    /// What one workspace can get at most, as the agent last reported it.
+    pub capacity: Option<HostCapacity>,
 }
 
 impl AgentRow {
@@ -31,7 +34,7 @@ impl AgentRow {
     }
 }
 
-const COLS: &str = "id, name, config, created_at, last_seen_at";
+const COLS: &str = "id, name, config, created_at, last_seen_at, capacity";
 
 fn row(r: &AnyRow) -> Result<AgentRow, sqlx::Error> {
     Ok(AgentRow {
@@ -41,6 +44,9 @@ fn row(r: &AnyRow) -> Result<AgentRow, sqlx::Error> {
             .map_err(|e| corrupt("agent config", e))?,
         created_at: get_i64(r, "created_at")?,
         last_seen_at: get_opt_i64(r, "last_seen_at")?,
+        capacity: get_opt_str(r, "capacity")?
+            .map(|c| serde_json::from_str(&c).map_err(|e| corrupt("agent capacity", e)))
+            .transpose()?,
     })
 }
 

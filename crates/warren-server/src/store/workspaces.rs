@@ -73,6 +73,7 @@ impl WorkspaceRow {
             desired_state: self.desired_state,
             actual_state: self.actual_state,
             desired_state_updated_at: from_millis(self.desired_state_updated_at),
+            actual_state_updated_at: Some(from_millis(self.actual_state_updated_at)),
             created_at: from_millis(self.created_at),
             updated_at: from_millis(self.updated_at),
             last_activity_at: self.last_activity_at.map(from_millis),

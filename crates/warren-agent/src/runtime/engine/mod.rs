@@ -1256,6 +1256,16 @@ impl WorkspaceRuntime for EngineRuntime {
         progress
     }
 
+    async fn capacity(&self) -> Option<warren_types::reconcile::HostCapacity> {
+        let info = self.inner.docker.info().await.ok()?;
+        let cpus = u64::try_from(info.ncpu?).ok().filter(|n| *n > 0)?;
+        let memory = u64::try_from(info.mem_total?).ok().filter(|n| *n > 0)?;
+        Some(warren_types::reconcile::HostCapacity {
+            cpu_millis: cpus * 1000,
+            memory_bytes: memory,
+        })
+    }
+
     async fn list(&self) -> Result<Vec<ObservedWorkspace>, RuntimeError> {
         let all = self.selector();
         let containers = self.containers(&all).await?;

@@ -34,8 +34,19 @@ pub use yaml::{is_static_object, objects_to_yaml, set_replicas};
 use serde::Serialize;
 use std::fmt;
 
-/// Devfiles larger than this are refused before any parsing.
-pub const MAX_DEVFILE_BYTES: usize = 3 * 1024 * 1024;
+/// Devfiles larger than this are refused before any parsing. Published devfiles are a few
+/// KiB; the cap bounds what one request can make the server parse and hold.
+pub const MAX_DEVFILE_BYTES: usize = 1024 * 1024;
+
+/// Most environment variables one container or command may set.
+pub const MAX_ENV_VARS: usize = 1000;
+/// Most bytes of one variable (`NAME=value`): Linux refuses a longer string in a new
+/// process's environment (`MAX_ARG_STRLEN`, 128 KiB).
+pub const MAX_ENV_VAR_BYTES: usize = 128 * 1024;
+/// Most bytes of one container's or command's variables together: the environment and the
+/// arguments of a new process share a budget (`ARG_MAX`), and Warren's start script needs
+/// its part.
+pub const MAX_ENV_BYTES: usize = 256 * 1024;
 
 /// One problem in a devfile, with the path of the offending value.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -8,7 +8,10 @@
 //! choice, since Warren refuses it whatever its content.
 
 use crate::model::*;
-use crate::{DevfileError, DevfileErrors, MAX_DEVFILE_BYTES, UNSUPPORTED_MARKER};
+use crate::{
+    DevfileError, DevfileErrors, MAX_DEVFILE_BYTES, MAX_ENV_BYTES, MAX_ENV_VARS, MAX_ENV_VAR_BYTES,
+    UNSUPPORTED_MARKER,
+};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -330,7 +333,7 @@ fn read_value(text: &str) -> Result<Value, Errors> {
         return Err(vec![DevfileError::new(
             "",
             format!(
-                "the devfile is {} bytes, more than the {} bytes (3 MiB) Warren accepts",
+                "the devfile is {} bytes, more than the {} bytes (1 MiB) Warren accepts",
                 text.len(),
                 MAX_DEVFILE_BYTES
             ),
@@ -989,6 +992,11 @@ fn is_main_attr(attrs: Option<&Map<String, Value>>) -> Option<Result<bool, ()>> 
         })
 }
 
+/// The least memory limit a container runtime accepts (runc's floor).
+const MIN_MEMORY_LIMIT_BYTES: u64 = 6 << 20;
+/// The least CPU limit Docker and Podman accept (`--cpus 0.01`).
+const MIN_CPU_LIMIT_MILLIS: u64 = 10;
+
 fn quantity(value: &Option<String>, path: String, cpu: bool, errors: &mut Errors) -> Option<u64> {
     let v = value.as_ref()?;
     let parsed = if cpu {
@@ -1009,8 +1017,40 @@ fn quantity(value: &Option<String>, path: String, cpu: bool, errors: &mut Errors
 fn env_list(raw: Option<Vec<RawEnv>>, path: &str, shell: bool, errors: &mut Errors) -> Vec<EnvVar> {
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
-    for (i, e) in raw.unwrap_or_default().into_iter().enumerate() {
+    let raw = raw.unwrap_or_default();
+    if raw.len() > MAX_ENV_VARS {
+        // One error, not one per variable: the list is the problem.
+        errors.push(DevfileError::new(
+            path,
+            format!(
+                "{} environment variables; at most {MAX_ENV_VARS} are allowed",
+                raw.len()
+            ),
+        ));
+        return out;
+    }
+    let total: usize = raw.iter().map(|e| e.name.len() + e.value.len() + 2).sum();
+    if total > MAX_ENV_BYTES {
+        errors.push(DevfileError::new(
+            path,
+            format!(
+                "the environment variables take {total} bytes together; at most {MAX_ENV_BYTES} are allowed (a new process cannot be given more)"
+            ),
+        ));
+        return out;
+    }
+    for (i, e) in raw.into_iter().enumerate() {
         let p = format!("{path}[{i}].name");
+        if e.name.len() + e.value.len() + 1 > MAX_ENV_VAR_BYTES {
+            errors.push(DevfileError::new(
+                format!("{path}[{i}].value"),
+                format!(
+                    "{}: longer than {MAX_ENV_VAR_BYTES} bytes with its name, which Linux refuses",
+                    e.name
+                ),
+            ));
+            continue;
+        }
         let shell_ok = e
             .name
             .bytes()
@@ -1331,6 +1371,26 @@ fn semantics(raw: RawDevfile, errors: &mut Errors) -> Option<Devfile> {
             errors,
         );
         let mem_lim = quantity(&ct.memory_limit, format!("{cp}.memoryLimit"), false, errors);
+        // Below these, container runtimes refuse to create the container (runc: memory under
+        // 6 MiB; Docker and Podman: under 0.01 CPU) with an error naming none of this.
+        if mem_lim.is_some_and(|m| m < MIN_MEMORY_LIMIT_BYTES) {
+            errors.push(DevfileError::new(
+                format!("{cp}.memoryLimit"),
+                format!(
+                    "{} is below 6Mi, the least memory a container can be given",
+                    ct.memory_limit.as_deref().unwrap_or_default()
+                ),
+            ));
+        }
+        if cpu_lim.is_some_and(|c| c < MIN_CPU_LIMIT_MILLIS) {
+            errors.push(DevfileError::new(
+                format!("{cp}.cpuLimit"),
+                format!(
+                    "{} is below 10m, the least CPU a container can be given",
+                    ct.cpu_limit.as_deref().unwrap_or_default()
+                ),
+            ));
+        }
         if matches!((cpu_req, cpu_lim), (Some(r), Some(l)) if r > l) {
             errors.push(DevfileError::new(
                 format!("{cp}.cpuRequest"),

@@ -69,7 +69,7 @@ fn type_errors_name_the_path() {
 fn size_cap_is_checked_before_parsing() {
     let big = format!("{BASE}#{}\n", "x".repeat(MAX_DEVFILE_BYTES));
     let e = errors(&big);
-    assert!(e.to_string().contains("3 MiB"), "{e}");
+    assert!(e.to_string().contains("1 MiB"), "{e}");
 }
 
 #[test]
@@ -594,4 +594,64 @@ fn security_options_from_config() {
     assert_eq!(pod["runtimeClassName"], "gvisor");
     assert_eq!(pod["containers"][0]["securityContext"]["runAsUser"], 7000);
     assert!(r.objects.iter().all(|o| o["kind"] != "NetworkPolicy"));
+}
+
+/// A devfile of 22,000 environment variables was accepted and ended in the runtime's
+/// "argument list too long"; now the list is refused up front, by count, by total size and
+/// per variable, naming where.
+#[test]
+fn environment_lists_are_bounded_by_what_a_process_can_be_given() {
+    use warren_devfile::{MAX_ENV_BYTES, MAX_ENV_VARS, MAX_ENV_VAR_BYTES};
+    let with_env = |vars: &[(String, String)]| {
+        let mut t = format!("{BASE}      env:\n");
+        for (n, v) in vars {
+            t.push_str(&format!("        - name: {n}\n          value: \"{v}\"\n"));
+        }
+        t
+    };
+    let many: Vec<_> = (0..22_000).map(|i| (format!("V{i}"), "x".into())).collect();
+    let text = with_env(&many);
+    assert!(text.len() < MAX_DEVFILE_BYTES, "fits the size cap");
+    assert_error(
+        &text,
+        "components[0].container.env",
+        &format!("22000 environment variables; at most {MAX_ENV_VARS}"),
+    );
+    let big: Vec<_> = (0..4)
+        .map(|i| (format!("B{i}"), "y".repeat(MAX_ENV_BYTES / 3)))
+        .collect();
+    assert_error(
+        &with_env(&big),
+        "components[0].container.env",
+        &format!("at most {MAX_ENV_BYTES} are allowed"),
+    );
+    let one = [("HUGE".to_owned(), "z".repeat(MAX_ENV_VAR_BYTES))];
+    assert_error(
+        &with_env(&one),
+        "components[0].container.env[0].value",
+        "HUGE: longer than",
+    );
+    // Just within every bound: accepted.
+    let fine: Vec<_> = (0..MAX_ENV_VARS)
+        .map(|i| (format!("F{i}"), "v".into()))
+        .collect();
+    assert!(parse_devfile(&with_env(&fine)).is_ok());
+}
+
+#[test]
+fn limits_below_what_a_runtime_accepts_are_refused() {
+    assert_error(
+        &format!("{BASE}      memoryLimit: 1Mi\n"),
+        "components[0].container.memoryLimit",
+        "1Mi is below 6Mi",
+    );
+    assert_error(
+        &format!("{BASE}      cpuLimit: 1m\n"),
+        "components[0].container.cpuLimit",
+        "1m is below 10m",
+    );
+    assert!(parse_devfile(&format!(
+        "{BASE}      memoryLimit: 6Mi\n      cpuLimit: 10m\n"
+    ))
+    .is_ok());
 }

@@ -515,6 +515,15 @@ async fn workspace_creation_rendering_quotas_and_visibility() {
             ),
             (json!({"project": "nope"}), "project"),
             (json!({"agent": "nope"}), "agent"),
+            // More environment than a process can be given: named before anything starts.
+            (
+                json!({"variables": [{"key": "BIG", "value": "x".repeat(130 * 1024)}]}),
+                "variables[0].value",
+            ),
+            (
+                json!({"variables": (0..3).map(|i| json!({"key": format!("V{i}"), "value": "x".repeat(100 * 1024)})).collect::<Vec<_>>()}),
+                "variables: the environment variables take",
+            ),
         ] {
             let (st, b) = s
                 .call(Method::POST, "/api/v1/workspaces", Some(&bob), Some(body))

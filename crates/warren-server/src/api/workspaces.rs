@@ -15,6 +15,7 @@ use crate::store::workspaces::{NewWorkspace, StoredVariable, WorkspaceFilter, Wo
 use axum::extract::State;
 use http::StatusCode;
 use serde::Deserialize;
+use warren_devfile::{MAX_ENV_BYTES, MAX_ENV_VAR_BYTES};
 use warren_types::api::{
     ApiError, CreateWorkspaceRequest, Page, ResizeWorkspaceRequest, UpdateDesiredStateRequest,
     VariableInput, VariableKind, Workspace, WorkspaceResources,
@@ -279,12 +280,34 @@ fn check_variables(vars: &[VariableInput]) -> Result<Vec<StoredVariable>, HttpEr
                 format!("longer than {MAX_VARIABLE_BYTES} bytes"),
             ));
         }
+        if v.kind == VariableKind::Env && v.key.len() + v.value.len() + 1 > MAX_ENV_VAR_BYTES {
+            return Err(HttpError::invalid_field(
+                &format!("variables[{i}].value"),
+                format!(
+                    "{}: longer than {MAX_ENV_VAR_BYTES} bytes with its name, which Linux refuses in an environment; use a file variable",
+                    v.key
+                ),
+            ));
+        }
         out.push(StoredVariable {
             key: v.key.clone(),
             kind: v.kind,
             secret: v.secret,
             value: v.value.clone(),
         });
+    }
+    let env_bytes: usize = out
+        .iter()
+        .filter(|v| v.kind == VariableKind::Env)
+        .map(|v| v.key.len() + v.value.len() + 2)
+        .sum();
+    if env_bytes > MAX_ENV_BYTES {
+        return Err(HttpError::invalid_field(
+            "variables",
+            format!(
+                "the environment variables take {env_bytes} bytes together; at most {MAX_ENV_BYTES} fit in a process's environment (use file variables for large values)"
+            ),
+        ));
     }
     Ok(out)
 }

@@ -886,3 +886,64 @@ async fn removing_one_workspace_leaves_every_other_untouched() -> Result<()> {
     }
     Ok(())
 }
+
+/// A `podman system service` an earlier run left on the runtime's socket (it was killed
+/// before it could stop its service, on a machine without `setpriv`) is stopped, not joined
+/// by a second one.
+#[tokio::test]
+async fn a_leftover_podman_service_is_stopped_before_starting_ours() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    if cli() != Some("podman") {
+        eprintln!("skipping: podman is not installed");
+        return Ok(());
+    }
+    use warren_agent::runtime::engine::services_on;
+    let state = tempfile::tempdir()?;
+    let socket = state.path().join("podman.sock");
+    let host = format!("unix://{}", socket.display());
+    let mut leftover = std::process::Command::new("podman")
+        .args(["system", "service", "--time=0", &host])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    struct Reap(std::process::Child);
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let leftover_pid = leftover.id();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while tokio::net::UnixStream::connect(&socket).await.is_err() {
+        if let Some(status) = leftover.try_wait()? {
+            anyhow::bail!("the leftover service exited: {status}");
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "leftover never listened"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut leftover = Reap(leftover);
+    assert_eq!(services_on(&host), vec![leftover_pid]);
+
+    let mut config = warren_agent::runtime::engine::EngineConfig::new(
+        warren_types::AgentId(rand::random::<u32>() as i64 + 1_000_000),
+        state.path(),
+    );
+    config.own_podman_service = true;
+    let rt = warren_agent::runtime::engine::EngineRuntime::connect(config).await?;
+    let exited = leftover.0.try_wait()?;
+    assert!(exited.is_some(), "the leftover was stopped");
+    let ours = services_on(&host);
+    assert_eq!(ours.len(), 1, "exactly one service: {ours:?}");
+    assert_ne!(ours, vec![leftover_pid]);
+    assert!(rt.list().await?.is_empty());
+    rt.shutdown().await;
+    assert!(services_on(&host).is_empty(), "ours is stopped on shutdown");
+    Ok(())
+}

@@ -172,6 +172,43 @@ impl Server {
             .ok_or_else(|| HttpError::not_found(format!("agent {agent}")))
     }
 
+    /// The CLI token `warren up` keeps for `username`: `previous` (a secret saved earlier)
+    /// while it is still valid for that user and has more than a month left; otherwise a
+    /// new one (as [`Server::issue_token`]), and `previous`, if it was a token of that user,
+    /// revoked. So restarts never pile up live admin tokens. `None`: `previous` is kept.
+    pub async fn renew_cli_token(
+        &self,
+        username: &str,
+        name: &str,
+        previous: Option<&str>,
+    ) -> Result<Option<CreatedToken>, HttpError> {
+        const RENEW_BEFORE_MS: i64 = 30 * 86_400_000;
+        let store = &self.state.store;
+        let user = store
+            .user_by_name(username)
+            .await?
+            .ok_or_else(|| HttpError::not_found(format!("user {username:?}")))?;
+        let now = self.state.clock.now_ms();
+        let old = match previous {
+            Some(secret) => store
+                .authenticate_token(secret, now)
+                .await?
+                .filter(|t| t.user_id == user.id),
+            None => None,
+        };
+        if old
+            .as_ref()
+            .is_some_and(|t| t.expires_at - now > RENEW_BEFORE_MS)
+        {
+            return Ok(None);
+        }
+        let created = self.issue_token(username, name, 365).await?;
+        if let Some(old) = old {
+            store.revoke_token(user.id, old.id, now).await?;
+        }
+        Ok(Some(created))
+    }
+
     /// Issues a personal access token (scopes `api` and `workspace`, valid `days`) for an
     /// existing user, e.g. so `warren up` can log its CLI in as the bootstrap admin.
     pub async fn issue_token(

@@ -337,26 +337,34 @@ async fn ensure_cli_credentials(
     api_url: &str,
 ) -> anyhow::Result<PathBuf> {
     let path = home.join(credentials::FILE_NAME);
-    if let Ok(Some(existing)) = credentials::load(&path) {
-        if existing.url == api_url {
-            return Ok(path);
-        }
-    }
+    let existing = credentials::load(&path).ok().flatten();
     let username = "admin";
-    let created = server
-        .issue_token(username, "warren up", 365)
+    // The saved token stays while it is valid (the URL may change between runs: a new
+    // port); a new one replaces and revokes it otherwise.
+    let renewed = server
+        .renew_cli_token(
+            username,
+            "warren up",
+            existing.as_ref().map(|c| c.token.as_str()),
+        )
         .await
         .map_err(|e| anyhow::anyhow!("issuing a token for the CLI: {e}"))?;
-    credentials::save(
-        &path,
-        &Credentials {
+    let credentials = match (renewed, existing) {
+        (Some(created), _) => Credentials {
             url: api_url.to_owned(),
             token: created.secret,
             username: Some(username.to_owned()),
             token_id: Some(created.token.id),
         },
-    )
-    .with_context(|| format!("writing the CLI credentials {}", path.display()))?;
+        (None, Some(kept)) if kept.url == api_url => return Ok(path),
+        (None, Some(kept)) => Credentials {
+            url: api_url.to_owned(),
+            ..kept
+        },
+        (None, None) => anyhow::bail!("the server kept a CLI token that was never given"),
+    };
+    credentials::save(&path, &credentials)
+        .with_context(|| format!("writing the CLI credentials {}", path.display()))?;
     Ok(path)
 }
 

@@ -178,3 +178,85 @@ fn warren_up_serves_a_workspace_endpoint_through_its_proxy() {
     let status = up.stop();
     assert!(status.success(), "warren up exit: {status}\n{}", up.log());
 }
+
+/// Stops, when dropped, every `podman system service` serving `host`: a test that fails
+/// half-way leaves none behind.
+struct ServiceGuard(String);
+
+impl Drop for ServiceGuard {
+    fn drop(&mut self) {
+        for pid in warren_agent::runtime::engine::services_on(&self.0) {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+    }
+}
+
+/// The live (not revoked) tokens named "warren up" of the signed-in admin.
+fn live_up_tokens(up: &Up) -> Vec<Value> {
+    let list: Vec<Value> =
+        serde_json::from_str(&up.cli_ok(&["token", "list", "-o", "json"])).expect("tokens JSON");
+    list.into_iter()
+        .filter(|t| t["name"] == "warren up" && t["revoked"] == false)
+        .collect()
+}
+
+/// `kill -9` of `warren up` used to leave its `podman system service` running, and the next
+/// start ran a second one on the same socket; every start also minted another year-long admin
+/// token. Now the service dies with its parent, a leftover is stopped at the next start, and
+/// the CLI keeps one token across restarts.
+#[test]
+fn a_killed_warren_up_leaves_no_podman_service_and_restarts_mint_no_tokens() {
+    if !podman_available() {
+        return;
+    }
+    ensure_image();
+    let up = Up::start();
+    let host = format!(
+        "unix://{}",
+        up.home.path().join("agent").join("podman.sock").display()
+    );
+    let _guard = ServiceGuard(host.clone());
+    let services = warren_agent::runtime::engine::services_on(&host);
+    if services.is_empty() {
+        eprintln!("skipping: warren up uses an engine socket it did not start ({host})");
+        return;
+    }
+    assert_eq!(services.len(), 1, "one service: {services:?}");
+    let tokens = live_up_tokens(&up);
+    assert_eq!(tokens.len(), 1, "{tokens:?}");
+
+    let home = up.crash();
+    support::wait_for(
+        "the podman service to die with warren up",
+        Duration::from_secs(30),
+        || {
+            warren_agent::runtime::engine::services_on(&host)
+                .is_empty()
+                .then_some(())
+        },
+        || format!("still serving {host}"),
+    );
+
+    let mut up = Up::start_in(home);
+    let again = warren_agent::runtime::engine::services_on(&host);
+    assert_eq!(
+        again.len(),
+        1,
+        "exactly one service after the restart: {again:?}"
+    );
+    assert_ne!(again, services, "a new one");
+    let after = live_up_tokens(&up);
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_eq!(after[0]["id"], tokens[0]["id"], "the CLI kept its token");
+    // And a clean stop then start: still one service, still one token.
+    let status = up.stop();
+    assert!(status.success(), "{}", up.log());
+    assert!(warren_agent::runtime::engine::services_on(&host).is_empty());
+    let home = up.crash();
+    let up = Up::start_in(home);
+    // (`crash` on a stopped `warren up` only hands the home back.)
+    assert_eq!(warren_agent::runtime::engine::services_on(&host).len(), 1);
+    assert_eq!(live_up_tokens(&up).len(), 1);
+}

@@ -563,9 +563,18 @@ pub struct Up {
 
 impl Up {
     pub fn start() -> Up {
-        let home = tempfile::tempdir().expect("temp home");
+        Up::start_in(tempfile::tempdir().expect("temp home"))
+    }
+
+    /// `warren up` on an existing home (a restart after `crash` or `stop`).
+    pub fn start_in(home: tempfile::TempDir) -> Up {
         let ready = home.path().join("ready");
-        let log = std::fs::File::create(home.path().join("up.log")).expect("log file");
+        let _ = std::fs::remove_file(&ready);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(home.path().join("up.log"))
+            .expect("log file");
         let child = Command::new(env!("CARGO_BIN_EXE_warren"))
             .arg("up")
             .arg("--home")
@@ -654,6 +663,17 @@ impl Up {
         ]))
         .expect("ws create JSON");
         (name, created)
+    }
+
+    /// SIGKILL, as a crash or the OOM killer would, and nothing else: whatever `warren up`
+    /// started is left to fend for itself. Returns the home for a restart.
+    pub fn crash(mut self) -> tempfile::TempDir {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let home = tempfile::tempdir().expect("temp dir");
+        std::mem::replace(&mut self.home, home)
     }
 
     /// Stops `warren up` with SIGTERM and returns its exit status.

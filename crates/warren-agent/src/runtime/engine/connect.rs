@@ -176,16 +176,30 @@ pub async fn spawn_podman(podman: &Path, state_dir: &Path) -> Result<Connection,
         ))));
     }
     std::fs::create_dir_all(state_dir).map_err(spawn_err)?;
+    let host = format!("unix://{}", socket.display());
+    // A service an earlier run started and could not stop (it was killed with SIGKILL)
+    // still serves on a socket nobody can reach any more: stop it rather than run two.
+    stop_leftover_services(&host).await;
     // A socket left by an earlier run would accept nothing; podman refuses to bind over it.
     match std::fs::remove_file(&socket) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(spawn_err(e)),
     }
-    let host = format!("unix://{}", socket.display());
     // Its own log, next to the socket: Podman is chatty (pull retries, syslog warnings).
     let log = std::fs::File::create(state_dir.join("podman-service.log")).map_err(spawn_err)?;
-    let mut child = Command::new(podman)
+    // The service must not outlive us even when we cannot stop it (SIGKILL, a crash):
+    // `setpriv --pdeathsig` has the kernel kill it when we die. Without setpriv, the
+    // next start stops the leftover instead.
+    let mut command = match setpriv_with_pdeathsig().await {
+        Some(setpriv) => {
+            let mut c = Command::new(setpriv);
+            c.args(["--pdeathsig", "KILL", "--"]).arg(podman);
+            c
+        }
+        None => Command::new(podman),
+    };
+    let mut child = command
         .args(["system", "service", "--time=0", &host])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
@@ -218,6 +232,93 @@ pub async fn spawn_podman(podman: &Path, state_dir: &Path) -> Result<Connection,
             });
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `setpriv` when it can set a parent-death signal (util-linux 2.33 and later).
+async fn setpriv_with_pdeathsig() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    let setpriv = std::env::split_paths(&path)
+        .map(|dir| dir.join("setpriv"))
+        .find(|candidate| candidate.is_file())?;
+    let works = Command::new(&setpriv)
+        .args(["--pdeathsig", "KILL", "--", "true"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .await
+        .is_ok_and(|s| s.success());
+    works.then_some(setpriv)
+}
+
+/// Process ids of `podman system service` processes serving `host` (from `/proc`; none
+/// where there is no `/proc`).
+pub fn services_on(host: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return vec![];
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| is_alive(*pid))
+        .filter(|pid| {
+            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+                return false;
+            };
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            let has = |word: &str| args.iter().any(|a| *a == word.as_bytes());
+            // Not the `setpriv` wrapper (it has exec'd into podman by the time it serves).
+            args.first().is_some_and(|a| a.ends_with(b"podman"))
+                && has("system")
+                && has("service")
+                && has(host)
+        })
+        .collect()
+}
+
+/// Whether process `pid` exists and has not exited (a zombie waiting for its parent has).
+fn is_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // `pid (comm) S …`: the state follows the last `)`.
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X']))
+    })
+}
+
+/// Stops every `podman system service` serving `host` (SIGTERM, then SIGKILL after 10 s).
+/// Containers are not theirs to stop: conmon keeps them running.
+async fn stop_leftover_services(host: &str) {
+    let pids = services_on(host);
+    if pids.is_empty() {
+        return;
+    }
+    let signal = |sig: &'static str, pids: Vec<u32>| async move {
+        let mut cmd = Command::new("kill");
+        cmd.arg(sig).args(pids.iter().map(u32::to_string));
+        let _ = cmd
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .await;
+    };
+    tracing::warn!(
+        ?pids,
+        host,
+        "stopping a podman system service an earlier run left behind"
+    );
+    signal("-TERM", pids.clone()).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let left: Vec<u32> = pids.iter().copied().filter(|p| is_alive(*p)).collect();
+        if left.is_empty() {
+            return;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            signal("-KILL", left).await;
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

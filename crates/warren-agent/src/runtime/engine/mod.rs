@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 use warren_types::reconcile::{PodFailure, TerminationProgress};
 use warren_types::AgentId;
 
-pub use connect::{ConnectError, PodmanService};
+pub use connect::{services_on, ConnectError, PodmanService};
 use plan::{
     ContainerPlan, DataSets, PodPlan, Role, CONTAINER_LABEL, ORDER_LABEL, POD_HASH_LABEL,
     PORTS_LABEL, ROLE_LABEL, WORKSPACE_NAMESPACE_LABEL, WORKSPACE_NAME_LABEL,

@@ -267,7 +267,7 @@ pub fn services_on(host: &str) -> Vec<u32> {
                 return false;
             };
             let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-            let has = |word: &str| args.iter().any(|a| *a == word.as_bytes());
+            let has = |word: &str| args.contains(&word.as_bytes());
             // Not the `setpriv` wrapper (it has exec'd into podman by the time it serves).
             args.first().is_some_and(|a| a.ends_with(b"podman"))
                 && has("system")

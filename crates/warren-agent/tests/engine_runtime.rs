@@ -947,3 +947,89 @@ async fn a_leftover_podman_service_is_stopped_before_starting_ours() -> Result<(
     assert!(services_on(&host).is_empty(), "ours is stopped on shutdown");
     Ok(())
 }
+
+/// An image rebuilt under the same tag is what a restart runs: the stopped containers made
+/// from the old image are recreated (the volume and its files stay); a restart with the
+/// image unchanged keeps the same containers.
+#[tokio::test]
+async fn a_restart_runs_the_image_its_tag_names_now() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    if cli() != Some("podman") {
+        eprintln!("skipping: podman is not installed");
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    let ws = Workspace::new("reimage", h.agent_id);
+    // A tag of this test's own, so other tests' image stays as it is.
+    let tag = format!("localhost/warren-reimage-{}:latest", ws.name());
+    struct Untag(String);
+    impl Drop for Untag {
+        fn drop(&mut self) {
+            let _ = cli_run(&["rmi", "-f", &self.0]);
+        }
+    }
+    cli_run(&["tag", IMAGE, &tag])?;
+    let _untag = Untag(tag.clone());
+    let objects = || -> Vec<serde_json::Value> {
+        let mut o = ws.objects();
+        for c in pod_spec(&mut o)["containers"]
+            .as_array_mut()
+            .expect("containers")
+        {
+            c["image"] = tag.clone().into();
+        }
+        o
+    };
+    let image_id = |engine_name: &str| -> Result<String> {
+        Ok(
+            cli_run(&["inspect", "--format", "{{.Image}}", engine_name])?
+                .trim()
+                .to_owned(),
+        )
+    };
+    let dev = format!("warren-{}.c.dev", ws.name());
+    h.runtime.apply(&ws.key, &objects()).await?;
+    wait_state(&h.runtime, &ws, ActualState::Running).await?;
+    exec(&ws, "dev", "echo kept > /projects/keep.txt")?;
+    let first = image_id(&dev)?;
+
+    // Unchanged image: stop and start keep the containers.
+    let ids = container_ids(&h, &ws).await?;
+    h.runtime
+        .apply(&ws.key, &with_replicas(objects(), 0))
+        .await?;
+    wait_state(&h.runtime, &ws, ActualState::Stopped).await?;
+    h.runtime.apply(&ws.key, &objects()).await?;
+    wait_state(&h.runtime, &ws, ActualState::Running).await?;
+    assert_eq!(container_ids(&h, &ws).await?, ids, "same containers");
+
+    // "Fix" the image under the same tag (a new image id), then restart.
+    h.runtime
+        .apply(&ws.key, &with_replicas(objects(), 0))
+        .await?;
+    wait_state(&h.runtime, &ws, ActualState::Stopped).await?;
+    let scratch = format!("warren-reimage-src-{}", ws.name());
+    cli_run(&["create", "--name", &scratch, IMAGE, "true"])?;
+    let committed = cli_run(&[
+        "commit",
+        "-q",
+        "--change",
+        "LABEL fixed=yes",
+        &scratch,
+        &tag,
+    ]);
+    let _ = cli_run(&["rm", "-f", &scratch]);
+    let second = committed?.trim().to_owned();
+    assert!(!second.is_empty() && !first.contains(&second) && !second.contains(&first));
+    h.runtime.apply(&ws.key, &objects()).await?;
+    wait_state(&h.runtime, &ws, ActualState::Running).await?;
+    let now = image_id(&dev)?;
+    assert!(
+        now.contains(&second) || second.contains(&now),
+        "runs the rebuilt image {second}, not {now}"
+    );
+    assert_eq!(exec(&ws, "dev", "cat /projects/keep.txt")?.trim(), "kept");
+    Ok(())
+}

@@ -121,9 +121,31 @@ async fn login(args: LoginArgs) -> Result<(), CliError> {
     let path = credentials::default_path()?;
     let anonymous = Client::anonymous(&args.url)?;
     let url = anonymous.base_url().to_owned();
+    // A Warren server always has these routes: a 404 means something else answered (the
+    // proxy, a workspace, another web server), which is exit code 3, not a refusal.
+    let not_warren = |e: warren_client::Error| match e {
+        warren_client::Error::Api {
+            status: 404 | 405,
+            message,
+            ..
+        } => CliError::NotWarren {
+            url: url.clone(),
+            detail: format!("the sign-in route answers: {message}"),
+        },
+        warren_client::Error::Decode { status, .. } => CliError::NotWarren {
+            url: url.clone(),
+            detail: format!(
+                "the sign-in route answers HTTP {status} with something else than Warren's JSON"
+            ),
+        },
+        other => CliError::Client(other),
+    };
     let creds = if args.token_stdin {
         let token = read_stdin_line("token")?;
-        let me = Client::new(&url, token.clone())?.me().await?;
+        let me = Client::new(&url, token.clone())?
+            .me()
+            .await
+            .map_err(not_warren)?;
         Credentials {
             url,
             token,
@@ -156,7 +178,8 @@ async fn login(args: LoginArgs) -> Result<(), CliError> {
                 password,
                 token_name: Some("warren login".into()),
             })
-            .await?;
+            .await
+            .map_err(not_warren)?;
         Credentials {
             url,
             token: created.secret,
@@ -657,13 +680,16 @@ async fn ws_ssh_config(c: &Client, names: Vec<String>, write: bool) -> Result<()
         }
         ws
     };
-    // Written blocks pin the published host keys; printed ones leave that to the user (the
-    // file they would name is only written with --write).
-    let known_hosts = if write {
-        ssh_cmd::pin_host_keys(&ssh_cmd::default_ssh_dir()?, &endpoint)?
-    } else {
-        None
-    };
+    // Every block pins the published host keys, printed ones too (they are pasted into a
+    // config as they are): the keys go to ~/.ssh/warren_known_hosts, which only Warren's
+    // blocks name, as `warren ws ssh` does.
+    let known_hosts = ssh_cmd::pin_host_keys(&ssh_cmd::default_ssh_dir()?, &endpoint)?;
+    if let (Some(file), false) = (&known_hosts, write) {
+        eprintln!(
+            "pinned the proxy's SSH host keys in {} (the blocks below name it)",
+            file.display()
+        );
+    }
     let blocks: std::collections::BTreeMap<String, String> = workspaces
         .iter()
         .map(|w| {

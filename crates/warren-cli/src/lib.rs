@@ -123,7 +123,8 @@ pub enum TokenCommand {
     /// Create a token; its secret is printed once, on standard output.
     Create {
         name: String,
-        /// What the token may do (repeatable); default: api.
+        /// What the token may do (repeatable); default: api (the REST API only). Workspace
+        /// URLs (`curl -H "Authorization: Bearer …"`) and SSH need `--scope workspace`.
         #[arg(long = "scope", value_enum)]
         scopes: Vec<ScopeArg>,
         /// Days until it expires (server default 30, at most 365).
@@ -417,6 +418,12 @@ Prints one OpenSSH `Host` block per workspace:
       HostName <the proxy's SSH host>
       Port <its port>
       User NAME
+      UserKnownHostsFile ~/.ssh/warren_known_hosts
+      StrictHostKeyChecking yes
+
+The last two lines pin the proxy's host key, which the server publishes and this command
+records in ~/.ssh/warren_known_hosts (printed or written, the blocks never trust a first
+key blindly); they are left out when the server publishes no key.
 
 With --write the blocks go to ~/.ssh/warren.config (merged with the ones already there;
 without NAMEs the file is rewritten with all your workspaces) and ~/.ssh/config gets an
@@ -489,6 +496,9 @@ pub enum CliError {
     Wait(#[from] wait::WaitError),
     #[error("not logged in; run `warren login --url URL` or set WARREN_URL and WARREN_TOKEN")]
     NotLoggedIn,
+    /// Something answered at the URL, but not as a Warren server does.
+    #[error("{url} does not answer like a Warren server ({detail}); give the server's URL (what `warren up` prints as the API), not the proxy's or a workspace's")]
+    NotWarren { url: String, detail: String },
     /// Bad arguments or input the command cannot use.
     #[error("{0}")]
     Usage(String),
@@ -519,6 +529,7 @@ impl CliError {
             CliError::Runtime(_) => 1,
             CliError::Read(_) | CliError::Usage(_) => 2,
             CliError::NotLoggedIn => 4,
+            CliError::NotWarren { .. } => 3,
             CliError::Exited(code) => *code,
         }
     }

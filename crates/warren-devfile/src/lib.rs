@@ -225,6 +225,14 @@ pub fn summary(devfile: &Devfile) -> String {
             vols.join(", ")
         }
     );
+    // Images built for root are the usual surprise: say who the containers run as.
+    let security = warren_types::config::SecurityConfig::default();
+    let _ = writeln!(
+        s,
+        "runs as: uid {}, gid {} (the agent's default; not root, whatever the image says), so \
+         files the image creates must be writable by group {} (chgrp -R {} DIR && chmod -R g=u DIR)",
+        security.run_as_user, security.run_as_group, security.run_as_group, security.run_as_group
+    );
     let cmds: Vec<&str> = devfile.commands.iter().map(|c| c.id.as_str()).collect();
     let _ = writeln!(
         s,

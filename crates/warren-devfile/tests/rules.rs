@@ -35,7 +35,9 @@ fn base_devfile_is_accepted_and_summarised() {
     assert_eq!(d.main_container().name, "dev");
     let s = summary(&d);
     assert!(
-        s.contains("schemaVersion: 2.2.0") && s.contains("main container: dev"),
+        s.contains("schemaVersion: 2.2.0")
+            && s.contains("main container: dev")
+            && s.contains("runs as: uid 5001, gid 0"),
         "{s}"
     );
 }

@@ -523,6 +523,29 @@ async fn authorisation_matrix() {
         .unwrap();
     let t = created["secret"].as_str().unwrap().to_owned();
     assert_eq!(get_json(url.clone(), Some(t.clone())).await.0, 200);
+    // `warren token create`'s default scope is `api`: such a token is told what it lacks.
+    let api_only = s
+        .api(
+            reqwest::Method::POST,
+            "/api/v1/users/me/tokens",
+            &e.alice.token,
+            Some(serde_json::json!({"name": "api", "scopes": ["api"]})),
+        )
+        .await
+        .unwrap()["secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (st, b, _) = get_json(url.clone(), Some(api_only)).await;
+    assert_eq!(st, 403, "{b}");
+    assert_eq!(b["error"]["code"], "insufficient_scope", "{b}");
+    assert!(
+        b["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("--scope workspace"),
+        "{b}"
+    );
     let id = created["token"]["id"].as_i64().unwrap();
     s.api(
         reqwest::Method::DELETE,

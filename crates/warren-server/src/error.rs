@@ -151,9 +151,8 @@ impl From<JsonRejection> for HttpError {
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "body_too_large",
                 format!(
-                    "request body is larger than the limit of {} bytes (internal routes: {})",
-                    crate::api::BODY_LIMIT,
-                    crate::internal::INTERNAL_BODY_LIMIT
+                    "the request body is too large: the API accepts at most {} MiB",
+                    crate::api::BODY_LIMIT >> 20
                 ),
             ),
             other => HttpError::new(other.status(), "invalid_body", other.body_text()),

@@ -39,8 +39,8 @@ pub fn parse(text: &str, field: &str) -> Result<Devfile, HttpError> {
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_devfile",
             format!(
-                "{field}: larger than the limit of {} bytes",
-                warren_devfile::MAX_DEVFILE_BYTES
+                "{field}: larger than the limit of {} KiB",
+                warren_devfile::MAX_DEVFILE_BYTES >> 10
             ),
         ));
     }

@@ -105,8 +105,19 @@ async fn access_matrix() {
             .await;
         assert_eq!(st, 201);
         let api_only = tb["secret"].as_str().unwrap().to_owned();
-        let (st, _) = proxy_get(&s, &access_q("ws-one", 8080, &format!("bearer={api_only}"))).await;
-        assert_eq!(st, 404, "[{l}] token without the workspace scope");
+        // A valid token of the wrong scope is told what to do, the same for any workspace
+        // name (nothing learnt about which exist).
+        for host in ["ws-one", "no-such-workspace"] {
+            let (st, b) = proxy_get(&s, &access_q(host, 8080, &format!("bearer={api_only}"))).await;
+            assert_eq!(st, 403, "[{l}] token without the workspace scope: {b}");
+            assert_eq!(b["error"]["code"], "insufficient_scope", "[{l}] {b}");
+            assert!(
+                b["error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("--scope workspace")),
+                "[{l}] {b}"
+            );
+        }
         let (st, _) = proxy_get(&s, &access_q("ws-one", 8080, &format!("bearer={bob}"))).await;
         assert_eq!(st, 404, "[{l}] another user's token");
         let (st, _) = proxy_get(&s, &access_q("ws-one", 8080, "bearer=wrn_pat_garbage")).await;

@@ -113,6 +113,11 @@ async fn authentication_scopes_and_json_errors() {
         assert_eq!(r.status(), 413);
         let b: Value = r.json().await.unwrap();
         assert_eq!(b["error"]["code"], "body_too_large", "{b}");
+        // Says what the caller can act on, and nothing of how the server is built.
+        assert_eq!(
+            b["error"]["message"],
+            "the request body is too large: the API accepts at most 4 MiB"
+        );
         let (st, b) = s.admin(Method::GET, "/api/v1/nothing-here", None).await;
         assert_eq!((st, b["error"]["code"].as_str()), (404, Some("not_found")));
         let (st, b) = s.admin(Method::PATCH, "/api/v1/agents", None).await;

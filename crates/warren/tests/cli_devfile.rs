@@ -111,6 +111,12 @@ fn cli_devfile_errors_carry_their_paths_and_render_takes_an_agent_config() {
     .unwrap();
     let out = warren(&["devfile", "validate", good.to_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out.stderr));
+    // Says who the containers run as: images built for root are the usual surprise.
+    assert!(
+        text(&out.stdout).contains("runs as: uid 5001, gid 0"),
+        "{}",
+        text(&out.stdout)
+    );
 
     let cfg = tmp.path().join("agent.toml");
     std::fs::write(
@@ -169,4 +175,23 @@ fn cli_completions_and_help() {
     );
     let out = warren(&["ws", "create", "--var", "NOEQUALS"]);
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// The devfile the README's quick start tells a new user to save is one Warren runs.
+#[test]
+fn the_readme_devfile_is_valid() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let start = readme.find("```yaml\n").expect("a YAML block in the README") + 8;
+    let len = readme[start..].find("```").expect("its end");
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("devfile.yaml");
+    std::fs::write(&path, &readme[start..start + len]).unwrap();
+    let out = warren(&["devfile", "validate", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("endpoints: web (8080/http in dev, public)"),
+        "{}",
+        text(&out.stdout)
+    );
 }

@@ -180,8 +180,23 @@ async fn ws_ssh_config_prints_blocks_and_writes_them_once() -> Result<()> {
     assert!(printed.contains(&block("alice-two")), "{printed}");
     assert!(!printed.contains("bob-ws"), "{printed}");
 
+    // Printed blocks pin the published host key too: pasted as they are, they never fall
+    // back to trust on first use.
+    let known_hosts = e.ssh_dir().join("warren_known_hosts");
+    let pin = format!(
+        "    UserKnownHostsFile {}\n    StrictHostKeyChecking yes\n",
+        known_hosts.display()
+    );
     let out = e.warren(&["ws", "ssh-config", "alice-two"]).await?;
-    assert_eq!(text(&out.stdout), block("alice-two"));
+    assert_eq!(text(&out.stdout), format!("{}{pin}", block("alice-two")));
+    assert!(
+        std::fs::read_to_string(&known_hosts)?.contains(&format!(
+            "[{}]:{}",
+            addr.ip(),
+            addr.port()
+        )),
+        "the key the blocks name is on file"
+    );
 
     // --write: the user's own config keeps its content and gains one Include.
     std::fs::create_dir_all(e.ssh_dir())?;

@@ -174,6 +174,31 @@ fn warren_up_serves_a_workspace_endpoint_through_its_proxy() {
         let r = http.get(&url).send().await.expect("anonymous request");
         assert_eq!(r.status(), 401);
     });
+    // `warren login` given the proxy's address instead of the server's: exit 3 ("not
+    // Warren", as the help promises), saying what to give instead.
+    let other_home = tempfile::tempdir().expect("temp home");
+    let mut login = Command::new(env!("CARGO_BIN_EXE_warren"));
+    login
+        .args(["login", "--url", &format!("http://127.0.0.1:{port}")])
+        .args(["--username", "admin", "--password-stdin"])
+        .env("WARREN_HOME", other_home.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = login.spawn().expect("warren login");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(b"secret\n").expect("password");
+    }
+    let out = child.wait_with_output().expect("warren login");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("does not answer like a Warren server") && err.contains("not the proxy's"),
+        "{err}"
+    );
+    assert!(!other_home.path().join("credentials.toml").exists());
     up.cli_ok(&["ws", "rm", &name, "--wait", "--timeout", "2m"]);
     let status = up.stop();
     assert!(status.success(), "warren up exit: {status}\n{}", up.log());

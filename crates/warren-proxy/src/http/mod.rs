@@ -216,6 +216,19 @@ async fn workspace_host(
     {
         Ok(a) if a.allowed => a,
         Ok(_) | Err(ServerApiError::Denied) => return pages::not_found(&parts.headers),
+        // A valid token of the wrong kind: said before any workspace was looked at.
+        Err(ServerApiError::Status {
+            status: 403,
+            message,
+        }) => {
+            return pages::error(
+                &parts.headers,
+                StatusCode::FORBIDDEN,
+                "insufficient_scope",
+                "Token not usable here",
+                &message,
+            )
+        }
         Err(e) => {
             tracing::warn!(error = %crate::error_chain(&e), "authorisation check failed");
             return pages::server_unavailable(&parts.headers);

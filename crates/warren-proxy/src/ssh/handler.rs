@@ -114,6 +114,13 @@ async fn authorize(
     match shared.server.ssh_authorize(&query).await {
         Ok(a) => Ok(a),
         Err(crate::server_api::ServerApiError::Denied) => Err(Refused),
+        Err(crate::server_api::ServerApiError::Status {
+            status: 403,
+            message,
+        }) => {
+            tracing::info!(username, reason = %message, "ssh token refused");
+            Err(Refused)
+        }
         Err(e) => {
             tracing::warn!(error = %crate::error_chain(&e), "ssh authorisation could not be checked");
             Err(Refused)

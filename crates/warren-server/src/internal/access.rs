@@ -62,15 +62,21 @@ fn reachable(w: &WorkspaceRow) -> bool {
 }
 
 /// The user a presented personal access token stands for, if it is valid and has the
-/// `workspace` scope.
+/// `workspace` scope. A valid token without that scope is told so (403, before any
+/// workspace is looked at, so the answer says nothing about one): the usual mistake is an
+/// `api` token, `warren token create`'s default.
 async fn token_user(state: &AppState, secret: &str) -> Result<Option<UserId>, HttpError> {
     let now = state.clock.now_ms();
-    Ok(state
-        .store
-        .authenticate_token(secret, now)
-        .await?
-        .filter(|t| t.has_scope(TokenScope::Workspace))
-        .map(|t| t.user_id))
+    match state.store.authenticate_token(secret, now).await? {
+        Some(t) if t.has_scope(TokenScope::Workspace) => Ok(Some(t.user_id)),
+        Some(_) => Err(HttpError::new(
+            StatusCode::FORBIDDEN,
+            "insufficient_scope",
+            "this token lacks the `workspace` scope that workspace URLs need; create one with \
+             `warren token create NAME --scope workspace`",
+        )),
+        None => Ok(None),
+    }
 }
 
 /// `GET /internal/workspaces/access?host=&port=&user=|bearer=`

@@ -718,6 +718,43 @@ impl EngineRuntime {
         }
     }
 
+    /// Ids of the stopped containers in `existing` whose planned image reference now
+    /// resolves to another image than the one they were created from (or to none).
+    async fn outdated_images(
+        &self,
+        plan: &PodPlan,
+        existing: &[ContainerSummary],
+    ) -> BTreeSet<String> {
+        let mut out = BTreeSet::new();
+        for c in existing.iter().filter(|c| !summary_running(c)) {
+            let planned = plan.containers.iter().find(|p| {
+                label(c, CONTAINER_LABEL) == Some(p.name.as_str())
+                    && label(c, ROLE_LABEL) == Some(p.role.label())
+            });
+            let (Some(planned), Some(id), Some(created_from)) =
+                (planned, c.id.as_ref(), c.image_id.as_deref())
+            else {
+                continue;
+            };
+            let Some(image) = planned.body.image.as_deref() else {
+                continue;
+            };
+            let now = match self.inner.docker.inspect_image(image).await {
+                Ok(i) => i.id,
+                // Gone: recreating pulls it or reports the failure by name.
+                Err(e) if status_of(&e) == Some(404) => None,
+                // Cannot tell: keep the container rather than guess.
+                Err(_) => continue,
+            };
+            // Podman's listing may leave out the `sha256:` its inspection has.
+            let bare = |id: &str| id.trim_start_matches("sha256:").to_owned();
+            if now.as_deref().map(bare) != Some(bare(created_from)) {
+                out.insert(id.clone());
+            }
+        }
+        out
+    }
+
     async fn pull(&self, image: &str) -> Result<(), String> {
         // Without a tag, the engine would pull every tag of the repository.
         let last = image.rsplit('/').next().unwrap_or(image);
@@ -810,13 +847,22 @@ impl EngineRuntime {
         self.ensure_network(&plan, &labels).await?;
         let new_volumes = self.ensure_volumes(&plan, &labels).await?;
 
-        // Recreate: any container of another pod hash goes, volumes stay.
+        // Recreate: any container of another pod hash goes, volumes stay. So does a stopped
+        // container about to start whose image reference now names another image (rebuilt
+        // under the same tag): a start runs what the reference names now, as a new pod
+        // would on Kubernetes.
         let existing = self.workspace_containers(name).await?;
-        let (current, stale): (Vec<_>, Vec<_>) = existing
-            .into_iter()
-            .partition(|c| label(c, POD_HASH_LABEL) == Some(plan.hash.as_str()));
+        let outdated = if plan.replicas == 1 {
+            self.outdated_images(&plan, &existing).await
+        } else {
+            BTreeSet::new()
+        };
+        let (current, stale): (Vec<_>, Vec<_>) = existing.into_iter().partition(|c| {
+            label(c, POD_HASH_LABEL) == Some(plan.hash.as_str())
+                && !c.id.as_ref().is_some_and(|id| outdated.contains(id))
+        });
         if !stale.is_empty() {
-            tracing::info!(workspace = %workspace, "pod spec changed: recreating its containers");
+            tracing::info!(workspace = %workspace, images_changed = outdated.len(), "pod spec or images changed: recreating its containers");
             let mut running: Vec<&ContainerSummary> =
                 stale.iter().filter(|c| summary_running(c)).collect();
             running.sort_by_key(|c| std::cmp::Reverse((summary_role(c), summary_order(c))));
@@ -877,8 +923,6 @@ impl EngineRuntime {
         Ok(Some(plan))
     }
 
-    /// Starts the pod: each init container to completion in order, then the app containers,
-    /// the namespace owner first. Runs in the background, holding the workspace's lock.
     /// Removes what is left of workspace `name`: containers, then networks and volumes.
     ///
     /// Invariant: only objects whose labels name this installation *and this workspace*
@@ -967,6 +1011,8 @@ impl EngineRuntime {
         })
     }
 
+    /// Starts the pod: each init container to completion in order, then the app containers,
+    /// the namespace owner first. Runs in the background, holding the workspace's lock.
     async fn start_sequence(&self, name: String, plan: PodPlan, cancel: CancellationToken) {
         let outcome = tokio::select! {
             // Cancel-safe: dropping the sequence leaves containers in a state the next apply

@@ -1033,3 +1033,72 @@ async fn a_restart_runs_the_image_its_tag_names_now() -> Result<()> {
     assert_eq!(exec(&ws, "dev", "cat /projects/keep.txt")?.trim(), "kept");
     Ok(())
 }
+
+/// The `podman system service` the runtime started dies (SIGKILL), and later loses its
+/// socket file: each time the runtime starts it again on the same socket and works on, where
+/// it used to fail every call until restarted by hand.
+#[tokio::test]
+async fn a_dead_or_unreachable_podman_service_is_started_again() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    if cli() != Some("podman") {
+        eprintln!("skipping: podman is not installed");
+        return Ok(());
+    }
+    use warren_agent::runtime::engine::services_on;
+    let state = tempfile::tempdir()?;
+    let mut config = warren_agent::runtime::engine::EngineConfig::new(
+        warren_types::AgentId(rand::random::<u32>() as i64 + 1_000_000),
+        state.path(),
+    );
+    config.own_podman_service = true;
+    let rt = warren_agent::runtime::engine::EngineRuntime::connect(config).await?;
+    let socket = state.path().join("podman.sock");
+    let host = format!("unix://{}", socket.display());
+    struct Stop(warren_agent::runtime::engine::EngineRuntime);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            for pid in warren_agent::runtime::engine::services_on(self.0.host()) {
+                let _ = std::process::Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status();
+            }
+        }
+    }
+    let rt = Stop(rt);
+    let first = services_on(&host);
+    assert_eq!(first.len(), 1, "{first:?}");
+
+    // Back when list() works again and exactly one new service serves the socket.
+    let recovered = |before: Vec<u32>| {
+        let rt = &rt.0;
+        let host = host.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            loop {
+                let now = services_on(&host);
+                if now.len() == 1 && now != before && rt.list().await.is_ok() {
+                    return Ok::<_, anyhow::Error>(now);
+                }
+                anyhow::ensure!(
+                    tokio::time::Instant::now() < deadline,
+                    "not recovered: services {now:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    std::process::Command::new("kill")
+        .args(["-KILL", &first[0].to_string()])
+        .status()?;
+    let second = recovered(first).await?;
+
+    std::fs::remove_file(&socket)?;
+    assert!(rt.0.list().await.is_err(), "unreachable without its socket");
+    recovered(second).await?;
+
+    rt.0.shutdown().await;
+    assert!(services_on(&host).is_empty());
+    Ok(())
+}

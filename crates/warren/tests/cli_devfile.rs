@@ -182,7 +182,10 @@ fn cli_completions_and_help() {
 fn the_readme_devfile_is_valid() {
     let readme =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
-    let start = readme.find("```yaml\n").expect("a YAML block in the README") + 8;
+    let start = readme
+        .find("```yaml\n")
+        .expect("a YAML block in the README")
+        + 8;
     let len = readme[start..].find("```").expect("its end");
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("devfile.yaml");

@@ -55,6 +55,15 @@ impl PodmanService {
     pub async fn stop(mut self) {
         let _ = self.child.kill().await;
     }
+
+    /// What is wrong with the service, if anything can be seen without asking it: it has
+    /// exited, or its socket file is gone (then nobody can reach it).
+    pub fn fault(&mut self) -> Option<String> {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            return Some(format!("exited ({status})"));
+        }
+        (!self.socket.exists()).then(|| format!("lost its socket {}", self.socket.display()))
+    }
 }
 
 /// A connected client, the address it uses, and the service started for it, if any.

@@ -265,6 +265,12 @@ impl EngineRuntime {
             service: tokio::sync::Mutex::new(connection.service),
         });
         tokio::spawn(watch_events(Arc::downgrade(&inner), inner.shutdown.clone()));
+        if inner.service.lock().await.is_some() {
+            tokio::spawn(supervise_service(
+                Arc::downgrade(&inner),
+                inner.shutdown.clone(),
+            ));
+        }
         Ok(EngineRuntime { inner })
     }
 
@@ -1527,6 +1533,78 @@ async fn watch_events(inner: std::sync::Weak<Inner>, shutdown: CancellationToken
             // Cancel-safe: a sleep.
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}
+
+/// How often the `podman system service` this runtime started is checked.
+const SUPERVISE_INTERVAL: Duration = Duration::from_secs(2);
+/// Pings in a row the service may miss before it is restarted.
+const SUPERVISE_MISSED_PINGS: u32 = 3;
+
+/// Keeps the `podman system service` this runtime started serving: when it exits, loses its
+/// socket or stops answering, it is stopped and started again on the same socket (the API
+/// client reconnects by path; containers keep running, conmon holds them). Without this an
+/// agent whose service died would fail every call until restarted by hand.
+async fn supervise_service(inner: std::sync::Weak<Inner>, shutdown: CancellationToken) {
+    let mut missed = 0u32;
+    loop {
+        tokio::select! {
+            // Cancel-safe: cancellation is level-triggered.
+            _ = shutdown.cancelled() => return,
+            // Cancel-safe: a sleep holds no state.
+            _ = tokio::time::sleep(SUPERVISE_INTERVAL) => {}
+        }
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        let mut service = inner.service.lock().await;
+        if shutdown.is_cancelled() {
+            return;
+        }
+        let fault = match service.as_mut() {
+            // A restart that failed last time: try again.
+            None => Some("is not running".to_owned()),
+            Some(s) => match s.fault() {
+                Some(f) => Some(f),
+                None => {
+                    let ping = tokio::time::timeout(Duration::from_secs(3), inner.docker.ping());
+                    if matches!(ping.await, Ok(Ok(_))) {
+                        missed = 0;
+                        None
+                    } else {
+                        missed += 1;
+                        (missed >= SUPERVISE_MISSED_PINGS)
+                            .then(|| format!("did not answer {missed} pings in a row"))
+                    }
+                }
+            },
+        };
+        let Some(fault) = fault else { continue };
+        missed = 0;
+        tracing::warn!(
+            fault,
+            "the podman system service of this agent failed; starting it again"
+        );
+        if let Some(old) = service.take() {
+            old.stop().await;
+        }
+        let restarted = match connect::find_podman() {
+            Some(podman) => connect::spawn_podman(&podman, &inner.config.state_dir)
+                .await
+                .map_err(|e| format!("{e}: {}", source_chain(&e))),
+            None => Err("no `podman` binary on PATH any more".to_owned()),
+        };
+        match restarted {
+            Ok(connection) => {
+                *service = connection.service;
+                tracing::info!("podman system service started again");
+                // Whatever happened meanwhile was not announced: look again.
+                inner.changes.send_modify(|v| *v = v.wrapping_add(1));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "starting the podman system service again failed; retrying");
+            }
         }
     }
 }

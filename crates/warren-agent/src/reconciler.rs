@@ -348,7 +348,23 @@ impl Reconciler {
     /// One reconcile; returns whether something was applied or deleted (report it at once).
     async fn cycle(&mut self, kind: UpdateType, all_deletions: bool) -> Result<bool, CycleError> {
         self.advance_terminations(all_deletions).await;
-        let observed = self.runtime.list().await.map_err(CycleError::List)?;
+        let observed = match self.runtime.list().await {
+            Ok(o) => o,
+            Err(e) => {
+                // Say so, or the server goes on showing the last states as if they were
+                // current; best effort (the cycle fails and is retried either way).
+                let fault = ReconcileRequest {
+                    update_type: kind,
+                    workspace_agent_infos: vec![],
+                    capacity: None,
+                    runtime_fault: Some(crate_error_chain(&e)),
+                };
+                if let Err(t) = self.transport.reconcile(&fault).await {
+                    tracing::debug!(error = %crate_error_chain(&t), "reporting the runtime fault failed");
+                }
+                return Err(CycleError::List(e));
+            }
+        };
         if kind == UpdateType::Full {
             // Rebuild the view: a workspace no longer in the runtime and with nothing to
             // report is the server's business to mention again.
@@ -369,6 +385,7 @@ impl Reconciler {
             update_type: kind,
             workspace_agent_infos: infos,
             capacity,
+            runtime_fault: None,
         };
         let response = self.transport.reconcile(&request).await?;
         tracing::debug!(kind = ?kind, reported = request.workspace_agent_infos.len(), returned = response.workspace_rails_infos.len(), "reconciled");

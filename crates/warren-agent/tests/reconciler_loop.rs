@@ -321,9 +321,23 @@ async fn runtime_failures_are_retried() {
     let h = Harness::new(settings(3600, 10), &["a"]);
     h.runtime.set_list_failure(Some("engine socket gone"));
     h.run_for(20.0).await;
+    // No workspace is reported without a runtime view; the fault is, so the server stops
+    // presenting the last states as current.
+    let calls = h.transport.calls.lock().unwrap().clone();
+    assert!(!calls.is_empty(), "the fault is reported");
+    for (_, r) in &calls {
+        assert!(r.workspace_agent_infos.is_empty(), "{r:?}");
+        assert!(
+            r.runtime_fault
+                .as_deref()
+                .is_some_and(|f| f.contains("engine socket gone")),
+            "{r:?}"
+        );
+    }
     assert!(
-        h.calls().is_empty(),
-        "nothing to report without a runtime view"
+        calls.len() <= 6,
+        "on the backoff, not in a loop: {}",
+        calls.len()
     );
     h.runtime.set_list_failure(None);
     h.until(120, "recovery", |h| {

@@ -132,6 +132,7 @@ mod tests {
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
             failure_reason: None,
+            agent_fault: None,
             resources: WorkspaceResources {
                 cpu: None,
                 memory: None,

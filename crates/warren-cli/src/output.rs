@@ -92,7 +92,12 @@ pub fn workspaces(items: &[Workspace]) -> String {
     for w in items {
         t.add_row(vec![
             w.name.clone(),
-            w.actual_state.to_string(),
+            // The agent cannot see its runtime: this is only the last state it reported.
+            if w.agent_fault.is_some() {
+                format!("{} (stale)", w.actual_state)
+            } else {
+                w.actual_state.to_string()
+            },
             w.desired_state.to_string(),
             w.owner_username.clone(),
             w.agent_name.clone(),
@@ -118,6 +123,9 @@ pub fn workspace(w: &Workspace) -> String {
     ];
     if let Some(reason) = &w.failure_reason {
         rows.push(("Failure", reason.clone()));
+    }
+    if let Some(fault) = &w.agent_fault {
+        rows.push(("Agent fault", fault.clone()));
     }
     for (name, url) in &w.endpoints {
         rows.push(("Endpoint", format!("{name} {url}")));
@@ -185,6 +193,14 @@ pub fn agent(a: &Agent) -> String {
                 .unwrap_or_else(|| "never".into()),
         ),
         ("Created", time(&a.created_at)),
+        (
+            "Runtime",
+            match (&a.runtime_fault, &a.runtime_fault_since) {
+                (Some(f), Some(since)) => format!("cannot be seen since {}: {f}", time(since)),
+                (Some(f), None) => format!("cannot be seen: {f}"),
+                _ => "ok".into(),
+            },
+        ),
         ("Domain", a.config.workspace_domain.clone()),
         ("Workspaces quota", quota(a.config.workspaces_quota)),
         ("Per-user quota", quota(a.config.workspaces_per_user_quota)),
@@ -344,6 +360,7 @@ mod tests {
             url: Some("http://3000-dev.ws.localhost".into()),
             endpoints: [("web".to_owned(), "http://3000-dev.ws.localhost".to_owned())].into(),
             failure_reason: None,
+            agent_fault: None,
             resources: WorkspaceResources {
                 cpu: Some("2".into()),
                 memory: None,

@@ -265,6 +265,7 @@ mod tests {
             url: None,
             endpoints: Default::default(),
             failure_reason: Some("image \"nope\" cannot be pulled".into()),
+            agent_fault: None,
             resources: WorkspaceResources::default(),
             variables: vec![],
         }

@@ -127,6 +127,7 @@ async fn bench(label: &str, url: String, home: &std::path::Path) {
         update_type: UpdateType::Full,
         workspace_agent_infos: infos,
         capacity: None,
+        runtime_fault: None,
     };
     let first = Instant::now();
     let resp =
@@ -154,6 +155,7 @@ async fn bench(label: &str, url: String, home: &std::path::Path) {
         update_type: UpdateType::Partial,
         workspace_agent_infos: vec![],
         capacity: None,
+        runtime_fault: None,
     };
     let resp = warren_server::internal::reconcile::reconcile(
         &state,

@@ -942,6 +942,57 @@ async fn resize_keeps_what_it_does_not_name_and_stays_within_the_host() {
     }
 }
 
+/// An agent that cannot see its runtime says so; the server shows it with the agent and on
+/// each of its workspaces (their states are the last reported), sends nothing meanwhile, and
+/// clears it with the next ordinary reconcile.
+#[tokio::test]
+async fn a_runtime_fault_is_shown_until_the_agent_sees_its_runtime_again() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = &s.label;
+        let agent = s.agent("a1", json!({})).await;
+        s.workspace(
+            &s.admin_token,
+            json!({"name": "w1", "devfile": WEB_DEVFILE}),
+        )
+        .await;
+        s.reconcile_ok(agent, "full", json!([running("w1", "1")]))
+            .await;
+        let fault = "listing containers: error trying to connect: No such file or directory";
+        for _ in 0..2 {
+            let (st, b) = s
+                .reconcile(
+                    agent,
+                    json!({"update_type": "partial", "workspace_agent_infos": [], "runtime_fault": fault}),
+                )
+                .await;
+            assert_eq!(st, 201, "[{l}] {b}");
+            assert_eq!(b["workspace_rails_infos"], json!([]), "[{l}] nothing to do");
+        }
+        let (_, a) = s.admin(Method::GET, "/api/v1/agents/a1", None).await;
+        assert_eq!(a["runtime_fault"], fault, "[{l}] {a}");
+        let since = a["runtime_fault_since"].clone();
+        assert!(since.is_string(), "[{l}] {a}");
+        let (_, w) = s.admin(Method::GET, "/api/v1/workspaces/w1", None).await;
+        let shown = w["agent_fault"].as_str().unwrap_or_default();
+        assert!(
+            shown.starts_with("agent a1 cannot see its runtime since ") && shown.contains(fault),
+            "[{l}] {w}"
+        );
+        assert_eq!(
+            w["actual_state"], "Running",
+            "[{l}] the last reported state stays"
+        );
+
+        s.reconcile_ok(agent, "partial", json!([])).await;
+        let (_, a) = s.admin(Method::GET, "/api/v1/agents/a1", None).await;
+        assert!(a["runtime_fault"].is_null(), "[{l}] cleared: {a}");
+        let (_, w) = s.admin(Method::GET, "/api/v1/workspaces/w1", None).await;
+        assert!(w["agent_fault"].is_null(), "[{l}] {w}");
+        s.stop().await;
+    }
+}
+
 #[tokio::test]
 async fn bootstrap_admin_happens_once() {
     for db in databases() {

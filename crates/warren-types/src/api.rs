@@ -151,6 +151,13 @@ pub struct Agent {
     pub created_at: DateTime<Utc>,
     /// Last reconcile call the server answered for this agent.
     pub last_seen_at: Option<DateTime<Utc>>,
+    /// Why the agent cannot see its runtime (container engine or cluster), as it last
+    /// reported; `None` while all is well.
+    #[serde(default)]
+    pub runtime_fault: Option<String>,
+    /// Since when that fault has lasted.
+    #[serde(default)]
+    pub runtime_fault_since: Option<DateTime<Utc>>,
 }
 
 /// Returned once at agent creation: the only time the agent token is shown.
@@ -291,6 +298,10 @@ pub struct Workspace {
     pub endpoints: BTreeMap<String, String>,
     /// Why the workspace is `Failed` or `Error`, in words a user can act on.
     pub failure_reason: Option<String>,
+    /// Set while the workspace's agent cannot see its runtime: the states shown are the
+    /// last ones it reported and may be out of date.
+    #[serde(default)]
+    pub agent_fault: Option<String>,
     pub resources: WorkspaceResources,
     pub variables: Vec<Variable>,
 }

@@ -34,6 +34,12 @@ pub struct ReconcileRequest {
     /// cannot give. Sent with full reconciles when the runtime knows it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<HostCapacity>,
+    /// Why the agent cannot see its runtime right now (a Warren extension). Such a request
+    /// carries no workspace infos; the server records the fault, shows it with the agent's
+    /// workspaces (their states may be out of date) and answers with nothing to do. The
+    /// next request without it clears it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_fault: Option<String>,
 }
 
 /// The most one workspace can use on an agent's runtime.

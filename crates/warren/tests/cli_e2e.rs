@@ -160,6 +160,7 @@ async fn agent_loop(endpoint: String, agent_id: i64, stop: Arc<AtomicBool>) {
             update_type: UpdateType::Full,
             workspace_agent_infos: infos,
             capacity: None,
+            runtime_fault: None,
         };
         let resp = http
             .post(&endpoint)

@@ -82,6 +82,13 @@ impl ServerModel {
     }
 
     pub fn handle(&mut self, request: ReconcileRequest) -> ReconcileResponse {
+        if request.runtime_fault.is_some() {
+            // As the server: the fault is recorded, nothing is sent or marked.
+            return ReconcileResponse {
+                workspace_rails_infos: vec![],
+                settings: self.settings,
+            };
+        }
         let full = request.update_type == UpdateType::Full;
         let mut named = vec![];
         for info in &request.workspace_agent_infos {

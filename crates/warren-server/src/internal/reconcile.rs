@@ -47,7 +47,10 @@ pub async fn handler(
         .await?
         .ok_or_else(|| HttpError::unauthorized(format!("agent {agent_id} does not exist")))?;
     let started = std::time::Instant::now();
-    let resp = reconcile(&state, &agent, &req).await?;
+    let resp = match &req.runtime_fault {
+        Some(fault) => runtime_fault(&state, &agent, fault).await?,
+        None => reconcile(&state, &agent, &req).await?,
+    };
     let kind = match req.update_type {
         UpdateType::Full => "full",
         UpdateType::Partial => "partial",
@@ -56,6 +59,36 @@ pub async fn handler(
     metrics::histogram!("warren_reconcile_seconds", "update_type" => kind)
         .record(started.elapsed().as_secs_f64());
     Ok((StatusCode::CREATED, Json(resp)))
+}
+
+/// Most characters of a runtime fault kept (the agent's error chain, shown to users).
+const MAX_FAULT_CHARS: usize = 2000;
+
+/// The agent cannot see its runtime: record why (the first report's time is kept), mark the
+/// agent seen, and answer with nothing to do, so nothing is marked as sent either.
+async fn runtime_fault(
+    state: &AppState,
+    agent: &AgentRow,
+    fault: &str,
+) -> Result<ReconcileResponse, HttpError> {
+    let now = state.clock.now_ms();
+    let fault: String = fault.chars().take(MAX_FAULT_CHARS).collect();
+    if agent.runtime_fault.as_ref().map(|(f, _)| f) != Some(&fault) {
+        tracing::warn!(agent = %agent.name, fault, "the agent cannot see its runtime");
+    }
+    sqlx::query(
+        "UPDATE agents SET runtime_fault = $1, \
+         runtime_fault_since = COALESCE(runtime_fault_since, $2), last_seen_at = $2 WHERE id = $3",
+    )
+    .bind(fault)
+    .bind(now)
+    .bind(agent.id.get())
+    .execute(&state.store.db.pool)
+    .await?;
+    Ok(ReconcileResponse {
+        workspace_rails_infos: vec![],
+        settings: state.settings,
+    })
 }
 
 /// The reconcile transaction, retried when the database reports a conflict.
@@ -192,7 +225,11 @@ async fn reconcile_once(
     // Fast path: a partial reconcile reporting nothing, with nothing pending, needs no
     // transaction (and no write lock). A change committed right after this check is
     // flagged and signalled, and goes out on the next call.
-    if req.update_type == UpdateType::Partial && req.workspace_agent_infos.is_empty() && !seen_due {
+    if req.update_type == UpdateType::Partial
+        && req.workspace_agent_infos.is_empty()
+        && !seen_due
+        && agent.runtime_fault.is_none()
+    {
         let pending = sqlx::query(
             "SELECT id FROM workspaces WHERE agent_id = $1 AND needs_response = 1 LIMIT 1",
         )
@@ -310,6 +347,15 @@ async fn reconcile_once(
         bind_all(sqlx::query(&sql), &mark_binds)
             .execute(&mut *tx)
             .await?;
+    }
+    if agent.runtime_fault.is_some() {
+        // The agent sees its runtime again.
+        sqlx::query(
+            "UPDATE agents SET runtime_fault = NULL, runtime_fault_since = NULL WHERE id = $1",
+        )
+        .bind(agent.id.get())
+        .execute(&mut *tx)
+        .await?;
     }
     if req.capacity.is_some() && req.capacity != agent.capacity {
         let json = serde_json::to_string(&req.capacity)

@@ -20,6 +20,8 @@ pub struct AgentRow {
     pub last_seen_at: Option<i64>,
     /// What one workspace can get at most, as the agent last reported it.
     pub capacity: Option<HostCapacity>,
+    /// Why the agent cannot see its runtime, since when.
+    pub runtime_fault: Option<(String, i64)>,
 }
 
 impl AgentRow {
@@ -30,11 +32,14 @@ impl AgentRow {
             config: self.config.clone(),
             created_at: from_millis(self.created_at),
             last_seen_at: self.last_seen_at.map(from_millis),
+            runtime_fault: self.runtime_fault.as_ref().map(|(f, _)| f.clone()),
+            runtime_fault_since: self.runtime_fault.as_ref().map(|(_, t)| from_millis(*t)),
         }
     }
 }
 
-const COLS: &str = "id, name, config, created_at, last_seen_at, capacity";
+const COLS: &str =
+    "id, name, config, created_at, last_seen_at, capacity, runtime_fault, runtime_fault_since";
 
 fn row(r: &AnyRow) -> Result<AgentRow, sqlx::Error> {
     Ok(AgentRow {
@@ -47,6 +52,13 @@ fn row(r: &AnyRow) -> Result<AgentRow, sqlx::Error> {
         capacity: get_opt_str(r, "capacity")?
             .map(|c| serde_json::from_str(&c).map_err(|e| corrupt("agent capacity", e)))
             .transpose()?,
+        runtime_fault: match (
+            get_opt_str(r, "runtime_fault")?,
+            get_opt_i64(r, "runtime_fault_since")?,
+        ) {
+            (Some(f), Some(t)) => Some((f, t)),
+            _ => None,
+        },
     })
 }
 

@@ -55,6 +55,8 @@ pub struct WorkspaceRow {
     pub version: i64,
     /// Last use through the proxy (HTTP, terminal, SSH), as reported for the idle policy.
     pub last_activity_at: Option<i64>,
+    /// The agent's runtime fault, since when (from the agents row).
+    pub agent_runtime_fault: Option<(String, i64)>,
 }
 
 impl WorkspaceRow {
@@ -80,6 +82,13 @@ impl WorkspaceRow {
             url: self.url.clone(),
             endpoints: self.endpoints.clone(),
             failure_reason: self.failure_reason.clone(),
+            agent_fault: self.agent_runtime_fault.as_ref().map(|(fault, since)| {
+                format!(
+                    "agent {} cannot see its runtime since {}: {fault}; the state shown is the last one it reported",
+                    self.agent_name,
+                    from_millis(*since).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                )
+            }),
             resources: self.resources.clone(),
             variables: vars
                 .into_iter()
@@ -122,7 +131,8 @@ pub const COLS: &str = "w.id, w.name, w.namespace, w.owner_id, u.username AS own
     w.desired_state_updated_at, w.actual_state_updated_at, w.responded_to_agent_at, \
     w.deployment_resource_version, w.force_include_all_resources, w.devfile, w.rendered_objects, w.resources, \
     w.variables, w.endpoints, w.url, w.failure_reason, w.created_at, w.updated_at, w.version, \
-    x.last_activity_at";
+    x.last_activity_at, a.runtime_fault AS agent_runtime_fault, \
+    a.runtime_fault_since AS agent_runtime_fault_since";
 
 pub const FROM: &str =
     "workspaces w JOIN users u ON u.id = w.owner_id JOIN agents a ON a.id = w.agent_id \
@@ -165,6 +175,13 @@ pub fn row(r: &AnyRow) -> Result<WorkspaceRow, sqlx::Error> {
         updated_at: get_i64(r, "updated_at")?,
         version: get_i64(r, "version")?,
         last_activity_at: get_opt_i64(r, "last_activity_at")?,
+        agent_runtime_fault: match (
+            get_opt_str(r, "agent_runtime_fault")?,
+            get_opt_i64(r, "agent_runtime_fault_since")?,
+        ) {
+            (Some(f), Some(t)) => Some((f, t)),
+            _ => None,
+        },
     })
 }
 

@@ -154,6 +154,8 @@ components:
     terminate_and_check(&up, ws);
 }
 
+/// Then the image appears (built, say) and `ws start --wait` is a new attempt that waits
+/// for its outcome: it used to answer at once with the old failure.
 #[test]
 fn an_image_that_does_not_exist_ends_failed_naming_the_image() {
     if !podman_available() {
@@ -162,30 +164,53 @@ fn an_image_that_does_not_exist_ends_failed_naming_the_image() {
     ensure_image();
     let ws = "no-such-image";
     let _cleanup = Workspaces(vec![ws.into()]);
+    // A name of this run's own: the test makes it exist later.
+    let image = format!("localhost/warren-no-such-image-{}:1", std::process::id());
+    struct Untag(String);
+    impl Drop for Untag {
+        fn drop(&mut self) {
+            let _ = podman(&["rmi", "-f", &self.0]);
+        }
+    }
+    let _untag = Untag(image.clone());
     let up = Up::start();
-    let devfile = r#"
-schemaVersion: 2.2.0
-metadata:
-  name: noimage
-components:
-  - name: dev
-    container:
-      image: localhost/warren-no-such-image:1
-"#;
-    let (ok, text) = create_and_wait(&up, ws, devfile);
+    let devfile = format!(
+        "schemaVersion: 2.2.0\nmetadata:\n  name: noimage\ncomponents:\n  - name: dev\n    container:\n      image: {image}\n"
+    );
+    let (ok, text) = create_and_wait(&up, ws, &devfile);
     assert!(
         !ok,
         "ws create --wait must fail for a missing image:\n{text}"
     );
     assert!(
-        text.contains("Failed") && text.contains("localhost/warren-no-such-image:1"),
+        text.contains("Failed") && text.contains(&image),
         "ws create --wait names the image:\n{text}"
     );
     let reason = failed_reason(&up, ws);
     assert!(
-        reason.contains("localhost/warren-no-such-image:1"),
+        reason.contains(&image),
         "the reason names the image: {reason}"
     );
     assert!(running(ws).is_empty(), "nothing runs");
+
+    podman(&["tag", IMAGE, &image]);
+    let out = cli(
+        up.home(),
+        &["ws", "start", ws, "--wait", "--timeout", "3m"],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "ws start --wait waits for the new attempt, which runs: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        up.proc.log_text()
+    );
+    let v = show(up.home(), ws).expect("ws show");
+    assert_eq!(
+        (v["desired_state"].as_str(), v["actual_state"].as_str()),
+        (Some("Running"), Some("Running")),
+        "{v:#}"
+    );
+    assert_eq!(running(ws).len(), 1, "it runs now");
     terminate_and_check(&up, ws);
 }

@@ -442,7 +442,10 @@ impl Reconciler {
     fn next_delete_retry(&self) -> Option<Instant> {
         self.tracked
             .values()
-            .filter(|t| t.termination != Some(TerminationProgress::Terminated))
+            .filter(|t| {
+                t.desired == Some(DesiredState::Terminated)
+                    && t.termination != Some(TerminationProgress::Terminated)
+            })
             .filter_map(|t| t.delete_retry.map(|(at, _)| at))
             .min()
     }
@@ -458,7 +461,9 @@ impl Reconciler {
                 return;
             }
             Ok(TerminationProgress::Terminating) => {
+                // Moving again: a blocker that comes back is worth saying again.
                 t.termination = Some(TerminationProgress::Terminating);
+                t.delete_blocked = None;
                 None
             }
             Err(e) => {

@@ -903,12 +903,6 @@ async fn a_leftover_podman_service_is_stopped_before_starting_ours() -> Result<(
     let state = tempfile::tempdir()?;
     let socket = state.path().join("podman.sock");
     let host = format!("unix://{}", socket.display());
-    let mut leftover = std::process::Command::new("podman")
-        .args(["system", "service", "--time=0", &host])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()?;
     struct Reap(std::process::Child);
     impl Drop for Reap {
         fn drop(&mut self) {
@@ -916,10 +910,18 @@ async fn a_leftover_podman_service_is_stopped_before_starting_ours() -> Result<(
             let _ = self.0.wait();
         }
     }
-    let leftover_pid = leftover.id();
+    let mut leftover = Reap(
+        std::process::Command::new("podman")
+            .args(["system", "service", "--time=0", &host])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()?,
+    );
+    let leftover_pid = leftover.0.id();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while tokio::net::UnixStream::connect(&socket).await.is_err() {
-        if let Some(status) = leftover.try_wait()? {
+        if let Some(status) = leftover.0.try_wait()? {
             anyhow::bail!("the leftover service exited: {status}");
         }
         anyhow::ensure!(
@@ -928,7 +930,6 @@ async fn a_leftover_podman_service_is_stopped_before_starting_ours() -> Result<(
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let mut leftover = Reap(leftover);
     assert_eq!(services_on(&host), vec![leftover_pid]);
 
     let mut config = warren_agent::runtime::engine::EngineConfig::new(

@@ -514,7 +514,9 @@ pub async fn resize(
             .await?
             .ok_or_else(|| HttpError::not_found(format!("agent {}", w.agent_id)))?;
         // A resize changes what it names and keeps the rest: `--cpu` after `--memory` keeps
-        // the memory asked for earlier.
+        // the memory asked for earlier. Only what it names is checked here: a kept value was
+        // accepted when it was asked for.
+        check_resources(&req.resources, &agent)?;
         let resources = WorkspaceResources {
             cpu: req
                 .resources
@@ -527,7 +529,6 @@ pub async fn resize(
                 .clone()
                 .or_else(|| w.resources.memory.clone()),
         };
-        check_resources(&resources, &agent)?;
         if rerender(&state, &w, &agent, &resources, true)
             .await?
             .is_some()

@@ -82,11 +82,14 @@ impl WorkspaceRow {
             url: self.url.clone(),
             endpoints: self.endpoints.clone(),
             failure_reason: self.failure_reason.clone(),
-            agent_fault: self.agent_runtime_fault.as_ref().map(|(fault, since)| {
+            // The reason itself (paths, hosts of the agent's machine) is for admins, on the
+            // agent.
+            agent_fault: self.agent_runtime_fault.as_ref().map(|(_, since)| {
                 format!(
-                    "agent {} cannot see its runtime since {}: {fault}; the state shown is the last one it reported",
+                    "agent {} cannot see its runtime since {}; the state shown is the last one it reported (an admin sees why with `warren agent show {}`)",
                     self.agent_name,
-                    from_millis(*since).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                    from_millis(*since).to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                    self.agent_name
                 )
             }),
             resources: self.resources.clone(),

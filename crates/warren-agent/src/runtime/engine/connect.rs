@@ -196,7 +196,12 @@ pub async fn spawn_podman(podman: &Path, state_dir: &Path) -> Result<Connection,
         Err(e) => return Err(spawn_err(e)),
     }
     // Its own log, next to the socket: Podman is chatty (pull retries, syslog warnings).
-    let log = std::fs::File::create(state_dir.join("podman-service.log")).map_err(spawn_err)?;
+    // Appended to, so a restart keeps what the previous service said before it died.
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(state_dir.join("podman-service.log"))
+        .map_err(spawn_err)?;
     // The service must not outlive us even when we cannot stop it (SIGKILL, a crash):
     // `setpriv --pdeathsig` has the kernel kill it when we die. Without setpriv, the
     // next start stops the leftover instead.
@@ -319,7 +324,12 @@ async fn stop_leftover_services(host: &str) {
     signal("-TERM", pids.clone()).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let left: Vec<u32> = pids.iter().copied().filter(|p| is_alive(*p)).collect();
+        // Looked up again each time: a process id that was reused meanwhile no longer
+        // names a service on `host`, and is never signalled.
+        let left: Vec<u32> = services_on(host)
+            .into_iter()
+            .filter(|p| pids.contains(p))
+            .collect();
         if left.is_empty() {
             return;
         }

@@ -556,20 +556,7 @@ impl EngineRuntime {
                 // Volume names are `warren-<workspace>-<volume>`, which two workspaces can
                 // share ("a" with "b-data", "a-b" with "data"): never use another's.
                 Ok(v) if selector.matches_map(&v.labels) => continue,
-                Ok(v) => {
-                    let holder = v
-                        .labels
-                        .get(WORKSPACE_NAME_LABEL)
-                        .map_or("something other than Warren".to_owned(), |w| {
-                            format!("workspace {w}")
-                        });
-                    return Err(RuntimeError::Apply {
-                        workspace,
-                        message: format!(
-                            "volume {name} already exists and belongs to {holder}; rename the devfile volume"
-                        ),
-                    });
-                }
+                Ok(v) => return Err(foreign_volume(&workspace, name, &v.labels)),
                 Err(e) if status_of(&e) == Some(404) => {}
                 Err(e) => return Err(runtime_err(format!("inspecting volume {name}"), e)),
             }
@@ -578,10 +565,20 @@ impl EngineRuntime {
                 labels: Some(labels.clone().into_iter().collect()),
                 ..Default::default()
             };
-            match docker.create_volume(request).await {
-                Err(e) if status_of(&e) == Some(409) => {}
+            let fresh = match docker.create_volume(request).await {
+                Err(e) if status_of(&e) == Some(409) => false,
                 Err(e) => return Err(runtime_err(format!("creating volume {name}"), e)),
-                Ok(_) => created.push(name.clone()),
+                Ok(_) => true,
+            };
+            // Created meanwhile by someone else (a 409, or Docker answering a create of an
+            // existing name with that volume): check whose it is, as above.
+            match docker.inspect_volume(name).await {
+                Ok(v) if selector.matches_map(&v.labels) => {}
+                Ok(v) => return Err(foreign_volume(&workspace, name, &v.labels)),
+                Err(e) => return Err(runtime_err(format!("inspecting volume {name}"), e)),
+            }
+            if fresh {
+                created.push(name.clone());
             }
         }
         Ok(created)
@@ -858,14 +855,19 @@ impl EngineRuntime {
         // under the same tag): a start runs what the reference names now, as a new pod
         // would on Kubernetes.
         let existing = self.workspace_containers(name).await?;
-        let outdated = if plan.replicas == 1 {
+        // Only a pod about to start: a running one is not restarted behind its user's back.
+        let pod_running = existing
+            .iter()
+            .any(|c| summary_role(c) == Role::App && summary_running(c));
+        let outdated = if plan.replicas == 1 && !pod_running {
             self.outdated_images(&plan, &existing).await
         } else {
             BTreeSet::new()
         };
+        // One outdated container recreates the whole pod, as Kubernetes would: the others
+        // may join its namespaces.
         let (current, stale): (Vec<_>, Vec<_>) = existing.into_iter().partition(|c| {
-            label(c, POD_HASH_LABEL) == Some(plan.hash.as_str())
-                && !c.id.as_ref().is_some_and(|id| outdated.contains(id))
+            label(c, POD_HASH_LABEL) == Some(plan.hash.as_str()) && outdated.is_empty()
         });
         if !stale.is_empty() {
             tracing::info!(workspace = %workspace, images_changed = outdated.len(), "pod spec or images changed: recreating its containers");
@@ -935,14 +937,28 @@ impl EngineRuntime {
     /// are removed, whatever the engine's filters returned ([`Selector::matches`] on every
     /// candidate, the record's volume names included). An object still in use is left for
     /// a later call and named in the `Blocked` error.
-    async fn delete_locked(&self, name: &str) -> Result<TerminationProgress, RuntimeError> {
+    /// `moved` is set when something was removed.
+    async fn delete_locked(
+        &self,
+        name: &str,
+        moved: &mut bool,
+    ) -> Result<TerminationProgress, RuntimeError> {
         let selector = self.selector().workspace(name);
         let containers = self.containers(&selector).await?;
-        self.remove_all(containers).await?;
+        if !containers.is_empty() {
+            *moved = true;
+            if let Err(e) = self.remove_all(containers).await {
+                // A container that cannot go (yet) holds everything else back.
+                return Err(RuntimeError::Blocked {
+                    workspace: name.to_owned(),
+                    reason: format!("{e}: {}", source_chain(&e)),
+                });
+            }
+        }
         let mut blocked = Vec::new();
         for (network, _) in self.labelled_networks(&selector).await? {
             match self.inner.docker.remove_network(&network).await {
-                Ok(()) => {}
+                Ok(()) => *moved = true,
                 Err(e) if status_of(&e) == Some(404) => {}
                 Err(e) if status_of(&e).is_some() => {
                     blocked.push(error_message(&e));
@@ -988,7 +1004,7 @@ impl EngineRuntime {
                 .remove_volume(&volume, Some(options))
                 .await
             {
-                Ok(()) => {}
+                Ok(()) => *moved = true,
                 Err(e) if status_of(&e) == Some(404) => {}
                 Err(e) if status_of(&e).is_some() => {
                     blocked.push(error_message(&e));
@@ -1003,7 +1019,7 @@ impl EngineRuntime {
             });
         }
         match std::fs::remove_dir_all(self.workspace_dir(name)) {
-            Ok(()) => {}
+            Ok(()) => *moved = true,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(runtime_err(format!("removing the state of {name}"), e)),
         }
@@ -1293,16 +1309,19 @@ impl WorkspaceRuntime for EngineRuntime {
             return Err(RuntimeError::NotFound(format!("workspace {name:?}")));
         }
         let _guard = self.lock_workspace(name).await;
+        let mut moved = false;
         if let Some(mut record) = self.read_record(name) {
             if !record.deleting {
                 record.deleting = true;
                 self.write_record(&record)?;
+                moved = true;
             }
         }
-        let progress = self.delete_locked(name).await;
-        if !matches!(progress, Err(RuntimeError::Blocked { .. })) {
-            // Only a deletion that moved tells the reconciler to look again; a blocked one
-            // waits for its retry timer instead of waking itself in a loop.
+        let progress = self.delete_locked(name, &mut moved).await;
+        if moved {
+            // Only a deletion that changed something tells the reconciler to look again; one
+            // that could not (blocked, failed) waits for its retry timer instead of waking
+            // itself in a loop.
             self.bump();
         }
         progress
@@ -1537,6 +1556,25 @@ async fn watch_events(inner: std::sync::Weak<Inner>, shutdown: CancellationToken
     }
 }
 
+/// The apply error for volume `name`, which exists with labels that are not `workspace`'s.
+fn foreign_volume<S: std::hash::BuildHasher>(
+    workspace: &str,
+    name: &str,
+    labels: &HashMap<String, String, S>,
+) -> RuntimeError {
+    let holder = match labels.get(WORKSPACE_NAME_LABEL) {
+        Some(w) if w != workspace => format!("workspace {w}"),
+        Some(_) => "another agent or Warren installation".to_owned(),
+        None => "something other than Warren".to_owned(),
+    };
+    RuntimeError::Apply {
+        workspace: workspace.to_owned(),
+        message: format!(
+            "volume {name} already exists and belongs to {holder}; rename the devfile volume"
+        ),
+    }
+}
+
 /// How often the `podman system service` this runtime started is checked.
 const SUPERVISE_INTERVAL: Duration = Duration::from_secs(2);
 /// Pings in a row the service may miss before it is restarted.
@@ -1558,29 +1596,32 @@ async fn supervise_service(inner: std::sync::Weak<Inner>, shutdown: Cancellation
         let Some(inner) = inner.upgrade() else {
             return;
         };
+        // The lock is held only for quick looks and for a restart, never for a ping, so
+        // `shutdown` is not kept waiting.
+        let seen = match inner.service.lock().await.as_mut() {
+            // A restart that failed last time: try again.
+            None => Some("is not running".to_owned()),
+            Some(s) => s.fault(),
+        };
+        let fault = match seen {
+            Some(f) => Some(f),
+            None => {
+                let ping = tokio::time::timeout(Duration::from_secs(3), inner.docker.ping());
+                if matches!(ping.await, Ok(Ok(_))) {
+                    missed = 0;
+                    None
+                } else {
+                    missed += 1;
+                    (missed >= SUPERVISE_MISSED_PINGS)
+                        .then(|| format!("did not answer {missed} pings in a row"))
+                }
+            }
+        };
+        let Some(fault) = fault else { continue };
         let mut service = inner.service.lock().await;
         if shutdown.is_cancelled() {
             return;
         }
-        let fault = match service.as_mut() {
-            // A restart that failed last time: try again.
-            None => Some("is not running".to_owned()),
-            Some(s) => match s.fault() {
-                Some(f) => Some(f),
-                None => {
-                    let ping = tokio::time::timeout(Duration::from_secs(3), inner.docker.ping());
-                    if matches!(ping.await, Ok(Ok(_))) {
-                        missed = 0;
-                        None
-                    } else {
-                        missed += 1;
-                        (missed >= SUPERVISE_MISSED_PINGS)
-                            .then(|| format!("did not answer {missed} pings in a row"))
-                    }
-                }
-            },
-        };
-        let Some(fault) = fault else { continue };
         missed = 0;
         tracing::warn!(
             fault,

@@ -554,20 +554,11 @@ async fn engine_events_signal_changes() -> Result<()> {
 
 #[tokio::test]
 async fn starts_its_own_podman_service_and_stops_it_on_shutdown() -> Result<()> {
-    if !engine_available() {
-        return Ok(());
-    }
-    if cli() != Some("podman") {
-        eprintln!("skipping: podman is not installed");
+    if !podman_here() {
         return Ok(());
     }
     let state = tempfile::tempdir()?;
-    let mut config = warren_agent::runtime::engine::EngineConfig::new(
-        warren_types::AgentId(rand::random::<u32>() as i64 + 1_000_000),
-        state.path(),
-    );
-    config.own_podman_service = true;
-    let rt = warren_agent::runtime::engine::EngineRuntime::connect(config).await?;
+    let rt = own_service(state.path()).await?;
     let socket = state.path().join("podman.sock");
     assert_eq!(rt.host(), format!("unix://{}", socket.display()));
     assert!(rt.is_podman(), "detected as Podman");
@@ -796,6 +787,31 @@ async fn followed_logs_bring_new_lines_and_end_when_the_container_stops() -> Res
     Ok(())
 }
 
+/// Whether the engine is Podman (the tests of the runtime's own `podman system service`
+/// need its binary); prints the notice otherwise.
+fn podman_here() -> bool {
+    if !engine_available() {
+        return false;
+    }
+    if cli() != Some("podman") {
+        eprintln!("skipping: podman is not installed");
+        return false;
+    }
+    true
+}
+
+/// A runtime of a fresh agent id that starts its own `podman system service` in `state`.
+async fn own_service(
+    state: &std::path::Path,
+) -> Result<warren_agent::runtime::engine::EngineRuntime> {
+    let mut config = warren_agent::runtime::engine::EngineConfig::new(
+        warren_types::AgentId(rand::random::<u32>() as i64 + 1_000_000),
+        state,
+    );
+    config.own_podman_service = true;
+    Ok(warren_agent::runtime::engine::EngineRuntime::connect(config).await?)
+}
+
 /// Deletes `ws` until it is Terminated (60 s deadline); a blocked deletion fails the test
 /// with the engine's reason.
 async fn delete_until_terminated(h: &Harness, ws: &Workspace) -> Result<()> {
@@ -892,11 +908,7 @@ async fn removing_one_workspace_leaves_every_other_untouched() -> Result<()> {
 /// by a second one.
 #[tokio::test]
 async fn a_leftover_podman_service_is_stopped_before_starting_ours() -> Result<()> {
-    if !engine_available() {
-        return Ok(());
-    }
-    if cli() != Some("podman") {
-        eprintln!("skipping: podman is not installed");
+    if !podman_here() {
         return Ok(());
     }
     use warren_agent::runtime::engine::services_on;
@@ -932,12 +944,7 @@ async fn a_leftover_podman_service_is_stopped_before_starting_ours() -> Result<(
     }
     assert_eq!(services_on(&host), vec![leftover_pid]);
 
-    let mut config = warren_agent::runtime::engine::EngineConfig::new(
-        warren_types::AgentId(rand::random::<u32>() as i64 + 1_000_000),
-        state.path(),
-    );
-    config.own_podman_service = true;
-    let rt = warren_agent::runtime::engine::EngineRuntime::connect(config).await?;
+    let rt = own_service(state.path()).await?;
     let exited = leftover.0.try_wait()?;
     assert!(exited.is_some(), "the leftover was stopped");
     let ours = services_on(&host);
@@ -954,11 +961,7 @@ async fn a_leftover_podman_service_is_stopped_before_starting_ours() -> Result<(
 /// image unchanged keeps the same containers.
 #[tokio::test]
 async fn a_restart_runs_the_image_its_tag_names_now() -> Result<()> {
-    if !engine_available() {
-        return Ok(());
-    }
-    if cli() != Some("podman") {
-        eprintln!("skipping: podman is not installed");
+    if !podman_here() {
         return Ok(());
     }
     let h = Harness::new().await?;
@@ -1040,21 +1043,12 @@ async fn a_restart_runs_the_image_its_tag_names_now() -> Result<()> {
 /// it used to fail every call until restarted by hand.
 #[tokio::test]
 async fn a_dead_or_unreachable_podman_service_is_started_again() -> Result<()> {
-    if !engine_available() {
-        return Ok(());
-    }
-    if cli() != Some("podman") {
-        eprintln!("skipping: podman is not installed");
+    if !podman_here() {
         return Ok(());
     }
     use warren_agent::runtime::engine::services_on;
     let state = tempfile::tempdir()?;
-    let mut config = warren_agent::runtime::engine::EngineConfig::new(
-        warren_types::AgentId(rand::random::<u32>() as i64 + 1_000_000),
-        state.path(),
-    );
-    config.own_podman_service = true;
-    let rt = warren_agent::runtime::engine::EngineRuntime::connect(config).await?;
+    let rt = own_service(state.path()).await?;
     let socket = state.path().join("podman.sock");
     let host = format!("unix://{}", socket.display());
     struct Stop(warren_agent::runtime::engine::EngineRuntime);

@@ -85,6 +85,20 @@ fn key(name: &str) -> WorkspaceKey {
 }
 
 impl Harness {
+    /// Workspace "a" running, on a runtime whose deletions do not finish by themselves.
+    async fn running_a() -> Harness {
+        let runtime = Arc::new(SimulatedRuntime::new());
+        runtime.set_auto_settle(true);
+        let mut model = ServerModel::new(settings(3600, 10));
+        model.create("a");
+        let h = Harness::with(model, runtime);
+        h.until(1, "running", |h| {
+            h.model(|m| m.actual("a")) == Some(ActualState::Running)
+        })
+        .await;
+        h
+    }
+
     fn new(settings: ReconcileSettings, workspaces: &[&str]) -> Harness {
         let mut model = ServerModel::new(settings);
         for w in workspaces {
@@ -393,15 +407,7 @@ async fn apply_errors_are_reported_once_and_newer_replaces_older() {
 
 #[tokio::test(start_paused = true)]
 async fn termination_is_reported_then_forgotten() {
-    let runtime = Arc::new(SimulatedRuntime::new());
-    runtime.set_auto_settle(true);
-    let mut model = ServerModel::new(settings(3600, 10));
-    model.create("a");
-    let h = Harness::with(model, runtime);
-    h.until(1, "running", |h| {
-        h.model(|m| m.actual("a")) == Some(ActualState::Running)
-    })
-    .await;
+    let h = Harness::running_a().await;
     h.model(|m| m.set_desired("a", DesiredState::Terminated));
     h.signal();
     h.until(1, "terminating", |h| {
@@ -457,15 +463,7 @@ async fn a_restarted_agent_rebuilds_from_the_runtime_without_duplicates() {
 
 #[tokio::test(start_paused = true)]
 async fn a_blocked_deletion_backs_off_says_why_once_and_finishes_when_unblocked() {
-    let runtime = Arc::new(SimulatedRuntime::new());
-    runtime.set_auto_settle(true);
-    let mut model = ServerModel::new(settings(3600, 10));
-    model.create("a");
-    let h = Harness::with(model, runtime);
-    h.until(1, "running", |h| {
-        h.model(|m| m.actual("a")) == Some(ActualState::Running)
-    })
-    .await;
+    let h = Harness::running_a().await;
     h.runtime.block_deletion(
         &key("a"),
         Some("volume warren-a-data: volume is being used"),

@@ -321,43 +321,58 @@ const MIN_WORKSPACE_MEMORY_BYTES: u64 = 64 << 20;
 /// what `agent` reported it can give one workspace (its host's CPUs and memory). The agent's
 /// `max_resources_per_workspace` is checked by rendering.
 fn check_resources(r: &WorkspaceResources, agent: &AgentRow) -> Result<(), HttpError> {
-    let capacity = agent.capacity;
-    if let Some(c) = &r.cpu {
-        let millis =
-            parse_cpu_millis(c).map_err(|e| HttpError::invalid_field("resources.cpu", e))?;
-        if millis < MIN_WORKSPACE_CPU_MILLIS {
+    /// One requested quantity and its bounds.
+    struct Size<'a> {
+        field: &'static str,
+        asked: &'a Option<String>,
+        parse: fn(&str) -> Result<u64, warren_types::quantity::QuantityError>,
+        floor: u64,
+        floor_words: &'static str,
+        /// The host's amount, and how it is said.
+        host: Option<(u64, String)>,
+    }
+    let cap = agent.capacity;
+    let sizes = [
+        Size {
+            field: "resources.cpu",
+            asked: &r.cpu,
+            parse: parse_cpu_millis,
+            floor: MIN_WORKSPACE_CPU_MILLIS,
+            floor_words: "100m (0.1 CPU)",
+            host: cap.map(|c| {
+                (
+                    c.cpu_millis,
+                    format!("{} CPUs", c.cpu_millis as f64 / 1000.0),
+                )
+            }),
+        },
+        Size {
+            field: "resources.memory",
+            asked: &r.memory,
+            parse: parse_memory_bytes,
+            floor: MIN_WORKSPACE_MEMORY_BYTES,
+            floor_words: "64Mi",
+            host: cap.map(|c| (c.memory_bytes, format!("{}Mi", c.memory_bytes >> 20))),
+        },
+    ];
+    for size in sizes {
+        let Some(asked) = size.asked else { continue };
+        let n = (size.parse)(asked).map_err(|e| HttpError::invalid_field(size.field, e))?;
+        if n < size.floor {
             return Err(HttpError::invalid_field(
-                "resources.cpu",
-                format!("{c} is below the smallest workspace size, 100m (0.1 CPU)"),
-            ));
-        }
-        if let Some(cap) = capacity.filter(|cap| millis > cap.cpu_millis) {
-            return Err(HttpError::invalid_field(
-                "resources.cpu",
+                size.field,
                 format!(
-                    "{c} is more than agent {} can give one workspace ({} CPUs)",
-                    agent.name,
-                    cap.cpu_millis as f64 / 1000.0
+                    "{asked} is below the smallest workspace size, {}",
+                    size.floor_words
                 ),
             ));
         }
-    }
-    if let Some(m) = &r.memory {
-        let bytes =
-            parse_memory_bytes(m).map_err(|e| HttpError::invalid_field("resources.memory", e))?;
-        if bytes < MIN_WORKSPACE_MEMORY_BYTES {
+        if let Some((_, words)) = size.host.filter(|(most, _)| n > *most) {
             return Err(HttpError::invalid_field(
-                "resources.memory",
-                format!("{m} is below the smallest workspace size, 64Mi"),
-            ));
-        }
-        if let Some(cap) = capacity.filter(|cap| bytes > cap.memory_bytes) {
-            return Err(HttpError::invalid_field(
-                "resources.memory",
+                size.field,
                 format!(
-                    "{m} is more than agent {} can give one workspace ({}Mi)",
-                    agent.name,
-                    cap.memory_bytes >> 20
+                    "{asked} is more than agent {} can give one workspace ({words})",
+                    agent.name
                 ),
             ));
         }

@@ -587,7 +587,10 @@ impl Up {
                 "--ssh-listen",
                 "127.0.0.1:0",
             ])
-            .env("WARREN_LOG", "info")
+            .env(
+                "WARREN_LOG",
+                std::env::var("WARREN_TEST_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .process_group(0)
             .stdout(Stdio::from(log.try_clone().expect("log file")))
             .stderr(Stdio::from(log))

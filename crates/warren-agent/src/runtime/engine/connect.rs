@@ -8,6 +8,17 @@ use tokio::process::{Child, Command};
 
 /// How long a socket may take to answer a ping before the next candidate is tried.
 const PING_TIMEOUT: Duration = Duration::from_secs(3);
+/// Runs `"$@"` (podman) and stops it (SIGTERM) as soon as stdin reaches its end: stdin is a
+/// pipe whose other end only the agent holds, so its end means the agent is gone, however
+/// it went. Exits with podman's status when podman exits by itself.
+/// (An asynchronous list's stdin is /dev/null unless redirected, hence fd 3.)
+const WATCH_PARENT: &str = r#"exec 3<&0 </dev/null
+"$@" 3<&- &
+pid=$!
+(read -r _ <&3; kill -TERM "$pid" 2>/dev/null) &
+exec 3<&-
+wait "$pid""#;
+
 /// How long a freshly started `podman system service` may take to answer.
 const SERVICE_START_DEADLINE: Duration = Duration::from_secs(30);
 /// Request timeout of the API client, in seconds (image pulls are streamed, not bounded).
@@ -46,14 +57,26 @@ pub enum ConnectError {
 /// A `podman system service` this runtime started; killed when dropped.
 #[derive(Debug)]
 pub struct PodmanService {
+    /// The watch wrapper ([`WATCH_PARENT`]); podman is its child.
     child: Child,
+    /// Our end of the wrapper's stdin: closing it (on purpose, or by dying) stops podman.
+    lifeline: Option<tokio::process::ChildStdin>,
     pub socket: PathBuf,
+    host: String,
 }
 
 impl PodmanService {
     /// Stops the service and waits for it to exit.
     pub async fn stop(mut self) {
-        let _ = self.child.kill().await;
+        drop(self.lifeline.take());
+        if tokio::time::timeout(Duration::from_secs(15), self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
+        // Whatever still serves the socket (the wrapper was killed before it could stop it).
+        stop_leftover_services(&self.host).await;
     }
 
     /// What is wrong with the service, if anything can be seen without asking it: it has
@@ -202,25 +225,21 @@ pub async fn spawn_podman(podman: &Path, state_dir: &Path) -> Result<Connection,
         .append(true)
         .open(state_dir.join("podman-service.log"))
         .map_err(spawn_err)?;
-    // The service must not outlive us even when we cannot stop it (SIGKILL, a crash):
-    // `setpriv --pdeathsig` has the kernel kill it when we die. Without setpriv, the
-    // next start stops the leftover instead.
-    let mut command = match setpriv_with_pdeathsig().await {
-        Some(setpriv) => {
-            let mut c = Command::new(setpriv);
-            c.args(["--pdeathsig", "KILL", "--"]).arg(podman);
-            c
-        }
-        None => Command::new(podman),
-    };
-    let mut child = command
+    // The service must not outlive us even when we cannot stop it (SIGKILL, a crash): it
+    // runs under a small shell that stops it when its stdin, a pipe from us, closes, which
+    // the kernel does when we die. (The next start also stops a leftover, for services
+    // started otherwise.)
+    let mut child = Command::new("sh")
+        .args(["-c", WATCH_PARENT, "sh"])
+        .arg(podman)
         .args(["system", "service", "--time=0", &host])
-        .stdin(std::process::Stdio::null())
+        .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
         .stderr(log)
         .kill_on_drop(true)
         .spawn()
         .map_err(spawn_err)?;
+    let lifeline = child.stdin.take();
     tracing::info!(socket = %socket.display(), "started podman system service");
     let deadline = tokio::time::Instant::now() + SERVICE_START_DEADLINE;
     loop {
@@ -228,8 +247,13 @@ pub async fn spawn_podman(podman: &Path, state_dir: &Path) -> Result<Connection,
             if let Ok(docker) = connect_host(&host).await {
                 return Ok(Connection {
                     docker,
-                    host,
-                    service: Some(PodmanService { child, socket }),
+                    host: host.clone(),
+                    service: Some(PodmanService {
+                        child,
+                        lifeline,
+                        socket,
+                        host,
+                    }),
                 });
             }
         }
@@ -249,23 +273,6 @@ pub async fn spawn_podman(podman: &Path, state_dir: &Path) -> Result<Connection,
     }
 }
 
-/// `setpriv` when it can set a parent-death signal (util-linux 2.33 and later).
-async fn setpriv_with_pdeathsig() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    let setpriv = std::env::split_paths(&path)
-        .map(|dir| dir.join("setpriv"))
-        .find(|candidate| candidate.is_file())?;
-    let works = Command::new(&setpriv)
-        .args(["--pdeathsig", "KILL", "--", "true"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .await
-        .is_ok_and(|s| s.success());
-    works.then_some(setpriv)
-}
-
 /// Process ids of `podman system service` processes serving `host` (from `/proc`; none
 /// where there is no `/proc`).
 pub fn services_on(host: &str) -> Vec<u32> {
@@ -282,7 +289,7 @@ pub fn services_on(host: &str) -> Vec<u32> {
             };
             let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
             let has = |word: &str| args.contains(&word.as_bytes());
-            // Not the `setpriv` wrapper (it has exec'd into podman by the time it serves).
+            // Not the shell that watches it (its first argument is `sh`).
             args.first().is_some_and(|a| a.ends_with(b"podman"))
                 && has("system")
                 && has("service")

@@ -467,6 +467,7 @@ impl EngineRuntime {
     }
 
     async fn stop(&self, name: &str) -> Result<(), bollard::errors::Error> {
+        tracing::debug!(container = name, "stopping");
         let options = StopContainerOptions {
             t: Some(self.inner.config.stop_timeout_secs as i32),
             signal: None,
@@ -823,6 +824,7 @@ impl EngineRuntime {
         };
         let plan = plan::plan(&parsed, &secrets, &config_maps, &cx)
             .map_err(|e| apply_err(e.to_string()))?;
+        tracing::debug!(workspace = %workspace, replicas = plan.replicas, hash = %plan.hash, "applying");
 
         let mut record = Record {
             agent_id: self.inner.config.agent_id,
@@ -1093,6 +1095,7 @@ impl EngineRuntime {
             }
         }
         let start = |name: String| async move {
+            tracing::debug!(container = %name, "starting");
             match docker.start_container(&name, None).await {
                 Err(e) if status_of(&e) == Some(304) => Ok(()),
                 Err(e) if status_of(&e).is_some() => Err(Ok(PodFailure {

@@ -8,13 +8,13 @@
 use crate::runtime::{ObservedWorkspace, RuntimeError, WorkspaceKey, WorkspaceRuntime};
 use async_trait::async_trait;
 use futures::StreamExt;
-use rand::Rng;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use warren_types::error_chain;
 use warren_types::reconcile::{
     ErrorDetails, ErrorType, PodFailure, ReconcileRequest, ReconcileResponse, ReconcileSettings,
     TerminationProgress, UpdateType, WorkspaceAgentInfo, WorkspaceRailsInfo,
@@ -155,11 +155,9 @@ struct Backoff {
 impl Backoff {
     /// Full-jitter-ish: uniformly in [d/2, d] where d doubles per failure up to `max`.
     fn next(&mut self) -> Duration {
-        let exp = self.failures.min(20);
+        let d = crate::backoff::jittered(self.initial, self.max, self.failures);
         self.failures = self.failures.saturating_add(1);
-        let d = self.initial.saturating_mul(1u32 << exp).min(self.max);
-        let half = d / 2;
-        half + rand::thread_rng().gen_range(Duration::ZERO..=half)
+        d
     }
     fn reset(&mut self) {
         self.failures = 0;
@@ -288,7 +286,7 @@ impl Reconciler {
                     }
                     Err(e) => {
                         let delay = backoff.next();
-                        let message = crate_error_chain(&e);
+                        let message = error_chain(&e);
                         if matches!(e, CycleError::Transport(TransportError::NotConnected)) {
                             // Not a fault: the connection (re)starts, and its arrival wakes
                             // the loop for a full reconcile anyway.
@@ -357,10 +355,10 @@ impl Reconciler {
                     update_type: kind,
                     workspace_agent_infos: vec![],
                     capacity: None,
-                    runtime_fault: Some(crate_error_chain(&e)),
+                    runtime_fault: Some(error_chain(&e)),
                 };
                 if let Err(t) = self.transport.reconcile(&fault).await {
-                    tracing::debug!(error = %crate_error_chain(&t), "reporting the runtime fault failed");
+                    tracing::debug!(error = %error_chain(&t), "reporting the runtime fault failed");
                 }
                 return Err(CycleError::List(e));
             }
@@ -469,7 +467,7 @@ impl Reconciler {
             Err(e) => {
                 t.termination
                     .get_or_insert(TerminationProgress::Terminating);
-                let message = crate_error_chain(&e);
+                let message = error_chain(&e);
                 if t.delete_blocked.as_ref() != Some(&message) {
                     tracing::warn!(workspace = %key, error = %message, "deleting a workspace cannot finish yet");
                 }
@@ -479,7 +477,7 @@ impl Reconciler {
         // Unfinished: try again later, sooner if the runtime changes meanwhile (the loop
         // then runs every deletion), so a deletion that cannot progress costs nothing.
         let failures = t.delete_retry.map_or(0, |(_, n)| n.saturating_add(1));
-        let delay = initial.saturating_mul(1u32 << failures.min(16)).min(max);
+        let delay = crate::backoff::jittered(initial, max, failures);
         t.delete_retry = Some((Instant::now() + delay, failures));
         if let Some(message) = blocked {
             if t.delete_blocked.as_ref() != Some(&message) {
@@ -622,7 +620,7 @@ impl Reconciler {
             if let Err(e) = result {
                 let (error_type, message) = match &e {
                     RuntimeError::Apply { .. } => (ErrorType::Applier, e.to_string()),
-                    _ => (ErrorType::Runtime, crate_error_chain(&e)),
+                    _ => (ErrorType::Runtime, error_chain(&e)),
                 };
                 tracing::warn!(workspace = %key, error = %message, "apply failed");
                 self.record_error(&key, error_type, message);
@@ -630,17 +628,6 @@ impl Reconciler {
         }
         true
     }
-}
-
-fn crate_error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(src) = cur {
-        s.push_str(": ");
-        s.push_str(&src.to_string());
-        cur = src.source();
-    }
-    s
 }
 
 #[cfg(test)]

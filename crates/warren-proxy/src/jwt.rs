@@ -1,46 +1,27 @@
-//! Short-lived HS256 JWTs the proxy presents to the server and to relays.
+//! Short-lived HS256 JWTs the proxy presents to the server and to relays, on `warren-jwt`.
 
-use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
-use warren_types::internal::{InternalClaims, PROXY_JWT_ISSUER};
+use warren_types::internal::PROXY_JWT_ISSUER;
 
 /// Validity of every internal JWT the proxy mints: well under the 30 s both peers accept,
 /// long enough for a slow request to arrive.
 const VALIDITY_SECS: i64 = 20;
 
-#[derive(Clone)]
-pub(crate) struct InternalKeys {
-    key: EncodingKey,
-}
-
-impl std::fmt::Debug for InternalKeys {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("InternalKeys(..)")
-    }
-}
+#[derive(Clone, Debug)]
+pub(crate) struct InternalKeys(warren_jwt::Keys);
 
 impl InternalKeys {
     pub(crate) fn new(secret: &[u8]) -> Self {
-        Self {
-            key: EncodingKey::from_secret(secret),
-        }
+        Self(warren_jwt::Keys::new(secret))
     }
 
     /// A token for `aud` (`warren-server` or `warren-relay`).
-    pub(crate) fn mint(&self, aud: &str) -> String {
-        // Wall-clock time: the peers check it against their own clocks.
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs() as i64)
-            .unwrap_or(0);
-        let claims = InternalClaims {
-            iss: PROXY_JWT_ISSUER.into(),
-            aud: aud.into(),
-            sub: None,
-            iat: now,
-            nbf: now - 1,
-            exp: now + VALIDITY_SECS,
-        };
-        encode(&Header::new(Algorithm::HS256), &claims, &self.key)
-            .expect("HS256 signing of plain claims cannot fail")
+    pub(crate) fn mint(&self, aud: &str) -> Result<String, warren_jwt::JwtError> {
+        self.0.mint(
+            PROXY_JWT_ISSUER,
+            aud,
+            None,
+            warren_jwt::now_secs(),
+            VALIDITY_SECS,
+        )
     }
 }

@@ -115,13 +115,4 @@ pub async fn run(
 }
 
 /// The whole chain of an error on one line, for logs.
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        src = s.source();
-    }
-    out
-}
+pub(crate) use warren_types::error_chain;

@@ -18,6 +18,8 @@ const OPEN_TIMEOUT: Duration = Duration::from_secs(45);
 
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {
+    #[error("signing the internal token")]
+    Sign(#[source] warren_jwt::JwtError),
     #[error("calling the relay at {url}")]
     Unavailable {
         url: String,
@@ -79,11 +81,15 @@ impl RelayClient {
         url: String,
         query: &impl serde::Serialize,
     ) -> Result<Tunnel, RelayError> {
+        let token = self
+            .keys
+            .mint(RELAY_JWT_AUDIENCE)
+            .map_err(RelayError::Sign)?;
         let resp = self
             .http
             .get(&url)
             .query(query)
-            .bearer_auth(self.keys.mint(RELAY_JWT_AUDIENCE))
+            .bearer_auth(token)
             .header(reqwest::header::CONNECTION, "upgrade")
             .header(reqwest::header::UPGRADE, TUNNEL_PROTOCOL)
             .timeout(OPEN_TIMEOUT)

@@ -24,6 +24,9 @@ pub enum ServerApiError {
     /// The server answered with another error.
     #[error("the server answered {status}: {message}")]
     Status { status: u16, message: String },
+    /// The proxy could not sign its token for the server.
+    #[error("signing the internal token")]
+    Sign(#[source] warren_jwt::JwtError),
     /// The server could not be reached or its answer was unreadable.
     #[error("calling the server at {url}")]
     Unavailable {
@@ -102,10 +105,11 @@ impl ServerApi {
         url: String,
         req: reqwest::RequestBuilder,
     ) -> Result<T, ServerApiError> {
-        let resp = req
-            .bearer_auth(self.keys.mint(SERVER_JWT_AUDIENCE))
-            .send()
-            .await;
+        let token = self
+            .keys
+            .mint(SERVER_JWT_AUDIENCE)
+            .map_err(ServerApiError::Sign)?;
+        let resp = req.bearer_auth(token).send().await;
         Self::answer(url, resp).await
     }
 
@@ -142,11 +146,15 @@ impl ServerApi {
     /// Reports the last activity of workspaces.
     pub async fn report_activity(&self, report: &ActivityReport) -> Result<(), ServerApiError> {
         let url = self.url(WORKSPACE_ACTIVITY_PATH);
+        let token = self
+            .keys
+            .mint(SERVER_JWT_AUDIENCE)
+            .map_err(ServerApiError::Sign)?;
         let resp = self
             .http
             .post(&url)
             .json(report)
-            .bearer_auth(self.keys.mint(SERVER_JWT_AUDIENCE))
+            .bearer_auth(token)
             .send()
             .await
             .map_err(|source| ServerApiError::Unavailable {

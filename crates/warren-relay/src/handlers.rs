@@ -154,16 +154,7 @@ async fn idle_watchdog(last_seen: &Mutex<Instant>, limit: Duration) {
     }
 }
 
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(src) = cur {
-        s.push_str(": ");
-        s.push_str(&src.to_string());
-        cur = src.source();
-    }
-    s
-}
+pub(crate) use warren_types::error_chain;
 
 impl Relay {
     /// Holds one agent connection until it closes or the relay stops; it is routable exactly

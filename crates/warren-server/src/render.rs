@@ -157,16 +157,7 @@ pub fn render_workspace(
     })
 }
 
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(x) = src {
-        s.push_str(": ");
-        s.push_str(&x.to_string());
-        src = x.source();
-    }
-    s
-}
+pub(crate) use warren_types::error_chain;
 
 /// Sets every Deployment's replicas to 0, so two object sets compare without desired state.
 pub fn normalise_replicas(objects: &mut [Value]) {

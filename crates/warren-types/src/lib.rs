@@ -16,4 +16,17 @@ pub mod relay;
 pub mod state;
 
 pub use ids::{AgentId, ProjectId, SshKeyId, TokenId, UserId, WorkspaceId};
+
+/// An error and all its sources, `outer: inner: innermost`: how every component logs and
+/// reports an error whose sources carry the detail.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(src) = cur {
+        s.push_str(": ");
+        s.push_str(&src.to_string());
+        cur = src.source();
+    }
+    s
+}
 pub use state::{ActualState, DesiredState};

@@ -55,14 +55,11 @@ pub const AUTHENTICATE_PATH: &str = "/internal/agents/authenticate";
 /// Response header on the agent connection's 101 naming the authenticated agent.
 pub const AGENT_ID_RESPONSE_HEADER: &str = "x-warren-agent-id";
 
-/// JWT issuer used by the server towards relays.
-pub const SERVER_JWT_ISSUER: &str = "warren-server";
-/// JWT issuer used by proxies towards relays.
-pub const PROXY_JWT_ISSUER: &str = "warren-proxy";
-/// JWT audience of the relay's internal endpoints.
-pub const RELAY_JWT_AUDIENCE: &str = "warren-relay";
-/// Longest validity a relay accepts for a JWT on its internal endpoints, in seconds.
-pub const INTERNAL_JWT_MAX_VALIDITY_SECS: i64 = 30;
+/// Issuers, audience and the longest validity of the JWTs on the relay's internal endpoints:
+/// the same constants as the server's.
+pub use crate::internal::{
+    INTERNAL_JWT_MAX_VALIDITY_SECS, PROXY_JWT_ISSUER, RELAY_JWT_AUDIENCE, SERVER_JWT_ISSUER,
+};
 
 /// The agent pings the relay this often; a ping unanswered within the timeout makes it
 /// reconnect (a vanished relay host sends no TCP reset).
@@ -349,18 +346,9 @@ pub struct SignalResponse {
     pub connections: usize,
 }
 
-/// Claims of the short-lived HS256 JWTs between relay, server and proxy.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct InternalClaims {
-    pub iss: String,
-    pub aud: String,
-    /// The agent id on reconcile calls (relay → server).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sub: Option<String>,
-    pub iat: i64,
-    pub nbf: i64,
-    pub exp: i64,
-}
+/// Claims of the short-lived HS256 JWTs between relay, server and proxy (one type, defined
+/// with the server's internal endpoints).
+pub use crate::internal::InternalClaims;
 
 // ---- relay↔relay (several relay instances) ----
 

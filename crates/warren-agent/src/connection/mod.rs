@@ -13,7 +13,6 @@ use crate::runtime::{
 };
 use async_trait::async_trait;
 use futures::StreamExt;
-use rand::Rng;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
@@ -208,14 +207,8 @@ impl RelayConnection {
     }
 
     fn backoff(&self, failures: u32) -> Duration {
-        let d = self
-            .inner
-            .config
-            .initial_backoff
-            .saturating_mul(1u32 << failures.min(20))
-            .min(self.inner.config.max_backoff);
-        let half = d / 2;
-        half + rand::thread_rng().gen_range(Duration::ZERO..=half)
+        let config = &self.inner.config;
+        crate::backoff::jittered(config.initial_backoff, config.max_backoff, failures)
     }
 
     async fn connect(&self) -> Result<reqwest::Upgraded, ConnectError> {
@@ -663,16 +656,7 @@ async fn handshake(
     Ok(response)
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(src) = cur {
-        s.push_str(": ");
-        s.push_str(&src.to_string());
-        cur = src.source();
-    }
-    s
-}
+use warren_types::error_chain;
 
 /// Answers a stream the runtime could not serve: the failure (its code and the whole error
 /// chain), then the end.

@@ -44,7 +44,7 @@ impl FromRequestParts<AppState> for Auth {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        let secret = crate::internal::jwt::bearer(&parts.headers).map_err(|_| {
+        let secret = crate::internal::jwt::bearer(&parts.headers).ok_or_else(|| {
             HttpError::unauthorized(
                 "missing `Authorization: Bearer <personal access token>` header",
             )

@@ -13,17 +13,16 @@ pub fn check_relay(
     state: &AppState,
     headers: &HeaderMap,
 ) -> Result<warren_types::internal::InternalClaims, HttpError> {
-    let token = jwt::bearer(headers).map_err(|e| HttpError::unauthorized(e.to_string()))?;
+    let token = jwt::bearer(headers).ok_or_else(|| HttpError::unauthorized(jwt::MISSING_BEARER))?;
     // Internal JWTs are about wall-clock time between processes, not the server's clock seam.
-    let now = chrono::Utc::now().timestamp();
     jwt::verify(
         &state.relay_secret,
         token,
         RELAY_JWT_ISSUER,
         SERVER_JWT_AUDIENCE,
-        now,
+        warren_jwt::now_secs(),
     )
-    .map_err(|e| HttpError::unauthorized(e.to_string()))
+    .map_err(|e| HttpError::unauthorized(crate::render::error_chain(&e)))
 }
 
 pub async fn handler(

@@ -6,7 +6,6 @@ use super::jwt;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use warren_types::api::ApiError;
-use warren_types::internal::{RELAY_JWT_AUDIENCE, SERVER_JWT_ISSUER};
 use warren_types::relay::{LogsTarget, LOGS_ROUTE, MAX_LOG_BYTES, TUNNEL_PROTOCOL};
 use warren_types::AgentId;
 
@@ -78,14 +77,12 @@ pub async fn open(
             url: String::new(),
             source: Box::new(e),
         })?;
-    let token = jwt::mint(
-        secret,
-        SERVER_JWT_ISSUER,
-        RELAY_JWT_AUDIENCE,
-        Some(agent.to_string()),
-        chrono::Utc::now().timestamp(),
-        30,
-    );
+    let token = jwt::mint_for_relay(secret, agent, warren_jwt::now_secs()).map_err(|e| {
+        RelayLogsError::Unavailable {
+            url: String::new(),
+            source: Box::new(e),
+        }
+    })?;
     let path = LOGS_ROUTE.replace("{agent_id}", &agent.to_string());
     let mut last = RelayLogsError::NoRelay;
     for base in relay_urls {

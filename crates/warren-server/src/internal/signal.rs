@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{broadcast, Notify};
 use tokio_util::sync::CancellationToken;
-use warren_types::internal::{signal_path, RELAY_JWT_AUDIENCE, SERVER_JWT_ISSUER};
+use warren_types::internal::signal_path;
 use warren_types::AgentId;
 
 #[derive(Debug, Default)]
@@ -86,17 +86,18 @@ pub async fn deliver_task(
         if relay_urls.is_empty() {
             continue;
         }
-        let now = chrono::Utc::now().timestamp();
+        let now = warren_jwt::now_secs();
         let client = &client;
-        let sends = agents.iter().flat_map(|agent| {
-            let token = jwt::mint(
-                &secret,
-                SERVER_JWT_ISSUER,
-                RELAY_JWT_AUDIENCE,
-                Some(agent.to_string()),
-                now,
-                30,
-            );
+        let signed = agents.iter().filter_map(|agent| {
+            match jwt::mint_for_relay(&secret, *agent, now) {
+                Ok(token) => Some((agent, token)),
+                Err(e) => {
+                    tracing::warn!(error = %crate::render::error_chain(&e), "signing a signal failed");
+                    None
+                }
+            }
+        });
+        let sends = signed.flat_map(|(agent, token)| {
             relay_urls.iter().map(move |base| {
                 let url = format!("{}{}", base.trim_end_matches('/'), signal_path(*agent));
                 let req = client.post(url.clone()).bearer_auth(token.clone());

@@ -261,7 +261,7 @@ pub async fn userinfo(
         description: "the access token is missing, expired or revoked".into(),
         challenge: Some("Bearer error=\"invalid_token\""),
     };
-    let token = crate::internal::jwt::bearer(&headers).map_err(|_| invalid())?;
+    let token = crate::internal::jwt::bearer(&headers).ok_or_else(invalid)?;
     let t = state
         .store
         .authenticate_oauth_token(token, state.clock.now_ms())

@@ -953,7 +953,7 @@ impl EngineRuntime {
                 // A container that cannot go (yet) holds everything else back.
                 return Err(RuntimeError::Blocked {
                     workspace: name.to_owned(),
-                    reason: format!("{e}: {}", source_chain(&e)),
+                    reason: warren_types::error_chain(&e),
                 });
             }
         }
@@ -1057,7 +1057,7 @@ impl EngineRuntime {
                 tracing::warn!(workspace = %name, error = %e, "starting the workspace failed");
                 record.failure = Some(PodFailure {
                     reason: "RunContainerError".into(),
-                    message: format!("{e}: {}", source_chain(&e)),
+                    message: warren_types::error_chain(&e),
                 });
             }
         }
@@ -1636,7 +1636,7 @@ async fn supervise_service(inner: std::sync::Weak<Inner>, shutdown: Cancellation
         let restarted = match connect::find_podman() {
             Some(podman) => connect::spawn_podman(&podman, &inner.config.state_dir)
                 .await
-                .map_err(|e| format!("{e}: {}", source_chain(&e))),
+                .map_err(|e| warren_types::error_chain(&e)),
             None => Err("no `podman` binary on PATH any more".to_owned()),
         };
         match restarted {
@@ -1725,16 +1725,6 @@ fn error_message(e: &bollard::errors::Error) -> String {
         bollard::errors::Error::DockerResponseServerError { message, .. } => message.clone(),
         other => other.to_string(),
     }
-}
-
-fn source_chain(e: &dyn std::error::Error) -> String {
-    let mut parts = Vec::new();
-    let mut cur = e.source();
-    while let Some(s) = cur {
-        parts.push(s.to_string());
-        cur = s.source();
-    }
-    parts.join(": ")
 }
 
 fn runtime_err(

@@ -4,3 +4,6 @@ mod backoff;
 pub mod connection;
 pub mod reconciler;
 pub mod runtime;
+mod service;
+
+pub use service::{run, serve, AgentConfig, AgentError, RuntimeChoice};

@@ -43,15 +43,7 @@ pub(crate) fn error(status: StatusCode, code: &str, message: impl Into<String>) 
     (status, Json(body)).into_response()
 }
 
-fn bearer(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get(header::AUTHORIZATION)?
-        .to_str()
-        .ok()?
-        .strip_prefix("Bearer ")
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-}
+use warren_jwt::bearer;
 
 fn wants_tunnel(headers: &HeaderMap) -> bool {
     let upgrade = headers

@@ -4,16 +4,11 @@
 use crate::relay_cmd::{read_secret, shutdown_on_signals};
 use anyhow::{bail, Context};
 use serde::Deserialize;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
-use tokio_util::sync::CancellationToken;
+use std::path::PathBuf;
 use url::Url;
-use warren_agent::connection::{identify, ConnectionConfig, RelayConnection};
-use warren_agent::reconciler::{Reconciler, ReconcilerConfig};
-use warren_agent::runtime::engine::{EngineConfig, EngineRuntime};
-use warren_agent::runtime::kubernetes::{KubernetesOptions, KubernetesRuntime};
-use warren_agent::runtime::WorkspaceRuntime;
+use warren_agent::connection::ConnectionConfig;
+use warren_agent::reconciler::ReconcilerConfig;
+use warren_agent::{AgentConfig, RuntimeChoice};
 use warren_types::AgentId;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
@@ -63,59 +58,6 @@ struct AgentFile {
     agent_id: Option<i64>,
 }
 
-/// Builds the workspace runtime. The single place the binary chooses an implementation.
-async fn make_runtime(
-    kind: RuntimeKind,
-    agent: AgentId,
-    state_dir: &Path,
-) -> anyhow::Result<Arc<dyn WorkspaceRuntime>> {
-    match kind {
-        RuntimeKind::Engine => {
-            let config = EngineConfig::new(agent, state_dir);
-            let runtime = EngineRuntime::connect(config)
-                .await
-                .context("connecting to the container engine")?;
-            Ok(Arc::new(runtime))
-        }
-        RuntimeKind::Kubernetes => {
-            let client = kube::Client::try_default()
-                .await
-                .context("connecting to Kubernetes (in-cluster configuration or KUBECONFIG)")?;
-            Ok(Arc::new(KubernetesRuntime::new(
-                client,
-                agent,
-                KubernetesOptions::default(),
-            )))
-        }
-    }
-}
-
-/// Asks the relay for this agent's id, retrying until it answers or `shutdown` fires.
-async fn discover_agent_id(
-    config: &ConnectionConfig,
-    shutdown: &CancellationToken,
-) -> anyhow::Result<AgentId> {
-    let mut delay = Duration::from_millis(500);
-    loop {
-        match identify(config).await {
-            Ok(id) => return Ok(id),
-            Err(e) if e.is_auth() => {
-                return Err(anyhow::Error::new(e).context("the relay refused the agent token"))
-            }
-            Err(e) => {
-                tracing::warn!(error = format!("{:#}", anyhow::Error::new(e)), retry_in = ?delay, "cannot reach the relay")
-            }
-        }
-        tokio::select! {
-            // Cancel-safe: a sleep holds no state.
-            _ = tokio::time::sleep(delay) => {}
-            // Cancel-safe: cancellation is level-triggered.
-            _ = shutdown.cancelled() => bail!("stopped before the relay answered"),
-        }
-        delay = (delay * 2).min(Duration::from_secs(30));
-    }
-}
-
 pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let file = match &args.config {
         Some(path) => {
@@ -146,30 +88,16 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         .state_dir
         .or(file.state_dir)
         .unwrap_or_else(|| PathBuf::from("warren-agent"));
-    let config = ConnectionConfig::new(relay_url, token);
-    let shutdown = shutdown_on_signals();
-
-    let agent = match args.agent_id.or(file.agent_id) {
-        Some(id) => AgentId(id),
-        None => discover_agent_id(&config, &shutdown).await?,
+    let config = AgentConfig {
+        connection: ConnectionConfig::new(relay_url, token),
+        agent: args.agent_id.or(file.agent_id).map(AgentId),
+        runtime: match kind {
+            RuntimeKind::Engine => RuntimeChoice::Engine { state_dir },
+            RuntimeKind::Kubernetes => RuntimeChoice::Kubernetes,
+        },
+        reconciler: ReconcilerConfig::default(),
     };
-    let runtime = make_runtime(kind, agent, &state_dir).await?;
-    let connection = RelayConnection::new(config, runtime.clone())?;
-    let reconciler = Reconciler::new(
-        Arc::new(connection.clone()),
-        runtime,
-        ReconcilerConfig::default(),
-    );
-    tracing::info!(agent = %agent, runtime = ?kind, "agent starting");
-    let conn_task = tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move { connection.run(shutdown).await }
-    });
-    let loop_task = tokio::spawn(reconciler.run(shutdown.clone()));
-    let (c, l) = tokio::join!(conn_task, loop_task);
-    c.context("the relay connection task panicked")?;
-    l.context("the reconcile loop panicked")?;
-    tracing::info!("agent stopped");
+    warren_agent::run(config, shutdown_on_signals()).await?;
     Ok(())
 }
 

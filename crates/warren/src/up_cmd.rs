@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::net::TcpListener;
 use url::Url;
-use warren_agent::connection::{ConnectionConfig, RelayConnection};
-use warren_agent::reconciler::{Reconciler, ReconcilerConfig};
+use warren_agent::connection::ConnectionConfig;
+use warren_agent::reconciler::ReconcilerConfig;
 use warren_agent::runtime::engine::{EngineConfig, EngineRuntime};
 use warren_agent::runtime::WorkspaceRuntime;
 use warren_cli::credentials::{self, Credentials};
@@ -216,23 +216,15 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
 
     let engine_runtime = runtime;
     let runtime: Arc<dyn WorkspaceRuntime> = Arc::new(engine_runtime.clone());
-    let connection = RelayConnection::new(
+    let agent_task = tokio::spawn(warren_agent::serve(
         ConnectionConfig::new(
             Url::parse(&relay_agent_url).context("the relay address is not a URL")?,
             agent_token,
         ),
-        runtime.clone(),
-    )?;
-    let reconciler = Reconciler::new(
-        Arc::new(connection.clone()),
         runtime,
         ReconcilerConfig::default(),
-    );
-    let conn_task = tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move { connection.run(shutdown).await }
-    });
-    let loop_task = tokio::spawn(reconciler.run(shutdown.clone()));
+        shutdown.clone(),
+    ));
 
     if let Some(path) = &args.ready_file {
         std::fs::write(path, api_addr.to_string())
@@ -255,8 +247,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     );
     println!("Try: warren ws create --devfile devfile.yaml --wait    (Ctrl-C stops Warren; workspaces keep running)");
 
-    let (server_res, relay_res, proxy_res, conn_res, loop_res) =
-        tokio::join!(server_task, relay, proxy_task, conn_task, loop_task);
+    let (server_res, relay_res, proxy_res, agent_res) =
+        tokio::join!(server_task, relay, proxy_task, agent_task);
     let stopped = shutdown.is_cancelled();
     shutdown.cancel();
     // Stops a Podman service the runtime started itself; workspaces keep running.
@@ -270,8 +262,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     proxy_res
         .context("the proxy task panicked")?
         .context("the proxy stopped")?;
-    conn_res.context("the relay connection task panicked")?;
-    loop_res.context("the reconcile loop panicked")?;
+    agent_res
+        .context("the agent task panicked")?
+        .context("the agent stopped")?;
     if !stopped {
         bail!("a component stopped on its own");
     }

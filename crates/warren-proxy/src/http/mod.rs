@@ -27,7 +27,7 @@ use crate::{ProxyError, Shared};
 use authz::{AuthzCache, Principal};
 use axum::body::Body;
 use host::{Route, Target};
-use http::header::{AUTHORIZATION, LOCATION};
+use http::header::LOCATION;
 use http::request::Parts;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
@@ -183,10 +183,7 @@ impl Caller {
 }
 
 fn bearer(req: &Parts) -> Option<String> {
-    let v = req.headers.get(AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = v.split_once(' ')?;
-    let token = token.trim();
-    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then(|| token.to_owned())
+    warren_jwt::bearer(&req.headers).map(str::to_owned)
 }
 
 async fn workspace_host(

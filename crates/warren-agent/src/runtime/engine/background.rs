@@ -1,0 +1,146 @@
+//! The runtime's background work: following the engine's events (so `changes()` fires) and
+//! keeping the `podman system service` it started alive.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bollard::query_parameters::EventsOptions;
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+use super::{connect, Inner, OWNER_LABEL};
+use crate::runtime::AGENT_ID_LABEL;
+
+/// Bumps the change counter on every engine event of this agent's objects; reconnects when
+/// the stream ends (the engine restarted, the connection dropped).
+pub(super) async fn watch_events(inner: std::sync::Weak<Inner>, shutdown: CancellationToken) {
+    loop {
+        let Some(strong) = inner.upgrade() else {
+            return;
+        };
+        let docker = strong.docker.clone();
+        let agent = strong.config.agent_id.to_string();
+        let owner = strong.owner.clone();
+        let changes = strong.changes.clone();
+        drop(strong);
+        let options = EventsOptions {
+            filters: Some(HashMap::from([(
+                "label".to_owned(),
+                vec![
+                    format!("{AGENT_ID_LABEL}={agent}"),
+                    format!("{OWNER_LABEL}={owner}"),
+                ],
+            )])),
+            ..Default::default()
+        };
+        let mut stream = docker.events(Some(options));
+        // Events may have been missed while disconnected.
+        changes.send_modify(|v| *v = v.wrapping_add(1));
+        loop {
+            tokio::select! {
+                // Cancel-safe: nothing is half-done between events.
+                _ = shutdown.cancelled() => return,
+                event = stream.next() => match event {
+                    Some(Ok(event)) => {
+                        // Engines that ignore the label filter still name the labels in the
+                        // actor's attributes; any event of our objects counts, whatever its
+                        // action is called (Podman's differ from Docker's).
+                        let attrs = event.actor.and_then(|a| a.attributes);
+                        let ours = attrs.as_ref().is_none_or(|attrs| {
+                            attrs.get(AGENT_ID_LABEL).is_none_or(|id| *id == agent)
+                                && attrs.get(OWNER_LABEL).is_none_or(|o| *o == owner)
+                        });
+                        if ours {
+                            changes.send_modify(|v| *v = v.wrapping_add(1));
+                        }
+                    }
+                    Some(Err(e)) => {
+                        tracing::debug!(error = %e, "engine event stream failed; reconnecting");
+                        break;
+                    }
+                    None => break,
+                },
+            }
+        }
+        tokio::select! {
+            // Cancel-safe: a sleep.
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}
+
+/// How often the `podman system service` this runtime started is checked.
+const SUPERVISE_INTERVAL: Duration = Duration::from_secs(2);
+/// Pings in a row the service may miss before it is restarted.
+const SUPERVISE_MISSED_PINGS: u32 = 3;
+
+/// Keeps the `podman system service` this runtime started serving: when it exits, loses its
+/// socket or stops answering, it is stopped and started again on the same socket (the API
+/// client reconnects by path; containers keep running, conmon holds them). Without this an
+/// agent whose service died would fail every call until restarted by hand.
+pub(super) async fn supervise_service(inner: std::sync::Weak<Inner>, shutdown: CancellationToken) {
+    let mut missed = 0u32;
+    loop {
+        tokio::select! {
+            // Cancel-safe: cancellation is level-triggered.
+            _ = shutdown.cancelled() => return,
+            // Cancel-safe: a sleep holds no state.
+            _ = tokio::time::sleep(SUPERVISE_INTERVAL) => {}
+        }
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        // The lock is held only for quick looks and for a restart, never for a ping, so
+        // `shutdown` is not kept waiting.
+        let seen = match inner.service.lock().await.as_mut() {
+            // A restart that failed last time: try again.
+            None => Some("is not running".to_owned()),
+            Some(s) => s.fault(),
+        };
+        let fault = match seen {
+            Some(f) => Some(f),
+            None => {
+                let ping = tokio::time::timeout(Duration::from_secs(3), inner.docker.ping());
+                if matches!(ping.await, Ok(Ok(_))) {
+                    missed = 0;
+                    None
+                } else {
+                    missed += 1;
+                    (missed >= SUPERVISE_MISSED_PINGS)
+                        .then(|| format!("did not answer {missed} pings in a row"))
+                }
+            }
+        };
+        let Some(fault) = fault else { continue };
+        let mut service = inner.service.lock().await;
+        if shutdown.is_cancelled() {
+            return;
+        }
+        missed = 0;
+        tracing::warn!(
+            fault,
+            "the podman system service of this agent failed; starting it again"
+        );
+        if let Some(old) = service.take() {
+            old.stop().await;
+        }
+        let restarted = match connect::find_podman() {
+            Some(podman) => connect::spawn_podman(&podman, &inner.config.state_dir)
+                .await
+                .map_err(|e| warren_types::error_chain(&e)),
+            None => Err("no `podman` binary on PATH any more".to_owned()),
+        };
+        match restarted {
+            Ok(connection) => {
+                *service = connection.service;
+                tracing::info!("podman system service started again");
+                // Whatever happened meanwhile was not announced: look again.
+                inner.changes.send_modify(|v| *v = v.wrapping_add(1));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "starting the podman system service again failed; retrying");
+            }
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! The agent as a service, as the others have one: [`run`] asks the relay who it is when not
+//! told, builds the chosen workspace runtime, and runs the relay connection and the reconcile
+//! loop until `shutdown` fires; [`serve`] does the last part for a runtime built by the
+//! caller (`warren up`, which checks the engine before anything listens).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use warren_types::AgentId;
+
+use crate::connection::{identify, ConnectError, ConnectionConfig, RelayConnection};
+use crate::reconciler::{Reconciler, ReconcilerConfig};
+use crate::runtime::engine::{EngineConfig, EngineError, EngineRuntime};
+use crate::runtime::kubernetes::{KubernetesOptions, KubernetesRuntime};
+use crate::runtime::WorkspaceRuntime;
+
+/// Which runtime runs the workspaces.
+#[derive(Debug, Clone)]
+pub enum RuntimeChoice {
+    /// Docker or Podman; generated files (mounted secrets, records) under `state_dir`.
+    Engine { state_dir: PathBuf },
+    /// The cluster of the in-cluster configuration or KUBECONFIG.
+    Kubernetes,
+}
+
+/// Everything [`run`] needs.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub connection: ConnectionConfig,
+    /// This agent's id; asked from the relay when `None`.
+    pub agent: Option<AgentId>,
+    pub runtime: RuntimeChoice,
+    pub reconciler: ReconcilerConfig,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("the relay refused the agent token")]
+    Refused(#[source] ConnectError),
+    #[error("stopped before the relay answered")]
+    Stopped,
+    #[error("connecting to the container engine")]
+    Engine(#[source] EngineError),
+    #[error("connecting to Kubernetes (in-cluster configuration or KUBECONFIG)")]
+    Kubernetes(#[source] kube::Error),
+    #[error("setting up the relay connection")]
+    Connection(#[source] ConnectError),
+    #[error("the {0} task failed")]
+    Task(&'static str, #[source] tokio::task::JoinError),
+}
+
+/// Runs the agent until `shutdown` fires.
+pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> Result<(), AgentError> {
+    let agent = match config.agent {
+        Some(id) => id,
+        None => discover_agent_id(&config.connection, &shutdown).await?,
+    };
+    let (runtime, engine): (Arc<dyn WorkspaceRuntime>, Option<EngineRuntime>) =
+        match &config.runtime {
+            RuntimeChoice::Engine { state_dir } => {
+                let engine = EngineRuntime::connect(EngineConfig::new(agent, state_dir))
+                    .await
+                    .map_err(AgentError::Engine)?;
+                (Arc::new(engine.clone()), Some(engine))
+            }
+            RuntimeChoice::Kubernetes => {
+                let client = kube::Client::try_default()
+                    .await
+                    .map_err(AgentError::Kubernetes)?;
+                let runtime = KubernetesRuntime::new(client, agent, KubernetesOptions::default());
+                (Arc::new(runtime), None)
+            }
+        };
+    tracing::info!(agent = %agent, runtime = ?config.runtime, "agent starting");
+    let result = serve(config.connection, runtime, config.reconciler, shutdown).await;
+    if let Some(engine) = engine {
+        // Stops a Podman service the runtime started; workspaces keep running.
+        engine.shutdown().await;
+    }
+    tracing::info!("agent stopped");
+    result
+}
+
+/// Runs the relay connection and the reconcile loop over `runtime` until `shutdown` fires.
+pub async fn serve(
+    connection: ConnectionConfig,
+    runtime: Arc<dyn WorkspaceRuntime>,
+    reconciler: ReconcilerConfig,
+    shutdown: CancellationToken,
+) -> Result<(), AgentError> {
+    let connection =
+        RelayConnection::new(connection, runtime.clone()).map_err(AgentError::Connection)?;
+    let reconciler = Reconciler::new(Arc::new(connection.clone()), runtime, reconciler);
+    let conn_task = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { connection.run(shutdown).await }
+    });
+    let loop_task = tokio::spawn(reconciler.run(shutdown.clone()));
+    let (c, l) = tokio::join!(conn_task, loop_task);
+    c.map_err(|e| AgentError::Task("relay connection", e))?;
+    l.map_err(|e| AgentError::Task("reconcile loop", e))?;
+    Ok(())
+}
+
+/// Asks the relay for this agent's id, retrying (jittered backoff up to 30 s) until it
+/// answers, refuses the token, or `shutdown` fires.
+async fn discover_agent_id(
+    config: &ConnectionConfig,
+    shutdown: &CancellationToken,
+) -> Result<AgentId, AgentError> {
+    let mut failures = 0;
+    loop {
+        match identify(config).await {
+            Ok(id) => return Ok(id),
+            Err(e) if e.is_auth() => return Err(AgentError::Refused(e)),
+            Err(e) => {
+                let delay = crate::backoff::jittered(
+                    Duration::from_millis(500),
+                    Duration::from_secs(30),
+                    failures,
+                );
+                failures += 1;
+                tracing::warn!(error = %warren_types::error_chain(&e), retry_in = ?delay, "cannot reach the relay");
+                tokio::select! {
+                    // Cancel-safe: a sleep holds no state.
+                    _ = tokio::time::sleep(delay) => {}
+                    // Cancel-safe: cancellation is level-triggered.
+                    _ = shutdown.cancelled() => return Err(AgentError::Stopped),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,249 @@
+//! The agent listener: the connection upgrade, and serving the streams an agent opens.
+
+use super::*;
+use crate::registry::{AgentSession, ConnectionEntry, ConnectionId, InstanceId};
+use crate::server::ServerError;
+use crate::tunnel::{self, read_frame, read_json, write_frame, write_json, TunnelStream};
+use crate::Relay;
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::get;
+use axum::Router;
+use hyper_util::rt::TokioIo;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::time::Instant;
+use warren_jwt::bearer;
+use warren_types::api::{ApiError, ApiErrorBody};
+use warren_types::relay::{
+    AuthenticateResponse, ReconcileReply, StreamOpen, AGENT_CONNECT_PATH, AGENT_ID_RESPONSE_HEADER,
+};
+use warren_types::AgentId;
+
+pub(crate) fn agent_router(relay: Relay) -> Router {
+    Router::new()
+        .route(AGENT_CONNECT_PATH, get(agent_connect))
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "not_found", "no such endpoint") })
+        .with_state(relay)
+}
+
+pub(super) async fn agent_connect(State(relay): State<Relay>, mut req: Request) -> Response {
+    if !wants_tunnel(req.headers()) {
+        return upgrade_required();
+    }
+    let Some(token) = bearer(req.headers()) else {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            "unauthenticated",
+            "an agent token is required as `Authorization: Bearer <token>`",
+        );
+    };
+    let agent = match relay.server.authenticate(token).await {
+        Ok(agent) => agent,
+        Err(ServerError::Refused) => {
+            return error(
+                StatusCode::UNAUTHORIZED,
+                "invalid_agent_token",
+                "the agent token was refused by the server",
+            )
+        }
+        Err(e) => {
+            tracing::warn!(error = %error_chain(&e), "cannot check an agent token");
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_unavailable",
+                "the relay cannot check agent tokens right now; retry later",
+            );
+        }
+    };
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    let agent_id = agent.agent_id;
+    let task_relay = relay.clone();
+    relay.tasks.spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => task_relay.serve_agent(agent, TokioIo::new(upgraded)).await,
+            Err(e) => {
+                tracing::warn!(agent = %agent_id, error = %e, "agent connection upgrade failed")
+            }
+        }
+    });
+    switching_protocols(Some((AGENT_ID_RESPONSE_HEADER, agent_id.to_string())))
+}
+
+/// Finishes when the agent opened no stream for `limit` (its heartbeat stopped: the host or
+/// network vanished without a TCP reset).
+pub(super) async fn idle_watchdog(last_seen: &Mutex<Instant>, limit: Duration) {
+    loop {
+        let seen = *last_seen.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.elapsed() >= limit {
+            return;
+        }
+        tokio::time::sleep_until(seen + limit).await;
+    }
+}
+
+pub(crate) use warren_types::error_chain;
+
+impl Relay {
+    /// Holds one agent connection until it closes or the relay stops; it is routable exactly
+    /// while this runs.
+    pub(super) async fn serve_agent<T>(&self, agent: AuthenticateResponse, io: T)
+    where
+        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let entry = ConnectionEntry {
+            agent: agent.agent_id,
+            instance: self.instance,
+            connection: ConnectionId(uuid::Uuid::new_v4()),
+        };
+        let inbound_relay = self.clone();
+        let agent_id = agent.agent_id;
+        let last_seen = Arc::new(Mutex::new(Instant::now()));
+        let seen = last_seen.clone();
+        let conn_token = self.shutdown.child_token();
+        let (session, driver) =
+            tunnel::start(io, yamux::Mode::Server, conn_token.clone(), move |stream| {
+                *seen.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+                let relay = inbound_relay.clone();
+                tokio::spawn(async move { relay.serve_agent_stream(agent_id, stream).await });
+            });
+        self.local.insert(
+            entry.connection,
+            AgentSession {
+                agent: agent.agent_id,
+                agent_name: agent.agent_name.clone(),
+                session,
+            },
+        );
+        let registered = self.registry.register(entry).await;
+        match &registered {
+            Ok(()) => {
+                tracing::info!(agent = %agent.agent_id, name = %agent.agent_name, connection = %entry.connection.0, "agent connected");
+                tokio::pin!(driver);
+                let result = tokio::select! {
+                    // Cancel-safe: not cancelled here; the watchdog arm only closes the
+                    // session through its token and the driver is then awaited to the end.
+                    r = &mut driver => r,
+                    // Cancel-safe: the watchdog holds only a sleep.
+                    _ = idle_watchdog(&last_seen, self.config.agent_idle_timeout()) => {
+                        tracing::warn!(agent = %agent.agent_id, "agent connection idle too long; closing");
+                        conn_token.cancel();
+                        driver.await
+                    }
+                };
+                if let Err(e) = result {
+                    tracing::info!(agent = %agent.agent_id, error = %e, "agent connection failed");
+                }
+            }
+            // An unroutable connection is useless; dropping it makes the agent reconnect.
+            Err(e) => {
+                tracing::warn!(agent = %agent.agent_id, error = %error_chain(e), "cannot register an agent connection")
+            }
+        }
+        self.local.remove(entry.connection);
+        if let Err(e) = self.registry.unregister(entry).await {
+            tracing::warn!(agent = %agent.agent_id, error = %error_chain(&e), "cannot unregister an agent connection");
+        }
+        tracing::info!(agent = %agent.agent_id, connection = %entry.connection.0, "agent disconnected");
+    }
+
+    /// Serves a stream the agent opened: only reconcile calls go this way.
+    pub(super) async fn serve_agent_stream(&self, agent: AgentId, mut stream: TunnelStream) {
+        let head = tokio::time::timeout(STREAM_HEADER_TIMEOUT, async {
+            let open: StreamOpen = read_json(&mut stream).await?;
+            let body = match open {
+                StreamOpen::Reconcile => read_frame(&mut stream).await?,
+                StreamOpen::Ping => {
+                    write_frame(&mut stream, b"").await?;
+                    stream
+                        .shutdown()
+                        .await
+                        .map_err(tunnel::TunnelError::Write)?;
+                    return Ok(Some(None));
+                }
+                _ => return Ok(None),
+            };
+            Ok::<_, tunnel::TunnelError>(Some(Some(body)))
+        })
+        .await;
+        let body = match head {
+            Ok(Ok(Some(Some(body)))) => body,
+            Ok(Ok(Some(None))) => return,
+            Ok(Ok(None)) => {
+                tracing::warn!(agent = %agent, "agent opened a stream the relay does not serve");
+                return;
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(agent = %agent, error = %error_chain(&e), "bad stream from agent");
+                return;
+            }
+            Err(_) => {
+                tracing::warn!(agent = %agent, "agent stream sent no header in time");
+                return;
+            }
+        };
+        let (status, body) = match self.server.reconcile(agent, body).await {
+            Ok(f) => (f.status, f.body),
+            Err(e) => {
+                tracing::warn!(agent = %agent, error = %error_chain(&e), "cannot forward a reconcile call");
+                let body = ApiError {
+                    error: ApiErrorBody {
+                        code: "server_unavailable".into(),
+                        message: "the relay cannot reach the server".into(),
+                    },
+                };
+                (502, serde_json::to_vec(&body).unwrap_or_default())
+            }
+        };
+        let reply = async {
+            write_json(&mut stream, &ReconcileReply { status }).await?;
+            write_frame(&mut stream, &body).await?;
+            stream.shutdown().await.map_err(tunnel::TunnelError::Write)
+        };
+        if let Err(e) = reply.await {
+            tracing::info!(agent = %agent, error = %error_chain(&e), "cannot answer a reconcile call");
+        }
+    }
+
+    /// This instance's live sessions of `agent`.
+    pub(super) fn local_sessions(&self, agent: AgentId) -> Vec<AgentSession> {
+        self.local.for_agent(agent)
+    }
+
+    /// Other instances holding a connection of `agent`, with their relay↔relay URLs; empty
+    /// when this relay does not forward.
+    pub(super) async fn remote_candidates(&self, agent: AgentId) -> Vec<(InstanceId, url::Url)> {
+        if self.peer.is_none() {
+            return vec![];
+        }
+        let entries = match self.registry.lookup(agent).await {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(agent = %agent, error = %error_chain(&e), "connection registry lookup failed");
+                return vec![];
+            }
+        };
+        let mut instances: Vec<InstanceId> = entries
+            .into_iter()
+            .map(|e| e.instance)
+            .filter(|i| *i != self.instance)
+            .collect();
+        instances.sort();
+        instances.dedup();
+        let mut out = Vec::new();
+        for i in instances {
+            match self.registry.peer_url(i).await {
+                Ok(Some(url)) => out.push((i, url)),
+                Ok(None) => {
+                    tracing::debug!(agent = %agent, instance = %i.0, "skipping an instance that is gone")
+                }
+                Err(e) => {
+                    tracing::warn!(error = %error_chain(&e), "connection registry lookup failed")
+                }
+            }
+        }
+        out
+    }
+}

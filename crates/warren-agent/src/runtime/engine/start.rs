@@ -1,0 +1,147 @@
+//! The start sequence of a pod: its init containers to completion in order, then its app
+//! containers, the namespace owner first; in the background, holding the workspace's lock.
+
+use super::*;
+
+impl EngineRuntime {
+    /// Starts the pod: each init container to completion in order, then the app containers,
+    /// the namespace owner first. Runs in the background, holding the workspace's lock.
+    pub(super) async fn start_sequence(
+        &self,
+        name: String,
+        plan: PodPlan,
+        cancel: CancellationToken,
+    ) {
+        let outcome = tokio::select! {
+            // Cancel-safe: dropping the sequence leaves containers in a state the next apply
+            // converges from (it starts whatever is not running).
+            _ = cancel.cancelled() => return,
+            r = self.run_start(&plan) => r,
+        };
+        let Some(mut record) = self.read_record(&name) else {
+            return;
+        };
+        if record.pod_hash != plan.hash {
+            return;
+        }
+        record.starting = false;
+        match outcome {
+            Ok(failure) => record.failure = failure,
+            Err(e) => {
+                tracing::warn!(workspace = %name, error = %e, "starting the workspace failed");
+                record.failure = Some(PodFailure {
+                    reason: "RunContainerError".into(),
+                    message: warren_types::error_chain(&e),
+                });
+            }
+        }
+        if let Err(e) = self.write_record(&record) {
+            tracing::warn!(workspace = %name, error = %e, "recording the start outcome failed");
+        }
+        self.bump();
+    }
+
+    /// `Ok(Some(failure))` for a pod failure found while starting.
+    pub(super) async fn run_start(
+        &self,
+        plan: &PodPlan,
+    ) -> Result<Option<PodFailure>, RuntimeError> {
+        let docker = &self.inner.docker;
+        let Some(owner) = plan.owner() else {
+            return Ok(None);
+        };
+        let running = |name: &str| {
+            let name = name.to_owned();
+            async move {
+                self.inspect(&name)
+                    .await
+                    .map(|i| i.state.and_then(|s| s.running) == Some(true))
+                    .map_err(|e| runtime_err(format!("inspecting {name}"), e))
+            }
+        };
+        let owner_running = running(&owner.engine_name).await?;
+        if !owner_running {
+            // A fresh start of the pod: containers still running in the old namespace of a
+            // stopped owner would stay cut off from it, so they restart with the pod.
+            for c in plan.containers.iter().rev().filter(|c| c.role == Role::App) {
+                if c.engine_name != owner.engine_name && running(&c.engine_name).await? {
+                    self.stop(&c.engine_name)
+                        .await
+                        .map_err(|e| runtime_err(format!("stopping {}", c.engine_name), e))?;
+                }
+            }
+        }
+        let start = |name: String| async move {
+            tracing::debug!(container = %name, "starting");
+            match docker.start_container(&name, None).await {
+                Err(e) if status_of(&e) == Some(304) => Ok(()),
+                Err(e) if status_of(&e).is_some() => Err(Ok(PodFailure {
+                    reason: "RunContainerError".into(),
+                    message: format!("starting {name}: {}", error_message(&e)),
+                })),
+                Err(e) => Err(Err(runtime_err(format!("starting {name}"), e))),
+                Ok(()) => Ok(()),
+            }
+        };
+        macro_rules! start_or_fail {
+            ($name:expr) => {
+                match start($name).await {
+                    Ok(()) => {}
+                    Err(Ok(failure)) => return Ok(Some(failure)),
+                    Err(Err(e)) => return Err(e),
+                }
+            };
+        }
+        for c in plan.containers.iter().filter(|c| c.role == Role::Init) {
+            let state = self
+                .inspect(&c.engine_name)
+                .await
+                .map_err(|e| runtime_err(format!("inspecting {}", c.engine_name), e))?
+                .state
+                .unwrap_or_default();
+            // Init containers run again whenever the pod starts afresh, as in a new pod.
+            let done = state.status.map(|s| s.to_string()) == Some("exited".into())
+                && state.exit_code == Some(0)
+                && owner_running;
+            if done {
+                continue;
+            }
+            start_or_fail!(c.engine_name.clone());
+            let options = WaitContainerOptions {
+                condition: "not-running".into(),
+            };
+            // The stream reports a non-zero exit as an error; the exit code is read below.
+            let _ = docker
+                .wait_container(&c.engine_name, Some(options))
+                .next()
+                .await;
+            let code = self
+                .inspect(&c.engine_name)
+                .await
+                .map_err(|e| runtime_err(format!("inspecting {}", c.engine_name), e))?
+                .state
+                .and_then(|s| s.exit_code)
+                .unwrap_or(0);
+            if code != 0 {
+                // Reported by `list` from the container's state, with its log.
+                return Ok(None);
+            }
+        }
+        for c in plan.containers.iter().filter(|c| c.role == Role::App) {
+            match start(c.engine_name.clone()).await {
+                Ok(()) => {}
+                // A joiner cannot start once the owner has exited: the owner's exit (with its
+                // log, reported by `list`) is the failure the user needs to see.
+                Err(Ok(_))
+                    if c.engine_name != owner.engine_name
+                        && !running(&owner.engine_name).await? =>
+                {
+                    return Ok(None)
+                }
+                Err(Ok(failure)) => return Ok(Some(failure)),
+                Err(Err(e)) => return Err(e),
+            }
+        }
+        Ok(None)
+    }
+}

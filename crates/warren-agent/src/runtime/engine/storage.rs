@@ -1,0 +1,272 @@
+//! A workspace's networks and volumes: created with its labels, handed to the pod's user,
+//! and removed with the workspace (only its own; see `select`).
+
+use super::*;
+
+impl EngineRuntime {
+    pub(super) async fn ensure_network(
+        &self,
+        plan: &PodPlan,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<(), RuntimeError> {
+        let docker = &self.inner.docker;
+        match docker
+            .inspect_network(&plan.network, None::<InspectNetworkOptions>)
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(e) if status_of(&e) == Some(404) => {}
+            Err(e) => {
+                return Err(runtime_err(
+                    format!("inspecting network {}", plan.network),
+                    e,
+                ))
+            }
+        }
+        let request = NetworkCreateRequest {
+            name: plan.network.clone(),
+            driver: Some("bridge".into()),
+            labels: Some(labels.clone().into_iter().collect()),
+            ..Default::default()
+        };
+        match docker.create_network(request).await {
+            Err(e) if status_of(&e) == Some(409) => Ok(()),
+            Err(e) => Err(runtime_err(format!("creating network {}", plan.network), e)),
+            Ok(_) => Ok(()),
+        }
+    }
+
+    /// Creates the pod's volumes that do not exist yet; returns their names.
+    pub(super) async fn ensure_volumes(
+        &self,
+        plan: &PodPlan,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<Vec<String>, RuntimeError> {
+        let docker = &self.inner.docker;
+        let mut created = Vec::new();
+        let workspace = labels
+            .get(WORKSPACE_NAME_LABEL)
+            .cloned()
+            .unwrap_or_default();
+        let selector = self.selector().workspace(&workspace);
+        for name in plan.volumes.keys() {
+            match docker.inspect_volume(name).await {
+                // Volume names are `warren-<workspace>-<volume>`, which two workspaces can
+                // share ("a" with "b-data", "a-b" with "data"): never use another's.
+                Ok(v) if selector.matches_map(&v.labels) => continue,
+                Ok(v) => return Err(foreign_volume(&workspace, name, &v.labels)),
+                Err(e) if status_of(&e) == Some(404) => {}
+                Err(e) => return Err(runtime_err(format!("inspecting volume {name}"), e)),
+            }
+            let request = VolumeCreateRequest {
+                name: Some(name.clone()),
+                labels: Some(labels.clone().into_iter().collect()),
+                ..Default::default()
+            };
+            let fresh = match docker.create_volume(request).await {
+                Err(e) if status_of(&e) == Some(409) => false,
+                Err(e) => return Err(runtime_err(format!("creating volume {name}"), e)),
+                Ok(_) => true,
+            };
+            // Created meanwhile by someone else (a 409, or Docker answering a create of an
+            // existing name with that volume): check whose it is, as above.
+            match docker.inspect_volume(name).await {
+                Ok(v) if selector.matches_map(&v.labels) => {}
+                Ok(v) => return Err(foreign_volume(&workspace, name, &v.labels)),
+                Err(e) => return Err(runtime_err(format!("inspecting volume {name}"), e)),
+            }
+            if fresh {
+                created.push(name.clone());
+            }
+        }
+        Ok(created)
+    }
+
+    /// Docker creates a new named volume owned by root (or by the owner of the image's
+    /// directory), which the pod's non-root user cannot write; Podman hands an empty volume to
+    /// the container's user by itself. On Docker, a short-lived container of the pod's own
+    /// image (root, only `CAP_CHOWN`, no network) gives new volumes to the pod's user. A
+    /// failure is logged, not fatal: images that prepare their directories still work.
+    pub(super) async fn give_volumes_to_pod_user(
+        &self,
+        plan: &PodPlan,
+        volumes: &[String],
+        labels: &BTreeMap<String, String>,
+    ) {
+        if self.inner.is_podman || volumes.is_empty() {
+            return;
+        }
+        let Some(image) = plan.owner().and_then(|o| o.body.image.clone()) else {
+            return;
+        };
+        let name = format!("{}.volume-owner", plan.network);
+        let mut cmd = vec!["chown".to_owned(), format!("{}:{}", plan.uid, plan.gid)];
+        let mut mounts = Vec::new();
+        for (i, v) in volumes.iter().enumerate() {
+            cmd.push(format!("/v/{i}"));
+            mounts.push(bollard::models::Mount {
+                target: Some(format!("/v/{i}")),
+                source: Some(v.clone()),
+                typ: Some(bollard::models::MountType::VOLUME),
+                ..Default::default()
+            });
+        }
+        let body = bollard::models::ContainerCreateBody {
+            image: Some(image),
+            entrypoint: Some(cmd),
+            cmd: Some(vec![]),
+            user: Some("0:0".into()),
+            labels: Some(labels.clone().into_iter().collect()),
+            host_config: Some(bollard::models::HostConfig {
+                cap_drop: Some(vec!["ALL".into()]),
+                cap_add: Some(vec!["CHOWN".into()]),
+                security_opt: Some(vec!["no-new-privileges".into()]),
+                network_mode: Some("none".into()),
+                mounts: Some(mounts),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let docker = &self.inner.docker;
+        let options = CreateContainerOptions {
+            name: Some(name.clone()),
+            ..Default::default()
+        };
+        let _ = self.remove(&name).await;
+        let outcome = async {
+            docker.create_container(Some(options), body).await?;
+            docker.start_container(&name, None).await?;
+            let wait = WaitContainerOptions {
+                condition: "not-running".into(),
+            };
+            let _ = docker.wait_container(&name, Some(wait)).next().await;
+            Ok::<_, bollard::errors::Error>(())
+        }
+        .await;
+        if let Err(e) = outcome {
+            tracing::warn!(volumes = ?volumes, error = %e, "could not give new volumes to the pod's user");
+        }
+        let _ = self.remove(&name).await;
+    }
+
+    /// Removes what is left of workspace `name`: containers, then networks and volumes.
+    ///
+    /// Invariant: only objects whose labels name this installation *and this workspace*
+    /// are removed, whatever the engine's filters returned ([`Selector::matches`] on every
+    /// candidate, the record's volume names included). An object still in use is left for
+    /// a later call and named in the `Blocked` error.
+    /// `moved` is set when something was removed.
+    pub(super) async fn delete_locked(
+        &self,
+        name: &str,
+        moved: &mut bool,
+    ) -> Result<TerminationProgress, RuntimeError> {
+        let selector = self.selector().workspace(name);
+        let containers = self.containers(&selector).await?;
+        if !containers.is_empty() {
+            *moved = true;
+            if let Err(e) = self.remove_all(containers).await {
+                // A container that cannot go (yet) holds everything else back.
+                return Err(RuntimeError::Blocked {
+                    workspace: name.to_owned(),
+                    reason: warren_types::error_chain(&e),
+                });
+            }
+        }
+        let mut blocked = Vec::new();
+        for (network, _) in self.labelled_networks(&selector).await? {
+            match self.inner.docker.remove_network(&network).await {
+                Ok(()) => *moved = true,
+                Err(e) if status_of(&e) == Some(404) => {}
+                Err(e) if status_of(&e).is_some() => {
+                    blocked.push(error_message(&e));
+                }
+                Err(e) => return Err(runtime_err(format!("removing network {network}"), e)),
+            }
+        }
+        let mut volumes: BTreeSet<String> = self
+            .labelled_volumes(&selector)
+            .await?
+            .into_iter()
+            .map(|(v, _)| v)
+            .collect();
+        for volume in self
+            .read_record(name)
+            .map(|r| r.volumes)
+            .unwrap_or_default()
+        {
+            if volumes.contains(&volume) {
+                continue;
+            }
+            // Recorded but not listed: remove it only if it is this workspace's after all.
+            match self.inner.docker.inspect_volume(&volume).await {
+                Ok(v) if selector.matches_map(&v.labels) => {
+                    volumes.insert(volume);
+                }
+                Ok(_) => {
+                    tracing::warn!(
+                        workspace = name,
+                        volume,
+                        "a recorded volume is not labelled as this workspace's; left alone"
+                    );
+                }
+                Err(e) if status_of(&e) == Some(404) => {}
+                Err(e) => return Err(runtime_err(format!("inspecting volume {volume}"), e)),
+            }
+        }
+        for volume in volumes {
+            let options = RemoveVolumeOptions { force: true };
+            match self
+                .inner
+                .docker
+                .remove_volume(&volume, Some(options))
+                .await
+            {
+                Ok(()) => *moved = true,
+                Err(e) if status_of(&e) == Some(404) => {}
+                Err(e) if status_of(&e).is_some() => {
+                    blocked.push(error_message(&e));
+                }
+                Err(e) => return Err(runtime_err(format!("removing volume {volume}"), e)),
+            }
+        }
+        if !blocked.is_empty() {
+            return Err(RuntimeError::Blocked {
+                workspace: name.to_owned(),
+                reason: blocked.join("; "),
+            });
+        }
+        match std::fs::remove_dir_all(self.workspace_dir(name)) {
+            Ok(()) => *moved = true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(runtime_err(format!("removing the state of {name}"), e)),
+        }
+        let remaining = !self.containers(&selector).await?.is_empty()
+            || !self.labelled_networks(&selector).await?.is_empty()
+            || !self.labelled_volumes(&selector).await?.is_empty();
+        Ok(if remaining {
+            TerminationProgress::Terminating
+        } else {
+            TerminationProgress::Terminated
+        })
+    }
+}
+
+/// The apply error for volume `name`, which exists with labels that are not `workspace`'s.
+pub(super) fn foreign_volume<S: std::hash::BuildHasher>(
+    workspace: &str,
+    name: &str,
+    labels: &HashMap<String, String, S>,
+) -> RuntimeError {
+    let holder = match labels.get(WORKSPACE_NAME_LABEL) {
+        Some(w) if w != workspace => format!("workspace {w}"),
+        Some(_) => "another agent or Warren installation".to_owned(),
+        None => "something other than Warren".to_owned(),
+    };
+    RuntimeError::Apply {
+        workspace: workspace.to_owned(),
+        message: format!(
+            "volume {name} already exists and belongs to {holder}; rename the devfile volume"
+        ),
+    }
+}

@@ -14,7 +14,7 @@ use warren_types::{AgentId, DesiredState, WorkspaceId};
 
 const DATA_DIR: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/testdata/devfiles/registry"
+    "/../../testdata/devfiles/registry"
 );
 
 /// Median time of `f` over enough repetitions to be stable.

@@ -6,10 +6,7 @@ use warren_devfile::{ProjectSource, RenderRequest, ResolvedVariable};
 use warren_types::config::AgentConfig;
 use warren_types::{AgentId, DesiredState, WorkspaceId};
 
-pub const DATA_DIR: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/testdata/devfiles"
-);
+pub const DATA_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/devfiles");
 
 /// `(file name, text)` of every registry devfile, sorted by name.
 pub fn registry() -> Vec<(String, String)> {

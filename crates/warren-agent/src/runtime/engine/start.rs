@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// How long a pod started afresh is watched for an early exit the engine caused.
+const RESTART_GRACE: Duration = Duration::from_secs(1);
+
 impl EngineRuntime {
     /// Starts the pod: each init container to completion in order, then the app containers,
     /// the namespace owner first. Runs in the background, holding the workspace's lock.
@@ -127,6 +130,14 @@ impl EngineRuntime {
                 return Ok(None);
             }
         }
+        // Whether the owner ran before (a restart), not a container created just now.
+        let ran_before = self
+            .inspect(&owner.engine_name)
+            .await
+            .ok()
+            .and_then(|i| i.state)
+            .and_then(|s| s.finished_at)
+            .is_some_and(|f| !f.is_empty() && !f.starts_with("0001-"));
         for c in plan.containers.iter().filter(|c| c.role == Role::App) {
             match start(c.engine_name.clone()).await {
                 Ok(()) => {}
@@ -140,6 +151,25 @@ impl EngineRuntime {
                 }
                 Err(Ok(failure)) => return Ok(Some(failure)),
                 Err(Err(e)) => return Err(e),
+            }
+        }
+        if !owner_running && ran_before {
+            // Podman 4.3 now and then stops a container it has just started again after a
+            // stop (a late clean-up of the previous run: exit code 0, no stop from us). A pod
+            // started afresh is watched briefly, and started once more if its owner went
+            // that way; a container that really exits does so again and is reported.
+            let options = WaitContainerOptions {
+                condition: "not-running".into(),
+            };
+            let mut waited = docker.wait_container(&owner.engine_name, Some(options));
+            let exited = tokio::time::timeout(RESTART_GRACE, waited.next())
+                .await
+                .is_ok();
+            if exited && !running(&owner.engine_name).await? {
+                tracing::info!(container = %owner.engine_name, "started again after an early exit");
+                for c in plan.containers.iter().filter(|c| c.role == Role::App) {
+                    start_or_fail!(c.engine_name.clone());
+                }
             }
         }
         Ok(None)

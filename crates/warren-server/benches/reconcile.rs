@@ -6,7 +6,8 @@
 
 use serde_json::json;
 use std::time::{Duration, Instant};
-use warren_server::render::{self, RenderInput};
+use warren_server::app::render::{self, RenderInput};
+use warren_server::app::AppError;
 use warren_server::store::workspaces::NewWorkspace;
 use warren_server::{Server, ServerConfig};
 use warren_types::api::WorkspaceResources;
@@ -49,7 +50,7 @@ fn running(name: &str, rv: u64) -> WorkspaceAgentInfo {
 
 /// The agent row as the handler loads it on every call (part of the handler's cost).
 async fn fresh(
-    state: &warren_server::state::AppState,
+    state: &warren_server::app::AppState,
     agent: &warren_server::store::agents::AgentRow,
 ) -> warren_server::store::agents::AgentRow {
     state.store.agent_by_id(agent.id).await.unwrap().unwrap()
@@ -89,20 +90,25 @@ async fn bench(label: &str, url: String, home: &std::path::Path) {
         };
         state
             .store
-            .insert_workspace(&new, (-1, -1), now, |id| {
-                render::render_workspace(
-                    &devfile,
-                    RenderInput {
-                        name: &name,
-                        id,
-                        agent: &agent,
-                        project: None,
-                        resources: &WorkspaceResources::default(),
-                        variables: &[],
-                        desired: DesiredState::Running,
-                    },
-                )
-            })
+            .insert_workspace(
+                &new,
+                now,
+                |_| Ok::<(), AppError>(()),
+                |id| {
+                    render::render_workspace(
+                        &devfile,
+                        RenderInput {
+                            name: &name,
+                            id,
+                            agent: &agent,
+                            project: None,
+                            resources: &WorkspaceResources::default(),
+                            variables: &[],
+                            desired: DesiredState::Running,
+                        },
+                    )
+                },
+            )
             .await
             .expect("insert");
     }
@@ -131,7 +137,7 @@ async fn bench(label: &str, url: String, home: &std::path::Path) {
     };
     let first = Instant::now();
     let resp =
-        warren_server::internal::reconcile::reconcile(&state, &fresh(&state, &agent).await, &full)
+        warren_server::app::reconcile::reconcile(&state, &fresh(&state, &agent).await, &full)
             .await
             .unwrap();
     let first = first.elapsed();
@@ -143,7 +149,7 @@ async fn bench(label: &str, url: String, home: &std::path::Path) {
     let rounds = 10;
     let (t, c) = (Instant::now(), cpu_time());
     for _ in 0..rounds {
-        warren_server::internal::reconcile::reconcile(&state, &fresh(&state, &agent).await, &full)
+        warren_server::app::reconcile::reconcile(&state, &fresh(&state, &agent).await, &full)
             .await
             .unwrap();
     }
@@ -157,13 +163,10 @@ async fn bench(label: &str, url: String, home: &std::path::Path) {
         capacity: None,
         runtime_fault: None,
     };
-    let resp = warren_server::internal::reconcile::reconcile(
-        &state,
-        &fresh(&state, &agent).await,
-        &partial,
-    )
-    .await
-    .unwrap();
+    let resp =
+        warren_server::app::reconcile::reconcile(&state, &fresh(&state, &agent).await, &partial)
+            .await
+            .unwrap();
     assert!(
         resp.workspace_rails_infos.is_empty(),
         "no-op partial returns nothing"
@@ -171,13 +174,9 @@ async fn bench(label: &str, url: String, home: &std::path::Path) {
     let n = 3000;
     let (t, c) = (Instant::now(), cpu_time());
     for _ in 0..n {
-        warren_server::internal::reconcile::reconcile(
-            &state,
-            &fresh(&state, &agent).await,
-            &partial,
-        )
-        .await
-        .unwrap();
+        warren_server::app::reconcile::reconcile(&state, &fresh(&state, &agent).await, &partial)
+            .await
+            .unwrap();
     }
     let partial_wall = t.elapsed() / n;
     let partial_cpu = cpu_time().zip(c).map(|(a, b)| (a - b) / n);

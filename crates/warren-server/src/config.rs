@@ -137,7 +137,7 @@ impl ServerConfig {
             }
         }
         let name_ok = !self.bootstrap_admin_username.is_empty()
-            && crate::store::users::validate_username(&self.bootstrap_admin_username).is_ok();
+            && crate::app::users::validate_username(&self.bootstrap_admin_username).is_ok();
         if !name_ok {
             return Err("bootstrap_admin_username: not a valid username".into());
         }

@@ -1,22 +1,21 @@
 //! Start-up (configuration, keys, database, bootstrap admin) and serving.
 
+use crate::app::oauth::{NewOAuthClient, OAuthClient};
+use crate::app::users::BootstrapAdmin;
+use crate::app::{self, AppError, AppState};
 use crate::clock::{Clock, SystemClock};
 use crate::config::ServerConfig;
 use crate::crypto::{self, SecretBox};
 use crate::db::Db;
-use crate::error::{HttpError, ServerError};
-use crate::internal::signal::{self, SignalHub};
-use crate::state::AppState;
-use crate::store::users::BootstrapAdmin;
+use crate::error::ServerError;
+use crate::relay::signal::{self, SignalHub};
 use crate::store::Store;
-use axum::extract::DefaultBodyLimit;
-use axum::routing::get;
 use axum::Router;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use warren_types::api::{Agent, CreatedAgent, CreatedToken, TokenScope};
+use warren_types::api::{Agent, CreatedAgent, CreatedToken};
 use warren_types::config::AgentConfig;
 use warren_types::reconcile::ReconcileSettings;
 use warren_types::AgentId;
@@ -63,17 +62,14 @@ impl Server {
                     source,
                 })?
             }
-            None => crate::render::builtin_default_devfile().to_owned(),
+            None => app::render::builtin_default_devfile().to_owned(),
         };
-        crate::render::parse(&default_devfile, "default devfile")
+        app::render::parse(&default_devfile, "default devfile")
             .map_err(|e| ServerError::Config(format!("default_devfile_file: {}", e.message)))?;
         let url = config.effective_database_url();
         tracing::info!(database = %crate::db::redact(&url), "opening database");
         let db = Db::connect(&url, config.max_db_connections).await?;
         let store = Store::new(db, SecretBox::new(key));
-        let bootstrap_admin = store
-            .bootstrap_admin(&config.bootstrap_admin_username, clock.now_ms())
-            .await?;
         let state = AppState {
             store,
             clock,
@@ -103,7 +99,9 @@ impl Server {
             login_throttle: Arc::default(),
             trusted_proxies: Arc::new(config.trusted_proxies.clone()),
         };
-        crate::metrics::handle();
+        let bootstrap_admin =
+            app::users::bootstrap_admin(&state, &config.bootstrap_admin_username).await?;
+        crate::http::metrics::handle();
         Ok(Server {
             config,
             state,
@@ -141,20 +139,12 @@ impl Server {
         &self,
         name: &str,
         config: &AgentConfig,
-    ) -> Result<CreatedAgent, HttpError> {
-        let (agent, token) = self
-            .state
-            .store
-            .create_agent(name, config, self.state.clock.now_ms())
-            .await?;
-        Ok(CreatedAgent {
-            agent: agent.to_api(),
-            token,
-        })
+    ) -> Result<CreatedAgent, AppError> {
+        app::agents::register(&self.state, name, config).await
     }
 
     /// The agent named `name`, if it exists (for `warren up`'s default agent).
-    pub async fn agent_by_name(&self, name: &str) -> Result<Option<Agent>, HttpError> {
+    pub async fn agent_by_name(&self, name: &str) -> Result<Option<Agent>, AppError> {
         Ok(self
             .state
             .store
@@ -164,49 +154,18 @@ impl Server {
     }
 
     /// Gives an existing agent a new token (the old one stops working); shown once.
-    pub async fn reset_agent_token(&self, agent: AgentId) -> Result<String, HttpError> {
-        self.state
-            .store
-            .reset_agent_token(agent, self.state.clock.now_ms())
-            .await?
-            .ok_or_else(|| HttpError::not_found(format!("agent {agent}")))
+    pub async fn reset_agent_token(&self, agent: AgentId) -> Result<String, AppError> {
+        app::agents::reset_token(&self.state, agent).await
     }
 
-    /// The CLI token `warren up` keeps for `username`: `previous` (a secret saved earlier)
-    /// while it is still valid for that user and has more than a month left; otherwise a
-    /// new one (as [`Server::issue_token`]), and `previous`, if it was a token of that user,
-    /// revoked. So restarts never pile up live admin tokens. `None`: `previous` is kept.
+    /// The CLI token `warren up` keeps for `username` (see [`app::tokens::renew_cli_token`]).
     pub async fn renew_cli_token(
         &self,
         username: &str,
         name: &str,
         previous: Option<&str>,
-    ) -> Result<Option<CreatedToken>, HttpError> {
-        const RENEW_BEFORE_MS: i64 = 30 * 86_400_000;
-        let store = &self.state.store;
-        let user = store
-            .user_by_name(username)
-            .await?
-            .ok_or_else(|| HttpError::not_found(format!("user {username:?}")))?;
-        let now = self.state.clock.now_ms();
-        let old = match previous {
-            Some(secret) => store
-                .authenticate_token(secret, now)
-                .await?
-                .filter(|t| t.user_id == user.id),
-            None => None,
-        };
-        if old
-            .as_ref()
-            .is_some_and(|t| t.expires_at - now > RENEW_BEFORE_MS)
-        {
-            return Ok(None);
-        }
-        let created = self.issue_token(username, name, 365).await?;
-        if let Some(old) = old {
-            store.revoke_token(user.id, old.id, now).await?;
-        }
-        Ok(Some(created))
+    ) -> Result<Option<CreatedToken>, AppError> {
+        app::tokens::renew_cli_token(&self.state, username, name, previous).await
     }
 
     /// Issues a personal access token (scopes `api` and `workspace`, valid `days`) for an
@@ -216,49 +175,22 @@ impl Server {
         username: &str,
         name: &str,
         days: u32,
-    ) -> Result<CreatedToken, HttpError> {
-        let user = self
-            .state
-            .store
-            .user_by_name(username)
-            .await?
-            .ok_or_else(|| HttpError::not_found(format!("user {username:?}")))?;
-        let now = self.state.clock.now_ms();
-        let expires = now + i64::from(days.clamp(1, 365)) * 86_400_000;
-        let (token, secret) = self
-            .state
-            .store
-            .create_token(
-                user.id,
-                name,
-                &[TokenScope::Api, TokenScope::Workspace],
-                expires,
-                now,
-            )
-            .await?;
-        Ok(CreatedToken {
-            token: token.to_api(),
-            secret,
-        })
+    ) -> Result<CreatedToken, AppError> {
+        app::tokens::issue_for(&self.state, username, name, days).await
     }
 
     /// Registers (or updates, by `client_id`) an OAuth client, e.g. `warren up`'s proxy with
     /// a secret it keeps in its home; idempotent, so it can run on every start.
     pub async fn register_oauth_client(
         &self,
-        client: &crate::store::oauth::NewOAuthClient,
-    ) -> Result<crate::oauth::clients::OAuthClient, HttpError> {
-        let row = self
-            .state
-            .store
-            .upsert_oauth_client(client, self.state.clock.now_ms())
-            .await?;
-        Ok((&row).into())
+        client: &NewOAuthClient,
+    ) -> Result<OAuthClient, AppError> {
+        app::oauth::register_client(&self.state, client).await
     }
 
     /// The whole HTTP application.
     pub fn router(&self) -> Router {
-        router(self.state.clone())
+        crate::http::router(self.state.clone())
     }
 
     /// Serves on `listener` until `shutdown`, with the lifecycle timers and relay signals.
@@ -268,7 +200,7 @@ impl Server {
         shutdown: CancellationToken,
     ) -> Result<(), ServerError> {
         let tasks = shutdown.child_token();
-        let timers = tokio::spawn(crate::lifecycle::timer_task(
+        let timers = tokio::spawn(app::lifecycle::timer_task(
             self.state.clone(),
             Duration::from_secs(self.config.lifecycle_interval_seconds),
             tasks.clone(),
@@ -292,50 +224,6 @@ impl Server {
         let _ = signals.await;
         result.map_err(ServerError::Serve)
     }
-}
-
-/// The router over a given state (tests build their own state).
-pub fn router(state: AppState) -> Router {
-    Router::new()
-        .merge(crate::api::router())
-        .merge(crate::internal::router())
-        .merge(crate::oauth::router())
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(crate::metrics::serve))
-        .fallback(|| async { HttpError::not_found("route") })
-        .method_not_allowed_fallback(|| async {
-            HttpError::new(
-                http::StatusCode::METHOD_NOT_ALLOWED,
-                "method_not_allowed",
-                "method not allowed on this route",
-            )
-        })
-        .layer(axum::middleware::from_fn(crate::metrics::track))
-        .layer(tower_http::trace::TraceLayer::new_for_http())
-        // A bug must still answer in the one error shape, not drop the connection.
-        .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
-            axum::response::IntoResponse::into_response(HttpError::new(
-                http::StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "internal error",
-            ))
-        }))
-        .layer(DefaultBodyLimit::max(crate::api::BODY_LIMIT))
-        .with_state(state)
-}
-
-async fn readyz(
-    axum::extract::State(state): axum::extract::State<AppState>,
-) -> Result<&'static str, HttpError> {
-    state.store.db.ping().await.map_err(|e| {
-        HttpError::new(
-            http::StatusCode::SERVICE_UNAVAILABLE,
-            "not_ready",
-            format!("database is not reachable: {e}"),
-        )
-    })?;
-    Ok("ready")
 }
 
 /// Prepares and serves; prints the bootstrap admin's credentials once, on the start that

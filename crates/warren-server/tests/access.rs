@@ -8,7 +8,7 @@ use common::*;
 use reqwest::Method;
 use serde_json::{json, Value};
 use warren_server::clock::Clock;
-use warren_server::internal::jwt;
+use warren_server::relay::jwt;
 use warren_types::internal::PROXY_JWT_ISSUER;
 use warren_types::reconcile::{RELAY_JWT_ISSUER, SERVER_JWT_AUDIENCE};
 
@@ -357,7 +357,7 @@ async fn idle_timeout_stops_and_activity_postpones() {
         let (st, _) = report(s.clock.now_ms() - 15 * 60_000).await;
         assert_eq!(st, 204);
         s.clock.advance_ms(20 * 60_000);
-        warren_server::lifecycle::run_timers_once(&s.state)
+        warren_server::app::lifecycle::run_timers_once(&s.state)
             .await
             .unwrap();
         assert_eq!(
@@ -368,7 +368,7 @@ async fn idle_timeout_stops_and_activity_postpones() {
 
         // 31 minutes after the last activity it is stopped; the policy-less agent's is not.
         s.clock.advance_ms(11 * 60_000);
-        warren_server::lifecycle::run_timers_once(&s.state)
+        warren_server::app::lifecycle::run_timers_once(&s.state)
             .await
             .unwrap();
         assert_eq!(
@@ -392,7 +392,7 @@ async fn idle_timeout_stops_and_activity_postpones() {
             )
             .await;
         assert_eq!(st, 200, "[{l}]");
-        warren_server::lifecycle::run_timers_once(&s.state)
+        warren_server::app::lifecycle::run_timers_once(&s.state)
             .await
             .unwrap();
         assert_eq!(

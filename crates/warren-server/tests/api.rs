@@ -1039,7 +1039,7 @@ async fn health_readiness_metrics_and_openapi() {
         .await
         .unwrap();
     assert!(doc["paths"]["/api/v1/workspaces"]["post"].is_object());
-    insta::assert_snapshot!("openapi", warren_server::openapi::document());
+    insta::assert_snapshot!("openapi", warren_server::http::openapi::document());
     // Without `ssh_public_address` there is no SSH to tell about; anonymous callers get 401.
     let access: Value = s
         .http

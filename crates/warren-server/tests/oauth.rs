@@ -11,8 +11,7 @@ use reqwest::Method;
 use serde_json::{json, Value};
 use sha2::Digest;
 use std::collections::BTreeMap;
-use warren_server::clock::Clock;
-use warren_server::store::oauth::NewOAuthClient;
+use warren_server::app::oauth::NewOAuthClient;
 
 const REDIRECT: &str = "http://127.0.0.1:9/callback";
 const VERIFIER: &str = "verifier-0123456789-abcdefghijklmnopqrstuvwxyz-ABCDEFG";
@@ -694,20 +693,18 @@ async fn third_party_clients_get_a_consent_page() {
     for db in databases() {
         let s = TestServer::start(&db).await;
         let l = s.label;
-        s.state
-            .store
-            .upsert_oauth_client(
-                &NewOAuthClient {
-                    client_id: "tool".into(),
-                    name: "Some <Tool>".into(),
-                    redirect_uris: vec![REDIRECT.into()],
-                    first_party: false,
-                    secret: None,
-                },
-                s.clock.now_ms(),
-            )
-            .await
-            .expect("register");
+        warren_server::app::oauth::register_client(
+            &s.state,
+            &NewOAuthClient {
+                client_id: "tool".into(),
+                name: "Some <Tool>".into(),
+                redirect_uris: vec![REDIRECT.into()],
+                first_party: false,
+                secret: None,
+            },
+        )
+        .await
+        .expect("register");
         s.user("fay", &["api", "workspace"]).await;
         let mut b = Browser::new(&s.base);
         let p = sign_in(&mut b, "tool", "fay", "password-123").await;

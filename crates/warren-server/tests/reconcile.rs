@@ -445,7 +445,7 @@ async fn lifecycle_timers_in_reconcile_and_in_the_background() {
         // Not in any request: the background task stops w2.
         assert_eq!(ws_state(&s, "w2").await["desired_state"], "Running");
         let mut signals = s.state.signals.subscribe();
-        warren_server::lifecycle::run_timers_once(&s.state)
+        warren_server::app::lifecycle::run_timers_once(&s.state)
             .await
             .unwrap();
         assert_eq!(
@@ -461,7 +461,7 @@ async fn lifecycle_timers_in_reconcile_and_in_the_background() {
         );
         // Stopped for 3 hours → terminated.
         s.clock.advance_ms(3 * HOUR);
-        warren_server::lifecycle::run_timers_once(&s.state)
+        warren_server::app::lifecycle::run_timers_once(&s.state)
             .await
             .unwrap();
         assert_eq!(ws_state(&s, "w1").await["desired_state"], "Terminated");
@@ -551,7 +551,7 @@ async fn relay_authentication_and_body_validation() {
             .await;
         assert_eq!(st, 401);
         let now = chrono::Utc::now().timestamp();
-        let wrong_secret = warren_server::internal::jwt::mint(
+        let wrong_secret = warren_server::relay::jwt::mint(
             b"another-secret-another-secret-xxxx",
             "warren-relay",
             "warren-server",
@@ -559,7 +559,7 @@ async fn relay_authentication_and_body_validation() {
             now,
             30,
         );
-        let wrong_iss = warren_server::internal::jwt::mint(
+        let wrong_iss = warren_server::relay::jwt::mint(
             RELAY_SECRET.as_bytes(),
             "warren-server",
             "warren-server",
@@ -567,7 +567,7 @@ async fn relay_authentication_and_body_validation() {
             now,
             30,
         );
-        let no_sub = warren_server::internal::jwt::mint(
+        let no_sub = warren_server::relay::jwt::mint(
             RELAY_SECRET.as_bytes(),
             "warren-relay",
             "warren-server",
@@ -575,7 +575,7 @@ async fn relay_authentication_and_body_validation() {
             now,
             30,
         );
-        let unknown_agent = warren_server::internal::jwt::mint(
+        let unknown_agent = warren_server::relay::jwt::mint(
             RELAY_SECRET.as_bytes(),
             "warren-relay",
             "warren-server",
@@ -654,7 +654,7 @@ async fn the_relay_checks_agent_tokens() {
         let id = b["agent"]["id"].as_i64().unwrap();
         assert!(token.starts_with("wrn_agent_"));
         let path = warren_types::internal::AUTHENTICATE_AGENT_PATH;
-        let jwt = warren_server::internal::jwt::mint(
+        let jwt = warren_server::relay::jwt::mint(
             RELAY_SECRET.as_bytes(),
             "warren-relay",
             "warren-server",

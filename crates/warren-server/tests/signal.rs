@@ -54,7 +54,7 @@ async fn desired_state_changes_signal_every_relay() {
     s.workspace(&s.admin_token, json!({"name": "w1"})).await;
     let (got, jwt) = recv(&mut rx).await;
     assert_eq!(got, agent.to_string(), "creation signals the agent");
-    let claims = warren_server::internal::jwt::verify(
+    let claims = warren_server::relay::jwt::verify(
         RELAY_SECRET.as_bytes(),
         &jwt,
         SERVER_JWT_ISSUER,

@@ -20,7 +20,7 @@ use warren_agent::connection::{ConnectionConfig, RelayConnection};
 use warren_agent::reconciler::{Reconciler, ReconcilerConfig};
 use warren_agent::runtime::simulated::SimulatedRuntime;
 use warren_agent::runtime::WorkspaceKey;
-use warren_server::store::oauth::NewOAuthClient;
+use warren_server::app::oauth::NewOAuthClient;
 use warren_server::{Server, ServerConfig};
 use warren_types::config::AgentConfig;
 

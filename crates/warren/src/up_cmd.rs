@@ -21,7 +21,7 @@ use warren_agent::runtime::engine::{EngineConfig, EngineRuntime};
 use warren_agent::runtime::WorkspaceRuntime;
 use warren_cli::credentials::{self, Credentials};
 use warren_proxy::{ProxyConfig, ProxyListeners};
-use warren_server::store::oauth::NewOAuthClient;
+use warren_server::app::oauth::NewOAuthClient;
 use warren_server::{Server, ServerConfig};
 use warren_types::config::AgentConfig;
 use warren_types::AgentId;

@@ -145,7 +145,7 @@ async fn agent_loop(endpoint: String, agent_id: i64, stop: Arc<AtomicBool>) {
             })
             .collect();
         runtime.retain(|_, f| !f.terminated);
-        let jwt = warren_server::internal::jwt::mint(
+        let jwt = warren_server::relay::jwt::mint(
             RELAY_SECRET.as_bytes(),
             RELAY_JWT_ISSUER,
             SERVER_JWT_AUDIENCE,

@@ -1,6 +1,6 @@
 //! Last user activity per workspace, reported by the proxy; the idle policy reads it.
 
-use super::{get_i64, Store};
+use super::{get_i64, Store, StoreError};
 use warren_types::WorkspaceId;
 
 impl Store {
@@ -10,7 +10,7 @@ impl Store {
         &self,
         items: &[(WorkspaceId, i64)],
         now: i64,
-    ) -> Result<u64, sqlx::Error> {
+    ) -> Result<u64, StoreError> {
         let mut n = 0;
         for (id, at) in items {
             let at = (*at).min(now);
@@ -30,14 +30,14 @@ impl Store {
         Ok(n)
     }
 
-    pub async fn last_activity(&self, id: WorkspaceId) -> Result<Option<i64>, sqlx::Error> {
+    pub async fn last_activity(&self, id: WorkspaceId) -> Result<Option<i64>, StoreError> {
         let r =
             sqlx::query("SELECT last_activity_at FROM workspace_activity WHERE workspace_id = $1")
                 .bind(id.get())
                 .fetch_optional(&self.db.pool)
                 .await?;
-        r.as_ref()
+        Ok(r.as_ref()
             .map(|r| get_i64(r, "last_activity_at"))
-            .transpose()
+            .transpose()?)
     }
 }

@@ -1,13 +1,11 @@
-//! Agents: created by an admin, authenticated by a hashed token, configured per agent.
+//! Agents: their configuration, what they last reported, and their token's digest.
 
-use super::{corrupt, get_i64, get_opt_i64, get_opt_str, get_str, is_unique_violation, Store};
-use crate::crypto;
+use super::error::unique;
+use super::{corrupt, get_i64, get_opt_i64, get_opt_str, get_str, Store, StoreError};
 use crate::db::from_millis;
-use crate::error::HttpError;
 use sqlx::any::AnyRow;
 use warren_types::api::Agent;
-use warren_types::config::{AgentConfig, ResourceList};
-use warren_types::quantity::{parse_cpu_millis, parse_memory_bytes};
+use warren_types::config::AgentConfig;
 use warren_types::reconcile::HostCapacity;
 use warren_types::AgentId;
 
@@ -62,142 +60,45 @@ fn row(r: &AnyRow) -> Result<AgentRow, sqlx::Error> {
     })
 }
 
-/// Names of agents and projects: DNS-label-like, 1–63 characters.
-pub fn validate_name(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name.len() <= 63
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && !name.starts_with('-')
-        && !name.ends_with('-');
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "{name:?} must be 1-63 characters of a-z, 0-9 and '-', not starting or ending with '-'"
-        ))
-    }
-}
-
-fn check_resource_list(field: &str, l: &ResourceList) -> Result<(), HttpError> {
-    if let Some(c) = &l.cpu {
-        parse_cpu_millis(c).map_err(|e| HttpError::invalid_field(&format!("{field}.cpu"), e))?;
-    }
-    if let Some(m) = &l.memory {
-        parse_memory_bytes(m)
-            .map_err(|e| HttpError::invalid_field(&format!("{field}.memory"), e))?;
-    }
-    Ok(())
-}
-
-/// Checks what serde cannot: value ranges, quantities, host names.
-pub fn validate_agent_config(c: &AgentConfig) -> Result<(), HttpError> {
-    let host = c.workspace_domain.split(':').next().unwrap_or_default();
-    let host_ok = !host.is_empty()
-        && host.len() <= 200
-        && host
-            .split('.')
-            .all(|l| !l.is_empty() && l.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '-'));
-    if !host_ok {
-        return Err(HttpError::invalid_field(
-            "config.workspace_domain",
-            format!("{:?} is not a host name", c.workspace_domain),
-        ));
-    }
-    if let Some(port) = c.workspace_domain.split(':').nth(1) {
-        port.parse::<u16>().map_err(|_| {
-            HttpError::invalid_field("config.workspace_domain", format!("{port:?} is not a port"))
-        })?;
-    }
-    if c.workspace_scheme != "http" && c.workspace_scheme != "https" {
-        return Err(HttpError::invalid_field(
-            "config.workspace_scheme",
-            "must be http or https",
-        ));
-    }
-    if c.workspaces_quota < -1 {
-        return Err(HttpError::invalid_field(
-            "config.workspaces_quota",
-            "must be -1 (unlimited) or more",
-        ));
-    }
-    if c.workspaces_per_user_quota < -1 {
-        return Err(HttpError::invalid_field(
-            "config.workspaces_per_user_quota",
-            "must be -1 (unlimited) or more",
-        ));
-    }
-    if let Some(ns) = &c.shared_namespace {
-        validate_name(ns).map_err(|e| HttpError::invalid_field("config.shared_namespace", e))?;
-    }
-    let d = &c.default_resources_per_workspace_container;
-    check_resource_list(
-        "config.default_resources_per_workspace_container.requests",
-        &d.requests,
-    )?;
-    check_resource_list(
-        "config.default_resources_per_workspace_container.limits",
-        &d.limits,
-    )?;
-    if let Some(m) = &c.max_resources_per_workspace {
-        check_resource_list("config.max_resources_per_workspace.requests", &m.requests)?;
-        check_resource_list("config.max_resources_per_workspace.limits", &m.limits)?;
-    }
-    parse_memory_bytes(&c.data_volume_size)
-        .map_err(|e| HttpError::invalid_field("config.data_volume_size", e))?;
-    Ok(())
-}
-
 impl Store {
-    /// Creates an agent; returns it with its token (shown once, stored hashed).
-    pub async fn create_agent(
+    /// Inserts an agent with its token's digest.
+    pub async fn insert_agent(
         &self,
         name: &str,
         config: &AgentConfig,
+        token_digest: &str,
         now: i64,
-    ) -> Result<(AgentRow, String), HttpError> {
-        validate_name(name).map_err(|e| HttpError::invalid_field("name", e))?;
-        validate_agent_config(config)?;
-        let token = crypto::new_agent_token();
-        let json = serde_json::to_string(config)
-            .map_err(|e| HttpError::internal("encoding agent config", &e))?;
+    ) -> Result<AgentRow, StoreError> {
         let r = sqlx::query(&format!(
             "INSERT INTO agents (name, token_hash, config, created_at, updated_at) VALUES ($1, $2, $3, $4, $4) RETURNING {COLS}"
         ))
         .bind(name)
-        .bind(crypto::token_digest(&token))
-        .bind(json)
+        .bind(token_digest)
+        .bind(to_json(config)?)
         .bind(now)
         .fetch_one(&self.db.pool)
         .await
-        .map_err(|e| {
-            if is_unique_violation(&e) {
-                HttpError::conflict("already_exists", format!("an agent named {name:?} already exists"))
-            } else {
-                e.into()
-            }
-        })?;
-        Ok((row(&r)?, token))
+        .map_err(unique("agents.name"))?;
+        Ok(row(&r)?)
     }
 
-    pub async fn list_agents(&self) -> Result<Vec<AgentRow>, sqlx::Error> {
+    pub async fn list_agents(&self) -> Result<Vec<AgentRow>, StoreError> {
         let rows = sqlx::query(&format!("SELECT {COLS} FROM agents ORDER BY id"))
             .fetch_all(&self.db.pool)
             .await?;
-        rows.iter().map(row).collect()
+        Ok(rows.iter().map(row).collect::<Result<_, _>>()?)
     }
 
-    pub async fn agent_by_id(&self, id: AgentId) -> Result<Option<AgentRow>, sqlx::Error> {
+    pub async fn agent_by_id(&self, id: AgentId) -> Result<Option<AgentRow>, StoreError> {
         let r = sqlx::query(&format!("SELECT {COLS} FROM agents WHERE id = $1"))
             .bind(id.get())
             .fetch_optional(&self.db.pool)
             .await?;
-        r.as_ref().map(row).transpose()
+        Ok(r.as_ref().map(row).transpose()?)
     }
 
     /// An agent by name, or by id when `key` is all digits.
-    pub async fn agent_by_key(&self, key: &str) -> Result<Option<AgentRow>, sqlx::Error> {
+    pub async fn agent_by_key(&self, key: &str) -> Result<Option<AgentRow>, StoreError> {
         if let Ok(id) = key.parse::<i64>() {
             if let Some(a) = self.agent_by_id(AgentId(id)).await? {
                 return Ok(Some(a));
@@ -207,7 +108,7 @@ impl Store {
             .bind(key)
             .fetch_optional(&self.db.pool)
             .await?;
-        r.as_ref().map(row).transpose()
+        Ok(r.as_ref().map(row).transpose()?)
     }
 
     pub async fn update_agent_config(
@@ -215,14 +116,11 @@ impl Store {
         id: AgentId,
         config: &AgentConfig,
         now: i64,
-    ) -> Result<Option<AgentRow>, HttpError> {
-        validate_agent_config(config)?;
-        let json = serde_json::to_string(config)
-            .map_err(|e| HttpError::internal("encoding agent config", &e))?;
+    ) -> Result<Option<AgentRow>, StoreError> {
         let r = sqlx::query(&format!(
             "UPDATE agents SET config = $1, updated_at = $2 WHERE id = $3 RETURNING {COLS}"
         ))
-        .bind(json)
+        .bind(to_json(config)?)
         .bind(now)
         .bind(id.get())
         .fetch_optional(&self.db.pool)
@@ -230,39 +128,41 @@ impl Store {
         Ok(r.as_ref().map(row).transpose()?)
     }
 
-    /// Replaces an agent's token (a lost or leaked token); the old one stops working at once.
-    /// Returns the new token, shown once, or `None` when no such agent exists.
-    pub async fn reset_agent_token(
+    /// Replaces an agent's token digest; false when no such agent exists.
+    pub async fn set_agent_token(
         &self,
         id: AgentId,
+        token_digest: &str,
         now: i64,
-    ) -> Result<Option<String>, sqlx::Error> {
-        let token = crypto::new_agent_token();
+    ) -> Result<bool, StoreError> {
         let done = sqlx::query("UPDATE agents SET token_hash = $1, updated_at = $2 WHERE id = $3")
-            .bind(crypto::token_digest(&token))
+            .bind(token_digest)
             .bind(now)
             .bind(id.get())
             .execute(&self.db.pool)
             .await?;
-        Ok((done.rows_affected() == 1).then_some(token))
+        Ok(done.rows_affected() == 1)
     }
 
-    /// The agent owning a presented agent token.
-    pub async fn authenticate_agent(&self, token: &str) -> Result<Option<AgentRow>, sqlx::Error> {
-        if !token.starts_with(crypto::AGENT_TOKEN_PREFIX) || token.len() > 200 {
-            return Ok(None);
-        }
-        let digest = crypto::token_digest(token);
+    /// The agent stored under a token digest, with the digest as stored.
+    pub async fn agent_by_token_digest(
+        &self,
+        digest: &str,
+    ) -> Result<Option<(AgentRow, String)>, StoreError> {
         let r = sqlx::query(&format!(
             "SELECT {COLS}, token_hash FROM agents WHERE token_hash = $1"
         ))
-        .bind(&digest)
+        .bind(digest)
         .fetch_optional(&self.db.pool)
         .await?;
         let Some(r) = r else { return Ok(None) };
-        if !crypto::ct_eq(&get_str(&r, "token_hash")?, &digest) {
-            return Ok(None);
-        }
-        Ok(Some(row(&r)?))
+        Ok(Some((row(&r)?, get_str(&r, "token_hash")?)))
     }
+}
+
+fn to_json(config: &AgentConfig) -> Result<String, StoreError> {
+    serde_json::to_string(config).map_err(|e| StoreError::Corrupt {
+        what: "agent config",
+        source: Box::new(e),
+    })
 }

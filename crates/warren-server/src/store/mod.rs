@@ -1,15 +1,21 @@
-//! Persistence of users, tokens, SSH keys, agents, projects and workspaces.
+//! Persistence of users, tokens, SSH keys, agents, projects and workspaces: SQL only.
 //!
-//! Every function takes the time (`now`, unix ms) from its caller so the clock stays a seam.
+//! No rule lives here: inputs arrive validated from the domain layer (`crate::app`), and
+//! failures are [`StoreError`]s that say what happened in the database's terms. Every
+//! function takes the time (`now`, unix ms) from its caller so the clock stays a seam.
 
 pub mod activity;
 pub mod agents;
+pub mod error;
 pub mod oauth;
 pub mod projects;
+pub mod reconcile;
 pub mod ssh_keys;
 pub mod tokens;
 pub mod users;
 pub mod workspaces;
+
+pub use error::StoreError;
 
 use crate::crypto::SecretBox;
 use crate::db::Db;

@@ -1,15 +1,10 @@
-//! Personal access tokens: shown once, stored as SHA-256 digests, scoped, expiring, revocable.
+//! Personal access tokens, stored by the SHA-256 digest of their secret.
 
-use super::{get_i64, get_opt_i64, get_str, Store};
-use crate::crypto;
+use super::{get_i64, get_opt_i64, get_str, Store, StoreError};
 use crate::db::from_millis;
-use crate::error::HttpError;
 use sqlx::any::AnyRow;
 use warren_types::api::{Token, TokenScope};
 use warren_types::{TokenId, UserId};
-
-/// `last_used_at` is written at most this often per token, so reads stay reads.
-const LAST_USED_GRANULARITY_MS: i64 = 60_000;
 
 #[derive(Debug, Clone)]
 pub struct TokenRow {
@@ -76,87 +71,67 @@ fn row(r: &AnyRow) -> Result<TokenRow, sqlx::Error> {
 }
 
 impl Store {
-    /// Creates a token and returns it with its secret (the only time the secret exists).
-    pub async fn create_token(
+    /// Inserts a token by its secret's digest; `scopes` are stored sorted and deduplicated.
+    pub async fn insert_token(
         &self,
         user: UserId,
         name: &str,
         scopes: &[TokenScope],
+        secret_digest: &str,
         expires_at: i64,
         now: i64,
-    ) -> Result<(TokenRow, String), HttpError> {
-        if name.trim().is_empty() || name.len() > 100 {
-            return Err(HttpError::invalid_field("name", "must be 1-100 characters"));
-        }
-        if scopes.is_empty() {
-            return Err(HttpError::invalid_field(
-                "scopes",
-                "at least one scope is required (api, read_api, workspace)",
-            ));
-        }
+    ) -> Result<TokenRow, StoreError> {
         let mut names: Vec<&str> = scopes.iter().map(|s| scope_name(*s)).collect();
         names.sort_unstable();
         names.dedup();
-        let secret = crypto::new_pat();
         let r = sqlx::query(&format!(
             "INSERT INTO tokens (user_id, name, secret_hash, scopes, created_at, expires_at) \
              VALUES ($1, $2, $3, $4, $5, $6) RETURNING {COLS}"
         ))
         .bind(user.get())
         .bind(name)
-        .bind(crypto::token_digest(&secret))
+        .bind(secret_digest)
         .bind(names.join(","))
         .bind(now)
         .bind(expires_at)
         .fetch_one(&self.db.pool)
         .await?;
-        Ok((row(&r)?, secret))
+        Ok(row(&r)?)
     }
 
-    /// The token and its user for a presented secret, if it is valid now.
-    pub async fn authenticate_token(
+    /// The token stored under `digest`, with the digest as stored (for a constant-time check).
+    pub async fn token_by_digest(
         &self,
-        secret: &str,
-        now: i64,
-    ) -> Result<Option<TokenRow>, sqlx::Error> {
-        if !secret.starts_with(crypto::PAT_PREFIX) || secret.len() > 200 {
-            return Ok(None);
-        }
-        let digest = crypto::token_digest(secret);
+        digest: &str,
+    ) -> Result<Option<(TokenRow, String)>, StoreError> {
         let r = sqlx::query(&format!(
             "SELECT {COLS}, secret_hash FROM tokens WHERE secret_hash = $1"
         ))
-        .bind(&digest)
+        .bind(digest)
         .fetch_optional(&self.db.pool)
         .await?;
         let Some(r) = r else { return Ok(None) };
-        if !crypto::ct_eq(&get_str(&r, "secret_hash")?, &digest) {
-            return Ok(None);
-        }
-        let t = row(&r)?;
-        if t.revoked_at.is_some() || t.expires_at <= now {
-            return Ok(None);
-        }
-        if t.last_used_at
-            .is_none_or(|l| now - l >= LAST_USED_GRANULARITY_MS)
-        {
-            sqlx::query("UPDATE tokens SET last_used_at = $1 WHERE id = $2")
-                .bind(now)
-                .bind(t.id.get())
-                .execute(&self.db.pool)
-                .await?;
-        }
-        Ok(Some(t))
+        Ok(Some((row(&r)?, get_str(&r, "secret_hash")?)))
     }
 
-    pub async fn list_tokens(&self, user: UserId) -> Result<Vec<TokenRow>, sqlx::Error> {
+    /// Records a use of the token.
+    pub async fn touch_token(&self, id: TokenId, now: i64) -> Result<(), StoreError> {
+        sqlx::query("UPDATE tokens SET last_used_at = $1 WHERE id = $2")
+            .bind(now)
+            .bind(id.get())
+            .execute(&self.db.pool)
+            .await?;
+        Ok(())
+    }
+
+    pub async fn list_tokens(&self, user: UserId) -> Result<Vec<TokenRow>, StoreError> {
         let rows = sqlx::query(&format!(
             "SELECT {COLS} FROM tokens WHERE user_id = $1 ORDER BY id"
         ))
         .bind(user.get())
         .fetch_all(&self.db.pool)
         .await?;
-        rows.iter().map(row).collect()
+        Ok(rows.iter().map(row).collect::<Result<_, _>>()?)
     }
 
     /// Revokes one of the user's tokens; false when the user has no such token.
@@ -165,7 +140,7 @@ impl Store {
         user: UserId,
         id: TokenId,
         now: i64,
-    ) -> Result<bool, sqlx::Error> {
+    ) -> Result<bool, StoreError> {
         let r = sqlx::query(
             "UPDATE tokens SET revoked_at = COALESCE(revoked_at, $1) WHERE id = $2 AND user_id = $3",
         )

@@ -1,12 +1,11 @@
 //! Workspaces: desired and actual state, rendered objects (sealed), variables (sealed),
 //! and a `version` that every write bumps, for optimistic concurrency.
 
+use super::error::unique;
 use super::{
-    bind_all, corrupt, get_i64, get_opt_i64, get_opt_str, get_str, is_unique_violation, Bind, Store,
+    bind_all, corrupt, get_i64, get_opt_i64, get_opt_str, get_str, Bind, Store, StoreError,
 };
 use crate::db::{from_millis, DbKind, Tx};
-use crate::error::HttpError;
-use crate::render::RenderedWorkspace;
 use serde::{Deserialize, Serialize};
 use sqlx::any::AnyRow;
 use std::collections::BTreeMap;
@@ -60,7 +59,7 @@ pub struct WorkspaceRow {
 }
 
 impl WorkspaceRow {
-    pub fn to_api(&self, store: &Store) -> Result<Workspace, HttpError> {
+    pub fn to_api(&self, store: &Store) -> Result<Workspace, StoreError> {
         let vars: Vec<StoredVariable> = open_json(store, &self.variables, "variables")?;
         Ok(Workspace {
             id: self.id,
@@ -105,11 +104,11 @@ impl WorkspaceRow {
         })
     }
 
-    pub fn objects(&self, store: &Store) -> Result<Vec<serde_json::Value>, HttpError> {
+    pub fn objects(&self, store: &Store) -> Result<Vec<serde_json::Value>, StoreError> {
         open_json(store, &self.rendered_objects, "rendered objects")
     }
 
-    pub fn stored_variables(&self, store: &Store) -> Result<Vec<StoredVariable>, HttpError> {
+    pub fn stored_variables(&self, store: &Store) -> Result<Vec<StoredVariable>, StoreError> {
         open_json(store, &self.variables, "variables")
     }
 }
@@ -117,11 +116,13 @@ impl WorkspaceRow {
 fn open_json<T: serde::de::DeserializeOwned>(
     store: &Store,
     sealed: &str,
-    what: &str,
-) -> Result<T, HttpError> {
+    what: &'static str,
+) -> Result<T, StoreError> {
     let plain = store.sbox.open(sealed)?;
-    serde_json::from_slice(&plain)
-        .map_err(|e| HttpError::internal(&format!("decoding stored {what}"), &e))
+    serde_json::from_slice(&plain).map_err(|e| StoreError::Corrupt {
+        what,
+        source: Box::new(e),
+    })
 }
 
 pub(crate) fn seal_json<T: Serialize>(store: &Store, v: &T) -> String {
@@ -223,54 +224,67 @@ pub struct QuotaCounts {
     pub user_total: i64,
 }
 
-/// A refused creation because of a quota; names the quota and the count.
-pub fn check_quotas(quota: i64, per_user_quota: i64, counts: QuotaCounts) -> Result<(), HttpError> {
-    if quota >= 0 && counts.agent_total >= quota {
-        return Err(HttpError::new(
-            http::StatusCode::FORBIDDEN,
-            "quota_exceeded",
-            format!(
-                "workspaces_quota of this agent is {quota} and it already has {} workspaces that are not terminated",
-                counts.agent_total
-            ),
-        ));
-    }
-    if per_user_quota >= 0 && counts.user_total >= per_user_quota {
-        return Err(HttpError::new(
-            http::StatusCode::FORBIDDEN,
-            "quota_exceeded",
-            format!(
-                "workspaces_per_user_quota of this agent is {per_user_quota} and you already have {} workspaces on it that are not terminated",
-                counts.user_total
-            ),
-        ));
-    }
-    Ok(())
+/// A workspace's rendered objects as stored: the objects (sealed), its URLs, and the YAML
+/// the agent applies for replicas 1 and 0 (sealed), rendered once so reconciles only decrypt.
+#[derive(Debug, Clone)]
+pub struct RenderedObjects {
+    pub namespace: String,
+    pub objects: Vec<serde_json::Value>,
+    pub endpoints: BTreeMap<String, String>,
+    pub url: Option<String>,
+    pub config_running: String,
+    pub config_stopped: String,
+}
+
+/// The assignment of a new desired state at `$d` and time `$now`, the one way every writer
+/// sets it. `desired_state_updated_at` never goes below the last response to the agent, so
+/// a server whose clock lags cannot hide a change from partial reconciliation, and the row
+/// is flagged for the next response.
+pub(crate) fn set_desired_sql(d: usize, now: usize) -> String {
+    format!(
+        "desired_state = ${d}, desired_state_updated_at = CASE WHEN responded_to_agent_at IS NOT NULL \
+         AND responded_to_agent_at > ${now} THEN responded_to_agent_at ELSE ${now} END, needs_response = 1"
+    )
+}
+
+/// What the lifecycle timers need of a workspace.
+#[derive(Debug, Clone, Copy)]
+pub struct TimerRow {
+    pub id: WorkspaceId,
+    pub version: i64,
+    pub desired: DesiredState,
+    pub desired_state_updated_at: i64,
+    pub created_at: i64,
+    pub last_activity_at: Option<i64>,
 }
 
 impl Store {
-    /// Inserts a workspace after checking the agent's quotas, atomically (the agent row is
-    /// locked on PostgreSQL; SQLite's write transaction is exclusive). `render` gets the new
-    /// id (the objects carry it) and returns the objects, in the same transaction.
-    pub async fn insert_workspace<F>(
+    /// Inserts a workspace, atomically with the caller's quota check (the agent row is
+    /// locked on PostgreSQL; SQLite's write transaction is exclusive): `check` gets the
+    /// agent's counts, `render` the new id (the objects carry it), both inside the
+    /// transaction, and either refusing rolls it back.
+    pub async fn insert_workspace<E, C, R>(
         &self,
         w: &NewWorkspace,
-        quotas: (i64, i64),
         now: i64,
-        render: F,
-    ) -> Result<WorkspaceRow, HttpError>
+        check: C,
+        render: R,
+    ) -> Result<WorkspaceRow, E>
     where
-        F: FnOnce(WorkspaceId) -> Result<RenderedWorkspace, HttpError>,
+        E: From<StoreError>,
+        C: FnOnce(QuotaCounts) -> Result<(), E>,
+        R: FnOnce(WorkspaceId) -> Result<RenderedObjects, E>,
     {
-        let mut tx = self.db.begin().await?;
+        let mut tx = self.db.begin().await.map_err(StoreError::from)?;
         if self.db.kind == DbKind::Postgres {
             sqlx::query("SELECT id FROM agents WHERE id = $1 FOR UPDATE")
                 .bind(w.agent_id.get())
                 .fetch_optional(&mut *tx)
-                .await?;
+                .await
+                .map_err(StoreError::from)?;
         }
         let counts = quota_counts(&mut tx, w.agent_id, w.owner_id).await?;
-        check_quotas(quotas.0, quotas.1, counts)?;
+        check(counts)?;
         let id = sqlx::query(
             "INSERT INTO workspaces (name, namespace, owner_id, agent_id, project_id, git_ref, desired_state, \
              actual_state, desired_state_updated_at, actual_state_updated_at, force_include_all_resources, devfile, \
@@ -289,16 +303,9 @@ impl Store {
         .bind(seal_json(self, &w.variables))
         .fetch_one(&mut *tx)
         .await
-        .map_err(|e| {
-            if is_unique_violation(&e) {
-                HttpError::conflict("already_exists", format!("name: a workspace named {:?} already exists", w.name))
-            } else {
-                e.into()
-            }
-        })?;
-        let id = WorkspaceId(get_i64(&id, "id")?);
+        .map_err(unique("workspaces.name"))?;
+        let id = WorkspaceId(get_i64(&id, "id").map_err(StoreError::from)?);
         let r = render(id)?;
-        let configs = crate::render::sealed_configs(self, &r.objects);
         sqlx::query(
             "UPDATE workspaces SET namespace = $1, rendered_objects = $2, endpoints = $3, url = $4, \
              config_running = $6, config_stopped = $7 WHERE id = $5",
@@ -308,37 +315,39 @@ impl Store {
         .bind(serde_json::to_string(&r.endpoints).unwrap_or_default())
         .bind(r.url)
         .bind(id.get())
-        .bind(configs.0)
-        .bind(configs.1)
+        .bind(self.sbox.seal(r.config_running.as_bytes()))
+        .bind(self.sbox.seal(r.config_stopped.as_bytes()))
         .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        self.workspace_by_id(id)
+        .await
+        .map_err(StoreError::from)?;
+        tx.commit().await.map_err(StoreError::from)?;
+        Ok(self
+            .workspace_by_id(id)
             .await?
-            .ok_or_else(|| HttpError::not_found("the new workspace"))
+            .ok_or(StoreError::NotFound("the new workspace"))?)
     }
 
     pub async fn workspace_by_id(
         &self,
         id: WorkspaceId,
-    ) -> Result<Option<WorkspaceRow>, sqlx::Error> {
+    ) -> Result<Option<WorkspaceRow>, StoreError> {
         let r = sqlx::query(&format!("SELECT {COLS} FROM {FROM} WHERE w.id = $1"))
             .bind(id.get())
             .fetch_optional(&self.db.pool)
             .await?;
-        r.as_ref().map(row).transpose()
+        Ok(r.as_ref().map(row).transpose()?)
     }
 
-    pub async fn workspace_by_name(&self, name: &str) -> Result<Option<WorkspaceRow>, sqlx::Error> {
+    pub async fn workspace_by_name(&self, name: &str) -> Result<Option<WorkspaceRow>, StoreError> {
         let r = sqlx::query(&format!("SELECT {COLS} FROM {FROM} WHERE w.name = $1"))
             .bind(name)
             .fetch_optional(&self.db.pool)
             .await?;
-        r.as_ref().map(row).transpose()
+        Ok(r.as_ref().map(row).transpose()?)
     }
 
     /// A workspace by name, or by id when `key` is all digits.
-    pub async fn workspace_by_key(&self, key: &str) -> Result<Option<WorkspaceRow>, sqlx::Error> {
+    pub async fn workspace_by_key(&self, key: &str) -> Result<Option<WorkspaceRow>, StoreError> {
         if let Ok(id) = key.parse::<i64>() {
             if let Some(w) = self.workspace_by_id(WorkspaceId(id)).await? {
                 return Ok(Some(w));
@@ -350,7 +359,7 @@ impl Store {
     pub async fn list_workspaces(
         &self,
         f: &WorkspaceFilter,
-    ) -> Result<Vec<WorkspaceRow>, sqlx::Error> {
+    ) -> Result<Vec<WorkspaceRow>, StoreError> {
         let mut sql = format!("SELECT {COLS} FROM {FROM} WHERE 1 = 1");
         let mut binds = vec![];
         let mut push = |cond: &str, b: Bind, sql: &mut String| {
@@ -381,26 +390,21 @@ impl Store {
         let rows = bind_all(sqlx::query(&sql), &binds)
             .fetch_all(&self.db.pool)
             .await?;
-        rows.iter().map(row).collect()
+        Ok(rows.iter().map(row).collect::<Result<_, _>>()?)
     }
 
     /// Writes a new desired state if the row still has `version`; `Ok(None)` on a lost race.
-    ///
-    /// `desired_state_updated_at` never goes below the last response to the agent, so a
-    /// server whose clock lags cannot hide a change from partial reconciliation.
     pub async fn set_desired_state(
         &self,
         id: WorkspaceId,
         version: i64,
         desired: DesiredState,
         now: i64,
-    ) -> Result<Option<()>, sqlx::Error> {
-        let r = sqlx::query(
-            "UPDATE workspaces SET desired_state = $1, \
-             desired_state_updated_at = CASE WHEN responded_to_agent_at IS NOT NULL AND responded_to_agent_at > $2 \
-                 THEN responded_to_agent_at ELSE $2 END, \
-             needs_response = 1, updated_at = $2, version = version + 1 WHERE id = $3 AND version = $4",
-        )
+    ) -> Result<Option<()>, StoreError> {
+        let r = sqlx::query(&format!(
+            "UPDATE workspaces SET {}, updated_at = $2, version = version + 1 WHERE id = $3 AND version = $4",
+            set_desired_sql(1, 2)
+        ))
         .bind(desired.as_str())
         .bind(now)
         .bind(id.get())
@@ -411,36 +415,61 @@ impl Store {
     }
 
     /// Stores re-rendered objects and resources (resize), forcing a full send to the agent
-    /// and optionally a new desired state; `Ok(None)` on a lost race.
-    #[allow(clippy::too_many_arguments)]
+    /// and a desired state; `Ok(None)` on a lost race.
     pub async fn set_rendered(
         &self,
         id: WorkspaceId,
         version: i64,
-        objects: &[serde_json::Value],
+        rendered: &RenderedObjects,
         resources: &WorkspaceResources,
         desired: DesiredState,
         now: i64,
-    ) -> Result<Option<()>, sqlx::Error> {
-        let configs = crate::render::sealed_configs(self, objects);
-        let r = sqlx::query(
-            "UPDATE workspaces SET rendered_objects = $1, resources = $2, desired_state = $3, \
-             desired_state_updated_at = CASE WHEN responded_to_agent_at IS NOT NULL AND responded_to_agent_at > $4 \
-                 THEN responded_to_agent_at ELSE $4 END, \
-             force_include_all_resources = 1, needs_response = 1, config_running = $7, config_stopped = $8, \
+    ) -> Result<Option<()>, StoreError> {
+        let r = sqlx::query(&format!(
+            "UPDATE workspaces SET rendered_objects = $1, resources = $2, {}, \
+             force_include_all_resources = 1, config_running = $7, config_stopped = $8, \
              updated_at = $4, version = version + 1 WHERE id = $5 AND version = $6",
-        )
-        .bind(seal_json(self, &objects))
+            set_desired_sql(3, 4)
+        ))
+        .bind(seal_json(self, &rendered.objects))
         .bind(serde_json::to_string(resources).unwrap_or_default())
         .bind(desired.as_str())
         .bind(now)
         .bind(id.get())
         .bind(version)
-        .bind(configs.0)
-        .bind(configs.1)
+        .bind(self.sbox.seal(rendered.config_running.as_bytes()))
+        .bind(self.sbox.seal(rendered.config_stopped.as_bytes()))
         .execute(&self.db.pool)
         .await?;
         Ok((r.rows_affected() == 1).then_some(()))
+    }
+
+    /// The workspaces of `agent` not desired `Terminated`, as the lifecycle timers see them.
+    pub async fn timer_rows(&self, agent: AgentId) -> Result<Vec<TimerRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT w.id, w.version, w.desired_state, w.desired_state_updated_at, w.created_at, \
+             x.last_activity_at FROM workspaces w \
+             LEFT JOIN workspace_activity x ON x.workspace_id = w.id \
+             WHERE w.agent_id = $1 AND w.desired_state <> 'Terminated' ORDER BY w.id",
+        )
+        .bind(agent.get())
+        .fetch_all(&self.db.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                Ok(TimerRow {
+                    id: WorkspaceId(get_i64(r, "id")?),
+                    version: get_i64(r, "version")?,
+                    desired: get_str(r, "desired_state")?
+                        .parse()
+                        .map_err(|e| corrupt("desired state", e))?,
+                    desired_state_updated_at: get_i64(r, "desired_state_updated_at")?,
+                    created_at: get_i64(r, "created_at")?,
+                    last_activity_at: get_opt_i64(r, "last_activity_at")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()?)
     }
 
     /// Records why a workspace cannot follow a change (shown to its owner).
@@ -448,7 +477,7 @@ impl Store {
         &self,
         id: WorkspaceId,
         reason: &str,
-    ) -> Result<(), sqlx::Error> {
+    ) -> Result<(), StoreError> {
         sqlx::query(
             "UPDATE workspaces SET failure_reason = $1, version = version + 1 WHERE id = $2",
         )
@@ -460,13 +489,14 @@ impl Store {
     }
 
     /// Workspaces per (desired, actual) state, for metrics.
-    pub async fn count_by_state(&self) -> Result<Vec<(String, String, i64)>, sqlx::Error> {
+    pub async fn count_by_state(&self) -> Result<Vec<(String, String, i64)>, StoreError> {
         let rows = sqlx::query(
             "SELECT desired_state, actual_state, COUNT(*) AS n FROM workspaces GROUP BY desired_state, actual_state",
         )
         .fetch_all(&self.db.pool)
         .await?;
-        rows.iter()
+        Ok(rows
+            .iter()
             .map(|r| {
                 Ok((
                     get_str(r, "desired_state")?,
@@ -474,15 +504,15 @@ impl Store {
                     get_i64(r, "n")?,
                 ))
             })
-            .collect()
+            .collect::<Result<_, sqlx::Error>>()?)
     }
 }
 
-pub async fn quota_counts(
+async fn quota_counts(
     tx: &mut Tx,
     agent: AgentId,
     owner: UserId,
-) -> Result<QuotaCounts, sqlx::Error> {
+) -> Result<QuotaCounts, StoreError> {
     let r = sqlx::query(
         "SELECT COUNT(*) AS total, COALESCE(SUM(CASE WHEN owner_id = $2 THEN 1 ELSE 0 END), 0) AS mine \
          FROM workspaces WHERE agent_id = $1 AND desired_state <> 'Terminated'",

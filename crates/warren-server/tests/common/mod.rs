@@ -6,9 +6,9 @@ use reqwest::Method;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
+use warren_server::app::AppState;
 use warren_server::clock::ManualClock;
-use warren_server::internal::jwt;
-use warren_server::state::AppState;
+use warren_server::relay::jwt;
 use warren_server::{Server, ServerConfig};
 use warren_types::reconcile::{RELAY_JWT_ISSUER, SERVER_JWT_AUDIENCE};
 

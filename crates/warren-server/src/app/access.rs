@@ -1,0 +1,168 @@
+//! The proxy's questions (access.md): may a user reach a workspace port, may an SSH key or
+//! token open a workspace; the stopped page's start button; activity for the idle policy.
+//!
+//! Only the owner may reach a workspace — admins included are refused, as access.md says
+//! ("only the workspace's owner"); admins manage workspaces through the API instead.
+//! Every refusal (unknown workspace, another user, undeclared port, terminated workspace,
+//! bad token) is the same "not found", so the answer never tells whether a workspace exists.
+
+use super::{auth, AppError, AppState};
+use crate::store::workspaces::WorkspaceRow;
+use warren_types::internal::{
+    ActivityReport, SshAuthorization, SshAuthorizeQuery, WorkspaceAccess, WorkspaceAccessQuery,
+    WorkspaceStartRequest,
+};
+use warren_types::{ActualState, DesiredState, UserId};
+
+/// Most workspaces one activity report may carry.
+const MAX_ACTIVITY_ITEMS: usize = 10_000;
+
+fn hidden() -> AppError {
+    AppError::not_found("workspace")
+}
+
+/// The declared (public) ports of a workspace, from the URLs its render produced:
+/// `{scheme}://{port}-{name}.{domain}/…`.
+pub fn declared_ports(w: &WorkspaceRow) -> Vec<u16> {
+    let prefix_end = format!("-{}.", w.name);
+    w.endpoints
+        .values()
+        .filter_map(|u| url::Url::parse(u).ok())
+        .filter_map(|u| {
+            let host = u.host_str()?.to_owned();
+            let i = host.find(&prefix_end)?;
+            host[..i].parse::<u16>().ok()
+        })
+        .collect()
+}
+
+fn reachable(w: &WorkspaceRow) -> bool {
+    w.desired_state != DesiredState::Terminated && w.actual_state != ActualState::Terminated
+}
+
+fn answer(w: WorkspaceRow, user: UserId, port: Option<u16>) -> WorkspaceAccess {
+    WorkspaceAccess {
+        allowed: true,
+        workspace_id: w.id,
+        workspace_name: w.name,
+        agent_id: w.agent_id,
+        namespace: w.namespace,
+        port,
+        desired_state: w.desired_state,
+        actual_state: w.actual_state,
+        user_id: user,
+    }
+}
+
+/// May the user (named, or by a `workspace`-scoped token) reach the workspace `q.host`,
+/// and port `q.port` of it?
+pub async fn workspace(
+    state: &AppState,
+    q: &WorkspaceAccessQuery,
+) -> Result<WorkspaceAccess, AppError> {
+    let user = match (q.user, q.bearer.as_deref()) {
+        (Some(u), None) => u,
+        (None, Some(b)) => auth::workspace_token_user(state, b)
+            .await?
+            .ok_or_else(hidden)?,
+        _ => {
+            return Err(AppError::new(
+                super::ErrorKind::Invalid,
+                "invalid_query",
+                "query string: exactly one of `user` and `bearer` is required",
+            ))
+        }
+    };
+    let w = state
+        .store
+        .workspace_by_name(&q.host)
+        .await?
+        .ok_or_else(hidden)?;
+    if w.owner_id != user
+        || !reachable(&w)
+        || q.port.is_some_and(|p| !declared_ports(&w).contains(&p))
+    {
+        return Err(hidden());
+    }
+    Ok(answer(w, user, q.port))
+}
+
+/// The stopped-workspace page's start button, on the owner's behalf: the same rules as a
+/// desired-state request through the API (a terminated workspace is refused naming its
+/// state); anyone but the owner gets the usual "not found".
+pub async fn start(
+    state: &AppState,
+    req: &WorkspaceStartRequest,
+) -> Result<WorkspaceAccess, AppError> {
+    let load = || async {
+        state
+            .store
+            .workspace_by_id(req.workspace_id)
+            .await?
+            .filter(|w| w.owner_id == req.user_id)
+            .ok_or_else(hidden)
+    };
+    let w =
+        super::workspaces::change_desired_state(state, load, DesiredState::Running, false).await?;
+    Ok(answer(w, req.user_id, None))
+}
+
+/// Records the proxy's activity report.
+pub async fn record_activity(state: &AppState, report: &ActivityReport) -> Result<(), AppError> {
+    if report.workspaces.len() > MAX_ACTIVITY_ITEMS {
+        return Err(AppError::invalid_field(
+            "workspaces",
+            format!("at most {MAX_ACTIVITY_ITEMS} entries per report"),
+        ));
+    }
+    let items: Vec<_> = report
+        .workspaces
+        .iter()
+        .map(|a| (a.workspace_id, a.last_activity_ms))
+        .collect();
+    state
+        .store
+        .record_activity(&items, state.clock.now_ms())
+        .await?;
+    Ok(())
+}
+
+/// May this SSH key or token open the workspace named `q.username`?
+pub async fn ssh(state: &AppState, q: &SshAuthorizeQuery) -> Result<SshAuthorization, AppError> {
+    let user = match (q.public_key_fingerprint.as_deref(), q.token.as_deref()) {
+        (Some(fp), None) => state
+            .store
+            .ssh_key_by_fingerprint(fp)
+            .await?
+            .map(|k| k.user_id)
+            .ok_or_else(hidden)?,
+        (None, Some(t)) => auth::workspace_token_user(state, t)
+            .await?
+            .ok_or_else(hidden)?,
+        _ => {
+            return Err(AppError::new(
+                super::ErrorKind::Invalid,
+                "invalid_query",
+                "query string: exactly one of `public_key_fingerprint` and `token` is required",
+            ))
+        }
+    };
+    let w = state
+        .store
+        .workspace_by_name(&q.username)
+        .await?
+        .ok_or_else(hidden)?;
+    if w.owner_id != user || !reachable(&w) {
+        return Err(hidden());
+    }
+    Ok(SshAuthorization {
+        user_id: user,
+        username: w.owner_username,
+        workspace_id: w.id,
+        workspace_name: w.name,
+        agent_id: w.agent_id,
+        namespace: w.namespace,
+        desired_state: w.desired_state,
+        actual_state: w.actual_state,
+    })
+}

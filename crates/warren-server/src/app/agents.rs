@@ -1,0 +1,197 @@
+//! Agents: admins create and configure them; every signed-in user may list them (to pick
+//! one). A configuration change re-renders the agent's workspaces.
+
+use super::{AppError, AppState, Principal};
+use crate::crypto;
+use crate::store::agents::AgentRow;
+use warren_types::api::{Agent, CreateAgentRequest, CreatedAgent, UpdateAgentRequest};
+use warren_types::config::{AgentConfig, ResourceList};
+use warren_types::quantity::{parse_cpu_millis, parse_memory_bytes};
+use warren_types::AgentId;
+
+/// Every agent (any signed-in user).
+pub async fn list(state: &AppState, _who: &Principal) -> Result<Vec<Agent>, AppError> {
+    Ok(state
+        .store
+        .list_agents()
+        .await?
+        .iter()
+        .map(|a| a.to_api())
+        .collect())
+}
+
+/// One agent by name or id (any signed-in user).
+pub async fn get(state: &AppState, _who: &Principal, key: &str) -> Result<Agent, AppError> {
+    Ok(by_key(state, key).await?.to_api())
+}
+
+async fn by_key(state: &AppState, key: &str) -> Result<AgentRow, AppError> {
+    state
+        .store
+        .agent_by_key(key)
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("agent {key:?}")))
+}
+
+/// Creates an agent (admins only); its token is returned once.
+pub async fn create(
+    state: &AppState,
+    who: &Principal,
+    req: CreateAgentRequest,
+) -> Result<CreatedAgent, AppError> {
+    who.require_admin()?;
+    register(state, &req.name, &req.config.unwrap_or_default()).await
+}
+
+/// Creates an agent on the operator's behalf (`warren up`'s default agent); its token is
+/// returned once, stored hashed.
+pub async fn register(
+    state: &AppState,
+    name: &str,
+    config: &AgentConfig,
+) -> Result<CreatedAgent, AppError> {
+    validate_name(name).map_err(|e| AppError::invalid_field("name", e))?;
+    validate_agent_config(config)?;
+    let token = crypto::new_agent_token();
+    let agent = state
+        .store
+        .insert_agent(
+            name,
+            config,
+            &crypto::token_digest(&token),
+            state.clock.now_ms(),
+        )
+        .await
+        .map_err(super::error::already_exists(|| {
+            format!("an agent named {name:?} already exists")
+        }))?;
+    Ok(CreatedAgent {
+        agent: agent.to_api(),
+        token,
+    })
+}
+
+/// Gives an agent a new token (a lost or leaked one stops working at once); shown once.
+pub async fn reset_token(state: &AppState, agent: AgentId) -> Result<String, AppError> {
+    let token = crypto::new_agent_token();
+    if state
+        .store
+        .set_agent_token(agent, &crypto::token_digest(&token), state.clock.now_ms())
+        .await?
+    {
+        Ok(token)
+    } else {
+        Err(AppError::not_found(format!("agent {agent}")))
+    }
+}
+
+/// Replaces an agent's configuration (admins only) and re-renders its workspaces,
+/// restarting those whose objects changed; the agent is signalled.
+pub async fn update(
+    state: &AppState,
+    who: &Principal,
+    key: &str,
+    req: &UpdateAgentRequest,
+) -> Result<Agent, AppError> {
+    who.require_admin()?;
+    let a = by_key(state, key).await?;
+    validate_agent_config(&req.config)?;
+    let a = state
+        .store
+        .update_agent_config(a.id, &req.config, state.clock.now_ms())
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("agent {key:?}")))?;
+    let changed = super::workspaces::rerender_agent_workspaces(state, &a).await?;
+    if changed > 0 {
+        tracing::info!(agent = %a.name, workspaces = changed, "re-rendered workspaces after a configuration change");
+    }
+    state.signals.notify(a.id);
+    Ok(a.to_api())
+}
+
+/// Names of agents and projects: DNS-label-like, 1–63 characters.
+pub fn validate_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} must be 1-63 characters of a-z, 0-9 and '-', not starting or ending with '-'"
+        ))
+    }
+}
+
+fn check_resource_list(field: &str, l: &ResourceList) -> Result<(), AppError> {
+    if let Some(c) = &l.cpu {
+        parse_cpu_millis(c).map_err(|e| AppError::invalid_field(&format!("{field}.cpu"), e))?;
+    }
+    if let Some(m) = &l.memory {
+        parse_memory_bytes(m)
+            .map_err(|e| AppError::invalid_field(&format!("{field}.memory"), e))?;
+    }
+    Ok(())
+}
+
+/// Checks what serde cannot: value ranges, quantities, host names.
+pub fn validate_agent_config(c: &AgentConfig) -> Result<(), AppError> {
+    let host = c.workspace_domain.split(':').next().unwrap_or_default();
+    let host_ok = !host.is_empty()
+        && host.len() <= 200
+        && host
+            .split('.')
+            .all(|l| !l.is_empty() && l.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '-'));
+    if !host_ok {
+        return Err(AppError::invalid_field(
+            "config.workspace_domain",
+            format!("{:?} is not a host name", c.workspace_domain),
+        ));
+    }
+    if let Some(port) = c.workspace_domain.split(':').nth(1) {
+        port.parse::<u16>().map_err(|_| {
+            AppError::invalid_field("config.workspace_domain", format!("{port:?} is not a port"))
+        })?;
+    }
+    if c.workspace_scheme != "http" && c.workspace_scheme != "https" {
+        return Err(AppError::invalid_field(
+            "config.workspace_scheme",
+            "must be http or https",
+        ));
+    }
+    if c.workspaces_quota < -1 {
+        return Err(AppError::invalid_field(
+            "config.workspaces_quota",
+            "must be -1 (unlimited) or more",
+        ));
+    }
+    if c.workspaces_per_user_quota < -1 {
+        return Err(AppError::invalid_field(
+            "config.workspaces_per_user_quota",
+            "must be -1 (unlimited) or more",
+        ));
+    }
+    if let Some(ns) = &c.shared_namespace {
+        validate_name(ns).map_err(|e| AppError::invalid_field("config.shared_namespace", e))?;
+    }
+    let d = &c.default_resources_per_workspace_container;
+    check_resource_list(
+        "config.default_resources_per_workspace_container.requests",
+        &d.requests,
+    )?;
+    check_resource_list(
+        "config.default_resources_per_workspace_container.limits",
+        &d.limits,
+    )?;
+    if let Some(m) = &c.max_resources_per_workspace {
+        check_resource_list("config.max_resources_per_workspace.requests", &m.requests)?;
+        check_resource_list("config.max_resources_per_workspace.limits", &m.limits)?;
+    }
+    parse_memory_bytes(&c.data_volume_size)
+        .map_err(|e| AppError::invalid_field("config.data_volume_size", e))?;
+    Ok(())
+}

@@ -1,0 +1,84 @@
+//! The domain layer: every rule and authorisation decision of the control plane, as
+//! functions taking typed inputs and the acting [`Principal`], answering with domain types or
+//! an [`AppError`]. It knows the store and the relays' client, and nothing of HTTP: the JSON
+//! API, the OAuth pages and the internal endpoints (`crate::http`) are adapters over it.
+
+pub mod access;
+pub mod agents;
+pub mod auth;
+pub mod error;
+pub mod lifecycle;
+pub mod names;
+pub mod oauth;
+pub mod projects;
+pub mod reconcile;
+pub mod render;
+pub mod ssh_keys;
+pub mod throttle;
+pub mod tokens;
+pub mod users;
+pub mod workspaces;
+
+pub use error::{AppError, ErrorKind};
+
+use crate::clock::Clock;
+use crate::relay::signal::SignalHub;
+use crate::store::tokens::TokenRow;
+use crate::store::users::UserRow;
+use crate::store::Store;
+use std::sync::Arc;
+use warren_types::reconcile::ReconcileSettings;
+
+/// What every domain operation shares: the store, the clock, the relays, the settings.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    pub store: Store,
+    pub clock: Arc<dyn Clock>,
+    /// HS256 secret shared with the relays.
+    pub relay_secret: Arc<Vec<u8>>,
+    /// Internal URLs of the relays (signals, workspace logs).
+    pub relay_urls: Arc<Vec<String>>,
+    pub signals: SignalHub,
+    pub settings: ReconcileSettings,
+    /// The devfile used when neither request nor project gives one.
+    pub default_devfile: Arc<String>,
+    /// How users reach workspaces besides the API (`GET /api/v1/access`).
+    pub access: Arc<warren_types::api::AccessInfo>,
+    /// Slows password guessing down (`throttle`).
+    pub login_throttle: Arc<throttle::LoginThrottle>,
+    /// Reverse proxies whose `X-Forwarded-For` is believed (the HTTP adapter's client address).
+    pub trusted_proxies: Arc<Vec<ipnet::IpNet>>,
+}
+
+/// Who acts: a user, through one of their personal access tokens.
+#[derive(Debug, Clone)]
+pub struct Principal {
+    pub user: UserRow,
+    pub token: TokenRow,
+}
+
+impl Principal {
+    pub fn require_admin(&self) -> Result<(), AppError> {
+        if self.user.is_admin {
+            Ok(())
+        } else {
+            Err(AppError::forbidden("this action needs an admin account"))
+        }
+    }
+}
+
+/// Whether the server can serve: its database answers.
+pub async fn ready(state: &AppState) -> Result<(), AppError> {
+    state.store.db.ping().await.map_err(|e| {
+        AppError::new(
+            ErrorKind::Unavailable,
+            "not_ready",
+            format!("database is not reachable: {e}"),
+        )
+    })
+}
+
+/// Workspaces per (desired, actual) state, for metrics.
+pub async fn workspace_counts(state: &AppState) -> Result<Vec<(String, String, i64)>, AppError> {
+    Ok(state.store.count_by_state().await?)
+}

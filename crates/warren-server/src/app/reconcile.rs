@@ -1,0 +1,319 @@
+//! A reconcile (reconcile.md): store what the agent saw, derive actual states, apply
+//! RestartRequested and the timers, and answer with the workspaces the agent must act on —
+//! all in one transaction (the store's [`ReconcileTx`]), so the same request twice leaves
+//! the same state.
+
+use super::lifecycle::{timer_decision, TimerInput};
+use super::{auth, AppError, AppState};
+use crate::store::agents::AgentRow;
+use crate::store::reconcile::{ReconcileTx, ReportUpdate, ReportedRow, Selection};
+use crate::store::StoreError;
+use std::collections::BTreeMap;
+use warren_types::lifecycle::derive_actual_state;
+use warren_types::reconcile::{
+    ReconcileRequest, ReconcileResponse, UpdateType, WorkspaceAgentInfo, WorkspaceRailsInfo,
+    AGENT_ID_HEADER,
+};
+use warren_types::{ActualState, AgentId, DesiredState};
+
+/// `last_seen_at` is written at most this often, so a no-op partial reconcile writes nothing.
+const LAST_SEEN_GRANULARITY_MS: i64 = 30_000;
+const MAX_ATTEMPTS: usize = 5;
+/// Most characters of a runtime fault kept (the agent's error chain, shown to users).
+const MAX_FAULT_CHARS: usize = 2000;
+
+/// A relay's reconcile call for the agent its JWT names (`sub`); `agent_header` is the
+/// agent id header the relay also sent, which must agree.
+pub async fn handle(
+    state: &AppState,
+    bearer: Option<&str>,
+    agent_header: Option<&str>,
+    req: &ReconcileRequest,
+) -> Result<ReconcileResponse, AppError> {
+    let claims = auth::relay(state, bearer)?;
+    let agent_id: AgentId = claims
+        .sub
+        .as_deref()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| AppError::unauthenticated("relay JWT lacks the agent id in `sub`"))?;
+    if let Some(h) = agent_header {
+        if h != agent_id.to_string() {
+            return Err(AppError::unauthenticated(format!(
+                "{AGENT_ID_HEADER} does not match the JWT's subject"
+            )));
+        }
+    }
+    let agent = state
+        .store
+        .agent_by_id(agent_id)
+        .await?
+        .ok_or_else(|| AppError::unauthenticated(format!("agent {agent_id} does not exist")))?;
+    let started = std::time::Instant::now();
+    let resp = match &req.runtime_fault {
+        Some(fault) => runtime_fault(state, &agent, fault).await?,
+        None => reconcile(state, &agent, req).await?,
+    };
+    let kind = match req.update_type {
+        UpdateType::Full => "full",
+        UpdateType::Partial => "partial",
+    };
+    metrics::counter!("warren_reconcile_total", "update_type" => kind).increment(1);
+    metrics::histogram!("warren_reconcile_seconds", "update_type" => kind)
+        .record(started.elapsed().as_secs_f64());
+    Ok(resp)
+}
+
+/// The agent cannot see its runtime: record why (the first report's time is kept), mark the
+/// agent seen, and answer with nothing to do, so nothing is marked as sent either.
+async fn runtime_fault(
+    state: &AppState,
+    agent: &AgentRow,
+    fault: &str,
+) -> Result<ReconcileResponse, AppError> {
+    let fault: String = fault.chars().take(MAX_FAULT_CHARS).collect();
+    if agent.runtime_fault.as_ref().map(|(f, _)| f) != Some(&fault) {
+        tracing::warn!(agent = %agent.name, fault, "the agent cannot see its runtime");
+    }
+    state
+        .store
+        .set_runtime_fault(agent.id, &fault, state.clock.now_ms())
+        .await?;
+    Ok(ReconcileResponse {
+        workspace_rails_infos: vec![],
+        settings: state.settings,
+    })
+}
+
+/// The reconcile transaction, retried when the database reports a conflict.
+pub async fn reconcile(
+    state: &AppState,
+    agent: &AgentRow,
+    req: &ReconcileRequest,
+) -> Result<ReconcileResponse, AppError> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match reconcile_once(state, agent, req).await {
+            Err(e) if attempt < MAX_ATTEMPTS && e.is_retryable() => {
+                tracing::debug!(error = %warren_types::error_chain(&e), attempt, "reconcile conflicted; retrying");
+            }
+            Err(e) => return Err(e.into()),
+            Ok((resp, desired_changed)) => {
+                if desired_changed {
+                    state.signals.notify(agent.id);
+                }
+                return Ok(resp);
+            }
+        }
+    }
+}
+
+/// Why a workspace failed, in words; `None` keeps the stored reason.
+fn failure_reason(
+    info: &WorkspaceAgentInfo,
+    derived: ActualState,
+    old: &Option<String>,
+) -> Option<String> {
+    match derived {
+        ActualState::Error => info.error_details.as_ref().map(|e| {
+            let kind = match e.error_type {
+                warren_types::reconcile::ErrorType::Applier => {
+                    "applying the workspace's objects failed"
+                }
+                warren_types::reconcile::ErrorType::Runtime => "the runtime reported an error",
+            };
+            format!("{kind}: {}", e.error_message)
+        }),
+        ActualState::Failed => Some(match &info.pod_failure {
+            Some(p) if p.message.is_empty() => p.reason.clone(),
+            Some(p) => format!("{}: {}", p.reason, p.message),
+            None => {
+                let msg = info
+                    .latest_k8s_deployment_info
+                    .as_ref()
+                    .and_then(|d| d.pointer("/status/conditions"))
+                    .and_then(|c| c.as_array())
+                    .and_then(|c| {
+                        c.iter()
+                            .find(|c| c.get("type").and_then(|t| t.as_str()) == Some("Progressing"))
+                    })
+                    .and_then(|c| c.get("message"))
+                    .and_then(|m| m.as_str())
+                    .unwrap_or("the workspace did not become ready in time");
+                format!("ProgressDeadlineExceeded: {msg}")
+            }
+        }),
+        // Not enough information to say it recovered.
+        ActualState::Unknown => old.clone(),
+        _ => None,
+    }
+}
+
+async fn reconcile_once(
+    state: &AppState,
+    agent: &AgentRow,
+    req: &ReconcileRequest,
+) -> Result<(ReconcileResponse, bool), StoreError> {
+    let store = &state.store;
+    let now = state.clock.now_ms();
+    let settings = state.settings;
+    let seen_due = agent
+        .last_seen_at
+        .is_none_or(|t| now - t >= LAST_SEEN_GRANULARITY_MS);
+    // Fast path: a partial reconcile reporting nothing, with nothing pending, needs no
+    // transaction (and no write lock). A change committed right after this check is
+    // flagged and signalled, and goes out on the next call.
+    if req.update_type == UpdateType::Partial
+        && req.workspace_agent_infos.is_empty()
+        && !seen_due
+        && agent.runtime_fault.is_none()
+        && !store.has_pending_response(agent.id).await?
+    {
+        let resp = ReconcileResponse {
+            workspace_rails_infos: vec![],
+            settings,
+        };
+        return Ok((resp, false));
+    }
+    let mut tx = store.begin_reconcile().await?;
+    let mut desired_changed = false;
+
+    // Later reports of the same name win, as if they had arrived one after another.
+    let mut infos: BTreeMap<&str, &WorkspaceAgentInfo> = BTreeMap::new();
+    for info in &req.workspace_agent_infos {
+        infos.insert(info.name.as_str(), info);
+    }
+    let names: Vec<&str> = infos.keys().copied().collect();
+    let reported = tx.load_reported(&names).await?;
+    let mut valid_names: Vec<String> = vec![];
+    for (name, info) in &infos {
+        let Some(row) = reported.get(*name) else {
+            tracing::warn!(agent = %agent.name, workspace = %name, "agent reported an unknown workspace; ignored");
+            continue;
+        };
+        if row.agent_id != agent.id {
+            tracing::warn!(agent = %agent.name, workspace = %name, "agent reported a workspace of another agent; ignored");
+            continue;
+        }
+        valid_names.push((*name).to_owned());
+        desired_changed |= apply_report(&mut tx, agent, row, info, now).await?;
+    }
+
+    // Which workspaces go back (reconcile.md); the same selection marks them responded.
+    let full = req.update_type == UpdateType::Full;
+    let selection = if full {
+        Selection::Full
+    } else {
+        Selection::Partial {
+            reported: &valid_names,
+        }
+    };
+    let rows = tx.response_rows(agent.id, selection).await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        // Objects go out on a full reconcile, when forced, or when the row changed.
+        let config_to_apply = match r.desired.replicas() {
+            Some(replicas) if full || r.forced || r.needs_response => {
+                let sealed = if replicas > 0 {
+                    &r.config_running
+                } else {
+                    &r.config_stopped
+                };
+                Some(store.sbox.open_string(sealed).map_err(StoreError::from)?)
+            }
+            _ => None,
+        };
+        out.push(WorkspaceRailsInfo {
+            name: r.name,
+            namespace: r.namespace,
+            desired_state: r.desired,
+            actual_state: r.actual,
+            deployment_resource_version: r.resource_version,
+            config_to_apply,
+            image_pull_secrets: agent.config.image_pull_secrets.clone(),
+        });
+    }
+    if !out.is_empty() {
+        tx.mark_responded(agent.id, selection, now).await?;
+    }
+    if agent.runtime_fault.is_some() {
+        tx.clear_runtime_fault(agent.id).await?;
+    }
+    if let Some(capacity) = req.capacity.filter(|c| Some(*c) != agent.capacity) {
+        tx.set_capacity(agent.id, &capacity).await?;
+    }
+    if seen_due {
+        tx.set_last_seen(agent.id, now).await?;
+    }
+    tx.commit().await?;
+    Ok((
+        ReconcileResponse {
+            workspace_rails_infos: out,
+            settings,
+        },
+        desired_changed,
+    ))
+}
+
+/// Stores one report; returns whether the desired state changed.
+async fn apply_report(
+    tx: &mut ReconcileTx,
+    agent: &AgentRow,
+    row: &ReportedRow,
+    info: &WorkspaceAgentInfo,
+    now: i64,
+) -> Result<bool, StoreError> {
+    // Terminated is final: later reports cannot revive the workspace.
+    let actual = if row.actual == ActualState::Terminated {
+        ActualState::Terminated
+    } else {
+        derive_actual_state(info)
+    };
+    let resource_version = info
+        .latest_k8s_deployment_info
+        .as_ref()
+        .and_then(|d| d.pointer("/metadata/resourceVersion"))
+        .and_then(|v| v.as_str())
+        .map(str::to_owned)
+        .or_else(|| row.resource_version.clone());
+    let failure = failure_reason(info, actual, &row.failure_reason);
+    let mut desired = row.desired;
+    let mut desired_at = row.desired_state_updated_at;
+    if desired == DesiredState::RestartRequested && actual == ActualState::Stopped {
+        desired = DesiredState::Running;
+        desired_at = now;
+    }
+    // Terminated is final for both states: a workspace whose objects are all gone (deleted
+    // behind Warren's back) must not be re-created by the next full reconcile.
+    if actual == ActualState::Terminated && desired != DesiredState::Terminated {
+        desired = DesiredState::Terminated;
+        desired_at = now;
+    }
+    let timers = TimerInput {
+        desired,
+        desired_state_updated_at: desired_at,
+        created_at: row.created_at,
+        last_activity_at: row.last_activity_at,
+    };
+    if let Some(to) = timer_decision(&agent.config.lifecycle, timers, now) {
+        tracing::info!(workspace_id = row.id, from = %desired, %to, "lifecycle timer changed desired state");
+        desired = to;
+    }
+    let desired_changed = desired != row.desired;
+    if actual == row.actual
+        && resource_version == row.resource_version
+        && failure == row.failure_reason
+        && !desired_changed
+    {
+        return Ok(false);
+    }
+    let update = ReportUpdate {
+        actual,
+        actual_changed: actual != row.actual,
+        resource_version,
+        failure_reason: failure,
+        desired: desired_changed.then_some(desired),
+    };
+    tx.update_reported(row.id, &update, now).await?;
+    Ok(desired_changed)
+}

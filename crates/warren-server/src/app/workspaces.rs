@@ -1,0 +1,803 @@
+//! Workspaces: create, list, read, change desired state, resize, re-render, read output.
+//!
+//! A user sees only their own workspaces (others' are "not found", never "forbidden", so
+//! existence does not leak); admins see all. Writes use the row's `version` and retry on a
+//! lost race, so two concurrent requests never overwrite each other. Every desired-state
+//! change a user asks for — through the API or the proxy's stopped page — goes through
+//! [`change_desired_state`].
+
+use super::lifecycle::check_desired_state_request;
+use super::render::{self, ProjectInput, RenderInput};
+use super::{names, AppError, AppState, ErrorKind, Principal};
+use crate::relay::logs::RelayLogsError;
+use crate::store::agents::AgentRow;
+use crate::store::workspaces::{
+    NewWorkspace, QuotaCounts, StoredVariable, WorkspaceFilter, WorkspaceRow,
+};
+use std::future::Future;
+use warren_devfile::{MAX_ENV_BYTES, MAX_ENV_VAR_BYTES};
+use warren_types::api::{
+    CreateWorkspaceRequest, Page, ResizeWorkspaceRequest, VariableInput, VariableKind, Workspace,
+    WorkspaceResources,
+};
+use warren_types::quantity::{parse_cpu_millis, parse_memory_bytes};
+use warren_types::relay::{LogsTarget, MAX_LOG_TAIL};
+use warren_types::{ActualState, DesiredState, UserId};
+
+/// Attempts of an optimistic write before giving up with a conflict.
+const WRITE_ATTEMPTS: usize = 20;
+const DEFAULT_LIMIT: i64 = 50;
+const MAX_LIMIT: i64 = 500;
+
+/// Loads a workspace the caller may see, by name or id.
+pub async fn visible(
+    state: &AppState,
+    who: &Principal,
+    key: &str,
+) -> Result<WorkspaceRow, AppError> {
+    match state.store.workspace_by_key(key).await? {
+        Some(w) if who.user.is_admin || w.owner_id == who.user.id => Ok(w),
+        _ => Err(AppError::not_found(format!("workspace {key:?}"))),
+    }
+}
+
+/// What the workspace list is filtered by (as the request gave it).
+#[derive(Debug, Clone, Default)]
+pub struct ListRequest {
+    /// Actual state to match; without it, workspaces both desired and actual Terminated are left out.
+    pub state: Option<String>,
+    /// Agent name or id.
+    pub agent: Option<String>,
+    /// Project name or id.
+    pub project: Option<String>,
+    /// Username or id of the owner (admins only; others always see their own).
+    pub owner: Option<String>,
+    /// Page size, 1–500 (default 50).
+    pub limit: Option<i64>,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+/// One page of the workspaces the caller may see.
+pub async fn list(
+    state: &AppState,
+    who: &Principal,
+    q: &ListRequest,
+) -> Result<Page<Workspace>, AppError> {
+    let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(AppError::invalid_field(
+            "limit",
+            format!("must be between 1 and {MAX_LIMIT}"),
+        ));
+    }
+    let mut f = WorkspaceFilter {
+        limit: limit + 1,
+        ..Default::default()
+    };
+    if let Some(s) = &q.state {
+        f.state = Some(
+            s.parse::<ActualState>()
+                .map_err(|e| AppError::invalid_field("state", e))?,
+        );
+    }
+    if let Some(c) = &q.cursor {
+        f.after = Some(c.parse().map_err(|_| {
+            AppError::invalid_field("cursor", "is not a cursor this server issued")
+        })?);
+    }
+    if let Some(a) = &q.agent {
+        f.agent = Some(
+            state
+                .store
+                .agent_by_key(a)
+                .await?
+                .ok_or_else(|| AppError::invalid_field("agent", format!("no agent {a:?}")))?
+                .id,
+        );
+    }
+    if let Some(p) = &q.project {
+        f.project = Some(
+            state
+                .store
+                .project_by_key(p)
+                .await?
+                .ok_or_else(|| AppError::invalid_field("project", format!("no project {p:?}")))?
+                .id,
+        );
+    }
+    f.owner = match &q.owner {
+        Some(o) => {
+            let user = match o.parse::<i64>() {
+                Ok(id) => state.store.user_by_id(UserId(id)).await?,
+                Err(_) => state.store.user_by_name(o).await?,
+            };
+            let user =
+                user.ok_or_else(|| AppError::invalid_field("owner", format!("no user {o:?}")))?;
+            if !who.user.is_admin && user.id != who.user.id {
+                return Err(AppError::forbidden(
+                    "owner: only admins may list other users' workspaces",
+                ));
+            }
+            Some(user.id)
+        }
+        None if who.user.is_admin => None,
+        None => Some(who.user.id),
+    };
+    let mut rows = state.store.list_workspaces(&f).await?;
+    let next_cursor = if rows.len() as i64 > limit {
+        rows.truncate(limit as usize);
+        rows.last().map(|w| w.id.to_string())
+    } else {
+        None
+    };
+    let items = rows
+        .iter()
+        .map(|w| w.to_api(&state.store))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Page { items, next_cursor })
+}
+
+/// One workspace the caller may see.
+pub async fn get(state: &AppState, who: &Principal, key: &str) -> Result<Workspace, AppError> {
+    Ok(visible(state, who, key).await?.to_api(&state.store)?)
+}
+
+/// Moves the workspace `load` finds to `requested` (lifecycle.md rules), signalling its
+/// agent: the one place a user's desired-state request is decided and written. `load` is
+/// called again after a lost race and after the write, and decides who may see what.
+pub(crate) async fn change_desired_state<F, Fut>(
+    state: &AppState,
+    load: F,
+    requested: DesiredState,
+    idempotent_terminate: bool,
+) -> Result<WorkspaceRow, AppError>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<WorkspaceRow, AppError>>,
+{
+    for _ in 0..WRITE_ATTEMPTS {
+        let w = load().await?;
+        if idempotent_terminate
+            && requested == DesiredState::Terminated
+            && w.desired_state == DesiredState::Terminated
+        {
+            return Ok(w);
+        }
+        check_desired_state_request(&w.name, w.desired_state, w.actual_state, requested)?;
+        // Starting a workspace that failed while meant to run is a new attempt: the agent
+        // stops what is left and starts it again (a restart), instead of a no-op.
+        let requested = match (requested, w.desired_state, w.actual_state) {
+            (
+                DesiredState::Running,
+                DesiredState::Running,
+                ActualState::Failed | ActualState::Error,
+            ) => DesiredState::RestartRequested,
+            _ => requested,
+        };
+        if w.desired_state == requested {
+            return Ok(w);
+        }
+        if state
+            .store
+            .set_desired_state(w.id, w.version, requested, state.clock.now_ms())
+            .await?
+            .is_some()
+        {
+            state.signals.notify(w.agent_id);
+            return load().await;
+        }
+    }
+    Err(AppError::conflict(
+        "conflict",
+        "the workspace changed too often while updating it; try again",
+    ))
+}
+
+/// A user's desired-state request through the API.
+pub async fn set_desired_state(
+    state: &AppState,
+    who: &Principal,
+    key: &str,
+    requested: DesiredState,
+) -> Result<Workspace, AppError> {
+    let w = change_desired_state(state, || visible(state, who, key), requested, false).await?;
+    Ok(w.to_api(&state.store)?)
+}
+
+/// Asks for `Terminated`: the agent deletes everything, volume included. Repeating it is
+/// harmless.
+pub async fn terminate(
+    state: &AppState,
+    who: &Principal,
+    key: &str,
+) -> Result<Workspace, AppError> {
+    let w = change_desired_state(
+        state,
+        || visible(state, who, key),
+        DesiredState::Terminated,
+        true,
+    )
+    .await?;
+    Ok(w.to_api(&state.store)?)
+}
+
+/// Most variables one workspace may carry, and the largest value.
+const MAX_VARIABLES: usize = 200;
+const MAX_VARIABLE_BYTES: usize = 256 * 1024;
+
+fn check_variables(vars: &[VariableInput]) -> Result<Vec<StoredVariable>, AppError> {
+    if vars.len() > MAX_VARIABLES {
+        return Err(AppError::invalid_field(
+            "variables",
+            format!("at most {MAX_VARIABLES} variables"),
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = vec![];
+    for (i, v) in vars.iter().enumerate() {
+        let field = format!("variables[{i}].key");
+        let key_ok = match v.kind {
+            VariableKind::Env => {
+                v.key
+                    .starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                    && v.key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            }
+            VariableKind::File => {
+                !v.key.is_empty()
+                    && v.key != "."
+                    && v.key != ".."
+                    && v.key
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+            }
+        };
+        if !key_ok || v.key.len() > 253 {
+            let rule = match v.kind {
+                VariableKind::Env => "an environment variable name ([A-Za-z_][A-Za-z0-9_]*)",
+                VariableKind::File => "a file name (letters, digits, '.', '_', '-')",
+            };
+            return Err(AppError::invalid_field(
+                &field,
+                format!("{:?} is not {rule}", v.key),
+            ));
+        }
+        if !seen.insert((v.kind == VariableKind::File, v.key.clone())) {
+            return Err(AppError::invalid_field(
+                &field,
+                format!("{:?} is given twice", v.key),
+            ));
+        }
+        if v.value.len() > MAX_VARIABLE_BYTES {
+            return Err(AppError::invalid_field(
+                &format!("variables[{i}].value"),
+                format!("longer than {MAX_VARIABLE_BYTES} bytes"),
+            ));
+        }
+        if v.kind == VariableKind::Env && v.key.len() + v.value.len() + 1 > MAX_ENV_VAR_BYTES {
+            return Err(AppError::invalid_field(
+                &format!("variables[{i}].value"),
+                format!(
+                    "{}: longer than {MAX_ENV_VAR_BYTES} bytes with its name, which Linux refuses in an environment; use a file variable",
+                    v.key
+                ),
+            ));
+        }
+        out.push(StoredVariable {
+            key: v.key.clone(),
+            kind: v.kind,
+            secret: v.secret,
+            value: v.value.clone(),
+        });
+    }
+    let env_bytes: usize = out
+        .iter()
+        .filter(|v| v.kind == VariableKind::Env)
+        .map(|v| v.key.len() + v.value.len() + 2)
+        .sum();
+    if env_bytes > MAX_ENV_BYTES {
+        return Err(AppError::invalid_field(
+            "variables",
+            format!(
+                "the environment variables take {env_bytes} bytes together; at most {MAX_ENV_BYTES} fit in a process's environment (use file variables for large values)"
+            ),
+        ));
+    }
+    Ok(out)
+}
+
+/// The smallest workspace size a user may ask for: below it no editor or shell starts, and
+/// the container runtime refuses memory limits under a few MiB with an opaque error.
+const MIN_WORKSPACE_CPU_MILLIS: u64 = 100;
+const MIN_WORKSPACE_MEMORY_BYTES: u64 = 64 << 20;
+
+/// Checks a requested workspace size: valid quantities, not below the floors, and within
+/// what `agent` reported it can give one workspace (its host's CPUs and memory). The agent's
+/// `max_resources_per_workspace` is checked by rendering.
+fn check_resources(r: &WorkspaceResources, agent: &AgentRow) -> Result<(), AppError> {
+    /// One requested quantity and its bounds.
+    struct Size<'a> {
+        field: &'static str,
+        asked: &'a Option<String>,
+        parse: fn(&str) -> Result<u64, warren_types::quantity::QuantityError>,
+        floor: u64,
+        floor_words: &'static str,
+        /// The host's amount, and how it is said.
+        host: Option<(u64, String)>,
+    }
+    let cap = agent.capacity;
+    let sizes = [
+        Size {
+            field: "resources.cpu",
+            asked: &r.cpu,
+            parse: parse_cpu_millis,
+            floor: MIN_WORKSPACE_CPU_MILLIS,
+            floor_words: "100m (0.1 CPU)",
+            host: cap.map(|c| {
+                (
+                    c.cpu_millis,
+                    format!("{} CPUs", c.cpu_millis as f64 / 1000.0),
+                )
+            }),
+        },
+        Size {
+            field: "resources.memory",
+            asked: &r.memory,
+            parse: parse_memory_bytes,
+            floor: MIN_WORKSPACE_MEMORY_BYTES,
+            floor_words: "64Mi",
+            host: cap.map(|c| (c.memory_bytes, format!("{}Mi", c.memory_bytes >> 20))),
+        },
+    ];
+    for size in sizes {
+        let Some(asked) = size.asked else { continue };
+        let n = (size.parse)(asked).map_err(|e| AppError::invalid_field(size.field, e))?;
+        if n < size.floor {
+            return Err(AppError::invalid_field(
+                size.field,
+                format!(
+                    "{asked} is below the smallest workspace size, {}",
+                    size.floor_words
+                ),
+            ));
+        }
+        if let Some((_, words)) = size.host.filter(|(most, _)| n > *most) {
+            return Err(AppError::invalid_field(
+                size.field,
+                format!(
+                    "{asked} is more than agent {} can give one workspace ({words})",
+                    agent.name
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+async fn choose_agent(state: &AppState, key: Option<&str>) -> Result<AgentRow, AppError> {
+    match key {
+        Some(k) => state
+            .store
+            .agent_by_key(k)
+            .await?
+            .ok_or_else(|| AppError::invalid_field("agent", format!("no agent named {k:?}"))),
+        None => {
+            let mut agents = state.store.list_agents().await?;
+            match agents.len() {
+                0 => Err(AppError::invalid_field(
+                    "agent",
+                    "no agent exists yet; an admin must create one",
+                )),
+                1 => Ok(agents.remove(0)),
+                _ => Err(AppError::invalid_field(
+                    "agent",
+                    format!(
+                        "required when several agents exist ({})",
+                        agents
+                            .iter()
+                            .map(|a| a.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )),
+            }
+        }
+    }
+}
+
+/// A quota refusal names the quota and the count.
+fn check_quotas(agent: &AgentRow, counts: QuotaCounts) -> Result<(), AppError> {
+    let quota = agent.config.workspaces_quota;
+    let per_user_quota = agent.config.workspaces_per_user_quota;
+    if quota >= 0 && counts.agent_total >= quota {
+        return Err(AppError::new(
+            ErrorKind::Forbidden,
+            "quota_exceeded",
+            format!(
+                "workspaces_quota of this agent is {quota} and it already has {} workspaces that are not terminated",
+                counts.agent_total
+            ),
+        ));
+    }
+    if per_user_quota >= 0 && counts.user_total >= per_user_quota {
+        return Err(AppError::new(
+            ErrorKind::Forbidden,
+            "quota_exceeded",
+            format!(
+                "workspaces_per_user_quota of this agent is {per_user_quota} and you already have {} workspaces on it that are not terminated",
+                counts.user_total
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Creates a workspace from the request's devfile, else the project's, else the server's
+/// default; renders its objects and asks for `Running`.
+pub async fn create(
+    state: &AppState,
+    who: &Principal,
+    req: &CreateWorkspaceRequest,
+) -> Result<Workspace, AppError> {
+    if let Some(n) = &req.name {
+        names::validate(n).map_err(|e| AppError::invalid_field("name", e))?;
+    }
+    let resources = req.resources.clone().unwrap_or_default();
+    let variables = check_variables(&req.variables)?;
+    let agent = choose_agent(state, req.agent.as_deref()).await?;
+    check_resources(&resources, &agent)?;
+    let project = match &req.project {
+        Some(p) => Some(state.store.project_by_key(p).await?.ok_or_else(|| {
+            AppError::invalid_field("project", format!("no project named {p:?}"))
+        })?),
+        None => None,
+    };
+    let (devfile_text, field) = match (
+        &req.devfile,
+        project.as_ref().and_then(|p| p.devfile.as_ref()),
+    ) {
+        (Some(d), _) => (d.clone(), "devfile"),
+        (None, Some(d)) => (d.clone(), "project devfile"),
+        (None, None) => (state.default_devfile.as_str().to_owned(), "default devfile"),
+    };
+    let devfile = render::parse(&devfile_text, field)?;
+    let git_ref = req
+        .git_ref
+        .clone()
+        .or_else(|| project.as_ref().map(|p| p.default_ref.clone()));
+    let now = state.clock.now_ms();
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let name = req.name.clone().unwrap_or_else(names::generate);
+        let new = NewWorkspace {
+            name: name.clone(),
+            owner_id: who.user.id,
+            agent_id: agent.id,
+            project_id: project.as_ref().map(|p| p.id),
+            git_ref: git_ref.clone(),
+            devfile: devfile_text.clone(),
+            resources: resources.clone(),
+            variables: variables.clone(),
+        };
+        let project_input = project.as_ref().map(|p| ProjectInput {
+            name: &p.name,
+            git_url: &p.git_url,
+            git_ref: git_ref.as_deref().unwrap_or(""),
+        });
+        let result = state
+            .store
+            .insert_workspace(
+                &new,
+                now,
+                |counts| check_quotas(&agent, counts),
+                |id| {
+                    render::render_workspace(
+                        &devfile,
+                        RenderInput {
+                            name: &name,
+                            id,
+                            agent: &agent,
+                            project: project_input,
+                            resources: &resources,
+                            variables: &variables,
+                            desired: DesiredState::Running,
+                        },
+                    )
+                },
+            )
+            .await;
+        match result {
+            Ok(w) => {
+                state.signals.notify(agent.id);
+                return Ok(w.to_api(&state.store)?);
+            }
+            // A generated name collided: draw another.
+            // The insert's only unique key is the name: a conflict is a name collision.
+            Err(e) if e.kind == ErrorKind::Conflict && req.name.is_none() && attempts < 5 => {
+                continue
+            }
+            Err(e) if e.kind == ErrorKind::Conflict => {
+                return Err(AppError::conflict(
+                    "already_exists",
+                    format!("name: a workspace named {name:?} already exists"),
+                ))
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Resizes a workspace: re-renders its objects with the new size and restarts it (desired
+/// `RestartRequested` when it was `Running`), keeping its volume. A field left out keeps
+/// the size asked for earlier. A stopped workspace keeps `Stopped` and starts with the new
+/// size next time.
+pub async fn resize(
+    state: &AppState,
+    who: &Principal,
+    key: &str,
+    req: &ResizeWorkspaceRequest,
+) -> Result<Workspace, AppError> {
+    for _ in 0..WRITE_ATTEMPTS {
+        let w = visible(state, who, key).await?;
+        check_desired_state_request(
+            &w.name,
+            w.desired_state,
+            w.actual_state,
+            DesiredState::RestartRequested,
+        )?;
+        let agent = state
+            .store
+            .agent_by_id(w.agent_id)
+            .await?
+            .ok_or_else(|| AppError::not_found(format!("agent {}", w.agent_id)))?;
+        // A resize changes what it names and keeps the rest: `--cpu` after `--memory` keeps
+        // the memory asked for earlier. Only what it names is checked here: a kept value was
+        // accepted when it was asked for.
+        check_resources(&req.resources, &agent)?;
+        let resources = WorkspaceResources {
+            cpu: req
+                .resources
+                .cpu
+                .clone()
+                .or_else(|| w.resources.cpu.clone()),
+            memory: req
+                .resources
+                .memory
+                .clone()
+                .or_else(|| w.resources.memory.clone()),
+        };
+        if rerender(state, &w, &agent, &resources, true)
+            .await?
+            .is_some()
+        {
+            return Ok(visible(state, who, key).await?.to_api(&state.store)?);
+        }
+    }
+    Err(AppError::conflict(
+        "conflict",
+        "the workspace changed too often while resizing it; try again",
+    ))
+}
+
+/// Re-renders a workspace with `resources` under `agent`'s current configuration and stores
+/// the objects, forcing a full send. A `Running` workspace is restarted (desired
+/// `RestartRequested`); a stopped one starts with the new objects next time. Unless `always`,
+/// nothing is written when the objects did not change. `Ok(Some(wrote))`, or `Ok(None)` when
+/// it lost a race (reload and retry).
+pub async fn rerender(
+    state: &AppState,
+    w: &WorkspaceRow,
+    agent: &AgentRow,
+    resources: &WorkspaceResources,
+    always: bool,
+) -> Result<Option<bool>, AppError> {
+    let project = match w.project_id {
+        Some(p) => state.store.project_by_key(&p.to_string()).await?,
+        None => None,
+    };
+    let devfile = render::parse(&w.devfile, "stored devfile")?;
+    let variables = w.stored_variables(&state.store)?;
+    let desired = match w.desired_state {
+        DesiredState::Running | DesiredState::RestartRequested => DesiredState::RestartRequested,
+        other => other,
+    };
+    let rendered = render::render_workspace(
+        &devfile,
+        RenderInput {
+            name: &w.name,
+            id: w.id,
+            agent,
+            project: project.as_ref().map(|p| ProjectInput {
+                name: &p.name,
+                git_url: &p.git_url,
+                git_ref: w.git_ref.as_deref().unwrap_or(&p.default_ref),
+            }),
+            resources,
+            variables: &variables,
+            desired,
+        },
+    )?;
+    if !always {
+        let mut old = w.objects(&state.store)?;
+        let mut new = rendered.objects.clone();
+        // Replicas follow the desired state and are not part of the comparison.
+        render::normalise_replicas(&mut old);
+        render::normalise_replicas(&mut new);
+        if old == new {
+            return Ok(Some(false));
+        }
+    }
+    let stored = state
+        .store
+        .set_rendered(
+            w.id,
+            w.version,
+            &rendered,
+            resources,
+            desired,
+            state.clock.now_ms(),
+        )
+        .await?;
+    if stored.is_some() {
+        state.signals.notify(w.agent_id);
+    }
+    Ok(stored.map(|()| true))
+}
+
+/// After an agent's configuration changed: re-render its workspaces, restarting those whose
+/// objects changed (lifecycle.md: changing the cap re-renders and restarts). A workspace the
+/// new configuration cannot render (e.g. over a lowered cap) keeps its objects; the reason is
+/// recorded as its failure reason.
+pub async fn rerender_agent_workspaces(
+    state: &AppState,
+    agent: &AgentRow,
+) -> Result<usize, AppError> {
+    let mut changed = 0;
+    let mut after = None;
+    loop {
+        let f = WorkspaceFilter {
+            agent: Some(agent.id),
+            after,
+            limit: 200,
+            ..Default::default()
+        };
+        let page = state.store.list_workspaces(&f).await?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.id.get());
+        for w in page {
+            if w.desired_state == DesiredState::Terminated {
+                continue;
+            }
+            let mut w = w;
+            for _ in 0..WRITE_ATTEMPTS {
+                let resources = w.resources.clone();
+                match rerender(state, &w, agent, &resources, false).await {
+                    Ok(Some(wrote)) => {
+                        changed += usize::from(wrote);
+                        break;
+                    }
+                    Ok(None) => match state.store.workspace_by_id(w.id).await? {
+                        Some(fresh) => w = fresh,
+                        None => break,
+                    },
+                    Err(e) => {
+                        tracing::warn!(workspace = %w.name, error = %e.message, "cannot re-render after an agent configuration change");
+                        state
+                            .store
+                            .set_failure_reason(
+                                w.id,
+                                &format!(
+                                    "the agent's new configuration cannot be applied: {}",
+                                    e.message
+                                ),
+                            )
+                            .await?;
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    Ok(changed)
+}
+
+/// Lines of output [`logs`] returns when the request does not say.
+const DEFAULT_LOG_TAIL: u32 = 200;
+
+/// Which output of a workspace to read.
+#[derive(Debug, Clone, Default)]
+pub struct LogsRequest {
+    /// The last this many lines, 1–10000 (default 200).
+    pub tail: Option<u32>,
+    /// The container, by its devfile component name (default: the main one).
+    pub container: Option<String>,
+    /// Keep the answer open and send what the container writes next, until it stops.
+    pub follow: bool,
+}
+
+/// A workspace container's output: all of it at once, or a stream that ends when the
+/// container stops (dropping it closes the relay stream).
+#[derive(Debug)]
+pub enum Logs {
+    Text(Vec<u8>),
+    Stream(reqwest::Upgraded),
+}
+
+/// The recent output (stdout and stderr) of a container of the workspace; also when it
+/// stopped or keeps failing to start. Fetched from the runtime through the relay.
+pub async fn logs(
+    state: &AppState,
+    who: &Principal,
+    key: &str,
+    q: &LogsRequest,
+) -> Result<Logs, AppError> {
+    use crate::relay::logs::{fetch, open};
+    let tail = q.tail.unwrap_or(DEFAULT_LOG_TAIL);
+    if !(1..=MAX_LOG_TAIL).contains(&tail) {
+        return Err(AppError::invalid_field(
+            "tail",
+            format!("must be between 1 and {MAX_LOG_TAIL}"),
+        ));
+    }
+    if let Some(c) = &q.container {
+        let ok = !c.is_empty()
+            && c.len() <= 63
+            && c.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        if !ok {
+            return Err(AppError::invalid_field(
+                "container",
+                "must be a container name (lowercase letters, digits and `-`)",
+            ));
+        }
+    }
+    let w = visible(state, who, key).await?;
+    if w.actual_state == ActualState::Terminated {
+        return Err(AppError::conflict(
+            "invalid_state",
+            format!("workspace {} is terminated: nothing of it is left", w.name),
+        ));
+    }
+    let target = LogsTarget {
+        workspace: w.name.clone(),
+        namespace: w.namespace.clone(),
+        container: q.container.clone(),
+        tail,
+        follow: q.follow,
+    };
+    let result = if target.follow {
+        open(&state.relay_urls, &state.relay_secret, w.agent_id, &target)
+            .await
+            .map(|(io, _)| Logs::Stream(io))
+    } else {
+        fetch(&state.relay_urls, &state.relay_secret, w.agent_id, &target)
+            .await
+            .map(Logs::Text)
+    };
+    result.map_err(|e| match e {
+        RelayLogsError::Refused {
+            status: 404,
+            code,
+            message,
+        } if code != "agent_not_connected" => {
+            AppError::new(ErrorKind::NotFound, "not_found", message)
+        }
+        RelayLogsError::Refused { code, .. } if code == "agent_not_connected" => AppError::new(
+            ErrorKind::Unavailable,
+            "agent_unavailable",
+            format!(
+                "agent {} is not connected, so the output of {} cannot be read now",
+                w.agent_id, w.name
+            ),
+        ),
+        e => {
+            tracing::warn!(workspace = %w.name, error = %warren_types::error_chain(&e), "reading workspace logs failed");
+            AppError::new(
+                ErrorKind::Upstream,
+                "logs_unavailable",
+                format!("the output of {} could not be read: {e}", w.name),
+            )
+        }
+    })
+}

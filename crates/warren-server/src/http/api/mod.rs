@@ -1,0 +1,84 @@
+//! The JSON adapter of the REST API under `/api/v1`: each handler parses the request, calls
+//! one domain function (`crate::app`) and maps its answer. Authentication is the [`Auth`]
+//! extractor; authorisation is the domain's.
+
+pub mod access;
+pub mod agents;
+pub mod projects;
+pub mod users;
+pub mod workspaces;
+
+use super::error::HttpError;
+use crate::app::auth::{self, Access};
+use crate::app::{AppState, Principal};
+use axum::extract::FromRequestParts;
+use axum::routing::{delete, get, post, put};
+use axum::Router;
+use http::request::Parts;
+use http::Method;
+
+/// Largest request body accepted, in bytes.
+pub const BODY_LIMIT: usize = 4 * 1024 * 1024;
+
+/// The authenticated caller of a REST route: the bearer token, checked by the domain for
+/// the scope the method needs (reads: `api` or `read_api`; writes: `api`).
+#[derive(Debug, Clone)]
+pub struct Auth(pub Principal);
+
+impl FromRequestParts<AppState> for Auth {
+    type Rejection = HttpError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let access = if parts.method == Method::GET || parts.method == Method::HEAD {
+            Access::Read
+        } else {
+            Access::Write
+        };
+        let bearer = crate::relay::jwt::bearer(&parts.headers);
+        Ok(Auth(auth::api_principal(state, bearer, access).await?))
+    }
+}
+
+pub fn router() -> Router<AppState> {
+    let v1 = Router::new()
+        .route("/session", post(users::create_session))
+        .route("/users/me", get(users::me))
+        .route("/access", get(access::access_info))
+        .route("/users", get(users::list_users).post(users::create_user))
+        .route(
+            "/users/me/tokens",
+            get(users::list_tokens).post(users::create_token),
+        )
+        .route("/users/me/tokens/{id}", delete(users::revoke_token))
+        .route(
+            "/users/me/ssh-keys",
+            get(users::list_ssh_keys).post(users::add_ssh_key),
+        )
+        .route("/users/me/ssh-keys/{id}", delete(users::delete_ssh_key))
+        .route("/agents", get(agents::list).post(agents::create))
+        .route("/agents/{agent}", get(agents::get_one).put(agents::update))
+        .route("/projects", get(projects::list).post(projects::create))
+        .route(
+            "/projects/{project}",
+            get(projects::get_one).delete(projects::delete_one),
+        )
+        .route(
+            "/workspaces",
+            get(workspaces::list).post(workspaces::create),
+        )
+        .route(
+            "/workspaces/{workspace}",
+            get(workspaces::get_one).delete(workspaces::terminate),
+        )
+        .route(
+            "/workspaces/{workspace}/desired_state",
+            put(workspaces::set_desired_state),
+        )
+        .route("/workspaces/{workspace}/resources", put(workspaces::resize))
+        .route("/workspaces/{workspace}/logs", get(workspaces::logs))
+        .route("/openapi.json", get(super::openapi::serve));
+    Router::new().nest(warren_types::api::API_PREFIX, v1)
+}

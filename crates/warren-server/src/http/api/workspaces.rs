@@ -1,0 +1,168 @@
+//! Workspaces: create, list, get, change desired state, resize, terminate, read output —
+//! each handler one call into `crate::app::workspaces`.
+
+use super::Auth;
+use crate::app::workspaces::{self, ListRequest, Logs, LogsRequest};
+use crate::app::AppState;
+use crate::http::error::{HttpError, Json, Path, Query};
+use axum::extract::State;
+use axum::response::IntoResponse;
+use http::StatusCode;
+use serde::Deserialize;
+use warren_types::api::{
+    ApiError, CreateWorkspaceRequest, Page, ResizeWorkspaceRequest, UpdateDesiredStateRequest,
+    Workspace,
+};
+
+/// Query of `GET /api/v1/workspaces`.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    /// Actual state to match; without it, workspaces both desired and actual Terminated are left out.
+    pub state: Option<String>,
+    /// Agent name or id.
+    pub agent: Option<String>,
+    /// Project name or id.
+    pub project: Option<String>,
+    /// Username or id of the owner (admins only; others always see their own).
+    pub owner: Option<String>,
+    /// Page size, 1–500 (default 50).
+    pub limit: Option<i64>,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+#[utoipa::path(get, path = "/api/v1/workspaces", params(ListQuery),
+    responses((status = 200, body = Page<Workspace>), (status = 400, body = ApiError)), tag = "workspaces",
+    security(("bearer" = [])))]
+pub async fn list(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<Page<Workspace>>, HttpError> {
+    let q = ListRequest {
+        state: q.state,
+        agent: q.agent,
+        project: q.project,
+        owner: q.owner,
+        limit: q.limit,
+        cursor: q.cursor,
+    };
+    Ok(Json(workspaces::list(&state, &who, &q).await?))
+}
+
+#[utoipa::path(get, path = "/api/v1/workspaces/{workspace}",
+    params(("workspace" = String, Path, description = "workspace name or id")),
+    responses((status = 200, body = Workspace), (status = 404, body = ApiError)), tag = "workspaces",
+    security(("bearer" = [])))]
+pub async fn get_one(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(key): Path<String>,
+) -> Result<Json<Workspace>, HttpError> {
+    Ok(Json(workspaces::get(&state, &who, &key).await?))
+}
+
+#[utoipa::path(put, path = "/api/v1/workspaces/{workspace}/desired_state",
+    params(("workspace" = String, Path, description = "workspace name or id")),
+    request_body = UpdateDesiredStateRequest,
+    responses((status = 200, body = Workspace), (status = 400, body = ApiError), (status = 404, body = ApiError),
+    (status = 409, body = ApiError)), tag = "workspaces", security(("bearer" = [])))]
+pub async fn set_desired_state(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(key): Path<String>,
+    Json(req): Json<UpdateDesiredStateRequest>,
+) -> Result<Json<Workspace>, HttpError> {
+    let w = workspaces::set_desired_state(&state, &who, &key, req.desired_state).await?;
+    Ok(Json(w))
+}
+
+/// Asks for `Terminated`: the agent deletes everything, volume included. Repeating it is harmless.
+#[utoipa::path(delete, path = "/api/v1/workspaces/{workspace}",
+    params(("workspace" = String, Path, description = "workspace name or id")),
+    responses((status = 200, body = Workspace), (status = 404, body = ApiError)), tag = "workspaces",
+    security(("bearer" = [])))]
+pub async fn terminate(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(key): Path<String>,
+) -> Result<(StatusCode, Json<Workspace>), HttpError> {
+    let w = workspaces::terminate(&state, &who, &key).await?;
+    Ok((StatusCode::OK, Json(w)))
+}
+
+/// Creates a workspace from the request's devfile, else the project's, else the server's
+/// default; renders its objects and asks for `Running`.
+#[utoipa::path(post, path = "/api/v1/workspaces", request_body = CreateWorkspaceRequest,
+    responses((status = 201, body = Workspace), (status = 400, body = ApiError), (status = 403, body = ApiError),
+    (status = 409, body = ApiError), (status = 422, body = ApiError)), tag = "workspaces", security(("bearer" = [])))]
+pub async fn create(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Json(req): Json<CreateWorkspaceRequest>,
+) -> Result<(StatusCode, Json<Workspace>), HttpError> {
+    let w = workspaces::create(&state, &who, &req).await?;
+    Ok((StatusCode::CREATED, Json(w)))
+}
+
+/// Resizes a workspace: re-renders its objects with the new size and restarts it (desired
+/// `RestartRequested` when it was `Running`), keeping its volume. A field left out keeps
+/// the size asked for earlier. A stopped workspace keeps
+/// `Stopped` and starts with the new size next time.
+#[utoipa::path(put, path = "/api/v1/workspaces/{workspace}/resources",
+    params(("workspace" = String, Path, description = "workspace name or id")),
+    request_body = ResizeWorkspaceRequest,
+    responses((status = 200, body = Workspace), (status = 400, body = ApiError), (status = 404, body = ApiError),
+    (status = 409, body = ApiError), (status = 422, body = ApiError)), tag = "workspaces", security(("bearer" = [])))]
+pub async fn resize(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(key): Path<String>,
+    Json(req): Json<ResizeWorkspaceRequest>,
+) -> Result<Json<Workspace>, HttpError> {
+    Ok(Json(workspaces::resize(&state, &who, &key, &req).await?))
+}
+
+/// Query of `GET /api/v1/workspaces/{workspace}/logs`.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct LogsQuery {
+    /// The last this many lines, 1–10000 (default 200).
+    pub tail: Option<u32>,
+    /// The container, by its devfile component name (default: the main one).
+    pub container: Option<String>,
+    /// Keep the answer open and send what the container writes next, until it stops.
+    pub follow: Option<bool>,
+}
+
+/// The recent output (stdout and stderr) of a container of the workspace, as text; also
+/// when it stopped or keeps failing to start. Fetched from the runtime through the relay.
+#[utoipa::path(get, path = "/api/v1/workspaces/{workspace}/logs",
+    params(("workspace" = String, Path, description = "workspace name or id"), LogsQuery),
+    responses((status = 200, description = "the output, text/plain", content_type = "text/plain"),
+    (status = 400, body = ApiError), (status = 404, body = ApiError), (status = 502, body = ApiError),
+    (status = 503, body = ApiError)), tag = "workspaces", security(("bearer" = [])))]
+pub async fn logs(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(key): Path<String>,
+    Query(q): Query<LogsQuery>,
+) -> Result<axum::response::Response, HttpError> {
+    let q = LogsRequest {
+        tail: q.tail,
+        container: q.container,
+        follow: q.follow.unwrap_or(false),
+    };
+    let text_plain = [(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")];
+    Ok(match workspaces::logs(&state, &who, &key, &q).await? {
+        Logs::Text(text) => (text_plain, text).into_response(),
+        // Streamed as it comes; dropping the answer (the client left) closes the relay stream.
+        Logs::Stream(io) => {
+            let body = axum::body::Body::from_stream(tokio_util::io::ReaderStream::new(io));
+            (text_plain, body).into_response()
+        }
+    })
+}

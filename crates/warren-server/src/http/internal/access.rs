@@ -1,0 +1,57 @@
+//! The proxy's internal endpoints (access.md), each answered by `crate::app::access` after
+//! the proxy's JWT is checked.
+
+use crate::app::{access, auth, AppState};
+use crate::http::error::{HttpError, Json, Query};
+use axum::extract::State;
+use http::{HeaderMap, StatusCode};
+use warren_types::internal::{
+    ActivityReport, SshAuthorization, SshAuthorizeQuery, WorkspaceAccess, WorkspaceAccessQuery,
+    WorkspaceStartRequest,
+};
+
+fn check_proxy(state: &AppState, headers: &HeaderMap) -> Result<(), HttpError> {
+    auth::proxy(state, crate::relay::jwt::bearer(headers))?;
+    Ok(())
+}
+
+/// `GET /internal/workspaces/access?host=&port=&user=|bearer=`
+pub async fn access(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<WorkspaceAccessQuery>,
+) -> Result<Json<WorkspaceAccess>, HttpError> {
+    check_proxy(&state, &headers)?;
+    Ok(Json(access::workspace(&state, &q).await?))
+}
+
+/// `POST /internal/workspaces/start`: the stopped-workspace page's start button.
+pub async fn start(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Json(req): Json<WorkspaceStartRequest>,
+) -> Result<Json<WorkspaceAccess>, HttpError> {
+    check_proxy(&state, &headers)?;
+    Ok(Json(access::start(&state, &req).await?))
+}
+
+/// `POST /internal/workspaces/activity` → 204.
+pub async fn activity(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Json(report): Json<ActivityReport>,
+) -> Result<StatusCode, HttpError> {
+    check_proxy(&state, &headers)?;
+    access::record_activity(&state, &report).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /internal/ssh/authorize?username=<workspace>&public_key_fingerprint=|token=`
+pub async fn ssh_authorize(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<SshAuthorizeQuery>,
+) -> Result<Json<SshAuthorization>, HttpError> {
+    check_proxy(&state, &headers)?;
+    Ok(Json(access::ssh(&state, &q).await?))
+}

@@ -1,0 +1,40 @@
+//! The internal endpoints the relays (reconcile, authenticate) and proxies (access, start,
+//! activity, SSH) call, authenticated by their JWTs.
+
+pub mod access;
+pub mod authenticate;
+pub mod reconcile;
+
+use crate::app::AppState;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use axum::Router;
+use warren_types::internal::AUTHENTICATE_AGENT_PATH;
+use warren_types::reconcile::RECONCILE_PATH;
+
+/// Largest internal request body: a full reconcile carries a whole Deployment per workspace
+/// (1,000 workspaces with managed fields reach several MiB). Only relays (JWT) get here.
+pub const INTERNAL_BODY_LIMIT: usize = 64 * 1024 * 1024;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route(RECONCILE_PATH, post(reconcile::handler))
+        .route(AUTHENTICATE_AGENT_PATH, post(authenticate::handler))
+        .route(
+            warren_types::internal::WORKSPACE_ACCESS_PATH,
+            get(access::access),
+        )
+        .route(
+            warren_types::internal::WORKSPACE_ACTIVITY_PATH,
+            post(access::activity),
+        )
+        .route(
+            warren_types::internal::WORKSPACE_START_PATH,
+            post(access::start),
+        )
+        .route(
+            warren_types::internal::SSH_AUTHORIZE_PATH,
+            get(access::ssh_authorize),
+        )
+        .layer(DefaultBodyLimit::max(INTERNAL_BODY_LIMIT))
+}

@@ -1,0 +1,54 @@
+//! The HTTP adapters over the domain layer: the JSON API (`api`), the OAuth server's pages
+//! and token endpoint (`oauth`), the relays' and proxies' internal endpoints (`internal`),
+//! health and metrics. Errors become HTTP answers in one place ([`error`]).
+
+pub mod api;
+pub mod client_addr;
+pub mod error;
+pub mod internal;
+pub mod metrics;
+pub mod oauth;
+pub mod openapi;
+
+use crate::app::{self, AppState};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::routing::get;
+use axum::Router;
+use error::HttpError;
+use http::StatusCode;
+
+/// The whole HTTP application over a given state (tests build their own state).
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .merge(api::router())
+        .merge(internal::router())
+        .merge(oauth::router())
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics::serve))
+        .fallback(|| async { HttpError::from(app::AppError::not_found("route")) })
+        .method_not_allowed_fallback(|| async {
+            HttpError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "method not allowed on this route",
+            )
+        })
+        .layer(axum::middleware::from_fn(metrics::track))
+        .layer(tower_http::trace::TraceLayer::new_for_http())
+        // A bug must still answer in the one error shape, not drop the connection.
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
+            axum::response::IntoResponse::into_response(HttpError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "internal error",
+            ))
+        }))
+        .layer(DefaultBodyLimit::max(api::BODY_LIMIT))
+        .with_state(state)
+}
+
+async fn readyz(State(state): State<AppState>) -> Result<&'static str, HttpError> {
+    app::ready(&state).await?;
+    Ok("ready")
+}

@@ -1,0 +1,37 @@
+//! The browser side's cookies in HTTP terms: reading them from a request, writing
+//! `Set-Cookie`. What they hold is signed by `crate::app::oauth::signed`.
+
+use http::HeaderMap;
+
+/// The server session: who signed in, until when.
+pub const SESSION_COOKIE: &str = "warren_session";
+/// A random value set with the login page; the login form's CSRF token is bound to it.
+pub const PRELOGIN_COOKIE: &str = "warren_login";
+
+/// The value of cookie `name` in the request, if any.
+pub fn get<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(http::header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.trim_matches('"'))
+        .filter(|v| !v.is_empty())
+}
+
+/// A `Set-Cookie` value: HttpOnly, SameSite=Lax, path `/oauth`, `Secure` when the request
+/// came over TLS (as a reverse proxy in front reports it).
+pub fn set_cookie(name: &str, value: &str, max_age_secs: i64, secure: bool) -> String {
+    let secure = if secure { "; Secure" } else { "" };
+    format!("{name}={value}; Path=/oauth; Max-Age={max_age_secs}; HttpOnly; SameSite=Lax{secure}")
+}
+
+/// Whether the request came over TLS (directly or via a proxy that says so).
+pub fn is_https(headers: &HeaderMap) -> bool {
+    headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("https"))
+}

@@ -1,0 +1,351 @@
+//! The SQL of one reconcile (reconcile.md): the rows an agent reported, their updates, the
+//! rows that go back to the agent and their "responded" mark, the agent's own columns — in
+//! one transaction the domain layer drives (`crate::app::reconcile`) and commits.
+
+use super::workspaces::set_desired_sql;
+use super::{
+    bind_all, corrupt, get_i64, get_opt_i64, get_opt_str, get_str, Bind, Store, StoreError,
+};
+use crate::db::{DbKind, Tx};
+use std::collections::BTreeMap;
+use warren_types::reconcile::HostCapacity;
+use warren_types::{ActualState, AgentId, DesiredState};
+
+/// A reported workspace's row, as far as processing the report needs it.
+#[derive(Debug, Clone)]
+pub struct ReportedRow {
+    pub id: i64,
+    pub agent_id: AgentId,
+    pub desired: DesiredState,
+    pub actual: ActualState,
+    pub desired_state_updated_at: i64,
+    pub created_at: i64,
+    pub resource_version: Option<String>,
+    pub failure_reason: Option<String>,
+    pub last_activity_at: Option<i64>,
+}
+
+/// What a report changes in a row.
+#[derive(Debug, Clone)]
+pub struct ReportUpdate {
+    pub actual: ActualState,
+    /// Whether `actual` differs from the stored one (its timestamp moves only then).
+    pub actual_changed: bool,
+    pub resource_version: Option<String>,
+    pub failure_reason: Option<String>,
+    /// A new desired state, written the one way desired states are written.
+    pub desired: Option<DesiredState>,
+}
+
+/// A row that goes back to the agent, with both sealed configurations.
+#[derive(Debug, Clone)]
+pub struct ResponseRow {
+    pub name: String,
+    pub namespace: String,
+    pub desired: DesiredState,
+    pub actual: ActualState,
+    pub resource_version: Option<String>,
+    /// Sealed YAML for replicas 1 and for replicas 0.
+    pub config_running: String,
+    pub config_stopped: String,
+    pub forced: bool,
+    pub needs_response: bool,
+}
+
+/// Which of the agent's workspaces go back in the answer (reconcile.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Selection<'a> {
+    /// Every workspace not both desired and actual `Terminated`.
+    Full,
+    /// Those flagged since the last response, and those just reported.
+    Partial { reported: &'a [String] },
+}
+
+impl Selection<'_> {
+    /// The predicate with its placeholders numbered from `first`, and its binds.
+    fn predicate(&self, first: usize) -> (String, Vec<Bind>) {
+        match self {
+            Selection::Full => (
+                "NOT (desired_state = 'Terminated' AND actual_state = 'Terminated')".to_owned(),
+                vec![],
+            ),
+            // `needs_response` is set by every write that sets desired_state_updated_at or
+            // the force flag, and cleared with responded_to_agent_at: it is reconcile.md's
+            // rule (desired_state_updated_at >= responded_to_agent_at, never responded, or
+            // forced), kept in an indexed column.
+            Selection::Partial { reported: [] } => {
+                ("needs_response = 1".to_owned(), vec![])
+            }
+            Selection::Partial { reported } => (
+                format!(
+                    "(needs_response = 1 OR name IN ({}))",
+                    placeholders(first, reported.len())
+                ),
+                reported.iter().map(|n| Bind::S(n.clone())).collect(),
+            ),
+        }
+    }
+}
+
+fn for_update(kind: DbKind) -> &'static str {
+    match kind {
+        DbKind::Postgres => " FOR UPDATE",
+        DbKind::Sqlite => "",
+    }
+}
+
+fn placeholders(start: usize, n: usize) -> String {
+    (start..start + n)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn parse_state<T: std::str::FromStr>(s: &str) -> Result<T, sqlx::Error>
+where
+    T::Err: std::fmt::Display,
+{
+    s.parse().map_err(|e| corrupt("state", e))
+}
+
+impl Store {
+    /// Whether any workspace of `agent` waits to be sent (the no-op partial fast path).
+    pub async fn has_pending_response(&self, agent: AgentId) -> Result<bool, StoreError> {
+        let pending = sqlx::query(
+            "SELECT id FROM workspaces WHERE agent_id = $1 AND needs_response = 1 LIMIT 1",
+        )
+        .bind(agent.get())
+        .fetch_optional(&self.db.pool)
+        .await?;
+        Ok(pending.is_some())
+    }
+
+    /// Records that `agent` cannot see its runtime (the first report's time is kept) and
+    /// that it was seen.
+    pub async fn set_runtime_fault(
+        &self,
+        agent: AgentId,
+        fault: &str,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE agents SET runtime_fault = $1, \
+             runtime_fault_since = COALESCE(runtime_fault_since, $2), last_seen_at = $2 WHERE id = $3",
+        )
+        .bind(fault)
+        .bind(now)
+        .bind(agent.get())
+        .execute(&self.db.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Opens the transaction of one reconcile.
+    pub async fn begin_reconcile(&self) -> Result<ReconcileTx, StoreError> {
+        Ok(ReconcileTx {
+            tx: self.db.begin().await?,
+            kind: self.db.kind,
+        })
+    }
+}
+
+/// One reconcile's transaction; dropped without [`ReconcileTx::commit`], it rolls back.
+pub struct ReconcileTx {
+    tx: Tx,
+    kind: DbKind,
+}
+
+impl std::fmt::Debug for ReconcileTx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReconcileTx").finish_non_exhaustive()
+    }
+}
+
+impl ReconcileTx {
+    /// The rows of the reported names (whatever their agent), locked on PostgreSQL.
+    pub async fn load_reported(
+        &mut self,
+        names: &[&str],
+    ) -> Result<BTreeMap<String, ReportedRow>, StoreError> {
+        let mut out = BTreeMap::new();
+        if names.is_empty() {
+            return Ok(out);
+        }
+        let binds: Vec<Bind> = names.iter().map(|n| Bind::S((*n).to_owned())).collect();
+        let sql = format!(
+            "SELECT w.id, w.name, w.agent_id, w.desired_state, w.actual_state, w.desired_state_updated_at, \
+             w.created_at, w.deployment_resource_version, w.failure_reason, \
+             (SELECT x.last_activity_at FROM workspace_activity x WHERE x.workspace_id = w.id) AS last_activity_at \
+             FROM workspaces w WHERE w.name IN ({}) ORDER BY w.id{}",
+            placeholders(1, binds.len()),
+            for_update(self.kind)
+        );
+        for r in bind_all(sqlx::query(&sql), &binds)
+            .fetch_all(&mut *self.tx)
+            .await?
+        {
+            out.insert(
+                get_str(&r, "name")?,
+                ReportedRow {
+                    id: get_i64(&r, "id")?,
+                    agent_id: AgentId(get_i64(&r, "agent_id")?),
+                    desired: parse_state(&get_str(&r, "desired_state")?)?,
+                    actual: parse_state(&get_str(&r, "actual_state")?)?,
+                    desired_state_updated_at: get_i64(&r, "desired_state_updated_at")?,
+                    created_at: get_i64(&r, "created_at")?,
+                    resource_version: get_opt_str(&r, "deployment_resource_version")?,
+                    failure_reason: get_opt_str(&r, "failure_reason")?,
+                    last_activity_at: get_opt_i64(&r, "last_activity_at")?,
+                },
+            );
+        }
+        Ok(out)
+    }
+
+    /// Writes what a report changed in row `id`.
+    pub async fn update_reported(
+        &mut self,
+        id: i64,
+        u: &ReportUpdate,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let actual_at = if u.actual_changed {
+            "$4"
+        } else {
+            "actual_state_updated_at"
+        };
+        let desired = if u.desired.is_some() {
+            format!(", {}", set_desired_sql(6, 4))
+        } else {
+            String::new()
+        };
+        let sql = format!(
+            "UPDATE workspaces SET actual_state = $1, deployment_resource_version = $2, failure_reason = $3, \
+             actual_state_updated_at = {actual_at}, updated_at = $4, version = version + 1{desired} WHERE id = $5"
+        );
+        let mut q = sqlx::query(&sql)
+            .bind(u.actual.as_str())
+            .bind(u.resource_version.clone())
+            .bind(u.failure_reason.clone())
+            .bind(now)
+            .bind(id);
+        // PostgreSQL refuses more binds than placeholders.
+        if let Some(d) = u.desired {
+            q = q.bind(d.as_str());
+        }
+        q.execute(&mut *self.tx).await?;
+        Ok(())
+    }
+
+    /// The rows of `agent` that go back, by id, locked on PostgreSQL.
+    pub async fn response_rows(
+        &mut self,
+        agent: AgentId,
+        selection: Selection<'_>,
+    ) -> Result<Vec<ResponseRow>, StoreError> {
+        let (predicate, mut binds) = selection.predicate(2);
+        binds.insert(0, Bind::I(agent.get()));
+        let sql = format!(
+            "SELECT id, name, namespace, desired_state, actual_state, deployment_resource_version, config_running, \
+             config_stopped, force_include_all_resources, needs_response \
+             FROM workspaces WHERE agent_id = $1 AND {predicate} ORDER BY id{}",
+            for_update(self.kind)
+        );
+        let rows = bind_all(sqlx::query(&sql), &binds)
+            .fetch_all(&mut *self.tx)
+            .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in &rows {
+            out.push(ResponseRow {
+                name: get_str(r, "name")?,
+                namespace: get_str(r, "namespace")?,
+                desired: parse_state(&get_str(r, "desired_state")?)?,
+                actual: parse_state(&get_str(r, "actual_state")?)?,
+                resource_version: get_opt_str(r, "deployment_resource_version")?,
+                config_running: get_str(r, "config_running")?,
+                config_stopped: get_str(r, "config_stopped")?,
+                forced: get_i64(r, "force_include_all_resources")? != 0,
+                needs_response: get_i64(r, "needs_response")? != 0,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Marks the selected rows as answered at `now` (the same selection as
+    /// [`ReconcileTx::response_rows`]).
+    pub async fn mark_responded(
+        &mut self,
+        agent: AgentId,
+        selection: Selection<'_>,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let (predicate, mut binds) = selection.predicate(3);
+        binds.insert(0, Bind::I(agent.get()));
+        binds.insert(0, Bind::I(now));
+        let sql = format!(
+            "UPDATE workspaces SET responded_to_agent_at = $1, force_include_all_resources = 0, needs_response = 0 \
+             WHERE agent_id = $2 AND {predicate}"
+        );
+        bind_all(sqlx::query(&sql), &binds)
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(())
+    }
+
+    /// The agent sees its runtime again.
+    pub async fn clear_runtime_fault(&mut self, agent: AgentId) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE agents SET runtime_fault = NULL, runtime_fault_since = NULL WHERE id = $1",
+        )
+        .bind(agent.get())
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
+    }
+
+    pub async fn set_capacity(
+        &mut self,
+        agent: AgentId,
+        capacity: &HostCapacity,
+    ) -> Result<(), StoreError> {
+        let json = serde_json::to_string(capacity).map_err(|e| StoreError::Corrupt {
+            what: "agent capacity",
+            source: Box::new(e),
+        })?;
+        sqlx::query("UPDATE agents SET capacity = $1 WHERE id = $2")
+            .bind(json)
+            .bind(agent.get())
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(())
+    }
+
+    pub async fn set_last_seen(&mut self, agent: AgentId, now: i64) -> Result<(), StoreError> {
+        sqlx::query("UPDATE agents SET last_seen_at = $1 WHERE id = $2")
+            .bind(now)
+            .bind(agent.get())
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(())
+    }
+
+    pub async fn commit(self) -> Result<(), StoreError> {
+        self.tx.commit().await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selections_number_their_placeholders() {
+        let names = ["a".to_owned(), "b".to_owned()];
+        let (p, binds) = Selection::Partial { reported: &names }.predicate(3);
+        assert_eq!(p, "(needs_response = 1 OR name IN ($3, $4))");
+        assert_eq!(binds.len(), 2);
+        assert_eq!(placeholders(2, 3), "$2, $3, $4");
+        assert!(Selection::Full.predicate(2).1.is_empty());
+    }
+}

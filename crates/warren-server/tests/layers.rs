@@ -1,0 +1,69 @@
+//! The layering invariant (ARCHITECTURE.md): no type of `axum`, `http` or the HTTP error
+//! reaches the store or the domain layer; HTTP lives in the adapters under `src/http`.
+
+use std::path::{Path, PathBuf};
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read source dir") {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// Whether a line of code (not a comment) names HTTP: `axum`, the `http` crate (a path
+/// starting with `http::`, not `crate::http::`), or the adapters' error and status types.
+fn names_http(line: &str) -> bool {
+    let code = line.trim_start();
+    if code.starts_with("//") {
+        return false;
+    }
+    let http_path = code.match_indices("http::").any(|(i, _)| {
+        code[..i]
+            .chars()
+            .next_back()
+            .is_none_or(|c| !(c.is_alphanumeric() || c == '_' || c == ':'))
+    });
+    http_path
+        || code.contains("axum")
+        || code.contains("HttpError")
+        || code.contains("StatusCode")
+        || code.contains("HeaderMap")
+}
+
+#[test]
+fn store_and_domain_know_nothing_of_http() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = vec![];
+    for layer in ["store", "app"] {
+        rust_files(&src.join(layer), &mut files);
+    }
+    assert!(files.len() > 10, "found the layers' sources: {files:?}");
+    let mut offending = vec![];
+    for f in &files {
+        let text = std::fs::read_to_string(f).expect("read source");
+        for (n, line) in text.lines().enumerate() {
+            if names_http(line) {
+                offending.push(format!("{}:{}: {}", f.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        offending.is_empty(),
+        "HTTP below the adapters:\n{}",
+        offending.join("\n")
+    );
+}
+
+#[test]
+fn the_check_sees_what_it_looks_for() {
+    assert!(names_http("use axum::Json;"));
+    assert!(names_http("fn f() -> http::StatusCode {"));
+    assert!(names_http("    let h: HeaderMap = x;"));
+    assert!(!names_http("use crate::http::error::HttpErr0r;"));
+    assert!(!names_http("// axum in a comment"));
+    assert!(!names_http("let u = \"see crate::http::oauth\";"));
+}

@@ -1,0 +1,120 @@
+//! One container of the workspace's pod: its environment, mounts, ports, resources and the
+//! locked-down security context every workspace container gets.
+
+use super::names::{k8s_protocol, name_of, port_name};
+use super::resources::Res;
+use super::{
+    RenderRequest, DATA_VOLUME, FILES_MOUNT_PATH, FILES_VOLUME, SCRIPTS_MOUNT_PATH, SCRIPTS_VOLUME,
+};
+use crate::model::Container;
+use k8s_openapi::api::core::v1 as core;
+
+/// The Kubernetes container for devfile container `c`, named `name`; `with_scripts` mounts
+/// the startup scripts (wrapped containers).
+pub(super) fn container(
+    c: &Container,
+    name: String,
+    with_scripts: bool,
+    req: &RenderRequest<'_>,
+    env_secret: &str,
+    res: Option<&Res>,
+) -> core::Container {
+    let cfg = req.agent_config;
+    let project_source = |c: &Container| match &req.project {
+        Some(p) => format!("{}/{}", c.source_mapping.trim_end_matches('/'), p.name),
+        None => c.source_mapping.clone(),
+    };
+    let sec = core::SecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(cfg.security.run_as_user),
+        run_as_group: Some(cfg.security.run_as_group),
+        allow_privilege_escalation: Some(cfg.security.allow_privilege_escalation),
+        privileged: Some(false),
+        capabilities: Some(core::Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            add: None,
+        }),
+        ..Default::default()
+    };
+    let mut env = vec![
+        core::EnvVar {
+            name: "PROJECTS_ROOT".into(),
+            value: Some(c.source_mapping.clone()),
+            ..Default::default()
+        },
+        core::EnvVar {
+            name: "PROJECT_SOURCE".into(),
+            value: Some(project_source(c)),
+            ..Default::default()
+        },
+        core::EnvVar {
+            name: "WARREN_WORKSPACE_NAME".into(),
+            value: Some(name_of(req)),
+            ..Default::default()
+        },
+    ];
+    env.extend(c.env.iter().map(|e| core::EnvVar {
+        name: e.name.clone(),
+        value: Some(e.value.clone()),
+        ..Default::default()
+    }));
+    let mut mounts = Vec::new();
+    if c.mount_sources {
+        mounts.push(core::VolumeMount {
+            name: DATA_VOLUME.into(),
+            mount_path: c.source_mapping.clone(),
+            ..Default::default()
+        });
+    }
+    for m in &c.volume_mounts {
+        mounts.push(core::VolumeMount {
+            name: m.name.clone(),
+            mount_path: m.path.clone(),
+            ..Default::default()
+        });
+    }
+    if with_scripts {
+        mounts.push(core::VolumeMount {
+            name: SCRIPTS_VOLUME.into(),
+            mount_path: SCRIPTS_MOUNT_PATH.into(),
+            read_only: Some(true),
+            ..Default::default()
+        });
+    }
+    mounts.push(core::VolumeMount {
+        name: FILES_VOLUME.into(),
+        mount_path: FILES_MOUNT_PATH.into(),
+        read_only: Some(true),
+        ..Default::default()
+    });
+    let ports: Vec<core::ContainerPort> = c
+        .endpoints
+        .iter()
+        .map(|e| core::ContainerPort {
+            container_port: i32::from(e.target_port),
+            name: Some(port_name(&e.name, e.target_port)),
+            protocol: Some(k8s_protocol(e.protocol).into()),
+            ..Default::default()
+        })
+        .collect();
+    core::Container {
+        name,
+        image: Some(c.image.clone()),
+        image_pull_policy: Some("IfNotPresent".into()),
+        command: (!c.command.is_empty()).then(|| c.command.clone()),
+        args: (!c.args.is_empty()).then(|| c.args.clone()),
+        env: Some(env),
+        env_from: Some(vec![core::EnvFromSource {
+            secret_ref: Some(core::SecretEnvSource {
+                name: env_secret.to_owned(),
+                optional: None,
+            }),
+            ..Default::default()
+        }]),
+        ports: (!ports.is_empty()).then_some(ports),
+        resources: res.and_then(Res::to_k8s),
+        security_context: Some(sec),
+        volume_mounts: Some(mounts),
+        ..Default::default()
+    }
+}

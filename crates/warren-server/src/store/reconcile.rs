@@ -73,9 +73,7 @@ impl Selection<'_> {
             // the force flag, and cleared with responded_to_agent_at: it is reconcile.md's
             // rule (desired_state_updated_at >= responded_to_agent_at, never responded, or
             // forced), kept in an indexed column.
-            Selection::Partial { reported: [] } => {
-                ("needs_response = 1".to_owned(), vec![])
-            }
+            Selection::Partial { reported: [] } => ("needs_response = 1".to_owned(), vec![]),
             Selection::Partial { reported } => (
                 format!(
                     "(needs_response = 1 OR name IN ({}))",

@@ -15,12 +15,16 @@
 
 mod background;
 mod connect;
+mod containers;
 mod exec;
+mod files;
 pub mod plan;
 mod select;
 mod start;
 pub mod status;
 mod storage;
+
+use files::{create_private_dir, write_files, write_private_file};
 
 use async_trait::async_trait;
 use bollard::models::{ContainerSummary, NetworkCreateRequest, VolumeCreateRequest};
@@ -33,7 +37,7 @@ use bollard::Docker;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{watch, OwnedMutexGuard};
@@ -470,183 +474,6 @@ impl EngineRuntime {
             labels.insert(WORKSPACE_ID_LABEL.to_owned(), id.to_owned());
         }
         labels
-    }
-
-    async fn stop(&self, name: &str) -> Result<(), bollard::errors::Error> {
-        tracing::debug!(container = name, "stopping");
-        let options = StopContainerOptions {
-            t: Some(self.inner.config.stop_timeout_secs as i32),
-            signal: None,
-        };
-        match self.inner.docker.stop_container(name, Some(options)).await {
-            Err(e) if status_of(&e) == Some(304) || status_of(&e) == Some(404) => Ok(()),
-            other => other,
-        }
-    }
-
-    async fn remove(&self, name: &str) -> Result<(), bollard::errors::Error> {
-        let options = RemoveContainerOptions {
-            force: true,
-            v: false,
-            link: false,
-        };
-        match self
-            .inner
-            .docker
-            .remove_container(name, Some(options))
-            .await
-        {
-            Err(e) if status_of(&e) == Some(404) => Ok(()),
-            other => other,
-        }
-    }
-
-    /// Removes containers joiners first, the namespace owner (first app container) last.
-    async fn remove_all(&self, mut containers: Vec<ContainerSummary>) -> Result<(), RuntimeError> {
-        containers.sort_by_key(|c| std::cmp::Reverse((summary_role(c), summary_order(c))));
-        for c in containers {
-            let id = c.id.unwrap_or_default();
-            self.remove(&id)
-                .await
-                .map_err(|e| runtime_err(format!("removing container {id}"), e))?;
-        }
-        Ok(())
-    }
-
-    /// Creates one container; a missing image is pulled once. `Ok(Err(failure))` is a pod
-    /// failure (image missing, configuration refused), `Err` an unreachable engine.
-    async fn create(&self, c: &ContainerPlan) -> Result<Result<(), PodFailure>, RuntimeError> {
-        let docker = &self.inner.docker;
-        let image = c.body.image.clone().unwrap_or_default();
-        let options = || CreateContainerOptions {
-            name: Some(c.engine_name.clone()),
-            ..Default::default()
-        };
-        let mut pulled = false;
-        loop {
-            match docker
-                .create_container(Some(options()), c.body.clone())
-                .await
-            {
-                Ok(_) => return Ok(Ok(())),
-                Err(e) if status_of(&e) == Some(409) => {
-                    // Created by an earlier, interrupted apply: the name carries the pod hash
-                    // in its labels, checked by the caller.
-                    return Ok(Ok(()));
-                }
-                Err(e) if status_of(&e) == Some(404) && c.pull_policy == "Never" => {
-                    return Ok(Err(PodFailure {
-                        reason: "ErrImageNeverPull".into(),
-                        message: format!(
-                            "image {image:?} of container {} is not present and its \
-                             imagePullPolicy is Never",
-                            c.name
-                        ),
-                    }))
-                }
-                Err(e) if status_of(&e) == Some(404) && !pulled => {
-                    pulled = true;
-                    if let Err(message) = self.pull(&image).await {
-                        return Ok(Err(PodFailure {
-                            reason: "ErrImagePull".into(),
-                            message: format!(
-                                "image {image:?} of container {} is not available locally and \
-                                 could not be pulled: {message}",
-                                c.name
-                            ),
-                        }));
-                    }
-                }
-                Err(e) if status_of(&e) == Some(404) => {
-                    return Ok(Err(PodFailure {
-                        reason: "ErrImagePull".into(),
-                        message: format!(
-                            "image {image:?} of container {} not found: {}",
-                            c.name,
-                            error_message(&e)
-                        ),
-                    }))
-                }
-                Err(e) if status_of(&e).is_some() => {
-                    return Ok(Err(PodFailure {
-                        reason: "CreateContainerError".into(),
-                        message: format!("container {}: {}", c.name, error_message(&e)),
-                    }))
-                }
-                Err(e) => {
-                    return Err(runtime_err(
-                        format!("creating container {}", c.engine_name),
-                        e,
-                    ))
-                }
-            }
-        }
-    }
-
-    /// Ids of the stopped containers in `existing` whose planned image reference now
-    /// resolves to another image than the one they were created from (or to none).
-    async fn outdated_images(
-        &self,
-        plan: &PodPlan,
-        existing: &[ContainerSummary],
-    ) -> BTreeSet<String> {
-        let mut out = BTreeSet::new();
-        for c in existing.iter().filter(|c| !summary_running(c)) {
-            let planned = plan.containers.iter().find(|p| {
-                label(c, CONTAINER_LABEL) == Some(p.name.as_str())
-                    && label(c, ROLE_LABEL) == Some(p.role.label())
-            });
-            let (Some(planned), Some(id), Some(created_from)) =
-                (planned, c.id.as_ref(), c.image_id.as_deref())
-            else {
-                continue;
-            };
-            let Some(image) = planned.body.image.as_deref() else {
-                continue;
-            };
-            let now = match self.inner.docker.inspect_image(image).await {
-                Ok(i) => i.id,
-                // Gone: recreating pulls it or reports the failure by name.
-                Err(e) if status_of(&e) == Some(404) => None,
-                // Cannot tell: keep the container rather than guess.
-                Err(_) => continue,
-            };
-            // Podman's listing may leave out the `sha256:` its inspection has.
-            let bare = |id: &str| id.trim_start_matches("sha256:").to_owned();
-            if now.as_deref().map(bare) != Some(bare(created_from)) {
-                out.insert(id.clone());
-            }
-        }
-        out
-    }
-
-    async fn pull(&self, image: &str) -> Result<(), String> {
-        // Without a tag, the engine would pull every tag of the repository.
-        let last = image.rsplit('/').next().unwrap_or(image);
-        let reference = if image.contains('@') || last.contains(':') {
-            image.to_owned()
-        } else {
-            format!("{image}:latest")
-        };
-        let options = CreateImageOptions {
-            from_image: Some(reference),
-            ..Default::default()
-        };
-        let mut stream = self.inner.docker.create_image(Some(options), None, None);
-        while let Some(item) = stream.next().await {
-            match item {
-                Ok(info) => {
-                    if let Some(detail) = info.error_detail.and_then(|d| d.message) {
-                        return Err(detail);
-                    }
-                }
-                Err(e) => return Err(error_message(&e)),
-            }
-        }
-        match self.inner.docker.inspect_image(image).await {
-            Ok(_) => Ok(()),
-            Err(e) => Err(error_message(&e)),
-        }
     }
 
     async fn apply_locked(
@@ -1217,105 +1044,4 @@ fn is_dns_label(s: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
-}
-
-fn create_private_dir(path: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(path)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))
-}
-
-fn write_private_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
-    f.write_all(bytes)?;
-    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    f.sync_all()
-}
-
-/// Writes the Secret/ConfigMap files: 0700 directories and 0600 files owned by the pod's
-/// user, so the non-root user can read them through the read-only bind mount. Files are
-/// rewritten in place, so a single-file (subPath) bind keeps seeing the current contents.
-fn write_files(files_dir: &Path, plan: &PodPlan) -> std::io::Result<()> {
-    create_private_dir(files_dir)?;
-    let mut dirs = BTreeSet::new();
-    for f in &plan.files {
-        let path = files_dir.join(&f.path);
-        let mut dir = path.parent().map(Path::to_path_buf);
-        while let Some(d) = dir {
-            if d == files_dir {
-                break;
-            }
-            dirs.insert(d.clone());
-            dir = d.parent().map(Path::to_path_buf);
-        }
-        if let Some(parent) = path.parent() {
-            create_private_dir(parent)?;
-        }
-        write_private_file(&path, &f.contents)?;
-        chown_to(&path, plan)?;
-    }
-    // Volumes without data still get their (empty) directory to bind.
-    for c in &plan.containers {
-        for m in c
-            .body
-            .host_config
-            .iter()
-            .flat_map(|h| h.mounts.iter().flatten())
-        {
-            if m.typ == Some(bollard::models::MountType::BIND) {
-                if let Some(src) = &m.source {
-                    let p = PathBuf::from(src);
-                    if p.starts_with(files_dir)
-                        && !p.exists()
-                        && !plan.files.iter().any(|f| files_dir.join(&f.path) == p)
-                    {
-                        create_private_dir(&p)?;
-                        dirs.insert(p);
-                    }
-                }
-            }
-        }
-    }
-    for d in dirs {
-        chown_to(&d, plan)?;
-    }
-    // A key removed from a Secret or ConfigMap disappears from the mount, as on Kubernetes.
-    let planned: BTreeSet<PathBuf> = plan.files.iter().map(|f| files_dir.join(&f.path)).collect();
-    remove_unplanned(files_dir, &planned)
-}
-
-fn remove_unplanned(dir: &Path, planned: &BTreeSet<PathBuf>) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let path = entry.path();
-        if entry.file_type()?.is_dir() {
-            remove_unplanned(&path, planned)?;
-        } else if !planned.contains(&path) {
-            std::fs::remove_file(&path)?;
-        }
-    }
-    Ok(())
-}
-
-fn chown_to(path: &Path, plan: &PodPlan) -> std::io::Result<()> {
-    match std::os::unix::fs::chown(path, Some(plan.uid), Some(plan.gid)) {
-        Ok(()) => Ok(()),
-        // Not root (rootless engine): the files stay ours, which the engine maps to the
-        // container's root; the workspace user may then not read them.
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            tracing::warn!(path = %path.display(), "cannot chown a workspace file (agent not running as root)");
-            Ok(())
-        }
-        Err(e) => Err(e),
-    }
 }

@@ -15,6 +15,7 @@
 //!
 //! See [`render`] for how the startup scripts keep the main container alive.
 
+pub mod k8s;
 mod model;
 mod parse;
 mod render;

@@ -280,12 +280,24 @@ fn names_ports_and_references() {
         "components[0].container.endpoints[1].name",
         "already used",
     );
+    // One container may serve two endpoints on one port (the specification allows it);
+    // two containers of one pod cannot share a port.
+    let shared = format!(
+        "{BASE}      endpoints: [{{name: a, targetPort: 80}}, {{name: b, targetPort: 80, path: api}}]\n"
+    );
+    let d = parse_devfile(&shared).expect("two endpoints on one port of one container");
+    let eps = &d.main_container().endpoints;
+    assert_eq!(
+        eps[1].path.as_deref(),
+        Some("/api"),
+        "a path gets its leading /"
+    );
     assert_error(
         &format!(
-            "{BASE}      endpoints: [{{name: a, targetPort: 80}}, {{name: b, targetPort: 80}}]\n"
+            "{BASE}      endpoints: [{{name: a, targetPort: 80}}]\n  - name: side\n    container:\n      image: busybox\n      endpoints: [{{name: b, targetPort: 80}}]\n"
         ),
-        "components[0].container.endpoints[1].targetPort",
-        "already used",
+        "components[1].container.endpoints[0].targetPort",
+        "share one network",
     );
     assert_error(
         &format!("{BASE}commands:\n  - id: a\n    exec: {{component: nope, commandLine: x}}\n"),
@@ -656,4 +668,132 @@ fn limits_below_what_a_runtime_accepts_are_refused() {
         "{BASE}      memoryLimit: 6Mi\n      cpuLimit: 10m\n"
     ))
     .is_ok());
+}
+
+#[test]
+fn deep_flow_nesting_is_refused_before_parsing_naming_the_limit() {
+    let depth = 100_000;
+    let text = format!(
+        "{BASE}attributes:\n  x: {}{}\n",
+        "[".repeat(depth),
+        "]".repeat(depth)
+    );
+    let e = errors(&text).to_string();
+    assert!(
+        e.contains("nested more than 64 deep") && e.contains("line 7"),
+        "{e}"
+    );
+    // Quoted brackets are text: a devfile with them is fine.
+    let quoted = format!("{BASE}attributes:\n  x: '{}'\n", "[".repeat(depth));
+    assert!(parse_devfile(&quoted).is_ok());
+}
+
+#[test]
+fn syntax_errors_point_at_the_offending_line_in_the_devfiles_words() {
+    let dup = format!("{BASE}      image: other\n");
+    let e = errors(&dup).to_string();
+    assert!(
+        e.contains("line 6, column 7") && e.contains("duplicate entry with key \"image\""),
+        "{e}"
+    );
+    let e = errors("schemaVersion: 2.2.0\nprojects:\n  - name: p\n    git: 5\n").to_string();
+    assert!(
+        e.contains("expected a mapping") && !e.contains("Raw"),
+        "{e}"
+    );
+    let e = errors(&format!(
+        "{BASE}      memoryLimit: 99999999999999999999999999999\n"
+    ))
+    .to_string();
+    assert!(
+        e.contains("too large for a 64-bit integer") && !e.contains("u128"),
+        "{e}"
+    );
+}
+
+#[test]
+fn kubernetes_rules_are_checked_before_anything_is_stored() {
+    assert_error(
+        &format!("{BASE}      env: [{{name: 1BAD, value: x}}]\n"),
+        "components[0].container.env[0].name",
+        "not a valid environment variable name",
+    );
+    assert_error(
+        &format!("{BASE}      env: [{{name: MY VAR, value: x}}]\n"),
+        "components[0].container.env[0].name",
+        "not a valid environment variable name",
+    );
+    assert_error(
+        &format!("{BASE}      annotation:\n        deployment: {{\"x/y/z\": a}}\n"),
+        "components[0].container.annotation.deployment.x/y/z",
+        "not a valid key",
+    );
+    assert_error(
+        &format!("{BASE}      annotation:\n        service: {{\"bad key!\": a}}\n"),
+        "components[0].container.annotation.service.bad key!",
+        "not a valid key",
+    );
+    // Names Kubernetes accepts stay accepted.
+    let fine = format!(
+        "{BASE}      env: [{{name: my.var-2, value: x}}]\n      annotation:\n        deployment: {{example.com/x: a}}\n"
+    );
+    assert!(parse_devfile(&fine).is_ok());
+    // A Service name must start with a letter.
+    let d = parse_devfile(BASE).unwrap();
+    let cfg = AgentConfig::default();
+    let mut req = request(&cfg, &[]);
+    req.workspace_name = "1abc";
+    let e = render(&d, &req).unwrap_err();
+    assert!(
+        matches!(e, RenderError::WorkspaceName(_))
+            && e.to_string().contains("starting with a letter"),
+        "{e}"
+    );
+}
+
+#[test]
+fn what_the_specification_allows_is_followed_or_named_unsupported() {
+    // A path without its leading `/` is a path.
+    let d = parse_devfile(&format!(
+        "{BASE}      endpoints: [{{name: web, targetPort: 80, path: ui/}}]\n"
+    ))
+    .unwrap();
+    assert_eq!(
+        d.main_container().endpoints[0].path.as_deref(),
+        Some("/ui/")
+    );
+    // Relative mount paths are valid devfiles Warren cannot run: said so, with the reason.
+    assert_error(
+        &format!("{BASE}      sourceMapping: projects\n"),
+        "components[0].container.sourceMapping",
+        "not supported by Warren",
+    );
+    assert_error(
+        &format!(
+            "{BASE}      volumeMounts: [{{name: v, path: data}}]\n  - name: v\n    volume: {{}}\n"
+        ),
+        "components[0].container.volumeMounts[0].path",
+        "not supported by Warren",
+    );
+    // Endpoints sharing a port render one container port and one Service port.
+    let d = parse_devfile(&format!(
+        "{BASE}      endpoints: [{{name: a, targetPort: 80}}, {{name: b, targetPort: 80, path: /api}}]\n"
+    ))
+    .unwrap();
+    let cfg = AgentConfig::default();
+    let r = render(&d, &request(&cfg, &[])).unwrap();
+    assert_eq!(r.endpoints.len(), 2);
+    let service = r.objects.iter().find(|o| o["kind"] == "Service").unwrap();
+    assert_eq!(
+        service["spec"]["ports"].as_array().unwrap().len(),
+        1,
+        "{service}"
+    );
+    let deployment = r
+        .objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .unwrap();
+    let ports = &deployment["spec"]["template"]["spec"]["containers"][0]["ports"];
+    assert_eq!(ports.as_array().unwrap().len(), 1, "{ports}");
 }

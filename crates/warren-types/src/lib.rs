@@ -6,6 +6,7 @@
 //! quantities (`quantity`). Services depend on it; it depends on no service.
 
 pub mod api;
+pub mod bounded;
 pub mod config;
 pub mod ids;
 pub mod internal;

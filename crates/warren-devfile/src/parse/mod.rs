@@ -50,6 +50,17 @@ fn unsupported(path: impl Into<String>, what: &str, why: &str) -> DevfileError {
     DevfileError::new(path, format!("{what} {UNSUPPORTED_MARKER}: {why}"))
 }
 
+/// Why Warren cannot mount a volume at `path`, which the specification leaves open.
+fn mount_path_problem(path: &str) -> Option<&'static str> {
+    if !is_abs_path(path) {
+        Some("Warren mounts volumes at absolute paths without `..` (container engines refuse relative ones); start it with /")
+    } else if normalize_path(path) == "/" {
+        Some("a volume cannot replace the container's root directory; choose a directory below /")
+    } else {
+        None
+    }
+}
+
 const OVERRIDE_ATTRIBUTES: &[&str] = &["pod-overrides", "container-overrides"];
 
 fn check_override_attributes(attrs: Option<&Map<String, Value>>, path: &str, errors: &mut Errors) {
@@ -142,15 +153,18 @@ fn env_list(raw: Option<Vec<RawEnv>>, path: &str, shell: bool, errors: &mut Erro
             && e.name
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'_');
-        if e.name.is_empty()
-            || e.name.contains('=')
-            || e.name.chars().any(|c| c.is_control())
-            || (shell && !shell_ok)
-        {
-            errors.push(DevfileError::new(
-                p,
-                format!("{:?} is not a valid environment variable name", e.name),
-            ));
+        let problem = if shell {
+            (!shell_ok).then(|| {
+                format!(
+                    "{:?} is not a valid environment variable name for a command (letters, digits and '_', not starting with a digit)",
+                    e.name
+                )
+            })
+        } else {
+            crate::k8s::env_name_problem(&e.name)
+        };
+        if let Some(problem) = problem {
+            errors.push(DevfileError::new(p, problem));
         } else if e.name == "PROJECTS_ROOT" || e.name == "PROJECT_SOURCE" {
             errors.push(DevfileError::new(
                 p,
@@ -194,7 +208,19 @@ fn check_annotations(map: &BTreeMap<String, String>, path: &str, errors: &mut Er
                 format!("{path}.{key}"),
                 "annotations in the warren.dev namespace are reserved for Warren",
             ));
+        } else if let Some(problem) = crate::k8s::qualified_name_problem(key) {
+            errors.push(DevfileError::new(format!("{path}.{key}"), problem));
         }
+    }
+    let total: usize = map.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if total > crate::k8s::MAX_ANNOTATIONS_BYTES {
+        errors.push(DevfileError::new(
+            path,
+            format!(
+                "the annotations take {total} bytes together; Kubernetes accepts at most {}",
+                crate::k8s::MAX_ANNOTATIONS_BYTES
+            ),
+        ));
     }
 }
 
@@ -419,7 +445,7 @@ fn semantics(raw: RawDevfile, errors: &mut Errors) -> Option<Devfile> {
     let mut containers = Vec::new();
     let mut volumes = Vec::new();
     let mut endpoint_names: BTreeMap<String, String> = BTreeMap::new();
-    let mut ports: BTreeMap<u16, String> = BTreeMap::new();
+    let mut ports: BTreeMap<u16, (String, String)> = BTreeMap::new();
     for (i, c) in raw.components.iter().enumerate() {
         let path = format!("components[{i}]");
         if let Some(v) = &c.volume {
@@ -498,10 +524,11 @@ fn semantics(raw: RawDevfile, errors: &mut Errors) -> Option<Devfile> {
             .source_mapping
             .clone()
             .unwrap_or_else(|| "/projects".into());
-        if !is_abs_path(&source_mapping) || normalize_path(&source_mapping) == "/" {
-            errors.push(DevfileError::new(
+        if let Some(why) = mount_path_problem(&source_mapping) {
+            errors.push(unsupported(
                 format!("{cp}.sourceMapping"),
-                format!("{source_mapping:?} must be an absolute directory path other than /"),
+                &format!("sourceMapping {source_mapping:?} is"),
+                why,
             ));
         }
         let mut endpoints = Vec::new();
@@ -537,28 +564,37 @@ fn semantics(raw: RawDevfile, errors: &mut Errors) -> Option<Devfile> {
                     continue;
                 }
             };
-            if let Some(other) = ports.insert(port, e.name.clone()) {
-                errors.push(DevfileError::new(
-                    format!("{ep}.targetPort"),
-                    format!("port {port} is already used by endpoint {other:?}"),
-                ));
-            }
-            if let Some(p) = e
-                .path
-                .as_ref()
-                .filter(|p| !p.is_empty() && !p.starts_with('/'))
-            {
-                errors.push(DevfileError::new(
-                    format!("{ep}.path"),
-                    format!("{p:?} must start with /"),
-                ));
+            // Endpoints of one container may share a port (the specification allows it:
+            // e.g. two paths of one server); containers of one pod share its network, so
+            // two containers cannot.
+            match ports.get(&port) {
+                Some((container, other)) if *container != c.name => {
+                    errors.push(DevfileError::new(
+                        format!("{ep}.targetPort"),
+                        format!(
+                            "port {port} is already used by endpoint {other:?} of container {container:?}; \
+                             the containers of a workspace share one network"
+                        ),
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    ports.insert(port, (c.name.clone(), e.name.clone()));
+                }
             }
             endpoints.push(DevfileEndpoint {
                 name: e.name.clone(),
                 target_port: port,
                 exposure: e.exposure.unwrap_or(Exposure::Public),
                 protocol: e.protocol.unwrap_or(Protocol::Http),
-                path: e.path.clone(),
+                // The specification does not require the leading `/` URLs need.
+                path: e.path.as_ref().filter(|p| !p.is_empty()).map(|p| {
+                    if p.starts_with('/') {
+                        p.clone()
+                    } else {
+                        format!("/{p}")
+                    }
+                }),
                 secure: e.secure.unwrap_or(false),
             });
         }
@@ -585,10 +621,11 @@ fn semantics(raw: RawDevfile, errors: &mut Errors) -> Option<Devfile> {
                 )),
             }
             let path = m.path.clone().unwrap_or_else(|| format!("/{}", m.name));
-            if !is_abs_path(&path) || normalize_path(&path) == "/" {
-                errors.push(DevfileError::new(
+            if let Some(why) = mount_path_problem(&path) {
+                errors.push(unsupported(
                     format!("{mp}.path"),
-                    format!("{path:?} must be an absolute directory path other than /"),
+                    &format!("mount path {path:?} is"),
+                    why,
                 ));
             } else if normalize_path(&path) == "/warren" || path.starts_with("/warren/") {
                 errors.push(DevfileError::new(

@@ -39,17 +39,31 @@ pub(super) fn read_value(text: &str) -> Result<Value, Errors> {
     if text.trim().is_empty() {
         return Err(vec![DevfileError::new("", "the devfile is empty")]);
     }
+    // Before the parser, whose work grows with flow nesting for every token.
+    let limits = warren_types::bounded::Limits {
+        max_bytes: MAX_DEVFILE_BYTES,
+        ..Default::default()
+    };
+    warren_types::bounded::check_yaml(text, &limits).map_err(|e| {
+        vec![DevfileError::new(
+            "",
+            format!("refused before parsing: {e}"),
+        )]
+    })?;
     // Through `serde_yaml::Value` rather than straight into JSON: its mappings refuse
     // duplicate keys, which would otherwise silently keep the last one.
     let yaml: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| {
+        let full = e.to_string();
+        let what = readable(strip_location(&full));
         let message = match e.location() {
-            Some(l) => format!(
-                "not valid YAML or JSON at line {}, column {}: {}",
-                l.line(),
-                l.column(),
-                strip_location(&e.to_string())
-            ),
-            None => format!("not valid YAML or JSON: {e}"),
+            Some(l) => {
+                // A duplicate key is reported at its mapping's start; point at the key.
+                let (line, column) = duplicate_key(&what)
+                    .and_then(|k| duplicate_key_position(text, l.line(), l.column(), &k))
+                    .unwrap_or((l.line(), l.column()));
+                format!("not valid YAML or JSON at line {line}, column {column}: {what}")
+            }
+            None => format!("not valid YAML or JSON: {what}"),
         };
         vec![DevfileError::new("", message)]
     })?;
@@ -68,6 +82,12 @@ pub(super) fn read_value(text: &str) -> Result<Value, Errors> {
         )]);
     }
     Ok(value)
+}
+
+/// The key of serde_yaml's "duplicate entry with key \"…\"" message.
+fn duplicate_key(message: &str) -> Option<String> {
+    let rest = message.split("duplicate entry with key ").nth(1)?;
+    serde_json::from_str::<String>(rest.trim()).ok()
 }
 
 /// YAML → JSON data model: keys must be strings, no tags, finite numbers; a float with no
@@ -157,6 +177,75 @@ pub(super) fn strip_location(s: &str) -> &str {
     s.split(" at line ").next().unwrap_or(s)
 }
 
+/// A serde message in the devfile's terms: no Rust type names (`struct RawProjectGit`,
+/// `u128`), the schema's words instead.
+pub(super) fn readable(message: &str) -> String {
+    let mut out = message
+        .replace("expected i128", "expected an integer")
+        .replace("expected a borrowed string", "expected a string")
+        .replace(
+            "recursion limit exceeded",
+            "nested too deeply (at most 128 levels)",
+        );
+    // `invalid type: integer `…` as u128, expected any YAML value`: a number no 64-bit
+    // integer holds.
+    if let Some(i) = out
+        .find(" as u128, expected any YAML value")
+        .or_else(|| out.find(" as i128, expected any YAML value"))
+    {
+        out = format!("{}: too large for a 64-bit integer", &out[..i]);
+    }
+    // `expected struct RawX` / `expected enum RawX`.
+    for (marker, words) in [
+        ("expected struct ", "expected a mapping"),
+        ("expected enum ", "expected one of the allowed values"),
+    ] {
+        while let Some(i) = out.find(marker) {
+            let rest = &out[i + marker.len()..];
+            let end = rest
+                .find(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+                .unwrap_or(rest.len());
+            out = format!("{}{words}{}", &out[..i], &rest[end..]);
+        }
+    }
+    out
+}
+
+/// Where the second `key` of the mapping that starts at `line`/`column` (1-based, as the
+/// YAML parser reports a duplicate) is: the line and column of that entry, if found.
+pub(super) fn duplicate_key_position(
+    text: &str,
+    line: usize,
+    column: usize,
+    key: &str,
+) -> Option<(usize, usize)> {
+    let mut seen = 0;
+    for (n, l) in text.lines().enumerate().skip(line.saturating_sub(1)) {
+        // The first line may start with `- ` before the mapping's column.
+        let Some(entry) = l.get(column.saturating_sub(1)..) else {
+            continue;
+        };
+        let indent = l.len() - l.trim_start().len();
+        if n + 1 > line && indent < column.saturating_sub(1) && !l.trim().is_empty() {
+            break; // The mapping ended.
+        }
+        let names_key = [key.to_owned(), format!("{key:?}"), format!("'{key}'")]
+            .iter()
+            .any(|k| {
+                entry
+                    .strip_prefix(k.as_str())
+                    .is_some_and(|r| r.trim_start().starts_with(':'))
+            });
+        if names_key {
+            seen += 1;
+            if seen == 2 {
+                return Some((n + 1, column));
+            }
+        }
+    }
+    None
+}
+
 pub(super) fn kind_of(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
@@ -199,11 +288,7 @@ pub(super) fn typed<T: DeserializeOwned>(
         Err(e) => {
             // serde_path_to_error already ends the path with an unknown key's name.
             let p = join(path, e.path());
-            let message = e
-                .into_inner()
-                .to_string()
-                .replace("expected i128", "expected an integer")
-                .replace("expected a borrowed string", "expected a string");
+            let message = readable(&e.into_inner().to_string());
             errors.push(DevfileError::new(p, message));
             None
         }

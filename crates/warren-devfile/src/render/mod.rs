@@ -159,7 +159,8 @@ pub enum RenderError {
         #[source]
         source: QuantityError,
     },
-    #[error("workspace name {0:?} is not a DNS label of at most 40 characters")]
+    /// The workspace name names its Service, which must be a DNS-1035 label.
+    #[error("workspace name: {0}")]
     WorkspaceName(String),
     #[error("namespace {0:?} is not a valid namespace name")]
     Namespace(String),
@@ -175,8 +176,8 @@ pub enum RenderError {
 pub fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rendered, RenderError> {
     let cfg = req.agent_config;
     let name = req.workspace_name;
-    if !crate::parse::is_dns_label(name, 40) {
-        return Err(RenderError::WorkspaceName(name.to_owned()));
+    if let Some(problem) = crate::k8s::dns1035_label_problem(name, 40) {
+        return Err(RenderError::WorkspaceName(problem));
     }
     let namespace = match &cfg.shared_namespace {
         Some(ns) => {
@@ -412,6 +413,8 @@ pub fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rendered, Re
     // Service and endpoints.
     let mut endpoints = Vec::new();
     let mut service_ports = Vec::new();
+    // A Service port per port and protocol: endpoints sharing a port share it.
+    let mut service_port_keys = std::collections::BTreeSet::new();
     let mut service_annotations = ctx.annotations.clone();
     for c in devfile.containers.iter().filter(|c| !c.init_only) {
         service_annotations.extend(c.service_annotations.clone());
@@ -425,7 +428,8 @@ pub fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rendered, Re
                 protocol: e.protocol.as_str().into(),
                 path: e.path.clone(),
             });
-            if e.exposure != Exposure::None {
+            let port_key = (e.target_port, k8s_protocol(e.protocol));
+            if e.exposure != Exposure::None && service_port_keys.insert(port_key) {
                 service_ports.push(core::ServicePort {
                     name: Some(port_name(&e.name, e.target_port)),
                     port: i32::from(e.target_port),

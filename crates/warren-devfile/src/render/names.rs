@@ -61,37 +61,23 @@ pub(super) fn check_metadata_map(
     map: &BTreeMap<String, String>,
     labels: bool,
 ) -> Result<(), RenderError> {
+    let bad = |key: &str, reason: String| RenderError::Metadata {
+        key: key.to_owned(),
+        reason,
+    };
     for (k, v) in map {
-        let bad = |reason: &str| RenderError::Metadata {
-            key: k.clone(),
-            reason: reason.into(),
-        };
-        let (prefix, name) = match k.rsplit_once('/') {
-            Some((p, n)) => (Some(p), n),
-            None => (None, k.as_str()),
-        };
-        if name.is_empty()
-            || name.len() > 63
-            || !name
-                .bytes()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
-        {
-            return Err(bad(
-                "the name part must be 1–63 letters, digits, '-', '_' or '.'",
-            ));
+        if let Some(p) = crate::k8s::qualified_name_problem(k) {
+            return Err(bad(k, p));
         }
-        if prefix.is_some_and(|p| p.is_empty() || p.len() > 253) {
-            return Err(bad("the prefix must be a DNS subdomain"));
+        if labels {
+            if let Some(p) = crate::k8s::label_value_problem(v) {
+                return Err(bad(k, p));
+            }
         }
-        if labels
-            && (v.len() > 63
-                || !v
-                    .bytes()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.')))
-        {
-            return Err(bad(
-                "a label value must be at most 63 letters, digits, '-', '_' or '.'",
-            ));
+    }
+    if !labels {
+        if let Some(p) = crate::k8s::annotations_problem(map) {
+            return Err(bad("", p));
         }
     }
     Ok(())

@@ -87,9 +87,12 @@ pub(super) fn container(
         read_only: Some(true),
         ..Default::default()
     });
+    // Endpoints may share a port (two paths of one server): one container port each.
+    let mut seen = std::collections::BTreeSet::new();
     let ports: Vec<core::ContainerPort> = c
         .endpoints
         .iter()
+        .filter(|e| seen.insert((e.target_port, k8s_protocol(e.protocol))))
         .map(|e| core::ContainerPort {
             container_port: i32::from(e.target_port),
             name: Some(port_name(&e.name, e.target_port)),

@@ -28,17 +28,19 @@ const REGISTRY: &str = concat!(
 /// Agent configurations that change what is rendered: defaults, a cap (adds a
 /// ResourceQuota), a NetworkPolicy, extra labels and annotations.
 fn configs() -> Vec<AgentConfig> {
-    let mut capped = AgentConfig::default();
-    capped.max_resources_per_workspace = Some(ResourceRequirements {
-        requests: ResourceList {
-            cpu: Some("4".into()),
-            memory: Some("8Gi".into()),
-        },
-        limits: ResourceList {
-            cpu: Some("8".into()),
-            memory: Some("16Gi".into()),
-        },
-    });
+    let capped = AgentConfig {
+        max_resources_per_workspace: Some(ResourceRequirements {
+            requests: ResourceList {
+                cpu: Some("4".into()),
+                memory: Some("8Gi".into()),
+            },
+            limits: ResourceList {
+                cpu: Some("8".into()),
+                memory: Some("16Gi".into()),
+            },
+        }),
+        ..Default::default()
+    };
     let mut policed = AgentConfig::default();
     policed.network_policy.enabled = true;
     policed.labels = [("team".to_owned(), "platform".to_owned())].into();

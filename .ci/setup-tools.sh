@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the real clients the access tests drive: headless Chromium, OpenSSH's ssh/sftp,
 # sshpass (SSH password = token), curl, openssl (a throwaway TLS certificate), and websocat (not packaged by Debian 12: built from
-# crates.io, pinned). Idempotent; prints what it did.
+# crates.io, pinned), and schemathesis (PyPI, pinned) for the API fuzzing test. Idempotent; prints
+# what it did.
 set -euo pipefail
 
 log() { printf 'setup-tools: %s\n' "$*"; }
@@ -32,6 +33,24 @@ if ! command -v websocat >/dev/null 2>&1; then
     # (the tests speak ws:// on loopback), so no OpenSSL headers are needed.
     cargo install --quiet websocat --version "$WEBSOCAT_VERSION" --no-default-features
 fi
+# schemathesis (PyPI) fuzzes the REST API from its OpenAPI document; pinned, in its own
+# virtual environment under the tools cache, linked onto PATH as `schemathesis`.
+SCHEMATHESIS_VERSION=4.32.5
+TOOLS_CACHE="${WARREN_TOOLS_CACHE:-/var/cache/warren-tools}"
+venv="$TOOLS_CACHE/schemathesis-$SCHEMATHESIS_VERSION"
+if [ ! -x "$venv/bin/st" ]; then
+    log "pip install schemathesis $SCHEMATHESIS_VERSION (into $venv)"
+    if ! python3 -m venv --help >/dev/null 2>&1; then
+        apt-get update -q
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv
+    fi
+    rm -rf "$venv"
+    mkdir -p "$TOOLS_CACHE"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION"
+fi
+ln -sf "$venv/bin/st" /usr/local/bin/schemathesis
 log "chromium: $(chromium --version 2>/dev/null || echo missing)"
+log "schemathesis: $(schemathesis --version 2>/dev/null || echo missing)"
 log "websocat: $(websocat --version 2>/dev/null || echo missing)"
 log "ssh: $(ssh -V 2>&1)"

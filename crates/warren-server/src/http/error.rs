@@ -94,14 +94,7 @@ impl From<JsonRejection> for HttpError {
                 "unsupported_media_type",
                 "expected a request body with `Content-Type: application/json`",
             ),
-            other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => HttpError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
-                format!(
-                    "the request body is too large: the API accepts at most {} MiB",
-                    super::api::BODY_LIMIT >> 20
-                ),
-            ),
+            other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => too_large(),
             other => HttpError::new(other.status(), "invalid_body", other.body_text()),
         }
     }
@@ -138,10 +131,86 @@ impl From<QueryRejection> for HttpError {
     }
 }
 
-/// `axum::Json` whose rejections become [`HttpError`]s.
+/// A JSON request body of the public API whose rejections become [`HttpError`]s. The body
+/// is read strictly ([`super::strict`]): every struct must be an object, as the OpenAPI
+/// document says, where serde would also read one from an array.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Json<T>(pub T);
+
+/// A JSON request body of the internal endpoints (relays, proxies): read directly, without
+/// the strict detour through a value, because reconcile bodies reach many MiB.
 #[derive(Debug, Clone, Copy, Default, axum::extract::FromRequest)]
 #[from_request(via(axum::Json), rejection(HttpError))]
-pub struct Json<T>(pub T);
+pub struct InternalJson<T>(pub T);
+
+/// `application/json` or `application/…+json`, as axum's own check.
+fn is_json(headers: &http::HeaderMap) -> bool {
+    let Some(ct) = headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let mime = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
+}
+
+impl<T, S> axum::extract::FromRequest<S> for Json<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = HttpError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, HttpError> {
+        if !is_json(req.headers()) {
+            return Err(HttpError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "expected a request body with `Content-Type: application/json`",
+            ));
+        }
+        let bytes = axum::body::Bytes::from_request(req, state)
+            .await
+            .map_err(|r| {
+                if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    too_large()
+                } else {
+                    HttpError::new(r.status(), "invalid_body", r.body_text())
+                }
+            })?;
+        let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+            HttpError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_json",
+                format!("request body: {e}"),
+            )
+        })?;
+        super::strict::from_value(value).map(Json).map_err(|e| {
+            HttpError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_body",
+                format!("request body: {e}"),
+            )
+        })
+    }
+}
+
+fn too_large() -> HttpError {
+    HttpError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body_too_large",
+        format!(
+            "the request body is too large: the API accepts at most {} MiB",
+            super::api::BODY_LIMIT >> 20
+        ),
+    )
+}
 
 impl<T: serde::Serialize> IntoResponse for Json<T> {
     fn into_response(self) -> Response {

@@ -9,6 +9,7 @@ pub mod internal;
 pub mod metrics;
 pub mod oauth;
 pub mod openapi;
+pub mod strict;
 
 use crate::app::{self, AppState};
 use axum::extract::{DefaultBodyLimit, State};

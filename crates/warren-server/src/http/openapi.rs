@@ -36,7 +36,7 @@ use utoipa::{Modify, OpenApi};
         api::workspaces::set_desired_state,
         api::workspaces::terminate,
     ),
-    modifiers(&BearerAuth)
+    modifiers(&BearerAuth, &CommonResponses)
 )]
 pub struct ApiDoc;
 
@@ -54,6 +54,68 @@ impl Modify for BearerAuth {
                     .build(),
             ),
         );
+    }
+}
+
+/// The answers every operation can give besides its own: a malformed request (400), no or
+/// a bad token (401), a token or account that may not (403), a body that is too large or
+/// not JSON (413, 415), and Warren's own faults (500) — all in the one error shape — so a
+/// client (or a fuzzer) finds every status it can receive documented.
+struct CommonResponses;
+
+impl Modify for CommonResponses {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+        let error = |description: &str| {
+            RefOr::T(
+                ResponseBuilder::new()
+                    .description(description)
+                    .content(
+                        "application/json",
+                        ContentBuilder::new()
+                            .schema(Some(Ref::from_schema_name("ApiError")))
+                            .build(),
+                    )
+                    .build(),
+            )
+        };
+        for item in openapi.paths.paths.values_mut() {
+            let ops = [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+            ];
+            for op in ops.into_iter().flatten() {
+                let authenticated = op.security.as_ref().is_some_and(|s| !s.is_empty());
+                let body = op.request_body.is_some();
+                let mut add = |code: &str, description: &str| {
+                    op.responses
+                        .responses
+                        .entry(code.to_owned())
+                        .or_insert_with(|| error(description));
+                };
+                add(
+                    "400",
+                    "The request is malformed: a path, query or body that does not parse, or a field out of bounds",
+                );
+                if authenticated {
+                    add(
+                        "401",
+                        "No token, or one that is not valid, has expired or was revoked",
+                    );
+                    add(
+                        "403",
+                        "The token lacks the scope, or the account the role, this request needs",
+                    );
+                }
+                if body {
+                    add("413", "The request body is larger than the API accepts");
+                    add("415", "The request body is not `application/json`");
+                }
+                add("500", "A fault of the server's own; details are in its log");
+            }
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! the proxy's JWT is checked.
 
 use crate::app::{access, auth, AppState};
-use crate::http::error::{HttpError, Json, Query};
+use crate::http::error::{HttpError, InternalJson, Json, Query};
 use axum::extract::State;
 use http::{HeaderMap, StatusCode};
 use warren_types::internal::{
@@ -29,7 +29,7 @@ pub async fn access(
 pub async fn start(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Json(req): Json<WorkspaceStartRequest>,
+    InternalJson(req): InternalJson<WorkspaceStartRequest>,
 ) -> Result<Json<WorkspaceAccess>, HttpError> {
     check_proxy(&state, &headers)?;
     Ok(Json(access::start(&state, &req).await?))
@@ -39,7 +39,7 @@ pub async fn start(
 pub async fn activity(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Json(report): Json<ActivityReport>,
+    InternalJson(report): InternalJson<ActivityReport>,
 ) -> Result<StatusCode, HttpError> {
     check_proxy(&state, &headers)?;
     access::record_activity(&state, &report).await?;

@@ -2,7 +2,7 @@
 //! answered by `crate::app::reconcile`.
 
 use crate::app::{self, AppState};
-use crate::http::error::{HttpError, Json};
+use crate::http::error::{HttpError, InternalJson, Json};
 use axum::extract::State;
 use http::{HeaderMap, StatusCode};
 use warren_types::reconcile::{ReconcileRequest, ReconcileResponse, AGENT_ID_HEADER};
@@ -10,7 +10,7 @@ use warren_types::reconcile::{ReconcileRequest, ReconcileResponse, AGENT_ID_HEAD
 pub async fn handler(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Json(req): Json<ReconcileRequest>,
+    InternalJson(req): InternalJson<ReconcileRequest>,
 ) -> Result<(StatusCode, Json<ReconcileResponse>), HttpError> {
     let bearer = crate::relay::jwt::bearer(&headers);
     // A header that is not text cannot match the JWT's subject; the domain says so.

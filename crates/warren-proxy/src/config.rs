@@ -55,6 +55,34 @@ pub struct ProxyConfig {
     /// generated once.
     #[serde(default)]
     pub ssh_host_key_file: Option<PathBuf>,
+    /// Bounds on slow and numerous clients.
+    #[serde(default)]
+    pub limits: ConnectionLimits,
+}
+
+/// Bounds on what clients may hold open: slow clients (slowloris) and too many at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConnectionLimits {
+    /// HTTP connections open at once; one more is answered 503 and closed.
+    pub max_http_connections: usize,
+    /// SSH connections open at once; one more is closed.
+    pub max_ssh_connections: usize,
+    /// Seconds a client has for its first byte, and for each request's headers (HTTP/1.1).
+    pub header_timeout_secs: u64,
+    /// Seconds an SSH client has for the handshake (then 60 s to authenticate).
+    pub ssh_handshake_timeout_secs: u64,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            max_http_connections: 4096,
+            max_ssh_connections: 1024,
+            header_timeout_secs: 15,
+            ssh_handshake_timeout_secs: 30,
+        }
+    }
 }
 
 /// The SSH host key's file in the state directory (unless `ssh_host_key_file` says otherwise).
@@ -132,6 +160,19 @@ impl ProxyConfig {
             return Err(invalid(
                 "authorization_cache_secs",
                 format!("must be at most {MAX_AUTHORIZATION_CACHE_SECS} (access.md)"),
+            ));
+        }
+        let l = &self.limits;
+        if l.max_http_connections == 0 || l.max_ssh_connections == 0 {
+            return Err(invalid(
+                "limits",
+                "max_http_connections and max_ssh_connections must be at least 1",
+            ));
+        }
+        if l.header_timeout_secs == 0 || l.ssh_handshake_timeout_secs == 0 {
+            return Err(invalid(
+                "limits",
+                "header_timeout_secs and ssh_handshake_timeout_secs must be at least 1",
             ));
         }
         if self.activity_report_secs == 0 {
@@ -220,6 +261,7 @@ pub(crate) mod tests {
             tls_cert_file: None,
             tls_key_file: None,
             ssh_host_key_file: None,
+            limits: Default::default(),
         }
     }
 

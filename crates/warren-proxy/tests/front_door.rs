@@ -1020,6 +1020,7 @@ async fn tls_with_alpn_http2_and_secure_cookies() {
         tls_cert_file: Some(cert.clone()),
         tls_key_file: Some(key),
         ssh_host_key_file: None,
+        limits: Default::default(),
     };
     let stop = tokio_util::sync::CancellationToken::new();
     let _guard = stop.clone().drop_guard();

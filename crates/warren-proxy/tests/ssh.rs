@@ -560,6 +560,7 @@ async fn extra_proxy(
         tls_cert_file: None,
         tls_key_file: None,
         ssh_host_key_file: None,
+        limits: Default::default(),
     };
     let stop = tokio_util::sync::CancellationToken::new();
     let task = tokio::spawn({

@@ -215,6 +215,7 @@ impl Stack {
             tls_cert_file: None,
             tls_key_file: None,
             ssh_host_key_file: None,
+            limits: Default::default(),
         };
         server
             .register_oauth_client(&NewOAuthClient {

@@ -58,8 +58,9 @@ enum ProxyCommand {
 #[derive(Debug, clap::Args)]
 struct RunArgs {
     /// TOML file with any of the settings below (snake_case keys) plus
-    /// session_lifetime_secs, authorization_cache_secs, activity_report_secs and
-    /// ssh_host_key_file; flags and variables win.
+    /// session_lifetime_secs, authorization_cache_secs, activity_report_secs,
+    /// ssh_host_key_file and a `[limits]` table (max_http_connections, max_ssh_connections,
+    /// header_timeout_secs, ssh_handshake_timeout_secs); flags and variables win.
     #[arg(long, env = "WARREN_PROXY_CONFIG")]
     config: Option<PathBuf>,
     /// Address of the HTTP listener [default: 0.0.0.0:7080].
@@ -117,6 +118,8 @@ struct RunArgs {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ProxyFile {
+    /// `[limits]`: connection caps and timeouts (warren_proxy::config::ConnectionLimits).
+    limits: Option<config::ConnectionLimits>,
     http_listen: Option<SocketAddr>,
     ssh_listen: Option<SocketAddr>,
     no_ssh: Option<bool>,
@@ -220,6 +223,7 @@ fn resolve(args: RunArgs) -> anyhow::Result<Resolved> {
         tls_cert_file: file.tls_cert_file,
         tls_key_file: file.tls_key_file,
         ssh_host_key_file: file.ssh_host_key_file,
+        limits: file.limits.unwrap_or_default(),
     };
     config.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
     let http_listen = match args.http_listen.or(file.http_listen) {

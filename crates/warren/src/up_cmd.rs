@@ -176,6 +176,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         tls_cert_file: None,
         tls_key_file: None,
         ssh_host_key_file: None,
+        limits: Default::default(),
     };
     proxy_config
         .validate()

@@ -45,6 +45,8 @@ pub(crate) const START_PATH: &str = "/.warren/start";
 const DRAIN: Duration = Duration::from_secs(5);
 /// Longest TLS handshake before the connection is dropped.
 const TLS_HANDSHAKE: Duration = Duration::from_secs(10);
+/// What a connection past the cap is told before it is closed.
+const OVER_CAPACITY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\ncontent-type: text/plain\r\ncontent-length: 40\r\nretry-after: 5\r\n\r\nthe proxy has too many connections open\n";
 
 /// The front door's own state, part of [`Shared`].
 #[derive(Debug)]
@@ -77,6 +79,9 @@ pub(crate) async fn serve(
         _ => None,
     };
     let mut conns = tokio::task::JoinSet::new();
+    let limits = shared.config.limits;
+    let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_http_connections));
+    let first_byte = Duration::from_secs(limits.header_timeout_secs);
     loop {
         let (stream, peer) = tokio::select! {
             // Cancel-safe: accept() loses no connection when the other arm wins.
@@ -93,10 +98,30 @@ pub(crate) async fn serve(
             _ = shutdown.cancelled() => break,
         };
         let _ = stream.set_nodelay(true);
+        // Past the cap, say so and close: the connections already open keep being served.
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, max = limits.max_http_connections, "too many HTTP connections; refusing one");
+            let _ = stream.try_write(OVER_CAPACITY);
+            continue;
+        };
         let shared = shared.clone();
         let shutdown = shutdown.clone();
         let tls = tls.clone();
         conns.spawn(async move {
+            let _permit = permit;
+            // A client that connects and sends nothing holds a connection for free: it gets
+            // the header timeout for its first byte (TLS has its handshake timeout).
+            if tls.is_none() {
+                let mut byte = [0u8; 1];
+                match tokio::time::timeout(first_byte, stream.peek(&mut byte)).await {
+                    Ok(Ok(n)) if n > 0 => {}
+                    Ok(_) => return,
+                    Err(_) => {
+                        tracing::debug!(%peer, "no request within the header timeout; closing");
+                        return;
+                    }
+                }
+            }
             match tls {
                 None => serve_connection(shared, stream, peer, shutdown).await,
                 Some(acceptor) => {
@@ -126,11 +151,24 @@ async fn serve_connection<I>(
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    let shared_header_timeout = shared.config.limits.header_timeout_secs;
     let svc = hyper::service::service_fn(move |req| {
         let shared = shared.clone();
         async move { Ok::<_, Infallible>(handle(shared, req, peer).await) }
     });
-    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let header_timeout = Duration::from_secs(shared_header_timeout);
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    // Slowloris: each request's headers must arrive within the timeout (hyper needs a timer
+    // for it), and HTTP/2 peers that stop answering pings are dropped.
+    builder
+        .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(header_timeout);
+    builder
+        .http2()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .keep_alive_interval(Some(Duration::from_secs(30)))
+        .keep_alive_timeout(header_timeout);
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
     tokio::pin!(conn);
     tokio::select! {

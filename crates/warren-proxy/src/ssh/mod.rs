@@ -27,8 +27,6 @@ pub use host_key::HostKeyError;
 
 /// A client that has not authenticated within this time is disconnected.
 const AUTH_TIMEOUT: Duration = Duration::from_secs(60);
-/// The SSH identification exchange must finish within this time.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Failed authentication attempts answered with a server call, per connection.
 pub(crate) const MAX_AUTH_ATTEMPTS: u32 = 6;
 /// Every refusal takes at least this long (russh pads rejections to it).
@@ -82,6 +80,8 @@ pub(crate) async fn serve(
     );
     let config = Arc::new(server_config(key));
     let tasks = tokio_util::task::TaskTracker::new();
+    let limits = shared.config.limits;
+    let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_ssh_connections));
     let result = loop {
         let accepted = tokio::select! {
             // Cancel-safe: cancellation is level-triggered.
@@ -92,13 +92,24 @@ pub(crate) async fn serve(
         match accepted {
             Ok((socket, peer)) => {
                 let _ = socket.set_nodelay(true);
-                tasks.spawn(connection(
+                // Past the cap, close at once: the sessions already open keep running.
+                let Ok(permit) = permits.clone().try_acquire_owned() else {
+                    tracing::warn!(%peer, max = limits.max_ssh_connections, "too many SSH connections; refusing one");
+                    continue;
+                };
+                let handshake = Duration::from_secs(limits.ssh_handshake_timeout_secs);
+                let conn = connection(
                     shared.clone(),
                     config.clone(),
                     socket,
                     peer,
+                    handshake,
                     shutdown.clone(),
-                ));
+                );
+                tasks.spawn(async move {
+                    let _permit = permit;
+                    conn.await
+                });
             }
             // Per-connection failures (reset before accept, too many open files) must not
             // stop the server; back off briefly so a persistent one does not spin.
@@ -149,6 +160,7 @@ async fn connection(
     config: Arc<russh::server::Config>,
     socket: TcpStream,
     peer: SocketAddr,
+    handshake_timeout: Duration,
     shutdown: CancellationToken,
 ) {
     // Everything this connection starts (sessions, tunnels) watches `stop`; it is cancelled
@@ -157,7 +169,7 @@ async fn connection(
     let authenticated = Arc::new(AtomicBool::new(false));
     let handler = handler::Handler::new(shared, stop.clone(), authenticated.clone(), peer);
     let session = match tokio::time::timeout(
-        HANDSHAKE_TIMEOUT,
+        handshake_timeout,
         russh::server::run_stream(config, socket, handler),
     )
     .await

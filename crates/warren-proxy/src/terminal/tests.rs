@@ -138,6 +138,7 @@ async fn start(workspace: &str) -> Env {
         tls_cert_file: None,
         tls_key_file: None,
         ssh_host_key_file: None,
+        limits: Default::default(),
     };
     std::fs::create_dir_all(&proxy_config.state_dir).unwrap();
     let shared = Arc::new(Shared {

@@ -44,6 +44,15 @@ fn dns1123_subdomain_ok(s: &str) -> bool {
         })
 }
 
+/// A DNS-1123 subdomain (Secret and most object names).
+pub fn dns1123_subdomain_problem(s: &str) -> Option<String> {
+    (!dns1123_subdomain_ok(s)).then(|| {
+        format!(
+            "{s:?} must be a DNS subdomain: at most 253 lowercase letters, digits, '-' and '.', each part starting and ending with a letter or digit"
+        )
+    })
+}
+
 /// The name part of a qualified name, and a label value when not empty: at most 63 of
 /// letters, digits, `-`, `_`, `.`, starting and ending with a letter or digit.
 fn name_part_ok(s: &str) -> bool {

@@ -1229,3 +1229,44 @@ async fn the_address_throttle_believes_forwarded_for_only_from_trusted_proxies()
         s.stop().await;
     }
 }
+
+/// An agent configuration whose labels, annotations or pull secrets Kubernetes would refuse
+/// on every workspace object is refused when it is given, naming the key.
+#[tokio::test]
+async fn agent_metadata_is_checked_against_kubernetes_rules_up_front() {
+    let s = TestServer::start(&DbChoice::Sqlite).await;
+    for (config, field) in [
+        (
+            json!({"labels": {"bad key!": "x"}}),
+            "config.labels.bad key!",
+        ),
+        (
+            json!({"labels": {"team": "two words"}}),
+            "config.labels.team",
+        ),
+        (json!({"annotations": {"x/y/z": "a"}}), "config.annotations"),
+        (
+            json!({"image_pull_secrets": [{"name": "Not_A_Name", "namespace": "default"}]}),
+            "config.image_pull_secrets[0].name",
+        ),
+    ] {
+        let (st, b) = s
+            .admin(
+                Method::POST,
+                "/api/v1/agents",
+                Some(json!({"name": "a1", "config": config})),
+            )
+            .await;
+        assert_eq!(st, 400, "{b}");
+        assert!(msg(&b).starts_with(field), "{field}: {b}");
+    }
+    let (st, b) = s
+        .admin(
+            Method::POST,
+            "/api/v1/agents",
+            Some(json!({"name": "a1", "config": {"labels": {"example.com/team": "platform"}, "annotations": {"note": "any text at all"}}})),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+    s.stop().await;
+}

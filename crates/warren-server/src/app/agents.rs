@@ -193,5 +193,24 @@ pub fn validate_agent_config(c: &AgentConfig) -> Result<(), AppError> {
     }
     parse_memory_bytes(&c.data_volume_size)
         .map_err(|e| AppError::invalid_field("config.data_volume_size", e))?;
+    // Every workspace object carries these: a key Kubernetes refuses would make every
+    // workspace of the agent fail at apply time.
+    use warren_devfile::k8s;
+    for (k, v) in &c.labels {
+        if let Some(p) = k8s::qualified_name_problem(k).or_else(|| k8s::label_value_problem(v)) {
+            return Err(AppError::invalid_field(&format!("config.labels.{k}"), p));
+        }
+    }
+    if let Some(p) = k8s::annotations_problem(&c.annotations) {
+        return Err(AppError::invalid_field("config.annotations", p));
+    }
+    for (i, s) in c.image_pull_secrets.iter().enumerate() {
+        if let Some(p) = k8s::dns1123_subdomain_problem(&s.name) {
+            return Err(AppError::invalid_field(
+                &format!("config.image_pull_secrets[{i}].name"),
+                p,
+            ));
+        }
+    }
     Ok(())
 }

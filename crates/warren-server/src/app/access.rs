@@ -36,8 +36,24 @@ pub fn declared_ports(w: &WorkspaceRow) -> Vec<u16> {
         .collect()
 }
 
-fn reachable(w: &WorkspaceRow) -> bool {
-    w.desired_state != DesiredState::Terminated && w.actual_state != ActualState::Terminated
+/// The workspace `name` if `user` owns it and it is not terminated; else the usual refusal.
+async fn owned_reachable(
+    state: &AppState,
+    name: &str,
+    user: UserId,
+) -> Result<WorkspaceRow, AppError> {
+    let w = state
+        .store
+        .workspace_by_name(name)
+        .await?
+        .ok_or_else(hidden)?;
+    let reachable =
+        w.desired_state != DesiredState::Terminated && w.actual_state != ActualState::Terminated;
+    if w.owner_id == user && reachable {
+        Ok(w)
+    } else {
+        Err(hidden())
+    }
 }
 
 fn answer(w: WorkspaceRow, user: UserId, port: Option<u16>) -> WorkspaceAccess {
@@ -73,15 +89,8 @@ pub async fn workspace(
             ))
         }
     };
-    let w = state
-        .store
-        .workspace_by_name(&q.host)
-        .await?
-        .ok_or_else(hidden)?;
-    if w.owner_id != user
-        || !reachable(&w)
-        || q.port.is_some_and(|p| !declared_ports(&w).contains(&p))
-    {
+    let w = owned_reachable(state, &q.host, user).await?;
+    if q.port.is_some_and(|p| !declared_ports(&w).contains(&p)) {
         return Err(hidden());
     }
     Ok(answer(w, user, q.port))
@@ -147,14 +156,7 @@ pub async fn ssh(state: &AppState, q: &SshAuthorizeQuery) -> Result<SshAuthoriza
             ))
         }
     };
-    let w = state
-        .store
-        .workspace_by_name(&q.username)
-        .await?
-        .ok_or_else(hidden)?;
-    if w.owner_id != user || !reachable(&w) {
-        return Err(hidden());
-    }
+    let w = owned_reachable(state, &q.username, user).await?;
     Ok(SshAuthorization {
         user_id: user,
         username: w.owner_username,

@@ -138,6 +138,7 @@ mod tests {
                 memory: None,
             },
             variables: vec![],
+            version: 1,
         }
     }
 

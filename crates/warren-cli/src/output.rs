@@ -371,6 +371,7 @@ mod tests {
                 secret: true,
                 value: None,
             }],
+            version: 1,
         }
     }
 

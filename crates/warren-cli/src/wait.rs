@@ -52,6 +52,9 @@ impl Goal {
 /// wait must name that failure, not succeed on the moment (the cost: this much more time).
 pub const RUNNING_SETTLE: Duration = Duration::from_secs(2);
 
+/// Longest single wait on the server for a change (its limit is 60 s).
+const WATCH_SECS: u64 = 30;
+
 /// What to do after one poll.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
@@ -201,8 +204,23 @@ async fn poll(
     let mut progress = since.map(Progress::since).unwrap_or_default();
     // When the goal `Running` was first reached and has held since.
     let mut running_since: Option<tokio::time::Instant> = None;
+    // The version last seen: the next read waits on the server until it moves.
+    let mut seen: Option<i64> = None;
     loop {
-        let w = match client.get_workspace(name).await {
+        let read = match seen {
+            None => client.get_workspace(name).await,
+            Some(v) => {
+                // Wake for the settle or the deadline, whichever comes first.
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                let settle_left = running_since
+                    .map(|t| RUNNING_SETTLE.saturating_sub(t.elapsed()))
+                    .unwrap_or(left);
+                let secs = left.min(settle_left).as_millis().div_ceil(1000) as u64;
+                let secs = secs.clamp(1, WATCH_SECS);
+                client.watch_workspace(name, v, secs).await
+            }
+        };
+        let w = match read {
             Ok(w) => w,
             // A terminated workspace may be purged; gone is as terminated as it gets.
             Err(e) if e.is_not_found() && goal == Goal::Terminated => return Ok(None),
@@ -220,6 +238,7 @@ async fn poll(
             Step::Fail(msg) => return Err(WaitError::Failed(msg)),
             Step::Continue => running_since = None,
         }
+        seen = Some(w.version);
         if tokio::time::Instant::now() + interval > deadline {
             return Err(WaitError::Timeout {
                 name: w.name.clone(),
@@ -233,7 +252,10 @@ async fn poll(
                     .unwrap_or_default(),
             });
         }
-        tokio::time::sleep(interval).await;
+        // A server that does not report versions (always 0) is polled, as before.
+        if w.version == 0 {
+            tokio::time::sleep(interval).await;
+        }
     }
 }
 
@@ -268,6 +290,7 @@ mod tests {
             agent_fault: None,
             resources: WorkspaceResources::default(),
             variables: vec![],
+            version: 1,
         }
     }
 

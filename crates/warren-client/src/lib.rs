@@ -327,6 +327,26 @@ impl Client {
         .await
     }
 
+    /// The workspace once its `version` differs from `version`, or as it is after
+    /// `timeout_secs` (1–60): the server answers on the change instead of being polled.
+    pub async fn watch_workspace(
+        &self,
+        name_or_id: &str,
+        version: i64,
+        timeout_secs: u64,
+    ) -> Result<Workspace> {
+        self.call(
+            Method::GET,
+            &routes::workspace(name_or_id),
+            &[
+                ("watch_version", version.to_string()),
+                ("timeout_seconds", timeout_secs.to_string()),
+            ],
+            None::<&()>,
+        )
+        .await
+    }
+
     pub async fn set_desired_state(
         &self,
         name_or_id: &str,

@@ -98,6 +98,7 @@ impl Server {
             }),
             login_throttle: Arc::default(),
             trusted_proxies: Arc::new(config.trusted_proxies.clone()),
+            changes: Arc::new(tokio::sync::watch::channel(0).0),
         };
         let bootstrap_admin =
             app::users::bootstrap_admin(&state, &config.bootstrap_admin_username).await?;

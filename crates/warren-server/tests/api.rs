@@ -1270,3 +1270,72 @@ async fn agent_metadata_is_checked_against_kubernetes_rules_up_front() {
     assert_eq!(st, 201, "{b}");
     s.stop().await;
 }
+
+/// `GET …?watch_version=` answers as soon as the workspace changes (here: its agent reports
+/// it running), at once when the version already differs, and with the workspace as it is
+/// when the time runs out; bad bounds are refused by name.
+#[tokio::test]
+async fn watching_a_workspace_answers_on_its_next_change() {
+    for db in databases() {
+        let s = std::sync::Arc::new(TestServer::start(&db).await);
+        let l = s.label;
+        let agent = s.agent("a1", json!({})).await;
+        let w = s.workspace(&s.admin_token, json!({"name": "w1"})).await;
+        let v = w["version"].as_i64().expect("version");
+        assert!(v > 0, "[{l}] {w}");
+
+        let (st, b) = s
+            .admin(
+                Method::GET,
+                &format!("/api/v1/workspaces/w1?watch_version={}", v - 1),
+                None,
+            )
+            .await;
+        assert_eq!((st, b["version"].as_i64()), (200, Some(v)), "[{l}] at once");
+
+        let watcher = {
+            let s = s.clone();
+            tokio::spawn(async move {
+                s.admin(
+                    Method::GET,
+                    &format!("/api/v1/workspaces/w1?watch_version={v}&timeout_seconds=60"),
+                    None,
+                )
+                .await
+            })
+        };
+        s.reconcile_ok(agent, "partial", json!([running("w1", "7")]))
+            .await;
+        let (st, b) = watcher.await.unwrap();
+        assert_eq!(st, 200, "[{l}] {b}");
+        assert!(b["version"].as_i64().unwrap() > v, "[{l}] {b}");
+        assert_eq!(b["actual_state"], "Running", "[{l}] {b}");
+
+        let now = b["version"].as_i64().unwrap();
+        let (st, b) = s
+            .admin(
+                Method::GET,
+                &format!("/api/v1/workspaces/w1?watch_version={now}&timeout_seconds=1"),
+                None,
+            )
+            .await;
+        assert_eq!(
+            (st, b["version"].as_i64()),
+            (200, Some(now)),
+            "[{l}] unchanged"
+        );
+        let (st, b) = s
+            .admin(
+                Method::GET,
+                "/api/v1/workspaces/w1?watch_version=1&timeout_seconds=0",
+                None,
+            )
+            .await;
+        assert_eq!(st, 400, "[{l}] {b}");
+        assert!(msg(&b).starts_with("timeout_seconds"), "[{l}] {b}");
+        match std::sync::Arc::try_unwrap(s) {
+            Ok(s) => s.stop().await,
+            Err(_) => panic!("server still shared"),
+        }
+    }
+}

@@ -304,6 +304,9 @@ pub struct Workspace {
     pub agent_fault: Option<String>,
     pub resources: WorkspaceResources,
     pub variables: Vec<Variable>,
+    /// Grows with every change of the workspace; `GET …?watch_version=` waits for it to move.
+    #[serde(default)]
+    pub version: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

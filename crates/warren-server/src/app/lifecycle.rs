@@ -103,6 +103,7 @@ pub async fn run_timers_once(state: &AppState) -> Result<Vec<AgentId>, StoreErro
         }
         if changed > 0 {
             state.signals.notify(agent.id);
+            state.changed();
             touched.push(agent.id);
         }
     }

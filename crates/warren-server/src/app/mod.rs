@@ -48,6 +48,16 @@ pub struct AppState {
     pub login_throttle: Arc<throttle::LoginThrottle>,
     /// Reverse proxies whose `X-Forwarded-For` is believed (the HTTP adapter's client address).
     pub trusted_proxies: Arc<Vec<ipnet::IpNet>>,
+    /// Bumped after every committed change of a workspace made by this server, so watchers
+    /// ([`workspaces::watch`]) look again at once instead of polling.
+    pub changes: Arc<tokio::sync::watch::Sender<u64>>,
+}
+
+impl AppState {
+    /// Tells watchers that some workspace changed.
+    pub fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
 }
 
 /// Who acts: a user, through one of their personal access tokens.

@@ -78,6 +78,8 @@ async fn runtime_fault(
         .store
         .set_runtime_fault(agent.id, &fault, state.clock.now_ms())
         .await?;
+    // The agent's fault shows on each of its workspaces.
+    state.changed();
     Ok(ReconcileResponse {
         workspace_rails_infos: vec![],
         settings: state.settings,
@@ -98,9 +100,12 @@ pub async fn reconcile(
                 tracing::debug!(error = %warren_types::error_chain(&e), attempt, "reconcile conflicted; retrying");
             }
             Err(e) => return Err(e.into()),
-            Ok((resp, desired_changed)) => {
-                if desired_changed {
+            Ok((resp, changes)) => {
+                if changes.desired {
                     state.signals.notify(agent.id);
+                }
+                if changes.any {
+                    state.changed();
                 }
                 return Ok(resp);
             }
@@ -149,11 +154,20 @@ fn failure_reason(
     }
 }
 
+/// What a committed reconcile changed.
+#[derive(Debug, Default, Clone, Copy)]
+struct Changes {
+    /// Some workspace's row (or what it shows of its agent) changed.
+    any: bool,
+    /// Some desired state changed: the agent is signalled.
+    desired: bool,
+}
+
 async fn reconcile_once(
     state: &AppState,
     agent: &AgentRow,
     req: &ReconcileRequest,
-) -> Result<(ReconcileResponse, bool), StoreError> {
+) -> Result<(ReconcileResponse, Changes), StoreError> {
     let store = &state.store;
     let now = state.clock.now_ms();
     let settings = state.settings;
@@ -173,10 +187,10 @@ async fn reconcile_once(
             workspace_rails_infos: vec![],
             settings,
         };
-        return Ok((resp, false));
+        return Ok((resp, Changes::default()));
     }
     let mut tx = store.begin_reconcile().await?;
-    let mut desired_changed = false;
+    let mut changes = Changes::default();
 
     // Later reports of the same name win, as if they had arrived one after another.
     let mut infos: BTreeMap<&str, &WorkspaceAgentInfo> = BTreeMap::new();
@@ -196,7 +210,9 @@ async fn reconcile_once(
             continue;
         }
         valid_names.push((*name).to_owned());
-        desired_changed |= apply_report(&mut tx, agent, row, info, now).await?;
+        let (wrote, desired) = apply_report(&mut tx, agent, row, info, now).await?;
+        changes.any |= wrote;
+        changes.desired |= desired;
     }
 
     // Which workspaces go back (reconcile.md); the same selection marks them responded.
@@ -238,6 +254,7 @@ async fn reconcile_once(
     }
     if agent.runtime_fault.is_some() {
         tx.clear_runtime_fault(agent.id).await?;
+        changes.any = true;
     }
     if let Some(capacity) = req.capacity.filter(|c| Some(*c) != agent.capacity) {
         tx.set_capacity(agent.id, &capacity).await?;
@@ -251,18 +268,19 @@ async fn reconcile_once(
             workspace_rails_infos: out,
             settings,
         },
-        desired_changed,
+        changes,
     ))
 }
 
-/// Stores one report; returns whether the desired state changed.
+/// Stores one report; returns whether it wrote anything, and whether the desired state
+/// changed.
 async fn apply_report(
     tx: &mut ReconcileTx,
     agent: &AgentRow,
     row: &ReportedRow,
     info: &WorkspaceAgentInfo,
     now: i64,
-) -> Result<bool, StoreError> {
+) -> Result<(bool, bool), StoreError> {
     // Terminated is final: later reports cannot revive the workspace.
     let actual = if row.actual == ActualState::Terminated {
         ActualState::Terminated
@@ -305,7 +323,7 @@ async fn apply_report(
         && failure == row.failure_reason
         && !desired_changed
     {
-        return Ok(false);
+        return Ok((false, false));
     }
     let update = ReportUpdate {
         actual,
@@ -315,5 +333,5 @@ async fn apply_report(
         desired: desired_changed.then_some(desired),
     };
     tx.update_reported(row.id, &update, now).await?;
-    Ok(desired_changed)
+    Ok((true, desired_changed))
 }

@@ -143,6 +143,53 @@ pub async fn get(state: &AppState, who: &Principal, key: &str) -> Result<Workspa
     Ok(visible(state, who, key).await?.to_api(&state.store)?)
 }
 
+/// Longest a [`watch`] may wait, in seconds.
+pub const MAX_WATCH_SECS: u64 = 60;
+/// How often a watch reads the workspace even without a change of this server's: another
+/// server sharing the database may have made one.
+const WATCH_RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The workspace as soon as its `version` differs from `version` (at once if it already
+/// does), or as it is after `timeout_secs` (1–60): a push for waiting clients (`warren ws …
+/// --wait`, the web UI) instead of polling.
+pub async fn watch(
+    state: &AppState,
+    who: &Principal,
+    key: &str,
+    version: i64,
+    timeout_secs: u64,
+) -> Result<Workspace, AppError> {
+    if !(1..=MAX_WATCH_SECS).contains(&timeout_secs) {
+        return Err(AppError::invalid_field(
+            "timeout_seconds",
+            format!("must be between 1 and {MAX_WATCH_SECS}"),
+        ));
+    }
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(timeout_secs);
+    let mut changes = state.changes.subscribe();
+    loop {
+        // Marked seen before the read: a change committed after it wakes the wait below.
+        changes.borrow_and_update();
+        let w = visible(state, who, key).await?;
+        if w.version != version || tokio::time::Instant::now() >= deadline {
+            return Ok(w.to_api(&state.store)?);
+        }
+        let recheck = (tokio::time::Instant::now() + WATCH_RECHECK).min(deadline);
+        tokio::select! {
+            // Cancel-safe: `changed` only marks the value seen; a missed bump is caught by
+            // the read at the top of the loop.
+            r = changes.changed() => {
+                if r.is_err() {
+                    // No sender (the server is going away): fall back to the timer.
+                    tokio::time::sleep_until(recheck).await;
+                }
+            }
+            // Cancel-safe: a sleep holds nothing.
+            _ = tokio::time::sleep_until(recheck) => {}
+        }
+    }
+}
+
 /// Moves the workspace `load` finds to `requested` (lifecycle.md rules), signalling its
 /// agent: the one place a user's desired-state request is decided and written. `load` is
 /// called again after a lost race and after the write, and decides who may see what.
@@ -185,6 +232,7 @@ where
             .is_some()
         {
             state.signals.notify(w.agent_id);
+            state.changed();
             return load().await;
         }
     }
@@ -510,6 +558,7 @@ pub async fn create(
         match result {
             Ok(w) => {
                 state.signals.notify(agent.id);
+                state.changed();
                 return Ok(w.to_api(&state.store)?);
             }
             // A generated name collided: draw another.
@@ -641,6 +690,7 @@ pub async fn rerender(
         .await?;
     if stored.is_some() {
         state.signals.notify(w.agent_id);
+        state.changed();
     }
     Ok(stored.map(|()| true))
 }

@@ -101,6 +101,7 @@ impl WorkspaceRow {
                     secret: v.secret,
                 })
                 .collect(),
+            version: self.version,
         })
     }
 

@@ -53,15 +53,36 @@ pub async fn list(
 }
 
 #[utoipa::path(get, path = "/api/v1/workspaces/{workspace}",
-    params(("workspace" = String, Path, description = "workspace name or id")),
+    params(("workspace" = String, Path, description = "workspace name or id"), GetQuery),
     responses((status = 200, body = Workspace), (status = 404, body = ApiError)), tag = "workspaces",
     security(("bearer" = [])))]
 pub async fn get_one(
     State(state): State<AppState>,
     Auth(who): Auth,
     Path(key): Path<String>,
+    Query(q): Query<GetQuery>,
 ) -> Result<Json<Workspace>, HttpError> {
-    Ok(Json(workspaces::get(&state, &who, &key).await?))
+    let w = match q.watch_version {
+        Some(v) => {
+            workspaces::watch(&state, &who, &key, v, q.timeout_seconds.unwrap_or(30)).await?
+        }
+        None => workspaces::get(&state, &who, &key).await?,
+    };
+    Ok(Json(w))
+}
+
+/// Query of `GET /api/v1/workspaces/{workspace}`.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct GetQuery {
+    /// Wait until the workspace's `version` differs from this one (answering at once if it
+    /// already does), then answer; a push for clients waiting on a change.
+    pub watch_version: Option<i64>,
+    /// With `watch_version`: answer with the workspace as it is after this many seconds,
+    /// 1–60 (default 30), if nothing changed.
+    #[param(minimum = 1, maximum = 60)]
+    pub timeout_seconds: Option<u64>,
 }
 
 #[utoipa::path(put, path = "/api/v1/workspaces/{workspace}/desired_state",

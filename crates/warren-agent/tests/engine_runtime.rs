@@ -1097,3 +1097,75 @@ async fn a_dead_or_unreachable_podman_service_is_started_again() -> Result<()> {
     assert!(services_on(&host).is_empty());
     Ok(())
 }
+
+/// `Running` means usable: a command that exits half a second after it started is `Failed`
+/// with its reason, and is never reported `Running` first (`minReadySeconds` had not passed).
+#[tokio::test]
+async fn a_container_that_exits_soon_after_starting_is_failed_never_running() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    let ws = Workspace::new("soon", h.agent_id);
+    let mut objects = ws.objects();
+    pod_spec(&mut objects)["containers"][0]["command"] =
+        serde_json::json!(["sh", "-c", "sleep 0.5; echo gave up >&2; exit 4"]);
+    // As rendered for a command without a port to probe.
+    for o in objects.iter_mut().filter(|o| o["kind"] == "Deployment") {
+        o["spec"]["minReadySeconds"] = serde_json::json!(1);
+    }
+    h.runtime.apply(&ws.key, &objects).await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(o) = observe(&h.runtime, &ws).await? {
+            let state = derive(&o);
+            assert_ne!(state, ActualState::Running, "reported running: {o:?}");
+            if state == ActualState::Failed {
+                let failure = o.pod_failure.context("pod failure")?;
+                assert!(
+                    failure.message.contains("exited with code 4"),
+                    "{failure:?}"
+                );
+                break;
+            }
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never failed");
+        // As often as a reconciler could look: a moment of `Running` would be seen.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+/// A server that starts listening late keeps its workspace `Starting`, saying what it
+/// waits for, until its port accepts connections; then `Running`, and the port serves.
+#[tokio::test]
+async fn a_port_that_listens_late_keeps_the_workspace_starting_until_it_does() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    let ws = Workspace::new("late", h.agent_id);
+    let mut objects = ws.objects();
+    pod_spec(&mut objects)["containers"][0]["command"] = serde_json::json!([
+        "sh",
+        "-c",
+        "sleep 2; mkdir -p /tmp/www; echo late > /tmp/www/index.html; exec httpd -f -p 8080 -h /tmp/www"
+    ]);
+    // As rendered for a command with a TCP endpoint.
+    pod_spec(&mut objects)["containers"][0]["readinessProbe"] =
+        serde_json::json!({"tcpSocket": {"port": 8080}, "periodSeconds": 1});
+    h.runtime.apply(&ws.key, &objects).await?;
+    let waiting = wait_for(&h.runtime, &ws, "waiting for its port", |o| {
+        o.deployment
+            .as_ref()
+            .and_then(|d| d.pointer("/status/conditions"))
+            .is_some_and(|c| c.to_string().contains("waiting for port(s) 8080"))
+    })
+    .await?;
+    assert_eq!(derive(&waiting), ActualState::Starting);
+    wait_state(&h.runtime, &ws, ActualState::Running).await?;
+    // Running only once it serves.
+    let body = http_get_via_dial(&h.runtime, &ws, 8080).await?;
+    assert!(body.contains("late"), "{body}");
+    Ok(())
+}

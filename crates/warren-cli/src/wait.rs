@@ -47,11 +47,6 @@ impl Goal {
     }
 }
 
-/// How long `Running` must hold before a wait for it succeeds. A container that exits at once
-/// is reported `Running` for a moment, until the agent sees it die and reports `Failed`; the
-/// wait must name that failure, not succeed on the moment (the cost: this much more time).
-pub const RUNNING_SETTLE: Duration = Duration::from_secs(2);
-
 /// Longest single wait on the server for a change (its limit is 60 s).
 const WATCH_SECS: u64 = 30;
 
@@ -202,21 +197,16 @@ async fn poll(
 ) -> Result<Option<Workspace>, WaitError> {
     let deadline = tokio::time::Instant::now() + timeout;
     let mut progress = since.map(Progress::since).unwrap_or_default();
-    // When the goal `Running` was first reached and has held since.
-    let mut running_since: Option<tokio::time::Instant> = None;
     // The version last seen: the next read waits on the server until it moves.
     let mut seen: Option<i64> = None;
     loop {
         let read = match seen {
             None => client.get_workspace(name).await,
             Some(v) => {
-                // Wake for the settle or the deadline, whichever comes first.
+                // `Running` is reported only once the workspace is usable (the agent waits for
+                // its probes and `minReadySeconds`), so the wait ends on the report itself.
                 let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                let settle_left = running_since
-                    .map(|t| RUNNING_SETTLE.saturating_sub(t.elapsed()))
-                    .unwrap_or(left);
-                let secs = left.min(settle_left).as_millis().div_ceil(1000) as u64;
-                let secs = secs.clamp(1, WATCH_SECS);
+                let secs = (left.as_millis().div_ceil(1000) as u64).clamp(1, WATCH_SECS);
                 client.watch_workspace(name, v, secs).await
             }
         };
@@ -228,15 +218,9 @@ async fn poll(
         };
         show(&w);
         match step(goal, &mut progress, &w) {
-            Step::Done if goal.target() == ActualState::Running => {
-                let since = *running_since.get_or_insert_with(tokio::time::Instant::now);
-                if since.elapsed() >= RUNNING_SETTLE {
-                    return Ok(Some(w));
-                }
-            }
             Step::Done => return Ok(Some(w)),
             Step::Fail(msg) => return Err(WaitError::Failed(msg)),
-            Step::Continue => running_since = None,
+            Step::Continue => {}
         }
         seen = Some(w.version);
         if tokio::time::Instant::now() + interval > deadline {

@@ -797,3 +797,39 @@ fn what_the_specification_allows_is_followed_or_named_unsupported() {
     let ports = &deployment["spec"]["template"]["spec"]["containers"][0]["ports"];
     assert_eq!(ports.as_array().unwrap().len(), 1, "{ports}");
 }
+
+#[test]
+fn the_deployment_says_when_a_workspace_is_usable() {
+    let cfg = AgentConfig::default();
+    let deployment = |text: &str| {
+        let d = parse_devfile(text).unwrap();
+        let r = render(&d, &request(&cfg, &[])).unwrap();
+        r.objects
+            .into_iter()
+            .find(|o| o["kind"] == "Deployment")
+            .unwrap()
+    };
+    // Keep-alive only (Warren's own, or the registry's `tail -f /dev/null`): nothing to wait for.
+    for text in [
+        format!("{BASE}      endpoints: [{{name: web, targetPort: 3000}}]\n"),
+        format!("{BASE}      args: [tail, -f, /dev/null]\n      endpoints: [{{name: web, targetPort: 3000}}]\n"),
+    ] {
+        let d = deployment(&text);
+        assert!(d["spec"].get("minReadySeconds").is_none(), "{d}");
+        assert!(d.pointer("/spec/template/spec/containers/0/readinessProbe").is_none(), "{d}");
+    }
+    // A server: probed on its first TCP endpoint.
+    let d = deployment(&format!(
+        "{BASE}      command: [httpd, -f, -p, \"8080\"]\n      endpoints: [{{name: dns, targetPort: 53, protocol: udp}}, {{name: web, targetPort: 8080}}]\n"
+    ));
+    assert_eq!(
+        d.pointer("/spec/template/spec/containers/0/readinessProbe/tcpSocket/port"),
+        Some(&serde_json::json!(8080)),
+        "{d}"
+    );
+    // A command with nothing to probe: it must run a moment before it counts.
+    let d = deployment(&format!(
+        "{BASE}      command: [sh, -c, \"exec my-daemon\"]\n"
+    ));
+    assert_eq!(d["spec"]["minReadySeconds"], 1, "{d}");
+}

@@ -497,9 +497,13 @@ pub fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rendered, Re
         pod::container(c, name, with_scripts, req, &env_secret, res)
     };
     let mut containers = Vec::new();
+    // A command with no port to probe is ready only after running a moment (below).
+    let mut min_ready = false;
     for c in devfile.containers.iter().filter(|c| !c.init_only) {
         let wrap = wrapped(c);
         let mut k = build(c, c.name.clone(), wrap);
+        k.readiness_probe = pod::readiness_probe(c, wrap);
+        min_ready |= k.readiness_probe.is_none() && pod::runs_a_command(c, wrap);
         if wrap {
             let mut payload = c.command.clone();
             payload.extend(c.args.iter().cloned());
@@ -552,6 +556,8 @@ pub fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rendered, Re
         },
         spec: Some(DeploymentSpec {
             replicas: Some(replicas),
+            // A command that could exit at once counts as available only after running 1 s.
+            min_ready_seconds: min_ready.then_some(1),
             selector: LabelSelector {
                 match_labels: Some(ctx.selector.clone()),
                 match_expressions: None,

@@ -6,8 +6,53 @@ use super::resources::Res;
 use super::{
     RenderRequest, DATA_VOLUME, FILES_MOUNT_PATH, FILES_VOLUME, SCRIPTS_MOUNT_PATH, SCRIPTS_VOLUME,
 };
-use crate::model::Container;
+use crate::model::{Container, Protocol};
 use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+/// Commands devfiles use only to keep a container alive (the registry's `tail -f
+/// /dev/null`): they serve nothing, so there is nothing to wait for.
+const KEEP_ALIVE: &[&[&str]] = &[&["tail", "-f", "/dev/null"], &["sleep", "infinity"]];
+
+/// Whether the container runs a command of the devfile's (or its image's) that could exit
+/// or serve, rather than only something keeping it alive. `wrapped`: it runs Warren's start
+/// script, which runs `command` + `args`, or keeps the container alive without them.
+pub(super) fn runs_a_command(c: &Container, wrapped: bool) -> bool {
+    let runs: Vec<&str> = c
+        .command
+        .iter()
+        .chain(&c.args)
+        .map(String::as_str)
+        .collect();
+    if runs.is_empty() {
+        // Warren's keep-alive, or else the image's own entrypoint, which may be anything.
+        return !wrapped;
+    }
+    !KEEP_ALIVE.contains(&runs.as_slice())
+}
+
+/// When the container runs a command and declares a TCP endpoint: a readiness probe on the
+/// first such port, so `Running` waits for the server to listen (Kubernetes probes it; the
+/// engine runtime dials it the same way).
+pub(super) fn readiness_probe(c: &Container, wrapped: bool) -> Option<core::Probe> {
+    if !runs_a_command(c, wrapped) {
+        return None;
+    }
+    let port = c
+        .endpoints
+        .iter()
+        .find(|e| e.protocol != Protocol::Udp)?
+        .target_port;
+    Some(core::Probe {
+        tcp_socket: Some(core::TCPSocketAction {
+            port: IntOrString::Int(i32::from(port)),
+            host: None,
+        }),
+        period_seconds: Some(1),
+        failure_threshold: Some(1),
+        ..Default::default()
+    })
+}
 
 /// The Kubernetes container for devfile container `c`, named `name`; `with_scripts` mounts
 /// the startup scripts (wrapped containers).

@@ -19,6 +19,7 @@ mod containers;
 mod exec;
 mod files;
 pub mod plan;
+mod ready;
 mod select;
 mod start;
 pub mod status;
@@ -186,6 +187,10 @@ struct Inner {
     /// The running start sequence per workspace, cancelled by the next apply or delete.
     starters: Mutex<HashMap<String, (u64, CancellationToken)>>,
     next_starter: std::sync::atomic::AtomicU64,
+    /// Workspaces whose pod (this pod hash) was found usable (`ready`).
+    usable: Mutex<HashMap<String, String>>,
+    /// Workspaces with a readiness probe under way.
+    probing: Mutex<std::collections::HashSet<String>>,
     shutdown: CancellationToken,
     service: tokio::sync::Mutex<Option<PodmanService>>,
 }
@@ -268,6 +273,8 @@ impl EngineRuntime {
             locks: Mutex::default(),
             starters: Mutex::default(),
             next_starter: std::sync::atomic::AtomicU64::new(0),
+            usable: Mutex::default(),
+            probing: Mutex::default(),
             shutdown: CancellationToken::new(),
             service: tokio::sync::Mutex::new(connection.service),
         });
@@ -854,6 +861,7 @@ impl WorkspaceRuntime for EngineRuntime {
                     containers: observed,
                     starting: false,
                     recorded_failure: None,
+                    waiting: None,
                 };
                 let s = status::synthesise(&pod);
                 out.push(ObservedWorkspace {
@@ -876,6 +884,26 @@ impl WorkspaceRuntime for EngineRuntime {
             let observed = self
                 .observe(&containers, Some(&record), record.replicas == 1)
                 .await;
+            let apps_run = observed.iter().any(|c| c.role != Role::Init)
+                && observed
+                    .iter()
+                    .filter(|c| c.role != Role::Init)
+                    .all(|c| c.status == "running");
+            // Running only once usable (`ready`); a pod that is not all running is judged
+            // afresh when it runs again.
+            let waiting = if record.replicas == 1 && !record.starting && apps_run {
+                match self.usable(&record, &containers).await {
+                    ready::Usable::Yes => None,
+                    ready::Usable::WithoutPorts(note) => {
+                        tracing::info!(workspace = %name, "{note}; reporting it running anyway");
+                        None
+                    }
+                    ready::Usable::No(why) => Some(why),
+                }
+            } else {
+                self.forget_usable(&name);
+                None
+            };
             let pod = PodObservation {
                 name,
                 namespace,
@@ -884,6 +912,7 @@ impl WorkspaceRuntime for EngineRuntime {
                 containers: observed,
                 starting: record.starting,
                 recorded_failure: record.failure.clone(),
+                waiting,
             };
             let s = status::synthesise(&pod);
             out.push(ObservedWorkspace {

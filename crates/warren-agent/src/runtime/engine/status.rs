@@ -52,6 +52,8 @@ pub struct PodObservation {
     pub starting: bool,
     /// A failure recorded while applying (image missing, container could not be created).
     pub recorded_failure: Option<PodFailure>,
+    /// Every app container runs, but the pod is not usable yet: why (see `ready`).
+    pub waiting: Option<String>,
 }
 
 /// The result of synthesis.
@@ -63,7 +65,7 @@ pub struct Synthesised {
 
 /// The rules (first match wins), desired replicas R:
 ///
-/// - *ready*: every app container runs.
+/// - *ready*: every app container runs, and the pod is usable (`waiting` is `None`).
 /// - R=1, ready → status replicas/ready/available/updated 1; `Progressing`
 ///   `NewReplicaSetAvailable`, `Available` `MinimumReplicasAvailable` → **Running**.
 /// - R=1, not ready → replicas 1, unavailable 1; `Progressing` `ReplicaSetUpdated`,
@@ -82,7 +84,8 @@ pub fn synthesise(pod: &PodObservation) -> Synthesised {
             .containers
             .iter()
             .filter(|c| c.role != Role::Init)
-            .all(|c| c.status == "running");
+            .all(|c| c.status == "running")
+        && pod.waiting.is_none();
     let any_running = pod.containers.iter().any(ContainerObservation::running);
     let pod_failure = if pod.replicas == 1 {
         detect_failure(pod, ready)
@@ -120,7 +123,9 @@ pub fn synthesise(pod: &PodObservation) -> Synthesised {
                 "Available",
                 "False",
                 "MinimumReplicasUnavailable",
-                "the pod is not running yet",
+                pod.waiting
+                    .as_deref()
+                    .map_or("the pod is not running yet", |w| w),
             ),
         ),
         (_, _, true) => {
@@ -327,6 +332,7 @@ mod tests {
             ],
             starting: false,
             recorded_failure: None,
+            waiting: None,
         }
     }
 

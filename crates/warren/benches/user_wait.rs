@@ -5,6 +5,8 @@
 //! - `warren ws create --devfile f --wait` against `podman run -d` (goal ≤ 1.25×)
 //! - `warren ws stop --wait` against `podman stop` (goal ≤ 1.1×)
 //! - `warren ws start --wait` against `podman start` (goal ≤ 1.25×)
+//! - a server devfile (httpd on a declared endpoint): `warren ws create --wait`, which ends
+//!   once the port listens, against `podman run -d -p` until the published port accepts
 //!
 //! Runs `warren server`, `warren relay` and `warren agent` as separate processes (the test
 //! support's `Stack`); the image is local before anything is timed. Skips with a message
@@ -20,6 +22,21 @@ use std::time::{Duration, Instant};
 use support::*;
 
 const RUNS: usize = 5;
+
+/// One container serving HTTP on a declared endpoint: `Running` waits for it to listen.
+const SERVER_DEVFILE: &str = r#"
+schemaVersion: 2.2.0
+metadata:
+  name: bench-server
+components:
+  - name: dev
+    container:
+      image: localhost/warren-test:latest
+      command: ["httpd", "-f", "-p", "8080"]
+      endpoints:
+        - name: web
+          targetPort: 8080
+"#;
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
@@ -142,6 +159,55 @@ fn main() {
             .args(["rm", "-f", "-t", "0", ctr])
             .output();
     }
+    // A server: create until it listens, against `podman run -d` until its published port
+    // accepts a connection.
+    let server_devfile = write_file(stack.dir.path(), "server.yaml", SERVER_DEVFILE);
+    let server_devfile = server_devfile.display().to_string();
+    let _cleanup_servers = Workspaces((0..RUNS).map(|i| format!("bench-wait-srv-{i}")).collect());
+    let (mut w_server, mut p_server) = (vec![], vec![]);
+    for (i, ctr) in baseline_names.iter().enumerate() {
+        let name = format!("bench-wait-srv-{i}");
+        w_server.push(warren(
+            &home,
+            &[
+                "ws",
+                "create",
+                "--devfile",
+                &server_devfile,
+                "--name",
+                &name,
+                "--wait",
+            ],
+        ));
+        warren(&home, &["ws", "rm", &name, "--wait"]);
+        let port = free_port();
+        let t0 = Instant::now();
+        podman_timed(&[
+            "run",
+            "-d",
+            "--init",
+            "--name",
+            ctr,
+            "-p",
+            &format!("127.0.0.1:{port}:8080"),
+            IMAGE,
+            "httpd",
+            "-f",
+            "-p",
+            "8080",
+        ]);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "the baseline never listened"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        p_server.push(t0.elapsed());
+        let _ = Command::new("podman")
+            .args(["rm", "-f", "-t", "0", ctr])
+            .output();
+    }
     drop(stack);
 
     println!(
@@ -156,6 +222,12 @@ fn main() {
         ("create --wait / podman run -d", w_create, p_create, 1.25),
         ("stop --wait   / podman stop  ", w_stop, p_stop, 1.1),
         ("start --wait  / podman start ", w_start, p_start, 1.25),
+        (
+            "server create --wait / podman run -d until it listens",
+            w_server,
+            p_server,
+            1.25,
+        ),
     ] {
         let (wm, pm) = (median(w), median(p));
         println!(

@@ -7,6 +7,9 @@
 //! - `warren ws start --wait` against `podman start` (goal ≤ 1.25×)
 //! - a server devfile (httpd on a declared endpoint): `warren ws create --wait`, which ends
 //!   once the port listens, against `podman run -d -p` until the published port accepts
+//! - on `warren up` (proxy included): from `warren ws create` until the first HTTP 200
+//!   through the proxy (with the CLI's token), against `podman run -d -p` until the first
+//!   200 on the published port (goal ≤ 1.5×)
 //!
 //! Runs `warren server`, `warren relay` and `warren agent` as separate processes (the test
 //! support's `Stack`); the image is local before anything is timed. Skips with a message
@@ -21,7 +24,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 use support::*;
 
-const RUNS: usize = 5;
+const RUNS: usize = 9;
 
 /// One container serving HTTP on a declared endpoint: `Running` waits for it to listen.
 const SERVER_DEVFILE: &str = r#"
@@ -84,6 +87,90 @@ impl Drop for Baseline {
                 .output();
         }
     }
+}
+
+/// The status code of `GET /` at `addr` with `host` and an optional bearer token, if any
+/// answer came.
+fn http_status(addr: (&str, u16), host: &str, token: Option<&str>) -> Option<u16> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    s.write_all(
+        format!("GET / HTTP/1.1\r\nHost: {host}\r\n{auth}Connection: close\r\n\r\n").as_bytes(),
+    )
+    .ok()?;
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).ok()?;
+    std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
+}
+
+/// Polls until `GET /` answers 200; the time since `t0`.
+fn until_200(t0: Instant, addr: (&str, u16), host: &str, token: Option<&str>) -> Duration {
+    while http_status(addr, host, token) != Some(200) {
+        assert!(t0.elapsed() < Duration::from_secs(60), "no 200 from {host}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    t0.elapsed()
+}
+
+/// Create → first 200 through `warren up`'s proxy, against podman run → first 200.
+fn through_the_proxy(baseline_names: &[String]) -> (Vec<Duration>, Vec<Duration>) {
+    let up = Up::start();
+    let token =
+        warren_cli::credentials::load(&up.home.path().join(warren_cli::credentials::FILE_NAME))
+            .expect("CLI credentials")
+            .expect("credentials written by warren up")
+            .token;
+    let devfile = write_file(up.home.path(), "web.yaml", WEB_DEVFILE);
+    let devfile = devfile.display().to_string();
+    let names: Vec<String> = (0..RUNS).map(|i| format!("bench-wait-web-{i}")).collect();
+    let _cleanup = Workspaces(names.clone());
+    let (mut w, mut p) = (vec![], vec![]);
+    for (name, ctr) in names.iter().zip(baseline_names) {
+        let t0 = Instant::now();
+        let out = up.cli_ok(&[
+            "ws",
+            "create",
+            "--devfile",
+            &devfile,
+            "--name",
+            name,
+            "-o",
+            "json",
+        ]);
+        let created: serde_json::Value = serde_json::from_str(&out).expect("ws create JSON");
+        let url = created["endpoints"]["web"]
+            .as_str()
+            .expect("an endpoint URL")
+            .to_owned();
+        // http://8080-{name}.ws.localhost:{port}/
+        let host = url
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_owned();
+        let port: u16 = host
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("port");
+        w.push(until_200(t0, ("127.0.0.1", port), &host, Some(&token)));
+        up.cli_ok(&["ws", "rm", name, "--wait"]);
+
+        let port = free_port();
+        let t0 = Instant::now();
+        podman_timed(&[
+            "run", "-d", "--init", "--name", ctr, "-p", &format!("127.0.0.1:{port}:8080"),
+            IMAGE, "sh", "-c",
+            "mkdir -p /tmp/www && echo served > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www",
+        ]);
+        p.push(until_200(t0, ("127.0.0.1", port), "localhost", None));
+        let _ = Command::new("podman")
+            .args(["rm", "-f", "-t", "0", ctr])
+            .output();
+    }
+    (w, p)
 }
 
 fn main() {
@@ -209,6 +296,7 @@ fn main() {
             .output();
     }
     drop(stack);
+    let (w_proxy, p_proxy) = through_the_proxy(&baseline_names);
 
     println!(
         "user-visible waits ({} build; whole CLI processes, {RUNS} runs each, interleaved)",
@@ -227,6 +315,12 @@ fn main() {
             w_server,
             p_server,
             1.25,
+        ),
+        (
+            "create -> first 200 via the proxy / podman run -> first 200",
+            w_proxy,
+            p_proxy,
+            1.5,
         ),
     ] {
         let (wm, pm) = (median(w), median(p));

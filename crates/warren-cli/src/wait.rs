@@ -152,8 +152,10 @@ pub enum WaitError {
     Client(#[from] warren_client::Error),
 }
 
-/// Polls `GET /workspaces/{name}` every `interval` until `goal` is reached, it cannot be, or
-/// `timeout` passes; `None` when a workspace being terminated is gone altogether. Shows a spinner with the actual state on stderr when it is a terminal.
+/// Waits on `GET /workspaces/{name}?watch_version=` (the server answers on each change; a
+/// server without versions is polled every `interval`) until `goal` is reached, it cannot
+/// be, or `timeout` passes; `None` when a workspace being terminated is gone altogether.
+/// Shows a spinner with the actual state on stderr when it is a terminal.
 pub async fn wait(
     client: &Client,
     name: &str,

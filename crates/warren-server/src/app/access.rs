@@ -17,6 +17,15 @@ use warren_types::{ActualState, DesiredState, UserId};
 /// Most workspaces one activity report may carry.
 const MAX_ACTIVITY_ITEMS: usize = 10_000;
 
+/// A query that names neither or both of two ways to say who asks.
+fn exactly_one_of(a: &str, b: &str) -> AppError {
+    AppError::new(
+        super::ErrorKind::Invalid,
+        "invalid_query",
+        format!("query string: exactly one of `{a}` and `{b}` is required"),
+    )
+}
+
 fn hidden() -> AppError {
     AppError::not_found("workspace")
 }
@@ -81,13 +90,7 @@ pub async fn workspace(
         (None, Some(b)) => auth::workspace_token_user(state, b)
             .await?
             .ok_or_else(hidden)?,
-        _ => {
-            return Err(AppError::new(
-                super::ErrorKind::Invalid,
-                "invalid_query",
-                "query string: exactly one of `user` and `bearer` is required",
-            ))
-        }
+        _ => return Err(exactly_one_of("user", "bearer")),
     };
     let w = owned_reachable(state, &q.host, user).await?;
     if q.port.is_some_and(|p| !declared_ports(&w).contains(&p)) {
@@ -148,13 +151,7 @@ pub async fn ssh(state: &AppState, q: &SshAuthorizeQuery) -> Result<SshAuthoriza
         (None, Some(t)) => auth::workspace_token_user(state, t)
             .await?
             .ok_or_else(hidden)?,
-        _ => {
-            return Err(AppError::new(
-                super::ErrorKind::Invalid,
-                "invalid_query",
-                "query string: exactly one of `public_key_fingerprint` and `token` is required",
-            ))
-        }
+        _ => return Err(exactly_one_of("public_key_fingerprint", "token")),
     };
     let w = owned_reachable(state, &q.username, user).await?;
     Ok(SshAuthorization {

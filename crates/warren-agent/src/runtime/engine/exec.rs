@@ -356,14 +356,7 @@ impl EngineRuntime {
             .inspect(&id)
             .await
             .map_err(|e| runtime_err(format!("inspecting the pod of {workspace}"), e))?;
-        let addresses: Vec<std::net::IpAddr> = inspect
-            .network_settings
-            .and_then(|n| n.networks)
-            .unwrap_or_default()
-            .into_values()
-            .filter_map(|n| n.ip_address)
-            .filter_map(|ip| ip.parse().ok())
-            .collect();
+        let addresses = pod_addresses(inspect);
         if addresses.is_empty() {
             return Err(failure(context, "the pod has no network address"));
         }
@@ -382,4 +375,18 @@ impl EngineRuntime {
         }
         Err(failure(context, last.unwrap_or_default()))
     }
+}
+
+/// The pod's addresses on its networks, from the inspection of its owner container.
+pub(super) fn pod_addresses(
+    inspect: bollard::models::ContainerInspectResponse,
+) -> Vec<std::net::IpAddr> {
+    inspect
+        .network_settings
+        .and_then(|n| n.networks)
+        .unwrap_or_default()
+        .into_values()
+        .filter_map(|n| n.ip_address)
+        .filter_map(|ip| ip.parse().ok())
+        .collect()
 }

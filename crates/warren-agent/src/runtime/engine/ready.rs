@@ -177,15 +177,7 @@ impl EngineRuntime {
             .and_then(|s| s.started_at.as_deref())
             .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())?
             .with_timezone(&chrono::Utc);
-        let addresses = inspect
-            .network_settings
-            .and_then(|n| n.networks)
-            .unwrap_or_default()
-            .into_values()
-            .filter_map(|n| n.ip_address)
-            .filter_map(|ip| ip.parse().ok())
-            .collect();
-        Some((started, addresses))
+        Some((started, super::exec::pod_addresses(inspect)))
     }
 
     /// Watches a pod that is not usable yet, at most `bound`: until its `ports` accept, or

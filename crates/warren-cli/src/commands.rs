@@ -7,20 +7,20 @@ use crate::output::{self, render, Format};
 use crate::ssh_cmd;
 use crate::wait::{self, Goal};
 use crate::{
-    AgentCommand, CliError, Command, LoginArgs, ProjectCommand, ScopeArg, SshKeyCommand,
-    TokenCommand, UserCommand, WaitArgs, WsCommand, WsCreateArgs,
+    AgentCommand, CliError, Command, LoginArgs, PasswdArgs, ProjectCommand, ScopeArg,
+    SshKeyCommand, TokenCommand, UserCommand, WaitArgs, WsCommand, WsCreateArgs,
 };
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
 use std::time::Duration;
 use warren_client::{Client, WorkspaceQuery};
 use warren_types::api::{
-    AddSshKeyRequest, CreateAgentRequest, CreateProjectRequest, CreateTokenRequest,
-    CreateUserRequest, CreateWorkspaceRequest, Page, PasswordLoginRequest, TokenScope,
-    UpdateAgentRequest, Workspace, WorkspaceResources,
+    AddSshKeyRequest, ChangePasswordRequest, CreateAgentRequest, CreateProjectRequest,
+    CreateTokenRequest, CreateUserRequest, CreateWorkspaceRequest, Page, PasswordLoginRequest,
+    TokenScope, UpdateAgentRequest, UpdateUserRequest, Workspace, WorkspaceResources,
 };
 use warren_types::config::AgentConfig;
-use warren_types::DesiredState;
+use warren_types::{ActualState, DesiredState};
 
 /// How often `--wait` polls.
 const POLL_INTERVAL: Duration = Duration::from_millis(500);
@@ -41,6 +41,7 @@ pub async fn run(cmd: Command) -> Result<(), CliError> {
         Command::Project(g) => project(g.out.output, g.cmd).await,
         Command::Ws(g) => ws(g.out.output, g.cmd).await,
         Command::User(g) => user(g.out.output, g.cmd).await,
+        Command::Passwd(a) => passwd(a).await,
         Command::Devfile(_) | Command::Completions(_) => {
             Err(CliError::Usage("this command runs without a server".into()))
         }
@@ -446,6 +447,158 @@ async fn user(out: Format, cmd: UserCommand) -> Result<(), CliError> {
             print(out, &u, output::user);
         }
         UserCommand::List => print(out, &c.list_users().await?, |u| output::users(u)),
+        UserCommand::Show { username } => {
+            let u = named("user", &username, c.get_user(&username).await)?;
+            print(out, &u, output::user);
+        }
+        UserCommand::Disable { username } => {
+            update_user(&c, out, &username, |r| r.disabled = Some(true)).await?
+        }
+        UserCommand::Enable { username } => {
+            update_user(&c, out, &username, |r| r.disabled = Some(false)).await?
+        }
+        UserCommand::Promote { username } => {
+            update_user(&c, out, &username, |r| r.is_admin = Some(true)).await?
+        }
+        UserCommand::Demote { username } => {
+            update_user(&c, out, &username, |r| r.is_admin = Some(false)).await?
+        }
+        UserCommand::ResetPassword {
+            username,
+            password_stdin,
+        } => {
+            let password = new_password(password_stdin, "New password: ")?;
+            update_user(&c, out, &username, |r| r.password = Some(password)).await?
+        }
+        UserCommand::Delete {
+            username,
+            yes,
+            no_wait,
+        } => delete_user(&c, &username, yes, no_wait).await?,
+    }
+    Ok(())
+}
+
+async fn update_user(
+    c: &Client,
+    out: Format,
+    username: &str,
+    change: impl FnOnce(&mut UpdateUserRequest),
+) -> Result<(), CliError> {
+    let mut req = UpdateUserRequest::default();
+    change(&mut req);
+    let u = named("user", username, c.update_user(username, &req).await)?;
+    print(out, &u, output::user);
+    Ok(())
+}
+
+/// A new password: prompted for twice on a terminal, else one line of standard input.
+fn new_password(stdin: bool, prompt: &str) -> Result<String, CliError> {
+    if stdin {
+        return read_stdin_line("password");
+    }
+    if !std::io::stdin().is_terminal() {
+        return Err(CliError::Usage(
+            "no terminal to ask for a password; use --password-stdin".into(),
+        ));
+    }
+    let p = prompt_password(prompt)?;
+    if prompt_password("Again: ")? != p {
+        return Err(CliError::Usage("the passwords differ".into()));
+    }
+    Ok(p)
+}
+
+/// Deletes an account: names the workspaces that will be terminated and asks before, then
+/// waits until the account is gone (the server deletes it once they are).
+async fn delete_user(c: &Client, username: &str, yes: bool, no_wait: bool) -> Result<(), CliError> {
+    let user = named("user", username, c.get_user(username).await)?;
+    let query = WorkspaceQuery {
+        owner: Some(user.id.to_string()),
+        ..Default::default()
+    };
+    let live = c.list_all_workspaces(&query).await?;
+    if !live.is_empty() && !yes {
+        let names: Vec<_> = live.iter().map(|w| w.name.as_str()).collect();
+        if !std::io::stdin().is_terminal() {
+            return Err(CliError::Usage(format!(
+                "{username:?} has {} workspace(s) ({}) that deleting it terminates, volumes \
+                 included; pass --yes to confirm",
+                names.len(),
+                names.join(", ")
+            )));
+        }
+        eprintln!(
+            "Deleting {username:?} terminates its {} workspace(s), volumes included: {}",
+            names.len(),
+            names.join(", ")
+        );
+        let typed = prompt_line(&format!("Type {username} to confirm: "))?;
+        if typed != username {
+            return Err(CliError::Usage("not confirmed; nothing was changed".into()));
+        }
+    }
+    let pending = named("user", username, c.delete_user(username, true).await)?;
+    if pending.is_none() {
+        eprintln!("User {username:?} deleted.");
+        return Ok(());
+    }
+    if no_wait {
+        eprintln!("User {username:?} disabled; it is deleted once its workspaces are terminated.");
+        return Ok(());
+    }
+    eprintln!("User {username:?} disabled; waiting for its workspaces to terminate…");
+    // The account disappears once the agent reports its workspaces gone; each workspace's
+    // long-poll returns as soon as it changes.
+    for w in &live {
+        let mut version = w.version;
+        loop {
+            match c.watch_workspace(&w.name, version, 60).await {
+                Ok(now) if now.actual_state == ActualState::Terminated => break,
+                Ok(now) => version = now.version,
+                Err(e) if e.status() == Some(404) => break,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    loop {
+        match c.get_user(username).await {
+            Err(e) if e.status() == Some(404) => break,
+            Ok(u) if u.deletion_requested_at.is_some() => tokio::time::sleep(POLL_INTERVAL).await,
+            Ok(_) => break,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    eprintln!("User {username:?} deleted.");
+    Ok(())
+}
+
+async fn passwd(args: PasswdArgs) -> Result<(), CliError> {
+    let (c, _) = client()?;
+    let (current, new) = if args.password_stdin {
+        (
+            read_stdin_line("current password")?,
+            read_stdin_line("new password")?,
+        )
+    } else {
+        if !std::io::stdin().is_terminal() {
+            return Err(CliError::Usage(
+                "no terminal to ask for passwords; use --password-stdin".into(),
+            ));
+        }
+        let current = prompt_password("Current password: ")?;
+        (current, new_password(false, "New password: ")?)
+    };
+    c.change_password(&ChangePasswordRequest {
+        current_password: current,
+        new_password: new,
+        revoke_sessions: args.revoke_sessions,
+    })
+    .await?;
+    if args.revoke_sessions {
+        eprintln!("Password changed; every other token and browser session was revoked.");
+    } else {
+        eprintln!("Password changed.");
     }
     Ok(())
 }

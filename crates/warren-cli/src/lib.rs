@@ -66,6 +66,8 @@ pub enum Command {
     Ws(WsGroup),
     /// Users (admin).
     User(UserGroup),
+    /// Change your own password.
+    Passwd(PasswdArgs),
     /// Check and render devfiles locally, without a server.
     Devfile(DevfileGroup),
     /// Print a shell completion script.
@@ -459,6 +461,45 @@ pub enum UserCommand {
     /// List accounts (admin).
     #[command(visible_alias = "ls")]
     List,
+    /// Show one account (admin).
+    Show { username: String },
+    /// Disable an account (admin): it cannot sign in, use its tokens or keys, or reach its
+    /// workspaces, which are stopped. Nothing is deleted.
+    Disable { username: String },
+    /// Enable a disabled account again (admin).
+    Enable { username: String },
+    /// Grant admin rights (admin).
+    Promote { username: String },
+    /// Revoke admin rights (admin); the last active admin cannot be demoted.
+    Demote { username: String },
+    /// Set a new password for an account (admin); every session and token of it is revoked.
+    ResetPassword {
+        username: String,
+        #[arg(long)]
+        password_stdin: bool,
+    },
+    /// Delete an account (admin). Its workspaces are terminated first, volumes included,
+    /// after a confirmation (or `--yes`).
+    #[command(visible_alias = "rm")]
+    Delete {
+        username: String,
+        /// Do not ask; terminate the account's workspaces without confirmation.
+        #[arg(long, short = 'y')]
+        yes: bool,
+        /// Return once asked instead of waiting for the account to be gone.
+        #[arg(long)]
+        no_wait: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct PasswdArgs {
+    /// Read the current and the new password from standard input, one per line.
+    #[arg(long)]
+    pub password_stdin: bool,
+    /// Also sign out everywhere else: revoke every other token and browser session.
+    #[arg(long)]
+    pub revoke_sessions: bool,
 }
 
 #[derive(Debug, Args)]

@@ -316,12 +316,20 @@ pub fn ssh_keys(items: &[SshKey]) -> String {
 }
 
 pub fn users(items: &[User]) -> String {
-    let mut t = table(&["ID", "USERNAME", "ADMIN", "CREATED"]);
+    let mut t = table(&["ID", "USERNAME", "ADMIN", "STATUS", "CREATED"]);
     for u in items {
+        let status = if u.deletion_requested_at.is_some() {
+            "deleting"
+        } else if u.disabled_at.is_some() {
+            "disabled"
+        } else {
+            "active"
+        };
         t.add_row(vec![
             u.id.to_string(),
             u.username.clone(),
             if u.is_admin { "yes" } else { "no" }.to_owned(),
+            status.to_owned(),
             time(&u.created_at),
         ]);
     }

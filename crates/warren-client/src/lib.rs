@@ -13,10 +13,11 @@ use std::fmt;
 use std::time::Duration;
 use url::Url;
 use warren_types::api::{
-    AccessInfo, AddSshKeyRequest, Agent, ApiError, CreateAgentRequest, CreateProjectRequest,
-    CreateTokenRequest, CreateUserRequest, CreateWorkspaceRequest, CreatedAgent, CreatedToken,
-    Page, PasswordLoginRequest, Project, ResizeWorkspaceRequest, SshKey, Token, UpdateAgentRequest,
-    UpdateDesiredStateRequest, User, Workspace, WorkspaceResources, API_PREFIX,
+    AccessInfo, AddSshKeyRequest, Agent, ApiError, ChangePasswordRequest, CreateAgentRequest,
+    CreateProjectRequest, CreateTokenRequest, CreateUserRequest, CreateWorkspaceRequest,
+    CreatedAgent, CreatedToken, Page, PasswordLoginRequest, Project, ResizeWorkspaceRequest,
+    SshKey, Token, UpdateAgentRequest, UpdateDesiredStateRequest, UpdateUserRequest, User,
+    Workspace, WorkspaceResources, API_PREFIX,
 };
 use warren_types::state::DesiredState;
 
@@ -199,6 +200,45 @@ impl Client {
     pub async fn create_user(&self, req: &CreateUserRequest) -> Result<User> {
         self.call(Method::POST, &routes::users(), &[], Some(req))
             .await
+    }
+
+    pub async fn get_user(&self, key: &str) -> Result<User> {
+        self.call(Method::GET, &routes::user(key), &[], None::<&()>)
+            .await
+    }
+
+    /// `PATCH /users/{user}`: admin rights, disabled, password reset.
+    pub async fn update_user(&self, key: &str, req: &UpdateUserRequest) -> Result<User> {
+        self.call(Method::PATCH, &routes::user(key), &[], Some(req))
+            .await
+    }
+
+    /// `DELETE /users/{user}`: `None` once the account is gone, the account while its
+    /// workspaces are terminating.
+    pub async fn delete_user(&self, key: &str, terminate_workspaces: bool) -> Result<Option<User>> {
+        let url = self.url(&routes::user(key));
+        let query = [("terminate_workspaces", terminate_workspaces.to_string())];
+        let (status, bytes) = self
+            .send(Method::DELETE, url.clone(), &query, None::<&()>)
+            .await?;
+        if status == StatusCode::NO_CONTENT {
+            return Ok(None);
+        }
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|source| Error::Decode {
+                url: url.to_string(),
+                status: status.as_u16(),
+                source,
+            })
+    }
+
+    /// `POST /users/me/password`.
+    pub async fn change_password(&self, req: &ChangePasswordRequest) -> Result<()> {
+        let url = self.url(&routes::password());
+        self.send(Method::POST, url, &[], Some(req))
+            .await
+            .map(|_| ())
     }
 
     // ---- tokens ----

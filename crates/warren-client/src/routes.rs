@@ -23,6 +23,14 @@ pub fn users() -> Vec<String> {
     segs(&["users"])
 }
 
+pub fn user(key: &str) -> Vec<String> {
+    segs(&["users", key])
+}
+
+pub fn password() -> Vec<String> {
+    segs(&["users", "me", "password"])
+}
+
 /// `GET|POST /users/me/tokens`.
 pub fn tokens() -> Vec<String> {
     segs(&["users", "me", "tokens"])

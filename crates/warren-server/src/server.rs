@@ -206,6 +206,11 @@ impl Server {
             Duration::from_secs(self.config.lifecycle_interval_seconds),
             tasks.clone(),
         ));
+        let deletions = tokio::spawn(app::users::deletion_task(
+            self.state.clone(),
+            Duration::from_secs(self.config.lifecycle_interval_seconds),
+            tasks.clone(),
+        ));
         let signals = tokio::spawn(signal::deliver_task(
             self.state.signals.clone(),
             self.config.relay_urls.clone(),
@@ -222,6 +227,7 @@ impl Server {
             .await;
         tasks.cancel();
         let _ = timers.await;
+        let _ = deletions.await;
         let _ = signals.await;
         result.map_err(ServerError::Serve)
     }

@@ -314,6 +314,101 @@ async fn browser_flow_with_cookies_pkce_and_userinfo() {
 }
 
 #[tokio::test]
+async fn disabling_or_a_password_change_ends_browser_sessions() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        let secret = register_proxy(&s).await;
+        let alice = s.user("alice", &["api", "workspace"]).await;
+        let mut b = Browser::new(&s.base);
+        let p = sign_in(&mut b, "proxy", "alice", "password-123").await;
+        assert_eq!(p.status, 303, "[{l}] {}", p.body);
+        let p = b.get(p.location.as_deref().unwrap()).await;
+        let code = query_of(p.location.as_deref().expect("callback"))["code"].clone();
+        let (_, tok, _) = exchange(&s, &secret, &code, VERIFIER).await;
+        let access = tok["access_token"]
+            .as_str()
+            .expect("access token")
+            .to_owned();
+        let signed_in = |p: &Page| p.status == 302;
+
+        // Disabled: the browser session, the proxy's token and a new sign-in all stop.
+        let (st, _) = s
+            .admin(
+                Method::PATCH,
+                "/api/v1/users/alice",
+                Some(json!({"disabled": true})),
+            )
+            .await;
+        assert_eq!(st, 200, "[{l}]");
+        let p = b.get(&authorize_path("proxy", REDIRECT, "x", &[])).await;
+        assert!(
+            !signed_in(&p) && p.body.contains("Sign in"),
+            "[{l}] {}",
+            p.body
+        );
+        assert_eq!(userinfo(&s, &access).await.0, 401, "[{l}]");
+        let p = sign_in(&mut b, "proxy", "alice", "password-123").await;
+        assert_eq!(p.status, 403, "[{l}] {}", p.body);
+        assert!(
+            p.body.contains("This account is disabled"),
+            "[{l}] {}",
+            p.body
+        );
+        let p = sign_in(&mut b, "proxy", "alice", "wrong-password").await;
+        assert_eq!(p.status, 401, "[{l}] a wrong password says nothing more");
+
+        // Enabled again: the same session works (disabling revokes nothing).
+        let (st, _) = s
+            .admin(
+                Method::PATCH,
+                "/api/v1/users/alice",
+                Some(json!({"disabled": false})),
+            )
+            .await;
+        assert_eq!(st, 200, "[{l}]");
+        let p = b.get(&authorize_path("proxy", REDIRECT, "y", &[])).await;
+        assert!(signed_in(&p), "[{l}] {}", p.body);
+
+        // A password change that keeps sessions keeps this one; one that revokes ends it.
+        s.clock.advance_ms(1);
+        let change = |revoke: bool, from: &str, to: &str| json!({"current_password": from, "new_password": to, "revoke_sessions": revoke});
+        let path = "/api/v1/users/me/password";
+        let (st, _) = s
+            .call(
+                Method::POST,
+                path,
+                Some(&alice),
+                Some(change(false, "password-123", "password-456")),
+            )
+            .await;
+        assert_eq!(st, 204, "[{l}]");
+        let p = b.get(&authorize_path("proxy", REDIRECT, "z", &[])).await;
+        assert!(signed_in(&p), "[{l}] {}", p.body);
+        s.clock.advance_ms(1);
+        let (st, _) = s
+            .call(
+                Method::POST,
+                path,
+                Some(&alice),
+                Some(change(true, "password-456", "password-789")),
+            )
+            .await;
+        assert_eq!(st, 204, "[{l}]");
+        let p = b.get(&authorize_path("proxy", REDIRECT, "w", &[])).await;
+        assert!(
+            !signed_in(&p) && p.body.contains("Sign in"),
+            "[{l}] {}",
+            p.body
+        );
+        s.clock.advance_ms(1);
+        let p = sign_in(&mut b, "proxy", "alice", "password-789").await;
+        assert_eq!(p.status, 303, "[{l}] {}", p.body);
+        s.stop().await;
+    }
+}
+
+#[tokio::test]
 async fn curl_with_a_cookie_jar_signs_in() {
     if std::process::Command::new("curl")
         .arg("--version")

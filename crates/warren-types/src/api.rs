@@ -54,6 +54,49 @@ pub struct User {
     pub username: String,
     pub is_admin: bool,
     pub created_at: DateTime<Utc>,
+    /// When an admin disabled the account: it cannot sign in, use its tokens or keys, or
+    /// reach its workspaces (which were stopped) until enabled again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disabled_at: Option<DateTime<Utc>>,
+    /// When an admin asked for the account's deletion; it is deleted once its workspaces
+    /// are terminated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_requested_at: Option<DateTime<Utc>>,
+}
+
+/// An admin's change to an account; absent fields stay as they are.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateUserRequest {
+    /// Grant (`true`) or revoke (`false`) admin rights.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub is_admin: Option<bool>,
+    /// Disable (`true`: running workspaces are stopped) or enable (`false`) the account.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disabled: Option<bool>,
+    /// A new password (an admin's reset); every session and token of the account is revoked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<String>,
+}
+
+/// A user's change of their own password.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChangePasswordRequest {
+    pub current_password: String,
+    pub new_password: String,
+    /// Also revoke every other token and every browser session (the token making this
+    /// request is kept).
+    #[serde(default)]
+    pub revoke_sessions: bool,
+}
+
+impl std::fmt::Debug for ChangePasswordRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChangePasswordRequest")
+            .field("revoke_sessions", &self.revoke_sessions)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

@@ -590,3 +590,104 @@ fn cli_drives_a_real_server() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(cli.json(&["whoami"])["username"], "admin");
 }
+
+#[test]
+fn cli_administers_users() {
+    let server = Server::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let admin = Cli::new(&tmp.path().join("admin"));
+    let bob = Cli::new(&tmp.path().join("bob"));
+    let login = |cli: &Cli, user: &str, password: &str| {
+        cli.run_stdin(
+            &[
+                "login",
+                "--url",
+                &server.url,
+                "--username",
+                user,
+                "--password-stdin",
+            ],
+            &format!("{password}\n"),
+        )
+    };
+    assert!(login(&admin, "admin", &server.admin_password)
+        .status
+        .success());
+    let out = admin.run_stdin(
+        &["user", "create", "bob", "--password-stdin"],
+        "bob-password-1\n",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(login(&bob, "bob", "bob-password-1").status.success());
+    assert_eq!(bob.json(&["whoami"])["username"], "bob");
+
+    // Disable: bob's saved token stops working, with a message that says why it may.
+    let u = admin.json(&["user", "disable", "bob"]);
+    assert!(u["disabled_at"].is_string(), "{u}");
+    assert!(admin.ok(&["user", "list"]).contains("disabled"));
+    let out = bob.run(&["whoami"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("disabled"), "{}", stderr(&out));
+    let out = login(&bob, "bob", "bob-password-1");
+    assert!(
+        stderr(&out).contains("this account is disabled"),
+        "{}",
+        stderr(&out)
+    );
+    admin.ok(&["user", "enable", "bob"]);
+    assert_eq!(bob.json(&["whoami"])["username"], "bob");
+
+    // Admin rights.
+    assert_eq!(admin.json(&["user", "promote", "bob"])["is_admin"], true);
+    assert_eq!(bob.json(&["user", "show", "admin"])["username"], "admin");
+    assert_eq!(admin.json(&["user", "demote", "bob"])["is_admin"], false);
+    let out = admin.run(&["user", "demote", "admin"]);
+    assert!(
+        stderr(&out).contains("last active admin"),
+        "{}",
+        stderr(&out)
+    );
+
+    // Bob changes his password, and signs out everywhere else.
+    let out = bob.run_stdin(
+        &["passwd", "--password-stdin", "--revoke-sessions"],
+        "bob-password-1\nbob-password-2\n",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        bob.json(&["whoami"])["username"],
+        "bob",
+        "this session is kept"
+    );
+    assert!(
+        !login(&Cli::new(&tmp.path().join("x")), "bob", "bob-password-1")
+            .status
+            .success()
+    );
+    assert!(
+        login(&Cli::new(&tmp.path().join("y")), "bob", "bob-password-2")
+            .status
+            .success()
+    );
+    let out = bob.run_stdin(
+        &["passwd", "--password-stdin"],
+        "wrong-one\nbob-password-3\n",
+    );
+    assert!(
+        stderr(&out).contains("current_password"),
+        "{}",
+        stderr(&out)
+    );
+
+    // Delete (no workspaces: nothing to confirm).
+    let out = admin.run(&["user", "rm", "bob"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("deleted"), "{}", stderr(&out));
+    let out = admin.run(&["user", "show", "bob"]);
+    assert!(
+        stderr(&out).contains("user \"bob\" not found"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!bob.run(&["whoami"]).status.success());
+}

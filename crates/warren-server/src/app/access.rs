@@ -45,7 +45,8 @@ pub fn declared_ports(w: &WorkspaceRow) -> Vec<u16> {
         .collect()
 }
 
-/// The workspace `name` if `user` owns it and it is not terminated; else the usual refusal.
+/// The workspace `name` if `user` owns it, the account is active and the workspace is not
+/// terminated; else the usual refusal.
 async fn owned_reachable(
     state: &AppState,
     name: &str,
@@ -58,10 +59,14 @@ async fn owned_reachable(
         .ok_or_else(hidden)?;
     let reachable =
         w.desired_state != DesiredState::Terminated && w.actual_state != ActualState::Terminated;
-    if w.owner_id == user && reachable {
-        Ok(w)
-    } else {
-        Err(hidden())
+    if w.owner_id != user || !reachable {
+        return Err(hidden());
+    }
+    // A disabled account's browser sessions, keys and tokens all end here, whichever way
+    // the proxy learnt who asks.
+    match state.store.user_by_id(user).await? {
+        Some(u) if u.is_active() => Ok(w),
+        _ => Err(hidden()),
     }
 }
 
@@ -106,6 +111,14 @@ pub async fn start(
     state: &AppState,
     req: &WorkspaceStartRequest,
 ) -> Result<WorkspaceAccess, AppError> {
+    if !state
+        .store
+        .user_by_id(req.user_id)
+        .await?
+        .is_some_and(|u| u.is_active())
+    {
+        return Err(hidden());
+    }
     let load = || async {
         state
             .store

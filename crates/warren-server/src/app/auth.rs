@@ -6,6 +6,7 @@ use crate::crypto;
 use crate::relay::jwt;
 use crate::store::agents::AgentRow;
 use crate::store::tokens::TokenRow;
+use crate::store::users::UserRow;
 use warren_types::api::TokenScope;
 use warren_types::internal::{InternalClaims, PROXY_JWT_ISSUER};
 use warren_types::reconcile::{RELAY_JWT_ISSUER, SERVER_JWT_AUDIENCE};
@@ -20,8 +21,13 @@ pub enum Access {
     Write,
 }
 
-/// The token a presented secret stands for, if it is valid now; records its use.
-pub async fn token(state: &AppState, secret: &str) -> Result<Option<TokenRow>, AppError> {
+/// The token a presented secret stands for, and its user, if it is valid now and the account
+/// is active (a disabled account's tokens stop working, and work again once it is enabled);
+/// records its use.
+pub async fn token(
+    state: &AppState,
+    secret: &str,
+) -> Result<Option<(TokenRow, UserRow)>, AppError> {
     if !secret.starts_with(crypto::PAT_PREFIX) || secret.len() > 200 {
         return Ok(None);
     }
@@ -33,12 +39,20 @@ pub async fn token(state: &AppState, secret: &str) -> Result<Option<TokenRow>, A
     if !crypto::ct_eq(&stored, &digest) || t.revoked_at.is_some() || t.expires_at <= now {
         return Ok(None);
     }
+    let Some(user) = state
+        .store
+        .user_by_id(t.user_id)
+        .await?
+        .filter(UserRow::is_active)
+    else {
+        return Ok(None);
+    };
     if t.last_used_at
         .is_none_or(|l| now - l >= LAST_USED_GRANULARITY_MS)
     {
         state.store.touch_token(t.id, now).await?;
     }
-    Ok(Some(t))
+    Ok(Some((t, user)))
 }
 
 /// The principal of an API request: a valid token whose scopes allow `access`.
@@ -50,14 +64,11 @@ pub async fn api_principal(
     let secret = bearer.ok_or_else(|| {
         AppError::unauthenticated("missing `Authorization: Bearer <personal access token>` header")
     })?;
-    let token = token(state, secret).await?.ok_or_else(|| {
-        AppError::unauthenticated("the token is not valid, has expired or was revoked")
+    let (token, user) = token(state, secret).await?.ok_or_else(|| {
+        AppError::unauthenticated(
+            "the token is not valid, has expired or was revoked, or its account is disabled",
+        )
     })?;
-    let user = state
-        .store
-        .user_by_id(token.user_id)
-        .await?
-        .ok_or_else(|| AppError::unauthenticated("the token's user no longer exists"))?;
     let allowed = token.has_scope(TokenScope::Api)
         || (access == Access::Read && token.has_scope(TokenScope::ReadApi));
     if !allowed {
@@ -81,7 +92,7 @@ pub async fn workspace_token_user(
     secret: &str,
 ) -> Result<Option<warren_types::UserId>, AppError> {
     match token(state, secret).await? {
-        Some(t) if t.has_scope(TokenScope::Workspace) => Ok(Some(t.user_id)),
+        Some((t, _)) if t.has_scope(TokenScope::Workspace) => Ok(Some(t.user_id)),
         Some(_) => Err(AppError::new(
             ErrorKind::Forbidden,
             "insufficient_scope",

@@ -135,6 +135,7 @@ pub async fn renew_cli_token(
     let old = match previous {
         Some(secret) => super::auth::token(state, secret)
             .await?
+            .map(|(t, _)| t)
             .filter(|t| t.user_id == user.id),
         None => None,
     };

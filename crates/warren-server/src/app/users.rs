@@ -1,12 +1,19 @@
-//! Users and sign-in: password sessions (throttled), accounts (admins create them), the
-//! first admin of an empty database, and what every user may read of their own account.
+//! Users and sign-in: password sessions (throttled), accounts (admins create, disable,
+//! promote and delete them; never the last active admin), password changes, the first admin
+//! of an empty database, and what every user may read of their own account.
 
 use super::throttle::Throttled;
 use super::{AppError, AppState, ErrorKind, Principal};
 use crate::crypto;
-use crate::store::users::UserRow;
+use crate::store::users::{Guarded, Sessions, UserRow};
+use crate::store::workspaces::WorkspaceFilter;
+use crate::store::StoreError;
 use std::net::IpAddr;
-use warren_types::api::{CreateUserRequest, CreatedToken, PasswordLoginRequest, TokenScope, User};
+use warren_types::api::{
+    ChangePasswordRequest, CreateUserRequest, CreatedToken, PasswordLoginRequest, TokenScope,
+    UpdateUserRequest, User,
+};
+use warren_types::{DesiredState, UserId};
 
 const DAY_MS: i64 = 86_400_000;
 /// Tokens made by a password session live this long.
@@ -101,6 +108,9 @@ pub async fn password_session(
         return Err(AppError::unauthenticated("wrong username or password"));
     };
     state.login_throttle.succeeded(&req.username);
+    if !user.is_active() {
+        return Err(disabled());
+    }
     let name = req.token_name.unwrap_or_else(|| "warren login".into());
     super::tokens::issue(
         state,
@@ -110,6 +120,21 @@ pub async fn password_session(
         now + SESSION_TOKEN_DAYS * DAY_MS,
     )
     .await
+}
+
+fn disabled() -> AppError {
+    AppError::new(
+        ErrorKind::Forbidden,
+        "account_disabled",
+        "this account is disabled; ask an administrator",
+    )
+}
+
+fn last_admin(username: &str) -> AppError {
+    AppError::conflict(
+        "last_admin",
+        format!("{username:?} is the last active admin; make another user admin first"),
+    )
 }
 
 /// The caller's own account.
@@ -176,4 +201,287 @@ pub async fn bootstrap_admin(
         username: username.to_owned(),
         password,
     }))
+}
+
+/// An account by username or id, for an admin.
+async fn by_key(state: &AppState, who: &Principal, key: &str) -> Result<UserRow, AppError> {
+    who.require_admin()?;
+    let found = match key.parse::<i64>() {
+        Ok(id) => state.store.user_by_id(UserId(id)).await?,
+        Err(_) => state.store.user_by_name(key).await?,
+    };
+    found.ok_or_else(|| AppError::not_found(format!("user {key:?}")))
+}
+
+/// One account (admins only).
+pub async fn get(state: &AppState, who: &Principal, key: &str) -> Result<User, AppError> {
+    Ok(by_key(state, who, key).await?.to_api())
+}
+
+/// An admin's change to an account: admin rights, disabled or not, a password reset. A
+/// change that would leave no active admin is refused, and admins cannot disable
+/// themselves. Disabling stops the account's running workspaces; a password reset revokes
+/// every session and token of the account.
+pub async fn update(
+    state: &AppState,
+    who: &Principal,
+    key: &str,
+    req: &UpdateUserRequest,
+) -> Result<User, AppError> {
+    let user = by_key(state, who, key).await?;
+    if user.delete_requested_at.is_some() {
+        return Err(AppError::conflict(
+            "user_being_deleted",
+            format!(
+                "{:?} is being deleted (its workspaces are terminating)",
+                user.username
+            ),
+        ));
+    }
+    if req.disabled == Some(true) && user.id == who.user.id {
+        return Err(AppError::invalid_field(
+            "disabled",
+            "admins cannot disable their own account; ask another admin",
+        ));
+    }
+    let hash = match &req.password {
+        Some(p) => {
+            validate_password(p).map_err(|e| AppError::invalid_field("password", e))?;
+            Some(hash(p).await?)
+        }
+        None => None,
+    };
+    let now = state.clock.now_ms();
+    let is_admin = req.is_admin.unwrap_or(user.is_admin);
+    let disabled_at = match req.disabled {
+        Some(true) => user.disabled_at.or(Some(now)),
+        Some(false) => None,
+        None => user.disabled_at,
+    };
+    let mut updated = match state
+        .store
+        .update_user_access(user.id, is_admin, disabled_at)
+        .await?
+    {
+        Guarded::Done(u) => u,
+        Guarded::NotFound => return Err(AppError::not_found(format!("user {key:?}"))),
+        Guarded::LastAdmin => return Err(last_admin(&user.username)),
+    };
+    if let Some(hash) = hash {
+        let revoke = Sessions::Revoke { keep: None };
+        state
+            .store
+            .set_password(user.id, &hash, revoke, now)
+            .await?;
+        tracing::info!(user = %user.username, by = %who.user.username, "password reset by an admin; sessions revoked");
+        updated = state.store.user_by_id(user.id).await?.unwrap_or(updated);
+    }
+    if updated.disabled_at.is_some() && user.disabled_at.is_none() {
+        tracing::info!(user = %user.username, by = %who.user.username, "account disabled");
+        move_workspaces(state, user.id, DesiredState::Stopped).await?;
+    }
+    Ok(updated.to_api())
+}
+
+/// What became of a deletion request.
+#[derive(Debug)]
+pub enum Deletion {
+    /// The account is gone.
+    Deleted,
+    /// The account is disabled and goes once its workspaces are terminated.
+    Pending(User),
+}
+
+/// Deletes an account (admins only, never one's own nor the last active admin). One with
+/// workspaces left is refused unless `terminate_workspaces`: then it is disabled at once,
+/// its workspaces are terminated (volumes included) and it is deleted once they are gone.
+pub async fn delete(
+    state: &AppState,
+    who: &Principal,
+    key: &str,
+    terminate_workspaces: bool,
+) -> Result<Deletion, AppError> {
+    let user = by_key(state, who, key).await?;
+    if user.id == who.user.id {
+        return Err(AppError::new(
+            ErrorKind::Invalid,
+            "own_account",
+            "admins cannot delete their own account; ask another admin",
+        ));
+    }
+    let live = live_workspaces(state, user.id).await?;
+    if !live.is_empty() && !terminate_workspaces {
+        let names: Vec<_> = live.iter().map(|w| w.name.as_str()).collect();
+        return Err(AppError::conflict(
+            "user_has_workspaces",
+            format!(
+                "{:?} still has {} workspace(s) ({}); terminate them first, or ask for \
+                 `terminate_workspaces` to have them terminated with their volumes",
+                user.username,
+                names.len(),
+                names.join(", ")
+            ),
+        ));
+    }
+    match state
+        .store
+        .request_user_deletion(user.id, state.clock.now_ms())
+        .await?
+    {
+        Guarded::Done(_) => {}
+        Guarded::NotFound => return Err(AppError::not_found(format!("user {key:?}"))),
+        Guarded::LastAdmin => return Err(last_admin(&user.username)),
+    }
+    tracing::info!(user = %user.username, by = %who.user.username, workspaces = live.len(), "account deletion requested");
+    move_workspaces(state, user.id, DesiredState::Terminated).await?;
+    if state.store.delete_user_if_done(user.id).await? {
+        tracing::info!(user = %user.username, "account deleted");
+        return Ok(Deletion::Deleted);
+    }
+    let pending = state
+        .store
+        .user_by_id(user.id)
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("user {key:?}")))?;
+    Ok(Deletion::Pending(pending.to_api()))
+}
+
+/// Deletes the accounts whose workspaces have all terminated since their deletion was
+/// asked for.
+pub async fn finish_deletions(state: &AppState) -> Result<(), StoreError> {
+    for id in state.store.users_pending_deletion().await? {
+        if state.store.delete_user_if_done(id).await? {
+            tracing::info!(user_id = %id, "account deleted once its workspaces were terminated");
+        }
+    }
+    Ok(())
+}
+
+/// Finishes pending account deletions whenever a workspace changed (an agent reported one
+/// terminated), and every `interval` for changes made by other server replicas.
+pub async fn deletion_task(
+    state: AppState,
+    interval: std::time::Duration,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    let mut changes = state.changes.subscribe();
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            // Cancel-safe: cancellation only flips a flag.
+            _ = shutdown.cancelled() => return,
+            // Cancel-safe: `changed` marks nothing seen until it returns; a lost wake-up is
+            // covered by the next one or the tick.
+            r = changes.changed() => {
+                if r.is_err() {
+                    return;
+                }
+            }
+            // Cancel-safe: a lost tick is taken on the next iteration.
+            _ = tick.tick() => {}
+        }
+        if let Err(e) = finish_deletions(&state).await {
+            tracing::warn!(error = %warren_types::error_chain(&e), "finishing account deletions failed; retrying later");
+        }
+    }
+}
+
+/// A user's change of their own password: the current one is required (and throttled like
+/// a sign-in); other sessions and tokens are kept unless `revoke_sessions`.
+pub async fn change_password(
+    state: &AppState,
+    who: &Principal,
+    req: &ChangePasswordRequest,
+    client: Option<IpAddr>,
+) -> Result<(), AppError> {
+    let now = state.clock.now_ms();
+    let username = &who.user.username;
+    state
+        .login_throttle
+        .check(username, client, now)
+        .map_err(throttled)?;
+    if check_password(state, username, &req.current_password)
+        .await?
+        .is_none()
+    {
+        state.login_throttle.failed(username, client, now);
+        return Err(AppError::invalid_field(
+            "current_password",
+            "is not this account's password",
+        ));
+    }
+    state.login_throttle.succeeded(username);
+    validate_password(&req.new_password).map_err(|e| AppError::invalid_field("new_password", e))?;
+    let hash = hash(&req.new_password).await?;
+    let sessions = if req.revoke_sessions {
+        Sessions::Revoke {
+            keep: Some(who.token.id),
+        }
+    } else {
+        Sessions::Keep
+    };
+    if !state
+        .store
+        .set_password(who.user.id, &hash, sessions, now)
+        .await?
+    {
+        return Err(AppError::not_found("user"));
+    }
+    tracing::info!(user = %username, revoke_sessions = req.revoke_sessions, "password changed");
+    Ok(())
+}
+
+async fn hash(password: &str) -> Result<String, AppError> {
+    let password = password.to_owned();
+    tokio::task::spawn_blocking(move || crypto::hash_password(&password))
+        .await
+        .map_err(|e| AppError::internal("hashing the password", &e))?
+        .map_err(|e| AppError::internal("hashing the password", &e))
+}
+
+/// The account's workspaces that are not both desired and actually terminated.
+async fn live_workspaces(
+    state: &AppState,
+    owner: UserId,
+) -> Result<Vec<crate::store::workspaces::WorkspaceRow>, AppError> {
+    let f = WorkspaceFilter {
+        owner: Some(owner),
+        limit: i64::MAX,
+        ..Default::default()
+    };
+    Ok(state.store.list_workspaces(&f).await?)
+}
+
+/// Asks every live workspace of the account for `to` (`Stopped` skips those not meant to
+/// run). A workspace whose state refuses the move is left as it is and logged.
+async fn move_workspaces(
+    state: &AppState,
+    owner: UserId,
+    to: DesiredState,
+) -> Result<(), AppError> {
+    for w in live_workspaces(state, owner).await? {
+        let skip = match to {
+            DesiredState::Stopped => !matches!(
+                w.desired_state,
+                DesiredState::Running | DesiredState::RestartRequested
+            ),
+            _ => w.desired_state == to,
+        };
+        if skip {
+            continue;
+        }
+        let id = w.id;
+        let load = || async {
+            state
+                .store
+                .workspace_by_id(id)
+                .await?
+                .ok_or_else(|| AppError::not_found(format!("workspace {id}")))
+        };
+        if let Err(e) = super::workspaces::change_desired_state(state, load, to, true).await {
+            tracing::warn!(workspace = %w.name, %to, error = %e, "could not move a workspace of a disabled or deleted account");
+        }
+    }
+    Ok(())
 }

@@ -14,6 +14,10 @@ use utoipa::{Modify, OpenApi};
         api::access::access_info,
         api::users::list_users,
         api::users::create_user,
+        api::users::get_user,
+        api::users::update_user,
+        api::users::delete_user,
+        api::users::change_password,
         api::users::list_tokens,
         api::users::create_token,
         api::users::revoke_token,
@@ -84,6 +88,7 @@ impl Modify for CommonResponses {
                 &mut item.get,
                 &mut item.put,
                 &mut item.post,
+                &mut item.patch,
                 &mut item.delete,
             ];
             for op in ops.into_iter().flatten() {

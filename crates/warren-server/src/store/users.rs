@@ -1,11 +1,13 @@
-//! Local user accounts, and the insert of the first admin on an empty database.
+//! Local user accounts: the insert of the first admin on an empty database, and the admin's
+//! changes (disable, admin grant, password, deletion) that never leave the server without an
+//! active admin.
 
 use super::error::unique;
-use super::{get_i64, get_str, Store, StoreError};
+use super::{get_i64, get_opt_i64, get_str, Store, StoreError};
 use crate::db::from_millis;
 use sqlx::any::AnyRow;
 use warren_types::api::User;
-use warren_types::UserId;
+use warren_types::{TokenId, UserId};
 
 #[derive(Debug, Clone)]
 pub struct UserRow {
@@ -14,6 +16,12 @@ pub struct UserRow {
     pub password_hash: String,
     pub is_admin: bool,
     pub created_at: i64,
+    /// When an admin disabled the account (`None` while it may be used).
+    pub disabled_at: Option<i64>,
+    /// When an admin asked for the account's deletion; it goes once its workspaces have.
+    pub delete_requested_at: Option<i64>,
+    /// Browser sessions issued before this instant (ms) are no longer valid.
+    pub sessions_valid_from: i64,
 }
 
 impl UserRow {
@@ -23,7 +31,14 @@ impl UserRow {
             username: self.username.clone(),
             is_admin: self.is_admin,
             created_at: from_millis(self.created_at),
+            disabled_at: self.disabled_at.map(from_millis),
+            deletion_requested_at: self.delete_requested_at.map(from_millis),
         }
+    }
+
+    /// May the account sign in, use its tokens and reach its workspaces?
+    pub fn is_active(&self) -> bool {
+        self.disabled_at.is_none() && self.delete_requested_at.is_none()
     }
 }
 
@@ -34,10 +49,38 @@ fn row(r: &AnyRow) -> Result<UserRow, sqlx::Error> {
         password_hash: get_str(r, "password_hash")?,
         is_admin: get_i64(r, "is_admin")? != 0,
         created_at: get_i64(r, "created_at")?,
+        disabled_at: get_opt_i64(r, "disabled_at")?,
+        delete_requested_at: get_opt_i64(r, "delete_requested_at")?,
+        sessions_valid_from: get_i64(r, "sessions_valid_from")?,
     })
 }
 
-const COLS: &str = "id, username, password_hash, is_admin, created_at";
+const COLS: &str = "id, username, password_hash, is_admin, created_at, disabled_at, \
+                    delete_requested_at, sessions_valid_from";
+
+/// True when some account other than `$1` is an active admin: the guard of every change
+/// that could take the last one away.
+const ANOTHER_ACTIVE_ADMIN: &str = "EXISTS (SELECT 1 FROM users o WHERE o.id <> $1 \
+     AND o.is_admin = 1 AND o.disabled_at IS NULL AND o.delete_requested_at IS NULL)";
+
+/// The outcome of a guarded change to an account.
+#[derive(Debug)]
+pub enum Guarded {
+    Done(UserRow),
+    NotFound,
+    /// Refused: it would leave no active admin.
+    LastAdmin,
+}
+
+/// How a password change treats what was signed in before it.
+#[derive(Debug, Clone, Copy)]
+pub enum Sessions {
+    Keep,
+    /// Revoke every token and browser session except the token `keep`.
+    Revoke {
+        keep: Option<TokenId>,
+    },
+}
 
 impl Store {
     /// Inserts a user with an already hashed password.
@@ -102,5 +145,132 @@ impl Store {
             .fetch_all(&self.db.pool)
             .await?;
         Ok(rows.iter().map(row).collect::<Result<_, _>>()?)
+    }
+
+    /// Sets the admin flag and whether the account is disabled (`disabled_at` as given),
+    /// unless that would leave no active admin.
+    pub async fn update_user_access(
+        &self,
+        id: UserId,
+        is_admin: bool,
+        disabled_at: Option<i64>,
+    ) -> Result<Guarded, StoreError> {
+        let stays_active_admin = is_admin && disabled_at.is_none();
+        let r = sqlx::query(&format!(
+            "UPDATE users SET is_admin = $2, disabled_at = $3 WHERE id = $1 \
+             AND ($4 = 1 OR {ANOTHER_ACTIVE_ADMIN}) RETURNING {COLS}"
+        ))
+        .bind(id.get())
+        .bind(is_admin as i64)
+        .bind(disabled_at)
+        .bind(stays_active_admin as i64)
+        .fetch_optional(&self.db.pool)
+        .await?;
+        self.guarded(id, r).await
+    }
+
+    /// Marks the account for deletion and disables it, unless that would leave no active
+    /// admin.
+    pub async fn request_user_deletion(&self, id: UserId, now: i64) -> Result<Guarded, StoreError> {
+        let r = sqlx::query(&format!(
+            "UPDATE users SET delete_requested_at = COALESCE(delete_requested_at, $2), \
+             disabled_at = COALESCE(disabled_at, $2) WHERE id = $1 \
+             AND {ANOTHER_ACTIVE_ADMIN} RETURNING {COLS}"
+        ))
+        .bind(id.get())
+        .bind(now)
+        .fetch_optional(&self.db.pool)
+        .await?;
+        self.guarded(id, r).await
+    }
+
+    async fn guarded(&self, id: UserId, r: Option<AnyRow>) -> Result<Guarded, StoreError> {
+        Ok(match r {
+            Some(r) => Guarded::Done(row(&r)?),
+            None if self.user_by_id(id).await?.is_some() => Guarded::LastAdmin,
+            None => Guarded::NotFound,
+        })
+    }
+
+    /// Deletes an account marked for deletion once none of its workspaces is left but
+    /// terminated ones (which go with it); whether it was deleted.
+    pub async fn delete_user_if_done(&self, id: UserId) -> Result<bool, StoreError> {
+        let mut tx = self.db.begin().await?;
+        let live = sqlx::query(
+            "SELECT 1 FROM workspaces WHERE owner_id = $1 \
+             AND NOT (desired_state = 'Terminated' AND actual_state = 'Terminated') LIMIT 1",
+        )
+        .bind(id.get())
+        .fetch_optional(&mut *tx)
+        .await?;
+        if live.is_some() {
+            return Ok(false);
+        }
+        sqlx::query("DELETE FROM workspaces WHERE owner_id = $1")
+            .bind(id.get())
+            .execute(&mut *tx)
+            .await?;
+        let r = sqlx::query("DELETE FROM users WHERE id = $1 AND delete_requested_at IS NOT NULL")
+            .bind(id.get())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    /// Accounts waiting for their workspaces to go before they are deleted.
+    pub async fn users_pending_deletion(&self) -> Result<Vec<UserId>, StoreError> {
+        let rows = sqlx::query("SELECT id FROM users WHERE delete_requested_at IS NOT NULL")
+            .fetch_all(&self.db.pool)
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| get_i64(r, "id").map(UserId))
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// Replaces the password hash; with [`Sessions::Revoke`] also ends every token, OAuth
+    /// token and browser session issued before `now` (but the token `keep`).
+    pub async fn set_password(
+        &self,
+        id: UserId,
+        password_hash: &str,
+        sessions: Sessions,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.db.begin().await?;
+        let r = sqlx::query("UPDATE users SET password_hash = $2 WHERE id = $1")
+            .bind(id.get())
+            .bind(password_hash)
+            .execute(&mut *tx)
+            .await?;
+        if r.rows_affected() != 1 {
+            return Ok(false);
+        }
+        if let Sessions::Revoke { keep } = sessions {
+            sqlx::query("UPDATE users SET sessions_valid_from = $2 WHERE id = $1")
+                .bind(id.get())
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(
+                "UPDATE tokens SET revoked_at = $2 WHERE user_id = $1 AND revoked_at IS NULL \
+                 AND id <> $3",
+            )
+            .bind(id.get())
+            .bind(now)
+            .bind(keep.map_or(-1, |t| t.get()))
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query(
+                "UPDATE oauth_tokens SET revoked_at = $2 WHERE user_id = $1 AND revoked_at IS NULL",
+            )
+            .bind(id.get())
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(true)
     }
 }

@@ -426,16 +426,23 @@ pub async fn signing_key(state: &AppState) -> Result<Vec<u8>, AppError> {
         .await?)
 }
 
-/// The signed-in user of a session cookie value, if it is valid and the user exists.
+/// The signed-in user of a session cookie value, if it is valid, the account is active and
+/// no password change revoked the sessions issued before it.
 pub async fn session_user(
     state: &AppState,
     key: &[u8],
     cookie: Option<&str>,
 ) -> Result<Option<UserRow>, AppError> {
-    let Some(uid) = cookie.and_then(|c| signed::check_session(key, c, state.clock.now_ms())) else {
+    let Some((uid, issued)) =
+        cookie.and_then(|c| signed::check_session(key, c, state.clock.now_ms()))
+    else {
         return Ok(None);
     };
-    Ok(state.store.user_by_id(uid).await?)
+    Ok(state
+        .store
+        .user_by_id(uid)
+        .await?
+        .filter(|u| u.is_active() && issued >= u.sessions_valid_from))
 }
 
 /// The outcome of a password sign-in on the login page.
@@ -447,6 +454,8 @@ pub enum SignIn {
     Throttled(u64),
     /// Wrong or malformed credentials (one answer for all, no user enumeration).
     Failed,
+    /// Right credentials of a disabled account.
+    Disabled,
 }
 
 /// Checks the login form's credentials, throttled like the API's password session.
@@ -477,6 +486,10 @@ pub async fn sign_in(
         return Ok(SignIn::Failed);
     };
     state.login_throttle.succeeded(username);
+    if !user.is_active() {
+        tracing::info!("oauth sign-in refused: the account is disabled");
+        return Ok(SignIn::Disabled);
+    }
     let session = signed::session_value(key, user.id, now + signed::SESSION_TTL_MS);
     Ok(SignIn::Ok { user, session })
 }
@@ -711,6 +724,7 @@ pub async fn userinfo(state: &AppState, bearer: Option<&str>) -> Result<UserInfo
         .store
         .user_by_id(t.user_id)
         .await?
+        .filter(UserRow::is_active)
         .ok_or_else(TokenError::invalid_token)?;
     Ok(UserInfo {
         sub: user.id.get().to_string(),

@@ -32,8 +32,9 @@ pub fn session_value(key: &[u8], user: UserId, expires_ms: i64) -> String {
     format!("{body}.{}", mac(key, "session", &body))
 }
 
-/// The user of a session cookie value, if its signature holds and it has not expired.
-pub fn check_session(key: &[u8], value: &str, now_ms: i64) -> Option<UserId> {
+/// The user of a session cookie value and when it was issued (ms), if its signature holds
+/// and it has not expired.
+pub fn check_session(key: &[u8], value: &str, now_ms: i64) -> Option<(UserId, i64)> {
     let (body, sig) = value.rsplit_once('.')?;
     if !ct_eq(sig, &mac(key, "session", body)) {
         return None;
@@ -41,7 +42,7 @@ pub fn check_session(key: &[u8], value: &str, now_ms: i64) -> Option<UserId> {
     let (user, exp) = body.split_once('.')?;
     let exp: i64 = exp.parse().ok()?;
     (exp > now_ms).then_some(())?;
-    user.parse().ok().map(UserId)
+    user.parse().ok().map(|u| (UserId(u), exp - SESSION_TTL_MS))
 }
 
 /// The login form's CSRF token for a pre-login cookie value.
@@ -70,7 +71,10 @@ mod tests {
     fn session_round_trip_and_tamper() {
         let k = b"key-one";
         let v = session_value(k, UserId(7), 1_000);
-        assert_eq!(check_session(k, &v, 999), Some(UserId(7)));
+        assert_eq!(
+            check_session(k, &v, 999),
+            Some((UserId(7), 1_000 - SESSION_TTL_MS))
+        );
         assert_eq!(check_session(k, &v, 1_000), None, "expired");
         assert_eq!(check_session(b"key-two", &v, 0), None, "other key");
         let forged = v.replacen('7', "8", 1);

@@ -48,6 +48,13 @@ pub fn router() -> Router<AppState> {
         .route("/users/me", get(users::me))
         .route("/access", get(access::access_info))
         .route("/users", get(users::list_users).post(users::create_user))
+        .route("/users/me/password", post(users::change_password))
+        .route(
+            "/users/{user}",
+            get(users::get_user)
+                .patch(users::update_user)
+                .delete(users::delete_user),
+        )
         .route(
             "/users/me/tokens",
             get(users::list_tokens).post(users::create_token),

@@ -3,12 +3,14 @@
 use super::Auth;
 use crate::app::{self, AppState};
 use crate::http::client_addr::ClientAddr;
-use crate::http::error::{HttpError, Json, Path};
+use crate::http::error::{HttpError, Json, Path, Query};
 use axum::extract::State;
+use axum::response::{IntoResponse, Response};
 use http::StatusCode;
+use serde::Deserialize;
 use warren_types::api::{
-    AddSshKeyRequest, ApiError, CreateTokenRequest, CreateUserRequest, CreatedToken,
-    PasswordLoginRequest, SshKey, Token, User,
+    AddSshKeyRequest, ApiError, ChangePasswordRequest, CreateTokenRequest, CreateUserRequest,
+    CreatedToken, PasswordLoginRequest, SshKey, Token, UpdateUserRequest, User,
 };
 use warren_types::{SshKeyId, TokenId};
 
@@ -49,6 +51,77 @@ pub async fn create_user(
 ) -> Result<(StatusCode, Json<User>), HttpError> {
     let u = app::users::create(&state, &who, &req).await?;
     Ok((StatusCode::CREATED, Json(u)))
+}
+
+/// Change the caller's own password; the current one is required.
+#[utoipa::path(post, path = "/api/v1/users/me/password", request_body = ChangePasswordRequest,
+    responses((status = 204), (status = 400, body = ApiError), (status = 429, body = ApiError)),
+    tag = "users", security(("bearer" = [])))]
+pub async fn change_password(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    ClientAddr(addr): ClientAddr,
+    Json(req): Json<ChangePasswordRequest>,
+) -> Result<StatusCode, HttpError> {
+    app::users::change_password(&state, &who, &req, addr).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(get, path = "/api/v1/users/{user}",
+    params(("user" = String, Path, description = "username or id")),
+    responses((status = 200, body = User), (status = 404, body = ApiError)), tag = "users",
+    security(("bearer" = [])))]
+pub async fn get_user(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(key): Path<String>,
+) -> Result<Json<User>, HttpError> {
+    Ok(Json(app::users::get(&state, &who, &key).await?))
+}
+
+/// Grant or revoke admin rights, disable or enable, reset the password (admins only).
+#[utoipa::path(patch, path = "/api/v1/users/{user}", request_body = UpdateUserRequest,
+    params(("user" = String, Path, description = "username or id")),
+    responses((status = 200, body = User), (status = 404, body = ApiError), (status = 409, body = ApiError)),
+    tag = "users", security(("bearer" = [])))]
+pub async fn update_user(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(key): Path<String>,
+    Json(req): Json<UpdateUserRequest>,
+) -> Result<Json<User>, HttpError> {
+    Ok(Json(app::users::update(&state, &who, &key, &req).await?))
+}
+
+/// Query of `DELETE /api/v1/users/{user}`.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct DeleteUserQuery {
+    /// Terminate the account's workspaces (volumes included) first; without it an account
+    /// with workspaces left is refused.
+    #[serde(default)]
+    pub terminate_workspaces: bool,
+}
+
+/// Delete an account (admins only): 204 once it is gone, 202 with the account while its
+/// workspaces are terminating (it is disabled meanwhile).
+#[utoipa::path(delete, path = "/api/v1/users/{user}",
+    params(("user" = String, Path, description = "username or id"), DeleteUserQuery),
+    responses((status = 204), (status = 202, body = User), (status = 404, body = ApiError), (status = 409, body = ApiError)),
+    tag = "users", security(("bearer" = [])))]
+pub async fn delete_user(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(key): Path<String>,
+    Query(q): Query<DeleteUserQuery>,
+) -> Result<Response, HttpError> {
+    Ok(
+        match app::users::delete(&state, &who, &key, q.terminate_workspaces).await? {
+            app::users::Deletion::Deleted => StatusCode::NO_CONTENT.into_response(),
+            app::users::Deletion::Pending(u) => (StatusCode::ACCEPTED, Json(u)).into_response(),
+        },
+    )
 }
 
 #[utoipa::path(get, path = "/api/v1/users/me/tokens", responses((status = 200, body = Vec<Token>)), tag = "tokens",

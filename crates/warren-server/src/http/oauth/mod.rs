@@ -29,6 +29,8 @@ use serde::Deserialize;
 
 /// The one message of a failed sign-in, whatever failed (no user enumeration).
 pub const LOGIN_FAILED: &str = "Invalid username or password.";
+/// The login page's message for the right password of a disabled account.
+pub const ACCOUNT_DISABLED: &str = "This account is disabled. Ask an administrator.";
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -247,6 +249,7 @@ pub async fn login(
             return r;
         }
         Ok(SignIn::Failed) => return again(StatusCode::UNAUTHORIZED, LOGIN_FAILED),
+        Ok(SignIn::Disabled) => return again(StatusCode::FORBIDDEN, ACCOUNT_DISABLED),
         Ok(SignIn::Ok { session, .. }) => session,
     };
     let https = cookies::is_https(&headers);

@@ -7,17 +7,18 @@ use crate::output::{self, render, Format};
 use crate::ssh_cmd;
 use crate::wait::{self, Goal};
 use crate::{
-    AgentCommand, CliError, Command, LoginArgs, PasswdArgs, ProjectCommand, ScopeArg,
-    SshKeyCommand, TokenCommand, UserCommand, WaitArgs, WsCommand, WsCreateArgs,
+    AgentCommand, CliError, Command, LoginArgs, OAuthClientCommand, PasswdArgs, ProjectCommand,
+    ScopeArg, SshKeyCommand, TokenCommand, UserCommand, WaitArgs, WsCommand, WsCreateArgs,
 };
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
 use std::time::Duration;
 use warren_client::{Client, WorkspaceQuery};
 use warren_types::api::{
-    AddSshKeyRequest, ChangePasswordRequest, CreateAgentRequest, CreateProjectRequest,
-    CreateTokenRequest, CreateUserRequest, CreateWorkspaceRequest, Page, PasswordLoginRequest,
-    TokenScope, UpdateAgentRequest, UpdateUserRequest, Workspace, WorkspaceResources,
+    AddSshKeyRequest, ChangePasswordRequest, CreateAgentRequest, CreateOAuthClient,
+    CreateProjectRequest, CreateTokenRequest, CreateUserRequest, CreateWorkspaceRequest, Page,
+    PasswordLoginRequest, TokenScope, UpdateAgentRequest, UpdateUserRequest, Workspace,
+    WorkspaceResources,
 };
 use warren_types::config::AgentConfig;
 use warren_types::{ActualState, DesiredState};
@@ -42,6 +43,7 @@ pub async fn run(cmd: Command) -> Result<(), CliError> {
         Command::Ws(g) => ws(g.out.output, g.cmd).await,
         Command::User(g) => user(g.out.output, g.cmd).await,
         Command::Passwd(a) => passwd(a).await,
+        Command::OAuthClient(g) => oauth_client(g.out.output, g.cmd).await,
         Command::Devfile(_) | Command::Completions(_) => {
             Err(CliError::Usage("this command runs without a server".into()))
         }
@@ -570,6 +572,56 @@ async fn delete_user(c: &Client, username: &str, yes: bool, no_wait: bool) -> Re
         }
     }
     eprintln!("User {username:?} deleted.");
+    Ok(())
+}
+
+async fn oauth_client(out: Format, cmd: OAuthClientCommand) -> Result<(), CliError> {
+    let (c, _) = client()?;
+    match cmd {
+        OAuthClientCommand::Create {
+            client_id,
+            name,
+            redirect_uris,
+            first_party,
+            public,
+        } => {
+            let created = c
+                .create_oauth_client(&CreateOAuthClient {
+                    client_id,
+                    name,
+                    redirect_uris,
+                    first_party,
+                    confidential: !public,
+                })
+                .await?;
+            if out != Format::Table {
+                print(out, &created, |_| String::new());
+            } else if let Some(secret) = &created.client_secret {
+                eprintln!(
+                    "OAuth client {:?} created. Its secret is shown only this once:",
+                    created.client.client_id
+                );
+                println!("{secret}");
+            } else {
+                eprintln!(
+                    "Public OAuth client {:?} created (no secret: it must use PKCE).",
+                    created.client.client_id
+                );
+                println!("{}", created.client.client_id);
+            }
+        }
+        OAuthClientCommand::List => print(out, &c.list_oauth_clients().await?, |l| {
+            output::oauth_clients(l)
+        }),
+        OAuthClientCommand::Delete { client_id } => {
+            named(
+                "oauth client",
+                &client_id,
+                c.delete_oauth_client(&client_id).await,
+            )?;
+            eprintln!("OAuth client {client_id:?} deleted.");
+        }
+    }
     Ok(())
 }
 

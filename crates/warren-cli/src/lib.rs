@@ -68,6 +68,9 @@ pub enum Command {
     User(UserGroup),
     /// Change your own password.
     Passwd(PasswdArgs),
+    /// OAuth clients of the server's sign-in (admin): the proxy's, or a third-party tool's.
+    #[command(name = "oauth-client")]
+    OAuthClient(OAuthClientGroup),
     /// Check and render devfiles locally, without a server.
     Devfile(DevfileGroup),
     /// Print a shell completion script.
@@ -490,6 +493,47 @@ pub enum UserCommand {
         #[arg(long)]
         no_wait: bool,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct OAuthClientGroup {
+    #[command(flatten)]
+    pub out: OutputArgs,
+    #[command(subcommand)]
+    pub cmd: OAuthClientCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum OAuthClientCommand {
+    /// Register a client; a confidential client's secret is printed once, on standard
+    /// output (e.g. `> /etc/warren/proxy-oauth.secret` for the proxy).
+    #[command(
+        after_help = "Example, the proxy of workspaces under ws.example.com:\n  \
+        warren oauth-client create proxy --name 'Warren proxy' --first-party \\\n    \
+        --redirect-uri https://auth.ws.example.com/oauth/callback > /etc/warren/proxy-oauth.secret"
+    )]
+    Create {
+        /// The client id (generated when absent).
+        client_id: Option<String>,
+        /// A name shown on the consent page.
+        #[arg(long)]
+        name: String,
+        /// An allowed redirect URI (repeatable; matched exactly).
+        #[arg(long = "redirect-uri", required = true)]
+        redirect_uris: Vec<String>,
+        /// Skip the consent page (Warren's own proxy).
+        #[arg(long)]
+        first_party: bool,
+        /// A public client without a secret (PKCE alone), e.g. a desktop tool.
+        #[arg(long)]
+        public: bool,
+    },
+    /// List clients.
+    #[command(visible_alias = "ls")]
+    List,
+    /// Delete a client; every session signed in through it ends.
+    #[command(visible_alias = "rm")]
+    Delete { client_id: String },
 }
 
 #[derive(Debug, Args)]

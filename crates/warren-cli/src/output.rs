@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 use comfy_table::{presets, Table};
 use serde::Serialize;
-use warren_types::api::{Agent, Project, SshKey, Token, User, Workspace};
+use warren_types::api::{Agent, OAuthClient, Project, SshKey, Token, User, Workspace};
 
 /// `-o/--output`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -331,6 +331,26 @@ pub fn users(items: &[User]) -> String {
             if u.is_admin { "yes" } else { "no" }.to_owned(),
             status.to_owned(),
             time(&u.created_at),
+        ]);
+    }
+    finish(t)
+}
+
+pub fn oauth_clients(items: &[OAuthClient]) -> String {
+    let mut t = table(&["CLIENT ID", "NAME", "KIND", "REDIRECT URIS", "CREATED"]);
+    for c in items {
+        let kind = match (c.first_party, c.confidential) {
+            (true, true) => "first-party, confidential",
+            (true, false) => "first-party, public",
+            (false, true) => "confidential",
+            (false, false) => "public",
+        };
+        t.add_row(vec![
+            c.client_id.clone(),
+            c.name.clone(),
+            kind.to_owned(),
+            c.redirect_uris.join(" "),
+            time(&c.created_at),
         ]);
     }
     finish(t)

@@ -14,10 +14,10 @@ use std::time::Duration;
 use url::Url;
 use warren_types::api::{
     AccessInfo, AddSshKeyRequest, Agent, ApiError, ChangePasswordRequest, CreateAgentRequest,
-    CreateProjectRequest, CreateTokenRequest, CreateUserRequest, CreateWorkspaceRequest,
-    CreatedAgent, CreatedToken, Page, PasswordLoginRequest, Project, ResizeWorkspaceRequest,
-    SshKey, Token, UpdateAgentRequest, UpdateDesiredStateRequest, UpdateUserRequest, User,
-    Workspace, WorkspaceResources, API_PREFIX,
+    CreateOAuthClient, CreateProjectRequest, CreateTokenRequest, CreateUserRequest,
+    CreateWorkspaceRequest, CreatedAgent, CreatedOAuthClient, CreatedToken, OAuthClient, Page,
+    PasswordLoginRequest, Project, ResizeWorkspaceRequest, SshKey, Token, UpdateAgentRequest,
+    UpdateDesiredStateRequest, UpdateUserRequest, User, Workspace, WorkspaceResources, API_PREFIX,
 };
 use warren_types::state::DesiredState;
 
@@ -239,6 +239,23 @@ impl Client {
         self.send(Method::POST, url, &[], Some(req))
             .await
             .map(|_| ())
+    }
+
+    // ---- OAuth clients ----
+
+    pub async fn create_oauth_client(&self, req: &CreateOAuthClient) -> Result<CreatedOAuthClient> {
+        self.call(Method::POST, &routes::oauth_clients(), &[], Some(req))
+            .await
+    }
+
+    pub async fn list_oauth_clients(&self) -> Result<Vec<OAuthClient>> {
+        self.call(Method::GET, &routes::oauth_clients(), &[], None::<&()>)
+            .await
+    }
+
+    pub async fn delete_oauth_client(&self, client_id: &str) -> Result<()> {
+        self.call_empty(Method::DELETE, &routes::oauth_client(client_id))
+            .await
     }
 
     // ---- tokens ----

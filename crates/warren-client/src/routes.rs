@@ -27,6 +27,14 @@ pub fn user(key: &str) -> Vec<String> {
     segs(&["users", key])
 }
 
+pub fn oauth_clients() -> Vec<String> {
+    segs(&["oauth", "clients"])
+}
+
+pub fn oauth_client(id: &str) -> Vec<String> {
+    segs(&["oauth", "clients", id])
+}
+
 pub fn password() -> Vec<String> {
     segs(&["users", "me", "password"])
 }

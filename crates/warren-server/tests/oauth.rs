@@ -404,6 +404,34 @@ async fn disabling_or_a_password_change_ends_browser_sessions() {
         s.clock.advance_ms(1);
         let p = sign_in(&mut b, "proxy", "alice", "password-789").await;
         assert_eq!(p.status, 303, "[{l}] {}", p.body);
+
+        // Deleting the client ends what was signed in through it.
+        let p = b.get(p.location.as_deref().unwrap()).await;
+        let code = query_of(p.location.as_deref().expect("callback"))["code"].clone();
+        let (_, tok, _) = exchange(&s, &secret, &code, VERIFIER).await;
+        let access = tok["access_token"]
+            .as_str()
+            .expect("access token")
+            .to_owned();
+        assert_eq!(userinfo(&s, &access).await.0, 200, "[{l}]");
+        let (st, _) = s
+            .call(
+                Method::DELETE,
+                "/api/v1/oauth/clients/proxy",
+                Some(&alice),
+                None,
+            )
+            .await;
+        assert_eq!(st, 403, "[{l}] admins only");
+        let (st, _) = s
+            .admin(Method::DELETE, "/api/v1/oauth/clients/proxy", None)
+            .await;
+        assert_eq!(st, 204, "[{l}]");
+        assert_eq!(userinfo(&s, &access).await.0, 401, "[{l}]");
+        let (st, _) = s
+            .admin(Method::DELETE, "/api/v1/oauth/clients/proxy", None)
+            .await;
+        assert_eq!(st, 404, "[{l}]");
         s.stop().await;
     }
 }

@@ -108,6 +108,56 @@ pub struct CreateUserRequest {
     pub is_admin: bool,
 }
 
+/// Body of `POST /api/v1/oauth/clients`: an OAuth client of Warren's authorization server
+/// (the proxy, or a third-party tool).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateOAuthClient {
+    /// Chosen id (1–100 of `A-Z a-z 0-9 . _ -`); generated when absent.
+    #[serde(default)]
+    pub client_id: Option<String>,
+    pub name: String,
+    /// Matched exactly against the authorization request's `redirect_uri`.
+    pub redirect_uris: Vec<String>,
+    /// First-party clients (Warren's own proxy) skip the consent page.
+    #[serde(default)]
+    pub first_party: bool,
+    /// Confidential clients get a secret; public ones rely on PKCE alone.
+    #[serde(default = "yes")]
+    pub confidential: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// An OAuth client as the API shows it (never its secret).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct OAuthClient {
+    pub client_id: String,
+    pub name: String,
+    pub redirect_uris: Vec<String>,
+    pub first_party: bool,
+    pub confidential: bool,
+    pub created_at: DateTime<Utc>,
+}
+
+/// 201 answer: the client and, for a confidential one, its secret (shown once).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CreatedOAuthClient {
+    pub client: OAuthClient,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret: Option<String>,
+}
+
+impl std::fmt::Debug for CreatedOAuthClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CreatedOAuthClient")
+            .field("client", &self.client)
+            .finish_non_exhaustive()
+    }
+}
+
 /// What a personal access token may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]

@@ -679,6 +679,31 @@ fn cli_administers_users() {
         stderr(&out)
     );
 
+    // OAuth clients: the proxy's secret alone on stdout, listed without it, deleted.
+    let secret = admin.ok(&[
+        "oauth-client",
+        "create",
+        "proxy",
+        "--name",
+        "Warren proxy",
+        "--first-party",
+        "--redirect-uri",
+        "https://auth.ws.example.com/oauth/callback",
+    ]);
+    assert_eq!(secret.lines().count(), 1, "{secret}");
+    assert!(secret.starts_with("wrn_cs_"), "{secret}");
+    let listed = admin.ok(&["oauth-client", "list"]);
+    assert!(
+        listed.contains("proxy") && listed.contains("first-party, confidential"),
+        "{listed}"
+    );
+    assert!(!listed.contains(secret.trim()), "{listed}");
+    let out = bob.run(&["oauth-client", "list"]);
+    assert!(stderr(&out).contains("admin"), "{}", stderr(&out));
+    admin.ok(&["oauth-client", "rm", "proxy"]);
+    let out = admin.run(&["oauth-client", "rm", "proxy"]);
+    assert!(stderr(&out).contains("not found"), "{}", stderr(&out));
+
     // Delete (no workspaces: nothing to confirm).
     let out = admin.run(&["user", "rm", "bob"]);
     assert!(out.status.success(), "{}", stderr(&out));

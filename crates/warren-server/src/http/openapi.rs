@@ -7,7 +7,7 @@ use utoipa::{Modify, OpenApi};
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "Warren API", description = "Warren's REST API: users, tokens, SSH keys, agents, projects, workspaces."),
+    info(title = "Warren API", description = "Warren's REST API: users, tokens, SSH keys, OAuth clients, agents, projects, workspaces."),
     paths(
         api::users::create_session,
         api::users::me,
@@ -24,6 +24,9 @@ use utoipa::{Modify, OpenApi};
         api::users::list_ssh_keys,
         api::users::add_ssh_key,
         api::users::delete_ssh_key,
+        super::oauth::clients::create,
+        super::oauth::clients::list,
+        super::oauth::clients::delete,
         api::agents::list,
         api::agents::create,
         api::agents::get_one,

@@ -153,6 +153,24 @@ impl Store {
         Ok(rows.iter().map(client_row).collect::<Result<_, _>>()?)
     }
 
+    /// Deletes a client with its codes and tokens (sessions through it end at once);
+    /// whether it existed.
+    pub async fn delete_oauth_client(&self, client_id: &str) -> Result<bool, StoreError> {
+        let mut tx = self.db.begin().await?;
+        for table in ["oauth_codes", "oauth_tokens"] {
+            sqlx::query(&format!("DELETE FROM {table} WHERE client_id = $1"))
+                .bind(client_id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        let r = sqlx::query("DELETE FROM oauth_clients WHERE client_id = $1")
+            .bind(client_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(r.rows_affected() == 1)
+    }
+
     /// Stores a new code by its digest.
     #[allow(clippy::too_many_arguments)]
     pub async fn insert_oauth_code(

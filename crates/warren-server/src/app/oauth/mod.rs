@@ -39,38 +39,7 @@ pub struct NewOAuthClient {
     pub secret: Option<String>,
 }
 
-/// Body of `POST /api/v1/oauth/clients`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct CreateOAuthClient {
-    /// Chosen id; generated when absent.
-    #[serde(default)]
-    pub client_id: Option<String>,
-    pub name: String,
-    /// Matched exactly against the authorization request's `redirect_uri`.
-    pub redirect_uris: Vec<String>,
-    /// First-party clients (Warren's own proxy) skip the consent page.
-    #[serde(default)]
-    pub first_party: bool,
-    /// Confidential clients get a secret; public ones rely on PKCE alone.
-    #[serde(default = "yes")]
-    pub confidential: bool,
-}
-
-fn yes() -> bool {
-    true
-}
-
-/// A client as the API shows it (never its secret).
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
-pub struct OAuthClient {
-    pub client_id: String,
-    pub name: String,
-    pub redirect_uris: Vec<String>,
-    pub first_party: bool,
-    pub confidential: bool,
-    pub created_at: chrono::DateTime<chrono::Utc>,
-}
+pub use warren_types::api::{CreateOAuthClient, CreatedOAuthClient, OAuthClient};
 
 impl From<&OAuthClientRow> for OAuthClient {
     fn from(c: &OAuthClientRow) -> Self {
@@ -83,14 +52,6 @@ impl From<&OAuthClientRow> for OAuthClient {
             created_at: crate::db::from_millis(c.created_at),
         }
     }
-}
-
-/// 201 answer: the client and, for a confidential one, its secret (shown once).
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
-pub struct CreatedOAuthClient {
-    pub client: OAuthClient,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub client_secret: Option<String>,
 }
 
 /// Client ids: 1–100 of `A-Z a-z 0-9 . _ -`.
@@ -207,6 +168,22 @@ pub async fn list_clients(state: &AppState, who: &Principal) -> Result<Vec<OAuth
     who.require_admin()?;
     let rows = state.store.list_oauth_clients().await?;
     Ok(rows.iter().map(OAuthClient::from).collect())
+}
+
+/// Deletes a client (admins only): its codes and tokens go with it, so whatever signed in
+/// through it must sign in again through another.
+pub async fn delete_client(
+    state: &AppState,
+    who: &Principal,
+    client_id: &str,
+) -> Result<(), AppError> {
+    who.require_admin()?;
+    if state.store.delete_oauth_client(client_id).await? {
+        tracing::info!(client_id, by = %who.user.username, "oauth client deleted");
+        Ok(())
+    } else {
+        Err(AppError::not_found(format!("oauth client {client_id:?}")))
+    }
 }
 
 // ---- authorization requests ----

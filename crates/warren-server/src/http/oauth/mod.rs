@@ -43,6 +43,10 @@ pub fn router() -> Router<AppState> {
             "/api/v1/oauth/clients",
             get(clients::list).post(clients::create),
         )
+        .route(
+            "/api/v1/oauth/clients/{client_id}",
+            axum::routing::delete(clients::delete),
+        )
 }
 
 fn no_store(mut r: Response) -> Response {

@@ -8,6 +8,7 @@
 //! exec runs local processes. Everything stops when the [`Stack`] is dropped.
 
 pub mod browser;
+pub mod git_http;
 
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};

@@ -8,6 +8,7 @@
 pub mod api;
 pub mod bounded;
 pub mod config;
+pub mod git;
 pub mod ids;
 pub mod internal;
 pub mod lifecycle;

@@ -1,0 +1,684 @@
+//! Reading files from Git repositories for the control plane (a project's devfile today,
+//! GitOps sources next), with the project's credentials, cached by commit.
+//!
+//! # Why the `git` program
+//!
+//! Warren talks to repositories through Git's own client, as Argo CD does, rather than a
+//! library: it speaks every transport and authentication a forge offers (smart HTTP with
+//! tokens or passwords, SSH keys through OpenSSH), behaves exactly as the clone inside the
+//! workspace does (same credential-helper protocol), and is what operators already debug
+//! with. Each call runs with a clean configuration (no system or user config, no prompts,
+//! English messages) and a deadline.
+//!
+//! # Secrets
+//!
+//! A credential never appears on a command line, in the environment or in a repository's
+//! config: HTTPS credentials reach git through a one-shot credential helper that prints a
+//! 0600 file, SSH keys through a 0600 key file named in `GIT_SSH_COMMAND`; both live in a
+//! private temporary directory removed when the call ends. Error messages carry git's own
+//! `fatal:`/`error:` lines, which never contain the credential (it is not in the URL).
+//!
+//! # Cache
+//!
+//! Every read first resolves the ref on the remote (`ls-remote`, authenticated, so access is
+//! checked each time), then looks the file up by commit: a commit's tree never changes, so
+//! what was read once at a commit is served from memory afterwards. Fetched commits are kept
+//! in one bare repository per URL under the cache directory, so later fetches are
+//! incremental.
+
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use warren_types::git::GitCredential;
+
+/// Entries kept in the by-commit cache before the oldest are dropped.
+const CACHE_ENTRIES: usize = 512;
+/// Lines of git's stderr an error message keeps.
+const ERROR_LINES: usize = 3;
+
+/// Why a repository could not be read. Every message names the repository (its URL without
+/// credentials), and the ref and path when they are the problem.
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    #[error("{0}")]
+    InvalidUrl(String),
+    #[error("git is not installed where the server runs; reading repositories needs it")]
+    NotInstalled,
+    #[error("repository {repo}: ref {reference:?} not found")]
+    RefNotFound { repo: String, reference: String },
+    #[error("repository {repo}: {path:?} not found at ref {reference:?} (commit {commit})")]
+    PathNotFound {
+        repo: String,
+        reference: String,
+        commit: String,
+        path: String,
+    },
+    #[error("repository {repo}: {path:?} at ref {reference:?} is {size} bytes, more than the {max} bytes allowed")]
+    TooLarge {
+        repo: String,
+        reference: String,
+        path: String,
+        size: u64,
+        max: u64,
+    },
+    #[error(
+        "repository {repo}: authentication failed (set or fix the project's credentials): {detail}"
+    )]
+    Auth { repo: String, detail: String },
+    #[error("repository {repo}: {detail}")]
+    Remote { repo: String, detail: String },
+    #[error("repository {repo}: git did not finish within {secs} s")]
+    Timeout { repo: String, secs: u64 },
+    #[error("running git")]
+    Io(#[source] std::io::Error),
+}
+
+/// Limits of a [`GitReader`].
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Longest one git command may run.
+    pub timeout: Duration,
+    /// Largest file [`GitReader::read_file`] returns.
+    pub max_file_bytes: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            timeout: Duration::from_secs(60),
+            max_file_bytes: 1024 * 1024,
+        }
+    }
+}
+
+/// A repository and how to authenticate to it.
+#[derive(Debug, Clone, Copy)]
+pub struct Remote<'a> {
+    pub url: &'a str,
+    pub credential: Option<&'a GitCredential>,
+}
+
+/// A file read at a ref.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileAtRef {
+    /// The commit the ref resolved to.
+    pub commit: String,
+    pub contents: Arc<Vec<u8>>,
+}
+
+type CacheKey = (String, String, String);
+
+/// Reads files from remote repositories; cheap to clone (shared cache).
+#[derive(Debug, Clone)]
+pub struct GitReader {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    dir: PathBuf,
+    options: Options,
+    /// (url, commit, path) → contents, with insertion order for eviction.
+    cache: Mutex<(HashMap<CacheKey, Arc<Vec<u8>>>, Vec<CacheKey>)>,
+    /// One fetch at a time per repository directory.
+    locks: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// Checks that the server may fetch `url`: http(s), ssh, git or scp-like `user@host:path`,
+/// without credentials in it (they belong in the project's credentials), and never a local
+/// path or `file://` (the server must not read its own disk on a user's behalf).
+pub fn validate_remote_url(url: &str) -> Result<(), String> {
+    if url.starts_with('-') || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!("{url:?} is not a Git URL"));
+    }
+    if let Ok(u) = url::Url::parse(url) {
+        if !["http", "https", "ssh", "git"].contains(&u.scheme()) {
+            return Err(format!(
+                "scheme {:?} cannot be read by the server (http, https, ssh, git)",
+                u.scheme()
+            ));
+        }
+        if u.password().is_some()
+            || (matches!(u.scheme(), "http" | "https") && !u.username().is_empty())
+        {
+            return Err(
+                "the URL carries credentials; give them as the project's credentials instead, \
+                 which are stored encrypted and never shown"
+                    .into(),
+            );
+        }
+        return Ok(());
+    }
+    match url.split_once(':') {
+        Some((host, path)) if host.contains('@') && !path.is_empty() && !host.contains('/') => {
+            Ok(())
+        }
+        _ => Err(format!("{url:?} is not a Git URL")),
+    }
+}
+
+/// The URL as messages show it: without any user information.
+pub fn display_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if u.password().is_some() || !u.username().is_empty() => {
+            let _ = u.set_password(None);
+            if matches!(u.scheme(), "http" | "https") {
+                let _ = u.set_username("");
+            }
+            u.to_string()
+        }
+        _ => url.to_owned(),
+    }
+}
+
+fn is_commit_id(r: &str) -> bool {
+    r.len() == 40 && r.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+impl GitReader {
+    /// A reader keeping its repositories under `dir` (created when missing).
+    pub fn new(dir: impl Into<PathBuf>, options: Options) -> GitReader {
+        GitReader {
+            inner: Arc::new(Inner {
+                dir: dir.into(),
+                options,
+                cache: Mutex::new((HashMap::new(), Vec::new())),
+                locks: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// The commit `reference` (a branch, a tag, `HEAD` or empty for the default branch, or a
+    /// full commit id) points at on the remote.
+    pub async fn resolve(&self, remote: Remote<'_>, reference: &str) -> Result<String, GitError> {
+        validate_remote_url(remote.url).map_err(GitError::InvalidUrl)?;
+        if is_commit_id(reference) {
+            return Ok(reference.to_ascii_lowercase());
+        }
+        let pattern = if reference.is_empty() {
+            "HEAD"
+        } else {
+            reference
+        };
+        let auth = Auth::prepare(remote.credential, &self.inner.dir).map_err(GitError::Io)?;
+        let out = self
+            .git(
+                None,
+                &auth,
+                remote.url,
+                &[
+                    "ls-remote",
+                    "--",
+                    remote.url,
+                    pattern,
+                    &format!("{pattern}^{{}}"),
+                ],
+            )
+            .await?;
+        let refs: Vec<(&str, &str)> = out
+            .lines()
+            .filter_map(|l| l.split_once('\t'))
+            .map(|(sha, name)| (name, sha))
+            .collect();
+        let find = |name: &str| refs.iter().find(|(n, _)| *n == name).map(|(_, s)| *s);
+        let found = if pattern == "HEAD" {
+            find("HEAD")
+        } else if pattern.starts_with("refs/") {
+            find(&format!("{pattern}^{{}}")).or_else(|| find(pattern))
+        } else {
+            find(&format!("refs/heads/{pattern}"))
+                .or_else(|| find(&format!("refs/tags/{pattern}^{{}}")))
+                .or_else(|| find(&format!("refs/tags/{pattern}")))
+        };
+        found
+            .map(str::to_owned)
+            .ok_or_else(|| GitError::RefNotFound {
+                repo: display_url(remote.url),
+                reference: reference.to_owned(),
+            })
+    }
+
+    /// The file at `path` in the repository at `reference`, and the commit it was read at.
+    pub async fn read_file(
+        &self,
+        remote: Remote<'_>,
+        reference: &str,
+        path: &str,
+    ) -> Result<FileAtRef, GitError> {
+        let commit = self.resolve(remote, reference).await?;
+        let path = path.trim_start_matches("./").to_owned();
+        let key = (remote.url.to_owned(), commit.clone(), path.clone());
+        if let Some(hit) = self.cached(&key) {
+            return Ok(FileAtRef {
+                commit,
+                contents: hit,
+            });
+        }
+        let repo_dir = self.repo_dir(remote.url);
+        let lock = self.lock_for(&repo_dir);
+        let _guard = lock.lock().await;
+        let auth = Auth::prepare(remote.credential, &self.inner.dir).map_err(GitError::Io)?;
+        if !repo_dir.join("HEAD").exists() {
+            tokio::fs::create_dir_all(&repo_dir)
+                .await
+                .map_err(GitError::Io)?;
+            self.git(
+                Some(&repo_dir),
+                &auth,
+                remote.url,
+                &["init", "--quiet", "--bare"],
+            )
+            .await?;
+        }
+        let have = self
+            .git(
+                Some(&repo_dir),
+                &auth,
+                remote.url,
+                &["cat-file", "-e", &format!("{commit}^{{commit}}")],
+            )
+            .await
+            .is_ok();
+        if !have {
+            // A branch or tag by name (resolved above, so it exists), else the commit itself.
+            let what = if reference.is_empty() {
+                "HEAD".to_owned()
+            } else if is_commit_id(reference) {
+                commit.clone()
+            } else {
+                reference.to_owned()
+            };
+            self.git(
+                Some(&repo_dir),
+                &auth,
+                remote.url,
+                &[
+                    "fetch",
+                    "--quiet",
+                    "--no-tags",
+                    "--depth",
+                    "1",
+                    "--",
+                    remote.url,
+                    &what,
+                ],
+            )
+            .await?;
+            if self
+                .git(
+                    Some(&repo_dir),
+                    &auth,
+                    remote.url,
+                    &["cat-file", "-e", &format!("{commit}^{{commit}}")],
+                )
+                .await
+                .is_err()
+            {
+                return Err(GitError::Remote {
+                    repo: display_url(remote.url),
+                    detail: format!("commit {commit} of ref {reference:?} could not be fetched"),
+                });
+            }
+        }
+        let object = format!("{commit}:{path}");
+        let not_found = || GitError::PathNotFound {
+            repo: display_url(remote.url),
+            reference: reference.to_owned(),
+            commit: commit.clone(),
+            path: path.clone(),
+        };
+        let kind = self
+            .git(
+                Some(&repo_dir),
+                &auth,
+                remote.url,
+                &["cat-file", "-t", &object],
+            )
+            .await
+            .map_err(|_| not_found())?;
+        if kind.trim() != "blob" {
+            return Err(not_found());
+        }
+        let size: u64 = self
+            .git(
+                Some(&repo_dir),
+                &auth,
+                remote.url,
+                &["cat-file", "-s", &object],
+            )
+            .await?
+            .trim()
+            .parse()
+            .unwrap_or(u64::MAX);
+        let max = self.inner.options.max_file_bytes;
+        if size > max {
+            return Err(GitError::TooLarge {
+                repo: display_url(remote.url),
+                reference: reference.to_owned(),
+                path,
+                size,
+                max,
+            });
+        }
+        let contents = Arc::new(
+            self.git_bytes(
+                Some(&repo_dir),
+                &auth,
+                remote.url,
+                &["cat-file", "blob", &object],
+            )
+            .await?,
+        );
+        self.remember(key, contents.clone());
+        Ok(FileAtRef { commit, contents })
+    }
+
+    fn cached(&self, key: &CacheKey) -> Option<Arc<Vec<u8>>> {
+        let cache = self.inner.cache.lock().unwrap_or_else(|p| p.into_inner());
+        cache.0.get(key).cloned()
+    }
+
+    fn remember(&self, key: CacheKey, value: Arc<Vec<u8>>) {
+        let mut cache = self.inner.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let (map, order) = &mut *cache;
+        if map.insert(key.clone(), value).is_none() {
+            order.push(key);
+        }
+        while order.len() > CACHE_ENTRIES {
+            let old = order.remove(0);
+            map.remove(&old);
+        }
+    }
+
+    fn repo_dir(&self, url: &str) -> PathBuf {
+        let digest = hex::encode(Sha256::digest(url.as_bytes()));
+        self.inner.dir.join("repos").join(&digest[..24])
+    }
+
+    fn lock_for(&self, dir: &Path) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.inner.locks.lock().unwrap_or_else(|p| p.into_inner());
+        locks.entry(dir.to_owned()).or_default().clone()
+    }
+
+    async fn git(
+        &self,
+        cwd: Option<&Path>,
+        auth: &Auth,
+        url: &str,
+        args: &[&str],
+    ) -> Result<String, GitError> {
+        let out = self.git_bytes(cwd, auth, url, args).await?;
+        Ok(String::from_utf8_lossy(&out).into_owned())
+    }
+
+    async fn git_bytes(
+        &self,
+        cwd: Option<&Path>,
+        auth: &Auth,
+        url: &str,
+        args: &[&str],
+    ) -> Result<Vec<u8>, GitError> {
+        let mut cmd = tokio::process::Command::new("git");
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_PROTOCOL_FROM_USER", "0")
+            .env("GCM_INTERACTIVE", "never")
+            .env("LC_ALL", "C")
+            .env_remove("GIT_ASKPASS")
+            .env_remove("SSH_ASKPASS")
+            .env_remove("GIT_DIR")
+            .env_remove("GIT_SSH")
+            .env_remove("GIT_SSH_COMMAND");
+        if let Some(d) = cwd {
+            cmd.current_dir(d);
+        } else {
+            cmd.current_dir(std::env::temp_dir());
+        }
+        // Only network transports, and only the credential helper given here.
+        let mut config: Vec<(&str, String)> = vec![
+            ("protocol.allow", "never".into()),
+            ("protocol.https.allow", "always".into()),
+            ("protocol.http.allow", "always".into()),
+            ("protocol.ssh.allow", "always".into()),
+            ("protocol.git.allow", "always".into()),
+            ("credential.helper", String::new()),
+            ("core.askPass", String::new()),
+        ];
+        if let Some(helper) = &auth.helper {
+            config.push(("credential.helper", helper.clone()));
+        }
+        cmd.env("GIT_CONFIG_COUNT", config.len().to_string());
+        for (i, (k, v)) in config.iter().enumerate() {
+            cmd.env(format!("GIT_CONFIG_KEY_{i}"), k);
+            cmd.env(format!("GIT_CONFIG_VALUE_{i}"), v);
+        }
+        if let Some(ssh) = &auth.ssh_command {
+            cmd.env("GIT_SSH_COMMAND", ssh);
+        } else {
+            cmd.env("GIT_SSH_COMMAND", "ssh -o BatchMode=yes -F /dev/null");
+        }
+        let child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(GitError::NotInstalled)
+            }
+            Err(e) => return Err(GitError::Io(e)),
+        };
+        let secs = self.inner.options.timeout.as_secs();
+        let out = match tokio::time::timeout(self.inner.options.timeout, child.wait_with_output())
+            .await
+        {
+            Ok(r) => r.map_err(GitError::Io)?,
+            // Dropping the child (kill_on_drop) ends it.
+            Err(_) => {
+                return Err(GitError::Timeout {
+                    repo: display_url(url),
+                    secs,
+                })
+            }
+        };
+        if out.status.success() {
+            return Ok(out.stdout);
+        }
+        Err(classify(url, &String::from_utf8_lossy(&out.stderr)))
+    }
+}
+
+/// Turns git's stderr into an error naming the repository.
+fn classify(url: &str, stderr: &str) -> GitError {
+    let lines: Vec<&str> = stderr
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let important: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| l.starts_with("fatal:") || l.starts_with("error:") || l.contains("denied"))
+        .collect();
+    let chosen = if important.is_empty() {
+        &lines
+    } else {
+        &important
+    };
+    let mut detail = chosen[chosen.len().saturating_sub(ERROR_LINES)..].join("; ");
+    if detail.is_empty() {
+        detail = "git failed without a message".into();
+    }
+    if detail.len() > 600 {
+        let mut end = 600;
+        while !detail.is_char_boundary(end) {
+            end -= 1;
+        }
+        detail.truncate(end);
+    }
+    let lower = stderr.to_ascii_lowercase();
+    let auth = [
+        "authentication failed",
+        "could not read username",
+        "could not read password",
+        "terminal prompts disabled",
+        "permission denied (publickey",
+        "invalid username or password",
+        "http basic: access denied",
+        "the requested url returned error: 401",
+        "the requested url returned error: 403",
+    ]
+    .iter()
+    .any(|m| lower.contains(m));
+    let repo = display_url(url);
+    if auth {
+        GitError::Auth { repo, detail }
+    } else {
+        GitError::Remote { repo, detail }
+    }
+}
+
+/// The credential of one call, as files in a private directory removed on drop.
+struct Auth {
+    _dir: Option<tempfile::TempDir>,
+    /// `credential.helper` value printing the username and password.
+    helper: Option<String>,
+    ssh_command: Option<String>,
+}
+
+impl Auth {
+    fn prepare(credential: Option<&GitCredential>, base: &Path) -> std::io::Result<Auth> {
+        let Some(c) = credential else {
+            return Ok(Auth {
+                _dir: None,
+                helper: None,
+                ssh_command: None,
+            });
+        };
+        std::fs::create_dir_all(base)?;
+        let dir = tempfile::Builder::new().prefix("cred-").tempdir_in(base)?;
+        let mut auth = Auth {
+            helper: None,
+            ssh_command: None,
+            _dir: None,
+        };
+        match c {
+            GitCredential::SshKey {
+                private_key,
+                known_hosts,
+            } => {
+                let key = dir.path().join("key");
+                let mut text = private_key.trim_end().to_owned();
+                text.push('\n');
+                write_private(&key, text.as_bytes())?;
+                let kh = dir.path().join("known_hosts");
+                write_private(&kh, known_hosts.as_deref().unwrap_or("").as_bytes())?;
+                let strict = if known_hosts.as_deref().is_some_and(|k| !k.trim().is_empty()) {
+                    "yes"
+                } else {
+                    "accept-new"
+                };
+                auth.ssh_command = Some(format!(
+                    "ssh -F /dev/null -i '{}' -o IdentitiesOnly=yes -o BatchMode=yes \
+                     -o UserKnownHostsFile='{}' -o StrictHostKeyChecking={strict}",
+                    key.display(),
+                    kh.display()
+                ));
+            }
+            other => {
+                if let Some((user, password)) = other.username_password() {
+                    let file = dir.path().join("credential");
+                    write_private(
+                        &file,
+                        format!("username={user}\npassword={password}\n").as_bytes(),
+                    )?;
+                    // Answers `get` only; `store`/`erase` are ignored.
+                    auth.helper = Some(format!(
+                        "!f() {{ test \"$1\" = get && cat '{}'; }}; f",
+                        file.display()
+                    ));
+                }
+            }
+        }
+        auth._dir = Some(dir);
+        Ok(auth)
+    }
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_the_server_may_fetch() {
+        for ok in [
+            "https://git.example.com/a/b.git",
+            "http://127.0.0.1:8080/r.git",
+            "ssh://git@host:2222/r.git",
+            "git@github.com:org/repo.git",
+            "git://host/r",
+        ] {
+            assert_eq!(validate_remote_url(ok), Ok(()), "{ok}");
+        }
+        for (bad, why) in [
+            ("file:///etc", "cannot be read by the server"),
+            ("/srv/repo.git", "not a Git URL"),
+            ("ext::sh -c touch% /tmp/x", "not a Git URL"),
+            ("-uhttps://x", "not a Git URL"),
+            (
+                "https://user:glpat-123@git.example.com/r.git",
+                "carries credentials",
+            ),
+            (
+                "https://glpat-123@git.example.com/r.git",
+                "carries credentials",
+            ),
+        ] {
+            let e = validate_remote_url(bad).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn messages_never_show_user_information() {
+        assert_eq!(
+            display_url("https://ann:secret@git.example.com/r.git"),
+            "https://git.example.com/r.git"
+        );
+        assert_eq!(display_url("ssh://git@host/r.git"), "ssh://git@host/r.git");
+    }
+
+    #[test]
+    fn git_errors_are_classified() {
+        let e = classify(
+            "https://h/r.git",
+            "remote: HTTP Basic: Access denied\nfatal: Authentication failed for 'https://h/r.git/'\n",
+        );
+        assert!(matches!(e, GitError::Auth { .. }), "{e}");
+        let e = classify(
+            "https://h/r.git",
+            "fatal: repository 'https://h/r.git/' not found\n",
+        );
+        assert!(
+            e.to_string()
+                .ends_with("fatal: repository 'https://h/r.git/' not found"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,216 @@
+//! Reading files from a real private repository: Git's `http-backend` behind HTTP basic
+//! authentication on a port-0 listener. Skips with a notice where `git` is missing.
+
+use std::sync::Arc;
+use warren_git::{GitError, GitReader, Options, Remote};
+use warren_testkit::git_http::{git, GitHttpServer};
+use warren_types::git::GitCredential;
+
+const DEVFILE: &str = "schemaVersion: 2.2.0\nmetadata:\n  name: from-git\n";
+
+fn have_git() -> bool {
+    let ok = std::process::Command::new("git")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("skipping: git is not installed");
+    }
+    ok
+}
+
+fn basic(password: &str) -> GitCredential {
+    GitCredential::Basic {
+        username: "ann".into(),
+        password: password.into(),
+    }
+}
+
+#[tokio::test]
+async fn reads_a_file_at_a_ref_with_credentials_and_caches_by_commit() {
+    if !have_git() {
+        return;
+    }
+    let server = GitHttpServer::start("ann", "s3cret-pass").await.unwrap();
+    let first = server
+        .create_repo("app", &[(".devfile.yaml", DEVFILE), ("README", "hi\n")])
+        .unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let reader = GitReader::new(cache.path(), Options::default());
+    let url = server.url("app");
+    let cred = basic("s3cret-pass");
+    let remote = Remote {
+        url: &url,
+        credential: Some(&cred),
+    };
+
+    let f = reader
+        .read_file(remote, "main", ".devfile.yaml")
+        .await
+        .unwrap();
+    assert_eq!(f.commit, first);
+    assert_eq!(f.contents.as_slice(), DEVFILE.as_bytes());
+    let fetches = server.upload_packs();
+    assert!(fetches >= 1);
+
+    // The same commit again: from the cache, no fetch.
+    let again = reader
+        .read_file(remote, "main", "./.devfile.yaml")
+        .await
+        .unwrap();
+    assert!(Arc::ptr_eq(&again.contents, &f.contents));
+    assert_eq!(server.upload_packs(), fetches, "served from the cache");
+
+    // A new commit on the branch is seen; a tag and a commit id work too.
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    git(
+        w,
+        &[
+            "clone",
+            "--quiet",
+            server.path("app").to_str().unwrap(),
+            ".",
+        ],
+    )
+    .unwrap();
+    std::fs::write(w.join(".devfile.yaml"), "schemaVersion: 2.2.0\n").unwrap();
+    git(w, &["commit", "--quiet", "-am", "second"]).unwrap();
+    git(w, &["tag", "-a", "v1", "-m", "v1", first.as_str()]).unwrap();
+    git(w, &["push", "--quiet", "origin", "main", "v1"]).unwrap();
+    let second = server.head("app", "main").unwrap();
+    let f = reader
+        .read_file(remote, "main", ".devfile.yaml")
+        .await
+        .unwrap();
+    assert_eq!(
+        (f.commit.as_str(), f.contents.as_slice()),
+        (second.as_str(), &b"schemaVersion: 2.2.0\n"[..])
+    );
+    let f = reader
+        .read_file(remote, "v1", ".devfile.yaml")
+        .await
+        .unwrap();
+    assert_eq!(
+        (f.commit.as_str(), f.contents.as_slice()),
+        (first.as_str(), DEVFILE.as_bytes())
+    );
+    let f = reader.read_file(remote, "", "README").await.unwrap();
+    assert_eq!(f.commit, second, "empty ref: the default branch");
+}
+
+#[tokio::test]
+async fn every_failure_names_the_repository_and_what_is_missing() {
+    if !have_git() {
+        return;
+    }
+    let server = GitHttpServer::start("ann", "s3cret-pass").await.unwrap();
+    server
+        .create_repo("app", &[(".devfile.yaml", DEVFILE)])
+        .unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let reader = GitReader::new(
+        cache.path(),
+        Options {
+            max_file_bytes: 10,
+            ..Options::default()
+        },
+    );
+    let url = server.url("app");
+    let good = basic("s3cret-pass");
+    let wrong = basic("not-the-password");
+
+    for cred in [None, Some(&wrong)] {
+        let e = reader
+            .read_file(
+                Remote {
+                    url: &url,
+                    credential: cred,
+                },
+                "main",
+                ".devfile.yaml",
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(e, GitError::Auth { .. }), "{e}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains(&url) && msg.contains("authentication failed"),
+            "{msg}"
+        );
+        assert!(!msg.contains("not-the-password"), "{msg}");
+    }
+    assert!(server.refused() > 0);
+
+    let remote = Remote {
+        url: &url,
+        credential: Some(&good),
+    };
+    let e = reader
+        .read_file(remote, "nope", ".devfile.yaml")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!("repository {url}: ref \"nope\" not found")
+    );
+    let e = reader
+        .read_file(remote, "main", "devfile.yaml")
+        .await
+        .unwrap_err();
+    assert!(matches!(e, GitError::PathNotFound { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&url) && msg.contains("\"devfile.yaml\"") && msg.contains("\"main\""),
+        "{msg}"
+    );
+    let e = reader
+        .read_file(remote, "main", ".devfile.yaml")
+        .await
+        .unwrap_err();
+    assert!(matches!(e, GitError::TooLarge { .. }), "{e}");
+
+    let missing = server.url("missing");
+    let e = reader
+        .read_file(
+            Remote {
+                url: &missing,
+                credential: Some(&good),
+            },
+            "main",
+            "x",
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with(&format!("repository {missing}: ")),
+        "{e}"
+    );
+
+    let e = reader
+        .read_file(
+            Remote {
+                url: "file:///etc",
+                credential: None,
+            },
+            "main",
+            "passwd",
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("cannot be read by the server"),
+        "{e}"
+    );
+
+    // Nothing secret is left behind in the cache directory.
+    let mut leftovers = vec![];
+    for e in std::fs::read_dir(cache.path()).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        if name.starts_with("cred-") {
+            leftovers.push(name);
+        }
+    }
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}

@@ -111,6 +111,13 @@ pub struct FileAtRef {
 
 type CacheKey = (String, String, String);
 
+/// (url, commit, path) → contents, with insertion order for eviction.
+#[derive(Debug, Default)]
+struct ByCommit {
+    map: HashMap<CacheKey, Arc<Vec<u8>>>,
+    order: std::collections::VecDeque<CacheKey>,
+}
+
 /// Reads files from remote repositories; cheap to clone (shared cache).
 #[derive(Debug, Clone)]
 pub struct GitReader {
@@ -121,8 +128,7 @@ pub struct GitReader {
 struct Inner {
     dir: PathBuf,
     options: Options,
-    /// (url, commit, path) → contents, with insertion order for eviction.
-    cache: Mutex<(HashMap<CacheKey, Arc<Vec<u8>>>, Vec<CacheKey>)>,
+    cache: Mutex<ByCommit>,
     /// One fetch at a time per repository directory.
     locks: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
 }
@@ -185,7 +191,7 @@ impl GitReader {
             inner: Arc::new(Inner {
                 dir: dir.into(),
                 options,
-                cache: Mutex::new((HashMap::new(), Vec::new())),
+                cache: Mutex::new(ByCommit::default()),
                 locks: Mutex::new(HashMap::new()),
             }),
         }
@@ -378,18 +384,18 @@ impl GitReader {
 
     fn cached(&self, key: &CacheKey) -> Option<Arc<Vec<u8>>> {
         let cache = self.inner.cache.lock().unwrap_or_else(|p| p.into_inner());
-        cache.0.get(key).cloned()
+        cache.map.get(key).cloned()
     }
 
     fn remember(&self, key: CacheKey, value: Arc<Vec<u8>>) {
         let mut cache = self.inner.cache.lock().unwrap_or_else(|p| p.into_inner());
-        let (map, order) = &mut *cache;
-        if map.insert(key.clone(), value).is_none() {
-            order.push(key);
+        if cache.map.insert(key.clone(), value).is_none() {
+            cache.order.push_back(key);
         }
-        while order.len() > CACHE_ENTRIES {
-            let old = order.remove(0);
-            map.remove(&old);
+        while cache.order.len() > CACHE_ENTRIES {
+            if let Some(old) = cache.order.pop_front() {
+                cache.map.remove(&old);
+            }
         }
     }
 

@@ -62,6 +62,7 @@ fn request<'a>(
             name: "demo",
             git_url: "https://example.com/team/demo.git",
             git_ref: "main",
+            credential: None,
         }),
         resources: Some(res),
         variables: &[],

@@ -7,8 +7,9 @@ use crate::output::{self, render, Format};
 use crate::ssh_cmd;
 use crate::wait::{self, Goal};
 use crate::{
-    AgentCommand, CliError, Command, LoginArgs, OAuthClientCommand, PasswdArgs, ProjectCommand,
-    ScopeArg, SshKeyCommand, TokenCommand, UserCommand, WaitArgs, WsCommand, WsCreateArgs,
+    AgentCommand, CliError, Command, CredentialArgs, CredentialCommand, LoginArgs, MemberCommand,
+    OAuthClientCommand, PasswdArgs, ProjectCommand, ScopeArg, SshKeyCommand, TokenCommand,
+    UserCommand, WaitArgs, WsCommand, WsCreateArgs,
 };
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
@@ -17,10 +18,11 @@ use warren_client::{Client, WorkspaceQuery};
 use warren_types::api::{
     AddSshKeyRequest, ChangePasswordRequest, CreateAgentRequest, CreateOAuthClient,
     CreateProjectRequest, CreateTokenRequest, CreateUserRequest, CreateWorkspaceRequest, Page,
-    PasswordLoginRequest, TokenScope, UpdateAgentRequest, UpdateUserRequest, Workspace,
-    WorkspaceResources,
+    PasswordLoginRequest, ProjectRole, ProjectVisibility, TokenScope, UpdateAgentRequest,
+    UpdateProjectRequest, UpdateUserRequest, Workspace, WorkspaceResources,
 };
 use warren_types::config::AgentConfig;
+use warren_types::git::GitCredential;
 use warren_types::{ActualState, DesiredState};
 
 /// How often `--wait` polls.
@@ -384,6 +386,8 @@ async fn project(out: Format, cmd: ProjectCommand) -> Result<(), CliError> {
             git_ref,
             devfile_path,
             devfile,
+            visibility,
+            credential,
         } => {
             let devfile = devfile
                 .as_deref()
@@ -396,15 +400,90 @@ async fn project(out: Format, cmd: ProjectCommand) -> Result<(), CliError> {
                     default_ref: git_ref,
                     devfile_path,
                     devfile,
+                    visibility: visibility.as_deref().map(parse_visibility),
+                    credential: read_credential(&credential)?,
                 })
                 .await?;
             print(out, &p, |p| {
                 format!(
-                    "Project {:?} created (id {}, {} at {}).",
-                    p.name, p.id, p.git_url, p.default_ref
+                    "Project {:?} created (id {}, {} at {}, {}{}).",
+                    p.name,
+                    p.id,
+                    p.git_url,
+                    p.default_ref,
+                    p.visibility.as_str(),
+                    p.credential
+                        .as_deref()
+                        .map(|k| format!(", {k} credential"))
+                        .unwrap_or_default()
                 )
             });
         }
+        ProjectCommand::Update {
+            name,
+            git_ref,
+            devfile_path,
+            visibility,
+        } => {
+            let req = UpdateProjectRequest {
+                visibility: visibility.as_deref().map(parse_visibility),
+                default_ref: git_ref,
+                devfile_path,
+            };
+            let p = named("project", &name, c.update_project(&name, &req).await)?;
+            print(out, &p, output::project);
+        }
+        ProjectCommand::Credential { cmd } => match cmd {
+            CredentialCommand::Set { name, credential } => {
+                let Some(cred) = read_credential(&credential)? else {
+                    return Err(CliError::Usage(
+                        "give one of --token-stdin, --password-stdin (with --username) or --ssh-key"
+                            .into(),
+                    ));
+                };
+                let p = named(
+                    "project",
+                    &name,
+                    c.set_project_credential(&name, &cred).await,
+                )?;
+                eprintln!("Project {:?}: {} credential stored.", p.name, cred.kind());
+            }
+            CredentialCommand::Rm { name } => {
+                named("project", &name, c.delete_project_credential(&name).await)?;
+                eprintln!("Project {name:?}: credential removed.");
+            }
+        },
+        ProjectCommand::Member { cmd } => match cmd {
+            MemberCommand::List { project } => {
+                let m = named("project", &project, c.list_project_members(&project).await)?;
+                print(out, &m, |m| output::members(m));
+            }
+            MemberCommand::Add {
+                project,
+                user,
+                role,
+            } => {
+                let role = if role == "maintainer" {
+                    ProjectRole::Maintainer
+                } else {
+                    ProjectRole::Developer
+                };
+                let m = named(
+                    "project",
+                    &project,
+                    c.set_project_member(&project, &user, role).await,
+                )?;
+                print(out, &m, |m| output::members(m));
+            }
+            MemberCommand::Rm { project, user } => {
+                named(
+                    "project",
+                    &project,
+                    c.remove_project_member(&project, &user).await,
+                )?;
+                eprintln!("{user:?} is no longer a member of project {project:?}.");
+            }
+        },
         ProjectCommand::List => print(out, &c.list_projects().await?, |p| output::projects(p)),
         ProjectCommand::Show { name } => {
             let p = named("project", &name, c.get_project(&name).await)?;
@@ -573,6 +652,47 @@ async fn delete_user(c: &Client, username: &str, yes: bool, no_wait: bool) -> Re
     }
     eprintln!("User {username:?} deleted.");
     Ok(())
+}
+
+fn parse_visibility(s: &str) -> ProjectVisibility {
+    if s == "internal" {
+        ProjectVisibility::Internal
+    } else {
+        ProjectVisibility::Private
+    }
+}
+
+/// The credential the options give, read from standard input or files; `None` for none.
+fn read_credential(a: &CredentialArgs) -> Result<Option<GitCredential>, CliError> {
+    if a.token_stdin {
+        return Ok(Some(GitCredential::Token {
+            token: read_stdin_line("token")?,
+            username: a.username.clone(),
+        }));
+    }
+    if a.password_stdin {
+        return Ok(Some(GitCredential::Basic {
+            username: a.username.clone().unwrap_or_default(),
+            password: read_stdin_line("password")?,
+        }));
+    }
+    if let Some(key) = &a.ssh_key {
+        let known_hosts = a
+            .known_hosts
+            .as_deref()
+            .map(|p| read_text("known_hosts", p))
+            .transpose()?;
+        return Ok(Some(GitCredential::SshKey {
+            private_key: read_text("SSH key", key)?,
+            known_hosts,
+        }));
+    }
+    if a.username.is_some() {
+        return Err(CliError::Usage(
+            "--username goes with --password-stdin or --token-stdin".into(),
+        ));
+    }
+    Ok(None)
 }
 
 async fn oauth_client(out: Format, cmd: OAuthClientCommand) -> Result<(), CliError> {

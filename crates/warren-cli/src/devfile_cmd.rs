@@ -104,6 +104,7 @@ fn render(a: RenderArgs) -> Result<(), CliError> {
             name: &project_name,
             git_url: url,
             git_ref: a.git_ref.as_deref().unwrap_or(""),
+            credential: None,
         }),
         resources: resources.as_ref(),
         variables: &variables,

@@ -208,29 +208,110 @@ pub struct ProjectGroup {
 
 #[derive(Debug, Subcommand)]
 pub enum ProjectCommand {
-    /// Register a project.
+    /// Register a project (you become its maintainer).
+    #[command(after_help = "Examples:\n  \
+        echo \"$TOKEN\" | warren project create app --git-url https://git.example.com/team/app.git --token-stdin\n  \
+        warren project create app --git-url git@git.example.com:team/app.git --ssh-key ~/.ssh/deploy_key")]
     Create {
         name: String,
+        /// The repository, without credentials in it (see the credential options).
         #[arg(long)]
         git_url: String,
         /// Default branch, tag or commit.
         #[arg(long = "ref")]
         git_ref: Option<String>,
-        /// Where the devfile lives in the repository.
+        /// Where the devfile lives in the repository (default .devfile.yaml); the server
+        /// reads it when a workspace is created.
         #[arg(long)]
         devfile_path: Option<String>,
-        /// Store this devfile with the project (for repositories the server cannot read).
+        /// Store this devfile with the project instead of reading the repository's.
         #[arg(long)]
         devfile: Option<PathBuf>,
+        /// Who may see and use it: `private` (members and admins, the default) or
+        /// `internal` (every signed-in user).
+        #[arg(long, value_parser = ["private", "internal"])]
+        visibility: Option<String>,
+        #[command(flatten)]
+        credential: CredentialArgs,
     },
-    /// List projects.
+    /// List the projects you may see.
     #[command(visible_alias = "ls")]
     List,
     /// Show one project.
     Show { name: String },
-    /// Delete a project.
+    /// Change a project's visibility, default ref or devfile path (maintainers).
+    Update {
+        name: String,
+        #[arg(long = "ref")]
+        git_ref: Option<String>,
+        #[arg(long)]
+        devfile_path: Option<String>,
+        #[arg(long, value_parser = ["private", "internal"])]
+        visibility: Option<String>,
+    },
+    /// The repository credential (maintainers): stored encrypted, never shown.
+    Credential {
+        #[command(subcommand)]
+        cmd: CredentialCommand,
+    },
+    /// Who may use the project.
+    Member {
+        #[command(subcommand)]
+        cmd: MemberCommand,
+    },
+    /// Delete a project (maintainers).
     #[command(visible_alias = "remove")]
     Rm { name: String },
+}
+
+/// How to authenticate to a repository: at most one of a token, a password or an SSH key.
+#[derive(Debug, Clone, Default, Args)]
+pub struct CredentialArgs {
+    /// Read an access token from standard input (sent as the password over HTTPS).
+    #[arg(long, conflicts_with_all = ["password_stdin", "ssh_key"])]
+    pub token_stdin: bool,
+    /// Username for --password-stdin (or sent with --token-stdin; default oauth2).
+    #[arg(long)]
+    pub username: Option<String>,
+    /// Read a password from standard input (with --username).
+    #[arg(long, requires = "username", conflicts_with = "ssh_key")]
+    pub password_stdin: bool,
+    /// A private key file for ssh:// and user@host:path URLs.
+    #[arg(long)]
+    pub ssh_key: Option<PathBuf>,
+    /// known_hosts lines for the Git server (without them the first key seen is trusted).
+    #[arg(long, requires = "ssh_key")]
+    pub known_hosts: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CredentialCommand {
+    /// Set or replace the credential; the project's workspaces get it without a restart.
+    Set {
+        name: String,
+        #[command(flatten)]
+        credential: CredentialArgs,
+    },
+    /// Remove the credential.
+    #[command(visible_alias = "remove")]
+    Rm { name: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MemberCommand {
+    /// List members.
+    #[command(visible_alias = "ls")]
+    List { project: String },
+    /// Add a member, or change their role (maintainers).
+    Add {
+        project: String,
+        user: String,
+        #[arg(long, default_value = "developer", value_parser = ["developer", "maintainer"])]
+        role: String,
+    },
+    /// Remove a member (maintainers; anyone may leave).
+    #[command(visible_alias = "remove")]
+    Rm { project: String, user: String },
 }
 
 #[derive(Debug, Args)]

@@ -3,7 +3,9 @@
 use chrono::{DateTime, Utc};
 use comfy_table::{presets, Table};
 use serde::Serialize;
-use warren_types::api::{Agent, OAuthClient, Project, SshKey, Token, User, Workspace};
+use warren_types::api::{
+    Agent, OAuthClient, Project, ProjectMember, SshKey, Token, User, Workspace,
+};
 
 /// `-o/--output`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -219,7 +221,15 @@ pub fn projects(items: &[Project]) -> String {
     if items.is_empty() {
         return "No projects.".into();
     }
-    let mut t = table(&["NAME", "ID", "GIT URL", "REF", "DEVFILE"]);
+    let mut t = table(&[
+        "NAME",
+        "ID",
+        "GIT URL",
+        "REF",
+        "DEVFILE",
+        "VISIBILITY",
+        "CREDENTIAL",
+    ]);
     for p in items {
         let devfile = if p.has_devfile {
             format!("{} (stored)", p.devfile_path)
@@ -232,6 +242,8 @@ pub fn projects(items: &[Project]) -> String {
             p.git_url.clone(),
             p.default_ref.clone(),
             devfile,
+            p.visibility.as_str().to_owned(),
+            p.credential.clone().unwrap_or_else(|| "-".into()),
         ]);
     }
     finish(t)
@@ -245,6 +257,11 @@ pub fn project(p: &Project) -> String {
         ("Ref", p.default_ref.clone()),
         ("Devfile", p.devfile_path.clone()),
         ("Devfile stored", p.has_devfile.to_string()),
+        ("Visibility", p.visibility.as_str().to_owned()),
+        (
+            "Credential",
+            p.credential.clone().unwrap_or_else(|| "none".into()),
+        ),
         ("Created", time(&p.created_at)),
     ])
 }
@@ -331,6 +348,18 @@ pub fn users(items: &[User]) -> String {
             if u.is_admin { "yes" } else { "no" }.to_owned(),
             status.to_owned(),
             time(&u.created_at),
+        ]);
+    }
+    finish(t)
+}
+
+pub fn members(items: &[ProjectMember]) -> String {
+    let mut t = table(&["USER", "ROLE", "SINCE"]);
+    for m in items {
+        t.add_row(vec![
+            m.username.clone(),
+            format!("{:?}", m.role).to_lowercase(),
+            time(&m.created_at),
         ]);
     }
     finish(t)

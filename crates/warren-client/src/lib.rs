@@ -19,6 +19,10 @@ use warren_types::api::{
     PasswordLoginRequest, Project, ResizeWorkspaceRequest, SshKey, Token, UpdateAgentRequest,
     UpdateDesiredStateRequest, UpdateUserRequest, User, Workspace, WorkspaceResources, API_PREFIX,
 };
+use warren_types::api::{
+    ProjectMember, ProjectRole, SetProjectMemberRequest, UpdateProjectRequest,
+};
+use warren_types::git::GitCredential;
 use warren_types::state::DesiredState;
 
 /// Why a call failed.
@@ -326,6 +330,58 @@ impl Client {
 
     pub async fn get_project(&self, name_or_id: &str) -> Result<Project> {
         self.call(Method::GET, &routes::project(name_or_id), &[], None::<&()>)
+            .await
+    }
+
+    pub async fn update_project(&self, name: &str, req: &UpdateProjectRequest) -> Result<Project> {
+        self.call(Method::PATCH, &routes::project(name), &[], Some(req))
+            .await
+    }
+
+    /// `PUT /projects/{name}/credential`.
+    pub async fn set_project_credential(&self, name: &str, c: &GitCredential) -> Result<Project> {
+        self.call(Method::PUT, &routes::project_credential(name), &[], Some(c))
+            .await
+    }
+
+    /// `DELETE /projects/{name}/credential`.
+    pub async fn delete_project_credential(&self, name: &str) -> Result<Project> {
+        self.call(
+            Method::DELETE,
+            &routes::project_credential(name),
+            &[],
+            None::<&()>,
+        )
+        .await
+    }
+
+    pub async fn list_project_members(&self, name: &str) -> Result<Vec<ProjectMember>> {
+        self.call(
+            Method::GET,
+            &routes::project_members(name),
+            &[],
+            None::<&()>,
+        )
+        .await
+    }
+
+    pub async fn set_project_member(
+        &self,
+        name: &str,
+        user: &str,
+        role: ProjectRole,
+    ) -> Result<Vec<ProjectMember>> {
+        self.call(
+            Method::PUT,
+            &routes::project_member(name, user),
+            &[],
+            Some(&SetProjectMemberRequest { role }),
+        )
+        .await
+    }
+
+    pub async fn remove_project_member(&self, name: &str, user: &str) -> Result<()> {
+        self.call_empty(Method::DELETE, &routes::project_member(name, user))
             .await
     }
 

@@ -106,3 +106,15 @@ pub fn workspace_logs(name: &str) -> Vec<String> {
 fn segs(parts: &[&str]) -> Vec<String> {
     parts.iter().map(|s| (*s).to_owned()).collect()
 }
+
+pub fn project_credential(name: &str) -> Vec<String> {
+    segs(&["projects", name, "credential"])
+}
+
+pub fn project_members(name: &str) -> Vec<String> {
+    segs(&["projects", name, "members"])
+}
+
+pub fn project_member(name: &str, user: &str) -> Vec<String> {
+    segs(&["projects", name, "members", user])
+}

@@ -104,6 +104,7 @@ fn main() {
             name: "demo",
             git_url: "https://example.com/demo.git",
             git_ref: "main",
+            credential: None,
         }),
         resources: None,
         variables: &[],

@@ -586,6 +586,7 @@ fn bad_variables_and_requests_are_refused() {
         name: "../x",
         git_url: "u",
         git_ref: "",
+        credential: None,
     });
     assert!(matches!(render(&d, &req), Err(RenderError::ProjectName(_))));
 }

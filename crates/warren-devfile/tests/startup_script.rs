@@ -103,6 +103,7 @@ fn run_script(root: &Path, url: &str, git_ref: &str) -> String {
         name: "demo",
         git_url: url,
         git_ref,
+        credential: None,
     });
     let r = render(&d, &req).expect("renders");
     let cm = r

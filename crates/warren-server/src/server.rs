@@ -99,9 +99,11 @@ impl Server {
             login_throttle: Arc::default(),
             trusted_proxies: Arc::new(config.trusted_proxies.clone()),
             changes: Arc::new(tokio::sync::watch::channel(0).0),
+            git: warren_git::GitReader::new(config.home.join("git-cache"), Default::default()),
         };
         let bootstrap_admin =
             app::users::bootstrap_admin(&state, &config.bootstrap_admin_username).await?;
+        app::projects::move_url_credentials(&state).await?;
         crate::http::metrics::handle();
         Ok(Server {
             config,

@@ -466,11 +466,20 @@ async fn agents_and_projects() {
             .call(Method::GET, "/api/v1/projects", Some(&bob), None)
             .await;
         assert_eq!((st, b.as_array().map(Vec::len)), (200, Some(1)));
+        // Private by default: another user sees nothing of it; its creator maintains it.
+        assert_eq!(b[0]["visibility"], "private", "{b}");
+        let carol = s.user("carol", &["api", "workspace"]).await;
+        let (st, b) = s
+            .call(Method::GET, "/api/v1/projects", Some(&carol), None)
+            .await;
+        assert_eq!((st, b.as_array().map(Vec::len)), (200, Some(0)), "{b}");
+        for m in [Method::GET, Method::DELETE] {
+            let (st, _) = s.call(m, "/api/v1/projects/p1", Some(&carol), None).await;
+            assert_eq!(st, 404, "[{l}]");
+        }
         let (st, _) = s
             .call(Method::DELETE, "/api/v1/projects/p1", Some(&bob), None)
             .await;
-        assert_eq!(st, 403);
-        let (st, _) = s.admin(Method::DELETE, "/api/v1/projects/p1", None).await;
         assert_eq!(st, 204);
         let (st, _) = s.admin(Method::GET, "/api/v1/projects/p1", None).await;
         assert_eq!(st, 404);
@@ -496,7 +505,7 @@ async fn workspace_creation_rendering_quotas_and_visibility() {
         assert_eq!(st, 400, "[{l}] {b}");
         assert!(msg(&b).starts_with("agent"), "no agent yet: {b}");
         s.agent("a1", json!({"workspaces_quota": 3, "workspaces_per_user_quota": 2, "workspace_domain": "ws.example.com:8443", "workspace_scheme": "https"})).await;
-        s.admin(Method::POST, "/api/v1/projects", Some(json!({"name": "p1", "git_url": "https://example.com/r.git", "devfile": WEB_DEVFILE}))).await;
+        s.admin(Method::POST, "/api/v1/projects", Some(json!({"name": "p1", "git_url": "https://example.com/r.git", "devfile": WEB_DEVFILE, "visibility": "internal"}))).await;
 
         // A broken devfile: 422 with every error and its path.
         let (st, b) = s

@@ -272,14 +272,61 @@ pub struct UpdateAgentRequest {
 #[serde(deny_unknown_fields)]
 pub struct CreateProjectRequest {
     pub name: String,
+    /// The repository, without credentials in it (give them as `credential`).
     pub git_url: String,
     #[serde(default)]
     pub default_ref: Option<String>,
+    /// Where the devfile lives in the repository (default `.devfile.yaml`); the server reads
+    /// it at the workspace's ref when the project stores no devfile.
     #[serde(default)]
     pub devfile_path: Option<String>,
-    /// The devfile's text, when the server cannot fetch it from the repository.
+    /// The devfile's text, used instead of the repository's.
     #[serde(default)]
     pub devfile: Option<String>,
+    /// Who may see and use the project (default `private`: its members and admins).
+    #[serde(default)]
+    pub visibility: Option<ProjectVisibility>,
+    /// How to authenticate to the repository; stored encrypted, never returned.
+    #[serde(default)]
+    pub credential: Option<crate::git::GitCredential>,
+}
+
+/// Who may see and use a project.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ProjectVisibility {
+    /// Its members and admins.
+    Private,
+    /// Every signed-in user.
+    Internal,
+}
+
+impl ProjectVisibility {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProjectVisibility::Private => "private",
+            ProjectVisibility::Internal => "internal",
+        }
+    }
+}
+
+/// A member's rights on a project.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ProjectRole {
+    /// Uses the project and manages it: credentials, members, visibility, deletion.
+    Maintainer,
+    /// Sees the project and creates workspaces from it.
+    Developer,
+}
+
+impl ProjectRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProjectRole::Maintainer => "maintainer",
+            ProjectRole::Developer => "developer",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -290,7 +337,40 @@ pub struct Project {
     pub default_ref: String,
     pub devfile_path: String,
     pub has_devfile: bool,
+    pub visibility: ProjectVisibility,
+    /// The kind of the stored credential (`token`, `basic`, `ssh_key`); its secret is never
+    /// returned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential: Option<String>,
     pub created_at: DateTime<Utc>,
+}
+
+/// A maintainer's change to a project; absent fields stay as they are.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateProjectRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub visibility: Option<ProjectVisibility>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_ref: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub devfile_path: Option<String>,
+}
+
+/// A user's membership of a project.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ProjectMember {
+    pub user_id: UserId,
+    pub username: String,
+    pub role: ProjectRole,
+    pub created_at: DateTime<Utc>,
+}
+
+/// Body of `PUT /projects/{project}/members/{user}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetProjectMemberRequest {
+    pub role: ProjectRole,
 }
 
 // ---- workspaces ----

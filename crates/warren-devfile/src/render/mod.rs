@@ -57,6 +57,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use warren_types::api::{VariableKind, WorkspaceResources};
 use warren_types::config::AgentConfig;
+use warren_types::git::GitCredential;
 use warren_types::quantity::{parse_memory_bytes, QuantityError};
 use warren_types::{AgentId, DesiredState, WorkspaceId};
 
@@ -64,6 +65,9 @@ use warren_types::{AgentId, DesiredState, WorkspaceId};
 pub const FILES_MOUNT_PATH: &str = "/warren/variables";
 /// Where the `<name>-scripts` ConfigMap is mounted in wrapped containers.
 pub const SCRIPTS_MOUNT_PATH: &str = "/warren/scripts";
+/// Where the `<name>-git` Secret (the project's credential) is mounted, read-only, in
+/// containers that mount the sources.
+pub const GIT_MOUNT_PATH: &str = "/warren/git";
 
 const LABEL_AGENT: &str = "warren.dev/agent-id";
 const LABEL_WORKSPACE: &str = "warren.dev/workspace-id";
@@ -74,6 +78,7 @@ const AGENT_COMPONENT: &str = "agent";
 const DATA_VOLUME: &str = "warren-data";
 const SCRIPTS_VOLUME: &str = "warren-scripts";
 const FILES_VOLUME: &str = "warren-variables";
+const GIT_VOLUME: &str = "warren-git";
 /// Size of a devfile volume that does not give one.
 const DEFAULT_VOLUME_SIZE: &str = "1Gi";
 
@@ -85,6 +90,11 @@ pub struct ProjectSource<'a> {
     pub git_url: &'a str,
     /// Branch, tag or commit; empty for the repository's default branch.
     pub git_ref: &'a str,
+    /// How to authenticate to the repository: files of a Secret `<name>-git` mounted at
+    /// [`GIT_MOUNT_PATH`], used by a Git credential helper (HTTPS) or `GIT_SSH_COMMAND` (SSH)
+    /// named in the environment, so clone, fetch and push work with no secret in the
+    /// environment, the process list or the checkout's `.git/config`.
+    pub credential: Option<&'a GitCredential>,
 }
 
 /// A user/workspace variable with its final value.
@@ -318,6 +328,19 @@ pub fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rendered, Re
             }),
         );
     }
+    let git_secret = object_name(&format!("{name}-git"));
+    let credential = req.project.and_then(|p| p.credential);
+    if let Some(c) = credential {
+        push(
+            &mut objects,
+            serde_json::to_value(core::Secret {
+                metadata: ctx.meta(git_secret.clone()),
+                type_: Some("Opaque".into()),
+                data: Some(git_secret_data(c)),
+                ..Default::default()
+            }),
+        );
+    }
     let mut scripts = BTreeMap::new();
     for c in devfile
         .containers
@@ -409,6 +432,17 @@ pub fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rendered, Re
         }),
         ..Default::default()
     });
+    if credential.is_some() {
+        pod_volumes.push(core::Volume {
+            name: GIT_VOLUME.into(),
+            secret: Some(core::SecretVolumeSource {
+                secret_name: Some(git_secret),
+                default_mode: Some(0o440),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
 
     // Service and endpoints.
     let mut endpoints = Vec::new();
@@ -601,4 +635,79 @@ pub fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rendered, Re
         objects,
         endpoints,
     })
+}
+
+/// The `<name>-git` Secret's files: `credentials` (what a credential helper prints for
+/// `get`) for HTTPS, `ssh-key` and `known_hosts` for SSH.
+fn git_secret_data(c: &GitCredential) -> BTreeMap<String, k8s_openapi::ByteString> {
+    let mut data = BTreeMap::new();
+    let mut put = |k: &str, v: String| {
+        data.insert(k.to_owned(), k8s_openapi::ByteString(v.into_bytes()));
+    };
+    match c {
+        GitCredential::SshKey {
+            private_key,
+            known_hosts,
+        } => {
+            put("ssh-key", format!("{}\n", private_key.trim_end()));
+            put("known_hosts", known_hosts.clone().unwrap_or_default());
+        }
+        other => {
+            if let Some((user, password)) = other.username_password() {
+                put(
+                    "credentials",
+                    format!("username={user}\npassword={password}\n"),
+                );
+            }
+        }
+    }
+    data
+}
+
+/// The environment that points Git at the mounted credential: a credential helper scoped to
+/// the repository's origin (so the secret goes to that host only), or an SSH command with
+/// the key. Names only paths, never the secret.
+pub(super) fn git_credential_env(p: &ProjectSource<'_>) -> Vec<(String, String)> {
+    match p.credential {
+        None => vec![],
+        Some(GitCredential::SshKey { known_hosts, .. }) => {
+            let strict = if known_hosts.as_deref().is_some_and(|k| !k.trim().is_empty()) {
+                "yes"
+            } else {
+                "accept-new"
+            };
+            vec![(
+                "GIT_SSH_COMMAND".into(),
+                format!(
+                    "ssh -i {GIT_MOUNT_PATH}/ssh-key -o IdentitiesOnly=yes \
+                     -o UserKnownHostsFile={GIT_MOUNT_PATH}/known_hosts -o StrictHostKeyChecking={strict}"
+                ),
+            )]
+        }
+        Some(_) => {
+            let key = match http_origin(p.git_url) {
+                Some(origin) => format!("credential.{origin}.helper"),
+                None => "credential.helper".into(),
+            };
+            vec![
+                ("GIT_CONFIG_COUNT".into(), "1".into()),
+                ("GIT_CONFIG_KEY_0".into(), key),
+                (
+                    "GIT_CONFIG_VALUE_0".into(),
+                    format!("!f() {{ test \"$1\" = get && cat {GIT_MOUNT_PATH}/credentials; }}; f"),
+                ),
+            ]
+        }
+    }
+}
+
+/// `scheme://host[:port]` of an http(s) URL.
+fn http_origin(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
+        return None;
+    }
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let host = authority.rsplit('@').next()?;
+    (!host.is_empty()).then(|| format!("{}://{host}", scheme.to_ascii_lowercase()))
 }

@@ -4,7 +4,8 @@
 use super::names::{k8s_protocol, name_of, port_name};
 use super::resources::Res;
 use super::{
-    RenderRequest, DATA_VOLUME, FILES_MOUNT_PATH, FILES_VOLUME, SCRIPTS_MOUNT_PATH, SCRIPTS_VOLUME,
+    RenderRequest, DATA_VOLUME, FILES_MOUNT_PATH, FILES_VOLUME, GIT_MOUNT_PATH, GIT_VOLUME,
+    SCRIPTS_MOUNT_PATH, SCRIPTS_VOLUME,
 };
 use crate::model::{Container, Protocol};
 use k8s_openapi::api::core::v1 as core;
@@ -132,6 +133,27 @@ pub(super) fn container(
         read_only: Some(true),
         ..Default::default()
     });
+    // The project's credential where the sources are: clone, fetch and push from there.
+    if let Some(p) = req
+        .project
+        .filter(|p| p.credential.is_some() && c.mount_sources)
+    {
+        mounts.push(core::VolumeMount {
+            name: GIT_VOLUME.into(),
+            mount_path: GIT_MOUNT_PATH.into(),
+            read_only: Some(true),
+            ..Default::default()
+        });
+        env.extend(
+            super::git_credential_env(&p)
+                .into_iter()
+                .map(|(name, value)| core::EnvVar {
+                    name,
+                    value: Some(value),
+                    ..Default::default()
+                }),
+        );
+    }
     // Endpoints may share a port (two paths of one server): one container port each.
     let mut seen = std::collections::BTreeSet::new();
     let ports: Vec<core::ContainerPort> = c

@@ -52,6 +52,7 @@ pub fn request<'a>(
             name: "demo",
             git_url: "https://example.com/team/demo.git",
             git_ref: "main",
+            credential: None,
         }),
         resources: None,
         variables,

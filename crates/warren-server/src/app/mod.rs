@@ -51,6 +51,8 @@ pub struct AppState {
     /// Bumped after every committed change of a workspace made by this server, so watchers
     /// ([`workspaces::watch`]) look again at once instead of polling.
     pub changes: Arc<tokio::sync::watch::Sender<u64>>,
+    /// Reads devfiles from projects' repositories (cached by commit).
+    pub git: warren_git::GitReader,
 }
 
 impl AppState {

@@ -58,6 +58,7 @@ pub struct ProjectInput<'a> {
     pub name: &'a str,
     pub git_url: &'a str,
     pub git_ref: &'a str,
+    pub credential: Option<&'a warren_types::git::GitCredential>,
 }
 
 /// Everything a render needs besides the devfile.
@@ -96,6 +97,7 @@ pub fn render_workspace(
             name: p.name,
             git_url: p.git_url,
             git_ref: p.git_ref,
+            credential: p.credential,
         }),
         resources: has_resources.then_some(input.resources),
         variables: &variables,

@@ -495,24 +495,42 @@ pub async fn create(
     let agent = choose_agent(state, req.agent.as_deref()).await?;
     check_resources(&resources, &agent)?;
     let project = match &req.project {
-        Some(p) => Some(state.store.project_by_key(p).await?.ok_or_else(|| {
-            AppError::invalid_field("project", format!("no project named {p:?}"))
+        Some(p) => Some(super::projects::usable(state, who, p).await.map_err(|e| {
+            if e.kind == ErrorKind::NotFound {
+                AppError::invalid_field("project", format!("no project named {p:?}"))
+            } else {
+                e
+            }
         })?),
         None => None,
     };
-    let (devfile_text, field) = match (
-        &req.devfile,
-        project.as_ref().and_then(|p| p.devfile.as_ref()),
-    ) {
-        (Some(d), _) => (d.clone(), "devfile"),
-        (None, Some(d)) => (d.clone(), "project devfile"),
-        (None, None) => (state.default_devfile.as_str().to_owned(), "default devfile"),
+    let credential = match &project {
+        Some(p) => state.store.project_credential(p)?,
+        None => None,
     };
-    let devfile = render::parse(&devfile_text, field)?;
     let git_ref = req
         .git_ref
         .clone()
         .or_else(|| project.as_ref().map(|p| p.default_ref.clone()));
+    // The request's devfile, else the project's stored one, else the one in its repository
+    // at the workspace's ref; the server default only without a project.
+    let (devfile_text, field) = match (&req.devfile, &project) {
+        (Some(d), _) => (d.clone(), "devfile"),
+        (None, Some(p)) => match &p.devfile {
+            Some(d) => (d.clone(), "project devfile"),
+            None => (
+                super::projects::devfile_from_repository(
+                    state,
+                    p,
+                    git_ref.as_deref().unwrap_or(&p.default_ref),
+                )
+                .await?,
+                "repository devfile",
+            ),
+        },
+        (None, None) => (state.default_devfile.as_str().to_owned(), "default devfile"),
+    };
+    let devfile = render::parse(&devfile_text, field)?;
     let now = state.clock.now_ms();
     let mut attempts = 0;
     loop {
@@ -532,6 +550,7 @@ pub async fn create(
             name: &p.name,
             git_url: &p.git_url,
             git_ref: git_ref.as_deref().unwrap_or(""),
+            credential: credential.as_ref(),
         });
         let result = state
             .store
@@ -616,7 +635,7 @@ pub async fn resize(
                 .clone()
                 .or_else(|| w.resources.memory.clone()),
         };
-        if rerender(state, &w, &agent, &resources, true)
+        if rerender(state, &w, &agent, &resources, true, true)
             .await?
             .is_some()
         {
@@ -640,15 +659,22 @@ pub async fn rerender(
     agent: &AgentRow,
     resources: &WorkspaceResources,
     always: bool,
+    restart: bool,
 ) -> Result<Option<bool>, AppError> {
     let project = match w.project_id {
         Some(p) => state.store.project_by_key(&p.to_string()).await?,
         None => None,
     };
+    let credential = match &project {
+        Some(p) => state.store.project_credential(p)?,
+        None => None,
+    };
     let devfile = render::parse(&w.devfile, "stored devfile")?;
     let variables = w.stored_variables(&state.store)?;
     let desired = match w.desired_state {
-        DesiredState::Running | DesiredState::RestartRequested => DesiredState::RestartRequested,
+        DesiredState::Running | DesiredState::RestartRequested if restart => {
+            DesiredState::RestartRequested
+        }
         other => other,
     };
     let rendered = render::render_workspace(
@@ -661,6 +687,7 @@ pub async fn rerender(
                 name: &p.name,
                 git_url: &p.git_url,
                 git_ref: w.git_ref.as_deref().unwrap_or(&p.default_ref),
+                credential: credential.as_ref(),
             }),
             resources,
             variables: &variables,
@@ -703,14 +730,51 @@ pub async fn rerender_agent_workspaces(
     state: &AppState,
     agent: &AgentRow,
 ) -> Result<usize, AppError> {
+    let filter = WorkspaceFilter {
+        agent: Some(agent.id),
+        ..Default::default()
+    };
+    rerender_all(
+        state,
+        filter,
+        true,
+        "the agent's new configuration cannot be applied",
+    )
+    .await
+}
+
+/// After a project's credential changed: re-render its workspaces so their credential
+/// Secret follows, without restarting them (Secret files are rewritten in place).
+pub async fn rerender_project_workspaces(
+    state: &AppState,
+    project: warren_types::ProjectId,
+) -> Result<usize, AppError> {
+    let filter = WorkspaceFilter {
+        project: Some(project),
+        ..Default::default()
+    };
+    rerender_all(
+        state,
+        filter,
+        false,
+        "the project's new credential cannot be applied",
+    )
+    .await
+}
+
+async fn rerender_all(
+    state: &AppState,
+    filter: WorkspaceFilter,
+    restart: bool,
+    failure: &str,
+) -> Result<usize, AppError> {
     let mut changed = 0;
     let mut after = None;
     loop {
         let f = WorkspaceFilter {
-            agent: Some(agent.id),
             after,
             limit: 200,
-            ..Default::default()
+            ..filter.clone()
         };
         let page = state.store.list_workspaces(&f).await?;
         let Some(last) = page.last() else { break };
@@ -721,8 +785,11 @@ pub async fn rerender_agent_workspaces(
             }
             let mut w = w;
             for _ in 0..WRITE_ATTEMPTS {
+                let Some(agent) = state.store.agent_by_id(w.agent_id).await? else {
+                    break;
+                };
                 let resources = w.resources.clone();
-                match rerender(state, &w, agent, &resources, false).await {
+                match rerender(state, &w, &agent, &resources, false, restart).await {
                     Ok(Some(wrote)) => {
                         changed += usize::from(wrote);
                         break;
@@ -732,16 +799,10 @@ pub async fn rerender_agent_workspaces(
                         None => break,
                     },
                     Err(e) => {
-                        tracing::warn!(workspace = %w.name, error = %e.message, "cannot re-render after an agent configuration change");
+                        tracing::warn!(workspace = %w.name, error = %e.message, "{failure}");
                         state
                             .store
-                            .set_failure_reason(
-                                w.id,
-                                &format!(
-                                    "the agent's new configuration cannot be applied: {}",
-                                    e.message
-                                ),
-                            )
+                            .set_failure_reason(w.id, &format!("{failure}: {}", e.message))
                             .await?;
                         break;
                     }

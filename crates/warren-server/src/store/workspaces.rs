@@ -114,7 +114,7 @@ impl WorkspaceRow {
     }
 }
 
-fn open_json<T: serde::de::DeserializeOwned>(
+pub(crate) fn open_json<T: serde::de::DeserializeOwned>(
     store: &Store,
     sealed: &str,
     what: &'static str,

@@ -70,7 +70,18 @@ pub fn router() -> Router<AppState> {
         .route("/projects", get(projects::list).post(projects::create))
         .route(
             "/projects/{project}",
-            get(projects::get_one).delete(projects::delete_one),
+            get(projects::get_one)
+                .patch(projects::update)
+                .delete(projects::delete_one),
+        )
+        .route(
+            "/projects/{project}/credential",
+            put(projects::set_credential).delete(projects::delete_credential),
+        )
+        .route("/projects/{project}/members", get(projects::members))
+        .route(
+            "/projects/{project}/members/{user}",
+            put(projects::set_member).delete(projects::remove_member),
         )
         .route(
             "/workspaces",

@@ -1,11 +1,16 @@
-//! Projects: any signed-in user creates and reads them; deleting one needs an admin.
+//! Projects: any signed-in user creates them; members (or everyone, for internal ones) see
+//! and use them; maintainers manage their settings, credential and members.
 
 use super::Auth;
 use crate::app::{self, AppState};
 use crate::http::error::{HttpError, Json, Path};
 use axum::extract::State;
 use http::StatusCode;
-use warren_types::api::{ApiError, CreateProjectRequest, Project};
+use warren_types::api::{
+    ApiError, CreateProjectRequest, Project, ProjectMember, SetProjectMemberRequest,
+    UpdateProjectRequest,
+};
+use warren_types::git::GitCredential;
 
 #[utoipa::path(get, path = "/api/v1/projects", responses((status = 200, body = Vec<Project>)), tag = "projects",
     security(("bearer" = [])))]
@@ -52,5 +57,94 @@ pub async fn delete_one(
     Path(key): Path<String>,
 ) -> Result<StatusCode, HttpError> {
     app::projects::delete(&state, &who, &key).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Changes visibility, default ref or devfile path (maintainers).
+#[utoipa::path(patch, path = "/api/v1/projects/{project}", request_body = UpdateProjectRequest,
+    params(("project" = String, Path, description = "project name or id")),
+    responses((status = 200, body = Project), (status = 404, body = ApiError)), tag = "projects",
+    security(("bearer" = [])))]
+pub async fn update(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(key): Path<String>,
+    Json(req): Json<UpdateProjectRequest>,
+) -> Result<Json<Project>, HttpError> {
+    Ok(Json(app::projects::update(&state, &who, &key, &req).await?))
+}
+
+/// Sets the repository credential (maintainers); it is stored encrypted and never returned.
+#[utoipa::path(put, path = "/api/v1/projects/{project}/credential", request_body = GitCredential,
+    params(("project" = String, Path, description = "project name or id")),
+    responses((status = 200, body = Project), (status = 404, body = ApiError)), tag = "projects",
+    security(("bearer" = [])))]
+pub async fn set_credential(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(key): Path<String>,
+    Json(c): Json<GitCredential>,
+) -> Result<Json<Project>, HttpError> {
+    Ok(Json(
+        app::projects::set_credential(&state, &who, &key, Some(&c)).await?,
+    ))
+}
+
+/// Removes the repository credential (maintainers).
+#[utoipa::path(delete, path = "/api/v1/projects/{project}/credential",
+    params(("project" = String, Path, description = "project name or id")),
+    responses((status = 200, body = Project), (status = 404, body = ApiError)), tag = "projects",
+    security(("bearer" = [])))]
+pub async fn delete_credential(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(key): Path<String>,
+) -> Result<Json<Project>, HttpError> {
+    Ok(Json(
+        app::projects::set_credential(&state, &who, &key, None).await?,
+    ))
+}
+
+#[utoipa::path(get, path = "/api/v1/projects/{project}/members",
+    params(("project" = String, Path, description = "project name or id")),
+    responses((status = 200, body = Vec<ProjectMember>), (status = 404, body = ApiError)), tag = "projects",
+    security(("bearer" = [])))]
+pub async fn members(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(key): Path<String>,
+) -> Result<Json<Vec<ProjectMember>>, HttpError> {
+    Ok(Json(app::projects::members(&state, &who, &key).await?))
+}
+
+/// Adds a member or changes their role (maintainers); answers the members.
+#[utoipa::path(put, path = "/api/v1/projects/{project}/members/{user}", request_body = SetProjectMemberRequest,
+    params(("project" = String, Path, description = "project name or id"),
+           ("user" = String, Path, description = "username or id")),
+    responses((status = 200, body = Vec<ProjectMember>), (status = 404, body = ApiError), (status = 409, body = ApiError)),
+    tag = "projects", security(("bearer" = [])))]
+pub async fn set_member(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path((key, user)): Path<(String, String)>,
+    Json(req): Json<SetProjectMemberRequest>,
+) -> Result<Json<Vec<ProjectMember>>, HttpError> {
+    Ok(Json(
+        app::projects::set_member(&state, &who, &key, &user, &req).await?,
+    ))
+}
+
+/// Removes a member (maintainers, or a member leaving); never the last maintainer.
+#[utoipa::path(delete, path = "/api/v1/projects/{project}/members/{user}",
+    params(("project" = String, Path, description = "project name or id"),
+           ("user" = String, Path, description = "username or id")),
+    responses((status = 204), (status = 404, body = ApiError), (status = 409, body = ApiError)),
+    tag = "projects", security(("bearer" = [])))]
+pub async fn remove_member(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path((key, user)): Path<(String, String)>,
+) -> Result<StatusCode, HttpError> {
+    app::projects::remove_member(&state, &who, &key, &user).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -114,11 +114,16 @@ pub async fn terminate(
     Ok((StatusCode::OK, Json(w)))
 }
 
-/// Creates a workspace from the request's devfile, else the project's, else the server's
-/// default; renders its objects and asks for `Running`.
+/// Creates a workspace from the request's devfile, else the project's stored one, else the
+/// one at `devfile_path` in the project's repository at the workspace's ref (read with the
+/// project's credential), else (without a project) the server's default; renders its
+/// objects and asks for `Running`.
 #[utoipa::path(post, path = "/api/v1/workspaces", request_body = CreateWorkspaceRequest,
     responses((status = 201, body = Workspace), (status = 400, body = ApiError), (status = 403, body = ApiError),
-    (status = 409, body = ApiError), (status = 422, body = ApiError)), tag = "workspaces", security(("bearer" = [])))]
+    (status = 409, body = ApiError), (status = 422, body = ApiError, description = "The devfile (given, stored, or read from the project's repository) cannot be used, or the repository refused the project's credential"),
+    (status = 502, body = ApiError, description = "The project's repository could not be reached"),
+    (status = 503, body = ApiError, description = "The server cannot read repositories (git is missing)")),
+    tag = "workspaces", security(("bearer" = [])))]
 pub async fn create(
     State(state): State<AppState>,
     Auth(who): Auth,

@@ -1,0 +1,314 @@
+//! Projects from private repositories, on SQLite and (when configured) PostgreSQL, against a
+//! real Git server (`git http-backend` behind basic auth): the credential is sealed and
+//! never returned, the devfile is read from the repository at the workspace's ref, the
+//! workspace gets the credential through a helper (no secret in its environment), URLs
+//! carrying credentials are refused (and old ones moved into sealed storage), and only
+//! members see a private project. Skips with a notice where `git` is missing.
+
+mod common;
+
+use common::*;
+use reqwest::Method;
+use serde_json::{json, Value};
+use warren_testkit::git_http::GitHttpServer;
+
+const PASSWORD: &str = "s3cret-git-pass";
+
+fn have_git() -> bool {
+    let ok = std::process::Command::new("git")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("skipping: git is not installed");
+    }
+    ok
+}
+
+fn msg(b: &Value) -> &str {
+    b["error"]["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("not an API error: {b}"))
+}
+
+#[tokio::test]
+async fn a_private_repository_with_only_a_devfile_path() {
+    if !have_git() {
+        return;
+    }
+    let git = GitHttpServer::start("ann", PASSWORD).await.unwrap();
+    git.create_repo("app", &[("tools/devfile.yaml", WEB_DEVFILE)])
+        .unwrap();
+    let url = git.url("app");
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        let agent = s.agent("a1", json!({})).await;
+        let bob = s.user("bob", &["api", "workspace"]).await;
+        let carol = s.user("carol", &["api", "workspace"]).await;
+        let call = |who: &str, m: Method, path: &str, body: Option<Value>| {
+            let who = who.to_owned();
+            let path = path.to_owned();
+            let s = &s;
+            async move { s.call(m, &path, Some(&who), body).await }
+        };
+
+        // A URL with the secret in it is refused, naming the way to do it.
+        let with_secret = url.replace("http://", &format!("http://ann:{PASSWORD}@"));
+        let (st, b) = call(
+            &bob,
+            Method::POST,
+            "/api/v1/projects",
+            Some(json!({"name": "app", "git_url": with_secret})),
+        )
+        .await;
+        assert_eq!(st, 400, "[{l}] {b}");
+        assert!(msg(&b).contains("project's credential"), "[{l}] {b}");
+        assert!(!b.to_string().contains(PASSWORD), "[{l}] {b}");
+
+        let (st, b) = call(
+            &bob,
+            Method::POST,
+            "/api/v1/projects",
+            Some(
+                json!({"name": "app", "git_url": url, "devfile_path": "tools/devfile.yaml",
+                        "credential": {"kind": "basic", "username": "ann", "password": PASSWORD}}),
+            ),
+        )
+        .await;
+        assert_eq!(st, 201, "[{l}] {b}");
+        assert_eq!(
+            (b["credential"].as_str(), b["visibility"].as_str()),
+            (Some("basic"), Some("private")),
+            "[{l}] {b}"
+        );
+        for path in ["/api/v1/projects", "/api/v1/projects/app"] {
+            let (_, b) = call(&bob, Method::GET, path, None).await;
+            assert!(!b.to_string().contains(PASSWORD), "[{l}] {b}");
+        }
+        let pool = &s.state.store.db.pool;
+        let stored: Vec<(String,)> = sqlx::query_as("SELECT credential FROM projects")
+            .fetch_all(pool)
+            .await
+            .unwrap();
+        assert!(
+            stored.iter().all(|(c,)| !c.contains(PASSWORD)),
+            "[{l}] sealed at rest"
+        );
+
+        // The workspace's devfile comes from the repository, at the project's ref.
+        let w = s
+            .workspace(&bob, json!({"project": "app", "name": "bob-app"}))
+            .await;
+        assert!(
+            w["url"].as_str().unwrap_or("").contains("8080-bob-app."),
+            "[{l}] the repository's devfile declares port 8080: {w}"
+        );
+        let infos = s.reconcile_ok(agent, "full", json!([])).await;
+        let yaml = infos["bob-app"]["config_to_apply"].as_str().unwrap();
+        assert!(yaml.contains("name: bob-app-git"), "[{l}] {yaml}");
+        let origin = url.trim_end_matches("/app.git");
+        assert!(
+            yaml.contains(&format!("credential.{origin}.helper")),
+            "[{l}] the helper is scoped to the repository's origin: {yaml}"
+        );
+        assert!(
+            yaml.contains("/warren/git/credentials"),
+            "[{l}] the helper reads the mounted file: {yaml}"
+        );
+        // The secret travels only in the Secret's data (base64), never in an env value.
+        for line in yaml.lines().filter(|l| l.contains("value:")) {
+            assert!(!line.contains(PASSWORD), "[{l}] {line}");
+        }
+
+        // Errors name the repository, the ref and the path.
+        let (st, b) = call(
+            &bob,
+            Method::POST,
+            "/api/v1/workspaces",
+            Some(json!({"project": "app", "ref": "nope"})),
+        )
+        .await;
+        assert_eq!(
+            (st, b["error"]["code"].as_str()),
+            (422, Some("devfile_not_found")),
+            "[{l}] {b}"
+        );
+        assert!(
+            msg(&b).contains(&url) && msg(&b).contains("\"nope\""),
+            "[{l}] {b}"
+        );
+        let (st, b) = call(
+            &bob,
+            Method::PATCH,
+            "/api/v1/projects/app",
+            Some(json!({"devfile_path": "missing.yaml"})),
+        )
+        .await;
+        assert_eq!(st, 200, "[{l}] {b}");
+        let (st, b) = call(
+            &bob,
+            Method::POST,
+            "/api/v1/workspaces",
+            Some(json!({"project": "app"})),
+        )
+        .await;
+        assert_eq!(st, 422, "[{l}] {b}");
+        assert!(
+            msg(&b).contains(&url)
+                && msg(&b).contains("\"missing.yaml\"")
+                && msg(&b).contains("\"main\""),
+            "[{l}] {b}"
+        );
+        let (st, _) = call(
+            &bob,
+            Method::PATCH,
+            "/api/v1/projects/app",
+            Some(json!({"devfile_path": "tools/devfile.yaml"})),
+        )
+        .await;
+        assert_eq!(st, 200);
+        let (st, b) = call(
+            &bob,
+            Method::PUT,
+            "/api/v1/projects/app/credential",
+            Some(json!({"kind": "token", "token": "wrong-token"})),
+        )
+        .await;
+        assert_eq!(
+            (st, b["credential"].as_str()),
+            (200, Some("token")),
+            "[{l}] {b}"
+        );
+        let (st, b) = call(
+            &bob,
+            Method::POST,
+            "/api/v1/workspaces",
+            Some(json!({"project": "app"})),
+        )
+        .await;
+        assert_eq!(
+            (st, b["error"]["code"].as_str()),
+            (422, Some("repository_auth_failed")),
+            "[{l}] {b}"
+        );
+        assert!(!msg(&b).contains("wrong-token"), "[{l}] {b}");
+
+        // Private: carol cannot see or use it until bob adds her.
+        let (st, _) = call(&carol, Method::GET, "/api/v1/projects/app", None).await;
+        assert_eq!(st, 404, "[{l}]");
+        let (st, b) = call(
+            &carol,
+            Method::POST,
+            "/api/v1/workspaces",
+            Some(json!({"project": "app"})),
+        )
+        .await;
+        assert_eq!(st, 400, "[{l}] {b}");
+        assert!(msg(&b).contains("no project named"), "[{l}] {b}");
+        let (st, b) = call(
+            &bob,
+            Method::PUT,
+            "/api/v1/projects/app/members/carol",
+            Some(json!({"role": "developer"})),
+        )
+        .await;
+        assert_eq!(st, 200, "[{l}] {b}");
+        assert_eq!(b.as_array().map(Vec::len), Some(2), "[{l}] {b}");
+        let (st, _) = call(&carol, Method::GET, "/api/v1/projects/app", None).await;
+        assert_eq!(st, 200, "[{l}]");
+        let (st, b) = call(
+            &carol,
+            Method::PUT,
+            "/api/v1/projects/app/credential",
+            Some(json!({"kind": "token", "token": "x"})),
+        )
+        .await;
+        assert_eq!(st, 403, "[{l}] developers do not manage: {b}");
+        let (st, b) = call(
+            &bob,
+            Method::DELETE,
+            "/api/v1/projects/app/members/bob",
+            None,
+        )
+        .await;
+        assert_eq!(
+            (st, b["error"]["code"].as_str()),
+            (409, Some("last_maintainer")),
+            "[{l}] {b}"
+        );
+        let (st, _) = call(
+            &carol,
+            Method::DELETE,
+            "/api/v1/projects/app/members/carol",
+            None,
+        )
+        .await;
+        assert_eq!(st, 204, "[{l}] a member may leave");
+        let (st, _) = call(&carol, Method::GET, "/api/v1/projects/app", None).await;
+        assert_eq!(st, 404, "[{l}]");
+        let (st, b) = call(
+            &bob,
+            Method::PUT,
+            "/api/v1/projects/app/credential",
+            Some(json!({"kind": "token", "token": "two\nlines"})),
+        )
+        .await;
+        assert_eq!(st, 400, "[{l}] {b}");
+        assert!(msg(&b).starts_with("credential.token:"), "[{l}] {b}");
+        s.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn credentials_in_old_urls_move_into_sealed_storage() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        let (st, b) = s.admin(Method::GET, "/api/v1/users/me", None).await;
+        assert_eq!(st, 200);
+        let admin = warren_types::UserId(b["id"].as_i64().unwrap());
+        // A row as an earlier version stored it: the token in the URL, visible to everyone.
+        let old = warren_server::store::projects::NewProject {
+            name: "legacy".into(),
+            git_url: "https://ann:glpat-legacy@git.example.com/team/app.git".into(),
+            default_ref: "main".into(),
+            devfile_path: ".devfile.yaml".into(),
+            devfile: None,
+            created_by: admin,
+            visibility: warren_types::api::ProjectVisibility::Internal,
+            credential: None,
+        };
+        s.state.store.insert_project(&old, 0).await.unwrap();
+        let moved = warren_server::app::projects::move_url_credentials(&s.state)
+            .await
+            .unwrap();
+        assert_eq!(moved, 1, "[{l}]");
+        let again = warren_server::app::projects::move_url_credentials(&s.state)
+            .await
+            .unwrap();
+        assert_eq!(again, 0, "[{l}] a no-op once done");
+        let (st, b) = s.admin(Method::GET, "/api/v1/projects/legacy", None).await;
+        assert_eq!(st, 200, "[{l}] {b}");
+        assert_eq!(
+            b["git_url"], "https://git.example.com/team/app.git",
+            "[{l}] {b}"
+        );
+        assert_eq!(b["credential"], "basic", "[{l}] {b}");
+        assert_eq!(b["visibility"], "private", "[{l}] {b}");
+        let p = s
+            .state
+            .store
+            .project_by_key("legacy")
+            .await
+            .unwrap()
+            .unwrap();
+        let c = s.state.store.project_credential(&p).unwrap().unwrap();
+        assert_eq!(
+            c.username_password(),
+            Some(("ann", "glpat-legacy")),
+            "[{l}]"
+        );
+        s.stop().await;
+    }
+}

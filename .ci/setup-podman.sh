@@ -2,11 +2,11 @@
 #! Installs and configures Podman for Warren's engine tests on Debian bookworm (run as root).
 #
 # Idempotent. Steps (each can be run alone by naming it):
-#   install   apt-get install podman, runc, busybox-static and openssh-sftp-server
+#   install   apt-get install podman, runc, busybox-static, openssh-sftp-server and git
 #   config    write /etc/containers/containers.conf (runc, cgroupfs, ulimits within the hard limits)
 #   service   start `podman system service` on /run/podman/podman.sock unless it answers
 #   image     build localhost/warren-test:latest from a busybox-static rootfs with OpenSSH's
-#             sftp-server (podman import)
+#             sftp-server and Debian's git with its HTTP transport (podman import)
 #   verify    `podman run --rm localhost/warren-test:latest true`
 #   stop      stop the service the `service` step started (not part of the default steps)
 # Without arguments install, config, service, image and verify run, in that order. The engine
@@ -30,7 +30,7 @@ step_install() {
     fi
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q
-    apt-get install -y -q podman runc busybox-static openssh-sftp-server
+    apt-get install -y -q podman runc busybox-static openssh-sftp-server git
 }
 
 step_config() {
@@ -128,9 +128,27 @@ GROUP
         log "$sftp not found: apt-get install openssh-sftp-server"
         exit 1
     fi
-    mkdir -p "$root/usr/lib/openssh"
-    cp "$sftp" "$root/usr/lib/openssh/sftp-server"
-    for lib in $(ldd "$sftp" | grep -o '/[^ ]*'); do
+    copy_with_libs "$sftp" "$root"
+    # Debian's git (not a second one under /usr/local) and its HTTP transport, so workspaces
+    # can clone, fetch and push; templates are optional and left out.
+    local git=/usr/bin/git
+    if [ ! -x "$git" ] || [ ! -x /usr/lib/git-core/git-remote-http ]; then
+        log "$git or git-remote-http not found: apt-get install git"
+        exit 1
+    fi
+    copy_with_libs "$git" "$root"
+    copy_with_libs /usr/lib/git-core/git-remote-http "$root"
+    ln -sf git-remote-http "$root/usr/lib/git-core/git-remote-https"
+    ln -sf ../../bin/git "$root/usr/lib/git-core/git"
+    mkdir -p "$root/usr/share/git-core/templates"
+}
+
+# Copies a program and the shared libraries it loads into the rootfs at the same paths.
+copy_with_libs() {
+    local program="$1" root="$2" lib
+    mkdir -p "$root$(dirname "$program")"
+    cp -L "$program" "$root$program"
+    for lib in $(ldd "$program" | grep -o '/[^ ]*'); do
         mkdir -p "$root$(dirname "$lib")"
         cp -L "$lib" "$root$lib"
     done
@@ -138,7 +156,7 @@ GROUP
 
 step_image() {
     if podman image exists "$IMAGE" &&
-        podman run --rm "$IMAGE" test -x /usr/lib/openssh/sftp-server 2>/dev/null; then
+        podman run --rm "$IMAGE" sh -c 'test -x /usr/lib/openssh/sftp-server && git --version' >/dev/null 2>&1; then
         log "image $IMAGE already exists"
         return
     fi

@@ -61,8 +61,18 @@ impl GitHttpServer {
     /// Serves repositories under a fresh root, to clients presenting `username`/`password`
     /// (every request: fetch and push).
     pub async fn start(username: &str, password: &str) -> Result<GitHttpServer> {
+        Self::start_on("127.0.0.1:0".parse()?, username, password).await
+    }
+
+    /// [`GitHttpServer::start`] on a chosen address (e.g. `0.0.0.0:0`, for containers to
+    /// reach it through the host's address).
+    pub async fn start_on(
+        bind: SocketAddr,
+        username: &str,
+        password: &str,
+    ) -> Result<GitHttpServer> {
         let root = tempfile::tempdir()?;
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let listener = TcpListener::bind(bind).await?;
         let addr = listener.local_addr()?;
         let expected = format!(
             "Basic {}",
@@ -120,6 +130,11 @@ impl GitHttpServer {
     /// `http://127.0.0.1:PORT/<name>.git`.
     pub fn url(&self, name: &str) -> String {
         format!("http://{}/{name}.git", self.addr)
+    }
+
+    /// The repository's URL through another address of this host (`host` without a port).
+    pub fn url_via(&self, host: &str, name: &str) -> String {
+        format!("http://{host}:{}/{name}.git", self.addr.port())
     }
 
     /// The bare repository's directory on disk.

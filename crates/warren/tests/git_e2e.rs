@@ -1,0 +1,198 @@
+//! A team's first day with a private repository, end to end on Podman: a project made from a
+//! private repository (Git's `http-backend` behind basic auth) with only `--devfile-path`
+//! and a password; `warren ws create --project` reads the devfile from the repository; the
+//! workspace clones it, commits and pushes with the project's credential, which is in
+//! neither the process list, the environment nor the checkout's `.git/config`.
+//!
+//! Skips with a notice when no Podman exists; fails instead under `WARREN_REQUIRE_ENGINE=1`.
+
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use support::{ensure_image, podman_available, running, unique_name, wait_for, Up};
+use warren_testkit::git_http::GitHttpServer;
+
+const PASSWORD: &str = "pw-never-shown-7f3a";
+
+const DEVFILE: &str = r#"schemaVersion: 2.2.0
+metadata:
+  name: from-the-repository
+components:
+  - name: dev
+    container:
+      image: localhost/warren-test:latest
+      memoryLimit: 256Mi
+      mountSources: true
+"#;
+
+/// An address of this host that containers can reach (the primary interface's): found by
+/// "connecting" a UDP socket, which sends nothing.
+fn host_address() -> String {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").expect("udp socket");
+    s.connect("192.0.2.1:9").expect("a default route");
+    s.local_addr().expect("local address").ip().to_string()
+}
+
+/// Runs a shell command in the workspace's container as its user.
+fn sh(id: &str, script: &str) -> std::process::Output {
+    Command::new("podman")
+        .args(["exec", id, "sh", "-c", script])
+        .output()
+        .expect("podman exec")
+}
+
+#[test]
+fn a_workspace_clones_and_pushes_a_private_repository_without_exposing_the_secret() {
+    if !podman_available() {
+        return;
+    }
+    ensure_image();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let git = rt
+        .block_on(GitHttpServer::start_on(
+            "0.0.0.0:0".parse().unwrap(),
+            "ann",
+            PASSWORD,
+        ))
+        .expect("git server");
+    let first = git
+        .create_repo(
+            "app",
+            &[("tools/devfile.yaml", DEVFILE), ("README", "hello\n")],
+        )
+        .expect("repository");
+    let url = git.url_via(&host_address(), "app");
+
+    let mut up = Up::start();
+    let project = unique_name("app");
+    let out = Command::new(env!("CARGO_BIN_EXE_warren"))
+        .args([
+            "project",
+            "create",
+            &project,
+            "--git-url",
+            &url,
+            "--devfile-path",
+            "tools/devfile.yaml",
+            "--username",
+            "ann",
+            "--password-stdin",
+        ])
+        .env("WARREN_HOME", up.home.path())
+        .env_remove("WARREN_URL")
+        .env_remove("WARREN_TOKEN")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin
+                .take()
+                .expect("stdin")
+                .write_all(format!("{PASSWORD}\n").as_bytes())?;
+            c.wait_with_output()
+        })
+        .expect("warren project create");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown = up.cli_ok(&["project", "show", &project, "-o", "json"]);
+    assert!(!shown.contains(PASSWORD), "{shown}");
+
+    // Only the project: the devfile comes from the repository.
+    let ws = unique_name("gitws");
+    up.workspace = Some(ws.clone());
+    up.cli_ok(&[
+        "ws",
+        "create",
+        "--project",
+        &project,
+        "--name",
+        &ws,
+        "--wait",
+        "--timeout",
+        "3m",
+    ]);
+    let live = running(&ws);
+    assert_eq!(live.len(), 1, "{live:#?}");
+    let id = live[0]["Id"].as_str().expect("container id").to_owned();
+    let checkout = format!("/projects/{project}");
+    wait_for(
+        "the clone",
+        Duration::from_secs(120),
+        || {
+            sh(&id, &format!("test -d {checkout}/.git"))
+                .status
+                .success()
+                .then_some(())
+        },
+        || {
+            String::from_utf8_lossy(&sh(&id, "cat /projects/.warren/logs/*.log").stdout)
+                .into_owned()
+        },
+    );
+    let head = sh(&id, &format!("git -C {checkout} rev-parse HEAD"));
+    assert_eq!(String::from_utf8_lossy(&head.stdout).trim(), first);
+
+    // Commit and push from inside, as a developer would.
+    let push = sh(
+        &id,
+        &format!(
+            "cd {checkout} && echo change >> README && git -c user.name=Dev -c user.email=dev@example.invalid \
+             commit --quiet -am 'from the workspace' && git push --quiet origin HEAD:main && git rev-parse HEAD"
+        ),
+    );
+    assert!(
+        push.status.success(),
+        "push failed: {}",
+        String::from_utf8_lossy(&push.stderr)
+    );
+    let pushed = String::from_utf8_lossy(&push.stdout).trim().to_owned();
+    assert_eq!(git.head("app", "main").expect("server head"), pushed);
+    assert_ne!(pushed, first);
+
+    // The secret is nowhere a process, the environment or the checkout shows it.
+    for (what, script) in [
+        (
+            "the process list",
+            "cat /proc/[0-9]*/cmdline | tr '\\0' ' '".to_owned(),
+        ),
+        (
+            "the environment",
+            "env; cat /proc/[0-9]*/environ | tr '\\0' '\\n'".to_owned(),
+        ),
+        (
+            "the checkout's .git/config",
+            format!("cat {checkout}/.git/config"),
+        ),
+    ] {
+        let out = sh(&id, &script);
+        assert!(
+            out.status.success(),
+            "{what}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            !text.contains(PASSWORD),
+            "the password shows in {what}:\n{text}"
+        );
+    }
+    let inspected = Command::new("podman")
+        .args(["inspect", &id])
+        .output()
+        .expect("podman inspect");
+    assert!(!String::from_utf8_lossy(&inspected.stdout).contains(PASSWORD));
+
+    up.cli_ok(&["ws", "rm", &ws, "--wait", "--timeout", "2m"]);
+    let status = up.stop();
+    assert!(status.success(), "{}", up.log());
+    assert!(
+        !up.log().contains(PASSWORD),
+        "the password shows in warren up's log"
+    );
+}

@@ -120,7 +120,9 @@ PASSWD
     cat > "$root/etc/group" <<GROUP
 root:x:0:
 GROUP
-    chown 5001:0 "$root/home/user"
+    # Something of the image's own in its home, as real images have (workspaces seed theirs from it).
+    echo '# the image profile of warren-test' > "$root/home/user/.profile"
+    chown -R 5001:0 "$root/home/user"
     chmod 0775 "$root/home/user" "$root/projects"
     # OpenSSH's sftp server (needs only libc), so SSH tests can run `sftp` into a workspace.
     local sftp=/usr/lib/openssh/sftp-server lib
@@ -156,7 +158,7 @@ copy_with_libs() {
 
 step_image() {
     if podman image exists "$IMAGE" &&
-        podman run --rm "$IMAGE" sh -c 'test -x /usr/lib/openssh/sftp-server && git --version' >/dev/null 2>&1; then
+        podman run --rm "$IMAGE" sh -c 'test -x /usr/lib/openssh/sftp-server && test -f /home/user/.profile && git --version' >/dev/null 2>&1; then
         log "image $IMAGE already exists"
         return
     fi

@@ -62,6 +62,7 @@ fn rendered(ws: &Workspace, desired: DesiredState) -> Result<Vec<serde_json::Val
         resources: None,
         variables: &variables,
         desired_state: desired,
+        dotfiles_url: None,
     };
     Ok(render(&devfile, &req)?.objects)
 }

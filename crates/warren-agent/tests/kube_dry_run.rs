@@ -67,6 +67,7 @@ fn request<'a>(
         resources: Some(res),
         variables: &[],
         desired_state: DesiredState::Running,
+        dotfiles_url: None,
     }
 }
 

@@ -7,9 +7,9 @@ use crate::output::{self, render, Format};
 use crate::ssh_cmd;
 use crate::wait::{self, Goal};
 use crate::{
-    AgentCommand, CliError, Command, CredentialArgs, CredentialCommand, LoginArgs, MemberCommand,
-    OAuthClientCommand, PasswdArgs, ProjectCommand, ScopeArg, SshKeyCommand, TokenCommand,
-    UserCommand, WaitArgs, WsCommand, WsCreateArgs,
+    AgentCommand, CliError, Command, CredentialArgs, CredentialCommand, DotfilesCommand, LoginArgs,
+    MemberCommand, OAuthClientCommand, PasswdArgs, ProjectCommand, ScopeArg, SshKeyCommand,
+    TokenCommand, UserCommand, WaitArgs, WsCommand, WsCreateArgs,
 };
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
@@ -45,6 +45,7 @@ pub async fn run(cmd: Command) -> Result<(), CliError> {
         Command::Ws(g) => ws(g.out.output, g.cmd).await,
         Command::User(g) => user(g.out.output, g.cmd).await,
         Command::Passwd(a) => passwd(a).await,
+        Command::Dotfiles(g) => dotfiles(g.out.output, g.cmd).await,
         Command::OAuthClient(g) => oauth_client(g.out.output, g.cmd).await,
         Command::Devfile(_) | Command::Completions(_) => {
             Err(CliError::Usage("this command runs without a server".into()))
@@ -742,6 +743,20 @@ async fn oauth_client(out: Format, cmd: OAuthClientCommand) -> Result<(), CliErr
             eprintln!("OAuth client {client_id:?} deleted.");
         }
     }
+    Ok(())
+}
+
+async fn dotfiles(out: Format, cmd: DotfilesCommand) -> Result<(), CliError> {
+    let (c, _) = client()?;
+    let u = match cmd {
+        DotfilesCommand::Set { url } => c.set_dotfiles(Some(&url)).await?,
+        DotfilesCommand::Unset => c.set_dotfiles(None).await?,
+        DotfilesCommand::Show => c.me().await?,
+    };
+    print(out, &u, |u| match &u.dotfiles_url {
+        Some(url) => format!("Dotfiles: {url} (installed at the first start of new workspaces)"),
+        None => "No dotfiles repository.".into(),
+    });
     Ok(())
 }
 

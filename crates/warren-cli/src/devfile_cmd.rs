@@ -113,6 +113,7 @@ fn render(a: RenderArgs) -> Result<(), CliError> {
         } else {
             DesiredState::Running
         },
+        dotfiles_url: None,
     };
     let rendered = warren_devfile::render(&devfile, &req)
         .map_err(|e| CliError::Failed(format!("{}: cannot render: {e}", a.file.display())))?;

@@ -68,6 +68,8 @@ pub enum Command {
     User(UserGroup),
     /// Change your own password.
     Passwd(PasswdArgs),
+    /// Your dotfiles repository, installed into the home of your new workspaces.
+    Dotfiles(DotfilesGroup),
     /// OAuth clients of the server's sign-in (admin): the proxy's, or a third-party tool's.
     #[command(name = "oauth-client")]
     OAuthClient(OAuthClientGroup),
@@ -615,6 +617,28 @@ pub enum OAuthClientCommand {
     /// Delete a client; every session signed in through it ends.
     #[command(visible_alias = "rm")]
     Delete { client_id: String },
+}
+
+#[derive(Debug, Args)]
+pub struct DotfilesGroup {
+    #[command(flatten)]
+    pub out: OutputArgs,
+    #[command(subcommand)]
+    pub cmd: DotfilesCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DotfilesCommand {
+    /// Use this Git repository: cloned into `~/.dotfiles` of each new workspace at its first
+    /// start, then its install script run (install.sh, install, bootstrap.sh, setup.sh, …) or,
+    /// without one, its dotfiles linked into the home. Logged; a failure never stops the
+    /// workspace.
+    Set { url: String },
+    /// Stop installing dotfiles into new workspaces.
+    #[command(visible_alias = "rm")]
+    Unset,
+    /// Show the repository in use.
+    Show,
 }
 
 #[derive(Debug, Args)]

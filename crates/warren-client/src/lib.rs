@@ -20,7 +20,7 @@ use warren_types::api::{
     UpdateDesiredStateRequest, UpdateUserRequest, User, Workspace, WorkspaceResources, API_PREFIX,
 };
 use warren_types::api::{
-    ProjectMember, ProjectRole, SetProjectMemberRequest, UpdateProjectRequest,
+    ProjectMember, ProjectRole, SetDotfilesRequest, SetProjectMemberRequest, UpdateProjectRequest,
 };
 use warren_types::git::GitCredential;
 use warren_types::state::DesiredState;
@@ -235,6 +235,27 @@ impl Client {
                 status: status.as_u16(),
                 source,
             })
+    }
+
+    /// `PUT /users/me/dotfiles` (or `DELETE` with `None`).
+    pub async fn set_dotfiles(&self, url: Option<&str>) -> Result<User> {
+        match url {
+            Some(url) => {
+                self.call(
+                    Method::PUT,
+                    &routes::dotfiles(),
+                    &[],
+                    Some(&SetDotfilesRequest {
+                        url: url.to_owned(),
+                    }),
+                )
+                .await
+            }
+            None => {
+                self.call(Method::DELETE, &routes::dotfiles(), &[], None::<&()>)
+                    .await
+            }
+        }
     }
 
     /// `POST /users/me/password`.

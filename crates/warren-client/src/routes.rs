@@ -118,3 +118,7 @@ pub fn project_members(name: &str) -> Vec<String> {
 pub fn project_member(name: &str, user: &str) -> Vec<String> {
     segs(&["projects", name, "members", user])
 }
+
+pub fn dotfiles() -> Vec<String> {
+    segs(&["users", "me", "dotfiles"])
+}

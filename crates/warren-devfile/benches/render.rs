@@ -109,6 +109,7 @@ fn main() {
         resources: None,
         variables: &[],
         desired_state: DesiredState::Running,
+        dotfiles_url: None,
     };
 
     let (mut baseline, mut as_is, mut full, mut reconcile, mut yaml_base) =

@@ -148,6 +148,7 @@ pub fn render_preview(
             resources: None,
             variables: &[],
             desired_state: warren_types::DesiredState::Running,
+            dotfiles_url: None,
         },
     )
 }

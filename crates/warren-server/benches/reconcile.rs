@@ -105,6 +105,7 @@ async fn bench(label: &str, url: String, home: &std::path::Path) {
                             resources: &WorkspaceResources::default(),
                             variables: &[],
                             desired: DesiredState::Running,
+                            dotfiles_url: None,
                         },
                     )
                 },

@@ -62,6 +62,18 @@ pub struct User {
     /// are terminated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletion_requested_at: Option<DateTime<Utc>>,
+    /// A Git repository of dotfiles, cloned into the home of the user's new workspaces at
+    /// first start, its install script run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dotfiles_url: Option<String>,
+}
+
+/// Body of `PUT /users/me/dotfiles`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetDotfilesRequest {
+    /// A public Git repository (no credentials in the URL).
+    pub url: String,
 }
 
 /// An admin's change to an account; absent fields stay as they are.

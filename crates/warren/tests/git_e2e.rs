@@ -15,6 +15,13 @@ use warren_testkit::git_http::GitHttpServer;
 
 const PASSWORD: &str = "pw-never-shown-7f3a";
 
+/// One `warren up` (one Podman service) at a time, as in `up_e2e.rs`.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 const DEVFILE: &str = r#"schemaVersion: 2.2.0
 metadata:
   name: from-the-repository
@@ -47,6 +54,7 @@ fn a_workspace_clones_and_pushes_a_private_repository_without_exposing_the_secre
     if !podman_available() {
         return;
     }
+    let _serial = one_at_a_time();
     ensure_image();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let git = rt
@@ -195,4 +203,105 @@ fn a_workspace_clones_and_pushes_a_private_repository_without_exposing_the_secre
         !up.log().contains(PASSWORD),
         "the password shows in warren up's log"
     );
+}
+
+/// The container of the workspace's only running pod.
+fn container_of(ws: &str) -> String {
+    let live = running(ws);
+    assert_eq!(live.len(), 1, "{live:#?}");
+    live[0]["Id"].as_str().expect("container id").to_owned()
+}
+
+fn stdout(o: std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stdout).trim().to_owned()
+}
+
+#[test]
+fn the_home_persists_across_a_restart_and_dotfiles_install_once() {
+    if !podman_available() {
+        return;
+    }
+    let _serial = one_at_a_time();
+    ensure_image();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    // A public host: dotfiles repositories are cloned without credentials.
+    let git = rt
+        .block_on(GitHttpServer::start_on(
+            "0.0.0.0:0".parse().unwrap(),
+            "",
+            "",
+        ))
+        .expect("git server");
+    git.create_repo(
+        "dotfiles",
+        &[(
+            "install.sh",
+            "echo \"installed $(date +%s%N)\" >> \"$HOME/.dotfiles-installed\"\n",
+        )],
+    )
+    .expect("repository");
+    let url = git.url_via(&host_address(), "dotfiles");
+
+    let mut up = Up::start();
+    let shown = up.cli_ok(&["dotfiles", "set", &url]);
+    assert!(shown.contains(&url), "{shown}");
+    let (ws, _) = up.create_workspace("home", DEVFILE);
+    let id = container_of(&ws);
+    assert_eq!(stdout(sh(&id, "echo $HOME")), "/projects/.home");
+    assert_eq!(
+        stdout(sh(&id, "cat $HOME/.profile")),
+        "# the image profile of warren-test",
+        "seeded from the image's home"
+    );
+    let log = || stdout(sh(&id, "cat /projects/.warren/logs/dev.log"));
+    wait_for(
+        "the dotfiles",
+        Duration::from_secs(120),
+        || {
+            sh(&id, "test -f $HOME/.dotfiles-installed")
+                .status
+                .success()
+                .then_some(())
+        },
+        log,
+    );
+    assert!(
+        log().contains("dotfiles installed by install.sh"),
+        "{}",
+        log()
+    );
+    let wrote = sh(&id, "echo 'make test' >> $HOME/.ash_history && mkdir -p $HOME/.config/editor && echo dark > $HOME/.config/editor/theme");
+    assert!(wrote.status.success());
+
+    up.cli_ok(&["ws", "stop", &ws, "--wait", "--timeout", "2m"]);
+    up.cli_ok(&["ws", "start", &ws, "--wait", "--timeout", "2m"]);
+    let id = container_of(&ws);
+    assert_eq!(stdout(sh(&id, "cat $HOME/.ash_history")), "make test");
+    assert_eq!(stdout(sh(&id, "cat $HOME/.config/editor/theme")), "dark");
+    // Installed once: the second start finds ~/.dotfiles and leaves it.
+    let log = stdout(sh(&id, "cat /projects/.warren/logs/dev.log"));
+    assert_eq!(
+        stdout(sh(&id, "wc -l < $HOME/.dotfiles-installed")),
+        "1",
+        "{log}"
+    );
+
+    // A dotfiles repository that fails does not stop a new workspace.
+    up.cli_ok(&["dotfiles", "set", &git.url_via(&host_address(), "missing")]);
+    up.cli_ok(&["ws", "rm", &ws, "--wait", "--timeout", "2m"]);
+    let (ws2, created) = up.create_workspace("home2", DEVFILE);
+    assert_eq!(created["actual_state"], "Running", "{created}");
+    let id = container_of(&ws2);
+    wait_for(
+        "the failed dotfiles clone to be logged",
+        Duration::from_secs(120),
+        || {
+            stdout(sh(&id, "cat /projects/.warren/logs/dev.log"))
+                .contains("cloning dotfiles from")
+                .then_some(())
+        },
+        || stdout(sh(&id, "cat /projects/.warren/logs/dev.log")),
+    );
+    up.cli_ok(&["ws", "rm", &ws2, "--wait", "--timeout", "2m"]);
+    assert!(up.stop().success(), "{}", up.log());
 }

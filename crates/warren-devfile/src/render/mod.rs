@@ -31,8 +31,17 @@
 //! image of its component, an `apply` command as the applied container itself (which then
 //! runs only as an init container).
 //!
-//! The project's git URL and ref travel in the `<name>-env` Secret (a URL may carry a token),
-//! never in the ConfigMap.
+//! The project's git URL and ref travel in the `<name>-env` Secret, never in the ConfigMap.
+//!
+//! # A home that persists
+//!
+//! Wrapped containers that mount the sources get `HOME=<sources>/.home` ([`HOME_DIR`]), on the
+//! workspace volume: shell history, dotfiles and editor state survive stops and restarts. The
+//! wrapper creates it on first start, before the container's command runs, seeded with a copy
+//! of the image's home (the user's `/etc/passwd` entry); a devfile that sets `HOME` itself
+//! keeps its own. The owner's dotfiles repository, if they set one, is cloned into
+//! `~/.dotfiles` at first start and its install script run (or its dotfiles linked), in the
+//! background and logged; a failure there never stops the workspace.
 
 mod names;
 mod network;
@@ -65,6 +74,8 @@ use warren_types::{AgentId, DesiredState, WorkspaceId};
 pub const FILES_MOUNT_PATH: &str = "/warren/variables";
 /// Where the `<name>-scripts` ConfigMap is mounted in wrapped containers.
 pub const SCRIPTS_MOUNT_PATH: &str = "/warren/scripts";
+/// The home directory under the sources root, on the workspace volume.
+pub const HOME_DIR: &str = ".home";
 /// Where the `<name>-git` Secret (the project's credential) is mounted, read-only, in
 /// containers that mount the sources.
 pub const GIT_MOUNT_PATH: &str = "/warren/git";
@@ -118,6 +129,8 @@ pub struct RenderRequest<'a> {
     pub resources: Option<&'a WorkspaceResources>,
     pub variables: &'a [ResolvedVariable],
     pub desired_state: DesiredState,
+    /// The owner's dotfiles repository, cloned into the home and installed at first start.
+    pub dotfiles_url: Option<&'a str>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

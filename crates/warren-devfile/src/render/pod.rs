@@ -82,7 +82,27 @@ pub(super) fn container(
         }),
         ..Default::default()
     };
-    let mut env = vec![
+    let mut env = vec![];
+    // A home on the volume for the containers the wrapper prepares it in (see `HOME_DIR`).
+    if with_scripts && c.mount_sources {
+        env.push(core::EnvVar {
+            name: "HOME".into(),
+            value: Some(format!(
+                "{}/{}",
+                c.source_mapping.trim_end_matches('/'),
+                super::HOME_DIR
+            )),
+            ..Default::default()
+        });
+        if let Some(url) = req.dotfiles_url.filter(|_| c.main) {
+            env.push(core::EnvVar {
+                name: "WARREN_DOTFILES_URL".into(),
+                value: Some(url.to_owned()),
+                ..Default::default()
+            });
+        }
+    }
+    env.extend([
         core::EnvVar {
             name: "PROJECTS_ROOT".into(),
             value: Some(c.source_mapping.clone()),
@@ -98,7 +118,7 @@ pub(super) fn container(
             value: Some(name_of(req)),
             ..Default::default()
         },
-    ];
+    ]);
     env.extend(c.env.iter().map(|e| core::EnvVar {
         name: e.name.clone(),
         value: Some(e.value.clone()),

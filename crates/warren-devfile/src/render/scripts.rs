@@ -44,6 +44,59 @@ pub(super) fn command_script(
     s
 }
 
+/// Creates `$HOME` on first start (marked by `.warren-home`), seeded with a copy of the
+/// image's home: the user's `/etc/passwd` entry, else the image's `HOME`-less default.
+const HOME_SEED: &str = r#"if [ -n "${HOME:-}" ] && [ ! -e "$HOME/.warren-home" ]; then
+  image_home="$(awk -F: -v u="$(id -u)" '$3 == u { print $6; exit }' /etc/passwd 2>/dev/null)"
+  if mkdir -p "$HOME" 2>/dev/null; then
+    if [ -n "$image_home" ] && [ "$image_home" != "$HOME" ] && [ -d "$image_home" ]; then
+      cp -a "$image_home/." "$HOME/" 2>/dev/null
+      echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) home $HOME created from the image's $image_home" >>"$log"
+    else
+      echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) home $HOME created" >>"$log"
+    fi
+    touch "$HOME/.warren-home"
+  else
+    echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) cannot create home $HOME; using /tmp" >>"$log"
+    export HOME=/tmp
+  fi
+fi
+"#;
+
+/// Clones the owner's dotfiles into `~/.dotfiles` once, then runs the first install script
+/// found, or links the repository's top-level dotfiles into the home; failures are logged and
+/// never fatal.
+const DOTFILES: &str = r#"  if [ -n "${WARREN_DOTFILES_URL:-}" ] && [ -n "${HOME:-}" ] && [ ! -e "$HOME/.dotfiles" ]; then
+    if ! command -v git >/dev/null 2>&1; then
+      say "cannot install dotfiles: git is not installed in this image"
+    elif git clone --quiet --depth 1 -- "$WARREN_DOTFILES_URL" "$HOME/.dotfiles"; then
+      say "cloned dotfiles from $WARREN_DOTFILES_URL"
+      script=""
+      for f in install.sh install bootstrap.sh bootstrap script/bootstrap setup.sh setup script/setup; do
+        if [ -f "$HOME/.dotfiles/$f" ]; then script="$f"; break; fi
+      done
+      if [ -n "$script" ]; then
+        if (cd "$HOME/.dotfiles" && /bin/sh "./$script"); then
+          say "dotfiles installed by $script"
+        else
+          say "dotfiles install script $script failed with status $?; the workspace runs on"
+        fi
+      else
+        for f in "$HOME"/.dotfiles/.[!.]*; do
+          [ -e "$f" ] || continue
+          n="$(basename "$f")"
+          [ "$n" = .git ] && continue
+          [ -e "$HOME/$n" ] || ln -s "$f" "$HOME/$n"
+        done
+        say "dotfiles linked into $HOME (no install script)"
+      fi
+    else
+      rm -rf "$HOME/.dotfiles"
+      say "cloning dotfiles from $WARREN_DOTFILES_URL failed; the workspace runs on"
+    fi
+  fi
+"#;
+
 pub(super) fn startup_script(devfile: &Devfile, c: &Container, req: &RenderRequest<'_>) -> String {
     use std::fmt::Write;
     let mut s = String::new();
@@ -60,6 +113,10 @@ pub(super) fn startup_script(devfile: &Devfile, c: &Container, req: &RenderReque
     let _ = writeln!(s, "mkdir -p \"$logs\" 2>/dev/null || logs=/tmp");
     let _ = writeln!(s, "log=\"$logs/{}.log\"", c.name);
     let _ = writeln!(s, "say() {{ echo \"$(date -u +%Y-%m-%dT%H:%M:%SZ) $*\"; }}");
+    if c.mount_sources {
+        // Before the command runs, so it (and every later shell) finds its home.
+        s.push_str(HOME_SEED);
+    }
     let _ = writeln!(s, "(");
     let _ = writeln!(s, "  say \"starting container {}\"", c.name);
     if c.main {
@@ -99,6 +156,7 @@ pub(super) fn startup_script(devfile: &Devfile, c: &Container, req: &RenderReque
             );
         }
         let _ = writeln!(s, "  touch \"$state/cloned\"");
+        s.push_str(DOTFILES);
     } else if c.mount_sources && req.project.is_some() {
         let _ = writeln!(
             s,

@@ -57,6 +57,7 @@ pub fn request<'a>(
         resources: None,
         variables,
         desired_state: DesiredState::Running,
+        dotfiles_url: None,
     }
 }
 

@@ -71,6 +71,8 @@ pub struct RenderInput<'a> {
     pub resources: &'a WorkspaceResources,
     pub variables: &'a [StoredVariable],
     pub desired: DesiredState,
+    /// The owner's dotfiles repository.
+    pub dotfiles_url: Option<&'a str>,
 }
 
 /// Renders a workspace's objects and computes its URLs; a refusal says why.
@@ -102,6 +104,7 @@ pub fn render_workspace(
         resources: has_resources.then_some(input.resources),
         variables: &variables,
         desired_state: input.desired,
+        dotfiles_url: input.dotfiles_url,
     };
     let rendered = warren_devfile::render(devfile, &req)
         .map_err(|e| AppError::new(ErrorKind::Unprocessable, "render_failed", error_chain(&e)))?;

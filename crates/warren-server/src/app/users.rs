@@ -432,6 +432,25 @@ pub async fn change_password(
     Ok(())
 }
 
+/// Sets or (with `None`) clears the caller's dotfiles repository; new workspaces (and
+/// re-rendered ones) install it at their first start.
+pub async fn set_dotfiles(
+    state: &AppState,
+    who: &Principal,
+    url: Option<&str>,
+) -> Result<User, AppError> {
+    if let Some(u) = url {
+        super::projects::validate_git_url(u).map_err(|e| AppError::invalid_field("url", e))?;
+    }
+    state.store.set_dotfiles(who.user.id, url).await?;
+    let u = state
+        .store
+        .user_by_id(who.user.id)
+        .await?
+        .ok_or_else(|| AppError::not_found("user"))?;
+    Ok(u.to_api())
+}
+
 async fn hash(password: &str) -> Result<String, AppError> {
     let password = password.to_owned();
     tokio::task::spawn_blocking(move || crypto::hash_password(&password))

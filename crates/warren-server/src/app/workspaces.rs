@@ -569,6 +569,7 @@ pub async fn create(
                             resources: &resources,
                             variables: &variables,
                             desired: DesiredState::Running,
+                            dotfiles_url: who.user.dotfiles_url.as_deref(),
                         },
                     )
                 },
@@ -671,6 +672,7 @@ pub async fn rerender(
     };
     let devfile = render::parse(&w.devfile, "stored devfile")?;
     let variables = w.stored_variables(&state.store)?;
+    let owner = state.store.user_by_id(w.owner_id).await?;
     let desired = match w.desired_state {
         DesiredState::Running | DesiredState::RestartRequested if restart => {
             DesiredState::RestartRequested
@@ -692,6 +694,7 @@ pub async fn rerender(
             resources,
             variables: &variables,
             desired,
+            dotfiles_url: owner.as_ref().and_then(|u| u.dotfiles_url.as_deref()),
         },
     )?;
     if !always {

@@ -18,6 +18,8 @@ use utoipa::{Modify, OpenApi};
         api::users::update_user,
         api::users::delete_user,
         api::users::change_password,
+        api::users::set_dotfiles,
+        api::users::delete_dotfiles,
         api::users::list_tokens,
         api::users::create_token,
         api::users::revoke_token,

@@ -22,6 +22,8 @@ pub struct UserRow {
     pub delete_requested_at: Option<i64>,
     /// Browser sessions issued before this instant (ms) are no longer valid.
     pub sessions_valid_from: i64,
+    /// The user's dotfiles repository.
+    pub dotfiles_url: Option<String>,
 }
 
 impl UserRow {
@@ -33,6 +35,7 @@ impl UserRow {
             created_at: from_millis(self.created_at),
             disabled_at: self.disabled_at.map(from_millis),
             deletion_requested_at: self.delete_requested_at.map(from_millis),
+            dotfiles_url: self.dotfiles_url.clone(),
         }
     }
 
@@ -52,11 +55,12 @@ fn row(r: &AnyRow) -> Result<UserRow, sqlx::Error> {
         disabled_at: get_opt_i64(r, "disabled_at")?,
         delete_requested_at: get_opt_i64(r, "delete_requested_at")?,
         sessions_valid_from: get_i64(r, "sessions_valid_from")?,
+        dotfiles_url: super::get_opt_str(r, "dotfiles_url")?,
     })
 }
 
 const COLS: &str = "id, username, password_hash, is_admin, created_at, disabled_at, \
-                    delete_requested_at, sessions_valid_from";
+                    delete_requested_at, sessions_valid_from, dotfiles_url";
 
 /// True when some account other than `$1` is an active admin: the guard of every change
 /// that could take the last one away.
@@ -272,5 +276,15 @@ impl Store {
         }
         tx.commit().await?;
         Ok(true)
+    }
+
+    /// Sets or (with `None`) clears the user's dotfiles repository.
+    pub async fn set_dotfiles(&self, id: UserId, url: Option<&str>) -> Result<bool, StoreError> {
+        let r = sqlx::query("UPDATE users SET dotfiles_url = $2 WHERE id = $1")
+            .bind(id.get())
+            .bind(url)
+            .execute(&self.db.pool)
+            .await?;
+        Ok(r.rows_affected() == 1)
     }
 }

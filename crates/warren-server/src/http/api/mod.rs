@@ -50,6 +50,10 @@ pub fn router() -> Router<AppState> {
         .route("/users", get(users::list_users).post(users::create_user))
         .route("/users/me/password", post(users::change_password))
         .route(
+            "/users/me/dotfiles",
+            put(users::set_dotfiles).delete(users::delete_dotfiles),
+        )
+        .route(
             "/users/{user}",
             get(users::get_user)
                 .patch(users::update_user)

@@ -10,7 +10,7 @@ use http::StatusCode;
 use serde::Deserialize;
 use warren_types::api::{
     AddSshKeyRequest, ApiError, ChangePasswordRequest, CreateTokenRequest, CreateUserRequest,
-    CreatedToken, PasswordLoginRequest, SshKey, Token, UpdateUserRequest, User,
+    CreatedToken, PasswordLoginRequest, SetDotfilesRequest, SshKey, Token, UpdateUserRequest, User,
 };
 use warren_types::{SshKeyId, TokenId};
 
@@ -65,6 +65,30 @@ pub async fn change_password(
 ) -> Result<StatusCode, HttpError> {
     app::users::change_password(&state, &who, &req, addr).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Set the caller's dotfiles repository (cloned into new workspaces' homes at first start).
+#[utoipa::path(put, path = "/api/v1/users/me/dotfiles", request_body = SetDotfilesRequest,
+    responses((status = 200, body = User), (status = 400, body = ApiError)), tag = "users",
+    security(("bearer" = [])))]
+pub async fn set_dotfiles(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Json(req): Json<SetDotfilesRequest>,
+) -> Result<Json<User>, HttpError> {
+    Ok(Json(
+        app::users::set_dotfiles(&state, &who, Some(&req.url)).await?,
+    ))
+}
+
+/// Forget the caller's dotfiles repository.
+#[utoipa::path(delete, path = "/api/v1/users/me/dotfiles",
+    responses((status = 200, body = User)), tag = "users", security(("bearer" = [])))]
+pub async fn delete_dotfiles(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+) -> Result<Json<User>, HttpError> {
+    Ok(Json(app::users::set_dotfiles(&state, &who, None).await?))
 }
 
 #[utoipa::path(get, path = "/api/v1/users/{user}",

@@ -2,7 +2,7 @@
 #! Installs and configures Podman for Warren's engine tests on Debian bookworm (run as root).
 #
 # Idempotent. Steps (each can be run alone by naming it):
-#   install   apt-get install podman, runc, busybox-static, openssh-sftp-server and git
+#   install   apt-get install podman, runc, busybox-static, openssh-sftp-server, git and nftables
 #   config    write /etc/containers/containers.conf (runc, cgroupfs, ulimits within the hard limits)
 #   service   start `podman system service` on /run/podman/podman.sock unless it answers
 #   image     build localhost/warren-test:latest from a busybox-static rootfs with OpenSSH's
@@ -30,7 +30,7 @@ step_install() {
     fi
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q
-    apt-get install -y -q podman runc busybox-static openssh-sftp-server git
+    apt-get install -y -q podman runc busybox-static openssh-sftp-server git nftables
 }
 
 step_config() {

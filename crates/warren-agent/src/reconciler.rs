@@ -356,6 +356,7 @@ impl Reconciler {
                     workspace_agent_infos: vec![],
                     capacity: None,
                     runtime_fault: Some(error_chain(&e)),
+                    isolation_warning: None,
                 };
                 if let Err(t) = self.transport.reconcile(&fault).await {
                     tracing::debug!(error = %error_chain(&t), "reporting the runtime fault failed");
@@ -375,15 +376,19 @@ impl Reconciler {
             });
         }
         let (infos, sent_errors) = self.report(kind, observed);
-        let capacity = match kind {
-            UpdateType::Full => self.runtime.capacity().await,
-            UpdateType::Partial => None,
+        let (capacity, isolation_warning) = match kind {
+            UpdateType::Full => (
+                self.runtime.capacity().await,
+                self.runtime.isolation_warning(),
+            ),
+            UpdateType::Partial => (None, None),
         };
         let request = ReconcileRequest {
             update_type: kind,
             workspace_agent_infos: infos,
             capacity,
             runtime_fault: None,
+            isolation_warning,
         };
         let response = self.transport.reconcile(&request).await?;
         tracing::debug!(kind = ?kind, reported = request.workspace_agent_infos.len(), returned = response.workspace_rails_infos.len(), "reconciled");

@@ -133,6 +133,7 @@ mod tests {
                 .collect(),
             failure_reason: None,
             agent_fault: None,
+            isolation_warning: None,
             resources: WorkspaceResources {
                 cpu: None,
                 memory: None,

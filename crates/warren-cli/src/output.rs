@@ -129,6 +129,9 @@ pub fn workspace(w: &Workspace) -> String {
     if let Some(fault) = &w.agent_fault {
         rows.push(("Agent fault", fault.clone()));
     }
+    if let Some(warning) = &w.isolation_warning {
+        rows.push(("Warning", warning.clone()));
+    }
     for (name, url) in &w.endpoints {
         rows.push(("Endpoint", format!("{name} {url}")));
     }
@@ -202,6 +205,12 @@ pub fn agent(a: &Agent) -> String {
                 (Some(f), None) => format!("cannot be seen: {f}"),
                 _ => "ok".into(),
             },
+        ),
+        (
+            "Isolation",
+            a.isolation_warning
+                .clone()
+                .unwrap_or_else(|| "enforced".into()),
         ),
         ("Domain", a.config.workspace_domain.clone()),
         ("Workspaces quota", quota(a.config.workspaces_quota)),
@@ -418,6 +427,7 @@ mod tests {
             endpoints: [("web".to_owned(), "http://3000-dev.ws.localhost".to_owned())].into(),
             failure_reason: None,
             agent_fault: None,
+            isolation_warning: None,
             resources: WorkspaceResources {
                 cpu: Some("2".into()),
                 memory: None,

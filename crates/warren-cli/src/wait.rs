@@ -274,6 +274,7 @@ mod tests {
             endpoints: Default::default(),
             failure_reason: Some("image \"nope\" cannot be pulled".into()),
             agent_fault: None,
+            isolation_warning: None,
             resources: WorkspaceResources::default(),
             variables: vec![],
             version: 1,

@@ -135,6 +135,7 @@ async fn bench(label: &str, url: String, home: &std::path::Path) {
         workspace_agent_infos: infos,
         capacity: None,
         runtime_fault: None,
+        isolation_warning: None,
     };
     let first = Instant::now();
     let resp =
@@ -163,6 +164,7 @@ async fn bench(label: &str, url: String, home: &std::path::Path) {
         workspace_agent_infos: vec![],
         capacity: None,
         runtime_fault: None,
+        isolation_warning: None,
     };
     let resp =
         warren_server::app::reconcile::reconcile(&state, &fresh(&state, &agent).await, &partial)

@@ -1004,6 +1004,43 @@ async fn a_runtime_fault_is_shown_until_the_agent_sees_its_runtime_again() {
     }
 }
 
+/// An agent that cannot isolate workspaces says so with its full reconciles: the warning
+/// shows on the agent and on each of its workspaces, survives partial reconciles, and goes
+/// with the first full reconcile without it.
+#[tokio::test]
+async fn an_isolation_warning_is_shown_until_a_full_reconcile_clears_it() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = &s.label;
+        let agent = s.agent("a1", json!({})).await;
+        s.workspace(
+            &s.admin_token,
+            json!({"name": "w1", "devfile": WEB_DEVFILE}),
+        )
+        .await;
+        let warning = "workspaces on this agent are not isolated: the engine runs rootless";
+        let (st, b) = s
+            .reconcile(
+                agent,
+                json!({"update_type": "full", "workspace_agent_infos": [running("w1", "1")], "isolation_warning": warning}),
+            )
+            .await;
+        assert_eq!(st, 201, "[{l}] {b}");
+        s.reconcile_ok(agent, "partial", json!([])).await;
+        let (_, a) = s.admin(Method::GET, "/api/v1/agents/a1", None).await;
+        assert_eq!(a["isolation_warning"], warning, "[{l}] {a}");
+        let (_, w) = s.admin(Method::GET, "/api/v1/workspaces/w1", None).await;
+        assert_eq!(w["isolation_warning"], warning, "[{l}] {w}");
+        s.reconcile_ok(agent, "full", json!([running("w1", "1")]))
+            .await;
+        let (_, a) = s.admin(Method::GET, "/api/v1/agents/a1", None).await;
+        assert!(a.get("isolation_warning").is_none(), "[{l}] cleared: {a}");
+        let (_, w) = s.admin(Method::GET, "/api/v1/workspaces/w1", None).await;
+        assert!(w.get("isolation_warning").is_none(), "[{l}] {w}");
+        s.stop().await;
+    }
+}
+
 #[tokio::test]
 async fn bootstrap_admin_happens_once() {
     for db in databases() {

@@ -263,6 +263,10 @@ pub struct Agent {
     /// Since when that fault has lasted.
     #[serde(default)]
     pub runtime_fault_since: Option<DateTime<Utc>>,
+    /// Why workspaces on this agent are not isolated from each other or from blocked
+    /// networks (a container engine where the agent cannot set firewall rules).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation_warning: Option<String>,
 }
 
 /// Returned once at agent creation: the only time the agent token is shown.
@@ -487,6 +491,10 @@ pub struct Workspace {
     /// last ones it reported and may be out of date.
     #[serde(default)]
     pub agent_fault: Option<String>,
+    /// Why this workspace is not isolated as its agent's configuration asks (see the
+    /// agent's `isolation_warning`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation_warning: Option<String>,
     pub resources: WorkspaceResources,
     pub variables: Vec<Variable>,
     /// Grows with every change of the workspace; `GET …?watch_version=` waits for it to move.

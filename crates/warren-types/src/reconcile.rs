@@ -40,6 +40,11 @@ pub struct ReconcileRequest {
     /// next request without it clears it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_fault: Option<String>,
+    /// Why the runtime does not isolate workspaces as their NetworkPolicies ask (a Warren
+    /// extension: a container engine where the agent cannot set firewall rules). Read on
+    /// full reconciles only, where its absence clears an earlier one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation_warning: Option<String>,
 }
 
 /// The most one workspace can use on an agent's runtime.

@@ -161,6 +161,7 @@ async fn agent_loop(endpoint: String, agent_id: i64, stop: Arc<AtomicBool>) {
             workspace_agent_infos: infos,
             capacity: None,
             runtime_fault: None,
+            isolation_warning: None,
         };
         let resp = http
             .post(&endpoint)

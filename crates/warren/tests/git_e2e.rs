@@ -73,6 +73,7 @@ fn a_workspace_clones_and_pushes_a_private_repository_without_exposing_the_secre
     let url = git.url_via(&host_address(), "app");
 
     let mut up = Up::start();
+    up.allow_egress_to(&host_address());
     let project = unique_name("app");
     let out = Command::new(env!("CARGO_BIN_EXE_warren"))
         .args([
@@ -243,6 +244,7 @@ fn the_home_persists_across_a_restart_and_dotfiles_install_once() {
     let url = git.url_via(&host_address(), "dotfiles");
 
     let mut up = Up::start();
+    up.allow_egress_to(&host_address());
     let shown = up.cli_ok(&["dotfiles", "set", &url]);
     assert!(shown.contains(&url), "{shown}");
     let (ws, _) = up.create_workspace("home", DEVFILE);

@@ -207,6 +207,12 @@ pub trait WorkspaceRuntime: Send + Sync + 'static {
         None
     }
 
+    /// Why this runtime cannot isolate workspaces as their NetworkPolicies ask, if it cannot
+    /// (reported with full reconciles, shown with every workspace).
+    fn isolation_warning(&self) -> Option<String> {
+        None
+    }
+
     /// Every workspace of this agent the runtime holds, rebuilt from the runtime itself.
     async fn list(&self) -> Result<Vec<ObservedWorkspace>, RuntimeError>;
 

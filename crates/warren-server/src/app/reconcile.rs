@@ -259,6 +259,20 @@ async fn reconcile_once(
     if let Some(capacity) = req.capacity.filter(|c| Some(*c) != agent.capacity) {
         tx.set_capacity(agent.id, &capacity).await?;
     }
+    if req.update_type == UpdateType::Full {
+        let warning: Option<String> = req
+            .isolation_warning
+            .as_ref()
+            .map(|w| w.chars().take(MAX_FAULT_CHARS).collect());
+        if warning != agent.isolation_warning {
+            if let Some(w) = &warning {
+                tracing::warn!(agent = %agent.name, warning = %w, "the agent cannot isolate workspaces");
+            }
+            tx.set_isolation_warning(agent.id, warning.as_deref())
+                .await?;
+            changes.any = true;
+        }
+    }
     if seen_due {
         tx.set_last_seen(agent.id, now).await?;
     }

@@ -20,6 +20,8 @@ pub struct AgentRow {
     pub capacity: Option<HostCapacity>,
     /// Why the agent cannot see its runtime, since when.
     pub runtime_fault: Option<(String, i64)>,
+    /// Why its runtime does not isolate workspaces, as the last full reconcile said.
+    pub isolation_warning: Option<String>,
 }
 
 impl AgentRow {
@@ -32,12 +34,14 @@ impl AgentRow {
             last_seen_at: self.last_seen_at.map(from_millis),
             runtime_fault: self.runtime_fault.as_ref().map(|(f, _)| f.clone()),
             runtime_fault_since: self.runtime_fault.as_ref().map(|(_, t)| from_millis(*t)),
+            isolation_warning: self.isolation_warning.clone(),
         }
     }
 }
 
 const COLS: &str =
-    "id, name, config, created_at, last_seen_at, capacity, runtime_fault, runtime_fault_since";
+    "id, name, config, created_at, last_seen_at, capacity, runtime_fault, runtime_fault_since, \
+     isolation_warning";
 
 fn row(r: &AnyRow) -> Result<AgentRow, sqlx::Error> {
     Ok(AgentRow {
@@ -57,6 +61,7 @@ fn row(r: &AnyRow) -> Result<AgentRow, sqlx::Error> {
             (Some(f), Some(t)) => Some((f, t)),
             _ => None,
         },
+        isolation_warning: get_opt_str(r, "isolation_warning")?,
     })
 }
 

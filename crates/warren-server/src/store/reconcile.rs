@@ -301,6 +301,20 @@ impl ReconcileTx {
         Ok(())
     }
 
+    /// Records (or with `None` clears) why the agent's runtime does not isolate workspaces.
+    pub async fn set_isolation_warning(
+        &mut self,
+        agent: AgentId,
+        warning: Option<&str>,
+    ) -> Result<(), StoreError> {
+        sqlx::query("UPDATE agents SET isolation_warning = $1 WHERE id = $2")
+            .bind(warning)
+            .bind(agent.get())
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(())
+    }
+
     pub async fn set_capacity(
         &mut self,
         agent: AgentId,

@@ -56,6 +56,7 @@ pub struct WorkspaceRow {
     pub last_activity_at: Option<i64>,
     /// The agent's runtime fault, since when (from the agents row).
     pub agent_runtime_fault: Option<(String, i64)>,
+    pub agent_isolation_warning: Option<String>,
 }
 
 impl WorkspaceRow {
@@ -91,6 +92,7 @@ impl WorkspaceRow {
                     self.agent_name
                 )
             }),
+            isolation_warning: self.agent_isolation_warning.clone(),
             resources: self.resources.clone(),
             variables: vars
                 .into_iter()
@@ -137,7 +139,7 @@ pub const COLS: &str = "w.id, w.name, w.namespace, w.owner_id, u.username AS own
     w.deployment_resource_version, w.force_include_all_resources, w.devfile, w.rendered_objects, w.resources, \
     w.variables, w.endpoints, w.url, w.failure_reason, w.created_at, w.updated_at, w.version, \
     x.last_activity_at, a.runtime_fault AS agent_runtime_fault, \
-    a.runtime_fault_since AS agent_runtime_fault_since";
+    a.runtime_fault_since AS agent_runtime_fault_since, a.isolation_warning AS agent_isolation_warning";
 
 pub const FROM: &str =
     "workspaces w JOIN users u ON u.id = w.owner_id JOIN agents a ON a.id = w.agent_id \
@@ -187,6 +189,7 @@ pub fn row(r: &AnyRow) -> Result<WorkspaceRow, sqlx::Error> {
             (Some(f), Some(t)) => Some((f, t)),
             _ => None,
         },
+        agent_isolation_warning: get_opt_str(r, "agent_isolation_warning")?,
     })
 }
 

@@ -620,6 +620,28 @@ impl Up {
         std::fs::read_to_string(self.home.path().join("up.log")).unwrap_or_default()
     }
 
+    /// Lets workspaces reach `ip` besides what the default policy allows (the agent's
+    /// firewall blocks private ranges, where a test's host may be).
+    pub fn allow_egress_to(&self, ip: &str) {
+        let agent: Value =
+            serde_json::from_str(&self.cli_ok(&["agent", "show", "local", "-o", "json"]))
+                .expect("agent JSON");
+        let mut config = agent["config"].clone();
+        let rules = config["network_policy"]["egress"]
+            .as_array_mut()
+            .expect("egress rules");
+        rules.push(serde_json::json!({"allow": format!("{ip}/32")}));
+        let path = self.home.path().join("agent-config.json");
+        std::fs::write(&path, config.to_string()).expect("write the agent config");
+        self.cli_ok(&[
+            "agent",
+            "update",
+            "local",
+            "--config",
+            path.to_str().expect("utf-8 path"),
+        ]);
+    }
+
     /// Runs the CLI as the user `warren up` signed in.
     pub fn cli(&self, args: &[&str]) -> Output {
         Command::new(env!("CARGO_BIN_EXE_warren"))

@@ -18,6 +18,7 @@ mod connect;
 mod containers;
 mod exec;
 mod files;
+pub mod firewall;
 pub mod plan;
 mod ready;
 mod select;
@@ -193,6 +194,12 @@ struct Inner {
     probing: Mutex<std::collections::HashSet<String>>,
     shutdown: CancellationToken,
     service: tokio::sync::Mutex<Option<PodmanService>>,
+    /// Why workspaces cannot be isolated here (`firewall::unavailable`); `None` when the
+    /// agent enforces their NetworkPolicies itself.
+    isolation_warning: Option<String>,
+    /// The ruleset last applied (`firewall::ruleset`), so unchanged sets are not reapplied;
+    /// the lock also serialises applies.
+    firewall: tokio::sync::Mutex<Option<String>>,
 }
 
 impl Drop for Inner {
@@ -222,6 +229,9 @@ struct Record {
     /// Secret and ConfigMap data seen so far (a partial reconcile may omit them).
     secrets: DataSets,
     config_maps: DataSets,
+    /// What the workspace's NetworkPolicy lets it reach (`None`: no policy).
+    #[serde(default)]
+    egress: Option<firewall::Egress>,
 }
 
 impl EngineRuntime {
@@ -257,6 +267,18 @@ impl EngineRuntime {
             Err(_) => false,
         };
         tracing::info!(host = %connection.host, is_podman, "connected to the container engine");
+        let rootless = match connection.docker.info().await {
+            Ok(info) => info
+                .security_options
+                .unwrap_or_default()
+                .iter()
+                .any(|o| o.contains("rootless")),
+            Err(_) => false,
+        };
+        let isolation_warning = firewall::unavailable(&connection.host, rootless).await;
+        if let Some(w) = &isolation_warning {
+            tracing::warn!("{w}");
+        }
         let owner =
             load_or_create_owner(&config.state_dir).map_err(|source| EngineError::StateDir {
                 path: config.state_dir.join(OWNER_FILE),
@@ -277,6 +299,8 @@ impl EngineRuntime {
             probing: Mutex::default(),
             shutdown: CancellationToken::new(),
             service: tokio::sync::Mutex::new(connection.service),
+            isolation_warning,
+            firewall: tokio::sync::Mutex::new(None),
         });
         tokio::spawn(background::watch_events(
             Arc::downgrade(&inner),
@@ -288,7 +312,74 @@ impl EngineRuntime {
                 inner.shutdown.clone(),
             ));
         }
-        Ok(EngineRuntime { inner })
+        let runtime = EngineRuntime { inner };
+        // Rules for workspaces that kept running while the agent was away (or a reboot).
+        if let Err(e) = runtime.sync_firewall().await {
+            tracing::warn!(error = %warren_types::error_chain(&e), "restoring the workspaces' firewall rules failed; retried at the next apply");
+        }
+        Ok(runtime)
+    }
+
+    /// Why workspaces are not isolated here, if they are not.
+    pub fn isolation_warning(&self) -> Option<&str> {
+        self.inner.isolation_warning.as_deref()
+    }
+
+    /// Brings the agent's nftables table in line with the workspace networks of this
+    /// installation and their policies (see `firewall`); a no-op where the agent cannot
+    /// enforce them, or when nothing changed.
+    pub(super) async fn sync_firewall(&self) -> Result<(), RuntimeError> {
+        if self.inner.isolation_warning.is_some() {
+            return Ok(());
+        }
+        let mut last = self.inner.firewall.lock().await;
+        let mut nets = Vec::new();
+        for (network, labels) in self.labelled_networks(&self.selector()).await? {
+            let Some(workspace) = labels.get(WORKSPACE_NAME_LABEL).cloned() else {
+                continue;
+            };
+            let inspected = match self
+                .inner
+                .docker
+                .inspect_network(&network, None::<InspectNetworkOptions>)
+                .await
+            {
+                Ok(n) => n,
+                Err(e) if status_of(&e) == Some(404) => continue,
+                Err(e) => return Err(runtime_err(format!("inspecting network {network}"), e)),
+            };
+            let subnets: Vec<String> = inspected
+                .ipam
+                .and_then(|i| i.config)
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|c| c.subnet)
+                .collect();
+            let Some(subnet) = firewall::ipv4_subnet(&subnets) else {
+                continue;
+            };
+            let egress = self.read_record(&workspace).and_then(|r| r.egress);
+            nets.push(firewall::WorkspaceNet {
+                workspace,
+                subnet,
+                egress,
+            });
+        }
+        nets.sort_by(|a, b| a.workspace.cmp(&b.workspace));
+        let table = firewall::table_name(&self.inner.owner, self.inner.config.agent_id.get());
+        let script = firewall::ruleset(&table, &nets);
+        if last.as_deref() == Some(script.as_str()) {
+            return Ok(());
+        }
+        firewall::nft(&["-f", "-"], Some(&script))
+            .await
+            .map_err(|message| RuntimeError::Apply {
+                workspace: "the workspaces' firewall rules".into(),
+                message,
+            })?;
+        tracing::debug!(workspaces = nets.len(), "firewall rules applied");
+        *last = Some(script);
+        Ok(())
     }
 
     /// Whether the engine is Podman (else Docker or compatible).
@@ -500,6 +591,12 @@ impl EngineRuntime {
         }
         let parsed = plan::parse_objects(objects).map_err(|e| apply_err(e.to_string()))?;
         let previous = self.read_record(name);
+        // A set of Deployments only is a partial reconcile's: the policy stays as it was.
+        let egress = match &parsed.network_policy {
+            Some(p) => firewall::Egress::from_policy(p),
+            None if parsed.only_deployments => previous.as_ref().and_then(|r| r.egress.clone()),
+            None => None,
+        };
         let mut secrets = previous
             .as_ref()
             .map(|r| r.secrets.clone())
@@ -536,6 +633,7 @@ impl EngineRuntime {
             deleting: false,
             secrets,
             config_maps,
+            egress,
         };
         self.write_record(&record)?;
         write_files(&files_dir, &plan).map_err(|e| {
@@ -545,6 +643,8 @@ impl EngineRuntime {
             )
         })?;
         self.ensure_network(&plan, &labels).await?;
+        // Before any container exists: a workspace never runs without its rules.
+        self.sync_firewall().await?;
         let new_volumes = self.ensure_volumes(&plan, &labels).await?;
 
         // Recreate: any container of another pod hash goes, volumes stay. So does a stopped
@@ -782,12 +882,20 @@ impl WorkspaceRuntime for EngineRuntime {
         }
         let progress = self.delete_locked(name, &mut moved).await;
         if moved {
+            // The workspace's network may be gone: its rules go too.
+            if let Err(e) = self.sync_firewall().await {
+                tracing::warn!(error = %warren_types::error_chain(&e), "updating the firewall rules after a deletion failed; retried at the next change");
+            }
             // Only a deletion that changed something tells the reconciler to look again; one
             // that could not (blocked, failed) waits for its retry timer instead of waking
             // itself in a loop.
             self.bump();
         }
         progress
+    }
+
+    fn isolation_warning(&self) -> Option<String> {
+        self.inner.isolation_warning.clone()
     }
 
     async fn capacity(&self) -> Option<warren_types::reconcile::HostCapacity> {

@@ -74,16 +74,23 @@ pub struct Objects {
     pub secrets: DataSets,
     pub config_maps: DataSets,
     pub claims: BTreeSet<String>,
+    /// The workspace's NetworkPolicy, when the set holds one.
+    pub network_policy: Option<k8s_openapi::api::networking::v1::NetworkPolicy>,
+    /// The set holds Deployments only (a partial reconcile's).
+    pub only_deployments: bool,
 }
 
-/// Parses the objects, keeping the kinds the engine realises and skipping those without an
-/// engine equivalent (ServiceAccount, NetworkPolicy, ResourceQuota, Namespace).
+/// Parses the objects, keeping the kinds the engine realises (the NetworkPolicy as firewall
+/// rules, `firewall`) and skipping those without an engine equivalent (ServiceAccount,
+/// ResourceQuota, Namespace).
 pub fn parse_objects(objects: &[Value]) -> Result<Objects, PlanError> {
     let mut deployment = None;
     let mut service = None;
     let mut secrets = DataSets::new();
     let mut config_maps = DataSets::new();
     let mut claims = BTreeSet::new();
+    let mut network_policy = None;
+    let mut only_deployments = true;
     for (index, object) in objects.iter().enumerate() {
         let kind = object
             .get("kind")
@@ -95,6 +102,7 @@ pub fn parse_objects(objects: &[Value]) -> Result<Objects, PlanError> {
             kind: kind.clone(),
             message: e.to_string(),
         };
+        only_deployments &= kind == "Deployment";
         match kind.as_str() {
             "Deployment" => {
                 if deployment.is_some() {
@@ -137,7 +145,10 @@ pub fn parse_objects(objects: &[Value]) -> Result<Objects, PlanError> {
                     serde_json::from_value(object.clone()).map_err(invalid)?;
                 claims.insert(p.metadata.name.unwrap_or_default());
             }
-            "ServiceAccount" | "NetworkPolicy" | "ResourceQuota" | "Namespace" | "LimitRange" => {}
+            "NetworkPolicy" => {
+                network_policy = Some(serde_json::from_value(object.clone()).map_err(invalid)?);
+            }
+            "ServiceAccount" | "ResourceQuota" | "Namespace" | "LimitRange" => {}
             _ => return Err(PlanError::UnsupportedKind { index, kind }),
         }
     }
@@ -149,6 +160,8 @@ pub fn parse_objects(objects: &[Value]) -> Result<Objects, PlanError> {
         secrets,
         config_maps,
         claims,
+        network_policy,
+        only_deployments,
     })
 }
 

@@ -23,10 +23,17 @@ impl EngineRuntime {
                 ))
             }
         }
+        // Podman's bridges reach each other unless isolated (Docker's never do); the agent's
+        // firewall isolates them too, where it can (`firewall`).
+        let options = self
+            .inner
+            .is_podman
+            .then(|| HashMap::from([("isolate".to_owned(), "true".to_owned())]));
         let request = NetworkCreateRequest {
             name: plan.network.clone(),
             driver: Some("bridge".into()),
             labels: Some(labels.clone().into_iter().collect()),
+            options,
             ..Default::default()
         };
         match docker.create_network(request).await {

@@ -64,7 +64,8 @@ async fn access_matrix() {
             b,
             json!({"allowed": true, "workspace_id": wid, "workspace_name": "ws-one",
                    "agent_id": w["agent"], "namespace": w["namespace"], "port": 8080,
-                   "desired_state": "Running", "actual_state": w["actual_state"], "user_id": alice_id}),
+                   "desired_state": "Running", "actual_state": w["actual_state"], "user_id": alice_id,
+                   "wake_on_request": false}),
             "[{l}]"
         );
 
@@ -381,6 +382,14 @@ async fn idle_timeout_stops_and_activity_postpones() {
             "Running",
             "[{l}] off by default"
         );
+        // The proxy learns it may wake it (the agent's policy allows by default).
+        let alice_id = user_id(&s, &alice).await;
+        let (st, b) = proxy_get(&s, &access_q("ws-idle", 8080, &format!("user={alice_id}"))).await;
+        assert_eq!(
+            (st, b["wake_on_request"].as_bool()),
+            (200, Some(true)),
+            "[{l}] {b}"
+        );
 
         // A fresh start counts as activity: no immediate stop after restarting.
         let (st, _) = s
@@ -392,6 +401,11 @@ async fn idle_timeout_stops_and_activity_postpones() {
             )
             .await;
         assert_eq!(st, 200, "[{l}]");
+        let (_, b) = proxy_get(&s, &access_q("ws-idle", 8080, &format!("user={alice_id}"))).await;
+        assert_eq!(
+            b["wake_on_request"], false,
+            "[{l}] a start clears the mark: {b}"
+        );
         warren_server::app::lifecycle::run_timers_once(&s.state)
             .await
             .unwrap();

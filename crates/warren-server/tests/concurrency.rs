@@ -33,7 +33,7 @@ async fn parallel_read_modify_writes_all_land() {
                         let now = s.state.clock.now_ms();
                         if s.state
                             .store
-                            .set_desired_state(id, row.version, next, now)
+                            .set_desired_state(id, row.version, next, now, false)
                             .await
                             .unwrap()
                             .is_some()

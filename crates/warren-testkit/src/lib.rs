@@ -66,6 +66,9 @@ pub struct StackOptions {
     pub direct_upstream: Option<String>,
     /// Whether the proxy runs its SSH listener.
     pub ssh: bool,
+    /// The server's clock moves only when the test says ([`Stack::clock`]), and its lifecycle
+    /// timers run every second, so tests can make timers fire (the idle timeout) at once.
+    pub manual_clock: bool,
 }
 
 impl Default for StackOptions {
@@ -75,6 +78,7 @@ impl Default for StackOptions {
             authorization_cache_secs: 30,
             direct_upstream: None,
             ssh: true,
+            manual_clock: false,
         }
     }
 }
@@ -123,6 +127,8 @@ pub struct Stack {
     pub shared_secret: String,
     pub oauth_client_secret: String,
     pub options: StackOptions,
+    /// The server's clock, when `StackOptions::manual_clock`.
+    pub clock: Option<warren_server::clock::ManualClock>,
     http: reqwest::Client,
     shutdown: CancellationToken,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -135,6 +141,13 @@ impl Drop for Stack {
             t.abort();
         }
     }
+}
+
+fn chrono_now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
 }
 
 async fn bind() -> Result<(TcpListener, SocketAddr)> {
@@ -181,9 +194,17 @@ impl Stack {
             .context("preparing the proxy's SSH host key")?;
             config.ssh_host_keys = vec![key];
         }
-        let server = Server::prepare(config)
-            .await
-            .context("preparing the server")?;
+        let clock = options
+            .manual_clock
+            .then(|| warren_server::clock::ManualClock::new(chrono_now_ms()));
+        if clock.is_some() {
+            config.lifecycle_interval_seconds = 1;
+        }
+        let server = match &clock {
+            Some(c) => Server::prepare_with_clock(config, Arc::new(c.clone())).await,
+            None => Server::prepare(config).await,
+        }
+        .context("preparing the server")?;
         let admin_password = server
             .bootstrap_admin()
             .map(|a| a.password.clone())
@@ -318,6 +339,7 @@ impl Stack {
             shared_secret,
             oauth_client_secret,
             options,
+            clock,
             http,
             shutdown,
             tasks,

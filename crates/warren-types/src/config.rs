@@ -68,6 +68,10 @@ pub struct LifecyclePolicy {
     pub max_stopped_hours_before_termination: u32,
     /// Stop a workspace after this many minutes without user traffic; `None` is off.
     pub idle_timeout_minutes: Option<u32>,
+    /// Start a workspace the idle timeout stopped when a request reaches it through the
+    /// proxy (browsers see a "starting" page that continues to the workspace; other clients
+    /// get 503 with `Retry-After`). A workspace its user stopped stays stopped.
+    pub wake_on_request: bool,
 }
 
 impl Default for LifecyclePolicy {
@@ -76,6 +80,7 @@ impl Default for LifecyclePolicy {
             max_active_hours_before_stop: 36,
             max_stopped_hours_before_termination: 744,
             idle_timeout_minutes: None,
+            wake_on_request: true,
         }
     }
 }

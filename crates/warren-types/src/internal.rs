@@ -103,6 +103,11 @@ pub struct WorkspaceAccess {
     pub desired_state: crate::state::DesiredState,
     pub actual_state: crate::state::ActualState,
     pub user_id: crate::ids::UserId,
+    /// The idle timeout stopped the workspace and its agent's policy lets a request start
+    /// it again: the proxy asks for `Running` on the owner's behalf instead of showing the
+    /// start button.
+    #[serde(default)]
+    pub wake_on_request: bool,
 }
 
 /// Body of [`WORKSPACE_START_PATH`].

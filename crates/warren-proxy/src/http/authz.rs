@@ -167,6 +167,7 @@ mod tests {
             desired_state: warren_types::DesiredState::Running,
             actual_state: ActualState::Running,
             user_id: UserId(1),
+            wake_on_request: false,
         })
     }
 

@@ -282,6 +282,9 @@ async fn workspace_host(
         return start(&shared, &caller, &access, req).await;
     }
     if access.actual_state != warren_types::ActualState::Running {
+        if access.wake_on_request {
+            return wake(&shared, &access, req.headers()).await;
+        }
         let csrf = match &caller {
             Caller::Session { raw, .. } => Some(signin::csrf_token(raw)),
             Caller::Token(_) => None,
@@ -340,6 +343,31 @@ const START_FORM_LIMIT: usize = 4096;
 /// `POST /.warren/start`: the stopped page's button. With a session cookie the request
 /// must come from this very origin (Origin / Sec-Fetch-Site) and carry the CSRF token
 /// derived from the session; a personal access token is not ambient, so needs neither.
+/// A request reached a workspace the idle timeout stopped, and its agent's policy wakes it:
+/// ask for `Running` on the owner's behalf (the caller was just authorised as the owner),
+/// then answer "starting" (a page that reloads into the workspace, or 503 `Retry-After`).
+async fn wake(
+    shared: &Shared,
+    access: &warren_types::internal::WorkspaceAccess,
+    headers: &http::HeaderMap,
+) -> Response<Body> {
+    let request = warren_types::internal::WorkspaceStartRequest {
+        workspace_id: access.workspace_id,
+        user_id: access.user_id,
+    };
+    match shared.server.start(&request).await {
+        Ok(a) => {
+            tracing::info!(workspace = %access.workspace_name, "woken by a request");
+            let state = format!("{} (desired {})", a.actual_state, a.desired_state);
+            pages::starting(headers, &access.workspace_name, &state)
+        }
+        Err(e) => {
+            tracing::warn!(workspace = %access.workspace_name, error = %crate::error_chain(&e), "waking the workspace failed");
+            pages::server_unavailable(headers)
+        }
+    }
+}
+
 async fn start(
     shared: &Shared,
     caller: &Caller,

@@ -2,7 +2,7 @@
 //! (`{"error":{"code","message"}}`), the stopped-workspace page with its start button.
 
 use axum::body::Body;
-use http::header::{CACHE_CONTROL, CONTENT_TYPE};
+use http::header::{CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use warren_types::internal::WorkspaceAccess;
 use warren_types::{ActualState, DesiredState};
@@ -143,17 +143,20 @@ pub(crate) fn unreachable(
     }
 }
 
-/// Whether the start button makes sense in this state.
+/// Seconds a client is asked to wait before trying a starting workspace again.
+pub(crate) const STARTING_RETRY_SECS: u64 = 3;
+
+/// Whether the start button makes sense in this state: not while the workspace is already
+/// meant to run (it is starting, or its agent has not picked the request up yet), unless
+/// its last attempt failed.
 pub(crate) fn can_start(a: &WorkspaceAccess) -> bool {
     a.desired_state != DesiredState::Running
-        || matches!(
-            a.actual_state,
-            ActualState::Stopped | ActualState::Failed | ActualState::Error
-        )
+        || matches!(a.actual_state, ActualState::Failed | ActualState::Error)
 }
 
-/// A workspace that is not running: 503 with a start button (or "starting", refreshing
-/// itself until it runs).
+/// A workspace that is not running: 503 with a start button, or, while it starts, a page
+/// that reloads itself until it runs (and so continues to the workspace); other clients get
+/// 503 with `Retry-After` while it starts.
 pub(crate) fn not_running(
     headers: &HeaderMap,
     a: &WorkspaceAccess,
@@ -161,14 +164,24 @@ pub(crate) fn not_running(
 ) -> Response<Body> {
     let name = escape(&a.workspace_name);
     let state = format!("{} (desired {})", a.actual_state, a.desired_state);
+    let startable = can_start(a);
     if !wants_html(headers) {
-        return json_error(
+        let mut r = json_error(
             StatusCode::SERVICE_UNAVAILABLE,
-            "workspace_not_running",
+            if startable {
+                "workspace_not_running"
+            } else {
+                "workspace_starting"
+            },
             &format!("workspace {} is not running: {state}", a.workspace_name),
         );
+        if !startable {
+            r.headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from(STARTING_RETRY_SECS));
+        }
+        return r;
     }
-    if can_start(a) {
+    if startable {
         let form = match csrf {
             Some(token) => format!(
                 "<form method=\"post\" action=\"/.warren/start\">\
@@ -188,14 +201,33 @@ pub(crate) fn not_running(
             "",
         )
     } else {
+        starting(headers, &a.workspace_name, &state)
+    }
+}
+
+/// The page of a workspace on its way up: 503 that reloads itself (browsers) or says when to
+/// retry (others).
+pub(crate) fn starting(headers: &HeaderMap, workspace: &str, state: &str) -> Response<Body> {
+    let mut r = if wants_html(headers) {
         html(
             StatusCode::SERVICE_UNAVAILABLE,
-            &format!("Workspace {} is starting", a.workspace_name),
+            &format!("Workspace {workspace} is starting"),
             &format!(
-                "<p>Workspace <b>{name}</b> is {}. This page reloads until it is running.</p>",
-                escape(&state)
+                "<p>Workspace <b>{}</b> is {}. This page reloads until it is running, then \
+                 shows it.</p>",
+                escape(workspace),
+                escape(state)
             ),
-            "<meta http-equiv=\"refresh\" content=\"2\">",
+            &format!("<meta http-equiv=\"refresh\" content=\"{STARTING_RETRY_SECS}\">"),
         )
-    }
+    } else {
+        json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "workspace_starting",
+            &format!("workspace {workspace} is starting ({state}); retry in a few seconds"),
+        )
+    };
+    r.headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from(STARTING_RETRY_SECS));
+    r
 }

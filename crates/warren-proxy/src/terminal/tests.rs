@@ -49,6 +49,7 @@ fn access(workspace: &str) -> WorkspaceAccess {
         desired_state: DesiredState::Running,
         actual_state: ActualState::Running,
         user_id: UserId(1),
+        wake_on_request: false,
     }
 }
 

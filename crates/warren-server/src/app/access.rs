@@ -70,8 +70,21 @@ async fn owned_reachable(
     }
 }
 
-fn answer(w: WorkspaceRow, user: UserId, port: Option<u16>) -> WorkspaceAccess {
+/// Whether a request may wake `w`: the idle timeout stopped it and its agent allows it.
+async fn wakes(state: &AppState, w: &WorkspaceRow) -> Result<bool, AppError> {
+    if !(w.idle_stopped && w.desired_state == DesiredState::Stopped) {
+        return Ok(false);
+    }
+    Ok(state
+        .store
+        .agent_by_id(w.agent_id)
+        .await?
+        .is_some_and(|a| a.config.lifecycle.wake_on_request))
+}
+
+fn answer(w: WorkspaceRow, user: UserId, port: Option<u16>, wake: bool) -> WorkspaceAccess {
     WorkspaceAccess {
+        wake_on_request: wake,
         allowed: true,
         workspace_id: w.id,
         workspace_name: w.name,
@@ -101,7 +114,8 @@ pub async fn workspace(
     if q.port.is_some_and(|p| !declared_ports(&w).contains(&p)) {
         return Err(hidden());
     }
-    Ok(answer(w, user, q.port))
+    let wake = wakes(state, &w).await?;
+    Ok(answer(w, user, q.port, wake))
 }
 
 /// The stopped-workspace page's start button, on the owner's behalf: the same rules as a
@@ -129,7 +143,7 @@ pub async fn start(
     };
     let w =
         super::workspaces::change_desired_state(state, load, DesiredState::Running, false).await?;
-    Ok(answer(w, req.user_id, None))
+    Ok(answer(w, req.user_id, None, false))
 }
 
 /// Records the proxy's activity report.

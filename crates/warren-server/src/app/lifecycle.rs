@@ -42,6 +42,14 @@ pub struct TimerInput {
     pub last_activity_at: Option<i64>,
 }
 
+/// Whether the idle timeout (not another timer) is what stops the workspace now: a request
+/// may wake such a workspace again.
+pub fn is_idle_stop(policy: &LifecyclePolicy, w: TimerInput, now: i64) -> bool {
+    timer_decision(policy, w, now) == Some(DesiredState::Stopped)
+        && now - w.desired_state_updated_at
+            < i64::from(policy.max_active_hours_before_stop) * HOUR_MS
+}
+
 /// What a lifecycle timer does to a workspace now, if anything.
 pub fn timer_decision(policy: &LifecyclePolicy, w: TimerInput, now: i64) -> Option<DesiredState> {
     if w.desired == DesiredState::Terminated {
@@ -91,9 +99,10 @@ pub async fn run_timers_once(state: &AppState) -> Result<Vec<AgentId>, StoreErro
             let Some(to) = timer_decision(&agent.config.lifecycle, input, now) else {
                 continue;
             };
+            let idle = is_idle_stop(&agent.config.lifecycle, input, now);
             if state
                 .store
-                .set_desired_state(w.id, w.version, to, now)
+                .set_desired_state(w.id, w.version, to, now, idle)
                 .await?
                 .is_some()
             {
@@ -182,6 +191,14 @@ mod tests {
         assert_eq!(timer_decision(&p, w, 50 * m), None, "started 5 minutes ago");
         let off = LifecyclePolicy::default();
         assert_eq!(timer_decision(&off, at(Running, 0, 0), 30 * m), None);
+        assert!(
+            is_idle_stop(&p, at(Running, 0, 0), 30 * m),
+            "the idle timeout's stop"
+        );
+        assert!(
+            !is_idle_stop(&p, at(Running, 0, 0), 36 * 60 * m),
+            "the max-active timer's stop is not idle"
+        );
         assert_eq!(timer_decision(&p, at(Stopped, 0, 0), 30 * m), None);
     }
 

@@ -3,7 +3,7 @@
 //! all in one transaction (the store's [`ReconcileTx`]), so the same request twice leaves
 //! the same state.
 
-use super::lifecycle::{timer_decision, TimerInput};
+use super::lifecycle::{is_idle_stop, timer_decision, TimerInput};
 use super::{auth, AppError, AppState};
 use crate::store::agents::AgentRow;
 use crate::store::reconcile::{ReconcileTx, ReportUpdate, ReportedRow, Selection};
@@ -327,8 +327,10 @@ async fn apply_report(
         created_at: row.created_at,
         last_activity_at: row.last_activity_at,
     };
+    let mut idle_stop = false;
     if let Some(to) = timer_decision(&agent.config.lifecycle, timers, now) {
         tracing::info!(workspace_id = row.id, from = %desired, %to, "lifecycle timer changed desired state");
+        idle_stop = is_idle_stop(&agent.config.lifecycle, timers, now);
         desired = to;
     }
     let desired_changed = desired != row.desired;
@@ -345,6 +347,7 @@ async fn apply_report(
         resource_version,
         failure_reason: failure,
         desired: desired_changed.then_some(desired),
+        idle_stop,
     };
     tx.update_reported(row.id, &update, now).await?;
     Ok((true, desired_changed))

@@ -227,7 +227,7 @@ where
         }
         if state
             .store
-            .set_desired_state(w.id, w.version, requested, state.clock.now_ms())
+            .set_desired_state(w.id, w.version, requested, state.clock.now_ms(), false)
             .await?
             .is_some()
         {

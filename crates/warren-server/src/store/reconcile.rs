@@ -35,6 +35,8 @@ pub struct ReportUpdate {
     pub failure_reason: Option<String>,
     /// A new desired state, written the one way desired states are written.
     pub desired: Option<DesiredState>,
+    /// The new desired state is the idle timeout's stop.
+    pub idle_stop: bool,
 }
 
 /// A row that goes back to the agent, with both sealed configurations.
@@ -213,7 +215,7 @@ impl ReconcileTx {
             "actual_state_updated_at"
         };
         let desired = if u.desired.is_some() {
-            format!(", {}", set_desired_sql(6, 4))
+            format!(", {}", set_desired_sql(6, 4, u.idle_stop))
         } else {
             String::new()
         };

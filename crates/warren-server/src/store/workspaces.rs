@@ -57,6 +57,8 @@ pub struct WorkspaceRow {
     /// The agent's runtime fault, since when (from the agents row).
     pub agent_runtime_fault: Option<(String, i64)>,
     pub agent_isolation_warning: Option<String>,
+    /// The idle timeout stopped it (and nothing changed its desired state since).
+    pub idle_stopped: bool,
 }
 
 impl WorkspaceRow {
@@ -139,7 +141,8 @@ pub const COLS: &str = "w.id, w.name, w.namespace, w.owner_id, u.username AS own
     w.deployment_resource_version, w.force_include_all_resources, w.devfile, w.rendered_objects, w.resources, \
     w.variables, w.endpoints, w.url, w.failure_reason, w.created_at, w.updated_at, w.version, \
     x.last_activity_at, a.runtime_fault AS agent_runtime_fault, \
-    a.runtime_fault_since AS agent_runtime_fault_since, a.isolation_warning AS agent_isolation_warning";
+    a.runtime_fault_since AS agent_runtime_fault_since, a.isolation_warning AS agent_isolation_warning, \
+    w.idle_stopped";
 
 pub const FROM: &str =
     "workspaces w JOIN users u ON u.id = w.owner_id JOIN agents a ON a.id = w.agent_id \
@@ -190,6 +193,7 @@ pub fn row(r: &AnyRow) -> Result<WorkspaceRow, sqlx::Error> {
             _ => None,
         },
         agent_isolation_warning: get_opt_str(r, "agent_isolation_warning")?,
+        idle_stopped: get_i64(r, "idle_stopped")? != 0,
     })
 }
 
@@ -244,10 +248,14 @@ pub struct RenderedObjects {
 /// sets it. `desired_state_updated_at` never goes below the last response to the agent, so
 /// a server whose clock lags cannot hide a change from partial reconciliation, and the row
 /// is flagged for the next response.
-pub(crate) fn set_desired_sql(d: usize, now: usize) -> String {
+/// `idle` marks the assignment as the idle timeout's stop (any other assignment clears the
+/// mark), which lets a request wake the workspace.
+pub(crate) fn set_desired_sql(d: usize, now: usize, idle: bool) -> String {
     format!(
         "desired_state = ${d}, desired_state_updated_at = CASE WHEN responded_to_agent_at IS NOT NULL \
-         AND responded_to_agent_at > ${now} THEN responded_to_agent_at ELSE ${now} END, needs_response = 1"
+         AND responded_to_agent_at > ${now} THEN responded_to_agent_at ELSE ${now} END, needs_response = 1, \
+         idle_stopped = {}",
+        i64::from(idle)
     )
 }
 
@@ -398,16 +406,18 @@ impl Store {
     }
 
     /// Writes a new desired state if the row still has `version`; `Ok(None)` on a lost race.
+    /// `idle`: the idle timeout's stop (see [`set_desired_sql`]).
     pub async fn set_desired_state(
         &self,
         id: WorkspaceId,
         version: i64,
         desired: DesiredState,
         now: i64,
+        idle: bool,
     ) -> Result<Option<()>, StoreError> {
         let r = sqlx::query(&format!(
             "UPDATE workspaces SET {}, updated_at = $2, version = version + 1 WHERE id = $3 AND version = $4",
-            set_desired_sql(1, 2)
+            set_desired_sql(1, 2, idle)
         ))
         .bind(desired.as_str())
         .bind(now)
@@ -433,7 +443,7 @@ impl Store {
             "UPDATE workspaces SET rendered_objects = $1, resources = $2, {}, \
              force_include_all_resources = 1, config_running = $7, config_stopped = $8, \
              updated_at = $4, version = version + 1 WHERE id = $5 AND version = $6",
-            set_desired_sql(3, 4)
+            set_desired_sql(3, 4, false)
         ))
         .bind(seal_json(self, &rendered.objects))
         .bind(serde_json::to_string(resources).unwrap_or_default())

@@ -926,6 +926,11 @@ async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
             }
         }
         WsCommand::SshConfig { names, write } => ws_ssh_config(&c, names, write).await,
+        WsCommand::PortForward {
+            name,
+            ports,
+            address,
+        } => crate::port_forward_cmd::run(&c, &name, &ports, address).await,
         WsCommand::Logs {
             name,
             tail,

@@ -15,6 +15,7 @@ mod devfile_cmd;
 pub mod input;
 pub mod open_cmd;
 pub mod output;
+mod port_forward_cmd;
 pub mod ssh_cmd;
 pub mod wait;
 
@@ -429,6 +430,25 @@ pub enum WsCommand {
         #[arg(last = true, value_name = "COMMAND")]
         command: Vec<String>,
     },
+    /// Forward local TCP ports to ports of a workspace through the proxy (no SSH needed),
+    /// until interrupted. A port is `REMOTE` (the same locally), `LOCAL:REMOTE`, or
+    /// `:REMOTE` (a free local port, printed).
+    #[command(
+        name = "port-forward",
+        after_help = "Examples:\n  \
+        warren ws port-forward dev 5432            # localhost:5432 → dev's 5432\n  \
+        warren ws port-forward dev 8000:8080 :9229"
+    )]
+    PortForward {
+        /// Workspace name or id.
+        name: String,
+        /// `[LOCAL:]REMOTE`, one or more.
+        #[arg(required = true, value_name = "[LOCAL:]REMOTE")]
+        ports: Vec<String>,
+        /// The local address to listen on.
+        #[arg(long, default_value = "127.0.0.1")]
+        address: std::net::IpAddr,
+    },
     /// Print what a container of the workspace wrote lately (stdout and stderr), also when
     /// it stopped or keeps failing to start.
     Logs {
@@ -708,7 +728,7 @@ impl CliError {
             use warren_client::Error as E;
             match e {
                 E::Api { status: 401, .. } => 4,
-                E::Api { .. } => 1,
+                E::Api { .. } | E::Starting { .. } => 1,
                 E::InvalidUrl { .. } => 2,
                 E::Transport { .. } | E::Decode { .. } | E::CursorLoop { .. } => 3,
             }

@@ -134,6 +134,7 @@ mod tests {
             failure_reason: None,
             agent_fault: None,
             isolation_warning: None,
+            terminal_url: None,
             resources: WorkspaceResources {
                 cpu: None,
                 memory: None,

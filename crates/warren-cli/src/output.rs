@@ -428,6 +428,7 @@ mod tests {
             failure_reason: None,
             agent_fault: None,
             isolation_warning: None,
+            terminal_url: None,
             resources: WorkspaceResources {
                 cpu: Some("2".into()),
                 memory: None,

@@ -275,6 +275,7 @@ mod tests {
             failure_reason: Some("image \"nope\" cannot be pulled".into()),
             agent_fault: None,
             isolation_warning: None,
+            terminal_url: None,
             resources: WorkspaceResources::default(),
             variables: vec![],
             version: 1,

@@ -56,6 +56,10 @@ pub enum Error {
     /// A paginated list handed back a cursor it had already handed back.
     #[error("the server repeated the list cursor {cursor:?}")]
     CursorLoop { cursor: String },
+    /// The workspace is starting (woken by this request, or already on its way): retry in
+    /// `secs` seconds.
+    #[error("{message}")]
+    Starting { message: String, secs: u64 },
 }
 
 impl Error {
@@ -120,6 +124,8 @@ impl WorkspaceQuery {
 #[derive(Clone)]
 pub struct Client {
     http: reqwest::Client,
+    /// For what stays open (followed logs, forwarded ports): no total timeout.
+    streams: reqwest::Client,
     base: Url,
     token: Option<String>,
 }
@@ -145,19 +151,37 @@ impl Client {
     /// A client without credentials: only [`Client::login`] works with it.
     pub fn anonymous(base_url: &str) -> Result<Client> {
         let base = parse_base_url(base_url)?;
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .timeout(Duration::from_secs(120))
-            .user_agent(concat!("warren-cli/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| Error::InvalidUrl {
+        let builder = || {
+            reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(10))
+                .user_agent(concat!("warren-cli/", env!("CARGO_PKG_VERSION")))
+        };
+        let built = |r: reqwest::Result<reqwest::Client>| {
+            r.map_err(|e| Error::InvalidUrl {
                 url: base_url.to_owned(),
                 reason: format!("cannot build an HTTP client ({e})"),
-            })?;
+            })
+        };
         Ok(Client {
-            http,
+            http: built(builder().timeout(Duration::from_secs(120)).build())?,
+            streams: built(builder().build())?,
             base,
             token: None,
+        })
+    }
+
+    /// A client using the given HTTP client for everything (tests that resolve names
+    /// themselves, say).
+    pub fn with_http(
+        http: reqwest::Client,
+        base_url: &str,
+        token: Option<String>,
+    ) -> Result<Client> {
+        Ok(Client {
+            streams: http.clone(),
+            http,
+            base: parse_base_url(base_url)?,
+            token,
         })
     }
 
@@ -541,7 +565,7 @@ impl Client {
         container: Option<&str>,
     ) -> Result<LogFollow> {
         let url = self.url(&routes::workspace_logs(name_or_id));
-        let mut req = self.http.get(url.clone()).query(&[("follow", "true")]);
+        let mut req = self.streams.get(url.clone()).query(&[("follow", "true")]);
         if let Some(t) = tail {
             req = req.query(&[("tail", t.to_string())]);
         }
@@ -576,6 +600,75 @@ impl Client {
             None::<&()>,
         )
         .await
+    }
+
+    // ---- port-forward ----
+
+    /// Opens one TCP connection to `port` of the workspace whose terminal is at
+    /// `terminal_url` (`Workspace::terminal_url`): a WebSocket through the proxy carrying the
+    /// bytes as binary messages. The token must have the `workspace` scope.
+    pub async fn open_port_forward(&self, terminal_url: &str, port: u16) -> Result<PortForward> {
+        use base64::Engine;
+        let url = Url::parse(terminal_url)
+            .and_then(|u| u.join(&format!(".warren/port-forward/{port}")))
+            .map_err(|e| Error::InvalidUrl {
+                url: terminal_url.to_owned(),
+                reason: e.to_string(),
+            })?;
+        let key = base64::engine::general_purpose::STANDARD.encode(rand::random::<[u8; 16]>());
+        // `*.localhost` is loopback (RFC 6761) even where the system resolver does not say
+        // so (`warren up`'s default workspace domain is `ws.localhost`).
+        let http = match url.host_str() {
+            Some(h) if h == "localhost" || h.ends_with(".localhost") => {
+                let port = url.port_or_known_default().unwrap_or(80);
+                reqwest::Client::builder()
+                    .connect_timeout(Duration::from_secs(10))
+                    .resolve(h, std::net::SocketAddr::from(([127, 0, 0, 1], port)))
+                    .build()
+                    .map_err(|e| Error::InvalidUrl {
+                        url: url.to_string(),
+                        reason: format!("cannot build an HTTP client ({e})"),
+                    })?
+            }
+            _ => self.streams.clone(),
+        };
+        let mut req = http
+            .get(url.clone())
+            .header(reqwest::header::CONNECTION, "Upgrade")
+            .header(reqwest::header::UPGRADE, "websocket")
+            .header("Sec-WebSocket-Version", "13")
+            .header("Sec-WebSocket-Key", key);
+        if let Some(token) = &self.token {
+            req = req.bearer_auth(token);
+        }
+        let transport = |source| Error::Transport {
+            url: url.to_string(),
+            source,
+        };
+        let resp = req.send().await.map_err(transport)?;
+        let status = resp.status();
+        if status != StatusCode::SWITCHING_PROTOCOLS {
+            let retry_after = resp
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok());
+            let bytes = resp.bytes().await.map_err(transport)?;
+            return Err(match (api_error(status, &bytes), retry_after) {
+                (Error::Api { code, message, .. }, Some(secs)) if code == "workspace_starting" => {
+                    Error::Starting { message, secs }
+                }
+                (e, _) => e,
+            });
+        }
+        let io = resp.upgrade().await.map_err(transport)?;
+        let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+            io,
+            tokio_tungstenite::tungstenite::protocol::Role::Client,
+            None,
+        )
+        .await;
+        Ok(PortForward { ws })
     }
 
     // ---- plumbing ----
@@ -629,6 +722,71 @@ impl Client {
             Ok((status, bytes))
         } else {
             Err(api_error(status, &bytes))
+        }
+    }
+}
+
+/// One forwarded connection ([`Client::open_port_forward`]).
+pub struct PortForward {
+    ws: tokio_tungstenite::WebSocketStream<reqwest::Upgraded>,
+}
+
+impl std::fmt::Debug for PortForward {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PortForward").finish_non_exhaustive()
+    }
+}
+
+impl PortForward {
+    /// Copies between `local` and the workspace's port until either side closes; the
+    /// message is why the workspace side ended, when it says.
+    pub async fn pipe<S>(self, local: S) -> std::result::Result<(), String>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        use futures::{SinkExt, StreamExt};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use tokio_tungstenite::tungstenite::Message;
+        let (mut sink, mut stream) = self.ws.split();
+        let (mut rd, mut wr) = tokio::io::split(local);
+        let up = async {
+            let mut buf = vec![0u8; 32 * 1024];
+            loop {
+                match rd.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if sink.send(Message::binary(buf[..n].to_vec())).await.is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+            let _ = sink.send(Message::Close(None)).await;
+            Ok(())
+        };
+        let down = async {
+            while let Some(msg) = stream.next().await {
+                match msg {
+                    Ok(Message::Binary(b)) => {
+                        if wr.write_all(&b).await.is_err() {
+                            break;
+                        }
+                    }
+                    Ok(Message::Close(Some(frame))) if frame.code != 1000.into() => {
+                        return Err(frame.reason.to_string());
+                    }
+                    Ok(Message::Close(_)) => break,
+                    Err(e) => return Err(e.to_string()),
+                    Ok(_) => {}
+                }
+            }
+            let _ = wr.shutdown().await;
+            Ok(())
+        };
+        // Either side ending ends the connection.
+        tokio::select! {
+            r = up => r,
+            r = down => r,
         }
     }
 }

@@ -15,6 +15,7 @@ pub mod activity;
 pub mod config;
 mod http;
 mod jwt;
+mod port_forward;
 pub mod relay;
 pub mod server_api;
 pub mod ssh;

@@ -174,7 +174,7 @@ fn html_escape(s: &str) -> String {
 }
 
 /// The request's host (`Host`, or the authority of an HTTP/2 request), as sent.
-fn request_host(headers: &HeaderMap, uri: Option<&http::Uri>) -> Option<String> {
+pub(crate) fn request_host(headers: &HeaderMap, uri: Option<&http::Uri>) -> Option<String> {
     headers
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())
@@ -239,7 +239,7 @@ fn clamp(size: TerminalSize) -> TerminalSize {
 /// A browser's WebSocket must come from this very host: without the check any site the
 /// user visits could open a shell with the user's cookie (cross-site WebSocket hijacking).
 /// Clients that send no `Origin` are not browsers and cannot be tricked that way.
-fn same_origin(headers: &HeaderMap, host: Option<&str>) -> bool {
+pub(crate) fn same_origin(headers: &HeaderMap, host: Option<&str>) -> bool {
     let Some(origin) = headers.get(header::ORIGIN) else {
         return true;
     };

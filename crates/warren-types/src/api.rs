@@ -483,6 +483,10 @@ pub struct Workspace {
     pub last_activity_at: Option<DateTime<Utc>>,
     /// URL of the main endpoint, when the devfile declares one.
     pub url: Option<String>,
+    /// The workspace's web terminal on the proxy (also where `warren ws port-forward`
+    /// connects).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminal_url: Option<String>,
     /// Every declared endpoint: name → URL.
     pub endpoints: BTreeMap<String, String>,
     /// Why the workspace is `Failed` or `Error`, in words a user can act on.

@@ -292,7 +292,10 @@ async fn workspace_host(
         return pages::not_running(req.headers(), &access, csrf.as_deref());
     }
     match target.route {
-        Route::Terminal { .. } => crate::terminal::handle(shared.clone(), access, req).await,
+        Route::Terminal { .. } => match crate::port_forward::port_of(req.uri().path()) {
+            Some(port) => crate::port_forward::handle(shared.clone(), access, port, req).await,
+            None => crate::terminal::handle(shared.clone(), access, req).await,
+        },
         Route::Endpoint { port, .. } => {
             let client = forward::ClientInfo {
                 peer,

@@ -59,6 +59,15 @@ pub struct WorkspaceRow {
     pub agent_isolation_warning: Option<String>,
     /// The idle timeout stopped it (and nothing changed its desired state since).
     pub idle_stopped: bool,
+    /// `scheme://terminal-{name}.{domain}/`, from the agent's configuration.
+    pub terminal_url: Option<String>,
+}
+
+/// The two fields of an agent's configuration the terminal's address needs.
+#[derive(serde::Deserialize)]
+struct AgentDomain {
+    workspace_domain: String,
+    workspace_scheme: String,
 }
 
 impl WorkspaceRow {
@@ -82,6 +91,7 @@ impl WorkspaceRow {
             updated_at: from_millis(self.updated_at),
             last_activity_at: self.last_activity_at.map(from_millis),
             url: self.url.clone(),
+            terminal_url: self.terminal_url.clone(),
             endpoints: self.endpoints.clone(),
             failure_reason: self.failure_reason.clone(),
             // The reason itself (paths, hosts of the agent's machine) is for admins, on the
@@ -142,7 +152,7 @@ pub const COLS: &str = "w.id, w.name, w.namespace, w.owner_id, u.username AS own
     w.variables, w.endpoints, w.url, w.failure_reason, w.created_at, w.updated_at, w.version, \
     x.last_activity_at, a.runtime_fault AS agent_runtime_fault, \
     a.runtime_fault_since AS agent_runtime_fault_since, a.isolation_warning AS agent_isolation_warning, \
-    w.idle_stopped";
+    w.idle_stopped, a.config AS agent_config";
 
 pub const FROM: &str =
     "workspaces w JOIN users u ON u.id = w.owner_id JOIN agents a ON a.id = w.agent_id \
@@ -194,6 +204,16 @@ pub fn row(r: &AnyRow) -> Result<WorkspaceRow, sqlx::Error> {
         },
         agent_isolation_warning: get_opt_str(r, "agent_isolation_warning")?,
         idle_stopped: get_i64(r, "idle_stopped")? != 0,
+        terminal_url: serde_json::from_str::<AgentDomain>(&get_str(r, "agent_config")?)
+            .ok()
+            .map(|a| {
+                format!(
+                    "{}://terminal-{}.{}/",
+                    a.workspace_scheme,
+                    get_str(r, "name").unwrap_or_default(),
+                    a.workspace_domain
+                )
+            }),
     })
 }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the real clients the access tests drive: headless Chromium, OpenSSH's ssh/sftp,
-# sshpass (SSH password = token), curl, openssl (a throwaway TLS certificate), and websocat (not packaged by Debian 12: built from
+# sshpass (SSH password = token), curl, openssl (a throwaway TLS certificate), Debian's
+# docker-registry and htpasswd (a private registry for the pull-secret test), and websocat (not packaged by Debian 12: built from
 # crates.io, pinned), and schemathesis (PyPI, pinned) for the API fuzzing test. Idempotent; prints
 # what it did.
 set -euo pipefail
@@ -9,7 +10,8 @@ log() { printf 'setup-tools: %s\n' "$*"; }
 
 need=()
 for pair in chromium:chromium ssh:openssh-client sftp:openssh-client sshpass:sshpass \
-    curl:curl ssh-keygen:openssh-client openssl:openssl; do
+    curl:curl ssh-keygen:openssh-client openssl:openssl docker-registry:docker-registry \
+    htpasswd:apache2-utils; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
 done
 if [ "${#need[@]}" -gt 0 ]; then
@@ -17,6 +19,8 @@ if [ "${#need[@]}" -gt 0 ]; then
     apt-get update -q
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}"
 fi
+# The tests start their own registry on a free port; the package's service is not needed.
+systemctl disable --now docker-registry >/dev/null 2>&1 || true
 
 # The SSH tests' simulated workspaces run sftp-server on this machine (the proxy's sftp
 # subsystem looks for it where Debian puts it); no recommends, so no sshd comes along.

@@ -643,3 +643,74 @@ async fn dial_reaches_the_pod_ip_on_declared_and_undeclared_ports() {
         .expect("dial an undeclared port");
     assert!(accept.await.unwrap());
 }
+
+#[tokio::test]
+async fn image_pull_secrets_are_copied_into_the_workspace_namespace() {
+    let Some((client, agent, runtime)) = setup().await else {
+        return;
+    };
+    // The operator's secret, in the agent's own namespace.
+    let source_ns = unique("agent-home");
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &Default::default(),
+            &serde_json::from_value(json!({"metadata": {"name": source_ns}})).unwrap(),
+        )
+        .await
+        .expect("source namespace");
+    let config = json!({"auths": {"registry.example.com": {"auth": "YW5uOnMzY3JldA=="}}});
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "regcred", "namespace": source_ns},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson": config.to_string()},
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), &source_ns)
+        .create(&Default::default(), &secret)
+        .await
+        .expect("source secret");
+
+    let key = key(&unique("pull"));
+    let mut objects = workspace_objects(&key, agent, 21, 1, true);
+    let sa = objects
+        .iter_mut()
+        .find(|o| o["kind"] == "ServiceAccount")
+        .unwrap();
+    sa["metadata"]["annotations"] = json!({ (warren_types::reconcile::PULL_SECRET_SOURCES_ANNOTATION): format!("{source_ns}/regcred") });
+    sa["imagePullSecrets"] = json!([{"name": "regcred"}]);
+    runtime.apply(&key, &objects).await.expect("apply");
+    let copy = Api::<Secret>::namespaced(client.clone(), &key.namespace)
+        .get("regcred")
+        .await
+        .expect("the copy in the workspace's namespace");
+    assert_eq!(
+        copy.type_.as_deref(),
+        Some("kubernetes.io/dockerconfigjson")
+    );
+    assert_eq!(
+        copy.data
+            .as_ref()
+            .and_then(|d| d.get(".dockerconfigjson"))
+            .map(|b| b.0.clone()),
+        Some(config.to_string().into_bytes())
+    );
+    assert_eq!(copy.labels().get(AGENT_ID_LABEL), Some(&agent.to_string()));
+
+    // A source that does not exist is an apply error naming it.
+    let key2 = kube_common::fixtures::key(&unique("pull-missing"));
+    let mut objects = workspace_objects(&key2, agent, 22, 1, true);
+    let sa = objects
+        .iter_mut()
+        .find(|o| o["kind"] == "ServiceAccount")
+        .unwrap();
+    sa["metadata"]["annotations"] = json!({ (warren_types::reconcile::PULL_SECRET_SOURCES_ANNOTATION): format!("{source_ns}/nope") });
+    let err = runtime
+        .apply(&key2, &objects)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&format!("{source_ns}/nope")) && err.contains("does not exist"),
+        "{err}"
+    );
+}

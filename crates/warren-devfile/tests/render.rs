@@ -211,6 +211,15 @@ fn objects_read_back_satisfy_the_spec_table() {
 
     let sa: ServiceAccount = objs.kind("ServiceAccount").remove(0);
     assert_eq!(sa.automount_service_account_token, Some(false));
+    // Where the agent finds it: copied from `warren/regcred` on Kubernetes.
+    assert_eq!(
+        sa.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(warren_types::reconcile::PULL_SECRET_SOURCES_ANNOTATION))
+            .map(String::as_str),
+        Some("warren/regcred")
+    );
     assert_eq!(
         sa.image_pull_secrets.expect("pull secrets")[0].name,
         "regcred"

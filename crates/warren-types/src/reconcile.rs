@@ -123,6 +123,11 @@ pub struct WorkspaceRailsInfo {
     pub image_pull_secrets: Vec<ImagePullSecretRef>,
 }
 
+/// Annotation of a workspace's ServiceAccount: `namespace/name,…` of its image pull secrets,
+/// so a Kubernetes agent can copy each into the workspace's namespace (an engine agent reads
+/// them by name from its own directory).
+pub const PULL_SECRET_SOURCES_ANNOTATION: &str = "warren.dev/image-pull-secret-sources";
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ImagePullSecretRef {
     pub name: String,

@@ -314,7 +314,23 @@ pub fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rendered, Re
     push(
         &mut objects,
         serde_json::to_value(core::ServiceAccount {
-            metadata: ctx.meta(sa_name.clone()),
+            metadata: {
+                let mut m = ctx.meta(sa_name.clone());
+                // Where each pull secret comes from: a Kubernetes agent copies it into the
+                // workspace's namespace; an engine agent reads it by name from its directory.
+                if !cfg.image_pull_secrets.is_empty() {
+                    let sources: Vec<String> = cfg
+                        .image_pull_secrets
+                        .iter()
+                        .map(|s| format!("{}/{}", s.namespace, s.name))
+                        .collect();
+                    m.annotations.get_or_insert_with(Default::default).insert(
+                        warren_types::reconcile::PULL_SECRET_SOURCES_ANNOTATION.into(),
+                        sources.join(","),
+                    );
+                }
+                m
+            },
             automount_service_account_token: Some(false),
             image_pull_secrets: (!cfg.image_pull_secrets.is_empty()).then(|| {
                 cfg.image_pull_secrets

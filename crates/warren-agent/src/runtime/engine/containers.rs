@@ -53,6 +53,7 @@ impl EngineRuntime {
     pub(super) async fn create(
         &self,
         c: &ContainerPlan,
+        pull_secrets: &[String],
     ) -> Result<Result<(), PodFailure>, RuntimeError> {
         let docker = &self.inner.docker;
         let image = c.body.image.clone().unwrap_or_default();
@@ -84,7 +85,7 @@ impl EngineRuntime {
                 }
                 Err(e) if status_of(&e) == Some(404) && !pulled => {
                     pulled = true;
-                    if let Err(message) = self.pull(&image).await {
+                    if let Err(message) = self.pull(&image, pull_secrets).await {
                         return Ok(Err(PodFailure {
                             reason: "ErrImagePull".into(),
                             message: format!(
@@ -158,7 +159,44 @@ impl EngineRuntime {
         out
     }
 
-    pub(super) async fn pull(&self, image: &str) -> Result<(), String> {
+    /// Pulls `image` with the credentials its registry has among `pull_secrets`; the error
+    /// carries the registry's refusal and what was wrong with the secrets.
+    pub(super) async fn pull(&self, image: &str, pull_secrets: &[String]) -> Result<(), String> {
+        let auth = super::registry_auth::lookup(
+            &self.inner.config.pull_secrets_dir(),
+            pull_secrets,
+            image,
+        );
+        let mut notes = Vec::new();
+        if !auth.missing.is_empty() {
+            notes.push(format!(
+                "image pull secret(s) {} not found in {}",
+                auth.missing.join(", "),
+                self.inner.config.pull_secrets_dir().display()
+            ));
+        }
+        notes.extend(
+            auth.unreadable
+                .iter()
+                .map(|u| format!("unreadable pull secret {u}")),
+        );
+        let with_notes = |message: String| {
+            if notes.is_empty() {
+                message
+            } else {
+                format!("{message} ({})", notes.join("; "))
+            }
+        };
+        self.pull_with(image, auth.credentials)
+            .await
+            .map_err(with_notes)
+    }
+
+    async fn pull_with(
+        &self,
+        image: &str,
+        credentials: Option<bollard::auth::DockerCredentials>,
+    ) -> Result<(), String> {
         // Without a tag, the engine would pull every tag of the repository.
         let last = image.rsplit('/').next().unwrap_or(image);
         let reference = if image.contains('@') || last.contains(':') {
@@ -170,7 +208,10 @@ impl EngineRuntime {
             from_image: Some(reference),
             ..Default::default()
         };
-        let mut stream = self.inner.docker.create_image(Some(options), None, None);
+        let mut stream = self
+            .inner
+            .docker
+            .create_image(Some(options), None, credentials);
         while let Some(item) = stream.next().await {
             match item {
                 Ok(info) => {

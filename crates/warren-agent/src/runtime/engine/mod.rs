@@ -21,6 +21,7 @@ mod files;
 pub mod firewall;
 pub mod plan;
 mod ready;
+pub mod registry_auth;
 mod select;
 mod start;
 pub mod status;
@@ -105,6 +106,10 @@ pub struct EngineConfig {
     /// Seconds a container gets to stop on SIGTERM before it is killed.
     #[serde(default = "default_stop_timeout")]
     pub stop_timeout_secs: u32,
+    /// Where image pull secrets are kept, `<dir>/<name>.json` each (see `registry_auth`);
+    /// `<state_dir>/pull-secrets` when absent.
+    #[serde(default)]
+    pub pull_secrets_dir: Option<PathBuf>,
 }
 
 fn default_stop_timeout() -> u32 {
@@ -119,7 +124,15 @@ impl EngineConfig {
             own_podman_service: false,
             state_dir: state_dir.into(),
             stop_timeout_secs: default_stop_timeout(),
+            pull_secrets_dir: None,
         }
+    }
+
+    /// The directory of image pull secrets in use.
+    pub fn pull_secrets_dir(&self) -> PathBuf {
+        self.pull_secrets_dir
+            .clone()
+            .unwrap_or_else(|| self.state_dir.join("pull-secrets"))
     }
 
     /// Checks the configuration before anything is bound or started.
@@ -232,6 +245,9 @@ struct Record {
     /// What the workspace's NetworkPolicy lets it reach (`None`: no policy).
     #[serde(default)]
     egress: Option<firewall::Egress>,
+    /// Its image pull secrets' names (a partial reconcile omits the ServiceAccount).
+    #[serde(default)]
+    pull_secrets: Vec<String>,
 }
 
 impl EngineRuntime {
@@ -597,6 +613,23 @@ impl EngineRuntime {
             None if parsed.only_deployments => previous.as_ref().and_then(|r| r.egress.clone()),
             None => None,
         };
+        let pull_secrets = if parsed.only_deployments {
+            let mut names = previous
+                .as_ref()
+                .map(|r| r.pull_secrets.clone())
+                .unwrap_or_default();
+            names.extend(
+                parsed
+                    .pull_secrets
+                    .iter()
+                    .filter(|n| !names.contains(n))
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            );
+            names
+        } else {
+            parsed.pull_secrets.clone()
+        };
         let mut secrets = previous
             .as_ref()
             .map(|r| r.secrets.clone())
@@ -634,6 +667,7 @@ impl EngineRuntime {
             secrets,
             config_maps,
             egress,
+            pull_secrets: pull_secrets.clone(),
         };
         self.write_record(&record)?;
         write_files(&files_dir, &plan).map_err(|e| {
@@ -690,7 +724,7 @@ impl EngineRuntime {
             if present.contains(&format!("{}/{}", c.role.label(), c.name)) {
                 continue;
             }
-            if let Err(failure) = self.create(c).await? {
+            if let Err(failure) = self.create(c, &pull_secrets).await? {
                 tracing::info!(workspace = %workspace, reason = %failure.reason, "pod failure while creating containers");
                 record.failure = Some(failure);
                 record.starting = false;

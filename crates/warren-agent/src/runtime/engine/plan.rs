@@ -78,6 +78,8 @@ pub struct Objects {
     pub network_policy: Option<k8s_openapi::api::networking::v1::NetworkPolicy>,
     /// The set holds Deployments only (a partial reconcile's).
     pub only_deployments: bool,
+    /// Names of the image pull secrets of the ServiceAccount and the pod spec.
+    pub pull_secrets: Vec<String>,
 }
 
 /// Parses the objects, keeping the kinds the engine realises (the NetworkPolicy as firewall
@@ -91,6 +93,7 @@ pub fn parse_objects(objects: &[Value]) -> Result<Objects, PlanError> {
     let mut claims = BTreeSet::new();
     let mut network_policy = None;
     let mut only_deployments = true;
+    let mut pull_secrets: Vec<String> = Vec::new();
     for (index, object) in objects.iter().enumerate() {
         let kind = object
             .get("kind")
@@ -148,11 +151,32 @@ pub fn parse_objects(objects: &[Value]) -> Result<Objects, PlanError> {
             "NetworkPolicy" => {
                 network_policy = Some(serde_json::from_value(object.clone()).map_err(invalid)?);
             }
-            "ServiceAccount" | "ResourceQuota" | "Namespace" | "LimitRange" => {}
+            "ServiceAccount" => {
+                let sa: k8s_openapi::api::core::v1::ServiceAccount =
+                    serde_json::from_value(object.clone()).map_err(invalid)?;
+                pull_secrets.extend(
+                    sa.image_pull_secrets
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|r| r.name),
+                );
+            }
+            "ResourceQuota" | "Namespace" | "LimitRange" => {}
             _ => return Err(PlanError::UnsupportedKind { index, kind }),
         }
     }
     let (deployment, deployment_json) = deployment.ok_or(PlanError::NoDeployment)?;
+    for r in deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|p| p.image_pull_secrets.clone())
+        .unwrap_or_default()
+    {
+        if !pull_secrets.contains(&r.name) {
+            pull_secrets.push(r.name);
+        }
+    }
     Ok(Objects {
         deployment,
         deployment_json,
@@ -162,6 +186,7 @@ pub fn parse_objects(objects: &[Value]) -> Result<Objects, PlanError> {
         claims,
         network_policy,
         only_deployments,
+        pull_secrets,
     })
 }
 

@@ -37,7 +37,7 @@ use super::{
 use async_trait::async_trait;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, ObjectRef as StoreRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -231,6 +231,82 @@ impl KubernetesRuntime {
 
     fn patch_params(&self) -> PatchParams {
         PatchParams::apply(&self.options.field_manager).force()
+    }
+
+    /// Copies the image pull secrets the workspace's ServiceAccount names
+    /// (`PULL_SECRET_SOURCES_ANNOTATION`: `namespace/name,…`, the agent configuration's
+    /// `image_pull_secrets`) into the workspace's namespace, where the kubelet looks for
+    /// them; a copy follows its source at every apply. A missing or unreadable source is an
+    /// apply error naming it.
+    async fn copy_pull_secrets(
+        &self,
+        workspace: &WorkspaceKey,
+        objects: &[serde_json::Value],
+    ) -> Result<(), RuntimeError> {
+        let sources = objects
+            .iter()
+            .filter(|o| o["kind"] == "ServiceAccount")
+            .find_map(|o| {
+                o["metadata"]["annotations"]
+                    [warren_types::reconcile::PULL_SECRET_SOURCES_ANNOTATION]
+                    .as_str()
+                    .map(str::to_owned)
+            });
+        let Some(sources) = sources else {
+            return Ok(());
+        };
+        let apply_err = |message: String| RuntimeError::Apply {
+            workspace: workspace.to_string(),
+            message,
+        };
+        for source in sources.split(',').filter(|s| !s.is_empty()) {
+            let Some((namespace, name)) = source.split_once('/') else {
+                return Err(apply_err(format!(
+                    "image pull secret {source:?} is not namespace/name"
+                )));
+            };
+            if namespace == workspace.namespace {
+                continue;
+            }
+            let from: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+            let secret = from.get_opt(name).await.map_err(|e| {
+                apply_err(format!(
+                    "reading image pull secret {namespace}/{name}: {}",
+                    warren_types::error_chain(&e)
+                ))
+            })?;
+            let Some(secret) = secret else {
+                return Err(apply_err(format!(
+                    "image pull secret {namespace}/{name} does not exist (the agent \
+                     configuration's image_pull_secrets names it)"
+                )));
+            };
+            let copy = serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {
+                    "name": name,
+                    "namespace": workspace.namespace,
+                    "labels": {
+                        (super::AGENT_ID_LABEL): self.agent_id,
+                        (objects::WORKSPACE_NAME_LABEL): workspace.name,
+                    },
+                    "annotations": {"warren.dev/copied-from": source},
+                },
+                "type": secret.type_,
+                "data": secret.data,
+            });
+            let to: Api<Secret> = Api::namespaced(self.client.clone(), &workspace.namespace);
+            to.patch(name, &self.patch_params(), &Patch::Apply(&copy))
+                .await
+                .map_err(|e| {
+                    apply_err(format!(
+                        "copying image pull secret {namespace}/{name}: {}",
+                        warren_types::error_chain(&e)
+                    ))
+                })?;
+        }
+        Ok(())
     }
 
     /// Creates the namespace when missing, labelled with this agent (and with the workspace
@@ -461,6 +537,7 @@ impl WorkspaceRuntime for KubernetesRuntime {
         })?;
         let prepared = objects::prepare(workspace, &self.agent_id, objects)?;
         self.ensure_namespace(workspace).await?;
+        self.copy_pull_secrets(workspace, objects).await?;
         let previous = self.read_inventory(workspace).await?;
         let current: BTreeSet<ObjectRef> = prepared.iter().map(|p| p.reference.clone()).collect();
         // Record the union before applying: if the agent dies half-way, the next apply still

@@ -77,7 +77,7 @@ pub struct SetDotfilesRequest {
 }
 
 /// An admin's change to an account; absent fields stay as they are.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateUserRequest {
     /// Grant (`true`) or revoke (`false`) admin rights.
@@ -103,6 +103,34 @@ pub struct ChangePasswordRequest {
     pub revoke_sessions: bool,
 }
 
+// Requests carrying a password show everything but it: they must never reach a log line.
+impl std::fmt::Debug for CreateUserRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CreateUserRequest")
+            .field("username", &self.username)
+            .field("is_admin", &self.is_admin)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for UpdateUserRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpdateUserRequest")
+            .field("is_admin", &self.is_admin)
+            .field("disabled", &self.disabled)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for PasswordLoginRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PasswordLoginRequest")
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
+}
+
 impl std::fmt::Debug for ChangePasswordRequest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChangePasswordRequest")
@@ -111,7 +139,7 @@ impl std::fmt::Debug for ChangePasswordRequest {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateUserRequest {
     pub username: String,
@@ -211,7 +239,7 @@ pub struct CreatedToken {
 }
 
 /// `POST /api/v1/session`: exchange a username and password for a token (used by `warren login`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PasswordLoginRequest {
     pub username: String,

@@ -5,7 +5,7 @@
 //! the owner's own workspace, declared or not. Cross-site pages cannot open it with a
 //! browser's session cookie: a request with a foreign `Origin` is refused.
 
-use crate::terminal::{request_host, same_origin};
+use crate::terminal::{error, request_host, same_origin};
 use crate::Shared;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::FromRequestParts;
@@ -14,7 +14,6 @@ use futures::{SinkExt, StreamExt};
 use http::{Method, StatusCode};
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use warren_types::api::{ApiError, ApiErrorBody};
 use warren_types::internal::WorkspaceAccess;
 use warren_types::relay::DialTarget;
 
@@ -23,16 +22,6 @@ pub(crate) const PATH_PREFIX: &str = "/.warren/port-forward/";
 
 /// Largest WebSocket message accepted from the client (the CLI sends reads of its socket).
 const MAX_MESSAGE: usize = 1 << 20;
-
-fn error(status: StatusCode, code: &str, message: &str) -> Response {
-    let body = ApiError {
-        error: ApiErrorBody {
-            code: code.into(),
-            message: message.into(),
-        },
-    };
-    (status, axum::Json(body)).into_response()
-}
 
 /// The port a port-forward path names, if it is one.
 pub(crate) fn port_of(path: &str) -> Option<Result<u16, String>> {

@@ -131,7 +131,8 @@ pub(crate) async fn handle(
     }
 }
 
-fn error(status: StatusCode, code: &str, message: &str) -> Response {
+/// A JSON error in the API's shape.
+pub(crate) fn error(status: StatusCode, code: &str, message: &str) -> Response {
     let body = ApiError {
         error: ApiErrorBody {
             code: code.into(),

@@ -136,6 +136,21 @@ pub struct Tab {
 }
 
 impl Tab {
+    /// Fills in and submits the server's login form once the tab shows it.
+    pub async fn sign_in(&mut self, user: &crate::TestUser) -> Result<()> {
+        self.wait_until("document.getElementById('password') !== null", 30)
+            .await
+            .context("the server's login page")?;
+        self.eval(&format!(
+            "document.getElementById('username').value = {u:?}; \
+             document.getElementById('password').value = {p:?}; \
+             document.getElementById('password').form.submit(); true",
+            u = user.username,
+            p = user.password
+        ))
+        .await?;
+        Ok(())
+    }
     /// Sends a DevTools command and waits for its result (events in between are skipped).
     pub async fn call(&mut self, method: &str, params: Value) -> Result<Value> {
         self.next_id += 1;

@@ -5,8 +5,8 @@
 
 use anyhow::{Context, Result};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use warren_testkit::browser::{Chromium, Tab};
-use warren_testkit::{Stack, TestUser};
+use warren_testkit::browser::Chromium;
+use warren_testkit::Stack;
 
 /// A workspace web server: one HTML page naming the workspace and the request's path.
 async fn web_server(name: &'static str) -> Result<std::net::SocketAddr> {
@@ -55,22 +55,6 @@ async fn browser() -> Result<Option<Chromium>> {
     Ok(b)
 }
 
-/// Fills in and submits the server's login form once the tab shows it.
-async fn sign_in(tab: &mut Tab, user: &TestUser) -> Result<()> {
-    tab.wait_until("document.getElementById('password') !== null", 30)
-        .await
-        .context("the server's login page")?;
-    tab.eval(&format!(
-        "document.getElementById('username').value = {u:?}; \
-         document.getElementById('password').value = {p:?}; \
-         document.getElementById('password').form.submit(); true",
-        u = user.username,
-        p = user.password
-    ))
-    .await?;
-    Ok(())
-}
-
 #[tokio::test]
 async fn a_user_signs_in_sees_the_workspace_and_uses_the_terminal_another_user_gets_404(
 ) -> Result<()> {
@@ -87,7 +71,7 @@ async fn a_user_signs_in_sees_the_workspace_and_uses_the_terminal_another_user_g
     let mut tab = chromium.tab().await?;
     let page = stack.url(8080, "alice-web", "/some/page?x=1");
     tab.goto(&page).await?;
-    sign_in(&mut tab, &alice).await?;
+    tab.sign_in(&alice).await?;
     tab.wait_until(
         "document.getElementById('hello') !== null && \
          document.getElementById('hello').innerText === 'Hello from alice-web'",
@@ -135,7 +119,7 @@ async fn a_user_signs_in_sees_the_workspace_and_uses_the_terminal_another_user_g
     let bob_browser = Chromium::start().await?.context("a second Chromium")?;
     let mut bob_tab = bob_browser.tab().await?;
     bob_tab.goto(&page).await?;
-    sign_in(&mut bob_tab, &bob).await?;
+    bob_tab.sign_in(&bob).await?;
     let not_found = "performance.getEntriesByType('navigation')[0].responseStatus === 404";
     bob_tab.wait_until(not_found, 30).await?;
     let alices = bob_tab.text().await?;

@@ -198,17 +198,7 @@ async fn a_browser_sees_a_starting_page_that_turns_into_the_workspace() -> Resul
     let mut tab = chromium.tab().await?;
     let page = stack.url(8080, "alice-web", "/");
     tab.goto(&page).await?;
-    tab.wait_until("document.getElementById('password') !== null", 30)
-        .await
-        .context("the server's login page")?;
-    tab.eval(&format!(
-        "document.getElementById('username').value = {u:?}; \
-         document.getElementById('password').value = {p:?}; \
-         document.getElementById('password').form.submit(); true",
-        u = alice.username,
-        p = alice.password
-    ))
-    .await?;
+    tab.sign_in(&alice).await?;
     // Either the "starting" page shows first or the workspace is up already; both end on it.
     tab.wait_until(
         "document.title.indexOf('is starting') >= 0 || document.getElementById('hello') !== null",

@@ -10,7 +10,7 @@ mod support;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
-use support::{ensure_image, podman_available, running, unique_name, wait_for, Up};
+use support::{ensure_image, host_address, podman_available, running, unique_name, wait_for, Up};
 use warren_testkit::git_http::GitHttpServer;
 
 const PASSWORD: &str = "pw-never-shown-7f3a";
@@ -32,14 +32,6 @@ components:
       memoryLimit: 256Mi
       mountSources: true
 "#;
-
-/// An address of this host that containers can reach (the primary interface's): found by
-/// "connecting" a UDP socket, which sends nothing.
-fn host_address() -> String {
-    let s = std::net::UdpSocket::bind("0.0.0.0:0").expect("udp socket");
-    s.connect("192.0.2.1:9").expect("a default route");
-    s.local_addr().expect("local address").ip().to_string()
-}
 
 /// Runs a shell command in the workspace's container as its user.
 fn sh(id: &str, script: &str) -> std::process::Output {

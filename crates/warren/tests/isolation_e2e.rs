@@ -11,7 +11,7 @@ mod support;
 use serde_json::Value;
 use std::net::TcpListener;
 use std::process::Command;
-use support::{ensure_image, podman_available, running, unique_name, Up};
+use support::{ensure_image, host_address, podman_available, running, unique_name, Up};
 
 const SERVER: &str = r#"schemaVersion: 2.2.0
 metadata:
@@ -27,13 +27,6 @@ components:
         - name: web
           targetPort: 8080
 "#;
-
-/// An address of this host that containers reach (the primary interface's).
-fn host_address() -> String {
-    let s = std::net::UdpSocket::bind("0.0.0.0:0").expect("udp socket");
-    s.connect("192.0.2.1:9").expect("a default route");
-    s.local_addr().expect("local address").ip().to_string()
-}
 
 fn container_of(ws: &str) -> Value {
     let live = running(ws);

@@ -742,3 +742,11 @@ pub fn unique_name(prefix: &str) -> String {
         .unwrap_or_default();
     format!("{prefix}-{:06x}", (nanos ^ std::process::id()) & 0xff_ffff)
 }
+
+/// An address of this host that containers can reach (the primary interface's): found by
+/// "connecting" a UDP socket, which sends nothing.
+pub fn host_address() -> String {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").expect("udp socket");
+    s.connect("192.0.2.1:9").expect("a default route");
+    s.local_addr().expect("local address").ip().to_string()
+}

@@ -1110,9 +1110,10 @@ async fn a_container_that_exits_soon_after_starting_is_failed_never_running() ->
     let mut objects = ws.objects();
     pod_spec(&mut objects)["containers"][0]["command"] =
         serde_json::json!(["sh", "-c", "sleep 0.5; echo gave up >&2; exit 4"]);
-    // As rendered for a command without a port to probe.
+    // As rendered for a command without a port to probe (1 s there); longer here, so a
+    // loaded machine that starts the shell late cannot outlast it (seen in CI with 1 s).
     for o in objects.iter_mut().filter(|o| o["kind"] == "Deployment") {
-        o["spec"]["minReadySeconds"] = serde_json::json!(1);
+        o["spec"]["minReadySeconds"] = serde_json::json!(5);
     }
     h.runtime.apply(&ws.key, &objects).await?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);

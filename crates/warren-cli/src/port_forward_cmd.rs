@@ -6,7 +6,11 @@
 use crate::CliError;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 use warren_client::Client;
+
+/// Longest a connection waits for a woken workspace to run.
+const WAKE_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// One `[LOCAL:]REMOTE`: `local` 0 is a free port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,7 +93,21 @@ pub async fn run(
                 let workspace = workspace.clone();
                 tokio::spawn(async move {
                     let _ = sock.set_nodelay(true);
-                    match client.open_port_forward(&terminal, f.remote).await {
+                    // A workspace stopped for idleness wakes on the first connection: hold
+                    // it until the workspace runs (as an SSH session does), then carry it.
+                    let deadline = tokio::time::Instant::now() + WAKE_TIMEOUT;
+                    let opened = loop {
+                        match client.open_port_forward(&terminal, f.remote).await {
+                            Err(warren_client::Error::Starting { message, secs })
+                                if tokio::time::Instant::now() < deadline =>
+                            {
+                                eprintln!("{workspace}:{}: {message}; waiting", f.remote);
+                                tokio::time::sleep(Duration::from_secs(secs.clamp(1, 10))).await;
+                            }
+                            r => break r,
+                        }
+                    };
+                    match opened {
                         Ok(pf) => {
                             if let Err(e) = pf.pipe(sock).await {
                                 eprintln!(
@@ -98,10 +116,6 @@ pub async fn run(
                                 );
                             }
                         }
-                        Err(warren_client::Error::Starting { message, secs }) => eprintln!(
-                            "{workspace}:{}: {message}; connect again in {secs} s",
-                            f.remote
-                        ),
                         Err(e) => eprintln!(
                             "{workspace}:{} (from {peer}): {}",
                             f.remote,

@@ -217,3 +217,69 @@ async fn a_browser_sees_a_starting_page_that_turns_into_the_workspace() -> Resul
     assert_eq!(w["actual_state"], "Running", "{w}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ssh_session_wakes_an_idle_stopped_workspace_and_waits_for_it() -> Result<()> {
+    let have = ["ssh", "sshpass"].iter().all(|t| {
+        std::process::Command::new("sh")
+            .args(["-c", &format!("command -v {t}")])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    if !have {
+        if std::env::var_os("WARREN_REQUIRE_TOOLS").is_some() {
+            panic!("WARREN_REQUIRE_TOOLS is set but ssh or sshpass is missing");
+        }
+        eprintln!("skipping: ssh or sshpass is not installed");
+        return Ok(());
+    }
+    let stack = Stack::start_with(StackOptions {
+        manual_clock: true,
+        authorization_cache_secs: 0,
+        ..StackOptions::default()
+    })
+    .await?;
+    set_policy(&stack, true).await?;
+    let alice = stack.user("alice").await?;
+    stack.workspace(&alice, "alice-ssh").await?;
+    go_idle(&stack, &alice, "alice-ssh").await?;
+
+    let port = stack.ssh_addr.context("the stack's SSH listener")?.port();
+    let out = tokio::process::Command::new("sshpass")
+        .args([
+            "-p",
+            &alice.token,
+            "ssh",
+            "-F",
+            "/dev/null",
+            "-p",
+            &port.to_string(),
+        ])
+        .args([
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "PubkeyAuthentication=no",
+            "-o",
+            "PreferredAuthentications=password",
+            "alice-ssh@127.0.0.1",
+            "echo",
+            "hello-after-waking",
+        ])
+        .output()
+        .await
+        .context("running ssh")?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("starting workspace alice-ssh"), "{stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "hello-after-waking"
+    );
+    let w = workspace(&stack, &alice, "alice-ssh").await?;
+    assert_eq!(w["actual_state"], "Running", "{w}");
+    Ok(())
+}

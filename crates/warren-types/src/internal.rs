@@ -157,4 +157,7 @@ pub struct SshAuthorization {
     pub namespace: String,
     pub desired_state: crate::state::DesiredState,
     pub actual_state: crate::state::ActualState,
+    /// As [`WorkspaceAccess::wake_on_request`]: the session may start the workspace.
+    #[serde(default)]
+    pub wake_on_request: bool,
 }

@@ -87,6 +87,15 @@ impl Authorized {
         Ok(fresh)
     }
 
+    /// The authorisation as the server sees it this moment (a workspace being woken).
+    pub(crate) async fn refreshed(&self, shared: &Shared) -> Result<SshAuthorization, Refused> {
+        let _one = self.refreshing.lock().await;
+        let fresh = authorize(shared, &self.username, &self.credential).await?;
+        *self.snapshot.lock().expect("authorisation lock poisoned") =
+            (fresh.clone(), Instant::now());
+        Ok(fresh)
+    }
+
     /// The answer from authentication or the last refresh, without a server call.
     fn cached(&self) -> SshAuthorization {
         self.snapshot

@@ -69,6 +69,48 @@ fn not_running_message(a: &SshAuthorization) -> String {
     }
 }
 
+/// Longest a session waits for a woken workspace to run.
+const WAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
+/// How often the server is asked whether it runs yet.
+const WAKE_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Asks the server to start the workspace on its owner's behalf, then waits until it runs
+/// (or fails, or the wait is too long); the final authorisation, or why not.
+async fn wake(
+    shared: &Shared,
+    auth: &Authorized,
+    a: SshAuthorization,
+) -> Result<SshAuthorization, String> {
+    let request = warren_types::internal::WorkspaceStartRequest {
+        workspace_id: a.workspace_id,
+        user_id: a.user_id,
+    };
+    shared
+        .server
+        .start(&request)
+        .await
+        .map_err(|e| format!("starting workspace {} failed: {e}", a.workspace_name))?;
+    tracing::info!(workspace = %a.workspace_name, "woken by an SSH session");
+    let deadline = tokio::time::Instant::now() + WAKE_TIMEOUT;
+    loop {
+        let now = auth.refreshed(shared).await.map_err(|e| e.to_string())?;
+        match now.actual_state {
+            ActualState::Running => return Ok(now),
+            ActualState::Failed | ActualState::Error | ActualState::Terminated => {
+                return Err(not_running_message(&now))
+            }
+            _ if tokio::time::Instant::now() >= deadline => {
+                return Err(format!(
+                    "workspace {} did not start within {} s",
+                    now.workspace_name,
+                    WAKE_TIMEOUT.as_secs()
+                ))
+            }
+            _ => tokio::time::sleep(WAKE_POLL).await,
+        }
+    }
+}
+
 pub(crate) async fn run(
     shared: Arc<Shared>,
     auth: Arc<Authorized>,
@@ -87,10 +129,26 @@ pub(crate) async fn run(
             finish(tx, 1).await;
         }
     };
-    let a = match auth.current(&shared).await {
+    let mut a = match auth.current(&shared).await {
         Ok(a) => a,
         Err(e) => return fail(e.to_string()).await,
     };
+    if a.actual_state != ActualState::Running && a.wake_on_request {
+        // Stopped by the idle timeout: start it and hold the session until it runs, as an
+        // editor's SSH connection expects.
+        let nl = if tty { "\r\n" } else { "\n" };
+        let note = format!("warren: starting workspace {}…{nl}", a.workspace_name);
+        let _ = tx.extended_data(1, note.as_bytes()).await;
+        a = tokio::select! {
+            // Cancel-safe: dropping the wait abandons nothing but the polling.
+            r = wake(&shared, &auth, a) => match r {
+                Ok(a) => a,
+                Err(message) => return fail(message).await,
+            },
+            // Cancel-safe: cancellation is level-triggered.
+            _ = stop.cancelled() => return,
+        };
+    }
     if a.actual_state != ActualState::Running {
         return fail(not_running_message(&a)).await;
     }

@@ -181,7 +181,9 @@ pub async fn ssh(state: &AppState, q: &SshAuthorizeQuery) -> Result<SshAuthoriza
         _ => return Err(exactly_one_of("public_key_fingerprint", "token")),
     };
     let w = owned_reachable(state, &q.username, user).await?;
+    let wake_on_request = wakes(state, &w).await?;
     Ok(SshAuthorization {
+        wake_on_request,
         user_id: user,
         username: w.owner_username,
         workspace_id: w.id,

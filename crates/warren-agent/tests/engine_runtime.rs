@@ -1170,3 +1170,40 @@ async fn a_port_that_listens_late_keeps_the_workspace_starting_until_it_does() -
     assert!(body.contains("late"), "{body}");
     Ok(())
 }
+
+/// An installation that left a firewall table behind and no network (its agent removed, or
+/// a test that died half-way) loses the table when another agent starts: its rules name
+/// subnets a new network may get.
+#[tokio::test]
+async fn a_stale_firewall_table_is_removed_when_an_agent_starts() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let stale = "warren_00000000deadbeef_7";
+    let made = std::process::Command::new("nft")
+        .args(["-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin
+                .take()
+                .expect("stdin")
+                .write_all(format!("table inet {stale} {{ chain c {{ }} }}\n").as_bytes())?;
+            c.wait()
+        });
+    if !made.is_ok_and(|s| s.success()) {
+        eprintln!("skipping: nftables is not usable here (not root?)");
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    if h.runtime.isolation_warning().is_some() {
+        return Ok(());
+    }
+    let tables = std::process::Command::new("nft")
+        .args(["list", "tables"])
+        .output()?;
+    let tables = String::from_utf8_lossy(&tables.stdout);
+    assert!(!tables.contains(stale), "{tables}");
+    Ok(())
+}

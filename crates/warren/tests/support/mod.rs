@@ -731,6 +731,37 @@ impl Drop for Up {
         if let Some(ws) = &self.workspace {
             remove_workspace_objects(ws);
         }
+        remove_firewall_tables(&self.home.path().join("agent"));
+    }
+}
+
+/// Removes the nftables tables the agent of this state directory made (`warren_<owner>_*`),
+/// which a test that failed half-way leaves behind; a later workspace network with the same
+/// subnet must not meet its rules.
+pub fn remove_firewall_tables(agent_state: &Path) {
+    let Ok(owner) = std::fs::read_to_string(agent_state.join("owner-id")) else {
+        return;
+    };
+    let owner: String = owner
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .collect();
+    if owner.is_empty() {
+        return;
+    }
+    let Ok(out) = Command::new("nft").args(["list", "tables"]).output() else {
+        return;
+    };
+    let prefix = format!("warren_{owner}_");
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        if let Some(table) = line
+            .strip_prefix("table inet ")
+            .filter(|t| t.starts_with(&prefix))
+        {
+            let _ = Command::new("nft")
+                .args(["delete", "table", "inet", table.trim()])
+                .status();
+        }
     }
 }
 

@@ -240,6 +240,21 @@ pub async fn unavailable(host: &str, rootless: bool) -> Option<String> {
     }
 }
 
+/// Owners of `warren_<owner>_<agent>` tables in the ruleset, with the table names.
+pub async fn owner_tables() -> Vec<(String, String)> {
+    let Ok(out) = nft(&["list", "tables"], None).await else {
+        return vec![];
+    };
+    out.lines()
+        .filter_map(|l| l.trim().strip_prefix("table inet "))
+        .filter_map(|t| {
+            let rest = t.strip_prefix("warren_")?;
+            let (owner, _agent) = rest.rsplit_once('_')?;
+            Some((owner.to_owned(), t.to_owned()))
+        })
+        .collect()
+}
+
 /// The first IPv4 subnet of a network (as the engine reports it).
 pub fn ipv4_subnet(subnets: &[String]) -> Option<Ipv4Net> {
     subnets.iter().find_map(|s| s.parse::<Ipv4Net>().ok())

@@ -329,11 +329,47 @@ impl EngineRuntime {
             ));
         }
         let runtime = EngineRuntime { inner };
+        runtime.collect_stale_firewall_tables().await;
         // Rules for workspaces that kept running while the agent was away (or a reboot).
         if let Err(e) = runtime.sync_firewall().await {
             tracing::warn!(error = %warren_types::error_chain(&e), "restoring the workspaces' firewall rules failed; retried at the next apply");
         }
         Ok(runtime)
+    }
+
+    /// Deletes the tables of installations that have no network left on this engine (an
+    /// agent removed, or one that died with its workspaces deleted behind its back): their
+    /// rules name subnets a new network may get. A live installation always has its
+    /// networks, so its table is never taken.
+    async fn collect_stale_firewall_tables(&self) {
+        if self.inner.isolation_warning.is_some() {
+            return;
+        }
+        for (owner, table) in firewall::owner_tables().await {
+            if owner == self.inner.owner {
+                continue;
+            }
+            let options = ListNetworksOptions {
+                filters: Some(HashMap::from([(
+                    "label".to_owned(),
+                    vec![format!("{OWNER_LABEL}={owner}")],
+                )])),
+            };
+            match self.inner.docker.list_networks(Some(options)).await {
+                Ok(networks) if networks.is_empty() => {
+                    let script = format!("table inet {table}\ndelete table inet {table}\n");
+                    match firewall::nft(&["-f", "-"], Some(&script)).await {
+                        Ok(_) => tracing::info!(table, "removed the firewall table of an installation with no workspace networks left"),
+                        Err(e) => tracing::warn!(table, error = %e, "removing a stale firewall table failed"),
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(error = %error_message(&e), "listing networks for stale firewall tables failed");
+                    return;
+                }
+            }
+        }
     }
 
     /// Why workspaces are not isolated here, if they are not.

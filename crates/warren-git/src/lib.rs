@@ -147,9 +147,7 @@ pub fn validate_remote_url(url: &str) -> Result<(), String> {
                 u.scheme()
             ));
         }
-        if u.password().is_some()
-            || (matches!(u.scheme(), "http" | "https") && !u.username().is_empty())
-        {
+        if carries_credentials(&u) {
             return Err(
                 "the URL carries credentials; give them as the project's credentials instead, \
                  which are stored encrypted and never shown"
@@ -164,6 +162,12 @@ pub fn validate_remote_url(url: &str) -> Result<(), String> {
         }
         _ => Err(format!("{url:?} is not a Git URL")),
     }
+}
+
+/// Whether a URL holds a secret: a password, or any user name over HTTP(S) (a bare token).
+/// SSH user names (`git@`) are not secrets.
+pub fn carries_credentials(u: &url::Url) -> bool {
+    u.password().is_some() || (matches!(u.scheme(), "http" | "https") && !u.username().is_empty())
 }
 
 /// The URL as messages show it: without any user information.
@@ -201,6 +205,17 @@ impl GitReader {
     /// full commit id) points at on the remote.
     pub async fn resolve(&self, remote: Remote<'_>, reference: &str) -> Result<String, GitError> {
         validate_remote_url(remote.url).map_err(GitError::InvalidUrl)?;
+        let auth = Auth::prepare(remote.credential, &self.inner.dir).map_err(GitError::Io)?;
+        self.resolve_with(&auth, remote.url, reference).await
+    }
+
+    /// [`GitReader::resolve`] with the credential already prepared.
+    async fn resolve_with(
+        &self,
+        auth: &Auth,
+        url: &str,
+        reference: &str,
+    ) -> Result<String, GitError> {
         if is_commit_id(reference) {
             return Ok(reference.to_ascii_lowercase());
         }
@@ -209,19 +224,12 @@ impl GitReader {
         } else {
             reference
         };
-        let auth = Auth::prepare(remote.credential, &self.inner.dir).map_err(GitError::Io)?;
         let out = self
             .git(
                 None,
-                &auth,
-                remote.url,
-                &[
-                    "ls-remote",
-                    "--",
-                    remote.url,
-                    pattern,
-                    &format!("{pattern}^{{}}"),
-                ],
+                auth,
+                url,
+                &["ls-remote", "--", url, pattern, &format!("{pattern}^{{}}")],
             )
             .await?;
         let refs: Vec<(&str, &str)> = out
@@ -242,7 +250,7 @@ impl GitReader {
         found
             .map(str::to_owned)
             .ok_or_else(|| GitError::RefNotFound {
-                repo: display_url(remote.url),
+                repo: display_url(url),
                 reference: reference.to_owned(),
             })
     }
@@ -254,7 +262,10 @@ impl GitReader {
         reference: &str,
         path: &str,
     ) -> Result<FileAtRef, GitError> {
-        let commit = self.resolve(remote, reference).await?;
+        validate_remote_url(remote.url).map_err(GitError::InvalidUrl)?;
+        // One credential directory for the whole read: resolving, fetching, reading.
+        let auth = Auth::prepare(remote.credential, &self.inner.dir).map_err(GitError::Io)?;
+        let commit = self.resolve_with(&auth, remote.url, reference).await?;
         let path = path.trim_start_matches("./").to_owned();
         let key = (remote.url.to_owned(), commit.clone(), path.clone());
         if let Some(hit) = self.cached(&key) {
@@ -266,7 +277,6 @@ impl GitReader {
         let repo_dir = self.repo_dir(remote.url);
         let lock = self.lock_for(&repo_dir);
         let _guard = lock.lock().await;
-        let auth = Auth::prepare(remote.credential, &self.inner.dir).map_err(GitError::Io)?;
         if !repo_dir.join("HEAD").exists() {
             tokio::fs::create_dir_all(&repo_dir)
                 .await

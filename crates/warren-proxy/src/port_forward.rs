@@ -5,11 +5,10 @@
 //! the owner's own workspace, declared or not. Cross-site pages cannot open it with a
 //! browser's session cookie: a request with a foreign `Origin` is refused.
 
-use crate::terminal::{error, request_host, same_origin};
+use crate::terminal::{error, same_origin_upgrade};
 use crate::Shared;
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::FromRequestParts;
-use axum::response::{IntoResponse, Response};
+use axum::extract::ws::{Message, WebSocket};
+use axum::response::Response;
 use futures::{SinkExt, StreamExt};
 use http::{Method, StatusCode};
 use std::sync::Arc;
@@ -51,18 +50,14 @@ pub(crate) async fn handle(
             "port-forward is a WebSocket (GET with an upgrade)",
         );
     }
-    let (mut parts, _body) = req.into_parts();
-    let host = request_host(&parts.headers, Some(&parts.uri));
-    if !same_origin(&parts.headers, host.as_deref()) {
-        return error(
-            StatusCode::FORBIDDEN,
-            "cross_origin",
-            "port-forward accepts no connections from web pages of other sites",
-        );
-    }
-    let upgrade = match WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
-        Ok(u) => u,
-        Err(rejection) => return rejection.into_response(),
+    let upgrade = match same_origin_upgrade(
+        req,
+        "port-forward accepts no connections from web pages of other sites",
+    )
+    .await
+    {
+        Ok((u, _)) => u,
+        Err(r) => return r,
     };
     shared.activity.touch(access.workspace_id);
     upgrade

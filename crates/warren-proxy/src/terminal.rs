@@ -175,7 +175,7 @@ fn html_escape(s: &str) -> String {
 }
 
 /// The request's host (`Host`, or the authority of an HTTP/2 request), as sent.
-pub(crate) fn request_host(headers: &HeaderMap, uri: Option<&http::Uri>) -> Option<String> {
+fn request_host(headers: &HeaderMap, uri: Option<&http::Uri>) -> Option<String> {
     headers
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())
@@ -240,7 +240,7 @@ fn clamp(size: TerminalSize) -> TerminalSize {
 /// A browser's WebSocket must come from this very host: without the check any site the
 /// user visits could open a shell with the user's cookie (cross-site WebSocket hijacking).
 /// Clients that send no `Origin` are not browsers and cannot be tricked that way.
-pub(crate) fn same_origin(headers: &HeaderMap, host: Option<&str>) -> bool {
+fn same_origin(headers: &HeaderMap, host: Option<&str>) -> bool {
     let Some(origin) = headers.get(header::ORIGIN) else {
         return true;
     };
@@ -284,23 +284,36 @@ enum ProxyMessage {
     },
 }
 
+/// The WebSocket upgrade of a workspace-host request, refusing pages of other sites (a
+/// browser would send its session cookie with their WebSocket too): `refusal` says why.
+pub(crate) async fn same_origin_upgrade(
+    req: axum::extract::Request,
+    refusal: &str,
+) -> Result<(WebSocketUpgrade, http::request::Parts), Response> {
+    let (mut parts, _body) = req.into_parts();
+    let host = request_host(&parts.headers, Some(&parts.uri));
+    if !same_origin(&parts.headers, host.as_deref()) {
+        return Err(error(StatusCode::FORBIDDEN, "cross_origin", refusal));
+    }
+    match WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
+        Ok(u) => Ok((u, parts)),
+        Err(rejection) => Err(rejection.into_response()),
+    }
+}
+
 async fn websocket(
     shared: Arc<Shared>,
     access: Arc<WorkspaceAccess>,
     req: axum::extract::Request,
 ) -> Response {
-    let (mut parts, _body) = req.into_parts();
-    let host = request_host(&parts.headers, Some(&parts.uri));
-    if !same_origin(&parts.headers, host.as_deref()) {
-        return error(
-            StatusCode::FORBIDDEN,
-            "cross_origin",
-            "the terminal WebSocket only accepts connections from its own page",
-        );
-    }
-    let upgrade = match WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
+    let (upgrade, parts) = match same_origin_upgrade(
+        req,
+        "the terminal WebSocket only accepts connections from its own page",
+    )
+    .await
+    {
         Ok(u) => u,
-        Err(rejection) => return rejection.into_response(),
+        Err(r) => return r,
     };
     let size = initial_size(parts.uri.query());
     shared.activity.touch(access.workspace_id);

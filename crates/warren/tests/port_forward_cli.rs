@@ -45,14 +45,14 @@ async fn echo_server() -> Result<std::net::SocketAddr> {
     Ok(addr)
 }
 
-/// Starts `warren ws port-forward` as `user`; returns the child and the local addresses it
-/// printed, in order.
+/// Starts `warren ws port-forward` as `user`; returns the child, the local addresses it
+/// printed, in order, and its home (removed when dropped).
 async fn forward(
     stack: &Stack,
     user: &TestUser,
     args: &[&str],
     count: usize,
-) -> Result<(Child, Vec<String>)> {
+) -> Result<(Child, Vec<String>, tempfile::TempDir)> {
     let home = tempfile::tempdir()?;
     let mut child = Command::new(env!("CARGO_BIN_EXE_warren"))
         .args(["ws", "port-forward"])
@@ -84,8 +84,7 @@ async fn forward(
             .with_context(|| format!("unexpected line {line:?}"))?;
         addrs.push(addr.to_owned());
     }
-    std::mem::forget(home);
-    Ok((child, addrs))
+    Ok((child, addrs, home))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -102,7 +101,8 @@ async fn port_forward_carries_http_and_raw_tcp_through_the_proxy() -> Result<()>
         .local_addr()?
         .port();
     let spec = format!("{local_web}:8080");
-    let (mut child, addrs) = forward(&stack, &alice, &["alice-pf", &spec, ":5432"], 2).await?;
+    let (mut child, addrs, _home) =
+        forward(&stack, &alice, &["alice-pf", &spec, ":5432"], 2).await?;
     assert_eq!(addrs[0], format!("127.0.0.1:{local_web}"));
 
     // curl through the chosen local port.

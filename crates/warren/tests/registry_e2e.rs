@@ -9,36 +9,12 @@
 
 mod support;
 
-use base64_encode::encode;
+use base64::Engine;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 use support::{ensure_image, free_port, podman, podman_available, unique_name, wait_for, Up};
-
-/// Base64 without a dependency: the auth field of a registry auth file.
-mod base64_encode {
-    pub fn encode(input: &[u8]) -> String {
-        const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        let mut out = String::new();
-        for chunk in input.chunks(3) {
-            let b = [
-                chunk[0],
-                *chunk.get(1).unwrap_or(&0),
-                *chunk.get(2).unwrap_or(&0),
-            ];
-            let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-            for i in 0..4 {
-                if i <= chunk.len() {
-                    out.push(T[((n >> (18 - 6 * i)) & 63) as usize] as char);
-                } else {
-                    out.push('=');
-                }
-            }
-        }
-        out
-    }
-}
 
 fn have(tool: &str) -> bool {
     Command::new("sh")
@@ -173,7 +149,7 @@ impl Registry {
 /// A registry auth file as `podman login --authfile` writes it.
 fn auth_file(path: &Path, registry: &str, user: &str, password: &str) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    let auth = encode(format!("{user}:{password}").as_bytes());
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
     std::fs::write(
         path,
         format!(r#"{{"auths": {{"{registry}": {{"auth": "{auth}"}}}}}}"#),

@@ -399,12 +399,8 @@ pub async fn move_url_credentials(state: &AppState) -> Result<usize, AppError> {
         let Some((clean, credential)) = split_url_credential(&p.git_url) else {
             continue;
         };
-        if state.store.project_credential(&p)?.is_some() {
-            // Keep the credential set explicitly; only clean the URL.
-            tracing::warn!(project = %p.name, "git_url carried credentials besides the project's own; dropping those in the URL");
-        }
-        let keep = state.store.project_credential(&p)?;
-        let credential = keep.unwrap_or(credential);
+        // A credential set explicitly wins over one left in the URL.
+        let credential = state.store.project_credential(&p)?.unwrap_or(credential);
         if state
             .store
             .move_url_credential(p.id, &p.git_url, &clean, &credential)
@@ -433,9 +429,7 @@ pub fn validate_git_url(u: &str) -> Result<(), String> {
                 p.scheme()
             ));
         }
-        if p.password().is_some()
-            || (matches!(p.scheme(), "http" | "https") && !p.username().is_empty())
-        {
+        if warren_git::carries_credentials(&p) {
             return Err(
                 "must not carry credentials: give them as the project's credential \
                  (`credential` in the API, `--token-stdin`/`--password-stdin`/`--ssh-key` in \

@@ -101,13 +101,11 @@ pub fn ruleset(table: &str, nets: &[WorkspaceNet]) -> String {
     }
     let _ = writeln!(s, "table inet {table} {{");
     let subnets: Vec<String> = nets.iter().map(|n| n.subnet.to_string()).collect();
-    if !subnets.is_empty() {
-        let _ = writeln!(
-            s,
-            "  set workspaces {{ type ipv4_addr; flags interval; auto-merge; elements = {{ {} }} }}",
-            subnets.join(", ")
-        );
-    }
+    let _ = writeln!(
+        s,
+        "  set workspaces {{ type ipv4_addr; flags interval; auto-merge; elements = {{ {} }} }}",
+        subnets.join(", ")
+    );
     for hook in ["forward", "input"] {
         let _ = writeln!(s, "  chain {hook} {{");
         let _ = writeln!(

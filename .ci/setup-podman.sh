@@ -7,6 +7,9 @@
 #   service   start `podman system service` on /run/podman/podman.sock unless it answers
 #   image     build localhost/warren-test:latest from a busybox-static rootfs with OpenSSH's
 #             sftp-server and Debian's git with its HTTP transport (podman import)
+#   image-debian  build localhost/warren-test-debian:latest, a glibc image the injected editor
+#             runs in: `debootstrap --variant=minbase` of bookworm with git and ca-certificates
+#             (the rootfs tarball cached in /var/cache/warren-images; about 75 s the first time)
 #   verify    `podman run --rm localhost/warren-test:latest true`
 #   stop      stop the service the `service` step started (not part of the default steps)
 # Without arguments install, config, service, image and verify run, in that order. The engine
@@ -172,6 +175,39 @@ step_image() {
     log "built $IMAGE"
 }
 
+DEBIAN_IMAGE="${WARREN_TEST_DEBIAN_IMAGE:-localhost/warren-test-debian:latest}"
+DEBIAN_CACHE="${WARREN_IMAGE_CACHE:-/var/cache/warren-images}/debian-bookworm-minbase-git.tar"
+
+step_image_debian() {
+    if podman image exists "$DEBIAN_IMAGE" &&
+        podman run --rm "$DEBIAN_IMAGE" sh -c 'test -e /lib64/ld-linux-x86-64.so.2 && git --version' >/dev/null 2>&1; then
+        log "image $DEBIAN_IMAGE already exists"
+        return
+    fi
+    if [ ! -s "$DEBIAN_CACHE" ]; then
+        command -v debootstrap >/dev/null 2>&1 ||
+            DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q debootstrap
+        local work
+        work="$(mktemp -d)"
+        log "debootstrap --variant=minbase bookworm (with git, ca-certificates)"
+        debootstrap --variant=minbase --include=git,ca-certificates bookworm "$work/root" \
+            http://deb.debian.org/debian >"$work/debootstrap.log" 2>&1 || {
+            tail -20 "$work/debootstrap.log" >&2
+            rm -rf "$work"
+            exit 1
+        }
+        rm -rf "$work/root/usr/share/doc" "$work/root/usr/share/man" "$work/root/usr/share/locale" \
+            "$work/root/var/lib/apt/lists/"* "$work/root/var/cache/apt/"*.bin
+        mkdir -p "$(dirname "$DEBIAN_CACHE")"
+        tar -C "$work/root" -cf "$DEBIAN_CACHE.tmp" .
+        mv "$DEBIAN_CACHE.tmp" "$DEBIAN_CACHE"
+        rm -rf "$work"
+    fi
+    podman rmi -f "$DEBIAN_IMAGE" >/dev/null 2>&1 || true
+    podman import --change 'CMD ["/bin/bash"]' "$DEBIAN_CACHE" "$DEBIAN_IMAGE" >/dev/null
+    log "built $DEBIAN_IMAGE from $DEBIAN_CACHE"
+}
+
 step_stop() {
     local pidfile="$SOCKET_DIR/service.pid"
     if [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null; then
@@ -201,9 +237,9 @@ main() {
                 fi
                 "step_$s"
                 ;;
-            image | verify) "step_$s" ;;
+            image | image-debian | verify) "step_${s//-/_}" ;;
             *)
-                log "unknown step $s (install, config, service, image, verify, stop)"
+                log "unknown step $s (install, config, service, image, image-debian, verify, stop)"
                 exit 2
                 ;;
         esac

@@ -962,10 +962,11 @@ async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
             name,
             endpoint,
             terminal,
+            main,
             print,
         } => {
             let w = named("workspace", &name, c.get_workspace(&name).await)?;
-            let url = open_cmd::address(&w, endpoint.as_deref(), terminal)?;
+            let url = open_cmd::address(&w, endpoint.as_deref(), terminal, main)?;
             if print || !open_cmd::launch(&url) {
                 println!("{url}");
             } else {

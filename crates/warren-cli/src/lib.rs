@@ -464,18 +464,21 @@ pub enum WsCommand {
         #[arg(long, short = 'f')]
         follow: bool,
     },
-    /// Open the workspace in the browser: its main endpoint, another endpoint, or its
-    /// terminal.
+    /// Open the workspace in the browser: its editor (VS Code), its main endpoint, another
+    /// endpoint, or its terminal.
     #[command(after_long_help = WS_OPEN_HELP)]
     Open {
         /// Workspace name or id.
         name: String,
-        /// The endpoint to open, by its devfile name [default: the main one].
-        #[arg(long, conflicts_with = "terminal")]
+        /// The endpoint to open, by its devfile name [default: the editor, else the main one].
+        #[arg(long, conflicts_with_all = ["terminal", "main"])]
         endpoint: Option<String>,
         /// Open the web terminal instead.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "main")]
         terminal: bool,
+        /// Open the devfile's main endpoint instead of the editor.
+        #[arg(long)]
+        main: bool,
         /// Only print the address.
         #[arg(long)]
         print: bool,

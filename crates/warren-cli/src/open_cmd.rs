@@ -1,5 +1,5 @@
-//! `warren ws open`: the address of a workspace's endpoint or terminal, handed to the user's
-//! browser.
+//! `warren ws open`: the address of a workspace's editor, endpoint or terminal, handed to the
+//! user's browser.
 //!
 //! The terminal's host is the endpoints' host with `terminal` in place of the port
 //! (`8080-dev.ws.example.com` → `terminal-dev.ws.example.com`, access.md), so it is derived
@@ -9,8 +9,14 @@ use crate::CliError;
 use std::process::{Command, Stdio};
 use warren_types::api::Workspace;
 
-/// What to open: `endpoint` by devfile name, the terminal, or the main endpoint.
-pub fn address(w: &Workspace, endpoint: Option<&str>, terminal: bool) -> Result<String, CliError> {
+/// What to open: `endpoint` by devfile name, the terminal, or else the editor (unless `main`
+/// asks for the devfile's main endpoint), else the main endpoint.
+pub fn address(
+    w: &Workspace,
+    endpoint: Option<&str>,
+    terminal: bool,
+    main: bool,
+) -> Result<String, CliError> {
     let no_endpoint = || {
         CliError::Failed(format!(
             "workspace {:?} declares no public endpoint; reach it with `warren ws ssh {}`",
@@ -30,6 +36,11 @@ pub fn address(w: &Workspace, endpoint: Option<&str>, terminal: bool) -> Result<
                 }
             ))
         });
+    }
+    if !terminal && !main {
+        if let Some(editor) = &w.editor_url {
+            return Ok(editor.clone());
+        }
     }
     let any = w
         .url
@@ -135,6 +146,7 @@ mod tests {
             agent_fault: None,
             isolation_warning: None,
             terminal_url: None,
+            editor_url: None,
             resources: WorkspaceResources {
                 cpu: None,
                 memory: None,
@@ -151,26 +163,38 @@ mod tests {
             &[("web", main), ("api", "http://3000-dev.ws.localhost:7080/")],
             Some(main),
         );
-        assert_eq!(address(&w, None, false).unwrap(), main);
+        assert_eq!(address(&w, None, false, false).unwrap(), main);
         assert_eq!(
-            address(&w, Some("api"), false).unwrap(),
+            address(&w, Some("api"), false, false).unwrap(),
             "http://3000-dev.ws.localhost:7080/"
         );
         assert_eq!(
-            address(&w, None, true).unwrap(),
+            address(&w, None, true, false).unwrap(),
             "http://terminal-dev.ws.localhost:7080/"
         );
-        let err = address(&w, Some("db"), false).unwrap_err().to_string();
+        let err = address(&w, Some("db"), false, false)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("\"db\"") && err.contains("api, web"), "{err}");
         let https = ws(&[("web", "https://443-a-b.ws.example.com/")], None);
         assert_eq!(
-            address(&https, None, true).unwrap(),
+            address(&https, None, true, false).unwrap(),
             "https://terminal-a-b.ws.example.com/"
         );
         let none = ws(&[], None);
-        let err = address(&none, None, true).unwrap_err().to_string();
+        let err = address(&none, None, true, false).unwrap_err().to_string();
         assert!(err.contains("no public endpoint"), "{err}");
         assert!(terminal_address("http://dev.ws.localhost/").is_none());
+        // The editor, where the agent injects one, is what opens by default.
+        let editor = "http://13337-dev.ws.localhost:7080/";
+        let mut with_editor = ws(&[("web", main), ("warren-editor", editor)], Some(main));
+        with_editor.editor_url = Some(editor.into());
+        assert_eq!(address(&with_editor, None, false, false).unwrap(), editor);
+        assert_eq!(address(&with_editor, None, false, true).unwrap(), main);
+        assert_eq!(
+            address(&with_editor, None, true, false).unwrap(),
+            "http://terminal-dev.ws.localhost:7080/"
+        );
     }
 
     #[test]

@@ -123,6 +123,9 @@ pub fn workspace(w: &Workspace) -> String {
         ("Resources", resources(&w.resources)),
         ("URL", opt(&w.url)),
     ];
+    if let Some(editor) = &w.editor_url {
+        rows.push(("Editor", editor.clone()));
+    }
     if let Some(reason) = &w.failure_reason {
         rows.push(("Failure", reason.clone()));
     }
@@ -215,6 +218,20 @@ pub fn agent(a: &Agent) -> String {
         ("Domain", a.config.workspace_domain.clone()),
         ("Workspaces quota", quota(a.config.workspaces_quota)),
         ("Per-user quota", quota(a.config.workspaces_per_user_quota)),
+        (
+            "Editor",
+            if a.config.editor.enabled() {
+                format!(
+                    "{} {} from {}, port {}",
+                    a.config.editor.name.as_str(),
+                    a.config.editor.version,
+                    a.config.editor.tools_image(),
+                    a.config.editor.port
+                )
+            } else {
+                "none".into()
+            },
+        ),
     ]);
     out.push_str("\nConfiguration:\n");
     let yaml = serde_yaml::to_string(&a.config).unwrap_or_default();
@@ -429,6 +446,7 @@ mod tests {
             agent_fault: None,
             isolation_warning: None,
             terminal_url: None,
+            editor_url: None,
             resources: WorkspaceResources {
                 cpu: Some("2".into()),
                 memory: None,

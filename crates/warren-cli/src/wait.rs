@@ -276,6 +276,7 @@ mod tests {
             agent_fault: None,
             isolation_warning: None,
             terminal_url: None,
+            editor_url: None,
             resources: WorkspaceResources::default(),
             variables: vec![],
             version: 1,

@@ -292,10 +292,14 @@ fn objects_read_back_satisfy_the_spec_table() {
         .into_iter()
         .map(|p| (p.port, p.protocol.unwrap_or_default()))
         .collect();
-    // The exposure-none endpoint stays inside the pod.
+    // The exposure-none endpoint stays inside the pod; the editor's port is one more.
     assert_eq!(
         ports,
-        [(3000, "TCP".to_string()), (5432, "TCP".to_string())]
+        [
+            (3000, "TCP".to_string()),
+            (5432, "TCP".to_string()),
+            (13337, "TCP".to_string())
+        ]
     );
 
     let np: NetworkPolicy = objs.kind("NetworkPolicy").remove(0);
@@ -334,7 +338,9 @@ fn objects_read_back_satisfy_the_spec_table() {
         ),
         (Some(true), Some(5001), Some(0), Some(0))
     );
-    let init = pod.init_containers.unwrap();
+    // The editor's tools first (see the editor test), then the devfile's preStart.
+    let mut init = pod.init_containers.unwrap();
+    assert_eq!(init.remove(0).name, "warren-tools");
     assert_eq!(
         init.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
         ["warren-prestart-prepare", "migrate"]
@@ -403,7 +409,8 @@ fn objects_read_back_satisfy_the_spec_table() {
             ("warren-data", "/projects"),
             ("cache", "/home/user/.npm"),
             ("warren-scripts", "/warren/scripts"),
-            ("warren-variables", "/warren/variables")
+            ("warren-variables", "/warren/variables"),
+            ("warren-tools", "/warren/tools")
         ]
     );
     let ports: Vec<i32> = tools
@@ -413,7 +420,7 @@ fn objects_read_back_satisfy_the_spec_table() {
         .iter()
         .map(|p| p.container_port)
         .collect();
-    assert_eq!(ports, [3000, 9229]);
+    assert_eq!(ports, [3000, 9229, 13337]);
     let res = tools.resources.as_ref().unwrap();
     assert_eq!(
         res.limits.as_ref().unwrap()["memory"].0,
@@ -472,5 +479,146 @@ fn replicas_follow_desired_state_and_static_objects_are_marked() {
     assert_eq!(
         serde_json::from_str::<warren_devfile::Rendered>(&json).unwrap(),
         r
+    );
+}
+
+fn pod_of(r: &warren_devfile::Rendered) -> k8s_openapi::api::core::v1::PodSpec {
+    let dep = r
+        .objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .unwrap();
+    let dep: Deployment = serde_json::from_value(dep.clone()).unwrap();
+    dep.spec.unwrap().template.spec.unwrap()
+}
+
+#[test]
+fn the_editor_is_injected_into_the_main_container() {
+    let d = parse_devfile(MULTI).unwrap();
+    let cfg = config();
+    let r = render(&d, &request(&cfg, &[])).unwrap();
+    let editor = r
+        .endpoints
+        .iter()
+        .find(|e| e.name == "warren-editor")
+        .expect("an editor endpoint");
+    assert_eq!(
+        (
+            editor.port,
+            editor.container.as_str(),
+            editor.exposure.as_str()
+        ),
+        (13337, "tools", "public")
+    );
+    let pod = pod_of(&r);
+    // The init container copies the tools; it runs first, locked down and bounded (the
+    // agent caps this workspace, so everything needs limits).
+    let init = &pod.init_containers.as_ref().unwrap()[0];
+    assert_eq!(init.name, "warren-tools");
+    assert_eq!(
+        init.image.as_deref(),
+        Some("localhost/warren-tools:code-server-4.100.3")
+    );
+    assert_eq!(
+        init.command.clone().unwrap(),
+        ["/bin/sh", "/warren-tools/install", "/warren/tools"]
+    );
+    assert!(init.resources.as_ref().unwrap().limits.is_some());
+    let sc = init.security_context.as_ref().unwrap();
+    assert_eq!(sc.run_as_non_root, Some(true));
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    // Only the main container sees the tools, read-only, and listens on the editor's port.
+    let tools = pod.containers.iter().find(|c| c.name == "tools").unwrap();
+    let mount = tools
+        .volume_mounts
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|m| m.name == "warren-tools")
+        .expect("tools mounted");
+    assert_eq!(
+        (mount.mount_path.as_str(), mount.read_only),
+        ("/warren/tools", Some(true))
+    );
+    assert!(tools
+        .ports
+        .as_ref()
+        .unwrap()
+        .iter()
+        .any(|p| p.container_port == 13337));
+    let db = pod.containers.iter().find(|c| c.name == "db").unwrap();
+    assert!(db
+        .volume_mounts
+        .as_ref()
+        .unwrap()
+        .iter()
+        .all(|m| m.name != "warren-tools"));
+    let vol = pod
+        .volumes
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|v| v.name == "warren-tools")
+        .unwrap();
+    assert!(vol.empty_dir.is_some());
+    // The editor starts after the postStart commands, in the main container only.
+    let cm = r.objects.iter().find(|o| o["kind"] == "ConfigMap").unwrap();
+    let script = cm["data"]["start-tools.sh"].as_str().unwrap();
+    let post_start = script.find("running postStart command install").unwrap();
+    let editor = script.find("entry.js").unwrap();
+    assert!(post_start < editor, "{script}");
+    for flag in [
+        "--auth none",
+        "--bind-addr 0.0.0.0:13337",
+        "--disable-telemetry",
+        "--disable-update-check",
+        "--user-data-dir \"$editor_data\"",
+    ] {
+        assert!(script.contains(flag), "{flag} in {script}");
+    }
+    assert!(script.contains("has no glibc"), "{script}");
+}
+
+#[test]
+fn the_editor_moves_off_a_port_the_devfile_uses_and_can_be_turned_off() {
+    let text = r#"
+schemaVersion: 2.2.0
+components:
+  - name: dev
+    container:
+      image: debian
+      endpoints: [{name: app, targetPort: 13337}, {name: next, targetPort: 13338}]
+"#;
+    let d = parse_devfile(text).unwrap();
+    let mut cfg = AgentConfig::default();
+    let r = render(&d, &request(&cfg, &[])).unwrap();
+    let editor = r
+        .endpoints
+        .iter()
+        .find(|e| e.name == "warren-editor")
+        .unwrap();
+    assert_eq!(editor.port, 13339);
+
+    cfg.editor.name = warren_types::config::EditorName::None;
+    let r = render(&d, &request(&cfg, &[])).unwrap();
+    assert!(r.endpoints.iter().all(|e| e.name != "warren-editor"));
+    let pod = pod_of(&r);
+    assert!(pod.init_containers.is_none());
+    assert!(pod
+        .volumes
+        .as_ref()
+        .unwrap()
+        .iter()
+        .all(|v| v.name != "warren-tools"));
+    let text = serde_json::to_string(&r.objects).unwrap();
+    assert!(!text.contains("code-server"), "{text}");
+
+    // A tools image of the operator's choosing.
+    cfg.editor.name = warren_types::config::EditorName::CodeServer;
+    cfg.editor.image = Some("registry.example.com/tools/editor:7".into());
+    let r = render(&d, &request(&cfg, &[])).unwrap();
+    assert_eq!(
+        pod_of(&r).init_containers.unwrap()[0].image.as_deref(),
+        Some("registry.example.com/tools/editor:7")
     );
 }

@@ -781,7 +781,8 @@ fn what_the_specification_allows_is_followed_or_named_unsupported() {
         "{BASE}      endpoints: [{{name: a, targetPort: 80}}, {{name: b, targetPort: 80, path: /api}}]\n"
     ))
     .unwrap();
-    let cfg = AgentConfig::default();
+    let mut cfg = AgentConfig::default();
+    cfg.editor.name = warren_types::config::EditorName::None;
     let r = render(&d, &request(&cfg, &[])).unwrap();
     assert_eq!(r.endpoints.len(), 2);
     let service = r.objects.iter().find(|o| o["kind"] == "Service").unwrap();

@@ -123,9 +123,14 @@ fn run_script(root: &Path, url: &str, git_ref: &str) -> String {
     let _ = std::fs::remove_file(&log);
     // The payload `true` stands for the container's command; the startup work goes on in
     // the background and reports in the log.
+    // A home already prepared: the seeding would copy this host user's own home.
+    let home = root.join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    std::fs::write(home.join(".warren-home"), "").expect("home marker");
     let status = Command::new("sh")
         .arg(&script_path)
         .arg("true")
+        .env("HOME", &home)
         .env("PROJECTS_ROOT", &projects)
         .env("PROJECT_SOURCE", projects.join("demo"))
         .env("WARREN_PROJECT_GIT_URL", url)
@@ -208,4 +213,55 @@ fn startup_script_clones_and_runs_post_start_commands() {
     assert!(log.contains("postStart command first failed"), "{log}");
     assert!(log.contains("startup of container tools failed"), "{log}");
     assert!(!log.contains("running postStart command second"), "{log}");
+}
+
+/// Where the editor's files are missing (no tools volume, as on this host), the workspace runs
+/// on and the container's own output (`warren ws logs`) says why.
+#[test]
+fn startup_script_explains_a_missing_editor_on_the_container_output() {
+    if !have("sh") || std::path::Path::new("/warren/tools/code-server").exists() {
+        eprintln!("skipping: needs sh and no /warren/tools on this host");
+        return;
+    }
+    let tmp = TempDir::new("editor");
+    let d = parse_devfile(DEVFILE).expect("valid");
+    let cfg = AgentConfig::default();
+    let mut req = request(&cfg, &[]);
+    req.project = None;
+    let r = render(&d, &req).expect("renders");
+    let cm = r
+        .objects
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap")
+        .expect("scripts");
+    let script_path = tmp.0.join("start-tools.sh");
+    std::fs::write(&script_path, cm["data"]["start-tools.sh"].as_str().unwrap()).unwrap();
+    let projects = tmp.0.join("projects");
+    std::fs::create_dir_all(projects.join("demo")).unwrap();
+    // A home already prepared: the seeding would copy this host user's own home.
+    std::fs::create_dir_all(tmp.0.join("home")).unwrap();
+    std::fs::write(tmp.0.join("home/.warren-home"), "").unwrap();
+    let stderr_path = tmp.0.join("container-output");
+    let status = Command::new("sh")
+        .arg(&script_path)
+        .arg("true")
+        .env("PROJECTS_ROOT", &projects)
+        .env("PROJECT_SOURCE", projects.join("demo"))
+        .env("HOME", tmp.0.join("home"))
+        .stderr(std::fs::File::create(&stderr_path).unwrap())
+        .status()
+        .expect("sh runs");
+    assert!(status.success(), "the container's command ran");
+    let output = wait_for(&stderr_path, "editor not started");
+    assert!(
+        output.contains(
+            "warren: editor not started: its files are missing from /warren/tools/code-server"
+        ),
+        "{output}"
+    );
+    let log = wait_for(
+        &projects.join(".warren/logs/tools.log"),
+        "editor not started",
+    );
+    assert!(log.contains("startup of container tools done"), "{log}");
 }

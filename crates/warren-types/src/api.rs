@@ -515,6 +515,10 @@ pub struct Workspace {
     /// connects).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub terminal_url: Option<String>,
+    /// The editor injected into the workspace (VS Code in the browser), when its agent
+    /// injects one; also listed in `endpoints` as `warren-editor`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub editor_url: Option<String>,
     /// Every declared endpoint: name → URL.
     pub endpoints: BTreeMap<String, String>,
     /// Why the workspace is `Failed` or `Error`, in words a user can act on.

@@ -38,6 +38,8 @@ pub struct AgentConfig {
     pub security: SecurityConfig,
     /// Size of the `warren-data` volume mounted at `/projects`.
     pub data_volume_size: String,
+    /// The editor injected into every workspace (ui.md, "The editor in every workspace").
+    pub editor: EditorConfig,
 }
 
 impl Default for AgentConfig {
@@ -57,6 +59,88 @@ impl Default for AgentConfig {
             image_pull_secrets: vec![],
             security: SecurityConfig::default(),
             data_volume_size: "20Gi".into(),
+            editor: EditorConfig::default(),
+        }
+    }
+}
+
+/// The name of the editor endpoint added to every workspace that has one (devfiles cannot use
+/// it: names starting `warren-` are Warren's).
+pub const EDITOR_ENDPOINT: &str = "warren-editor";
+/// The pod volume holding the injected tools, and the init container that fills it.
+pub const TOOLS_VOLUME: &str = "warren-tools";
+/// Where the tools volume is mounted (read-only in the main container, writable only in the
+/// init container that fills it).
+pub const TOOLS_MOUNT_PATH: &str = "/warren/tools";
+/// Where a tools image keeps its files: `install` (a `/bin/sh` script copying them into the
+/// directory it is given) and one directory per tool (`code-server/`).
+pub const TOOLS_IMAGE_ROOT: &str = "/warren-tools";
+/// The editor Warren injects when the agent's configuration does not say.
+pub const DEFAULT_EDITOR_VERSION: &str = "4.100.3";
+/// The port the editor listens on unless the devfile uses it (Coder's choice for code-server).
+pub const DEFAULT_EDITOR_PORT: u16 = 13337;
+
+/// Which editor a workspace gets and where its files come from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct EditorConfig {
+    /// `code-server` (VS Code in the browser) or `none` (no editor: terminal and the
+    /// devfile's own endpoints only).
+    pub name: EditorName,
+    /// The editor's version; names the default tools image.
+    pub version: String,
+    /// The tools image the editor's files are copied from (by an init container on
+    /// Kubernetes, once per image into a shared read-only volume on Docker/Podman); default
+    /// `localhost/warren-tools:code-server-<version>`, as `warren tools build` makes it.
+    pub image: Option<String>,
+    /// The port the editor listens on inside the workspace; the next free one when the
+    /// devfile declares an endpoint on it.
+    pub port: u16,
+}
+
+impl Default for EditorConfig {
+    fn default() -> Self {
+        EditorConfig {
+            name: EditorName::CodeServer,
+            version: DEFAULT_EDITOR_VERSION.into(),
+            image: None,
+            port: DEFAULT_EDITOR_PORT,
+        }
+    }
+}
+
+impl EditorConfig {
+    /// Whether workspaces get an editor.
+    pub fn enabled(&self) -> bool {
+        self.name != EditorName::None
+    }
+
+    /// The tools image: the configured one, else the one `warren tools build` tags.
+    pub fn tools_image(&self) -> String {
+        self.image
+            .clone()
+            .unwrap_or_else(|| default_tools_image(&self.version))
+    }
+}
+
+/// The tag `warren tools build` gives the image of code-server `version`.
+pub fn default_tools_image(version: &str) -> String {
+    format!("localhost/warren-tools:code-server-{version}")
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub enum EditorName {
+    #[serde(rename = "code-server")]
+    CodeServer,
+    #[serde(rename = "none")]
+    None,
+}
+
+impl EditorName {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EditorName::CodeServer => "code-server",
+            EditorName::None => "none",
         }
     }
 }

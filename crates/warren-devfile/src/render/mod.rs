@@ -43,6 +43,7 @@
 //! `~/.dotfiles` at first start and its install script run (or its dotfiles linked), in the
 //! background and logged; a failure there never stops the workspace.
 
+mod editor;
 mod names;
 mod network;
 mod pod;
@@ -272,7 +273,8 @@ pub fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rendered, Re
             CommandAction::Apply { .. } => init_specs.push((c.name.clone(), c, None)),
         }
     }
-    let init_res: Vec<(&str, Res)> = init_specs
+    let editor = editor::plan(devfile, cfg);
+    let mut init_res: Vec<(&str, Res)> = init_specs
         .iter()
         .map(|(n, c, _)| {
             (
@@ -284,6 +286,12 @@ pub fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rendered, Re
             )
         })
         .collect();
+    if editor.is_some() {
+        init_res.push((
+            warren_types::config::TOOLS_VOLUME,
+            editor::tools_resources(),
+        ));
+    }
     if let Some(cap) = &cfg.max_resources_per_workspace {
         check_cap(&app_res, &init_res, cap)?;
     }
@@ -378,7 +386,7 @@ pub fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rendered, Re
     {
         scripts.insert(
             format!("start-{}.sh", c.name),
-            startup_script(devfile, c, req),
+            startup_script(devfile, c, req, editor.as_ref()),
         );
     }
     push(
@@ -461,6 +469,9 @@ pub fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rendered, Re
         }),
         ..Default::default()
     });
+    if editor.is_some() {
+        pod_volumes.push(editor::volume());
+    }
     if credential.is_some() {
         pod_volumes.push(core::Volume {
             name: GIT_VOLUME.into(),
@@ -501,6 +512,18 @@ pub fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rendered, Re
                     ..Default::default()
                 });
             }
+        }
+    }
+    if let Some(e) = &editor {
+        endpoints.push(editor::endpoint(e));
+        if service_port_keys.insert((e.port, "TCP")) {
+            service_ports.push(core::ServicePort {
+                name: Some(port_name(warren_types::config::EDITOR_ENDPOINT, e.port)),
+                port: i32::from(e.port),
+                target_port: Some(IntOrString::Int(i32::from(e.port))),
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            });
         }
     }
     let headless = service_ports.is_empty();
@@ -566,6 +589,19 @@ pub fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rendered, Re
         let wrap = wrapped(c);
         let mut k = build(c, c.name.clone(), wrap);
         k.readiness_probe = pod::readiness_probe(c, wrap);
+        if let Some(e) = editor.as_ref().filter(|e| e.container == c.name) {
+            k.volume_mounts
+                .get_or_insert_with(Vec::new)
+                .push(editor::mount());
+            k.ports
+                .get_or_insert_with(Vec::new)
+                .push(core::ContainerPort {
+                    container_port: i32::from(e.port),
+                    name: Some(port_name(warren_types::config::EDITOR_ENDPOINT, e.port)),
+                    protocol: Some("TCP".into()),
+                    ..Default::default()
+                });
+        }
         min_ready |= k.readiness_probe.is_none() && pod::runs_a_command(c, wrap);
         if wrap {
             let mut payload = c.command.clone();
@@ -579,6 +615,9 @@ pub fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rendered, Re
         containers.push(k);
     }
     let mut init_containers = Vec::new();
+    if let Some(e) = &editor {
+        init_containers.push(editor::init_container(e, pod::security_context(cfg)));
+    }
     for (init_name, c, cmd) in &init_specs {
         let mut k = build(c, init_name.clone(), false);
         if let Some(crate::model::Command {

@@ -55,6 +55,22 @@ pub(super) fn readiness_probe(c: &Container, wrapped: bool) -> Option<core::Prob
     })
 }
 
+/// The locked-down security context of every workspace container.
+pub(super) fn security_context(cfg: &warren_types::config::AgentConfig) -> core::SecurityContext {
+    core::SecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(cfg.security.run_as_user),
+        run_as_group: Some(cfg.security.run_as_group),
+        allow_privilege_escalation: Some(cfg.security.allow_privilege_escalation),
+        privileged: Some(false),
+        capabilities: Some(core::Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            add: None,
+        }),
+        ..Default::default()
+    }
+}
+
 /// The Kubernetes container for devfile container `c`, named `name`; `with_scripts` mounts
 /// the startup scripts (wrapped containers).
 pub(super) fn container(
@@ -70,18 +86,7 @@ pub(super) fn container(
         Some(p) => format!("{}/{}", c.source_mapping.trim_end_matches('/'), p.name),
         None => c.source_mapping.clone(),
     };
-    let sec = core::SecurityContext {
-        run_as_non_root: Some(true),
-        run_as_user: Some(cfg.security.run_as_user),
-        run_as_group: Some(cfg.security.run_as_group),
-        allow_privilege_escalation: Some(cfg.security.allow_privilege_escalation),
-        privileged: Some(false),
-        capabilities: Some(core::Capabilities {
-            drop: Some(vec!["ALL".into()]),
-            add: None,
-        }),
-        ..Default::default()
-    };
+    let sec = security_context(cfg);
     let mut env = vec![];
     // A home on the volume for the containers the wrapper prepares it in (see `HOME_DIR`).
     if with_scripts && c.mount_sources {

@@ -45,11 +45,12 @@ pub(super) fn command_script(
 }
 
 /// Creates `$HOME` on first start (marked by `.warren-home`), seeded with a copy of the
-/// image's home: the user's `/etc/passwd` entry, else the image's `HOME`-less default.
+/// image's home: the user's `/etc/passwd` entry, else the image's `HOME`-less default. A home of
+/// `/` (what Podman writes for a user the image does not know) is no home to copy.
 const HOME_SEED: &str = r#"if [ -n "${HOME:-}" ] && [ ! -e "$HOME/.warren-home" ]; then
   image_home="$(awk -F: -v u="$(id -u)" '$3 == u { print $6; exit }' /etc/passwd 2>/dev/null)"
   if mkdir -p "$HOME" 2>/dev/null; then
-    if [ -n "$image_home" ] && [ "$image_home" != "$HOME" ] && [ -d "$image_home" ]; then
+    if [ -n "$image_home" ] && [ "$image_home" != / ] && [ "$image_home" != "$HOME" ] && [ -d "$image_home" ]; then
       cp -a "$image_home/." "$HOME/" 2>/dev/null
       echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) home $HOME created from the image's $image_home" >>"$log"
     else
@@ -97,7 +98,12 @@ const DOTFILES: &str = r#"  if [ -n "${WARREN_DOTFILES_URL:-}" ] && [ -n "${HOME
   fi
 "#;
 
-pub(super) fn startup_script(devfile: &Devfile, c: &Container, req: &RenderRequest<'_>) -> String {
+pub(super) fn startup_script(
+    devfile: &Devfile,
+    c: &Container,
+    req: &RenderRequest<'_>,
+    editor: Option<&super::editor::EditorPlan>,
+) -> String {
     use std::fmt::Write;
     let mut s = String::new();
     let _ = writeln!(s, "#!/bin/sh");
@@ -117,8 +123,14 @@ pub(super) fn startup_script(devfile: &Devfile, c: &Container, req: &RenderReque
         // Before the command runs, so it (and every later shell) finds its home.
         s.push_str(HOME_SEED);
     }
+    let editor = editor.filter(|e| e.container == c.name);
+    if editor.is_some() {
+        // The container's own output, for what `warren ws logs` must show (the editor's fate).
+        let _ = writeln!(s, "exec 3>&2");
+    }
     let _ = writeln!(s, "(");
     let _ = writeln!(s, "  say \"starting container {}\"", c.name);
+    let _ = writeln!(s, "  ok=1");
     if c.main {
         if let Some(p) = &req.project {
             let dest = sh_quote(p.name);
@@ -185,21 +197,35 @@ pub(super) fn startup_script(devfile: &Devfile, c: &Container, req: &RenderReque
             "${PROJECT_SOURCE}",
             env,
         );
-        let _ = writeln!(s, "  say \"running postStart command {id}\"");
-        let _ = writeln!(s, "  if /bin/sh -c {} ; then", sh_quote(&body));
-        let _ = writeln!(s, "    say \"postStart command {id} succeeded\"");
-        let _ = writeln!(s, "  else");
+        // A failed command skips the later ones; the editor still starts, to fix things in.
+        let _ = writeln!(s, "  if [ \"$ok\" = 1 ]; then");
+        let _ = writeln!(s, "    say \"running postStart command {id}\"");
+        let _ = writeln!(s, "    if /bin/sh -c {} ; then", sh_quote(&body));
+        let _ = writeln!(s, "      say \"postStart command {id} succeeded\"");
+        let _ = writeln!(s, "    else");
         let _ = writeln!(
             s,
-            "    say \"postStart command {id} failed with status $?; not running the later ones\""
+            "      say \"postStart command {id} failed with status $?; not running the later ones\""
         );
-        let _ = writeln!(s, "    say \"startup of container {} failed\"", c.name);
-        let _ = writeln!(s, "    exit 1");
+        let _ = writeln!(s, "      ok=0");
+        let _ = writeln!(s, "    fi");
         let _ = writeln!(s, "  fi");
     }
-    let _ = writeln!(s, "  say \"startup of container {} done\"", c.name);
+    let _ = writeln!(s, "  if [ \"$ok\" = 1 ]; then");
+    let _ = writeln!(s, "    say \"startup of container {} done\"", c.name);
+    let _ = writeln!(s, "  else");
+    let _ = writeln!(s, "    say \"startup of container {} failed\"", c.name);
+    let _ = writeln!(s, "  fi");
+    if let Some(e) = editor {
+        s.push_str(&super::editor::start_lines(e, c));
+    }
     let _ = writeln!(s, ") >>\"$log\" 2>&1 &");
-    let _ = writeln!(s, "if [ \"$#\" -gt 0 ]; then exec \"$@\"; fi");
+    if editor.is_some() {
+        let _ = writeln!(s, "if [ \"$#\" -gt 0 ]; then exec \"$@\" 3>&-; fi");
+        let _ = writeln!(s, "exec 3>&-");
+    } else {
+        let _ = writeln!(s, "if [ \"$#\" -gt 0 ]; then exec \"$@\"; fi");
+    }
     let _ = writeln!(s, "trap 'exit 0' TERM INT");
     let _ = writeln!(s, "while :; do sleep 3600 & wait $!; done");
     s

@@ -139,6 +139,60 @@ fn check_resource_list(field: &str, l: &ResourceList) -> Result<(), AppError> {
 }
 
 /// Checks what serde cannot: value ranges, quantities, host names.
+/// The editor's version names its default image tag, and its image and port end up in every
+/// workspace's pod: each must be something Kubernetes and the engines accept.
+fn check_editor(e: &warren_types::config::EditorConfig) -> Result<(), AppError> {
+    let version_ok = !e.version.is_empty()
+        && e.version.len() <= 64
+        && e.version
+            .chars()
+            .all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '.' | '-' | '+' | '_'))
+        && e.version.starts_with(|ch: char| ch.is_ascii_alphanumeric());
+    if !version_ok {
+        return Err(AppError::invalid_field(
+            "config.editor.version",
+            format!(
+                "{:?} is not a version (letters, digits, '.', '-', '+' and '_', up to 64)",
+                e.version
+            ),
+        ));
+    }
+    if let Some(image) = &e.image {
+        if let Some(problem) = image_reference_problem(image) {
+            return Err(AppError::invalid_field("config.editor.image", problem));
+        }
+    }
+    if e.port < 1024 {
+        return Err(AppError::invalid_field(
+            "config.editor.port",
+            format!(
+                "{} is a privileged port, which the workspace's non-root user cannot listen on; use 1024 to 65535",
+                e.port
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Why `image` is not an image reference (`[registry/]name[:tag][@digest]`).
+fn image_reference_problem(image: &str) -> Option<String> {
+    if image.is_empty() || image.len() > 255 {
+        return Some("an image reference has 1 to 255 characters".into());
+    }
+    if image.starts_with(['-', '.', '/', ':', '@']) || image.ends_with(['/', ':', '@']) {
+        return Some(format!("{image:?} is not an image reference"));
+    }
+    if let Some(bad) = image
+        .chars()
+        .find(|ch| !(ch.is_ascii_alphanumeric() || matches!(ch, '.' | '-' | '_' | '/' | ':' | '@')))
+    {
+        return Some(format!(
+            "{image:?} is not an image reference: {bad:?} cannot appear in one"
+        ));
+    }
+    None
+}
+
 pub fn validate_agent_config(c: &AgentConfig) -> Result<(), AppError> {
     let host = c.workspace_domain.split(':').next().unwrap_or_default();
     let host_ok = !host.is_empty()
@@ -204,6 +258,7 @@ pub fn validate_agent_config(c: &AgentConfig) -> Result<(), AppError> {
     if let Some(p) = k8s::annotations_problem(&c.annotations) {
         return Err(AppError::invalid_field("config.annotations", p));
     }
+    check_editor(&c.editor)?;
     for (i, s) in c.image_pull_secrets.iter().enumerate() {
         if let Some(p) = k8s::dns1123_subdomain_problem(&s.name) {
             return Err(AppError::invalid_field(

@@ -92,6 +92,10 @@ impl WorkspaceRow {
             last_activity_at: self.last_activity_at.map(from_millis),
             url: self.url.clone(),
             terminal_url: self.terminal_url.clone(),
+            editor_url: self
+                .endpoints
+                .get(warren_types::config::EDITOR_ENDPOINT)
+                .cloned(),
             endpoints: self.endpoints.clone(),
             failure_reason: self.failure_reason.clone(),
             // The reason itself (paths, hosts of the agent's machine) is for admins, on the

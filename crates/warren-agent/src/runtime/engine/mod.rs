@@ -26,6 +26,7 @@ mod select;
 mod start;
 pub mod status;
 mod storage;
+mod tools;
 
 use files::{create_private_dir, write_files, write_private_file};
 
@@ -213,6 +214,9 @@ struct Inner {
     /// The ruleset last applied (`firewall::ruleset`), so unchanged sets are not reapplied;
     /// the lock also serialises applies.
     firewall: tokio::sync::Mutex<Option<String>>,
+    /// The shared tools volumes this agent filled or failed to fill, by tools image; the
+    /// lock serialises fills.
+    tools: tokio::sync::Mutex<HashMap<String, tools::ToolsState>>,
 }
 
 impl Drop for Inner {
@@ -317,6 +321,7 @@ impl EngineRuntime {
             service: tokio::sync::Mutex::new(connection.service),
             isolation_warning,
             firewall: tokio::sync::Mutex::new(None),
+            tools: tokio::sync::Mutex::new(HashMap::new()),
         });
         tokio::spawn(background::watch_events(
             Arc::downgrade(&inner),
@@ -756,6 +761,9 @@ impl EngineRuntime {
                     .map(|n| format!("{}/{n}", label(c, ROLE_LABEL).unwrap_or("")))
             })
             .collect();
+        if let Some(tools) = plan.tools.as_ref().filter(|_| plan.replicas == 1) {
+            self.ensure_tools(tools, &pull_secrets).await;
+        }
         for c in &plan.containers {
             if present.contains(&format!("{}/{}", c.role.label(), c.name)) {
                 continue;

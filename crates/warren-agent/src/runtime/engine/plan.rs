@@ -39,6 +39,9 @@ pub const ORDER_LABEL: &str = "warren.dev/order";
 /// Label: the published target ports, comma-separated (for `dial` and the synthesised status).
 pub const PORTS_LABEL: &str = "warren.dev/ports";
 
+/// Label of the shared tools volume and of the container filling it: the tools image.
+pub const TOOLS_IMAGE_LABEL: &str = "warren.dev/tools-image";
+
 /// The user a pod runs as when its spec names none: non-root, group 0 (desired-config.md).
 pub const DEFAULT_UID: i64 = 5001;
 
@@ -254,6 +257,26 @@ pub struct PodPlan {
     /// In start order: init containers, then app containers; the first app container owns
     /// the network namespace.
     pub containers: Vec<ContainerPlan>,
+    /// The injected tools (the editor), filled into a volume shared by every workspace
+    /// instead of copied by an init container at every start.
+    pub tools: Option<ToolsPlan>,
+}
+
+/// The shared tools volume of a pod, and how to fill it.
+#[derive(Debug, Clone)]
+pub struct ToolsPlan {
+    /// The engine volume, named after the tools image, mounted read-only by the pod.
+    pub volume: String,
+    pub image: String,
+    /// The tools init container's own body, its mount pointing at the shared volume.
+    pub body: ContainerCreateBody,
+}
+
+/// The volume holding the files of tools image `image`, shared by every workspace of the
+/// engine: an image's contents decide them, so one copy serves all.
+pub fn tools_volume_name(image: &str) -> String {
+    let digest = Sha256::digest(image.as_bytes());
+    format!("warren-tools-{}", &hex::encode(digest)[..16])
 }
 
 impl PodPlan {
@@ -321,7 +344,18 @@ pub fn plan(
     if pod.containers.is_empty() {
         return Err(spec_err("spec.template.spec.containers is empty".into()));
     }
-    let init_containers = pod.init_containers.clone().unwrap_or_default();
+    let mut init_containers = pod.init_containers.clone().unwrap_or_default();
+    // The renderer's tools init container filling an emptyDir: one shared volume instead.
+    let tools_volume_is_empty_dir = pod
+        .volumes
+        .iter()
+        .flatten()
+        .any(|v| v.name == warren_types::config::TOOLS_VOLUME && v.empty_dir.is_some());
+    let tools_init = init_containers
+        .iter()
+        .position(|c| c.name == warren_types::config::TOOLS_VOLUME)
+        .filter(|_| tools_volume_is_empty_dir)
+        .map(|i| init_containers.remove(i));
     let mut seen = BTreeSet::new();
     for c in init_containers.iter().chain(&pod.containers) {
         if c.name.is_empty()
@@ -348,7 +382,14 @@ pub fn plan(
     let mut files = Vec::new();
     let mut sources: HashMap<String, Source> = HashMap::new();
     for v in pod.volumes.clone().unwrap_or_default() {
-        let source = if let Some(pvc) = &v.persistent_volume_claim {
+        let shared_tools = tools_init
+            .as_ref()
+            .filter(|_| v.name == warren_types::config::TOOLS_VOLUME);
+        let source = if let Some(init) = shared_tools {
+            let image = init.image.clone().unwrap_or_default();
+            // Not in `volumes`: no workspace owns it, so none creates or removes it.
+            Source::Volume(tools_volume_name(&image))
+        } else if let Some(pvc) = &v.persistent_volume_claim {
             let engine = volume_name(ws, &pvc.claim_name);
             volumes.insert(engine.clone(), pvc.claim_name.clone());
             Source::Volume(engine)
@@ -505,6 +546,34 @@ pub fn plan(
         }
     }
 
+    let tools = match &tools_init {
+        Some(init) => {
+            let mut body = container_body(
+                init,
+                pod.security_context.as_ref(),
+                &sources,
+                cx.files_dir,
+                &env_cx,
+            )?;
+            // Filled once for every workspace: root owns the shared volume (on Docker a new
+            // volume is root's), with no capability and no network, and leaves every file
+            // readable by all.
+            body.user = Some("0:0".into());
+            let host_config = body.host_config.get_or_insert_with(Default::default);
+            host_config.network_mode = Some("none".into());
+            let image = init.image.clone().unwrap_or_default();
+            let mut labels: HashMap<String, String> = HashMap::new();
+            labels.insert(TOOLS_IMAGE_LABEL.into(), image.clone());
+            body.labels = Some(labels);
+            Some(ToolsPlan {
+                volume: tools_volume_name(&image),
+                image,
+                body,
+            })
+        }
+        None => None,
+    };
+
     // The hash covers what the containers are created from, not the contents of mounted files
     // (those are rewritten in place, as Kubernetes updates Secret volumes in place).
     let mut hasher = Sha256::new();
@@ -549,6 +618,7 @@ pub fn plan(
         uid,
         gid,
         containers,
+        tools,
     })
 }
 

@@ -5,6 +5,7 @@ mod proxy_cmd;
 mod relay_cmd;
 mod server_cmd;
 mod telemetry;
+mod tools_cmd;
 mod up_cmd;
 
 use clap::{CommandFactory, Parser, Subcommand};
@@ -33,6 +34,9 @@ enum Command {
     /// Run an agent (no subcommand), or manage agents: create, list, show, update.
     #[command(args_conflicts_with_subcommands = true)]
     Agent(agent_cmd::AgentArgs),
+    /// Build what agents inject into workspaces: `warren tools build` makes the editor's
+    /// tools image.
+    Tools(tools_cmd::ToolsArgs),
     #[command(flatten)]
     User(warren_cli::Command),
 }
@@ -69,6 +73,7 @@ fn main() -> ExitCode {
                 run_service(agent_cmd::run(args))
             }
         },
+        Command::Tools(args) => run_service(tools_cmd::run(args)),
         Command::User(cmd) => warren_cli::main(cmd, Cli::command),
     }
 }

@@ -65,6 +65,10 @@ pub struct UpArgs {
     /// Write the API's bound address to this file once everything is serving (for scripts).
     #[arg(long, env = "WARREN_READY_FILE")]
     ready_file: Option<PathBuf>,
+    /// Do not build the editor's tools image when it is missing (workspaces then run without
+    /// the editor and say why; `warren tools build` builds it later).
+    #[arg(long, env = "WARREN_NO_EDITOR_BUILD")]
+    no_editor_build: bool,
 }
 
 pub async fn run(args: UpArgs) -> anyhow::Result<()> {
@@ -144,7 +148,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             admin.username, admin.password
         );
     }
-    let (agent_id, agent_token) = ensure_agent(&server, &home, &url_domain).await?;
+    let (agent_id, agent_token, agent_config) = ensure_agent(&server, &home, &url_domain).await?;
     let cred_path = ensure_cli_credentials(&server, &home, &api_url).await?;
 
     // The engine is checked before anything serves so a missing one is a clear, early error.
@@ -247,6 +251,41 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         cred_path.display()
     );
     println!("Try: warren ws create --devfile devfile.yaml --wait    (Ctrl-C stops Warren; workspaces keep running)");
+    let editor = agent_config.editor.clone();
+    // The default tools image is built here on first use; one the configuration names comes
+    // from its registry.
+    if editor.enabled() && editor.image.is_none() && !args.no_editor_build {
+        let image = editor.tools_image();
+        if !engine_runtime.image_present(&image).await {
+            println!(
+                "Preparing the editor ({image}) on first use, about two minutes; workspaces \
+                 started meanwhile run without it and say why."
+            );
+            let home = home.clone();
+            let runtime = engine_runtime.clone();
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move {
+                let build =
+                    crate::tools_cmd::build(&home, &editor.version, &image, None, None, |l| {
+                        println!("editor tools: {l}")
+                    });
+                tokio::select! {
+                    // Cancel-safe: dropping the build kills the script (kill_on_drop).
+                    _ = shutdown.cancelled() => {}
+                    r = build => match r {
+                        Ok(()) => {
+                            runtime.retry_tools_now().await;
+                            println!("editor tools: {image} is ready; workspaces started from now on get the editor");
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = format!("{e:#}"), "the editor's tools image could not be built");
+                            println!("editor tools: not built ({e:#}); workspaces run without the editor until `warren tools build` succeeds");
+                        }
+                    },
+                }
+            });
+        }
+    }
 
     let (server_res, relay_res, proxy_res, agent_res) =
         tokio::join!(server_task, relay, proxy_task, agent_task);
@@ -273,18 +312,20 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Makes sure the default agent exists and that its token is on disk; returns both.
+/// Makes sure the default agent exists and that its token is on disk; returns both, with its
+/// configuration.
 async fn ensure_agent(
     server: &Server,
     home: &Path,
     workspace_domain: &str,
-) -> anyhow::Result<(AgentId, String)> {
+) -> anyhow::Result<(AgentId, String, AgentConfig)> {
     let token_path = home.join("keys").join("agent-local.token");
     if let Some(agent) = server
         .agent_by_name(DEFAULT_AGENT)
         .await
         .map_err(|e| anyhow::anyhow!("looking up the default agent: {e}"))?
     {
+        let mut current = agent.config.clone();
         if agent.config.workspace_domain != workspace_domain {
             // The proxy moved to another port: new endpoint URLs must name it.
             let config = AgentConfig {
@@ -299,9 +340,10 @@ async fn ensure_agent(
                 .map_err(|e| {
                     anyhow::anyhow!("updating the default agent's workspace domain: {e}")
                 })?;
+            current = config;
         }
         if token_path.exists() {
-            return Ok((agent.id, read_secret(&token_path, "agent token")?));
+            return Ok((agent.id, read_secret(&token_path, "agent token")?, current));
         }
         // The token is stored hashed only; a lost file means a new token.
         let token = server
@@ -309,7 +351,7 @@ async fn ensure_agent(
             .await
             .map_err(|e| anyhow::anyhow!("renewing the default agent's token: {e}"))?;
         write_private(&token_path, &token)?;
-        return Ok((agent.id, token));
+        return Ok((agent.id, token, current));
     }
     let config = AgentConfig {
         workspace_domain: workspace_domain.to_owned(),
@@ -321,7 +363,7 @@ async fn ensure_agent(
         .await
         .map_err(|e| anyhow::anyhow!("creating the default agent: {e}"))?;
     write_private(&token_path, &created.token)?;
-    Ok((created.agent.id, created.token))
+    Ok((created.agent.id, created.token, config))
 }
 
 /// Signs the CLI in as the admin unless it already points at this server.

@@ -47,6 +47,10 @@ fi
 start=$SECONDS
 log() { printf 'build-editor: %s\n' "$*"; }
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+# The cache needs root only where its parent is not the user's to write (/var/cache).
+cache_parent="$(dirname "$cache")"
+mkdir -p "$cache_parent" 2>/dev/null || true
+as_cache_owner() { if [ -w "$cache_parent" ]; then "$@"; else as_root "$@"; fi; }
 
 build_directory() {
     need=()
@@ -134,10 +138,10 @@ build_directory() {
         exit 1
     fi
 
-    as_root mkdir -p "$(dirname "$cache")"
-    as_root rm -rf "$cache"
-    as_root mv "$out" "$cache"
-    echo "code-server-$VERSION-$(date -u +%Y%m%dT%H%M%SZ)" | as_root tee "$cache/ready" >/dev/null
+    as_cache_owner mkdir -p "$cache_parent"
+    as_cache_owner rm -rf "$cache"
+    as_cache_owner mv "$out" "$cache"
+    echo "code-server-$VERSION-$(date -u +%Y%m%dT%H%M%SZ)" | as_cache_owner tee "$cache/ready" >/dev/null
     log "code-server $VERSION ready in $cache ($(du -sh "$cache" | cut -f1), $((SECONDS - start))s)"
 }
 

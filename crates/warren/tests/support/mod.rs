@@ -586,6 +586,8 @@ impl Up {
                 "127.0.0.1:0",
                 "--ssh-listen",
                 "127.0.0.1:0",
+                // Tests build the tools image with `.ci/setup-editor.sh`, once.
+                "--no-editor-build",
             ])
             .env(
                 "WARREN_LOG",

@@ -69,6 +69,22 @@ impl EngineRuntime {
         }
     }
 
+    /// Whether the engine holds `image` (for `warren up`, which builds the editor's tools
+    /// image on first use).
+    pub async fn image_present(&self, image: &str) -> bool {
+        self.tools_image_id(image).await.is_some()
+    }
+
+    /// Forgets failed fills, so the next workspace start tries again at once (the tools image
+    /// has just been built).
+    pub async fn retry_tools_now(&self) {
+        self.inner
+            .tools
+            .lock()
+            .await
+            .retain(|_, s| matches!(s, ToolsState::Ready(_)));
+    }
+
     async fn tools_image_id(&self, image: &str) -> Option<String> {
         self.inner
             .docker

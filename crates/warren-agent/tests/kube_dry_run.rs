@@ -25,8 +25,10 @@ const REGISTRY: &str = concat!(
     "/../../testdata/devfiles/registry"
 );
 
-/// Agent configurations that change what is rendered: defaults, a cap (adds a
-/// ResourceQuota), a NetworkPolicy, extra labels and annotations.
+/// Agent configurations that change what is rendered: defaults (with the injected editor's
+/// init container, `emptyDir` and read-only mount), a cap (adds a ResourceQuota, and the
+/// editor's init container must fit it), a NetworkPolicy, extra labels and annotations, no
+/// editor.
 fn configs() -> Vec<AgentConfig> {
     let capped = AgentConfig {
         max_resources_per_workspace: Some(ResourceRequirements {
@@ -45,7 +47,9 @@ fn configs() -> Vec<AgentConfig> {
     policed.network_policy.enabled = true;
     policed.labels = [("team".to_owned(), "platform".to_owned())].into();
     policed.annotations = [("example.com/owner".to_owned(), "ops team".to_owned())].into();
-    vec![AgentConfig::default(), capped, policed]
+    let mut no_editor = AgentConfig::default();
+    no_editor.editor.name = warren_types::config::EditorName::None;
+    vec![AgentConfig::default(), capped, policed, no_editor]
 }
 
 fn request<'a>(

@@ -863,7 +863,21 @@ async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
         }
         WsCommand::Show { name } => {
             let w = named("workspace", &name, c.get_workspace(&name).await)?;
-            print(out, &w, output::workspace);
+            // Whether the editor runs, or why not, only the workspace's own output says.
+            let editor = if out == Format::Table
+                && w.editor_url.is_some()
+                && w.actual_state == ActualState::Running
+            {
+                c.workspace_logs(&name, Some(500), None)
+                    .await
+                    .ok()
+                    .and_then(|b| output::editor_status(&b))
+            } else {
+                None
+            };
+            print(out, &w, |w| {
+                output::workspace_with_editor(w, editor.as_deref())
+            });
             Ok(())
         }
         WsCommand::Start(a) => {

@@ -29,8 +29,8 @@ pub enum ToolsCommand {
 pub struct BuildArgs {
     /// code-server version (the newest that runs on Node.js 20 is the default).
     #[arg(long, default_value = DEFAULT_EDITOR_VERSION)]
-    pub version: String,
-    /// Image to tag [default: localhost/warren-tools:code-server-VERSION, what agents use
+    pub code_server_version: String,
+    /// Image to tag [default: localhost/warren-tools:code-server-<version>, what agents use
     /// unless their configuration names another].
     #[arg(long)]
     pub image: Option<String>,
@@ -38,7 +38,7 @@ pub struct BuildArgs {
     /// [default: podman if installed, else docker].
     #[arg(long)]
     pub engine: Option<String>,
-    /// Where the built directory is cached [default: WARREN_HOME/tools/code-server-VERSION].
+    /// Where the built directory is cached [default: WARREN_HOME/tools/code-server-<version>].
     #[arg(long)]
     pub cache: Option<PathBuf>,
     /// State directory (for the default cache).
@@ -58,10 +58,10 @@ pub async fn run(args: ToolsArgs) -> anyhow::Result<()> {
             let image = b
                 .image
                 .clone()
-                .unwrap_or_else(|| default_tools_image(&b.version));
+                .unwrap_or_else(|| default_tools_image(&b.code_server_version));
             build(
                 &home,
-                &b.version,
+                &b.code_server_version,
                 &image,
                 b.engine.as_deref(),
                 b.cache.as_deref(),
@@ -86,7 +86,7 @@ pub async fn build(
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+' | '_'));
     if !valid {
-        bail!("--version {version:?} is not a version");
+        bail!("--code-server-version {version:?} is not a version");
     }
     let cache = cache
         .map(Path::to_path_buf)

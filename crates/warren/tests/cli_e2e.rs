@@ -424,9 +424,15 @@ fn cli_drives_a_real_server() {
     assert_eq!(w["actual_state"], "CreationRequested");
     assert!(!w.to_string().contains("s3cret"), "{w}");
 
-    // `ws open --print`: the addresses, no browser.
+    // `ws open --print`: the addresses, no browser; the editor by default.
     let main_url = w["url"].as_str().expect("a main endpoint").to_owned();
-    assert_eq!(cli.ok(&["ws", "open", "dev", "--print"]).trim(), main_url);
+    let editor_url = w["editor_url"].as_str().expect("an editor").to_owned();
+    assert_eq!(editor_url, "http://13337-dev.ws.localhost/");
+    assert_eq!(cli.ok(&["ws", "open", "dev", "--print"]).trim(), editor_url);
+    assert_eq!(
+        cli.ok(&["ws", "open", "dev", "--main", "--print"]).trim(),
+        main_url
+    );
     let terminal = cli.ok(&["ws", "open", "dev", "--terminal", "--print"]);
     assert!(terminal.contains("://terminal-dev."), "{terminal}");
     let out = cli.run(&["ws", "open", "dev", "--endpoint", "db", "--print"]);

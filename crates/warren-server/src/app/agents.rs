@@ -269,3 +269,35 @@ pub fn validate_agent_config(c: &AgentConfig) -> Result<(), AppError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use warren_types::config::EditorConfig;
+
+    #[test]
+    fn editor_settings_are_checked_by_name() {
+        let ok = EditorConfig::default();
+        assert!(check_editor(&ok).is_ok());
+        let problem = |e: EditorConfig| check_editor(&e).unwrap_err().to_string();
+        let bad_version = problem(EditorConfig {
+            version: "4.1; rm -rf /".into(),
+            ..ok.clone()
+        });
+        assert!(bad_version.contains("is not a version"), "{bad_version}");
+        let bad_image = problem(EditorConfig {
+            image: Some("registry.example.com/tools editor".into()),
+            ..ok.clone()
+        });
+        assert!(bad_image.contains("cannot appear"), "{bad_image}");
+        let low_port = problem(EditorConfig {
+            port: 80,
+            ..ok.clone()
+        });
+        assert!(low_port.contains("privileged port"), "{low_port}");
+        let mut config = AgentConfig::default();
+        config.editor.port = 0;
+        let e = validate_agent_config(&config).unwrap_err();
+        assert!(e.to_string().contains("port"), "{e}");
+    }
+}

@@ -49,9 +49,15 @@ fn token(up: &Up) -> String {
 }
 
 fn proxy_port(up: &Up) -> u16 {
+    assert!(
+        up.log().contains("workspace hosts:"),
+        "no proxy port in:\n{}",
+        up.log()
+    );
     let log = up.log();
-    log.split("workspace hosts: http://{port}-{workspace}.ws.localhost:")
-        .nth(1)
+    // The last start's: a restarted `warren up` appends to the same log.
+    log.rsplit("workspace hosts: http://{port}-{workspace}.ws.localhost:")
+        .next()
         .and_then(|r| r.split('/').next())
         .and_then(|p| p.parse().ok())
         .unwrap_or_else(|| panic!("no proxy port in:\n{log}"))
@@ -151,15 +157,31 @@ fn fill_seconds(up: &Up, skip: usize) -> Option<f64> {
     log.get(skip..)?
         .lines()
         .filter(|l| l.contains("tools volume ready"))
-        .filter_map(|l| l.split("seconds").nth(1))
-        .filter_map(|r| {
-            r.trim_start_matches(|c: char| !c.is_ascii_digit())
-                .split(|c: char| !(c.is_ascii_digit() || c == '.'))
-                .next()?
-                .parse()
-                .ok()
+        .filter_map(|l| {
+            // Without the terminal colours: `seconds=4.4`.
+            let plain = strip_colours(l);
+            let value = plain.split("seconds=").nth(1)?;
+            value.split_whitespace().next()?.parse().ok()
         })
         .next_back()
+}
+
+fn strip_colours(s: &str) -> String {
+    let mut out = String::new();
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // An SGR sequence: ESC [ … m.
+            for d in chars.by_ref() {
+                if d == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn tools_volumes() -> Vec<String> {
@@ -241,7 +263,16 @@ fn main() {
     let cp_time = t0.elapsed();
     let t0 = Instant::now();
     let ran = Command::new("podman")
-        .args(["run", "--rm", "--network", "none", TOOLS_IMAGE, "true"])
+        .args([
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            TOOLS_IMAGE,
+            "/bin/sh",
+            "-c",
+            ":",
+        ])
         .status()
         .is_ok_and(|s| s.success());
     let run_time = t0.elapsed();

@@ -21,16 +21,7 @@ use std::time::{Duration, Instant};
 use support::*;
 
 const RUNS: usize = 3;
-const TOOLS_IMAGE: &str = "localhost/warren-tools:code-server-4.100.3";
 const TOOLS_CACHE: &str = "/var/cache/warren-tools/code-server-4.100.3";
-const DEVFILE: &str = r#"schemaVersion: 2.2.0
-components:
-  - name: dev
-    container:
-      image: localhost/warren-test-debian:latest
-      memoryLimit: 1536Mi
-      mountSources: true
-"#;
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
@@ -41,35 +32,13 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
-fn token(up: &Up) -> String {
-    warren_cli::credentials::load(&up.home.path().join(warren_cli::credentials::FILE_NAME))
-        .expect("credentials")
-        .expect("credentials written by warren up")
-        .token
-}
-
-fn proxy_port(up: &Up) -> u16 {
-    assert!(
-        up.log().contains("workspace hosts:"),
-        "no proxy port in:\n{}",
-        up.log()
-    );
-    let log = up.log();
-    // The last start's: a restarted `warren up` appends to the same log.
-    log.rsplit("workspace hosts: http://{port}-{workspace}.ws.localhost:")
-        .next()
-        .and_then(|r| r.split('/').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no proxy port in:\n{log}"))
-}
-
 /// Creates workspace `name` and returns (create → Running, create → workbench page) times;
 /// the second only when the agent injects the editor.
 fn create_and_time(up: &Up, name: &str, editor: bool) -> (Duration, Option<Duration>) {
     let path = up.home.path().join("bench.devfile.yaml");
-    std::fs::write(&path, DEVFILE).expect("devfile");
-    let token = token(up);
-    let port = proxy_port(up);
+    std::fs::write(&path, DEBIAN_DEVFILE).expect("devfile");
+    let token = up.admin_token();
+    let (port, _) = up.proxy_ports();
     let host = format!("13337-{name}.ws.localhost");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -207,7 +176,7 @@ fn main() {
             .status()
             .is_ok_and(|s| s.success())
     };
-    if !podman_available() || !have(TOOLS_IMAGE) || !have("localhost/warren-test-debian:latest") {
+    if !podman_available() || !have(TOOLS_IMAGE) || !have(DEBIAN_IMAGE) {
         eprintln!("skipping the editor benchmark: needs Podman, {TOOLS_IMAGE} (.ci/setup-editor.sh) and localhost/warren-test-debian (.ci/setup-podman.sh image-debian)");
         return;
     }

@@ -9,12 +9,12 @@
 
 mod support;
 
-use serde_json::{json, Value};
+use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use support::{ensure_image, podman_available, Up, WEB_DEVFILE};
-use warren_testkit::browser::{Chromium, Tab};
+use support::{api, ensure_image, podman_available, sign_in, Up, WEB_DEVFILE};
+use warren_testkit::browser::Chromium;
 
 fn tools_available() -> bool {
     let have = |bin: &str| {
@@ -40,29 +40,6 @@ fn tools_available() -> bool {
     }
     eprintln!("skipping: {what} (.ci/setup-tools.sh installs them)");
     false
-}
-
-/// A REST call against `warren up`'s API.
-async fn api(
-    http: &reqwest::Client,
-    base: &str,
-    token: Option<&str>,
-    method: reqwest::Method,
-    path: &str,
-    body: Option<Value>,
-) -> Value {
-    let mut req = http.request(method.clone(), format!("{base}/api/v1{path}"));
-    if let Some(t) = token {
-        req = req.bearer_auth(t);
-    }
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.expect("API call");
-    let status = resp.status();
-    let text = resp.text().await.unwrap_or_default();
-    assert!(status.is_success(), "{method} {path}: {status} {text}");
-    serde_json::from_str(&text).unwrap_or(Value::Null)
 }
 
 /// A user with a token and an SSH key registered on the account.
@@ -142,39 +119,6 @@ fn ssh(key: &Path, known_hosts: &Path, port: u16, dest: &str) -> Command {
     c
 }
 
-async fn sign_in(tab: &mut Tab, user: &User) {
-    tab.wait_until("document.getElementById('password') !== null", 60)
-        .await
-        .expect("the server's login page");
-    tab.eval(&format!(
-        "document.getElementById('username').value = {u:?}; \
-         document.getElementById('password').value = {p:?}; \
-         document.getElementById('password').form.submit(); true",
-        u = user.name,
-        p = user.password
-    ))
-    .await
-    .expect("submit the login form");
-}
-
-/// The proxy's HTTP and SSH ports, as `warren up` printed them.
-fn ports(up: &Up) -> (u16, u16) {
-    let log = up.log();
-    let http = log
-        .split("workspace hosts: http://{port}-{workspace}.ws.localhost:")
-        .nth(1)
-        .and_then(|r| r.split('/').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no proxy port in:\n{log}"));
-    let ssh = log
-        .split("SSH:             ssh -p ")
-        .nth(1)
-        .and_then(|r| r.split(' ').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no SSH port in:\n{log}"));
-    (http, ssh)
-}
-
 #[test]
 fn with_warren_up_a_user_reaches_the_workspace_in_the_browser_terminal_ssh_and_sftp() {
     if !podman_available() || !tools_available() {
@@ -182,18 +126,9 @@ fn with_warren_up_a_user_reaches_the_workspace_in_the_browser_terminal_ssh_and_s
     }
     ensure_image();
     let mut up = Up::start();
-    let (http_port, ssh_port) = ports(&up);
-    let base = format!(
-        "http://{}",
-        std::fs::read_to_string(up.home.path().join("ready"))
-            .expect("ready file")
-            .trim()
-    );
-    let admin =
-        warren_cli::credentials::load(&up.home.path().join(warren_cli::credentials::FILE_NAME))
-            .expect("CLI credentials")
-            .expect("credentials written by warren up")
-            .token;
+    let (http_port, ssh_port) = up.proxy_ports();
+    let base = up.api_base();
+    let admin = up.admin_token();
     let name = support::unique_name("acc");
     up.workspace = Some(name.clone());
     let dir = tempfile::tempdir().expect("temp dir");
@@ -231,7 +166,7 @@ fn with_warren_up_a_user_reaches_the_workspace_in_the_browser_terminal_ssh_and_s
         let mut tab = chromium.tab().await.expect("tab");
         let page = format!("http://8080-{name}.ws.localhost:{http_port}/");
         tab.goto(&page).await.expect("open the workspace URL");
-        sign_in(&mut tab, &alice).await;
+        sign_in(&mut tab, &alice.name, &alice.password).await;
         // httpd may still be starting inside the container: reload until it answers.
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -271,7 +206,7 @@ fn with_warren_up_a_user_reaches_the_workspace_in_the_browser_terminal_ssh_and_s
         let bobs = Chromium::start().await.expect("Chromium").expect("installed");
         let mut bob_tab = bobs.tab().await.expect("tab");
         bob_tab.goto(&page).await.expect("open");
-        sign_in(&mut bob_tab, &bob).await;
+        sign_in(&mut bob_tab, &bob.name, &bob.password).await;
         bob_tab
             .wait_until("performance.getEntriesByType('navigation')[0].responseStatus === 404", 60)
             .await

@@ -15,23 +15,12 @@ mod support;
 use serde_json::{json, Value};
 use std::process::Command;
 use std::time::{Duration, Instant};
-use support::{ensure_image, host_address, podman_available, running, wait_for, Up};
+use support::{
+    api, ensure_image, host_address, podman_available, running, sign_in, wait_for, Up,
+    DEBIAN_DEVFILE, DEBIAN_IMAGE, TOOLS_IMAGE,
+};
 use warren_testkit::browser::{Chromium, Tab};
 use warren_testkit::git_http::GitHttpServer;
-
-const TOOLS_IMAGE: &str = "localhost/warren-tools:code-server-4.100.3";
-const DEBIAN_IMAGE: &str = "localhost/warren-test-debian:latest";
-
-const DEVFILE: &str = r#"schemaVersion: 2.2.0
-metadata:
-  name: editor-e2e
-components:
-  - name: dev
-    container:
-      image: localhost/warren-test-debian:latest
-      memoryLimit: 1536Mi
-      mountSources: true
-"#;
 
 const BUSYBOX_DEVFILE: &str = r#"schemaVersion: 2.2.0
 components:
@@ -76,27 +65,6 @@ fn chromium_available() -> bool {
     false
 }
 
-async fn api(
-    http: &reqwest::Client,
-    base: &str,
-    token: &str,
-    method: reqwest::Method,
-    path: &str,
-    body: Option<Value>,
-) -> Value {
-    let mut req = http
-        .request(method.clone(), format!("{base}/api/v1{path}"))
-        .bearer_auth(token);
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.expect("API call");
-    let status = resp.status();
-    let text = resp.text().await.unwrap_or_default();
-    assert!(status.is_success(), "{method} {path}: {status} {text}");
-    serde_json::from_str(&text).unwrap_or(Value::Null)
-}
-
 struct User {
     name: String,
     password: String,
@@ -108,7 +76,7 @@ async fn user(http: &reqwest::Client, base: &str, admin: &str, name: &str) -> Us
     api(
         http,
         base,
-        admin,
+        Some(admin),
         reqwest::Method::POST,
         "/users",
         Some(json!({"username": name, "password": password})),
@@ -128,21 +96,6 @@ async fn user(http: &reqwest::Client, base: &str, admin: &str, name: &str) -> Us
         password,
         token: session["secret"].as_str().expect("token").to_owned(),
     }
-}
-
-async fn sign_in(tab: &mut Tab, user: &User) {
-    tab.wait_until("document.getElementById('password') !== null", 60)
-        .await
-        .expect("the server's login page");
-    tab.eval(&format!(
-        "document.getElementById('username').value = {u:?}; \
-         document.getElementById('password').value = {p:?}; \
-         document.getElementById('password').form.submit(); true",
-        u = user.name,
-        p = user.password
-    ))
-    .await
-    .expect("submit the login form");
 }
 
 /// One key press (down and up) as the keyboard sends it.
@@ -168,16 +121,6 @@ async fn type_text(tab: &mut Tab, text: &str) {
     tab.call("Input.insertText", json!({"text": text}))
         .await
         .expect("insert text");
-}
-
-/// The proxy's HTTP port, as `warren up` printed it.
-fn proxy_port(up: &Up) -> u16 {
-    let log = up.log();
-    log.split("workspace hosts: http://{port}-{workspace}.ws.localhost:")
-        .nth(1)
-        .and_then(|r| r.split('/').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no proxy port in:\n{log}"))
 }
 
 /// What the workspace's container says: its output and the start-up and editor logs.
@@ -231,7 +174,7 @@ fn the_injected_editor_shows_the_project_to_its_owner_only_and_keeps_its_files()
     git.create_repo(
         "app",
         &[
-            (".devfile.yaml", DEVFILE),
+            (".devfile.yaml", DEBIAN_DEVFILE),
             ("hello-from-the-project.txt", "hello\n"),
         ],
     )
@@ -240,18 +183,9 @@ fn the_injected_editor_shows_the_project_to_its_owner_only_and_keeps_its_files()
 
     let mut up = Up::start();
     up.allow_egress_to(&host_address());
-    let port = proxy_port(&up);
-    let base = format!(
-        "http://{}",
-        std::fs::read_to_string(up.home.path().join("ready"))
-            .expect("ready file")
-            .trim()
-    );
-    let admin =
-        warren_cli::credentials::load(&up.home.path().join(warren_cli::credentials::FILE_NAME))
-            .expect("CLI credentials")
-            .expect("credentials written by warren up")
-            .token;
+    let (port, _) = up.proxy_ports();
+    let base = up.api_base();
+    let admin = up.admin_token();
     let name = support::unique_name("ide");
     up.workspace = Some(name.clone());
     let project = support::unique_name("app");
@@ -261,13 +195,13 @@ fn the_injected_editor_shows_the_project_to_its_owner_only_and_keeps_its_files()
         let http = reqwest::Client::new();
         let alice = user(&http, &base, &admin, "alice").await;
         let bob = user(&http, &base, &admin, "bob").await;
-        api(&http, &base, &admin, reqwest::Method::POST, "/projects",
+        api(&http, &base, Some(&admin), reqwest::Method::POST, "/projects",
             Some(json!({"name": project, "git_url": url, "visibility": "internal"}))).await;
-        api(&http, &base, &alice.token, reqwest::Method::POST, "/workspaces",
+        api(&http, &base, Some(&alice.token), reqwest::Method::POST, "/workspaces",
             Some(json!({"name": name, "project": project}))).await;
         let deadline = Instant::now() + Duration::from_secs(240);
         let w = loop {
-            let w = api(&http, &base, &alice.token, reqwest::Method::GET, &format!("/workspaces/{name}"), None).await;
+            let w = api(&http, &base, Some(&alice.token), reqwest::Method::GET, &format!("/workspaces/{name}"), None).await;
             if w["actual_state"] == "Running" {
                 break w;
             }
@@ -299,7 +233,7 @@ fn the_injected_editor_shows_the_project_to_its_owner_only_and_keeps_its_files()
             json!({"width": 1280, "height": 800, "deviceScaleFactor": 1, "mobile": false}))
             .await.expect("window size");
         tab.goto(&editor_url).await.expect("open the editor");
-        sign_in(&mut tab, &alice).await;
+        sign_in(&mut tab, &alice.name, &alice.password).await;
         // The editor starts after the clone: reload until the workbench shows.
         let deadline = Instant::now() + Duration::from_secs(180);
         loop {
@@ -383,7 +317,7 @@ fn the_injected_editor_shows_the_project_to_its_owner_only_and_keeps_its_files()
         let bobs = Chromium::start().await.expect("Chromium").expect("installed");
         let mut bob_tab = bobs.tab().await.expect("tab");
         bob_tab.goto(&editor_url).await.expect("open");
-        sign_in(&mut bob_tab, &bob).await;
+        sign_in(&mut bob_tab, &bob.name, &bob.password).await;
         bob_tab
             .wait_until("performance.getEntriesByType('navigation')[0].responseStatus === 404", 60)
             .await

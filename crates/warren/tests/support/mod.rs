@@ -12,6 +12,61 @@ use std::time::{Duration, Instant};
 
 pub const IMAGE: &str = "localhost/warren-test:latest";
 
+/// A glibc image (Debian minbase with git, `.ci/setup-podman.sh image-debian`), where the
+/// injected editor runs.
+pub const DEBIAN_IMAGE: &str = "localhost/warren-test-debian:latest";
+/// The tools image `.ci/setup-editor.sh` builds (the editor's default).
+pub const TOOLS_IMAGE: &str = "localhost/warren-tools:code-server-4.100.3";
+
+/// A workspace on the Debian image with the sources mounted and room for the editor.
+pub const DEBIAN_DEVFILE: &str = r#"schemaVersion: 2.2.0
+metadata:
+  name: editor-e2e
+components:
+  - name: dev
+    container:
+      image: localhost/warren-test-debian:latest
+      memoryLimit: 1536Mi
+      mountSources: true
+"#;
+
+/// A REST call against a Warren API at `base`; asserts success and returns the JSON answer.
+pub async fn api(
+    http: &reqwest::Client,
+    base: &str,
+    token: Option<&str>,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> Value {
+    let mut req = http.request(method.clone(), format!("{base}/api/v1{path}"));
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req.send().await.expect("API call");
+    let status = resp.status();
+    let text = resp.text().await.unwrap_or_default();
+    assert!(status.is_success(), "{method} {path}: {status} {text}");
+    serde_json::from_str(&text).unwrap_or(Value::Null)
+}
+
+/// Fills in and submits the server's login form once the tab shows it.
+pub async fn sign_in(tab: &mut warren_testkit::browser::Tab, username: &str, password: &str) {
+    tab.wait_until("document.getElementById('password') !== null", 60)
+        .await
+        .expect("the server's login page");
+    tab.eval(&format!(
+        "document.getElementById('username').value = {username:?}; \
+         document.getElementById('password').value = {password:?}; \
+         document.getElementById('password').form.submit(); true"
+    ))
+    .await
+    .expect("submit the login form");
+}
+
 /// A workspace whose main container serves `served-by-workspace` with busybox httpd on its
 /// declared endpoint 8080.
 pub const WEB_DEVFILE: &str = r#"
@@ -620,6 +675,45 @@ impl Up {
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.home.path().join("up.log")).unwrap_or_default()
+    }
+
+    /// The proxy's HTTP and SSH ports, as the last start printed them (a restarted `warren
+    /// up` appends to the same log).
+    pub fn proxy_ports(&self) -> (u16, u16) {
+        let log = self.log();
+        let after = |marker: &str, end: char| {
+            log.rsplit(marker)
+                .next()
+                .filter(|_| log.contains(marker))
+                .and_then(|r| r.split(end).next())
+                .and_then(|p| p.parse().ok())
+                .unwrap_or_else(|| panic!("no {marker:?} in:\n{log}"))
+        };
+        (
+            after(
+                "workspace hosts: http://{port}-{workspace}.ws.localhost:",
+                '/',
+            ),
+            after("SSH:             ssh -p ", ' '),
+        )
+    }
+
+    /// The API's base URL (`http://addr`), from the ready file.
+    pub fn api_base(&self) -> String {
+        format!(
+            "http://{}",
+            std::fs::read_to_string(self.home.path().join("ready"))
+                .expect("ready file")
+                .trim()
+        )
+    }
+
+    /// The admin's token, as `warren up` signed the CLI in.
+    pub fn admin_token(&self) -> String {
+        warren_cli::credentials::load(&self.home.path().join(warren_cli::credentials::FILE_NAME))
+            .expect("CLI credentials")
+            .expect("credentials written by warren up")
+            .token
     }
 
     /// Lets workspaces reach `ip` besides what the default policy allows (the agent's

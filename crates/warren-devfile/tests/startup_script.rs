@@ -95,38 +95,49 @@ fn wait_for(path: &Path, needle: &str) -> String {
     }
 }
 
-fn run_script(root: &Path, url: &str, git_ref: &str) -> String {
+/// The rendered startup script of the `tools` container, cloning `project`.
+fn main_script(project: Option<ProjectSource<'_>>) -> String {
     let d = parse_devfile(DEVFILE).expect("valid");
     let cfg = AgentConfig::default();
     let mut req = request(&cfg, &[]);
-    req.project = Some(ProjectSource {
-        name: "demo",
-        git_url: url,
-        git_ref,
-        credential: None,
-    });
+    req.project = project;
     let r = render(&d, &req).expect("renders");
     let cm = r
         .objects
         .iter()
         .find(|o| o["kind"] == "ConfigMap")
         .expect("scripts");
-    let script = cm["data"]["start-tools.sh"]
+    cm["data"]["start-tools.sh"]
         .as_str()
         .expect("main script")
-        .to_owned();
+        .to_owned()
+}
+
+/// A home already prepared (its marker present) under `root`: the seeding would copy this
+/// host user's own home.
+fn prepared_home(root: &Path) -> PathBuf {
+    let home = root.join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    std::fs::write(home.join(".warren-home"), "").expect("home marker");
+    home
+}
+
+fn run_script(root: &Path, url: &str, git_ref: &str) -> String {
+    let script = main_script(Some(ProjectSource {
+        name: "demo",
+        git_url: url,
+        git_ref,
+        credential: None,
+    }));
     let script_path = root.join("start-tools.sh");
     std::fs::write(&script_path, script).expect("write script");
     let projects = root.join("projects");
     std::fs::create_dir_all(&projects).expect("projects");
     let log = projects.join(".warren/logs/tools.log");
     let _ = std::fs::remove_file(&log);
+    let home = prepared_home(root);
     // The payload `true` stands for the container's command; the startup work goes on in
     // the background and reports in the log.
-    // A home already prepared: the seeding would copy this host user's own home.
-    let home = root.join("home");
-    std::fs::create_dir_all(&home).expect("home");
-    std::fs::write(home.join(".warren-home"), "").expect("home marker");
     let status = Command::new("sh")
         .arg(&script_path)
         .arg("true")
@@ -224,30 +235,18 @@ fn startup_script_explains_a_missing_editor_on_the_container_output() {
         return;
     }
     let tmp = TempDir::new("editor");
-    let d = parse_devfile(DEVFILE).expect("valid");
-    let cfg = AgentConfig::default();
-    let mut req = request(&cfg, &[]);
-    req.project = None;
-    let r = render(&d, &req).expect("renders");
-    let cm = r
-        .objects
-        .iter()
-        .find(|o| o["kind"] == "ConfigMap")
-        .expect("scripts");
     let script_path = tmp.0.join("start-tools.sh");
-    std::fs::write(&script_path, cm["data"]["start-tools.sh"].as_str().unwrap()).unwrap();
+    std::fs::write(&script_path, main_script(None)).unwrap();
     let projects = tmp.0.join("projects");
     std::fs::create_dir_all(projects.join("demo")).unwrap();
-    // A home already prepared: the seeding would copy this host user's own home.
-    std::fs::create_dir_all(tmp.0.join("home")).unwrap();
-    std::fs::write(tmp.0.join("home/.warren-home"), "").unwrap();
+    let home = prepared_home(&tmp.0);
     let stderr_path = tmp.0.join("container-output");
     let status = Command::new("sh")
         .arg(&script_path)
         .arg("true")
         .env("PROJECTS_ROOT", &projects)
         .env("PROJECT_SOURCE", projects.join("demo"))
-        .env("HOME", tmp.0.join("home"))
+        .env("HOME", &home)
         .stderr(std::fs::File::create(&stderr_path).unwrap())
         .status()
         .expect("sh runs");

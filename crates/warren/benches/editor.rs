@@ -170,13 +170,7 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let have = |image: &str| {
-        Command::new("podman")
-            .args(["image", "exists", image])
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if !podman_available() || !have(TOOLS_IMAGE) || !have(DEBIAN_IMAGE) {
+    if !podman_available() || !image_exists(TOOLS_IMAGE) || !image_exists(DEBIAN_IMAGE) {
         eprintln!("skipping the editor benchmark: needs Podman, {TOOLS_IMAGE} (.ci/setup-editor.sh) and localhost/warren-test-debian (.ci/setup-podman.sh image-debian)");
         return;
     }

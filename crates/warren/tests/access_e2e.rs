@@ -13,7 +13,7 @@ use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use support::{api, ensure_image, podman_available, sign_in, Up, WEB_DEVFILE};
+use support::{api, create_user, ensure_image, podman_available, sign_in, Up, WEB_DEVFILE};
 use warren_testkit::browser::Chromium;
 
 fn tools_available() -> bool {
@@ -50,26 +50,7 @@ struct User {
 }
 
 async fn user(http: &reqwest::Client, base: &str, admin: &str, name: &str, dir: &Path) -> User {
-    let password = format!("{name}-password-123");
-    api(
-        http,
-        base,
-        Some(admin),
-        reqwest::Method::POST,
-        "/users",
-        Some(json!({"username": name, "password": password})),
-    )
-    .await;
-    let session = api(
-        http,
-        base,
-        None,
-        reqwest::Method::POST,
-        "/session",
-        Some(json!({"username": name, "password": password})),
-    )
-    .await;
-    let token = session["secret"].as_str().expect("token").to_owned();
+    let (password, token) = create_user(http, base, admin, name).await;
     let key = dir.join(format!("{name}_ed25519"));
     let st = Command::new("ssh-keygen")
         .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])

@@ -16,8 +16,8 @@ use serde_json::{json, Value};
 use std::process::Command;
 use std::time::{Duration, Instant};
 use support::{
-    api, ensure_image, host_address, podman_available, running, sign_in, wait_for, Up,
-    DEBIAN_DEVFILE, DEBIAN_IMAGE, TOOLS_IMAGE,
+    api, create_user, ensure_image, host_address, image_exists, podman_available, running, sign_in,
+    wait_for, Up, DEBIAN_DEVFILE, DEBIAN_IMAGE, TOOLS_IMAGE,
 };
 use warren_testkit::browser::{Chromium, Tab};
 use warren_testkit::git_http::GitHttpServer;
@@ -31,15 +31,9 @@ components:
 "#;
 
 fn images_available() -> bool {
-    let exists = |image: &str| {
-        Command::new("podman")
-            .args(["image", "exists", image])
-            .status()
-            .is_ok_and(|s| s.success())
-    };
     let missing: Vec<&str> = [TOOLS_IMAGE, DEBIAN_IMAGE]
         .into_iter()
-        .filter(|i| !exists(i))
+        .filter(|i| !image_exists(i))
         .collect();
     if missing.is_empty() {
         return true;
@@ -72,29 +66,11 @@ struct User {
 }
 
 async fn user(http: &reqwest::Client, base: &str, admin: &str, name: &str) -> User {
-    let password = format!("{name}-password-123");
-    api(
-        http,
-        base,
-        Some(admin),
-        reqwest::Method::POST,
-        "/users",
-        Some(json!({"username": name, "password": password})),
-    )
-    .await;
-    let session = http
-        .post(format!("{base}/api/v1/session"))
-        .json(&json!({"username": name, "password": password}))
-        .send()
-        .await
-        .expect("session")
-        .json::<Value>()
-        .await
-        .expect("session JSON");
+    let (password, token) = create_user(http, base, admin, name).await;
     User {
         name: name.into(),
         password,
-        token: session["secret"].as_str().expect("token").to_owned(),
+        token,
     }
 }
 

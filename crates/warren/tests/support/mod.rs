@@ -53,6 +53,37 @@ pub async fn api(
     serde_json::from_str(&text).unwrap_or(Value::Null)
 }
 
+/// Creates user `name` (password `<name>-password-123`) as the admin and signs in; returns
+/// the password and a session token.
+pub async fn create_user(
+    http: &reqwest::Client,
+    base: &str,
+    admin: &str,
+    name: &str,
+) -> (String, String) {
+    let password = format!("{name}-password-123");
+    api(
+        http,
+        base,
+        Some(admin),
+        reqwest::Method::POST,
+        "/users",
+        Some(serde_json::json!({"username": name, "password": password})),
+    )
+    .await;
+    let session = api(
+        http,
+        base,
+        None,
+        reqwest::Method::POST,
+        "/session",
+        Some(serde_json::json!({"username": name, "password": password})),
+    )
+    .await;
+    let token = session["secret"].as_str().expect("token").to_owned();
+    (password, token)
+}
+
 /// Fills in and submits the server's login form once the tab shows it.
 pub async fn sign_in(tab: &mut warren_testkit::browser::Tab, username: &str, password: &str) {
     tab.wait_until("document.getElementById('password') !== null", 60)
@@ -109,13 +140,16 @@ pub fn podman_available() -> bool {
 }
 
 /// Builds the test image with `.ci/setup-podman.sh image` when it is missing.
-pub fn ensure_image() {
-    let exists = Command::new("podman")
-        .args(["image", "exists", IMAGE])
+/// Whether Podman holds `image`.
+pub fn image_exists(image: &str) -> bool {
+    Command::new("podman")
+        .args(["image", "exists", image])
         .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !exists {
+        .is_ok_and(|s| s.success())
+}
+
+pub fn ensure_image() {
+    if !image_exists(IMAGE) {
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.ci/setup-podman.sh");
         let status = Command::new("bash")
             .arg(script)

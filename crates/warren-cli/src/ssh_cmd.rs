@@ -14,7 +14,7 @@ pub const SSH_PROGRAM_ENV: &str = "WARREN_SSH";
 /// Warren's own file next to the user's SSH config.
 pub const WARREN_SSH_CONFIG: &str = "warren.config";
 /// The prefix of every generated `Host` alias.
-pub const HOST_PREFIX: &str = "warren-";
+pub const HOST_PREFIX: &str = warren_types::api::SSH_HOST_PREFIX;
 const HEADER: &str = "# Written by `warren ws ssh-config --write`; rerun it to update.\n\
 # Connect with `ssh warren-<workspace>` (or pick the host in VS Code Remote-SSH).\n";
 const INCLUDE_LINE: &str = "Include warren.config";
@@ -89,17 +89,7 @@ pub fn exec_ssh(args: &[String]) -> Result<u8, CliError> {
 /// One `Host` block; with `known_hosts` (the file holding the pinned host keys), the host
 /// key is checked against that file only.
 pub fn host_block(endpoint: &SshEndpoint, workspace: &str, known_hosts: Option<&Path>) -> String {
-    let mut block = format!(
-        "Host {HOST_PREFIX}{workspace}\n    HostName {}\n    Port {}\n    User {workspace}\n",
-        endpoint.host, endpoint.port
-    );
-    if let Some(file) = known_hosts {
-        block.push_str(&format!(
-            "    UserKnownHostsFile {}\n    StrictHostKeyChecking yes\n",
-            quoted(file)
-        ));
-    }
-    block
+    endpoint.host_block(workspace, known_hosts.map(quoted).as_deref())
 }
 
 /// The `ssh` options that pin the host key to `known_hosts`.

@@ -254,7 +254,7 @@ async fn browser_flow_with_cookies_pkce_and_userinfo() {
             .iter()
             .find(|c| c.starts_with("warren_session="))
             .expect("session cookie");
-        for attr in ["HttpOnly", "SameSite=Lax", "Path=/oauth"] {
+        for attr in ["HttpOnly", "SameSite=Lax", "Path=/;"] {
             assert!(session.contains(attr), "[{l}] {session}");
         }
         let back = p.location.clone().expect("location");

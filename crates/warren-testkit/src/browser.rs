@@ -241,6 +241,76 @@ impl Tab {
             .to_owned())
     }
 
+    /// Sizes the viewport as a window of `width`×`height` CSS pixels (a phone's under 600 px
+    /// wide, with touch and the mobile viewport rules).
+    pub async fn set_viewport(&mut self, width: u32, height: u32) -> Result<()> {
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            json!({"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600}),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Saves a PNG of the whole page (beyond the viewport) to `path`.
+    pub async fn screenshot(&mut self, path: &std::path::Path) -> Result<()> {
+        use base64::Engine;
+        let r = self
+            .call(
+                "Page.captureScreenshot",
+                json!({"format": "png", "captureBeyondViewport": true}),
+            )
+            .await?;
+        let data = r["data"].as_str().context("no screenshot data")?;
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .context("decoding the screenshot")?;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(path, png).with_context(|| format!("writing {}", path.display()))
+    }
+
+    /// Presses and releases a key, as a keyboard would (`Tab`, `Enter`, `Escape`, `Space`).
+    pub async fn press(&mut self, key: &str) -> Result<()> {
+        let (code, vk, text) = match key {
+            "Tab" => ("Tab", 9, ""),
+            "Enter" => ("Enter", 13, "\r"),
+            "Escape" => ("Escape", 27, ""),
+            "Space" => ("Space", 32, " "),
+            other => bail!("no key code for {other:?}"),
+        };
+        let key_name = if key == "Space" { " " } else { key };
+        let mut down =
+            json!({"type": "keyDown", "key": key_name, "code": code, "windowsVirtualKeyCode": vk});
+        if !text.is_empty() {
+            down["text"] = json!(text);
+        }
+        self.call("Input.dispatchKeyEvent", down).await?;
+        self.call(
+            "Input.dispatchKeyEvent",
+            json!({"type": "keyUp", "key": key_name, "code": code, "windowsVirtualKeyCode": vk}),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Types `text` into the focused element.
+    pub async fn type_text(&mut self, text: &str) -> Result<()> {
+        self.call("Input.insertText", json!({"text": text})).await?;
+        Ok(())
+    }
+
+    /// The HTTP status of the page's last navigation.
+    pub async fn status(&mut self) -> Result<u16> {
+        let v = self
+            .eval("performance.getEntriesByType('navigation')[0].responseStatus")
+            .await?;
+        v.as_u64()
+            .and_then(|s| u16::try_from(s).ok())
+            .context("no navigation status")
+    }
+
     /// The page's visible text.
     pub async fn text(&mut self) -> Result<String> {
         Ok(self

@@ -569,7 +569,26 @@ pub struct SshEndpoint {
     pub host_keys: Vec<String>,
 }
 
+/// The prefix of the `Host` names Warren's `ssh-config` blocks use (`warren-<workspace>`).
+pub const SSH_HOST_PREFIX: &str = "warren-";
+
 impl SshEndpoint {
+    /// One OpenSSH `Host` block for `workspace`; with `known_hosts` (the file holding the
+    /// pinned host keys, as OpenSSH should read its path), the host key is checked against
+    /// that file only.
+    pub fn host_block(&self, workspace: &str, known_hosts: Option<&str>) -> String {
+        let mut block = format!(
+            "Host {SSH_HOST_PREFIX}{workspace}\n    HostName {}\n    Port {}\n    User {workspace}\n",
+            self.host, self.port
+        );
+        if let Some(file) = known_hosts {
+            block.push_str(&format!(
+                "    UserKnownHostsFile {file}\n    StrictHostKeyChecking yes\n"
+            ));
+        }
+        block
+    }
+
     /// `known_hosts` lines for the published host keys (`[host]:port key`, or `host key` on
     /// port 22, as OpenSSH looks them up).
     pub fn known_hosts_lines(&self) -> Vec<String> {

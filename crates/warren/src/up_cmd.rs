@@ -236,6 +236,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             .with_context(|| format!("writing the ready file {}", path.display()))?;
     }
     println!("Warren is up.");
+    println!("  web UI:          {api_url}/    (sign in as \"admin\")");
     println!("  REST API:        {api_url}/api/v1");
     println!("  workspace hosts: http://{{port}}-{{workspace}}.{url_domain}/");
     println!("  web terminal:    http://terminal-{{workspace}}.{url_domain}/");
@@ -250,7 +251,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         api_url,
         cred_path.display()
     );
-    println!("Try: warren ws create --devfile devfile.yaml --wait    (Ctrl-C stops Warren; workspaces keep running)");
+    println!("Open the web UI, or try: warren ws create --devfile devfile.yaml --wait    (Ctrl-C stops Warren; workspaces keep running)");
     let editor = agent_config.editor.clone();
     // The default tools image is built here on first use; one the configuration names comes
     // from its registry.

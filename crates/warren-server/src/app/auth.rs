@@ -80,7 +80,10 @@ pub async fn api_principal(
             "this token lacks the {needed} scope this request needs"
         )));
     }
-    Ok(Principal { user, token })
+    Ok(Principal {
+        user,
+        token: Some(token),
+    })
 }
 
 /// The user a personal access token stands for on workspace URLs and SSH: valid and with

@@ -54,6 +54,11 @@ impl AppError {
             retry_after: None,
         }
     }
+    /// Names the request field the error concerns (its message already says so).
+    pub fn with_field(mut self, field: &str) -> Self {
+        self.field = Some(field.to_owned());
+        self
+    }
     pub fn retry_after(mut self, secs: u64) -> Self {
         self.retry_after = Some(secs);
         self

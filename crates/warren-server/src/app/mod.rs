@@ -62,14 +62,23 @@ impl AppState {
     }
 }
 
-/// Who acts: a user, through one of their personal access tokens.
+/// Who acts: a user, through one of their personal access tokens or (`token: None`) a
+/// signed-in browser session of the web UI, which may do what an `api` token may.
 #[derive(Debug, Clone)]
 pub struct Principal {
     pub user: UserRow,
-    pub token: TokenRow,
+    pub token: Option<TokenRow>,
 }
 
 impl Principal {
+    /// Whether the caller's credential carries `scope` (a browser session carries `api`).
+    pub fn has_scope(&self, scope: warren_types::api::TokenScope) -> bool {
+        match &self.token {
+            Some(t) => t.has_scope(scope),
+            None => scope == warren_types::api::TokenScope::Api,
+        }
+    }
+
     pub fn require_admin(&self) -> Result<(), AppError> {
         if self.user.is_admin {
             Ok(())

@@ -35,7 +35,8 @@ pub fn parse(text: &str, field: &str) -> Result<Devfile, AppError> {
                 "{field}: larger than the limit of {} KiB",
                 warren_devfile::MAX_DEVFILE_BYTES >> 10
             ),
-        ));
+        )
+        .with_field(field));
     }
     warren_devfile::parse_devfile(text).map_err(|errs| {
         let list = errs
@@ -49,6 +50,7 @@ pub fn parse(text: &str, field: &str) -> Result<Devfile, AppError> {
             "invalid_devfile",
             format!("{field} has {} error(s):\n{list}", errs.0.len()),
         )
+        .with_field(field)
     })
 }
 

@@ -69,7 +69,7 @@ pub async fn create(
         ));
     }
     // A read-only token cannot mint a token that may write.
-    if !who.token.has_scope(TokenScope::Api) {
+    if !who.has_scope(TokenScope::Api) {
         return Err(AppError::forbidden(
             "creating tokens needs a token with the `api` scope",
         ));

@@ -416,7 +416,7 @@ pub async fn change_password(
     let hash = hash(&req.new_password).await?;
     let sessions = if req.revoke_sessions {
         Sessions::Revoke {
-            keep: Some(who.token.id),
+            keep: who.token.as_ref().map(|t| t.id),
         }
     } else {
         Sessions::Keep
@@ -429,6 +429,17 @@ pub async fn change_password(
         return Err(AppError::not_found("user"));
     }
     tracing::info!(user = %username, revoke_sessions = req.revoke_sessions, "password changed");
+    Ok(())
+}
+
+/// Signs the caller's browser out: every browser session of the account ends (session
+/// cookies are signed, not stored, so one cannot be ended alone); tokens stay valid.
+pub async fn sign_out(state: &AppState, who: &Principal) -> Result<(), AppError> {
+    state
+        .store
+        .end_browser_sessions(who.user.id, state.clock.now_ms())
+        .await?;
+    tracing::info!(user = %who.user.username, "signed out of the web UI");
     Ok(())
 }
 

@@ -138,6 +138,30 @@ pub async fn list(
     Ok(Page { items, next_cursor })
 }
 
+/// Every workspace the caller may see (all pages), for the web UI's list, which shows them
+/// at once; terminated ones are left out as by [`list`].
+pub async fn list_all(state: &AppState, who: &Principal) -> Result<Vec<Workspace>, AppError> {
+    let mut out = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = list(
+            state,
+            who,
+            &ListRequest {
+                limit: Some(MAX_LIMIT),
+                cursor,
+                ..ListRequest::default()
+            },
+        )
+        .await?;
+        out.extend(page.items);
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => return Ok(out),
+        }
+    }
+}
+
 /// One workspace the caller may see.
 pub async fn get(state: &AppState, who: &Principal, key: &str) -> Result<Workspace, AppError> {
     Ok(visible(state, who, key).await?.to_api(&state.store)?)
@@ -590,7 +614,8 @@ pub async fn create(
                 return Err(AppError::conflict(
                     "already_exists",
                     format!("name: a workspace named {name:?} already exists"),
-                ))
+                )
+                .with_field("name"))
             }
             Err(e) => return Err(e),
         }

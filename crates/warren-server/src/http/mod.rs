@@ -1,6 +1,6 @@
-//! The HTTP adapters over the domain layer: the JSON API (`api`), the OAuth server's pages
-//! and token endpoint (`oauth`), the relays' and proxies' internal endpoints (`internal`),
-//! health and metrics. Errors become HTTP answers in one place ([`error`]).
+//! The HTTP adapters over the domain layer: the JSON API (`api`), the web UI (`ui`), the
+//! OAuth server's pages and token endpoint (`oauth`), the relays' and proxies' internal
+//! endpoints (`internal`), health and metrics. Errors become HTTP answers in one place ([`error`]).
 
 pub mod api;
 pub mod client_addr;
@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod oauth;
 pub mod openapi;
 pub mod strict;
+pub mod ui;
 
 use crate::app::{self, AppState};
 use axum::extract::{DefaultBodyLimit, State};
@@ -24,10 +25,20 @@ pub fn router(state: AppState) -> Router {
         .merge(api::router())
         .merge(internal::router())
         .merge(oauth::router())
+        .merge(ui::router())
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics::serve))
-        .fallback(|| async { HttpError::from(app::AppError::not_found("route")) })
+        // A browser gets the UI's page, a client of the API its JSON error.
+        .fallback(|headers: http::HeaderMap| async move {
+            if ui::wants_html(&headers) {
+                ui::html_not_found()
+            } else {
+                axum::response::IntoResponse::into_response(HttpError::from(
+                    app::AppError::not_found("route"),
+                ))
+            }
+        })
         .method_not_allowed_fallback(|| async {
             HttpError::new(
                 StatusCode::METHOD_NOT_ALLOWED,

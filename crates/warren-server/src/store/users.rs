@@ -87,6 +87,16 @@ pub enum Sessions {
 }
 
 impl Store {
+    /// Ends every browser session of the account issued before `now` (sign-out).
+    pub async fn end_browser_sessions(&self, id: UserId, now: i64) -> Result<(), StoreError> {
+        sqlx::query("UPDATE users SET sessions_valid_from = $2 WHERE id = $1")
+            .bind(id.get())
+            .bind(now + 1)
+            .execute(&self.db.pool)
+            .await?;
+        Ok(())
+    }
+
     /// Inserts a user with an already hashed password.
     pub async fn insert_user(
         &self,

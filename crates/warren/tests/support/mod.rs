@@ -742,6 +742,25 @@ impl Up {
         )
     }
 
+    /// The web UI's URL and the admin's password, as `warren up` printed them for a new user.
+    pub fn web_ui_and_password(&self) -> (String, String) {
+        let log = self.log();
+        let url = log
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("web UI:"))
+            .and_then(|r| r.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no web UI line in:\n{log}"))
+            .to_owned();
+        let password = log
+            .lines()
+            .find(|l| l.starts_with("Created the admin account"))
+            .and_then(|l| l.split("with password \"").nth(1))
+            .and_then(|r| r.split('"').next())
+            .unwrap_or_else(|| panic!("no admin password in:\n{log}"))
+            .to_owned();
+        (url, password)
+    }
+
     /// The admin's token, as `warren up` signed the CLI in.
     pub fn admin_token(&self) -> String {
         warren_cli::credentials::load(&self.home.path().join(warren_cli::credentials::FILE_NAME))

@@ -63,6 +63,11 @@ pub fn check_consent_csrf(key: &[u8], session: &str, token: &str) -> bool {
     !session.is_empty() && ct_eq(token, &consent_csrf(key, session))
 }
 
+/// The web UI's forms' CSRF token, bound to the session cookie value.
+pub fn ui_csrf(key: &[u8], session: &str) -> String {
+    mac(key, "ui-form", session)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,5 +90,6 @@ mod tests {
         assert!(!check_login_csrf(k, "abd", &c));
         assert!(!check_login_csrf(k, "", &login_csrf(k, "")));
         assert!(!check_consent_csrf(k, "abc", &c), "purposes differ");
+        assert_ne!(ui_csrf(k, "abc"), consent_csrf(k, "abc"), "purposes differ");
     }
 }

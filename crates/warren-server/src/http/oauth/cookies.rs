@@ -3,9 +3,12 @@
 
 use http::HeaderMap;
 
-/// The server session: who signed in, until when.
+/// The server session: who signed in, until when. One for the whole server (path `/`): the
+/// web UI and the OAuth pages share it, so a user signed in to the UI opens a workspace's
+/// host without signing in again.
 pub const SESSION_COOKIE: &str = "warren_session";
-/// A random value set with the login page; the login form's CSRF token is bound to it.
+/// A random value set with a login page; the login form's CSRF token is bound to it (path
+/// `/oauth` for the OAuth login page, `/login` for the web UI's).
 pub const PRELOGIN_COOKIE: &str = "warren_login";
 
 /// The value of cookie `name` in the request, if any.
@@ -21,11 +24,11 @@ pub fn get<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
         .filter(|v| !v.is_empty())
 }
 
-/// A `Set-Cookie` value: HttpOnly, SameSite=Lax, path `/oauth`, `Secure` when the request
-/// came over TLS (as a reverse proxy in front reports it).
-pub fn set_cookie(name: &str, value: &str, max_age_secs: i64, secure: bool) -> String {
+/// A `Set-Cookie` value: HttpOnly, SameSite=Lax, `Secure` when the request came over TLS
+/// (as a reverse proxy in front reports it).
+pub fn set_cookie(name: &str, value: &str, path: &str, max_age_secs: i64, secure: bool) -> String {
     let secure = if secure { "; Secure" } else { "" };
-    format!("{name}={value}; Path=/oauth; Max-Age={max_age_secs}; HttpOnly; SameSite=Lax{secure}")
+    format!("{name}={value}; Path={path}; Max-Age={max_age_secs}; HttpOnly; SameSite=Lax{secure}")
 }
 
 /// Whether the request came over TLS (directly or via a proxy that says so).

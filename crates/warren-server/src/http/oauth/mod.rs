@@ -149,6 +149,7 @@ fn login_page(
     let c = cookies::set_cookie(
         cookies::PRELOGIN_COOKIE,
         &prelogin,
+        "/oauth",
         3600,
         cookies::is_https(headers),
     );
@@ -263,10 +264,11 @@ pub async fn login(
         cookies::set_cookie(
             cookies::SESSION_COOKIE,
             &session,
+            "/",
             signed::SESSION_TTL_MS / 1000,
             https,
         ),
-        cookies::set_cookie(cookies::PRELOGIN_COOKIE, "", 0, https),
+        cookies::set_cookie(cookies::PRELOGIN_COOKIE, "", "/oauth", 0, https),
     ] {
         if let Ok(v) = HeaderValue::from_str(&c) {
             h.append(header::SET_COOKIE, v);

@@ -1,0 +1,328 @@
+//! The account page: personal access tokens (a new one's secret shown once), SSH keys, and
+//! the `ssh-config` snippet for the user's workspaces.
+
+use super::layout::{self, ago, csrf, field_error, invalid};
+use super::session::{Posted, Viewer};
+use super::UiError;
+use crate::app::{ssh_keys, tokens, workspaces, AppError, AppState, ErrorKind};
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Redirect, Response};
+use chrono::Utc;
+use http::StatusCode;
+use maud::html;
+use serde::Deserialize;
+use warren_types::api::{AddSshKeyRequest, CreateTokenRequest, CreatedToken, TokenScope};
+use warren_types::ActualState;
+
+/// Where OpenSSH is told to read the pinned host keys (as `warren ws ssh-config` does).
+const KNOWN_HOSTS: &str = "~/.ssh/warren_known_hosts";
+
+fn scope_name(s: TokenScope) -> &'static str {
+    match s {
+        TokenScope::Api => "api",
+        TokenScope::ReadApi => "read_api",
+        TokenScope::Workspace => "workspace",
+    }
+}
+
+/// What to show besides the lists: a token just made, or a form's error.
+#[derive(Default)]
+struct Extra<'a> {
+    created: Option<&'a CreatedToken>,
+    token_error: Option<&'a AppError>,
+    key_error: Option<&'a AppError>,
+    key_text: &'a str,
+}
+
+async fn render(
+    state: &AppState,
+    viewer: &Viewer,
+    status: StatusCode,
+    extra: Extra<'_>,
+) -> Result<Response, UiError> {
+    let now = Utc::now();
+    let list = tokens::list(state, &viewer.who).await?;
+    let keys = ssh_keys::list(state, &viewer.who).await?;
+    let mine: Vec<_> = workspaces::list_all(state, &viewer.who)
+        .await?
+        .into_iter()
+        .filter(|w| w.owner == viewer.who.user.id && w.actual_state != ActualState::Terminated)
+        .collect();
+    let token_err = extra.token_error.map(|e| e.message.clone());
+    let key_err = extra.key_error.map(|e| e.message.clone());
+    let (key_described, key_bad) = invalid("public_key", key_err.as_deref());
+    let (tok_described, tok_bad) = invalid("token_name", token_err.as_deref());
+    let ssh = state.access.ssh.as_ref();
+    let snippet = ssh.map(|e| {
+        let file = (!e.host_keys.is_empty()).then_some(KNOWN_HOSTS);
+        mine.iter()
+            .map(|w| e.host_block(&w.name, file))
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    let body = html! {
+        section aria-labelledby="tokens-h" {
+            h2 id="tokens-h" { "Personal access tokens" }
+            p.hint { "For the CLI and the API (" code { "api" } ", " code { "read_api" } ") and for reaching workspaces from scripts and SSH (" code { "workspace" } ")." }
+            @if let Some(c) = extra.created {
+                div.notice role="status" {
+                    p { "Token " strong { (c.token.name) } " created. Copy it now: it is not shown again." }
+                    label for="new-token" { "Token" }
+                    input.secret type="text" id="new-token" readonly value=(c.secret);
+                }
+            }
+            @if list.is_empty() { p.empty { "No tokens yet." } } @else {
+                div.table-wrap { table {
+                    thead { tr { th scope="col" { "Name" } th scope="col" { "Scopes" } th scope="col" { "Created" } th scope="col" { "Expires" } th scope="col" { "Last used" } th scope="col" { span.visually-hidden { "Actions" } } } }
+                    tbody { @for t in &list {
+                        tr {
+                            th scope="row" { (t.name) }
+                            td { (t.scopes.iter().map(|s| scope_name(*s)).collect::<Vec<_>>().join(", ")) }
+                            td { (ago(t.created_at, now)) }
+                            td { time datetime=(t.expires_at.to_rfc3339()) { (t.expires_at.format("%Y-%m-%d")) } }
+                            td { @match t.last_used_at { Some(u) => (ago(u, now)), None => "never" } }
+                            td {
+                                @if t.revoked { "revoked" } @else if t.expires_at <= now { "expired" } @else {
+                                    form method="post" action=(format!("/account/tokens/{}/revoke", t.id)) {
+                                        (csrf(viewer))
+                                        button.danger type="submit" aria-label=(format!("Revoke token {}", t.name)) { "Revoke" }
+                                    }
+                                }
+                            }
+                        }
+                    } }
+                } }
+            }
+            form.card method="post" action="/account/tokens" {
+                (csrf(viewer))
+                h3 { "Create a token" }
+                div.field {
+                    label for="token_name" { "Name" }
+                    input type="text" id="token_name" name="name" required maxlength="100"
+                        aria-describedby=[tok_described] aria-invalid=[tok_bad];
+                    (field_error("token_name", token_err.as_deref()))
+                }
+                fieldset {
+                    legend { "Scopes" }
+                    label { input type="checkbox" name="scope" value="api" checked; " api — everything through the API" }
+                    label { input type="checkbox" name="scope" value="read_api"; " read_api — read-only API" }
+                    label { input type="checkbox" name="scope" value="workspace"; " workspace — workspace URLs and SSH" }
+                }
+                div.field {
+                    label for="expires_in_days" { "Expires in (days)" }
+                    input type="number" id="expires_in_days" name="expires_in_days" min="1" max="365" value="30";
+                }
+                button.primary type="submit" { "Create token" }
+            }
+        }
+        section aria-labelledby="keys-h" {
+            h2 id="keys-h" { "SSH keys" }
+            @if keys.is_empty() { p.empty { "No SSH keys yet: add one to reach your workspaces with ssh, VS Code Remote-SSH or JetBrains Gateway." } } @else {
+                ul.plain { @for k in &keys {
+                    li.key {
+                        strong { (k.name) } " " code { (k.fingerprint) } " · added " (ago(k.created_at, now))
+                        form.inline method="post" action=(format!("/account/ssh-keys/{}/delete", k.id)) {
+                            (csrf(viewer))
+                            button.danger type="submit" aria-label=(format!("Remove SSH key {}", k.name)) { "Remove" }
+                        }
+                    }
+                } }
+            }
+            form.card method="post" action="/account/ssh-keys" {
+                (csrf(viewer))
+                h3 { "Add an SSH key" }
+                div.field {
+                    label for="public_key" { "Public key" }
+                    textarea id="public_key" name="public_key" rows="3" required spellcheck="false"
+                        placeholder="ssh-ed25519 AAAA… you@laptop"
+                        aria-describedby=[key_described] aria-invalid=[key_bad] { (extra.key_text) }
+                    (field_error("public_key", key_err.as_deref()))
+                }
+                div.field {
+                    label for="key_name" { "Name (optional)" }
+                    input type="text" id="key_name" name="name" placeholder="the key's comment";
+                }
+                button.primary type="submit" { "Add key" }
+            }
+        }
+        section aria-labelledby="ssh-h" {
+            h2 id="ssh-h" { "SSH config" }
+            @match (ssh, &snippet) {
+                (Some(e), Some(s)) => {
+                    @if mine.is_empty() { p.empty { "No workspaces yet: their blocks appear here once you have some." } } @else {
+                        p { "Add to " code { "~/.ssh/config" } ", then " code { "ssh warren-<workspace>" } " (or pick the host in VS Code Remote-SSH). " code { "warren ws ssh-config --write" } " does this for you." }
+                        label for="ssh-config" { "~/.ssh/config" }
+                        textarea.snippet id="ssh-config" readonly rows=(s.lines().count().clamp(3, 30)) { (s) }
+                        @if !e.host_keys.is_empty() {
+                            label for="known-hosts" { (KNOWN_HOSTS) }
+                            textarea.snippet id="known-hosts" readonly rows=(e.host_keys.len().clamp(1, 6)) { (e.known_hosts_lines().join("\n")) }
+                        }
+                    }
+                }
+                _ => { p.empty { "This installation offers no SSH access." } }
+            }
+        }
+    };
+    Ok(layout::page(viewer, status, "Account", body))
+}
+
+/// `GET /account`
+pub async fn page(State(state): State<AppState>, viewer: Viewer) -> Result<Response, UiError> {
+    render(&state, &viewer, StatusCode::OK, Extra::default()).await
+}
+
+#[derive(Debug, Default)]
+pub struct TokenForm {
+    name: String,
+    scopes: Vec<String>,
+    expires_in_days: Option<u32>,
+}
+
+impl<'de> Deserialize<'de> for TokenForm {
+    // Repeated `scope` fields (checkboxes) are read as a list.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let pairs: Vec<(String, String)> = Deserialize::deserialize(d)?;
+        let mut f = TokenForm::default();
+        for (k, v) in pairs {
+            match k.as_str() {
+                "name" => f.name = v,
+                "scope" => f.scopes.push(v),
+                "expires_in_days" if !v.trim().is_empty() => {
+                    f.expires_in_days = Some(v.trim().parse().map_err(|_| {
+                        serde::de::Error::custom("expires_in_days: not a whole number of days")
+                    })?)
+                }
+                _ => {}
+            }
+        }
+        Ok(f)
+    }
+}
+
+/// `POST /account/tokens`
+pub async fn create_token(
+    State(state): State<AppState>,
+    Posted { viewer, form }: Posted<TokenForm>,
+) -> Result<Response, UiError> {
+    let scopes: Result<Vec<TokenScope>, AppError> = form
+        .scopes
+        .iter()
+        .map(|s| match s.as_str() {
+            "api" => Ok(TokenScope::Api),
+            "read_api" => Ok(TokenScope::ReadApi),
+            "workspace" => Ok(TokenScope::Workspace),
+            other => Err(AppError::invalid_field(
+                "scopes",
+                format!("unknown scope {other:?}"),
+            )),
+        })
+        .collect();
+    let result = match scopes {
+        Ok(scopes) => {
+            let req = CreateTokenRequest {
+                name: form.name.trim().to_owned(),
+                scopes,
+                expires_in_days: form.expires_in_days,
+            };
+            tokens::create(&state, &viewer.who, &req).await
+        }
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(created) => {
+            let extra = Extra {
+                created: Some(&created),
+                ..Extra::default()
+            };
+            let mut r = render(&state, &viewer, StatusCode::CREATED, extra).await?;
+            // The secret is on this page only: never stored by the browser.
+            r.headers_mut().insert(
+                http::header::CACHE_CONTROL,
+                http::HeaderValue::from_static("no-store"),
+            );
+            Ok(r)
+        }
+        Err(e)
+            if matches!(
+                e.kind,
+                ErrorKind::Invalid | ErrorKind::Forbidden | ErrorKind::Conflict
+            ) =>
+        {
+            let extra = Extra {
+                token_error: Some(&e),
+                ..Extra::default()
+            };
+            render(
+                &state,
+                &viewer,
+                crate::http::error::status_of(e.kind),
+                extra,
+            )
+            .await
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `POST /account/tokens/{id}/revoke`
+pub async fn revoke_token(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    posted: Posted<serde::de::IgnoredAny>,
+) -> Result<Response, UiError> {
+    let id = id
+        .parse()
+        .map_err(|_| UiError::App(AppError::not_found(format!("token {id}"))))?;
+    tokens::revoke(&state, &posted.viewer.who, id).await?;
+    Ok(Redirect::to("/account").into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct KeyForm {
+    #[serde(default)]
+    public_key: String,
+    #[serde(default)]
+    name: String,
+}
+
+/// `POST /account/ssh-keys`
+pub async fn add_ssh_key(
+    State(state): State<AppState>,
+    Posted { viewer, form }: Posted<KeyForm>,
+) -> Result<Response, UiError> {
+    let req = AddSshKeyRequest {
+        public_key: form.public_key.trim().to_owned(),
+        name: Some(form.name.trim().to_owned()).filter(|n| !n.is_empty()),
+    };
+    match ssh_keys::add(&state, &viewer.who, &req).await {
+        Ok(_) => Ok(Redirect::to("/account").into_response()),
+        Err(e) if matches!(e.kind, ErrorKind::Invalid | ErrorKind::Conflict) => {
+            let extra = Extra {
+                key_error: Some(&e),
+                key_text: &form.public_key,
+                ..Extra::default()
+            };
+            render(
+                &state,
+                &viewer,
+                crate::http::error::status_of(e.kind),
+                extra,
+            )
+            .await
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `POST /account/ssh-keys/{id}/delete`
+pub async fn delete_ssh_key(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    posted: Posted<serde::de::IgnoredAny>,
+) -> Result<Response, UiError> {
+    let id = id
+        .parse()
+        .map_err(|_| UiError::App(AppError::not_found(format!("SSH key {id}"))))?;
+    ssh_keys::delete(&state, &posted.viewer.who, id).await?;
+    Ok(Redirect::to("/account").into_response())
+}

@@ -1,0 +1,74 @@
+//! The UI's static files, compiled into the binary (no CDN; works offline): the stylesheet
+//! and the vendored htmx scripts (`assets/vendor/LICENSES.md`). Pages link them with a
+//! content hash in the URL, so they are cached for good and a new build is never stale.
+
+use axum::extract::Path;
+use axum::response::{IntoResponse, Response};
+use http::{header, HeaderValue, StatusCode};
+use sha2::{Digest, Sha256};
+use std::sync::OnceLock;
+
+struct Asset {
+    name: &'static str,
+    content_type: &'static str,
+    body: &'static [u8],
+}
+
+const ASSETS: &[Asset] = &[
+    Asset {
+        name: "warren.css",
+        content_type: "text/css; charset=utf-8",
+        body: include_bytes!("../../../assets/warren.css"),
+    },
+    Asset {
+        name: "htmx.min.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../../assets/vendor/htmx-2.0.11.min.js"),
+    },
+    Asset {
+        name: "sse.min.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../../assets/vendor/htmx-ext-sse-2.2.4.min.js"),
+    },
+];
+
+/// Each asset's content hash (first 12 hex digits of its SHA-256), computed once.
+fn hashes() -> &'static Vec<String> {
+    static H: OnceLock<Vec<String>> = OnceLock::new();
+    H.get_or_init(|| {
+        ASSETS
+            .iter()
+            .map(|a| hex::encode(Sha256::digest(a.body))[..12].to_owned())
+            .collect()
+    })
+}
+
+/// The URL pages link an asset by.
+pub fn url(name: &str) -> String {
+    match ASSETS.iter().position(|a| a.name == name) {
+        Some(i) => format!("/assets/{name}?v={}", hashes()[i]),
+        None => format!("/assets/{name}"),
+    }
+}
+
+/// `GET /assets/{file}`
+pub async fn serve(Path(file): Path<String>) -> Response {
+    let Some(a) = ASSETS.iter().find(|a| a.name == file) else {
+        return super::html_not_found();
+    };
+    let mut r = (StatusCode::OK, a.body).into_response();
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(a.content_type),
+    );
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=31536000, immutable"),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    r
+}

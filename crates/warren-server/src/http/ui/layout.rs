@@ -1,0 +1,176 @@
+//! The frame every page shares (head, navigation, main landmark), the security headers of
+//! every answer, and small pieces the pages repeat (form fields with their errors, state
+//! badges, times).
+
+use super::assets;
+use super::session::{Viewer, CSRF_FIELD};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use http::{header, HeaderValue, StatusCode};
+use maud::{html, Markup, DOCTYPE};
+use warren_types::{ActualState, DesiredState};
+
+/// Scripts and styles from this origin only; no inline script, no eval, no framing; forms
+/// post to this origin only; server-sent events to this origin only.
+pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+                       connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// htmx's settings: no eval (`hx-on`, `js:`), no inline `<style>` for its indicators (the
+/// stylesheet has them), no scripts from swapped content, requests to this origin only.
+const HTMX_CONFIG: &str = r#"{"allowEval":false,"includeIndicatorStyles":false,"allowScriptTags":false,"selfRequestsOnly":true,"historyCacheSize":0}"#;
+
+/// Adds the headers every UI answer carries.
+pub fn secure(mut r: Response) -> Response {
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    if !h.contains_key(header::CACHE_CONTROL) {
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    r
+}
+
+fn head(title: &str) -> Markup {
+    html! {
+        head {
+            meta charset="utf-8";
+            meta name="viewport" content="width=device-width, initial-scale=1";
+            meta name="htmx-config" content=(HTMX_CONFIG);
+            title { (title) " · Warren" }
+            link rel="stylesheet" href=(assets::url("warren.css"));
+            script src=(assets::url("htmx.min.js")) defer {}
+            script src=(assets::url("sse.min.js")) defer {}
+        }
+    }
+}
+
+/// A page of a signed-in user: navigation, then `body` under the page's heading.
+pub fn page(viewer: &Viewer, status: StatusCode, title: &str, body: Markup) -> Response {
+    let doc = html! {
+        (DOCTYPE)
+        html lang="en" {
+            (head(title))
+            body {
+                a.skip href="#main" { "Skip to content" }
+                header.top {
+                    nav aria-label="Main" {
+                        a.brand href="/" { "Warren" }
+                        a href="/" { "Workspaces" }
+                        a href="/workspaces/new" { "New workspace" }
+                        a href="/account" { "Account" }
+                        @if viewer.is_admin() { a href="/admin" { "Admin" } }
+                    }
+                    form.signout method="post" action="/logout" {
+                        (csrf(viewer))
+                        span.who { (viewer.username()) }
+                        button type="submit" { "Sign out" }
+                    }
+                }
+                main id="main" {
+                    h1 { (title) }
+                    (body)
+                }
+            }
+        }
+    };
+    secure((status, doc).into_response())
+}
+
+/// A page without navigation (sign-in, errors).
+pub fn bare(status: StatusCode, title: &str, body: Markup) -> Response {
+    let doc = html! {
+        (DOCTYPE)
+        html lang="en" {
+            (head(title))
+            body.bare {
+                main id="main" {
+                    p.brand { a href="/" { "Warren" } }
+                    h1 { (title) }
+                    (body)
+                }
+            }
+        }
+    };
+    secure((status, doc).into_response())
+}
+
+/// The hidden CSRF field every state-changing form carries.
+pub fn csrf(viewer: &Viewer) -> Markup {
+    html! { input type="hidden" name=(CSRF_FIELD) value=(viewer.csrf); }
+}
+
+/// The message of an error about `field`, shown under it and tied to it for screen readers.
+pub fn field_error(field: &str, error: Option<&str>) -> Markup {
+    html! {
+        @if let Some(e) = error {
+            p.field-error id=(format!("{field}-error")) role="alert" { (e) }
+        }
+    }
+}
+
+/// `aria-describedby`/`aria-invalid` values for a field with or without an error.
+pub fn invalid(field: &str, error: Option<&str>) -> (Option<String>, Option<&'static str>) {
+    match error {
+        Some(_) => (Some(format!("{field}-error")), Some("true")),
+        None => (None, None),
+    }
+}
+
+/// A state as a badge with what it is heading for; states on the way somewhere show a
+/// progress indicator.
+pub fn state_badge(actual: ActualState, desired: DesiredState) -> Markup {
+    let settled = matches!(
+        (desired, actual),
+        (DesiredState::Running, ActualState::Running)
+            | (DesiredState::Stopped, ActualState::Stopped)
+            | (DesiredState::Terminated, ActualState::Terminated)
+            | (
+                _,
+                ActualState::Failed | ActualState::Error | ActualState::Unknown
+            )
+    );
+    let class = match actual {
+        ActualState::Running => "state running",
+        ActualState::Failed | ActualState::Error => "state failed",
+        ActualState::Unknown => "state unknown",
+        ActualState::Stopped | ActualState::Terminated => "state stopped",
+        _ => "state busy",
+    };
+    let heading = match desired {
+        DesiredState::RestartRequested => "restarting",
+        d => d.as_str(),
+    };
+    html! {
+        span class=(class) data-state=(actual.as_str()) {
+            @if !settled { span.spinner aria-hidden="true" {} }
+            (actual.as_str())
+            @if !settled { span.desired { " → " (heading) } }
+        }
+    }
+}
+
+/// A time as "3 min ago", with the exact time in a `<time>` element.
+pub fn ago(t: DateTime<Utc>, now: DateTime<Utc>) -> Markup {
+    let secs = (now - t).num_seconds().max(0);
+    let text = if secs < 60 {
+        format!("{secs} s ago")
+    } else if secs < 3600 {
+        format!("{} min ago", secs / 60)
+    } else if secs < 86_400 {
+        format!("{} h ago", secs / 3600)
+    } else {
+        format!("{} d ago", secs / 86_400)
+    };
+    html! { time datetime=(t.to_rfc3339()) title=(t.to_rfc3339()) { (text) } }
+}

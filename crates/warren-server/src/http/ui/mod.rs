@@ -1,0 +1,71 @@
+//! The web UI (ui.md "The web UI"): server-rendered HTML pages at the server's root, a thin
+//! adapter over the same domain functions as the JSON API (`crate::app`), so every rule and
+//! authorisation decision is made once.
+//!
+//! - Pages are maud templates compiled into the binary; the only scripts are htmx and its
+//!   server-sent-events extension, vendored from the npm registry and served from
+//!   `/assets/` (no CDN). Every page works without them: live updates are the enhancement.
+//! - The session is the server's one session cookie (`warren_session`, HttpOnly,
+//!   SameSite=Lax, Secure under TLS), shared with the OAuth pages. Every state-changing form
+//!   carries a CSRF token bound to that cookie ([`session`]); a POST without a valid one is
+//!   refused with 403 before anything is read.
+//! - A strict Content-Security-Policy (scripts and styles from this origin only, no inline
+//!   script, no eval) on every page; all text goes through maud's escaping.
+//! - What the user may not see is a 404 page, as in the API.
+
+mod account;
+mod admin;
+mod assets;
+mod errors;
+mod layout;
+mod session;
+mod sign_in;
+mod workspaces;
+
+use crate::app::AppState;
+use axum::routing::{get, post};
+use axum::Router;
+
+pub use errors::{html_not_found, wants_html, UiError};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/", get(workspaces::list_page))
+        .route("/login", get(sign_in::page).post(sign_in::submit))
+        .route("/logout", post(sign_in::sign_out))
+        .route("/events/workspaces", get(workspaces::list_events))
+        .route(
+            "/workspaces/new",
+            get(workspaces::new_page).post(workspaces::create),
+        )
+        .route("/workspaces/{name}", get(workspaces::show))
+        .route("/workspaces/{name}/events", get(workspaces::show_events))
+        .route(
+            "/workspaces/{name}/confirm/{action}",
+            get(workspaces::confirm),
+        )
+        .route("/workspaces/{name}/action/{action}", post(workspaces::act))
+        .route("/workspaces/{name}/resize", post(workspaces::resize))
+        .route("/workspaces/{name}/logs", get(workspaces::logs_page))
+        .route(
+            "/workspaces/{name}/logs/stream",
+            get(workspaces::logs_stream),
+        )
+        .route("/account", get(account::page))
+        .route("/account/tokens", post(account::create_token))
+        .route("/account/tokens/{id}/revoke", post(account::revoke_token))
+        .route("/account/ssh-keys", post(account::add_ssh_key))
+        .route(
+            "/account/ssh-keys/{id}/delete",
+            post(account::delete_ssh_key),
+        )
+        .route("/admin", get(admin::page))
+        .route("/admin/users", post(admin::create_user))
+        .route("/admin/users/{name}", post(admin::update_user))
+        .route("/admin/agents", post(admin::create_agent))
+        .route(
+            "/admin/agents/{name}",
+            get(admin::agent_page).post(admin::update_agent),
+        )
+        .route("/assets/{file}", get(assets::serve))
+}

@@ -5,8 +5,9 @@
 mod common;
 
 use base64::Engine;
+use common::browser::{Browser, Page};
 use common::*;
-use reqwest::header::{AUTHORIZATION, CACHE_CONTROL, LOCATION, SET_COOKIE};
+use reqwest::header::{AUTHORIZATION, CACHE_CONTROL};
 use reqwest::Method;
 use serde_json::{json, Value};
 use sha2::Digest;
@@ -18,114 +19,6 @@ const VERIFIER: &str = "verifier-0123456789-abcdefghijklmnopqrstuvwxyz-ABCDEFG";
 
 fn challenge(v: &str) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(v.as_bytes()))
-}
-
-/// A browser: keeps cookies by name, never follows redirects.
-struct Browser {
-    base: String,
-    http: reqwest::Client,
-    jar: BTreeMap<String, String>,
-}
-
-struct Page {
-    status: u16,
-    location: Option<String>,
-    body: String,
-    set_cookies: Vec<String>,
-    headers: reqwest::header::HeaderMap,
-}
-
-impl Page {
-    /// The hidden inputs of the page's form, unescaped.
-    fn hidden(&self) -> Vec<(String, String)> {
-        let mut out = vec![];
-        for part in self.body.split("<input type=\"hidden\" name=\"").skip(1) {
-            let (name, rest) = part.split_once("\" value=\"").expect("value");
-            let value = rest.split_once('"').expect("end").0;
-            out.push((unescape(name), unescape(value)));
-        }
-        out
-    }
-}
-
-fn unescape(s: &str) -> String {
-    s.replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&quot;", "\"")
-        .replace("&#39;", "'")
-        .replace("&amp;", "&")
-}
-
-impl Browser {
-    fn new(base: &str) -> Browser {
-        Browser {
-            base: base.to_owned(),
-            http: reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .expect("client"),
-            jar: BTreeMap::new(),
-        }
-    }
-
-    fn cookie_header(&self) -> String {
-        self.jar
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join("; ")
-    }
-
-    async fn send(&mut self, req: reqwest::RequestBuilder) -> Page {
-        let req = if self.jar.is_empty() {
-            req
-        } else {
-            req.header(reqwest::header::COOKIE, self.cookie_header())
-        };
-        let resp = req.send().await.expect("request");
-        let status = resp.status().as_u16();
-        let headers = resp.headers().clone();
-        let set_cookies: Vec<String> = headers
-            .get_all(SET_COOKIE)
-            .iter()
-            .map(|v| v.to_str().expect("ascii").to_owned())
-            .collect();
-        for c in &set_cookies {
-            let first = c.split(';').next().expect("pair");
-            let (k, v) = first.split_once('=').expect("=");
-            if v.is_empty() || c.contains("Max-Age=0") {
-                self.jar.remove(k);
-            } else {
-                self.jar.insert(k.to_owned(), v.to_owned());
-            }
-        }
-        let location = headers
-            .get(LOCATION)
-            .map(|v| v.to_str().expect("ascii").to_owned());
-        let body = resp.text().await.expect("body");
-        Page {
-            status,
-            location,
-            body,
-            set_cookies,
-            headers,
-        }
-    }
-
-    async fn get(&mut self, path_or_url: &str) -> Page {
-        let url = if path_or_url.starts_with("http") {
-            path_or_url.to_owned()
-        } else {
-            format!("{}{path_or_url}", self.base)
-        };
-        let req = self.http.get(url);
-        self.send(req).await
-    }
-
-    async fn post_form(&mut self, path: &str, form: &[(String, String)]) -> Page {
-        let req = self.http.post(format!("{}{path}", self.base)).form(form);
-        self.send(req).await
-    }
 }
 
 fn authorize_path(client: &str, redirect: &str, state: &str, extra: &[(&str, &str)]) -> String {
@@ -501,7 +394,7 @@ echo "jar:"; cat "$jar"
         );
         assert!(stdout.contains("\"username\":\"carol\""), "[{l}] {stdout}");
         assert!(
-            stdout.contains("#HttpOnly_127.0.0.1\tFALSE\t/oauth\tFALSE\t"),
+            stdout.contains("#HttpOnly_127.0.0.1\tFALSE\t/\tFALSE\t"),
             "[{l}] {stdout}"
         );
         assert!(stdout.contains("warren_session"), "[{l}] {stdout}");

@@ -2,6 +2,8 @@
 //! whole server on port 0 with a hand-moved clock.
 #![allow(dead_code)]
 
+pub mod browser;
+
 use reqwest::Method;
 use serde_json::{json, Value};
 use std::sync::Arc;

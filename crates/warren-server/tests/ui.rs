@@ -1,0 +1,488 @@
+//! The web UI over HTTP, without rendering, on SQLite and (when configured) PostgreSQL:
+//! the session cookie and sign-out, CSRF on forms, escaping, 404 for what a user may not
+//! see, the sign-in throttle, security headers, field errors, and the live list's events.
+//! The whole journey in a real browser is `crates/warren/tests/ui_e2e.rs`.
+
+mod common;
+
+use common::browser::{Browser, Page};
+use common::*;
+use reqwest::header::CONTENT_SECURITY_POLICY;
+use reqwest::Method;
+use serde_json::json;
+use std::time::Duration;
+
+/// Signs `user` in through the UI's form; returns the answer to the form's POST.
+async fn sign_in(b: &mut Browser, user: &str, password: &str) -> Page {
+    let login = b.get("/login?next=%2F").await;
+    assert_eq!(login.status, 200, "{}", login.body);
+    let csrf = login
+        .hidden()
+        .into_iter()
+        .find(|(k, _)| k == "csrf_token")
+        .expect("csrf field")
+        .1;
+    b.post_form(
+        "/login",
+        &[
+            ("username".into(), user.into()),
+            ("password".into(), password.into()),
+            ("csrf_token".into(), csrf),
+            ("next".into(), "/".into()),
+        ],
+    )
+    .await
+}
+
+/// The CSRF token of the forms on `page`.
+fn csrf_of(page: &Page) -> String {
+    page.hidden()
+        .into_iter()
+        .find(|(k, _)| k == "csrf_token")
+        .expect("a form with a CSRF token")
+        .1
+}
+
+async fn signed_in(s: &TestServer, user: &str, password: &str) -> Browser {
+    let mut b = Browser::new(&s.base);
+    let p = sign_in(&mut b, user, password).await;
+    assert_eq!(p.status, 303, "[{}] {}", s.label, p.body);
+    b
+}
+
+const DEVFILE: &str = "schemaVersion: 2.2.0\ncomponents:\n  - name: dev\n    container:\n      image: busybox\n      memoryLimit: 256Mi\n";
+
+#[tokio::test]
+async fn session_cookie_sign_out_and_security_headers() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        let mut b = Browser::new(&s.base);
+        // Not signed in: to the sign-in page, remembering where.
+        let p = b.get("/workspaces/new").await;
+        assert_eq!(p.status, 303, "[{l}]");
+        assert_eq!(
+            p.location.as_deref(),
+            Some("/login?next=%2Fworkspaces%2Fnew")
+        );
+
+        let p = sign_in(&mut b, "admin", "wrong-password").await;
+        assert_eq!(p.status, 401, "[{l}]");
+        assert!(
+            p.body.contains("Invalid username or password."),
+            "[{l}] {}",
+            p.body
+        );
+        let p = sign_in(&mut b, "admin", &s.admin_password).await;
+        assert_eq!(p.status, 303, "[{l}] {}", p.body);
+        assert_eq!(p.location.as_deref(), Some("/"));
+        let cookie = p
+            .set_cookies
+            .iter()
+            .find(|c| c.starts_with("warren_session="))
+            .expect("session cookie");
+        for attr in ["HttpOnly", "SameSite=Lax", "Path=/;"] {
+            assert!(cookie.contains(attr), "[{l}] {cookie}");
+        }
+        assert!(!cookie.contains("Secure"), "[{l}] plain HTTP: {cookie}");
+
+        let home = b.get("/").await;
+        assert_eq!(home.status, 200, "[{l}]");
+        let csp = home.headers[CONTENT_SECURITY_POLICY].to_str().expect("csp");
+        for part in [
+            "default-src 'none'",
+            "script-src 'self'",
+            "form-action 'self'",
+            "frame-ancestors 'none'",
+        ] {
+            assert!(csp.contains(part), "[{l}] {csp}");
+        }
+        assert!(!csp.contains("unsafe"), "[{l}] {csp}");
+        assert_eq!(home.headers["x-frame-options"], "DENY");
+        assert!(home.body.contains("No workspaces yet"), "[{l}]");
+        assert!(
+            !home.body.contains("<script>") && !home.body.contains(" style=\""),
+            "[{l}] no inline script or style"
+        );
+
+        // The assets are served from the binary, cached for good under their hash.
+        for (asset, kind) in [
+            ("warren.css", "text/css"),
+            ("htmx.min.js", "text/javascript"),
+            ("sse.min.js", "text/javascript"),
+        ] {
+            let href = home
+                .body
+                .split(&format!("/assets/{asset}?v="))
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .unwrap_or_else(|| panic!("[{l}] page links {asset}"));
+            let a = b.get(&format!("/assets/{asset}?v={href}")).await;
+            assert_eq!(a.status, 200, "[{l}] {asset}");
+            assert!(a.headers["content-type"]
+                .to_str()
+                .unwrap_or("")
+                .starts_with(kind));
+            assert!(a.headers["cache-control"]
+                .to_str()
+                .unwrap_or("")
+                .contains("immutable"));
+        }
+
+        // Under TLS (as the proxy in front says) the cookie is Secure.
+        let mut tls = Browser::new(&s.base);
+        let login = tls.get("/login").await;
+        let csrf = csrf_of(&login);
+        let req = tls
+            .http
+            .post(format!("{}/login", s.base))
+            .header("x-forwarded-proto", "https")
+            .header(reqwest::header::COOKIE, tls.cookie_header())
+            .form(&[
+                ("username", "admin"),
+                ("password", s.admin_password.as_str()),
+                ("csrf_token", &csrf),
+            ]);
+        let p = tls.send(req).await;
+        assert!(
+            p.set_cookies
+                .iter()
+                .any(|c| c.starts_with("warren_session=") && c.contains("; Secure")),
+            "[{l}] {:?}",
+            p.set_cookies
+        );
+
+        // Sign-out ends the session on the server, not only in this browser.
+        let old = b.jar.get("warren_session").cloned().expect("session");
+        let p = b
+            .post_form("/logout", &[("csrf_token".into(), csrf_of(&home))])
+            .await;
+        assert_eq!(p.status, 303, "[{l}] {}", p.body);
+        assert_eq!(p.location.as_deref(), Some("/login"));
+        assert!(
+            !b.jar.contains_key("warren_session"),
+            "[{l}] cookie cleared"
+        );
+        b.jar.insert("warren_session".into(), old);
+        let p = b.get("/").await;
+        assert_eq!(p.status, 303, "[{l}] the old cookie no longer works");
+        s.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn forms_need_their_own_csrf_token() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        s.agent("local", json!({})).await;
+        s.user("bob", &["api"]).await;
+        let mut admin = signed_in(&s, "admin", &s.admin_password).await;
+        let mut bob = signed_in(&s, "bob", "password-123").await;
+        let bobs = csrf_of(&bob.get("/").await);
+        let form = |csrf: Option<&str>| {
+            let mut f = vec![
+                ("name".to_owned(), "csrf-test".to_owned()),
+                ("devfile".to_owned(), DEVFILE.to_owned()),
+            ];
+            if let Some(c) = csrf {
+                f.push(("csrf_token".into(), c.into()));
+            }
+            f
+        };
+        for (what, csrf) in [
+            ("none", None),
+            ("forged", Some("forged")),
+            ("another session's", Some(bobs.as_str())),
+        ] {
+            let p = admin.post_form("/workspaces/new", &form(csrf)).await;
+            assert_eq!(p.status, 403, "[{l}] {what} token: {}", p.body);
+            assert!(p.body.contains("did not come from this site"), "[{l}]");
+        }
+        let (st, _) = s
+            .admin(Method::GET, "/api/v1/workspaces/csrf-test", None)
+            .await;
+        assert_eq!(st, 404, "[{l}] nothing was created");
+
+        let mine = csrf_of(&admin.get("/workspaces/new").await);
+        let p = admin.post_form("/workspaces/new", &form(Some(&mine))).await;
+        assert_eq!(p.status, 303, "[{l}] {}", p.body);
+        assert_eq!(p.location.as_deref(), Some("/workspaces/csrf-test"));
+        // The login form's token is bound to its own pre-login cookie.
+        let mut stranger = Browser::new(&s.base);
+        let p = stranger
+            .post_form(
+                "/login",
+                &[
+                    ("username".into(), "admin".into()),
+                    ("password".into(), s.admin_password.clone()),
+                    ("csrf_token".into(), mine),
+                ],
+            )
+            .await;
+        assert_eq!(p.status, 403, "[{l}]");
+        s.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn errors_beside_fields_escaping_and_404_for_others() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        s.agent("local", json!({})).await;
+        let alice_token = s.user("alice", &["api", "workspace"]).await;
+        s.user("bob", &["api"]).await;
+        let mut alice = signed_in(&s, "alice", "password-123").await;
+
+        // A bad devfile: 422, the message under the devfile field, the text kept, escaped.
+        let csrf = csrf_of(&alice.get("/workspaces/new").await);
+        let bad = "schemaVersion: 2.2.0\ncomponents:\n  - name: \"<script>x()</script>\"\n    container:\n      image: busybox\n";
+        let p = alice
+            .post_form(
+                "/workspaces/new",
+                &[
+                    ("devfile".into(), bad.into()),
+                    ("csrf_token".into(), csrf.clone()),
+                ],
+            )
+            .await;
+        assert_eq!(p.status, 422, "[{l}] {}", p.body);
+        let error = p
+            .body
+            .split("id=\"devfile-error\"")
+            .nth(1)
+            .expect("an error beside the devfile");
+        assert!(error.contains("components[0].name"), "[{l}] {error}");
+        assert!(!p.body.contains("<script>x()"), "[{l}] escaped");
+        assert!(p.body.contains("&lt;script&gt;x()&lt;/script&gt;"), "[{l}]");
+        // A bad size and a bad variable line land beside their fields too.
+        let p = alice
+            .post_form(
+                "/workspaces/new",
+                &[
+                    ("memory".into(), "lots".into()),
+                    ("devfile".into(), DEVFILE.into()),
+                    ("csrf_token".into(), csrf.clone()),
+                ],
+            )
+            .await;
+        assert_eq!(p.status, 400, "[{l}] {}", p.body);
+        assert!(p.body.contains("id=\"memory-error\""), "[{l}] {}", p.body);
+        let p = alice
+            .post_form(
+                "/workspaces/new",
+                &[
+                    ("variables".into(), "NO_EQUALS".into()),
+                    ("devfile".into(), DEVFILE.into()),
+                    ("csrf_token".into(), csrf.clone()),
+                ],
+            )
+            .await;
+        assert!(
+            p.body.contains("id=\"variables-error\""),
+            "[{l}] {}",
+            p.body
+        );
+
+        // Script in a variable is text on the workspace's page.
+        let w = s
+            .workspace(
+                &alice_token,
+                json!({"name": "alices", "devfile": DEVFILE,
+                       "variables": [{"key": "X", "value": "<img src=x onerror=alert(1)>"}]}),
+            )
+            .await;
+        assert_eq!(w["name"], "alices");
+        let p = alice.get("/workspaces/alices").await;
+        assert_eq!(p.status, 200, "[{l}]");
+        assert!(
+            p.body.contains("&lt;img src=x onerror=alert(1)&gt;"),
+            "[{l}]"
+        );
+        assert!(!p.body.contains("<img src=x"), "[{l}]");
+        let list = alice.get("/").await;
+        assert!(list.body.contains("alices"), "[{l}]");
+
+        // Bob: not found, everywhere, in pages and forms alike.
+        let mut bob = signed_in(&s, "bob", "password-123").await;
+        let bobs = csrf_of(&bob.get("/").await);
+        for path in [
+            "/workspaces/alices",
+            "/workspaces/alices/logs",
+            "/workspaces/alices/events",
+            "/workspaces/alices/confirm/delete",
+            "/admin",
+            "/admin/agents/local",
+            "/no-such-page",
+        ] {
+            let p = bob.get(path).await;
+            assert_eq!(p.status, 404, "[{l}] {path}");
+        }
+        let p = bob.get("/").await;
+        assert!(!p.body.contains("alices"), "[{l}] bob's list");
+        for path in [
+            "/workspaces/alices/action/delete",
+            "/workspaces/alices/resize",
+            "/admin/agents",
+        ] {
+            let p = bob
+                .post_form(
+                    path,
+                    &[
+                        ("csrf_token".into(), bobs.clone()),
+                        ("name".into(), "x".into()),
+                    ],
+                )
+                .await;
+            assert_eq!(p.status, 404, "[{l}] {path}");
+        }
+        let (_, w) = s
+            .admin(Method::GET, "/api/v1/workspaces/alices", None)
+            .await;
+        assert_eq!(w["desired_state"], "Running", "[{l}] untouched");
+
+        // Alice stops it through the form; the API sees it.
+        let p = alice
+            .post_form(
+                "/workspaces/alices/action/stop",
+                &[("csrf_token".into(), csrf.clone())],
+            )
+            .await;
+        assert_eq!(p.status, 303, "[{l}] {}", p.body);
+        let (_, w) = s
+            .admin(Method::GET, "/api/v1/workspaces/alices", None)
+            .await;
+        assert_eq!(w["desired_state"], "Stopped", "[{l}]");
+        // A browser asking for an unknown page gets a page; an API client its JSON.
+        let p = bob
+            .send(
+                bob.http
+                    .get(format!("{}/nowhere", s.base))
+                    .header("accept", "text/html"),
+            )
+            .await;
+        assert!(p.body.contains("<h1>Not found</h1>"), "[{l}] {}", p.body);
+        let (st, j) = s.call(Method::GET, "/nowhere", None, None).await;
+        assert_eq!(
+            (st, j["error"]["code"].as_str()),
+            (404, Some("not_found")),
+            "[{l}]"
+        );
+        s.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn sign_in_is_throttled_like_the_api() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        let mut b = Browser::new(&s.base);
+        let mut last = None;
+        for _ in 0..20 {
+            let p = sign_in(&mut b, "admin", "not-the-password").await;
+            if p.status == 429 {
+                last = Some(p);
+                break;
+            }
+            assert_eq!(p.status, 401, "[{l}]");
+        }
+        let p = last.unwrap_or_else(|| panic!("[{l}] never throttled"));
+        assert!(p.headers.contains_key("retry-after"), "[{l}]");
+        assert!(p.body.contains("Too many failed sign-in attempts"), "[{l}]");
+        // Throttled even with the right password, as the API's session endpoint.
+        let p = sign_in(&mut b, "admin", &s.admin_password).await;
+        assert_eq!(p.status, 429, "[{l}]");
+        s.stop().await;
+    }
+}
+
+/// Reads server-sent events until one named `name` whose data contains `needle` arrives.
+async fn wait_for_event(resp: &mut reqwest::Response, name: &str, needle: &str) -> String {
+    let mut buf = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        while let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            let event = block
+                .lines()
+                .find_map(|l| l.strip_prefix("event: "))
+                .unwrap_or("");
+            let data: Vec<&str> = block
+                .lines()
+                .filter_map(|l| l.strip_prefix("data: ").or(l.strip_prefix("data:")))
+                .collect();
+            let data = data.join("\n");
+            if event == name && data.contains(needle) {
+                return data;
+            }
+        }
+        let chunk = tokio::time::timeout_at(deadline, resp.chunk())
+            .await
+            .unwrap_or_else(|_| panic!("no {name:?} event with {needle:?}; had {buf:?}"))
+            .expect("stream")
+            .expect("stream ended");
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+    }
+}
+
+#[tokio::test]
+async fn the_list_and_the_page_follow_changes_live() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        s.agent("local", json!({})).await;
+        let token = s.user("alice", &["api", "workspace"]).await;
+        let b = signed_in(&s, "alice", "password-123").await;
+        let events = |path: &str| {
+            b.http
+                .get(format!("{}{path}", s.base))
+                .header(reqwest::header::COOKIE, b.cookie_header())
+                .send()
+        };
+        let mut list = events("/events/workspaces").await.expect("events");
+        assert_eq!(list.status(), 200, "[{l}]");
+        assert!(list.headers()["content-type"]
+            .to_str()
+            .unwrap_or("")
+            .starts_with("text/event-stream"));
+        // With no digest of what the page showed, the rows come at once (the empty state).
+        wait_for_event(&mut list, "rows", "No workspaces yet").await;
+        // A workspace created elsewhere appears; a change to it comes as its row alone.
+        let w = s
+            .workspace(&token, json!({"name": "live-one", "devfile": DEVFILE}))
+            .await;
+        let id = w["id"].as_i64().expect("id");
+        let rows = wait_for_event(&mut list, "rows", "live-one").await;
+        assert!(
+            rows.contains(&format!("sse-swap=\"ws-{id}\"")),
+            "[{l}] {rows}"
+        );
+        let mut page = events(&format!("/workspaces/live-one/events?v={}", w["version"]))
+            .await
+            .expect("page events");
+        let (st, _) = s
+            .call(
+                Method::PUT,
+                "/api/v1/workspaces/live-one/desired_state",
+                Some(&token),
+                Some(json!({"desired_state": "Stopped"})),
+            )
+            .await;
+        assert_eq!(st, 200, "[{l}]");
+        let row = wait_for_event(&mut list, &format!("ws-{id}"), "Stopped").await;
+        assert!(
+            row.starts_with(&format!("<tr id=\"ws-{id}\"")),
+            "[{l}] {row}"
+        );
+        let live = wait_for_event(&mut page, "live", "Stopped").await;
+        assert!(
+            live.contains("/action/start"),
+            "[{l}] a Start button once stopping: {live}"
+        );
+        drop(list);
+        drop(page);
+        s.stop().await;
+    }
+}

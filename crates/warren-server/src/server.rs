@@ -71,6 +71,7 @@ impl Server {
         let db = Db::connect(&url, config.max_db_connections).await?;
         let store = Store::new(db, SecretBox::new(key));
         let state = AppState {
+            closing: CancellationToken::new(),
             store,
             clock,
             relay_secret: Arc::new(relay_secret),
@@ -222,6 +223,12 @@ impl Server {
         if let Ok(addr) = listener.local_addr() {
             tracing::info!(%addr, "warren server listening");
         }
+        let closing = self.state.closing.clone();
+        let closing_on = shutdown.clone();
+        tokio::spawn(async move {
+            closing_on.cancelled().await;
+            closing.cancel();
+        });
         let app = self.router();
         let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
         let result = axum::serve(listener, app)

@@ -110,6 +110,7 @@ async fn session_cookie_sign_out_and_security_headers() {
             ("warren.css", "text/css"),
             ("htmx.min.js", "text/javascript"),
             ("sse.min.js", "text/javascript"),
+            ("warren.js", "text/javascript"),
         ] {
             let href = home
                 .body
@@ -481,8 +482,48 @@ async fn the_list_and_the_page_follow_changes_live() {
             live.contains("/action/start"),
             "[{l}] a Start button once stopping: {live}"
         );
-        drop(list);
         drop(page);
+        // An open stream does not hold the server's graceful shutdown up.
+        tokio::time::timeout(Duration::from_secs(20), s.stop())
+            .await
+            .unwrap_or_else(|_| panic!("[{l}] shutdown waited on the live events"));
+        drop(list);
+    }
+}
+
+#[tokio::test]
+async fn the_list_shows_a_hundred_a_page() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        s.agent("local", json!({})).await;
+        let token = s.user("alice", &["api", "workspace"]).await;
+        for i in 0..105 {
+            s.workspace(
+                &token,
+                json!({"name": format!("w-{i:03}"), "devfile": DEVFILE}),
+            )
+            .await;
+        }
+        let mut b = signed_in(&s, "alice", "password-123").await;
+        let first = b.get("/").await;
+        assert_eq!(first.body.matches("<tr id=\"ws-").count(), 100, "[{l}]");
+        let next = first
+            .body
+            .split("href=\"/?after=")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or_else(|| panic!("[{l}] a link to the next page"));
+        let second = b.get(&format!("/?after={next}")).await;
+        assert_eq!(second.status, 200, "[{l}]");
+        assert_eq!(second.body.matches("<tr id=\"ws-").count(), 5, "[{l}]");
+        assert!(second.body.contains("First page"), "[{l}]");
+        assert!(!second.body.contains("href=\"/?after="), "[{l}] no further page");
+        assert!(
+            second.body.contains("/events/workspaces?v=")
+                && second.body.contains(&format!("&amp;after={next}")),
+            "[{l}] the page's live events follow its rows"
+        );
         s.stop().await;
     }
 }

@@ -134,16 +134,31 @@ fn with_warren_up_a_user_reaches_the_workspace_in_the_browser_terminal_ssh_and_s
         .await;
         let deadline = Instant::now() + Duration::from_secs(180);
         loop {
-            let w = api(&http, &base, Some(&alice.token), reqwest::Method::GET, &format!("/workspaces/{name}"), None).await;
+            let w = api(
+                &http,
+                &base,
+                Some(&alice.token),
+                reqwest::Method::GET,
+                &format!("/workspaces/{name}"),
+                None,
+            )
+            .await;
             if w["actual_state"] == "Running" {
                 break;
             }
-            assert!(Instant::now() < deadline, "workspace never ran: {w}\n{}", up.log());
+            assert!(
+                Instant::now() < deadline,
+                "workspace never ran: {w}\n{}",
+                up.log()
+            );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
 
         // The browser: sign in, then the workspace's own web server.
-        let chromium = Chromium::start().await.expect("Chromium").expect("installed");
+        let chromium = Chromium::start()
+            .await
+            .expect("Chromium")
+            .expect("installed");
         let mut tab = chromium.tab().await.expect("tab");
         let page = format!("http://8080-{name}.ws.localhost:{http_port}/");
         tab.goto(&page).await.expect("open the workspace URL");
@@ -152,47 +167,65 @@ fn with_warren_up_a_user_reaches_the_workspace_in_the_browser_terminal_ssh_and_s
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if tab
-                .wait_until("document.body && document.body.innerText.includes('served-by-workspace')", 5)
+                .wait_until(
+                    "document.body && document.body.innerText.includes('served-by-workspace')",
+                    5,
+                )
                 .await
                 .is_ok()
             {
                 break;
             }
-            assert!(Instant::now() < deadline, "no page from the workspace:\n{}", up.log());
+            assert!(
+                Instant::now() < deadline,
+                "no page from the workspace:\n{}",
+                up.log()
+            );
             tab.goto(&page).await.expect("reload");
         }
         assert_eq!(tab.url().await.expect("url"), page);
 
         // The web terminal: a real exec with a PTY in the Podman container.
-        tab.goto(&format!("http://terminal-{name}.ws.localhost:{http_port}/"))
-            .await
-            .expect("open the terminal");
-        tab.wait_until("document.body && document.body.dataset.state === 'connected'", 60)
-            .await
-            .expect("terminal connected");
-        tab.eval("window.warrenTerminal.input('echo warren-$((6*7)) $(id -u); tty\\r'); true")
+        support::terminal_shows(
+            &mut tab,
+            &format!("http://terminal-{name}.ws.localhost:{http_port}/"),
+            "echo warren-$((6*7)) $(id -u); tty\r",
+            "screen.includes('warren-42 5001') && screen.includes('/dev/pts/')",
+        )
+        .await;
+        tab.eval("window.warrenTerminal.input('exit 3\\r'); true")
             .await
             .expect("type");
-        let screen = "(() => { const b = window.warrenTerminal.buffer.active; let s = ''; \
-                      for (let i = 0; i < b.length; i++) { s += b.getLine(i).translateToString(true) + '\\n'; } \
-                      return s; })()";
-        tab.wait_until(&format!("{screen}.includes('warren-42 5001') && {screen}.includes('/dev/pts/')"), 60)
+        tab.wait_until("document.body.dataset.state === 'exited'", 60)
             .await
-            .expect("the command's output on a real terminal");
-        tab.eval("window.warrenTerminal.input('exit 3\\r'); true").await.expect("type");
-        tab.wait_until("document.body.dataset.state === 'exited'", 60).await.expect("exit");
-        assert_eq!(tab.eval("document.body.dataset.exitCode").await.expect("code"), "3");
+            .expect("exit");
+        assert_eq!(
+            tab.eval("document.body.dataset.exitCode")
+                .await
+                .expect("code"),
+            "3"
+        );
 
         // Bob, in his own browser, signs in and gets 404 for Alice's workspace.
-        let bobs = Chromium::start().await.expect("Chromium").expect("installed");
+        let bobs = Chromium::start()
+            .await
+            .expect("Chromium")
+            .expect("installed");
         let mut bob_tab = bobs.tab().await.expect("tab");
         bob_tab.goto(&page).await.expect("open");
         sign_in(&mut bob_tab, &bob.name, &bob.password).await;
         bob_tab
-            .wait_until("performance.getEntriesByType('navigation')[0].responseStatus === 404", 60)
+            .wait_until(
+                "performance.getEntriesByType('navigation')[0].responseStatus === 404",
+                60,
+            )
             .await
             .expect("404 for another user");
-        assert!(!bob_tab.text().await.expect("text").contains("served-by-workspace"));
+        assert!(!bob_tab
+            .text()
+            .await
+            .expect("text")
+            .contains("served-by-workspace"));
     });
 
     // SSH: exec with an exit status and stdin, then sftp both ways.

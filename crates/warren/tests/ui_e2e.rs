@@ -41,7 +41,32 @@ fn shots() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ui-screenshots")
 }
 
+/// Keeps a screenshot of the page, after checking what every page must have: a label for
+/// every control, a main landmark, one heading, and nothing wider than the window.
 async fn shot(tab: &mut Tab, name: &str) {
+    let unlabelled = tab
+        .eval(
+            "[...document.querySelectorAll('input:not([type=hidden]), select, textarea')] \
+             .filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label')) \
+             .map(e => e.outerHTML).join('\\n')",
+        )
+        .await
+        .expect("labels");
+    assert_eq!(unlabelled, "", "{name}: controls without a label");
+    assert_eq!(
+        tab.eval("document.querySelectorAll('main h1').length === 1 && document.querySelector('main') !== null")
+            .await
+            .expect("landmarks"),
+        true,
+        "{name}: one main landmark with one heading"
+    );
+    assert_eq!(
+        tab.eval("document.documentElement.scrollWidth <= window.innerWidth")
+            .await
+            .expect("width"),
+        true,
+        "{name}: wider than the window"
+    );
     tab.screenshot(&shots().join(format!("{name}.png")))
         .await
         .expect("screenshot");
@@ -182,7 +207,21 @@ fn a_new_user_creates_opens_stops_and_deletes_a_workspace_in_the_browser() {
         shot(&mut tab, "workspaces-running").await;
         tab.set_viewport(390, 844).await.expect("phone");
         shot(&mut tab, "workspaces-phone").await;
+        tab.goto(&format!("{base}/workspaces/{name}")).await.expect("page");
+        at(&mut tab, &format!("/workspaces/{name}")).await;
+        shot(&mut tab, "workspace-phone").await;
+        tab.goto(&format!("{base}/workspaces/new")).await.expect("new");
+        at(&mut tab, "/workspaces/new").await;
+        shot(&mut tab, "create-phone").await;
         tab.set_viewport(1280, 800).await.expect("viewport");
+
+        // Going back and forth between live pages many times keeps working: a page left
+        // behind must not keep its event stream (six would block the browser's requests).
+        for i in 0..8 {
+            let path = if i % 2 == 0 { format!("/workspaces/{name}") } else { "/".to_owned() };
+            tab.goto(&format!("{base}{path}")).await.expect("navigate");
+            at(&mut tab, &path).await;
+        }
 
         // Its page: the variable's script is text.
         tab.goto(&format!("{base}/workspaces/{name}")).await.expect("page");
@@ -218,19 +257,7 @@ fn a_new_user_creates_opens_stops_and_deletes_a_workspace_in_the_browser() {
         }
 
         // The terminal: a real shell in the container.
-        tab.goto(&terminal).await.expect("terminal");
-        tab.wait_until("document.body && document.body.dataset.state === 'connected'", 60)
-            .await
-            .expect("terminal connected");
-        tab.eval("window.warrenTerminal.input('echo ui-$((6*7))\\r'); true")
-            .await
-            .expect("type");
-        let screen = "(() => { const b = window.warrenTerminal.buffer.active; let s = ''; \
-                      for (let i = 0; i < b.length; i++) { s += b.getLine(i).translateToString(true) + '\\n'; } \
-                      return s; })()";
-        tab.wait_until(&format!("{screen}.includes('ui-42')"), 60)
-            .await
-            .expect("the command's output");
+        support::terminal_shows(&mut tab, &terminal, "echo ui-$((6*7))\r", "screen.includes('ui-42')").await;
 
         // Logs: the last lines, then followed.
         tab.goto(&format!("{base}/workspaces/{name}/logs")).await.expect("logs");

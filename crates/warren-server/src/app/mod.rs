@@ -53,6 +53,9 @@ pub struct AppState {
     pub changes: Arc<tokio::sync::watch::Sender<u64>>,
     /// Reads devfiles from projects' repositories (cached by commit).
     pub git: warren_git::GitReader,
+    /// Cancelled when the server begins to shut down: answers that would stream forever
+    /// (the web UI's live events) end, so the graceful shutdown does not wait on them.
+    pub closing: tokio_util::sync::CancellationToken,
 }
 
 impl AppState {

@@ -98,6 +98,33 @@ pub async fn sign_in(tab: &mut warren_testkit::browser::Tab, username: &str, pas
     .expect("submit the login form");
 }
 
+/// Opens the web terminal at `url`, types `input` into it (a real shell in the workspace)
+/// and waits until its screen shows `expect` (a JavaScript condition on `screen`, the text of
+/// every line).
+pub async fn terminal_shows(
+    tab: &mut warren_testkit::browser::Tab,
+    url: &str,
+    input: &str,
+    expect: &str,
+) {
+    tab.goto(url).await.expect("open the terminal");
+    tab.wait_until(
+        "document.body && document.body.dataset.state === 'connected'",
+        60,
+    )
+    .await
+    .expect("terminal connected");
+    tab.eval(&format!("window.warrenTerminal.input({input:?}); true"))
+        .await
+        .expect("type");
+    let screen = "(() => { const b = window.warrenTerminal.buffer.active; let s = ''; \
+                  for (let i = 0; i < b.length; i++) { s += b.getLine(i).translateToString(true) + '\\n'; } \
+                  return s; })()";
+    tab.wait_until(&format!("((screen) => {expect})({screen})"), 60)
+        .await
+        .expect("the command's output on a real terminal");
+}
+
 /// A workspace whose main container serves `served-by-workspace` with busybox httpd on its
 /// declared endpoint 8080.
 pub const WEB_DEVFILE: &str = r#"

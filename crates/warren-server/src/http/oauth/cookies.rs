@@ -24,6 +24,15 @@ pub fn get<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
         .filter(|v| !v.is_empty())
 }
 
+/// The pre-login cookie's value: the request's own when it has a plausible one (so several
+/// tabs of a login page keep working), else a new random one.
+pub fn prelogin_value(headers: &HeaderMap) -> String {
+    get(headers, PRELOGIN_COOKIE)
+        .filter(|c| c.len() >= 32 && c.len() <= 64)
+        .map(str::to_owned)
+        .unwrap_or_else(|| crate::crypto::random_secret(32))
+}
+
 /// A `Set-Cookie` value: HttpOnly, SameSite=Lax, `Secure` when the request came over TLS
 /// (as a reverse proxy in front reports it).
 pub fn set_cookie(name: &str, value: &str, path: &str, max_age_secs: i64, secure: bool) -> String {

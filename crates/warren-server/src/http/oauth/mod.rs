@@ -127,11 +127,7 @@ fn login_page(
     username: &str,
     error: Option<&str>,
 ) -> Response {
-    // Keep an existing pre-login cookie so several tabs keep working.
-    let prelogin = cookies::get(headers, cookies::PRELOGIN_COOKIE)
-        .filter(|c| c.len() >= 32 && c.len() <= 64)
-        .map(str::to_owned)
-        .unwrap_or_else(|| crate::crypto::random_secret(32));
+    let prelogin = cookies::prelogin_value(headers);
     let csrf = signed::login_csrf(key, &prelogin);
     let mut fields = p.pairs();
     fields.push(("csrf_token", &csrf));

@@ -34,12 +34,13 @@ struct Extra<'a> {
     key_text: &'a str,
 }
 
-async fn render(
-    state: &AppState,
-    viewer: &Viewer,
-    status: StatusCode,
-    extra: Extra<'_>,
-) -> Result<Response, UiError> {
+/// The page; its status says what happened (201 for a new token, a form error's status).
+async fn render(state: &AppState, viewer: &Viewer, extra: Extra<'_>) -> Result<Response, UiError> {
+    let status = match (extra.created, extra.token_error.or(extra.key_error)) {
+        (Some(_), _) => StatusCode::CREATED,
+        (None, Some(e)) => crate::http::error::status_of(e.kind),
+        (None, None) => StatusCode::OK,
+    };
     let now = Utc::now();
     let list = tokens::list(state, &viewer.who).await?;
     let keys = ssh_keys::list(state, &viewer.who).await?;
@@ -166,9 +167,17 @@ async fn render(
     Ok(layout::page(viewer, status, "Account", body))
 }
 
+/// Errors the forms show beside their fields (the rest get an error page).
+fn form_error(e: &AppError) -> bool {
+    matches!(
+        e.kind,
+        ErrorKind::Invalid | ErrorKind::Forbidden | ErrorKind::Conflict
+    )
+}
+
 /// `GET /account`
 pub async fn page(State(state): State<AppState>, viewer: Viewer) -> Result<Response, UiError> {
-    render(&state, &viewer, StatusCode::OK, Extra::default()).await
+    render(&state, &viewer, Extra::default()).await
 }
 
 #[derive(Debug, Default)]
@@ -228,40 +237,19 @@ pub async fn create_token(
         }
         Err(e) => Err(e),
     };
-    match result {
-        Ok(created) => {
-            let extra = Extra {
-                created: Some(&created),
-                ..Extra::default()
-            };
-            let mut r = render(&state, &viewer, StatusCode::CREATED, extra).await?;
-            // The secret is on this page only: never stored by the browser.
-            r.headers_mut().insert(
-                http::header::CACHE_CONTROL,
-                http::HeaderValue::from_static("no-store"),
-            );
-            Ok(r)
-        }
-        Err(e)
-            if matches!(
-                e.kind,
-                ErrorKind::Invalid | ErrorKind::Forbidden | ErrorKind::Conflict
-            ) =>
-        {
-            let extra = Extra {
-                token_error: Some(&e),
-                ..Extra::default()
-            };
-            render(
-                &state,
-                &viewer,
-                crate::http::error::status_of(e.kind),
-                extra,
-            )
-            .await
-        }
-        Err(e) => Err(e.into()),
-    }
+    // The secret is on the answer's page only (pages are never cached: `layout::secure`).
+    let extra = match &result {
+        Ok(created) => Extra {
+            created: Some(created),
+            ..Extra::default()
+        },
+        Err(e) if form_error(e) => Extra {
+            token_error: Some(e),
+            ..Extra::default()
+        },
+        Err(e) => return Err(e.clone().into()),
+    };
+    render(&state, &viewer, extra).await
 }
 
 /// `POST /account/tokens/{id}/revoke`
@@ -296,19 +284,13 @@ pub async fn add_ssh_key(
     };
     match ssh_keys::add(&state, &viewer.who, &req).await {
         Ok(_) => Ok(Redirect::to("/account").into_response()),
-        Err(e) if matches!(e.kind, ErrorKind::Invalid | ErrorKind::Conflict) => {
+        Err(e) if form_error(&e) => {
             let extra = Extra {
                 key_error: Some(&e),
                 key_text: &form.public_key,
                 ..Extra::default()
             };
-            render(
-                &state,
-                &viewer,
-                crate::http::error::status_of(e.kind),
-                extra,
-            )
-            .await
+            render(&state, &viewer, extra).await
         }
         Err(e) => Err(e.into()),
     }

@@ -46,13 +46,14 @@ struct Extra<'a> {
     agent_error: Option<&'a AppError>,
 }
 
-async fn render(
-    state: &AppState,
-    viewer: &Viewer,
-    status: StatusCode,
-    extra: Extra<'_>,
-) -> Result<Response, UiError> {
+/// The page; its status says what happened (201 for a new agent, a form error's status).
+async fn render(state: &AppState, viewer: &Viewer, extra: Extra<'_>) -> Result<Response, UiError> {
     admin_only(viewer)?;
+    let status = match (extra.created_agent, extra.user_error.or(extra.agent_error)) {
+        (Some(_), _) => StatusCode::CREATED,
+        (None, Some(e)) => crate::http::error::status_of(e.kind),
+        (None, None) => StatusCode::OK,
+    };
     let now = Utc::now();
     let accounts = users::list(state, &viewer.who).await?;
     let agent_list = agents::list(state, &viewer.who).await?;
@@ -177,7 +178,7 @@ fn quota_text(q: i64) -> String {
 
 /// `GET /admin`
 pub async fn page(State(state): State<AppState>, viewer: Viewer) -> Result<Response, UiError> {
-    render(&state, &viewer, StatusCode::OK, Extra::default()).await
+    render(&state, &viewer, Extra::default()).await
 }
 
 fn form_error(e: &AppError) -> bool {
@@ -217,13 +218,7 @@ pub async fn create_user(
                 user_error: Some(&e),
                 ..Extra::default()
             };
-            render(
-                &state,
-                &viewer,
-                crate::http::error::status_of(e.kind),
-                extra,
-            )
-            .await
+            render(&state, &viewer, extra).await
         }
         Err(e) => Err(e.into()),
     }
@@ -287,20 +282,14 @@ pub async fn create_agent(
                 created_agent: Some(&created),
                 ..Extra::default()
             };
-            render(&state, &viewer, StatusCode::CREATED, extra).await
+            render(&state, &viewer, extra).await
         }
         Err(e) if form_error(&e) => {
             let extra = Extra {
                 agent_error: Some(&e),
                 ..Extra::default()
             };
-            render(
-                &state,
-                &viewer,
-                crate::http::error::status_of(e.kind),
-                extra,
-            )
-            .await
+            render(&state, &viewer, extra).await
         }
         Err(e) => Err(e.into()),
     }

@@ -21,6 +21,11 @@ const ASSETS: &[Asset] = &[
         body: include_bytes!("../../../assets/warren.css"),
     },
     Asset {
+        name: "warren.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../../assets/warren.js"),
+    },
+    Asset {
         name: "htmx.min.js",
         content_type: "text/javascript; charset=utf-8",
         body: include_bytes!("../../../assets/vendor/htmx-2.0.11.min.js"),

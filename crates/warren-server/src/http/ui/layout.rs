@@ -51,6 +51,7 @@ fn head(title: &str) -> Markup {
             link rel="stylesheet" href=(assets::url("warren.css"));
             script src=(assets::url("htmx.min.js")) defer {}
             script src=(assets::url("sse.min.js")) defer {}
+            script src=(assets::url("warren.js")) defer {}
         }
     }
 }
@@ -158,6 +159,11 @@ pub fn state_badge(actual: ActualState, desired: DesiredState) -> Markup {
             @if !settled { span.desired { " → " (heading) } }
         }
     }
+}
+
+/// A time as its UTC date and minute, in a `<time>` element.
+pub fn date(t: DateTime<Utc>) -> Markup {
+    html! { time datetime=(t.to_rfc3339()) { (t.format("%Y-%m-%d %H:%M")) } }
 }
 
 /// A time as "3 min ago", with the exact time in a `<time>` element.

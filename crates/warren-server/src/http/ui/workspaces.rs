@@ -34,7 +34,9 @@ const DEFAULT_TAIL: u32 = 200;
 
 // ---- the list ----
 
-fn row(w: &Workspace, admin: bool, now: chrono::DateTime<Utc>) -> Markup {
+/// A row of the list. Nothing in it depends on the time of rendering (the creation time is
+/// a date, not "3 s ago"), so a row is sent again only when the workspace changed.
+fn row(w: &Workspace, admin: bool) -> Markup {
     let id = format!("ws-{}", w.id);
     let running = w.actual_state == ActualState::Running;
     html! {
@@ -48,7 +50,7 @@ fn row(w: &Workspace, admin: bool, now: chrono::DateTime<Utc>) -> Markup {
             @if admin { td { (w.owner_username) } }
             td { (w.agent_name) }
             td.resources { (resources_text(&w.resources)) }
-            td { (ago(w.created_at, now)) }
+            td { (layout::date(w.created_at)) }
             td.open {
                 @if running {
                     @if let Some(u) = &w.editor_url { a href=(u) rel="noopener" { "Editor" } " " }
@@ -70,19 +72,21 @@ fn resources_text(r: &WorkspaceResources) -> String {
     }
 }
 
-/// The rows of the list, with the empty state when there are none.
-fn rows(list: &[Workspace], admin: bool) -> (Markup, BTreeMap<String, String>) {
-    let now = Utc::now();
+/// The rows of the list, with the empty state when there are none (`later`: a page after
+/// the first, which says so instead).
+fn rows(list: &[Workspace], admin: bool, later: bool) -> (Markup, BTreeMap<String, String>) {
     let mut each = BTreeMap::new();
     let cols = if admin { 7 } else { 6 };
     let markup = html! {
-        @if list.is_empty() {
+        @if list.is_empty() && later {
+            tr.empty { td colspan=(cols) { "No more workspaces. " a href="/" { "Back to the first page" } } }
+        } @else if list.is_empty() {
             tr.empty { td colspan=(cols) {
                 "No workspaces yet — " a href="/workspaces/new" { "create one" } "."
             } }
         }
         @for w in list {
-            @let r = row(w, admin, now);
+            @let r = row(w, admin);
             ({ each.insert(w.id.to_string(), r.clone().into_string()); r })
         }
     };
@@ -93,16 +97,58 @@ fn digest(rows: &Markup) -> String {
     hex::encode(Sha256::digest(rows.0.as_bytes()))[..16].to_owned()
 }
 
+/// Rows a page of the list shows; the next ones are a link away (keyset pagination, as the
+/// API's cursor).
+const PAGE_SIZE: i64 = 100;
+
+#[derive(Debug, Default, Deserialize)]
+pub struct ListQuery {
+    /// The API's cursor: the page starts after this workspace.
+    #[serde(default)]
+    after: Option<String>,
+}
+
+/// One page of the list, as the domain's listing with the API's cursor.
+async fn list_window(
+    state: &AppState,
+    viewer: &Viewer,
+    after: Option<&str>,
+) -> Result<warren_types::api::Page<Workspace>, AppError> {
+    domain::list(
+        state,
+        &viewer.who,
+        &domain::ListRequest {
+            limit: Some(PAGE_SIZE),
+            cursor: after.map(str::to_owned),
+            ..domain::ListRequest::default()
+        },
+    )
+    .await
+}
+
+fn query_value(v: &str) -> String {
+    url::form_urlencoded::byte_serialize(v.as_bytes()).collect()
+}
+
 /// `GET /`
-pub async fn list_page(State(state): State<AppState>, viewer: Viewer) -> Result<Response, UiError> {
-    let list = domain::list_all(&state, &viewer.who).await?;
+pub async fn list_page(
+    State(state): State<AppState>,
+    viewer: Viewer,
+    Query(q): Query<ListQuery>,
+) -> Result<Response, UiError> {
+    let after = q.after.as_deref().filter(|a| !a.is_empty());
+    let window = list_window(&state, &viewer, after).await?;
     let admin = viewer.is_admin();
-    let (body, _) = rows(&list, admin);
+    let (body, _) = rows(&window.items, admin, after.is_some());
     let v = digest(&body);
+    let events = match after {
+        Some(a) => format!("/events/workspaces?v={v}&after={}", query_value(a)),
+        None => format!("/events/workspaces?v={v}"),
+    };
     let page = html! {
         p.actions { a.button.primary href="/workspaces/new" { "New workspace" } }
         div.table-wrap {
-            table.list hx-ext="sse" sse-connect=(format!("/events/workspaces?v={v}")) {
+            table.list hx-ext="sse" sse-connect=(events) {
                 caption.visually-hidden { "Your workspaces; states update live" }
                 thead { tr {
                     th scope="col" { "Name" }
@@ -116,6 +162,14 @@ pub async fn list_page(State(state): State<AppState>, viewer: Viewer) -> Result<
                 tbody id="rows" sse-swap="rows" aria-live="polite" { (body) }
             }
         }
+        @if after.is_some() || window.next_cursor.is_some() {
+            nav.pages aria-label="Pages of workspaces" {
+                @if after.is_some() { a href="/" { "← First page" } }
+                @if let Some(next) = &window.next_cursor {
+                    a href=(format!("/?after={}", query_value(next))) rel="next" { "Next " (PAGE_SIZE) " →" }
+                }
+            }
+        }
     };
     Ok(layout::page(&viewer, StatusCode::OK, "Workspaces", page))
 }
@@ -125,6 +179,9 @@ pub struct EventsQuery {
     /// Digest of the rows the page was rendered with: sent again only when they differ.
     #[serde(default)]
     v: Option<String>,
+    /// The page's cursor ([`ListQuery::after`]).
+    #[serde(default)]
+    after: Option<String>,
 }
 
 type EventStream =
@@ -140,6 +197,23 @@ fn event(name: impl Into<String>, html: &str) -> Event {
 
 fn sse(rx: tokio::sync::mpsc::Receiver<Result<Event, Infallible>>) -> EventStream {
     Sse::new(ReceiverStream::new(rx)).keep_alive(KeepAlive::default())
+}
+
+type EventSender = tokio::sync::mpsc::Sender<Result<Event, Infallible>>;
+
+/// The channel of an event stream, its first event already in it: the reconnection delay,
+/// sent at once so the answer's head and first bytes leave now. (A stream that stays silent
+/// until its first change keeps Chromium's connection to the server open after the page
+/// is gone, and six of those block every further request to the server.)
+fn live_channel(
+    capacity: usize,
+) -> (
+    EventSender,
+    tokio::sync::mpsc::Receiver<Result<Event, Infallible>>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::channel(capacity);
+    let _ = tx.try_send(Ok(Event::default().retry(Duration::from_secs(3))));
+    (tx, rx)
 }
 
 /// Waits for a change of this server's or the recheck timer.
@@ -164,7 +238,7 @@ pub async fn list_events(
     viewer: Viewer,
     Query(q): Query<EventsQuery>,
 ) -> EventStream {
-    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    let (tx, rx) = live_channel(16);
     tokio::spawn(async move {
         let admin = viewer.is_admin();
         let mut changes = state.changes.subscribe();
@@ -172,13 +246,14 @@ pub async fn list_events(
         let mut page_digest = q.v;
         loop {
             changes.borrow_and_update();
-            let list = match domain::list_all(&state, &viewer.who).await {
-                Ok(l) => l,
+            let after = q.after.as_deref().filter(|a| !a.is_empty());
+            let list = match list_window(&state, &viewer, after).await {
+                Ok(l) => l.items,
                 // The account was disabled or the database is away: end; the browser
                 // reconnects and the page shows what is wrong.
                 Err(_) => return,
             };
-            let (all, each) = rows(&list, admin);
+            let (all, each) = rows(&list, admin, after.is_some());
             let events: Vec<Event> = match &sent {
                 None if page_digest.take().as_deref() == Some(digest(&all).as_str()) => vec![],
                 Some(prev) if prev.keys().eq(each.keys()) => each
@@ -199,6 +274,8 @@ pub async fn list_events(
                 _ = next_change(&mut changes) => {}
                 // Cancel-safe: `closed` only watches the channel.
                 _ = tx.closed() => return,
+                // Cancel-safe: a token's wait holds nothing. The server is shutting down.
+                _ = state.closing.cancelled() => return,
             }
         }
     });
@@ -606,7 +683,7 @@ pub async fn show_events(
 ) -> Result<EventStream, UiError> {
     // Not found is answered now, as a page would be.
     let first = domain::get(&state, &viewer.who, &name).await?;
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let (tx, rx) = live_channel(4);
     tokio::spawn(async move {
         let mut changes = state.changes.subscribe();
         let mut shown = q.v;
@@ -624,6 +701,8 @@ pub async fn show_events(
                 _ = next_change(&mut changes) => {}
                 // Cancel-safe: `closed` only watches the channel.
                 _ = tx.closed() => return,
+                // Cancel-safe: a token's wait holds nothing. The server is shutting down.
+                _ = state.closing.cancelled() => return,
             }
             changes.borrow_and_update();
             w = match domain::get(&state, &viewer.who, &name).await {
@@ -861,7 +940,7 @@ pub async fn logs_stream(
         follow: true,
     };
     let logs = domain::logs(&state, &viewer.who, &name, &req).await;
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    let (tx, rx) = live_channel(64);
     tokio::spawn(async move {
         let line = |text: &str| event("line", &html! { (text) "\n" }.into_string());
         match logs {
@@ -883,6 +962,8 @@ pub async fn logs_stream(
                         },
                         // Cancel-safe: `closed` only watches the channel.
                         _ = tx.closed() => return,
+                        // Cancel-safe: a token's wait holds nothing. The server is shutting down.
+                        _ = state.closing.cancelled() => break,
                     }
                 }
             }

@@ -114,15 +114,8 @@ pub fn workspace(w: &Workspace) -> String {
     workspace_with_editor(w, None)
 }
 
-/// What the workspace's own output last said about its editor (`warren: …` lines of the
-/// startup script): that it started, or why it did not.
-pub fn editor_status(container_output: &[u8]) -> Option<String> {
-    String::from_utf8_lossy(container_output)
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("warren: "))
-        .rfind(|l| l.contains("editor"))
-        .map(str::to_owned)
-}
+/// What the workspace's own output last said about its editor.
+pub use warren_types::config::editor_status;
 
 /// [`workspace`], with the editor's status as the workspace's output gives it.
 pub fn workspace_with_editor(w: &Workspace, editor_status: Option<&str>) -> String {
@@ -440,16 +433,6 @@ pub fn user(u: &User) -> String {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_editor_status_is_the_last_word_of_the_startup_on_it() {
-        let output = b"server log line\nwarren: starting the editor (code-server 4.100.3) on port 13337, opening /projects/app\n\
-                       more\nwarren: editor not started: image x has no glibc\n";
-        assert_eq!(
-            editor_status(output).as_deref(),
-            Some("editor not started: image x has no glibc")
-        );
-        assert_eq!(editor_status(b"nothing about it\nwarren: other\n"), None);
-    }
     use warren_types::api::{Page, Variable, VariableKind, WorkspaceResources};
     use warren_types::{ActualState, AgentId, DesiredState, UserId, WorkspaceId};
 

@@ -518,11 +518,57 @@ async fn the_list_shows_a_hundred_a_page() {
         assert_eq!(second.status, 200, "[{l}]");
         assert_eq!(second.body.matches("<tr id=\"ws-").count(), 5, "[{l}]");
         assert!(second.body.contains("First page"), "[{l}]");
-        assert!(!second.body.contains("href=\"/?after="), "[{l}] no further page");
+        assert!(
+            !second.body.contains("href=\"/?after="),
+            "[{l}] no further page"
+        );
         assert!(
             second.body.contains("/events/workspaces?v=")
                 && second.body.contains(&format!("&amp;after={next}")),
             "[{l}] the page's live events follow its rows"
+        );
+        s.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn a_user_changes_their_password() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        s.user("alice", &["api"]).await;
+        let mut b = signed_in(&s, "alice", "password-123").await;
+        let csrf = csrf_of(&b.get("/account").await);
+        let change = |current: &str, new: &str| {
+            vec![
+                ("current_password".to_owned(), current.to_owned()),
+                ("new_password".to_owned(), new.to_owned()),
+                ("csrf_token".to_owned(), csrf.clone()),
+            ]
+        };
+        let p = b
+            .post_form(
+                "/account/password",
+                &change("wrong-one-123", "new-password-456"),
+            )
+            .await;
+        assert_eq!(p.status, 400, "[{l}] {}", p.body);
+        assert!(p.body.contains("id=\"current_password-error\""), "[{l}]");
+        let p = b
+            .post_form(
+                "/account/password",
+                &change("password-123", "new-password-456"),
+            )
+            .await;
+        assert_eq!(p.status, 200, "[{l}] {}", p.body);
+        assert!(p.body.contains("Password changed."), "[{l}]");
+        let mut again = Browser::new(&s.base);
+        assert_eq!(
+            sign_in(&mut again, "alice", "new-password-456")
+                .await
+                .status,
+            303,
+            "[{l}]"
         );
         s.stop().await;
     }

@@ -67,6 +67,17 @@ impl Default for AgentConfig {
 /// The name of the editor endpoint added to every workspace that has one (devfiles cannot use
 /// it: names starting `warren-` are Warren's).
 pub const EDITOR_ENDPOINT: &str = "warren-editor";
+/// What a workspace's own output last said about its editor (the startup script's
+/// `warren: …` lines): that it started, or why it did not. `warren ws show` and the web UI's
+/// workspace page show it.
+pub fn editor_status(container_output: &[u8]) -> Option<String> {
+    String::from_utf8_lossy(container_output)
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("warren: "))
+        .rfind(|l| l.contains("editor"))
+        .map(str::to_owned)
+}
+
 /// The pod volume holding the injected tools, and the init container that fills it.
 pub const TOOLS_VOLUME: &str = "warren-tools";
 /// Where the tools volume is mounted (read-only in the main container, writable only in the
@@ -245,6 +256,17 @@ impl Default for SecurityConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_editor_status_is_the_last_word_of_the_startup_on_it() {
+        let output = b"server log line\nwarren: starting the editor (code-server 4.100.3) on port 13337, opening /projects/app\n\
+                       more\nwarren: editor not started: image x has no glibc\n";
+        assert_eq!(
+            editor_status(output).as_deref(),
+            Some("editor not started: image x has no glibc")
+        );
+        assert_eq!(editor_status(b"nothing about it\nwarren: other\n"), None);
+    }
 
     #[test]
     fn empty_document_is_the_default_and_typos_are_refused() {

@@ -4,14 +4,17 @@
 use super::layout::{self, ago, csrf, field_error, invalid};
 use super::session::{Posted, Viewer};
 use super::UiError;
-use crate::app::{ssh_keys, tokens, workspaces, AppError, AppState, ErrorKind};
+use crate::app::{ssh_keys, tokens, users, workspaces, AppError, AppState, ErrorKind};
+use crate::http::client_addr::ClientAddr;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use chrono::Utc;
 use http::StatusCode;
 use maud::html;
 use serde::Deserialize;
-use warren_types::api::{AddSshKeyRequest, CreateTokenRequest, CreatedToken, TokenScope};
+use warren_types::api::{
+    AddSshKeyRequest, ChangePasswordRequest, CreateTokenRequest, CreatedToken, TokenScope,
+};
 use warren_types::ActualState;
 
 /// Where OpenSSH is told to read the pinned host keys (as `warren ws ssh-config` does).
@@ -32,11 +35,17 @@ struct Extra<'a> {
     token_error: Option<&'a AppError>,
     key_error: Option<&'a AppError>,
     key_text: &'a str,
+    password_error: Option<&'a AppError>,
+    password_changed: bool,
 }
 
 /// The page; its status says what happened (201 for a new token, a form error's status).
 async fn render(state: &AppState, viewer: &Viewer, extra: Extra<'_>) -> Result<Response, UiError> {
-    let status = match (extra.created, extra.token_error.or(extra.key_error)) {
+    let error = extra
+        .token_error
+        .or(extra.key_error)
+        .or(extra.password_error);
+    let status = match (extra.created, error) {
         (Some(_), _) => StatusCode::CREATED,
         (None, Some(e)) => crate::http::error::status_of(e.kind),
         (None, None) => StatusCode::OK,
@@ -144,6 +153,29 @@ async fn render(state: &AppState, viewer: &Viewer, extra: Extra<'_>) -> Result<R
                     input type="text" id="key_name" name="name" placeholder="the key's comment";
                 }
                 button.primary type="submit" { "Add key" }
+            }
+        }
+        section aria-labelledby="password-h" {
+            h2 id="password-h" { "Password" }
+            @if extra.password_changed { p.notice role="status" { "Password changed." } }
+            form.card method="post" action="/account/password" {
+                (csrf(viewer))
+                @let current_err = extra.password_error.filter(|e| e.field.as_deref() == Some("current_password")).map(|e| e.message.clone());
+                @let new_err = extra.password_error.filter(|e| e.field.as_deref() != Some("current_password")).map(|e| e.message.clone());
+                div.field {
+                    label for="current_password" { "Current password" }
+                    input type="password" id="current_password" name="current_password" required autocomplete="current-password"
+                        aria-invalid=[current_err.as_ref().map(|_| "true")] aria-describedby=[current_err.as_ref().map(|_| "current_password-error")];
+                    (field_error("current_password", current_err.as_deref()))
+                }
+                div.field {
+                    label for="new_password" { "New password" }
+                    input type="password" id="new_password" name="new_password" required autocomplete="new-password"
+                        aria-invalid=[new_err.as_ref().map(|_| "true")] aria-describedby=[new_err.as_ref().map(|_| "new_password-error")];
+                    (field_error("new_password", new_err.as_deref()))
+                }
+                label { input type="checkbox" name="revoke_sessions" value="true"; " Also sign out everywhere and revoke every token" }
+                button.primary type="submit" { "Change password" }
             }
         }
         section aria-labelledby="ssh-h" {
@@ -307,4 +339,47 @@ pub async fn delete_ssh_key(
         .map_err(|_| UiError::App(AppError::not_found(format!("SSH key {id}"))))?;
     ssh_keys::delete(&state, &posted.viewer.who, id).await?;
     Ok(Redirect::to("/account").into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct PasswordForm {
+    #[serde(default)]
+    current_password: String,
+    #[serde(default)]
+    new_password: String,
+    #[serde(default)]
+    revoke_sessions: Option<String>,
+}
+
+/// `POST /account/password`: throttled like a sign-in; revoking sessions signs this browser
+/// out too.
+pub async fn change_password(
+    State(state): State<AppState>,
+    ClientAddr(addr): ClientAddr,
+    Posted { viewer, form }: Posted<PasswordForm>,
+) -> Result<Response, UiError> {
+    let revoke = form.revoke_sessions.is_some();
+    let req = ChangePasswordRequest {
+        current_password: form.current_password,
+        new_password: form.new_password,
+        revoke_sessions: revoke,
+    };
+    match users::change_password(&state, &viewer.who, &req, addr).await {
+        Ok(()) if revoke => Ok(Redirect::to("/login").into_response()),
+        Ok(()) => {
+            let extra = Extra {
+                password_changed: true,
+                ..Extra::default()
+            };
+            render(&state, &viewer, extra).await
+        }
+        Err(e) if form_error(&e) || e.kind == ErrorKind::TooManyRequests => {
+            let extra = Extra {
+                password_error: Some(&e),
+                ..Extra::default()
+            };
+            render(&state, &viewer, extra).await
+        }
+        Err(e) => Err(e.into()),
+    }
 }

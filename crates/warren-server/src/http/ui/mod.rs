@@ -53,6 +53,7 @@ pub fn router() -> Router<AppState> {
         )
         .route("/account", get(account::page))
         .route("/account/tokens", post(account::create_token))
+        .route("/account/password", post(account::change_password))
         .route("/account/tokens/{id}/revoke", post(account::revoke_token))
         .route("/account/ssh-keys", post(account::add_ssh_key))
         .route(

@@ -592,13 +592,34 @@ pub async fn show(
     Path(name): Path<String>,
 ) -> Result<Response, UiError> {
     let w = domain::get(&state, &viewer.who, &name).await?;
+    let editor = editor_note(&state, &viewer, &w).await;
     Ok(workspace_page(
         &viewer,
         &w,
         StatusCode::OK,
         None,
         &ResizeForm::default(),
+        editor.as_deref(),
     ))
+}
+
+/// What a running workspace's output says about its editor (started, or why not), as
+/// `warren ws show` says it; `None` when the output cannot be read at once (the page does
+/// not wait long for it).
+async fn editor_note(state: &AppState, viewer: &Viewer, w: &Workspace) -> Option<String> {
+    if w.actual_state != ActualState::Running || w.editor_url.is_none() {
+        return None;
+    }
+    let req = LogsRequest {
+        tail: Some(200),
+        container: None,
+        follow: false,
+    };
+    let read = domain::logs(state, &viewer.who, &w.name, &req);
+    match tokio::time::timeout(Duration::from_secs(2), read).await {
+        Ok(Ok(Logs::Text(t))) => warren_types::config::editor_status(&t),
+        _ => None,
+    }
 }
 
 fn workspace_page(
@@ -607,6 +628,7 @@ fn workspace_page(
     status: StatusCode,
     resize_error: Option<&AppError>,
     resize: &ResizeForm,
+    editor: Option<&str>,
 ) -> Response {
     let now = Utc::now();
     let base = format!("/workspaces/{}", w.name);
@@ -620,6 +642,13 @@ fn workspace_page(
     let body = html! {
         div hx-ext="sse" sse-connect=(format!("{base}/events?v={}", w.version)) {
             (live_panel(w, viewer))
+        }
+        @if let Some(e) = editor {
+            @if e.starts_with("editor not started") {
+                p.warning role="status" { "Editor: " (e) }
+            } @else {
+                p.hint { "Editor: " (e) }
+            }
         }
         h2 { "Logs" }
         p { a href=(format!("{base}/logs")) { "Recent output" } " · " a href=(format!("{base}/logs?follow=true")) { "Follow output" } }
@@ -843,7 +872,7 @@ pub async fn resize(
         Err(e) if is_form_error(&e) => {
             let w = domain::get(&state, &viewer.who, &name).await?;
             let status = crate::http::error::status_of(e.kind);
-            Ok(workspace_page(&viewer, &w, status, Some(&e), &form))
+            Ok(workspace_page(&viewer, &w, status, Some(&e), &form, None))
         }
         Err(e) => Err(e.into()),
     }

@@ -130,6 +130,8 @@ fn a_new_user_creates_opens_stops_and_deletes_a_workspace_in_the_browser() {
         let chromium = Chromium::start().await.expect("Chromium").expect("installed");
         let mut tab = chromium.tab().await.expect("tab");
         tab.set_viewport(1280, 800).await.expect("viewport");
+        // Network events (event-stream messages among them) are kept for a failure's report.
+        tab.call("Network.enable", serde_json::json!({})).await.expect("network events");
 
         // The printed URL sends a stranger to sign in; the username field has the focus, so
         // the keyboard alone signs in.
@@ -195,10 +197,32 @@ fn a_new_user_creates_opens_stops_and_deletes_a_workspace_in_the_browser() {
         tab.goto(&url).await.expect("list");
         at(&mut tab, "/").await;
         tab.eval("window.__samePage = 'yes'; true").await.expect("mark");
+        // The workspace's own run first (the engine's part), then the row (the UI's part),
+        // so a failure says which of the two did not happen.
+        let deadline = Instant::now() + Duration::from_secs(240);
+        loop {
+            let w = api(&http, &base, Some(&admin_token), reqwest::Method::GET, &format!("/workspaces/{name}"), None).await;
+            if w["actual_state"] == "Running" {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the workspace never ran: {w}\npodman: {}\n{}",
+                support::podman(&["ps", "-a", "--format", "{{.Names}} {{.Status}}"]),
+                up.log()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
         let row = format!("document.getElementById('rows').querySelector('[data-state=Running]') !== null && document.getElementById('rows').innerText.includes({name:?})");
-        tab.wait_until(&row, 240)
-            .await
-            .unwrap_or_else(|e| panic!("the row never showed Running: {e}\n{}", up.log()));
+        if let Err(e) = tab.wait_until(&row, 15).await {
+            let streams: Vec<String> = tab
+                .events
+                .iter()
+                .filter(|e| e["method"].as_str().is_some_and(|m| m.starts_with("Network.eventSource") || m == "Network.loadingFailed"))
+                .map(|e| e.to_string())
+                .collect();
+            panic!("the workspace runs but its row never showed it: {e}\nevent-stream events: {streams:#?}\n{}", up.log());
+        }
         assert_eq!(
             tab.eval("window.__samePage").await.expect("marker"),
             "yes",

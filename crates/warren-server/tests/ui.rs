@@ -474,8 +474,8 @@ async fn the_list_and_the_page_follow_changes_live() {
         assert_eq!(st, 200, "[{l}]");
         let row = wait_for_event(&mut list, &format!("ws-{id}"), "Stopped").await;
         assert!(
-            row.starts_with(&format!("<tr id=\"ws-{id}\"")),
-            "[{l}] {row}"
+            row.starts_with("<th scope=\"row\"><a href=\"/workspaces/live-one\">"),
+            "[{l}] the row's cells: {row}"
         );
         let live = wait_for_event(&mut page, "live", "Stopped").await;
         assert!(

@@ -34,31 +34,35 @@ const DEFAULT_TAIL: u32 = 200;
 
 // ---- the list ----
 
-/// A row of the list. Nothing in it depends on the time of rendering (the creation time is
-/// a date, not "3 s ago"), so a row is sent again only when the workspace changed.
-fn row(w: &Workspace, admin: bool) -> Markup {
-    let id = format!("ws-{}", w.id);
+/// A row's cells. Nothing in them depends on the time of rendering (the creation time is a
+/// date, not "3 s ago"), so a row is sent again only when the workspace changed.
+fn cells(w: &Workspace, admin: bool) -> Markup {
     let running = w.actual_state == ActualState::Running;
     html! {
-        tr id=(id) sse-swap=(id) hx-swap="outerHTML" {
-            th scope="row" { a href=(format!("/workspaces/{}", w.name)) { (w.name) } }
-            td {
-                (state_badge(w.actual_state, w.desired_state))
-                @if let Some(r) = &w.failure_reason { p.reason { (r) } }
-                @if let Some(f) = &w.agent_fault { p.reason { "Agent: " (f) } }
-            }
-            @if admin { td { (w.owner_username) } }
-            td { (w.agent_name) }
-            td.resources { (resources_text(&w.resources)) }
-            td { (layout::date(w.created_at)) }
-            td.open {
-                @if running {
-                    @if let Some(u) = &w.editor_url { a href=(u) rel="noopener" { "Editor" } " " }
-                    @if let Some(u) = &w.terminal_url { a href=(u) rel="noopener" { "Terminal" } }
-                }
+        th scope="row" { a href=(format!("/workspaces/{}", w.name)) { (w.name) } }
+        td {
+            (state_badge(w.actual_state, w.desired_state))
+            @if let Some(r) = &w.failure_reason { p.reason { (r) } }
+            @if let Some(f) = &w.agent_fault { p.reason { "Agent: " (f) } }
+        }
+        @if admin { td { (w.owner_username) } }
+        td { (w.agent_name) }
+        td.resources { (resources_text(&w.resources)) }
+        td { (layout::date(w.created_at)) }
+        td.open {
+            @if running {
+                @if let Some(u) = &w.editor_url { a href=(u) rel="noopener" { "Editor" } " " }
+                @if let Some(u) = &w.terminal_url { a href=(u) rel="noopener" { "Terminal" } }
             }
         }
     }
+}
+
+/// A row: its element stays and only its cells are swapped (`innerHTML`), so a second
+/// change arriving while the first is being swapped in still finds the row listening (an
+/// `outerHTML` swap lost it: the new row is not listening yet for a moment).
+fn row(id: &str, cells: &Markup) -> Markup {
+    html! { tr id=(id) sse-swap=(id) hx-swap="innerHTML" { (cells) } }
 }
 
 fn resources_text(r: &WorkspaceResources) -> String {
@@ -86,8 +90,8 @@ fn rows(list: &[Workspace], admin: bool, later: bool) -> (Markup, BTreeMap<Strin
             } }
         }
         @for w in list {
-            @let r = row(w, admin);
-            ({ each.insert(w.id.to_string(), r.clone().into_string()); r })
+            @let c = cells(w, admin);
+            ({ each.insert(w.id.to_string(), c.clone().into_string()); row(&format!("ws-{}", w.id), &c) })
         }
     };
     (markup, each)
@@ -532,13 +536,18 @@ fn is_form_error(e: &AppError) -> bool {
 
 // ---- one workspace ----
 
-/// The part of a workspace's page that changes with its state: state, links, actions.
+/// The part of a workspace's page that changes with its state: state, links, actions. Its
+/// element stays and its contents are swapped, as a list row's.
 fn live_panel(w: &Workspace, viewer: &Viewer) -> Markup {
+    html! { div id="live" sse-swap="live" hx-swap="innerHTML" { (live_contents(w, viewer)) } }
+}
+
+fn live_contents(w: &Workspace, viewer: &Viewer) -> Markup {
     let running = w.actual_state == ActualState::Running;
     let terminated = w.desired_state == DesiredState::Terminated;
     let base = format!("/workspaces/{}", w.name);
     html! {
-        div id="live" sse-swap="live" hx-swap="outerHTML" {
+        div.live-body {
             p.state-line { "State: " (state_badge(w.actual_state, w.desired_state)) }
             @if let Some(r) = &w.failure_reason { p.error role="alert" { (r) } }
             @if let Some(f) = &w.agent_fault {
@@ -720,7 +729,7 @@ pub async fn show_events(
         loop {
             if shown != Some(w.version) {
                 shown = Some(w.version);
-                let html = live_panel(&w, &viewer).into_string();
+                let html = live_contents(&w, &viewer).into_string();
                 if tx.send(Ok(event("live", &html))).await.is_err() {
                     return;
                 }

@@ -22,8 +22,8 @@ mod render;
 mod yaml;
 
 pub use model::{
-    Command, CommandAction, Container, Devfile, DevfileEndpoint, EnvVar, Exposure, Protocol,
-    Volume, VolumeMount,
+    Command, CommandAction, Container, Devfile, DevfileEndpoint, DevfileProject, EnvVar, Exposure,
+    Notice, ProjectOrigin, Protocol, Volume, VolumeMount,
 };
 pub use parse::check_structure;
 pub use render::{
@@ -250,6 +250,36 @@ pub fn summary(devfile: &Devfile) -> String {
     }
     if !devfile.post_start.is_empty() {
         let _ = writeln!(s, "postStart: {}", devfile.post_start.join(", "));
+    }
+    let origin = |p: &DevfileProject| match &p.origin {
+        ProjectOrigin::Git { url, revision } => match revision {
+            Some(r) => format!("{} from {url} at {r}", p.clone_path),
+            None => format!("{} from {url}", p.clone_path),
+        },
+        ProjectOrigin::Zip { location } => format!("{} from {location} (zip)", p.clone_path),
+    };
+    if !devfile.projects.is_empty() {
+        let list: Vec<String> = devfile.projects.iter().map(origin).collect();
+        let _ = writeln!(
+            s,
+            "projects (fetched at the first start): {}",
+            list.join(", ")
+        );
+    }
+    if let Some(first) = devfile.starter_projects.first() {
+        let _ = writeln!(
+            s,
+            "starter project (cloned when the workspace has no project repository): {}{}",
+            origin(first),
+            first
+                .sub_dir
+                .as_ref()
+                .map(|d| format!(", keeping {d}"))
+                .unwrap_or_default()
+        );
+    }
+    for n in &devfile.notices {
+        let _ = writeln!(s, "notice: {n}");
     }
     s
 }

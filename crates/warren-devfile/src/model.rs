@@ -21,6 +21,57 @@ pub struct Devfile {
     pub post_start: Vec<String>,
     /// Index into `containers` of the main container.
     pub main: usize,
+    /// `projects` (and `dependentProjects`): cloned or extracted under the sources root at
+    /// the first start, beside the workspace's own project.
+    #[serde(default)]
+    pub projects: Vec<DevfileProject>,
+    /// `starterProjects`: the first is cloned when the workspace has no project repository.
+    #[serde(default)]
+    pub starter_projects: Vec<DevfileProject>,
+    /// What Warren accepted without acting on it, and the choices it made for the file.
+    #[serde(default)]
+    pub notices: Vec<Notice>,
+}
+
+/// A project the devfile names: where it comes from and where it goes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DevfileProject {
+    pub name: String,
+    /// Its directory under the sources root (`clonePath`; by default its name).
+    pub clone_path: String,
+    pub origin: ProjectOrigin,
+    /// A starter project's directory to keep, the rest of the source dropped (`subDir`).
+    pub sub_dir: Option<String>,
+}
+
+/// Where a project comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ProjectOrigin {
+    /// A Git repository: the remote checked out (`checkoutFrom.remote`, or the only one) and
+    /// the revision (`checkoutFrom.revision`: a branch, tag or commit; else the default
+    /// branch).
+    Git {
+        url: String,
+        revision: Option<String>,
+    },
+    /// A zip archive, downloaded and extracted.
+    Zip { location: String },
+}
+
+/// Something of the devfile Warren accepts without acting on it, or a choice Warren made
+/// for it: listed by `warren devfile validate` and with a created workspace, never dropped
+/// in silence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Notice {
+    /// Where in the devfile (`components`, `starterProjects[0]`, …).
+    pub path: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for Notice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
 }
 
 impl Devfile {

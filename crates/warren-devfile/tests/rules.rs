@@ -88,21 +88,6 @@ fn syntax_errors_and_non_mappings() {
 #[test]
 fn unsupported_features_are_refused_by_name() {
     let cases = [
-        (
-            "starterProjects:\n  - name: s\n    git: {remotes: {origin: https://x}}\n",
-            "starterProjects",
-            "starterProjects",
-        ),
-        (
-            "projects:\n  - name: p\n    git: {remotes: {origin: https://x}}\n",
-            "projects",
-            "projects",
-        ),
-        (
-            "dependentProjects:\n  - name: p\n    zip: {location: https://x}\n",
-            "dependentProjects",
-            "dependentProjects",
-        ),
         ("parent: {id: nodejs}\n", "parent", "parent"),
         (
             "attributes: {pod-overrides: {spec: {}}}\n",
@@ -229,8 +214,32 @@ fn reserved_names() {
 
 #[test]
 fn main_container_rule() {
+    // Several containers and none marked: the one with the most endpoints, else the first;
+    // said in a notice.
     let two = format!("{BASE}  - name: side\n    container: {{image: busybox}}\n");
-    assert_error(&two, "components", "none is marked as the main one");
+    let d = parse_devfile(&two).unwrap();
+    assert_eq!(d.main_container().name, "dev");
+    assert!(
+        d.notices.iter().any(|n| n.path == "components"
+            && n.message.contains("Warren chose \"dev\" (it is the first")),
+        "{:?}",
+        d.notices
+    );
+    let served = format!(
+        "{BASE}  - name: web\n    container:\n      image: busybox\n      endpoints: [{{name: http, targetPort: 8080}}]\n"
+    );
+    let d = parse_devfile(&served).unwrap();
+    assert_eq!(d.main_container().name, "web");
+    assert!(summary(&d).contains("notice: components: 2 containers (dev, web) and none is marked as the main one: Warren chose \"web\" (it has the most endpoints)"), "{}", summary(&d));
+    let unmounted = served.replace(
+        "      image: busybox\n      endpoints",
+        "      image: busybox\n      mountSources: false\n      endpoints",
+    );
+    assert_eq!(
+        parse_devfile(&unmounted).unwrap().main_container().name,
+        "dev",
+        "the main container must mount the sources"
+    );
     let marked = two.replace(
         "  - name: side\n",
         "  - name: side\n    attributes: {warren.dev/main: true}\n",
@@ -400,12 +409,25 @@ fn variables_are_substituted_and_unknown_ones_named() {
         "components[0].container.image",
         "{{nope}}",
     );
+    // Elsewhere an undefined variable is left as written, with a notice.
+    let d = parse_devfile(&format!(
+        "{BASE}      env: [{{name: A, value: 'x{{{{nope}}}}'}}]\n"
+    ))
+    .unwrap();
+    assert_eq!(d.main_container().env[0].value, "x{{nope}}");
+    assert!(
+        d.notices
+            .iter()
+            .any(|n| n.path == "components[0].container.env[0].value"
+                && n.message.contains("left as written")),
+        "{:?}",
+        d.notices
+    );
 }
 
 #[test]
 fn every_error_is_reported_at_once() {
-    let text =
-        format!("{BASE}      memoryLimit: lots\n      cpuLimit: lots\nstarterProjects: []\n");
+    let text = format!("{BASE}      memoryLimit: lots\n      cpuLimit: lots\nparent: {{id: x}}\n");
     assert!(errors(&text).0.len() >= 3);
 }
 
@@ -834,4 +856,97 @@ fn the_deployment_says_when_a_workspace_is_usable() {
         "{BASE}      command: [sh, -c, \"exec my-daemon\"]\n"
     ));
     assert_eq!(d["spec"]["minReadySeconds"], 1, "{d}");
+}
+
+#[test]
+fn projects_and_starter_projects_are_accepted_and_checked() {
+    let text = format!(
+        "{BASE}projects:\n  - name: app\n    git:\n      remotes: {{origin: https://example.com/app.git, fork: https://example.com/fork.git}}\n      checkoutFrom: {{remote: fork, revision: v1.2}}\n  - name: docs\n    clonePath: extra/docs\n    zip: {{location: https://example.com/docs.zip}}\ndependentProjects:\n  - name: lib\n    git: {{remotes: {{origin: git@example.com:lib.git}}}}\nstarterProjects:\n  - name: hello\n    description: a greeting\n    subDir: src/hello\n    git: {{remotes: {{origin: https://example.com/starters.git}}}}\n"
+    );
+    let d = parse_devfile(&text).unwrap_or_else(|e| panic!("{e}"));
+    let paths: Vec<&str> = d.projects.iter().map(|p| p.clone_path.as_str()).collect();
+    assert_eq!(paths, ["app", "extra/docs", "lib"]);
+    assert_eq!(
+        d.projects[0].origin,
+        warren_devfile::ProjectOrigin::Git {
+            url: "https://example.com/fork.git".into(),
+            revision: Some("v1.2".into())
+        }
+    );
+    assert_eq!(d.starter_projects[0].sub_dir.as_deref(), Some("src/hello"));
+    let s = summary(&d);
+    assert!(s.contains("projects (fetched at the first start): app from https://example.com/fork.git at v1.2, extra/docs from https://example.com/docs.zip (zip), lib from git@example.com:lib.git"), "{s}");
+    assert!(s.contains("starter project (cloned when the workspace has no project repository): hello from https://example.com/starters.git, keeping src/hello"), "{s}");
+    assert!(
+        s.contains("notice: projects[0].git.remotes: project \"app\": only the remote checked out"),
+        "{s}"
+    );
+    assert!(s.contains("notice: starterProjects[0].description"), "{s}");
+
+    let p = |body: &str| format!("{BASE}projects:\n  - name: p\n{body}");
+    assert_error(
+        &p("    git: {remotes: {a: https://x/a, b: https://x/b}}\n"),
+        "projects[0].git.checkoutFrom.remote",
+        "several remotes",
+    );
+    assert_error(
+        &p("    git: {remotes: {a: https://x/a}, checkoutFrom: {remote: b}}\n"),
+        "projects[0].git.checkoutFrom.remote",
+        "not among",
+    );
+    assert_error(
+        &p("    git: {remotes: {a: /srv/repo}}\n"),
+        "projects[0].git.remotes",
+        "not a Git URL",
+    );
+    assert_error(
+        &p("    git: {remotes: {a: https://x/a}, checkoutFrom: {revision: --upload-pack=x}}\n"),
+        "projects[0].git.checkoutFrom.revision",
+        "not starting with `-`",
+    );
+    assert_error(
+        &p("    clonePath: ../outside\n    git: {remotes: {a: https://x/a}}\n"),
+        "projects[0].clonePath",
+        "`..`",
+    );
+    assert_error(
+        &p("    clonePath: /etc\n    git: {remotes: {a: https://x/a}}\n"),
+        "projects[0].clonePath",
+        "relative",
+    );
+    assert_error(
+        &p("    zip: {location: ftp://x/a.zip}\n"),
+        "projects[0].zip.location",
+        "http",
+    );
+    assert_error(
+        &format!("{BASE}projects:\n  - name: a\n    git: {{remotes: {{o: https://x/a}}}}\n  - name: b\n    clonePath: a\n    git: {{remotes: {{o: https://x/b}}}}\n"),
+        "projects[1]",
+        "same directory",
+    );
+}
+
+#[test]
+fn projects_decide_project_source_when_the_workspace_has_none() {
+    let text = format!("{BASE}starterProjects:\n  - name: hello\n    git: {{remotes: {{origin: https://example.com/s.git}}}}\n");
+    let d = parse_devfile(&text).unwrap();
+    let config = AgentConfig::default();
+    // With a project repository the starter is not used.
+    let with_project =
+        warren_devfile::objects_to_yaml(&render(&d, &request(&config, &[])).unwrap().objects);
+    assert!(
+        with_project.contains("value: /projects/demo") && !with_project.contains("project hello"),
+        "{with_project}"
+    );
+    let mut req = request(&config, &[]);
+    req.project = None;
+    let y = warren_devfile::objects_to_yaml(&render(&d, &req).unwrap().objects);
+    assert!(
+        y.contains("value: /projects/hello"),
+        "PROJECT_SOURCE is the starter's directory:\n{y}"
+    );
+    assert!(
+        y.contains("cloning project hello (shallow)"),
+        "the startup script clones the starter:\n{y}"
+    );
 }

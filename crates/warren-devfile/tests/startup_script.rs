@@ -97,7 +97,12 @@ fn wait_for(path: &Path, needle: &str) -> String {
 
 /// The rendered startup script of the `tools` container, cloning `project`.
 fn main_script(project: Option<ProjectSource<'_>>) -> String {
-    let d = parse_devfile(DEVFILE).expect("valid");
+    main_script_of(DEVFILE, project)
+}
+
+/// The rendered startup script of the `tools` container of `devfile`.
+fn main_script_of(devfile: &str, project: Option<ProjectSource<'_>>) -> String {
+    let d = parse_devfile(devfile).expect("valid");
     let cfg = AgentConfig::default();
     let mut req = request(&cfg, &[]);
     req.project = project;
@@ -263,4 +268,90 @@ fn startup_script_explains_a_missing_editor_on_the_container_output() {
         "editor not started",
     );
     assert!(log.contains("startup of container tools done"), "{log}");
+}
+
+/// The devfile's own projects and its starter project, fetched by the real script with real
+/// `git`: a project at a branch of the remote checked out, a starter reduced to its
+/// sub-directory (no workspace project, so the starter is used), and nothing touched on a
+/// second start.
+#[test]
+fn startup_script_clones_the_devfiles_projects_and_starter() {
+    if !have("sh") || !have("git") {
+        eprintln!("skipping: needs sh and git");
+        return;
+    }
+    let tmp = TempDir::new("projects");
+    let app = tmp.0.join("app");
+    std::fs::create_dir_all(&app).unwrap();
+    git(&app, &["init", "--quiet"]);
+    std::fs::write(app.join("README"), "main branch\n").unwrap();
+    git(&app, &["add", "README"]);
+    git(&app, &["commit", "--quiet", "-m", "one"]);
+    git(&app, &["checkout", "--quiet", "-b", "feature"]);
+    std::fs::write(app.join("README"), "feature branch\n").unwrap();
+    git(&app, &["commit", "--quiet", "-am", "two"]);
+    git(&app, &["checkout", "--quiet", "main"]);
+    let starters = tmp.0.join("starters");
+    std::fs::create_dir_all(starters.join("src/hello")).unwrap();
+    git(&starters, &["init", "--quiet"]);
+    std::fs::write(starters.join("src/hello/hello.txt"), "hi\n").unwrap();
+    std::fs::write(starters.join("TOP"), "not kept\n").unwrap();
+    git(&starters, &["add", "."]);
+    git(&starters, &["commit", "--quiet", "-m", "s"]);
+    let devfile = format!(
+        "schemaVersion: 2.2.0\ncomponents:\n  - name: tools\n    container: {{image: busybox}}\nprojects:\n  - name: app\n    clonePath: apps/app\n    git:\n      remotes: {{origin: 'file://{}', other: https://example.invalid/x.git}}\n      checkoutFrom: {{remote: origin, revision: feature}}\nstarterProjects:\n  - name: hello\n    subDir: src/hello\n    git: {{remotes: {{origin: 'file://{}'}}}}\n",
+        app.display(),
+        starters.display()
+    );
+    let script = main_script_of(&devfile, None);
+    let root = tmp.0.join("ws");
+    let projects = root.join("projects");
+    std::fs::create_dir_all(&projects).unwrap();
+    let script_path = root.join("start-tools.sh");
+    std::fs::write(&script_path, script).unwrap();
+    let home = prepared_home(&root);
+    let log = projects.join(".warren/logs/tools.log");
+    let run = || {
+        let _ = std::fs::remove_file(&log);
+        let status = Command::new("sh")
+            .arg(&script_path)
+            .arg("true")
+            .env("HOME", &home)
+            .env("PROJECTS_ROOT", &projects)
+            .env("PROJECT_SOURCE", projects.join("apps/app"))
+            .status()
+            .expect("sh runs");
+        assert!(status.success());
+        wait_for(&log, "startup of container tools ")
+    };
+    let text = run();
+    assert!(
+        text.contains("cloned project app into") && text.contains("cloned project hello into"),
+        "{text}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(projects.join("apps/app/README")).unwrap(),
+        "feature branch\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(projects.join("hello/hello.txt")).unwrap(),
+        "hi\n"
+    );
+    assert!(
+        !projects.join("hello/TOP").exists(),
+        "only the starter's sub-directory is kept"
+    );
+    let _ = wait_for(&log, "unshallow");
+
+    std::fs::write(projects.join("apps/app/README"), "mine\n").unwrap();
+    let text = run();
+    assert!(
+        text.contains("project app already present")
+            && text.contains("project hello already present"),
+        "{text}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(projects.join("apps/app/README")).unwrap(),
+        "mine\n"
+    );
 }

@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use warren_types::quantity::{parse_cpu_millis, parse_memory_bytes};
 
 type Errors = Vec<DevfileError>;
+mod projects;
 mod raw;
 mod schema;
 mod variables;
@@ -36,12 +37,17 @@ pub(crate) fn parse(text: &str) -> Result<Devfile, DevfileErrors> {
     let mut errors = Errors::new();
     // Unknown references are reported and left as they are; the later stages still run so
     // the user sees every problem at once.
-    substitute(&mut value, &raw.variables, "", &mut errors);
+    let mut notices = Vec::new();
+    substitute(&mut value, &raw.variables, "", &mut errors, &mut notices);
     // Substitution only changes string contents, so the structure still holds.
     let raw = structure(&value).map_err(DevfileErrors)?;
     let devfile = semantics(raw, &mut errors);
     match devfile {
-        Some(d) if errors.is_empty() => Ok(d),
+        Some(mut d) if errors.is_empty() => {
+            notices.append(&mut d.notices);
+            d.notices = notices;
+            Ok(d)
+        }
         _ => Err(DevfileErrors(errors)),
     }
 }
@@ -432,13 +438,27 @@ fn semantics(raw: RawDevfile, errors: &mut Errors) -> Option<Devfile> {
     }
 
     for key in &raw.refused_keys {
-        let why = match *key {
-            "parent" => "Warren does not fetch parent devfiles; inline what you need from the parent and remove `parent`",
-            "projects" => "a workspace gets exactly one project, its own repository, which Warren clones into /projects; remove `projects`",
-            "starterProjects" => "starter projects are templates for creating a new project; a Warren workspace clones its project's repository instead, so remove `starterProjects`",
-            _ => "Warren clones only the workspace's own project; remove `dependentProjects`",
-        };
-        errors.push(unsupported(*key, &format!("`{key}` is"), why));
+        errors.push(unsupported(
+            *key,
+            &format!("`{key}` is"),
+            "Warren does not fetch parent devfiles yet; inline what you need from the parent and remove `parent`",
+        ));
+    }
+    let mut notices = Vec::new();
+    let devfile_projects = projects::projects(&raw.projects, false, errors, &mut notices);
+    let starter_projects = projects::projects(&raw.starter_projects, true, errors, &mut notices);
+    if let Some(clash) = starter_projects.iter().find(|s| {
+        devfile_projects
+            .iter()
+            .any(|p| p.clone_path == s.clone_path)
+    }) {
+        errors.push(DevfileError::new(
+            "starterProjects",
+            format!(
+                "starter project {:?} would go to the same directory as a project ({})",
+                clash.name, clash.clone_path
+            ),
+        ));
     }
 
     // Container and volume details.
@@ -736,16 +756,46 @@ fn semantics(raw: RawDevfile, errors: &mut Errors) -> Option<Devfile> {
             None
         }
         ([], many) => {
+            // A deterministic choice: among the containers that mount the sources (the
+            // main one must), the one with the most endpoints, the first of equals.
             let names: Vec<&str> = many.iter().map(|i| containers[*i].name.as_str()).collect();
-            errors.push(DevfileError::new(
-                "components",
-                format!(
-                    "{} containers ({}) and none is marked as the main one; add the attribute `warren.dev/main: true` to one of them",
+            let pool: Vec<usize> = many
+                .iter()
+                .copied()
+                .filter(|i| containers[*i].mount_sources)
+                .collect();
+            let pool = if pool.is_empty() { many.to_vec() } else { pool };
+            let most = pool
+                .iter()
+                .map(|i| containers[*i].endpoints.len())
+                .max()
+                .unwrap_or(0);
+            let chosen = pool
+                .iter()
+                .copied()
+                .find(|i| containers[*i].endpoints.len() == most)
+                .unwrap_or(many[0]);
+            let why = if most > 0
+                && pool
+                    .iter()
+                    .filter(|i| containers[**i].endpoints.len() == most)
+                    .count()
+                    == 1
+            {
+                "it has the most endpoints"
+            } else {
+                "it is the first that mounts the sources"
+            };
+            notices.push(Notice {
+                path: "components".into(),
+                message: format!(
+                    "{} containers ({}) and none is marked as the main one: Warren chose {:?} ({why}); mark one with the attribute `warren.dev/main: true` to choose",
                     names.len(),
-                    names.join(", ")
+                    names.join(", "),
+                    containers[chosen].name
                 ),
-            ));
-            None
+            });
+            Some(chosen)
         }
         (many, _) => {
             let names: Vec<&str> = many.iter().map(|i| containers[*i].name.as_str()).collect();
@@ -804,6 +854,9 @@ fn semantics(raw: RawDevfile, errors: &mut Errors) -> Option<Devfile> {
         pre_start,
         post_start,
         main,
+        projects: devfile_projects,
+        starter_projects,
+        notices,
     })
 }
 

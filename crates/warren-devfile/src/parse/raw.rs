@@ -290,6 +290,9 @@ pub(super) struct RawDevfile {
     pub(super) components: Vec<RawComponent>,
     pub(super) commands: Vec<RawCommand>,
     pub(super) events: Option<RawEvents>,
-    /// Present top-level keys Warren refuses (`parent`, `projects`, …).
+    /// Present top-level keys Warren refuses (`parent`).
     pub(super) refused_keys: Vec<&'static str>,
+    /// `projects` and `dependentProjects` (with their paths), then `starterProjects`.
+    pub(super) projects: Vec<(String, RawProject)>,
+    pub(super) starter_projects: Vec<(String, RawProject)>,
 }

@@ -477,9 +477,14 @@ pub(super) fn structure(value: &Value) -> Result<RawDevfile, Errors> {
                             }
                             if p.git.is_some() == p.zip.is_some() {
                                 errors.push(DevfileError::new(
-                                    path,
+                                    path.clone(),
                                     "a project must have exactly one of git, zip",
                                 ));
+                            }
+                            if key == "starterProjects" {
+                                raw.starter_projects.push((path, p));
+                            } else {
+                                raw.projects.push((path, p));
                             }
                         }
                     }
@@ -489,11 +494,6 @@ pub(super) fn structure(value: &Value) -> Result<RawDevfile, Errors> {
                     format!("invalid type: {}, expected a sequence", kind_of(other)),
                 )),
             }
-            raw.refused_keys.push(match key {
-                "projects" => "projects",
-                "starterProjects" => "starterProjects",
-                _ => "dependentProjects",
-            });
         }
     }
     if let Some(v) = top.get("parent") {

@@ -10,20 +10,29 @@ use std::collections::BTreeMap;
 // ---------------------------------------------------------------------------------------------
 
 /// Replaces `{{name}}` in every string (not in `variables` itself, not in keys).
+///
+/// A reference to an undefined variable is left as written, as the devfile specification
+/// says (published devfiles rely on tools to define some): a notice, except in an image
+/// name, where it is an error (no image by that name can exist).
 pub(super) fn substitute(
     value: &mut Value,
     vars: &BTreeMap<String, String>,
     path: &str,
     errors: &mut Errors,
+    notices: &mut Vec<Notice>,
 ) {
     match value {
         Value::String(s) if s.contains("{{") => match substitute_str(s, vars) {
             Ok(new) => *s = new,
-            Err(msg) => errors.push(DevfileError::new(path, msg)),
+            Err(msg) if path.ends_with(".image") => errors.push(DevfileError::new(path, msg)),
+            Err(msg) => notices.push(Notice {
+                path: path.to_owned(),
+                message: format!("{msg}; left as written"),
+            }),
         },
         Value::Array(items) => {
             for (i, item) in items.iter_mut().enumerate() {
-                substitute(item, vars, &format!("{path}[{i}]"), errors);
+                substitute(item, vars, &format!("{path}[{i}]"), errors, notices);
             }
         }
         Value::Object(map) => {
@@ -36,7 +45,7 @@ pub(super) fn substitute(
                 } else {
                     format!("{path}.{k}")
                 };
-                substitute(v, vars, &p, errors);
+                substitute(v, vars, &p, errors, notices);
             }
         }
         _ => {}

@@ -578,9 +578,22 @@ pub fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rendered, Re
     }
 
     // The pod.
+    // `PROJECT_SOURCE`: the workspace's project, else the devfile's first project, else the
+    // starter project cloned in their place (the devfile specification's order).
+    let project_dir = req
+        .project
+        .as_ref()
+        .map(|p| p.name)
+        .or_else(|| devfile.projects.first().map(|p| p.clone_path.as_str()))
+        .or_else(|| {
+            devfile
+                .starter_projects
+                .first()
+                .map(|p| p.clone_path.as_str())
+        });
     let build = |c: &Container, name: String, with_scripts: bool| {
         let res = res_by_name.get(c.name.as_str());
-        pod::container(c, name, with_scripts, req, &env_secret, res)
+        pod::container(c, name, with_scripts, req, project_dir, &env_secret, res)
     };
     let mut containers = Vec::new();
     // A command with no port to probe is ready only after running a moment (below).

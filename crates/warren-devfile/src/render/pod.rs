@@ -78,12 +78,13 @@ pub(super) fn container(
     name: String,
     with_scripts: bool,
     req: &RenderRequest<'_>,
+    project_dir: Option<&str>,
     env_secret: &str,
     res: Option<&Res>,
 ) -> core::Container {
     let cfg = req.agent_config;
-    let project_source = |c: &Container| match &req.project {
-        Some(p) => format!("{}/{}", c.source_mapping.trim_end_matches('/'), p.name),
+    let project_source = |c: &Container| match project_dir {
+        Some(p) => format!("{}/{}", c.source_mapping.trim_end_matches('/'), p),
         None => c.source_mapping.clone(),
     };
     let sec = security_context(cfg);

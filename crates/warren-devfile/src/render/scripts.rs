@@ -98,6 +98,160 @@ const DOTFILES: &str = r#"  if [ -n "${WARREN_DOTFILES_URL:-}" ] && [ -n "${HOME
   fi
 "#;
 
+/// One fetch of the startup script: into `dest` (a shell word, relative to the sources
+/// root), through a temporary directory, never over an existing one.
+struct Fetch<'a> {
+    /// The project's name, for the log (a checked name: DNS-label characters).
+    label: &'a str,
+    dest: &'a str,
+    /// Name of the temporary directory under `$state`.
+    tmp: &'a str,
+    /// Shell words (quoted literals or quoted variables).
+    url: &'a str,
+    git_ref: &'a str,
+    sub_dir: Option<&'a str>,
+    /// The image, made safe for a double-quoted log line.
+    image: &'a str,
+}
+
+/// After a successful fetch into `$tmp`: keeps the sub-directory asked for, and moves the
+/// result to `$dest`.
+fn place(f: &Fetch<'_>, verb: &str) -> String {
+    let from = match f.sub_dir {
+        Some(d) => format!("\"$tmp\"/{}", sh_quote(d)),
+        None => "\"$tmp\"".into(),
+    };
+    format!(
+        r#"      if [ -d {from} ] && mkdir -p "$(dirname "$dest")" && mv {from} "$dest"; then
+        say "{verb} project {label} into $dest"
+      else
+        say "project {label}: {missing}"
+      fi
+"#,
+        label = f.label,
+        missing = match f.sub_dir {
+            Some(d) => format!(
+                "its sub-directory {} is not in the source",
+                d.replace(['"', '`', '$', '\\'], "_")
+            ),
+            None => "moving it into place failed".into(),
+        },
+    )
+}
+
+/// Clones a Git repository (shallow: by branch or tag, else by commit; then unshallowed in
+/// the background when the whole clone is kept).
+fn git_fetch(f: &Fetch<'_>) -> String {
+    let mut s = format!(
+        r#"  dest="$root"/{dest}
+  tmp="$state"/{tmp}-{label}
+  url={url}
+  ref={git_ref}
+  if [ -e "$dest" ]; then
+    say "project {label} already present in $dest, not cloning"
+  elif ! command -v git >/dev/null 2>&1; then
+    say "cannot clone project {label}: git is not installed in image {image}"
+  else
+    rm -rf "$tmp"
+    say "cloning project {label} (shallow)"
+    if {{ [ -n "$ref" ] && git clone --quiet --depth 1 --branch "$ref" -- "$url" "$tmp"; }} ||
+       {{ [ -z "$ref" ] && git clone --quiet --depth 1 -- "$url" "$tmp"; }} ||
+       {{ rm -rf "$tmp" && git init --quiet "$tmp" && git -C "$tmp" remote add origin "$url" &&
+          git -C "$tmp" fetch --quiet --depth 1 origin "$ref" && git -C "$tmp" checkout --quiet FETCH_HEAD; }}; then
+"#,
+        dest = f.dest,
+        tmp = f.tmp,
+        label = f.label,
+        url = f.url,
+        git_ref = f.git_ref,
+        image = f.image,
+    );
+    s.push_str(&place(f, "cloned"));
+    if f.sub_dir.is_none() {
+        s.push_str(&format!(
+            r#"      [ -d "$dest/.git" ] && (
+        git -C "$dest" config remote.origin.fetch '+refs/heads/*:refs/remotes/origin/*' &&
+          git -C "$dest" fetch --quiet --unshallow --tags origin && say "unshallowed project {label}" ||
+          say "unshallowing project {label} failed; the shallow clone stays usable"
+      ) &
+"#,
+            label = f.label
+        ));
+    }
+    s.push_str(&format!(
+        r#"    else
+      say "cloning project {label} failed (see the messages above)"
+    fi
+    rm -rf "$tmp"
+  fi
+"#,
+        label = f.label
+    ));
+    s
+}
+
+/// Downloads and extracts a zip archive (curl or wget, then unzip, from the image).
+fn zip_fetch(f: &Fetch<'_>) -> String {
+    let mut s = format!(
+        r#"  dest="$root"/{dest}
+  tmp="$state"/{tmp}-{label}
+  url={url}
+  if [ -e "$dest" ]; then
+    say "project {label} already present in $dest, not downloading"
+  else
+    rm -rf "$tmp" "$tmp.zip" && mkdir -p "$tmp"
+    say "downloading project {label}"
+    if {{ command -v curl >/dev/null 2>&1 && curl -fsSL -o "$tmp.zip" -- "$url"; }} ||
+       {{ command -v wget >/dev/null 2>&1 && wget -q -O "$tmp.zip" "$url"; }}; then
+      if unzip -q "$tmp.zip" -d "$tmp"; then
+"#,
+        dest = f.dest,
+        tmp = f.tmp,
+        label = f.label,
+        url = f.url,
+    );
+    s.push_str(&place(f, "extracted"));
+    s.push_str(&format!(
+        r#"      else
+        say "extracting project {label} failed: image {image} needs unzip, and the download must be a zip archive"
+      fi
+    else
+      say "downloading project {label} failed: image {image} needs curl or wget, and the location must be reachable"
+    fi
+    rm -rf "$tmp" "$tmp.zip"
+  fi
+"#,
+        label = f.label,
+        image = f.image,
+    ));
+    s
+}
+
+/// The fetch of one of the devfile's projects.
+fn project_fetch(p: &crate::model::DevfileProject, tmp: &str, image: &str) -> String {
+    let dest = sh_quote(&p.clone_path);
+    match &p.origin {
+        crate::model::ProjectOrigin::Git { url, revision } => git_fetch(&Fetch {
+            label: &p.name,
+            dest: &dest,
+            tmp,
+            url: &sh_quote(url),
+            git_ref: &sh_quote(revision.as_deref().unwrap_or("")),
+            sub_dir: p.sub_dir.as_deref(),
+            image,
+        }),
+        crate::model::ProjectOrigin::Zip { location } => zip_fetch(&Fetch {
+            label: &p.name,
+            dest: &dest,
+            tmp,
+            url: &sh_quote(location),
+            git_ref: "''",
+            sub_dir: p.sub_dir.as_deref(),
+            image,
+        }),
+    }
+}
+
 pub(super) fn startup_script(
     devfile: &Devfile,
     c: &Container,
@@ -132,44 +286,34 @@ pub(super) fn startup_script(
     let _ = writeln!(s, "  say \"starting container {}\"", c.name);
     let _ = writeln!(s, "  ok=1");
     if c.main {
+        let image = c.image.replace(['\n', '"', '`', '$', '\\'], "_");
         if let Some(p) = &req.project {
-            let dest = sh_quote(p.name);
-            let _ = write!(
-                s,
-                r#"  dest="$root"/{dest}
-  tmp="$root"/.warren/clone-{name}
-  url="$WARREN_PROJECT_GIT_URL"
-  ref="$WARREN_PROJECT_GIT_REF"
-  if [ -e "$dest" ]; then
-    say "project {name} already present in $dest, not cloning"
-  elif ! command -v git >/dev/null 2>&1; then
-    say "cannot clone project {name}: git is not installed in image {image}"
-  else
-    rm -rf "$tmp"
-    say "cloning project {name} (shallow)"
-    if {{ [ -n "$ref" ] && git clone --quiet --depth 1 --branch "$ref" -- "$url" "$tmp"; }} ||
-       {{ [ -z "$ref" ] && git clone --quiet --depth 1 -- "$url" "$tmp"; }} ||
-       {{ rm -rf "$tmp" && git init --quiet "$tmp" && git -C "$tmp" remote add origin "$url" &&
-          git -C "$tmp" fetch --quiet --depth 1 origin "$ref" && git -C "$tmp" checkout --quiet FETCH_HEAD; }}; then
-      mv "$tmp" "$dest" && say "cloned project {name} into $dest"
-      (
-        git -C "$dest" config remote.origin.fetch '+refs/heads/*:refs/remotes/origin/*' &&
-          git -C "$dest" fetch --quiet --unshallow --tags origin && say "unshallowed project {name}" ||
-          say "unshallowing project {name} failed; the shallow clone stays usable"
-      ) &
-    else
-      rm -rf "$tmp"
-      say "cloning project {name} failed (see the messages above)"
-    fi
-  fi
-"#,
-                name = p.name.replace(['\n', '"', '`', '$', '\\'], "_"),
-                image = c.image.replace(['\n', '"', '`', '$', '\\'], "_"),
-            );
+            s.push_str(&git_fetch(&Fetch {
+                label: p.name,
+                dest: &sh_quote(p.name),
+                tmp: "clone",
+                url: "\"$WARREN_PROJECT_GIT_URL\"",
+                git_ref: "\"$WARREN_PROJECT_GIT_REF\"",
+                sub_dir: None,
+                image: &image,
+            }));
+        }
+        for (i, p) in devfile.projects.iter().enumerate() {
+            s.push_str(&project_fetch(p, &format!("project-{i}"), &image));
+        }
+        // A starter project starts a workspace that has no repository of its own.
+        if req.project.is_none() {
+            if let Some(p) = devfile.starter_projects.first() {
+                s.push_str(&project_fetch(p, "starter", &image));
+            }
         }
         let _ = writeln!(s, "  touch \"$state/cloned\"");
         s.push_str(DOTFILES);
-    } else if c.mount_sources && req.project.is_some() {
+    } else if c.mount_sources
+        && (req.project.is_some()
+            || !devfile.projects.is_empty()
+            || !devfile.starter_projects.is_empty())
+    {
         let _ = writeln!(
             s,
             "  i=0; while [ ! -e \"$state/cloned\" ] && [ \"$i\" -lt 600 ]; do sleep 1; i=$((i+1)); done"

@@ -284,15 +284,19 @@ pub async fn create_token(
     render(&state, &viewer, extra).await
 }
 
+/// The id in a form's path; one that does not parse names nothing, so it is not found.
+fn path_id<T: std::str::FromStr>(what: &str, id: &str) -> Result<T, UiError> {
+    id.parse()
+        .map_err(|_| UiError::App(AppError::not_found(format!("{what} {id}"))))
+}
+
 /// `POST /account/tokens/{id}/revoke`
 pub async fn revoke_token(
     State(state): State<AppState>,
     Path(id): Path<String>,
     posted: Posted<serde::de::IgnoredAny>,
 ) -> Result<Response, UiError> {
-    let id = id
-        .parse()
-        .map_err(|_| UiError::App(AppError::not_found(format!("token {id}"))))?;
+    let id = path_id("token", &id)?;
     tokens::revoke(&state, &posted.viewer.who, id).await?;
     Ok(Redirect::to("/account").into_response())
 }
@@ -334,9 +338,7 @@ pub async fn delete_ssh_key(
     Path(id): Path<String>,
     posted: Posted<serde::de::IgnoredAny>,
 ) -> Result<Response, UiError> {
-    let id = id
-        .parse()
-        .map_err(|_| UiError::App(AppError::not_found(format!("SSH key {id}"))))?;
+    let id = path_id("SSH key", &id)?;
     ssh_keys::delete(&state, &posted.viewer.who, id).await?;
     Ok(Redirect::to("/account").into_response())
 }

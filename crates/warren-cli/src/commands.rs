@@ -1118,6 +1118,9 @@ async fn ws_create(c: &Client, out: Format, a: WsCreateArgs) -> Result<(), CliEr
             "Workspace {:?} created on agent {:?}.",
             w.name, w.agent_name
         );
+        for n in &w.notices {
+            eprintln!("notice: {n}");
+        }
     }
     finish_action(c, out, w, Goal::Running, &a.wait).await
 }

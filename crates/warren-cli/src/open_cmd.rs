@@ -153,6 +153,7 @@ mod tests {
             },
             variables: vec![],
             version: 1,
+            notices: vec![],
         }
     }
 

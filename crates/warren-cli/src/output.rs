@@ -164,6 +164,9 @@ pub fn workspace_with_editor(w: &Workspace, editor_status: Option<&str>) -> Stri
         };
         rows.push(("Variable", format!("{} ({kind}) = {value}", v.key)));
     }
+    for n in &w.notices {
+        rows.push(("Notice", n.clone()));
+    }
     rows.push(("Created", time(&w.created_at)));
     rows.push(("Updated", time(&w.updated_at)));
     rows.push((
@@ -473,6 +476,7 @@ mod tests {
                 value: None,
             }],
             version: 1,
+            notices: vec![],
         }
     }
 

@@ -280,6 +280,7 @@ mod tests {
             resources: WorkspaceResources::default(),
             variables: vec![],
             version: 1,
+            notices: vec![],
         }
     }
 

@@ -1385,3 +1385,54 @@ async fn watching_a_workspace_answers_on_its_next_change() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_workspace_says_what_warren_did_with_its_devfile() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        s.agent("local", json!({})).await;
+        let t = s.user("alice", &["api"]).await;
+        let devfile = "schemaVersion: 2.2.0\ncomponents:\n  - name: a\n    container: {image: busybox}\n  - name: b\n    container: {image: busybox}\nstarterProjects:\n  - name: s\n    git: {remotes: {origin: https://example.com/s.git}}\n  - name: u\n    git: {remotes: {origin: https://example.com/u.git}}\n";
+        let w = s
+            .workspace(&t, json!({"name": "noticed", "devfile": devfile}))
+            .await;
+        let notices = |w: &Value| -> Vec<String> {
+            w["notices"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|n| n.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let created = notices(&w);
+        assert!(
+            created
+                .iter()
+                .any(|n| n.starts_with("components: 2 containers (a, b)")
+                    && n.contains("Warren chose \"a\"")),
+            "[{l}] {created:?}"
+        );
+        assert!(
+            created
+                .iter()
+                .any(|n| n.contains("the first, \"s\", was cloned")),
+            "[{l}] {created:?}"
+        );
+        let (st, got) = s
+            .call(Method::GET, "/api/v1/workspaces/noticed", Some(&t), None)
+            .await;
+        assert_eq!(st, 200, "[{l}]");
+        assert_eq!(notices(&got), created, "[{l}] the same on reading it");
+        let (_, list) = s
+            .call(Method::GET, "/api/v1/workspaces", Some(&t), None)
+            .await;
+        assert!(
+            list["items"][0].get("notices").is_none(),
+            "[{l}] not in lists: {list}"
+        );
+        s.stop().await;
+    }
+}

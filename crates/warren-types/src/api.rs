@@ -536,6 +536,11 @@ pub struct Workspace {
     /// Grows with every change of the workspace; `GET …?watch_version=` waits for it to move.
     #[serde(default)]
     pub version: i64,
+    /// What Warren did with the workspace's devfile that its owner should know: parts it
+    /// accepts without acting on them, choices it made (`path: message`). In the answers
+    /// about one workspace (create, get), not in lists.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notices: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

@@ -54,6 +54,27 @@ pub fn parse(text: &str, field: &str) -> Result<Devfile, AppError> {
     })
 }
 
+/// What the owner should know of what Warren did with a workspace's devfile (its notices,
+/// and a starter project left unused because the workspace clones its own project).
+pub fn notices(devfile_text: &str, has_project: bool) -> Vec<String> {
+    let Ok(d) = warren_devfile::parse_devfile(devfile_text) else {
+        return vec![];
+    };
+    let mut out: Vec<String> = d.notices.iter().map(ToString::to_string).collect();
+    if has_project && !d.starter_projects.is_empty() {
+        out.push(
+            "starterProjects: not used: the workspace clones its project's repository instead"
+                .into(),
+        );
+    } else if d.starter_projects.len() > 1 {
+        out.push(format!(
+            "starterProjects: the first, {:?}, was cloned; the others are not used",
+            d.starter_projects[0].name
+        ));
+    }
+    out
+}
+
 /// The project a workspace clones.
 #[derive(Debug, Clone, Copy)]
 pub struct ProjectInput<'a> {

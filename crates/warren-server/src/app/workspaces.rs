@@ -162,9 +162,16 @@ pub async fn list_all(state: &AppState, who: &Principal) -> Result<Vec<Workspace
     }
 }
 
-/// One workspace the caller may see.
+/// One workspace the caller may see, with its devfile's notices.
 pub async fn get(state: &AppState, who: &Principal, key: &str) -> Result<Workspace, AppError> {
-    Ok(visible(state, who, key).await?.to_api(&state.store)?)
+    let row = visible(state, who, key).await?;
+    with_notices(&row, row.to_api(&state.store)?)
+}
+
+/// The answer about one workspace: its API form and what Warren did with its devfile.
+fn with_notices(row: &WorkspaceRow, mut w: Workspace) -> Result<Workspace, AppError> {
+    w.notices = render::notices(&row.devfile, row.project_id.is_some());
+    Ok(w)
 }
 
 /// Longest a [`watch`] may wait, in seconds.
@@ -603,7 +610,7 @@ pub async fn create(
             Ok(w) => {
                 state.signals.notify(agent.id);
                 state.changed();
-                return Ok(w.to_api(&state.store)?);
+                return with_notices(&w, w.to_api(&state.store)?);
             }
             // A generated name collided: draw another.
             // The insert's only unique key is the name: a conflict is a name collision.

@@ -120,6 +120,7 @@ impl WorkspaceRow {
                 })
                 .collect(),
             version: self.version,
+            notices: vec![],
         })
     }
 

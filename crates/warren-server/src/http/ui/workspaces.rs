@@ -694,6 +694,10 @@ fn workspace_page(
             dt { "Created" } dd { (ago(w.created_at, now)) }
             dt { "Last used" } dd { @match w.last_activity_at { Some(t) => (ago(t, now)), None => "never" } }
             dt { "Namespace" } dd { code { (w.namespace) } }
+            @if !w.notices.is_empty() {
+                dt { "Devfile notices" }
+                dd { ul.plain { @for n in &w.notices { li { (n) } } } }
+            }
             @if !w.variables.is_empty() {
                 dt { "Variables" }
                 dd { ul.plain { @for v in &w.variables {

@@ -1,7 +1,7 @@
 //! The account page: personal access tokens (a new one's secret shown once), SSH keys, and
 //! the `ssh-config` snippet for the user's workspaces.
 
-use super::layout::{self, ago, csrf, field_error, invalid};
+use super::layout::{self, ago, csrf, field_error, input, invalid, Input};
 use super::session::{Posted, Viewer};
 use super::UiError;
 use crate::app::{ssh_keys, tokens, users, workspaces, AppError, AppState, ErrorKind};
@@ -61,7 +61,6 @@ async fn render(state: &AppState, viewer: &Viewer, extra: Extra<'_>) -> Result<R
     let token_err = extra.token_error.map(|e| e.message.clone());
     let key_err = extra.key_error.map(|e| e.message.clone());
     let (key_described, key_bad) = invalid("public_key", key_err.as_deref());
-    let (tok_described, tok_bad) = invalid("token_name", token_err.as_deref());
     let ssh = state.access.ssh.as_ref();
     let snippet = ssh.map(|e| {
         let file = (!e.host_keys.is_empty()).then_some(KNOWN_HOSTS);
@@ -106,12 +105,7 @@ async fn render(state: &AppState, viewer: &Viewer, extra: Extra<'_>) -> Result<R
             form.card method="post" action="/account/tokens" {
                 (csrf(viewer))
                 h3 { "Create a token" }
-                div.field {
-                    label for="token_name" { "Name" }
-                    input type="text" id="token_name" name="name" required maxlength="100"
-                        aria-describedby=[tok_described] aria-invalid=[tok_bad];
-                    (field_error("token_name", token_err.as_deref()))
-                }
+                (input(Input { id: "token_name", name: Some("name"), label: "Name", required: true, error: token_err.as_deref(), ..Input::default() }))
                 fieldset {
                     legend { "Scopes" }
                     label { input type="checkbox" name="scope" value="api" checked; " api — everything through the API" }
@@ -162,18 +156,8 @@ async fn render(state: &AppState, viewer: &Viewer, extra: Extra<'_>) -> Result<R
                 (csrf(viewer))
                 @let current_err = extra.password_error.filter(|e| e.field.as_deref() == Some("current_password")).map(|e| e.message.clone());
                 @let new_err = extra.password_error.filter(|e| e.field.as_deref() != Some("current_password")).map(|e| e.message.clone());
-                div.field {
-                    label for="current_password" { "Current password" }
-                    input type="password" id="current_password" name="current_password" required autocomplete="current-password"
-                        aria-invalid=[current_err.as_ref().map(|_| "true")] aria-describedby=[current_err.as_ref().map(|_| "current_password-error")];
-                    (field_error("current_password", current_err.as_deref()))
-                }
-                div.field {
-                    label for="new_password" { "New password" }
-                    input type="password" id="new_password" name="new_password" required autocomplete="new-password"
-                        aria-invalid=[new_err.as_ref().map(|_| "true")] aria-describedby=[new_err.as_ref().map(|_| "new_password-error")];
-                    (field_error("new_password", new_err.as_deref()))
-                }
+                (input(Input { id: "current_password", label: "Current password", kind: Some("password"), autocomplete: Some("current-password"), required: true, error: current_err.as_deref(), ..Input::default() }))
+                (input(Input { id: "new_password", label: "New password", kind: Some("password"), autocomplete: Some("new-password"), required: true, error: new_err.as_deref(), ..Input::default() }))
                 label { input type="checkbox" name="revoke_sessions" value="true"; " Also sign out everywhere and revoke every token" }
                 button.primary type="submit" { "Change password" }
             }

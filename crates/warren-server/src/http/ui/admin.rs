@@ -2,7 +2,7 @@
 //! shown once, connection state, faults) and an agent's configuration with its quotas. The
 //! domain refuses non-admins; the pages add nothing to that rule.
 
-use super::layout::{self, ago, csrf, field_error, invalid};
+use super::layout::{self, ago, csrf, field_error, input, invalid, Input};
 use super::session::{Posted, Viewer};
 use super::UiError;
 use crate::app::{agents, users, AppError, AppState, ErrorKind};
@@ -66,7 +66,6 @@ async fn render(state: &AppState, viewer: &Viewer, extra: Extra<'_>) -> Result<R
     let user_general =
         user_err.filter(|e| !matches!(e.field.as_deref(), Some("username" | "password")));
     let agent_err = extra.agent_error.map(|e| e.message.clone());
-    let (agent_described, agent_bad) = invalid("agent_name", agent_err.as_deref());
     let (uname_err, pw_err) = (user_field("username"), user_field("password"));
     let body = html! {
         section aria-labelledby="users-h" {
@@ -106,18 +105,8 @@ async fn render(state: &AppState, viewer: &Viewer, extra: Extra<'_>) -> Result<R
                 (csrf(viewer))
                 h3 { "Create a user" }
                 @if let Some(e) = user_general { p.error role="alert" { (e.message) } }
-                div.field {
-                    label for="username" { "Username" }
-                    input type="text" id="username" name="username" required autocomplete="off"
-                        aria-invalid=[uname_err.as_ref().map(|_| "true")] aria-describedby=[uname_err.as_ref().map(|_| "username-error")];
-                    (field_error("username", uname_err.as_deref()))
-                }
-                div.field {
-                    label for="password" { "Initial password" }
-                    input type="password" id="password" name="password" required autocomplete="new-password"
-                        aria-invalid=[pw_err.as_ref().map(|_| "true")] aria-describedby=[pw_err.as_ref().map(|_| "password-error")];
-                    (field_error("password", pw_err.as_deref()))
-                }
+                (input(Input { id: "username", label: "Username", autocomplete: Some("off"), required: true, error: uname_err.as_deref(), ..Input::default() }))
+                (input(Input { id: "password", label: "Initial password", kind: Some("password"), autocomplete: Some("new-password"), required: true, error: pw_err.as_deref(), ..Input::default() }))
                 label { input type="checkbox" name="is_admin" value="true"; " Admin" }
                 button.primary type="submit" { "Create user" }
             }
@@ -155,12 +144,7 @@ async fn render(state: &AppState, viewer: &Viewer, extra: Extra<'_>) -> Result<R
             form.card method="post" action="/admin/agents" {
                 (csrf(viewer))
                 h3 { "Create an agent" }
-                div.field {
-                    label for="agent_name" { "Name" }
-                    input type="text" id="agent_name" name="name" required
-                        aria-describedby=[agent_described] aria-invalid=[agent_bad];
-                    (field_error("agent_name", agent_err.as_deref()))
-                }
+                (input(Input { id: "agent_name", name: Some("name"), label: "Name", required: true, error: agent_err.as_deref(), ..Input::default() }))
                 button.primary type="submit" { "Create agent" }
             }
         }

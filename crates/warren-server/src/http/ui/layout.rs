@@ -120,6 +120,35 @@ pub fn field_error(field: &str, error: Option<&str>) -> Markup {
     }
 }
 
+/// A labelled one-line input in a `div.field`, its error (if any) under it and tied to it
+/// for screen readers. `name` defaults to `id`.
+#[derive(Default)]
+pub struct Input<'a> {
+    pub id: &'a str,
+    pub name: Option<&'a str>,
+    pub label: &'a str,
+    /// `text` unless given (`password`, `number`).
+    pub kind: Option<&'a str>,
+    pub value: Option<&'a str>,
+    pub placeholder: Option<&'a str>,
+    pub autocomplete: Option<&'a str>,
+    pub required: bool,
+    pub error: Option<&'a str>,
+}
+
+pub fn input(f: Input<'_>) -> Markup {
+    let (described, bad) = invalid(f.id, f.error);
+    html! {
+        div.field {
+            label for=(f.id) { (f.label) }
+            input type=(f.kind.unwrap_or("text")) id=(f.id) name=(f.name.unwrap_or(f.id))
+                value=[f.value] placeholder=[f.placeholder] autocomplete=[f.autocomplete]
+                required[f.required] aria-describedby=[described] aria-invalid=[bad];
+            (field_error(f.id, f.error))
+        }
+    }
+}
+
 /// `aria-describedby`/`aria-invalid` values for a field with or without an error.
 pub fn invalid(field: &str, error: Option<&str>) -> (Option<String>, Option<&'static str>) {
     match error {

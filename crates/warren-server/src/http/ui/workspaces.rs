@@ -380,15 +380,14 @@ async fn create_form(
     let general = error.filter(|_| err_field.is_none());
     let field = |id: &'static str, label: &'static str, value: &str, hint: &'static str| {
         let e = err_for(id);
-        let (described, bad) = invalid(id, e.as_deref());
-        html! {
-            div.field {
-                label for=(id) { (label) }
-                input type="text" id=(id) name=(id) value=(value) placeholder=(hint)
-                    aria-describedby=[described] aria-invalid=[bad];
-                (field_error(id, e.as_deref()))
-            }
-        }
+        layout::input(layout::Input {
+            id,
+            label,
+            value: Some(value),
+            placeholder: Some(hint),
+            error: e.as_deref(),
+            ..layout::Input::default()
+        })
     };
     let devfile_err = err_for("devfile");
     let (dev_described, dev_bad) = invalid("devfile", devfile_err.as_deref());
@@ -648,6 +647,16 @@ fn workspace_page(
     let mem_err = resize_error
         .filter(|_| resize_field == Some("memory"))
         .map(|e| e.message.clone());
+    let cpu_value = resize
+        .cpu
+        .clone()
+        .or(w.resources.cpu.clone())
+        .unwrap_or_default();
+    let memory_value = resize
+        .memory
+        .clone()
+        .or(w.resources.memory.clone())
+        .unwrap_or_default();
     let body = html! {
         div hx-ext="sse" sse-connect=(format!("{base}/events?v={}", w.version)) {
             (live_panel(w, viewer))
@@ -666,20 +675,8 @@ fn workspace_page(
             form.card.inline method="post" action=(format!("{base}/resize")) {
                 (csrf(viewer))
                 div.row {
-                    div.field {
-                        label for="cpu" { "CPU" }
-                        input type="text" id="cpu" name="cpu" placeholder="e.g. 2"
-                            value=(resize.cpu.clone().or(w.resources.cpu.clone()).unwrap_or_default())
-                            aria-invalid=[cpu_err.as_ref().map(|_| "true")] aria-describedby=[cpu_err.as_ref().map(|_| "cpu-error")];
-                        (field_error("cpu", cpu_err.as_deref()))
-                    }
-                    div.field {
-                        label for="memory" { "Memory" }
-                        input type="text" id="memory" name="memory" placeholder="e.g. 4Gi"
-                            value=(resize.memory.clone().or(w.resources.memory.clone()).unwrap_or_default())
-                            aria-invalid=[mem_err.as_ref().map(|_| "true")] aria-describedby=[mem_err.as_ref().map(|_| "memory-error")];
-                        (field_error("memory", mem_err.as_deref()))
-                    }
+                    (layout::input(layout::Input { id: "cpu", label: "CPU", value: Some(&cpu_value), placeholder: Some("e.g. 2"), error: cpu_err.as_deref(), ..layout::Input::default() }))
+                    (layout::input(layout::Input { id: "memory", label: "Memory", value: Some(&memory_value), placeholder: Some("e.g. 4Gi"), error: mem_err.as_deref(), ..layout::Input::default() }))
                 }
                 p.hint { "A running workspace restarts with the new size; its volume is kept." }
                 button type="submit" { "Resize" }

@@ -950,3 +950,22 @@ fn projects_decide_project_source_when_the_workspace_has_none() {
         "the startup script clones the starter:\n{y}"
     );
 }
+
+#[test]
+fn fields_warren_does_not_use_are_listed_not_dropped() {
+    let text = "schemaVersion: 2.2.0\nmetadata:\n  name: app\n  displayName: App\n  icon: https://example.com/i.svg\n  tags: [a]\n  custom: 1\ncomponents:\n  - name: dev\n    container:\n      image: busybox\ncommands:\n  - id: run\n    exec: {component: dev, commandLine: make, hotReloadCapable: true}\n";
+    let d = parse_devfile(text).unwrap_or_else(|e| panic!("{e}"));
+    let s = summary(&d);
+    assert!(
+        s.contains("notice: metadata: displayName, icon, tags, custom describe the devfile for registries and are not used by Warren"),
+        "{s}"
+    );
+    assert!(
+        s.contains("notice: commands[0].exec.hotReloadCapable: command \"run\": Warren does not restart commands when files change"),
+        "{s}"
+    );
+    assert!(
+        parse_devfile(BASE).unwrap().notices.is_empty(),
+        "a plain devfile has no notices"
+    );
+}

@@ -445,6 +445,50 @@ fn semantics(raw: RawDevfile, errors: &mut Errors) -> Option<Devfile> {
         ));
     }
     let mut notices = Vec::new();
+    if let Some(m) = &raw.metadata {
+        let shown_nowhere: Vec<&str> = [
+            ("architectures", m.architectures.is_some()),
+            ("attributes", m.attributes.is_some()),
+            ("description", m.description.is_some()),
+            ("displayName", m.display_name.is_some()),
+            ("globalMemoryLimit", m.global_memory_limit.is_some()),
+            ("icon", m.icon.is_some()),
+            ("language", m.language.is_some()),
+            ("projectType", m.project_type.is_some()),
+            ("provider", m.provider.is_some()),
+            ("supportUrl", m.support_url.is_some()),
+            ("tags", m.tags.is_some()),
+            ("version", m.version.is_some()),
+            ("website", m.website.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(k, present)| present.then_some(k))
+        .chain(m.other.keys().map(String::as_str))
+        .collect();
+        if !shown_nowhere.is_empty() {
+            notices.push(Notice {
+                path: "metadata".into(),
+                message: format!(
+                    "{} describe the devfile for registries and are not used by Warren (only `name` is)",
+                    shown_nowhere.join(", ")
+                ),
+            });
+        }
+    }
+    for (i, c) in raw.commands.iter().enumerate() {
+        if c.exec
+            .as_ref()
+            .is_some_and(|e| e.hot_reload_capable.is_some())
+        {
+            notices.push(Notice {
+                path: format!("commands[{i}].exec.hotReloadCapable"),
+                message: format!(
+                    "command {:?}: Warren does not restart commands when files change",
+                    c.id
+                ),
+            });
+        }
+    }
     let devfile_projects = projects::projects(&raw.projects, false, errors, &mut notices);
     let starter_projects = projects::projects(&raw.starter_projects, true, errors, &mut notices);
     if let Some(clash) = starter_projects.iter().find(|s| {

@@ -157,7 +157,6 @@ pub(super) struct RawExec {
     pub(super) component: String,
     pub(super) env: Option<Vec<RawEnv>>,
     pub(super) group: Option<RawGroup>,
-    #[allow(dead_code)]
     pub(super) hot_reload_capable: Option<bool>,
     pub(super) label: Option<String>,
     pub(super) working_dir: Option<String>,

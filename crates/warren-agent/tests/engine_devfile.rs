@@ -63,6 +63,7 @@ fn rendered(ws: &Workspace, desired: DesiredState) -> Result<Vec<serde_json::Val
         variables: &variables,
         desired_state: desired,
         dotfiles_url: None,
+        starter: None,
     };
     Ok(render(&devfile, &req)?.objects)
 }

@@ -72,6 +72,7 @@ fn request<'a>(
         variables: &[],
         desired_state: DesiredState::Running,
         dotfiles_url: None,
+        starter: None,
     }
 }
 

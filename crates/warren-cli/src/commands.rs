@@ -1111,6 +1111,7 @@ async fn ws_create(c: &Client, out: Format, a: WsCreateArgs) -> Result<(), CliEr
             resources,
             variables,
             git_ref: a.git_ref,
+            starter: a.starter,
         })
         .await?;
     if out == Format::Table {

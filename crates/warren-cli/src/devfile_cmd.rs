@@ -114,6 +114,7 @@ fn render(a: RenderArgs) -> Result<(), CliError> {
             DesiredState::Running
         },
         dotfiles_url: None,
+        starter: None,
     };
     let rendered = warren_devfile::render(&devfile, &req)
         .map_err(|e| CliError::Failed(format!("{}: cannot render: {e}", a.file.display())))?;

@@ -353,6 +353,9 @@ pub struct WsCreateArgs {
     /// Git ref to check out instead of the project's default.
     #[arg(long = "ref")]
     pub git_ref: Option<String>,
+    /// Without --project: the devfile's starter project to clone (default: its first).
+    #[arg(long)]
+    pub starter: Option<String>,
     /// CPU limit of the main container, e.g. 2 or 500m.
     #[arg(long, value_parser = input::cpu)]
     pub cpu: Option<String>,

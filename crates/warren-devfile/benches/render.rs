@@ -110,6 +110,7 @@ fn main() {
         variables: &[],
         desired_state: DesiredState::Running,
         dotfiles_url: None,
+        starter: None,
     };
 
     let (mut baseline, mut as_is, mut full, mut reconcile, mut yaml_base) =

@@ -149,6 +149,7 @@ pub fn render_preview(
             variables: &[],
             desired_state: warren_types::DesiredState::Running,
             dotfiles_url: None,
+            starter: None,
         },
     )
 }

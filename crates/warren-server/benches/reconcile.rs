@@ -87,6 +87,7 @@ async fn bench(label: &str, url: String, home: &std::path::Path) {
             devfile: render::builtin_default_devfile().to_owned(),
             resources: WorkspaceResources::default(),
             variables: vec![],
+            starter: None,
         };
         state
             .store
@@ -106,6 +107,7 @@ async fn bench(label: &str, url: String, home: &std::path::Path) {
                             variables: &[],
                             desired: DesiredState::Running,
                             dotfiles_url: None,
+                            starter: None,
                         },
                     )
                 },

@@ -1416,9 +1416,7 @@ async fn a_workspace_says_what_warren_did_with_its_devfile() {
             "[{l}] {created:?}"
         );
         assert!(
-            created
-                .iter()
-                .any(|n| n.contains("the first, \"s\", was cloned")),
+            created.iter().any(|n| n.contains("\"s\" was cloned")),
             "[{l}] {created:?}"
         );
         let (st, got) = s
@@ -1432,6 +1430,34 @@ async fn a_workspace_says_what_warren_did_with_its_devfile() {
         assert!(
             list["items"][0].get("notices").is_none(),
             "[{l}] not in lists: {list}"
+        );
+
+        // Another starter, by name; one the devfile does not offer is refused naming them.
+        let w = s
+            .workspace(
+                &t,
+                json!({"name": "second", "devfile": devfile, "starter": "u"}),
+            )
+            .await;
+        assert!(
+            notices(&w).iter().any(|n| n.contains("\"u\" was cloned")),
+            "[{l}] {w}"
+        );
+        let (st, e) = s
+            .call(
+                Method::POST,
+                "/api/v1/workspaces",
+                Some(&t),
+                Some(json!({"name": "third", "devfile": devfile, "starter": "nope"})),
+            )
+            .await;
+        assert_eq!(st, 400, "[{l}] {e}");
+        assert!(
+            e["error"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("starter: the devfile has no starter project \"nope\" (it has s, u)"),
+            "[{l}] {e}"
         );
         s.stop().await;
     }

@@ -483,6 +483,10 @@ pub struct CreateWorkspaceRequest {
     /// Git ref to check out instead of the project's default.
     #[serde(default, rename = "ref")]
     pub git_ref: Option<String>,
+    /// Without a project: the devfile's starter project to clone, by name (default: its
+    /// first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub starter: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

@@ -132,6 +132,9 @@ pub struct RenderRequest<'a> {
     pub desired_state: DesiredState,
     /// The owner's dotfiles repository, cloned into the home and installed at first start.
     pub dotfiles_url: Option<&'a str>,
+    /// The starter project cloned when there is no `project`, by name; the devfile's first
+    /// when `None` (or when it names none).
+    pub starter: Option<&'a str>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -585,12 +588,7 @@ pub fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rendered, Re
         .as_ref()
         .map(|p| p.name)
         .or_else(|| devfile.projects.first().map(|p| p.clone_path.as_str()))
-        .or_else(|| {
-            devfile
-                .starter_projects
-                .first()
-                .map(|p| p.clone_path.as_str())
-        });
+        .or_else(|| scripts::starter(devfile, req).map(|p| p.clone_path.as_str()));
     let build = |c: &Container, name: String, with_scripts: bool| {
         let res = res_by_name.get(c.name.as_str());
         pod::container(c, name, with_scripts, req, project_dir, &env_secret, res)

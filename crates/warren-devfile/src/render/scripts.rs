@@ -227,6 +227,17 @@ fn zip_fetch(f: &Fetch<'_>) -> String {
     s
 }
 
+/// The starter project a workspace without a project starts from: the one the request
+/// names, else the first.
+pub(super) fn starter<'d>(
+    devfile: &'d Devfile,
+    req: &RenderRequest<'_>,
+) -> Option<&'d crate::model::DevfileProject> {
+    req.starter
+        .and_then(|n| devfile.starter_projects.iter().find(|p| p.name == n))
+        .or_else(|| devfile.starter_projects.first())
+}
+
 /// The fetch of one of the devfile's projects.
 fn project_fetch(p: &crate::model::DevfileProject, tmp: &str, image: &str) -> String {
     let dest = sh_quote(&p.clone_path);
@@ -303,7 +314,7 @@ pub(super) fn startup_script(
         }
         // A starter project starts a workspace that has no repository of its own.
         if req.project.is_none() {
-            if let Some(p) = devfile.starter_projects.first() {
+            if let Some(p) = starter(devfile, req) {
                 s.push_str(&project_fetch(p, "starter", &image));
             }
         }

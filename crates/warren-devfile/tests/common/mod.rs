@@ -58,6 +58,7 @@ pub fn request<'a>(
         variables,
         desired_state: DesiredState::Running,
         dotfiles_url: None,
+        starter: None,
     }
 }
 

@@ -56,7 +56,7 @@ pub fn parse(text: &str, field: &str) -> Result<Devfile, AppError> {
 
 /// What the owner should know of what Warren did with a workspace's devfile (its notices,
 /// and a starter project left unused because the workspace clones its own project).
-pub fn notices(devfile_text: &str, has_project: bool) -> Vec<String> {
+pub fn notices(devfile_text: &str, has_project: bool, starter: Option<&str>) -> Vec<String> {
     let Ok(d) = warren_devfile::parse_devfile(devfile_text) else {
         return vec![];
     };
@@ -67,9 +67,12 @@ pub fn notices(devfile_text: &str, has_project: bool) -> Vec<String> {
                 .into(),
         );
     } else if d.starter_projects.len() > 1 {
+        let used = starter
+            .and_then(|n| d.starter_projects.iter().find(|p| p.name == n))
+            .unwrap_or(&d.starter_projects[0]);
         out.push(format!(
-            "starterProjects: the first, {:?}, was cloned; the others are not used",
-            d.starter_projects[0].name
+            "starterProjects: {:?} was cloned (choose another with `starter` at creation); the others are not used",
+            used.name
         ));
     }
     out
@@ -96,6 +99,8 @@ pub struct RenderInput<'a> {
     pub desired: DesiredState,
     /// The owner's dotfiles repository.
     pub dotfiles_url: Option<&'a str>,
+    /// The starter project chosen at creation (the devfile's first when `None`).
+    pub starter: Option<&'a str>,
 }
 
 /// Renders a workspace's objects and computes its URLs; a refusal says why.
@@ -128,6 +133,7 @@ pub fn render_workspace(
         variables: &variables,
         desired_state: input.desired,
         dotfiles_url: input.dotfiles_url,
+        starter: input.starter,
     };
     let rendered = warren_devfile::render(devfile, &req)
         .map_err(|e| AppError::new(ErrorKind::Unprocessable, "render_failed", error_chain(&e)))?;

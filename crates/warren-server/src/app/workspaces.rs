@@ -170,7 +170,11 @@ pub async fn get(state: &AppState, who: &Principal, key: &str) -> Result<Workspa
 
 /// The answer about one workspace: its API form and what Warren did with its devfile.
 fn with_notices(row: &WorkspaceRow, mut w: Workspace) -> Result<Workspace, AppError> {
-    w.notices = render::notices(&row.devfile, row.project_id.is_some());
+    w.notices = render::notices(
+        &row.devfile,
+        row.project_id.is_some(),
+        row.starter.as_deref(),
+    );
     Ok(w)
 }
 
@@ -562,6 +566,32 @@ pub async fn create(
         (None, None) => (state.default_devfile.as_str().to_owned(), "default devfile"),
     };
     let devfile = render::parse(&devfile_text, field)?;
+    if let Some(s) = &req.starter {
+        if project.is_some() {
+            return Err(AppError::invalid_field(
+                "starter",
+                "a starter project is for a workspace without a project repository",
+            ));
+        }
+        if !devfile.starter_projects.iter().any(|p| &p.name == s) {
+            let names: Vec<&str> = devfile
+                .starter_projects
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect();
+            return Err(AppError::invalid_field(
+                "starter",
+                if names.is_empty() {
+                    format!("the devfile has no starter projects, so none named {s:?}")
+                } else {
+                    format!(
+                        "the devfile has no starter project {s:?} (it has {})",
+                        names.join(", ")
+                    )
+                },
+            ));
+        }
+    }
     let now = state.clock.now_ms();
     let mut attempts = 0;
     loop {
@@ -576,6 +606,7 @@ pub async fn create(
             devfile: devfile_text.clone(),
             resources: resources.clone(),
             variables: variables.clone(),
+            starter: req.starter.clone(),
         };
         let project_input = project.as_ref().map(|p| ProjectInput {
             name: &p.name,
@@ -601,6 +632,7 @@ pub async fn create(
                             variables: &variables,
                             desired: DesiredState::Running,
                             dotfiles_url: who.user.dotfiles_url.as_deref(),
+                            starter: req.starter.as_deref(),
                         },
                     )
                 },
@@ -727,6 +759,7 @@ pub async fn rerender(
             variables: &variables,
             desired,
             dotfiles_url: owner.as_ref().and_then(|u| u.dotfiles_url.as_deref()),
+            starter: w.starter.as_deref(),
         },
     )?;
     if !always {

@@ -33,6 +33,8 @@ pub struct WorkspaceRow {
     pub project_id: Option<ProjectId>,
     pub project_name: Option<String>,
     pub git_ref: Option<String>,
+    /// The starter project asked for at creation (the devfile's first when `None`).
+    pub starter: Option<String>,
     pub desired_state: DesiredState,
     pub actual_state: ActualState,
     pub desired_state_updated_at: i64,
@@ -157,7 +159,7 @@ pub const COLS: &str = "w.id, w.name, w.namespace, w.owner_id, u.username AS own
     w.variables, w.endpoints, w.url, w.failure_reason, w.created_at, w.updated_at, w.version, \
     x.last_activity_at, a.runtime_fault AS agent_runtime_fault, \
     a.runtime_fault_since AS agent_runtime_fault_since, a.isolation_warning AS agent_isolation_warning, \
-    w.idle_stopped, a.config AS agent_config";
+    w.idle_stopped, a.config AS agent_config, w.starter";
 
 pub const FROM: &str =
     "workspaces w JOIN users u ON u.id = w.owner_id JOIN agents a ON a.id = w.agent_id \
@@ -176,6 +178,7 @@ pub fn row(r: &AnyRow) -> Result<WorkspaceRow, sqlx::Error> {
         project_id: get_opt_i64(r, "project_id")?.map(ProjectId),
         project_name: get_opt_str(r, "project_name")?,
         git_ref: get_opt_str(r, "git_ref")?,
+        starter: get_opt_str(r, "starter")?,
         desired_state: get_str(r, "desired_state")?
             .parse()
             .map_err(|e| corrupt("desired state", e))?,
@@ -233,6 +236,8 @@ pub struct NewWorkspace {
     pub devfile: String,
     pub resources: WorkspaceResources,
     pub variables: Vec<StoredVariable>,
+    /// The starter project asked for at creation.
+    pub starter: Option<String>,
 }
 
 /// Filters of the workspace list.
@@ -325,8 +330,8 @@ impl Store {
         let id = sqlx::query(
             "INSERT INTO workspaces (name, namespace, owner_id, agent_id, project_id, git_ref, desired_state, \
              actual_state, desired_state_updated_at, actual_state_updated_at, force_include_all_resources, devfile, \
-             rendered_objects, resources, variables, endpoints, url, created_at, updated_at, version) \
-             VALUES ($1, '', $2, $3, $4, $5, 'Running', 'CreationRequested', $6, $6, 1, $7, '', $8, $9, '{}', NULL, $6, $6, 1) \
+             rendered_objects, resources, variables, endpoints, url, created_at, updated_at, version, starter) \
+             VALUES ($1, '', $2, $3, $4, $5, 'Running', 'CreationRequested', $6, $6, 1, $7, '', $8, $9, '{}', NULL, $6, $6, 1, $10) \
              RETURNING id",
         )
         .bind(&w.name)
@@ -338,6 +343,7 @@ impl Store {
         .bind(&w.devfile)
         .bind(serde_json::to_string(&w.resources).unwrap_or_default())
         .bind(seal_json(self, &w.variables))
+        .bind(w.starter.clone())
         .fetch_one(&mut *tx)
         .await
         .map_err(unique("workspaces.name"))?;

@@ -307,6 +307,9 @@ pub struct CreateForm {
     memory: String,
     #[serde(default, rename = "ref")]
     git_ref: String,
+    /// Without a project: the devfile's starter project to clone.
+    #[serde(default)]
+    starter: String,
     /// `KEY=value` per line.
     #[serde(default)]
     variables: String,
@@ -353,6 +356,7 @@ fn form_field(e: &AppError) -> Option<&'static str> {
         "project" | "project devfile" | "repository devfile" => "project",
         "devfile" => "devfile",
         "ref" => "ref",
+        "starter" => "starter",
         f if f.starts_with("resources.cpu") || f == "cpu" => "cpu",
         f if f.starts_with("resources.memory") || f == "memory" => "memory",
         f if f.starts_with("resources") => "cpu",
@@ -412,6 +416,7 @@ async fn create_form(
                 (field_error("project", project_err.as_deref()))
             }
             (field("ref", "Git ref (optional)", &f.git_ref, "the project's default branch"))
+            (field("starter", "Starter project (optional)", &f.starter, "without a project: the devfile's first"))
             div.field {
                 label for="devfile" { "Devfile (YAML)" }
                 p.hint id="devfile-hint" { "Paste a devfile, or upload one below. Left empty: the project's devfile, else the server's default." }
@@ -502,6 +507,7 @@ pub async fn create(
             resources,
             variables,
             git_ref: opt(&f.git_ref),
+            starter: opt(&f.starter),
         })
     })();
     let result = match request {

@@ -79,7 +79,10 @@ fn resources_text(r: &WorkspaceResources) -> String {
 /// The rows of the list, with the empty state when there are none (`later`: a page after
 /// the first, which says so instead).
 fn rows(list: &[Workspace], admin: bool, later: bool) -> (Markup, BTreeMap<String, String>) {
-    let mut each = BTreeMap::new();
+    let each: Vec<(String, Markup)> = list
+        .iter()
+        .map(|w| (w.id.to_string(), cells(w, admin)))
+        .collect();
     let cols = if admin { 7 } else { 6 };
     let markup = html! {
         @if list.is_empty() && later {
@@ -89,11 +92,14 @@ fn rows(list: &[Workspace], admin: bool, later: bool) -> (Markup, BTreeMap<Strin
                 "No workspaces yet — " a href="/workspaces/new" { "create one" } "."
             } }
         }
-        @for w in list {
-            @let c = cells(w, admin);
-            ({ each.insert(w.id.to_string(), c.clone().into_string()); row(&format!("ws-{}", w.id), &c) })
+        @for (id, c) in &each {
+            (row(&format!("ws-{id}"), c))
         }
     };
+    let each = each
+        .into_iter()
+        .map(|(id, c)| (id, c.into_string()))
+        .collect();
     (markup, each)
 }
 

@@ -23,7 +23,8 @@ mod yaml;
 
 pub use model::{
     Command, CommandAction, Container, Devfile, DevfileEndpoint, DevfileProject, EnvVar, Exposure,
-    Notice, ProjectOrigin, Protocol, Volume, VolumeMount,
+    ImageComponent, ManifestComponent, ManifestSource, Notice, ProjectOrigin, Protocol, Volume,
+    VolumeMount, MAX_COMPOSITE_DEPTH,
 };
 pub use parse::check_structure;
 pub use render::{
@@ -236,7 +237,20 @@ pub fn summary(devfile: &Devfile) -> String {
          files the image creates must be writable by group {} (chgrp -R {} DIR && chmod -R g=u DIR)",
         security.run_as_user, security.run_as_group, security.run_as_group, security.run_as_group
     );
-    let cmds: Vec<&str> = devfile.commands.iter().map(|c| c.id.as_str()).collect();
+    let cmds: Vec<String> = devfile
+        .commands
+        .iter()
+        .map(|c| match &c.action {
+            CommandAction::Exec { component, .. } => format!("{} (exec in {component})", c.id),
+            CommandAction::Apply { component } => format!("{} (apply {component})", c.id),
+            CommandAction::Composite { commands, parallel } => format!(
+                "{} ({}: {})",
+                c.id,
+                if *parallel { "parallel" } else { "composite" },
+                commands.join(" + ")
+            ),
+        })
+        .collect();
     let _ = writeln!(
         s,
         "commands: {}",
@@ -246,6 +260,20 @@ pub fn summary(devfile: &Devfile) -> String {
             cmds.join(", ")
         }
     );
+    for im in &devfile.images {
+        let _ = writeln!(
+            s,
+            "image {}: {} built from {} in {} (on demand)",
+            im.name, im.image_name, im.dockerfile, im.build_context
+        );
+    }
+    for m in &devfile.manifests {
+        let from = match &m.source {
+            ManifestSource::Inlined(_) => "inlined objects".to_owned(),
+            ManifestSource::Uri(u) => u.clone(),
+        };
+        let _ = writeln!(s, "{} {}: {from} (applied on demand)", m.kind, m.name);
+    }
     if !devfile.pre_start.is_empty() {
         let _ = writeln!(s, "preStart: {}", devfile.pre_start.join(", "));
     }

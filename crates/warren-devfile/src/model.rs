@@ -31,6 +31,48 @@ pub struct Devfile {
     /// What Warren accepted without acting on it, and the choices it made for the file.
     #[serde(default)]
     pub notices: Vec<Notice>,
+    /// `image` components: images built from a Dockerfile, on demand (`apply` commands).
+    #[serde(default)]
+    pub images: Vec<ImageComponent>,
+    /// `kubernetes` and `openshift` components: manifests applied on demand (`apply`
+    /// commands).
+    #[serde(default)]
+    pub manifests: Vec<ManifestComponent>,
+}
+
+/// An `image` component: an image to build from a Dockerfile.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageComponent {
+    pub name: String,
+    /// The name (and tag) the built image gets.
+    pub image_name: String,
+    /// The Dockerfile: a path relative to the project's sources, or an `http(s)` URL.
+    pub dockerfile: String,
+    /// The build context, relative to the project's sources (by default the sources root).
+    pub build_context: String,
+    /// `--build-arg` values, `NAME=value`.
+    pub args: Vec<String>,
+    /// Whether the build needs root (`rootRequired`).
+    pub root_required: bool,
+}
+
+/// A `kubernetes` or `openshift` component: objects to apply in the workspace's namespace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestComponent {
+    pub name: String,
+    /// `kubernetes` or `openshift`.
+    pub kind: String,
+    pub source: ManifestSource,
+    pub endpoints: Vec<DevfileEndpoint>,
+}
+
+/// Where a manifest component's objects are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ManifestSource {
+    /// The YAML in the devfile (`inlined`).
+    Inlined(String),
+    /// A path relative to the project's sources, or an `http(s)` URL (`uri`).
+    Uri(String),
 }
 
 /// A project the devfile names: where it comes from and where it goes.
@@ -75,6 +117,26 @@ impl std::fmt::Display for Notice {
 }
 
 impl Devfile {
+    /// A devfile with nothing in it (a base for partial values inside the parser).
+    pub(crate) fn empty() -> Self {
+        Devfile {
+            schema_version: String::new(),
+            metadata_name: None,
+            variables: BTreeMap::new(),
+            containers: Vec::new(),
+            volumes: Vec::new(),
+            commands: Vec::new(),
+            pre_start: Vec::new(),
+            post_start: Vec::new(),
+            main: 0,
+            projects: Vec::new(),
+            starter_projects: Vec::new(),
+            notices: Vec::new(),
+            images: Vec::new(),
+            manifests: Vec::new(),
+        }
+    }
+
     /// # Panics
     ///
     /// Only on a `Devfile` not made by [`crate::parse_devfile`] (e.g. deserialized from
@@ -90,7 +152,31 @@ impl Devfile {
     pub fn container(&self, name: &str) -> Option<&Container> {
         self.containers.iter().find(|c| c.name == name)
     }
+
+    /// The exec and apply commands `id` stands for, in order, composites expanded. Parsing
+    /// guarantees the ids exist and composites do not nest in a cycle.
+    pub fn leaf_commands(&self, id: &str) -> Vec<&Command> {
+        let mut out = Vec::new();
+        self.leaves_into(id, 0, &mut out);
+        out
+    }
+
+    fn leaves_into<'a>(&'a self, id: &str, depth: usize, out: &mut Vec<&'a Command>) {
+        let Some(cmd) = self.command(id) else { return };
+        match &cmd.action {
+            CommandAction::Composite { commands, .. } if depth < MAX_COMPOSITE_DEPTH => {
+                for c in commands {
+                    self.leaves_into(c, depth + 1, out);
+                }
+            }
+            CommandAction::Composite { .. } => {}
+            _ => out.push(cmd),
+        }
+    }
 }
+
+/// How deep composite commands may nest.
+pub const MAX_COMPOSITE_DEPTH: usize = 8;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Container {
@@ -205,14 +291,33 @@ pub enum CommandAction {
         working_dir: Option<String>,
         env: Vec<EnvVar>,
     },
-    /// Starts a container component (as an init container when used by `preStart`).
+    /// Starts a container component (as an init container when used by `preStart`), builds
+    /// an image component, or applies a kubernetes/openshift component.
     Apply { component: String },
+    /// Runs other commands, one after another or all at once.
+    Composite {
+        commands: Vec<String>,
+        parallel: bool,
+    },
 }
 
 impl Command {
-    pub fn component(&self) -> &str {
+    /// The component an exec or apply command runs on; `None` for a composite.
+    pub fn component(&self) -> Option<&str> {
         match &self.action {
-            CommandAction::Exec { component, .. } | CommandAction::Apply { component } => component,
+            CommandAction::Exec { component, .. } | CommandAction::Apply { component } => {
+                Some(component)
+            }
+            CommandAction::Composite { .. } => None,
+        }
+    }
+
+    /// `exec`, `apply` or `composite`.
+    pub fn kind(&self) -> &'static str {
+        match &self.action {
+            CommandAction::Exec { .. } => "exec",
+            CommandAction::Apply { .. } => "apply",
+            CommandAction::Composite { .. } => "composite",
         }
     }
 }

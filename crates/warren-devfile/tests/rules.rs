@@ -107,34 +107,6 @@ fn unsupported_features_are_refused_by_name() {
             "{hit}"
         );
     }
-    let components = [
-        (
-            "  - name: k\n    kubernetes: {uri: deploy.yaml}\n",
-            "components[1].kubernetes",
-            "`kubernetes` components",
-        ),
-        (
-            "  - name: o\n    openshift: {inlined: x}\n",
-            "components[1].openshift",
-            "`openshift` components",
-        ),
-        (
-            "  - name: i\n    image: {imageName: x, dockerfile: {uri: Dockerfile}}\n",
-            "components[1].image",
-            "`image` components",
-        ),
-    ];
-    for (extra, path, needle) in components {
-        let e = errors(&format!("{BASE}{extra}"));
-        let hit =
-            e.0.iter()
-                .find(|x| x.path == path)
-                .unwrap_or_else(|| panic!("{path}: {e}"));
-        assert!(
-            hit.is_unsupported() && hit.message.contains(needle),
-            "{hit}"
-        );
-    }
     assert_error(
         &format!("{BASE}      dedicatedPod: true\n"),
         "components[0].container.dedicatedPod",
@@ -145,20 +117,9 @@ fn unsupported_features_are_refused_by_name() {
         "components[0].container.endpoints[0].annotation",
         "not supported by Warren",
     );
-    let composite = format!(
-        "{BASE}commands:\n  - id: a\n    exec: {{component: dev, commandLine: x}}\n  - id: all\n    composite: {{commands: [a]}}\nevents:\n  postStart: [all]\n  preStop: [a]\n"
-    );
-    let e = errors(&composite);
-    assert!(
-        e.0.iter()
-            .any(|x| x.path == "commands[1].composite" && x.is_unsupported()),
-        "{e}"
-    );
-    assert!(
-        e.0.iter()
-            .any(|x| x.path == "events.postStart[0]" && x.message.contains("composite")),
-        "{e}"
-    );
+    let e = errors(&format!(
+        "{BASE}commands:\n  - id: a\n    exec: {{component: dev, commandLine: x}}\nevents:\n  preStop: [a]\n"
+    ));
     assert!(
         e.0.iter()
             .any(|x| x.path == "events.preStop" && x.is_unsupported()),
@@ -171,13 +132,180 @@ fn unsupported_features_are_refused_by_name() {
     );
 }
 
+const OUTER: &str = "  - name: build
+    image: {imageName: app:1, dockerfile: {uri: docker/Dockerfile, buildContext: .}}
+  - name: deploy
+    kubernetes:
+      inlined: |
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: app}
+      endpoints: [{name: http-8081, targetPort: 8081}]
+commands:
+  - id: test
+    exec: {component: dev, commandLine: make test}
+  - id: build-image
+    apply: {component: build}
+  - id: deployk8s
+    apply: {component: deploy}
+  - id: deploy
+    composite: {commands: [build-image, deployk8s], group: {kind: deploy, isDefault: true}}
+  - id: all
+    composite: {commands: [test, deploy], parallel: true}
+";
+
 #[test]
-fn commands_referring_to_refused_components_say_so() {
-    let text = format!("{BASE}  - name: build\n    image: {{imageName: x, dockerfile: {{uri: D}}}}\ncommands:\n  - id: b\n    apply: {{component: build}}\n");
+fn image_and_kubernetes_components_with_apply_and_composite_commands_are_accepted() {
+    let d = parse_devfile(&format!("{BASE}{OUTER}")).unwrap();
+    assert_eq!(d.images.len(), 1);
+    assert_eq!(d.images[0].image_name, "app:1");
+    assert_eq!(d.images[0].dockerfile, "docker/Dockerfile");
+    assert_eq!(d.manifests.len(), 1);
+    assert_eq!(d.manifests[0].kind, "kubernetes");
+    let leaves: Vec<&str> = d
+        .leaf_commands("all")
+        .iter()
+        .map(|c| c.id.as_str())
+        .collect();
+    assert_eq!(leaves, ["test", "build-image", "deployk8s"]);
+    let notices: Vec<String> = d.notices.iter().map(|n| n.to_string()).collect();
+    assert!(
+        notices
+            .iter()
+            .any(|n| n.starts_with("commands: run on demand") && n.contains("deploy, all")),
+        "{notices:?}"
+    );
+    assert!(
+        notices
+            .iter()
+            .any(|n| n.contains("http-8081") && n.contains("not routed")),
+        "{notices:?}"
+    );
+    // The workspace itself renders as before: nothing of the outer loop runs at start.
+    render(&d, &request(&AgentConfig::default(), &[])).unwrap();
+}
+
+#[test]
+fn outer_loop_parts_are_checked() {
+    let with = |extra: &str| format!("{BASE}{OUTER}{extra}");
+    // An exec command needs a container.
     assert_error(
-        &text,
-        "commands[0].apply.component",
-        "`image` component, which Warren refuses",
+        &with("  - id: x\n    exec: {component: build, commandLine: ls}\n"),
+        "commands[5].exec.component",
+        "an image component; only apply commands can build it",
+    );
+    // Composites: unknown references, cycles, emptiness.
+    assert_error(
+        &with("  - id: x\n    composite: {commands: [nope]}\n"),
+        "commands[5].composite.commands[0]",
+        "\"nope\", which the devfile does not define",
+    );
+    assert_error(
+        &with("  - id: x\n    composite: {commands: [y]}\n  - id: y\n    composite: {commands: [x]}\n"),
+        "commands[5].composite.commands",
+        "cycle: x → y → x",
+    );
+    assert_error(
+        &with("  - id: x\n    composite: {commands: []}\n"),
+        "commands[5].composite.commands",
+        "lists no command",
+    );
+    // Building or deploying at start is not done (yet), and says so by name.
+    let e = errors(&format!(
+        "{BASE}{}",
+        OUTER.replace("imageName: app:1,", "imageName: app:1, autoBuild: true,")
+    ));
+    assert!(
+        e.0.iter().any(|x| x.path == "components[1].image.autoBuild"
+            && x.is_unsupported()
+            && x.message.contains("\"build\"")),
+        "{e}"
+    );
+    let e = errors(&format!(
+        "{BASE}{}",
+        OUTER.replace(
+            "    kubernetes:\n",
+            "    kubernetes:\n      deployByDefault: true\n"
+        )
+    ));
+    assert!(
+        e.0.iter()
+            .any(|x| x.path == "components[2].kubernetes.deployByDefault" && x.is_unsupported()),
+        "{e}"
+    );
+    let e = errors(&with("events:\n  postStart: [deploy]\n"));
+    assert!(
+        e.0.iter().any(|x| x.path == "events.postStart[0]"
+            && x.is_unsupported()
+            && x.message.contains("builds image component \"build\"")),
+        "{e}"
+    );
+    // Locations stay inside the sources; inlined manifests are objects.
+    assert_error(
+        &format!(
+            "{BASE}{}",
+            OUTER.replace("uri: docker/Dockerfile", "uri: ../../etc/passwd")
+        ),
+        "components[1].image.dockerfile.uri",
+        "`..` is not allowed",
+    );
+    assert_error(
+        &format!(
+            "{BASE}{}",
+            OUTER.replace("buildContext: .", "buildContext: /etc")
+        ),
+        "components[1].image.dockerfile.buildContext",
+        "not an absolute path",
+    );
+    assert_error(
+        &format!(
+            "{BASE}{}",
+            OUTER.replace("metadata: {name: app}", "metadata: {}")
+        ),
+        "components[2].kubernetes.inlined",
+        "document 1: `metadata.name` is missing",
+    );
+}
+
+#[test]
+fn composite_commands_in_events_run_their_commands_in_order() {
+    let d = parse_devfile(&format!(
+        "{BASE}commands:\n  - id: a\n    exec: {{component: dev, commandLine: 'echo a'}}\n  - id: b\n    exec: {{component: dev, commandLine: 'echo b'}}\n  - id: both\n    composite: {{commands: [a, b], parallel: true}}\nevents:\n  postStart: [both]\n"
+    ))
+    .unwrap();
+    assert_eq!(d.post_start, ["a", "b"]);
+    assert!(
+        d.notices
+            .iter()
+            .any(|n| n.path == "events.postStart[0]" && n.message.contains("one after another")),
+        "{:?}",
+        d.notices
+    );
+}
+
+#[test]
+fn container_overrides_may_set_resources_only() {
+    let d = parse_devfile(&format!(
+        "{BASE}    attributes:\n      container-overrides: {{resources: {{limits: {{cpu: 1500m, memory: 2Gi}}, requests: {{memory: 1Gi}}}}}}\n"
+    ))
+    .unwrap();
+    let c = d.main_container();
+    assert_eq!(c.cpu_limit.as_deref(), Some("1500m"));
+    assert_eq!(c.memory_limit.as_deref(), Some("2Gi"));
+    assert_eq!(c.memory_request.as_deref(), Some("1Gi"));
+    let e = errors(&format!(
+        "{BASE}    attributes:\n      container-overrides: {{securityContext: {{privileged: true}}}}\n"
+    ));
+    assert!(
+        e.0.iter().any(|x| x.path
+            == "components[0].attributes.container-overrides.securityContext"
+            && x.is_unsupported()),
+        "{e}"
+    );
+    assert_error(
+        &format!("{BASE}    attributes:\n      container-overrides: {{resources: {{limits: {{memory: lots}}}}}}\n"),
+        "components[0].container.memoryLimit",
+        "lots",
     );
 }
 

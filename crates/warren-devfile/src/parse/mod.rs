@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use warren_types::quantity::{parse_cpu_millis, parse_memory_bytes};
 
 type Errors = Vec<DevfileError>;
+mod outer;
 mod projects;
 mod raw;
 mod schema;
@@ -70,12 +71,21 @@ fn mount_path_problem(path: &str) -> Option<&'static str> {
 const OVERRIDE_ATTRIBUTES: &[&str] = &["pod-overrides", "container-overrides"];
 
 fn check_override_attributes(attrs: Option<&Map<String, Value>>, path: &str, errors: &mut Errors) {
-    for key in OVERRIDE_ATTRIBUTES {
+    check_override_attributes_of(attrs, OVERRIDE_ATTRIBUTES, path, errors)
+}
+
+fn check_override_attributes_of(
+    attrs: Option<&Map<String, Value>>,
+    keys: &[&str],
+    path: &str,
+    errors: &mut Errors,
+) {
+    for key in keys {
         if attrs.is_some_and(|a| a.contains_key(*key)) {
             errors.push(unsupported(
                 format!("{path}.{key}"),
                 &format!("the `{key}` attribute is"),
-                "Warren sets the pod and container specs itself (security context, resources); remove it",
+                "Warren sets the pod spec itself (security context, volumes, service account); size containers with their cpu/memory fields or `container-overrides` resources",
             ));
         }
     }
@@ -266,9 +276,13 @@ fn semantics(raw: RawDevfile, errors: &mut Errors) -> Option<Devfile> {
     enum Kind {
         Container,
         Volume,
-        Refused(&'static str),
+        Image,
+        Manifest(&'static str),
     }
+    let mut notices = Vec::new();
     let mut kinds: BTreeMap<String, Kind> = BTreeMap::new();
+    let mut images = Vec::new();
+    let mut manifests = Vec::new();
     for (i, c) in raw.components.iter().enumerate() {
         let path = format!("components[{i}]");
         if kinds.contains_key(&c.name) {
@@ -282,35 +296,55 @@ fn semantics(raw: RawDevfile, errors: &mut Errors) -> Option<Devfile> {
             Kind::Container
         } else if c.volume.is_some() {
             Kind::Volume
-        } else if c.kubernetes.is_some() {
-            errors.push(unsupported(
-                format!("{path}.kubernetes"),
-                &format!("component {:?}: `kubernetes` components are", c.name),
-                "Warren renders the workspace's objects itself and applies no user manifests; run the application inside a container component instead",
+        } else if let Some(k) = &c.kubernetes {
+            manifests.extend(outer::manifest(
+                c,
+                k,
+                "kubernetes",
+                &path,
+                errors,
+                &mut notices,
             ));
-            Kind::Refused("kubernetes")
-        } else if c.openshift.is_some() {
-            errors.push(unsupported(
-                format!("{path}.openshift"),
-                &format!("component {:?}: `openshift` components are", c.name),
-                "Warren renders the workspace's objects itself and applies no user manifests",
+            Kind::Manifest("kubernetes")
+        } else if let Some(k) = &c.openshift {
+            manifests.extend(outer::manifest(
+                c,
+                k,
+                "openshift",
+                &path,
+                errors,
+                &mut notices,
             ));
-            Kind::Refused("openshift")
+            Kind::Manifest("openshift")
+        } else if let Some(im) = &c.image {
+            images.extend(outer::image(c, im, &path, errors));
+            Kind::Image
         } else {
-            errors.push(unsupported(
-                format!("{path}.image"),
-                &format!("component {:?}: `image` components are", c.name),
-                "Warren does not build images; build and push the image elsewhere and reference it from a container component",
+            errors.push(DevfileError::new(
+                path.clone(),
+                format!("component {:?} has no type (container, volume, image, kubernetes or openshift)", c.name),
             ));
-            Kind::Refused("image")
+            continue;
         };
         kinds.entry(c.name.clone()).or_insert(kind);
-        check_override_attributes(c.attributes.as_ref(), &format!("{path}.attributes"), errors);
+        // `container-overrides` of a container component are honoured (resources only).
+        let own: Vec<&str> = if kind == Kind::Container {
+            vec!["pod-overrides"]
+        } else {
+            OVERRIDE_ATTRIBUTES.to_vec()
+        };
+        check_override_attributes_of(
+            c.attributes.as_ref(),
+            &own,
+            &format!("{path}.attributes"),
+            errors,
+        );
     }
 
     // Commands.
     let mut commands = Vec::new();
     let mut command_kinds: BTreeMap<String, &'static str> = BTreeMap::new();
+    let mut command_paths: BTreeMap<String, String> = BTreeMap::new();
     for (i, c) in raw.commands.iter().enumerate() {
         let path = format!("commands[{i}]");
         if command_kinds.contains_key(&c.id) {
@@ -319,29 +353,36 @@ fn semantics(raw: RawDevfile, errors: &mut Errors) -> Option<Devfile> {
                 format!("command id {:?} is used more than once", c.id),
             ));
         }
+        command_paths
+            .entry(c.id.clone())
+            .or_insert_with(|| path.clone());
         check_reserved(&c.id, "command", format!("{path}.id"), errors);
-        let refers = |component: &str, p: String, errors: &mut Errors| {
-            match kinds.get(component) {
-            None => errors.push(DevfileError::new(
-                p,
-                format!("refers to component {component:?}, which the devfile does not define"),
-            )),
-            Some(Kind::Container) => {}
-            Some(Kind::Volume) => errors.push(DevfileError::new(
-                p,
-                format!("refers to {component:?}, a volume component; commands need a container component"),
-            )),
-            Some(Kind::Refused(k)) => errors.push(DevfileError::new(
-                p,
-                format!(
-                    "refers to component {component:?}, {} `{k}` component, which Warren refuses (see that component); remove this command too",
-                    if k.starts_with(['i', 'o']) { "an" } else { "a" }
-                ),
-            )),
-        }
+        let refers = |component: &str, p: String, apply: bool, errors: &mut Errors| {
+            let problem = match kinds.get(component) {
+                None => Some(format!("refers to component {component:?}, which the devfile does not define")),
+                Some(Kind::Container) => None,
+                Some(Kind::Image | Kind::Manifest(_)) if apply => None,
+                Some(Kind::Volume) => Some(format!(
+                    "refers to {component:?}, a volume component; commands need a container component"
+                )),
+                Some(Kind::Image) => Some(format!(
+                    "refers to {component:?}, an image component; only apply commands can build it, exec commands need a container component"
+                )),
+                Some(Kind::Manifest(k)) => Some(format!(
+                    "refers to {component:?}, a {k} component; only apply commands can apply it, exec commands need a container component"
+                )),
+            };
+            if let Some(problem) = problem {
+                errors.push(DevfileError::new(p, problem));
+            }
         };
         if let Some(e) = &c.exec {
-            refers(&e.component, format!("{path}.exec.component"), errors);
+            refers(
+                &e.component,
+                format!("{path}.exec.component"),
+                false,
+                errors,
+            );
             let env = env_list(
                 e.env.as_ref().map(|v| {
                     v.iter()
@@ -368,7 +409,12 @@ fn semantics(raw: RawDevfile, errors: &mut Errors) -> Option<Devfile> {
                 },
             });
         } else if let Some(a) = &c.apply {
-            refers(&a.component, format!("{path}.apply.component"), errors);
+            refers(
+                &a.component,
+                format!("{path}.apply.component"),
+                true,
+                errors,
+            );
             command_kinds.entry(c.id.clone()).or_insert("apply");
             commands.push(Command {
                 id: c.id.clone(),
@@ -378,17 +424,30 @@ fn semantics(raw: RawDevfile, errors: &mut Errors) -> Option<Devfile> {
                     component: a.component.clone(),
                 },
             });
-        } else {
-            errors.push(unsupported(
-                format!("{path}.composite"),
-                &format!("command {:?}: `composite` commands are", c.id),
-                "Warren runs single exec commands; list the commands in `events` or run them one by one",
-            ));
+        } else if let Some(comp) = &c.composite {
             command_kinds.entry(c.id.clone()).or_insert("composite");
+            commands.push(Command {
+                id: c.id.clone(),
+                label: comp.label.clone(),
+                group: comp.group.as_ref().map(|g| g.kind.as_str().to_owned()),
+                action: CommandAction::Composite {
+                    commands: comp.commands.clone().unwrap_or_default(),
+                    parallel: comp.parallel.unwrap_or(false),
+                },
+            });
+        } else {
+            errors.push(DevfileError::new(
+                path.clone(),
+                format!("command {:?} has no type (exec, apply or composite)", c.id),
+            ));
         }
     }
+    outer::check_composites(&commands, &command_paths, errors);
+    let composites_ok = !errors
+        .iter()
+        .any(|e| e.path.contains(".composite.commands"));
 
-    // Events.
+    // Events: composites stand for their exec and apply commands, run one after another.
     let mut pre_start = Vec::new();
     let mut post_start = Vec::new();
     let mut init_only: BTreeSet<String> = BTreeSet::new();
@@ -402,39 +461,118 @@ fn semantics(raw: RawDevfile, errors: &mut Errors) -> Option<Devfile> {
                 ));
             }
         }
+        let probe = Devfile {
+            commands: commands.clone(),
+            ..Devfile::empty()
+        };
         for (key, list, out) in [
             ("preStart", &ev.pre_start, &mut pre_start),
             ("postStart", &ev.post_start, &mut post_start),
         ] {
             for (i, id) in list.iter().flatten().enumerate() {
                 let p = format!("events.{key}[{i}]");
-                match command_kinds.get(id) {
-                    None => errors.push(DevfileError::new(
+                if !command_kinds.contains_key(id) {
+                    errors.push(DevfileError::new(
                         p,
                         format!("refers to command {id:?}, which the devfile does not define"),
-                    )),
-                    Some(&"composite") => errors.push(DevfileError::new(
-                        p,
-                        format!("refers to command {id:?}, a composite command, which Warren refuses (see that command)"),
-                    )),
-                    Some(&"apply") if key == "postStart" => errors.push(DevfileError::new(
-                        p,
-                        format!("refers to apply command {id:?}; postStart events run exec commands only (apply commands belong in preStart)"),
-                    )),
-                    Some(kind) => {
-                        if out.contains(id) {
-                            errors.push(DevfileError::new(p, format!("command {id:?} is listed more than once")));
-                        }
-                        if *kind == "apply" {
-                            if let Some(cmd) = commands.iter().find(|c| &c.id == id) {
-                                init_only.insert(cmd.component().to_owned());
-                            }
-                        }
-                        out.push(id.clone());
+                    ));
+                    continue;
+                }
+                if !composites_ok {
+                    continue;
+                }
+                let leaves = probe.leaf_commands(id);
+                if matches!(
+                    probe.command(id).map(|c| &c.action),
+                    Some(CommandAction::Composite { parallel: true, .. })
+                ) {
+                    notices.push(Notice {
+                        path: p.clone(),
+                        message: format!("composite command {id:?} is parallel; at workspace start its commands run one after another"),
+                    });
+                }
+                for leaf in leaves {
+                    let what = match (&leaf.action, leaf.component().and_then(|n| kinds.get(n))) {
+                        (CommandAction::Exec { .. }, _) => None,
+                        (CommandAction::Apply { .. }, Some(Kind::Container)) if key == "preStart" => None,
+                        (CommandAction::Apply { .. }, Some(Kind::Container)) => Some(format!(
+                            "apply command {:?}: postStart events run exec commands only (apply commands of containers belong in preStart)",
+                            leaf.id
+                        )),
+                        (CommandAction::Apply { component }, Some(Kind::Image)) => Some(format!(
+                            "apply command {:?} builds image component {component:?}, which Warren does on demand only (`warren ws run`), not at workspace start",
+                            leaf.id
+                        )),
+                        (CommandAction::Apply { component }, Some(Kind::Manifest(k))) => Some(format!(
+                            "apply command {:?} applies {k} component {component:?}, which Warren does on demand only (`warren ws run`), not at workspace start",
+                            leaf.id
+                        )),
+                        _ => None,
+                    };
+                    if let Some(why) = what {
+                        errors.push(DevfileError::new(
+                            p.clone(),
+                            format!("{why} {UNSUPPORTED_MARKER}"),
+                        ));
+                        continue;
                     }
+                    if out.contains(&leaf.id) {
+                        errors.push(DevfileError::new(
+                            p.clone(),
+                            format!("command {:?} is listed more than once", leaf.id),
+                        ));
+                        continue;
+                    }
+                    if let CommandAction::Apply { component } = &leaf.action {
+                        init_only.insert(component.clone());
+                    }
+                    out.push(leaf.id.clone());
                 }
             }
         }
+    }
+    let in_events: BTreeSet<&String> = pre_start.iter().chain(&post_start).collect();
+    for im in &images {
+        let applied = commands
+            .iter()
+            .any(|c| c.component() == Some(im.name.as_str()));
+        if !applied {
+            notices.push(Notice {
+                path: component_path(&raw, &im.name),
+                message: format!(
+                    "image component {:?} is never built: no apply command uses it",
+                    im.name
+                ),
+            });
+        }
+    }
+    for m in &manifests {
+        let applied = commands
+            .iter()
+            .any(|c| c.component() == Some(m.name.as_str()));
+        if !applied {
+            notices.push(Notice {
+                path: component_path(&raw, &m.name),
+                message: format!(
+                    "{} component {:?} is never applied: no apply command uses it",
+                    m.kind, m.name
+                ),
+            });
+        }
+    }
+    let on_demand: Vec<&str> = commands
+        .iter()
+        .filter(|c| !in_events.contains(&c.id))
+        .map(|c| c.id.as_str())
+        .collect();
+    if !on_demand.is_empty() {
+        notices.push(Notice {
+            path: "commands".into(),
+            message: format!(
+                "run on demand with `warren ws run WORKSPACE COMMAND`, not at start: {}",
+                on_demand.join(", ")
+            ),
+        });
     }
 
     for key in &raw.refused_keys {
@@ -444,7 +582,6 @@ fn semantics(raw: RawDevfile, errors: &mut Errors) -> Option<Devfile> {
             "Warren does not fetch parent devfiles yet; inline what you need from the parent and remove `parent`",
         ));
     }
-    let mut notices = Vec::new();
     if let Some(m) = &raw.metadata {
         let shown_nowhere: Vec<&str> = [
             ("architectures", m.architectures.is_some()),
@@ -521,6 +658,15 @@ fn semantics(raw: RawDevfile, errors: &mut Errors) -> Option<Devfile> {
             });
         }
         let Some(ct) = &c.container else { continue };
+        let ov = outer::container_overrides(
+            c.attributes.as_ref(),
+            &format!("{path}.attributes"),
+            errors,
+        );
+        let cpu_limit = ov.cpu_limit.or_else(|| ct.cpu_limit.clone());
+        let cpu_request = ov.cpu_request.or_else(|| ct.cpu_request.clone());
+        let memory_limit = ov.memory_limit.or_else(|| ct.memory_limit.clone());
+        let memory_request = ov.memory_request.or_else(|| ct.memory_request.clone());
         let cp = format!("{path}.container");
         if ct.dedicated_pod == Some(true) {
             errors.push(unsupported(
@@ -535,15 +681,15 @@ fn semantics(raw: RawDevfile, errors: &mut Errors) -> Option<Devfile> {
                 "the image must not be empty",
             ));
         }
-        let cpu_req = quantity(&ct.cpu_request, format!("{cp}.cpuRequest"), true, errors);
-        let cpu_lim = quantity(&ct.cpu_limit, format!("{cp}.cpuLimit"), true, errors);
+        let cpu_req = quantity(&cpu_request, format!("{cp}.cpuRequest"), true, errors);
+        let cpu_lim = quantity(&cpu_limit, format!("{cp}.cpuLimit"), true, errors);
         let mem_req = quantity(
-            &ct.memory_request,
+            &memory_request,
             format!("{cp}.memoryRequest"),
             false,
             errors,
         );
-        let mem_lim = quantity(&ct.memory_limit, format!("{cp}.memoryLimit"), false, errors);
+        let mem_lim = quantity(&memory_limit, format!("{cp}.memoryLimit"), false, errors);
         // Below these, container runtimes refuse to create the container (runc: memory under
         // 6 MiB; Docker and Podman: under 0.01 CPU) with an error naming none of this.
         if mem_lim.is_some_and(|m| m < MIN_MEMORY_LIMIT_BYTES) {
@@ -551,7 +697,7 @@ fn semantics(raw: RawDevfile, errors: &mut Errors) -> Option<Devfile> {
                 format!("{cp}.memoryLimit"),
                 format!(
                     "{} is below 6Mi, the least memory a container can be given",
-                    ct.memory_limit.as_deref().unwrap_or_default()
+                    memory_limit.as_deref().unwrap_or_default()
                 ),
             ));
         }
@@ -560,7 +706,7 @@ fn semantics(raw: RawDevfile, errors: &mut Errors) -> Option<Devfile> {
                 format!("{cp}.cpuLimit"),
                 format!(
                     "{} is below 10m, the least CPU a container can be given",
-                    ct.cpu_limit.as_deref().unwrap_or_default()
+                    cpu_limit.as_deref().unwrap_or_default()
                 ),
             ));
         }
@@ -569,8 +715,8 @@ fn semantics(raw: RawDevfile, errors: &mut Errors) -> Option<Devfile> {
                 format!("{cp}.cpuRequest"),
                 format!(
                     "cpuRequest {} is more than cpuLimit {}",
-                    ct.cpu_request.as_deref().unwrap_or_default(),
-                    ct.cpu_limit.as_deref().unwrap_or_default()
+                    cpu_request.as_deref().unwrap_or_default(),
+                    cpu_limit.as_deref().unwrap_or_default()
                 ),
             ));
         }
@@ -579,8 +725,8 @@ fn semantics(raw: RawDevfile, errors: &mut Errors) -> Option<Devfile> {
                 format!("{cp}.memoryRequest"),
                 format!(
                     "memoryRequest {} is more than memoryLimit {}",
-                    ct.memory_request.as_deref().unwrap_or_default(),
-                    ct.memory_limit.as_deref().unwrap_or_default()
+                    memory_request.as_deref().unwrap_or_default(),
+                    memory_limit.as_deref().unwrap_or_default()
                 ),
             ));
         }
@@ -754,10 +900,10 @@ fn semantics(raw: RawDevfile, errors: &mut Errors) -> Option<Devfile> {
             command: ct.command.clone().unwrap_or_default(),
             args: ct.args.clone().unwrap_or_default(),
             env,
-            cpu_request: ct.cpu_request.clone(),
-            cpu_limit: ct.cpu_limit.clone(),
-            memory_request: ct.memory_request.clone(),
-            memory_limit: ct.memory_limit.clone(),
+            cpu_request: cpu_request.clone(),
+            cpu_limit: cpu_limit.clone(),
+            memory_request: memory_request.clone(),
+            memory_limit: memory_limit.clone(),
             mount_sources,
             source_mapping,
             endpoints,
@@ -876,7 +1022,10 @@ fn semantics(raw: RawDevfile, errors: &mut Errors) -> Option<Devfile> {
         }
     }
     for (i, id) in post_start.iter().enumerate() {
-        let on = commands.iter().find(|c| &c.id == id).map(|c| c.component());
+        let on = commands
+            .iter()
+            .find(|c| &c.id == id)
+            .and_then(|c| c.component());
         if let Some(c) = on.and_then(|n| containers.iter().find(|c| c.name == n && c.init_only)) {
             errors.push(DevfileError::new(
                 format!("events.postStart[{i}]"),
@@ -901,6 +1050,8 @@ fn semantics(raw: RawDevfile, errors: &mut Errors) -> Option<Devfile> {
         projects: devfile_projects,
         starter_projects,
         notices,
+        images,
+        manifests,
     })
 }
 

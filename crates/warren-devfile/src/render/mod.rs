@@ -266,7 +266,7 @@ pub fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rendered, Re
         let Some(cmd) = devfile.command(id) else {
             continue;
         };
-        let Some(c) = devfile.container(cmd.component()) else {
+        let Some(c) = cmd.component().and_then(|n| devfile.container(n)) else {
             continue;
         };
         match &cmd.action {
@@ -274,6 +274,8 @@ pub fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rendered, Re
                 init_specs.push((object_name(&format!("warren-prestart-{id}")), c, Some(cmd)))
             }
             CommandAction::Apply { .. } => init_specs.push((c.name.clone(), c, None)),
+            // Parsing expands composites of events into their exec and apply commands.
+            CommandAction::Composite { .. } => {}
         }
     }
     let editor = editor::plan(devfile, cfg);
@@ -308,7 +310,7 @@ pub fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rendered, Re
             || devfile.post_start.iter().any(|id| {
                 devfile
                     .command(id)
-                    .is_some_and(|cmd| cmd.component() == c.name)
+                    .is_some_and(|cmd| cmd.component() == Some(c.name.as_str()))
             })
     };
 

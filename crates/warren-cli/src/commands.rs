@@ -940,6 +940,13 @@ async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
             }
         }
         WsCommand::SshConfig { names, write } => ws_ssh_config(&c, names, write).await,
+        WsCommand::Run { name, command } => {
+            let run = c.run_workspace_command(&name, &command).await;
+            match crate::run_cmd::follow(named("workspace", &name, run)?).await? {
+                0 => Ok(()),
+                code => Err(CliError::Exited(code)),
+            }
+        }
         WsCommand::PortForward {
             name,
             ports,

@@ -16,6 +16,7 @@ pub mod input;
 pub mod open_cmd;
 pub mod output;
 mod port_forward_cmd;
+mod run_cmd;
 pub mod ssh_cmd;
 pub mod wait;
 
@@ -433,6 +434,15 @@ pub enum WsCommand {
         #[arg(last = true, value_name = "COMMAND")]
         command: Vec<String>,
     },
+    /// Run a command of the workspace's devfile (exec, apply, or a composite of them): its
+    /// output is printed as it comes, and the exit code is the command's.
+    #[command(after_long_help = WS_RUN_HELP)]
+    Run {
+        /// Workspace name or id.
+        name: String,
+        /// The devfile's command id (`warren ws show NAME` lists them).
+        command: String,
+    },
     /// Forward local TCP ports to ports of a workspace through the proxy (no SSH needed),
     /// until interrupted. A port is `REMOTE` (the same locally), `LOCAL:REMOTE`, or
     /// `:REMOTE` (a free local port, printed).
@@ -508,6 +518,18 @@ pub enum WsCommand {
         wait: WaitArgs,
     },
 }
+
+const WS_RUN_HELP: &str = "\
+Steps are announced on stderr (`==> ID (exec in COMPONENT)`); a step's stdout and stderr go to
+yours. A composite runs its commands one after another, stopping at the first that fails, or
+all at once when it is `parallel` (their lines then prefixed with `[ID]`). The exit code is 0
+when every step succeeded, else the failed step's (1 when it gave none). Ctrl-C stops the
+command in the workspace.
+
+Examples:
+  warren ws run dev test
+  warren ws run dev deploy
+";
 
 const WS_SSH_HELP: &str = "\
 Runs your OpenSSH client against the Warren proxy's SSH server as

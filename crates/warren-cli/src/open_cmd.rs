@@ -154,6 +154,7 @@ mod tests {
             variables: vec![],
             version: 1,
             notices: vec![],
+            commands: vec![],
         }
     }
 

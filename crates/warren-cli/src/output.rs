@@ -164,6 +164,16 @@ pub fn workspace_with_editor(w: &Workspace, editor_status: Option<&str>) -> Stri
         };
         rows.push(("Variable", format!("{} ({kind}) = {value}", v.key)));
     }
+    for c in &w.commands {
+        let mut line = format!("{} ({}): {}", c.id, c.kind, c.summary);
+        if let Some(g) = &c.group {
+            line.push_str(&format!(" [{g}]"));
+        }
+        if c.at_start {
+            line.push_str(" [at start]");
+        }
+        rows.push(("Command", line));
+    }
     for n in &w.notices {
         rows.push(("Notice", n.clone()));
     }
@@ -477,6 +487,7 @@ mod tests {
             }],
             version: 1,
             notices: vec![],
+            commands: vec![],
         }
     }
 

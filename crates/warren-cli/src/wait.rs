@@ -281,6 +281,7 @@ mod tests {
             variables: vec![],
             version: 1,
             notices: vec![],
+            commands: vec![],
         }
     }
 

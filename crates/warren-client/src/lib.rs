@@ -591,6 +591,35 @@ impl Client {
         })
     }
 
+    /// `POST /workspaces/{name}/commands/{command}/run`: runs a devfile command; its events
+    /// follow as they happen (dropping the run stops the command).
+    pub async fn run_workspace_command(
+        &self,
+        name_or_id: &str,
+        command: &str,
+    ) -> Result<CommandRun> {
+        let url = self.url(&routes::workspace_command_run(name_or_id, command));
+        let mut req = self.streams.post(url.clone());
+        if let Some(token) = &self.token {
+            req = req.bearer_auth(token);
+        }
+        let transport = |source| Error::Transport {
+            url: url.to_string(),
+            source,
+        };
+        let resp = req.send().await.map_err(transport)?;
+        let status = resp.status();
+        if !status.is_success() {
+            let bytes = resp.bytes().await.map_err(transport)?;
+            return Err(api_error(status, &bytes));
+        }
+        Ok(CommandRun {
+            resp,
+            url: url.to_string(),
+            buf: Vec::new(),
+        })
+    }
+
     /// `DELETE /workspaces/{name}`: asks for `Terminated`; answers the workspace.
     pub async fn delete_workspace(&self, name_or_id: &str) -> Result<Workspace> {
         self.call(
@@ -810,6 +839,49 @@ impl LogFollow {
                 url: url.clone(),
                 source,
             })
+    }
+}
+
+/// The events of a running devfile command (newline-delimited JSON).
+pub struct CommandRun {
+    resp: reqwest::Response,
+    url: String,
+    buf: Vec<u8>,
+}
+
+/// Longest event line accepted (output comes in chunks of at most a tunnel frame).
+const MAX_EVENT_LINE: usize = 4 << 20;
+
+impl CommandRun {
+    /// The next event; `None` once the answer ended.
+    pub async fn next(&mut self) -> Result<Option<warren_types::api::CommandRunEvent>> {
+        loop {
+            if let Some(i) = self.buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=i).collect();
+                return serde_json::from_slice(&line[..i])
+                    .map(Some)
+                    .map_err(|source| Error::Decode {
+                        url: self.url.clone(),
+                        status: 200,
+                        source,
+                    });
+            }
+            if self.buf.len() > MAX_EVENT_LINE {
+                return Err(Error::Decode {
+                    url: self.url.clone(),
+                    status: 200,
+                    source: serde::de::Error::custom("an event line longer than 4 MiB"),
+                });
+            }
+            let chunk = self.resp.chunk().await.map_err(|source| Error::Transport {
+                url: self.url.clone(),
+                source,
+            })?;
+            match chunk {
+                Some(c) => self.buf.extend_from_slice(&c),
+                None => return Ok(None),
+            }
+        }
     }
 }
 

@@ -28,8 +28,8 @@ pub use model::{
 };
 pub use parse::check_structure;
 pub use render::{
-    render, Endpoint, ProjectSource, RenderError, RenderRequest, Rendered, ResolvedVariable,
-    FILES_MOUNT_PATH, SCRIPTS_MOUNT_PATH,
+    exec_command_script, render, Endpoint, ProjectSource, RenderError, RenderRequest, Rendered,
+    ResolvedVariable, FILES_MOUNT_PATH, SCRIPTS_MOUNT_PATH,
 };
 pub use yaml::{is_static_object, objects_to_yaml, set_replicas};
 

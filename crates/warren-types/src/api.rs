@@ -545,6 +545,71 @@ pub struct Workspace {
     /// about one workspace (create, get), not in lists.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notices: Vec<String>,
+    /// The devfile's commands, runnable with `POST …/commands/{command}/run` (`warren ws
+    /// run`). In the answers about one workspace (create, get), not in lists.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub commands: Vec<WorkspaceCommand>,
+}
+
+/// A command of a workspace's devfile.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct WorkspaceCommand {
+    /// The devfile's command id.
+    pub id: String,
+    /// `exec`, `apply` or `composite`.
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// `build`, `run`, `test`, `debug` or `deploy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// What it does, in a few words (`make test in runtime`, `build + deploy`).
+    pub summary: String,
+    /// Run by Warren at workspace start (`preStart`/`postStart` events).
+    #[serde(default)]
+    pub at_start: bool,
+}
+
+/// One line of the answer of `POST /api/v1/workspaces/{workspace}/commands/{command}/run`
+/// (`application/x-ndjson`): the steps of the command as they start, their output and how
+/// they end, then `done`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum CommandRunEvent {
+    /// An exec or apply command (a step of a composite) starts.
+    Started {
+        command: String,
+        kind: String,
+        /// The component it runs on.
+        component: String,
+    },
+    /// Output of a running step (text; bytes that are not UTF-8 are replaced).
+    Output {
+        command: String,
+        stream: OutputStream,
+        data: String,
+    },
+    /// A step ended: its exit code (`None` when unknown) and what went wrong.
+    Finished {
+        command: String,
+        exit_code: Option<i32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
+    /// The whole command ended: 0 when every step succeeded, else the first failure's code
+    /// (1 when a step failed without one); `failed` names that step.
+    Done {
+        exit_code: i32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        failed: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputStream {
+    Stdout,
+    Stderr,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

@@ -199,6 +199,17 @@ pub enum RenderError {
     Metadata { key: String, reason: String },
 }
 
+/// The `/bin/sh -c` script that runs an exec command on demand (`warren ws run`): its
+/// environment exported, in its `workingDir` (by default the project's directory, as for
+/// postStart commands), then its command line.
+pub fn exec_command_script(
+    command_line: &str,
+    working_dir: Option<&str>,
+    env: &[crate::model::EnvVar],
+) -> String {
+    command_script(command_line, working_dir, "${PROJECT_SOURCE}", env)
+}
+
 /// Renders the workspace's objects. See the module docs for the startup design.
 pub fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rendered, RenderError> {
     let cfg = req.agent_config;

@@ -175,3 +175,162 @@ pub fn render_workspace(
 pub fn normalise_replicas(objects: &mut [Value]) {
     warren_devfile::set_replicas(objects, 0);
 }
+
+/// A devfile command as the server runs it on demand (`warren ws run`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommandPlan {
+    /// `/bin/sh -c script` in the container `component`.
+    Exec {
+        id: String,
+        component: String,
+        script: String,
+    },
+    Apply {
+        id: String,
+        component: String,
+        target: ApplyTarget,
+    },
+    /// A composite: its commands one after another (stopping at the first failure), or all
+    /// at once.
+    Group {
+        id: String,
+        parallel: bool,
+        steps: Vec<CommandPlan>,
+    },
+}
+
+/// What an apply command acts on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApplyTarget {
+    /// A container component: it runs with the workspace already.
+    Container,
+    /// An image component to build.
+    Image { image_name: String },
+    /// A kubernetes or openshift component to apply.
+    Manifest { kind: String },
+}
+
+/// The commands of a workspace's devfile, for its owner to see (`warren ws show`).
+pub fn commands(devfile_text: &str) -> Vec<warren_types::api::WorkspaceCommand> {
+    use warren_devfile::CommandAction;
+    let Ok(d) = warren_devfile::parse_devfile(devfile_text) else {
+        return vec![];
+    };
+    d.commands
+        .iter()
+        .map(|c| {
+            let summary = match &c.action {
+                CommandAction::Exec {
+                    component,
+                    command_line,
+                    ..
+                } => {
+                    let line = command_line.trim();
+                    let first = line.lines().next().unwrap_or_default();
+                    let mut shown: String = first.chars().take(60).collect();
+                    if shown.len() < line.len() {
+                        shown.push('…');
+                    }
+                    format!("{shown} (in {component})")
+                }
+                CommandAction::Apply { component } => {
+                    if let Some(im) = d.images.iter().find(|i| &i.name == component) {
+                        format!("build image {} ({component})", im.image_name)
+                    } else if let Some(m) = d.manifests.iter().find(|m| &m.name == component) {
+                        format!("apply {} component {component}", m.kind)
+                    } else {
+                        format!("start container {component}")
+                    }
+                }
+                CommandAction::Composite { commands, parallel } => {
+                    if *parallel {
+                        format!("{} (in parallel)", commands.join(" | "))
+                    } else {
+                        commands.join(" + ")
+                    }
+                }
+            };
+            warren_types::api::WorkspaceCommand {
+                id: c.id.clone(),
+                kind: c.kind().into(),
+                label: c.label.clone(),
+                group: c.group.clone(),
+                summary,
+                at_start: d.pre_start.contains(&c.id) || d.post_start.contains(&c.id),
+            }
+        })
+        .collect()
+}
+
+/// The plan of command `id` of a workspace's devfile; unknown ids name the ones there are.
+pub fn command_plan(
+    devfile_text: &str,
+    workspace: &str,
+    id: &str,
+) -> Result<CommandPlan, AppError> {
+    let d = parse(devfile_text, "devfile")?;
+    if d.command(id).is_none() {
+        let ids: Vec<&str> = d.commands.iter().map(|c| c.id.as_str()).collect();
+        return Err(AppError::new(
+            ErrorKind::NotFound,
+            "not_found",
+            format!(
+                "the devfile of workspace {workspace} has no command {id:?} ({})",
+                if ids.is_empty() {
+                    "it has no commands".to_owned()
+                } else {
+                    format!("its commands: {}", ids.join(", "))
+                }
+            ),
+        ));
+    }
+    Ok(plan_of(&d, id, 0))
+}
+
+fn plan_of(d: &Devfile, id: &str, depth: usize) -> CommandPlan {
+    use warren_devfile::CommandAction;
+    let Some(c) = d.command(id) else {
+        // Parsing checked every reference; an empty group is all that is left to do.
+        return CommandPlan::Group {
+            id: id.into(),
+            parallel: false,
+            steps: vec![],
+        };
+    };
+    match &c.action {
+        CommandAction::Exec {
+            component,
+            command_line,
+            working_dir,
+            env,
+        } => CommandPlan::Exec {
+            id: id.into(),
+            component: component.clone(),
+            script: warren_devfile::exec_command_script(command_line, working_dir.as_deref(), env),
+        },
+        CommandAction::Apply { component } => CommandPlan::Apply {
+            id: id.into(),
+            component: component.clone(),
+            target: if let Some(im) = d.images.iter().find(|i| &i.name == component) {
+                ApplyTarget::Image {
+                    image_name: im.image_name.clone(),
+                }
+            } else if let Some(m) = d.manifests.iter().find(|m| &m.name == component) {
+                ApplyTarget::Manifest {
+                    kind: m.kind.clone(),
+                }
+            } else {
+                ApplyTarget::Container
+            },
+        },
+        CommandAction::Composite { commands, parallel } => CommandPlan::Group {
+            id: id.into(),
+            parallel: *parallel,
+            steps: if depth >= warren_devfile::MAX_COMPOSITE_DEPTH {
+                vec![]
+            } else {
+                commands.iter().map(|c| plan_of(d, c, depth + 1)).collect()
+            },
+        },
+    }
+}

@@ -175,6 +175,7 @@ fn with_notices(row: &WorkspaceRow, mut w: Workspace) -> Result<Workspace, AppEr
         row.project_id.is_some(),
         row.starter.as_deref(),
     );
+    w.commands = render::commands(&row.devfile);
     Ok(w)
 }
 

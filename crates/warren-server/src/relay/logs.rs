@@ -68,6 +68,18 @@ pub async fn open(
     agent: AgentId,
     target: &LogsTarget,
 ) -> Result<(reqwest::Upgraded, String), RelayLogsError> {
+    upgrade(relay_urls, secret, agent, LOGS_ROUTE, target).await
+}
+
+/// An upgraded stream to `route` (an internal relay route with `{agent_id}`) of the first of
+/// `relay_urls` that answers, with `query` as its query string.
+pub(super) async fn upgrade<Q: serde::Serialize + ?Sized>(
+    relay_urls: &[String],
+    secret: &[u8],
+    agent: AgentId,
+    route: &str,
+    query: &Q,
+) -> Result<(reqwest::Upgraded, String), RelayLogsError> {
     // No whole-request timeout: a followed stream has no end; the opening is bounded below.
     let client = reqwest::Client::builder()
         .http1_only()
@@ -83,7 +95,7 @@ pub async fn open(
             source: Box::new(e),
         }
     })?;
-    let path = LOGS_ROUTE.replace("{agent_id}", &agent.to_string());
+    let path = route.replace("{agent_id}", &agent.to_string());
     let mut last = RelayLogsError::NoRelay;
     for base in relay_urls {
         let url = format!("{}{path}", base.trim_end_matches('/'));
@@ -94,7 +106,7 @@ pub async fn open(
             };
         let sent = client
             .get(&url)
-            .query(target)
+            .query(query)
             .bearer_auth(&token)
             .header(reqwest::header::CONNECTION, "upgrade")
             .header(reqwest::header::UPGRADE, TUNNEL_PROTOCOL)

@@ -123,6 +123,7 @@ impl WorkspaceRow {
                 .collect(),
             version: self.version,
             notices: vec![],
+            commands: vec![],
         })
     }
 

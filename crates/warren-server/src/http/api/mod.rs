@@ -101,6 +101,10 @@ pub fn router() -> Router<AppState> {
         )
         .route("/workspaces/{workspace}/resources", put(workspaces::resize))
         .route("/workspaces/{workspace}/logs", get(workspaces::logs))
+        .route(
+            "/workspaces/{workspace}/commands/{command}/run",
+            post(workspaces::run_command),
+        )
         .route("/openapi.json", get(super::openapi::serve));
     Router::new().nest(warren_types::api::API_PREFIX, v1)
 }

@@ -7,11 +7,12 @@ use crate::app::AppState;
 use crate::http::error::{HttpError, Json, Path, Query};
 use axum::extract::State;
 use axum::response::IntoResponse;
+use futures::StreamExt;
 use http::StatusCode;
 use serde::Deserialize;
 use warren_types::api::{
-    ApiError, CreateWorkspaceRequest, Page, ResizeWorkspaceRequest, UpdateDesiredStateRequest,
-    Workspace,
+    ApiError, CommandRunEvent, CreateWorkspaceRequest, Page, ResizeWorkspaceRequest,
+    UpdateDesiredStateRequest, Workspace,
 };
 
 /// Query of `GET /api/v1/workspaces`.
@@ -191,4 +192,33 @@ pub async fn logs(
             (text_plain, body).into_response()
         }
     })
+}
+
+/// Runs a command of the workspace's devfile (exec, apply, or a composite of them) and
+/// streams what happens as newline-delimited JSON events (`CommandRunEvent`): each step's
+/// start, output and end, then `done` with the exit code. Leaving closes the session and
+/// stops the command. Only the workspace's owner may run commands; it must be Running.
+#[utoipa::path(post, path = "/api/v1/workspaces/{workspace}/commands/{command}/run",
+    params(("workspace" = String, Path, description = "workspace name or id"),
+        ("command" = String, Path, description = "the devfile's command id")),
+    responses((status = 200, description = "one CommandRunEvent per line", body = CommandRunEvent, content_type = "application/x-ndjson"),
+    (status = 403, body = ApiError), (status = 404, body = ApiError), (status = 409, body = ApiError)),
+    tag = "workspaces", security(("bearer" = [])))]
+pub async fn run_command(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path((key, command)): Path<(String, String)>,
+) -> Result<axum::response::Response, HttpError> {
+    let rx = crate::app::commands::run(&state, &who, &key, &command).await?;
+    let lines = tokio_stream::wrappers::ReceiverStream::new(rx).map(|event| {
+        // Events are plain data: serialising them cannot fail.
+        let mut line = serde_json::to_vec(&event).unwrap_or_default();
+        line.push(b'\n');
+        Ok::<_, std::convert::Infallible>(axum::body::Bytes::from(line))
+    });
+    Ok((
+        [(http::header::CONTENT_TYPE, "application/x-ndjson")],
+        axum::body::Body::from_stream(lines),
+    )
+        .into_response())
 }

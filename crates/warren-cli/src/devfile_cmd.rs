@@ -37,12 +37,21 @@ pub struct RenderArgs {
     /// Print the objects as a JSON array instead of YAML documents.
     #[arg(long)]
     pub json: bool,
+    /// A devfile registry for a `parent` named by `id` without `registryUrl` (repeatable).
+    #[arg(
+        long = "devfile-registry",
+        env = "WARREN_DEVFILE_REGISTRIES",
+        value_delimiter = ',',
+        value_name = "URL"
+    )]
+    pub registries: Vec<String>,
 }
 
 pub fn run(cmd: DevfileCommand) -> Result<(), CliError> {
     match cmd {
-        DevfileCommand::Validate { file } => {
+        DevfileCommand::Validate { file, registries } => {
             let text = read_text("devfile", &file)?;
+            let text = with_parent(&file, &text, &registries)?;
             let devfile = parse(&file, &text)?;
             println!("{}: Warren can run this devfile.", file.display());
             print!("{}", ensure_newline(warren_devfile::summary(&devfile)));
@@ -74,8 +83,76 @@ fn parse(file: &std::path::Path, text: &str) -> Result<warren_devfile::Devfile, 
     })
 }
 
+/// Fetches parents over HTTP(S), as the server does (without its cache).
+struct HttpFetch(reqwest::Client);
+
+impl warren_devfile::parent::ParentFetcher for HttpFetch {
+    async fn fetch(&self, url: &str) -> Result<String, String> {
+        let resp = self
+            .0
+            .get(url)
+            .send()
+            .await
+            .map_err(|e| format!("cannot fetch: {}", warren_types::error_chain(&e)))?;
+        if !resp.status().is_success() {
+            return Err(format!("HTTP {}", resp.status()));
+        }
+        let body = resp
+            .bytes()
+            .await
+            .map_err(|e| format!("reading the answer: {}", warren_types::error_chain(&e)))?;
+        if body.len() > warren_devfile::MAX_DEVFILE_BYTES {
+            return Err(format!(
+                "larger than {} KiB",
+                warren_devfile::MAX_DEVFILE_BYTES >> 10
+            ));
+        }
+        String::from_utf8(body.to_vec()).map_err(|_| "not UTF-8 text".to_owned())
+    }
+}
+
+/// The devfile with its parent fetched and merged in (the text itself without one); on a
+/// refusal every error is printed with its path.
+fn with_parent(
+    file: &std::path::Path,
+    text: &str,
+    registries: &[String],
+) -> Result<String, CliError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(CliError::Runtime)?;
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(10))
+        .build()
+        .map_err(|e| CliError::Failed(format!("cannot make an HTTP client: {e}")))?;
+    let resolved = runtime.block_on(warren_devfile::parent::resolve(
+        text,
+        registries,
+        &HttpFetch(client),
+    ));
+    match resolved {
+        Ok(r) => {
+            for p in &r.parents {
+                eprintln!("{}: parent {p} merged in", file.display());
+            }
+            Ok(r.text)
+        }
+        Err(errs) => {
+            for e in &errs.0 {
+                eprintln!("{}: {e}", file.display());
+            }
+            Err(CliError::Failed(format!(
+                "{}: its parent could not be merged in",
+                file.display()
+            )))
+        }
+    }
+}
+
 fn render(a: RenderArgs) -> Result<(), CliError> {
     let text = read_text("devfile", &a.file)?;
+    let text = with_parent(&a.file, &text, &a.registries)?;
     let devfile = parse(&a.file, &text)?;
     let agent_config = match &a.agent_config {
         Some(p) => crate::commands::read_agent_config(p)?,

@@ -711,6 +711,15 @@ pub enum DevfileCommand {
     Validate {
         /// The devfile (`-` for stdin).
         file: PathBuf,
+        /// A devfile registry for a `parent` named by `id` without `registryUrl` (repeatable;
+        /// searched in order).
+        #[arg(
+            long = "devfile-registry",
+            env = "WARREN_DEVFILE_REGISTRIES",
+            value_delimiter = ',',
+            value_name = "URL"
+        )]
+        registries: Vec<String>,
     },
     /// Print the Kubernetes objects Warren would create for a devfile, as YAML.
     Render(Box<devfile_cmd::RenderArgs>),

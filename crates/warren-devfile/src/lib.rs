@@ -17,6 +17,7 @@
 
 pub mod k8s;
 mod model;
+pub mod parent;
 mod parse;
 mod render;
 mod yaml;

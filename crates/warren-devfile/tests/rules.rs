@@ -87,14 +87,16 @@ fn syntax_errors_and_non_mappings() {
 
 #[test]
 fn unsupported_features_are_refused_by_name() {
-    let cases = [
-        ("parent: {id: nodejs}\n", "parent", "parent"),
-        (
-            "attributes: {pod-overrides: {spec: {}}}\n",
-            "attributes.pod-overrides",
-            "pod-overrides",
-        ),
-    ];
+    assert_error(
+        &format!("{BASE}parent: {{id: nodejs}}\n"),
+        "parent",
+        "must be fetched and merged first",
+    );
+    let cases = [(
+        "attributes: {pod-overrides: {spec: {}}}\n",
+        "attributes.pod-overrides",
+        "pod-overrides",
+    )];
     for (extra, path, needle) in cases {
         let text = format!("{BASE}{extra}");
         let e = errors(&text);

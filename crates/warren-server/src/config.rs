@@ -27,6 +27,10 @@ pub struct ServerConfig {
     /// A devfile used when neither the request nor the project gives one.
     #[serde(default)]
     pub default_devfile_file: Option<PathBuf>,
+    /// Devfile registries (`https://registry.devfile.io`, …) searched in order for parents
+    /// named by `id` without a `registryUrl`.
+    #[serde(default)]
+    pub devfile_registries: Vec<String>,
     /// Username of the admin bootstrapped on an empty database.
     #[serde(default = "default_admin_username")]
     pub bootstrap_admin_username: String,
@@ -81,6 +85,7 @@ impl ServerConfig {
             relay_secret: None,
             relay_urls: vec![],
             default_devfile_file: None,
+            devfile_registries: vec![],
             bootstrap_admin_username: default_admin_username(),
             lifecycle_interval_seconds: default_lifecycle_interval(),
             full_reconciliation_interval_seconds: default_full_interval(),
@@ -128,6 +133,19 @@ impl ServerConfig {
         if let Some(s) = &self.relay_secret {
             if s.len() < 32 {
                 return Err("relay_secret: must be at least 32 characters".into());
+            }
+        }
+        for u in &self.devfile_registries {
+            match url::Url::parse(u) {
+                Ok(p)
+                    if (p.scheme() == "http" || p.scheme() == "https")
+                        && p.username().is_empty()
+                        && p.password().is_none() => {}
+                _ => {
+                    return Err(format!(
+                        "devfile_registries: {u:?} is not an http(s) URL without credentials"
+                    ))
+                }
             }
         }
         for u in &self.relay_urls {

@@ -11,6 +11,7 @@ pub mod clock;
 pub mod config;
 pub mod crypto;
 pub mod db;
+pub mod devfile_fetch;
 pub mod error;
 pub mod http;
 pub mod relay;

@@ -101,6 +101,7 @@ impl Server {
             trusted_proxies: Arc::new(config.trusted_proxies.clone()),
             changes: Arc::new(tokio::sync::watch::channel(0).0),
             git: warren_git::GitReader::new(config.home.join("git-cache"), Default::default()),
+            parents: crate::devfile_fetch::DevfileFetcher::new(config.devfile_registries.clone()),
         };
         let bootstrap_admin =
             app::users::bootstrap_admin(&state, &config.bootstrap_admin_username).await?;

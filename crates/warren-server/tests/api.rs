@@ -510,12 +510,13 @@ async fn workspace_creation_rendering_quotas_and_visibility() {
         // A broken devfile: 422 with every error and its path.
         let (st, b) = s
             .call(Method::POST, "/api/v1/workspaces", Some(&bob),
-                Some(json!({"devfile": "schemaVersion: 2.2.0\nparent: {id: x}\ncomponents:\n  - name: a\n    container: {image: alpine}\n  - name: b\n    kubernetes: {uri: x}\n"})))
+                Some(json!({"devfile": "schemaVersion: 2.2.0\ncomponents:\n  - name: a\n    container: {image: alpine, memoryLimit: lots}\n  - name: b\n    kubernetes: {uri: ../x}\n"})))
             .await;
         assert_eq!(st, 422, "{b}");
         assert_eq!(b["error"]["code"], "invalid_devfile");
         assert!(
-            msg(&b).contains("parent") && msg(&b).contains("components[1]"),
+            msg(&b).contains("components[0].container.memoryLimit")
+                && msg(&b).contains("components[1].kubernetes.uri"),
             "{b}"
         );
 

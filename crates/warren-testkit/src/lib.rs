@@ -8,6 +8,7 @@
 //! exec runs local processes. Everything stops when the [`Stack`] is dropped.
 
 pub mod browser;
+pub mod files_http;
 pub mod git_http;
 
 use anyhow::{bail, Context, Result};
@@ -69,6 +70,8 @@ pub struct StackOptions {
     /// The server's clock moves only when the test says ([`Stack::clock`]), and its lifecycle
     /// timers run every second, so tests can make timers fire (the idle timeout) at once.
     pub manual_clock: bool,
+    /// The server's devfile registries (parents by `id`).
+    pub devfile_registries: Vec<String>,
 }
 
 impl Default for StackOptions {
@@ -79,6 +82,7 @@ impl Default for StackOptions {
             direct_upstream: None,
             ssh: true,
             manual_clock: false,
+            devfile_registries: vec![],
         }
     }
 }
@@ -182,6 +186,7 @@ impl Stack {
         let relay_internal_url = format!("http://{relay_internal_addr}");
 
         let mut config = ServerConfig::new(home.path().join("server"));
+        config.devfile_registries = options.devfile_registries.clone();
         config.relay_urls = vec![relay_internal_url.clone()];
         config.ssh_public_address = ssh_addr.map(|a| a.to_string());
         if options.ssh {

@@ -62,6 +62,15 @@ pub struct ServerOptions {
         value_name = "URL"
     )]
     relay_urls: Vec<String>,
+    /// A devfile registry searched for parents named by `id` without `registryUrl` (repeat,
+    /// or comma-separate; searched in order).
+    #[arg(
+        long = "devfile-registry",
+        env = "WARREN_DEVFILE_REGISTRIES",
+        value_delimiter = ',',
+        value_name = "URL"
+    )]
+    devfile_registries: Vec<String>,
     /// Devfile used when neither the request nor the project has one.
     #[arg(long, env = "WARREN_DEFAULT_DEVFILE", value_name = "FILE")]
     default_devfile: Option<PathBuf>,
@@ -108,6 +117,7 @@ struct FileConfig {
     relay_secret: Option<String>,
     relay_secret_file: Option<PathBuf>,
     relay_urls: Option<Vec<String>>,
+    devfile_registries: Option<Vec<String>>,
     default_devfile: Option<PathBuf>,
     bootstrap_admin_username: Option<String>,
     lifecycle_interval_seconds: Option<u64>,
@@ -146,6 +156,12 @@ fn merge(args: &ServerOptions, file: FileConfig) -> anyhow::Result<(ServerConfig
         args.relay_urls.clone()
     };
     c.relay_urls.retain(|u| !u.trim().is_empty());
+    c.devfile_registries = if args.devfile_registries.is_empty() {
+        file.devfile_registries.unwrap_or_default()
+    } else {
+        args.devfile_registries.clone()
+    };
+    c.devfile_registries.retain(|u| !u.trim().is_empty());
     c.default_devfile_file = args.default_devfile.clone().or(file.default_devfile);
     if let Some(u) = args
         .bootstrap_admin_username

@@ -62,6 +62,14 @@ pub struct UpArgs {
     /// A Docker-compatible engine socket (`unix:///…` or `tcp://…`) [default: auto-detect].
     #[arg(long, env = "DOCKER_HOST")]
     engine: Option<String>,
+    /// A devfile registry searched for parents named by `id` (repeat, or comma-separate).
+    #[arg(
+        long = "devfile-registry",
+        env = "WARREN_DEVFILE_REGISTRIES",
+        value_delimiter = ',',
+        value_name = "URL"
+    )]
+    pub devfile_registries: Vec<String>,
     /// Write the API's bound address to this file once everything is serving (for scripts).
     #[arg(long, env = "WARREN_READY_FILE")]
     ready_file: Option<PathBuf>,
@@ -136,6 +144,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let relay_agent_url = format!("http://{}", relay_agents.local_addr()?);
     let relay_internal_url = format!("http://{}", relay_internal.local_addr()?);
     config.relay_urls = vec![relay_internal_url.clone()];
+    config.devfile_registries = args.devfile_registries.clone();
 
     let server = Server::prepare(config)
         .await

@@ -25,6 +25,7 @@ mod variables;
 use raw::*;
 pub use schema::check_structure;
 pub(crate) use schema::is_dns_label;
+pub(crate) use schema::read_value;
 use schema::*;
 use variables::*;
 
@@ -576,11 +577,16 @@ fn semantics(raw: RawDevfile, errors: &mut Errors) -> Option<Devfile> {
     }
 
     for key in &raw.refused_keys {
-        errors.push(unsupported(
+        errors.push(DevfileError::new(
             *key,
-            &format!("`{key}` is"),
-            "Warren does not fetch parent devfiles yet; inline what you need from the parent and remove `parent`",
+            format!("`{key}` must be fetched and merged first: the server does that when it creates the workspace, and `warren devfile validate` does too"),
         ));
+    }
+    if let Some(Value::String(from)) = raw.attributes.get(crate::parent::PARENT_ATTRIBUTE) {
+        notices.push(Notice {
+            path: "parent".into(),
+            message: format!("merged in from {from}"),
+        });
     }
     if let Some(m) = &raw.metadata {
         let shown_nowhere: Vec<&str> = [

@@ -25,7 +25,7 @@ pub(super) const TOP_LEVEL_KEYS: &[&str] = &[
 ];
 
 /// Reads the text into a JSON value (YAML is a superset of JSON).
-pub(super) fn read_value(text: &str) -> Result<Value, Errors> {
+pub(crate) fn read_value(text: &str) -> Result<Value, Errors> {
     if text.len() > MAX_DEVFILE_BYTES {
         return Err(vec![DevfileError::new(
             "",

@@ -54,6 +54,8 @@ pub struct AppState {
     pub changes: Arc<tokio::sync::watch::Sender<u64>>,
     /// Reads devfiles from projects' repositories (cached by commit).
     pub git: warren_git::GitReader,
+    /// Fetches devfiles' parents (cached a few minutes).
+    pub parents: crate::devfile_fetch::DevfileFetcher,
     /// Cancelled when the server begins to shut down: answers that would stream forever
     /// (the web UI's live events) end, so the graceful shutdown does not wait on them.
     pub closing: tokio_util::sync::CancellationToken,

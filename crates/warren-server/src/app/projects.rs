@@ -122,7 +122,10 @@ pub async fn create(
     req: &CreateProjectRequest,
 ) -> Result<Project, AppError> {
     if let Some(text) = &req.devfile {
-        render::parse(text, "devfile")?;
+        // The project keeps the text as given: its parent is fetched again for each
+        // workspace, so a registry's fixes reach new workspaces.
+        let flat = render::resolve_parent(&state.parents, text, "devfile").await?;
+        render::parse(&flat, "devfile")?;
     }
     validate_name(&req.name).map_err(|e| AppError::invalid_field("name", e))?;
     validate_git_url(&req.git_url).map_err(|e| AppError::invalid_field("git_url", e))?;

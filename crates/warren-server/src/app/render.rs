@@ -20,6 +20,47 @@ fn configs(objects: &[Value]) -> (String, String) {
     (running, stopped)
 }
 
+/// The largest parent devfile or registry index fetched.
+pub const MAX_FETCHED_BYTES: usize = warren_devfile::MAX_DEVFILE_BYTES;
+
+struct Fetch<'a>(&'a crate::devfile_fetch::DevfileFetcher);
+
+impl warren_devfile::parent::ParentFetcher for Fetch<'_> {
+    async fn fetch(&self, url: &str) -> Result<String, String> {
+        self.0.fetch(url).await.map(|t| t.to_string())
+    }
+}
+
+/// `text` with its `parent` (if any) fetched and merged in: what is stored with a workspace,
+/// so later renders need no registry. Errors name `field`.
+pub async fn resolve_parent(
+    fetcher: &crate::devfile_fetch::DevfileFetcher,
+    text: &str,
+    field: &str,
+) -> Result<String, AppError> {
+    if text.len() > warren_devfile::MAX_DEVFILE_BYTES {
+        // `parse` names the problem.
+        return Ok(text.to_owned());
+    }
+    match warren_devfile::parent::resolve(text, &fetcher.registries, &Fetch(fetcher)).await {
+        Ok(r) => Ok(r.text),
+        Err(errs) => {
+            let list = errs
+                .0
+                .iter()
+                .map(|e| format!("  {e}"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            Err(AppError::new(
+                ErrorKind::Unprocessable,
+                "invalid_devfile",
+                format!("{field} has {} error(s):\n{list}", errs.0.len()),
+            )
+            .with_field(field))
+        }
+    }
+}
+
 /// The server's built-in default devfile.
 pub fn builtin_default_devfile() -> &'static str {
     warren_devfile::default_devfile()

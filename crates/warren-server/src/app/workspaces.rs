@@ -566,6 +566,7 @@ pub async fn create(
         },
         (None, None) => (state.default_devfile.as_str().to_owned(), "default devfile"),
     };
+    let devfile_text = render::resolve_parent(&state.parents, &devfile_text, field).await?;
     let devfile = render::parse(&devfile_text, field)?;
     if let Some(s) = &req.starter {
         if project.is_some() {

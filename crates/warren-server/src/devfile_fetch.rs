@@ -1,0 +1,115 @@
+//! Fetches the parents of devfiles (`parent.uri`, devfile registries) over HTTP, bounded in
+//! size and time, and keeps what it fetched for a few minutes: creating ten workspaces from
+//! one registry stack reads the registry once.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How long a fetched document is reused.
+const TTL: Duration = Duration::from_secs(300);
+/// Most documents kept.
+const CAPACITY: usize = 256;
+/// Longest a fetch may take.
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// URL → when it was fetched, and its text.
+type Cache = HashMap<String, (Instant, Arc<str>)>;
+
+#[derive(Debug, Clone)]
+pub struct DevfileFetcher {
+    client: reqwest::Client,
+    /// Registries for parents named by `id` without `registryUrl`, in order.
+    pub registries: Arc<Vec<String>>,
+    cache: Arc<Mutex<Cache>>,
+}
+
+impl DevfileFetcher {
+    pub fn new(registries: Vec<String>) -> Self {
+        DevfileFetcher {
+            client: reqwest::Client::builder()
+                .timeout(TIMEOUT)
+                .redirect(reqwest::redirect::Policy::limited(5))
+                .build()
+                .unwrap_or_default(),
+            registries: Arc::new(registries),
+            cache: Arc::default(),
+        }
+    }
+
+    /// `url`'s body as text: from the cache when fetched lately, else over HTTP(S). The
+    /// error is a sentence for the user.
+    pub async fn fetch(&self, url: &str) -> Result<Arc<str>, String> {
+        if let Some((at, text)) = self.lock().get(url) {
+            if at.elapsed() < TTL {
+                return Ok(text.clone());
+            }
+        }
+        let text: Arc<str> = self.fetch_now(url).await?.into();
+        let mut cache = self.lock();
+        if cache.len() >= CAPACITY {
+            // Drop the oldest: the cache is small, a scan is cheap.
+            if let Some(oldest) = cache
+                .iter()
+                .min_by_key(|(_, (at, _))| *at)
+                .map(|(k, _)| k.clone())
+            {
+                cache.remove(&oldest);
+            }
+        }
+        cache.insert(url.to_owned(), (Instant::now(), text.clone()));
+        Ok(text)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Cache> {
+        // A panic while holding the lock leaves a map that is still valid.
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn fetch_now(&self, url: &str) -> Result<String, String> {
+        let parsed = url::Url::parse(url).map_err(|e| format!("not a URL: {e}"))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err("only http and https URLs are fetched".into());
+        }
+        if !parsed.username().is_empty() || parsed.password().is_some() {
+            return Err(
+                "URLs with credentials are refused (they would be stored with the workspace)"
+                    .into(),
+            );
+        }
+        let mut resp = self
+            .client
+            .get(parsed)
+            .send()
+            .await
+            .map_err(|e| format!("cannot fetch: {}", warren_types::error_chain(&e)))?;
+        if !resp.status().is_success() {
+            return Err(format!(
+                "HTTP {} {}",
+                resp.status().as_u16(),
+                resp.status().canonical_reason().unwrap_or("")
+            )
+            .trim_end()
+            .to_owned());
+        }
+        let max = warren_devfile_limit();
+        let mut body = Vec::new();
+        while let Some(chunk) = resp
+            .chunk()
+            .await
+            .map_err(|e| format!("reading the answer: {}", warren_types::error_chain(&e)))?
+        {
+            body.extend_from_slice(&chunk);
+            if body.len() > max {
+                return Err(format!("larger than {} KiB", max >> 10));
+            }
+        }
+        String::from_utf8(body).map_err(|_| "not UTF-8 text".to_owned())
+    }
+}
+
+/// The largest document fetched (a devfile or a registry index).
+fn warren_devfile_limit() -> usize {
+    crate::app::render::MAX_FETCHED_BYTES
+}

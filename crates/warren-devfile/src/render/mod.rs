@@ -200,14 +200,31 @@ pub enum RenderError {
 }
 
 /// The `/bin/sh -c` script that runs an exec command on demand (`warren ws run`): its
-/// environment exported, in its `workingDir` (by default the project's directory, as for
-/// postStart commands), then its command line.
+/// environment exported, in its `workingDir` (without one: the project's directory, as for
+/// postStart commands, where the container has it — one that does not mount the sources
+/// stays in its own working directory), then its command line.
 pub fn exec_command_script(
     command_line: &str,
     working_dir: Option<&str>,
     env: &[crate::model::EnvVar],
 ) -> String {
-    command_script(command_line, working_dir, "${PROJECT_SOURCE}", env)
+    match working_dir {
+        Some(_) => command_script(command_line, working_dir, "${PROJECT_SOURCE}", env),
+        None => {
+            let mut s = String::new();
+            for e in env {
+                s.push_str(&format!(
+                    "export {}={}\n",
+                    e.name,
+                    scripts::sh_quote(&e.value)
+                ));
+            }
+            s.push_str("if [ -n \"${PROJECT_SOURCE:-}\" ] && [ -d \"$PROJECT_SOURCE\" ]; then cd \"$PROJECT_SOURCE\" || exit 1; fi\n");
+            s.push_str(command_line);
+            s.push('\n');
+            s
+        }
+    }
 }
 
 /// Renders the workspace's objects. See the module docs for the startup design.

@@ -208,7 +208,8 @@ pub async fn watch(
         changes.borrow_and_update();
         let w = visible(state, who, key).await?;
         if w.version != version || tokio::time::Instant::now() >= deadline {
-            return Ok(w.to_api(&state.store)?);
+            // The answer about one workspace: with its notices and commands, as `get`.
+            return with_notices(&w, w.to_api(&state.store)?);
         }
         let recheck = (tokio::time::Instant::now() + WATCH_RECHECK).min(deadline);
         tokio::select! {

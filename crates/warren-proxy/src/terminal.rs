@@ -362,6 +362,7 @@ async fn bridge(
         }],
         tty: true,
         size: Some(size),
+        task: None,
     };
     let session = match shared.relay.open_exec(access.agent_id, &target).await {
         Ok(s) => s,

@@ -469,6 +469,7 @@ async fn exec_reaches_an_agent_on_another_instance() {
             env: vec![],
             tty: false,
             size: None,
+            task: None,
         };
         let internal = relays[1].internal_addr;
         async move {

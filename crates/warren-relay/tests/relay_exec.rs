@@ -27,6 +27,7 @@ fn target(workspace: &str, command: &[&str]) -> ExecTarget {
         env: vec![],
         tty: false,
         size: None,
+        task: None,
     }
 }
 

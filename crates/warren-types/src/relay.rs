@@ -183,6 +183,33 @@ pub struct ExecTarget {
     /// Initial terminal size when `tty`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<TerminalSize>,
+    /// What the agent does with the process's output instead of streaming it: `None` for
+    /// an ordinary exec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<ExecTask>,
+}
+
+/// Work the agent does for a workspace with an exec'd process's output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ExecTask {
+    /// The process writes a build context as a tar archive to stdout (`tar -cf - .` in the
+    /// project's sources); the agent builds an image from it with its runtime, the build's
+    /// progress sent as stdout, the end as the exit.
+    BuildImage(BuildImageTask),
+}
+
+/// An image build from a devfile's `image` component.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BuildImageTask {
+    /// The name (and tag) the image gets.
+    pub image: String,
+    /// The Dockerfile's path inside the build context.
+    pub dockerfile: String,
+    /// `--build-arg`s, `NAME=value`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

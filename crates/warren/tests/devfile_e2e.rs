@@ -23,7 +23,7 @@ fn sh(container: &str, script: &str) -> std::process::Output {
         .expect("podman exec")
 }
 
-fn devfile(lib: &str, starters: &str) -> String {
+fn devfile(lib: &str, starters: &str, image: &str) -> String {
     format!(
         r#"schemaVersion: 2.2.0
 metadata:
@@ -48,6 +48,10 @@ components:
       image: localhost/warren-test:latest
       memoryLimit: 256Mi
       endpoints: [{{name: http, targetPort: 8080}}]
+  - name: build
+    image:
+      imageName: {image}
+      dockerfile: {{uri: docker/Dockerfile, buildContext: ., args: ["GREETING=built by warren"]}}
   - name: sidecar
     container:
       image: localhost/warren-test:latest
@@ -64,8 +68,19 @@ commands:
     exec: {{component: tools, commandLine: 'echo about to fail; exit 7'}}
   - id: all
     composite: {{commands: [version, where, broken, version]}}
+  - id: build-image
+    apply: {{component: build}}
 "#
     )
+}
+
+/// Removes the built image however the test ends.
+struct RemoveImage(String);
+
+impl Drop for RemoveImage {
+    fn drop(&mut self) {
+        let _ = Command::new("podman").args(["rmi", "-f", &self.0]).output();
+    }
 }
 
 #[test]
@@ -85,7 +100,16 @@ fn a_published_devfile_clones_its_projects_and_runs_its_commands() {
         ))
         .expect("git server");
     server
-        .create_repo("lib", &[("VERSION", "1\n")])
+        .create_repo(
+            "lib",
+            &[
+                ("VERSION", "1\n"),
+                (
+                    "docker/Dockerfile",
+                    "FROM localhost/warren-test:latest\nARG GREETING\nRUN echo \"$GREETING\" > /built.txt\nCOPY VERSION /version.txt\n",
+                ),
+            ],
+        )
         .expect("lib");
     // v1 is the first commit; main moves on.
     let work = tempfile::tempdir().expect("temp dir");
@@ -110,14 +134,16 @@ fn a_published_devfile_clones_its_projects_and_runs_its_commands() {
         )
         .expect("starters");
     let host = host_address();
+    let ws = unique_name("published");
+    let image = format!("localhost/warren-e2e-{ws}:1");
     let text = devfile(
         &server.url_via(&host, "lib"),
         &server.url_via(&host, "starters"),
+        &image,
     );
 
     let mut up = Up::start();
     up.allow_egress_to(&host);
-    let ws = unique_name("published");
     up.workspace = Some(ws.clone());
     let path = up.home.path().join("devfile.yaml");
     std::fs::write(&path, &text).expect("write devfile");
@@ -214,6 +240,46 @@ fn a_published_devfile_clones_its_projects_and_runs_its_commands() {
         "{shown}"
     );
 
+    // An image component, built by Podman from the project's sources on demand; a workspace
+    // then runs on it.
+    let out = run("build-image");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let _cleanup = RemoveImage(image.clone());
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains(&format!("built {image}")), "{stderr}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("STEP"),
+        "the build's progress is shown: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // A build that fails says why, and fails the step.
+    let broke = sh(
+        &tools,
+        "echo 'RUN echo no-such-step >&2; exit 3' >> /projects/lib/docker/Dockerfile",
+    );
+    assert!(broke.status.success());
+    let out = run("build-image");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("==> build-image failed (exit code 1): building")
+            && stderr.contains("exit status 3"),
+        "{stderr}"
+    );
+
+    let on_it = format!(
+        "schemaVersion: 2.2.0\ncomponents:\n  - name: app\n    container: {{image: \"{image}\", memoryLimit: 128Mi}}\ncommands:\n  - id: show\n    exec: {{component: app, commandLine: cat /built.txt /version.txt, workingDir: /}}\n"
+    );
+    let (second, _) = up.create_workspace("on-built", &on_it);
+    let out = up.cli(&["ws", "run", &second, "show"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "built by warren\n1\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    up.cli_ok(&["ws", "rm", &second, "--wait", "--timeout", "2m"]);
+    up.workspace = Some(ws.clone());
     up.cli_ok(&["ws", "rm", &ws, "--wait", "--timeout", "2m"]);
     let status = up.stop();
     assert!(status.success(), "{}", up.log());

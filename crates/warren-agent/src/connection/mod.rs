@@ -23,7 +23,7 @@ use url::Url;
 use warren_types::api::ApiError;
 use warren_types::reconcile::{ReconcileRequest, ReconcileResponse};
 use warren_types::relay::{
-    DialErrorCode, DialReply, DialTarget, ExecExit, ExecFrame, ExecTarget, LogsTarget,
+    DialErrorCode, DialReply, DialTarget, ExecExit, ExecFrame, ExecTarget, ExecTask, LogsTarget,
     ReconcileReply, StreamOpen, AGENT_CONNECT_PATH, AGENT_ID_RESPONSE_HEADER,
     HEARTBEAT_INTERVAL_SECS, HEARTBEAT_TIMEOUT_SECS, TUNNEL_PROTOCOL,
 };
@@ -396,6 +396,7 @@ impl RelayConnection {
             name: target.workspace.clone(),
             namespace: target.namespace.clone(),
         };
+        let task = target.task.clone();
         let started = if target.command.is_empty() {
             Err(DialReply::Failed {
                 code: DialErrorCode::ExecFailed,
@@ -432,6 +433,9 @@ impl RelayConnection {
         if let Err(e) = write_json(&mut stream, &DialReply::Connected).await {
             tracing::info!(error = %error_chain(&e), "relay went away before the exec started");
             return;
+        }
+        if let Some(ExecTask::BuildImage(build)) = task {
+            return self.serve_build(stream, key, session, build).await;
         }
         let ExecSession {
             stdin,
@@ -496,6 +500,120 @@ impl RelayConnection {
             // Cancel-safe: as above.
             r = pump => if let Err(e) = r {
                 tracing::debug!(error = %error_chain(&e), "exec client gone before the exit");
+            },
+        }
+    }
+
+    /// An image build: the exec'd process writes the build context (a tar archive), which
+    /// streams into the runtime's builder; the client gets the build's progress as stdout
+    /// and, at the end, the outcome as the exit (the process's own code when the context
+    /// could not be read).
+    async fn serve_build(
+        &self,
+        stream: TunnelStream,
+        key: WorkspaceKey,
+        session: ExecSession,
+        build: warren_types::relay::BuildImageTask,
+    ) {
+        /// Most of the archiver's stderr kept to explain a failure.
+        const MAX_STDERR: usize = 4096;
+        let ExecSession {
+            mut stdin,
+            output,
+            exit,
+            ..
+        } = session;
+        // The archiver reads nothing.
+        let _ = stdin.shutdown().await;
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = stderr.clone();
+        let context = output
+            .filter_map(move |item| {
+                let out = match item {
+                    Ok(ExecOutput::Stdout(b)) => Some(Ok(b)),
+                    Ok(ExecOutput::Stderr(b)) => {
+                        let mut e = kept.lock().unwrap_or_else(|p| p.into_inner());
+                        let room = MAX_STDERR.saturating_sub(e.len());
+                        e.extend_from_slice(&b[..b.len().min(room)]);
+                        None
+                    }
+                    Err(e) => Some(Err(std::io::Error::other(error_chain(&e)))),
+                };
+                std::future::ready(out)
+            })
+            .boxed();
+        let (mut from_client, mut to_client) = tokio::io::split(stream);
+        let runtime = self.inner.runtime.clone();
+        let image = build.image.clone();
+        let pump = async move {
+            let mut failure = None;
+            let mut refused = None;
+            match runtime.build_image(&key, &build, context).await {
+                Ok(mut progress) => {
+                    while let Some(line) = progress.next().await {
+                        match line {
+                            Ok(text) => {
+                                tunnel::write_exec_frame(
+                                    &mut to_client,
+                                    &ExecFrame::Stdout(text.into_bytes()),
+                                )
+                                .await?
+                            }
+                            Err(e) => {
+                                failure = Some(error_chain(&e));
+                                break;
+                            }
+                        }
+                    }
+                }
+                Err(e) => refused = Some(error_chain(&e)),
+            }
+            let archiver = exit.await.unwrap_or_else(|e| ExecExit {
+                code: None,
+                message: Some(error_chain(&e)),
+            });
+            let why = String::from_utf8_lossy(&stderr.lock().unwrap_or_else(|p| p.into_inner()))
+                .trim()
+                .to_owned();
+            let status = match (archiver.code, failure.or(refused.clone())) {
+                // Refused before reading anything: what the archiver did does not matter.
+                (_, Some(r)) if refused.is_some() => ExecExit {
+                    code: Some(1),
+                    message: Some(r),
+                },
+                (Some(c), _) if c != 0 => ExecExit {
+                    code: Some(c),
+                    message: Some(format!("reading the build context failed: {why}")),
+                },
+                (_, Some(f)) => ExecExit {
+                    code: Some(1),
+                    message: Some(f),
+                },
+                (Some(0), None) => ExecExit {
+                    code: Some(0),
+                    message: Some(format!("built {image}")),
+                },
+                (_, None) => archiver,
+            };
+            tunnel::write_exec_frame(&mut to_client, &ExecFrame::Exit(status)).await?;
+            to_client.shutdown().await.map_err(TunnelError::Write)
+        };
+        // The client only ever closes its side; reading tells when it went away.
+        let gone = async move {
+            loop {
+                match tunnel::read_exec_frame(&mut from_client).await {
+                    Ok(Some(_)) => {}
+                    Ok(None) | Err(_) => return,
+                }
+            }
+        };
+        tokio::select! {
+            // Cancel-safe: dropping the build drops its context stream and the exec, which
+            // ends the archiver and the engine's build request.
+            () = gone => tracing::debug!("build client gone; stopping the build"),
+            // Cancel-safe: as above.
+            r = pump => if let Err(e) = r {
+                tracing::debug!(error = %error_chain(&e), "build client gone before the end");
             },
         }
     }

@@ -141,6 +141,11 @@ pub enum ExecOutput {
     Stderr(bytes::Bytes),
 }
 
+/// A build context: the bytes of a tar archive as they come.
+pub type BuildContext = futures::stream::BoxStream<'static, Result<bytes::Bytes, std::io::Error>>;
+/// An image build's progress: lines of text, then the end (or the error).
+pub type BuildProgress = futures::stream::BoxStream<'static, Result<String, RuntimeError>>;
+
 /// A running exec'd process. Dropping it detaches from (and, where the runtime allows,
 /// ends) the process.
 pub struct ExecSession {
@@ -178,6 +183,9 @@ pub enum RuntimeError {
     /// The workspace or endpoint does not exist on this runtime.
     #[error("{0} not found")]
     NotFound(String),
+    /// The runtime cannot do this (an image build without a builder).
+    #[error("{0}")]
+    NotAvailable(String),
     /// Deleting the workspace cannot progress for now (an object of it is still in use);
     /// retried later, and reported to the user meanwhile.
     #[error("deleting {workspace} is blocked: {reason}")]
@@ -234,6 +242,24 @@ pub trait WorkspaceRuntime: Send + Sync + 'static {
         workspace: &WorkspaceKey,
         spec: ExecSpec,
     ) -> Result<ExecSession, RuntimeError>;
+
+    /// Builds an image for `workspace` from `context` (a tar archive, streamed) as `task`
+    /// says; the build's progress, line by line, ends with the image built or the error.
+    /// Runtimes without a builder refuse, saying what is missing.
+    async fn build_image(
+        &self,
+        workspace: &WorkspaceKey,
+        task: &warren_types::relay::BuildImageTask,
+        context: BuildContext,
+    ) -> Result<BuildProgress, RuntimeError> {
+        let _ = context;
+        Err(RuntimeError::NotAvailable(format!(
+            "building image {} for {workspace}: this runtime has no image builder (agents on \
+             Podman or Docker build; for Kubernetes, build the image elsewhere and push it to \
+             a registry the cluster pulls from)",
+            task.image
+        )))
+    }
 
     /// The last `tail` lines a container of the workspace wrote (stdout and stderr; `None`:
     /// the main container), also when it has stopped or keeps failing to start: that is when

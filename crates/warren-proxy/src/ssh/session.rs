@@ -160,6 +160,7 @@ pub(crate) async fn run(
         env: request.env,
         tty,
         size: if tty { request.tty } else { None },
+        task: None,
     };
     let opened = tokio::select! {
         // Cancel-safe: dropping a half-open exec request just abandons it.

@@ -13,7 +13,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use tokio::sync::mpsc;
 use warren_types::api::{CommandRunEvent, OutputStream};
-use warren_types::relay::{ExecFrame, ExecTarget};
+use warren_types::relay::{BuildImageTask, ExecFrame, ExecTarget, ExecTask};
 use warren_types::ActualState;
 
 /// Events buffered between the running command and a slow reader; the command waits
@@ -189,16 +189,25 @@ impl Runner<'_> {
                 )
                 .await
             }
-            ApplyTarget::Image { image_name } => {
-                self.finished(
-                    id,
-                    None,
-                    Some(format!(
-                        "building image {image_name} (component {component}) is not available on this workspace's runtime yet"
-                    )),
-                )
-                .await
+            ApplyTarget::Image {
+                image_name,
+                context,
+                dockerfile,
+                args,
+            } => {
+                // The main container has the sources; it archives the context for the agent.
+                let script = format!(
+                    "cd \"$PROJECT_SOURCE\" && cd {} && exec tar -cf - .",
+                    sh_quote(context)
+                );
+                let task = ExecTask::BuildImage(BuildImageTask {
+                    image: image_name.clone(),
+                    dockerfile: dockerfile.clone(),
+                    args: args.clone(),
+                });
+                self.session(id, None, script, Some(task)).await
             }
+            ApplyTarget::Unavailable { why } => self.finished(id, None, Some(why.clone())).await,
             ApplyTarget::Manifest { kind } => {
                 self.finished(
                     id,
@@ -223,14 +232,28 @@ impl Runner<'_> {
         {
             return Outcome::Gone;
         }
+        self.session(id, Some(component.into()), script.into(), None)
+            .await
+    }
+
+    /// Runs `script` in `container` (the main one for `None`), or has the agent do `task`
+    /// with its output; streams what comes back and ends with the step's outcome.
+    async fn session(
+        &self,
+        id: &str,
+        container: Option<String>,
+        script: String,
+        task: Option<ExecTask>,
+    ) -> Outcome {
         let target = ExecTarget {
             workspace: self.w.name.clone(),
             namespace: self.w.namespace.clone(),
-            container: Some(component.into()),
-            command: vec!["/bin/sh".into(), "-c".into(), script.into()],
+            container,
+            command: vec!["/bin/sh".into(), "-c".into(), script],
             env: vec![],
             tty: false,
             size: None,
+            task,
         };
         let st = self.state;
         let mut session = match crate::relay::exec::open(
@@ -329,6 +352,11 @@ impl Runner<'_> {
             }
         }
     }
+}
+
+/// `s` as one single-quoted shell word.
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
 }
 
 /// Bytes → text across chunk boundaries: a UTF-8 sequence split between two chunks is kept

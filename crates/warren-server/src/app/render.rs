@@ -217,6 +217,55 @@ pub fn normalise_replicas(objects: &mut [Value]) {
     warren_devfile::set_replicas(objects, 0);
 }
 
+/// `path` relative to the project's sources (`${PROJECT_SOURCE}/x`, `./x` and `x` alike;
+/// `.` for the root).
+fn under_sources(path: &str) -> String {
+    let p = path.strip_prefix("${PROJECT_SOURCE}").unwrap_or(path);
+    let parts: Vec<&str> = p
+        .split('/')
+        .filter(|s| !s.is_empty() && *s != ".")
+        .collect();
+    if parts.is_empty() {
+        ".".into()
+    } else {
+        parts.join("/")
+    }
+}
+
+fn image_target(im: &warren_devfile::ImageComponent) -> ApplyTarget {
+    if im.dockerfile.starts_with("http://") || im.dockerfile.starts_with("https://") {
+        return ApplyTarget::Unavailable {
+            why: format!(
+                "image {}: building from a Dockerfile at a URL ({}) is not available yet; keep the Dockerfile in the project's sources",
+                im.image_name, im.dockerfile
+            ),
+        };
+    }
+    let context = under_sources(&im.build_context);
+    let dockerfile = under_sources(&im.dockerfile);
+    let inside = if context == "." {
+        Some(dockerfile.clone())
+    } else {
+        dockerfile
+            .strip_prefix(&format!("{context}/"))
+            .map(str::to_owned)
+    };
+    match inside {
+        Some(dockerfile) => ApplyTarget::Image {
+            image_name: im.image_name.clone(),
+            context,
+            dockerfile,
+            args: im.args.clone(),
+        },
+        None => ApplyTarget::Unavailable {
+            why: format!(
+                "image {}: the Dockerfile {} is outside the build context {}; the engine only sees the context",
+                im.image_name, im.dockerfile, im.build_context
+            ),
+        },
+    }
+}
+
 /// A devfile command as the server runs it on demand (`warren ws run`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CommandPlan {
@@ -245,8 +294,16 @@ pub enum CommandPlan {
 pub enum ApplyTarget {
     /// A container component: it runs with the workspace already.
     Container,
-    /// An image component to build.
-    Image { image_name: String },
+    /// An image component to build: the main container archives `context` (a directory of
+    /// the project's sources), the agent builds from it with `dockerfile` (a path inside it).
+    Image {
+        image_name: String,
+        context: String,
+        dockerfile: String,
+        args: Vec<String>,
+    },
+    /// Something Warren cannot do for this component, and why.
+    Unavailable { why: String },
     /// A kubernetes or openshift component to apply.
     Manifest { kind: String },
 }
@@ -353,9 +410,7 @@ fn plan_of(d: &Devfile, id: &str, depth: usize) -> CommandPlan {
             id: id.into(),
             component: component.clone(),
             target: if let Some(im) = d.images.iter().find(|i| &i.name == component) {
-                ApplyTarget::Image {
-                    image_name: im.image_name.clone(),
-                }
+                image_target(im)
             } else if let Some(m) = d.manifests.iter().find(|m| &m.name == component) {
                 ApplyTarget::Manifest {
                     kind: m.kind.clone(),

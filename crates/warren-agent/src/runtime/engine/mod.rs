@@ -14,6 +14,7 @@
 //! containers) runs in the background and is reported through `changes()` and `list()`.
 
 mod background;
+mod build;
 mod connect;
 mod containers;
 mod exec;
@@ -910,6 +911,15 @@ impl WorkspaceRuntime for EngineRuntime {
         spec: super::ExecSpec,
     ) -> Result<super::ExecSession, RuntimeError> {
         self.exec_in(workspace, spec).await
+    }
+
+    async fn build_image(
+        &self,
+        workspace: &WorkspaceKey,
+        task: &warren_types::relay::BuildImageTask,
+        context: super::BuildContext,
+    ) -> Result<super::BuildProgress, RuntimeError> {
+        self.build(workspace, task, context).await
     }
 
     async fn apply(

@@ -714,3 +714,111 @@ async fn image_pull_secrets_are_copied_into_the_workspace_namespace() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn devfile_component_objects_are_applied_pruned_and_deleted_with_the_workspace() {
+    let Some((client, agent, runtime)) = setup().await else {
+        return;
+    };
+    let shared = unique("components");
+    let a = WorkspaceKey {
+        name: unique("a"),
+        namespace: shared.clone(),
+    };
+    runtime
+        .apply(&a, &workspace_objects(&a, agent, 17, 1, false))
+        .await
+        .expect("apply the workspace");
+    let config = |value: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app-config"}, "data": {"x": value}});
+    let service = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "app"},
+        "spec": {"selector": {"app": "app"}, "ports": [{"port": 8081, "targetPort": 8081}]}});
+
+    let lines = runtime
+        .apply_component(&a, "deploy", &[config("1"), service.clone()])
+        .await
+        .expect("apply the component");
+    assert_eq!(
+        lines,
+        ["applied ConfigMap app-config", "applied Service app"]
+    );
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &shared);
+    let cm = configmaps.get("app-config").await.expect("the ConfigMap");
+    let labels = cm.labels();
+    assert_eq!(
+        labels.get("warren.dev/component").map(String::as_str),
+        Some("deploy")
+    );
+    assert_eq!(labels.get(AGENT_ID_LABEL), Some(&agent.to_string()));
+    let services: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &shared,
+        &kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::Service>(&()),
+    );
+    assert!(services.get_opt("app").await.expect("get").is_some());
+
+    // Again, without the Service: the ConfigMap changes, the Service is pruned.
+    let lines = runtime
+        .apply_component(&a, "deploy", &[config("2")])
+        .await
+        .expect("apply again");
+    assert_eq!(
+        lines,
+        ["applied ConfigMap app-config", "pruned Service app"]
+    );
+    let cm = configmaps.get("app-config").await.expect("the ConfigMap");
+    assert_eq!(
+        cm.data.unwrap_or_default().get("x").map(String::as_str),
+        Some("2")
+    );
+    eventually(30, "the Service to be pruned", || async {
+        services.get_opt("app").await.ok()?.is_none().then_some(())
+    })
+    .await;
+
+    // Refusals name the object and why, and change nothing.
+    for (object, needle) in [
+        (
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "admin-ish"}}),
+            "Warren applies only these namespaced kinds",
+        ),
+        (
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "kube-system"}}),
+            "in namespace \"kube-system\"",
+        ),
+        (
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": a.name}}),
+            "is an object of the workspace itself",
+        ),
+    ] {
+        let e = runtime
+            .apply_component(&a, "deploy", &[object])
+            .await
+            .expect_err("refused");
+        assert!(
+            matches!(e, RuntimeError::Apply { .. }) && e.to_string().contains(needle),
+            "{e}"
+        );
+    }
+    assert!(configmaps
+        .get_opt("app-config")
+        .await
+        .expect("get")
+        .is_some());
+
+    // The workspace's deletion takes the component's objects and inventory with it.
+    eventually(60, "the workspace to be terminated", || async {
+        let p = runtime.delete(&a).await.expect("delete");
+        (p == TerminationProgress::Terminated).then_some(p)
+    })
+    .await;
+    let left: Vec<String> = configmaps
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|c| c.name_any())
+        .filter(|n| n == "app-config" || n.contains(&a.name))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -197,7 +197,14 @@ pub enum ExecTask {
     /// project's sources); the agent builds an image from it with its runtime, the build's
     /// progress sent as stdout, the end as the exit.
     BuildImage(BuildImageTask),
+    /// The process writes a devfile `kubernetes`/`openshift` component's manifest (YAML or
+    /// JSON, several documents, `List`s) to stdout; the agent applies its objects for the
+    /// workspace, what it did sent as stdout, the end as the exit.
+    ApplyComponent { component: String },
 }
+
+/// Most bytes of a component manifest the agent reads.
+pub const MAX_MANIFEST_BYTES: usize = 1 << 20;
 
 /// An image build from a devfile's `image` component.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

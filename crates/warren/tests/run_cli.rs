@@ -22,6 +22,13 @@ components:
     image:
       imageName: app:1
       dockerfile: {{uri: Dockerfile}}
+  - name: deploy
+    kubernetes:
+      inlined: |
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {{name: app}}
+        data: {{greeting: "it's here"}}
 commands:
   - id: hello
     exec:
@@ -44,6 +51,8 @@ commands:
     composite: {{commands: [left, right], parallel: true}}
   - id: build-image
     apply: {{component: build}}
+  - id: deploy-k8s
+    apply: {{component: deploy}}
   - id: long
     exec: {{component: dev, commandLine: 'echo $$ > long.pid; exec sleep 300', workingDir: {dir}}}
 "#
@@ -97,6 +106,7 @@ async fn devfile_commands_run_on_demand_through_api_and_cli() -> Result<()> {
             "right",
             "both",
             "build-image",
+            "deploy-k8s",
             "long"
         ]
     );
@@ -169,6 +179,25 @@ async fn devfile_commands_run_on_demand_through_api_and_cli() -> Result<()> {
         "{fin}"
     );
     assert_eq!(ev.last().context("done")?["exit_code"], 1);
+
+    // A kubernetes component's objects reach the runtime through the agent.
+    let ev = events(run(&alice.token, "deploy-k8s").await?).await?;
+    assert_eq!(ev.last().context("done")?["exit_code"], 0, "{ev:?}");
+    assert!(
+        ev.iter()
+            .any(|e| e["event"] == "output" && e["data"] == "applied ConfigMap app\n"),
+        "{ev:?}"
+    );
+    let key = warren_agent::runtime::WorkspaceKey {
+        name: "runs".into(),
+        namespace: w["namespace"].as_str().context("namespace")?.into(),
+    };
+    let objects = stack
+        .runtime
+        .component_objects(&key, "deploy")
+        .context("applied objects")?;
+    assert_eq!(objects.len(), 1);
+    assert_eq!(objects[0]["data"]["greeting"], "it's here");
 
     // Who may run what: others learn nothing, an admin may look but not run, unknown ids
     // name the ones there are.

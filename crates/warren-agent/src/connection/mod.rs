@@ -434,8 +434,14 @@ impl RelayConnection {
             tracing::info!(error = %error_chain(&e), "relay went away before the exec started");
             return;
         }
-        if let Some(ExecTask::BuildImage(build)) = task {
-            return self.serve_build(stream, key, session, build).await;
+        match task {
+            Some(ExecTask::BuildImage(build)) => {
+                return self.serve_build(stream, key, session, build).await
+            }
+            Some(ExecTask::ApplyComponent { component }) => {
+                return self.serve_apply(stream, key, session, component).await
+            }
+            None => {}
         }
         let ExecSession {
             stdin,
@@ -618,6 +624,113 @@ impl RelayConnection {
         }
     }
 
+    /// A devfile component's objects: the exec'd process writes the manifest, the agent
+    /// applies what it holds and reports each object, then the outcome as the exit.
+    async fn serve_apply(
+        &self,
+        stream: TunnelStream,
+        key: WorkspaceKey,
+        session: ExecSession,
+        component: String,
+    ) {
+        use warren_types::relay::MAX_MANIFEST_BYTES;
+        let ExecSession {
+            mut stdin,
+            mut output,
+            exit,
+            ..
+        } = session;
+        let _ = stdin.shutdown().await;
+        let (mut from_client, mut to_client) = tokio::io::split(stream);
+        let runtime = self.inner.runtime.clone();
+        let pump = async move {
+            let (mut text, mut errors, mut too_big) = (Vec::new(), Vec::new(), false);
+            while let Some(item) = output.next().await {
+                match item {
+                    Ok(ExecOutput::Stdout(b)) => {
+                        if text.len() + b.len() > MAX_MANIFEST_BYTES {
+                            too_big = true;
+                        } else {
+                            text.extend_from_slice(&b);
+                        }
+                    }
+                    Ok(ExecOutput::Stderr(b)) => errors.extend_from_slice(
+                        &b[..b.len().min(4096usize.saturating_sub(errors.len()))],
+                    ),
+                    Err(_) => break,
+                }
+            }
+            let reader = exit.await.unwrap_or_else(|e| ExecExit {
+                code: None,
+                message: Some(error_chain(&e)),
+            });
+            let status = if reader.code != Some(0) {
+                ExecExit {
+                    code: reader.code.or(Some(1)),
+                    message: Some(format!(
+                        "reading the manifest of component {component} failed: {}",
+                        String::from_utf8_lossy(&errors).trim()
+                    )),
+                }
+            } else if too_big {
+                ExecExit {
+                    code: Some(1),
+                    message: Some(format!(
+                        "the manifest of component {component} is larger than {} KiB",
+                        MAX_MANIFEST_BYTES >> 10
+                    )),
+                }
+            } else {
+                match manifest_objects(&String::from_utf8_lossy(&text)) {
+                    Err(why) => ExecExit {
+                        code: Some(1),
+                        message: Some(format!("the manifest of component {component}: {why}")),
+                    },
+                    Ok(objects) => {
+                        match runtime.apply_component(&key, &component, &objects).await {
+                            Ok(lines) => {
+                                for l in lines {
+                                    tunnel::write_exec_frame(
+                                        &mut to_client,
+                                        &ExecFrame::Stdout(format!("{l}\n").into_bytes()),
+                                    )
+                                    .await?;
+                                }
+                                ExecExit {
+                                    code: Some(0),
+                                    message: Some(format!("applied component {component}")),
+                                }
+                            }
+                            Err(e) => ExecExit {
+                                code: Some(1),
+                                message: Some(error_chain(&e)),
+                            },
+                        }
+                    }
+                }
+            };
+            tunnel::write_exec_frame(&mut to_client, &ExecFrame::Exit(status)).await?;
+            to_client.shutdown().await.map_err(TunnelError::Write)
+        };
+        let gone = async move {
+            loop {
+                match tunnel::read_exec_frame(&mut from_client).await {
+                    Ok(Some(_)) => {}
+                    Ok(None) | Err(_) => return,
+                }
+            }
+        };
+        tokio::select! {
+            // Cancel-safe: dropping the apply stops between API calls; the inventory written
+            // first lets the next apply prune whatever was made.
+            () = gone => tracing::debug!("apply client gone; stopping"),
+            // Cancel-safe: as above.
+            r = pump => if let Err(e) = r {
+                tracing::debug!(error = %error_chain(&e), "apply client gone before the end");
+            },
+        }
+    }
+
     async fn call(&self, request: &ReconcileRequest) -> Result<ReconcileResponse, TransportError> {
         let session = self
             .inner
@@ -776,6 +889,42 @@ async fn handshake(
 
 use warren_types::error_chain;
 
+/// The objects of a manifest: every YAML or JSON document, `List`s opened; each must be a
+/// mapping with `apiVersion`, `kind` and `metadata.name`.
+fn manifest_objects(text: &str) -> Result<Vec<serde_json::Value>, String> {
+    use serde::Deserialize;
+    let mut out = Vec::new();
+    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let v = serde_json::Value::deserialize(doc)
+            .map_err(|e| format!("document {}: not YAML: {e}", i + 1))?;
+        if v.is_null() {
+            continue;
+        }
+        let items = if v["kind"].as_str().is_some_and(|k| k.ends_with("List")) {
+            v["items"].as_array().cloned().unwrap_or_default()
+        } else {
+            vec![v]
+        };
+        for o in items {
+            if !o.is_object() || o["apiVersion"].as_str().is_none() || o["kind"].as_str().is_none()
+            {
+                return Err(format!(
+                    "document {}: an object needs apiVersion and kind",
+                    i + 1
+                ));
+            }
+            if o["metadata"]["name"].as_str().is_none_or(str::is_empty) {
+                return Err(format!("document {}: an object needs metadata.name", i + 1));
+            }
+            out.push(o);
+        }
+    }
+    if out.is_empty() {
+        return Err("it holds no object".into());
+    }
+    Ok(out)
+}
+
 /// Answers a stream the runtime could not serve: the failure (its code and the whole error
 /// chain), then the end.
 async fn refuse(mut stream: TunnelStream, key: &WorkspaceKey, what: &str, e: RuntimeError) {
@@ -787,4 +936,36 @@ async fn refuse(mut stream: TunnelStream, key: &WorkspaceKey, what: &str, e: Run
     tracing::info!(workspace = %key, error = %message, "{what} failed");
     let _ = write_json(&mut stream, &DialReply::Failed { code, message }).await;
     let _ = stream.shutdown().await;
+}
+
+#[cfg(test)]
+mod manifest_tests {
+    use super::manifest_objects;
+
+    #[test]
+    fn manifests_are_documents_and_lists_of_named_objects() {
+        let text = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\n---\n{\"apiVersion\": \"v1\", \"kind\": \"List\", \"items\": [{\"apiVersion\": \"v1\", \"kind\": \"Service\", \"metadata\": {\"name\": \"b\"}}]}\n";
+        let names: Vec<String> = manifest_objects(text)
+            .unwrap()
+            .iter()
+            .map(|o| {
+                format!(
+                    "{} {}",
+                    o["kind"].as_str().unwrap(),
+                    o["metadata"]["name"].as_str().unwrap()
+                )
+            })
+            .collect();
+        assert_eq!(names, ["ConfigMap a", "Service b"]);
+        assert!(manifest_objects("kind: ConfigMap\nmetadata: {name: a}\n")
+            .unwrap_err()
+            .contains("apiVersion and kind"));
+        assert!(manifest_objects("apiVersion: v1\nkind: ConfigMap\n")
+            .unwrap_err()
+            .contains("metadata.name"));
+        assert!(manifest_objects("a: [")
+            .unwrap_err()
+            .contains("document 1: not YAML"));
+        assert!(manifest_objects("").unwrap_err().contains("no object"));
+    }
 }

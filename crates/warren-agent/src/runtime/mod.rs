@@ -243,6 +243,29 @@ pub trait WorkspaceRuntime: Send + Sync + 'static {
         spec: ExecSpec,
     ) -> Result<ExecSession, RuntimeError>;
 
+    /// Applies the objects of devfile component `component` (a `kubernetes`/`openshift`
+    /// component) for `workspace`, pruning what an earlier apply of it made and this one
+    /// does not; what was done, one line per object. Runtimes that cannot run such objects
+    /// name the kinds.
+    async fn apply_component(
+        &self,
+        workspace: &WorkspaceKey,
+        component: &str,
+        objects: &[serde_json::Value],
+    ) -> Result<Vec<String>, RuntimeError> {
+        let mut kinds: Vec<String> = objects
+            .iter()
+            .map(|o| o["kind"].as_str().unwrap_or("?").to_owned())
+            .collect();
+        kinds.sort();
+        kinds.dedup();
+        Err(RuntimeError::NotAvailable(format!(
+            "applying component {component} of {workspace}: this runtime does not run objects of \
+             kubernetes components ({}); an agent on Kubernetes applies them",
+            kinds.join(", ")
+        )))
+    }
+
     /// Builds an image for `workspace` from `context` (a tar archive, streamed) as `task`
     /// says; the build's progress, line by line, ends with the image built or the error.
     /// Runtimes without a builder refuse, saying what is missing.

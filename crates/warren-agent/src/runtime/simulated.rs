@@ -54,6 +54,8 @@ struct State {
     exec_disabled: bool,
     /// What `logs` answers, per workspace and container (`None`: the main one).
     logs: HashMap<(WorkspaceKey, Option<String>), String>,
+    /// Objects of devfile components, as last applied.
+    components: BTreeMap<(WorkspaceKey, String), Vec<serde_json::Value>>,
 }
 
 #[derive(Debug)]
@@ -207,6 +209,18 @@ impl SimulatedRuntime {
     /// `dial(key, port)` connects to `addr`.
     pub fn set_endpoint(&self, key: &WorkspaceKey, port: u16, addr: SocketAddr) {
         self.lock().endpoints.insert((key.clone(), port), addr);
+    }
+
+    /// The objects last applied for devfile component `component` of `key`.
+    pub fn component_objects(
+        &self,
+        key: &WorkspaceKey,
+        component: &str,
+    ) -> Option<Vec<serde_json::Value>> {
+        self.lock()
+            .components
+            .get(&(key.clone(), component.to_owned()))
+            .cloned()
     }
 
     /// Lets `exec` run commands as local child processes in `dir` (a test's temporary
@@ -366,6 +380,31 @@ impl WorkspaceRuntime for SimulatedRuntime {
             out.push('\n');
         }
         Ok(super::log_tail(out.into_bytes()))
+    }
+
+    async fn apply_component(
+        &self,
+        key: &WorkspaceKey,
+        component: &str,
+        objects: &[serde_json::Value],
+    ) -> Result<Vec<String>, RuntimeError> {
+        let mut st = self.lock();
+        if !st.workspaces.contains_key(key) {
+            return Err(RuntimeError::NotFound(format!("workspace {key}")));
+        }
+        let lines = objects
+            .iter()
+            .map(|o| {
+                format!(
+                    "applied {} {}",
+                    o["kind"].as_str().unwrap_or("?"),
+                    o["metadata"]["name"].as_str().unwrap_or("?")
+                )
+            })
+            .collect();
+        st.components
+            .insert((key.clone(), component.to_owned()), objects.to_vec());
+        Ok(lines)
     }
 
     async fn exec(&self, key: &WorkspaceKey, spec: ExecSpec) -> Result<ExecSession, RuntimeError> {

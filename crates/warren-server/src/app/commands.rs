@@ -208,15 +208,11 @@ impl Runner<'_> {
                 self.session(id, None, script, Some(task)).await
             }
             ApplyTarget::Unavailable { why } => self.finished(id, None, Some(why.clone())).await,
-            ApplyTarget::Manifest { kind } => {
-                self.finished(
-                    id,
-                    None,
-                    Some(format!(
-                        "applying {kind} component {component} is not available on this workspace's runtime yet"
-                    )),
-                )
-                .await
+            ApplyTarget::Manifest { script, .. } => {
+                let task = ExecTask::ApplyComponent {
+                    component: component.into(),
+                };
+                self.session(id, None, script.clone(), Some(task)).await
             }
         }
     }

@@ -266,6 +266,41 @@ fn image_target(im: &warren_devfile::ImageComponent) -> ApplyTarget {
     }
 }
 
+/// Most bytes of an inlined manifest sent along with the command (the relay's exec request
+/// is bounded; larger manifests belong in a file of the project).
+const MAX_INLINE_MANIFEST: usize = 12 << 10;
+
+fn manifest_target(m: &warren_devfile::ManifestComponent) -> ApplyTarget {
+    let quote = |s: &str| format!("'{}'", s.replace('\'', "'\\''"));
+    let script = match &m.source {
+        warren_devfile::ManifestSource::Inlined(text) if text.len() > MAX_INLINE_MANIFEST => {
+            return ApplyTarget::Unavailable {
+                why: format!(
+                    "component {}: the inlined manifest is {} KiB; above {} KiB keep it in a file of the project and name it with `uri`",
+                    m.name,
+                    text.len() >> 10,
+                    MAX_INLINE_MANIFEST >> 10
+                ),
+            }
+        }
+        warren_devfile::ManifestSource::Inlined(text) => format!("printf '%s' {}", quote(text)),
+        warren_devfile::ManifestSource::Uri(u) if u.starts_with("http://") || u.starts_with("https://") => {
+            format!(
+                "if command -v curl >/dev/null; then exec curl -fsSL {u}; else exec wget -qO- {u}; fi",
+                u = quote(u)
+            )
+        }
+        warren_devfile::ManifestSource::Uri(u) => format!(
+            "cd \"$PROJECT_SOURCE\" && exec cat -- {}",
+            quote(&under_sources(u))
+        ),
+    };
+    ApplyTarget::Manifest {
+        kind: m.kind.clone(),
+        script,
+    }
+}
+
 /// A devfile command as the server runs it on demand (`warren ws run`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CommandPlan {
@@ -304,8 +339,9 @@ pub enum ApplyTarget {
     },
     /// Something Warren cannot do for this component, and why.
     Unavailable { why: String },
-    /// A kubernetes or openshift component to apply.
-    Manifest { kind: String },
+    /// A kubernetes or openshift component to apply: `script` writes its manifest (in the
+    /// main container, which has the sources).
+    Manifest { kind: String, script: String },
 }
 
 /// The commands of a workspace's devfile, for its owner to see (`warren ws show`).
@@ -412,9 +448,7 @@ fn plan_of(d: &Devfile, id: &str, depth: usize) -> CommandPlan {
             target: if let Some(im) = d.images.iter().find(|i| &i.name == component) {
                 image_target(im)
             } else if let Some(m) = d.manifests.iter().find(|m| &m.name == component) {
-                ApplyTarget::Manifest {
-                    kind: m.kind.clone(),
-                }
+                manifest_target(m)
             } else {
                 ApplyTarget::Container
             },

@@ -22,6 +22,7 @@
 //! deployments and pods list/watch; and in workspace namespaces get/patch/delete on the kinds
 //! of [`KINDS`] (server-side apply is a PATCH).
 
+mod components;
 mod exec;
 mod objects;
 mod quantity;
@@ -526,6 +527,16 @@ impl WorkspaceRuntime for KubernetesRuntime {
         self.exec_in(workspace, spec).await
     }
 
+    async fn apply_component(
+        &self,
+        workspace: &WorkspaceKey,
+        component: &str,
+        objects: &[serde_json::Value],
+    ) -> Result<Vec<String>, RuntimeError> {
+        self.apply_component_objects(workspace, component, objects)
+            .await
+    }
+
     async fn apply(
         &self,
         workspace: &WorkspaceKey,
@@ -578,6 +589,8 @@ impl WorkspaceRuntime for KubernetesRuntime {
         if let Some(progress) = self.delete_namespace(workspace).await? {
             return Ok(progress);
         }
+        // A shared namespace: the devfile components' objects first, then the workspace's.
+        self.delete_component_objects(workspace).await?;
         // A shared namespace: delete what the inventory names, the Deployment first (its pods
         // go with it) and the volumes last; the inventory itself goes once nothing remains.
         let mut entries: Vec<ObjectRef> = self

@@ -1,0 +1,311 @@
+//! Objects of devfile `kubernetes`/`openshift` components (`warren ws run` of an `apply`
+//! command): applied server-side into the workspace's namespace with this agent's field
+//! manager, labelled with the agent, the workspace and the component, and recorded in an
+//! inventory per component so a second apply prunes exactly what left the manifest and the
+//! workspace's deletion removes them all.
+
+use super::objects::{ObjectRef, WORKSPACE_NAME_LABEL};
+use super::{apply_error, runtime_error, KubernetesRuntime};
+use crate::runtime::{RuntimeError, WorkspaceKey, AGENT_ID_LABEL};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::Value;
+use std::collections::BTreeSet;
+
+/// Label naming the devfile component an object was applied for.
+pub const COMPONENT_LABEL: &str = "warren.dev/component";
+/// Label on a component inventory: the workspace it belongs to.
+pub const COMPONENT_OF_LABEL: &str = "warren.dev/component-of";
+const INVENTORY_KEY: &str = "objects";
+
+/// The namespaced kinds a devfile component may hold: (apiVersion, kind, plural).
+pub const COMPONENT_KINDS: [(&str, &str, &str); 11] = [
+    ("v1", "ConfigMap", "configmaps"),
+    ("v1", "Secret", "secrets"),
+    ("v1", "PersistentVolumeClaim", "persistentvolumeclaims"),
+    ("v1", "Service", "services"),
+    ("v1", "Pod", "pods"),
+    ("apps/v1", "Deployment", "deployments"),
+    ("apps/v1", "StatefulSet", "statefulsets"),
+    ("batch/v1", "Job", "jobs"),
+    ("batch/v1", "CronJob", "cronjobs"),
+    ("networking.k8s.io/v1", "Ingress", "ingresses"),
+    ("route.openshift.io/v1", "Route", "routes"),
+];
+
+fn resource(api_version: &str, kind: &str) -> Option<ApiResource> {
+    let (_, _, plural) = COMPONENT_KINDS
+        .iter()
+        .find(|(v, k, _)| *v == api_version && *k == kind)?;
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    Some(ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(group, version, kind),
+        plural,
+    ))
+}
+
+/// Sets `protocol: TCP` on ports that name none: the API server's defaulting, which its
+/// server-side apply (1.20) needs done beforehand for lists keyed by port and protocol.
+fn default_protocols(body: &mut Value) {
+    fn ports(list: Option<&mut Value>) {
+        for p in list.and_then(Value::as_array_mut).into_iter().flatten() {
+            if let Some(o) = p.as_object_mut() {
+                o.entry("protocol").or_insert_with(|| "TCP".into());
+            }
+        }
+    }
+    fn pod_spec(spec: Option<&mut Value>) {
+        let Some(spec) = spec else { return };
+        for key in ["containers", "initContainers"] {
+            for c in spec
+                .get_mut(key)
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                ports(c.get_mut("ports"));
+            }
+        }
+    }
+    match body["kind"].as_str() {
+        Some("Service") => ports(body.pointer_mut("/spec/ports")),
+        Some("Pod") => pod_spec(body.get_mut("spec")),
+        Some("Deployment" | "StatefulSet" | "Job") => {
+            pod_spec(body.pointer_mut("/spec/template/spec"))
+        }
+        Some("CronJob") => pod_spec(body.pointer_mut("/spec/jobTemplate/spec/template/spec")),
+        _ => {}
+    }
+}
+
+fn inventory_name(workspace: &str, component: &str) -> String {
+    format!("warren-component-{workspace}-{component}")
+}
+
+impl KubernetesRuntime {
+    fn configmaps(&self, workspace: &WorkspaceKey) -> Api<ConfigMap> {
+        Api::namespaced(self.client.clone(), &workspace.namespace)
+    }
+
+    async fn component_inventory(
+        &self,
+        workspace: &WorkspaceKey,
+        name: &str,
+    ) -> Result<BTreeSet<ObjectRef>, RuntimeError> {
+        let found = self
+            .configmaps(workspace)
+            .get_opt(name)
+            .await
+            .map_err(|e| runtime_error(format!("reading ConfigMap {name} of {workspace}"), e))?;
+        let text = found
+            .and_then(|c| c.data)
+            .and_then(|d| d.get(INVENTORY_KEY).cloned());
+        match text {
+            None => Ok(BTreeSet::new()),
+            Some(t) => serde_json::from_str(&t).map_err(|e| RuntimeError::Runtime {
+                context: format!("reading ConfigMap {name} of {workspace}"),
+                source: Box::new(e),
+            }),
+        }
+    }
+
+    async fn write_component_inventory(
+        &self,
+        workspace: &WorkspaceKey,
+        component: &str,
+        entries: &BTreeSet<ObjectRef>,
+    ) -> Result<(), RuntimeError> {
+        let name = inventory_name(&workspace.name, component);
+        let body = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": name,
+                "namespace": workspace.namespace,
+                "labels": {
+                    AGENT_ID_LABEL: self.agent_id,
+                    WORKSPACE_NAME_LABEL: workspace.name,
+                    COMPONENT_OF_LABEL: workspace.name,
+                    COMPONENT_LABEL: component,
+                },
+            },
+            "data": { INVENTORY_KEY: serde_json::to_string(entries).unwrap_or_else(|_| "[]".into()) },
+        });
+        self.configmaps(workspace)
+            .patch(&name, &self.patch_params(), &Patch::Apply(&body))
+            .await
+            .map_err(|e| apply_error(workspace, &format!("ConfigMap {name}"), e))?;
+        Ok(())
+    }
+
+    async fn delete_component_object(
+        &self,
+        workspace: &WorkspaceKey,
+        entry: &ObjectRef,
+    ) -> Result<(), RuntimeError> {
+        let Some(res) = resource(&entry.api_version, &entry.kind) else {
+            return Ok(());
+        };
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), &workspace.namespace, &res);
+        match api.delete(&entry.name, &DeleteParams::background()).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(e) => Err(runtime_error(format!("deleting {entry} of {workspace}"), e)),
+        }
+    }
+
+    /// Applies `objects` as devfile component `component` of the workspace; what was done,
+    /// one line per object.
+    pub(super) async fn apply_component_objects(
+        &self,
+        workspace: &WorkspaceKey,
+        component: &str,
+        objects: &[Value],
+    ) -> Result<Vec<String>, RuntimeError> {
+        let refuse = |message: String| RuntimeError::Apply {
+            workspace: workspace.to_string(),
+            message: format!("component {component}: {message}"),
+        };
+        super::objects::check_key(workspace).map_err(&refuse)?;
+        // The workspace's own objects are not the component's to change.
+        let own = self.read_inventory(workspace).await?.unwrap_or_default();
+        let mut prepared = Vec::new();
+        let mut current = BTreeSet::new();
+        for (i, o) in objects.iter().enumerate() {
+            let text = |f: &str| o.get(f).and_then(Value::as_str).unwrap_or("").to_owned();
+            let (api_version, kind) = (text("apiVersion"), text("kind"));
+            let name = o
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
+            let Some(res) = resource(&api_version, &kind) else {
+                let allowed: Vec<&str> = COMPONENT_KINDS.iter().map(|(_, k, _)| *k).collect();
+                return Err(refuse(format!(
+                    "object {} ({kind} {name}, apiVersion {api_version}): Warren applies only these namespaced kinds for devfile components: {}",
+                    i + 1,
+                    allowed.join(", ")
+                )));
+            };
+            if name.is_empty() {
+                return Err(refuse(format!(
+                    "object {} ({kind}) has no metadata.name",
+                    i + 1
+                )));
+            }
+            let reference = ObjectRef {
+                api_version: api_version.clone(),
+                kind: kind.clone(),
+                name: name.clone(),
+            };
+            if own.iter().any(|r| r.kind == kind && r.name == name) {
+                return Err(refuse(format!(
+                    "{kind} {name} is an object of the workspace itself; give the component's object another name"
+                )));
+            }
+            let mut body = o.clone();
+            let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut) else {
+                return Err(refuse(format!("{kind} {name}: metadata is not a mapping")));
+            };
+            match meta.get("namespace").and_then(Value::as_str) {
+                None => {
+                    meta.insert("namespace".into(), workspace.namespace.clone().into());
+                }
+                Some(ns) if ns == workspace.namespace => {}
+                Some(ns) => {
+                    return Err(refuse(format!(
+                        "{kind} {name} is in namespace {ns:?}; a component's objects go in the workspace's {:?}",
+                        workspace.namespace
+                    )))
+                }
+            }
+            let labels = meta
+                .entry("labels")
+                .or_insert_with(|| Value::Object(Default::default()));
+            let Some(labels) = labels.as_object_mut() else {
+                return Err(refuse(format!(
+                    "{kind} {name}: metadata.labels is not a mapping"
+                )));
+            };
+            labels.insert(AGENT_ID_LABEL.into(), self.agent_id.clone().into());
+            labels.insert(COMPONENT_LABEL.into(), component.into());
+            labels.insert(COMPONENT_OF_LABEL.into(), workspace.name.clone().into());
+            default_protocols(&mut body);
+            if !current.insert(reference.clone()) {
+                return Err(refuse(format!("{kind} {name} is in the manifest twice")));
+            }
+            prepared.push((reference, res, body));
+        }
+        let inventory = inventory_name(&workspace.name, component);
+        let previous = self.component_inventory(workspace, &inventory).await?;
+        // The union first: an agent dying half-way still knows what to prune next time.
+        let union: BTreeSet<ObjectRef> = previous.union(&current).cloned().collect();
+        if union != previous {
+            self.write_component_inventory(workspace, component, &union)
+                .await?;
+        }
+        let mut done = Vec::new();
+        let params = self.patch_params();
+        for (reference, res, body) in &prepared {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(self.client.clone(), &workspace.namespace, res);
+            api.patch(&reference.name, &params, &Patch::Apply(body))
+                .await
+                .map_err(|e| apply_error(workspace, &reference.to_string(), e))?;
+            done.push(format!("applied {reference}"));
+        }
+        for stale in previous.difference(&current) {
+            self.delete_component_object(workspace, stale).await?;
+            done.push(format!("pruned {stale}"));
+        }
+        if union != current {
+            self.write_component_inventory(workspace, component, &current)
+                .await?;
+        }
+        Ok(done)
+    }
+
+    /// Deletes every component object of the workspace and their inventories (for a
+    /// workspace in a shared namespace; a dedicated one goes with its namespace).
+    pub(super) async fn delete_component_objects(
+        &self,
+        workspace: &WorkspaceKey,
+    ) -> Result<(), RuntimeError> {
+        let selector = format!(
+            "{COMPONENT_OF_LABEL}={},{AGENT_ID_LABEL}={}",
+            workspace.name, self.agent_id
+        );
+        let inventories = self
+            .configmaps(workspace)
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| {
+                runtime_error(format!("listing component inventories of {workspace}"), e)
+            })?;
+        for cm in inventories.items {
+            let Some(name) = cm.metadata.name.clone() else {
+                continue;
+            };
+            for entry in self.component_inventory(workspace, &name).await? {
+                self.delete_component_object(workspace, &entry).await?;
+            }
+            match self
+                .configmaps(workspace)
+                .delete(&name, &DeleteParams::background())
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => {
+                    return Err(runtime_error(
+                        format!("deleting ConfigMap {name} of {workspace}"),
+                        e,
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -572,6 +572,19 @@ impl Client {
         if let Some(c) = container {
             req = req.query(&[("container", c)]);
         }
+        Ok(LogFollow {
+            resp: self.open_stream(req, &url).await?,
+            url: url.to_string(),
+        })
+    }
+
+    /// Sends a request whose answer is read as it comes (no whole-answer timeout): the
+    /// answer once it is a success, else the API error it carries.
+    async fn open_stream(
+        &self,
+        mut req: reqwest::RequestBuilder,
+        url: &Url,
+    ) -> Result<reqwest::Response> {
         if let Some(token) = &self.token {
             req = req.bearer_auth(token);
         }
@@ -585,10 +598,7 @@ impl Client {
             let bytes = resp.bytes().await.map_err(transport)?;
             return Err(api_error(status, &bytes));
         }
-        Ok(LogFollow {
-            resp,
-            url: url.to_string(),
-        })
+        Ok(resp)
     }
 
     /// `POST /workspaces/{name}/commands/{command}/run`: runs a devfile command; its events
@@ -599,22 +609,9 @@ impl Client {
         command: &str,
     ) -> Result<CommandRun> {
         let url = self.url(&routes::workspace_command_run(name_or_id, command));
-        let mut req = self.streams.post(url.clone());
-        if let Some(token) = &self.token {
-            req = req.bearer_auth(token);
-        }
-        let transport = |source| Error::Transport {
-            url: url.to_string(),
-            source,
-        };
-        let resp = req.send().await.map_err(transport)?;
-        let status = resp.status();
-        if !status.is_success() {
-            let bytes = resp.bytes().await.map_err(transport)?;
-            return Err(api_error(status, &bytes));
-        }
+        let req = self.streams.post(url.clone());
         Ok(CommandRun {
-            resp,
+            resp: self.open_stream(req, &url).await?,
             url: url.to_string(),
             buf: Vec::new(),
         })

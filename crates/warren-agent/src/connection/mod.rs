@@ -548,7 +548,7 @@ impl RelayConnection {
                 std::future::ready(out)
             })
             .boxed();
-        let (mut from_client, mut to_client) = tokio::io::split(stream);
+        let (from_client, mut to_client) = tokio::io::split(stream);
         let runtime = self.inner.runtime.clone();
         let image = build.image.clone();
         let pump = async move {
@@ -604,24 +604,7 @@ impl RelayConnection {
             tunnel::write_exec_frame(&mut to_client, &ExecFrame::Exit(status)).await?;
             to_client.shutdown().await.map_err(TunnelError::Write)
         };
-        // The client only ever closes its side; reading tells when it went away.
-        let gone = async move {
-            loop {
-                match tunnel::read_exec_frame(&mut from_client).await {
-                    Ok(Some(_)) => {}
-                    Ok(None) | Err(_) => return,
-                }
-            }
-        };
-        tokio::select! {
-            // Cancel-safe: dropping the build drops its context stream and the exec, which
-            // ends the archiver and the engine's build request.
-            () = gone => tracing::debug!("build client gone; stopping the build"),
-            // Cancel-safe: as above.
-            r = pump => if let Err(e) = r {
-                tracing::debug!(error = %error_chain(&e), "build client gone before the end");
-            },
-        }
+        until_client_gone(from_client, pump, "build").await;
     }
 
     /// A devfile component's objects: the exec'd process writes the manifest, the agent
@@ -641,7 +624,7 @@ impl RelayConnection {
             ..
         } = session;
         let _ = stdin.shutdown().await;
-        let (mut from_client, mut to_client) = tokio::io::split(stream);
+        let (from_client, mut to_client) = tokio::io::split(stream);
         let runtime = self.inner.runtime.clone();
         let pump = async move {
             let (mut text, mut errors, mut too_big) = (Vec::new(), Vec::new(), false);
@@ -712,23 +695,7 @@ impl RelayConnection {
             tunnel::write_exec_frame(&mut to_client, &ExecFrame::Exit(status)).await?;
             to_client.shutdown().await.map_err(TunnelError::Write)
         };
-        let gone = async move {
-            loop {
-                match tunnel::read_exec_frame(&mut from_client).await {
-                    Ok(Some(_)) => {}
-                    Ok(None) | Err(_) => return,
-                }
-            }
-        };
-        tokio::select! {
-            // Cancel-safe: dropping the apply stops between API calls; the inventory written
-            // first lets the next apply prune whatever was made.
-            () = gone => tracing::debug!("apply client gone; stopping"),
-            // Cancel-safe: as above.
-            r = pump => if let Err(e) = r {
-                tracing::debug!(error = %error_chain(&e), "apply client gone before the end");
-            },
-        }
+        until_client_gone(from_client, pump, "apply").await;
     }
 
     async fn call(&self, request: &ReconcileRequest) -> Result<ReconcileResponse, TransportError> {
@@ -888,6 +855,33 @@ async fn handshake(
 }
 
 use warren_types::error_chain;
+
+/// Runs `work` (an agent task answering an exec session) until it ends or the client goes
+/// away, whichever is first: the client only ever closes its side, so reading tells.
+async fn until_client_gone<R, F>(mut from_client: R, work: F, what: &str)
+where
+    R: tokio::io::AsyncRead + Unpin,
+    F: std::future::Future<Output = Result<(), TunnelError>>,
+{
+    let gone = async move {
+        loop {
+            match tunnel::read_exec_frame(&mut from_client).await {
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => return,
+            }
+        }
+    };
+    tokio::select! {
+        // Cancel-safe: dropping `work` drops its exec session and the runtime's request
+        // (an engine build stops; an apply stops between API calls, its inventory written
+        // first so the next apply prunes whatever was made).
+        () = gone => tracing::debug!(task = what, "client gone; stopping"),
+        // Cancel-safe: as above.
+        r = work => if let Err(e) = r {
+            tracing::debug!(task = what, error = %error_chain(&e), "client gone before the end");
+        },
+    }
+}
 
 /// The objects of a manifest: every YAML or JSON document, `List`s opened; each must be a
 /// mapping with `apiVersion`, `kind` and `metadata.name`.

@@ -209,18 +209,12 @@ impl KubernetesRuntime {
             let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut) else {
                 return Err(refuse(format!("{kind} {name}: metadata is not a mapping")));
             };
-            match meta.get("namespace").and_then(Value::as_str) {
-                None => {
-                    meta.insert("namespace".into(), workspace.namespace.clone().into());
-                }
-                Some(ns) if ns == workspace.namespace => {}
-                Some(ns) => {
-                    return Err(refuse(format!(
-                        "{kind} {name} is in namespace {ns:?}; a component's objects go in the workspace's {:?}",
-                        workspace.namespace
-                    )))
-                }
-            }
+            super::objects::place_in_namespace(meta, workspace).map_err(|ns| {
+                refuse(format!(
+                    "{kind} {name} is in namespace {ns:?}; a component's objects go in the workspace's {:?}",
+                    workspace.namespace
+                ))
+            })?;
             let labels = meta
                 .entry("labels")
                 .or_insert_with(|| Value::Object(Default::default()));

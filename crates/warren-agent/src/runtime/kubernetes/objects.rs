@@ -158,18 +158,12 @@ pub fn prepare(
             .get_mut("metadata")
             .and_then(Value::as_object_mut)
             .ok_or_else(|| refuse(format!("{kind} {name}: metadata is not a mapping")))?;
-        match metadata.get("namespace").and_then(Value::as_str) {
-            None => {
-                metadata.insert("namespace".into(), workspace.namespace.clone().into());
-            }
-            Some(ns) if ns == workspace.namespace => {}
-            Some(ns) => {
-                return Err(refuse(format!(
-                    "{kind} {name} is in namespace {ns:?}, not the workspace's {:?}",
-                    workspace.namespace
-                )));
-            }
-        }
+        place_in_namespace(metadata, workspace).map_err(|ns| {
+            refuse(format!(
+                "{kind} {name} is in namespace {ns:?}, not the workspace's {:?}",
+                workspace.namespace
+            ))
+        })?;
         ensure_agent_label(metadata, agent_id)
             .map_err(|m| refuse(format!("{kind} {name}: {m}")))?;
         if kind == "Deployment" {
@@ -235,6 +229,22 @@ fn drop_empty_data(kind: &str, body: &mut Value) {
 /// other objects (service account, volumes) into a complete set.
 pub fn is_partial(prepared: &[Prepared]) -> bool {
     prepared.iter().all(|p| p.reference.kind == "Deployment")
+}
+
+/// Puts an object into the workspace's namespace (when it names none); the namespace it
+/// names otherwise, as the error.
+pub fn place_in_namespace(
+    metadata: &mut serde_json::Map<String, Value>,
+    workspace: &WorkspaceKey,
+) -> Result<(), String> {
+    match metadata.get("namespace").and_then(Value::as_str) {
+        None => {
+            metadata.insert("namespace".into(), workspace.namespace.clone().into());
+            Ok(())
+        }
+        Some(ns) if ns == workspace.namespace => Ok(()),
+        Some(ns) => Err(ns.to_owned()),
+    }
 }
 
 fn ensure_agent_label(

@@ -40,6 +40,26 @@ pub struct AgentConfig {
     pub data_volume_size: String,
     /// The editor injected into every workspace (ui.md, "The editor in every workspace").
     pub editor: EditorConfig,
+    /// Images to take from elsewhere: a devfile's image reference (exact, digest and all)
+    /// or a prefix of it ending in `/` (`docker.io/`) → what to use instead, as an
+    /// air-gapped site's mirror (`mirror.example/docker.io/`) or a local copy. The longest
+    /// matching key wins; a prefix keeps the rest of the reference.
+    pub image_mirrors: BTreeMap<String, String>,
+}
+
+impl AgentConfig {
+    /// `image` as this agent's workspaces pull it ([`AgentConfig::image_mirrors`]).
+    pub fn mirrored_image(&self, image: &str) -> String {
+        if let Some(to) = self.image_mirrors.get(image) {
+            return to.clone();
+        }
+        self.image_mirrors
+            .iter()
+            .filter(|(from, _)| from.ends_with('/') && image.starts_with(from.as_str()))
+            .max_by_key(|(from, _)| from.len())
+            .map(|(from, to)| format!("{to}{}", &image[from.len()..]))
+            .unwrap_or_else(|| image.to_owned())
+    }
 }
 
 impl Default for AgentConfig {
@@ -60,6 +80,7 @@ impl Default for AgentConfig {
             security: SecurityConfig::default(),
             data_volume_size: "20Gi".into(),
             editor: EditorConfig::default(),
+            image_mirrors: BTreeMap::new(),
         }
     }
 }
@@ -256,6 +277,34 @@ impl Default for SecurityConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn images_are_mirrored_by_reference_or_longest_prefix() {
+        let c = AgentConfig {
+            image_mirrors: BTreeMap::from([
+                ("docker.io/".to_owned(), "mirror.local/hub/".to_owned()),
+                (
+                    "docker.io/library/".to_owned(),
+                    "mirror.local/official/".to_owned(),
+                ),
+                (
+                    "quay.io/x@sha256:ab".to_owned(),
+                    "localhost/x:copy".to_owned(),
+                ),
+            ]),
+            ..AgentConfig::default()
+        };
+        assert_eq!(
+            c.mirrored_image("docker.io/library/redis:7"),
+            "mirror.local/official/redis:7"
+        );
+        assert_eq!(
+            c.mirrored_image("docker.io/bitnami/mongo"),
+            "mirror.local/hub/bitnami/mongo"
+        );
+        assert_eq!(c.mirrored_image("quay.io/x@sha256:ab"), "localhost/x:copy");
+        assert_eq!(c.mirrored_image("quay.io/y:1"), "quay.io/y:1");
+    }
 
     #[test]
     fn the_editor_status_is_the_last_word_of_the_startup_on_it() {

@@ -44,7 +44,7 @@ commands:
   - id: sequence
     composite: {{commands: [hello, fail, never]}}
   - id: left
-    exec: {{component: dev, commandLine: 'echo left; while [ ! -e right-ran ]; do sleep 0.05; done; echo left-done', workingDir: {dir}}}
+    exec: {{component: dev, commandLine: 'echo left; i=0; while [ ! -e right-ran ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; test -e right-ran && echo left-done', workingDir: {dir}}}
   - id: right
     exec: {{component: dev, commandLine: 'touch right-ran; echo right', workingDir: {dir}}}
   - id: both
@@ -155,15 +155,17 @@ async fn devfile_commands_run_on_demand_through_api_and_cli() -> Result<()> {
     assert_eq!(last["failed"], "fail");
     assert!(!dir.path().join("never-ran").exists());
 
-    // Parallel steps run at the same time: `left` waits for what `right` does.
+    // Parallel steps run at the same time: `left` succeeds only when `right` runs while it
+    // waits (one after the other, it would give up after 20 s and fail).
     let ev = events(run(&alice.token, "both").await?).await?;
     assert_eq!(ev.last().context("done")?["exit_code"], 0, "{ev:?}");
-    let finished: Vec<&str> = ev
+    let mut finished: Vec<&str> = ev
         .iter()
         .filter(|e| e["event"] == "finished")
         .filter_map(|e| e["command"].as_str())
         .collect();
-    assert_eq!(finished, ["right", "left"]);
+    finished.sort_unstable();
+    assert_eq!(finished, ["left", "right"]);
 
     // An image build this runtime cannot do fails by name.
     let ev = events(run(&alice.token, "build-image").await?).await?;

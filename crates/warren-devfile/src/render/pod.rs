@@ -195,7 +195,7 @@ pub(super) fn container(
         .collect();
     core::Container {
         name,
-        image: Some(c.image.clone()),
+        image: Some(cfg.mirrored_image(&c.image)),
         image_pull_policy: Some("IfNotPresent".into()),
         command: (!c.command.is_empty()).then(|| c.command.clone()),
         args: (!c.args.is_empty()).then(|| c.args.clone()),

@@ -259,6 +259,22 @@ pub fn validate_agent_config(c: &AgentConfig) -> Result<(), AppError> {
         return Err(AppError::invalid_field("config.annotations", p));
     }
     check_editor(&c.editor)?;
+    for (from, to) in &c.image_mirrors {
+        let bad =
+            |s: &str| s.is_empty() || s.chars().any(|ch| ch.is_whitespace() || ch.is_control());
+        if bad(from) || bad(to) {
+            return Err(AppError::invalid_field(
+                &format!("config.image_mirrors.{from}"),
+                "an image reference (or a prefix ending in `/`) and its replacement, neither empty nor with spaces",
+            ));
+        }
+        if from.ends_with('/') != to.ends_with('/') {
+            return Err(AppError::invalid_field(
+                &format!("config.image_mirrors.{from}"),
+                "a prefix (ending in `/`) is replaced by a prefix, a whole reference by a whole reference",
+            ));
+        }
+    }
     for (i, s) in c.image_pull_secrets.iter().enumerate() {
         if let Some(p) = k8s::dns1123_subdomain_problem(&s.name) {
             return Err(AppError::invalid_field(
@@ -274,6 +290,26 @@ pub fn validate_agent_config(c: &AgentConfig) -> Result<(), AppError> {
 mod tests {
     use super::*;
     use warren_types::config::EditorConfig;
+
+    #[test]
+    fn image_mirrors_are_checked_by_name() {
+        let with = |from: &str, to: &str| AgentConfig {
+            image_mirrors: [(from.to_owned(), to.to_owned())].into(),
+            ..AgentConfig::default()
+        };
+        assert!(validate_agent_config(&with("docker.io/", "mirror.local/hub/")).is_ok());
+        assert!(validate_agent_config(&with("quay.io/a@sha256:1", "localhost/a:1")).is_ok());
+        for (from, to) in [("docker.io/", "mirror.local"), ("", "x"), ("a b", "c")] {
+            let e = validate_agent_config(&with(from, to)).expect_err("refused");
+            assert!(
+                e.message.contains("config.image_mirrors")
+                    || e.field
+                        .as_deref()
+                        .is_some_and(|f| f.starts_with("config.image_mirrors")),
+                "{from} → {to}: {e:?}"
+            );
+        }
+    }
 
     #[test]
     fn editor_settings_are_checked_by_name() {

@@ -9,7 +9,7 @@ use super::{apply_error, runtime_error, KubernetesRuntime};
 use crate::runtime::{RuntimeError, WorkspaceKey, AGENT_ID_LABEL};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::core::ApiResource;
 use serde_json::Value;
 use std::collections::BTreeSet;
 
@@ -35,14 +35,7 @@ pub const COMPONENT_KINDS: [(&str, &str, &str); 11] = [
 ];
 
 fn resource(api_version: &str, kind: &str) -> Option<ApiResource> {
-    let (_, _, plural) = COMPONENT_KINDS
-        .iter()
-        .find(|(v, k, _)| *v == api_version && *k == kind)?;
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    Some(ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(group, version, kind),
-        plural,
-    ))
+    super::objects::resource_in(&COMPONENT_KINDS, api_version, kind)
 }
 
 /// Sets `protocol: TCP` on ports that name none: the API server's defaulting, which its

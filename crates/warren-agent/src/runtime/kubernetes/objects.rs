@@ -99,7 +99,16 @@ impl std::fmt::Display for ObjectRef {
 
 /// The API resource of an allowed apiVersion/kind pair.
 pub fn resource_of(api_version: &str, kind: &str) -> Option<ApiResource> {
-    let (_, _, plural) = KINDS
+    resource_in(&KINDS, api_version, kind)
+}
+
+/// The API resource of `api_version`/`kind` when `kinds` (apiVersion, kind, plural) lists it.
+pub fn resource_in(
+    kinds: &[(&str, &str, &str)],
+    api_version: &str,
+    kind: &str,
+) -> Option<ApiResource> {
+    let (_, _, plural) = kinds
         .iter()
         .find(|(v, k, _)| *v == api_version && *k == kind)?;
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));

@@ -231,22 +231,11 @@ fn every_registry_devfile_runs_unmodified_on_podman() {
     // sends them to its own copies.
     let pinned: Vec<&String> = images.iter().filter(|i| i.contains('@')).collect();
     assert_eq!(pinned.len(), 5, "{pinned:?}");
-    let agent: serde_json::Value =
-        serde_json::from_str(&up.cli_ok(&["agent", "show", "local", "-o", "json"]))
-            .expect("agent JSON");
-    let mut config = agent["config"].clone();
-    for image in &pinned {
-        config["image_mirrors"][image.as_str()] = serde_json::Value::String(standin.clone());
-    }
-    let path = up.home.path().join("agent-mirrors.json");
-    std::fs::write(&path, config.to_string()).expect("write the agent config");
-    up.cli_ok(&[
-        "agent",
-        "update",
-        "local",
-        "--config",
-        path.to_str().unwrap(),
-    ]);
+    up.update_agent_config(|config| {
+        for image in &pinned {
+            config["image_mirrors"][image.as_str()] = serde_json::Value::String(standin.clone());
+        }
+    });
     let started = Instant::now();
     let mut report = Vec::new();
     for batch in expects.chunks(PARALLEL) {

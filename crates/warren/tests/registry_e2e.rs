@@ -186,19 +186,10 @@ fn a_pull_secret_pulls_from_a_private_registry_and_a_wrong_one_fails_naming_it()
 
     let mut up = Up::start();
     // The agent's configuration names the secret; the engine agent reads it from its directory.
-    let agent: Value =
-        serde_json::from_str(&up.cli_ok(&["agent", "show", "local", "-o", "json"])).unwrap();
-    let mut config = agent["config"].clone();
-    config["image_pull_secrets"] = serde_json::json!([{"name": "regcred", "namespace": "default"}]);
-    let path = up.home.path().join("agent-config.json");
-    std::fs::write(&path, config.to_string()).unwrap();
-    up.cli_ok(&[
-        "agent",
-        "update",
-        "local",
-        "--config",
-        path.to_str().unwrap(),
-    ]);
+    up.update_agent_config(|config| {
+        config["image_pull_secrets"] =
+            serde_json::json!([{"name": "regcred", "namespace": "default"}]);
+    });
     let secret = up.home.path().join("agent/pull-secrets/regcred.json");
     auth_file(&secret, &registry.addr, "ann", "registry-pass-1");
 

@@ -799,14 +799,21 @@ impl Up {
     /// Lets workspaces reach `ip` besides what the default policy allows (the agent's
     /// firewall blocks private ranges, where a test's host may be).
     pub fn allow_egress_to(&self, ip: &str) {
+        self.update_agent_config(|config| {
+            config["network_policy"]["egress"]
+                .as_array_mut()
+                .expect("egress rules")
+                .push(serde_json::json!({"allow": format!("{ip}/32")}));
+        });
+    }
+
+    /// Changes the `local` agent's configuration as `change` says (`warren agent update`).
+    pub fn update_agent_config(&self, change: impl FnOnce(&mut Value)) {
         let agent: Value =
             serde_json::from_str(&self.cli_ok(&["agent", "show", "local", "-o", "json"]))
                 .expect("agent JSON");
         let mut config = agent["config"].clone();
-        let rules = config["network_policy"]["egress"]
-            .as_array_mut()
-            .expect("egress rules");
-        rules.push(serde_json::json!({"allow": format!("{ip}/32")}));
+        change(&mut config);
         let path = self.home.path().join("agent-config.json");
         std::fs::write(&path, config.to_string()).expect("write the agent config");
         self.cli_ok(&[

@@ -32,6 +32,17 @@ const PROBE_EVERY: Duration = Duration::from_millis(50);
 /// One connection attempt.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(300);
 
+/// After finding the first container stopped where the listing said running: when to look
+/// again should no engine event have woken the reconciler before.
+const RECHECK_STOPPED: Duration = Duration::from_secs(1);
+
+/// What an inspection of the pod's first container tells.
+struct Inspected {
+    started: chrono::DateTime<chrono::Utc>,
+    running: bool,
+    addresses: Vec<IpAddr>,
+}
+
 /// Whether the pod is usable, and if not, what it waits for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Usable {
@@ -116,10 +127,21 @@ impl EngineRuntime {
         }) else {
             return Usable::No("the pod's first container is not there".into());
         };
-        let (started, addresses) = match self.started_and_addresses(owner).await {
-            Some(x) => x,
-            None => return Usable::No("the pod's first container cannot be inspected".into()),
+        let Some(Inspected {
+            started,
+            running,
+            addresses,
+        }) = self.inspect_owner(owner).await
+        else {
+            return Usable::No("the pod's first container cannot be inspected".into());
         };
+        // The listing that found every container running may be older than this inspection:
+        // a command that exited in between must not count as having run `min_running` (the
+        // next look sees the exit; the timer below makes sure there is one).
+        if !running {
+            self.probe(record, addresses, BTreeSet::new(), RECHECK_STOPPED);
+            return Usable::No("the pod's first container is no longer running".into());
+        }
         let ran = chrono::Utc::now()
             .signed_duration_since(started)
             .to_std()
@@ -165,19 +187,22 @@ impl EngineRuntime {
         super::lock(&self.inner.usable).remove(name);
     }
 
-    /// When the owner container started, and its addresses on the pod's networks.
-    async fn started_and_addresses(
-        &self,
-        owner: &ContainerSummary,
-    ) -> Option<(chrono::DateTime<chrono::Utc>, Vec<IpAddr>)> {
+    /// When the owner container started, whether it still runs, and its addresses on the
+    /// pod's networks.
+    async fn inspect_owner(&self, owner: &ContainerSummary) -> Option<Inspected> {
         let inspect = self.inspect(owner.id.as_deref()?).await.ok()?;
-        let started = inspect
-            .state
-            .as_ref()
-            .and_then(|s| s.started_at.as_deref())
+        let state = inspect.state.as_ref()?;
+        let started = state
+            .started_at
+            .as_deref()
             .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())?
             .with_timezone(&chrono::Utc);
-        Some((started, super::exec::pod_addresses(inspect)))
+        let running = state.running == Some(true);
+        Some(Inspected {
+            started,
+            running,
+            addresses: super::exec::pod_addresses(inspect),
+        })
     }
 
     /// Watches a pod that is not usable yet, at most `bound`: until its `ports` accept, or

@@ -47,13 +47,14 @@ pub async fn run(cmd: Command) -> Result<(), CliError> {
         Command::Passwd(a) => passwd(a).await,
         Command::Dotfiles(g) => dotfiles(g.out.output, g.cmd).await,
         Command::OAuthClient(g) => oauth_client(g.out.output, g.cmd).await,
+        Command::Gitops(g) => crate::gitops_cmd::gitops(g.out.output, g.cmd).await,
         Command::Devfile(_) | Command::Completions(_) => {
             Err(CliError::Usage("this command runs without a server".into()))
         }
     }
 }
 
-fn print<T: serde::Serialize + ?Sized>(
+pub(crate) fn print<T: serde::Serialize + ?Sized>(
     format: Format,
     value: &T,
     human: impl FnOnce(&T) -> String,
@@ -65,7 +66,7 @@ fn print<T: serde::Serialize + ?Sized>(
 }
 
 /// The signed-in client, from the credentials file and the environment.
-fn client() -> Result<(Client, Credentials), CliError> {
+pub(crate) fn client() -> Result<(Client, Credentials), CliError> {
     let path = credentials::default_path()?;
     let file = credentials::load(&path)?;
     if file.is_some() {
@@ -83,7 +84,11 @@ fn client() -> Result<(Client, Credentials), CliError> {
 }
 
 /// Names the thing asked for when a 404's message does not already.
-fn named<T>(kind: &str, name: &str, r: Result<T, warren_client::Error>) -> Result<T, CliError> {
+pub(crate) fn named<T>(
+    kind: &str,
+    name: &str,
+    r: Result<T, warren_client::Error>,
+) -> Result<T, CliError> {
     match r {
         Err(warren_client::Error::Api {
             status: 404,
@@ -99,7 +104,7 @@ fn named<T>(kind: &str, name: &str, r: Result<T, warren_client::Error>) -> Resul
 }
 
 /// One line of standard input, without its line ending.
-fn read_stdin_line(what: &str) -> Result<String, CliError> {
+pub(crate) fn read_stdin_line(what: &str) -> Result<String, CliError> {
     let mut line = String::new();
     std::io::stdin()
         .lock()
@@ -340,6 +345,7 @@ pub(crate) fn read_agent_config(path: &Path) -> Result<AgentConfig, CliError> {
 async fn agent(out: Format, cmd: AgentCommand) -> Result<(), CliError> {
     let (c, _) = client()?;
     match cmd {
+        AgentCommand::Gitops { cmd } => crate::gitops_cmd::agent_gitops(&c, out, cmd).await?,
         AgentCommand::Create { name, config } => {
             let config = config.as_deref().map(read_agent_config).transpose()?;
             let created = c.create_agent(&CreateAgentRequest { name, config }).await?;
@@ -664,7 +670,7 @@ fn parse_visibility(s: &str) -> ProjectVisibility {
 }
 
 /// The credential the options give, read from standard input or files; `None` for none.
-fn read_credential(a: &CredentialArgs) -> Result<Option<GitCredential>, CliError> {
+pub(crate) fn read_credential(a: &CredentialArgs) -> Result<Option<GitCredential>, CliError> {
     if a.token_stdin {
         return Ok(Some(GitCredential::Token {
             token: read_stdin_line("token")?,

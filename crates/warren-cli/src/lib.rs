@@ -12,6 +12,7 @@
 mod commands;
 pub mod credentials;
 mod devfile_cmd;
+mod gitops_cmd;
 pub mod input;
 pub mod open_cmd;
 pub mod output;
@@ -75,6 +76,8 @@ pub enum Command {
     /// OAuth clients of the server's sign-in (admin): the proxy's, or a third-party tool's.
     #[command(name = "oauth-client")]
     OAuthClient(OAuthClientGroup),
+    /// GitOps (admin): repositories the relays read for agents, and the policy capping sources.
+    Gitops(GitopsGroup),
     /// Check and render devfiles locally, without a server.
     Devfile(DevfileGroup),
     /// Print a shell completion script.
@@ -200,6 +203,119 @@ pub enum AgentCommand {
         #[arg(long)]
         config: PathBuf,
     },
+    /// The agent's GitOps sources: what it keeps in sync with Git.
+    Gitops {
+        #[command(subcommand)]
+        cmd: AgentGitopsCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AgentGitopsCommand {
+    /// Replace the agent's sources with those of a file (`sources:` list; YAML, or JSON by
+    /// extension). Every problem is reported at once, naming its field.
+    #[command(after_help = "Example sources.yaml:\n  \
+        sources:\n    \
+          - name: platform\n      \
+            repository: platform-config\n      \
+            ref: main\n      \
+            paths: [\"deploy/**/*.yaml\"]\n      \
+            mode: namespaced\n      \
+            namespace: team-a\n      \
+            kinds: { deny: [\"v1/Secret\"] }\n      \
+            prune: true\n      \
+            interval: 60s")]
+    Set {
+        agent: String,
+        /// The file; `-` reads standard input.
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+    },
+    /// Show the agent's sources.
+    Show { agent: String },
+}
+
+#[derive(Debug, Args)]
+pub struct GitopsGroup {
+    #[command(flatten)]
+    pub out: OutputArgs,
+    #[command(subcommand)]
+    pub cmd: GitopsCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GitopsCommand {
+    /// Git repositories the relays read on the agents' behalf.
+    #[command(visible_alias = "repository")]
+    Repo {
+        #[command(subcommand)]
+        cmd: RepoCommand,
+    },
+    /// The policy every source is held to.
+    Policy {
+        #[command(subcommand)]
+        cmd: PolicyCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RepoCommand {
+    /// Register a repository; credentials and webhook secret are stored encrypted.
+    #[command(after_help = "Examples:\n  \
+        echo \"$TOKEN\" | warren gitops repo add platform --url https://git.example.com/ops/platform.git --token-stdin --generate-webhook-secret\n  \
+        warren gitops repo add platform --url ssh://git@git.example.com/ops/platform.git --ssh-key deploy_key --known-hosts known_hosts")]
+    Add {
+        name: String,
+        /// https://, http://, ssh://, git:// or file:// URL, without credentials in it.
+        #[arg(long)]
+        url: String,
+        #[command(flatten)]
+        credential: CredentialArgs,
+        /// Read the webhook secret from standard input.
+        #[arg(long, conflicts_with_all = ["generate_webhook_secret", "token_stdin", "password_stdin"])]
+        webhook_secret_stdin: bool,
+        /// Generate a webhook secret and print it once, to give the forge.
+        #[arg(long)]
+        generate_webhook_secret: bool,
+    },
+    /// List repositories.
+    #[command(visible_alias = "ls")]
+    List,
+    /// Show one repository and the sources using it.
+    Show { name: String },
+    /// Remove a repository no source uses.
+    #[command(visible_alias = "remove")]
+    Rm { name: String },
+    /// Set or remove the repository's credential.
+    Credential {
+        #[command(subcommand)]
+        cmd: CredentialCommand,
+    },
+    /// Set, generate or remove the secret push webhooks are checked with.
+    WebhookSecret {
+        name: String,
+        /// Read the new secret from standard input.
+        #[arg(long, conflicts_with_all = ["generate", "remove"])]
+        stdin: bool,
+        /// Generate a secret and print it once.
+        #[arg(long, conflicts_with = "remove")]
+        generate: bool,
+        /// Remove the secret: webhooks for this repository are refused.
+        #[arg(long)]
+        remove: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Show the policy.
+    Show,
+    /// Replace the policy with a file (`deny:` kind patterns, `allow_cluster_mode:`).
+    Set {
+        /// The file (YAML, or JSON by extension); `-` reads standard input.
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -290,7 +406,8 @@ pub struct CredentialArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum CredentialCommand {
-    /// Set or replace the credential; the project's workspaces get it without a restart.
+    /// Set or replace the credential (stored encrypted, never shown); a project's
+    /// workspaces get it without a restart.
     Set {
         name: String,
         #[command(flatten)]

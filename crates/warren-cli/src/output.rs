@@ -6,6 +6,7 @@ use serde::Serialize;
 use warren_types::api::{
     Agent, OAuthClient, Project, ProjectMember, SshKey, Token, User, Workspace,
 };
+use warren_types::gitops::{AgentGitops, Policy, Repository};
 
 /// `-o/--output`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -316,6 +317,108 @@ pub fn project(p: &Project) -> String {
             p.credential.clone().unwrap_or_else(|| "none".into()),
         ),
         ("Created", time(&p.created_at)),
+    ])
+}
+
+pub fn repositories(items: &[Repository]) -> String {
+    if items.is_empty() {
+        return "No repositories.".into();
+    }
+    let mut t = table(&["NAME", "ID", "URL", "CREDENTIAL", "WEBHOOK", "USED BY"]);
+    for r in items {
+        t.add_row(vec![
+            r.name.clone(),
+            r.id.to_string(),
+            r.url.clone(),
+            r.credential.clone().unwrap_or_else(|| "-".into()),
+            if r.webhook { "yes" } else { "no" }.into(),
+            if r.used_by.is_empty() {
+                "-".into()
+            } else {
+                r.used_by.join(", ")
+            },
+        ]);
+    }
+    finish(t)
+}
+
+pub fn repository(r: &Repository) -> String {
+    details(vec![
+        ("Name", r.name.clone()),
+        ("ID", r.id.to_string()),
+        ("URL", r.url.clone()),
+        (
+            "Credential",
+            r.credential.clone().unwrap_or_else(|| "none".into()),
+        ),
+        (
+            "Webhook secret",
+            if r.webhook { "set" } else { "none" }.into(),
+        ),
+        (
+            "Used by",
+            if r.used_by.is_empty() {
+                "no source".into()
+            } else {
+                r.used_by.join(", ")
+            },
+        ),
+        ("Created", time(&r.created_at)),
+    ])
+}
+
+pub fn sources(g: &AgentGitops) -> String {
+    if g.sources.is_empty() {
+        return "No GitOps sources.".into();
+    }
+    let mut t = table(&[
+        "NAME",
+        "REPOSITORY",
+        "REF",
+        "PATHS",
+        "MODE",
+        "NAMESPACE",
+        "PRUNE",
+        "INTERVAL",
+    ]);
+    for s in &g.sources {
+        t.add_row(vec![
+            s.name.clone(),
+            s.repository.clone(),
+            s.git_ref.clone(),
+            if s.paths.is_empty() {
+                "(all manifests)".into()
+            } else {
+                s.paths.join(" ")
+            },
+            s.mode.as_str().into(),
+            s.namespace.clone().unwrap_or_else(|| "-".into()),
+            if s.prune { "yes" } else { "no" }.into(),
+            s.interval.clone(),
+        ]);
+    }
+    finish(t)
+}
+
+pub fn gitops_policy(p: &Policy) -> String {
+    details(vec![
+        (
+            "Denied kinds",
+            if p.deny.is_empty() {
+                "none".into()
+            } else {
+                p.deny.join(", ")
+            },
+        ),
+        (
+            "Cluster mode",
+            if p.allow_cluster_mode {
+                "allowed"
+            } else {
+                "refused"
+            }
+            .into(),
+        ),
     ])
 }
 

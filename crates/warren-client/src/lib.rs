@@ -23,6 +23,9 @@ use warren_types::api::{
     ProjectMember, ProjectRole, SetDotfilesRequest, SetProjectMemberRequest, UpdateProjectRequest,
 };
 use warren_types::git::GitCredential;
+use warren_types::gitops::{
+    AgentGitops, CreateRepositoryRequest, Policy, Repository, WebhookSecretRequest,
+};
 use warren_types::state::DesiredState;
 
 /// Why a call failed.
@@ -358,6 +361,85 @@ impl Client {
 
     pub async fn update_agent(&self, name_or_id: &str, req: &UpdateAgentRequest) -> Result<Agent> {
         self.call(Method::PUT, &routes::agent(name_or_id), &[], Some(req))
+            .await
+    }
+
+    // ---- GitOps ----
+
+    pub async fn list_repositories(&self) -> Result<Vec<Repository>> {
+        self.call(
+            Method::GET,
+            &routes::gitops_repositories(),
+            &[],
+            None::<&()>,
+        )
+        .await
+    }
+
+    pub async fn create_repository(&self, req: &CreateRepositoryRequest) -> Result<Repository> {
+        self.call(Method::POST, &routes::gitops_repositories(), &[], Some(req))
+            .await
+    }
+
+    pub async fn get_repository(&self, name: &str) -> Result<Repository> {
+        self.call(
+            Method::GET,
+            &routes::gitops_repository(name),
+            &[],
+            None::<&()>,
+        )
+        .await
+    }
+
+    pub async fn delete_repository(&self, name: &str) -> Result<()> {
+        self.call_empty(Method::DELETE, &routes::gitops_repository(name))
+            .await
+    }
+
+    /// `PUT` (Some) or `DELETE` (None) `/gitops/repositories/{name}/credential`.
+    pub async fn set_repository_credential(
+        &self,
+        name: &str,
+        c: Option<&GitCredential>,
+    ) -> Result<Repository> {
+        let route = routes::gitops_repository_credential(name);
+        match c {
+            Some(c) => self.call(Method::PUT, &route, &[], Some(c)).await,
+            None => self.call(Method::DELETE, &route, &[], None::<&()>).await,
+        }
+    }
+
+    /// `PUT` (Some) or `DELETE` (None) `/gitops/repositories/{name}/webhook_secret`.
+    pub async fn set_webhook_secret(&self, name: &str, secret: Option<&str>) -> Result<Repository> {
+        let route = routes::gitops_webhook_secret(name);
+        match secret {
+            Some(s) => {
+                let req = WebhookSecretRequest {
+                    secret: s.to_owned(),
+                };
+                self.call(Method::PUT, &route, &[], Some(&req)).await
+            }
+            None => self.call(Method::DELETE, &route, &[], None::<&()>).await,
+        }
+    }
+
+    pub async fn agent_gitops(&self, agent: &str) -> Result<AgentGitops> {
+        self.call(Method::GET, &routes::agent_gitops(agent), &[], None::<&()>)
+            .await
+    }
+
+    pub async fn set_agent_gitops(&self, agent: &str, config: &AgentGitops) -> Result<AgentGitops> {
+        self.call(Method::PUT, &routes::agent_gitops(agent), &[], Some(config))
+            .await
+    }
+
+    pub async fn gitops_policy(&self) -> Result<Policy> {
+        self.call(Method::GET, &routes::gitops_policy(), &[], None::<&()>)
+            .await
+    }
+
+    pub async fn set_gitops_policy(&self, policy: &Policy) -> Result<Policy> {
+        self.call(Method::PUT, &routes::gitops_policy(), &[], Some(policy))
             .await
     }
 

@@ -126,3 +126,33 @@ pub fn project_member(name: &str, user: &str) -> Vec<String> {
 pub fn dotfiles() -> Vec<String> {
     segs(&["users", "me", "dotfiles"])
 }
+
+/// `GET|PUT /agents/{name-or-id}/gitops`.
+pub fn agent_gitops(agent: &str) -> Vec<String> {
+    segs(&["agents", agent, "gitops"])
+}
+
+/// `GET|POST /gitops/repositories`.
+pub fn gitops_repositories() -> Vec<String> {
+    segs(&["gitops", "repositories"])
+}
+
+/// `GET|DELETE /gitops/repositories/{name}`.
+pub fn gitops_repository(name: &str) -> Vec<String> {
+    segs(&["gitops", "repositories", name])
+}
+
+/// `PUT|DELETE /gitops/repositories/{name}/credential`.
+pub fn gitops_repository_credential(name: &str) -> Vec<String> {
+    segs(&["gitops", "repositories", name, "credential"])
+}
+
+/// `PUT|DELETE /gitops/repositories/{name}/webhook_secret`.
+pub fn gitops_webhook_secret(name: &str) -> Vec<String> {
+    segs(&["gitops", "repositories", name, "webhook_secret"])
+}
+
+/// `GET|PUT /gitops/policy`.
+pub fn gitops_policy() -> Vec<String> {
+    segs(&["gitops", "policy"])
+}

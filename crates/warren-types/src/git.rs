@@ -110,6 +110,22 @@ impl GitCredential {
     }
 }
 
+/// Checks a branch, tag or commit id as Warren accepts them (no option-like, ranged or
+/// wildcard forms); the message quotes the ref.
+pub fn validate_ref(r: &str) -> Result<(), String> {
+    let ok = !r.is_empty()
+        && r.len() <= 255
+        && !r.starts_with('-')
+        && !r.contains("..")
+        && r.chars()
+            .all(|c| c.is_ascii_graphic() && !"~^:?*[\\".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{r:?} is not a valid git ref"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -66,3 +66,7 @@ typed_id!(
     /// An SSH public key registered by a user.
     SshKeyId
 );
+typed_id!(
+    /// A Git repository registered for GitOps.
+    RepositoryId
+);

@@ -9,6 +9,7 @@ pub mod api;
 pub mod bounded;
 pub mod config;
 pub mod git;
+pub mod gitops;
 pub mod ids;
 pub mod internal;
 pub mod lifecycle;
@@ -17,7 +18,7 @@ pub mod reconcile;
 pub mod relay;
 pub mod state;
 
-pub use ids::{AgentId, ProjectId, SshKeyId, TokenId, UserId, WorkspaceId};
+pub use ids::{AgentId, ProjectId, RepositoryId, SshKeyId, TokenId, UserId, WorkspaceId};
 
 /// An error and all its sources, `outer: inner: innermost`: how every component logs and
 /// reports an error whose sources carry the detail.

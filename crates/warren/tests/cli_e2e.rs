@@ -723,3 +723,151 @@ fn cli_administers_users() {
     );
     assert!(!bob.run(&["whoami"]).status.success());
 }
+
+/// `warren gitops repo …`, `warren gitops policy …` and `warren agent gitops …` as an operator
+/// uses them: a generated webhook secret is printed once and never again, a sources file is
+/// checked with every problem named, and a used repository cannot be removed.
+#[test]
+fn cli_configures_gitops() {
+    let server = Server::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let cli = Cli::new(&tmp.path().join("cli-home"));
+    let out = cli.run_stdin(
+        &[
+            "login",
+            "--url",
+            &server.url,
+            "--username",
+            "admin",
+            "--password-stdin",
+        ],
+        &format!("{}\n", server.admin_password),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    cli.ok(&["agent", "create", "edge"]);
+
+    // A token from standard input, a generated webhook secret printed once on stdout.
+    let out = cli.run_stdin(
+        &[
+            "gitops",
+            "repo",
+            "add",
+            "platform",
+            "--url",
+            "https://git.example.com/ops/platform.git",
+            "--token-stdin",
+            "--generate-webhook-secret",
+        ],
+        "glpat-cli-secret-token\n",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let secret = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert_eq!(secret.len(), 64, "{secret}");
+    assert!(
+        stderr(&out).contains("shown only this once"),
+        "{}",
+        stderr(&out)
+    );
+    let listed = cli.ok(&["gitops", "repo", "list"]);
+    assert!(
+        listed.contains("platform") && listed.contains("token"),
+        "{listed}"
+    );
+    let shown = cli.ok(&["gitops", "repo", "show", "platform", "-o", "json"]);
+    assert!(
+        !shown.contains(&secret) && !shown.contains("glpat-cli-secret-token"),
+        "{shown}"
+    );
+    let r: serde_json::Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(
+        (r["credential"].as_str(), r["webhook"].as_bool()),
+        (Some("token"), Some(true))
+    );
+
+    // A sources file with problems: each named; nothing stored.
+    let bad = tmp.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "sources:\n  - name: web\n    repository: nowhere\n    interval: often\n",
+    )
+    .unwrap();
+    let out = cli.run(&[
+        "agent",
+        "gitops",
+        "set",
+        "edge",
+        "-f",
+        bad.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    for want in [
+        "sources[0].repository",
+        "sources[0].namespace",
+        "sources[0].interval",
+    ] {
+        assert!(err.contains(want), "{want}: {err}");
+    }
+    let typo = tmp.path().join("typo.yaml");
+    std::fs::write(&typo, "sources:\n  - name: web\n    repo: platform\n").unwrap();
+    let out = cli.run(&[
+        "agent",
+        "gitops",
+        "set",
+        "edge",
+        "-f",
+        typo.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("repo"), "{}", stderr(&out));
+
+    let good = tmp.path().join("sources.yaml");
+    std::fs::write(
+        &good,
+        "sources:\n  - name: web\n    repository: platform\n    paths: [\"deploy/**/*.yaml\"]\n    \
+         namespace: team-a\n    prune: true\n",
+    )
+    .unwrap();
+    let set = cli.ok(&[
+        "agent",
+        "gitops",
+        "set",
+        "edge",
+        "-f",
+        good.to_str().unwrap(),
+    ]);
+    assert!(
+        set.contains("web") && set.contains("deploy/**/*.yaml"),
+        "{set}"
+    );
+    let shown = cli.json(&["agent", "gitops", "show", "edge"]);
+    assert_eq!(shown["sources"][0]["namespace"], "team-a", "{shown}");
+    assert_eq!(shown["sources"][0]["interval"], "60s", "{shown}");
+
+    // In use: not removable, naming the source.
+    let out = cli.run(&["gitops", "repo", "rm", "platform"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("edge/web"), "{}", stderr(&out));
+
+    // The policy.
+    let policy = tmp.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "deny: [\"rbac.authorization.k8s.io/*\"]\nallow_cluster_mode: false\n",
+    )
+    .unwrap();
+    let p = cli.ok(&["gitops", "policy", "set", "-f", policy.to_str().unwrap()]);
+    assert!(
+        p.contains("rbac.authorization.k8s.io/*") && p.contains("refused"),
+        "{p}"
+    );
+
+    // The webhook secret can be replaced from stdin and removed.
+    let out = cli.run_stdin(
+        &["gitops", "repo", "webhook-secret", "platform", "--stdin"],
+        "a-new-webhook-secret-of-enough-length\n",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = cli.run(&["gitops", "repo", "webhook-secret", "platform", "--remove"]);
+    assert!(stderr(&out).contains("removed"), "{}", stderr(&out));
+}

@@ -8,6 +8,7 @@ pub mod agents;
 pub mod auth;
 pub mod commands;
 pub mod error;
+pub mod gitops;
 pub mod lifecycle;
 pub mod names;
 pub mod oauth;

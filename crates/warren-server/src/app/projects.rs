@@ -130,7 +130,8 @@ pub async fn create(
     validate_name(&req.name).map_err(|e| AppError::invalid_field("name", e))?;
     validate_git_url(&req.git_url).map_err(|e| AppError::invalid_field("git_url", e))?;
     let default_ref = req.default_ref.clone().unwrap_or_else(|| "main".into());
-    validate_ref(&default_ref).map_err(|e| AppError::invalid_field("default_ref", e))?;
+    warren_types::git::validate_ref(&default_ref)
+        .map_err(|e| AppError::invalid_field("default_ref", e))?;
     let devfile_path = req
         .devfile_path
         .clone()
@@ -169,7 +170,8 @@ pub async fn update(
 ) -> Result<Project, AppError> {
     let p = maintained(state, who, key).await?;
     let default_ref = req.default_ref.clone().unwrap_or(p.default_ref.clone());
-    validate_ref(&default_ref).map_err(|e| AppError::invalid_field("default_ref", e))?;
+    warren_types::git::validate_ref(&default_ref)
+        .map_err(|e| AppError::invalid_field("default_ref", e))?;
     let devfile_path = req.devfile_path.clone().unwrap_or(p.devfile_path.clone());
     check_devfile_path(&devfile_path)?;
     let updated = state
@@ -449,20 +451,6 @@ pub fn validate_git_url(u: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!("{u:?} is not a git URL"))
-    }
-}
-
-fn validate_ref(r: &str) -> Result<(), String> {
-    let ok = !r.is_empty()
-        && r.len() <= 255
-        && !r.starts_with('-')
-        && !r.contains("..")
-        && r.chars()
-            .all(|c| c.is_ascii_graphic() && !"~^:?*[\\".contains(c));
-    if ok {
-        Ok(())
-    } else {
-        Err(format!("{r:?} is not a valid git ref"))
     }
 }
 

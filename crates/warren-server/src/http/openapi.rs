@@ -7,7 +7,7 @@ use utoipa::{Modify, OpenApi};
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "Warren API", description = "Warren's REST API: users, tokens, SSH keys, OAuth clients, agents, projects, workspaces."),
+    info(title = "Warren API", description = "Warren's REST API: users, tokens, SSH keys, OAuth clients, agents, projects, workspaces, GitOps."),
     paths(
         api::users::create_session,
         api::users::me,
@@ -33,6 +33,18 @@ use utoipa::{Modify, OpenApi};
         api::agents::create,
         api::agents::get_one,
         api::agents::update,
+        api::gitops::agent_gitops,
+        api::gitops::set_agent_gitops,
+        api::gitops::list_repositories,
+        api::gitops::create_repository,
+        api::gitops::get_repository,
+        api::gitops::delete_repository,
+        api::gitops::set_credential,
+        api::gitops::delete_credential,
+        api::gitops::set_webhook_secret,
+        api::gitops::delete_webhook_secret,
+        api::gitops::policy,
+        api::gitops::set_policy,
         api::projects::list,
         api::projects::create,
         api::projects::get_one,

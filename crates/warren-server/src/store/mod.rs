@@ -7,6 +7,7 @@
 pub mod activity;
 pub mod agents;
 pub mod error;
+pub mod gitops;
 pub mod oauth;
 pub mod projects;
 pub mod reconcile;

@@ -4,6 +4,7 @@
 
 pub mod access;
 pub mod agents;
+pub mod gitops;
 pub mod projects;
 pub mod users;
 pub mod workspaces;
@@ -71,6 +72,30 @@ pub fn router() -> Router<AppState> {
         .route("/users/me/ssh-keys/{id}", delete(users::delete_ssh_key))
         .route("/agents", get(agents::list).post(agents::create))
         .route("/agents/{agent}", get(agents::get_one).put(agents::update))
+        .route(
+            "/agents/{agent}/gitops",
+            get(gitops::agent_gitops).put(gitops::set_agent_gitops),
+        )
+        .route(
+            "/gitops/repositories",
+            get(gitops::list_repositories).post(gitops::create_repository),
+        )
+        .route(
+            "/gitops/repositories/{repository}",
+            get(gitops::get_repository).delete(gitops::delete_repository),
+        )
+        .route(
+            "/gitops/repositories/{repository}/credential",
+            put(gitops::set_credential).delete(gitops::delete_credential),
+        )
+        .route(
+            "/gitops/repositories/{repository}/webhook_secret",
+            put(gitops::set_webhook_secret).delete(gitops::delete_webhook_secret),
+        )
+        .route(
+            "/gitops/policy",
+            get(gitops::policy).put(gitops::set_policy),
+        )
         .route("/projects", get(projects::list).post(projects::create))
         .route(
             "/projects/{project}",

@@ -1,0 +1,11 @@
+//! GitOps rules shared by the server (validation when an operator configures a source), the
+//! relay (which files of a commit to read and how to parse them) and the agent (which
+//! objects it may apply): one implementation, so the three never disagree.
+
+pub mod kinds;
+pub mod paths;
+pub mod validate;
+
+pub use kinds::{KindPattern, KindSet, DEFAULT_ALLOW};
+pub use paths::PathSelector;
+pub use validate::{parse_interval, validate_policy, validate_sources, Problem};

@@ -1,0 +1,347 @@
+//! GitOps configuration (admins only): repositories the relays read on the agents'
+//! behalf, each agent's sources, and the policy that caps every source.
+//!
+//! A repository's credential and webhook secret are sealed at rest, never returned and
+//! never logged (only their kind, or that one is set). Sources are validated as a whole
+//! against the registered repositories and the policy (`warren_gitops::validate_sources`);
+//! every problem is reported at once, each naming its field.
+
+use super::agents::validate_name;
+use super::{AppError, AppState, ErrorKind, Principal};
+use crate::store::gitops::{NewRepository, RepositoryRow};
+use std::collections::BTreeMap;
+use warren_gitops::Problem;
+use warren_types::git::GitCredential;
+use warren_types::gitops::{AgentGitops, CreateRepositoryRequest, Policy, Repository};
+use warren_types::RepositoryId;
+
+/// Bytes a webhook secret must have at least, and may have at most.
+const WEBHOOK_SECRET_MIN: usize = 16;
+const WEBHOOK_SECRET_MAX: usize = 256;
+
+fn not_found(name: &str) -> AppError {
+    AppError::not_found(format!("repository {name:?}"))
+}
+
+/// All problems as one refusal naming the first field (the message names every one).
+fn refusal(problems: &[Problem]) -> AppError {
+    let message = problems
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ");
+    let e = AppError::new(ErrorKind::Invalid, "invalid_field", message);
+    match problems.first() {
+        Some(p) => e.with_field(&p.field),
+        None => e,
+    }
+}
+
+async fn users_by_repository(
+    state: &AppState,
+) -> Result<BTreeMap<RepositoryId, Vec<String>>, AppError> {
+    let mut map: BTreeMap<RepositoryId, Vec<String>> = BTreeMap::new();
+    for (id, user) in state.store.repository_users().await? {
+        map.entry(id).or_default().push(user);
+    }
+    Ok(map)
+}
+
+fn view(
+    state: &AppState,
+    r: &RepositoryRow,
+    users: &BTreeMap<RepositoryId, Vec<String>>,
+) -> Result<Repository, AppError> {
+    let kind = state.store.repository_credential(r)?.map(|c| c.kind());
+    Ok(r.to_api(kind, users.get(&r.id).cloned().unwrap_or_default()))
+}
+
+async fn by_name(state: &AppState, name: &str) -> Result<RepositoryRow, AppError> {
+    state
+        .store
+        .repository_by_name(name)
+        .await?
+        .ok_or_else(|| not_found(name))
+}
+
+/// A repository URL: a Git URL without credentials in it, which are sent in clear over
+/// `http://` to anything but this machine.
+fn check_url(url: &str, credential: Option<&GitCredential>) -> Result<(), AppError> {
+    super::projects::validate_git_url(url).map_err(|e| AppError::invalid_field("url", e))?;
+    if let (Ok(u), Some(GitCredential::Token { .. } | GitCredential::Basic { .. })) =
+        (url::Url::parse(url), credential)
+    {
+        let loopback = match u.host() {
+            Some(url::Host::Ipv4(a)) => a.is_loopback(),
+            Some(url::Host::Ipv6(a)) => a.is_loopback(),
+            Some(url::Host::Domain(d)) => d == "localhost",
+            None => false,
+        };
+        if u.scheme() == "http" && !loopback {
+            return Err(AppError::invalid_field(
+                "credential",
+                "would be sent in clear over http://; use an https:// URL",
+            ));
+        }
+        if u.scheme() != "http" && u.scheme() != "https" {
+            return Err(AppError::invalid_field(
+                "credential",
+                format!(
+                    "a {} credential is for http(s):// URLs; {}:// takes an SSH key or none",
+                    credential.map_or("", GitCredential::kind),
+                    u.scheme()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_credential(c: &GitCredential) -> Result<(), AppError> {
+    c.validate()
+        .map_err(|e| AppError::invalid_field("credential", e))
+}
+
+fn check_webhook_secret(field: &str, s: &str) -> Result<(), AppError> {
+    if s.len() < WEBHOOK_SECRET_MIN || s.len() > WEBHOOK_SECRET_MAX {
+        return Err(AppError::invalid_field(
+            field,
+            format!("must be {WEBHOOK_SECRET_MIN} to {WEBHOOK_SECRET_MAX} bytes"),
+        ));
+    }
+    if s.chars().any(char::is_control) {
+        return Err(AppError::invalid_field(
+            field,
+            "must be one line without control characters",
+        ));
+    }
+    Ok(())
+}
+
+/// Every registered repository.
+pub async fn list_repositories(
+    state: &AppState,
+    who: &Principal,
+) -> Result<Vec<Repository>, AppError> {
+    who.require_admin()?;
+    let users = users_by_repository(state).await?;
+    state
+        .store
+        .list_repositories()
+        .await?
+        .iter()
+        .map(|r| view(state, r, &users))
+        .collect()
+}
+
+pub async fn get_repository(
+    state: &AppState,
+    who: &Principal,
+    name: &str,
+) -> Result<Repository, AppError> {
+    who.require_admin()?;
+    let r = by_name(state, name).await?;
+    view(state, &r, &users_by_repository(state).await?)
+}
+
+pub async fn create_repository(
+    state: &AppState,
+    who: &Principal,
+    req: &CreateRepositoryRequest,
+) -> Result<Repository, AppError> {
+    who.require_admin()?;
+    validate_name(&req.name).map_err(|e| AppError::invalid_field("name", e))?;
+    if let Some(c) = &req.credential {
+        check_credential(c)?;
+    }
+    check_url(&req.url, req.credential.as_ref())?;
+    if let Some(s) = &req.webhook_secret {
+        check_webhook_secret("webhook_secret", s)?;
+    }
+    let r = state
+        .store
+        .insert_repository(
+            &NewRepository {
+                name: &req.name,
+                url: &req.url,
+                credential: req.credential.as_ref(),
+                webhook_secret: req.webhook_secret.as_deref(),
+                created_by: who.user.id,
+            },
+            state.clock.now_ms(),
+        )
+        .await
+        .map_err(super::error::already_exists(|| {
+            format!("a repository named {:?} already exists", req.name)
+        }))?;
+    tracing::info!(repository = %r.name, url = %r.url, by = %who.user.username,
+        credential = ?req.credential.as_ref().map(GitCredential::kind),
+        webhook = req.webhook_secret.is_some(), "gitops repository registered");
+    view(state, &r, &BTreeMap::new())
+}
+
+/// Removes a repository no source uses; one in use is refused naming its sources.
+pub async fn delete_repository(
+    state: &AppState,
+    who: &Principal,
+    name: &str,
+) -> Result<(), AppError> {
+    who.require_admin()?;
+    let r = by_name(state, name).await?;
+    let in_use = |users: &[String]| {
+        AppError::conflict(
+            "in_use",
+            format!(
+                "repository {name:?} is used by source(s) {}; remove them first \
+                 (warren agent gitops set)",
+                users.join(", ")
+            ),
+        )
+    };
+    if let Some(users) = users_by_repository(state).await?.get(&r.id) {
+        return Err(in_use(users));
+    }
+    match state.store.delete_repository(r.id).await {
+        Ok(true) => {
+            tracing::info!(repository = %name, by = %who.user.username, "gitops repository removed");
+            Ok(())
+        }
+        Ok(false) => Err(not_found(name)),
+        // A source was given this repository since we looked.
+        Err(crate::store::StoreError::Conflict(_)) => {
+            let users = users_by_repository(state).await?;
+            Err(in_use(users.get(&r.id).map_or(&[][..], Vec::as_slice)))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Sets (or with `None` removes) a repository's credential.
+pub async fn set_credential(
+    state: &AppState,
+    who: &Principal,
+    name: &str,
+    credential: Option<&GitCredential>,
+) -> Result<Repository, AppError> {
+    who.require_admin()?;
+    let r = by_name(state, name).await?;
+    if let Some(c) = credential {
+        check_credential(c)?;
+        check_url(&r.url, Some(c))?;
+    }
+    let r = state
+        .store
+        .set_repository_credential(r.id, credential, state.clock.now_ms())
+        .await?
+        .ok_or_else(|| not_found(name))?;
+    tracing::info!(repository = %name, by = %who.user.username,
+        credential = ?credential.map(GitCredential::kind), "gitops repository credential changed");
+    view(state, &r, &users_by_repository(state).await?)
+}
+
+/// Sets (or with `None` removes) a repository's webhook secret.
+pub async fn set_webhook_secret(
+    state: &AppState,
+    who: &Principal,
+    name: &str,
+    secret: Option<&str>,
+) -> Result<Repository, AppError> {
+    who.require_admin()?;
+    let r = by_name(state, name).await?;
+    if let Some(s) = secret {
+        check_webhook_secret("secret", s)?;
+    }
+    let r = state
+        .store
+        .set_webhook_secret(r.id, secret, state.clock.now_ms())
+        .await?
+        .ok_or_else(|| not_found(name))?;
+    tracing::info!(repository = %name, by = %who.user.username, set = secret.is_some(),
+        "gitops webhook secret changed");
+    view(state, &r, &users_by_repository(state).await?)
+}
+
+async fn agent_id(state: &AppState, key: &str) -> Result<warren_types::AgentId, AppError> {
+    Ok(state
+        .store
+        .agent_by_key(key)
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("agent {key:?}")))?
+        .id)
+}
+
+/// An agent's sources.
+pub async fn agent_gitops(
+    state: &AppState,
+    who: &Principal,
+    agent: &str,
+) -> Result<AgentGitops, AppError> {
+    who.require_admin()?;
+    let id = agent_id(state, agent).await?;
+    Ok(AgentGitops {
+        sources: state.store.agent_sources(id).await?,
+    })
+}
+
+/// Replaces an agent's sources after checking them all against the registered
+/// repositories and the policy.
+pub async fn set_agent_gitops(
+    state: &AppState,
+    who: &Principal,
+    agent: &str,
+    config: &AgentGitops,
+) -> Result<AgentGitops, AppError> {
+    who.require_admin()?;
+    let id = agent_id(state, agent).await?;
+    let repositories: BTreeMap<String, RepositoryId> = state
+        .store
+        .list_repositories()
+        .await?
+        .into_iter()
+        .map(|r| (r.name, r.id))
+        .collect();
+    let policy = state.store.gitops_policy().await?;
+    warren_gitops::validate_sources(config, &policy, &|r| repositories.contains_key(r))
+        .map_err(|p| refusal(&p))?;
+    let rows: Vec<_> = config
+        .sources
+        .iter()
+        .filter_map(|s| Some((s.clone(), *repositories.get(&s.repository)?)))
+        .collect();
+    state
+        .store
+        .set_agent_sources(id, &rows, state.clock.now_ms())
+        .await
+        .map_err(|e| match e {
+            crate::store::StoreError::NotFound(_) => AppError::conflict(
+                "conflict",
+                "a repository was removed while the sources were being set; try again",
+            ),
+            e => e.into(),
+        })?;
+    tracing::info!(agent = %agent, by = %who.user.username, sources = rows.len(),
+        "gitops sources set");
+    agent_gitops(state, who, agent).await
+}
+
+pub async fn policy(state: &AppState, who: &Principal) -> Result<Policy, AppError> {
+    who.require_admin()?;
+    Ok(state.store.gitops_policy().await?)
+}
+
+/// Replaces the policy; sources already configured are held to it when they sync.
+pub async fn set_policy(
+    state: &AppState,
+    who: &Principal,
+    policy: &Policy,
+) -> Result<Policy, AppError> {
+    who.require_admin()?;
+    warren_gitops::validate_policy(policy).map_err(|p| refusal(&p))?;
+    state
+        .store
+        .set_gitops_policy(policy, state.clock.now_ms())
+        .await?;
+    tracing::info!(by = %who.user.username, deny = ?policy.deny,
+        allow_cluster_mode = policy.allow_cluster_mode, "gitops policy set");
+    Ok(policy.clone())
+}

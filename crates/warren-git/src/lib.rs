@@ -1,5 +1,6 @@
-//! Reading files from Git repositories for the control plane (a project's devfile today,
-//! GitOps sources next), with the project's credentials, cached by commit.
+//! Reading files from Git repositories for the control plane: a project's devfile through
+//! Git's own client (below), and GitOps snapshots in-process through gix ([`snapshot`]),
+//! which the relays take often and concurrently and where no program should be spawned.
 //!
 //! # Why the `git` program
 //!
@@ -25,6 +26,8 @@
 //! what was read once at a commit is served from memory afterwards. Fetched commits are kept
 //! in one bare repository per URL under the cache directory, so later fetches are
 //! incremental.
+
+pub mod snapshot;
 
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;

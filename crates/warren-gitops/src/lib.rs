@@ -3,9 +3,13 @@
 //! objects it may apply): one implementation, so the three never disagree.
 
 pub mod kinds;
+pub mod manifests;
 pub mod paths;
+pub mod rights;
 pub mod validate;
 
 pub use kinds::{KindPattern, KindSet, DEFAULT_ALLOW};
+pub use manifests::{parse_files, Manifest, Parsed};
 pub use paths::PathSelector;
+pub use rights::Rights;
 pub use validate::{parse_interval, validate_policy, validate_sources, Problem};

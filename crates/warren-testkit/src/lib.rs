@@ -9,6 +9,7 @@
 
 pub mod browser;
 pub mod files_http;
+pub mod git_daemon;
 pub mod git_http;
 
 use anyhow::{bail, Context, Result};

@@ -174,3 +174,15 @@ impl Default for Policy {
         }
     }
 }
+
+/// One thing that went wrong in a sync, naming the file or the object (or both) it concerns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SyncError {
+    /// The file in the repository, relative to its root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// The object, as `apiVersion kind namespace/name` (or `kind name` when cluster-scoped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object: Option<String>,
+    pub message: String,
+}

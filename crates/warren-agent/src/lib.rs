@@ -2,6 +2,7 @@
 
 mod backoff;
 pub mod connection;
+pub mod gitops;
 pub mod reconciler;
 pub mod runtime;
 mod service;

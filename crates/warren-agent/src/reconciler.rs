@@ -86,6 +86,8 @@ pub struct ReconcilerStatus {
     pub failed_cycles: u64,
     pub last_error: Option<String>,
     pub settings: ReconcileSettings,
+    /// The agent's GitOps sources, as the server last said (`crate::gitops` follows it).
+    pub gitops_sources: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -411,8 +413,12 @@ impl Reconciler {
             }
         }
         self.settings = response.settings;
+        let sources = response.gitops_sources;
         let follow_up = self.act(response.workspace_rails_infos).await;
         self.status.send_modify(|s| {
+            if s.gitops_sources != sources {
+                s.gitops_sources = sources;
+            }
             match kind {
                 UpdateType::Full => s.full_cycles += 1,
                 UpdateType::Partial => s.partial_cycles += 1,

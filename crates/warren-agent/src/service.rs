@@ -73,7 +73,14 @@ pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> Result<(),
             }
         };
     tracing::info!(agent = %agent, runtime = ?config.runtime, "agent starting");
-    let result = serve(config.connection, runtime, config.reconciler, shutdown).await;
+    let result = serve(
+        config.connection,
+        runtime,
+        config.reconciler,
+        agent,
+        shutdown,
+    )
+    .await;
     if let Some(engine) = engine {
         // Stops a Podman service the runtime started; workspaces keep running.
         engine.shutdown().await;
@@ -82,24 +89,34 @@ pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> Result<(),
     result
 }
 
-/// Runs the relay connection and the reconcile loop over `runtime` until `shutdown` fires.
+/// Runs the relay connection, the reconcile loop over `runtime` and the GitOps sources
+/// until `shutdown` fires.
 pub async fn serve(
     connection: ConnectionConfig,
     runtime: Arc<dyn WorkspaceRuntime>,
     reconciler: ReconcilerConfig,
+    agent: AgentId,
     shutdown: CancellationToken,
 ) -> Result<(), AgentError> {
     let connection =
         RelayConnection::new(connection, runtime.clone()).map_err(AgentError::Connection)?;
-    let reconciler = Reconciler::new(Arc::new(connection.clone()), runtime, reconciler);
+    let reconciler = Reconciler::new(Arc::new(connection.clone()), runtime.clone(), reconciler);
+    let gitops_task = tokio::spawn(crate::gitops::run(
+        agent.to_string(),
+        connection.clone(),
+        runtime,
+        reconciler.status(),
+        shutdown.clone(),
+    ));
     let conn_task = tokio::spawn({
         let shutdown = shutdown.clone();
         async move { connection.run(shutdown).await }
     });
     let loop_task = tokio::spawn(reconciler.run(shutdown.clone()));
-    let (c, l) = tokio::join!(conn_task, loop_task);
+    let (c, l, g) = tokio::join!(conn_task, loop_task, gitops_task);
     c.map_err(|e| AgentError::Task("relay connection", e))?;
     l.map_err(|e| AgentError::Task("reconcile loop", e))?;
+    g.map_err(|e| AgentError::Task("GitOps", e))?;
     Ok(())
 }
 

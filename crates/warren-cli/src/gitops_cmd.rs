@@ -178,6 +178,10 @@ pub(crate) async fn agent_gitops(
             let got = named("agent", &agent, c.agent_gitops(&agent).await)?;
             print(out, &got, output::sources);
         }
+        AgentGitopsCommand::Status { agent } => {
+            let got = named("agent", &agent, c.gitops_status(&agent).await)?;
+            print(out, &got, |s| output::gitops_status(s));
+        }
     }
     Ok(())
 }

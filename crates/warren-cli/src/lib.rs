@@ -233,6 +233,8 @@ pub enum AgentGitopsCommand {
     },
     /// Show the agent's sources.
     Show { agent: String },
+    /// What the agent last reported for each source: commit, counts, errors, health.
+    Status { agent: String },
 }
 
 #[derive(Debug, Args)]

@@ -6,7 +6,7 @@ use serde::Serialize;
 use warren_types::api::{
     Agent, OAuthClient, Project, ProjectMember, SshKey, Token, User, Workspace,
 };
-use warren_types::gitops::{AgentGitops, Policy, Repository};
+use warren_types::gitops::{AgentGitops, Policy, Repository, SourceStatus};
 
 /// `-o/--output`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -398,6 +398,55 @@ pub fn sources(g: &AgentGitops) -> String {
         ]);
     }
     finish(t)
+}
+
+pub fn gitops_status(items: &[SourceStatus]) -> String {
+    if items.is_empty() {
+        return "No GitOps status reported yet.".into();
+    }
+    let mut out = Vec::new();
+    let mut t = table(&[
+        "SOURCE",
+        "COMMIT",
+        "SYNCED",
+        "APPLIED",
+        "UNCHANGED",
+        "PRUNED",
+        "ERRORS",
+        "READY",
+    ]);
+    for s in items {
+        let ready = s.health.iter().filter(|h| h.ready).count();
+        t.add_row(vec![
+            s.source.clone(),
+            s.commit
+                .as_deref()
+                .map(|c| c.chars().take(12).collect())
+                .unwrap_or_else(|| "-".into()),
+            time(&s.synced_at),
+            s.applied.to_string(),
+            s.unchanged.to_string(),
+            s.pruned.to_string(),
+            s.errors.len().to_string(),
+            format!("{ready}/{}", s.health.len()),
+        ]);
+    }
+    out.push(finish(t));
+    for s in items {
+        for e in &s.errors {
+            let place = [e.file.as_deref(), e.object.as_deref()]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(": ");
+            if place.is_empty() {
+                out.push(format!("{}: {}", s.source, e.message));
+            } else {
+                out.push(format!("{}: {place}: {}", s.source, e.message));
+            }
+        }
+    }
+    out.join("\n")
 }
 
 pub fn gitops_policy(p: &Policy) -> String {

@@ -24,7 +24,7 @@ use warren_types::api::{
 };
 use warren_types::git::GitCredential;
 use warren_types::gitops::{
-    AgentGitops, CreateRepositoryRequest, Policy, Repository, WebhookSecretRequest,
+    AgentGitops, CreateRepositoryRequest, Policy, Repository, SourceStatus, WebhookSecretRequest,
 };
 use warren_types::state::DesiredState;
 
@@ -431,6 +431,16 @@ impl Client {
     pub async fn set_agent_gitops(&self, agent: &str, config: &AgentGitops) -> Result<AgentGitops> {
         self.call(Method::PUT, &routes::agent_gitops(agent), &[], Some(config))
             .await
+    }
+
+    pub async fn gitops_status(&self, agent: &str) -> Result<Vec<SourceStatus>> {
+        self.call(
+            Method::GET,
+            &routes::agent_gitops_status(agent),
+            &[],
+            None::<&()>,
+        )
+        .await
     }
 
     pub async fn gitops_policy(&self) -> Result<Policy> {

@@ -132,6 +132,11 @@ pub fn agent_gitops(agent: &str) -> Vec<String> {
     segs(&["agents", agent, "gitops"])
 }
 
+/// `GET /agents/{name-or-id}/gitops/status`.
+pub fn agent_gitops_status(agent: &str) -> Vec<String> {
+    segs(&["agents", agent, "gitops", "status"])
+}
+
 /// `GET|POST /gitops/repositories`.
 pub fn gitops_repositories() -> Vec<String> {
     segs(&["gitops", "repositories"])

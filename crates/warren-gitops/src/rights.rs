@@ -38,8 +38,15 @@ impl Rights {
     /// relay), where built-in cluster-scoped kinds are recognised by name.
     pub fn admit(&self, m: &Manifest, namespaced: Option<bool>) -> Result<Option<String>, String> {
         let (group, _) = split_api_version(m.api_version());
-        self.kinds.permits(m.api_version(), m.kind())?;
         let namespaced = namespaced.unwrap_or(!known_cluster_scoped(group, m.kind()));
+        // The mode's rule first: it is the more fundamental refusal.
+        if self.mode == SourceMode::Namespaced && !namespaced {
+            return Err(format!(
+                "{} is cluster-scoped; a namespaced source may not manage it",
+                m.kind()
+            ));
+        }
+        self.kinds.permits(m.api_version(), m.kind())?;
         match self.mode {
             SourceMode::Namespaced => {
                 let Some(own) = self.namespace.as_deref() else {

@@ -9,6 +9,7 @@
 //! alone, in Redis ([`redis_registry::RedisRegistry`]) when several instances share it.
 
 pub mod config;
+mod gitops;
 mod handlers;
 pub mod jwt;
 pub mod redis_registry;
@@ -40,6 +41,8 @@ pub enum RelayError {
     Config(#[from] ConfigError),
     #[error("building the HTTP client for the server")]
     HttpClient(#[source] reqwest::Error),
+    #[error("creating the GitOps cache directory")]
+    GitopsCache(#[source] std::io::Error),
     #[error("a relay↔relay listener needs peer_secret")]
     PeersWithoutSecret,
     #[error("serving the {listener} listener")]
@@ -63,6 +66,7 @@ pub(crate) struct Relay {
     pub(crate) config: Arc<RelayConfig>,
     pub(crate) shutdown: CancellationToken,
     pub(crate) tasks: TaskTracker,
+    pub(crate) gitops: gitops::Gitops,
 }
 
 #[derive(Clone)]
@@ -143,6 +147,7 @@ pub async fn run_with_peers(
         config: Arc::new(config),
         shutdown: shutdown.clone(),
         tasks: TaskTracker::new(),
+        gitops: gitops::Gitops::new().map_err(RelayError::GitopsCache)?,
     };
     tracing::info!(
         agents = ?listeners.agents.local_addr().ok(),

@@ -195,3 +195,99 @@ impl ServerClient {
         })
     }
 }
+
+/// The server's answer to a relay's question about a source.
+#[derive(Debug)]
+pub enum SourceAnswer {
+    Granted(Box<warren_types::gitops::SourceGrant>),
+    /// The agent may no longer sync it (token reset, source removed): the server's status
+    /// and message.
+    Denied {
+        status: u16,
+        message: String,
+    },
+}
+
+impl ServerClient {
+    /// Asks whether `agent` (connected with the token whose digest is given) may sync
+    /// `source` now, and with what.
+    pub async fn authorize_source(
+        &self,
+        agent: AgentId,
+        source: &str,
+        token_digest: &str,
+    ) -> Result<SourceAnswer, ServerError> {
+        let url = self.url(warren_types::gitops::AUTHORIZE_SOURCE_PATH);
+        let jwt = self.keys.mint_for_server(Some(agent))?;
+        let resp = self
+            .http
+            .post(&url)
+            .bearer_auth(jwt)
+            .json(&warren_types::gitops::AuthorizeSourceRequest {
+                source: source.to_owned(),
+                token_digest: token_digest.to_owned(),
+            })
+            .send()
+            .await
+            .map_err(|source| ServerError::Unreachable {
+                url: url.clone(),
+                source,
+            })?;
+        let status = resp.status();
+        if status.is_success() {
+            let grant = resp.json().await.map_err(|source| ServerError::Malformed {
+                url: url.clone(),
+                source,
+            })?;
+            return Ok(SourceAnswer::Granted(Box::new(grant)));
+        }
+        if matches!(status.as_u16(), 401 | 403 | 404) {
+            let message = resp
+                .json::<warren_types::api::ApiError>()
+                .await
+                .map(|e| e.error.message)
+                .unwrap_or_else(|_| status.to_string());
+            return Ok(SourceAnswer::Denied {
+                status: status.as_u16(),
+                message,
+            });
+        }
+        Err(ServerError::Status {
+            url,
+            status: status.as_u16(),
+        })
+    }
+
+    /// Forwards an agent's report of a sync.
+    pub async fn report_status(
+        &self,
+        agent: AgentId,
+        status: &warren_types::gitops::SourceStatus,
+    ) -> Result<(), ServerError> {
+        let url = self.url(warren_types::gitops::SOURCE_STATUS_PATH);
+        let jwt = self.keys.mint_for_server(Some(agent))?;
+        let resp = self
+            .http
+            .post(&url)
+            .bearer_auth(jwt)
+            .json(status)
+            .send()
+            .await
+            .map_err(|source| ServerError::Unreachable {
+                url: url.clone(),
+                source,
+            })?;
+        if !resp.status().is_success() {
+            return Err(ServerError::Status {
+                url,
+                status: resp.status().as_u16(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The digest the server keeps of an agent token (SHA-256, hex).
+pub fn token_digest(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}

@@ -307,6 +307,13 @@ impl Stack {
                 apply_concurrency: 4,
             },
         );
+        tasks.push(tokio::spawn(warren_agent::gitops::run(
+            agent.agent.id.to_string(),
+            connection.clone(),
+            runtime.clone(),
+            reconciler.status(),
+            shutdown.clone(),
+        )));
         tasks.push(tokio::spawn({
             let s = shutdown.clone();
             async move { connection.run(s).await }

@@ -186,3 +186,113 @@ pub struct SyncError {
     pub object: Option<String>,
     pub message: String,
 }
+
+/// One object as the relay sends it: where it came from, and the object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SyncObject {
+    pub file: String,
+    /// 1-based position of its document in the file.
+    pub document: usize,
+    pub object: serde_json::Value,
+}
+
+/// Frames of a GitOps stream (agent ⇄ relay), each one length-prefixed JSON frame.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+// One frame at a time is built, sent and dropped; boxing the large variant buys nothing.
+#[allow(clippy::large_enum_variant)]
+pub enum GitopsFrame {
+    /// Relay → agent: the objects of a commit, what could not be read, and the rules to
+    /// check them against (the agent does not trust the relay's own check alone).
+    Sync {
+        commit: String,
+        source: Source,
+        policy: Policy,
+        objects: Vec<SyncObject>,
+        errors: Vec<SyncError>,
+    },
+    /// Relay → agent: this source cannot be synced now (a repository that cannot be read);
+    /// nothing is deleted because of it.
+    Failed { message: String },
+    /// Relay → agent: the stream ends for good (the source was removed, or the agent's
+    /// token no longer valid).
+    Stopped { reason: String },
+    /// Agent → relay: the outcome of a sync, forwarded to the server.
+    Status(Box<SourceStatus>),
+}
+
+/// A workload's readiness as the runtime reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ObjectHealth {
+    pub object: String,
+    pub ready: bool,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+/// What an agent last reported for one source.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SourceStatus {
+    pub source: String,
+    /// The commit last applied (absent until one was).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// When the agent finished the sync this reports.
+    pub synced_at: DateTime<Utc>,
+    pub applied: u32,
+    pub unchanged: u32,
+    pub pruned: u32,
+    #[serde(default)]
+    pub errors: Vec<SyncError>,
+    #[serde(default)]
+    pub health: Vec<ObjectHealth>,
+}
+
+/// Relay → server (internal): may this agent sync this source now, and with what?
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthorizeSourceRequest {
+    pub source: String,
+    /// SHA-256 (hex) of the token the agent connected with: a token reset since then
+    /// ends the source's sync.
+    pub token_digest: String,
+}
+
+/// The server's answer: everything the relay needs to poll, credential included (it stays
+/// in the relay's memory and never reaches the agent).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceGrant {
+    pub source: Source,
+    pub policy: Policy,
+    pub repository: String,
+    pub url: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential: Option<GitCredential>,
+}
+
+impl std::fmt::Debug for SourceGrant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SourceGrant")
+            .field("source", &self.source.name)
+            .field("repository", &self.repository)
+            .field("url", &self.url)
+            .field("credential", &self.credential)
+            .finish()
+    }
+}
+
+/// Server → relays (internal): poll the sources reading this repository now (a push
+/// webhook arrived).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PollRequest {
+    pub url: String,
+}
+
+/// Internal routes of the server the relays call.
+pub const AUTHORIZE_SOURCE_PATH: &str = "/internal/gitops/authorize";
+pub const SOURCE_STATUS_PATH: &str = "/internal/gitops/status";
+/// Internal route of the relays the server calls when a push arrives.
+pub const POLL_PATH: &str = "/internal/gitops/poll";

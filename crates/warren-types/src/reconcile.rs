@@ -108,6 +108,10 @@ pub struct ReconcileResponse {
     /// Named for wire compatibility with the protocol Warren grew from.
     pub workspace_rails_infos: Vec<WorkspaceRailsInfo>,
     pub settings: ReconcileSettings,
+    /// Warren's extension: the names of the agent's GitOps sources; the agent keeps one
+    /// stream per name open to its relay (`crate::gitops`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gitops_sources: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -136,6 +136,9 @@ pub enum StreamOpen {
     /// agent writes the text and closes the stream (when following: once the container
     /// stopped or the relay closed its side).
     Logs(LogsTarget),
+    /// Agent → relay: keep this GitOps source in sync; [`crate::gitops::GitopsFrame`]s
+    /// follow in both directions until either side closes.
+    Gitops { source: String },
 }
 
 /// Most lines of output a logs request may ask for.

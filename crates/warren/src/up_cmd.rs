@@ -237,6 +237,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         ),
         runtime,
         ReconcilerConfig::default(),
+        agent_id,
         shutdown.clone(),
     ));
 

@@ -158,6 +158,27 @@ impl RelayConnection {
         })
     }
 
+    /// Opens a stream to the relay and sends its header, once a connection is up (waiting
+    /// for one; the caller bounds the wait).
+    pub async fn open(&self, header: &StreamOpen) -> Result<TunnelStream, TunnelError> {
+        let mut sessions = self.inner.session.subscribe();
+        let session = loop {
+            if let Some(s) = sessions
+                .borrow_and_update()
+                .clone()
+                .filter(|s| !s.is_closed())
+            {
+                break s;
+            }
+            if sessions.changed().await.is_err() {
+                return Err(TunnelError::Closed);
+            }
+        };
+        let mut stream = session.open().await?;
+        write_json(&mut stream, header).await?;
+        Ok(stream)
+    }
+
     pub fn is_connected(&self) -> bool {
         self.inner
             .session
@@ -268,7 +289,7 @@ impl RelayConnection {
             StreamOpen::Dial(target) => self.serve_dial(stream, target).await,
             StreamOpen::Exec(target) => self.serve_exec(stream, target).await,
             StreamOpen::Logs(target) => self.serve_logs(stream, target).await,
-            StreamOpen::Reconcile | StreamOpen::Ping => {
+            StreamOpen::Reconcile | StreamOpen::Ping | StreamOpen::Gitops { .. } => {
                 tracing::warn!("the relay opened an agent-to-relay stream; ignored");
             }
         }

@@ -192,6 +192,35 @@ pub enum RuntimeError {
     Blocked { workspace: String, reason: String },
 }
 
+/// One GitOps sync of one source, as the agent hands it to its runtime.
+#[derive(Debug, Clone)]
+pub struct GitopsSync<'a> {
+    /// The agent's name, labelled on every object it applies.
+    pub agent: &'a str,
+    pub source: &'a warren_types::gitops::Source,
+    pub policy: &'a warren_types::gitops::Policy,
+    pub commit: &'a str,
+    pub objects: &'a [warren_gitops::Manifest],
+    /// Whether to delete what left Git: the source prunes and the commit was read without
+    /// errors (an unreadable file must not look like deleted objects).
+    pub prune: bool,
+}
+
+/// What a sync did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GitopsOutcome {
+    pub applied: u32,
+    pub unchanged: u32,
+    pub pruned: u32,
+    pub errors: Vec<warren_types::gitops::SyncError>,
+    pub health: Vec<warren_types::gitops::ObjectHealth>,
+}
+
+/// Label naming the agent on every object GitOps applies.
+pub const GITOPS_AGENT_LABEL: &str = "warren.dev/gitops-agent";
+/// Label naming the source on every object GitOps applies.
+pub const GITOPS_SOURCE_LABEL: &str = "warren.dev/gitops-source";
+
 #[async_trait]
 pub trait WorkspaceRuntime: Send + Sync + 'static {
     /// Creates or updates every object of the workspace so that the runtime matches
@@ -264,6 +293,29 @@ pub trait WorkspaceRuntime: Send + Sync + 'static {
              kubernetes components ({}); an agent on Kubernetes applies them",
             kinds.join(", ")
         )))
+    }
+
+    /// GitOps: makes the runtime hold `sync.objects` for `sync.source` — each checked again
+    /// against the source's rights (the relay's check is not trusted alone), applied with
+    /// the source's label, and (when the source prunes) what an earlier sync of it applied
+    /// and this one does not deleted. Never touches an object the source did not apply.
+    /// Runtimes that do not realise these objects report each as an error naming its kind.
+    async fn sync_gitops(&self, sync: &GitopsSync<'_>) -> Result<GitopsOutcome, RuntimeError> {
+        Ok(GitopsOutcome {
+            errors: sync
+                .objects
+                .iter()
+                .map(|m| warren_types::gitops::SyncError {
+                    file: Some(m.file.clone()),
+                    object: Some(m.display()),
+                    message: format!(
+                        "this runtime does not realise {} objects from Git",
+                        m.kind()
+                    ),
+                })
+                .collect(),
+            ..GitopsOutcome::default()
+        })
     }
 
     /// Builds an image for `workspace` from `context` (a tar archive, streamed) as `task`

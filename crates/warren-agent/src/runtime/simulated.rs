@@ -56,6 +56,9 @@ struct State {
     logs: HashMap<(WorkspaceKey, Option<String>), String>,
     /// Objects of devfile components, as last applied.
     components: BTreeMap<(WorkspaceKey, String), Vec<serde_json::Value>>,
+    /// GitOps objects by identity (group, kind, namespace, name), as a cluster would hold
+    /// them; each carries its source's label.
+    gitops: BTreeMap<(String, String, String, String), serde_json::Value>,
 }
 
 #[derive(Debug)]
@@ -212,6 +215,61 @@ impl SimulatedRuntime {
     }
 
     /// The objects last applied for devfile component `component` of `key`.
+    /// The GitOps objects of `source`, as applied (labels included).
+    pub fn gitops_objects(&self, source: &str) -> Vec<serde_json::Value> {
+        self.lock()
+            .gitops
+            .values()
+            .filter(|o| {
+                o.pointer(&format!(
+                    "/metadata/labels/{}",
+                    json_pointer(super::GITOPS_SOURCE_LABEL)
+                ))
+                .and_then(serde_json::Value::as_str)
+                    == Some(source)
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// Any object of the simulated cluster by kind and name.
+    pub fn gitops_object(&self, kind: &str, name: &str) -> Option<serde_json::Value> {
+        self.lock()
+            .gitops
+            .iter()
+            .find(|((_, k, _, n), _)| k == kind && n == name)
+            .map(|(_, o)| o.clone())
+    }
+
+    /// Changes an object by hand, as an operator with kubectl would (drift).
+    pub fn edit_gitops_object(
+        &self,
+        kind: &str,
+        name: &str,
+        edit: impl FnOnce(&mut serde_json::Value),
+    ) {
+        let mut state = self.lock();
+        if let Some(o) = state
+            .gitops
+            .iter_mut()
+            .find(|((_, k, _, n), _)| k == kind && n == name)
+            .map(|(_, o)| o)
+        {
+            edit(o);
+        }
+    }
+
+    /// Puts an object no source made (GitOps must never touch it).
+    pub fn put_foreign_object(&self, object: serde_json::Value) {
+        let key = identity(
+            &object,
+            object
+                .pointer("/metadata/namespace")
+                .and_then(serde_json::Value::as_str),
+        );
+        self.lock().gitops.insert(key, object);
+    }
+
     pub fn component_objects(
         &self,
         key: &WorkspaceKey,
@@ -328,6 +386,13 @@ fn apply_error(key: &WorkspaceKey, message: impl Into<String>) -> RuntimeError {
 
 #[async_trait]
 impl WorkspaceRuntime for SimulatedRuntime {
+    async fn sync_gitops(
+        &self,
+        sync: &super::GitopsSync<'_>,
+    ) -> Result<super::GitopsOutcome, RuntimeError> {
+        Ok(self.gitops_sync(sync))
+    }
+
     async fn follow_logs(
         &self,
         key: &WorkspaceKey,
@@ -698,6 +763,118 @@ impl WorkspaceRuntime for SimulatedRuntime {
         // Interactive traffic: no Nagle delay on the last hop either.
         let _ = stream.set_nodelay(true);
         Ok(Box::new(stream))
+    }
+}
+
+/// `~` and `/` escaped for a JSON pointer segment.
+fn json_pointer(segment: &str) -> String {
+    segment.replace('~', "~0").replace('/', "~1")
+}
+
+/// An object's identity in the simulated cluster.
+fn identity(o: &serde_json::Value, namespace: Option<&str>) -> (String, String, String, String) {
+    let s = |p: &str| {
+        o.pointer(p)
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let api = s("/apiVersion");
+    let (group, _) = warren_gitops::kinds::split_api_version(&api);
+    (
+        group.to_owned(),
+        s("/kind"),
+        namespace.unwrap_or_default().to_owned(),
+        s("/metadata/name"),
+    )
+}
+
+impl SimulatedRuntime {
+    /// The simulated cluster's GitOps sync: rights, labels, unchanged detection, prune of
+    /// exactly what this source applied before.
+    fn gitops_sync(&self, sync: &super::GitopsSync<'_>) -> super::GitopsOutcome {
+        let rights = warren_gitops::Rights::new(sync.source, sync.policy);
+        let mut out = super::GitopsOutcome::default();
+        let mut state = self.lock();
+        let mut wanted = std::collections::BTreeSet::new();
+        for m in sync.objects {
+            let namespace = match rights.admit(m, None) {
+                Ok(ns) => ns,
+                Err(message) => {
+                    out.errors.push(warren_types::gitops::SyncError {
+                        file: Some(m.file.clone()),
+                        object: Some(m.display()),
+                        message,
+                    });
+                    // Refused now, but not deleted because of it.
+                    wanted.insert(identity(&m.object, m.namespace()));
+                    continue;
+                }
+            };
+            let mut object = m.object.clone();
+            if let Some(ns) = &namespace {
+                object["metadata"]["namespace"] = serde_json::json!(ns);
+            }
+            let labels = object["metadata"].as_object_mut().map(|meta| {
+                meta.entry("labels")
+                    .or_insert_with(|| serde_json::json!({}))
+            });
+            if let Some(labels) = labels {
+                labels[super::GITOPS_AGENT_LABEL] = serde_json::json!(sync.agent);
+                labels[super::GITOPS_SOURCE_LABEL] = serde_json::json!(sync.source.name);
+            }
+            let key = identity(&object, namespace.as_deref());
+            match state.gitops.get(&key) {
+                Some(existing) if *existing == object => out.unchanged += 1,
+                Some(existing)
+                    if existing
+                        .pointer(&format!(
+                            "/metadata/labels/{}",
+                            json_pointer(super::GITOPS_SOURCE_LABEL)
+                        ))
+                        .and_then(serde_json::Value::as_str)
+                        .is_some_and(|s| s != sync.source.name) =>
+                {
+                    out.errors.push(warren_types::gitops::SyncError {
+                        file: Some(m.file.clone()),
+                        object: Some(m.display()),
+                        message: "another source manages this object".into(),
+                    });
+                    continue;
+                }
+                _ => {
+                    state.gitops.insert(key.clone(), object);
+                    out.applied += 1;
+                }
+            }
+            out.health.push(warren_types::gitops::ObjectHealth {
+                object: m.display(),
+                ready: true,
+                message: String::new(),
+            });
+            wanted.insert(key);
+        }
+        if sync.prune {
+            let pointer = format!(
+                "/metadata/labels/{}",
+                json_pointer(super::GITOPS_SOURCE_LABEL)
+            );
+            let gone: Vec<_> = state
+                .gitops
+                .iter()
+                .filter(|(k, o)| {
+                    !wanted.contains(*k)
+                        && o.pointer(&pointer).and_then(serde_json::Value::as_str)
+                            == Some(sync.source.name.as_str())
+                })
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in gone {
+                state.gitops.remove(&k);
+                out.pruned += 1;
+            }
+        }
+        out
     }
 }
 

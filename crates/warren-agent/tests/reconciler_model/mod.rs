@@ -87,6 +87,7 @@ impl ServerModel {
             return ReconcileResponse {
                 workspace_rails_infos: vec![],
                 settings: self.settings,
+                gitops_sources: vec![],
             };
         }
         let full = request.update_type == UpdateType::Full;
@@ -143,6 +144,7 @@ impl ServerModel {
         ReconcileResponse {
             workspace_rails_infos: infos,
             settings: self.settings,
+            gitops_sources: vec![],
         }
     }
 }

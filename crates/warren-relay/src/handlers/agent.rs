@@ -58,12 +58,17 @@ pub(super) async fn agent_connect(State(relay): State<Relay>, mut req: Request) 
             );
         }
     };
+    let token_digest = crate::server::token_digest(token);
     let on_upgrade = hyper::upgrade::on(&mut req);
     let agent_id = agent.agent_id;
     let task_relay = relay.clone();
     relay.tasks.spawn(async move {
         match on_upgrade.await {
-            Ok(upgraded) => task_relay.serve_agent(agent, TokioIo::new(upgraded)).await,
+            Ok(upgraded) => {
+                task_relay
+                    .serve_agent(agent, token_digest, TokioIo::new(upgraded))
+                    .await
+            }
             Err(e) => {
                 tracing::warn!(agent = %agent_id, error = %e, "agent connection upgrade failed")
             }
@@ -89,8 +94,12 @@ pub(crate) use warren_types::error_chain;
 impl Relay {
     /// Holds one agent connection until it closes or the relay stops; it is routable exactly
     /// while this runs.
-    pub(super) async fn serve_agent<T>(&self, agent: AuthenticateResponse, io: T)
-    where
+    pub(super) async fn serve_agent<T>(
+        &self,
+        agent: AuthenticateResponse,
+        token_digest: String,
+        io: T,
+    ) where
         T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         let entry = ConnectionEntry {
@@ -107,7 +116,10 @@ impl Relay {
             tunnel::start(io, yamux::Mode::Server, conn_token.clone(), move |stream| {
                 *seen.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
                 let relay = inbound_relay.clone();
-                tokio::spawn(async move { relay.serve_agent_stream(agent_id, stream).await });
+                let digest = token_digest.clone();
+                tokio::spawn(
+                    async move { relay.serve_agent_stream(agent_id, &digest, stream).await },
+                );
             });
         self.local.insert(
             entry.connection,
@@ -149,8 +161,13 @@ impl Relay {
         tracing::info!(agent = %agent.agent_id, connection = %entry.connection.0, "agent disconnected");
     }
 
-    /// Serves a stream the agent opened: only reconcile calls go this way.
-    pub(super) async fn serve_agent_stream(&self, agent: AgentId, mut stream: TunnelStream) {
+    /// Serves a stream the agent opened: reconcile calls, pings and GitOps sources.
+    pub(super) async fn serve_agent_stream(
+        &self,
+        agent: AgentId,
+        token_digest: &str,
+        mut stream: TunnelStream,
+    ) {
         let head = tokio::time::timeout(STREAM_HEADER_TIMEOUT, async {
             let open: StreamOpen = read_json(&mut stream).await?;
             let body = match open {
@@ -163,13 +180,19 @@ impl Relay {
                         .map_err(tunnel::TunnelError::Write)?;
                     return Ok(Some(None));
                 }
+                StreamOpen::Gitops { source } => return Ok(Some(Some(Err(source)))),
                 _ => return Ok(None),
             };
-            Ok::<_, tunnel::TunnelError>(Some(Some(body)))
+            Ok::<_, tunnel::TunnelError>(Some(Some(Ok(body))))
         })
         .await;
         let body = match head {
-            Ok(Ok(Some(Some(body)))) => body,
+            Ok(Ok(Some(Some(Ok(body))))) => body,
+            Ok(Ok(Some(Some(Err(source))))) => {
+                self.serve_gitops(agent, token_digest.to_owned(), source, stream)
+                    .await;
+                return;
+            }
             Ok(Ok(Some(None))) => return,
             Ok(Ok(None)) => {
                 tracing::warn!(agent = %agent, "agent opened a stream the relay does not serve");

@@ -27,6 +27,7 @@ pub(crate) fn internal_router(relay: Relay) -> Router {
         .route(TUNNEL_ROUTE, get(tunnel_open))
         .route(EXEC_ROUTE, get(exec_open))
         .route(LOGS_ROUTE, get(logs_open))
+        .route(warren_types::gitops::POLL_PATH, post(gitops_poll))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "not_found", "no such endpoint") })
         .with_state(relay)
 }
@@ -427,4 +428,24 @@ pub(super) async fn internal_open(
         "agent_not_connected",
         format!("agent {agent} is not connected"),
     )
+}
+
+/// A push webhook reached the server: the streams reading this repository poll now.
+pub(super) async fn gitops_poll(
+    State(relay): State<Relay>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    if let Err(resp) = check_internal(&relay, &headers) {
+        return resp.into_response();
+    }
+    let Ok(req) = serde_json::from_slice::<warren_types::gitops::PollRequest>(&body) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "invalid_body",
+            "expected {\"url\": \"…\"}",
+        );
+    };
+    relay.gitops.poke(&req.url).await;
+    StatusCode::NO_CONTENT.into_response()
 }

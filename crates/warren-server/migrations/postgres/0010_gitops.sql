@@ -30,3 +30,13 @@ CREATE TABLE gitops_policy (
     spec       TEXT NOT NULL,
     updated_at BIGINT NOT NULL
 );
+
+-- What each agent last reported for each source (JSON SourceStatus); kept when a source is
+-- removed and set again, shown only while the source exists.
+CREATE TABLE gitops_status (
+    agent_id   BIGINT NOT NULL REFERENCES agents(id) ON DELETE CASCADE,
+    source     TEXT NOT NULL,
+    status     TEXT NOT NULL,
+    updated_at BIGINT NOT NULL,
+    PRIMARY KEY (agent_id, source)
+);

@@ -12,7 +12,10 @@ use crate::store::gitops::{NewRepository, RepositoryRow};
 use std::collections::BTreeMap;
 use warren_gitops::Problem;
 use warren_types::git::GitCredential;
-use warren_types::gitops::{AgentGitops, CreateRepositoryRequest, Policy, Repository};
+use warren_types::gitops::{
+    AgentGitops, AuthorizeSourceRequest, CreateRepositoryRequest, Policy, Repository, SourceGrant,
+    SourceStatus,
+};
 use warren_types::RepositoryId;
 
 /// Bytes a webhook secret must have at least, and may have at most.
@@ -321,6 +324,8 @@ pub async fn set_agent_gitops(
         })?;
     tracing::info!(agent = %agent, by = %who.user.username, sources = rows.len(),
         "gitops sources set");
+    // The agent learns its sources with the next reconcile answer: ask for one now.
+    state.signals.notify(id);
     agent_gitops(state, who, agent).await
 }
 
@@ -344,4 +349,192 @@ pub async fn set_policy(
     tracing::info!(by = %who.user.username, deny = ?policy.deny,
         allow_cluster_mode = policy.allow_cluster_mode, "gitops policy set");
     Ok(policy.clone())
+}
+
+/// The agent a relay's JWT speaks for.
+async fn relay_agent(
+    state: &AppState,
+    bearer: Option<&str>,
+) -> Result<crate::store::agents::AgentRow, AppError> {
+    let claims = super::auth::relay(state, bearer)?;
+    let id: warren_types::AgentId = claims
+        .sub
+        .as_deref()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| AppError::unauthenticated("relay JWT lacks the agent id in `sub`"))?;
+    state
+        .store
+        .agent_by_id(id)
+        .await?
+        .ok_or_else(|| AppError::unauthenticated(format!("agent {id} does not exist")))
+}
+
+/// A relay's question before each poll: is the agent's token (the one it connected with)
+/// still its token, does it still have this source — and if so, what to read and how.
+pub async fn authorize_source(
+    state: &AppState,
+    bearer: Option<&str>,
+    req: &AuthorizeSourceRequest,
+) -> Result<SourceGrant, AppError> {
+    let agent = relay_agent(state, bearer).await?;
+    let current = state.store.agent_token_digest(agent.id).await?;
+    if !current.is_some_and(|d| crate::crypto::ct_eq(&d, &req.token_digest)) {
+        return Err(AppError::unauthenticated(format!(
+            "agent {:?} connected with a token that is no longer valid",
+            agent.name
+        )));
+    }
+    let (source, repository) = state
+        .store
+        .agent_source(agent.id, &req.source)
+        .await?
+        .ok_or_else(|| {
+            AppError::not_found(format!("source {:?} of agent {:?}", req.source, agent.name))
+        })?;
+    Ok(SourceGrant {
+        credential: state.store.repository_credential(&repository)?,
+        policy: state.store.gitops_policy().await?,
+        repository: repository.name,
+        url: repository.url,
+        source,
+    })
+}
+
+/// An agent's report of a sync, through its relay.
+pub async fn report_status(
+    state: &AppState,
+    bearer: Option<&str>,
+    status: &SourceStatus,
+) -> Result<(), AppError> {
+    let agent = relay_agent(state, bearer).await?;
+    state
+        .store
+        .set_source_status(agent.id, status, state.clock.now_ms())
+        .await?;
+    let labels = [
+        ("agent", agent.name.clone()),
+        ("source", status.source.clone()),
+    ];
+    metrics::counter!("warren_gitops_syncs_total", &labels).increment(1);
+    metrics::gauge!("warren_gitops_errors", &labels).set(status.errors.len() as f64);
+    metrics::gauge!("warren_gitops_last_sync_timestamp_seconds", &labels)
+        .set(status.synced_at.timestamp() as f64);
+    if !status.errors.is_empty() {
+        metrics::counter!("warren_gitops_sync_errors_total", &labels)
+            .increment(status.errors.len() as u64);
+    }
+    Ok(())
+}
+
+/// The last status of each of an agent's sources.
+pub async fn agent_status(
+    state: &AppState,
+    who: &Principal,
+    agent: &str,
+) -> Result<Vec<SourceStatus>, AppError> {
+    who.require_admin()?;
+    let id = agent_id(state, agent).await?;
+    Ok(state.store.source_statuses(id).await?)
+}
+
+/// What a push webhook presented to prove it comes from the forge (each forge sends one).
+#[derive(Debug, Clone, Default)]
+pub struct WebhookProof {
+    /// GitHub: `X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>`.
+    pub github: Option<String>,
+    /// Gitea (and Gogs): `X-Gitea-Signature: <hex HMAC-SHA256 of the body>`.
+    pub gitea: Option<String>,
+    /// GitLab: `X-Gitlab-Token: <the secret itself>`.
+    pub gitlab: Option<String>,
+}
+
+fn hmac_hex(secret: &[u8], body: &[u8]) -> String {
+    use hmac::Mac;
+    // HMAC takes keys of any length.
+    let mut mac =
+        hmac::Hmac::<sha2::Sha256>::new_from_slice(secret).unwrap_or_else(|_| unreachable_hmac());
+    mac.update(body);
+    hex::encode(mac.finalize().into_bytes())
+}
+
+#[allow(clippy::panic)]
+fn unreachable_hmac() -> hmac::Hmac<sha2::Sha256> {
+    panic!("HMAC accepts keys of every length")
+}
+
+/// Checks a push webhook against the repository's secret (constant-time) and tells every
+/// relay to poll the sources reading it now; answers how many relays took it.
+pub async fn webhook(
+    state: &AppState,
+    repository: &str,
+    proof: &WebhookProof,
+    body: &[u8],
+) -> Result<usize, AppError> {
+    let r = by_name(state, repository).await?;
+    let Some(secret) = state.store.webhook_secret(&r)? else {
+        return Err(AppError::not_found(format!(
+            "a webhook for repository {repository:?} (it has no webhook secret)"
+        )));
+    };
+    let expected = hmac_hex(&secret, body);
+    let valid = match (&proof.github, &proof.gitea, &proof.gitlab) {
+        (Some(sig), _, _) => sig
+            .strip_prefix("sha256=")
+            .is_some_and(|hex| crate::crypto::ct_eq(&hex.to_ascii_lowercase(), &expected)),
+        (None, Some(sig), _) => crate::crypto::ct_eq(&sig.to_ascii_lowercase(), &expected),
+        (None, None, Some(token)) => crate::crypto::ct_eq(token, &String::from_utf8_lossy(&secret)),
+        (None, None, None) => {
+            return Err(AppError::unauthenticated(
+                "the webhook carries no signature (X-Hub-Signature-256, X-Gitea-Signature or \
+                 X-Gitlab-Token)",
+            ))
+        }
+    };
+    if !valid {
+        tracing::warn!(repository = %repository, "gitops webhook with a bad signature refused");
+        return Err(AppError::unauthenticated(
+            "the webhook's signature does not match the repository's webhook secret",
+        ));
+    }
+    metrics::counter!("warren_gitops_webhooks_total").increment(1);
+    let relays = poke_relays(state, &r.url).await;
+    tracing::info!(repository = %repository, relays, "gitops webhook accepted; relays polling");
+    Ok(relays)
+}
+
+/// Tells each relay to poll the sources reading `url` now; how many answered.
+async fn poke_relays(state: &AppState, url: &str) -> usize {
+    let Ok(client) = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(5))
+        .build()
+    else {
+        return 0;
+    };
+    let token = crate::relay::jwt::mint(
+        &state.relay_secret,
+        warren_types::internal::SERVER_JWT_ISSUER,
+        warren_types::internal::RELAY_JWT_AUDIENCE,
+        None,
+        warren_jwt::now_secs(),
+        warren_types::internal::INTERNAL_JWT_MAX_VALIDITY_SECS,
+    );
+    let body = warren_types::gitops::PollRequest {
+        url: url.to_owned(),
+    };
+    let sends = state.relay_urls.iter().map(|base| {
+        let req = client
+            .post(format!(
+                "{}{}",
+                base.trim_end_matches('/'),
+                warren_types::gitops::POLL_PATH
+            ))
+            .bearer_auth(&token)
+            .json(&body);
+        async move { matches!(req.send().await, Ok(r) if r.status().is_success()) }
+    });
+    futures::future::join_all(sends)
+        .await
+        .into_iter()
+        .filter(|ok| *ok)
+        .count()
 }

@@ -49,10 +49,11 @@ pub async fn handle(
         .await?
         .ok_or_else(|| AppError::unauthenticated(format!("agent {agent_id} does not exist")))?;
     let started = std::time::Instant::now();
-    let resp = match &req.runtime_fault {
+    let mut resp = match &req.runtime_fault {
         Some(fault) => runtime_fault(state, &agent, fault).await?,
         None => reconcile(state, &agent, req).await?,
     };
+    resp.gitops_sources = state.store.agent_source_names(agent.id).await?;
     let kind = match req.update_type {
         UpdateType::Full => "full",
         UpdateType::Partial => "partial",
@@ -83,6 +84,7 @@ async fn runtime_fault(
     Ok(ReconcileResponse {
         workspace_rails_infos: vec![],
         settings: state.settings,
+        gitops_sources: vec![],
     })
 }
 
@@ -186,6 +188,7 @@ async fn reconcile_once(
         let resp = ReconcileResponse {
             workspace_rails_infos: vec![],
             settings,
+            gitops_sources: vec![],
         };
         return Ok((resp, Changes::default()));
     }
@@ -281,6 +284,7 @@ async fn reconcile_once(
         ReconcileResponse {
             workspace_rails_infos: out,
             settings,
+            gitops_sources: vec![],
         },
         changes,
     ))

@@ -103,6 +103,15 @@ impl Store {
     }
 
     /// An agent by name, or by id when `key` is all digits.
+    /// The digest of the agent's current token.
+    pub async fn agent_token_digest(&self, id: AgentId) -> Result<Option<String>, StoreError> {
+        let r = sqlx::query("SELECT token_hash FROM agents WHERE id = $1")
+            .bind(id.get())
+            .fetch_optional(&self.db.pool)
+            .await?;
+        Ok(r.as_ref().map(|r| get_str(r, "token_hash")).transpose()?)
+    }
+
     pub async fn agent_by_key(&self, key: &str) -> Result<Option<AgentRow>, StoreError> {
         if let Ok(id) = key.parse::<i64>() {
             if let Some(a) = self.agent_by_id(AgentId(id)).await? {

@@ -6,7 +6,7 @@ use super::{corrupt, get_i64, get_opt_str, get_str, Store, StoreError};
 use crate::db::from_millis;
 use sqlx::any::AnyRow;
 use warren_types::git::GitCredential;
-use warren_types::gitops::{Policy, Repository, Source};
+use warren_types::gitops::{Policy, Repository, Source, SourceStatus};
 use warren_types::{AgentId, RepositoryId, UserId};
 
 #[derive(Debug, Clone)]
@@ -222,6 +222,82 @@ impl Store {
         rows.iter()
             .map(|r| {
                 serde_json::from_str(&get_str(r, "spec")?).map_err(|e| corrupt("gitops source", e))
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(StoreError::from)
+    }
+
+    /// The names of an agent's sources, in order (sent with every reconcile answer).
+    pub async fn agent_source_names(&self, agent: AgentId) -> Result<Vec<String>, StoreError> {
+        let rows =
+            sqlx::query("SELECT name FROM gitops_sources WHERE agent_id = $1 ORDER BY position")
+                .bind(agent.get())
+                .fetch_all(&self.db.pool)
+                .await?;
+        rows.iter()
+            .map(|r| get_str(r, "name"))
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(StoreError::from)
+    }
+
+    /// One source of an agent with its repository, for a relay's poll.
+    pub async fn agent_source(
+        &self,
+        agent: AgentId,
+        name: &str,
+    ) -> Result<Option<(Source, RepositoryRow)>, StoreError> {
+        let r = sqlx::query(
+            "SELECT s.spec, r.id, r.name, r.url, r.credential, r.webhook_secret, r.created_at \
+             FROM gitops_sources s JOIN gitops_repositories r ON r.id = s.repository_id \
+             WHERE s.agent_id = $1 AND s.name = $2",
+        )
+        .bind(agent.get())
+        .bind(name)
+        .fetch_optional(&self.db.pool)
+        .await?;
+        let Some(r) = r else { return Ok(None) };
+        let source: Source =
+            serde_json::from_str(&get_str(&r, "spec")?).map_err(|e| corrupt("gitops source", e))?;
+        Ok(Some((source, row(&r)?)))
+    }
+
+    /// Records what the agent last reported for a source.
+    pub async fn set_source_status(
+        &self,
+        agent: AgentId,
+        status: &SourceStatus,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let json = serde_json::to_string(status).unwrap_or_default();
+        sqlx::query(
+            "INSERT INTO gitops_status (agent_id, source, status, updated_at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (agent_id, source) DO UPDATE SET status = excluded.status, \
+             updated_at = excluded.updated_at",
+        )
+        .bind(agent.get())
+        .bind(&status.source)
+        .bind(json)
+        .bind(now)
+        .execute(&self.db.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The last status of each of an agent's current sources (none for a source that has
+    /// not reported yet).
+    pub async fn source_statuses(&self, agent: AgentId) -> Result<Vec<SourceStatus>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT t.status FROM gitops_status t JOIN gitops_sources s \
+             ON s.agent_id = t.agent_id AND s.name = t.source WHERE t.agent_id = $1 \
+             ORDER BY s.position",
+        )
+        .bind(agent.get())
+        .fetch_all(&self.db.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                serde_json::from_str(&get_str(r, "status")?)
+                    .map_err(|e| corrupt("gitops status", e))
             })
             .collect::<Result<_, sqlx::Error>>()
             .map_err(StoreError::from)

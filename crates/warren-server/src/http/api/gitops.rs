@@ -8,7 +8,7 @@ use http::StatusCode;
 use warren_types::api::ApiError;
 use warren_types::git::GitCredential;
 use warren_types::gitops::{
-    AgentGitops, CreateRepositoryRequest, Policy, Repository, WebhookSecretRequest,
+    AgentGitops, CreateRepositoryRequest, Policy, Repository, SourceStatus, WebhookSecretRequest,
 };
 
 #[utoipa::path(get, path = "/api/v1/gitops/repositories",
@@ -154,6 +154,19 @@ pub async fn set_agent_gitops(
     ))
 }
 
+/// What the agent last reported for each source: commit, counts, errors, workload health.
+#[utoipa::path(get, path = "/api/v1/agents/{agent}/gitops/status",
+    params(("agent" = String, Path, description = "agent name or id")),
+    responses((status = 200, body = Vec<SourceStatus>), (status = 403, body = ApiError), (status = 404, body = ApiError)),
+    tag = "gitops", security(("bearer" = [])))]
+pub async fn agent_status(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(agent): Path<String>,
+) -> Result<Json<Vec<SourceStatus>>, HttpError> {
+    Ok(Json(app::gitops::agent_status(&state, &who, &agent).await?))
+}
+
 #[utoipa::path(get, path = "/api/v1/gitops/policy",
     responses((status = 200, body = Policy), (status = 403, body = ApiError)),
     tag = "gitops", security(("bearer" = [])))]
@@ -174,4 +187,40 @@ pub async fn set_policy(
     Json(p): Json<Policy>,
 ) -> Result<Json<Policy>, HttpError> {
     Ok(Json(app::gitops::set_policy(&state, &who, &p).await?))
+}
+
+/// A forge's push webhook: checked against the repository's webhook secret (GitHub's
+/// `X-Hub-Signature-256`, Gitea's `X-Gitea-Signature`, GitLab's `X-Gitlab-Token`); a valid
+/// one makes the relays poll the sources reading it at once. No bearer token.
+#[utoipa::path(post, path = "/api/v1/gitops/webhooks/{repository}",
+    params(("repository" = String, Path, description = "repository name")),
+    request_body(content = String, description = "the forge's event, as sent", content_type = "application/json"),
+    responses((status = 202, body = WebhookAccepted), (status = 401, body = ApiError), (status = 404, body = ApiError)),
+    tag = "gitops")]
+pub async fn webhook(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    headers: http::HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<(StatusCode, Json<WebhookAccepted>), HttpError> {
+    let header = |n: &str| {
+        headers
+            .get(n)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let proof = app::gitops::WebhookProof {
+        github: header("x-hub-signature-256"),
+        gitea: header("x-gitea-signature").or_else(|| header("x-gogs-signature")),
+        gitlab: header("x-gitlab-token"),
+    };
+    let relays = app::gitops::webhook(&state, &name, &proof, &body).await?;
+    Ok((StatusCode::ACCEPTED, Json(WebhookAccepted { relays })))
+}
+
+/// A webhook's answer.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct WebhookAccepted {
+    /// How many relays were told to poll.
+    pub relays: usize,
 }

@@ -76,6 +76,7 @@ pub fn router() -> Router<AppState> {
             "/agents/{agent}/gitops",
             get(gitops::agent_gitops).put(gitops::set_agent_gitops),
         )
+        .route("/agents/{agent}/gitops/status", get(gitops::agent_status))
         .route(
             "/gitops/repositories",
             get(gitops::list_repositories).post(gitops::create_repository),
@@ -96,6 +97,7 @@ pub fn router() -> Router<AppState> {
             "/gitops/policy",
             get(gitops::policy).put(gitops::set_policy),
         )
+        .route("/gitops/webhooks/{repository}", post(gitops::webhook))
         .route("/projects", get(projects::list).post(projects::create))
         .route(
             "/projects/{project}",

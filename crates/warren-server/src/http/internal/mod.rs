@@ -3,6 +3,7 @@
 
 pub mod access;
 pub mod authenticate;
+pub mod gitops;
 pub mod reconcile;
 
 use crate::app::AppState;
@@ -20,6 +21,14 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route(RECONCILE_PATH, post(reconcile::handler))
         .route(AUTHENTICATE_AGENT_PATH, post(authenticate::handler))
+        .route(
+            warren_types::gitops::AUTHORIZE_SOURCE_PATH,
+            post(gitops::authorize),
+        )
+        .route(
+            warren_types::gitops::SOURCE_STATUS_PATH,
+            post(gitops::status),
+        )
         .route(
             warren_types::internal::WORKSPACE_ACCESS_PATH,
             get(access::access),

@@ -1,0 +1,374 @@
+//! GitOps through the whole stack in one process: the real server, relay and agent
+//! connection, with the simulated runtime standing in for the cluster (the Kubernetes
+//! apply itself is tested against the real API server in `warren-agent`), and real Git
+//! servers (`git daemon`, port 0). Pull-based: the relay reads Git, the agent only ever
+//! sees objects.
+
+use anyhow::Result;
+use reqwest::Method;
+use serde_json::{json, Value};
+use std::path::Path;
+use warren_testkit::git_daemon::GitDaemon;
+use warren_testkit::git_http::git;
+use warren_testkit::{wait_for, Stack};
+
+fn have_git() -> bool {
+    let ok = std::process::Command::new("git")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("skipping: git is not installed (the tests' Git server needs it)");
+    }
+    ok
+}
+
+fn bare(root: &Path, name: &str) -> std::path::PathBuf {
+    let path = root.join(format!("{name}.git"));
+    git(
+        root,
+        &[
+            "init",
+            "--quiet",
+            "--bare",
+            "--initial-branch=main",
+            path.to_str().unwrap(),
+        ],
+    )
+    .unwrap();
+    path
+}
+
+/// Replaces the repository's files with `files` (path → text) in one commit on `main`.
+fn commit(bare: &Path, files: &[(&str, &str)]) -> String {
+    let work = tempfile::tempdir().unwrap();
+    git(
+        work.path(),
+        &["init", "--quiet", "--initial-branch=main", "."],
+    )
+    .unwrap();
+    for (path, text) in files {
+        let p = work.path().join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    git(work.path(), &["add", "--all"]).unwrap();
+    git(
+        work.path(),
+        &["commit", "--quiet", "--allow-empty", "-m", "sync"],
+    )
+    .unwrap();
+    git(
+        work.path(),
+        &["push", "--quiet", "--force", bare.to_str().unwrap(), "main"],
+    )
+    .unwrap();
+    git(work.path(), &["rev-parse", "HEAD"])
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+fn cm(name: &str, value: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  value: \"{value}\"\n"
+    )
+}
+
+const DEPLOYMENT: &str =
+    "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 1\n";
+
+fn names(objects: &[Value]) -> Vec<String> {
+    let mut v: Vec<String> = objects
+        .iter()
+        .map(|o| {
+            format!(
+                "{}/{}",
+                o["kind"].as_str().unwrap_or("?"),
+                o["metadata"]["name"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+async fn status(stack: &Stack, source: &str) -> Option<Value> {
+    let all = stack
+        .api(
+            Method::GET,
+            "/api/v1/agents/local/gitops/status",
+            &stack.admin.token,
+            None,
+        )
+        .await
+        .ok()?;
+    all.as_array()?
+        .iter()
+        .find(|s| s["source"] == source)
+        .cloned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_follows_its_repository_through_the_stack() -> Result<()> {
+    if !have_git() {
+        return Ok(());
+    }
+    let stack = Stack::start().await?;
+    let admin = stack.admin.token.clone();
+    let root_a = tempfile::tempdir()?;
+    let root_b = tempfile::tempdir()?;
+    let repo_a = bare(root_a.path(), "platform");
+    let repo_b = bare(root_b.path(), "other");
+    let first = commit(
+        &repo_a,
+        &[
+            ("deploy/config.yaml", &cm("settings", "1")),
+            ("deploy/web.yaml", DEPLOYMENT),
+            ("README.md", "not a manifest"),
+        ],
+    );
+    commit(&repo_b, &[("cm.yaml", &cm("other", "x"))]);
+    let daemon_a = GitDaemon::start(root_a.path())?;
+    let daemon_b = GitDaemon::start(root_b.path())?;
+    const SECRET: &str = "webhook-secret-for-the-test";
+    stack
+        .api(
+            Method::POST,
+            "/api/v1/gitops/repositories",
+            &admin,
+            Some(json!({"name": "platform", "url": daemon_a.url("platform"), "webhook_secret": SECRET})),
+        )
+        .await?;
+    stack
+        .api(
+            Method::POST,
+            "/api/v1/gitops/repositories",
+            &admin,
+            Some(json!({"name": "other", "url": daemon_b.url("other")})),
+        )
+        .await?;
+    // An object no source made, in the source's namespace: never touched.
+    stack
+        .runtime
+        .put_foreign_object(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "hand-made", "namespace": "team-a"}}));
+    let sources = json!({"sources": [
+        {"name": "web", "repository": "platform", "paths": ["deploy/**/*.yaml"],
+         "namespace": "team-a", "prune": true, "interval": "1s"},
+        {"name": "side", "repository": "other", "namespace": "team-b", "interval": "1s"}
+    ]});
+    stack
+        .api(
+            Method::PUT,
+            "/api/v1/agents/local/gitops",
+            &admin,
+            Some(sources),
+        )
+        .await?;
+
+    // First sync: both objects, in the source's namespace, labelled; the status says so.
+    let rt = stack.runtime.clone();
+    wait_for("the first sync", 30, || {
+        let rt = rt.clone();
+        async move { names(&rt.gitops_objects("web")) == ["ConfigMap/settings", "Deployment/web"] }
+    })
+    .await?;
+    let objects = stack.runtime.gitops_objects("web");
+    assert!(
+        objects
+            .iter()
+            .all(|o| o["metadata"]["namespace"] == "team-a"),
+        "{objects:?}"
+    );
+    assert!(objects
+        .iter()
+        .all(|o| o["metadata"]["labels"]["warren.dev/gitops-source"] == "web"));
+    wait_for("the first status", 30, || async {
+        status(&stack, "web")
+            .await
+            .is_some_and(|s| s["commit"] == first.as_str())
+    })
+    .await?;
+    let s = status(&stack, "web").await.unwrap();
+    assert_eq!(
+        (s["applied"].as_u64(), s["errors"].as_array().map(Vec::len)),
+        (Some(2), Some(0)),
+        "{s}"
+    );
+
+    // A commit changes one object, adds one and deletes one: the deleted one is pruned.
+    let second = commit(
+        &repo_a,
+        &[
+            ("deploy/config.yaml", &cm("settings", "2")),
+            (
+                "deploy/svc.yaml",
+                "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  ports: [{port: 80}]\n",
+            ),
+        ],
+    );
+    wait_for("the second commit applied", 30, || async {
+        status(&stack, "web")
+            .await
+            .is_some_and(|s| s["commit"] == second.as_str())
+    })
+    .await?;
+    let objects = stack.runtime.gitops_objects("web");
+    assert_eq!(names(&objects), ["ConfigMap/settings", "Service/web"]);
+    let settings = objects.iter().find(|o| o["kind"] == "ConfigMap").unwrap();
+    assert_eq!(settings["data"]["value"], "2");
+    let s = status(&stack, "web").await.unwrap();
+    assert_eq!(s["pruned"], 1, "{s}");
+
+    // Drift: a hand edit is undone by the next sync of the same commit.
+    stack
+        .runtime
+        .edit_gitops_object("ConfigMap", "settings", |o| {
+            o["data"]["value"] = json!("edited by hand");
+        });
+    wait_for("the hand edit undone", 30, || {
+        let rt = rt.clone();
+        async move {
+            rt.gitops_objects("web")
+                .iter()
+                .any(|o| o["kind"] == "ConfigMap" && o["data"]["value"] == "2")
+        }
+    })
+    .await?;
+
+    // Objects outside the source's rights, and files that are not manifests, are errors
+    // naming them; the rest applies and nothing is deleted because of them.
+    let third = commit(
+        &repo_a,
+        &[
+            ("deploy/config.yaml", &cm("settings", "3")),
+            (
+                "deploy/ns.yaml",
+                "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: sneaky\n",
+            ),
+            (
+                "deploy/elsewhere.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n  namespace: kube-system\n",
+            ),
+            ("deploy/broken.yaml", "apiVersion: v1\nkind: [oops\n"),
+            ("deploy/words.yaml", "just words\n"),
+        ],
+    );
+    wait_for("the third commit reported", 30, || async {
+        status(&stack, "web")
+            .await
+            .is_some_and(|s| s["commit"] == third.as_str())
+    })
+    .await?;
+    let s = status(&stack, "web").await.unwrap();
+    let errors = s["errors"].to_string();
+    for want in [
+        "Namespace is cluster-scoped",
+        "namespace \\\"kube-system\\\" is outside",
+        "deploy/broken.yaml",
+        "deploy/words.yaml",
+    ] {
+        assert!(errors.contains(want), "missing {want} in {errors}");
+    }
+    let objects = stack.runtime.gitops_objects("web");
+    assert_eq!(
+        names(&objects),
+        ["ConfigMap/settings", "Service/web"],
+        "the Service left Git in an erroneous commit and is kept"
+    );
+    assert!(
+        objects.iter().any(|o| o["data"]["value"] == "3"),
+        "{objects:?}"
+    );
+    assert!(
+        names(&stack.runtime.gitops_objects("side")).contains(&"ConfigMap/other".to_owned()),
+        "the other source synced too"
+    );
+
+    // A webhook: a bad signature is refused; a good one makes the relay poll at once.
+    let hook = format!("{}/api/v1/gitops/webhooks/platform", stack.api_url);
+    let http = reqwest::Client::new();
+    let body = br#"{"ref":"refs/heads/main"}"#.to_vec();
+    let r = http
+        .post(&hook)
+        .header("X-Hub-Signature-256", "sha256=0000")
+        .body(body.clone())
+        .send()
+        .await?;
+    assert_eq!(r.status(), 401, "{}", r.text().await?);
+    let r = http.post(&hook).body(body.clone()).send().await?;
+    assert_eq!(r.status(), 401, "no signature: {}", r.text().await?);
+    let sig = {
+        use hmac::Mac;
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+        mac.update(&body);
+        format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+    };
+    let fourth = commit(&repo_a, &[("deploy/config.yaml", &cm("settings", "4"))]);
+    let r = http
+        .post(&hook)
+        .header("X-Hub-Signature-256", sig)
+        .body(body.clone())
+        .send()
+        .await?;
+    assert_eq!(r.status(), 202, "{}", r.text().await?);
+    wait_for("the pushed commit applied", 30, || async {
+        status(&stack, "web")
+            .await
+            .is_some_and(|s| s["commit"] == fourth.as_str())
+    })
+    .await?;
+    let r = http
+        .post(&hook)
+        .header("X-Gitlab-Token", SECRET)
+        .body(body.clone())
+        .send()
+        .await?;
+    assert_eq!(r.status(), 202, "GitLab's token header");
+
+    // A removed source stops polling: its Git server sees no more connections while the
+    // remaining source's server sees several.
+    stack
+        .api(
+            Method::PUT,
+            "/api/v1/agents/local/gitops",
+            &admin,
+            Some(json!({"sources": [
+                {"name": "side", "repository": "other", "namespace": "team-b", "interval": "1s"}
+            ]})),
+        )
+        .await?;
+    // The relay may be in the middle of one last poll when the source goes.
+    let settle_b = daemon_b.connections();
+    wait_for("the remaining source polling", 30, || {
+        let b = daemon_b.connections();
+        async move { b >= settle_b + 2 }
+    })
+    .await?;
+    let a_after = daemon_a.connections();
+    let b_now = daemon_b.connections();
+    wait_for("three more polls of the remaining source", 30, || {
+        let b = daemon_b.connections();
+        async move { b >= b_now + 3 }
+    })
+    .await?;
+    assert_eq!(
+        daemon_a.connections(),
+        a_after,
+        "the removed source is not polled"
+    );
+    // Its objects stay (removing a source does not delete what it made): the fourth
+    // commit's, after a clean commit pruned what had left Git in the third.
+    let objects = stack.runtime.gitops_objects("web");
+    assert_eq!(names(&objects), ["ConfigMap/settings"]);
+    assert_eq!(objects[0]["data"]["value"], "4");
+    assert!(
+        stack
+            .runtime
+            .gitops_object("ConfigMap", "hand-made")
+            .is_some(),
+        "the object no source made is untouched"
+    );
+    Ok(())
+}

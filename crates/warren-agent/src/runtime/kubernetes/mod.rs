@@ -24,6 +24,7 @@
 
 mod components;
 mod exec;
+mod gitops;
 mod objects;
 mod quantity;
 mod status;
@@ -535,6 +536,13 @@ impl WorkspaceRuntime for KubernetesRuntime {
     ) -> Result<Vec<String>, RuntimeError> {
         self.apply_component_objects(workspace, component, objects)
             .await
+    }
+
+    async fn sync_gitops(
+        &self,
+        sync: &crate::runtime::GitopsSync<'_>,
+    ) -> Result<crate::runtime::GitopsOutcome, RuntimeError> {
+        self.sync_gitops_objects(sync).await
     }
 
     async fn apply(

@@ -1,0 +1,393 @@
+//! GitOps on Kubernetes: a source's objects applied server-side with their own field
+//! manager, in dependency order (Namespaces, then CustomResourceDefinitions — waited for
+//! until established — then the rest), each labelled with the agent and the source. An
+//! inventory ConfigMap per source (`warren-gitops-<source>`, in the source's namespace, or
+//! `default` for a cluster source without one) records what the source applied, so pruning
+//! deletes exactly what left Git, and only objects that still carry the source's label.
+//! An object that exists without the source's label is refused, never taken over: pruning it
+//! later would delete something the source did not create.
+
+use super::{runtime_error, KubernetesRuntime};
+use crate::runtime::{
+    GitopsOutcome, GitopsSync, RuntimeError, GITOPS_AGENT_LABEL, GITOPS_SOURCE_LABEL,
+};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::discovery::{ApiCapabilities, Scope};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+use warren_gitops::{Manifest, Rights};
+use warren_types::gitops::{ObjectHealth, SyncError};
+
+/// The field manager of GitOps applies (distinct from the workspaces').
+pub const GITOPS_FIELD_MANAGER: &str = "warren-gitops";
+const INVENTORY_KEY: &str = "objects";
+/// How long a CustomResourceDefinition may take to be established before its objects are
+/// reported as not served.
+const CRD_ESTABLISHED: Duration = Duration::from_secs(30);
+
+/// One applied object, as the inventory records it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+struct Entry {
+    api_version: String,
+    kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    namespace: Option<String>,
+    name: String,
+}
+
+impl std::fmt::Display for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{} {} {ns}/{}", self.api_version, self.kind, self.name),
+            None => write!(f, "{} {} {}", self.api_version, self.kind, self.name),
+        }
+    }
+}
+
+fn rank(kind: &str) -> u8 {
+    match kind {
+        "Namespace" => 0,
+        "CustomResourceDefinition" => 1,
+        _ => 2,
+    }
+}
+
+fn gvk(api_version: &str, kind: &str) -> GroupVersionKind {
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    GroupVersionKind::gvk(group, version, kind)
+}
+
+fn inventory_name(source: &str) -> String {
+    format!("warren-gitops-{source}")
+}
+
+fn inventory_namespace(sync: &GitopsSync<'_>) -> String {
+    sync.source
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into())
+}
+
+fn kube_message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(resp) => resp.message.clone(),
+        e => warren_types::error_chain(e),
+    }
+}
+
+/// Whether a workload is ready, from its status.
+fn health(entry: &Entry, object: &Value) -> Option<ObjectHealth> {
+    let num = |p: &str| object.pointer(p).and_then(Value::as_i64).unwrap_or(0);
+    let (ready, message) = match entry.kind.as_str() {
+        "Deployment" | "StatefulSet" | "ReplicaSet" => {
+            let want = object
+                .pointer("/spec/replicas")
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            let have = num("/status/readyReplicas");
+            (have >= want, format!("{have}/{want} replicas ready"))
+        }
+        "DaemonSet" => {
+            let want = num("/status/desiredNumberScheduled");
+            let have = num("/status/numberReady");
+            (have >= want, format!("{have}/{want} pods ready"))
+        }
+        "Job" => {
+            let done = num("/status/succeeded") > 0;
+            (
+                done,
+                if done {
+                    "complete".into()
+                } else {
+                    "not complete".into()
+                },
+            )
+        }
+        _ => return None,
+    };
+    Some(ObjectHealth {
+        object: entry.to_string(),
+        ready,
+        message,
+    })
+}
+
+impl KubernetesRuntime {
+    fn gitops_params() -> PatchParams {
+        PatchParams::apply(GITOPS_FIELD_MANAGER).force()
+    }
+
+    async fn gitops_inventory(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<BTreeSet<Entry>, RuntimeError> {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
+        let found = api.get_opt(name).await.map_err(|e| {
+            runtime_error(format!("reading GitOps inventory {namespace}/{name}"), e)
+        })?;
+        let text = found
+            .and_then(|c| c.data)
+            .and_then(|d| d.get(INVENTORY_KEY).cloned());
+        Ok(text
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default())
+    }
+
+    async fn write_gitops_inventory(
+        &self,
+        sync: &GitopsSync<'_>,
+        entries: &BTreeSet<Entry>,
+    ) -> Result<(), RuntimeError> {
+        let namespace = inventory_namespace(sync);
+        let name = inventory_name(&sync.source.name);
+        let body = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {
+                    GITOPS_AGENT_LABEL: sync.agent,
+                    GITOPS_SOURCE_LABEL: sync.source.name,
+                },
+            },
+            "data": { INVENTORY_KEY: serde_json::to_string(entries).unwrap_or_else(|_| "[]".into()) },
+        });
+        Api::<ConfigMap>::namespaced(self.client.clone(), &namespace)
+            .patch(&name, &Self::gitops_params(), &Patch::Apply(&body))
+            .await
+            .map_err(|e| {
+                runtime_error(format!("writing GitOps inventory {namespace}/{name}"), e)
+            })?;
+        Ok(())
+    }
+
+    fn dynamic(&self, res: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {
+        match namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, res),
+            None => Api::all_with(self.client.clone(), res),
+        }
+    }
+
+    /// Waits until the CustomResourceDefinition `name` is established.
+    async fn crd_established(&self, name: &str) -> bool {
+        let res = ApiResource::from_gvk_with_plural(
+            &gvk("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
+            "customresourcedefinitions",
+        );
+        let api = self.dynamic(&res, None);
+        let deadline = tokio::time::Instant::now() + CRD_ESTABLISHED;
+        loop {
+            if let Ok(crd) = api.get(name).await {
+                let established = crd.data["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == "Established" && c["status"] == "True");
+                if established {
+                    return true;
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// See the module docs.
+    pub(super) async fn sync_gitops_objects(
+        &self,
+        sync: &GitopsSync<'_>,
+    ) -> Result<GitopsOutcome, RuntimeError> {
+        let rights = Rights::new(sync.source, sync.policy);
+        let inv_ns = inventory_namespace(sync);
+        let inv_name = inventory_name(&sync.source.name);
+        let previous = self.gitops_inventory(&inv_ns, &inv_name).await?;
+        let mut out = GitopsOutcome::default();
+        let mut ordered: Vec<&Manifest> = sync.objects.iter().collect();
+        ordered.sort_by_key(|m| rank(m.kind()));
+        let mut kinds: HashMap<(String, String), Result<(ApiResource, ApiCapabilities), String>> =
+            HashMap::new();
+        let mut wanted: BTreeSet<Entry> = BTreeSet::new();
+        for m in ordered {
+            let error = |message: String| SyncError {
+                file: Some(m.file.clone()),
+                object: Some(m.display()),
+                message,
+            };
+            let key = (m.api_version().to_owned(), m.kind().to_owned());
+            if !kinds.contains_key(&key) {
+                let found = kube::discovery::pinned_kind(&self.client, &gvk(&key.0, &key.1))
+                    .await
+                    .map_err(|e| {
+                        format!(
+                            "the API server does not serve {} {}: {}",
+                            key.0,
+                            key.1,
+                            kube_message(&e)
+                        )
+                    });
+                kinds.insert(key.clone(), found);
+            }
+            let (res, caps) = match &kinds[&key] {
+                Ok(x) => x.clone(),
+                Err(m2) => {
+                    out.errors.push(error(m2.clone()));
+                    continue;
+                }
+            };
+            let namespaced = caps.scope == Scope::Namespaced;
+            let namespace = match rights.admit(m, Some(namespaced)) {
+                Ok(ns) => ns,
+                Err(message) => {
+                    out.errors.push(error(message));
+                    // Refused now, but what it was is not deleted because of it.
+                    wanted.insert(Entry {
+                        api_version: key.0.clone(),
+                        kind: key.1.clone(),
+                        namespace: m.namespace().map(str::to_owned),
+                        name: m.name().to_owned(),
+                    });
+                    continue;
+                }
+            };
+            let entry = Entry {
+                api_version: key.0.clone(),
+                kind: key.1.clone(),
+                namespace: namespace.clone(),
+                name: m.name().to_owned(),
+            };
+            let mut body = m.object.clone();
+            match &namespace {
+                Some(ns) => body["metadata"]["namespace"] = Value::from(ns.as_str()),
+                None => {
+                    if let Some(meta) = body["metadata"].as_object_mut() {
+                        meta.remove("namespace");
+                    }
+                }
+            }
+            if let Some(meta) = body["metadata"].as_object_mut() {
+                let labels = meta
+                    .entry("labels")
+                    .or_insert_with(|| serde_json::json!({}));
+                labels[GITOPS_AGENT_LABEL] = Value::from(sync.agent);
+                labels[GITOPS_SOURCE_LABEL] = Value::from(sync.source.name.as_str());
+            }
+            let api = self.dynamic(&res, namespace.as_deref());
+            let existing = match api.get_opt(m.name()).await {
+                Ok(x) => x,
+                Err(e) => {
+                    out.errors
+                        .push(error(format!("reading it: {}", kube_message(&e))));
+                    wanted.insert(entry);
+                    continue;
+                }
+            };
+            if let Some(x) = &existing {
+                let owner = x
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(GITOPS_SOURCE_LABEL));
+                if owner.map(String::as_str) != Some(sync.source.name.as_str()) {
+                    out.errors.push(error(match owner {
+                        Some(other) => format!("is managed by source {other:?}"),
+                        None => "exists and was not made by this source; it is not taken over \
+                                 (delete it, or give the manifest another name)"
+                            .into(),
+                    }));
+                    continue;
+                }
+            }
+            let before = existing.and_then(|x| x.metadata.resource_version);
+            match api
+                .patch(m.name(), &Self::gitops_params(), &Patch::Apply(&body))
+                .await
+            {
+                Ok(applied) => {
+                    if before.is_some() && applied.metadata.resource_version == before {
+                        out.unchanged += 1;
+                    } else {
+                        out.applied += 1;
+                    }
+                    if let Some(h) = health(&entry, &applied.data) {
+                        out.health.push(h);
+                    }
+                    if entry.kind == "CustomResourceDefinition"
+                        && !self.crd_established(m.name()).await
+                    {
+                        out.errors.push(error(format!(
+                            "was not established within {} s",
+                            CRD_ESTABLISHED.as_secs()
+                        )));
+                    }
+                    wanted.insert(entry);
+                }
+                Err(e) => {
+                    out.errors.push(error(kube_message(&e)));
+                    wanted.insert(entry);
+                }
+            }
+        }
+        let mut inventory = wanted.clone();
+        if sync.prune {
+            // Dependents before what they live in: custom objects, then CRDs, then Namespaces.
+            let mut gone: Vec<&Entry> = previous.difference(&wanted).collect();
+            gone.sort_by_key(|e| std::cmp::Reverse(rank(&e.kind)));
+            for e in gone {
+                match self.prune_one(sync, e).await {
+                    Ok(true) => out.pruned += 1,
+                    Ok(false) => {}
+                    Err(message) => {
+                        out.errors.push(SyncError {
+                            file: None,
+                            object: Some(e.to_string()),
+                            message: format!("pruning it: {message}"),
+                        });
+                        inventory.insert(e.clone());
+                    }
+                }
+            }
+        } else {
+            inventory.extend(previous);
+        }
+        self.write_gitops_inventory(sync, &inventory).await?;
+        Ok(out)
+    }
+
+    /// Deletes an object the source applied and that left Git, if it still carries the
+    /// source's label; whether it was deleted.
+    async fn prune_one(&self, sync: &GitopsSync<'_>, e: &Entry) -> Result<bool, String> {
+        let (res, _) = kube::discovery::pinned_kind(&self.client, &gvk(&e.api_version, &e.kind))
+            .await
+            .map_err(|err| kube_message(&err))?;
+        let api = self.dynamic(&res, e.namespace.as_deref());
+        let Some(found) = api
+            .get_opt(&e.name)
+            .await
+            .map_err(|err| kube_message(&err))?
+        else {
+            return Ok(false);
+        };
+        let ours = found
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(GITOPS_SOURCE_LABEL))
+            .is_some_and(|s| *s == sync.source.name);
+        if !ours {
+            return Ok(false);
+        }
+        match api.delete(&e.name, &DeleteParams::background()).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(r)) if r.code == 404 => Ok(false),
+            Err(err) => Err(kube_message(&err)),
+        }
+    }
+}

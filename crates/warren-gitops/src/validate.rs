@@ -33,20 +33,7 @@ impl std::fmt::Display for Problem {
 
 /// A name of the kind Kubernetes gives namespaces (RFC 1123 label).
 pub fn check_label(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name.len() <= 63
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && !name.starts_with('-')
-        && !name.ends_with('-');
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "{name:?} must be 1-63 characters of a-z, 0-9 and '-', not starting or ending with '-'"
-        ))
-    }
+    warren_types::check_name(name)
 }
 
 /// Parses `90s`, `5m`, `1h30m`, `250ms`.

@@ -209,6 +209,29 @@ pub enum SourceAnswer {
 }
 
 impl ServerClient {
+    /// POSTs `body` as JSON to `path` with a JWT naming `agent`; the answer and its URL.
+    async fn post_for(
+        &self,
+        agent: AgentId,
+        path: &str,
+        body: &impl serde::Serialize,
+    ) -> Result<(reqwest::Response, String), ServerError> {
+        let url = self.url(path);
+        let jwt = self.keys.mint_for_server(Some(agent))?;
+        let resp = self
+            .http
+            .post(&url)
+            .bearer_auth(jwt)
+            .json(body)
+            .send()
+            .await
+            .map_err(|source| ServerError::Unreachable {
+                url: url.clone(),
+                source,
+            })?;
+        Ok((resp, url))
+    }
+
     /// Asks whether `agent` (connected with the token whose digest is given) may sync
     /// `source` now, and with what.
     pub async fn authorize_source(
@@ -217,22 +240,13 @@ impl ServerClient {
         source: &str,
         token_digest: &str,
     ) -> Result<SourceAnswer, ServerError> {
-        let url = self.url(warren_types::gitops::AUTHORIZE_SOURCE_PATH);
-        let jwt = self.keys.mint_for_server(Some(agent))?;
-        let resp = self
-            .http
-            .post(&url)
-            .bearer_auth(jwt)
-            .json(&warren_types::gitops::AuthorizeSourceRequest {
-                source: source.to_owned(),
-                token_digest: token_digest.to_owned(),
-            })
-            .send()
-            .await
-            .map_err(|source| ServerError::Unreachable {
-                url: url.clone(),
-                source,
-            })?;
+        let request = warren_types::gitops::AuthorizeSourceRequest {
+            source: source.to_owned(),
+            token_digest: token_digest.to_owned(),
+        };
+        let (resp, url) = self
+            .post_for(agent, warren_types::gitops::AUTHORIZE_SOURCE_PATH, &request)
+            .await?;
         let status = resp.status();
         if status.is_success() {
             let grant = resp.json().await.map_err(|source| ServerError::Malformed {
@@ -264,19 +278,9 @@ impl ServerClient {
         agent: AgentId,
         status: &warren_types::gitops::SourceStatus,
     ) -> Result<(), ServerError> {
-        let url = self.url(warren_types::gitops::SOURCE_STATUS_PATH);
-        let jwt = self.keys.mint_for_server(Some(agent))?;
-        let resp = self
-            .http
-            .post(&url)
-            .bearer_auth(jwt)
-            .json(status)
-            .send()
-            .await
-            .map_err(|source| ServerError::Unreachable {
-                url: url.clone(),
-                source,
-            })?;
+        let (resp, url) = self
+            .post_for(agent, warren_types::gitops::SOURCE_STATUS_PATH, status)
+            .await?;
         if !resp.status().is_success() {
             return Err(ServerError::Status {
                 url,

@@ -20,6 +20,26 @@ pub mod state;
 
 pub use ids::{AgentId, ProjectId, RepositoryId, SshKeyId, TokenId, UserId, WorkspaceId};
 
+/// The rule for the names of Warren's objects (agents, projects, repositories, GitOps
+/// sources) and of the Kubernetes namespaces they name: an RFC 1123 label, 1-63 characters
+/// of a-z, 0-9 and '-', not starting or ending with '-'.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} must be 1-63 characters of a-z, 0-9 and '-', not starting or ending with '-'"
+        ))
+    }
+}
+
 /// An error and all its sources, `outer: inner: innermost`: how every component logs and
 /// reports an error whose sources carry the detail.
 pub fn error_chain(e: &dyn std::error::Error) -> String {

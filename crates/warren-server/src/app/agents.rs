@@ -111,20 +111,7 @@ pub async fn update(
 
 /// Names of agents and projects: DNS-label-like, 1–63 characters.
 pub fn validate_name(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name.len() <= 63
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && !name.starts_with('-')
-        && !name.ends_with('-');
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "{name:?} must be 1-63 characters of a-z, 0-9 and '-', not starting or ending with '-'"
-        ))
-    }
+    warren_types::check_name(name)
 }
 
 fn check_resource_list(field: &str, l: &ResourceList) -> Result<(), AppError> {

@@ -161,16 +161,7 @@ impl Store {
         now: i64,
     ) -> Result<Option<RepositoryRow>, StoreError> {
         let sealed = credential.map(|c| super::workspaces::seal_json(self, c));
-        let r = sqlx::query(&format!(
-            "UPDATE gitops_repositories SET credential = $1, updated_at = $2 WHERE id = $3 \
-             RETURNING {COLS}"
-        ))
-        .bind(sealed)
-        .bind(now)
-        .bind(id.get())
-        .fetch_optional(&self.db.pool)
-        .await?;
-        Ok(r.as_ref().map(row).transpose()?)
+        self.set_sealed(id, "credential", sealed, now).await
     }
 
     /// Replaces (or with `None` removes) the repository's webhook secret.
@@ -181,8 +172,19 @@ impl Store {
         now: i64,
     ) -> Result<Option<RepositoryRow>, StoreError> {
         let sealed = secret.map(|s| self.sbox.seal(s.as_bytes()));
+        self.set_sealed(id, "webhook_secret", sealed, now).await
+    }
+
+    /// Writes one sealed column (`column` is one of this file's, never input).
+    async fn set_sealed(
+        &self,
+        id: RepositoryId,
+        column: &'static str,
+        sealed: Option<String>,
+        now: i64,
+    ) -> Result<Option<RepositoryRow>, StoreError> {
         let r = sqlx::query(&format!(
-            "UPDATE gitops_repositories SET webhook_secret = $1, updated_at = $2 WHERE id = $3 \
+            "UPDATE gitops_repositories SET {column} = $1, updated_at = $2 WHERE id = $3 \
              RETURNING {COLS}"
         ))
         .bind(sealed)

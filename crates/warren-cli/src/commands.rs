@@ -366,6 +366,20 @@ async fn agent(out: Format, cmd: AgentCommand) -> Result<(), CliError> {
                 print(out, &created, |_| String::new());
             }
         }
+        AgentCommand::ResetToken { name } => {
+            let created = named("agent", &name, c.reset_agent_token(&name).await)?;
+            if out == Format::Table {
+                eprintln!(
+                    "Agent {:?} has a new token; the old one no longer works. It is shown only \
+                     this once:",
+                    created.agent.name
+                );
+                println!("{}", created.token);
+                eprintln!("Restart the agent with it (WARREN_AGENT_TOKEN or --token-file).");
+            } else {
+                print(out, &created, |_| String::new());
+            }
+        }
         AgentCommand::List => print(out, &c.list_agents().await?, |a| output::agents(a)),
         AgentCommand::Show { name } => {
             let a = named("agent", &name, c.get_agent(&name).await)?;

@@ -203,6 +203,8 @@ pub enum AgentCommand {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Give the agent a new token (printed once); the old one stops working at once.
+    ResetToken { name: String },
     /// The agent's GitOps sources: what it keeps in sync with Git.
     Gitops {
         #[command(subcommand)]

@@ -364,6 +364,13 @@ impl Client {
             .await
     }
 
+    /// A new token for the agent (admins only); the old one stops working.
+    pub async fn reset_agent_token(&self, name_or_id: &str) -> Result<CreatedAgent> {
+        let mut route = routes::agent(name_or_id);
+        route.push("token".into());
+        self.call(Method::POST, &route, &[], None::<&()>).await
+    }
+
     // ---- GitOps ----
 
     pub async fn list_repositories(&self) -> Result<Vec<Repository>> {

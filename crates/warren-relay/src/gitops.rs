@@ -315,7 +315,11 @@ impl crate::Relay {
                 .await
             {
                 Ok(SourceAnswer::Granted(g)) => g,
-                Ok(SourceAnswer::Denied { message, .. }) => {
+                Ok(SourceAnswer::Denied { status, message }) => {
+                    if status == 401 {
+                        // The token was reset: the agent's next connection with it is refused.
+                        self.server.forget(&token_digest);
+                    }
                     tracing::info!(agent = %agent, source = %source, reason = %message, "GitOps source withdrawn; closing its stream");
                     let _ = write_json(&mut wr, &GitopsFrame::Stopped { reason: message }).await;
                     break;

@@ -151,6 +151,20 @@ impl ServerClient {
             .map(|(c, _)| c.clone())
     }
 
+    /// Drops a cached acceptance of the token with this digest (hex SHA-256), once the
+    /// server said it is no longer the agent's: the next connection with it is checked
+    /// afresh, and refused, instead of riding out the cache.
+    pub fn forget(&self, token_digest: &str) {
+        let Ok(bytes) = hex::decode(token_digest) else {
+            return;
+        };
+        let Ok(key) = <[u8; 32]>::try_from(bytes.as_slice()) else {
+            return;
+        };
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        cache.remove(&key);
+    }
+
     fn store(&self, key: [u8; 32], answer: Cached) {
         let ttl = match answer {
             Cached::Accepted(_) => self.accepted_ttl,

@@ -135,6 +135,8 @@ pub struct Stack {
     /// The server's clock, when `StackOptions::manual_clock`.
     pub clock: Option<warren_server::clock::ManualClock>,
     http: reqwest::Client,
+    /// The relay's listener for agents.
+    relay_agents_url: String,
     shutdown: CancellationToken,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -146,6 +148,48 @@ impl Drop for Stack {
             t.abort();
         }
     }
+}
+
+/// One agent on the simulated runtime, connected to the relay at `relay_agents_url`: its
+/// connection, reconciler and GitOps follower, stopped with `shutdown`.
+fn spawn_agent(
+    relay_agents_url: &str,
+    token: String,
+    agent_id: String,
+    shutdown: &CancellationToken,
+) -> Result<(Arc<SimulatedRuntime>, Vec<tokio::task::JoinHandle<()>>)> {
+    let runtime = Arc::new(SimulatedRuntime::new());
+    runtime.set_auto_settle(true);
+    runtime.set_auto_delete(true);
+    let mut conn_config = ConnectionConfig::new(relay_agents_url.parse()?, token);
+    conn_config.initial_backoff = Duration::from_millis(50);
+    conn_config.max_backoff = Duration::from_millis(500);
+    let connection = RelayConnection::new(conn_config, runtime.clone())
+        .context("creating the agent connection")?;
+    let reconciler = Reconciler::new(
+        Arc::new(connection.clone()),
+        runtime.clone(),
+        ReconcilerConfig {
+            initial_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_millis(500),
+            apply_concurrency: 4,
+        },
+    );
+    let tasks = vec![
+        tokio::spawn(warren_agent::gitops::run(
+            agent_id,
+            connection.clone(),
+            runtime.clone(),
+            reconciler.status(),
+            shutdown.clone(),
+        )),
+        tokio::spawn({
+            let s = shutdown.clone();
+            async move { connection.run(s).await }
+        }),
+        tokio::spawn(reconciler.run(shutdown.clone())),
+    ];
+    Ok((runtime, tasks))
 }
 
 fn chrono_now_ms() -> i64 {
@@ -289,36 +333,14 @@ impl Stack {
             }
         }));
 
-        let runtime = Arc::new(SimulatedRuntime::new());
-        runtime.set_auto_settle(true);
-        runtime.set_auto_delete(true);
-        let mut conn_config =
-            ConnectionConfig::new(format!("http://{relay_agents_addr}").parse()?, agent.token);
-        conn_config.initial_backoff = Duration::from_millis(50);
-        conn_config.max_backoff = Duration::from_millis(500);
-        let connection = RelayConnection::new(conn_config, runtime.clone())
-            .context("creating the agent connection")?;
-        let reconciler = Reconciler::new(
-            Arc::new(connection.clone()),
-            runtime.clone(),
-            ReconcilerConfig {
-                initial_backoff: Duration::from_millis(50),
-                max_backoff: Duration::from_millis(500),
-                apply_concurrency: 4,
-            },
-        );
-        tasks.push(tokio::spawn(warren_agent::gitops::run(
+        let relay_agents_url = format!("http://{relay_agents_addr}");
+        let (runtime, agent_tasks) = spawn_agent(
+            &relay_agents_url,
+            agent.token,
             agent.agent.id.to_string(),
-            connection.clone(),
-            runtime.clone(),
-            reconciler.status(),
-            shutdown.clone(),
-        )));
-        tasks.push(tokio::spawn({
-            let s = shutdown.clone();
-            async move { connection.run(s).await }
-        }));
-        tasks.push(tokio::spawn(reconciler.run(shutdown.clone())));
+            &shutdown,
+        )?;
+        tasks.extend(agent_tasks);
 
         tasks.push(tokio::spawn({
             let s = shutdown.clone();
@@ -354,6 +376,7 @@ impl Stack {
             options,
             clock,
             http,
+            relay_agents_url,
             shutdown,
             tasks,
         };
@@ -367,6 +390,27 @@ impl Stack {
             .await?;
         stack.admin.id = me["id"].as_i64().context("users/me has an id")?;
         Ok(stack)
+    }
+
+    /// Registers another agent (as an admin would) and runs it on its own simulated runtime
+    /// against the same relay; its runtime.
+    pub async fn add_agent(&mut self, name: &str) -> Result<Arc<SimulatedRuntime>> {
+        let created = self
+            .api(
+                reqwest::Method::POST,
+                "/api/v1/agents",
+                &self.admin.token,
+                Some(serde_json::json!({ "name": name })),
+            )
+            .await?;
+        let token = created["token"]
+            .as_str()
+            .context("the new agent's token")?
+            .to_owned();
+        let id = created["agent"]["id"].to_string();
+        let (runtime, tasks) = spawn_agent(&self.relay_agents_url, token, id, &self.shutdown)?;
+        self.tasks.extend(tasks);
+        Ok(runtime)
     }
 
     /// Calls the REST API with a bearer token; a non-2xx answer is an error naming it.

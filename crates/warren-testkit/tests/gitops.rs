@@ -372,3 +372,83 @@ async fn a_source_follows_its_repository_through_the_stack() -> Result<()> {
     );
     Ok(())
 }
+
+/// Two agents follow one repository and ref: a push (announced by a webhook) is read from
+/// the Git server once — one ref lookup and one fetch — and applied by both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_agents_share_one_poll_of_a_repository() -> Result<()> {
+    if !have_git() {
+        return Ok(());
+    }
+    let mut stack = Stack::start().await?;
+    let admin = stack.admin.token.clone();
+    let second_runtime = stack.add_agent("edge").await?;
+    let root = tempfile::tempdir()?;
+    let repo = bare(root.path(), "shared");
+    let first = commit(&repo, &[("app.yaml", &cm("settings", "1"))]);
+    let daemon = GitDaemon::start(root.path())?;
+    const SECRET: &str = "shared-webhook-secret";
+    stack
+        .api(
+            Method::POST,
+            "/api/v1/gitops/repositories",
+            &admin,
+            Some(json!({"name": "shared", "url": daemon.url("shared"), "webhook_secret": SECRET})),
+        )
+        .await?;
+    // A long interval: after the first poll, only the webhook makes the relay look again.
+    for agent in ["local", "edge"] {
+        stack
+            .api(
+                Method::PUT,
+                &format!("/api/v1/agents/{agent}/gitops"),
+                &admin,
+                Some(json!({"sources": [
+                    {"name": "app", "repository": "shared", "namespace": "team", "interval": "1h"}
+                ]})),
+            )
+            .await?;
+    }
+    let value = |rt: &warren_agent::runtime::simulated::SimulatedRuntime| {
+        rt.gitops_objects("app")
+            .first()
+            .map(|o| o["data"]["value"].clone())
+    };
+    let (a, b) = (stack.runtime.clone(), second_runtime.clone());
+    wait_for("both agents synced the first commit", 30, || {
+        let ok = value(&a) == Some(json!("1")) && value(&b) == Some(json!("1"));
+        async move { ok }
+    })
+    .await?;
+    let edge_status = stack
+        .api(
+            Method::GET,
+            "/api/v1/agents/edge/gitops/status",
+            &admin,
+            None,
+        )
+        .await?;
+    assert_eq!(edge_status[0]["commit"], first.as_str(), "{edge_status}");
+
+    let before = daemon.connections();
+    commit(&repo, &[("app.yaml", &cm("settings", "2"))]);
+    let body = br#"{"ref":"refs/heads/main"}"#.to_vec();
+    let r = reqwest::Client::new()
+        .post(format!("{}/api/v1/gitops/webhooks/shared", stack.api_url))
+        .header("X-Gitlab-Token", SECRET)
+        .body(body)
+        .send()
+        .await?;
+    assert_eq!(r.status(), 202);
+    wait_for("both agents synced the pushed commit", 30, || {
+        let ok = value(&a) == Some(json!("2")) && value(&b) == Some(json!("2"));
+        async move { ok }
+    })
+    .await?;
+    assert_eq!(
+        daemon.connections() - before,
+        2,
+        "one ref lookup and one fetch serve both agents"
+    );
+    Ok(())
+}

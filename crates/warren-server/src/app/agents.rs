@@ -85,6 +85,24 @@ pub async fn reset_token(state: &AppState, agent: AgentId) -> Result<String, App
     }
 }
 
+/// Gives an agent a new token (admins only): the old one stops working at once — the relay
+/// refuses it at the agent's next request and ends its GitOps streams at their next poll.
+/// Shown once.
+pub async fn rotate_token(
+    state: &AppState,
+    who: &Principal,
+    key: &str,
+) -> Result<CreatedAgent, AppError> {
+    who.require_admin()?;
+    let a = by_key(state, key).await?;
+    let token = reset_token(state, a.id).await?;
+    tracing::info!(agent = %a.name, by = %who.user.username, "agent token reset");
+    Ok(CreatedAgent {
+        agent: a.to_api(),
+        token,
+    })
+}
+
 /// Replaces an agent's configuration (admins only) and re-renders its workspaces,
 /// restarting those whose objects changed; the agent is signalled.
 pub async fn update(

@@ -33,6 +33,7 @@ use utoipa::{Modify, OpenApi};
         api::agents::create,
         api::agents::get_one,
         api::agents::update,
+        api::agents::reset_token,
         api::gitops::agent_gitops,
         api::gitops::set_agent_gitops,
         api::gitops::agent_status,

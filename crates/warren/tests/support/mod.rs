@@ -569,6 +569,11 @@ impl Stack {
         self.relay = Some(proc);
     }
 
+    /// The token the agent starts with from now on (after `warren agent reset-token`).
+    pub fn set_agent_token(&mut self, token: &str) {
+        self.agent_token = token.to_owned();
+    }
+
     /// Starts the agent; it reconnects to the relay by itself, so there is nothing to wait for.
     pub fn start_agent(&mut self) {
         let args: Vec<String> = vec![

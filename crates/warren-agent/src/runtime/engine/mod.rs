@@ -20,6 +20,7 @@ mod containers;
 mod exec;
 mod files;
 pub mod firewall;
+mod gitops;
 pub mod plan;
 mod ready;
 pub mod registry_auth;
@@ -62,6 +63,9 @@ use super::{
     ByteStream, ObservedWorkspace, RuntimeError, WorkspaceKey, WorkspaceRuntime, AGENT_ID_LABEL,
     WORKSPACE_ID_LABEL,
 };
+
+/// Claims a pod mounts from volumes it does not own: PVC name → (engine volume, its labels).
+pub(super) type SharedClaims = BTreeMap<String, (String, BTreeMap<String, String>)>;
 
 /// Label naming the Warren installation that owns an object. Agent ids are database keys, so
 /// two installations (two `warren up` homes, a developer's Warren and a test run) can both
@@ -218,6 +222,8 @@ struct Inner {
     /// The shared tools volumes this agent filled or failed to fill, by tools image; the
     /// lock serialises fills.
     tools: tokio::sync::Mutex<HashMap<String, tools::ToolsState>>,
+    /// The sibling runtime GitOps objects live in (`gitops`), made on first use.
+    gitops: std::sync::OnceLock<EngineRuntime>,
 }
 
 impl Drop for Inner {
@@ -323,6 +329,7 @@ impl EngineRuntime {
             isolation_warning,
             firewall: tokio::sync::Mutex::new(None),
             tools: tokio::sync::Mutex::new(HashMap::new()),
+            gitops: std::sync::OnceLock::new(),
         });
         tokio::spawn(background::watch_events(
             Arc::downgrade(&inner),
@@ -629,6 +636,16 @@ impl EngineRuntime {
         {
             labels.insert(WORKSPACE_ID_LABEL.to_owned(), id.to_owned());
         }
+        // A GitOps unit's containers, network and volumes name their source (`gitops`).
+        for key in [super::GITOPS_AGENT_LABEL, super::GITOPS_SOURCE_LABEL] {
+            if let Some(v) = deployment
+                .pointer("/metadata/labels")
+                .and_then(|l| l.get(key))
+                .and_then(serde_json::Value::as_str)
+            {
+                labels.insert(key.to_owned(), v.to_owned());
+            }
+        }
         labels
     }
 
@@ -636,6 +653,7 @@ impl EngineRuntime {
         &self,
         workspace: &WorkspaceKey,
         objects: &[serde_json::Value],
+        shared: &SharedClaims,
     ) -> Result<Option<PodPlan>, RuntimeError> {
         let name = &workspace.name;
         let apply_err = |message: String| RuntimeError::Apply {
@@ -647,7 +665,15 @@ impl EngineRuntime {
                 "workspace name {name:?} is not a DNS label"
             )));
         }
-        let parsed = plan::parse_objects(objects).map_err(|e| apply_err(e.to_string()))?;
+        let mut parsed = plan::parse_objects(objects).map_err(|e| apply_err(e.to_string()))?;
+        parsed.claim_volumes = shared
+            .iter()
+            .map(|(claim, (volume, _))| (claim.clone(), volume.clone()))
+            .collect();
+        let shared_labels: BTreeMap<String, BTreeMap<String, String>> = shared
+            .values()
+            .map(|(volume, labels)| (volume.clone(), labels.clone()))
+            .collect();
         let previous = self.read_record(name);
         // A set of Deployments only is a partial reconcile's: the policy stays as it was.
         let egress = match &parsed.network_policy {
@@ -700,7 +726,12 @@ impl EngineRuntime {
             replicas: plan.replicas,
             pod_hash: plan.hash.clone(),
             deployment: parsed.deployment_json.clone(),
-            volumes: plan.volumes.keys().cloned().collect(),
+            volumes: plan
+                .volumes
+                .keys()
+                .filter(|v| !plan.shared_volumes.contains(*v))
+                .cloned()
+                .collect(),
             // Set until the pod is known to run, so `list` never mistakes containers not
             // created or started yet for missing or exited ones.
             starting: plan.replicas == 1,
@@ -721,7 +752,7 @@ impl EngineRuntime {
         self.ensure_network(&plan, &labels).await?;
         // Before any container exists: a workspace never runs without its rules.
         self.sync_firewall().await?;
-        let new_volumes = self.ensure_volumes(&plan, &labels).await?;
+        let new_volumes = self.ensure_volumes(&plan, &labels, &shared_labels).await?;
 
         // Recreate: any container of another pod hash goes, volumes stay. So does a stopped
         // container about to start whose image reference now names another image (rebuilt
@@ -805,6 +836,41 @@ impl EngineRuntime {
             return Ok(None);
         }
         Ok(Some(plan))
+    }
+
+    /// `apply`, with claims backed by volumes the pod does not own (GitOps
+    /// PersistentVolumeClaims, see `gitops`).
+    pub(super) async fn apply_with(
+        &self,
+        workspace: &WorkspaceKey,
+        objects: &[serde_json::Value],
+        shared: &SharedClaims,
+    ) -> Result<(), RuntimeError> {
+        let guard = self.lock_workspace(&workspace.name).await;
+        let result = self.apply_locked(workspace, objects, shared).await;
+        self.bump();
+        let plan = match result {
+            Ok(Some(plan)) => plan,
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let token = self.inner.shutdown.child_token();
+        let generation = self
+            .inner
+            .next_starter
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        lock(&self.inner.starters).insert(workspace.name.clone(), (generation, token.clone()));
+        let this = self.clone();
+        let name = workspace.name.clone();
+        tokio::spawn(async move {
+            let _guard = guard;
+            this.start_sequence(name.clone(), plan, token).await;
+            let mut starters = lock(&this.inner.starters);
+            if starters.get(&name).is_some_and(|(g, _)| *g == generation) {
+                starters.remove(&name);
+            }
+        });
+        Ok(())
     }
 
     /// The containers of the current pod. Exit codes and log tails are read only when the
@@ -927,31 +993,15 @@ impl WorkspaceRuntime for EngineRuntime {
         workspace: &WorkspaceKey,
         objects: &[serde_json::Value],
     ) -> Result<(), RuntimeError> {
-        let guard = self.lock_workspace(&workspace.name).await;
-        let result = self.apply_locked(workspace, objects).await;
-        self.bump();
-        let plan = match result {
-            Ok(Some(plan)) => plan,
-            Ok(None) => return Ok(()),
-            Err(e) => return Err(e),
-        };
-        let token = self.inner.shutdown.child_token();
-        let generation = self
-            .inner
-            .next_starter
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        lock(&self.inner.starters).insert(workspace.name.clone(), (generation, token.clone()));
-        let this = self.clone();
-        let name = workspace.name.clone();
-        tokio::spawn(async move {
-            let _guard = guard;
-            this.start_sequence(name.clone(), plan, token).await;
-            let mut starters = lock(&this.inner.starters);
-            if starters.get(&name).is_some_and(|(g, _)| *g == generation) {
-                starters.remove(&name);
-            }
-        });
-        Ok(())
+        self.apply_with(workspace, objects, &SharedClaims::new())
+            .await
+    }
+
+    async fn sync_gitops(
+        &self,
+        sync: &super::GitopsSync<'_>,
+    ) -> Result<super::GitopsOutcome, RuntimeError> {
+        self.sync_gitops_objects(sync).await
     }
 
     async fn delete(&self, workspace: &WorkspaceKey) -> Result<TerminationProgress, RuntimeError> {

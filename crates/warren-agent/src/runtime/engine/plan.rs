@@ -83,6 +83,9 @@ pub struct Objects {
     pub only_deployments: bool,
     /// Names of the image pull secrets of the ServiceAccount and the pod spec.
     pub pull_secrets: Vec<String>,
+    /// Claims backed by a volume the pod does not own (PVC name → engine volume): a GitOps
+    /// PersistentVolumeClaim outlives the Deployments that mount it, as on Kubernetes.
+    pub claim_volumes: BTreeMap<String, String>,
 }
 
 /// Parses the objects, keeping the kinds the engine realises (the NetworkPolicy as firewall
@@ -190,6 +193,7 @@ pub fn parse_objects(objects: &[Value]) -> Result<Objects, PlanError> {
         network_policy,
         only_deployments,
         pull_secrets,
+        claim_volumes: BTreeMap::new(),
     })
 }
 
@@ -248,6 +252,9 @@ pub struct PodPlan {
     pub network: String,
     /// Engine volume name → PVC name.
     pub volumes: BTreeMap<String, String>,
+    /// The volumes of `volumes` the pod uses but does not own (`Objects::claim_volumes`):
+    /// created with their own labels, never removed with the pod.
+    pub shared_volumes: BTreeSet<String>,
     pub files: Vec<PlannedFile>,
     /// Published target ports (`<port>/<proto>`).
     pub ports: Vec<String>,
@@ -379,6 +386,7 @@ pub fn plan(
 
     // Volumes: PVC → named volume, Secret/ConfigMap → files, emptyDir → named volume too.
     let mut volumes = BTreeMap::new();
+    let mut shared_volumes = BTreeSet::new();
     let mut files = Vec::new();
     let mut sources: HashMap<String, Source> = HashMap::new();
     for v in pod.volumes.clone().unwrap_or_default() {
@@ -390,7 +398,13 @@ pub fn plan(
             // Not in `volumes`: no workspace owns it, so none creates or removes it.
             Source::Volume(tools_volume_name(&image))
         } else if let Some(pvc) = &v.persistent_volume_claim {
-            let engine = volume_name(ws, &pvc.claim_name);
+            let engine = match objects.claim_volumes.get(&pvc.claim_name) {
+                Some(shared) => {
+                    shared_volumes.insert(shared.clone());
+                    shared.clone()
+                }
+                None => volume_name(ws, &pvc.claim_name),
+            };
             volumes.insert(engine.clone(), pvc.claim_name.clone());
             Source::Volume(engine)
         } else if v.empty_dir.is_some() {
@@ -613,6 +627,7 @@ pub fn plan(
         replicas,
         network,
         volumes,
+        shared_volumes,
         files,
         ports,
         uid,

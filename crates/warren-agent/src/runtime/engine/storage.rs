@@ -44,19 +44,27 @@ impl EngineRuntime {
     }
 
     /// Creates the pod's volumes that do not exist yet; returns their names.
+    ///
+    /// A volume of `plan.shared_volumes` is created with its own labels from `shared` (it
+    /// belongs to no pod) and must carry them.
     pub(super) async fn ensure_volumes(
         &self,
         plan: &PodPlan,
         labels: &BTreeMap<String, String>,
+        shared: &BTreeMap<String, BTreeMap<String, String>>,
     ) -> Result<Vec<String>, RuntimeError> {
         let docker = &self.inner.docker;
         let mut created = Vec::new();
-        let workspace = labels
-            .get(WORKSPACE_NAME_LABEL)
-            .cloned()
-            .unwrap_or_default();
-        let selector = self.selector().workspace(&workspace);
         for name in plan.volumes.keys() {
+            let labels = match shared.get(name) {
+                Some(own) if plan.shared_volumes.contains(name) => own,
+                _ => labels,
+            };
+            let workspace = labels
+                .get(WORKSPACE_NAME_LABEL)
+                .cloned()
+                .unwrap_or_default();
+            let selector = self.selector().workspace(&workspace);
             match docker.inspect_volume(name).await {
                 // Volume names are `warren-<workspace>-<volume>`, which two workspaces can
                 // share ("a" with "b-data", "a-b" with "data"): never use another's.

@@ -38,6 +38,19 @@ pub async fn get_one(
     Ok(Json(app::agents::get(&state, &who, &key).await?))
 }
 
+/// Gives the agent a new token, shown once; the old token stops working at once (a lost or
+/// leaked token is revoked this way).
+#[utoipa::path(post, path = "/api/v1/agents/{agent}/token", params(("agent" = String, Path, description = "agent name or id")),
+    responses((status = 200, body = CreatedAgent), (status = 403, body = ApiError), (status = 404, body = ApiError)),
+    tag = "agents", security(("bearer" = [])))]
+pub async fn reset_token(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(key): Path<String>,
+) -> Result<Json<CreatedAgent>, HttpError> {
+    Ok(Json(app::agents::rotate_token(&state, &who, &key).await?))
+}
+
 /// Replaces the agent's configuration. Workspaces keep the objects they were rendered with
 /// until they are resized or re-created.
 #[utoipa::path(put, path = "/api/v1/agents/{agent}", params(("agent" = String, Path, description = "agent name or id")),

@@ -72,6 +72,7 @@ pub fn router() -> Router<AppState> {
         .route("/users/me/ssh-keys/{id}", delete(users::delete_ssh_key))
         .route("/agents", get(agents::list).post(agents::create))
         .route("/agents/{agent}", get(agents::get_one).put(agents::update))
+        .route("/agents/{agent}/token", post(agents::reset_token))
         .route(
             "/agents/{agent}/gitops",
             get(gitops::agent_gitops).put(gitops::set_agent_gitops),

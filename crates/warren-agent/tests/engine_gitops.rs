@@ -1,0 +1,305 @@
+//! GitOps on the container engine (Podman in CI): a source's Deployment, Service, ConfigMap
+//! and PersistentVolumeClaim realised as containers and volumes; a commit that changes, adds
+//! and removes objects (pruned, the claim's data kept while it stays in Git); drift restored;
+//! other kinds and other namespaces refused naming them; nothing of it seen as a workspace.
+
+mod common;
+
+use anyhow::{Context, Result};
+use common::{cli_lines, cli_run, engine_available, Harness, IMAGE};
+use serde_json::{json, Value};
+use std::time::Duration;
+use warren_agent::runtime::{GitopsOutcome, GitopsSync, WorkspaceRuntime};
+use warren_gitops::Manifest;
+use warren_types::gitops::{KindRules, Policy, Source, SourceMode};
+
+/// Removes everything the test's source made, even when the test fails.
+struct Cleanup(String);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let filter = format!("label=warren.dev/gitops-source={}", self.0);
+        for _ in 0..2 {
+            for id in cli_lines(&["ps", "-a", "-q", "--filter", &filter]) {
+                let _ = cli_run(&["rm", "-f", "-t", "0", &id]);
+            }
+        }
+        for v in cli_lines(&["volume", "ls", "-q", "--filter", &filter]) {
+            let _ = cli_run(&["volume", "rm", "-f", &v]);
+        }
+        for n in cli_lines(&["network", "ls", "-q", "--filter", &filter]) {
+            let _ = cli_run(&["network", "rm", "-f", &n]);
+        }
+    }
+}
+
+fn manifest(file: &str, object: Value) -> Manifest {
+    Manifest {
+        file: file.into(),
+        document: 1,
+        object,
+    }
+}
+
+fn config_map(text: &str) -> Manifest {
+    manifest(
+        "web.yaml",
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "web-content"},
+               "data": {"index.html": text}}),
+    )
+}
+
+fn deployment(name: &str, script: &str, claim: Option<&str>) -> Manifest {
+    let mut mounts = vec![json!({"name": "content", "mountPath": "/www"})];
+    let mut volumes = vec![json!({"name": "content", "configMap": {"name": "web-content"}})];
+    if let Some(c) = claim {
+        mounts.push(json!({"name": "data", "mountPath": "/data"}));
+        volumes.push(json!({"name": "data", "persistentVolumeClaim": {"claimName": c}}));
+    }
+    manifest(
+        &format!("{name}.yaml"),
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": {
+                        "containers": [{
+                            "name": "main",
+                            "image": IMAGE,
+                            "imagePullPolicy": "Never",
+                            "command": ["/bin/sh", "-c", script],
+                            "ports": [{"containerPort": 8080}],
+                            "volumeMounts": mounts,
+                        }],
+                        "volumes": volumes,
+                    }
+                }
+            }
+        }),
+    )
+}
+
+fn service() -> Manifest {
+    manifest(
+        "web.yaml",
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+               "spec": {"selector": {"app": "web"},
+                        "ports": [{"port": 80, "targetPort": 8080}]}}),
+    )
+}
+
+fn claim() -> Manifest {
+    manifest(
+        "data.yaml",
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data"},
+               "spec": {"accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": "1Gi"}}}}),
+    )
+}
+
+const WEB: &str = "exec httpd -f -p 8080 -h /www";
+
+/// The running container of Deployment `name` of the source.
+fn container_of(source: &str, deployment: &str) -> Option<String> {
+    let filter = format!("label=warren.dev/gitops-source={source}");
+    cli_lines(&[
+        "ps",
+        "-q",
+        "--filter",
+        &filter,
+        "--filter",
+        "label=warren.dev/role=container",
+        "--format",
+        "{{.Names}}",
+    ])
+    .into_iter()
+    .find(|n| n.contains(&format!("-{deployment}.c.")))
+}
+
+async fn wait_running(source: &str, deployment: &str) -> Result<String> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(c) = container_of(source, deployment) {
+            return Ok(c);
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "Deployment {deployment} of {source} did not run within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// What the web server of `container` answers, once it answers.
+async fn fetch(container: &str) -> Result<String> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match cli_run(&[
+            "exec",
+            container,
+            "wget",
+            "-q",
+            "-O",
+            "-",
+            "http://127.0.0.1:8080/index.html",
+        ]) {
+            Ok(body) => return Ok(body),
+            Err(e) if tokio::time::Instant::now() >= deadline => return Err(e),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_runs_changes_and_leaves_on_the_engine() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    let name = format!("apps-{:06x}", rand::random::<u32>() & 0xffffff);
+    let _cleanup = Cleanup(name.clone());
+    let source = Source {
+        name: name.clone(),
+        repository: "infra".into(),
+        git_ref: "main".into(),
+        paths: vec![],
+        mode: SourceMode::Namespaced,
+        namespace: Some("shop".into()),
+        kinds: KindRules::default(),
+        prune: true,
+        interval: "60s".into(),
+    };
+    let policy = Policy::default();
+    let sync = |objects: &[Manifest], prune: bool| {
+        let source = &source;
+        let policy = &policy;
+        let rt = &h.runtime;
+        let objects = objects.to_vec();
+        async move {
+            rt.sync_gitops(&GitopsSync {
+                agent: "edge",
+                source,
+                policy,
+                commit: "c0ffee",
+                objects: &objects,
+                prune,
+            })
+            .await
+            .context("sync")
+        }
+    };
+
+    // First commit: a web server with its content, a Service, a claim; plus a kind the
+    // engine does not realise and another namespace's object.
+    let job = manifest(
+        "job.yaml",
+        json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "once"},
+               "spec": {"template": {"spec": {"containers": []}}}}),
+    );
+    let mut foreign = deployment("intruder", WEB, None);
+    foreign.object["metadata"]["namespace"] = json!("billing");
+    let first = vec![
+        config_map("v1"),
+        deployment("web", WEB, Some("data")),
+        service(),
+        claim(),
+        job,
+        foreign,
+    ];
+    let out: GitopsOutcome = sync(&first, true).await?;
+    assert_eq!(out.applied, 4, "{out:?}");
+    assert_eq!(out.errors.len(), 2, "{out:?}");
+    assert!(
+        out.errors
+            .iter()
+            .any(|e| e.object.as_deref().is_some_and(|o| o.contains("Job"))
+                && e.message.contains("batch/v1 Job")),
+        "{out:?}"
+    );
+    assert!(
+        out.errors.iter().any(|e| e.message.contains("\"billing\"")),
+        "{out:?}"
+    );
+    let web = wait_running(&name, "web").await?;
+    assert_eq!(fetch(&web).await?, "v1");
+    cli_run(&["exec", &web, "sh", "-c", "echo kept > /data/file"])?;
+    // The Service published the Deployment's port on the host.
+    let ports = cli_run(&["port", &web])?;
+    assert!(ports.contains("8080/tcp"), "{ports}");
+    assert!(
+        container_of(&name, "intruder").is_none(),
+        "another namespace's Deployment ran"
+    );
+    // Nothing of the source is a workspace.
+    assert!(h.runtime.list().await?.is_empty());
+
+    // The same commit again: nothing changes.
+    let out = sync(&first, true).await?;
+    assert_eq!((out.applied, out.unchanged), (0, 4), "{out:?}");
+    assert_eq!(container_of(&name, "web").as_deref(), Some(web.as_str()));
+
+    // Drift: the container removed by hand comes back at the next sync.
+    cli_run(&["rm", "-f", "-t", "0", &web])?;
+    assert!(container_of(&name, "web").is_none());
+    sync(&first, true).await?;
+    let web = wait_running(&name, "web").await?;
+    assert_eq!(fetch(&web).await?, "v1");
+
+    // Second commit: content changed, a worker added; the claim's data survives.
+    let second = vec![
+        config_map("v2"),
+        deployment("web", WEB, Some("data")),
+        deployment("worker", "exec sleep 2147483647", Some("data")),
+        service(),
+        claim(),
+    ];
+    let out = sync(&second, true).await?;
+    assert!(out.errors.is_empty(), "{out:?}");
+    // The ConfigMap, web (its content changed) and the new worker.
+    assert_eq!((out.applied, out.unchanged), (3, 2), "{out:?}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let web = loop {
+        let c = wait_running(&name, "web").await?;
+        if fetch(&c).await.ok().as_deref() == Some("v2") {
+            break c;
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "web never served v2"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(
+        cli_run(&["exec", &web, "cat", "/data/file"])?.trim(),
+        "kept"
+    );
+    let worker = wait_running(&name, "worker").await?;
+    assert_eq!(
+        cli_run(&["exec", &worker, "cat", "/data/file"])?.trim(),
+        "kept",
+        "both Deployments mount the one claim"
+    );
+    let health = sync(&second, true).await?.health;
+    assert_eq!(health.len(), 2, "{health:?}");
+
+    // An unreadable commit (prune off): nothing is deleted.
+    let out = sync(&[config_map("v2")], false).await?;
+    assert_eq!(out.pruned, 0);
+    assert!(container_of(&name, "worker").is_some());
+
+    // Third commit: only the ConfigMap stays; everything else is pruned, the claim's
+    // volume after the Deployments that mounted it.
+    let out = sync(&[config_map("v2")], true).await?;
+    assert!(out.errors.is_empty(), "{out:?}");
+    assert_eq!((out.pruned, out.unchanged), (4, 1), "{out:?}");
+    let filter = format!("label=warren.dev/gitops-source={name}");
+    assert!(cli_lines(&["ps", "-a", "-q", "--filter", &filter]).is_empty());
+    assert!(cli_lines(&["volume", "ls", "-q", "--filter", &filter]).is_empty());
+    h.runtime.shutdown().await;
+    Ok(())
+}

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver and kube-controller-manager from Debian's kubernetes source package (no
-# prebuilt binaries can be downloaded on the CI machines) and caches them, so the Kubernetes
-# runtime's tests run against a real API server. See shared notes "kubernetes.md".
+# Builds kube-apiserver, kube-controller-manager and kubectl from Debian's kubernetes source
+# package (no prebuilt binaries can be downloaded on the CI machines) and caches them, so the
+# Kubernetes runtime's tests run against a real API server (and the GitOps benchmark compares
+# with `kubectl apply --server-side`). See shared notes "kubernetes.md".
+#
+# The tree's vendored github.com/modern-go/reflect2 1.0.1 crashes under Go 1.18+ (custom
+# resources, decoded through json-iterator, segfault the API server); Debian's 1.0.2, the
+# release that fixed it and API-compatible, replaces it before the build.
 #
 # Cache: $WARREN_K8S_CACHE (default /var/cache/warren-k8s); binaries land in "$cache/bin".
 # When both binaries already exist there the build is skipped. etcd comes from Debian's
@@ -21,7 +26,8 @@ fi
 # own on free ports, so the system one is not needed (ignore failures: no systemd in containers).
 as_root systemctl disable --now etcd >/dev/null 2>&1 || true
 
-if [ -x "$bin/kube-apiserver" ] && [ -x "$bin/kube-controller-manager" ]; then
+if [ -x "$bin/kube-apiserver" ] && [ -x "$bin/kube-controller-manager" ] && [ -x "$bin/kubectl" ] \
+  && [ -f "$bin/.reflect2-1.0.2" ]; then
   echo "kubernetes binaries cached in $bin (build skipped, $((SECONDS - start))s)"
   exit 0
 fi
@@ -38,7 +44,8 @@ Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SRC
 fi
 as_root apt-get -o DPkg::Lock::Timeout=600 update -q
-as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q golang-go rsync etcd-server make
+as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q golang-go rsync etcd-server make \
+  golang-github-modern-go-reflect2-dev
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/warren-k8s-build.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
@@ -52,17 +59,21 @@ cd src
 mkdir -p .go/src/k8s.io
 ln -s ../../.. .go/src/k8s.io/kubernetes
 export GOPATH="$PWD/.go" CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-}"
+reflect2=/usr/share/gocode/src/github.com/modern-go/reflect2
+[ -f "$reflect2/reflect2.go" ] || { echo "Debian's reflect2 source is missing at $reflect2" >&2; exit 1; }
+rsync -a --delete --exclude '.git' --exclude '*_test.go' --exclude 'test*' --exclude 'go.mod' --exclude 'go.sum' "$reflect2/" vendor/github.com/modern-go/reflect2/
 # Keep the ~1 GB Go build cache inside the build dir so it is removed with it.
 export GOCACHE="$work/gocache"
-echo "building kube-apiserver and kube-controller-manager (several minutes on 2 cores)"
-make WHAT="cmd/kube-apiserver cmd/kube-controller-manager" >"$work/build.log" 2>&1 || {
+echo "building kube-apiserver, kube-controller-manager and kubectl (several minutes on 2 cores)"
+make WHAT="cmd/kube-apiserver cmd/kube-controller-manager cmd/kubectl" >"$work/build.log" 2>&1 || {
   tail -n 50 "$work/build.log" >&2
   echo "kubernetes build failed" >&2
   exit 1
 }
 out="$(find _output -type f -path '*/bin/kube-apiserver' | head -n1)"
 as_root mkdir -p "$bin"
-as_root install -m 0755 "$out" "$(dirname "$out")/kube-controller-manager" "$bin/"
+as_root install -m 0755 "$out" "$(dirname "$out")/kube-controller-manager" "$(dirname "$out")/kubectl" "$bin/"
+as_root touch "$bin/.reflect2-1.0.2"
 echo "built kubernetes $(basename "$orig") in $((SECONDS - start))s"
 echo "kubernetes binaries in $bin"
 "$bin/kube-apiserver" --version || true

@@ -258,6 +258,7 @@ async fn apply(
         pruned: 0,
         errors: r.errors.clone(),
         health: vec![],
+        detected_at: None,
     };
     match runtime.sync_gitops(&sync).await {
         Ok(out) => {
@@ -292,5 +293,6 @@ fn failed_status(name: &str, last: Option<&Received>, message: String) -> Source
             message,
         }],
         health: vec![],
+        detected_at: None,
     }
 }

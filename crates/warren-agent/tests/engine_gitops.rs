@@ -203,6 +203,16 @@ async fn a_source_runs_changes_and_leaves_on_the_engine() -> Result<()> {
     );
     let mut foreign = deployment("intruder", WEB, None);
     foreign.object["metadata"]["namespace"] = json!("billing");
+    // Beyond the baseline pod security: a capability, and the workspaces' shared tools
+    // volume's reserved name.
+    let mut caps = deployment("rogue-caps", WEB, None);
+    caps.object["spec"]["template"]["spec"]["containers"][0]["securityContext"] =
+        json!({"capabilities": {"add": ["SYS_ADMIN"]}});
+    let mut tools = deployment("rogue-tools", WEB, None);
+    tools.object["spec"]["template"]["spec"]["volumes"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "warren-tools", "emptyDir": {}}));
     let first = vec![
         config_map("v1"),
         deployment("web", WEB, Some("data")),
@@ -210,10 +220,18 @@ async fn a_source_runs_changes_and_leaves_on_the_engine() -> Result<()> {
         claim(),
         job,
         foreign,
+        caps,
+        tools,
     ];
     let out: GitopsOutcome = sync(&first, true).await?;
     assert_eq!(out.applied, 4, "{out:?}");
-    assert_eq!(out.errors.len(), 2, "{out:?}");
+    assert_eq!(out.errors.len(), 4, "{out:?}");
+    let errors = format!("{:?}", out.errors);
+    assert!(errors.contains("SYS_ADMIN"), "{errors}");
+    assert!(
+        errors.contains("\\\"warren-tools\\\": names starting with warren- are reserved"),
+        "{errors}"
+    );
     assert!(
         out.errors
             .iter()
@@ -235,8 +253,43 @@ async fn a_source_runs_changes_and_leaves_on_the_engine() -> Result<()> {
         container_of(&name, "intruder").is_none(),
         "another namespace's Deployment ran"
     );
+    assert!(
+        container_of(&name, "rogue-caps").is_none() && container_of(&name, "rogue-tools").is_none()
+    );
     // Nothing of the source is a workspace.
     assert!(h.runtime.list().await?.is_empty());
+    // Its network is in the agent's firewall table with the workspaces' (cut off from
+    // them both ways), where the agent enforces isolation.
+    if h.runtime.isolation_warning().is_none() {
+        let net = cli_run(&[
+            "inspect",
+            &web,
+            "--format",
+            "{{range $k, $v := .NetworkSettings.Networks}}{{$k}}{{end}}",
+        ])?;
+        let subnet = cli_run(&[
+            "network",
+            "inspect",
+            net.trim(),
+            "--format",
+            "{{range .Subnets}}{{.Subnet}}{{end}}",
+        ])?;
+        let tables = std::process::Command::new("nft")
+            .args(["list", "tables"])
+            .output()?;
+        let tables = String::from_utf8_lossy(&tables.stdout).into_owned();
+        let table = tables
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("table inet "))
+            .find(|t| t.ends_with(&format!("_{}", h.agent_id)))
+            .with_context(|| format!("no firewall table of agent {} in {tables}", h.agent_id))?
+            .to_owned();
+        let rules = std::process::Command::new("nft")
+            .args(["list", "table", "inet", &table])
+            .output()?;
+        let rules = String::from_utf8_lossy(&rules.stdout).into_owned();
+        assert!(rules.contains(subnet.trim()), "{subnet} not in {rules}");
+    }
 
     // The same commit again: nothing changes.
     let out = sync(&first, true).await?;
@@ -284,8 +337,46 @@ async fn a_source_runs_changes_and_leaves_on_the_engine() -> Result<()> {
         "kept",
         "both Deployments mount the one claim"
     );
-    let health = sync(&second, true).await?.health;
-    assert_eq!(health.len(), 2, "{health:?}");
+    // Both units report ready once their pods run.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let health = sync(&second, true).await?.health;
+        assert_eq!(health.len(), 2, "{health:?}");
+        if health.iter().all(|h| h.ready) {
+            break;
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "not ready: {health:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // A kind the policy now denies is an error, and what it made is not pruned for it.
+    let strict = Policy {
+        deny: vec!["v1/PersistentVolumeClaim".into()],
+        ..Policy::default()
+    };
+    let out = h
+        .runtime
+        .sync_gitops(&GitopsSync {
+            agent: "edge",
+            source: &source,
+            policy: &strict,
+            commit: "c0ffee",
+            objects: &second,
+            prune: true,
+        })
+        .await?;
+    assert_eq!(out.pruned, 0, "{out:?}");
+    assert!(
+        format!("{:?}", out.errors).contains("PersistentVolumeClaim"),
+        "{out:?}"
+    );
+    assert_eq!(
+        cli_run(&["exec", &worker, "cat", "/data/file"])?.trim(),
+        "kept"
+    );
 
     // An unreadable commit (prune off): nothing is deleted.
     let out = sync(&[config_map("v2")], false).await?;
@@ -300,6 +391,7 @@ async fn a_source_runs_changes_and_leaves_on_the_engine() -> Result<()> {
     let filter = format!("label=warren.dev/gitops-source={name}");
     assert!(cli_lines(&["ps", "-a", "-q", "--filter", &filter]).is_empty());
     assert!(cli_lines(&["volume", "ls", "-q", "--filter", &filter]).is_empty());
+    assert!(cli_lines(&["network", "ls", "-q", "--filter", &filter]).is_empty());
     h.runtime.shutdown().await;
     Ok(())
 }

@@ -261,13 +261,15 @@ async fn a_cluster_source_brings_a_crd_a_namespace_and_its_objects_in_order() {
                                    "x-kubernetes-preserve-unknown-fields": true}}}]}
     });
     let ns = unique("gitops-cluster");
-    // The test control plane (Kubernetes 1.20 built with Go 1.19) crashes when it encodes a
-    // custom object (its vendored reflect2 predates Go 1.18's map layout), so no Widget is
-    // created here; the CRD's establishment and the ordering are what this checks.
     let mut in_ns = cm("settings", "1");
     in_ns["metadata"]["namespace"] = json!(ns);
-    // Listed in the wrong order on purpose: an object, then its namespace, then the CRD.
+    let widget = json!({"apiVersion": format!("{group}/v1"), "kind": "Widget",
+                        "metadata": {"name": "first", "namespace": ns},
+                        "spec": {"size": 3}});
+    // Listed in the wrong order on purpose: the custom object, an object, their namespace,
+    // then the CRD the custom object needs.
     let objects = [
+        widget,
         in_ns,
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
         crd,
@@ -278,7 +280,7 @@ async fn a_cluster_source_brings_a_crd_a_namespace_and_its_objects_in_order() {
     );
     let out = sync(&runtime, &src, "c1", &objects).await;
     assert!(out.errors.is_empty(), "{:?}", out.errors);
-    assert_eq!(out.applied, 3);
+    assert_eq!(out.applied, 4);
     let crds: Api<DynamicObject> = Api::all_with(
         client.clone(),
         &ApiResource::from_gvk_with_plural(
@@ -295,8 +297,26 @@ async fn a_cluster_source_brings_a_crd_a_namespace_and_its_objects_in_order() {
     assert!(established, "the sync waited for the CRD to be established");
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     assert!(configmaps.get_opt("settings").await.unwrap().is_some());
+    let widgets: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(&group, "v1", "Widget"),
+            "widgets",
+        ),
+    );
+    let w = widgets.get("first").await.unwrap();
+    assert_eq!(w.data["spec"]["size"], 3);
+    assert_eq!(
+        w.metadata
+            .labels
+            .unwrap_or_default()
+            .get("warren.dev/gitops-source")
+            .map(String::as_str),
+        Some("platform")
+    );
 
     // Everything leaves Git: pruned, dependents first.
     let out = sync(&runtime, &src, "c2", &[]).await;
-    assert_eq!(out.pruned, 3, "{:?}", out.errors);
+    assert_eq!(out.pruned, 4, "{:?}", out.errors);
 }

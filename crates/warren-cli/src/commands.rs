@@ -370,8 +370,9 @@ async fn agent(out: Format, cmd: AgentCommand) -> Result<(), CliError> {
             let created = named("agent", &name, c.reset_agent_token(&name).await)?;
             if out == Format::Table {
                 eprintln!(
-                    "Agent {:?} has a new token; the old one no longer works. It is shown only \
-                     this once:",
+                    "Agent {:?} has a new token; the old one no longer works (relays may \
+                     accept new connections with it for up to their auth cache). It is shown \
+                     only this once:",
                     created.agent.name
                 );
                 println!("{}", created.token);

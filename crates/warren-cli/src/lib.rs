@@ -203,7 +203,8 @@ pub enum AgentCommand {
         #[arg(long)]
         config: PathBuf,
     },
-    /// Give the agent a new token (printed once); the old one stops working at once.
+    /// Give the agent a new token (printed once); the old one stops working (relays may
+    /// accept new connections with it for up to their auth cache, 300 s by default).
     ResetToken { name: String },
     /// The agent's GitOps sources: what it keeps in sync with Git.
     Gitops {

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -268,6 +269,9 @@ pub(crate) fn sync_frame(grant: &SourceGrant, s: &Snapshot) -> GitopsFrame {
     }
 }
 
+/// The commit a stream last sent and when it first saw it at the ref.
+type Detected = Option<(String, DateTime<Utc>)>;
+
 /// Waits this long before asking the server again after it could not be reached.
 const SERVER_RETRY: Duration = Duration::from_secs(5);
 
@@ -286,13 +290,24 @@ impl crate::Relay {
         use tokio::io::AsyncWriteExt;
         let (mut rd, mut wr) = tokio::io::split(stream);
         let closed = self.shutdown.child_token();
+        // The commit last sent and when this stream first saw it at the ref: stamped on the
+        // agent's status of that commit, for the server's lag metric.
+        let detected: Arc<Mutex<Detected>> = Arc::default();
         let reader = {
             let relay = self.clone();
             let closed = closed.clone();
+            let detected = detected.clone();
             tokio::spawn(async move {
                 loop {
                     match read_json::<_, GitopsFrame>(&mut rd).await {
-                        Ok(GitopsFrame::Status(status)) => {
+                        Ok(GitopsFrame::Status(mut status)) => {
+                            if let Some((commit, at)) =
+                                &*detected.lock().unwrap_or_else(|p| p.into_inner())
+                            {
+                                if status.commit.as_ref() == Some(commit) {
+                                    status.detected_at = Some(*at);
+                                }
+                            }
                             if let Err(e) = relay.server.report_status(agent, &status).await {
                                 tracing::warn!(agent = %agent, source = %status.source, error = %warren_types::error_chain(&e), "cannot forward a GitOps status");
                             }
@@ -341,6 +356,7 @@ impl crate::Relay {
             tokio::pin!(notified);
             // Registered before the poll, so a push arriving during it is not missed.
             notified.as_mut().enable();
+            let seen_at = Utc::now();
             let outcome = match self.gitops.head(&grant).await {
                 Ok(id) if last_sent.as_deref() == Some(id.as_str()) => Ok(None),
                 Ok(id) => self
@@ -353,6 +369,8 @@ impl crate::Relay {
             let sent = match outcome {
                 Ok(None) => Ok(()),
                 Ok(Some((id, snapshot))) => {
+                    *detected.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some((snapshot.commit.clone(), seen_at));
                     let r = write_json(&mut wr, &sync_frame(&grant, &snapshot)).await;
                     if r.is_ok() {
                         tracing::info!(agent = %agent, source = %source, commit = %snapshot.commit, objects = snapshot.objects.len(), "GitOps commit sent");

@@ -7,6 +7,7 @@
 //! endpoints are whatever local address a test registers with [`Stack::set_endpoint`], and
 //! exec runs local processes. Everything stops when the [`Stack`] is dropped.
 
+mod balancer;
 pub mod browser;
 pub mod files_http;
 pub mod git_daemon;
@@ -73,6 +74,12 @@ pub struct StackOptions {
     pub manual_clock: bool,
     /// The server's devfile registries (parents by `id`).
     pub devfile_registries: Vec<String>,
+    /// Relay instances (at least 1). With more than one, the agent reaches them through a
+    /// TCP balancer (first that accepts), the server signals them all, and they share a
+    /// routing table in Redis when `redis_url` is set.
+    pub relays: usize,
+    /// Redis for the relays' shared routing table (a key prefix of the stack's own).
+    pub redis_url: Option<String>,
 }
 
 impl Default for StackOptions {
@@ -84,6 +91,8 @@ impl Default for StackOptions {
             ssh: true,
             manual_clock: false,
             devfile_registries: vec![],
+            relays: 1,
+            redis_url: None,
         }
     }
 }
@@ -137,6 +146,8 @@ pub struct Stack {
     http: reqwest::Client,
     /// The relay's listener for agents.
     relay_agents_url: String,
+    /// Each relay's stop switch (see [`Stack::stop_relay`]).
+    relay_stops: Vec<CancellationToken>,
     shutdown: CancellationToken,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -218,8 +229,14 @@ impl Stack {
         let mut tasks = vec![];
 
         let (api, api_addr) = bind().await?;
-        let (relay_agents, relay_agents_addr) = bind().await?;
-        let (relay_internal, relay_internal_addr) = bind().await?;
+        let mut relay_listeners = Vec::new();
+        for _ in 0..options.relays.max(1) {
+            let (agents, agents_addr) = bind().await?;
+            let (internal, internal_addr) = bind().await?;
+            relay_listeners.push((agents, agents_addr, internal, internal_addr));
+        }
+        let relay_internal_addr = relay_listeners[0].3;
+        let relay_agents_addrs: Vec<SocketAddr> = relay_listeners.iter().map(|r| r.1).collect();
         let (proxy_http, proxy_addr) = bind().await?;
         let (proxy_ssh, ssh_addr) = if options.ssh {
             let (l, a) = bind().await?;
@@ -232,7 +249,10 @@ impl Stack {
 
         let mut config = ServerConfig::new(home.path().join("server"));
         config.devfile_registries = options.devfile_registries.clone();
-        config.relay_urls = vec![relay_internal_url.clone()];
+        config.relay_urls = relay_listeners
+            .iter()
+            .map(|r| format!("http://{}", r.3))
+            .collect();
         config.ssh_public_address = ssh_addr.map(|a| a.to_string());
         if options.ssh {
             let key = warren_proxy::ssh::host_public_key(
@@ -317,23 +337,60 @@ impl Stack {
                 }
             }
         }));
-        let mut relay_config =
-            warren_relay::RelayConfig::new(api_url.parse()?, shared_secret.clone());
-        relay_config.agent_wait_seconds = 5;
-        tasks.push(tokio::spawn({
-            let s = shutdown.clone();
-            async move {
-                let listeners = warren_relay::Listeners {
-                    agents: relay_agents,
-                    internal: relay_internal,
-                };
-                if let Err(e) = warren_relay::run(relay_config, listeners, s).await {
-                    eprintln!("testkit: relay stopped: {e}");
+        let prefix = format!("warren:testkit:{:016x}:", rand::random::<u64>());
+        let mut relay_stops = Vec::new();
+        for (agents, _, internal, _) in relay_listeners {
+            let mut relay_config =
+                warren_relay::RelayConfig::new(api_url.parse()?, shared_secret.clone());
+            relay_config.agent_wait_seconds = 5;
+            let stop = shutdown.child_token();
+            relay_stops.push(stop.clone());
+            let listeners = warren_relay::Listeners { agents, internal };
+            let task = match &options.redis_url {
+                Some(redis) => {
+                    relay_config.peer_secret =
+                        Some("testkit-relay-peer-secret-0123456789abcdef".into());
+                    let (peers, peer_addr) = bind().await?;
+                    let mut rc = warren_relay::redis_registry::RedisRegistryConfig::new(
+                        redis.clone(),
+                        format!("http://{peer_addr}").parse()?,
+                    );
+                    rc.key_prefix = prefix.clone();
+                    rc.entry_ttl = Duration::from_secs(10);
+                    rc.refresh_interval = Duration::from_secs(5);
+                    rc.health_interval = Duration::from_millis(200);
+                    let registry = warren_relay::redis_registry::RedisRegistry::connect(rc)
+                        .await
+                        .context("connecting the relay to Redis")?;
+                    tokio::spawn(async move {
+                        if let Err(e) = warren_relay::run_with_peers(
+                            relay_config,
+                            listeners,
+                            Some(peers),
+                            Arc::new(registry),
+                            stop,
+                        )
+                        .await
+                        {
+                            eprintln!("testkit: relay stopped: {e}");
+                        }
+                    })
                 }
-            }
-        }));
-
-        let relay_agents_url = format!("http://{relay_agents_addr}");
+                None => tokio::spawn(async move {
+                    if let Err(e) = warren_relay::run(relay_config, listeners, stop).await {
+                        eprintln!("testkit: relay stopped: {e}");
+                    }
+                }),
+            };
+            tasks.push(task);
+        }
+        let relay_agents_url = if relay_agents_addrs.len() > 1 {
+            let (balancer, addr) = balancer::start(relay_agents_addrs).await?;
+            tasks.push(balancer);
+            format!("http://{addr}")
+        } else {
+            format!("http://{}", relay_agents_addrs[0])
+        };
         let (runtime, agent_tasks) = spawn_agent(
             &relay_agents_url,
             agent.token,
@@ -377,6 +434,7 @@ impl Stack {
             clock,
             http,
             relay_agents_url,
+            relay_stops,
             shutdown,
             tasks,
         };
@@ -390,6 +448,12 @@ impl Stack {
             .await?;
         stack.admin.id = me["id"].as_i64().context("users/me has an id")?;
         Ok(stack)
+    }
+
+    /// Stops relay `index` (of [`StackOptions::relays`]): its listeners close and its agent
+    /// connections end, so the agents reconnect to another relay through the balancer.
+    pub fn stop_relay(&self, index: usize) {
+        self.relay_stops[index].cancel();
     }
 
     /// Registers another agent (as an admin would) and runs it on its own simulated runtime

@@ -319,6 +319,18 @@ async fn a_source_follows_its_repository_through_the_stack() -> Result<()> {
             .is_some_and(|s| s["commit"] == fourth.as_str())
     })
     .await?;
+    // The lag from the relay seeing the pushed commit to the agent having applied it.
+    let metrics = http
+        .get(format!("{}/metrics", stack.api_url))
+        .send()
+        .await?
+        .text()
+        .await?;
+    assert!(
+        metrics.contains("warren_gitops_last_apply_lag_seconds{agent=\"local\",source=\"web\"}")
+            && metrics.contains("warren_gitops_apply_lag_seconds"),
+        "{metrics}"
+    );
     let r = http
         .post(&hook)
         .header("X-Gitlab-Token", SECRET)
@@ -450,5 +462,259 @@ async fn two_agents_share_one_poll_of_a_repository() -> Result<()> {
         2,
         "one ref lookup and one fetch serve both agents"
     );
+    Ok(())
+}
+
+/// Faults on the Git side, through the stack: a symbolic link out of the repository, a ref
+/// that does not exist and a repository that vanished each become a status error naming
+/// it, and nothing already applied is deleted because of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn git_faults_are_reported_and_delete_nothing() -> Result<()> {
+    if !have_git() {
+        return Ok(());
+    }
+    let stack = Stack::start().await?;
+    let admin = stack.admin.token.clone();
+    let root = tempfile::tempdir()?;
+    let repo = bare(root.path(), "apps");
+    let first = commit(
+        &repo,
+        &[("a.yaml", &cm("alpha", "1")), ("b.yaml", &cm("beta", "1"))],
+    );
+    stack
+        .api(
+            Method::POST,
+            "/api/v1/gitops/repositories",
+            &admin,
+            Some(json!({"name": "apps", "url": format!("file://{}", repo.display())})),
+        )
+        .await?;
+    let set_ref = |git_ref: &str| {
+        json!({"sources": [{"name": "apps", "repository": "apps", "ref": git_ref,
+                            "namespace": "team", "prune": true, "interval": "1s"}]})
+    };
+    stack
+        .api(
+            Method::PUT,
+            "/api/v1/agents/local/gitops",
+            &admin,
+            Some(set_ref("main")),
+        )
+        .await?;
+    wait_for("the first commit applied", 30, || async {
+        status(&stack, "apps")
+            .await
+            .is_some_and(|s| s["commit"] == first.as_str())
+    })
+    .await?;
+    let all = ["ConfigMap/alpha", "ConfigMap/beta"];
+    assert_eq!(names(&stack.runtime.gitops_objects("apps")), all);
+
+    // A commit where b.yaml became a link leaving the repository: named, and beta (which
+    // "left" only because its file could not be read) is kept.
+    let work = tempfile::tempdir()?;
+    git(
+        work.path(),
+        &["clone", "--quiet", repo.to_str().unwrap(), "."],
+    )?;
+    std::fs::remove_file(work.path().join("b.yaml"))?;
+    std::os::unix::fs::symlink("../../../etc/passwd", work.path().join("b.yaml"))?;
+    git(work.path(), &["add", "--all"])?;
+    git(
+        work.path(),
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.test",
+            "commit",
+            "--quiet",
+            "-m",
+            "link",
+        ],
+    )?;
+    git(work.path(), &["push", "--quiet", "origin", "main"])?;
+    let linked = git(work.path(), &["rev-parse", "HEAD"])?.trim().to_owned();
+    wait_for("the linked commit reported", 30, || async {
+        status(&stack, "apps")
+            .await
+            .is_some_and(|s| s["commit"] == linked.as_str())
+    })
+    .await?;
+    let s = status(&stack, "apps").await.unwrap();
+    let errors = s["errors"].to_string();
+    assert!(
+        errors.contains("b.yaml") && errors.contains("outside the repository"),
+        "{errors}"
+    );
+    assert_eq!(s["pruned"], 0, "{s}");
+    assert_eq!(names(&stack.runtime.gitops_objects("apps")), all);
+
+    // A ref that does not exist.
+    stack
+        .api(
+            Method::PUT,
+            "/api/v1/agents/local/gitops",
+            &admin,
+            Some(set_ref("release-9")),
+        )
+        .await?;
+    wait_for("the missing ref reported", 30, || async {
+        status(&stack, "apps")
+            .await
+            .is_some_and(|s| s["errors"].to_string().contains("release-9"))
+    })
+    .await?;
+    assert_eq!(names(&stack.runtime.gitops_objects("apps")), all);
+
+    // The repository vanishes.
+    stack
+        .api(
+            Method::PUT,
+            "/api/v1/agents/local/gitops",
+            &admin,
+            Some(set_ref("main")),
+        )
+        .await?;
+    wait_for("main again", 30, || async {
+        status(&stack, "apps")
+            .await
+            .is_some_and(|s| s["errors"].to_string().contains("outside the repository"))
+    })
+    .await?;
+    std::fs::remove_dir_all(&repo)?;
+    wait_for("the vanished repository reported", 30, || async {
+        status(&stack, "apps").await.is_some_and(|s| {
+            let e = s["errors"].to_string();
+            e.contains(repo.to_str().unwrap()) && !e.contains("outside the repository")
+        })
+    })
+    .await?;
+    let s = status(&stack, "apps").await.unwrap();
+    assert_eq!(
+        s["commit"],
+        linked.as_str(),
+        "the last applied commit stays: {s}"
+    );
+    assert_eq!(names(&stack.runtime.gitops_objects("apps")), all);
+    Ok(())
+}
+
+/// Three relay instances (sharing their routing table in Redis when
+/// `WARREN_TEST_REDIS_URL` is set): a webhook reaches them all, yet only the one holding the
+/// agent's connection reads Git; when that relay stops, the agent's sources move with the
+/// agent to another, which resumes from the applied commit without re-creating anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sources_move_with_the_agent_across_relays() -> Result<()> {
+    if !have_git() {
+        return Ok(());
+    }
+    let redis_url = std::env::var("WARREN_TEST_REDIS_URL").ok();
+    if redis_url.is_none() {
+        eprintln!("notice: WARREN_TEST_REDIS_URL is not set; the three relays run without Redis");
+    }
+    let stack = Stack::start_with(warren_testkit::StackOptions {
+        relays: 3,
+        redis_url,
+        ..Default::default()
+    })
+    .await?;
+    let admin = stack.admin.token.clone();
+    let root = tempfile::tempdir()?;
+    let repo = bare(root.path(), "fleet");
+    let first = commit(&repo, &[("app.yaml", &cm("settings", "1"))]);
+    let daemon = GitDaemon::start(root.path())?;
+    const SECRET: &str = "fleet-webhook-secret";
+    stack
+        .api(
+            Method::POST,
+            "/api/v1/gitops/repositories",
+            &admin,
+            Some(json!({"name": "fleet", "url": daemon.url("fleet"), "webhook_secret": SECRET})),
+        )
+        .await?;
+    stack
+        .api(
+            Method::PUT,
+            "/api/v1/agents/local/gitops",
+            &admin,
+            Some(json!({"sources": [
+                {"name": "app", "repository": "fleet", "namespace": "team", "interval": "1h"}
+            ]})),
+        )
+        .await?;
+    wait_for("the first commit applied", 30, || async {
+        status(&stack, "app")
+            .await
+            .is_some_and(|s| s["commit"] == first.as_str())
+    })
+    .await?;
+    let push = |value: &'static str| {
+        let repo = repo.clone();
+        let url = format!("{}/api/v1/gitops/webhooks/fleet", stack.api_url);
+        async move {
+            let id = commit(&repo, &[("app.yaml", &cm("settings", value))]);
+            let r = reqwest::Client::new()
+                .post(url)
+                .header("X-Gitlab-Token", SECRET)
+                .body(r#"{"ref":"refs/heads/main"}"#)
+                .send()
+                .await?;
+            anyhow::ensure!(r.status() == 202, "webhook answered {}", r.status());
+            anyhow::Ok(id)
+        }
+    };
+
+    // All three relays are poked; one reads Git.
+    let before = daemon.connections();
+    let second = push("2").await?;
+    wait_for("the second commit applied", 30, || async {
+        status(&stack, "app")
+            .await
+            .is_some_and(|s| s["commit"] == second.as_str() && s["applied"] == 1)
+    })
+    .await?;
+    assert_eq!(
+        daemon.connections() - before,
+        2,
+        "one ref lookup and one fetch, by the relay holding the agent"
+    );
+
+    // The relay holding the agent stops: the agent and its source move to another relay,
+    // which sends the applied commit again — unchanged, nothing re-created.
+    let stopped_at = chrono::Utc::now();
+    stack.stop_relay(0);
+    wait_for("the source resumed on another relay", 30, || async {
+        status(&stack, "app").await.is_some_and(|s| {
+            s["synced_at"]
+                .as_str()
+                .and_then(|t| t.parse::<chrono::DateTime<chrono::Utc>>().ok())
+                .is_some_and(|t| t > stopped_at)
+        })
+    })
+    .await?;
+    let s = status(&stack, "app").await.unwrap();
+    assert_eq!(s["commit"], second.as_str(), "{s}");
+    assert_eq!(
+        (s["applied"].as_u64(), s["unchanged"].as_u64()),
+        (Some(0), Some(1)),
+        "{s}"
+    );
+
+    // And pushes keep arriving through it.
+    let third = push("3").await?;
+    wait_for(
+        "the third commit applied through the new relay",
+        30,
+        || async {
+            status(&stack, "app")
+                .await
+                .is_some_and(|s| s["commit"] == third.as_str() && s["applied"] == 1)
+        },
+    )
+    .await?;
+    let objects = stack.runtime.gitops_objects("app");
+    assert_eq!(objects.len(), 1);
+    assert_eq!(objects[0]["data"]["value"], "3");
     Ok(())
 }

@@ -247,6 +247,10 @@ pub struct SourceStatus {
     pub errors: Vec<SyncError>,
     #[serde(default)]
     pub health: Vec<ObjectHealth>,
+    /// When a relay first saw `commit` at the ref (set by the relay, not the agent): the
+    /// lag from there to `synced_at` is Warren's own delay in applying a push.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detected_at: Option<DateTime<Utc>>,
 }
 
 /// Relay → server (internal): may this agent sync this source now, and with what?

@@ -322,14 +322,13 @@ fn gitops_on_podman_through_the_stack() {
         .unwrap_or_default()
         .len();
     stack.start_agent();
+    // Refused, and refused again on its retry: by then a sync would have had its chance.
     wait_for(
-        "the agent with the old token to be refused",
+        "the agent with the old token to be refused twice",
         CONVERGE,
         || {
             let l = std::fs::read_to_string(&agent_log).ok()?;
-            l.get(seen..)?
-                .contains("refused the agent token")
-                .then_some(())
+            (l.get(seen..)?.matches("refused the agent token").count() >= 2).then_some(())
         },
         || stack.logs(),
     );

@@ -85,9 +85,10 @@ pub async fn reset_token(state: &AppState, agent: AgentId) -> Result<String, App
     }
 }
 
-/// Gives an agent a new token (admins only): the old one stops working at once — the relay
-/// refuses it at the agent's next request and ends its GitOps streams at their next poll.
-/// Shown once.
+/// Gives an agent a new token (admins only), shown once. The old one stops working: the
+/// server refuses it at once, the relays end the agent's GitOps streams at their next poll
+/// (and then forget it), and otherwise refuse new connections with it once their cache of
+/// accepted tokens (`auth_cache_seconds`, 300 s by default) lets it go.
 pub async fn rotate_token(
     state: &AppState,
     who: &Principal,

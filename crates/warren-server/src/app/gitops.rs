@@ -407,6 +407,13 @@ pub async fn report_status(
     status: &SourceStatus,
 ) -> Result<(), AppError> {
     let agent = relay_agent(state, bearer).await?;
+    let previous = state
+        .store
+        .source_statuses(agent.id)
+        .await?
+        .into_iter()
+        .find(|s| s.source == status.source)
+        .and_then(|s| s.commit);
     state
         .store
         .set_source_status(agent.id, status, state.clock.now_ms())
@@ -415,6 +422,12 @@ pub async fn report_status(
         ("agent", agent.name.clone()),
         ("source", status.source.clone()),
     ];
+    // Once per commit: from a relay seeing it at the ref to the agent having applied it.
+    if let (Some(seen), true) = (status.detected_at, status.commit != previous) {
+        let lag = (status.synced_at - seen).num_milliseconds().max(0) as f64 / 1000.0;
+        metrics::histogram!("warren_gitops_apply_lag_seconds", &labels).record(lag);
+        metrics::gauge!("warren_gitops_last_apply_lag_seconds", &labels).set(lag);
+    }
     metrics::counter!("warren_gitops_syncs_total", &labels).increment(1);
     metrics::gauge!("warren_gitops_errors", &labels).set(status.errors.len() as f64);
     metrics::gauge!("warren_gitops_last_sync_timestamp_seconds", &labels)

@@ -30,7 +30,8 @@ use warren_types::gitops::{ObjectHealth, SyncError};
 use super::files::{create_private_dir, write_private_file};
 use super::plan::{canonical_json, WORKSPACE_NAMESPACE_LABEL, WORKSPACE_NAME_LABEL};
 use super::{
-    is_dns_label, runtime_err, status_of, EngineRuntime, Inner, SharedClaims, OWNER_LABEL,
+    is_dns_label, runtime_err, status_of, ApplyOptions, EngineRuntime, Inner, SharedClaims,
+    OWNER_LABEL,
 };
 use crate::runtime::{
     GitopsOutcome, GitopsSync, RuntimeError, WorkspaceKey, WorkspaceRuntime, AGENT_ID_LABEL,
@@ -85,9 +86,11 @@ fn digest(parts: &[&Value]) -> String {
     hex::encode(&h.finalize()[..12])
 }
 
-/// The engine name of a source's object: reserved `warren-g-` prefix (no workspace name
-/// starts with `warren-`), a hash that keeps agents, sources and namespaces apart, and the
-/// object's own name, cut to keep the whole a DNS label.
+/// The engine name of a source's Deployment (its unit) or claim (its volume): a hash that
+/// keeps agents, sources, kinds and namespaces apart, and the object's own name, cut to keep
+/// the whole a DNS label. A unit's name starts `warren-g-` (no workspace name starts with
+/// `warren-`, so no workspace's container, network or volume can be named like a unit's);
+/// a claim's volume `warren-g.`, which no name derived from a workspace's contains.
 fn engine_name(sync: &GitopsSync<'_>, kind: &str, namespace: &str, name: &str) -> String {
     let mut h = Sha256::new();
     for part in [sync.agent, &sync.source.name, kind, namespace, name] {
@@ -96,7 +99,115 @@ fn engine_name(sync: &GitopsSync<'_>, kind: &str, namespace: &str, name: &str) -
     }
     let hash = &hex::encode(h.finalize())[..10];
     let cut: String = name.chars().take(40).collect();
-    format!("warren-g-{hash}-{}", cut.trim_end_matches('-'))
+    let sep = if kind == "PersistentVolumeClaim" {
+        '.'
+    } else {
+        '-'
+    };
+    format!("warren-g{sep}{hash}-{}", cut.trim_end_matches('-'))
+}
+
+/// Capabilities a GitOps container may add: Kubernetes' "baseline" Pod Security Standard.
+const BASELINE_CAPABILITIES: &[&str] = &[
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+];
+
+/// Holds a Deployment from Git to Kubernetes' baseline Pod Security Standard, adapted to an
+/// engine shared with workspaces: no host namespaces, no capability beyond the baseline set
+/// (privileged and hostPath are refused by `plan` for every pod), and no `warren-` volume or
+/// container name — those are the workspace renderer's (the shared tools volume), not Git's.
+fn baseline(deployment: &Value) -> Result<(), String> {
+    let pod = deployment
+        .pointer("/spec/template/spec")
+        .cloned()
+        .unwrap_or(Value::Null);
+    for field in ["hostNetwork", "hostPID", "hostIPC"] {
+        if pod.get(field) == Some(&Value::Bool(true)) {
+            return Err(format!(
+                "spec.template.spec.{field} is not allowed for objects from Git"
+            ));
+        }
+    }
+    let reserved = |n: &str| n.starts_with("warren-");
+    for v in pod["volumes"].as_array().into_iter().flatten() {
+        let name = v["name"].as_str().unwrap_or_default();
+        if reserved(name) {
+            return Err(format!(
+                "volume name {name:?}: names starting with warren- are reserved"
+            ));
+        }
+    }
+    for list in ["initContainers", "containers"] {
+        for c in pod[list].as_array().into_iter().flatten() {
+            let name = c["name"].as_str().unwrap_or_default();
+            if reserved(name) {
+                return Err(format!(
+                    "container name {name:?}: names starting with warren- are reserved"
+                ));
+            }
+            let added = c
+                .pointer("/securityContext/capabilities/add")
+                .and_then(Value::as_array);
+            for cap in added.into_iter().flatten() {
+                let cap = cap.as_str().unwrap_or_default();
+                let bare = cap.trim_start_matches("CAP_");
+                if !BASELINE_CAPABILITIES.contains(&bare) {
+                    return Err(format!(
+                        "container {name:?} adds capability {cap:?}, beyond the baseline set \
+                         objects from Git may add ({})",
+                        BASELINE_CAPABILITIES.join(", ")
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The ConfigMaps and Secrets a Deployment's pod uses (volumes, `env`, `envFrom`).
+fn references(deployment: &Value) -> (BTreeSet<String>, BTreeSet<String>) {
+    let (mut config_maps, mut secrets) = (BTreeSet::new(), BTreeSet::new());
+    let pod = deployment
+        .pointer("/spec/template/spec")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let add = |set: &mut BTreeSet<String>, v: Option<&Value>| {
+        if let Some(n) = v.and_then(Value::as_str) {
+            set.insert(n.to_owned());
+        }
+    };
+    for v in pod["volumes"].as_array().into_iter().flatten() {
+        add(&mut config_maps, v.pointer("/configMap/name"));
+        add(&mut secrets, v.pointer("/secret/secretName"));
+    }
+    for list in ["initContainers", "containers"] {
+        for c in pod[list].as_array().into_iter().flatten() {
+            for e in c["env"].as_array().into_iter().flatten() {
+                add(
+                    &mut config_maps,
+                    e.pointer("/valueFrom/configMapKeyRef/name"),
+                );
+                add(&mut secrets, e.pointer("/valueFrom/secretKeyRef/name"));
+            }
+            for e in c["envFrom"].as_array().into_iter().flatten() {
+                add(&mut config_maps, e.pointer("/configMapRef/name"));
+                add(&mut secrets, e.pointer("/secretRef/name"));
+            }
+        }
+    }
+    (config_maps, secrets)
 }
 
 /// Whether a Service's selector selects a pod template's labels.
@@ -132,13 +243,16 @@ struct Admitted<'a> {
 }
 
 impl EngineRuntime {
-    /// The runtime GitOps units live in (see the module docs), made on first use.
-    fn gitops_engine(&self) -> EngineRuntime {
+    /// The runtime GitOps units live in (see the module docs); made once, at connect.
+    pub(super) fn gitops_engine(&self) -> EngineRuntime {
         self.inner
             .gitops
             .get_or_init(|| {
                 let mut config = self.inner.config.clone();
                 config.state_dir = self.inner.config.state_dir.join("gitops");
+                // Its own (empty) directory: Git may not name the operator's registry
+                // credentials.
+                config.pull_secrets_dir = Some(config.state_dir.join("pull-secrets"));
                 let (changes, _) = tokio::sync::watch::channel(0);
                 EngineRuntime {
                     inner: Arc::new(Inner {
@@ -159,6 +273,7 @@ impl EngineRuntime {
                         firewall: tokio::sync::Mutex::new(None),
                         tools: tokio::sync::Mutex::new(Default::default()),
                         gitops: std::sync::OnceLock::new(),
+                        parent: Some(Arc::downgrade(&self.inner)),
                     }),
                 }
             })
@@ -174,17 +289,27 @@ impl EngineRuntime {
             .join(format!("{source}.json"))
     }
 
-    fn read_inventory(&self, source: &str) -> BTreeMap<Entry, String> {
+    /// The source's inventory; `None` when it exists but cannot be read — then nothing may
+    /// be pruned (what the source applied is unknown) until a sync writes a new one; the
+    /// unreadable file is kept beside it for a person to look at.
+    fn read_inventory(&self, source: &str) -> Option<BTreeMap<Entry, String>> {
         let path = self.inventory_path(source);
-        match std::fs::read(&path) {
-            Ok(bytes) => match serde_json::from_slice::<Inventory>(&bytes) {
-                Ok(inv) => inv.objects.into_iter().collect(),
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "ignoring an unreadable GitOps inventory");
-                    BTreeMap::new()
-                }
-            },
-            Err(_) => BTreeMap::new(),
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(BTreeMap::new()),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "cannot read the GitOps inventory; not pruning");
+                return None;
+            }
+        };
+        match serde_json::from_slice::<Inventory>(&bytes) {
+            Ok(inv) => Some(inv.objects.into_iter().collect()),
+            Err(e) => {
+                let aside = path.with_extension("json.unreadable");
+                let _ = std::fs::rename(&path, &aside);
+                tracing::warn!(path = %path.display(), kept = %aside.display(), error = %e, "the GitOps inventory is unreadable; not pruning until the next sync");
+                None
+            }
         }
     }
 
@@ -237,9 +362,17 @@ impl EngineRuntime {
         &self,
         sync: &GitopsSync<'_>,
     ) -> Result<GitopsOutcome, RuntimeError> {
+        // The name becomes a file name; the relay's word is not trusted alone.
+        warren_types::check_name(&sync.source.name).map_err(|e| RuntimeError::Apply {
+            workspace: format!("GitOps source {:?}", sync.source.name),
+            message: e,
+        })?;
         let gitops = self.gitops_engine();
         let rights = Rights::new(sync.source, sync.policy);
-        let previous = self.read_inventory(&sync.source.name);
+        let (previous, prune) = match self.read_inventory(&sync.source.name) {
+            Some(p) => (p, sync.prune),
+            None => (BTreeMap::new(), false),
+        };
         let mut out = GitopsOutcome::default();
         // What the inventory keeps: applied now, or refused now but not deleted because of it.
         let mut keep: BTreeMap<Entry, String> = BTreeMap::new();
@@ -265,10 +398,15 @@ impl EngineRuntime {
                 Ok(ns) => ns.unwrap_or_else(|| "default".into()),
                 Err(message) => {
                     out.errors.push(error(message));
+                    // Where it would have gone (as `admit` places it), so what it was is kept.
                     let entry = Entry {
                         api_version: m.api_version().to_owned(),
                         kind: m.kind().to_owned(),
-                        namespace: m.namespace().unwrap_or("default").to_owned(),
+                        namespace: m
+                            .namespace()
+                            .or(sync.source.namespace.as_deref())
+                            .unwrap_or("default")
+                            .to_owned(),
                         name: m.name().to_owned(),
                     };
                     if let Some(d) = previous.get(&entry) {
@@ -321,6 +459,14 @@ impl EngineRuntime {
             });
         }
 
+        // Recorded before anything is applied: a crash in the middle must not leave a unit
+        // the inventory does not know (it could never be pruned).
+        let mut early = previous.clone();
+        for a in &admitted {
+            early.entry(a.entry.clone()).or_default();
+        }
+        self.write_inventory(&sync.source.name, &early)?;
+
         // Units: each Deployment with what its pod uses from its namespace.
         let claims_in_git: BTreeSet<(String, String)> = admitted
             .iter()
@@ -334,6 +480,13 @@ impl EngineRuntime {
                 object: Some(d.manifest.display()),
                 message,
             };
+            if let Err(message) = baseline(&d.body) {
+                out.errors.push(error(message));
+                if let Some(digest) = previous.get(&d.entry) {
+                    keep.insert(d.entry.clone(), digest.clone());
+                }
+                continue;
+            }
             let template_labels = d
                 .body
                 .pointer("/spec/template/metadata/labels")
@@ -384,15 +537,19 @@ impl EngineRuntime {
             if let Some(s) = service {
                 objects.push(s.body.clone());
             }
+            // Only what the pod uses: a change elsewhere in the namespace leaves it alone.
+            let (config_maps, secrets) = references(&d.body);
             objects.extend(
                 admitted
                     .iter()
                     .filter(|a| {
                         &a.entry.namespace == ns
-                            && matches!(
-                                a.entry.kind.as_str(),
-                                "ConfigMap" | "Secret" | "PersistentVolumeClaim"
-                            )
+                            && match a.entry.kind.as_str() {
+                                "ConfigMap" => config_maps.contains(&a.entry.name),
+                                "Secret" => secrets.contains(&a.entry.name),
+                                "PersistentVolumeClaim" => shared.contains_key(&a.entry.name),
+                                _ => false,
+                            }
                     })
                     .map(|a| a.body.clone()),
             );
@@ -411,7 +568,11 @@ impl EngineRuntime {
                 name: engine_name(sync, "Deployment", ns, &d.entry.name),
             };
             let existed = gitops.read_record(&key.name).is_some();
-            match gitops.apply_with(&key, &objects, &shared).await {
+            let options = ApplyOptions {
+                shared,
+                complete: true,
+            };
+            match gitops.apply_with(&key, &objects, &options).await {
                 Ok(()) => {
                     if existed && previous.get(&d.entry) == Some(&unit_digest) {
                         out.unchanged += 1;
@@ -440,7 +601,7 @@ impl EngineRuntime {
             keep.insert(a.entry.clone(), d);
         }
 
-        if sync.prune {
+        if prune {
             let gone: Vec<Entry> = previous
                 .keys()
                 .filter(|e| !keep.contains_key(*e))

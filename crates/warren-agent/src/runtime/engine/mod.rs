@@ -67,6 +67,16 @@ use super::{
 /// Claims a pod mounts from volumes it does not own: PVC name → (engine volume, its labels).
 pub(super) type SharedClaims = BTreeMap<String, (String, BTreeMap<String, String>)>;
 
+/// How an apply treats its objects beyond what they say.
+#[derive(Debug, Default)]
+pub(super) struct ApplyOptions {
+    /// Claims backed by volumes the pod does not own.
+    pub shared: SharedClaims,
+    /// The objects are the whole set (GitOps): Secret and ConfigMap data not among them is
+    /// gone, not kept from an earlier apply as a partial reconcile's omissions are.
+    pub complete: bool,
+}
+
 /// Label naming the Warren installation that owns an object. Agent ids are database keys, so
 /// two installations (two `warren up` homes, a developer's Warren and a test run) can both
 /// have agent 1 on one engine; without this label each would list, report and delete the
@@ -224,6 +234,9 @@ struct Inner {
     tools: tokio::sync::Mutex<HashMap<String, tools::ToolsState>>,
     /// The sibling runtime GitOps objects live in (`gitops`), made on first use.
     gitops: std::sync::OnceLock<EngineRuntime>,
+    /// Set in that sibling: the runtime whose firewall table holds its networks too, so
+    /// GitOps pods and workspaces are cut off from each other like workspaces are.
+    parent: Option<std::sync::Weak<Inner>>,
 }
 
 impl Drop for Inner {
@@ -330,6 +343,7 @@ impl EngineRuntime {
             firewall: tokio::sync::Mutex::new(None),
             tools: tokio::sync::Mutex::new(HashMap::new()),
             gitops: std::sync::OnceLock::new(),
+            parent: None,
         });
         tokio::spawn(background::watch_events(
             Arc::downgrade(&inner),
@@ -342,6 +356,8 @@ impl EngineRuntime {
             ));
         }
         let runtime = EngineRuntime { inner };
+        // Made now, so the first firewall rules already cover GitOps pods that kept running.
+        runtime.gitops_engine();
         runtime.collect_stale_firewall_tables().await;
         // Rules for workspaces that kept running while the agent was away (or a reboot).
         if let Err(e) = runtime.sync_firewall().await {
@@ -394,10 +410,43 @@ impl EngineRuntime {
     /// installation and their policies (see `firewall`); a no-op where the agent cannot
     /// enforce them, or when nothing changed.
     pub(super) async fn sync_firewall(&self) -> Result<(), RuntimeError> {
+        if let Some(parent) = &self.inner.parent {
+            return match parent.upgrade() {
+                Some(inner) => Box::pin(EngineRuntime { inner }.sync_firewall()).await,
+                None => Ok(()),
+            };
+        }
         if self.inner.isolation_warning.is_some() {
             return Ok(());
         }
         let mut last = self.inner.firewall.lock().await;
+        let mut nets = self.workspace_nets("").await?;
+        if let Some(gitops) = self.inner.gitops.get() {
+            nets.extend(gitops.workspace_nets("gitops ").await?);
+        }
+        nets.sort_by(|a, b| a.workspace.cmp(&b.workspace));
+        let table = firewall::table_name(&self.inner.owner, self.inner.config.agent_id.get());
+        let script = firewall::ruleset(&table, &nets);
+        if last.as_deref() == Some(script.as_str()) {
+            return Ok(());
+        }
+        firewall::nft(&["-f", "-"], Some(&script))
+            .await
+            .map_err(|message| RuntimeError::Apply {
+                workspace: "the workspaces' firewall rules".into(),
+                message,
+            })?;
+        tracing::debug!(workspaces = nets.len(), "firewall rules applied");
+        *last = Some(script);
+        Ok(())
+    }
+
+    /// The networks of this runtime's pods with what their policies allow, named with
+    /// `prefix` in the rules' comments.
+    async fn workspace_nets(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<firewall::WorkspaceNet>, RuntimeError> {
         let mut nets = Vec::new();
         for (network, labels) in self.labelled_networks(&self.selector()).await? {
             let Some(workspace) = labels.get(WORKSPACE_NAME_LABEL).cloned() else {
@@ -425,26 +474,12 @@ impl EngineRuntime {
             };
             let egress = self.read_record(&workspace).and_then(|r| r.egress);
             nets.push(firewall::WorkspaceNet {
-                workspace,
+                workspace: format!("{prefix}{workspace}"),
                 subnet,
                 egress,
             });
         }
-        nets.sort_by(|a, b| a.workspace.cmp(&b.workspace));
-        let table = firewall::table_name(&self.inner.owner, self.inner.config.agent_id.get());
-        let script = firewall::ruleset(&table, &nets);
-        if last.as_deref() == Some(script.as_str()) {
-            return Ok(());
-        }
-        firewall::nft(&["-f", "-"], Some(&script))
-            .await
-            .map_err(|message| RuntimeError::Apply {
-                workspace: "the workspaces' firewall rules".into(),
-                message,
-            })?;
-        tracing::debug!(workspaces = nets.len(), "firewall rules applied");
-        *last = Some(script);
-        Ok(())
+        Ok(nets)
     }
 
     /// Whether the engine is Podman (else Docker or compatible).
@@ -653,8 +688,9 @@ impl EngineRuntime {
         &self,
         workspace: &WorkspaceKey,
         objects: &[serde_json::Value],
-        shared: &SharedClaims,
+        options: &ApplyOptions,
     ) -> Result<Option<PodPlan>, RuntimeError> {
+        let shared = &options.shared;
         let name = &workspace.name;
         let apply_err = |message: String| RuntimeError::Apply {
             workspace: workspace.to_string(),
@@ -698,15 +734,10 @@ impl EngineRuntime {
         } else {
             parsed.pull_secrets.clone()
         };
-        let mut secrets = previous
-            .as_ref()
-            .map(|r| r.secrets.clone())
-            .unwrap_or_default();
+        let kept = previous.as_ref().filter(|_| !options.complete);
+        let mut secrets = kept.map(|r| r.secrets.clone()).unwrap_or_default();
         secrets.extend(parsed.secrets.clone());
-        let mut config_maps = previous
-            .as_ref()
-            .map(|r| r.config_maps.clone())
-            .unwrap_or_default();
+        let mut config_maps = kept.map(|r| r.config_maps.clone()).unwrap_or_default();
         config_maps.extend(parsed.config_maps.clone());
         let labels = self.base_labels(workspace, &parsed.deployment_json);
         let files_dir = self.workspace_dir(name).join("files");
@@ -838,16 +869,15 @@ impl EngineRuntime {
         Ok(Some(plan))
     }
 
-    /// `apply`, with claims backed by volumes the pod does not own (GitOps
-    /// PersistentVolumeClaims, see `gitops`).
+    /// `apply`, with the options GitOps needs (see `gitops`).
     pub(super) async fn apply_with(
         &self,
         workspace: &WorkspaceKey,
         objects: &[serde_json::Value],
-        shared: &SharedClaims,
+        options: &ApplyOptions,
     ) -> Result<(), RuntimeError> {
         let guard = self.lock_workspace(&workspace.name).await;
-        let result = self.apply_locked(workspace, objects, shared).await;
+        let result = self.apply_locked(workspace, objects, options).await;
         self.bump();
         let plan = match result {
             Ok(Some(plan)) => plan,
@@ -993,7 +1023,7 @@ impl WorkspaceRuntime for EngineRuntime {
         workspace: &WorkspaceKey,
         objects: &[serde_json::Value],
     ) -> Result<(), RuntimeError> {
-        self.apply_with(workspace, objects, &SharedClaims::new())
+        self.apply_with(workspace, objects, &ApplyOptions::default())
             .await
     }
 

@@ -11,6 +11,7 @@ use super::{runtime_error, KubernetesRuntime};
 use crate::runtime::{
     GitopsOutcome, GitopsSync, RuntimeError, GITOPS_AGENT_LABEL, GITOPS_SOURCE_LABEL,
 };
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -46,6 +47,26 @@ impl std::fmt::Display for Entry {
             None => write!(f, "{} {} {}", self.api_version, self.kind, self.name),
         }
     }
+}
+
+/// How many objects of one sync are applied at a time (after Namespaces and CRDs).
+const APPLY_CONCURRENCY: usize = 8;
+
+/// One object ready to apply.
+struct Job<'a> {
+    manifest: &'a Manifest,
+    entry: Entry,
+    body: Value,
+    api: Api<DynamicObject>,
+}
+
+/// What applying one object did.
+enum Outcome {
+    Applied(Option<ObjectHealth>),
+    Unchanged(Option<ObjectHealth>),
+    Failed(SyncError),
+    /// It exists and is not the source's.
+    Foreign(SyncError, Entry),
 }
 
 fn rank(kind: &str) -> u8 {
@@ -210,128 +231,113 @@ impl KubernetesRuntime {
         let inv_name = inventory_name(&sync.source.name);
         let previous = self.gitops_inventory(&inv_ns, &inv_name).await?;
         let mut out = GitopsOutcome::default();
-        let mut ordered: Vec<&Manifest> = sync.objects.iter().collect();
-        ordered.sort_by_key(|m| rank(m.kind()));
         let mut kinds: HashMap<(String, String), Result<(ApiResource, ApiCapabilities), String>> =
             HashMap::new();
         let mut wanted: BTreeSet<Entry> = BTreeSet::new();
-        for m in ordered {
-            let error = |message: String| SyncError {
-                file: Some(m.file.clone()),
-                object: Some(m.display()),
-                message,
-            };
-            let key = (m.api_version().to_owned(), m.kind().to_owned());
-            if !kinds.contains_key(&key) {
-                let found = kube::discovery::pinned_kind(&self.client, &gvk(&key.0, &key.1))
-                    .await
-                    .map_err(|e| {
-                        format!(
-                            "the API server does not serve {} {}: {}",
-                            key.0,
-                            key.1,
-                            kube_message(&e)
-                        )
-                    });
-                kinds.insert(key.clone(), found);
-            }
-            let (res, caps) = match &kinds[&key] {
-                Ok(x) => x.clone(),
-                Err(m2) => {
-                    out.errors.push(error(m2.clone()));
-                    continue;
+        for rank_now in 0..=2u8 {
+            let mut jobs: Vec<Job<'_>> = Vec::new();
+            for m in sync.objects.iter().filter(|m| rank(m.kind()) == rank_now) {
+                let error = |message: String| SyncError {
+                    file: Some(m.file.clone()),
+                    object: Some(m.display()),
+                    message,
+                };
+                let key = (m.api_version().to_owned(), m.kind().to_owned());
+                // Looked up once per kind, and only now: a kind a CRD of this sync brings
+                // exists once that CRD (an earlier rank) is established.
+                if !kinds.contains_key(&key) {
+                    let found = kube::discovery::pinned_kind(&self.client, &gvk(&key.0, &key.1))
+                        .await
+                        .map_err(|e| {
+                            format!(
+                                "the API server does not serve {} {}: {}",
+                                key.0,
+                                key.1,
+                                kube_message(&e)
+                            )
+                        });
+                    kinds.insert(key.clone(), found);
                 }
-            };
-            let namespaced = caps.scope == Scope::Namespaced;
-            let namespace = match rights.admit(m, Some(namespaced)) {
-                Ok(ns) => ns,
-                Err(message) => {
-                    out.errors.push(error(message));
-                    // Refused now, but what it was is not deleted because of it.
-                    wanted.insert(Entry {
-                        api_version: key.0.clone(),
-                        kind: key.1.clone(),
-                        namespace: m.namespace().map(str::to_owned),
-                        name: m.name().to_owned(),
-                    });
-                    continue;
-                }
-            };
-            let entry = Entry {
-                api_version: key.0.clone(),
-                kind: key.1.clone(),
-                namespace: namespace.clone(),
-                name: m.name().to_owned(),
-            };
-            let mut body = m.object.clone();
-            match &namespace {
-                Some(ns) => body["metadata"]["namespace"] = Value::from(ns.as_str()),
-                None => {
-                    if let Some(meta) = body["metadata"].as_object_mut() {
-                        meta.remove("namespace");
+                let (res, caps) = match &kinds[&key] {
+                    Ok(x) => x.clone(),
+                    Err(m2) => {
+                        out.errors.push(error(m2.clone()));
+                        continue;
+                    }
+                };
+                let namespaced = caps.scope == Scope::Namespaced;
+                let namespace = match rights.admit(m, Some(namespaced)) {
+                    Ok(ns) => ns,
+                    Err(message) => {
+                        out.errors.push(error(message));
+                        // Refused now, but what it was is not deleted because of it.
+                        wanted.insert(Entry {
+                            api_version: key.0.clone(),
+                            kind: key.1.clone(),
+                            namespace: m.namespace().map(str::to_owned),
+                            name: m.name().to_owned(),
+                        });
+                        continue;
+                    }
+                };
+                let entry = Entry {
+                    api_version: key.0.clone(),
+                    kind: key.1.clone(),
+                    namespace: namespace.clone(),
+                    name: m.name().to_owned(),
+                };
+                let mut body = m.object.clone();
+                match &namespace {
+                    Some(ns) => body["metadata"]["namespace"] = Value::from(ns.as_str()),
+                    None => {
+                        if let Some(meta) = body["metadata"].as_object_mut() {
+                            meta.remove("namespace");
+                        }
                     }
                 }
-            }
-            if let Some(meta) = body["metadata"].as_object_mut() {
-                let labels = meta
-                    .entry("labels")
-                    .or_insert_with(|| serde_json::json!({}));
-                labels[GITOPS_AGENT_LABEL] = Value::from(sync.agent);
-                labels[GITOPS_SOURCE_LABEL] = Value::from(sync.source.name.as_str());
-            }
-            let api = self.dynamic(&res, namespace.as_deref());
-            let existing = match api.get_opt(m.name()).await {
-                Ok(x) => x,
-                Err(e) => {
-                    out.errors
-                        .push(error(format!("reading it: {}", kube_message(&e))));
-                    wanted.insert(entry);
-                    continue;
+                if let Some(meta) = body["metadata"].as_object_mut() {
+                    let labels = meta
+                        .entry("labels")
+                        .or_insert_with(|| serde_json::json!({}));
+                    labels[GITOPS_AGENT_LABEL] = Value::from(sync.agent);
+                    labels[GITOPS_SOURCE_LABEL] = Value::from(sync.source.name.as_str());
                 }
-            };
-            if let Some(x) = &existing {
-                let owner = x
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(GITOPS_SOURCE_LABEL));
-                if owner.map(String::as_str) != Some(sync.source.name.as_str()) {
-                    out.errors.push(error(match owner {
-                        Some(other) => format!("is managed by source {other:?}"),
-                        None => "exists and was not made by this source; it is not taken over \
-                                 (delete it, or give the manifest another name)"
-                            .into(),
-                    }));
-                    continue;
-                }
+                let api = self.dynamic(&res, namespace.as_deref());
+                wanted.insert(entry.clone());
+                jobs.push(Job {
+                    manifest: m,
+                    entry,
+                    body,
+                    api,
+                });
             }
-            let before = existing.and_then(|x| x.metadata.resource_version);
-            match api
-                .patch(m.name(), &Self::gitops_params(), &Patch::Apply(&body))
-                .await
-            {
-                Ok(applied) => {
-                    if before.is_some() && applied.metadata.resource_version == before {
-                        out.unchanged += 1;
-                    } else {
+            // Namespaces and CRDs one by one (a CRD is waited for); the rest, independent of
+            // each other, several at a time.
+            let width = if rank_now == 2 { APPLY_CONCURRENCY } else { 1 };
+            let mut pending = Vec::with_capacity(jobs.len());
+            for job in jobs {
+                pending.push(self.apply_gitops_object(sync, job));
+            }
+            let results: Vec<Outcome> = futures::stream::iter(pending)
+                .buffer_unordered(width)
+                .collect()
+                .await;
+            for r in results {
+                match r {
+                    Outcome::Applied(h) => {
                         out.applied += 1;
+                        out.health.extend(h);
                     }
-                    if let Some(h) = health(&entry, &applied.data) {
-                        out.health.push(h);
+                    Outcome::Unchanged(h) => {
+                        out.unchanged += 1;
+                        out.health.extend(h);
                     }
-                    if entry.kind == "CustomResourceDefinition"
-                        && !self.crd_established(m.name()).await
-                    {
-                        out.errors.push(error(format!(
-                            "was not established within {} s",
-                            CRD_ESTABLISHED.as_secs()
-                        )));
+                    Outcome::Failed(e) => out.errors.push(e),
+                    Outcome::Foreign(e, entry) => {
+                        out.errors.push(e);
+                        // Not the source's: never in its inventory, so never pruned by it.
+                        wanted.remove(&entry);
                     }
-                    wanted.insert(entry);
-                }
-                Err(e) => {
-                    out.errors.push(error(kube_message(&e)));
-                    wanted.insert(entry);
                 }
             }
         }
@@ -359,6 +365,63 @@ impl KubernetesRuntime {
         }
         self.write_gitops_inventory(sync, &inventory).await?;
         Ok(out)
+    }
+
+    /// Applies one object of a sync: refused when it exists without the source's label;
+    /// unchanged when the apply left its resourceVersion as it was.
+    async fn apply_gitops_object(&self, sync: &GitopsSync<'_>, job: Job<'_>) -> Outcome {
+        let m = job.manifest;
+        let error = |message: String| SyncError {
+            file: Some(m.file.clone()),
+            object: Some(m.display()),
+            message,
+        };
+        let existing = match job.api.get_opt(m.name()).await {
+            Ok(x) => x,
+            Err(e) => return Outcome::Failed(error(format!("reading it: {}", kube_message(&e)))),
+        };
+        if let Some(x) = &existing {
+            let owner = x
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(GITOPS_SOURCE_LABEL));
+            if owner.map(String::as_str) != Some(sync.source.name.as_str()) {
+                return Outcome::Foreign(
+                    error(match owner {
+                        Some(other) => format!("is managed by source {other:?}"),
+                        None => "exists and was not made by this source; it is not taken over \
+                                 (delete it, or give the manifest another name)"
+                            .into(),
+                    }),
+                    job.entry,
+                );
+            }
+        }
+        let before = existing.and_then(|x| x.metadata.resource_version);
+        match job
+            .api
+            .patch(m.name(), &Self::gitops_params(), &Patch::Apply(&job.body))
+            .await
+        {
+            Ok(applied) => {
+                if job.entry.kind == "CustomResourceDefinition"
+                    && !self.crd_established(m.name()).await
+                {
+                    return Outcome::Failed(error(format!(
+                        "was not established within {} s",
+                        CRD_ESTABLISHED.as_secs()
+                    )));
+                }
+                let h = health(&job.entry, &applied.data);
+                if before.is_some() && applied.metadata.resource_version == before {
+                    Outcome::Unchanged(h)
+                } else {
+                    Outcome::Applied(h)
+                }
+            }
+            Err(e) => Outcome::Failed(error(kube_message(&e))),
+        }
     }
 
     /// Deletes an object the source applied and that left Git, if it still carries the

@@ -18,18 +18,7 @@ struct Cleanup(String);
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        let filter = format!("label=warren.dev/gitops-source={}", self.0);
-        for _ in 0..2 {
-            for id in cli_lines(&["ps", "-a", "-q", "--filter", &filter]) {
-                let _ = cli_run(&["rm", "-f", "-t", "0", &id]);
-            }
-        }
-        for v in cli_lines(&["volume", "ls", "-q", "--filter", &filter]) {
-            let _ = cli_run(&["volume", "rm", "-f", &v]);
-        }
-        for n in cli_lines(&["network", "ls", "-q", "--filter", &filter]) {
-            let _ = cli_run(&["network", "rm", "-f", &n]);
-        }
+        common::remove_labelled(&format!("label=warren.dev/gitops-source={}", self.0));
     }
 }
 

@@ -52,7 +52,7 @@ type ParsedCache = (
 pub(crate) struct Gitops {
     snapshots: Snapshots,
     _cache: Arc<tempfile::TempDir>,
-    heads: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<Head>>>>>,
+    heads: Arc<Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<Head>>>>>,
     parsed: Arc<Mutex<ParsedCache>>,
     pokes: Arc<Mutex<HashMap<String, Arc<Notify>>>>,
 }
@@ -75,13 +75,17 @@ fn digest(parts: &[&str]) -> String {
     hex::encode(h.finalize())
 }
 
-fn key_of(grant: &SourceGrant) -> String {
+/// The repository's URL (what a poke names) and a digest of everything a lookup depends on.
+fn key_of(grant: &SourceGrant) -> (String, String) {
     let credential = grant
         .credential
         .as_ref()
         .map(|c| serde_json::to_string(c).unwrap_or_default())
         .unwrap_or_default();
-    digest(&[&grant.url, &grant.source.git_ref, &credential])
+    (
+        grant.url.clone(),
+        digest(&[&grant.url, &grant.source.git_ref, &credential]),
+    )
 }
 
 impl Gitops {
@@ -108,10 +112,15 @@ impl Gitops {
     pub(crate) async fn poke(&self, url: &str) {
         let heads: Vec<_> = {
             let heads = self.heads.lock().unwrap_or_else(|p| p.into_inner());
-            heads.values().cloned().collect()
+            heads
+                .iter()
+                .filter(|((u, _), _)| u == url)
+                .map(|(_, h)| h.clone())
+                .collect()
         };
         for h in heads {
-            // Forget when it was looked up, so the next lookup is not served from FRESH.
+            // Forget when this repository's refs were looked up, so the next lookup is not
+            // served from FRESH; other repositories keep theirs.
             h.lock().await.at = None;
         }
         let notify = self.poke_handle(url);

@@ -20,48 +20,20 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 use warren_git::snapshot::{Snapshots, Want};
 use warren_testkit::git_daemon::GitDaemon;
-use warren_testkit::git_http::git;
+use warren_testkit::git_http::{bare_repo as bare, commit_files};
 use warren_testkit::{wait_for, Stack};
-
-fn bare(root: &Path, name: &str) -> Result<std::path::PathBuf> {
-    let path = root.join(format!("{name}.git"));
-    git(
-        root,
-        &[
-            "init",
-            "--quiet",
-            "--bare",
-            "--initial-branch=main",
-            path.to_str().unwrap_or_default(),
-        ],
-    )?;
-    Ok(path)
-}
 
 /// One commit on `main` with a ConfigMap whose value is `value`; returns the commit.
 fn push(bare: &Path, value: &str) -> Result<String> {
-    let work = tempfile::tempdir()?;
-    git(
-        work.path(),
-        &["init", "--quiet", "--initial-branch=main", "."],
-    )?;
-    std::fs::write(
-        work.path().join("cm.yaml"),
-        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bench\ndata:\n  value: \"{value}\"\n"),
-    )?;
-    git(work.path(), &["add", "--all"])?;
-    git(work.path(), &["commit", "--quiet", "-m", value])?;
-    git(
-        work.path(),
-        &[
-            "push",
-            "--quiet",
-            "--force",
-            bare.to_str().unwrap_or_default(),
-            "main",
-        ],
-    )?;
-    Ok(git(work.path(), &["rev-parse", "HEAD"])?.trim().to_owned())
+    commit_files(
+        bare,
+        &[(
+            "cm.yaml",
+            &format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bench\ndata:\n  value: \"{value}\"\n"
+            ),
+        )],
+    )
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {

@@ -323,3 +323,43 @@ impl Backend {
         Ok(resp)
     }
 }
+
+/// A new bare repository `<root>/<name>.git` with `main` as its default branch.
+pub fn bare_repo(root: &Path, name: &str) -> Result<std::path::PathBuf> {
+    let path = root.join(format!("{name}.git"));
+    let target = path
+        .to_str()
+        .with_context(|| format!("{} is not UTF-8", path.display()))?;
+    git(
+        root,
+        &["init", "--quiet", "--bare", "--initial-branch=main", target],
+    )?;
+    Ok(path)
+}
+
+/// Replaces the files of `bare`'s `main` with `files` (path → text) in one commit, pushed
+/// with force; the new commit id.
+pub fn commit_files(bare: &Path, files: &[(&str, &str)]) -> Result<String> {
+    let work = tempfile::tempdir()?;
+    git(
+        work.path(),
+        &["init", "--quiet", "--initial-branch=main", "."],
+    )?;
+    for (path, text) in files {
+        let p = work.path().join(path);
+        if let Some(dir) = p.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(p, text)?;
+    }
+    git(work.path(), &["add", "--all"])?;
+    git(
+        work.path(),
+        &["commit", "--quiet", "--allow-empty", "-m", "sync"],
+    )?;
+    let target = bare
+        .to_str()
+        .with_context(|| format!("{} is not UTF-8", bare.display()))?;
+    git(work.path(), &["push", "--quiet", "--force", target, "main"])?;
+    Ok(git(work.path(), &["rev-parse", "HEAD"])?.trim().to_owned())
+}

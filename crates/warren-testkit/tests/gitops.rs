@@ -9,7 +9,7 @@ use reqwest::Method;
 use serde_json::{json, Value};
 use std::path::Path;
 use warren_testkit::git_daemon::GitDaemon;
-use warren_testkit::git_http::git;
+use warren_testkit::git_http::{bare_repo, commit_files, git};
 use warren_testkit::{wait_for, Stack};
 
 fn have_git() -> bool {
@@ -24,49 +24,12 @@ fn have_git() -> bool {
 }
 
 fn bare(root: &Path, name: &str) -> std::path::PathBuf {
-    let path = root.join(format!("{name}.git"));
-    git(
-        root,
-        &[
-            "init",
-            "--quiet",
-            "--bare",
-            "--initial-branch=main",
-            path.to_str().unwrap(),
-        ],
-    )
-    .unwrap();
-    path
+    bare_repo(root, name).unwrap()
 }
 
 /// Replaces the repository's files with `files` (path → text) in one commit on `main`.
 fn commit(bare: &Path, files: &[(&str, &str)]) -> String {
-    let work = tempfile::tempdir().unwrap();
-    git(
-        work.path(),
-        &["init", "--quiet", "--initial-branch=main", "."],
-    )
-    .unwrap();
-    for (path, text) in files {
-        let p = work.path().join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    }
-    git(work.path(), &["add", "--all"]).unwrap();
-    git(
-        work.path(),
-        &["commit", "--quiet", "--allow-empty", "-m", "sync"],
-    )
-    .unwrap();
-    git(
-        work.path(),
-        &["push", "--quiet", "--force", bare.to_str().unwrap(), "main"],
-    )
-    .unwrap();
-    git(work.path(), &["rev-parse", "HEAD"])
-        .unwrap()
-        .trim()
-        .to_owned()
+    commit_files(bare, files).unwrap()
 }
 
 fn cm(name: &str, value: &str) -> String {
@@ -91,6 +54,47 @@ fn names(objects: &[Value]) -> Vec<String> {
         .collect();
     v.sort();
     v
+}
+
+/// Waits until the source reports `commit` (applied, or read with errors).
+async fn reported(stack: &Stack, source: &str, commit: &str) -> Result<()> {
+    wait_for(
+        &format!("commit {commit} of {source} reported"),
+        30,
+        || async {
+            status(stack, source)
+                .await
+                .is_some_and(|s| s["commit"] == commit)
+        },
+    )
+    .await
+}
+
+/// Waits until the source's status has an error containing `needle`.
+async fn reported_error(stack: &Stack, source: &str, needle: &str) -> Result<()> {
+    wait_for(
+        &format!("an error of {source} naming {needle}"),
+        30,
+        || async {
+            status(stack, source)
+                .await
+                .is_some_and(|s| s["errors"].to_string().contains(needle))
+        },
+    )
+    .await
+}
+
+/// Replaces the `local` agent's sources.
+async fn set_sources(stack: &Stack, sources: Value) -> Result<()> {
+    stack
+        .api(
+            Method::PUT,
+            "/api/v1/agents/local/gitops",
+            &stack.admin.token,
+            Some(sources),
+        )
+        .await
+        .map(drop)
 }
 
 async fn status(stack: &Stack, source: &str) -> Option<Value> {
@@ -184,12 +188,7 @@ async fn a_source_follows_its_repository_through_the_stack() -> Result<()> {
     assert!(objects
         .iter()
         .all(|o| o["metadata"]["labels"]["warren.dev/gitops-source"] == "web"));
-    wait_for("the first status", 30, || async {
-        status(&stack, "web")
-            .await
-            .is_some_and(|s| s["commit"] == first.as_str())
-    })
-    .await?;
+    reported(&stack, "web", &first).await?;
     let s = status(&stack, "web").await.unwrap();
     assert_eq!(
         (s["applied"].as_u64(), s["errors"].as_array().map(Vec::len)),
@@ -208,12 +207,7 @@ async fn a_source_follows_its_repository_through_the_stack() -> Result<()> {
             ),
         ],
     );
-    wait_for("the second commit applied", 30, || async {
-        status(&stack, "web")
-            .await
-            .is_some_and(|s| s["commit"] == second.as_str())
-    })
-    .await?;
+    reported(&stack, "web", &second).await?;
     let objects = stack.runtime.gitops_objects("web");
     assert_eq!(names(&objects), ["ConfigMap/settings", "Service/web"]);
     let settings = objects.iter().find(|o| o["kind"] == "ConfigMap").unwrap();
@@ -255,12 +249,7 @@ async fn a_source_follows_its_repository_through_the_stack() -> Result<()> {
             ("deploy/words.yaml", "just words\n"),
         ],
     );
-    wait_for("the third commit reported", 30, || async {
-        status(&stack, "web")
-            .await
-            .is_some_and(|s| s["commit"] == third.as_str())
-    })
-    .await?;
+    reported(&stack, "web", &third).await?;
     let s = status(&stack, "web").await.unwrap();
     let errors = s["errors"].to_string();
     for want in [
@@ -313,12 +302,7 @@ async fn a_source_follows_its_repository_through_the_stack() -> Result<()> {
         .send()
         .await?;
     assert_eq!(r.status(), 202, "{}", r.text().await?);
-    wait_for("the pushed commit applied", 30, || async {
-        status(&stack, "web")
-            .await
-            .is_some_and(|s| s["commit"] == fourth.as_str())
-    })
-    .await?;
+    reported(&stack, "web", &fourth).await?;
     // The lag from the relay seeing the pushed commit to the agent having applied it.
     let metrics = http
         .get(format!("{}/metrics", stack.api_url))
@@ -493,20 +477,8 @@ async fn git_faults_are_reported_and_delete_nothing() -> Result<()> {
         json!({"sources": [{"name": "apps", "repository": "apps", "ref": git_ref,
                             "namespace": "team", "prune": true, "interval": "1s"}]})
     };
-    stack
-        .api(
-            Method::PUT,
-            "/api/v1/agents/local/gitops",
-            &admin,
-            Some(set_ref("main")),
-        )
-        .await?;
-    wait_for("the first commit applied", 30, || async {
-        status(&stack, "apps")
-            .await
-            .is_some_and(|s| s["commit"] == first.as_str())
-    })
-    .await?;
+    set_sources(&stack, set_ref("main")).await?;
+    reported(&stack, "apps", &first).await?;
     let all = ["ConfigMap/alpha", "ConfigMap/beta"];
     assert_eq!(names(&stack.runtime.gitops_objects("apps")), all);
 
@@ -535,12 +507,7 @@ async fn git_faults_are_reported_and_delete_nothing() -> Result<()> {
     )?;
     git(work.path(), &["push", "--quiet", "origin", "main"])?;
     let linked = git(work.path(), &["rev-parse", "HEAD"])?.trim().to_owned();
-    wait_for("the linked commit reported", 30, || async {
-        status(&stack, "apps")
-            .await
-            .is_some_and(|s| s["commit"] == linked.as_str())
-    })
-    .await?;
+    reported(&stack, "apps", &linked).await?;
     let s = status(&stack, "apps").await.unwrap();
     let errors = s["errors"].to_string();
     assert!(
@@ -551,37 +518,13 @@ async fn git_faults_are_reported_and_delete_nothing() -> Result<()> {
     assert_eq!(names(&stack.runtime.gitops_objects("apps")), all);
 
     // A ref that does not exist.
-    stack
-        .api(
-            Method::PUT,
-            "/api/v1/agents/local/gitops",
-            &admin,
-            Some(set_ref("release-9")),
-        )
-        .await?;
-    wait_for("the missing ref reported", 30, || async {
-        status(&stack, "apps")
-            .await
-            .is_some_and(|s| s["errors"].to_string().contains("release-9"))
-    })
-    .await?;
+    set_sources(&stack, set_ref("release-9")).await?;
+    reported_error(&stack, "apps", "release-9").await?;
     assert_eq!(names(&stack.runtime.gitops_objects("apps")), all);
 
     // The repository vanishes.
-    stack
-        .api(
-            Method::PUT,
-            "/api/v1/agents/local/gitops",
-            &admin,
-            Some(set_ref("main")),
-        )
-        .await?;
-    wait_for("main again", 30, || async {
-        status(&stack, "apps")
-            .await
-            .is_some_and(|s| s["errors"].to_string().contains("outside the repository"))
-    })
-    .await?;
+    set_sources(&stack, set_ref("main")).await?;
+    reported_error(&stack, "apps", "outside the repository").await?;
     std::fs::remove_dir_all(&repo)?;
     wait_for("the vanished repository reported", 30, || async {
         status(&stack, "apps").await.is_some_and(|s| {
@@ -643,12 +586,7 @@ async fn sources_move_with_the_agent_across_relays() -> Result<()> {
             ]})),
         )
         .await?;
-    wait_for("the first commit applied", 30, || async {
-        status(&stack, "app")
-            .await
-            .is_some_and(|s| s["commit"] == first.as_str())
-    })
-    .await?;
+    reported(&stack, "app", &first).await?;
     let push = |value: &'static str| {
         let repo = repo.clone();
         let url = format!("{}/api/v1/gitops/webhooks/fleet", stack.api_url);

@@ -40,20 +40,6 @@ impl Drop for Cleanup {
     }
 }
 
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .args(["-c", "user.name=ops", "-c", "user.email=ops@example.test"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// Commits the work tree and pushes; the new head.
 fn commit(work: &Path, message: &str) -> String {
     git(work, &["add", "-A"]);

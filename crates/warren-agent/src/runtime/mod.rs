@@ -216,6 +216,16 @@ pub struct GitopsOutcome {
     pub health: Vec<warren_types::gitops::ObjectHealth>,
 }
 
+/// The status error of an object that left Git and could not be pruned (it stays in the
+/// source's inventory and is tried again at the next sync).
+pub(crate) fn prune_error(object: String, message: &str) -> warren_types::gitops::SyncError {
+    warren_types::gitops::SyncError {
+        file: None,
+        object: Some(object),
+        message: format!("pruning it: {message}"),
+    }
+}
+
 /// Label naming the agent on every object GitOps applies.
 pub const GITOPS_AGENT_LABEL: &str = "warren.dev/gitops-agent";
 /// Label naming the source on every object GitOps applies.

@@ -164,21 +164,25 @@ impl Workspace {
 
 impl Drop for Workspace {
     fn drop(&mut self) {
-        let filter = format!("label=warren.dev/workspace-name={}", self.name());
-        let containers = cli_lines(&["ps", "-a", "-q", "--filter", &filter]);
-        // Joiners first: the infra container owns the network namespace.
-        for id in containers.iter().rev() {
-            let _ = cli_run(&["rm", "-f", "-t", "0", id]);
-        }
-        for id in cli_lines(&["ps", "-a", "-q", "--filter", &filter]) {
-            let _ = cli_run(&["rm", "-f", "-t", "0", &id]);
-        }
-        for v in cli_lines(&["volume", "ls", "-q", "--filter", &filter]) {
-            let _ = cli_run(&["volume", "rm", "-f", &v]);
-        }
-        for n in cli_lines(&["network", "ls", "-q", "--filter", &filter]) {
-            let _ = cli_run(&["network", "rm", "-f", &n]);
-        }
+        remove_labelled(&format!("label=warren.dev/workspace-name={}", self.name()));
+    }
+}
+
+/// Removes every container, volume and network the engine filter `filter` selects.
+pub fn remove_labelled(filter: &str) {
+    let containers = cli_lines(&["ps", "-a", "-q", "--filter", filter]);
+    // Joiners first: the infra container owns the network namespace.
+    for id in containers.iter().rev() {
+        let _ = cli_run(&["rm", "-f", "-t", "0", id]);
+    }
+    for id in cli_lines(&["ps", "-a", "-q", "--filter", filter]) {
+        let _ = cli_run(&["rm", "-f", "-t", "0", &id]);
+    }
+    for v in cli_lines(&["volume", "ls", "-q", "--filter", filter]) {
+        let _ = cli_run(&["volume", "rm", "-f", &v]);
+    }
+    for n in cli_lines(&["network", "ls", "-q", "--filter", filter]) {
+        let _ = cli_run(&["network", "rm", "-f", &n]);
     }
 }
 

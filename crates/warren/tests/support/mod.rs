@@ -333,6 +333,11 @@ impl Proc {
 
     /// SIGKILL and reap: the crash the fault tests inject. A Podman service the process
     /// started is stopped too; containers keep running, as after a real crash.
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
@@ -968,4 +973,19 @@ pub fn host_address() -> String {
     let s = std::net::UdpSocket::bind("0.0.0.0:0").expect("udp socket");
     s.connect("192.0.2.1:9").expect("a default route");
     s.local_addr().expect("local address").ip().to_string()
+}
+
+/// Runs `git` in `dir` as a throwaway identity; panics with its error output when it fails.
+pub fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .args(["-c", "user.name=ops", "-c", "user.email=ops@example.test"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("running git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -615,11 +615,8 @@ impl EngineRuntime {
                     Ok(true) => out.pruned += 1,
                     Ok(false) => {}
                     Err(message) => {
-                        out.errors.push(SyncError {
-                            file: None,
-                            object: Some(e.to_string()),
-                            message: format!("pruning it: {message}"),
-                        });
+                        out.errors
+                            .push(crate::runtime::prune_error(e.to_string(), &message));
                         if let Some(d) = previous.get(&e) {
                             keep.insert(e.clone(), d.clone());
                         }

@@ -351,11 +351,8 @@ impl KubernetesRuntime {
                     Ok(true) => out.pruned += 1,
                     Ok(false) => {}
                     Err(message) => {
-                        out.errors.push(SyncError {
-                            file: None,
-                            object: Some(e.to_string()),
-                            message: format!("pruning it: {message}"),
-                        });
+                        out.errors
+                            .push(crate::runtime::prune_error(e.to_string(), &message));
                         inventory.insert(e.clone());
                     }
                 }

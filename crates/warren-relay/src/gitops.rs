@@ -52,7 +52,7 @@ type ParsedCache = (
 pub(crate) struct Gitops {
     snapshots: Snapshots,
     _cache: Arc<tempfile::TempDir>,
-    heads: Arc<Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<Head>>>>>,
+    heads: Arc<Mutex<HashMap<HeadKey, Arc<tokio::sync::Mutex<Head>>>>>,
     parsed: Arc<Mutex<ParsedCache>>,
     pokes: Arc<Mutex<HashMap<String, Arc<Notify>>>>,
 }
@@ -76,7 +76,9 @@ fn digest(parts: &[&str]) -> String {
 }
 
 /// The repository's URL (what a poke names) and a digest of everything a lookup depends on.
-fn key_of(grant: &SourceGrant) -> (String, String) {
+type HeadKey = (String, String);
+
+fn key_of(grant: &SourceGrant) -> HeadKey {
     let credential = grant
         .credential
         .as_ref()

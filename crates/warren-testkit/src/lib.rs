@@ -161,17 +161,23 @@ impl Drop for Stack {
     }
 }
 
-/// One agent on the simulated runtime, connected to the relay at `relay_agents_url`: its
-/// connection, reconciler and GitOps follower, stopped with `shutdown`.
+/// A simulated runtime whose workspaces settle and go on their own.
+fn simulated() -> Arc<SimulatedRuntime> {
+    let runtime = Arc::new(SimulatedRuntime::new());
+    runtime.set_auto_settle(true);
+    runtime.set_auto_delete(true);
+    runtime
+}
+
+/// One agent on `runtime`, connected to the relay at `relay_agents_url`: its connection,
+/// reconciler and GitOps follower, stopped with `shutdown`.
 fn spawn_agent(
     relay_agents_url: &str,
     token: String,
     agent_id: String,
+    runtime: Arc<dyn warren_agent::runtime::WorkspaceRuntime>,
     shutdown: &CancellationToken,
-) -> Result<(Arc<SimulatedRuntime>, Vec<tokio::task::JoinHandle<()>>)> {
-    let runtime = Arc::new(SimulatedRuntime::new());
-    runtime.set_auto_settle(true);
-    runtime.set_auto_delete(true);
+) -> Result<Vec<tokio::task::JoinHandle<()>>> {
     let mut conn_config = ConnectionConfig::new(relay_agents_url.parse()?, token);
     conn_config.initial_backoff = Duration::from_millis(50);
     conn_config.max_backoff = Duration::from_millis(500);
@@ -200,7 +206,7 @@ fn spawn_agent(
         }),
         tokio::spawn(reconciler.run(shutdown.clone())),
     ];
-    Ok((runtime, tasks))
+    Ok(tasks)
 }
 
 fn chrono_now_ms() -> i64 {
@@ -391,10 +397,12 @@ impl Stack {
         } else {
             format!("http://{}", relay_agents_addrs[0])
         };
-        let (runtime, agent_tasks) = spawn_agent(
+        let runtime = simulated();
+        let agent_tasks = spawn_agent(
             &relay_agents_url,
             agent.token,
             agent.agent.id.to_string(),
+            runtime.clone(),
             &shutdown,
         )?;
         tasks.extend(agent_tasks);
@@ -459,6 +467,18 @@ impl Stack {
     /// Registers another agent (as an admin would) and runs it on its own simulated runtime
     /// against the same relay; its runtime.
     pub async fn add_agent(&mut self, name: &str) -> Result<Arc<SimulatedRuntime>> {
+        let runtime = simulated();
+        self.add_agent_with_runtime(name, runtime.clone()).await?;
+        Ok(runtime)
+    }
+
+    /// Registers another agent and runs it on `runtime` (a Kubernetes runtime on a test
+    /// control plane, say) against the same relay; its id.
+    pub async fn add_agent_with_runtime(
+        &mut self,
+        name: &str,
+        runtime: Arc<dyn warren_agent::runtime::WorkspaceRuntime>,
+    ) -> Result<i64> {
         let created = self
             .api(
                 reqwest::Method::POST,
@@ -471,10 +491,18 @@ impl Stack {
             .as_str()
             .context("the new agent's token")?
             .to_owned();
-        let id = created["agent"]["id"].to_string();
-        let (runtime, tasks) = spawn_agent(&self.relay_agents_url, token, id, &self.shutdown)?;
+        let id = created["agent"]["id"]
+            .as_i64()
+            .context("the new agent's id")?;
+        let tasks = spawn_agent(
+            &self.relay_agents_url,
+            token,
+            id.to_string(),
+            runtime,
+            &self.shutdown,
+        )?;
         self.tasks.extend(tasks);
-        Ok(runtime)
+        Ok(id)
     }
 
     /// Calls the REST API with a bearer token; a non-2xx answer is an error naming it.

@@ -14,13 +14,17 @@ for pair in chromium:chromium ssh:openssh-client sftp:openssh-client sshpass:ssh
     htpasswd:apache2-utils; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
 done
+# GitOps over ssh:// is tested against a real sshd the test starts on a free port.
+[ -x /usr/sbin/sshd ] || need+=(openssh-server)
 if [ "${#need[@]}" -gt 0 ]; then
     log "apt-get install ${need[*]}"
     apt-get update -q
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}"
 fi
-# The tests start their own registry on a free port; the package's service is not needed.
+# The tests start their own registry and sshd on free ports; the registry package's service is
+# not needed. sshd wants its privilege separation directory.
 systemctl disable --now docker-registry >/dev/null 2>&1 || true
+mkdir -p /run/sshd
 
 # The SSH tests' simulated workspaces run sftp-server on this machine (the proxy's sftp
 # subsystem looks for it where Debian puts it); no recommends, so no sshd comes along.

@@ -1,5 +1,5 @@
 //! Snapshots through gix against real Git servers: Git's `http-backend` behind basic auth
-//! (port 0) and `file://`. The ref is resolved without fetching, a new commit is seen and
+//! (port 0), `git daemon`, OpenSSH's `sshd` with a key, and `file://`. The ref is resolved without fetching, a new commit is seen and
 //! fetched, annotated tags and commit ids are followed, symbolic links are followed inside
 //! the tree and refused outside it, and wrong credentials and missing refs are named.
 
@@ -288,4 +288,196 @@ fn a_repository_over_the_git_protocol() {
     let fetched = snapshots.fetch(&want).unwrap();
     let files = snapshots.read(&url, &fetched, &yaml, 1 << 20).unwrap();
     assert_eq!(names(&files), ["a.yaml", "b.yaml"]);
+}
+
+/// OpenSSH's `sshd` on a free loopback port, for this machine's user with one key; killed
+/// on drop.
+struct Sshd {
+    child: std::process::Child,
+    port: u16,
+    host_key_line: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn keygen(path: &Path) {
+    let out = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", "test", "-f"])
+        .arg(path)
+        .output()
+        .expect("ssh-keygen");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Sshd {
+    /// `None` (after a notice) where no `sshd` or `ssh` exists.
+    fn start(authorized_key: &str) -> Option<Sshd> {
+        let sshd = Path::new("/usr/sbin/sshd");
+        let ssh_ok = std::process::Command::new("ssh")
+            .arg("-V")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !sshd.is_file() || !ssh_ok {
+            eprintln!(
+                "skipping: OpenSSH's sshd or ssh is not installed (apt-get install openssh-server)"
+            );
+            return None;
+        }
+        // sshd refuses to start without its privilege separation directory (root may make it).
+        if std::fs::create_dir_all("/run/sshd").is_err() {
+            eprintln!("skipping: /run/sshd is missing and cannot be made (sshd needs it)");
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let host = dir.path().join("host_key");
+        keygen(&host);
+        let authorized = dir.path().join("authorized_keys");
+        std::fs::write(&authorized, authorized_key).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        let config = dir.path().join("sshd_config");
+        std::fs::write(
+            &config,
+            format!(
+                "Port {port}\nListenAddress 127.0.0.1\nHostKey {}\nAuthorizedKeysFile {}\n\
+                 PasswordAuthentication no\nKbdInteractiveAuthentication no\n\
+                 PubkeyAuthentication yes\nPermitRootLogin prohibit-password\nStrictModes no\n\
+                 UsePAM no\nPidFile {}\n",
+                host.display(),
+                authorized.display(),
+                dir.path().join("sshd.pid").display()
+            ),
+        )
+        .unwrap();
+        let child = std::process::Command::new(sshd)
+            .args(["-D", "-e", "-f"])
+            .arg(&config)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("starting sshd");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(std::time::Instant::now() < deadline, "sshd did not listen");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let public = std::fs::read_to_string(dir.path().join("host_key.pub")).unwrap();
+        let mut parts = public.split_whitespace();
+        let host_key_line = format!(
+            "[127.0.0.1]:{port} {} {}",
+            parts.next().unwrap(),
+            parts.next().unwrap()
+        );
+        Some(Sshd {
+            child,
+            port,
+            host_key_line,
+            _dir: dir,
+        })
+    }
+}
+
+/// `ssh://` with a private key: OpenSSH under gix, the key and known_hosts in a private
+/// temporary directory. A wrong key and an unknown host key are refused, naming neither.
+#[test]
+fn a_repository_over_ssh_with_a_key() {
+    if !have_git() {
+        return;
+    }
+    let keys = tempfile::tempdir().unwrap();
+    let (client, stranger) = (keys.path().join("client"), keys.path().join("stranger"));
+    keygen(&client);
+    keygen(&stranger);
+    let Some(sshd) = Sshd::start(&std::fs::read_to_string(client.with_extension("pub")).unwrap())
+    else {
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    let bare = root.path().join("ops.git");
+    git(
+        root.path(),
+        &[
+            "init",
+            "--quiet",
+            "--bare",
+            "--initial-branch=main",
+            bare.to_str().unwrap(),
+        ],
+    )
+    .unwrap();
+    let first = push(&bare, "first", |w| {
+        std::fs::write(w.join("app.yaml"), "kind: ConfigMap\n").unwrap();
+    });
+    let user = std::env::var("USER")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .or_else(|| {
+            std::process::Command::new("id")
+                .arg("-un")
+                .output()
+                .ok()
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        })
+        .unwrap();
+    let url = format!("ssh://{user}@127.0.0.1:{}{}", sshd.port, bare.display());
+    let cache = tempfile::tempdir().unwrap();
+    let snapshots = Snapshots::new(cache.path());
+    let key = std::fs::read_to_string(&client).unwrap();
+    let credential = GitCredential::SshKey {
+        private_key: key.clone(),
+        known_hosts: Some(sshd.host_key_line.clone()),
+    };
+    let want = Want {
+        url: &url,
+        credential: Some(&credential),
+        git_ref: "main",
+    };
+    assert_eq!(snapshots.resolve(&want).unwrap().remote_id, first);
+    let fetched = snapshots.fetch(&want).unwrap();
+    assert_eq!(fetched.commit, first);
+    let files = snapshots.read(&url, &fetched, &yaml, 1 << 20).unwrap();
+    assert_eq!(names(&files), ["app.yaml"]);
+
+    // A key the server does not know.
+    let stranger_key = std::fs::read_to_string(&stranger).unwrap();
+    let wrong = GitCredential::SshKey {
+        private_key: stranger_key.clone(),
+        known_hosts: Some(sshd.host_key_line.clone()),
+    };
+    let e = snapshots
+        .resolve(&Want {
+            credential: Some(&wrong),
+            ..want
+        })
+        .unwrap_err();
+    let chain = warren_types::error_chain(&e);
+    assert!(!chain.contains("PRIVATE KEY"), "{chain}");
+    // A server whose host key is not the one given.
+    let other_host = sshd.host_key_line.replace(
+        &format!("{}", sshd.port),
+        &format!("{}", sshd.port.wrapping_add(1)),
+    );
+    let unknown = GitCredential::SshKey {
+        private_key: key,
+        known_hosts: Some(other_host),
+    };
+    let e = snapshots
+        .resolve(&Want {
+            credential: Some(&unknown),
+            ..want
+        })
+        .unwrap_err();
+    assert!(!warren_types::error_chain(&e).contains("PRIVATE KEY"));
 }

@@ -8,8 +8,9 @@ use crate::ssh_cmd;
 use crate::wait::{self, Goal};
 use crate::{
     AgentCommand, CliError, Command, CredentialArgs, CredentialCommand, DotfilesCommand, LoginArgs,
-    MemberCommand, OAuthClientCommand, PasswdArgs, ProjectCommand, ScopeArg, SshKeyCommand,
-    TokenCommand, UserCommand, WaitArgs, WsCommand, WsCreateArgs,
+    MemberCommand, OAuthClientCommand, PasswdArgs, ProjectCommand, ScopeArg, SpaceCommand,
+    SpaceMemberCommand, SshKeyCommand, TokenCommand, UserCommand, WaitArgs, WsCommand,
+    WsCreateArgs,
 };
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
@@ -18,8 +19,8 @@ use warren_client::{Client, WorkspaceQuery};
 use warren_types::api::{
     AddSshKeyRequest, ChangePasswordRequest, CreateAgentRequest, CreateOAuthClient,
     CreateProjectRequest, CreateTokenRequest, CreateUserRequest, CreateWorkspaceRequest, Page,
-    PasswordLoginRequest, ProjectRole, ProjectVisibility, TokenScope, UpdateAgentRequest,
-    UpdateProjectRequest, UpdateUserRequest, Workspace, WorkspaceResources,
+    PasswordLoginRequest, ProjectRole, ProjectVisibility, SpaceRole, TokenScope,
+    UpdateAgentRequest, UpdateProjectRequest, UpdateUserRequest, Workspace, WorkspaceResources,
 };
 use warren_types::config::AgentConfig;
 use warren_types::git::GitCredential;
@@ -42,6 +43,7 @@ pub async fn run(cmd: Command) -> Result<(), CliError> {
         Command::SshKey(g) => ssh_key(g.out.output, g.cmd).await,
         Command::Agent(g) => agent(g.out.output, g.cmd).await,
         Command::Project(g) => project(g.out.output, g.cmd).await,
+        Command::Space(g) => space(g.out.output, g.cmd).await,
         Command::Ws(g) => ws(g.out.output, g.cmd).await,
         Command::User(g) => user(g.out.output, g.cmd).await,
         Command::Passwd(a) => passwd(a).await,
@@ -395,6 +397,47 @@ async fn agent(out: Format, cmd: AgentCommand) -> Result<(), CliError> {
             )?;
             print(out, &a, output::agent);
         }
+    }
+    Ok(())
+}
+
+async fn space(out: Format, cmd: SpaceCommand) -> Result<(), CliError> {
+    let (c, _) = client()?;
+    match cmd {
+        SpaceCommand::Create { path } => {
+            let s = c.create_space(&path).await?;
+            print(out, &s, output::space);
+        }
+        SpaceCommand::List => print(out, &c.list_spaces().await?, |s| output::spaces(s)),
+        SpaceCommand::Show { path } => {
+            let s = named("space", &path, c.get_space(&path).await)?;
+            print(out, &s, output::space);
+        }
+        SpaceCommand::Rm { path } => {
+            named("space", &path, c.delete_space(&path).await)?;
+            eprintln!("Space {path:?} removed.");
+        }
+        SpaceCommand::Member { cmd } => match cmd {
+            SpaceMemberCommand::List { path } => {
+                let m = named("space", &path, c.space_members(&path).await)?;
+                print(out, &m, |m| output::space_members(m));
+            }
+            SpaceMemberCommand::Add { path, user, role } => {
+                let role = SpaceRole::parse(&role).unwrap_or(SpaceRole::Developer);
+                let m = named("space", &path, c.set_space_member(&path, &user, role).await)?;
+                print(out, &m, |m| {
+                    format!(
+                        "{} is {} of {path} and everything below it.",
+                        m.username,
+                        m.role.as_str()
+                    )
+                });
+            }
+            SpaceMemberCommand::Rm { path, user } => {
+                named("space", &path, c.remove_space_member(&path, &user).await)?;
+                eprintln!("{user:?} no longer holds a role on space {path:?}.");
+            }
+        },
     }
     Ok(())
 }
@@ -857,6 +900,8 @@ async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
             agent,
             project,
             owner,
+            space,
+            recursive,
             limit,
             all,
         } => {
@@ -865,6 +910,8 @@ async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
                 agent,
                 project,
                 owner,
+                space,
+                recursive,
                 limit,
                 cursor: None,
             };
@@ -1140,6 +1187,7 @@ async fn ws_create(c: &Client, out: Format, a: WsCreateArgs) -> Result<(), CliEr
             variables,
             git_ref: a.git_ref,
             starter: a.starter,
+            space: a.space,
         })
         .await?;
     if out == Format::Table {

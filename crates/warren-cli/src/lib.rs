@@ -64,6 +64,8 @@ pub enum Command {
     Agent(AgentGroup),
     /// Projects: a git repository and its devfile.
     Project(ProjectGroup),
+    /// Spaces: the tree workspaces live in (`acme/platform`; yours is `users/<you>`).
+    Space(SpaceGroup),
     /// Workspaces.
     #[command(visible_alias = "workspace")]
     Ws(WsGroup),
@@ -441,6 +443,53 @@ pub enum MemberCommand {
 }
 
 #[derive(Debug, Args)]
+pub struct SpaceGroup {
+    #[command(flatten)]
+    pub out: OutputArgs,
+    #[command(subcommand)]
+    pub cmd: SpaceCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SpaceCommand {
+    /// Create a space: top-level ones as an admin, others as an owner of the space above.
+    #[command(
+        after_help = "Examples:\n  warren space create acme\n  warren space create acme/platform"
+    )]
+    Create { path: String },
+    /// The spaces you hold a role on (every space, for an admin).
+    #[command(visible_alias = "ls")]
+    List,
+    /// Show one space.
+    Show { path: String },
+    /// Remove an empty space (its owners, or an admin).
+    #[command(visible_alias = "remove")]
+    Rm { path: String },
+    /// Members and their roles, which hold for every space below.
+    Member {
+        #[command(subcommand)]
+        cmd: SpaceMemberCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SpaceMemberCommand {
+    /// List the members of a space (those holding a role on it directly).
+    #[command(visible_alias = "ls")]
+    List { path: String },
+    /// Give a user a role on a space (its owners, or an admin).
+    Add {
+        path: String,
+        user: String,
+        #[arg(long, default_value = "developer", value_parser = ["viewer", "developer", "owner"])]
+        role: String,
+    },
+    /// Take a user's role on a space away.
+    #[command(visible_alias = "remove")]
+    Rm { path: String, user: String },
+}
+
+#[derive(Debug, Args)]
 pub struct WsGroup {
     #[command(flatten)]
     pub out: OutputArgs,
@@ -479,6 +528,10 @@ pub struct WsCreateArgs {
     /// Without --project: the devfile's starter project to clone (default: its first).
     #[arg(long)]
     pub starter: Option<String>,
+    /// The space it goes to (where you are a developer or owner); default: your personal
+    /// space `users/<you>`.
+    #[arg(long)]
+    pub space: Option<String>,
     /// CPU limit of the main container, e.g. 2 or 500m.
     #[arg(long, value_parser = input::cpu)]
     pub cpu: Option<String>,
@@ -523,6 +576,12 @@ pub enum WsCommand {
         /// Only this owner's workspaces (admins).
         #[arg(long)]
         owner: Option<String>,
+        /// Only workspaces in this space (`acme/platform`, `users/alice`).
+        #[arg(long)]
+        space: Option<String>,
+        /// With --space: the spaces below it too.
+        #[arg(long, requires = "space")]
+        recursive: bool,
         /// Page size.
         #[arg(long)]
         limit: Option<u32>,

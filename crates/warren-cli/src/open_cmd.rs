@@ -126,6 +126,7 @@ mod tests {
             namespace: "warren-ws-dev".into(),
             owner: UserId(1),
             owner_username: "ann".into(),
+            space: "users/ann".into(),
             agent: AgentId(2),
             agent_name: "local".into(),
             project: None,

@@ -4,7 +4,8 @@ use chrono::{DateTime, Utc};
 use comfy_table::{presets, Table};
 use serde::Serialize;
 use warren_types::api::{
-    Agent, OAuthClient, Project, ProjectMember, SshKey, Token, User, Workspace,
+    Agent, OAuthClient, Project, ProjectMember, Space, SpaceMember, SpaceRole, SshKey, Token, User,
+    Workspace,
 };
 use warren_types::gitops::{AgentGitops, Policy, Repository, SourceStatus};
 
@@ -126,6 +127,7 @@ pub fn workspace_with_editor(w: &Workspace, editor_status: Option<&str>) -> Stri
         ("State", w.actual_state.to_string()),
         ("Desired", w.desired_state.to_string()),
         ("Owner", w.owner_username.clone()),
+        ("Space", w.space.clone()),
         ("Agent", w.agent_name.clone()),
         ("Project", opt(&w.project_name)),
         ("Namespace", w.namespace.clone()),
@@ -558,6 +560,39 @@ pub fn users(items: &[User]) -> String {
     finish(t)
 }
 
+pub fn spaces(items: &[Space]) -> String {
+    let mut t = table(&["PATH", "YOUR ROLE", "CREATED"]);
+    for s in items {
+        t.add_row(vec![
+            s.path.clone(),
+            s.your_role.map_or("-", SpaceRole::as_str).to_owned(),
+            time(&s.created_at),
+        ]);
+    }
+    finish(t)
+}
+
+pub fn space(s: &Space) -> String {
+    format!(
+        "path:      {}\nyour role: {}\ncreated:   {}",
+        s.path,
+        s.your_role.map_or("- (admin)", SpaceRole::as_str),
+        time(&s.created_at)
+    )
+}
+
+pub fn space_members(items: &[SpaceMember]) -> String {
+    let mut t = table(&["USER", "ROLE", "SINCE"]);
+    for m in items {
+        t.add_row(vec![
+            m.username.clone(),
+            m.role.as_str().to_owned(),
+            time(&m.created_at),
+        ]);
+    }
+    finish(t)
+}
+
 pub fn members(items: &[ProjectMember]) -> String {
     let mut t = table(&["USER", "ROLE", "SINCE"]);
     for m in items {
@@ -609,6 +644,7 @@ mod tests {
             namespace: format!("warren-ws-{name}"),
             owner: UserId(1),
             owner_username: "ann".into(),
+            space: "users/ann".into(),
             agent: AgentId(2),
             agent_name: "local".into(),
             project: None,

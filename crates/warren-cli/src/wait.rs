@@ -259,6 +259,7 @@ mod tests {
             namespace: "warren-ws-dev".into(),
             owner: UserId(1),
             owner_username: "ann".into(),
+            space: "users/ann".into(),
             agent: AgentId(1),
             agent_name: "a".into(),
             project: None,

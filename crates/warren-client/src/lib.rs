@@ -20,7 +20,8 @@ use warren_types::api::{
     UpdateDesiredStateRequest, UpdateUserRequest, User, Workspace, WorkspaceResources, API_PREFIX,
 };
 use warren_types::api::{
-    ProjectMember, ProjectRole, SetDotfilesRequest, SetProjectMemberRequest, UpdateProjectRequest,
+    CreateSpaceRequest, ProjectMember, ProjectRole, SetDotfilesRequest, SetProjectMemberRequest,
+    SetSpaceMemberRequest, Space, SpaceMember, SpaceRole, UpdateProjectRequest,
 };
 use warren_types::git::GitCredential;
 use warren_types::gitops::{
@@ -96,6 +97,9 @@ pub struct WorkspaceQuery {
     pub agent: Option<String>,
     pub project: Option<String>,
     pub owner: Option<String>,
+    /// Path of a space; with `recursive`, the spaces below it too.
+    pub space: Option<String>,
+    pub recursive: bool,
     pub limit: Option<u32>,
     pub cursor: Option<String>,
 }
@@ -108,12 +112,16 @@ impl WorkspaceQuery {
             ("agent", &self.agent),
             ("project", &self.project),
             ("owner", &self.owner),
+            ("space", &self.space),
             ("cursor", &self.cursor),
         ];
         for (k, v) in fields {
             if let Some(v) = v {
                 q.push((k, v.clone()));
             }
+        }
+        if self.recursive {
+            q.push(("recursive", "true".into()));
         }
         if let Some(limit) = self.limit {
             q.push(("limit", limit.to_string()));
@@ -532,6 +540,84 @@ impl Client {
     pub async fn delete_project(&self, name_or_id: &str) -> Result<()> {
         self.call_empty(Method::DELETE, &routes::project(name_or_id))
             .await
+    }
+
+    // ---- spaces ----
+
+    pub async fn list_spaces(&self) -> Result<Vec<Space>> {
+        self.call(Method::GET, &["spaces".to_owned()], &[], None::<&()>)
+            .await
+    }
+
+    pub async fn create_space(&self, path: &str) -> Result<Space> {
+        self.call(
+            Method::POST,
+            &["spaces".to_owned()],
+            &[],
+            Some(&CreateSpaceRequest {
+                path: path.to_owned(),
+            }),
+        )
+        .await
+    }
+
+    /// A space by path (its slashes travel encoded in one URL segment).
+    pub async fn get_space(&self, path: &str) -> Result<Space> {
+        self.call(
+            Method::GET,
+            &["spaces".to_owned(), path.to_owned()],
+            &[],
+            None::<&()>,
+        )
+        .await
+    }
+
+    pub async fn delete_space(&self, path: &str) -> Result<()> {
+        self.call_empty(Method::DELETE, &["spaces".to_owned(), path.to_owned()])
+            .await
+    }
+
+    pub async fn space_members(&self, path: &str) -> Result<Vec<SpaceMember>> {
+        self.call(
+            Method::GET,
+            &["spaces".to_owned(), path.to_owned(), "members".to_owned()],
+            &[],
+            None::<&()>,
+        )
+        .await
+    }
+
+    pub async fn set_space_member(
+        &self,
+        path: &str,
+        user: &str,
+        role: SpaceRole,
+    ) -> Result<SpaceMember> {
+        self.call(
+            Method::PUT,
+            &[
+                "spaces".to_owned(),
+                path.to_owned(),
+                "members".to_owned(),
+                user.to_owned(),
+            ],
+            &[],
+            Some(&SetSpaceMemberRequest { role }),
+        )
+        .await
+    }
+
+    pub async fn remove_space_member(&self, path: &str, user: &str) -> Result<()> {
+        self.call_empty(
+            Method::DELETE,
+            &[
+                "spaces".to_owned(),
+                path.to_owned(),
+                "members".to_owned(),
+                user.to_owned(),
+            ],
+        )
+        .await
     }
 
     // ---- workspaces ----

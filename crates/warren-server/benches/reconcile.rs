@@ -75,6 +75,11 @@ async fn bench(label: &str, url: String, home: &std::path::Path) {
     let admin = state.store.user_by_name("admin").await.unwrap().unwrap();
     let devfile = render::parse(render::builtin_default_devfile(), "default devfile").unwrap();
     let now = chrono::Utc::now().timestamp_millis();
+    let space = state
+        .store
+        .personal_space(admin.id, &admin.username, now)
+        .await
+        .expect("the admin's personal space");
     let setup = Instant::now();
     for i in 0..WORKSPACES {
         let name = format!("ws-{i:04}");
@@ -88,6 +93,7 @@ async fn bench(label: &str, url: String, home: &std::path::Path) {
             resources: WorkspaceResources::default(),
             variables: vec![],
             starter: None,
+            space_id: space.id,
         };
         state
             .store

@@ -1,7 +1,7 @@
 //! Bodies of the REST API under `/api/v1`, shared by the server, the client and the CLI.
 
 use crate::config::AgentConfig;
-use crate::ids::{AgentId, ProjectId, SshKeyId, TokenId, UserId, WorkspaceId};
+use crate::ids::{AgentId, ProjectId, SpaceId, SshKeyId, TokenId, UserId, WorkspaceId};
 use crate::state::{ActualState, DesiredState};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -417,6 +417,76 @@ pub struct SetProjectMemberRequest {
     pub role: ProjectRole,
 }
 
+// ---- spaces ----
+
+/// A member's rights on a space and everything below it; ordered from least to most.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum SpaceRole {
+    /// Sees the space's entries.
+    Viewer,
+    /// Creates and uses entries.
+    Developer,
+    /// Manages the space: spaces below it, its members.
+    Owner,
+}
+
+impl SpaceRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SpaceRole::Viewer => "viewer",
+            SpaceRole::Developer => "developer",
+            SpaceRole::Owner => "owner",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<SpaceRole> {
+        match s {
+            "viewer" => Some(SpaceRole::Viewer),
+            "developer" => Some(SpaceRole::Developer),
+            "owner" => Some(SpaceRole::Owner),
+            _ => None,
+        }
+    }
+}
+
+/// A space of the tree: `acme`, `acme/platform`, `users/alice`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Space {
+    pub id: SpaceId,
+    pub path: String,
+    /// The caller's role here (held here or on a space above); `None` for an admin who is
+    /// not a member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub your_role: Option<SpaceRole>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// Body of `POST /spaces`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSpaceRequest {
+    /// `acme` (admins) or `acme/platform` (owners of `acme`).
+    pub path: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SpaceMember {
+    pub user_id: UserId,
+    pub username: String,
+    pub role: SpaceRole,
+    pub created_at: DateTime<Utc>,
+}
+
+/// Body of `PUT /spaces/{space}/members/{user}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetSpaceMemberRequest {
+    pub role: SpaceRole,
+}
+
 // ---- workspaces ----
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -487,6 +557,10 @@ pub struct CreateWorkspaceRequest {
     /// first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub starter: Option<String>,
+    /// Path of the space it goes to (where the caller is a developer or owner); the
+    /// caller's personal space `users/<username>` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub space: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -496,6 +570,9 @@ pub struct Workspace {
     pub namespace: String,
     pub owner: UserId,
     pub owner_username: String,
+    /// Path of the space it lives in.
+    #[serde(default)]
+    pub space: String,
     pub agent: AgentId,
     pub agent_name: String,
     pub project: Option<ProjectId>,

@@ -70,3 +70,7 @@ typed_id!(
     /// A Git repository registered for GitOps.
     RepositoryId
 );
+typed_id!(
+    /// A space of the tree (spec/mounts.md).
+    SpaceId
+);

@@ -234,6 +234,24 @@ struct Cli {
 }
 
 impl Cli {
+    /// A CLI signed in as the server's bootstrap admin.
+    fn admin(server: &Server, home: &Path) -> Cli {
+        let cli = Cli::new(home);
+        let out = cli.run_stdin(
+            &[
+                "login",
+                "--url",
+                &server.url,
+                "--username",
+                "admin",
+                "--password-stdin",
+            ],
+            &format!("{}\n", server.admin_password),
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        cli
+    }
+
     fn new(home: &Path) -> Cli {
         Cli {
             home: home.to_owned(),
@@ -731,19 +749,7 @@ fn cli_administers_users() {
 fn cli_configures_gitops() {
     let server = Server::start();
     let tmp = tempfile::tempdir().unwrap();
-    let cli = Cli::new(&tmp.path().join("cli-home"));
-    let out = cli.run_stdin(
-        &[
-            "login",
-            "--url",
-            &server.url,
-            "--username",
-            "admin",
-            "--password-stdin",
-        ],
-        &format!("{}\n", server.admin_password),
-    );
-    assert!(out.status.success(), "{}", stderr(&out));
+    let cli = Cli::admin(&server, &tmp.path().join("cli-home"));
     cli.ok(&["agent", "create", "edge"]);
 
     // A token from standard input, a generated webhook secret printed once on stdout.
@@ -870,4 +876,72 @@ fn cli_configures_gitops() {
     assert!(out.status.success(), "{}", stderr(&out));
     let out = cli.run(&["gitops", "repo", "webhook-secret", "platform", "--remove"]);
     assert!(stderr(&out).contains("removed"), "{}", stderr(&out));
+}
+
+/// `warren space …` as a team admin uses it: a top-level space and one below, a member with
+/// a role, spaces listed with the caller's role, a workspace created into a space and listed
+/// by it, and an occupied space that cannot be removed.
+#[test]
+fn cli_manages_spaces() {
+    let server = Server::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let cli = Cli::admin(&server, &tmp.path().join("cli-home"));
+    let out = cli.run_stdin(
+        &["user", "create", "ann", "--password-stdin"],
+        "ann-password-1\n",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    cli.ok(&["space", "create", "acme"]);
+    cli.ok(&["space", "create", "acme/platform"]);
+    let added = cli.ok(&[
+        "space",
+        "member",
+        "add",
+        "acme/platform",
+        "ann",
+        "--role",
+        "viewer",
+    ]);
+    assert!(added.contains("ann is viewer of acme/platform"), "{added}");
+    let members = cli.ok(&["space", "member", "list", "acme/platform"]);
+    assert!(
+        members.contains("ann") && members.contains("viewer"),
+        "{members}"
+    );
+    let listed = cli.ok(&["space", "list"]);
+    for want in ["acme", "acme/platform", "users/admin", "owner"] {
+        assert!(listed.contains(want), "{want}: {listed}");
+    }
+    let bad = cli.run(&["space", "create", "Acme/x"]);
+    assert!(!bad.status.success());
+    assert!(
+        stderr(&bad).contains("segment \"Acme\""),
+        "{}",
+        stderr(&bad)
+    );
+
+    // The admin is the owner of acme (it made it): a workspace goes into acme/platform.
+    cli.ok(&["agent", "create", "edge"]);
+    cli.ok(&[
+        "ws",
+        "create",
+        "--name",
+        "plat",
+        "--space",
+        "acme/platform",
+        "--agent",
+        "edge",
+    ]);
+    let shown = cli.ok(&["ws", "show", "plat", "-o", "json"]);
+    let w: serde_json::Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(w["space"], "acme/platform");
+    let tree = cli.ok(&["ws", "list", "--space", "acme", "--recursive", "-o", "json"]);
+    assert!(tree.contains("\"plat\""), "{tree}");
+    let flat = cli.ok(&["ws", "list", "--space", "acme", "-o", "json"]);
+    assert!(!flat.contains("\"plat\""), "{flat}");
+    let out = cli.run(&["space", "rm", "acme/platform"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("1 workspace(s)"), "{}", stderr(&out));
+    cli.ok(&["space", "member", "rm", "acme/platform", "ann"]);
 }

@@ -15,6 +15,7 @@ pub mod oauth;
 pub mod projects;
 pub mod reconcile;
 pub mod render;
+pub mod spaces;
 pub mod ssh_keys;
 pub mod throttle;
 pub mod tokens;

@@ -52,6 +52,10 @@ pub struct ListRequest {
     pub project: Option<String>,
     /// Username or id of the owner (admins only; others always see their own).
     pub owner: Option<String>,
+    /// Path of the space the workspaces live in.
+    pub space: Option<String>,
+    /// With `space`: also the spaces below it.
+    pub recursive: bool,
     /// Page size, 1–500 (default 50).
     pub limit: Option<i64>,
     /// `next_cursor` of the previous page.
@@ -71,8 +75,16 @@ pub async fn list(
             format!("must be between 1 and {MAX_LIMIT}"),
         ));
     }
+    if q.recursive && q.space.is_none() {
+        return Err(AppError::invalid_field(
+            "recursive",
+            "needs `space`: the space whose tree to list",
+        ));
+    }
     let mut f = WorkspaceFilter {
         limit: limit + 1,
+        space: q.space.clone(),
+        recursive: q.recursive,
         ..Default::default()
     };
     if let Some(s) = &q.state {
@@ -529,6 +541,15 @@ pub async fn create(
     }
     let resources = req.resources.clone().unwrap_or_default();
     let variables = check_variables(&req.variables)?;
+    let space = super::spaces::for_new_entry(state, who, req.space.as_deref())
+        .await
+        .map_err(|e| match (e.kind, &req.space) {
+            (ErrorKind::NotFound, Some(p)) => AppError::invalid_field(
+                "space",
+                format!("no space {p:?} (or none you hold a role on)"),
+            ),
+            _ => e,
+        })?;
     let agent = choose_agent(state, req.agent.as_deref()).await?;
     check_resources(&resources, &agent)?;
     let project = match &req.project {
@@ -610,6 +631,7 @@ pub async fn create(
             resources: resources.clone(),
             variables: variables.clone(),
             starter: req.starter.clone(),
+            space_id: space.id,
         };
         let project_input = project.as_ref().map(|p| ProjectInput {
             name: &p.name,

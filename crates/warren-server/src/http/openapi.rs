@@ -7,7 +7,7 @@ use utoipa::{Modify, OpenApi};
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "Warren API", description = "Warren's REST API: users, tokens, SSH keys, OAuth clients, agents, projects, workspaces, GitOps."),
+    info(title = "Warren API", description = "Warren's REST API: users, tokens, SSH keys, OAuth clients, agents, spaces, projects, workspaces, GitOps."),
     paths(
         api::users::create_session,
         api::users::me,
@@ -48,6 +48,13 @@ use utoipa::{Modify, OpenApi};
         api::gitops::policy,
         api::gitops::set_policy,
         api::gitops::webhook,
+        api::spaces::list,
+        api::spaces::create,
+        api::spaces::get_one,
+        api::spaces::delete_one,
+        api::spaces::members,
+        api::spaces::set_member,
+        api::spaces::remove_member,
         api::projects::list,
         api::projects::create,
         api::projects::get_one,

@@ -11,6 +11,7 @@ pub mod gitops;
 pub mod oauth;
 pub mod projects;
 pub mod reconcile;
+pub mod spaces;
 pub mod ssh_keys;
 pub mod tokens;
 pub mod users;

@@ -224,6 +224,14 @@ impl Store {
             .bind(id.get())
             .execute(&mut *tx)
             .await?;
+        // The personal space goes with its user (a later account of the same name starts
+        // afresh); only its user's workspaces can have been in it.
+        sqlx::query(
+            "DELETE FROM spaces WHERE path = (SELECT 'users/' || username FROM users              WHERE id = $1 AND delete_requested_at IS NOT NULL)              AND NOT EXISTS (SELECT 1 FROM workspaces w WHERE w.space_id = spaces.id)",
+        )
+        .bind(id.get())
+        .execute(&mut *tx)
+        .await?;
         let r = sqlx::query("DELETE FROM users WHERE id = $1 AND delete_requested_at IS NOT NULL")
             .bind(id.get())
             .execute(&mut *tx)

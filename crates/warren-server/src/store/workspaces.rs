@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::any::AnyRow;
 use std::collections::BTreeMap;
 use warren_types::api::{Variable, VariableKind, Workspace, WorkspaceResources};
-use warren_types::{ActualState, AgentId, DesiredState, ProjectId, UserId, WorkspaceId};
+use warren_types::{ActualState, AgentId, DesiredState, ProjectId, SpaceId, UserId, WorkspaceId};
 
 /// A variable as stored (inside the sealed `variables` column).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,6 +35,9 @@ pub struct WorkspaceRow {
     pub git_ref: Option<String>,
     /// The starter project asked for at creation (the devfile's first when `None`).
     pub starter: Option<String>,
+    /// The space it lives in, and that space's path.
+    pub space_id: Option<SpaceId>,
+    pub space_path: String,
     pub desired_state: DesiredState,
     pub actual_state: ActualState,
     pub desired_state_updated_at: i64,
@@ -81,6 +84,7 @@ impl WorkspaceRow {
             namespace: self.namespace.clone(),
             owner: self.owner_id,
             owner_username: self.owner_username.clone(),
+            space: self.space_path.clone(),
             agent: self.agent_id,
             agent_name: self.agent_name.clone(),
             project: self.project_id,
@@ -160,12 +164,13 @@ pub const COLS: &str = "w.id, w.name, w.namespace, w.owner_id, u.username AS own
     w.variables, w.endpoints, w.url, w.failure_reason, w.created_at, w.updated_at, w.version, \
     x.last_activity_at, a.runtime_fault AS agent_runtime_fault, \
     a.runtime_fault_since AS agent_runtime_fault_since, a.isolation_warning AS agent_isolation_warning, \
-    w.idle_stopped, a.config AS agent_config, w.starter";
+    w.idle_stopped, a.config AS agent_config, w.starter, w.space_id, sp.path AS space_path";
 
 pub const FROM: &str =
     "workspaces w JOIN users u ON u.id = w.owner_id JOIN agents a ON a.id = w.agent_id \
     LEFT JOIN projects p ON p.id = w.project_id \
-    LEFT JOIN workspace_activity x ON x.workspace_id = w.id";
+    LEFT JOIN workspace_activity x ON x.workspace_id = w.id \
+    LEFT JOIN spaces sp ON sp.id = w.space_id";
 
 pub fn row(r: &AnyRow) -> Result<WorkspaceRow, sqlx::Error> {
     Ok(WorkspaceRow {
@@ -180,6 +185,8 @@ pub fn row(r: &AnyRow) -> Result<WorkspaceRow, sqlx::Error> {
         project_name: get_opt_str(r, "project_name")?,
         git_ref: get_opt_str(r, "git_ref")?,
         starter: get_opt_str(r, "starter")?,
+        space_id: get_opt_i64(r, "space_id")?.map(SpaceId),
+        space_path: get_opt_str(r, "space_path")?.unwrap_or_default(),
         desired_state: get_str(r, "desired_state")?
             .parse()
             .map_err(|e| corrupt("desired state", e))?,
@@ -239,12 +246,17 @@ pub struct NewWorkspace {
     pub variables: Vec<StoredVariable>,
     /// The starter project asked for at creation.
     pub starter: Option<String>,
+    /// The space it lives in.
+    pub space_id: SpaceId,
 }
 
 /// Filters of the workspace list.
 #[derive(Debug, Clone, Default)]
 pub struct WorkspaceFilter {
     pub owner: Option<UserId>,
+    /// In this space (by path), or (with `recursive`) in it or below it.
+    pub space: Option<String>,
+    pub recursive: bool,
     pub agent: Option<AgentId>,
     pub project: Option<ProjectId>,
     /// Matches the actual state.
@@ -331,8 +343,8 @@ impl Store {
         let id = sqlx::query(
             "INSERT INTO workspaces (name, namespace, owner_id, agent_id, project_id, git_ref, desired_state, \
              actual_state, desired_state_updated_at, actual_state_updated_at, force_include_all_resources, devfile, \
-             rendered_objects, resources, variables, endpoints, url, created_at, updated_at, version, starter) \
-             VALUES ($1, '', $2, $3, $4, $5, 'Running', 'CreationRequested', $6, $6, 1, $7, '', $8, $9, '{}', NULL, $6, $6, 1, $10) \
+             rendered_objects, resources, variables, endpoints, url, created_at, updated_at, version, starter, space_id) \
+             VALUES ($1, '', $2, $3, $4, $5, 'Running', 'CreationRequested', $6, $6, 1, $7, '', $8, $9, '{}', NULL, $6, $6, 1, $10, $11) \
              RETURNING id",
         )
         .bind(&w.name)
@@ -345,6 +357,7 @@ impl Store {
         .bind(serde_json::to_string(&w.resources).unwrap_or_default())
         .bind(seal_json(self, &w.variables))
         .bind(w.starter.clone())
+        .bind(w.space_id.get())
         .fetch_one(&mut *tx)
         .await
         .map_err(unique("workspaces.name"))?;
@@ -406,6 +419,21 @@ impl Store {
     ) -> Result<Vec<WorkspaceRow>, StoreError> {
         let mut sql = format!("SELECT {COLS} FROM {FROM} WHERE 1 = 1");
         let mut binds = vec![];
+        // Before `push` borrows `binds`: the recursive form binds two values.
+        if let Some(space) = &f.space {
+            binds.push(Bind::S(space.clone()));
+            let n = binds.len();
+            if f.recursive {
+                // Not LIKE: `_` in a path would be a wildcard.
+                binds.push(Bind::S(format!("{space}/")));
+                let m = binds.len();
+                sql.push_str(&format!(
+                    " AND (sp.path = ${n} OR substr(sp.path, 1, length(${m})) = ${m})"
+                ));
+            } else {
+                sql.push_str(&format!(" AND sp.path = ${n}"));
+            }
+        }
         let mut push = |cond: &str, b: Bind, sql: &mut String| {
             binds.push(b);
             sql.push_str(&format!(" AND {cond} ${}", binds.len()));

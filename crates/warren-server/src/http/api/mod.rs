@@ -6,6 +6,7 @@ pub mod access;
 pub mod agents;
 pub mod gitops;
 pub mod projects;
+pub mod spaces;
 pub mod users;
 pub mod workspaces;
 
@@ -99,6 +100,16 @@ pub fn router() -> Router<AppState> {
             get(gitops::policy).put(gitops::set_policy),
         )
         .route("/gitops/webhooks/{repository}", post(gitops::webhook))
+        .route("/spaces", get(spaces::list).post(spaces::create))
+        .route(
+            "/spaces/{space}",
+            get(spaces::get_one).delete(spaces::delete_one),
+        )
+        .route("/spaces/{space}/members", get(spaces::members))
+        .route(
+            "/spaces/{space}/members/{user}",
+            put(spaces::set_member).delete(spaces::remove_member),
+        )
         .route("/projects", get(projects::list).post(projects::create))
         .route(
             "/projects/{project}",

@@ -28,6 +28,10 @@ pub struct ListQuery {
     pub project: Option<String>,
     /// Username or id of the owner (admins only; others always see their own).
     pub owner: Option<String>,
+    /// Path of the space the workspaces live in (`acme/platform`, `users/alice`).
+    pub space: Option<String>,
+    /// With `space`: also every space below it.
+    pub recursive: Option<bool>,
     /// Page size, 1–500 (default 50).
     pub limit: Option<i64>,
     /// `next_cursor` of the previous page.
@@ -47,6 +51,8 @@ pub async fn list(
         agent: q.agent,
         project: q.project,
         owner: q.owner,
+        space: q.space,
+        recursive: q.recursive.unwrap_or(false),
         limit: q.limit,
         cursor: q.cursor,
     };

@@ -514,6 +514,7 @@ pub async fn create(
             variables,
             git_ref: opt(&f.git_ref),
             starter: opt(&f.starter),
+            space: None,
         })
     })();
     let result = match request {

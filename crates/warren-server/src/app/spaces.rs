@@ -1,0 +1,324 @@
+//! The tree of spaces (spec/mounts.md): who may create, see and manage which space.
+//!
+//! A role held on a space holds for every space below it: a user's role on `acme/platform`
+//! is the highest of their roles on `acme/platform` and `acme`. Admins create top-level
+//! spaces and manage every space; a space's owners create spaces under it and manage its
+//! members. Every user has the personal space `users/<username>`, made on first use, which
+//! only they own. Anyone with no role on a space (and no admin) is told "not found".
+
+use super::{AppError, AppState, Principal};
+use crate::store::spaces::{SpaceRow, USERS_ROOT};
+use warren_types::api::{CreateSpaceRequest, SetSpaceMemberRequest, Space, SpaceMember, SpaceRole};
+use warren_types::UserId;
+
+/// Deepest a space may be (`a/b/c/d/e/f/g/h`).
+pub const MAX_DEPTH: usize = 8;
+
+fn not_found(path: &str) -> AppError {
+    AppError::not_found(format!("space {path:?}"))
+}
+
+/// Checks a space path: 1-8 segments of 1-63 characters of a-z, 0-9 and '-' (starting with
+/// a letter or digit), `/`-separated; personal spaces (`users/…`) are made by the server.
+pub fn validate_path(path: &str) -> Result<(), AppError> {
+    let bad = |why: String| AppError::invalid_field("path", why);
+    if path.is_empty() || path.len() > 512 {
+        return Err(bad(format!("{path:?} must be 1-512 characters")));
+    }
+    let segments: Vec<&str> = path.split('/').collect();
+    if segments.len() > MAX_DEPTH {
+        return Err(bad(format!(
+            "{path:?} is {} levels deep; at most {MAX_DEPTH} are allowed",
+            segments.len()
+        )));
+    }
+    for s in &segments {
+        let ok = !s.is_empty()
+            && s.len() <= 63
+            && s.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && !s.ends_with('-');
+        if !ok {
+            return Err(bad(format!(
+                "segment {s:?} of {path:?}: 1-63 characters of a-z, 0-9 and '-', starting and \
+                 ending with a letter or digit"
+            )));
+        }
+    }
+    if segments[0] == USERS_ROOT {
+        return Err(bad(format!(
+            "{path:?}: spaces under {USERS_ROOT}/ are the personal spaces the server makes"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether `path` is `ancestor` or lies below it.
+pub fn within(path: &str, ancestor: &str) -> bool {
+    path == ancestor
+        || path
+            .strip_prefix(ancestor)
+            .is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// The highest role among `memberships` that holds on `path`.
+pub fn role_in(memberships: &[(String, SpaceRole)], path: &str) -> Option<SpaceRole> {
+    memberships
+        .iter()
+        .filter(|(p, _)| within(path, p))
+        .map(|(_, r)| *r)
+        .max()
+}
+
+/// A user's role on the space at `path` (held there or above).
+pub async fn role_on(
+    state: &AppState,
+    user: UserId,
+    path: &str,
+) -> Result<Option<SpaceRole>, AppError> {
+    Ok(role_in(&state.store.memberships(user).await?, path))
+}
+
+/// The space at `path` if the caller has a role there (or is an admin), with that role.
+async fn visible(
+    state: &AppState,
+    who: &Principal,
+    path: &str,
+) -> Result<(SpaceRow, Option<SpaceRole>), AppError> {
+    let role = role_on(state, who.user.id, path).await?;
+    if role.is_none() && !who.user.is_admin {
+        return Err(not_found(path));
+    }
+    let s = state
+        .store
+        .space_by_path(path)
+        .await?
+        .ok_or_else(|| not_found(path))?;
+    Ok((s, role))
+}
+
+/// The space at `path` if the caller owns it (or one above it) or is an admin.
+async fn managed(state: &AppState, who: &Principal, path: &str) -> Result<SpaceRow, AppError> {
+    let (s, role) = visible(state, who, path).await?;
+    if who.user.is_admin || role == Some(SpaceRole::Owner) {
+        Ok(s)
+    } else {
+        Err(AppError::forbidden(format!(
+            "managing space {path:?} needs its owner role (here or on a space above it), or an \
+             admin"
+        )))
+    }
+}
+
+/// The caller's personal space, made on first use.
+pub async fn personal(state: &AppState, who: &Principal) -> Result<SpaceRow, AppError> {
+    Ok(state
+        .store
+        .personal_space(who.user.id, &who.user.username, state.clock.now_ms())
+        .await?)
+}
+
+/// The space a new entry goes to: `path`, where the caller must be a developer or owner, or
+/// the caller's personal space.
+pub async fn for_new_entry(
+    state: &AppState,
+    who: &Principal,
+    path: Option<&str>,
+) -> Result<SpaceRow, AppError> {
+    let Some(path) = path.filter(|p| *p != format!("{USERS_ROOT}/{}", who.user.username)) else {
+        return personal(state, who).await;
+    };
+    let (s, role) = visible(state, who, path).await?;
+    if role >= Some(SpaceRole::Developer) {
+        Ok(s)
+    } else {
+        Err(AppError::forbidden(format!(
+            "creating entries in space {path:?} needs its developer or owner role"
+        )))
+    }
+}
+
+/// Creates a space: top-level ones by admins, others by owners of the space above.
+pub async fn create(
+    state: &AppState,
+    who: &Principal,
+    req: &CreateSpaceRequest,
+) -> Result<Space, AppError> {
+    validate_path(&req.path)?;
+    let now = state.clock.now_ms();
+    let created = match req.path.rsplit_once('/') {
+        None => {
+            who.require_admin()?;
+            // The admin who makes it owns it, so it can be handed on with `member add`.
+            state
+                .store
+                .insert_space(&req.path, None, Some(who.user.id), Some(who.user.id), now)
+                .await
+        }
+        Some((parent, _)) => {
+            let p = managed(state, who, parent).await?;
+            state
+                .store
+                .insert_space(&req.path, Some(p.id), Some(who.user.id), None, now)
+                .await
+        }
+    }
+    .map_err(super::error::already_exists(|| {
+        format!("a space {:?} already exists", req.path)
+    }))?;
+    tracing::info!(space = %created.path, by = %who.user.username, "space created");
+    let role = role_on(state, who.user.id, &created.path).await?;
+    Ok(created.to_api(role))
+}
+
+/// The spaces the caller has a role on (every space for an admin), with the caller's
+/// personal space made if missing.
+pub async fn list(state: &AppState, who: &Principal) -> Result<Vec<Space>, AppError> {
+    personal(state, who).await?;
+    let memberships = state.store.memberships(who.user.id).await?;
+    Ok(state
+        .store
+        .list_spaces()
+        .await?
+        .iter()
+        .filter_map(|s| {
+            let role = role_in(&memberships, &s.path);
+            (role.is_some() || who.user.is_admin).then(|| s.to_api(role))
+        })
+        .collect())
+}
+
+pub async fn get(state: &AppState, who: &Principal, path: &str) -> Result<Space, AppError> {
+    let (s, role) = visible(state, who, path).await?;
+    Ok(s.to_api(role))
+}
+
+/// Removes an empty space; personal spaces and the root of them stay.
+pub async fn remove(state: &AppState, who: &Principal, path: &str) -> Result<(), AppError> {
+    let s = managed(state, who, path).await?;
+    if within(&s.path, USERS_ROOT) {
+        return Err(AppError::forbidden(format!(
+            "{path:?} is a personal space (or their root); it goes with its user"
+        )));
+    }
+    let (spaces, workspaces) = state.store.space_contents(s.id).await?;
+    if spaces > 0 || workspaces > 0 {
+        return Err(AppError::conflict(
+            "not_empty",
+            format!(
+                "space {path:?} still holds {spaces} space(s) and {workspaces} workspace(s); \
+                 remove them first"
+            ),
+        ));
+    }
+    if !state.store.delete_space(s.id).await? {
+        return Err(not_found(path));
+    }
+    tracing::info!(space = %path, by = %who.user.username, "space removed");
+    Ok(())
+}
+
+/// The members of a space (those holding a role on it directly).
+pub async fn members(
+    state: &AppState,
+    who: &Principal,
+    path: &str,
+) -> Result<Vec<SpaceMember>, AppError> {
+    let (s, _) = visible(state, who, path).await?;
+    Ok(state.store.space_members(s.id).await?)
+}
+
+/// Gives `username` a role on the space.
+pub async fn set_member(
+    state: &AppState,
+    who: &Principal,
+    path: &str,
+    username: &str,
+    req: &SetSpaceMemberRequest,
+) -> Result<SpaceMember, AppError> {
+    let s = managed(state, who, path).await?;
+    if within(&s.path, USERS_ROOT) {
+        return Err(AppError::forbidden(format!(
+            "{path:?} is a personal space; share an entry from a team space instead"
+        )));
+    }
+    let user = state
+        .store
+        .user_by_name(username)
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("user {username:?}")))?;
+    state
+        .store
+        .set_space_member(s.id, user.id, req.role, state.clock.now_ms())
+        .await?;
+    tracing::info!(space = %s.path, member = %user.username, role = req.role.as_str(), by = %who.user.username, "space member set");
+    state
+        .store
+        .space_members(s.id)
+        .await?
+        .into_iter()
+        .find(|m| m.user_id == user.id)
+        .ok_or_else(|| AppError::not_found(format!("member {username:?}")))
+}
+
+/// Takes `username`'s role on the space away (roles held above it stay).
+pub async fn remove_member(
+    state: &AppState,
+    who: &Principal,
+    path: &str,
+    username: &str,
+) -> Result<(), AppError> {
+    let s = managed(state, who, path).await?;
+    let user = state
+        .store
+        .user_by_name(username)
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("user {username:?}")))?;
+    if !state.store.remove_space_member(s.id, user.id).await? {
+        return Err(AppError::not_found(format!(
+            "a membership of {username:?} in space {path:?}"
+        )));
+    }
+    tracing::info!(space = %s.path, member = %user.username, by = %who.user.username, "space member removed");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roles_hold_below_and_not_beside() {
+        let m = vec![
+            ("acme".to_owned(), SpaceRole::Viewer),
+            ("acme/platform".to_owned(), SpaceRole::Developer),
+        ];
+        assert_eq!(role_in(&m, "acme"), Some(SpaceRole::Viewer));
+        assert_eq!(role_in(&m, "acme/platform/api"), Some(SpaceRole::Developer));
+        assert_eq!(role_in(&m, "acme/web"), Some(SpaceRole::Viewer));
+        assert_eq!(
+            role_in(&m, "acme-corp"),
+            None,
+            "a name prefix is not a parent"
+        );
+        assert_eq!(role_in(&m, "other"), None);
+    }
+
+    #[test]
+    fn paths_are_checked_naming_the_problem() {
+        assert!(validate_path("acme/platform").is_ok());
+        for bad in [
+            "",
+            "/acme",
+            "acme/",
+            "Acme",
+            "acme//x",
+            "a/b/c/d/e/f/g/h/i",
+            "users/bob",
+            "a_b",
+        ] {
+            assert!(validate_path(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! The tree of spaces (spec/mounts.md): paths, their members and roles. Rules (who may create
+//! what, how roles are inherited) live in `app::spaces`; this module only reads and writes.
+
+use super::error::unique;
+use super::{get_i64, get_opt_i64, get_str, Store, StoreError};
+use crate::db::from_millis;
+use sqlx::any::AnyRow;
+use warren_types::api::{SpaceMember, SpaceRole};
+use warren_types::{SpaceId, UserId};
+
+/// The root of the personal spaces.
+pub const USERS_ROOT: &str = "users";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpaceRow {
+    pub id: SpaceId,
+    pub path: String,
+    pub parent_id: Option<SpaceId>,
+    pub created_at: i64,
+}
+
+impl SpaceRow {
+    pub fn to_api(&self, your_role: Option<SpaceRole>) -> warren_types::api::Space {
+        warren_types::api::Space {
+            id: self.id,
+            path: self.path.clone(),
+            your_role,
+            created_at: from_millis(self.created_at),
+        }
+    }
+}
+
+const COLS: &str = "id, path, parent_id, created_at";
+
+fn row(r: &AnyRow) -> Result<SpaceRow, sqlx::Error> {
+    Ok(SpaceRow {
+        id: SpaceId(get_i64(r, "id")?),
+        path: get_str(r, "path")?,
+        parent_id: get_opt_i64(r, "parent_id")?.map(SpaceId),
+        created_at: get_i64(r, "created_at")?,
+    })
+}
+
+/// A stored role; anything unknown is the least.
+fn role(s: &str) -> SpaceRole {
+    SpaceRole::parse(s).unwrap_or(SpaceRole::Viewer)
+}
+
+impl Store {
+    pub async fn space_by_path(&self, path: &str) -> Result<Option<SpaceRow>, StoreError> {
+        let r = sqlx::query(&format!("SELECT {COLS} FROM spaces WHERE path = $1"))
+            .bind(path)
+            .fetch_optional(&self.db.pool)
+            .await?;
+        Ok(r.as_ref().map(row).transpose()?)
+    }
+
+    pub async fn space_by_id(&self, id: SpaceId) -> Result<Option<SpaceRow>, StoreError> {
+        let r = sqlx::query(&format!("SELECT {COLS} FROM spaces WHERE id = $1"))
+            .bind(id.get())
+            .fetch_optional(&self.db.pool)
+            .await?;
+        Ok(r.as_ref().map(row).transpose()?)
+    }
+
+    /// Every space, by path.
+    pub async fn list_spaces(&self) -> Result<Vec<SpaceRow>, StoreError> {
+        let rows = sqlx::query(&format!("SELECT {COLS} FROM spaces ORDER BY path"))
+            .fetch_all(&self.db.pool)
+            .await?;
+        Ok(rows.iter().map(row).collect::<Result<_, _>>()?)
+    }
+
+    /// Inserts a space (its parent checked by the caller); `Conflict` when the path exists.
+    /// `owner` becomes its owner in the same transaction.
+    pub async fn insert_space(
+        &self,
+        path: &str,
+        parent: Option<SpaceId>,
+        created_by: Option<UserId>,
+        owner: Option<UserId>,
+        now: i64,
+    ) -> Result<SpaceRow, StoreError> {
+        let mut tx = self.db.pool.begin().await?;
+        let r = sqlx::query(&format!(
+            "INSERT INTO spaces (path, parent_id, created_by, created_at) VALUES ($1, $2, $3, $4) \
+             RETURNING {COLS}"
+        ))
+        .bind(path)
+        .bind(parent.map(|p| p.get()))
+        .bind(created_by.map(|u| u.get()))
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(unique("space path"))?;
+        let space = row(&r)?;
+        if let Some(owner) = owner {
+            sqlx::query(
+                "INSERT INTO space_members (space_id, user_id, role, created_at) \
+                 VALUES ($1, $2, 'owner', $3)",
+            )
+            .bind(space.id.get())
+            .bind(owner.get())
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(space)
+    }
+
+    /// The personal space `users/<username>` of a user, made (with the user as its owner) on
+    /// first use.
+    pub async fn personal_space(
+        &self,
+        user: UserId,
+        username: &str,
+        now: i64,
+    ) -> Result<SpaceRow, StoreError> {
+        let path = format!("{USERS_ROOT}/{username}");
+        if let Some(s) = self.space_by_path(&path).await? {
+            return Ok(s);
+        }
+        let root = match self.space_by_path(USERS_ROOT).await? {
+            Some(r) => r,
+            None => match self.insert_space(USERS_ROOT, None, None, None, now).await {
+                Ok(r) => r,
+                Err(StoreError::Conflict(_)) => self
+                    .space_by_path(USERS_ROOT)
+                    .await?
+                    .ok_or_else(|| StoreError::Conflict("space path"))?,
+                Err(e) => return Err(e),
+            },
+        };
+        match self
+            .insert_space(&path, Some(root.id), Some(user), Some(user), now)
+            .await
+        {
+            Ok(s) => Ok(s),
+            // Made meanwhile by another request.
+            Err(StoreError::Conflict(_)) => self
+                .space_by_path(&path)
+                .await?
+                .ok_or_else(|| StoreError::Conflict("space path")),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether anything lives in the space: (spaces directly below, workspaces in it).
+    pub async fn space_contents(&self, id: SpaceId) -> Result<(i64, i64), StoreError> {
+        let r = sqlx::query(
+            "SELECT (SELECT COUNT(*) FROM spaces WHERE parent_id = $1) AS spaces, \
+             (SELECT COUNT(*) FROM workspaces WHERE space_id = $1) AS workspaces",
+        )
+        .bind(id.get())
+        .fetch_one(&self.db.pool)
+        .await?;
+        Ok((get_i64(&r, "spaces")?, get_i64(&r, "workspaces")?))
+    }
+
+    /// Deletes an empty space (its memberships with it); false when it did not exist.
+    pub async fn delete_space(&self, id: SpaceId) -> Result<bool, StoreError> {
+        let r = sqlx::query("DELETE FROM spaces WHERE id = $1")
+            .bind(id.get())
+            .execute(&self.db.pool)
+            .await?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    /// Every membership of a user: (space path, role).
+    pub async fn memberships(&self, user: UserId) -> Result<Vec<(String, SpaceRole)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT s.path, m.role FROM space_members m JOIN spaces s ON s.id = m.space_id \
+             WHERE m.user_id = $1",
+        )
+        .bind(user.get())
+        .fetch_all(&self.db.pool)
+        .await?;
+        rows.iter()
+            .map(|r| Ok((get_str(r, "path")?, role(&get_str(r, "role")?))))
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(Into::into)
+    }
+
+    pub async fn space_members(&self, space: SpaceId) -> Result<Vec<SpaceMember>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT m.user_id, u.username, m.role, m.created_at FROM space_members m \
+             JOIN users u ON u.id = m.user_id WHERE m.space_id = $1 ORDER BY u.username",
+        )
+        .bind(space.get())
+        .fetch_all(&self.db.pool)
+        .await?;
+        let member = |r: &AnyRow| -> Result<SpaceMember, sqlx::Error> {
+            Ok(SpaceMember {
+                user_id: UserId(get_i64(r, "user_id")?),
+                username: get_str(r, "username")?,
+                role: role(&get_str(r, "role")?),
+                created_at: from_millis(get_i64(r, "created_at")?),
+            })
+        };
+        Ok(rows.iter().map(member).collect::<Result<_, _>>()?)
+    }
+
+    /// Adds a member or changes their role.
+    pub async fn set_space_member(
+        &self,
+        space: SpaceId,
+        user: UserId,
+        role: SpaceRole,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO space_members (space_id, user_id, role, created_at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (space_id, user_id) DO UPDATE SET role = excluded.role",
+        )
+        .bind(space.get())
+        .bind(user.get())
+        .bind(role.as_str())
+        .bind(now)
+        .execute(&self.db.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Removes a membership; false when there was none.
+    pub async fn remove_space_member(
+        &self,
+        space: SpaceId,
+        user: UserId,
+    ) -> Result<bool, StoreError> {
+        let r = sqlx::query("DELETE FROM space_members WHERE space_id = $1 AND user_id = $2")
+            .bind(space.get())
+            .bind(user.get())
+            .execute(&self.db.pool)
+            .await?;
+        Ok(r.rows_affected() == 1)
+    }
+}

@@ -6,6 +6,9 @@ use super::*;
 /// How long a pod started afresh is watched for an early exit the engine caused.
 const RESTART_GRACE: Duration = Duration::from_secs(1);
 
+/// Starts retried when a published host port is taken for a moment (see `run_start`).
+const PORT_RETRIES: u64 = 4;
+
 impl EngineRuntime {
     /// Starts the pod: each init container to completion in order, then the app containers,
     /// the namespace owner first. Runs in the background, holding the workspace's lock.
@@ -76,14 +79,29 @@ impl EngineRuntime {
         }
         let start = |name: String| async move {
             tracing::debug!(container = %name, "starting");
-            match docker.start_container(&name, None).await {
-                Err(e) if status_of(&e) == Some(304) => Ok(()),
-                Err(e) if status_of(&e).is_some() => Err(Ok(PodFailure {
-                    reason: "RunContainerError".into(),
-                    message: format!("starting {name}: {}", error_message(&e)),
-                })),
-                Err(e) => Err(Err(runtime_err(format!("starting {name}"), e))),
-                Ok(()) => Ok(()),
+            let mut retries = 0u64;
+            loop {
+                return match docker.start_container(&name, None).await {
+                    Err(e) if status_of(&e) == Some(304) => Ok(()),
+                    // Podman picks a published port's host port at create; by the start,
+                    // another socket (a client's ephemeral port, most often) may hold it for
+                    // a moment. Tried again a few times before it is the pod's failure.
+                    Err(e)
+                        if retries < PORT_RETRIES
+                            && error_message(&e).contains("address already in use") =>
+                    {
+                        retries += 1;
+                        tracing::info!(container = %name, retries, "a published port was taken; starting again");
+                        tokio::time::sleep(Duration::from_millis(300 * retries)).await;
+                        continue;
+                    }
+                    Err(e) if status_of(&e).is_some() => Err(Ok(PodFailure {
+                        reason: "RunContainerError".into(),
+                        message: format!("starting {name}: {}", error_message(&e)),
+                    })),
+                    Err(e) => Err(Err(runtime_err(format!("starting {name}"), e))),
+                    Ok(()) => Ok(()),
+                };
             }
         };
         macro_rules! start_or_fail {

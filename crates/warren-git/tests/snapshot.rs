@@ -5,7 +5,7 @@
 
 use std::path::Path;
 use warren_git::snapshot::{SnapshotError, Snapshots, Want};
-use warren_testkit::git_http::{git, GitHttpServer};
+use warren_testkit::git_http::{bare_repo, git, GitHttpServer};
 use warren_types::git::GitCredential;
 
 const PASSWORD: &str = "gitops-pass";
@@ -197,18 +197,7 @@ fn a_local_repository_by_file_url_is_read_in_place() {
         return;
     }
     let root = tempfile::tempdir().unwrap();
-    let bare = root.path().join("local.git");
-    git(
-        root.path(),
-        &[
-            "init",
-            "--quiet",
-            "--bare",
-            "--initial-branch=main",
-            bare.to_str().unwrap(),
-        ],
-    )
-    .unwrap();
+    let bare = bare_repo(root.path(), "local").unwrap();
     let commit = push(&bare, "first", |w| {
         std::fs::write(w.join("cm.yaml"), "kind: ConfigMap\n").unwrap();
     });
@@ -246,18 +235,7 @@ fn a_repository_over_the_git_protocol() {
         return;
     }
     let root = tempfile::tempdir().unwrap();
-    let bare = root.path().join("ops.git");
-    git(
-        root.path(),
-        &[
-            "init",
-            "--quiet",
-            "--bare",
-            "--initial-branch=main",
-            bare.to_str().unwrap(),
-        ],
-    )
-    .unwrap();
+    let bare = bare_repo(root.path(), "ops").unwrap();
     let first = push(&bare, "first", |w| {
         std::fs::write(w.join("a.yaml"), "kind: ConfigMap\n").unwrap();
     });
@@ -405,18 +383,7 @@ fn a_repository_over_ssh_with_a_key() {
         return;
     };
     let root = tempfile::tempdir().unwrap();
-    let bare = root.path().join("ops.git");
-    git(
-        root.path(),
-        &[
-            "init",
-            "--quiet",
-            "--bare",
-            "--initial-branch=main",
-            bare.to_str().unwrap(),
-        ],
-    )
-    .unwrap();
+    let bare = bare_repo(root.path(), "ops").unwrap();
     let first = push(&bare, "first", |w| {
         std::fs::write(w.join("app.yaml"), "kind: ConfigMap\n").unwrap();
     });

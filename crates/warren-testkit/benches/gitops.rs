@@ -77,7 +77,6 @@ async fn main() -> Result<()> {
         .and_then(|v| v.parse().ok())
         .unwrap_or(10);
     let stack = Stack::start().await?;
-    let admin = stack.admin.token.clone();
     let root = tempfile::tempdir()?;
     let hooked = bare(root.path(), "hooked")?;
     let polled = bare(root.path(), "polled")?;
@@ -92,24 +91,15 @@ async fn main() -> Result<()> {
         if let Some(s) = secret {
             body["webhook_secret"] = json!(s);
         }
-        stack
-            .api(
-                Method::POST,
-                "/api/v1/gitops/repositories",
-                &admin,
-                Some(body),
-            )
-            .await?;
+        stack.gitops_repository(body).await?;
     }
     stack
-        .api(
-            Method::PUT,
-            "/api/v1/agents/local/gitops",
-            &admin,
-            Some(json!({"sources": [
+        .gitops_sources(
+            "local",
+            json!({"sources": [
                 {"name": "hooked", "repository": "hooked", "namespace": "bench", "interval": "1h"},
                 {"name": "polled", "repository": "polled", "namespace": "bench", "interval": "1s"}
-            ]})),
+            ]}),
         )
         .await?;
     let first = push(&hooked, "0")?;

@@ -458,6 +458,29 @@ impl Stack {
         Ok(stack)
     }
 
+    /// Registers a GitOps repository as the admin (`body` as `POST /gitops/repositories`
+    /// takes it); the answer.
+    pub async fn gitops_repository(&self, body: Value) -> Result<Value> {
+        self.api(
+            reqwest::Method::POST,
+            "/api/v1/gitops/repositories",
+            &self.admin.token,
+            Some(body),
+        )
+        .await
+    }
+
+    /// Replaces `agent`'s GitOps sources as the admin (`{"sources": [...]}`); the answer.
+    pub async fn gitops_sources(&self, agent: &str, sources: Value) -> Result<Value> {
+        self.api(
+            reqwest::Method::PUT,
+            &format!("/api/v1/agents/{agent}/gitops"),
+            &self.admin.token,
+            Some(sources),
+        )
+        .await
+    }
+
     /// Stops relay `index` (of [`StackOptions::relays`]): its listeners close and its agent
     /// connections end, so the agents reconnect to another relay through the balancer.
     pub fn stop_relay(&self, index: usize) {

@@ -84,19 +84,6 @@ async fn reported_error(stack: &Stack, source: &str, needle: &str) -> Result<()>
     .await
 }
 
-/// Replaces the `local` agent's sources.
-async fn set_sources(stack: &Stack, sources: Value) -> Result<()> {
-    stack
-        .api(
-            Method::PUT,
-            "/api/v1/agents/local/gitops",
-            &stack.admin.token,
-            Some(sources),
-        )
-        .await
-        .map(drop)
-}
-
 async fn status(stack: &Stack, source: &str) -> Option<Value> {
     let all = stack
         .api(
@@ -119,7 +106,6 @@ async fn a_source_follows_its_repository_through_the_stack() -> Result<()> {
         return Ok(());
     }
     let stack = Stack::start().await?;
-    let admin = stack.admin.token.clone();
     let root_a = tempfile::tempdir()?;
     let root_b = tempfile::tempdir()?;
     let repo_a = bare(root_a.path(), "platform");
@@ -137,20 +123,12 @@ async fn a_source_follows_its_repository_through_the_stack() -> Result<()> {
     let daemon_b = GitDaemon::start(root_b.path())?;
     const SECRET: &str = "webhook-secret-for-the-test";
     stack
-        .api(
-            Method::POST,
-            "/api/v1/gitops/repositories",
-            &admin,
-            Some(json!({"name": "platform", "url": daemon_a.url("platform"), "webhook_secret": SECRET})),
+        .gitops_repository(
+            json!({"name": "platform", "url": daemon_a.url("platform"), "webhook_secret": SECRET}),
         )
         .await?;
     stack
-        .api(
-            Method::POST,
-            "/api/v1/gitops/repositories",
-            &admin,
-            Some(json!({"name": "other", "url": daemon_b.url("other")})),
-        )
+        .gitops_repository(json!({"name": "other", "url": daemon_b.url("other")}))
         .await?;
     // An object no source made, in the source's namespace: never touched.
     stack
@@ -162,14 +140,7 @@ async fn a_source_follows_its_repository_through_the_stack() -> Result<()> {
          "namespace": "team-a", "prune": true, "interval": "1s"},
         {"name": "side", "repository": "other", "namespace": "team-b", "interval": "1s"}
     ]});
-    stack
-        .api(
-            Method::PUT,
-            "/api/v1/agents/local/gitops",
-            &admin,
-            Some(sources),
-        )
-        .await?;
+    stack.gitops_sources("local", sources).await?;
 
     // First sync: both objects, in the source's namespace, labelled; the status says so.
     let rt = stack.runtime.clone();
@@ -326,13 +297,11 @@ async fn a_source_follows_its_repository_through_the_stack() -> Result<()> {
     // A removed source stops polling: its Git server sees no more connections while the
     // remaining source's server sees several.
     stack
-        .api(
-            Method::PUT,
-            "/api/v1/agents/local/gitops",
-            &admin,
-            Some(json!({"sources": [
+        .gitops_sources(
+            "local",
+            json!({"sources": [
                 {"name": "side", "repository": "other", "namespace": "team-b", "interval": "1s"}
-            ]})),
+            ]}),
         )
         .await?;
     // The relay may be in the middle of one last poll when the source goes.
@@ -385,23 +354,18 @@ async fn two_agents_share_one_poll_of_a_repository() -> Result<()> {
     let daemon = GitDaemon::start(root.path())?;
     const SECRET: &str = "shared-webhook-secret";
     stack
-        .api(
-            Method::POST,
-            "/api/v1/gitops/repositories",
-            &admin,
-            Some(json!({"name": "shared", "url": daemon.url("shared"), "webhook_secret": SECRET})),
+        .gitops_repository(
+            json!({"name": "shared", "url": daemon.url("shared"), "webhook_secret": SECRET}),
         )
         .await?;
     // A long interval: after the first poll, only the webhook makes the relay look again.
     for agent in ["local", "edge"] {
         stack
-            .api(
-                Method::PUT,
-                &format!("/api/v1/agents/{agent}/gitops"),
-                &admin,
-                Some(json!({"sources": [
+            .gitops_sources(
+                agent,
+                json!({"sources": [
                     {"name": "app", "repository": "shared", "namespace": "team", "interval": "1h"}
-                ]})),
+                ]}),
             )
             .await?;
     }
@@ -458,7 +422,6 @@ async fn git_faults_are_reported_and_delete_nothing() -> Result<()> {
         return Ok(());
     }
     let stack = Stack::start().await?;
-    let admin = stack.admin.token.clone();
     let root = tempfile::tempdir()?;
     let repo = bare(root.path(), "apps");
     let first = commit(
@@ -466,18 +429,13 @@ async fn git_faults_are_reported_and_delete_nothing() -> Result<()> {
         &[("a.yaml", &cm("alpha", "1")), ("b.yaml", &cm("beta", "1"))],
     );
     stack
-        .api(
-            Method::POST,
-            "/api/v1/gitops/repositories",
-            &admin,
-            Some(json!({"name": "apps", "url": format!("file://{}", repo.display())})),
-        )
+        .gitops_repository(json!({"name": "apps", "url": format!("file://{}", repo.display())}))
         .await?;
     let set_ref = |git_ref: &str| {
         json!({"sources": [{"name": "apps", "repository": "apps", "ref": git_ref,
                             "namespace": "team", "prune": true, "interval": "1s"}]})
     };
-    set_sources(&stack, set_ref("main")).await?;
+    stack.gitops_sources("local", set_ref("main")).await?;
     reported(&stack, "apps", &first).await?;
     let all = ["ConfigMap/alpha", "ConfigMap/beta"];
     assert_eq!(names(&stack.runtime.gitops_objects("apps")), all);
@@ -518,12 +476,12 @@ async fn git_faults_are_reported_and_delete_nothing() -> Result<()> {
     assert_eq!(names(&stack.runtime.gitops_objects("apps")), all);
 
     // A ref that does not exist.
-    set_sources(&stack, set_ref("release-9")).await?;
+    stack.gitops_sources("local", set_ref("release-9")).await?;
     reported_error(&stack, "apps", "release-9").await?;
     assert_eq!(names(&stack.runtime.gitops_objects("apps")), all);
 
     // The repository vanishes.
-    set_sources(&stack, set_ref("main")).await?;
+    stack.gitops_sources("local", set_ref("main")).await?;
     reported_error(&stack, "apps", "outside the repository").await?;
     std::fs::remove_dir_all(&repo)?;
     wait_for("the vanished repository reported", 30, || async {
@@ -562,28 +520,22 @@ async fn sources_move_with_the_agent_across_relays() -> Result<()> {
         ..Default::default()
     })
     .await?;
-    let admin = stack.admin.token.clone();
     let root = tempfile::tempdir()?;
     let repo = bare(root.path(), "fleet");
     let first = commit(&repo, &[("app.yaml", &cm("settings", "1"))]);
     let daemon = GitDaemon::start(root.path())?;
     const SECRET: &str = "fleet-webhook-secret";
     stack
-        .api(
-            Method::POST,
-            "/api/v1/gitops/repositories",
-            &admin,
-            Some(json!({"name": "fleet", "url": daemon.url("fleet"), "webhook_secret": SECRET})),
+        .gitops_repository(
+            json!({"name": "fleet", "url": daemon.url("fleet"), "webhook_secret": SECRET}),
         )
         .await?;
     stack
-        .api(
-            Method::PUT,
-            "/api/v1/agents/local/gitops",
-            &admin,
-            Some(json!({"sources": [
+        .gitops_sources(
+            "local",
+            json!({"sources": [
                 {"name": "app", "repository": "fleet", "namespace": "team", "interval": "1h"}
-            ]})),
+            ]}),
         )
         .await?;
     reported(&stack, "app", &first).await?;

@@ -80,24 +80,14 @@ async fn a_source_follows_git_on_a_real_api_server() -> Result<()> {
             ("deploy/web.yaml", DEPLOYMENT),
         ],
     )?;
-    let admin = stack.admin.token.clone();
     stack
-        .api(
-            Method::POST,
-            "/api/v1/gitops/repositories",
-            &admin,
-            Some(json!({"name": "platform", "url": format!("file://{}", repo.display())})),
-        )
+        .gitops_repository(json!({"name": "platform", "url": format!("file://{}", repo.display())}))
         .await?;
     stack
-        .api(
-            Method::PUT,
-            "/api/v1/agents/cluster/gitops",
-            &admin,
-            Some(
-                json!({"sources": [{"name": "web", "repository": "platform", "namespace": ns,
+        .gitops_sources(
+            "cluster",
+            json!({"sources": [{"name": "web", "repository": "platform", "namespace": ns,
                                      "prune": true, "interval": "1s"}]}),
-            ),
         )
         .await?;
 

@@ -929,6 +929,14 @@ async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
             }
             Ok(())
         }
+        WsCommand::Tree { path } => {
+            let t = match &path {
+                Some(p) => named("space", p, c.tree(Some(p)).await)?,
+                None => c.tree(None).await?,
+            };
+            print(out, &t, output::tree);
+            Ok(())
+        }
         WsCommand::Show { name } => {
             let w = named("workspace", &name, c.get_workspace(&name).await)?;
             // Whether the editor runs, or why not, only the workspace's own output says.

@@ -594,6 +594,12 @@ pub enum WsCommand {
         /// Workspace name or id.
         name: String,
     },
+    /// Draw the tree of spaces with the entries in them and their states (all you may see,
+    /// or the tree under PATH).
+    Tree {
+        /// A space's path (`acme/platform`).
+        path: Option<String>,
+    },
     /// Ask for Running.
     Start(WsActionArgs),
     /// Ask for Stopped (the volume is kept).

@@ -4,8 +4,8 @@ use chrono::{DateTime, Utc};
 use comfy_table::{presets, Table};
 use serde::Serialize;
 use warren_types::api::{
-    Agent, OAuthClient, Project, ProjectMember, Space, SpaceMember, SpaceRole, SshKey, Token, User,
-    Workspace,
+    Agent, EntryKind, OAuthClient, Project, ProjectMember, Space, SpaceMember, SpaceRole, SshKey,
+    Token, Tree, TreeEntry, TreeSpace, User, Workspace,
 };
 use warren_types::gitops::{AgentGitops, Policy, Repository, SourceStatus};
 
@@ -579,6 +579,102 @@ pub fn space(s: &Space) -> String {
         s.your_role.map_or("- (admin)", SpaceRole::as_str),
         time(&s.created_at)
     )
+}
+
+/// The tree as `warren ws tree` draws it: each space under the nearest space above it that is
+/// shown (by the rest of its path), its entries first, then the spaces below.
+pub fn tree(t: &Tree) -> String {
+    use std::collections::{BTreeMap, BTreeSet};
+    let paths: BTreeSet<&str> = t.spaces.iter().map(|s| s.path.as_str()).collect();
+    let nearest = |path: &str| -> Option<String> {
+        let mut cur = path.rsplit_once('/').map(|(a, _)| a);
+        while let Some(c) = cur {
+            if paths.contains(c) {
+                return Some(c.to_owned());
+            }
+            cur = c.rsplit_once('/').map(|(a, _)| a);
+        }
+        None
+    };
+    let mut children: BTreeMap<Option<String>, Vec<&TreeSpace>> = BTreeMap::new();
+    for s in &t.spaces {
+        children.entry(nearest(&s.path)).or_default().push(s);
+    }
+    fn role(s: &TreeSpace) -> String {
+        s.your_role
+            .map(|r| format!("  [{}]", r.as_str()))
+            .unwrap_or_default()
+    }
+    fn entry(e: &TreeEntry) -> String {
+        let kind = match e.kind {
+            EntryKind::Workspace => "workspace",
+        };
+        let mut line = format!("{}  {kind} {}", e.name, e.actual_state);
+        let settled = e.desired_state.to_string() == e.actual_state.to_string();
+        if !settled {
+            line.push_str(&format!(" (desired {})", e.desired_state));
+        }
+        line.push_str(&format!("  owner {}", e.owner_username));
+        if let Some(url) = &e.url {
+            line.push_str(&format!("  {url}"));
+        }
+        if let Some(reason) = &e.reason {
+            line.push_str(&format!("\n    {reason}"));
+        }
+        line
+    }
+    fn draw(
+        s: &TreeSpace,
+        children: &BTreeMap<Option<String>, Vec<&TreeSpace>>,
+        prefix: &str,
+        out: &mut String,
+    ) {
+        let below = children
+            .get(&Some(s.path.clone()))
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let count = s.entries.len() + below.len();
+        let mut i = 0;
+        let branch = |out: &mut String, text: &str, i: usize| -> String {
+            let last = i + 1 == count;
+            let (head, rest) = if last {
+                ("└── ", "    ")
+            } else {
+                ("├── ", "│   ")
+            };
+            let mut lines = text.lines();
+            out.push_str(&format!("{prefix}{head}{}\n", lines.next().unwrap_or("")));
+            for l in lines {
+                out.push_str(&format!("{prefix}{rest}{}\n", l.trim_start()));
+            }
+            format!("{prefix}{rest}")
+        };
+        for e in &s.entries {
+            branch(out, &entry(e), i);
+            i += 1;
+        }
+        for c in below {
+            let name = c
+                .path
+                .strip_prefix(&format!("{}/", s.path))
+                .unwrap_or(&c.path);
+            let next = branch(out, &format!("{name}/{}", role(c)), i);
+            i += 1;
+            draw(c, children, &next, out);
+        }
+    }
+    let mut out = String::new();
+    for root in children.get(&None).map(Vec::as_slice).unwrap_or_default() {
+        out.push_str(&format!("{}/{}\n", root.path, role(root)));
+        draw(root, &children, "", &mut out);
+    }
+    if out.is_empty() {
+        out.push_str("(nothing here you may see)\n");
+    }
+    if t.truncated {
+        out.push_str("… more entries than one answer holds: ask for a space further down\n");
+    }
+    out.trim_end().to_owned()
 }
 
 pub fn space_members(items: &[SpaceMember]) -> String {

@@ -21,7 +21,7 @@ use warren_types::api::{
 };
 use warren_types::api::{
     CreateSpaceRequest, ProjectMember, ProjectRole, SetDotfilesRequest, SetProjectMemberRequest,
-    SetSpaceMemberRequest, Space, SpaceMember, SpaceRole, UpdateProjectRequest,
+    SetSpaceMemberRequest, Space, SpaceMember, SpaceRole, Tree, UpdateProjectRequest,
 };
 use warren_types::git::GitCredential;
 use warren_types::gitops::{
@@ -543,6 +543,14 @@ impl Client {
     }
 
     // ---- spaces ----
+
+    /// The tree the caller sees, at or below `space` when given.
+    pub async fn tree(&self, space: Option<&str>) -> Result<Tree> {
+        let query: Vec<(&str, String)> =
+            space.map(|s| ("space", s.to_owned())).into_iter().collect();
+        self.call(Method::GET, &["tree".to_owned()], &query, None::<&()>)
+            .await
+    }
 
     pub async fn list_spaces(&self) -> Result<Vec<Space>> {
         self.call(Method::GET, &["spaces".to_owned()], &[], None::<&()>)

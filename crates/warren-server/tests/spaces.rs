@@ -1,13 +1,28 @@
 //! Spaces through the API, on SQLite and (when configured) PostgreSQL: personal spaces made
 //! on first use, top-level spaces for admins, spaces below for their owners, roles that hold
 //! downwards, members managed by owners, empty-only removal, workspaces created into a space
-//! (where the caller is a developer) and listed by space, recursively.
+//! (where the caller is a developer) and listed by space, recursively; and the roles deciding
+//! what each user may do with a workspace, over the API and the proxy's and SSH's questions.
 
 mod common;
 
 use common::*;
 use reqwest::Method;
 use serde_json::{json, Value};
+use warren_server::relay::jwt;
+use warren_types::internal::PROXY_JWT_ISSUER;
+use warren_types::reconcile::SERVER_JWT_AUDIENCE;
+
+fn proxy_jwt() -> String {
+    jwt::mint(
+        RELAY_SECRET.as_bytes(),
+        PROXY_JWT_ISSUER,
+        SERVER_JWT_AUDIENCE,
+        None,
+        chrono::Utc::now().timestamp(),
+        30,
+    )
+}
 
 fn msg(b: &Value) -> &str {
     b["error"]["message"]
@@ -282,6 +297,308 @@ async fn spaces_roles_and_workspaces_in_them() {
             )
             .await;
         assert_eq!(st, 404, "[{l}]");
+        s.stop().await;
+    }
+}
+
+/// The authorisation matrix of issue 21 over one workspace in `acme/platform`: its owner, an
+/// owner of `acme` (the role held downwards), a developer and a viewer of `acme/platform`, a
+/// developer of the sibling `acme/sibling`, a user with no role, and an admin — through the
+/// API (see, use, manage), the proxy's access question, SSH's, and the stopped page's button.
+#[tokio::test]
+async fn roles_decide_what_each_user_may_do_with_a_workspace() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        s.agent("a1", json!({})).await;
+        for path in ["acme", "acme/platform", "acme/sibling"] {
+            let (st, b) = s
+                .admin(Method::POST, "/api/v1/spaces", Some(json!({"path": path})))
+                .await;
+            assert_eq!(st, 201, "[{l}] {path}: {b}");
+        }
+        let mut tokens = std::collections::BTreeMap::new();
+        let mut ids = std::collections::BTreeMap::new();
+        for (user, space, role) in [
+            ("wendy", "acme/platform", Some("developer")),
+            ("olga", "acme", Some("owner")),
+            ("dev", "acme/platform", Some("developer")),
+            ("viv", "acme/platform", Some("viewer")),
+            ("sib", "acme/sibling", Some("developer")),
+            ("non", "", None),
+        ] {
+            let t = s.user(user, &["api", "workspace"]).await;
+            if let Some(role) = role {
+                let (st, b) = s
+                    .admin(
+                        Method::PUT,
+                        &format!("/api/v1/spaces/{}/members/{user}", enc(space)),
+                        Some(json!({"role": role})),
+                    )
+                    .await;
+                assert_eq!(st, 200, "[{l}] {user}: {b}");
+            }
+            let (st, b) = s
+                .call(Method::GET, "/api/v1/users/me", Some(&t), None)
+                .await;
+            assert_eq!(st, 200, "[{l}] {b}");
+            ids.insert(user, b["id"].as_i64().unwrap());
+            tokens.insert(user, t);
+        }
+        let admin = s.admin_token.clone();
+        let (st, b) = s
+            .call(Method::GET, "/api/v1/users/me", Some(&admin), None)
+            .await;
+        assert_eq!(st, 200, "[{l}] {b}");
+        ids.insert("admin", b["id"].as_i64().unwrap());
+        // The admin became the owner of `acme` by making it; the matrix wants an admin with no
+        // role (admins manage through the API, but do not use others' workspaces as such).
+        let admin_name = b["username"].as_str().unwrap().to_owned();
+        let (st, b) = s
+            .admin(
+                Method::DELETE,
+                &format!("/api/v1/spaces/acme/members/{admin_name}"),
+                None,
+            )
+            .await;
+        assert_eq!(st, 204, "[{l}] {b}");
+        tokens.insert("admin", admin);
+        let w = s
+            .workspace(
+                &tokens["wendy"],
+                json!({"name": "plat-ws", "space": "acme/platform", "devfile": WEB_DEVFILE}),
+            )
+            .await;
+        let wid = w["id"].as_i64().unwrap();
+        let everyone = ["wendy", "olga", "dev", "viv", "sib", "non", "admin"];
+        let call = |who: &'static str, method: Method, path: String, body: Option<Value>| {
+            let s = &s;
+            let t = tokens[who].clone();
+            async move { s.call(method, &path, Some(&t), body).await }
+        };
+
+        // Seeing: everyone with a role there or above, and admins; the rest get 404, and
+        // their lists leave it out.
+        for who in everyone {
+            let (st, b) = call(who, Method::GET, "/api/v1/workspaces/plat-ws".into(), None).await;
+            let sees = !matches!(who, "sib" | "non");
+            assert_eq!(st, if sees { 200 } else { 404 }, "[{l}] {who} GET: {b}");
+            let (st, b) = call(who, Method::GET, "/api/v1/workspaces".into(), None).await;
+            assert_eq!(st, 200, "[{l}] {b}");
+            let listed = b["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|w| w["name"] == "plat-ws");
+            assert_eq!(listed, sees, "[{l}] {who} lists it: {b}");
+        }
+        let (st, b) = call(
+            "viv",
+            Method::GET,
+            "/api/v1/workspaces?space=acme&recursive=true".into(),
+            None,
+        )
+        .await;
+        assert_eq!(st, 200, "[{l}] {b}");
+        assert_eq!(b["items"].as_array().map(Vec::len), Some(1), "[{l}] {b}");
+
+        // The tree: each sees the spaces where they hold a role and the entries in them.
+        let tree = |who: &'static str, q: &'static str| {
+            let call = &call;
+            async move {
+                let (st, b) = call(who, Method::GET, format!("/api/v1/tree{q}"), None).await;
+                let drawn: Vec<(String, Vec<String>)> = b["spaces"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .map(|s| {
+                                let entries = s["entries"]
+                                    .as_array()
+                                    .unwrap()
+                                    .iter()
+                                    .map(|e| {
+                                        format!("{} {}", e["name"].as_str().unwrap(), e["kind"])
+                                    })
+                                    .collect();
+                                (s["path"].as_str().unwrap().to_owned(), entries)
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                (st, drawn)
+            }
+        };
+        let plat = || {
+            (
+                "acme/platform".to_owned(),
+                vec!["plat-ws \"workspace\"".to_owned()],
+            )
+        };
+        assert_eq!(
+            tree("viv", "").await,
+            (200, vec![plat(), ("users/viv".to_owned(), vec![])]),
+            "[{l}]"
+        );
+        assert_eq!(
+            tree("admin", "?space=acme").await,
+            (
+                200,
+                vec![
+                    ("acme".to_owned(), vec![]),
+                    plat(),
+                    ("acme/sibling".to_owned(), vec![])
+                ]
+            ),
+            "[{l}]"
+        );
+        assert_eq!(
+            tree("olga", "?space=acme%2Fplatform").await,
+            (200, vec![plat()]),
+            "[{l}]"
+        );
+        assert_eq!(tree("sib", "?space=acme%2Fplatform").await.0, 404, "[{l}]");
+        assert_eq!(tree("non", "?space=acme").await.0, 404, "[{l}]");
+
+        // Using (stop and start, logs) and managing (resize, terminate): viewers are told
+        // what they lack, strangers still get 404.
+        let resize = json!({"resources": {"memory": "512Mi"}});
+        for (who, op, want) in [
+            ("viv", "stop", 403),
+            ("sib", "stop", 404),
+            ("non", "stop", 404),
+            ("viv", "logs", 403),
+            ("sib", "logs", 404),
+            ("dev", "resize", 403),
+            ("viv", "resize", 403),
+            ("non", "resize", 404),
+            ("dev", "terminate", 403),
+            ("viv", "terminate", 403),
+            ("sib", "terminate", 404),
+        ] {
+            let (method, path, body) = match op {
+                "stop" => (
+                    Method::PUT,
+                    "desired_state",
+                    Some(json!({"desired_state": "Stopped"})),
+                ),
+                "logs" => (Method::GET, "logs", None),
+                "resize" => (Method::PUT, "resources", Some(resize.clone())),
+                _ => (Method::DELETE, "", None),
+            };
+            let path = format!("/api/v1/workspaces/plat-ws/{path}");
+            let path = path.trim_end_matches('/').to_owned();
+            let (st, b) = call(who, method, path, body).await;
+            assert_eq!(st, want, "[{l}] {who} {op}: {b}");
+            if want == 403 {
+                assert!(
+                    msg(&b).contains("role on its space"),
+                    "[{l}] {who} {op}: {b}"
+                );
+            }
+        }
+        let (st, b) = call(
+            "dev",
+            Method::GET,
+            "/api/v1/workspaces/plat-ws/logs".into(),
+            None,
+        )
+        .await;
+        assert!(
+            st != 403 && st != 404,
+            "[{l}] a developer may read the logs (no agent is connected here): {st} {b}"
+        );
+
+        // The proxy's question: who may reach port 8080. Admins as such may not.
+        for who in everyone {
+            let (st, b) = s
+                .call(
+                    Method::GET,
+                    &format!(
+                        "/internal/workspaces/access?host=plat-ws&port=8080&user={}",
+                        ids[who]
+                    ),
+                    Some(&proxy_jwt()),
+                    None,
+                )
+                .await;
+            let uses = matches!(who, "wendy" | "olga" | "dev");
+            assert_eq!(st, if uses { 200 } else { 404 }, "[{l}] {who} proxy: {b}");
+            // SSH with the user's token as the password, answering who connects.
+            let (st, b) = s
+                .call(
+                    Method::GET,
+                    &format!(
+                        "/internal/ssh/authorize?username=plat-ws&token={}",
+                        tokens[who]
+                    ),
+                    Some(&proxy_jwt()),
+                    None,
+                )
+                .await;
+            assert_eq!(st, if uses { 200 } else { 404 }, "[{l}] {who} ssh: {b}");
+            if uses {
+                assert_eq!(b["username"], who, "[{l}] the session names who connects");
+            }
+        }
+
+        // A developer stops it; the stopped page's button starts it for developers only.
+        let (st, b) = call(
+            "dev",
+            Method::PUT,
+            "/api/v1/workspaces/plat-ws/desired_state".into(),
+            Some(json!({"desired_state": "Stopped"})),
+        )
+        .await;
+        assert_eq!(st, 200, "[{l}] {b}");
+        for (who, want) in [("viv", 404), ("non", 404), ("admin", 404), ("dev", 200)] {
+            let (st, b) = s
+                .call(
+                    Method::POST,
+                    "/internal/workspaces/start",
+                    Some(&proxy_jwt()),
+                    Some(json!({"workspace_id": wid, "user_id": ids[who]})),
+                )
+                .await;
+            assert_eq!(st, want, "[{l}] {who} start button: {b}");
+        }
+
+        // The owner of a space above manages it: resize, then terminate.
+        let (st, b) = call(
+            "olga",
+            Method::PUT,
+            "/api/v1/workspaces/plat-ws/resources".into(),
+            Some(resize.clone()),
+        )
+        .await;
+        assert_ne!(st, 403, "[{l}] {b}");
+        assert_ne!(st, 404, "[{l}] {b}");
+        let (st, b) = call(
+            "olga",
+            Method::DELETE,
+            "/api/v1/workspaces/plat-ws".into(),
+            None,
+        )
+        .await;
+        assert_eq!(st, 200, "[{l}] {b}");
+        assert_eq!(b["desired_state"], "Terminated", "[{l}]");
+
+        // A role taken away takes the rights with it.
+        let (st, _) = s
+            .admin(
+                Method::DELETE,
+                &format!("/api/v1/spaces/{}/members/dev", enc("acme/platform")),
+                None,
+            )
+            .await;
+        assert_eq!(st, 204, "[{l}]");
+        let (st, _) = call(
+            "dev",
+            Method::GET,
+            "/api/v1/workspaces/plat-ws".into(),
+            None,
+        )
+        .await;
+        assert_eq!(st, 404, "[{l}] no role left");
         s.stop().await;
     }
 }

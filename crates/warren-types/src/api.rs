@@ -464,6 +464,58 @@ pub struct Space {
     pub created_at: DateTime<Utc>,
 }
 
+/// What kind of entry of the tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryKind {
+    /// A workspace Warren runs.
+    Workspace,
+}
+
+/// One entry of the tree, as `warren ws tree` draws it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct TreeEntry {
+    pub name: String,
+    pub kind: EntryKind,
+    pub owner_username: String,
+    pub desired_state: DesiredState,
+    pub actual_state: ActualState,
+    /// Why it is not as asked (`Failed`, `Error`), or why its states may be out of date
+    /// (its agent cannot see its runtime).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// URL of its main endpoint, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
+/// A space of the tree with the entries in it the caller may see.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct TreeSpace {
+    pub path: String,
+    /// The caller's role here; `None` for an admin who is not a member, or for a space shown
+    /// only because it holds the caller's own workspaces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub your_role: Option<SpaceRole>,
+    pub entries: Vec<TreeEntry>,
+}
+
+/// Answer of `GET /api/v1/tree`: every space the caller sees (at or below `root`), in path
+/// order, each with its entries in name order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Tree {
+    /// The space asked for; `None`: the whole tree the caller sees.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
+    pub spaces: Vec<TreeSpace>,
+    /// More entries exist than one answer holds ([`MAX_TREE_ENTRIES`]); ask for a space
+    /// further down.
+    pub truncated: bool,
+}
+
+/// Most entries one tree answer holds.
+pub const MAX_TREE_ENTRIES: usize = 50_000;
+
 /// Body of `POST /spaces`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

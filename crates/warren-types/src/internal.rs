@@ -150,6 +150,7 @@ pub struct SshAuthorizeQuery {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SshAuthorization {
     pub user_id: crate::ids::UserId,
+    /// The username of the user who connects (`user_id`), for the session log.
     pub username: String,
     pub workspace_id: crate::ids::WorkspaceId,
     pub workspace_name: String,

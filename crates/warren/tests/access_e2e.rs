@@ -2,7 +2,8 @@
 //! workspace opens its URL in headless Chromium, signs in and sees the workspace's web
 //! server; opens the web terminal (a real exec with a PTY in the Podman container) and runs a
 //! command; connects with OpenSSH `ssh` (exit status, stdin) and `sftp`; another user gets
-//! 404 in the browser and is refused over SSH.
+//! 404 in the browser and is refused over SSH. The workspace lives in the team space `acme`
+//! (issue 21): a developer of it gets in over SSH, a viewer of it is refused.
 //!
 //! Skips with a notice without Podman (fails under `WARREN_REQUIRE_ENGINE=1`) or without
 //! Chromium/OpenSSH (fails under `WARREN_REQUIRE_TOOLS`).
@@ -123,13 +124,37 @@ fn with_warren_up_a_user_reaches_the_workspace_in_the_browser_terminal_ssh_and_s
         let http = reqwest::Client::new();
         let alice = user(&http, &base, &admin, "alice", dir.path()).await;
         let bob = user(&http, &base, &admin, "bob", dir.path()).await;
+        user(&http, &base, &admin, "carol", dir.path()).await;
+        user(&http, &base, &admin, "dan", dir.path()).await;
+        let admin_call = |method, path: String, body| {
+            let (http, base, admin) = (&http, &base, &admin);
+            async move { api(http, base, Some(admin), method, &path, body).await }
+        };
+        admin_call(
+            reqwest::Method::POST,
+            "/spaces".into(),
+            Some(json!({"path": "acme"})),
+        )
+        .await;
+        for (who, role) in [
+            ("alice", "developer"),
+            ("carol", "developer"),
+            ("dan", "viewer"),
+        ] {
+            admin_call(
+                reqwest::Method::PUT,
+                format!("/spaces/acme/members/{who}"),
+                Some(json!({"role": role})),
+            )
+            .await;
+        }
         api(
             &http,
             &base,
             Some(&alice.token),
             reqwest::Method::POST,
             "/workspaces",
-            Some(json!({"name": name, "devfile": WEB_DEVFILE})),
+            Some(json!({"name": name, "devfile": WEB_DEVFILE, "space": "acme"})),
         )
         .await;
         let deadline = Instant::now() + Duration::from_secs(180);
@@ -306,6 +331,42 @@ fn with_warren_up_a_user_reaches_the_workspace_in_the_browser_terminal_ssh_and_s
     .output()
     .expect("ssh as bob");
     assert_ne!(out.status.code(), Some(0), "bob got in");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Permission denied"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A developer of the workspace's space uses it; a viewer of it only sees it.
+    let out = ssh(
+        &dir.path().join("carol_ed25519"),
+        &known_hosts,
+        ssh_port,
+        &format!("{name}@127.0.0.1"),
+    )
+    .arg("echo carol-in")
+    .output()
+    .expect("ssh as carol");
+    assert_eq!(
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).trim()
+        ),
+        (Some(0), "carol-in"),
+        "a developer of acme: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        up.log()
+    );
+    let out = ssh(
+        &dir.path().join("dan_ed25519"),
+        &known_hosts,
+        ssh_port,
+        &format!("{name}@127.0.0.1"),
+    )
+    .arg("true")
+    .output()
+    .expect("ssh as dan");
+    assert_ne!(out.status.code(), Some(0), "a viewer got in");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("Permission denied"),
         "{}",

@@ -940,6 +940,31 @@ fn cli_manages_spaces() {
     assert!(tree.contains("\"plat\""), "{tree}");
     let flat = cli.ok(&["ws", "list", "--space", "acme", "-o", "json"]);
     assert!(!flat.contains("\"plat\""), "{flat}");
+    // The tree: entries first, then the spaces below, each with the caller's role.
+    cli.ok(&["space", "create", "acme/platform/tools"]);
+    let drawn = cli.ok(&["ws", "tree", "acme"]);
+    let lines: Vec<&str> = drawn.lines().collect();
+    assert_eq!(lines.len(), 4, "{drawn}");
+    assert_eq!(lines[0], "acme/  [owner]", "{drawn}");
+    assert_eq!(lines[1], "└── platform/  [owner]", "{drawn}");
+    assert!(
+        lines[2].starts_with("    ├── plat  workspace ") && lines[2].contains("owner admin"),
+        "{drawn}"
+    );
+    assert_eq!(lines[3], "    └── tools/  [owner]", "{drawn}");
+    let whole = cli.ok(&["ws", "tree"]);
+    assert!(
+        whole.contains("users/\n") && whole.contains("└── admin/"),
+        "an admin's whole tree holds the personal spaces: {whole}"
+    );
+    let json = cli.ok(&["ws", "tree", "acme/platform", "-o", "json"]);
+    let t: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(t["spaces"][0]["entries"][0]["name"], "plat", "{json}");
+    let missing = cli.run(&["ws", "tree", "nowhere"]);
+    assert!(!missing.status.success());
+    assert!(stderr(&missing).contains("nowhere"), "{}", stderr(&missing));
+    cli.ok(&["space", "rm", "acme/platform/tools"]);
+
     let out = cli.run(&["space", "rm", "acme/platform"]);
     assert!(!out.status.success());
     assert!(stderr(&out).contains("1 workspace(s)"), "{}", stderr(&out));

@@ -153,11 +153,11 @@ components:
     assert!(running(ws).is_empty(), "nothing runs");
     terminate_and_check(&up, ws);
 
-    // One that runs half a second first: `--wait` still says Failed (the workspace is never
+    // One that runs a moment first: `--wait` still says Failed (the workspace is never
     // reported Running before it is usable; no settle in the CLI hides it).
     let ws = "exits-soon";
     let _cleanup = Workspaces(vec![ws.into()]);
-    let devfile = devfile.replace("exit 3", "sleep 0.5; exit 5");
+    let devfile = devfile.replace("exit 3", "sleep 0.2; exit 5");
     let (ok, text) = create_and_wait(&up, ws, &devfile);
     assert!(!ok, "ws create --wait must fail:\n{text}");
     assert!(

@@ -1,11 +1,13 @@
 //! The proxy's questions (access.md): may a user reach a workspace port, may an SSH key or
 //! token open a workspace; the stopped page's start button; activity for the idle policy.
 //!
-//! Only the owner may reach a workspace — admins included are refused, as access.md says
-//! ("only the workspace's owner"); admins manage workspaces through the API instead.
+//! Those who may use a workspace reach it: its owner, and the developers and owners of its
+//! space (spec/mounts.md, [`Right::Use`]). Admins as such are refused, as access.md says;
+//! they manage workspaces through the API instead.
 //! Every refusal (unknown workspace, another user, undeclared port, terminated workspace,
 //! bad token) is the same "not found", so the answer never tells whether a workspace exists.
 
+use super::workspaces::{member_right, Right};
 use super::{auth, AppError, AppState};
 use crate::store::workspaces::WorkspaceRow;
 use warren_types::internal::{
@@ -45,13 +47,13 @@ pub fn declared_ports(w: &WorkspaceRow) -> Vec<u16> {
         .collect()
 }
 
-/// The workspace `name` if `user` owns it, the account is active and the workspace is not
-/// terminated; else the usual refusal.
-async fn owned_reachable(
+/// The workspace `name` and the caller's username if `user` may use it, the account is active
+/// and the workspace is not terminated; else the usual refusal.
+async fn usable(
     state: &AppState,
     name: &str,
     user: UserId,
-) -> Result<WorkspaceRow, AppError> {
+) -> Result<(WorkspaceRow, String), AppError> {
     let w = state
         .store
         .workspace_by_name(name)
@@ -59,13 +61,13 @@ async fn owned_reachable(
         .ok_or_else(hidden)?;
     let reachable =
         w.desired_state != DesiredState::Terminated && w.actual_state != ActualState::Terminated;
-    if w.owner_id != user || !reachable {
+    if !reachable || member_right(state, user, &w).await? < Some(Right::Use) {
         return Err(hidden());
     }
     // A disabled account's browser sessions, keys and tokens all end here, whichever way
     // the proxy learnt who asks.
     match state.store.user_by_id(user).await? {
-        Some(u) if u.is_active() => Ok(w),
+        Some(u) if u.is_active() => Ok((w, u.username)),
         _ => Err(hidden()),
     }
 }
@@ -110,7 +112,7 @@ pub async fn workspace(
             .ok_or_else(hidden)?,
         _ => return Err(exactly_one_of("user", "bearer")),
     };
-    let w = owned_reachable(state, &q.host, user).await?;
+    let (w, _) = usable(state, &q.host, user).await?;
     if q.port.is_some_and(|p| !declared_ports(&w).contains(&p)) {
         return Err(hidden());
     }
@@ -118,9 +120,9 @@ pub async fn workspace(
     Ok(answer(w, user, q.port, wake))
 }
 
-/// The stopped-workspace page's start button, on the owner's behalf: the same rules as a
+/// The stopped-workspace page's start button, on a user's behalf: the same rules as a
 /// desired-state request through the API (a terminated workspace is refused naming its
-/// state); anyone but the owner gets the usual "not found".
+/// state); anyone who may not use the workspace gets the usual "not found".
 pub async fn start(
     state: &AppState,
     req: &WorkspaceStartRequest,
@@ -134,12 +136,15 @@ pub async fn start(
         return Err(hidden());
     }
     let load = || async {
-        state
+        let w = state
             .store
             .workspace_by_id(req.workspace_id)
             .await?
-            .filter(|w| w.owner_id == req.user_id)
-            .ok_or_else(hidden)
+            .ok_or_else(hidden)?;
+        if member_right(state, req.user_id, &w).await? < Some(Right::Use) {
+            return Err(hidden());
+        }
+        Ok(w)
     };
     let w =
         super::workspaces::change_desired_state(state, load, DesiredState::Running, false).await?;
@@ -180,12 +185,12 @@ pub async fn ssh(state: &AppState, q: &SshAuthorizeQuery) -> Result<SshAuthoriza
             .ok_or_else(hidden)?,
         _ => return Err(exactly_one_of("public_key_fingerprint", "token")),
     };
-    let w = owned_reachable(state, &q.username, user).await?;
+    let (w, username) = usable(state, &q.username, user).await?;
     let wake_on_request = wakes(state, &w).await?;
     Ok(SshAuthorization {
         wake_on_request,
         user_id: user,
-        username: w.owner_username,
+        username,
         workspace_id: w.id,
         workspace_name: w.name,
         agent_id: w.agent_id,

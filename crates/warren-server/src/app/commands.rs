@@ -5,7 +5,7 @@
 //! happen.
 
 use super::render::{self, ApplyTarget, CommandPlan};
-use super::workspaces::visible;
+use super::workspaces::{member_right, visible, Right};
 use super::{AppError, AppState, Principal};
 use crate::relay::logs::RelayLogsError;
 use crate::store::workspaces::WorkspaceRow;
@@ -28,10 +28,13 @@ pub async fn run(
     key: &str,
     id: &str,
 ) -> Result<mpsc::Receiver<CommandRunEvent>, AppError> {
+    // Running a command is reaching into the workspace, as its terminal is: admins see and
+    // manage every workspace but only its users may do this (access.md).
     let w = visible(state, who, key).await?;
-    if w.owner_id != who.user.id {
+    if member_right(state, who.user.id, &w).await? < Some(Right::Use) {
         return Err(AppError::forbidden(format!(
-            "only the owner of {} may run commands in it",
+            "running commands in {} needs its ownership or the developer or owner role on its \
+             space",
             w.name
         )));
     }

@@ -8,8 +8,13 @@
 
 use super::{AppError, AppState, Principal};
 use crate::store::spaces::{SpaceRow, USERS_ROOT};
-use warren_types::api::{CreateSpaceRequest, SetSpaceMemberRequest, Space, SpaceMember, SpaceRole};
-use warren_types::UserId;
+use crate::store::workspaces::{TreeRow, WorkspaceFilter};
+use std::collections::BTreeMap;
+use warren_types::api::{
+    CreateSpaceRequest, EntryKind, SetSpaceMemberRequest, Space, SpaceMember, SpaceRole, Tree,
+    TreeEntry, TreeSpace, MAX_TREE_ENTRIES,
+};
+use warren_types::{ActualState, UserId};
 
 /// Deepest a space may be (`a/b/c/d/e/f/g/h`).
 pub const MAX_DEPTH: usize = 8;
@@ -282,6 +287,85 @@ pub async fn remove_member(
     }
     tracing::info!(space = %s.path, member = %user.username, by = %who.user.username, "space member removed");
     Ok(())
+}
+
+/// The tree the caller sees (`warren ws tree [PATH]`): the spaces at or below `root` where
+/// they hold a role (every one for an admin), and the entries in them they may see — those
+/// of their spaces, and their own wherever those live. One query for the spaces and one for
+/// the entries, whatever the size of the tree.
+pub async fn tree(state: &AppState, who: &Principal, root: Option<&str>) -> Result<Tree, AppError> {
+    personal(state, who).await?;
+    if let Some(root) = root {
+        visible(state, who, root).await?;
+    }
+    let under = |path: &str| root.is_none_or(|r| within(path, r));
+    let memberships = state.store.memberships(who.user.id).await?;
+    let mut spaces: BTreeMap<String, TreeSpace> = state
+        .store
+        .list_spaces()
+        .await?
+        .into_iter()
+        .filter(|s| under(&s.path))
+        .filter_map(|s| {
+            let your_role = role_in(&memberships, &s.path);
+            (your_role.is_some() || who.user.is_admin).then(|| {
+                (
+                    s.path.clone(),
+                    TreeSpace {
+                        path: s.path,
+                        your_role,
+                        entries: vec![],
+                    },
+                )
+            })
+        })
+        .collect();
+    let filter = WorkspaceFilter {
+        space: root.map(str::to_owned),
+        recursive: true,
+        visible_to: (!who.user.is_admin).then_some(who.user.id),
+        limit: MAX_TREE_ENTRIES as i64 + 1,
+        ..WorkspaceFilter::default()
+    };
+    let mut rows = state.store.tree_entries(&filter).await?;
+    let truncated = rows.len() > MAX_TREE_ENTRIES;
+    rows.truncate(MAX_TREE_ENTRIES);
+    for r in rows {
+        spaces
+            .entry(r.space_path.clone())
+            .or_insert_with(|| TreeSpace {
+                path: r.space_path.clone(),
+                your_role: None,
+                entries: vec![],
+            })
+            .entries
+            .push(entry(r));
+    }
+    Ok(Tree {
+        root: root.map(str::to_owned),
+        spaces: spaces.into_values().collect(),
+        truncated,
+    })
+}
+
+fn entry(r: TreeRow) -> TreeEntry {
+    let reason = match r.actual_state {
+        ActualState::Failed | ActualState::Error => r.failure_reason,
+        _ => None,
+    }
+    .or_else(|| {
+        r.agent_runtime_fault
+            .map(|f| format!("its agent cannot see its runtime ({f}); the state may be old"))
+    });
+    TreeEntry {
+        name: r.name,
+        kind: EntryKind::Workspace,
+        owner_username: r.owner_username,
+        desired_state: r.desired_state,
+        actual_state: r.actual_state,
+        reason,
+        url: r.url,
+    }
 }
 
 #[cfg(test)]

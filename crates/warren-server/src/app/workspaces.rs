@@ -1,7 +1,8 @@
 //! Workspaces: create, list, read, change desired state, resize, re-render, read output.
 //!
-//! A user sees only their own workspaces (others' are "not found", never "forbidden", so
-//! existence does not leak); admins see all. Writes use the row's `version` and retry on a
+//! A user sees their own workspaces and those of the spaces where they hold a role, and may do
+//! with each what [`Right`] says; the rest are "not found", never "forbidden", so existence
+//! does not leak. Admins see and manage all. Writes use the row's `version` and retry on a
 //! lost race, so two concurrent requests never overwrite each other. Every desired-state
 //! change a user asks for — through the API or the proxy's stopped page — goes through
 //! [`change_desired_state`].
@@ -17,8 +18,8 @@ use crate::store::workspaces::{
 use std::future::Future;
 use warren_devfile::{MAX_ENV_BYTES, MAX_ENV_VAR_BYTES};
 use warren_types::api::{
-    CreateWorkspaceRequest, Page, ResizeWorkspaceRequest, VariableInput, VariableKind, Workspace,
-    WorkspaceResources,
+    CreateWorkspaceRequest, Page, ResizeWorkspaceRequest, SpaceRole, VariableInput, VariableKind,
+    Workspace, WorkspaceResources,
 };
 use warren_types::quantity::{parse_cpu_millis, parse_memory_bytes};
 use warren_types::relay::{LogsTarget, MAX_LOG_TAIL};
@@ -29,16 +30,87 @@ const WRITE_ATTEMPTS: usize = 20;
 const DEFAULT_LIMIT: i64 = 50;
 const MAX_LIMIT: i64 = 500;
 
+/// What a user may do with a workspace (spec/mounts.md): see it (API, web UI), use it (start
+/// and stop it, reach its ports, terminal and SSH, read its logs, run its commands), or
+/// manage it (also resize and terminate it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Right {
+    See,
+    Use,
+    Manage,
+}
+
+impl Right {
+    /// Why `need` was refused on workspace `name` to someone who may see it.
+    fn refusal(self, name: &str) -> String {
+        match self {
+            Right::See => format!("workspace {name}: seeing it needs a role on its space"),
+            Right::Use => format!(
+                "workspace {name}: starting, stopping, reaching it and reading its logs need its \
+                 ownership or the developer or owner role on its space"
+            ),
+            Right::Manage => format!(
+                "workspace {name}: resizing and terminating it need its ownership, the owner \
+                 role on its space, or an admin"
+            ),
+        }
+    }
+}
+
+/// The right the roles give `user` on `w`, admins aside: its own owner manages it; a role on
+/// its space (held there or on a space above) gives the rest — owner: manage, developer: use,
+/// viewer: see. The one place this rule lives; the proxy's questions ask it too.
+pub async fn member_right(
+    state: &AppState,
+    user: UserId,
+    w: &WorkspaceRow,
+) -> Result<Option<Right>, AppError> {
+    if w.owner_id == user {
+        return Ok(Some(Right::Manage));
+    }
+    Ok(super::spaces::role_on(state, user, &w.space_path)
+        .await?
+        .map(|role| match role {
+            SpaceRole::Owner => Right::Manage,
+            SpaceRole::Developer => Right::Use,
+            SpaceRole::Viewer => Right::See,
+        }))
+}
+
+/// Loads the workspace `key` (name or id) if the caller holds `need` on it. Admins manage
+/// every workspace through the API. Without any right the answer is "not found", so
+/// existence does not leak; with too small a right, "forbidden" naming what is needed.
+pub async fn authorized(
+    state: &AppState,
+    who: &Principal,
+    key: &str,
+    need: Right,
+) -> Result<WorkspaceRow, AppError> {
+    let not_found = || AppError::not_found(format!("workspace {key:?}"));
+    let w = state
+        .store
+        .workspace_by_key(key)
+        .await?
+        .ok_or_else(not_found)?;
+    let right = if who.user.is_admin {
+        Some(Right::Manage)
+    } else {
+        member_right(state, who.user.id, &w).await?
+    };
+    match right {
+        None => Err(not_found()),
+        Some(r) if r >= need => Ok(w),
+        Some(_) => Err(AppError::forbidden(need.refusal(&w.name))),
+    }
+}
+
 /// Loads a workspace the caller may see, by name or id.
 pub async fn visible(
     state: &AppState,
     who: &Principal,
     key: &str,
 ) -> Result<WorkspaceRow, AppError> {
-    match state.store.workspace_by_key(key).await? {
-        Some(w) if who.user.is_admin || w.owner_id == who.user.id => Ok(w),
-        _ => Err(AppError::not_found(format!("workspace {key:?}"))),
-    }
+    authorized(state, who, key, Right::See).await
 }
 
 /// What the workspace list is filtered by (as the request gave it).
@@ -50,7 +122,7 @@ pub struct ListRequest {
     pub agent: Option<String>,
     /// Project name or id.
     pub project: Option<String>,
-    /// Username or id of the owner (admins only; others always see their own).
+    /// Username or id of the owner (among the workspaces the caller may see).
     pub owner: Option<String>,
     /// Path of the space the workspaces live in.
     pub space: Option<String>,
@@ -126,16 +198,13 @@ pub async fn list(
             };
             let user =
                 user.ok_or_else(|| AppError::invalid_field("owner", format!("no user {o:?}")))?;
-            if !who.user.is_admin && user.id != who.user.id {
-                return Err(AppError::forbidden(
-                    "owner: only admins may list other users' workspaces",
-                ));
-            }
             Some(user.id)
         }
-        None if who.user.is_admin => None,
-        None => Some(who.user.id),
+        None => None,
     };
+    // The same rule as [`member_right`], in SQL: owned, or in a space at or below one of the
+    // caller's memberships.
+    f.visible_to = (!who.user.is_admin).then_some(who.user.id);
     let mut rows = state.store.list_workspaces(&f).await?;
     let next_cursor = if rows.len() as i64 > limit {
         rows.truncate(limit as usize);
@@ -298,7 +367,13 @@ pub async fn set_desired_state(
     key: &str,
     requested: DesiredState,
 ) -> Result<Workspace, AppError> {
-    let w = change_desired_state(state, || visible(state, who, key), requested, false).await?;
+    let w = change_desired_state(
+        state,
+        || authorized(state, who, key, Right::Use),
+        requested,
+        false,
+    )
+    .await?;
     Ok(w.to_api(&state.store)?)
 }
 
@@ -311,7 +386,7 @@ pub async fn terminate(
 ) -> Result<Workspace, AppError> {
     let w = change_desired_state(
         state,
-        || visible(state, who, key),
+        || authorized(state, who, key, Right::Manage),
         DesiredState::Terminated,
         true,
     )
@@ -697,7 +772,7 @@ pub async fn resize(
     req: &ResizeWorkspaceRequest,
 ) -> Result<Workspace, AppError> {
     for _ in 0..WRITE_ATTEMPTS {
-        let w = visible(state, who, key).await?;
+        let w = authorized(state, who, key, Right::Manage).await?;
         check_desired_state_request(
             &w.name,
             w.desired_state,
@@ -956,7 +1031,7 @@ pub async fn logs(
             ));
         }
     }
-    let w = visible(state, who, key).await?;
+    let w = authorized(state, who, key, Right::Use).await?;
     if w.actual_state == ActualState::Terminated {
         return Err(AppError::conflict(
             "invalid_state",

@@ -55,6 +55,7 @@ use utoipa::{Modify, OpenApi};
         api::spaces::members,
         api::spaces::set_member,
         api::spaces::remove_member,
+        api::spaces::tree,
         api::projects::list,
         api::projects::create,
         api::projects::get_one,

@@ -172,6 +172,71 @@ pub const FROM: &str =
     LEFT JOIN workspace_activity x ON x.workspace_id = w.id \
     LEFT JOIN spaces sp ON sp.id = w.space_id";
 
+/// The `WHERE` clause of `f` (without order or limit) and its bound values, numbered from 1.
+fn filter_sql(f: &WorkspaceFilter) -> (String, Vec<Bind>) {
+    let mut sql = String::from(" WHERE 1 = 1");
+    let mut binds = vec![];
+    // Before `push` borrows `binds`: these bind a value used twice, or two.
+    if let Some(space) = &f.space {
+        binds.push(Bind::S(space.clone()));
+        let n = binds.len();
+        if f.recursive {
+            // Not LIKE: `_` in a path would be a wildcard.
+            binds.push(Bind::S(format!("{space}/")));
+            let m = binds.len();
+            sql.push_str(&format!(
+                " AND (sp.path = ${n} OR substr(sp.path, 1, length(${m})) = ${m})"
+            ));
+        } else {
+            sql.push_str(&format!(" AND sp.path = ${n}"));
+        }
+    }
+    if let Some(u) = f.visible_to {
+        binds.push(Bind::I(u.get()));
+        let n = binds.len();
+        sql.push_str(&format!(
+            " AND (w.owner_id = ${n} OR EXISTS (SELECT 1 FROM space_members m \
+                 JOIN spaces ms ON ms.id = m.space_id WHERE m.user_id = ${n} AND \
+                 (sp.path = ms.path OR substr(sp.path, 1, length(ms.path) + 1) = ms.path || '/')))"
+        ));
+    }
+    let mut push = |cond: &str, b: Bind, sql: &mut String| {
+        binds.push(b);
+        sql.push_str(&format!(" AND {cond} ${}", binds.len()));
+    };
+    if let Some(o) = f.owner {
+        push("w.owner_id =", Bind::I(o.get()), &mut sql);
+    }
+    if let Some(a) = f.agent {
+        push("w.agent_id =", Bind::I(a.get()), &mut sql);
+    }
+    if let Some(p) = f.project {
+        push("w.project_id =", Bind::I(p.get()), &mut sql);
+    }
+    if let Some(s) = f.state {
+        push("w.actual_state =", Bind::S(s.as_str().to_owned()), &mut sql);
+    } else if !f.include_terminated {
+        sql.push_str(" AND NOT (w.desired_state = 'Terminated' AND w.actual_state = 'Terminated')");
+    }
+    if let Some(after) = f.after {
+        push("w.id >", Bind::I(after), &mut sql);
+    }
+    (sql, binds)
+}
+
+/// One workspace as the tree draws it ([`Store::tree_entries`]).
+#[derive(Debug, Clone)]
+pub struct TreeRow {
+    pub name: String,
+    pub owner_username: String,
+    pub space_path: String,
+    pub desired_state: DesiredState,
+    pub actual_state: ActualState,
+    pub url: Option<String>,
+    pub failure_reason: Option<String>,
+    pub agent_runtime_fault: Option<String>,
+}
+
 pub fn row(r: &AnyRow) -> Result<WorkspaceRow, sqlx::Error> {
     Ok(WorkspaceRow {
         id: WorkspaceId(get_i64(r, "id")?),
@@ -254,6 +319,9 @@ pub struct NewWorkspace {
 #[derive(Debug, Clone, Default)]
 pub struct WorkspaceFilter {
     pub owner: Option<UserId>,
+    /// Only those this user owns or holds a role on (a membership of their space or of one
+    /// above it).
+    pub visible_to: Option<UserId>,
     /// In this space (by path), or (with `recursive`) in it or below it.
     pub space: Option<String>,
     pub recursive: bool,
@@ -417,52 +485,52 @@ impl Store {
         &self,
         f: &WorkspaceFilter,
     ) -> Result<Vec<WorkspaceRow>, StoreError> {
-        let mut sql = format!("SELECT {COLS} FROM {FROM} WHERE 1 = 1");
-        let mut binds = vec![];
-        // Before `push` borrows `binds`: the recursive form binds two values.
-        if let Some(space) = &f.space {
-            binds.push(Bind::S(space.clone()));
-            let n = binds.len();
-            if f.recursive {
-                // Not LIKE: `_` in a path would be a wildcard.
-                binds.push(Bind::S(format!("{space}/")));
-                let m = binds.len();
-                sql.push_str(&format!(
-                    " AND (sp.path = ${n} OR substr(sp.path, 1, length(${m})) = ${m})"
-                ));
-            } else {
-                sql.push_str(&format!(" AND sp.path = ${n}"));
-            }
-        }
-        let mut push = |cond: &str, b: Bind, sql: &mut String| {
-            binds.push(b);
-            sql.push_str(&format!(" AND {cond} ${}", binds.len()));
-        };
-        if let Some(o) = f.owner {
-            push("w.owner_id =", Bind::I(o.get()), &mut sql);
-        }
-        if let Some(a) = f.agent {
-            push("w.agent_id =", Bind::I(a.get()), &mut sql);
-        }
-        if let Some(p) = f.project {
-            push("w.project_id =", Bind::I(p.get()), &mut sql);
-        }
-        if let Some(s) = f.state {
-            push("w.actual_state =", Bind::S(s.as_str().to_owned()), &mut sql);
-        } else if !f.include_terminated {
-            sql.push_str(
-                " AND NOT (w.desired_state = 'Terminated' AND w.actual_state = 'Terminated')",
-            );
-        }
-        if let Some(after) = f.after {
-            push("w.id >", Bind::I(after), &mut sql);
-        }
+        let (filter, mut binds) = filter_sql(f);
         binds.push(Bind::I(f.limit));
-        sql.push_str(&format!(" ORDER BY w.id LIMIT ${}", binds.len()));
+        let sql = format!(
+            "SELECT {COLS} FROM {FROM}{filter} ORDER BY w.id LIMIT ${}",
+            binds.len()
+        );
         let rows = bind_all(sqlx::query(&sql), &binds)
             .fetch_all(&self.db.pool)
             .await?;
         Ok(rows.iter().map(row).collect::<Result<_, _>>()?)
+    }
+
+    /// The workspaces `f` selects as the tree shows them, by space path then name: only the
+    /// columns it draws, so a tree of many thousands stays cheap.
+    pub async fn tree_entries(&self, f: &WorkspaceFilter) -> Result<Vec<TreeRow>, StoreError> {
+        let (filter, mut binds) = filter_sql(f);
+        binds.push(Bind::I(f.limit));
+        let sql = format!(
+            "SELECT w.name, u.username AS owner_username, sp.path AS space_path, \
+             w.desired_state, w.actual_state, w.url, w.failure_reason, \
+             a.runtime_fault AS agent_runtime_fault \
+             FROM workspaces w JOIN users u ON u.id = w.owner_id \
+             JOIN agents a ON a.id = w.agent_id LEFT JOIN spaces sp ON sp.id = w.space_id\
+             {filter} ORDER BY sp.path, w.name LIMIT ${}",
+            binds.len()
+        );
+        let rows = bind_all(sqlx::query(&sql), &binds)
+            .fetch_all(&self.db.pool)
+            .await?;
+        let tree_row = |r: &AnyRow| -> Result<TreeRow, sqlx::Error> {
+            Ok(TreeRow {
+                name: get_str(r, "name")?,
+                owner_username: get_str(r, "owner_username")?,
+                space_path: get_opt_str(r, "space_path")?.unwrap_or_default(),
+                desired_state: get_str(r, "desired_state")?
+                    .parse()
+                    .map_err(|e| corrupt("desired state", e))?,
+                actual_state: get_str(r, "actual_state")?
+                    .parse()
+                    .map_err(|e| corrupt("actual state", e))?,
+                url: get_opt_str(r, "url")?,
+                failure_reason: get_opt_str(r, "failure_reason")?,
+                agent_runtime_fault: get_opt_str(r, "agent_runtime_fault")?,
+            })
+        };
+        Ok(rows.iter().map(tree_row).collect::<Result<_, _>>()?)
     }
 
     /// Writes a new desired state if the row still has `version`; `Ok(None)` on a lost race.

@@ -101,6 +101,7 @@ pub fn router() -> Router<AppState> {
         )
         .route("/gitops/webhooks/{repository}", post(gitops::webhook))
         .route("/spaces", get(spaces::list).post(spaces::create))
+        .route("/tree", get(spaces::tree))
         .route(
             "/spaces/{space}",
             get(spaces::get_one).delete(spaces::delete_one),

@@ -3,10 +3,37 @@
 
 use super::Auth;
 use crate::app::{self, AppState};
-use crate::http::error::{HttpError, Json, Path};
+use crate::http::error::{HttpError, Json, Path, Query};
 use axum::extract::State;
 use http::StatusCode;
-use warren_types::api::{ApiError, CreateSpaceRequest, SetSpaceMemberRequest, Space, SpaceMember};
+use serde::Deserialize;
+use warren_types::api::{
+    ApiError, CreateSpaceRequest, SetSpaceMemberRequest, Space, SpaceMember, Tree,
+};
+
+/// Query of `GET /api/v1/tree`.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct TreeQuery {
+    /// Path of the space whose tree to draw (`acme/platform`); without it, the whole tree
+    /// the caller sees.
+    pub space: Option<String>,
+}
+
+/// The tree of spaces the caller sees with the entries in them (`warren ws tree`).
+#[utoipa::path(get, path = "/api/v1/tree", params(TreeQuery),
+    responses((status = 200, body = Tree), (status = 400, body = ApiError), (status = 404, body = ApiError)),
+    tag = "spaces", security(("bearer" = [])))]
+pub async fn tree(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Query(q): Query<TreeQuery>,
+) -> Result<Json<Tree>, HttpError> {
+    Ok(Json(
+        app::spaces::tree(&state, &who, q.space.as_deref()).await?,
+    ))
+}
 
 /// The spaces the caller holds a role on (every space for an admin).
 #[utoipa::path(get, path = "/api/v1/spaces", responses((status = 200, body = Vec<Space>)),

@@ -26,7 +26,7 @@ pub struct ListQuery {
     pub agent: Option<String>,
     /// Project name or id.
     pub project: Option<String>,
-    /// Username or id of the owner (admins only; others always see their own).
+    /// Username or id of the owner, among the workspaces the caller may see.
     pub owner: Option<String>,
     /// Path of the space the workspaces live in (`acme/platform`, `users/alice`).
     pub space: Option<String>,
@@ -95,7 +95,8 @@ pub struct GetQuery {
 #[utoipa::path(put, path = "/api/v1/workspaces/{workspace}/desired_state",
     params(("workspace" = String, Path, description = "workspace name or id")),
     request_body = UpdateDesiredStateRequest,
-    responses((status = 200, body = Workspace), (status = 400, body = ApiError), (status = 404, body = ApiError),
+    responses((status = 200, body = Workspace), (status = 400, body = ApiError),
+    (status = 403, description = "a viewer of its space: using it needs more", body = ApiError), (status = 404, body = ApiError),
     (status = 409, body = ApiError)), tag = "workspaces", security(("bearer" = [])))]
 pub async fn set_desired_state(
     State(state): State<AppState>,
@@ -110,7 +111,9 @@ pub async fn set_desired_state(
 /// Asks for `Terminated`: the agent deletes everything, volume included. Repeating it is harmless.
 #[utoipa::path(delete, path = "/api/v1/workspaces/{workspace}",
     params(("workspace" = String, Path, description = "workspace name or id")),
-    responses((status = 200, body = Workspace), (status = 404, body = ApiError)), tag = "workspaces",
+    responses((status = 200, body = Workspace),
+    (status = 403, description = "a developer or viewer of its space: terminating needs more", body = ApiError),
+    (status = 404, body = ApiError)), tag = "workspaces",
     security(("bearer" = [])))]
 pub async fn terminate(
     State(state): State<AppState>,
@@ -147,7 +150,8 @@ pub async fn create(
 #[utoipa::path(put, path = "/api/v1/workspaces/{workspace}/resources",
     params(("workspace" = String, Path, description = "workspace name or id")),
     request_body = ResizeWorkspaceRequest,
-    responses((status = 200, body = Workspace), (status = 400, body = ApiError), (status = 404, body = ApiError),
+    responses((status = 200, body = Workspace), (status = 400, body = ApiError),
+    (status = 403, description = "a developer or viewer of its space: resizing needs more", body = ApiError), (status = 404, body = ApiError),
     (status = 409, body = ApiError), (status = 422, body = ApiError)), tag = "workspaces", security(("bearer" = [])))]
 pub async fn resize(
     State(state): State<AppState>,
@@ -176,7 +180,8 @@ pub struct LogsQuery {
 #[utoipa::path(get, path = "/api/v1/workspaces/{workspace}/logs",
     params(("workspace" = String, Path, description = "workspace name or id"), LogsQuery),
     responses((status = 200, description = "the output, text/plain", content_type = "text/plain"),
-    (status = 400, body = ApiError), (status = 404, body = ApiError), (status = 502, body = ApiError),
+    (status = 400, body = ApiError), (status = 403, description = "a viewer of its space: logs need more", body = ApiError),
+    (status = 404, body = ApiError), (status = 502, body = ApiError),
     (status = 503, body = ApiError)), tag = "workspaces", security(("bearer" = [])))]
 pub async fn logs(
     State(state): State<AppState>,

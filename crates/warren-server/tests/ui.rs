@@ -573,3 +573,104 @@ async fn a_user_changes_their_password() {
         s.stop().await;
     }
 }
+
+/// Issue 21 in the web UI: a workspace created into a team space from the form, listed with
+/// its space for a viewer of that space, who may open its page but not stop it; a space the
+/// creator may not use is named beside the field.
+#[tokio::test]
+async fn spaces_in_the_list_the_page_and_the_form() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        s.agent("local", json!({})).await;
+        s.user("alice", &["api"]).await;
+        s.user("carol", &["api"]).await;
+        let (st, b) = s
+            .admin(
+                Method::POST,
+                "/api/v1/spaces",
+                Some(json!({"path": "acme"})),
+            )
+            .await;
+        assert_eq!(st, 201, "[{l}] {b}");
+        for (who, role) in [("alice", "developer"), ("carol", "viewer")] {
+            let (st, b) = s
+                .admin(
+                    Method::PUT,
+                    &format!("/api/v1/spaces/acme/members/{who}"),
+                    Some(json!({"role": role})),
+                )
+                .await;
+            assert_eq!(st, 200, "[{l}] {b}");
+        }
+
+        let mut alice = signed_in(&s, "alice", "password-123").await;
+        let form = alice.get("/workspaces/new").await;
+        assert!(
+            form.body.contains(r#"<option value="acme">acme</option>"#)
+                && form.body.contains("users/alice (yours)"),
+            "[{l}] the spaces alice may create in: {}",
+            form.body
+        );
+        let csrf = csrf_of(&form);
+        let post = |space: &'static str, name: &'static str| {
+            vec![
+                ("name".to_owned(), name.to_owned()),
+                ("space".to_owned(), space.to_owned()),
+                ("devfile".to_owned(), DEVFILE.to_owned()),
+                ("agent".to_owned(), "local".to_owned()),
+                ("csrf_token".to_owned(), csrf.clone()),
+            ]
+        };
+        let p = alice
+            .post_form("/workspaces/new", &post("nowhere", "lost"))
+            .await;
+        assert_eq!(p.status, 400, "[{l}] {}", p.body);
+        let error = p
+            .body
+            .split("id=\"space-error\"")
+            .nth(1)
+            .expect("an error beside the space");
+        assert!(error.contains("nowhere"), "[{l}] {error}");
+        let p = alice
+            .post_form("/workspaces/new", &post("acme", "shared"))
+            .await;
+        assert_eq!(p.status, 303, "[{l}] {}", p.body);
+        let (_, w) = s
+            .admin(Method::GET, "/api/v1/workspaces/shared", None)
+            .await;
+        assert_eq!(w["space"], "acme", "[{l}] {w}");
+
+        // Carol, a viewer of acme, sees it with its space and owner, and may not stop it.
+        let mut carol = signed_in(&s, "carol", "password-123").await;
+        let list = carol.get("/").await;
+        assert!(
+            list.body.contains(">shared</a>")
+                && list.body.contains(r#"<td class="space">acme</td>"#)
+                && list.body.contains("<td>alice</td>"),
+            "[{l}] {}",
+            list.body
+        );
+        let page = carol.get("/workspaces/shared").await;
+        assert_eq!(page.status, 200, "[{l}]");
+        assert!(page.body.contains("<dt>Space</dt><dd>acme</dd>"), "[{l}]");
+        let csrf = csrf_of(&page);
+        let p = carol
+            .post_form(
+                "/workspaces/shared/action/stop",
+                &[("csrf_token".into(), csrf)],
+            )
+            .await;
+        assert_eq!(p.status, 403, "[{l}] {}", p.body);
+        assert!(
+            p.body.contains("developer or owner role"),
+            "[{l}] {}",
+            p.body
+        );
+        let (_, w) = s
+            .admin(Method::GET, "/api/v1/workspaces/shared", None)
+            .await;
+        assert_eq!(w["desired_state"], "Running", "[{l}] untouched");
+        s.stop().await;
+    }
+}

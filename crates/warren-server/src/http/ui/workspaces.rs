@@ -6,7 +6,7 @@ use super::layout::{self, ago, csrf, field_error, invalid, state_badge};
 use super::session::{Posted, Viewer};
 use super::UiError;
 use crate::app::workspaces::{self as domain, Logs, LogsRequest};
-use crate::app::{agents, projects, AppError, AppState, ErrorKind};
+use crate::app::{agents, projects, spaces, AppError, AppState, ErrorKind};
 use axum::extract::{Path, Query, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -21,8 +21,8 @@ use std::time::Duration;
 use tokio::io::AsyncBufReadExt;
 use tokio_stream::wrappers::ReceiverStream;
 use warren_types::api::{
-    CreateWorkspaceRequest, ResizeWorkspaceRequest, VariableInput, VariableKind, Workspace,
-    WorkspaceResources,
+    CreateWorkspaceRequest, ResizeWorkspaceRequest, SpaceRole, VariableInput, VariableKind,
+    Workspace, WorkspaceResources,
 };
 use warren_types::{ActualState, DesiredState};
 
@@ -36,7 +36,7 @@ const DEFAULT_TAIL: u32 = 200;
 
 /// A row's cells. Nothing in them depends on the time of rendering (the creation time is a
 /// date, not "3 s ago"), so a row is sent again only when the workspace changed.
-fn cells(w: &Workspace, admin: bool) -> Markup {
+fn cells(w: &Workspace) -> Markup {
     let running = w.actual_state == ActualState::Running;
     html! {
         th scope="row" { a href=(format!("/workspaces/{}", w.name)) { (w.name) } }
@@ -45,7 +45,8 @@ fn cells(w: &Workspace, admin: bool) -> Markup {
             @if let Some(r) = &w.failure_reason { p.reason { (r) } }
             @if let Some(f) = &w.agent_fault { p.reason { "Agent: " (f) } }
         }
-        @if admin { td { (w.owner_username) } }
+        td.space { (w.space) }
+        td { (w.owner_username) }
         td { (w.agent_name) }
         td.resources { (resources_text(&w.resources)) }
         td { (layout::date(w.created_at)) }
@@ -78,12 +79,9 @@ fn resources_text(r: &WorkspaceResources) -> String {
 
 /// The rows of the list, with the empty state when there are none (`later`: a page after
 /// the first, which says so instead).
-fn rows(list: &[Workspace], admin: bool, later: bool) -> (Markup, BTreeMap<String, String>) {
-    let each: Vec<(String, Markup)> = list
-        .iter()
-        .map(|w| (w.id.to_string(), cells(w, admin)))
-        .collect();
-    let cols = if admin { 7 } else { 6 };
+fn rows(list: &[Workspace], later: bool) -> (Markup, BTreeMap<String, String>) {
+    let each: Vec<(String, Markup)> = list.iter().map(|w| (w.id.to_string(), cells(w))).collect();
+    let cols = 8;
     let markup = html! {
         @if list.is_empty() && later {
             tr.empty { td colspan=(cols) { "No more workspaces. " a href="/" { "Back to the first page" } } }
@@ -148,8 +146,7 @@ pub async fn list_page(
 ) -> Result<Response, UiError> {
     let after = q.after.as_deref().filter(|a| !a.is_empty());
     let window = list_window(&state, &viewer, after).await?;
-    let admin = viewer.is_admin();
-    let (body, _) = rows(&window.items, admin, after.is_some());
+    let (body, _) = rows(&window.items, after.is_some());
     let v = digest(&body);
     let events = match after {
         Some(a) => format!("/events/workspaces?v={v}&after={}", query_value(a)),
@@ -159,11 +156,12 @@ pub async fn list_page(
         p.actions { a.button.primary href="/workspaces/new" { "New workspace" } }
         div.table-wrap {
             table.list hx-ext="sse" sse-connect=(events) {
-                caption.visually-hidden { "Your workspaces; states update live" }
+                caption.visually-hidden { "Your workspaces and those of your spaces; states update live" }
                 thead { tr {
                     th scope="col" { "Name" }
                     th scope="col" { "State" }
-                    @if admin { th scope="col" { "Owner" } }
+                    th scope="col" { "Space" }
+                    th scope="col" { "Owner" }
                     th scope="col" { "Agent" }
                     th scope="col" { "Resources" }
                     th scope="col" { "Created" }
@@ -250,7 +248,6 @@ pub async fn list_events(
 ) -> EventStream {
     let (tx, rx) = live_channel(16);
     tokio::spawn(async move {
-        let admin = viewer.is_admin();
         let mut changes = state.changes.subscribe();
         let mut sent: Option<BTreeMap<String, String>> = None;
         let mut page_digest = q.v;
@@ -263,7 +260,7 @@ pub async fn list_events(
                 // reconnects and the page shows what is wrong.
                 Err(_) => return,
             };
-            let (all, each) = rows(&list, admin, after.is_some());
+            let (all, each) = rows(&list, after.is_some());
             let events: Vec<Event> = match &sent {
                 None if page_digest.take().as_deref() == Some(digest(&all).as_str()) => vec![],
                 Some(prev) if prev.keys().eq(each.keys()) => each
@@ -307,6 +304,9 @@ pub struct CreateForm {
     devfile_file: String,
     #[serde(default)]
     agent: String,
+    /// The space's path; empty: the creator's personal space.
+    #[serde(default)]
+    space: String,
     #[serde(default)]
     cpu: String,
     #[serde(default)]
@@ -359,6 +359,7 @@ fn form_field(e: &AppError) -> Option<&'static str> {
     Some(match f {
         "name" => "name",
         "agent" => "agent",
+        "space" => "space",
         "project" | "project devfile" | "repository devfile" => "project",
         "devfile" => "devfile",
         "ref" => "ref",
@@ -381,6 +382,14 @@ async fn create_form(
 ) -> Result<Response, UiError> {
     let projects = projects::list(state, &viewer.who).await?;
     let agents = agents::list(state, &viewer.who).await?;
+    // Where the viewer may create: developer or owner there (the personal space among them).
+    let spaces: Vec<String> = spaces::list(state, &viewer.who)
+        .await?
+        .into_iter()
+        .filter(|s| s.your_role >= Some(SpaceRole::Developer))
+        .map(|s| s.path)
+        .collect();
+    let personal = format!("users/{}", viewer.who.user.username);
     let err_field = error.and_then(form_field);
     let err_for = |name: &str| -> Option<String> {
         error
@@ -404,6 +413,7 @@ async fn create_form(
     let vars_err = err_for("variables");
     let (vars_described, vars_bad) = invalid("variables", vars_err.as_deref());
     let agent_err = err_for("agent");
+    let space_err = err_for("space");
     let project_err = err_for("project");
     let body = html! {
         @if let Some(e) = general { p.error role="alert" { (e.message) } }
@@ -445,6 +455,18 @@ async fn create_form(
                     }
                 }
                 (field_error("agent", agent_err.as_deref()))
+            }
+            div.field {
+                label for="space" { "Space" }
+                select id="space" name="space" aria-invalid=[space_err.as_ref().map(|_| "true")]
+                    aria-describedby=[space_err.as_ref().map(|_| "space-error")] {
+                    @for p in &spaces {
+                        option value=(p) selected[f.space == *p || (f.space.is_empty() && *p == personal)] {
+                            (p) @if *p == personal { " (yours)" }
+                        }
+                    }
+                }
+                (field_error("space", space_err.as_deref()))
             }
             div.row {
                 (field("cpu", "CPU (optional)", &f.cpu, "e.g. 2 or 500m"))
@@ -514,7 +536,7 @@ pub async fn create(
             variables,
             git_ref: opt(&f.git_ref),
             starter: opt(&f.starter),
-            space: None,
+            space: opt(&f.space),
         })
     })();
     let result = match request {
@@ -697,6 +719,7 @@ fn workspace_page(
         }
         h2 { "Details" }
         dl.details {
+            dt { "Space" } dd { (w.space) }
             dt { "Owner" } dd { (w.owner_username) }
             dt { "Agent" } dd { (w.agent_name) }
             @if let Some(p) = &w.project_name { dt { "Project" } dd { (p) } }

@@ -146,6 +146,7 @@ mod tests {
             failure_reason: None,
             agent_fault: None,
             isolation_warning: None,
+            your_right: None,
             terminal_url: None,
             editor_url: None,
             resources: WorkspaceResources {

@@ -128,6 +128,10 @@ pub fn workspace_with_editor(w: &Workspace, editor_status: Option<&str>) -> Stri
         ("Desired", w.desired_state.to_string()),
         ("Owner", w.owner_username.clone()),
         ("Space", w.space.clone()),
+        (
+            "You may",
+            w.your_right.map_or("-", |r| r.as_str()).to_owned(),
+        ),
         ("Agent", w.agent_name.clone()),
         ("Project", opt(&w.project_name)),
         ("Namespace", w.namespace.clone()),
@@ -757,6 +761,7 @@ mod tests {
             failure_reason: None,
             agent_fault: None,
             isolation_warning: None,
+            your_right: None,
             terminal_url: None,
             editor_url: None,
             resources: WorkspaceResources {

@@ -276,6 +276,7 @@ mod tests {
             failure_reason: Some("image \"nope\" cannot be pulled".into()),
             agent_fault: None,
             isolation_warning: None,
+            your_right: None,
             terminal_url: None,
             editor_url: None,
             resources: WorkspaceResources::default(),

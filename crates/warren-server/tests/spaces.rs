@@ -383,6 +383,13 @@ async fn roles_decide_what_each_user_may_do_with_a_workspace() {
             let (st, b) = call(who, Method::GET, "/api/v1/workspaces/plat-ws".into(), None).await;
             let sees = !matches!(who, "sib" | "non");
             assert_eq!(st, if sees { 200 } else { 404 }, "[{l}] {who} GET: {b}");
+            let right = match who {
+                "wendy" | "olga" | "admin" => json!("manage"),
+                "dev" => json!("use"),
+                "viv" => json!("see"),
+                _ => Value::Null,
+            };
+            assert_eq!(b["your_right"], right, "[{l}] {who}: {b}");
             let (st, b) = call(who, Method::GET, "/api/v1/workspaces".into(), None).await;
             assert_eq!(st, 200, "[{l}] {b}");
             let listed = b["items"]

@@ -654,6 +654,22 @@ async fn spaces_in_the_list_the_page_and_the_form() {
         let page = carol.get("/workspaces/shared").await;
         assert_eq!(page.status, 200, "[{l}]");
         assert!(page.body.contains("<dt>Space</dt><dd>acme</dd>"), "[{l}]");
+        // Only what a viewer may do is offered: no actions, resize or logs.
+        assert!(
+            page.body.contains("see it (a viewer of its space)")
+                && !page.body.contains("Delete…")
+                && !page.body.contains("Stop…")
+                && !page.body.contains("/resize")
+                && !page.body.contains("/logs"),
+            "[{l}] {}",
+            page.body
+        );
+        let alices = alice.get("/workspaces/shared").await;
+        assert!(
+            alices.body.contains("Stop…") && alices.body.contains("/resize"),
+            "[{l}] its owner is offered everything"
+        );
+        // The form posted anyway (an old tab) is refused, naming what is missing.
         let csrf = csrf_of(&page);
         let p = carol
             .post_form(

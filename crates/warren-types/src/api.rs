@@ -464,6 +464,31 @@ pub struct Space {
     pub created_at: DateTime<Utc>,
 }
 
+/// What a user may do with a workspace, from its ownership and the roles on its space.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkspaceRight {
+    /// See it: the API, the web UI, lists and the tree.
+    See,
+    /// Also start and stop it, reach its ports, terminal and SSH, read its logs, run its
+    /// commands.
+    Use,
+    /// Also resize and terminate it.
+    Manage,
+}
+
+impl WorkspaceRight {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkspaceRight::See => "see",
+            WorkspaceRight::Use => "use",
+            WorkspaceRight::Manage => "manage",
+        }
+    }
+}
+
 /// What kind of entry of the tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -664,6 +689,10 @@ pub struct Workspace {
     /// agent's `isolation_warning`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub isolation_warning: Option<String>,
+    /// What the caller may do with it (spec/mounts.md roles): `see`, `use` (start, stop,
+    /// reach, logs, commands) or `manage` (also resize and terminate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub your_right: Option<WorkspaceRight>,
     pub resources: WorkspaceResources,
     pub variables: Vec<Variable>,
     /// Grows with every change of the workspace; `GET …?watch_version=` waits for it to move.

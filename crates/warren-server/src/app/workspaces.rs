@@ -32,28 +32,21 @@ const MAX_LIMIT: i64 = 500;
 
 /// What a user may do with a workspace (spec/mounts.md): see it (API, web UI), use it (start
 /// and stop it, reach its ports, terminal and SSH, read its logs, run its commands), or
-/// manage it (also resize and terminate it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Right {
-    See,
-    Use,
-    Manage,
-}
+/// manage it (also resize and terminate it). The API shows it as `your_right`.
+pub use warren_types::api::WorkspaceRight as Right;
 
-impl Right {
-    /// Why `need` was refused on workspace `name` to someone who may see it.
-    fn refusal(self, name: &str) -> String {
-        match self {
-            Right::See => format!("workspace {name}: seeing it needs a role on its space"),
-            Right::Use => format!(
-                "workspace {name}: starting, stopping, reaching it and reading its logs need its \
+/// Why `need` was refused on workspace `name` to someone who may see it.
+fn refusal(need: Right, name: &str) -> String {
+    match need {
+        Right::See => format!("workspace {name}: seeing it needs a role on its space"),
+        Right::Use => format!(
+            "workspace {name}: starting, stopping, reaching it and reading its logs need its \
                  ownership or the developer or owner role on its space"
-            ),
-            Right::Manage => format!(
-                "workspace {name}: resizing and terminating it need its ownership, the owner \
+        ),
+        Right::Manage => format!(
+            "workspace {name}: resizing and terminating it need its ownership, the owner \
                  role on its space, or an admin"
-            ),
-        }
+        ),
     }
 }
 
@@ -68,13 +61,49 @@ pub async fn member_right(
     if w.owner_id == user {
         return Ok(Some(Right::Manage));
     }
-    Ok(super::spaces::role_on(state, user, &w.space_path)
-        .await?
-        .map(|role| match role {
-            SpaceRole::Owner => Right::Manage,
-            SpaceRole::Developer => Right::Use,
-            SpaceRole::Viewer => Right::See,
-        }))
+    Ok(right_with(&state.store.memberships(user).await?, user, w))
+}
+
+/// [`member_right`] with the user's memberships already read (a list reads them once).
+fn right_with(
+    memberships: &[(String, SpaceRole)],
+    user: UserId,
+    w: &WorkspaceRow,
+) -> Option<Right> {
+    if w.owner_id == user {
+        return Some(Right::Manage);
+    }
+    super::spaces::role_in(memberships, &w.space_path).map(|role| match role {
+        SpaceRole::Owner => Right::Manage,
+        SpaceRole::Developer => Right::Use,
+        SpaceRole::Viewer => Right::See,
+    })
+}
+
+/// What the caller may do with `w` as the API and the web UI show it: admins manage every
+/// workspace (through the API; the proxy asks [`member_right`]).
+fn shown_right(
+    memberships: &[(String, SpaceRole)],
+    who: &Principal,
+    w: &WorkspaceRow,
+) -> Option<Right> {
+    if who.user.is_admin {
+        Some(Right::Manage)
+    } else {
+        right_with(memberships, who.user.id, w)
+    }
+}
+
+/// The API form of `w` for the caller, with `your_right`.
+async fn for_caller(
+    state: &AppState,
+    who: &Principal,
+    w: &WorkspaceRow,
+) -> Result<Workspace, AppError> {
+    let mut a = w.to_api(&state.store)?;
+    let memberships = state.store.memberships(who.user.id).await?;
+    a.your_right = shown_right(&memberships, who, w);
+    Ok(a)
 }
 
 /// Loads the workspace `key` (name or id) if the caller holds `need` on it. Admins manage
@@ -100,7 +129,7 @@ pub async fn authorized(
     match right {
         None => Err(not_found()),
         Some(r) if r >= need => Ok(w),
-        Some(_) => Err(AppError::forbidden(need.refusal(&w.name))),
+        Some(_) => Err(AppError::forbidden(refusal(need, &w.name))),
     }
 }
 
@@ -212,10 +241,15 @@ pub async fn list(
     } else {
         None
     };
+    let memberships = state.store.memberships(who.user.id).await?;
     let items = rows
         .iter()
-        .map(|w| w.to_api(&state.store))
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|w| {
+            let mut a = w.to_api(&state.store)?;
+            a.your_right = shown_right(&memberships, who, w);
+            Ok(a)
+        })
+        .collect::<Result<Vec<_>, AppError>>()?;
     Ok(Page { items, next_cursor })
 }
 
@@ -246,7 +280,7 @@ pub async fn list_all(state: &AppState, who: &Principal) -> Result<Vec<Workspace
 /// One workspace the caller may see, with its devfile's notices.
 pub async fn get(state: &AppState, who: &Principal, key: &str) -> Result<Workspace, AppError> {
     let row = visible(state, who, key).await?;
-    with_notices(&row, row.to_api(&state.store)?)
+    with_notices(&row, for_caller(state, who, &row).await?)
 }
 
 /// The answer about one workspace: its API form and what Warren did with its devfile.
@@ -290,7 +324,7 @@ pub async fn watch(
         let w = visible(state, who, key).await?;
         if w.version != version || tokio::time::Instant::now() >= deadline {
             // The answer about one workspace: with its notices and commands, as `get`.
-            return with_notices(&w, w.to_api(&state.store)?);
+            return with_notices(&w, for_caller(state, who, &w).await?);
         }
         let recheck = (tokio::time::Instant::now() + WATCH_RECHECK).min(deadline);
         tokio::select! {
@@ -374,7 +408,7 @@ pub async fn set_desired_state(
         false,
     )
     .await?;
-    Ok(w.to_api(&state.store)?)
+    for_caller(state, who, &w).await
 }
 
 /// Asks for `Terminated`: the agent deletes everything, volume included. Repeating it is
@@ -391,7 +425,7 @@ pub async fn terminate(
         true,
     )
     .await?;
-    Ok(w.to_api(&state.store)?)
+    for_caller(state, who, &w).await
 }
 
 /// Most variables one workspace may carry, and the largest value.
@@ -742,7 +776,7 @@ pub async fn create(
             Ok(w) => {
                 state.signals.notify(agent.id);
                 state.changed();
-                return with_notices(&w, w.to_api(&state.store)?);
+                return with_notices(&w, for_caller(state, who, &w).await?);
             }
             // A generated name collided: draw another.
             // The insert's only unique key is the name: a conflict is a name collision.
@@ -804,7 +838,8 @@ pub async fn resize(
             .await?
             .is_some()
         {
-            return Ok(visible(state, who, key).await?.to_api(&state.store)?);
+            let w = visible(state, who, key).await?;
+            return for_caller(state, who, &w).await;
         }
     }
     Err(AppError::conflict(

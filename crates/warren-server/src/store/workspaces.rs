@@ -115,6 +115,7 @@ impl WorkspaceRow {
                 )
             }),
             isolation_warning: self.agent_isolation_warning.clone(),
+            your_right: None,
             resources: self.resources.clone(),
             variables: vars
                 .into_iter()

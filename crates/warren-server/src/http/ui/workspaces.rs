@@ -22,7 +22,7 @@ use tokio::io::AsyncBufReadExt;
 use tokio_stream::wrappers::ReceiverStream;
 use warren_types::api::{
     CreateWorkspaceRequest, ResizeWorkspaceRequest, SpaceRole, VariableInput, VariableKind,
-    Workspace, WorkspaceResources,
+    Workspace, WorkspaceResources, WorkspaceRight,
 };
 use warren_types::{ActualState, DesiredState};
 
@@ -580,6 +580,8 @@ fn live_contents(w: &Workspace, viewer: &Viewer) -> Markup {
     let running = w.actual_state == ActualState::Running;
     let terminated = w.desired_state == DesiredState::Terminated;
     let base = format!("/workspaces/{}", w.name);
+    let may_manage = w.your_right >= Some(WorkspaceRight::Manage);
+    let may_use = w.your_right >= Some(WorkspaceRight::Use);
     html! {
         div.live-body {
             p.state-line { "State: " (state_badge(w.actual_state, w.desired_state)) }
@@ -591,7 +593,7 @@ fn live_contents(w: &Workspace, viewer: &Viewer) -> Markup {
             @if !running && !terminated && w.desired_state == DesiredState::Running {
                 p.progress role="status" { span.spinner aria-hidden="true" {} "Starting… this page updates by itself." }
             }
-            @if running {
+            @if running && may_use {
                 ul.links aria-label="Open" {
                     @if let Some(u) = &w.editor_url { li { a.button.primary href=(u) rel="noopener" { "Open editor" } } }
                     @if let Some(u) = &w.terminal_url { li { a.button href=(u) rel="noopener" { "Open terminal" } } }
@@ -608,7 +610,7 @@ fn live_contents(w: &Workspace, viewer: &Viewer) -> Markup {
                     }
                 }
             }
-            @if !terminated {
+            @if !terminated && may_use {
                 h2 { "Actions" }
                 div.actions {
                     @if matches!(w.desired_state, DesiredState::Stopped) || matches!(w.actual_state, ActualState::Failed | ActualState::Error) {
@@ -621,7 +623,9 @@ fn live_contents(w: &Workspace, viewer: &Viewer) -> Markup {
                         a.button href=(format!("{base}/confirm/stop")) { "Stop…" }
                         a.button href=(format!("{base}/confirm/restart")) { "Restart…" }
                     }
-                    a.button.danger href=(format!("{base}/confirm/delete")) { "Delete…" }
+                    @if may_manage {
+                        a.button.danger href=(format!("{base}/confirm/delete")) { "Delete…" }
+                    }
                 }
             }
         }
@@ -665,6 +669,14 @@ async fn editor_note(state: &AppState, viewer: &Viewer, w: &Workspace) -> Option
     }
 }
 
+fn right_words(r: Option<WorkspaceRight>) -> &'static str {
+    match r {
+        Some(WorkspaceRight::Manage) => "use, resize and delete it",
+        Some(WorkspaceRight::Use) => "use it (start, stop, open, logs)",
+        Some(WorkspaceRight::See) | None => "see it (a viewer of its space)",
+    }
+}
+
 fn workspace_page(
     viewer: &Viewer,
     w: &Workspace,
@@ -675,6 +687,8 @@ fn workspace_page(
 ) -> Response {
     let now = Utc::now();
     let base = format!("/workspaces/{}", w.name);
+    let may_manage = w.your_right >= Some(WorkspaceRight::Manage);
+    let may_use = w.your_right >= Some(WorkspaceRight::Use);
     let resize_field = resize_error.and_then(form_field);
     let cpu_err = resize_error
         .filter(|_| resize_field != Some("memory"))
@@ -703,9 +717,11 @@ fn workspace_page(
                 p.hint { "Editor: " (e) }
             }
         }
-        h2 { "Logs" }
-        p { a href=(format!("{base}/logs")) { "Recent output" } " · " a href=(format!("{base}/logs?follow=true")) { "Follow output" } }
-        @if w.desired_state != DesiredState::Terminated {
+        @if may_use {
+            h2 { "Logs" }
+            p { a href=(format!("{base}/logs")) { "Recent output" } " · " a href=(format!("{base}/logs?follow=true")) { "Follow output" } }
+        }
+        @if w.desired_state != DesiredState::Terminated && may_manage {
             h2 { "Resize" }
             form.card.inline method="post" action=(format!("{base}/resize")) {
                 (csrf(viewer))
@@ -720,6 +736,7 @@ fn workspace_page(
         h2 { "Details" }
         dl.details {
             dt { "Space" } dd { (w.space) }
+            dt { "You may" } dd { (right_words(w.your_right)) }
             dt { "Owner" } dd { (w.owner_username) }
             dt { "Agent" } dd { (w.agent_name) }
             @if let Some(p) = &w.project_name { dt { "Project" } dd { (p) } }

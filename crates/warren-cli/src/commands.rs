@@ -8,9 +8,9 @@ use crate::ssh_cmd;
 use crate::wait::{self, Goal};
 use crate::{
     AgentCommand, CliError, Command, CredentialArgs, CredentialCommand, DotfilesCommand, LoginArgs,
-    MemberCommand, OAuthClientCommand, PasswdArgs, ProjectCommand, ScopeArg, SpaceCommand,
-    SpaceMemberCommand, SshKeyCommand, TokenCommand, UserCommand, WaitArgs, WsCommand,
-    WsCreateArgs,
+    MemberCommand, MountCommand, OAuthClientCommand, PasswdArgs, ProjectCommand, ScopeArg,
+    SpaceCommand, SpaceMemberCommand, SshKeyCommand, TokenCommand, UserCommand, WaitArgs,
+    WsCommand, WsCreateArgs,
 };
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
@@ -44,6 +44,7 @@ pub async fn run(cmd: Command) -> Result<(), CliError> {
         Command::Agent(g) => agent(g.out.output, g.cmd).await,
         Command::Project(g) => project(g.out.output, g.cmd).await,
         Command::Space(g) => space(g.out.output, g.cmd).await,
+        Command::Mount(g) => mount(g.out.output, g.cmd).await,
         Command::Ws(g) => ws(g.out.output, g.cmd).await,
         Command::User(g) => user(g.out.output, g.cmd).await,
         Command::Passwd(a) => passwd(a).await,
@@ -399,6 +400,78 @@ async fn agent(out: Format, cmd: AgentCommand) -> Result<(), CliError> {
         }
     }
     Ok(())
+}
+
+async fn mount(out: Format, cmd: MountCommand) -> Result<(), CliError> {
+    let (c, _) = client()?;
+    match cmd {
+        MountCommand::Create {
+            name,
+            mount_type,
+            reference,
+            url,
+            via,
+            space,
+        } => {
+            let m = c
+                .create_mount(&warren_types::api::CreateMountRequest {
+                    name,
+                    mount_type,
+                    reference,
+                    url,
+                    via,
+                    space,
+                })
+                .await?;
+            print(out, &m, output::mount);
+        }
+        MountCommand::List => print(out, &c.list_mounts().await?, |m| output::mounts(m)),
+        MountCommand::Show { name } => {
+            let m = named("mount", &name, c.get_mount(&name).await)?;
+            print(out, &m, output::mount);
+        }
+        MountCommand::Rm { name } => {
+            named("mount", &name, c.delete_mount(&name).await)?;
+            eprintln!("Mount {name:?} removed.");
+        }
+    }
+    Ok(())
+}
+
+/// The workspace `name`, or — when `name` is a redirect mount — the workspace it leads to,
+/// saying so on stderr (`ws ssh`, `ws open` and `ssh-config` follow redirects).
+async fn workspace_following(c: &Client, name: &str) -> Result<Workspace, CliError> {
+    let first = c.get_workspace(name).await;
+    if !matches!(first, Err(warren_client::Error::Api { status: 404, .. })) {
+        return named("workspace", name, first);
+    }
+    let Ok(m) = c.get_mount(name).await else {
+        return named("workspace", name, first);
+    };
+    if m.mount_type != warren_types::api::MountType::Redirect {
+        return Err(CliError::Failed(format!(
+            "{name} is a {} mount, not a workspace",
+            m.mount_type.as_str()
+        )));
+    }
+    match (&m.status.resolved, &m.url) {
+        (Some(target), _) => {
+            eprintln!("{name} redirects to {target}");
+            named("workspace", target, c.get_workspace(target).await)
+        }
+        (None, Some(url)) => Err(CliError::Failed(format!(
+            "{name} redirects to {url}, outside this Warren: log in there (`warren login --url …`)"
+        ))),
+        (None, None) => Err(CliError::Failed(format!(
+            "{name} redirects nowhere: {}",
+            m.status
+                .conditions
+                .iter()
+                .map(|c| c.message.as_str())
+                .collect::<Vec<_>>()
+                .join("; ")
+        ))),
+    }
 }
 
 async fn space(out: Format, cmd: SpaceCommand) -> Result<(), CliError> {
@@ -997,7 +1070,7 @@ async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
             command,
         } => {
             let endpoint = c.access().await?.ssh.ok_or_else(ssh_cmd::no_ssh)?;
-            let w = named("workspace", &name, c.get_workspace(&name).await)?;
+            let w = workspace_following(&c, &name).await?;
             // The user's own options come first, so they win over the pin (OpenSSH takes
             // the first value it sees).
             let mut options = ssh_options;
@@ -1062,7 +1135,7 @@ async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
             main,
             print,
         } => {
-            let w = named("workspace", &name, c.get_workspace(&name).await)?;
+            let w = workspace_following(&c, &name).await?;
             let url = open_cmd::address(&w, endpoint.as_deref(), terminal, main)?;
             if print || !open_cmd::launch(&url) {
                 println!("{url}");
@@ -1110,7 +1183,8 @@ async fn ws_ssh_config(c: &Client, names: Vec<String>, write: bool) -> Result<()
             ..WorkspaceQuery::default()
         };
         let mut ws = c.list_all_workspaces(&query).await?;
-        // Admins may list others' workspaces; SSH only ever lets the owner in.
+        // Without names: the caller's own (admins could list everyone's); a colleague's
+        // workspace, which a developer of its space may use too, is added by naming it.
         ws.retain(|w| {
             w.owner_username == me.username
                 && w.actual_state != warren_types::ActualState::Terminated
@@ -1119,7 +1193,7 @@ async fn ws_ssh_config(c: &Client, names: Vec<String>, write: bool) -> Result<()
     } else {
         let mut ws = Vec::new();
         for n in &names {
-            ws.push(named("workspace", n, c.get_workspace(n).await)?);
+            ws.push(workspace_following(c, n).await?);
         }
         ws
     };

@@ -66,6 +66,8 @@ pub enum Command {
     Project(ProjectGroup),
     /// Spaces: the tree workspaces live in (`acme/platform`; yours is `users/<you>`).
     Space(SpaceGroup),
+    /// Mounts: entries of the tree Warren does not run (redirects today).
+    Mount(MountGroup),
     /// Workspaces.
     #[command(visible_alias = "workspace")]
     Ws(WsGroup),
@@ -448,6 +450,49 @@ pub struct SpaceGroup {
     pub out: OutputArgs,
     #[command(subcommand)]
     pub cmd: SpaceCommand,
+}
+
+#[derive(Debug, Args)]
+pub struct MountGroup {
+    #[command(flatten)]
+    pub out: OutputArgs,
+    #[command(subcommand)]
+    pub cmd: MountCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MountCommand {
+    /// Create a mount: a redirect to another entry (`--ref`) or to a URL (`--url`).
+    #[command(
+        after_help = "Examples:\n  warren mount create old-name --type redirect --ref new-name\n  warren mount create elsewhere --type redirect --url https://8080-ws.other.example/ --space acme"
+    )]
+    Create {
+        /// The entry's name (a host name label, unique among workspaces and mounts).
+        name: String,
+        /// redirect (served today), proxy or workspace.
+        #[arg(long = "type", value_name = "TYPE")]
+        mount_type: String,
+        /// The entry it stands for.
+        #[arg(long = "ref", value_name = "ENTRY", conflicts_with = "url")]
+        reference: Option<String>,
+        /// The URL it stands for (http or https).
+        #[arg(long)]
+        url: Option<String>,
+        /// For a proxy mount: the agent that reaches the URL.
+        #[arg(long, value_name = "AGENT")]
+        via: Option<String>,
+        /// The space to put it in (default: your personal space).
+        #[arg(long)]
+        space: Option<String>,
+    },
+    /// List the mounts you may see.
+    #[command(visible_alias = "ls")]
+    List,
+    /// Show one mount and its status.
+    Show { name: String },
+    /// Remove a mount.
+    #[command(visible_alias = "remove")]
+    Rm { name: String },
 }
 
 #[derive(Debug, Subcommand)]

@@ -4,8 +4,8 @@ use chrono::{DateTime, Utc};
 use comfy_table::{presets, Table};
 use serde::Serialize;
 use warren_types::api::{
-    Agent, EntryKind, OAuthClient, Project, ProjectMember, Space, SpaceMember, SpaceRole, SshKey,
-    Token, Tree, TreeEntry, TreeSpace, User, Workspace,
+    Agent, EntryKind, Mount, MountPhase, OAuthClient, Project, ProjectMember, Space, SpaceMember,
+    SpaceRole, SshKey, Token, Tree, TreeEntry, TreeSpace, User, Workspace,
 };
 use warren_types::gitops::{AgentGitops, Policy, Repository, SourceStatus};
 
@@ -610,9 +610,18 @@ pub fn tree(t: &Tree) -> String {
             .unwrap_or_default()
     }
     fn entry(e: &TreeEntry) -> String {
-        let kind = match e.kind {
-            EntryKind::Workspace => "workspace",
-        };
+        if e.kind == EntryKind::Mount {
+            let mut line = format!(
+                "{}  mount {} → {}  {}",
+                e.name,
+                e.mount_type.map_or("?", |t| t.as_str()),
+                e.points_to.as_deref().unwrap_or("?"),
+                e.phase.map_or("?", phase)
+            );
+            line.push_str(&format!("  owner {}", e.owner_username));
+            return line;
+        }
+        let kind = "workspace";
         let mut line = format!("{}  {kind} {}", e.name, e.actual_state);
         let settled = e.desired_state.to_string() == e.actual_state.to_string();
         if !settled {
@@ -679,6 +688,63 @@ pub fn tree(t: &Tree) -> String {
         out.push_str("… more entries than one answer holds: ask for a space further down\n");
     }
     out.trim_end().to_owned()
+}
+
+fn phase(p: MountPhase) -> &'static str {
+    match p {
+        MountPhase::Initializing => "Initializing",
+        MountPhase::Connecting => "Connecting",
+        MountPhase::Ready => "Ready",
+        MountPhase::Unknown => "Unknown",
+        MountPhase::Unavailable => "Unavailable",
+    }
+}
+
+fn points_to(m: &Mount) -> String {
+    m.reference
+        .clone()
+        .or_else(|| m.url.clone())
+        .unwrap_or_else(|| "-".into())
+}
+
+pub fn mounts(items: &[Mount]) -> String {
+    let mut t = table(&["NAME", "TYPE", "POINTS TO", "PHASE", "SPACE", "OWNER"]);
+    for m in items {
+        t.add_row(vec![
+            m.name.clone(),
+            m.mount_type.as_str().to_owned(),
+            points_to(m),
+            phase(m.status.phase).to_owned(),
+            m.space.clone(),
+            m.owner_username.clone(),
+        ]);
+    }
+    finish(t)
+}
+
+pub fn mount(m: &Mount) -> String {
+    let mut out = format!(
+        "name:      {}\ntype:      {}\npoints to: {}\nphase:     {}\nspace:     {}\nowner:     {}",
+        m.name,
+        m.mount_type.as_str(),
+        points_to(m),
+        phase(m.status.phase),
+        m.space,
+        m.owner_username
+    );
+    if let Some(r) = &m.status.resolved {
+        out.push_str(&format!("\nleads to:  {r}"));
+    }
+    if let Some(u) = &m.status.url {
+        out.push_str(&format!("\nurl:       {u}"));
+    }
+    for c in &m.status.conditions {
+        out.push_str(&format!(
+            "\ncondition: {} {} ({}): {}",
+            c.kind, c.status, c.reason, c.message
+        ));
+    }
+    out
 }
 
 pub fn space_members(items: &[SpaceMember]) -> String {

@@ -20,8 +20,9 @@ use warren_types::api::{
     UpdateDesiredStateRequest, UpdateUserRequest, User, Workspace, WorkspaceResources, API_PREFIX,
 };
 use warren_types::api::{
-    CreateSpaceRequest, ProjectMember, ProjectRole, SetDotfilesRequest, SetProjectMemberRequest,
-    SetSpaceMemberRequest, Space, SpaceMember, SpaceRole, Tree, UpdateProjectRequest,
+    CreateMountRequest, CreateSpaceRequest, Mount, ProjectMember, ProjectRole, SetDotfilesRequest,
+    SetProjectMemberRequest, SetSpaceMemberRequest, Space, SpaceMember, SpaceRole, Tree,
+    UpdateProjectRequest,
 };
 use warren_types::git::GitCredential;
 use warren_types::gitops::{
@@ -578,6 +579,31 @@ impl Client {
             None::<&()>,
         )
         .await
+    }
+
+    pub async fn list_mounts(&self) -> Result<Vec<Mount>> {
+        self.call(Method::GET, &["mounts".to_owned()], &[], None::<&()>)
+            .await
+    }
+
+    pub async fn create_mount(&self, req: &CreateMountRequest) -> Result<Mount> {
+        self.call(Method::POST, &["mounts".to_owned()], &[], Some(req))
+            .await
+    }
+
+    pub async fn get_mount(&self, name: &str) -> Result<Mount> {
+        self.call(
+            Method::GET,
+            &["mounts".to_owned(), name.to_owned()],
+            &[],
+            None::<&()>,
+        )
+        .await
+    }
+
+    pub async fn delete_mount(&self, name: &str) -> Result<()> {
+        self.call_empty(Method::DELETE, &["mounts".to_owned(), name.to_owned()])
+            .await
     }
 
     pub async fn delete_space(&self, path: &str) -> Result<()> {

@@ -7,9 +7,9 @@ use serde::de::DeserializeOwned;
 use std::time::Duration;
 use warren_types::api::ApiError;
 use warren_types::internal::{
-    ActivityReport, SshAuthorization, SshAuthorizeQuery, WorkspaceAccess, WorkspaceAccessQuery,
-    WorkspaceStartRequest, SSH_AUTHORIZE_PATH, WORKSPACE_ACCESS_PATH, WORKSPACE_ACTIVITY_PATH,
-    WORKSPACE_START_PATH,
+    ActivityReport, EntryRedirect, SshAuthorization, SshAuthorizeQuery, WorkspaceAccess,
+    WorkspaceAccessQuery, WorkspaceStartRequest, ENTRY_REDIRECT_PATH, SSH_AUTHORIZE_PATH,
+    WORKSPACE_ACCESS_PATH, WORKSPACE_ACTIVITY_PATH, WORKSPACE_START_PATH,
 };
 use warren_types::reconcile::SERVER_JWT_AUDIENCE;
 
@@ -119,6 +119,16 @@ impl ServerApi {
         query: &WorkspaceAccessQuery,
     ) -> Result<WorkspaceAccess, ServerApiError> {
         let url = self.url(WORKSPACE_ACCESS_PATH);
+        self.call(url.clone(), self.http.get(&url).query(query))
+            .await
+    }
+
+    /// Where the redirect mount `query.host` leads, for this caller.
+    pub async fn redirect(
+        &self,
+        query: &WorkspaceAccessQuery,
+    ) -> Result<EntryRedirect, ServerApiError> {
+        let url = self.url(ENTRY_REDIRECT_PATH);
         self.call(url.clone(), self.http.get(&url).query(query))
             .await
     }

@@ -1,7 +1,7 @@
 //! A real browser reaching workspaces: headless Chromium signs in through the proxy and the
 //! server's login page, sees the workspace's web server, opens the web terminal and runs a
 //! command in it; another user signing in gets the same 404 as for a workspace that does
-//! not exist.
+//! not exist. A redirect mount to the workspace brings the browser to the new host.
 
 use anyhow::{Context, Result};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -134,5 +134,34 @@ async fn a_user_signs_in_sees_the_workspace_and_uses_the_terminal_another_user_g
         "another user's workspace and a missing one look the same"
     );
     assert!(!alices.contains("alice"), "the 404 names nothing: {alices}");
+
+    // Issue 21: the workspace's old name, kept as a redirect mount. Alice's browser signs in
+    // on the old host (no session is made there) and lands on the same path of the new one.
+    stack
+        .api(
+            reqwest::Method::POST,
+            "/api/v1/mounts",
+            &alice.token,
+            Some(serde_json::json!({"name": "alice-old", "type": "redirect", "ref": "alice-web"})),
+        )
+        .await?;
+    tab.goto(&stack.url(8080, "alice-old", "/moved?y=2"))
+        .await?;
+    tab.wait_until(
+        "document.getElementById('path') !== null && \
+         document.getElementById('path').innerText === '/moved?y=2'",
+        30,
+    )
+    .await?;
+    assert_eq!(
+        tab.url().await?,
+        stack.url(8080, "alice-web", "/moved?y=2"),
+        "followed to the new name"
+    );
+    // Bob, who may not see the redirect, gets the same 404 there.
+    bob_tab
+        .goto(&stack.url(8080, "alice-old", "/moved?y=2"))
+        .await?;
+    bob_tab.wait_until(not_found, 30).await?;
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! Bodies of the REST API under `/api/v1`, shared by the server, the client and the CLI.
 
 use crate::config::AgentConfig;
-use crate::ids::{AgentId, ProjectId, SpaceId, SshKeyId, TokenId, UserId, WorkspaceId};
+use crate::ids::{AgentId, MountId, ProjectId, SpaceId, SshKeyId, TokenId, UserId, WorkspaceId};
 use crate::state::{ActualState, DesiredState};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -489,12 +489,133 @@ impl WorkspaceRight {
     }
 }
 
+/// The type of a mount (spec/mounts.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MountType {
+    /// Requests go to a URL an agent reaches, or through a connector.
+    Proxy,
+    /// A softlink: another entry serves requests under the mount's name.
+    Workspace,
+    /// `308` to another entry's host (same port and path), or to an external URL.
+    Redirect,
+}
+
+impl MountType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MountType::Proxy => "proxy",
+            MountType::Workspace => "workspace",
+            MountType::Redirect => "redirect",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<MountType> {
+        Some(match s {
+            "proxy" => MountType::Proxy,
+            "workspace" => MountType::Workspace,
+            "redirect" => MountType::Redirect,
+            _ => return None,
+        })
+    }
+}
+
+/// Where a mount is in its life (spec/mounts.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub enum MountPhase {
+    /// The spec is accepted.
+    Initializing,
+    /// The backing object is known, not yet reachable.
+    Connecting,
+    /// Traffic flows; `status.url` is set.
+    Ready,
+    /// The backing object is silent past its deadline.
+    Unknown,
+    /// A `Workspace…` condition is `False`: what backs it is down (the reason says why).
+    Unavailable,
+}
+
+/// A condition reported by what backs a mount, as Kubernetes writes them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+}
+
+/// A mount's status: `{phase, conditions, url}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct MountStatus {
+    pub phase: MountPhase,
+    pub conditions: Vec<Condition>,
+    /// Where its traffic goes once mounted: for a redirect, the URL it sends clients to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// For a redirect to an entry: the entry at the end of the chain (`warren ws ssh` and
+    /// `open` go there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved: Option<String>,
+}
+
+/// A mount: an entry of the tree Warren does not run as containers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Mount {
+    pub id: MountId,
+    pub name: String,
+    #[serde(rename = "type")]
+    pub mount_type: MountType,
+    /// Path of the space it lives in.
+    pub space: String,
+    pub owner_username: String,
+    /// The entry it stands for.
+    #[serde(rename = "ref", default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+    /// The URL it stands for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    pub status: MountStatus,
+    /// What the caller may do with it: see it, use it, or manage it (remove it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub your_right: Option<WorkspaceRight>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// Body of `POST /api/v1/mounts`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateMountRequest {
+    /// The entry's name: a host name label like a workspace's, unique among workspaces and
+    /// mounts.
+    pub name: String,
+    /// `redirect` (served today), `proxy` or `workspace` (refused naming the type until this
+    /// server serves them).
+    #[serde(rename = "type")]
+    pub mount_type: String,
+    /// The entry it stands for (a workspace or a mount).
+    #[serde(rename = "ref", default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+    /// The URL it stands for (`http` or `https`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// For `proxy`: the agent that reaches `url`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<String>,
+    /// The space's path; the creator's personal space when left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub space: Option<String>,
+}
+
 /// What kind of entry of the tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EntryKind {
     /// A workspace Warren runs.
     Workspace,
+    /// A mount (its `type` in `mount_type`).
+    Mount,
 }
 
 /// One entry of the tree, as `warren ws tree` draws it.
@@ -503,6 +624,16 @@ pub struct TreeEntry {
     pub name: String,
     pub kind: EntryKind,
     pub owner_username: String,
+    /// A mount's type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mount_type: Option<MountType>,
+    /// A mount's phase (a workspace's state is `actual_state`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<MountPhase>,
+    /// Where a mount points: the entry or URL it was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub points_to: Option<String>,
+    /// A workspace's states (a mount's are `Running`: it has no containers of its own).
     pub desired_state: DesiredState,
     pub actual_state: ActualState,
     /// Why it is not as asked (`Failed`, `Error`), or why its states may be out of date

@@ -74,3 +74,7 @@ typed_id!(
     /// A space of the tree (spec/mounts.md).
     SpaceId
 );
+typed_id!(
+    /// A mount: an entry of the tree Warren does not run as containers (spec/mounts.md).
+    MountId
+);

@@ -74,6 +74,10 @@ pub const WORKSPACE_ACTIVITY_PATH: &str = "/internal/workspaces/activity";
 pub const WORKSPACE_START_PATH: &str = "/internal/workspaces/start";
 /// `GET` with [`SshAuthorizeQuery`]: may this SSH key or token open this workspace?
 pub const SSH_AUTHORIZE_PATH: &str = "/internal/ssh/authorize";
+/// The proxy's question about a host that is no workspace it may reach: is it a redirect
+/// mount the caller may see, and where does it lead? Query: [`WorkspaceAccessQuery`] (the
+/// port is not looked at); 200 [`EntryRedirect`], else the same 404 as every refusal.
+pub const ENTRY_REDIRECT_PATH: &str = "/internal/entries/redirect";
 
 /// Query of [`WORKSPACE_ACCESS_PATH`]: exactly one of `user` (the user id from the proxy's
 /// session cookie) and `bearer` (a personal access token with the `workspace` scope).
@@ -161,4 +165,16 @@ pub struct SshAuthorization {
     /// As [`WorkspaceAccess::wake_on_request`]: the session may start the workspace.
     #[serde(default)]
     pub wake_on_request: bool,
+}
+
+/// 200 answer of [`ENTRY_REDIRECT_PATH`]: exactly one of the two is set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntryRedirect {
+    /// An entry of this Warren, at the end of the chain: the proxy sends the client to the
+    /// same port (or terminal) and path on that entry's host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry: Option<String>,
+    /// An absolute `http(s)` URL elsewhere: the request's path and query are appended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
 }

@@ -18,7 +18,9 @@ pub mod reconcile;
 pub mod relay;
 pub mod state;
 
-pub use ids::{AgentId, ProjectId, RepositoryId, SpaceId, SshKeyId, TokenId, UserId, WorkspaceId};
+pub use ids::{
+    AgentId, MountId, ProjectId, RepositoryId, SpaceId, SshKeyId, TokenId, UserId, WorkspaceId,
+};
 
 /// The rule for the names of Warren's objects (agents, projects, repositories, GitOps
 /// sources) and of the Kubernetes namespaces they name: an RFC 1123 label, 1-63 characters

@@ -965,6 +965,62 @@ fn cli_manages_spaces() {
     assert!(stderr(&missing).contains("nowhere"), "{}", stderr(&missing));
     cli.ok(&["space", "rm", "acme/platform/tools"]);
 
+    // A redirect mount: shown, drawn in the tree, followed by `ws open`.
+    let bad = cli.run(&["mount", "create", "m", "--type", "bogus", "--ref", "plat"]);
+    assert!(!bad.status.success());
+    assert!(
+        stderr(&bad).contains("not a mount type"),
+        "{}",
+        stderr(&bad)
+    );
+    cli.ok(&[
+        "mount",
+        "create",
+        "old-plat",
+        "--type",
+        "redirect",
+        "--ref",
+        "plat",
+        "--space",
+        "acme/platform",
+    ]);
+    let shown = cli.ok(&["mount", "show", "old-plat"]);
+    assert!(
+        shown.contains("leads to:  plat") && shown.contains("phase:     Ready"),
+        "{shown}"
+    );
+    let listed = cli.ok(&["mount", "list"]);
+    assert!(
+        listed.contains("old-plat") && listed.contains("redirect"),
+        "{listed}"
+    );
+    let drawn = cli.ok(&["ws", "tree", "acme/platform"]);
+    assert!(
+        drawn.contains("├── old-plat  mount redirect → plat  Ready  owner admin"),
+        "{drawn}"
+    );
+    let open = cli.run(&["ws", "open", "old-plat", "--print"]);
+    assert!(
+        stderr(&open).contains("old-plat redirects to plat"),
+        "{}",
+        stderr(&open)
+    );
+    let plat_open = cli.run(&["ws", "open", "plat", "--print"]);
+    assert_eq!(
+        String::from_utf8_lossy(&open.stdout),
+        String::from_utf8_lossy(&plat_open.stdout),
+        "the same address as the target's"
+    );
+    let out = cli.run(&["space", "rm", "acme/platform"]);
+    assert!(stderr(&out).contains("1 mount(s)"), "{}", stderr(&out));
+    cli.ok(&["mount", "rm", "old-plat"]);
+    let gone = cli.run(&["mount", "show", "old-plat"]);
+    assert!(
+        stderr(&gone).contains("mount \"old-plat\" not found"),
+        "{}",
+        stderr(&gone)
+    );
+
     let out = cli.run(&["space", "rm", "acme/platform"]);
     assert!(!out.status.success());
     assert!(stderr(&out).contains("1 workspace(s)"), "{}", stderr(&out));

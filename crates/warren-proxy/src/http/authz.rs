@@ -24,6 +24,22 @@ pub(crate) enum Principal<'a> {
     Token(&'a str),
 }
 
+impl Principal<'_> {
+    /// The server's question about `host` (a workspace's or a mount's name) for this caller.
+    pub(crate) fn query(&self, host: &str, port: Option<u16>) -> WorkspaceAccessQuery {
+        let (user, bearer) = match self {
+            Principal::User(u) => (Some(*u), None),
+            Principal::Token(t) => (None, Some((*t).to_owned())),
+        };
+        WorkspaceAccessQuery {
+            host: host.to_owned(),
+            port,
+            user,
+            bearer,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Who {
     User(UserId),
@@ -120,16 +136,7 @@ impl AuthzCache {
                 }
             }
         }
-        let (user, bearer) = match principal {
-            Principal::User(u) => (Some(*u), None),
-            Principal::Token(t) => (None, Some((*t).to_owned())),
-        };
-        let query = WorkspaceAccessQuery {
-            host: workspace.to_owned(),
-            port,
-            user,
-            bearer,
-        };
+        let query = principal.query(workspace, port);
         let answer = server.access(&query).await.map(Arc::new);
         let mut entries = self.entries.lock().expect("authz lock poisoned");
         match &answer {

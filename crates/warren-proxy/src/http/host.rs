@@ -31,6 +31,17 @@ impl Target {
         }
     }
 
+    /// This host's counterpart for the entry `name`: the same port (or terminal) under the
+    /// same domain — where a redirect to that entry sends a client.
+    pub fn host_for(&self, name: &str) -> Option<String> {
+        let (_, domain) = self.host.split_once('.')?;
+        match &self.route {
+            Route::Endpoint { port, .. } => Some(format!("{port}-{name}.{domain}")),
+            Route::Terminal { .. } => Some(format!("terminal-{name}.{domain}")),
+            Route::Auth => None,
+        }
+    }
+
     /// The port asked of the server: `None` is the workspace itself (the terminal).
     pub fn port(&self) -> Option<u16> {
         match &self.route {
@@ -104,6 +115,25 @@ mod tests {
 
     fn config() -> ProxyConfig {
         crate::config::tests::sample()
+    }
+
+    #[test]
+    fn counterpart_hosts_keep_the_port_or_terminal() {
+        let c = config();
+        let t = parse(&c, "8080-old-name.ws.example.com").unwrap();
+        assert_eq!(
+            t.host_for("new-name").as_deref(),
+            Some("8080-new-name.ws.example.com")
+        );
+        let t = parse(&c, "terminal-old-name.ws.example.com").unwrap();
+        assert_eq!(
+            t.host_for("new-name").as_deref(),
+            Some("terminal-new-name.ws.example.com")
+        );
+        assert_eq!(
+            parse(&c, "auth.ws.example.com").unwrap().host_for("x"),
+            None
+        );
     }
 
     #[test]

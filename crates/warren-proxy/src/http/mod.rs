@@ -250,7 +250,14 @@ async fn workspace_host(
         .await
     {
         Ok(a) if a.allowed => a,
-        Ok(_) | Err(ServerApiError::Denied) => return pages::not_found(&parts.headers),
+        Ok(_) | Err(ServerApiError::Denied) => {
+            let path = parts
+                .uri
+                .path_and_query()
+                .map_or("/", |p| p.as_str())
+                .to_owned();
+            return redirect_or_not_found(&shared, &target, &principal, &parts, &path).await;
+        }
         // A valid token of the wrong kind: said before any workspace was looked at.
         Err(ServerApiError::Status {
             status: 403,
@@ -337,6 +344,62 @@ async fn workspace_host(
             }
         }
         Route::Auth => pages::not_found(&http::HeaderMap::new()),
+    }
+}
+
+/// A host that is no workspace the caller may reach may be a redirect mount they may see
+/// (spec/mounts.md): `308` to where it leads — the same port (or terminal) and path on the
+/// final entry's host, or the external URL with the path appended. A chain that breaks is a
+/// 503 page naming where; anything else the usual 404.
+pub(crate) async fn redirect_or_not_found(
+    shared: &Shared,
+    target: &Target,
+    principal: &Principal<'_>,
+    parts: &Parts,
+    path_and_query: &str,
+) -> Response<Body> {
+    let Some(name) = target.workspace() else {
+        return pages::not_found(&parts.headers);
+    };
+    match shared.server.redirect(&principal.query(name, None)).await {
+        Ok(r) => {
+            let location = match (r.entry, r.url) {
+                (Some(entry), _) => target.host_for(&entry).map(|host| {
+                    // The port the client used, kept: the target is served by this proxy.
+                    let port = signin::request_authority(parts)
+                        .and_then(|a| a.rsplit_once(':').map(|(_, p)| format!(":{p}")))
+                        .unwrap_or_default();
+                    let scheme = &shared.config.public_scheme;
+                    format!("{scheme}://{host}{port}{path_and_query}")
+                }),
+                (None, Some(url)) => Some(format!("{}{path_and_query}", url.trim_end_matches('/'))),
+                (None, None) => None,
+            };
+            match location {
+                Some(l) => {
+                    tracing::debug!(mount = %name, location = %l, "redirected");
+                    signin::redirect(StatusCode::PERMANENT_REDIRECT, &l)
+                }
+                None => pages::not_found(&parts.headers),
+            }
+        }
+        Err(ServerApiError::Status {
+            status: 503,
+            message,
+        }) => pages::error(
+            &parts.headers,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "redirect_broken",
+            "This redirect leads nowhere",
+            &message,
+        ),
+        Err(ServerApiError::Denied) | Err(ServerApiError::Status { .. }) => {
+            pages::not_found(&parts.headers)
+        }
+        Err(e) => {
+            tracing::warn!(error = %crate::error_chain(&e), "redirect lookup failed");
+            pages::server_unavailable(&parts.headers)
+        }
     }
 }
 

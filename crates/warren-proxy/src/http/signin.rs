@@ -130,7 +130,7 @@ fn query(req: &Parts) -> HashMap<String, String> {
         .collect()
 }
 
-fn redirect(status: StatusCode, location: &str) -> Response<Body> {
+pub(crate) fn redirect(status: StatusCode, location: &str) -> Response<Body> {
     let mut r = Response::new(Body::empty());
     *r.status_mut() = status;
     if let Ok(v) = HeaderValue::from_str(location) {
@@ -473,7 +473,15 @@ pub(crate) async fn complete_handoff(
     {
         Ok(a) if a.allowed => a,
         Ok(_) | Err(crate::server_api::ServerApiError::Denied) => {
-            let mut r = pages::not_found(headers);
+            // Perhaps a redirect mount: no session is made for its host, the client goes on
+            // to where it leads (and signs in there the same way).
+            let ret = if h.ret.starts_with('/') && !h.ret.starts_with("//") {
+                h.ret.as_str()
+            } else {
+                "/"
+            };
+            let principal = super::authz::Principal::User(h.sub);
+            let mut r = super::redirect_or_not_found(shared, target, &principal, req, ret).await;
             r.headers_mut()
                 .append(SET_COOKIE, cookies::clear(BIND, sec));
             return r;

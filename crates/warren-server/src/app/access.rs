@@ -11,8 +11,8 @@ use super::workspaces::{member_right, Right};
 use super::{auth, AppError, AppState};
 use crate::store::workspaces::WorkspaceRow;
 use warren_types::internal::{
-    ActivityReport, SshAuthorization, SshAuthorizeQuery, WorkspaceAccess, WorkspaceAccessQuery,
-    WorkspaceStartRequest,
+    ActivityReport, EntryRedirect, SshAuthorization, SshAuthorizeQuery, WorkspaceAccess,
+    WorkspaceAccessQuery, WorkspaceStartRequest,
 };
 use warren_types::{ActualState, DesiredState, UserId};
 
@@ -96,6 +96,65 @@ fn answer(w: WorkspaceRow, user: UserId, port: Option<u16>, wake: bool) -> Works
         desired_state: w.desired_state,
         actual_state: w.actual_state,
         user_id: user,
+    }
+}
+
+/// Where the redirect mount `q.host` leads, for a user (named, or by a `workspace`-scoped
+/// token) who may see it: an entry of this Warren at the end of its chain, or an external
+/// URL. Anything else — no such mount, another kind of mount, a user who may not see it —
+/// is the usual "not found"; a chain that breaks is "unavailable", naming where.
+pub async fn redirect(
+    state: &AppState,
+    q: &WorkspaceAccessQuery,
+) -> Result<EntryRedirect, AppError> {
+    let user = match (q.user, q.bearer.as_deref()) {
+        (Some(u), None) => u,
+        (None, Some(b)) => auth::workspace_token_user(state, b)
+            .await?
+            .ok_or_else(hidden)?,
+        _ => return Err(exactly_one_of("user", "bearer")),
+    };
+    let Some(u) = state
+        .store
+        .user_by_id(user)
+        .await?
+        .filter(|u| u.is_active())
+    else {
+        return Err(hidden());
+    };
+    let m = state
+        .store
+        .mount_by_name(&q.host)
+        .await?
+        .filter(|m| m.kind == warren_types::api::MountType::Redirect.as_str())
+        .ok_or_else(hidden)?;
+    let memberships = state.store.memberships(u.id).await?;
+    if super::mounts::member_right(&memberships, u.id, &m).is_none() {
+        return Err(hidden());
+    }
+    match super::mounts::resolve(state, &m.name).await? {
+        super::mounts::Resolved::Entry(e) => Ok(EntryRedirect {
+            entry: Some(e),
+            url: None,
+        }),
+        super::mounts::Resolved::Url(url) => Ok(EntryRedirect {
+            entry: None,
+            url: Some(url),
+        }),
+        super::mounts::Resolved::Missing(e) => Err(AppError::new(
+            super::ErrorKind::Unavailable,
+            "redirect_broken",
+            format!("{} redirects to {e}, which does not exist any more", m.name),
+        )),
+        super::mounts::Resolved::Cycle(_) | super::mounts::Resolved::TooLong => Err(AppError::new(
+            super::ErrorKind::Unavailable,
+            "redirect_broken",
+            format!(
+                "the redirects from {} loop or go on for more than {} entries",
+                m.name,
+                super::mounts::MAX_CHAIN
+            ),
+        )),
     }
 }
 

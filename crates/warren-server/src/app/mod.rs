@@ -10,6 +10,7 @@ pub mod commands;
 pub mod error;
 pub mod gitops;
 pub mod lifecycle;
+pub mod mounts;
 pub mod names;
 pub mod oauth;
 pub mod projects;

@@ -11,10 +11,10 @@ use crate::store::spaces::{SpaceRow, USERS_ROOT};
 use crate::store::workspaces::{TreeRow, WorkspaceFilter};
 use std::collections::BTreeMap;
 use warren_types::api::{
-    CreateSpaceRequest, EntryKind, SetSpaceMemberRequest, Space, SpaceMember, SpaceRole, Tree,
-    TreeEntry, TreeSpace, MAX_TREE_ENTRIES,
+    CreateSpaceRequest, EntryKind, MountType, SetSpaceMemberRequest, Space, SpaceMember, SpaceRole,
+    Tree, TreeEntry, TreeSpace, MAX_TREE_ENTRIES,
 };
-use warren_types::{ActualState, UserId};
+use warren_types::{ActualState, DesiredState, UserId};
 
 /// Deepest a space may be (`a/b/c/d/e/f/g/h`).
 pub const MAX_DEPTH: usize = 8;
@@ -207,13 +207,13 @@ pub async fn remove(state: &AppState, who: &Principal, path: &str) -> Result<(),
             "{path:?} is a personal space (or their root); it goes with its user"
         )));
     }
-    let (spaces, workspaces) = state.store.space_contents(s.id).await?;
-    if spaces > 0 || workspaces > 0 {
+    let (spaces, workspaces, mounts) = state.store.space_contents(s.id).await?;
+    if spaces > 0 || workspaces > 0 || mounts > 0 {
         return Err(AppError::conflict(
             "not_empty",
             format!(
-                "space {path:?} still holds {spaces} space(s) and {workspaces} workspace(s); \
-                 remove them first"
+                "space {path:?} still holds {spaces} space(s), {workspaces} workspace(s) and \
+                 {mounts} mount(s); remove them first"
             ),
         ));
     }
@@ -341,9 +341,35 @@ pub async fn tree(state: &AppState, who: &Principal, root: Option<&str>) -> Resu
             .entries
             .push(entry(r));
     }
+    for (m, phase) in super::mounts::for_tree(state, who, &memberships, root).await? {
+        spaces
+            .entry(m.space_path.clone())
+            .or_insert_with(|| TreeSpace {
+                path: m.space_path.clone(),
+                your_role: None,
+                entries: vec![],
+            })
+            .entries
+            .push(TreeEntry {
+                name: m.name,
+                kind: EntryKind::Mount,
+                owner_username: m.owner_username,
+                mount_type: MountType::parse(&m.kind),
+                phase: Some(phase),
+                points_to: m.target.or(m.url),
+                desired_state: DesiredState::Running,
+                actual_state: ActualState::Running,
+                reason: None,
+                url: None,
+            });
+    }
+    let mut spaces: Vec<TreeSpace> = spaces.into_values().collect();
+    for s in &mut spaces {
+        s.entries.sort_by(|a, b| a.name.cmp(&b.name));
+    }
     Ok(Tree {
         root: root.map(str::to_owned),
-        spaces: spaces.into_values().collect(),
+        spaces,
         truncated,
     })
 }
@@ -361,6 +387,9 @@ fn entry(r: TreeRow) -> TreeEntry {
         name: r.name,
         kind: EntryKind::Workspace,
         owner_username: r.owner_username,
+        mount_type: None,
+        phase: None,
+        points_to: None,
         desired_state: r.desired_state,
         actual_state: r.actual_state,
         reason,

@@ -786,7 +786,7 @@ pub async fn create(
             Err(e) if e.kind == ErrorKind::Conflict => {
                 return Err(AppError::conflict(
                     "already_exists",
-                    format!("name: a workspace named {name:?} already exists"),
+                    format!("name: an entry (workspace or mount) named {name:?} already exists"),
                 )
                 .with_field("name"))
             }

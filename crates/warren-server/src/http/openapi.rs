@@ -7,7 +7,7 @@ use utoipa::{Modify, OpenApi};
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "Warren API", description = "Warren's REST API: users, tokens, SSH keys, OAuth clients, agents, spaces, projects, workspaces, GitOps."),
+    info(title = "Warren API", description = "Warren's REST API: users, tokens, SSH keys, OAuth clients, agents, spaces, mounts, projects, workspaces, GitOps."),
     paths(
         api::users::create_session,
         api::users::me,
@@ -56,6 +56,10 @@ use utoipa::{Modify, OpenApi};
         api::spaces::set_member,
         api::spaces::remove_member,
         api::spaces::tree,
+        api::mounts::list,
+        api::mounts::create,
+        api::mounts::get_one,
+        api::mounts::delete_one,
         api::projects::list,
         api::projects::create,
         api::projects::get_one,

@@ -146,16 +146,22 @@ impl Store {
         }
     }
 
-    /// Whether anything lives in the space: (spaces directly below, workspaces in it).
-    pub async fn space_contents(&self, id: SpaceId) -> Result<(i64, i64), StoreError> {
+    /// Whether anything lives in the space: (spaces directly below, workspaces in it,
+    /// mounts in it).
+    pub async fn space_contents(&self, id: SpaceId) -> Result<(i64, i64, i64), StoreError> {
         let r = sqlx::query(
             "SELECT (SELECT COUNT(*) FROM spaces WHERE parent_id = $1) AS spaces, \
-             (SELECT COUNT(*) FROM workspaces WHERE space_id = $1) AS workspaces",
+             (SELECT COUNT(*) FROM workspaces WHERE space_id = $1) AS workspaces, \
+             (SELECT COUNT(*) FROM mounts WHERE space_id = $1) AS mounts",
         )
         .bind(id.get())
         .fetch_one(&self.db.pool)
         .await?;
-        Ok((get_i64(&r, "spaces")?, get_i64(&r, "workspaces")?))
+        Ok((
+            get_i64(&r, "spaces")?,
+            get_i64(&r, "workspaces")?,
+            get_i64(&r, "mounts")?,
+        ))
     }
 
     /// Deletes an empty space (its memberships with it); false when it did not exist.

@@ -224,10 +224,15 @@ impl Store {
             .bind(id.get())
             .execute(&mut *tx)
             .await?;
+        // Its mounts go with it (before its personal space, which holds some of them).
+        sqlx::query("DELETE FROM mounts WHERE owner_id = $1")
+            .bind(id.get())
+            .execute(&mut *tx)
+            .await?;
         // The personal space goes with its user (a later account of the same name starts
-        // afresh); only its user's workspaces can have been in it.
+        // afresh); only its user's workspaces and mounts can have been in it.
         sqlx::query(
-            "DELETE FROM spaces WHERE path = (SELECT 'users/' || username FROM users              WHERE id = $1 AND delete_requested_at IS NOT NULL)              AND NOT EXISTS (SELECT 1 FROM workspaces w WHERE w.space_id = spaces.id)",
+            "DELETE FROM spaces WHERE path = (SELECT 'users/' || username FROM users              WHERE id = $1 AND delete_requested_at IS NOT NULL)              AND NOT EXISTS (SELECT 1 FROM workspaces w WHERE w.space_id = spaces.id) AND NOT EXISTS (SELECT 1 FROM mounts m WHERE m.space_id = spaces.id)",
         )
         .bind(id.get())
         .execute(&mut *tx)

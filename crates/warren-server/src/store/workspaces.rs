@@ -409,6 +409,15 @@ impl Store {
         }
         let counts = quota_counts(&mut tx, w.agent_id, w.owner_id).await?;
         check(counts)?;
+        // A name is a host name: a mount may hold it too.
+        let mount = sqlx::query("SELECT 1 FROM mounts WHERE name = $1")
+            .bind(&w.name)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(StoreError::from)?;
+        if mount.is_some() {
+            return Err(StoreError::Conflict("workspaces.name").into());
+        }
         let id = sqlx::query(
             "INSERT INTO workspaces (name, namespace, owner_id, agent_id, project_id, git_ref, desired_state, \
              actual_state, desired_state_updated_at, actual_state_updated_at, force_include_all_resources, devfile, \

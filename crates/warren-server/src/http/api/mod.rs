@@ -5,6 +5,7 @@
 pub mod access;
 pub mod agents;
 pub mod gitops;
+pub mod mounts;
 pub mod projects;
 pub mod spaces;
 pub mod users;
@@ -102,6 +103,11 @@ pub fn router() -> Router<AppState> {
         .route("/gitops/webhooks/{repository}", post(gitops::webhook))
         .route("/spaces", get(spaces::list).post(spaces::create))
         .route("/tree", get(spaces::tree))
+        .route("/mounts", get(mounts::list).post(mounts::create))
+        .route(
+            "/mounts/{mount}",
+            get(mounts::get_one).delete(mounts::delete_one),
+        )
         .route(
             "/spaces/{space}",
             get(spaces::get_one).delete(spaces::delete_one),

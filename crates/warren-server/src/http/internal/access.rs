@@ -6,8 +6,8 @@ use crate::http::error::{HttpError, InternalJson, Json, Query};
 use axum::extract::State;
 use http::{HeaderMap, StatusCode};
 use warren_types::internal::{
-    ActivityReport, SshAuthorization, SshAuthorizeQuery, WorkspaceAccess, WorkspaceAccessQuery,
-    WorkspaceStartRequest,
+    ActivityReport, EntryRedirect, SshAuthorization, SshAuthorizeQuery, WorkspaceAccess,
+    WorkspaceAccessQuery, WorkspaceStartRequest,
 };
 
 fn check_proxy(state: &AppState, headers: &HeaderMap) -> Result<(), HttpError> {
@@ -54,4 +54,14 @@ pub async fn ssh_authorize(
 ) -> Result<Json<SshAuthorization>, HttpError> {
     check_proxy(&state, &headers)?;
     Ok(Json(access::ssh(&state, &q).await?))
+}
+
+/// `GET /internal/entries/redirect?host=&user=|bearer=`: where a redirect mount leads.
+pub async fn redirect(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<WorkspaceAccessQuery>,
+) -> Result<Json<EntryRedirect>, HttpError> {
+    check_proxy(&state, &headers)?;
+    Ok(Json(access::redirect(&state, &q).await?))
 }

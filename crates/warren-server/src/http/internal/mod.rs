@@ -45,5 +45,9 @@ pub fn router() -> Router<AppState> {
             warren_types::internal::SSH_AUTHORIZE_PATH,
             get(access::ssh_authorize),
         )
+        .route(
+            warren_types::internal::ENTRY_REDIRECT_PATH,
+            get(access::redirect),
+        )
         .layer(DefaultBodyLimit::max(INTERNAL_BODY_LIMIT))
 }

@@ -1,0 +1,147 @@
+//! Mounts (spec/mounts.md): entries of the tree Warren does not run as containers. Rules (who
+//! may make what, where a redirect leads) live in `app::mounts`; this module only reads and
+//! writes.
+
+use super::error::unique;
+use super::{get_i64, get_opt_str, get_str, Store, StoreError};
+use sqlx::any::AnyRow;
+use warren_types::{MountId, SpaceId, UserId};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountRow {
+    pub id: MountId,
+    pub name: String,
+    pub space_id: SpaceId,
+    pub space_path: String,
+    pub owner_id: UserId,
+    pub owner_username: String,
+    /// As stored: `redirect` (the only kind the server makes today).
+    pub kind: String,
+    pub target: Option<String>,
+    pub url: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// A mount to insert.
+#[derive(Debug, Clone)]
+pub struct NewMount<'a> {
+    pub name: &'a str,
+    pub space_id: SpaceId,
+    pub owner_id: UserId,
+    pub kind: &'a str,
+    pub target: Option<&'a str>,
+    pub url: Option<&'a str>,
+    pub now: i64,
+}
+
+const COLS: &str = "m.id, m.name, m.space_id, sp.path AS space_path, m.owner_id, \
+    u.username AS owner_username, m.kind, m.target, m.url, m.created_at, m.updated_at";
+const FROM: &str =
+    "mounts m JOIN spaces sp ON sp.id = m.space_id JOIN users u ON u.id = m.owner_id";
+
+fn row(r: &AnyRow) -> Result<MountRow, sqlx::Error> {
+    Ok(MountRow {
+        id: MountId(get_i64(r, "id")?),
+        name: get_str(r, "name")?,
+        space_id: SpaceId(get_i64(r, "space_id")?),
+        space_path: get_str(r, "space_path")?,
+        owner_id: UserId(get_i64(r, "owner_id")?),
+        owner_username: get_str(r, "owner_username")?,
+        kind: get_str(r, "kind")?,
+        target: get_opt_str(r, "target")?,
+        url: get_opt_str(r, "url")?,
+        created_at: get_i64(r, "created_at")?,
+        updated_at: get_i64(r, "updated_at")?,
+    })
+}
+
+impl Store {
+    pub async fn mount_by_name(&self, name: &str) -> Result<Option<MountRow>, StoreError> {
+        let r = sqlx::query(&format!("SELECT {COLS} FROM {FROM} WHERE m.name = $1"))
+            .bind(name)
+            .fetch_optional(&self.db.pool)
+            .await?;
+        Ok(r.as_ref().map(row).transpose()?)
+    }
+
+    /// Every mount, by name (the caller filters what a user may see).
+    pub async fn list_mounts(&self) -> Result<Vec<MountRow>, StoreError> {
+        let rows = sqlx::query(&format!("SELECT {COLS} FROM {FROM} ORDER BY m.name"))
+            .fetch_all(&self.db.pool)
+            .await?;
+        Ok(rows.iter().map(row).collect::<Result<_, _>>()?)
+    }
+
+    /// Mounts in the space at `path` or (with `recursive`) below it, by space then name.
+    pub async fn mounts_under(
+        &self,
+        path: Option<&str>,
+        recursive: bool,
+    ) -> Result<Vec<MountRow>, StoreError> {
+        let q = match (path, recursive) {
+            (None, _) => format!("SELECT {COLS} FROM {FROM} ORDER BY sp.path, m.name"),
+            (Some(_), false) => {
+                format!("SELECT {COLS} FROM {FROM} WHERE sp.path = $1 ORDER BY m.name")
+            }
+            // Not LIKE: `_` in a path would be a wildcard.
+            (Some(_), true) => format!(
+                "SELECT {COLS} FROM {FROM} WHERE sp.path = $1 \
+                 OR substr(sp.path, 1, length($1) + 1) = $1 || '/' ORDER BY sp.path, m.name"
+            ),
+        };
+        let mut query = sqlx::query(&q);
+        if let Some(p) = path {
+            query = query.bind(p.to_owned());
+        }
+        let rows = query.fetch_all(&self.db.pool).await?;
+        Ok(rows.iter().map(row).collect::<Result<_, _>>()?)
+    }
+
+    /// Inserts a mount; `Conflict("mount name")` when the name is taken by a mount, or by a
+    /// workspace (checked in the same transaction, so a workspace made meanwhile under the
+    /// same name is seen unless both commit at once — the name's unique index on each table
+    /// is the last word for its own kind).
+    pub async fn insert_mount(&self, m: &NewMount<'_>) -> Result<MountRow, StoreError> {
+        // Read then write: SQLite's write lock taken at once (`Db::begin`).
+        let mut tx = self.db.begin().await?;
+        let taken = sqlx::query("SELECT 1 FROM workspaces WHERE name = $1")
+            .bind(m.name)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if taken.is_some() {
+            return Err(StoreError::Conflict("mount name"));
+        }
+        let r = sqlx::query(
+            "INSERT INTO mounts (name, space_id, owner_id, kind, target, url, created_at, \
+             updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $7) RETURNING id",
+        )
+        .bind(m.name)
+        .bind(m.space_id.get())
+        .bind(m.owner_id.get())
+        .bind(m.kind)
+        .bind(m.target)
+        .bind(m.url)
+        .bind(m.now)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(unique("mount name"))?;
+        let id = get_i64(&r, "id")?;
+        let r = sqlx::query(&format!("SELECT {COLS} FROM {FROM} WHERE m.id = $1"))
+            .bind(id)
+            .fetch_one(&mut *tx)
+            .await?;
+        let mount = row(&r)?;
+        tx.commit().await?;
+        Ok(mount)
+    }
+
+    /// Deletes a mount; false when it did not exist.
+    pub async fn delete_mount(&self, id: MountId) -> Result<bool, StoreError> {
+        let r = sqlx::query("DELETE FROM mounts WHERE id = $1")
+            .bind(id.get())
+            .execute(&self.db.pool)
+            .await?;
+        Ok(r.rows_affected() == 1)
+    }
+}

@@ -1,0 +1,347 @@
+//! Redirect mounts through the API and the proxy's question, on SQLite and (when configured)
+//! PostgreSQL: every bad input named, names unique among workspaces and mounts, chains
+//! followed and capped at 8, roles deciding who sees and removes a mount, the status computed
+//! from the target (missing once the target is terminated), the tree, and where the proxy is
+//! told to send a client.
+
+mod common;
+
+use common::*;
+use reqwest::Method;
+use serde_json::{json, Value};
+use warren_server::relay::jwt;
+use warren_types::internal::PROXY_JWT_ISSUER;
+use warren_types::reconcile::SERVER_JWT_AUDIENCE;
+
+fn proxy_jwt() -> String {
+    jwt::mint(
+        RELAY_SECRET.as_bytes(),
+        PROXY_JWT_ISSUER,
+        SERVER_JWT_AUDIENCE,
+        None,
+        chrono::Utc::now().timestamp(),
+        30,
+    )
+}
+
+fn msg(b: &Value) -> String {
+    b["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn redirect_mounts() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        s.agent("a1", json!({})).await;
+        let alice = s.user("alice", &["api", "workspace"]).await;
+        let bob = s.user("bob", &["api", "workspace"]).await;
+        let carol = s.user("carol", &["api", "workspace"]).await;
+        let (st, _) = s
+            .admin(
+                Method::POST,
+                "/api/v1/spaces",
+                Some(json!({"path": "acme"})),
+            )
+            .await;
+        assert_eq!(st, 201);
+        for (who, role) in [("alice", "developer"), ("carol", "viewer")] {
+            let (st, _) = s
+                .admin(
+                    Method::PUT,
+                    &format!("/api/v1/spaces/acme/members/{who}"),
+                    Some(json!({"role": role})),
+                )
+                .await;
+            assert_eq!(st, 200);
+        }
+        let mut ids = std::collections::BTreeMap::new();
+        for (who, t) in [("alice", &alice), ("bob", &bob), ("carol", &carol)] {
+            let (_, b) = s.call(Method::GET, "/api/v1/users/me", Some(t), None).await;
+            ids.insert(who, b["id"].as_i64().unwrap());
+        }
+        s.workspace(
+            &alice,
+            json!({"name": "target-ws", "space": "acme", "devfile": WEB_DEVFILE}),
+        )
+        .await;
+        s.workspace(&bob, json!({"name": "bobs-ws", "devfile": WEB_DEVFILE}))
+            .await;
+        let create = |token: &str, body: Value| {
+            let s = &s;
+            let token = token.to_owned();
+            async move {
+                s.call(Method::POST, "/api/v1/mounts", Some(&token), Some(body))
+                    .await
+            }
+        };
+
+        // Every bad input is named.
+        for (body, want, needle) in [
+            (
+                json!({"name": "m1", "type": "bogus", "ref": "target-ws"}),
+                400,
+                "not a mount type",
+            ),
+            (
+                json!({"name": "m1", "type": "proxy", "url": "http://10.0.0.1/"}),
+                400,
+                "not served",
+            ),
+            (
+                json!({"name": "m1", "type": "redirect"}),
+                400,
+                "exactly one",
+            ),
+            (
+                json!({"name": "m1", "type": "redirect", "ref": "target-ws", "url": "https://x.example/"}),
+                400,
+                "exactly one",
+            ),
+            (
+                json!({"name": "m1", "type": "redirect", "url": "ftp://x.example/"}),
+                400,
+                "http or https",
+            ),
+            (
+                json!({"name": "m1", "type": "redirect", "url": "https://u:p@x.example/"}),
+                400,
+                "credentials",
+            ),
+            (
+                json!({"name": "m1", "type": "redirect", "url": "not a url"}),
+                400,
+                "not a URL",
+            ),
+            (
+                json!({"name": "m1", "type": "redirect", "ref": "target-ws", "via": "a1"}),
+                400,
+                "proxy mounts",
+            ),
+            (
+                json!({"name": "Bad_Name", "type": "redirect", "ref": "target-ws"}),
+                400,
+                "name",
+            ),
+            (
+                json!({"name": "m1", "type": "redirect", "ref": "m1"}),
+                400,
+                "itself",
+            ),
+            (
+                json!({"name": "m1", "type": "redirect", "ref": "no-such"}),
+                404,
+                "no-such",
+            ),
+            (
+                json!({"name": "m1", "type": "redirect", "ref": "bobs-ws"}),
+                404,
+                "bobs-ws",
+            ),
+            (
+                json!({"name": "target-ws", "type": "redirect", "url": "https://x.example/"}),
+                409,
+                "already exists",
+            ),
+            (
+                json!({"name": "m1", "type": "redirect", "ref": "target-ws", "space": "nowhere"}),
+                400,
+                "nowhere",
+            ),
+            (
+                json!({"name": "m1", "type": "redirect", "ref": "target-ws", "bogus": 1}),
+                400,
+                "bogus",
+            ),
+        ] {
+            let (st, b) = create(&alice, body.clone()).await;
+            assert_eq!(st, want, "[{l}] {body}: {b}");
+            assert!(msg(&b).contains(needle), "[{l}] {body}: {b}");
+        }
+        let (st, b) = create(
+            &carol,
+            json!({"name": "m1", "type": "redirect", "ref": "target-ws", "space": "acme"}),
+        )
+        .await;
+        assert_eq!(st, 403, "[{l}] a viewer does not create: {b}");
+
+        // A redirect to a workspace: ready, leading there; its name is taken for workspaces.
+        let (st, m) = create(
+            &alice,
+            json!({"name": "old-ws", "type": "redirect", "ref": "target-ws", "space": "acme"}),
+        )
+        .await;
+        assert_eq!(st, 201, "[{l}] {m}");
+        assert_eq!(m["status"]["phase"], "Ready", "[{l}] {m}");
+        assert_eq!(m["status"]["resolved"], "target-ws", "[{l}] {m}");
+        assert_eq!(m["status"]["conditions"][0]["type"], "WorkspaceTargetFound");
+        assert_eq!(m["your_right"], "manage");
+        let (st, b) = s
+            .call(
+                Method::POST,
+                "/api/v1/workspaces",
+                Some(&alice),
+                Some(json!({"name": "old-ws", "devfile": WEB_DEVFILE})),
+            )
+            .await;
+        assert_eq!(st, 409, "[{l}] {b}");
+        assert!(msg(&b).contains("mount"), "[{l}] {b}");
+
+        // Chains: up to 8 redirects, no more.
+        let mut prev = "old-ws".to_owned();
+        for i in 2..=8 {
+            let name = format!("hop-{i}");
+            let (st, b) = create(
+                &alice,
+                json!({"name": name, "type": "redirect", "ref": prev}),
+            )
+            .await;
+            assert_eq!(st, 201, "[{l}] hop {i}: {b}");
+            assert_eq!(b["status"]["resolved"], "target-ws", "[{l}] {b}");
+            prev = name;
+        }
+        let (st, b) = create(
+            &alice,
+            json!({"name": "hop-9", "type": "redirect", "ref": prev}),
+        )
+        .await;
+        assert_eq!(st, 400, "[{l}] {b}");
+        assert!(msg(&b).contains("more than 8"), "[{l}] {b}");
+
+        // Roles: a viewer sees it (not removes it); a stranger gets 404 everywhere.
+        let (st, b) = s
+            .call(Method::GET, "/api/v1/mounts/old-ws", Some(&carol), None)
+            .await;
+        assert_eq!(
+            (st, b["your_right"].as_str()),
+            (200, Some("see")),
+            "[{l}] {b}"
+        );
+        let (st, b) = s
+            .call(Method::DELETE, "/api/v1/mounts/old-ws", Some(&carol), None)
+            .await;
+        assert_eq!(st, 403, "[{l}] {b}");
+        for (method, path) in [
+            (Method::GET, "/api/v1/mounts/old-ws"),
+            (Method::DELETE, "/api/v1/mounts/old-ws"),
+        ] {
+            let (st, b) = s.call(method, path, Some(&bob), None).await;
+            assert_eq!(st, 404, "[{l}] {path}: {b}");
+        }
+        let (_, b) = s
+            .call(Method::GET, "/api/v1/mounts", Some(&bob), None)
+            .await;
+        assert_eq!(b, json!([]), "[{l}]");
+        let (_, b) = s
+            .call(Method::GET, "/api/v1/mounts", Some(&carol), None)
+            .await;
+        assert_eq!(
+            b.as_array().map(Vec::len),
+            Some(1),
+            "[{l}] only acme's: {b}"
+        );
+
+        // The tree shows it beside the workspace.
+        let (st, t) = s
+            .call(Method::GET, "/api/v1/tree?space=acme", Some(&carol), None)
+            .await;
+        assert_eq!(st, 200, "[{l}] {t}");
+        let entries = &t["spaces"][0]["entries"];
+        assert_eq!(entries[0]["name"], "old-ws", "[{l}] {t}");
+        assert_eq!(entries[0]["kind"], "mount");
+        assert_eq!(entries[0]["mount_type"], "redirect");
+        assert_eq!(entries[0]["points_to"], "target-ws");
+        assert_eq!(entries[1]["name"], "target-ws");
+
+        // The proxy's question: where does the host lead, for whom.
+        let ask = |host: &'static str, user: &'static str| {
+            let s = &s;
+            let id = ids[user];
+            async move {
+                s.call(
+                    Method::GET,
+                    &format!("/internal/entries/redirect?host={host}&user={id}"),
+                    Some(&proxy_jwt()),
+                    None,
+                )
+                .await
+            }
+        };
+        assert_eq!(
+            ask("old-ws", "alice").await,
+            (200, json!({"entry": "target-ws"})),
+            "[{l}]"
+        );
+        assert_eq!(
+            ask("hop-8", "alice").await,
+            (200, json!({"entry": "target-ws"})),
+            "[{l}]"
+        );
+        assert_eq!(
+            ask("old-ws", "carol").await.0,
+            200,
+            "[{l}] viewers may follow it"
+        );
+        assert_eq!(ask("old-ws", "bob").await.0, 404, "[{l}]");
+        assert_eq!(
+            ask("target-ws", "alice").await.0,
+            404,
+            "[{l}] a workspace is no redirect"
+        );
+        let (st, b) = create(
+            &alice,
+            json!({"name": "far", "type": "redirect", "url": "https://8080-ws.other.example/"}),
+        )
+        .await;
+        assert_eq!(st, 201, "[{l}] {b}");
+        assert_eq!(
+            ask("far", "alice").await,
+            (200, json!({"url": "https://8080-ws.other.example/"})),
+            "[{l}]"
+        );
+
+        // A space holding a mount stays.
+        let (st, b) = s.admin(Method::DELETE, "/api/v1/spaces/acme", None).await;
+        assert_eq!(st, 409, "[{l}] {b}");
+        assert!(msg(&b).contains("1 mount(s)"), "[{l}] {b}");
+
+        // The target terminated: the redirect says so, and the proxy is told why.
+        let (st, _) = s
+            .call(
+                Method::DELETE,
+                "/api/v1/workspaces/target-ws",
+                Some(&alice),
+                None,
+            )
+            .await;
+        assert_eq!(st, 200, "[{l}]");
+        let (_, m) = s
+            .call(Method::GET, "/api/v1/mounts/old-ws", Some(&alice), None)
+            .await;
+        assert_eq!(m["status"]["phase"], "Unavailable", "[{l}] {m}");
+        assert_eq!(m["status"]["conditions"][0]["status"], "False", "[{l}] {m}");
+        assert_eq!(m["status"]["conditions"][0]["reason"], "TargetMissing");
+        let (st, b) = ask("hop-3", "alice").await;
+        assert_eq!(st, 503, "[{l}] {b}");
+        assert!(msg(&b).contains("target-ws"), "[{l}] {b}");
+
+        // Removing a link in the chain breaks the rest, which say where.
+        let (st, _) = s
+            .call(Method::DELETE, "/api/v1/mounts/old-ws", Some(&alice), None)
+            .await;
+        assert_eq!(st, 204, "[{l}]");
+        let (_, m) = s
+            .call(Method::GET, "/api/v1/mounts/hop-2", Some(&alice), None)
+            .await;
+        assert!(
+            m["status"]["conditions"][0]["message"]
+                .as_str()
+                .is_some_and(|x| x.contains("old-ws")),
+            "[{l}] {m}"
+        );
+        s.stop().await;
+    }
+}

@@ -1011,7 +1011,15 @@ async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
             Ok(())
         }
         WsCommand::Show { name } => {
-            let w = named("workspace", &name, c.get_workspace(&name).await)?;
+            let first = c.get_workspace(&name).await;
+            // A mount is an entry too: `ws show` shows it.
+            if matches!(first, Err(warren_client::Error::Api { status: 404, .. })) {
+                if let Ok(m) = c.get_mount(&name).await {
+                    print(out, &m, output::mount);
+                    return Ok(());
+                }
+            }
+            let w = named("workspace", &name, first)?;
             // Whether the editor runs, or why not, only the workspace's own output says.
             let editor = if out == Format::Table
                 && w.editor_url.is_some()

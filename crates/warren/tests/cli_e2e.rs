@@ -989,6 +989,11 @@ fn cli_manages_spaces() {
         shown.contains("leads to:  plat") && shown.contains("phase:     Ready"),
         "{shown}"
     );
+    assert_eq!(
+        cli.ok(&["ws", "show", "old-plat"]),
+        shown,
+        "ws show shows a mount"
+    );
     let listed = cli.ok(&["mount", "list"]);
     assert!(
         listed.contains("old-plat") && listed.contains("redirect"),

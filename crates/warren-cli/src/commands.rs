@@ -438,6 +438,22 @@ async fn mount(out: Format, cmd: MountCommand) -> Result<(), CliError> {
     Ok(())
 }
 
+/// The name `warren ws ssh NAME` logs in as: a workspace's, a softlink's own (the proxy finds
+/// the workspace behind it), or where a redirect leads.
+async fn ssh_target(c: &Client, name: &str) -> Result<String, CliError> {
+    if matches!(
+        c.get_workspace(name).await,
+        Err(warren_client::Error::Api { status: 404, .. })
+    ) {
+        if let Ok(m) = c.get_mount(name).await {
+            if m.mount_type == warren_types::api::MountType::Workspace {
+                return Ok(m.name);
+            }
+        }
+    }
+    Ok(workspace_following(c, name).await?.name)
+}
+
 /// The workspace `name`, or — when `name` is a redirect mount — the workspace it leads to,
 /// saying so on stderr (`ws ssh`, `ws open` and `ssh-config` follow redirects).
 async fn workspace_following(c: &Client, name: &str) -> Result<Workspace, CliError> {
@@ -450,7 +466,8 @@ async fn workspace_following(c: &Client, name: &str) -> Result<Workspace, CliErr
     };
     if m.mount_type != warren_types::api::MountType::Redirect {
         return Err(CliError::Failed(format!(
-            "{name} is a {} mount, not a workspace",
+            "{name} is a {} mount: open its address (`warren mount show {name}`) or `warren ws \
+             ssh {name}`",
             m.mount_type.as_str()
         )));
     }
@@ -1002,6 +1019,26 @@ async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
             }
             Ok(())
         }
+        WsCommand::Grant { name, user } => {
+            let g = named("workspace", &name, c.grant_workspace(&name, &user).await)?;
+            eprintln!("{user} may now make softlinks to {name}.");
+            print(out, &g, |g| output::grants(g));
+            Ok(())
+        }
+        WsCommand::Revoke { name, user } => {
+            named(
+                "workspace",
+                &name,
+                c.revoke_workspace_grant(&name, &user).await,
+            )?;
+            eprintln!("{user} may no longer make softlinks to {name}; theirs stop serving.");
+            Ok(())
+        }
+        WsCommand::Grants { name } => {
+            let g = named("workspace", &name, c.workspace_grants(&name).await)?;
+            print(out, &g, |g| output::grants(g));
+            Ok(())
+        }
         WsCommand::Tree { path } => {
             let t = match &path {
                 Some(p) => named("space", p, c.tree(Some(p)).await)?,
@@ -1078,7 +1115,7 @@ async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
             command,
         } => {
             let endpoint = c.access().await?.ssh.ok_or_else(ssh_cmd::no_ssh)?;
-            let w = workspace_following(&c, &name).await?;
+            let target = ssh_target(&c, &name).await?;
             // The user's own options come first, so they win over the pin (OpenSSH takes
             // the first value it sees).
             let mut options = ssh_options;
@@ -1090,7 +1127,7 @@ async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
                 // A read-only home must not stop the login: ssh checks the key its own way.
                 Err(e) => eprintln!("warning: {e}; ssh checks the host key itself"),
             }
-            let args = ssh_cmd::ssh_args(&endpoint, &w.name, &options, &command);
+            let args = ssh_cmd::ssh_args(&endpoint, &target, &options, &command);
             match ssh_cmd::exec_ssh(&args)? {
                 0 => Ok(()),
                 code => Err(CliError::Exited(code)),

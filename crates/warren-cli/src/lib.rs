@@ -66,7 +66,7 @@ pub enum Command {
     Project(ProjectGroup),
     /// Spaces: the tree workspaces live in (`acme/platform`; yours is `users/<you>`).
     Space(SpaceGroup),
-    /// Mounts: entries of the tree Warren does not run (redirects today).
+    /// Mounts: entries of the tree Warren does not run (redirects and softlinks today).
     Mount(MountGroup),
     /// Workspaces.
     #[command(visible_alias = "workspace")]
@@ -462,14 +462,15 @@ pub struct MountGroup {
 
 #[derive(Debug, Subcommand)]
 pub enum MountCommand {
-    /// Create a mount: a redirect to another entry (`--ref`) or to a URL (`--url`).
+    /// Create a mount: a redirect to another entry (`--ref`) or to a URL (`--url`), or a
+    /// softlink to a workspace (`--type workspace --ref WS`, with its owner's grant).
     #[command(
         after_help = "Examples:\n  warren mount create old-name --type redirect --ref new-name\n  warren mount create elsewhere --type redirect --url https://8080-ws.other.example/ --space acme"
     )]
     Create {
         /// The entry's name (a host name label, unique among workspaces and mounts).
         name: String,
-        /// redirect (served today), proxy or workspace.
+        /// redirect or workspace (a softlink); proxy is not served yet.
         #[arg(long = "type", value_name = "TYPE")]
         mount_type: String,
         /// The entry it stands for.
@@ -636,6 +637,25 @@ pub enum WsCommand {
     },
     /// Show one workspace.
     Show {
+        /// Workspace name or id.
+        name: String,
+    },
+    /// Allow a user to make softlinks (`warren mount create --type workspace`) to a workspace.
+    Grant {
+        /// Workspace name or id.
+        name: String,
+        /// The user's name.
+        user: String,
+    },
+    /// Take a grant back: that user's softlinks to the workspace stop serving.
+    Revoke {
+        /// Workspace name or id.
+        name: String,
+        /// The user's name.
+        user: String,
+    },
+    /// Who may make softlinks to a workspace.
+    Grants {
         /// Workspace name or id.
         name: String,
     },

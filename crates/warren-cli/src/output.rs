@@ -5,7 +5,7 @@ use comfy_table::{presets, Table};
 use serde::Serialize;
 use warren_types::api::{
     Agent, EntryKind, Mount, MountPhase, OAuthClient, Project, ProjectMember, Space, SpaceMember,
-    SpaceRole, SshKey, Token, Tree, TreeEntry, TreeSpace, User, Workspace,
+    SpaceRole, SshKey, Token, Tree, TreeEntry, TreeSpace, User, Workspace, WorkspaceGrant,
 };
 use warren_types::gitops::{AgentGitops, Policy, Repository, SourceStatus};
 
@@ -745,6 +745,14 @@ pub fn mount(m: &Mount) -> String {
         ));
     }
     out
+}
+
+pub fn grants(items: &[WorkspaceGrant]) -> String {
+    let mut t = table(&["USER", "SINCE"]);
+    for g in items {
+        t.add_row(vec![g.username.clone(), time(&g.created_at)]);
+    }
+    finish(t)
 }
 
 pub fn space_members(items: &[SpaceMember]) -> String {

@@ -22,7 +22,7 @@ use warren_types::api::{
 use warren_types::api::{
     CreateMountRequest, CreateSpaceRequest, Mount, ProjectMember, ProjectRole, SetDotfilesRequest,
     SetProjectMemberRequest, SetSpaceMemberRequest, Space, SpaceMember, SpaceRole, Tree,
-    UpdateProjectRequest,
+    UpdateProjectRequest, WorkspaceGrant,
 };
 use warren_types::git::GitCredential;
 use warren_types::gitops::{
@@ -599,6 +599,24 @@ impl Client {
             None::<&()>,
         )
         .await
+    }
+
+    pub async fn workspace_grants(&self, ws: &str) -> Result<Vec<WorkspaceGrant>> {
+        let mut seg = routes::workspace(ws);
+        seg.push("grants".to_owned());
+        self.call(Method::GET, &seg, &[], None::<&()>).await
+    }
+
+    pub async fn grant_workspace(&self, ws: &str, user: &str) -> Result<Vec<WorkspaceGrant>> {
+        let mut seg = routes::workspace(ws);
+        seg.extend(["grants".to_owned(), user.to_owned()]);
+        self.call(Method::PUT, &seg, &[], None::<&()>).await
+    }
+
+    pub async fn revoke_workspace_grant(&self, ws: &str, user: &str) -> Result<()> {
+        let mut seg = routes::workspace(ws);
+        seg.extend(["grants".to_owned(), user.to_owned()]);
+        self.call_empty(Method::DELETE, &seg).await
     }
 
     pub async fn delete_mount(&self, name: &str) -> Result<()> {

@@ -16,14 +16,6 @@ fn proxy_jwt_with(iss: &str, aud: &str, now: i64) -> String {
     jwt::mint(RELAY_SECRET.as_bytes(), iss, aud, None, now, 30)
 }
 
-fn proxy_jwt() -> String {
-    proxy_jwt_with(
-        PROXY_JWT_ISSUER,
-        SERVER_JWT_AUDIENCE,
-        chrono::Utc::now().timestamp(),
-    )
-}
-
 async fn proxy_get(s: &TestServer, path_and_query: &str) -> (u16, Value) {
     s.call(Method::GET, path_and_query, Some(&proxy_jwt()), None)
         .await

@@ -9,20 +9,6 @@ mod common;
 use common::*;
 use reqwest::Method;
 use serde_json::{json, Value};
-use warren_server::relay::jwt;
-use warren_types::internal::PROXY_JWT_ISSUER;
-use warren_types::reconcile::SERVER_JWT_AUDIENCE;
-
-fn proxy_jwt() -> String {
-    jwt::mint(
-        RELAY_SECRET.as_bytes(),
-        PROXY_JWT_ISSUER,
-        SERVER_JWT_AUDIENCE,
-        None,
-        chrono::Utc::now().timestamp(),
-        30,
-    )
-}
 
 fn msg(b: &Value) -> String {
     b["error"]["message"]
@@ -342,6 +328,210 @@ async fn redirect_mounts() {
                 .is_some_and(|x| x.contains("old-ws")),
             "[{l}] {m}"
         );
+        s.stop().await;
+    }
+}
+
+/// Softlinks (`workspace` mounts): refused without the target owner's grant, served — to
+/// those who may use the softlink — by the workspace at the end of the chain under the
+/// softlink's own name (proxy and SSH), showing the target's state, turned away once the
+/// grant is taken back.
+#[tokio::test]
+async fn softlink_mounts() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        s.agent("a1", json!({})).await;
+        let mut tokens = std::collections::BTreeMap::new();
+        let mut ids = std::collections::BTreeMap::new();
+        for who in ["alice", "bob", "carol", "dan", "erin"] {
+            let t = s.user(who, &["api", "workspace"]).await;
+            let (_, b) = s
+                .call(Method::GET, "/api/v1/users/me", Some(&t), None)
+                .await;
+            ids.insert(who, b["id"].as_i64().unwrap());
+            tokens.insert(who, t);
+        }
+        for path in ["team", "pairs"] {
+            let (st, _) = s
+                .admin(Method::POST, "/api/v1/spaces", Some(json!({"path": path})))
+                .await;
+            assert_eq!(st, 201);
+        }
+        for (space, who, role) in [
+            ("team", "alice", "developer"),
+            ("pairs", "bob", "developer"),
+            ("pairs", "carol", "developer"),
+            ("pairs", "dan", "viewer"),
+        ] {
+            let (st, _) = s
+                .admin(
+                    Method::PUT,
+                    &format!("/api/v1/spaces/{space}/members/{who}"),
+                    Some(json!({"role": role})),
+                )
+                .await;
+            assert_eq!(st, 200);
+        }
+        let w = s
+            .workspace(
+                &tokens["alice"],
+                json!({"name": "alices", "space": "team", "devfile": WEB_DEVFILE}),
+            )
+            .await;
+        let link = |who: &'static str, name: &'static str, target: &'static str| {
+            let s = &s;
+            let t = tokens[who].clone();
+            async move {
+                s.call(
+                    Method::POST,
+                    "/api/v1/mounts",
+                    Some(&t),
+                    Some(
+                        json!({"name": name, "type": "workspace", "ref": target, "space": "pairs"}),
+                    ),
+                )
+                .await
+            }
+        };
+
+        // Without a grant: bob cannot even see the workspace (404, as if missing).
+        let (st, b) = link("bob", "pair", "alices").await;
+        assert_eq!(st, 404, "[{l}] {b}");
+        let (st, b) = s
+            .call(
+                Method::POST,
+                "/api/v1/mounts",
+                Some(&tokens["bob"]),
+                Some(json!({"name": "pair", "type": "workspace", "url": "https://x.example/"})),
+            )
+            .await;
+        assert_eq!(st, 400, "[{l}] {b}");
+        // Only the workspace's managers give grants.
+        let (st, _) = s
+            .call(
+                Method::PUT,
+                "/api/v1/workspaces/alices/grants/bob",
+                Some(&tokens["bob"]),
+                None,
+            )
+            .await;
+        assert_eq!(st, 404, "[{l}]");
+        let (st, g) = s
+            .call(
+                Method::PUT,
+                "/api/v1/workspaces/alices/grants/bob",
+                Some(&tokens["alice"]),
+                None,
+            )
+            .await;
+        assert_eq!(st, 200, "[{l}] {g}");
+        assert_eq!(g[0]["username"], "bob", "[{l}] {g}");
+        let (st, m) = link("bob", "pair", "alices").await;
+        assert_eq!(st, 201, "[{l}] {m}");
+        assert_eq!(m["type"], "workspace");
+        assert_eq!(m["status"]["resolved"], "alices", "[{l}] {m}");
+        // The target does not run here (no agent): the softlink says so.
+        assert_eq!(m["status"]["phase"], "Unavailable", "[{l}] {m}");
+        assert_eq!(m["status"]["conditions"][1]["type"], "WorkspaceRunning");
+        assert_eq!(m["status"]["conditions"][1]["status"], "False");
+        // A chain of softlinks ends at the same workspace; a softlink never leads to a
+        // redirect.
+        let (st, m2) = link("carol", "pair-two", "pair").await;
+        assert_eq!(st, 403, "[{l}] carol holds no grant on alices: {m2}");
+        let (st, m2) = link("bob", "pair-two", "pair").await;
+        assert_eq!(st, 201, "[{l}] {m2}");
+        assert_eq!(m2["status"]["resolved"], "alices");
+        let (st, _) = s
+            .call(
+                Method::POST,
+                "/api/v1/mounts",
+                Some(&tokens["bob"]),
+                Some(json!({"name": "moved", "type": "redirect", "ref": "pair", "space": "pairs"})),
+            )
+            .await;
+        assert_eq!(st, 201);
+        let (st, b) = link("bob", "pair-three", "moved").await;
+        assert_eq!(st, 400, "[{l}] {b}");
+        assert!(msg(&b).contains("another type"), "[{l}] {b}");
+
+        // The proxy and SSH: developers of the softlink's space are served by alices; a
+        // viewer, a stranger and alice's own teammates without a role there are not.
+        let access = |who: &'static str, host: &'static str| {
+            let s = &s;
+            let id = ids[who];
+            async move {
+                s.call(
+                    Method::GET,
+                    &format!("/internal/workspaces/access?host={host}&port=8080&user={id}"),
+                    Some(&proxy_jwt()),
+                    None,
+                )
+                .await
+            }
+        };
+        for who in ["bob", "carol"] {
+            for host in ["pair", "pair-two"] {
+                let (st, b) = access(who, host).await;
+                assert_eq!(st, 200, "[{l}] {who} {host}: {b}");
+                assert_eq!(b["workspace_id"], w["id"], "[{l}] served by alices");
+                assert_eq!(b["user_id"], ids[who]);
+            }
+        }
+        for who in ["dan", "erin"] {
+            assert_eq!(access(who, "pair").await.0, 404, "[{l}] {who}");
+        }
+        let (st, b) = s
+            .call(
+                Method::GET,
+                &format!(
+                    "/internal/ssh/authorize?username=pair&token={}",
+                    tokens["carol"]
+                ),
+                Some(&proxy_jwt()),
+                None,
+            )
+            .await;
+        assert_eq!(st, 200, "[{l}] {b}");
+        assert_eq!(
+            (b["username"].as_str(), b["workspace_name"].as_str()),
+            (Some("carol"), Some("alices")),
+            "[{l}] {b}"
+        );
+
+        // The grant taken back: the softlinks stop serving and say why.
+        let (st, _) = s
+            .call(
+                Method::DELETE,
+                "/api/v1/workspaces/alices/grants/bob",
+                Some(&tokens["alice"]),
+                None,
+            )
+            .await;
+        assert_eq!(st, 204, "[{l}]");
+        assert_eq!(access("carol", "pair").await.0, 404, "[{l}]");
+        let (_, m) = s
+            .call(
+                Method::GET,
+                "/api/v1/mounts/pair",
+                Some(&tokens["carol"]),
+                None,
+            )
+            .await;
+        assert_eq!(m["status"]["phase"], "Unavailable", "[{l}] {m}");
+        assert_eq!(
+            m["status"]["conditions"][0]["reason"], "GrantRevoked",
+            "[{l}] {m}"
+        );
+        let (st, _) = s
+            .call(
+                Method::DELETE,
+                "/api/v1/workspaces/alices/grants/bob",
+                Some(&tokens["alice"]),
+                None,
+            )
+            .await;
+        assert_eq!(st, 404, "[{l}] nothing left to take back");
         s.stop().await;
     }
 }

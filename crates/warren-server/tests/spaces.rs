@@ -9,20 +9,6 @@ mod common;
 use common::*;
 use reqwest::Method;
 use serde_json::{json, Value};
-use warren_server::relay::jwt;
-use warren_types::internal::PROXY_JWT_ISSUER;
-use warren_types::reconcile::SERVER_JWT_AUDIENCE;
-
-fn proxy_jwt() -> String {
-    jwt::mint(
-        RELAY_SECRET.as_bytes(),
-        PROXY_JWT_ISSUER,
-        SERVER_JWT_AUDIENCE,
-        None,
-        chrono::Utc::now().timestamp(),
-        30,
-    )
-}
 
 fn msg(b: &Value) -> &str {
     b["error"]["message"]

@@ -114,3 +114,116 @@ async fn a_moved_workspace_is_found_through_its_redirect() -> anyhow::Result<()>
     .await?;
     Ok(())
 }
+
+/// A softlink through the real proxy: served by the target workspace under the softlink's
+/// own host to a developer of the softlink's space, 404 to anyone else, and turned away
+/// (within the proxy's authorisation-cache bound) once the target's owner takes the grant
+/// back.
+#[tokio::test]
+async fn a_softlink_serves_the_target_under_its_own_name_while_granted() -> anyhow::Result<()> {
+    let stack = Stack::start().await?;
+    let alice = stack.user("alice").await?;
+    let bob = stack.user("bob").await?;
+    let carol = stack.user("carol").await?;
+    let mallory = stack.user("mallory").await?;
+    let ws = stack.workspace(&alice, "alice-web").await?;
+    let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    stack.set_endpoint(&ws, 8080, upstream.local_addr()?);
+    tokio::spawn(async move {
+        while let Ok((sock, _)) = upstream.accept().await {
+            let svc = hyper::service::service_fn(|req: hyper::Request<hyper::body::Incoming>| {
+                let host = req
+                    .headers()
+                    .get("host")
+                    .and_then(|h| h.to_str().ok())
+                    .unwrap_or("?")
+                    .to_owned();
+                async move {
+                    Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                        http_body_util::Full::new(bytes::Bytes::from(format!(
+                            "alice-web for {host}"
+                        ))),
+                    ))
+                }
+            });
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(sock), svc),
+            );
+        }
+    });
+    let admin = stack.admin.token.clone();
+    let post = reqwest::Method::POST;
+    let put = reqwest::Method::PUT;
+    stack
+        .api(
+            post.clone(),
+            "/api/v1/spaces",
+            &admin,
+            Some(serde_json::json!({"path": "pairs"})),
+        )
+        .await?;
+    for who in ["bob", "carol"] {
+        stack
+            .api(
+                put.clone(),
+                &format!("/api/v1/spaces/pairs/members/{who}"),
+                &admin,
+                Some(serde_json::json!({"role": "developer"})),
+            )
+            .await?;
+    }
+    let softlink = serde_json::json!({"name": "pairing", "type": "workspace", "ref": "alice-web", "space": "pairs"});
+    let refused = stack
+        .api(
+            post.clone(),
+            "/api/v1/mounts",
+            &bob.token,
+            Some(softlink.clone()),
+        )
+        .await;
+    assert!(refused.is_err(), "no softlink without the grant");
+    stack
+        .api(
+            put.clone(),
+            "/api/v1/workspaces/alice-web/grants/bob",
+            &alice.token,
+            None,
+        )
+        .await?;
+    stack
+        .api(post.clone(), "/api/v1/mounts", &bob.token, Some(softlink))
+        .await?;
+
+    let url = stack.url(8080, "pairing", "/");
+    let client = stack.client_for(&[stack.host(8080, "pairing")]);
+    let get = |token: String| {
+        let client = client.clone();
+        let url = url.clone();
+        async move { client.get(url).bearer_auth(token).send().await }
+    };
+    let r = get(carol.token.clone()).await?;
+    assert_eq!(r.status(), 200);
+    let body = r.text().await?;
+    assert!(
+        body.starts_with("alice-web for 8080-pairing."),
+        "served by alice-web under the softlink's name: {body}"
+    );
+    assert_eq!(get(mallory.token.clone()).await?.status(), 404);
+
+    stack
+        .api(
+            reqwest::Method::DELETE,
+            "/api/v1/workspaces/alice-web/grants/bob",
+            &alice.token,
+            None,
+        )
+        .await?;
+    wait_for("the revoked softlink to be turned away", 120, || async {
+        get(carol.token.clone())
+            .await
+            .is_ok_and(|r| r.status() == 404)
+    })
+    .await?;
+    Ok(())
+}

@@ -583,6 +583,14 @@ pub struct Mount {
     pub created_at: DateTime<Utc>,
 }
 
+/// A user allowed to make softlinks (`workspace` mounts) to a workspace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct WorkspaceGrant {
+    pub user_id: UserId,
+    pub username: String,
+    pub created_at: DateTime<Utc>,
+}
+
 /// Body of `POST /api/v1/mounts`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -590,8 +598,8 @@ pub struct CreateMountRequest {
     /// The entry's name: a host name label like a workspace's, unique among workspaces and
     /// mounts.
     pub name: String,
-    /// `redirect` (served today), `proxy` or `workspace` (refused naming the type until this
-    /// server serves them).
+    /// `redirect` or `workspace` (a softlink: needs the target owner's grant); `proxy` is
+    /// refused naming the type until this server serves it.
     #[serde(rename = "type")]
     pub mount_type: String,
     /// The entry it stands for (a workspace or a mount).

@@ -1018,6 +1018,31 @@ fn cli_manages_spaces() {
     );
     let out = cli.run(&["space", "rm", "acme/platform"]);
     assert!(stderr(&out).contains("1 mount(s)"), "{}", stderr(&out));
+    // Grants and a softlink: the admin manages plat, so needs no grant for its own softlink.
+    let granted = cli.ok(&["ws", "grant", "plat", "ann"]);
+    assert!(granted.contains("ann"), "{granted}");
+    assert!(cli.ok(&["ws", "grants", "plat"]).contains("ann"));
+    cli.ok(&["ws", "revoke", "plat", "ann"]);
+    assert!(!cli.ok(&["ws", "grants", "plat"]).contains("ann"));
+    let again = cli.run(&["ws", "revoke", "plat", "ann"]);
+    assert!(!again.status.success(), "nothing left to take back");
+    cli.ok(&[
+        "mount",
+        "create",
+        "plat-link",
+        "--type",
+        "workspace",
+        "--ref",
+        "plat",
+        "--space",
+        "acme/platform",
+    ]);
+    let link = cli.ok(&["mount", "show", "plat-link"]);
+    assert!(
+        link.contains("type:      workspace") && link.contains("leads to:  plat"),
+        "{link}"
+    );
+    cli.ok(&["mount", "rm", "plat-link"]);
     cli.ok(&["mount", "rm", "old-plat"]);
     let gone = cli.run(&["mount", "show", "old-plat"]);
     assert!(

@@ -10,6 +10,7 @@
 use super::workspaces::{member_right, Right};
 use super::{auth, AppError, AppState};
 use crate::store::workspaces::WorkspaceRow;
+use warren_types::api::MountType;
 use warren_types::internal::{
     ActivityReport, EntryRedirect, SshAuthorization, SshAuthorizeQuery, WorkspaceAccess,
     WorkspaceAccessQuery, WorkspaceStartRequest,
@@ -26,6 +27,17 @@ fn exactly_one_of(a: &str, b: &str) -> AppError {
         "invalid_query",
         format!("query string: exactly one of `{a}` and `{b}` is required"),
     )
+}
+
+/// Who asks: the user the proxy names, or the owner of a `workspace`-scoped token.
+async fn asking(state: &AppState, q: &WorkspaceAccessQuery) -> Result<UserId, AppError> {
+    match (q.user, q.bearer.as_deref()) {
+        (Some(u), None) => Ok(u),
+        (None, Some(b)) => auth::workspace_token_user(state, b)
+            .await?
+            .ok_or_else(hidden),
+        _ => Err(exactly_one_of("user", "bearer")),
+    }
 }
 
 fn hidden() -> AppError {
@@ -72,6 +84,48 @@ async fn usable(
     }
 }
 
+/// [`usable`], or — when `name` is a softlink (a `workspace` mount) — the workspace serving
+/// it: the user may use the mount, its chain ends at a live workspace, and the mount's owner
+/// may still link to it (a grant, or managing it). Every refusal is the usual "not found".
+async fn usable_or_linked(
+    state: &AppState,
+    name: &str,
+    user: UserId,
+) -> Result<(WorkspaceRow, String), AppError> {
+    match usable(state, name, user).await {
+        Err(e) if e.kind == super::ErrorKind::NotFound => {}
+        r => return r,
+    }
+    let m = state
+        .store
+        .mount_by_name(name)
+        .await?
+        .filter(|m| m.kind == MountType::Workspace.as_str())
+        .ok_or_else(hidden)?;
+    let Some(u) = state
+        .store
+        .user_by_id(user)
+        .await?
+        .filter(|u| u.is_active())
+    else {
+        return Err(hidden());
+    };
+    let memberships = state.store.memberships(user).await?;
+    if super::mounts::member_right(&memberships, user, &m) < Some(Right::Use) {
+        return Err(hidden());
+    }
+    let super::mounts::Linked::Workspace(w) = super::mounts::resolve_link(state, name).await?
+    else {
+        return Err(hidden());
+    };
+    let reachable =
+        w.desired_state != DesiredState::Terminated && w.actual_state != ActualState::Terminated;
+    if !reachable || !super::mounts::may_link(state, m.owner_id, &w).await? {
+        return Err(hidden());
+    }
+    Ok((*w, u.username))
+}
+
 /// Whether a request may wake `w`: the idle timeout stopped it and its agent allows it.
 async fn wakes(state: &AppState, w: &WorkspaceRow) -> Result<bool, AppError> {
     if !(w.idle_stopped && w.desired_state == DesiredState::Stopped) {
@@ -107,13 +161,7 @@ pub async fn redirect(
     state: &AppState,
     q: &WorkspaceAccessQuery,
 ) -> Result<EntryRedirect, AppError> {
-    let user = match (q.user, q.bearer.as_deref()) {
-        (Some(u), None) => u,
-        (None, Some(b)) => auth::workspace_token_user(state, b)
-            .await?
-            .ok_or_else(hidden)?,
-        _ => return Err(exactly_one_of("user", "bearer")),
-    };
+    let user = asking(state, q).await?;
     let Some(u) = state
         .store
         .user_by_id(user)
@@ -126,7 +174,7 @@ pub async fn redirect(
         .store
         .mount_by_name(&q.host)
         .await?
-        .filter(|m| m.kind == warren_types::api::MountType::Redirect.as_str())
+        .filter(|m| m.kind == MountType::Redirect.as_str())
         .ok_or_else(hidden)?;
     let memberships = state.store.memberships(u.id).await?;
     if super::mounts::member_right(&memberships, u.id, &m).is_none() {
@@ -164,14 +212,8 @@ pub async fn workspace(
     state: &AppState,
     q: &WorkspaceAccessQuery,
 ) -> Result<WorkspaceAccess, AppError> {
-    let user = match (q.user, q.bearer.as_deref()) {
-        (Some(u), None) => u,
-        (None, Some(b)) => auth::workspace_token_user(state, b)
-            .await?
-            .ok_or_else(hidden)?,
-        _ => return Err(exactly_one_of("user", "bearer")),
-    };
-    let (w, _) = usable(state, &q.host, user).await?;
+    let user = asking(state, q).await?;
+    let (w, _) = usable_or_linked(state, &q.host, user).await?;
     if q.port.is_some_and(|p| !declared_ports(&w).contains(&p)) {
         return Err(hidden());
     }
@@ -244,7 +286,7 @@ pub async fn ssh(state: &AppState, q: &SshAuthorizeQuery) -> Result<SshAuthoriza
             .ok_or_else(hidden)?,
         _ => return Err(exactly_one_of("public_key_fingerprint", "token")),
     };
-    let (w, username) = usable(state, &q.username, user).await?;
+    let (w, username) = usable_or_linked(state, &q.username, user).await?;
     let wake_on_request = wakes(state, &w).await?;
     Ok(SshAuthorization {
         wake_on_request,

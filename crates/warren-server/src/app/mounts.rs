@@ -1,20 +1,25 @@
 //! Mounts (spec/mounts.md): entries of the tree that Warren does not run as containers. This
 //! server makes `redirect` mounts — to another entry (followed through chains of redirects,
 //! at most [`MAX_CHAIN`] long, never in a cycle) or to an external `http(s)` URL — and
-//! refuses `proxy` and `workspace` mounts naming their type until it serves them.
+//! `workspace` mounts, softlinks: the workspace at the end of a chain of softlinks serves
+//! requests under the mount's name, while the mount's owner holds a grant of that
+//! workspace's owner (or manages it). `proxy` mounts are refused naming their type until
+//! this server serves them.
 //!
 //! Who may do what follows the same rule as for workspaces ([`super::workspaces::Right`]):
 //! a mount's owner and the owners of its space manage it (remove it), developers use it,
 //! viewers see it, admins manage every one through the API; everyone else gets 404. A
 //! mount's status is computed when it is read, from what it points to, so it is never stale.
 
-use super::spaces::{for_new_entry, role_in};
-use super::workspaces::Right;
+use super::spaces::for_new_entry;
+use super::workspaces::{entry_right, shown_entry_right, Right};
 use super::{names, AppError, AppState, ErrorKind, Principal};
 use crate::store::mounts::{MountRow, NewMount};
+use crate::store::workspaces::WorkspaceRow;
 use std::collections::HashSet;
 use warren_types::api::{
     Condition, CreateMountRequest, Mount, MountPhase, MountStatus, MountType, SpaceRole,
+    WorkspaceGrant,
 };
 use warren_types::{DesiredState, UserId};
 
@@ -35,14 +40,7 @@ pub fn member_right(
     user: UserId,
     m: &MountRow,
 ) -> Option<Right> {
-    if m.owner_id == user {
-        return Some(Right::Manage);
-    }
-    role_in(memberships, &m.space_path).map(|role| match role {
-        SpaceRole::Owner => Right::Manage,
-        SpaceRole::Developer => Right::Use,
-        SpaceRole::Viewer => Right::See,
-    })
+    entry_right(memberships, user, m.owner_id, &m.space_path)
 }
 
 fn shown_right(
@@ -50,11 +48,7 @@ fn shown_right(
     who: &Principal,
     m: &MountRow,
 ) -> Option<Right> {
-    if who.user.is_admin {
-        Some(Right::Manage)
-    } else {
-        member_right(memberships, who.user.id, m)
-    }
+    shown_entry_right(memberships, who, m.owner_id, &m.space_path)
 }
 
 /// Where following a mount's redirects ends.
@@ -101,8 +95,184 @@ pub async fn resolve(state: &AppState, name: &str) -> Result<Resolved, AppError>
     Ok(Resolved::TooLong)
 }
 
+/// Where following a softlink's chain ends.
+#[derive(Debug)]
+pub enum Linked {
+    /// The workspace that serves it.
+    Workspace(Box<WorkspaceRow>),
+    /// The chain breaks: this entry does not exist (any more), or is terminated.
+    Missing(String),
+    /// The chain reaches a mount that is no softlink.
+    NotAWorkspace(String),
+    /// The chain comes back to this entry.
+    Cycle(String),
+    /// More than [`MAX_CHAIN`] softlinks.
+    TooLong,
+}
+
+/// Follows softlinks from the entry `name` to the workspace that serves it.
+pub async fn resolve_link(state: &AppState, name: &str) -> Result<Linked, AppError> {
+    let mut seen = HashSet::new();
+    let mut current = name.to_owned();
+    for _ in 0..=MAX_CHAIN {
+        if !seen.insert(current.clone()) {
+            return Ok(Linked::Cycle(current));
+        }
+        if let Some(m) = state.store.mount_by_name(&current).await? {
+            if m.kind != MountType::Workspace.as_str() {
+                return Ok(Linked::NotAWorkspace(current));
+            }
+            match m.target {
+                Some(t) => current = t,
+                None => return Ok(Linked::Missing(current)),
+            }
+            continue;
+        }
+        return Ok(match state.store.workspace_by_name(&current).await? {
+            Some(w) if w.desired_state != DesiredState::Terminated => {
+                Linked::Workspace(Box::new(w))
+            }
+            _ => Linked::Missing(current),
+        });
+    }
+    Ok(Linked::TooLong)
+}
+
+/// Whether a softlink owned by `owner` may be served by `w`: `owner` holds a grant on it,
+/// or manages it (its owner, an owner of its space).
+pub async fn may_link(state: &AppState, owner: UserId, w: &WorkspaceRow) -> Result<bool, AppError> {
+    if super::workspaces::member_right(state, owner, w).await? == Some(Right::Manage) {
+        return Ok(true);
+    }
+    Ok(state.store.has_grant(w.id, owner).await?)
+}
+
+/// Checks a new softlink from `owner` to `target`: the chain ends at a workspace, is not too
+/// long, and the target's owner allows it.
+async fn check_link(state: &AppState, owner: UserId, target: &str) -> Result<(), AppError> {
+    let bad = |why: String| AppError::invalid_field("ref", why);
+    let w = match resolve_link(state, target).await? {
+        Linked::Workspace(w) => w,
+        Linked::Missing(e) => return Err(bad(format!("{e:?} does not exist any more"))),
+        Linked::NotAWorkspace(e) => {
+            return Err(bad(format!(
+                "{e:?} is a mount of another type: a softlink leads to a workspace"
+            )))
+        }
+        Linked::Cycle(e) => {
+            return Err(bad(format!(
+                "the softlinks from {target:?} come back to {e:?}"
+            )))
+        }
+        Linked::TooLong => {
+            return Err(bad(format!(
+                "{target:?} starts a chain of more than {MAX_CHAIN} softlinks"
+            )))
+        }
+    };
+    let hops = chain_length(state, target, MountType::Workspace).await? + 1;
+    if hops > MAX_CHAIN {
+        return Err(bad(format!(
+            "{target:?} starts a chain of {} softlinks; with this one it would be {hops}, more \
+             than {MAX_CHAIN}",
+            hops - 1
+        )));
+    }
+    if !may_link(state, owner, &w).await? {
+        return Err(AppError::forbidden(format!(
+            "a softlink to {} needs its owner's grant (`warren ws grant {} YOU`) or the owner \
+             role on its space",
+            w.name, w.name
+        ))
+        .with_field("ref"));
+    }
+    Ok(())
+}
+
+/// A softlink's status: the state of the workspace that serves it.
+async fn link_status(state: &AppState, m: &MountRow) -> Result<MountStatus, AppError> {
+    let condition = |kind: &str, ok: bool, reason: &str, message: String| Condition {
+        kind: kind.into(),
+        status: if ok { "True" } else { "False" }.into(),
+        reason: reason.into(),
+        message,
+    };
+    let down = |c: Condition| MountStatus {
+        phase: MountPhase::Unavailable,
+        conditions: vec![c],
+        url: None,
+        resolved: None,
+    };
+    let w = match resolve_link(state, &m.name).await? {
+        Linked::Workspace(w) => w,
+        Linked::Missing(e) => {
+            return Ok(down(condition(
+                TARGET_CONDITION,
+                false,
+                "TargetMissing",
+                format!("{e}, where this softlink leads, does not exist any more"),
+            )))
+        }
+        Linked::NotAWorkspace(e) => {
+            return Ok(down(condition(
+                TARGET_CONDITION,
+                false,
+                "NotAWorkspace",
+                format!("{e} is no workspace"),
+            )))
+        }
+        Linked::Cycle(_) | Linked::TooLong => {
+            return Ok(down(condition(
+                TARGET_CONDITION,
+                false,
+                "ChainTooLong",
+                format!("its softlinks loop or go on for more than {MAX_CHAIN} entries"),
+            )))
+        }
+    };
+    if !may_link(state, m.owner_id, &w).await? {
+        return Ok(down(condition(
+            "WorkspaceGrant",
+            false,
+            "GrantRevoked",
+            format!("{}'s owner no longer allows this softlink", w.name),
+        )));
+    }
+    let running = w.actual_state == warren_types::ActualState::Running;
+    let found = condition(
+        TARGET_CONDITION,
+        true,
+        "Found",
+        format!("served by {}", w.name),
+    );
+    let state_condition = condition(
+        "WorkspaceRunning",
+        running,
+        w.actual_state.as_str(),
+        format!("{} is {}", w.name, w.actual_state),
+    );
+    // The target's address under this mount's name (`{port}-{mount}.{domain}`).
+    let url = running
+        .then_some(w.url.as_ref())
+        .flatten()
+        .map(|u| u.replacen(&format!("-{}.", w.name), &format!("-{}.", m.name), 1));
+    Ok(MountStatus {
+        phase: if running {
+            MountPhase::Ready
+        } else {
+            MountPhase::Unavailable
+        },
+        conditions: vec![found, state_condition],
+        url,
+        resolved: Some(w.name.clone()),
+    })
+}
+
 /// The status of `m`, from what it points to now.
 async fn status(state: &AppState, m: &MountRow) -> Result<MountStatus, AppError> {
+    if m.kind == MountType::Workspace.as_str() {
+        return link_status(state, m).await;
+    }
     let resolved = match (&m.target, &m.url) {
         (None, Some(u)) => Resolved::Url(u.clone()),
         _ => resolve(state, &m.name).await?,
@@ -256,13 +426,10 @@ pub async fn create(
             ),
         )
     })?;
-    if kind != MountType::Redirect {
+    if kind == MountType::Proxy {
         return Err(AppError::invalid_field(
             "type",
-            format!(
-                "{} mounts are not served by this server yet; redirect mounts are",
-                kind.as_str()
-            ),
+            "proxy mounts are not served by this server yet; redirect and workspace mounts are",
         ));
     }
     if req.via.is_some() {
@@ -271,17 +438,42 @@ pub async fn create(
             "only proxy mounts reach their URL through an agent",
         ));
     }
-    let (target, url) = match (&req.reference, &req.url) {
-        (Some(r), None) => (Some(r.as_str()), None),
-        (None, Some(u)) => (None, Some(check_url(u)?)),
-        _ => {
+    let (target, url) =
+        match (&req.reference, &req.url, kind) {
+            (Some(r), None, _) => (Some(r.as_str()), None),
+            (None, Some(u), MountType::Redirect) => (None, Some(check_url(u)?)),
+            (_, _, MountType::Redirect) => {
+                return Err(AppError::invalid_field(
+                    "ref",
+                    "a redirect needs exactly one of `ref` (an entry) and `url`",
+                ))
+            }
+            _ => return Err(AppError::invalid_field(
+                "ref",
+                "a workspace mount needs `ref`, the workspace (or softlink) it stands for, and \
+                 no `url`",
+            )),
+        };
+    if let (Some(t), MountType::Workspace) = (target, kind) {
+        if t == req.name {
             return Err(AppError::invalid_field(
                 "ref",
-                "a redirect needs exactly one of `ref` (an entry) and `url`",
-            ))
+                format!("{t:?} would link to itself"),
+            ));
         }
-    };
-    if let Some(t) = target {
+        if let Err(e) = check_target(state, who, t).await {
+            // A grant on a workspace lets its holder link to it without seeing it.
+            let granted = match state.store.workspace_by_name(t).await? {
+                Some(w) => state.store.has_grant(w.id, who.user.id).await?,
+                None => false,
+            };
+            if !granted {
+                return Err(e);
+            }
+        }
+        check_link(state, who.user.id, t).await?;
+    }
+    if let (Some(t), MountType::Redirect) = (target, kind) {
         if t == req.name {
             return Err(AppError::invalid_field(
                 "ref",
@@ -292,7 +484,7 @@ pub async fn create(
         match resolve(state, t).await? {
             Resolved::Entry(_) | Resolved::Url(_) | Resolved::Missing(_) => {
                 // The new mount adds one hop to the chain from `t`.
-                let hops = chain_length(state, t).await? + 1;
+                let hops = chain_length(state, t, MountType::Redirect).await? + 1;
                 if hops > MAX_CHAIN {
                     return Err(AppError::invalid_field(
                         "ref",
@@ -351,12 +543,12 @@ pub async fn create(
     to_api(state, &m, Some(Right::Manage)).await
 }
 
-/// How many redirects the chain from `name` follows (0 when `name` is no redirect).
-async fn chain_length(state: &AppState, name: &str) -> Result<usize, AppError> {
+/// How many mounts of `kind` the chain from `name` follows (0 when `name` is none).
+async fn chain_length(state: &AppState, name: &str, kind: MountType) -> Result<usize, AppError> {
     let mut n = 0;
     let mut current = name.to_owned();
     while let Some(m) = state.store.mount_by_name(&current).await? {
-        if m.kind != MountType::Redirect.as_str() || n > MAX_CHAIN {
+        if m.kind != kind.as_str() || n > MAX_CHAIN {
             break;
         }
         n += 1;
@@ -413,4 +605,61 @@ pub async fn for_tree(
         }
     }
     Ok(out)
+}
+
+/// Who may make softlinks to workspace `key` (its managers ask).
+pub async fn grants(
+    state: &AppState,
+    who: &Principal,
+    key: &str,
+) -> Result<Vec<WorkspaceGrant>, AppError> {
+    let w = super::workspaces::authorized(state, who, key, Right::Manage).await?;
+    Ok(state.store.grants(w.id).await?)
+}
+
+/// Allows `username` to make softlinks to workspace `key`.
+pub async fn grant(
+    state: &AppState,
+    who: &Principal,
+    key: &str,
+    username: &str,
+) -> Result<Vec<WorkspaceGrant>, AppError> {
+    let w = super::workspaces::authorized(state, who, key, Right::Manage).await?;
+    let user = state
+        .store
+        .user_by_name(username)
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("user {username:?}")))?;
+    state
+        .store
+        .set_grant(w.id, user.id, state.clock.now_ms())
+        .await?;
+    tracing::info!(workspace = %w.name, to = %user.username, by = %who.user.username, "softlink grant given");
+    state.changed();
+    Ok(state.store.grants(w.id).await?)
+}
+
+/// Takes a grant back: the user's softlinks to the workspace stop serving (at once at the
+/// server; within the proxy's authorisation-cache bound at the proxy).
+pub async fn revoke(
+    state: &AppState,
+    who: &Principal,
+    key: &str,
+    username: &str,
+) -> Result<(), AppError> {
+    let w = super::workspaces::authorized(state, who, key, Right::Manage).await?;
+    let user = state
+        .store
+        .user_by_name(username)
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("user {username:?}")))?;
+    if !state.store.remove_grant(w.id, user.id).await? {
+        return Err(AppError::not_found(format!(
+            "grant of {} to {username:?}",
+            w.name
+        )));
+    }
+    tracing::info!(workspace = %w.name, from = %user.username, by = %who.user.username, "softlink grant taken back");
+    state.changed();
+    Ok(())
 }

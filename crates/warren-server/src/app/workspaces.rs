@@ -61,37 +61,49 @@ pub async fn member_right(
     if w.owner_id == user {
         return Ok(Some(Right::Manage));
     }
-    Ok(right_with(&state.store.memberships(user).await?, user, w))
+    let memberships = state.store.memberships(user).await?;
+    Ok(entry_right(&memberships, user, w.owner_id, &w.space_path))
 }
 
-/// [`member_right`] with the user's memberships already read (a list reads them once).
-fn right_with(
+/// The rule itself, for any entry of the tree (workspace or mount) owned by `owner` in the
+/// space at `space_path`, with the user's memberships already read (a list reads them once).
+pub fn entry_right(
     memberships: &[(String, SpaceRole)],
     user: UserId,
-    w: &WorkspaceRow,
+    owner: UserId,
+    space_path: &str,
 ) -> Option<Right> {
-    if w.owner_id == user {
+    if owner == user {
         return Some(Right::Manage);
     }
-    super::spaces::role_in(memberships, &w.space_path).map(|role| match role {
+    super::spaces::role_in(memberships, space_path).map(|role| match role {
         SpaceRole::Owner => Right::Manage,
         SpaceRole::Developer => Right::Use,
         SpaceRole::Viewer => Right::See,
     })
 }
 
-/// What the caller may do with `w` as the API and the web UI show it: admins manage every
-/// workspace (through the API; the proxy asks [`member_right`]).
+/// What the caller may do with an entry as the API and the web UI show it: admins manage
+/// every one (through the API; the proxy asks [`member_right`]).
+pub fn shown_entry_right(
+    memberships: &[(String, SpaceRole)],
+    who: &Principal,
+    owner: UserId,
+    space_path: &str,
+) -> Option<Right> {
+    if who.user.is_admin {
+        Some(Right::Manage)
+    } else {
+        entry_right(memberships, who.user.id, owner, space_path)
+    }
+}
+
 fn shown_right(
     memberships: &[(String, SpaceRole)],
     who: &Principal,
     w: &WorkspaceRow,
 ) -> Option<Right> {
-    if who.user.is_admin {
-        Some(Right::Manage)
-    } else {
-        right_with(memberships, who.user.id, w)
-    }
+    shown_entry_right(memberships, who, w.owner_id, &w.space_path)
 }
 
 /// The API form of `w` for the caller, with `your_right`.

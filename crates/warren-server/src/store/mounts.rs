@@ -5,7 +5,8 @@
 use super::error::unique;
 use super::{get_i64, get_opt_str, get_str, Store, StoreError};
 use sqlx::any::AnyRow;
-use warren_types::{MountId, SpaceId, UserId};
+use warren_types::api::WorkspaceGrant;
+use warren_types::{MountId, SpaceId, UserId, WorkspaceId};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MountRow {
@@ -15,7 +16,7 @@ pub struct MountRow {
     pub space_path: String,
     pub owner_id: UserId,
     pub owner_username: String,
-    /// As stored: `redirect` (the only kind the server makes today).
+    /// As stored: `redirect` or `workspace` (the kinds the server makes today).
     pub kind: String,
     pub target: Option<String>,
     pub url: Option<String>,
@@ -143,5 +144,67 @@ impl Store {
             .execute(&self.db.pool)
             .await?;
         Ok(r.rows_affected() == 1)
+    }
+}
+
+/// Grants: who may make softlinks to a workspace.
+impl Store {
+    /// Allows `user` to softlink to workspace `ws` (again: no change).
+    pub async fn set_grant(
+        &self,
+        ws: WorkspaceId,
+        user: UserId,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO workspace_grants (workspace_id, user_id, created_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (workspace_id, user_id) DO NOTHING",
+        )
+        .bind(ws.get())
+        .bind(user.get())
+        .bind(now)
+        .execute(&self.db.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Takes a grant back; false when there was none.
+    pub async fn remove_grant(&self, ws: WorkspaceId, user: UserId) -> Result<bool, StoreError> {
+        let r =
+            sqlx::query("DELETE FROM workspace_grants WHERE workspace_id = $1 AND user_id = $2")
+                .bind(ws.get())
+                .bind(user.get())
+                .execute(&self.db.pool)
+                .await?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    pub async fn has_grant(&self, ws: WorkspaceId, user: UserId) -> Result<bool, StoreError> {
+        let r =
+            sqlx::query("SELECT 1 FROM workspace_grants WHERE workspace_id = $1 AND user_id = $2")
+                .bind(ws.get())
+                .bind(user.get())
+                .fetch_optional(&self.db.pool)
+                .await?;
+        Ok(r.is_some())
+    }
+
+    /// The grants on a workspace, by username.
+    pub async fn grants(&self, ws: WorkspaceId) -> Result<Vec<WorkspaceGrant>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT g.user_id, u.username, g.created_at FROM workspace_grants g \
+             JOIN users u ON u.id = g.user_id WHERE g.workspace_id = $1 ORDER BY u.username",
+        )
+        .bind(ws.get())
+        .fetch_all(&self.db.pool)
+        .await?;
+        let grant = |r: &AnyRow| -> Result<WorkspaceGrant, sqlx::Error> {
+            Ok(WorkspaceGrant {
+                user_id: UserId(get_i64(r, "user_id")?),
+                username: get_str(r, "username")?,
+                created_at: crate::db::from_millis(get_i64(r, "created_at")?),
+            })
+        };
+        Ok(rows.iter().map(grant).collect::<Result<_, _>>()?)
     }
 }

@@ -238,6 +238,18 @@ pub struct TreeRow {
     pub agent_runtime_fault: Option<String>,
 }
 
+fn desired_of(r: &AnyRow) -> Result<DesiredState, sqlx::Error> {
+    get_str(r, "desired_state")?
+        .parse()
+        .map_err(|e| corrupt("desired state", e))
+}
+
+fn actual_of(r: &AnyRow) -> Result<ActualState, sqlx::Error> {
+    get_str(r, "actual_state")?
+        .parse()
+        .map_err(|e| corrupt("actual state", e))
+}
+
 pub fn row(r: &AnyRow) -> Result<WorkspaceRow, sqlx::Error> {
     Ok(WorkspaceRow {
         id: WorkspaceId(get_i64(r, "id")?),
@@ -253,12 +265,8 @@ pub fn row(r: &AnyRow) -> Result<WorkspaceRow, sqlx::Error> {
         starter: get_opt_str(r, "starter")?,
         space_id: get_opt_i64(r, "space_id")?.map(SpaceId),
         space_path: get_opt_str(r, "space_path")?.unwrap_or_default(),
-        desired_state: get_str(r, "desired_state")?
-            .parse()
-            .map_err(|e| corrupt("desired state", e))?,
-        actual_state: get_str(r, "actual_state")?
-            .parse()
-            .map_err(|e| corrupt("actual state", e))?,
+        desired_state: desired_of(r)?,
+        actual_state: actual_of(r)?,
         desired_state_updated_at: get_i64(r, "desired_state_updated_at")?,
         actual_state_updated_at: get_i64(r, "actual_state_updated_at")?,
         responded_to_agent_at: get_opt_i64(r, "responded_to_agent_at")?,
@@ -529,12 +537,8 @@ impl Store {
                 name: get_str(r, "name")?,
                 owner_username: get_str(r, "owner_username")?,
                 space_path: get_opt_str(r, "space_path")?.unwrap_or_default(),
-                desired_state: get_str(r, "desired_state")?
-                    .parse()
-                    .map_err(|e| corrupt("desired state", e))?,
-                actual_state: get_str(r, "actual_state")?
-                    .parse()
-                    .map_err(|e| corrupt("actual state", e))?,
+                desired_state: desired_of(r)?,
+                actual_state: actual_of(r)?,
                 url: get_opt_str(r, "url")?,
                 failure_reason: get_opt_str(r, "failure_reason")?,
                 agent_runtime_fault: get_opt_str(r, "agent_runtime_fault")?,

@@ -16,6 +16,18 @@ use warren_types::reconcile::{RELAY_JWT_ISSUER, SERVER_JWT_AUDIENCE};
 
 pub const RELAY_SECRET: &str = "test-relay-secret-0123456789abcdef";
 
+/// A JWT as the proxy signs it for the server's internal endpoints, valid now.
+pub fn proxy_jwt() -> String {
+    jwt::mint(
+        RELAY_SECRET.as_bytes(),
+        warren_types::internal::PROXY_JWT_ISSUER,
+        SERVER_JWT_AUDIENCE,
+        None,
+        chrono::Utc::now().timestamp(),
+        30,
+    )
+}
+
 /// Which database a test runs on.
 #[derive(Debug, Clone)]
 pub enum DbChoice {

@@ -108,6 +108,11 @@ pub fn router() -> Router<AppState> {
             "/mounts/{mount}",
             get(mounts::get_one).delete(mounts::delete_one),
         )
+        .route("/workspaces/{workspace}/grants", get(mounts::grants))
+        .route(
+            "/workspaces/{workspace}/grants/{user}",
+            put(mounts::grant).delete(mounts::revoke),
+        )
         .route(
             "/spaces/{space}",
             get(spaces::get_one).delete(spaces::delete_one),

@@ -3,7 +3,8 @@
 //! server; opens the web terminal (a real exec with a PTY in the Podman container) and runs a
 //! command; connects with OpenSSH `ssh` (exit status, stdin) and `sftp`; another user gets
 //! 404 in the browser and is refused over SSH. The workspace lives in the team space `acme`
-//! (issue 21): a developer of it gets in over SSH, a viewer of it is refused.
+//! (issue 21): a developer of it gets in over SSH, a viewer of it is refused, and a developer
+//! of another space gets in through a softlink made with the owner's grant.
 //!
 //! Skips with a notice without Podman (fails under `WARREN_REQUIRE_ENGINE=1`) or without
 //! Chromium/OpenSSH (fails under `WARREN_REQUIRE_TOOLS`).
@@ -124,7 +125,7 @@ fn with_warren_up_a_user_reaches_the_workspace_in_the_browser_terminal_ssh_and_s
         let http = reqwest::Client::new();
         let alice = user(&http, &base, &admin, "alice", dir.path()).await;
         let bob = user(&http, &base, &admin, "bob", dir.path()).await;
-        user(&http, &base, &admin, "carol", dir.path()).await;
+        let carol = user(&http, &base, &admin, "carol", dir.path()).await;
         user(&http, &base, &admin, "dan", dir.path()).await;
         let admin_call = |method, path: String, body| {
             let (http, base, admin) = (&http, &base, &admin);
@@ -155,6 +156,40 @@ fn with_warren_up_a_user_reaches_the_workspace_in_the_browser_terminal_ssh_and_s
             reqwest::Method::POST,
             "/workspaces",
             Some(json!({"name": name, "devfile": WEB_DEVFILE, "space": "acme"})),
+        )
+        .await;
+        // A softlink for pairing: alice lets carol link to her workspace; carol puts the
+        // link in `pairs`, where she and dan (only a viewer of acme) are developers.
+        admin_call(
+            reqwest::Method::POST,
+            "/spaces".into(),
+            Some(json!({"path": "pairs"})),
+        )
+        .await;
+        for who in ["carol", "dan"] {
+            admin_call(
+                reqwest::Method::PUT,
+                format!("/spaces/pairs/members/{who}"),
+                Some(json!({"role": "developer"})),
+            )
+            .await;
+        }
+        api(
+            &http,
+            &base,
+            Some(&alice.token),
+            reqwest::Method::PUT,
+            &format!("/workspaces/{name}/grants/carol"),
+            None,
+        )
+        .await;
+        api(
+            &http,
+            &base,
+            Some(&carol.token),
+            reqwest::Method::POST,
+            "/mounts",
+            Some(json!({"name": format!("{name}-link"), "type": "workspace", "ref": name, "space": "pairs"})),
         )
         .await;
         let deadline = Instant::now() + Duration::from_secs(180);
@@ -371,6 +406,26 @@ fn with_warren_up_a_user_reaches_the_workspace_in_the_browser_terminal_ssh_and_s
         String::from_utf8_lossy(&out.stderr).contains("Permission denied"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    // Through the softlink dan pairs in the same workspace: the file sftp left is there.
+    let out = ssh(
+        &dir.path().join("dan_ed25519"),
+        &known_hosts,
+        ssh_port,
+        &format!("{name}-link@127.0.0.1"),
+    )
+    .arg("test -s /tmp/up.bin && echo dan-paired")
+    .output()
+    .expect("ssh as dan through the softlink");
+    assert_eq!(
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).trim()
+        ),
+        (Some(0), "dan-paired"),
+        "the softlink: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        up.log()
     );
 
     up.cli_ok(&["ws", "rm", &name, "--wait", "--timeout", "2m"]);

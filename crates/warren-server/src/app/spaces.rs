@@ -300,15 +300,19 @@ pub async fn tree(state: &AppState, who: &Principal, root: Option<&str>) -> Resu
     }
     let under = |path: &str| root.is_none_or(|r| within(path, r));
     let memberships = state.store.memberships(who.user.id).await?;
+    // The spaces where the caller holds a role, anywhere: their workspaces are visible.
+    let mut role_spaces = vec![];
     let mut spaces: BTreeMap<String, TreeSpace> = state
         .store
         .list_spaces()
         .await?
         .into_iter()
-        .filter(|s| under(&s.path))
         .filter_map(|s| {
             let your_role = role_in(&memberships, &s.path);
-            (your_role.is_some() || who.user.is_admin).then(|| {
+            if your_role.is_some() {
+                role_spaces.push(s.id);
+            }
+            (under(&s.path) && (your_role.is_some() || who.user.is_admin)).then(|| {
                 (
                     s.path.clone(),
                     TreeSpace {
@@ -324,6 +328,7 @@ pub async fn tree(state: &AppState, who: &Principal, root: Option<&str>) -> Resu
         space: root.map(str::to_owned),
         recursive: true,
         visible_to: (!who.user.is_admin).then_some(who.user.id),
+        role_spaces: Some(role_spaces),
         limit: MAX_TREE_ENTRIES as i64 + 1,
         ..WorkspaceFilter::default()
     };

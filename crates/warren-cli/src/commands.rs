@@ -438,32 +438,46 @@ async fn mount(out: Format, cmd: MountCommand) -> Result<(), CliError> {
     Ok(())
 }
 
+/// An entry of the tree by name: a workspace, else a mount of that name.
+enum Entry {
+    Workspace(Box<Workspace>),
+    Mount(Box<warren_types::api::Mount>),
+}
+
+/// Looks `name` up as a workspace, then as a mount; when it is neither, the workspace's
+/// "not found".
+async fn entry(c: &Client, name: &str) -> Result<Entry, CliError> {
+    let first = c.get_workspace(name).await;
+    if matches!(first, Err(warren_client::Error::Api { status: 404, .. })) {
+        if let Ok(m) = c.get_mount(name).await {
+            return Ok(Entry::Mount(Box::new(m)));
+        }
+    }
+    Ok(Entry::Workspace(Box::new(named("workspace", name, first)?)))
+}
+
 /// The name `warren ws ssh NAME` logs in as: a workspace's, a softlink's own (the proxy finds
 /// the workspace behind it), or where a redirect leads.
 async fn ssh_target(c: &Client, name: &str) -> Result<String, CliError> {
-    if matches!(
-        c.get_workspace(name).await,
-        Err(warren_client::Error::Api { status: 404, .. })
-    ) {
-        if let Ok(m) = c.get_mount(name).await {
-            if m.mount_type == warren_types::api::MountType::Workspace {
-                return Ok(m.name);
-            }
-        }
+    match entry(c, name).await? {
+        Entry::Workspace(w) => Ok(w.name),
+        Entry::Mount(m) if m.mount_type == warren_types::api::MountType::Workspace => Ok(m.name),
+        Entry::Mount(m) => Ok(followed(c, &m).await?.name),
     }
-    Ok(workspace_following(c, name).await?.name)
 }
 
 /// The workspace `name`, or — when `name` is a redirect mount — the workspace it leads to,
 /// saying so on stderr (`ws ssh`, `ws open` and `ssh-config` follow redirects).
 async fn workspace_following(c: &Client, name: &str) -> Result<Workspace, CliError> {
-    let first = c.get_workspace(name).await;
-    if !matches!(first, Err(warren_client::Error::Api { status: 404, .. })) {
-        return named("workspace", name, first);
+    match entry(c, name).await? {
+        Entry::Workspace(w) => Ok(*w),
+        Entry::Mount(m) => followed(c, &m).await,
     }
-    let Ok(m) = c.get_mount(name).await else {
-        return named("workspace", name, first);
-    };
+}
+
+/// The workspace the redirect mount `m` leads to.
+async fn followed(c: &Client, m: &warren_types::api::Mount) -> Result<Workspace, CliError> {
+    let name = &m.name;
     if m.mount_type != warren_types::api::MountType::Redirect {
         return Err(CliError::Failed(format!(
             "{name} is a {} mount: open its address (`warren mount show {name}`) or `warren ws \
@@ -1048,15 +1062,14 @@ async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
             Ok(())
         }
         WsCommand::Show { name } => {
-            let first = c.get_workspace(&name).await;
             // A mount is an entry too: `ws show` shows it.
-            if matches!(first, Err(warren_client::Error::Api { status: 404, .. })) {
-                if let Ok(m) = c.get_mount(&name).await {
-                    print(out, &m, output::mount);
+            let w = match entry(&c, &name).await? {
+                Entry::Workspace(w) => *w,
+                Entry::Mount(m) => {
+                    print(out, &*m, output::mount);
                     return Ok(());
                 }
-            }
-            let w = named("workspace", &name, first)?;
+            };
             // Whether the editor runs, or why not, only the workspace's own output says.
             let editor = if out == Format::Table
                 && w.editor_url.is_some()

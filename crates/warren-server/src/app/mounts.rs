@@ -29,6 +29,16 @@ pub const MAX_CHAIN: usize = 8;
 /// The condition a redirect to an entry reports about its target.
 const TARGET_CONDITION: &str = "WorkspaceTargetFound";
 
+/// A condition as what backs a mount reports it.
+fn condition(kind: &str, ok: bool, reason: &str, message: String) -> Condition {
+    Condition {
+        kind: kind.into(),
+        status: if ok { "True" } else { "False" }.into(),
+        reason: reason.into(),
+        message,
+    }
+}
+
 fn not_found(name: &str) -> AppError {
     AppError::not_found(format!("mount {name:?}"))
 }
@@ -191,12 +201,6 @@ async fn check_link(state: &AppState, owner: UserId, target: &str) -> Result<(),
 
 /// A softlink's status: the state of the workspace that serves it.
 async fn link_status(state: &AppState, m: &MountRow) -> Result<MountStatus, AppError> {
-    let condition = |kind: &str, ok: bool, reason: &str, message: String| Condition {
-        kind: kind.into(),
-        status: if ok { "True" } else { "False" }.into(),
-        reason: reason.into(),
-        message,
-    };
     let down = |c: Condition| MountStatus {
         phase: MountPhase::Unavailable,
         conditions: vec![c],
@@ -277,12 +281,8 @@ async fn status(state: &AppState, m: &MountRow) -> Result<MountStatus, AppError>
         (None, Some(u)) => Resolved::Url(u.clone()),
         _ => resolve(state, &m.name).await?,
     };
-    let condition = |ok: bool, reason: &str, message: String| Condition {
-        kind: TARGET_CONDITION.into(),
-        status: if ok { "True" } else { "False" }.into(),
-        reason: reason.into(),
-        message,
-    };
+    let condition =
+        |ok: bool, reason: &str, message: String| condition(TARGET_CONDITION, ok, reason, message);
     Ok(match resolved {
         Resolved::Url(u) => MountStatus {
             phase: MountPhase::Ready,

@@ -1,7 +1,9 @@
-//! Warren's agent: reconciles a workspace runtime (Kubernetes, container engine) with the server.
+//! Warren's agent: reconciles a workspace runtime (Kubernetes, container engine) with the server;
+//! and `warren connect`, which attaches a machine as a mount over the same relay connection.
 
 mod backoff;
 pub mod connection;
+pub mod connector;
 pub mod gitops;
 pub mod reconciler;
 pub mod runtime;

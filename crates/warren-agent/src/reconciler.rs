@@ -359,6 +359,7 @@ impl Reconciler {
                     capacity: None,
                     runtime_fault: Some(error_chain(&e)),
                     isolation_warning: None,
+                    connector: None,
                 };
                 if let Err(t) = self.transport.reconcile(&fault).await {
                     tracing::debug!(error = %error_chain(&t), "reporting the runtime fault failed");
@@ -391,6 +392,7 @@ impl Reconciler {
             capacity,
             runtime_fault: None,
             isolation_warning,
+            connector: None,
         };
         let response = self.transport.reconcile(&request).await?;
         tracing::debug!(kind = ?kind, reported = request.workspace_agent_infos.len(), returned = response.workspace_rails_infos.len(), "reconciled");

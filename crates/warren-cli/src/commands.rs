@@ -411,6 +411,7 @@ async fn mount(out: Format, cmd: MountCommand) -> Result<(), CliError> {
             reference,
             url,
             via,
+            connector,
             space,
         } => {
             let m = c
@@ -420,10 +421,21 @@ async fn mount(out: Format, cmd: MountCommand) -> Result<(), CliError> {
                     reference,
                     url,
                     via,
+                    connector,
                     space,
                 })
                 .await?;
             print(out, &m, output::mount);
+            if let (Some(_), Format::Table) = (&m.connector_token, out) {
+                // The token goes to stdout once; the how-to to stderr, so `-o json` and
+                // scripts see only data.
+                eprintln!(
+                    "\nThe connector token above is shown once. On the machine, as the user \
+                     whose machine it is:\n  WARREN_CONNECTOR_TOKEN=<token> warren connect \
+                     --relay-url <the relay's agent URL> --mount {} --port 22 --port 8080",
+                    m.name
+                );
+            }
         }
         MountCommand::List => print(out, &c.list_mounts().await?, |m| output::mounts(m)),
         MountCommand::Show { name } => {

@@ -462,15 +462,17 @@ pub struct MountGroup {
 
 #[derive(Debug, Subcommand)]
 pub enum MountCommand {
-    /// Create a mount: a redirect to another entry (`--ref`) or to a URL (`--url`), or a
-    /// softlink to a workspace (`--type workspace --ref WS`, with its owner's grant).
+    /// Create a mount: a redirect to another entry (`--ref`) or to a URL (`--url`), a
+    /// softlink to a workspace (`--type workspace --ref WS`, with its owner's grant), or a
+    /// machine attached with `warren connect` (`--type proxy --connector`: its token is
+    /// shown once).
     #[command(
-        after_help = "Examples:\n  warren mount create old-name --type redirect --ref new-name\n  warren mount create elsewhere --type redirect --url https://8080-ws.other.example/ --space acme"
+        after_help = "Examples:\n  warren mount create old-name --type redirect --ref new-name\n  warren mount create elsewhere --type redirect --url https://8080-ws.other.example/ --space acme\n  warren mount create gpu-box --type proxy --connector --space acme/platform"
     )]
     Create {
         /// The entry's name (a host name label, unique among workspaces and mounts).
         name: String,
-        /// redirect or workspace (a softlink); proxy is not served yet.
+        /// redirect, workspace (a softlink) or proxy (with --connector).
         #[arg(long = "type", value_name = "TYPE")]
         mount_type: String,
         /// The entry it stands for.
@@ -482,6 +484,9 @@ pub enum MountCommand {
         /// For a proxy mount: the agent that reaches the URL.
         #[arg(long, value_name = "AGENT")]
         via: Option<String>,
+        /// For a proxy mount: backed by `warren connect` on an existing machine.
+        #[arg(long, conflicts_with_all = ["url", "via", "reference"])]
+        connector: bool,
         /// The space to put it in (default: your personal space).
         #[arg(long)]
         space: Option<String>,

@@ -701,6 +701,9 @@ fn phase(p: MountPhase) -> &'static str {
 }
 
 fn points_to(m: &Mount) -> String {
+    if m.connector {
+        return "(connector)".into();
+    }
     m.reference
         .clone()
         .or_else(|| m.url.clone())
@@ -737,6 +740,13 @@ pub fn mount(m: &Mount) -> String {
     }
     if let Some(u) = &m.status.url {
         out.push_str(&format!("\nurl:       {u}"));
+    }
+    if !m.ports.is_empty() {
+        let ports: Vec<String> = m.ports.iter().map(u16::to_string).collect();
+        out.push_str(&format!("\nports:     {}", ports.join(", ")));
+    }
+    if let Some(t) = &m.connector_token {
+        out.push_str(&format!("\ntoken:     {t}"));
     }
     for c in &m.status.conditions {
         out.push_str(&format!(

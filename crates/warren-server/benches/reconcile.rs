@@ -144,6 +144,7 @@ async fn bench(label: &str, url: String, home: &std::path::Path) {
         capacity: None,
         runtime_fault: None,
         isolation_warning: None,
+        connector: None,
     };
     let first = Instant::now();
     let resp =
@@ -173,6 +174,7 @@ async fn bench(label: &str, url: String, home: &std::path::Path) {
         capacity: None,
         runtime_fault: None,
         isolation_warning: None,
+        connector: None,
     };
     let resp =
         warren_server::app::reconcile::reconcile(&state, &fresh(&state, &agent).await, &partial)

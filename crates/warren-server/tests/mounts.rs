@@ -535,3 +535,255 @@ async fn softlink_mounts() {
         s.stop().await;
     }
 }
+
+/// Connector mounts (`proxy` backed by `warren connect`), through the API, the relay's
+/// reconcile call (the connector's heartbeat) and the proxy's questions: the token shown once
+/// and good for its own mount alone, the phases from `Connecting` to `Ready`, `Unknown` past
+/// the heartbeat deadline and back, a reported fault making it `Unavailable`, roles deciding
+/// who reaches it, declared ports only, and the agent row gone with the mount.
+#[tokio::test]
+async fn connector_mounts() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        let a1 = s.agent("a1", json!({})).await;
+        let alice = s.user("alice", &["api", "workspace"]).await;
+        let bob = s.user("bob", &["api", "workspace"]).await;
+        let mut ids = std::collections::BTreeMap::new();
+        for (who, t) in [("alice", &alice), ("bob", &bob)] {
+            let (_, b) = s.call(Method::GET, "/api/v1/users/me", Some(t), None).await;
+            ids.insert(who, b["id"].as_i64().unwrap());
+        }
+        let create = |body: Value| {
+            let s = &s;
+            let alice = alice.clone();
+            async move {
+                s.call(Method::POST, "/api/v1/mounts", Some(&alice), Some(body))
+                    .await
+            }
+        };
+        // Bad requests name what is wrong.
+        for (body, field, words) in [
+            (
+                json!({"name": "m1", "type": "proxy"}),
+                "connector",
+                "connector: true",
+            ),
+            (
+                json!({"name": "m1", "type": "proxy", "url": "http://10.0.0.5:8080/", "via": "a1"}),
+                "via",
+                "not served by this server yet",
+            ),
+            (
+                json!({"name": "m1", "type": "proxy", "connector": true, "ref": "x"}),
+                "ref",
+                "points at no entry",
+            ),
+            (
+                json!({"name": "m1", "type": "redirect", "connector": true, "url": "http://x/"}),
+                "connector",
+                "only proxy mounts",
+            ),
+        ] {
+            let (st, b) = create(body.clone()).await;
+            assert_eq!(st, 400, "[{l}] {body}: {b}");
+            assert!(msg(&b).starts_with(&format!("{field}: ")), "[{l}] {b}");
+            assert!(msg(&b).contains(words), "[{l}] {b}");
+        }
+        let (st, gpu) = create(json!({"name": "gpu", "type": "proxy", "connector": true})).await;
+        assert_eq!(st, 201, "[{l}] {gpu}");
+        let token = gpu["connector_token"].as_str().unwrap().to_owned();
+        assert_eq!(gpu["status"]["phase"], "Connecting", "[{l}] {gpu}");
+        assert_eq!(gpu["connector"], true);
+        let (_, shown) = s
+            .call(Method::GET, "/api/v1/mounts/gpu", Some(&alice), None)
+            .await;
+        assert!(
+            shown.get("connector_token").is_none(),
+            "[{l}] once: {shown}"
+        );
+        let (st, _) = create(json!({"name": "gpu2", "type": "proxy", "connector": true})).await;
+        assert_eq!(st, 201);
+        // The connector's agent row is no agent workspaces go to.
+        let (_, agents) = s.admin(Method::GET, "/api/v1/agents", None).await;
+        assert_eq!(agents.as_array().unwrap().len(), 1, "[{l}] {agents}");
+        let (st, b) = s
+            .call(
+                Method::POST,
+                "/api/v1/workspaces",
+                Some(&alice),
+                Some(json!({"name": "w1", "devfile": WEB_DEVFILE})),
+            )
+            .await;
+        assert_eq!(st, 201, "[{l}] the only agent is still chosen: {b}");
+        let (st, b) = s
+            .call(
+                Method::POST,
+                "/api/v1/workspaces",
+                Some(&alice),
+                Some(json!({"name": "w2", "devfile": WEB_DEVFILE, "agent": "connector-gpu"})),
+            )
+            .await;
+        assert_eq!(st, 400, "[{l}] {b}");
+        assert!(msg(&b).starts_with("agent: "), "[{l}] {b}");
+        let (st, b) = s
+            .admin(
+                Method::POST,
+                "/api/v1/agents",
+                Some(json!({"name": "connector-x"})),
+            )
+            .await;
+        assert_eq!(st, 400, "[{l}] the prefix is reserved: {b}");
+
+        // The relay learns the connector's agent from its token.
+        let (st, who) = s
+            .call(
+                Method::POST,
+                warren_types::internal::AUTHENTICATE_AGENT_PATH,
+                Some(&s.relay_jwt(0)),
+                Some(json!({"token": token})),
+            )
+            .await;
+        assert_eq!(st, 200, "[{l}] {who}");
+        let agent = who["agent_id"].as_i64().unwrap();
+        assert_eq!(who["agent_name"], "connector-gpu");
+        let beat = |mount: &str, ok: bool| {
+            json!({
+                "update_type": "partial",
+                "workspace_agent_infos": [],
+                "connector": {
+                    "mount": mount,
+                    "ports": [8080, 22, 8080],
+                    "conditions": [{
+                        "type": "WorkspaceConnectorConnected",
+                        "status": if ok { "True" } else { "False" },
+                        "reason": if ok { "Heartbeat" } else { "DiskFull" },
+                        "message": "the machine says so"
+                    }]
+                }
+            })
+        };
+        // Its token backs this mount alone; agents and connectors do not swap tokens.
+        let (st, b) = s.reconcile(agent, beat("gpu2", true)).await;
+        assert_eq!(st, 403, "[{l}] {b}");
+        assert!(msg(&b).contains("backs mount gpu, not gpu2"), "[{l}] {b}");
+        let (st, b) = s
+            .reconcile(
+                agent,
+                json!({"update_type": "full", "workspace_agent_infos": []}),
+            )
+            .await;
+        assert_eq!(st, 403, "[{l}] {b}");
+        assert!(msg(&b).contains("warren connect --mount gpu"), "[{l}] {b}");
+        let (st, b) = s.reconcile(a1, beat("gpu", true)).await;
+        assert_eq!(st, 403, "[{l}] {b}");
+        assert!(
+            msg(&b).contains("not the connector token of mount gpu"),
+            "[{l}] {b}"
+        );
+
+        let (st, b) = s.reconcile(agent, beat("gpu", true)).await;
+        assert_eq!(st, 201, "[{l}] {b}");
+        assert_eq!(b["workspace_rails_infos"], json!([]));
+        let get = || async {
+            s.call(Method::GET, "/api/v1/mounts/gpu", Some(&alice), None)
+                .await
+                .1
+        };
+        let m = get().await;
+        assert_eq!(m["status"]["phase"], "Ready", "[{l}] {m}");
+        assert_eq!(m["ports"], json!([22, 8080]), "[{l}] {m}");
+        assert!(
+            m["status"]["url"]
+                .as_str()
+                .unwrap()
+                .starts_with("http://22-gpu."),
+            "[{l}] {m}"
+        );
+        let access = |who: &'static str, port: u16| {
+            let s = &s;
+            let id = ids[who];
+            async move {
+                s.call(
+                    Method::GET,
+                    &format!("/internal/workspaces/access?host=gpu&port={port}&user={id}"),
+                    Some(&proxy_jwt()),
+                    None,
+                )
+                .await
+            }
+        };
+        let (st, a) = access("alice", 8080).await;
+        assert_eq!(st, 200, "[{l}] {a}");
+        assert_eq!(
+            (
+                a["agent_id"].as_i64(),
+                a["workspace_name"].as_str(),
+                a["mount"].as_bool()
+            ),
+            (Some(agent), Some("gpu"), Some(true)),
+            "[{l}] {a}"
+        );
+        assert_eq!(a["actual_state"], "Running");
+        assert!(a.get("unavailable").is_none(), "[{l}] {a}");
+        assert_eq!(access("alice", 9999).await.0, 404, "[{l}] undeclared port");
+        assert_eq!(access("bob", 8080).await.0, 404, "[{l}] not bob's");
+
+        // Silent past three heartbeats (the default 10 s interval): Unknown, and the proxy
+        // is told why; a heartbeat brings it back.
+        s.clock.advance_ms(31_000);
+        let m = get().await;
+        assert_eq!(m["status"]["phase"], "Unknown", "[{l}] {m}");
+        assert_eq!(m["status"]["conditions"][0]["reason"], "HeartbeatMissed");
+        let (st, a) = access("alice", 8080).await;
+        assert_eq!(st, 200, "[{l}] {a}");
+        assert!(
+            a["unavailable"]
+                .as_str()
+                .unwrap()
+                .contains("silent for 31 s"),
+            "[{l}] {a}"
+        );
+        let (st, b) = s
+            .call(
+                Method::GET,
+                &format!("/internal/ssh/authorize?username=gpu&token={alice}"),
+                Some(&proxy_jwt()),
+                None,
+            )
+            .await;
+        assert_eq!(st, 200, "[{l}] {b}");
+        assert!(
+            b["unavailable"].as_str().unwrap().contains("Unknown"),
+            "[{l}] {b}"
+        );
+        assert_eq!(s.reconcile(agent, beat("gpu", true)).await.0, 201);
+        assert_eq!(get().await["status"]["phase"], "Ready");
+        // A `Workspace…` condition False: Unavailable with its reason.
+        assert_eq!(s.reconcile(agent, beat("gpu", false)).await.0, 201);
+        let m = get().await;
+        assert_eq!(m["status"]["phase"], "Unavailable", "[{l}] {m}");
+        assert_eq!(m["status"]["conditions"][0]["reason"], "DiskFull");
+        let (_, a) = access("alice", 8080).await;
+        assert!(
+            a["unavailable"].as_str().unwrap().contains("DiskFull"),
+            "[{l}] {a}"
+        );
+
+        // Removed, the mount takes its connector's token with it.
+        let (st, _) = s
+            .call(Method::DELETE, "/api/v1/mounts/gpu", Some(&alice), None)
+            .await;
+        assert_eq!(st, 204, "[{l}]");
+        let (st, _) = s
+            .call(
+                Method::POST,
+                warren_types::internal::AUTHENTICATE_AGENT_PATH,
+                Some(&s.relay_jwt(0)),
+                Some(json!({"token": token})),
+            )
+            .await;
+        assert_eq!(st, 401, "[{l}]");
+        s.stop().await;
+    }
+}

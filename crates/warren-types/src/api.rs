@@ -577,10 +577,20 @@ pub struct Mount {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
     pub status: MountStatus,
+    /// A `proxy` mount backed by `warren connect` (no `url`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub connector: bool,
+    /// The ports a connector serves (`{port}-{name}.{domain}`), as it last reported them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<u16>,
     /// What the caller may do with it: see it, use it, or manage it (remove it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub your_right: Option<WorkspaceRight>,
     pub created_at: DateTime<Utc>,
+    /// Only in the answer that created a connector mount: the token `warren connect` dials
+    /// in with, good for this mount alone. Shown once; stored hashed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connector_token: Option<String>,
 }
 
 /// A user allowed to make softlinks (`workspace` mounts) to a workspace.
@@ -598,8 +608,8 @@ pub struct CreateMountRequest {
     /// The entry's name: a host name label like a workspace's, unique among workspaces and
     /// mounts.
     pub name: String,
-    /// `redirect` or `workspace` (a softlink: needs the target owner's grant); `proxy` is
-    /// refused naming the type until this server serves it.
+    /// `redirect`, `workspace` (a softlink: needs the target owner's grant) or `proxy` (with
+    /// `connector`: a machine attached with `warren connect`).
     #[serde(rename = "type")]
     pub mount_type: String,
     /// The entry it stands for (a workspace or a mount).
@@ -611,6 +621,10 @@ pub struct CreateMountRequest {
     /// For `proxy`: the agent that reaches `url`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub via: Option<String>,
+    /// For `proxy`: backed by `warren connect` on an existing machine; the answer carries
+    /// the connector's token, once.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub connector: bool,
     /// The space's path; the creator's personal space when left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub space: Option<String>,

@@ -112,6 +112,14 @@ pub struct WorkspaceAccess {
     /// start button.
     #[serde(default)]
     pub wake_on_request: bool,
+    /// The entry is a mount backed by a connector (`workspace_name` is the mount, the agent
+    /// is the connector's, `workspace_id` is 0): no activity, timers or start button.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mount: bool,
+    /// Why the entry cannot serve now (its connector is silent or reports a fault): the
+    /// proxy answers 503 with this reason instead of trying.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
 }
 
 /// Body of [`WORKSPACE_START_PATH`].
@@ -165,6 +173,12 @@ pub struct SshAuthorization {
     /// As [`WorkspaceAccess::wake_on_request`]: the session may start the workspace.
     #[serde(default)]
     pub wake_on_request: bool,
+    /// As [`WorkspaceAccess::mount`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mount: bool,
+    /// As [`WorkspaceAccess::unavailable`]: the session is refused with this reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
 }
 
 /// 200 answer of [`ENTRY_REDIRECT_PATH`]: exactly one of the two is set.

@@ -45,6 +45,30 @@ pub struct ReconcileRequest {
     /// full reconciles only, where its absence clears an earlier one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub isolation_warning: Option<String>,
+    /// Set by `warren connect` (a Warren extension, spec/mounts.md): this call is the
+    /// heartbeat of the connector backing `mount`, and carries no workspace infos. The
+    /// server refuses it from a token that backs another mount, or from an agent's token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connector: Option<MountReport>,
+}
+
+/// The condition a connector reports about itself, and the server sets `Unknown` when the
+/// connector falls silent.
+pub const CONNECTOR_CONDITION: &str = "WorkspaceConnectorConnected";
+
+/// What the machine behind a mount reports about it (spec/mounts.md): every condition whose
+/// type starts with `Workspace` is copied onto the mount; any of them `False` makes it
+/// `Unavailable`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MountReport {
+    /// The mount it backs.
+    pub mount: String,
+    /// The machine's ports served under the mount's name.
+    #[serde(default)]
+    pub ports: Vec<u16>,
+    #[serde(default)]
+    pub conditions: Vec<crate::api::Condition>,
 }
 
 /// The most one workspace can use on an agent's runtime.

@@ -1,6 +1,7 @@
 //! The `warren` binary: argument parsing and wiring only; every behaviour lives in a crate.
 
 mod agent_cmd;
+mod connect_cmd;
 mod proxy_cmd;
 mod relay_cmd;
 mod server_cmd;
@@ -34,6 +35,9 @@ enum Command {
     /// Run an agent (no subcommand), or manage agents: create, list, show, update.
     #[command(args_conflicts_with_subcommands = true)]
     Agent(agent_cmd::AgentArgs),
+    /// Attach this machine to Warren as the backing of a `proxy` mount: its ports, a terminal
+    /// and SSH (sftp too) through the proxy, with the mount's connector token.
+    Connect(connect_cmd::ConnectArgs),
     /// Build what agents inject into workspaces: `warren tools build` makes the editor's
     /// tools image.
     Tools(tools_cmd::ToolsArgs),
@@ -73,6 +77,10 @@ fn main() -> ExitCode {
                 run_service(agent_cmd::run(args))
             }
         },
+        Command::Connect(args) => {
+            telemetry::init();
+            run_service(connect_cmd::run(args))
+        }
         Command::Tools(args) => run_service(tools_cmd::run(args)),
         Command::User(cmd) => warren_cli::main(cmd, Cli::command),
     }

@@ -56,6 +56,19 @@ pub struct UpArgs {
     /// Address of the proxy's SSH server.
     #[arg(long, env = "WARREN_SSH_LISTEN", default_value = "127.0.0.1:2222")]
     ssh_listen: SocketAddr,
+    /// How often agents and connectors check in when nothing happens, in seconds; a
+    /// connector silent for three of these makes its mount `Unknown`.
+    #[arg(
+        long,
+        env = "WARREN_PARTIAL_RECONCILIATION_INTERVAL_SECONDS",
+        default_value_t = 10,
+        value_parser = clap::value_parser!(u64).range(1..=3600)
+    )]
+    partial_reconciliation_interval_seconds: u64,
+    /// Address of the relay's listener for agents and connectors (`warren connect`); the
+    /// default is a free loopback port, printed at start.
+    #[arg(long, env = "WARREN_RELAY_LISTEN", default_value = "127.0.0.1:0")]
+    relay_listen: SocketAddr,
     /// Domain of workspace hosts (`{port}-{workspace}.{domain}`); `*.localhost` needs no DNS.
     #[arg(long, env = "WARREN_WORKSPACE_DOMAIN", default_value = "ws.localhost")]
     workspace_domain: String,
@@ -87,6 +100,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&home)
         .with_context(|| format!("creating the state directory {}", home.display()))?;
     let mut config = ServerConfig::new(&home);
+    config.partial_reconciliation_interval_seconds = args.partial_reconciliation_interval_seconds;
     config
         .validate()
         .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
@@ -135,9 +149,14 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     } else {
         format!("{}:{}", args.workspace_domain, proxy_addr.port())
     };
-    let relay_agents = TcpListener::bind("127.0.0.1:0")
+    let relay_agents = TcpListener::bind(args.relay_listen)
         .await
-        .context("binding the relay's agent listener")?;
+        .with_context(|| {
+            format!(
+                "binding the relay's agent listener on {}",
+                args.relay_listen
+            )
+        })?;
     let relay_internal = TcpListener::bind("127.0.0.1:0")
         .await
         .context("binding the relay's internal listener")?;
@@ -255,6 +274,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         ssh_addr.port(),
         ssh_addr.ip()
     );
+    println!("  connectors:      warren connect --relay-url {relay_agent_url} --mount {{mount}} --port {{port}}");
     println!("  state:           {}", home.display());
     println!(
         "  CLI signed in:   {} (credentials in {})",

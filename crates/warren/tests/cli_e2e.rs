@@ -162,6 +162,7 @@ async fn agent_loop(endpoint: String, agent_id: i64, stop: Arc<AtomicBool>) {
             capacity: None,
             runtime_fault: None,
             isolation_warning: None,
+            connector: None,
         };
         let resp = http
             .post(&endpoint)

@@ -7,6 +7,7 @@
 //! itself (labels), never from memory alone.
 
 pub mod engine;
+pub mod host;
 pub mod kubernetes;
 
 use async_trait::async_trait;

@@ -175,6 +175,8 @@ mod tests {
             actual_state: ActualState::Running,
             user_id: UserId(1),
             wake_on_request: false,
+            mount: false,
+            unavailable: None,
         })
     }
 

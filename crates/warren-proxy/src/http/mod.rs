@@ -284,7 +284,12 @@ async fn workspace_host(
     }
     let authority = signin::request_authority(&parts).unwrap_or_else(|| target.host.clone());
     let req = Request::from_parts(parts, body);
-    shared.activity.touch(access.workspace_id);
+    if let Some(reason) = &access.unavailable {
+        return pages::entry_unavailable(req.headers(), &access.workspace_name, reason);
+    }
+    if !access.mount {
+        shared.activity.touch(access.workspace_id);
+    }
     if req.uri().path() == START_PATH && req.method() == Method::POST {
         return start(&shared, &caller, &access, req).await;
     }
@@ -326,6 +331,7 @@ async fn workspace_host(
             }
             let (req, client_upgrade) = forward::prepare_request(req, &client);
             let workspace_id = access.workspace_id;
+            let mount = access.mount;
             let key = forward::Upstream { access, port };
             match shared.front.upstreams.send(&shared, &key, req).await {
                 Ok(resp) => forward::finish_response(&shared, workspace_id, resp, client_upgrade),
@@ -339,6 +345,15 @@ async fn workspace_host(
                         }) => message.clone(),
                         other => crate::error_chain(other),
                     };
+                    if mount {
+                        // A connector that just went away: the server calls it `Unknown`
+                        // once its heartbeat deadline passes; until then, the same 503.
+                        return pages::entry_unavailable(
+                            &headers,
+                            workspace,
+                            &format!("the connector of {workspace} cannot be reached: {detail}"),
+                        );
+                    }
                     pages::unreachable(&headers, workspace, &format!("port {port}"), &detail)
                 }
             }

@@ -143,6 +143,34 @@ pub(crate) fn unreachable(
     }
 }
 
+/// A mount whose backing is down or silent (spec/mounts.md): 503 naming the reason, with a
+/// page that tries again by itself.
+pub(crate) fn entry_unavailable(headers: &HeaderMap, entry: &str, reason: &str) -> Response<Body> {
+    let mut r = if wants_html(headers) {
+        html(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Unavailable",
+            &format!(
+                "<p>{} cannot be reached right now.</p><p>{}</p><p>This page tries again every \
+                 {UNAVAILABLE_RETRY_SECS} seconds.</p>",
+                escape(entry),
+                escape(reason)
+            ),
+            &format!("<meta http-equiv=\"refresh\" content=\"{UNAVAILABLE_RETRY_SECS}\">"),
+        )
+    } else {
+        json_error(StatusCode::SERVICE_UNAVAILABLE, "entry_unavailable", reason)
+    };
+    r.headers_mut().insert(
+        http::header::RETRY_AFTER,
+        http::HeaderValue::from(UNAVAILABLE_RETRY_SECS),
+    );
+    r
+}
+
+/// Seconds a client is asked to wait before trying an unavailable mount again.
+const UNAVAILABLE_RETRY_SECS: u64 = 10;
+
 /// Seconds a client is asked to wait before trying a starting workspace again.
 pub(crate) const STARTING_RETRY_SECS: u64 = 3;
 

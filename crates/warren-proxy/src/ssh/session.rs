@@ -58,6 +58,9 @@ pub(crate) struct Request {
 /// Why a session could not start, as the user reads it on stderr.
 fn not_running_message(a: &SshAuthorization) -> String {
     let name = &a.workspace_name;
+    if let Some(reason) = &a.unavailable {
+        return reason.clone();
+    }
     match a.actual_state {
         ActualState::Stopped | ActualState::Stopping => {
             format!("workspace {name} is stopped; start it with `warren ws start {name}`")

@@ -50,6 +50,8 @@ fn access(workspace: &str) -> WorkspaceAccess {
         actual_state: ActualState::Running,
         user_id: UserId(1),
         wake_on_request: false,
+        mount: false,
+        unavailable: None,
     }
 }
 

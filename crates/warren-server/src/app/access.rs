@@ -6,16 +6,19 @@
 //! they manage workspaces through the API instead.
 //! Every refusal (unknown workspace, another user, undeclared port, terminated workspace,
 //! bad token) is the same "not found", so the answer never tells whether a workspace exists.
+//! A connector mount (spec/mounts.md) is answered like a workspace served by the connector's
+//! agent, with the reason it cannot serve when its connector is silent or down.
 
 use super::workspaces::{member_right, Right};
 use super::{auth, AppError, AppState};
+use crate::store::mounts::MountRow;
 use crate::store::workspaces::WorkspaceRow;
-use warren_types::api::MountType;
+use warren_types::api::{MountPhase, MountType};
 use warren_types::internal::{
     ActivityReport, EntryRedirect, SshAuthorization, SshAuthorizeQuery, WorkspaceAccess,
     WorkspaceAccessQuery, WorkspaceStartRequest,
 };
-use warren_types::{ActualState, DesiredState, UserId};
+use warren_types::{ActualState, AgentId, DesiredState, UserId, WorkspaceId};
 
 /// Most workspaces one activity report may carry.
 const MAX_ACTIVITY_ITEMS: usize = 10_000;
@@ -150,6 +153,78 @@ fn answer(w: WorkspaceRow, user: UserId, port: Option<u16>, wake: bool) -> Works
         desired_state: w.desired_state,
         actual_state: w.actual_state,
         user_id: user,
+        mount: false,
+        unavailable: None,
+    }
+}
+
+/// A connector mount the user may use (the usual "not found" otherwise), with the reason it
+/// cannot serve now, if any.
+async fn usable_connector(
+    state: &AppState,
+    name: &str,
+    user: UserId,
+) -> Result<(MountRow, String, Option<String>), AppError> {
+    let m = state
+        .store
+        .mount_by_name(name)
+        .await?
+        .filter(|m| m.is_connector())
+        .ok_or_else(hidden)?;
+    let Some(u) = state
+        .store
+        .user_by_id(user)
+        .await?
+        .filter(|u| u.is_active())
+    else {
+        return Err(hidden());
+    };
+    let memberships = state.store.memberships(user).await?;
+    if super::mounts::member_right(&memberships, user, &m) < Some(Right::Use) {
+        return Err(hidden());
+    }
+    if m.agent_id.is_none() {
+        return Err(hidden());
+    }
+    let status = super::mounts::get_status(state, &m).await?;
+    let unavailable = match status.phase {
+        MountPhase::Ready => None,
+        phase => Some(
+            match status.conditions.iter().find(|c| c.status != "True") {
+                Some(c) => format!("{} is {phase:?}: {} ({})", m.name, c.message, c.reason),
+                None => format!("{} is {phase:?}", m.name),
+            },
+        ),
+    };
+    Ok((m, u.username, unavailable))
+}
+
+/// The access answer for a connector mount: the connector's agent serves `port` of "the
+/// workspace" named after the mount.
+fn mount_answer(
+    m: &MountRow,
+    user: UserId,
+    port: Option<u16>,
+    unavailable: Option<String>,
+) -> WorkspaceAccess {
+    let ready = unavailable.is_none();
+    WorkspaceAccess {
+        allowed: true,
+        workspace_id: WorkspaceId(0),
+        workspace_name: m.name.clone(),
+        agent_id: m.agent_id.unwrap_or(AgentId(0)),
+        namespace: String::new(),
+        port,
+        desired_state: DesiredState::Running,
+        actual_state: if ready {
+            ActualState::Running
+        } else {
+            ActualState::Unknown
+        },
+        user_id: user,
+        wake_on_request: false,
+        mount: true,
+        unavailable,
     }
 }
 
@@ -213,7 +288,17 @@ pub async fn workspace(
     q: &WorkspaceAccessQuery,
 ) -> Result<WorkspaceAccess, AppError> {
     let user = asking(state, q).await?;
-    let (w, _) = usable_or_linked(state, &q.host, user).await?;
+    let (w, _) = match usable_or_linked(state, &q.host, user).await {
+        Err(e) if e.kind == super::ErrorKind::NotFound => {
+            let (m, _, unavailable) = usable_connector(state, &q.host, user).await?;
+            // Before the first heartbeat no port is known; after it, only those declared.
+            if q.port.is_some_and(|p| !m.ports.contains(&p)) && unavailable.is_none() {
+                return Err(hidden());
+            }
+            return Ok(mount_answer(&m, user, q.port, unavailable));
+        }
+        r => r?,
+    };
     if q.port.is_some_and(|p| !declared_ports(&w).contains(&p)) {
         return Err(hidden());
     }
@@ -286,7 +371,26 @@ pub async fn ssh(state: &AppState, q: &SshAuthorizeQuery) -> Result<SshAuthoriza
             .ok_or_else(hidden)?,
         _ => return Err(exactly_one_of("public_key_fingerprint", "token")),
     };
-    let (w, username) = usable_or_linked(state, &q.username, user).await?;
+    let (w, username) = match usable_or_linked(state, &q.username, user).await {
+        Err(e) if e.kind == super::ErrorKind::NotFound => {
+            let (m, username, unavailable) = usable_connector(state, &q.username, user).await?;
+            let a = mount_answer(&m, user, None, unavailable);
+            return Ok(SshAuthorization {
+                user_id: user,
+                username,
+                workspace_id: a.workspace_id,
+                workspace_name: a.workspace_name,
+                agent_id: a.agent_id,
+                namespace: a.namespace,
+                desired_state: a.desired_state,
+                actual_state: a.actual_state,
+                wake_on_request: false,
+                mount: true,
+                unavailable: a.unavailable,
+            });
+        }
+        r => r?,
+    };
     let wake_on_request = wakes(state, &w).await?;
     Ok(SshAuthorization {
         wake_on_request,
@@ -298,5 +402,7 @@ pub async fn ssh(state: &AppState, q: &SshAuthorizeQuery) -> Result<SshAuthoriza
         namespace: w.namespace,
         desired_state: w.desired_state,
         actual_state: w.actual_state,
+        mount: false,
+        unavailable: None,
     })
 }

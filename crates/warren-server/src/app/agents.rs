@@ -9,7 +9,10 @@ use warren_types::config::{AgentConfig, ResourceList};
 use warren_types::quantity::{parse_cpu_millis, parse_memory_bytes};
 use warren_types::AgentId;
 
-/// Every agent (any signed-in user).
+/// The name prefix of the agent rows made for connector mounts (`connector-{mount}`).
+pub const CONNECTOR_PREFIX: &str = "connector-";
+
+/// Every agent (any signed-in user); connectors' rows are their mounts' business.
 pub async fn list(state: &AppState, _who: &Principal) -> Result<Vec<Agent>, AppError> {
     Ok(state
         .store
@@ -51,6 +54,12 @@ pub async fn register(
     config: &AgentConfig,
 ) -> Result<CreatedAgent, AppError> {
     validate_name(name).map_err(|e| AppError::invalid_field("name", e))?;
+    if name.starts_with(CONNECTOR_PREFIX) {
+        return Err(AppError::invalid_field(
+            "name",
+            format!("names starting with {CONNECTOR_PREFIX:?} belong to connectors' agent rows"),
+        ));
+    }
     validate_agent_config(config)?;
     let token = crypto::new_agent_token();
     let agent = state

@@ -3,8 +3,10 @@
 //! at most [`MAX_CHAIN`] long, never in a cycle) or to an external `http(s)` URL — and
 //! `workspace` mounts, softlinks: the workspace at the end of a chain of softlinks serves
 //! requests under the mount's name, while the mount's owner holds a grant of that
-//! workspace's owner (or manages it). `proxy` mounts are refused naming their type until
-//! this server serves them.
+//! workspace's owner (or manages it); and `proxy` mounts backed by a connector (`warren
+//! connect` on an existing machine, dialling a relay with the token of an agent row made for
+//! that mount alone). A `proxy` mount to a URL through an agent (`via`) is refused naming
+//! what is missing until this server serves it.
 //!
 //! Who may do what follows the same rule as for workspaces ([`super::workspaces::Right`]):
 //! a mount's owner and the owners of its space manage it (remove it), developers use it,
@@ -14,7 +16,7 @@
 use super::spaces::for_new_entry;
 use super::workspaces::{entry_right, shown_entry_right, Right};
 use super::{names, AppError, AppState, ErrorKind, Principal};
-use crate::store::mounts::{MountRow, NewMount};
+use crate::store::mounts::{MountRow, NewConnector, NewMount};
 use crate::store::workspaces::WorkspaceRow;
 use std::collections::HashSet;
 use warren_types::api::{
@@ -28,6 +30,7 @@ pub const MAX_CHAIN: usize = 8;
 
 /// The condition a redirect to an entry reports about its target.
 const TARGET_CONDITION: &str = "WorkspaceTargetFound";
+use warren_types::reconcile::CONNECTOR_CONDITION;
 
 /// A condition as what backs a mount reports it.
 fn condition(kind: &str, ok: bool, reason: &str, message: String) -> Condition {
@@ -272,10 +275,108 @@ async fn link_status(state: &AppState, m: &MountRow) -> Result<MountStatus, AppE
     })
 }
 
+/// How long a connector may stay silent before its mount is `Unknown`: three heartbeats
+/// (the partial-reconcile interval), and never under 3 s.
+pub fn heartbeat_deadline_ms(state: &AppState) -> i64 {
+    let secs = state
+        .settings
+        .partial_reconciliation_interval_seconds
+        .max(1)
+        * 3;
+    (secs.max(3) * 1000) as i64
+}
+
+/// The first condition that makes a report unavailable, or `None` when all hold.
+pub fn failing(conditions: &[Condition]) -> Option<&Condition> {
+    conditions
+        .iter()
+        .find(|c| c.kind.starts_with("Workspace") && c.status != "True")
+}
+
+/// A connector mount's status: `Connecting` until its first heartbeat, then its reported
+/// `Workspace…` conditions while heartbeats keep within the deadline, else `Unknown`.
+async fn connector_status(
+    state: &AppState,
+    m: &MountRow,
+) -> Result<MountStatus, crate::store::StoreError> {
+    let now = state.clock.now_ms();
+    let deadline = heartbeat_deadline_ms(state);
+    let Some(seen) = m.reported_at else {
+        return Ok(MountStatus {
+            phase: MountPhase::Connecting,
+            conditions: vec![Condition {
+                kind: CONNECTOR_CONDITION.into(),
+                status: "Unknown".into(),
+                reason: "NeverConnected".into(),
+                message: format!("waiting for `warren connect --mount {}` to dial in", m.name),
+            }],
+            url: None,
+            resolved: None,
+        });
+    };
+    if now - seen > deadline {
+        return Ok(MountStatus {
+            phase: MountPhase::Unknown,
+            conditions: vec![Condition {
+                kind: CONNECTOR_CONDITION.into(),
+                status: "Unknown".into(),
+                reason: "HeartbeatMissed".into(),
+                message: format!(
+                    "the connector has been silent for {} s (its deadline is {} s)",
+                    (now - seen) / 1000,
+                    deadline / 1000
+                ),
+            }],
+            url: None,
+            resolved: None,
+        });
+    }
+    let conditions: Vec<Condition> = m
+        .conditions
+        .iter()
+        .filter(|c| c.kind.starts_with("Workspace"))
+        .cloned()
+        .collect();
+    if failing(&conditions).is_some() {
+        return Ok(MountStatus {
+            phase: MountPhase::Unavailable,
+            conditions,
+            url: None,
+            resolved: None,
+        });
+    }
+    let config = match m.agent_id {
+        Some(a) => state.store.agent_by_id(a).await?.map(|a| a.config),
+        None => None,
+    }
+    .unwrap_or_default();
+    let host = match m.ports.first() {
+        Some(p) => format!("{p}-{}", m.name),
+        None => format!("terminal-{}", m.name),
+    };
+    Ok(MountStatus {
+        phase: MountPhase::Ready,
+        conditions,
+        url: Some(format!(
+            "{}://{host}.{}/",
+            config.workspace_scheme, config.workspace_domain
+        )),
+        resolved: None,
+    })
+}
+
+/// The status of `m`, from what it points to now (for the proxy's access answers).
+pub async fn get_status(state: &AppState, m: &MountRow) -> Result<MountStatus, AppError> {
+    status(state, m).await
+}
+
 /// The status of `m`, from what it points to now.
 async fn status(state: &AppState, m: &MountRow) -> Result<MountStatus, AppError> {
     if m.kind == MountType::Workspace.as_str() {
         return link_status(state, m).await;
+    }
+    if m.is_connector() {
+        return Ok(connector_status(state, m).await?);
     }
     let resolved = match (&m.target, &m.url) {
         (None, Some(u)) => Resolved::Url(u.clone()),
@@ -342,8 +443,11 @@ async fn to_api(
         reference: m.target.clone(),
         url: m.url.clone(),
         status: status(state, m).await?,
+        connector: m.is_connector(),
+        ports: m.ports.clone(),
         your_right,
         created_at: crate::db::from_millis(m.created_at),
+        connector_token: None,
     })
 }
 
@@ -427,9 +531,12 @@ pub async fn create(
         )
     })?;
     if kind == MountType::Proxy {
+        return create_connector(state, who, req).await;
+    }
+    if req.connector {
         return Err(AppError::invalid_field(
-            "type",
-            "proxy mounts are not served by this server yet; redirect and workspace mounts are",
+            "connector",
+            "only proxy mounts are backed by a connector",
         ));
     }
     if req.via.is_some() {
@@ -510,15 +617,7 @@ pub async fn create(
             }
         }
     }
-    let space = for_new_entry(state, who, req.space.as_deref())
-        .await
-        .map_err(|e| match (e.kind, &req.space) {
-            (ErrorKind::NotFound, Some(p)) => AppError::invalid_field(
-                "space",
-                format!("no space {p:?} (or none you hold a role on)"),
-            ),
-            _ => e,
-        })?;
+    let space = space_for(state, who, req).await?;
     let m = state
         .store
         .insert_mount(&NewMount {
@@ -528,6 +627,7 @@ pub async fn create(
             kind: kind.as_str(),
             target,
             url: url.as_deref(),
+            connector: None,
             now: state.clock.now_ms(),
         })
         .await
@@ -541,6 +641,95 @@ pub async fn create(
     tracing::info!(mount = %m.name, kind = %m.kind, space = %m.space_path, by = %who.user.username, "mount created");
     state.changed();
     to_api(state, &m, Some(Right::Manage)).await
+}
+
+/// Makes a `proxy` mount backed by a connector, and the agent row its token belongs to; the
+/// token is in the answer, once.
+async fn create_connector(
+    state: &AppState,
+    who: &Principal,
+    req: &CreateMountRequest,
+) -> Result<Mount, AppError> {
+    if req.via.is_some() || req.url.is_some() {
+        return Err(AppError::invalid_field(
+            if req.via.is_some() { "via" } else { "url" },
+            "proxy mounts to a URL through an agent are not served by this server yet; a proxy \
+             mount backed by a connector (`connector: true`, `warren connect` on the machine) is",
+        ));
+    }
+    if !req.connector {
+        return Err(AppError::invalid_field(
+            "connector",
+            "a proxy mount is backed by a connector: set `connector: true` and run `warren \
+             connect` on the machine",
+        ));
+    }
+    if req.reference.is_some() {
+        return Err(AppError::invalid_field(
+            "ref",
+            "a proxy mount points at no entry: its connector backs it",
+        ));
+    }
+    let space = space_for(state, who, req).await?;
+    // The connector's hosts are under the same domain as the workspaces of the first agent.
+    let config = state
+        .store
+        .list_agents()
+        .await?
+        .into_iter()
+        .next()
+        .map(|a| a.config)
+        .unwrap_or_default();
+    let token = crate::crypto::new_agent_token();
+    let agent_name = format!("{}{}", super::agents::CONNECTOR_PREFIX, req.name);
+    let m = state
+        .store
+        .insert_mount(&NewMount {
+            name: &req.name,
+            space_id: space.id,
+            owner_id: who.user.id,
+            kind: MountType::Proxy.as_str(),
+            target: None,
+            url: None,
+            connector: Some(NewConnector {
+                agent_name: &agent_name,
+                config: &config,
+                token_digest: &crate::crypto::token_digest(&token),
+            }),
+            now: state.clock.now_ms(),
+        })
+        .await
+        .map_err(super::error::already_exists(|| {
+            format!(
+                "name: an entry (workspace or mount) named {:?}, or an agent named {agent_name:?}, \
+                 already exists",
+                req.name
+            )
+        }))
+        .map_err(|e| e.with_field("name"))?;
+    tracing::info!(mount = %m.name, kind = %m.kind, space = %m.space_path, by = %who.user.username, "connector mount created");
+    state.changed();
+    let mut out = to_api(state, &m, Some(Right::Manage)).await?;
+    out.connector_token = Some(token);
+    Ok(out)
+}
+
+/// The space a new mount goes in: `req.space` (developer or owner there) or the caller's
+/// personal space.
+async fn space_for(
+    state: &AppState,
+    who: &Principal,
+    req: &CreateMountRequest,
+) -> Result<crate::store::spaces::SpaceRow, AppError> {
+    for_new_entry(state, who, req.space.as_deref())
+        .await
+        .map_err(|e| match (e.kind, &req.space) {
+            (ErrorKind::NotFound, Some(p)) => AppError::invalid_field(
+                "space",
+                format!("no space {p:?} (or none you hold a role on)"),
+            ),
+            _ => e,
+        })
 }
 
 /// How many mounts of `kind` the chain from `name` follows (0 when `name` is none).

@@ -49,6 +49,11 @@ pub async fn handle(
         .await?
         .ok_or_else(|| AppError::unauthenticated(format!("agent {agent_id} does not exist")))?;
     let started = std::time::Instant::now();
+    // Connectors' agent rows carry the prefix (no agent may take it), so an agent's call
+    // costs no extra query.
+    if req.connector.is_some() || agent.name.starts_with(super::agents::CONNECTOR_PREFIX) {
+        return connector_heartbeat(state, &agent, req).await;
+    }
     let mut resp = match &req.runtime_fault {
         Some(fault) => runtime_fault(state, &agent, fault).await?,
         None => reconcile(state, &agent, req).await?,
@@ -62,6 +67,84 @@ pub async fn handle(
     metrics::histogram!("warren_reconcile_seconds", "update_type" => kind)
         .record(started.elapsed().as_secs_f64());
     Ok(resp)
+}
+
+/// A connector's heartbeat (spec/mounts.md): the token must be the connector token of the
+/// mount the connector says it backs; what it reports is stored with the time. It never gets
+/// workspaces to run.
+async fn connector_heartbeat(
+    state: &AppState,
+    agent: &AgentRow,
+    req: &ReconcileRequest,
+) -> Result<ReconcileResponse, AppError> {
+    let mount = state.store.connector_mount(agent.id).await?;
+    let (m, report) = match (mount, &req.connector) {
+        (Some(m), Some(r)) if m.name == r.mount => (m, r),
+        (Some(m), Some(r)) => {
+            return Err(AppError::forbidden(format!(
+                "this connector token backs mount {}, not {}; each mount has its own (`warren \
+                 mount create NAME --type proxy --connector`)",
+                m.name, r.mount
+            )))
+        }
+        (Some(m), None) => {
+            return Err(AppError::forbidden(format!(
+                "this is the connector token of mount {}: run `warren connect --mount {}` with \
+                 it, not an agent",
+                m.name, m.name
+            )))
+        }
+        (None, Some(r)) => {
+            return Err(AppError::forbidden(format!(
+                "this token is agent {}'s, not the connector token of mount {}",
+                agent.name, r.mount
+            )))
+        }
+        (None, None) => {
+            return Err(AppError::forbidden(format!(
+                "agent {} belonged to a connector mount that was removed",
+                agent.name
+            )))
+        }
+    };
+    if !req.workspace_agent_infos.is_empty() {
+        return Err(AppError::invalid_field(
+            "workspace_agent_infos",
+            "a connector runs no workspaces",
+        ));
+    }
+    let mut ports = report.ports.clone();
+    ports.sort_unstable();
+    ports.dedup();
+    let conditions: Vec<_> = report
+        .conditions
+        .iter()
+        .filter(|c| c.kind.starts_with("Workspace"))
+        .take(16)
+        .map(|c| warren_types::api::Condition {
+            kind: c.kind.chars().take(64).collect(),
+            status: c.status.chars().take(16).collect(),
+            reason: c.reason.chars().take(64).collect(),
+            message: c.message.chars().take(MAX_FAULT_CHARS).collect(),
+        })
+        .collect();
+    let was = super::mounts::failing(&m.conditions).map(|c| c.reason.clone());
+    let now = state.clock.now_ms();
+    state
+        .store
+        .record_mount_report(m.id, &ports, &conditions, now)
+        .await?;
+    let deadline = super::mounts::heartbeat_deadline_ms(state);
+    let back = m.reported_at.is_none_or(|t| now - t > deadline);
+    if back || was != super::mounts::failing(&conditions).map(|c| c.reason.clone()) {
+        tracing::info!(mount = %m.name, ports = ?ports, "connector reporting");
+        state.changed();
+    }
+    Ok(ReconcileResponse {
+        workspace_rails_infos: vec![],
+        settings: state.settings,
+        gitops_sources: vec![],
+    })
 }
 
 /// The agent cannot see its runtime: record why (the first report's time is kept), mark the

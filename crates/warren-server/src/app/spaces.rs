@@ -347,6 +347,11 @@ pub async fn tree(state: &AppState, who: &Principal, root: Option<&str>) -> Resu
             .push(entry(r));
     }
     for (m, phase) in super::mounts::for_tree(state, who, &memberships, root).await? {
+        let points_to = if m.is_connector() {
+            Some(connector_points_to(&m.ports))
+        } else {
+            m.target.clone().or(m.url.clone())
+        };
         spaces
             .entry(m.space_path.clone())
             .or_insert_with(|| TreeSpace {
@@ -361,7 +366,7 @@ pub async fn tree(state: &AppState, who: &Principal, root: Option<&str>) -> Resu
                 owner_username: m.owner_username,
                 mount_type: MountType::parse(&m.kind),
                 phase: Some(phase),
-                points_to: m.target.or(m.url),
+                points_to,
                 desired_state: DesiredState::Running,
                 actual_state: ActualState::Running,
                 reason: None,
@@ -399,6 +404,15 @@ fn entry(r: TreeRow) -> TreeEntry {
         actual_state: r.actual_state,
         reason,
         url: r.url,
+    }
+}
+
+/// Where a connector mount points, for the tree: the machine's ports.
+fn connector_points_to(ports: &[u16]) -> String {
+    let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
+    match ports.is_empty() {
+        true => "connector".into(),
+        false => format!("connector (ports {})", ports.join(", ")),
     }
 }
 

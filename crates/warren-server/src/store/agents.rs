@@ -87,10 +87,14 @@ impl Store {
         Ok(row(&r)?)
     }
 
+    /// Every agent that runs workspaces: not the rows made for connector mounts.
     pub async fn list_agents(&self) -> Result<Vec<AgentRow>, StoreError> {
-        let rows = sqlx::query(&format!("SELECT {COLS} FROM agents ORDER BY id"))
-            .fetch_all(&self.db.pool)
-            .await?;
+        let rows = sqlx::query(&format!(
+            "SELECT {COLS} FROM agents WHERE id NOT IN (SELECT agent_id FROM mounts \
+             WHERE agent_id IS NOT NULL AND kind = 'proxy' AND url IS NULL) ORDER BY id"
+        ))
+        .fetch_all(&self.db.pool)
+        .await?;
         Ok(rows.iter().map(row).collect::<Result<_, _>>()?)
     }
 
@@ -174,7 +178,7 @@ impl Store {
     }
 }
 
-fn to_json(config: &AgentConfig) -> Result<String, StoreError> {
+pub(super) fn to_json(config: &AgentConfig) -> Result<String, StoreError> {
     serde_json::to_string(config).map_err(|e| StoreError::Corrupt {
         what: "agent config",
         source: Box::new(e),

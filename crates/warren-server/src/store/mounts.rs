@@ -2,11 +2,13 @@
 //! may make what, where a redirect leads) live in `app::mounts`; this module only reads and
 //! writes.
 
+use super::agents::to_json as config_json;
 use super::error::unique;
-use super::{get_i64, get_opt_str, get_str, Store, StoreError};
+use super::{get_i64, get_opt_i64, get_opt_str, get_str, Store, StoreError};
 use sqlx::any::AnyRow;
-use warren_types::api::WorkspaceGrant;
-use warren_types::{MountId, SpaceId, UserId, WorkspaceId};
+use warren_types::api::{Condition, WorkspaceGrant};
+use warren_types::config::AgentConfig;
+use warren_types::{AgentId, MountId, SpaceId, UserId, WorkspaceId};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MountRow {
@@ -20,8 +22,31 @@ pub struct MountRow {
     pub kind: String,
     pub target: Option<String>,
     pub url: Option<String>,
+    /// A `proxy` mount's agent: the connector's own agent row, or the agent that reaches
+    /// `url`.
+    pub agent_id: Option<AgentId>,
+    /// What backs it last reported (spec/mounts.md): the ports served, the conditions, and
+    /// when (its heartbeat).
+    pub ports: Vec<u16>,
+    pub conditions: Vec<Condition>,
+    pub reported_at: Option<i64>,
     pub created_at: i64,
     pub updated_at: i64,
+}
+
+impl MountRow {
+    /// A `proxy` mount backed by `warren connect` (no URL of its own).
+    pub fn is_connector(&self) -> bool {
+        self.kind == "proxy" && self.url.is_none()
+    }
+}
+
+/// The agent row made for a connector mount, inserted with it.
+#[derive(Debug, Clone)]
+pub struct NewConnector<'a> {
+    pub agent_name: &'a str,
+    pub config: &'a AgentConfig,
+    pub token_digest: &'a str,
 }
 
 /// A mount to insert.
@@ -33,11 +58,13 @@ pub struct NewMount<'a> {
     pub kind: &'a str,
     pub target: Option<&'a str>,
     pub url: Option<&'a str>,
+    pub connector: Option<NewConnector<'a>>,
     pub now: i64,
 }
 
 const COLS: &str = "m.id, m.name, m.space_id, sp.path AS space_path, m.owner_id, \
-    u.username AS owner_username, m.kind, m.target, m.url, m.created_at, m.updated_at";
+    u.username AS owner_username, m.kind, m.target, m.url, m.agent_id, m.ports, m.report, \
+    m.reported_at, m.created_at, m.updated_at";
 const FROM: &str =
     "mounts m JOIN spaces sp ON sp.id = m.space_id JOIN users u ON u.id = m.owner_id";
 
@@ -52,8 +79,25 @@ fn row(r: &AnyRow) -> Result<MountRow, sqlx::Error> {
         kind: get_str(r, "kind")?,
         target: get_opt_str(r, "target")?,
         url: get_opt_str(r, "url")?,
+        agent_id: get_opt_i64(r, "agent_id")?.map(AgentId),
+        // Written only by this module from typed values; unreadable JSON reads as nothing
+        // reported rather than failing every listing.
+        ports: get_opt_str(r, "ports")?
+            .and_then(|j| serde_json::from_str(&j).ok())
+            .unwrap_or_default(),
+        conditions: get_opt_str(r, "report")?
+            .and_then(|j| serde_json::from_str(&j).ok())
+            .unwrap_or_default(),
+        reported_at: get_opt_i64(r, "reported_at")?,
         created_at: get_i64(r, "created_at")?,
         updated_at: get_i64(r, "updated_at")?,
+    })
+}
+
+fn report_json(v: &impl serde::Serialize) -> Result<String, StoreError> {
+    serde_json::to_string(v).map_err(|e| StoreError::Corrupt {
+        what: "mount report",
+        source: Box::new(e),
     })
 }
 
@@ -113,9 +157,26 @@ impl Store {
         if taken.is_some() {
             return Err(StoreError::Conflict("mount name"));
         }
+        let agent_id = match &m.connector {
+            Some(c) => {
+                let r = sqlx::query(
+                    "INSERT INTO agents (name, token_hash, config, created_at, updated_at) \
+                     VALUES ($1, $2, $3, $4, $4) RETURNING id",
+                )
+                .bind(c.agent_name)
+                .bind(c.token_digest)
+                .bind(config_json(c.config)?)
+                .bind(m.now)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(unique("connector agent name"))?;
+                Some(get_i64(&r, "id")?)
+            }
+            None => None,
+        };
         let r = sqlx::query(
             "INSERT INTO mounts (name, space_id, owner_id, kind, target, url, created_at, \
-             updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $7) RETURNING id",
+             updated_at, agent_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8) RETURNING id",
         )
         .bind(m.name)
         .bind(m.space_id.get())
@@ -124,6 +185,7 @@ impl Store {
         .bind(m.target)
         .bind(m.url)
         .bind(m.now)
+        .bind(agent_id)
         .fetch_one(&mut *tx)
         .await
         .map_err(unique("mount name"))?;
@@ -137,13 +199,62 @@ impl Store {
         Ok(mount)
     }
 
-    /// Deletes a mount; false when it did not exist.
+    /// Deletes a mount, and a connector's agent row with it (its token stops working);
+    /// false when it did not exist.
     pub async fn delete_mount(&self, id: MountId) -> Result<bool, StoreError> {
+        let mut tx = self.db.begin().await?;
+        let connector = sqlx::query(
+            "SELECT agent_id FROM mounts WHERE id = $1 AND kind = 'proxy' AND url IS NULL",
+        )
+        .bind(id.get())
+        .fetch_optional(&mut *tx)
+        .await?;
         let r = sqlx::query("DELETE FROM mounts WHERE id = $1")
+            .bind(id.get())
+            .execute(&mut *tx)
+            .await?;
+        if let Some(agent) = connector
+            .as_ref()
+            .map(|r| get_opt_i64(r, "agent_id"))
+            .transpose()?
+            .flatten()
+        {
+            sqlx::query("DELETE FROM agents WHERE id = $1")
+                .bind(agent)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    /// The connector mount whose agent row is `agent`, if it is one.
+    pub async fn connector_mount(&self, agent: AgentId) -> Result<Option<MountRow>, StoreError> {
+        let r = sqlx::query(&format!(
+            "SELECT {COLS} FROM {FROM} WHERE m.agent_id = $1 AND m.kind = 'proxy' AND m.url IS NULL"
+        ))
+        .bind(agent.get())
+        .fetch_optional(&self.db.pool)
+        .await?;
+        Ok(r.as_ref().map(row).transpose()?)
+    }
+
+    /// Records a heartbeat (or probe) of what backs mount `id`.
+    pub async fn record_mount_report(
+        &self,
+        id: MountId,
+        ports: &[u16],
+        conditions: &[Condition],
+        now: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query("UPDATE mounts SET ports = $1, report = $2, reported_at = $3 WHERE id = $4")
+            .bind(report_json(&ports)?)
+            .bind(report_json(&conditions)?)
+            .bind(now)
             .bind(id.get())
             .execute(&self.db.pool)
             .await?;
-        Ok(r.rows_affected() == 1)
+        Ok(())
     }
 }
 

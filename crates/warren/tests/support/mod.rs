@@ -694,6 +694,11 @@ impl Up {
 
     /// `warren up` on an existing home (a restart after `crash` or `stop`).
     pub fn start_in(home: tempfile::TempDir) -> Up {
+        Up::start_with(home, &[])
+    }
+
+    /// `warren up` with extra environment variables (settings without a test default).
+    pub fn start_with(home: tempfile::TempDir, env: &[(&str, &str)]) -> Up {
         let ready = home.path().join("ready");
         let _ = std::fs::remove_file(&ready);
         let log = std::fs::OpenOptions::new()
@@ -719,6 +724,7 @@ impl Up {
                 "WARREN_LOG",
                 std::env::var("WARREN_TEST_LOG").unwrap_or_else(|_| "info".into()),
             )
+            .envs(env.iter().copied())
             .process_group(0)
             .stdout(Stdio::from(log.try_clone().expect("log file")))
             .stderr(Stdio::from(log))
@@ -767,6 +773,17 @@ impl Up {
             ),
             after("SSH:             ssh -p ", ' '),
         )
+    }
+
+    /// The relay's listener for agents and connectors, as `warren up` printed it.
+    pub fn relay_url(&self) -> String {
+        let log = self.log();
+        log.rsplit("warren connect --relay-url ")
+            .next()
+            .filter(|_| log.contains("warren connect --relay-url "))
+            .and_then(|r| r.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no relay URL in:\n{log}"))
+            .to_owned()
     }
 
     /// The API's base URL (`http://addr`), from the ready file.

@@ -70,6 +70,7 @@ fn report(config: &ConnectorConfig) -> ReconcileRequest {
         capacity: None,
         runtime_fault: None,
         isolation_warning: None,
+        mounts: vec![],
         connector: Some(MountReport {
             mount: config.mount.clone(),
             ports: config.ports.clone(),

@@ -8,5 +8,6 @@ pub mod gitops;
 pub mod reconciler;
 pub mod runtime;
 mod service;
+pub mod url_mounts;
 
 pub use service::{run, serve, AgentConfig, AgentError, RuntimeChoice};

@@ -137,6 +137,9 @@ pub struct Reconciler {
     settings: ReconcileSettings,
     error_seq: u64,
     status: watch::Sender<ReconcilerStatus>,
+    /// The `proxy` mounts the server lists for this agent: kept current from each answer,
+    /// their probes reported with each call.
+    url_mounts: crate::url_mounts::UrlMounts,
 }
 
 impl std::fmt::Debug for Reconciler {
@@ -204,7 +207,14 @@ impl Reconciler {
             settings: ReconcileSettings::default(),
             error_seq: 0,
             status: watch::channel(ReconcilerStatus::default()).0,
+            url_mounts: Default::default(),
         }
+    }
+
+    /// Shares the URL mounts with the relay connection that dials them.
+    pub fn with_url_mounts(mut self, mounts: crate::url_mounts::UrlMounts) -> Self {
+        self.url_mounts = mounts;
+        self
     }
 
     /// Follows the loop's progress.
@@ -360,6 +370,7 @@ impl Reconciler {
                     runtime_fault: Some(error_chain(&e)),
                     isolation_warning: None,
                     connector: None,
+                    mounts: vec![],
                 };
                 if let Err(t) = self.transport.reconcile(&fault).await {
                     tracing::debug!(error = %error_chain(&t), "reporting the runtime fault failed");
@@ -393,8 +404,10 @@ impl Reconciler {
             runtime_fault: None,
             isolation_warning,
             connector: None,
+            mounts: self.url_mounts.reports(),
         };
         let response = self.transport.reconcile(&request).await?;
+        self.url_mounts.set(&response.mounts);
         tracing::debug!(kind = ?kind, reported = request.workspace_agent_infos.len(), returned = response.workspace_rails_infos.len(), "reconciled");
 
         // Acknowledged: clear exactly the errors this call carried (a newer one stays).

@@ -100,7 +100,9 @@ pub async fn serve(
 ) -> Result<(), AgentError> {
     let connection =
         RelayConnection::new(connection, runtime.clone()).map_err(AgentError::Connection)?;
-    let reconciler = Reconciler::new(Arc::new(connection.clone()), runtime.clone(), reconciler);
+    let reconciler = Reconciler::new(Arc::new(connection.clone()), runtime.clone(), reconciler)
+        .with_url_mounts(connection.url_mounts());
+    let probe_task = tokio::spawn(connection.url_mounts().run(shutdown.clone()));
     let gitops_task = tokio::spawn(crate::gitops::run(
         agent.to_string(),
         connection.clone(),
@@ -113,7 +115,8 @@ pub async fn serve(
         async move { connection.run(shutdown).await }
     });
     let loop_task = tokio::spawn(reconciler.run(shutdown.clone()));
-    let (c, l, g) = tokio::join!(conn_task, loop_task, gitops_task);
+    let (c, l, g, p) = tokio::join!(conn_task, loop_task, gitops_task, probe_task);
+    p.map_err(|e| AgentError::Task("mount probes", e))?;
     c.map_err(|e| AgentError::Task("relay connection", e))?;
     l.map_err(|e| AgentError::Task("reconcile loop", e))?;
     g.map_err(|e| AgentError::Task("GitOps", e))?;

@@ -145,6 +145,7 @@ async fn bench(label: &str, url: String, home: &std::path::Path) {
         runtime_fault: None,
         isolation_warning: None,
         connector: None,
+        mounts: vec![],
     };
     let first = Instant::now();
     let resp =
@@ -175,6 +176,7 @@ async fn bench(label: &str, url: String, home: &std::path::Path) {
         runtime_fault: None,
         isolation_warning: None,
         connector: None,
+        mounts: vec![],
     };
     let resp =
         warren_server::app::reconcile::reconcile(&state, &fresh(&state, &agent).await, &partial)

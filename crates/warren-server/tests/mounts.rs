@@ -75,7 +75,7 @@ async fn redirect_mounts() {
             (
                 json!({"name": "m1", "type": "proxy", "url": "http://10.0.0.1/"}),
                 400,
-                "not served",
+                "names the agent",
             ),
             (
                 json!({"name": "m1", "type": "redirect"}),
@@ -570,11 +570,6 @@ async fn connector_mounts() {
                 "connector: true",
             ),
             (
-                json!({"name": "m1", "type": "proxy", "url": "http://10.0.0.5:8080/", "via": "a1"}),
-                "via",
-                "not served by this server yet",
-            ),
-            (
                 json!({"name": "m1", "type": "proxy", "connector": true, "ref": "x"}),
                 "ref",
                 "points at no entry",
@@ -784,6 +779,187 @@ async fn connector_mounts() {
             )
             .await;
         assert_eq!(st, 401, "[{l}]");
+        s.stop().await;
+    }
+}
+
+/// `proxy` mounts to a URL through an agent: made by admins only, the URL and agent checked,
+/// listed to that agent in its reconcile answers, its probes deciding the phase (`Unknown`
+/// when it falls silent), and the proxy told the URL and only its port.
+#[tokio::test]
+async fn url_proxy_mounts() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        let a1 = s.agent("a1", json!({})).await;
+        let a2 = s.agent("a2", json!({})).await;
+        let alice = s.user("alice", &["api", "workspace"]).await;
+        let (_, me) = s
+            .call(Method::GET, "/api/v1/users/me", Some(&alice), None)
+            .await;
+        let alice_id = me["id"].as_i64().unwrap();
+        assert_eq!(
+            s.admin(
+                Method::POST,
+                "/api/v1/spaces",
+                Some(json!({"path": "acme"}))
+            )
+            .await
+            .0,
+            201
+        );
+        assert_eq!(
+            s.admin(
+                Method::PUT,
+                "/api/v1/spaces/acme/members/alice",
+                Some(json!({"role": "developer"}))
+            )
+            .await
+            .0,
+            200
+        );
+        let (st, b) = s
+            .call(
+                Method::POST,
+                "/api/v1/mounts",
+                Some(&alice),
+                Some(json!({"name": "wiki", "type": "proxy", "url": "http://10.1.2.3:8080/", "via": "a1"})),
+            )
+            .await;
+        assert_eq!(st, 403, "[{l}] only admins: {b}");
+        for (body, field, words) in [
+            (
+                json!({"url": "ftp://10.1.2.3/", "via": "a1"}),
+                "url",
+                "http or https",
+            ),
+            (json!({"url": "http://10.1.2.3/"}), "via", "names the agent"),
+            (
+                json!({"url": "http://10.1.2.3/", "via": "nope"}),
+                "via",
+                "no agent named",
+            ),
+            (
+                json!({"url": "http://u:p@10.1.2.3/", "via": "a1"}),
+                "url",
+                "credentials",
+            ),
+        ] {
+            let mut body = body;
+            body["name"] = json!("wiki");
+            body["type"] = json!("proxy");
+            let (st, b) = s
+                .admin(Method::POST, "/api/v1/mounts", Some(body.clone()))
+                .await;
+            assert_eq!(st, 400, "[{l}] {body}: {b}");
+            assert!(msg(&b).starts_with(&format!("{field}: ")), "[{l}] {b}");
+            assert!(msg(&b).contains(words), "[{l}] {b}");
+        }
+        let (st, m) = s
+            .admin(
+                Method::POST,
+                "/api/v1/mounts",
+                Some(json!({"name": "wiki", "type": "proxy", "url": "https://wiki.internal:8443/w", "via": "a1", "space": "acme"})),
+            )
+            .await;
+        assert_eq!(st, 201, "[{l}] {m}");
+        assert_eq!(m["status"]["phase"], "Connecting", "[{l}] {m}");
+        // Listed to its agent only.
+        let (st, b) = s
+            .reconcile(
+                a1,
+                json!({"update_type": "partial", "workspace_agent_infos": []}),
+            )
+            .await;
+        assert_eq!(st, 201, "[{l}] {b}");
+        assert_eq!(
+            b["mounts"],
+            json!([{"name": "wiki", "url": "https://wiki.internal:8443/w"}]),
+            "[{l}] {b}"
+        );
+        let (_, b) = s
+            .reconcile(
+                a2,
+                json!({"update_type": "partial", "workspace_agent_infos": []}),
+            )
+            .await;
+        assert!(b.get("mounts").is_none(), "[{l}] {b}");
+        let probe = |ok: bool| {
+            json!({"update_type": "partial", "workspace_agent_infos": [], "mounts": [{
+                "mount": "wiki",
+                "conditions": [{"type": "WorkspaceUrlReachable", "status": if ok {"True"} else {"False"},
+                    "reason": if ok {"Reachable"} else {"Unreachable"}, "message": "connecting to wiki.internal:8443: refused"}]
+            }]})
+        };
+        // Another agent's word about it counts for nothing.
+        assert_eq!(s.reconcile(a2, probe(true)).await.0, 201);
+        let get = || async {
+            s.call(Method::GET, "/api/v1/mounts/wiki", Some(&alice), None)
+                .await
+                .1
+        };
+        assert_eq!(get().await["status"]["phase"], "Connecting", "[{l}]");
+        assert_eq!(s.reconcile(a1, probe(true)).await.0, 201);
+        let m = get().await;
+        assert_eq!(m["status"]["phase"], "Ready", "[{l}] {m}");
+        assert!(
+            m["status"]["url"]
+                .as_str()
+                .unwrap()
+                .starts_with("http://8443-wiki."),
+            "[{l}] {m}"
+        );
+        let access = |port: u16| {
+            let s = &s;
+            async move {
+                s.call(
+                    Method::GET,
+                    &format!("/internal/workspaces/access?host=wiki&port={port}&user={alice_id}"),
+                    Some(&proxy_jwt()),
+                    None,
+                )
+                .await
+            }
+        };
+        let (st, a) = access(8443).await;
+        assert_eq!(st, 200, "[{l}] {a}");
+        assert_eq!(
+            (
+                a["agent_id"].as_i64(),
+                a["mount_url"].as_str(),
+                a["namespace"].as_str()
+            ),
+            (Some(a1), Some("https://wiki.internal:8443/w"), Some("")),
+            "[{l}] {a}"
+        );
+        assert_eq!(access(8080).await.0, 404, "[{l}] only the URL's port");
+        let (st, _) = s
+            .call(
+                Method::GET,
+                &format!("/internal/ssh/authorize?username=wiki&token={alice}"),
+                Some(&proxy_jwt()),
+                None,
+            )
+            .await;
+        assert_eq!(st, 404, "[{l}] no shell behind a URL");
+        assert_eq!(s.reconcile(a1, probe(false)).await.0, 201);
+        let m = get().await;
+        assert_eq!(m["status"]["phase"], "Unavailable", "[{l}] {m}");
+        let (_, a) = access(8443).await;
+        assert!(
+            a["unavailable"].as_str().unwrap().contains("refused"),
+            "[{l}] {a}"
+        );
+        s.clock.advance_ms(31_000);
+        let m = get().await;
+        assert_eq!(m["status"]["phase"], "Unknown", "[{l}] {m}");
+        assert!(
+            m["status"]["conditions"][0]["message"]
+                .as_str()
+                .unwrap()
+                .contains("agent a1 has been silent"),
+            "[{l}] {m}"
+        );
         s.stop().await;
     }
 }

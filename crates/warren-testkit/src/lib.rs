@@ -191,8 +191,10 @@ fn spawn_agent(
             max_backoff: Duration::from_millis(500),
             apply_concurrency: 4,
         },
-    );
+    )
+    .with_url_mounts(connection.url_mounts());
     let tasks = vec![
+        tokio::spawn(connection.url_mounts().run(shutdown.clone())),
         tokio::spawn(warren_agent::gitops::run(
             agent_id,
             connection.clone(),
@@ -660,6 +662,11 @@ impl Stack {
     /// `{port}-{workspace}.ws.localhost:{proxy port}`.
     pub fn host(&self, port: u16, workspace: &str) -> String {
         format!("{port}-{workspace}.{DOMAIN}:{}", self.proxy_addr.port())
+    }
+
+    /// The relay's listener for agents and connectors.
+    pub fn relay_agents_url(&self) -> &str {
+        &self.relay_agents_url
     }
 
     /// `http://{port}-{workspace}.ws.localhost:{proxy port}{path}`.

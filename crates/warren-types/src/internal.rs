@@ -120,6 +120,10 @@ pub struct WorkspaceAccess {
     /// proxy answers 503 with this reason instead of trying.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unavailable: Option<String>,
+    /// A `proxy` mount to a URL: the agent dials it (TLS included); the proxy sends the
+    /// URL's host as `Host` and puts its path before the request's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mount_url: Option<String>,
 }
 
 /// Body of [`WORKSPACE_START_PATH`].

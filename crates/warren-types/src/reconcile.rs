@@ -50,6 +50,20 @@ pub struct ReconcileRequest {
     /// server refuses it from a token that backs another mount, or from an agent's token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connector: Option<MountReport>,
+    /// What the agent found probing the URLs of the `proxy` mounts it reaches (a Warren
+    /// extension; [`ReconcileResponse::mounts`] lists them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts: Vec<MountReport>,
+}
+
+/// A `proxy` mount an agent reaches: it probes `url` and dials it for the mount's tunnels,
+/// and nothing else.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyMountSpec {
+    pub name: String,
+    /// `http` or `https`, with a host and maybe a port and path.
+    pub url: String,
 }
 
 /// The condition a connector reports about itself, and the server sets `Unknown` when the
@@ -136,6 +150,10 @@ pub struct ReconcileResponse {
     /// stream per name open to its relay (`crate::gitops`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gitops_sources: Vec<String>,
+    /// Warren's extension: the `proxy` mounts this agent reaches (spec/mounts.md); the
+    /// agent probes each and reports in [`ReconcileRequest::mounts`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts: Vec<ProxyMountSpec>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

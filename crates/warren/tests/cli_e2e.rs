@@ -163,6 +163,7 @@ async fn agent_loop(endpoint: String, agent_id: i64, stop: Arc<AtomicBool>) {
             runtime_fault: None,
             isolation_warning: None,
             connector: None,
+            mounts: vec![],
         };
         let resp = http
             .post(&endpoint)

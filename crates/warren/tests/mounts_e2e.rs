@@ -151,6 +151,7 @@ fn a_team_attaches_a_machine_pairs_through_a_softlink_and_follows_a_redirect() {
     let (gpu, gpu2) = (format!("gpu-{suffix}"), format!("gpu2-{suffix}"));
     let ws = format!("web-{suffix}");
     let (link, old) = (format!("pair-{suffix}"), format!("old-{suffix}"));
+    let (site_mount, dead_mount) = (format!("site-{suffix}"), format!("dead-{suffix}"));
     up.workspace = Some(ws.clone());
     let dir = tempfile::tempdir().expect("temp dir");
     let known_hosts = dir.path().join("known_hosts");
@@ -159,6 +160,8 @@ fn a_team_attaches_a_machine_pairs_through_a_softlink_and_follows_a_redirect() {
     let site = dir.path().join("site");
     std::fs::create_dir(&site).expect("site dir");
     std::fs::write(site.join("index.html"), "served-by-connector\n").expect("page");
+    std::fs::create_dir(site.join("sub")).expect("sub dir");
+    std::fs::write(site.join("sub/index.html"), "served-under-sub\n").expect("page");
     let (web_port, echo_port) = (support::free_port(), support::free_port());
     let _web = Child(
         Command::new("python3")
@@ -421,6 +424,77 @@ fn a_team_attaches_a_machine_pairs_through_a_softlink_and_follows_a_redirect() {
         .await;
     });
 
+    // An admin puts a URL the agent reaches in the tree: its path goes before the request's,
+    // and one nothing answers on is Unavailable, the proxy saying why.
+    let closed = support::free_port();
+    for (name, url) in [
+        (&site_mount, format!("http://127.0.0.1:{web_port}/sub")),
+        (&dead_mount, format!("http://127.0.0.1:{closed}/")),
+    ] {
+        up.cli_ok(&[
+            "mount",
+            "create",
+            name,
+            "--type",
+            "proxy",
+            "--url",
+            &url,
+            "--via",
+            "local",
+            "--space",
+            "acme/platform",
+        ]);
+    }
+    let phase_of = |name: &str, want: &str| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let m = call(
+                &alice,
+                reqwest::Method::GET,
+                &format!("/mounts/{name}"),
+                None,
+            );
+            if m["status"]["phase"] == want {
+                return m;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} never {want}: {m}\n{}",
+                up.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let site = phase_of(&site_mount, "Ready");
+    assert_eq!(
+        site["status"]["url"],
+        format!("http://{web_port}-{site_mount}.ws.localhost:{http_port}/"),
+        "{site}"
+    );
+    let (status, body, _) = curl(
+        http_port,
+        &bob,
+        &format!("http://{web_port}-{site_mount}.ws.localhost:{http_port}/"),
+    );
+    assert_eq!(
+        (status, body.trim()),
+        (200, "served-under-sub"),
+        "{}",
+        up.log()
+    );
+    let dead = phase_of(&dead_mount, "Unavailable");
+    assert_eq!(
+        dead["status"]["conditions"][0]["reason"], "Unreachable",
+        "{dead}"
+    );
+    let (status, body, _) = curl(
+        http_port,
+        &alice,
+        &format!("http://{closed}-{dead_mount}.ws.localhost:{http_port}/"),
+    );
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains(&format!("127.0.0.1:{closed}")), "{body}");
+
     // The token backs this mount alone.
     call(
         &alice,
@@ -536,6 +610,8 @@ fn a_team_attaches_a_machine_pairs_through_a_softlink_and_follows_a_redirect() {
         (&gpu2, "Connecting"),
         (&link, "Ready"),
         (&old, "Ready"),
+        (&site_mount, "Ready"),
+        (&dead_mount, "Unavailable"),
     ] {
         assert!(
             tree.lines()

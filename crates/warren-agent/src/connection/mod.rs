@@ -11,6 +11,7 @@ use crate::reconciler::{ReconcileTransport, TransportError, TransportEvents};
 use crate::runtime::{
     ExecOutput, ExecSession, ExecSpec, RuntimeError, WorkspaceKey, WorkspaceRuntime,
 };
+use crate::url_mounts::UrlMounts;
 use async_trait::async_trait;
 use futures::StreamExt;
 use std::sync::Arc;
@@ -112,6 +113,9 @@ impl ConnectError {
 struct Inner {
     config: ConnectionConfig,
     runtime: Arc<dyn WorkspaceRuntime>,
+    /// The `proxy` mounts this agent reaches: a dial naming one (no namespace) goes to its
+    /// URL, not to the runtime.
+    url_mounts: UrlMounts,
     http: reqwest::Client,
     session: watch::Sender<Option<Session>>,
     events: watch::Sender<TransportEvents>,
@@ -151,11 +155,17 @@ impl RelayConnection {
             inner: Arc::new(Inner {
                 config,
                 runtime,
+                url_mounts: UrlMounts::default(),
                 http,
                 session: watch::channel(None).0,
                 events: watch::channel(TransportEvents::default()).0,
             }),
         })
+    }
+
+    /// The `proxy` mounts this connection dials (the reconciler keeps the list current).
+    pub fn url_mounts(&self) -> UrlMounts {
+        self.inner.url_mounts.clone()
     }
 
     /// Opens a stream to the relay and sends its header, once a connection is up (waiting
@@ -300,7 +310,14 @@ impl RelayConnection {
             name: target.workspace.clone(),
             namespace: target.namespace.clone(),
         };
-        let dialled = self.inner.runtime.dial(&key, target.port).await;
+        let mount = match target.namespace.is_empty() {
+            true => self.inner.url_mounts.dial(&target.workspace).await,
+            false => None,
+        };
+        let dialled = match mount {
+            Some(d) => d,
+            None => self.inner.runtime.dial(&key, target.port).await,
+        };
         let mut endpoint = match dialled {
             Ok(endpoint) => endpoint,
             Err(e) => return refuse(stream, &key, "dial", e).await,

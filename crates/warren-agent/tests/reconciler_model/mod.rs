@@ -88,6 +88,7 @@ impl ServerModel {
                 workspace_rails_infos: vec![],
                 settings: self.settings,
                 gitops_sources: vec![],
+                mounts: vec![],
             };
         }
         let full = request.update_type == UpdateType::Full;
@@ -145,6 +146,7 @@ impl ServerModel {
             workspace_rails_infos: infos,
             settings: self.settings,
             gitops_sources: vec![],
+            mounts: vec![],
         }
     }
 }

@@ -177,6 +177,7 @@ mod tests {
             wake_on_request: false,
             mount: false,
             unavailable: None,
+            mount_url: None,
         })
     }
 

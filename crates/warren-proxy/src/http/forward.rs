@@ -462,6 +462,35 @@ pub(crate) fn prepare_request(
     (req, on_upgrade)
 }
 
+/// Aims a prepared request at a `proxy` mount's URL (spec/mounts.md): `Host` is the URL's
+/// host (the server behind it knows itself by that name; `X-Forwarded-Host` keeps the
+/// client's), and the URL's path goes before the request's.
+pub(crate) fn aim_at_url(req: &mut Request<Body>, mount_url: &str) {
+    let Ok(url) = url::Url::parse(mount_url) else {
+        return;
+    };
+    let host = match (url.host_str(), url.port()) {
+        (Some(h), Some(p)) => format!("{h}:{p}"),
+        (Some(h), None) => h.to_owned(),
+        (None, _) => return,
+    };
+    if let Ok(v) = HeaderValue::from_str(&host) {
+        req.headers_mut().insert(header::HOST, v);
+    }
+    let base = url.path().trim_end_matches('/');
+    if base.is_empty() {
+        return;
+    }
+    let pq = req
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    if let Ok(uri) = format!("{base}{pq}").parse() {
+        *req.uri_mut() = uri;
+    }
+}
+
 /// Rewrites the upstream's answer for the client; a switch of protocols is wired up here.
 pub(crate) fn finish_response(
     shared: &std::sync::Arc<Shared>,

@@ -329,7 +329,10 @@ async fn workspace_host(
                     headers.insert(name, v.clone());
                 }
             }
-            let (req, client_upgrade) = forward::prepare_request(req, &client);
+            let (mut req, client_upgrade) = forward::prepare_request(req, &client);
+            if let Some(url) = &access.mount_url {
+                forward::aim_at_url(&mut req, url);
+            }
             let workspace_id = access.workspace_id;
             let mount = access.mount;
             let key = forward::Upstream { access, port };

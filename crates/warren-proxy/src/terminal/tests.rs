@@ -52,6 +52,7 @@ fn access(workspace: &str) -> WorkspaceAccess {
         wake_on_request: false,
         mount: false,
         unavailable: None,
+        mount_url: None,
     }
 }
 

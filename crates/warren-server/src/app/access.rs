@@ -155,12 +155,13 @@ fn answer(w: WorkspaceRow, user: UserId, port: Option<u16>, wake: bool) -> Works
         user_id: user,
         mount: false,
         unavailable: None,
+        mount_url: None,
     }
 }
 
-/// A connector mount the user may use (the usual "not found" otherwise), with the reason it
-/// cannot serve now, if any.
-async fn usable_connector(
+/// A `proxy` mount (a connector's, or a URL through an agent) the user may use (the usual
+/// "not found" otherwise), with the reason it cannot serve now, if any.
+async fn usable_proxy_mount(
     state: &AppState,
     name: &str,
     user: UserId,
@@ -169,7 +170,7 @@ async fn usable_connector(
         .store
         .mount_by_name(name)
         .await?
-        .filter(|m| m.is_connector())
+        .filter(|m| m.kind == MountType::Proxy.as_str())
         .ok_or_else(hidden)?;
     let Some(u) = state
         .store
@@ -199,8 +200,8 @@ async fn usable_connector(
     Ok((m, u.username, unavailable))
 }
 
-/// The access answer for a connector mount: the connector's agent serves `port` of "the
-/// workspace" named after the mount.
+/// The access answer for a `proxy` mount: its agent (the connector's, or the one reaching
+/// its URL) serves `port` of "the workspace" named after the mount.
 fn mount_answer(
     m: &MountRow,
     user: UserId,
@@ -225,6 +226,7 @@ fn mount_answer(
         wake_on_request: false,
         mount: true,
         unavailable,
+        mount_url: m.url.clone(),
     }
 }
 
@@ -290,9 +292,16 @@ pub async fn workspace(
     let user = asking(state, q).await?;
     let (w, _) = match usable_or_linked(state, &q.host, user).await {
         Err(e) if e.kind == super::ErrorKind::NotFound => {
-            let (m, _, unavailable) = usable_connector(state, &q.host, user).await?;
-            // Before the first heartbeat no port is known; after it, only those declared.
-            if q.port.is_some_and(|p| !m.ports.contains(&p)) && unavailable.is_none() {
+            let (m, _, unavailable) = usable_proxy_mount(state, &q.host, user).await?;
+            // A URL serves its own port and no terminal; a connector the ports it declared
+            // (none known before its first heartbeat).
+            let serves = match (&m.url, q.port) {
+                (Some(u), Some(p)) => super::mounts::url_port(u) == Some(p),
+                (Some(_), None) => false,
+                (None, Some(p)) => m.ports.contains(&p) || unavailable.is_some(),
+                (None, None) => true,
+            };
+            if !serves {
                 return Err(hidden());
             }
             return Ok(mount_answer(&m, user, q.port, unavailable));
@@ -373,7 +382,11 @@ pub async fn ssh(state: &AppState, q: &SshAuthorizeQuery) -> Result<SshAuthoriza
     };
     let (w, username) = match usable_or_linked(state, &q.username, user).await {
         Err(e) if e.kind == super::ErrorKind::NotFound => {
-            let (m, username, unavailable) = usable_connector(state, &q.username, user).await?;
+            let (m, username, unavailable) = usable_proxy_mount(state, &q.username, user).await?;
+            if !m.is_connector() {
+                // A URL has no shell to log in to.
+                return Err(hidden());
+            }
             let a = mount_answer(&m, user, None, unavailable);
             return Ok(SshAuthorization {
                 user_id: user,

@@ -31,6 +31,9 @@ pub const MAX_CHAIN: usize = 8;
 /// The condition a redirect to an entry reports about its target.
 const TARGET_CONDITION: &str = "WorkspaceTargetFound";
 use warren_types::reconcile::CONNECTOR_CONDITION;
+/// The condition about a URL mount's URL: the agent's probe, or the server's when the agent
+/// fell silent or is gone.
+pub const AGENT_CONDITION: &str = "WorkspaceUrlReachable";
 
 /// A condition as what backs a mount reports it.
 fn condition(kind: &str, ok: bool, reason: &str, message: String) -> Condition {
@@ -293,22 +296,49 @@ pub fn failing(conditions: &[Condition]) -> Option<&Condition> {
         .find(|c| c.kind.starts_with("Workspace") && c.status != "True")
 }
 
-/// A connector mount's status: `Connecting` until its first heartbeat, then its reported
-/// `Workspace…` conditions while heartbeats keep within the deadline, else `Unknown`.
-async fn connector_status(
+/// A `proxy` mount's status: `Connecting` until what backs it first reports (the connector's
+/// heartbeat, the agent's probe of the URL), then its reported `Workspace…` conditions while
+/// reports keep within the deadline, else `Unknown`.
+async fn proxy_status(
     state: &AppState,
     m: &MountRow,
 ) -> Result<MountStatus, crate::store::StoreError> {
     let now = state.clock.now_ms();
     let deadline = heartbeat_deadline_ms(state);
+    let (kind, backer) = if m.is_connector() {
+        (CONNECTOR_CONDITION, "the connector".to_owned())
+    } else {
+        let agent = match m.agent_id {
+            Some(a) => state.store.agent_by_id(a).await?.map(|a| a.name),
+            None => None,
+        };
+        let Some(agent) = agent else {
+            return Ok(MountStatus {
+                phase: MountPhase::Unavailable,
+                conditions: vec![condition(
+                    AGENT_CONDITION,
+                    false,
+                    "AgentMissing",
+                    "the agent that reached its URL does not exist any more".into(),
+                )],
+                url: None,
+                resolved: None,
+            });
+        };
+        (AGENT_CONDITION, format!("agent {agent}"))
+    };
     let Some(seen) = m.reported_at else {
+        let waiting = match &m.url {
+            None => format!("waiting for `warren connect --mount {}` to dial in", m.name),
+            Some(u) => format!("waiting for {backer} to reach {u}"),
+        };
         return Ok(MountStatus {
             phase: MountPhase::Connecting,
             conditions: vec![Condition {
-                kind: CONNECTOR_CONDITION.into(),
+                kind: kind.into(),
                 status: "Unknown".into(),
                 reason: "NeverConnected".into(),
-                message: format!("waiting for `warren connect --mount {}` to dial in", m.name),
+                message: waiting,
             }],
             url: None,
             resolved: None,
@@ -318,11 +348,11 @@ async fn connector_status(
         return Ok(MountStatus {
             phase: MountPhase::Unknown,
             conditions: vec![Condition {
-                kind: CONNECTOR_CONDITION.into(),
+                kind: kind.into(),
                 status: "Unknown".into(),
                 reason: "HeartbeatMissed".into(),
                 message: format!(
-                    "the connector has been silent for {} s (its deadline is {} s)",
+                    "{backer} has been silent for {} s (its deadline is {} s)",
                     (now - seen) / 1000,
                     deadline / 1000
                 ),
@@ -350,7 +380,11 @@ async fn connector_status(
         None => None,
     }
     .unwrap_or_default();
-    let host = match m.ports.first() {
+    let port = match &m.url {
+        Some(u) => url_port(u),
+        None => m.ports.first().copied(),
+    };
+    let host = match port {
         Some(p) => format!("{p}-{}", m.name),
         None => format!("terminal-{}", m.name),
     };
@@ -375,8 +409,8 @@ async fn status(state: &AppState, m: &MountRow) -> Result<MountStatus, AppError>
     if m.kind == MountType::Workspace.as_str() {
         return link_status(state, m).await;
     }
-    if m.is_connector() {
-        return Ok(connector_status(state, m).await?);
+    if m.kind == MountType::Proxy.as_str() {
+        return Ok(proxy_status(state, m).await?);
     }
     let resolved = match (&m.target, &m.url) {
         (None, Some(u)) => Resolved::Url(u.clone()),
@@ -628,6 +662,7 @@ pub async fn create(
             target,
             url: url.as_deref(),
             connector: None,
+            via: None,
             now: state.clock.now_ms(),
         })
         .await
@@ -650,25 +685,35 @@ async fn create_connector(
     who: &Principal,
     req: &CreateMountRequest,
 ) -> Result<Mount, AppError> {
-    if req.via.is_some() || req.url.is_some() {
-        return Err(AppError::invalid_field(
-            if req.via.is_some() { "via" } else { "url" },
-            "proxy mounts to a URL through an agent are not served by this server yet; a proxy \
-             mount backed by a connector (`connector: true`, `warren connect` on the machine) is",
-        ));
-    }
-    if !req.connector {
-        return Err(AppError::invalid_field(
-            "connector",
-            "a proxy mount is backed by a connector: set `connector: true` and run `warren \
-             connect` on the machine",
-        ));
-    }
     if req.reference.is_some() {
         return Err(AppError::invalid_field(
             "ref",
-            "a proxy mount points at no entry: its connector backs it",
+            "a proxy mount points at no entry: a URL through an agent (`url`, `via`) or a \
+             connector backs it",
         ));
+    }
+    match (&req.url, &req.via, req.connector) {
+        (Some(url), Some(via), false) => return create_url_proxy(state, who, req, url, via).await,
+        (None, None, true) => {}
+        (_, _, true) => {
+            return Err(AppError::invalid_field(
+                "connector",
+                "a connector backs the mount by itself: no `url` or `via` with it",
+            ))
+        }
+        (Some(_), None, false) => {
+            return Err(AppError::invalid_field(
+                "via",
+                "a proxy mount to a URL names the agent that reaches it",
+            ))
+        }
+        (None, _, false) => {
+            return Err(AppError::invalid_field(
+                "connector",
+                "a proxy mount is backed by a connector (`connector: true`, then `warren \
+                 connect` on the machine) or reaches a URL through an agent (`url`, `via`)",
+            ))
+        }
     }
     let space = space_for(state, who, req).await?;
     // The connector's hosts are under the same domain as the workspaces of the first agent.
@@ -691,6 +736,7 @@ async fn create_connector(
             kind: MountType::Proxy.as_str(),
             target: None,
             url: None,
+            via: None,
             connector: Some(NewConnector {
                 agent_name: &agent_name,
                 config: &config,
@@ -712,6 +758,62 @@ async fn create_connector(
     let mut out = to_api(state, &m, Some(Right::Manage)).await?;
     out.connector_token = Some(token);
     Ok(out)
+}
+
+/// Makes a `proxy` mount to `url` through agent `via`. An agent reaches its whole network,
+/// so only an admin points one at a URL.
+async fn create_url_proxy(
+    state: &AppState,
+    who: &Principal,
+    req: &CreateMountRequest,
+    url: &str,
+    via: &str,
+) -> Result<Mount, AppError> {
+    if !who.user.is_admin {
+        return Err(AppError::forbidden(
+            "a proxy mount through an agent reaches that agent's network: only an admin makes \
+             one (others attach machines with `--connector`)",
+        ));
+    }
+    let url = check_url(url)?;
+    let agent = state
+        .store
+        .agent_by_key(via)
+        .await?
+        .filter(|a| !a.name.starts_with(super::agents::CONNECTOR_PREFIX))
+        .ok_or_else(|| AppError::invalid_field("via", format!("no agent named {via:?}")))?;
+    let space = space_for(state, who, req).await?;
+    let m = state
+        .store
+        .insert_mount(&NewMount {
+            name: &req.name,
+            space_id: space.id,
+            owner_id: who.user.id,
+            kind: MountType::Proxy.as_str(),
+            target: None,
+            url: Some(&url),
+            via: Some(agent.id),
+            connector: None,
+            now: state.clock.now_ms(),
+        })
+        .await
+        .map_err(super::error::already_exists(|| {
+            format!(
+                "name: an entry (workspace or mount) named {:?} already exists",
+                req.name
+            )
+        }))
+        .map_err(|e| e.with_field("name"))?;
+    tracing::info!(mount = %m.name, url = %url, via = %agent.name, space = %m.space_path, by = %who.user.username, "proxy mount created");
+    // The agent learns of it with its next answer; signalled, that is now.
+    state.signals.notify(agent.id);
+    state.changed();
+    to_api(state, &m, Some(Right::Manage)).await
+}
+
+/// The port a URL mount serves as (`{port}-{mount}.{domain}`): its URL's.
+pub fn url_port(url: &str) -> Option<u16> {
+    url::Url::parse(url).ok()?.port_or_known_default()
 }
 
 /// The space a new mount goes in: `req.space` (developer or owner there) or the caller's

@@ -59,6 +59,7 @@ pub async fn handle(
         None => reconcile(state, &agent, req).await?,
     };
     resp.gitops_sources = state.store.agent_source_names(agent.id).await?;
+    resp.mounts = url_mounts(state, &agent, &req.mounts).await?;
     let kind = match req.update_type {
         UpdateType::Full => "full",
         UpdateType::Partial => "partial",
@@ -67,6 +68,61 @@ pub async fn handle(
     metrics::histogram!("warren_reconcile_seconds", "update_type" => kind)
         .record(started.elapsed().as_secs_f64());
     Ok(resp)
+}
+
+/// Stores the agent's probes of the `proxy` mounts it reaches, and lists those mounts for it.
+/// Reports about mounts that are not (or no longer) this agent's are ignored.
+async fn url_mounts(
+    state: &AppState,
+    agent: &AgentRow,
+    reports: &[warren_types::reconcile::MountReport],
+) -> Result<Vec<warren_types::reconcile::ProxyMountSpec>, AppError> {
+    let mine = state.store.url_mounts_of(agent.id).await?;
+    let now = state.clock.now_ms();
+    let mut changed = false;
+    for r in reports {
+        if !mine.iter().any(|(name, _)| *name == r.mount) {
+            continue;
+        }
+        let Some(m) = state.store.mount_by_name(&r.mount).await? else {
+            continue;
+        };
+        let conditions = clean_conditions(&r.conditions);
+        let was = super::mounts::failing(&m.conditions).map(|c| c.reason.clone());
+        let now_failing = super::mounts::failing(&conditions).map(|c| c.reason.clone());
+        let back = m
+            .reported_at
+            .is_none_or(|t| now - t > super::mounts::heartbeat_deadline_ms(state));
+        changed |= back || was != now_failing;
+        state
+            .store
+            .record_mount_report(m.id, &[], &conditions, now)
+            .await?;
+    }
+    if changed {
+        state.changed();
+    }
+    Ok(mine
+        .into_iter()
+        .map(|(name, url)| warren_types::reconcile::ProxyMountSpec { name, url })
+        .collect())
+}
+
+/// Reported conditions as stored: only `Workspace…` ones, each field bounded.
+fn clean_conditions(
+    conditions: &[warren_types::api::Condition],
+) -> Vec<warren_types::api::Condition> {
+    conditions
+        .iter()
+        .filter(|c| c.kind.starts_with("Workspace"))
+        .take(16)
+        .map(|c| warren_types::api::Condition {
+            kind: c.kind.chars().take(64).collect(),
+            status: c.status.chars().take(16).collect(),
+            reason: c.reason.chars().take(64).collect(),
+            message: c.message.chars().take(MAX_FAULT_CHARS).collect(),
+        })
+        .collect()
 }
 
 /// A connector's heartbeat (spec/mounts.md): the token must be the connector token of the
@@ -116,18 +172,7 @@ async fn connector_heartbeat(
     let mut ports = report.ports.clone();
     ports.sort_unstable();
     ports.dedup();
-    let conditions: Vec<_> = report
-        .conditions
-        .iter()
-        .filter(|c| c.kind.starts_with("Workspace"))
-        .take(16)
-        .map(|c| warren_types::api::Condition {
-            kind: c.kind.chars().take(64).collect(),
-            status: c.status.chars().take(16).collect(),
-            reason: c.reason.chars().take(64).collect(),
-            message: c.message.chars().take(MAX_FAULT_CHARS).collect(),
-        })
-        .collect();
+    let conditions = clean_conditions(&report.conditions);
     let was = super::mounts::failing(&m.conditions).map(|c| c.reason.clone());
     let now = state.clock.now_ms();
     state
@@ -144,6 +189,7 @@ async fn connector_heartbeat(
         workspace_rails_infos: vec![],
         settings: state.settings,
         gitops_sources: vec![],
+        mounts: vec![],
     })
 }
 
@@ -168,6 +214,7 @@ async fn runtime_fault(
         workspace_rails_infos: vec![],
         settings: state.settings,
         gitops_sources: vec![],
+        mounts: vec![],
     })
 }
 
@@ -272,6 +319,7 @@ async fn reconcile_once(
             workspace_rails_infos: vec![],
             settings,
             gitops_sources: vec![],
+            mounts: vec![],
         };
         return Ok((resp, Changes::default()));
     }
@@ -368,6 +416,7 @@ async fn reconcile_once(
             workspace_rails_infos: out,
             settings,
             gitops_sources: vec![],
+            mounts: vec![],
         },
         changes,
     ))

@@ -39,6 +39,11 @@ impl MountRow {
     pub fn is_connector(&self) -> bool {
         self.kind == "proxy" && self.url.is_none()
     }
+
+    /// A `proxy` mount to a URL an agent reaches.
+    pub fn is_url_proxy(&self) -> bool {
+        self.kind == "proxy" && self.url.is_some()
+    }
 }
 
 /// The agent row made for a connector mount, inserted with it.
@@ -53,6 +58,8 @@ pub struct NewConnector<'a> {
 #[derive(Debug, Clone)]
 pub struct NewMount<'a> {
     pub name: &'a str,
+    /// A `proxy` mount's agent, when it reaches a URL.
+    pub via: Option<AgentId>,
     pub space_id: SpaceId,
     pub owner_id: UserId,
     pub kind: &'a str,
@@ -158,6 +165,7 @@ impl Store {
             return Err(StoreError::Conflict("mount name"));
         }
         let agent_id = match &m.connector {
+            None => m.via.map(AgentId::get),
             Some(c) => {
                 let r = sqlx::query(
                     "INSERT INTO agents (name, token_hash, config, created_at, updated_at) \
@@ -172,7 +180,6 @@ impl Store {
                 .map_err(unique("connector agent name"))?;
                 Some(get_i64(&r, "id")?)
             }
-            None => None,
         };
         let r = sqlx::query(
             "INSERT INTO mounts (name, space_id, owner_id, kind, target, url, created_at, \
@@ -237,6 +244,21 @@ impl Store {
         .fetch_optional(&self.db.pool)
         .await?;
         Ok(r.as_ref().map(row).transpose()?)
+    }
+
+    /// The `proxy` mounts agent `agent` reaches (name, URL), by name.
+    pub async fn url_mounts_of(&self, agent: AgentId) -> Result<Vec<(String, String)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT name, url FROM mounts WHERE agent_id = $1 AND kind = 'proxy' \
+             AND url IS NOT NULL ORDER BY name",
+        )
+        .bind(agent.get())
+        .fetch_all(&self.db.pool)
+        .await?;
+        rows.iter()
+            .map(|r| Ok((get_str(r, "name")?, get_str(r, "url")?)))
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(Into::into)
     }
 
     /// Records a heartbeat (or probe) of what backs mount `id`.

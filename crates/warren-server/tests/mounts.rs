@@ -476,8 +476,12 @@ async fn softlink_mounts() {
                 assert_eq!(st, 200, "[{l}] {who} {host}: {b}");
                 assert_eq!(b["workspace_id"], w["id"], "[{l}] served by alices");
                 assert_eq!(b["user_id"], ids[who]);
+                // Stopped, the target shows no start button to those who only link to it.
+                assert_eq!(b["may_start"], false, "[{l}] {who} {host}: {b}");
             }
         }
+        let (st, b) = access("alice", "alices").await;
+        assert_eq!((st, &b["may_start"]), (200, &json!(true)), "[{l}] {b}");
         for who in ["dan", "erin"] {
             assert_eq!(access(who, "pair").await.0, 404, "[{l}] {who}");
         }

@@ -124,6 +124,14 @@ pub struct WorkspaceAccess {
     /// URL's host as `Host` and puts its path before the request's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mount_url: Option<String>,
+    /// Whether the caller may start the workspace (the stopped page's button): false for
+    /// someone who reaches it through a softlink without using the workspace itself.
+    #[serde(default = "yes")]
+    pub may_start: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Body of [`WORKSPACE_START_PATH`].

@@ -178,6 +178,7 @@ mod tests {
             mount: false,
             unavailable: None,
             mount_url: None,
+            may_start: true,
         })
     }
 

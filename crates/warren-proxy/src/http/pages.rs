@@ -174,17 +174,16 @@ const UNAVAILABLE_RETRY_SECS: u64 = 10;
 /// Seconds a client is asked to wait before trying a starting workspace again.
 pub(crate) const STARTING_RETRY_SECS: u64 = 3;
 
-/// Whether the start button makes sense in this state: not while the workspace is already
-/// meant to run (it is starting, or its agent has not picked the request up yet), unless
-/// its last attempt failed.
-pub(crate) fn can_start(a: &WorkspaceAccess) -> bool {
-    a.desired_state != DesiredState::Running
-        || matches!(a.actual_state, ActualState::Failed | ActualState::Error)
+/// Whether the workspace is meant to run and has not failed: it is starting (or its agent
+/// has not picked the request up yet).
+fn on_its_way_up(a: &WorkspaceAccess) -> bool {
+    a.desired_state == DesiredState::Running
+        && !matches!(a.actual_state, ActualState::Failed | ActualState::Error)
 }
 
-/// A workspace that is not running: 503 with a start button, or, while it starts, a page
-/// that reloads itself until it runs (and so continues to the workspace); other clients get
-/// 503 with `Retry-After` while it starts.
+/// A workspace that is not running: 503 with a start button (for those who may start it),
+/// or, while it starts, a page that reloads itself until it runs (and so continues to the
+/// workspace); other clients get 503 with `Retry-After` while it starts.
 pub(crate) fn not_running(
     headers: &HeaderMap,
     a: &WorkspaceAccess,
@@ -192,45 +191,47 @@ pub(crate) fn not_running(
 ) -> Response<Body> {
     let name = escape(&a.workspace_name);
     let state = format!("{} (desired {})", a.actual_state, a.desired_state);
-    let startable = can_start(a);
-    if !wants_html(headers) {
-        let mut r = json_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            if startable {
-                "workspace_not_running"
-            } else {
-                "workspace_starting"
-            },
-            &format!("workspace {} is not running: {state}", a.workspace_name),
-        );
-        if !startable {
+    if on_its_way_up(a) {
+        if !wants_html(headers) {
+            let mut r = json_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "workspace_starting",
+                &format!("workspace {} is not running: {state}", a.workspace_name),
+            );
             r.headers_mut()
                 .insert(RETRY_AFTER, HeaderValue::from(STARTING_RETRY_SECS));
+            return r;
         }
-        return r;
+        return starting(headers, &a.workspace_name, &state);
     }
-    if startable {
-        let form = match csrf {
-            Some(token) => format!(
-                "<form method=\"post\" action=\"/.warren/start\">\
-                 <input type=\"hidden\" name=\"csrf\" value=\"{}\">\
-                 <button type=\"submit\">Start {name}</button></form>",
-                escape(token)
-            ),
-            None => "<p>Start it with <code>warren ws start</code>.</p>".into(),
-        };
-        html(
+    if !wants_html(headers) {
+        return json_error(
             StatusCode::SERVICE_UNAVAILABLE,
-            &format!("Workspace {} is not running", a.workspace_name),
-            &format!(
-                "<p>Workspace <b>{name}</b> is {}.</p>{form}",
-                escape(&state)
-            ),
-            "",
-        )
-    } else {
-        starting(headers, &a.workspace_name, &state)
+            "workspace_not_running",
+            &format!("workspace {} is not running: {state}", a.workspace_name),
+        );
     }
+    let form = match (a.may_start, csrf) {
+        (true, Some(token)) => format!(
+            "<form method=\"post\" action=\"/.warren/start\">\
+             <input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+             <button type=\"submit\">Start {name}</button></form>",
+            escape(token)
+        ),
+        (true, None) => "<p>Start it with <code>warren ws start</code>.</p>".into(),
+        (false, _) => {
+            format!("<p>Only those who use <b>{name}</b> itself may start it: ask its owner.</p>")
+        }
+    };
+    html(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &format!("Workspace {} is not running", a.workspace_name),
+        &format!(
+            "<p>Workspace <b>{name}</b> is {}.</p>{form}",
+            escape(&state)
+        ),
+        "",
+    )
 }
 
 /// The page of a workspace on its way up: 503 that reloads itself (browsers) or says when to

@@ -53,6 +53,7 @@ fn access(workspace: &str) -> WorkspaceAccess {
         mount: false,
         unavailable: None,
         mount_url: None,
+        may_start: true,
     }
 }
 

@@ -156,6 +156,7 @@ fn answer(w: WorkspaceRow, user: UserId, port: Option<u16>, wake: bool) -> Works
         mount: false,
         unavailable: None,
         mount_url: None,
+        may_start: true,
     }
 }
 
@@ -227,6 +228,7 @@ fn mount_answer(
         mount: true,
         unavailable,
         mount_url: m.url.clone(),
+        may_start: false,
     }
 }
 
@@ -312,7 +314,12 @@ pub async fn workspace(
         return Err(hidden());
     }
     let wake = wakes(state, &w).await?;
-    Ok(answer(w, user, q.port, wake))
+    // Through a softlink, the target's start button only for those who use it themselves.
+    let may_start = w.name == q.host || member_right(state, user, &w).await? >= Some(Right::Use);
+    Ok(WorkspaceAccess {
+        may_start,
+        ..answer(w, user, q.port, wake)
+    })
 }
 
 /// The stopped-workspace page's start button, on a user's behalf: the same rules as a

@@ -22,7 +22,7 @@ use warren_testkit::{Stack, StackOptions, TestUser};
 
 #[path = "support/load.rs"]
 mod load;
-use load::{line, measure, ms, upstream, wait_ok, BODY, CONNECTIONS};
+use load::{devfile, line, measure, ms, upstream, wait_ok, BODY, CONNECTIONS};
 
 /// WebSocket echo round trips (p50, p99) of 1 KiB binary messages.
 async fn ws_rtt(addr: SocketAddr, host: &str, token: Option<&str>) -> Result<(Duration, Duration)> {
@@ -146,25 +146,6 @@ http {{
         addr: format!("127.0.0.1:{port}").parse()?,
         _dir: dir,
     }))
-}
-
-/// The devfile of the bench workspace: its endpoint is the upstream's real port, so direct
-/// mode (`127.0.0.1:{port}`) reaches the same server.
-fn devfile(port: u16) -> String {
-    format!(
-        "schemaVersion: 2.2.0
-metadata:
-  name: bench
-components:
-  - name: dev
-    container:
-      image: localhost/warren-test:latest
-      endpoints:
-        - name: web
-          targetPort: {port}
-          exposure: public
-"
-    )
 }
 
 async fn stack_with_workspace(

@@ -23,24 +23,7 @@ use warren_testkit::Stack;
 
 #[path = "support/load.rs"]
 mod load;
-use load::{line, measure, ms, upstream, wait_ok};
-
-fn devfile(port: u16) -> String {
-    format!(
-        "schemaVersion: 2.2.0
-metadata:
-  name: bench
-components:
-  - name: dev
-    container:
-      image: localhost/warren-test:latest
-      endpoints:
-        - name: web
-          targetPort: {port}
-          exposure: public
-"
-    )
-}
+use load::{devfile, line, measure, ms, upstream, wait_ok};
 
 /// Polls mount `name` until its phase is `want`; how long that took.
 async fn until_phase(stack: &Stack, token: &str, name: &str, want: &str) -> Result<Duration> {

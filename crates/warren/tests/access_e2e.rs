@@ -15,34 +15,8 @@ use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use support::{api, create_user, ensure_image, podman_available, sign_in, Up, WEB_DEVFILE};
+use support::{api, ensure_image, podman_available, sign_in, Up, WEB_DEVFILE};
 use warren_testkit::browser::Chromium;
-
-fn tools_available() -> bool {
-    let have = |bin: &str| {
-        Command::new("sh")
-            .args(["-c", &format!("command -v {bin}")])
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    let missing: Vec<_> = ["ssh", "sftp", "ssh-keygen"]
-        .into_iter()
-        .filter(|b| !have(b))
-        .collect();
-    let chromium = warren_testkit::browser::chromium_path().is_some();
-    if missing.is_empty() && chromium {
-        return true;
-    }
-    let what = format!("missing {missing:?}, chromium: {chromium}");
-    if std::env::var_os("WARREN_REQUIRE_TOOLS").is_some() {
-        panic!(
-            "WARREN_REQUIRE_TOOLS is set but tools are missing ({what}); run .ci/setup-tools.sh"
-        );
-    }
-    eprintln!("skipping: {what} (.ci/setup-tools.sh installs them)");
-    false
-}
 
 /// A user with a token and an SSH key registered on the account.
 struct User {
@@ -52,24 +26,7 @@ struct User {
 }
 
 async fn user(http: &reqwest::Client, base: &str, admin: &str, name: &str, dir: &Path) -> User {
-    let (password, token) = create_user(http, base, admin, name).await;
-    let key = dir.join(format!("{name}_ed25519"));
-    let st = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
-        .arg(&key)
-        .status()
-        .expect("ssh-keygen");
-    assert!(st.success());
-    let public = std::fs::read_to_string(key.with_extension("pub")).expect("public key");
-    api(
-        http,
-        base,
-        Some(&token),
-        reqwest::Method::POST,
-        "/users/me/ssh-keys",
-        Some(json!({"name": "laptop", "public_key": public.trim()})),
-    )
-    .await;
+    let (password, token) = support::user_with_key(http, base, admin, name, dir).await;
     User {
         name: name.into(),
         password,
@@ -77,34 +34,9 @@ async fn user(http: &reqwest::Client, base: &str, admin: &str, name: &str, dir: 
     }
 }
 
-/// `ssh` with nothing from the user's own configuration.
-fn ssh(key: &Path, known_hosts: &Path, port: u16, dest: &str) -> Command {
-    let mut c = Command::new("ssh");
-    c.args([
-        "-F",
-        "/dev/null",
-        "-o",
-        "BatchMode=yes",
-        "-o",
-        "IdentitiesOnly=yes",
-    ])
-    .args([
-        "-o",
-        "StrictHostKeyChecking=accept-new",
-        "-o",
-        "ConnectTimeout=20",
-    ])
-    .arg("-o")
-    .arg(format!("UserKnownHostsFile={}", known_hosts.display()))
-    .arg("-i")
-    .arg(key)
-    .args(["-p", &port.to_string(), dest]);
-    c
-}
-
 #[test]
 fn with_warren_up_a_user_reaches_the_workspace_in_the_browser_terminal_ssh_and_sftp() {
-    if !podman_available() || !tools_available() {
+    if !podman_available() || !support::tools_available(&["ssh", "sftp", "ssh-keygen"]) {
         return;
     }
     ensure_image();
@@ -289,7 +221,7 @@ fn with_warren_up_a_user_reaches_the_workspace_in_the_browser_terminal_ssh_and_s
     });
 
     // SSH: exec with an exit status and stdin, then sftp both ways.
-    let out = ssh(
+    let out = support::ssh(
         &alice_key(&dir),
         &known_hosts,
         ssh_port,
@@ -356,7 +288,7 @@ fn with_warren_up_a_user_reaches_the_workspace_in_the_browser_terminal_ssh_and_s
     assert_eq!(std::fs::read(&back).expect("downloaded file"), payload);
 
     // Bob's key opens nothing of Alice's.
-    let out = ssh(
+    let out = support::ssh(
         &dir.path().join("bob_ed25519"),
         &known_hosts,
         ssh_port,
@@ -373,7 +305,7 @@ fn with_warren_up_a_user_reaches_the_workspace_in_the_browser_terminal_ssh_and_s
     );
 
     // A developer of the workspace's space uses it; a viewer of it only sees it.
-    let out = ssh(
+    let out = support::ssh(
         &dir.path().join("carol_ed25519"),
         &known_hosts,
         ssh_port,
@@ -392,7 +324,7 @@ fn with_warren_up_a_user_reaches_the_workspace_in_the_browser_terminal_ssh_and_s
         String::from_utf8_lossy(&out.stderr),
         up.log()
     );
-    let out = ssh(
+    let out = support::ssh(
         &dir.path().join("dan_ed25519"),
         &known_hosts,
         ssh_port,
@@ -408,7 +340,7 @@ fn with_warren_up_a_user_reaches_the_workspace_in_the_browser_terminal_ssh_and_s
         String::from_utf8_lossy(&out.stderr)
     );
     // Through the softlink dan pairs in the same workspace: the file sftp left is there.
-    let out = ssh(
+    let out = support::ssh(
         &dir.path().join("dan_ed25519"),
         &known_hosts,
         ssh_port,

@@ -14,90 +14,10 @@
 mod support;
 
 use serde_json::{json, Value};
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use support::{api, create_user, ensure_image, podman_available, sign_in, Proc, Up, WEB_DEVFILE};
+use support::{api, ensure_image, podman_available, sign_in, Proc, Up, WEB_DEVFILE};
 use warren_testkit::browser::Chromium;
-
-fn tools_available() -> bool {
-    let have = |bin: &str| {
-        Command::new("sh")
-            .args(["-c", &format!("command -v {bin}")])
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    let missing: Vec<_> = ["ssh", "sftp", "ssh-keygen", "curl", "websocat", "python3"]
-        .into_iter()
-        .filter(|b| !have(b))
-        .collect();
-    let chromium = warren_testkit::browser::chromium_path().is_some();
-    if missing.is_empty() && chromium {
-        return true;
-    }
-    let what = format!("missing {missing:?}, chromium: {chromium}");
-    if std::env::var_os("WARREN_REQUIRE_TOOLS").is_some() {
-        panic!(
-            "WARREN_REQUIRE_TOOLS is set but tools are missing ({what}); run .ci/setup-tools.sh"
-        );
-    }
-    eprintln!("skipping: {what} (.ci/setup-tools.sh installs them)");
-    false
-}
-
-fn ssh(key: &Path, known_hosts: &Path, port: u16, dest: &str) -> Command {
-    let mut c = Command::new("ssh");
-    c.args([
-        "-F",
-        "/dev/null",
-        "-o",
-        "BatchMode=yes",
-        "-o",
-        "IdentitiesOnly=yes",
-    ])
-    .args([
-        "-o",
-        "StrictHostKeyChecking=accept-new",
-        "-o",
-        "ConnectTimeout=20",
-    ])
-    .arg("-o")
-    .arg(format!("UserKnownHostsFile={}", known_hosts.display()))
-    .arg("-i")
-    .arg(key)
-    .args(["-p", &port.to_string(), dest]);
-    c
-}
-
-/// A user with a session token and an SSH key on the account.
-async fn user(
-    http: &reqwest::Client,
-    base: &str,
-    admin: &str,
-    name: &str,
-    dir: &Path,
-) -> (String, String) {
-    let (password, token) = create_user(http, base, admin, name).await;
-    let key = dir.join(format!("{name}_ed25519"));
-    let st = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
-        .arg(&key)
-        .status()
-        .expect("ssh-keygen");
-    assert!(st.success());
-    let public = std::fs::read_to_string(key.with_extension("pub")).expect("public key");
-    api(
-        http,
-        base,
-        Some(&token),
-        reqwest::Method::POST,
-        "/users/me/ssh-keys",
-        Some(json!({"name": "laptop", "public_key": public.trim()})),
-    )
-    .await;
-    (password, token)
-}
 
 /// A process of this machine the test started; killed on drop.
 struct Child(std::process::Child);
@@ -134,7 +54,9 @@ fn curl(port: u16, token: &str, url: &str) -> (u16, String, String) {
 
 #[test]
 fn a_team_attaches_a_machine_pairs_through_a_softlink_and_follows_a_redirect() {
-    if !podman_available() || !tools_available() {
+    if !podman_available()
+        || !support::tools_available(&["ssh", "sftp", "ssh-keygen", "curl", "websocat", "python3"])
+    {
         return;
     }
     ensure_image();
@@ -193,9 +115,10 @@ fn a_team_attaches_a_machine_pairs_through_a_softlink_and_follows_a_redirect() {
         .expect("runtime");
     let http = reqwest::Client::new();
     let (alice_pw, alice, bob, carol) = rt.block_on(async {
-        let (alice_pw, alice) = user(&http, &base, &admin, "alice", dir.path()).await;
-        let (_, bob) = user(&http, &base, &admin, "bob", dir.path()).await;
-        let (_, carol) = user(&http, &base, &admin, "carol", dir.path()).await;
+        let (alice_pw, alice) =
+            support::user_with_key(&http, &base, &admin, "alice", dir.path()).await;
+        let (_, bob) = support::user_with_key(&http, &base, &admin, "bob", dir.path()).await;
+        let (_, carol) = support::user_with_key(&http, &base, &admin, "carol", dir.path()).await;
         (alice_pw, alice, bob, carol)
     });
     let call = |token: &str, method: reqwest::Method, path: &str, body: Option<Value>| {
@@ -339,7 +262,7 @@ fn a_team_attaches_a_machine_pairs_through_a_softlink_and_follows_a_redirect() {
     // SSH and sftp run as the user who started the connector, on this machine.
     let me = String::from_utf8(Command::new("id").arg("-un").output().expect("id").stdout)
         .expect("utf-8");
-    let out = ssh(
+    let out = support::ssh(
         &dir.path().join("alice_ed25519"),
         &known_hosts,
         ssh_port,
@@ -570,7 +493,7 @@ fn a_team_attaches_a_machine_pairs_through_a_softlink_and_follows_a_redirect() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-    let out = ssh(
+    let out = support::ssh(
         &dir.path().join("bob_ed25519"),
         &known_hosts,
         ssh_port,

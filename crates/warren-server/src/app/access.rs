@@ -105,18 +105,7 @@ async fn usable_or_linked(
         .await?
         .filter(|m| m.kind == MountType::Workspace.as_str())
         .ok_or_else(hidden)?;
-    let Some(u) = state
-        .store
-        .user_by_id(user)
-        .await?
-        .filter(|u| u.is_active())
-    else {
-        return Err(hidden());
-    };
-    let memberships = state.store.memberships(user).await?;
-    if super::mounts::member_right(&memberships, user, &m) < Some(Right::Use) {
-        return Err(hidden());
-    }
+    let username = mount_user(state, &m, user).await?;
     let super::mounts::Linked::Workspace(w) = super::mounts::resolve_link(state, name).await?
     else {
         return Err(hidden());
@@ -126,7 +115,7 @@ async fn usable_or_linked(
     if !reachable || !super::mounts::may_link(state, m.owner_id, &w).await? {
         return Err(hidden());
     }
-    Ok((*w, u.username))
+    Ok((*w, username))
 }
 
 /// Whether a request may wake `w`: the idle timeout stopped it and its agent allows it.
@@ -160,6 +149,24 @@ fn answer(w: WorkspaceRow, user: UserId, port: Option<u16>, wake: bool) -> Works
     }
 }
 
+/// The username of `user` if the account is active and may use mount `m`; else the usual
+/// "not found".
+async fn mount_user(state: &AppState, m: &MountRow, user: UserId) -> Result<String, AppError> {
+    let Some(u) = state
+        .store
+        .user_by_id(user)
+        .await?
+        .filter(|u| u.is_active())
+    else {
+        return Err(hidden());
+    };
+    let memberships = state.store.memberships(user).await?;
+    if super::mounts::member_right(&memberships, user, m) < Some(Right::Use) {
+        return Err(hidden());
+    }
+    Ok(u.username)
+}
+
 /// A `proxy` mount (a connector's, or a URL through an agent) the user may use (the usual
 /// "not found" otherwise), with the reason it cannot serve now, if any.
 async fn usable_proxy_mount(
@@ -173,18 +180,7 @@ async fn usable_proxy_mount(
         .await?
         .filter(|m| m.kind == MountType::Proxy.as_str())
         .ok_or_else(hidden)?;
-    let Some(u) = state
-        .store
-        .user_by_id(user)
-        .await?
-        .filter(|u| u.is_active())
-    else {
-        return Err(hidden());
-    };
-    let memberships = state.store.memberships(user).await?;
-    if super::mounts::member_right(&memberships, user, &m) < Some(Right::Use) {
-        return Err(hidden());
-    }
+    let username = mount_user(state, &m, user).await?;
     if m.agent_id.is_none() {
         return Err(hidden());
     }
@@ -198,7 +194,7 @@ async fn usable_proxy_mount(
             },
         ),
     };
-    Ok((m, u.username, unavailable))
+    Ok((m, username, unavailable))
 }
 
 /// The access answer for a `proxy` mount: its agent (the connector's, or the one reaching

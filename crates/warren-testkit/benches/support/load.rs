@@ -200,3 +200,22 @@ pub fn line(name: &str, f: &Figures, base: &Figures) {
         ms(f.p99) - ms(base.p99),
     );
 }
+
+/// The devfile of the bench workspace: its endpoint is the upstream's real port, so direct
+/// mode (`127.0.0.1:{port}`) reaches the same server.
+pub fn devfile(port: u16) -> String {
+    format!(
+        "schemaVersion: 2.2.0
+metadata:
+  name: bench
+components:
+  - name: dev
+    container:
+      image: localhost/warren-test:latest
+      endpoints:
+        - name: web
+          targetPort: {port}
+          exposure: public
+"
+    )
+}

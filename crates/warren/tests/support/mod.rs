@@ -1006,3 +1006,83 @@ pub fn git(dir: &Path, args: &[&str]) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Whether OpenSSH's `bins` (and curl, websocat… as asked) and Chromium are installed; a
+/// notice when not, or a panic under `WARREN_REQUIRE_TOOLS`.
+pub fn tools_available(bins: &[&str]) -> bool {
+    let have = |bin: &str| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {bin}")])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let missing: Vec<_> = bins.iter().filter(|b| !have(b)).collect();
+    let chromium = warren_testkit::browser::chromium_path().is_some();
+    if missing.is_empty() && chromium {
+        return true;
+    }
+    let what = format!("missing {missing:?}, chromium: {chromium}");
+    if std::env::var_os("WARREN_REQUIRE_TOOLS").is_some() {
+        panic!(
+            "WARREN_REQUIRE_TOOLS is set but tools are missing ({what}); run .ci/setup-tools.sh"
+        );
+    }
+    eprintln!("skipping: {what} (.ci/setup-tools.sh installs them)");
+    false
+}
+
+/// `ssh` with nothing from the user's own configuration.
+pub fn ssh(key: &Path, known_hosts: &Path, port: u16, dest: &str) -> Command {
+    let mut c = Command::new("ssh");
+    c.args([
+        "-F",
+        "/dev/null",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "IdentitiesOnly=yes",
+    ])
+    .args([
+        "-o",
+        "StrictHostKeyChecking=accept-new",
+        "-o",
+        "ConnectTimeout=20",
+    ])
+    .arg("-o")
+    .arg(format!("UserKnownHostsFile={}", known_hosts.display()))
+    .arg("-i")
+    .arg(key)
+    .args(["-p", &port.to_string(), dest]);
+    c
+}
+
+/// Creates user `name` with a session token and an SSH key `{dir}/{name}_ed25519` on the
+/// account; returns the password and the token.
+pub async fn user_with_key(
+    http: &reqwest::Client,
+    base: &str,
+    admin: &str,
+    name: &str,
+    dir: &Path,
+) -> (String, String) {
+    let (password, token) = create_user(http, base, admin, name).await;
+    let key = dir.join(format!("{name}_ed25519"));
+    let st = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
+        .arg(&key)
+        .status()
+        .expect("ssh-keygen");
+    assert!(st.success());
+    let public = std::fs::read_to_string(key.with_extension("pub")).expect("public key");
+    api(
+        http,
+        base,
+        Some(&token),
+        reqwest::Method::POST,
+        "/users/me/ssh-keys",
+        Some(serde_json::json!({"name": "laptop", "public_key": public.trim()})),
+    )
+    .await;
+    (password, token)
+}

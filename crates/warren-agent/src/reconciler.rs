@@ -370,7 +370,8 @@ impl Reconciler {
                     runtime_fault: Some(error_chain(&e)),
                     isolation_warning: None,
                     connector: None,
-                    mounts: vec![],
+                    // A URL has nothing to do with the runtime: its probes still count.
+                    mounts: self.url_mounts.reports(),
                 };
                 if let Err(t) = self.transport.reconcile(&fault).await {
                     tracing::debug!(error = %error_chain(&t), "reporting the runtime fault failed");

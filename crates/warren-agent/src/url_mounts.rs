@@ -11,10 +11,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use url::Url;
 use warren_types::api::Condition;
-use warren_types::reconcile::{MountReport, ProxyMountSpec};
+use warren_types::reconcile::{MountReport, ProxyMountSpec, URL_CONDITION};
 
-/// The condition an agent reports about a mount's URL.
-pub const REACHABLE_CONDITION: &str = "WorkspaceUrlReachable";
 /// How often every URL is probed.
 const PROBE_INTERVAL: Duration = Duration::from_secs(5);
 /// Longest a dial (TCP and TLS) may take.
@@ -76,7 +74,7 @@ impl UrlMounts {
                     mount: name.clone(),
                     ports: vec![],
                     conditions: vec![Condition {
-                        kind: REACHABLE_CONDITION.into(),
+                        kind: URL_CONDITION.into(),
                         status: if ok { "True" } else { "False" }.into(),
                         reason: if ok { "Reachable" } else { "Unreachable" }.into(),
                         message,

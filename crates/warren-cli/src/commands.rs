@@ -468,12 +468,16 @@ async fn entry(c: &Client, name: &str) -> Result<Entry, CliError> {
     Ok(Entry::Workspace(Box::new(named("workspace", name, first)?)))
 }
 
-/// The name `warren ws ssh NAME` logs in as: a workspace's, a softlink's own (the proxy finds
-/// the workspace behind it), or where a redirect leads.
+/// The name `warren ws ssh NAME` logs in as: a workspace's, a softlink's or a connector's
+/// own (the proxy finds what serves it), or where a redirect leads.
 async fn ssh_target(c: &Client, name: &str) -> Result<String, CliError> {
     match entry(c, name).await? {
         Entry::Workspace(w) => Ok(w.name),
-        Entry::Mount(m) if m.mount_type == warren_types::api::MountType::Workspace => Ok(m.name),
+        Entry::Mount(m)
+            if m.mount_type == warren_types::api::MountType::Workspace || m.connector =>
+        {
+            Ok(m.name)
+        }
         Entry::Mount(m) => Ok(followed(c, &m).await?.name),
     }
 }

@@ -57,7 +57,7 @@ async fn access_matrix() {
             json!({"allowed": true, "workspace_id": wid, "workspace_name": "ws-one",
                    "agent_id": w["agent"], "namespace": w["namespace"], "port": 8080,
                    "desired_state": "Running", "actual_state": w["actual_state"], "user_id": alice_id,
-                   "wake_on_request": false}),
+                   "wake_on_request": false, "may_start": true}),
             "[{l}]"
         );
 

@@ -601,8 +601,9 @@ async fn connector_mounts() {
             shown.get("connector_token").is_none(),
             "[{l}] once: {shown}"
         );
-        let (st, _) = create(json!({"name": "gpu2", "type": "proxy", "connector": true})).await;
+        let (st, gpu2) = create(json!({"name": "gpu2", "type": "proxy", "connector": true})).await;
         assert_eq!(st, 201);
+        let gpu2_token = gpu2["connector_token"].as_str().unwrap().to_owned();
         // The connector's agent row is no agent workspaces go to.
         let (_, agents) = s.admin(Method::GET, "/api/v1/agents", None).await;
         assert_eq!(agents.as_array().unwrap().len(), 1, "[{l}] {agents}");
@@ -783,6 +784,45 @@ async fn connector_mounts() {
             )
             .await;
         assert_eq!(st, 401, "[{l}]");
+
+        // Reported ports are checked; a user's deletion takes their connectors' tokens too.
+        let bad = json!({"update_type": "partial", "workspace_agent_infos": [],
+            "connector": {"mount": "gpu2", "ports": [0]}});
+        let (st, b) = s
+            .call(
+                Method::POST,
+                warren_types::internal::AUTHENTICATE_AGENT_PATH,
+                Some(&s.relay_jwt(0)),
+                Some(json!({"token": gpu2_token})),
+            )
+            .await;
+        assert_eq!(st, 200, "[{l}] {b}");
+        let agent2 = b["agent_id"].as_i64().unwrap();
+        let (st, b) = s.reconcile(agent2, bad).await;
+        assert_eq!(st, 400, "[{l}] {b}");
+        assert!(msg(&b).contains("ports"), "[{l}] {b}");
+        let (st, gpu3) = s
+            .call(
+                Method::POST,
+                "/api/v1/mounts",
+                Some(&bob),
+                Some(json!({"name": "gpu3", "type": "proxy", "connector": true})),
+            )
+            .await;
+        assert_eq!(st, 201, "[{l}] {gpu3}");
+        let (st, b) = s.admin(Method::DELETE, "/api/v1/users/bob", None).await;
+        assert_eq!(st, 204, "[{l}] {b}");
+        let (st, _) = s
+            .call(
+                Method::POST,
+                warren_types::internal::AUTHENTICATE_AGENT_PATH,
+                Some(&s.relay_jwt(0)),
+                Some(json!({"token": gpu3["connector_token"]})),
+            )
+            .await;
+        assert_eq!(st, 401, "[{l}] the owner's connectors go with the owner");
+        let (_, agents) = s.admin(Method::GET, "/api/v1/agents", None).await;
+        assert_eq!(agents.as_array().unwrap().len(), 1, "[{l}] {agents}");
         s.stop().await;
     }
 }

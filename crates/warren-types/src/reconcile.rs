@@ -70,6 +70,10 @@ pub struct ProxyMountSpec {
 /// connector falls silent.
 pub const CONNECTOR_CONDITION: &str = "WorkspaceConnectorConnected";
 
+/// The condition an agent reports about the URL of a `proxy` mount it reaches, and the
+/// server sets `Unknown` when the agent falls silent.
+pub const URL_CONDITION: &str = "WorkspaceUrlReachable";
+
 /// What the machine behind a mount reports about it (spec/mounts.md): every condition whose
 /// type starts with `Workspace` is copied onto the mount; any of them `False` makes it
 /// `Unavailable`.

@@ -525,6 +525,50 @@ fn a_team_attaches_a_machine_pairs_through_a_softlink_and_follows_a_redirect() {
         "{headers}"
     );
 
+    // Alice's own CLI: `ws ssh` follows the redirect, and logs in to the connector's machine.
+    let alice_home = dir.path().join("alice-cli");
+    let out = support::cli(
+        &alice_home,
+        &["login", "--url", &base, "-u", "alice", "--password-stdin"],
+        Some(&format!("{alice_pw}\n")),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ws_ssh = |entry: &str, command: &str| {
+        let key = dir.path().join("alice_ed25519");
+        Command::new(support::warren_bin())
+            .env("WARREN_HOME", &alice_home)
+            // The CLI pins the proxy's host keys under ~/.ssh: the test's own directory.
+            .env("HOME", dir.path())
+            .args(["ws", "ssh", entry])
+            .args(["--ssh-option", &format!("IdentityFile={}", key.display())])
+            .args([
+                "--ssh-option",
+                "IdentitiesOnly=yes",
+                "--ssh-option",
+                "BatchMode=yes",
+            ])
+            .args(["--", command])
+            .stdin(Stdio::null())
+            .output()
+            .expect("warren ws ssh")
+    };
+    for (entry, command, want) in [(&old, "id -u", "5001"), (&gpu, "id -un", me.trim())] {
+        let out = ws_ssh(entry, command);
+        assert_eq!(
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).trim()
+            ),
+            (Some(0), want),
+            "ws ssh {entry}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     // The tree, as the admin sees it: every entry with its state.
     let tree = up.cli_ok(&["ws", "tree", "acme"]);
     for (name, state) in [

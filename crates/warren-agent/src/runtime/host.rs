@@ -57,8 +57,7 @@ impl HostRuntime {
     }
 
     /// The environment of a process started here: the connector's own basics (never its
-    /// token: that is an argument or `WARREN_CONNECTOR_TOKEN`, which is not passed on), then
-    /// what the session asked for.
+    /// token: `WARREN_CONNECTOR_TOKEN` is not passed on), then what the session asked for.
     fn env(&self, spec: &ExecSpec) -> Vec<(String, String)> {
         let mut env: Vec<(String, String)> = ["PATH", "USER", "LOGNAME", "SHELL", "LANG", "TZ"]
             .iter()

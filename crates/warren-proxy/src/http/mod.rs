@@ -349,12 +349,13 @@ async fn workspace_host(
                         other => crate::error_chain(other),
                     };
                     if mount {
-                        // A connector that just went away: the server calls it `Unknown`
-                        // once its heartbeat deadline passes; until then, the same 503.
+                        // A connector or agent that just went away, or a service behind it
+                        // that is down: the server says `Unknown` once the heartbeat deadline
+                        // passes; until then, the same 503 with what failed.
                         return pages::entry_unavailable(
                             &headers,
                             workspace,
-                            &format!("the connector of {workspace} cannot be reached: {detail}"),
+                            &format!("port {port} of {workspace} cannot be reached: {detail}"),
                         );
                     }
                     pages::unreachable(&headers, workspace, &format!("port {port}"), &detail)

@@ -314,7 +314,7 @@ pub async fn workspace(
     let may_start = w.name == q.host || member_right(state, user, &w).await? >= Some(Right::Use);
     Ok(WorkspaceAccess {
         may_start,
-        ..answer(w, user, q.port, wake)
+        ..answer(w, user, q.port, wake && may_start)
     })
 }
 
@@ -407,7 +407,10 @@ pub async fn ssh(state: &AppState, q: &SshAuthorizeQuery) -> Result<SshAuthoriza
         }
         r => r?,
     };
-    let wake_on_request = wakes(state, &w).await?;
+    // Through a softlink, waking the target is for those who use it themselves.
+    let may_start =
+        w.name == q.username || member_right(state, user, &w).await? >= Some(Right::Use);
+    let wake_on_request = may_start && wakes(state, &w).await?;
     Ok(SshAuthorization {
         wake_on_request,
         user_id: user,

@@ -269,6 +269,8 @@ async fn agent_id(state: &AppState, key: &str) -> Result<warren_types::AgentId, 
         .store
         .agent_by_key(key)
         .await?
+        // A connector's row is a machine its user controls: no repository goes there.
+        .filter(|a| !a.name.starts_with(super::agents::CONNECTOR_PREFIX))
         .ok_or_else(|| AppError::not_found(format!("agent {key:?}")))?
         .id)
 }

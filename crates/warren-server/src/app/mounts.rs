@@ -3,10 +3,9 @@
 //! at most [`MAX_CHAIN`] long, never in a cycle) or to an external `http(s)` URL — and
 //! `workspace` mounts, softlinks: the workspace at the end of a chain of softlinks serves
 //! requests under the mount's name, while the mount's owner holds a grant of that
-//! workspace's owner (or manages it); and `proxy` mounts backed by a connector (`warren
+//! workspace's owner (or manages it); and `proxy` mounts, backed by a connector (`warren
 //! connect` on an existing machine, dialling a relay with the token of an agent row made for
-//! that mount alone). A `proxy` mount to a URL through an agent (`via`) is refused naming
-//! what is missing until this server serves it.
+//! that mount alone) or reaching a URL through an agent (`via`, made by admins).
 //!
 //! Who may do what follows the same rule as for workspaces ([`super::workspaces::Right`]):
 //! a mount's owner and the owners of its space manage it (remove it), developers use it,
@@ -23,6 +22,7 @@ use warren_types::api::{
     Condition, CreateMountRequest, Mount, MountPhase, MountStatus, MountType, SpaceRole,
     WorkspaceGrant,
 };
+use warren_types::reconcile::CONNECTOR_CONDITION;
 use warren_types::{DesiredState, UserId};
 
 /// Longest chain of redirects a mount may start (itself included).
@@ -30,10 +30,9 @@ pub const MAX_CHAIN: usize = 8;
 
 /// The condition a redirect to an entry reports about its target.
 const TARGET_CONDITION: &str = "WorkspaceTargetFound";
-use warren_types::reconcile::CONNECTOR_CONDITION;
 /// The condition about a URL mount's URL: the agent's probe, or the server's when the agent
 /// fell silent or is gone.
-pub const AGENT_CONDITION: &str = "WorkspaceUrlReachable";
+const AGENT_CONDITION: &str = warren_types::reconcile::URL_CONDITION;
 
 /// A condition as what backs a mount reports it.
 fn condition(kind: &str, ok: bool, reason: &str, message: String) -> Condition {

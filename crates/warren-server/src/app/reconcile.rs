@@ -19,6 +19,8 @@ use warren_types::{ActualState, AgentId, DesiredState};
 /// `last_seen_at` is written at most this often, so a no-op partial reconcile writes nothing.
 const LAST_SEEN_GRANULARITY_MS: i64 = 30_000;
 const MAX_ATTEMPTS: usize = 5;
+/// Most ports one connector serves.
+const MAX_CONNECTOR_PORTS: usize = 64;
 /// Most characters of a runtime fault kept (the agent's error chain, shown to users).
 const MAX_FAULT_CHARS: usize = 2000;
 
@@ -59,6 +61,7 @@ pub async fn handle(
         None => reconcile(state, &agent, req).await?,
     };
     resp.gitops_sources = state.store.agent_source_names(agent.id).await?;
+    // Also with a runtime fault: a URL's probe has nothing to do with the runtime.
     resp.mounts = url_mounts(state, &agent, &req.mounts).await?;
     let kind = match req.update_type {
         UpdateType::Full => "full",
@@ -172,6 +175,12 @@ async fn connector_heartbeat(
     let mut ports = report.ports.clone();
     ports.sort_unstable();
     ports.dedup();
+    if ports.first() == Some(&0) || ports.len() > MAX_CONNECTOR_PORTS {
+        return Err(AppError::invalid_field(
+            "connector.ports",
+            format!("a connector serves 1 to {MAX_CONNECTOR_PORTS} ports between 1 and 65535"),
+        ));
+    }
     let conditions = clean_conditions(&report.conditions);
     let was = super::mounts::failing(&m.conditions).map(|c| c.reason.clone());
     let now = state.clock.now_ms();
@@ -181,7 +190,10 @@ async fn connector_heartbeat(
         .await?;
     let deadline = super::mounts::heartbeat_deadline_ms(state);
     let back = m.reported_at.is_none_or(|t| now - t > deadline);
-    if back || was != super::mounts::failing(&conditions).map(|c| c.reason.clone()) {
+    if back
+        || ports != m.ports
+        || was != super::mounts::failing(&conditions).map(|c| c.reason.clone())
+    {
         tracing::info!(mount = %m.name, ports = ?ports, "connector reporting");
         state.changed();
     }

@@ -90,8 +90,9 @@ impl Store {
     /// Every agent that runs workspaces: not the rows made for connector mounts.
     pub async fn list_agents(&self) -> Result<Vec<AgentRow>, StoreError> {
         let rows = sqlx::query(&format!(
-            "SELECT {COLS} FROM agents WHERE id NOT IN (SELECT agent_id FROM mounts \
-             WHERE agent_id IS NOT NULL AND kind = 'proxy' AND url IS NULL) ORDER BY id"
+            "SELECT {COLS} FROM agents WHERE name NOT LIKE 'connector-%' AND id NOT IN \
+             (SELECT agent_id FROM mounts WHERE agent_id IS NOT NULL AND kind = 'proxy' \
+             AND url IS NULL) ORDER BY id"
         ))
         .fetch_all(&self.db.pool)
         .await?;

@@ -224,7 +224,15 @@ impl Store {
             .bind(id.get())
             .execute(&mut *tx)
             .await?;
-        // Its mounts go with it (before its personal space, which holds some of them).
+        // Its mounts go with it (before its personal space, which holds some of them), and
+        // its connectors' agent rows with them: their tokens stop working.
+        sqlx::query(
+            "DELETE FROM agents WHERE id IN (SELECT agent_id FROM mounts WHERE owner_id = $1 \
+             AND kind = 'proxy' AND url IS NULL AND agent_id IS NOT NULL)",
+        )
+        .bind(id.get())
+        .execute(&mut *tx)
+        .await?;
         sqlx::query("DELETE FROM mounts WHERE owner_id = $1")
             .bind(id.get())
             .execute(&mut *tx)

@@ -79,7 +79,20 @@ fn exec_error(what: String, source: std::io::Error) -> RuntimeError {
     }
 }
 
-fn exit_of(status: std::process::ExitStatus) -> ExecExit {
+/// Resolves with how `child` ended.
+fn exit_of(
+    mut child: tokio::process::Child,
+) -> futures::future::BoxFuture<'static, Result<ExecExit, RuntimeError>> {
+    Box::pin(async move {
+        let status = child
+            .wait()
+            .await
+            .map_err(|e| exec_error("waiting for a process".into(), e))?;
+        Ok(exit_status(status))
+    })
+}
+
+fn exit_status(status: std::process::ExitStatus) -> ExecExit {
     match status.code() {
         Some(code) => ExecExit {
             code: Some(code),
@@ -221,18 +234,12 @@ impl HostRuntime {
         // No terminal: sizes are accepted and dropped.
         let (resize, mut sizes) = tokio::sync::mpsc::channel::<TerminalSize>(16);
         tokio::spawn(async move { while sizes.recv().await.is_some() {} });
-        let exit = async move {
-            let status = child
-                .wait()
-                .await
-                .map_err(|e| exec_error("waiting for a process".into(), e))?;
-            Ok(exit_of(status))
-        };
+        let exit = exit_of(child);
         Ok(ExecSession {
             stdin: Box::pin(stdin),
             output: futures::stream::select(out, err).boxed(),
             resize,
-            exit: Box::pin(exit),
+            exit,
         })
     }
 
@@ -251,7 +258,7 @@ impl HostRuntime {
             pty.resize(pty_process::Size::new(size.rows, size.cols))
                 .map_err(|e| pty_err("sizing the terminal", e))?;
         }
-        let mut child = pty_process::Command::new(program)
+        let child = pty_process::Command::new(program)
             .args(args)
             .env_clear()
             .envs(self.env(spec))
@@ -300,18 +307,12 @@ impl HostRuntime {
                 }
             }
         });
-        let exit = async move {
-            let status = child
-                .wait()
-                .await
-                .map_err(|e| exec_error("waiting for a process".into(), e))?;
-            Ok(exit_of(status))
-        };
+        let exit = exit_of(child);
         Ok(ExecSession {
             stdin: Box::pin(stdin),
             output,
             resize,
-            exit: Box::pin(exit),
+            exit,
         })
     }
 }

@@ -81,10 +81,21 @@ async fn usable(
     }
     // A disabled account's browser sessions, keys and tokens all end here, whichever way
     // the proxy learnt who asks.
-    match state.store.user_by_id(user).await? {
-        Some(u) if u.is_active() => Ok((w, u.username)),
-        _ => Err(hidden()),
-    }
+    Ok((w, active_user(state, user).await?.username))
+}
+
+/// The account `user` while it is active: a disabled account's browser sessions, keys and
+/// tokens all end here; otherwise the usual "not found".
+async fn active_user(
+    state: &AppState,
+    user: UserId,
+) -> Result<crate::store::users::UserRow, AppError> {
+    state
+        .store
+        .user_by_id(user)
+        .await?
+        .filter(|u| u.is_active())
+        .ok_or_else(hidden)
 }
 
 /// [`usable`], or — when `name` is a softlink (a `workspace` mount) — the workspace serving
@@ -152,14 +163,7 @@ fn answer(w: WorkspaceRow, user: UserId, port: Option<u16>, wake: bool) -> Works
 /// The username of `user` if the account is active and may use mount `m`; else the usual
 /// "not found".
 async fn mount_user(state: &AppState, m: &MountRow, user: UserId) -> Result<String, AppError> {
-    let Some(u) = state
-        .store
-        .user_by_id(user)
-        .await?
-        .filter(|u| u.is_active())
-    else {
-        return Err(hidden());
-    };
+    let u = active_user(state, user).await?;
     let memberships = state.store.memberships(user).await?;
     if super::mounts::member_right(&memberships, user, m) < Some(Right::Use) {
         return Err(hidden());
@@ -237,14 +241,7 @@ pub async fn redirect(
     q: &WorkspaceAccessQuery,
 ) -> Result<EntryRedirect, AppError> {
     let user = asking(state, q).await?;
-    let Some(u) = state
-        .store
-        .user_by_id(user)
-        .await?
-        .filter(|u| u.is_active())
-    else {
-        return Err(hidden());
-    };
+    let u = active_user(state, user).await?;
     let m = state
         .store
         .mount_by_name(&q.host)

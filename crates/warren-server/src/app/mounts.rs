@@ -651,9 +651,9 @@ pub async fn create(
         }
     }
     let space = space_for(state, who, req).await?;
-    let m = state
-        .store
-        .insert_mount(&NewMount {
+    let m = insert(
+        state,
+        &NewMount {
             name: &req.name,
             space_id: space.id,
             owner_id: who.user.id,
@@ -663,15 +663,9 @@ pub async fn create(
             connector: None,
             via: None,
             now: state.clock.now_ms(),
-        })
-        .await
-        .map_err(super::error::already_exists(|| {
-            format!(
-                "name: an entry (workspace or mount) named {:?} already exists",
-                req.name
-            )
-        }))
-        .map_err(|e| e.with_field("name"))?;
+        },
+    )
+    .await?;
     tracing::info!(mount = %m.name, kind = %m.kind, space = %m.space_path, by = %who.user.username, "mount created");
     state.changed();
     to_api(state, &m, Some(Right::Manage)).await
@@ -726,9 +720,9 @@ async fn create_connector(
         .unwrap_or_default();
     let token = crate::crypto::new_agent_token();
     let agent_name = format!("{}{}", super::agents::CONNECTOR_PREFIX, req.name);
-    let m = state
-        .store
-        .insert_mount(&NewMount {
+    let m = insert(
+        state,
+        &NewMount {
             name: &req.name,
             space_id: space.id,
             owner_id: who.user.id,
@@ -742,16 +736,9 @@ async fn create_connector(
                 token_digest: &crate::crypto::token_digest(&token),
             }),
             now: state.clock.now_ms(),
-        })
-        .await
-        .map_err(super::error::already_exists(|| {
-            format!(
-                "name: an entry (workspace or mount) named {:?}, or an agent named {agent_name:?}, \
-                 already exists",
-                req.name
-            )
-        }))
-        .map_err(|e| e.with_field("name"))?;
+        },
+    )
+    .await?;
     tracing::info!(mount = %m.name, kind = %m.kind, space = %m.space_path, by = %who.user.username, "connector mount created");
     state.changed();
     let mut out = to_api(state, &m, Some(Right::Manage)).await?;
@@ -782,9 +769,9 @@ async fn create_url_proxy(
         .filter(|a| !a.name.starts_with(super::agents::CONNECTOR_PREFIX))
         .ok_or_else(|| AppError::invalid_field("via", format!("no agent named {via:?}")))?;
     let space = space_for(state, who, req).await?;
-    let m = state
-        .store
-        .insert_mount(&NewMount {
+    let m = insert(
+        state,
+        &NewMount {
             name: &req.name,
             space_id: space.id,
             owner_id: who.user.id,
@@ -794,15 +781,9 @@ async fn create_url_proxy(
             via: Some(agent.id),
             connector: None,
             now: state.clock.now_ms(),
-        })
-        .await
-        .map_err(super::error::already_exists(|| {
-            format!(
-                "name: an entry (workspace or mount) named {:?} already exists",
-                req.name
-            )
-        }))
-        .map_err(|e| e.with_field("name"))?;
+        },
+    )
+    .await?;
     tracing::info!(mount = %m.name, url = %url, via = %agent.name, space = %m.space_path, by = %who.user.username, "proxy mount created");
     // The agent learns of it with its next answer; signalled, that is now.
     state.signals.notify(agent.id);
@@ -831,6 +812,27 @@ async fn space_for(
             ),
             _ => e,
         })
+}
+
+/// Inserts a mount; a taken name is refused naming it (for a connector, its agent row's name
+/// may be what is taken).
+async fn insert(state: &AppState, m: &NewMount<'_>) -> Result<MountRow, AppError> {
+    state
+        .store
+        .insert_mount(m)
+        .await
+        .map_err(super::error::already_exists(|| {
+            let agent = m
+                .connector
+                .as_ref()
+                .map(|c| format!(", or an agent named {:?},", c.agent_name))
+                .unwrap_or_default();
+            format!(
+                "name: an entry (workspace or mount) named {:?}{agent} already exists",
+                m.name
+            )
+        }))
+        .map_err(|e| e.with_field("name"))
 }
 
 /// How many mounts of `kind` the chain from `name` follows (0 when `name` is none).

@@ -194,14 +194,17 @@ fn filter_sql(f: &WorkspaceFilter) -> (String, Vec<Bind>) {
     }
     if let (Some(u), Some(ids)) = (f.visible_to, &f.role_spaces) {
         binds.push(Bind::I(u.get()));
-        let mut cond = format!(" AND (w.owner_id = ${}", binds.len());
+        // Only the tree filters this way, and it reads most rows: the unary `+` keeps SQLite
+        // from looking rows up through the owner and space indexes (every row's overflow
+        // pages) and has it scan the `workspaces_tree` covering index instead.
+        let mut cond = format!(" AND (+w.owner_id = ${}", binds.len());
         if !ids.is_empty() {
             let mut list = vec![];
             for id in ids {
                 binds.push(Bind::I(id.get()));
                 list.push(format!("${}", binds.len()));
             }
-            cond.push_str(&format!(" OR w.space_id IN ({})", list.join(", ")));
+            cond.push_str(&format!(" OR +w.space_id IN ({})", list.join(", ")));
         }
         cond.push(')');
         sql.push_str(&cond);

@@ -62,3 +62,21 @@ log "chromium: $(chromium --version 2>/dev/null || echo missing)"
 log "schemathesis: $(schemathesis --version 2>/dev/null || echo missing)"
 log "websocat: $(websocat --version 2>/dev/null || echo missing)"
 log "ssh: $(ssh -V 2>&1)"
+
+# oidc-provider (npm; OpenID Certified) is the identity provider the single sign-on tests run
+# (crates/warren-server/tests/oidc/provider.mjs); pinned, in the tools cache, found there by
+# the tests (WARREN_TOOLS_CACHE).
+OIDC_PROVIDER_VERSION=9.13.3
+oidc_dir="$TOOLS_CACHE/oidc-provider-$OIDC_PROVIDER_VERSION"
+if [ ! -f "$oidc_dir/node_modules/oidc-provider/package.json" ]; then
+    if ! command -v npm >/dev/null 2>&1; then
+        log "apt-get install nodejs npm"
+        apt-get update -q
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm
+    fi
+    log "npm install oidc-provider $OIDC_PROVIDER_VERSION (into $oidc_dir)"
+    rm -rf "$oidc_dir"
+    mkdir -p "$oidc_dir"
+    (cd "$oidc_dir" && npm install --silent --no-audit --no-fund --omit=dev \
+        "oidc-provider@$OIDC_PROVIDER_VERSION")
+fi

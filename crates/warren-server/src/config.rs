@@ -57,6 +57,144 @@ pub struct ServerConfig {
     /// from anywhere else the header is ignored, as anyone can write it.
     #[serde(default)]
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// Single sign-on through an OpenID Connect provider (none: local passwords only).
+    #[serde(default)]
+    pub oidc: Option<OidcConfig>,
+    /// Whether local passwords sign in (the login page's form, `warren login`). Turning them
+    /// off needs `oidc`; personal access tokens keep working either way.
+    #[serde(default = "yes")]
+    pub password_login: bool,
+}
+
+/// An OpenID Connect provider users sign in through (`[oidc]` in the server's file).
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OidcConfig {
+    /// The provider's issuer (`https://id.example.com/realms/acme`): discovery reads
+    /// `{issuer}/.well-known/openid-configuration`, and ID tokens must name it exactly.
+    pub issuer_url: String,
+    pub client_id: String,
+    /// The client's secret (none: a public client, PKCE alone).
+    #[serde(default)]
+    pub client_secret: Option<String>,
+    /// Where the provider sends the browser back: this server's `/oauth/sso/callback` as
+    /// users reach it (`https://warren.example.com/oauth/sso/callback`), registered with the
+    /// provider.
+    pub redirect_url: String,
+    /// The login page's button: "Sign in with {display_name}".
+    #[serde(default = "default_oidc_name")]
+    pub display_name: String,
+    /// The ID token claim whose value is the Warren username (lowercased; must be a valid
+    /// username). Choose one users cannot change themselves at the provider.
+    #[serde(default = "default_username_claim")]
+    pub username_claim: String,
+    /// Whether a first sign-in with no matching account creates one.
+    #[serde(default = "yes")]
+    pub sign_up: bool,
+    /// Whether a first sign-in may take over an existing local account of the same username
+    /// (off by default: the provider would then decide who owns e.g. `admin`).
+    #[serde(default)]
+    pub link_existing_users: bool,
+    /// The claim listing the user's groups (an array of strings, or one string).
+    #[serde(default = "default_groups_claim")]
+    pub groups_claim: String,
+    /// Members of this group are admins, others are not (set at every sign-in); none: the
+    /// provider does not decide who is an admin.
+    #[serde(default)]
+    pub admin_group: Option<String>,
+    /// Scopes asked besides `openid`.
+    #[serde(default = "default_scopes")]
+    pub scopes: Vec<String>,
+}
+
+/// Without the secret: configurations are logged.
+impl std::fmt::Debug for OidcConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OidcConfig")
+            .field("issuer_url", &self.issuer_url)
+            .field("client_id", &self.client_id)
+            .field("client_secret", &self.client_secret.as_ref().map(|_| "…"))
+            .field("redirect_url", &self.redirect_url)
+            .field("username_claim", &self.username_claim)
+            .field("sign_up", &self.sign_up)
+            .field("link_existing_users", &self.link_existing_users)
+            .field("admin_group", &self.admin_group)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OidcConfig {
+    /// A provider with every default.
+    pub fn new(issuer_url: &str, client_id: &str, redirect_url: &str) -> OidcConfig {
+        OidcConfig {
+            issuer_url: issuer_url.into(),
+            client_id: client_id.into(),
+            client_secret: None,
+            redirect_url: redirect_url.into(),
+            display_name: default_oidc_name(),
+            username_claim: default_username_claim(),
+            sign_up: true,
+            link_existing_users: false,
+            groups_claim: default_groups_claim(),
+            admin_group: None,
+            scopes: default_scopes(),
+        }
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let https_or_loopback = |field: &str, u: &str| -> Result<(), String> {
+            let p = url::Url::parse(u).map_err(|e| format!("oidc.{field}: {u:?}: {e}"))?;
+            let loopback = matches!(p.host_str(), Some("localhost" | "127.0.0.1" | "[::1]"));
+            if p.scheme() == "https" || (p.scheme() == "http" && loopback) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "oidc.{field}: {u:?} must be https (http only on localhost)"
+                ))
+            }
+        };
+        https_or_loopback("issuer_url", &self.issuer_url)?;
+        https_or_loopback("redirect_url", &self.redirect_url)?;
+        if !self.redirect_url.ends_with(crate::SSO_CALLBACK_PATH) {
+            return Err(format!(
+                "oidc.redirect_url: {:?} must end with {}",
+                self.redirect_url,
+                crate::SSO_CALLBACK_PATH
+            ));
+        }
+        if self.client_id.is_empty() {
+            return Err("oidc.client_id: must not be empty".into());
+        }
+        if self.client_secret.as_deref() == Some("") {
+            return Err("oidc.client_secret: must not be empty when given".into());
+        }
+        if self.username_claim.is_empty() || self.groups_claim.is_empty() {
+            return Err("oidc.username_claim, oidc.groups_claim: must not be empty".into());
+        }
+        if self.display_name.trim().is_empty() {
+            return Err("oidc.display_name: must not be empty".into());
+        }
+        if self.scopes.iter().any(|s| s.is_empty() || s.contains(' ')) {
+            return Err("oidc.scopes: each must be one non-empty word".into());
+        }
+        Ok(())
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_oidc_name() -> String {
+    "single sign-on".into()
+}
+fn default_username_claim() -> String {
+    "preferred_username".into()
+}
+fn default_groups_claim() -> String {
+    "groups".into()
+}
+fn default_scopes() -> Vec<String> {
+    vec!["profile".into(), "email".into()]
 }
 
 fn default_admin_username() -> String {
@@ -94,6 +232,8 @@ impl ServerConfig {
             ssh_public_address: None,
             ssh_host_keys: Vec::new(),
             trusted_proxies: vec![],
+            oidc: None,
+            password_login: true,
         }
     }
 
@@ -178,6 +318,11 @@ impl ServerConfig {
         if self.max_db_connections == 0 {
             return Err("max_db_connections: must be at least 1".into());
         }
+        if let Some(o) = &self.oidc {
+            o.validate()?;
+        } else if !self.password_login {
+            return Err("password_login: cannot be off without oidc (nobody could sign in)".into());
+        }
         Ok(())
     }
 }
@@ -185,6 +330,68 @@ impl ServerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn single_sign_on_is_checked() {
+        let mut c = ServerConfig::new("/tmp/x");
+        c.password_login = false;
+        assert!(c.validate().unwrap_err().starts_with("password_login"));
+        let good = OidcConfig::new(
+            "https://id.example.com/realms/acme",
+            "warren",
+            "https://warren.example.com/oauth/sso/callback",
+        );
+        c.oidc = Some(good.clone());
+        assert!(c.validate().is_ok());
+        for (o, field) in [
+            (
+                OidcConfig {
+                    issuer_url: "http://id.example.com".into(),
+                    ..good.clone()
+                },
+                "oidc.issuer_url",
+            ),
+            (
+                OidcConfig {
+                    redirect_url: "https://warren.example.com/elsewhere".into(),
+                    ..good.clone()
+                },
+                "oidc.redirect_url",
+            ),
+            (
+                OidcConfig {
+                    client_id: String::new(),
+                    ..good.clone()
+                },
+                "oidc.client_id",
+            ),
+            (
+                OidcConfig {
+                    scopes: vec!["two words".into()],
+                    ..good.clone()
+                },
+                "oidc.scopes",
+            ),
+        ] {
+            c.oidc = Some(o);
+            assert!(c.validate().unwrap_err().starts_with(field), "{field}");
+        }
+        // Loopback providers may speak plain HTTP (tests, a provider beside the server).
+        c.oidc = Some(OidcConfig {
+            issuer_url: "http://127.0.0.1:5556".into(),
+            ..good.clone()
+        });
+        assert!(c.validate().is_ok());
+        // The secret never reaches a log line.
+        let shown = format!(
+            "{:?}",
+            OidcConfig {
+                client_secret: Some("s3cr3t-value".into()),
+                ..good
+            }
+        );
+        assert!(!shown.contains("s3cr3t-value"), "{shown}");
+    }
 
     #[test]
     fn validation_names_the_field() {

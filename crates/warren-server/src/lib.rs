@@ -18,6 +18,9 @@ pub mod relay;
 pub mod server;
 pub mod store;
 
-pub use config::ServerConfig;
+pub use config::{OidcConfig, ServerConfig};
+
+/// Where an OpenID provider sends the browser back after single sign-on.
+pub const SSO_CALLBACK_PATH: &str = "/oauth/sso/callback";
 pub use error::ServerError;
 pub use server::{run, Server};

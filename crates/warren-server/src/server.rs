@@ -70,7 +70,15 @@ impl Server {
         tracing::info!(database = %crate::db::redact(&url), "opening database");
         let db = Db::connect(&url, config.max_db_connections).await?;
         let store = Store::new(db, SecretBox::new(key));
+        let sso = match config.oidc.clone() {
+            Some(c) => Some(Arc::new(crate::app::sso::Sso::new(c).map_err(|e| {
+                ServerError::Config(format!("oidc: building its HTTP client: {e}"))
+            })?)),
+            None => None,
+        };
         let state = AppState {
+            sso,
+            password_login: config.password_login,
             closing: CancellationToken::new(),
             store,
             clock,
@@ -127,6 +135,12 @@ impl Server {
                 admin.username, admin.password
             );
             tracing::warn!(username = %admin.username, "bootstrapped the first admin; its password was printed to stdout once");
+            if !self.state.password_login {
+                println!(
+                    "  (password sign-in is off: this password signs nobody in; admins are the \
+                     members of oidc.admin_group, or an account linked by oidc.link_existing_users)"
+                );
+            }
         }
     }
 

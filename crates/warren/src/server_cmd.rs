@@ -101,9 +101,44 @@ pub struct ServerOptions {
         value_name = "CIDR"
     )]
     trusted_proxies: Vec<ipnet::IpNet>,
+    /// Single sign-on: the OpenID provider's issuer URL (the rest of `[oidc]` in --config).
+    #[arg(long, env = "WARREN_OIDC_ISSUER_URL", value_name = "URL")]
+    oidc_issuer_url: Option<String>,
+    /// Single sign-on: this server's client id at the provider.
+    #[arg(long, env = "WARREN_OIDC_CLIENT_ID", value_name = "ID")]
+    oidc_client_id: Option<String>,
+    /// Single sign-on: a file holding the client's secret (none: a public client).
+    #[arg(long, env = "WARREN_OIDC_CLIENT_SECRET_FILE", value_name = "FILE")]
+    oidc_client_secret_file: Option<PathBuf>,
+    /// Single sign-on: this server's callback as browsers reach it
+    /// (`https://warren.example.com/oauth/sso/callback`), registered with the provider.
+    #[arg(long, env = "WARREN_OIDC_REDIRECT_URL", value_name = "URL")]
+    oidc_redirect_url: Option<String>,
+    /// Whether local passwords sign in (`false` needs single sign-on). [default: true]
+    #[arg(long, env = "WARREN_PASSWORD_LOGIN", value_name = "BOOL")]
+    password_login: Option<bool>,
     /// Write the bound address (`host:port`) to this file once ready to serve.
     #[arg(long, env = "WARREN_READY_FILE", value_name = "FILE")]
     ready_file: Option<PathBuf>,
+}
+
+/// `[oidc]` in the `--config` file: `warren_server::OidcConfig`'s fields, the secret also
+/// from a file, the first four also from flags.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OidcFile {
+    issuer_url: Option<String>,
+    client_id: Option<String>,
+    client_secret: Option<String>,
+    client_secret_file: Option<PathBuf>,
+    redirect_url: Option<String>,
+    display_name: Option<String>,
+    username_claim: Option<String>,
+    sign_up: Option<bool>,
+    link_existing_users: Option<bool>,
+    groups_claim: Option<String>,
+    admin_group: Option<String>,
+    scopes: Option<Vec<String>>,
 }
 
 /// The `--config` file: the same settings, unknown keys refused.
@@ -127,6 +162,8 @@ struct FileConfig {
     trusted_proxies: Option<Vec<ipnet::IpNet>>,
     ssh_public_address: Option<String>,
     ssh_host_key_file: Option<PathBuf>,
+    oidc: Option<OidcFile>,
+    password_login: Option<bool>,
 }
 
 fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
@@ -204,11 +241,69 @@ fn merge(args: &ServerOptions, file: FileConfig) -> anyhow::Result<(ServerConfig
             anyhow::bail!("the SSH host key file {} holds no key", path.display());
         }
     }
+    c.oidc = oidc(args, file.oidc.unwrap_or_default())?;
+    if let Some(p) = args.password_login.or(file.password_login) {
+        c.password_login = p;
+    }
     let listen = match args.listen.or(file.listen) {
         Some(l) => l,
         None => DEFAULT_LISTEN.parse().context("default listen address")?,
     };
     Ok((c, listen))
+}
+
+/// Single sign-on from flags over `[oidc]`; none when no issuer is given anywhere.
+fn oidc(args: &ServerOptions, f: OidcFile) -> anyhow::Result<Option<warren_server::OidcConfig>> {
+    let Some(issuer) = args.oidc_issuer_url.clone().or(f.issuer_url) else {
+        let other = args.oidc_client_id.is_some()
+            || args.oidc_redirect_url.is_some()
+            || args.oidc_client_secret_file.is_some()
+            || f.client_id.is_some()
+            || f.redirect_url.is_some();
+        if other {
+            anyhow::bail!("oidc: settings given without an issuer URL (--oidc-issuer-url)");
+        }
+        return Ok(None);
+    };
+    let client_id = args
+        .oidc_client_id
+        .clone()
+        .or(f.client_id)
+        .context("oidc: no client id (--oidc-client-id)")?;
+    let redirect = args
+        .oidc_redirect_url
+        .clone()
+        .or(f.redirect_url)
+        .context("oidc: no redirect URL (--oidc-redirect-url)")?;
+    let mut o = warren_server::OidcConfig::new(&issuer, &client_id, &redirect);
+    o.client_secret = match args
+        .oidc_client_secret_file
+        .clone()
+        .or(f.client_secret_file)
+    {
+        Some(path) => Some(crate::relay_cmd::read_secret(&path, "OIDC client secret")?),
+        None => f.client_secret,
+    };
+    if let Some(v) = f.display_name {
+        o.display_name = v;
+    }
+    if let Some(v) = f.username_claim {
+        o.username_claim = v;
+    }
+    if let Some(v) = f.sign_up {
+        o.sign_up = v;
+    }
+    if let Some(v) = f.link_existing_users {
+        o.link_existing_users = v;
+    }
+    if let Some(v) = f.groups_claim {
+        o.groups_claim = v;
+    }
+    o.admin_group = f.admin_group;
+    if let Some(v) = f.scopes {
+        o.scopes = v;
+    }
+    Ok(Some(o))
 }
 
 pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
@@ -288,5 +383,42 @@ mod tests {
             err.to_string().contains("unknown field `databse_url`"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn single_sign_on_from_flags_and_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("oidc.secret");
+        std::fs::write(&secret, "the-secret\n").unwrap();
+        let t = T::parse_from([
+            "t",
+            "--home",
+            "/h",
+            "--oidc-issuer-url",
+            "https://id.example.com",
+            "--oidc-client-secret-file",
+            secret.to_str().unwrap(),
+            "--password-login",
+            "false",
+        ]);
+        let file: FileConfig = toml::from_str(
+            "[oidc]\nclient_id = \"warren\"\nredirect_url = \"https://w.example.com/oauth/sso/callback\"\n\
+             admin_group = \"admins\"\nsign_up = false",
+        )
+        .unwrap();
+        let (c, _) = merge(&t.a.options, file).unwrap();
+        let o = c.oidc.clone().expect("oidc");
+        assert_eq!(o.issuer_url, "https://id.example.com");
+        assert_eq!(o.client_id, "warren");
+        assert_eq!(o.client_secret.as_deref(), Some("the-secret"));
+        assert_eq!(o.admin_group.as_deref(), Some("admins"));
+        assert!(!o.sign_up && !c.password_login);
+        c.validate().unwrap();
+        // Half a configuration is an error naming what is missing.
+        let t = T::parse_from(["t", "--home", "/h", "--oidc-client-id", "warren"]);
+        let err = merge(&t.a.options, FileConfig::default()).unwrap_err();
+        assert!(err.to_string().contains("without an issuer"), "{err}");
+        let err = toml::from_str::<FileConfig>("[oidc]\nclient_secrett = \"x\"").unwrap_err();
+        assert!(err.to_string().contains("unknown field"), "{err}");
     }
 }

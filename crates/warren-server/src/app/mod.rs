@@ -18,6 +18,7 @@ pub mod reconcile;
 pub mod render;
 pub mod spaces;
 pub mod ssh_keys;
+pub mod sso;
 pub mod throttle;
 pub mod tokens;
 pub mod users;
@@ -62,6 +63,10 @@ pub struct AppState {
     /// Cancelled when the server begins to shut down: answers that would stream forever
     /// (the web UI's live events) end, so the graceful shutdown does not wait on them.
     pub closing: tokio_util::sync::CancellationToken,
+    /// Single sign-on through an OpenID provider, when configured.
+    pub sso: Option<Arc<sso::Sso>>,
+    /// Whether local passwords sign in (off: single sign-on and tokens only).
+    pub password_login: bool,
 }
 
 impl AppState {

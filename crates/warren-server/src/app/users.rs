@@ -91,6 +91,21 @@ pub async fn check_password(
     Ok(user.filter(|_| ok))
 }
 
+/// Refuses every password sign-in when the server allows single sign-on only.
+pub fn password_login_allowed(state: &AppState) -> Result<(), AppError> {
+    if state.password_login {
+        return Ok(());
+    }
+    Err(AppError::forbidden(match &state.sso {
+        Some(s) => format!(
+            "password sign-in is turned off on this server; sign in with {} in a browser, and \
+             use a personal access token for the CLI",
+            s.display_name()
+        ),
+        None => "password sign-in is turned off on this server".to_owned(),
+    }))
+}
+
 /// Exchanges a username and password for a new personal access token (`warren login`),
 /// throttled per username and per client address.
 pub async fn password_session(
@@ -98,6 +113,7 @@ pub async fn password_session(
     req: PasswordLoginRequest,
     client: Option<IpAddr>,
 ) -> Result<CreatedToken, AppError> {
+    password_login_allowed(state)?;
     let now = state.clock.now_ms();
     state
         .login_throttle

@@ -118,6 +118,74 @@ impl Store {
         Ok(row(&r)?)
     }
 
+    /// The account linked to an OpenID provider's subject (`{issuer} {sub}`).
+    pub async fn user_by_sso_subject(&self, subject: &str) -> Result<Option<UserRow>, StoreError> {
+        let r = sqlx::query(&format!("SELECT {COLS} FROM users WHERE sso_subject = $1"))
+            .bind(subject)
+            .fetch_optional(&self.db.pool)
+            .await?;
+        Ok(r.as_ref().map(row).transpose()?)
+    }
+
+    /// Inserts an account made by its first single sign-on, linked to `subject`.
+    pub async fn insert_sso_user(
+        &self,
+        username: &str,
+        password_hash: &str,
+        is_admin: bool,
+        subject: &str,
+        now: i64,
+    ) -> Result<UserRow, StoreError> {
+        let r = sqlx::query(&format!(
+            "INSERT INTO users (username, password_hash, is_admin, created_at, sso_subject) \
+             VALUES ($1, $2, $3, $4, $5) RETURNING {COLS}"
+        ))
+        .bind(username)
+        .bind(password_hash)
+        .bind(is_admin as i64)
+        .bind(now)
+        .bind(subject)
+        .fetch_one(&self.db.pool)
+        .await
+        .map_err(unique("users.username"))?;
+        Ok(row(&r)?)
+    }
+
+    /// Links an account no subject is linked to yet; false when one is (or it is gone).
+    pub async fn link_sso_subject(&self, id: UserId, subject: &str) -> Result<bool, StoreError> {
+        let r =
+            sqlx::query("UPDATE users SET sso_subject = $2 WHERE id = $1 AND sso_subject IS NULL")
+                .bind(id.get())
+                .bind(subject)
+                .execute(&self.db.pool)
+                .await
+                .map_err(unique("users.sso_subject"))?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    /// Records the state of a finished single sign-on until it expires; false when it was
+    /// recorded before (the callback is replayed). Forgets expired states on the way.
+    pub async fn consume_sso_state(
+        &self,
+        state_hash: &str,
+        expires_at: i64,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        sqlx::query("DELETE FROM sso_states WHERE expires_at < $1")
+            .bind(now)
+            .execute(&self.db.pool)
+            .await?;
+        let r = sqlx::query(
+            "INSERT INTO sso_states (state_hash, expires_at) VALUES ($1, $2) \
+             ON CONFLICT (state_hash) DO NOTHING",
+        )
+        .bind(state_hash)
+        .bind(expires_at)
+        .execute(&self.db.pool)
+        .await?;
+        Ok(r.rows_affected() == 1)
+    }
+
     /// Inserts an admin when (and only when) no user exists yet, atomically; whether it did.
     pub async fn insert_first_admin(
         &self,

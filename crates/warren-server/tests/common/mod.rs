@@ -141,12 +141,25 @@ impl TestServer {
         choice: &DbChoice,
         tweak: impl FnOnce(&mut ServerConfig),
     ) -> TestServer {
+        Self::start_at(choice, |c, _| tweak(c)).await
+    }
+
+    /// Like [`TestServer::start_with`], `tweak` also told the server's base URL (bound
+    /// before the configuration is made, for settings naming the server itself).
+    pub async fn start_at(
+        choice: &DbChoice,
+        tweak: impl FnOnce(&mut ServerConfig, &str),
+    ) -> TestServer {
         let db = TestDb::new(choice).await;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("addr"));
         let mut config = ServerConfig::new(db.dir.path().join("home"));
         config.database_url = Some(db.url.clone());
         config.relay_secret = Some(RELAY_SECRET.into());
         config.max_db_connections = 5;
-        tweak(&mut config);
+        tweak(&mut config, &base);
         let clock = ManualClock::new(chrono::Utc::now().timestamp_millis());
         let server = Server::prepare_with_clock(config, Arc::new(clock.clone()))
             .await
@@ -156,10 +169,6 @@ impl TestServer {
             .cloned()
             .expect("bootstrap admin on an empty database");
         let state = server.state().clone();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let base = format!("http://{}", listener.local_addr().expect("addr"));
         let shutdown = CancellationToken::new();
         let s = shutdown.clone();
         let task = tokio::spawn(async move {
@@ -178,6 +187,14 @@ impl TestServer {
             label: choice.label(),
             task: Some(task),
         };
+        if !ts.state.password_login {
+            // Passwords sign nobody in: the admin's token as `warren admin token` makes it.
+            let t = warren_server::app::tokens::issue_for(&ts.state, &admin.username, "test", 1)
+                .await
+                .expect("admin token");
+            ts.admin_token = t.secret;
+            return ts;
+        }
         let (status, body) = ts
             .call(
                 Method::POST,

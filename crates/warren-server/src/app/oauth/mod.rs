@@ -443,6 +443,7 @@ pub async fn sign_in(
     password: &str,
     client: Option<IpAddr>,
 ) -> Result<SignIn, AppError> {
+    super::users::password_login_allowed(state)?;
     let now = state.clock.now_ms();
     if let Err(t) = state.login_throttle.check(username, client, now) {
         tracing::info!("oauth sign-in refused: too many failures");

@@ -68,6 +68,22 @@ pub fn ui_csrf(key: &[u8], session: &str) -> String {
     mac(key, "ui-form", session)
 }
 
+/// The single sign-on cookie's value: `{payload}.{mac}`, the payload base64url (it carries
+/// the state, nonce and PKCE verifier of one sign-in in progress, and where to return).
+pub fn sso_value(key: &[u8], payload: &[u8]) -> String {
+    let body = URL_SAFE_NO_PAD.encode(payload);
+    format!("{body}.{}", mac(key, "sso", &body))
+}
+
+/// The payload of a single sign-on cookie value, if its signature holds.
+pub fn check_sso(key: &[u8], value: &str) -> Option<Vec<u8>> {
+    let (body, sig) = value.rsplit_once('.')?;
+    if !ct_eq(sig, &mac(key, "sso", body)) {
+        return None;
+    }
+    URL_SAFE_NO_PAD.decode(body).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,6 +14,7 @@
 pub mod clients;
 pub mod cookies;
 pub mod pages;
+pub mod sso;
 pub mod token;
 
 use crate::app::oauth::{self, signed, Authorization, AuthorizeParams, AuthorizeRefusal, SignIn};
@@ -37,6 +38,8 @@ pub fn router() -> Router<AppState> {
         .route("/oauth/authorize", get(authorize))
         .route("/oauth/login", post(login))
         .route("/oauth/consent", post(consent))
+        .route("/oauth/sso", get(sso::start))
+        .route(crate::SSO_CALLBACK_PATH, get(sso::callback))
         .route("/oauth/token", post(token::token))
         .route("/oauth/userinfo", get(token::userinfo))
         .route(
@@ -118,7 +121,9 @@ fn consent_page(
     r
 }
 
+#[allow(clippy::too_many_arguments)]
 fn login_page(
+    state: &AppState,
     status: StatusCode,
     v: &Authorization,
     p: &AuthorizeParams,
@@ -131,6 +136,10 @@ fn login_page(
     let csrf = signed::login_csrf(key, &prelogin);
     let mut fields = p.pairs();
     fields.push(("csrf_token", &csrf));
+    let sso = state
+        .sso
+        .as_ref()
+        .map(|s| (s.display_name(), sso::start_link(&p.authorize_path())));
     let mut r = pages::page(
         status,
         "Sign in",
@@ -139,6 +148,8 @@ fn login_page(
             &pages::hidden_fields(&fields),
             username,
             error,
+            sso.as_ref().map(|(n, l)| (*n, l.as_str())),
+            state.password_login,
         ),
     );
     pages::allow_form_redirects(&mut r);
@@ -185,7 +196,7 @@ pub async fn authorize(
         Err(e) => failed(e),
         Ok(Some(user)) if v.client.first_party => grant(&state, &v, user.id).await,
         Ok(Some(user)) => consent_page(&v, &p, &key, &user.username, raw.unwrap_or_default()),
-        Ok(None) => login_page(StatusCode::OK, &v, &p, &key, &headers, "", None),
+        Ok(None) => login_page(&state, StatusCode::OK, &v, &p, &key, &headers, "", None),
     }
 }
 
@@ -229,6 +240,7 @@ pub async fn login(
     };
     let again = |status, error: &str| {
         login_page(
+            &state,
             status,
             &v,
             &f.params,

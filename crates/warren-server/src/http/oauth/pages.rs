@@ -88,20 +88,44 @@ pub fn hidden_fields(fields: &[(&str, &str)]) -> String {
         .collect()
 }
 
-pub fn login(client_name: &str, hidden: &str, username: &str, error: Option<&str>) -> String {
+/// The login page's body: the password form (unless passwords are off) and the single
+/// sign-on button (`sso`: its label and link) when there is one.
+pub fn login(
+    client_name: &str,
+    hidden: &str,
+    username: &str,
+    error: Option<&str>,
+    sso: Option<(&str, &str)>,
+    password: bool,
+) -> String {
     let err = error
         .map(|e| format!("<p class=\"error\" role=\"alert\">{}</p>\n", esc(e)))
         .unwrap_or_default();
+    let sso = sso
+        .map(|(name, link)| {
+            format!(
+                "<p><a class=\"button\" id=\"sso\" href=\"{}\">Sign in with {}</a></p>\n",
+                esc(link),
+                esc(name)
+            )
+        })
+        .unwrap_or_default();
+    let form = if password {
+        format!(
+            "<form method=\"post\" action=\"/oauth/login\">\n{hidden}\
+             <label for=\"username\">Username</label>\
+             <input type=\"text\" id=\"username\" name=\"username\" autocomplete=\"username\" value=\"{user}\" required autofocus>\
+             <label for=\"password\">Password</label>\
+             <input type=\"password\" id=\"password\" name=\"password\" autocomplete=\"current-password\" required>\
+             <button type=\"submit\">Sign in</button></form>",
+            user = esc(username),
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "<p>Sign in to continue to <strong>{client}</strong>.</p>\n{err}\
-         <form method=\"post\" action=\"/oauth/login\">\n{hidden}\
-         <label for=\"username\">Username</label>\
-         <input type=\"text\" id=\"username\" name=\"username\" autocomplete=\"username\" value=\"{user}\" required autofocus>\
-         <label for=\"password\">Password</label>\
-         <input type=\"password\" id=\"password\" name=\"password\" autocomplete=\"current-password\" required>\
-         <button type=\"submit\">Sign in</button></form>",
+        "<p>Sign in to continue to <strong>{client}</strong>.</p>\n{err}{sso}{form}",
         client = esc(client_name),
-        user = esc(username),
     )
 }
 

@@ -48,6 +48,7 @@ fn set_cookie(r: &mut Response, value: &str) {
 }
 
 fn login_page(
+    state: &AppState,
     status: StatusCode,
     key: &[u8],
     headers: &HeaderMap,
@@ -59,6 +60,12 @@ fn login_page(
     let csrf = signed::login_csrf(key, &prelogin);
     let body = html! {
         @if let Some(e) = error { p.error role="alert" { (e) } }
+        @if let Some(sso) = &state.sso {
+            p { a.button.primary #sso href=(crate::http::oauth::sso::start_link(next)) {
+                "Sign in with " (sso.display_name())
+            } }
+        }
+        @if state.password_login {
         form.card method="post" action=(LOGIN_PATH) {
             input type="hidden" name="csrf_token" value=(csrf);
             input type="hidden" name="next" value=(next);
@@ -69,6 +76,7 @@ fn login_page(
             input type="password" id="password" name="password"
                 autocomplete="current-password" required autofocus[!username.is_empty()];
             button.primary type="submit" { "Sign in" }
+        }
         }
     };
     let mut r = layout::bare(status, "Sign in", body);
@@ -97,7 +105,15 @@ pub async fn page(
         return Ok(Redirect::to(&next).into_response());
     }
     let key = oauth::signing_key(&state).await?;
-    Ok(login_page(StatusCode::OK, &key, &headers, &next, "", None))
+    Ok(login_page(
+        &state,
+        StatusCode::OK,
+        &key,
+        &headers,
+        &next,
+        "",
+        None,
+    ))
 }
 
 #[derive(Debug, Deserialize)]
@@ -128,8 +144,17 @@ pub async fn submit(
         return Err(UiError::Csrf);
     }
     let next = local_next(f.next.as_deref());
-    let again =
-        |status, error: &str| login_page(status, &key, &headers, &next, &f.username, Some(error));
+    let again = |status, error: &str| {
+        login_page(
+            &state,
+            status,
+            &key,
+            &headers,
+            &next,
+            &f.username,
+            Some(error),
+        )
+    };
     let session = match oauth::sign_in(&state, &key, &f.username, &f.password, addr).await? {
         SignIn::Throttled(secs) => {
             let mut r = again(

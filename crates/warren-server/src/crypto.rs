@@ -83,7 +83,14 @@ pub fn verify_password(password: &str, hash: &str) -> bool {
         Ok(parsed) => Argon2::default()
             .verify_password(password.as_bytes(), &parsed)
             .is_ok(),
-        Err(_) => false,
+        // No password (an account made by single sign-on): as slow as a wrong one, so timing
+        // does not tell such accounts apart.
+        Err(_) => {
+            if let Ok(parsed) = PasswordHash::new(dummy_password_hash()) {
+                let _ = Argon2::default().verify_password(password.as_bytes(), &parsed);
+            }
+            false
+        }
     }
 }
 

@@ -12,6 +12,11 @@ use std::time::Duration;
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("migrations/sqlite");
 static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("migrations/postgres");
 
+/// SQLite's migrations (backups compare schema versions with them).
+pub fn sqlite_migrations() -> &'static Migrator {
+    &SQLITE_MIGRATIONS
+}
+
 /// Which database a pool talks to; the few places where they differ branch on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DbKind {

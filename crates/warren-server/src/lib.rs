@@ -7,6 +7,7 @@
 //! create agents in-process first (`warren up`).
 
 pub mod app;
+pub mod backup;
 pub mod clock;
 pub mod config;
 pub mod crypto;

@@ -1,5 +1,6 @@
 //! The `warren` binary: argument parsing and wiring only; every behaviour lives in a crate.
 
+mod admin_cmd;
 mod agent_cmd;
 mod connect_cmd;
 mod proxy_cmd;
@@ -41,6 +42,8 @@ enum Command {
     /// Build what agents inject into workspaces: `warren tools build` makes the editor's
     /// tools image.
     Tools(tools_cmd::ToolsArgs),
+    /// Operations on the server's own files: `backup` and `restore` (SQLite).
+    Admin(admin_cmd::AdminArgs),
     #[command(flatten)]
     User(warren_cli::Command),
 }
@@ -82,6 +85,7 @@ fn main() -> ExitCode {
             run_service(connect_cmd::run(args))
         }
         Command::Tools(args) => run_service(tools_cmd::run(args)),
+        Command::Admin(args) => run_service(admin_cmd::run(args)),
         Command::User(cmd) => warren_cli::main(cmd, Cli::command),
     }
 }

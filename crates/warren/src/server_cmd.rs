@@ -306,16 +306,27 @@ fn oidc(args: &ServerOptions, f: OidcFile) -> anyhow::Result<Option<warren_serve
     Ok(Some(o))
 }
 
-pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
-    let args = *args.options;
+/// The validated configuration the flags, variables and file describe, and where to listen.
+fn configure(args: &ServerOptions) -> anyhow::Result<(ServerConfig, SocketAddr)> {
     let file = match &args.config {
         Some(p) => read_file(p)?,
         None => FileConfig::default(),
     };
-    let (config, listen) = merge(&args, file)?;
+    let (config, listen) = merge(args, file)?;
     config
         .validate()
         .map_err(|e| anyhow::anyhow!("invalid server configuration: {e}"))?;
+    Ok((config, listen))
+}
+
+/// The server configuration of `warren admin` (same flags, variables and file as the server).
+pub(crate) fn config_of(args: ServerArgs) -> anyhow::Result<ServerConfig> {
+    Ok(configure(&args.options)?.0)
+}
+
+pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
+    let args = *args.options;
+    let (config, listen) = configure(&args)?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("binding {listen}"))?;

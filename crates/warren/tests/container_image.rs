@@ -1,0 +1,135 @@
+//! The `warren` container image as `deploy/container/build.sh` builds it (from the Debian image
+//! CI makes without a registry): it runs as the unprivileged user of the manifests, on a
+//! read-only root, and `warren server` in it serves `/readyz`.
+//!
+//! Skips with a notice without Podman or the Debian base image, unless `WARREN_REQUIRE_ENGINE=1`.
+
+mod support;
+
+use std::process::Command;
+use std::time::Duration;
+use support::*;
+
+/// Removes the test's container and image, whatever happens.
+struct Cleanup {
+    container: String,
+    image: String,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = Command::new("podman")
+            .args(["rm", "-f", "-t", "0", &self.container])
+            .output();
+        let _ = Command::new("podman")
+            .args(["rmi", "-f", &self.image])
+            .output();
+    }
+}
+
+#[test]
+fn the_image_serves_as_an_unprivileged_user_on_a_read_only_root() {
+    if !podman_available() {
+        return;
+    }
+    if !image_exists(DEBIAN_IMAGE) {
+        let notice = format!("no {DEBIAN_IMAGE} (run .ci/setup-podman.sh image-debian)");
+        if std::env::var("WARREN_REQUIRE_ENGINE").as_deref() == Ok("1") {
+            panic!("WARREN_REQUIRE_ENGINE=1 but {notice}");
+        }
+        eprintln!("skipping: {notice}");
+        return;
+    }
+    let id = std::process::id();
+    let guard = Cleanup {
+        container: format!("warren-image-test-{id}"),
+        image: format!("localhost/warren-image-test:{id}"),
+    };
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/container/build.sh"
+    );
+    let out = Command::new("bash")
+        .args([script, &guard.image, DEBIAN_IMAGE])
+        .env("WARREN_BINARY", warren_bin())
+        .output()
+        .expect("run build.sh");
+    assert!(
+        out.status.success(),
+        "build.sh failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let user = podman(&[
+        "image",
+        "inspect",
+        "--format",
+        "{{.Config.User}}",
+        &guard.image,
+    ]);
+    assert_eq!(user.trim(), "65532:65532");
+
+    let port = free_port();
+    let out = Command::new("podman")
+        .args([
+            "run",
+            "-d",
+            "--name",
+            &guard.container,
+            "--network",
+            "host",
+            "--read-only",
+            "--tmpfs",
+            "/tmp",
+            "--cap-drop",
+            "ALL",
+            "--security-opt",
+            "no-new-privileges",
+            &guard.image,
+            "server",
+            "--home",
+            "/tmp/home",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .output()
+        .expect("podman run");
+    assert!(
+        out.status.success(),
+        "podman run: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let logs = || podman(&["logs", &guard.container]);
+    let ready = format!("http://127.0.0.1:{port}/readyz");
+    wait_for(
+        "the server in the image to be ready",
+        Duration::from_secs(60),
+        || {
+            Command::new("curl")
+                .args(["-sf", "-o", "/dev/null", "--max-time", "2", &ready])
+                .status()
+                .ok()
+                .filter(|s| s.success())
+        },
+        || {
+            format!(
+                "container log:\n{}\n{}",
+                logs(),
+                podman(&["ps", "-a", "--filter", &format!("name={}", guard.container)])
+            )
+        },
+    );
+    let uid = podman(&["exec", &guard.container, "id", "-u"]);
+    assert_eq!(uid.trim(), "65532", "{}", logs());
+    // The root is read-only: nothing but /tmp (and what the server was told) is writable.
+    let out = Command::new("podman")
+        .args(["exec", &guard.container, "touch", "/usr/local/bin/x"])
+        .output()
+        .expect("podman exec");
+    assert!(!out.status.success(), "the root file system is writable");
+    assert!(
+        logs().contains("Created the first admin account"),
+        "{}",
+        logs()
+    );
+}

@@ -2,7 +2,8 @@
 //! base and every overlay build with kustomize (the one built into kubectl) and pass the API
 //! server's dry run object by object; the production overlay is then applied for real, and the
 //! agent's service account, impersonated (`kubectl auth can-i --as`), may do what the agent
-//! does and nothing it must not (RBAC, nodes, webhooks, CRDs, other namespaces' leases, …);
+//! does and nothing it must not (RBAC, nodes, webhooks, CRDs, listing secrets, other
+//! namespaces' leases, …);
 //! the other components' service accounts may do nothing at all.
 //!
 //! Skips with a notice when the control plane's binaries are missing, unless
@@ -130,6 +131,11 @@ async fn manifests_pass_the_api_servers_dry_run_and_the_agent_gets_least_privile
         ("create", "pods/exec", ws),
         ("get", "pods/log", ws),
         ("update", "leases.coordination.k8s.io", Some("warren")),
+        // A devfile's Kubernetes components.
+        ("patch", "statefulsets.apps", ws),
+        ("patch", "jobs.batch", ws),
+        ("patch", "ingresses.networking.k8s.io", ws),
+        ("list", "configmaps", ws),
     ] {
         assert!(
             can_i(c, AGENT, verb, resource, ns),
@@ -159,7 +165,8 @@ async fn manifests_pass_the_api_servers_dry_run_and_the_agent_gets_least_privile
             None,
         ),
         ("create", "persistentvolumes", None),
-        ("create", "pods", ws),
+        ("list", "secrets", None),
+        ("watch", "secrets", ws),
         ("create", "daemonsets.apps", ws),
         ("create", "serviceaccounts/token", ws),
         ("create", "pods/portforward", ws),

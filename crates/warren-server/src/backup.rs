@@ -98,6 +98,11 @@ pub enum BackupError {
          to replace it"
     )]
     KeyDiffers(PathBuf),
+    #[error(
+        "a server is using the database {0}: stop every server before restoring (a backup can \
+         be taken while they run)"
+    )]
+    InUse(PathBuf),
     #[error("opening the restored database")]
     Reopen(#[source] crate::db::DbError),
 }
@@ -125,10 +130,85 @@ fn sha256_file(path: &Path) -> Result<String, BackupError> {
     Ok(hex::encode(Sha256::digest(&bytes)))
 }
 
-/// Writes `bytes` to `path` through a temporary file and a rename, mode 0600.
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), BackupError> {
+/// Where a restored file is staged before it replaces `path`.
+fn staged_path(path: &Path) -> PathBuf {
+    let mut p = path.to_owned().into_os_string();
+    p.push(".restoring");
+    PathBuf::from(p)
+}
+
+/// The lock file beside a SQLite database: servers hold it shared while they run.
+pub fn lock_path(db: &Path) -> PathBuf {
+    let mut p = db.to_owned().into_os_string();
+    p.push(".lock");
+    PathBuf::from(p)
+}
+
+/// Takes the database's lock shared (a server) or exclusively (a restore); the file holds it
+/// until dropped.
+fn lock(db: &Path, exclusive: bool) -> Result<std::fs::File, BackupError> {
+    let path = lock_path(db);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|source| BackupError::Write {
+            path: dir.to_owned(),
+            source,
+        })?;
+    }
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|source| BackupError::Write {
+            path: path.clone(),
+            source,
+        })?;
+    let taken = if exclusive {
+        f.try_lock()
+    } else {
+        f.try_lock_shared()
+    };
+    match taken {
+        Ok(()) => Ok(f),
+        Err(std::fs::TryLockError::WouldBlock) => Err(BackupError::InUse(db.to_owned())),
+        Err(std::fs::TryLockError::Error(source)) => Err(BackupError::Write { path, source }),
+    }
+}
+
+fn lock_exclusive(db: &Path) -> Result<std::fs::File, BackupError> {
+    lock(db, true)
+}
+
+/// A server's hold on its SQLite database (`None` for PostgreSQL): while it is held, no
+/// restore replaces the file under the server.
+pub fn hold_database(config: &ServerConfig) -> Result<Option<std::fs::File>, BackupError> {
+    match sqlite_file(config) {
+        Ok((_, db)) => lock(&db, false).map(Some),
+        Err(BackupError::Postgres(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes `bytes` to `path` (mode 0600) and syncs it.
+fn write_file(path: &Path, bytes: &[u8]) -> Result<(), BackupError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
+    let err = |source| BackupError::Write {
+        path: path.to_owned(),
+        source,
+    };
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(err)?;
+    f.write_all(bytes).and_then(|_| f.sync_all()).map_err(err)
+}
+
+/// Writes `bytes` to `path` through a staged file and a rename, mode 0600.
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), BackupError> {
     let err = |source| BackupError::Write {
         path: path.to_owned(),
         source,
@@ -136,15 +216,8 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), BackupError> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(err)?;
     }
-    let tmp = path.with_extension("restoring");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(err)?;
-    f.write_all(bytes).and_then(|_| f.sync_all()).map_err(err)?;
+    let tmp = staged_path(path);
+    write_file(&tmp, bytes)?;
     std::fs::rename(&tmp, path).map_err(err)
 }
 
@@ -173,10 +246,17 @@ pub async fn backup(config: &ServerConfig, out: &Path) -> Result<Manifest, Backu
         return Err(BackupError::NoDatabase(db_path));
     }
     let key = crypto::read_key(&config.secret_key_path()).map_err(BackupError::Key)?;
-    std::fs::create_dir_all(out).map_err(|source| BackupError::Write {
-        path: out.to_owned(),
-        source,
-    })?;
+    // Owner only from the start: the copy holds password hashes and sealed secrets.
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+    let werr = |path: &Path| {
+        let path = path.to_owned();
+        move |source| BackupError::Write { path, source }
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(out)
+        .map_err(werr(out))?;
     let not_empty = std::fs::read_dir(out)
         .map_err(|source| BackupError::Read {
             path: out.to_owned(),
@@ -197,23 +277,21 @@ pub async fn backup(config: &ServerConfig, out: &Path) -> Result<Manifest, Backu
             path: db_path.clone(),
             source,
         })?;
+    std::fs::set_permissions(out, std::fs::Permissions::from_mode(0o700)).map_err(werr(out))?;
     let copy = out.join(DB_FILE);
+    // VACUUM INTO fills an empty file, keeping its mode.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&copy)
+        .map_err(werr(&copy))?;
     sqlx::query("VACUUM INTO $1")
         .bind(copy.display().to_string())
         .execute(&mut conn)
         .await
         .map_err(BackupError::Copy)?;
     let _ = conn.close().await;
-    // Password hashes and sealed secrets: for the owner's eyes only, as the key is.
-    use std::os::unix::fs::PermissionsExt;
-    for (path, mode) in [(&copy, 0o600), (&out.to_owned(), 0o700)] {
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(
-            |source| BackupError::Write {
-                path: path.clone(),
-                source,
-            },
-        )?;
-    }
     let mut copied = SqliteConnectOptions::new()
         .filename(&copy)
         .read_only(true)
@@ -295,27 +373,36 @@ pub async fn restore(
     }
     let key = crypto::read_key(&key_copy).map_err(BackupError::Key)?;
     let key_path = config.secret_key_path();
+    // No server may have the database open meanwhile (they hold this lock shared).
+    let _lock = lock_exclusive(&db_path)?;
     if db_path.exists() && !force {
         return Err(BackupError::Exists(db_path));
     }
-    if key_path.exists() {
-        let same = crypto::read_key(&key_path).is_ok_and(|k| k == key);
-        if !same && !force {
-            return Err(BackupError::KeyDiffers(key_path));
-        }
+    let key_same = key_path.exists() && crypto::read_key(&key_path).is_ok_and(|k| k == key);
+    if key_path.exists() && !key_same && !force {
+        return Err(BackupError::KeyDiffers(key_path));
     }
-    write_atomically(&key_path, hex::encode(key).as_bytes())?;
+    // The new file is complete beside the old one before anything is replaced.
+    let bytes = std::fs::read(&db_copy).map_err(|source| BackupError::Read {
+        path: db_copy.clone(),
+        source,
+    })?;
+    let staged = staged_path(&db_path);
+    write_file(&staged, &bytes)?;
     // A stale write-ahead log beside the restored file would be replayed into it.
     for suffix in ["-wal", "-shm"] {
         let mut p = db_path.clone().into_os_string();
         p.push(suffix);
         let _ = std::fs::remove_file(PathBuf::from(p));
     }
-    let bytes = std::fs::read(&db_copy).map_err(|source| BackupError::Read {
-        path: db_copy.clone(),
+    std::fs::rename(&staged, &db_path).map_err(|source| BackupError::Write {
+        path: db_path.clone(),
         source,
     })?;
-    write_atomically(&db_path, &bytes)?;
+    // Last, and only when it differs (a key mounted read-only and equal is left alone).
+    if !key_same {
+        write_atomically(&key_path, hex::encode(key).as_bytes())?;
+    }
     // Opening runs the migrations a copy from an older Warren lacks.
     let db = crate::db::Db::connect(&config.effective_database_url(), 1)
         .await

@@ -95,6 +95,10 @@ pub struct OidcConfig {
     /// (off by default: the provider would then decide who owns e.g. `admin`).
     #[serde(default)]
     pub link_existing_users: bool,
+    /// When not empty, only identities in one of these groups may sign in (with a public
+    /// provider — Google, GitLab.com — anyone has an identity there).
+    #[serde(default)]
+    pub allowed_groups: Vec<String>,
     /// The claim listing the user's groups (an array of strings, or one string).
     #[serde(default = "default_groups_claim")]
     pub groups_claim: String,
@@ -119,6 +123,7 @@ impl std::fmt::Debug for OidcConfig {
             .field("sign_up", &self.sign_up)
             .field("link_existing_users", &self.link_existing_users)
             .field("admin_group", &self.admin_group)
+            .field("allowed_groups", &self.allowed_groups)
             .finish_non_exhaustive()
     }
 }
@@ -137,6 +142,7 @@ impl OidcConfig {
             link_existing_users: false,
             groups_claim: default_groups_claim(),
             admin_group: None,
+            allowed_groups: vec![],
             scopes: default_scopes(),
         }
     }
@@ -320,6 +326,11 @@ impl ServerConfig {
         }
         if let Some(o) = &self.oidc {
             o.validate()?;
+            if !self.password_login && o.admin_group.is_none() && !o.link_existing_users {
+                return Err("password_login: cannot be off unless oidc.admin_group or \
+                     oidc.link_existing_users is set (nobody could be an admin)"
+                    .into());
+            }
         } else if !self.password_login {
             return Err("password_login: cannot be off without oidc (nobody could sign in)".into());
         }
@@ -341,6 +352,13 @@ mod tests {
             "warren",
             "https://warren.example.com/oauth/sso/callback",
         );
+        c.oidc = Some(good.clone());
+        // Passwords off, yet nobody could become an admin.
+        assert!(c.validate().unwrap_err().starts_with("password_login"));
+        let good = OidcConfig {
+            admin_group: Some("warren-admins".into()),
+            ..good
+        };
         c.oidc = Some(good.clone());
         assert!(c.validate().is_ok());
         for (o, field) in [

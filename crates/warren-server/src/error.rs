@@ -17,6 +17,8 @@ pub enum ServerError {
     },
     #[error("serving HTTP")]
     Serve(#[source] std::io::Error),
+    #[error("holding the database")]
+    DatabaseHeld(#[source] crate::backup::BackupError),
     #[error("start-up")]
     Startup(#[from] crate::app::AppError),
 }

@@ -27,6 +27,9 @@ pub struct Server {
     config: ServerConfig,
     state: AppState,
     bootstrap_admin: Option<BootstrapAdmin>,
+    /// The shared lock on a SQLite database, held while the server lives, so `warren admin
+    /// restore` cannot replace the file under it.
+    _database_hold: Option<std::fs::File>,
 }
 
 impl Server {
@@ -68,6 +71,9 @@ impl Server {
             .map_err(|e| ServerError::Config(format!("default_devfile_file: {}", e.message)))?;
         let url = config.effective_database_url();
         tracing::info!(database = %crate::db::redact(&url), "opening database");
+        // Before opening: a restore in progress holds it exclusively.
+        let database_hold =
+            crate::backup::hold_database(&config).map_err(ServerError::DatabaseHeld)?;
         let db = Db::connect(&url, config.max_db_connections).await?;
         let store = Store::new(db, SecretBox::new(key));
         let sso = match config.oidc.clone() {
@@ -119,6 +125,7 @@ impl Server {
             config,
             state,
             bootstrap_admin,
+            _database_hold: database_hold,
         })
     }
 

@@ -112,6 +112,9 @@ async fn sqlite_backup_while_serving_and_restore() {
         server.bootstrap_admin().is_none(),
         "no new admin on a restored database"
     );
+    // Not under a running server, even forced.
+    let err = backup::restore(&config2, &out, true).await.unwrap_err();
+    assert!(matches!(err, BackupError::InUse(_)), "{err}");
     drop(server);
 
     // Again onto the same home: the database is there.

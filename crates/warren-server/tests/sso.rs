@@ -455,13 +455,18 @@ async fn single_sign_on_through_a_real_openid_provider() {
         s.stop().await;
 
         // Sign-up off: an unknown user is refused by name; an existing account is linked.
+        // Only the `dev` group may sign in here.
         let s = server(&db, &p, |o, _| {
             o.sign_up = false;
             o.link_existing_users = true;
+            o.allowed_groups = vec!["dev".into()];
         })
         .await;
-        p.login_as("sub-dave", json!({"preferred_username": "dave"}))
-            .await;
+        p.login_as(
+            "sub-dave",
+            json!({"preferred_username": "dave", "groups": ["dev"]}),
+        )
+        .await;
         let page = sign_in(&mut Browser::new(&s.base)).await;
         assert_eq!(page.status, 401, "{l}: {}", page.body);
         assert!(
@@ -473,14 +478,20 @@ async fn single_sign_on_through_a_real_openid_provider() {
         );
         assert!(user(&s, "dave").await.is_none(), "{l}");
         s.user("erin", &["api"]).await;
-        p.login_as("sub-erin", json!({"preferred_username": "erin"}))
-            .await;
+        p.login_as(
+            "sub-erin",
+            json!({"preferred_username": "erin", "groups": ["dev"]}),
+        )
+        .await;
         let mut be = Browser::new(&s.base);
         assert!(signed_in(&sign_in(&mut be).await), "{l}");
         assert!(be.get("/").await.body.contains("erin"), "{l}");
         // Linked: another identity claiming the same username is refused.
-        p.login_as("sub-erin-2", json!({"preferred_username": "erin"}))
-            .await;
+        p.login_as(
+            "sub-erin-2",
+            json!({"preferred_username": "erin", "groups": ["dev"]}),
+        )
+        .await;
         let page = sign_in(&mut Browser::new(&s.base)).await;
         assert_eq!(page.status, 401, "{l}: {}", page.body);
         assert!(
@@ -488,6 +499,59 @@ async fn single_sign_on_through_a_real_openid_provider() {
             "{l}: {}",
             page.body
         );
+        // Outside the allowed groups: refused whoever it is, nothing created.
+        s.user("frank", &["api"]).await;
+        p.login_as(
+            "sub-frank",
+            json!({"preferred_username": "frank", "groups": ["outsiders"]}),
+        )
+        .await;
+        let page = sign_in(&mut Browser::new(&s.base)).await;
+        assert_eq!(page.status, 403, "{l}: {}", page.body);
+        assert!(
+            page.body.contains("none of the groups allowed"),
+            "{l}: {}",
+            page.body
+        );
+        // The provider's refusal: shown for this browser's sign-in only, its code alone.
+        let mut bp = Browser::new(&s.base);
+        let start = bp.get("/oauth/sso?next=%2F").await;
+        let auth = url::Url::parse(start.location.as_deref().expect("to the provider")).unwrap();
+        let state = auth
+            .query_pairs()
+            .find(|(k, _)| k == "state")
+            .map(|(_, v)| v.into_owned())
+            .expect("state");
+        let refusal = |state: &str| {
+            let q = url::form_urlencoded::Serializer::new(String::new())
+                .append_pair("error", "access_denied")
+                .append_pair("error_description", "<b>call +1 555 0100 now</b>")
+                .append_pair("state", state)
+                .finish();
+            format!("/oauth/sso/callback?{q}")
+        };
+        let page = Browser::new(&s.base).get(&refusal(&state)).await;
+        assert_eq!(page.status, 401, "{l}: {}", page.body);
+        assert!(page.body.contains("no sign-in is in progress"), "{l}");
+        let page = bp.get(&refusal("another-state")).await;
+        assert_eq!(page.status, 401, "{l}: {}", page.body);
+        let mut bp = Browser::new(&s.base);
+        let start = bp.get("/oauth/sso?next=%2F").await;
+        let auth = url::Url::parse(start.location.as_deref().unwrap()).unwrap();
+        let state = auth
+            .query_pairs()
+            .find(|(k, _)| k == "state")
+            .map(|(_, v)| v.into_owned())
+            .unwrap();
+        let page = bp.get(&refusal(&state)).await;
+        assert_eq!(page.status, 403, "{l}: {}", page.body);
+        assert!(
+            page.body.contains("refused the sign-in (access_denied)")
+                && !page.body.contains("555 0100"),
+            "{l}: {}",
+            page.body
+        );
+
         // With passwords still on here, the login page offers both.
         let page = Browser::new(&s.base).get("/login").await;
         assert!(page.body.contains("Sign in with Test ID"), "{l}");

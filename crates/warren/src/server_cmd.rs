@@ -138,6 +138,7 @@ struct OidcFile {
     link_existing_users: Option<bool>,
     groups_claim: Option<String>,
     admin_group: Option<String>,
+    allowed_groups: Option<Vec<String>>,
     scopes: Option<Vec<String>>,
 }
 
@@ -300,6 +301,7 @@ fn oidc(args: &ServerOptions, f: OidcFile) -> anyhow::Result<Option<warren_serve
         o.groups_claim = v;
     }
     o.admin_group = f.admin_group;
+    o.allowed_groups = f.allowed_groups.unwrap_or_default();
     if let Some(v) = f.scopes {
         o.scopes = v;
     }

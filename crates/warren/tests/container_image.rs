@@ -121,12 +121,29 @@ fn the_image_serves_as_an_unprivileged_user_on_a_read_only_root() {
     );
     let uid = podman(&["exec", &guard.container, "id", "-u"]);
     assert_eq!(uid.trim(), "65532", "{}", logs());
-    // The root is read-only: nothing but /tmp (and what the server was told) is writable.
+    // The root is read-only, even for root (the image's user could not write there anyway).
     let out = Command::new("podman")
-        .args(["exec", &guard.container, "touch", "/usr/local/bin/x"])
+        .args(["exec", "--user", "0", &guard.container, "touch", "/x"])
         .output()
         .expect("podman exec");
     assert!(!out.status.success(), "the root file system is writable");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Read-only file system"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The system CA store is there for HTTPS to git hosts and identity providers.
+    let out = Command::new("podman")
+        .args([
+            "exec",
+            &guard.container,
+            "test",
+            "-s",
+            "/etc/ssl/certs/ca-certificates.crt",
+        ])
+        .status()
+        .expect("podman exec");
+    assert!(out.success(), "no CA certificates in the image");
     assert!(
         logs().contains("Created the first admin account"),
         "{}",

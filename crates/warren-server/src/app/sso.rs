@@ -224,15 +224,6 @@ impl Sso {
         cb: &Callback,
     ) -> Result<SignedIn, AppError> {
         let now = state.clock.now_ms();
-        if let Some(e) = &cb.error {
-            let detail = cb.error_description.as_deref().unwrap_or("no description");
-            tracing::info!(error = %e, "single sign-on refused by the provider");
-            return Err(AppError::new(
-                ErrorKind::Forbidden,
-                "sso_refused",
-                format!("the identity provider refused the sign-in ({e}: {detail})"),
-            ));
-        }
         let pending: Pending = cookie
             .and_then(|c| signed::check_sso(key, c))
             .and_then(|p| serde_json::from_slice(&p).ok())
@@ -244,6 +235,32 @@ impl Sso {
                      minutes; start the sign-in again",
                 )
             })?;
+        if let Some(e) = &cb.error {
+            // Only for this browser's own sign-in, and only the error code: the description
+            // is anyone's text, not to be shown on this site.
+            if !cb
+                .state
+                .as_deref()
+                .is_some_and(|s| crypto::ct_eq(s, &pending.state))
+            {
+                return Err(failed(
+                    "sso_state_mismatch",
+                    "the sign-in's state does not match the one this browser started; start \
+                     the sign-in again",
+                ));
+            }
+            let code: String = e
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .take(64)
+                .collect();
+            tracing::info!(error = %code, description = ?cb.error_description, "single sign-on refused by the provider");
+            return Err(AppError::new(
+                ErrorKind::Forbidden,
+                "sso_refused",
+                format!("the identity provider refused the sign-in ({code})"),
+            ));
+        }
         let issuer = self.config.issuer_url.trim_end_matches('/');
         if cb
             .iss
@@ -397,14 +414,25 @@ impl Sso {
             .filter(|s| !s.is_empty())
             .ok_or_else(|| failed("sso_bad_id_token", "the ID token has no subject (sub)"))?;
         let subject = format!("{} {sub}", c.issuer_url);
-        let admin = c
-            .admin_group
-            .as_ref()
-            .map(|g| match claims.get(&c.groups_claim) {
-                Some(serde_json::Value::Array(a)) => a.iter().any(|v| v.as_str() == Some(g)),
-                Some(serde_json::Value::String(s)) => s == g,
-                _ => false,
-            });
+        let groups: Vec<&str> = match claims.get(&c.groups_claim) {
+            Some(serde_json::Value::Array(a)) => a.iter().filter_map(|v| v.as_str()).collect(),
+            Some(serde_json::Value::String(s)) => vec![s.as_str()],
+            _ => vec![],
+        };
+        if !c.allowed_groups.is_empty()
+            && !c
+                .allowed_groups
+                .iter()
+                .any(|g| groups.contains(&g.as_str()))
+        {
+            tracing::info!("single sign-on refused: in none of oidc.allowed_groups");
+            return Err(AppError::forbidden(format!(
+                "your identity is in none of the groups allowed to use this server ({}); ask \
+                 an administrator",
+                c.allowed_groups.join(", ")
+            )));
+        }
+        let admin = c.admin_group.as_ref().map(|g| groups.contains(&g.as_str()));
         let user = match state.store.user_by_sso_subject(&subject).await? {
             Some(u) => u,
             None => self.first_sign_in(state, claims, &subject, admin).await?,
@@ -469,6 +497,11 @@ impl Sso {
                         "an account named {username:?} exists and is not linked to this identity \
                          (oidc.link_existing_users is off); ask an administrator"
                     ),
+                ));
+            }
+            if !existing.is_active() {
+                return Err(AppError::forbidden(
+                    "this account is disabled; ask an administrator",
                 ));
             }
             if !state.store.link_sso_subject(existing.id, subject).await? {

@@ -188,7 +188,7 @@ impl TestServer {
             task: Some(task),
         };
         if !ts.state.password_login {
-            // Passwords sign nobody in: the admin's token as `warren admin token` makes it.
+            // Passwords sign nobody in: the admin's token straight from the domain layer.
             let t = warren_server::app::tokens::issue_for(&ts.state, &admin.username, "test", 1)
                 .await
                 .expect("admin token");

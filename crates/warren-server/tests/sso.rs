@@ -202,6 +202,19 @@ async fn user(s: &TestServer, name: &str) -> Option<Value> {
     users(s).await.into_iter().find(|u| u["username"] == name)
 }
 
+/// A browser that started a sign-in (and went no further), and the state it was given.
+async fn started(base: &str) -> (Browser, String) {
+    let mut b = Browser::new(base);
+    let start = b.get("/oauth/sso?next=%2F").await;
+    let auth = url::Url::parse(start.location.as_deref().expect("to the provider")).unwrap();
+    let state = auth
+        .query_pairs()
+        .find(|(k, _)| k == "state")
+        .map(|(_, v)| v.into_owned())
+        .expect("state");
+    (b, state)
+}
+
 fn signed_in(page: &Page) -> bool {
     page.status == 302
         && page.location.as_deref() == Some("/")
@@ -514,14 +527,7 @@ async fn single_sign_on_through_a_real_openid_provider() {
             page.body
         );
         // The provider's refusal: shown for this browser's sign-in only, its code alone.
-        let mut bp = Browser::new(&s.base);
-        let start = bp.get("/oauth/sso?next=%2F").await;
-        let auth = url::Url::parse(start.location.as_deref().expect("to the provider")).unwrap();
-        let state = auth
-            .query_pairs()
-            .find(|(k, _)| k == "state")
-            .map(|(_, v)| v.into_owned())
-            .expect("state");
+        let (mut bp, state) = started(&s.base).await;
         let refusal = |state: &str| {
             let q = url::form_urlencoded::Serializer::new(String::new())
                 .append_pair("error", "access_denied")
@@ -535,14 +541,7 @@ async fn single_sign_on_through_a_real_openid_provider() {
         assert!(page.body.contains("no sign-in is in progress"), "{l}");
         let page = bp.get(&refusal("another-state")).await;
         assert_eq!(page.status, 401, "{l}: {}", page.body);
-        let mut bp = Browser::new(&s.base);
-        let start = bp.get("/oauth/sso?next=%2F").await;
-        let auth = url::Url::parse(start.location.as_deref().unwrap()).unwrap();
-        let state = auth
-            .query_pairs()
-            .find(|(k, _)| k == "state")
-            .map(|(_, v)| v.into_owned())
-            .unwrap();
+        let (mut bp, state) = started(&s.base).await;
         let page = bp.get(&refusal(&state)).await;
         assert_eq!(page.status, 403, "{l}: {}", page.body);
         assert!(

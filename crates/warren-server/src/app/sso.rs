@@ -20,9 +20,10 @@ use openidconnect::core::{
     CoreAuthenticationFlow, CoreClient, CoreIdTokenVerifier, CoreProviderMetadata,
 };
 use openidconnect::{
-    AuthorizationCode, ClaimsVerificationError, ClientId, ClientSecret, CsrfToken, IssuerUrl,
-    Nonce, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, RequestTokenError, Scope,
-    SignatureVerificationError, TokenResponse,
+    AuthorizationCode, ClaimsVerificationError, ClientId, ClientSecret, CsrfToken,
+    EndpointMaybeSet, EndpointNotSet, EndpointSet, IssuerUrl, Nonce, PkceCodeChallenge,
+    PkceCodeVerifier, RedirectUrl, RequestTokenError, Scope, SignatureVerificationError,
+    TokenResponse,
 };
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -37,6 +38,17 @@ const METADATA_TTL: Duration = Duration::from_secs(3600);
 const KEY_REFRESH_MIN: Duration = Duration::from_secs(10);
 /// The password hash of accounts made by single sign-on: no password matches it.
 const NO_PASSWORD: &str = "!sso";
+
+/// A client made from discovered metadata: the authorization endpoint is known, the token
+/// and userinfo endpoints may be.
+type Client = CoreClient<
+    EndpointSet,
+    EndpointNotSet,
+    EndpointNotSet,
+    EndpointNotSet,
+    EndpointMaybeSet,
+    EndpointMaybeSet,
+>;
 
 /// The provider's metadata (with its keys), read once and kept.
 struct Cached {
@@ -165,6 +177,17 @@ impl Sso {
             .map_err(|e| AppError::internal("parsing oidc.redirect_url", &e))
     }
 
+    /// The OAuth client of the provider's current metadata.
+    async fn client(&self) -> Result<Client, AppError> {
+        let md = self.metadata(false).await?;
+        Ok(CoreClient::from_provider_metadata(
+            (*md).clone(),
+            ClientId::new(self.config.client_id.clone()),
+            self.client_secret(),
+        )
+        .set_redirect_uri(self.redirect_url()?))
+    }
+
     fn client_secret(&self) -> Option<ClientSecret> {
         self.config.client_secret.clone().map(ClientSecret::new)
     }
@@ -183,13 +206,7 @@ impl Sso {
                 "must be a path on this server",
             ));
         }
-        let md = self.metadata(false).await?;
-        let client = CoreClient::from_provider_metadata(
-            (*md).clone(),
-            ClientId::new(self.config.client_id.clone()),
-            self.client_secret(),
-        )
-        .set_redirect_uri(self.redirect_url()?);
+        let client = self.client().await?;
         let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
         let mut req = client
             .authorize_url(
@@ -316,13 +333,7 @@ impl Sso {
         code: &str,
         pending: &Pending,
     ) -> Result<serde_json::Map<String, serde_json::Value>, AppError> {
-        let md = self.metadata(false).await?;
-        let client = CoreClient::from_provider_metadata(
-            (*md).clone(),
-            ClientId::new(self.config.client_id.clone()),
-            self.client_secret(),
-        )
-        .set_redirect_uri(self.redirect_url()?);
+        let client = self.client().await?;
         let request = client.exchange_code(AuthorizationCode::new(code.to_owned()));
         let request = request.map_err(|e| {
             AppError::new(
@@ -378,7 +389,7 @@ impl Sso {
             };
             id_token.claims(&verifier, &nonce).map(|_| ())
         };
-        let mut checked = verify(&md);
+        let mut checked = verify(&*self.metadata(false).await?);
         if let Err(ClaimsVerificationError::SignatureVerification(
             SignatureVerificationError::NoMatchingKey,
         )) = checked

@@ -24,19 +24,11 @@ pub struct NextQuery {
     next: Option<String>,
 }
 
-/// A local path to go to after signing in; anything else (another site, `//host`, a
-/// backslash trick) becomes `/`.
+/// A local path to go to after signing in (`crate::app::sso::local_path`, at most 2,000
+/// characters); anything else (another site, `//host`, a backslash trick) becomes `/`.
 fn local_next(next: Option<&str>) -> String {
     match next {
-        Some(n)
-            if n.starts_with('/')
-                && !n.starts_with("//")
-                && !n.contains('\\')
-                && !n.chars().any(char::is_control)
-                && n.len() <= 2000 =>
-        {
-            n.to_owned()
-        }
+        Some(n) if crate::app::sso::local_path(n) && n.len() <= 2000 => n.to_owned(),
         _ => "/".to_owned(),
     }
 }

@@ -5,6 +5,7 @@ mod backoff;
 pub mod connection;
 pub mod connector;
 pub mod gitops;
+pub mod leader;
 pub mod reconciler;
 pub mod runtime;
 mod service;

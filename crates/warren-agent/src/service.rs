@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use warren_types::AgentId;
 
 use crate::connection::{identify, ConnectError, ConnectionConfig, RelayConnection};
+use crate::leader::{run_elected, Elector, LeaderElectionConfig};
 use crate::reconciler::{Reconciler, ReconcilerConfig};
 use crate::runtime::engine::{EngineConfig, EngineError, EngineRuntime};
 use crate::runtime::kubernetes::{KubernetesOptions, KubernetesRuntime};
@@ -32,6 +33,8 @@ pub struct AgentConfig {
     pub agent: Option<AgentId>,
     pub runtime: RuntimeChoice,
     pub reconciler: ReconcilerConfig,
+    /// With several replicas of this agent: elect one through a Lease (Kubernetes only).
+    pub leader_election: Option<LeaderElectionConfig>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -46,16 +49,27 @@ pub enum AgentError {
     Kubernetes(#[source] kube::Error),
     #[error("setting up the relay connection")]
     Connection(#[source] ConnectError),
+    #[error("leader election needs the kubernetes runtime (the lease is a Kubernetes object)")]
+    LeaderElectionNeedsKubernetes,
+    #[error("invalid leader election settings: {0}")]
+    LeaderElection(String),
     #[error("the {0} task failed")]
     Task(&'static str, #[source] tokio::task::JoinError),
 }
 
 /// Runs the agent until `shutdown` fires.
 pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> Result<(), AgentError> {
+    if let Some(election) = &config.leader_election {
+        election.validate().map_err(AgentError::LeaderElection)?;
+        if !matches!(config.runtime, RuntimeChoice::Kubernetes) {
+            return Err(AgentError::LeaderElectionNeedsKubernetes);
+        }
+    }
     let agent = match config.agent {
         Some(id) => id,
         None => discover_agent_id(&config.connection, &shutdown).await?,
     };
+    let mut kube_client = None;
     let (runtime, engine): (Arc<dyn WorkspaceRuntime>, Option<EngineRuntime>) =
         match &config.runtime {
             RuntimeChoice::Engine { state_dir } => {
@@ -68,19 +82,41 @@ pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> Result<(),
                 let client = kube::Client::try_default()
                     .await
                     .map_err(AgentError::Kubernetes)?;
+                kube_client = Some(client.clone());
                 let runtime = KubernetesRuntime::new(client, agent, KubernetesOptions::default());
                 (Arc::new(runtime), None)
             }
         };
     tracing::info!(agent = %agent, runtime = ?config.runtime, "agent starting");
-    let result = serve(
-        config.connection,
-        runtime,
-        config.reconciler,
-        agent,
-        shutdown,
-    )
-    .await;
+    let result = match (config.leader_election, kube_client) {
+        (Some(mut election), Some(client)) => {
+            if election.lease_name.is_empty() {
+                election.lease_name = format!("warren-agent-{agent}");
+            }
+            tracing::info!(identity = %election.identity, namespace = %election.namespace, lease = %election.lease_name, "standing for election among this agent's replicas");
+            let elector = Elector::new(client, election);
+            run_elected(elector, shutdown, |leading| {
+                serve(
+                    config.connection.clone(),
+                    runtime.clone(),
+                    config.reconciler.clone(),
+                    agent,
+                    leading,
+                )
+            })
+            .await
+        }
+        _ => {
+            serve(
+                config.connection,
+                runtime,
+                config.reconciler,
+                agent,
+                shutdown,
+            )
+            .await
+        }
+    };
     if let Some(engine) = engine {
         // Stops a Podman service the runtime started; workspaces keep running.
         engine.shutdown().await;

@@ -85,6 +85,12 @@ impl Server {
         let state = AppState {
             sso,
             password_login: config.password_login,
+            // Three missed rounds before another replica takes the jobs over.
+            housekeeping: Arc::new(app::leases::Lease::new(
+                app::leases::HOUSEKEEPING,
+                app::leases::instance_name(),
+                Duration::from_secs(config.lifecycle_interval_seconds.saturating_mul(3)),
+            )),
             closing: CancellationToken::new(),
             store,
             clock,
@@ -260,6 +266,7 @@ impl Server {
         let _ = timers.await;
         let _ = deletions.await;
         let _ = signals.await;
+        self.state.housekeeping.release(&self.state).await;
         result.map_err(ServerError::Serve)
     }
 }

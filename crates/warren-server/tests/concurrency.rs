@@ -113,3 +113,67 @@ async fn parallel_api_requests_both_take_effect() {
         }
     }
 }
+
+/// A desired-state change committed while a reconcile is between reading the rows it sends
+/// and marking them sent stays flagged for the next answer. (PostgreSQL only: SQLite's
+/// reconcile holds the write lock throughout, so no write can commit in between.) Found by
+/// the high-availability test, where a change's only wake-up is the signal.
+#[tokio::test]
+async fn a_change_committed_during_a_reconcile_is_not_marked_sent() {
+    for db in databases() {
+        if matches!(db, DbChoice::Sqlite) {
+            continue;
+        }
+        let s = TestServer::start(&db).await;
+        let agent = s.agent("a1", json!({})).await;
+        let agent_id = warren_types::AgentId(agent);
+        let sent = s.workspace(&s.admin_token, json!({"name": "sent"})).await;
+        let late = s.workspace(&s.admin_token, json!({"name": "late"})).await;
+        // Both are answered once, so neither waits to be sent.
+        s.reconcile_ok(agent, "full", json!([])).await;
+        assert!(!s.state.store.has_pending_response(agent_id).await.unwrap());
+        let set = |w: &serde_json::Value| {
+            let id = warren_types::WorkspaceId(w["id"].as_i64().unwrap());
+            let store = s.state.store.clone();
+            let now = s.state.clock.now_ms();
+            async move {
+                let row = store.workspace_by_id(id).await.unwrap().unwrap();
+                store
+                    .set_desired_state(id, row.version, DesiredState::Stopped, now, false)
+                    .await
+                    .unwrap()
+                    .expect("written");
+            }
+        };
+        set(&sent).await;
+
+        let mut tx = s.state.store.begin_reconcile().await.unwrap();
+        let rows = tx
+            .response_rows(
+                agent_id,
+                warren_server::store::reconcile::Selection::Partial { reported: &[] },
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            rows.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(),
+            ["sent"]
+        );
+        // Another request commits a change now, before the reconcile marks what it sent.
+        set(&late).await;
+        let ids: Vec<_> = rows.iter().map(|r| r.id).collect();
+        tx.mark_responded(agent_id, &ids, s.state.clock.now_ms())
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+
+        let next = s.reconcile_ok(agent, "partial", json!([])).await;
+        assert!(
+            next.contains_key("late"),
+            "[{}] the late change is in the next answer: {next:?}",
+            s.label
+        );
+        assert!(!next.contains_key("sent"), "[{}] {next:?}", s.label);
+        s.stop().await;
+    }
+}

@@ -7,7 +7,7 @@
 //! endpoints are whatever local address a test registers with [`Stack::set_endpoint`], and
 //! exec runs local processes. Everything stops when the [`Stack`] is dropped.
 
-mod balancer;
+pub mod balancer;
 pub mod browser;
 pub mod files_http;
 pub mod git_daemon;

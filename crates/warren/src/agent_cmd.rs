@@ -7,6 +7,7 @@ use serde::Deserialize;
 use std::path::PathBuf;
 use url::Url;
 use warren_agent::connection::ConnectionConfig;
+use warren_agent::leader::LeaderElectionConfig;
 use warren_agent::reconciler::ReconcilerConfig;
 use warren_agent::{AgentConfig, RuntimeChoice};
 use warren_types::AgentId;
@@ -40,6 +41,24 @@ pub struct AgentArgs {
     /// This agent's id; asked from the relay when absent.
     #[arg(long, env = "WARREN_AGENT_ID")]
     agent_id: Option<i64>,
+    /// Run as one of several replicas: only the one holding a Kubernetes Lease works, the
+    /// others take over when it stops renewing it (kubernetes runtime only).
+    #[arg(long, env = "WARREN_AGENT_LEADER_ELECTION")]
+    leader_election: Option<bool>,
+    /// Namespace of the Lease [default: $POD_NAMESPACE, else warren].
+    #[arg(long, env = "WARREN_AGENT_LEADER_ELECTION_NAMESPACE")]
+    leader_election_namespace: Option<String>,
+    /// Name of the Lease [default: warren-agent-<agent id>].
+    #[arg(long, env = "WARREN_AGENT_LEADER_ELECTION_LEASE")]
+    leader_election_lease: Option<String>,
+    /// This replica's name in the Lease [default: $POD_NAME, else the host name and a
+    /// random suffix].
+    #[arg(long, env = "WARREN_AGENT_LEADER_ELECTION_IDENTITY")]
+    leader_election_identity: Option<String>,
+    /// Seconds a Lease lasts without renewal: how long a dead leader's replacement waits
+    /// [default: 15].
+    #[arg(long, env = "WARREN_AGENT_LEADER_ELECTION_LEASE_SECONDS")]
+    leader_election_lease_seconds: Option<u64>,
     /// Output format of the management commands.
     #[command(flatten)]
     pub out: warren_cli::OutputArgs,
@@ -56,6 +75,11 @@ struct AgentFile {
     runtime: Option<RuntimeKind>,
     state_dir: Option<PathBuf>,
     agent_id: Option<i64>,
+    leader_election: Option<bool>,
+    leader_election_namespace: Option<String>,
+    leader_election_lease: Option<String>,
+    leader_election_identity: Option<String>,
+    leader_election_lease_seconds: Option<u64>,
 }
 
 pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
@@ -96,9 +120,51 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             RuntimeKind::Kubernetes => RuntimeChoice::Kubernetes,
         },
         reconciler: ReconcilerConfig::default(),
+        leader_election: args
+            .leader_election
+            .or(file.leader_election)
+            .unwrap_or(false)
+            .then(|| LeaderElectionConfig {
+                namespace: args
+                    .leader_election_namespace
+                    .or(file.leader_election_namespace)
+                    .or_else(|| {
+                        std::env::var("POD_NAMESPACE")
+                            .ok()
+                            .filter(|s| !s.is_empty())
+                    })
+                    .unwrap_or_else(|| "warren".into()),
+                lease_name: args
+                    .leader_election_lease
+                    .or(file.leader_election_lease)
+                    .unwrap_or_default(),
+                identity: args
+                    .leader_election_identity
+                    .or(file.leader_election_identity)
+                    .or_else(|| std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()))
+                    .unwrap_or_else(default_identity),
+                lease_duration: std::time::Duration::from_secs(
+                    args.leader_election_lease_seconds
+                        .or(file.leader_election_lease_seconds)
+                        .unwrap_or(15),
+                ),
+            }),
     };
     warren_agent::run(config, shutdown_on_signals()).await?;
     Ok(())
+}
+
+/// Outside a pod: the host name plus a random suffix, so two replicas on one host differ.
+fn default_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_default();
+    let host = if host.is_empty() {
+        "agent".into()
+    } else {
+        host
+    };
+    format!("{host}-{:08x}", rand::random::<u32>())
 }
 
 #[cfg(test)]

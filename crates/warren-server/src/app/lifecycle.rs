@@ -119,7 +119,8 @@ pub async fn run_timers_once(state: &AppState) -> Result<Vec<AgentId>, StoreErro
     Ok(touched)
 }
 
-/// Runs the timers every `interval` until `shutdown`.
+/// Runs the timers every `interval` until `shutdown`, while this server holds the housekeeping
+/// lease (`leases`).
 pub async fn timer_task(state: AppState, interval: Duration, shutdown: CancellationToken) {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -129,6 +130,9 @@ pub async fn timer_task(state: AppState, interval: Duration, shutdown: Cancellat
             _ = shutdown.cancelled() => return,
             // Cancel-safe: a lost tick is simply taken on the next iteration.
             _ = tick.tick() => {}
+        }
+        if !state.housekeeping.hold(&state).await {
+            continue;
         }
         if let Err(e) = run_timers_once(&state).await {
             tracing::warn!(error = %warren_types::error_chain(&e), "lifecycle timers failed; retrying on the next tick");

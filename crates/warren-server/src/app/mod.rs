@@ -9,6 +9,7 @@ pub mod auth;
 pub mod commands;
 pub mod error;
 pub mod gitops;
+pub mod leases;
 pub mod lifecycle;
 pub mod mounts;
 pub mod names;
@@ -67,6 +68,8 @@ pub struct AppState {
     pub sso: Option<Arc<sso::Sso>>,
     /// Whether local passwords sign in (off: single sign-on and tokens only).
     pub password_login: bool,
+    /// The lease of the jobs one replica runs (lifecycle timers, account deletions).
+    pub housekeeping: Arc<leases::Lease>,
 }
 
 impl AppState {

@@ -14,7 +14,7 @@ use warren_types::reconcile::{
     ReconcileRequest, ReconcileResponse, UpdateType, WorkspaceAgentInfo, WorkspaceRailsInfo,
     AGENT_ID_HEADER,
 };
-use warren_types::{ActualState, AgentId, DesiredState};
+use warren_types::{ActualState, AgentId, DesiredState, WorkspaceId};
 
 /// `last_seen_at` is written at most this often, so a no-op partial reconcile writes nothing.
 const LAST_SEEN_GRANULARITY_MS: i64 = 30_000;
@@ -361,7 +361,7 @@ async fn reconcile_once(
         changes.desired |= desired;
     }
 
-    // Which workspaces go back (reconcile.md); the same selection marks them responded.
+    // Which workspaces go back (reconcile.md); exactly those are marked responded.
     let full = req.update_type == UpdateType::Full;
     let selection = if full {
         Selection::Full
@@ -372,6 +372,7 @@ async fn reconcile_once(
     };
     let rows = tx.response_rows(agent.id, selection).await?;
     let mut out = Vec::with_capacity(rows.len());
+    let sent: Vec<WorkspaceId> = rows.iter().map(|r| r.id).collect();
     for r in rows {
         // Objects go out on a full reconcile, when forced, or when the row changed.
         let config_to_apply = match r.desired.replicas() {
@@ -396,7 +397,7 @@ async fn reconcile_once(
         });
     }
     if !out.is_empty() {
-        tx.mark_responded(agent.id, selection, now).await?;
+        tx.mark_responded(agent.id, &sent, now).await?;
     }
     if agent.runtime_fault.is_some() {
         tx.clear_runtime_fault(agent.id).await?;

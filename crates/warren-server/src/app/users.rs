@@ -354,12 +354,14 @@ pub async fn delete(
         tracing::info!(user = %user.username, "account deleted");
         return Ok(Deletion::Deleted);
     }
-    let pending = state
-        .store
-        .user_by_id(user.id)
-        .await?
-        .ok_or_else(|| AppError::not_found(format!("user {key:?}")))?;
-    Ok(Deletion::Pending(pending.to_api()))
+    match state.store.user_by_id(user.id).await? {
+        Some(pending) => Ok(Deletion::Pending(pending.to_api())),
+        // The deletion job (here or on another replica) finished it in between.
+        None => {
+            tracing::info!(user = %user.username, "account deleted");
+            Ok(Deletion::Deleted)
+        }
+    }
 }
 
 /// Deletes the accounts whose workspaces have all terminated since their deletion was
@@ -374,7 +376,8 @@ pub async fn finish_deletions(state: &AppState) -> Result<(), StoreError> {
 }
 
 /// Finishes pending account deletions whenever a workspace changed (an agent reported one
-/// terminated), and every `interval` for changes made by other server replicas.
+/// terminated), and every `interval` for changes made by other server replicas; only while
+/// this server holds the housekeeping lease.
 pub async fn deletion_task(
     state: AppState,
     interval: std::time::Duration,
@@ -396,6 +399,9 @@ pub async fn deletion_task(
             }
             // Cancel-safe: a lost tick is taken on the next iteration.
             _ = tick.tick() => {}
+        }
+        if !state.housekeeping.hold(&state).await {
+            continue;
         }
         if let Err(e) = finish_deletions(&state).await {
             tracing::warn!(error = %warren_types::error_chain(&e), "finishing account deletions failed; retrying later");

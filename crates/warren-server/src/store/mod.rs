@@ -8,6 +8,7 @@ pub mod activity;
 pub mod agents;
 pub mod error;
 pub mod gitops;
+pub mod leases;
 pub mod mounts;
 pub mod oauth;
 pub mod projects;

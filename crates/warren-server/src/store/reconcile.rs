@@ -9,7 +9,7 @@ use super::{
 use crate::db::{DbKind, Tx};
 use std::collections::BTreeMap;
 use warren_types::reconcile::HostCapacity;
-use warren_types::{ActualState, AgentId, DesiredState};
+use warren_types::{ActualState, AgentId, DesiredState, WorkspaceId};
 
 /// A reported workspace's row, as far as processing the report needs it.
 #[derive(Debug, Clone)]
@@ -42,6 +42,7 @@ pub struct ReportUpdate {
 /// A row that goes back to the agent, with both sealed configurations.
 #[derive(Debug, Clone)]
 pub struct ResponseRow {
+    pub id: WorkspaceId,
     pub name: String,
     pub namespace: String,
     pub desired: DesiredState,
@@ -257,6 +258,7 @@ impl ReconcileTx {
         let mut out = Vec::with_capacity(rows.len());
         for r in &rows {
             out.push(ResponseRow {
+                id: WorkspaceId(get_i64(r, "id")?),
                 name: get_str(r, "name")?,
                 namespace: get_str(r, "namespace")?,
                 desired: parse_state(&get_str(r, "desired_state")?)?,
@@ -271,24 +273,29 @@ impl ReconcileTx {
         Ok(out)
     }
 
-    /// Marks the selected rows as answered at `now` (the same selection as
-    /// [`ReconcileTx::response_rows`]).
+    /// Marks the rows just sent (`ids`, from [`ReconcileTx::response_rows`]) as answered.
+    /// By id, not by the selection again: on PostgreSQL a row flagged by a write committed
+    /// after the rows were read would match the selection now and be cleared unsent (the
+    /// rows read are locked, so none of them can change in between).
     pub async fn mark_responded(
         &mut self,
         agent: AgentId,
-        selection: Selection<'_>,
+        ids: &[WorkspaceId],
         now: i64,
     ) -> Result<(), StoreError> {
-        let (predicate, mut binds) = selection.predicate(3);
-        binds.insert(0, Bind::I(agent.get()));
-        binds.insert(0, Bind::I(now));
-        let sql = format!(
-            "UPDATE workspaces SET responded_to_agent_at = $1, force_include_all_resources = 0, needs_response = 0 \
-             WHERE agent_id = $2 AND {predicate}"
-        );
-        bind_all(sqlx::query(&sql), &binds)
-            .execute(&mut *self.tx)
-            .await?;
+        for chunk in ids.chunks(500) {
+            let list: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 3)).collect();
+            let sql = format!(
+                "UPDATE workspaces SET responded_to_agent_at = $1, force_include_all_resources = 0, \
+                 needs_response = 0 WHERE agent_id = $2 AND id IN ({})",
+                list.join(", ")
+            );
+            let mut q = sqlx::query(&sql).bind(now).bind(agent.get());
+            for id in chunk {
+                q = q.bind(id.get());
+            }
+            q.execute(&mut *self.tx).await?;
+        }
         Ok(())
     }
 

@@ -336,7 +336,10 @@ impl KubernetesRuntime {
         ns.metadata.name = Some(workspace.namespace.clone());
         ns.metadata.labels = Some(labels);
         match api.create(&PostParams::default(), &ns).await {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                tracing::debug!(namespace = %workspace.namespace, "created the workspace's namespace");
+                Ok(())
+            }
             // Created concurrently (another apply of a workspace sharing it): fine.
             Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
             Err(e) => Err(apply_error(
@@ -405,15 +408,18 @@ impl KubernetesRuntime {
             .await
             .map_err(|e| runtime_error(format!("reading namespace of {workspace}"), e))?;
         let Some(ns) = found else {
+            tracing::debug!(namespace = %workspace.namespace, "the workspace's namespace is gone");
             return Ok(Some(TerminationProgress::Terminated));
         };
         let labels = ns.metadata.labels.clone().unwrap_or_default();
         let ours = labels.get(AGENT_ID_LABEL) == Some(&self.agent_id)
             && labels.get(WORKSPACE_NAME_LABEL) == Some(&workspace.name);
         if !ours {
+            tracing::debug!(namespace = %workspace.namespace, "not the workspace's own namespace: deleting its objects only");
             return Ok(None);
         }
         if ns.metadata.deletion_timestamp.is_none() {
+            tracing::debug!(namespace = %workspace.namespace, "deleting the workspace's namespace");
             match api
                 .delete(&workspace.namespace, &DeleteParams::background())
                 .await

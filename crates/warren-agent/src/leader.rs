@@ -4,8 +4,10 @@
 //! for a lease duration, measured on their own monotonic clock (no clock agreement needed).
 //!
 //! The leader renews every retry period and steps down (cancels the agent) when it has not
-//! renewed for the renew deadline, which is shorter than the lease duration: so it has stopped
-//! before anyone else may take over. On shutdown it gives the lease up at once.
+//! renewed for the renew deadline, which is shorter than the lease duration, every API call
+//! bounded by what is left of it: so it has been told to stop before anyone else may take
+//! over (its in-flight calls may still finish, as with client-go). On shutdown it gives the
+//! lease up at once. Two replicas must not share an identity: both would count as holder.
 
 use crate::AgentError;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -46,14 +48,11 @@ impl LeaderElectionConfig {
         if self.namespace.is_empty() {
             return Err("leader election namespace: must not be empty".into());
         }
-        if !self.lease_name.is_empty()
-            && !self
-                .lease_name
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
-        {
+        if !self.lease_name.is_empty() && !is_dns_subdomain(&self.lease_name) {
             return Err(format!(
-                "leader election lease name: {:?} is not a Kubernetes object name",
+                "leader election lease name: {:?} is not a Kubernetes object name (lowercase \
+                 letters, digits, '-' and '.', starting and ending with a letter or digit, at \
+                 most 253 characters)",
                 self.lease_name
             ));
         }
@@ -67,12 +66,24 @@ impl LeaderElectionConfig {
     }
 }
 
+fn is_dns_subdomain(name: &str) -> bool {
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    name.len() <= 253
+        && edge(name.chars().next())
+        && edge(name.chars().last())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+}
+
 /// The lease as last seen, and when (on this replica's clock) it last changed.
 #[derive(Debug, Clone, PartialEq)]
 struct Record {
     holder: Option<String>,
     renew_time: Option<MicroTime>,
     transitions: i32,
+    /// The holder's own lease duration (replicas may differ, e.g. during a rollout).
+    duration_seconds: Option<i32>,
 }
 
 /// One replica's view of the election.
@@ -135,10 +146,15 @@ impl Elector {
         self.observe(record.clone());
         let mine = record.holder.as_deref() == Some(self.config.identity.as_str());
         let vacant = record.holder.as_deref().is_none_or(str::is_empty);
+        // The longer of the holder's duration and ours: a holder configured for longer must
+        // not be overrun by a replica configured for less.
+        let theirs =
+            Duration::from_secs(u64::try_from(record.duration_seconds.unwrap_or(0)).unwrap_or(0));
+        let duration = theirs.max(self.config.lease_duration);
         let expired = self
             .observed
             .as_ref()
-            .is_some_and(|(_, at)| at.elapsed() >= self.config.lease_duration);
+            .is_some_and(|(_, at)| at.elapsed() >= duration);
         if !mine && !vacant && !expired {
             return Ok(false);
         }
@@ -171,8 +187,13 @@ impl Elector {
 
     /// Gives the lease up if this replica holds it, so another takes over without waiting.
     pub async fn release(&mut self) {
-        let Ok(Some(mut current)) = self.api.get_opt(&self.config.lease_name).await else {
-            return;
+        let mut current = match self.api.get_opt(&self.config.lease_name).await {
+            Ok(Some(lease)) => lease,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %warren_types::error_chain(&e), "cannot read the agent's lease to give it up; another replica takes it when it expires");
+                return;
+            }
         };
         let spec = current.spec.get_or_insert_with(Default::default);
         if spec.holder_identity.as_deref() != Some(self.config.identity.as_str()) {
@@ -199,6 +220,7 @@ fn record_of(lease: &Lease) -> Record {
         holder: spec.holder_identity,
         renew_time: spec.renew_time,
         transitions: spec.lease_transitions.unwrap_or(0),
+        duration_seconds: spec.lease_duration_seconds,
     }
 }
 
@@ -218,14 +240,19 @@ where
     let retry = elector.config.retry_period();
     let deadline = elector.config.renew_deadline();
     loop {
-        // Candidate: poll until the lease is ours.
-        loop {
-            match elector.try_acquire_or_renew().await {
-                Ok(true) => break,
-                Ok(false) => {}
-                Err(e) => {
+        // Candidate: poll until the lease is ours. Each call is bounded: an API server that
+        // stops answering must not stall the election.
+        let acquired = loop {
+            let sent = Instant::now();
+            match tokio::time::timeout(deadline, elector.try_acquire_or_renew()).await {
+                Ok(Ok(true)) => break sent,
+                Ok(Ok(false)) => {}
+                Ok(Err(e)) => {
                     tracing::warn!(error = %warren_types::error_chain(&e), "reading the agent's lease failed; retrying")
                 }
+                Err(_) => tracing::warn!(
+                    "the API server did not answer about the agent's lease; retrying"
+                ),
             }
             tokio::select! {
                 // Cancel-safe: cancellation only flips a flag.
@@ -233,11 +260,13 @@ where
                 // Cancel-safe: a sleep holds nothing.
                 _ = tokio::time::sleep(retry) => {}
             }
-        }
+        };
         tracing::info!(identity = %elector.config.identity, lease = %elector.config.lease_name, "elected: this replica runs the agent");
         let leading = shutdown.child_token();
         let mut task = tokio::spawn(lead(leading.clone()));
-        let mut renewed = Instant::now();
+        // When the last successful renewal was *sent*: the other replicas count from when they
+        // saw it, which is later, so stepping down `deadline` after this is always in time.
+        let mut renewed = acquired;
         let outcome = loop {
             tokio::select! {
                 // Cancel-safe: polling a JoinHandle by reference loses nothing.
@@ -248,31 +277,74 @@ where
             if leading.is_cancelled() {
                 continue;
             }
-            match elector.try_acquire_or_renew().await {
-                Ok(true) => renewed = Instant::now(),
-                Ok(false) => {
+            let sent = Instant::now();
+            let budget = deadline.saturating_sub(renewed.elapsed());
+            match tokio::time::timeout(budget, elector.try_acquire_or_renew()).await {
+                Ok(Ok(true)) => renewed = sent,
+                Ok(Ok(false)) => {
                     tracing::warn!("another replica holds the agent's lease; stepping down");
                     leading.cancel();
                 }
-                Err(e) => {
+                Ok(Err(e)) => {
                     tracing::warn!(error = %warren_types::error_chain(&e), "renewing the agent's lease failed");
                     if renewed.elapsed() >= deadline {
                         tracing::warn!("the agent's lease was not renewed in time; stepping down");
                         leading.cancel();
                     }
                 }
+                Err(_) => {
+                    tracing::warn!("the agent's lease was not renewed in time (the API server did not answer); stepping down");
+                    leading.cancel();
+                }
             }
         };
         let result = outcome.unwrap_or_else(|e| Err(AgentError::Task("leading agent", e)));
-        if shutdown.is_cancelled() || result.is_err() {
-            elector.release().await;
-            return result;
-        }
-        if !leading.is_cancelled() {
-            // `lead` ended on its own without an error: nothing left to lead.
-            elector.release().await;
+        if shutdown.is_cancelled() || result.is_err() || !leading.is_cancelled() {
+            // Shutting down, failed, or (not cancelled) nothing left to lead: let another
+            // replica take over at once, if the API server answers in time.
+            let _ = tokio::time::timeout(deadline, elector.release()).await;
             return result;
         }
         tracing::info!("no longer the leader; standing for election again");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(lease_name: &str, seconds: u64) -> LeaderElectionConfig {
+        LeaderElectionConfig {
+            namespace: "warren".into(),
+            lease_name: lease_name.into(),
+            identity: "pod-a".into(),
+            lease_duration: Duration::from_secs(seconds),
+        }
+    }
+
+    #[test]
+    fn timings_follow_client_go_proportions() {
+        let c = config("", 15);
+        assert_eq!(c.renew_deadline(), Duration::from_secs(10));
+        assert_eq!(c.retry_period(), Duration::from_secs(2));
+        assert!(c.renew_deadline() < c.lease_duration);
+    }
+
+    #[test]
+    fn settings_are_checked_by_name() {
+        assert!(
+            config("", 15).validate().is_ok(),
+            "empty: derived from the agent id"
+        );
+        assert!(config("warren-agent-7", 15).validate().is_ok());
+        for bad in ["Warren", "-lease", "lease-", "a_b", &"a".repeat(254)] {
+            let err = config(bad, 15).validate().unwrap_err();
+            assert!(err.contains("lease name"), "{bad}: {err}");
+        }
+        let err = config("x", 0).validate().unwrap_err();
+        assert!(err.contains("lease duration"), "{err}");
+        let mut c = config("x", 15);
+        c.identity.clear();
+        assert!(c.validate().unwrap_err().contains("identity"));
     }
 }

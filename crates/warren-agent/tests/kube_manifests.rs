@@ -171,6 +171,7 @@ async fn manifests_pass_the_api_servers_dry_run_and_the_agent_gets_least_privile
         ("create", "serviceaccounts/token", ws),
         ("create", "pods/portforward", ws),
         ("update", "leases.coordination.k8s.io", Some("kube-system")),
+        ("list", "leases.coordination.k8s.io", Some("warren")),
     ] {
         assert!(
             !can_i(c, AGENT, verb, resource, ns),

@@ -88,7 +88,7 @@ impl Server {
             // Three missed rounds before another replica takes the jobs over.
             housekeeping: Arc::new(app::leases::Lease::new(
                 app::leases::HOUSEKEEPING,
-                app::leases::instance_name(),
+                app::leases::instance_name(&config.home),
                 Duration::from_secs(config.lifecycle_interval_seconds.saturating_mul(3)),
             )),
             closing: CancellationToken::new(),
@@ -232,16 +232,25 @@ impl Server {
         shutdown: CancellationToken,
     ) -> Result<(), ServerError> {
         let tasks = shutdown.child_token();
-        let timers = tokio::spawn(app::lifecycle::timer_task(
-            self.state.clone(),
-            Duration::from_secs(self.config.lifecycle_interval_seconds),
-            tasks.clone(),
-        ));
-        let deletions = tokio::spawn(app::users::deletion_task(
-            self.state.clone(),
-            Duration::from_secs(self.config.lifecycle_interval_seconds),
-            tasks.clone(),
-        ));
+        let interval = Duration::from_secs(self.config.lifecycle_interval_seconds);
+        let housekeeping = tokio::spawn({
+            let state = self.state.clone();
+            let tasks = tasks.clone();
+            async move {
+                let timers = tokio::spawn(app::lifecycle::timer_task(
+                    state.clone(),
+                    interval,
+                    tasks.clone(),
+                ));
+                let deletions =
+                    tokio::spawn(app::users::deletion_task(state.clone(), interval, tasks));
+                let _ = timers.await;
+                let _ = deletions.await;
+                // Both jobs stopped at the start of shutdown: another replica may take them
+                // now, without waiting for open connections to drain.
+                state.housekeeping.release(&state).await;
+            }
+        });
         let signals = tokio::spawn(signal::deliver_task(
             self.state.signals.clone(),
             self.config.relay_urls.clone(),
@@ -263,10 +272,8 @@ impl Server {
             .with_graceful_shutdown(shutdown.clone().cancelled_owned())
             .await;
         tasks.cancel();
-        let _ = timers.await;
-        let _ = deletions.await;
+        let _ = housekeeping.await;
         let _ = signals.await;
-        self.state.housekeeping.release(&self.state).await;
         result.map_err(ServerError::Serve)
     }
 }

@@ -43,7 +43,13 @@ pub struct AgentArgs {
     agent_id: Option<i64>,
     /// Run as one of several replicas: only the one holding a Kubernetes Lease works, the
     /// others take over when it stops renewing it (kubernetes runtime only).
-    #[arg(long, env = "WARREN_AGENT_LEADER_ELECTION")]
+    #[arg(
+        long,
+        env = "WARREN_AGENT_LEADER_ELECTION",
+        value_name = "BOOL",
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
     leader_election: Option<bool>,
     /// Namespace of the Lease [default: $POD_NAMESPACE, else warren].
     #[arg(long, env = "WARREN_AGENT_LEADER_ELECTION_NAMESPACE")]

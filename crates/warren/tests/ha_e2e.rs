@@ -23,7 +23,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use support::{free_port, Proc};
@@ -157,7 +157,7 @@ fn start_agent(dir: &Path, name: &str, relay_agents: u16, token: &str, namespace
         "--leader-election-identity",
         name,
         "--leader-election-lease-seconds",
-        "3",
+        "5",
     ]
     .map(str::to_owned)
     .to_vec();
@@ -230,13 +230,16 @@ impl Failover {
     }
 }
 
-/// Creates workspaces and stops every other one until `stop`, starting on `servers[first]`.
+/// Creates workspaces and stops every other one until `stop`, starting on `servers[first]`,
+/// while fewer than `allowed` workspaces exist (the test raises it phase by phase, so the
+/// kills happen mid-traffic and the load stays bounded).
 async fn client(
     servers: Vec<String>,
     first: usize,
     token: String,
     prefix: &'static str,
     acked: Acked,
+    allowed: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
 ) {
     let mut client = Failover {
@@ -249,6 +252,12 @@ async fn client(
         token,
     };
     for n in 0.. {
+        while acked.lock().unwrap().len() >= allowed.load(Ordering::Relaxed) {
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         if stop.load(Ordering::Relaxed) {
             return;
         }
@@ -277,13 +286,28 @@ async fn client(
     }
 }
 
-async fn wait_acked(acked: &Acked, at_least: usize) {
-    warren_testkit::wait_for(&format!("{at_least} acknowledged changes"), 120, || {
-        let n = acked.lock().unwrap().len();
-        async move { n >= at_least }
-    })
-    .await
-    .unwrap();
+/// Waits for `at_least` acknowledged workspaces; a client that ended (it panicked) fails the
+/// test at once, with `logs`.
+async fn wait_acked(
+    acked: &Acked,
+    at_least: usize,
+    clients: &[tokio::task::JoinHandle<()>],
+    logs: &dyn Fn() -> String,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while acked.lock().unwrap().len() < at_least {
+        assert!(
+            !clients.iter().any(|c| c.is_finished()),
+            "a client failed (its panic is above)\n{}",
+            logs()
+        );
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {at_least} acknowledged workspaces\n{}",
+            logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -375,6 +399,13 @@ async fn servers_and_agent_replicas_survive_kills_under_load() {
         &[("WARREN_RELAY_SHARED_SECRET", RELAY_SECRET.to_owned())],
         &dir.join("relay.log"),
     );
+    let accepts = |port: u16| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
+    support::wait_for(
+        "the relay to listen",
+        Duration::from_secs(60),
+        || (accepts(relay_agents) && accepts(relay_internal)).then_some(()),
+        || std::fs::read_to_string(dir.join("relay.log")).unwrap_or_default(),
+    );
 
     let lease_ns = format!("warren-ha-{:06x}", rand::random::<u32>() & 0xff_ffff);
     Api::<Namespace>::all(kube.clone())
@@ -427,27 +458,29 @@ async fn servers_and_agent_replicas_survive_kills_under_load() {
     .unwrap_or_else(|e| panic!("{e}\n{}", logs(&agents, &servers)));
 
     // Exactly one server runs the housekeeping jobs.
-    let mut held = vec![];
+    let holder_index = Arc::new(Mutex::new(None));
     warren_testkit::wait_for("one server to hold the housekeeping lease", 30, || {
         let http = http.clone();
         let bases = bases.clone();
+        let holder_index = holder_index.clone();
         async move {
-            let mut n = 0;
-            for b in &bases {
-                n += usize::from(holds_housekeeping(&http, b).await == Some(true));
+            let mut held = vec![];
+            for (i, b) in bases.iter().enumerate() {
+                if holds_housekeeping(&http, b).await == Some(true) {
+                    held.push(i);
+                }
             }
-            n == 1
+            *holder_index.lock().unwrap() = held.first().copied();
+            held.len() == 1
         }
     })
     .await
     .unwrap();
-    for b in &bases {
-        held.push(holds_housekeeping(&http, b).await == Some(true));
-    }
-    let doomed = held.iter().position(|h| *h).unwrap();
+    let doomed = holder_index.lock().unwrap().expect("a holder");
     let survivor = 1 - doomed;
 
     let acked: Acked = Arc::default();
+    let allowed = Arc::new(AtomicUsize::new(16));
     let stop = Arc::new(AtomicBool::new(false));
     let clients: Vec<_> = [("c0", 0), ("c1", 1)]
         .into_iter()
@@ -458,16 +491,17 @@ async fn servers_and_agent_replicas_survive_kills_under_load() {
                 token.clone(),
                 prefix,
                 acked.clone(),
+                allowed.clone(),
                 stop.clone(),
             ))
         })
         .collect();
 
     // The server with the lease dies mid-traffic; the other takes its clients and its jobs.
-    wait_acked(&acked, 8).await;
+    wait_acked(&acked, 8, &clients, &|| logs(&agents, &servers)).await;
     servers[doomed].proc.kill();
-    let after_server = acked.lock().unwrap().len();
-    wait_acked(&acked, after_server + 8).await;
+    allowed.store(32, Ordering::Relaxed);
+    wait_acked(&acked, 24, &clients, &|| logs(&agents, &servers)).await;
     let survivor_base = bases[survivor].clone();
     warren_testkit::wait_for(
         "the surviving server to take the housekeeping lease",
@@ -483,14 +517,14 @@ async fn servers_and_agent_replicas_survive_kills_under_load() {
 
     // The agent leader dies mid-traffic; the other replica takes the Lease over.
     let leader = holder(leases.clone(), lease_name.clone()).await.unwrap();
+    allowed.store(48, Ordering::Relaxed);
     agents.get_mut(&leader).unwrap().kill();
     let follower = if leader == "agent-x" {
         "agent-y"
     } else {
         "agent-x"
     };
-    let after_agent = acked.lock().unwrap().len();
-    wait_acked(&acked, after_agent + 8).await;
+    wait_acked(&acked, 40, &clients, &|| logs(&agents, &servers)).await;
     warren_testkit::wait_for("the other agent replica to take the Lease", 60, || {
         let (l, n) = (leases.clone(), lease_name.clone());
         async move { holder(l, n).await.as_deref() == Some(follower) }
@@ -518,6 +552,7 @@ async fn servers_and_agent_replicas_survive_kills_under_load() {
         None,
     )
     .await;
+    assert!(listed["next_cursor"].is_null(), "one page holds them all");
     let items = listed["items"].as_array().expect("workspace list");
     let mut by_name: BTreeMap<String, (i64, String)> = BTreeMap::new();
     for w in items {

@@ -44,7 +44,7 @@ impl Lease {
     /// running twice).
     pub async fn hold(&self, state: &AppState) -> bool {
         let now = state.clock.now_ms();
-        let held = match state
+        let outcome = state
             .store
             .hold_lease(
                 self.name,
@@ -52,21 +52,20 @@ impl Lease {
                 now,
                 now.saturating_add(self.duration_ms),
             )
-            .await
-        {
-            Ok(held) => held,
-            Err(e) => {
-                tracing::warn!(lease = self.name, error = %warren_types::error_chain(&e), "cannot renew the lease; skipping this round");
-                false
-            }
-        };
+            .await;
+        let held = matches!(outcome, Ok(true));
         let was = self.held.swap(held, Ordering::Relaxed);
-        if held != was {
-            if held {
-                tracing::info!(lease = self.name, holder = %self.holder, "this server now runs the jobs of the lease");
-            } else {
-                tracing::info!(lease = self.name, holder = %self.holder, "another server holds the lease; its jobs run there");
+        match outcome {
+            Err(e) => {
+                tracing::warn!(lease = self.name, error = %warren_types::error_chain(&e), "cannot renew the lease; skipping this round")
             }
+            Ok(true) if !was => {
+                tracing::info!(lease = self.name, holder = %self.holder, "this server now runs the jobs of the lease")
+            }
+            Ok(false) if was => {
+                tracing::info!(lease = self.name, holder = %self.holder, "another server holds the lease; its jobs run there")
+            }
+            Ok(_) => {}
         }
         metrics::gauge!("warren_server_lease_held", "lease" => self.name).set(if held {
             1.0
@@ -74,6 +73,11 @@ impl Lease {
             0.0
         });
         held
+    }
+
+    /// Whether the last [`Lease::hold`] took or renewed it (no database round trip).
+    pub fn is_held(&self) -> bool {
+        self.held.load(Ordering::Relaxed)
     }
 
     /// Gives the lease up if held, so another replica takes over without waiting.
@@ -91,8 +95,18 @@ impl Lease {
     }
 }
 
-/// A name for this server process among its replicas.
-pub fn instance_name() -> Arc<str> {
+/// A name for this server among its replicas, kept in `home` (`server-instance`) so a
+/// server restarted after a crash takes its own unexpired lease back at once instead of
+/// waiting for it to expire; host name plus a random suffix when first made.
+pub fn instance_name(home: &std::path::Path) -> Arc<str> {
+    let file = home.join("server-instance");
+    if let Some(name) = std::fs::read_to_string(&file)
+        .ok()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+    {
+        return Arc::from(name);
+    }
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|h| h.trim().to_owned())
@@ -100,5 +114,9 @@ pub fn instance_name() -> Arc<str> {
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "server".into());
     let suffix = uuid::Uuid::new_v4().simple().to_string();
-    Arc::from(format!("{host}/{}", &suffix[..8]))
+    let name = format!("{host}/{}", &suffix[..8]);
+    if let Err(e) = std::fs::write(&file, &name) {
+        tracing::warn!(file = %file.display(), error = %e, "cannot keep this server's instance name; a restart waits for its old lease to expire");
+    }
+    Arc::from(name)
 }

@@ -387,7 +387,7 @@ pub async fn deletion_task(
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tokio::select! {
+        let ticked = tokio::select! {
             // Cancel-safe: cancellation only flips a flag.
             _ = shutdown.cancelled() => return,
             // Cancel-safe: `changed` marks nothing seen until it returns; a lost wake-up is
@@ -396,11 +396,19 @@ pub async fn deletion_task(
                 if r.is_err() {
                     return;
                 }
+                false
             }
             // Cancel-safe: a lost tick is taken on the next iteration.
-            _ = tick.tick() => {}
-        }
-        if !state.housekeeping.hold(&state).await {
+            _ = tick.tick() => true,
+        };
+        // The lease is renewed on ticks only (one write per round, not per change); between
+        // them the last renewal says whether this server runs the job.
+        let held = if ticked {
+            state.housekeeping.hold(&state).await
+        } else {
+            state.housekeeping.is_held()
+        };
+        if !held {
             continue;
         }
         if let Err(e) = finish_deletions(&state).await {

@@ -283,12 +283,12 @@ impl ReconcileTx {
         ids: &[WorkspaceId],
         now: i64,
     ) -> Result<(), StoreError> {
+        // Well under both databases' limits on bound values per statement.
         for chunk in ids.chunks(500) {
-            let list: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 3)).collect();
             let sql = format!(
                 "UPDATE workspaces SET responded_to_agent_at = $1, force_include_all_resources = 0, \
                  needs_response = 0 WHERE agent_id = $2 AND id IN ({})",
-                list.join(", ")
+                placeholders(3, chunk.len())
             );
             let mut q = sqlx::query(&sql).bind(now).bind(agent.get());
             for id in chunk {

@@ -239,6 +239,8 @@ where
 {
     let retry = elector.config.retry_period();
     let deadline = elector.config.renew_deadline();
+    // A follower shows 0, so a dashboard counts exactly one leader per agent.
+    metrics::gauge!("warren_agent_leader").set(0.0);
     loop {
         // Candidate: poll until the lease is ours. Each call is bounded: an API server that
         // stops answering must not stall the election.
@@ -263,6 +265,8 @@ where
         };
         tracing::info!(identity = %elector.config.identity, lease = %elector.config.lease_name, "elected: this replica runs the agent");
         let leading = shutdown.child_token();
+        metrics::gauge!("warren_agent_leader").set(1.0);
+        metrics::counter!("warren_agent_leader_transitions_total").increment(1);
         let mut task = tokio::spawn(lead(leading.clone()));
         // When the last successful renewal was *sent*: the other replicas count from when they
         // saw it, which is later, so stepping down `deadline` after this is always in time.
@@ -298,6 +302,7 @@ where
                 }
             }
         };
+        metrics::gauge!("warren_agent_leader").set(0.0);
         let result = outcome.unwrap_or_else(|e| Err(AgentError::Task("leading agent", e)));
         if shutdown.is_cancelled() || result.is_err() || !leading.is_cancelled() {
             // Shutting down, failed, or (not cancelled) nothing left to lead: let another

@@ -14,23 +14,28 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use warren_types::error_chain;
 use warren_types::reconcile::{
     ErrorDetails, ErrorType, PodFailure, ReconcileRequest, ReconcileResponse, ReconcileSettings,
     TerminationProgress, UpdateType, WorkspaceAgentInfo, WorkspaceRailsInfo,
 };
+use warren_types::trace::TraceId;
 use warren_types::{ActualState, DesiredState};
 
 /// Shortest interval honoured from the server's settings, so a bad setting cannot spin.
 const MIN_INTERVAL: Duration = Duration::from_secs(1);
 
 /// What the transport tells the loop besides answers: counters that only grow.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TransportEvents {
     /// Incremented on every new connection to the relay: the loop runs a full reconcile.
     pub connection: u64,
     /// Incremented on every "reconcile now" signal: the loop runs a partial reconcile.
     pub signals: u64,
+    /// The trace id the latest signal carried (the API request that caused it): the
+    /// reconcile it triggers logs under it.
+    pub trace: Option<TraceId>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -169,6 +174,16 @@ impl Backoff {
     }
 }
 
+/// A signal not seen yet makes its trace id (if it has one) the cause of the next cycle.
+fn note_signal(ev: &TransportEvents, seen: &mut u64, cause: &mut Option<TraceId>) {
+    if ev.signals != *seen {
+        *seen = ev.signals;
+        if ev.trace.is_some() {
+            cause.clone_from(&ev.trace);
+        }
+    }
+}
+
 fn interval(secs: u64) -> Duration {
     Duration::from_secs(secs).max(MIN_INTERVAL)
 }
@@ -229,6 +244,9 @@ impl Reconciler {
         let mut changes_open = true;
         let mut events_open = true;
         let mut seen_connection = events.borrow_and_update().connection;
+        // The trace id of the signal that made the next cycle due, if one did.
+        let mut cause: Option<TraceId> = None;
+        let mut seen_signals = events.borrow().signals;
         let mut backoff = Backoff {
             initial: self.config.initial_backoff,
             max: self.config.max_backoff,
@@ -262,7 +280,8 @@ impl Reconciler {
                 // happens during the cycle wakes the loop again.
                 changes.borrow_and_update();
                 if events_open {
-                    let ev = *events.borrow_and_update();
+                    let ev = events.borrow_and_update().clone();
+                    note_signal(&ev, &mut seen_signals, &mut cause);
                     if ev.connection != seen_connection {
                         seen_connection = ev.connection;
                         full_due = true;
@@ -275,15 +294,33 @@ impl Reconciler {
                 };
                 let all_deletions =
                     kind == UpdateType::Full || std::mem::take(&mut runtime_changed);
+                let started = Instant::now();
+                let span = match cause.take() {
+                    Some(trace) => {
+                        let span = tracing::info_span!("reconcile", %trace);
+                        span.in_scope(
+                            || tracing::info!(kind = ?kind, "reconciling after a signal"),
+                        );
+                        span
+                    }
+                    None => tracing::debug_span!("reconcile"),
+                };
                 let result = tokio::select! {
                     // Cancel-safe: a cycle may stop at any await; every runtime call is
                     // idempotent and the next start rebuilds everything with a full reconcile.
-                    r = self.cycle(kind, all_deletions) => r,
+                    r = self.cycle(kind, all_deletions).instrument(span) => r,
                     // Cancel-safe: cancellation is level-triggered.
                     _ = shutdown.cancelled() => return,
                 };
+                let kind_label = match kind {
+                    UpdateType::Full => "full",
+                    UpdateType::Partial => "partial",
+                };
+                metrics::histogram!("warren_agent_reconcile_seconds", "update_type" => kind_label)
+                    .record(started.elapsed().as_secs_f64());
                 match result {
                     Ok(follow_up) => {
+                        metrics::counter!("warren_agent_reconciles_total", "update_type" => kind_label, "result" => "ok").increment(1);
                         backoff.reset();
                         retry_at = None;
                         if kind == UpdateType::Full {
@@ -297,6 +334,11 @@ impl Reconciler {
                             + interval(self.settings.partial_reconciliation_interval_seconds);
                     }
                     Err(e) => {
+                        let result = match e {
+                            CycleError::Transport(TransportError::NotConnected) => "not_connected",
+                            _ => "error",
+                        };
+                        metrics::counter!("warren_agent_reconciles_total", "update_type" => kind_label, "result" => result).increment(1);
                         let delay = backoff.next();
                         let message = error_chain(&e);
                         if matches!(e, CycleError::Transport(TransportError::NotConnected)) {
@@ -329,7 +371,8 @@ impl Reconciler {
                 // Cancel-safe: `changed` only marks the value seen when it completes.
                 r = events.changed(), if events_open => match r {
                     Ok(()) => {
-                        let ev = *events.borrow_and_update();
+                        let ev = events.borrow_and_update().clone();
+                        note_signal(&ev, &mut seen_signals, &mut cause);
                         if ev.connection != seen_connection {
                             // A new connection: the relay or server may have restarted, so
                             // rebuild everything at once, whatever the backoff says.
@@ -650,6 +693,7 @@ impl Reconciler {
                     _ => (ErrorType::Runtime, error_chain(&e)),
                 };
                 tracing::warn!(workspace = %key, error = %message, "apply failed");
+                metrics::counter!("warren_agent_apply_errors_total").increment(1);
                 self.record_error(&key, error_type, message);
             }
         }

@@ -95,7 +95,12 @@ async fn manifests_pass_the_api_servers_dry_run_and_the_agent_gets_least_privile
         Some("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: warren\n"),
     );
     assert!(ok, "{err}");
-    for dir in ["base", "overlays/single-node", "overlays/production"] {
+    for dir in [
+        "base",
+        "overlays/single-node",
+        "overlays/production",
+        "overlays/production-tls",
+    ] {
         let yaml = build(c, dir, policy_v1);
         let objects = yaml.matches("\nkind: ").count() + usize::from(yaml.starts_with("kind: "));
         assert!(objects >= 25, "{dir}: only {objects} objects:\n{yaml}");
@@ -107,6 +112,31 @@ async fn manifests_pass_the_api_servers_dry_run_and_the_agent_gets_least_privile
             .count();
         assert_eq!(accepted, objects, "{dir}: {out}");
     }
+
+    // TLS: every Secret the overlay mounts is one the cert-manager Certificates write (the
+    // test's API server has no cert-manager CRDs, so those are only read here).
+    let tls = build(c, "overlays/production-tls", policy_v1);
+    let issued: Vec<String> =
+        std::fs::read_to_string(format!("{ROOT}/cert-manager/certificates.yaml"))
+            .expect("certificates.yaml")
+            .split("\n---\n")
+            .map(|doc| serde_yaml::from_str::<serde_yaml::Value>(doc).expect("a YAML document"))
+            .filter(|d| d["kind"] == "Certificate")
+            .filter_map(|d| d["spec"]["secretName"].as_str().map(str::to_owned))
+            .collect();
+    for secret in ["warren-server-tls", "warren-relay-tls", "warren-proxy-tls"] {
+        assert!(
+            tls.contains(&format!("secretName: {secret}")),
+            "the overlay mounts {secret}"
+        );
+        assert!(issued.iter().any(|s| s == secret), "{secret} in {issued:?}");
+    }
+    assert!(tls.contains("value: https://warren-relay-agents:7081"));
+    assert!(tls.contains("scheme: HTTPS"));
+    assert!(
+        tls.contains("port: 443") && !tls.contains("port: 80\n"),
+        "{tls}"
+    );
 
     // For real now (no kubelet: the pods never run), so RBAC can be asked.
     let yaml = build(c, "overlays/production", policy_v1);

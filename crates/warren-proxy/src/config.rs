@@ -51,6 +51,10 @@ pub struct ProxyConfig {
     pub tls_cert_file: Option<PathBuf>,
     #[serde(default)]
     pub tls_key_file: Option<PathBuf>,
+    /// A PEM bundle of CAs trusted for `server_url` besides the public roots (a server
+    /// serving a certificate from a private CA).
+    #[serde(default)]
+    pub server_ca_file: Option<PathBuf>,
     /// The SSH host key (OpenSSH format); default `state_dir/ssh_host_ed25519_key`,
     /// generated once.
     #[serde(default)]
@@ -260,6 +264,7 @@ pub(crate) mod tests {
             direct_upstream: None,
             tls_cert_file: None,
             tls_key_file: None,
+            server_ca_file: None,
             ssh_host_key_file: None,
             limits: Default::default(),
         }

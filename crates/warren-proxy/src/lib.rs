@@ -34,7 +34,9 @@ pub enum ProxyError {
     #[error(transparent)]
     Config(#[from] config::ConfigError),
     #[error("preparing TLS")]
-    Tls(#[from] http::tls::TlsError),
+    Tls(#[from] warren_tls::TlsError),
+    #[error("building the server's HTTP client")]
+    ServerClient(#[source] reqwest::Error),
     #[error("preparing the proxy's cookie keys")]
     CookieKeys(#[from] http::keys::KeyError),
     #[error("preparing the proxy's keys in {path}")]
@@ -58,6 +60,9 @@ pub struct ProxyListeners {
     pub http: TcpListener,
     /// The SSH server; `None` runs no SSH.
     pub ssh: Option<TcpListener>,
+    /// `GET /metrics` and `GET /healthz` for Prometheus and probes (not the public HTTP
+    /// listener: metrics are for the cluster, not for everyone); `None` serves none.
+    pub metrics: Option<TcpListener>,
 }
 
 /// What every part of the proxy shares.
@@ -78,6 +83,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), ProxyError> {
     config.validate()?;
+    warren_metrics::handle();
     std::fs::create_dir_all(&config.state_dir).map_err(|source| ProxyError::Keys {
         path: config.state_dir.display().to_string(),
         source,
@@ -87,11 +93,18 @@ pub async fn run(
         // listener serves.
         ssh::check_host_key(&config)?;
     }
+    let tls = warren_tls::ServerCert::from_options(
+        config.tls_cert_file.clone(),
+        config.tls_key_file.clone(),
+    )?;
+    let server_roots = warren_tls::CaBundle::load_optional(config.server_ca_file.as_deref())?;
     let shared = Arc::new(Shared {
         server: server_api::ServerApi::new(
             config.server_url.clone(),
             config.shared_secret.as_bytes(),
-        ),
+            server_roots.as_ref(),
+        )
+        .map_err(ProxyError::ServerClient)?,
         relay: relay::RelayClient::new(config.relay_url.clone(), config.shared_secret.as_bytes()),
         activity: activity::Activity::default(),
         front: http::Front::new(&config)?,
@@ -102,17 +115,34 @@ pub async fn run(
         std::time::Duration::from_secs(shared.config.activity_report_secs),
         shutdown.clone(),
     ));
-    let http = http::serve(shared.clone(), listeners.http, shutdown.clone());
+    if let Some(cert) = &tls {
+        tokio::spawn(
+            cert.clone()
+                .watch(warren_tls::RELOAD_INTERVAL, shutdown.child_token()),
+        );
+    }
+    let http = http::serve(shared.clone(), listeners.http, tls, shutdown.clone());
     let ssh = async {
         match listeners.ssh {
             Some(l) => ssh::serve(shared.clone(), l, shutdown.clone()).await,
             None => Ok(()),
         }
     };
-    let (h, s) = tokio::join!(http, ssh);
+    let metrics = async {
+        match listeners.metrics {
+            Some(l) => warren_metrics::serve(l, shutdown.clone())
+                .await
+                .map_err(|e| ProxyError::Serve {
+                    what: "metrics",
+                    source: Box::new(e),
+                }),
+            None => Ok(()),
+        }
+    };
+    let (h, s, m) = tokio::join!(http, ssh, metrics);
     shutdown.cancel();
     let _ = reporter.await;
-    h.and(s)
+    h.and(s).and(m)
 }
 
 /// The whole chain of an error on one line, for logs.

@@ -45,17 +45,23 @@ pub struct ServerApi {
 }
 
 impl ServerApi {
-    pub fn new(base: url::Url, shared_secret: &[u8]) -> Self {
-        let http = reqwest::Client::builder()
+    /// A client of the server at `base`, trusting `roots` besides the public roots.
+    pub fn new(
+        base: url::Url,
+        shared_secret: &[u8],
+        roots: Option<&warren_tls::CaBundle>,
+    ) -> Result<Self, reqwest::Error> {
+        let mut builder = reqwest::Client::builder()
             .timeout(CALL_TIMEOUT)
-            .tcp_nodelay(true)
-            .build()
-            .expect("a plain reqwest client always builds");
-        Self {
-            base,
-            http,
-            keys: InternalKeys::new(shared_secret),
+            .tcp_nodelay(true);
+        if let Some(roots) = roots {
+            builder = roots.apply(builder);
         }
+        Ok(Self {
+            base,
+            http: builder.build()?,
+            keys: InternalKeys::new(shared_secret),
+        })
     }
 
     /// The server's base URL (for the OAuth token and userinfo endpoints).

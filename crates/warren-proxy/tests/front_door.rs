@@ -1019,6 +1019,7 @@ async fn tls_with_alpn_http2_and_secure_cookies() {
         direct_upstream: None,
         tls_cert_file: Some(cert.clone()),
         tls_key_file: Some(key),
+        server_ca_file: None,
         ssh_host_key_file: None,
         limits: Default::default(),
     };
@@ -1029,6 +1030,7 @@ async fn tls_with_alpn_http2_and_secure_cookies() {
         warren_proxy::ProxyListeners {
             http: listener,
             ssh: None,
+            metrics: None,
         },
         stop,
     ));

@@ -52,6 +52,7 @@ async fn proxy(limits: ConnectionLimits) -> Proxy {
         direct_upstream: None,
         tls_cert_file: None,
         tls_key_file: None,
+        server_ca_file: None,
         ssh_host_key_file: None,
         limits,
     };
@@ -61,6 +62,7 @@ async fn proxy(limits: ConnectionLimits) -> Proxy {
         warren_proxy::ProxyListeners {
             http,
             ssh: Some(ssh),
+            metrics: None,
         },
         stop.clone(),
     ));

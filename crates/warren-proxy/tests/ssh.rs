@@ -559,6 +559,7 @@ async fn extra_proxy(
         direct_upstream: None,
         tls_cert_file: None,
         tls_key_file: None,
+        server_ca_file: None,
         ssh_host_key_file: None,
         limits: Default::default(),
     };
@@ -569,6 +570,7 @@ async fn extra_proxy(
             let listeners = warren_proxy::ProxyListeners {
                 http,
                 ssh: Some(ssh),
+                metrics: None,
             };
             if let Err(e) = warren_proxy::run(config, listeners, stop).await {
                 eprintln!("extra proxy stopped: {e}");

@@ -35,6 +35,17 @@ pub struct RelayConfig {
     /// relay serves a relay↔relay listener or forwards to other instances.
     #[serde(default)]
     pub peer_secret: Option<String>,
+    /// Serve the agents' listener over TLS with this certificate chain (PEM, leaf first)
+    /// and `tls_key_file`; both are re-read when they change. The internal and relay↔relay
+    /// listeners stay inside the cluster and serve plain HTTP.
+    #[serde(default)]
+    pub tls_cert_file: Option<std::path::PathBuf>,
+    #[serde(default)]
+    pub tls_key_file: Option<std::path::PathBuf>,
+    /// A PEM bundle of CAs trusted for `server_url` besides the public roots (a server
+    /// serving a certificate from a private CA).
+    #[serde(default)]
+    pub server_ca_file: Option<std::path::PathBuf>,
 }
 
 fn default_auth_cache() -> u64 {
@@ -73,6 +84,9 @@ impl std::fmt::Debug for RelayConfig {
                 "peer_secret",
                 &self.peer_secret.as_ref().map(|_| "<redacted>"),
             )
+            .field("tls_cert_file", &self.tls_cert_file)
+            .field("tls_key_file", &self.tls_key_file)
+            .field("server_ca_file", &self.server_ca_file)
             .finish()
     }
 }
@@ -89,6 +103,8 @@ pub enum ConfigError {
     PeerSecretReused,
     #[error("{field} must be greater than zero")]
     Zero { field: &'static str },
+    #[error("tls_cert_file, tls_key_file")]
+    Tls(#[source] warren_tls::TlsError),
 }
 
 impl RelayConfig {
@@ -103,6 +119,9 @@ impl RelayConfig {
             dial_timeout_seconds: default_dial_timeout(),
             agent_idle_timeout_seconds: default_agent_idle_timeout(),
             peer_secret: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            server_ca_file: None,
         }
     }
 
@@ -141,6 +160,8 @@ impl RelayConfig {
                 return Err(ConfigError::Zero { field });
             }
         }
+        warren_tls::CertFiles::from_options(self.tls_cert_file.clone(), self.tls_key_file.clone())
+            .map_err(ConfigError::Tls)?;
         Ok(())
     }
 

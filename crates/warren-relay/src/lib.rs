@@ -43,6 +43,8 @@ pub enum RelayError {
     HttpClient(#[source] reqwest::Error),
     #[error("creating the GitOps cache directory")]
     GitopsCache(#[source] std::io::Error),
+    #[error("loading TLS material")]
+    Tls(#[from] warren_tls::TlsError),
     #[error("a relay↔relay listener needs peer_secret")]
     PeersWithoutSecret,
     #[error("serving the {listener} listener")]
@@ -112,6 +114,7 @@ pub async fn run_with_peers(
     shutdown: CancellationToken,
 ) -> Result<(), RelayError> {
     config.validate()?;
+    warren_metrics::handle();
     if peers.is_some() && config.peer_secret.is_none() {
         return Err(RelayError::PeersWithoutSecret);
     }
@@ -127,12 +130,18 @@ pub async fn run_with_peers(
         }),
         None => None,
     };
+    let tls = warren_tls::ServerCert::from_options(
+        config.tls_cert_file.clone(),
+        config.tls_key_file.clone(),
+    )?;
+    let server_roots = warren_tls::CaBundle::load_optional(config.server_ca_file.as_deref())?;
     let keys = jwt::JwtKeys::new(config.shared_secret.as_bytes());
     let server = server::ServerClient::new(
         config.server_url.clone(),
         keys.clone(),
         config.auth_cache_ttl(),
         config.auth_failure_cache_ttl(),
+        server_roots.as_ref(),
     )
     .map_err(RelayError::HttpClient)?;
     let relay = Relay {
@@ -151,6 +160,7 @@ pub async fn run_with_peers(
     };
     tracing::info!(
         agents = ?listeners.agents.local_addr().ok(),
+        agents_tls = tls.is_some(),
         internal = ?listeners.internal.local_addr().ok(),
         instance = %relay.instance.0,
         "relay listening"
@@ -163,11 +173,30 @@ pub async fn run_with_peers(
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
         }
     };
-    let agents = axum::serve(
-        listeners.agents.tap_io(nodelay),
-        handlers::agent_router(relay.clone()),
-    )
-    .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let agents = async {
+        match &tls {
+            None => {
+                axum::serve(
+                    listeners.agents.tap_io(nodelay),
+                    handlers::agent_router(relay.clone()),
+                )
+                .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+                .await
+            }
+            Some(cert) => {
+                tokio::spawn(
+                    cert.clone()
+                        .watch(warren_tls::RELOAD_INTERVAL, shutdown.child_token()),
+                );
+                // Agents speak HTTP/1.1 (an upgrade to the tunnel), so nothing else is offered.
+                let listener =
+                    warren_tls::TlsListener::new(listeners.agents, cert, &[b"http/1.1"])?;
+                axum::serve(listener, handlers::agent_router(relay.clone()))
+                    .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+                    .await
+            }
+        }
+    };
     let internal = axum::serve(
         listeners.internal.tap_io(nodelay),
         handlers::internal_router(relay.clone()),

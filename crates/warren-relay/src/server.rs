@@ -74,8 +74,13 @@ impl ServerClient {
         keys: JwtKeys,
         accepted_ttl: Duration,
         refused_ttl: Duration,
+        extra_roots: Option<&warren_tls::CaBundle>,
     ) -> Result<Self, reqwest::Error> {
-        let http = reqwest::Client::builder().timeout(SERVER_TIMEOUT).build()?;
+        let mut builder = reqwest::Client::builder().timeout(SERVER_TIMEOUT);
+        if let Some(roots) = extra_roots {
+            builder = roots.apply(builder);
+        }
+        let http = builder.build()?;
         Ok(ServerClient {
             http,
             base,

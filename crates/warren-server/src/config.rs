@@ -64,6 +64,12 @@ pub struct ServerConfig {
     /// off needs `oidc`; personal access tokens keep working either way.
     #[serde(default = "yes")]
     pub password_login: bool,
+    /// Serve HTTPS with this certificate chain (PEM, leaf first) and `tls_key_file`; both
+    /// are read again when they change (cert-manager renewals), no restart needed.
+    #[serde(default)]
+    pub tls_cert_file: Option<PathBuf>,
+    #[serde(default)]
+    pub tls_key_file: Option<PathBuf>,
 }
 
 /// An OpenID Connect provider users sign in through (`[oidc]` in the server's file).
@@ -240,6 +246,8 @@ impl ServerConfig {
             trusted_proxies: vec![],
             oidc: None,
             password_login: true,
+            tls_cert_file: None,
+            tls_key_file: None,
         }
     }
 
@@ -324,6 +332,8 @@ impl ServerConfig {
         if self.max_db_connections == 0 {
             return Err("max_db_connections: must be at least 1".into());
         }
+        warren_tls::CertFiles::from_options(self.tls_cert_file.clone(), self.tls_key_file.clone())
+            .map_err(|e| format!("tls_cert_file, tls_key_file: {e}"))?;
         if let Some(o) = &self.oidc {
             o.validate()?;
             if !self.password_login && o.admin_group.is_none() && !o.link_existing_users {

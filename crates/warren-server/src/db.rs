@@ -10,7 +10,20 @@ use sqlx::{Any, AnyPool, Transaction};
 use std::time::Duration;
 
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("migrations/sqlite");
-static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("migrations/postgres");
+
+/// The migrations run at start-up: as above, but a database already migrated further by a
+/// newer release is accepted. During a rolling upgrade the old replicas keep serving the
+/// new schema (migrations only add within a release, see ARCHITECTURE.md), so one of them
+/// restarting must not fail on the migrations it does not know.
+static STARTUP_SQLITE: std::sync::LazyLock<Migrator> =
+    std::sync::LazyLock::new(|| tolerant(sqlx::migrate!("migrations/sqlite")));
+static STARTUP_POSTGRES: std::sync::LazyLock<Migrator> =
+    std::sync::LazyLock::new(|| tolerant(sqlx::migrate!("migrations/postgres")));
+
+fn tolerant(mut m: Migrator) -> Migrator {
+    m.set_ignore_missing(true);
+    m
+}
 
 /// SQLite's migrations (backups compare schema versions with them).
 pub fn sqlite_migrations() -> &'static Migrator {
@@ -61,11 +74,25 @@ impl Db {
             options = options.after_connect(|conn, _meta| Box::pin(sqlite_pragmas(conn)));
         }
         let pool = options.connect(url).await.map_err(DbError::Connect)?;
-        let migrator = match kind {
-            DbKind::Sqlite => &SQLITE_MIGRATIONS,
-            DbKind::Postgres => &POSTGRES_MIGRATIONS,
+        let migrator: &Migrator = match kind {
+            DbKind::Sqlite => &STARTUP_SQLITE,
+            DbKind::Postgres => &STARTUP_POSTGRES,
         };
         migrator.run(&pool).await.map_err(DbError::Migrate)?;
+        let known = migrator.iter().map(|m| m.version).max().unwrap_or(0);
+        let applied: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations")
+            .fetch_one(&pool)
+            .await
+            .ok()
+            .flatten();
+        if let Some(applied) = applied.filter(|a| *a > known) {
+            tracing::warn!(
+                schema = applied,
+                known,
+                "the database was migrated by a newer release; serving it as an older replica \
+                 (finish the upgrade)"
+            );
+        }
         Ok(Db { pool, kind })
     }
 

@@ -19,6 +19,8 @@ pub enum ServerError {
     Serve(#[source] std::io::Error),
     #[error("holding the database")]
     DatabaseHeld(#[source] crate::backup::BackupError),
+    #[error("loading the TLS certificate")]
+    Tls(#[from] warren_tls::TlsError),
     #[error("start-up")]
     Startup(#[from] crate::app::AppError),
 }

@@ -18,6 +18,7 @@ pub mod http;
 pub mod relay;
 pub mod server;
 pub mod store;
+pub mod trace;
 
 pub use config::{OidcConfig, ServerConfig};
 

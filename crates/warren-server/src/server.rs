@@ -30,6 +30,8 @@ pub struct Server {
     /// The shared lock on a SQLite database, held while the server lives, so `warren admin
     /// restore` cannot replace the file under it.
     _database_hold: Option<std::fs::File>,
+    /// The HTTPS certificate, when the server serves TLS.
+    tls: Option<warren_tls::ServerCert>,
 }
 
 impl Server {
@@ -69,6 +71,10 @@ impl Server {
         };
         app::render::parse(&default_devfile, "default devfile")
             .map_err(|e| ServerError::Config(format!("default_devfile_file: {}", e.message)))?;
+        let tls = warren_tls::ServerCert::from_options(
+            config.tls_cert_file.clone(),
+            config.tls_key_file.clone(),
+        )?;
         let url = config.effective_database_url();
         tracing::info!(database = %crate::db::redact(&url), "opening database");
         // Before opening: a restore in progress holds it exclusively.
@@ -132,6 +138,7 @@ impl Server {
             state,
             bootstrap_admin,
             _database_hold: database_hold,
+            tls,
         })
     }
 
@@ -231,6 +238,16 @@ impl Server {
         listener: TcpListener,
         shutdown: CancellationToken,
     ) -> Result<(), ServerError> {
+        if let Ok(addr) = listener.local_addr() {
+            tracing::info!(%addr, tls = self.tls.is_some(), "warren server listening");
+        }
+        let listener = match &self.tls {
+            None => Bound::Plain(listener),
+            Some(cert) => Bound::Tls(
+                warren_tls::TlsListener::new(listener, cert, &[b"h2", b"http/1.1"])
+                    .map_err(ServerError::Serve)?,
+            ),
+        };
         let tasks = shutdown.child_token();
         let interval = Duration::from_secs(self.config.lifecycle_interval_seconds);
         let housekeeping = tokio::spawn({
@@ -257,9 +274,6 @@ impl Server {
             self.state.relay_secret.clone(),
             tasks.clone(),
         ));
-        if let Ok(addr) = listener.local_addr() {
-            tracing::info!(%addr, "warren server listening");
-        }
         let closing = self.state.closing.clone();
         let closing_on = shutdown.clone();
         tokio::spawn(async move {
@@ -268,14 +282,37 @@ impl Server {
         });
         let app = self.router();
         let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
-        let result = axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown.clone().cancelled_owned())
-            .await;
+        if let Some(cert) = &self.tls {
+            tokio::spawn(
+                cert.clone()
+                    .watch(warren_tls::RELOAD_INTERVAL, tasks.clone()),
+            );
+        }
+        let result = match listener {
+            Bound::Plain(l) => {
+                axum::serve(l, app)
+                    .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+                    .await
+            }
+            Bound::Tls(l) => {
+                // Through `tap_io`, for which axum provides the peer address (`ConnectInfo`).
+                use axum::serve::ListenerExt;
+                axum::serve(l.tap_io(|_| {}), app)
+                    .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+                    .await
+            }
+        };
         tasks.cancel();
         let _ = housekeeping.await;
         let _ = signals.await;
         result.map_err(ServerError::Serve)
     }
+}
+
+/// The listening socket, as it is served.
+enum Bound {
+    Plain(TcpListener),
+    Tls(warren_tls::TlsListener),
 }
 
 /// Prepares and serves; prints the bootstrap admin's credentials once, on the start that

@@ -12,6 +12,7 @@ pub mod browser;
 pub mod files_http;
 pub mod git_daemon;
 pub mod git_http;
+pub mod tls;
 
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
@@ -80,6 +81,10 @@ pub struct StackOptions {
     pub relays: usize,
     /// Redis for the relays' shared routing table (a key prefix of the stack's own).
     pub redis_url: Option<String>,
+    /// TLS everywhere it is served: the server, the relays' agent listeners and the proxy
+    /// present certificates from a CA made for the stack ([`Stack::tls`]); the relays and
+    /// the proxy trust it for the server, the agents for the relay.
+    pub tls: bool,
 }
 
 impl Default for StackOptions {
@@ -93,6 +98,7 @@ impl Default for StackOptions {
             devfile_registries: vec![],
             relays: 1,
             redis_url: None,
+            tls: false,
         }
     }
 }
@@ -135,6 +141,8 @@ pub struct Stack {
     pub proxy_addr: SocketAddr,
     /// The proxy's SSH listener (when enabled).
     pub ssh_addr: Option<SocketAddr>,
+    /// The proxy's metrics listener: `{proxy_metrics_url}/metrics`.
+    pub proxy_metrics_url: String,
     pub runtime: Arc<SimulatedRuntime>,
     pub admin: TestUser,
     /// The shared secret of internal JWTs (server ⇄ relay ⇄ proxy).
@@ -143,6 +151,9 @@ pub struct Stack {
     pub options: StackOptions,
     /// The server's clock, when `StackOptions::manual_clock`.
     pub clock: Option<warren_server::clock::ManualClock>,
+    /// The stack's CA and where each service's certificate files are, when
+    /// `StackOptions::tls` (issue a new certificate there to renew one).
+    pub tls: Option<StackTls>,
     http: reqwest::Client,
     /// The relay's listener for agents.
     relay_agents_url: String,
@@ -151,6 +162,19 @@ pub struct Stack {
     shutdown: CancellationToken,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
+
+/// The PKI of a stack started with `StackOptions::tls`.
+#[derive(Debug)]
+pub struct StackTls {
+    pub ca: tls::TestCa,
+    /// Each holds `tls.crt` and `tls.key`.
+    pub server_dir: std::path::PathBuf,
+    pub relay_dir: std::path::PathBuf,
+    pub proxy_dir: std::path::PathBuf,
+}
+
+/// The names each service's certificate covers.
+const LOCAL_NAMES: &[&str] = &["localhost", "127.0.0.1"];
 
 impl Drop for Stack {
     fn drop(&mut self) {
@@ -176,9 +200,11 @@ fn spawn_agent(
     token: String,
     agent_id: String,
     runtime: Arc<dyn warren_agent::runtime::WorkspaceRuntime>,
+    relay_ca_file: Option<std::path::PathBuf>,
     shutdown: &CancellationToken,
 ) -> Result<Vec<tokio::task::JoinHandle<()>>> {
     let mut conn_config = ConnectionConfig::new(relay_agents_url.parse()?, token);
+    conn_config.relay_ca_file = relay_ca_file;
     conn_config.initial_backoff = Duration::from_millis(50);
     conn_config.max_backoff = Duration::from_millis(500);
     let connection = RelayConnection::new(conn_config, runtime.clone())
@@ -246,16 +272,41 @@ impl Stack {
         let relay_internal_addr = relay_listeners[0].3;
         let relay_agents_addrs: Vec<SocketAddr> = relay_listeners.iter().map(|r| r.1).collect();
         let (proxy_http, proxy_addr) = bind().await?;
+        let (proxy_metrics, proxy_metrics_addr) = bind().await?;
         let (proxy_ssh, ssh_addr) = if options.ssh {
             let (l, a) = bind().await?;
             (Some(l), Some(a))
         } else {
             (None, None)
         };
-        let api_url = format!("http://{api_addr}");
+        let scheme = if options.tls { "https" } else { "http" };
+        let api_url = format!("{scheme}://{api_addr}");
         let relay_internal_url = format!("http://{relay_internal_addr}");
+        let pki = match options.tls {
+            false => None,
+            true => {
+                let dir = home.path().join("pki");
+                let ca = tls::TestCa::new(&dir, "warren testkit CA")?;
+                let pki = StackTls {
+                    server_dir: dir.join("server"),
+                    relay_dir: dir.join("relay"),
+                    proxy_dir: dir.join("proxy"),
+                    ca,
+                };
+                pki.ca.issue(&pki.server_dir, LOCAL_NAMES)?;
+                pki.ca.issue(&pki.relay_dir, LOCAL_NAMES)?;
+                pki.ca
+                    .issue(&pki.proxy_dir, &[&format!("*.{DOMAIN}"), "localhost"])?;
+                Some(pki)
+            }
+        };
+        let ca_file = pki.as_ref().map(|p| p.ca.ca_file.clone());
 
         let mut config = ServerConfig::new(home.path().join("server"));
+        if let Some(p) = &pki {
+            config.tls_cert_file = Some(p.server_dir.join("tls.crt"));
+            config.tls_key_file = Some(p.server_dir.join("tls.key"));
+        }
         config.devfile_registries = options.devfile_registries.clone();
         config.relay_urls = relay_listeners
             .iter()
@@ -300,7 +351,7 @@ impl Stack {
         let proxy_config = warren_proxy::ProxyConfig {
             state_dir: home.path().join("proxy"),
             workspace_domain: DOMAIN.into(),
-            public_scheme: "http".into(),
+            public_scheme: scheme.into(),
             public_port: Some(proxy_addr.port()),
             server_url: api_url.parse()?,
             server_public_url: api_url.parse()?,
@@ -312,8 +363,9 @@ impl Stack {
             authorization_cache_secs: options.authorization_cache_secs,
             activity_report_secs: 1,
             direct_upstream: options.direct_upstream.clone(),
-            tls_cert_file: None,
-            tls_key_file: None,
+            tls_cert_file: pki.as_ref().map(|p| p.proxy_dir.join("tls.crt")),
+            tls_key_file: pki.as_ref().map(|p| p.proxy_dir.join("tls.key")),
+            server_ca_file: ca_file.clone(),
             ssh_host_key_file: None,
             limits: Default::default(),
         };
@@ -329,7 +381,7 @@ impl Stack {
             .map_err(|e| anyhow::anyhow!("registering the proxy's OAuth client: {e}"))?;
         let agent_config = AgentConfig {
             workspace_domain: format!("{DOMAIN}:{}", proxy_addr.port()),
-            workspace_scheme: "http".into(),
+            workspace_scheme: scheme.into(),
             ..AgentConfig::default()
         };
         let agent = server
@@ -351,6 +403,11 @@ impl Stack {
             let mut relay_config =
                 warren_relay::RelayConfig::new(api_url.parse()?, shared_secret.clone());
             relay_config.agent_wait_seconds = 5;
+            if let Some(p) = &pki {
+                relay_config.tls_cert_file = Some(p.relay_dir.join("tls.crt"));
+                relay_config.tls_key_file = Some(p.relay_dir.join("tls.key"));
+                relay_config.server_ca_file = ca_file.clone();
+            }
             let stop = shutdown.child_token();
             relay_stops.push(stop.clone());
             let listeners = warren_relay::Listeners { agents, internal };
@@ -395,9 +452,9 @@ impl Stack {
         let relay_agents_url = if relay_agents_addrs.len() > 1 {
             let (balancer, addr) = balancer::start(relay_agents_addrs).await?;
             tasks.push(balancer);
-            format!("http://{addr}")
+            format!("{scheme}://{addr}")
         } else {
-            format!("http://{}", relay_agents_addrs[0])
+            format!("{scheme}://{}", relay_agents_addrs[0])
         };
         let runtime = simulated();
         let agent_tasks = spawn_agent(
@@ -405,6 +462,7 @@ impl Stack {
             agent.token,
             agent.agent.id.to_string(),
             runtime.clone(),
+            ca_file.clone(),
             &shutdown,
         )?;
         tasks.extend(agent_tasks);
@@ -415,6 +473,7 @@ impl Stack {
                 let listeners = warren_proxy::ProxyListeners {
                     http: proxy_http,
                     ssh: proxy_ssh,
+                    metrics: Some(proxy_metrics),
                 };
                 if let Err(e) = warren_proxy::run(proxy_config, listeners, s).await {
                     eprintln!("testkit: proxy stopped: {e}");
@@ -422,15 +481,18 @@ impl Stack {
             }
         }));
 
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
-            .build()?;
+        let mut http = reqwest::Client::builder().timeout(Duration::from_secs(30));
+        if let Some(p) = &pki {
+            http = p.ca.bundle()?.apply(http);
+        }
+        let http = http.build()?;
         let mut stack = Stack {
             home,
             api_url,
             relay_internal_url,
             proxy_addr,
             ssh_addr,
+            proxy_metrics_url: format!("http://{proxy_metrics_addr}"),
             runtime,
             admin: TestUser {
                 id: 0,
@@ -442,6 +504,7 @@ impl Stack {
             oauth_client_secret,
             options,
             clock,
+            tls: pki,
             http,
             relay_agents_url,
             relay_stops,
@@ -524,6 +587,7 @@ impl Stack {
             token,
             id.to_string(),
             runtime,
+            self.tls.as_ref().map(|p| p.ca.ca_file.clone()),
             &self.shutdown,
         )?;
         self.tasks.extend(tasks);
@@ -669,15 +733,25 @@ impl Stack {
         &self.relay_agents_url
     }
 
+    /// `http` or, with `StackOptions::tls`, `https`.
+    pub fn scheme(&self) -> &'static str {
+        if self.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
     /// `http://{port}-{workspace}.ws.localhost:{proxy port}{path}`.
     pub fn url(&self, port: u16, workspace: &str, path: &str) -> String {
-        format!("http://{}{path}", self.host(port, workspace))
+        format!("{}://{}{path}", self.scheme(), self.host(port, workspace))
     }
 
     /// `http://terminal-{workspace}.ws.localhost:{proxy port}{path}`.
     pub fn terminal_url(&self, workspace: &str, path: &str) -> String {
         format!(
-            "http://terminal-{workspace}.{DOMAIN}:{}{path}",
+            "{}://terminal-{workspace}.{DOMAIN}:{}{path}",
+            self.scheme(),
             self.proxy_addr.port()
         )
     }
@@ -692,8 +766,32 @@ impl Stack {
             let name = h.split(':').next().unwrap_or(h);
             b = b.resolve(name, self.proxy_addr);
         }
+        if let Some(p) = &self.tls {
+            b = p.ca.bundle().expect("the stack's CA").apply(b);
+        }
         b.build().expect("reqwest client")
     }
+}
+
+/// A plain HTTP/1.1 server on a free local port answering `body` to every request, for the
+/// end of a tunnel ([`Stack::set_endpoint`]); it lives as long as the test's runtime.
+pub async fn text_upstream(body: &'static str) -> Result<SocketAddr> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((sock, _)) = listener.accept().await {
+            let svc = hyper::service::service_fn(move |_req| async move {
+                Ok::<_, std::convert::Infallible>(hyper::Response::new(http_body_util::Full::new(
+                    bytes::Bytes::from_static(body.as_bytes()),
+                )))
+            });
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(sock), svc),
+            );
+        }
+    });
+    Ok(addr)
 }
 
 /// Polls `cond` until it holds; fails after `secs` seconds (a hang guard, not a timing check).

@@ -17,6 +17,7 @@ pub mod quantity;
 pub mod reconcile;
 pub mod relay;
 pub mod state;
+pub mod trace;
 
 pub use ids::{
     AgentId, MountId, ProjectId, RepositoryId, SpaceId, SshKeyId, TokenId, UserId, WorkspaceId,

@@ -29,6 +29,12 @@ pub struct AgentArgs {
     /// The relay's agent listener, e.g. http://relay.example.com:7081.
     #[arg(long, env = "WARREN_RELAY_URL")]
     relay_url: Option<Url>,
+    /// Address serving /metrics and /healthz for Prometheus and probes (none: not served).
+    #[arg(long, env = "WARREN_AGENT_METRICS_LISTEN", value_name = "ADDR")]
+    metrics_listen: Option<std::net::SocketAddr>,
+    /// CA bundle (PEM) trusted for an https relay besides the public roots.
+    #[arg(long, env = "WARREN_RELAY_CA_FILE", value_name = "FILE")]
+    relay_ca_file: Option<PathBuf>,
     /// File holding the agent token (or set WARREN_AGENT_TOKEN).
     #[arg(long, env = "WARREN_AGENT_TOKEN_FILE")]
     token_file: Option<PathBuf>,
@@ -77,6 +83,8 @@ pub struct AgentArgs {
 #[serde(deny_unknown_fields)]
 struct AgentFile {
     relay_url: Option<Url>,
+    relay_ca_file: Option<PathBuf>,
+    metrics_listen: Option<std::net::SocketAddr>,
     token_file: Option<PathBuf>,
     runtime: Option<RuntimeKind>,
     state_dir: Option<PathBuf>,
@@ -118,8 +126,14 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         .state_dir
         .or(file.state_dir)
         .unwrap_or_else(|| PathBuf::from("warren-agent"));
+    let mut connection = ConnectionConfig::new(relay_url, token);
+    connection.relay_ca_file = args.relay_ca_file.or(file.relay_ca_file);
+    if let Some(path) = &connection.relay_ca_file {
+        // Named now rather than at the first dial.
+        warren_tls::CaBundle::load(path).context("the relay's CA bundle")?;
+    }
     let config = AgentConfig {
-        connection: ConnectionConfig::new(relay_url, token),
+        connection,
         agent: args.agent_id.or(file.agent_id).map(AgentId),
         runtime: match kind {
             RuntimeKind::Engine => RuntimeChoice::Engine { state_dir },
@@ -156,7 +170,28 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
                 ),
             }),
     };
-    warren_agent::run(config, shutdown_on_signals()).await?;
+    let shutdown = shutdown_on_signals();
+    // Before anything is recorded: what is recorded without a recorder is lost.
+    warren_metrics::handle();
+    let metrics = match args.metrics_listen.or(file.metrics_listen) {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding the agent's metrics listener to {addr}"))?;
+            tracing::info!(%addr, "agent metrics listening");
+            Some(tokio::spawn(warren_metrics::serve(
+                listener,
+                shutdown.clone(),
+            )))
+        }
+        None => None,
+    };
+    let result = warren_agent::run(config, shutdown.clone()).await;
+    shutdown.cancel();
+    if let Some(task) = metrics {
+        let _ = task.await;
+    }
+    result?;
     Ok(())
 }
 

@@ -17,6 +17,9 @@ pub struct ConnectArgs {
     /// The relay's agent listener, e.g. https://relay.example.com:7081.
     #[arg(long, env = "WARREN_RELAY_URL")]
     relay_url: Option<Url>,
+    /// CA bundle (PEM) trusted for an https relay besides the public roots.
+    #[arg(long, env = "WARREN_RELAY_CA_FILE", value_name = "FILE")]
+    relay_ca_file: Option<PathBuf>,
     /// The mount this machine backs (its token must be that mount's).
     #[arg(long, env = "WARREN_CONNECT_MOUNT")]
     mount: Option<String>,
@@ -33,6 +36,7 @@ pub struct ConnectArgs {
 #[serde(deny_unknown_fields)]
 struct ConnectFile {
     relay_url: Option<Url>,
+    relay_ca_file: Option<PathBuf>,
     mount: Option<String>,
     #[serde(default)]
     ports: Vec<u16>,
@@ -97,8 +101,14 @@ pub async fn run(args: ConnectArgs) -> anyhow::Result<()> {
              shells; run `warren connect` as the user whose machine this is"
         );
     }
+    let mut connection = ConnectionConfig::new(relay_url, token);
+    connection.relay_ca_file = args.relay_ca_file.or(file.relay_ca_file);
+    if let Some(path) = &connection.relay_ca_file {
+        // Named now rather than at the first dial.
+        warren_tls::CaBundle::load(path).context("the relay's CA bundle")?;
+    }
     let config = ConnectorConfig {
-        connection: ConnectionConfig::new(relay_url, token),
+        connection,
         mount,
         ports,
     };

@@ -69,6 +69,9 @@ struct RunArgs {
     /// Address of the SSH listener [default: 0.0.0.0:2222].
     #[arg(long, env = "WARREN_PROXY_SSH_LISTEN")]
     ssh_listen: Option<SocketAddr>,
+    /// Address of the listener serving /metrics and /healthz (none: not served).
+    #[arg(long, env = "WARREN_PROXY_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
     /// Run no SSH listener.
     #[arg(long, env = "WARREN_PROXY_NO_SSH")]
     no_ssh: bool,
@@ -112,6 +115,16 @@ struct RunArgs {
     /// `{workspace}.{namespace}.svc.cluster.local:{port}`.
     #[arg(long, env = "WARREN_PROXY_DIRECT_UPSTREAM")]
     direct_upstream: Option<String>,
+    /// Serve HTTPS with this certificate chain (PEM; a wildcard for the workspace domain);
+    /// re-read when it changes.
+    #[arg(long, env = "WARREN_PROXY_TLS_CERT_FILE", value_name = "FILE")]
+    tls_cert_file: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert-file; re-read when it changes.
+    #[arg(long, env = "WARREN_PROXY_TLS_KEY_FILE", value_name = "FILE")]
+    tls_key_file: Option<PathBuf>,
+    /// CA bundle (PEM) trusted for --server-url besides the public roots.
+    #[arg(long, env = "WARREN_PROXY_SERVER_CA_FILE", value_name = "FILE")]
+    server_ca_file: Option<PathBuf>,
 }
 
 /// The TOML file; every key optional, unknown keys refused.
@@ -122,6 +135,7 @@ struct ProxyFile {
     limits: Option<config::ConnectionLimits>,
     http_listen: Option<SocketAddr>,
     ssh_listen: Option<SocketAddr>,
+    metrics_listen: Option<SocketAddr>,
     no_ssh: Option<bool>,
     state_dir: Option<PathBuf>,
     workspace_domain: Option<String>,
@@ -140,12 +154,14 @@ struct ProxyFile {
     ssh_host_key_file: Option<PathBuf>,
     tls_cert_file: Option<PathBuf>,
     tls_key_file: Option<PathBuf>,
+    server_ca_file: Option<PathBuf>,
 }
 
 struct Resolved {
     config: ProxyConfig,
     http_listen: SocketAddr,
     ssh_listen: Option<SocketAddr>,
+    metrics_listen: Option<SocketAddr>,
 }
 
 fn secret_from(env: &str, file: Option<PathBuf>, what: &str, how: &str) -> anyhow::Result<String> {
@@ -220,8 +236,9 @@ fn resolve(args: RunArgs) -> anyhow::Result<Resolved> {
             .activity_report_secs
             .unwrap_or(config::DEFAULT_ACTIVITY_REPORT_SECS),
         direct_upstream: args.direct_upstream.or(file.direct_upstream),
-        tls_cert_file: file.tls_cert_file,
-        tls_key_file: file.tls_key_file,
+        tls_cert_file: args.tls_cert_file.or(file.tls_cert_file),
+        tls_key_file: args.tls_key_file.or(file.tls_key_file),
+        server_ca_file: args.server_ca_file.or(file.server_ca_file),
         ssh_host_key_file: file.ssh_host_key_file,
         limits: file.limits.unwrap_or_default(),
     };
@@ -242,6 +259,7 @@ fn resolve(args: RunArgs) -> anyhow::Result<Resolved> {
         config,
         http_listen,
         ssh_listen,
+        metrics_listen: args.metrics_listen.or(file.metrics_listen),
     })
 }
 
@@ -288,9 +306,17 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    tracing::info!(http = %r.http_listen, ssh = ?r.ssh_listen, domain = %r.config.workspace_domain, "proxy listening");
+    let metrics = match r.metrics_listen {
+        Some(a) => Some(
+            TcpListener::bind(a)
+                .await
+                .with_context(|| format!("binding the proxy's metrics listener to {a}"))?,
+        ),
+        None => None,
+    };
+    tracing::info!(http = %r.http_listen, ssh = ?r.ssh_listen, metrics = ?r.metrics_listen, domain = %r.config.workspace_domain, "proxy listening");
     let shutdown = shutdown_on_signals();
-    warren_proxy::run(r.config, ProxyListeners { http, ssh }, shutdown)
+    warren_proxy::run(r.config, ProxyListeners { http, ssh, metrics }, shutdown)
         .await
         .context("the proxy stopped")
 }

@@ -51,6 +51,16 @@ pub struct RelayArgs {
     /// File holding the secret only relay instances share (or set WARREN_RELAY_PEER_SECRET).
     #[arg(long, env = "WARREN_RELAY_PEER_SECRET_FILE")]
     peer_secret_file: Option<PathBuf>,
+    /// Serve the agents' listener over TLS with this certificate chain (PEM); re-read when
+    /// it changes.
+    #[arg(long, env = "WARREN_RELAY_TLS_CERT_FILE", value_name = "FILE")]
+    tls_cert_file: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert-file; re-read when it changes.
+    #[arg(long, env = "WARREN_RELAY_TLS_KEY_FILE", value_name = "FILE")]
+    tls_key_file: Option<PathBuf>,
+    /// CA bundle (PEM) trusted for --server-url besides the public roots.
+    #[arg(long, env = "WARREN_RELAY_SERVER_CA_FILE", value_name = "FILE")]
+    server_ca_file: Option<PathBuf>,
 }
 
 /// The TOML file; every key optional, unknown keys refused.
@@ -70,6 +80,9 @@ struct RelayFile {
     peer_listen: Option<SocketAddr>,
     advertise_url: Option<Url>,
     peer_secret_file: Option<PathBuf>,
+    tls_cert_file: Option<PathBuf>,
+    tls_key_file: Option<PathBuf>,
+    server_ca_file: Option<PathBuf>,
     /// Lifetime of an unrefreshed routing entry [default 300].
     redis_entry_ttl_seconds: Option<u64>,
     /// How often routing entries are refreshed [default 240].
@@ -240,6 +253,9 @@ fn resolve(args: RelayArgs) -> anyhow::Result<Resolved> {
         }
     };
     config.peer_secret = peer_secret;
+    config.tls_cert_file = args.tls_cert_file.or(file.tls_cert_file);
+    config.tls_key_file = args.tls_key_file.or(file.tls_key_file);
+    config.server_ca_file = args.server_ca_file.or(file.server_ca_file);
     config.validate().context("invalid relay configuration")?;
     let agent_listen = match args.agent_listen.or(file.agent_listen) {
         Some(a) => a,

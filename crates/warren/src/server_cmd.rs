@@ -117,6 +117,12 @@ pub struct ServerOptions {
     /// Whether local passwords sign in (`false` needs single sign-on). [default: true]
     #[arg(long, env = "WARREN_PASSWORD_LOGIN", value_name = "BOOL")]
     password_login: Option<bool>,
+    /// Serve HTTPS with this certificate chain (PEM, leaf first); re-read when it changes.
+    #[arg(long, env = "WARREN_TLS_CERT_FILE", value_name = "FILE")]
+    tls_cert_file: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert-file; re-read when it changes.
+    #[arg(long, env = "WARREN_TLS_KEY_FILE", value_name = "FILE")]
+    tls_key_file: Option<PathBuf>,
     /// Write the bound address (`host:port`) to this file once ready to serve.
     #[arg(long, env = "WARREN_READY_FILE", value_name = "FILE")]
     ready_file: Option<PathBuf>,
@@ -165,6 +171,8 @@ struct FileConfig {
     ssh_host_key_file: Option<PathBuf>,
     oidc: Option<OidcFile>,
     password_login: Option<bool>,
+    tls_cert_file: Option<PathBuf>,
+    tls_key_file: Option<PathBuf>,
 }
 
 fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
@@ -246,6 +254,8 @@ fn merge(args: &ServerOptions, file: FileConfig) -> anyhow::Result<(ServerConfig
     if let Some(p) = args.password_login.or(file.password_login) {
         c.password_login = p;
     }
+    c.tls_cert_file = args.tls_cert_file.clone().or(file.tls_cert_file);
+    c.tls_key_file = args.tls_key_file.clone().or(file.tls_key_file);
     let listen = match args.listen.or(file.listen) {
         Some(l) => l,
         None => DEFAULT_LISTEN.parse().context("default listen address")?,

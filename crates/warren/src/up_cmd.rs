@@ -207,6 +207,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         direct_upstream: None,
         tls_cert_file: None,
         tls_key_file: None,
+        server_ca_file: None,
         ssh_host_key_file: None,
         limits: Default::default(),
     };
@@ -243,6 +244,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         ProxyListeners {
             http: proxy_http,
             ssh: Some(proxy_ssh),
+            // The server's /metrics shows every service's metrics: they share the process.
+            metrics: None,
         },
         shutdown.clone(),
     ));

@@ -31,57 +31,6 @@ use warren_agent::runtime::{AGENT_ID_LABEL, WORKSPACE_ID_LABEL};
 
 const RELAY_SECRET: &str = "ha-e2e-relay-secret-0123456789abcdef";
 
-/// A PostgreSQL schema of its own, dropped at the end.
-struct Schema {
-    base: String,
-    name: String,
-}
-
-impl Schema {
-    async fn create(base: &str) -> Schema {
-        sqlx::any::install_default_drivers();
-        let name = format!("ha_{:08x}", rand::random::<u32>());
-        let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(base)
-            .await
-            .expect("connect to PostgreSQL");
-        sqlx::query(&format!("CREATE SCHEMA {name}"))
-            .execute(&mut conn)
-            .await
-            .expect("create schema");
-        Schema {
-            base: base.to_owned(),
-            name,
-        }
-    }
-
-    fn url(&self) -> String {
-        let sep = if self.base.contains('?') { '&' } else { '?' };
-        format!("{}{sep}options=-c%20search_path%3D{}", self.base, self.name)
-    }
-}
-
-impl Drop for Schema {
-    fn drop(&mut self) {
-        let (base, name) = (self.base.clone(), self.name.clone());
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .ok()?;
-            rt.block_on(async {
-                let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&base)
-                    .await
-                    .ok()?;
-                sqlx::query(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"))
-                    .execute(&mut conn)
-                    .await
-                    .ok()
-            })
-        })
-        .join();
-    }
-}
-
 struct Server {
     proc: Proc,
     base: String,
@@ -121,25 +70,10 @@ fn start_server(dir: &Path, name: &str, db_url: &str, relay_internal: u16) -> Se
         ("WARREN_RELAY_SECRET", RELAY_SECRET.to_owned()),
     ];
     let mut proc = Proc::spawn(name, &args, &envs, &dir.join(format!("{name}.log")));
-    let log = proc.log.clone();
-    let addr = support::wait_for(
-        &format!("{name} to be ready"),
-        Duration::from_secs(120),
-        || {
-            assert!(
-                proc.exited().is_none(),
-                "{name} exited:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-            std::fs::read_to_string(&ready)
-                .ok()
-                .filter(|s| !s.trim().is_empty())
-        },
-        || std::fs::read_to_string(&log).unwrap_or_default(),
-    );
+    let addr = proc.wait_ready(&ready);
     Server {
         proc,
-        base: format!("http://{}", addr.trim()),
+        base: format!("http://{addr}"),
     }
 }
 
@@ -332,7 +266,7 @@ async fn servers_and_agent_replicas_survive_kills_under_load() {
         dir.join("cluster-kubeconfig"),
     )
     .unwrap();
-    let schema = Schema::create(&base_db).await;
+    let schema = support::PgSchema::create(&base_db).await;
     let http = reqwest::Client::new();
 
     let relay_agents = free_port();

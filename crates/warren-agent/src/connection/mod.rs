@@ -28,12 +28,15 @@ use warren_types::relay::{
     ReconcileReply, StreamOpen, AGENT_CONNECT_PATH, AGENT_ID_RESPONSE_HEADER,
     HEARTBEAT_INTERVAL_SECS, HEARTBEAT_TIMEOUT_SECS, TUNNEL_PROTOCOL,
 };
+use warren_types::trace::SignalDetail;
 use warren_types::AgentId;
 
 /// Time the relay has to answer the connection request.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 /// Time a stream from the relay has to say what it is for.
 const STREAM_HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a signal's detail frame may take after its header: the relay writes both at once.
+const SIGNAL_DETAIL_TIMEOUT: Duration = Duration::from_secs(2);
 
 #[derive(Clone)]
 pub struct ConnectionConfig {
@@ -48,6 +51,9 @@ pub struct ConnectionConfig {
     /// How often the relay is pinged, and how long an answer may take before reconnecting.
     pub heartbeat_interval: Duration,
     pub heartbeat_timeout: Duration,
+    /// A PEM bundle of CAs trusted for an `https` relay besides the public roots (a relay
+    /// serving a certificate from a private CA, e.g. cert-manager's).
+    pub relay_ca_file: Option<std::path::PathBuf>,
 }
 
 impl ConnectionConfig {
@@ -60,6 +66,7 @@ impl ConnectionConfig {
             call_timeout: Duration::from_secs(60),
             heartbeat_interval: Duration::from_secs(HEARTBEAT_INTERVAL_SECS),
             heartbeat_timeout: Duration::from_secs(HEARTBEAT_TIMEOUT_SECS),
+            relay_ca_file: None,
         }
     }
 }
@@ -73,6 +80,7 @@ impl std::fmt::Debug for ConnectionConfig {
             .field("max_backoff", &self.max_backoff)
             .field("call_timeout", &self.call_timeout)
             .field("heartbeat_interval", &self.heartbeat_interval)
+            .field("relay_ca_file", &self.relay_ca_file)
             .finish()
     }
 }
@@ -83,6 +91,8 @@ pub enum ConnectError {
     Scheme { url: String },
     #[error("building the HTTP client")]
     Client(#[source] reqwest::Error),
+    #[error("loading the relay's CA bundle")]
+    Ca(#[source] warren_tls::TlsError),
     #[error("connecting to the relay at {url}")]
     Dial {
         url: String,
@@ -146,11 +156,7 @@ impl RelayConnection {
                 url: config.relay_url.to_string(),
             });
         }
-        let http = reqwest::Client::builder()
-            .http1_only()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .build()
-            .map_err(ConnectError::Client)?;
+        let http = http_client(&config)?;
         Ok(RelayConnection {
             inner: Arc::new(Inner {
                 config,
@@ -263,6 +269,8 @@ impl RelayConnection {
             self.inner.config.heartbeat_timeout,
         ));
         self.inner.session.send_replace(Some(session));
+        metrics::counter!("warren_agent_relay_connects_total").increment(1);
+        metrics::gauge!("warren_agent_relay_connected").set(1.0);
         // Announce the new connection after it is usable, so the full reconcile it triggers
         // goes through it.
         self.inner.events.send_modify(|e| e.connection += 1);
@@ -272,6 +280,7 @@ impl RelayConnection {
         }
         heartbeat.abort();
         self.inner.session.send_replace(None);
+        metrics::gauge!("warren_agent_relay_connected").set(0.0);
     }
 
     /// Serves a stream the relay opened.
@@ -294,7 +303,23 @@ impl RelayConnection {
         };
         match open {
             StreamOpen::Signal => {
-                self.inner.events.send_modify(|e| e.signals += 1);
+                // What caused it follows the header (relays from before trace ids close the
+                // stream instead: no cause, same signal).
+                let detail = tokio::time::timeout(
+                    SIGNAL_DETAIL_TIMEOUT,
+                    read_json::<_, SignalDetail>(&mut stream),
+                )
+                .await
+                .ok()
+                .and_then(Result::ok);
+                let trace = detail.and_then(|d| d.trace);
+                if let Some(t) = &trace {
+                    tracing::info!(trace = %t, "signalled by the relay: reconciling now");
+                }
+                self.inner.events.send_modify(|e| {
+                    e.signals += 1;
+                    e.trace = trace;
+                });
             }
             StreamOpen::Dial(target) => self.serve_dial(stream, target).await,
             StreamOpen::Exec(target) => self.serve_exec(stream, target).await,
@@ -835,11 +860,7 @@ async fn heartbeat(
 /// Asks the relay who this agent token belongs to: one authenticated connection that is
 /// closed at once. Used at start-up to label the runtime's objects with the agent id.
 pub async fn identify(config: &ConnectionConfig) -> Result<AgentId, ConnectError> {
-    let http = reqwest::Client::builder()
-        .http1_only()
-        .connect_timeout(CONNECT_TIMEOUT)
-        .build()
-        .map_err(ConnectError::Client)?;
+    let http = http_client(config)?;
     let response = handshake(&http, config).await?;
     response
         .headers()
@@ -850,6 +871,18 @@ pub async fn identify(config: &ConnectionConfig) -> Result<AgentId, ConnectError
             status: 101,
             message: format!("the relay did not name the agent ({AGENT_ID_RESPONSE_HEADER})"),
         })
+}
+
+/// The client agents dial the relay with: HTTP/1.1 (the tunnel is an upgrade), trusting the
+/// configured CA bundle besides the public roots.
+fn http_client(config: &ConnectionConfig) -> Result<reqwest::Client, ConnectError> {
+    let builder = reqwest::Client::builder()
+        .http1_only()
+        .connect_timeout(CONNECT_TIMEOUT);
+    warren_tls::trust_ca_file(builder, config.relay_ca_file.as_deref())
+        .map_err(ConnectError::Ca)?
+        .build()
+        .map_err(ConnectError::Client)
 }
 
 /// Sends the upgrade request with the agent token; `Ok` only on `101 Switching Protocols`.

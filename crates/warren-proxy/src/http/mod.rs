@@ -4,7 +4,7 @@
 //! Module map: `host` (which host is this), `keys` + `cookies` (signed cookies, rotation),
 //! `signin` (the OAuth dance and the session hand-off), `authz` (the server's answers,
 //! cached), `forward` (to the endpoint and back, WebSocket included), `pages` (what the
-//! proxy answers itself), `tls` (optional TLS with ALPN).
+//! proxy answers itself). TLS (with ALPN, certificates reloaded) comes from `warren-tls`.
 //!
 //! Answers: unknown hosts, unknown or other people's workspaces, undeclared ports and
 //! refused tokens are all the same 404. No credentials: browsers are redirected to sign
@@ -20,7 +20,6 @@ pub(crate) mod host;
 pub mod keys;
 pub(crate) mod pages;
 pub(crate) mod signin;
-pub mod tls;
 
 use crate::server_api::ServerApiError;
 use crate::{ProxyError, Shared};
@@ -72,12 +71,11 @@ impl Front {
 pub(crate) async fn serve(
     shared: Arc<Shared>,
     listener: TcpListener,
+    tls: Option<warren_tls::ServerCert>,
     shutdown: CancellationToken,
 ) -> Result<(), ProxyError> {
-    let tls = match (&shared.config.tls_cert_file, &shared.config.tls_key_file) {
-        (Some(cert), Some(key)) => Some(tls::acceptor(cert, key)?),
-        _ => None,
-    };
+    // HTTP/2 and HTTP/1.1 offered by ALPN; each handshake gets the current certificate.
+    let tls = tls.map(|cert| cert.acceptor(&[b"h2", b"http/1.1"]));
     let mut conns = tokio::task::JoinSet::new();
     let limits = shared.config.limits;
     let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_http_connections));
@@ -101,14 +99,20 @@ pub(crate) async fn serve(
         // Past the cap, say so and close: the connections already open keep being served.
         let Ok(permit) = permits.clone().try_acquire_owned() else {
             tracing::warn!(%peer, max = limits.max_http_connections, "too many HTTP connections; refusing one");
+            metrics::counter!("warren_proxy_refused_connections_total", "protocol" => "http")
+                .increment(1);
             let _ = stream.try_write(OVER_CAPACITY);
             continue;
         };
         let shared = shared.clone();
         let shutdown = shutdown.clone();
         let tls = tls.clone();
+        metrics::counter!("warren_proxy_connections_total", "protocol" => "http").increment(1);
         conns.spawn(async move {
             let _permit = permit;
+            let _open = warren_metrics::Open::new(
+                metrics::gauge!("warren_proxy_open_connections", "protocol" => "http"),
+            );
             // A client that connects and sends nothing holds a connection for free: it gets
             // the header timeout for its first byte (TLS has its handshake timeout).
             if tls.is_none() {
@@ -192,14 +196,24 @@ async fn handle(
     peer: SocketAddr,
 ) -> Response<Body> {
     let req = req.map(Body::new);
+    let method = warren_metrics::method_label(req.method());
+    let started = tokio::time::Instant::now();
     let target = host::request_host(&req).and_then(|h| host::parse(&shared.config, &h));
-    let Some(target) = target else {
-        return pages::not_found(req.headers());
+    // The kind of host, never the host itself: label values stay few.
+    let (kind, resp) = match target {
+        None => ("unknown", pages::not_found(req.headers())),
+        Some(target) => match target.route {
+            Route::Auth => ("auth", signin::auth_host(&shared, req).await),
+            Route::Endpoint { .. } => ("endpoint", workspace_host(shared, target, req, peer).await),
+            Route::Terminal { .. } => ("terminal", workspace_host(shared, target, req, peer).await),
+        },
     };
-    match target.route {
-        Route::Auth => signin::auth_host(&shared, req).await,
-        _ => workspace_host(shared, target, req, peer).await,
-    }
+    let status = resp.status().as_u16().to_string();
+    metrics::counter!("warren_http_requests_total", "service" => "proxy", "method" => method, "route" => kind, "status" => status)
+        .increment(1);
+    metrics::histogram!("warren_http_request_duration_seconds", "service" => "proxy", "method" => method, "route" => kind)
+        .record(started.elapsed().as_secs_f64());
+    resp
 }
 
 /// Who the request comes from: a session on this host, else a personal access token.

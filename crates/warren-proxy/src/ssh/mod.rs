@@ -95,6 +95,7 @@ pub(crate) async fn serve(
                 // Past the cap, close at once: the sessions already open keep running.
                 let Ok(permit) = permits.clone().try_acquire_owned() else {
                     tracing::warn!(%peer, max = limits.max_ssh_connections, "too many SSH connections; refusing one");
+                    metrics::counter!("warren_proxy_refused_connections_total", "protocol" => "ssh").increment(1);
                     continue;
                 };
                 let handshake = Duration::from_secs(limits.ssh_handshake_timeout_secs);
@@ -106,8 +107,13 @@ pub(crate) async fn serve(
                     handshake,
                     shutdown.clone(),
                 );
+                metrics::counter!("warren_proxy_connections_total", "protocol" => "ssh")
+                    .increment(1);
                 tasks.spawn(async move {
                     let _permit = permit;
+                    let _open = warren_metrics::Open::new(
+                        metrics::gauge!("warren_proxy_open_connections", "protocol" => "ssh"),
+                    );
                     conn.await
                 });
             }

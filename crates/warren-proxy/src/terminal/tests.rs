@@ -142,13 +142,14 @@ async fn start(workspace: &str) -> Env {
         direct_upstream: None,
         tls_cert_file: None,
         tls_key_file: None,
+        server_ca_file: None,
         ssh_host_key_file: None,
         limits: Default::default(),
     };
     std::fs::create_dir_all(&proxy_config.state_dir).unwrap();
     let shared = Arc::new(Shared {
         front: crate::http::Front::new(&proxy_config).unwrap(),
-        server: crate::server_api::ServerApi::new(server_url, SECRET.as_bytes()),
+        server: crate::server_api::ServerApi::new(server_url, SECRET.as_bytes(), None).unwrap(),
         relay: crate::relay::RelayClient::new(relay_url, SECRET.as_bytes()),
         activity: Activity::default(),
         config: proxy_config,

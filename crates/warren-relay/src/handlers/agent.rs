@@ -26,6 +26,10 @@ pub(crate) fn agent_router(relay: Relay) -> Router {
     Router::new()
         .route(AGENT_CONNECT_PATH, get(agent_connect))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "not_found", "no such endpoint") })
+        .layer(axum::middleware::from_fn_with_state(
+            "relay",
+            warren_metrics::track,
+        ))
         .with_state(relay)
 }
 
@@ -133,6 +137,9 @@ impl Relay {
         match &registered {
             Ok(()) => {
                 tracing::info!(agent = %agent.agent_id, name = %agent.agent_name, connection = %entry.connection.0, "agent connected");
+                metrics::counter!("warren_relay_agent_connects_total").increment(1);
+                let _open =
+                    warren_metrics::Open::new(metrics::gauge!("warren_relay_agent_connections"));
                 tokio::pin!(driver);
                 let result = tokio::select! {
                     // Cancel-safe: not cancelled here; the watchdog arm only closes the
@@ -207,7 +214,16 @@ impl Relay {
                 return;
             }
         };
-        let (status, body) = match self.server.reconcile(agent, body).await {
+        let started = tokio::time::Instant::now();
+        let forwarded = self.server.reconcile(agent, body).await;
+        let outcome = match &forwarded {
+            Ok(f) if f.status < 400 => "ok",
+            Ok(_) => "refused",
+            Err(_) => "server_unreachable",
+        };
+        metrics::histogram!("warren_relay_reconcile_forward_seconds", "outcome" => outcome)
+            .record(started.elapsed().as_secs_f64());
+        let (status, body) = match forwarded {
             Ok(f) => (f.status, f.body),
             Err(e) => {
                 tracing::warn!(agent = %agent, error = %error_chain(&e), "cannot forward a reconcile call");

@@ -19,6 +19,7 @@ use warren_types::relay::{
     StreamOpen, TunnelQuery, EXEC_ROUTE, LOGS_ROUTE, PEER_EXEC_ROUTE, PEER_LOGS_ROUTE,
     PEER_TUNNEL_ROUTE, SIGNAL_ROUTE, TUNNEL_ROUTE,
 };
+use warren_types::trace::{SignalDetail, TraceId, TRACE_HEADER};
 use warren_types::AgentId;
 
 pub(crate) fn internal_router(relay: Relay) -> Router {
@@ -28,7 +29,12 @@ pub(crate) fn internal_router(relay: Relay) -> Router {
         .route(EXEC_ROUTE, get(exec_open))
         .route(LOGS_ROUTE, get(logs_open))
         .route(warren_types::gitops::POLL_PATH, post(gitops_poll))
+        .route("/metrics", get(warren_metrics::metrics_page))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "not_found", "no such endpoint") })
+        .layer(axum::middleware::from_fn_with_state(
+            "relay",
+            warren_metrics::track,
+        ))
         .with_state(relay)
 }
 
@@ -72,12 +78,30 @@ pub(super) fn parse_agent(raw: &str) -> Result<AgentId, Rejection> {
     })
 }
 
-/// Delivers a signal to each of `sessions`; returns how many took it.
-pub(super) async fn signal_sessions(sessions: Vec<AgentSession>) -> usize {
-    let sends = sessions.into_iter().map(|s| async move {
+/// The trace id a request carries in `X-Request-Id`, when it is a valid one.
+pub(super) fn trace_of(headers: &HeaderMap) -> Option<TraceId> {
+    headers
+        .get(TRACE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(TraceId::parse)
+}
+
+/// Delivers a signal to each of `sessions`, with what caused it; returns how many took it.
+pub(super) async fn signal_sessions(sessions: Vec<AgentSession>, trace: Option<&TraceId>) -> usize {
+    let detail = SignalDetail {
+        trace: trace.cloned(),
+    };
+    let sends = sessions.into_iter().map(|s| {
+        let detail = detail.clone();
+        async move {
         let send = async {
             let mut stream = s.session.open().await?;
             write_json(&mut stream, &StreamOpen::Signal).await?;
+            // Agents from before trace ids stop reading after the header and may close the
+            // stream first: the signal itself is through.
+            if write_json(&mut stream, &detail).await.is_err() {
+                return Ok(());
+            }
             stream.shutdown().await.map_err(tunnel::TunnelError::Write)
         };
         match tokio::time::timeout(SIGNAL_TIMEOUT, send).await {
@@ -87,6 +111,7 @@ pub(super) async fn signal_sessions(sessions: Vec<AgentSession>) -> usize {
                 false
             }
             Err(_) => false,
+        }
         }
     });
     futures::future::join_all(sends)
@@ -108,12 +133,13 @@ pub(super) async fn signal(
         Ok(a) => a,
         Err(resp) => return resp.into_response(),
     };
-    let local = signal_sessions(relay.local_sessions(agent));
+    let trace = trace_of(&headers);
+    let local = signal_sessions(relay.local_sessions(agent), trace.as_ref());
     let remote = async {
         let candidates = relay.remote_candidates(agent).await;
         let forwards = candidates
             .iter()
-            .map(|(instance, url)| relay.forward_signal(agent, *instance, url));
+            .map(|(instance, url)| relay.forward_signal(agent, *instance, url, trace.as_ref()));
         futures::future::join_all(forwards)
             .await
             .into_iter()
@@ -121,7 +147,12 @@ pub(super) async fn signal(
     };
     let (local, remote) = tokio::join!(local, remote);
     let delivered = local + remote;
-    tracing::debug!(agent = %agent, connections = delivered, "signalled");
+    match &trace {
+        Some(t) => {
+            tracing::info!(agent = %agent, trace = %t, connections = delivered, "signalled the agent")
+        }
+        None => tracing::debug!(agent = %agent, connections = delivered, "signalled the agent"),
+    }
     Json(SignalResponse {
         connections: delivered,
     })
@@ -154,6 +185,15 @@ impl StreamTarget {
             StreamTarget::Dial(t) => StreamOpen::Dial(t.clone()),
             StreamTarget::Exec(t) => StreamOpen::Exec(t.clone()),
             StreamTarget::Logs(t) => StreamOpen::Logs(t.clone()),
+        }
+    }
+
+    /// The metrics label of what is opened.
+    pub(super) fn kind(&self) -> &'static str {
+        match self {
+            StreamTarget::Dial(_) => "tunnel",
+            StreamTarget::Exec(_) => "exec",
+            StreamTarget::Logs(_) => "logs",
         }
     }
 
@@ -307,13 +347,37 @@ pub(super) async fn dial_local(
 }
 
 /// Answers 101 and copies bytes between the client's upgraded connection and `stream`.
-pub(super) fn splice<S>(relay: &Relay, mut req: Request, mut stream: S) -> Response
+/// `counted`: the kind of stream for the metrics, or `None` when it goes to another relay
+/// instance, which holds the agent's connection and counts it (once per stream in all).
+pub(super) fn splice<S>(
+    relay: &Relay,
+    counted: Option<&'static str>,
+    mut req: Request,
+    stream: S,
+) -> Response
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let on_upgrade = hyper::upgrade::on(&mut req);
     let shutdown = relay.shutdown.clone();
+    let (open, from_agent, to_agent) = match counted {
+        Some(kind) => {
+            metrics::counter!("warren_relay_streams_total", "kind" => kind).increment(1);
+            (
+                metrics::gauge!("warren_relay_open_streams", "kind" => kind),
+                metrics::counter!("warren_relay_stream_bytes_total", "kind" => kind, "direction" => "from_agent"),
+                metrics::counter!("warren_relay_stream_bytes_total", "kind" => kind, "direction" => "to_agent"),
+            )
+        }
+        None => (
+            metrics::Gauge::noop(),
+            metrics::Counter::noop(),
+            metrics::Counter::noop(),
+        ),
+    };
     relay.tasks.spawn(async move {
+        let _open = warren_metrics::Open::new(open);
+        let mut stream = warren_metrics::CountingIo::new(stream, from_agent, to_agent);
         let upgraded = match on_upgrade.await {
             Ok(u) => u,
             Err(e) => {
@@ -396,14 +460,14 @@ pub(super) async fn internal_open(
         let sessions = relay.local_sessions(agent);
         if !sessions.is_empty() {
             match dial_local(&relay, agent, &sessions, &target).await {
-                Attempt::Open(stream) => return splice(&relay, req, stream),
+                Attempt::Open(stream) => return splice(&relay, Some(target.kind()), req, stream),
                 Attempt::Failed(resp) => return resp,
                 Attempt::NotHere => {}
             }
         }
         for (instance, url) in relay.remote_candidates(agent).await {
             match relay.forward_stream(agent, instance, &url, &target).await {
-                Attempt::Open(stream) => return splice(&relay, req, stream),
+                Attempt::Open(stream) => return splice(&relay, None, req, stream),
                 Attempt::Failed(resp) => return resp,
                 Attempt::NotHere => {}
             }

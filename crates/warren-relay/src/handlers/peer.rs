@@ -16,6 +16,7 @@ use warren_types::relay::{
     ExecQuery, LogsTarget, SignalResponse, TunnelQuery, AGENT_NOT_HERE, PEER_EXEC_ROUTE,
     PEER_LOGS_ROUTE, PEER_SIGNAL_ROUTE, PEER_TUNNEL_ROUTE, TUNNEL_PROTOCOL,
 };
+use warren_types::trace::{TraceId, TRACE_HEADER};
 use warren_types::AgentId;
 
 impl Relay {
@@ -33,6 +34,7 @@ impl Relay {
         agent: AgentId,
         instance: InstanceId,
         base: &url::Url,
+        trace: Option<&TraceId>,
     ) -> usize {
         let Some(peer) = &self.peer else { return 0 };
         let token = match peer.keys.mint(agent) {
@@ -42,13 +44,15 @@ impl Relay {
                 return 0;
             }
         };
-        let resp = peer
+        let mut req = peer
             .http
             .post(Self::peer_url(base, PEER_SIGNAL_ROUTE, agent))
             .bearer_auth(token)
-            .timeout(SIGNAL_TIMEOUT)
-            .send()
-            .await;
+            .timeout(SIGNAL_TIMEOUT);
+        if let Some(t) = trace {
+            req = req.header(TRACE_HEADER, t.as_str());
+        }
+        let resp = req.send().await;
         match resp {
             Ok(r) if r.status().is_success() => r
                 .json::<SignalResponse>()
@@ -210,7 +214,11 @@ pub(super) async fn peer_signal(
     if sessions.is_empty() {
         return not_here(agent);
     }
-    let delivered = signal_sessions(sessions).await;
+    let trace = trace_of(&headers);
+    let delivered = signal_sessions(sessions, trace.as_ref()).await;
+    if let Some(t) = &trace {
+        tracing::info!(agent = %agent, trace = %t, connections = delivered, "signalled the agent for another relay");
+    }
     Json(SignalResponse {
         connections: delivered,
     })
@@ -268,7 +276,7 @@ pub(super) async fn peer_open(
     // No waiting and no routing: the routing instance decides what to try next.
     let sessions = relay.local_sessions(agent);
     match dial_local(&relay, agent, &sessions, &target).await {
-        Attempt::Open(stream) => splice(&relay, req, stream),
+        Attempt::Open(stream) => splice(&relay, Some(target.kind()), req, stream),
         Attempt::Failed(resp) => resp,
         Attempt::NotHere => not_here(agent),
     }

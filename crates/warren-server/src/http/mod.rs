@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod oauth;
 pub mod openapi;
 pub mod strict;
+pub mod trace;
 pub mod ui;
 
 use crate::app::{self, AppState};
@@ -46,8 +47,13 @@ pub fn router(state: AppState) -> Router {
                 "method not allowed on this route",
             )
         })
-        .layer(axum::middleware::from_fn(metrics::track))
+        .layer(axum::middleware::from_fn_with_state(
+            "server",
+            warren_metrics::track,
+        ))
         .layer(tower_http::trace::TraceLayer::new_for_http())
+        // Outside the trace layer, so its span (and every log line in it) names the trace id.
+        .layer(axum::middleware::from_fn(trace::layer))
         // A bug must still answer in the one error shape, not drop the connection.
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
             axum::response::IntoResponse::into_response(HttpError::new(

@@ -1,19 +1,23 @@
 //! The "reconcile now" push: on a desired-state change the server tells every configured
 //! relay to signal the agent. Best effort, asynchronous and coalesced: the API call that
-//! changed the state never waits for it; the agent's timers remain the safety net.
+//! changed the state never waits for it; the agent's timers remain the safety net. Each
+//! signal carries the trace id of the request that caused it (the latest one, when several
+//! changes for one agent were coalesced) in `X-Request-Id`.
 
 use super::jwt;
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{broadcast, Notify};
 use tokio_util::sync::CancellationToken;
 use warren_types::internal::signal_path;
+use warren_types::trace::{TraceId, TRACE_HEADER};
 use warren_types::AgentId;
 
 #[derive(Debug, Default)]
 struct Inner {
-    pending: Mutex<BTreeSet<AgentId>>,
+    /// Agents to signal, each with the trace id of its latest change (if it had one).
+    pending: Mutex<BTreeMap<AgentId, Option<TraceId>>>,
     wake: Notify,
 }
 
@@ -35,10 +39,15 @@ impl Default for SignalHub {
 }
 
 impl SignalHub {
-    /// Asks for agent `id` to be signalled; never blocks.
+    /// Asks for agent `id` to be signalled; never blocks. The signal carries the current
+    /// trace id (`crate::trace`).
     pub fn notify(&self, id: AgentId) {
+        let trace = crate::trace::current();
         if let Ok(mut p) = self.inner.pending.lock() {
-            p.insert(id);
+            let slot = p.entry(id).or_default();
+            if trace.is_some() {
+                *slot = trace;
+            }
         }
         self.inner.wake.notify_one();
         let _ = self.local.send(id);
@@ -49,7 +58,7 @@ impl SignalHub {
         self.local.subscribe()
     }
 
-    fn take(&self) -> BTreeSet<AgentId> {
+    fn take(&self) -> BTreeMap<AgentId, Option<TraceId>> {
         self.inner
             .pending
             .lock()
@@ -88,19 +97,26 @@ pub async fn deliver_task(
         }
         let now = warren_jwt::now_secs();
         let client = &client;
-        let signed = agents.iter().filter_map(|agent| {
+        let signed = agents.iter().filter_map(|(agent, trace)| {
+            match trace {
+                Some(t) => tracing::info!(%agent, trace = %t, "signalling the agent through the relays"),
+                None => tracing::debug!(%agent, "signalling the agent through the relays"),
+            }
             match jwt::mint_for_relay(&secret, *agent, now) {
-                Ok(token) => Some((agent, token)),
+                Ok(token) => Some((agent, trace, token)),
                 Err(e) => {
                     tracing::warn!(error = %warren_types::error_chain(&e), "signing a signal failed");
                     None
                 }
             }
         });
-        let sends = signed.flat_map(|(agent, token)| {
+        let sends = signed.flat_map(|(agent, trace, token)| {
             relay_urls.iter().map(move |base| {
                 let url = format!("{}{}", base.trim_end_matches('/'), signal_path(*agent));
-                let req = client.post(url.clone()).bearer_auth(token.clone());
+                let mut req = client.post(url.clone()).bearer_auth(token.clone());
+                if let Some(t) = trace {
+                    req = req.header(TRACE_HEADER, t.as_str());
+                }
                 async move {
                     match req.send().await {
                         Ok(r) if r.status().is_success() => {}

@@ -291,12 +291,23 @@ pub struct Proc {
 impl Proc {
     /// Spawns `warren <args>` with `envs`, output appended to `log`.
     pub fn spawn(name: &str, args: &[String], envs: &[(&str, String)], log: &Path) -> Proc {
+        Proc::spawn_bin(&warren_bin(), name, args, envs, log)
+    }
+
+    /// As [`Proc::spawn`] with another `warren` binary (an earlier release, say).
+    pub fn spawn_bin(
+        bin: &Path,
+        name: &str,
+        args: &[String],
+        envs: &[(&str, String)],
+        log: &Path,
+    ) -> Proc {
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(log)
             .expect("log file");
-        let mut cmd = Command::new(warren_bin());
+        let mut cmd = Command::new(bin);
         // Its own process group, so the `podman system service` an agent starts can be found
         // and stopped with it (a SIGKILLed agent cannot stop it itself).
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
@@ -318,6 +329,29 @@ impl Proc {
             child: Some(child),
             log: log.to_owned(),
         }
+    }
+
+    /// Waits (two minutes at most) for the address a service writes to its `--ready-file`;
+    /// fails with the log if the process exits first.
+    pub fn wait_ready(&mut self, ready: &Path) -> String {
+        let log = self.log.clone();
+        let name = self.name.clone();
+        let addr = wait_for(
+            &format!("{name} to be ready"),
+            Duration::from_secs(120),
+            || {
+                assert!(
+                    self.exited().is_none(),
+                    "{name} exited:\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+                std::fs::read_to_string(ready)
+                    .ok()
+                    .filter(|s| !s.trim().is_empty())
+            },
+            || std::fs::read_to_string(&log).unwrap_or_default(),
+        );
+        addr.trim().to_owned()
     }
 
     pub fn log_text(&self) -> String {
@@ -1085,4 +1119,56 @@ pub async fn user_with_key(
     )
     .await;
     (password, token)
+}
+
+/// A PostgreSQL schema of its own, dropped at the end.
+pub struct PgSchema {
+    base: String,
+    name: String,
+}
+
+impl PgSchema {
+    pub async fn create(base: &str) -> PgSchema {
+        sqlx::any::install_default_drivers();
+        let name = format!("e2e_{:08x}", rand::random::<u32>());
+        let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(base)
+            .await
+            .expect("connect to PostgreSQL");
+        sqlx::query(&format!("CREATE SCHEMA {name}"))
+            .execute(&mut conn)
+            .await
+            .expect("create schema");
+        PgSchema {
+            base: base.to_owned(),
+            name,
+        }
+    }
+
+    /// The database URL with this schema first on the search path.
+    pub fn url(&self) -> String {
+        let sep = if self.base.contains('?') { '&' } else { '?' };
+        format!("{}{sep}options=-c%20search_path%3D{}", self.base, self.name)
+    }
+}
+
+impl Drop for PgSchema {
+    fn drop(&mut self) {
+        let (base, name) = (self.base.clone(), self.name.clone());
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            rt.block_on(async {
+                let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&base)
+                    .await
+                    .ok()?;
+                sqlx::query(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"))
+                    .execute(&mut conn)
+                    .await
+                    .ok()
+            })
+        })
+        .join();
+    }
 }

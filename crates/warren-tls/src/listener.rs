@@ -1,0 +1,110 @@
+//! A TCP listener that hands axum finished TLS connections. Handshakes run concurrently
+//! off the accept loop, so a client that connects and stalls holds up only itself.
+
+use crate::ServerCert;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Semaphore};
+use tokio_rustls::server::TlsStream;
+
+/// A handshake must finish within this: a client that connects and sends nothing is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Handshakes in progress at once; past it, new connections wait in the kernel's backlog.
+const MAX_HANDSHAKES: usize = 1024;
+
+/// Serves TLS on a bound TCP listener; pass it to `axum::serve` in place of the
+/// `TcpListener`. Its background task stops when this is dropped.
+pub struct TlsListener {
+    local: SocketAddr,
+    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for TlsListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsListener")
+            .field("local", &self.local)
+            .finish()
+    }
+}
+
+impl TlsListener {
+    /// Starts accepting on `listener` with `cert`, offering `alpn`. Must be called inside
+    /// a Tokio runtime.
+    pub fn new(listener: TcpListener, cert: &ServerCert, alpn: &[&[u8]]) -> std::io::Result<Self> {
+        let local = listener.local_addr()?;
+        let acceptor = cert.acceptor(alpn);
+        let (tx, ready) = mpsc::channel(64);
+        let task = tokio::spawn(accept_loop(listener, acceptor, tx));
+        Ok(TlsListener { local, ready, task })
+    }
+}
+
+impl Drop for TlsListener {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = TlsStream<TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        // Cancel-safe: mpsc::Receiver::recv loses nothing when dropped before it resolves.
+        match self.ready.recv().await {
+            Some(conn) => conn,
+            // The accept loop only ends when this listener is dropped.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.local)
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    ready: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
+) {
+    let permits = Arc::new(Semaphore::new(MAX_HANDSHAKES));
+    let mut handshakes = tokio::task::JoinSet::new();
+    loop {
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            return;
+        };
+        let (tcp, peer) = tokio::select! {
+            // Cancel-safe: accept() loses no connection when the other arm wins.
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait a moment, keep serving.
+                    tracing::warn!(error = %e, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            // Cancel-safe: only reports that the listener is gone.
+            _ = ready.closed() => return,
+        };
+        // Interactive traffic (terminals, tunnels) is many small writes.
+        let _ = tcp.set_nodelay(true);
+        let acceptor = acceptor.clone();
+        let ready = ready.clone();
+        handshakes.spawn(async move {
+            let _permit = permit;
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(tls)) => {
+                    let _ = ready.send((tls, peer)).await;
+                }
+                Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+            }
+        });
+        while handshakes.try_join_next().is_some() {}
+    }
+}

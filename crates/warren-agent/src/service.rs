@@ -58,7 +58,14 @@ pub enum AgentError {
 }
 
 /// Runs the agent until `shutdown` fires.
-pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> Result<(), AgentError> {
+/// Runs the agent until `shutdown`; `metrics`, when given, serves `/metrics` (recorded
+/// metrics and the workspaces' CPU and memory, read from the runtime at each scrape) and
+/// `/healthz`.
+pub async fn run(
+    config: AgentConfig,
+    metrics: Option<tokio::net::TcpListener>,
+    shutdown: CancellationToken,
+) -> Result<(), AgentError> {
     if let Some(election) = &config.leader_election {
         election.validate().map_err(AgentError::LeaderElection)?;
         if !matches!(config.runtime, RuntimeChoice::Kubernetes) {
@@ -88,6 +95,28 @@ pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> Result<(),
             }
         };
     tracing::info!(agent = %agent, runtime = ?config.runtime, "agent starting");
+    // Stopped with the agent, whether it stops on `shutdown` or on an error.
+    let metrics_stop = shutdown.child_token();
+    let metrics = metrics.map(|listener| {
+        let runtime = runtime.clone();
+        let collector: warren_metrics::Collector = Arc::new(move || {
+            let runtime = runtime.clone();
+            Box::pin(async move {
+                match runtime.usage().await {
+                    Ok(usage) => crate::runtime::usage_metrics(&usage),
+                    Err(e) => {
+                        tracing::warn!(error = %warren_types::error_chain(&e), "reading the workspaces' usage for /metrics failed");
+                        String::new()
+                    }
+                }
+            })
+        });
+        tokio::spawn(warren_metrics::serve_with(
+            listener,
+            Some(collector),
+            metrics_stop.clone(),
+        ))
+    });
     let result = match (config.leader_election, kube_client) {
         (Some(mut election), Some(client)) => {
             if election.lease_name.is_empty() {
@@ -107,16 +136,29 @@ pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> Result<(),
             .await
         }
         _ => {
-            serve(
+            // Alone, this process is the agent's one worker: counted as its leader, so a
+            // dashboard counts one per agent either way.
+            metrics::gauge!("warren_agent_leader").set(1.0);
+            let result = serve(
                 config.connection,
                 runtime,
                 config.reconciler,
                 agent,
                 shutdown,
             )
-            .await
+            .await;
+            metrics::gauge!("warren_agent_leader").set(0.0);
+            result
         }
     };
+    metrics_stop.cancel();
+    if let Some(task) = metrics {
+        match task.await {
+            Ok(Err(e)) => tracing::warn!(error = %e, "the metrics listener failed"),
+            Err(e) => tracing::warn!(error = %e, "the metrics listener's task failed"),
+            Ok(Ok(())) => {}
+        }
+    }
     if let Some(engine) = engine {
         // Stops a Podman service the runtime started; workspaces keep running.
         engine.shutdown().await;

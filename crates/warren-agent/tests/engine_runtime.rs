@@ -194,6 +194,22 @@ async fn stop_keeps_the_volume_and_its_data_then_start_again() -> Result<()> {
     let running = wait_state(&h.runtime, &ws, ActualState::Running).await?;
     exec(&ws, "dev", "echo kept > /projects/keep.txt")?;
     let ids = container_ids(&h, &ws).await?;
+    // A running workspace's containers report what they use (for /metrics).
+    let usage = h.runtime.usage().await?;
+    let mine = usage
+        .iter()
+        .find(|u| u.workspace == ws.key)
+        .with_context(|| format!("usage of the running workspace in {usage:?}"))?;
+    assert!(mine.memory_bytes > 0, "{mine:?}");
+    assert!(mine.cpu_seconds >= 0.0, "{mine:?}");
+    let text = warren_agent::runtime::usage_metrics(&usage);
+    assert!(
+        text.contains(&format!(
+            "warren_workspace_memory_bytes{{namespace=\"{}\",workspace=\"{}\"}} {}",
+            ws.key.namespace, ws.key.name, mine.memory_bytes
+        )),
+        "{text}"
+    );
 
     // A partial reconcile may omit the Secrets: the stored ones keep the pod spec the same.
     let partial: Vec<_> = with_replicas(ws.objects(), 0)
@@ -223,6 +239,14 @@ async fn stop_keeps_the_volume_and_its_data_then_start_again() -> Result<()> {
         stopped.pod_failure.is_none(),
         "a stopped pod has no failure: {:?}",
         stopped.pod_failure
+    );
+    assert!(
+        !h.runtime
+            .usage()
+            .await?
+            .iter()
+            .any(|u| u.workspace == ws.key),
+        "a stopped workspace uses nothing"
     );
     assert_eq!(
         container_ids(&h, &ws).await?,

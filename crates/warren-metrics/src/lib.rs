@@ -115,6 +115,12 @@ pub fn method_label(method: &http::Method) -> &'static str {
     }
 }
 
+/// Metrics read at scrape time rather than recorded (a workspace's CPU and memory): what it
+/// renders, in the Prometheus text format, follows the recorded ones on `/metrics`.
+pub type Collector = std::sync::Arc<
+    dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = String> + Send>> + Send + Sync,
+>;
+
 /// A listener of its own for services without an HTTP API of their own to put `/metrics`
 /// on (the agent; the proxy, whose HTTP listener is the public one): `GET /metrics`, and
 /// `GET /healthz` answering 200 while the process serves. Runs until `shutdown`.
@@ -122,9 +128,34 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
+    serve_with(listener, None, shutdown).await
+}
+
+/// [`serve`], with `collector`'s metrics added to each scrape.
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    collector: Option<Collector>,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
     handle();
+    let page = move || {
+        let collector = collector.clone();
+        async move {
+            let mut text = render();
+            if let Some(c) = collector {
+                text.push_str(&c().await);
+            }
+            (
+                [(
+                    http::header::CONTENT_TYPE,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                )],
+                text,
+            )
+        }
+    };
     let app = axum::Router::new()
-        .route("/metrics", axum::routing::get(metrics_page))
+        .route("/metrics", axum::routing::get(page))
         .route("/healthz", axum::routing::get(|| async { "ok" }));
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown.cancelled_owned())

@@ -196,6 +196,14 @@ impl ProxyConfig {
                 "give both the TLS certificate and key, or neither",
             ));
         }
+        if self.tls_cert_file.is_some() && self.public_scheme != "https" {
+            // Browsers reach a proxy serving TLS over https: the URLs it makes must say so
+            // (and its cookies be Secure).
+            return Err(invalid(
+                "public_scheme",
+                "must be `https` when the proxy serves TLS",
+            ));
+        }
         for (field, u) in [
             ("server_url", &self.server_url),
             ("server_public_url", &self.server_public_url),

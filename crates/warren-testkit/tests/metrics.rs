@@ -177,7 +177,8 @@ fn metric_names(expr: &str) -> Vec<String> {
     out
 }
 
-/// Names given to `metrics::counter!`, `gauge!` and `histogram!` in every crate's sources.
+/// Names given to `metrics::counter!`, `gauge!` and `histogram!`, or declared on a `# TYPE`
+/// line of metrics rendered at scrape time, in every crate's sources.
 fn collect_recorded(dir: &Path, out: &mut BTreeSet<String>) -> Result<()> {
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
@@ -187,10 +188,11 @@ fn collect_recorded(dir: &Path, out: &mut BTreeSet<String>) -> Result<()> {
             }
         } else if path.extension().is_some_and(|e| e == "rs") {
             let text = std::fs::read_to_string(&path)?;
-            for mac in ["counter!(\"", "gauge!(\"", "histogram!(\""] {
+            // Recorded through the macros, or rendered at scrape time (a `# TYPE` line).
+            for mac in ["counter!(\"", "gauge!(\"", "histogram!(\"", "# TYPE "] {
                 for (i, _) in text.match_indices(mac) {
                     let name = &text[i + mac.len()..];
-                    if let Some(end) = name.find('"') {
+                    if let Some(end) = name.find(['"', ' ']) {
                         out.insert(name[..end].to_owned());
                     }
                 }

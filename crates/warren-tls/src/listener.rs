@@ -2,7 +2,8 @@
 //! off the accept loop, so a client that connects and stalls holds up only itself.
 
 use crate::ServerCert;
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
@@ -13,6 +14,9 @@ use tokio_rustls::server::TlsStream;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Handshakes in progress at once; past it, new connections wait in the kernel's backlog.
 const MAX_HANDSHAKES: usize = 1024;
+/// Handshakes in progress at once from one address: past it, its new connections are closed,
+/// so one client holding silent connections cannot take every handshake slot.
+const MAX_HANDSHAKES_PER_PEER: usize = 64;
 
 /// Serves TLS on a bound TCP listener; pass it to `axum::serve` in place of the
 /// `TcpListener`. Its background task stops when this is dropped.
@@ -72,6 +76,7 @@ async fn accept_loop(
     ready: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
 ) {
     let permits = Arc::new(Semaphore::new(MAX_HANDSHAKES));
+    let per_peer: Arc<std::sync::Mutex<HashMap<IpAddr, usize>>> = Arc::default();
     let mut handshakes = tokio::task::JoinSet::new();
     loop {
         let Ok(permit) = permits.clone().acquire_owned().await else {
@@ -91,12 +96,17 @@ async fn accept_loop(
             // Cancel-safe: only reports that the listener is gone.
             _ = ready.closed() => return,
         };
+        let Some(slot) = PeerSlot::take(&per_peer, peer.ip()) else {
+            tracing::debug!(%peer, "too many TLS handshakes from one address; closing");
+            continue;
+        };
         // Interactive traffic (terminals, tunnels) is many small writes.
         let _ = tcp.set_nodelay(true);
         let acceptor = acceptor.clone();
         let ready = ready.clone();
         handshakes.spawn(async move {
             let _permit = permit;
+            let _slot = slot;
             match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                 Ok(Ok(tls)) => {
                     let _ = ready.send((tls, peer)).await;
@@ -106,5 +116,38 @@ async fn accept_loop(
             }
         });
         while handshakes.try_join_next().is_some() {}
+    }
+}
+
+/// One handshake in progress from an address; counted while held.
+struct PeerSlot {
+    counts: Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>,
+    ip: IpAddr,
+}
+
+impl PeerSlot {
+    fn take(counts: &Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>, ip: IpAddr) -> Option<Self> {
+        let mut map = counts.lock().unwrap_or_else(|p| p.into_inner());
+        let n = map.entry(ip).or_default();
+        if *n >= MAX_HANDSHAKES_PER_PEER {
+            return None;
+        }
+        *n += 1;
+        Some(PeerSlot {
+            counts: counts.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut map = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = map.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.ip);
+            }
+        }
     }
 }

@@ -47,10 +47,15 @@ impl std::fmt::Display for TraceId {
     }
 }
 
+/// A string that is not a trace id (see [`TraceId`]).
+#[derive(Debug, thiserror::Error)]
+#[error("not a trace id: 1 to {MAX_TRACE_LEN} characters of letters, digits and . _ : -")]
+pub struct InvalidTraceId;
+
 impl TryFrom<String> for TraceId {
-    type Error = String;
+    type Error = InvalidTraceId;
     fn try_from(raw: String) -> Result<Self, Self::Error> {
-        TraceId::parse(&raw).ok_or_else(|| "not a valid trace id".to_owned())
+        TraceId::parse(&raw).ok_or(InvalidTraceId)
     }
 }
 

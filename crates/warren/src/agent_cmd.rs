@@ -179,19 +179,11 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("binding the agent's metrics listener to {addr}"))?;
             tracing::info!(%addr, "agent metrics listening");
-            Some(tokio::spawn(warren_metrics::serve(
-                listener,
-                shutdown.clone(),
-            )))
+            Some(listener)
         }
         None => None,
     };
-    let result = warren_agent::run(config, shutdown.clone()).await;
-    shutdown.cancel();
-    if let Some(task) = metrics {
-        let _ = task.await;
-    }
-    result?;
+    warren_agent::run(config, metrics, shutdown).await?;
     Ok(())
 }
 

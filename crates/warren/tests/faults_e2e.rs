@@ -9,6 +9,7 @@ mod support;
 
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 use support::*;
 
 /// Nothing duplicated or lost: exactly one container and one volume for the workspace.
@@ -66,6 +67,25 @@ fn killing_agent_relay_and_server_mid_lifecycle_loses_and_duplicates_nothing() {
     stack.converge(ws, "Running", || running(ws).len() == 1);
     assert_one_of_each(ws, &stack);
     exec(ws, "echo before-faults > /projects/keep.txt");
+    // The restarted agent's metrics: connected, and the running workspace's memory (read
+    // from the engine at the scrape).
+    let port = stack.metrics_port;
+    let metrics = wait_for(
+        "the agent's metrics to show the workspace",
+        Duration::from_secs(60),
+        || {
+            support::http_get(port, "/metrics").filter(|t| {
+                t.contains("warren_agent_relay_connected 1")
+                    && t.contains(&format!("workspace=\"{ws}\"}}"))
+            })
+        },
+        || stack.logs(),
+    );
+    assert!(
+        metrics.contains("# TYPE warren_workspace_memory_bytes gauge"),
+        "{metrics}"
+    );
+    assert!(support::http_get(port, "/healthz").is_some_and(|b| b == "ok"));
 
     // 2. The relay is down when the user stops the workspace: nothing can reach the agent,
     //    so the container keeps running; once the relay is back the stop happens.

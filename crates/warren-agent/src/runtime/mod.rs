@@ -20,6 +20,59 @@ pub const AGENT_ID_LABEL: &str = "warren.dev/agent-id";
 /// Label every object and container of a workspace carries: the workspace id.
 pub const WORKSPACE_ID_LABEL: &str = "warren.dev/workspace-id";
 
+/// What one workspace's containers use, summed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkspaceUsage {
+    pub workspace: WorkspaceKey,
+    /// CPU time used since its containers started.
+    pub cpu_seconds: f64,
+    /// Memory in use now.
+    pub memory_bytes: u64,
+}
+
+/// The Prometheus text of `usage`: `warren_workspace_cpu_seconds_total` and
+/// `warren_workspace_memory_bytes` by workspace and namespace. Rendered at each scrape, so a
+/// workspace that is gone leaves no stale series behind.
+pub fn usage_metrics(usage: &[WorkspaceUsage]) -> String {
+    fn escape(v: &str) -> String {
+        v.replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('\n', "\\n")
+    }
+    let mut out = String::new();
+    if usage.is_empty() {
+        return out;
+    }
+    let labels = |u: &WorkspaceUsage| {
+        format!(
+            "namespace=\"{}\",workspace=\"{}\"",
+            escape(&u.workspace.namespace),
+            escape(&u.workspace.name)
+        )
+    };
+    out.push_str(
+        "# HELP warren_workspace_cpu_seconds_total CPU time used by the workspace's containers.\n",
+    );
+    out.push_str("# TYPE warren_workspace_cpu_seconds_total counter\n");
+    for u in usage {
+        out.push_str(&format!(
+            "warren_workspace_cpu_seconds_total{{{}}} {}\n",
+            labels(u),
+            u.cpu_seconds
+        ));
+    }
+    out.push_str("# HELP warren_workspace_memory_bytes Memory the workspace's containers use.\n");
+    out.push_str("# TYPE warren_workspace_memory_bytes gauge\n");
+    for u in usage {
+        out.push_str(&format!(
+            "warren_workspace_memory_bytes{{{}}} {}\n",
+            labels(u),
+            u.memory_bytes
+        ));
+    }
+    out
+}
+
 /// Identifies one workspace on a runtime.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct WorkspaceKey {
@@ -264,6 +317,12 @@ pub trait WorkspaceRuntime: Send + Sync + 'static {
     /// Every workspace of this agent the runtime holds, rebuilt from the runtime itself.
     async fn list(&self) -> Result<Vec<ObservedWorkspace>, RuntimeError>;
 
+    /// What the running workspaces use now, where the runtime reports it (the container
+    /// engine's statistics); empty where it does not. Read when metrics are scraped.
+    async fn usage(&self) -> Result<Vec<WorkspaceUsage>, RuntimeError> {
+        Ok(Vec::new())
+    }
+
     /// A receiver whose value changes whenever something of this agent's workspaces
     /// changed in the runtime (container or pod events), so the reconciler reports at once.
     fn changes(&self) -> tokio::sync::watch::Receiver<u64>;
@@ -404,5 +463,27 @@ mod tests {
         // One endless line: cut anyway, within the bound.
         let endless = vec![b'x'; MAX_LOG_BYTES * 2];
         assert_eq!(log_tail(endless).len(), MAX_LOG_BYTES);
+    }
+
+    #[test]
+    fn usage_is_rendered_with_escaped_labels() {
+        use super::{usage_metrics, WorkspaceKey, WorkspaceUsage};
+        assert_eq!(usage_metrics(&[]), "");
+        let text = usage_metrics(&[WorkspaceUsage {
+            workspace: WorkspaceKey {
+                name: "a\"b".into(),
+                namespace: "ns\\x\ny".into(),
+            },
+            cpu_seconds: 1.5,
+            memory_bytes: 42,
+        }]);
+        assert!(text.contains("# TYPE warren_workspace_cpu_seconds_total counter\n"));
+        assert!(
+            text.contains(
+                r#"warren_workspace_cpu_seconds_total{namespace="ns\\x\ny",workspace="a\"b"} 1.5"#
+            ),
+            "{text}"
+        );
+        assert!(text.contains("} 42\n"), "{text}");
     }
 }

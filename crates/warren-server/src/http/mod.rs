@@ -47,14 +47,8 @@ pub fn router(state: AppState) -> Router {
                 "method not allowed on this route",
             )
         })
-        .layer(axum::middleware::from_fn_with_state(
-            "server",
-            warren_metrics::track,
-        ))
-        .layer(tower_http::trace::TraceLayer::new_for_http())
-        // Outside the trace layer, so its span (and every log line in it) names the trace id.
-        .layer(axum::middleware::from_fn(trace::layer))
-        // A bug must still answer in the one error shape, not drop the connection.
+        // A bug must still answer in the one error shape, not drop the connection; inside
+        // the layers below, so that answer is counted, logged and carries its trace id.
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
             axum::response::IntoResponse::into_response(HttpError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -62,6 +56,13 @@ pub fn router(state: AppState) -> Router {
                 "internal error",
             ))
         }))
+        .layer(axum::middleware::from_fn_with_state(
+            "server",
+            warren_metrics::track,
+        ))
+        .layer(tower_http::trace::TraceLayer::new_for_http())
+        // Outside the trace layer, so its span (and every log line in it) names the trace id.
+        .layer(axum::middleware::from_fn(trace::layer))
         .layer(DefaultBodyLimit::max(api::BODY_LIMIT))
         .with_state(state)
 }

@@ -501,6 +501,8 @@ pub struct Stack {
     pub server_port: u16,
     agent_port: u16,
     internal_port: u16,
+    /// The agent's `--metrics-listen` port.
+    pub metrics_port: u16,
     agent_token: String,
     pub server: Option<Proc>,
     pub relay: Option<Proc>,
@@ -619,6 +621,8 @@ impl Stack {
             "agent".into(),
             "--relay-url".into(),
             format!("http://127.0.0.1:{}", self.agent_port),
+            "--metrics-listen".into(),
+            format!("127.0.0.1:{}", self.metrics_port),
             "--runtime".into(),
             "engine".into(),
             "--state-dir".into(),
@@ -643,6 +647,7 @@ impl Stack {
             server_port: free_port(),
             agent_port: free_port(),
             internal_port: free_port(),
+            metrics_port: free_port(),
             agent_token: String::new(),
             server: None,
             relay: None,
@@ -1024,6 +1029,20 @@ pub fn host_address() -> String {
     let s = std::net::UdpSocket::bind("0.0.0.0:0").expect("udp socket");
     s.connect("192.0.2.1:9").expect("a default route");
     s.local_addr().expect("local address").ip().to_string()
+}
+
+/// The body of `GET {path}` on 127.0.0.1:`port` (plain HTTP/1.0, no client library), or
+/// `None` when nothing answers there.
+pub fn http_get(port: u16, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let ok = head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200");
+    ok.then(|| body.to_owned())
 }
 
 /// Runs `git` in `dir` as a throwaway identity; panics with its error output when it fails.

@@ -85,6 +85,8 @@ pub const OWNER_LABEL: &str = "warren.dev/engine-owner";
 
 /// File in the state directory holding this installation's owner id.
 const OWNER_FILE: &str = "owner-id";
+/// How long one container's statistics may take (a scrape waits for all of them).
+const STATS_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Reads the owner id from the state directory, creating a random one on first use.
 fn load_or_create_owner(state_dir: &std::path::Path) -> std::io::Result<String> {
@@ -1074,6 +1076,72 @@ impl WorkspaceRuntime for EngineRuntime {
             cpu_millis: cpus * 1000,
             memory_bytes: memory,
         })
+    }
+
+    async fn usage(&self) -> Result<Vec<super::WorkspaceUsage>, RuntimeError> {
+        // The engine's statistics of each running container (one sample each, a few at a
+        // time), summed by workspace.
+        let running: Vec<(WorkspaceKey, String)> = self
+            .containers(&self.selector())
+            .await?
+            .into_iter()
+            .filter(|c| c.state.map(|s| s.to_string()).as_deref() == Some("running"))
+            .filter_map(|c| {
+                let key = WorkspaceKey {
+                    name: label(&c, WORKSPACE_NAME_LABEL)?.to_owned(),
+                    namespace: label(&c, WORKSPACE_NAMESPACE_LABEL)
+                        .unwrap_or_default()
+                        .to_owned(),
+                };
+                Some((key, c.id?))
+            })
+            .collect();
+        let docker = self.inner.docker.clone();
+        let samples: Vec<(WorkspaceKey, Option<(f64, u64)>)> = futures::stream::iter(running)
+            .map(|(key, id)| {
+                let docker = docker.clone();
+                async move {
+                    let options = bollard::query_parameters::StatsOptions {
+                        stream: false,
+                        one_shot: true,
+                    };
+                    let mut stats = docker.stats(&id, Some(options));
+                    // A container that stopped meanwhile has nothing to say: skipped.
+                    let sample = match tokio::time::timeout(STATS_TIMEOUT, stats.next()).await {
+                        Ok(Some(Ok(s))) => Some((
+                            s.cpu_stats
+                                .and_then(|c| c.cpu_usage)
+                                .and_then(|u| u.total_usage)
+                                .unwrap_or(0) as f64
+                                / 1e9,
+                            s.memory_stats.and_then(|m| m.usage).unwrap_or(0),
+                        )),
+                        _ => None,
+                    };
+                    (key, sample)
+                }
+            })
+            .buffer_unordered(4)
+            .collect()
+            .await;
+        let mut by_workspace: BTreeMap<WorkspaceKey, (f64, u64)> = BTreeMap::new();
+        for (key, sample) in samples {
+            if let Some((cpu, memory)) = sample {
+                let total = by_workspace.entry(key).or_default();
+                total.0 += cpu;
+                total.1 += memory;
+            }
+        }
+        Ok(by_workspace
+            .into_iter()
+            .map(
+                |(workspace, (cpu_seconds, memory_bytes))| super::WorkspaceUsage {
+                    workspace,
+                    cpu_seconds,
+                    memory_bytes,
+                },
+            )
+            .collect())
     }
 
     async fn list(&self) -> Result<Vec<ObservedWorkspace>, RuntimeError> {

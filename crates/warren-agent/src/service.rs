@@ -4,7 +4,7 @@
 //! caller (`warren up`, which checks the engine before anything listens).
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use warren_types::AgentId;
@@ -57,7 +57,6 @@ pub enum AgentError {
     Task(&'static str, #[source] tokio::task::JoinError),
 }
 
-/// Runs the agent until `shutdown` fires.
 /// Runs the agent until `shutdown`; `metrics`, when given, serves `/metrics` (recorded
 /// metrics and the workspaces' CPU and memory, read from the runtime at each scrape) and
 /// `/healthz`.
@@ -72,6 +71,62 @@ pub async fn run(
             return Err(AgentError::LeaderElectionNeedsKubernetes);
         }
     }
+    // Served from the start, before the relay or the runtime answer: the liveness probe reads
+    // `/healthz` here, and a relay that is down for a while must not get the agent killed.
+    // The workspaces' usage joins once the runtime exists. Stopped with the agent, whether
+    // it stops on `shutdown` or on an error.
+    let metrics_stop = shutdown.child_token();
+    let usage_from: Arc<OnceLock<Arc<dyn WorkspaceRuntime>>> = Arc::default();
+    let metrics = metrics.map(|listener| {
+        let usage_from = usage_from.clone();
+        let collector: warren_metrics::Collector = Arc::new(move || {
+            let runtime = usage_from.get().cloned();
+            Box::pin(async move {
+                let Some(runtime) = runtime else {
+                    return String::new();
+                };
+                // Bounded as a whole: a slow engine must not fail the scrape of everything.
+                match tokio::time::timeout(USAGE_TIMEOUT, runtime.usage()).await {
+                    Ok(Ok(usage)) => crate::runtime::usage_metrics(&usage),
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %warren_types::error_chain(&e), "reading the workspaces' usage for /metrics failed");
+                        String::new()
+                    }
+                    Err(_) => {
+                        tracing::warn!("reading the workspaces' usage for /metrics timed out");
+                        String::new()
+                    }
+                }
+            })
+        });
+        tokio::spawn(warren_metrics::serve_with(
+            listener,
+            Some(collector),
+            metrics_stop.clone(),
+        ))
+    });
+    let result = run_agent(config, usage_from, shutdown).await;
+    metrics_stop.cancel();
+    if let Some(task) = metrics {
+        match task.await {
+            Ok(Err(e)) => tracing::warn!(error = %e, "the metrics listener failed"),
+            Err(e) => tracing::warn!(error = %e, "the metrics listener's task failed"),
+            Ok(Ok(())) => {}
+        }
+    }
+    result
+}
+
+/// How long a scrape waits for the workspaces' usage.
+const USAGE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The agent itself: its id, its runtime (offered to the metrics through `usage_from`) and
+/// the relay connection, elected or alone.
+async fn run_agent(
+    config: AgentConfig,
+    usage_from: Arc<OnceLock<Arc<dyn WorkspaceRuntime>>>,
+    shutdown: CancellationToken,
+) -> Result<(), AgentError> {
     let agent = match config.agent {
         Some(id) => id,
         None => discover_agent_id(&config.connection, &shutdown).await?,
@@ -95,28 +150,7 @@ pub async fn run(
             }
         };
     tracing::info!(agent = %agent, runtime = ?config.runtime, "agent starting");
-    // Stopped with the agent, whether it stops on `shutdown` or on an error.
-    let metrics_stop = shutdown.child_token();
-    let metrics = metrics.map(|listener| {
-        let runtime = runtime.clone();
-        let collector: warren_metrics::Collector = Arc::new(move || {
-            let runtime = runtime.clone();
-            Box::pin(async move {
-                match runtime.usage().await {
-                    Ok(usage) => crate::runtime::usage_metrics(&usage),
-                    Err(e) => {
-                        tracing::warn!(error = %warren_types::error_chain(&e), "reading the workspaces' usage for /metrics failed");
-                        String::new()
-                    }
-                }
-            })
-        });
-        tokio::spawn(warren_metrics::serve_with(
-            listener,
-            Some(collector),
-            metrics_stop.clone(),
-        ))
-    });
+    let _ = usage_from.set(runtime.clone());
     let result = match (config.leader_election, kube_client) {
         (Some(mut election), Some(client)) => {
             if election.lease_name.is_empty() {
@@ -151,14 +185,6 @@ pub async fn run(
             result
         }
     };
-    metrics_stop.cancel();
-    if let Some(task) = metrics {
-        match task.await {
-            Ok(Err(e)) => tracing::warn!(error = %e, "the metrics listener failed"),
-            Err(e) => tracing::warn!(error = %e, "the metrics listener's task failed"),
-            Ok(Ok(())) => {}
-        }
-    }
     if let Some(engine) = engine {
         // Stops a Podman service the runtime started; workspaces keep running.
         engine.shutdown().await;

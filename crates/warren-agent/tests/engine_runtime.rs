@@ -198,14 +198,14 @@ async fn stop_keeps_the_volume_and_its_data_then_start_again() -> Result<()> {
     let usage = h.runtime.usage().await?;
     let mine = usage
         .iter()
-        .find(|u| u.workspace == ws.key)
-        .with_context(|| format!("usage of the running workspace in {usage:?}"))?;
+        .find(|u| u.workspace == ws.key && u.container == "dev")
+        .with_context(|| format!("usage of the running container in {usage:?}"))?;
     assert!(mine.memory_bytes > 0, "{mine:?}");
-    assert!(mine.cpu_seconds >= 0.0, "{mine:?}");
+    assert!(mine.cpu_seconds > 0.0, "it ran a shell: {mine:?}");
     let text = warren_agent::runtime::usage_metrics(&usage);
     assert!(
         text.contains(&format!(
-            "warren_workspace_memory_bytes{{namespace=\"{}\",workspace=\"{}\"}} {}",
+            "warren_workspace_memory_bytes{{namespace=\"{}\",workspace=\"{}\",container=\"dev\"}} {}",
             ws.key.namespace, ws.key.name, mine.memory_bytes
         )),
         "{text}"

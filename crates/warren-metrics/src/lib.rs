@@ -1,6 +1,8 @@
 //! Prometheus metrics for every Warren service. One recorder per process (the `metrics`
 //! facade allows one), so `warren up`, which runs every service in one process, renders
-//! them all on each `/metrics`; the `service` label tells them apart where names are shared.
+//! every recorded metric on each `/metrics`; the `service` label tells them apart where names
+//! are shared. (Metrics read at scrape time — a `Collector` — are on the listener that has
+//! it only: the agent's per-workspace usage is served by `warren agent --metrics-listen`.)
 //!
 //! Latencies are histograms with fixed buckets (not client-side summaries) so replicas can
 //! be aggregated: `histogram_quantile(0.99, sum by (le) (rate(..._bucket[5m])))`.

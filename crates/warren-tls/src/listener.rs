@@ -14,8 +14,10 @@ use tokio_rustls::server::TlsStream;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Handshakes in progress at once; past it, new connections wait in the kernel's backlog.
 const MAX_HANDSHAKES: usize = 1024;
-/// Handshakes in progress at once from one address: past it, its new connections are closed,
-/// so one client holding silent connections cannot take every handshake slot.
+/// Handshakes in progress at once from one address once three quarters of all slots are
+/// taken: past it, that address's new connections are closed, so one client holding silent
+/// connections cannot take every slot. Not applied before that: many users may share one
+/// address (a NAT, a load balancer, an ingress).
 const MAX_HANDSHAKES_PER_PEER: usize = 64;
 
 /// Serves TLS on a bound TCP listener; pass it to `axum::serve` in place of the
@@ -96,7 +98,8 @@ async fn accept_loop(
             // Cancel-safe: only reports that the listener is gone.
             _ = ready.closed() => return,
         };
-        let Some(slot) = PeerSlot::take(&per_peer, peer.ip()) else {
+        let crowded = permits.available_permits() < MAX_HANDSHAKES / 4;
+        let Some(slot) = PeerSlot::take(&per_peer, peer.ip(), crowded) else {
             tracing::debug!(%peer, "too many TLS handshakes from one address; closing");
             continue;
         };
@@ -126,10 +129,15 @@ struct PeerSlot {
 }
 
 impl PeerSlot {
-    fn take(counts: &Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>, ip: IpAddr) -> Option<Self> {
+    /// A slot for `ip`; `None` when slots are `crowded` and `ip` holds its share already.
+    fn take(
+        counts: &Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>,
+        ip: IpAddr,
+        crowded: bool,
+    ) -> Option<Self> {
         let mut map = counts.lock().unwrap_or_else(|p| p.into_inner());
         let n = map.entry(ip).or_default();
-        if *n >= MAX_HANDSHAKES_PER_PEER {
+        if crowded && *n >= MAX_HANDSHAKES_PER_PEER {
             return None;
         }
         *n += 1;

@@ -76,7 +76,7 @@ fn killing_agent_relay_and_server_mid_lifecycle_loses_and_duplicates_nothing() {
         || {
             support::http_get(port, "/metrics").filter(|t| {
                 t.contains("warren_agent_relay_connected 1")
-                    && t.contains(&format!("workspace=\"{ws}\"}}"))
+                    && t.contains(&format!("workspace=\"{ws}\",container="))
             })
         },
         || stack.logs(),

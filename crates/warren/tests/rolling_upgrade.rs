@@ -274,14 +274,36 @@ async fn the_previous_release_and_this_one_serve_one_database_side_by_side() {
     assert_eq!(listed(&http, &new.base, &token).await, expected);
 
     // An old replica restarting mid-rollout (a crash, a node drained) starts on the schema
-    // the new one migrated, and serves it.
+    // the new one migrated, and serves it. Its migrations are all the new one's here, so one
+    // more it cannot know is recorded, as a newer release's would be.
     let status = old.proc.terminate(Duration::from_secs(20));
     assert!(
         status.is_some_and(|s| s.success()),
         "{}",
         old.proc.log_text()
     );
+    let first_old_log = old.proc.log_text();
+    {
+        sqlx::any::install_default_drivers();
+        let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&schema.url())
+            .await
+            .expect("connect to PostgreSQL");
+        sqlx::query(
+            "INSERT INTO _sqlx_migrations (version, description, success, checksum, \
+             execution_time) VALUES (99990101000000, 'from a newer release', TRUE, '\\x00', 0)",
+        )
+        .execute(&mut conn)
+        .await
+        .expect("record a migration no release here knows");
+    }
     let mut old = start_server(&old_bin, dir.path(), "old-restarted", &schema.url());
+    assert!(
+        old.proc
+            .log_text()
+            .contains("the database was migrated by a newer release"),
+        "the old replica says it runs on a newer schema:\n{}",
+        old.proc.log_text()
+    );
     assert_eq!(listed(&http, &old.base, &token).await, expected);
 
     // The old one goes (as a rolling update stops it); the new one has everything.
@@ -296,7 +318,11 @@ async fn the_previous_release_and_this_one_serve_one_database_side_by_side() {
     expected.push(("after".to_owned(), "Running".to_owned()));
     expected.sort();
     assert_eq!(listed(&http, &new.base, &token).await, expected);
-    for (name, log) in [("old", old.proc.log_text()), ("new", new.proc.log_text())] {
+    for (name, log) in [
+        ("old", first_old_log),
+        ("old-restarted", old.proc.log_text()),
+        ("new", new.proc.log_text()),
+    ] {
         assert!(!log.contains("panicked"), "{name} server:\n{log}");
     }
 }

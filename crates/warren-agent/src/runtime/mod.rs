@@ -20,19 +20,22 @@ pub const AGENT_ID_LABEL: &str = "warren.dev/agent-id";
 /// Label every object and container of a workspace carries: the workspace id.
 pub const WORKSPACE_ID_LABEL: &str = "warren.dev/workspace-id";
 
-/// What one workspace's containers use, summed.
+/// What one running container of a workspace uses. One series per container, not a sum:
+/// a sum would fall when one container restarts, which Prometheus reads as a counter reset.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkspaceUsage {
     pub workspace: WorkspaceKey,
-    /// CPU time used since its containers started.
+    /// The container's name in the pod spec.
+    pub container: String,
+    /// CPU time used since the container started.
     pub cpu_seconds: f64,
-    /// Memory in use now.
+    /// Memory in use now, page cache that can be dropped excluded (the working set).
     pub memory_bytes: u64,
 }
 
 /// The Prometheus text of `usage`: `warren_workspace_cpu_seconds_total` and
-/// `warren_workspace_memory_bytes` by workspace and namespace. Rendered at each scrape, so a
-/// workspace that is gone leaves no stale series behind.
+/// `warren_workspace_memory_bytes` by namespace, workspace and container. Rendered at each
+/// scrape, so a workspace that is gone leaves no stale series behind.
 pub fn usage_metrics(usage: &[WorkspaceUsage]) -> String {
     fn escape(v: &str) -> String {
         v.replace('\\', "\\\\")
@@ -45,9 +48,10 @@ pub fn usage_metrics(usage: &[WorkspaceUsage]) -> String {
     }
     let labels = |u: &WorkspaceUsage| {
         format!(
-            "namespace=\"{}\",workspace=\"{}\"",
+            "namespace=\"{}\",workspace=\"{}\",container=\"{}\"",
             escape(&u.workspace.namespace),
-            escape(&u.workspace.name)
+            escape(&u.workspace.name),
+            escape(&u.container)
         )
     };
     out.push_str(
@@ -474,13 +478,14 @@ mod tests {
                 name: "a\"b".into(),
                 namespace: "ns\\x\ny".into(),
             },
+            container: "dev".into(),
             cpu_seconds: 1.5,
             memory_bytes: 42,
         }]);
         assert!(text.contains("# TYPE warren_workspace_cpu_seconds_total counter\n"));
         assert!(
             text.contains(
-                r#"warren_workspace_cpu_seconds_total{namespace="ns\\x\ny",workspace="a\"b"} 1.5"#
+                r#"warren_workspace_cpu_seconds_total{namespace="ns\\x\ny",workspace="a\"b",container="dev"} 1.5"#
             ),
             "{text}"
         );

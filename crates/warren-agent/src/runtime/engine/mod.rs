@@ -1079,13 +1079,14 @@ impl WorkspaceRuntime for EngineRuntime {
     }
 
     async fn usage(&self) -> Result<Vec<super::WorkspaceUsage>, RuntimeError> {
-        // The engine's statistics of each running container (one sample each, a few at a
-        // time), summed by workspace.
-        let running: Vec<(WorkspaceKey, String)> = self
+        // The engine's statistics of each running app container (one sample each, a few at a
+        // time); init containers come and go, so they are left out.
+        let running: Vec<(WorkspaceKey, String, String)> = self
             .containers(&self.selector())
             .await?
             .into_iter()
             .filter(|c| c.state.map(|s| s.to_string()).as_deref() == Some("running"))
+            .filter(|c| label(c, ROLE_LABEL) != Some(Role::Init.label()))
             .filter_map(|c| {
                 let key = WorkspaceKey {
                     name: label(&c, WORKSPACE_NAME_LABEL)?.to_owned(),
@@ -1093,12 +1094,13 @@ impl WorkspaceRuntime for EngineRuntime {
                         .unwrap_or_default()
                         .to_owned(),
                 };
-                Some((key, c.id?))
+                let container = label(&c, CONTAINER_LABEL)?.to_owned();
+                Some((key, container, c.id?))
             })
             .collect();
         let docker = self.inner.docker.clone();
-        let samples: Vec<(WorkspaceKey, Option<(f64, u64)>)> = futures::stream::iter(running)
-            .map(|(key, id)| {
+        let samples: Vec<Option<super::WorkspaceUsage>> = futures::stream::iter(running)
+            .map(|(workspace, container, id)| {
                 let docker = docker.clone();
                 async move {
                     let options = bollard::query_parameters::StatsOptions {
@@ -1106,42 +1108,35 @@ impl WorkspaceRuntime for EngineRuntime {
                         one_shot: true,
                     };
                     let mut stats = docker.stats(&id, Some(options));
-                    // A container that stopped meanwhile has nothing to say: skipped.
-                    let sample = match tokio::time::timeout(STATS_TIMEOUT, stats.next()).await {
-                        Ok(Some(Ok(s))) => Some((
-                            s.cpu_stats
-                                .and_then(|c| c.cpu_usage)
-                                .and_then(|u| u.total_usage)
-                                .unwrap_or(0) as f64
-                                / 1e9,
-                            s.memory_stats.and_then(|m| m.usage).unwrap_or(0),
-                        )),
-                        _ => None,
+                    // A container that stopped meanwhile, or says nothing in time, is left
+                    // out of this scrape (its series is missing, not zero).
+                    let s = match tokio::time::timeout(STATS_TIMEOUT, stats.next()).await {
+                        Ok(Some(Ok(s))) => s,
+                        _ => return None,
                     };
-                    (key, sample)
+                    let cpu_ns = s.cpu_stats?.cpu_usage?.total_usage?;
+                    let memory = s.memory_stats?;
+                    // The working set: page cache the kernel can drop is not in use.
+                    let inactive = memory
+                        .stats
+                        .as_ref()
+                        .and_then(|m| m.get("total_inactive_file").or(m.get("inactive_file")))
+                        .copied()
+                        .unwrap_or(0);
+                    Some(super::WorkspaceUsage {
+                        workspace,
+                        container,
+                        cpu_seconds: cpu_ns as f64 / 1e9,
+                        memory_bytes: memory.usage?.saturating_sub(inactive),
+                    })
                 }
             })
             .buffer_unordered(4)
             .collect()
             .await;
-        let mut by_workspace: BTreeMap<WorkspaceKey, (f64, u64)> = BTreeMap::new();
-        for (key, sample) in samples {
-            if let Some((cpu, memory)) = sample {
-                let total = by_workspace.entry(key).or_default();
-                total.0 += cpu;
-                total.1 += memory;
-            }
-        }
-        Ok(by_workspace
-            .into_iter()
-            .map(
-                |(workspace, (cpu_seconds, memory_bytes))| super::WorkspaceUsage {
-                    workspace,
-                    cpu_seconds,
-                    memory_bytes,
-                },
-            )
-            .collect())
+        let mut usage: Vec<super::WorkspaceUsage> = samples.into_iter().flatten().collect();
+        usage.sort_by(|a, b| (&a.workspace, &a.container).cmp(&(&b.workspace, &b.container)));
+        Ok(usage)
     }
 
     async fn list(&self) -> Result<Vec<ObservedWorkspace>, RuntimeError> {

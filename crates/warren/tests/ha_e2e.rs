@@ -276,28 +276,12 @@ async fn servers_and_agent_replicas_survive_kills_under_load() {
     let b = start_server(&dir, "server-b", &schema.url(), relay_internal);
     let mut servers = vec![a, b];
     let bases: Vec<String> = servers.iter().map(|s| s.base.clone()).collect();
-    let password = servers[0]
-        .proc
-        .log_text()
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("password: ").map(str::to_owned))
-        .expect("the first server prints the admin's password");
+    let password = servers[0].proc.bootstrap_password();
     assert!(
         !servers[1].proc.log_text().contains("password: "),
         "the second server finds the admin made by the first"
     );
-    let token = support::api(
-        &http,
-        &bases[1],
-        None,
-        reqwest::Method::POST,
-        "/session",
-        Some(json!({"username": "admin", "password": password})),
-    )
-    .await["secret"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let token = support::admin_session(&http, &bases[1], &password).await;
     let agent = support::api(
         &http,
         &bases[0],

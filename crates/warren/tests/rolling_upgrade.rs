@@ -146,6 +146,12 @@ fn start_server(bin: &Path, dir: &Path, name: &str, db_url: &str) -> Server {
     }
 }
 
+/// SIGTERM, and a clean exit within 20 s (as a rolling update stops a pod).
+fn stop_cleanly(proc: &mut Proc) {
+    let status = proc.terminate(Duration::from_secs(20));
+    assert!(status.is_some_and(|s| s.success()), "{}", proc.log_text());
+}
+
 /// Workspace name → desired state, as server `base` lists them.
 async fn listed(http: &reqwest::Client, base: &str, token: &str) -> Vec<(String, String)> {
     let page = support::api(
@@ -188,24 +194,8 @@ async fn the_previous_release_and_this_one_serve_one_database_side_by_side() {
 
     // The old release alone: it makes the schema, the admin and some workspaces.
     let mut old = start_server(&old_bin, dir.path(), "old", &schema.url());
-    let password = old
-        .proc
-        .log_text()
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("password: ").map(str::to_owned))
-        .expect("the old server prints the admin's password");
-    let token = support::api(
-        &http,
-        &old.base,
-        None,
-        reqwest::Method::POST,
-        "/session",
-        Some(json!({"username": "admin", "password": password})),
-    )
-    .await["secret"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let password = old.proc.bootstrap_password();
+    let token = support::admin_session(&http, &old.base, &password).await;
     support::api(
         &http,
         &old.base,
@@ -276,12 +266,7 @@ async fn the_previous_release_and_this_one_serve_one_database_side_by_side() {
     // An old replica restarting mid-rollout (a crash, a node drained) starts on the schema
     // the new one migrated, and serves it. Its migrations are all the new one's here, so one
     // more it cannot know is recorded, as a newer release's would be.
-    let status = old.proc.terminate(Duration::from_secs(20));
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "{}",
-        old.proc.log_text()
-    );
+    stop_cleanly(&mut old.proc);
     let first_old_log = old.proc.log_text();
     {
         sqlx::any::install_default_drivers();
@@ -307,12 +292,7 @@ async fn the_previous_release_and_this_one_serve_one_database_side_by_side() {
     assert_eq!(listed(&http, &old.base, &token).await, expected);
 
     // The old one goes (as a rolling update stops it); the new one has everything.
-    let status = old.proc.terminate(Duration::from_secs(20));
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "{}",
-        old.proc.log_text()
-    );
+    stop_cleanly(&mut old.proc);
     create(new.base.clone(), "after").await;
     let mut expected = expected;
     expected.push(("after".to_owned(), "Running".to_owned()));

@@ -53,6 +53,22 @@ pub async fn api(
     serde_json::from_str(&text).unwrap_or(Value::Null)
 }
 
+/// Signs `admin` in at the API at `base`; its session token.
+pub async fn admin_session(http: &reqwest::Client, base: &str, password: &str) -> String {
+    api(
+        http,
+        base,
+        None,
+        reqwest::Method::POST,
+        "/session",
+        Some(serde_json::json!({"username": "admin", "password": password})),
+    )
+    .await["secret"]
+        .as_str()
+        .expect("a session token")
+        .to_owned()
+}
+
 /// Creates user `name` (password `<name>-password-123`) as the admin and signs in; returns
 /// the password and a session token.
 pub async fn create_user(
@@ -352,6 +368,14 @@ impl Proc {
             || std::fs::read_to_string(&log).unwrap_or_default(),
         );
         addr.trim().to_owned()
+    }
+
+    /// The first admin's password, as a server prints it once on the start that made it.
+    pub fn bootstrap_password(&self) -> String {
+        self.log_text()
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("password: ").map(str::to_owned))
+            .unwrap_or_else(|| panic!("{} prints the admin's password", self.name))
     }
 
     pub fn log_text(&self) -> String {

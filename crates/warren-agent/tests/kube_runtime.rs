@@ -1,6 +1,8 @@
 //! The Kubernetes runtime against a real kube-apiserver and kube-controller-manager (built by
 //! `.ci/setup-kubernetes.sh`). There is no kubelet, so where a pod must "run" the test patches
-//! the Pod's status subresource, and the real controllers move the ReplicaSet and Deployment.
+//! the Pod's status subresource, and the real controllers move the ReplicaSet and Deployment:
+//! these cover what a node does not change (apply, prune, inventories, shared namespaces,
+//! API outages) and states a node rarely shows on demand. `kube_node.rs` runs pods for real.
 
 mod kube_common;
 
@@ -46,19 +48,8 @@ async fn observed(runtime: &KubernetesRuntime, key: &WorkspaceKey) -> Option<Obs
         .find(|o| &o.key == key)
 }
 
-fn info_of(o: &ObservedWorkspace) -> WorkspaceAgentInfo {
-    WorkspaceAgentInfo {
-        name: o.key.name.clone(),
-        namespace: o.key.namespace.clone(),
-        latest_k8s_deployment_info: o.deployment.clone(),
-        termination_progress: None,
-        error_details: None,
-        pod_failure: o.pod_failure.clone(),
-    }
-}
-
 fn derived(o: &ObservedWorkspace) -> ActualState {
-    derive_actual_state(&info_of(o))
+    kube_common::derived_state(o)
 }
 
 /// Adds (or removes) a test finalizer on a ConfigMap, so its deletion waits for the test.
@@ -428,7 +419,7 @@ async fn deleting_a_workspace_in_its_own_namespace_ends_terminated() {
     .await;
     let info = WorkspaceAgentInfo {
         termination_progress: Some(TerminationProgress::Terminating),
-        ..info_of(&terminating)
+        ..kube_common::info_of(&terminating)
     };
     assert_eq!(derive_actual_state(&info), ActualState::Terminating);
     assert_eq!(

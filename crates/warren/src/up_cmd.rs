@@ -1,5 +1,6 @@
-//! `warren up`: server, relay, an engine agent and the proxy in one process, on embedded
-//! defaults. Workspace hosts are `http://{port}-{workspace}.ws.localhost:<proxy port>`
+//! `warren up`: server, relay, an agent and the proxy in one process, on embedded defaults.
+//! The agent runs workspaces on Docker or Podman, or with `--runtime kubernetes` on the
+//! cluster of KUBECONFIG (pods must then be reachable from this machine, as from a node). Workspace hosts are `http://{port}-{workspace}.ws.localhost:<proxy port>`
 //! (browsers resolve `*.localhost` to loopback), SSH is `ssh -p <ssh port> <workspace>@localhost`.
 //!
 //! State lives under `WARREN_HOME`: the SQLite database and keys (the server's), the default
@@ -18,6 +19,7 @@ use url::Url;
 use warren_agent::connection::ConnectionConfig;
 use warren_agent::reconciler::ReconcilerConfig;
 use warren_agent::runtime::engine::{EngineConfig, EngineRuntime};
+use warren_agent::runtime::kubernetes::{KubernetesOptions, KubernetesRuntime};
 use warren_agent::runtime::WorkspaceRuntime;
 use warren_cli::credentials::{self, Credentials};
 use warren_proxy::{ProxyConfig, ProxyListeners};
@@ -75,6 +77,11 @@ pub struct UpArgs {
     /// A Docker-compatible engine socket (`unix:///…` or `tcp://…`) [default: auto-detect].
     #[arg(long, env = "DOCKER_HOST")]
     engine: Option<String>,
+    /// Which runtime runs the workspaces: `engine` (Docker or Podman) or `kubernetes` (the
+    /// cluster of KUBECONFIG or the in-cluster configuration; this machine must reach its
+    /// pods' IPs, as a node does).
+    #[arg(long, env = "WARREN_UP_RUNTIME", value_enum, default_value = "engine")]
+    runtime: crate::agent_cmd::RuntimeKind,
     /// A devfile registry searched for parents named by `id` (repeat, or comma-separate).
     #[arg(
         long = "devfile-registry",
@@ -179,13 +186,28 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let (agent_id, agent_token, agent_config) = ensure_agent(&server, &home, &url_domain).await?;
     let cred_path = ensure_cli_credentials(&server, &home, &api_url).await?;
 
-    // The engine is checked before anything serves so a missing one is a clear, early error.
-    let mut engine = EngineConfig::new(agent_id, home.join("agent"));
-    engine.host = args.engine.clone();
-    let runtime = EngineRuntime::connect(engine).await.context(
-        "warren up runs workspaces on Docker or Podman; install one \
-         (e.g. `apt-get install podman`) or point DOCKER_HOST at an engine",
-    )?;
+    // The runtime is checked before anything serves so a missing one is a clear, early error.
+    let (runtime, engine_runtime): (Arc<dyn WorkspaceRuntime>, Option<EngineRuntime>) = match args
+        .runtime
+    {
+        crate::agent_cmd::RuntimeKind::Engine => {
+            let mut engine = EngineConfig::new(agent_id, home.join("agent"));
+            engine.host = args.engine.clone();
+            let runtime = EngineRuntime::connect(engine).await.context(
+                "warren up runs workspaces on Docker or Podman; install one \
+                     (e.g. `apt-get install podman`) or point DOCKER_HOST at an engine",
+            )?;
+            (Arc::new(runtime.clone()), Some(runtime))
+        }
+        crate::agent_cmd::RuntimeKind::Kubernetes => {
+            let client = kube::Client::try_default().await.context(
+                "--runtime kubernetes runs workspaces on the cluster of KUBECONFIG (or the \
+                     in-cluster configuration), and none could be loaded",
+            )?;
+            let runtime = KubernetesRuntime::new(client, agent_id, KubernetesOptions::default());
+            (Arc::new(runtime), None)
+        }
+    };
     let shared_secret = String::from_utf8(server.relay_secret().to_vec())
         .context("the relay secret is not text")?;
 
@@ -250,8 +272,6 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         shutdown.clone(),
     ));
 
-    let engine_runtime = runtime;
-    let runtime: Arc<dyn WorkspaceRuntime> = Arc::new(engine_runtime.clone());
     let agent_task = tokio::spawn(warren_agent::serve(
         ConnectionConfig::new(
             Url::parse(&relay_agent_url).context("the relay address is not a URL")?,
@@ -286,9 +306,12 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     );
     println!("Open the web UI, or try: warren ws create --devfile devfile.yaml --wait    (Ctrl-C stops Warren; workspaces keep running)");
     let editor = agent_config.editor.clone();
-    // The default tools image is built here on first use; one the configuration names comes
-    // from its registry.
-    if editor.enabled() && editor.image.is_none() && !args.no_editor_build {
+    // The default tools image is built here on first use, for the engine; one the
+    // configuration names comes from its registry (a cluster always pulls it from there).
+    if let Some(engine_runtime) = engine_runtime
+        .as_ref()
+        .filter(|_| editor.enabled() && editor.image.is_none() && !args.no_editor_build)
+    {
         let image = editor.tools_image();
         if !engine_runtime.image_present(&image).await {
             println!(
@@ -326,7 +349,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let stopped = shutdown.is_cancelled();
     shutdown.cancel();
     // Stops a Podman service the runtime started itself; workspaces keep running.
-    engine_runtime.shutdown().await;
+    if let Some(engine_runtime) = engine_runtime {
+        engine_runtime.shutdown().await;
+    }
     server_res
         .context("the server task panicked")?
         .context("the server stopped")?;

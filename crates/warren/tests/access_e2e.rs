@@ -13,7 +13,7 @@ mod support;
 
 use serde_json::json;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 use support::{api, ensure_image, podman_available, sign_in, Up, WEB_DEVFILE};
 use warren_testkit::browser::Chromium;
@@ -153,28 +153,14 @@ fn with_warren_up_a_user_reaches_the_workspace_in_the_browser_terminal_ssh_and_s
             .expect("installed");
         let mut tab = chromium.tab().await.expect("tab");
         let page = format!("http://8080-{name}.ws.localhost:{http_port}/");
-        tab.goto(&page).await.expect("open the workspace URL");
-        sign_in(&mut tab, &alice.name, &alice.password).await;
-        // httpd may still be starting inside the container: reload until it answers.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if tab
-                .wait_until(
-                    "document.body && document.body.innerText.includes('served-by-workspace')",
-                    5,
-                )
-                .await
-                .is_ok()
-            {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no page from the workspace:\n{}",
-                up.log()
-            );
-            tab.goto(&page).await.expect("reload");
-        }
+        support::page_shows(
+            &mut tab,
+            &page,
+            Some((&alice.name, &alice.password)),
+            "served-by-workspace",
+            || up.log(),
+        )
+        .await;
         assert_eq!(tab.url().await.expect("url"), page);
 
         // The web terminal: a real exec with a PTY in the Podman container.
@@ -185,18 +171,7 @@ fn with_warren_up_a_user_reaches_the_workspace_in_the_browser_terminal_ssh_and_s
             "screen.includes('warren-42 5001') && screen.includes('/dev/pts/')",
         )
         .await;
-        tab.eval("window.warrenTerminal.input('exit 3\\r'); true")
-            .await
-            .expect("type");
-        tab.wait_until("document.body.dataset.state === 'exited'", 60)
-            .await
-            .expect("exit");
-        assert_eq!(
-            tab.eval("document.body.dataset.exitCode")
-                .await
-                .expect("code"),
-            "3"
-        );
+        support::terminal_exits(&mut tab, 3).await;
 
         // Bob, in his own browser, signs in and gets 404 for Alice's workspace.
         let bobs = Chromium::start()
@@ -221,23 +196,14 @@ fn with_warren_up_a_user_reaches_the_workspace_in_the_browser_terminal_ssh_and_s
     });
 
     // SSH: exec with an exit status and stdin, then sftp both ways.
-    let out = support::ssh(
+    let mut ssh = support::ssh(
         &alice_key(&dir),
         &known_hosts,
         ssh_port,
         &format!("{name}@127.0.0.1"),
-    )
-    .arg("read line; echo got-$line; id -u; exit 7")
-    .stdin(Stdio::piped())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .and_then(|mut c| {
-        use std::io::Write;
-        c.stdin.take().expect("stdin").write_all(b"hello\n")?;
-        c.wait_with_output()
-    })
-    .expect("ssh");
+    );
+    ssh.arg("read line; echo got-$line; id -u; exit 7");
+    let out = support::output_with_stdin(ssh, b"hello\n");
     assert_eq!(
         out.status.code(),
         Some(7),

@@ -19,12 +19,20 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-/// Kills the child when the supervisor's stdin closes, then removes `$CLEANUP` if set.
+/// Kills the child when the supervisor's stdin closes (SIGTERM, then SIGKILL after 10 s: an
+/// API server whose etcd went first may never finish its graceful shutdown), then removes
+/// `$CLEANUP` if set.
 const SUPERVISOR: &str = r#"
 "$@" >"$LOG" 2>&1 &
 pid=$!
 cat >/dev/null
 kill "$pid" 2>/dev/null
+i=0
+while kill -0 "$pid" 2>/dev/null && [ $i -lt 100 ]; do
+  sleep 0.1
+  i=$((i + 1))
+done
+kill -9 "$pid" 2>/dev/null
 wait "$pid" 2>/dev/null
 if [ -n "$CLEANUP" ]; then rm -rf "$CLEANUP"; fi
 "#;
@@ -180,9 +188,25 @@ fn supervise(
         .with_context(|| format!("starting {name}"))
 }
 
+/// What a control plane runs beyond the API server and the workload controllers.
+#[derive(Debug, Default, Clone)]
+pub struct ControlPlaneOptions {
+    /// More kube-apiserver flags.
+    pub apiserver_args: Vec<String>,
+    /// More controllers of kube-controller-manager (comma-separated names).
+    pub more_controllers: Vec<&'static str>,
+    /// Also run kube-scheduler (a cluster with a node).
+    pub scheduler: bool,
+}
+
 /// Starts etcd, kube-apiserver and kube-controller-manager and waits until the API server is
 /// ready; the returned cluster stops them all when dropped.
 pub fn start(bin: &Path, etcd: &Path) -> Result<Cluster> {
+    start_with(bin, etcd, &ControlPlaneOptions::default())
+}
+
+/// [`start`] with `options`.
+pub fn start_with(bin: &Path, etcd: &Path, options: &ControlPlaneOptions) -> Result<Cluster> {
     let dir = tempfile::Builder::new()
         .prefix("warren-k8s-test-")
         .tempdir()?
@@ -245,6 +269,10 @@ pub fn start(bin: &Path, etcd: &Path) -> Result<Cluster> {
         "--authorization-mode=RBAC".into(),
         "--allow-privileged=false".into(),
     ];
+    let apiserver_args: Vec<String> = apiserver_args
+        .into_iter()
+        .chain(options.apiserver_args.iter().cloned())
+        .collect();
     let child = supervise(
         &dir,
         "kube-apiserver",
@@ -280,9 +308,15 @@ pub fn start(bin: &Path, etcd: &Path) -> Result<Cluster> {
         format!("--cert-dir={}", path("cm-certs")),
         // What turns Deployments into pods, cleans up deleted namespaces and owned objects,
         // and lets PVCs go once no pod uses them; node and cloud controllers are not wanted.
-        "--controllers=deployment,replicaset,namespace,garbagecollector,serviceaccount,\
-         serviceaccount-token,pvc-protection,resourcequota"
-            .into(),
+        format!(
+            "--controllers=deployment,replicaset,namespace,garbagecollector,serviceaccount,\
+             serviceaccount-token,pvc-protection,resourcequota{}",
+            options
+                .more_controllers
+                .iter()
+                .map(|c| format!(",{c}"))
+                .collect::<String>()
+        ),
         format!("--service-account-private-key-file={}", path("sa.key")),
         "--use-service-account-credentials=false".into(),
     ];
@@ -294,6 +328,23 @@ pub fn start(bin: &Path, etcd: &Path) -> Result<Cluster> {
         &cm_args,
     )?;
     cluster.supervisors.lock().expect("fresh").push(child);
+    if options.scheduler {
+        let scheduler_args = vec![
+            format!("--kubeconfig={}", path("kubeconfig")),
+            "--leader-elect=false".into(),
+            "--port=0".into(),
+            format!("--secure-port={}", free_port()?),
+            "--bind-address=127.0.0.1".into(),
+        ];
+        let child = supervise(
+            &dir,
+            "kube-scheduler",
+            false,
+            &bin.join("kube-scheduler"),
+            &scheduler_args,
+        )?;
+        cluster.supervisors.lock().expect("fresh").push(child);
+    }
     Ok(cluster)
 }
 
@@ -327,6 +378,39 @@ fn wait_ready(cluster: &Cluster) -> Result<()> {
     })
 }
 
+/// What the agent reports for an observed workspace (no termination, no error).
+pub fn info_of(
+    o: &warren_agent::runtime::ObservedWorkspace,
+) -> warren_types::reconcile::WorkspaceAgentInfo {
+    warren_types::reconcile::WorkspaceAgentInfo {
+        name: o.key.name.clone(),
+        namespace: o.key.namespace.clone(),
+        latest_k8s_deployment_info: o.deployment.clone(),
+        termination_progress: None,
+        error_details: None,
+        pod_failure: o.pod_failure.clone(),
+    }
+}
+
+/// The state the server derives from what the runtime observed.
+pub fn derived_state(
+    o: &warren_agent::runtime::ObservedWorkspace,
+) -> warren_types::state::ActualState {
+    warren_types::lifecycle::derive_actual_state(&info_of(o))
+}
+
+/// The pods of `namespace` that are not being deleted (none when the API does not answer).
+pub async fn live_pods(client: &Client, namespace: &str) -> Vec<k8s_openapi::api::core::v1::Pod> {
+    kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), namespace)
+        .list(&kube::api::ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect()
+}
+
 /// Polls `check` every 50 ms until it returns `Some`, failing after `secs` with `what`.
 pub async fn eventually<T, F, Fut>(secs: u64, what: &str, mut check: F) -> T
 where
@@ -345,3 +429,4 @@ where
     }
 }
 pub mod fixtures;
+pub mod node;

@@ -114,6 +114,65 @@ pub async fn sign_in(tab: &mut warren_testkit::browser::Tab, username: &str, pas
     .expect("submit the login form");
 }
 
+/// Opens `page` (signed in already, or signing in as `username`) and reloads it until its
+/// text includes `text` (the workspace's server may still be starting); `log` says why not.
+pub async fn page_shows(
+    tab: &mut warren_testkit::browser::Tab,
+    page: &str,
+    sign_in_as: Option<(&str, &str)>,
+    text: &str,
+    log: impl Fn() -> String,
+) {
+    tab.goto(page).await.expect("open the workspace URL");
+    if let Some((username, password)) = sign_in_as {
+        sign_in(tab, username, password).await;
+    }
+    let condition = format!("document.body && document.body.innerText.includes({text:?})");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while tab.wait_until(&condition, 5).await.is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no page from the workspace:\n{}",
+            log()
+        );
+        tab.goto(page).await.expect("reload");
+    }
+}
+
+/// Types `exit {code}` into the open web terminal and checks that the page reports the
+/// shell's exit with that code.
+pub async fn terminal_exits(tab: &mut warren_testkit::browser::Tab, code: i32) {
+    tab.eval(&format!(
+        "window.warrenTerminal.input('exit {code}\\r'); true"
+    ))
+    .await
+    .expect("type");
+    tab.wait_until("document.body.dataset.state === 'exited'", 60)
+        .await
+        .expect("exit");
+    assert_eq!(
+        tab.eval("document.body.dataset.exitCode")
+            .await
+            .expect("code"),
+        code.to_string()
+    );
+}
+
+/// Runs `command` with `input` on its stdin (then closed) and returns its output.
+pub fn output_with_stdin(mut command: Command, input: &[u8]) -> Output {
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().expect("stdin").write_all(input)?;
+            c.wait_with_output()
+        })
+        .expect("run the command")
+}
+
 /// Opens the web terminal at `url`, types `input` into it (a real shell in the workspace)
 /// and waits until its screen shows `expect` (a JavaScript condition on `screen`, the text of
 /// every line).

@@ -9,6 +9,13 @@
 //! Closing the WebSocket does not end every process (one that does not read stdin keeps
 //! running), so as with engine exec ([`HANG_UP_SCRIPT`]) a session dropped before its exit
 //! status arrived is hung up by a second exec that finds the process by its marker.
+//!
+//! The end of stdin reaches the process only where the API server speaks
+//! `v5.channel.k8s.io` (Kubernetes 1.30 and later). Over `v4` the only way to say it is to close
+//! the WebSocket, which loses the output still on its way and the exit status (seen on a real
+//! 1.20 node: `ssh ws 'read l; echo $l'` printed nothing and had no exit code). So there the
+//! end of stdin is held back ([`HeldStdin`]): the process keeps its stdin open and its output
+//! and status arrive; a command that waits for the end of its input ends when the session does.
 
 use super::{status, KubernetesRuntime};
 use crate::runtime::{
@@ -20,8 +27,11 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use kube::api::{Api, AttachParams, AttachedProcess};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use tokio::io::AsyncWrite;
 use warren_types::relay::{ExecExit, TerminalSize};
 
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +52,66 @@ struct AbortOnDrop(AttachedProcess);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+/// The exec's stdin on an API server that cannot be told where stdin ends (`v4`): shutting
+/// it down (or dropping it) does not close the writer, which lives on in the session's exit
+/// future until the process has ended, since kube-rs would otherwise close the WebSocket.
+struct HeldStdin<W> {
+    writer: Arc<Mutex<Option<W>>>,
+    shut: bool,
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for HeldStdin<W> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        if this.shut {
+            return Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into()));
+        }
+        let mut guard = this.writer.lock().unwrap_or_else(|e| e.into_inner());
+        match guard.as_mut() {
+            Some(w) => Pin::new(w).poll_write(cx, buf),
+            None => Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into())),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let mut guard = this.writer.lock().unwrap_or_else(|e| e.into_inner());
+        match guard.as_mut() {
+            Some(w) => Pin::new(w).poll_flush(cx),
+            None => Poll::Ready(Ok(())),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        // Flushed, never closed: see the module's documentation.
+        let this = self.get_mut();
+        this.shut = true;
+        let mut guard = this.writer.lock().unwrap_or_else(|e| e.into_inner());
+        match guard.as_mut() {
+            Some(w) => Pin::new(w).poll_flush(cx),
+            None => Poll::Ready(Ok(())),
+        }
+    }
+}
+
+/// Whether the API server's exec tells the process where stdin ends (`v5.channel.k8s.io`,
+/// on by default from Kubernetes 1.30); an unreadable version counts as no.
+pub(super) fn version_closes_stdin(major: &str, minor: &str) -> bool {
+    let number = |s: &str| {
+        s.trim_end_matches(|c: char| !c.is_ascii_digit())
+            .parse::<u32>()
+            .ok()
+    };
+    match (number(major), number(minor)) {
+        (Some(major), Some(minor)) => (major, minor) >= (1, 30),
+        _ => false,
     }
 }
 
@@ -232,6 +302,18 @@ impl KubernetesRuntime {
         let stdin = attached
             .stdin()
             .ok_or_else(|| failure(context.clone(), "no stdin"))?;
+        // Kept by the exit future where the end of stdin cannot be told (module docs).
+        let (stdin, held): (Pin<Box<dyn AsyncWrite + Send>>, _) = if self.exec_closes_stdin().await
+        {
+            (Box::pin(stdin), None)
+        } else {
+            let writer = Arc::new(Mutex::new(Some(stdin)));
+            let stdin = HeldStdin {
+                writer: writer.clone(),
+                shut: false,
+            };
+            (Box::pin(stdin), Some(writer))
+        };
         let stdout = attached
             .stdout()
             .ok_or_else(|| failure(context.clone(), "no stdout"))?;
@@ -289,16 +371,73 @@ impl KubernetesRuntime {
         }
         let exit = async move {
             let _guard = guard;
+            let _held = held;
             let status = status.await;
             ended.store(true, Ordering::SeqCst);
             Ok(exit_from_status(status))
         }
         .boxed();
         Ok(ExecSession {
-            stdin: Box::pin(stdin),
+            stdin,
             output,
             resize,
             exit,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[test]
+    fn stdin_is_closed_from_kubernetes_1_30() {
+        for (major, minor, closes) in [
+            ("1", "20", false),
+            ("1", "29", false),
+            ("1", "30", true),
+            ("1", "33+", true),
+            ("2", "0", true),
+            ("", "", false),
+            ("1", "x", false),
+        ] {
+            assert_eq!(
+                version_closes_stdin(major, minor),
+                closes,
+                "{major}.{minor}"
+            );
+        }
+    }
+
+    // Paused time: the timeout below elapses as soon as nothing else can run.
+    #[tokio::test(start_paused = true)]
+    async fn held_stdin_passes_bytes_and_keeps_the_writer_open_after_shutdown() {
+        let (writer, mut reader) = tokio::io::duplex(64);
+        let shared = Arc::new(Mutex::new(Some(writer)));
+        let mut held = HeldStdin {
+            writer: shared.clone(),
+            shut: false,
+        };
+        held.write_all(b"line\n").await.unwrap();
+        held.shutdown().await.unwrap();
+        assert!(
+            held.write_all(b"more").await.is_err(),
+            "no writes after shutdown"
+        );
+        drop(held);
+        let mut buf = [0u8; 16];
+        let n = reader.read(&mut buf).await.unwrap();
+        assert_eq!(&buf[..n], b"line\n");
+        // Still open: a read waits instead of seeing the end.
+        let pending =
+            tokio::time::timeout(std::time::Duration::from_millis(50), reader.read(&mut buf)).await;
+        assert!(pending.is_err(), "the end of stdin was passed on");
+        drop(shared);
+        assert_eq!(
+            reader.read(&mut buf).await.unwrap(),
+            0,
+            "closed with the session"
+        );
     }
 }

@@ -90,6 +90,8 @@ pub struct KubernetesRuntime {
     changes: watch::Receiver<u64>,
     last_error: LastError,
     tasks: Vec<JoinHandle<()>>,
+    /// Whether exec can tell a process where its stdin ends (asked once, see `exec.rs`).
+    exec_closes_stdin: tokio::sync::OnceCell<bool>,
 }
 
 impl Drop for KubernetesRuntime {
@@ -138,6 +140,33 @@ impl KubernetesRuntime {
             changes,
             last_error,
             tasks: vec![d, p, n],
+            exec_closes_stdin: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// Whether the API server's exec carries the end of stdin (`v5.channel.k8s.io`, from
+    /// Kubernetes 1.30); asked once. An unanswered question is asked again next time, and
+    /// counts as no meanwhile (holding stdin open loses nothing; closing it loses output).
+    async fn exec_closes_stdin(&self) -> bool {
+        let asked = self
+            .exec_closes_stdin
+            .get_or_try_init(|| async {
+                let info = self.client.apiserver_version().await?;
+                let closes = exec::version_closes_stdin(&info.major, &info.minor);
+                tracing::debug!(
+                    version = %info.git_version,
+                    closes,
+                    "the API server's exec tells processes where stdin ends: {closes}"
+                );
+                Ok::<_, kube::Error>(closes)
+            })
+            .await;
+        match asked {
+            Ok(closes) => *closes,
+            Err(e) => {
+                tracing::debug!(error = %e, "reading the API server's version");
+                false
+            }
         }
     }
 

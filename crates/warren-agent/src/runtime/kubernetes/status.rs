@@ -59,12 +59,29 @@ fn waiting_failure(container: &ContainerStatus) -> Option<PodFailure> {
         return None;
     }
     let message = waiting.message.as_deref().unwrap_or_default();
+    // A crash loop's waiting message only says the kubelet backs off; how the container
+    // ended is in its last state (what the engine runtime reports too).
+    let ended = container
+        .last_state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .filter(|_| reason == "CrashLoopBackOff")
+        .map(|t| {
+            let detail = t
+                .reason
+                .as_deref()
+                .filter(|r| *r != "Error" && *r != "Completed")
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default();
+            format!(" exited with code {}{detail}", t.exit_code)
+        })
+        .unwrap_or_default();
     Some(PodFailure {
         reason: reason.to_owned(),
         message: if message.is_empty() {
-            format!("container {}", container.name)
+            format!("container {}{ended}", container.name)
         } else {
-            format!("container {}: {message}", container.name)
+            format!("container {}{ended}: {message}", container.name)
         },
     })
 }
@@ -119,6 +136,24 @@ mod tests {
         let f = pod_failure(&crash).unwrap();
         assert_eq!(f.reason, "CrashLoopBackOff");
         assert_eq!(f.message, "container main: back-off 40s");
+        // As a real kubelet reports it: how the container ended is in its last state.
+        let crash = pod(json!({"containerStatuses": [
+            {"name": "main", "ready": false, "restartCount": 2, "image": "i", "imageID": "",
+             "state": {"waiting": {"reason": "CrashLoopBackOff",
+                "message": "back-off 20s restarting failed container=main pod=p"}},
+             "lastState": {"terminated": {"exitCode": 3, "reason": "Error"}}}]}));
+        assert_eq!(
+            pod_failure(&crash).unwrap().message,
+            "container main exited with code 3: back-off 20s restarting failed container=main pod=p"
+        );
+        let killed = pod(json!({"containerStatuses": [
+            {"name": "main", "ready": false, "restartCount": 2, "image": "i", "imageID": "",
+             "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+             "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}));
+        assert_eq!(
+            pod_failure(&killed).unwrap().message,
+            "container main exited with code 137 (OOMKilled)"
+        );
 
         let creating = pod(json!({"containerStatuses": [
             {"name": "main", "ready": false, "restartCount": 0, "image": "i", "imageID": "",

@@ -1,0 +1,481 @@
+//! The Kubernetes runtime on a real one-node cluster (kubelet on containerd, `kube_common::node`):
+//! nothing is patched by hand. A workspace's pod really runs, with its init container, its
+//! volume on a provisioned claim, user 5001:0 and its limits; it is stopped, started, resized
+//! and terminated; exec and logs go through the API server to the kubelet; a crash-looping
+//! command and a missing image fail with the kubelet's own reasons.
+
+mod kube_common;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{Api, ListParams};
+use kube::Client;
+use kube_common::eventually;
+use kube_common::node::{node, Node, WORKSPACE_IMAGE};
+use serde_json::Value;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use warren_agent::runtime::kubernetes::{KubernetesOptions, KubernetesRuntime};
+use warren_agent::runtime::{
+    ExecOutput, ExecSpec, ObservedWorkspace, WorkspaceKey, WorkspaceRuntime,
+};
+use warren_types::reconcile::TerminationProgress;
+use warren_types::state::ActualState;
+use warren_types::AgentId;
+
+/// How long a pod may take on a busy CI machine (image already local).
+const POD_SECS: u64 = 180;
+
+fn agent_id() -> i64 {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    static N: AtomicI64 = AtomicI64::new(1);
+    i64::from(std::process::id()) * 1000 + N.fetch_add(1, Ordering::Relaxed)
+}
+
+struct Setup {
+    node: &'static Node,
+    client: Client,
+    agent: i64,
+    runtime: KubernetesRuntime,
+}
+
+async fn setup() -> Option<Setup> {
+    let node = node()?;
+    let client = node.client().await;
+    let agent = agent_id();
+    let runtime =
+        KubernetesRuntime::new(client.clone(), AgentId(agent), KubernetesOptions::default());
+    Some(Setup {
+        node,
+        client,
+        agent,
+        runtime,
+    })
+}
+
+/// The engine tests' fixture objects (as the renderer writes them), renamed, for `agent`,
+/// with the node's image; the start script also says hello on stdout, for the logs.
+fn objects(key: &WorkspaceKey, agent: i64) -> Vec<Value> {
+    let text = include_str!("fixtures/workspace.yaml")
+        .replace("fixture-ws", &key.name)
+        .replace("\"AGENT\"", &format!("\"{agent}\""))
+        .replace("localhost/warren-test:latest", WORKSPACE_IMAGE)
+        .replace(
+            "    mkdir -p /tmp/www\n",
+            "    echo \"started $WARREN_WORKSPACE as $(id -u):$(id -g)\"\n    mkdir -p /tmp/www\n",
+        );
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| {
+            let v: serde_yaml::Value = serde::Deserialize::deserialize(doc).expect("fixture");
+            serde_json::to_value(v).expect("fixture as JSON")
+        })
+        .collect()
+}
+
+fn deployment(objects: &mut [Value]) -> &mut Value {
+    objects
+        .iter_mut()
+        .find(|o| o["kind"] == "Deployment")
+        .expect("a Deployment")
+}
+
+fn container<'a>(objects: &'a mut [Value], name: &str) -> &'a mut Value {
+    deployment(objects)["spec"]["template"]["spec"]["containers"]
+        .as_array_mut()
+        .expect("containers")
+        .iter_mut()
+        .find(|c| c["name"] == name)
+        .expect("the container")
+}
+
+fn key(prefix: &str) -> WorkspaceKey {
+    let name = kube_common::fixtures::unique(prefix);
+    WorkspaceKey {
+        namespace: format!("warren-ws-{name}"),
+        name,
+    }
+}
+
+fn derived(o: &ObservedWorkspace) -> ActualState {
+    kube_common::derived_state(o)
+}
+
+async fn observed(s: &Setup, key: &WorkspaceKey) -> Option<ObservedWorkspace> {
+    s.runtime
+        .list()
+        .await
+        .ok()?
+        .into_iter()
+        .find(|o| &o.key == key)
+}
+
+async fn wait_state(s: &Setup, key: &WorkspaceKey, state: ActualState) -> ObservedWorkspace {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(POD_SECS);
+    loop {
+        let o = observed(s, key).await;
+        if let Some(o) = o.as_ref().filter(|o| derived(o) == state) {
+            return o.clone();
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!(
+                "{key} did not become {state:?} within {POD_SECS}s (last: {:?})\npods: {}\n{}",
+                o.as_ref().map(derived),
+                pods_summary(&s.client, key).await,
+                s.node.diagnostics()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The workspace's pods, their phases and container states, for failure messages.
+async fn pods_summary(client: &Client, key: &WorkspaceKey) -> String {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &key.namespace);
+    match pods.list(&ListParams::default()).await {
+        Ok(list) => list
+            .items
+            .iter()
+            .map(|p| serde_json::to_string(&p.status).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Err(e) => format!("listing pods: {e}"),
+    }
+}
+
+/// The live (not deleted) pods of the workspace.
+async fn live_pods(client: &Client, key: &WorkspaceKey) -> Vec<Pod> {
+    kube_common::live_pods(client, &key.namespace).await
+}
+
+/// Runs `script` with `sh -c` in `container` through the runtime's exec (API server →
+/// kubelet → containerd): its stdout, stderr and exit code.
+async fn exec(
+    s: &Setup,
+    key: &WorkspaceKey,
+    container: Option<&str>,
+    script: &str,
+) -> (String, String, Option<i32>) {
+    try_exec(s, key, container, script)
+        .await
+        .unwrap_or_else(|e| panic!("exec {script:?} in {key}: {e}"))
+}
+
+/// [`exec`], with the runtime's refusal (no running pod) as the error.
+async fn try_exec(
+    s: &Setup,
+    key: &WorkspaceKey,
+    container: Option<&str>,
+    script: &str,
+) -> Result<(String, String, Option<i32>), String> {
+    let session = s
+        .runtime
+        .exec(
+            key,
+            ExecSpec {
+                container: container.map(str::to_owned),
+                command: vec!["/bin/sh".into(), "-c".into(), script.into()],
+                env: vec![],
+                tty: false,
+                size: None,
+            },
+        )
+        .await
+        .map_err(|e| warren_types::error_chain(&e))?;
+    let mut stdin = session.stdin;
+    let _ = stdin.shutdown().await;
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let mut output = session.output;
+    let collect = async {
+        while let Some(chunk) = output.next().await {
+            match chunk.expect("exec output") {
+                ExecOutput::Stdout(b) => out.extend_from_slice(&b),
+                ExecOutput::Stderr(b) => err.extend_from_slice(&b),
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), collect)
+        .await
+        .expect("exec output within 60 s");
+    let exit = tokio::time::timeout(Duration::from_secs(60), session.exit)
+        .await
+        .expect("exec exit within 60 s")
+        .expect("exec exit");
+    if let Some(message) = &exit.message {
+        err.extend_from_slice(format!("(exec: {message})").as_bytes());
+    }
+    Ok((
+        String::from_utf8_lossy(&out).into_owned(),
+        String::from_utf8_lossy(&err).into_owned(),
+        exit.code,
+    ))
+}
+
+async fn exec_ok(s: &Setup, key: &WorkspaceKey, container: Option<&str>, script: &str) -> String {
+    let (out, err, code) = exec(s, key, container, script).await;
+    assert_eq!(code, Some(0), "{script:?} failed: {out}{err}");
+    out.trim().to_owned()
+}
+
+/// An HTTP GET of `/` on the workspace's port through the runtime's dial (the agent's path).
+async fn http_get(s: &Setup, key: &WorkspaceKey, port: u16) -> String {
+    let mut stream = s.runtime.dial(key, port).await.expect("dial");
+    stream
+        .write_all(b"GET / HTTP/1.0\r\nHost: ws\r\n\r\n")
+        .await
+        .expect("request");
+    let mut response = String::new();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        stream.read_to_string(&mut response),
+    )
+    .await
+    .expect("response within 30 s")
+    .expect("response");
+    response
+}
+
+/// The persistent volume bound to the workspace's data claim.
+async fn data_volume(s: &Setup, key: &WorkspaceKey) -> PersistentVolume {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(s.client.clone(), &key.namespace);
+    let claim_name = format!("{}-warren-data", key.name);
+    let volume = eventually(60, "the data claim to be bound", || async {
+        let claim = claims.get_opt(&claim_name).await.ok()??;
+        let bound = claim.status.as_ref()?.phase.as_deref() == Some("Bound");
+        bound.then(|| claim.spec?.volume_name).flatten()
+    })
+    .await;
+    Api::<PersistentVolume>::all(s.client.clone())
+        .get(&volume)
+        .await
+        .expect("the bound volume")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workspace_lives_its_whole_life_on_the_node() {
+    let Some(s) = setup().await else { return };
+    let key = key("life");
+    let mut objs = objects(&key, s.agent);
+    s.runtime.apply(&key, &objs).await.expect("apply");
+
+    // Created → Running, with nothing patched: the kubelet ran the init container, then both
+    // containers, and the Deployment reports itself available.
+    wait_state(&s, &key, ActualState::Running).await;
+    let pods = live_pods(&s.client, &key).await;
+    assert_eq!(pods.len(), 1, "one pod");
+    let pod = &pods[0];
+    assert_eq!(
+        pod.spec.as_ref().and_then(|p| p.node_name.as_deref()),
+        Some(s.node.name.as_str()),
+        "scheduled onto the node"
+    );
+    let init = &pod
+        .status
+        .as_ref()
+        .unwrap()
+        .init_container_statuses
+        .as_ref()
+        .unwrap()[0];
+    let init_exit = init
+        .state
+        .as_ref()
+        .and_then(|st| st.terminated.as_ref())
+        .map(|t| t.exit_code);
+    assert_eq!(init_exit, Some(0), "the init container ran and succeeded");
+
+    // The init container wrote to /projects, which is the provisioned claim's directory.
+    assert_eq!(
+        exec_ok(&s, &key, Some("dev"), "cat /projects/.prestart").await,
+        "prestart ran"
+    );
+    let volume = data_volume(&s, &key).await;
+    let host_dir = volume
+        .spec
+        .as_ref()
+        .and_then(|v| v.host_path.as_ref())
+        .map(|h| std::path::PathBuf::from(&h.path))
+        .expect("a hostPath volume");
+    assert!(
+        host_dir.starts_with(&s.node.node_dir),
+        "{host_dir:?} is the provisioner's"
+    );
+    assert_eq!(
+        std::fs::read_to_string(host_dir.join(".prestart")).expect("the file on the volume"),
+        "prestart ran\n"
+    );
+
+    // The security context and the limits, as the kubelet applied them.
+    assert_eq!(
+        exec_ok(&s, &key, Some("dev"), "id -u; id -g").await,
+        "5001\n0"
+    );
+    assert_eq!(
+        exec_ok(
+            &s,
+            &key,
+            Some("dev"),
+            "cat /sys/fs/cgroup/memory/memory.limit_in_bytes"
+        )
+        .await,
+        (256u64 << 20).to_string(),
+        "the dev container's memory limit"
+    );
+    assert_eq!(
+        exec_ok(
+            &s,
+            &key,
+            Some("dev"),
+            "cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us"
+        )
+        .await,
+        "50000",
+        "the dev container's CPU limit (500m)"
+    );
+    let caps = exec_ok(&s, &key, Some("dev"), "grep CapEff /proc/self/status").await;
+    assert!(
+        caps.ends_with("0000000000000000"),
+        "no capabilities: {caps}"
+    );
+    let (_, _, code) = exec(&s, &key, Some("dev"), "touch /etc/warren-test").await;
+    assert_ne!(
+        code,
+        Some(0),
+        "the image's files are not writable by user 5001"
+    );
+
+    // Exec reports exit codes and stderr; the main container is the default.
+    let (out, err, code) = exec(&s, &key, None, "echo out; echo err >&2; exit 7").await;
+    assert_eq!(
+        (out.as_str(), err.as_str(), code),
+        ("out\n", "err\n", Some(7))
+    );
+
+    // The workspace's port, dialled as the agent does, and its logs.
+    let page = http_get(&s, &key, 8080).await;
+    assert!(page.contains(&format!("hello from {}", key.name)), "{page}");
+    let logs = s.runtime.logs(&key, Some("dev"), 100).await.expect("logs");
+    let logs = String::from_utf8_lossy(&logs);
+    assert!(
+        logs.contains(&format!("started {} as 5001:0", key.name)),
+        "logs: {logs}"
+    );
+
+    // A file written by the user survives stop and start.
+    exec_ok(&s, &key, Some("dev"), "echo kept > /projects/notes.txt").await;
+    let first_pod = pod.metadata.uid.clone();
+    deployment(&mut objs)["spec"]["replicas"] = 0.into();
+    s.runtime.apply(&key, &objs).await.expect("stop");
+    wait_state(&s, &key, ActualState::Stopped).await;
+    eventually(POD_SECS, "the kubelet to remove the pod", || async {
+        live_pods(&s.client, &key).await.is_empty().then_some(())
+    })
+    .await;
+    deployment(&mut objs)["spec"]["replicas"] = 1.into();
+    s.runtime.apply(&key, &objs).await.expect("start");
+    wait_state(&s, &key, ActualState::Running).await;
+    let second = live_pods(&s.client, &key).await;
+    assert_ne!(second[0].metadata.uid, first_pod, "a new pod");
+    assert_eq!(
+        exec_ok(&s, &key, Some("dev"), "cat /projects/notes.txt").await,
+        "kept"
+    );
+
+    // Resize: new limits reach the running container's cgroup through a new pod.
+    container(&mut objs, "dev")["resources"]["limits"]["memory"] = "128Mi".into();
+    s.runtime.apply(&key, &objs).await.expect("resize");
+    eventually(POD_SECS, "the resized pod to run with 128Mi", || async {
+        let (out, _, code) = try_exec(
+            &s,
+            &key,
+            Some("dev"),
+            "cat /sys/fs/cgroup/memory/memory.limit_in_bytes",
+        )
+        .await
+        .ok()?;
+        (code == Some(0) && out.trim() == (128u64 << 20).to_string()).then_some(())
+    })
+    .await;
+    wait_state(&s, &key, ActualState::Running).await;
+
+    // Terminate: the namespace goes, the kubelet stops the pod, the volume and its directory
+    // are deleted.
+    let volume_name = volume.metadata.name.clone().expect("volume name");
+    let mut progress = s.runtime.delete(&key).await.expect("delete");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(POD_SECS);
+    while progress != TerminationProgress::Terminated {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still terminating after {POD_SECS}s\n{}",
+            s.node.diagnostics()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        progress = s.runtime.delete(&key).await.expect("delete");
+    }
+    assert!(Api::<Namespace>::all(s.client.clone())
+        .get_opt(&key.namespace)
+        .await
+        .expect("namespace lookup")
+        .is_none());
+    eventually(
+        POD_SECS,
+        "the volume and its directory to be deleted",
+        || async {
+            let gone = Api::<PersistentVolume>::all(s.client.clone())
+                .get_opt(&volume_name)
+                .await
+                .ok()?
+                .is_none();
+            (gone && !host_dir.exists()).then_some(())
+        },
+    )
+    .await;
+    assert!(observed(&s, &key).await.is_none(), "nothing left to list");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_looping_command_fails_with_the_kubelets_reason() {
+    let Some(s) = setup().await else { return };
+    let key = key("crash");
+    let mut objs = objects(&key, s.agent);
+    container(&mut objs, "dev")["command"] =
+        serde_json::json!(["/bin/sh", "-c", "echo giving up; exit 3"]);
+    s.runtime.apply(&key, &objs).await.expect("apply");
+    let failed = wait_state(&s, &key, ActualState::Failed).await;
+    let failure = failed.pod_failure.expect("a pod failure");
+    assert_eq!(failure.reason, "CrashLoopBackOff", "{failure:?}");
+    assert!(
+        failure
+            .message
+            .starts_with("container dev exited with code 3"),
+        "the container and how it ended, as on the engine: {failure:?}"
+    );
+    let logs = s.runtime.logs(&key, Some("dev"), 10).await.expect("logs");
+    assert!(String::from_utf8_lossy(&logs).contains("giving up"));
+    terminate(&s, &key).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_image_fails_with_the_kubelets_reason() {
+    let Some(s) = setup().await else { return };
+    let key = key("noimg");
+    let mut objs = objects(&key, s.agent);
+    container(&mut objs, "dev")["image"] = "localhost/warren-missing:1".into();
+    s.runtime.apply(&key, &objs).await.expect("apply");
+    let failed = wait_state(&s, &key, ActualState::Failed).await;
+    let failure = failed.pod_failure.expect("a pod failure");
+    assert!(
+        ["ErrImagePull", "ImagePullBackOff"].contains(&failure.reason.as_str()),
+        "{failure:?}"
+    );
+    assert!(
+        failure.message.contains("warren-missing"),
+        "the kubelet's message names the image: {failure:?}"
+    );
+    terminate(&s, &key).await;
+}
+
+async fn terminate(s: &Setup, key: &WorkspaceKey) {
+    eventually(POD_SECS, "the workspace to be terminated", || async {
+        (s.runtime.delete(key).await.ok()? == TerminationProgress::Terminated).then_some(())
+    })
+    .await;
+}

@@ -5,7 +5,8 @@
 //!   `Running`; kubectl applies the same objects (with their namespace) and the bench waits
 //!   until the pod is Ready. Goal (issue 23): ≤ 1.2×.
 //! - desired change → pod terminated: Warren applies the stopped workspace (replicas 0);
-//!   kubectl applies the same change; both until the pod is gone from the API.
+//!   kubectl applies the same change; both until the kubelet has stopped the pod and its
+//!   object is gone from the API.
 //!
 //! Each figure is the median of `KUBE_NODE_BENCH_ROUNDS` rounds (default 3), printed as a
 //! ratio to kubectl's measured in the same run; who goes first alternates between rounds.
@@ -17,7 +18,7 @@ mod kube_common;
 
 use anyhow::{bail, Context, Result};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use kube::Client;
 use serde_json::{json, Value};
 use std::path::Path;
@@ -78,6 +79,16 @@ fn kubectl_apply(kubectl: &Path, kubeconfig: &Path, dir: &Path, objects: &[Value
         bail!("kubectl apply: {}", String::from_utf8_lossy(&out.stderr));
     }
     Ok(())
+}
+
+/// Whether `namespace` holds no pod at all: the kubelet stopped its containers and the pod
+/// object is gone (not merely marked for deletion).
+async fn no_pods(client: &Client, namespace: &str) -> Result<bool> {
+    Ok(Api::<Pod>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await?
+        .items
+        .is_empty())
 }
 
 /// Polls `check` every 20 ms until it holds (at most [`LIMIT`]).
@@ -145,9 +156,7 @@ async fn warren_round(
         .await
         .map_err(|e| anyhow::anyhow!("apply: {e}"))?;
     until("warren: pod terminated", || async {
-        Ok(kube_common::live_pods(client, &k.namespace)
-            .await
-            .is_empty())
+        no_pods(client, &k.namespace).await
     })
     .await?;
     Ok((create, started.elapsed()))
@@ -181,9 +190,7 @@ async fn kubectl_round(
     let started = Instant::now();
     kubectl_apply(kubectl, kubeconfig, dir, &with_ns(0))?;
     until("kubectl: pod terminated", || async {
-        Ok(kube_common::live_pods(client, &k.namespace)
-            .await
-            .is_empty())
+        no_pods(client, &k.namespace).await
     })
     .await?;
     Ok((create, started.elapsed()))
@@ -255,7 +262,7 @@ fn main() -> Result<()> {
                 "goal ≤ 1.2x",
             ),
             (
-                "stop → pod gone",
+                "stop → pod ended",
                 median(all.iter().map(|r| r.stop_warren).collect()),
                 median(all.iter().map(|r| r.stop_kubectl).collect()),
                 "",

@@ -20,17 +20,33 @@ bin="$cache/bin"
 start=$SECONDS
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
-if ! command -v etcd >/dev/null || ! command -v containerd >/dev/null || ! command -v runc >/dev/null \
-  || [ ! -x /usr/lib/cni/bridge ] || ! command -v iptables >/dev/null || ! command -v conntrack >/dev/null; then
+# Only what is missing is installed: a machine with Docker's containerd.io keeps it (installing
+# Debian's containerd beside it would remove Docker), and only services this run installed are
+# disabled below.
+have() { PATH="$PATH:/usr/sbin:/sbin" command -v "$1" >/dev/null; }
+missing=()
+have etcd || missing+=(etcd-server)
+have containerd || missing+=(containerd)
+have runc || missing+=(runc)
+[ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
+have iptables || missing+=(iptables)
+have conntrack || missing+=(conntrack)
+have ethtool || missing+=(ethtool)
+have socat || missing+=(socat)
+if [ ${#missing[@]} -gt 0 ]; then
   as_root apt-get -o DPkg::Lock::Timeout=600 update -q
   as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q \
-    etcd-server containerd runc containernetworking-plugins iptables conntrack ethtool socat
+    --no-remove "${missing[@]}"
 fi
 # Debian's etcd-server and containerd packages enable system services on the default ports and
 # sockets; the tests start their own (free ports, private sockets), so those are not needed
 # (ignore failures: no systemd in containers).
-as_root systemctl disable --now etcd >/dev/null 2>&1 || true
-as_root systemctl disable --now containerd >/dev/null 2>&1 || true
+for installed in "${missing[@]}"; do
+  case "$installed" in
+    etcd-server) as_root systemctl disable --now etcd >/dev/null 2>&1 || true ;;
+    containerd) as_root systemctl disable --now containerd >/dev/null 2>&1 || true ;;
+  esac
+done
 
 if [ -x "$bin/kube-apiserver" ] && [ -x "$bin/kube-controller-manager" ] && [ -x "$bin/kubectl" ] \
   && [ -x "$bin/kube-scheduler" ] && [ -x "$bin/kubelet" ] && [ -x "$bin/pause" ] \

@@ -1,7 +1,8 @@
 //! `warren up`: server, relay, an agent and the proxy in one process, on embedded defaults.
 //! The agent runs workspaces on Docker or Podman, or with `--runtime kubernetes` on the
-//! cluster of KUBECONFIG (pods must then be reachable from this machine, as from a node). Workspace hosts are `http://{port}-{workspace}.ws.localhost:<proxy port>`
-//! (browsers resolve `*.localhost` to loopback), SSH is `ssh -p <ssh port> <workspace>@localhost`.
+//! cluster of KUBECONFIG (pods must then be reachable from this machine, as from a node).
+//! Workspace hosts are `http://{port}-{workspace}.ws.localhost:<proxy port>` (browsers
+//! resolve `*.localhost` to loopback), SSH is `ssh -p <ssh port> <workspace>@localhost`.
 //!
 //! State lives under `WARREN_HOME`: the SQLite database and keys (the server's), the default
 //! agent's token (`keys/agent-local.token`), the engine runtime's files (`agent/`), and the
@@ -306,6 +307,15 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     );
     println!("Open the web UI, or try: warren ws create --devfile devfile.yaml --wait    (Ctrl-C stops Warren; workspaces keep running)");
     let editor = agent_config.editor.clone();
+    if engine_runtime.is_none() && editor.enabled() && editor.image.is_none() {
+        println!(
+            "editor: the default tools image {} is made locally for Docker or Podman; a cluster \
+             cannot pull it. Build one with `warren tools build --image REGISTRY/warren-tools:TAG`, \
+             push it and set the agent's editor image (`warren agent update`), or workspaces \
+             cannot start their editor's init container.",
+            editor.tools_image()
+        );
+    }
     // The default tools image is built here on first use, for the engine; one the
     // configuration names comes from its registry (a cluster always pulls it from there).
     if let Some(engine_runtime) = engine_runtime

@@ -130,7 +130,7 @@ pub const EXEC_MARKER_ENV: &str = "WARREN_EXEC_SESSION";
 pub const HANG_UP_SCRIPT: &str = r#"for d in /proc/[0-9]*; do
   tr '\0' '\n' < "$d/environ" 2>/dev/null | grep -qx "WARREN_EXEC_SESSION=$1" || continue
   grep -q '^PPid:[[:space:]]*0$' "$d/status" 2>/dev/null || continue
-  kill -s HUP "-${d#/proc/}" 2>/dev/null
+  kill -HUP "-${d#/proc/}" 2>/dev/null
 done
 exit 0"#;
 /// Runs a runtime's hang-up (see [`HANG_UP_SCRIPT`]) for at most 10 s: it is best effort, and

@@ -14,6 +14,7 @@ use anyhow::{bail, Context, Result};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::Client;
 use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
@@ -184,6 +185,9 @@ fn supervise(
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
+        // Its own process group: a Ctrl-C meant for the tests must not kill the supervisor
+        // before it has stopped its process (the test process's end closes the pipe).
+        .process_group(0)
         .spawn()
         .with_context(|| format!("starting {name}"))
 }

@@ -18,6 +18,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::Client;
 use serde_json::json;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,12 +34,29 @@ pub const WORKSPACE_IMAGE: &str = "localhost/warren-test:node";
 pub const STORAGE_CLASS: &str = "warren-local-path";
 const PROVISIONER: &str = "warren.dev/test-local-path";
 
-/// Kills the node when the supervisor's stdin closes: every process of the cgroup tree
-/// (kubelet, containerd, shims, containers), then the cgroups, the bridge and the directory.
+/// Kills the node when the supervisor's stdin closes (or it is signalled): the kubelet, then
+/// every process of the cgroup tree (containerd, shims, containers), then the cgroups, the
+/// bridge and the directory, and puts back the kernel settings the kubelet and the bridge
+/// plugin change. It runs in a process group of its own, so a Ctrl-C meant for the tests
+/// does not kill it before it has cleaned up.
 const NODE_SUPERVISOR: &str = r#"
+sysctls="vm.overcommit_memory kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.ipv4.ip_forward"
+saved=""
+for k in $sysctls; do
+  v="$(sysctl -n "$k" 2>/dev/null)" && saved="$saved $k=$v"
+done
 unshare --mount --propagation private sh -c "$INNER" >"$DIR/node.log" 2>&1 &
 inner=$!
-cat >/dev/null
+trap '' INT HUP
+trap 'kill $cat_pid 2>/dev/null' TERM
+# In the background (so TERM is handled at once), reading the pipe through fd 3: a
+# background job's own stdin is /dev/null.
+exec 3<&0
+cat <&3 >/dev/null &
+cat_pid=$!
+wait $cat_pid
+kill -9 "$inner" 2>/dev/null
+wait "$inner" 2>/dev/null
 procs() { find "/sys/fs/cgroup/pids/$CG" -name cgroup.procs -exec cat {} + 2>/dev/null; }
 i=0
 while [ $i -lt 100 ]; do
@@ -48,12 +66,11 @@ while [ $i -lt 100 ]; do
   sleep 0.1
   i=$((i + 1))
 done
-kill -9 "$inner" 2>/dev/null
-wait "$inner" 2>/dev/null
 for h in /sys/fs/cgroup/*/; do
   [ -d "$h$CG" ] && find "$h$CG" -depth -type d -exec rmdir {} + 2>/dev/null
 done
 ip link del "$BRIDGE" 2>/dev/null
+for kv in $saved; do sysctl -q -w "$kv" >/dev/null 2>&1; done
 rm -rf "$DIR"
 "#;
 
@@ -61,6 +78,8 @@ rm -rf "$DIR"
 /// the images and runs the kubelet.
 const NODE_INNER: &str = r#"
 set -e
+# Says why the node never started (the kubelet replaces this shell when all went well).
+trap 'echo "$?" >"$DIR/inner.exit"' EXIT
 for h in /sys/fs/cgroup/*/; do
   case "$h" in */unified/) continue ;; esac
   mkdir -p "$h$CG/system"
@@ -192,7 +211,9 @@ impl Node {
     }
 }
 
-static NODE: OnceLock<Option<Node>> = OnceLock::new();
+/// The node, none (skipped), or why it did not start: every test of the binary then fails
+/// with that reason instead of starting a cluster again.
+static NODE: OnceLock<Result<Option<Node>, String>> = OnceLock::new();
 
 /// What a node needs that may be missing from this machine; `None` when all is there.
 fn missing_parts(bin: &Path) -> Option<String> {
@@ -230,6 +251,11 @@ fn missing_parts(bin: &Path) -> Option<String> {
     if !root {
         missing.push("root (the kubelet and containerd need it)".into());
     }
+    if !Path::new("/sys/fs/cgroup/pids/cgroup.procs").is_file() {
+        missing.push(
+            "cgroup v1 hierarchies under /sys/fs/cgroup (the kit's teardown uses them)".into(),
+        );
+    }
     if !Path::new("/usr/lib/cni/bridge").is_file() {
         missing.push("/usr/lib/cni/bridge (containernetworking-plugins)".into());
     }
@@ -256,7 +282,7 @@ pub fn node() -> Option<&'static Node> {
 /// in this test binary).
 pub fn node_with_images(extra: &[&str]) -> Option<&'static Node> {
     let extra: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
-    NODE.get_or_init(move || {
+    let started = NODE.get_or_init(move || {
         let bin = super::binaries_dir();
         if let Some(missing) = missing_parts(&bin) {
             let notice = format!(
@@ -267,22 +293,25 @@ pub fn node_with_images(extra: &[&str]) -> Option<&'static Node> {
                 panic!("WARREN_REQUIRE_KUBERNETES=1 but {notice}");
             }
             eprintln!("skipping: {notice}");
-            return None;
+            return Ok(None);
         }
         let started = Instant::now();
         let node = std::thread::spawn(move || start_node(&bin, &extra))
             .join()
-            .expect("node start thread")
-            .unwrap_or_else(|e| panic!("starting the one-node Kubernetes cluster: {e:#}"));
+            .map_err(|_| "the node start thread panicked".to_owned())?
+            .map_err(|e| format!("{e:#}"))?;
         eprintln!(
             "one-node Kubernetes cluster {} ready in {:?} at {}",
             node.name,
             started.elapsed(),
             node.cluster.url
         );
-        Some(node)
-    })
-    .as_ref()
+        Ok(Some(node))
+    });
+    match started {
+        Ok(node) => node.as_ref(),
+        Err(e) => panic!("starting the one-node Kubernetes cluster: {e}"),
+    }
 }
 
 /// A /24 of 10.200.0.0/13 and a bridge name, distinct per process and per call.
@@ -382,6 +411,9 @@ pub fn start_node(bin: &Path, extra_images: &[String]) -> Result<Node> {
         "--runtime-request-timeout=2m".into(),
         format!("--hostname-override={name}"),
         format!("--node-ip={gateway}"),
+        // The API server reaches the kubelet on the node's IP; nothing else should (it lets
+        // anyone in: a test node).
+        format!("--address={gateway}"),
         format!("--port={}", free_port()?),
         "--read-only-port=0".into(),
         format!("--healthz-port={}", free_port()?),
@@ -416,7 +448,8 @@ pub fn start_node(bin: &Path, extra_images: &[String]) -> Result<Node> {
         .env("KUBELET", &kubelet)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        .stderr(Stdio::null())
+        .process_group(0);
     // The kubelet's arguments reach the inner script as its positional parameters.
     let inner = format!(
         "set -- {}\n{NODE_INNER}",
@@ -568,6 +601,13 @@ async fn wait_node_ready(node: &Node, client: &Client) -> Result<()> {
                 }
                 None => last = "no Ready condition".into(),
             }
+        }
+        if let Ok(code) = std::fs::read_to_string(node.node_dir.join("inner.exit")) {
+            bail!(
+                "the node's start script failed (exit {}): {}",
+                code.trim(),
+                node.log_tail("node")
+            );
         }
         if let Some(status) = node
             .supervisor

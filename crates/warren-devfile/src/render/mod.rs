@@ -719,11 +719,13 @@ pub fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rendered, Re
                     service_account_name: Some(sa_name),
                     automount_service_account_token: Some(false),
                     enable_service_links: Some(false),
-                    // The pause process is PID 1 and reaps, as the engine runtime's init
-                    // does: a devfile command that installs no SIGTERM handler (a shell, a
-                    // `sleep`) then stops when the pod stops instead of at the end of the
-                    // grace period (seen on a real node: 44 s to stop a workspace).
-                    share_process_namespace: Some(true),
+                    // As long as the engine runtime waits (its stop timeout): a devfile
+                    // command that is PID 1 without a SIGTERM handler (a shell, `sleep`)
+                    // ignores the signal and is killed only at the end of the grace period,
+                    // 30 s by default (seen on a real node: 44 s to stop a workspace). The
+                    // containers keep their own process namespaces, as on the engine: a
+                    // shared one would let each read the others' files and environment.
+                    termination_grace_period_seconds: Some(10),
                     host_users: cfg.security.use_user_namespaces.then_some(false),
                     runtime_class_name: cfg.security.runtime_class_name.clone(),
                     security_context: Some(core::PodSecurityContext {

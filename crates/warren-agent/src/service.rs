@@ -19,8 +19,12 @@ use crate::runtime::WorkspaceRuntime;
 /// Which runtime runs the workspaces.
 #[derive(Debug, Clone)]
 pub enum RuntimeChoice {
-    /// Docker or Podman; generated files (mounted secrets, records) under `state_dir`.
-    Engine { state_dir: PathBuf },
+    /// Docker or Podman; generated files (mounted secrets, records) under `state_dir`;
+    /// devfile image builds only when `image_builds`.
+    Engine {
+        state_dir: PathBuf,
+        image_builds: bool,
+    },
     /// The cluster of the in-cluster configuration or KUBECONFIG.
     Kubernetes,
 }
@@ -134,8 +138,13 @@ async fn run_agent(
     let mut kube_client = None;
     let (runtime, engine): (Arc<dyn WorkspaceRuntime>, Option<EngineRuntime>) =
         match &config.runtime {
-            RuntimeChoice::Engine { state_dir } => {
-                let engine = EngineRuntime::connect(EngineConfig::new(agent, state_dir))
+            RuntimeChoice::Engine {
+                state_dir,
+                image_builds,
+            } => {
+                let mut engine_config = EngineConfig::new(agent, state_dir);
+                engine_config.image_builds = *image_builds;
+                let engine = EngineRuntime::connect(engine_config)
                     .await
                     .map_err(AgentError::Engine)?;
                 (Arc::new(engine.clone()), Some(engine))

@@ -989,17 +989,13 @@ async fn a_restart_runs_the_image_its_tag_names_now() -> Result<()> {
         return Ok(());
     }
     let h = Harness::new().await?;
+    // Before the workspace, so it goes after it: an image a pod runs cannot be removed.
+    let mut images = Images::default();
     let ws = Workspace::new("reimage", h.agent_id);
     // A tag of this test's own, so other tests' image stays as it is.
     let tag = format!("localhost/warren-reimage-{}:latest", ws.name());
-    struct Untag(String);
-    impl Drop for Untag {
-        fn drop(&mut self) {
-            let _ = cli_run(&["rmi", "-f", &self.0]);
-        }
-    }
     cli_run(&["tag", IMAGE, &tag])?;
-    let _untag = Untag(tag.clone());
+    images.names.push(tag.clone());
     let objects = || -> Vec<serde_json::Value> {
         let mut o = ws.objects();
         for c in pod_spec(&mut o)["containers"]
@@ -1050,6 +1046,7 @@ async fn a_restart_runs_the_image_its_tag_names_now() -> Result<()> {
     ]);
     let _ = cli_run(&["rm", "-f", &scratch]);
     let second = committed?.trim().to_owned();
+    images.made.push(second.clone());
     assert!(!second.is_empty() && !first.contains(&second) && !second.contains(&first));
     h.runtime.apply(&ws.key, &objects()).await?;
     wait_state(&h.runtime, &ws, ActualState::Running).await?;
@@ -1229,5 +1226,392 @@ async fn a_stale_firewall_table_is_removed_when_an_agent_starts() -> Result<()> 
         .output()?;
     let tables = String::from_utf8_lossy(&tables.stdout);
     assert!(!tables.contains(stale), "{tables}");
+    Ok(())
+}
+
+/// Removes, when dropped, the names a test gave images (untagged: the image stays under its
+/// other names), the images it made and every image built for the named workspaces. Made
+/// before the workspaces, so it goes after them: an image a pod runs cannot be removed.
+#[derive(Default)]
+struct Images {
+    made: Vec<String>,
+    names: Vec<String>,
+    built_for: Vec<String>,
+}
+
+impl Drop for Images {
+    fn drop(&mut self) {
+        for w in &self.built_for {
+            let filter = format!("label=warren.dev/built-for={w}");
+            // Intermediate images of a build carry its labels too.
+            for id in cli_lines(&["images", "-a", "-q", "--filter", &filter]) {
+                let _ = cli_run(&["rmi", "-f", &id]);
+            }
+        }
+        for name in &self.names {
+            let _ = cli_run(&["rmi", name]);
+        }
+        for id in &self.made {
+            let _ = cli_run(&["rmi", "-f", id]);
+        }
+    }
+}
+
+/// Removes volume `.0` when dropped.
+struct Volume(String);
+
+impl Drop for Volume {
+    fn drop(&mut self) {
+        let _ = cli_run(&["volume", "rm", "-f", &self.0]);
+    }
+}
+
+/// The full id of image `name`.
+fn image_id(name: &str) -> Result<String> {
+    Ok(cli_run(&["image", "inspect", "--format", "{{.Id}}", name])?
+        .trim()
+        .trim_start_matches("sha256:")
+        .to_owned())
+}
+
+/// The image id a container of `ws` was created from.
+fn container_image(ws: &Workspace, container: &str) -> Result<String> {
+    let name = format!("warren-{}.c.{container}", ws.name());
+    Ok(cli_run(&["inspect", "--format", "{{.Image}}", &name])?
+        .trim()
+        .trim_start_matches("sha256:")
+        .to_owned())
+}
+
+/// A build context: a tar archive of `files` (path, contents), made by the system's `tar`.
+fn tar_context(files: &[(&str, &str)]) -> Result<warren_agent::runtime::BuildContext> {
+    use futures::StreamExt;
+    let dir = tempfile::tempdir()?;
+    for (path, text) in files {
+        std::fs::write(dir.path().join(path), text)?;
+    }
+    let out = std::process::Command::new("tar")
+        .arg("-C")
+        .arg(dir.path())
+        .args(["-cf", "-", "."])
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "tar: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let archive = bytes::Bytes::from(out.stdout);
+    Ok(futures::stream::once(async move { Ok(archive) }).boxed())
+}
+
+/// Builds `image` for `ws` from `dockerfile`, as a devfile `image` component does; the
+/// build's output.
+async fn build(h: &Harness, ws: &Workspace, image: &str, dockerfile: &str) -> Result<String> {
+    use futures::StreamExt;
+    let task = warren_types::relay::BuildImageTask {
+        image: image.to_owned(),
+        dockerfile: "Dockerfile".into(),
+        args: vec![],
+    };
+    let context = tar_context(&[("Dockerfile", dockerfile)])?;
+    let mut progress = h.runtime.build_image(&ws.key, &task, context).await?;
+    let mut out = String::new();
+    while let Some(line) = progress.next().await {
+        out.push_str(&line.with_context(|| format!("building {image}; its output:\n{out}"))?);
+    }
+    Ok(out)
+}
+
+/// The objects of `ws` with its main container running `image`.
+fn main_image(ws: &Workspace, image: &str) -> Vec<serde_json::Value> {
+    let mut objects = ws.objects();
+    pod_spec(&mut objects)["containers"][0]["image"] = image.into();
+    objects
+}
+
+/// Issue 37: a workspace's build asked for the name of an image another workspace runs.
+/// The name keeps its image, and the build exists only under the builder's own name for it;
+/// the builder's containers naming the image run its build, a colleague's naming it run
+/// what it always named, and no other workspace gets the build by any name.
+#[tokio::test]
+async fn a_build_never_replaces_an_image_another_workspace_runs() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    let mut images = Images::default();
+    let builder = Workspace::new("builder", h.agent_id);
+    let colleague = Workspace::new("colleague", h.agent_id);
+    let loose = Workspace::new("loose", h.agent_id);
+    let thief = Workspace::new("thief", h.agent_id);
+    let suffix = &builder.name()["builder-".len()..];
+    let victim = format!("localhost/warren-victim-{suffix}:1");
+    let short = format!("warren-short-{suffix}:dev");
+    images.names.push(victim.clone());
+    images.built_for.push(builder.name().to_owned());
+    cli_run(&["tag", IMAGE, &victim])?;
+    let victim_id = image_id(&victim)?;
+
+    h.runtime.apply(&builder.key, &builder.objects()).await?;
+    wait_state(&h.runtime, &builder, ActualState::Running).await?;
+    let dockerfile = format!(
+        "FROM {IMAGE}\nRUN echo built by {} > /built-by\n",
+        builder.name()
+    );
+    let output = build(&h, &builder, &victim, &dockerfile).await?;
+    build(&h, &builder, &short, &dockerfile).await?;
+
+    assert_eq!(
+        image_id(&victim)?,
+        victim_id,
+        "the build replaced {victim}; its output:\n{output}"
+    );
+    let built = cli_lines(&[
+        "images",
+        "--filter",
+        &format!("label=warren.dev/built-for={}", builder.name()),
+        "--format",
+        "{{.Repository}}:{{.Tag}}",
+    ]);
+    // Named `localhost/warren-ws/<requested>/<builder>.<id>.<key>:<tag>`.
+    let own = |requested: &str, tag: &str| {
+        let (start, end) = (
+            format!("localhost/warren-ws/{requested}/{}.4242.", builder.name()),
+            format!(":{tag}"),
+        );
+        built
+            .iter()
+            .find(|n| n.starts_with(&start) && n.ends_with(&end))
+            .cloned()
+            .with_context(|| format!("{start}…{end} among the builds {built:?}"))
+    };
+    let scoped = own(&format!("localhost/warren-victim-{suffix}"), "1")?;
+    own(&format!("docker.io/library/warren-short-{suffix}"), "dev")?;
+    assert_eq!(built.len(), 2, "built under no other name: {built:?}");
+    let built_id = image_id(&scoped)?;
+
+    // The builder names the image it built: its container runs the build.
+    h.runtime
+        .apply(&builder.key, &main_image(&builder, &victim))
+        .await?;
+    wait_state(&h.runtime, &builder, ActualState::Running).await?;
+    assert_eq!(
+        exec(&builder, "dev", "cat /built-by")?.trim(),
+        format!("built by {}", builder.name())
+    );
+    assert_eq!(container_image(&builder, "dev")?, built_id);
+
+    // A colleague naming it runs what the name always named.
+    h.runtime
+        .apply(&colleague.key, &main_image(&colleague, &victim))
+        .await?;
+    wait_state(&h.runtime, &colleague, ActualState::Running).await?;
+    assert_eq!(container_image(&colleague, "dev")?, victim_id);
+    assert_eq!(
+        exec(
+            &colleague,
+            "dev",
+            "cat /built-by 2>/dev/null || echo absent"
+        )?
+        .trim(),
+        "absent"
+    );
+
+    // Nor does one naming it by a short name (which Podman resolves to any local
+    // `…/<name>:<tag>`), nor one that learned the build's own name: the name is pulled
+    // instead, which fails here, and is reported.
+    for (ws, image) in [(&loose, short.as_str()), (&thief, scoped.as_str())] {
+        h.runtime.apply(&ws.key, &main_image(ws, image)).await?;
+        let failed = wait_state(&h.runtime, ws, ActualState::Failed).await?;
+        let failure = failed.pod_failure.context("pod failure")?;
+        assert_eq!(failure.reason, "ErrImagePull", "{}", failure.message);
+        assert!(failure.message.contains(image), "{}", failure.message);
+        let filter = format!("label=warren.dev/workspace-name={}", ws.name());
+        for id in cli_lines(&["ps", "-a", "-q", "--filter", &filter]) {
+            let image = cli_run(&["inspect", "--format", "{{.Image}}", &id])?;
+            assert_ne!(
+                image.trim().trim_start_matches("sha256:"),
+                built_id,
+                "container {id} of {} runs the builder's image",
+                ws.name()
+            );
+        }
+    }
+
+    // Deleting the builder removes its builds; the name it asked for stays as it was.
+    delete_until_terminated(&h, &builder).await?;
+    let left = cli_lines(&[
+        "images",
+        "--filter",
+        &format!("label=warren.dev/built-for={}", builder.name()),
+        "--format",
+        "{{.Repository}}:{{.Tag}}",
+    ]);
+    assert!(
+        left.iter().all(|n| n == "<none>:<none>"),
+        "named builds left after the deletion: {left:?}"
+    );
+    assert_eq!(image_id(&victim)?, victim_id);
+    Ok(())
+}
+
+/// An agent whose engine must run only pulled images refuses every build, naming the
+/// setting.
+#[tokio::test]
+async fn an_agent_with_image_builds_off_refuses_every_build() -> Result<()> {
+    use warren_agent::runtime::engine::{EngineConfig, EngineRuntime};
+    if !engine_available() {
+        return Ok(());
+    }
+    let state_dir = tempfile::tempdir()?;
+    let agent_id = warren_types::AgentId(rand::random::<u32>() as i64 + 1_000_000);
+    let mut config = EngineConfig::new(agent_id, state_dir.path());
+    config.stop_timeout_secs = 2;
+    config.image_builds = false;
+    let runtime = EngineRuntime::connect(config).await?;
+    let mut images = Images::default();
+    let ws = Workspace::new("nobuild", agent_id);
+    let task = warren_types::relay::BuildImageTask {
+        image: format!("localhost/warren-nobuild-{}:1", ws.name()),
+        dockerfile: "Dockerfile".into(),
+        args: vec![],
+    };
+    // Should a build happen after all.
+    images.names.push(task.image.clone());
+    images.built_for.push(ws.name().to_owned());
+    let context = tar_context(&[("Dockerfile", &format!("FROM {IMAGE}\n"))])?;
+    let refused = runtime.build_image(&ws.key, &task, context).await;
+    runtime.shutdown().await;
+    match refused {
+        Err(e @ RuntimeError::NotAvailable(_)) => {
+            assert!(e.to_string().contains("image_builds"), "{e}")
+        }
+        Err(e) => anyhow::bail!("refused, but not as turned off: {e}"),
+        Ok(_) => anyhow::bail!("a build started on an agent with image builds off"),
+    }
+    Ok(())
+}
+
+/// Issue 37: a build's `RUN` steps dial the host's loopback, where every workspace's
+/// published ports and Warren's own internal listeners are. Podman's compatible API runs
+/// them in the host's network namespace unless told otherwise; the agent gives them one of
+/// their own, so the host's 127.0.0.1 is not theirs.
+#[tokio::test]
+async fn a_builds_run_steps_cannot_reach_the_hosts_loopback() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    std::thread::spawn(move || {
+        for s in listener.incoming() {
+            drop(s);
+        }
+    });
+    let h = Harness::new().await?;
+    let mut images = Images::default();
+    let ws = Workspace::new("netbuild", h.agent_id);
+    images.built_for.push(ws.name().to_owned());
+    h.runtime.apply(&ws.key, &ws.objects()).await?;
+    wait_state(&h.runtime, &ws, ActualState::Running).await?;
+    let dockerfile = format!(
+        "FROM {IMAGE}\nRUN if nc -w 3 127.0.0.1 {port} </dev/null; then echo REACHED-HOST; \
+         else echo ISOLATED; fi\n"
+    );
+    let output = build(
+        &h,
+        &ws,
+        &format!("localhost/warren-netbuild-{}:1", ws.name()),
+        &dockerfile,
+    )
+    .await?;
+    h.runtime.delete(&ws.key).await?;
+    assert!(
+        // Whole lines: the step's own text (echoed first) names both words.
+        output.lines().any(|l| l.trim() == "ISOLATED")
+            && !output.lines().any(|l| l.trim() == "REACHED-HOST"),
+        "the build reached the host's 127.0.0.1:{port}:\n{output}"
+    );
+    Ok(())
+}
+
+/// The shared tools volume is filled from the tools image by its id, and never from an
+/// image a workspace's build put under the tools image's name (as builds could before
+/// they were confined to their workspace's namespace): a later workspace start keeps the
+/// editor's files as they were, instead of running the build's `install` into every
+/// workspace's editor.
+#[tokio::test]
+async fn the_tools_volume_is_never_filled_from_a_workspaces_build() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    let suffix = format!("{:06x}", rand::random::<u32>() & 0xffffff);
+    let tools = format!("localhost/warren-tools-test-{suffix}:1");
+    let scratch = format!("warren-tools-scratch-{suffix}");
+    let mut images = Images::default();
+    let _volume = Volume(warren_agent::runtime::engine::plan::tools_volume_name(
+        &tools,
+    ));
+    let first = Workspace::new("tools", h.agent_id);
+    let later = Workspace::new("tools", h.agent_id);
+    // An image holding `/tools-id` with `text`, under the tools image's name.
+    let mut make_tools = |text: &str, change: &[&str]| -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let file = dir.path().join("tools-id");
+        std::fs::write(&file, text)?;
+        cli_run(&["create", "--name", &scratch, IMAGE, "true"])?;
+        let mut commit = vec!["commit", "-q"];
+        for c in change {
+            commit.extend(["--change", c]);
+        }
+        commit.extend([scratch.as_str(), tools.as_str()]);
+        let copy = format!("{scratch}:/tools-id");
+        let made = cli_run(&["cp", &file.to_string_lossy(), &copy]).and_then(|_| cli_run(&commit));
+        let _ = cli_run(&["rm", "-f", &scratch]);
+        images.made.push(made?.trim().to_owned());
+        Ok(())
+    };
+    let with_tools = |ws: &Workspace| -> Vec<serde_json::Value> {
+        let mut objects = ws.objects();
+        let spec = pod_spec(&mut objects);
+        spec["volumes"]
+            .as_array_mut()
+            .expect("volumes")
+            .push(serde_json::json!({"name": "warren-tools", "emptyDir": {}}));
+        spec["initContainers"]
+            .as_array_mut()
+            .expect("init containers")
+            .push(serde_json::json!({
+                "name": "warren-tools",
+                "image": tools,
+                "command": ["/bin/sh", "-c", "cp /tools-id /warren/tools/tools-id"],
+                "volumeMounts": [{"name": "warren-tools", "mountPath": "/warren/tools"}],
+            }));
+        spec["containers"][0]["volumeMounts"]
+            .as_array_mut()
+            .expect("mounts")
+            .push(serde_json::json!({
+                "name": "warren-tools",
+                "mountPath": "/warren/tools",
+                "readOnly": true,
+            }));
+        objects
+    };
+
+    make_tools("good", &[])?;
+    h.runtime.apply(&first.key, &with_tools(&first)).await?;
+    wait_state(&h.runtime, &first, ActualState::Running).await?;
+    assert_eq!(exec(&first, "dev", "cat /warren/tools/tools-id")?, "good");
+
+    // A build (labelled as the engine runtime labels builds) takes the tools image's name.
+    make_tools("evil", &["LABEL warren.dev/built-for=mallory-1234"])?;
+    h.runtime.apply(&later.key, &with_tools(&later)).await?;
+    wait_state(&h.runtime, &later, ActualState::Running).await?;
+    assert_eq!(
+        exec(&later, "dev", "cat /warren/tools/tools-id")?,
+        "good",
+        "the shared tools volume was filled from a workspace's build"
+    );
     Ok(())
 }

@@ -29,8 +29,9 @@ pub use model::{
 };
 pub use parse::check_structure;
 pub use render::{
-    exec_command_script, render, Endpoint, ProjectSource, RenderError, RenderRequest, Rendered,
-    ResolvedVariable, FILES_MOUNT_PATH, SCRIPTS_MOUNT_PATH,
+    exec_command_script, protected_egress, render, Endpoint, ProjectSource, RenderError,
+    RenderRequest, Rendered, ResolvedVariable, FILES_MOUNT_PATH, PROTECTED_EGRESS,
+    SCRIPTS_MOUNT_PATH,
 };
 pub use yaml::{is_static_object, objects_to_yaml, set_replicas};
 

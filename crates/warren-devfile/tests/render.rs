@@ -317,6 +317,26 @@ fn objects_read_back_satisfy_the_spec_table() {
             .cidr,
         "0.0.0.0/0"
     );
+    // Attack: the default allow-list excepted only RFC 1918, so a workspace reached the
+    // cloud's metadata service (instance credentials) and CGNAT-addressed provider services.
+    let except = egress[1].to.as_ref().unwrap()[0]
+        .ip_block
+        .as_ref()
+        .unwrap()
+        .except
+        .clone()
+        .unwrap_or_default();
+    for protected in [
+        "169.254.0.0/16",
+        "100.64.0.0/10",
+        "127.0.0.0/8",
+        "224.0.0.0/4",
+    ] {
+        assert!(
+            except.iter().any(|e| e == protected),
+            "{protected} is excepted from 0.0.0.0/0: {except:?}"
+        );
+    }
 
     let dep: Deployment = objs.kind("Deployment").remove(0);
     let spec = dep.spec.unwrap();
@@ -621,4 +641,48 @@ components:
         pod_of(&r).init_containers.unwrap()[0].image.as_deref(),
         Some("registry.example.com/tools/editor:7")
     );
+}
+
+/// An admin's broad egress block never opens the protected ranges; one they name by itself
+/// (inside a protected range) is kept as written, and exceptions are added only once.
+#[test]
+fn protected_ranges_are_excepted_from_broad_blocks_only() {
+    use warren_devfile::protected_egress;
+    use warren_types::config::EgressRule;
+    let rule = |allow: &str, except: &[&str]| EgressRule {
+        allow: allow.into(),
+        except: except.iter().map(|e| e.to_string()).collect(),
+    };
+    let out = protected_egress(&[
+        rule("0.0.0.0/0", &["169.254.0.0/16"]),
+        rule("169.254.169.254/32", &[]),
+        rule("100.0.0.0/8", &[]),
+        rule("::/0", &[]),
+        rule("not-a-cidr", &[]),
+    ]);
+    let broad = &out[0].except;
+    assert_eq!(
+        broad.iter().filter(|e| *e == "169.254.0.0/16").count(),
+        1,
+        "{broad:?}"
+    );
+    for p in [
+        "0.0.0.0/8",
+        "127.0.0.0/8",
+        "100.64.0.0/10",
+        "224.0.0.0/4",
+        "240.0.0.0/4",
+    ] {
+        assert!(broad.iter().any(|e| e == p), "{p} in {broad:?}");
+    }
+    assert!(
+        !broad.iter().any(|e| e.contains(':')),
+        "no IPv6 in an IPv4 block: {broad:?}"
+    );
+    assert!(out[1].except.is_empty(), "named by itself: {:?}", out[1]);
+    assert_eq!(out[2].except, vec!["100.64.0.0/10".to_owned()]);
+    for p in ["::1/128", "fe80::/10", "fd00:ec2::254/128", "ff00::/8"] {
+        assert!(out[3].except.iter().any(|e| e == p), "{p} in {:?}", out[3]);
+    }
+    assert!(out[4].except.is_empty());
 }

@@ -19,6 +19,16 @@
 //! private temporary directory removed when the call ends. Error messages carry git's own
 //! `fatal:`/`error:` lines, which never contain the credential (it is not in the URL).
 //!
+//! # Where the server may connect
+//!
+//! A project's URL is a user's choice, so before git runs the remote's host is resolved
+//! through the server's outbound guard (`warren_netguard`): a loopback, private, link-local
+//! or other special-purpose address is refused unless the operator allows it. Over HTTP(S)
+//! git then connects to exactly the checked addresses (`http.curloptResolve`), so a name
+//! cannot resolve elsewhere a moment later, and follows no redirect (a redirect would be
+//! resolved by curl alone). SSH and `git://` are checked the same way, but the connection is
+//! resolved again by ssh and git themselves.
+//!
 //! # Cache
 //!
 //! Every read first resolves the ref on the remote (`ls-remote`, authenticated, so access is
@@ -75,6 +85,12 @@ pub enum GitError {
     Remote { repo: String, detail: String },
     #[error("repository {repo}: git did not finish within {secs} s")]
     Timeout { repo: String, secs: u64 },
+    #[error("repository {repo}: {source}")]
+    Refused {
+        repo: String,
+        #[source]
+        source: warren_netguard::GuardError,
+    },
     #[error("running git")]
     Io(#[source] std::io::Error),
 }
@@ -86,6 +102,8 @@ pub struct Options {
     pub timeout: Duration,
     /// Largest file [`GitReader::read_file`] returns.
     pub max_file_bytes: u64,
+    /// Which addresses remotes may resolve to.
+    pub guard: warren_netguard::Guard,
 }
 
 impl Default for Options {
@@ -93,6 +111,7 @@ impl Default for Options {
         Options {
             timeout: Duration::from_secs(60),
             max_file_bytes: 1024 * 1024,
+            guard: warren_netguard::Guard::default(),
         }
     }
 }
@@ -187,6 +206,28 @@ pub fn display_url(url: &str) -> String {
     }
 }
 
+/// The scheme, host (IPv6 in brackets) and port a remote URL connects to; scp-like
+/// `user@host:path` is SSH on port 22.
+fn remote_host(url: &str) -> Option<(String, String, u16)> {
+    if let Ok(u) = url::Url::parse(url) {
+        let host = match u.host()? {
+            url::Host::Ipv6(ip) => format!("[{ip}]"),
+            other => other.to_string(),
+        };
+        let port = u.port().unwrap_or(match u.scheme() {
+            "https" => 443,
+            "http" => 80,
+            "ssh" => 22,
+            "git" => 9418,
+            _ => return None,
+        });
+        return Some((u.scheme().to_owned(), host, port));
+    }
+    let (user_host, _) = url.split_once(':')?;
+    let (_, host) = user_host.rsplit_once('@')?;
+    (!host.is_empty()).then(|| ("ssh".to_owned(), host.to_owned(), 22))
+}
+
 fn is_commit_id(r: &str) -> bool {
     r.len() == 40 && r.bytes().all(|b| b.is_ascii_hexdigit())
 }
@@ -208,7 +249,8 @@ impl GitReader {
     /// full commit id) points at on the remote.
     pub async fn resolve(&self, remote: Remote<'_>, reference: &str) -> Result<String, GitError> {
         validate_remote_url(remote.url).map_err(GitError::InvalidUrl)?;
-        let auth = Auth::prepare(remote.credential, &self.inner.dir).map_err(GitError::Io)?;
+        let mut auth = Auth::prepare(remote.credential, &self.inner.dir).map_err(GitError::Io)?;
+        auth.pins = self.pins(remote.url).await?;
         self.resolve_with(&auth, remote.url, reference).await
     }
 
@@ -267,7 +309,8 @@ impl GitReader {
     ) -> Result<FileAtRef, GitError> {
         validate_remote_url(remote.url).map_err(GitError::InvalidUrl)?;
         // One credential directory for the whole read: resolving, fetching, reading.
-        let auth = Auth::prepare(remote.credential, &self.inner.dir).map_err(GitError::Io)?;
+        let mut auth = Auth::prepare(remote.credential, &self.inner.dir).map_err(GitError::Io)?;
+        auth.pins = self.pins(remote.url).await?;
         let commit = self.resolve_with(&auth, remote.url, reference).await?;
         let path = path.trim_start_matches("./").to_owned();
         let key = (remote.url.to_owned(), commit.clone(), path.clone());
@@ -395,6 +438,41 @@ impl GitReader {
         Ok(FileAtRef { commit, contents })
     }
 
+    /// Checks where `url`'s host resolves and returns the git configuration that holds git
+    /// to those addresses (HTTP(S)) and to no redirect.
+    async fn pins(&self, url: &str) -> Result<Vec<(&'static str, String)>, GitError> {
+        let Some((scheme, host, port)) = remote_host(url) else {
+            return Err(GitError::InvalidUrl(format!("{url:?} is not a Git URL")));
+        };
+        let refused = |source| GitError::Refused {
+            repo: display_url(url),
+            source,
+        };
+        let addrs = self
+            .inner
+            .options
+            .guard
+            .resolve(&host, port)
+            .await
+            .map_err(refused)?;
+        let mut pins = vec![("http.followRedirects", "false".to_owned())];
+        let literal = host.starts_with('[') || host.parse::<std::net::IpAddr>().is_ok();
+        if matches!(scheme.as_str(), "http" | "https") && !literal {
+            let list: Vec<String> = addrs
+                .iter()
+                .map(|a| match a.ip() {
+                    std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+                    v4 => v4.to_string(),
+                })
+                .collect();
+            pins.push((
+                "http.curloptResolve",
+                format!("{host}:{port}:{}", list.join(",")),
+            ));
+        }
+        Ok(pins)
+    }
+
     fn cached(&self, key: &CacheKey) -> Option<Arc<Vec<u8>>> {
         let cache = self.inner.cache.lock().unwrap_or_else(|p| p.into_inner());
         cache.map.get(key).cloned()
@@ -475,6 +553,7 @@ impl GitReader {
         if let Some(helper) = &auth.helper {
             config.push(("credential.helper", helper.clone()));
         }
+        config.extend(auth.pins.iter().cloned());
         cmd.env("GIT_CONFIG_COUNT", config.len().to_string());
         for (i, (k, v)) in config.iter().enumerate() {
             cmd.env(format!("GIT_CONFIG_KEY_{i}"), k);
@@ -568,6 +647,8 @@ struct Auth {
     /// `credential.helper` value printing the username and password.
     helper: Option<String>,
     ssh_command: Option<String>,
+    /// Configuration holding git to the addresses the guard checked.
+    pins: Vec<(&'static str, String)>,
 }
 
 impl Auth {
@@ -577,6 +658,7 @@ impl Auth {
                 _dir: None,
                 helper: None,
                 ssh_command: None,
+                pins: vec![],
             });
         };
         std::fs::create_dir_all(base)?;
@@ -585,6 +667,7 @@ impl Auth {
             helper: None,
             ssh_command: None,
             _dir: None,
+            pins: vec![],
         };
         match c {
             GitCredential::SshKey {

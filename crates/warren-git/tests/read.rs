@@ -36,7 +36,7 @@ async fn reads_a_file_at_a_ref_with_credentials_and_caches_by_commit() {
         .create_repo("app", &[(".devfile.yaml", DEVFILE), ("README", "hi\n")])
         .unwrap();
     let cache = tempfile::tempdir().unwrap();
-    let reader = GitReader::new(cache.path(), Options::default());
+    let reader = GitReader::new(cache.path(), loopback());
     let url = server.url("app");
     let cred = basic("s3cret-pass");
     let remote = Remote {
@@ -113,7 +113,7 @@ async fn every_failure_names_the_repository_and_what_is_missing() {
         cache.path(),
         Options {
             max_file_bytes: 10,
-            ..Options::default()
+            ..loopback()
         },
     );
     let url = server.url("app");
@@ -213,4 +213,91 @@ async fn every_failure_names_the_repository_and_what_is_missing() {
         }
     }
     assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+/// Options whose guard lets the reader reach the tests' Git server on 127.0.0.1 (and no
+/// other special-purpose address).
+fn loopback() -> Options {
+    Options {
+        guard: warren_netguard::Guard::new(vec!["127.0.0.1/32".parse().unwrap()]),
+        ..Options::default()
+    }
+}
+
+/// Attack: a user names a repository on an address only the server reaches. With the
+/// default guard the reader refuses it before git runs, so the forge never sees a request.
+#[tokio::test]
+async fn a_remote_on_a_special_purpose_address_is_never_contacted() {
+    if !have_git() {
+        return;
+    }
+    let server = GitHttpServer::start("ann", "s3cret-pass").await.unwrap();
+    server
+        .create_repo("app", &[(".devfile.yaml", DEVFILE)])
+        .unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let reader = GitReader::new(cache.path(), Options::default());
+    let cred = basic("s3cret-pass");
+    for url in [
+        server.url("app"),
+        server.url_via("localhost", "app"),
+        format!("ssh://git@127.0.0.1:{}/app.git", server.addr.port()),
+        "git@169.254.169.254:team/app.git".to_owned(),
+    ] {
+        let err = reader
+            .read_file(
+                Remote {
+                    url: &url,
+                    credential: Some(&cred),
+                },
+                "main",
+                ".devfile.yaml",
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, warren_git::GitError::Refused { .. }),
+            "{url}: {err}"
+        );
+        assert!(err.to_string().contains("is not a public address"), "{err}");
+    }
+    assert_eq!((server.refused(), server.upload_packs()), (0, 0));
+}
+
+/// A name the guard resolved is handed to git with its checked addresses
+/// (`http.curloptResolve`), and git reads through them.
+#[tokio::test]
+async fn a_name_is_read_through_the_addresses_the_guard_checked() {
+    if !have_git() {
+        return;
+    }
+    let server = GitHttpServer::start("ann", "s3cret-pass").await.unwrap();
+    server
+        .create_repo("app", &[(".devfile.yaml", DEVFILE)])
+        .unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let reader = GitReader::new(
+        cache.path(),
+        Options {
+            guard: warren_netguard::Guard::new(vec![
+                "127.0.0.0/8".parse().unwrap(),
+                "::1/128".parse().unwrap(),
+            ]),
+            ..Options::default()
+        },
+    );
+    let url = server.url_via("localhost", "app");
+    let cred = basic("s3cret-pass");
+    let file = reader
+        .read_file(
+            Remote {
+                url: &url,
+                credential: Some(&cred),
+            },
+            "main",
+            ".devfile.yaml",
+        )
+        .await
+        .unwrap();
+    assert_eq!(file.contents.as_slice(), DEVFILE.as_bytes());
 }

@@ -17,7 +17,7 @@ struct Env {
     stack: Stack,
     alice: TestUser,
     ws: TestWorkspace,
-    _up: Upstream,
+    up: Upstream,
 }
 
 async fn env_with(options: StackOptions) -> Env {
@@ -34,7 +34,7 @@ async fn env_with(options: StackOptions) -> Env {
         stack,
         alice,
         ws,
-        _up: up,
+        up,
     }
 }
 
@@ -1098,6 +1098,8 @@ async fn tls_with_alpn_http2_and_secure_cookies() {
     .unwrap();
     let head = String::from_utf8(out.stdout).unwrap();
     assert!(head.contains("; HttpOnly; SameSite=Lax; Secure"), "{head}");
+    // Under https the proxy's cookies carry `__Host-`: no other host can set or shadow them.
+    assert!(head.contains("set-cookie: __Host-warren_bind="), "{head}");
     assert!(
         head.contains(&format!("location: https://auth.ws.localhost:{port}/oauth/start?return=https%3A%2F%2F8080-alice-web")),
         "{head}"
@@ -1221,4 +1223,257 @@ async fn kept_connections_are_reused_after_complete_answers() {
         2,
         "the abandoned connection is not reused"
     );
+}
+
+/// A request of an attack test: method, a name for it, extra headers.
+type Case<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>);
+
+/// Sends `method url` as the browser `b` (with its cookies), plus `headers`.
+async fn send_as(b: &mut Browser, method: &str, url: &str, headers: &[(&str, &str)]) -> Seen {
+    let mut req = b
+        .http
+        .request(method.parse().unwrap(), url)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("x=1");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    b.once(req, url).await
+}
+
+/// Issue 37: every workspace host is the same site, so a page of another workspace (or any
+/// site) must not post, fetch with credentials or open WebSockets to a victim's workspace
+/// with the victim's session cookie — refused with 403 before the workspace sees anything;
+/// its own pages, other ports of the same workspace, navigations and tokens are unaffected.
+#[tokio::test]
+async fn cross_site_requests_with_the_session_cookie_never_reach_the_workspace() {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Message;
+    let e = env().await;
+    let s = &e.stack;
+    let host = s.host(8080, "alice-web");
+    let mut b = browser(s, std::slice::from_ref(&host));
+    let p = b
+        .sign_in(&s.url(8080, "alice-web", "/"), "alice", "password-123")
+        .await;
+    assert_eq!(p.status, 200, "{p:?}");
+    let own = format!("http://{host}");
+    let sibling = format!("http://{}", s.host(3000, "alice-web"));
+    let other = format!("http://{}", s.host(8080, "mallory-site"));
+    let terminal = format!(
+        "http://terminal-alice-web.ws.localhost:{}",
+        s.proxy_addr.port()
+    );
+    let url = |case: &str| s.url(8080, "alice-web", &format!("/headers?case={case}"));
+
+    let refused: [Case; 7] = [
+        ("POST", "same-site", vec![("sec-fetch-site", "same-site")]),
+        (
+            "POST",
+            "same-site-other",
+            vec![("sec-fetch-site", "same-site"), ("origin", &other)],
+        ),
+        ("POST", "origin-other", vec![("origin", &other)]),
+        ("POST", "origin-null", vec![("origin", "null")]),
+        (
+            "PUT",
+            "cross-site",
+            vec![
+                ("sec-fetch-site", "cross-site"),
+                ("origin", "http://evil.example.com"),
+            ],
+        ),
+        ("DELETE", "terminal-origin", vec![("origin", &terminal)]),
+        // A GET that upgrades is no navigation.
+        (
+            "GET",
+            "get-upgrade",
+            vec![
+                ("sec-fetch-site", "same-site"),
+                ("origin", &other),
+                ("connection", "upgrade"),
+                ("upgrade", "websocket"),
+            ],
+        ),
+    ];
+    for (method, case, headers) in &refused {
+        let r = send_as(&mut b, method, &url(case), headers).await;
+        assert_eq!(r.status, 403, "{case}: {r:?}");
+        assert!(
+            r.body.contains("cross-site request refused"),
+            "{case}: {}",
+            r.body
+        );
+    }
+
+    let allowed: [Case; 5] = [
+        (
+            "POST",
+            "same-origin",
+            vec![("sec-fetch-site", "same-origin"), ("origin", &own)],
+        ),
+        ("POST", "own-origin", vec![("origin", &own)]),
+        // Another port of the same workspace: the same tenant's page.
+        (
+            "POST",
+            "sibling",
+            vec![("sec-fetch-site", "same-site"), ("origin", &sibling)],
+        ),
+        // Neither header: not a browser.
+        ("POST", "no-headers", vec![]),
+        // A navigation from another site changes nothing.
+        ("GET", "navigation", vec![("sec-fetch-site", "cross-site")]),
+    ];
+    for (method, case, headers) in &allowed {
+        let r = send_as(&mut b, method, &url(case), headers).await;
+        assert_eq!(r.status, 200, "{case}: {r:?}");
+    }
+
+    // A token is not ambient: whatever the page headers say, it is the client's own choice.
+    let http = s.client_for(std::slice::from_ref(&host));
+    let r = http
+        .post(url("token"))
+        .bearer_auth(&e.alice.token)
+        .header("sec-fetch-site", "cross-site")
+        .header("origin", &other)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+
+    // WebSockets with the cookie: only from the workspace's own origin.
+    let cookie = format!(
+        "warren_session={}",
+        b.cookie(&host_only(&host), "warren_session").unwrap()
+    );
+    let ws_request = |case: &str, extra: &[(&'static str, &str)]| {
+        let mut req = format!("ws://{host}/ws?case={case}")
+            .into_client_request()
+            .unwrap();
+        req.headers_mut().insert("cookie", cookie.parse().unwrap());
+        for (k, v) in extra {
+            req.headers_mut().insert(*k, v.parse().unwrap());
+        }
+        req
+    };
+    for (case, extra) in [
+        ("ws-origin", vec![("origin", other.as_str())]),
+        (
+            "ws-site",
+            vec![
+                ("sec-fetch-site", "cross-site"),
+                ("origin", "http://evil.example.com"),
+            ],
+        ),
+    ] {
+        let tcp = tokio::net::TcpStream::connect(s.proxy_addr).await.unwrap();
+        match tokio_tungstenite::client_async(ws_request(case, &extra), tcp).await {
+            Err(tokio_tungstenite::tungstenite::Error::Http(r)) => {
+                assert_eq!(r.status().as_u16(), 403, "{case}")
+            }
+            other => panic!("{case}: expected 403, got {other:?}"),
+        }
+    }
+    let tcp = tokio::net::TcpStream::connect(s.proxy_addr).await.unwrap();
+    let (mut ws, resp) = tokio_tungstenite::client_async(
+        ws_request(
+            "ws-own",
+            &[("origin", own.as_str()), ("sec-fetch-site", "same-origin")],
+        ),
+        tcp,
+    )
+    .await
+    .unwrap();
+    assert_eq!(resp.status().as_u16(), 101);
+    ws.send(Message::Text("hi".into())).await.unwrap();
+    let m = ws.next().await.unwrap().unwrap();
+    assert_eq!(m.into_text().unwrap().as_str(), "echo: hi");
+    ws.close(None).await.unwrap();
+
+    // The workspace saw exactly the allowed requests, never a refused one.
+    let seen = e.up.seen();
+    for (method, case, _) in &refused {
+        assert!(
+            !seen.iter().any(|r| r.ends_with(&format!("case={case}"))),
+            "{method} {case} reached the workspace: {seen:#?}"
+        );
+    }
+    for case in ["ws-origin", "ws-site"] {
+        assert!(
+            !seen.iter().any(|r| r.ends_with(&format!("case={case}"))),
+            "{case} reached the workspace: {seen:#?}"
+        );
+    }
+    for want in [
+        "POST /headers?case=same-origin",
+        "POST /headers?case=own-origin",
+        "POST /headers?case=sibling",
+        "POST /headers?case=no-headers",
+        "GET /headers?case=navigation",
+        "POST /headers?case=token",
+        "GET /ws?case=ws-own",
+    ] {
+        assert!(seen.iter().any(|r| r == want), "{want}: {seen:#?}");
+    }
+}
+
+/// Issue 37: a workspace's `Set-Cookie` reaches the browser only for its own host and never
+/// under one of the proxy's names, and a cookie of the proxy's name planted in front of the
+/// real one (by script, or by an older proxy) neither shadows it nor loops its holder
+/// through sign-in.
+#[tokio::test]
+async fn workspaces_cannot_plant_or_shadow_the_proxys_cookies() {
+    let e = env().await;
+    let s = &e.stack;
+    let host = s.host(8080, "alice-web");
+    let url = s.url(8080, "alice-web", "/");
+    let mut b = browser(s, std::slice::from_ref(&host));
+    b.sign_in(&url, "alice", "password-123").await;
+    let real = b.cookie(&host_only(&host), "warren_session").unwrap();
+
+    let toss = b.get(&s.url(8080, "alice-web", "/toss")).await;
+    assert_eq!((toss.status, toss.body.as_str()), (200, "tossed"));
+    assert_eq!(
+        toss.set_cookies,
+        ["other=1; Path=/", "app=2; Path=/; HttpOnly"],
+        "no cookie of the proxy's names, no Domain"
+    );
+    // The same through a token.
+    let http = s.client_for(std::slice::from_ref(&host));
+    let resp = http
+        .get(s.url(8080, "alice-web", "/toss"))
+        .bearer_auth(&e.alice.token)
+        .send()
+        .await
+        .unwrap();
+    let set: Vec<&str> = resp
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .collect();
+    assert_eq!(set, ["other=1; Path=/", "app=2; Path=/; HttpOnly"]);
+
+    // Planted cookies first, the real one last: still signed in.
+    let elsewhere = forge_session(
+        s,
+        serde_json::json!({"aud": "warren-session", "sub": e.alice.id, "ws": e.ws.id,
+            "host": host_only(&s.host(3000, "alice-web")), "iat": now(), "exp": now() + 600}),
+        None,
+    );
+    for planted in ["garbage", elsewhere.as_str()] {
+        let resp = http
+            .get(&url)
+            .header("accept", "text/html")
+            .header(
+                "cookie",
+                format!("warren_session={planted}; app=1; warren_session={real}"),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 200, "planted {planted:.12}…");
+        assert_eq!(resp.text().await.unwrap(), "hello from alice-web");
+    }
 }

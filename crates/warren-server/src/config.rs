@@ -57,6 +57,12 @@ pub struct ServerConfig {
     /// from anywhere else the header is ignored, as anyone can write it.
     #[serde(default)]
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// Special-purpose address ranges (loopback, private, link-local, …) the server may
+    /// fetch from on a user's behalf: devfile parents and registries, projects' Git remotes.
+    /// Empty (the default): public addresses only, so no user can make the server read
+    /// what only it can reach (`warren_netguard`). Name an internal forge or registry here.
+    #[serde(default)]
+    pub outbound_allow: Vec<ipnet::IpNet>,
     /// Single sign-on through an OpenID Connect provider (none: local passwords only).
     #[serde(default)]
     pub oidc: Option<OidcConfig>,
@@ -244,6 +250,7 @@ impl ServerConfig {
             ssh_public_address: None,
             ssh_host_keys: Vec::new(),
             trusted_proxies: vec![],
+            outbound_allow: vec![],
             oidc: None,
             password_login: true,
             tls_cert_file: None,

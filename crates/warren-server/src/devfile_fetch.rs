@@ -1,6 +1,11 @@
 //! Fetches the parents of devfiles (`parent.uri`, devfile registries) over HTTP, bounded in
 //! size and time, and keeps what it fetched for a few minutes: creating ten workspaces from
 //! one registry stack reads the registry once.
+//!
+//! The URLs are chosen by users, so every fetch goes through the server's outbound guard
+//! ([`warren_netguard::Guard`]): no loopback, private, link-local or other special-purpose
+//! address, before or after a redirect, unless the operator allows it; and failures say
+//! what kind of failure it was, never what the network answered.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -20,19 +25,20 @@ type Cache = HashMap<String, (Instant, Arc<str>)>;
 #[derive(Debug, Clone)]
 pub struct DevfileFetcher {
     client: reqwest::Client,
+    guard: warren_netguard::Guard,
     /// Registries for parents named by `id` without `registryUrl`, in order.
     pub registries: Arc<Vec<String>>,
     cache: Arc<Mutex<Cache>>,
 }
 
 impl DevfileFetcher {
-    pub fn new(registries: Vec<String>) -> Self {
+    pub fn new(registries: Vec<String>, guard: &warren_netguard::Guard) -> Self {
         DevfileFetcher {
-            client: reqwest::Client::builder()
-                .timeout(TIMEOUT)
-                .redirect(reqwest::redirect::Policy::limited(5))
+            client: guard
+                .client(reqwest::Client::builder().timeout(TIMEOUT), 5)
                 .build()
                 .unwrap_or_default(),
+            guard: guard.clone(),
             registries: Arc::new(registries),
             cache: Arc::default(),
         }
@@ -69,21 +75,25 @@ impl DevfileFetcher {
 
     async fn fetch_now(&self, url: &str) -> Result<String, String> {
         let parsed = url::Url::parse(url).map_err(|e| format!("not a URL: {e}"))?;
-        if !matches!(parsed.scheme(), "http" | "https") {
-            return Err("only http and https URLs are fetched".into());
-        }
-        if !parsed.username().is_empty() || parsed.password().is_some() {
-            return Err(
-                "URLs with credentials are refused (they would be stored with the workspace)"
-                    .into(),
-            );
+        match self.guard.check_url(&parsed) {
+            Ok(()) => {}
+            Err(warren_netguard::GuardError::Scheme(_)) => {
+                return Err("only http and https URLs are fetched".into())
+            }
+            Err(warren_netguard::GuardError::Credentials) => {
+                return Err(
+                    "URLs with credentials are refused (they would be stored with the workspace)"
+                        .into(),
+                )
+            }
+            Err(e) => return Err(format!("cannot fetch: {e}")),
         }
         let mut resp = self
             .client
             .get(parsed)
             .send()
             .await
-            .map_err(|e| format!("cannot fetch: {}", warren_types::error_chain(&e)))?;
+            .map_err(|e| format!("cannot fetch: {}", warren_netguard::user_message(&e)))?;
         if !resp.status().is_success() {
             return Err(format!(
                 "HTTP {} {}",
@@ -98,7 +108,7 @@ impl DevfileFetcher {
         while let Some(chunk) = resp
             .chunk()
             .await
-            .map_err(|e| format!("reading the answer: {}", warren_types::error_chain(&e)))?
+            .map_err(|e| format!("reading the answer: {}", warren_netguard::user_message(&e)))?
         {
             body.extend_from_slice(&chunk);
             if body.len() > max {

@@ -60,6 +60,7 @@ impl Server {
             )?)
             .into_bytes(),
         };
+        let outbound = warren_netguard::Guard::new(config.outbound_allow.clone());
         let default_devfile = match &config.default_devfile_file {
             Some(path) => {
                 std::fs::read_to_string(path).map_err(|source| ServerError::DefaultDevfile {
@@ -126,8 +127,17 @@ impl Server {
             login_throttle: Arc::default(),
             trusted_proxies: Arc::new(config.trusted_proxies.clone()),
             changes: Arc::new(tokio::sync::watch::channel(0).0),
-            git: warren_git::GitReader::new(config.home.join("git-cache"), Default::default()),
-            parents: crate::devfile_fetch::DevfileFetcher::new(config.devfile_registries.clone()),
+            git: warren_git::GitReader::new(
+                config.home.join("git-cache"),
+                warren_git::Options {
+                    guard: outbound.clone(),
+                    ..Default::default()
+                },
+            ),
+            parents: crate::devfile_fetch::DevfileFetcher::new(
+                config.devfile_registries.clone(),
+                &outbound,
+            ),
         };
         let bootstrap_admin =
             app::users::bootstrap_admin(&state, &config.bootstrap_admin_username).await?;
@@ -280,7 +290,11 @@ impl Server {
             closing_on.cancelled().await;
             closing.cancel();
         });
-        let app = self.router();
+        let mut app = self.router();
+        if self.tls.is_some() {
+            // Every request on this listener came over TLS, whatever its headers say.
+            app = app.layer(axum::Extension(crate::http::oauth::cookies::ServedOverTls));
+        }
         let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
         if let Some(cert) = &self.tls {
             tokio::spawn(

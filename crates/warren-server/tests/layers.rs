@@ -67,3 +67,41 @@ fn the_check_sees_what_it_looks_for() {
     assert!(!names_http("// axum in a comment"));
     assert!(!names_http("let u = \"see crate::http::oauth\";"));
 }
+
+/// `docs/security.md` names, for every boundary Warren promises, the tests that attack it.
+/// Each one named must exist, so the page never promises a test that was renamed or removed.
+#[test]
+fn every_test_the_threat_model_names_exists() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let doc = std::fs::read_to_string(root.join("docs/security.md")).expect("docs/security.md");
+    let mut checked = 0;
+    let mut missing = Vec::new();
+    for line in doc.lines() {
+        // `path.rs::name`, then `::other` for more tests of the same file on the line.
+        let mut file: Option<String> = None;
+        for token in line.split('`').skip(1).step_by(2) {
+            let name = if let Some(name) = token.strip_prefix("::") {
+                name
+            } else if let Some((path, name)) = token.split_once(".rs::") {
+                file = Some(format!("{path}.rs"));
+                name
+            } else {
+                continue;
+            };
+            let Some(path) = &file else { continue };
+            let text = std::fs::read_to_string(root.join(path)).unwrap_or_default();
+            if !text.contains(&format!("fn {name}(")) {
+                missing.push(format!("{path}::{name}"));
+            }
+            checked += 1;
+        }
+    }
+    assert!(
+        checked > 40,
+        "only {checked} tests found in docs/security.md"
+    );
+    assert!(
+        missing.is_empty(),
+        "docs/security.md names tests that do not exist: {missing:#?}"
+    );
+}

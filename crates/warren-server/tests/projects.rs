@@ -312,3 +312,164 @@ async fn credentials_in_old_urls_move_into_sealed_storage() {
         s.stop().await;
     }
 }
+
+// ---- Server-side request forgery: what a user can make the server fetch ----------------
+//
+// The harness allows the server to fetch from 127.0.0.1 only (the tests' own servers); the
+// "internal services" below listen on 127.0.0.2, which the server can reach and the user
+// cannot: before the outbound guard, each of these attacks read them.
+
+const INTERNAL_DEVFILE: &str = "schemaVersion: 2.2.0\nmetadata: {name: internal-secret}\ncomponents:\n  - name: leaked\n    container: {image: internal-only, memoryLimit: 64Mi}\n";
+
+/// A devfile whose parent is at `uri`.
+fn with_parent(uri: &str) -> String {
+    format!("schemaVersion: 2.2.0\nparent: {{uri: '{uri}'}}\n")
+}
+
+#[tokio::test]
+async fn attack_a_devfile_parent_on_a_loopback_service_is_not_fetched() {
+    let internal =
+        warren_testkit::files_http::FilesHttpServer::start_on("127.0.0.2:0".parse().unwrap())
+            .await
+            .unwrap();
+    internal.put("/devfile.yaml", INTERNAL_DEVFILE);
+    // An allowed server of the attacker's that bounces the fetch to the internal one.
+    let bouncer = warren_testkit::files_http::FilesHttpServer::start()
+        .await
+        .unwrap();
+    bouncer.redirect("/bounce.yaml", &internal.url("/devfile.yaml"));
+    bouncer.redirect(
+        "/metadata.yaml",
+        "http://169.254.169.254/latest/meta-data/iam/security-credentials/",
+    );
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        s.agent("a1", json!({})).await;
+        let eve = s.user("eve", &["api", "workspace"]).await;
+        for (case, uri) in [
+            ("direct", internal.url("/devfile.yaml")),
+            ("redirected", bouncer.url("/bounce.yaml")),
+            ("redirected to metadata", bouncer.url("/metadata.yaml")),
+            (
+                "metadata",
+                "http://169.254.169.254/latest/meta-data/".to_owned(),
+            ),
+            (
+                "mapped IPv6",
+                format!(
+                    "http://[::ffff:127.0.0.2]:{}/devfile.yaml",
+                    internal.addr.port()
+                ),
+            ),
+            (
+                "decimal",
+                format!("http://2130706434:{}/devfile.yaml", internal.addr.port()),
+            ),
+        ] {
+            let (st, b) = s
+                .call(
+                    Method::POST,
+                    "/api/v1/workspaces",
+                    Some(&eve),
+                    Some(json!({"name": "probe", "devfile": with_parent(&uri)})),
+                )
+                .await;
+            assert_eq!(st, 422, "[{l}] {case}: {b}");
+            let m = msg(&b);
+            assert!(
+                m.contains("not a public address") || m.contains("redirects could not be followed"),
+                "[{l}] {case}: the refusal is named: {m}"
+            );
+            assert!(!m.contains("internal-secret"), "[{l}] {case}: {m}");
+        }
+        assert_eq!(
+            internal.total_hits(),
+            0,
+            "[{l}] the internal service was never asked"
+        );
+        s.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn attack_a_name_resolving_to_loopback_is_refused_after_resolution() {
+    let internal = warren_testkit::files_http::FilesHttpServer::start()
+        .await
+        .unwrap();
+    internal.put("/devfile.yaml", INTERNAL_DEVFILE);
+    for db in databases() {
+        // No allow-list at all: loopback is refused whatever name leads there.
+        let s = TestServer::start_with(&db, |c| c.outbound_allow.clear()).await;
+        let l = s.label;
+        s.agent("a1", json!({})).await;
+        let eve = s.user("eve", &["api", "workspace"]).await;
+        let uri = format!("http://localhost:{}/devfile.yaml", internal.addr.port());
+        let (st, b) = s
+            .call(
+                Method::POST,
+                "/api/v1/workspaces",
+                Some(&eve),
+                Some(json!({"name": "probe", "devfile": with_parent(&uri)})),
+            )
+            .await;
+        assert_eq!(st, 422, "[{l}] {b}");
+        let m = msg(&b);
+        assert!(m.contains("localhost is not a public address"), "[{l}] {m}");
+        assert!(
+            !m.contains("127.0.0.1"),
+            "[{l}] the address is not told: {m}"
+        );
+        s.stop().await;
+    }
+    assert_eq!(
+        internal.total_hits(),
+        0,
+        "the loopback service was never asked"
+    );
+}
+
+#[tokio::test]
+async fn attack_a_project_remote_on_a_loopback_service_is_not_read() {
+    if !have_git() {
+        return;
+    }
+    let git = GitHttpServer::start_on("127.0.0.2:0".parse().unwrap(), "ann", PASSWORD)
+        .await
+        .unwrap();
+    git.create_repo("internal", &[(".devfile.yaml", INTERNAL_DEVFILE)])
+        .unwrap();
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        s.agent("a1", json!({})).await;
+        let eve = s.user("eve", &["api", "workspace"]).await;
+        let (st, b) = s
+            .call(
+                Method::POST,
+                "/api/v1/projects",
+                Some(&eve),
+                Some(json!({"name": "internal", "git_url": git.url("internal"),
+                    "credential": {"kind": "basic", "username": "ann", "password": PASSWORD}})),
+            )
+            .await;
+        assert_eq!(st, 201, "[{l}] {b}");
+        let (st, b) = s
+            .call(
+                Method::POST,
+                "/api/v1/workspaces",
+                Some(&eve),
+                Some(json!({"project": "internal", "name": "probe"})),
+            )
+            .await;
+        assert_eq!(st, 422, "[{l}] {b}");
+        assert_eq!(b["error"]["code"], "address_not_allowed", "[{l}] {b}");
+        assert!(msg(&b).contains("is not a public address"), "[{l}] {b}");
+        s.stop().await;
+    }
+    assert_eq!(
+        (git.refused(), git.upload_packs()),
+        (0, 0),
+        "the internal forge was never contacted"
+    );
+}

@@ -43,6 +43,106 @@ fn csrf_of(page: &Page) -> String {
         .1
 }
 
+/// Signs the admin in through the UI's form, sending `proto` as `X-Forwarded-Proto` with
+/// both requests, from an empty cookie jar; returns the session's `Set-Cookie`.
+async fn session_cookie_with(b: &mut Browser, password: &str, proto: Option<&str>) -> String {
+    b.jar.clear();
+    let with = |r: reqwest::RequestBuilder| match proto {
+        Some(p) => r.header("x-forwarded-proto", p),
+        None => r,
+    };
+    let login = b.send(with(b.http.get(format!("{}/login", b.base)))).await;
+    assert_eq!(login.status, 200, "{}", login.body);
+    let csrf = csrf_of(&login);
+    let form = [
+        ("username", "admin"),
+        ("password", password),
+        ("csrf_token", &csrf),
+    ];
+    let p = b
+        .send(with(b.http.post(format!("{}/login", b.base)).form(&form)))
+        .await;
+    assert_eq!(p.status, 303, "{}", p.body);
+    p.set_cookies
+        .into_iter()
+        .find(|c| c.starts_with("warren_session="))
+        .expect("a session cookie")
+}
+
+/// Issue 37: `Secure` on the session cookie follows what the server knows — its own TLS
+/// listener, or what a trusted reverse proxy says in `X-Forwarded-Proto` — never a header any
+/// client can write: neither turned off on TLS (the cookie would then also travel in clear)
+/// nor on over plain HTTP (browsers would drop it: a sign-in loop).
+#[tokio::test]
+async fn the_session_cookie_is_secure_by_what_the_server_knows() {
+    use warren_server::{Server, ServerConfig};
+    let secure = |c: &str| c.contains("; Secure");
+
+    // Plain HTTP, no trusted proxy: the client's header is ignored either way.
+    let s = TestServer::start(&DbChoice::Sqlite).await;
+    let mut b = Browser::new(&s.base);
+    for proto in [Some("https"), None] {
+        let c = session_cookie_with(&mut b, &s.admin_password, proto).await;
+        assert!(!secure(&c), "{proto:?}: {c}");
+    }
+    s.stop().await;
+
+    // Plain HTTP behind a trusted proxy (this test's peer, 127.0.0.1): its word counts.
+    let s = TestServer::start_with(&DbChoice::Sqlite, |c| {
+        c.trusted_proxies = vec!["127.0.0.0/8".parse().unwrap()];
+    })
+    .await;
+    let mut b = Browser::new(&s.base);
+    for (proto, want) in [
+        (Some("https"), true),
+        (Some("http"), false),
+        (None, false),
+        // A proxy that appends: its own (right-most) entry counts, not the client's.
+        (Some("http, https"), true),
+        (Some("https, http"), false),
+    ] {
+        let c = session_cookie_with(&mut b, &s.admin_password, proto).await;
+        assert_eq!(secure(&c), want, "{proto:?}: {c}");
+    }
+    s.stop().await;
+
+    // The server's own TLS listener: Secure without any header, and a client saying
+    // `http` cannot turn it off.
+    let db = TestDb::new(&DbChoice::Sqlite).await;
+    let pki = tempfile::tempdir().unwrap();
+    let ca = warren_testkit::tls::TestCa::new(pki.path(), "issue-37 CA").unwrap();
+    let cert = ca
+        .issue(&pki.path().join("server"), &["localhost", "127.0.0.1"])
+        .unwrap();
+    let mut config = ServerConfig::new(db.dir.path().join("home"));
+    config.database_url = Some(db.url.clone());
+    config.relay_secret = Some(RELAY_SECRET.into());
+    config.tls_cert_file = Some(cert.cert_file.clone());
+    config.tls_key_file = Some(cert.key_file.clone());
+    let server = Server::prepare(config).await.expect("prepare");
+    let password = server.bootstrap_admin().expect("admin").password.clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("https://{}", listener.local_addr().unwrap());
+    let stop = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(server.serve(listener, stop.clone()));
+    let ca_pem = std::fs::read(&ca.ca_file).unwrap();
+    let mut b = Browser {
+        base,
+        http: reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .add_root_certificate(reqwest::Certificate::from_pem(&ca_pem).unwrap())
+            .build()
+            .unwrap(),
+        jar: Default::default(),
+    };
+    for proto in [None, Some("http")] {
+        let c = session_cookie_with(&mut b, &password, proto).await;
+        assert!(secure(&c), "{proto:?}: {c}");
+    }
+    stop.cancel();
+    task.await.unwrap().unwrap();
+}
+
 async fn signed_in(s: &TestServer, user: &str, password: &str) -> Browser {
     let mut b = Browser::new(&s.base);
     let p = sign_in(&mut b, user, password).await;
@@ -130,28 +230,11 @@ async fn session_cookie_sign_out_and_security_headers() {
                 .contains("immutable"));
         }
 
-        // Under TLS (as the proxy in front says) the cookie is Secure.
-        let mut tls = Browser::new(&s.base);
-        let login = tls.get("/login").await;
-        let csrf = csrf_of(&login);
-        let req = tls
-            .http
-            .post(format!("{}/login", s.base))
-            .header("x-forwarded-proto", "https")
-            .header(reqwest::header::COOKIE, tls.cookie_header())
-            .form(&[
-                ("username", "admin"),
-                ("password", s.admin_password.as_str()),
-                ("csrf_token", &csrf),
-            ]);
-        let p = tls.send(req).await;
-        assert!(
-            p.set_cookies
-                .iter()
-                .any(|c| c.starts_with("warren_session=") && c.contains("; Secure")),
-            "[{l}] {:?}",
-            p.set_cookies
-        );
+        // Plain HTTP from a client that is no trusted proxy: its `X-Forwarded-Proto` is not
+        // believed (see `the_session_cookie_is_secure_by_what_the_server_knows`).
+        let mut direct = Browser::new(&s.base);
+        let c = session_cookie_with(&mut direct, &s.admin_password, Some("https")).await;
+        assert!(!c.contains("Secure"), "[{l}] {c}");
 
         // Sign-out ends the session on the server, not only in this browser.
         let old = b.jar.get("warren_session").cloned().expect("session");

@@ -308,6 +308,8 @@ impl Stack {
             config.tls_key_file = Some(p.server_dir.join("tls.key"));
         }
         config.devfile_registries = options.devfile_registries.clone();
+        // The tests' registries and Git servers listen on 127.0.0.1.
+        config.outbound_allow = vec!["127.0.0.1/32".parse().expect("cidr")];
         config.relay_urls = relay_listeners
             .iter()
             .map(|r| format!("http://{}", r.3))

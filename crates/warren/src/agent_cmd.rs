@@ -44,6 +44,11 @@ pub struct AgentArgs {
     /// Where the runtime keeps files it generates (mounted secrets) [default: ./warren-agent].
     #[arg(long, env = "WARREN_AGENT_STATE_DIR")]
     state_dir: Option<PathBuf>,
+    /// Whether devfile `image` components may build images on this agent's engine
+    /// [default: true]; builds share the engine, so a site that does not trust its users'
+    /// Dockerfiles turns them off.
+    #[arg(long, env = "WARREN_AGENT_IMAGE_BUILDS", value_name = "BOOL")]
+    image_builds: Option<bool>,
     /// This agent's id; asked from the relay when absent.
     #[arg(long, env = "WARREN_AGENT_ID")]
     agent_id: Option<i64>,
@@ -88,6 +93,7 @@ struct AgentFile {
     token_file: Option<PathBuf>,
     runtime: Option<RuntimeKind>,
     state_dir: Option<PathBuf>,
+    image_builds: Option<bool>,
     agent_id: Option<i64>,
     leader_election: Option<bool>,
     leader_election_namespace: Option<String>,
@@ -136,7 +142,10 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         connection,
         agent: args.agent_id.or(file.agent_id).map(AgentId),
         runtime: match kind {
-            RuntimeKind::Engine => RuntimeChoice::Engine { state_dir },
+            RuntimeKind::Engine => RuntimeChoice::Engine {
+                state_dir,
+                image_builds: args.image_builds.or(file.image_builds).unwrap_or(true),
+            },
             RuntimeKind::Kubernetes => RuntimeChoice::Kubernetes,
         },
         reconciler: ReconcilerConfig::default(),

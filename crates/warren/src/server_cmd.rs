@@ -101,6 +101,16 @@ pub struct ServerOptions {
         value_name = "CIDR"
     )]
     trusted_proxies: Vec<ipnet::IpNet>,
+    /// A special-purpose address range (loopback, private, link-local, …) the server may
+    /// fetch devfile parents and Git remotes from on a user's behalf (repeat, or
+    /// comma-separate); none: public addresses only.
+    #[arg(
+        long = "outbound-allow",
+        env = "WARREN_OUTBOUND_ALLOW",
+        value_delimiter = ',',
+        value_name = "CIDR"
+    )]
+    outbound_allow: Vec<ipnet::IpNet>,
     /// Single sign-on: the OpenID provider's issuer URL (the rest of `[oidc]` in --config).
     #[arg(long, env = "WARREN_OIDC_ISSUER_URL", value_name = "URL")]
     oidc_issuer_url: Option<String>,
@@ -167,6 +177,7 @@ struct FileConfig {
     partial_reconciliation_interval_seconds: Option<u64>,
     max_db_connections: Option<u32>,
     trusted_proxies: Option<Vec<ipnet::IpNet>>,
+    outbound_allow: Option<Vec<ipnet::IpNet>>,
     ssh_public_address: Option<String>,
     ssh_host_key_file: Option<PathBuf>,
     oidc: Option<OidcFile>,
@@ -235,6 +246,11 @@ fn merge(args: &ServerOptions, file: FileConfig) -> anyhow::Result<(ServerConfig
         file.trusted_proxies.unwrap_or_default()
     } else {
         args.trusted_proxies.clone()
+    };
+    c.outbound_allow = if args.outbound_allow.is_empty() {
+        file.outbound_allow.unwrap_or_default()
+    } else {
+        args.outbound_allow.clone()
     };
     c.ssh_public_address = args.ssh_public_address.clone().or(file.ssh_public_address);
     if let Some(path) = args.ssh_host_key_file.clone().or(file.ssh_host_key_file) {

@@ -91,6 +91,16 @@ pub struct UpArgs {
         value_name = "URL"
     )]
     pub devfile_registries: Vec<String>,
+    /// A special-purpose address range (loopback, private, …) the server may fetch devfile
+    /// parents and Git remotes from on a user's behalf (repeat, or comma-separate); none:
+    /// public addresses only, so a local registry or forge must be named here.
+    #[arg(
+        long = "outbound-allow",
+        env = "WARREN_OUTBOUND_ALLOW",
+        value_delimiter = ',',
+        value_name = "CIDR"
+    )]
+    pub outbound_allow: Vec<ipnet::IpNet>,
     /// Write the API's bound address to this file once everything is serving (for scripts).
     #[arg(long, env = "WARREN_READY_FILE")]
     ready_file: Option<PathBuf>,
@@ -172,6 +182,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let relay_internal_url = format!("http://{}", relay_internal.local_addr()?);
     config.relay_urls = vec![relay_internal_url.clone()];
     config.devfile_registries = args.devfile_registries.clone();
+    config.outbound_allow = args.outbound_allow.clone();
 
     let server = Server::prepare(config)
         .await

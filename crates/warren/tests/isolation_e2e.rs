@@ -157,6 +157,104 @@ fn a_workspace_reaches_neither_a_neighbour_nor_a_blocked_network() {
     assert!(up.stop().success(), "{}", up.log());
 }
 
+/// The address the container's network routes through: the host, as the bridge sees it.
+fn gateway_of(c: &Value) -> String {
+    c["NetworkSettings"]["Networks"]
+        .as_object()
+        .and_then(|n| n.values().next())
+        .and_then(|n| n["Gateway"].as_str())
+        .expect("gateway address")
+        .to_owned()
+}
+
+/// Attack: an admin opens egress to the whole internet (`0.0.0.0/0`, no exceptions), and a
+/// workspace user then dials the machine the engine runs on — its own address and its
+/// network's gateway — where the relay's internal port, metrics, sshd or an engine's TCP API
+/// listen, and the cloud's metadata service. The host answers only DNS and what the policy
+/// names as a single address; the metadata range stays excepted from the broad block.
+#[test]
+fn a_workspace_open_to_the_internet_reaches_neither_the_host_nor_metadata() {
+    if !podman_available() {
+        return;
+    }
+    ensure_image();
+    let host = host_address();
+    let listener = TcpListener::bind("0.0.0.0:0").expect("host listener");
+    let host_port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in listener.incoming() {
+            drop(s);
+        }
+    });
+    let mut up = Up::start();
+    let agent: Value =
+        serde_json::from_str(&up.cli_ok(&["agent", "show", "local", "-o", "json"])).unwrap();
+    if let Some(w) = agent["isolation_warning"].as_str() {
+        let required =
+            std::env::var("WARREN_REQUIRE_ENGINE").as_deref() == Ok("1") && nix_is_root();
+        assert!(!required, "running as root, yet: {w}");
+        eprintln!("skipping the host checks: {w}");
+        return;
+    }
+    set_egress(&up, serde_json::json!([{"allow": "0.0.0.0/0"}]));
+    let (a, _) = up.create_workspace("open", SERVER);
+    let ca = container_of(&a);
+    let gateway = gateway_of(&ca);
+    assert!(
+        !connects(&ca, &host, host_port),
+        "the workspace reached the host at {host}:{host_port}"
+    );
+    assert!(
+        !connects(&ca, &gateway, host_port),
+        "the workspace reached the host through its gateway {gateway}:{host_port}"
+    );
+    let subnet_chain = nft_chain_for(&ip_of(&ca));
+    assert!(
+        subnet_chain.contains("169.254.0.0/16") && subnet_chain.contains("100.64.0.0/10"),
+        "the metadata and CGNAT ranges are excepted from 0.0.0.0/0: {subnet_chain}"
+    );
+
+    // Named as one address, the host is reachable: the admin's explicit choice.
+    set_egress(
+        &up,
+        serde_json::json!([{"allow": "0.0.0.0/0"}, {"allow": format!("{host}/32")}]),
+    );
+    up.cli_ok(&["ws", "restart", &a, "--wait", "--timeout", "2m"]);
+    let ca = container_of(&a);
+    assert!(
+        connects(&ca, &host, host_port),
+        "a cannot reach the host it was allowed"
+    );
+    up.cli_ok(&["ws", "rm", &a, "--wait", "--timeout", "2m"]);
+    assert!(up.stop().success(), "{}", up.log());
+}
+
+/// The text of the forward chain the agent's nftables table runs for traffic from `ip`.
+fn nft_chain_for(ip: &str) -> String {
+    let ip: std::net::IpAddr = ip.parse().expect("container address");
+    let out = Command::new("nft")
+        .args(["list", "ruleset"])
+        .output()
+        .expect("nft list ruleset");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    for table in text.split("\ntable ") {
+        let jump = table.lines().find_map(|l| {
+            let rest = l.trim().strip_prefix("ip saddr ")?;
+            let (net, chain) = rest.split_once(" jump ")?;
+            let net: ipnet::IpNet = net.parse().ok()?;
+            (net.contains(&ip) && chain.starts_with("ws")).then(|| chain.to_owned())
+        });
+        if let Some(chain) = jump {
+            let start = table
+                .find(&format!("chain {chain} {{"))
+                .expect("the jumped-to chain");
+            let body = &table[start..];
+            return body[..body.find('}').unwrap_or(body.len())].to_owned();
+        }
+    }
+    panic!("no nftables chain for {ip}:\n{text}")
+}
+
 fn nix_is_root() -> bool {
     Command::new("id")
         .arg("-u")

@@ -54,6 +54,7 @@ mod variables;
 pub(crate) use names::object_name;
 use names::*;
 use network::network_policy;
+pub use network::{protected_egress, PROTECTED as PROTECTED_EGRESS};
 use resources::*;
 use scripts::*;
 

@@ -1,11 +1,58 @@
 //! The NetworkPolicy of a workspace: who may reach its pods, and where they may go.
+//!
+//! Whatever egress an agent's configuration allows, the ranges in [`PROTECTED`] are excepted
+//! from every allowed block that contains them: loopback, link-local (every cloud's instance
+//! metadata and credentials at 169.254.169.254), shared CGNAT space (Alibaba's metadata at
+//! 100.100.100.200, a provider's internal services), multicast and reserved space. An admin
+//! who really wants one allows it by name — an allowed block inside a protected range (say
+//! `169.254.169.254/32`) is kept as written — but a broad `0.0.0.0/0` never opens them.
 
 use super::names::{object_name, Ctx};
 use super::{AGENT_COMPONENT, LABEL_COMPONENT};
 use k8s_openapi::api::networking::v1 as net;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use warren_types::config::AgentConfig;
+use warren_types::config::{AgentConfig, EgressRule};
+
+/// Ranges no broad egress rule opens (see the module's documentation).
+pub const PROTECTED: &[&str] = &[
+    "0.0.0.0/8",
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "100.64.0.0/10",
+    "224.0.0.0/4",
+    "240.0.0.0/4",
+    "::1/128",
+    "fe80::/10",
+    "fd00:ec2::254/128",
+    "ff00::/8",
+];
+
+/// `rules` with every protected range a rule's block strictly contains added to its
+/// exceptions (once; an exception already covering it is enough).
+pub fn protected_egress(rules: &[EgressRule]) -> Vec<EgressRule> {
+    let protected: Vec<ipnet::IpNet> = PROTECTED.iter().filter_map(|p| p.parse().ok()).collect();
+    rules
+        .iter()
+        .map(|r| {
+            let mut rule = r.clone();
+            // An unparsable block is left for the agent's configuration check to name.
+            let Ok(allow) = r.allow.parse::<ipnet::IpNet>() else {
+                return rule;
+            };
+            let excepted: Vec<ipnet::IpNet> =
+                r.except.iter().filter_map(|e| e.parse().ok()).collect();
+            for p in &protected {
+                let inside = allow.prefix_len() < p.prefix_len() && allow.contains(p);
+                let covered = excepted.iter().any(|e| e.contains(p));
+                if inside && !covered {
+                    rule.except.push(p.to_string());
+                }
+            }
+            rule
+        })
+        .collect()
+}
 
 pub(super) fn network_policy(ctx: &Ctx<'_>, cfg: &AgentConfig) -> net::NetworkPolicy {
     let dns_ports = ["UDP", "TCP"]
@@ -24,8 +71,7 @@ pub(super) fn network_policy(ctx: &Ctx<'_>, cfg: &AgentConfig) -> net::NetworkPo
         egress.push(net::NetworkPolicyEgressRule {
             ports: None,
             to: Some(
-                cfg.network_policy
-                    .egress
+                protected_egress(&cfg.network_policy.egress)
                     .iter()
                     .map(|r| net::NetworkPolicyPeer {
                         ip_block: Some(net::IPBlock {

@@ -5,7 +5,8 @@
 //! The request is rewritten for the upstream: origin-form URI, `Host` as the client wrote
 //! it, hop-by-hop headers (and the ones `Connection` names) removed, `X-Forwarded-*` set,
 //! the proxy's cookies stripped. WebSocket (any `Upgrade`) is passed through: once both
-//! sides switched protocols, bytes are copied both ways.
+//! sides switched protocols, bytes are copied both ways. The answer's `Set-Cookie`s lose any
+//! of the proxy's names and every `Domain` (`cookies::filter_upstream_set_cookies`).
 
 use super::cookies;
 use crate::relay::RelayError;
@@ -521,6 +522,7 @@ pub(crate) fn finish_response(
         let upgrade = resp.headers().get(header::UPGRADE).cloned();
         let (mut parts, _) = resp.into_parts();
         remove_hop_by_hop(&mut parts.headers);
+        cookies::filter_upstream_set_cookies(&mut parts.headers);
         if let Some(u) = upgrade {
             parts
                 .headers
@@ -531,6 +533,8 @@ pub(crate) fn finish_response(
     }
     let (mut parts, body) = resp.into_parts();
     remove_hop_by_hop(&mut parts.headers);
+    // Every workspace host shares one domain: a workspace may only set cookies on itself.
+    cookies::filter_upstream_set_cookies(&mut parts.headers);
     Response::from_parts(parts, Body::new(body))
 }
 

@@ -2,9 +2,11 @@
 //! sign-in, authorisation and forwarding (access.md).
 //!
 //! Module map: `host` (which host is this), `keys` + `cookies` (signed cookies, rotation),
-//! `signin` (the OAuth dance and the session hand-off), `authz` (the server's answers,
-//! cached), `forward` (to the endpoint and back, WebSocket included), `pages` (what the
-//! proxy answers itself). TLS (with ALPN, certificates reloaded) comes from `warren-tls`.
+//! `signin` (the OAuth dance and the session hand-off), `fetch_site` (a session cookie's
+//! state-changing and upgrade requests only from this workspace's own pages), `authz` (the
+//! server's answers, cached), `forward` (to the endpoint and back, WebSocket included),
+//! `pages` (what the proxy answers itself). TLS (with ALPN, certificates reloaded) comes
+//! from `warren-tls`.
 //!
 //! Answers: unknown hosts, unknown or other people's workspaces, undeclared ports and
 //! refused tokens are all the same 404. No credentials: browsers are redirected to sign
@@ -15,6 +17,7 @@
 
 pub(crate) mod authz;
 pub(crate) mod cookies;
+pub(crate) mod fetch_site;
 pub(crate) mod forward;
 pub(crate) mod host;
 pub mod keys;
@@ -256,6 +259,18 @@ async fn workspace_host(
             None => return signin::anonymous(&shared, &parts),
         },
     };
+    if let Caller::Session { .. } = &caller {
+        if let Some(reason) = fetch_site::refusal(&shared.config, &parts, &target) {
+            tracing::info!(host = %target.host, method = %parts.method, "cross-site request with a session cookie refused");
+            return pages::error(
+                &parts.headers,
+                StatusCode::FORBIDDEN,
+                "cross_site",
+                "Request refused",
+                reason,
+            );
+        }
+    }
     let principal = caller.principal();
     let access = match shared
         .front

@@ -154,15 +154,17 @@ pub(crate) fn request_authority(req: &Parts) -> Option<String> {
         .map(|s| s.to_ascii_lowercase())
 }
 
-/// The signed session cookie's claims, if it is valid for this host.
+/// The signed session cookie's claims, if one valid for this host was sent. Each cookie of
+/// the name is tried: another host of the domain may have planted one in front of ours.
 pub(crate) fn session(
     shared: &Shared,
     target: &Target,
     headers: &HeaderMap,
 ) -> Option<(SessionClaims, String)> {
-    let raw = cookies::get(headers, SESSION)?;
-    let c: SessionClaims = shared.front.keys.verify(raw, AUD_SESSION)?;
-    (c.host == target.host).then(|| (c, raw.to_owned()))
+    cookies::get_all(headers, SESSION, secure(shared)).find_map(|raw| {
+        let c: SessionClaims = shared.front.keys.verify(raw, AUD_SESSION)?;
+        (c.host == target.host).then(|| (c, raw.to_owned()))
+    })
 }
 
 /// No session: browsers (`Accept` with `text/html`, or a navigation) go to sign in; other
@@ -194,10 +196,14 @@ pub(crate) fn anonymous(shared: &Shared, req: &Parts) -> Response<Body> {
         .unwrap_or("/");
     let ret = format!("{scheme}://{authority}{path}");
     // Reuse a bind cookie another tab just set, so parallel sign-ins on one host both work.
-    let (bind, set_bind) = match cookies::get(headers, BIND).filter(|b| is_b64_token(b, 43)) {
-        Some(b) => (b.to_owned(), false),
-        None => (random_token(32), true),
-    };
+    // The hand-off accepts any bind cookie the browser sends, so one planted in front by
+    // another host (possible under http only; `__Host-` rules it out under https) costs no
+    // sign-in loop.
+    let (bind, set_bind) =
+        match cookies::get_all(headers, BIND, secure(shared)).find(|b| is_b64_token(b, 43)) {
+            Some(b) => (b.to_owned(), false),
+            None => (random_token(32), true),
+        };
     let start = url::form_urlencoded::Serializer::new(String::new())
         .append_pair("return", &ret)
         .append_pair("bind", &hash(&bind))
@@ -304,9 +310,9 @@ async fn oauth_callback(shared: &Shared, req: &Parts) -> Response<Body> {
         return pages::bad_request(headers, "The sign-in answer has no valid state.");
     };
     let cookie_name = format!("{STATE_PREFIX}{nonce}");
-    let state: Option<StateClaims> = cookies::get(headers, &cookie_name)
-        .and_then(|raw| shared.front.keys.verify(raw, AUD_STATE))
-        .filter(|s: &StateClaims| s.nonce == *nonce);
+    let state: Option<StateClaims> = cookies::get_all(headers, &cookie_name, secure(shared))
+        .filter_map(|raw| shared.front.keys.verify::<StateClaims>(raw, AUD_STATE))
+        .find(|s| s.nonce == *nonce);
     let Some(state) = state else {
         return pages::bad_request(
             headers,
@@ -441,13 +447,13 @@ pub(crate) async fn complete_handoff(
     let headers = &req.headers;
     let sec = secure(shared);
     let q = query(req);
-    let bind = cookies::get(headers, BIND);
     let claims: Option<HandoffClaims> = q
         .get("handoff")
         .and_then(|t| shared.front.keys.verify(t, AUD_HANDOFF));
-    let Some(h) = claims
-        .filter(|h| h.host == target.host && bind.is_some_and(|b| subtle_eq(&hash(b), &h.bind)))
-    else {
+    let Some(h) = claims.filter(|h| {
+        h.host == target.host
+            && cookies::get_all(headers, BIND, sec).any(|b| subtle_eq(&hash(b), &h.bind))
+    }) else {
         return pages::bad_request(
             headers,
             "This sign-in link is not valid here (expired, for another host, or opened in another browser). Open the workspace address again.",

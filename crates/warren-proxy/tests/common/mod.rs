@@ -12,14 +12,25 @@ use futures::StreamExt;
 use sha2::Digest;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
 /// The workspace's web app: `/` names itself, `/headers` echoes the request headers as
 /// JSON, `/upload` streams the body and answers its size and SHA-256, `/ws` echoes
-/// WebSocket messages.
+/// WebSocket messages, `/toss` answers `Set-Cookie`s aimed at the whole workspace domain
+/// (as a hostile workspace would). Every request it gets is logged, to prove what never
+/// reached it.
 pub struct Upstream {
     pub addr: SocketAddr,
+    seen: Arc<Mutex<Vec<String>>>,
     stop: CancellationToken,
+}
+
+impl Upstream {
+    /// `"{method} {path and query}"` of every request so far, in arrival order.
+    pub fn seen(&self) -> Vec<String> {
+        self.seen.lock().unwrap().clone()
+    }
 }
 
 impl Drop for Upstream {
@@ -29,6 +40,8 @@ impl Drop for Upstream {
 }
 
 pub async fn upstream(name: &'static str) -> Upstream {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
     let app = Router::new()
         .route(
             "/",
@@ -80,7 +93,36 @@ pub async fn upstream(name: &'static str) -> Upstream {
                 })
                 .into_response()
             }),
-        );
+        )
+        .route(
+            "/toss",
+            get(|| async {
+                let bare = warren_testkit::DOMAIN;
+                let domain = format!("Domain={bare}");
+                let cookies: Vec<(axum::http::HeaderName, String)> = [
+                    format!("warren_session=planted; {domain}; Path=/"),
+                    format!("other=1; {domain}; Path=/"),
+                    "__Host-warren_session=planted; Path=/; Secure".to_owned(),
+                    format!("warren_bind=planted; Path=/; domain=.{bare}"),
+                    "app=2; Path=/; HttpOnly".to_owned(),
+                ]
+                .into_iter()
+                .map(|c| (axum::http::header::SET_COOKIE, c))
+                .collect();
+                (axum::response::AppendHeaders(cookies), "tossed")
+            }),
+        )
+        .layer(axum::middleware::from_fn(
+            move |req: Request, next: axum::middleware::Next| {
+                let log = log.clone();
+                async move {
+                    log.lock()
+                        .unwrap()
+                        .push(format!("{} {}", req.method(), req.uri()));
+                    next.run(req).await
+                }
+            },
+        ));
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     let stop = CancellationToken::new();
@@ -91,7 +133,7 @@ pub async fn upstream(name: &'static str) -> Upstream {
             .await
             .ok();
     });
-    Upstream { addr, stop }
+    Upstream { addr, seen, stop }
 }
 
 pub fn hex(b: &[u8]) -> String {

@@ -344,6 +344,9 @@ fn git_error(project: &str, e: &GitError) -> AppError {
         GitError::InvalidUrl(_) => {
             AppError::new(ErrorKind::Unprocessable, "repository_not_readable", message)
         }
+        GitError::Refused { .. } => {
+            AppError::new(ErrorKind::Unprocessable, "address_not_allowed", message)
+        }
         GitError::Remote { .. } | GitError::Timeout { .. } => {
             AppError::new(ErrorKind::Upstream, "repository_unavailable", message)
         }

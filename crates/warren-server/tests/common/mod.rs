@@ -159,6 +159,9 @@ impl TestServer {
         config.database_url = Some(db.url.clone());
         config.relay_secret = Some(RELAY_SECRET.into());
         config.max_db_connections = 5;
+        // The tests' Git servers and registries listen on 127.0.0.1; the rest of loopback
+        // stays refused, which the attack tests use.
+        config.outbound_allow = vec!["127.0.0.1/32".parse().expect("cidr")];
         tweak(&mut config, &base);
         let clock = ManualClock::new(chrono::Utc::now().timestamp_millis());
         let server = Server::prepare_with_clock(config, Arc::new(clock.clone()))

@@ -388,6 +388,12 @@ impl Proc {
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         cmd.args(args)
             .env("WARREN_LOG", "info")
+            // The tests' Git servers and registries listen on loopback and the host's
+            // address, which the server refuses to fetch from unless told.
+            .env(
+                "WARREN_OUTBOUND_ALLOW",
+                format!("127.0.0.1/32,{}/32", host_address()),
+            )
             .env_remove("WARREN_URL")
             .env_remove("WARREN_TOKEN")
             .stdin(Stdio::null())

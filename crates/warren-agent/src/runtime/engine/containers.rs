@@ -1,6 +1,8 @@
 //! Single-container operations of the engine runtime: stop, remove, create (tolerating one
-//! left by an interrupted apply), and images (pull, and which running ones are outdated).
+//! left by an interrupted apply, refusing an image another workspace built), and images
+//! (pull, which running ones are outdated, and which names are the workspace's own builds).
 
+use super::scope::{BuildScope, BUILD_SCOPE_LABEL};
 use super::*;
 
 impl EngineRuntime {
@@ -50,10 +52,17 @@ impl EngineRuntime {
 
     /// Creates one container; a missing image is pulled once. `Ok(Err(failure))` is a pod
     /// failure (image missing, configuration refused), `Err` an unreachable engine.
+    ///
+    /// The image the container was created from is checked, not its name: an engine may
+    /// resolve a name loosely (Podman's `myapp:dev` finds any local `…/myapp:dev`), and one
+    /// another workspace built (`scope`) must not run here. Such a container goes again; the
+    /// name is pulled, as for a missing image, and the check made once more.
     pub(super) async fn create(
         &self,
         c: &ContainerPlan,
         pull_secrets: &[String],
+        workspace: &str,
+        scope: &BuildScope,
     ) -> Result<Result<(), PodFailure>, RuntimeError> {
         let docker = &self.inner.docker;
         let image = c.body.image.clone().unwrap_or_default();
@@ -67,12 +76,10 @@ impl EngineRuntime {
                 .create_container(Some(options()), c.body.clone())
                 .await
             {
-                Ok(_) => return Ok(Ok(())),
-                Err(e) if status_of(&e) == Some(409) => {
-                    // Created by an earlier, interrupted apply: the name carries the pod hash
-                    // in its labels, checked by the caller.
-                    return Ok(Ok(()));
-                }
+                Ok(_) => {}
+                // Created by an earlier, interrupted apply: the name carries the pod hash in
+                // its labels, checked by the caller; its image is checked below as a new one's.
+                Err(e) if status_of(&e) == Some(409) => {}
                 Err(e) if status_of(&e) == Some(404) && c.pull_policy == "Never" => {
                     return Ok(Err(PodFailure {
                         reason: "ErrImageNeverPull".into(),
@@ -95,6 +102,7 @@ impl EngineRuntime {
                             ),
                         }));
                     }
+                    continue;
                 }
                 Err(e) if status_of(&e) == Some(404) => {
                     return Ok(Err(PodFailure {
@@ -119,7 +127,106 @@ impl EngineRuntime {
                     ))
                 }
             }
+            let Some(why) = self
+                .built_elsewhere(&c.engine_name, workspace, scope)
+                .await?
+            else {
+                return Ok(Ok(()));
+            };
+            tracing::info!(container = %c.engine_name, image = %image, reason = %why, "refusing an image another workspace built");
+            self.remove(&c.engine_name)
+                .await
+                .map_err(|e| runtime_err(format!("removing container {}", c.engine_name), e))?;
+            let refused = |more: &str| PodFailure {
+                reason: if c.pull_policy == "Never" {
+                    "ErrImageNeverPull".into()
+                } else {
+                    "ErrImagePull".into()
+                },
+                message: format!(
+                    "image {image:?} of container {} names on this engine only an image this \
+                     workspace may not run ({why}){more}",
+                    c.name
+                ),
+            };
+            if c.pull_policy == "Never" {
+                return Ok(Err(refused(", and its imagePullPolicy is Never")));
+            }
+            if pulled {
+                return Ok(Err(refused(", even after pulling it")));
+            }
+            pulled = true;
+            if let Err(message) = self.pull(&image, pull_secrets).await {
+                return Ok(Err(refused(&format!(
+                    ", and it could not be pulled: {message}"
+                ))));
+            }
         }
+    }
+
+    /// Why the container `name` must not run in `workspace`: its image is another
+    /// workspace's build (see `scope`).
+    async fn built_elsewhere(
+        &self,
+        name: &str,
+        workspace: &str,
+        scope: &BuildScope,
+    ) -> Result<Option<String>, RuntimeError> {
+        let id = self
+            .inspect(name)
+            .await
+            .map_err(|e| runtime_err(format!("inspecting container {name}"), e))?
+            .image
+            .unwrap_or_default();
+        let labels = match self.inner.docker.inspect_image(&id).await {
+            Ok(i) => i.config.and_then(|c| c.labels).unwrap_or_default(),
+            // Gone already: the container cannot start, and says so.
+            Err(e) if status_of(&e) == Some(404) => return Ok(None),
+            Err(e) => return Err(runtime_err(format!("inspecting image {id}"), e)),
+        };
+        Ok(scope.foreign(workspace, |k| labels.get(k).map(String::as_str)))
+    }
+
+    /// Points the plan's containers whose image this workspace built at its build: a build
+    /// is tagged inside the workspace's namespace (`scope`), not with the name the devfile
+    /// gave it. Other names stay as they are, so a workspace that never built an image gets
+    /// the usual pull, or the failure naming it.
+    pub(super) async fn use_own_builds(
+        &self,
+        plan: &mut PodPlan,
+        scope: &BuildScope,
+    ) -> Result<(), RuntimeError> {
+        let mut known: HashMap<String, Option<String>> = HashMap::new();
+        for c in &mut plan.containers {
+            let Some(image) = c.body.image.clone() else {
+                continue;
+            };
+            if !known.contains_key(&image) {
+                let own = match scope.image_for(&image) {
+                    Ok(candidate) => match self.inner.docker.inspect_image(&candidate).await {
+                        Ok(i) => {
+                            let labels = i.config.and_then(|c| c.labels).unwrap_or_default();
+                            (labels.get(BUILD_SCOPE_LABEL).map(String::as_str)
+                                == Some(scope.label()))
+                            .then_some(candidate)
+                        }
+                        Err(e) if status_of(&e) == Some(404) => None,
+                        // Unsure: running the name as it stands could pull a stranger's image
+                        // of that name instead of this workspace's build.
+                        Err(e) => {
+                            return Err(runtime_err(format!("inspecting image {candidate}"), e))
+                        }
+                    },
+                    // No build could have that name (a digest, an image id).
+                    Err(_) => None,
+                };
+                known.insert(image.clone(), own);
+            }
+            if let Some(Some(own)) = known.get(&image) {
+                c.body.image = Some(own.clone());
+            }
+        }
+        Ok(())
     }
 
     /// Ids of the stopped containers in `existing` whose planned image reference now

@@ -3,10 +3,14 @@
 //!
 //! One table per agent installation (`inet warren_<owner>_<agent>`), replaced atomically
 //! (`nft -f`) whenever the set of workspace networks or their policies changes, and before a
-//! workspace's containers are created. For traffic from a workspace's network (forwarded, or
-//! to the host itself) it allows replies, DNS, the workspace's own network, and the
-//! NetworkPolicy's egress blocks (CIDR minus its exceptions); it rejects traffic to any
-//! other workspace's network, and everything else when the workspace has a policy. Rejecting
+//! workspace's containers are created. For traffic a workspace's network sends on (forward)
+//! it allows replies, DNS, the workspace's own network, and the NetworkPolicy's egress blocks
+//! (CIDR minus its exceptions); it rejects traffic to any other workspace's network, and
+//! everything else when the workspace has a policy. Traffic to the host itself (input: its
+//! public and private addresses, the bridge's gateway) is where the relay's internal port,
+//! metrics, sshd or an engine's TCP API listen, so under a policy only replies, DNS and
+//! addresses the policy names one by one (a `/32` block) reach it: a broad `0.0.0.0/0`
+//! does not open the host. Rejecting
 //! (not dropping) makes a refused connection fail at once with "administratively
 //! prohibited", so nothing hangs. A workspace without a NetworkPolicy (the agent
 //! configuration's `network_policy.enabled = false`) is still cut off from other workspaces.
@@ -113,8 +117,30 @@ pub fn ruleset(table: &str, nets: &[WorkspaceNet]) -> String {
             "    type filter hook {hook} priority filter - 5; policy accept;"
         );
         let _ = writeln!(s, "    ct state established,related accept");
+        let chain = if hook == "input" { "host" } else { "ws" };
         for (i, n) in nets.iter().enumerate() {
-            let _ = writeln!(s, "    ip saddr {} jump ws{i}", n.subnet);
+            let _ = writeln!(s, "    ip saddr {} jump {chain}{i}", n.subnet);
+        }
+        let _ = writeln!(s, "  }}");
+    }
+    for (i, n) in nets.iter().enumerate() {
+        let _ = writeln!(s, "  chain host{i} {{");
+        let _ = writeln!(s, "    udp dport 53 accept");
+        let _ = writeln!(s, "    tcp dport 53 accept");
+        match &n.egress {
+            // No policy, or one allowing everything: the admin chose an open workspace.
+            None => {
+                let _ = writeln!(s, "    accept");
+            }
+            Some(e) if e.allow_all => {
+                let _ = writeln!(s, "    accept");
+            }
+            Some(e) => {
+                for (allow, _) in e.allow.iter().filter(|(a, _)| a.prefix_len() == 32) {
+                    let _ = writeln!(s, "    ip daddr {allow} accept");
+                }
+                let _ = writeln!(s, "    reject with icmpx type admin-prohibited");
+            }
         }
         let _ = writeln!(s, "  }}");
     }
@@ -315,6 +341,48 @@ mod tests {
             empty,
             "table inet warren_abc_1\ndelete table inet warren_abc_1\n"
         );
+    }
+
+    #[test]
+    fn the_host_answers_only_dns_and_addresses_named_one_by_one() {
+        let open = Egress {
+            allow: vec![
+                ("0.0.0.0/0".parse().unwrap(), vec![]),
+                ("192.0.2.7/32".parse().unwrap(), vec![]),
+            ],
+            allow_all: false,
+        };
+        let s = ruleset(
+            "warren_abc_1",
+            &[
+                net("a", "10.89.1.0/24", Some(open)),
+                net("b", "10.89.2.0/24", None),
+            ],
+        );
+        let input = s.split("chain input {").nth(1).expect("input hook");
+        let input = &input[..input.find('}').unwrap()];
+        assert!(input.contains("ip saddr 10.89.1.0/24 jump host0"), "{s}");
+        assert!(
+            !input.contains("jump ws"),
+            "the host has chains of its own: {s}"
+        );
+        let host0 = s.split("chain host0 {").nth(1).expect("host chain");
+        let host0 = &host0[..host0.find('}').unwrap()];
+        assert!(host0.contains("udp dport 53 accept"), "{host0}");
+        assert!(host0.contains("ip daddr 192.0.2.7/32 accept"), "{host0}");
+        assert!(
+            !host0.contains("0.0.0.0/0") && !host0.contains("10.89.1.0/24"),
+            "neither the broad block nor the workspace's own network (its gateway is the \
+             host) opens the host: {host0}"
+        );
+        assert!(host0
+            .trim_end()
+            .ends_with("reject with icmpx type admin-prohibited"));
+        // Without a policy the admin chose an open workspace, host included.
+        let host1 = s.split("chain host1 {").nth(1).expect("host chain");
+        assert!(host1[..host1.find('}').unwrap()]
+            .trim_end()
+            .ends_with("accept"));
     }
 
     #[test]

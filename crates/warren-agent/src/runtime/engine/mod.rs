@@ -24,6 +24,7 @@ mod gitops;
 pub mod plan;
 mod ready;
 pub mod registry_auth;
+pub mod scope;
 mod select;
 mod start;
 pub mod status;
@@ -128,10 +129,20 @@ pub struct EngineConfig {
     /// `<state_dir>/pull-secrets` when absent.
     #[serde(default)]
     pub pull_secrets_dir: Option<PathBuf>,
+    /// Whether workspaces may build images here (devfile `image` components). Builds run
+    /// on the engine's default network, outside the workspaces' NetworkPolicies, with what
+    /// the Dockerfile says; an agent whose engine should run only pulled images turns them
+    /// off, and a build is then refused saying so.
+    #[serde(default = "default_image_builds")]
+    pub image_builds: bool,
 }
 
 fn default_stop_timeout() -> u32 {
     10
+}
+
+fn default_image_builds() -> bool {
+    true
 }
 
 impl EngineConfig {
@@ -143,6 +154,7 @@ impl EngineConfig {
             state_dir: state_dir.into(),
             stop_timeout_secs: default_stop_timeout(),
             pull_secrets_dir: None,
+            image_builds: default_image_builds(),
         }
     }
 
@@ -650,6 +662,16 @@ impl EngineRuntime {
             .collect())
     }
 
+    /// The namespace of the images workspace `name` builds (`scope`), from the
+    /// workspace id its Deployment carries.
+    fn build_scope(&self, name: &str, deployment: &serde_json::Value) -> scope::BuildScope {
+        let id = deployment
+            .pointer("/metadata/labels")
+            .and_then(|l| l.get(WORKSPACE_ID_LABEL))
+            .and_then(serde_json::Value::as_str);
+        scope::BuildScope::new(&self.inner.owner, name, id)
+    }
+
     fn base_labels(
         &self,
         workspace: &WorkspaceKey,
@@ -748,8 +770,12 @@ impl EngineRuntime {
             files_dir: &files_dir,
             labels: &labels,
         };
-        let plan = plan::plan(&parsed, &secrets, &config_maps, &cx)
+        let mut plan = plan::plan(&parsed, &secrets, &config_maps, &cx)
             .map_err(|e| apply_err(e.to_string()))?;
+        // After the hash: a build changes what a name runs at the pod's next start, as a
+        // rebuilt tag does (`outdated_images`), never a running pod.
+        let scope = self.build_scope(name, &parsed.deployment_json);
+        self.use_own_builds(&mut plan, &scope).await?;
         tracing::debug!(workspace = %workspace, replicas = plan.replicas, hash = %plan.hash, "applying");
 
         let mut record = Record {
@@ -833,7 +859,7 @@ impl EngineRuntime {
             if present.contains(&format!("{}/{}", c.role.label(), c.name)) {
                 continue;
             }
-            if let Err(failure) = self.create(c, &pull_secrets).await? {
+            if let Err(failure) = self.create(c, &pull_secrets, name, &scope).await? {
                 tracing::info!(workspace = %workspace, reason = %failure.reason, "pod failure while creating containers");
                 record.failure = Some(failure);
                 record.starting = false;

@@ -1,5 +1,6 @@
 //! A workspace's networks and volumes: created with its labels, handed to the pod's user,
-//! and removed with the workspace (only its own; see `select`).
+//! and removed with the workspace (only its own; see `select`), as are the images it built
+//! (`scope`).
 
 use super::*;
 
@@ -251,6 +252,9 @@ impl EngineRuntime {
                 reason: blocked.join("; "),
             });
         }
+        if let Some(record) = self.read_record(name) {
+            self.remove_builds(name, &record.deployment).await;
+        }
         match std::fs::remove_dir_all(self.workspace_dir(name)) {
             Ok(()) => *moved = true,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -264,6 +268,52 @@ impl EngineRuntime {
         } else {
             TerminationProgress::Terminated
         })
+    }
+}
+
+impl EngineRuntime {
+    /// Untags the images the workspace built (its own names only, so an image also tagged
+    /// elsewhere stays); best effort, as an image is not the workspace's state.
+    async fn remove_builds(&self, name: &str, deployment: &serde_json::Value) {
+        let scope = self.build_scope(name, deployment);
+        let options = bollard::query_parameters::ListImagesOptions {
+            filters: Some(HashMap::from([(
+                "label".to_owned(),
+                vec![format!("{}={}", scope::BUILD_SCOPE_LABEL, scope.label())],
+            )])),
+            ..Default::default()
+        };
+        let images = match self.inner.docker.list_images(Some(options)).await {
+            Ok(i) => i,
+            Err(e) => {
+                tracing::warn!(workspace = name, error = %error_message(&e), "listing the images the workspace built failed; they stay");
+                return;
+            }
+        };
+        for tag in images
+            .iter()
+            .flat_map(|i| &i.repo_tags)
+            .filter(|t| scope.owns(t))
+        {
+            let removed = self
+                .inner
+                .docker
+                .remove_image(
+                    tag,
+                    None::<bollard::query_parameters::RemoveImageOptions>,
+                    None,
+                )
+                .await;
+            match removed {
+                Ok(_) => {
+                    tracing::info!(workspace = name, image = %tag, "removed an image the workspace built")
+                }
+                Err(e) if status_of(&e) == Some(404) => {}
+                Err(e) => {
+                    tracing::warn!(workspace = name, image = %tag, error = %error_message(&e), "removing an image the workspace built failed")
+                }
+            }
+        }
     }
 }
 

@@ -8,6 +8,12 @@
 //! harmless. When the image is missing and cannot be pulled, or the copy fails, the workspace
 //! starts all the same: its startup script finds the files missing and says so, and the fill
 //! is tried again a minute later.
+//!
+//! The fill runs the image by the id it checked, and records that id: the volume holds what
+//! that image held, whatever its name points at later (a changed id is filled again at the
+//! next start). Only those with the engine itself can point the name elsewhere: a workspace's
+//! build is tagged in its own namespace (`scope`). An image a workspace build put under the
+//! name before builds were scoped carries that build's labels, and is refused.
 
 use super::*;
 use plan::{ToolsPlan, TOOLS_IMAGE_LABEL};
@@ -126,6 +132,27 @@ impl EngineRuntime {
                 .await
                 .map_err(|e| format!("not present locally and not pulled: {e}"))?;
         }
+        // The fill runs (as root, into every workspace's editor) exactly the image checked
+        // here and recorded, whatever the name points at a moment later.
+        let image = self
+            .inner
+            .docker
+            .inspect_image(&tools.image)
+            .await
+            .map_err(|e| format!("inspecting it: {}", error_message(&e)))?;
+        let id = image
+            .id
+            .ok_or_else(|| format!("image {} has no id", tools.image))?;
+        let labels = image.config.and_then(|c| c.labels).unwrap_or_default();
+        if let Some(why) = scope::built_by_workspace(|k| labels.get(k).map(String::as_str)) {
+            return Err(format!(
+                "image {} ({id}) is not a tools image: {why}. Remove that tag and make the tools \
+                 image again (`warren tools build`)",
+                tools.image
+            ));
+        }
+        let mut body = tools.body.clone();
+        body.image = Some(id.clone());
         self.create_tools_volume(tools).await?;
         let docker = &self.inner.docker;
         // One per agent (fills are serialised per agent): a left-over goes below.
@@ -137,7 +164,7 @@ impl EngineRuntime {
         let _ = self.remove(&name).await;
         let run = async {
             docker
-                .create_container(Some(options), tools.body.clone())
+                .create_container(Some(options), body)
                 .await
                 .map_err(|e| format!("creating its container: {}", error_message(&e)))?;
             docker
@@ -167,8 +194,6 @@ impl EngineRuntime {
         .await;
         let _ = self.remove(&name).await;
         run?;
-        self.tools_image_id(&tools.image)
-            .await
-            .ok_or_else(|| format!("image {} vanished while in use", tools.image))
+        Ok(id)
     }
 }

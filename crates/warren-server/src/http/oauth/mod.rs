@@ -25,6 +25,7 @@ use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Form, Router};
+use cookies::Https;
 use http::{header, HeaderMap, HeaderValue, StatusCode};
 use serde::Deserialize;
 
@@ -129,6 +130,7 @@ fn login_page(
     p: &AuthorizeParams,
     key: &[u8],
     headers: &HeaderMap,
+    https: bool,
     username: &str,
     error: Option<&str>,
 ) -> Response {
@@ -153,13 +155,7 @@ fn login_page(
         ),
     );
     pages::allow_form_redirects(&mut r);
-    let c = cookies::set_cookie(
-        cookies::PRELOGIN_COOKIE,
-        &prelogin,
-        "/oauth",
-        3600,
-        cookies::is_https(headers),
-    );
+    let c = cookies::set_cookie(cookies::PRELOGIN_COOKIE, &prelogin, "/oauth", 3600, https);
     if let Ok(h) = HeaderValue::from_str(&c) {
         r.headers_mut().append(header::SET_COOKIE, h);
     }
@@ -174,6 +170,7 @@ async fn signing_key(state: &AppState) -> Result<Vec<u8>, Response> {
 /// `GET /oauth/authorize`
 pub async fn authorize(
     State(state): State<AppState>,
+    Https(https): Https,
     headers: HeaderMap,
     q: Result<Query<AuthorizeParams>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
@@ -196,7 +193,17 @@ pub async fn authorize(
         Err(e) => failed(e),
         Ok(Some(user)) if v.client.first_party => grant(&state, &v, user.id).await,
         Ok(Some(user)) => consent_page(&v, &p, &key, &user.username, raw.unwrap_or_default()),
-        Ok(None) => login_page(&state, StatusCode::OK, &v, &p, &key, &headers, "", None),
+        Ok(None) => login_page(
+            &state,
+            StatusCode::OK,
+            &v,
+            &p,
+            &key,
+            &headers,
+            https,
+            "",
+            None,
+        ),
     }
 }
 
@@ -217,6 +224,7 @@ pub struct LoginForm {
 pub async fn login(
     State(state): State<AppState>,
     ClientAddr(addr): ClientAddr,
+    Https(https): Https,
     headers: HeaderMap,
     form: Result<Form<LoginForm>, axum::extract::rejection::FormRejection>,
 ) -> Response {
@@ -246,6 +254,7 @@ pub async fn login(
             &f.params,
             &key,
             &headers,
+            https,
             &f.username,
             Some(error),
         )
@@ -265,7 +274,6 @@ pub async fn login(
         Ok(SignIn::Disabled) => return again(StatusCode::FORBIDDEN, ACCOUNT_DISABLED),
         Ok(SignIn::Ok { session, .. }) => session,
     };
-    let https = cookies::is_https(&headers);
     let mut r = Redirect::to(&f.params.authorize_path()).into_response();
     let h = r.headers_mut();
     for c in [

@@ -6,7 +6,8 @@
 //!   sign-in cookie cleared, and the browser goes to `next`. A refusal is a page naming the
 //!   problem, with a link to start again.
 
-use super::{cookies, no_store, pages, redirect};
+use super::cookies::{self, Https};
+use super::{no_store, pages, redirect};
 use crate::app::sso::{self, Callback};
 use crate::app::{oauth, AppError, AppState};
 use crate::http::error::status_of;
@@ -59,7 +60,7 @@ fn with_cookie(mut r: Response, cookie: &str) -> Response {
 /// `GET /oauth/sso`
 pub async fn start(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    Https(https): Https,
     q: Result<Query<Start>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     let Some(provider) = state.sso.clone() else {
@@ -90,7 +91,7 @@ pub async fn start(
                 &value,
                 SSO_COOKIE_PATH,
                 sso::SIGN_IN_TTL_MS / 1000,
-                cookies::is_https(&headers),
+                https,
             );
             with_cookie(redirect(&url), &cookie)
         }
@@ -100,6 +101,7 @@ pub async fn start(
 /// `GET /oauth/sso/callback`
 pub async fn callback(
     State(state): State<AppState>,
+    Https(https): Https,
     headers: HeaderMap,
     q: Result<Query<Callback>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
@@ -119,7 +121,6 @@ pub async fn callback(
         Ok(k) => k,
         Err(e) => return refused(e),
     };
-    let https = cookies::is_https(&headers);
     // Whatever the outcome, this sign-in is over.
     let clear = cookies::set_cookie(SSO_COOKIE, "", SSO_COOKIE_PATH, 0, https);
     let raw = cookies::get(&headers, SSO_COOKIE);

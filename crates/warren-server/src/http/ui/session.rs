@@ -66,7 +66,7 @@ impl FromRequestParts<AppState> for Viewer {
         Ok(Viewer {
             who: Principal { user, token: None },
             csrf: signed::ui_csrf(&key, raw),
-            https: cookies::is_https(&parts.headers),
+            https: cookies::is_https(parts, &state.trusted_proxies),
         })
     }
 }

@@ -7,7 +7,8 @@ use super::UiError;
 use crate::app::oauth::{self, signed, SignIn};
 use crate::app::{users, AppState};
 use crate::http::client_addr::ClientAddr;
-use crate::http::oauth::{cookies, ACCOUNT_DISABLED, LOGIN_FAILED};
+use crate::http::oauth::cookies::{self, Https};
+use crate::http::oauth::{ACCOUNT_DISABLED, LOGIN_FAILED};
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
@@ -39,11 +40,13 @@ fn set_cookie(r: &mut Response, value: &str) {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn login_page(
     state: &AppState,
     status: StatusCode,
     key: &[u8],
     headers: &HeaderMap,
+    https: bool,
     next: &str,
     username: &str,
     error: Option<&str>,
@@ -74,13 +77,7 @@ fn login_page(
     let mut r = layout::bare(status, "Sign in", body);
     set_cookie(
         &mut r,
-        &cookies::set_cookie(
-            cookies::PRELOGIN_COOKIE,
-            &prelogin,
-            LOGIN_PATH,
-            3600,
-            cookies::is_https(headers),
-        ),
+        &cookies::set_cookie(cookies::PRELOGIN_COOKIE, &prelogin, LOGIN_PATH, 3600, https),
     );
     r
 }
@@ -88,6 +85,7 @@ fn login_page(
 /// `GET /login`: the form, or straight on when already signed in.
 pub async fn page(
     State(state): State<AppState>,
+    Https(https): Https,
     headers: HeaderMap,
     viewer: Result<Viewer, UiError>,
     Query(q): Query<NextQuery>,
@@ -102,6 +100,7 @@ pub async fn page(
         StatusCode::OK,
         &key,
         &headers,
+        https,
         &next,
         "",
         None,
@@ -124,6 +123,7 @@ pub struct LoginForm {
 pub async fn submit(
     State(state): State<AppState>,
     ClientAddr(addr): ClientAddr,
+    Https(https): Https,
     headers: HeaderMap,
     form: Result<Form<LoginForm>, axum::extract::rejection::FormRejection>,
 ) -> Result<Response, UiError> {
@@ -142,6 +142,7 @@ pub async fn submit(
             status,
             &key,
             &headers,
+            https,
             &next,
             &f.username,
             Some(error),
@@ -161,7 +162,6 @@ pub async fn submit(
         SignIn::Disabled => return Ok(again(StatusCode::FORBIDDEN, ACCOUNT_DISABLED)),
         SignIn::Ok { session, .. } => session,
     };
-    let https = cookies::is_https(&headers);
     let mut r = layout::secure(Redirect::to(&next).into_response());
     set_cookie(
         &mut r,

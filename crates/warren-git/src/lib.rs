@@ -159,7 +159,14 @@ struct Inner {
 /// without credentials in it (they belong in the project's credentials), and never a local
 /// path or `file://` (the server must not read its own disk on a user's behalf).
 pub fn validate_remote_url(url: &str) -> Result<(), String> {
-    if url.starts_with('-') || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+    // A backslash is a path separator to the URL parser the guard uses and user information
+    // to git's curl: `http://a.example\@127.0.0.1/` would be checked as one host and
+    // fetched from another.
+    if url.starts_with('-')
+        || url
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || c == '\\')
+    {
         return Err(format!("{url:?} is not a Git URL"));
     }
     if let Ok(u) = url::Url::parse(url) {
@@ -535,6 +542,17 @@ impl GitReader {
             .env_remove("GIT_DIR")
             .env_remove("GIT_SSH")
             .env_remove("GIT_SSH_COMMAND");
+        // A proxy resolves names itself, out of the guard's sight (and ignores the pins).
+        for var in [
+            "http_proxy",
+            "https_proxy",
+            "all_proxy",
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "ALL_PROXY",
+        ] {
+            cmd.env_remove(var);
+        }
         if let Some(d) = cwd {
             cmd.current_dir(d);
         } else {
@@ -549,6 +567,7 @@ impl GitReader {
             ("protocol.git.allow", "always".into()),
             ("credential.helper", String::new()),
             ("core.askPass", String::new()),
+            ("http.proxy", String::new()),
         ];
         if let Some(helper) = &auth.helper {
             config.push(("credential.helper", helper.clone()));
@@ -743,6 +762,8 @@ mod tests {
             ("/srv/repo.git", "not a Git URL"),
             ("ext::sh -c touch% /tmp/x", "not a Git URL"),
             ("-uhttps://x", "not a Git URL"),
+            // Checked as host a.example by the guard, fetched from 127.0.0.1 by git's curl.
+            ("http://a.example\\@127.0.0.1:1/x", "not a Git URL"),
             (
                 "https://user:glpat-123@git.example.com/r.git",
                 "carries credentials",

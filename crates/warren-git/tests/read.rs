@@ -259,7 +259,11 @@ async fn a_remote_on_a_special_purpose_address_is_never_contacted() {
             matches!(err, warren_git::GitError::Refused { .. }),
             "{url}: {err}"
         );
-        assert!(err.to_string().contains("is not a public address"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("does not resolve to a public address"),
+            "{err}"
+        );
     }
     assert_eq!((server.refused(), server.upload_packs()), (0, 0));
 }
@@ -300,4 +304,41 @@ async fn a_name_is_read_through_the_addresses_the_guard_checked() {
         .await
         .unwrap();
     assert_eq!(file.contents.as_slice(), DEVFILE.as_bytes());
+}
+
+/// Attack: a remote the guard's URL parser and git's curl read differently
+/// (`http://public.example\@127.0.0.1:PORT/…`: host `public.example` to one, user
+/// information and host `127.0.0.1` to the other) is refused before either looks it up.
+#[tokio::test]
+async fn a_remote_parsed_two_ways_is_refused() {
+    if !have_git() {
+        return;
+    }
+    let server = GitHttpServer::start("ann", "s3cret-pass").await.unwrap();
+    server
+        .create_repo("app", &[(".devfile.yaml", DEVFILE)])
+        .unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    // Refused as a URL, before any name is looked up.
+    let reader = GitReader::new(cache.path(), Options::default());
+    let url = format!(
+        "http://example.com\\@127.0.0.1:{}/app.git",
+        server.addr.port()
+    );
+    let err = reader
+        .read_file(
+            Remote {
+                url: &url,
+                credential: None,
+            },
+            "main",
+            ".devfile.yaml",
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, warren_git::GitError::InvalidUrl(_)),
+        "{url}: {err}"
+    );
+    assert_eq!((server.refused(), server.upload_packs()), (0, 0));
 }

@@ -27,11 +27,16 @@ use std::time::Duration;
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum GuardError {
     #[error(
-        "{host} is not a public address; the server fetches only from public addresses unless \
-         its operator allows the range"
+        "{host} does not resolve to a public address; the server fetches only from public \
+         addresses unless its operator allows the range"
     )]
     NotPublic { host: String },
-    #[error("{host} could not be resolved")]
+    /// Said in the same words as [`GuardError::NotPublic`]: otherwise a user could tell
+    /// which internal names the server's resolver knows.
+    #[error(
+        "{host} does not resolve to a public address; the server fetches only from public \
+         addresses unless its operator allows the range"
+    )]
     Unresolved { host: String },
     #[error("scheme {0:?} is not fetched (http, https)")]
     Scheme(String),
@@ -101,6 +106,10 @@ fn special_v6(ip: Ipv6Addr) -> Option<&'static str> {
         x if x & 0xffc0 == 0xfe80 => Some("link-local"),
         x if x & 0xffc0 == 0xfec0 => Some("private"),
         x if x & 0xff00 == 0xff00 => Some("multicast"),
+        // Teredo tunnels to an IPv4 address of the server's network's choosing.
+        0x2001 if s[1] == 0 => Some("Teredo"),
+        // Only 2000::/3 is global unicast; the rest is unassigned or special.
+        x if x & 0xe000 != 0x2000 => Some("reserved"),
         _ => None,
     }
 }
@@ -306,6 +315,9 @@ mod tests {
             ("fe80::1", "link-local"),
             ("ff02::1", "multicast"),
             ("2001:db8::1", "documentation"),
+            ("2001:0:4136:e378::1", "Teredo"),
+            ("5f00::1", "reserved"),
+            ("::ffff:0:7f00:1", "reserved"),
         ] {
             assert_eq!(
                 special_purpose(ip.parse().unwrap()),

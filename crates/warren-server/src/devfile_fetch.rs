@@ -24,7 +24,7 @@ type Cache = HashMap<String, (Instant, Arc<str>)>;
 
 #[derive(Debug, Clone)]
 pub struct DevfileFetcher {
-    client: reqwest::Client,
+    client: Option<reqwest::Client>,
     guard: warren_netguard::Guard,
     /// Registries for parents named by `id` without `registryUrl`, in order.
     pub registries: Arc<Vec<String>>,
@@ -34,10 +34,12 @@ pub struct DevfileFetcher {
 impl DevfileFetcher {
     pub fn new(registries: Vec<String>, guard: &warren_netguard::Guard) -> Self {
         DevfileFetcher {
+            // A client that cannot be built is no reason to fetch without the guard.
             client: guard
                 .client(reqwest::Client::builder().timeout(TIMEOUT), 5)
                 .build()
-                .unwrap_or_default(),
+                .map_err(|e| tracing::error!(error = %warren_types::error_chain(&e), "cannot build the guarded HTTP client; devfile parents cannot be fetched"))
+                .ok(),
             guard: guard.clone(),
             registries: Arc::new(registries),
             cache: Arc::default(),
@@ -88,8 +90,10 @@ impl DevfileFetcher {
             }
             Err(e) => return Err(format!("cannot fetch: {e}")),
         }
-        let mut resp = self
-            .client
+        let Some(client) = &self.client else {
+            return Err("the server cannot fetch URLs (see its log)".into());
+        };
+        let mut resp = client
             .get(parsed)
             .send()
             .await

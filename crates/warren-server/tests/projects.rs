@@ -415,7 +415,10 @@ async fn attack_a_name_resolving_to_loopback_is_refused_after_resolution() {
             .await;
         assert_eq!(st, 422, "[{l}] {b}");
         let m = msg(&b);
-        assert!(m.contains("localhost is not a public address"), "[{l}] {m}");
+        assert!(
+            m.contains("localhost does not resolve to a public address"),
+            "[{l}] {m}"
+        );
         assert!(
             !m.contains("127.0.0.1"),
             "[{l}] the address is not told: {m}"
@@ -464,7 +467,10 @@ async fn attack_a_project_remote_on_a_loopback_service_is_not_read() {
             .await;
         assert_eq!(st, 422, "[{l}] {b}");
         assert_eq!(b["error"]["code"], "address_not_allowed", "[{l}] {b}");
-        assert!(msg(&b).contains("is not a public address"), "[{l}] {b}");
+        assert!(
+            msg(&b).contains("does not resolve to a public address"),
+            "[{l}] {b}"
+        );
         s.stop().await;
     }
     assert_eq!(

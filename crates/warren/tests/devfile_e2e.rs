@@ -270,13 +270,27 @@ fn a_published_devfile_clones_its_projects_and_runs_its_commands() {
     let on_it = format!(
         "schemaVersion: 2.2.0\ncomponents:\n  - name: app\n    container: {{image: \"{image}\", memoryLimit: 128Mi}}\ncommands:\n  - id: show\n    exec: {{component: app, commandLine: cat /built.txt /version.txt, workingDir: /}}\n"
     );
-    let (second, _) = up.create_workspace("on-built", &on_it);
-    let out = up.cli(&["ws", "run", &second, "show"]);
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        "built by warren\n1\n",
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    // The build belongs to the workspace that built it: another workspace naming the image
+    // does not get it (issue 37: a build could replace a colleague's image by its name).
+    let second = unique_name("on-built");
+    let path = up.home.path().join("on-built.devfile.yaml");
+    std::fs::write(&path, &on_it).expect("write devfile");
+    up.workspace = Some(second.clone());
+    let out = up.cli(&[
+        "ws",
+        "create",
+        "--name",
+        &second,
+        "--devfile",
+        path.to_str().expect("utf-8 path"),
+        "--wait",
+        "--timeout",
+        "3m",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("ErrImagePull") && stderr.contains(&image),
+        "another workspace ran the build: {stderr}"
     );
     up.cli_ok(&["ws", "rm", &second, "--wait", "--timeout", "2m"]);
     up.workspace = Some(ws.clone());

@@ -132,6 +132,18 @@ fn a_workspace_reaches_neither_a_neighbour_nor_a_blocked_network() {
     assert!(connects(&ca, "127.0.0.1", 8080), "a serves on 8080");
     assert!(!connects(&ca, &ip_b, 8080), "a reached b's port at {ip_b}");
     assert!(!connects(&cb, &ip_of(&ca), 8080), "b reached a's port");
+    // Nothing else the engine runs (an image build's `RUN` step, any other container on its
+    // default network) opens a connection into a workspace either.
+    let outside = Command::new("podman")
+        .args(["run", "--rm", "localhost/warren-test:latest"])
+        .args(["nc", "-w", "5", &ip_b, "8080"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("podman run");
+    assert!(
+        !outside.status.success(),
+        "a container outside Warren reached b at {ip_b}:8080"
+    );
     assert!(
         !connects(&ca, &host, host_port),
         "a reached the blocked {host}"

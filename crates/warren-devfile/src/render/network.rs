@@ -24,7 +24,10 @@ pub const PROTECTED: &[&str] = &[
     "240.0.0.0/4",
     "::1/128",
     "fe80::/10",
+    // The IPv6 metadata services of AWS, Google Cloud and Oracle Cloud.
     "fd00:ec2::254/128",
+    "fd20:ce::254/128",
+    "fd00:c1::a9fe:a9fe/128",
     "ff00::/8",
 ];
 

@@ -10,7 +10,8 @@
 //! public and private addresses, the bridge's gateway) is where the relay's internal port,
 //! metrics, sshd or an engine's TCP API listen, so under a policy only replies, DNS and
 //! addresses the policy names one by one (a `/32` block) reach it: a broad `0.0.0.0/0`
-//! does not open the host. Rejecting
+//! does not open the host. Nothing else the engine runs (an image build's `RUN` steps, other
+//! containers) may open a connection into a workspace's network. Rejecting
 //! (not dropping) makes a refused connection fail at once with "administratively
 //! prohibited", so nothing hangs. A workspace without a NetworkPolicy (the agent
 //! configuration's `network_policy.enabled = false`) is still cut off from other workspaces.
@@ -120,6 +121,16 @@ pub fn ruleset(table: &str, nets: &[WorkspaceNet]) -> String {
         let chain = if hook == "input" { "host" } else { "ws" };
         for (i, n) in nets.iter().enumerate() {
             let _ = writeln!(s, "    ip saddr {} jump {chain}{i}", n.subnet);
+        }
+        if hook == "forward" {
+            // Every workspace chain ends in a verdict, so what gets here comes from outside
+            // the workspaces: an image build's `RUN` step, any other container of the
+            // engine. None of it may open a connection to a workspace (the agent and the
+            // proxy dial from the host itself, which is not forwarding).
+            let _ = writeln!(
+                s,
+                "    ip daddr @workspaces reject with icmpx type admin-prohibited"
+            );
         }
         let _ = writeln!(s, "  }}");
     }
@@ -366,6 +377,17 @@ mod tests {
             !input.contains("jump ws"),
             "the host has chains of its own: {s}"
         );
+        let forward = s.split("chain forward {").nth(1).expect("forward hook");
+        let forward = &forward[..forward.find('}').unwrap()];
+        let jumps = forward.rfind("jump ws").expect("jumps");
+        let inbound = forward
+            .find("ip daddr @workspaces reject")
+            .expect("connections into workspaces from elsewhere are refused");
+        assert!(
+            jumps < inbound,
+            "after every workspace's own verdict: {forward}"
+        );
+        assert!(!input.contains("@workspaces"), "{input}");
         let host0 = s.split("chain host0 {").nth(1).expect("host chain");
         let host0 = &host0[..host0.find('}').unwrap()];
         assert!(host0.contains("udp dport 53 accept"), "{host0}");

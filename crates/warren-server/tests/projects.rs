@@ -378,7 +378,8 @@ async fn attack_a_devfile_parent_on_a_loopback_service_is_not_fetched() {
             assert_eq!(st, 422, "[{l}] {case}: {b}");
             let m = msg(&b);
             assert!(
-                m.contains("not a public address") || m.contains("redirects could not be followed"),
+                m.contains("does not resolve to a public address")
+                    || m.contains("redirects could not be followed"),
                 "[{l}] {case}: the refusal is named: {m}"
             );
             assert!(!m.contains("internal-secret"), "[{l}] {case}: {m}");

@@ -388,12 +388,7 @@ impl Proc {
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         cmd.args(args)
             .env("WARREN_LOG", "info")
-            // The tests' Git servers and registries listen on loopback and the host's
-            // address, which the server refuses to fetch from unless told.
-            .env(
-                "WARREN_OUTBOUND_ALLOW",
-                format!("127.0.0.1/32,{}/32", host_address()),
-            )
+            .env("WARREN_OUTBOUND_ALLOW", outbound_allow())
             .env_remove("WARREN_URL")
             .env_remove("WARREN_TOKEN")
             .stdin(Stdio::null())
@@ -852,6 +847,7 @@ impl Up {
                 "WARREN_LOG",
                 std::env::var("WARREN_TEST_LOG").unwrap_or_else(|_| "info".into()),
             )
+            .env("WARREN_OUTBOUND_ALLOW", outbound_allow())
             .envs(env.iter().copied())
             .process_group(0)
             .stdout(Stdio::from(log.try_clone().expect("log file")))
@@ -1114,6 +1110,12 @@ pub fn unique_name(prefix: &str) -> String {
 
 /// An address of this host that containers can reach (the primary interface's): found by
 /// "connecting" a UDP socket, which sends nothing.
+/// What the server may fetch from besides public addresses: the tests' Git servers and
+/// registries listen on 127.0.0.1 and the host's address, which it refuses unless told.
+pub fn outbound_allow() -> String {
+    format!("127.0.0.1/32,{}/32", host_address())
+}
+
 pub fn host_address() -> String {
     let s = std::net::UdpSocket::bind("0.0.0.0:0").expect("udp socket");
     s.connect("192.0.2.1:9").expect("a default route");

@@ -104,18 +104,11 @@ async fn every_failure_names_the_repository_and_what_is_missing() {
     if !have_git() {
         return;
     }
-    let server = GitHttpServer::start("ann", "s3cret-pass").await.unwrap();
-    server
-        .create_repo("app", &[(".devfile.yaml", DEVFILE)])
-        .unwrap();
-    let cache = tempfile::tempdir().unwrap();
-    let reader = GitReader::new(
-        cache.path(),
-        Options {
-            max_file_bytes: 10,
-            ..loopback()
-        },
-    );
+    let (server, cache, reader) = served_app(Options {
+        max_file_bytes: 10,
+        ..loopback()
+    })
+    .await;
     let url = server.url("app");
     let good = basic("s3cret-pass");
     let wrong = basic("not-the-password");
@@ -215,6 +208,29 @@ async fn every_failure_names_the_repository_and_what_is_missing() {
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
 
+/// A Git server holding repository `app` with [`DEVFILE`], and a reader with `options` (the
+/// cache directory lives as long as the reader is used).
+async fn served_app(options: Options) -> (GitHttpServer, tempfile::TempDir, GitReader) {
+    let server = GitHttpServer::start("ann", "s3cret-pass").await.unwrap();
+    server
+        .create_repo("app", &[(".devfile.yaml", DEVFILE)])
+        .unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let reader = GitReader::new(cache.path(), options);
+    (server, cache, reader)
+}
+
+/// `.devfile.yaml` of `url` at `main`.
+async fn read_devfile(
+    reader: &GitReader,
+    url: &str,
+    credential: Option<&GitCredential>,
+) -> Result<warren_git::FileAtRef, GitError> {
+    reader
+        .read_file(Remote { url, credential }, "main", ".devfile.yaml")
+        .await
+}
+
 /// Options whose guard lets the reader reach the tests' Git server on 127.0.0.1 (and no
 /// other special-purpose address).
 fn loopback() -> Options {
@@ -231,12 +247,7 @@ async fn a_remote_on_a_special_purpose_address_is_never_contacted() {
     if !have_git() {
         return;
     }
-    let server = GitHttpServer::start("ann", "s3cret-pass").await.unwrap();
-    server
-        .create_repo("app", &[(".devfile.yaml", DEVFILE)])
-        .unwrap();
-    let cache = tempfile::tempdir().unwrap();
-    let reader = GitReader::new(cache.path(), Options::default());
+    let (server, _cache, reader) = served_app(Options::default()).await;
     let cred = basic("s3cret-pass");
     for url in [
         server.url("app"),
@@ -244,21 +255,8 @@ async fn a_remote_on_a_special_purpose_address_is_never_contacted() {
         format!("ssh://git@127.0.0.1:{}/app.git", server.addr.port()),
         "git@169.254.169.254:team/app.git".to_owned(),
     ] {
-        let err = reader
-            .read_file(
-                Remote {
-                    url: &url,
-                    credential: Some(&cred),
-                },
-                "main",
-                ".devfile.yaml",
-            )
-            .await
-            .unwrap_err();
-        assert!(
-            matches!(err, warren_git::GitError::Refused { .. }),
-            "{url}: {err}"
-        );
+        let err = read_devfile(&reader, &url, Some(&cred)).await.unwrap_err();
+        assert!(matches!(err, GitError::Refused { .. }), "{url}: {err}");
         assert!(
             err.to_string()
                 .contains("does not resolve to a public address"),
@@ -275,32 +273,16 @@ async fn a_name_is_read_through_the_addresses_the_guard_checked() {
     if !have_git() {
         return;
     }
-    let server = GitHttpServer::start("ann", "s3cret-pass").await.unwrap();
-    server
-        .create_repo("app", &[(".devfile.yaml", DEVFILE)])
-        .unwrap();
-    let cache = tempfile::tempdir().unwrap();
-    let reader = GitReader::new(
-        cache.path(),
-        Options {
-            guard: warren_netguard::Guard::new(vec![
-                "127.0.0.0/8".parse().unwrap(),
-                "::1/128".parse().unwrap(),
-            ]),
-            ..Options::default()
-        },
-    );
+    let (server, _cache, reader) = served_app(Options {
+        guard: warren_netguard::Guard::new(vec![
+            "127.0.0.0/8".parse().unwrap(),
+            "::1/128".parse().unwrap(),
+        ]),
+        ..Options::default()
+    })
+    .await;
     let url = server.url_via("localhost", "app");
-    let cred = basic("s3cret-pass");
-    let file = reader
-        .read_file(
-            Remote {
-                url: &url,
-                credential: Some(&cred),
-            },
-            "main",
-            ".devfile.yaml",
-        )
+    let file = read_devfile(&reader, &url, Some(&basic("s3cret-pass")))
         .await
         .unwrap();
     assert_eq!(file.contents.as_slice(), DEVFILE.as_bytes());
@@ -314,31 +296,13 @@ async fn a_remote_parsed_two_ways_is_refused() {
     if !have_git() {
         return;
     }
-    let server = GitHttpServer::start("ann", "s3cret-pass").await.unwrap();
-    server
-        .create_repo("app", &[(".devfile.yaml", DEVFILE)])
-        .unwrap();
-    let cache = tempfile::tempdir().unwrap();
     // Refused as a URL, before any name is looked up.
-    let reader = GitReader::new(cache.path(), Options::default());
+    let (server, _cache, reader) = served_app(Options::default()).await;
     let url = format!(
         "http://example.com\\@127.0.0.1:{}/app.git",
         server.addr.port()
     );
-    let err = reader
-        .read_file(
-            Remote {
-                url: &url,
-                credential: None,
-            },
-            "main",
-            ".devfile.yaml",
-        )
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(err, warren_git::GitError::InvalidUrl(_)),
-        "{url}: {err}"
-    );
+    let err = read_devfile(&reader, &url, None).await.unwrap_err();
+    assert!(matches!(err, GitError::InvalidUrl(_)), "{url}: {err}");
     assert_eq!((server.refused(), server.upload_packs()), (0, 0));
 }

@@ -264,7 +264,7 @@ pub fn user_message(err: &reqwest::Error) -> String {
         .and_then(|u| u.host_str())
         .unwrap_or("the host")
         .to_owned();
-    tracing::info!(host, error = %chain(err), "outbound request failed");
+    tracing::info!(host, error = %warren_types::error_chain(err), "outbound request failed");
     if err.is_timeout() {
         format!("{host} did not answer in time")
     } else if err.is_connect() {
@@ -274,17 +274,6 @@ pub fn user_message(err: &reqwest::Error) -> String {
     } else {
         format!("the request to {host} failed")
     }
-}
-
-fn chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = err.to_string();
-    let mut cur = err.source();
-    while let Some(e) = cur {
-        s.push_str(": ");
-        s.push_str(&e.to_string());
-        cur = e.source();
-    }
-    s
 }
 
 #[cfg(test)]

@@ -321,9 +321,16 @@ async fn credentials_in_old_urls_move_into_sealed_storage() {
 
 const INTERNAL_DEVFILE: &str = "schemaVersion: 2.2.0\nmetadata: {name: internal-secret}\ncomponents:\n  - name: leaked\n    container: {image: internal-only, memoryLimit: 64Mi}\n";
 
-/// A devfile whose parent is at `uri`.
-fn with_parent(uri: &str) -> String {
-    format!("schemaVersion: 2.2.0\nparent: {{uri: '{uri}'}}\n")
+/// `token`'s attempt to create a workspace whose devfile's parent is at `uri`.
+async fn create_with_parent(s: &TestServer, token: &str, uri: &str) -> (u16, Value) {
+    let devfile = format!("schemaVersion: 2.2.0\nparent: {{uri: '{uri}'}}\n");
+    s.call(
+        Method::POST,
+        "/api/v1/workspaces",
+        Some(token),
+        Some(json!({"name": "probe", "devfile": devfile})),
+    )
+    .await
 }
 
 #[tokio::test]
@@ -367,14 +374,7 @@ async fn attack_a_devfile_parent_on_a_loopback_service_is_not_fetched() {
                 format!("http://2130706434:{}/devfile.yaml", internal.addr.port()),
             ),
         ] {
-            let (st, b) = s
-                .call(
-                    Method::POST,
-                    "/api/v1/workspaces",
-                    Some(&eve),
-                    Some(json!({"name": "probe", "devfile": with_parent(&uri)})),
-                )
-                .await;
+            let (st, b) = create_with_parent(&s, &eve, &uri).await;
             assert_eq!(st, 422, "[{l}] {case}: {b}");
             let m = msg(&b);
             assert!(
@@ -406,14 +406,7 @@ async fn attack_a_name_resolving_to_loopback_is_refused_after_resolution() {
         s.agent("a1", json!({})).await;
         let eve = s.user("eve", &["api", "workspace"]).await;
         let uri = format!("http://localhost:{}/devfile.yaml", internal.addr.port());
-        let (st, b) = s
-            .call(
-                Method::POST,
-                "/api/v1/workspaces",
-                Some(&eve),
-                Some(json!({"name": "probe", "devfile": with_parent(&uri)})),
-            )
-            .await;
+        let (st, b) = create_with_parent(&s, &eve, &uri).await;
         assert_eq!(st, 422, "[{l}] {b}");
         let m = msg(&b);
         assert!(

@@ -73,6 +73,29 @@ fn set_egress(up: &Up, egress: Value) {
     ]);
 }
 
+/// A port on every address of the host that accepts connections and drops them.
+fn host_listener() -> u16 {
+    let listener = TcpListener::bind("0.0.0.0:0").expect("host listener");
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in listener.incoming() {
+            drop(s);
+        }
+    });
+    port
+}
+
+/// Why the agent cannot isolate workspaces here, if it cannot; fails where it must be able
+/// to (root, under `WARREN_REQUIRE_ENGINE=1`).
+fn isolation_warning(up: &Up) -> Option<String> {
+    let agent: Value =
+        serde_json::from_str(&up.cli_ok(&["agent", "show", "local", "-o", "json"])).unwrap();
+    let w = agent["isolation_warning"].as_str()?.to_owned();
+    let required = std::env::var("WARREN_REQUIRE_ENGINE").as_deref() == Ok("1") && nix_is_root();
+    assert!(!required, "running as root, yet: {w}");
+    Some(w)
+}
+
 #[test]
 fn a_workspace_reaches_neither_a_neighbour_nor_a_blocked_network() {
     if !podman_available() {
@@ -80,24 +103,17 @@ fn a_workspace_reaches_neither_a_neighbour_nor_a_blocked_network() {
     }
     ensure_image();
     let host = host_address();
-    let listener = TcpListener::bind("0.0.0.0:0").expect("host listener");
-    let host_port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for s in listener.incoming() {
-            drop(s);
-        }
-    });
+    let host_port = host_listener();
 
     let mut up = Up::start();
-    let agent: Value =
-        serde_json::from_str(&up.cli_ok(&["agent", "show", "local", "-o", "json"])).unwrap();
-    if let Some(w) = agent["isolation_warning"].as_str() {
+    if let Some(w) = isolation_warning(&up) {
         // Not enforceable here: it must say so, on the agent and on every workspace.
-        let required =
-            std::env::var("WARREN_REQUIRE_ENGINE").as_deref() == Ok("1") && nix_is_root();
-        assert!(!required, "running as root, yet: {w}");
         let (ws, created) = up.create_workspace("iso", SERVER);
-        assert_eq!(created["isolation_warning"].as_str(), Some(w), "{created}");
+        assert_eq!(
+            created["isolation_warning"].as_str(),
+            Some(w.as_str()),
+            "{created}"
+        );
         let shown = up.cli_ok(&["ws", "show", &ws]);
         assert!(shown.contains("not isolated"), "{shown}");
         eprintln!("skipping the isolation checks: {w}");
@@ -191,20 +207,9 @@ fn a_workspace_open_to_the_internet_reaches_neither_the_host_nor_metadata() {
     }
     ensure_image();
     let host = host_address();
-    let listener = TcpListener::bind("0.0.0.0:0").expect("host listener");
-    let host_port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for s in listener.incoming() {
-            drop(s);
-        }
-    });
+    let host_port = host_listener();
     let mut up = Up::start();
-    let agent: Value =
-        serde_json::from_str(&up.cli_ok(&["agent", "show", "local", "-o", "json"])).unwrap();
-    if let Some(w) = agent["isolation_warning"].as_str() {
-        let required =
-            std::env::var("WARREN_REQUIRE_ENGINE").as_deref() == Ok("1") && nix_is_root();
-        assert!(!required, "running as root, yet: {w}");
+    if let Some(w) = isolation_warning(&up) {
         eprintln!("skipping the host checks: {w}");
         return;
     }

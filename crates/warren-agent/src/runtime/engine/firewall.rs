@@ -138,12 +138,9 @@ pub fn ruleset(table: &str, nets: &[WorkspaceNet]) -> String {
         let _ = writeln!(s, "  chain host{i} {{");
         let _ = writeln!(s, "    udp dport 53 accept");
         let _ = writeln!(s, "    tcp dport 53 accept");
-        match &n.egress {
+        match restricting(&n.egress) {
             // No policy, or one allowing everything: the admin chose an open workspace.
             None => {
-                let _ = writeln!(s, "    accept");
-            }
-            Some(e) if e.allow_all => {
                 let _ = writeln!(s, "    accept");
             }
             Some(e) => {
@@ -169,11 +166,8 @@ pub fn ruleset(table: &str, nets: &[WorkspaceNet]) -> String {
             s,
             "    ip daddr @workspaces reject with icmpx type admin-prohibited"
         );
-        match &n.egress {
+        match restricting(&n.egress) {
             None => {
-                let _ = writeln!(s, "    accept");
-            }
-            Some(e) if e.allow_all => {
                 let _ = writeln!(s, "    accept");
             }
             Some(e) => {
@@ -196,6 +190,11 @@ pub fn ruleset(table: &str, nets: &[WorkspaceNet]) -> String {
     }
     let _ = writeln!(s, "}}");
     s
+}
+
+/// The egress policy when it restricts anything: `None` for no policy or one allowing all.
+fn restricting(egress: &Option<Egress>) -> Option<&Egress> {
+    egress.as_ref().filter(|e| !e.allow_all)
 }
 
 /// The table name of an installation's agent: letters, digits and `_` only.

@@ -1615,3 +1615,85 @@ async fn the_tools_volume_is_never_filled_from_a_workspaces_build() -> Result<()
     );
     Ok(())
 }
+
+/// A workspace that starts before the tools image exists (`warren up --no-editor-build`, a
+/// registry down) mounts the still empty tools volume as its user; once the image arrives,
+/// the next start fills the volume all the same. (Podman gave the volume to the first
+/// container's user, uid 5001, and root without capabilities could never fill it after.)
+#[tokio::test]
+async fn a_tools_image_that_arrives_late_still_fills_the_volume() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    let suffix = format!("{:06x}", rand::random::<u32>() & 0xffffff);
+    let tools = format!("localhost/warren-tools-late-{suffix}:1");
+    let scratch = format!("warren-tools-late-scratch-{suffix}");
+    let mut images = Images::default();
+    let _volume = Volume(warren_agent::runtime::engine::plan::tools_volume_name(
+        &tools,
+    ));
+    let with_tools = |ws: &Workspace| -> Vec<serde_json::Value> {
+        let mut objects = ws.objects();
+        let spec = pod_spec(&mut objects);
+        spec["volumes"]
+            .as_array_mut()
+            .expect("volumes")
+            .push(serde_json::json!({"name": "warren-tools", "emptyDir": {}}));
+        spec["initContainers"]
+            .as_array_mut()
+            .expect("init containers")
+            .push(serde_json::json!({
+                "name": "warren-tools",
+                "image": tools,
+                "command": ["/bin/sh", "-c", "cp /tools-id /warren/tools/tools-id"],
+                "volumeMounts": [{"name": "warren-tools", "mountPath": "/warren/tools"}],
+            }));
+        spec["containers"][0]["volumeMounts"]
+            .as_array_mut()
+            .expect("mounts")
+            .push(serde_json::json!({
+                "name": "warren-tools",
+                "mountPath": "/warren/tools",
+                "readOnly": true,
+            }));
+        objects
+    };
+    let early = Workspace::new("early", h.agent_id);
+    h.runtime.apply(&early.key, &with_tools(&early)).await?;
+    wait_state(&h.runtime, &early, ActualState::Running).await?;
+    assert_eq!(
+        exec(
+            &early,
+            "dev",
+            "cat /warren/tools/tools-id 2>/dev/null || echo empty"
+        )?
+        .trim(),
+        "empty"
+    );
+
+    // The image arrives (as `warren tools build` makes it).
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("tools-id");
+    std::fs::write(&file, "late")?;
+    cli_run(&["create", "--name", &scratch, IMAGE, "true"])?;
+    let made = cli_run(&[
+        "cp",
+        &file.to_string_lossy(),
+        &format!("{scratch}:/tools-id"),
+    ])
+    .and_then(|_| cli_run(&["commit", "-q", &scratch, &tools]));
+    let _ = cli_run(&["rm", "-f", &scratch]);
+    images.made.push(made?.trim().to_owned());
+    h.runtime.retry_tools_now().await;
+
+    let later = Workspace::new("late", h.agent_id);
+    h.runtime.apply(&later.key, &with_tools(&later)).await?;
+    wait_state(&h.runtime, &later, ActualState::Running).await?;
+    assert_eq!(
+        exec(&later, "dev", "cat /warren/tools/tools-id")?,
+        "late",
+        "the tools volume was not filled once its image existed"
+    );
+    Ok(())
+}

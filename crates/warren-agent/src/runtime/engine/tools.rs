@@ -107,6 +107,14 @@ impl EngineRuntime {
                 TOOLS_IMAGE_LABEL.to_owned(),
                 tools.image.clone(),
             )])),
+            // Podman gives a new volume to the user of the first container mounting it. When
+            // a fill failed (no tools image yet), that is a workspace's uid 5001, and root
+            // without capabilities could never fill it later; owning it explicitly keeps it
+            // root's. (Docker's local driver neither chowns nor takes this option.)
+            driver_opts: self
+                .inner
+                .is_podman
+                .then(|| HashMap::from([("o".to_owned(), "uid=0,gid=0".to_owned())])),
             ..Default::default()
         };
         match self.inner.docker.create_volume(request).await {

@@ -1535,6 +1535,35 @@ async fn a_builds_run_steps_cannot_reach_the_hosts_loopback() -> Result<()> {
     Ok(())
 }
 
+/// The objects of `ws` with an editor-like tools volume filled from image `tools` (an init
+/// container copies its `/tools-id`) and mounted read-only in the main container.
+fn with_tools(ws: &Workspace, tools: &str) -> Vec<serde_json::Value> {
+    let mut objects = ws.objects();
+    let spec = pod_spec(&mut objects);
+    spec["volumes"]
+        .as_array_mut()
+        .expect("volumes")
+        .push(serde_json::json!({"name": "warren-tools", "emptyDir": {}}));
+    spec["initContainers"]
+        .as_array_mut()
+        .expect("init containers")
+        .push(serde_json::json!({
+            "name": "warren-tools",
+            "image": tools,
+            "command": ["/bin/sh", "-c", "cp /tools-id /warren/tools/tools-id"],
+            "volumeMounts": [{"name": "warren-tools", "mountPath": "/warren/tools"}],
+        }));
+    spec["containers"][0]["volumeMounts"]
+        .as_array_mut()
+        .expect("mounts")
+        .push(serde_json::json!({
+            "name": "warren-tools",
+            "mountPath": "/warren/tools",
+            "readOnly": true,
+        }));
+    objects
+}
+
 /// The shared tools volume is filled from the tools image by its id, and never from an
 /// image a workspace's build put under the tools image's name (as builds could before
 /// they were confined to their workspace's namespace): a later workspace start keeps the
@@ -1572,41 +1601,19 @@ async fn the_tools_volume_is_never_filled_from_a_workspaces_build() -> Result<()
         images.made.push(made?.trim().to_owned());
         Ok(())
     };
-    let with_tools = |ws: &Workspace| -> Vec<serde_json::Value> {
-        let mut objects = ws.objects();
-        let spec = pod_spec(&mut objects);
-        spec["volumes"]
-            .as_array_mut()
-            .expect("volumes")
-            .push(serde_json::json!({"name": "warren-tools", "emptyDir": {}}));
-        spec["initContainers"]
-            .as_array_mut()
-            .expect("init containers")
-            .push(serde_json::json!({
-                "name": "warren-tools",
-                "image": tools,
-                "command": ["/bin/sh", "-c", "cp /tools-id /warren/tools/tools-id"],
-                "volumeMounts": [{"name": "warren-tools", "mountPath": "/warren/tools"}],
-            }));
-        spec["containers"][0]["volumeMounts"]
-            .as_array_mut()
-            .expect("mounts")
-            .push(serde_json::json!({
-                "name": "warren-tools",
-                "mountPath": "/warren/tools",
-                "readOnly": true,
-            }));
-        objects
-    };
 
     make_tools("good", &[])?;
-    h.runtime.apply(&first.key, &with_tools(&first)).await?;
+    h.runtime
+        .apply(&first.key, &with_tools(&first, &tools))
+        .await?;
     wait_state(&h.runtime, &first, ActualState::Running).await?;
     assert_eq!(exec(&first, "dev", "cat /warren/tools/tools-id")?, "good");
 
     // A build (labelled as the engine runtime labels builds) takes the tools image's name.
     make_tools("evil", &["LABEL warren.dev/built-for=mallory-1234"])?;
-    h.runtime.apply(&later.key, &with_tools(&later)).await?;
+    h.runtime
+        .apply(&later.key, &with_tools(&later, &tools))
+        .await?;
     wait_state(&h.runtime, &later, ActualState::Running).await?;
     assert_eq!(
         exec(&later, "dev", "cat /warren/tools/tools-id")?,
@@ -1633,34 +1640,10 @@ async fn a_tools_image_that_arrives_late_still_fills_the_volume() -> Result<()> 
     let _volume = Volume(warren_agent::runtime::engine::plan::tools_volume_name(
         &tools,
     ));
-    let with_tools = |ws: &Workspace| -> Vec<serde_json::Value> {
-        let mut objects = ws.objects();
-        let spec = pod_spec(&mut objects);
-        spec["volumes"]
-            .as_array_mut()
-            .expect("volumes")
-            .push(serde_json::json!({"name": "warren-tools", "emptyDir": {}}));
-        spec["initContainers"]
-            .as_array_mut()
-            .expect("init containers")
-            .push(serde_json::json!({
-                "name": "warren-tools",
-                "image": tools,
-                "command": ["/bin/sh", "-c", "cp /tools-id /warren/tools/tools-id"],
-                "volumeMounts": [{"name": "warren-tools", "mountPath": "/warren/tools"}],
-            }));
-        spec["containers"][0]["volumeMounts"]
-            .as_array_mut()
-            .expect("mounts")
-            .push(serde_json::json!({
-                "name": "warren-tools",
-                "mountPath": "/warren/tools",
-                "readOnly": true,
-            }));
-        objects
-    };
     let early = Workspace::new("early", h.agent_id);
-    h.runtime.apply(&early.key, &with_tools(&early)).await?;
+    h.runtime
+        .apply(&early.key, &with_tools(&early, &tools))
+        .await?;
     wait_state(&h.runtime, &early, ActualState::Running).await?;
     assert_eq!(
         exec(
@@ -1688,7 +1671,9 @@ async fn a_tools_image_that_arrives_late_still_fills_the_volume() -> Result<()> 
     h.runtime.retry_tools_now().await;
 
     let later = Workspace::new("late", h.agent_id);
-    h.runtime.apply(&later.key, &with_tools(&later)).await?;
+    h.runtime
+        .apply(&later.key, &with_tools(&later, &tools))
+        .await?;
     wait_state(&h.runtime, &later, ActualState::Running).await?;
     assert_eq!(
         exec(&later, "dev", "cat /warren/tools/tools-id")?,

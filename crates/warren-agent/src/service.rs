@@ -13,7 +13,7 @@ use crate::connection::{identify, ConnectError, ConnectionConfig, RelayConnectio
 use crate::leader::{run_elected, Elector, LeaderElectionConfig};
 use crate::reconciler::{Reconciler, ReconcilerConfig};
 use crate::runtime::engine::{EngineConfig, EngineError, EngineRuntime};
-use crate::runtime::kubernetes::{KubernetesOptions, KubernetesRuntime};
+use crate::runtime::kubernetes::{ComponentPolicy, KubernetesOptions, KubernetesRuntime};
 use crate::runtime::WorkspaceRuntime;
 
 /// Which runtime runs the workspaces.
@@ -25,8 +25,9 @@ pub enum RuntimeChoice {
         state_dir: PathBuf,
         image_builds: bool,
     },
-    /// The cluster of the in-cluster configuration or KUBECONFIG.
-    Kubernetes,
+    /// The cluster of the in-cluster configuration or KUBECONFIG; `components` is what devfile
+    /// `kubernetes` components may apply there.
+    Kubernetes { components: ComponentPolicy },
 }
 
 /// Everything [`run`] needs.
@@ -71,7 +72,7 @@ pub async fn run(
 ) -> Result<(), AgentError> {
     if let Some(election) = &config.leader_election {
         election.validate().map_err(AgentError::LeaderElection)?;
-        if !matches!(config.runtime, RuntimeChoice::Kubernetes) {
+        if !matches!(config.runtime, RuntimeChoice::Kubernetes { .. }) {
             return Err(AgentError::LeaderElectionNeedsKubernetes);
         }
     }
@@ -149,12 +150,16 @@ async fn run_agent(
                     .map_err(AgentError::Engine)?;
                 (Arc::new(engine.clone()), Some(engine))
             }
-            RuntimeChoice::Kubernetes => {
+            RuntimeChoice::Kubernetes { components } => {
                 let client = kube::Client::try_default()
                     .await
                     .map_err(AgentError::Kubernetes)?;
                 kube_client = Some(client.clone());
-                let runtime = KubernetesRuntime::new(client, agent, KubernetesOptions::default());
+                let options = KubernetesOptions {
+                    components: components.clone(),
+                    ..KubernetesOptions::default()
+                };
+                let runtime = KubernetesRuntime::new(client, agent, options);
                 (Arc::new(runtime), None)
             }
         };

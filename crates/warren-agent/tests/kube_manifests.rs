@@ -138,6 +138,23 @@ async fn manifests_pass_the_api_servers_dry_run_and_the_agent_gets_least_privile
         "{tls}"
     );
 
+    // The shipped agent is what every workspace's NetworkPolicy admits: its pods carry the
+    // label the policy selects, in the namespace the default configuration names.
+    let agent = build(c, "overlays/production", policy_v1)
+        .split("\n---\n")
+        .map(|doc| serde_yaml::from_str::<serde_yaml::Value>(doc).expect("a YAML document"))
+        .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "warren-agent")
+        .expect("the agent's Deployment");
+    assert_eq!(
+        agent["metadata"]["namespace"].as_str(),
+        Some(warren_types::config::DEFAULT_AGENT_NAMESPACE)
+    );
+    assert_eq!(
+        agent["spec"]["template"]["metadata"]["labels"]["warren.dev/component"].as_str(),
+        Some("agent"),
+        "{agent:?}"
+    );
+
     // For real now (no kubelet: the pods never run), so RBAC can be asked.
     let yaml = build(c, "overlays/production", policy_v1);
     let (ok, out, err) = kubectl(c, &["apply", "-f", "-"], Some(&yaml));
@@ -159,6 +176,8 @@ async fn manifests_pass_the_api_servers_dry_run_and_the_agent_gets_least_privile
         ("patch", "networkpolicies.networking.k8s.io", ws),
         ("watch", "pods", None),
         ("create", "pods/exec", ws),
+        // The editor, on its pod's loopback.
+        ("create", "pods/portforward", ws),
         ("get", "pods/log", ws),
         ("update", "leases.coordination.k8s.io", Some("warren")),
         // A devfile's Kubernetes components.
@@ -199,7 +218,6 @@ async fn manifests_pass_the_api_servers_dry_run_and_the_agent_gets_least_privile
         ("watch", "secrets", ws),
         ("create", "daemonsets.apps", ws),
         ("create", "serviceaccounts/token", ws),
-        ("create", "pods/portforward", ws),
         ("update", "leases.coordination.k8s.io", Some("kube-system")),
         ("list", "leases.coordination.k8s.io", Some("warren")),
     ] {

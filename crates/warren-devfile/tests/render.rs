@@ -309,8 +309,10 @@ fn objects_read_back_satisfy_the_spec_table() {
         egress[0].ports.as_ref().unwrap()[0].port,
         Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(53))
     );
+    // The workspace's own namespace: its pods (a component's too) reach each other.
+    assert!(egress[1].to.as_ref().unwrap()[0].pod_selector.is_some());
     assert_eq!(
-        egress[1].to.as_ref().unwrap()[0]
+        egress[2].to.as_ref().unwrap()[0]
             .ip_block
             .as_ref()
             .unwrap()
@@ -319,7 +321,7 @@ fn objects_read_back_satisfy_the_spec_table() {
     );
     // Attack: the default allow-list excepted only RFC 1918, so a workspace reached the
     // cloud's metadata service (instance credentials) and CGNAT-addressed provider services.
-    let except = egress[1].to.as_ref().unwrap()[0]
+    let except = egress[2].to.as_ref().unwrap()[0]
         .ip_block
         .as_ref()
         .unwrap()
@@ -589,7 +591,8 @@ fn the_editor_is_injected_into_the_main_container() {
     assert!(post_start < editor, "{script}");
     for flag in [
         "--auth none",
-        "--bind-addr 0.0.0.0:13337",
+        // The pod's loopback unless the runtime says otherwise (the engine does).
+        "--bind-addr \"${WARREN_EDITOR_ADDRESS:-127.0.0.1}:13337\"",
         "--disable-telemetry",
         "--disable-update-check",
         "--user-data-dir \"$editor_data\"",
@@ -685,4 +688,74 @@ fn protected_ranges_are_excepted_from_broad_blocks_only() {
         assert!(out[3].except.iter().any(|e| e == p), "{p} in {:?}", out[3]);
     }
     assert!(out[4].except.is_empty());
+}
+
+/// Every pod Warren renders meets Kubernetes' `restricted` Pod Security Standard — the level
+/// the agent labels a workspace's namespace with and holds devfile components to — for every
+/// golden devfile (init containers, sidecars, the editor's tools container and all).
+#[test]
+fn every_rendered_pod_meets_the_restricted_pod_security_standard() {
+    let cfg = config();
+    let vars = variables();
+    for (name, text) in [
+        ("default", default_devfile().to_owned()),
+        ("udi", registry_file("udi.devfile.yaml")),
+        ("go", strip_unsupported(&registry_file("go-2.6.0.devfile.yaml"))),
+        ("multi", MULTI.to_owned()),
+    ] {
+        let d = parse_devfile(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let r = render(&d, &request(&cfg, &vars)).expect("render");
+        let deployment = r
+            .objects
+            .iter()
+            .find(|o| o["kind"] == "Deployment")
+            .expect("a Deployment");
+        let violations =
+            warren_admission::pod_security(deployment, warren_admission::Level::Restricted);
+        assert!(violations.is_empty(), "{name}: {}", warren_admission::describe(&violations));
+        // The NetworkPolicy admits the agent by its namespace and label only, and covers the
+        // whole (own) namespace so a component's pods are held to it too.
+        let policy = r
+            .objects
+            .iter()
+            .find(|o| o["kind"] == "NetworkPolicy")
+            .expect("a NetworkPolicy");
+        assert_eq!(policy["spec"]["podSelector"], serde_json::json!({}), "{name}");
+        let agent = &policy["spec"]["ingress"][0]["from"][0];
+        assert_eq!(
+            agent["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+            "warren",
+            "{name}: {policy}"
+        );
+        assert_eq!(agent["podSelector"]["matchLabels"]["warren.dev/component"], "agent");
+    }
+    // An admin who allows privilege escalation gets pods that meet only `baseline`.
+    let mut loose = config();
+    loose.security.allow_privilege_escalation = true;
+    let d = parse_devfile(MULTI).unwrap();
+    let r = render(&d, &request(&loose, &vars)).unwrap();
+    let deployment = r.objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    assert!(!warren_admission::pod_security(deployment, warren_admission::Level::Restricted).is_empty());
+    assert!(warren_admission::pod_security(deployment, warren_admission::Level::Baseline).is_empty());
+}
+
+/// In a shared namespace the policy covers the workspace's own pods only, and lets no
+/// neighbour in.
+#[test]
+fn a_shared_namespaces_policy_selects_the_workspace_alone() {
+    let mut cfg = config();
+    cfg.shared_namespace = Some("team".into());
+    let d = parse_devfile(MULTI).unwrap();
+    let r = render(&d, &request(&cfg, &[])).unwrap();
+    let policy = r.objects.iter().find(|o| o["kind"] == "NetworkPolicy").unwrap();
+    assert!(policy["spec"]["podSelector"]["matchLabels"]["warren.dev/workspace-id"].is_string(), "{policy}");
+    let from = policy["spec"]["ingress"][0]["from"].as_array().unwrap();
+    assert_eq!(from.len(), 1, "{policy}");
+    let to_pods = policy["spec"]["egress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["to"].as_array().into_iter().flatten())
+        .any(|p| p.get("podSelector").is_some());
+    assert!(!to_pods, "{policy}");
 }

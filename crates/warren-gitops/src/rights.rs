@@ -49,6 +49,25 @@ impl Rights {
         self.kinds.permits(m.api_version(), m.kind())?;
         match self.mode {
             SourceMode::Namespaced => {
+                // A team's repository: nothing of the node's, no label Warren's policies
+                // trust, no Service intercepting other addresses (cluster-mode sources are
+                // the admin's own, who may deploy Warren itself through them).
+                let mut violations = warren_admission::reserved_labels(&m.object);
+                let all_types: Vec<String> = warren_admission::SERVICE_TYPES
+                    .iter()
+                    .map(|t| t.to_string())
+                    .collect();
+                violations.extend(warren_admission::services(&m.object, &all_types));
+                violations.extend(warren_admission::pod_security(
+                    &m.object,
+                    warren_admission::Level::Baseline,
+                ));
+                if !violations.is_empty() {
+                    return Err(format!(
+                        "refused: {} (a namespaced source's pods meet the baseline Pod Security Standard)",
+                        warren_admission::describe(&violations)
+                    ));
+                }
                 let Some(own) = self.namespace.as_deref() else {
                     return Err("the source has no namespace".into());
                 };
@@ -80,6 +99,32 @@ impl Rights {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_namespaced_source_cannot_reach_the_node_or_forge_warrens_labels() {
+        let r = Rights::new(&source("namespaced"), &Policy::default());
+        let pod = manifest(serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p"},
+            "spec": {"hostPID": true, "containers": [{"name": "c", "image": "x"}],
+                "volumes": [{"name": "root", "hostPath": {"path": "/"}}]}}));
+        let e = r.admit(&pod, None).unwrap_err();
+        assert!(e.contains("spec.hostPID") && e.contains("spec.volumes[root].hostPath"), "{e}");
+        let agent = manifest(serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d"}, "spec": {"template": {
+                "metadata": {"labels": {"warren.dev/component": "agent"}},
+                "spec": {"containers": [{"name": "c", "image": "x"}]}}}}));
+        let e = r.admit(&agent, None).unwrap_err();
+        assert!(e.contains("spec.template.metadata.labels[warren.dev/component]"), "{e}");
+        let svc = manifest(serde_json::json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "s"}, "spec": {"externalIPs": ["1.2.3.4"]}}));
+        assert!(r.admit(&svc, None).unwrap_err().contains("externalIPs"));
+        // An ordinary app is fine.
+        let app = manifest(serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d", "labels": {"app": "d"}}, "spec": {"template": {
+                "metadata": {"labels": {"app": "d"}},
+                "spec": {"containers": [{"name": "c", "image": "x"}]}}}}));
+        assert_eq!(r.admit(&app, None), Ok(Some("team-a".into())));
+    }
 
     fn manifest(v: serde_json::Value) -> Manifest {
         Manifest {

@@ -99,6 +99,16 @@ pub fn editor_status(container_output: &[u8]) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// Annotation on a workspace's Deployment naming the port its editor listens on. On
+/// Kubernetes the editor listens on the pod's loopback only, so no other pod reaches it
+/// whatever the cluster's network does; the agent reaches it through the API server's port
+/// forwarding.
+pub const EDITOR_PORT_ANNOTATION: &str = "warren.dev/editor-port";
+/// Set by the engine runtime in a workspace's containers: the address the editor listens on.
+/// Containers there are reached on their network's address (the firewall keeps every other
+/// workspace out), where the editor would otherwise take the loopback.
+pub const EDITOR_ADDRESS_ENV: &str = "WARREN_EDITOR_ADDRESS";
+
 /// The pod volume holding the injected tools, and the init container that fills it.
 pub const TOOLS_VOLUME: &str = "warren-tools";
 /// Where the tools volume is mounted (read-only in the main container, writable only in the
@@ -216,12 +226,19 @@ pub struct ResourceList {
     pub memory: Option<String>,
 }
 
+/// The namespace of the shipped manifests (`deploy/kubernetes`).
+pub const DEFAULT_AGENT_NAMESPACE: &str = "warren";
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct NetworkPolicyConfig {
     pub enabled: bool,
     /// Egress allow-list; DNS (port 53 UDP/TCP) is always allowed.
     pub egress: Vec<EgressRule>,
+    /// The namespace the agent's pods run in: only pods there labelled
+    /// `warren.dev/component: agent` (a label tenants' objects may not carry) reach a
+    /// workspace. Selected by `kubernetes.io/metadata.name`, which the API server sets.
+    pub agent_namespace: String,
 }
 
 impl Default for NetworkPolicyConfig {
@@ -236,6 +253,7 @@ impl Default for NetworkPolicyConfig {
                     "192.168.0.0/16".into(),
                 ],
             }],
+            agent_namespace: DEFAULT_AGENT_NAMESPACE.into(),
         }
     }
 }

@@ -9,6 +9,7 @@ use url::Url;
 use warren_agent::connection::ConnectionConfig;
 use warren_agent::leader::LeaderElectionConfig;
 use warren_agent::reconciler::ReconcilerConfig;
+use warren_agent::runtime::kubernetes::ComponentPolicy;
 use warren_agent::{AgentConfig, RuntimeChoice};
 use warren_types::AgentId;
 
@@ -49,6 +50,15 @@ pub struct AgentArgs {
     /// Dockerfiles turns them off.
     #[arg(long, env = "WARREN_AGENT_IMAGE_BUILDS", value_name = "BOOL")]
     image_builds: Option<bool>,
+    /// Kinds a devfile `kubernetes` component may apply, comma-separated (kubernetes
+    /// runtime) [default: ConfigMap, Secret, PersistentVolumeClaim, Service, Pod, Deployment,
+    /// StatefulSet, Job, CronJob; Ingress and Route publish a workspace past the proxy].
+    #[arg(long, env = "WARREN_AGENT_COMPONENT_KINDS", value_delimiter = ',', value_name = "KINDS")]
+    component_kinds: Option<Vec<String>>,
+    /// Service types a component's Service may have, comma-separated (kubernetes runtime)
+    /// [default: ClusterIP]; external IPs are never allowed.
+    #[arg(long, env = "WARREN_AGENT_COMPONENT_SERVICE_TYPES", value_delimiter = ',', value_name = "TYPES")]
+    component_service_types: Option<Vec<String>>,
     /// This agent's id; asked from the relay when absent.
     #[arg(long, env = "WARREN_AGENT_ID")]
     agent_id: Option<i64>,
@@ -94,12 +104,33 @@ struct AgentFile {
     runtime: Option<RuntimeKind>,
     state_dir: Option<PathBuf>,
     image_builds: Option<bool>,
+    component_kinds: Option<Vec<String>>,
+    component_service_types: Option<Vec<String>>,
     agent_id: Option<i64>,
     leader_election: Option<bool>,
     leader_election_namespace: Option<String>,
     leader_election_lease: Option<String>,
     leader_election_identity: Option<String>,
     leader_election_lease_seconds: Option<u64>,
+}
+
+/// The admin's component lists, each defaulting on its own, checked before anything starts.
+pub fn component_policy(
+    kinds: Option<Vec<String>>,
+    service_types: Option<Vec<String>>,
+) -> anyhow::Result<ComponentPolicy> {
+    let defaults = ComponentPolicy::default();
+    let trim = |v: Vec<String>| -> Vec<String> {
+        v.into_iter()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect()
+    };
+    ComponentPolicy::new(
+        kinds.map(trim).unwrap_or(defaults.kinds),
+        service_types.map(trim).unwrap_or(defaults.service_types),
+    )
+    .map_err(|e| anyhow::anyhow!("the agent's component settings: {e}"))
 }
 
 pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
@@ -146,7 +177,12 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
                 state_dir,
                 image_builds: args.image_builds.or(file.image_builds).unwrap_or(true),
             },
-            RuntimeKind::Kubernetes => RuntimeChoice::Kubernetes,
+            RuntimeKind::Kubernetes => RuntimeChoice::Kubernetes {
+                components: component_policy(
+                    args.component_kinds.or(file.component_kinds),
+                    args.component_service_types.or(file.component_service_types),
+                )?,
+            },
         },
         reconciler: ReconcilerConfig::default(),
         leader_election: args
@@ -219,5 +255,22 @@ mod tests {
         assert!(err.to_string().contains("unknown field `token`"), "{err}");
         let ok: AgentFile = toml::from_str("runtime = 'kubernetes'").unwrap();
         assert_eq!(ok.runtime, Some(RuntimeKind::Kubernetes));
+    }
+
+    #[test]
+    fn component_settings_default_apart_and_name_what_is_unknown() {
+        let p = component_policy(None, None).unwrap();
+        assert!(p.kinds.contains(&"Deployment".to_owned()));
+        assert!(!p.kinds.contains(&"Ingress".to_owned()));
+        assert_eq!(p.service_types, ["ClusterIP"]);
+        let file: AgentFile =
+            toml::from_str("component_kinds = ['ConfigMap', 'Ingress']\ncomponent_service_types = ['ClusterIP', 'NodePort']").unwrap();
+        let p = component_policy(file.component_kinds, file.component_service_types).unwrap();
+        assert_eq!(p.kinds, ["ConfigMap", "Ingress"]);
+        assert_eq!(p.service_types, ["ClusterIP", "NodePort"]);
+        let e = component_policy(Some(vec!["ClusterRole".into()]), None).unwrap_err();
+        assert!(format!("{e:#}").contains("\"ClusterRole\""), "{e:#}");
+        let e = component_policy(None, Some(vec!["Headless".into()])).unwrap_err();
+        assert!(format!("{e:#}").contains("\"Headless\""), "{e:#}");
     }
 }

@@ -9,12 +9,17 @@
 //! volume per tools image, once. The main container's startup script starts the editor after
 //! `postStart`; when the image cannot run it (no glibc, the files missing), the workspace runs
 //! on and the script says why, in its log and on the container's output (`warren ws logs`).
+//!
+//! The editor has no password of its own (`--auth none`: the proxy authenticates), so it
+//! listens on the loopback unless the runtime says otherwise ([`EDITOR_ADDRESS_ENV`]): on
+//! Kubernetes another pod with a forged label, or on a cluster whose network ignores
+//! NetworkPolicies, finds nothing on the pod's address.
 
 use super::resources::{parse_q, Res};
 use crate::model::{Container, Devfile};
 use k8s_openapi::api::core::v1 as core;
 use warren_types::config::{
-    AgentConfig, EDITOR_ENDPOINT, TOOLS_IMAGE_ROOT, TOOLS_MOUNT_PATH, TOOLS_VOLUME,
+    AgentConfig, EDITOR_ADDRESS_ENV, EDITOR_ENDPOINT, TOOLS_IMAGE_ROOT, TOOLS_MOUNT_PATH, TOOLS_VOLUME,
 };
 
 /// What the render adds for the editor.
@@ -125,7 +130,7 @@ pub(super) fn start_lines(e: &EditorPlan, c: &Container) -> String {
       # Restarted if it ends (a crash, an out-of-memory kill) for as long as the container runs.
       while :; do
         "$tools/bin/node" "$tools/node_modules/code-server/out/node/entry.js" \
-          --auth none --bind-addr 0.0.0.0:{port} \
+          --auth none --bind-addr "${{{EDITOR_ADDRESS_ENV}:-127.0.0.1}}:{port}" \
           --disable-telemetry --disable-update-check --disable-workspace-trust \
           --user-data-dir "$editor_data" --extensions-dir "$editor_data/extensions" \
           "$editor_folder" >>"$logs/editor.log" 2>&1 3>&-

@@ -67,7 +67,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use warren_types::api::{VariableKind, WorkspaceResources};
-use warren_types::config::AgentConfig;
+use warren_types::config::{AgentConfig, EDITOR_PORT_ANNOTATION};
 use warren_types::git::GitCredential;
 use warren_types::quantity::{parse_memory_bytes, QuantityError};
 use warren_types::{AgentId, DesiredState, WorkspaceId};
@@ -244,6 +244,10 @@ pub fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rendered, Re
         }
         None => format!("warren-ws-{name}"),
     };
+    let agent_namespace = &cfg.network_policy.agent_namespace;
+    if !crate::parse::is_dns_label(agent_namespace, 63) {
+        return Err(RenderError::Namespace(agent_namespace.clone()));
+    }
     if let Some(p) = req.project.as_ref().filter(|p| {
         p.name.is_empty()
             || p.name == "."
@@ -695,7 +699,14 @@ pub fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rendered, Re
     };
     let deployment = Deployment {
         metadata: ObjectMeta {
-            annotations: Some(deployment_annotations.clone()),
+            annotations: Some({
+                // Read by the agent, from the Deployment alone: the pods need not restart.
+                let mut a = deployment_annotations.clone();
+                if let Some(e) = &editor {
+                    a.insert(EDITOR_PORT_ANNOTATION.into(), e.port.to_string());
+                }
+                a
+            }),
             ..ctx.meta(object_name(name))
         },
         spec: Some(DeploymentSpec {
@@ -734,6 +745,13 @@ pub fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rendered, Re
                         run_as_user: Some(cfg.security.run_as_user),
                         run_as_group: Some(cfg.security.run_as_group),
                         fs_group: Some(cfg.security.run_as_group),
+                        // The container runtime's default seccomp filter: Kubernetes'
+                        // `restricted` Pod Security Standard, which the agent holds every pod
+                        // in a workspace's namespace to, asks for it.
+                        seccomp_profile: Some(core::SeccompProfile {
+                            type_: "RuntimeDefault".into(),
+                            localhost_profile: None,
+                        }),
                         ..Default::default()
                     }),
                     init_containers: (!init_containers.is_empty()).then_some(init_containers),

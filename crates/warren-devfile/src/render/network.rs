@@ -57,7 +57,14 @@ pub fn protected_egress(rules: &[EgressRule]) -> Vec<EgressRule> {
         .collect()
 }
 
+/// The workspace's NetworkPolicy. Only the agent reaches the workspace: pods labelled
+/// `warren.dev/component: agent` (a label the agent refuses on tenants' objects) in the agent's
+/// namespace (by `kubernetes.io/metadata.name`, which only the API server sets). In the
+/// workspace's own namespace the policy covers every pod — the devfile's `kubernetes`
+/// components' too — and lets them reach each other; in a shared namespace it covers the
+/// workspace's pods only (components are refused there).
 pub(super) fn network_policy(ctx: &Ctx<'_>, cfg: &AgentConfig) -> net::NetworkPolicy {
+    let own_namespace = cfg.shared_namespace.is_none();
     let dns_ports = ["UDP", "TCP"]
         .iter()
         .map(|p| net::NetworkPolicyPort {
@@ -66,10 +73,20 @@ pub(super) fn network_policy(ctx: &Ctx<'_>, cfg: &AgentConfig) -> net::NetworkPo
             end_port: None,
         })
         .collect();
+    let neighbours = || net::NetworkPolicyPeer {
+        pod_selector: Some(LabelSelector::default()),
+        ..Default::default()
+    };
     let mut egress = vec![net::NetworkPolicyEgressRule {
         ports: Some(dns_ports),
         to: None,
     }];
+    if own_namespace {
+        egress.push(net::NetworkPolicyEgressRule {
+            ports: None,
+            to: Some(vec![neighbours()]),
+        });
+    }
     if !cfg.network_policy.egress.is_empty() {
         egress.push(net::NetworkPolicyEgressRule {
             ports: None,
@@ -87,28 +104,46 @@ pub(super) fn network_policy(ctx: &Ctx<'_>, cfg: &AgentConfig) -> net::NetworkPo
             ),
         });
     }
+    let mut from = vec![net::NetworkPolicyPeer {
+        namespace_selector: Some(LabelSelector {
+            match_labels: Some(
+                [(
+                    NAMESPACE_NAME_LABEL.to_owned(),
+                    cfg.network_policy.agent_namespace.clone(),
+                )]
+                .into(),
+            ),
+            match_expressions: None,
+        }),
+        pod_selector: Some(LabelSelector {
+            match_labels: Some([(LABEL_COMPONENT.to_owned(), AGENT_COMPONENT.to_owned())].into()),
+            match_expressions: None,
+        }),
+        ip_block: None,
+    }];
+    if own_namespace {
+        from.push(neighbours());
+    }
     net::NetworkPolicy {
         metadata: ctx.meta(object_name(ctx.name)),
         spec: Some(net::NetworkPolicySpec {
-            pod_selector: Some(LabelSelector {
-                match_labels: Some(ctx.selector.clone()),
-                match_expressions: None,
+            pod_selector: Some(if own_namespace {
+                LabelSelector::default()
+            } else {
+                LabelSelector {
+                    match_labels: Some(ctx.selector.clone()),
+                    match_expressions: None,
+                }
             }),
             policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
             ingress: Some(vec![net::NetworkPolicyIngressRule {
-                from: Some(vec![net::NetworkPolicyPeer {
-                    namespace_selector: Some(LabelSelector::default()),
-                    pod_selector: Some(LabelSelector {
-                        match_labels: Some(
-                            [(LABEL_COMPONENT.to_owned(), AGENT_COMPONENT.to_owned())].into(),
-                        ),
-                        match_expressions: None,
-                    }),
-                    ip_block: None,
-                }]),
+                from: Some(from),
                 ports: None,
             }]),
             egress: Some(egress),
         }),
     }
 }
+
+/// The label the API server puts on every namespace, holding its name (Kubernetes 1.21+).
+const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";

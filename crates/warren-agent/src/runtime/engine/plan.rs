@@ -23,6 +23,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use crate::runtime::WorkspaceKey;
+use warren_types::config::EDITOR_ADDRESS_ENV;
 
 /// Label: workspace name (the key the runtime groups containers, volumes and networks by).
 pub const WORKSPACE_NAME_LABEL: &str = "warren.dev/workspace-name";
@@ -739,7 +740,12 @@ fn container_body(
         mounts.push(mount);
     }
 
-    let env = resolve_env(c, env_cx).map_err(err)?;
+    let mut env = resolve_env(c, env_cx).map_err(err)?;
+    // The editor listens on the container's network address: the agent reaches declared ports
+    // through published ones, which the engine forwards to that address, and the firewall
+    // keeps every other workspace off it. A devfile's own value gives way.
+    env.retain(|e| !e.starts_with(&format!("{EDITOR_ADDRESS_ENV}=")));
+    env.push(format!("{EDITOR_ADDRESS_ENV}=0.0.0.0"));
     let readonly_rootfs = sc.and_then(|s| s.read_only_root_filesystem).filter(|r| *r);
 
     Ok(ContainerCreateBody {

@@ -3,6 +3,13 @@
 //! manager, labelled with the agent, the workspace and the component, and recorded in an
 //! inventory per component so a second apply prunes exactly what left the manifest and the
 //! workspace's deletion removes them all.
+//!
+//! The agent applies them with its own, cluster-wide rights, so it judges them first
+//! (`warren-admission`): only kinds and Service types the agent's admin allowed
+//! ([`ComponentPolicy`]; Ingresses and Routes, NodePorts and LoadBalancers reach past the
+//! proxy and are off by default), every pod meeting Kubernetes' `restricted` Pod Security
+//! Standard, no label of Warren's own domain (its NetworkPolicies trust those), and only in a
+//! namespace of the workspace's own (the workspace NetworkPolicy covers every pod there).
 
 use super::objects::{ObjectRef, WORKSPACE_NAME_LABEL};
 use super::{apply_error, runtime_error, KubernetesRuntime};
@@ -33,6 +40,66 @@ pub const COMPONENT_KINDS: [(&str, &str, &str); 11] = [
     ("networking.k8s.io/v1", "Ingress", "ingresses"),
     ("route.openshift.io/v1", "Route", "routes"),
 ];
+
+/// Which component objects an agent applies: kinds of [`COMPONENT_KINDS`] and Service types.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ComponentPolicy {
+    pub kinds: Vec<String>,
+    pub service_types: Vec<String>,
+}
+
+/// Kinds applied unless the admin says otherwise: everything but what publishes a workspace
+/// outside the proxy (Ingress, Route).
+pub const DEFAULT_COMPONENT_KINDS: &[&str] = &[
+    "ConfigMap",
+    "Secret",
+    "PersistentVolumeClaim",
+    "Service",
+    "Pod",
+    "Deployment",
+    "StatefulSet",
+    "Job",
+    "CronJob",
+];
+
+impl Default for ComponentPolicy {
+    fn default() -> Self {
+        ComponentPolicy {
+            kinds: DEFAULT_COMPONENT_KINDS.iter().map(|k| k.to_string()).collect(),
+            service_types: warren_admission::DEFAULT_SERVICE_TYPES
+                .iter()
+                .map(|t| t.to_string())
+                .collect(),
+        }
+    }
+}
+
+impl ComponentPolicy {
+    /// A policy from an admin's lists, each checked against what Warren knows.
+    pub fn new(kinds: Vec<String>, service_types: Vec<String>) -> Result<ComponentPolicy, String> {
+        for k in &kinds {
+            if !COMPONENT_KINDS.iter().any(|(_, known, _)| known == k) {
+                let known: Vec<&str> = COMPONENT_KINDS.iter().map(|(_, k, _)| *k).collect();
+                return Err(format!(
+                    "component kind {k:?} is not one Warren applies ({})",
+                    known.join(", ")
+                ));
+            }
+        }
+        for t in &service_types {
+            if !warren_admission::SERVICE_TYPES.contains(&t.as_str()) {
+                return Err(format!(
+                    "Service type {t:?} is not one of {}",
+                    warren_admission::SERVICE_TYPES.join(", ")
+                ));
+            }
+        }
+        Ok(ComponentPolicy {
+            kinds,
+            service_types,
+        })
+    }
+}
 
 fn resource(api_version: &str, kind: &str) -> Option<ApiResource> {
     super::objects::resource_in(&COMPONENT_KINDS, api_version, kind)
@@ -162,6 +229,13 @@ impl KubernetesRuntime {
             message: format!("component {component}: {message}"),
         };
         super::objects::check_key(workspace).map_err(&refuse)?;
+        if !super::objects::owns_namespace(workspace) {
+            return Err(refuse(format!(
+                "the workspace is in the shared namespace {:?}; components are applied only in a workspace's own namespace, where its NetworkPolicy covers them",
+                workspace.namespace
+            )));
+        }
+        let policy = &self.options.components;
         // The workspace's own objects are not the component's to change.
         let own = self.read_inventory(workspace).await?.unwrap_or_default();
         let mut prepared = Vec::new();
@@ -182,10 +256,24 @@ impl KubernetesRuntime {
                     allowed.join(", ")
                 )));
             };
+            if !policy.kinds.contains(&kind) {
+                return Err(refuse(format!(
+                    "object {} ({kind} {name}): kind {kind} is not allowed on this agent (allowed: {})",
+                    i + 1,
+                    policy.kinds.join(", ")
+                )));
+            }
             if name.is_empty() {
                 return Err(refuse(format!(
                     "object {} ({kind}) has no metadata.name",
                     i + 1
+                )));
+            }
+            let violations = warren_admission::tenant_object(o, &policy.service_types);
+            if !violations.is_empty() {
+                return Err(refuse(format!(
+                    "{kind} {name} is refused: {} (Warren holds component pods to Kubernetes' restricted Pod Security Standard)",
+                    warren_admission::describe(&violations)
                 )));
             }
             let reference = ObjectRef {

@@ -20,7 +20,13 @@
 //!
 //! The agent's service account needs, cluster-wide: namespaces get/list/watch/create/delete;
 //! deployments and pods list/watch; and in workspace namespaces get/patch/delete on the kinds
-//! of [`KINDS`] (server-side apply is a PATCH).
+//! of [`KINDS`] (server-side apply is a PATCH); pods/exec and pods/portforward (the editor
+//! listens on its pod's loopback, reached by port forwarding).
+//!
+//! Namespaces the agent makes for a workspace are labelled for the API server's PodSecurity
+//! admission at the strongest level the workspace's own pod meets (`restricted` unless the
+//! agent's configuration allows privilege escalation), and the agent itself holds a devfile
+//! component's objects to `restricted` before applying them (components.rs).
 
 mod components;
 mod exec;
@@ -29,6 +35,7 @@ mod objects;
 mod quantity;
 mod status;
 
+pub use components::{ComponentPolicy, DEFAULT_COMPONENT_KINDS};
 pub use exec::exit_from_status;
 pub use objects::{dedicated_namespace, inventory_name, KINDS, WORKSPACE_NAME_LABEL};
 pub use status::{pod_failure, FAILURE_REASONS};
@@ -52,6 +59,7 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use warren_types::config::EDITOR_PORT_ANNOTATION;
 use warren_types::reconcile::TerminationProgress;
 use warren_types::AgentId;
 
@@ -64,6 +72,8 @@ pub struct KubernetesOptions {
     pub ready_timeout: Duration,
     /// How long `dial` waits for a TCP connection to the pod.
     pub dial_timeout: Duration,
+    /// What devfile `kubernetes` components may apply.
+    pub components: ComponentPolicy,
 }
 
 impl Default for KubernetesOptions {
@@ -72,9 +82,14 @@ impl Default for KubernetesOptions {
             field_manager: "warren-agent".into(),
             ready_timeout: Duration::from_secs(10),
             dial_timeout: Duration::from_secs(10),
+            components: ComponentPolicy::default(),
         }
     }
 }
+
+/// The PodSecurity admission's labels on a workspace's own namespace.
+const POD_SECURITY_ENFORCE: &str = "pod-security.kubernetes.io/enforce";
+const POD_SECURITY_VERSION: &str = "pod-security.kubernetes.io/enforce-version";
 
 /// The last error a watch reported, kept for `list`'s error when the watches never become ready.
 type LastError = Arc<Mutex<Option<String>>>;
@@ -341,13 +356,29 @@ impl KubernetesRuntime {
     }
 
     /// Creates the namespace when missing, labelled with this agent (and with the workspace
-    /// when it is the workspace's own); an existing namespace is left as it is.
-    async fn ensure_namespace(&self, workspace: &WorkspaceKey) -> Result<(), RuntimeError> {
+    /// when it is the workspace's own); an existing shared namespace is left as it is. The
+    /// workspace's own namespace carries the PodSecurity admission labels for `level`, added
+    /// to one made before them.
+    async fn ensure_namespace(
+        &self,
+        workspace: &WorkspaceKey,
+        level: warren_admission::Level,
+    ) -> Result<(), RuntimeError> {
         let api: Api<Namespace> = Api::all(self.client.clone());
         let existing = api
             .get_opt(&workspace.namespace)
             .await
             .map_err(|e| runtime_error(format!("reading namespace of {workspace}"), e))?;
+        let own = owns_namespace(workspace);
+        let security: BTreeMap<String, String> = if own {
+            [
+                (POD_SECURITY_ENFORCE.to_owned(), level.as_str().to_owned()),
+                (POD_SECURITY_VERSION.to_owned(), "latest".to_owned()),
+            ]
+            .into()
+        } else {
+            BTreeMap::new()
+        };
         if let Some(ns) = existing {
             if ns.metadata.deletion_timestamp.is_some() {
                 return Err(RuntimeError::Apply {
@@ -355,11 +386,30 @@ impl KubernetesRuntime {
                     message: format!("namespace {} is being deleted", workspace.namespace),
                 });
             }
+            let labels = ns.metadata.labels.unwrap_or_default();
+            let missing = security.iter().any(|(k, v)| labels.get(k) != Some(v));
+            if missing {
+                let patch = serde_json::json!({"metadata": {"labels": security}});
+                api.patch(
+                    &workspace.namespace,
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+                .map_err(|e| {
+                    apply_error(
+                        workspace,
+                        &format!("Namespace {} (Pod Security labels)", workspace.namespace),
+                        e,
+                    )
+                })?;
+            }
             return Ok(());
         }
         let mut labels = BTreeMap::from([(AGENT_ID_LABEL.to_owned(), self.agent_id.clone())]);
-        if owns_namespace(workspace) {
+        if own {
             labels.insert(WORKSPACE_NAME_LABEL.to_owned(), workspace.name.clone());
+            labels.extend(security);
         }
         let mut ns = Namespace::default();
         ns.metadata.name = Some(workspace.namespace.clone());
@@ -377,6 +427,45 @@ impl KubernetesRuntime {
                 e,
             )),
         }
+    }
+
+    /// A connection to `port` on the loopback of `pod`, through the API server's port
+    /// forwarding (the editor listens there, out of every other pod's reach).
+    async fn forward(
+        &self,
+        workspace: &WorkspaceKey,
+        pod: &str,
+        port: u16,
+    ) -> Result<Box<dyn ByteStream>, RuntimeError> {
+        let context = || format!("forwarding port {port} of workspace {workspace}");
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &workspace.namespace);
+        let ports = [port];
+        let forwarding = tokio::time::timeout(self.options.dial_timeout, pods.portforward(pod, &ports));
+        let mut forwarder = match forwarding.await {
+            Ok(Ok(f)) => f,
+            Ok(Err(e)) => return Err(runtime_error(context(), e)),
+            Err(_) => {
+                return Err(RuntimeError::Runtime {
+                    context: context(),
+                    source: "the API server did not answer in time".into(),
+                })
+            }
+        };
+        let Some(stream) = forwarder.take_stream(port) else {
+            return Err(RuntimeError::Runtime {
+                context: context(),
+                source: "the forwarder has no stream for the port".into(),
+            });
+        };
+        let (workspace, pod) = (workspace.to_string(), pod.to_owned());
+        // The forwarder's task ends when either side closes; what it says then is only logged
+        // (the connection's user sees the stream end).
+        tokio::spawn(async move {
+            if let Err(e) = forwarder.join().await {
+                tracing::debug!(%workspace, %pod, port, error = %warren_types::error_chain(&e), "port forwarding ended");
+            }
+        });
+        Ok(Box::new(stream))
     }
 
     fn dynamic_api(
@@ -590,7 +679,17 @@ impl WorkspaceRuntime for KubernetesRuntime {
             message,
         })?;
         let prepared = objects::prepare(workspace, &self.agent_id, objects)?;
-        self.ensure_namespace(workspace).await?;
+        // The strongest Pod Security level the workspace's own pod meets (`restricted`
+        // unless the agent's configuration allows privilege escalation) is the namespace's.
+        let level = match objects.iter().find(|o| o["kind"] == "Deployment") {
+            Some(d) if !warren_admission::pod_security(d, warren_admission::Level::Restricted)
+                .is_empty() =>
+            {
+                warren_admission::Level::Baseline
+            }
+            _ => warren_admission::Level::Restricted,
+        };
+        self.ensure_namespace(workspace, level).await?;
         self.copy_pull_secrets(workspace, objects).await?;
         let previous = self.read_inventory(workspace).await?;
         let current: BTreeSet<ObjectRef> = prepared.iter().map(|p| p.reference.clone()).collect();
@@ -759,21 +858,35 @@ impl WorkspaceRuntime for KubernetesRuntime {
         let deployment = self.deployment_of(workspace).await?;
         // Ports no endpoint declares are dialled too (SSH port forwarding to an editor's
         // server); which ports browsers may reach is the proxy's check, with the server.
-        let ip = self
+        let pod = self
             .pods
             .state()
             .iter()
             .filter(|p| p.metadata.deletion_timestamp.is_none())
             .filter(|p| status::selects(&deployment, p))
-            .filter_map(|p| p.status.as_ref())
-            .filter(|s| s.phase.as_deref() == Some("Running"))
-            .find_map(|s| s.pod_ip.as_deref()?.parse::<IpAddr>().ok());
-        let Some(ip) = ip else {
+            .find_map(|p| {
+                let s = p.status.as_ref()?;
+                if s.phase.as_deref() != Some("Running") {
+                    return None;
+                }
+                let ip = s.pod_ip.as_deref()?.parse::<IpAddr>().ok()?;
+                Some((p.metadata.name.clone()?, ip))
+            });
+        let Some((pod, ip)) = pod else {
             return Err(RuntimeError::Runtime {
                 context: format!("dialing port {port} of workspace {workspace}"),
                 source: "the workspace has no running pod with an IP".into(),
             });
         };
+        let editor_port = deployment
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(EDITOR_PORT_ANNOTATION))
+            .and_then(|p| p.parse::<u16>().ok());
+        if editor_port == Some(port) {
+            return self.forward(workspace, &pod, port).await;
+        }
         let connect = TcpStream::connect((ip, port));
         let dial_error = |source: Box<dyn std::error::Error + Send + Sync>| RuntimeError::Runtime {
             context: format!("dialing {ip}:{port} of workspace {workspace}"),

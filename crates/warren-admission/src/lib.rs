@@ -174,11 +174,18 @@ mod tests {
         );
         let allowed = types(&["ClusterIP", "NodePort"]);
         assert!(services(&svc(json!({"type": "NodePort"})), &allowed).is_empty());
-        let ext = services(&svc(json!({"externalIPs": ["8.8.8.8"]})), &types(SERVICE_TYPES));
+        let ext = services(
+            &svc(json!({"externalIPs": ["8.8.8.8"]})),
+            &types(SERVICE_TYPES),
+        );
         assert_eq!(ext.len(), 1);
         assert_eq!(ext[0].field, "spec.externalIPs");
         // Other kinds are not Services.
-        assert!(services(&json!({"kind": "ConfigMap", "spec": {"type": "NodePort"}}), &cluster).is_empty());
+        assert!(services(
+            &json!({"kind": "ConfigMap", "spec": {"type": "NodePort"}}),
+            &cluster
+        )
+        .is_empty());
     }
 
     #[test]
@@ -192,7 +199,10 @@ mod tests {
             "metadata": {"name": "d", "labels": {"app": "x", "warren.dev/component": "agent"}},
             "spec": {"template": {"metadata": {"labels": {"warren.dev/component": "agent"},
                 "annotations": {"x.warren.dev/y": "1"}}, "spec": {"containers": []}}}});
-        let found: Vec<String> = reserved_labels(&d).iter().map(|v| v.field.clone()).collect();
+        let found: Vec<String> = reserved_labels(&d)
+            .iter()
+            .map(|v| v.field.clone())
+            .collect();
         assert_eq!(
             found,
             [

@@ -88,7 +88,11 @@ pub fn templates(object: &Value) -> Vec<(String, &Value)> {
     };
     match kind {
         "Pod" => vec![("spec".to_owned(), object)],
-        "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" | "ReplicationController"
+        "Deployment"
+        | "StatefulSet"
+        | "DaemonSet"
+        | "ReplicaSet"
+        | "ReplicationController"
         | "Job" => at("/spec/template", "spec.template.spec"),
         "CronJob" => at(
             "/spec/jobTemplate/spec/template",
@@ -166,8 +170,7 @@ fn check_pod(path: &str, meta: &Value, spec: &Value, level: Level, out: &mut Vec
                     format!("{path}.volumes[{name}].hostPath"),
                     "volumes from the node's file system are not allowed",
                 );
-            } else if level == Level::Restricted && !RESTRICTED_VOLUMES.contains(&source.as_str())
-            {
+            } else if level == Level::Restricted && !RESTRICTED_VOLUMES.contains(&source.as_str()) {
                 bad(
                     format!("{path}.volumes[{name}].{source}"),
                     "this volume type is not allowed (allowed: configMap, csi, downwardAPI, emptyDir, ephemeral, persistentVolumeClaim, projected, secret)",
@@ -272,15 +275,15 @@ fn check_pod(path: &str, meta: &Value, spec: &Value, level: Level, out: &mut Vec
                 );
             }
             if !strings_at(sc, "/capabilities/drop").contains(&"ALL") {
-                bad(
-                    format!("{sc_path}.capabilities.drop"),
-                    "must include ALL",
-                );
+                bad(format!("{sc_path}.capabilities.drop"), "must include ALL");
             }
         }
     }
     if level == Level::Restricted && bool_at(psc, "/runAsNonRoot") == Some(false) {
-        bad(format!("{path}.securityContext.runAsNonRoot"), "must not be false");
+        bad(
+            format!("{path}.securityContext.runAsNonRoot"),
+            "must not be false",
+        );
     }
 }
 
@@ -321,7 +324,10 @@ fn check_context(path: &str, sc: &Value, bad: &mut impl FnMut(String, &str)) {
         }
     }
     if sc.get("runAsUser").and_then(Value::as_i64) == Some(0) {
-        bad(format!("{path}.runAsUser"), "running as root (0) is not allowed");
+        bad(
+            format!("{path}.runAsUser"),
+            "running as root (0) is not allowed",
+        );
     }
 }
 
@@ -418,7 +424,9 @@ mod tests {
         }
         assert!(!found.iter().any(|f| f.contains("tcp_syncookies")));
         // The pod-level seccomp profile covers the ephemeral container.
-        assert!(!found.contains(&"spec.ephemeralContainers[debug].securityContext.seccompProfile.type".to_owned()));
+        assert!(!found.contains(
+            &"spec.ephemeralContainers[debug].securityContext.seccompProfile.type".to_owned()
+        ));
         // `baseline` lets a pod run as root and keep its capabilities.
         let root = json!({"kind": "Pod", "spec": {"containers": [{"name": "c",
             "securityContext": {"capabilities": {"add": ["CHOWN"]}}}]}});
@@ -429,19 +437,50 @@ mod tests {
     fn workload_templates_are_checked_where_they_are() {
         let spec = json!({"containers": [{"name": "c", "securityContext": {"privileged": true}}]});
         for (kind, object, field) in [
-            ("Deployment", json!({"spec": {"template": {"spec": spec}}}), "spec.template.spec"),
-            ("StatefulSet", json!({"spec": {"template": {"spec": spec}}}), "spec.template.spec"),
-            ("DaemonSet", json!({"spec": {"template": {"spec": spec}}}), "spec.template.spec"),
-            ("Job", json!({"spec": {"template": {"spec": spec}}}), "spec.template.spec"),
-            ("CronJob", json!({"spec": {"jobTemplate": {"spec": {"template": {"spec": spec}}}}}),
-                "spec.jobTemplate.spec.template.spec"),
-            ("PodTemplate", json!({"template": {"spec": spec}}), "template.spec"),
+            (
+                "Deployment",
+                json!({"spec": {"template": {"spec": spec}}}),
+                "spec.template.spec",
+            ),
+            (
+                "StatefulSet",
+                json!({"spec": {"template": {"spec": spec}}}),
+                "spec.template.spec",
+            ),
+            (
+                "DaemonSet",
+                json!({"spec": {"template": {"spec": spec}}}),
+                "spec.template.spec",
+            ),
+            (
+                "Job",
+                json!({"spec": {"template": {"spec": spec}}}),
+                "spec.template.spec",
+            ),
+            (
+                "CronJob",
+                json!({"spec": {"jobTemplate": {"spec": {"template": {"spec": spec}}}}}),
+                "spec.jobTemplate.spec.template.spec",
+            ),
+            (
+                "PodTemplate",
+                json!({"template": {"spec": spec}}),
+                "template.spec",
+            ),
         ] {
             let mut o = object;
             o["kind"] = kind.into();
             let found = fields(&o, Level::Baseline);
-            assert_eq!(found, [format!("{field}.containers[c].securityContext.privileged")], "{kind}");
+            assert_eq!(
+                found,
+                [format!("{field}.containers[c].securityContext.privileged")],
+                "{kind}"
+            );
         }
-        assert!(fields(&json!({"kind": "ConfigMap", "spec": spec}), Level::Restricted).is_empty());
+        assert!(fields(
+            &json!({"kind": "ConfigMap", "spec": spec}),
+            Level::Restricted
+        )
+        .is_empty());
     }
 }

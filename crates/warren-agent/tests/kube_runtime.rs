@@ -14,7 +14,9 @@ use kube_common::fixtures::{key, unique, workspace_objects};
 use kube_common::{cluster, eventually};
 use serde_json::json;
 use std::collections::BTreeMap;
-use warren_agent::runtime::kubernetes::{inventory_name, KubernetesOptions, KubernetesRuntime};
+use warren_agent::runtime::kubernetes::{
+    inventory_name, ComponentPolicy, KubernetesOptions, KubernetesRuntime,
+};
 use warren_agent::runtime::{
     ObservedWorkspace, RuntimeError, WorkspaceKey, WorkspaceRuntime, AGENT_ID_LABEL,
 };
@@ -711,11 +713,8 @@ async fn devfile_component_objects_are_applied_pruned_and_deleted_with_the_works
     let Some((client, agent, runtime)) = setup().await else {
         return;
     };
-    let shared = unique("components");
-    let a = WorkspaceKey {
-        name: unique("a"),
-        namespace: shared.clone(),
-    };
+    let a = key(&unique("a"));
+    let own = a.namespace.clone();
     runtime
         .apply(&a, &workspace_objects(&a, agent, 17, 1, false))
         .await
@@ -732,7 +731,7 @@ async fn devfile_component_objects_are_applied_pruned_and_deleted_with_the_works
         lines,
         ["applied ConfigMap app-config", "applied Service app"]
     );
-    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &shared);
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &own);
     let cm = configmaps.get("app-config").await.expect("the ConfigMap");
     let labels = cm.labels();
     assert_eq!(
@@ -742,7 +741,7 @@ async fn devfile_component_objects_are_applied_pruned_and_deleted_with_the_works
     assert_eq!(labels.get(AGENT_ID_LABEL), Some(&agent.to_string()));
     let services: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
-        &shared,
+        &own,
         &kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::Service>(&()),
     );
     assert!(services.get_opt("app").await.expect("get").is_some());
@@ -812,4 +811,271 @@ async fn devfile_component_objects_are_applied_pruned_and_deleted_with_the_works
         .filter(|n| n == "app-config" || n.contains(&a.name))
         .collect();
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// The attacks of issue 37 on a devfile's `kubernetes` component: each object would give a
+/// workspace user the node (a privileged pod, the node's namespaces or file system), traffic
+/// past the proxy (NodePort, LoadBalancer, Ingress, external IPs), or the label every
+/// workspace's NetworkPolicy admits. The agent applies components with cluster-wide rights;
+/// each is refused naming the field, and nothing of it reaches the cluster.
+#[tokio::test]
+async fn a_components_objects_never_escape_the_workspace() {
+    let Some((client, agent, runtime)) = setup().await else {
+        return;
+    };
+    let a = key(&unique("attack"));
+    runtime
+        .apply(&a, &workspace_objects(&a, agent, 37, 1, false))
+        .await
+        .expect("apply the workspace");
+    let container = json!({"name": "x", "image": "busybox", "command": ["sleep", "1d"]});
+    let pod = |spec: serde_json::Value| {
+        let mut p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "evil"},
+            "spec": {"containers": [container.clone()]}});
+        for (k, v) in spec.as_object().unwrap() {
+            p["spec"][k] = v.clone();
+        }
+        p
+    };
+    let privileged = {
+        let mut c = container.clone();
+        c["securityContext"] = json!({"privileged": true});
+        pod(json!({"containers": [c]}))
+    };
+    let svc = |spec: serde_json::Value| {
+        json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "evil"}, "spec": spec})
+    };
+    let restricted = json!({"runAsNonRoot": true, "allowPrivilegeEscalation": false,
+        "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}});
+    let mut forged = {
+        let mut c = container.clone();
+        c["securityContext"] = restricted.clone();
+        pod(json!({"containers": [c]}))
+    };
+    forged["metadata"]["labels"] = json!({"warren.dev/component": "agent"});
+    for (object, needles) in [
+        (
+            privileged,
+            &[
+                "spec.containers[x].securityContext.privileged",
+                "restricted Pod Security Standard",
+            ][..],
+        ),
+        (
+            pod(json!({"hostPID": true, "hostNetwork": true})),
+            &["spec.hostPID", "spec.hostNetwork"][..],
+        ),
+        (
+            pod(json!({"volumes": [{"name": "root", "hostPath": {"path": "/"}}]})),
+            &["spec.volumes[root].hostPath"][..],
+        ),
+        // Runs as the image's user (root, often) with every default capability.
+        (
+            pod(json!({})),
+            &[
+                "allowPrivilegeEscalation",
+                "runAsNonRoot",
+                "capabilities.drop",
+            ][..],
+        ),
+        (
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "evil"},
+                "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {
+                    "metadata": {"labels": {"a": "b"}},
+                    "spec": {"hostIPC": true, "containers": [container.clone()]}}}}),
+            &["spec.template.spec.hostIPC"][..],
+        ),
+        (
+            svc(json!({"type": "NodePort", "ports": [{"port": 80}]})),
+            &["Service type NodePort is not allowed"][..],
+        ),
+        (
+            svc(json!({"type": "LoadBalancer", "ports": [{"port": 80}]})),
+            &["Service type LoadBalancer"][..],
+        ),
+        (
+            svc(json!({"ports": [{"port": 80}], "externalIPs": ["10.96.0.10"]})),
+            &["spec.externalIPs"][..],
+        ),
+        (
+            json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": "evil"},
+                "spec": {"defaultBackend": {"service": {"name": "x", "port": {"number": 80}}}}}),
+            &["kind Ingress is not allowed on this agent"][..],
+        ),
+        (forged, &["metadata.labels[warren.dev/component]"][..]),
+    ] {
+        let e = runtime
+            .apply_component(&a, "evil", std::slice::from_ref(&object))
+            .await
+            .expect_err("refused");
+        let text = e.to_string();
+        assert!(matches!(e, RuntimeError::Apply { .. }), "{text}");
+        for needle in needles {
+            assert!(text.contains(needle), "{needle} in {text}");
+        }
+    }
+    // Nothing was applied: no pod, Service or Ingress of the attacker's, and no inventory.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &a.namespace);
+    assert!(pods.get_opt("evil").await.expect("get").is_none());
+    let services: Api<k8s_openapi::api::core::v1::Service> =
+        Api::namespaced(client.clone(), &a.namespace);
+    assert!(services.get_opt("evil").await.expect("get").is_none());
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &a.namespace);
+    assert!(configmaps
+        .get_opt(&format!("warren-component-{}-evil", a.name))
+        .await
+        .expect("get")
+        .is_none());
+    // A careful pod is applied: the rules are the restricted standard, not a ban.
+    let mut careful = {
+        let mut c = container.clone();
+        c["securityContext"] = restricted;
+        pod(json!({"containers": [c]}))
+    };
+    careful["metadata"]["name"] = json!("careful");
+    // The workspace's own service account, tokenless: the test's control plane makes no
+    // tokens, and the `default` account may not exist yet.
+    careful["spec"]["serviceAccountName"] = json!(a.name);
+    careful["spec"]["automountServiceAccountToken"] = json!(false);
+    runtime
+        .apply_component(&a, "db", &[careful])
+        .await
+        .expect("a restricted pod is applied");
+    assert!(pods.get_opt("careful").await.expect("get").is_some());
+
+    // An admin who allows NodePorts and Ingresses gets them; external IPs never.
+    let open = KubernetesRuntime::new(
+        client.clone(),
+        AgentId(agent),
+        KubernetesOptions {
+            components: ComponentPolicy::new(
+                ["Service", "Ingress"].map(String::from).to_vec(),
+                ["ClusterIP", "NodePort"].map(String::from).to_vec(),
+            )
+            .unwrap(),
+            ..KubernetesOptions::default()
+        },
+    );
+    open.apply_component(
+        &a,
+        "web",
+        &[svc(json!({"type": "NodePort", "ports": [{"port": 80}]}))],
+    )
+    .await
+    .expect("an allowed NodePort");
+    let e = open
+        .apply_component(
+            &a,
+            "web",
+            &[svc(
+                json!({"ports": [{"port": 80}], "externalIPs": ["10.96.0.10"]}),
+            )],
+        )
+        .await
+        .expect_err("external IPs");
+    assert!(e.to_string().contains("spec.externalIPs"), "{e}");
+
+    // A workspace in a shared namespace gets no components: its NetworkPolicy could not
+    // cover them, and they would sit beside other users' workspaces.
+    let shared = WorkspaceKey {
+        name: unique("shared"),
+        namespace: unique("team"),
+    };
+    runtime
+        .apply(&shared, &workspace_objects(&shared, agent, 38, 1, false))
+        .await
+        .expect("apply the shared workspace");
+    let e = runtime
+        .apply_component(
+            &shared,
+            "deploy",
+            &[json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}})],
+        )
+        .await
+        .expect_err("refused in a shared namespace");
+    assert!(e.to_string().contains("shared namespace"), "{e}");
+
+    for k in [&a, &shared] {
+        eventually(60, "the workspace to be terminated", || async {
+            let p = runtime.delete(k).await.expect("delete");
+            (p == TerminationProgress::Terminated).then_some(p)
+        })
+        .await;
+    }
+}
+
+/// A workspace's own namespace carries the API server's PodSecurity labels at the level its
+/// pod meets (`restricted` for Warren's pods; `baseline` when the agent's configuration allows
+/// privilege escalation), added to a namespace made before them; a shared namespace is the
+/// admin's and is left as it is.
+#[tokio::test]
+async fn a_workspaces_own_namespace_is_labelled_for_pod_security_admission() {
+    let Some((client, agent, runtime)) = setup().await else {
+        return;
+    };
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let level = |ns: Namespace| {
+        let labels = ns.metadata.labels.unwrap_or_default();
+        (
+            labels.get("pod-security.kubernetes.io/enforce").cloned(),
+            labels
+                .get("pod-security.kubernetes.io/enforce-version")
+                .cloned(),
+        )
+    };
+    let a = key(&unique("pss"));
+    runtime
+        .apply(&a, &workspace_objects(&a, agent, 40, 1, false))
+        .await
+        .expect("apply");
+    assert_eq!(
+        level(namespaces.get(&a.namespace).await.unwrap()),
+        (Some("restricted".into()), Some("latest".into()))
+    );
+
+    // Made before the labels existed: they are added at the next apply, at the level the
+    // (looser) pod meets.
+    let b = key(&unique("pss-old"));
+    namespaces
+        .create(
+            &Default::default(),
+            &serde_json::from_value(json!({"metadata": {"name": b.namespace}})).unwrap(),
+        )
+        .await
+        .expect("an old namespace");
+    let mut objects = workspace_objects(&b, agent, 41, 1, false);
+    let deployment = objects
+        .iter_mut()
+        .find(|o| o["kind"] == "Deployment")
+        .unwrap();
+    deployment["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+        ["allowPrivilegeEscalation"] = json!(true);
+    runtime.apply(&b, &objects).await.expect("apply");
+    assert_eq!(
+        level(namespaces.get(&b.namespace).await.unwrap())
+            .0
+            .as_deref(),
+        Some("baseline")
+    );
+
+    let shared = WorkspaceKey {
+        name: unique("pss-shared"),
+        namespace: unique("team"),
+    };
+    runtime
+        .apply(&shared, &workspace_objects(&shared, agent, 42, 1, false))
+        .await
+        .expect("apply");
+    assert_eq!(
+        level(namespaces.get(&shared.namespace).await.unwrap()),
+        (None, None)
+    );
+    for k in [&a, &b, &shared] {
+        eventually(60, "the workspace to be terminated", || async {
+            let p = runtime.delete(k).await.expect("delete");
+            (p == TerminationProgress::Terminated).then_some(p)
+        })
+        .await;
+    }
 }

@@ -700,7 +700,10 @@ fn every_rendered_pod_meets_the_restricted_pod_security_standard() {
     for (name, text) in [
         ("default", default_devfile().to_owned()),
         ("udi", registry_file("udi.devfile.yaml")),
-        ("go", strip_unsupported(&registry_file("go-2.6.0.devfile.yaml"))),
+        (
+            "go",
+            strip_unsupported(&registry_file("go-2.6.0.devfile.yaml")),
+        ),
         ("multi", MULTI.to_owned()),
     ] {
         let d = parse_devfile(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -712,7 +715,11 @@ fn every_rendered_pod_meets_the_restricted_pod_security_standard() {
             .expect("a Deployment");
         let violations =
             warren_admission::pod_security(deployment, warren_admission::Level::Restricted);
-        assert!(violations.is_empty(), "{name}: {}", warren_admission::describe(&violations));
+        assert!(
+            violations.is_empty(),
+            "{name}: {}",
+            warren_admission::describe(&violations)
+        );
         // The NetworkPolicy admits the agent by its namespace and label only, and covers the
         // whole (own) namespace so a component's pods are held to it too.
         let policy = r
@@ -720,23 +727,37 @@ fn every_rendered_pod_meets_the_restricted_pod_security_standard() {
             .iter()
             .find(|o| o["kind"] == "NetworkPolicy")
             .expect("a NetworkPolicy");
-        assert_eq!(policy["spec"]["podSelector"], serde_json::json!({}), "{name}");
+        assert_eq!(
+            policy["spec"]["podSelector"],
+            serde_json::json!({}),
+            "{name}"
+        );
         let agent = &policy["spec"]["ingress"][0]["from"][0];
         assert_eq!(
-            agent["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
-            "warren",
+            agent["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"], "warren",
             "{name}: {policy}"
         );
-        assert_eq!(agent["podSelector"]["matchLabels"]["warren.dev/component"], "agent");
+        assert_eq!(
+            agent["podSelector"]["matchLabels"]["warren.dev/component"],
+            "agent"
+        );
     }
     // An admin who allows privilege escalation gets pods that meet only `baseline`.
     let mut loose = config();
     loose.security.allow_privilege_escalation = true;
     let d = parse_devfile(MULTI).unwrap();
     let r = render(&d, &request(&loose, &vars)).unwrap();
-    let deployment = r.objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
-    assert!(!warren_admission::pod_security(deployment, warren_admission::Level::Restricted).is_empty());
-    assert!(warren_admission::pod_security(deployment, warren_admission::Level::Baseline).is_empty());
+    let deployment = r
+        .objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .unwrap();
+    assert!(
+        !warren_admission::pod_security(deployment, warren_admission::Level::Restricted).is_empty()
+    );
+    assert!(
+        warren_admission::pod_security(deployment, warren_admission::Level::Baseline).is_empty()
+    );
 }
 
 /// In a shared namespace the policy covers the workspace's own pods only, and lets no
@@ -747,8 +768,15 @@ fn a_shared_namespaces_policy_selects_the_workspace_alone() {
     cfg.shared_namespace = Some("team".into());
     let d = parse_devfile(MULTI).unwrap();
     let r = render(&d, &request(&cfg, &[])).unwrap();
-    let policy = r.objects.iter().find(|o| o["kind"] == "NetworkPolicy").unwrap();
-    assert!(policy["spec"]["podSelector"]["matchLabels"]["warren.dev/workspace-id"].is_string(), "{policy}");
+    let policy = r
+        .objects
+        .iter()
+        .find(|o| o["kind"] == "NetworkPolicy")
+        .unwrap();
+    assert!(
+        policy["spec"]["podSelector"]["matchLabels"]["warren.dev/workspace-id"].is_string(),
+        "{policy}"
+    );
     let from = policy["spec"]["ingress"][0]["from"].as_array().unwrap();
     assert_eq!(from.len(), 1, "{policy}");
     let to_pods = policy["spec"]["egress"]

@@ -108,21 +108,31 @@ mod tests {
             "spec": {"hostPID": true, "containers": [{"name": "c", "image": "x"}],
                 "volumes": [{"name": "root", "hostPath": {"path": "/"}}]}}));
         let e = r.admit(&pod, None).unwrap_err();
-        assert!(e.contains("spec.hostPID") && e.contains("spec.volumes[root].hostPath"), "{e}");
-        let agent = manifest(serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        assert!(
+            e.contains("spec.hostPID") && e.contains("spec.volumes[root].hostPath"),
+            "{e}"
+        );
+        let agent = manifest(
+            serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": "d"}, "spec": {"template": {
                 "metadata": {"labels": {"warren.dev/component": "agent"}},
-                "spec": {"containers": [{"name": "c", "image": "x"}]}}}}));
+                "spec": {"containers": [{"name": "c", "image": "x"}]}}}}),
+        );
         let e = r.admit(&agent, None).unwrap_err();
-        assert!(e.contains("spec.template.metadata.labels[warren.dev/component]"), "{e}");
+        assert!(
+            e.contains("spec.template.metadata.labels[warren.dev/component]"),
+            "{e}"
+        );
         let svc = manifest(serde_json::json!({"apiVersion": "v1", "kind": "Service",
             "metadata": {"name": "s"}, "spec": {"externalIPs": ["1.2.3.4"]}}));
         assert!(r.admit(&svc, None).unwrap_err().contains("externalIPs"));
         // An ordinary app is fine.
-        let app = manifest(serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        let app = manifest(
+            serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": "d", "labels": {"app": "d"}}, "spec": {"template": {
                 "metadata": {"labels": {"app": "d"}},
-                "spec": {"containers": [{"name": "c", "image": "x"}]}}}}));
+                "spec": {"containers": [{"name": "c", "image": "x"}]}}}}),
+        );
         assert_eq!(r.admit(&app, None), Ok(Some("team-a".into())));
     }
 

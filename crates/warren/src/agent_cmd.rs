@@ -53,11 +53,21 @@ pub struct AgentArgs {
     /// Kinds a devfile `kubernetes` component may apply, comma-separated (kubernetes
     /// runtime) [default: ConfigMap, Secret, PersistentVolumeClaim, Service, Pod, Deployment,
     /// StatefulSet, Job, CronJob; Ingress and Route publish a workspace past the proxy].
-    #[arg(long, env = "WARREN_AGENT_COMPONENT_KINDS", value_delimiter = ',', value_name = "KINDS")]
+    #[arg(
+        long,
+        env = "WARREN_AGENT_COMPONENT_KINDS",
+        value_delimiter = ',',
+        value_name = "KINDS"
+    )]
     component_kinds: Option<Vec<String>>,
     /// Service types a component's Service may have, comma-separated (kubernetes runtime)
     /// [default: ClusterIP]; external IPs are never allowed.
-    #[arg(long, env = "WARREN_AGENT_COMPONENT_SERVICE_TYPES", value_delimiter = ',', value_name = "TYPES")]
+    #[arg(
+        long,
+        env = "WARREN_AGENT_COMPONENT_SERVICE_TYPES",
+        value_delimiter = ',',
+        value_name = "TYPES"
+    )]
     component_service_types: Option<Vec<String>>,
     /// This agent's id; asked from the relay when absent.
     #[arg(long, env = "WARREN_AGENT_ID")]
@@ -180,7 +190,8 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             RuntimeKind::Kubernetes => RuntimeChoice::Kubernetes {
                 components: component_policy(
                     args.component_kinds.or(file.component_kinds),
-                    args.component_service_types.or(file.component_service_types),
+                    args.component_service_types
+                        .or(file.component_service_types),
                 )?,
             },
         },

@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::Api;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
-use support::{api, Up, TOOLS_IMAGE};
+use support::{api, Up, DEBIAN_DEVFILE, DEBIAN_IMAGE, TOOLS_IMAGE};
 use warren_testkit::browser::Chromium;
 
 /// The web devfile of the engine tests, on the node's image (a tag the kubelet never pulls),
@@ -68,7 +68,7 @@ fn with_warren_up_on_kubernetes_a_workspace_runs_on_the_node_and_is_reached_ever
     if !support::tools_available(&["ssh", "ssh-keygen"]) {
         return;
     }
-    let Some(node) = kube_common::node::node_with_images(&[TOOLS_IMAGE]) else {
+    let Some(node) = kube_common::node::node_with_images(&[TOOLS_IMAGE, DEBIAN_IMAGE]) else {
         return;
     };
     let home = tempfile::tempdir().expect("temp home");
@@ -85,6 +85,7 @@ fn with_warren_up_on_kubernetes_a_workspace_runs_on_the_node_and_is_reached_ever
     let admin = up.admin_token();
     let name = support::unique_name("kube");
     let crash = format!("{name}-crash");
+    let editing = format!("{name}-ed");
     let namespace = format!("warren-ws-{name}");
     let dir = tempfile::tempdir().expect("temp dir");
     let known_hosts = dir.path().join("known_hosts");
@@ -103,7 +104,13 @@ fn with_warren_up_on_kubernetes_a_workspace_runs_on_the_node_and_is_reached_ever
             "\"echo hello-from-the-pod",
             "\"echo giving-up; exit 3; echo hello-from-the-pod",
         );
-        for (workspace, devfile) in [(&name, devfile()), (&crash, crashing)] {
+        // And one on a glibc image, where the injected editor runs.
+        let with_editor = DEBIAN_DEVFILE.replace("1536Mi", "1Gi");
+        for (workspace, devfile) in [
+            (&name, devfile()),
+            (&crash, crashing),
+            (&editing, with_editor),
+        ] {
             api(
                 &http,
                 &base,
@@ -182,6 +189,63 @@ fn with_warren_up_on_kubernetes_a_workspace_runs_on_the_node_and_is_reached_ever
         .await;
         support::terminal_exits(&mut tab, 3).await;
     });
+
+    // The injected editor listens on its pod's loopback: the owner reaches it through the
+    // proxy (the agent forwards the port through the API server), while the pod's address —
+    // which every pod and the node reach on this cluster, whose network enforces no
+    // NetworkPolicy — has nothing on the editor's port (issue 37: a pod with a forged agent
+    // label reached every user's editor, which has no password of its own).
+    wait_actual(&up, &editing, "Running");
+    rt.block_on(async {
+        let chromium = Chromium::start()
+            .await
+            .expect("Chromium")
+            .expect("installed");
+        let mut tab = chromium.tab().await.expect("tab");
+        let editor_url = format!("http://13337-{editing}.ws.localhost:{http_port}/");
+        tab.goto(&editor_url).await.expect("open the editor");
+        support::sign_in(&mut tab, "alice", &password).await;
+        let deadline = Instant::now() + Duration::from_secs(180);
+        while tab
+            .wait_until("document.querySelector('.monaco-workbench') !== null", 10)
+            .await
+            .is_err()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "no workbench through the proxy: {}\n{}",
+                tab.text().await.unwrap_or_default(),
+                diagnostics(&up)
+            );
+            // An empty answer while the editor starts is one more reason to reload.
+            let _ = tab.goto(&editor_url).await;
+        }
+    });
+    let ip_of = |namespace: &str| -> std::net::IpAddr {
+        let pods = rt.block_on(pods(&kube, namespace));
+        pods[0]
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.as_deref())
+            .expect("a pod IP")
+            .parse()
+            .expect("an IP")
+    };
+    let editor_ip = ip_of(&format!("warren-ws-{editing}"));
+    // The node reaches pods' addresses (the other workspace's web server answers there)...
+    let web = std::net::TcpStream::connect_timeout(
+        &(ip_of(&namespace), 8080).into(),
+        Duration::from_secs(10),
+    );
+    assert!(web.is_ok(), "the node reaches a pod's port: {web:?}");
+    // ...but the editor, running (its workbench just loaded), is not on its pod's address.
+    let editor =
+        std::net::TcpStream::connect_timeout(&(editor_ip, 13337).into(), Duration::from_secs(10));
+    assert!(
+        editor.is_err(),
+        "the editor answered on the pod's address {editor_ip}:13337"
+    );
+    up.cli_ok(&["ws", "rm", &editing, "--wait", "--timeout", "4m"]);
 
     // SSH: a real exec in the pod, with stdin and the exit status.
     let key = dir.path().join("alice_ed25519");

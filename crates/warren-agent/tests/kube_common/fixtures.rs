@@ -56,7 +56,8 @@ pub fn workspace_objects(
                 "spec": {
                     "serviceAccountName": name,
                     "automountServiceAccountToken": false,
-                    "securityContext": {"runAsNonRoot": true, "runAsUser": 5001, "fsGroup": 0},
+                    "securityContext": {"runAsNonRoot": true, "runAsUser": 5001, "fsGroup": 0,
+                        "seccompProfile": {"type": "RuntimeDefault"}},
                     "initContainers": [{
                         "name": "warren-prestart", "image": "registry.local/tools:1",
                         "command": ["/bin/sh", "/warren/scripts/prestart.sh"],

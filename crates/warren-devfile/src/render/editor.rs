@@ -19,7 +19,8 @@ use super::resources::{parse_q, Res};
 use crate::model::{Container, Devfile};
 use k8s_openapi::api::core::v1 as core;
 use warren_types::config::{
-    AgentConfig, EDITOR_ADDRESS_ENV, EDITOR_ENDPOINT, TOOLS_IMAGE_ROOT, TOOLS_MOUNT_PATH, TOOLS_VOLUME,
+    AgentConfig, EDITOR_ADDRESS_ENV, EDITOR_ENDPOINT, TOOLS_IMAGE_ROOT, TOOLS_MOUNT_PATH,
+    TOOLS_VOLUME,
 };
 
 /// What the render adds for the editor.

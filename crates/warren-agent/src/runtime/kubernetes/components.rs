@@ -65,7 +65,10 @@ pub const DEFAULT_COMPONENT_KINDS: &[&str] = &[
 impl Default for ComponentPolicy {
     fn default() -> Self {
         ComponentPolicy {
-            kinds: DEFAULT_COMPONENT_KINDS.iter().map(|k| k.to_string()).collect(),
+            kinds: DEFAULT_COMPONENT_KINDS
+                .iter()
+                .map(|k| k.to_string())
+                .collect(),
             service_types: warren_admission::DEFAULT_SERVICE_TYPES
                 .iter()
                 .map(|t| t.to_string())

@@ -440,7 +440,8 @@ impl KubernetesRuntime {
         let context = || format!("forwarding port {port} of workspace {workspace}");
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &workspace.namespace);
         let ports = [port];
-        let forwarding = tokio::time::timeout(self.options.dial_timeout, pods.portforward(pod, &ports));
+        let forwarding =
+            tokio::time::timeout(self.options.dial_timeout, pods.portforward(pod, &ports));
         let mut forwarder = match forwarding.await {
             Ok(Ok(f)) => f,
             Ok(Err(e)) => return Err(runtime_error(context(), e)),
@@ -682,8 +683,9 @@ impl WorkspaceRuntime for KubernetesRuntime {
         // The strongest Pod Security level the workspace's own pod meets (`restricted`
         // unless the agent's configuration allows privilege escalation) is the namespace's.
         let level = match objects.iter().find(|o| o["kind"] == "Deployment") {
-            Some(d) if !warren_admission::pod_security(d, warren_admission::Level::Restricted)
-                .is_empty() =>
+            Some(d)
+                if !warren_admission::pod_security(d, warren_admission::Level::Restricted)
+                    .is_empty() =>
             {
                 warren_admission::Level::Baseline
             }

@@ -12,6 +12,9 @@
 //!   (CVE-2020-8554: any user who can set them intercepts traffic to those addresses).
 //! - [`reserved_labels`]: no label or annotation of Warren's own `warren.dev` domain, which
 //!   Warren's NetworkPolicies and inventories trust.
+//! - [`claims`]: no claim for a volume chosen by name (`volumeName` binds any available
+//!   PersistentVolume — a node's local disk, another tenant's released volume) or copied from
+//!   another namespace.
 
 pub mod pod_security;
 
@@ -122,10 +125,114 @@ pub fn reserved_labels(object: &Value) -> Vec<Violation> {
     found
 }
 
+/// Claims that choose their volume: a PersistentVolumeClaim's, a StatefulSet's claim
+/// templates', a pod's ephemeral volumes'.
+pub fn claims(object: &Value) -> Vec<Violation> {
+    let mut specs: Vec<(String, &Value)> = vec![];
+    if object.get("kind").and_then(Value::as_str) == Some("PersistentVolumeClaim") {
+        if let Some(spec) = object.get("spec") {
+            specs.push(("spec".into(), spec));
+        }
+    }
+    for (i, t) in object
+        .pointer("/spec/volumeClaimTemplates")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        if let Some(spec) = t.get("spec") {
+            specs.push((format!("spec.volumeClaimTemplates[{i}].spec"), spec));
+        }
+    }
+    for (path, template) in pod_security::templates(object) {
+        let volumes = template
+            .pointer("/spec/volumes")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten();
+        for v in volumes {
+            let name = v.get("name").and_then(Value::as_str).unwrap_or("?");
+            if let Some(spec) = v.pointer("/ephemeral/volumeClaimTemplate/spec") {
+                specs.push((
+                    format!("{path}.volumes[{name}].ephemeral.volumeClaimTemplate.spec"),
+                    spec,
+                ));
+            }
+        }
+    }
+    let mut found = vec![];
+    for (path, spec) in specs {
+        if spec
+            .get("volumeName")
+            .is_some_and(|v| !v.is_null() && v.as_str() != Some(""))
+        {
+            found.push(Violation::new(
+                format!("{path}.volumeName"),
+                "binding a PersistentVolume chosen by name is not allowed (the cluster provisions one)",
+            ));
+        }
+        if spec
+            .pointer("/dataSourceRef/namespace")
+            .is_some_and(|v| !v.is_null() && v.as_str() != Some(""))
+        {
+            found.push(Violation::new(
+                format!("{path}.dataSourceRef.namespace"),
+                "copying a volume from another namespace is not allowed",
+            ));
+        }
+    }
+    found
+}
+
+/// The Secrets the pods of `object` read: volumes (projected ones too), `env` references and
+/// `envFrom`. The kubelet hands a pod any Secret of its namespace it names, whoever may read
+/// it through the API; the caller decides which names a tenant may use.
+pub fn secret_references(object: &Value) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    let mut add = |v: Option<&Value>| {
+        if let Some(n) = v.and_then(Value::as_str).filter(|n| !n.is_empty()) {
+            names.insert(n.to_owned());
+        }
+    };
+    let list = |v: &Value, key: &str| -> Vec<Value> {
+        v.get(key)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    for (_, template) in pod_security::templates(object) {
+        let spec = template.get("spec").cloned().unwrap_or(Value::Null);
+        for v in list(&spec, "volumes") {
+            add(v.pointer("/secret/secretName"));
+            for source in v
+                .pointer("/projected/sources")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                add(source.pointer("/secret/name"));
+            }
+        }
+        for key in ["initContainers", "containers", "ephemeralContainers"] {
+            for c in list(&spec, key) {
+                for e in list(&c, "env") {
+                    add(e.pointer("/valueFrom/secretKeyRef/name"));
+                }
+                for e in list(&c, "envFrom") {
+                    add(e.pointer("/secretRef/name"));
+                }
+            }
+        }
+    }
+    names
+}
+
 /// Every rule above for a tenant's object: restricted pods, allowed Services, no reserved keys.
 pub fn tenant_object(object: &Value, service_types: &[String]) -> Vec<Violation> {
     let mut found = reserved_labels(object);
     found.extend(services(object, service_types));
+    found.extend(claims(object));
     found.extend(pod_security(object, Level::Restricted));
     found
 }
@@ -217,6 +324,44 @@ mod tests {
             reserved_labels(&cron)[0].field,
             "spec.jobTemplate.spec.template.metadata.labels[warren.dev/agent-id]"
         );
+    }
+
+    #[test]
+    fn every_way_a_pod_reads_a_secret_is_found() {
+        let d = json!({"kind": "Deployment", "spec": {"template": {"spec": {
+            "volumes": [{"name": "a", "secret": {"secretName": "vol"}},
+                {"name": "b", "projected": {"sources": [{"secret": {"name": "projected"}}, {"configMap": {"name": "cm"}}]}}],
+            "initContainers": [{"name": "i", "envFrom": [{"secretRef": {"name": "env-from"}}]}],
+            "containers": [{"name": "c", "env": [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "key-ref", "key": "k"}}},
+                {"name": "Y", "value": "plain"}]}]}}}});
+        let names: Vec<String> = secret_references(&d).into_iter().collect();
+        assert_eq!(names, ["env-from", "key-ref", "projected", "vol"]);
+        assert!(
+            secret_references(&json!({"kind": "Secret", "metadata": {"name": "s"}})).is_empty()
+        );
+    }
+
+    #[test]
+    fn claims_never_choose_their_volume() {
+        let pvc = json!({"kind": "PersistentVolumeClaim", "metadata": {"name": "c"},
+            "spec": {"volumeName": "node-local-disk", "dataSourceRef": {"kind": "PersistentVolumeClaim", "name": "x", "namespace": "other"}}});
+        let fields: Vec<String> = claims(&pvc).into_iter().map(|v| v.field).collect();
+        assert_eq!(fields, ["spec.volumeName", "spec.dataSourceRef.namespace"]);
+        let sts = json!({"kind": "StatefulSet", "spec": {
+            "volumeClaimTemplates": [{"spec": {"volumeName": "pv-1"}}],
+            "template": {"spec": {"containers": [], "volumes": [{"name": "scratch",
+                "ephemeral": {"volumeClaimTemplate": {"spec": {"volumeName": "pv-2"}}}}]}}}});
+        let fields: Vec<String> = claims(&sts).into_iter().map(|v| v.field).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.volumeClaimTemplates[0].spec.volumeName",
+                "spec.template.spec.volumes[scratch].ephemeral.volumeClaimTemplate.spec.volumeName"
+            ]
+        );
+        let plain = json!({"kind": "PersistentVolumeClaim", "spec": {"accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}}}});
+        assert!(claims(&plain).is_empty());
     }
 
     #[test]

@@ -54,6 +54,8 @@ const SAFE_SYSCTLS: &[&str] = &[
     "net.ipv4.tcp_fin_timeout",
     "net.ipv4.tcp_keepalive_intvl",
     "net.ipv4.tcp_keepalive_probes",
+    "net.ipv4.tcp_rmem",
+    "net.ipv4.tcp_wmem",
 ];
 const SELINUX_TYPES: &[&str] = &[
     "",
@@ -147,6 +149,7 @@ fn items<'a>(v: &'a Value, key: &str) -> Vec<&'a Value> {
 }
 
 fn check_pod(path: &str, meta: &Value, spec: &Value, level: Level, out: &mut Vec<Violation>) {
+    let meta_path = path.strip_suffix("spec").unwrap_or(path).to_owned() + "metadata";
     let mut bad = |field: String, problem: &str| out.push(Violation::new(field, problem));
     // Baseline: nothing of the node's.
     for host in ["hostNetwork", "hostPID", "hostIPC"] {
@@ -197,7 +200,7 @@ fn check_pod(path: &str, meta: &Value, spec: &Value, level: Level, out: &mut Vec
             let value = value.as_str().unwrap_or("");
             if value != "runtime/default" && !value.starts_with("localhost/") {
                 bad(
-                    format!("metadata.annotations[{key}]"),
+                    format!("{meta_path}.annotations[{key}]"),
                     "an AppArmor profile other than runtime/default or localhost/* is not allowed",
                 );
             }
@@ -226,10 +229,9 @@ fn check_pod(path: &str, meta: &Value, spec: &Value, level: Level, out: &mut Vec
                 );
             }
             for p in items(c, "ports") {
-                if p.get("hostPort")
-                    .and_then(Value::as_i64)
-                    .is_some_and(|h| h != 0)
-                {
+                // Whatever its type: the API server may coerce what this reads otherwise.
+                let host_port = p.get("hostPort").filter(|h| !h.is_null());
+                if host_port.is_some_and(|h| h.as_f64() != Some(0.0)) {
                     bad(
                         format!("{c_path}.ports.hostPort"),
                         "ports on the node are not allowed",
@@ -238,10 +240,9 @@ fn check_pod(path: &str, meta: &Value, spec: &Value, level: Level, out: &mut Vec
             }
             let added = strings_at(sc, "/capabilities/add");
             for cap in &added {
-                let cap = cap.trim_start_matches("CAP_");
                 let allowed = match level {
-                    Level::Baseline => BASELINE_CAPABILITIES.contains(&cap),
-                    Level::Restricted => cap == "NET_BIND_SERVICE",
+                    Level::Baseline => BASELINE_CAPABILITIES.contains(cap),
+                    Level::Restricted => *cap == "NET_BIND_SERVICE",
                 };
                 if !allowed {
                     bad(
@@ -267,6 +268,12 @@ fn check_pod(path: &str, meta: &Value, spec: &Value, level: Level, out: &mut Vec
                 ),
                 _ => {}
             }
+            if sc.get("runAsUser").and_then(Value::as_f64) == Some(0.0) {
+                bad(
+                    format!("{sc_path}.runAsUser"),
+                    "running as root (0) is not allowed",
+                );
+            }
             let seccomp = str_at(sc, "/seccompProfile/type").or(pod_seccomp);
             if !matches!(seccomp, Some("RuntimeDefault" | "Localhost")) {
                 bad(
@@ -285,10 +292,17 @@ fn check_pod(path: &str, meta: &Value, spec: &Value, level: Level, out: &mut Vec
             "must not be false",
         );
     }
+    if level == Level::Restricted && psc.get("runAsUser").and_then(Value::as_f64) == Some(0.0) {
+        bad(
+            format!("{path}.securityContext.runAsUser"),
+            "running as root (0) is not allowed",
+        );
+    }
 }
 
 /// The rules a pod's and a container's security contexts share.
 fn check_context(path: &str, sc: &Value, bad: &mut impl FnMut(String, &str)) {
+    // Only `baseline`'s rules: `restricted`'s own are in `check_pod`.
     if bool_at(sc, "/windowsOptions/hostProcess") == Some(true) {
         bad(
             format!("{path}.windowsOptions.hostProcess"),
@@ -322,12 +336,6 @@ fn check_context(path: &str, sc: &Value, bad: &mut impl FnMut(String, &str)) {
                 );
             }
         }
-    }
-    if sc.get("runAsUser").and_then(Value::as_i64) == Some(0) {
-        bad(
-            format!("{path}.runAsUser"),
-            "running as root (0) is not allowed",
-        );
     }
 }
 
@@ -427,10 +435,34 @@ mod tests {
         assert!(!found.contains(
             &"spec.ephemeralContainers[debug].securityContext.seccompProfile.type".to_owned()
         ));
-        // `baseline` lets a pod run as root and keep its capabilities.
-        let root = json!({"kind": "Pod", "spec": {"containers": [{"name": "c",
-            "securityContext": {"capabilities": {"add": ["CHOWN"]}}}]}});
+        // `baseline` lets a pod run as root (uid 0 too) and keep its capabilities.
+        let root = json!({"kind": "Pod", "spec": {"securityContext": {"runAsUser": 0},
+            "containers": [{"name": "c",
+            "securityContext": {"runAsUser": 0, "capabilities": {"add": ["CHOWN"]}}}]}});
         assert!(fields(&root, Level::Baseline).is_empty());
+        let restricted = fields(&root, Level::Restricted);
+        assert!(
+            restricted.contains(&"spec.securityContext.runAsUser".to_owned()),
+            "{restricted:?}"
+        );
+        // Names as the API server reads them: `CAP_NET_BIND_SERVICE` is not `NET_BIND_SERVICE`,
+        // and a host port written as a float is a host port.
+        let mut p = good_pod();
+        p["spec"]["containers"][0]["securityContext"]["capabilities"]["add"] =
+            json!(["CAP_NET_BIND_SERVICE"]);
+        p["spec"]["containers"][0]["ports"] = json!([{"containerPort": 22, "hostPort": 22.0}]);
+        let found = fields(&p, Level::Restricted);
+        assert!(
+            found.contains(
+                &"spec.containers[db].securityContext.capabilities.add[CAP_NET_BIND_SERVICE]"
+                    .to_owned()
+            ),
+            "{found:?}"
+        );
+        assert!(
+            found.contains(&"spec.containers[db].ports.hostPort".to_owned()),
+            "{found:?}"
+        );
     }
 
     #[test]

@@ -121,7 +121,9 @@ fn service_account() -> Value {
 async fn a_conflict_on_apply_is_an_apply_error_with_the_servers_message() {
     let ns = json!({"apiVersion": "v1", "kind": "Namespace",
         "metadata": {"name": "warren-ws-brave-otter-x7k2", "resourceVersion": "5",
-                     "labels": {"warren.dev/agent-id": "7"}},
+                     "labels": {"warren.dev/agent-id": "7",
+                                "pod-security.kubernetes.io/enforce": "restricted",
+                                "pod-security.kubernetes.io/enforce-version": "latest"}},
         "status": {"phase": "Active"}});
     let inventory = "/api/v1/namespaces/warren-ws-brave-otter-x7k2/configmaps/warren-inventory-brave-otter-x7k2";
     let conflict = "Apply failed with 1 conflict: conflict with \"kubectl-edit\" using v1: \

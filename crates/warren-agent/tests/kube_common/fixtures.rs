@@ -61,6 +61,14 @@ pub fn workspace_objects(
                     "initContainers": [{
                         "name": "warren-prestart", "image": "registry.local/tools:1",
                         "command": ["/bin/sh", "/warren/scripts/prestart.sh"],
+                        // As the renderer gives its init containers: a namespace with a quota
+                        // refuses a pod any of whose containers names no requests and limits
+                        // (once the API server's quota cache holds the quota; a race that
+                        // hid this until more tests ran beside these).
+                        "resources": {
+                            "requests": {"cpu": "100m", "memory": "64Mi"},
+                            "limits": {"cpu": "1000m", "memory": "256Mi"},
+                        },
                         "securityContext": security,
                         "volumeMounts": [{"name": "warren-scripts", "mountPath": "/warren/scripts"}],
                     }],

@@ -237,7 +237,9 @@ pub fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rendered, Re
     }
     let namespace = match &cfg.shared_namespace {
         Some(ns) => {
-            if !crate::parse::is_dns_label(ns, 63) {
+            // `warren-ws-<name>` is a workspace's own namespace to the agent, which deletes it
+            // with the workspace.
+            if !crate::parse::is_dns_label(ns, 63) || ns.starts_with("warren-ws-") {
                 return Err(RenderError::Namespace(ns.clone()));
             }
             ns.clone()

@@ -125,6 +125,15 @@ pub(super) fn container(
             ..Default::default()
         },
     ]);
+    if c.main {
+        // Said outright, so an image's own `ENV` cannot move the editor (which has no password
+        // of its own) off the loopback; the engine runtime replaces it (see the constant).
+        env.push(core::EnvVar {
+            name: warren_types::config::EDITOR_ADDRESS_ENV.into(),
+            value: Some("127.0.0.1".into()),
+            ..Default::default()
+        });
+    }
     env.extend(c.env.iter().map(|e| core::EnvVar {
         name: e.name.clone(),
         value: Some(e.value.clone()),

@@ -246,7 +246,17 @@ pub fn validate_agent_config(c: &AgentConfig) -> Result<(), AppError> {
     }
     if let Some(ns) = &c.shared_namespace {
         validate_name(ns).map_err(|e| AppError::invalid_field("config.shared_namespace", e))?;
+        // The agent tells a workspace's own namespace by this form, and deletes it with the
+        // workspace: a shared one of the form would be taken for a workspace's.
+        if ns.starts_with("warren-ws-") {
+            return Err(AppError::invalid_field(
+                "config.shared_namespace",
+                "warren-ws-<name> is the form of a workspace's own namespace; choose another name",
+            ));
+        }
     }
+    validate_name(&c.network_policy.agent_namespace)
+        .map_err(|e| AppError::invalid_field("config.network_policy.agent_namespace", e))?;
     let d = &c.default_resources_per_workspace_container;
     check_resource_list(
         "config.default_resources_per_workspace_container.requests",

@@ -20,8 +20,10 @@ use kube::core::ApiResource;
 use serde_json::Value;
 use std::collections::BTreeSet;
 
-/// Label naming the devfile component an object was applied for.
-pub const COMPONENT_LABEL: &str = "warren.dev/component";
+/// Label naming the devfile component an object was applied for. Not `warren.dev/component`,
+/// whose value `agent` is what workspaces' NetworkPolicies admit: a component named `agent`
+/// must not get it.
+pub const COMPONENT_LABEL: &str = "warren.dev/devfile-component";
 /// Label on a component inventory: the workspace it belongs to.
 pub const COMPONENT_OF_LABEL: &str = "warren.dev/component-of";
 const INVENTORY_KEY: &str = "objects";
@@ -219,6 +221,73 @@ impl KubernetesRuntime {
         }
     }
 
+    /// Refuses to take over an object the component did not make: one of the workspace's
+    /// (a pull secret's copy, say, which is in no inventory), another component's, or anything
+    /// else in the namespace.
+    async fn check_existing(
+        &self,
+        workspace: &WorkspaceKey,
+        component: &str,
+        prepared: &[(ObjectRef, ApiResource, Value)],
+    ) -> Result<(), String> {
+        for (reference, res, _) in prepared {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(self.client.clone(), &workspace.namespace, res);
+            let existing = api
+                .get_opt(&reference.name)
+                .await
+                .map_err(|e| format!("reading {reference}: {}", warren_types::error_chain(&e)))?;
+            let Some(existing) = existing else { continue };
+            let labels = existing.metadata.labels.unwrap_or_default();
+            let ours = labels.get(COMPONENT_OF_LABEL) == Some(&workspace.name)
+                && labels.get(COMPONENT_LABEL).map(String::as_str) == Some(component);
+            if !ours {
+                return Err(format!(
+                    "{reference} already exists and is not this component's; give the component's object another name"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses pods that read a Secret no component of the workspace made: the kubelet hands
+    /// a pod any Secret of its namespace it names, and the namespace holds the workspace's
+    /// Git credentials and copies of the admin's registry credentials.
+    async fn check_secret_references(
+        &self,
+        workspace: &WorkspaceKey,
+        objects: &[Value],
+        current: &BTreeSet<ObjectRef>,
+    ) -> Result<(), String> {
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+            Api::namespaced(self.client.clone(), &workspace.namespace);
+        for object in objects {
+            for name in warren_admission::secret_references(object) {
+                if current.iter().any(|r| r.kind == "Secret" && r.name == name) {
+                    continue;
+                }
+                let found = secrets.get_metadata_opt(&name).await.map_err(|e| {
+                    format!("reading Secret {name}: {}", warren_types::error_chain(&e))
+                })?;
+                let a_components = found.is_some_and(|s| {
+                    s.metadata
+                        .labels
+                        .unwrap_or_default()
+                        .get(COMPONENT_OF_LABEL)
+                        == Some(&workspace.name)
+                });
+                if !a_components {
+                    return Err(format!(
+                        "{} {} reads Secret {name}, which no component of the workspace made; a component's pods read only Secrets its components apply",
+                        object["kind"].as_str().unwrap_or("object"),
+                        object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("")
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Applies `objects` as devfile component `component` of the workspace; what was done,
     /// one line per object.
     pub(super) async fn apply_component_objects(
@@ -272,6 +341,11 @@ impl KubernetesRuntime {
                     i + 1
                 )));
             }
+            if name.starts_with("warren-") {
+                return Err(refuse(format!(
+                    "{kind} {name}: names starting with warren- are Warren's own"
+                )));
+            }
             let violations = warren_admission::tenant_object(o, &policy.service_types);
             if !violations.is_empty() {
                 return Err(refuse(format!(
@@ -316,6 +390,12 @@ impl KubernetesRuntime {
             }
             prepared.push((reference, res, body));
         }
+        self.check_existing(workspace, component, &prepared)
+            .await
+            .map_err(&refuse)?;
+        self.check_secret_references(workspace, objects, &current)
+            .await
+            .map_err(&refuse)?;
         let inventory = inventory_name(&workspace.name, component);
         let previous = self.component_inventory(workspace, &inventory).await?;
         // The union first: an agent dying half-way still knows what to prune next time.

@@ -18,7 +18,7 @@
 
 pub mod pod_security;
 
-pub use pod_security::{pod_security, Level};
+pub use pod_security::{pod_security, Level, BASELINE_CAPABILITIES};
 
 use serde_json::Value;
 use std::fmt;

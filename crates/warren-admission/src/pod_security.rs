@@ -27,7 +27,7 @@ impl Level {
 }
 
 /// Capabilities `baseline` lets a container add.
-const BASELINE_CAPABILITIES: &[&str] = &[
+pub const BASELINE_CAPABILITIES: &[&str] = &[
     "AUDIT_WRITE",
     "CHOWN",
     "DAC_OVERRIDE",

@@ -17,9 +17,11 @@
 //! the engine runtime's apply is idempotent and restores a container removed or stopped by
 //! hand (drift).
 
+// Capabilities a GitOps container may add: Kubernetes' "baseline" Pod Security Standard.
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
+use warren_admission::BASELINE_CAPABILITIES;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -106,23 +108,6 @@ fn engine_name(sync: &GitopsSync<'_>, kind: &str, namespace: &str, name: &str) -
     };
     format!("warren-g{sep}{hash}-{}", cut.trim_end_matches('-'))
 }
-
-/// Capabilities a GitOps container may add: Kubernetes' "baseline" Pod Security Standard.
-const BASELINE_CAPABILITIES: &[&str] = &[
-    "AUDIT_WRITE",
-    "CHOWN",
-    "DAC_OVERRIDE",
-    "FOWNER",
-    "FSETID",
-    "KILL",
-    "MKNOD",
-    "NET_BIND_SERVICE",
-    "SETFCAP",
-    "SETGID",
-    "SETPCAP",
-    "SETUID",
-    "SYS_CHROOT",
-];
 
 /// Holds a Deployment from Git to Kubernetes' baseline Pod Security Standard, adapted to an
 /// engine shared with workspaces: no host namespaces, no capability beyond the baseline set

@@ -401,6 +401,10 @@ impl Reconciler {
     /// One reconcile; returns whether something was applied or deleted (report it at once).
     async fn cycle(&mut self, kind: UpdateType, all_deletions: bool) -> Result<bool, CycleError> {
         self.advance_terminations(all_deletions).await;
+        if kind == UpdateType::Full {
+            // A full reconcile trusts nothing the runtime kept from its events.
+            self.runtime.resync();
+        }
         let observed = match self.runtime.list().await {
             Ok(o) => o,
             Err(e) => {

@@ -7,6 +7,7 @@ mod common;
 
 use anyhow::{Context, Result};
 use common::*;
+use futures::StreamExt;
 use std::collections::BTreeSet;
 use std::time::Duration;
 use warren_agent::runtime::{RuntimeError, WorkspaceRuntime};
@@ -1680,5 +1681,352 @@ async fn a_tools_image_that_arrives_late_still_fills_the_volume() -> Result<()> 
         "late",
         "the tools volume was not filled once its image existed"
     );
+    Ok(())
+}
+
+/// Removes everything of one agent id, whatever its workspaces are called.
+struct AgentObjects(warren_types::AgentId);
+
+impl Drop for AgentObjects {
+    fn drop(&mut self) {
+        remove_labelled(&format!("label=warren.dev/agent-id={}", self.0));
+    }
+}
+
+/// A one-container workspace: the fixture without its init and tools containers.
+fn one_container(ws: &Workspace) -> Vec<serde_json::Value> {
+    let mut objects = ws.objects();
+    let spec = pod_spec(&mut objects);
+    spec.as_object_mut()
+        .expect("pod spec")
+        .remove("initContainers");
+    spec["containers"]
+        .as_array_mut()
+        .expect("containers")
+        .retain(|c| c["name"] == "dev");
+    objects
+}
+
+/// What one more workspace costs: create until `Running`, stop until `Stopped`, delete until
+/// gone, with `list` asked after each runtime change as the reconciler does. The engine calls
+/// made, in order, and how many times `list` was asked.
+async fn one_more(
+    rt: &warren_agent::runtime::engine::EngineRuntime,
+    proxy: &counting::CountingProxy,
+    ws: &Workspace,
+) -> Result<(Vec<String>, usize)> {
+    let looks = std::sync::atomic::AtomicUsize::new(0);
+    let until = |want: ActualState| {
+        let looks = &looks;
+        async move {
+            // Subscribed before the look: a change after it wakes the wait.
+            let mut changes = rt.changes();
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            loop {
+                changes.borrow_and_update();
+                looks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let seen = rt.list().await?.into_iter().find(|o| o.key == ws.key);
+                if want == ActualState::Terminated && seen.is_none() {
+                    return anyhow::Ok(());
+                }
+                if seen.as_ref().is_some_and(|o| derive(o) == want) {
+                    return Ok(());
+                }
+                tokio::time::timeout_at(deadline, changes.changed())
+                    .await
+                    .with_context(|| format!("{} never {want:?}: {seen:?}", ws.name()))??;
+            }
+        }
+    };
+    proxy.reset();
+    let objects = one_container(ws);
+    rt.apply(&ws.key, &objects).await?;
+    until(ActualState::Running).await?;
+    rt.apply(&ws.key, &with_replicas(objects, 0)).await?;
+    until(ActualState::Stopped).await?;
+    let mut changes = rt.changes();
+    while rt.delete(&ws.key).await? != TerminationProgress::Terminated {
+        changes.changed().await?;
+    }
+    until(ActualState::Terminated).await?;
+    Ok((proxy.calls(), looks.into_inner()))
+}
+
+/// Each engine call with the names and ids of `ws` replaced, so two workspaces' calls compare.
+fn call_kinds(calls: &[String], ws: &Workspace) -> Vec<String> {
+    let mut out: Vec<String> = calls
+        .iter()
+        .map(|c| {
+            // Ids and digests (runs of 12 or more hex digits) differ between workspaces.
+            let c = c.replace(ws.name(), "<ws>");
+            let mut out = String::new();
+            let mut run = String::new();
+            for ch in c.chars().chain(std::iter::once(' ')) {
+                if ch.is_ascii_hexdigit() {
+                    run.push(ch);
+                    continue;
+                }
+                if run.len() >= 12 {
+                    out.push_str("<id>");
+                } else {
+                    out.push_str(&run);
+                }
+                run.clear();
+                out.push(ch);
+            }
+            out.pop();
+            out
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Issue 38 (density): one more workspace on an agent that holds fifty costs the engine
+/// calls about that workspace, as many as on an empty agent — no listing, inspection or
+/// record of the others. Calls are counted through a proxy on the engine's socket, not
+/// timed.
+#[tokio::test]
+async fn one_more_workspace_among_fifty_costs_no_more_engine_calls_than_alone() -> Result<()> {
+    if !podman_here() {
+        return Ok(());
+    }
+    // The proxy forwards to a `podman system service` of a runtime of its own.
+    let service_state = tempfile::tempdir()?;
+    let service = own_service(service_state.path()).await?;
+    let upstream = service
+        .host()
+        .strip_prefix("unix://")
+        .context("the service listens on a socket")?
+        .to_owned();
+    let proxy_dir = tempfile::tempdir()?;
+    let proxy =
+        counting::CountingProxy::start(std::path::Path::new(&upstream), proxy_dir.path()).await?;
+    let agent_id = warren_types::AgentId(rand::random::<u32>() as i64 + 1_000_000);
+    let _objects = AgentObjects(agent_id);
+    let state = tempfile::tempdir()?;
+    let mut config =
+        warren_agent::runtime::engine::EngineConfig::new(agent_id, state.path().to_path_buf());
+    config.host = Some(proxy.host());
+    config.stop_timeout_secs = 2;
+    let rt = warren_agent::runtime::engine::EngineRuntime::connect(config).await?;
+    rt.list().await?;
+
+    let alone = Workspace::new("alone", agent_id);
+    let (calls_alone, looks_alone) = one_more(&rt, &proxy, &alone).await?;
+
+    // Fifty more, every other one stopped.
+    let present: Vec<Workspace> = (0..50).map(|_| Workspace::new("dense", agent_id)).collect();
+    for (i, ws) in present.iter().enumerate() {
+        let objects = one_container(ws);
+        let replicas = if i % 2 == 0 { 1 } else { 0 };
+        rt.apply(&ws.key, &with_replicas(objects, replicas)).await?;
+    }
+    for ws in &present {
+        wait_for(&rt, ws, "settled", |o| {
+            matches!(derive(o), ActualState::Running | ActualState::Stopped)
+        })
+        .await?;
+    }
+
+    let among = Workspace::new("among", agent_id);
+    let (calls_among, looks_among) = one_more(&rt, &proxy, &among).await?;
+
+    // Nothing about another workspace, and no listing of them all: every call names the
+    // new workspace, its objects, or its image.
+    let others: Vec<&str> = present.iter().map(|w| w.name()).collect();
+    for call in &calls_among {
+        assert!(
+            !others.iter().any(|o| call.contains(o)),
+            "a call about another workspace: {call}"
+        );
+        if call.starts_with("GET /containers/json")
+            || call.starts_with("GET /volumes?")
+            || call.contains("/networks/json")
+        {
+            assert!(
+                call.contains(&format!("workspace-name={}", among.name())),
+                "a listing of every workspace: {call}"
+            );
+        }
+    }
+    // The same calls as alone. Only how often the runtime looks at the workspace's
+    // containers depends on when engine events arrive between the looks `list` is asked
+    // for: at most once per look, besides the listings an apply (two) and a deletion (one)
+    // make — so those are compared against that bound, not against each other.
+    let look = |c: &&String| c.starts_with("GET /containers/json");
+    let (kinds_alone, kinds_among) = (
+        call_kinds(&calls_alone, &alone),
+        call_kinds(&calls_among, &among),
+    );
+    let rest =
+        |kinds: &[String]| -> Vec<String> { kinds.iter().filter(|c| !look(c)).cloned().collect() };
+    eprintln!(
+        "engine calls for one more workspace: {} alone ({looks_alone} looks), {} among fifty \
+         ({looks_among} looks)\n{kinds_among:#?}",
+        kinds_alone.len(),
+        kinds_among.len()
+    );
+    assert_eq!(
+        rest(&kinds_among),
+        rest(&kinds_alone),
+        "the calls besides the looks differ"
+    );
+    for (calls, looks) in [(&kinds_alone, looks_alone), (&kinds_among, looks_among)] {
+        let listings = calls.iter().filter(look).count();
+        assert!(
+            listings <= looks + 2 * 2 + 1,
+            "{listings} listings of the workspace's containers for {looks} looks:\n{calls:#?}"
+        );
+    }
+    rt.shutdown().await;
+    service.shutdown().await;
+    Ok(())
+}
+
+/// `podman inspect`'s start and end of a container, as the engine recorded them.
+fn lifetime(
+    container: &str,
+) -> Result<(chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>)> {
+    let text = cli_run(&[
+        "inspect",
+        "--format",
+        "{{.State.StartedAt}}|{{.State.FinishedAt}}",
+        container,
+    ])?;
+    let (started, finished) = text.trim().split_once('|').context("inspect format")?;
+    // Go's time format: `2026-11-28 21:00:00.123456789 +0000 UTC`.
+    let parse = |t: &str| -> Result<chrono::DateTime<chrono::Utc>> {
+        let t = t.trim();
+        let t = t.rsplit_once(' ').map_or(t, |(head, _)| head);
+        Ok(
+            chrono::DateTime::parse_from_str(t, "%Y-%m-%d %H:%M:%S%.f %z")
+                .with_context(|| format!("parsing {t:?}"))?
+                .with_timezone(&chrono::Utc),
+        )
+    };
+    Ok((parse(started)?, parse(finished)?))
+}
+
+/// Issue 38 (honest states): two hundred workspaces whose command ends — at once, after
+/// 0.2 s, after 2 s, with any code, or by a signal — each ends `Failed` with its real exit
+/// code; none is reported `Running` unless the engine's own record says its command ran for
+/// `minReadySeconds` (as rendered for a command: 1 s) before it exited, and none is
+/// reported `Running` again once it was `Failed`. `list` is asked every 50 ms, more often
+/// than a reconciler asks.
+#[tokio::test]
+async fn states_are_true_for_two_hundred_commands_that_end() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    const BATCHES: usize = 8;
+    const PER_BATCH: usize = 25;
+    // Command, and the exit code the engine records for it.
+    let endings: [(&str, i64); 7] = [
+        ("exit 3", 3),
+        ("sleep 0.2; exit 5", 5),
+        ("sleep 2; exit 7", 7),
+        ("exit 0", 0),
+        ("kill -KILL $$", 137),
+        ("kill -TERM $$", 143),
+        ("sleep 0.2; kill -KILL $$", 137),
+    ];
+    let h = Harness::new().await?;
+    let _objects = AgentObjects(h.agent_id);
+    for batch in 0..BATCHES {
+        let mut workspaces = vec![];
+        for i in 0..PER_BATCH {
+            let ws = Workspace::new("ends", h.agent_id);
+            let (command, code) = endings[(batch * PER_BATCH + i) % endings.len()];
+            let mut objects = one_container(&ws);
+            pod_spec(&mut objects)["containers"][0]["command"] =
+                serde_json::json!(["sh", "-c", command]);
+            for o in objects.iter_mut().filter(|o| o["kind"] == "Deployment") {
+                o["spec"]["minReadySeconds"] = serde_json::json!(1);
+            }
+            workspaces.push((ws, command, code, objects));
+        }
+        // Applied a few at a time, as the reconciler does.
+        futures::stream::iter(&workspaces)
+            .map(|(ws, _, _, objects)| h.runtime.apply(&ws.key, objects))
+            .buffer_unordered(8)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect::<Result<Vec<()>, _>>()?;
+        let workspaces: Vec<_> = workspaces
+            .into_iter()
+            .map(|(ws, command, code, _)| (ws, command, code))
+            .collect();
+        // Per workspace: when it was seen Running (the start of the look), and whether it
+        // has been seen Failed.
+        let mut running_seen: Vec<Option<chrono::DateTime<chrono::Utc>>> =
+            vec![None; workspaces.len()];
+        let mut failed: Vec<Option<String>> = vec![None; workspaces.len()];
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        while failed.iter().any(Option::is_none) {
+            let asked = chrono::Utc::now();
+            let seen = h.runtime.list().await?;
+            for (i, (ws, command, _)) in workspaces.iter().enumerate() {
+                let Some(o) = seen.iter().find(|o| o.key == ws.key) else {
+                    continue;
+                };
+                match derive(o) {
+                    ActualState::Running => {
+                        assert!(
+                            failed[i].is_none(),
+                            "{} (`{command}`) reported Running after Failed: {o:?}",
+                            ws.name()
+                        );
+                        running_seen[i].get_or_insert(asked);
+                    }
+                    ActualState::Failed => {
+                        let failure = o.pod_failure.clone().context("a pod failure")?;
+                        failed[i] = Some(failure.message);
+                    }
+                    _ => {}
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "not all failed: {:?}",
+                workspaces
+                    .iter()
+                    .zip(&failed)
+                    .filter(|(_, f)| f.is_none())
+                    .map(|((ws, c, _), _)| format!("{} `{c}`", ws.name()))
+                    .collect::<Vec<_>>()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        for (i, (ws, command, code)) in workspaces.iter().enumerate() {
+            let message = failed[i].as_deref().unwrap_or_default();
+            assert!(
+                message.contains(&format!("exited with code {code} ")),
+                "{} (`{command}`): {message}",
+                ws.name()
+            );
+            if let Some(seen) = running_seen[i] {
+                let container = format!("warren-{}.c.dev", ws.name());
+                let (started, finished) = lifetime(&container)?;
+                assert!(
+                    finished - started >= chrono::Duration::seconds(1),
+                    "{} (`{command}`) was reported Running at {seen}, but its command ran from \
+                     {started} to {finished}",
+                    ws.name()
+                );
+            }
+        }
+        futures::stream::iter(&workspaces)
+            .map(|(ws, _, _)| async {
+                while h.runtime.delete(&ws.key).await? != TerminationProgress::Terminated {}
+                anyhow::Ok(())
+            })
+            .buffer_unordered(8)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect::<Result<Vec<()>>>()?;
+    }
     Ok(())
 }

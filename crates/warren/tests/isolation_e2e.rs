@@ -254,18 +254,22 @@ fn nft_chain_for(ip: &str) -> String {
         .output()
         .expect("nft list ruleset");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    for table in text.split("\ntable ") {
-        let jump = table.lines().find_map(|l| {
-            let rest = l.trim().strip_prefix("ip saddr ")?;
-            let (net, chain) = rest.split_once(" jump ")?;
-            let net: ipnet::IpNet = net.parse().ok()?;
-            (net.contains(&ip) && chain.starts_with("ws")).then(|| chain.to_owned())
-        });
-        if let Some(chain) = jump {
-            let start = table
-                .find(&format!("chain {chain} {{"))
-                .expect("the jumped-to chain");
-            let body = &table[start..];
+    // Each workspace subnet has its chain, named after the subnet: `w_10_89_3_0_24`.
+    for (at, _) in text.match_indices("chain w_") {
+        let rest = &text[at + "chain w_".len()..];
+        let Some(key) = rest.split_whitespace().next() else {
+            continue;
+        };
+        let parts: Vec<&str> = key.split('_').collect();
+        if parts.len() != 5 {
+            continue;
+        }
+        let net = format!("{}/{}", parts[..4].join("."), parts[4]);
+        if net
+            .parse::<ipnet::IpNet>()
+            .is_ok_and(|net| net.contains(&ip))
+        {
+            let body = &text[at..];
             return body[..body.find('}').unwrap_or(body.len())].to_owned();
         }
     }

@@ -318,8 +318,15 @@ pub trait WorkspaceRuntime: Send + Sync + 'static {
         None
     }
 
-    /// Every workspace of this agent the runtime holds, rebuilt from the runtime itself.
+    /// Every workspace of this agent the runtime holds, rebuilt from the runtime itself. A
+    /// runtime may answer from what it observed before, looking again only at what its own
+    /// events say changed (the engine runtime does); see [`WorkspaceRuntime::resync`].
     async fn list(&self) -> Result<Vec<ObservedWorkspace>, RuntimeError>;
+
+    /// The next `list` looks at everything afresh, whatever the runtime's events said: the
+    /// reconciler calls it before each full reconcile, so a change whose event was lost is
+    /// reported within one full interval.
+    fn resync(&self) {}
 
     /// What the running workspaces use now, where the runtime reports it (the container
     /// engine's statistics); empty where it does not. Read when metrics are scraped.

@@ -3,6 +3,8 @@
 //! clean every workspace up with a Drop guard, even when a test fails.
 #![allow(dead_code)]
 
+pub mod counting;
+
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 use std::path::PathBuf;

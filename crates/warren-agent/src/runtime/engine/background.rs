@@ -8,7 +8,8 @@ use bollard::query_parameters::EventsOptions;
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use super::{connect, Inner, OWNER_LABEL};
+use super::plan::WORKSPACE_NAME_LABEL;
+use super::{connect, EngineRuntime, Inner, OWNER_LABEL};
 use crate::runtime::AGENT_ID_LABEL;
 
 /// Bumps the change counter on every engine event of this agent's objects; reconnects when
@@ -21,8 +22,6 @@ pub(super) async fn watch_events(inner: std::sync::Weak<Inner>, shutdown: Cancel
         let docker = strong.docker.clone();
         let agent = strong.config.agent_id.to_string();
         let owner = strong.owner.clone();
-        let changes = strong.changes.clone();
-        drop(strong);
         let options = EventsOptions {
             filters: Some(HashMap::from([(
                 "label".to_owned(),
@@ -34,8 +33,8 @@ pub(super) async fn watch_events(inner: std::sync::Weak<Inner>, shutdown: Cancel
             ..Default::default()
         };
         let mut stream = docker.events(Some(options));
-        // Events may have been missed while disconnected.
-        changes.send_modify(|v| *v = v.wrapping_add(1));
+        // Events may have been missed while disconnected: every workspace is looked at again.
+        EngineRuntime { inner: strong }.changed_all();
         loop {
             tokio::select! {
                 // Cancel-safe: nothing is half-done between events.
@@ -50,8 +49,19 @@ pub(super) async fn watch_events(inner: std::sync::Weak<Inner>, shutdown: Cancel
                             attrs.get(AGENT_ID_LABEL).is_none_or(|id| *id == agent)
                                 && attrs.get(OWNER_LABEL).is_none_or(|o| *o == owner)
                         });
-                        if ours {
-                            changes.send_modify(|v| *v = v.wrapping_add(1));
+                        if !ours {
+                            continue;
+                        }
+                        let Some(inner) = inner.upgrade() else {
+                            return;
+                        };
+                        let runtime = EngineRuntime { inner };
+                        // Containers carry their workspace's name; an event naming none (a
+                        // volume or network the runtime made itself) changes no state the
+                        // runtime has not marked already.
+                        match attrs.as_ref().and_then(|a| a.get(WORKSPACE_NAME_LABEL)) {
+                            Some(name) => runtime.changed(name),
+                            None => runtime.bump(),
                         }
                     }
                     Some(Err(e)) => {
@@ -136,7 +146,10 @@ pub(super) async fn supervise_service(inner: std::sync::Weak<Inner>, shutdown: C
                 *service = connection.service;
                 tracing::info!("podman system service started again");
                 // Whatever happened meanwhile was not announced: look again.
-                inner.changes.send_modify(|v| *v = v.wrapping_add(1));
+                EngineRuntime {
+                    inner: inner.clone(),
+                }
+                .changed_all();
             }
             Err(e) => {
                 tracing::warn!(error = %e, "starting the podman system service again failed; retrying");

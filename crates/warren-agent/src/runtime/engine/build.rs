@@ -127,7 +127,7 @@ fn check_dockerfile(path: &str) -> Result<(), String> {
 
 /// A client for the engine at `host` (`unix://`, `tcp://` or `http://`, as `EngineConfig`
 /// allows) and the base URL of its API.
-fn endpoint(host: &str) -> Result<(reqwest::Client, String), String> {
+pub(super) fn endpoint(host: &str) -> Result<(reqwest::Client, String), String> {
     let builder = reqwest::Client::builder()
         .connect_timeout(CONNECT_TIMEOUT)
         // An engine's API is never reached through an HTTP proxy of the environment.

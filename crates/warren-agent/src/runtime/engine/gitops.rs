@@ -252,6 +252,11 @@ impl EngineRuntime {
                         next_starter: std::sync::atomic::AtomicU64::new(0),
                         usable: Default::default(),
                         probing: Default::default(),
+                        view: std::sync::Mutex::new(super::observed::View::stale()),
+                        looking: tokio::sync::Mutex::new(()),
+                        subnets: Default::default(),
+                        libpod: std::sync::OnceLock::new(),
+                        egress: Default::default(),
                         shutdown: self.inner.shutdown.child_token(),
                         service: tokio::sync::Mutex::new(None),
                         isolation_warning: self.inner.isolation_warning.clone(),
@@ -615,7 +620,9 @@ impl EngineRuntime {
         }
         self.write_inventory(&sync.source.name, &keep)?;
 
-        // Health of the workloads, as the engine reports them now.
+        // Health of the workloads, as the engine reports them now: no engine events reach
+        // the units' runtime, so it looks at all of them.
+        gitops.look_again_at_all();
         let observed = gitops.list().await.unwrap_or_default();
         for e in keep.keys().filter(|e| e.kind == "Deployment") {
             let unit = engine_name(sync, "Deployment", &e.namespace, &e.name);

@@ -21,6 +21,8 @@ mod exec;
 mod files;
 pub mod firewall;
 mod gitops;
+mod networks;
+mod observed;
 pub mod plan;
 mod ready;
 pub mod registry_auth;
@@ -235,14 +237,25 @@ struct Inner {
     usable: Mutex<HashMap<String, String>>,
     /// Workspaces with a readiness probe under way.
     probing: Mutex<std::collections::HashSet<String>>,
+    /// What `list` last saw, and what it must look at again (`observed`).
+    view: Mutex<observed::View>,
+    /// Held while `list` looks at the engine.
+    looking: tokio::sync::Mutex<()>,
+    /// The subnet of each workspace network, by workspace; `None` until listed (`firewall`).
+    subnets: Mutex<Option<BTreeMap<String, ipnet::Ipv4Net>>>,
+    /// A client for Podman's own API (`networks`), made on first use.
+    libpod: std::sync::OnceLock<(reqwest::Client, String)>,
+    /// Each workspace's egress as its record last said, so a firewall update reads no
+    /// record of another workspace.
+    egress: Mutex<HashMap<String, Option<firewall::Egress>>>,
     shutdown: CancellationToken,
     service: tokio::sync::Mutex<Option<PodmanService>>,
     /// Why workspaces cannot be isolated here (`firewall::unavailable`); `None` when the
     /// agent enforces their NetworkPolicies itself.
     isolation_warning: Option<String>,
-    /// The ruleset last applied (`firewall::ruleset`), so unchanged sets are not reapplied;
-    /// the lock also serialises applies.
-    firewall: tokio::sync::Mutex<Option<String>>,
+    /// The rules in force (`firewall::rules`), so an update changes only what differs;
+    /// `None` until the table has been written whole. The lock also serialises updates.
+    firewall: tokio::sync::Mutex<Option<firewall::Applied>>,
     /// The shared tools volumes this agent filled or failed to fill, by tools image; the
     /// lock serialises fills.
     tools: tokio::sync::Mutex<HashMap<String, tools::ToolsState>>,
@@ -351,6 +364,11 @@ impl EngineRuntime {
             next_starter: std::sync::atomic::AtomicU64::new(0),
             usable: Mutex::default(),
             probing: Mutex::default(),
+            view: Mutex::new(observed::View::stale()),
+            looking: tokio::sync::Mutex::new(()),
+            subnets: Mutex::default(),
+            libpod: std::sync::OnceLock::new(),
+            egress: Mutex::default(),
             shutdown: CancellationToken::new(),
             service: tokio::sync::Mutex::new(connection.service),
             isolation_warning,
@@ -433,25 +451,45 @@ impl EngineRuntime {
         if self.inner.isolation_warning.is_some() {
             return Ok(());
         }
-        let mut last = self.inner.firewall.lock().await;
+        let mut applied = self.inner.firewall.lock().await;
         let mut nets = self.workspace_nets("").await?;
         if let Some(gitops) = self.inner.gitops.get() {
             nets.extend(gitops.workspace_nets("gitops ").await?);
         }
-        nets.sort_by(|a, b| a.workspace.cmp(&b.workspace));
         let table = firewall::table_name(&self.inner.owner, self.inner.config.agent_id.get());
-        let script = firewall::ruleset(&table, &nets);
-        if last.as_deref() == Some(script.as_str()) {
-            return Ok(());
+        let rules = firewall::rules(&nets);
+        let script = match applied.as_ref() {
+            Some(old) => match firewall::update(&table, old, &rules) {
+                Some(script) => script,
+                None => return Ok(()),
+            },
+            None => firewall::ruleset(&table, &rules),
+        };
+        let incremental = applied.is_some();
+        if let Err(message) = firewall::nft(&["-f", "-"], Some(&script)).await {
+            // The table is not as remembered (changed by hand, or an update cut short):
+            // replaced whole, as at start.
+            *applied = None;
+            if !incremental {
+                return Err(RuntimeError::Apply {
+                    workspace: "the workspaces' firewall rules".into(),
+                    message,
+                });
+            }
+            tracing::warn!(error = %message, "updating the firewall rules failed; replacing the whole table");
+            firewall::nft(&["-f", "-"], Some(&firewall::ruleset(&table, &rules)))
+                .await
+                .map_err(|message| RuntimeError::Apply {
+                    workspace: "the workspaces' firewall rules".into(),
+                    message,
+                })?;
         }
-        firewall::nft(&["-f", "-"], Some(&script))
-            .await
-            .map_err(|message| RuntimeError::Apply {
-                workspace: "the workspaces' firewall rules".into(),
-                message,
-            })?;
-        tracing::debug!(workspaces = nets.len(), "firewall rules applied");
-        *last = Some(script);
+        tracing::debug!(
+            workspaces = nets.len(),
+            incremental,
+            "firewall rules applied"
+        );
+        *applied = Some(rules);
         Ok(())
     }
 
@@ -461,39 +499,58 @@ impl EngineRuntime {
         &self,
         prefix: &str,
     ) -> Result<Vec<firewall::WorkspaceNet>, RuntimeError> {
-        let mut nets = Vec::new();
-        for (network, labels) in self.labelled_networks(&self.selector()).await? {
-            let Some(workspace) = labels.get(WORKSPACE_NAME_LABEL).cloned() else {
-                continue;
-            };
-            let inspected = match self
-                .inner
-                .docker
-                .inspect_network(&network, None::<InspectNetworkOptions>)
-                .await
-            {
-                Ok(n) => n,
-                Err(e) if status_of(&e) == Some(404) => continue,
-                Err(e) => return Err(runtime_err(format!("inspecting network {network}"), e)),
-            };
-            let subnets: Vec<String> = inspected
-                .ipam
-                .and_then(|i| i.config)
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(|c| c.subnet)
-                .collect();
-            let Some(subnet) = firewall::ipv4_subnet(&subnets) else {
-                continue;
-            };
-            let egress = self.read_record(&workspace).and_then(|r| r.egress);
-            nets.push(firewall::WorkspaceNet {
+        let known = lock(&self.inner.subnets).clone();
+        let subnets = match known {
+            Some(known) => known,
+            None => {
+                // At start (and after `resync`): what the engine holds. From then on the
+                // runtime keeps it current as it makes and removes networks, so an update
+                // lists no network of another workspace.
+                let mut listed = BTreeMap::new();
+                for network in self.networks(&self.selector()).await? {
+                    let Some(workspace) = network.labels.get(WORKSPACE_NAME_LABEL).cloned() else {
+                        continue;
+                    };
+                    if let Some(subnet) = firewall::ipv4_subnet(&network.subnets) {
+                        listed.insert(workspace, subnet);
+                    }
+                }
+                *lock(&self.inner.subnets) = Some(listed.clone());
+                listed
+            }
+        };
+        Ok(subnets
+            .into_iter()
+            .map(|(workspace, subnet)| firewall::WorkspaceNet {
+                egress: self.egress_of(&workspace),
                 workspace: format!("{prefix}{workspace}"),
                 subnet,
-                egress,
-            });
+            })
+            .collect())
+    }
+
+    /// Records the subnet of workspace `name`'s network (`None`: it has none any more).
+    fn set_subnet(&self, name: &str, subnet: Option<ipnet::Ipv4Net>) {
+        if let Some(known) = lock(&self.inner.subnets).as_mut() {
+            known.remove(name);
+            if let Some(subnet) = subnet {
+                // A subnet belongs to one network at a time: an entry still naming it is
+                // of a network removed behind the runtime's back, whose policy must not
+                // apply to this one.
+                known.retain(|_, s| *s != subnet);
+                known.insert(name.to_owned(), subnet);
+            }
         }
-        Ok(nets)
+    }
+
+    /// The workspace's egress, as its record says.
+    fn egress_of(&self, workspace: &str) -> Option<firewall::Egress> {
+        if let Some(egress) = lock(&self.inner.egress).get(workspace) {
+            return egress.clone();
+        }
+        let egress = self.read_record(workspace).and_then(|r| r.egress);
+        lock(&self.inner.egress).insert(workspace.to_owned(), egress.clone());
+        egress
     }
 
     /// Whether the engine is Podman (else Docker or compatible).
@@ -566,7 +623,9 @@ impl EngineRuntime {
             .map_err(|e| runtime_err(format!("encoding the record of {}", record.name), e))?;
         let tmp = dir.join("state.json.tmp");
         write_private_file(&tmp, &bytes).map_err(io)?;
-        std::fs::rename(&tmp, dir.join("state.json")).map_err(io)
+        std::fs::rename(&tmp, dir.join("state.json")).map_err(io)?;
+        lock(&self.inner.egress).insert(record.name.clone(), record.egress.clone());
+        Ok(())
     }
 
     /// Acquires the workspace's lock after cancelling its start sequence, if one runs.
@@ -642,23 +701,11 @@ impl EngineRuntime {
         &self,
         selector: &Selector,
     ) -> Result<Vec<(String, BTreeMap<String, String>)>, RuntimeError> {
-        let options = ListNetworksOptions {
-            filters: Some(HashMap::from([("label".to_owned(), selector.filters())])),
-        };
-        // Podman lists a network's containers too, so this races with exits like the
-        // container listing does.
-        let docker = &self.inner.docker;
-        let networks = retry_transient(|| docker.list_networks(Some(options.clone())))
-            .await
-            .map_err(|e| runtime_err("listing networks".into(), e))?;
-        Ok(networks
+        Ok(self
+            .networks(selector)
+            .await?
             .into_iter()
-            .filter_map(|n| {
-                let labels: BTreeMap<String, String> =
-                    n.labels.unwrap_or_default().into_iter().collect();
-                Some((n.name?, labels))
-            })
-            .filter(|(_, labels)| selector.matches_btree(labels))
+            .map(|n| (n.name, n.labels))
             .collect())
     }
 
@@ -906,7 +953,7 @@ impl EngineRuntime {
     ) -> Result<(), RuntimeError> {
         let guard = self.lock_workspace(&workspace.name).await;
         let result = self.apply_locked(workspace, objects, options).await;
-        self.bump();
+        self.changed(&workspace.name);
         let plan = match result {
             Ok(Some(plan)) => plan,
             Ok(None) => return Ok(()),
@@ -966,11 +1013,19 @@ impl EngineRuntime {
                     "exited" | "dead" | "restarting" | "stopped"
                 )
             {
-                if let Ok(inspect) = self.inspect(&id).await {
-                    if let Some(s) = inspect.state {
-                        obs.exit_code = s.exit_code.unwrap_or(0);
+                match self.inspect(&id).await.map(|i| i.state) {
+                    Ok(Some(s)) if s.exit_code.is_some() => {
+                        obs.exit_code = s.exit_code.unwrap_or_default();
                         obs.oom_killed = s.oom_killed.unwrap_or(false);
                         obs.error = s.error.unwrap_or_default();
+                    }
+                    // How it ended is not known yet: never guessed (a default of 0 once
+                    // reported "exited with code 0" for `exit 3`); the pod is reported as
+                    // not ready, with no failure, until a later look knows.
+                    _ => {
+                        obs.status = status::UNKNOWN.to_owned();
+                        out.push(obs);
+                        continue;
                     }
                 }
                 if obs.exit_code != 0 || obs.role != Role::Init {
@@ -1078,14 +1133,19 @@ impl WorkspaceRuntime for EngineRuntime {
         }
         let progress = self.delete_locked(name, &mut moved).await;
         if moved {
-            // The workspace's network may be gone: its rules go too.
-            if let Err(e) = self.sync_firewall().await {
-                tracing::warn!(error = %warren_types::error_chain(&e), "updating the firewall rules after a deletion failed; retried at the next change");
-            }
+            // The workspace's network may be gone: its rules go too, off the deletion's
+            // path. Nothing waits on it: rules of a removed network refer to no container,
+            // and an apply brings the rules up to date before it creates anything.
+            let runtime = self.clone();
+            tokio::spawn(async move {
+                if let Err(e) = runtime.sync_firewall().await {
+                    tracing::warn!(error = %warren_types::error_chain(&e), "updating the firewall rules after a deletion failed; retried at the next change");
+                }
+            });
             // Only a deletion that changed something tells the reconciler to look again; one
             // that could not (blocked, failed) waits for its retry timer instead of waking
             // itself in a loop.
-            self.bump();
+            self.changed(name);
         }
         progress
     }
@@ -1166,128 +1226,16 @@ impl WorkspaceRuntime for EngineRuntime {
     }
 
     async fn list(&self) -> Result<Vec<ObservedWorkspace>, RuntimeError> {
-        let all = self.selector();
-        let containers = self.containers(&all).await?;
-        let mut by_workspace: BTreeMap<String, Vec<ContainerSummary>> = BTreeMap::new();
-        let mut namespaces: BTreeMap<String, String> = BTreeMap::new();
-        for c in containers {
-            let Some(name) = label(&c, WORKSPACE_NAME_LABEL).map(str::to_owned) else {
-                continue;
-            };
-            if let Some(ns) = label(&c, WORKSPACE_NAMESPACE_LABEL) {
-                namespaces.insert(name.clone(), ns.to_owned());
-            }
-            by_workspace.entry(name).or_default().push(c);
-        }
-        for (_, labels) in self
-            .labelled_volumes(&all)
-            .await?
-            .into_iter()
-            .chain(self.labelled_networks(&all).await?)
-        {
-            if let Some(name) = labels.get(WORKSPACE_NAME_LABEL) {
-                by_workspace.entry(name.clone()).or_default();
-                if let Some(ns) = labels.get(WORKSPACE_NAMESPACE_LABEL) {
-                    namespaces.entry(name.clone()).or_insert_with(|| ns.clone());
-                }
-            }
-        }
-        if let Ok(entries) = std::fs::read_dir(self.inner.config.state_dir.join("workspaces")) {
-            for entry in entries.flatten() {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if self.read_record(&name).is_some() {
-                    by_workspace.entry(name).or_default();
-                }
-            }
-        }
+        self.observed().await
+    }
 
-        let mut out = Vec::new();
-        for (name, containers) in by_workspace {
-            let record = self.read_record(&name);
-            let namespace = record
-                .as_ref()
-                .map(|r| r.namespace.clone())
-                .or_else(|| namespaces.get(&name).cloned())
-                .unwrap_or_default();
-            let key = WorkspaceKey {
-                name: name.clone(),
-                namespace: namespace.clone(),
-            };
-            let Some(record) = record else {
-                // Left-overs without a record (the state directory was lost): report what
-                // runs; the next full reconcile applies or deletes it.
-                let observed = self.observe(&containers, None, true).await;
-                let replicas = i32::from(observed.iter().any(|c| c.status == "running"));
-                let pod = PodObservation {
-                    name,
-                    namespace,
-                    replicas,
-                    applied: None,
-                    containers: observed,
-                    starting: false,
-                    recorded_failure: None,
-                    waiting: None,
-                };
-                let s = status::synthesise(&pod);
-                out.push(ObservedWorkspace {
-                    key,
-                    deployment: Some(s.deployment),
-                    pod_failure: s.pod_failure,
-                    terminating: false,
-                });
-                continue;
-            };
-            if record.deleting {
-                out.push(ObservedWorkspace {
-                    key,
-                    deployment: None,
-                    pod_failure: None,
-                    terminating: true,
-                });
-                continue;
-            }
-            let observed = self
-                .observe(&containers, Some(&record), record.replicas == 1)
-                .await;
-            let apps_run = observed.iter().any(|c| c.role != Role::Init)
-                && observed
-                    .iter()
-                    .filter(|c| c.role != Role::Init)
-                    .all(|c| c.status == "running");
-            // Running only once usable (`ready`); a pod that is not all running is judged
-            // afresh when it runs again.
-            let waiting = if record.replicas == 1 && !record.starting && apps_run {
-                match self.usable(&record, &containers).await {
-                    ready::Usable::Yes => None,
-                    ready::Usable::WithoutPorts(note) => {
-                        tracing::info!(workspace = %name, "{note}; reporting it running anyway");
-                        None
-                    }
-                    ready::Usable::No(why) => Some(why),
-                }
-            } else {
-                self.forget_usable(&name);
-                None
-            };
-            let pod = PodObservation {
-                name,
-                namespace,
-                replicas: record.replicas,
-                applied: Some(record.deployment.clone()),
-                containers: observed,
-                starting: record.starting,
-                recorded_failure: record.failure.clone(),
-                waiting,
-            };
-            let s = status::synthesise(&pod);
-            out.push(ObservedWorkspace {
-                key,
-                deployment: Some(s.deployment),
-                pod_failure: s.pod_failure,
-                terminating: false,
-            });
+    fn resync(&self) {
+        self.look_again_at_all();
+        // The firewall's networks are listed afresh too, at the next update.
+        *lock(&self.inner.subnets) = None;
+        if let Some(gitops) = self.inner.gitops.get() {
+            *lock(&gitops.inner.subnets) = None;
         }
-        Ok(out)
     }
 
     fn changes(&self) -> watch::Receiver<u64> {

@@ -127,6 +127,10 @@ impl EngineRuntime {
         }) else {
             return Usable::No("the pod's first container is not there".into());
         };
+        // The inspection tells the state as it was when the engine read it, some time
+        // after this instant: measured from here, a slow answer cannot make a command that
+        // exited early look as if it had run long enough.
+        let asked = chrono::Utc::now();
         let Some(Inspected {
             started,
             running,
@@ -142,7 +146,7 @@ impl EngineRuntime {
             self.probe(record, addresses, BTreeSet::new(), RECHECK_STOPPED);
             return Usable::No("the pod's first container is no longer running".into());
         }
-        let ran = chrono::Utc::now()
+        let ran = asked
             .signed_duration_since(started)
             .to_std()
             .unwrap_or_default();
@@ -244,7 +248,7 @@ impl EngineRuntime {
                 }
             }
             super::lock(&runtime.inner.probing).remove(&name);
-            runtime.bump();
+            runtime.changed(&name);
         });
     }
 }

@@ -44,7 +44,7 @@ impl EngineRuntime {
         if let Err(e) = self.write_record(&record) {
             tracing::warn!(workspace = %name, error = %e, "recording the start outcome failed");
         }
-        self.bump();
+        self.changed(&name);
     }
 
     /// `Ok(Some(failure))` for a pod failure found while starting.

@@ -10,6 +10,10 @@ use warren_types::reconcile::PodFailure;
 
 use super::plan::{canonical_json, Role};
 
+/// The status of a container that has ended in a way not known yet (its inspection failed
+/// or named no exit code): neither running nor finished.
+pub const UNKNOWN: &str = "unknown";
+
 /// What the engine shows of one container.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerObservation {

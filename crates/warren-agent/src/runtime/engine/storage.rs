@@ -10,20 +10,15 @@ impl EngineRuntime {
         plan: &PodPlan,
         labels: &BTreeMap<String, String>,
     ) -> Result<(), RuntimeError> {
-        let docker = &self.inner.docker;
-        match docker
-            .inspect_network(&plan.network, None::<InspectNetworkOptions>)
-            .await
-        {
-            Ok(_) => return Ok(()),
-            Err(e) if status_of(&e) == Some(404) => {}
-            Err(e) => {
-                return Err(runtime_err(
-                    format!("inspecting network {}", plan.network),
-                    e,
-                ))
-            }
+        let workspace = labels
+            .get(WORKSPACE_NAME_LABEL)
+            .cloned()
+            .unwrap_or_default();
+        if let Some(network) = self.network(&plan.network).await? {
+            self.set_subnet(&workspace, firewall::ipv4_subnet(&network.subnets));
+            return Ok(());
         }
+        let docker = &self.inner.docker;
         // Podman's bridges reach each other unless isolated (Docker's never do); the agent's
         // firewall isolates them too, where it can (`firewall`).
         let options = self
@@ -38,10 +33,17 @@ impl EngineRuntime {
             ..Default::default()
         };
         match docker.create_network(request).await {
-            Err(e) if status_of(&e) == Some(409) => Ok(()),
-            Err(e) => Err(runtime_err(format!("creating network {}", plan.network), e)),
-            Ok(_) => Ok(()),
+            Err(e) if status_of(&e) == Some(409) => {}
+            Err(e) => return Err(runtime_err(format!("creating network {}", plan.network), e)),
+            Ok(_) => {}
         }
+        // The subnet the engine chose, for the firewall's rules.
+        let subnet = self
+            .network(&plan.network)
+            .await?
+            .and_then(|n| firewall::ipv4_subnet(&n.subnets));
+        self.set_subnet(&workspace, subnet);
+        Ok(())
     }
 
     /// Creates the pod's volumes that do not exist yet; returns their names.
@@ -200,6 +202,10 @@ impl EngineRuntime {
                 Err(e) => return Err(runtime_err(format!("removing network {network}"), e)),
             }
         }
+        if blocked.is_empty() {
+            // No network of the workspace is left: its rules go at the next update.
+            self.set_subnet(name, None);
+        }
         let mut volumes: BTreeSet<String> = self
             .labelled_volumes(&selector)
             .await?
@@ -255,19 +261,17 @@ impl EngineRuntime {
         if let Some(record) = self.read_record(name) {
             self.remove_builds(name, &record.deployment).await;
         }
+        lock(&self.inner.egress).remove(name);
         match std::fs::remove_dir_all(self.workspace_dir(name)) {
             Ok(()) => *moved = true,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(runtime_err(format!("removing the state of {name}"), e)),
         }
-        let remaining = !self.containers(&selector).await?.is_empty()
-            || !self.labelled_networks(&selector).await?.is_empty()
-            || !self.labelled_volumes(&selector).await?.is_empty();
-        Ok(if remaining {
-            TerminationProgress::Terminating
-        } else {
-            TerminationProgress::Terminated
-        })
+        // Every container, network and volume listed is gone (each removal succeeded or
+        // found it gone; anything else returned above), and none can have been added: the
+        // caller holds the workspace's lock, and only this runtime makes a workspace's
+        // objects.
+        Ok(TerminationProgress::Terminated)
     }
 }
 

@@ -1,0 +1,313 @@
+//! Density (issue 38): what one more workspace costs on an agent that already holds many.
+//!
+//! For 0, 10, 50 and 200 workspaces already on the agent (every other one stopped), whole
+//! `warren` CLI processes against the `podman` CLI doing the same to a container of the same
+//! image on the same engine, interleaved so load drifts hit both, each printed as a ratio to
+//! its podman baseline:
+//!
+//! - `warren ws create --wait` against `podman run -d`
+//! - `warren ws stop --wait` against `podman stop`
+//! - `warren ws rm --wait` against `podman rm`
+//!
+//! Goal: ≤ 1.25× at every size. Then the agent's CPU while idle with the largest number of
+//! workspaces present, as a share of one core (goal < 2 %).
+//!
+//! Runs `warren server`, `warren relay` and `warren agent` as separate processes (the test
+//! support's `Stack`). Sizes can be narrowed with `WARREN_BENCH_DENSITY_SIZES=0,10`. Skips
+//! with a message when Podman is absent; removes all it creates, also when it fails. Run it on
+//! a release build: `cargo bench -p warren --bench density`.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+use support::*;
+
+const RUNS: usize = 5;
+const DEFAULT_SIZES: [usize; 4] = [0, 10, 50, 200];
+/// How long the idle agent's CPU time is sampled.
+const IDLE_WINDOW: Duration = Duration::from_secs(30);
+/// Every name this benchmark gives starts with it (the clean-up finds them by it).
+const PREFIX: &str = "density-";
+
+/// A keep-alive workspace with no command, as a user's first one.
+const BUSYBOX: &str = r#"
+schemaVersion: 2.2.0
+metadata:
+  name: density
+components:
+  - name: dev
+    container:
+      image: localhost/warren-test:latest
+      memoryLimit: 64Mi
+"#;
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn median(mut v: Vec<Duration>) -> f64 {
+    v.sort();
+    ms(v[v.len() / 2])
+}
+
+fn warren(home: &Path, args: &[&str]) -> Duration {
+    let t0 = Instant::now();
+    let out = cli(home, args, None);
+    let took = t0.elapsed();
+    assert!(
+        out.status.success(),
+        "warren {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    took
+}
+
+fn podman_timed(args: &[&str]) -> Duration {
+    let t0 = Instant::now();
+    let out = Command::new("podman").args(args).output().expect("podman");
+    let took = t0.elapsed();
+    assert!(
+        out.status.success(),
+        "podman {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    took
+}
+
+/// Removes every container, volume and network whose name carries [`PREFIX`], in a few
+/// engine calls (one workspace at a time would take minutes with hundreds).
+struct Cleanup;
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let names = |args: &[&str]| -> Vec<String> {
+            podman(args)
+                .lines()
+                .filter(|n| n.contains(PREFIX))
+                .map(str::to_owned)
+                .collect()
+        };
+        let containers = names(&["ps", "-a", "--format", "{{.Names}}"]);
+        if !containers.is_empty() {
+            let mut args = vec!["rm", "-f", "-t", "0"];
+            args.extend(containers.iter().map(String::as_str));
+            podman(&args);
+        }
+        let volumes = names(&["volume", "ls", "--format", "{{.Name}}"]);
+        if !volumes.is_empty() {
+            let mut args = vec!["volume", "rm", "-f"];
+            args.extend(volumes.iter().map(String::as_str));
+            podman(&args);
+        }
+        let networks = names(&["network", "ls", "--format", "{{.Name}}"]);
+        if !networks.is_empty() {
+            let mut args = vec!["network", "rm", "-f"];
+            args.extend(networks.iter().map(String::as_str));
+            podman(&args);
+        }
+    }
+}
+
+/// CPU time (user + system) of a process and its threads, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the agent's stat");
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = &stat[stat.rfind(')').expect("stat format") + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name and state.
+    fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
+}
+
+fn clock_ticks_per_second() -> f64 {
+    let out = Command::new("getconf").arg("CLK_TCK").output();
+    out.ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+/// Brings the agent to `size` workspaces (every other one stopped) and waits until each
+/// shows the state it should.
+fn fill(stack: &Stack, devfile: &str, present: &mut usize, size: usize) {
+    let home = stack.cli_home();
+    let t0 = Instant::now();
+    for i in *present..size {
+        let name = format!("{PREFIX}fill-{i}");
+        warren(
+            &home,
+            &["ws", "create", "--devfile", devfile, "--name", &name],
+        );
+    }
+    for i in *present..size {
+        let name = format!("{PREFIX}fill-{i}");
+        // Running ones are waited for by `start --wait` (already started: it returns once
+        // Running); every other one is stopped.
+        let verb = if i % 2 == 1 { "stop" } else { "start" };
+        warren(&home, &["ws", verb, &name, "--wait"]);
+    }
+    if size > *present {
+        println!(
+            "  (filled {} -> {size} workspaces in {:.1} s)",
+            *present,
+            t0.elapsed().as_secs_f64()
+        );
+    }
+    *present = size.max(*present);
+}
+
+struct Row {
+    size: usize,
+    what: &'static str,
+    warren: f64,
+    podman: f64,
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    if !podman_available() {
+        eprintln!("skipping the density benchmark: podman not found (install it with .ci/setup-podman.sh)");
+        return;
+    }
+    ensure_image();
+    let sizes: Vec<usize> = std::env::var("WARREN_BENCH_DENSITY_SIZES")
+        .ok()
+        .map(|s| {
+            s.split(',')
+                .map(|n| {
+                    n.trim()
+                        .parse()
+                        .expect("WARREN_BENCH_DENSITY_SIZES: numbers")
+                })
+                .collect()
+        })
+        .unwrap_or_else(|| DEFAULT_SIZES.to_vec());
+    let _cleanup = Cleanup;
+    let stack = Stack::start(true);
+    let home = stack.cli_home();
+    let devfile = write_file(stack.dir.path(), "devfile.yaml", BUSYBOX);
+    let devfile = devfile.display().to_string();
+    // One unmeasured round warms the stack's connections and the engine.
+    let warm = format!("{PREFIX}warm");
+    warren(
+        &home,
+        &[
+            "ws",
+            "create",
+            "--devfile",
+            &devfile,
+            "--name",
+            &warm,
+            "--wait",
+        ],
+    );
+    warren(&home, &["ws", "rm", &warm, "--wait"]);
+
+    let mut rows = vec![];
+    let mut present = 0;
+    for &size in &sizes {
+        fill(&stack, &devfile, &mut present, size);
+        let (mut w_create, mut w_stop, mut w_rm) = (vec![], vec![], vec![]);
+        let (mut p_create, mut p_stop, mut p_rm) = (vec![], vec![], vec![]);
+        for i in 0..RUNS {
+            let name = format!("{PREFIX}m{size}-{i}");
+            let ctr = format!("warren-bench-{PREFIX}{size}-{i}");
+            w_create.push(warren(
+                &home,
+                &[
+                    "ws",
+                    "create",
+                    "--devfile",
+                    &devfile,
+                    "--name",
+                    &name,
+                    "--wait",
+                ],
+            ));
+            p_create.push(podman_timed(&[
+                "run",
+                "-d",
+                // As Warren's containers: an init, so `sleep` stops at once on SIGTERM.
+                "--init",
+                "--memory",
+                "64m",
+                "--name",
+                &ctr,
+                "--entrypoint",
+                "sh",
+                IMAGE,
+                "-c",
+                "exec sleep 86400",
+            ]));
+            w_stop.push(warren(&home, &["ws", "stop", &name, "--wait"]));
+            p_stop.push(podman_timed(&["stop", "-t", "10", &ctr]));
+            w_rm.push(warren(&home, &["ws", "rm", &name, "--wait"]));
+            p_rm.push(podman_timed(&["rm", &ctr]));
+        }
+        for (what, w, p) in [
+            ("create --wait / podman run -d", w_create, p_create),
+            ("stop --wait   / podman stop  ", w_stop, p_stop),
+            ("rm --wait     / podman rm    ", w_rm, p_rm),
+        ] {
+            let row = Row {
+                size,
+                what,
+                warren: median(w),
+                podman: median(p),
+            };
+            println!(
+                "  {:>4} present  {}: warren {:8.1} ms  podman {:8.1} ms  ratio {:.2}x",
+                row.size,
+                row.what,
+                row.warren,
+                row.podman,
+                row.warren / row.podman
+            );
+            rows.push(row);
+        }
+    }
+
+    // The agent idle among everything present: nothing changes, only its timers run.
+    let pid = stack
+        .agent
+        .as_ref()
+        .and_then(|a| a.pid())
+        .expect("the agent's pid");
+    let settle = Instant::now();
+    // Whatever the last commands set in motion (reports, probes) ends well within this.
+    while settle.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (t0, c0) = (Instant::now(), cpu_ticks(pid));
+    std::thread::sleep(IDLE_WINDOW);
+    let (elapsed, c1) = (t0.elapsed(), cpu_ticks(pid));
+    let idle = (c1 - c0) as f64 / clock_ticks_per_second() / elapsed.as_secs_f64() * 100.0;
+
+    println!(
+        "\ndensity ({} build; whole CLI processes, median of {RUNS} runs each, interleaved)",
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
+    );
+    println!("  present  operation                          warren ms  podman ms  ratio  (goal <= 1.25x)");
+    for r in &rows {
+        println!(
+            "  {:>7}  {}  {:9.1}  {:9.1}  {:.2}x",
+            r.size,
+            r.what,
+            r.warren,
+            r.podman,
+            r.warren / r.podman
+        );
+    }
+    println!(
+        "  agent CPU idle with {present} workspaces present: {idle:.2} % of one core over {:.0} s (goal < 2 %)",
+        elapsed.as_secs_f64()
+    );
+}

@@ -88,6 +88,14 @@ impl EngineRuntime {
                 std::mem::take(&mut view.dirty),
             )
         };
+        if !all && dirty.is_empty() {
+            // Nothing to look at: the engine is still asked whether it answers, so a view
+            // kept while it is unreachable is never passed off as current (the reconciler
+            // reports the fault instead).
+            if let Err(e) = self.inner.docker.ping().await {
+                return Err(runtime_err("asking the container engine".into(), e));
+            }
+        }
         if all {
             match self.scan_all().await {
                 Ok(workspaces) => lock(&self.inner.view).workspaces = workspaces,

@@ -49,35 +49,33 @@ impl From<PodmanNetwork> for NetworkInfo {
     }
 }
 
+/// What Docker's answers (a listing's entries and an inspection alike) say of a network.
+fn from_docker(
+    name: Option<String>,
+    labels: Option<HashMap<String, String>>,
+    ipam: Option<bollard::models::Ipam>,
+) -> NetworkInfo {
+    NetworkInfo {
+        name: name.unwrap_or_default(),
+        labels: labels.unwrap_or_default().into_iter().collect(),
+        subnets: ipam
+            .and_then(|i| i.config)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|c| c.subnet)
+            .collect(),
+    }
+}
+
 impl From<bollard::models::Network> for NetworkInfo {
     fn from(n: bollard::models::Network) -> Self {
-        NetworkInfo {
-            name: n.name.unwrap_or_default(),
-            labels: n.labels.unwrap_or_default().into_iter().collect(),
-            subnets: n
-                .ipam
-                .and_then(|i| i.config)
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(|c| c.subnet)
-                .collect(),
-        }
+        from_docker(n.name, n.labels, n.ipam)
     }
 }
 
 impl From<bollard::models::NetworkInspect> for NetworkInfo {
     fn from(n: bollard::models::NetworkInspect) -> Self {
-        NetworkInfo {
-            name: n.name.unwrap_or_default(),
-            labels: n.labels.unwrap_or_default().into_iter().collect(),
-            subnets: n
-                .ipam
-                .and_then(|i| i.config)
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(|c| c.subnet)
-                .collect(),
-        }
+        from_docker(n.name, n.labels, n.ipam)
     }
 }
 

@@ -20,7 +20,6 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 use support::*;
@@ -43,40 +42,6 @@ components:
       image: localhost/warren-test:latest
       memoryLimit: 64Mi
 "#;
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-fn median(mut v: Vec<Duration>) -> f64 {
-    v.sort();
-    ms(v[v.len() / 2])
-}
-
-fn warren(home: &Path, args: &[&str]) -> Duration {
-    let t0 = Instant::now();
-    let out = cli(home, args, None);
-    let took = t0.elapsed();
-    assert!(
-        out.status.success(),
-        "warren {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    took
-}
-
-fn podman_timed(args: &[&str]) -> Duration {
-    let t0 = Instant::now();
-    let out = Command::new("podman").args(args).output().expect("podman");
-    let took = t0.elapsed();
-    assert!(
-        out.status.success(),
-        "podman {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    took
-}
 
 /// Removes every container, volume and network whose name carries [`PREFIX`], in a few
 /// engine calls (one workspace at a time would take minutes with hundreds).
@@ -136,7 +101,7 @@ fn fill(stack: &Stack, devfile: &str, present: &mut usize, size: usize) {
     let t0 = Instant::now();
     for i in *present..size {
         let name = format!("{PREFIX}fill-{i}");
-        warren(
+        warren_timed(
             &home,
             &["ws", "create", "--devfile", devfile, "--name", &name],
         );
@@ -146,7 +111,7 @@ fn fill(stack: &Stack, devfile: &str, present: &mut usize, size: usize) {
         // Running ones are waited for by `start --wait` (already started: it returns once
         // Running); every other one is stopped.
         let verb = if i % 2 == 1 { "stop" } else { "start" };
-        warren(&home, &["ws", verb, &name, "--wait"]);
+        warren_timed(&home, &["ws", verb, &name, "--wait"]);
     }
     if size > *present {
         println!(
@@ -193,7 +158,7 @@ fn main() {
     let devfile = devfile.display().to_string();
     // One unmeasured round warms the stack's connections and the engine.
     let warm = format!("{PREFIX}warm");
-    warren(
+    warren_timed(
         &home,
         &[
             "ws",
@@ -205,7 +170,7 @@ fn main() {
             "--wait",
         ],
     );
-    warren(&home, &["ws", "rm", &warm, "--wait"]);
+    warren_timed(&home, &["ws", "rm", &warm, "--wait"]);
 
     let mut rows = vec![];
     let mut present = 0;
@@ -216,7 +181,7 @@ fn main() {
         for i in 0..RUNS {
             let name = format!("{PREFIX}m{size}-{i}");
             let ctr = format!("warren-bench-{PREFIX}{size}-{i}");
-            w_create.push(warren(
+            w_create.push(warren_timed(
                 &home,
                 &[
                     "ws",
@@ -243,9 +208,9 @@ fn main() {
                 "-c",
                 "exec sleep 86400",
             ]));
-            w_stop.push(warren(&home, &["ws", "stop", &name, "--wait"]));
+            w_stop.push(warren_timed(&home, &["ws", "stop", &name, "--wait"]));
             p_stop.push(podman_timed(&["stop", "-t", "10", &ctr]));
-            w_rm.push(warren(&home, &["ws", "rm", &name, "--wait"]));
+            w_rm.push(warren_timed(&home, &["ws", "rm", &name, "--wait"]));
             p_rm.push(podman_timed(&["rm", &ctr]));
         }
         for (what, w, p) in [

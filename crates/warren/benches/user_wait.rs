@@ -19,7 +19,6 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 use support::*;
@@ -40,41 +39,6 @@ components:
         - name: web
           targetPort: 8080
 "#;
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-fn median(mut v: Vec<Duration>) -> f64 {
-    v.sort();
-    ms(v[v.len() / 2])
-}
-
-/// Runs the CLI and fails loudly when it does.
-fn warren(home: &Path, args: &[&str]) -> Duration {
-    let t0 = Instant::now();
-    let out = cli(home, args, None);
-    let took = t0.elapsed();
-    assert!(
-        out.status.success(),
-        "warren {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    took
-}
-
-fn podman_timed(args: &[&str]) -> Duration {
-    let t0 = Instant::now();
-    let out = Command::new("podman").args(args).output().expect("podman");
-    let took = t0.elapsed();
-    assert!(
-        out.status.success(),
-        "podman {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    took
-}
 
 /// Removes the baseline's containers, whatever happened.
 struct Baseline(Vec<String>);
@@ -194,7 +158,7 @@ fn main() {
     let devfile = write_file(stack.dir.path(), "devfile.yaml", DEVFILE);
     let devfile = devfile.display().to_string();
     // One unmeasured round warms the stack's connections and the engine.
-    warren(
+    warren_timed(
         &home,
         &[
             "ws",
@@ -206,12 +170,12 @@ fn main() {
             "--wait",
         ],
     );
-    warren(&home, &["ws", "rm", "bench-wait-warm", "--wait"]);
+    warren_timed(&home, &["ws", "rm", "bench-wait-warm", "--wait"]);
 
     let (mut w_create, mut w_stop, mut w_start) = (vec![], vec![], vec![]);
     let (mut p_create, mut p_stop, mut p_start) = (vec![], vec![], vec![]);
     for (name, ctr) in names.iter().zip(&baseline_names) {
-        w_create.push(warren(
+        w_create.push(warren_timed(
             &home,
             &[
                 "ws",
@@ -237,11 +201,11 @@ fn main() {
             "-c",
             "exec sleep 86400",
         ]));
-        w_stop.push(warren(&home, &["ws", "stop", name, "--wait"]));
+        w_stop.push(warren_timed(&home, &["ws", "stop", name, "--wait"]));
         p_stop.push(podman_timed(&["stop", "-t", "10", ctr]));
-        w_start.push(warren(&home, &["ws", "start", name, "--wait"]));
+        w_start.push(warren_timed(&home, &["ws", "start", name, "--wait"]));
         p_start.push(podman_timed(&["start", ctr]));
-        warren(&home, &["ws", "rm", name, "--wait"]);
+        warren_timed(&home, &["ws", "rm", name, "--wait"]);
         let _ = Command::new("podman")
             .args(["rm", "-f", "-t", "0", ctr])
             .output();
@@ -254,7 +218,7 @@ fn main() {
     let (mut w_server, mut p_server) = (vec![], vec![]);
     for (i, ctr) in baseline_names.iter().enumerate() {
         let name = format!("bench-wait-srv-{i}");
-        w_server.push(warren(
+        w_server.push(warren_timed(
             &home,
             &[
                 "ws",
@@ -266,7 +230,7 @@ fn main() {
                 "--wait",
             ],
         ));
-        warren(&home, &["ws", "rm", &name, "--wait"]);
+        warren_timed(&home, &["ws", "rm", &name, "--wait"]);
         let port = free_port();
         let t0 = Instant::now();
         podman_timed(&[

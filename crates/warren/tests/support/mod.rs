@@ -1282,3 +1282,42 @@ impl Drop for PgSchema {
         .join();
     }
 }
+
+/// Milliseconds, for benchmark tables.
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// The median of `v`, in milliseconds.
+pub fn median(mut v: Vec<Duration>) -> f64 {
+    v.sort();
+    ms(v[v.len() / 2])
+}
+
+/// Runs the CLI with the credentials under `home`, failing loudly when it fails; how long it
+/// took (benchmarks time whole CLI processes, as a user waits for them).
+pub fn warren_timed(home: &Path, args: &[&str]) -> Duration {
+    let t0 = Instant::now();
+    let out = cli(home, args, None);
+    let took = t0.elapsed();
+    assert!(
+        out.status.success(),
+        "warren {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    took
+}
+
+/// Runs the `podman` CLI, failing loudly when it fails; how long it took.
+pub fn podman_timed(args: &[&str]) -> Duration {
+    let t0 = Instant::now();
+    let out = Command::new("podman").args(args).output().expect("podman");
+    let took = t0.elapsed();
+    assert!(
+        out.status.success(),
+        "podman {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    took
+}

@@ -4,6 +4,8 @@
 # Idempotent. Steps (each can be run alone by naming it):
 #   install   apt-get install podman, runc, busybox-static, openssh-sftp-server, git and nftables
 #   config    write /etc/containers/containers.conf (runc, cgroupfs, ulimits within the hard limits)
+#             and give user `containers` the subordinate id ranges Podman allocates user
+#             namespaces from (`--userns=auto`: GitOps pods run in one of their own)
 #   service   start `podman system service` on /run/podman/podman.sock unless it answers
 #   image     build localhost/warren-test:latest from a busybox-static rootfs with OpenSSH's
 #             sftp-server and Debian's git with its HTTP transport (podman import)
@@ -58,6 +60,15 @@ cgroup_manager = "cgroupfs"
 events_logger = "file"
 CONF
 )"
+    # The range Podman's documentation suggests for rootful `--userns=auto`: above every id
+    # a host user or a container's own mapping uses.
+    local f
+    for f in /etc/subuid /etc/subgid; do
+        if ! grep -q '^containers:' "$f" 2>/dev/null; then
+            echo "containers:2147483647:2147483648" >> "$f"
+            log "added the containers range to $f"
+        fi
+    done
     if [ -f /etc/containers/containers.conf ] && [ "$(cat /etc/containers/containers.conf)" = "$want" ]; then
         log "/etc/containers/containers.conf already up to date"
         return
@@ -221,6 +232,8 @@ step_stop() {
 step_verify() {
     podman run --rm "$IMAGE" true
     log "podman run --rm $IMAGE true: ok"
+    podman run --rm --userns=auto:size=65536 "$IMAGE" true
+    log "podman run --rm --userns=auto:size=65536 $IMAGE true: ok"
 }
 
 main() {

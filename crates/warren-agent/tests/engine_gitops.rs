@@ -124,6 +124,19 @@ async fn wait_running(source: &str, deployment: &str) -> Result<String> {
     }
 }
 
+/// Removes `container` as a person would. Podman 4.3 may report a failure ("unlinkat
+/// …/userdata/shm: device or resource busy") for a container that ran in a user namespace
+/// and is removed all the same: what counts is that it is gone.
+fn remove_by_hand(container: &str) -> Result<()> {
+    if let Err(e) = cli_run(&["rm", "-f", "-t", "0", container]) {
+        let exists = std::process::Command::new(common::cli().unwrap_or("podman"))
+            .args(["container", "exists", container])
+            .status()?;
+        anyhow::ensure!(!exists.success(), "{container} was not removed: {e:#}");
+    }
+    Ok(())
+}
+
 /// What the web server of `container` answers, once it answers.
 async fn fetch(container: &str) -> Result<String> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -286,7 +299,7 @@ async fn a_source_runs_changes_and_leaves_on_the_engine() -> Result<()> {
     assert_eq!(container_of(&name, "web").as_deref(), Some(web.as_str()));
 
     // Drift: the container removed by hand comes back at the next sync.
-    cli_run(&["rm", "-f", "-t", "0", &web])?;
+    remove_by_hand(&web)?;
     assert!(container_of(&name, "web").is_none());
     sync(&first, true).await?;
     let web = wait_running(&name, "web").await?;
@@ -382,5 +395,292 @@ async fn a_source_runs_changes_and_leaves_on_the_engine() -> Result<()> {
     assert!(cli_lines(&["volume", "ls", "-q", "--filter", &filter]).is_empty());
     assert!(cli_lines(&["network", "ls", "-q", "--filter", &filter]).is_empty());
     h.runtime.shutdown().await;
+    Ok(())
+}
+
+/// The health the source reports for Deployment `name`, at a sync.
+fn health_of<'a>(
+    out: &'a GitopsOutcome,
+    name: &str,
+) -> Option<&'a warren_types::gitops::ObjectHealth> {
+    out.health.iter().find(|h| {
+        h.object.ends_with(&format!("Deployment apps/{name}"))
+            || h.object.ends_with(&format!("/{name}"))
+    })
+}
+
+/// The uid the kernel gives a container's first process on the host.
+fn host_uid(container: &str) -> Result<String> {
+    let pid = cli_run(&["inspect", "--format", "{{.State.Pid}}", container])?;
+    let status = std::fs::read_to_string(format!("/proc/{}/status", pid.trim()))?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("Uid:"))
+        .context("no Uid line")?;
+    Ok(line
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or_default()
+        .to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn public_examples_run_as_on_kubernetes_and_a_crash_loop_says_why() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    common::public::build_images()?;
+    let h = Harness::new().await?;
+    let name = format!("public-{:06x}", rand::random::<u32>() & 0xffffff);
+    let _cleanup = Cleanup(name.clone());
+    let source = Source {
+        name: name.clone(),
+        repository: "examples".into(),
+        git_ref: "main".into(),
+        paths: vec![],
+        mode: SourceMode::Namespaced,
+        namespace: Some("demo".into()),
+        kinds: KindRules::default(),
+        prune: true,
+        interval: "60s".into(),
+    };
+    let policy = Policy::default();
+    let objects = common::public::manifests(&[
+        "guestbook-ui-deployment.yaml",
+        "guestbook-ui-svc.yaml",
+        "crashloop.yaml",
+    ])?;
+    let sync = || async {
+        h.runtime
+            .sync_gitops(&GitopsSync {
+                agent: "edge",
+                source: &source,
+                policy: &policy,
+                commit: "c0ffee",
+                objects: &objects,
+                prune: true,
+            })
+            .await
+    };
+    let out = sync().await.context("first sync")?;
+    assert!(out.errors.is_empty(), "{out:?}");
+    assert_eq!(out.applied, 3, "{out:?}");
+
+    // The guestbook runs as its image's user, root, bound to port 80 — and root in the
+    // container is no one on the host (a user namespace of its own).
+    let guestbook = wait_running(&name, "guestbook-ui").await?;
+    let published = cli_run(&["port", &guestbook, "80/tcp"])?;
+    let address = published
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let page = loop {
+        match reqwest::get(format!("http://{address}/index.html")).await {
+            Ok(r) if r.status().is_success() => break r.text().await?,
+            _ if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
+            other => anyhow::bail!("the guestbook did not answer on {address}: {other:?}"),
+        }
+    };
+    assert!(page.contains("Guestbook"), "{page}");
+    assert_eq!(cli_run(&["exec", &guestbook, "id", "-u"])?.trim(), "0");
+    let outside = host_uid(&guestbook)?;
+    assert_ne!(
+        outside, "0",
+        "root in a GitOps container must not be root on the host"
+    );
+    // The baseline capabilities, NET_BIND_SERVICE among them, and no more.
+    let caps = cli_run(&["inspect", "--format", "{{.EffectiveCaps}}", &guestbook])?;
+    assert!(caps.contains("CAP_NET_BIND_SERVICE"), "{caps}");
+    assert!(
+        !caps.contains("CAP_SYS_ADMIN") && !caps.contains("CAP_NET_ADMIN"),
+        "{caps}"
+    );
+
+    // The crash loop: restarted with the kubelet's back-off, and its health says why.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    let (guestbook_health, crash_health) = loop {
+        let out = sync().await.context("sync")?;
+        let g = health_of(&out, "guestbook-ui").cloned();
+        let c = health_of(&out, "crashloop").cloned();
+        if let (Some(g), Some(c)) = (&g, &c) {
+            if g.ready && c.message.contains("CrashLoopBackOff") {
+                break (g.clone(), c.clone());
+            }
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no back-off reported within 90 s: {:?}",
+            out.health
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    eprintln!("crash loop health: {}", crash_health.message);
+    assert_eq!(guestbook_health.message, "1/1 replicas ready");
+    assert!(!crash_health.ready);
+    let m = &crash_health.message;
+    assert!(m.starts_with("0/1 replicas ready: "), "{m}");
+    assert!(m.contains("container app exited with code 1"), "{m}");
+    assert!(
+        m.contains("missing configuration file"),
+        "the last log lines: {m}"
+    );
+    let restarted: u32 = m
+        .split("restarted ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .context("a restart count")?;
+    assert!(restarted >= 1, "{m}");
+    // A sync during the back-off does not restart it (the supervisor does, when due).
+    let crash = cli_lines(&[
+        "ps",
+        "-a",
+        "-q",
+        "--filter",
+        &format!("label=warren.dev/gitops-source={name}"),
+        "--filter",
+        "label=warren.dev/container=app",
+        "--format",
+        "{{.Names}}",
+    ]);
+    let crash = crash.first().context("the crashloop container")?.clone();
+    let starts = |c: &str| cli_run(&["logs", c]).map(|l| l.matches("starting up").count());
+    let before = starts(&crash)?;
+    let waiting: u64 = m
+        .split("back-off ")
+        .nth(1)
+        .and_then(|r| r.split('s').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    if waiting >= 5 {
+        sync().await?;
+        assert_eq!(
+            starts(&crash)?,
+            before,
+            "a sync restarted a pod in back-off"
+        );
+    }
+    // The pod is not a workspace, and nothing of it is reported as one.
+    assert!(h.runtime.list().await?.is_empty());
+
+    // Gone with its source's objects.
+    let out = h
+        .runtime
+        .sync_gitops(&GitopsSync {
+            agent: "edge",
+            source: &source,
+            policy: &policy,
+            commit: "d00d",
+            objects: &[],
+            prune: true,
+        })
+        .await?;
+    assert_eq!(out.pruned, 3, "{out:?}");
+    assert!(container_of(&name, "guestbook-ui").is_none());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_decide_readiness_and_a_failed_liveness_probe_restarts() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    common::public::build_images()?;
+    let h = Harness::new().await?;
+    let name = format!("probes-{:06x}", rand::random::<u32>() & 0xffffff);
+    let _cleanup = Cleanup(name.clone());
+    let source = Source {
+        name: name.clone(),
+        repository: "examples".into(),
+        git_ref: "main".into(),
+        paths: vec![],
+        mode: SourceMode::Namespaced,
+        namespace: Some("demo".into()),
+        kinds: KindRules::default(),
+        prune: true,
+        interval: "60s".into(),
+    };
+    let policy = Policy::default();
+    let objects = common::public::manifests(&["probes.yaml"])?;
+    let sync = || async {
+        h.runtime
+            .sync_gitops(&GitopsSync {
+                agent: "edge",
+                source: &source,
+                policy: &policy,
+                commit: "c0ffee",
+                objects: &objects,
+                prune: true,
+            })
+            .await
+    };
+    let out = sync().await.context("first sync")?;
+    assert!(out.errors.is_empty(), "{out:?}");
+
+    // Readiness follows the probes: the web server whose probe passes is ready; the one
+    // probed on a missing path is not, and says so.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let (ready, unready) = loop {
+        let out = sync().await?;
+        let r = health_of(&out, "web-ready").cloned();
+        let u = health_of(&out, "web-unready").cloned();
+        if let (Some(r), Some(u)) = (r, u) {
+            if r.ready && u.message.contains("statuscode") {
+                break (r, u);
+            }
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "readiness not decided by the probes within 60 s: {:?}",
+            out.health
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    eprintln!("unready health: {}", unready.message);
+    assert_eq!(ready.message, "1/1 replicas ready");
+    assert!(!unready.ready);
+    assert!(
+        unready.message.contains(
+            "readiness probe of container web failed: HTTP probe failed with statuscode: 404"
+        ),
+        "{}",
+        unready.message
+    );
+
+    // The liveness probe fails once the file is gone (30 s in): the container is stopped
+    // and restarted, and the health names the probe.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    let restarted = loop {
+        let out = sync().await?;
+        if let Some(l) = health_of(&out, "liveness-exec") {
+            if l.message.contains("liveness probe failed") {
+                break l.message.clone();
+            }
+        }
+        let logs = container_of(&name, "liveness-exec")
+            .map(|c| cli_run(&["inspect", "--format", "{{.State.StartedAt}}", &c]));
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no liveness restart within 120 s: {:?} {logs:?}",
+            out.health
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    assert!(
+        restarted.contains("container liveness was stopped: liveness probe failed: command [\"cat\", \"/tmp/healthy\"] exited with code 1"),
+        "{restarted}"
+    );
+    eprintln!("liveness health: {restarted}");
+    assert!(
+        !restarted.contains("restarted 0 times"),
+        "the restart is counted: {restarted}"
+    );
+    // Restarted, it runs again (its file is back).
+    wait_running(&name, "liveness-exec").await?;
     Ok(())
 }

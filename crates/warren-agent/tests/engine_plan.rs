@@ -13,12 +13,32 @@ use warren_agent::runtime::engine::plan::{self, PlanContext, PlanError, PodPlan,
 use warren_types::AgentId;
 
 fn plan_of(ws: &Workspace, objects: &[Value]) -> Result<PodPlan, PlanError> {
+    plan_as(ws, objects, None)
+}
+
+/// The plan of a pod from Git, run as on Kubernetes (with Podman's user namespaces).
+fn git_plan_of(ws: &Workspace, objects: &[Value]) -> Result<PodPlan, PlanError> {
+    plan_as(
+        ws,
+        objects,
+        Some(plan::KubernetesPods {
+            user_namespace: true,
+        }),
+    )
+}
+
+fn plan_as(
+    ws: &Workspace,
+    objects: &[Value],
+    kubernetes: Option<plan::KubernetesPods>,
+) -> Result<PodPlan, PlanError> {
     let parsed = plan::parse_objects(objects)?;
     let labels = BTreeMap::from([("warren.dev/agent-id".to_owned(), "7".to_owned())]);
     let cx = PlanContext {
         workspace: &ws.key,
         files_dir: Path::new("/state/ws/files"),
         labels: &labels,
+        kubernetes,
     };
     plan::plan(&parsed, &parsed.secrets, &parsed.config_maps, &cx)
 }
@@ -213,4 +233,171 @@ fn objects_an_engine_cannot_honour_are_refused_by_name() {
         },
         "only persistentVolumeClaim",
     );
+}
+
+/// A Deployment as public examples write it: no securityContext at all.
+fn git_deployment(containers: Value, pod_extra: Value) -> Vec<Value> {
+    let mut spec = json!({"containers": containers});
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), pod_extra.as_object()) {
+        for (k, v) in extra {
+            spec.insert(k.clone(), v.clone());
+        }
+    }
+    vec![json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 1,
+                 "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}}, "spec": spec}}
+    })]
+}
+
+fn caps(c: &plan::ContainerPlan) -> Vec<String> {
+    c.body
+        .host_config
+        .as_ref()
+        .and_then(|h| h.cap_add.clone())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_pod_from_git_runs_as_its_image_user_with_the_baseline_capabilities_in_a_user_namespace(
+) -> Result<()> {
+    let ws = workspace();
+    let objects = git_deployment(
+        json!([
+            {"name": "web", "image": "example/web:1", "ports": [{"containerPort": 80}]},
+            {"name": "side", "image": "example/side:1",
+             "securityContext": {"capabilities": {"drop": ["NET_RAW", "CAP_MKNOD"], "add": ["SYS_TIME"]}}},
+            {"name": "tight", "image": "example/tight:1",
+             "securityContext": {"runAsUser": 1000, "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}}},
+        ]),
+        json!({}),
+    );
+    let p = git_plan_of(&ws, &objects)?;
+    let web = &p.containers[0];
+    // The image's user: nothing set, and checked at create.
+    assert_eq!(web.body.user, None);
+    let image_user = web
+        .image_user
+        .expect("the image's user is checked at create");
+    assert!(!image_user.non_root && image_user.user_namespace);
+    assert_eq!(
+        web.body.host_config.as_ref().unwrap().cap_drop.as_deref(),
+        Some(&["ALL".to_owned()][..])
+    );
+    let baseline: Vec<String> = warren_admission::BASELINE_CAPABILITIES
+        .iter()
+        .map(|c| (*c).to_owned())
+        .collect();
+    assert_eq!(
+        caps(web),
+        baseline,
+        "the container runtime's defaults, Kubernetes' baseline"
+    );
+    assert!(caps(web).contains(&"NET_BIND_SERVICE".to_owned()));
+    // Drops take away from the baseline; adds add (the GitOps admission bounds adds).
+    let side = caps(&p.containers[1]);
+    assert!(!side.contains(&"NET_RAW".to_owned()) && !side.contains(&"MKNOD".to_owned()));
+    assert!(side.contains(&"SYS_TIME".to_owned()) && side.contains(&"CHOWN".to_owned()));
+    assert_eq!(caps(&p.containers[2]), vec!["NET_BIND_SERVICE".to_owned()]);
+    assert_eq!(p.containers[2].body.user.as_deref(), Some("1000"));
+    assert!(p.containers[2].image_user.is_none());
+
+    // One user namespace for the pod's app containers, shared as its network is.
+    let userns = |i: usize| {
+        p.containers[i]
+            .body
+            .host_config
+            .as_ref()
+            .unwrap()
+            .userns_mode
+            .clone()
+    };
+    assert_eq!(userns(0).as_deref(), Some(plan::AUTO_USER_NAMESPACE));
+    let owner = &p.containers[0].engine_name;
+    assert_eq!(userns(1), Some(format!("container:{owner}")));
+    assert_eq!(userns(2), Some(format!("container:{owner}")));
+
+    // A workspace's pod is unchanged: Warren's user, no capability it does not ask for,
+    // no user namespace.
+    let w = plan_of(&ws, &objects)?;
+    assert_eq!(w.containers[0].body.user.as_deref(), Some("5001:0"));
+    assert!(caps(&w.containers[0]).is_empty());
+    assert!(w.containers[0].image_user.is_none());
+    assert_eq!(
+        w.containers[0]
+            .body
+            .host_config
+            .as_ref()
+            .unwrap()
+            .userns_mode,
+        None
+    );
+    assert_ne!(w.hash, p.hash);
+    Ok(())
+}
+
+#[test]
+fn run_as_non_root_and_groups_of_a_pod_from_git_are_carried_to_the_create() -> Result<()> {
+    let ws = workspace();
+    let p = git_plan_of(
+        &ws,
+        &git_deployment(
+            json!([{"name": "web", "image": "example/web:1"}]),
+            json!({"securityContext": {"runAsNonRoot": true, "runAsGroup": 3000}}),
+        ),
+    )?;
+    let u = p.containers[0].image_user.expect("checked at create");
+    assert!(u.non_root);
+    assert_eq!(u.group, Some(3000));
+    let refused = git_plan_of(
+        &ws,
+        &git_deployment(
+            json!([{"name": "web", "image": "example/web:1"}]),
+            json!({"securityContext": {"runAsNonRoot": true, "runAsUser": 0}}),
+        ),
+    );
+    let message = refused.expect_err("root with runAsNonRoot").to_string();
+    assert!(message.contains("runAsNonRoot"), "{message}");
+    Ok(())
+}
+
+#[test]
+fn a_pod_from_git_has_its_files_as_kubernetes_projects_them() -> Result<()> {
+    let ws = workspace();
+    let mut objects = git_deployment(
+        json!([{"name": "web", "image": "example/web:1",
+                "volumeMounts": [{"name": "conf", "mountPath": "/etc/web"},
+                                 {"name": "key", "mountPath": "/etc/key"}]}]),
+        json!({"securityContext": {"fsGroup": 2000},
+               "volumes": [{"name": "conf", "configMap": {"name": "conf"}},
+                           {"name": "key", "secret": {"secretName": "key", "defaultMode": 0o440,
+                            "items": [{"key": "k", "path": "k"}, {"key": "p", "path": "p", "mode": 0o400}]}}]}),
+    );
+    objects.push(
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "conf"},
+                        "data": {"a.conf": "x"}}),
+    );
+    objects.push(
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "key"},
+                        "stringData": {"k": "1", "p": "2"}}),
+    );
+    let p = git_plan_of(&ws, &objects)?;
+    assert!(p.kubernetes);
+    assert_eq!((p.uid, p.gid), (0, 2000), "root's, and the fsGroup's");
+    let mode = |path: &str| {
+        p.files
+            .iter()
+            .find(|f| f.path == Path::new(path))
+            .and_then(|f| f.mode)
+    };
+    assert_eq!(mode("conf/a.conf"), Some(0o644));
+    assert_eq!(mode("key/k"), Some(0o440));
+    assert_eq!(mode("key/p"), Some(0o400));
+    // A workspace's stay private to its user.
+    let w = plan_of(&ws, &objects)?;
+    assert!(w.files.iter().all(|f| f.mode.is_none()));
+    assert_eq!((w.uid, w.gid), (5001, 0));
+    Ok(())
 }

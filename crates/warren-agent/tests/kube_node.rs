@@ -5,13 +5,15 @@
 //! command and a missing image fail with the kubelet's own reasons.
 
 mod kube_common;
+#[path = "common/public.rs"]
+mod public;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, ListParams};
 use kube::Client;
 use kube_common::eventually;
-use kube_common::node::{node, Node, WORKSPACE_IMAGE};
+use kube_common::node::{node_with_images, Node, WORKSPACE_IMAGE};
 use serde_json::Value;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -40,7 +42,11 @@ struct Setup {
 }
 
 async fn setup() -> Option<Setup> {
-    let node = node()?;
+    // The public examples' images too: the node imports images only when it starts.
+    if let Err(e) = public::build_images() {
+        panic!("building the public examples' images: {e:#}");
+    }
+    let node = node_with_images(public::IMAGES)?;
     let client = node.client().await;
     let agent = agent_id();
     let runtime =
@@ -478,4 +484,129 @@ async fn terminate(s: &Setup, key: &WorkspaceKey) {
         (s.runtime.delete(key).await.ok()? == TerminationProgress::Terminated).then_some(())
     })
     .await;
+}
+
+/// The GitOps health of Deployment `name` at a sync of `objects` from source `source`.
+async fn gitops_health(
+    runtime: &KubernetesRuntime,
+    source: &warren_types::gitops::Source,
+    objects: &[warren_gitops::Manifest],
+) -> Vec<warren_types::gitops::ObjectHealth> {
+    let policy = warren_types::gitops::Policy::default();
+    let out = runtime
+        .sync_gitops(&warren_agent::runtime::GitopsSync {
+            agent: "node",
+            source,
+            policy: &policy,
+            commit: "c0ffee",
+            objects,
+            prune: true,
+        })
+        .await
+        .expect("sync");
+    assert!(out.errors.is_empty(), "{out:?}");
+    out.health
+}
+
+fn message_of(health: &[warren_types::gitops::ObjectHealth], name: &str) -> Option<(bool, String)> {
+    health
+        .iter()
+        .find(|h| h.object.ends_with(&format!("/{name}")))
+        .map(|h| (h.ready, h.message.clone()))
+}
+
+/// Issue 38: the public examples the engine test runs (`engine_gitops`) reach the same
+/// outcome on Kubernetes: the guestbook serves on port 80 as root and is ready; the crash
+/// loop is restarted with back-off and says why; probes decide readiness, and a failed
+/// liveness probe restarts its container.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn public_examples_reach_the_outcome_they_reach_on_the_engine() {
+    let Some(s) = setup().await else { return };
+    let ns = format!("public-{}", s.agent);
+    let namespaces: Api<Namespace> = Api::all(s.client.clone());
+    let body: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).unwrap();
+    namespaces
+        .create(&Default::default(), &body)
+        .await
+        .expect("namespace");
+    let source: warren_types::gitops::Source = serde_json::from_value(serde_json::json!({
+        "name": format!("public-{}", s.agent), "repository": "examples", "prune": true,
+        "mode": "namespaced", "namespace": ns,
+    }))
+    .unwrap();
+    let objects = public::manifests(&[
+        "guestbook-ui-deployment.yaml",
+        "guestbook-ui-svc.yaml",
+        "crashloop.yaml",
+        "probes.yaml",
+    ])
+    .expect("the fixtures");
+
+    let decided = eventually(POD_SECS, "the examples' outcomes", || async {
+        let health = gitops_health(&s.runtime, &source, &objects).await;
+        let guestbook = message_of(&health, "guestbook-ui")?;
+        let crash = message_of(&health, "crashloop")?;
+        let ready = message_of(&health, "web-ready")?;
+        let unready = message_of(&health, "web-unready")?;
+        (guestbook.0
+            && ready.0
+            && crash.1.contains("CrashLoopBackOff")
+            && unready.1.contains("statuscode"))
+        .then_some((guestbook, crash, ready, unready))
+    })
+    .await;
+    let (guestbook, crash, ready, unready) = decided;
+    eprintln!("guestbook: {guestbook:?}\ncrash loop: {crash:?}\nweb-ready: {ready:?}\nweb-unready: {unready:?}");
+    assert!(
+        guestbook.1.starts_with("1/1 replicas ready"),
+        "{guestbook:?}"
+    );
+    assert!(!crash.0);
+    assert!(crash.1.starts_with("0/1 replicas ready: "), "{crash:?}");
+    assert!(
+        crash.1.contains("container app exited with code 1"),
+        "{crash:?}"
+    );
+    assert!(!unready.0);
+    assert!(
+        unready.1.contains("HTTP probe failed with statuscode: 404"),
+        "{unready:?}"
+    );
+
+    // The guestbook answers on port 80 of its pod, as root (the image's user).
+    let pods: Api<Pod> = Api::namespaced(s.client.clone(), &ns);
+    let pod = pods
+        .list(&ListParams::default().labels("app=guestbook-ui"))
+        .await
+        .expect("pods")
+        .items
+        .into_iter()
+        .next()
+        .expect("a guestbook pod");
+    let ip = pod
+        .status
+        .and_then(|st| st.pod_ip)
+        .expect("the pod's address");
+    let page = reqwest::get(format!("http://{ip}:80/index.html"))
+        .await
+        .expect("the guestbook answers")
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("Guestbook"), "{page}");
+
+    // The liveness probe fails 30 s in: the container restarts, and the health says why.
+    let restarted = eventually(POD_SECS, "a liveness restart", || async {
+        let health = gitops_health(&s.runtime, &source, &objects).await;
+        let (_, m) = message_of(&health, "liveness-exec")?;
+        m.to_ascii_lowercase()
+            .contains("liveness probe failed")
+            .then_some(m)
+    })
+    .await;
+    eprintln!("liveness-exec: {restarted}");
+    assert!(restarted.contains("/tmp/healthy"), "{restarted}");
+    assert!(!restarted.contains("restarted 0 times"), "{restarted}");
+    let _ = namespaces.delete(&ns, &Default::default()).await;
 }

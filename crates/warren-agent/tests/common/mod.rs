@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod counting;
+pub mod public;
 
 use anyhow::{bail, Context, Result};
 use serde_json::Value;

@@ -5,6 +5,9 @@
 use super::scope::{BuildScope, BUILD_SCOPE_LABEL};
 use super::*;
 
+/// Removals tried again while the engine's own clean-up holds a container (see `remove`).
+const BUSY_RETRIES: u64 = 5;
+
 impl EngineRuntime {
     pub(super) async fn stop(&self, name: &str) -> Result<(), bollard::errors::Error> {
         tracing::debug!(container = name, "stopping");
@@ -24,14 +27,34 @@ impl EngineRuntime {
             v: false,
             link: false,
         };
-        match self
-            .inner
-            .docker
-            .remove_container(name, Some(options))
-            .await
-        {
-            Err(e) if status_of(&e) == Some(404) => Ok(()),
-            other => other,
+        let mut attempt = 0u64;
+        loop {
+            match self
+                .inner
+                .docker
+                .remove_container(name, Some(options.clone()))
+                .await
+            {
+                Err(e) if status_of(&e) == Some(404) => return Ok(()),
+                // Podman 4.3 removes a container that ran in a user namespace while its own
+                // clean-up of the container's /dev/shm may still hold it ("unlinkat …/shm:
+                // device or resource busy"); the clean-up ends within moments, and the
+                // removal then goes through.
+                Err(e)
+                    if attempt < BUSY_RETRIES
+                        && status_of(&e) == Some(500)
+                        && error_message(&e).contains("device or resource busy") =>
+                {
+                    attempt += 1;
+                    tracing::debug!(
+                        container = name,
+                        attempt,
+                        "removal raced the engine's clean-up; removing again"
+                    );
+                    tokio::time::sleep(Duration::from_millis(100 * attempt)).await;
+                }
+                other => return other,
+            }
         }
     }
 
@@ -115,10 +138,18 @@ impl EngineRuntime {
                     }))
                 }
                 Err(e) if status_of(&e).is_some() => {
+                    let mut message = format!("container {}: {}", c.name, error_message(&e));
+                    if message.contains("subuid") || message.contains("subgid") {
+                        message.push_str(
+                            " (pods from Git run in a user namespace of their own, which Podman \
+                             allocates from the ranges of user `containers` in /etc/subuid and \
+                             /etc/subgid: add `containers:2147483647:2147483648` to both)",
+                        );
+                    }
                     return Ok(Err(PodFailure {
                         reason: "CreateContainerError".into(),
-                        message: format!("container {}: {}", c.name, error_message(&e)),
-                    }))
+                        message,
+                    }));
                 }
                 Err(e) => {
                     return Err(runtime_err(
@@ -131,7 +162,7 @@ impl EngineRuntime {
                 .built_elsewhere(&c.engine_name, workspace, scope)
                 .await?
             else {
-                return Ok(Ok(()));
+                return self.check_image_user(c).await;
             };
             tracing::info!(container = %c.engine_name, image = %image, reason = %why, "refusing an image another workspace built");
             self.remove(&c.engine_name)
@@ -162,6 +193,102 @@ impl EngineRuntime {
                 ))));
             }
         }
+    }
+
+    /// A container running as its image's user (`ContainerPlan::image_user`), created: that
+    /// user is read from the image and the container refused, and removed, where the kubelet
+    /// would refuse it (`runAsNonRoot` and root, or a user named, not numbered), or where it
+    /// would be root on the host (no user namespace). `runAsGroup` without `runAsUser` is
+    /// applied to that user here, by creating the container again.
+    async fn check_image_user(
+        &self,
+        c: &ContainerPlan,
+    ) -> Result<Result<(), PodFailure>, RuntimeError> {
+        let Some(wanted) = c.image_user else {
+            return Ok(Ok(()));
+        };
+        let name = &c.engine_name;
+        let id = self
+            .inspect(name)
+            .await
+            .map_err(|e| runtime_err(format!("inspecting container {name}"), e))?
+            .image
+            .unwrap_or_default();
+        let user = match self.inner.docker.inspect_image(&id).await {
+            Ok(i) => i.config.and_then(|c| c.user).unwrap_or_default(),
+            Err(e) => return Err(runtime_err(format!("inspecting image {id}"), e)),
+        };
+        let user_part = user.split(':').next().unwrap_or_default().to_owned();
+        let numeric = user_part.parse::<u32>().ok();
+        let root = user_part.is_empty() || user_part == "root" || numeric == Some(0);
+        let refuse = |message: String| PodFailure {
+            reason: "CreateContainerConfigError".into(),
+            message: format!("container {}: {message}", c.name),
+        };
+        let failure = if wanted.non_root && root {
+            Some(refuse(
+                "runAsNonRoot is set and its image runs as root; set runAsUser to a non-root \
+                 user"
+                    .into(),
+            ))
+        } else if wanted.non_root && numeric.is_none() {
+            Some(refuse(format!(
+                "runAsNonRoot is set and its image's user {user_part:?} is a name, which \
+                 cannot be verified to be non-root; set runAsUser"
+            )))
+        } else if root && !wanted.user_namespace && !self.inner.remapped_users {
+            Some(refuse(
+                "its image runs as root, and this engine cannot run it in a user namespace \
+                 (Docker without userns-remap): root in the container would be root on the \
+                 host; set runAsUser to a non-root user, or enable userns-remap"
+                    .into(),
+            ))
+        } else {
+            None
+        };
+        if let Some(failure) = failure {
+            self.remove(name)
+                .await
+                .map_err(|e| runtime_err(format!("removing container {name}"), e))?;
+            return Ok(Err(failure));
+        }
+        if let Some(gid) = wanted.group {
+            let current = self
+                .inspect(name)
+                .await
+                .map_err(|e| runtime_err(format!("inspecting container {name}"), e))?
+                .config
+                .and_then(|c| c.user)
+                .unwrap_or_default();
+            let target = format!(
+                "{}:{gid}",
+                if user_part.is_empty() {
+                    "0"
+                } else {
+                    &user_part
+                }
+            );
+            if current != target {
+                self.remove(name)
+                    .await
+                    .map_err(|e| runtime_err(format!("removing container {name}"), e))?;
+                let mut body = c.body.clone();
+                body.user = Some(target);
+                let options = CreateContainerOptions {
+                    name: Some(name.clone()),
+                    ..Default::default()
+                };
+                if let Err(e) = self
+                    .inner
+                    .docker
+                    .create_container(Some(options), body)
+                    .await
+                {
+                    return Ok(Err(refuse(error_message(&e))));
+                }
+            }
+        }
+        Ok(Ok(()))
     }
 
     /// Why the container `name` must not run in `workspace`: its image is another

@@ -1,5 +1,7 @@
 //! The workspace's files on the agent's host: its private state directory, and the Secret
-//! and ConfigMap files mounted into its containers (0600/0700, owned by the workspace user).
+//! and ConfigMap files mounted into its containers (0600/0700, owned by the workspace user;
+//! a pod from Git's as on Kubernetes: root's, 0644 or their `defaultMode`, in 0755
+//! directories, so any user of the image, in any user namespace, reads them).
 
 use super::plan::PodPlan;
 use std::collections::BTreeSet;
@@ -15,17 +17,33 @@ pub(super) fn create_private_dir(path: &Path) -> std::io::Result<()> {
 }
 
 pub(super) fn write_private_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_file(path, bytes, 0o600)
+}
+
+/// Writes `bytes` to `path`, created with `mode` (never wider for a moment) and set to it.
+fn write_file(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
-        .mode(0o600)
+        .mode(mode & 0o600)
         .open(path)?;
     f.write_all(bytes)?;
-    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    f.set_permissions(std::fs::Permissions::from_mode(mode))?;
     f.sync_all()
+}
+
+/// A directory a pod's files are mounted from: private to the agent for a workspace's
+/// (the pod's user owns it), readable by any user for a pod from Git's.
+fn create_mounted_dir(path: &Path, plan: &PodPlan) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    create_private_dir(path)?;
+    if plan.kubernetes {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))?;
+    }
+    Ok(())
 }
 
 /// Writes the Secret/ConfigMap files: 0700 directories and 0600 files owned by the pod's
@@ -45,9 +63,9 @@ pub(super) fn write_files(files_dir: &Path, plan: &PodPlan) -> std::io::Result<(
             dir = d.parent().map(Path::to_path_buf);
         }
         if let Some(parent) = path.parent() {
-            create_private_dir(parent)?;
+            create_mounted_dir(parent, plan)?;
         }
-        write_private_file(&path, &f.contents)?;
+        write_file(&path, &f.contents, f.mode.unwrap_or(0o600))?;
         chown_to(&path, plan)?;
     }
     // Volumes without data still get their (empty) directory to bind.
@@ -65,7 +83,7 @@ pub(super) fn write_files(files_dir: &Path, plan: &PodPlan) -> std::io::Result<(
                         && !p.exists()
                         && !plan.files.iter().any(|f| files_dir.join(&f.path) == p)
                     {
-                        create_private_dir(&p)?;
+                        create_mounted_dir(&p, plan)?;
                         dirs.insert(p);
                     }
                 }
@@ -73,6 +91,10 @@ pub(super) fn write_files(files_dir: &Path, plan: &PodPlan) -> std::io::Result<(
         }
     }
     for d in dirs {
+        if plan.kubernetes {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755))?;
+        }
         chown_to(&d, plan)?;
     }
     // A key removed from a Secret or ConfigMap disappears from the mount, as on Kubernetes.

@@ -219,6 +219,36 @@ fn claims_of(deployment: &Value) -> Vec<String> {
         .collect()
 }
 
+/// Why a unit is not ready, after its replica count: how its containers ended (with their
+/// last log lines), its restarts and back-off, or what it waits for; empty when nothing
+/// tells.
+fn not_ready_because(o: &crate::runtime::ObservedWorkspace, crashes: Option<String>) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    if let Some(c) = crashes {
+        parts.push(c);
+    }
+    match &o.pod_failure {
+        Some(f) => parts.push(format!("{}: {}", f.reason, f.message)),
+        None => {
+            let waiting = o.deployment.as_ref().and_then(|d| {
+                d.pointer("/status/conditions")?
+                    .as_array()?
+                    .iter()
+                    .find(|c| c["type"] == "Available" && c["status"] == "False")?
+                    .get("message")?
+                    .as_str()
+                    .map(str::to_owned)
+            });
+            parts.extend(waiting);
+        }
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", parts.join("; "))
+    }
+}
+
 /// One admitted object.
 struct Admitted<'a> {
     manifest: &'a Manifest,
@@ -239,7 +269,7 @@ impl EngineRuntime {
                 // credentials.
                 config.pull_secrets_dir = Some(config.state_dir.join("pull-secrets"));
                 let (changes, _) = tokio::sync::watch::channel(0);
-                EngineRuntime {
+                let sibling = EngineRuntime {
                     inner: Arc::new(Inner {
                         docker: self.inner.docker.clone(),
                         host: self.inner.host.clone(),
@@ -264,8 +294,24 @@ impl EngineRuntime {
                         tools: tokio::sync::Mutex::new(Default::default()),
                         gitops: std::sync::OnceLock::new(),
                         parent: Some(Arc::downgrade(&self.inner)),
+                        kubernetes_pods: Some(super::plan::KubernetesPods {
+                            user_namespace: self.inner.is_podman,
+                        }),
+                        remapped_users: self.inner.remapped_users,
+                        crashes: Default::default(),
+                        probers: Default::default(),
                     }),
-                }
+                };
+                // Its own events (its containers carry its owner id) wake its restarts.
+                tokio::spawn(super::background::watch_events(
+                    Arc::downgrade(&sibling.inner),
+                    sibling.inner.shutdown.clone(),
+                ));
+                tokio::spawn(super::restarts::supervise(
+                    Arc::downgrade(&sibling.inner),
+                    sibling.inner.shutdown.clone(),
+                ));
+                sibling
             })
             .clone()
     }
@@ -626,11 +672,11 @@ impl EngineRuntime {
         let observed = gitops.list().await.unwrap_or_default();
         for e in keep.keys().filter(|e| e.kind == "Deployment") {
             let unit = engine_name(sync, "Deployment", &e.namespace, &e.name);
-            let status = observed
-                .iter()
-                .find(|o| o.key.name == unit)
-                .and_then(|o| o.deployment.clone());
-            let Some(d) = status else { continue };
+            let status = observed.iter().find(|o| o.key.name == unit);
+            let Some(o) = status else { continue };
+            let Some(d) = o.deployment.as_ref() else {
+                continue;
+            };
             let want = d
                 .pointer("/spec/replicas")
                 .and_then(Value::as_i64)
@@ -639,10 +685,18 @@ impl EngineRuntime {
                 .pointer("/status/readyReplicas")
                 .and_then(Value::as_i64)
                 .unwrap_or(0);
+            let mut message = format!("{have}/{want} replicas ready");
+            if have < want {
+                message.push_str(&not_ready_because(o, gitops.crash_report(&unit)));
+            } else if let Some(restarts) = gitops.crash_report(&unit) {
+                // Ready again after restarts: what restarted it stays in view, as a pod's
+                // restart count and last state do on Kubernetes.
+                message.push_str(&format!("; {restarts}"));
+            }
             out.health.push(ObjectHealth {
                 object: format!("{} {} {}/{}", e.api_version, e.kind, e.namespace, e.name),
                 ready: have >= want,
-                message: format!("{have}/{want} replicas ready"),
+                message,
             });
         }
         Ok(out)

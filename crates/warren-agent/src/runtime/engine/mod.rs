@@ -24,8 +24,10 @@ mod gitops;
 mod networks;
 mod observed;
 pub mod plan;
+mod probes;
 mod ready;
 pub mod registry_auth;
+mod restarts;
 pub mod scope;
 mod select;
 mod start;
@@ -264,6 +266,16 @@ struct Inner {
     /// Set in that sibling: the runtime whose firewall table holds its networks too, so
     /// GitOps pods and workspaces are cut off from each other like workspaces are.
     parent: Option<std::sync::Weak<Inner>>,
+    /// Set in that sibling: its pods run as Kubernetes would run them (`plan::KubernetesPods`)
+    /// and are restarted when they exit, with the kubelet's back-off (`restarts`).
+    kubernetes_pods: Option<plan::KubernetesPods>,
+    /// Docker runs every container in a remapped user namespace (`userns-remap`): root in
+    /// a container is no one on the host.
+    remapped_users: bool,
+    /// The restarts of pods that exited, by workspace (`restarts`; the sibling's only).
+    crashes: Mutex<HashMap<String, restarts::Crashes>>,
+    /// The probers of running pods (`probes`; the sibling's only).
+    probers: Mutex<probes::Probers>,
 }
 
 impl Drop for Inner {
@@ -334,14 +346,14 @@ impl EngineRuntime {
             Err(_) => false,
         };
         tracing::info!(host = %connection.host, is_podman, "connected to the container engine");
-        let rootless = match connection.docker.info().await {
-            Ok(info) => info
-                .security_options
-                .unwrap_or_default()
-                .iter()
-                .any(|o| o.contains("rootless")),
-            Err(_) => false,
+        let security_options = match connection.docker.info().await {
+            Ok(info) => info.security_options.unwrap_or_default(),
+            Err(_) => Vec::new(),
         };
+        let rootless = security_options.iter().any(|o| o.contains("rootless"));
+        // Podman lists `name=userns` for a rootless service too; a user namespace it makes
+        // per container (`plan::AUTO_USER_NAMESPACE`) is what counts there.
+        let remapped_users = !is_podman && security_options.iter().any(|o| o.contains("userns"));
         let isolation_warning = firewall::unavailable(&connection.host, rootless).await;
         if let Some(w) = &isolation_warning {
             tracing::warn!("{w}");
@@ -376,6 +388,10 @@ impl EngineRuntime {
             tools: tokio::sync::Mutex::new(HashMap::new()),
             gitops: std::sync::OnceLock::new(),
             parent: None,
+            kubernetes_pods: None,
+            remapped_users,
+            crashes: Mutex::default(),
+            probers: Mutex::default(),
         });
         tokio::spawn(background::watch_events(
             Arc::downgrade(&inner),
@@ -410,14 +426,28 @@ impl EngineRuntime {
             if owner == self.inner.owner {
                 continue;
             }
-            let options = ListNetworksOptions {
-                filters: Some(HashMap::from([(
-                    "label".to_owned(),
-                    vec![format!("{OWNER_LABEL}={owner}")],
-                )])),
+            // Its GitOps pods' networks (the sibling's owner id, `gitops`) are in its
+            // table too: an installation running only those is live.
+            let mut left = 0;
+            let mut failed = None;
+            for owner in [owner.clone(), format!("{owner}g")] {
+                let options = ListNetworksOptions {
+                    filters: Some(HashMap::from([(
+                        "label".to_owned(),
+                        vec![format!("{OWNER_LABEL}={owner}")],
+                    )])),
+                };
+                match self.inner.docker.list_networks(Some(options)).await {
+                    Ok(networks) => left += networks.len(),
+                    Err(e) => failed = Some(e),
+                }
+            }
+            let listed = match failed {
+                Some(e) => Err(e),
+                None => Ok(left),
             };
-            match self.inner.docker.list_networks(Some(options)).await {
-                Ok(networks) if networks.is_empty() => {
+            match listed {
+                Ok(0) => {
                     let script = format!("table inet {table}\ndelete table inet {table}\n");
                     match firewall::nft(&["-f", "-"], Some(&script)).await {
                         Ok(_) => tracing::info!(table, "removed the firewall table of an installation with no workspace networks left"),
@@ -640,6 +670,18 @@ impl EngineRuntime {
         m.lock_owned().await
     }
 
+    /// The workspace's lock when no one holds it (an apply, a delete, a start sequence).
+    fn lock_workspace_now(
+        &self,
+        name: &str,
+    ) -> Result<OwnedMutexGuard<()>, tokio::sync::TryLockError> {
+        let m = lock(&self.inner.locks)
+            .entry(name.to_owned())
+            .or_default()
+            .clone();
+        m.try_lock_owned()
+    }
+
     /// The containers `selector` selects.
     async fn containers(&self, selector: &Selector) -> Result<Vec<ContainerSummary>, RuntimeError> {
         let options = ListContainersOptions {
@@ -816,6 +858,7 @@ impl EngineRuntime {
             workspace,
             files_dir: &files_dir,
             labels: &labels,
+            kubernetes: self.inner.kubernetes_pods,
         };
         let mut plan = plan::plan(&parsed, &secrets, &config_maps, &cx)
             .map_err(|e| apply_err(e.to_string()))?;
@@ -879,6 +922,7 @@ impl EngineRuntime {
         let (current, stale): (Vec<_>, Vec<_>) = existing.into_iter().partition(|c| {
             label(c, POD_HASH_LABEL) == Some(plan.hash.as_str()) && outdated.is_empty()
         });
+        let recreated = stale.len();
         if !stale.is_empty() {
             tracing::info!(workspace = %workspace, images_changed = outdated.len(), "pod spec or images changed: recreating its containers");
             let mut running: Vec<&ContainerSummary> =
@@ -892,6 +936,14 @@ impl EngineRuntime {
             }
             self.remove_all(stale).await?;
         }
+        // A pod from Git that ran with this spec and has exited is the supervisor's to
+        // restart, after its back-off (`restarts`): a sync's apply must not restart a
+        // crash-looping pod at every interval.
+        let ran = self.inner.kubernetes_pods.is_some()
+            && recreated == 0
+            && previous.as_ref().is_some_and(|p| {
+                p.pod_hash == plan.hash && p.replicas == 1 && !p.starting && !p.deleting
+            });
         let present: BTreeSet<String> = current
             .iter()
             .filter_map(|c| {
@@ -902,10 +954,12 @@ impl EngineRuntime {
         if let Some(tools) = plan.tools.as_ref().filter(|_| plan.replicas == 1) {
             self.ensure_tools(tools, &pull_secrets).await;
         }
+        let mut created = false;
         for c in &plan.containers {
             if present.contains(&format!("{}/{}", c.role.label(), c.name)) {
                 continue;
             }
+            created = true;
             if let Err(failure) = self.create(c, &pull_secrets, name, &scope).await? {
                 tracing::info!(workspace = %workspace, reason = %failure.reason, "pod failure while creating containers");
                 record.failure = Some(failure);
@@ -936,7 +990,7 @@ impl EngineRuntime {
             .iter()
             .filter(|c| summary_role(c) != Role::Init)
             .all(summary_running);
-        if all_running {
+        if all_running || (ran && !created) {
             record.starting = false;
             self.write_record(&record)?;
             return Ok(None);
@@ -1123,6 +1177,7 @@ impl WorkspaceRuntime for EngineRuntime {
             return Err(RuntimeError::NotFound(format!("workspace {name:?}")));
         }
         let _guard = self.lock_workspace(name).await;
+        self.forget_prober(name);
         let mut moved = false;
         if let Some(mut record) = self.read_record(name) {
             if !record.deleting {

@@ -267,6 +267,9 @@ impl EngineRuntime {
         // sequence looks again.
         let waiting = if record.replicas == 1 && record.starting && apps_run {
             Some("its containers are being started".to_owned())
+        } else if record.replicas == 1 && apps_run && self.inner.kubernetes_pods.is_some() {
+            // A pod from Git is ready as its probes say, as on Kubernetes (`probes`).
+            self.probe_verdict(&record, &containers)
         } else if record.replicas == 1 && apps_run {
             match self.usable(&record, &containers).await {
                 ready::Usable::Yes => None,
@@ -278,6 +281,7 @@ impl EngineRuntime {
             }
         } else {
             self.forget_usable(&name);
+            self.forget_prober(&name);
             None
         };
         let pod = PodObservation {

@@ -235,6 +235,9 @@ pub struct ContainerPlan {
     /// `IfNotPresent` pull only when the image is missing (an engine keeps no pull record).
     pub pull_policy: String,
     pub body: ContainerCreateBody,
+    /// Set where the container runs as its image's user (a pod from Git naming none): what
+    /// to check of that user at create.
+    pub image_user: Option<ImageUser>,
 }
 
 /// A file to write under the workspace's state directory before the containers start.
@@ -243,7 +246,37 @@ pub struct PlannedFile {
     /// Relative to the workspace's files directory.
     pub path: PathBuf,
     pub contents: Vec<u8>,
+    /// Its permission bits where the pod runs as on Kubernetes (`defaultMode`, an item's
+    /// `mode`; 0644 when neither says); `None` for a workspace's private 0600 files.
+    pub mode: Option<u32>,
 }
+
+/// How a pod from Git runs, as Kubernetes would run it (`PlanContext::kubernetes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KubernetesPods {
+    /// Every container of the pod in a user namespace of its own (Podman's `auto`), the app
+    /// containers sharing the first one's: root inside is no one outside.
+    pub user_namespace: bool,
+}
+
+/// What the engine must check about the image's user once the image is there
+/// (`ContainerPlan::image_user`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageUser {
+    /// `runAsNonRoot`: an image running as root (or as a user named, not numbered, which
+    /// cannot be verified) is refused, as the kubelet refuses it.
+    pub non_root: bool,
+    /// The user namespace the plan gave it, so root inside is no one outside; without one
+    /// (Docker without `userns-remap`), an image running as root is refused.
+    pub user_namespace: bool,
+    /// `runAsGroup` set without `runAsUser`: added to the image's user at create.
+    pub group: Option<u32>,
+}
+
+/// The mode of a new user namespace: big enough for every id an image may use (as a
+/// Kubernetes pod's user namespace), allocated by Podman from the `containers` ranges of
+/// `/etc/subuid` and `/etc/subgid`.
+pub const AUTO_USER_NAMESPACE: &str = "auto:size=65536";
 
 /// Everything of the pod an engine realises.
 #[derive(Debug, Clone)]
@@ -259,9 +292,13 @@ pub struct PodPlan {
     pub files: Vec<PlannedFile>,
     /// Published target ports (`<port>/<proto>`).
     pub ports: Vec<String>,
-    /// uid and gid the containers run as (files are chowned to them).
+    /// uid and gid the containers run as (files are chowned to them). A pod from Git
+    /// (`kubernetes`) leaves its files to root and its `fsGroup`, world-readable as on
+    /// Kubernetes, whatever user its containers run as.
     pub uid: u32,
     pub gid: u32,
+    /// The pod runs as on Kubernetes (`PlanContext::kubernetes`).
+    pub kubernetes: bool,
     /// In start order: init containers, then app containers; the first app container owns
     /// the network namespace.
     pub containers: Vec<ContainerPlan>,
@@ -321,6 +358,11 @@ pub struct PlanContext<'a> {
     pub files_dir: &'a Path,
     /// Labels every container, volume and network carries.
     pub labels: &'a BTreeMap<String, String>,
+    /// The pod comes from Git and runs as Kubernetes would run it: as its image's user when
+    /// it names none, with the baseline capabilities unless it drops them, its files
+    /// world-readable. `None`: a workspace's pod (Warren's user 5001:0, no capability it does
+    /// not ask for, private files).
+    pub kubernetes: Option<KubernetesPods>,
 }
 
 /// Builds the pod plan. `secrets`/`config_maps` are the objects' data merged with what was
@@ -364,6 +406,13 @@ pub fn plan(
         .position(|c| c.name == warren_types::config::TOOLS_VOLUME)
         .filter(|_| tools_volume_is_empty_dir)
         .map(|i| init_containers.remove(i));
+    if cx.kubernetes.is_some() {
+        // Probes are honoured for a pod from Git (`probes`): one the engine cannot run is
+        // refused by name, never ignored.
+        if let Some(why) = pod.containers.iter().find_map(super::probes::unsupported) {
+            return Err(spec_err(why));
+        }
+    }
     let mut seen = BTreeSet::new();
     for c in init_containers.iter().chain(&pod.containers) {
         if c.name.is_empty()
@@ -425,7 +474,8 @@ pub fn plan(
                 }
             };
             let items = s.items.clone().unwrap_or_default();
-            files.extend(project(&v.name, data, &items, &name)?);
+            let mode = cx.kubernetes.map(|_| file_mode(s.default_mode));
+            files.extend(project(&v.name, data, &items, &name, mode)?);
             Source::Dir(PathBuf::from(&v.name))
         } else if let Some(c) = &v.config_map {
             let name = c.name.clone();
@@ -440,7 +490,8 @@ pub fn plan(
                 }
             };
             let items = c.items.clone().unwrap_or_default();
-            files.extend(project(&v.name, data, &items, &name)?);
+            let mode = cx.kubernetes.map(|_| file_mode(c.default_mode));
+            files.extend(project(&v.name, data, &items, &name, mode)?);
             Source::Dir(PathBuf::from(&v.name))
         } else {
             return Err(spec_err(format!(
@@ -458,7 +509,19 @@ pub fn plan(
         sources.insert(v.name.clone(), source);
     }
 
-    let (uid, gid) = pod_user(pod.security_context.as_ref(), None)?;
+    // A workspace's files belong to its user; a pod from Git's to root and its fsGroup.
+    let (uid, gid) = match cx.kubernetes {
+        None => {
+            let user = pod_user(pod.security_context.as_ref(), None, Some(DEFAULT_UID))?;
+            (user.uid.unwrap_or_default(), user.gid.unwrap_or_default())
+        }
+        Some(_) => {
+            let fs_group = pod.security_context.as_ref().and_then(|s| s.fs_group);
+            let gid = u32::try_from(fs_group.unwrap_or(0))
+                .map_err(|_| spec_err(format!("fsGroup {} is invalid", fs_group.unwrap_or(0))))?;
+            (0, gid)
+        }
+    };
 
     // Service ports → target ports published by the namespace owner.
     let mut ports = BTreeSet::new();
@@ -505,14 +568,24 @@ pub fn plan(
     };
     for (role, list) in [(Role::Init, &init_containers), (Role::App, &pod.containers)] {
         for (order, c) in list.iter().enumerate() {
-            let mut body = container_body(
+            let (mut body, image_user) = container_body(
                 c,
                 pod.security_context.as_ref(),
                 &sources,
                 cx.files_dir,
                 &env_cx,
+                cx.kubernetes,
             )?;
             let host_config = body.host_config.get_or_insert_with(Default::default);
+            if cx.kubernetes.is_some_and(|k| k.user_namespace) {
+                // The app containers share the owner's, as they share its network; init
+                // containers run before it exists, each in one of its own.
+                host_config.userns_mode = Some(if role == Role::App && order > 0 {
+                    format!("container:{owner}")
+                } else {
+                    AUTO_USER_NAMESPACE.to_owned()
+                });
+            }
             if role == Role::App && order == 0 {
                 // The first app container owns the pod's network namespace: it joins the
                 // workspace network under the workspace's name and publishes the ports.
@@ -557,18 +630,20 @@ pub fn plan(
                     .clone()
                     .unwrap_or_else(|| "IfNotPresent".into()),
                 body,
+                image_user,
             });
         }
     }
 
     let tools = match &tools_init {
         Some(init) => {
-            let mut body = container_body(
+            let (mut body, _) = container_body(
                 init,
                 pod.security_context.as_ref(),
                 &sources,
                 cx.files_dir,
                 &env_cx,
+                None,
             )?;
             // Filled once for every workspace: root owns the shared volume (on Docker a new
             // volume is root's), with no capability and no network, and leaves every file
@@ -633,6 +708,7 @@ pub fn plan(
         ports,
         uid,
         gid,
+        kubernetes: cx.kubernetes.is_some(),
         containers,
         tools,
     })
@@ -650,13 +726,15 @@ struct EnvContext<'a> {
     config_maps: &'a DataSets,
 }
 
+/// The container's create body, and what to check of its image's user when it runs as that.
 fn container_body(
     c: &Container,
     pod_sc: Option<&PodSecurityContext>,
     sources: &HashMap<String, Source>,
     files_dir: &Path,
     env_cx: &EnvContext<'_>,
-) -> Result<ContainerCreateBody, PlanError> {
+    kubernetes: Option<KubernetesPods>,
+) -> Result<(ContainerCreateBody, Option<ImageUser>), PlanError> {
     let err = |m: String| PlanError::Spec(format!("container {:?}: {m}", c.name));
     let image = c
         .image
@@ -667,15 +745,54 @@ fn container_body(
     if sc.and_then(|s| s.privileged) == Some(true) {
         return Err(err("privileged containers are not allowed".into()));
     }
-    let (uid, gid) = pod_user(pod_sc, sc)?;
+    let default_uid = kubernetes.is_none().then_some(DEFAULT_UID);
+    let user = pod_user(pod_sc, sc, default_uid)?;
+    let mut image_user = None;
+    let user_field = match (user.uid, user.gid) {
+        (Some(uid), Some(gid)) => Some(format!("{uid}:{gid}")),
+        // As the engine and the kubelet do: the group is the image's for that user.
+        (Some(uid), None) => Some(uid.to_string()),
+        (None, group) => {
+            image_user = Some(ImageUser {
+                non_root: user.non_root,
+                user_namespace: kubernetes.is_some_and(|k| k.user_namespace),
+                group,
+            });
+            None
+        }
+    };
     let mut security_opt = Vec::new();
     if sc.and_then(|s| s.allow_privilege_escalation) == Some(false) {
         security_opt.push("no-new-privileges".to_owned());
     }
-    let cap_add: Vec<String> = sc
-        .and_then(|s| s.capabilities.as_ref())
-        .and_then(|caps| caps.add.clone())
-        .unwrap_or_default();
+    let named = |list: Option<&Vec<String>>| -> BTreeSet<String> {
+        list.into_iter()
+            .flatten()
+            .map(|c| c.trim_start_matches("CAP_").to_ascii_uppercase())
+            .collect()
+    };
+    let caps = sc.and_then(|s| s.capabilities.as_ref());
+    let added = named(caps.and_then(|c| c.add.as_ref()));
+    let cap_add: Vec<String> = match kubernetes {
+        // A workspace has no capability it does not ask for.
+        None => added.into_iter().collect(),
+        // A pod from Git has the container runtime's defaults (Kubernetes' baseline set),
+        // less what it drops, plus what it adds.
+        Some(_) => {
+            let dropped = named(caps.and_then(|c| c.drop.as_ref()));
+            let mut set: BTreeSet<String> = if dropped.contains("ALL") {
+                BTreeSet::new()
+            } else {
+                warren_admission::BASELINE_CAPABILITIES
+                    .iter()
+                    .map(|c| (*c).to_owned())
+                    .filter(|c| !dropped.contains(c))
+                    .collect()
+            };
+            set.extend(added);
+            set.into_iter().collect()
+        }
+    };
 
     let (mut memory, mut nano_cpus) = (None, None);
     if let Some(limits) = c.resources.as_ref().and_then(|r| r.limits.as_ref()) {
@@ -748,13 +865,13 @@ fn container_body(
     env.push(format!("{EDITOR_ADDRESS_ENV}=0.0.0.0"));
     let readonly_rootfs = sc.and_then(|s| s.read_only_root_filesystem).filter(|r| *r);
 
-    Ok(ContainerCreateBody {
+    let body = ContainerCreateBody {
         image: Some(image),
         entrypoint: c.command.clone(),
         cmd: c.args.clone(),
         working_dir: c.working_dir.clone().filter(|w| !w.is_empty()),
         env: Some(env),
-        user: Some(format!("{uid}:{gid}")),
+        user: user_field,
         tty: c.tty,
         open_stdin: c.stdin,
         host_config: Some(HostConfig {
@@ -774,37 +891,60 @@ fn container_body(
             ..Default::default()
         }),
         ..Default::default()
-    })
+    };
+    Ok((body, image_user))
+}
+
+/// The user a container's securityContext (then its pod's) names.
+struct PodUser {
+    uid: Option<u32>,
+    gid: Option<u32>,
+    non_root: bool,
+}
+
+/// The permission bits of a projected file on Kubernetes: `defaultMode`, else 0644.
+fn file_mode(default_mode: Option<i32>) -> u32 {
+    default_mode
+        .and_then(|m| u32::try_from(m).ok())
+        .map_or(0o644, |m| m & 0o777)
 }
 
 /// The uid/gid a container runs as: the container's securityContext, then the pod's, then
-/// Warren's default 5001:0. Root is refused when `runAsNonRoot` is set.
+/// `default_uid` (a workspace's 5001, with group 0); none for a pod from Git that names
+/// none (its image's). Root is refused when `runAsNonRoot` is set.
 fn pod_user(
     pod: Option<&PodSecurityContext>,
     container: Option<&SecurityContext>,
-) -> Result<(u32, u32), PlanError> {
+    default_uid: Option<i64>,
+) -> Result<PodUser, PlanError> {
     let uid = container
         .and_then(|s| s.run_as_user)
         .or(pod.and_then(|s| s.run_as_user))
-        .unwrap_or(DEFAULT_UID);
+        .or(default_uid);
     let gid = container
         .and_then(|s| s.run_as_group)
         .or(pod.and_then(|s| s.run_as_group))
-        .unwrap_or(0);
+        .or(default_uid.map(|_| 0));
     let non_root = container
         .and_then(|s| s.run_as_non_root)
         .or(pod.and_then(|s| s.run_as_non_root))
         .unwrap_or(false);
-    if non_root && uid == 0 {
+    if non_root && uid == Some(0) {
         return Err(PlanError::Spec(
             "runAsNonRoot is set but runAsUser is 0".into(),
         ));
     }
-    let uid =
-        u32::try_from(uid).map_err(|_| PlanError::Spec(format!("runAsUser {uid} is invalid")))?;
-    let gid =
-        u32::try_from(gid).map_err(|_| PlanError::Spec(format!("runAsGroup {gid} is invalid")))?;
-    Ok((uid, gid))
+    let uid = uid
+        .map(|uid| {
+            u32::try_from(uid).map_err(|_| PlanError::Spec(format!("runAsUser {uid} is invalid")))
+        })
+        .transpose()?;
+    let gid = gid
+        .map(|gid| {
+            u32::try_from(gid).map_err(|_| PlanError::Spec(format!("runAsGroup {gid} is invalid")))
+        })
+        .transpose()?;
+    Ok(PodUser { uid, gid, non_root })
 }
 
 fn resolve_env(c: &Container, cx: &EnvContext<'_>) -> Result<Vec<String>, String> {
@@ -908,17 +1048,22 @@ fn project(
     data: &BTreeMap<String, Vec<u8>>,
     items: &[k8s_openapi::api::core::v1::KeyToPath],
     object: &str,
+    mode: Option<u32>,
 ) -> Result<Vec<PlannedFile>, PlanError> {
     let mut out = Vec::new();
-    let pairs: Vec<(String, String)> = if items.is_empty() {
-        data.keys().map(|k| (k.clone(), k.clone())).collect()
+    let pairs: Vec<(String, String, Option<u32>)> = if items.is_empty() {
+        data.keys().map(|k| (k.clone(), k.clone(), mode)).collect()
     } else {
         items
             .iter()
-            .map(|i| (i.key.clone(), i.path.clone()))
+            .map(|i| {
+                // An item's own mode, where the pod's files have modes at all.
+                let own = mode.map(|m| i.mode.map_or(m, |own| file_mode(Some(own))));
+                (i.key.clone(), i.path.clone(), own)
+            })
             .collect()
     };
-    for (key, path) in pairs {
+    for (key, path, mode) in pairs {
         if !is_safe_relative(&path) {
             return Err(PlanError::Spec(format!(
                 "volume {volume:?}: file path {path:?} must be relative and stay inside the volume"
@@ -930,6 +1075,7 @@ fn project(
         out.push(PlannedFile {
             path: Path::new(volume).join(path),
             contents,
+            mode,
         });
     }
     Ok(out)

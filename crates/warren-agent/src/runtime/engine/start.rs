@@ -9,6 +9,31 @@ const RESTART_GRACE: Duration = Duration::from_secs(1);
 /// Starts retried when a published host port is taken for a moment (see `run_start`).
 const PORT_RETRIES: u64 = 4;
 
+/// The engine names of a pod's containers in start order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct StartOrder {
+    /// Init containers, run to completion in order before any app container.
+    pub init: Vec<String>,
+    /// App containers; the first owns the pod's network namespace.
+    pub apps: Vec<String>,
+}
+
+impl StartOrder {
+    pub fn of(plan: &PodPlan) -> StartOrder {
+        let named = |role: Role| {
+            plan.containers
+                .iter()
+                .filter(|c| c.role == role)
+                .map(|c| c.engine_name.clone())
+                .collect()
+        };
+        StartOrder {
+            init: named(Role::Init),
+            apps: named(Role::App),
+        }
+    }
+}
+
 impl EngineRuntime {
     /// Starts the pod: each init container to completion in order, then the app containers,
     /// the namespace owner first. Runs in the background, holding the workspace's lock.
@@ -18,11 +43,12 @@ impl EngineRuntime {
         plan: PodPlan,
         cancel: CancellationToken,
     ) {
+        let order = StartOrder::of(&plan);
         let outcome = tokio::select! {
             // Cancel-safe: dropping the sequence leaves containers in a state the next apply
             // converges from (it starts whatever is not running).
             _ = cancel.cancelled() => return,
-            r = self.run_start(&plan) => r,
+            r = self.run_start(&order) => r,
         };
         let Some(mut record) = self.read_record(&name) else {
             return;
@@ -50,10 +76,10 @@ impl EngineRuntime {
     /// `Ok(Some(failure))` for a pod failure found while starting.
     pub(super) async fn run_start(
         &self,
-        plan: &PodPlan,
+        order: &StartOrder,
     ) -> Result<Option<PodFailure>, RuntimeError> {
         let docker = &self.inner.docker;
-        let Some(owner) = plan.owner() else {
+        let Some(owner) = order.apps.first() else {
             return Ok(None);
         };
         let running = |name: &str| {
@@ -65,15 +91,15 @@ impl EngineRuntime {
                     .map_err(|e| runtime_err(format!("inspecting {name}"), e))
             }
         };
-        let owner_running = running(&owner.engine_name).await?;
+        let owner_running = running(owner).await?;
         if !owner_running {
             // A fresh start of the pod: containers still running in the old namespace of a
             // stopped owner would stay cut off from it, so they restart with the pod.
-            for c in plan.containers.iter().rev().filter(|c| c.role == Role::App) {
-                if c.engine_name != owner.engine_name && running(&c.engine_name).await? {
-                    self.stop(&c.engine_name)
+            for c in order.apps.iter().rev() {
+                if c != owner && running(c).await? {
+                    self.stop(c)
                         .await
-                        .map_err(|e| runtime_err(format!("stopping {}", c.engine_name), e))?;
+                        .map_err(|e| runtime_err(format!("stopping {c}"), e))?;
                 }
             }
         }
@@ -113,11 +139,11 @@ impl EngineRuntime {
                 }
             };
         }
-        for c in plan.containers.iter().filter(|c| c.role == Role::Init) {
+        for c in &order.init {
             let state = self
-                .inspect(&c.engine_name)
+                .inspect(c)
                 .await
-                .map_err(|e| runtime_err(format!("inspecting {}", c.engine_name), e))?
+                .map_err(|e| runtime_err(format!("inspecting {c}"), e))?
                 .state
                 .unwrap_or_default();
             // Init containers run again whenever the pod starts afresh, as in a new pod.
@@ -127,19 +153,16 @@ impl EngineRuntime {
             if done {
                 continue;
             }
-            start_or_fail!(c.engine_name.clone());
+            start_or_fail!(c.clone());
             let options = WaitContainerOptions {
                 condition: "not-running".into(),
             };
             // The stream reports a non-zero exit as an error; the exit code is read below.
-            let _ = docker
-                .wait_container(&c.engine_name, Some(options))
-                .next()
-                .await;
+            let _ = docker.wait_container(c, Some(options)).next().await;
             let code = self
-                .inspect(&c.engine_name)
+                .inspect(c)
                 .await
-                .map_err(|e| runtime_err(format!("inspecting {}", c.engine_name), e))?
+                .map_err(|e| runtime_err(format!("inspecting {c}"), e))?
                 .state
                 .and_then(|s| s.exit_code)
                 .unwrap_or(0);
@@ -150,23 +173,18 @@ impl EngineRuntime {
         }
         // Whether the owner ran before (a restart), not a container created just now.
         let ran_before = self
-            .inspect(&owner.engine_name)
+            .inspect(owner)
             .await
             .ok()
             .and_then(|i| i.state)
             .and_then(|s| s.finished_at)
             .is_some_and(|f| !f.is_empty() && !f.starts_with("0001-"));
-        for c in plan.containers.iter().filter(|c| c.role == Role::App) {
-            match start(c.engine_name.clone()).await {
+        for c in &order.apps {
+            match start(c.clone()).await {
                 Ok(()) => {}
                 // A joiner cannot start once the owner has exited: the owner's exit (with its
                 // log, reported by `list`) is the failure the user needs to see.
-                Err(Ok(_))
-                    if c.engine_name != owner.engine_name
-                        && !running(&owner.engine_name).await? =>
-                {
-                    return Ok(None)
-                }
+                Err(Ok(_)) if c != owner && !running(owner).await? => return Ok(None),
                 Err(Ok(failure)) => return Ok(Some(failure)),
                 Err(Err(e)) => return Err(e),
             }
@@ -179,14 +197,14 @@ impl EngineRuntime {
             let options = WaitContainerOptions {
                 condition: "not-running".into(),
             };
-            let mut waited = docker.wait_container(&owner.engine_name, Some(options));
+            let mut waited = docker.wait_container(owner, Some(options));
             let exited = tokio::time::timeout(RESTART_GRACE, waited.next())
                 .await
                 .is_ok();
-            if exited && !running(&owner.engine_name).await? {
-                tracing::info!(container = %owner.engine_name, "started again after an early exit");
-                for c in plan.containers.iter().filter(|c| c.role == Role::App) {
-                    start_or_fail!(c.engine_name.clone());
+            if exited && !running(owner).await? {
+                tracing::info!(container = %owner, "started again after an early exit");
+                for c in &order.apps {
+                    start_or_fail!(c.clone());
                 }
             }
         }

@@ -111,7 +111,9 @@ impl EngineRuntime {
         volumes: &[String],
         labels: &BTreeMap<String, String>,
     ) {
-        if self.inner.is_podman || volumes.is_empty() {
+        // A pod from Git finds its volumes as Kubernetes gives them (root's); its fsGroup
+        // is what makes them its user's.
+        if self.inner.is_podman || volumes.is_empty() || plan.kubernetes {
             return;
         }
         let Some(image) = plan.owner().and_then(|o| o.body.image.clone()) else {

@@ -100,6 +100,43 @@ fn kube_message(e: &kube::Error) -> String {
     }
 }
 
+/// Sets `protocol: TCP` where a port list leaves it out (a Service's ports, a pod
+/// template's container ports), as the API server's defaulting would. Server-side apply
+/// keys these lists by port *and* protocol, and API servers before 1.26 refuse an element
+/// without the key ("associative list with keys has an element that omits key field
+/// \"protocol\""): manifests as commonly written, Argo CD's guestbook among them, would not
+/// apply.
+fn default_protocols(body: &mut Value) {
+    fn fill(ports: Option<&mut Value>) {
+        for p in ports.and_then(Value::as_array_mut).into_iter().flatten() {
+            if let Some(p) = p.as_object_mut() {
+                p.entry("protocol").or_insert_with(|| Value::from("TCP"));
+            }
+        }
+    }
+    if body["kind"] == "Service" {
+        fill(body.pointer_mut("/spec/ports"));
+    }
+    // A Pod's own spec, or a workload's template (CronJob's one level deeper).
+    for spec in [
+        "/spec",
+        "/spec/template/spec",
+        "/spec/jobTemplate/spec/template/spec",
+    ] {
+        for list in ["containers", "initContainers", "ephemeralContainers"] {
+            let Some(containers) = body
+                .pointer_mut(&format!("{spec}/{list}"))
+                .and_then(Value::as_array_mut)
+            else {
+                continue;
+            };
+            for c in containers {
+                fill(c.get_mut("ports"));
+            }
+        }
+    }
+}
+
 /// Whether a workload is ready, from its status.
 fn health(entry: &Entry, object: &Value) -> Option<ObjectHealth> {
     let num = |p: &str| object.pointer(p).and_then(Value::as_i64).unwrap_or(0);
@@ -287,6 +324,7 @@ impl KubernetesRuntime {
                     name: m.name().to_owned(),
                 };
                 let mut body = m.object.clone();
+                default_protocols(&mut body);
                 match &namespace {
                     Some(ns) => body["metadata"]["namespace"] = Value::from(ns.as_str()),
                     None => {
@@ -410,7 +448,13 @@ impl KubernetesRuntime {
                         CRD_ESTABLISHED.as_secs()
                     )));
                 }
-                let h = health(&job.entry, &applied.data);
+                let mut h = health(&job.entry, &applied.data);
+                if let Some(h) = h.as_mut().filter(|_| job.entry.kind == "Deployment") {
+                    if let Some(why) = self.pods_say(&job.entry, &applied.data, h.ready).await {
+                        h.message
+                            .push_str(&format!("{}{why}", if h.ready { "; " } else { ": " }));
+                    }
+                }
                 if before.is_some() && applied.metadata.resource_version == before {
                     Outcome::Unchanged(h)
                 } else {
@@ -419,6 +463,95 @@ impl KubernetesRuntime {
             }
             Err(e) => Outcome::Failed(error(kube_message(&e))),
         }
+    }
+
+    /// Why a Deployment's pods are not ready, as their container statuses and the kubelet's
+    /// probe events say (how the last run ended, restarts, the waiting reason such as
+    /// `CrashLoopBackOff`, the last probe failure); for a ready one, its containers that
+    /// restarted. `None` when no pod tells (none yet, or unreadable).
+    async fn pods_say(&self, entry: &Entry, deployment: &Value, ready: bool) -> Option<String> {
+        let selector = deployment
+            .pointer("/spec/selector/matchLabels")?
+            .as_object()?
+            .iter()
+            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+            .collect::<Vec<_>>()
+            .join(",");
+        let namespace = entry.namespace.as_deref()?;
+        let pods: Api<k8s_openapi::api::core::v1::Pod> =
+            Api::namespaced(self.client.clone(), namespace);
+        let list = pods
+            .list(&kube::api::ListParams::default().labels(&selector))
+            .await
+            .ok()?;
+        let mut parts = Vec::new();
+        for pod in &list.items {
+            let status = pod.status.as_ref()?;
+            for c in status.container_statuses.iter().flatten() {
+                if c.ready && (!ready || c.restart_count == 0) {
+                    continue;
+                }
+                let mut text = format!("container {}", c.name);
+                if let Some(t) = c.last_state.as_ref().and_then(|s| s.terminated.as_ref()) {
+                    if t.reason.as_deref() == Some("OOMKilled") {
+                        text.push_str(&format!(
+                            " was killed for using too much memory (exit code {})",
+                            t.exit_code
+                        ));
+                    } else {
+                        text.push_str(&format!(" exited with code {}", t.exit_code));
+                    }
+                }
+                text.push_str(&format!(
+                    "; restarted {} time{}",
+                    c.restart_count,
+                    if c.restart_count == 1 { "" } else { "s" }
+                ));
+                if let Some(w) = c.state.as_ref().and_then(|s| s.waiting.as_ref()) {
+                    text.push_str(&format!("; {}", w.reason.as_deref().unwrap_or("waiting")));
+                    if let Some(m) = w.message.as_deref().filter(|m| !m.is_empty()) {
+                        text.push_str(&format!(": {m}"));
+                    }
+                } else if !c.ready && c.state.as_ref().and_then(|s| s.running.as_ref()).is_some() {
+                    text.push_str("; running, not ready");
+                }
+                if let Some(probe) = self.last_probe_failure(namespace, pod).await {
+                    text.push_str(&format!("; {probe}"));
+                }
+                parts.push(text);
+            }
+            if !parts.is_empty() {
+                break;
+            }
+        }
+        (!parts.is_empty()).then(|| parts.join("; "))
+    }
+
+    /// The kubelet's last probe failure of `pod` ("Readiness probe failed: …"), from its
+    /// `Unhealthy` events.
+    async fn last_probe_failure(
+        &self,
+        namespace: &str,
+        pod: &k8s_openapi::api::core::v1::Pod,
+    ) -> Option<String> {
+        let name = pod.metadata.name.as_deref()?;
+        let events: Api<k8s_openapi::api::core::v1::Event> =
+            Api::namespaced(self.client.clone(), namespace);
+        let fields = format!("involvedObject.name={name},reason=Unhealthy");
+        let list = events
+            .list(&kube::api::ListParams::default().fields(&fields))
+            .await
+            .ok()?;
+        list.items
+            .iter()
+            .max_by_key(|e| {
+                e.last_timestamp
+                    .as_ref()
+                    .map(|t| t.0)
+                    .or(e.event_time.as_ref().map(|t| t.0))
+            })
+            .and_then(|e| e.message.clone())
+            .map(|m| m.trim().to_owned())
     }
 
     /// Deletes an object the source applied and that left Git, if it still carries the
@@ -449,5 +582,32 @@ impl KubernetesRuntime {
             Err(kube::Error::Api(r)) if r.code == 404 => Ok(false),
             Err(err) => Err(kube_message(&err)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn port_lists_get_the_protocol_server_side_apply_keys_them_by() {
+        let mut svc = json!({"kind": "Service", "spec": {"ports": [
+            {"port": 80, "targetPort": 80}, {"port": 53, "protocol": "UDP"}]}});
+        default_protocols(&mut svc);
+        assert_eq!(svc["spec"]["ports"][0]["protocol"], "TCP");
+        assert_eq!(svc["spec"]["ports"][1]["protocol"], "UDP");
+        let mut deploy = json!({"kind": "Deployment", "spec": {"template": {"spec": {
+            "containers": [{"name": "web", "ports": [{"containerPort": 80}]}, {"name": "bare"}],
+            "initContainers": [{"name": "init", "ports": [{"containerPort": 9}]}]}}}});
+        default_protocols(&mut deploy);
+        let spec = &deploy["spec"]["template"]["spec"];
+        assert_eq!(spec["containers"][0]["ports"][0]["protocol"], "TCP");
+        assert!(spec["containers"][1].get("ports").is_none());
+        assert_eq!(spec["initContainers"][0]["ports"][0]["protocol"], "TCP");
+        // Other kinds' `ports` are theirs.
+        let mut other = json!({"kind": "Gateway", "spec": {"ports": [{"port": 1}]}});
+        default_protocols(&mut other);
+        assert!(other["spec"]["ports"][0].get("protocol").is_none());
     }
 }

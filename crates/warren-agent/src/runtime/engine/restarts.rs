@@ -1,0 +1,331 @@
+//! Pods from Git restarted when their containers exit, as the kubelet restarts a Deployment's
+//! pods (`restartPolicy: Always`, the only policy a Deployment allows): at once the first
+//! time, then after 10 s, 20 s, 40 s … up to five minutes (`CrashLoopBackOff`), the delay
+//! forgotten once a run has lasted ten minutes. A container stopped by hand is restarted the
+//! same way, as the kubelet would.
+//!
+//! Only the GitOps sibling supervises (`Inner::kubernetes_pods`): a workspace whose command
+//! exits is reported `Failed` with its exit code and log, for its user to act on. The
+//! supervisor is woken by the sibling's engine events (a reconnect of their stream wakes it
+//! too: events may have been missed) and by the due time of the next restart, never by a
+//! timer of its own — an agent without GitOps pods makes no call for them; each pass is one
+//! container listing of the sibling, and looks closer (an inspection) only at pods with a
+//! container that has exited.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bollard::models::ContainerSummary;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::start::StartOrder;
+use super::{
+    label, lock, runtime_err, summary_order, summary_role, EngineRuntime, Inner, Role,
+    CONTAINER_LABEL, POD_HASH_LABEL, WORKSPACE_NAME_LABEL,
+};
+use crate::runtime::RuntimeError;
+
+/// The first delay after the first restart, doubled at each crash after it.
+const FIRST_DELAY: Duration = Duration::from_secs(10);
+/// The longest delay between two restarts.
+const MAX_DELAY: Duration = Duration::from_secs(300);
+/// A run this long forgets the delay: the next crash is restarted at once.
+const RESET_AFTER: Duration = Duration::from_secs(600);
+
+/// The restarts of one pod.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Crashes {
+    /// How many times the pod's containers were restarted.
+    pub restarts: u32,
+    /// The delay before the next restart after this one.
+    delay: Duration,
+    /// When the restart of the exit being handled is due; `None` when none is pending.
+    due: Option<Instant>,
+    /// The exit being handled (its container and when it ended), so one exit is counted once.
+    handled: Option<(String, String)>,
+    /// When the pod was last restarted.
+    restarted_at: Option<Instant>,
+    /// The last exit seen: which container, its code, whether the kernel killed it for memory.
+    pub last: Option<Exit>,
+    /// A probe stopped this container, for this reason (`probes`): the cause of its next
+    /// exit.
+    probe_kill: Option<(String, String)>,
+}
+
+/// One exit of a container of a pod from Git.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Exit {
+    pub container: String,
+    pub code: i64,
+    pub oom_killed: bool,
+    /// What stopped it, when Warren did (a failed liveness or startup probe).
+    pub cause: Option<String>,
+}
+
+impl Crashes {
+    /// Why the pod is not ready, as far as its restarts tell: `None` when it never exited.
+    pub fn describe(&self, now: Instant) -> Option<String> {
+        let last = self.last.as_ref()?;
+        let how = if let Some(cause) = &last.cause {
+            format!("was stopped: {cause} (exit code {})", last.code)
+        } else if last.oom_killed {
+            format!(
+                "was killed for using too much memory (exit code {})",
+                last.code
+            )
+        } else {
+            format!("exited with code {}", last.code)
+        };
+        let mut text = format!(
+            "container {} {how}; restarted {} time{}",
+            last.container,
+            self.restarts,
+            if self.restarts == 1 { "" } else { "s" }
+        );
+        if let Some(due) = self.due.filter(|d| *d > now) {
+            let wait = due - now;
+            text.push_str(&format!(
+                "; back-off {}s before the next restart (CrashLoopBackOff)",
+                wait.as_secs().max(1)
+            ));
+        }
+        Some(text)
+    }
+}
+
+/// The supervisor of the sibling (see the module docs); ends with the runtime.
+pub(super) async fn supervise(inner: std::sync::Weak<Inner>, shutdown: CancellationToken) {
+    let mut changes = match inner.upgrade() {
+        Some(strong) => strong.changes.subscribe(),
+        None => return,
+    };
+    loop {
+        let Some(strong) = inner.upgrade() else {
+            return;
+        };
+        let runtime = EngineRuntime { inner: strong };
+        let due = match runtime.restart_pass().await {
+            Ok(due) => due,
+            Err(e) => {
+                tracing::warn!(error = %warren_types::error_chain(&e), "looking for exited GitOps pods failed");
+                None
+            }
+        };
+        drop(runtime);
+        tokio::select! {
+            // Cancel-safe: nothing is half-done between passes.
+            _ = shutdown.cancelled() => return,
+            // Cancel-safe: `changed` only marks the value seen.
+            r = changes.changed() => if r.is_err() { return },
+            // Cancel-safe: a sleep holds nothing.
+            _ = sleep_until_due(due) => {}
+        }
+    }
+}
+
+/// Until `due`; forever when nothing is.
+async fn sleep_until_due(due: Option<Instant>) {
+    match due {
+        Some(due) => tokio::time::sleep_until(due).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl EngineRuntime {
+    /// One pass: exits found and scheduled, due restarts made. The earliest restart still
+    /// due, if any.
+    async fn restart_pass(&self) -> Result<Option<Instant>, RuntimeError> {
+        let containers = self.containers(&self.selector()).await?;
+        let mut pods: BTreeMap<String, Vec<ContainerSummary>> = BTreeMap::new();
+        for c in containers {
+            if let Some(name) = label(&c, WORKSPACE_NAME_LABEL) {
+                pods.entry(name.to_owned()).or_default().push(c);
+            }
+        }
+        // Pods gone take their restarts with them.
+        lock(&self.inner.crashes).retain(|name, _| pods.contains_key(name));
+        let mut earliest: Option<Instant> = None;
+        for (name, containers) in pods {
+            if let Some(due) = self.restart_pod(&name, containers).await? {
+                earliest = Some(earliest.map_or(due, |e| e.min(due)));
+            }
+        }
+        Ok(earliest)
+    }
+
+    /// Looks at one pod: when a container of its current pod has exited, schedules the
+    /// restart and makes it when due. The time a restart is still due, if any.
+    async fn restart_pod(
+        &self,
+        name: &str,
+        mut containers: Vec<ContainerSummary>,
+    ) -> Result<Option<Instant>, RuntimeError> {
+        let Some(record) = self.read_record(name) else {
+            return Ok(None);
+        };
+        // Stopped, going, or still starting: nothing to restart (the start sequence owns
+        // a starting pod; an apply's own start would race with this one).
+        if record.replicas != 1 || record.deleting || record.starting {
+            return Ok(None);
+        }
+        containers.retain(|c| label(c, POD_HASH_LABEL) == Some(record.pod_hash.as_str()));
+        containers.sort_by_key(|c| (summary_role(c), summary_order(c)));
+        let state = |c: &ContainerSummary| c.state.map(|s| s.to_string()).unwrap_or_default();
+        let apps: Vec<&ContainerSummary> = containers
+            .iter()
+            .filter(|c| summary_role(c) == Role::App)
+            .collect();
+        let inits: Vec<&ContainerSummary> = containers
+            .iter()
+            .filter(|c| summary_role(c) == Role::Init)
+            .collect();
+        let now = Instant::now();
+        // The container whose end is the pod's: an app container that ran and ended, or an
+        // init container that failed, leaving the app containers never started.
+        let ended = apps
+            .iter()
+            .find(|c| matches!(state(c).as_str(), "exited" | "dead" | "stopped"))
+            .copied();
+        let init_failed =
+            if ended.is_none() && !apps.is_empty() && apps.iter().all(|c| state(c) == "created") {
+                let mut failed = None;
+                for c in &inits {
+                    if state(c) != "exited" {
+                        continue;
+                    }
+                    let id = c.id.clone().unwrap_or_default();
+                    let code = self
+                        .inspect(&id)
+                        .await
+                        .ok()
+                        .and_then(|i| i.state)
+                        .and_then(|s| s.exit_code);
+                    if code.is_some_and(|c| c != 0) {
+                        failed = Some(*c);
+                        break;
+                    }
+                }
+                failed
+            } else {
+                None
+            };
+        let Some(ended) = ended.or(init_failed) else {
+            // Running: a run long enough forgets the delay.
+            if let Some(crashes) = lock(&self.inner.crashes).get_mut(name) {
+                if crashes
+                    .restarted_at
+                    .is_some_and(|at| now.duration_since(at) >= RESET_AFTER)
+                {
+                    crashes.delay = Duration::ZERO;
+                }
+            }
+            return Ok(None);
+        };
+        let id = ended.id.clone().unwrap_or_default();
+        let container = label(ended, CONTAINER_LABEL).unwrap_or_default().to_owned();
+        let inspected = self
+            .inspect(&id)
+            .await
+            .map_err(|e| runtime_err(format!("inspecting container {id}"), e))?;
+        let st = inspected.state.unwrap_or_default();
+        let Some(code) = st.exit_code else {
+            // How it ended is not known yet; an event or the next look tells.
+            return Ok(Some(now + Duration::from_secs(1)));
+        };
+        let finished = st.finished_at.unwrap_or_default();
+        let mut new_exit = false;
+        let due = {
+            let mut all = lock(&self.inner.crashes);
+            let crashes = all.entry(name.to_owned()).or_default();
+            let this = (container.clone(), finished);
+            if crashes.handled.as_ref() != Some(&this) {
+                // A new exit.
+                if crashes
+                    .restarted_at
+                    .is_some_and(|at| now.duration_since(at) >= RESET_AFTER)
+                {
+                    crashes.delay = Duration::ZERO;
+                }
+                crashes.handled = Some(this);
+                new_exit = true;
+                crashes.due = Some(now + crashes.delay);
+                crashes.delay = if crashes.delay.is_zero() {
+                    FIRST_DELAY
+                } else {
+                    (crashes.delay * 2).min(MAX_DELAY)
+                };
+                let cause = match crashes.probe_kill.take() {
+                    Some((c, reason)) if c == container => Some(reason),
+                    _ => None,
+                };
+                crashes.last = Some(Exit {
+                    container: container.clone(),
+                    code,
+                    oom_killed: st.oom_killed.unwrap_or(false),
+                    cause,
+                });
+                tracing::info!(pod = %name, container = %container, code, restarts = crashes.restarts, "a GitOps pod's container exited; restarting it after its back-off");
+            }
+            crashes.due.unwrap_or(now)
+        };
+        if due > now {
+            if new_exit {
+                // The report says so (back-off) at once, not at the restart.
+                self.changed(name);
+            }
+            return Ok(Some(due));
+        }
+        // An apply or delete under way owns the pod now; the next pass looks again.
+        let Ok(_guard) = self.lock_workspace_now(name) else {
+            return Ok(Some(now + Duration::from_secs(1)));
+        };
+        let order = StartOrder {
+            // The init containers run again only when one of them failed: an app
+            // container's restart is the container's alone, as on Kubernetes.
+            init: if init_failed.is_some() {
+                inits.iter().filter_map(|c| c.id.clone()).collect()
+            } else {
+                Vec::new()
+            },
+            apps: apps.iter().filter_map(|c| c.id.clone()).collect(),
+        };
+        // The restarted containers start unready, probed afresh.
+        self.forget_prober(name);
+        {
+            let mut all = lock(&self.inner.crashes);
+            let crashes = all.entry(name.to_owned()).or_default();
+            crashes.restarts += 1;
+            crashes.due = None;
+            crashes.restarted_at = Some(now);
+        }
+        let outcome = self.run_start(&order).await;
+        if let Some(mut record) = self.read_record(name) {
+            record.failure = match outcome {
+                Ok(failure) => failure,
+                Err(e) => Some(warren_types::reconcile::PodFailure {
+                    reason: "RunContainerError".into(),
+                    message: warren_types::error_chain(&e),
+                }),
+            };
+            self.write_record(&record)?;
+        }
+        self.changed(name);
+        Ok(None)
+    }
+
+    /// Records that a probe stops `container` of pod `name`, so its exit names the cause.
+    pub(super) fn note_probe_kill(&self, name: &str, container: &str, reason: &str) {
+        lock(&self.inner.crashes)
+            .entry(name.to_owned())
+            .or_default()
+            .probe_kill = Some((container.to_owned(), reason.to_owned()));
+    }
+
+    /// Why pod `name` is not ready, as its restarts tell (see [`Crashes::describe`]).
+    pub(super) fn crash_report(&self, name: &str) -> Option<String> {
+        lock(&self.inner.crashes)
+            .get(name)
+            .and_then(|c| c.describe(Instant::now()))
+    }
+}

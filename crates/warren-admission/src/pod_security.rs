@@ -238,6 +238,27 @@ fn check_pod(path: &str, meta: &Value, spec: &Value, level: Level, out: &mut Vec
                     );
                 }
             }
+            // Probes and lifecycle handlers reach the pod's own address only (baseline since
+            // Kubernetes 1.34): a `host` aims the kubelet — or an engine agent — elsewhere.
+            for handler in [
+                "livenessProbe/httpGet",
+                "livenessProbe/tcpSocket",
+                "readinessProbe/httpGet",
+                "readinessProbe/tcpSocket",
+                "startupProbe/httpGet",
+                "startupProbe/tcpSocket",
+                "lifecycle/postStart/httpGet",
+                "lifecycle/postStart/tcpSocket",
+                "lifecycle/preStop/httpGet",
+                "lifecycle/preStop/tcpSocket",
+            ] {
+                if str_at(c, &format!("/{handler}/host")).is_some_and(|h| !h.is_empty()) {
+                    bad(
+                        format!("{c_path}.{}.host", handler.replace('/', ".")),
+                        "a probe or lifecycle handler may not name a host",
+                    );
+                }
+            }
             let added = strings_at(sc, "/capabilities/add");
             for cap in &added {
                 let allowed = match level {
@@ -363,6 +384,28 @@ mod tests {
             .into_iter()
             .map(|v| v.field)
             .collect()
+    }
+
+    #[test]
+    fn probes_and_hooks_aimed_at_another_host_are_refused_at_baseline() {
+        let mut pod = good_pod();
+        pod["spec"]["containers"][0]["readinessProbe"] =
+            json!({"httpGet": {"host": "169.254.169.254", "port": 80, "path": "/latest"}});
+        pod["spec"]["containers"][0]["lifecycle"] =
+            json!({"preStop": {"tcpSocket": {"host": "10.0.0.1", "port": 6443}}});
+        let found = fields(&pod, Level::Baseline);
+        assert!(
+            found.contains(&"spec.containers[db].readinessProbe.httpGet.host".to_owned()),
+            "{found:?}"
+        );
+        assert!(
+            found.contains(&"spec.containers[db].lifecycle.preStop.tcpSocket.host".to_owned()),
+            "{found:?}"
+        );
+        // The pod's own address (no host) is fine.
+        let mut pod = good_pod();
+        pod["spec"]["containers"][0]["livenessProbe"] = json!({"tcpSocket": {"port": 5432}});
+        assert!(fields(&pod, Level::Baseline).is_empty());
     }
 
     #[test]

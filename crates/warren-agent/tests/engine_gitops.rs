@@ -630,7 +630,7 @@ async fn probes_decide_readiness_and_a_failed_liveness_probe_restarts() -> Resul
         let r = health_of(&out, "web-ready").cloned();
         let u = health_of(&out, "web-unready").cloned();
         if let (Some(r), Some(u)) = (r, u) {
-            if r.ready && u.message.contains("statuscode") {
+            if r.ready && u.message.contains("status code") {
                 break (r, u);
             }
         }
@@ -646,7 +646,7 @@ async fn probes_decide_readiness_and_a_failed_liveness_probe_restarts() -> Resul
     assert!(!unready.ready);
     assert!(
         unready.message.contains(
-            "readiness probe of container web failed: HTTP probe failed with statuscode: 404"
+            "readiness probe of container web failed: http probe failed with status code 404"
         ),
         "{}",
         unready.message

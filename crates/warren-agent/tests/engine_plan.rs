@@ -23,6 +23,19 @@ fn git_plan_of(ws: &Workspace, objects: &[Value]) -> Result<PodPlan, PlanError> 
         objects,
         Some(plan::KubernetesPods {
             user_namespace: true,
+            remapped_users: false,
+        }),
+    )
+}
+
+/// The plan of a pod from Git on Docker without `userns-remap`: no user namespace at all.
+fn git_plan_on_docker(ws: &Workspace, objects: &[Value]) -> Result<PodPlan, PlanError> {
+    plan_as(
+        ws,
+        objects,
+        Some(plan::KubernetesPods {
+            user_namespace: false,
+            remapped_users: false,
         }),
     )
 }
@@ -281,7 +294,7 @@ fn a_pod_from_git_runs_as_its_image_user_with_the_baseline_capabilities_in_a_use
     let image_user = web
         .image_user
         .expect("the image's user is checked at create");
-    assert!(!image_user.non_root && image_user.user_namespace);
+    assert!(!image_user.non_root && image_user.root_allowed);
     assert_eq!(
         web.body.host_config.as_ref().unwrap().cap_drop.as_deref(),
         Some(&["ALL".to_owned()][..])
@@ -393,11 +406,89 @@ fn a_pod_from_git_has_its_files_as_kubernetes_projects_them() -> Result<()> {
             .and_then(|f| f.mode)
     };
     assert_eq!(mode("conf/a.conf"), Some(0o644));
+    // In a user namespace their owner (the host's root) is no one: what it may read, the
+    // pod's users may.
+    assert_eq!(mode("key/k"), Some(0o444));
+    assert_eq!(mode("key/p"), Some(0o444));
+    let docker = git_plan_on_docker(&ws, &objects)?;
+    let mode = |path: &str| {
+        docker
+            .files
+            .iter()
+            .find(|f| f.path == Path::new(path))
+            .and_then(|f| f.mode)
+    };
     assert_eq!(mode("key/k"), Some(0o440));
     assert_eq!(mode("key/p"), Some(0o400));
+    // The fsGroup is among the processes' groups, as on Kubernetes.
+    let groups = docker.containers[0]
+        .body
+        .host_config
+        .as_ref()
+        .and_then(|h| h.group_add.clone());
+    assert_eq!(groups, Some(vec!["2000".to_owned()]));
     // A workspace's stay private to its user.
     let w = plan_of(&ws, &objects)?;
     assert!(w.files.iter().all(|f| f.mode.is_none()));
     assert_eq!((w.uid, w.gid), (5001, 0));
     Ok(())
+}
+
+#[test]
+fn a_pod_from_git_that_must_not_restart_or_probes_by_grpc_is_refused_by_name() {
+    let ws = workspace();
+    let never = git_plan_of(
+        &ws,
+        &git_deployment(
+            json!([{"name": "web", "image": "example/web:1"}]),
+            json!({"restartPolicy": "Never"}),
+        ),
+    );
+    let message = never.expect_err("a Deployment always restarts").to_string();
+    assert!(message.contains("restartPolicy \"Never\""), "{message}");
+    let grpc = git_plan_of(
+        &ws,
+        &git_deployment(
+            json!([{"name": "web", "image": "example/web:1",
+                    "livenessProbe": {"grpc": {"port": 9000}}}]),
+            json!({}),
+        ),
+    );
+    let message = grpc.expect_err("no grpc probes on an engine").to_string();
+    assert!(message.contains("livenessProbe.grpc"), "{message}");
+}
+
+#[test]
+fn without_a_user_namespace_a_pod_from_git_never_runs_as_root_or_escalates() {
+    let ws = workspace();
+    let root = git_plan_on_docker(
+        &ws,
+        &git_deployment(
+            json!([{"name": "web", "image": "example/web:1",
+                    "securityContext": {"runAsUser": 0}}]),
+            json!({}),
+        ),
+    );
+    let message = root.expect_err("root on the host").to_string();
+    assert!(message.contains("runAsUser 0 is not allowed"), "{message}");
+    let p = git_plan_on_docker(
+        &ws,
+        &git_deployment(
+            json!([{"name": "web", "image": "example/web:1"}]),
+            json!({}),
+        ),
+    )
+    .expect("a plan");
+    let c = &p.containers[0];
+    // The image's user is checked at create, and refused there if it is root or a name.
+    assert!(!c.image_user.expect("checked at create").root_allowed);
+    // A set-user-id binary of the image cannot make it root.
+    let opts = c
+        .body
+        .host_config
+        .as_ref()
+        .and_then(|h| h.security_opt.clone())
+        .unwrap_or_default();
+    assert!(opts.contains(&"no-new-privileges".to_owned()), "{opts:?}");
+    assert_eq!(c.body.host_config.as_ref().unwrap().userns_mode, None);
 }

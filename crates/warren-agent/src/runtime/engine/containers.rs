@@ -208,19 +208,30 @@ impl EngineRuntime {
             return Ok(Ok(()));
         };
         let name = &c.engine_name;
-        let id = self
-            .inspect(name)
-            .await
-            .map_err(|e| runtime_err(format!("inspecting container {name}"), e))?
-            .image
-            .unwrap_or_default();
-        let user = match self.inner.docker.inspect_image(&id).await {
-            Ok(i) => i.config.and_then(|c| c.user).unwrap_or_default(),
-            Err(e) => return Err(runtime_err(format!("inspecting image {id}"), e)),
+        let looked = async {
+            let id = self
+                .inspect(name)
+                .await
+                .map_err(|e| runtime_err(format!("inspecting container {name}"), e))?
+                .image
+                .unwrap_or_default();
+            match self.inner.docker.inspect_image(&id).await {
+                Ok(i) => Ok(i.config.and_then(|c| c.user).unwrap_or_default()),
+                Err(e) => Err(runtime_err(format!("inspecting image {id}"), e)),
+            }
+        };
+        let user = match looked.await {
+            Ok(user) => user,
+            Err(e) => {
+                // Unchecked, it must not stay: the next apply would find it and start it.
+                let _ = self.remove(name).await;
+                return Err(e);
+            }
         };
         let user_part = user.split(':').next().unwrap_or_default().to_owned();
-        let numeric = user_part.parse::<u32>().ok();
-        let root = user_part.is_empty() || user_part == "root" || numeric == Some(0);
+        // Read as the engine reads it (Go's `Atoi`: a sign is allowed, "-0" is 0).
+        let numeric = user_part.parse::<i64>().ok();
+        let root = user_part.is_empty() || user_part == "root" || numeric.is_some_and(|n| n <= 0);
         let refuse = |message: String| PodFailure {
             reason: "CreateContainerConfigError".into(),
             message: format!("container {}: {message}", c.name),
@@ -236,13 +247,18 @@ impl EngineRuntime {
                 "runAsNonRoot is set and its image's user {user_part:?} is a name, which \
                  cannot be verified to be non-root; set runAsUser"
             )))
-        } else if root && !wanted.user_namespace && !self.inner.remapped_users {
+        } else if root && !wanted.root_allowed {
             Some(refuse(
                 "its image runs as root, and this engine cannot run it in a user namespace \
                  (Docker without userns-remap): root in the container would be root on the \
                  host; set runAsUser to a non-root user, or enable userns-remap"
                     .into(),
             ))
+        } else if numeric.is_none() && !wanted.root_allowed {
+            Some(refuse(format!(
+                "its image's user {user_part:?} is a name, which may be root, and this engine \
+                 cannot run it in a user namespace (Docker without userns-remap); set runAsUser"
+            )))
         } else {
             None
         };

@@ -296,6 +296,7 @@ impl EngineRuntime {
                         parent: Some(Arc::downgrade(&self.inner)),
                         kubernetes_pods: Some(super::plan::KubernetesPods {
                             user_namespace: self.inner.is_podman,
+                            remapped_users: self.inner.remapped_users,
                         }),
                         remapped_users: self.inner.remapped_users,
                         crashes: Default::default(),

@@ -942,7 +942,12 @@ impl EngineRuntime {
         let ran = self.inner.kubernetes_pods.is_some()
             && recreated == 0
             && previous.as_ref().is_some_and(|p| {
-                p.pod_hash == plan.hash && p.replicas == 1 && !p.starting && !p.deleting
+                // A start that failed (the containers never ran) is tried again here.
+                p.pod_hash == plan.hash
+                    && p.replicas == 1
+                    && !p.starting
+                    && !p.deleting
+                    && p.failure.is_none()
             });
         let present: BTreeSet<String> = current
             .iter()

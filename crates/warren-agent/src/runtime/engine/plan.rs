@@ -257,6 +257,16 @@ pub struct KubernetesPods {
     /// Every container of the pod in a user namespace of its own (Podman's `auto`), the app
     /// containers sharing the first one's: root inside is no one outside.
     pub user_namespace: bool,
+    /// The engine runs every container in a remapped user namespace (Docker's
+    /// `userns-remap`): root inside is no one outside there too.
+    pub remapped_users: bool,
+}
+
+impl KubernetesPods {
+    /// Whether a container may run as root: only where root inside is no one outside.
+    pub fn root_allowed(self) -> bool {
+        self.user_namespace || self.remapped_users
+    }
 }
 
 /// What the engine must check about the image's user once the image is there
@@ -266,9 +276,10 @@ pub struct ImageUser {
     /// `runAsNonRoot`: an image running as root (or as a user named, not numbered, which
     /// cannot be verified) is refused, as the kubelet refuses it.
     pub non_root: bool,
-    /// The user namespace the plan gave it, so root inside is no one outside; without one
-    /// (Docker without `userns-remap`), an image running as root is refused.
-    pub user_namespace: bool,
+    /// Root inside is no one outside (`KubernetesPods::root_allowed`); otherwise an image
+    /// running as root, or as a user named rather than numbered (which may be root), is
+    /// refused.
+    pub root_allowed: bool,
     /// `runAsGroup` set without `runAsUser`: added to the image's user at create.
     pub group: Option<u32>,
 }
@@ -407,6 +418,13 @@ pub fn plan(
         .filter(|_| tools_volume_is_empty_dir)
         .map(|i| init_containers.remove(i));
     if cx.kubernetes.is_some() {
+        // A Deployment's pods always restart (`restarts`), as the API server insists.
+        if let Some(policy) = pod.restart_policy.as_deref().filter(|p| *p != "Always") {
+            return Err(spec_err(format!(
+                "spec.template.spec.restartPolicy {policy:?} is not allowed for a Deployment \
+                 (only \"Always\")"
+            )));
+        }
         // Probes are honoured for a pod from Git (`probes`): one the engine cannot run is
         // refused by name, never ignored.
         if let Some(why) = pod.containers.iter().find_map(super::probes::unsupported) {
@@ -474,8 +492,8 @@ pub fn plan(
                 }
             };
             let items = s.items.clone().unwrap_or_default();
-            let mode = cx.kubernetes.map(|_| file_mode(s.default_mode));
-            files.extend(project(&v.name, data, &items, &name, mode)?);
+            let modes = cx.kubernetes.map(|k| (s.default_mode, k));
+            files.extend(project(&v.name, data, &items, &name, modes)?);
             Source::Dir(PathBuf::from(&v.name))
         } else if let Some(c) = &v.config_map {
             let name = c.name.clone();
@@ -490,8 +508,8 @@ pub fn plan(
                 }
             };
             let items = c.items.clone().unwrap_or_default();
-            let mode = cx.kubernetes.map(|_| file_mode(c.default_mode));
-            files.extend(project(&v.name, data, &items, &name, mode)?);
+            let modes = cx.kubernetes.map(|k| (c.default_mode, k));
+            files.extend(project(&v.name, data, &items, &name, modes)?);
             Source::Dir(PathBuf::from(&v.name))
         } else {
             return Err(spec_err(format!(
@@ -755,14 +773,24 @@ fn container_body(
         (None, group) => {
             image_user = Some(ImageUser {
                 non_root: user.non_root,
-                user_namespace: kubernetes.is_some_and(|k| k.user_namespace),
+                root_allowed: kubernetes.is_some_and(KubernetesPods::root_allowed),
                 group,
             });
             None
         }
     };
+    if kubernetes.is_some_and(|k| !k.root_allowed()) && user.uid == Some(0) {
+        return Err(err(
+            "runAsUser 0 is not allowed on this engine: it cannot give the container a user \
+             namespace (Docker without userns-remap), so root in it would be root on the host"
+                .into(),
+        ));
+    }
     let mut security_opt = Vec::new();
-    if sc.and_then(|s| s.allow_privilege_escalation) == Some(false) {
+    // Without a user namespace, a set-user-id binary of the image would be root on the host.
+    let no_escalation = sc.and_then(|s| s.allow_privilege_escalation) == Some(false)
+        || kubernetes.is_some_and(|k| !k.root_allowed());
+    if no_escalation {
         security_opt.push("no-new-privileges".to_owned());
     }
     let named = |list: Option<&Vec<String>>| -> BTreeSet<String> {
@@ -864,6 +892,20 @@ fn container_body(
     env.retain(|e| !e.starts_with(&format!("{EDITOR_ADDRESS_ENV}=")));
     env.push(format!("{EDITOR_ADDRESS_ENV}=0.0.0.0"));
     let readonly_rootfs = sc.and_then(|s| s.read_only_root_filesystem).filter(|r| *r);
+    // A pod from Git's processes carry its fsGroup and supplemental groups, as on
+    // Kubernetes (its files are the fsGroup's).
+    let group_add: Vec<String> = match (kubernetes, pod_sc) {
+        (Some(_), Some(p)) => p
+            .fs_group
+            .into_iter()
+            .chain(p.supplemental_groups.iter().flatten().copied())
+            .filter(|g| *g >= 0)
+            .map(|g| g.to_string())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect(),
+        _ => Vec::new(),
+    };
 
     let body = ContainerCreateBody {
         image: Some(image),
@@ -883,6 +925,7 @@ fn container_body(
             security_opt: (!security_opt.is_empty()).then_some(security_opt),
             privileged: Some(false),
             readonly_rootfs,
+            group_add: (!group_add.is_empty()).then_some(group_add),
             mounts: Some(mounts),
             restart_policy: Some(RestartPolicy {
                 name: Some(RestartPolicyNameEnum::NO),
@@ -902,11 +945,18 @@ struct PodUser {
     non_root: bool,
 }
 
-/// The permission bits of a projected file on Kubernetes: `defaultMode`, else 0644.
-fn file_mode(default_mode: Option<i32>) -> u32 {
-    default_mode
+/// The permission bits of a projected file on Kubernetes: `defaultMode`, else 0644. In a
+/// user namespace the files' owner (the host's root) is no one, so what their owner may read
+/// every user of the pod may (the agent's 0700 state directory keeps them from the host).
+fn file_mode(default_mode: Option<i32>, k: KubernetesPods) -> u32 {
+    let mode = default_mode
         .and_then(|m| u32::try_from(m).ok())
-        .map_or(0o644, |m| m & 0o777)
+        .map_or(0o644, |m| m & 0o777);
+    if k.user_namespace && mode & 0o400 != 0 {
+        mode | 0o044
+    } else {
+        mode
+    }
 }
 
 /// The uid/gid a container runs as: the container's securityContext, then the pod's, then
@@ -1048,9 +1098,10 @@ fn project(
     data: &BTreeMap<String, Vec<u8>>,
     items: &[k8s_openapi::api::core::v1::KeyToPath],
     object: &str,
-    mode: Option<u32>,
+    modes: Option<(Option<i32>, KubernetesPods)>,
 ) -> Result<Vec<PlannedFile>, PlanError> {
     let mut out = Vec::new();
+    let mode = modes.map(|(default, k)| file_mode(default, k));
     let pairs: Vec<(String, String, Option<u32>)> = if items.is_empty() {
         data.keys().map(|k| (k.clone(), k.clone(), mode)).collect()
     } else {
@@ -1058,7 +1109,7 @@ fn project(
             .iter()
             .map(|i| {
                 // An item's own mode, where the pod's files have modes at all.
-                let own = mode.map(|m| i.mode.map_or(m, |own| file_mode(Some(own))));
+                let own = modes.map(|(default, k)| file_mode(i.mode.or(default), k));
                 (i.key.clone(), i.path.clone(), own)
             })
             .collect()

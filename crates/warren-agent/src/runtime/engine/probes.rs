@@ -104,6 +104,20 @@ pub(super) fn unsupported(container: &Container) -> Option<String> {
                 container.name
             ));
         }
+        // The agent probes from where it stands, which reaches more than a pod may (the
+        // host's own services, other workspaces, a cloud's metadata service): a probe goes
+        // to the pod's own address only, as Kubernetes' baseline requires since 1.34.
+        let host = p
+            .http_get
+            .as_ref()
+            .and_then(|h| h.host.as_deref())
+            .or(p.tcp_socket.as_ref().and_then(|t| t.host.as_deref()));
+        if host.is_some_and(|h| !h.is_empty()) {
+            return Some(format!(
+                "container {:?}: {kind} names a host; probes reach only the pod's own address",
+                container.name
+            ));
+        }
     }
     None
 }
@@ -261,14 +275,26 @@ impl EngineRuntime {
         engine_names: BTreeMap<String, String>,
         verdict: Arc<Mutex<Verdict>>,
     ) {
-        let addresses = match self.inspect(owner).await {
-            Ok(i) => super::exec::pod_addresses(i),
-            Err(_) => Vec::new(),
-        };
-        // As the kubelet: certificates are not checked, and any status from 200 to 399
-        // passes (redirects followed).
+        let mut addresses = self.pod_addresses_of(owner).await;
+        // As the kubelet: certificates are not checked, any status from 200 to 399 passes,
+        // and a redirect is followed only on the same host (one elsewhere passes, never
+        // followed: a pod must not point the agent at another host). No proxy: the pod's
+        // address is on this host.
+        let redirects = reqwest::redirect::Policy::custom(|attempt| {
+            let same = attempt
+                .previous()
+                .first()
+                .is_some_and(|first| first.host_str() == attempt.url().host_str());
+            if !same || attempt.previous().len() >= 10 {
+                attempt.stop()
+            } else {
+                attempt.follow()
+            }
+        });
         let client = match reqwest::Client::builder()
             .danger_accept_invalid_certs(true)
+            .no_proxy()
+            .redirect(redirects)
             .build()
         {
             Ok(c) => c,
@@ -312,8 +338,14 @@ impl EngineRuntime {
                     .all(|r| r.passed)
             };
             let now = Instant::now();
+            if addresses.is_empty() {
+                addresses = self.pod_addresses_of(owner).await;
+            }
             for i in 0..running.len() {
-                if running[i].next > now
+                // A startup probe that passed is done, as the kubelet's is.
+                let done = running[i].kind == Kind::Startup && running[i].passed;
+                if done
+                    || running[i].next > now
                     || (running[i].kind != Kind::Startup
                         && !started(&running, &running[i].container))
                 {
@@ -346,7 +378,7 @@ impl EngineRuntime {
                         // Liveness or startup: the container goes, and comes back through
                         // the supervisor's restart.
                         let reason = format!("{} probe failed: {message}", r.kind.word());
-                        tracing::info!(pod = %name, container = %r.container, %reason, "stopping a GitOps container its probe found unhealthy");
+                        tracing::info!(pod = %name, container = %r.container, probe = r.kind.word(), "stopping a GitOps container its probe found unhealthy");
                         self.note_probe_kill(name, &r.container, &reason);
                         let _ = self.stop(&r.engine_name).await;
                         self.changed(name);
@@ -366,7 +398,10 @@ impl EngineRuntime {
             if differs {
                 self.changed(name);
             }
-            match running.iter().map(|r| r.next).min() {
+            let pending = running
+                .iter()
+                .filter(|r| !(r.kind == Kind::Startup && r.passed));
+            match pending.map(|r| r.next).min() {
                 Some(next) => tokio::time::sleep_until(next.max(Instant::now())).await,
                 None => std::future::pending::<()>().await,
             }
@@ -403,7 +438,10 @@ impl EngineRuntime {
                 .as_deref()
                 .unwrap_or("HTTP")
                 .to_ascii_lowercase();
-            let host = http.host.clone().unwrap_or_else(|| address.to_string());
+            let host = match address {
+                IpAddr::V6(v6) => format!("[{v6}]"),
+                IpAddr::V4(v4) => v4.to_string(),
+            };
             let path = http.path.clone().unwrap_or_else(|| "/".into());
             let path = if path.starts_with('/') {
                 path
@@ -421,24 +459,19 @@ impl EngineRuntime {
             return match request.send().await {
                 Ok(response) if (200..400).contains(&response.status().as_u16()) => Ok(()),
                 Ok(response) => Err(format!(
-                    "HTTP probe failed with statuscode: {}",
+                    "http probe failed with status code {}",
                     response.status().as_u16()
                 )),
                 Err(e) if e.is_timeout() => Err(format!(
-                    "Get {url:?}: no answer within {}s",
+                    "get {url:?}: no answer within {}s",
                     timeout.as_secs()
                 )),
-                Err(e) => Err(format!("Get {url:?}: {}", warren_types::error_chain(&e))),
+                Err(e) => Err(format!("get {url:?}: {}", warren_types::error_chain(&e))),
             };
         }
         if let Some(tcp) = &r.probe.tcp_socket {
             let port = port_of(&tcp.port, &r.spec)?;
-            let host: IpAddr = match &tcp.host {
-                Some(h) => h
-                    .parse()
-                    .map_err(|_| format!("host {h:?} is not an address"))?,
-                None => address,
-            };
+            let host = address;
             return match tokio::time::timeout(timeout, tokio::net::TcpStream::connect((host, port)))
                 .await
             {
@@ -448,6 +481,15 @@ impl EngineRuntime {
             };
         }
         Err("the probe has no handler".into())
+    }
+
+    /// The addresses of the pod whose first container is `owner`; none when it cannot be
+    /// inspected (looked at again at the next round).
+    async fn pod_addresses_of(&self, owner: &str) -> Vec<IpAddr> {
+        match self.inspect(owner).await {
+            Ok(i) => super::exec::pod_addresses(i),
+            Err(_) => Vec::new(),
+        }
     }
 
     /// Runs an exec probe's command in `container`: passes when it exits 0.
@@ -521,6 +563,12 @@ mod tests {
         assert!(message.contains("livenessProbe.grpc"), "{message}");
         let none = container(json!({"name": "web", "readinessProbe": {"periodSeconds": 3}}));
         assert!(unsupported(&none).unwrap().contains("no handler"));
+        let aimed = container(json!({"name": "web",
+            "readinessProbe": {"httpGet": {"host": "169.254.169.254", "port": 80}}}));
+        assert!(unsupported(&aimed).unwrap().contains("names a host"));
+        let aimed = container(json!({"name": "web",
+            "livenessProbe": {"tcpSocket": {"host": "127.0.0.1", "port": 22}}}));
+        assert!(unsupported(&aimed).unwrap().contains("names a host"));
         let fine = container(json!({"name": "web",
             "readinessProbe": {"httpGet": {"port": "http", "path": "/"}},
             "livenessProbe": {"tcpSocket": {"port": 80}},

@@ -32,10 +32,15 @@ const FIRST_DELAY: Duration = Duration::from_secs(10);
 const MAX_DELAY: Duration = Duration::from_secs(300);
 /// A run this long forgets the delay: the next crash is restarted at once.
 const RESET_AFTER: Duration = Duration::from_secs(600);
+/// When a look at a pod failed, or its restart could not take the pod's lock: looked at
+/// again this soon.
+const RETRY_LOOK: Duration = Duration::from_secs(2);
 
-/// The restarts of one pod.
+/// The restarts of one pod (of one pod spec: a new spec starts afresh).
 #[derive(Debug, Clone, Default)]
 pub(super) struct Crashes {
+    /// The pod hash these restarts are of.
+    hash: String,
     /// How many times the pod's containers were restarted.
     pub restarts: u32,
     /// The delay before the next restart after this one.
@@ -147,7 +152,16 @@ impl EngineRuntime {
         lock(&self.inner.crashes).retain(|name, _| pods.contains_key(name));
         let mut earliest: Option<Instant> = None;
         for (name, containers) in pods {
-            if let Some(due) = self.restart_pod(&name, containers).await? {
+            // One pod's trouble (a container gone between the listing and its
+            // inspection) is that pod's: looked at again soon, the others go on.
+            let due = match self.restart_pod(&name, containers).await {
+                Ok(due) => due,
+                Err(e) => {
+                    tracing::debug!(pod = %name, error = %warren_types::error_chain(&e), "looking at an exited GitOps pod failed; looking again soon");
+                    Some(Instant::now() + RETRY_LOOK)
+                }
+            };
+            if let Some(due) = due {
                 earliest = Some(earliest.map_or(due, |e| e.min(due)));
             }
         }
@@ -167,6 +181,10 @@ impl EngineRuntime {
         // Stopped, going, or still starting: nothing to restart (the start sequence owns
         // a starting pod; an apply's own start would race with this one).
         if record.replicas != 1 || record.deleting || record.starting {
+            return Ok(None);
+        }
+        // A restart of it under way ends with a look of its own.
+        if lock(&self.inner.starters).contains_key(name) {
             return Ok(None);
         }
         containers.retain(|c| label(c, POD_HASH_LABEL) == Some(record.pod_hash.as_str()));
@@ -233,13 +251,29 @@ impl EngineRuntime {
             // How it ended is not known yet; an event or the next look tells.
             return Ok(Some(now + Duration::from_secs(1)));
         };
-        let finished = st.finished_at.unwrap_or_default();
+        let finished = st.finished_at.clone().unwrap_or_default();
         let mut new_exit = false;
         let due = {
             let mut all = lock(&self.inner.crashes);
             let crashes = all.entry(name.to_owned()).or_default();
+            if crashes.hash != record.pod_hash {
+                // Another pod spec: its restarts and back-off start afresh.
+                *crashes = Crashes {
+                    hash: record.pod_hash.clone(),
+                    probe_kill: crashes.probe_kill.take(),
+                    ..Crashes::default()
+                };
+            }
             let this = (container.clone(), finished);
-            if crashes.handled.as_ref() != Some(&this) {
+            // An exit already restarted that is still the last: when the restart failed
+            // (recorded), it counts again, with the back-off, so a start that fails never
+            // spins; otherwise the engine has not recorded the new run's end yet (Podman
+            // lists a container exited before it records when), and a later look tells.
+            let restarted = crashes.handled.as_ref() == Some(&this) && crashes.due.is_none();
+            if restarted && record.failure.is_none() {
+                return Ok(Some(now + RETRY_LOOK));
+            }
+            if crashes.handled.as_ref() != Some(&this) || restarted {
                 // A new exit.
                 if crashes
                     .restarted_at
@@ -277,9 +311,20 @@ impl EngineRuntime {
             return Ok(Some(due));
         }
         // An apply or delete under way owns the pod now; the next pass looks again.
-        let Ok(_guard) = self.lock_workspace_now(name) else {
-            return Ok(Some(now + Duration::from_secs(1)));
+        let Ok(guard) = self.lock_workspace_now(name) else {
+            return Ok(Some(now + RETRY_LOOK));
         };
+        // Read again under the lock: a delete or apply may have come between the look and it.
+        let Some(current) = self.read_record(name) else {
+            return Ok(None);
+        };
+        if current.pod_hash != record.pod_hash
+            || current.replicas != 1
+            || current.deleting
+            || current.starting
+        {
+            return Ok(None);
+        }
         let order = StartOrder {
             // The init containers run again only when one of them failed: an app
             // container's restart is the container's alone, as on Kubernetes.
@@ -299,18 +344,47 @@ impl EngineRuntime {
             crashes.due = None;
             crashes.restarted_at = Some(now);
         }
-        let outcome = self.run_start(&order).await;
-        if let Some(mut record) = self.read_record(name) {
-            record.failure = match outcome {
-                Ok(failure) => failure,
-                Err(e) => Some(warren_types::reconcile::PodFailure {
-                    reason: "RunContainerError".into(),
-                    message: warren_types::error_chain(&e),
-                }),
+        // In a task of its own, registered as the pod's start sequence: an init container
+        // that runs long holds this pod only (never the supervisor's other pods), and an
+        // apply or delete of the pod cancels it as it cancels any start sequence.
+        let token = self.inner.shutdown.child_token();
+        let generation = self
+            .inner
+            .next_starter
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        lock(&self.inner.starters).insert(name.to_owned(), (generation, token.clone()));
+        let this = self.clone();
+        let name = name.to_owned();
+        let hash = record.pod_hash.clone();
+        tokio::spawn(async move {
+            let _guard = guard;
+            let outcome = tokio::select! {
+                // Cancel-safe: the containers are left as they are; the apply or delete
+                // that cancelled the restart converges from there.
+                _ = token.cancelled() => None,
+                outcome = this.run_start(&order) => Some(outcome),
             };
-            self.write_record(&record)?;
-        }
-        self.changed(name);
+            {
+                let mut starters = lock(&this.inner.starters);
+                if starters.get(&name).is_some_and(|(g, _)| *g == generation) {
+                    starters.remove(&name);
+                }
+            }
+            let Some(outcome) = outcome else { return };
+            if let Some(mut record) = this.read_record(&name).filter(|r| r.pod_hash == hash) {
+                record.failure = match outcome {
+                    Ok(failure) => failure,
+                    Err(e) => Some(warren_types::reconcile::PodFailure {
+                        reason: "RunContainerError".into(),
+                        message: warren_types::error_chain(&e),
+                    }),
+                };
+                if let Err(e) = this.write_record(&record) {
+                    tracing::warn!(pod = %name, error = %warren_types::error_chain(&e), "recording a GitOps pod's restart failed");
+                }
+            }
+            this.changed(&name);
+        });
         Ok(None)
     }
 

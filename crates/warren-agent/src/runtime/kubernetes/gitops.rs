@@ -114,8 +114,23 @@ fn default_protocols(body: &mut Value) {
             }
         }
     }
-    if body["kind"] == "Service" {
+    let kind = body["kind"].as_str().unwrap_or_default().to_owned();
+    if kind == "Service" {
         fill(body.pointer_mut("/spec/ports"));
+    }
+    // Only the built-in kinds with pods: a custom resource's schema is its own.
+    let pods = [
+        "Pod",
+        "Deployment",
+        "StatefulSet",
+        "DaemonSet",
+        "ReplicaSet",
+        "ReplicationController",
+        "Job",
+        "CronJob",
+    ];
+    if !pods.contains(&kind.as_str()) {
+        return;
     }
     // A Pod's own spec, or a workload's template (CronJob's one level deeper).
     for spec in [
@@ -486,7 +501,12 @@ impl KubernetesRuntime {
             .ok()?;
         let mut parts = Vec::new();
         for pod in &list.items {
-            let status = pod.status.as_ref()?;
+            let Some(status) = pod.status.as_ref() else {
+                continue;
+            };
+            // Read once per pod, for the first container it concerns.
+            let mut probe_failure = None;
+            let mut asked = false;
             for c in status.container_statuses.iter().flatten() {
                 if c.ready && (!ready || c.restart_count == 0) {
                     continue;
@@ -515,7 +535,11 @@ impl KubernetesRuntime {
                 } else if !c.ready && c.state.as_ref().and_then(|s| s.running.as_ref()).is_some() {
                     text.push_str("; running, not ready");
                 }
-                if let Some(probe) = self.last_probe_failure(namespace, pod).await {
+                if !asked {
+                    asked = true;
+                    probe_failure = self.last_probe_failure(namespace, pod).await;
+                }
+                if let Some(probe) = &probe_failure {
                     text.push_str(&format!("; {probe}"));
                 }
                 parts.push(text);

@@ -398,6 +398,63 @@ async fn a_source_runs_changes_and_leaves_on_the_engine() -> Result<()> {
     Ok(())
 }
 
+/// A source of public example manifests (`tests/fixtures/public`) on a runtime of its own,
+/// removed with everything it made when dropped.
+struct Examples {
+    h: Harness,
+    name: String,
+    source: Source,
+    policy: Policy,
+    objects: Vec<Manifest>,
+    _cleanup: Cleanup,
+}
+
+impl Examples {
+    /// `None` where no engine runs.
+    async fn new(prefix: &str, files: &[&str]) -> Result<Option<Examples>> {
+        if !engine_available() {
+            return Ok(None);
+        }
+        common::public::build_images()?;
+        let h = Harness::new().await?;
+        let name = format!("{prefix}-{:06x}", rand::random::<u32>() & 0xffffff);
+        Ok(Some(Examples {
+            h,
+            _cleanup: Cleanup(name.clone()),
+            source: Source {
+                name: name.clone(),
+                repository: "examples".into(),
+                git_ref: "main".into(),
+                paths: vec![],
+                mode: SourceMode::Namespaced,
+                namespace: Some("demo".into()),
+                kinds: KindRules::default(),
+                prune: true,
+                interval: "60s".into(),
+            },
+            name,
+            policy: Policy::default(),
+            objects: common::public::manifests(files)?,
+        }))
+    }
+
+    /// A sync of the source's commit.
+    async fn sync(&self) -> Result<GitopsOutcome> {
+        self.h
+            .runtime
+            .sync_gitops(&GitopsSync {
+                agent: "edge",
+                source: &self.source,
+                policy: &self.policy,
+                commit: "c0ffee",
+                objects: &self.objects,
+                prune: true,
+            })
+            .await
+            .context("sync")
+    }
+}
+
 /// The health the source reports for Deployment `name`, at a sync.
 fn health_of<'a>(
     out: &'a GitopsOutcome,
@@ -426,49 +483,27 @@ fn host_uid(container: &str) -> Result<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn public_examples_run_as_on_kubernetes_and_a_crash_loop_says_why() -> Result<()> {
-    if !engine_available() {
+    let Some(x) = Examples::new(
+        "public",
+        &[
+            "guestbook-ui-deployment.yaml",
+            "guestbook-ui-svc.yaml",
+            "crashloop.yaml",
+        ],
+    )
+    .await?
+    else {
         return Ok(());
-    }
-    common::public::build_images()?;
-    let h = Harness::new().await?;
-    let name = format!("public-{:06x}", rand::random::<u32>() & 0xffffff);
-    let _cleanup = Cleanup(name.clone());
-    let source = Source {
-        name: name.clone(),
-        repository: "examples".into(),
-        git_ref: "main".into(),
-        paths: vec![],
-        mode: SourceMode::Namespaced,
-        namespace: Some("demo".into()),
-        kinds: KindRules::default(),
-        prune: true,
-        interval: "60s".into(),
     };
-    let policy = Policy::default();
-    let objects = common::public::manifests(&[
-        "guestbook-ui-deployment.yaml",
-        "guestbook-ui-svc.yaml",
-        "crashloop.yaml",
-    ])?;
-    let sync = || async {
-        h.runtime
-            .sync_gitops(&GitopsSync {
-                agent: "edge",
-                source: &source,
-                policy: &policy,
-                commit: "c0ffee",
-                objects: &objects,
-                prune: true,
-            })
-            .await
-    };
+    let sync = || x.sync();
+    let (h, name, source, policy) = (&x.h, &x.name, &x.source, &x.policy);
     let out = sync().await.context("first sync")?;
     assert!(out.errors.is_empty(), "{out:?}");
     assert_eq!(out.applied, 3, "{out:?}");
 
     // The guestbook runs as its image's user, root, bound to port 80 — and root in the
     // container is no one on the host (a user namespace of its own).
-    let guestbook = wait_running(&name, "guestbook-ui").await?;
+    let guestbook = wait_running(name, "guestbook-ui").await?;
     let published = cli_run(&["port", &guestbook, "80/tcp"])?;
     let address = published
         .lines()
@@ -573,52 +608,25 @@ async fn public_examples_run_as_on_kubernetes_and_a_crash_loop_says_why() -> Res
         .runtime
         .sync_gitops(&GitopsSync {
             agent: "edge",
-            source: &source,
-            policy: &policy,
+            source,
+            policy,
             commit: "d00d",
             objects: &[],
             prune: true,
         })
         .await?;
     assert_eq!(out.pruned, 3, "{out:?}");
-    assert!(container_of(&name, "guestbook-ui").is_none());
+    assert!(container_of(name, "guestbook-ui").is_none());
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probes_decide_readiness_and_a_failed_liveness_probe_restarts() -> Result<()> {
-    if !engine_available() {
+    let Some(x) = Examples::new("probes", &["probes.yaml"]).await? else {
         return Ok(());
-    }
-    common::public::build_images()?;
-    let h = Harness::new().await?;
-    let name = format!("probes-{:06x}", rand::random::<u32>() & 0xffffff);
-    let _cleanup = Cleanup(name.clone());
-    let source = Source {
-        name: name.clone(),
-        repository: "examples".into(),
-        git_ref: "main".into(),
-        paths: vec![],
-        mode: SourceMode::Namespaced,
-        namespace: Some("demo".into()),
-        kinds: KindRules::default(),
-        prune: true,
-        interval: "60s".into(),
     };
-    let policy = Policy::default();
-    let objects = common::public::manifests(&["probes.yaml"])?;
-    let sync = || async {
-        h.runtime
-            .sync_gitops(&GitopsSync {
-                agent: "edge",
-                source: &source,
-                policy: &policy,
-                commit: "c0ffee",
-                objects: &objects,
-                prune: true,
-            })
-            .await
-    };
+    let sync = || x.sync();
+    let name = &x.name;
     let out = sync().await.context("first sync")?;
     assert!(out.errors.is_empty(), "{out:?}");
 
@@ -662,7 +670,7 @@ async fn probes_decide_readiness_and_a_failed_liveness_probe_restarts() -> Resul
                 break l.message.clone();
             }
         }
-        let logs = container_of(&name, "liveness-exec")
+        let logs = container_of(name, "liveness-exec")
             .map(|c| cli_run(&["inspect", "--format", "{{.State.StartedAt}}", &c]));
         anyhow::ensure!(
             tokio::time::Instant::now() < deadline,
@@ -681,6 +689,6 @@ async fn probes_decide_readiness_and_a_failed_liveness_probe_restarts() -> Resul
         "the restart is counted: {restarted}"
     );
     // Restarted, it runs again (its file is back).
-    wait_running(&name, "liveness-exec").await?;
+    wait_running(name, "liveness-exec").await?;
     Ok(())
 }

@@ -208,20 +208,19 @@ impl EngineRuntime {
             return Ok(Ok(()));
         };
         let name = &c.engine_name;
-        let looked = async {
-            let id = self
-                .inspect(name)
-                .await
-                .map_err(|e| runtime_err(format!("inspecting container {name}"), e))?
-                .image
-                .unwrap_or_default();
-            match self.inner.docker.inspect_image(&id).await {
-                Ok(i) => Ok(i.config.and_then(|c| c.user).unwrap_or_default()),
-                Err(e) => Err(runtime_err(format!("inspecting image {id}"), e)),
+        let user = match self.image_config_of(name).await {
+            Ok(Some(config)) => config.user.unwrap_or_default(),
+            // Gone meanwhile: unchecked, the container must not stay either.
+            Ok(None) => {
+                let _ = self.remove(name).await;
+                return Ok(Err(PodFailure {
+                    reason: "CreateContainerError".into(),
+                    message: format!(
+                        "container {}: its image went away while it was created",
+                        c.name
+                    ),
+                }));
             }
-        };
-        let user = match looked.await {
-            Ok(user) => user,
             Err(e) => {
                 // Unchecked, it must not stay: the next apply would find it and start it.
                 let _ = self.remove(name).await;
@@ -315,19 +314,31 @@ impl EngineRuntime {
         workspace: &str,
         scope: &BuildScope,
     ) -> Result<Option<String>, RuntimeError> {
+        // Gone already: the container cannot start, and says so.
+        let Some(config) = self.image_config_of(name).await? else {
+            return Ok(None);
+        };
+        let labels = config.labels.unwrap_or_default();
+        Ok(scope.foreign(workspace, |k| labels.get(k).map(String::as_str)))
+    }
+
+    /// The configuration of the image container `name` was created from (what it runs,
+    /// whatever name it was asked by); `None` when that image is gone.
+    async fn image_config_of(
+        &self,
+        name: &str,
+    ) -> Result<Option<bollard::models::ImageConfig>, RuntimeError> {
         let id = self
             .inspect(name)
             .await
             .map_err(|e| runtime_err(format!("inspecting container {name}"), e))?
             .image
             .unwrap_or_default();
-        let labels = match self.inner.docker.inspect_image(&id).await {
-            Ok(i) => i.config.and_then(|c| c.labels).unwrap_or_default(),
-            // Gone already: the container cannot start, and says so.
-            Err(e) if status_of(&e) == Some(404) => return Ok(None),
-            Err(e) => return Err(runtime_err(format!("inspecting image {id}"), e)),
-        };
-        Ok(scope.foreign(workspace, |k| labels.get(k).map(String::as_str)))
+        match self.inner.docker.inspect_image(&id).await {
+            Ok(i) => Ok(Some(i.config.unwrap_or_default())),
+            Err(e) if status_of(&e) == Some(404) => Ok(None),
+            Err(e) => Err(runtime_err(format!("inspecting image {id}"), e)),
+        }
     }
 
     /// Points the plan's containers whose image this workspace built at its build: a build

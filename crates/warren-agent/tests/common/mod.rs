@@ -173,13 +173,17 @@ impl Drop for Workspace {
 
 /// Removes every container, volume and network the engine filter `filter` selects.
 pub fn remove_labelled(filter: &str) {
-    let containers = cli_lines(&["ps", "-a", "-q", "--filter", filter]);
-    // Joiners first: the infra container owns the network namespace.
-    for id in containers.iter().rev() {
-        let _ = cli_run(&["rm", "-f", "-t", "0", id]);
-    }
-    for id in cli_lines(&["ps", "-a", "-q", "--filter", filter]) {
-        let _ = cli_run(&["rm", "-f", "-t", "0", &id]);
+    // Joiners first: the infra container owns the network namespace. Podman 4.3 may fail a
+    // removal it is racing (its own clean-up, a restart under way) and leave the container:
+    // what is still listed is removed again, a bounded number of times.
+    for _ in 0..5 {
+        let containers = cli_lines(&["ps", "-a", "-q", "--filter", filter]);
+        if containers.is_empty() {
+            break;
+        }
+        for id in containers.iter().rev() {
+            let _ = cli_run(&["rm", "-f", "-t", "0", id]);
+        }
     }
     for v in cli_lines(&["volume", "ls", "-q", "--filter", filter]) {
         let _ = cli_run(&["volume", "rm", "-f", &v]);

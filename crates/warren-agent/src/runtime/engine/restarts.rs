@@ -47,7 +47,9 @@ pub(super) struct Crashes {
     delay: Duration,
     /// When the restart of the exit being handled is due; `None` when none is pending.
     due: Option<Instant>,
-    /// The exit being handled (its container and when it ended), so one exit is counted once.
+    /// The exit being handled (its container, and when that run started and ended), so one
+    /// exit is counted once. The start time tells runs apart: Podman 4.3 may keep the old
+    /// end time for a run that exits before it records the run's start.
     handled: Option<(String, String)>,
     /// When the pod was last restarted.
     restarted_at: Option<Instant>,
@@ -251,7 +253,11 @@ impl EngineRuntime {
             // How it ended is not known yet; an event or the next look tells.
             return Ok(Some(now + Duration::from_secs(1)));
         };
-        let finished = st.finished_at.clone().unwrap_or_default();
+        let finished = format!(
+            "{} {}",
+            st.started_at.as_deref().unwrap_or_default(),
+            st.finished_at.as_deref().unwrap_or_default()
+        );
         let mut new_exit = false;
         let due = {
             let mut all = lock(&self.inner.crashes);

@@ -1,16 +1,20 @@
 //! Density (issue 38): what one more workspace costs on an agent that already holds many.
 //!
 //! For 0, 10, 50 and 200 workspaces already on the agent (every other one stopped), whole
-//! `warren` CLI processes against the `podman` CLI doing the same to a container of the same
-//! image on the same engine, interleaved so load drifts hit both, each printed as a ratio to
-//! its podman baseline:
+//! `warren` CLI processes against `podman` CLI processes on the same engine, interleaved so
+//! load drifts hit both, each printed as a ratio to its podman baseline. Each Warren
+//! operation is paired with the engine doing the same work by hand (the goal's ratio), and,
+//! as the issue listed them, with the single-container command alone:
 //!
-//! - `warren ws create --wait` against `podman run -d`
-//! - `warren ws stop --wait` against `podman stop`
-//! - `warren ws rm --wait` against `podman rm`
+//! - `warren ws create --wait`: a workspace is a network (isolated), a volume and a
+//!   container on them with a published port, so `podman network create`, `podman volume
+//!   create` and `podman run -d` of such a container; alone, `podman run -d`;
+//! - `warren ws stop --wait` against `podman stop` (the same work);
+//! - `warren ws rm --wait`: `podman rm`, `podman network rm` and `podman volume rm`; alone,
+//!   `podman rm`.
 //!
-//! Goal: ≤ 1.25× at every size. Then the agent's CPU while idle with the largest number of
-//! workspaces present, as a share of one core (goal < 2 %).
+//! Goal: ≤ 1.25× the same work at every size. Then the agent's CPU while idle with the
+//! largest number of workspaces present, as a share of one core (goal < 2 %).
 //!
 //! Runs `warren server`, `warren relay` and `warren agent` as separate processes (the test
 //! support's `Stack`). Sizes can be narrowed with `WARREN_BENCH_DENSITY_SIZES=0,10`. Skips
@@ -178,9 +182,9 @@ fn main() {
         fill(&stack, &devfile, &mut present, size);
         let (mut w_create, mut w_stop, mut w_rm) = (vec![], vec![], vec![]);
         let (mut p_create, mut p_stop, mut p_rm) = (vec![], vec![], vec![]);
+        let (mut p_run, mut p_rm_ctr) = (vec![], vec![]);
         for i in 0..RUNS {
             let name = format!("{PREFIX}m{size}-{i}");
-            let ctr = format!("warren-bench-{PREFIX}{size}-{i}");
             w_create.push(warren_timed(
                 &home,
                 &[
@@ -193,15 +197,48 @@ fn main() {
                     "--wait",
                 ],
             ));
-            p_create.push(podman_timed(&[
+            // The same work by hand: a network, a volume and the container on them.
+            let base = format!("warren-bench-{PREFIX}{size}-{i}");
+            let (net, vol, ctr) = (
+                format!("{base}-net"),
+                format!("{base}-vol"),
+                format!("{base}-ctr"),
+            );
+            let mount = format!("{vol}:/projects");
+            let by_hand = podman_timed(&["network", "create", "-o", "isolate=true", &net])
+                + podman_timed(&["volume", "create", &vol])
+                + podman_timed(&[
+                    "run",
+                    "-d",
+                    // As Warren's containers: an init, so `sleep` stops at once on SIGTERM.
+                    "--init",
+                    "--memory",
+                    "64m",
+                    "--name",
+                    &ctr,
+                    "--network",
+                    &net,
+                    "-v",
+                    &mount,
+                    "-p",
+                    "127.0.0.1::8080",
+                    "--entrypoint",
+                    "sh",
+                    IMAGE,
+                    "-c",
+                    "exec sleep 86400",
+                ]);
+            p_create.push(by_hand);
+            // The single-container command the issue names, on the default network.
+            let alone = format!("{base}-alone");
+            p_run.push(podman_timed(&[
                 "run",
                 "-d",
-                // As Warren's containers: an init, so `sleep` stops at once on SIGTERM.
                 "--init",
                 "--memory",
                 "64m",
                 "--name",
-                &ctr,
+                &alone,
                 "--entrypoint",
                 "sh",
                 IMAGE,
@@ -210,14 +247,23 @@ fn main() {
             ]));
             w_stop.push(warren_timed(&home, &["ws", "stop", &name, "--wait"]));
             p_stop.push(podman_timed(&["stop", "-t", "10", &ctr]));
+            podman_timed(&["stop", "-t", "10", &alone]);
             w_rm.push(warren_timed(&home, &["ws", "rm", &name, "--wait"]));
-            p_rm.push(podman_timed(&["rm", &ctr]));
+            p_rm.push(
+                podman_timed(&["rm", &ctr])
+                    + podman_timed(&["network", "rm", &net])
+                    + podman_timed(&["volume", "rm", &vol]),
+            );
+            p_rm_ctr.push(podman_timed(&["rm", &alone]));
         }
-        for (what, w, p) in [
-            ("create --wait / podman run -d", w_create, p_create),
+        let rows_of = [
+            ("create --wait / same by hand ", w_create.clone(), p_create),
+            ("create --wait / podman run -d", w_create, p_run),
             ("stop --wait   / podman stop  ", w_stop, p_stop),
-            ("rm --wait     / podman rm    ", w_rm, p_rm),
-        ] {
+            ("rm --wait     / same by hand ", w_rm.clone(), p_rm),
+            ("rm --wait     / podman rm    ", w_rm, p_rm_ctr),
+        ];
+        for (what, w, p) in rows_of {
             let row = Row {
                 size,
                 what,
@@ -260,7 +306,7 @@ fn main() {
             "release"
         }
     );
-    println!("  present  operation                          warren ms  podman ms  ratio  (goal <= 1.25x)");
+    println!("  present  operation                          warren ms  podman ms  ratio  (goal <= 1.25x against the same work by hand)");
     for r in &rows {
         println!(
             "  {:>7}  {}  {:9.1}  {:9.1}  {:.2}x",

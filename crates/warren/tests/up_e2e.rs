@@ -30,7 +30,7 @@ components:
 /// lifecycle test's restarted container was seen to exit (code 0, about 0.3 s after its
 /// start, with no stop from Warren) far more often with two Podman services on the same
 /// storage; it also happens, rarely, with one, which the engine runtime handles itself
-/// (`RESTART_GRACE` in `engine/start.rs`). Serialising keeps these tests to the usual case.
+/// (`watch_restart` in `engine/start.rs`). Serialising keeps these tests to the usual case.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {

@@ -4,12 +4,14 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use bollard::models::EventMessageTypeEnum;
 use bollard::query_parameters::EventsOptions;
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
+use super::index::ContainerIndex;
 use super::plan::WORKSPACE_NAME_LABEL;
-use super::{connect, EngineRuntime, Inner, OWNER_LABEL};
+use super::{connect, lock, EngineRuntime, Inner, OWNER_LABEL};
 use crate::runtime::AGENT_ID_LABEL;
 
 /// Bumps the change counter on every engine event of this agent's objects; reconnects when
@@ -33,7 +35,9 @@ pub(super) async fn watch_events(inner: std::sync::Weak<Inner>, shutdown: Cancel
             ..Default::default()
         };
         let mut stream = docker.events(Some(options));
-        // Events may have been missed while disconnected: every workspace is looked at again.
+        // Events may have been missed while disconnected: every workspace is looked at again,
+        // and the containers of each are listed until the next full look (`index`).
+        lock(&strong.index).invalidate();
         EngineRuntime { inner: strong }.changed_all();
         loop {
             tokio::select! {
@@ -45,6 +49,8 @@ pub(super) async fn watch_events(inner: std::sync::Weak<Inner>, shutdown: Cancel
                         // actor's attributes; any event of our objects counts, whatever its
                         // action is called (Podman's differ from Docker's).
                         let attrs = event.actor.and_then(|a| a.attributes);
+                        let container = event.typ == Some(EventMessageTypeEnum::CONTAINER);
+                        let action = event.action.unwrap_or_default();
                         let ours = attrs.as_ref().is_none_or(|attrs| {
                             attrs.get(AGENT_ID_LABEL).is_none_or(|id| *id == agent)
                                 && attrs.get(OWNER_LABEL).is_none_or(|o| *o == owner)
@@ -55,6 +61,9 @@ pub(super) async fn watch_events(inner: std::sync::Weak<Inner>, shutdown: Cancel
                         let Some(inner) = inner.upgrade() else {
                             return;
                         };
+                        if container {
+                            index_event(&inner.index, &action, attrs.as_ref());
+                        }
                         let runtime = EngineRuntime { inner };
                         // Containers carry their workspace's name; an event naming none (a
                         // volume or network the runtime made itself) changes no state the
@@ -77,6 +86,27 @@ pub(super) async fn watch_events(inner: std::sync::Weak<Inner>, shutdown: Cancel
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
+    }
+}
+
+/// Keeps the index of each workspace's containers (`index`) as a container event says: made
+/// (`create`) or gone (Podman's `remove`, Docker's `destroy`).
+fn index_event(
+    index: &std::sync::Mutex<ContainerIndex>,
+    action: &str,
+    attrs: Option<&HashMap<String, String>>,
+) {
+    let Some(name) = attrs.and_then(|a| a.get("name")) else {
+        return;
+    };
+    match action {
+        "create" => {
+            if let Some(workspace) = attrs.and_then(|a| a.get(WORKSPACE_NAME_LABEL)) {
+                lock(index).add(workspace, name);
+            }
+        }
+        "remove" | "destroy" => lock(index).remove(name),
+        _ => {}
     }
 }
 

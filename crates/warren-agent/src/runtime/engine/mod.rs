@@ -21,6 +21,7 @@ mod exec;
 mod files;
 pub mod firewall;
 mod gitops;
+mod index;
 mod networks;
 mod observed;
 pub mod plan;
@@ -235,12 +236,18 @@ struct Inner {
     /// The running start sequence per workspace, cancelled by the next apply or delete.
     starters: Mutex<HashMap<String, (u64, CancellationToken)>>,
     next_starter: std::sync::atomic::AtomicU64,
+    /// Workspaces started afresh a moment ago and watched for an early exit Podman caused,
+    /// with the watch's generation (`start::watch_restart`).
+    restarted: Mutex<HashMap<String, u64>>,
     /// Workspaces whose pod (this pod hash) was found usable (`ready`).
     usable: Mutex<HashMap<String, String>>,
     /// Workspaces with a readiness probe under way.
     probing: Mutex<std::collections::HashSet<String>>,
     /// What `list` last saw, and what it must look at again (`observed`).
     view: Mutex<observed::View>,
+    /// The names of each workspace's containers, so a look at one workspace inspects its
+    /// containers instead of listing (`index`).
+    index: Mutex<index::ContainerIndex>,
     /// Held while `list` looks at the engine.
     looking: tokio::sync::Mutex<()>,
     /// The subnet of each workspace network, by workspace; `None` until listed (`firewall`).
@@ -373,10 +380,12 @@ impl EngineRuntime {
             changes,
             locks: Mutex::default(),
             starters: Mutex::default(),
+            restarted: Mutex::default(),
             next_starter: std::sync::atomic::AtomicU64::new(0),
             usable: Mutex::default(),
             probing: Mutex::default(),
             view: Mutex::new(observed::View::stale()),
+            index: Mutex::default(),
             looking: tokio::sync::Mutex::new(()),
             subnets: Mutex::default(),
             libpod: std::sync::OnceLock::new(),
@@ -663,6 +672,8 @@ impl EngineRuntime {
         if let Some((_, token)) = lock(&self.inner.starters).remove(name) {
             token.cancel();
         }
+        // What comes now decides the pod's fate: an exit is no longer Podman's blip.
+        lock(&self.inner.restarted).remove(name);
         let m = lock(&self.inner.locks)
             .entry(name.to_owned())
             .or_default()
@@ -683,7 +694,19 @@ impl EngineRuntime {
     }
 
     /// The containers `selector` selects.
+    /// The containers `selector` selects. A workspace's are inspected by name while the
+    /// index knows them (`index`); otherwise, and for the whole installation, listed.
     async fn containers(&self, selector: &Selector) -> Result<Vec<ContainerSummary>, RuntimeError> {
+        if let Some(workspace) = selector.workspace_name() {
+            let (names, since) = {
+                let index = lock(&self.inner.index);
+                (index.lookup(workspace), index.now())
+            };
+            if let Some(names) = names {
+                return self.inspected(selector, workspace, names, since).await;
+            }
+        }
+        let since = lock(&self.inner.index).now();
         let options = ListContainersOptions {
             all: true,
             filters: Some(HashMap::from([("label".to_owned(), selector.filters())])),
@@ -693,13 +716,56 @@ impl EngineRuntime {
         let all = retry_transient(|| docker.list_containers(Some(options.clone())))
             .await
             .map_err(|e| runtime_err("listing containers".into(), e))?;
-        Ok(all
+        let selected: Vec<ContainerSummary> = all
             .into_iter()
             .filter(|c| {
                 let labels = c.labels.as_ref();
                 selector.matches(|k| labels.and_then(|l| l.get(k)).map(String::as_str))
             })
-            .collect())
+            .collect();
+        if selector.workspace_name().is_none() {
+            let listed = selected.iter().filter_map(|c| {
+                Some((
+                    label(c, WORKSPACE_NAME_LABEL)?.to_owned(),
+                    index::summary_name(c)?.to_owned(),
+                ))
+            });
+            lock(&self.inner.index).set_all(listed.collect::<Vec<_>>(), since);
+        }
+        Ok(selected)
+    }
+
+    /// Workspace `workspace`'s containers `names`, inspected (a lookup begun at `since`);
+    /// those gone or not the selector's are dropped, from the answer and the index.
+    async fn inspected(
+        &self,
+        selector: &Selector,
+        workspace: &str,
+        names: Vec<String>,
+        since: u64,
+    ) -> Result<Vec<ContainerSummary>, RuntimeError> {
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            match self.inspect(&name).await {
+                Ok(i) => {
+                    let c = index::summary_of(i);
+                    let labels = c.labels.as_ref();
+                    if selector.matches(|k| labels.and_then(|l| l.get(k)).map(String::as_str)) {
+                        out.push(c);
+                        continue;
+                    }
+                }
+                Err(e) if status_of(&e) == Some(404) => {}
+                Err(e) => return Err(runtime_err(format!("inspecting container {name}"), e)),
+            }
+            lock(&self.inner.index).forget(workspace, &name, since);
+        }
+        Ok(out)
+    }
+
+    /// Container `name` of workspace `workspace` exists now (see `index`).
+    pub(super) fn indexed(&self, workspace: &str, name: &str) {
+        lock(&self.inner.index).add(workspace, name);
     }
 
     async fn inspect(
@@ -1077,6 +1143,16 @@ impl EngineRuntime {
                         obs.exit_code = s.exit_code.unwrap_or_default();
                         obs.oom_killed = s.oom_killed.unwrap_or(false);
                         obs.error = s.error.unwrap_or_default();
+                        // Possibly Podman's blip right after a start afresh, which the
+                        // watch undoes (`start::watch_restart`): not known yet.
+                        if obs.exit_code == 0
+                            && obs.role == Role::App
+                            && record.is_some_and(|r| self.restart_watched(&r.name))
+                        {
+                            obs.status = status::UNKNOWN.to_owned();
+                            out.push(obs);
+                            continue;
+                        }
                     }
                     // How it ended is not known yet: never guessed (a default of 0 once
                     // reported "exited with code 0" for `exit 3`); the pod is reported as

@@ -80,11 +80,11 @@ impl From<bollard::models::NetworkInspect> for NetworkInfo {
 }
 
 /// The path of Podman's own API (any Podman 4 or later serves this version).
-const LIBPOD: &str = "/v4.0.0/libpod";
+pub(super) const LIBPOD: &str = "/v4.0.0/libpod";
 
 impl EngineRuntime {
     /// A client for Podman's own API on this engine's socket, made once.
-    fn libpod(&self) -> Result<&(reqwest::Client, String), RuntimeError> {
+    pub(super) fn libpod(&self) -> Result<&(reqwest::Client, String), RuntimeError> {
         if let Some(c) = self.inner.libpod.get() {
             return Ok(c);
         }

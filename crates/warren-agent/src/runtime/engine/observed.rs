@@ -12,8 +12,9 @@
 //!   the event stream (re)connects or the engine service restarts, and before each full
 //!   reconcile (`WorkspaceRuntime::resync`), so a lost event costs at most one full interval.
 //!
-//! A workspace is looked at with engine calls scoped to it (a listing filtered by its name,
-//! its record, an inspection of an exited container), never with calls about the others.
+//! A workspace is looked at with engine calls scoped to it (an inspection of each of its
+//! containers, known by name from `index`, or a listing filtered by its name while the index
+//! is not complete; its record), never with calls about the others.
 
 use super::*;
 

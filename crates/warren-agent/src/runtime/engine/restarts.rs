@@ -368,7 +368,7 @@ impl EngineRuntime {
                 // Cancel-safe: the containers are left as they are; the apply or delete
                 // that cancelled the restart converges from there.
                 _ = token.cancelled() => None,
-                outcome = this.run_start(&order) => Some(outcome),
+                outcome = this.run_start(&order) => Some(outcome.map(|s| s.failure)),
             };
             {
                 let mut starters = lock(&this.inner.starters);

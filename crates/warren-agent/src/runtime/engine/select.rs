@@ -38,6 +38,11 @@ impl Selector {
         }
     }
 
+    /// The workspace selected, if one is.
+    pub fn workspace_name(&self) -> Option<&str> {
+        self.workspace.as_deref()
+    }
+
     /// `label` filter values narrowing what the engine sends (not trusted; see the module).
     pub fn filters(&self) -> Vec<String> {
         let mut out = vec![

@@ -34,6 +34,25 @@ impl StartOrder {
     }
 }
 
+/// What starting a pod came to.
+#[derive(Debug, Default)]
+pub(super) struct Started {
+    /// A pod failure found while starting.
+    pub failure: Option<PodFailure>,
+    /// The pod ran before and was started afresh: Podman may stop it again at once
+    /// (see [`EngineRuntime::watch_restart`]).
+    pub again: bool,
+}
+
+impl Started {
+    fn failed(failure: PodFailure) -> Started {
+        Started {
+            failure: Some(failure),
+            again: false,
+        }
+    }
+}
+
 impl EngineRuntime {
     /// Starts the pod: each init container to completion in order, then the app containers,
     /// the namespace owner first. Runs in the background, holding the workspace's lock.
@@ -57,8 +76,12 @@ impl EngineRuntime {
             return;
         }
         record.starting = false;
+        let mut again = false;
         match outcome {
-            Ok(failure) => record.failure = failure,
+            Ok(started) => {
+                again = started.again && started.failure.is_none();
+                record.failure = started.failure;
+            }
             Err(e) => {
                 tracing::warn!(workspace = %name, error = %e, "starting the workspace failed");
                 record.failure = Some(PodFailure {
@@ -70,17 +93,106 @@ impl EngineRuntime {
         if let Err(e) = self.write_record(&record) {
             tracing::warn!(workspace = %name, error = %e, "recording the start outcome failed");
         }
+        if again {
+            // Off the start's path: the pod is reported as soon as it runs, not a grace later.
+            self.watch_restart(name.clone(), plan.hash.clone(), order);
+        }
         self.changed(&name);
     }
 
-    /// `Ok(Some(failure))` for a pod failure found while starting.
-    pub(super) async fn run_start(
-        &self,
-        order: &StartOrder,
-    ) -> Result<Option<PodFailure>, RuntimeError> {
+    /// Watches a pod started afresh after a stop for [`RESTART_GRACE`], and starts it once
+    /// more if its owner exited meanwhile with nothing else changed.
+    ///
+    /// Podman 4.3 now and then stops a container it has just started again after a stop
+    /// (a late clean-up of the previous run: exit code 0, no stop from the runtime). Until
+    /// the watch ends, `observe` takes an app container's exit with code 0 for not known
+    /// yet rather than a failure, so the blip is never reported; a container that really
+    /// exits does so again and is reported. An apply or delete of the workspace ends the
+    /// watch (`lock_workspace`), so a stop right after a start stays a stop.
+    fn watch_restart(&self, name: String, hash: String, order: StartOrder) {
+        let Some(owner) = order.apps.first().cloned() else {
+            return;
+        };
+        let generation = self
+            .inner
+            .next_starter
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        lock(&self.inner.restarted).insert(name.clone(), generation);
+        let this = self.clone();
+        let shutdown = self.inner.shutdown.clone();
+        tokio::spawn(async move {
+            let exited = tokio::select! {
+                // Cancel-safe: cancellation is level-triggered; the watch just ends.
+                _ = shutdown.cancelled() => false,
+                // Cancel-safe: dropping the wait leaves nothing behind on the engine.
+                r = tokio::time::timeout(RESTART_GRACE, this.wait_stopped(&owner)) => r.is_ok(),
+            };
+            let ours =
+                |this: &EngineRuntime| lock(&this.inner.restarted).get(&name) == Some(&generation);
+            if exited && ours(&this) {
+                // The workspace's lock without cancelling anything: an apply or delete that
+                // holds it ends this watch, and one that came first has ended it already.
+                let m = lock(&this.inner.locks)
+                    .entry(name.clone())
+                    .or_default()
+                    .clone();
+                let _guard = m.lock_owned().await;
+                let unchanged = ours(&this)
+                    && this.read_record(&name).is_some_and(|r| {
+                        r.pod_hash == hash
+                            && r.replicas == 1
+                            && !r.starting
+                            && !r.deleting
+                            && r.failure.is_none()
+                    });
+                let stopped = matches!(
+                    this.inspect(&owner)
+                        .await
+                        .map(|i| i.state.and_then(|s| s.running)),
+                    Ok(Some(false))
+                );
+                if unchanged && stopped {
+                    tracing::info!(container = %owner, "started again after an early exit");
+                    let outcome = this.run_start(&order).await;
+                    if let Some(mut record) = this.read_record(&name) {
+                        let failure = match outcome {
+                            Ok(started) => started.failure,
+                            Err(e) => Some(PodFailure {
+                                reason: "RunContainerError".into(),
+                                message: warren_types::error_chain(&e),
+                            }),
+                        };
+                        if failure.is_some() {
+                            record.failure = failure;
+                            if let Err(e) = this.write_record(&record) {
+                                tracing::warn!(workspace = %name, error = %e, "recording the start outcome failed");
+                            }
+                        }
+                    }
+                }
+            }
+            {
+                let mut restarted = lock(&this.inner.restarted);
+                if restarted.get(&name) == Some(&generation) {
+                    restarted.remove(&name);
+                }
+            }
+            this.changed(&name);
+        });
+    }
+
+    /// Whether workspace `name` was started afresh a moment ago and is still watched
+    /// (`watch_restart`).
+    pub(super) fn restart_watched(&self, name: &str) -> bool {
+        lock(&self.inner.restarted).contains_key(name)
+    }
+
+    /// Starts the pod's containers in order; a pod failure found while starting is in
+    /// the answer, an unreachable engine the error.
+    pub(super) async fn run_start(&self, order: &StartOrder) -> Result<Started, RuntimeError> {
         let docker = &self.inner.docker;
         let Some(owner) = order.apps.first() else {
-            return Ok(None);
+            return Ok(Started::default());
         };
         let running = |name: &str| {
             let name = name.to_owned();
@@ -134,7 +246,7 @@ impl EngineRuntime {
             ($name:expr) => {
                 match start($name).await {
                     Ok(()) => {}
-                    Err(Ok(failure)) => return Ok(Some(failure)),
+                    Err(Ok(failure)) => return Ok(Started::failed(failure)),
                     Err(Err(e)) => return Err(e),
                 }
             };
@@ -154,11 +266,7 @@ impl EngineRuntime {
                 continue;
             }
             start_or_fail!(c.clone());
-            let options = WaitContainerOptions {
-                condition: "not-running".into(),
-            };
-            // The stream reports a non-zero exit as an error; the exit code is read below.
-            let _ = docker.wait_container(c, Some(options)).next().await;
+            self.wait_stopped(c).await;
             let code = self
                 .inspect(c)
                 .await
@@ -168,7 +276,7 @@ impl EngineRuntime {
                 .unwrap_or(0);
             if code != 0 {
                 // Reported by `list` from the container's state, with its log.
-                return Ok(None);
+                return Ok(Started::default());
             }
         }
         // Whether the owner ran before (a restart), not a container created just now.
@@ -184,30 +292,14 @@ impl EngineRuntime {
                 Ok(()) => {}
                 // A joiner cannot start once the owner has exited: the owner's exit (with its
                 // log, reported by `list`) is the failure the user needs to see.
-                Err(Ok(_)) if c != owner && !running(owner).await? => return Ok(None),
-                Err(Ok(failure)) => return Ok(Some(failure)),
+                Err(Ok(_)) if c != owner && !running(owner).await? => return Ok(Started::default()),
+                Err(Ok(failure)) => return Ok(Started::failed(failure)),
                 Err(Err(e)) => return Err(e),
             }
         }
-        if !owner_running && ran_before {
-            // Podman 4.3 now and then stops a container it has just started again after a
-            // stop (a late clean-up of the previous run: exit code 0, no stop from us). A pod
-            // started afresh is watched briefly, and started once more if its owner went
-            // that way; a container that really exits does so again and is reported.
-            let options = WaitContainerOptions {
-                condition: "not-running".into(),
-            };
-            let mut waited = docker.wait_container(owner, Some(options));
-            let exited = tokio::time::timeout(RESTART_GRACE, waited.next())
-                .await
-                .is_ok();
-            if exited && !running(owner).await? {
-                tracing::info!(container = %owner, "started again after an early exit");
-                for c in &order.apps {
-                    start_or_fail!(c.clone());
-                }
-            }
-        }
-        Ok(None)
+        Ok(Started {
+            failure: None,
+            again: !owner_running && ran_before,
+        })
     }
 }

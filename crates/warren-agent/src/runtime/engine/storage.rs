@@ -156,10 +156,7 @@ impl EngineRuntime {
         let outcome = async {
             docker.create_container(Some(options), body).await?;
             docker.start_container(&name, None).await?;
-            let wait = WaitContainerOptions {
-                condition: "not-running".into(),
-            };
-            let _ = docker.wait_container(&name, Some(wait)).next().await;
+            self.wait_stopped(&name).await;
             Ok::<_, bollard::errors::Error>(())
         }
         .await;

@@ -179,11 +179,8 @@ impl EngineRuntime {
                 .start_container(&name, None)
                 .await
                 .map_err(|e| format!("starting its container: {}", error_message(&e)))?;
-            let wait = WaitContainerOptions {
-                condition: "not-running".into(),
-            };
-            // A non-zero exit arrives as an error item; the exit code is read below.
-            let _ = docker.wait_container(&name, Some(wait)).next().await;
+            // The exit code is read below.
+            self.wait_stopped(&name).await;
             let state = self
                 .inspect(&name)
                 .await

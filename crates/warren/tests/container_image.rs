@@ -49,9 +49,12 @@ fn the_image_serves_as_an_unprivileged_user_on_a_read_only_root() {
         env!("CARGO_MANIFEST_DIR"),
         "/../../deploy/container/build.sh"
     );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let debug_file = dir.path().join("warren.debug");
     let out = Command::new("bash")
         .args([script, &guard.image, DEBIAN_IMAGE])
         .env("WARREN_BINARY", warren_bin())
+        .env("WARREN_DEBUG_OUT", &debug_file)
         .output()
         .expect("run build.sh");
     assert!(
@@ -60,6 +63,43 @@ fn the_image_serves_as_an_unprivileged_user_on_a_read_only_root() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+
+    // The shipped binary has no debug information, but names the file that keeps it; that
+    // file has the line tables a crash's addresses are symbolised with.
+    let shipped = dir.path().join("shipped");
+    let holder = format!("{}-copy", guard.container);
+    podman(&["create", "--name", &holder, &guard.image]);
+    podman(&[
+        "cp",
+        &format!("{holder}:/usr/local/bin/warren"),
+        &shipped.display().to_string(),
+    ]);
+    podman(&["rm", "-f", &holder]);
+    let sections = |path: &std::path::Path| {
+        let out = Command::new("readelf")
+            .args(["-S", "--wide"])
+            .arg(path)
+            .output()
+            .expect("readelf (binutils)");
+        assert!(out.status.success(), "readelf {}", path.display());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let in_image = sections(&shipped);
+    assert!(
+        !in_image.contains(".debug_line") && !in_image.contains(".debug_info"),
+        "the image's binary carries debug information:\n{in_image}"
+    );
+    assert!(in_image.contains(".gnu_debuglink"), "{in_image}");
+    assert!(
+        sections(&debug_file).contains(".debug_line"),
+        "the kept debug file has no line tables"
+    );
+    let full = std::fs::metadata(warren_bin()).expect("the binary").len();
+    let stripped = std::fs::metadata(&shipped)
+        .expect("the shipped binary")
+        .len();
+    eprintln!("binary: {full} bytes as built, {stripped} bytes in the image");
+    assert!(stripped < full, "{stripped} bytes shipped of {full}");
     let user = podman(&[
         "image",
         "inspect",

@@ -693,7 +693,6 @@ impl EngineRuntime {
         m.try_lock_owned()
     }
 
-    /// The containers `selector` selects.
     /// The containers `selector` selects. A workspace's are inspected by name while the
     /// index knows them (`index`); otherwise, and for the whole installation, listed.
     async fn containers(&self, selector: &Selector) -> Result<Vec<ContainerSummary>, RuntimeError> {

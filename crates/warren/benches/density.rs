@@ -127,6 +127,15 @@ fn fill(stack: &Stack, devfile: &str, present: &mut usize, size: usize) {
     *present = size.max(*present);
 }
 
+/// `podman run -d` of a keep-alive container called `name` as Warren's (an init, so `sleep`
+/// stops at once on SIGTERM, and its memory limit), with `extra` options.
+fn run_args<'a>(name: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["run", "-d", "--init", "--memory", "64m", "--name", name];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--entrypoint", "sh", IMAGE, "-c", "exec sleep 86400"]);
+    args
+}
+
 struct Row {
     size: usize,
     what: &'static str,
@@ -207,44 +216,14 @@ fn main() {
             let mount = format!("{vol}:/projects");
             let by_hand = podman_timed(&["network", "create", "-o", "isolate=true", &net])
                 + podman_timed(&["volume", "create", &vol])
-                + podman_timed(&[
-                    "run",
-                    "-d",
-                    // As Warren's containers: an init, so `sleep` stops at once on SIGTERM.
-                    "--init",
-                    "--memory",
-                    "64m",
-                    "--name",
+                + podman_timed(&run_args(
                     &ctr,
-                    "--network",
-                    &net,
-                    "-v",
-                    &mount,
-                    "-p",
-                    "127.0.0.1::8080",
-                    "--entrypoint",
-                    "sh",
-                    IMAGE,
-                    "-c",
-                    "exec sleep 86400",
-                ]);
+                    &["--network", &net, "-v", &mount, "-p", "127.0.0.1::8080"],
+                ));
             p_create.push(by_hand);
             // The single-container command the issue names, on the default network.
             let alone = format!("{base}-alone");
-            p_run.push(podman_timed(&[
-                "run",
-                "-d",
-                "--init",
-                "--memory",
-                "64m",
-                "--name",
-                &alone,
-                "--entrypoint",
-                "sh",
-                IMAGE,
-                "-c",
-                "exec sleep 86400",
-            ]));
+            p_run.push(podman_timed(&run_args(&alone, &[])));
             w_stop.push(warren_timed(&home, &["ws", "stop", &name, "--wait"]));
             p_stop.push(podman_timed(&["stop", "-t", "10", &ctr]));
             podman_timed(&["stop", "-t", "10", &alone]);

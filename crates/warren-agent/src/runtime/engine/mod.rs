@@ -674,11 +674,15 @@ impl EngineRuntime {
         }
         // What comes now decides the pod's fate: an exit is no longer Podman's blip.
         lock(&self.inner.restarted).remove(name);
-        let m = lock(&self.inner.locks)
+        self.workspace_mutex(name).lock_owned().await
+    }
+
+    /// The mutex behind workspace `name`'s lock (see `lock_workspace`).
+    fn workspace_mutex(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
+        lock(&self.inner.locks)
             .entry(name.to_owned())
             .or_default()
-            .clone();
-        m.lock_owned().await
+            .clone()
     }
 
     /// The workspace's lock when no one holds it (an apply, a delete, a start sequence).
@@ -686,11 +690,7 @@ impl EngineRuntime {
         &self,
         name: &str,
     ) -> Result<OwnedMutexGuard<()>, tokio::sync::TryLockError> {
-        let m = lock(&self.inner.locks)
-            .entry(name.to_owned())
-            .or_default()
-            .clone();
-        m.try_lock_owned()
+        self.workspace_mutex(name).try_lock_owned()
     }
 
     /// The containers `selector` selects. A workspace's are inspected by name while the

@@ -368,7 +368,7 @@ impl EngineRuntime {
                 // Cancel-safe: the containers are left as they are; the apply or delete
                 // that cancelled the restart converges from there.
                 _ = token.cancelled() => None,
-                outcome = this.run_start(&order) => Some(outcome.map(|s| s.failure)),
+                outcome = this.run_start(&order) => Some(outcome),
             };
             {
                 let mut starters = lock(&this.inner.starters);
@@ -378,13 +378,7 @@ impl EngineRuntime {
             }
             let Some(outcome) = outcome else { return };
             if let Some(mut record) = this.read_record(&name).filter(|r| r.pod_hash == hash) {
-                record.failure = match outcome {
-                    Ok(failure) => failure,
-                    Err(e) => Some(warren_types::reconcile::PodFailure {
-                        reason: "RunContainerError".into(),
-                        message: warren_types::error_chain(&e),
-                    }),
-                };
+                record.failure = super::start::Started::failure_of(outcome);
                 if let Err(e) = this.write_record(&record) {
                     tracing::warn!(pod = %name, error = %warren_types::error_chain(&e), "recording a GitOps pod's restart failed");
                 }

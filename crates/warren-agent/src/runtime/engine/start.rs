@@ -51,6 +51,17 @@ impl Started {
             again: false,
         }
     }
+
+    /// The pod failure a start came to; an engine that could not be reached is one too.
+    pub fn failure_of(outcome: Result<Started, RuntimeError>) -> Option<PodFailure> {
+        match outcome {
+            Ok(started) => started.failure,
+            Err(e) => Some(PodFailure {
+                reason: "RunContainerError".into(),
+                message: warren_types::error_chain(&e),
+            }),
+        }
+    }
 }
 
 impl EngineRuntime {
@@ -132,11 +143,7 @@ impl EngineRuntime {
             if exited && ours(&this) {
                 // The workspace's lock without cancelling anything: an apply or delete that
                 // holds it ends this watch, and one that came first has ended it already.
-                let m = lock(&this.inner.locks)
-                    .entry(name.clone())
-                    .or_default()
-                    .clone();
-                let _guard = m.lock_owned().await;
+                let _guard = this.workspace_mutex(&name).lock_owned().await;
                 let unchanged = ours(&this)
                     && this.read_record(&name).is_some_and(|r| {
                         r.pod_hash == hash
@@ -153,15 +160,8 @@ impl EngineRuntime {
                 );
                 if unchanged && stopped {
                     tracing::info!(container = %owner, "started again after an early exit");
-                    let outcome = this.run_start(&order).await;
+                    let failure = Started::failure_of(this.run_start(&order).await);
                     if let Some(mut record) = this.read_record(&name) {
-                        let failure = match outcome {
-                            Ok(started) => started.failure,
-                            Err(e) => Some(PodFailure {
-                                reason: "RunContainerError".into(),
-                                message: warren_types::error_chain(&e),
-                            }),
-                        };
                         if failure.is_some() {
                             record.failure = failure;
                             if let Err(e) = this.write_record(&record) {

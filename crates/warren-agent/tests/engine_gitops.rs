@@ -416,9 +416,16 @@ impl Examples {
             return Ok(None);
         }
         common::public::build_images()?;
+        Examples::of(prefix, common::public::manifests(files)?)
+            .await
+            .map(Some)
+    }
+
+    /// A source of `objects`, on an engine known to run.
+    async fn of(prefix: &str, objects: Vec<Manifest>) -> Result<Examples> {
         let h = Harness::new().await?;
         let name = format!("{prefix}-{:06x}", rand::random::<u32>() & 0xffffff);
-        Ok(Some(Examples {
+        Ok(Examples {
             h,
             _cleanup: Cleanup(name.clone()),
             source: Source {
@@ -434,8 +441,8 @@ impl Examples {
             },
             name,
             policy: Policy::default(),
-            objects: common::public::manifests(files)?,
-        }))
+            objects,
+        })
     }
 
     /// A sync of the source's commit.
@@ -690,5 +697,111 @@ async fn probes_decide_readiness_and_a_failed_liveness_probe_restarts() -> Resul
     );
     // Restarted, it runs again (its file is back).
     wait_running(name, "liveness-exec").await?;
+    Ok(())
+}
+
+/// A sync of the same commit while the supervisor restarts a crashed pod cancels that
+/// restart (an apply owns the pod); the pod that ran is still the supervisor's to restart,
+/// so the restart must still be made, not lost with the crash loop stalled (seen in CI).
+/// The restart's window is held open by a second container that ignores SIGTERM: a pod
+/// started afresh stops it first, which takes the runtime's stop timeout (2 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_cancelled_by_a_sync_is_still_made() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let pod = manifest(
+        "crash.yaml",
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "crash"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "crash"}},
+                "template": {
+                    "metadata": {"labels": {"app": "crash"}},
+                    "spec": {"containers": [
+                        {"name": "app", "image": IMAGE, "imagePullPolicy": "Never",
+                         "command": ["/bin/sh", "-c", "echo up; sleep 1; exit 3"]},
+                        // SIGTERM ignored: the stop waits out its timeout.
+                        {"name": "side", "image": IMAGE, "imagePullPolicy": "Never",
+                         "command": ["/bin/sh", "-c", "trap '' TERM; while true; do sleep 1; done"]},
+                    ]},
+                }
+            }
+        }),
+    );
+    let x = Examples::of("cut", vec![pod]).await?;
+    let out = x.sync().await.context("first sync")?;
+    assert!(out.errors.is_empty(), "{out:?}");
+    let app = |out: &GitopsOutcome| {
+        health_of(out, "crash")
+            .map(|h| h.message.clone())
+            .unwrap_or_default()
+    };
+
+    // Synced until the first restart is under way (counted when it begins)…
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = x.sync().await?;
+        if app(&out).contains("restarted 1 time") {
+            break;
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no first restart within 60 s: {}",
+            app(&out)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // …and once more while it stops the side container: the restart is cancelled.
+    let filter = format!("label=warren.dev/gitops-source={}", x.name);
+    let app_container = cli_lines(&["ps", "-a", "--filter", &filter, "--format", "{{.Names}}"])
+        .into_iter()
+        .find(|n| n.contains("-crash.c.app"))
+        .context("the app container")?;
+    let started = || {
+        cli_run(&[
+            "inspect",
+            "--format",
+            "{{.State.StartedAt}}",
+            &app_container,
+        ])
+    };
+    let before = started()?;
+    let out = x.sync().await?;
+    eprintln!("at the cancelling sync: {}", app(&out));
+
+    // The crash loop goes on all the same: the app runs again and exits again. No sync
+    // comes meanwhile (each would cancel a restart again).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let state = cli_run(&["inspect", "--format", "{{.State.Status}}", &app_container])?;
+        if started()? != before && state.trim() == "exited" {
+            break;
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the crash loop stalled after a cancelled restart: {state}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Its exit is held in back-off: a sync now cancels nothing.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let message = loop {
+        let m = app(&x.sync().await?);
+        if m.contains("CrashLoopBackOff") {
+            break m;
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no back-off after the second exit: {m}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        message.contains("container app exited with code 3"),
+        "{message}"
+    );
     Ok(())
 }

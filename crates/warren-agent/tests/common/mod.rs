@@ -105,6 +105,7 @@ impl Harness {
 }
 
 pub async fn connect(agent_id: AgentId, state_dir: PathBuf) -> Result<EngineRuntime> {
+    trace_to_test_output();
     let mut config = EngineConfig::new(agent_id, state_dir);
     config.stop_timeout_secs = 2;
     Ok(EngineRuntime::connect(config).await?)
@@ -330,4 +331,16 @@ pub async fn http_get_via_dial(rt: &EngineRuntime, ws: &Workspace, port: u16) ->
             _ => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     }
+}
+
+/// The runtime's log, captured with each test's output (shown when it fails): a failure
+/// seen once in CI is a bug to find, and its log is what finds it. `RUST_LOG` overrides.
+pub fn trace_to_test_output() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warren_agent=debug"));
+    // Already set by another test of this binary: that one serves all.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
 }

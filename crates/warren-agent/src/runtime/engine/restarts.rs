@@ -114,9 +114,11 @@ pub(super) async fn supervise(inner: std::sync::Weak<Inner>, shutdown: Cancellat
         let runtime = EngineRuntime { inner: strong };
         let due = match runtime.restart_pass().await {
             Ok(due) => due,
+            // A listing that failed (Podman's may, when a container goes while it is made)
+            // is made again soon: no event need come to wake the supervisor.
             Err(e) => {
-                tracing::warn!(error = %warren_types::error_chain(&e), "looking for exited GitOps pods failed");
-                None
+                tracing::warn!(error = %warren_types::error_chain(&e), "looking for exited GitOps pods failed; looking again soon");
+                Some(Instant::now() + RETRY_LOOK)
             }
         };
         drop(runtime);
@@ -362,6 +364,7 @@ impl EngineRuntime {
         let this = self.clone();
         let name = name.to_owned();
         let hash = record.pod_hash.clone();
+        let started = st.started_at.clone().unwrap_or_default();
         tokio::spawn(async move {
             let _guard = guard;
             let outcome = tokio::select! {
@@ -376,7 +379,10 @@ impl EngineRuntime {
                     starters.remove(&name);
                 }
             }
-            let Some(outcome) = outcome else { return };
+            let Some(outcome) = outcome else {
+                this.restart_cancelled(&name, &hash, &id, &started).await;
+                return;
+            };
             if let Some(mut record) = this.read_record(&name).filter(|r| r.pod_hash == hash) {
                 record.failure = super::start::Started::failure_of(outcome);
                 if let Err(e) = this.write_record(&record) {
@@ -386,6 +392,31 @@ impl EngineRuntime {
             this.changed(&name);
         });
         Ok(None)
+    }
+
+    /// The restart of pod `name` (spec `hash`), for the exit of container `id` in its run
+    /// that started at `started`, was cancelled by an apply or a delete. A delete or a new
+    /// spec ends the pod's restarts anyway; but an apply of the same spec leaves a pod that
+    /// ran to the supervisor, so a restart cancelled before it started the container is
+    /// still due (not counted, its back-off already taken), and the supervisor is woken
+    /// for it. One that got as far as the start stands: the container ran again.
+    async fn restart_cancelled(&self, name: &str, hash: &str, id: &str, started: &str) {
+        let ran_again = match self.inspect(id).await {
+            Ok(i) => i.state.and_then(|s| s.started_at).unwrap_or_default() != started,
+            // Gone (deleted) or not answering: the next pass looks for itself.
+            Err(_) => false,
+        };
+        if !ran_again {
+            if let Some(crashes) = lock(&self.inner.crashes)
+                .get_mut(name)
+                .filter(|c| c.hash == hash)
+            {
+                crashes.restarts = crashes.restarts.saturating_sub(1);
+                crashes.due = Some(Instant::now());
+            }
+            tracing::debug!(pod = %name, "a GitOps pod's restart was cancelled before it started; still due");
+        }
+        self.changed(name);
     }
 
     /// Records that a probe stops `container` of pod `name`, so its exit names the cause.

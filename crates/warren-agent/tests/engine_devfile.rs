@@ -1,7 +1,7 @@
 //! A devfile rendered by `warren-devfile`, applied by the engine runtime to a real Podman:
 //! the renderer's objects and the engine's mapping agree end to end.
 
-mod common;
+use crate::common;
 
 use anyhow::{Context, Result};
 use common::*;

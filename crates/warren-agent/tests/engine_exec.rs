@@ -4,7 +4,7 @@
 //!
 //! Skips with a notice when no engine exists; fails instead under `WARREN_REQUIRE_ENGINE=1`.
 
-mod common;
+use crate::common;
 
 use anyhow::{bail, Context, Result};
 use common::*;

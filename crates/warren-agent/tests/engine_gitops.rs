@@ -3,7 +3,7 @@
 //! and removes objects (pruned, the claim's data kept while it stays in Git); drift restored;
 //! other kinds and other namespaces refused naming them; nothing of it seen as a workspace.
 
-mod common;
+use crate::common;
 
 use anyhow::{Context, Result};
 use common::{cli_lines, cli_run, engine_available, Harness, IMAGE};

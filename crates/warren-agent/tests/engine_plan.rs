@@ -1,7 +1,7 @@
 //! The mapping of a workspace's Kubernetes objects to engine containers, volumes and files
 //! (desired-config.md's table), checked without an engine.
 
-mod common;
+use crate::common;
 
 use anyhow::Result;
 use bollard::models::MountType;

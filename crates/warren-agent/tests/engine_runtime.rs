@@ -3,7 +3,7 @@
 //!
 //! Skips with a notice when no engine exists; fails instead under `WARREN_REQUIRE_ENGINE=1`.
 
-mod common;
+use crate::common;
 
 use anyhow::{Context, Result};
 use common::*;

@@ -4,7 +4,7 @@
 //! and every object of every accepted one is created with `dryRun` on a real kube-apiserver.
 //! The API server must refuse none of them.
 
-mod kube_common;
+use crate::kube_common;
 
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};

@@ -6,7 +6,7 @@
 //! restored, and a cluster source bringing a CustomResourceDefinition (waited for until
 //! established), a Namespace and an object in it, in dependency order whatever the files say.
 
-mod kube_common;
+use crate::kube_common;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};

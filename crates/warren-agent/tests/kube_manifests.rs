@@ -9,7 +9,7 @@
 //! Skips with a notice when the control plane's binaries are missing, unless
 //! `WARREN_REQUIRE_KUBERNETES=1`.
 
-mod kube_common;
+use crate::kube_common;
 
 use kube_common::{binaries_dir, cluster, Cluster};
 use std::io::Write;

@@ -4,9 +4,8 @@
 //! and terminated; exec and logs go through the API server to the kubelet; a crash-looping
 //! command and a missing image fail with the kubelet's own reasons.
 
-mod kube_common;
-#[path = "common/public.rs"]
-mod public;
+use crate::common::public;
+use crate::kube_common;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};

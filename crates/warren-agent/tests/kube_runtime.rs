@@ -4,7 +4,7 @@
 //! these cover what a node does not change (apply, prune, inventories, shared namespaces,
 //! API outages) and states a node rarely shows on demand. `kube_node.rs` runs pods for real.
 
-mod kube_common;
+use crate::kube_common;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};

@@ -2,7 +2,7 @@
 //! tokio time: intervals, backoff, partial selection, errors reported once, termination,
 //! settings changes and wake-up on signals are checked on the virtual clock.
 
-mod reconciler_model;
+use crate::reconciler_model;
 
 use async_trait::async_trait;
 use reconciler_model::{ServerModel, NAMESPACE};

@@ -2,7 +2,7 @@
 //! random bytes, truncation) never panic or hang; every input yields objects or errors.
 //! `PROPTEST_CASES` raises the case count for longer runs.
 
-mod common;
+use crate::common;
 
 use common::*;
 use proptest::prelude::*;

@@ -1,7 +1,7 @@
 //! Rendering: golden YAML of representative devfiles, and the YAML read back into k8s-openapi
 //! types to check the spec's table (security context, labels, mounts, ports).
 
-mod common;
+use crate::common;
 
 use common::*;
 use k8s_openapi::api::apps::v1::Deployment;

@@ -1,6 +1,6 @@
 //! One test per rule: each refusal, each cap, variable substitution, the main-container rule.
 
-mod common;
+use crate::common;
 
 use common::*;
 use warren_devfile::{

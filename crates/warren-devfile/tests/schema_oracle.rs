@@ -2,7 +2,7 @@
 //! registry devfiles and on systematically broken variants of them (wrong types, missing
 //! fields, unknown fields, bad enum values, bad names) Warren and the schema agree.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;

@@ -2,7 +2,7 @@
 //! (shallow, by branch or by commit), runs postStart commands in order, logs, and leaves an
 //! existing checkout alone. Skips with a notice when `sh` or `git` is missing.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::path::{Path, PathBuf};

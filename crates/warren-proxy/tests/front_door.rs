@@ -6,7 +6,7 @@
 //! Anonymous non-browser clients (no `text/html` in `Accept`) get 401 with
 //! `WWW-Authenticate: Bearer`; browsers are redirected to sign in.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::process::Stdio;

@@ -2,8 +2,8 @@
 //! for an agent reach it through whichever instance holds its connection, failover, Redis
 //! restarts, stale entries, waiting for an agent, and no loops between instances.
 
-mod common;
-mod redis_support;
+use crate::common;
+use crate::redis_support;
 
 use common::*;
 use redis::AsyncCommands;

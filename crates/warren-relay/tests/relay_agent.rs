@@ -1,7 +1,7 @@
 //! The relay with a real agent connection (warren-agent's connection, reconciler and simulated
 //! runtime) and a server double: forwarding, authentication, signals, tunnels, reconnects.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::sync::atomic::{AtomicU64, Ordering};

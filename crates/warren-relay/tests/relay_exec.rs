@@ -2,7 +2,7 @@
 //! runtime running the commands as local processes: output, stderr, stdin, exit codes,
 //! resizes, errors, and a client that goes away.
 
-mod common;
+use crate::common;
 
 use common::*;
 use warren_types::reconcile::ReconcileSettings;

@@ -1,7 +1,7 @@
 //! Connection faults between agent and relay: a relay that stops answering without closing the
 //! socket, and the agent's identity handshake.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! A workspace container's recent output through a real relay and a real agent connection
 //! (simulated runtime): the tail asked for, another container, errors named, bad queries.
 
-mod common;
+use crate::common;
 
 use common::*;
 use tokio::io::AsyncReadExt;

@@ -2,7 +2,7 @@
 //! access (owner only, declared ports only, 404 for everything else), SSH authorisation,
 //! activity reports and the idle-timeout policy they feed.
 
-mod common;
+use crate::common;
 
 use common::*;
 use reqwest::Method;

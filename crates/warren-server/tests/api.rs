@@ -1,7 +1,7 @@
 //! The REST API through HTTP on SQLite and (when configured) PostgreSQL: authentication and
 //! scopes, JSON errors, users, tokens, SSH keys, agents, projects and workspaces.
 
-mod common;
+use crate::common;
 
 use common::*;
 use reqwest::Method;

@@ -4,7 +4,7 @@
 //! directory, a newer schema, replacing a database or a different key (unless forced); a
 //! PostgreSQL installation is pointed at pg_dump.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::json;

@@ -1,6 +1,6 @@
 //! Concurrent writes to one workspace never lose one (optimistic `version`), on both databases.
 
-mod common;
+use crate::common;
 
 use common::*;
 use reqwest::Method;

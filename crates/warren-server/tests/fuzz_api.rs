@@ -13,7 +13,7 @@
 //! server errors). Skips with a notice without
 //! schemathesis, unless `WARREN_REQUIRE_TOOLS=1`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::json;

@@ -3,7 +3,7 @@
 //! in clear), admin-only access, sources validated field by field against the registered
 //! repositories and the admin policy, and a repository in use that cannot be removed.
 
-mod common;
+use crate::common;
 
 use common::*;
 use reqwest::Method;

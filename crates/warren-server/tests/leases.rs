@@ -2,7 +2,7 @@
 //! refused to others while valid, taken over once expired, given up; and of many servers
 //! racing for it, exactly one wins. On SQLite and PostgreSQL.
 
-mod common;
+use crate::common;
 
 use common::{databases, TestDb};
 use warren_server::crypto::SecretBox;

@@ -4,7 +4,7 @@
 //! from the target (missing once the target is terminated), the tree, and where the proxy is
 //! told to send a client.
 
-mod common;
+use crate::common;
 
 use common::*;
 use reqwest::Method;

@@ -2,7 +2,7 @@
 //! PostgreSQL: a browser-style sign-in with a cookie-keeping client, the same flow with
 //! real curl and a cookie jar, and the negative matrix.
 
-mod common;
+use crate::common;
 
 use base64::Engine;
 use common::browser::{Browser, Page};

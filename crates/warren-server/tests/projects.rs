@@ -5,7 +5,7 @@
 //! carrying credentials are refused (and old ones moved into sealed storage), and only
 //! members see a private project. Skips with a notice where `git` is missing.
 
-mod common;
+use crate::common;
 
 use common::*;
 use reqwest::Method;

@@ -2,7 +2,7 @@
 //! every derivation rule of lifecycle.md, every selection rule, resource versions, the
 //! RestartRequested flip, timers, idempotence, and the relay JWT.
 
-mod common;
+use crate::common;
 
 use common::*;
 use reqwest::Method;

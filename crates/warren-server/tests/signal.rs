@@ -1,7 +1,7 @@
 //! The "reconcile now" push: a desired-state change makes the server POST to each relay's
 //! signal endpoint with a JWT the relay can verify, without holding up the API call.
 
-mod common;
+use crate::common;
 
 use axum::extract::Path;
 use axum::routing::post;

@@ -4,7 +4,7 @@
 //! (where the caller is a developer) and listed by space, recursively; and the roles deciding
 //! what each user may do with a workspace, over the API and the proxy's and SSH's questions.
 
-mod common;
+use crate::common;
 
 use common::*;
 use reqwest::Method;

@@ -9,7 +9,7 @@
 //! Needs Node.js and the provider installed by `.ci/setup-tools.sh`; skips with a notice
 //! when they are missing, unless `WARREN_REQUIRE_TOOLS=1`.
 
-mod common;
+use crate::common;
 
 use common::browser::{Browser, Page};
 use common::*;

@@ -3,7 +3,7 @@
 //! see, the sign-in throttle, security headers, field errors, and the live list's events.
 //! The whole journey in a real browser is `crates/warren/tests/ui_e2e.rs`.
 
-mod common;
+use crate::common;
 
 use common::browser::{Browser, Page};
 use common::*;

@@ -7,10 +7,10 @@
 //! so editing a released migration fails here.
 //!
 //! At each release, add its fixtures:
-//! `WARREN_TEST_DATABASE_URL=… cargo test -p warren-server --test upgrades -- --ignored`
+//! `WARREN_TEST_DATABASE_URL=… cargo test -p warren-server --test it upgrades:: -- --ignored`
 //! (needs `sqlite3` and `pg_dump`).
 
-mod common;
+use crate::common;
 
 use common::*;
 use reqwest::Method;

@@ -4,7 +4,7 @@
 //! deletes an account (its workspaces terminated first, on request); users change their own
 //! password, keeping or revoking their other sessions.
 
-mod common;
+use crate::common;
 
 use common::*;
 use reqwest::Method;

@@ -5,8 +5,7 @@
 //! the commits, the status in the API. Skips with a notice without the control plane (fails
 //! instead under `WARREN_REQUIRE_KUBERNETES=1`).
 
-#[path = "../../warren-agent/tests/kube_common/mod.rs"]
-mod kube_common;
+use crate::kube_common;
 
 use anyhow::Result;
 use k8s_openapi::api::apps::v1::Deployment;

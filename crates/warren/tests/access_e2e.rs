@@ -9,7 +9,7 @@
 //! Skips with a notice without Podman (fails under `WARREN_REQUIRE_ENGINE=1`) or without
 //! Chromium/OpenSSH (fails under `WARREN_REQUIRE_TOOLS`).
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 //!
 //! Skips with a notice without Podman or the Debian base image, unless `WARREN_REQUIRE_ENGINE=1`.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 use std::time::Duration;

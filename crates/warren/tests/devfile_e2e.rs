@@ -6,15 +6,12 @@
 //!
 //! Skips with a notice when no Podman exists; fails instead under `WARREN_REQUIRE_ENGINE=1`.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 use std::time::Duration;
 use support::{ensure_image, host_address, podman_available, unique_name, wait_for, Up};
 use warren_testkit::git_http::{git, GitHttpServer};
-
-/// One `warren up` (one Podman service) at a time, as in `up_e2e.rs`.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn sh(container: &str, script: &str) -> std::process::Output {
     Command::new("podman")
@@ -88,7 +85,7 @@ fn a_published_devfile_clones_its_projects_and_runs_its_commands() {
     if !podman_available() {
         return;
     }
-    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = support::one_warren_up_at_a_time();
     ensure_image();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     // Anonymous, as public repositories are.

@@ -10,7 +10,7 @@
 //! `WARREN_REQUIRE_ENGINE=1` / `WARREN_REQUIRE_TOOLS=1`; `.ci/setup-editor.sh` and
 //! `.ci/setup-podman.sh image-debian` build the images).
 
-mod support;
+use crate::support;
 
 use serde_json::{json, Value};
 use std::process::Command;

@@ -4,7 +4,7 @@
 //! Runs `warren up` and the CLI against Podman. Skips with a notice when no Podman exists;
 //! fails instead under `WARREN_REQUIRE_ENGINE=1`.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use std::path::Path;

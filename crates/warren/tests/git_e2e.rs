@@ -6,7 +6,7 @@
 //!
 //! Skips with a notice when no Podman exists; fails instead under `WARREN_REQUIRE_ENGINE=1`.
 
-mod support;
+use crate::support;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -14,13 +14,6 @@ use support::{ensure_image, host_address, podman_available, running, unique_name
 use warren_testkit::git_http::GitHttpServer;
 
 const PASSWORD: &str = "pw-never-shown-7f3a";
-
-/// One `warren up` (one Podman service) at a time, as in `up_e2e.rs`.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 const DEVFILE: &str = r#"schemaVersion: 2.2.0
 metadata:
@@ -46,7 +39,7 @@ fn a_workspace_clones_and_pushes_a_private_repository_without_exposing_the_secre
     if !podman_available() {
         return;
     }
-    let _serial = one_at_a_time();
+    let _serial = support::one_warren_up_at_a_time();
     ensure_image();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let git = rt
@@ -214,7 +207,7 @@ fn the_home_persists_across_a_restart_and_dotfiles_install_once() {
     if !podman_available() {
         return;
     }
-    let _serial = one_at_a_time();
+    let _serial = support::one_warren_up_at_a_time();
     ensure_image();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     // A public host: dotfiles repositories are cloned without credentials.

@@ -12,9 +12,8 @@
 //! Needs `WARREN_TEST_DATABASE_URL` and the control plane of `.ci/setup-kubernetes.sh`; skips
 //! with a notice otherwise (fails under `WARREN_REQUIRE_KUBERNETES=1`).
 
-#[path = "../../warren-agent/tests/kube_common/mod.rs"]
-mod kube_common;
-mod support;
+use crate::kube_common;
+use crate::support;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;

@@ -6,7 +6,7 @@
 //!
 //! Skips with a notice when no Podman exists; fails instead under `WARREN_REQUIRE_ENGINE=1`.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use std::net::TcpListener;

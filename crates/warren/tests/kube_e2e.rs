@@ -9,9 +9,8 @@
 //! `WARREN_REQUIRE_KUBERNETES=1`) or without Chromium/OpenSSH (fails under
 //! `WARREN_REQUIRE_TOOLS`).
 
-#[path = "../../warren-agent/tests/kube_common/mod.rs"]
-mod kube_common;
-mod support;
+use crate::kube_common;
+use crate::support;
 
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::Api;

@@ -11,7 +11,7 @@
 //! Skips with a notice without Podman (fails under `WARREN_REQUIRE_ENGINE=1`) or without
 //! Chromium, OpenSSH, curl, websocat or python3 (fails under `WARREN_REQUIRE_TOOLS`).
 
-mod support;
+use crate::support;
 
 use serde_json::{json, Value};
 use std::process::{Command, Stdio};

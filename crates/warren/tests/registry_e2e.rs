@@ -7,7 +7,7 @@
 //! Skips with a notice without Podman, docker-registry, htpasswd or openssl; fails instead
 //! under `WARREN_REQUIRE_ENGINE=1` and `WARREN_REQUIRE_TOOLS=1`.
 
-mod support;
+use crate::support;
 
 use base64::Engine;
 use serde_json::Value;

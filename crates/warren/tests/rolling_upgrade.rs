@@ -10,7 +10,7 @@
 //! (CI). The first run builds the old release (several minutes); later runs reuse it from
 //! `target/previous-release/<commit>/`.
 
-mod support;
+use crate::support;
 
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};

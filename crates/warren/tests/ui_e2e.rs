@@ -10,7 +10,7 @@
 //!
 //! Skips with a notice without Podman or Chromium (fails under `WARREN_REQUIRE_ENGINE=1`).
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use std::path::PathBuf;

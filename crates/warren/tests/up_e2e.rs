@@ -3,11 +3,10 @@
 //!
 //! Skips with a notice when no Podman exists; fails instead under `WARREN_REQUIRE_ENGINE=1`.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use std::process::Command;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use support::{
     containers, ensure_image, networks, podman_available, running, volumes, Up, WEB_DEVFILE,
@@ -26,17 +25,6 @@ components:
       mountSources: true
 "#;
 
-/// One `warren up` (and so one Podman service) of this file at a time, as users run it. The
-/// lifecycle test's restarted container was seen to exit (code 0, about 0.3 s after its
-/// start, with no stop from Warren) far more often with two Podman services on the same
-/// storage; it also happens, rarely, with one, which the engine runtime handles itself
-/// (`watch_restart` in `engine/start.rs`). Serialising keeps these tests to the usual case.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 fn state_of(up: &Up, ws: &str) -> (String, String) {
     let v: Value =
         serde_json::from_str(&up.cli_ok(&["ws", "show", ws, "-o", "json"])).expect("ws show JSON");
@@ -51,7 +39,7 @@ fn warren_up_runs_a_workspace_through_its_life_on_podman() {
     if !podman_available() {
         return;
     }
-    let _serial = one_at_a_time();
+    let _serial = support::one_warren_up_at_a_time();
     ensure_image();
     let mut up = Up::start();
     // Create and wait for Running: a real container with the rendered limits and user.
@@ -129,7 +117,7 @@ fn warren_up_serves_a_workspace_endpoint_through_its_proxy() {
     if !podman_available() {
         return;
     }
-    let _serial = one_at_a_time();
+    let _serial = support::one_warren_up_at_a_time();
     ensure_image();
     let mut up = Up::start();
     let (name, created) = up.create_workspace("up-web", WEB_DEVFILE);
@@ -250,7 +238,7 @@ fn a_killed_warren_up_leaves_no_podman_service_and_restarts_mint_no_tokens() {
     if !podman_available() {
         return;
     }
-    let _serial = one_at_a_time();
+    let _serial = support::one_warren_up_at_a_time();
     ensure_image();
     let up = Up::start();
     let host = format!(

@@ -1321,3 +1321,14 @@ pub fn podman_timed(args: &[&str]) -> Duration {
     );
     took
 }
+
+/// One `warren up` (and so one Podman service) at a time among the tests that take this:
+/// `up_e2e`, `git_e2e` and `devfile_e2e`, which share one test binary. The lifecycle test's
+/// restarted container was seen to exit (code 0, about 0.3 s after its start, with no stop
+/// from Warren) far more often with two Podman services on the same storage; it also
+/// happens, rarely, with one, which the engine runtime handles itself (`watch_restart` in
+/// `engine/start.rs`). Serialising keeps these tests to the usual case.
+pub fn one_warren_up_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}

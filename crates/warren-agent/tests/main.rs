@@ -1,0 +1,22 @@
+//! The agent's integration tests: the engine runtime on Podman, the Kubernetes runtime on a one-node cluster, the reconciler.
+//!
+//! One test binary for the crate: each file beside this one is a module of it, so the
+//! tests link once and share one process (helpers initialised once, not per file).
+
+mod common;
+mod kube_common;
+mod reconciler_model;
+
+mod engine_devfile;
+mod engine_exec;
+mod engine_gitops;
+mod engine_plan;
+mod engine_runtime;
+mod kube_dry_run;
+mod kube_exec;
+mod kube_gitops;
+mod kube_manifests;
+mod kube_mock;
+mod kube_node;
+mod kube_runtime;
+mod reconciler_loop;

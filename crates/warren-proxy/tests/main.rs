@@ -1,0 +1,10 @@
+//! The proxy's integration tests: the authenticating front door for HTTP, WebSocket and SSH.
+//!
+//! One test binary for the crate: each file beside this one is a module of it, so the
+//! tests link once and share one process (helpers initialised once, not per file).
+
+mod common;
+
+mod front_door;
+mod limits;
+mod ssh;

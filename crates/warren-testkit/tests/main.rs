@@ -1,0 +1,18 @@
+//! Whole-stack tests on the test kit: server, relay, agent and proxy together in one process.
+//!
+//! One test binary for the crate: each file beside this one is a module of it, so the
+//! tests link once and share one process (helpers initialised once, not per file).
+
+#[path = "../../warren-agent/tests/kube_common/mod.rs"]
+mod kube_common;
+
+mod browser;
+mod browser_access;
+mod gitops;
+mod gitops_kube;
+mod metrics;
+mod mounts;
+mod stack;
+mod tls;
+mod trace;
+mod wake;

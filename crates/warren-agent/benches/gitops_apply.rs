@@ -8,6 +8,10 @@
 //! `cargo bench -p warren-agent --bench gitops_apply` (`GITOPS_BENCH_OBJECTS`); needs the
 //! binaries of `.ci/setup-kubernetes.sh` (kubectl included), else it says so and stops.
 
+// A benchmark measures wall time with the standard clock; clippy.toml's tokio-clock rule
+// is for product code.
+#![allow(clippy::disallowed_methods)]
+
 #[path = "../tests/kube_common/mod.rs"]
 mod kube_common;
 

@@ -202,6 +202,8 @@ mod tests {
     }
 
     #[test]
+    // A plain test without a runtime: it polls with the standard clock and sleep.
+    #[allow(clippy::disallowed_methods)]
     fn the_browser_command_gets_the_address() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("opened");

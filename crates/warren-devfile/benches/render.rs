@@ -6,6 +6,10 @@
 //!
 //! Run: `cargo bench -p warren-devfile --bench render`.
 
+// A benchmark measures wall time with the standard clock; clippy.toml's tokio-clock rule
+// is for product code.
+#![allow(clippy::disallowed_methods)]
+
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 use warren_devfile::{

@@ -47,12 +47,7 @@ impl std::fmt::Debug for Keys {
 }
 
 /// Seconds since the Unix epoch, by the wall clock.
-pub fn now_secs() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
+pub use warren_types::unix_secs as now_secs;
 
 impl Keys {
     pub fn new(secret: &[u8]) -> Self {

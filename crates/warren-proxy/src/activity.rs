@@ -18,12 +18,7 @@ pub struct Activity {
     pending: Arc<Mutex<HashMap<WorkspaceId, i64>>>,
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+use warren_types::unix_millis as now_ms;
 
 impl Activity {
     /// Marks `workspace` active now.

@@ -8,6 +8,10 @@
 //!
 //! `cargo bench -p warren-relay --bench scale` (`SCALE_BENCH_AGENTS`, default 10000).
 
+// A benchmark measures wall time with the standard clock; clippy.toml's tokio-clock rule
+// is for product code.
+#![allow(clippy::disallowed_methods)]
+
 #[path = "../tests/common/mod.rs"]
 mod common;
 #[path = "../tests/redis_support/mod.rs"]

@@ -7,6 +7,10 @@
 //!
 //! `cargo bench -p warren-relay --bench signal_latency`
 
+// A benchmark measures wall time with the standard clock; clippy.toml's tokio-clock rule
+// is for product code.
+#![allow(clippy::disallowed_methods)]
+
 #[path = "../tests/common/mod.rs"]
 mod common;
 

@@ -9,6 +9,10 @@
 //!
 //! `cargo bench -p warren-relay --bench tunnel` (set `TUNNEL_BENCH_MB` to change the volume).
 
+// A benchmark measures wall time with the standard clock; clippy.toml's tokio-clock rule
+// is for product code.
+#![allow(clippy::disallowed_methods)]
+
 #[path = "../tests/common/mod.rs"]
 mod common;
 

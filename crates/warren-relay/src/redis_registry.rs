@@ -20,7 +20,7 @@ use redis::AsyncCommands;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use url::Url;
@@ -74,12 +74,7 @@ fn unavailable(e: redis::RedisError) -> RegistryError {
     RegistryError::Unavailable(Box::new(e))
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+use warren_types::unix_millis as now_ms;
 
 #[derive(Clone)]
 struct Keys {

@@ -310,7 +310,5 @@ impl ServerClient {
     }
 }
 
-/// The digest the server keeps of an agent token (SHA-256, hex).
-pub fn token_digest(token: &str) -> String {
-    hex::encode(Sha256::digest(token.as_bytes()))
-}
+/// The digest the server keeps of an agent token.
+pub use warren_types::token_digest;

@@ -4,6 +4,10 @@
 //!
 //! Run: `cargo bench -p warren-server --bench reconcile`.
 
+// A benchmark measures wall time with the standard clock; clippy.toml's tokio-clock rule
+// is for product code.
+#![allow(clippy::disallowed_methods)]
+
 use serde_json::json;
 use std::time::{Duration, Instant};
 use warren_server::app::render::{self, RenderInput};

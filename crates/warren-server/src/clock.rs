@@ -14,7 +14,7 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_ms(&self) -> i64 {
-        chrono::Utc::now().timestamp_millis()
+        warren_types::unix_millis()
     }
 }
 

@@ -7,7 +7,6 @@ use base64::Engine;
 use chacha20poly1305::aead::{Aead, KeyInit};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
 use rand::RngCore;
-use sha2::{Digest, Sha256};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -59,10 +58,8 @@ pub fn new_agent_token() -> String {
     format!("{AGENT_TOKEN_PREFIX}{}", random_secret(32))
 }
 
-/// SHA-256 of a high-entropy token, hex; what the database stores and looks up by.
-pub fn token_digest(secret: &str) -> String {
-    hex::encode(Sha256::digest(secret.as_bytes()))
-}
+/// What the database stores of a high-entropy token and looks up by.
+pub use warren_types::token_digest;
 
 /// Constant-time comparison of two digests or secrets.
 pub fn ct_eq(a: &str, b: &str) -> bool {

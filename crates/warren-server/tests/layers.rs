@@ -1,5 +1,6 @@
 //! The layering invariant (ARCHITECTURE.md): no type of `axum`, `http` or the HTTP error
-//! reaches the store or the domain layer; HTTP lives in the adapters under `src/http`.
+//! reaches the store or the domain layer; HTTP lives in the adapters under `src/http`; and the
+//! layers depend one way (store ← app ← adapters).
 
 use std::path::{Path, PathBuf};
 
@@ -58,8 +59,55 @@ fn store_and_domain_know_nothing_of_http() {
     );
 }
 
+/// Whether a line of code (not a comment) names a path into `module` (`crate::app::…`,
+/// `use crate::http::{…}`).
+fn names_module(line: &str, module: &str) -> bool {
+    let code = line.trim_start();
+    !code.starts_with("//") && code.contains(&format!("{module}::"))
+}
+
+/// Dependencies point one way, store ← app ← adapters: the store never reaches the domain
+/// layer or the adapters, and the domain layer never reaches the adapters (what it needs of
+/// them, it is handed).
+#[test]
+fn the_layers_point_one_way() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut offending = vec![];
+    for (layer, forbidden) in [
+        ("store", &["crate::app", "crate::http"][..]),
+        ("app", &["crate::http"][..]),
+    ] {
+        let mut files = vec![];
+        rust_files(&src.join(layer), &mut files);
+        assert!(
+            files.len() > 5,
+            "found the {layer} layer's sources: {files:?}"
+        );
+        for f in &files {
+            let text = std::fs::read_to_string(f).expect("read source");
+            for (n, line) in text.lines().enumerate() {
+                if forbidden.iter().any(|m| names_module(line, m)) {
+                    offending.push(format!("{}:{}: {}", f.display(), n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        offending.is_empty(),
+        "a layer reaching up:\n{}",
+        offending.join("\n")
+    );
+}
+
 #[test]
 fn the_check_sees_what_it_looks_for() {
+    assert!(names_module("use crate::app::users;", "crate::app"));
+    assert!(names_module("    crate::http::error::x()", "crate::http"));
+    assert!(!names_module(
+        "//! adapters (`crate::http`) over it",
+        "crate::http"
+    ));
+    assert!(!names_module("use crate::store::x;", "crate::app"));
     assert!(names_http("use axum::Json;"));
     assert!(names_http("fn f() -> http::StatusCode {"));
     assert!(names_http("    let h: HeaderMap = x;"));

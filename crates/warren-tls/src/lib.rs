@@ -76,15 +76,3 @@ pub enum TlsError {
         source: reqwest::Error,
     },
 }
-
-/// An error and its sources on one line, for logs.
-pub(crate) fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(inner) = source {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    s
-}

@@ -136,7 +136,7 @@ impl ServerCert {
             }
             Err(e) => {
                 // Log a given bad state once, however many polls see it.
-                let message = crate::chain(&e);
+                let message = warren_types::error_chain(&e);
                 let contents = read_files(files).ok().map(|(c, k)| digest(&c, &k));
                 let seen = Some((message.clone(), contents));
                 let mut failed = self.inner.failed.lock().expect("lock poisoned");

@@ -27,20 +27,47 @@ pub use ids::{
 /// sources) and of the Kubernetes namespaces they name: an RFC 1123 label, 1-63 characters
 /// of a-z, 0-9 and '-', not starting or ending with '-'.
 pub fn check_name(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name.len() <= 63
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && !name.starts_with('-')
-        && !name.ends_with('-');
-    if ok {
+    if is_dns_label(name, 63) {
         Ok(())
     } else {
         Err(format!(
             "{name:?} must be 1-63 characters of a-z, 0-9 and '-', not starting or ending with '-'"
         ))
     }
+}
+
+/// The DNS label rule (RFC 1123), `^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`, at most `max`
+/// characters: the one home of the rule for workspace and object names, devfile component
+/// names (with their own maximum), Kubernetes namespaces and the proxy's host labels.
+pub fn is_dns_label(s: &str, max: usize) -> bool {
+    !s.is_empty()
+        && s.len() <= max
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// SHA-256 of a high-entropy token (an agent's, an API token), hex: what the server stores
+/// and looks up by, and what the relay presents for an agent it has not seen.
+pub fn token_digest(token: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(token.as_bytes()))
+}
+
+/// Milliseconds since the Unix epoch by the wall clock (0 before it): the one home of the
+/// wall clock for timestamps that are stored or exchanged (the server's reads go through its
+/// `Clock` seam); durations and deadlines use tokio's clock, which tests can pause.
+pub fn unix_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Seconds since the Unix epoch by the wall clock (see [`unix_millis`]): JWT times.
+pub fn unix_secs() -> i64 {
+    unix_millis().div_euclid(1000)
 }
 
 /// An error and all its sources, `outer: inner: innermost`: how every component logs and

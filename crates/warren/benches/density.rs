@@ -21,6 +21,10 @@
 //! with a message when Podman is absent; removes all it creates, also when it fails. Run it on
 //! a release build: `cargo bench -p warren --bench density`.
 
+// A benchmark measures wall time with the standard clock; clippy.toml's tokio-clock rule
+// is for product code.
+#![allow(clippy::disallowed_methods)]
+
 #[path = "../tests/support/mod.rs"]
 mod support;
 

@@ -12,6 +12,10 @@
 //! Runs `warren up` (the test support's `Up`). Needs the images `.ci/setup-editor.sh` and
 //! `.ci/setup-podman.sh image-debian` build; skips with a message without them.
 
+// A benchmark measures wall time with the standard clock; clippy.toml's tokio-clock rule
+// is for product code.
+#![allow(clippy::disallowed_methods)]
+
 #[path = "../tests/support/mod.rs"]
 mod support;
 

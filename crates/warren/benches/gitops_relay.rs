@@ -6,6 +6,10 @@
 //!
 //! `cargo bench -p warren --bench gitops_relay`. Skips with a message when Podman is absent.
 
+// A benchmark measures wall time with the standard clock; clippy.toml's tokio-clock rule
+// is for product code.
+#![allow(clippy::disallowed_methods)]
+
 #[path = "../tests/support/mod.rs"]
 mod support;
 

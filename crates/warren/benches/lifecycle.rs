@@ -11,6 +11,10 @@
 //! Runs `warren server`, `warren relay` and `warren agent` as separate processes (the test
 //! support's `Stack`). Skips with a message when Podman is absent; removes all it creates.
 
+// A benchmark measures wall time with the standard clock; clippy.toml's tokio-clock rule
+// is for product code.
+#![allow(clippy::disallowed_methods)]
+
 #[path = "../tests/support/mod.rs"]
 mod support;
 

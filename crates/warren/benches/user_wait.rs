@@ -16,6 +16,10 @@
 //! when Podman is absent; removes all it creates. Run it on a release build:
 //! `cargo bench -p warren --bench user_wait`.
 
+// A benchmark measures wall time with the standard clock; clippy.toml's tokio-clock rule
+// is for product code.
+#![allow(clippy::disallowed_methods)]
+
 #[path = "../tests/support/mod.rs"]
 mod support;
 

@@ -3,6 +3,10 @@
 //! One test binary for the crate: each file beside this one is a module of it, so the
 //! tests link once and share one process (helpers initialised once, not per file).
 
+// Tests wait on real processes and engines with the standard clock (blocking waits in
+// plain tests); the tokio-clock rule of clippy.toml is for product code.
+#![allow(clippy::disallowed_methods)]
+
 #[path = "../../warren-agent/tests/kube_common/mod.rs"]
 mod kube_common;
 mod support;
@@ -31,5 +35,6 @@ mod run_cli;
 mod server_cli;
 mod server_crash;
 mod ssh_cli;
+mod tidy;
 mod ui_e2e;
 mod up_e2e;

@@ -603,16 +603,7 @@ pub(super) fn endpoints_structure(eps: Option<&[RawEndpoint]>, path: &str, error
     }
 }
 
-/// `^[a-z0-9]([-a-z0-9]*[a-z0-9])?$` with a maximum length (DNS-1123 label).
-pub(crate) fn is_dns_label(s: &str, max: usize) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && s.chars().count() <= max
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b[0] != b'-'
-        && b[b.len() - 1] != b'-'
-}
+pub(crate) use warren_types::is_dns_label;
 
 pub(super) fn check_name(name: &str, max: usize, path: &str, errors: &mut Errors) {
     if !is_dns_label(name, max) {

@@ -7,7 +7,8 @@ use crate::server_api::{ServerApi, ServerApiError};
 use sha2::Digest;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 use warren_types::internal::{WorkspaceAccess, WorkspaceAccessQuery};
 use warren_types::{ActualState, UserId};
 

@@ -63,13 +63,7 @@ pub(crate) fn request_host<B>(req: &Request<B>) -> Option<String> {
 
 /// Is `name` a plausible workspace name (a DNS label)? Anything else is a 404 at once.
 fn is_label(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 63
-        && !name.starts_with('-')
-        && !name.ends_with('-')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    warren_types::is_dns_label(name, 63)
 }
 
 /// Parses a host name (no port) under the workspace domain.

@@ -13,7 +13,8 @@ use sha2::Digest;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::RwLock;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
+use tokio::time::Instant;
 
 /// The key file's name inside `state_dir`.
 pub const KEY_FILE: &str = "cookie_keys.json";
@@ -65,12 +66,7 @@ fn random_key() -> String {
     URL_SAFE_NO_PAD.encode(k)
 }
 
-pub(crate) fn now_secs() -> i64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
+pub(crate) use warren_jwt::now_secs;
 
 pub fn key_path(state_dir: &Path) -> PathBuf {
     state_dir.join(KEY_FILE)

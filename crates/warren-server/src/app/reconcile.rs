@@ -50,7 +50,7 @@ pub async fn handle(
         .agent_by_id(agent_id)
         .await?
         .ok_or_else(|| AppError::unauthenticated(format!("agent {agent_id} does not exist")))?;
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     // Connectors' agent rows carry the prefix (no agent may take it), so an agent's call
     // costs no extra query.
     if req.connector.is_some() || agent.name.starts_with(super::agents::CONNECTOR_PREFIX) {

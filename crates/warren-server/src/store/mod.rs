@@ -9,6 +9,7 @@ pub mod agents;
 pub mod error;
 pub mod gitops;
 pub mod leases;
+mod members;
 pub mod mounts;
 pub mod oauth;
 pub mod projects;

@@ -2,6 +2,7 @@
 //! its sealed credential, its visibility and its members.
 
 use super::error::unique;
+use super::members::PROJECT_MEMBERS;
 use super::{get_i64, get_opt_str, get_str, Store, StoreError};
 use crate::db::from_millis;
 use sqlx::any::AnyRow;
@@ -192,22 +193,16 @@ impl Store {
         &self,
         project: ProjectId,
     ) -> Result<Vec<ProjectMember>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT m.user_id, u.username, m.role, m.created_at FROM project_members m \
-             JOIN users u ON u.id = m.user_id WHERE m.project_id = $1 ORDER BY u.username",
-        )
-        .bind(project.get())
-        .fetch_all(&self.db.pool)
-        .await?;
-        let member = |r: &AnyRow| -> Result<ProjectMember, sqlx::Error> {
-            Ok(ProjectMember {
-                user_id: UserId(get_i64(r, "user_id")?),
-                username: get_str(r, "username")?,
-                role: role(&get_str(r, "role")?),
-                created_at: from_millis(get_i64(r, "created_at")?),
+        let members = self.members(PROJECT_MEMBERS, project.get()).await?;
+        Ok(members
+            .into_iter()
+            .map(|m| ProjectMember {
+                user_id: m.user_id,
+                username: m.username,
+                role: role(&m.role),
+                created_at: m.created_at,
             })
-        };
-        Ok(rows.iter().map(member).collect::<Result<_, _>>()?)
+            .collect())
     }
 
     /// Adds a member or changes their role.
@@ -218,17 +213,8 @@ impl Store {
         role: ProjectRole,
         now: i64,
     ) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO project_members (project_id, user_id, role, created_at) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (project_id, user_id) DO UPDATE SET role = excluded.role",
-        )
-        .bind(project.get())
-        .bind(user.get())
-        .bind(role.as_str())
-        .bind(now)
-        .execute(&self.db.pool)
-        .await?;
-        Ok(())
+        self.set_member(PROJECT_MEMBERS, project.get(), user, role.as_str(), now)
+            .await
     }
 
     /// Removes a member unless they are its last maintainer; `Ok(None)` when they were not

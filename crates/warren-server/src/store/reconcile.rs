@@ -68,10 +68,7 @@ impl Selection<'_> {
     /// The predicate with its placeholders numbered from `first`, and its binds.
     fn predicate(&self, first: usize) -> (String, Vec<Bind>) {
         match self {
-            Selection::Full => (
-                "NOT (desired_state = 'Terminated' AND actual_state = 'Terminated')".to_owned(),
-                vec![],
-            ),
+            Selection::Full => (super::workspaces::NOT_GONE.to_owned(), vec![]),
             // `needs_response` is set by every write that sets desired_state_updated_at or
             // the force flag, and cleared with responded_to_agent_at: it is reconcile.md's
             // rule (desired_state_updated_at >= responded_to_agent_at, never responded, or

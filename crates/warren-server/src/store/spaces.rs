@@ -2,6 +2,7 @@
 //! what, how roles are inherited) live in `app::spaces`; this module only reads and writes.
 
 use super::error::unique;
+use super::members::SPACE_MEMBERS;
 use super::{get_i64, get_opt_i64, get_str, Store, StoreError};
 use crate::db::from_millis;
 use sqlx::any::AnyRow;
@@ -189,22 +190,16 @@ impl Store {
     }
 
     pub async fn space_members(&self, space: SpaceId) -> Result<Vec<SpaceMember>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT m.user_id, u.username, m.role, m.created_at FROM space_members m \
-             JOIN users u ON u.id = m.user_id WHERE m.space_id = $1 ORDER BY u.username",
-        )
-        .bind(space.get())
-        .fetch_all(&self.db.pool)
-        .await?;
-        let member = |r: &AnyRow| -> Result<SpaceMember, sqlx::Error> {
-            Ok(SpaceMember {
-                user_id: UserId(get_i64(r, "user_id")?),
-                username: get_str(r, "username")?,
-                role: role(&get_str(r, "role")?),
-                created_at: from_millis(get_i64(r, "created_at")?),
+        let members = self.members(SPACE_MEMBERS, space.get()).await?;
+        Ok(members
+            .into_iter()
+            .map(|m| SpaceMember {
+                user_id: m.user_id,
+                username: m.username,
+                role: role(&m.role),
+                created_at: m.created_at,
             })
-        };
-        Ok(rows.iter().map(member).collect::<Result<_, _>>()?)
+            .collect())
     }
 
     /// Adds a member or changes their role.
@@ -215,17 +210,8 @@ impl Store {
         role: SpaceRole,
         now: i64,
     ) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO space_members (space_id, user_id, role, created_at) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (space_id, user_id) DO UPDATE SET role = excluded.role",
-        )
-        .bind(space.get())
-        .bind(user.get())
-        .bind(role.as_str())
-        .bind(now)
-        .execute(&self.db.pool)
-        .await?;
-        Ok(())
+        self.set_member(SPACE_MEMBERS, space.get(), user, role.as_str(), now)
+            .await
     }
 
     /// Removes a membership; false when there was none.

@@ -278,10 +278,10 @@ impl Store {
     /// terminated ones (which go with it); whether it was deleted.
     pub async fn delete_user_if_done(&self, id: UserId) -> Result<bool, StoreError> {
         let mut tx = self.db.begin().await?;
-        let live = sqlx::query(
-            "SELECT 1 FROM workspaces WHERE owner_id = $1 \
-             AND NOT (desired_state = 'Terminated' AND actual_state = 'Terminated') LIMIT 1",
-        )
+        let live = sqlx::query(&format!(
+            "SELECT 1 FROM workspaces WHERE owner_id = $1 AND {} LIMIT 1",
+            super::workspaces::NOT_GONE
+        ))
         .bind(id.get())
         .fetch_optional(&mut *tx)
         .await?;

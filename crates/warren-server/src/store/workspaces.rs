@@ -12,6 +12,12 @@ use std::collections::BTreeMap;
 use warren_types::api::{Variable, VariableKind, Workspace, WorkspaceResources};
 use warren_types::{ActualState, AgentId, DesiredState, ProjectId, SpaceId, UserId, WorkspaceId};
 
+/// A workspace not gone: not both desired and actual `Terminated` (a terminated workspace
+/// stays listed until its agent has removed it). Only the workspaces table has these columns,
+/// so the predicate needs no table alias in a join.
+pub(crate) const NOT_GONE: &str =
+    "NOT (desired_state = 'Terminated' AND actual_state = 'Terminated')";
+
 /// A variable as stored (inside the sealed `variables` column).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoredVariable {
@@ -233,7 +239,8 @@ fn filter_sql(f: &WorkspaceFilter) -> (String, Vec<Bind>) {
     if let Some(s) = f.state {
         push("w.actual_state =", Bind::S(s.as_str().to_owned()), &mut sql);
     } else if !f.include_terminated {
-        sql.push_str(" AND NOT (w.desired_state = 'Terminated' AND w.actual_state = 'Terminated')");
+        sql.push_str(" AND ");
+        sql.push_str(NOT_GONE);
     }
     if let Some(after) = f.after {
         push("w.id >", Bind::I(after), &mut sql);

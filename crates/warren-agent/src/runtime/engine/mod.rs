@@ -1515,10 +1515,5 @@ fn runtime_err(
 }
 
 fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
+    warren_types::is_dns_label(s, 63)
 }

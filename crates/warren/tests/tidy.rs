@@ -1,0 +1,347 @@
+//! Guard rails for the codebase's shape (ARCHITECTURE.md, "Invariants"): every Rust file
+//! opens with a `//!` line saying what it is, and no product function is over
+//! [`MAX_FN_LINES`] lines nor product file over [`MAX_FILE_LINES`] unless the allow-lists
+//! below name it with its reason. An allowed unit may not grow past the size recorded for
+//! it, and one that shrank below the limit must leave the list: the lists only shrink.
+
+use std::path::{Path, PathBuf};
+use syn::spanned::Spanned;
+use syn::visit::Visit;
+
+const MAX_FN_LINES: usize = 150;
+const MAX_FILE_LINES: usize = 800;
+
+/// Functions over the limit: file, name, the most lines it may have, why it is long.
+const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
+    (
+        "crates/warren-admission/src/pod_security.rs",
+        "check_pod",
+        172,
+        "the Pod Security Standard's rules in its table's order, a few lines each, over one pod spec",
+    ),
+    (
+        "crates/warren-agent/src/reconciler.rs",
+        "run",
+        160,
+        "the reconcile loop's one select! over its wake-ups, each arm commented on why it is cancel-safe",
+    ),
+    (
+        "crates/warren-agent/src/runtime/engine/gitops.rs",
+        "sync_gitops_objects",
+        308,
+        "not split yet (issue 39, item 1): a sync's phases over one source's objects",
+    ),
+    (
+        "crates/warren-agent/src/runtime/engine/mod.rs",
+        "apply_locked",
+        205,
+        "not split yet (issue 39, item 1): an apply's steps under the pod's lock",
+    ),
+    (
+        "crates/warren-agent/src/runtime/engine/plan.rs",
+        "plan",
+        355,
+        "not split yet (issue 39, item 1): a pod spec read into the engine's plan, field by field",
+    ),
+    (
+        "crates/warren-agent/src/runtime/engine/plan.rs",
+        "container_body",
+        193,
+        "not split yet (issue 39, item 1): one container's create body, option by option",
+    ),
+    (
+        "crates/warren-agent/src/runtime/engine/restarts.rs",
+        "restart_pod",
+        221,
+        "not split yet (issue 39, item 1): one look at a pod, its exit decided and its restart made",
+    ),
+    (
+        "crates/warren-agent/src/runtime/engine/status.rs",
+        "synthesise",
+        151,
+        "a Deployment's status from the pod's containers, case by case",
+    ),
+    (
+        "crates/warren-cli/src/commands.rs",
+        "ws",
+        234,
+        "the `warren ws` subcommands' match, an arm each",
+    ),
+    (
+        "crates/warren-devfile/src/lib.rs",
+        "summary",
+        157,
+        "the summary `warren devfile validate` prints, a section each",
+    ),
+    (
+        "crates/warren-devfile/src/parse/schema.rs",
+        "structure",
+        184,
+        "not split yet (issue 39, item 1): the schema's structural checks in its order",
+    ),
+    (
+        "crates/warren-devfile/src/render/pod.rs",
+        "container",
+        152,
+        "one container spec, field by field",
+    ),
+    (
+        "crates/warren-proxy/src/http/mod.rs",
+        "workspace_host",
+        153,
+        "not split yet (issue 39, item 1): a workspace host's request, authorised then routed",
+    ),
+    (
+        "crates/warren-server/src/app/workspaces.rs",
+        "create",
+        156,
+        "not split yet (issue 39, item 1): a create's checks, rendering and write",
+    ),
+    (
+        "crates/warren-testkit/src/lib.rs",
+        "start_with",
+        267,
+        "not split yet (issue 39, item 1): the whole stack started in order",
+    ),
+    (
+        "crates/warren/src/up_cmd.rs",
+        "run",
+        281,
+        "not split yet (issue 39, item 1): `warren up` wiring every service in order",
+    ),
+];
+
+/// Product files over the limit: file, the most lines it may have, why it is long.
+const LONG_FILES: &[(&str, usize, &str)] = &[
+    (
+        "crates/warren-agent/src/connection/mod.rs",
+        1036,
+        "not split yet (issue 39, item 1): the transport with the stream servers",
+    ),
+    (
+        "crates/warren-agent/src/runtime/engine/mod.rs",
+        1519,
+        "not split yet (issue 39, item 1): the engine runtime's core and its trait impl",
+    ),
+    (
+        "crates/warren-agent/src/runtime/engine/plan.rs",
+        1188,
+        "a pod spec to the engine's plan, half of it unit tests",
+    ),
+    (
+        "crates/warren-agent/src/runtime/kubernetes/mod.rs",
+        903,
+        "not split yet (issue 39, item 1): the Kubernetes runtime's core and its trait impl",
+    ),
+    (
+        "crates/warren-agent/src/runtime/simulated.rs",
+        954,
+        "the simulated runtime, with its own tests",
+    ),
+    (
+        "crates/warren-cli/src/commands.rs",
+        1359,
+        "not split yet (issue 39, item 1): the CLI's command handlers",
+    ),
+    (
+        "crates/warren-cli/src/lib.rs",
+        1358,
+        "not split yet (issue 39, item 1): the CLI's argument types",
+    ),
+    (
+        "crates/warren-cli/src/output.rs",
+        926,
+        "the CLI's tables and texts, one small function each",
+    ),
+    (
+        "crates/warren-client/src/lib.rs",
+        1248,
+        "the typed API client: one short method per endpoint",
+    ),
+    (
+        "crates/warren-git/src/lib.rs",
+        807,
+        "not split yet (issue 39, item 1): Git reads with their unit tests",
+    ),
+    (
+        "crates/warren-server/src/app/mounts.rs",
+        957,
+        "not split yet (issue 39, item 1): mounts and connectors",
+    ),
+    (
+        "crates/warren-server/src/app/workspaces.rs",
+        1130,
+        "not split yet (issue 39, item 1): the workspace rules",
+    ),
+    (
+        "crates/warren-server/src/http/ui/workspaces.rs",
+        1100,
+        "not split yet (issue 39, item 1): handlers, event streams, forms and markup",
+    ),
+    (
+        "crates/warren-testkit/src/lib.rs",
+        815,
+        "not split yet (issue 39, item 1): the stack and its helpers",
+    ),
+    (
+        "crates/warren-types/src/api.rs",
+        1095,
+        "the public API's types, one small struct each",
+    ),
+];
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The `.rs` files below `dir`, as paths relative to the repository's root.
+fn rust_files(dir: &Path, out: &mut Vec<String>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let relative = path.strip_prefix(root()).unwrap_or(&path);
+            out.push(relative.display().to_string());
+        }
+    }
+}
+
+/// Every crate's files of one kind (`src`, `tests`, `benches`).
+fn files_in(kind: &str) -> Vec<String> {
+    let mut files = vec![];
+    for krate in std::fs::read_dir(root().join("crates"))
+        .expect("crates/")
+        .flatten()
+    {
+        rust_files(&krate.path().join(kind), &mut files);
+    }
+    files.sort();
+    files
+}
+
+#[test]
+fn every_rust_file_says_what_it_is() {
+    let mut files = files_in("src");
+    files.extend(files_in("tests"));
+    files.extend(files_in("benches"));
+    assert!(files.len() > 300, "found the sources: {}", files.len());
+    let missing: Vec<&String> = files
+        .iter()
+        .filter(|f| {
+            let text = std::fs::read_to_string(root().join(f)).unwrap_or_default();
+            !text.starts_with("//!")
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "files not opening with a `//!` line: {missing:#?}"
+    );
+}
+
+/// The functions (free, in impls, default trait methods) of one file, with their lengths.
+#[derive(Default)]
+struct Lengths(Vec<(String, usize)>);
+
+impl Lengths {
+    fn add(&mut self, name: &syn::Ident, span: proc_macro2::Span) {
+        let lines = span.end().line - span.start().line + 1;
+        self.0.push((name.to_string(), lines));
+    }
+}
+
+impl<'a> Visit<'a> for Lengths {
+    fn visit_item_fn(&mut self, f: &'a syn::ItemFn) {
+        self.add(&f.sig.ident, f.span());
+        syn::visit::visit_item_fn(self, f);
+    }
+    fn visit_impl_item_fn(&mut self, f: &'a syn::ImplItemFn) {
+        self.add(&f.sig.ident, f.span());
+        syn::visit::visit_impl_item_fn(self, f);
+    }
+    fn visit_trait_item_fn(&mut self, f: &'a syn::TraitItemFn) {
+        if f.default.is_some() {
+            self.add(&f.sig.ident, f.span());
+        }
+        syn::visit::visit_trait_item_fn(self, f);
+    }
+}
+
+#[test]
+fn units_stay_small_or_say_why() {
+    let files = files_in("src");
+    let mut problems = vec![];
+    let mut seen_functions = vec![];
+    let mut seen_files = vec![];
+    for file in &files {
+        let text = std::fs::read_to_string(root().join(file)).expect("read source");
+        let lines = text.lines().count();
+        let allowed_file = LONG_FILES.iter().find(|(f, _, _)| f == file);
+        match allowed_file {
+            Some((_, max, _)) if lines > *max => problems.push(format!(
+                "{file}: {lines} lines, more than the {max} it is allowed: split it"
+            )),
+            Some(_) if lines <= MAX_FILE_LINES => problems.push(format!(
+                "{file}: {lines} lines, within the limit now: take it off LONG_FILES"
+            )),
+            None if lines > MAX_FILE_LINES => problems.push(format!(
+                "{file}: {lines} lines (limit {MAX_FILE_LINES}): split it, or add \
+                 (\"{file}\", {lines}, \"why\") to LONG_FILES"
+            )),
+            _ => {}
+        }
+        if allowed_file.is_some() {
+            seen_files.push(file.clone());
+        }
+        let parsed = match syn::parse_file(&text) {
+            Ok(p) => p,
+            Err(e) => {
+                problems.push(format!("{file}: does not parse: {e}"));
+                continue;
+            }
+        };
+        let mut lengths = Lengths::default();
+        lengths.visit_file(&parsed);
+        for (name, lines) in lengths.0 {
+            let allowed = LONG_FUNCTIONS
+                .iter()
+                .find(|(f, n, _, _)| f == file && *n == name);
+            match allowed {
+                Some((_, _, max, _)) if lines > *max => problems.push(format!(
+                    "{file}: fn {name} has {lines} lines, more than the {max} it is allowed: \
+                     split it"
+                )),
+                Some(_) if lines <= MAX_FN_LINES => problems.push(format!(
+                    "{file}: fn {name} has {lines} lines, within the limit now: take it off \
+                     LONG_FUNCTIONS"
+                )),
+                None if lines > MAX_FN_LINES => problems.push(format!(
+                    "{file}: fn {name} has {lines} lines (limit {MAX_FN_LINES}): split it, or \
+                     add (\"{file}\", \"{name}\", {lines}, \"why\") to LONG_FUNCTIONS"
+                )),
+                _ => {}
+            }
+            if allowed.is_some() {
+                seen_functions.push((file.clone(), name));
+            }
+        }
+    }
+    for (file, name, _, _) in LONG_FUNCTIONS {
+        if !seen_functions.iter().any(|(f, n)| f == file && n == name) {
+            problems.push(format!(
+                "LONG_FUNCTIONS names {file}: fn {name}, which is gone: take it off"
+            ));
+        }
+    }
+    for (file, _, _) in LONG_FILES {
+        if !seen_files.iter().any(|f| f == file) {
+            problems.push(format!(
+                "LONG_FILES names {file}, which is gone: take it off"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}

@@ -1031,8 +1031,8 @@ async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
                 project,
                 owner,
                 space,
-                recursive,
-                limit,
+                recursive: recursive.then_some(true),
+                limit: limit.map(i64::from),
                 cursor: None,
             };
             let page = if all {

@@ -91,44 +91,32 @@ impl Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Filters of `GET /workspaces`; `None` leaves a filter out.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct WorkspaceQuery {
-    pub state: Option<String>,
-    pub agent: Option<String>,
-    pub project: Option<String>,
-    pub owner: Option<String>,
-    /// Path of a space; with `recursive`, the spaces below it too.
-    pub space: Option<String>,
-    pub recursive: bool,
-    pub limit: Option<u32>,
-    pub cursor: Option<String>,
-}
+/// Filters of `GET /workspaces` (the server reads the same type); `None` leaves a filter out.
+pub use warren_types::api::WorkspaceListQuery as WorkspaceQuery;
 
-impl WorkspaceQuery {
-    fn pairs(&self) -> Vec<(&'static str, String)> {
-        let mut q = Vec::new();
-        let fields = [
-            ("state", &self.state),
-            ("agent", &self.agent),
-            ("project", &self.project),
-            ("owner", &self.owner),
-            ("space", &self.space),
-            ("cursor", &self.cursor),
-        ];
-        for (k, v) in fields {
-            if let Some(v) = v {
-                q.push((k, v.clone()));
-            }
+/// The query's pairs, in a fixed order, unset filters left out.
+fn query_pairs(q: &WorkspaceQuery) -> Vec<(&'static str, String)> {
+    let mut pairs = Vec::new();
+    let fields = [
+        ("state", &q.state),
+        ("agent", &q.agent),
+        ("project", &q.project),
+        ("owner", &q.owner),
+        ("space", &q.space),
+        ("cursor", &q.cursor),
+    ];
+    for (k, v) in fields {
+        if let Some(v) = v {
+            pairs.push((k, v.clone()));
         }
-        if self.recursive {
-            q.push(("recursive", "true".into()));
-        }
-        if let Some(limit) = self.limit {
-            q.push(("limit", limit.to_string()));
-        }
-        q
     }
+    if let Some(recursive) = q.recursive {
+        pairs.push(("recursive", recursive.to_string()));
+    }
+    if let Some(limit) = q.limit {
+        pairs.push(("limit", limit.to_string()));
+    }
+    pairs
 }
 
 /// A handle on one Warren server, authenticated with a personal access token (or not, for
@@ -679,7 +667,7 @@ impl Client {
         self.call(
             Method::GET,
             &routes::workspaces(),
-            &query.pairs(),
+            &query_pairs(query),
             None::<&()>,
         )
         .await
@@ -1241,7 +1229,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            q.pairs(),
+            query_pairs(&q),
             vec![("state", "Running".to_owned()), ("limit", "10".to_owned())]
         );
     }

@@ -108,6 +108,60 @@ impl Keys {
     }
 }
 
+/// A named HS256 key (`kid`) for tokens of the caller's own claims: the proxy's session
+/// cookies, which carry their audience and expiry and are checked against the key their
+/// header names (the current one, or a previous one still accepted after a rotation).
+#[derive(Clone)]
+pub struct NamedKey {
+    kid: String,
+    encoding: EncodingKey,
+    decoding: DecodingKey,
+}
+
+impl std::fmt::Debug for NamedKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "NamedKey({})", self.kid)
+    }
+}
+
+impl NamedKey {
+    pub fn new(kid: String, secret: &[u8]) -> NamedKey {
+        NamedKey {
+            kid,
+            encoding: EncodingKey::from_secret(secret),
+            decoding: DecodingKey::from_secret(secret),
+        }
+    }
+
+    pub fn kid(&self) -> &str {
+        &self.kid
+    }
+
+    /// `claims` signed, the header naming this key.
+    pub fn sign<T: serde::Serialize>(&self, claims: &T) -> Result<String, JwtError> {
+        let mut header = Header::new(Algorithm::HS256);
+        header.kid = Some(self.kid.clone());
+        jsonwebtoken::encode(&header, claims, &self.encoding).map_err(JwtError::Sign)
+    }
+
+    /// The claims of `token` when this key signed it for `aud` and it has not expired (no
+    /// leeway: the issuer checks it against the same clock).
+    pub fn verify<T: serde::de::DeserializeOwned>(&self, token: &str, aud: &str) -> Option<T> {
+        let mut v = Validation::new(Algorithm::HS256);
+        v.set_audience(&[aud]);
+        v.leeway = 0;
+        v.set_required_spec_claims(&["exp", "aud"]);
+        jsonwebtoken::decode::<T>(token, &self.decoding, &v)
+            .ok()
+            .map(|d| d.claims)
+    }
+}
+
+/// The key a token's header names, unchecked: which key to verify it with.
+pub fn kid_of(token: &str) -> Option<String> {
+    jsonwebtoken::decode_header(token).ok()?.kid
+}
+
 /// The token of an `Authorization: Bearer <token>` header (scheme in any case), if any.
 pub fn bearer(headers: &http::HeaderMap) -> Option<&str> {
     let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;

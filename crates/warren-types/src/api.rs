@@ -8,6 +8,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use utoipa::ToSchema;
 
+mod lists;
+pub use lists::{Page, WorkspaceListQuery};
+
 /// Prefix of every REST route.
 pub const API_PREFIX: &str = "/api/v1";
 
@@ -37,13 +40,6 @@ pub struct ApiErrorBody {
     pub code: String,
     /// Human-readable, names the offending field or state.
     pub message: String,
-}
-
-/// A page of a list; `next_cursor` is passed back as `?cursor=` for the next page.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct Page<T> {
-    pub items: Vec<T>,
-    pub next_cursor: Option<String>,
 }
 
 // ---- users, tokens, keys ----

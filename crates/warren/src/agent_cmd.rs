@@ -144,15 +144,7 @@ pub fn component_policy(
 }
 
 pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
-    let file = match &args.config {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            toml::from_str::<AgentFile>(&text)
-                .with_context(|| format!("parsing {}", path.display()))?
-        }
-        None => AgentFile::default(),
-    };
+    let file: AgentFile = crate::settings::read_file(args.config.as_deref())?;
     let relay_url = args
         .relay_url
         .or(file.relay_url)

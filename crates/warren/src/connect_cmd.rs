@@ -57,15 +57,7 @@ fn is_root() -> bool {
 }
 
 pub async fn run(args: ConnectArgs) -> anyhow::Result<()> {
-    let file = match &args.config {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            toml::from_str::<ConnectFile>(&text)
-                .with_context(|| format!("parsing {}", path.display()))?
-        }
-        None => ConnectFile::default(),
-    };
+    let file: ConnectFile = crate::settings::read_file(args.config.as_deref())?;
     let relay_url = args
         .relay_url
         .or(file.relay_url)
@@ -74,11 +66,7 @@ pub async fn run(args: ConnectArgs) -> anyhow::Result<()> {
         .mount
         .or(file.mount)
         .context("the mount is required: --mount, WARREN_CONNECT_MOUNT or mount")?;
-    let mut ports = if args.ports.is_empty() {
-        file.ports
-    } else {
-        args.ports
-    };
+    let mut ports = crate::settings::list(args.ports, Some(file.ports));
     if ports.contains(&0) {
         bail!("port 0 is not a port a connector can serve");
     }

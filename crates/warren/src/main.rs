@@ -6,6 +6,7 @@ mod connect_cmd;
 mod proxy_cmd;
 mod relay_cmd;
 mod server_cmd;
+mod settings;
 mod telemetry;
 mod tools_cmd;
 mod up_cmd;

@@ -173,15 +173,7 @@ fn secret_from(env: &str, file: Option<PathBuf>, what: &str, how: &str) -> anyho
 }
 
 fn resolve(args: RunArgs) -> anyhow::Result<Resolved> {
-    let file = match &args.config {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            toml::from_str::<ProxyFile>(&text)
-                .with_context(|| format!("parsing {}", path.display()))?
-        }
-        None => ProxyFile::default(),
-    };
+    let file: ProxyFile = crate::settings::read_file(args.config.as_deref())?;
     let server_url = args
         .server_url
         .or(file.server_url)

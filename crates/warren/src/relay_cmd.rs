@@ -149,15 +149,7 @@ pub(crate) fn shutdown_on_signals() -> CancellationToken {
 }
 
 fn resolve(args: RelayArgs) -> anyhow::Result<Resolved> {
-    let file = match &args.config {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            toml::from_str::<RelayFile>(&text)
-                .with_context(|| format!("parsing {}", path.display()))?
-        }
-        None => RelayFile::default(),
-    };
+    let file: RelayFile = crate::settings::read_file(args.config.as_deref())?;
     let server_url = args
         .server_url
         .or(file.server_url)

@@ -2,10 +2,11 @@
 //! merged into the server's configuration, validated before binding, then run until Ctrl-C
 //! or SIGTERM.
 
+use crate::settings::list;
 use anyhow::Context;
 use serde::Deserialize;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use tokio_util::sync::CancellationToken;
 use warren_server::ServerConfig;
 
@@ -186,12 +187,6 @@ struct FileConfig {
     tls_key_file: Option<PathBuf>,
 }
 
-fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))
-}
-
 /// Flags and environment over the file over the defaults.
 fn merge(args: &ServerOptions, file: FileConfig) -> anyhow::Result<(ServerConfig, SocketAddr)> {
     let home = match args.home.clone().or(file.home) {
@@ -207,17 +202,9 @@ fn merge(args: &ServerOptions, file: FileConfig) -> anyhow::Result<(ServerConfig
         Some(path) => Some(crate::relay_cmd::read_secret(&path, "relay secret")?),
         None => args.relay_secret.clone().or(file.relay_secret),
     };
-    c.relay_urls = if args.relay_urls.is_empty() {
-        file.relay_urls.unwrap_or_default()
-    } else {
-        args.relay_urls.clone()
-    };
+    c.relay_urls = list(args.relay_urls.clone(), file.relay_urls);
     c.relay_urls.retain(|u| !u.trim().is_empty());
-    c.devfile_registries = if args.devfile_registries.is_empty() {
-        file.devfile_registries.unwrap_or_default()
-    } else {
-        args.devfile_registries.clone()
-    };
+    c.devfile_registries = list(args.devfile_registries.clone(), file.devfile_registries);
     c.devfile_registries.retain(|u| !u.trim().is_empty());
     c.default_devfile_file = args.default_devfile.clone().or(file.default_devfile);
     if let Some(u) = args
@@ -242,16 +229,8 @@ fn merge(args: &ServerOptions, file: FileConfig) -> anyhow::Result<(ServerConfig
     if let Some(n) = file.max_db_connections {
         c.max_db_connections = n;
     }
-    c.trusted_proxies = if args.trusted_proxies.is_empty() {
-        file.trusted_proxies.unwrap_or_default()
-    } else {
-        args.trusted_proxies.clone()
-    };
-    c.outbound_allow = if args.outbound_allow.is_empty() {
-        file.outbound_allow.unwrap_or_default()
-    } else {
-        args.outbound_allow.clone()
-    };
+    c.trusted_proxies = list(args.trusted_proxies.clone(), file.trusted_proxies);
+    c.outbound_allow = list(args.outbound_allow.clone(), file.outbound_allow);
     c.ssh_public_address = args.ssh_public_address.clone().or(file.ssh_public_address);
     if let Some(path) = args.ssh_host_key_file.clone().or(file.ssh_host_key_file) {
         let text = std::fs::read_to_string(&path)
@@ -336,10 +315,7 @@ fn oidc(args: &ServerOptions, f: OidcFile) -> anyhow::Result<Option<warren_serve
 
 /// The validated configuration the flags, variables and file describe, and where to listen.
 fn configure(args: &ServerOptions) -> anyhow::Result<(ServerConfig, SocketAddr)> {
-    let file = match &args.config {
-        Some(p) => read_file(p)?,
-        None => FileConfig::default(),
-    };
+    let file: FileConfig = crate::settings::read_file(args.config.as_deref())?;
     let (config, listen) = merge(args, file)?;
     config
         .validate()

@@ -148,8 +148,18 @@ pub fn cluster() -> Option<&'static Cluster> {
         .as_ref()
 }
 
+/// A free loopback port, never one this helper handed out before: the kernel may give two
+/// binds in a row the same free port, and two services told one port fail (CI once started
+/// an API server on etcd's client port).
 fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    static GIVEN: Mutex<std::collections::BTreeSet<u16>> =
+        Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        if GIVEN.lock().unwrap_or_else(|p| p.into_inner()).insert(port) {
+            return Ok(port);
+        }
+    }
 }
 
 fn run(cmd: &mut Command) -> Result<()> {

@@ -5,7 +5,6 @@
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use jsonwebtoken::{decode, decode_header, encode, Algorithm, DecodingKey, EncodingKey, Header};
 use rand::RngCore;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -15,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::RwLock;
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
+use warren_jwt::NamedKey;
 
 /// The key file's name inside `state_dir`.
 pub const KEY_FILE: &str = "cookie_keys.json";
@@ -149,27 +149,16 @@ fn kid(key: &[u8]) -> String {
     URL_SAFE_NO_PAD.encode(&d[..9])
 }
 
-struct Key {
-    kid: String,
-    enc: EncodingKey,
-    dec: DecodingKey,
-}
-
-impl Key {
-    fn new(b64: &str) -> Key {
-        let raw = URL_SAFE_NO_PAD.decode(b64).unwrap_or_default();
-        Key {
-            kid: kid(&raw),
-            enc: EncodingKey::from_secret(&raw),
-            dec: DecodingKey::from_secret(&raw),
-        }
-    }
+/// A key of the file: its secret, named by its digest (`kid`).
+fn named(b64: &str) -> NamedKey {
+    let raw = URL_SAFE_NO_PAD.decode(b64).unwrap_or_default();
+    NamedKey::new(kid(&raw), &raw)
 }
 
 struct Loaded {
-    current: Key,
+    current: NamedKey,
     /// The previous key and until when (unix seconds) it is accepted.
-    previous: Option<(Key, i64)>,
+    previous: Option<(NamedKey, i64)>,
     mtime: Option<SystemTime>,
     checked: Instant,
 }
@@ -207,11 +196,11 @@ impl CookieKeys {
 
     fn build(f: &KeyFile, lifetime: i64, mtime: Option<SystemTime>) -> Loaded {
         Loaded {
-            current: Key::new(&f.current),
+            current: named(&f.current),
             previous: f
                 .previous
                 .as_deref()
-                .map(|p| (Key::new(p), f.rotated_at.unwrap_or(0) + lifetime)),
+                .map(|p| (named(p), f.rotated_at.unwrap_or(0) + lifetime)),
             mtime,
             checked: Instant::now(),
         }
@@ -244,30 +233,26 @@ impl CookieKeys {
     pub(crate) fn sign<T: Serialize>(&self, claims: &T) -> String {
         self.refresh();
         let l = self.loaded.read().expect("key lock poisoned");
-        let mut h = Header::new(Algorithm::HS256);
-        h.kid = Some(l.current.kid.clone());
-        encode(&h, claims, &l.current.enc).expect("HS256 signing of plain claims cannot fail")
+        l.current
+            .sign(claims)
+            .expect("HS256 signing of plain claims cannot fail")
     }
 
     /// The claims of `token` if a current (or still accepted previous) key signed it for
     /// `aud` and it has not expired.
     pub(crate) fn verify<T: DeserializeOwned>(&self, token: &str, aud: &str) -> Option<T> {
         self.refresh();
-        let kid = decode_header(token).ok()?.kid?;
-        let mut v = jsonwebtoken::Validation::new(Algorithm::HS256);
-        v.set_audience(&[aud]);
-        v.leeway = 0;
-        v.set_required_spec_claims(&["exp", "aud"]);
+        let kid = warren_jwt::kid_of(token)?;
         let l = self.loaded.read().expect("key lock poisoned");
-        let key = if kid == l.current.kid {
-            &l.current.dec
+        let key = if kid == l.current.kid() {
+            &l.current
         } else {
             match &l.previous {
-                Some((k, until)) if k.kid == kid && now_secs() < *until => &k.dec,
+                Some((k, until)) if k.kid() == kid && now_secs() < *until => k,
                 _ => return None,
             }
         };
-        decode::<T>(token, key, &v).ok().map(|d| d.claims)
+        key.verify(token, aud)
     }
 }
 
@@ -342,10 +327,7 @@ mod tests {
             exp: now_secs() + 100,
             v: 2,
         });
-        assert_ne!(
-            decode_header(&t2).unwrap().kid,
-            decode_header(&t).unwrap().kid
-        );
+        assert_ne!(warren_jwt::kid_of(&t2), warren_jwt::kid_of(&t));
 
         // One session lifetime after the rotation the previous key is refused.
         let mut f = load_or_create(dir.path()).unwrap();

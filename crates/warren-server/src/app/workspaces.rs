@@ -19,7 +19,7 @@ use std::future::Future;
 use warren_devfile::{MAX_ENV_BYTES, MAX_ENV_VAR_BYTES};
 use warren_types::api::{
     CreateWorkspaceRequest, Page, ResizeWorkspaceRequest, SpaceRole, VariableInput, VariableKind,
-    Workspace, WorkspaceResources,
+    Workspace, WorkspaceListQuery, WorkspaceResources,
 };
 use warren_types::quantity::{parse_cpu_millis, parse_memory_bytes};
 use warren_types::relay::{LogsTarget, MAX_LOG_TAIL};
@@ -154,32 +154,11 @@ pub async fn visible(
     authorized(state, who, key, Right::See).await
 }
 
-/// What the workspace list is filtered by (as the request gave it).
-#[derive(Debug, Clone, Default)]
-pub struct ListRequest {
-    /// Actual state to match; without it, workspaces both desired and actual Terminated are left out.
-    pub state: Option<String>,
-    /// Agent name or id.
-    pub agent: Option<String>,
-    /// Project name or id.
-    pub project: Option<String>,
-    /// Username or id of the owner (among the workspaces the caller may see).
-    pub owner: Option<String>,
-    /// Path of the space the workspaces live in.
-    pub space: Option<String>,
-    /// With `space`: also the spaces below it.
-    pub recursive: bool,
-    /// Page size, 1–500 (default 50).
-    pub limit: Option<i64>,
-    /// `next_cursor` of the previous page.
-    pub cursor: Option<String>,
-}
-
 /// One page of the workspaces the caller may see.
 pub async fn list(
     state: &AppState,
     who: &Principal,
-    q: &ListRequest,
+    q: &WorkspaceListQuery,
 ) -> Result<Page<Workspace>, AppError> {
     let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
     if !(1..=MAX_LIMIT).contains(&limit) {
@@ -188,7 +167,8 @@ pub async fn list(
             format!("must be between 1 and {MAX_LIMIT}"),
         ));
     }
-    if q.recursive && q.space.is_none() {
+    let recursive = q.recursive.unwrap_or(false);
+    if recursive && q.space.is_none() {
         return Err(AppError::invalid_field(
             "recursive",
             "needs `space`: the space whose tree to list",
@@ -197,7 +177,7 @@ pub async fn list(
     let mut f = WorkspaceFilter {
         limit: limit + 1,
         space: q.space.clone(),
-        recursive: q.recursive,
+        recursive,
         ..Default::default()
     };
     if let Some(s) = &q.state {
@@ -274,10 +254,10 @@ pub async fn list_all(state: &AppState, who: &Principal) -> Result<Vec<Workspace
         let page = list(
             state,
             who,
-            &ListRequest {
+            &WorkspaceListQuery {
                 limit: Some(MAX_LIMIT),
                 cursor,
-                ..ListRequest::default()
+                ..WorkspaceListQuery::default()
             },
         )
         .await?;

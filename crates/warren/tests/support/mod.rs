@@ -348,12 +348,21 @@ pub fn wait_for<T>(
     }
 }
 
-/// A free loopback port: bound, read, released (the caller binds it again right away).
+/// A free loopback port: bound, read, released (the caller binds it again right away) —
+/// never one this helper handed out before, since the kernel may give two binds in a row the
+/// same free port, and two services told one port fail.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("binding a free port")
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("binding a free port");
+        if GIVEN.lock().unwrap_or_else(|p| p.into_inner()).insert(port) {
+            return port;
+        }
+    }
 }
 
 /// One `warren` service process with its output in a log file; SIGKILLed on drop.

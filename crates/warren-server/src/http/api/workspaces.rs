@@ -2,7 +2,7 @@
 //! each handler one call into `crate::app::workspaces`.
 
 use super::Auth;
-use crate::app::workspaces::{self, ListRequest, Logs, LogsRequest};
+use crate::app::workspaces::{self, Logs, LogsRequest};
 use crate::app::AppState;
 use crate::http::error::{HttpError, Json, Path, Query};
 use axum::extract::State;
@@ -12,50 +12,17 @@ use http::StatusCode;
 use serde::Deserialize;
 use warren_types::api::{
     ApiError, CommandRunEvent, CreateWorkspaceRequest, Page, ResizeWorkspaceRequest,
-    UpdateDesiredStateRequest, Workspace,
+    UpdateDesiredStateRequest, Workspace, WorkspaceListQuery,
 };
 
-/// Query of `GET /api/v1/workspaces`.
-#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
-#[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-pub struct ListQuery {
-    /// Actual state to match; without it, workspaces both desired and actual Terminated are left out.
-    pub state: Option<String>,
-    /// Agent name or id.
-    pub agent: Option<String>,
-    /// Project name or id.
-    pub project: Option<String>,
-    /// Username or id of the owner, among the workspaces the caller may see.
-    pub owner: Option<String>,
-    /// Path of the space the workspaces live in (`acme/platform`, `users/alice`).
-    pub space: Option<String>,
-    /// With `space`: also every space below it.
-    pub recursive: Option<bool>,
-    /// Page size, 1–500 (default 50).
-    pub limit: Option<i64>,
-    /// `next_cursor` of the previous page.
-    pub cursor: Option<String>,
-}
-
-#[utoipa::path(get, path = "/api/v1/workspaces", params(ListQuery),
+#[utoipa::path(get, path = "/api/v1/workspaces", params(WorkspaceListQuery),
     responses((status = 200, body = Page<Workspace>), (status = 400, body = ApiError)), tag = "workspaces",
     security(("bearer" = [])))]
 pub async fn list(
     State(state): State<AppState>,
     Auth(who): Auth,
-    Query(q): Query<ListQuery>,
+    Query(q): Query<WorkspaceListQuery>,
 ) -> Result<Json<Page<Workspace>>, HttpError> {
-    let q = ListRequest {
-        state: q.state,
-        agent: q.agent,
-        project: q.project,
-        owner: q.owner,
-        space: q.space,
-        recursive: q.recursive.unwrap_or(false),
-        limit: q.limit,
-        cursor: q.cursor,
-    };
     Ok(Json(workspaces::list(&state, &who, &q).await?))
 }
 

@@ -125,10 +125,10 @@ async fn list_window(
     domain::list(
         state,
         &viewer.who,
-        &domain::ListRequest {
+        &warren_types::api::WorkspaceListQuery {
             limit: Some(PAGE_SIZE),
             cursor: after.map(str::to_owned),
-            ..domain::ListRequest::default()
+            ..Default::default()
         },
     )
     .await

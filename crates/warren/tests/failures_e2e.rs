@@ -150,7 +150,13 @@ components:
     );
     // The container exists (exited) and is not restarted behind the user's back.
     assert_eq!(containers(ws).len(), 1, "one container");
-    assert!(running(ws).is_empty(), "nothing runs");
+    let runs = running(ws);
+    assert!(
+        runs.is_empty(),
+        "nothing runs: {:#?}\n{}",
+        runs.iter().map(|c| &c["State"]).collect::<Vec<_>>(),
+        up.proc.log_text()
+    );
     terminate_and_check(&up, ws);
 
     // One that runs a moment first: `--wait` says Failed (the workspace is not reported

@@ -112,13 +112,14 @@ impl EngineRuntime {
     }
 
     /// Watches a pod started afresh after a stop for [`RESTART_GRACE`], and starts it once
-    /// more if its owner exited meanwhile with nothing else changed.
+    /// more if its owner exited meanwhile with code 0 and nothing else changed.
     ///
     /// Podman 4.3 now and then stops a container it has just started again after a stop
     /// (a late clean-up of the previous run: exit code 0, no stop from the runtime). Until
     /// the watch ends, `observe` takes an app container's exit with code 0 for not known
-    /// yet rather than a failure, so the blip is never reported; a container that really
-    /// exits does so again and is reported. An apply or delete of the workspace ends the
+    /// yet rather than a failure, so the blip is never reported, and the watch starts the
+    /// pod once more after such an exit; a command that really exits with 0 does so again
+    /// and is reported. Any other exit is the command's own and is left alone. An apply or delete of the workspace ends the
     /// watch (`lock_workspace`), so a stop right after a start stays a stop.
     fn watch_restart(&self, name: String, hash: String, order: StartOrder) {
         let Some(owner) = order.apps.first().cloned() else {
@@ -152,13 +153,16 @@ impl EngineRuntime {
                             && !r.deleting
                             && r.failure.is_none()
                     });
-                let stopped = matches!(
-                    this.inspect(&owner)
-                        .await
-                        .map(|i| i.state.and_then(|s| s.running)),
-                    Ok(Some(false))
-                );
-                if unchanged && stopped {
+                // Podman's early stop ends the run with code 0 and nothing else; any other
+                // exit is the command's own, reported as it is and never run again behind
+                // the user's back.
+                let blip = this
+                    .inspect(&owner)
+                    .await
+                    .ok()
+                    .and_then(|i| i.state)
+                    .is_some_and(|s| s.running == Some(false) && s.exit_code == Some(0));
+                if unchanged && blip {
                     tracing::info!(container = %owner, "started again after an early exit");
                     let failure = Started::failure_of(this.run_start(&order).await);
                     if let Some(mut record) = this.read_record(&name) {

@@ -380,15 +380,22 @@ async fn two_agents_share_one_poll_of_a_repository() -> Result<()> {
         async move { ok }
     })
     .await?;
-    let edge_status = stack
-        .api(
-            Method::GET,
-            "/api/v1/agents/edge/gitops/status",
-            &admin,
-            None,
-        )
-        .await?;
-    assert_eq!(edge_status[0]["commit"], first.as_str(), "{edge_status}");
+    // The agent reports its sync to the server after applying it: wait for the report.
+    let edge_status = || async {
+        stack
+            .api(
+                Method::GET,
+                "/api/v1/agents/edge/gitops/status",
+                &admin,
+                None,
+            )
+            .await
+            .unwrap_or_default()
+    };
+    wait_for("the edge agent to report the first commit", 30, || async {
+        edge_status().await[0]["commit"] == first.as_str()
+    })
+    .await?;
 
     let before = daemon.connections();
     commit(&repo, &[("app.yaml", &cm("settings", "2"))]);

@@ -119,8 +119,9 @@ impl EngineRuntime {
     /// the watch ends, `observe` takes an app container's exit with code 0 for not known
     /// yet rather than a failure, so the blip is never reported, and the watch starts the
     /// pod once more after such an exit; a command that really exits with 0 does so again
-    /// and is reported. Any other exit is the command's own and is left alone. An apply or delete of the workspace ends the
-    /// watch (`lock_workspace`), so a stop right after a start stays a stop.
+    /// and is reported. Any other exit is the command's own and is left alone. An apply or
+    /// delete of the workspace ends the watch (`lock_workspace`), so a stop right after a
+    /// start stays a stop.
     fn watch_restart(&self, name: String, hash: String, order: StartOrder) {
         let Some(owner) = order.apps.first().cloned() else {
             return;

@@ -352,6 +352,15 @@ impl Reconciler {
                             s.failed_cycles += 1;
                             s.last_error = Some(message);
                         });
+                        // The server may have committed the answer it could not deliver
+                        // (killed between its commit and its reply, or the reply lost on
+                        // the way) and marked the workspaces in it as sent; a partial
+                        // would never name them again. Only a full is sure to (CI lost a
+                        // start this way when the server was killed mid-answer).
+                        if matches!(&e, CycleError::Transport(t) if !matches!(t, TransportError::NotConnected))
+                        {
+                            full_due = true;
+                        }
                         retry_at = Some(Instant::now() + delay);
                     }
                 }

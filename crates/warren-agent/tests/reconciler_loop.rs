@@ -26,6 +26,8 @@ struct ModelTransport {
     model: Mutex<ServerModel>,
     calls: Mutex<Vec<(Instant, ReconcileRequest)>>,
     fail_next: Mutex<u32>,
+    /// Calls the model answers whose answer is then lost (the server killed after its commit).
+    lose_next: Mutex<u32>,
     events: watch::Sender<TransportEvents>,
 }
 
@@ -49,7 +51,16 @@ impl ReconcileTransport for ModelTransport {
                 });
             }
         }
-        Ok(self.model.lock().unwrap().handle(request.clone()))
+        let answer = self.model.lock().unwrap().handle(request.clone());
+        let mut lose = self.lose_next.lock().unwrap();
+        if *lose > 0 {
+            *lose -= 1;
+            return Err(TransportError::Status {
+                status: 502,
+                message: "server_unavailable".into(),
+            });
+        }
+        Ok(answer)
     }
 
     fn events(&self) -> watch::Receiver<TransportEvents> {
@@ -115,6 +126,7 @@ impl Harness {
             model: Mutex::new(model),
             calls: Mutex::new(vec![]),
             fail_next: Mutex::new(0),
+            lose_next: Mutex::new(0),
             events: watch::channel(TransportEvents::default()).0,
         });
         let h = Harness {
@@ -328,6 +340,27 @@ async fn failures_back_off_exponentially_with_jitter_and_recover() {
     // Every failed attempt was the start-up full; the sixth succeeded and the loop lives on.
     assert!(calls[..6].iter().all(|c| c.1 == UpdateType::Full));
     assert_eq!(h.model(|m| m.actual("a")), Some(ActualState::Running));
+}
+
+/// The server commits an answer (marking its workspaces as sent) and dies before the agent
+/// gets it: the retry must be a full reconcile, or a partial would never name the workspace
+/// again and the change would wait for the hourly full (CI's faults_e2e lost a start so).
+#[tokio::test(start_paused = true)]
+async fn an_answer_lost_after_the_server_committed_it_is_asked_again_in_full() {
+    let h = Harness::running_a().await;
+    let before = h.calls().len();
+    *h.transport.lose_next.lock().unwrap() = 1;
+    h.model(|m| m.set_desired("a", DesiredState::Stopped));
+    h.signal();
+    h.until(
+        30,
+        "the stop whose answer was lost reaches the runtime",
+        |h| h.model(|m| m.actual("a")) == Some(ActualState::Stopped),
+    )
+    .await;
+    let calls = h.calls();
+    assert_eq!(calls[before].1, UpdateType::Partial, "{calls:?}");
+    assert_eq!(calls[before + 1].1, UpdateType::Full, "{calls:?}");
 }
 
 #[tokio::test(start_paused = true)]

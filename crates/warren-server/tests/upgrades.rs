@@ -92,6 +92,42 @@ async fn populate(s: &TestServer) {
     assert_eq!(st, 201, "{b}");
 }
 
+/// A connector mount's agent row as releases before the `kind` column wrote it: only its
+/// name said what it is.
+const OLD_CONNECTOR_ROW: &str = "INSERT INTO agents (name, token_hash, config, created_at, \
+     updated_at) VALUES ('connector-before', 'digest-before', '{}', 1, 1)";
+
+/// Agent rows are told apart by `kind`: the one made for a connector before the column
+/// existed, and one the previous release makes beside this one during a rolling upgrade
+/// (an insert that knows nothing of `kind`), are connectors; the fixture's agent runs
+/// workspaces. Only the latter is listed as an agent.
+async fn check_agent_kinds(store: &warren_server::store::Store, what: &str) {
+    use warren_server::store::agents::AgentKind;
+    sqlx::query(
+        "INSERT INTO agents (name, token_hash, config, created_at, updated_at) \
+         VALUES ('connector-during', 'digest-during', '{}', 2, 2)",
+    )
+    .execute(&store.db.pool)
+    .await
+    .unwrap_or_else(|e| panic!("{what}: the previous release's insert: {e}"));
+    for (name, kind) in [
+        ("connector-before", AgentKind::Connector),
+        ("connector-during", AgentKind::Connector),
+        ("upgrade-agent", AgentKind::Runtime),
+    ] {
+        let row = store.agent_by_key(name).await.unwrap();
+        assert_eq!(row.map(|a| a.kind), Some(kind), "{what}: agent {name}");
+    }
+    let listed: Vec<String> = store
+        .list_agents()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|a| a.name)
+        .collect();
+    assert_eq!(listed, ["upgrade-agent"], "{what}");
+}
+
 /// What [`populate`] wrote, read back by this release.
 async fn check(server: &Server, what: &str) {
     let store = &server.state().store;
@@ -159,6 +195,10 @@ async fn every_released_schema_opens_with_its_data() {
             .execute(&pool)
             .await
             .expect("load the fixture");
+        sqlx::raw_sql(OLD_CONNECTOR_ROW)
+            .execute(&pool)
+            .await
+            .expect("a connector row as the fixture's release wrote it");
         pool.close().await;
         let mut config = ServerConfig::new(dir.path().join("home"));
         config.database_url = Some(url);
@@ -167,6 +207,7 @@ async fn every_released_schema_opens_with_its_data() {
             .await
             .unwrap_or_else(|e| panic!("sqlite v{version}: {e:?}"));
         check(&server, &format!("sqlite v{version}")).await;
+        check_agent_kinds(&server.state().store, &format!("sqlite v{version}")).await;
     }
     let Ok(base) = std::env::var("WARREN_TEST_DATABASE_URL") else {
         eprintln!("skipping the PostgreSQL fixtures: WARREN_TEST_DATABASE_URL is not set");
@@ -184,6 +225,10 @@ async fn every_released_schema_opens_with_its_data() {
             .execute(&pool)
             .await
             .expect("load the fixture");
+        sqlx::raw_sql(&format!("SET search_path TO {schema}; {OLD_CONNECTOR_ROW}"))
+            .execute(&pool)
+            .await
+            .expect("a connector row as the fixture's release wrote it");
         let sep = if base.contains('?') { '&' } else { '?' };
         let dir = tempfile::tempdir().unwrap();
         let mut config = ServerConfig::new(dir.path().join("home"));
@@ -193,6 +238,7 @@ async fn every_released_schema_opens_with_its_data() {
         let result = match opened {
             Ok(server) => {
                 check(&server, &format!("postgres v{version}")).await;
+                check_agent_kinds(&server.state().store, &format!("postgres v{version}")).await;
                 Ok(())
             }
             Err(e) => Err(format!("postgres v{version}: {e:?}")),

@@ -270,7 +270,7 @@ async fn agent_id(state: &AppState, key: &str) -> Result<warren_types::AgentId, 
         .agent_by_key(key)
         .await?
         // A connector's row is a machine its user controls: no repository goes there.
-        .filter(|a| !a.name.starts_with(super::agents::CONNECTOR_PREFIX))
+        .filter(|a| !a.is_connector())
         .ok_or_else(|| AppError::not_found(format!("agent {key:?}")))?
         .id)
 }

@@ -766,7 +766,7 @@ async fn create_url_proxy(
         .store
         .agent_by_key(via)
         .await?
-        .filter(|a| !a.name.starts_with(super::agents::CONNECTOR_PREFIX))
+        .filter(|a| !a.is_connector())
         .ok_or_else(|| AppError::invalid_field("via", format!("no agent named {via:?}")))?;
     let space = space_for(state, who, req).await?;
     let m = insert(

@@ -53,7 +53,7 @@ pub async fn handle(
     let started = tokio::time::Instant::now();
     // Connectors' agent rows carry the prefix (no agent may take it), so an agent's call
     // costs no extra query.
-    if req.connector.is_some() || agent.name.starts_with(super::agents::CONNECTOR_PREFIX) {
+    if req.connector.is_some() || agent.is_connector() {
         return connector_heartbeat(state, &agent, req).await;
     }
     let mut resp = match &req.runtime_fault {

@@ -578,7 +578,7 @@ async fn choose_agent(state: &AppState, key: Option<&str>) -> Result<AgentRow, A
             .store
             .agent_by_key(k)
             .await?
-            .filter(|a| !a.name.starts_with(super::agents::CONNECTOR_PREFIX))
+            .filter(|a| !a.is_connector())
             .ok_or_else(|| AppError::invalid_field("agent", format!("no agent named {k:?}"))),
         None => {
             let mut agents = state.store.list_agents().await?;

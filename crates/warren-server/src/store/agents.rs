@@ -9,10 +9,37 @@ use warren_types::config::AgentConfig;
 use warren_types::reconcile::HostCapacity;
 use warren_types::AgentId;
 
+/// What an agent row is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentKind {
+    /// It runs workspaces.
+    Runtime,
+    /// It was made for one connector mount (`warren connect` dials in with its token).
+    Connector,
+}
+
+impl AgentKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentKind::Runtime => "runtime",
+            AgentKind::Connector => "connector",
+        }
+    }
+
+    fn parse(s: &str) -> Result<Self, sqlx::Error> {
+        match s {
+            "runtime" => Ok(AgentKind::Runtime),
+            "connector" => Ok(AgentKind::Connector),
+            other => Err(corrupt("agent kind", format!("unknown kind {other:?}"))),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct AgentRow {
     pub id: AgentId,
     pub name: String,
+    pub kind: AgentKind,
     pub config: AgentConfig,
     pub created_at: i64,
     pub last_seen_at: Option<i64>,
@@ -25,6 +52,11 @@ pub struct AgentRow {
 }
 
 impl AgentRow {
+    /// A connector mount's row, not an agent that runs workspaces.
+    pub fn is_connector(&self) -> bool {
+        self.kind == AgentKind::Connector
+    }
+
     pub fn to_api(&self) -> Agent {
         Agent {
             id: self.id,
@@ -40,13 +72,14 @@ impl AgentRow {
 }
 
 const COLS: &str =
-    "id, name, config, created_at, last_seen_at, capacity, runtime_fault, runtime_fault_since, \
+    "id, name, kind, config, created_at, last_seen_at, capacity, runtime_fault, runtime_fault_since, \
      isolation_warning";
 
 fn row(r: &AnyRow) -> Result<AgentRow, sqlx::Error> {
     Ok(AgentRow {
         id: AgentId(get_i64(r, "id")?),
         name: get_str(r, "name")?,
+        kind: AgentKind::parse(&get_str(r, "kind")?)?,
         config: serde_json::from_str(&get_str(r, "config")?)
             .map_err(|e| corrupt("agent config", e))?,
         created_at: get_i64(r, "created_at")?,
@@ -90,9 +123,7 @@ impl Store {
     /// Every agent that runs workspaces: not the rows made for connector mounts.
     pub async fn list_agents(&self) -> Result<Vec<AgentRow>, StoreError> {
         let rows = sqlx::query(&format!(
-            "SELECT {COLS} FROM agents WHERE name NOT LIKE 'connector-%' AND id NOT IN \
-             (SELECT agent_id FROM mounts WHERE agent_id IS NOT NULL AND kind = 'proxy' \
-             AND url IS NULL) ORDER BY id"
+            "SELECT {COLS} FROM agents WHERE kind = 'runtime' ORDER BY id"
         ))
         .fetch_all(&self.db.pool)
         .await?;

@@ -168,8 +168,8 @@ impl Store {
             None => m.via.map(AgentId::get),
             Some(c) => {
                 let r = sqlx::query(
-                    "INSERT INTO agents (name, token_hash, config, created_at, updated_at) \
-                     VALUES ($1, $2, $3, $4, $4) RETURNING id",
+                    "INSERT INTO agents (name, kind, token_hash, config, created_at, updated_at) \
+                     VALUES ($1, 'connector', $2, $3, $4, $4) RETURNING id",
                 )
                 .bind(c.agent_name)
                 .bind(c.token_digest)

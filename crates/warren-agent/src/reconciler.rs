@@ -334,33 +334,9 @@ impl Reconciler {
                             + interval(self.settings.partial_reconciliation_interval_seconds);
                     }
                     Err(e) => {
-                        let result = match e {
-                            CycleError::Transport(TransportError::NotConnected) => "not_connected",
-                            _ => "error",
-                        };
-                        metrics::counter!("warren_agent_reconciles_total", "update_type" => kind_label, "result" => result).increment(1);
                         let delay = backoff.next();
-                        let message = error_chain(&e);
-                        if matches!(e, CycleError::Transport(TransportError::NotConnected)) {
-                            // Not a fault: the connection (re)starts, and its arrival wakes
-                            // the loop for a full reconcile anyway.
-                            tracing::info!(retry_in = ?delay, kind = ?kind, "reconcile waits for the relay connection");
-                        } else {
-                            tracing::warn!(error = %message, retry_in = ?delay, kind = ?kind, "reconcile failed");
-                        }
-                        self.status.send_modify(|s| {
-                            s.failed_cycles += 1;
-                            s.last_error = Some(message);
-                        });
-                        // The server may have committed the answer it could not deliver
-                        // (killed between its commit and its reply, or the reply lost on
-                        // the way) and marked the workspaces in it as sent; a partial
-                        // would never name them again. Only a full is sure to (CI lost a
-                        // start this way when the server was killed mid-answer).
-                        if matches!(&e, CycleError::Transport(t) if !matches!(t, TransportError::NotConnected))
-                        {
-                            full_due = true;
-                        }
+                        // A failed call may have reached the server: ask again in full.
+                        full_due |= self.failed_cycle(&e, kind, kind_label, delay);
                         retry_at = Some(Instant::now() + delay);
                     }
                 }
@@ -405,6 +381,41 @@ impl Reconciler {
                 },
             }
         }
+    }
+
+    /// Counts, logs and reports a failed cycle, retried after `delay`; returns whether the
+    /// retry must be a full reconcile.
+    fn failed_cycle(
+        &self,
+        e: &CycleError,
+        kind: UpdateType,
+        kind_label: &'static str,
+        delay: Duration,
+    ) -> bool {
+        let not_connected = matches!(e, CycleError::Transport(TransportError::NotConnected));
+        let result = if not_connected {
+            "not_connected"
+        } else {
+            "error"
+        };
+        metrics::counter!("warren_agent_reconciles_total", "update_type" => kind_label, "result" => result).increment(1);
+        let message = error_chain(e);
+        if not_connected {
+            // Not a fault: the connection (re)starts, and its arrival wakes the loop for a
+            // full reconcile anyway.
+            tracing::info!(retry_in = ?delay, kind = ?kind, "reconcile waits for the relay connection");
+        } else {
+            tracing::warn!(error = %message, retry_in = ?delay, kind = ?kind, "reconcile failed");
+        }
+        self.status.send_modify(|s| {
+            s.failed_cycles += 1;
+            s.last_error = Some(message);
+        });
+        // The server may have committed the answer it could not deliver (killed between its
+        // commit and its reply, or the reply lost on the way) and marked the workspaces in
+        // it as sent; a partial would never name them again. Only a full is sure to (CI
+        // lost a start this way when the server was killed mid-answer).
+        matches!(e, CycleError::Transport(_)) && !not_connected
     }
 
     /// One reconcile; returns whether something was applied or deleted (report it at once).

@@ -205,40 +205,33 @@ impl Client {
 
     /// `POST /session`: exchanges a username and password for a new token.
     pub async fn login(&self, req: &PasswordLoginRequest) -> Result<CreatedToken> {
-        self.call(Method::POST, &routes::session(), &[], Some(req))
-            .await
+        self.with_body(Method::POST, &routes::session(), req).await
     }
 
     pub async fn me(&self) -> Result<User> {
-        self.call(Method::GET, &routes::me(), &[], None::<&()>)
-            .await
+        self.get(&routes::me()).await
     }
 
     /// How workspaces are reached besides the API (the proxy's SSH address).
     pub async fn access(&self) -> Result<AccessInfo> {
-        self.call(Method::GET, &routes::access(), &[], None::<&()>)
-            .await
+        self.get(&routes::access()).await
     }
 
     pub async fn list_users(&self) -> Result<Vec<User>> {
-        self.call(Method::GET, &routes::users(), &[], None::<&()>)
-            .await
+        self.get(&routes::users()).await
     }
 
     pub async fn create_user(&self, req: &CreateUserRequest) -> Result<User> {
-        self.call(Method::POST, &routes::users(), &[], Some(req))
-            .await
+        self.with_body(Method::POST, &routes::users(), req).await
     }
 
     pub async fn get_user(&self, key: &str) -> Result<User> {
-        self.call(Method::GET, &routes::user(key), &[], None::<&()>)
-            .await
+        self.get(&routes::user(key)).await
     }
 
     /// `PATCH /users/{user}`: admin rights, disabled, password reset.
     pub async fn update_user(&self, key: &str, req: &UpdateUserRequest) -> Result<User> {
-        self.call(Method::PATCH, &routes::user(key), &[], Some(req))
-            .await
+        self.with_body(Method::PATCH, &routes::user(key), req).await
     }
 
     /// `DELETE /users/{user}`: `None` once the account is gone, the account while its
@@ -293,13 +286,12 @@ impl Client {
     // ---- OAuth clients ----
 
     pub async fn create_oauth_client(&self, req: &CreateOAuthClient) -> Result<CreatedOAuthClient> {
-        self.call(Method::POST, &routes::oauth_clients(), &[], Some(req))
+        self.with_body(Method::POST, &routes::oauth_clients(), req)
             .await
     }
 
     pub async fn list_oauth_clients(&self) -> Result<Vec<OAuthClient>> {
-        self.call(Method::GET, &routes::oauth_clients(), &[], None::<&()>)
-            .await
+        self.get(&routes::oauth_clients()).await
     }
 
     pub async fn delete_oauth_client(&self, client_id: &str) -> Result<()> {
@@ -310,13 +302,11 @@ impl Client {
     // ---- tokens ----
 
     pub async fn list_tokens(&self) -> Result<Vec<Token>> {
-        self.call(Method::GET, &routes::tokens(), &[], None::<&()>)
-            .await
+        self.get(&routes::tokens()).await
     }
 
     pub async fn create_token(&self, req: &CreateTokenRequest) -> Result<CreatedToken> {
-        self.call(Method::POST, &routes::tokens(), &[], Some(req))
-            .await
+        self.with_body(Method::POST, &routes::tokens(), req).await
     }
 
     pub async fn revoke_token(&self, id: &str) -> Result<()> {
@@ -326,13 +316,11 @@ impl Client {
     // ---- SSH keys ----
 
     pub async fn list_ssh_keys(&self) -> Result<Vec<SshKey>> {
-        self.call(Method::GET, &routes::ssh_keys(), &[], None::<&()>)
-            .await
+        self.get(&routes::ssh_keys()).await
     }
 
     pub async fn add_ssh_key(&self, req: &AddSshKeyRequest) -> Result<SshKey> {
-        self.call(Method::POST, &routes::ssh_keys(), &[], Some(req))
-            .await
+        self.with_body(Method::POST, &routes::ssh_keys(), req).await
     }
 
     pub async fn delete_ssh_key(&self, id: &str) -> Result<()> {
@@ -342,22 +330,19 @@ impl Client {
     // ---- agents ----
 
     pub async fn list_agents(&self) -> Result<Vec<Agent>> {
-        self.call(Method::GET, &routes::agents(), &[], None::<&()>)
-            .await
+        self.get(&routes::agents()).await
     }
 
     pub async fn create_agent(&self, req: &CreateAgentRequest) -> Result<CreatedAgent> {
-        self.call(Method::POST, &routes::agents(), &[], Some(req))
-            .await
+        self.with_body(Method::POST, &routes::agents(), req).await
     }
 
     pub async fn get_agent(&self, name_or_id: &str) -> Result<Agent> {
-        self.call(Method::GET, &routes::agent(name_or_id), &[], None::<&()>)
-            .await
+        self.get(&routes::agent(name_or_id)).await
     }
 
     pub async fn update_agent(&self, name_or_id: &str, req: &UpdateAgentRequest) -> Result<Agent> {
-        self.call(Method::PUT, &routes::agent(name_or_id), &[], Some(req))
+        self.with_body(Method::PUT, &routes::agent(name_or_id), req)
             .await
     }
 
@@ -371,28 +356,16 @@ impl Client {
     // ---- GitOps ----
 
     pub async fn list_repositories(&self) -> Result<Vec<Repository>> {
-        self.call(
-            Method::GET,
-            &routes::gitops_repositories(),
-            &[],
-            None::<&()>,
-        )
-        .await
+        self.get(&routes::gitops_repositories()).await
     }
 
     pub async fn create_repository(&self, req: &CreateRepositoryRequest) -> Result<Repository> {
-        self.call(Method::POST, &routes::gitops_repositories(), &[], Some(req))
+        self.with_body(Method::POST, &routes::gitops_repositories(), req)
             .await
     }
 
     pub async fn get_repository(&self, name: &str) -> Result<Repository> {
-        self.call(
-            Method::GET,
-            &routes::gitops_repository(name),
-            &[],
-            None::<&()>,
-        )
-        .await
+        self.get(&routes::gitops_repository(name)).await
     }
 
     pub async fn delete_repository(&self, name: &str) -> Result<()> {
@@ -408,7 +381,7 @@ impl Client {
     ) -> Result<Repository> {
         let route = routes::gitops_repository_credential(name);
         match c {
-            Some(c) => self.call(Method::PUT, &route, &[], Some(c)).await,
+            Some(c) => self.with_body(Method::PUT, &route, c).await,
             None => self.call(Method::DELETE, &route, &[], None::<&()>).await,
         }
     }
@@ -421,67 +394,56 @@ impl Client {
                 let req = WebhookSecretRequest {
                     secret: s.to_owned(),
                 };
-                self.call(Method::PUT, &route, &[], Some(&req)).await
+                self.with_body(Method::PUT, &route, &req).await
             }
             None => self.call(Method::DELETE, &route, &[], None::<&()>).await,
         }
     }
 
     pub async fn agent_gitops(&self, agent: &str) -> Result<AgentGitops> {
-        self.call(Method::GET, &routes::agent_gitops(agent), &[], None::<&()>)
-            .await
+        self.get(&routes::agent_gitops(agent)).await
     }
 
     pub async fn set_agent_gitops(&self, agent: &str, config: &AgentGitops) -> Result<AgentGitops> {
-        self.call(Method::PUT, &routes::agent_gitops(agent), &[], Some(config))
+        self.with_body(Method::PUT, &routes::agent_gitops(agent), config)
             .await
     }
 
     pub async fn gitops_status(&self, agent: &str) -> Result<Vec<SourceStatus>> {
-        self.call(
-            Method::GET,
-            &routes::agent_gitops_status(agent),
-            &[],
-            None::<&()>,
-        )
-        .await
+        self.get(&routes::agent_gitops_status(agent)).await
     }
 
     pub async fn gitops_policy(&self) -> Result<Policy> {
-        self.call(Method::GET, &routes::gitops_policy(), &[], None::<&()>)
-            .await
+        self.get(&routes::gitops_policy()).await
     }
 
     pub async fn set_gitops_policy(&self, policy: &Policy) -> Result<Policy> {
-        self.call(Method::PUT, &routes::gitops_policy(), &[], Some(policy))
+        self.with_body(Method::PUT, &routes::gitops_policy(), policy)
             .await
     }
 
     // ---- projects ----
 
     pub async fn list_projects(&self) -> Result<Vec<Project>> {
-        self.call(Method::GET, &routes::projects(), &[], None::<&()>)
-            .await
+        self.get(&routes::projects()).await
     }
 
     pub async fn create_project(&self, req: &CreateProjectRequest) -> Result<Project> {
-        self.call(Method::POST, &routes::projects(), &[], Some(req))
-            .await
+        self.with_body(Method::POST, &routes::projects(), req).await
     }
 
     pub async fn get_project(&self, name_or_id: &str) -> Result<Project> {
-        self.call(Method::GET, &routes::project(name_or_id), &[], None::<&()>)
-            .await
+        self.get(&routes::project(name_or_id)).await
     }
 
     pub async fn update_project(&self, name: &str, req: &UpdateProjectRequest) -> Result<Project> {
-        self.call(Method::PATCH, &routes::project(name), &[], Some(req))
+        self.with_body(Method::PATCH, &routes::project(name), req)
             .await
     }
 
     /// `PUT /projects/{name}/credential`.
     pub async fn set_project_credential(&self, name: &str, c: &GitCredential) -> Result<Project> {
-        self.call(Method::PUT, &routes::project_credential(name), &[], Some(c))
+        self.with_body(Method::PUT, &routes::project_credential(name), c)
             .await
     }
 
@@ -497,13 +459,7 @@ impl Client {
     }
 
     pub async fn list_project_members(&self, name: &str) -> Result<Vec<ProjectMember>> {
-        self.call(
-            Method::GET,
-            &routes::project_members(name),
-            &[],
-            None::<&()>,
-        )
-        .await
+        self.get(&routes::project_members(name)).await
     }
 
     pub async fn set_project_member(
@@ -542,8 +498,7 @@ impl Client {
     }
 
     pub async fn list_spaces(&self) -> Result<Vec<Space>> {
-        self.call(Method::GET, &["spaces".to_owned()], &[], None::<&()>)
-            .await
+        self.get(&["spaces".to_owned()]).await
     }
 
     pub async fn create_space(&self, path: &str) -> Result<Space> {
@@ -570,12 +525,11 @@ impl Client {
     }
 
     pub async fn list_mounts(&self) -> Result<Vec<Mount>> {
-        self.call(Method::GET, &["mounts".to_owned()], &[], None::<&()>)
-            .await
+        self.get(&["mounts".to_owned()]).await
     }
 
     pub async fn create_mount(&self, req: &CreateMountRequest) -> Result<Mount> {
-        self.call(Method::POST, &["mounts".to_owned()], &[], Some(req))
+        self.with_body(Method::POST, &["mounts".to_owned()], req)
             .await
     }
 
@@ -592,7 +546,7 @@ impl Client {
     pub async fn workspace_grants(&self, ws: &str) -> Result<Vec<WorkspaceGrant>> {
         let mut seg = routes::workspace(ws);
         seg.push("grants".to_owned());
-        self.call(Method::GET, &seg, &[], None::<&()>).await
+        self.get(&seg).await
     }
 
     pub async fn grant_workspace(&self, ws: &str, user: &str) -> Result<Vec<WorkspaceGrant>> {
@@ -696,18 +650,12 @@ impl Client {
     /// `POST /workspaces`; a devfile the server refuses comes back as a 422 [`Error::Api`]
     /// whose message lists the devfile's errors with their paths.
     pub async fn create_workspace(&self, req: &CreateWorkspaceRequest) -> Result<Workspace> {
-        self.call(Method::POST, &routes::workspaces(), &[], Some(req))
+        self.with_body(Method::POST, &routes::workspaces(), req)
             .await
     }
 
     pub async fn get_workspace(&self, name_or_id: &str) -> Result<Workspace> {
-        self.call(
-            Method::GET,
-            &routes::workspace(name_or_id),
-            &[],
-            None::<&()>,
-        )
-        .await
+        self.get(&routes::workspace(name_or_id)).await
     }
 
     /// The workspace once its `version` differs from `version`, or as it is after
@@ -736,11 +684,10 @@ impl Client {
         desired_state: DesiredState,
     ) -> Result<Workspace> {
         let req = UpdateDesiredStateRequest { desired_state };
-        self.call(
+        self.with_body(
             Method::PUT,
             &routes::workspace_desired_state(name_or_id),
-            &[],
-            Some(&req),
+            &req,
         )
         .await
     }
@@ -751,13 +698,8 @@ impl Client {
         resources: WorkspaceResources,
     ) -> Result<Workspace> {
         let req = ResizeWorkspaceRequest { resources };
-        self.call(
-            Method::PUT,
-            &routes::workspace_resources(name_or_id),
-            &[],
-            Some(&req),
-        )
-        .await
+        self.with_body(Method::PUT, &routes::workspace_resources(name_or_id), &req)
+            .await
     }
 
     /// `GET /workspaces/{name}/logs`: the last `tail` lines a container wrote (`None`: the
@@ -938,6 +880,21 @@ impl Client {
             status: status.as_u16(),
             source,
         })
+    }
+
+    /// `GET`, no query: a JSON answer.
+    async fn get<T: DeserializeOwned>(&self, segments: &[String]) -> Result<T> {
+        self.call(Method::GET, segments, &[], None::<&()>).await
+    }
+
+    /// `method` with a JSON body, no query: a JSON answer.
+    async fn with_body<T: DeserializeOwned, B: Serialize + ?Sized>(
+        &self,
+        method: Method,
+        segments: &[String],
+        body: &B,
+    ) -> Result<T> {
+        self.call(method, segments, &[], Some(body)).await
     }
 
     async fn call_empty(&self, method: Method, segments: &[String]) -> Result<()> {

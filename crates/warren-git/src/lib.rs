@@ -342,16 +342,7 @@ impl GitReader {
             )
             .await?;
         }
-        let have = self
-            .git(
-                Some(&repo_dir),
-                &auth,
-                remote.url,
-                &["cat-file", "-e", &format!("{commit}^{{commit}}")],
-            )
-            .await
-            .is_ok();
-        if !have {
+        if !self.has_commit(&repo_dir, &auth, remote.url, &commit).await {
             // A branch or tag by name (resolved above, so it exists), else the commit itself.
             let what = if reference.is_empty() {
                 "HEAD".to_owned()
@@ -376,16 +367,7 @@ impl GitReader {
                 ],
             )
             .await?;
-            if self
-                .git(
-                    Some(&repo_dir),
-                    &auth,
-                    remote.url,
-                    &["cat-file", "-e", &format!("{commit}^{{commit}}")],
-                )
-                .await
-                .is_err()
-            {
+            if !self.has_commit(&repo_dir, &auth, remote.url, &commit).await {
                 return Err(GitError::Remote {
                     repo: display_url(remote.url),
                     detail: format!("commit {commit} of ref {reference:?} could not be fetched"),
@@ -505,6 +487,14 @@ impl GitReader {
     fn lock_for(&self, dir: &Path) -> Arc<tokio::sync::Mutex<()>> {
         let mut locks = self.inner.locks.lock().unwrap_or_else(|p| p.into_inner());
         locks.entry(dir.to_owned()).or_default().clone()
+    }
+
+    /// Whether the local clone at `repo_dir` holds `commit` (fetched before, or just now).
+    async fn has_commit(&self, repo_dir: &Path, auth: &Auth, url: &str, commit: &str) -> bool {
+        let object = format!("{commit}^{{commit}}");
+        self.git(Some(repo_dir), auth, url, &["cat-file", "-e", &object])
+            .await
+            .is_ok()
     }
 
     async fn git(

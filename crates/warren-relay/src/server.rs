@@ -188,21 +188,13 @@ impl ServerClient {
 
     /// Forwards a reconcile body to the server unchanged, naming the authenticated agent.
     pub async fn reconcile(&self, agent: AgentId, body: Vec<u8>) -> Result<Forwarded, ServerError> {
-        let url = self.url(RECONCILE_PATH);
-        let jwt = self.keys.mint_for_server(Some(agent))?;
-        let resp = self
-            .http
-            .post(&url)
-            .bearer_auth(jwt)
-            .header(AGENT_ID_HEADER, agent.to_string())
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body)
-            .send()
-            .await
-            .map_err(|source| ServerError::Unreachable {
-                url: url.clone(),
-                source,
-            })?;
+        let (resp, url) = self
+            .post_with(agent, RECONCILE_PATH, |r| {
+                r.header(AGENT_ID_HEADER, agent.to_string())
+                    .header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .body(body)
+            })
+            .await?;
         let status = resp.status().as_u16();
         let body = resp
             .bytes()
@@ -235,13 +227,20 @@ impl ServerClient {
         path: &str,
         body: &impl serde::Serialize,
     ) -> Result<(reqwest::Response, String), ServerError> {
+        self.post_with(agent, path, |r| r.json(body)).await
+    }
+
+    /// POSTs to `path` with a JWT naming `agent`, `body` adding the rest; the answer and
+    /// its URL.
+    async fn post_with(
+        &self,
+        agent: AgentId,
+        path: &str,
+        body: impl FnOnce(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
+    ) -> Result<(reqwest::Response, String), ServerError> {
         let url = self.url(path);
         let jwt = self.keys.mint_for_server(Some(agent))?;
-        let resp = self
-            .http
-            .post(&url)
-            .bearer_auth(jwt)
-            .json(body)
+        let resp = body(self.http.post(&url).bearer_auth(jwt))
             .send()
             .await
             .map_err(|source| ServerError::Unreachable {

@@ -26,6 +26,8 @@ use warren_types::AgentId;
 pub struct Server {
     config: ServerConfig,
     state: AppState,
+    /// The adapters' state: `state` and what only HTTP needs.
+    http: crate::http::HttpState,
     bootstrap_admin: Option<BootstrapAdmin>,
     /// The shared lock on a SQLite database, held while the server lives, so `warren admin
     /// restore` cannot replace the file under it.
@@ -89,6 +91,20 @@ impl Server {
             })?)),
             None => None,
         };
+        let access = Arc::new(warren_types::api::AccessInfo {
+            ssh: config
+                .ssh_public_address
+                .as_deref()
+                .and_then(|a| warren_types::api::SshEndpoint::parse(a).ok())
+                .map(|mut e| {
+                    e.host_keys = config
+                        .ssh_host_keys
+                        .iter()
+                        .filter_map(|k| warren_types::api::SshEndpoint::parse_host_key(k).ok())
+                        .collect();
+                    e
+                }),
+        });
         let state = AppState {
             sso,
             password_login: config.password_login,
@@ -110,22 +126,7 @@ impl Server {
                     .partial_reconciliation_interval_seconds,
             },
             default_devfile: Arc::new(default_devfile),
-            access: Arc::new(warren_types::api::AccessInfo {
-                ssh: config
-                    .ssh_public_address
-                    .as_deref()
-                    .and_then(|a| warren_types::api::SshEndpoint::parse(a).ok())
-                    .map(|mut e| {
-                        e.host_keys = config
-                            .ssh_host_keys
-                            .iter()
-                            .filter_map(|k| warren_types::api::SshEndpoint::parse_host_key(k).ok())
-                            .collect();
-                        e
-                    }),
-            }),
             login_throttle: Arc::default(),
-            trusted_proxies: Arc::new(config.trusted_proxies.clone()),
             changes: Arc::new(tokio::sync::watch::channel(0).0),
             git: warren_git::GitReader::new(
                 config.home.join("git-cache"),
@@ -144,6 +145,11 @@ impl Server {
         app::projects::move_url_credentials(&state).await?;
         crate::http::metrics::handle();
         Ok(Server {
+            http: crate::http::HttpState {
+                app: state.clone(),
+                trusted_proxies: Arc::new(config.trusted_proxies.clone()),
+                access,
+            },
             config,
             state,
             bootstrap_admin,
@@ -239,7 +245,7 @@ impl Server {
 
     /// The whole HTTP application.
     pub fn router(&self) -> Router {
-        crate::http::router(self.state.clone())
+        crate::http::router(self.http.clone())
     }
 
     /// Serves on `listener` until `shutdown`, with the lifecycle timers and relay signals.

@@ -99,6 +99,150 @@ fn the_layers_point_one_way() {
     );
 }
 
+/// The sibling modules of the domain layer that a file of module `own` names: `super::x`,
+/// `super::{x, y}` (from `app/own.rs` or `app/own/mod.rs`; deeper files reach siblings with
+/// one more `super::` per level) and `crate::app::x`, comments aside.
+fn sibling_modules(text: &str, depth: usize, own: &str, modules: &[String]) -> Vec<String> {
+    let up = "super::".repeat(depth.max(1));
+    let mut out = vec![];
+    for line in text.lines() {
+        let code = line.trim_start();
+        if code.starts_with("//") {
+            continue;
+        }
+        for prefix in [up.as_str(), "crate::app::"] {
+            for (i, _) in code.match_indices(prefix) {
+                // `super::super::x` holds `super::x` too: count each path once, from its start.
+                if prefix == up && code[..i].ends_with("super::") {
+                    continue;
+                }
+                let rest = &code[i + prefix.len()..];
+                let names: Vec<&str> = match rest.strip_prefix('{') {
+                    Some(group) => group
+                        .split('}')
+                        .next()
+                        .unwrap_or_default()
+                        .split(',')
+                        .map(|n| n.trim().split("::").next().unwrap_or_default())
+                        .collect(),
+                    None => vec![rest
+                        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                        .next()
+                        .unwrap_or_default()],
+                };
+                for n in names {
+                    if n != own && modules.iter().any(|m| m == n) && !out.iter().any(|o| o == n) {
+                        out.push(n.to_owned());
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The domain layer's modules import one another without a cycle (issue 39 broke one of five:
+/// rights and re-rendering have their own modules), so each can be read, and later moved to a
+/// crate of its own, after what it uses.
+#[test]
+fn the_domain_modules_import_no_cycle() {
+    let app = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/app");
+    let mut modules: Vec<(String, Vec<(PathBuf, usize)>)> = vec![];
+    for entry in std::fs::read_dir(&app).expect("read src/app") {
+        let path = entry.expect("dir entry").path();
+        let name = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .expect("a UTF-8 name")
+            .to_owned();
+        if path.is_dir() {
+            let mut files = vec![];
+            rust_files(&path, &mut files);
+            let depths = files
+                .into_iter()
+                .map(|f| {
+                    let below = f.strip_prefix(&app).expect("below src/app");
+                    let depth = below.components().count();
+                    let depth = if f.ends_with("mod.rs") {
+                        depth - 1
+                    } else {
+                        depth
+                    };
+                    (f, depth)
+                })
+                .collect();
+            modules.push((name, depths));
+        } else if name != "mod" && path.extension().is_some_and(|e| e == "rs") {
+            modules.push((name, vec![(path, 1)]));
+        }
+    }
+    assert!(modules.len() > 10, "found the domain's modules");
+    let names: Vec<String> = modules.iter().map(|(n, _)| n.clone()).collect();
+    let graph: std::collections::BTreeMap<String, Vec<String>> = modules
+        .iter()
+        .map(|(name, files)| {
+            let mut deps = vec![];
+            for (f, depth) in files {
+                let text = std::fs::read_to_string(f).expect("read source");
+                for d in sibling_modules(&text, *depth, name, &names) {
+                    if !deps.contains(&d) {
+                        deps.push(d);
+                    }
+                }
+            }
+            (name.clone(), deps)
+        })
+        .collect();
+    // Depth-first; a module met again while still on the path closes a cycle.
+    fn visit(
+        m: &str,
+        graph: &std::collections::BTreeMap<String, Vec<String>>,
+        path: &mut Vec<String>,
+        done: &mut Vec<String>,
+        cycles: &mut Vec<String>,
+    ) {
+        if let Some(at) = path.iter().position(|p| p == m) {
+            cycles.push(format!("{} -> {m}", path[at..].join(" -> ")));
+            return;
+        }
+        if done.iter().any(|d| d == m) {
+            return;
+        }
+        path.push(m.to_owned());
+        for d in &graph[m] {
+            visit(d, graph, path, done, cycles);
+        }
+        path.pop();
+        done.push(m.to_owned());
+    }
+    let mut cycles = vec![];
+    let mut done = vec![];
+    for m in graph.keys() {
+        visit(m, &graph, &mut vec![], &mut done, &mut cycles);
+    }
+    assert!(
+        cycles.is_empty(),
+        "domain modules importing each other in a cycle:\n{}\n(graph: {graph:?})",
+        cycles.join("\n")
+    );
+}
+
+#[test]
+fn the_cycle_check_reads_imports_as_rust_writes_them() {
+    let modules: Vec<String> = ["rights", "render", "spaces", "users"]
+        .map(String::from)
+        .to_vec();
+    let text = "use super::rights::{self, Right};\nuse super::{render, AppError};\n\
+                // super::users in a comment\nlet x = crate::app::spaces::tree();";
+    assert_eq!(
+        sibling_modules(text, 1, "mounts", &modules),
+        ["rights", "render", "spaces"]
+    );
+    // Two levels down, `super::` is the own module and `super::super::` a sibling.
+    let deep = "use super::super::users::x;\nuse super::render::y;";
+    assert_eq!(sibling_modules(deep, 2, "oauth", &modules), ["users"]);
+}
+
 #[test]
 fn the_check_sees_what_it_looks_for() {
     assert!(names_module("use crate::app::users;", "crate::app"));

@@ -254,6 +254,22 @@ pub struct ExecExit {
     pub message: Option<String>,
 }
 
+impl ExecExit {
+    /// How a local process ended: its code, or the signal that killed it.
+    pub fn of_process(status: std::process::ExitStatus) -> ExecExit {
+        match status.code() {
+            Some(code) => ExecExit {
+                code: Some(code),
+                message: None,
+            },
+            None => ExecExit {
+                code: None,
+                message: Some(format!("the process was killed ({status})")),
+            },
+        }
+    }
+}
+
 /// One message of an exec session, after the [`DialReply`]. On the wire: one
 /// length-prefixed frame whose first byte is the tag, then the payload.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -88,21 +88,8 @@ fn exit_of(
             .wait()
             .await
             .map_err(|e| exec_error("waiting for a process".into(), e))?;
-        Ok(exit_status(status))
+        Ok(ExecExit::of_process(status))
     })
-}
-
-fn exit_status(status: std::process::ExitStatus) -> ExecExit {
-    match status.code() {
-        Some(code) => ExecExit {
-            code: Some(code),
-            message: None,
-        },
-        None => ExecExit {
-            code: None,
-            message: Some(format!("the process was killed ({status})")),
-        },
-    }
 }
 
 fn no_logs(key: &WorkspaceKey) -> RuntimeError {

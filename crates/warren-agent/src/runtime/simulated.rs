@@ -570,16 +570,7 @@ impl WorkspaceRuntime for SimulatedRuntime {
                 context: "waiting for a simulated exec".into(),
                 source: Box::new(e),
             })?;
-            Ok(match status.code() {
-                Some(code) => ExecExit {
-                    code: Some(code),
-                    message: None,
-                },
-                None => ExecExit {
-                    code: None,
-                    message: Some(format!("the process was killed ({status})")),
-                },
-            })
+            Ok(ExecExit::of_process(status))
         };
         let stdin: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>> = if tty {
             // A terminal's Enter is CR; the line discipline hands the program LF.

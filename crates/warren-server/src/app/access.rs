@@ -9,7 +9,7 @@
 //! A connector mount (spec/mounts.md) is answered like a workspace served by the connector's
 //! agent, with the reason it cannot serve when its connector is silent or down.
 
-use super::workspaces::{member_right, Right};
+use super::rights::{member_right, Right};
 use super::{auth, AppError, AppState};
 use crate::store::mounts::MountRow;
 use crate::store::workspaces::WorkspaceRow;

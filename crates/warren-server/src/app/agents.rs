@@ -129,7 +129,7 @@ pub async fn update(
         .update_agent_config(a.id, &req.config, state.clock.now_ms())
         .await?
         .ok_or_else(|| AppError::not_found(format!("agent {key:?}")))?;
-    let changed = super::workspaces::rerender_agent_workspaces(state, &a).await?;
+    let changed = super::rerender::rerender_agent_workspaces(state, &a).await?;
     if changed > 0 {
         tracing::info!(agent = %a.name, workspaces = changed, "re-rendered workspaces after a configuration change");
     }

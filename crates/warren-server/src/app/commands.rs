@@ -5,7 +5,7 @@
 //! happen.
 
 use super::render::{self, ApplyTarget, CommandPlan};
-use super::workspaces::{member_right, visible, Right};
+use super::rights::{member_right, visible, Right};
 use super::{AppError, AppState, Principal};
 use crate::relay::logs::RelayLogsError;
 use crate::store::workspaces::WorkspaceRow;

@@ -11,12 +11,15 @@ pub mod error;
 pub mod gitops;
 pub mod leases;
 pub mod lifecycle;
+pub mod lookup;
 pub mod mounts;
 pub mod names;
 pub mod oauth;
 pub mod projects;
 pub mod reconcile;
 pub mod render;
+pub mod rerender;
+pub mod rights;
 pub mod spaces;
 pub mod ssh_keys;
 pub mod sso;
@@ -48,12 +51,8 @@ pub struct AppState {
     pub settings: ReconcileSettings,
     /// The devfile used when neither request nor project gives one.
     pub default_devfile: Arc<String>,
-    /// How users reach workspaces besides the API (`GET /api/v1/access`).
-    pub access: Arc<warren_types::api::AccessInfo>,
     /// Slows password guessing down (`throttle`).
     pub login_throttle: Arc<throttle::LoginThrottle>,
-    /// Reverse proxies whose `X-Forwarded-For` is believed (the HTTP adapter's client address).
-    pub trusted_proxies: Arc<Vec<ipnet::IpNet>>,
     /// Bumped after every committed change of a workspace made by this server, so watchers
     /// ([`workspaces::watch`]) look again at once instead of polling.
     pub changes: Arc<tokio::sync::watch::Sender<u64>>,

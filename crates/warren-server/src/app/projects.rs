@@ -210,7 +210,7 @@ pub async fn set_credential(
     }
     state.store.set_project_credential(p.id, credential).await?;
     tracing::info!(project = %p.name, by = %who.user.username, credential = ?credential.map(GitCredential::kind), "project credential changed");
-    super::workspaces::rerender_project_workspaces(state, p.id).await?;
+    super::rerender::rerender_project_workspaces(state, p.id).await?;
     let p = state
         .store
         .project_by_key(&p.id.to_string())
@@ -230,13 +230,7 @@ pub async fn members(
 }
 
 async fn user_by_key(state: &AppState, key: &str) -> Result<UserId, AppError> {
-    let found = match key.parse::<i64>() {
-        Ok(id) => state.store.user_by_id(UserId(id)).await?,
-        Err(_) => state.store.user_by_name(key).await?,
-    };
-    found
-        .map(|u| u.id)
-        .ok_or_else(|| AppError::not_found(format!("user {key:?}")))
+    Ok(super::lookup::user_by_key(state, key).await?.id)
 }
 
 /// Adds a member or changes their role (maintainers).

@@ -6,22 +6,18 @@
 //! members. Every user has the personal space `users/<username>`, made on first use, which
 //! only they own. Anyone with no role on a space (and no admin) is told "not found".
 
-use super::{AppError, AppState, Principal};
-use crate::store::spaces::{SpaceRow, USERS_ROOT};
+use super::{rights, AppError, AppState, Principal};
+use crate::store::spaces::USERS_ROOT;
 use crate::store::workspaces::{TreeRow, WorkspaceFilter};
 use std::collections::BTreeMap;
 use warren_types::api::{
-    CreateSpaceRequest, EntryKind, MountType, SetSpaceMemberRequest, Space, SpaceMember, SpaceRole,
-    Tree, TreeEntry, TreeSpace, MAX_TREE_ENTRIES,
+    CreateSpaceRequest, EntryKind, MountType, SetSpaceMemberRequest, Space, SpaceMember, Tree,
+    TreeEntry, TreeSpace, MAX_TREE_ENTRIES,
 };
-use warren_types::{ActualState, DesiredState, UserId};
+use warren_types::{ActualState, DesiredState};
 
 /// Deepest a space may be (`a/b/c/d/e/f/g/h`).
 pub const MAX_DEPTH: usize = 8;
-
-fn not_found(path: &str) -> AppError {
-    AppError::not_found(format!("space {path:?}"))
-}
 
 /// Checks a space path: 1-8 segments of 1-63 characters of a-z, 0-9 and '-' (starting with
 /// a letter or digit), `/`-separated; personal spaces (`users/…`) are made by the server.
@@ -59,91 +55,6 @@ pub fn validate_path(path: &str) -> Result<(), AppError> {
     Ok(())
 }
 
-/// Whether `path` is `ancestor` or lies below it.
-pub fn within(path: &str, ancestor: &str) -> bool {
-    path == ancestor
-        || path
-            .strip_prefix(ancestor)
-            .is_some_and(|rest| rest.starts_with('/'))
-}
-
-/// The highest role among `memberships` that holds on `path`.
-pub fn role_in(memberships: &[(String, SpaceRole)], path: &str) -> Option<SpaceRole> {
-    memberships
-        .iter()
-        .filter(|(p, _)| within(path, p))
-        .map(|(_, r)| *r)
-        .max()
-}
-
-/// A user's role on the space at `path` (held there or above).
-pub async fn role_on(
-    state: &AppState,
-    user: UserId,
-    path: &str,
-) -> Result<Option<SpaceRole>, AppError> {
-    Ok(role_in(&state.store.memberships(user).await?, path))
-}
-
-/// The space at `path` if the caller has a role there (or is an admin), with that role.
-async fn visible(
-    state: &AppState,
-    who: &Principal,
-    path: &str,
-) -> Result<(SpaceRow, Option<SpaceRole>), AppError> {
-    let role = role_on(state, who.user.id, path).await?;
-    if role.is_none() && !who.user.is_admin {
-        return Err(not_found(path));
-    }
-    let s = state
-        .store
-        .space_by_path(path)
-        .await?
-        .ok_or_else(|| not_found(path))?;
-    Ok((s, role))
-}
-
-/// The space at `path` if the caller owns it (or one above it) or is an admin.
-async fn managed(state: &AppState, who: &Principal, path: &str) -> Result<SpaceRow, AppError> {
-    let (s, role) = visible(state, who, path).await?;
-    if who.user.is_admin || role == Some(SpaceRole::Owner) {
-        Ok(s)
-    } else {
-        Err(AppError::forbidden(format!(
-            "managing space {path:?} needs its owner role (here or on a space above it), or an \
-             admin"
-        )))
-    }
-}
-
-/// The caller's personal space, made on first use.
-pub async fn personal(state: &AppState, who: &Principal) -> Result<SpaceRow, AppError> {
-    Ok(state
-        .store
-        .personal_space(who.user.id, &who.user.username, state.clock.now_ms())
-        .await?)
-}
-
-/// The space a new entry goes to: `path`, where the caller must be a developer or owner, or
-/// the caller's personal space.
-pub async fn for_new_entry(
-    state: &AppState,
-    who: &Principal,
-    path: Option<&str>,
-) -> Result<SpaceRow, AppError> {
-    let Some(path) = path.filter(|p| *p != format!("{USERS_ROOT}/{}", who.user.username)) else {
-        return personal(state, who).await;
-    };
-    let (s, role) = visible(state, who, path).await?;
-    if role >= Some(SpaceRole::Developer) {
-        Ok(s)
-    } else {
-        Err(AppError::forbidden(format!(
-            "creating entries in space {path:?} needs its developer or owner role"
-        )))
-    }
-}
-
 /// Creates a space: top-level ones by admins, others by owners of the space above.
 pub async fn create(
     state: &AppState,
@@ -162,7 +73,7 @@ pub async fn create(
                 .await
         }
         Some((parent, _)) => {
-            let p = managed(state, who, parent).await?;
+            let p = rights::managed_space(state, who, parent).await?;
             state
                 .store
                 .insert_space(&req.path, Some(p.id), Some(who.user.id), None, now)
@@ -173,14 +84,14 @@ pub async fn create(
         format!("a space {:?} already exists", req.path)
     }))?;
     tracing::info!(space = %created.path, by = %who.user.username, "space created");
-    let role = role_on(state, who.user.id, &created.path).await?;
+    let role = rights::role_on(state, who.user.id, &created.path).await?;
     Ok(created.to_api(role))
 }
 
 /// The spaces the caller has a role on (every space for an admin), with the caller's
 /// personal space made if missing.
 pub async fn list(state: &AppState, who: &Principal) -> Result<Vec<Space>, AppError> {
-    personal(state, who).await?;
+    rights::personal(state, who).await?;
     let memberships = state.store.memberships(who.user.id).await?;
     Ok(state
         .store
@@ -188,21 +99,21 @@ pub async fn list(state: &AppState, who: &Principal) -> Result<Vec<Space>, AppEr
         .await?
         .iter()
         .filter_map(|s| {
-            let role = role_in(&memberships, &s.path);
+            let role = rights::role_in(&memberships, &s.path);
             (role.is_some() || who.user.is_admin).then(|| s.to_api(role))
         })
         .collect())
 }
 
 pub async fn get(state: &AppState, who: &Principal, path: &str) -> Result<Space, AppError> {
-    let (s, role) = visible(state, who, path).await?;
+    let (s, role) = rights::visible_space(state, who, path).await?;
     Ok(s.to_api(role))
 }
 
 /// Removes an empty space; personal spaces and the root of them stay.
 pub async fn remove(state: &AppState, who: &Principal, path: &str) -> Result<(), AppError> {
-    let s = managed(state, who, path).await?;
-    if within(&s.path, USERS_ROOT) {
+    let s = rights::managed_space(state, who, path).await?;
+    if rights::within(&s.path, USERS_ROOT) {
         return Err(AppError::forbidden(format!(
             "{path:?} is a personal space (or their root); it goes with its user"
         )));
@@ -218,7 +129,7 @@ pub async fn remove(state: &AppState, who: &Principal, path: &str) -> Result<(),
         ));
     }
     if !state.store.delete_space(s.id).await? {
-        return Err(not_found(path));
+        return Err(rights::space_not_found(path));
     }
     tracing::info!(space = %path, by = %who.user.username, "space removed");
     Ok(())
@@ -230,7 +141,7 @@ pub async fn members(
     who: &Principal,
     path: &str,
 ) -> Result<Vec<SpaceMember>, AppError> {
-    let (s, _) = visible(state, who, path).await?;
+    let (s, _) = rights::visible_space(state, who, path).await?;
     Ok(state.store.space_members(s.id).await?)
 }
 
@@ -242,17 +153,13 @@ pub async fn set_member(
     username: &str,
     req: &SetSpaceMemberRequest,
 ) -> Result<SpaceMember, AppError> {
-    let s = managed(state, who, path).await?;
-    if within(&s.path, USERS_ROOT) {
+    let s = rights::managed_space(state, who, path).await?;
+    if rights::within(&s.path, USERS_ROOT) {
         return Err(AppError::forbidden(format!(
             "{path:?} is a personal space; share an entry from a team space instead"
         )));
     }
-    let user = state
-        .store
-        .user_by_name(username)
-        .await?
-        .ok_or_else(|| AppError::not_found(format!("user {username:?}")))?;
+    let user = super::lookup::user_named(state, username).await?;
     state
         .store
         .set_space_member(s.id, user.id, req.role, state.clock.now_ms())
@@ -274,12 +181,8 @@ pub async fn remove_member(
     path: &str,
     username: &str,
 ) -> Result<(), AppError> {
-    let s = managed(state, who, path).await?;
-    let user = state
-        .store
-        .user_by_name(username)
-        .await?
-        .ok_or_else(|| AppError::not_found(format!("user {username:?}")))?;
+    let s = rights::managed_space(state, who, path).await?;
+    let user = super::lookup::user_named(state, username).await?;
     if !state.store.remove_space_member(s.id, user.id).await? {
         return Err(AppError::not_found(format!(
             "a membership of {username:?} in space {path:?}"
@@ -294,11 +197,11 @@ pub async fn remove_member(
 /// of their spaces, and their own wherever those live. One query for the spaces and one for
 /// the entries, whatever the size of the tree.
 pub async fn tree(state: &AppState, who: &Principal, root: Option<&str>) -> Result<Tree, AppError> {
-    personal(state, who).await?;
+    rights::personal(state, who).await?;
     if let Some(root) = root {
-        visible(state, who, root).await?;
+        rights::visible_space(state, who, root).await?;
     }
-    let under = |path: &str| root.is_none_or(|r| within(path, r));
+    let under = |path: &str| root.is_none_or(|r| rights::within(path, r));
     let memberships = state.store.memberships(who.user.id).await?;
     // The spaces where the caller holds a role, anywhere: their workspaces are visible.
     let mut role_spaces = vec![];
@@ -308,7 +211,7 @@ pub async fn tree(state: &AppState, who: &Principal, root: Option<&str>) -> Resu
         .await?
         .into_iter()
         .filter_map(|s| {
-            let your_role = role_in(&memberships, &s.path);
+            let your_role = rights::role_in(&memberships, &s.path);
             if your_role.is_some() {
                 role_spaces.push(s.id);
             }
@@ -419,23 +322,6 @@ fn connector_points_to(ports: &[u16]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn roles_hold_below_and_not_beside() {
-        let m = vec![
-            ("acme".to_owned(), SpaceRole::Viewer),
-            ("acme/platform".to_owned(), SpaceRole::Developer),
-        ];
-        assert_eq!(role_in(&m, "acme"), Some(SpaceRole::Viewer));
-        assert_eq!(role_in(&m, "acme/platform/api"), Some(SpaceRole::Developer));
-        assert_eq!(role_in(&m, "acme/web"), Some(SpaceRole::Viewer));
-        assert_eq!(
-            role_in(&m, "acme-corp"),
-            None,
-            "a name prefix is not a parent"
-        );
-        assert_eq!(role_in(&m, "other"), None);
-    }
 
     #[test]
     fn paths_are_checked_naming_the_problem() {

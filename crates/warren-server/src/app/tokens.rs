@@ -91,14 +91,6 @@ pub async fn revoke(state: &AppState, who: &Principal, id: TokenId) -> Result<()
     }
 }
 
-async fn user_named(state: &AppState, username: &str) -> Result<UserRow, AppError> {
-    state
-        .store
-        .user_by_name(username)
-        .await?
-        .ok_or_else(|| AppError::not_found(format!("user {username:?}")))
-}
-
 /// Issues a token (scopes `api` and `workspace`, valid `days`) for an existing user, e.g.
 /// so `warren up` can log its CLI in as the bootstrap admin.
 pub async fn issue_for(
@@ -107,7 +99,7 @@ pub async fn issue_for(
     name: &str,
     days: u32,
 ) -> Result<CreatedToken, AppError> {
-    let user = user_named(state, username).await?;
+    let user = super::lookup::user_named(state, username).await?;
     let expires = state.clock.now_ms() + i64::from(days.clamp(1, 365)) * DAY_MS;
     issue(
         state,
@@ -130,7 +122,7 @@ pub async fn renew_cli_token(
     previous: Option<&str>,
 ) -> Result<Option<CreatedToken>, AppError> {
     const RENEW_BEFORE_MS: i64 = 30 * DAY_MS;
-    let user = user_named(state, username).await?;
+    let user = super::lookup::user_named(state, username).await?;
     let now = state.clock.now_ms();
     let old = match previous {
         Some(secret) => super::auth::token(state, secret)

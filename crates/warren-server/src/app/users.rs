@@ -222,11 +222,7 @@ pub async fn bootstrap_admin(
 /// An account by username or id, for an admin.
 async fn by_key(state: &AppState, who: &Principal, key: &str) -> Result<UserRow, AppError> {
     who.require_admin()?;
-    let found = match key.parse::<i64>() {
-        Ok(id) => state.store.user_by_id(UserId(id)).await?,
-        Err(_) => state.store.user_by_name(key).await?,
-    };
-    found.ok_or_else(|| AppError::not_found(format!("user {key:?}")))
+    super::lookup::user_by_key(state, key).await
 }
 
 /// One account (admins only).

@@ -1,6 +1,6 @@
 //! The client's address behind trusted reverse proxies (`X-Forwarded-For`), as an extractor.
 
-use crate::app::AppState;
+use crate::http::HttpState;
 
 /// The client's address: the listener's peer, or, when the peer is a trusted reverse proxy,
 /// the address that proxy names in `X-Forwarded-For` ([`client_address`]). `None` where a
@@ -8,12 +8,12 @@ use crate::app::AppState;
 #[derive(Debug, Clone, Copy)]
 pub struct ClientAddr(pub Option<std::net::IpAddr>);
 
-impl axum::extract::FromRequestParts<AppState> for ClientAddr {
+impl axum::extract::FromRequestParts<HttpState> for ClientAddr {
     type Rejection = std::convert::Infallible;
 
     async fn from_request_parts(
         parts: &mut http::request::Parts,
-        state: &AppState,
+        state: &HttpState,
     ) -> Result<Self, Self::Rejection> {
         let peer = parts
             .extensions

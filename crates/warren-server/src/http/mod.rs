@@ -14,14 +14,33 @@ pub mod trace;
 pub mod ui;
 
 use crate::app::{self, AppState};
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, FromRef, State};
 use axum::routing::get;
 use axum::Router;
 use error::HttpError;
 use http::StatusCode;
+use std::sync::Arc;
 
-/// The whole HTTP application over a given state (tests build their own state).
-pub fn router(state: AppState) -> Router {
+/// What the HTTP adapters share: the domain's state, and what only HTTP needs besides.
+/// Handlers take `State<AppState>` when the domain is all they use.
+#[derive(Debug, Clone)]
+pub struct HttpState {
+    pub app: AppState,
+    /// Reverse proxies whose `X-Forwarded-For` is believed (the client's address, and
+    /// whether the browser came over HTTPS).
+    pub trusted_proxies: Arc<Vec<ipnet::IpNet>>,
+    /// How users reach workspaces besides the API (`GET /api/v1/access`, the account page).
+    pub access: Arc<warren_types::api::AccessInfo>,
+}
+
+impl FromRef<HttpState> for AppState {
+    fn from_ref(s: &HttpState) -> AppState {
+        s.app.clone()
+    }
+}
+
+/// The whole HTTP application over a given state.
+pub fn router(state: HttpState) -> Router {
     Router::new()
         .merge(api::router())
         .merge(internal::router())

@@ -274,12 +274,15 @@ pub async fn spawn_podman(podman: &Path, state_dir: &Path) -> Result<Connection,
 }
 
 /// Process ids of `podman system service` processes serving `host` (from `/proc`; none
-/// where there is no `/proc`).
+/// where there is no `/proc`). A child the service has forked and not yet turned into
+/// another program (Go forks before every exec: conmon, netavark, runc) still shows the
+/// service's command line for a moment; it is not a second service, so a process whose
+/// parent is one of them does not count.
 pub fn services_on(host: &str) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return vec![];
     };
-    entries
+    let serving: Vec<u32> = entries
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| is_alive(*pid))
@@ -295,7 +298,19 @@ pub fn services_on(host: &str) -> Vec<u32> {
                 && has("service")
                 && has(host)
         })
+        .collect();
+    serving
+        .iter()
+        .copied()
+        .filter(|pid| parent_of(*pid).is_none_or(|parent| !serving.contains(&parent)))
         .collect()
+}
+
+/// The parent of process `pid`, from `/proc/<pid>/stat` (`pid (comm) state ppid …`).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Whether process `pid` exists and has not exited (a zombie waiting for its parent has).
@@ -351,6 +366,52 @@ async fn stop_leftover_services(host: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Go forks before each exec, and for that moment the child shows the service's command
+    /// line: CI once counted two services so. A stand-in "podman" (a copy of `sh`, named so)
+    /// with a subshell of its own must count once.
+    #[test]
+    #[allow(clippy::disallowed_methods)] // std's clock and sleep: a synchronous poll
+    fn a_forked_child_of_a_service_is_not_a_second_service() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fake = dir.path().join("podman");
+        std::fs::copy("/bin/sh", &fake).expect("copy sh");
+        let host = format!("unix://{}/podman.sock", dir.path().display());
+        let mut cmd = std::process::Command::new(&fake);
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        /// The stand-in's process group: killed and reaped, even when the test fails.
+        struct Group(std::process::Child);
+        impl Drop for Group {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("kill")
+                    .args(["-KILL", "--", &format!("-{}", self.0.id())])
+                    .status();
+                let _ = self.0.wait();
+            }
+        }
+        let group = Group(
+            cmd.args(["-c", "(sleep 60; :) & wait", "system", "service", &host])
+                .spawn()
+                .expect("start the stand-in"),
+        );
+        let service = &group.0;
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let forked = loop {
+            let children: Vec<u32> = std::fs::read_dir("/proc")
+                .expect("/proc")
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                .filter(|p| parent_of(*p) == Some(service.id()))
+                .collect();
+            if let Some(c) = children.first() {
+                break *c;
+            }
+            assert!(std::time::Instant::now() < deadline, "the subshell starts");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert_ne!(forked, service.id());
+        assert_eq!(services_on(&host), [service.id()]);
+    }
 
     #[tokio::test]
     async fn without_any_engine_the_error_says_what_to_install() {

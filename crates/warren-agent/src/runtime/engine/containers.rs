@@ -99,6 +99,24 @@ impl EngineRuntime {
             .await;
     }
 
+    /// Stops the running ones of `containers` joiners first, the namespace owner (first app
+    /// container) last: the reverse of their start order.
+    pub(super) async fn stop_running(
+        &self,
+        containers: &[ContainerSummary],
+    ) -> Result<(), RuntimeError> {
+        let mut running: Vec<&ContainerSummary> =
+            containers.iter().filter(|c| summary_running(c)).collect();
+        running.sort_by_key(|c| std::cmp::Reverse((summary_role(c), summary_order(c))));
+        for c in running {
+            let id = c.id.clone().unwrap_or_default();
+            self.stop(&id)
+                .await
+                .map_err(|e| runtime_err(format!("stopping container {id}"), e))?;
+        }
+        Ok(())
+    }
+
     /// Removes containers joiners first, the namespace owner (first app container) last.
     pub(super) async fn remove_all(
         &self,

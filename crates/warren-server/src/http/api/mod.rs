@@ -13,7 +13,7 @@ pub mod workspaces;
 
 use super::error::HttpError;
 use crate::app::auth::{self, Access};
-use crate::app::{AppState, Principal};
+use crate::app::Principal;
 use axum::extract::FromRequestParts;
 use axum::routing::{delete, get, post, put};
 use axum::Router;
@@ -28,12 +28,12 @@ pub const BODY_LIMIT: usize = 4 * 1024 * 1024;
 #[derive(Debug, Clone)]
 pub struct Auth(pub Principal);
 
-impl FromRequestParts<AppState> for Auth {
+impl FromRequestParts<crate::http::HttpState> for Auth {
     type Rejection = HttpError;
 
     async fn from_request_parts(
         parts: &mut Parts,
-        state: &AppState,
+        state: &crate::http::HttpState,
     ) -> Result<Self, Self::Rejection> {
         let access = if parts.method == Method::GET || parts.method == Method::HEAD {
             Access::Read
@@ -41,11 +41,11 @@ impl FromRequestParts<AppState> for Auth {
             Access::Write
         };
         let bearer = crate::relay::jwt::bearer(&parts.headers);
-        Ok(Auth(auth::api_principal(state, bearer, access).await?))
+        Ok(Auth(auth::api_principal(&state.app, bearer, access).await?))
     }
 }
 
-pub fn router() -> Router<AppState> {
+pub fn router() -> Router<crate::http::HttpState> {
     let v1 = Router::new()
         .route("/session", post(users::create_session))
         .route("/users/me", get(users::me))

@@ -6,7 +6,6 @@ pub mod authenticate;
 pub mod gitops;
 pub mod reconcile;
 
-use crate::app::AppState;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
@@ -17,7 +16,7 @@ use warren_types::reconcile::RECONCILE_PATH;
 /// (1,000 workspaces with managed fields reach several MiB). Only relays (JWT) get here.
 pub const INTERNAL_BODY_LIMIT: usize = 64 * 1024 * 1024;
 
-pub fn router() -> Router<AppState> {
+pub fn router() -> Router<crate::http::HttpState> {
     Router::new()
         .route(RECONCILE_PATH, post(reconcile::handler))
         .route(AUTHENTICATE_AGENT_PATH, post(authenticate::handler))

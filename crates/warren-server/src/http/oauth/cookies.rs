@@ -10,7 +10,6 @@
 //! out over plain http to this host); the other one, `Secure` on over plain http, makes
 //! browsers drop the cookie: a sign-in loop.
 
-use crate::app::AppState;
 use http::request::Parts;
 use http::HeaderMap;
 
@@ -89,12 +88,12 @@ fn forwarded_https(headers: &HeaderMap) -> bool {
 #[derive(Debug, Clone, Copy)]
 pub struct Https(pub bool);
 
-impl axum::extract::FromRequestParts<AppState> for Https {
+impl axum::extract::FromRequestParts<crate::http::HttpState> for Https {
     type Rejection = std::convert::Infallible;
 
     async fn from_request_parts(
         parts: &mut Parts,
-        state: &AppState,
+        state: &crate::http::HttpState,
     ) -> Result<Self, Self::Rejection> {
         Ok(Https(is_https(parts, &state.trusted_proxies)))
     }

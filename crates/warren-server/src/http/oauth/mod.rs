@@ -34,7 +34,7 @@ pub const LOGIN_FAILED: &str = "Invalid username or password.";
 /// The login page's message for the right password of a disabled account.
 pub const ACCOUNT_DISABLED: &str = "This account is disabled. Ask an administrator.";
 
-pub fn router() -> Router<AppState> {
+pub fn router() -> Router<crate::http::HttpState> {
     Router::new()
         .route("/oauth/authorize", get(authorize))
         .route("/oauth/login", post(login))

@@ -4,8 +4,9 @@
 use super::layout::{self, ago, csrf, field_error, input, invalid, Input};
 use super::session::{Posted, Viewer};
 use super::UiError;
-use crate::app::{ssh_keys, tokens, users, workspaces, AppError, AppState, ErrorKind};
+use crate::app::{ssh_keys, tokens, users, workspaces, AppError, ErrorKind};
 use crate::http::client_addr::ClientAddr;
+use crate::http::HttpState;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use chrono::Utc;
@@ -40,7 +41,8 @@ struct Extra<'a> {
 }
 
 /// The page; its status says what happened (201 for a new token, a form error's status).
-async fn render(state: &AppState, viewer: &Viewer, extra: Extra<'_>) -> Result<Response, UiError> {
+async fn render(http: &HttpState, viewer: &Viewer, extra: Extra<'_>) -> Result<Response, UiError> {
+    let state = &http.app;
     let error = extra
         .token_error
         .or(extra.key_error)
@@ -61,7 +63,7 @@ async fn render(state: &AppState, viewer: &Viewer, extra: Extra<'_>) -> Result<R
     let token_err = extra.token_error.map(|e| e.message.clone());
     let key_err = extra.key_error.map(|e| e.message.clone());
     let (key_described, key_bad) = invalid("public_key", key_err.as_deref());
-    let ssh = state.access.ssh.as_ref();
+    let ssh = http.access.ssh.as_ref();
     let snippet = ssh.map(|e| {
         let file = (!e.host_keys.is_empty()).then_some(KNOWN_HOSTS);
         mine.iter()
@@ -192,8 +194,8 @@ fn form_error(e: &AppError) -> bool {
 }
 
 /// `GET /account`
-pub async fn page(State(state): State<AppState>, viewer: Viewer) -> Result<Response, UiError> {
-    render(&state, &viewer, Extra::default()).await
+pub async fn page(State(http): State<HttpState>, viewer: Viewer) -> Result<Response, UiError> {
+    render(&http, &viewer, Extra::default()).await
 }
 
 #[derive(Debug, Default)]
@@ -226,9 +228,10 @@ impl<'de> Deserialize<'de> for TokenForm {
 
 /// `POST /account/tokens`
 pub async fn create_token(
-    State(state): State<AppState>,
+    State(http): State<HttpState>,
     Posted { viewer, form }: Posted<TokenForm>,
 ) -> Result<Response, UiError> {
+    let state = &http.app;
     let scopes: Result<Vec<TokenScope>, AppError> = form
         .scopes
         .iter()
@@ -249,7 +252,7 @@ pub async fn create_token(
                 scopes,
                 expires_in_days: form.expires_in_days,
             };
-            tokens::create(&state, &viewer.who, &req).await
+            tokens::create(state, &viewer.who, &req).await
         }
         Err(e) => Err(e),
     };
@@ -265,7 +268,7 @@ pub async fn create_token(
         },
         Err(e) => return Err(e.clone().into()),
     };
-    render(&state, &viewer, extra).await
+    render(&http, &viewer, extra).await
 }
 
 /// The id in a form's path; one that does not parse names nothing, so it is not found.
@@ -276,12 +279,13 @@ fn path_id<T: std::str::FromStr>(what: &str, id: &str) -> Result<T, UiError> {
 
 /// `POST /account/tokens/{id}/revoke`
 pub async fn revoke_token(
-    State(state): State<AppState>,
+    State(http): State<HttpState>,
     Path(id): Path<String>,
     posted: Posted<serde::de::IgnoredAny>,
 ) -> Result<Response, UiError> {
+    let state = &http.app;
     let id = path_id("token", &id)?;
-    tokens::revoke(&state, &posted.viewer.who, id).await?;
+    tokens::revoke(state, &posted.viewer.who, id).await?;
     Ok(Redirect::to("/account").into_response())
 }
 
@@ -295,14 +299,15 @@ pub struct KeyForm {
 
 /// `POST /account/ssh-keys`
 pub async fn add_ssh_key(
-    State(state): State<AppState>,
+    State(http): State<HttpState>,
     Posted { viewer, form }: Posted<KeyForm>,
 ) -> Result<Response, UiError> {
+    let state = &http.app;
     let req = AddSshKeyRequest {
         public_key: form.public_key.trim().to_owned(),
         name: Some(form.name.trim().to_owned()).filter(|n| !n.is_empty()),
     };
-    match ssh_keys::add(&state, &viewer.who, &req).await {
+    match ssh_keys::add(state, &viewer.who, &req).await {
         Ok(_) => Ok(Redirect::to("/account").into_response()),
         Err(e) if form_error(&e) => {
             let extra = Extra {
@@ -310,7 +315,7 @@ pub async fn add_ssh_key(
                 key_text: &form.public_key,
                 ..Extra::default()
             };
-            render(&state, &viewer, extra).await
+            render(&http, &viewer, extra).await
         }
         Err(e) => Err(e.into()),
     }
@@ -318,12 +323,13 @@ pub async fn add_ssh_key(
 
 /// `POST /account/ssh-keys/{id}/delete`
 pub async fn delete_ssh_key(
-    State(state): State<AppState>,
+    State(http): State<HttpState>,
     Path(id): Path<String>,
     posted: Posted<serde::de::IgnoredAny>,
 ) -> Result<Response, UiError> {
+    let state = &http.app;
     let id = path_id("SSH key", &id)?;
-    ssh_keys::delete(&state, &posted.viewer.who, id).await?;
+    ssh_keys::delete(state, &posted.viewer.who, id).await?;
     Ok(Redirect::to("/account").into_response())
 }
 
@@ -340,31 +346,32 @@ pub struct PasswordForm {
 /// `POST /account/password`: throttled like a sign-in; revoking sessions signs this browser
 /// out too.
 pub async fn change_password(
-    State(state): State<AppState>,
+    State(http): State<HttpState>,
     ClientAddr(addr): ClientAddr,
     Posted { viewer, form }: Posted<PasswordForm>,
 ) -> Result<Response, UiError> {
+    let state = &http.app;
     let revoke = form.revoke_sessions.is_some();
     let req = ChangePasswordRequest {
         current_password: form.current_password,
         new_password: form.new_password,
         revoke_sessions: revoke,
     };
-    match users::change_password(&state, &viewer.who, &req, addr).await {
+    match users::change_password(state, &viewer.who, &req, addr).await {
         Ok(()) if revoke => Ok(Redirect::to("/login").into_response()),
         Ok(()) => {
             let extra = Extra {
                 password_changed: true,
                 ..Extra::default()
             };
-            render(&state, &viewer, extra).await
+            render(&http, &viewer, extra).await
         }
         Err(e) if form_error(&e) || e.kind == ErrorKind::TooManyRequests => {
             let extra = Extra {
                 password_error: Some(&e),
                 ..Extra::default()
             };
-            render(&state, &viewer, extra).await
+            render(&http, &viewer, extra).await
         }
         Err(e) => Err(e.into()),
     }

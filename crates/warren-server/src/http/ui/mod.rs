@@ -22,13 +22,12 @@ mod session;
 mod sign_in;
 mod workspaces;
 
-use crate::app::AppState;
 use axum::routing::{get, post};
 use axum::Router;
 
 pub use errors::{html_not_found, wants_html, UiError};
 
-pub fn router() -> Router<AppState> {
+pub fn router() -> Router<crate::http::HttpState> {
     Router::new()
         .route("/", get(workspaces::list_page))
         .route("/login", get(sign_in::page).post(sign_in::submit))

@@ -6,8 +6,9 @@
 
 use super::errors::UiError;
 use crate::app::oauth::{self, signed};
-use crate::app::{AppState, Principal};
+use crate::app::Principal;
 use crate::http::oauth::cookies;
+use crate::http::HttpState;
 use axum::extract::{FromRequest, FromRequestParts, Multipart, Request};
 use http::request::Parts;
 use serde::de::DeserializeOwned;
@@ -44,13 +45,14 @@ fn wanted(parts: &Parts) -> String {
         .unwrap_or_else(|| "/".into())
 }
 
-impl FromRequestParts<AppState> for Viewer {
+impl FromRequestParts<HttpState> for Viewer {
     type Rejection = UiError;
 
     async fn from_request_parts(
         parts: &mut Parts,
-        state: &AppState,
+        http: &HttpState,
     ) -> Result<Self, Self::Rejection> {
+        let state = &http.app;
         let key = oauth::signing_key(state).await?;
         let raw = cookies::get(&parts.headers, cookies::SESSION_COOKIE);
         let user = oauth::session_user(state, &key, raw).await?;
@@ -66,7 +68,7 @@ impl FromRequestParts<AppState> for Viewer {
         Ok(Viewer {
             who: Principal { user, token: None },
             csrf: signed::ui_csrf(&key, raw),
-            https: cookies::is_https(parts, &state.trusted_proxies),
+            https: cookies::is_https(parts, &http.trusted_proxies),
         })
     }
 }
@@ -79,10 +81,10 @@ pub struct Posted<T> {
     pub form: T,
 }
 
-impl<T: DeserializeOwned> FromRequest<AppState> for Posted<T> {
+impl<T: DeserializeOwned> FromRequest<HttpState> for Posted<T> {
     type Rejection = UiError;
 
-    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+    async fn from_request(req: Request, state: &HttpState) -> Result<Self, Self::Rejection> {
         let (mut parts, body) = req.into_parts();
         let viewer = Viewer::from_request_parts(&mut parts, state).await?;
         let multipart = parts
@@ -120,7 +122,7 @@ impl<T: DeserializeOwned> FromRequest<AppState> for Posted<T> {
 
 /// The text fields of a multipart form; a file field is read as its text (an uploaded
 /// devfile), refused when larger than [`MAX_FIELD_BYTES`] or not UTF-8.
-async fn read_multipart(req: Request, state: &AppState) -> Result<Vec<(String, String)>, UiError> {
+async fn read_multipart(req: Request, state: &HttpState) -> Result<Vec<(String, String)>, UiError> {
     let mut m = Multipart::from_request(req, state)
         .await
         .map_err(|e| UiError::BadRequest(format!("the form is malformed: {}", e.body_text())))?;

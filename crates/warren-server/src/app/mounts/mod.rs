@@ -7,13 +7,19 @@
 //! connect` on an existing machine, dialling a relay with the token of an agent row made for
 //! that mount alone) or reaching a URL through an agent (`via`, made by admins).
 //!
-//! Who may do what follows the same rule as for workspaces ([`super::workspaces::Right`]):
+//! Who may do what follows the same rule as for workspaces ([`super::rights::Right`]):
 //! a mount's owner and the owners of its space manage it (remove it), developers use it,
 //! viewers see it, admins manage every one through the API; everyone else gets 404. A
 //! mount's status is computed when it is read, from what it points to, so it is never stale.
 
-use super::spaces::for_new_entry;
-use super::workspaces::{entry_right, shown_entry_right, Right};
+mod chains;
+mod status;
+
+pub use chains::{resolve, resolve_link, Linked, Resolved};
+use status::status;
+pub use status::{failing, get_status, heartbeat_deadline_ms};
+
+use super::rights::{self, entry_right, for_new_entry, shown_entry_right, Right};
 use super::{names, AppError, AppState, ErrorKind, Principal};
 use crate::store::mounts::{MountRow, NewConnector, NewMount};
 use crate::store::workspaces::WorkspaceRow;
@@ -66,97 +72,10 @@ fn shown_right(
     shown_entry_right(memberships, who, m.owner_id, &m.space_path)
 }
 
-/// Where following a mount's redirects ends.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Resolved {
-    /// A workspace of this Warren (or a mount of a type that is not a redirect).
-    Entry(String),
-    /// An external URL.
-    Url(String),
-    /// The chain breaks: this entry does not exist (any more).
-    Missing(String),
-    /// The chain comes back to this entry.
-    Cycle(String),
-    /// More than [`MAX_CHAIN`] redirects.
-    TooLong,
-}
-
-/// Follows redirects from the entry `name` (a workspace ends the chain at once).
-pub async fn resolve(state: &AppState, name: &str) -> Result<Resolved, AppError> {
-    let mut seen = HashSet::new();
-    let mut current = name.to_owned();
-    for _ in 0..=MAX_CHAIN {
-        if !seen.insert(current.clone()) {
-            return Ok(Resolved::Cycle(current));
-        }
-        match state.store.mount_by_name(&current).await? {
-            Some(m) if m.kind == MountType::Redirect.as_str() => match (&m.target, &m.url) {
-                (Some(t), _) => current = t.clone(),
-                (None, Some(u)) => return Ok(Resolved::Url(u.clone())),
-                (None, None) => return Ok(Resolved::Missing(current)),
-            },
-            Some(_) => return Ok(Resolved::Entry(current)),
-            None => {
-                // A terminated workspace is gone for its users, though its row stays a while.
-                return Ok(match state.store.workspace_by_name(&current).await? {
-                    Some(w) if w.desired_state != DesiredState::Terminated => {
-                        Resolved::Entry(current)
-                    }
-                    _ => Resolved::Missing(current),
-                });
-            }
-        }
-    }
-    Ok(Resolved::TooLong)
-}
-
-/// Where following a softlink's chain ends.
-#[derive(Debug)]
-pub enum Linked {
-    /// The workspace that serves it.
-    Workspace(Box<WorkspaceRow>),
-    /// The chain breaks: this entry does not exist (any more), or is terminated.
-    Missing(String),
-    /// The chain reaches a mount that is no softlink.
-    NotAWorkspace(String),
-    /// The chain comes back to this entry.
-    Cycle(String),
-    /// More than [`MAX_CHAIN`] softlinks.
-    TooLong,
-}
-
-/// Follows softlinks from the entry `name` to the workspace that serves it.
-pub async fn resolve_link(state: &AppState, name: &str) -> Result<Linked, AppError> {
-    let mut seen = HashSet::new();
-    let mut current = name.to_owned();
-    for _ in 0..=MAX_CHAIN {
-        if !seen.insert(current.clone()) {
-            return Ok(Linked::Cycle(current));
-        }
-        if let Some(m) = state.store.mount_by_name(&current).await? {
-            if m.kind != MountType::Workspace.as_str() {
-                return Ok(Linked::NotAWorkspace(current));
-            }
-            match m.target {
-                Some(t) => current = t,
-                None => return Ok(Linked::Missing(current)),
-            }
-            continue;
-        }
-        return Ok(match state.store.workspace_by_name(&current).await? {
-            Some(w) if w.desired_state != DesiredState::Terminated => {
-                Linked::Workspace(Box::new(w))
-            }
-            _ => Linked::Missing(current),
-        });
-    }
-    Ok(Linked::TooLong)
-}
-
 /// Whether a softlink owned by `owner` may be served by `w`: `owner` holds a grant on it,
 /// or manages it (its owner, an owner of its space).
 pub async fn may_link(state: &AppState, owner: UserId, w: &WorkspaceRow) -> Result<bool, AppError> {
-    if super::workspaces::member_right(state, owner, w).await? == Some(Right::Manage) {
+    if rights::member_right(state, owner, w).await? == Some(Right::Manage) {
         return Ok(true);
     }
     Ok(state.store.has_grant(w.id, owner).await?)
@@ -202,264 +121,6 @@ async fn check_link(state: &AppState, owner: UserId, target: &str) -> Result<(),
         .with_field("ref"));
     }
     Ok(())
-}
-
-/// A softlink's status: the state of the workspace that serves it.
-async fn link_status(state: &AppState, m: &MountRow) -> Result<MountStatus, AppError> {
-    let down = |c: Condition| MountStatus {
-        phase: MountPhase::Unavailable,
-        conditions: vec![c],
-        url: None,
-        resolved: None,
-    };
-    let w = match resolve_link(state, &m.name).await? {
-        Linked::Workspace(w) => w,
-        Linked::Missing(e) => {
-            return Ok(down(condition(
-                TARGET_CONDITION,
-                false,
-                "TargetMissing",
-                format!("{e}, where this softlink leads, does not exist any more"),
-            )))
-        }
-        Linked::NotAWorkspace(e) => {
-            return Ok(down(condition(
-                TARGET_CONDITION,
-                false,
-                "NotAWorkspace",
-                format!("{e} is no workspace"),
-            )))
-        }
-        Linked::Cycle(_) | Linked::TooLong => {
-            return Ok(down(condition(
-                TARGET_CONDITION,
-                false,
-                "ChainTooLong",
-                format!("its softlinks loop or go on for more than {MAX_CHAIN} entries"),
-            )))
-        }
-    };
-    if !may_link(state, m.owner_id, &w).await? {
-        return Ok(down(condition(
-            "WorkspaceGrant",
-            false,
-            "GrantRevoked",
-            format!("{}'s owner no longer allows this softlink", w.name),
-        )));
-    }
-    let running = w.actual_state == warren_types::ActualState::Running;
-    let found = condition(
-        TARGET_CONDITION,
-        true,
-        "Found",
-        format!("served by {}", w.name),
-    );
-    let state_condition = condition(
-        "WorkspaceRunning",
-        running,
-        w.actual_state.as_str(),
-        format!("{} is {}", w.name, w.actual_state),
-    );
-    // The target's address under this mount's name (`{port}-{mount}.{domain}`).
-    let url = running
-        .then_some(w.url.as_ref())
-        .flatten()
-        .map(|u| u.replacen(&format!("-{}.", w.name), &format!("-{}.", m.name), 1));
-    Ok(MountStatus {
-        phase: if running {
-            MountPhase::Ready
-        } else {
-            MountPhase::Unavailable
-        },
-        conditions: vec![found, state_condition],
-        url,
-        resolved: Some(w.name.clone()),
-    })
-}
-
-/// How long a connector may stay silent before its mount is `Unknown`: three heartbeats
-/// (the partial-reconcile interval), and never under 3 s.
-pub fn heartbeat_deadline_ms(state: &AppState) -> i64 {
-    let secs = state
-        .settings
-        .partial_reconciliation_interval_seconds
-        .max(1)
-        * 3;
-    (secs.max(3) * 1000) as i64
-}
-
-/// The first condition that makes a report unavailable, or `None` when all hold.
-pub fn failing(conditions: &[Condition]) -> Option<&Condition> {
-    conditions
-        .iter()
-        .find(|c| c.kind.starts_with("Workspace") && c.status != "True")
-}
-
-/// A `proxy` mount's status: `Connecting` until what backs it first reports (the connector's
-/// heartbeat, the agent's probe of the URL), then its reported `Workspace…` conditions while
-/// reports keep within the deadline, else `Unknown`.
-async fn proxy_status(
-    state: &AppState,
-    m: &MountRow,
-) -> Result<MountStatus, crate::store::StoreError> {
-    let now = state.clock.now_ms();
-    let deadline = heartbeat_deadline_ms(state);
-    let (kind, backer) = if m.is_connector() {
-        (CONNECTOR_CONDITION, "the connector".to_owned())
-    } else {
-        let agent = match m.agent_id {
-            Some(a) => state.store.agent_by_id(a).await?.map(|a| a.name),
-            None => None,
-        };
-        let Some(agent) = agent else {
-            return Ok(MountStatus {
-                phase: MountPhase::Unavailable,
-                conditions: vec![condition(
-                    AGENT_CONDITION,
-                    false,
-                    "AgentMissing",
-                    "the agent that reached its URL does not exist any more".into(),
-                )],
-                url: None,
-                resolved: None,
-            });
-        };
-        (AGENT_CONDITION, format!("agent {agent}"))
-    };
-    let Some(seen) = m.reported_at else {
-        let waiting = match &m.url {
-            None => format!("waiting for `warren connect --mount {}` to dial in", m.name),
-            Some(u) => format!("waiting for {backer} to reach {u}"),
-        };
-        return Ok(MountStatus {
-            phase: MountPhase::Connecting,
-            conditions: vec![Condition {
-                kind: kind.into(),
-                status: "Unknown".into(),
-                reason: "NeverConnected".into(),
-                message: waiting,
-            }],
-            url: None,
-            resolved: None,
-        });
-    };
-    if now - seen > deadline {
-        return Ok(MountStatus {
-            phase: MountPhase::Unknown,
-            conditions: vec![Condition {
-                kind: kind.into(),
-                status: "Unknown".into(),
-                reason: "HeartbeatMissed".into(),
-                message: format!(
-                    "{backer} has been silent for {} s (its deadline is {} s)",
-                    (now - seen) / 1000,
-                    deadline / 1000
-                ),
-            }],
-            url: None,
-            resolved: None,
-        });
-    }
-    let conditions: Vec<Condition> = m
-        .conditions
-        .iter()
-        .filter(|c| c.kind.starts_with("Workspace"))
-        .cloned()
-        .collect();
-    if failing(&conditions).is_some() {
-        return Ok(MountStatus {
-            phase: MountPhase::Unavailable,
-            conditions,
-            url: None,
-            resolved: None,
-        });
-    }
-    let config = match m.agent_id {
-        Some(a) => state.store.agent_by_id(a).await?.map(|a| a.config),
-        None => None,
-    }
-    .unwrap_or_default();
-    let port = match &m.url {
-        Some(u) => url_port(u),
-        None => m.ports.first().copied(),
-    };
-    let host = match port {
-        Some(p) => format!("{p}-{}", m.name),
-        None => format!("terminal-{}", m.name),
-    };
-    Ok(MountStatus {
-        phase: MountPhase::Ready,
-        conditions,
-        url: Some(format!(
-            "{}://{host}.{}/",
-            config.workspace_scheme, config.workspace_domain
-        )),
-        resolved: None,
-    })
-}
-
-/// The status of `m`, from what it points to now (for the proxy's access answers).
-pub async fn get_status(state: &AppState, m: &MountRow) -> Result<MountStatus, AppError> {
-    status(state, m).await
-}
-
-/// The status of `m`, from what it points to now.
-async fn status(state: &AppState, m: &MountRow) -> Result<MountStatus, AppError> {
-    if m.kind == MountType::Workspace.as_str() {
-        return link_status(state, m).await;
-    }
-    if m.kind == MountType::Proxy.as_str() {
-        return Ok(proxy_status(state, m).await?);
-    }
-    let resolved = match (&m.target, &m.url) {
-        (None, Some(u)) => Resolved::Url(u.clone()),
-        _ => resolve(state, &m.name).await?,
-    };
-    let condition =
-        |ok: bool, reason: &str, message: String| condition(TARGET_CONDITION, ok, reason, message);
-    Ok(match resolved {
-        Resolved::Url(u) => MountStatus {
-            phase: MountPhase::Ready,
-            conditions: vec![],
-            url: Some(u),
-            resolved: None,
-        },
-        Resolved::Entry(e) => {
-            let url = match state.store.workspace_by_name(&e).await? {
-                Some(w) => {
-                    let a = w.to_api(&state.store)?;
-                    a.url.or(a.terminal_url)
-                }
-                None => None,
-            };
-            MountStatus {
-                phase: MountPhase::Ready,
-                conditions: vec![condition(true, "Found", format!("leads to {e}"))],
-                url,
-                resolved: Some(e),
-            }
-        }
-        Resolved::Missing(e) => MountStatus {
-            phase: MountPhase::Unavailable,
-            conditions: vec![condition(
-                false,
-                "TargetMissing",
-                format!("{e}, where this redirect leads, does not exist any more"),
-            )],
-            url: None,
-            resolved: None,
-        },
-        Resolved::Cycle(_) | Resolved::TooLong => MountStatus {
-            phase: MountPhase::Unavailable,
-            conditions: vec![condition(
-                false,
-                "ChainTooLong",
-                format!("its redirects loop or go on for more than {MAX_CHAIN} entries"),
-            )],
-            url: None,
-            resolved: None,
-        },
-    })
 }
 
 async fn to_api(
@@ -539,7 +200,7 @@ async fn check_target(state: &AppState, who: &Principal, target: &str) -> Result
             .map(|_| ())
             .ok_or_else(hidden);
     }
-    match super::workspaces::visible(state, who, target).await {
+    match rights::visible(state, who, target).await {
         Ok(_) => Ok(()),
         Err(e) if e.kind == ErrorKind::NotFound => Err(hidden()),
         Err(e) => Err(e),
@@ -650,7 +311,7 @@ pub async fn create(
             }
         }
     }
-    let space = space_for(state, who, req).await?;
+    let space = for_new_entry(state, who, req.space.as_deref()).await?;
     let m = insert(
         state,
         &NewMount {
@@ -708,7 +369,7 @@ async fn create_connector(
             ))
         }
     }
-    let space = space_for(state, who, req).await?;
+    let space = for_new_entry(state, who, req.space.as_deref()).await?;
     // The connector's hosts are under the same domain as the workspaces of the first agent.
     let config = state
         .store
@@ -768,7 +429,7 @@ async fn create_url_proxy(
         .await?
         .filter(|a| !a.is_connector())
         .ok_or_else(|| AppError::invalid_field("via", format!("no agent named {via:?}")))?;
-    let space = space_for(state, who, req).await?;
+    let space = for_new_entry(state, who, req.space.as_deref()).await?;
     let m = insert(
         state,
         &NewMount {
@@ -794,24 +455,6 @@ async fn create_url_proxy(
 /// The port a URL mount serves as (`{port}-{mount}.{domain}`): its URL's.
 pub fn url_port(url: &str) -> Option<u16> {
     url::Url::parse(url).ok()?.port_or_known_default()
-}
-
-/// The space a new mount goes in: `req.space` (developer or owner there) or the caller's
-/// personal space.
-async fn space_for(
-    state: &AppState,
-    who: &Principal,
-    req: &CreateMountRequest,
-) -> Result<crate::store::spaces::SpaceRow, AppError> {
-    for_new_entry(state, who, req.space.as_deref())
-        .await
-        .map_err(|e| match (e.kind, &req.space) {
-            (ErrorKind::NotFound, Some(p)) => AppError::invalid_field(
-                "space",
-                format!("no space {p:?} (or none you hold a role on)"),
-            ),
-            _ => e,
-        })
 }
 
 /// Inserts a mount; a taken name is refused naming it (for a connector, its agent row's name
@@ -905,7 +548,7 @@ pub async fn grants(
     who: &Principal,
     key: &str,
 ) -> Result<Vec<WorkspaceGrant>, AppError> {
-    let w = super::workspaces::authorized(state, who, key, Right::Manage).await?;
+    let w = rights::authorized(state, who, key, Right::Manage).await?;
     Ok(state.store.grants(w.id).await?)
 }
 
@@ -916,12 +559,8 @@ pub async fn grant(
     key: &str,
     username: &str,
 ) -> Result<Vec<WorkspaceGrant>, AppError> {
-    let w = super::workspaces::authorized(state, who, key, Right::Manage).await?;
-    let user = state
-        .store
-        .user_by_name(username)
-        .await?
-        .ok_or_else(|| AppError::not_found(format!("user {username:?}")))?;
+    let w = rights::authorized(state, who, key, Right::Manage).await?;
+    let user = super::lookup::user_named(state, username).await?;
     state
         .store
         .set_grant(w.id, user.id, state.clock.now_ms())
@@ -939,12 +578,8 @@ pub async fn revoke(
     key: &str,
     username: &str,
 ) -> Result<(), AppError> {
-    let w = super::workspaces::authorized(state, who, key, Right::Manage).await?;
-    let user = state
-        .store
-        .user_by_name(username)
-        .await?
-        .ok_or_else(|| AppError::not_found(format!("user {username:?}")))?;
+    let w = rights::authorized(state, who, key, Right::Manage).await?;
+    let user = super::lookup::user_named(state, username).await?;
     if !state.store.remove_grant(w.id, user.id).await? {
         return Err(AppError::not_found(format!(
             "grant of {} to {username:?}",

@@ -1,0 +1,326 @@
+//! An apply of a workspace's objects under its pod's lock: the plan, its networks, volumes
+//! and files, the containers made again where the pod spec or an image changed, the start;
+//! and the look at the result.
+
+use super::*;
+
+impl EngineRuntime {
+    pub(super) async fn apply_locked(
+        &self,
+        workspace: &WorkspaceKey,
+        objects: &[serde_json::Value],
+        options: &ApplyOptions,
+    ) -> Result<Option<PodPlan>, RuntimeError> {
+        let shared = &options.shared;
+        let name = &workspace.name;
+        let apply_err = |message: String| RuntimeError::Apply {
+            workspace: workspace.to_string(),
+            message,
+        };
+        if !is_dns_label(name) {
+            return Err(apply_err(format!(
+                "workspace name {name:?} is not a DNS label"
+            )));
+        }
+        let mut parsed = plan::parse_objects(objects).map_err(|e| apply_err(e.to_string()))?;
+        parsed.claim_volumes = shared
+            .iter()
+            .map(|(claim, (volume, _))| (claim.clone(), volume.clone()))
+            .collect();
+        let shared_labels: BTreeMap<String, BTreeMap<String, String>> = shared
+            .values()
+            .map(|(volume, labels)| (volume.clone(), labels.clone()))
+            .collect();
+        let previous = self.read_record(name);
+        // A set of Deployments only is a partial reconcile's: the policy stays as it was.
+        let egress = match &parsed.network_policy {
+            Some(p) => firewall::Egress::from_policy(p),
+            None if parsed.only_deployments => previous.as_ref().and_then(|r| r.egress.clone()),
+            None => None,
+        };
+        let pull_secrets = if parsed.only_deployments {
+            let mut names = previous
+                .as_ref()
+                .map(|r| r.pull_secrets.clone())
+                .unwrap_or_default();
+            names.extend(
+                parsed
+                    .pull_secrets
+                    .iter()
+                    .filter(|n| !names.contains(n))
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            );
+            names
+        } else {
+            parsed.pull_secrets.clone()
+        };
+        let kept = previous.as_ref().filter(|_| !options.complete);
+        let mut secrets = kept.map(|r| r.secrets.clone()).unwrap_or_default();
+        secrets.extend(parsed.secrets.clone());
+        let mut config_maps = kept.map(|r| r.config_maps.clone()).unwrap_or_default();
+        config_maps.extend(parsed.config_maps.clone());
+        let labels = self.base_labels(workspace, &parsed.deployment_json);
+        let files_dir = self.workspace_dir(name).join("files");
+        let cx = plan::PlanContext {
+            workspace,
+            files_dir: &files_dir,
+            labels: &labels,
+            kubernetes: self.inner.kubernetes_pods,
+        };
+        let mut plan = plan::plan(&parsed, &secrets, &config_maps, &cx)
+            .map_err(|e| apply_err(e.to_string()))?;
+        // After the hash: a build changes what a name runs at the pod's next start, as a
+        // rebuilt tag does (`outdated_images`), never a running pod.
+        let scope = self.build_scope(name, &parsed.deployment_json);
+        self.use_own_builds(&mut plan, &scope).await?;
+        tracing::debug!(workspace = %workspace, replicas = plan.replicas, hash = %plan.hash, "applying");
+
+        let mut record = Record {
+            agent_id: self.inner.config.agent_id,
+            name: name.clone(),
+            namespace: workspace.namespace.clone(),
+            replicas: plan.replicas,
+            pod_hash: plan.hash.clone(),
+            deployment: parsed.deployment_json.clone(),
+            volumes: plan
+                .volumes
+                .keys()
+                .filter(|v| !plan.shared_volumes.contains(*v))
+                .cloned()
+                .collect(),
+            // Set until the pod is known to run, so `list` never mistakes containers not
+            // created or started yet for missing or exited ones.
+            starting: plan.replicas == 1,
+            failure: None,
+            deleting: false,
+            secrets,
+            config_maps,
+            egress,
+            pull_secrets: pull_secrets.clone(),
+        };
+        self.write_record(&record)?;
+        write_files(&files_dir, &plan).map_err(|e| {
+            runtime_err(
+                format!("writing the Secret and ConfigMap files of {name}"),
+                e,
+            )
+        })?;
+        self.ensure_network(&plan, &labels).await?;
+        // Before any container exists: a workspace never runs without its rules.
+        self.sync_firewall().await?;
+        let new_volumes = self.ensure_volumes(&plan, &labels, &shared_labels).await?;
+
+        // Recreate: any container of another pod hash goes, volumes stay. So does a stopped
+        // container about to start whose image reference now names another image (rebuilt
+        // under the same tag): a start runs what the reference names now, as a new pod
+        // would on Kubernetes.
+        let existing = self.workspace_containers(name).await?;
+        // Only a pod about to start: a running one is not restarted behind its user's back.
+        let pod_running = existing
+            .iter()
+            .any(|c| summary_role(c) == Role::App && summary_running(c));
+        let outdated = if plan.replicas == 1 && !pod_running {
+            self.outdated_images(&plan, &existing).await
+        } else {
+            BTreeSet::new()
+        };
+        // One outdated container recreates the whole pod, as Kubernetes would: the others
+        // may join its namespaces.
+        let (current, stale): (Vec<_>, Vec<_>) = existing.into_iter().partition(|c| {
+            label(c, POD_HASH_LABEL) == Some(plan.hash.as_str()) && outdated.is_empty()
+        });
+        let recreated = stale.len();
+        if !stale.is_empty() {
+            tracing::info!(workspace = %workspace, images_changed = outdated.len(), "pod spec or images changed: recreating its containers");
+            self.stop_running(&stale).await?;
+            self.remove_all(stale).await?;
+        }
+        // A pod from Git that ran with this spec and has exited is the supervisor's to
+        // restart, after its back-off (`restarts`): a sync's apply must not restart a
+        // crash-looping pod at every interval.
+        let ran = self.inner.kubernetes_pods.is_some()
+            && recreated == 0
+            && previous.as_ref().is_some_and(|p| {
+                // A start that failed (the containers never ran) is tried again here.
+                p.pod_hash == plan.hash
+                    && p.replicas == 1
+                    && !p.starting
+                    && !p.deleting
+                    && p.failure.is_none()
+            });
+        let present: BTreeSet<String> = current
+            .iter()
+            .filter_map(|c| {
+                label(c, CONTAINER_LABEL)
+                    .map(|n| format!("{}/{n}", label(c, ROLE_LABEL).unwrap_or("")))
+            })
+            .collect();
+        if let Some(tools) = plan.tools.as_ref().filter(|_| plan.replicas == 1) {
+            self.ensure_tools(tools, &pull_secrets).await;
+        }
+        let mut created = false;
+        for c in &plan.containers {
+            if present.contains(&format!("{}/{}", c.role.label(), c.name)) {
+                continue;
+            }
+            created = true;
+            if let Err(failure) = self.create(c, &pull_secrets, name, &scope).await? {
+                tracing::info!(workspace = %workspace, reason = %failure.reason, "pod failure while creating containers");
+                record.failure = Some(failure);
+                record.starting = false;
+                self.write_record(&record)?;
+                return Ok(None);
+            }
+        }
+
+        // After the creates: the image is pulled by now.
+        self.give_volumes_to_pod_user(&plan, &new_volumes, &labels)
+            .await;
+
+        let containers = self.workspace_containers(name).await?;
+        if plan.replicas == 0 {
+            self.stop_running(&containers).await?;
+            return Ok(None);
+        }
+        let all_running = containers
+            .iter()
+            .filter(|c| summary_role(c) != Role::Init)
+            .all(summary_running);
+        if all_running || (ran && !created) {
+            record.starting = false;
+            self.write_record(&record)?;
+            return Ok(None);
+        }
+        Ok(Some(plan))
+    }
+
+    /// `apply`, with the options GitOps needs (see `gitops`).
+    pub(super) async fn apply_with(
+        &self,
+        workspace: &WorkspaceKey,
+        objects: &[serde_json::Value],
+        options: &ApplyOptions,
+    ) -> Result<(), RuntimeError> {
+        let guard = self.lock_workspace(&workspace.name).await;
+        let result = self.apply_locked(workspace, objects, options).await;
+        self.changed(&workspace.name);
+        let plan = match result {
+            Ok(Some(plan)) => plan,
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let token = self.inner.shutdown.child_token();
+        let generation = self
+            .inner
+            .next_starter
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        lock(&self.inner.starters).insert(workspace.name.clone(), (generation, token.clone()));
+        let this = self.clone();
+        let name = workspace.name.clone();
+        tokio::spawn(async move {
+            let _guard = guard;
+            this.start_sequence(name.clone(), plan, token).await;
+            let mut starters = lock(&this.inner.starters);
+            if starters.get(&name).is_some_and(|(g, _)| *g == generation) {
+                starters.remove(&name);
+            }
+        });
+        Ok(())
+    }
+
+    /// The containers of the current pod. Exit codes and log tails are read only when the
+    /// pod should run (`details`): a stopped pod's exited containers are no failure, and a
+    /// list of many stopped workspaces stays one engine call.
+    pub(super) async fn observe(
+        &self,
+        containers: &[ContainerSummary],
+        record: Option<&Record>,
+        details: bool,
+    ) -> Vec<ContainerObservation> {
+        let mut out = Vec::new();
+        let mut sorted: Vec<&ContainerSummary> = containers
+            .iter()
+            .filter(|c| {
+                record.is_none_or(|r| label(c, POD_HASH_LABEL) == Some(r.pod_hash.as_str()))
+            })
+            .collect();
+        sorted.sort_by_key(|c| (summary_role(c), summary_order(c)));
+        for c in sorted {
+            let id = c.id.clone().unwrap_or_default();
+            let status = c.state.map(|s| s.to_string()).unwrap_or_default();
+            let mut obs = ContainerObservation {
+                role: summary_role(c),
+                name: label(c, CONTAINER_LABEL).unwrap_or("").to_owned(),
+                status: status.clone(),
+                exit_code: 0,
+                oom_killed: false,
+                error: String::new(),
+                log_tail: String::new(),
+            };
+            if details
+                && matches!(
+                    status.as_str(),
+                    "exited" | "dead" | "restarting" | "stopped"
+                )
+            {
+                match self.inspect(&id).await.map(|i| i.state) {
+                    Ok(Some(s)) if s.exit_code.is_some() => {
+                        obs.exit_code = s.exit_code.unwrap_or_default();
+                        obs.oom_killed = s.oom_killed.unwrap_or(false);
+                        obs.error = s.error.unwrap_or_default();
+                        // Possibly Podman's blip right after a start afresh, which the
+                        // watch undoes (`start::watch_restart`): not known yet.
+                        if obs.exit_code == 0
+                            && obs.role == Role::App
+                            && record.is_some_and(|r| self.restart_watched(&r.name))
+                        {
+                            obs.status = status::UNKNOWN.to_owned();
+                            out.push(obs);
+                            continue;
+                        }
+                    }
+                    // How it ended is not known yet: never guessed (a default of 0 once
+                    // reported "exited with code 0" for `exit 3`); the pod is reported as
+                    // not ready, with no failure, until a later look knows.
+                    _ => {
+                        obs.status = status::UNKNOWN.to_owned();
+                        out.push(obs);
+                        continue;
+                    }
+                }
+                if obs.exit_code != 0 || obs.role != Role::Init {
+                    obs.log_tail = self.log_tail(&id).await;
+                }
+            }
+            out.push(obs);
+        }
+        out
+    }
+
+    pub(super) async fn log_tail(&self, id: &str) -> String {
+        let options = LogsOptions {
+            stdout: true,
+            stderr: true,
+            tail: "5".into(),
+            ..Default::default()
+        };
+        let mut stream = self.inner.docker.logs(id, Some(options));
+        let mut text = String::new();
+        while let Some(Ok(chunk)) = stream.next().await {
+            text.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
+            if text.len() > 4096 {
+                break;
+            }
+        }
+        // Only short logs go into the message; a user reads long ones with `warren ws logs`.
+        if text.len() > 1000 {
+            let cut = text.len() - 1000;
+            let cut = (cut..text.len())
+                .find(|i| text.is_char_boundary(*i))
+                .unwrap_or(text.len());
+            text = format!("…{}", &text[cut..]);
+        }
+        text
+    }
+}

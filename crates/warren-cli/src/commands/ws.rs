@@ -1,0 +1,459 @@
+//! `warren ws`: workspaces, and the entries (mounts) that lead to them.
+
+use super::*;
+
+/// Looks `name` up as a workspace, then as a mount; when it is neither, the workspace's
+/// "not found".
+pub(super) async fn entry(c: &Client, name: &str) -> Result<Entry, CliError> {
+    let first = c.get_workspace(name).await;
+    if matches!(first, Err(warren_client::Error::Api { status: 404, .. })) {
+        if let Ok(m) = c.get_mount(name).await {
+            return Ok(Entry::Mount(Box::new(m)));
+        }
+    }
+    Ok(Entry::Workspace(Box::new(named("workspace", name, first)?)))
+}
+
+/// The name `warren ws ssh NAME` logs in as: a workspace's, a softlink's or a connector's
+/// own (the proxy finds what serves it), or where a redirect leads.
+pub(super) async fn ssh_target(c: &Client, name: &str) -> Result<String, CliError> {
+    match entry(c, name).await? {
+        Entry::Workspace(w) => Ok(w.name),
+        Entry::Mount(m)
+            if m.mount_type == warren_types::api::MountType::Workspace || m.connector =>
+        {
+            Ok(m.name)
+        }
+        Entry::Mount(m) => Ok(followed(c, &m).await?.name),
+    }
+}
+
+/// The workspace `name`, or — when `name` is a redirect mount — the workspace it leads to,
+/// saying so on stderr (`ws ssh`, `ws open` and `ssh-config` follow redirects).
+pub(super) async fn workspace_following(c: &Client, name: &str) -> Result<Workspace, CliError> {
+    match entry(c, name).await? {
+        Entry::Workspace(w) => Ok(*w),
+        Entry::Mount(m) => followed(c, &m).await,
+    }
+}
+
+/// The workspace the redirect mount `m` leads to.
+pub(super) async fn followed(
+    c: &Client,
+    m: &warren_types::api::Mount,
+) -> Result<Workspace, CliError> {
+    let name = &m.name;
+    if m.mount_type != warren_types::api::MountType::Redirect {
+        return Err(CliError::Failed(format!(
+            "{name} is a {} mount: open its address (`warren mount show {name}`) or `warren ws \
+             ssh {name}`",
+            m.mount_type.as_str()
+        )));
+    }
+    match (&m.status.resolved, &m.url) {
+        (Some(target), _) => {
+            eprintln!("{name} redirects to {target}");
+            named("workspace", target, c.get_workspace(target).await)
+        }
+        (None, Some(url)) => Err(CliError::Failed(format!(
+            "{name} redirects to {url}, outside this Warren: log in there (`warren login --url …`)"
+        ))),
+        (None, None) => Err(CliError::Failed(format!(
+            "{name} redirects nowhere: {}",
+            m.status
+                .conditions
+                .iter()
+                .map(|c| c.message.as_str())
+                .collect::<Vec<_>>()
+                .join("; ")
+        ))),
+    }
+}
+
+pub(super) fn state_line(w: &Workspace) -> String {
+    let mut s = format!(
+        "Workspace {:?}: desired {}, actual {}.",
+        w.name, w.desired_state, w.actual_state
+    );
+    if let Some(url) = &w.url {
+        s.push_str(&format!(" URL: {url}"));
+    }
+    s
+}
+
+/// Waits when asked, then prints the workspace (one line for people, the object for scripts).
+pub(super) async fn finish_action(
+    c: &Client,
+    out: Format,
+    w: Workspace,
+    goal: Goal,
+    wait_args: &WaitArgs,
+) -> Result<(), CliError> {
+    let w = if wait_args.wait {
+        // The action's own write on the server's clock: failures reported before it are
+        // the previous attempt's.
+        let since = Some(w.updated_at);
+        match wait::wait(c, &w.name, goal, since, wait_args.timeout, POLL_INTERVAL).await? {
+            Some(w) => w,
+            None => {
+                eprintln!("Workspace {:?} is gone.", w.name);
+                return Ok(());
+            }
+        }
+    } else {
+        w
+    };
+    print(out, &w, state_line);
+    Ok(())
+}
+
+pub(super) async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
+    let (c, _) = client()?;
+    match cmd {
+        WsCommand::Create(args) => ws_create(&c, out, *args).await,
+        WsCommand::List {
+            state,
+            agent,
+            project,
+            owner,
+            space,
+            recursive,
+            limit,
+            all,
+        } => {
+            let query = WorkspaceQuery {
+                state: state.map(|s| s.to_string()),
+                agent,
+                project,
+                owner,
+                space,
+                recursive: recursive.then_some(true),
+                limit: limit.map(i64::from),
+                cursor: None,
+            };
+            let page = if all {
+                Page {
+                    items: c.list_all_workspaces(&query).await?,
+                    next_cursor: None,
+                }
+            } else {
+                c.list_workspaces(&query).await?
+            };
+            print(out, &page, |p| output::workspaces(&p.items));
+            if out == Format::Table && page.next_cursor.is_some() {
+                eprintln!("(more workspaces: use --all)");
+            }
+            Ok(())
+        }
+        WsCommand::Grant { name, user } => {
+            let g = named("workspace", &name, c.grant_workspace(&name, &user).await)?;
+            eprintln!("{user} may now make softlinks to {name}.");
+            print(out, &g, |g| output::grants(g));
+            Ok(())
+        }
+        WsCommand::Revoke { name, user } => {
+            named(
+                "workspace",
+                &name,
+                c.revoke_workspace_grant(&name, &user).await,
+            )?;
+            eprintln!("{user} may no longer make softlinks to {name}; theirs stop serving.");
+            Ok(())
+        }
+        WsCommand::Grants { name } => {
+            let g = named("workspace", &name, c.workspace_grants(&name).await)?;
+            print(out, &g, |g| output::grants(g));
+            Ok(())
+        }
+        WsCommand::Tree { path } => {
+            let t = match &path {
+                Some(p) => named("space", p, c.tree(Some(p)).await)?,
+                None => c.tree(None).await?,
+            };
+            print(out, &t, output::tree);
+            Ok(())
+        }
+        WsCommand::Show { name } => {
+            // A mount is an entry too: `ws show` shows it.
+            let w = match entry(&c, &name).await? {
+                Entry::Workspace(w) => *w,
+                Entry::Mount(m) => {
+                    print(out, &*m, output::mount);
+                    return Ok(());
+                }
+            };
+            // Whether the editor runs, or why not, only the workspace's own output says.
+            let editor = if out == Format::Table
+                && w.editor_url.is_some()
+                && w.actual_state == ActualState::Running
+            {
+                c.workspace_logs(&name, Some(500), None)
+                    .await
+                    .ok()
+                    .and_then(|b| output::editor_status(&b))
+            } else {
+                None
+            };
+            print(out, &w, |w| {
+                output::workspace_with_editor(w, editor.as_deref())
+            });
+            Ok(())
+        }
+        WsCommand::Start(a) => {
+            let w = named(
+                "workspace",
+                &a.name,
+                c.set_desired_state(&a.name, DesiredState::Running).await,
+            )?;
+            // Starting a failed workspace is a new attempt, which the server runs as a
+            // restart.
+            let goal = match w.desired_state {
+                DesiredState::RestartRequested => Goal::Restarted,
+                _ => Goal::Running,
+            };
+            finish_action(&c, out, w, goal, &a.wait).await
+        }
+        WsCommand::Stop(a) => {
+            let w = named(
+                "workspace",
+                &a.name,
+                c.set_desired_state(&a.name, DesiredState::Stopped).await,
+            )?;
+            finish_action(&c, out, w, Goal::Stopped, &a.wait).await
+        }
+        WsCommand::Restart(a) => {
+            let w = named(
+                "workspace",
+                &a.name,
+                c.set_desired_state(&a.name, DesiredState::RestartRequested)
+                    .await,
+            )?;
+            finish_action(&c, out, w, Goal::Restarted, &a.wait).await
+        }
+        WsCommand::Rm(a) => {
+            let w = named("workspace", &a.name, c.delete_workspace(&a.name).await)?;
+            finish_action(&c, out, w, Goal::Terminated, &a.wait).await
+        }
+        WsCommand::Ssh {
+            name,
+            ssh_options,
+            command,
+        } => {
+            let endpoint = c.access().await?.ssh.ok_or_else(ssh_cmd::no_ssh)?;
+            let target = ssh_target(&c, &name).await?;
+            // The user's own options come first, so they win over the pin (OpenSSH takes
+            // the first value it sees).
+            let mut options = ssh_options;
+            let pinned =
+                ssh_cmd::default_ssh_dir().and_then(|dir| ssh_cmd::pin_host_keys(&dir, &endpoint));
+            match pinned {
+                Ok(Some(file)) => options.extend(ssh_cmd::pin_options(&file)),
+                Ok(None) => {}
+                // A read-only home must not stop the login: ssh checks the key its own way.
+                Err(e) => eprintln!("warning: {e}; ssh checks the host key itself"),
+            }
+            let args = ssh_cmd::ssh_args(&endpoint, &target, &options, &command);
+            match ssh_cmd::exec_ssh(&args)? {
+                0 => Ok(()),
+                code => Err(CliError::Exited(code)),
+            }
+        }
+        WsCommand::SshConfig { names, write } => ws_ssh_config(&c, names, write).await,
+        WsCommand::Run { name, command } => {
+            let run = c.run_workspace_command(&name, &command).await;
+            match crate::run_cmd::follow(named("workspace", &name, run)?).await? {
+                0 => Ok(()),
+                code => Err(CliError::Exited(code)),
+            }
+        }
+        WsCommand::PortForward {
+            name,
+            ports,
+            address,
+        } => crate::port_forward_cmd::run(&c, &name, &ports, address).await,
+        WsCommand::Logs {
+            name,
+            tail,
+            container,
+            follow,
+        } => {
+            let mut stdout = std::io::stdout();
+            // Flushed per write: when following, the point is to see it when it happens.
+            let mut print = |bytes: &[u8]| {
+                stdout
+                    .write_all(bytes)
+                    .and_then(|_| stdout.flush())
+                    .map_err(|e| CliError::Failed(format!("writing the output: {e}")))
+            };
+            let container = container.as_deref();
+            if follow {
+                let following = c.follow_workspace_logs(&name, Some(tail), container).await;
+                let mut chunks = named("workspace", &name, following)?;
+                while let Some(chunk) = chunks.next().await? {
+                    print(&chunk)?;
+                }
+            } else {
+                let text = c.workspace_logs(&name, Some(tail), container).await;
+                print(&named("workspace", &name, text)?)?;
+            }
+            Ok(())
+        }
+        WsCommand::Open {
+            name,
+            endpoint,
+            terminal,
+            main,
+            print,
+        } => {
+            let w = workspace_following(&c, &name).await?;
+            let url = open_cmd::address(&w, endpoint.as_deref(), terminal, main)?;
+            if print || !open_cmd::launch(&url) {
+                println!("{url}");
+            } else {
+                eprintln!("opened {url}");
+            }
+            Ok(())
+        }
+        WsCommand::Resize {
+            name,
+            cpu,
+            memory,
+            wait,
+        } => {
+            let w = named(
+                "workspace",
+                &name,
+                c.resize_workspace(&name, WorkspaceResources { cpu, memory })
+                    .await,
+            )?;
+            // The server restarts a running workspace to apply a new size (desired
+            // RestartRequested) and keeps a stopped one stopped; a server that rolls the new
+            // size out in place keeps desired Running, and then only a report newer than the
+            // request (the server's own clock, never ours) says the new size is running.
+            let goal = match w.desired_state {
+                DesiredState::RestartRequested => Goal::Restarted,
+                DesiredState::Stopped => Goal::Stopped,
+                _ => Goal::Resized {
+                    requested_at: w.updated_at,
+                },
+            };
+            finish_action(&c, out, w, goal, &wait).await
+        }
+    }
+}
+
+/// `warren ws ssh-config [NAME…] [--write]`.
+pub(super) async fn ws_ssh_config(
+    c: &Client,
+    names: Vec<String>,
+    write: bool,
+) -> Result<(), CliError> {
+    let endpoint = c.access().await?.ssh.ok_or_else(ssh_cmd::no_ssh)?;
+    let all = names.is_empty();
+    let workspaces: Vec<Workspace> = if all {
+        let me = c.me().await?;
+        let query = WorkspaceQuery {
+            owner: Some(me.username.clone()),
+            ..WorkspaceQuery::default()
+        };
+        let mut ws = c.list_all_workspaces(&query).await?;
+        // Without names: the caller's own (admins could list everyone's); a colleague's
+        // workspace, which a developer of its space may use too, is added by naming it.
+        ws.retain(|w| {
+            w.owner_username == me.username
+                && w.actual_state != warren_types::ActualState::Terminated
+        });
+        ws
+    } else {
+        let mut ws = Vec::new();
+        for n in &names {
+            ws.push(workspace_following(c, n).await?);
+        }
+        ws
+    };
+    // Every block pins the published host keys, printed ones too (they are pasted into a
+    // config as they are): the keys go to ~/.ssh/warren_known_hosts, which only Warren's
+    // blocks name, as `warren ws ssh` does.
+    let known_hosts = ssh_cmd::pin_host_keys(&ssh_cmd::default_ssh_dir()?, &endpoint)?;
+    if let (Some(file), false) = (&known_hosts, write) {
+        eprintln!(
+            "pinned the proxy's SSH host keys in {} (the blocks below name it)",
+            file.display()
+        );
+    }
+    let blocks: std::collections::BTreeMap<String, String> = workspaces
+        .iter()
+        .map(|w| {
+            let block = ssh_cmd::host_block(&endpoint, &w.name, known_hosts.as_deref());
+            (w.name.clone(), block)
+        })
+        .collect();
+    if !write {
+        let text: Vec<&str> = blocks.values().map(String::as_str).collect();
+        let mut stdout = std::io::stdout().lock();
+        let _ = stdout.write_all(text.join("\n").as_bytes());
+        if blocks.is_empty() {
+            eprintln!("(no workspaces)");
+        }
+        return Ok(());
+    }
+    let dir = ssh_cmd::default_ssh_dir()?;
+    let count = blocks.len();
+    let written = ssh_cmd::write_config(&dir, blocks, all)?;
+    let verb = if written.changed {
+        "wrote"
+    } else {
+        "unchanged:"
+    };
+    eprintln!(
+        "{verb} {} ({count} host{})",
+        written.file.display(),
+        if count == 1 { "" } else { "s" }
+    );
+    if written.include_added {
+        eprintln!(
+            "added `Include warren.config` to {}",
+            dir.join("config").display()
+        );
+    }
+    if let Some(w) = workspaces.first() {
+        eprintln!("connect with: ssh {}{}", ssh_cmd::HOST_PREFIX, w.name);
+    }
+    Ok(())
+}
+
+pub(super) async fn ws_create(c: &Client, out: Format, a: WsCreateArgs) -> Result<(), CliError> {
+    let devfile = a
+        .devfile
+        .as_deref()
+        .map(|p| read_text("devfile", p))
+        .transpose()?;
+    let variables = input::variables(&a.vars, &a.secret_vars, &a.file_vars)?;
+    let resources = (a.cpu.is_some() || a.memory.is_some()).then_some(WorkspaceResources {
+        cpu: a.cpu,
+        memory: a.memory,
+    });
+    let w = c
+        .create_workspace(&CreateWorkspaceRequest {
+            project: a.project,
+            devfile,
+            agent: a.agent,
+            name: a.name,
+            resources,
+            variables,
+            git_ref: a.git_ref,
+            starter: a.starter,
+            space: a.space,
+        })
+        .await?;
+    if out == Format::Table {
+        eprintln!(
+            "Workspace {:?} created on agent {:?}.",
+            w.name, w.agent_name
+        );
+        for n in &w.notices {
+            eprintln!("notice: {n}");
+        }
+    }
+    finish_action(c, out, w, Goal::Running, &a.wait).await
+}

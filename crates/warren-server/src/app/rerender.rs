@@ -1,0 +1,180 @@
+//! Re-rendering: a workspace's objects made again from its stored devfile when what they were
+//! made from changed (its size, its agent's configuration, its project's credential).
+
+use super::render::{self, ProjectInput, RenderInput};
+use super::{AppError, AppState};
+use crate::store::agents::AgentRow;
+use crate::store::workspaces::{WorkspaceFilter, WorkspaceRow};
+use warren_types::api::WorkspaceResources;
+use warren_types::DesiredState;
+
+/// Attempts of an optimistic write before giving up with a conflict.
+pub const WRITE_ATTEMPTS: usize = 20;
+
+/// Re-renders a workspace with `resources` under `agent`'s current configuration and stores
+/// the objects, forcing a full send. A `Running` workspace is restarted (desired
+/// `RestartRequested`); a stopped one starts with the new objects next time. Unless `always`,
+/// nothing is written when the objects did not change. `Ok(Some(wrote))`, or `Ok(None)` when
+/// it lost a race (reload and retry).
+pub async fn rerender(
+    state: &AppState,
+    w: &WorkspaceRow,
+    agent: &AgentRow,
+    resources: &WorkspaceResources,
+    always: bool,
+    restart: bool,
+) -> Result<Option<bool>, AppError> {
+    let project = match w.project_id {
+        Some(p) => state.store.project_by_key(&p.to_string()).await?,
+        None => None,
+    };
+    let credential = match &project {
+        Some(p) => state.store.project_credential(p)?,
+        None => None,
+    };
+    let devfile = render::parse(&w.devfile, "stored devfile")?;
+    let variables = w.stored_variables(&state.store)?;
+    let owner = state.store.user_by_id(w.owner_id).await?;
+    let desired = match w.desired_state {
+        DesiredState::Running | DesiredState::RestartRequested if restart => {
+            DesiredState::RestartRequested
+        }
+        other => other,
+    };
+    let rendered = render::render_workspace(
+        &devfile,
+        RenderInput {
+            name: &w.name,
+            id: w.id,
+            agent,
+            project: project.as_ref().map(|p| ProjectInput {
+                name: &p.name,
+                git_url: &p.git_url,
+                git_ref: w.git_ref.as_deref().unwrap_or(&p.default_ref),
+                credential: credential.as_ref(),
+            }),
+            resources,
+            variables: &variables,
+            desired,
+            dotfiles_url: owner.as_ref().and_then(|u| u.dotfiles_url.as_deref()),
+            starter: w.starter.as_deref(),
+        },
+    )?;
+    if !always {
+        let mut old = w.objects(&state.store)?;
+        let mut new = rendered.objects.clone();
+        // Replicas follow the desired state and are not part of the comparison.
+        render::normalise_replicas(&mut old);
+        render::normalise_replicas(&mut new);
+        if old == new {
+            return Ok(Some(false));
+        }
+    }
+    let stored = state
+        .store
+        .set_rendered(
+            w.id,
+            w.version,
+            &rendered,
+            resources,
+            desired,
+            state.clock.now_ms(),
+        )
+        .await?;
+    if stored.is_some() {
+        state.signals.notify(w.agent_id);
+        state.changed();
+    }
+    Ok(stored.map(|()| true))
+}
+
+/// After an agent's configuration changed: re-render its workspaces, restarting those whose
+/// objects changed (lifecycle.md: changing the cap re-renders and restarts). A workspace the
+/// new configuration cannot render (e.g. over a lowered cap) keeps its objects; the reason is
+/// recorded as its failure reason.
+pub async fn rerender_agent_workspaces(
+    state: &AppState,
+    agent: &AgentRow,
+) -> Result<usize, AppError> {
+    let filter = WorkspaceFilter {
+        agent: Some(agent.id),
+        ..Default::default()
+    };
+    rerender_all(
+        state,
+        filter,
+        true,
+        "the agent's new configuration cannot be applied",
+    )
+    .await
+}
+
+/// After a project's credential changed: re-render its workspaces so their credential
+/// Secret follows, without restarting them (Secret files are rewritten in place).
+pub async fn rerender_project_workspaces(
+    state: &AppState,
+    project: warren_types::ProjectId,
+) -> Result<usize, AppError> {
+    let filter = WorkspaceFilter {
+        project: Some(project),
+        ..Default::default()
+    };
+    rerender_all(
+        state,
+        filter,
+        false,
+        "the project's new credential cannot be applied",
+    )
+    .await
+}
+
+async fn rerender_all(
+    state: &AppState,
+    filter: WorkspaceFilter,
+    restart: bool,
+    failure: &str,
+) -> Result<usize, AppError> {
+    let mut changed = 0;
+    let mut after = None;
+    loop {
+        let f = WorkspaceFilter {
+            after,
+            limit: 200,
+            ..filter.clone()
+        };
+        let page = state.store.list_workspaces(&f).await?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.id.get());
+        for w in page {
+            if w.desired_state == DesiredState::Terminated {
+                continue;
+            }
+            let mut w = w;
+            for _ in 0..WRITE_ATTEMPTS {
+                let Some(agent) = state.store.agent_by_id(w.agent_id).await? else {
+                    break;
+                };
+                let resources = w.resources.clone();
+                match rerender(state, &w, &agent, &resources, false, restart).await {
+                    Ok(Some(wrote)) => {
+                        changed += usize::from(wrote);
+                        break;
+                    }
+                    Ok(None) => match state.store.workspace_by_id(w.id).await? {
+                        Some(fresh) => w = fresh,
+                        None => break,
+                    },
+                    Err(e) => {
+                        tracing::warn!(workspace = %w.name, error = %e.message, "{failure}");
+                        state
+                            .store
+                            .set_failure_reason(w.id, &format!("{failure}: {}", e.message))
+                            .await?;
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    Ok(changed)
+}

@@ -21,12 +21,42 @@ fn slow_timers() -> ReconcileSettings {
     }
 }
 
-async fn three(server: &TestServer, redis: &str, prefix: &Prefix) -> Vec<Instance> {
-    let mut v = Vec::new();
-    for _ in 0..3 {
-        v.push(Instance::start(&server.url, redis, &prefix.prefix, |_| {}).await);
+/// A server with workspace `ws-a`, three relay instances sharing Redis under a fresh prefix,
+/// and an agent with an echo endpoint connected to instance 0, its entry in Redis.
+struct Fleet {
+    prefix: Prefix,
+    server: TestServer,
+    relays: Vec<Instance>,
+    agent: TestAgent,
+}
+
+impl Fleet {
+    /// The server and the three instances, no agent yet.
+    async fn relays(redis: &str) -> (Prefix, TestServer, Vec<Instance>) {
+        let prefix = Prefix::new(redis);
+        let server = TestServer::start(slow_timers()).await;
+        server.with(|s| s.model.create("ws-a"));
+        let mut relays = Vec::new();
+        for _ in 0..3 {
+            relays.push(Instance::start(&server.url, redis, &prefix.prefix, |_| {}).await);
+        }
+        (prefix, server, relays)
     }
-    v
+
+    async fn start(redis: &str) -> Fleet {
+        let (prefix, server, relays) = Fleet::relays(redis).await;
+        let agent = agent_with_echo(&server, relays[0].agent_url()).await;
+        wait_for("the agent's entry in redis", 20, || {
+            registered_on(&prefix, relays[0].instance)
+        })
+        .await;
+        Fleet {
+            prefix,
+            server,
+            relays,
+            agent,
+        }
+    }
 }
 
 /// A workspace `ws-a` with an echo endpoint on port 8080, served by an agent dialling `url`.
@@ -60,15 +90,12 @@ async fn signal(internal: std::net::SocketAddr, agent: AgentId) -> reqwest::Resp
 #[tokio::test]
 async fn tunnel_and_signal_reach_an_agent_on_another_instance() {
     let Some(redis) = redis_url() else { return };
-    let prefix = Prefix::new(&redis);
-    let server = TestServer::start(slow_timers()).await;
-    server.with(|s| s.model.create("ws-a"));
-    let relays = three(&server, &redis, &prefix).await;
-    let agent = agent_with_echo(&server, relays[0].agent_url()).await;
-    wait_for("the agent's entry in redis", 20, || {
-        registered_on(&prefix, relays[0].instance)
-    })
-    .await;
+    let Fleet {
+        prefix,
+        server,
+        relays,
+        agent,
+    } = Fleet::start(&redis).await;
 
     // Proxy traffic through instances 1 and 2, which hold no connection of the agent.
     echo_once(relays[1].internal_addr, AGENT, b"routed through one")
@@ -116,10 +143,7 @@ async fn tunnel_and_signal_reach_an_agent_on_another_instance() {
 #[tokio::test]
 async fn killing_the_gateway_moves_the_agent_and_traffic_resumes() {
     let Some(redis) = redis_url() else { return };
-    let prefix = Prefix::new(&redis);
-    let server = TestServer::start(slow_timers()).await;
-    server.with(|s| s.model.create("ws-a"));
-    let mut relays = three(&server, &redis, &prefix).await;
+    let (prefix, server, mut relays) = Fleet::relays(&redis).await;
     let lb = Balancer::start(relays.iter().map(|r| r.agent_addr).collect()).await;
     let _agent = agent_with_echo(&server, lb.url()).await;
     wait_for("the agent on instance 0", 20, || {
@@ -157,15 +181,12 @@ async fn routing_recovers_after_redis_restarts() {
         return;
     };
     let redis = private.url();
-    let prefix = Prefix::new(&redis);
-    let server = TestServer::start(slow_timers()).await;
-    server.with(|s| s.model.create("ws-a"));
-    let relays = three(&server, &redis, &prefix).await;
-    let _agent = agent_with_echo(&server, relays[0].agent_url()).await;
-    wait_for("the agent's entry", 20, || {
-        registered_on(&prefix, relays[0].instance)
-    })
-    .await;
+    let Fleet {
+        prefix,
+        server: _server,
+        relays,
+        agent: _agent,
+    } = Fleet::start(&redis).await;
     echo_once(relays[1].internal_addr, AGENT, b"before")
         .await
         .unwrap();
@@ -197,10 +218,7 @@ async fn an_agent_connecting_while_redis_is_down_is_routable_once_it_is_back() {
         return;
     };
     let redis = private.url();
-    let prefix = Prefix::new(&redis);
-    let server = TestServer::start(slow_timers()).await;
-    server.with(|s| s.model.create("ws-a"));
-    let relays = three(&server, &redis, &prefix).await;
+    let (prefix, server, relays) = Fleet::relays(&redis).await;
     private.kill();
     // Redis is down: the agent still connects and is served by its own instance.
     let _agent = agent_with_echo(&server, relays[0].agent_url()).await;
@@ -226,15 +244,12 @@ async fn an_agent_connecting_while_redis_is_down_is_routable_once_it_is_back() {
 #[tokio::test]
 async fn stale_entries_are_skipped_and_collected() {
     let Some(redis) = redis_url() else { return };
-    let prefix = Prefix::new(&redis);
-    let server = TestServer::start(slow_timers()).await;
-    server.with(|s| s.model.create("ws-a"));
-    let relays = three(&server, &redis, &prefix).await;
-    let _agent = agent_with_echo(&server, relays[0].agent_url()).await;
-    wait_for("the agent's entry", 20, || {
-        registered_on(&prefix, relays[0].instance)
-    })
-    .await;
+    let Fleet {
+        prefix,
+        server: _server,
+        relays,
+        agent: _agent,
+    } = Fleet::start(&redis).await;
 
     // By hand: an entry naming instance 2 (alive, but holding no connection: it must answer
     // "agent not here"), sorted before every real one (nil uuid); an entry of a crashed
@@ -329,15 +344,12 @@ async fn a_request_waits_for_an_agent_that_connects_later() {
 #[tokio::test]
 async fn the_peer_endpoint_never_forwards() {
     let Some(redis) = redis_url() else { return };
-    let prefix = Prefix::new(&redis);
-    let server = TestServer::start(slow_timers()).await;
-    server.with(|s| s.model.create("ws-a"));
-    let relays = three(&server, &redis, &prefix).await;
-    let _agent = agent_with_echo(&server, relays[0].agent_url()).await;
-    wait_for("the agent's entry", 20, || {
-        registered_on(&prefix, relays[0].instance)
-    })
-    .await;
+    let Fleet {
+        prefix: _prefix,
+        server: _server,
+        relays,
+        agent: _agent,
+    } = Fleet::start(&redis).await;
     let peer_jwt = {
         let keys = warren_relay::jwt::PeerKeys::new(PEER_SECRET.as_bytes());
         keys.mint(AGENT).unwrap()
@@ -448,17 +460,14 @@ async fn entries_of_a_crashed_instance_expire() {
 async fn exec_reaches_an_agent_on_another_instance() {
     use warren_types::relay::{ExecFrame, ExecQuery, ExecTarget, TUNNEL_PROTOCOL};
     let Some(redis) = redis_url() else { return };
-    let prefix = Prefix::new(&redis);
-    let server = TestServer::start(slow_timers()).await;
-    server.with(|s| s.model.create("ws-a"));
-    let relays = three(&server, &redis, &prefix).await;
-    let agent = agent_with_echo(&server, relays[0].agent_url()).await;
+    let Fleet {
+        prefix: _prefix,
+        server: _server,
+        relays,
+        agent,
+    } = Fleet::start(&redis).await;
     let dir = tempfile::tempdir().unwrap();
     agent.runtime.enable_exec(dir.path());
-    wait_for("the agent's entry in redis", 20, || {
-        registered_on(&prefix, relays[0].instance)
-    })
-    .await;
 
     let open = |command: Vec<String>| {
         let target = ExecTarget {
@@ -521,18 +530,15 @@ async fn logs_reach_an_agent_on_another_instance() {
     use tokio::io::AsyncReadExt;
     use warren_types::relay::TUNNEL_PROTOCOL;
     let Some(redis) = redis_url() else { return };
-    let prefix = Prefix::new(&redis);
-    let server = TestServer::start(slow_timers()).await;
-    server.with(|s| s.model.create("ws-a"));
-    let relays = three(&server, &redis, &prefix).await;
-    let agent = agent_with_echo(&server, relays[0].agent_url()).await;
+    let Fleet {
+        prefix: _prefix,
+        server: _server,
+        relays,
+        agent,
+    } = Fleet::start(&redis).await;
     agent
         .runtime
         .set_logs(&key("ws-a"), None, "first\nsecond\nthird\n");
-    wait_for("the agent's entry in redis", 20, || {
-        registered_on(&prefix, relays[0].instance)
-    })
-    .await;
     let internal = relays[1].internal_addr;
     let open = |workspace: &'static str| async move {
         reqwest::Client::builder()

@@ -1186,19 +1186,7 @@ async fn a_pod_started_again_that_exits_with_code_0_is_failed_after_one_more_try
 
     let started_at = chrono::Utc::now();
     h.runtime.apply(&ws.key, &objects).await?;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let failure = loop {
-        if let Some(o) = observe(&h.runtime, &ws).await? {
-            let state = derive(&o);
-            assert_ne!(state, ActualState::Running, "reported running: {o:?}");
-            if state == ActualState::Failed {
-                break o.pod_failure.context("pod failure")?;
-            }
-        }
-        assert!(tokio::time::Instant::now() < deadline, "never failed");
-        // As often as a reconciler could look.
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let failure = loop_until_failed(&h, &ws).await?;
     assert!(
         failure.message.contains("exited with code 0"),
         "{failure:?}"
@@ -1224,6 +1212,79 @@ async fn a_pod_started_again_that_exits_with_code_0_is_failed_after_one_more_try
         "{count} starts since {started_at}:\n{starts}"
     );
     Ok(())
+}
+
+/// The watch for Podman's early stop starts a pod once more only after an exit with code 0:
+/// a command started again after a stop that exits with any other code is `Failed` with
+/// that code and never run again behind its user's back (CI once saw such a container
+/// running again after `ws create --wait` had reported it failed). The stop that follows
+/// takes the workspace's lock, so a start the watch made would have come before it.
+#[tokio::test]
+async fn a_pod_started_again_that_exits_with_code_3_is_failed_and_never_run_again() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    let ws = Workspace::new("again3", h.agent_id);
+    let mut objects = one_container(&ws);
+    pod_spec(&mut objects)["containers"][0]["command"] =
+        serde_json::json!(["sh", "-c", "sleep 0.3; echo failing >&2; exit 3"]);
+    for o in objects.iter_mut().filter(|o| o["kind"] == "Deployment") {
+        o["spec"]["minReadySeconds"] = serde_json::json!(5);
+    }
+    h.runtime.apply(&ws.key, &objects).await?;
+    wait_state(&h.runtime, &ws, ActualState::Failed).await?;
+    h.runtime
+        .apply(&ws.key, &with_replicas(objects.clone(), 0))
+        .await?;
+    wait_state(&h.runtime, &ws, ActualState::Stopped).await?;
+
+    let started_at = chrono::Utc::now();
+    h.runtime.apply(&ws.key, &objects).await?;
+    let failure = loop_until_failed(&h, &ws).await?;
+    assert!(
+        failure.message.contains("exited with code 3"),
+        "{failure:?}"
+    );
+    h.runtime
+        .apply(&ws.key, &with_replicas(objects.clone(), 0))
+        .await?;
+    wait_state(&h.runtime, &ws, ActualState::Stopped).await?;
+    let starts = cli_run(&[
+        "events",
+        "--stream=false",
+        "--since",
+        &started_at.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
+        "--filter",
+        "event=start",
+        "--filter",
+        &format!("label=warren.dev/workspace-name={}", ws.name()),
+        "--format",
+        "{{.Time}} {{.Name}}",
+    ])?;
+    let count = starts.lines().filter(|l| !l.is_empty()).count();
+    assert_eq!(count, 1, "starts since {started_at}:\n{starts}");
+    Ok(())
+}
+
+/// Polls the workspace as often as a reconciler could until it is `Failed`, asserting it is
+/// never reported `Running` meanwhile; its pod failure.
+async fn loop_until_failed(
+    h: &Harness,
+    ws: &Workspace,
+) -> Result<warren_types::reconcile::PodFailure> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(o) = observe(&h.runtime, ws).await? {
+            let state = derive(&o);
+            assert_ne!(state, ActualState::Running, "reported running: {o:?}");
+            if state == ActualState::Failed {
+                return o.pod_failure.context("pod failure");
+            }
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never failed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// A server that starts listening late keeps its workspace `Starting`, saying what it

@@ -1,0 +1,217 @@
+//! The arguments of `warren project`, `warren space` and `warren mount`: the entries a
+//! workspace comes from and goes in.
+
+use super::*;
+
+#[derive(Debug, Args)]
+pub struct ProjectGroup {
+    #[command(flatten)]
+    pub out: OutputArgs,
+    #[command(subcommand)]
+    pub cmd: ProjectCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ProjectCommand {
+    /// Register a project (you become its maintainer).
+    #[command(after_help = "Examples:\n  \
+        echo \"$TOKEN\" | warren project create app --git-url https://git.example.com/team/app.git --token-stdin\n  \
+        warren project create app --git-url git@git.example.com:team/app.git --ssh-key ~/.ssh/deploy_key")]
+    Create {
+        name: String,
+        /// The repository, without credentials in it (see the credential options).
+        #[arg(long)]
+        git_url: String,
+        /// Default branch, tag or commit.
+        #[arg(long = "ref")]
+        git_ref: Option<String>,
+        /// Where the devfile lives in the repository (default .devfile.yaml); the server
+        /// reads it when a workspace is created.
+        #[arg(long)]
+        devfile_path: Option<String>,
+        /// Store this devfile with the project instead of reading the repository's.
+        #[arg(long)]
+        devfile: Option<PathBuf>,
+        /// Who may see and use it: `private` (members and admins, the default) or
+        /// `internal` (every signed-in user).
+        #[arg(long, value_parser = ["private", "internal"])]
+        visibility: Option<String>,
+        #[command(flatten)]
+        credential: CredentialArgs,
+    },
+    /// List the projects you may see.
+    #[command(visible_alias = "ls")]
+    List,
+    /// Show one project.
+    Show { name: String },
+    /// Change a project's visibility, default ref or devfile path (maintainers).
+    Update {
+        name: String,
+        #[arg(long = "ref")]
+        git_ref: Option<String>,
+        #[arg(long)]
+        devfile_path: Option<String>,
+        #[arg(long, value_parser = ["private", "internal"])]
+        visibility: Option<String>,
+    },
+    /// The repository credential (maintainers): stored encrypted, never shown.
+    Credential {
+        #[command(subcommand)]
+        cmd: CredentialCommand,
+    },
+    /// Who may use the project.
+    Member {
+        #[command(subcommand)]
+        cmd: MemberCommand,
+    },
+    /// Delete a project (maintainers).
+    #[command(visible_alias = "remove")]
+    Rm { name: String },
+}
+
+/// How to authenticate to a repository: at most one of a token, a password or an SSH key.
+#[derive(Debug, Clone, Default, Args)]
+pub struct CredentialArgs {
+    /// Read an access token from standard input (sent as the password over HTTPS).
+    #[arg(long, conflicts_with_all = ["password_stdin", "ssh_key"])]
+    pub token_stdin: bool,
+    /// Username for --password-stdin (or sent with --token-stdin; default oauth2).
+    #[arg(long)]
+    pub username: Option<String>,
+    /// Read a password from standard input (with --username).
+    #[arg(long, requires = "username", conflicts_with = "ssh_key")]
+    pub password_stdin: bool,
+    /// A private key file for ssh:// and user@host:path URLs.
+    #[arg(long)]
+    pub ssh_key: Option<PathBuf>,
+    /// known_hosts lines for the Git server (without them the first key seen is trusted).
+    #[arg(long, requires = "ssh_key")]
+    pub known_hosts: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CredentialCommand {
+    /// Set or replace the credential (stored encrypted, never shown); a project's
+    /// workspaces get it without a restart.
+    Set {
+        name: String,
+        #[command(flatten)]
+        credential: CredentialArgs,
+    },
+    /// Remove the credential.
+    #[command(visible_alias = "remove")]
+    Rm { name: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MemberCommand {
+    /// List members.
+    #[command(visible_alias = "ls")]
+    List { project: String },
+    /// Add a member, or change their role (maintainers).
+    Add {
+        project: String,
+        user: String,
+        #[arg(long, default_value = "developer", value_parser = ["developer", "maintainer"])]
+        role: String,
+    },
+    /// Remove a member (maintainers; anyone may leave).
+    #[command(visible_alias = "remove")]
+    Rm { project: String, user: String },
+}
+
+#[derive(Debug, Args)]
+pub struct SpaceGroup {
+    #[command(flatten)]
+    pub out: OutputArgs,
+    #[command(subcommand)]
+    pub cmd: SpaceCommand,
+}
+
+#[derive(Debug, Args)]
+pub struct MountGroup {
+    #[command(flatten)]
+    pub out: OutputArgs,
+    #[command(subcommand)]
+    pub cmd: MountCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MountCommand {
+    /// Create a mount: a redirect to another entry (`--ref`) or to a URL (`--url`), a
+    /// softlink to a workspace (`--type workspace --ref WS`, with its owner's grant), or a
+    /// machine attached with `warren connect` (`--type proxy --connector`: its token is
+    /// shown once).
+    #[command(
+        after_help = "Examples:\n  warren mount create old-name --type redirect --ref new-name\n  warren mount create elsewhere --type redirect --url https://8080-ws.other.example/ --space acme\n  warren mount create gpu-box --type proxy --connector --space acme/platform"
+    )]
+    Create {
+        /// The entry's name (a host name label, unique among workspaces and mounts).
+        name: String,
+        /// redirect, workspace (a softlink) or proxy (with --connector).
+        #[arg(long = "type", value_name = "TYPE")]
+        mount_type: String,
+        /// The entry it stands for.
+        #[arg(long = "ref", value_name = "ENTRY", conflicts_with = "url")]
+        reference: Option<String>,
+        /// The URL it stands for (http or https).
+        #[arg(long)]
+        url: Option<String>,
+        /// For a proxy mount: the agent that reaches the URL.
+        #[arg(long, value_name = "AGENT")]
+        via: Option<String>,
+        /// For a proxy mount: backed by `warren connect` on an existing machine.
+        #[arg(long, conflicts_with_all = ["url", "via", "reference"])]
+        connector: bool,
+        /// The space to put it in (default: your personal space).
+        #[arg(long)]
+        space: Option<String>,
+    },
+    /// List the mounts you may see.
+    #[command(visible_alias = "ls")]
+    List,
+    /// Show one mount and its status.
+    Show { name: String },
+    /// Remove a mount.
+    #[command(visible_alias = "remove")]
+    Rm { name: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SpaceCommand {
+    /// Create a space: top-level ones as an admin, others as an owner of the space above.
+    #[command(
+        after_help = "Examples:\n  warren space create acme\n  warren space create acme/platform"
+    )]
+    Create { path: String },
+    /// The spaces you hold a role on (every space, for an admin).
+    #[command(visible_alias = "ls")]
+    List,
+    /// Show one space.
+    Show { path: String },
+    /// Remove an empty space (its owners, or an admin).
+    #[command(visible_alias = "remove")]
+    Rm { path: String },
+    /// Members and their roles, which hold for every space below.
+    Member {
+        #[command(subcommand)]
+        cmd: SpaceMemberCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SpaceMemberCommand {
+    /// List the members of a space (those holding a role on it directly).
+    #[command(visible_alias = "ls")]
+    List { path: String },
+    /// Give a user a role on a space (its owners, or an admin).
+    Add {
+        path: String,
+        user: String,
+        #[arg(long, default_value = "developer", value_parser = ["viewer", "developer", "owner"])]
+        role: String,
+    },
+    /// Take a user's role on a space away.
+    #[command(visible_alias = "remove")]
+    Rm { path: String, user: String },
+}

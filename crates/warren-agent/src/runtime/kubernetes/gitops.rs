@@ -448,6 +448,7 @@ impl KubernetesRuntime {
                 );
             }
         }
+        let before_object = existing.as_ref().and_then(|x| serde_json::to_value(x).ok());
         let before = existing.and_then(|x| x.metadata.resource_version);
         match job
             .api
@@ -470,7 +471,12 @@ impl KubernetesRuntime {
                             .push_str(&format!("{}{why}", if h.ready { "; " } else { ": " }));
                     }
                 }
-                if before.is_some() && applied.metadata.resource_version == before {
+                let same_version = before.is_some() && applied.metadata.resource_version == before;
+                let untouched = before_object.as_ref().is_some_and(|old| {
+                    serde_json::to_value(&applied)
+                        .is_ok_and(|new| untouched_by_apply(&job.body, old, &new))
+                });
+                if same_version || untouched {
                     Outcome::Unchanged(h)
                 } else {
                     Outcome::Applied(h)
@@ -609,9 +615,86 @@ impl KubernetesRuntime {
     }
 }
 
+/// Whether an apply of `body` left what it owns as it was, `old` and `new` being the object
+/// before and after it: the values at every path the manifest sets, and the set of fields
+/// this source's manager owns. Another writer between the read and the apply (the
+/// Deployment controller's status and revision annotation, right after a create) changes
+/// the resourceVersion without this source having changed anything; CI once counted such a
+/// sync of an unchanged commit as an apply.
+fn untouched_by_apply(body: &Value, old: &Value, new: &Value) -> bool {
+    project(body, old) == project(body, new) && owned_fields(old) == owned_fields(new)
+}
+
+/// `of` cut down to the paths `shape` has (list items by position).
+fn project(shape: &Value, of: &Value) -> Value {
+    match shape {
+        Value::Object(fields) => Value::Object(
+            fields
+                .iter()
+                .map(|(k, v)| (k.clone(), project(v, of.get(k).unwrap_or(&Value::Null))))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| project(v, of.get(i).unwrap_or(&Value::Null)))
+                .collect(),
+        ),
+        _ => of.clone(),
+    }
+}
+
+/// The fields the source's manager owns by its applies (`managedFields`), if any.
+fn owned_fields(object: &Value) -> Option<&Value> {
+    object
+        .pointer("/metadata/managedFields")?
+        .as_array()?
+        .iter()
+        .find(|m| m["manager"] == GITOPS_FIELD_MANAGER && m["operation"] == "Apply")
+        .map(|m| &m["fieldsV1"])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_apply_that_changed_nothing_of_its_own_is_told_apart() {
+        let body = serde_json::json!({"kind": "Deployment", "metadata": {"name": "web"},
+            "spec": {"replicas": 1, "template": {"spec": {"containers": [{"name": "web", "image": "a:1"}]}}}});
+        let owned = |f: &str| {
+            serde_json::json!([{"manager": GITOPS_FIELD_MANAGER, "operation": "Apply",
+            "fieldsV1": {"f:spec": {f: {}}}}, {"manager": "kube-controller-manager", "operation": "Update"}])
+        };
+        let object = |image: &str, status: &str, fields: &str| {
+            serde_json::json!({"kind": "Deployment",
+            "metadata": {"name": "web", "resourceVersion": status, "managedFields": owned(fields),
+                         "annotations": {"deployment.kubernetes.io/revision": status}},
+            "spec": {"replicas": 1, "template": {"spec": {"containers": [
+                {"name": "web", "image": image, "imagePullPolicy": "IfNotPresent"}]}}},
+            "status": {"observedGeneration": status}})
+        };
+        let old = object("a:1", "1", "f:replicas");
+        // The controller wrote its status and annotation in between: nothing of ours changed.
+        assert!(untouched_by_apply(
+            &body,
+            &old,
+            &object("a:1", "2", "f:replicas")
+        ));
+        // A value the manifest sets changed.
+        assert!(!untouched_by_apply(
+            &body,
+            &old,
+            &object("a:2", "2", "f:replicas")
+        ));
+        // The set of fields the source owns changed (one dropped from its manifest).
+        assert!(!untouched_by_apply(
+            &body,
+            &old,
+            &object("a:1", "2", "f:template")
+        ));
+    }
     use serde_json::json;
 
     #[test]

@@ -1193,19 +1193,7 @@ async fn a_pod_started_again_that_exits_with_code_0_is_failed_after_one_more_try
     );
     // The watch has ended (the failure is reported only then): count the starts since the
     // apply. One, or two when the exit came within the watch.
-    let starts = cli_run(&[
-        "events",
-        "--stream=false",
-        "--since",
-        &started_at.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
-        "--filter",
-        "event=start",
-        "--filter",
-        &format!("label=warren.dev/workspace-name={}", ws.name()),
-        "--format",
-        "{{.Time}} {{.Name}}",
-    ])?;
-    let count = starts.lines().filter(|l| !l.is_empty()).count();
+    let (count, starts) = starts_since(&ws, started_at)?;
     eprintln!("starts since the apply:\n{starts}");
     assert!(
         (1..=2).contains(&count),
@@ -1250,11 +1238,18 @@ async fn a_pod_started_again_that_exits_with_code_3_is_failed_and_never_run_agai
         .apply(&ws.key, &with_replicas(objects.clone(), 0))
         .await?;
     wait_state(&h.runtime, &ws, ActualState::Stopped).await?;
+    let (count, starts) = starts_since(&ws, started_at)?;
+    assert_eq!(count, 1, "starts since {started_at}:\n{starts}");
+    Ok(())
+}
+
+/// How many times the engine started a container of `ws` since `since`, and its events.
+fn starts_since(ws: &Workspace, since: chrono::DateTime<chrono::Utc>) -> Result<(usize, String)> {
     let starts = cli_run(&[
         "events",
         "--stream=false",
         "--since",
-        &started_at.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
+        &since.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
         "--filter",
         "event=start",
         "--filter",
@@ -1262,9 +1257,7 @@ async fn a_pod_started_again_that_exits_with_code_3_is_failed_and_never_run_agai
         "--format",
         "{{.Time}} {{.Name}}",
     ])?;
-    let count = starts.lines().filter(|l| !l.is_empty()).count();
-    assert_eq!(count, 1, "starts since {started_at}:\n{starts}");
-    Ok(())
+    Ok((starts.lines().filter(|l| !l.is_empty()).count(), starts))
 }
 
 /// Polls the workspace as often as a reconciler could until it is `Failed`, asserting it is

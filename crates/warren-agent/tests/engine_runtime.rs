@@ -1169,24 +1169,7 @@ async fn a_pod_started_again_that_exits_with_code_0_is_failed_after_one_more_try
         return Ok(());
     }
     let h = Harness::new().await?;
-    let ws = Workspace::new("again", h.agent_id);
-    let mut objects = one_container(&ws);
-    pod_spec(&mut objects)["containers"][0]["command"] =
-        serde_json::json!(["sh", "-c", "sleep 0.3; echo finished >&2; exit 0"]);
-    // Long enough that `Running` is never due before the command ends.
-    for o in objects.iter_mut().filter(|o| o["kind"] == "Deployment") {
-        o["spec"]["minReadySeconds"] = serde_json::json!(5);
-    }
-    h.runtime.apply(&ws.key, &objects).await?;
-    wait_state(&h.runtime, &ws, ActualState::Failed).await?;
-    h.runtime
-        .apply(&ws.key, &with_replicas(objects.clone(), 0))
-        .await?;
-    wait_state(&h.runtime, &ws, ActualState::Stopped).await?;
-
-    let started_at = chrono::Utc::now();
-    h.runtime.apply(&ws.key, &objects).await?;
-    let failure = loop_until_failed(&h, &ws).await?;
+    let (ws, _, started_at, failure) = failed_again(&h, "again", 0).await?;
     assert!(
         failure.message.contains("exited with code 0"),
         "{failure:?}"
@@ -1213,23 +1196,7 @@ async fn a_pod_started_again_that_exits_with_code_3_is_failed_and_never_run_agai
         return Ok(());
     }
     let h = Harness::new().await?;
-    let ws = Workspace::new("again3", h.agent_id);
-    let mut objects = one_container(&ws);
-    pod_spec(&mut objects)["containers"][0]["command"] =
-        serde_json::json!(["sh", "-c", "sleep 0.3; echo failing >&2; exit 3"]);
-    for o in objects.iter_mut().filter(|o| o["kind"] == "Deployment") {
-        o["spec"]["minReadySeconds"] = serde_json::json!(5);
-    }
-    h.runtime.apply(&ws.key, &objects).await?;
-    wait_state(&h.runtime, &ws, ActualState::Failed).await?;
-    h.runtime
-        .apply(&ws.key, &with_replicas(objects.clone(), 0))
-        .await?;
-    wait_state(&h.runtime, &ws, ActualState::Stopped).await?;
-
-    let started_at = chrono::Utc::now();
-    h.runtime.apply(&ws.key, &objects).await?;
-    let failure = loop_until_failed(&h, &ws).await?;
+    let (ws, objects, started_at, failure) = failed_again(&h, "again3", 3).await?;
     assert!(
         failure.message.contains("exited with code 3"),
         "{failure:?}"
@@ -1241,6 +1208,42 @@ async fn a_pod_started_again_that_exits_with_code_3_is_failed_and_never_run_agai
     let (count, starts) = starts_since(&ws, started_at)?;
     assert_eq!(count, 1, "starts since {started_at}:\n{starts}");
     Ok(())
+}
+
+/// A workspace whose command ends with `code` 0.3 s after it starts: run until `Failed`,
+/// stopped, then started again; its objects, when that start was asked for, and the failure
+/// it ended with (never reported `Running` meanwhile).
+async fn failed_again(
+    h: &Harness,
+    name: &str,
+    code: i32,
+) -> Result<(
+    Workspace,
+    Vec<serde_json::Value>,
+    chrono::DateTime<chrono::Utc>,
+    warren_types::reconcile::PodFailure,
+)> {
+    let ws = Workspace::new(name, h.agent_id);
+    let mut objects = one_container(&ws);
+    pod_spec(&mut objects)["containers"][0]["command"] = serde_json::json!([
+        "sh",
+        "-c",
+        format!("sleep 0.3; echo ending >&2; exit {code}")
+    ]);
+    // Long enough that `Running` is never due before the command ends.
+    for o in objects.iter_mut().filter(|o| o["kind"] == "Deployment") {
+        o["spec"]["minReadySeconds"] = serde_json::json!(5);
+    }
+    h.runtime.apply(&ws.key, &objects).await?;
+    wait_state(&h.runtime, &ws, ActualState::Failed).await?;
+    h.runtime
+        .apply(&ws.key, &with_replicas(objects.clone(), 0))
+        .await?;
+    wait_state(&h.runtime, &ws, ActualState::Stopped).await?;
+    let started_at = chrono::Utc::now();
+    h.runtime.apply(&ws.key, &objects).await?;
+    let failure = loop_until_failed(h, &ws).await?;
+    Ok((ws, objects, started_at, failure))
 }
 
 /// How many times the engine started a container of `ws` since `since`, and its events.

@@ -498,7 +498,7 @@ pub enum MountType {
 }
 
 impl MountType {
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             MountType::Proxy => "proxy",
             MountType::Workspace => "workspace",

@@ -160,6 +160,18 @@ pub struct ReconcileResponse {
     pub mounts: Vec<ProxyMountSpec>,
 }
 
+impl ReconcileResponse {
+    /// An answer that asks nothing of the agent: only the settings it runs with.
+    pub fn nothing(settings: ReconcileSettings) -> ReconcileResponse {
+        ReconcileResponse {
+            workspace_rails_infos: vec![],
+            settings,
+            gitops_sources: vec![],
+            mounts: vec![],
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkspaceRailsInfo {
     pub name: String,

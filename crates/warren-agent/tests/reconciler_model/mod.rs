@@ -84,12 +84,7 @@ impl ServerModel {
     pub fn handle(&mut self, request: ReconcileRequest) -> ReconcileResponse {
         if request.runtime_fault.is_some() {
             // As the server: the fault is recorded, nothing is sent or marked.
-            return ReconcileResponse {
-                workspace_rails_infos: vec![],
-                settings: self.settings,
-                gitops_sources: vec![],
-                mounts: vec![],
-            };
+            return ReconcileResponse::nothing(self.settings);
         }
         let full = request.update_type == UpdateType::Full;
         let mut named = vec![];
@@ -144,9 +139,7 @@ impl ServerModel {
         self.requests.push(request);
         ReconcileResponse {
             workspace_rails_infos: infos,
-            settings: self.settings,
-            gitops_sources: vec![],
-            mounts: vec![],
+            ..ReconcileResponse::nothing(self.settings)
         }
     }
 }

@@ -197,12 +197,7 @@ async fn connector_heartbeat(
         tracing::info!(mount = %m.name, ports = ?ports, "connector reporting");
         state.changed();
     }
-    Ok(ReconcileResponse {
-        workspace_rails_infos: vec![],
-        settings: state.settings,
-        gitops_sources: vec![],
-        mounts: vec![],
-    })
+    Ok(ReconcileResponse::nothing(state.settings))
 }
 
 /// The agent cannot see its runtime: record why (the first report's time is kept), mark the
@@ -222,12 +217,7 @@ async fn runtime_fault(
         .await?;
     // The agent's fault shows on each of its workspaces.
     state.changed();
-    Ok(ReconcileResponse {
-        workspace_rails_infos: vec![],
-        settings: state.settings,
-        gitops_sources: vec![],
-        mounts: vec![],
-    })
+    Ok(ReconcileResponse::nothing(state.settings))
 }
 
 /// The reconcile transaction, retried when the database reports a conflict.
@@ -327,13 +317,7 @@ async fn reconcile_once(
         && agent.runtime_fault.is_none()
         && !store.has_pending_response(agent.id).await?
     {
-        let resp = ReconcileResponse {
-            workspace_rails_infos: vec![],
-            settings,
-            gitops_sources: vec![],
-            mounts: vec![],
-        };
-        return Ok((resp, Changes::default()));
+        return Ok((ReconcileResponse::nothing(settings), Changes::default()));
     }
     let mut tx = store.begin_reconcile().await?;
     let mut changes = Changes::default();

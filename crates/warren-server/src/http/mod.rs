@@ -39,6 +39,17 @@ impl FromRef<HttpState> for AppState {
     }
 }
 
+/// Sets fixed response headers (those a page kind always carries), replacing any earlier value.
+pub(crate) fn set_headers(
+    r: &mut axum::response::Response,
+    headers: &[(http::HeaderName, &'static str)],
+) {
+    let h = r.headers_mut();
+    for (name, value) in headers {
+        h.insert(name.clone(), http::HeaderValue::from_static(value));
+    }
+}
+
 /// The whole HTTP application over a given state.
 pub fn router(state: HttpState) -> Router {
     Router::new()

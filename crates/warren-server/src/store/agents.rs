@@ -4,6 +4,7 @@ use super::error::unique;
 use super::{corrupt, get_i64, get_opt_i64, get_opt_str, get_str, Store, StoreError};
 use crate::db::from_millis;
 use sqlx::any::AnyRow;
+use sqlx::FromRow;
 use warren_types::api::Agent;
 use warren_types::config::AgentConfig;
 use warren_types::reconcile::HostCapacity;
@@ -75,27 +76,29 @@ const COLS: &str =
     "id, name, kind, config, created_at, last_seen_at, capacity, runtime_fault, runtime_fault_since, \
      isolation_warning";
 
-fn row(r: &AnyRow) -> Result<AgentRow, sqlx::Error> {
-    Ok(AgentRow {
-        id: AgentId(get_i64(r, "id")?),
-        name: get_str(r, "name")?,
-        kind: AgentKind::parse(&get_str(r, "kind")?)?,
-        config: serde_json::from_str(&get_str(r, "config")?)
-            .map_err(|e| corrupt("agent config", e))?,
-        created_at: get_i64(r, "created_at")?,
-        last_seen_at: get_opt_i64(r, "last_seen_at")?,
-        capacity: get_opt_str(r, "capacity")?
-            .map(|c| serde_json::from_str(&c).map_err(|e| corrupt("agent capacity", e)))
-            .transpose()?,
-        runtime_fault: match (
-            get_opt_str(r, "runtime_fault")?,
-            get_opt_i64(r, "runtime_fault_since")?,
-        ) {
-            (Some(f), Some(t)) => Some((f, t)),
-            _ => None,
-        },
-        isolation_warning: get_opt_str(r, "isolation_warning")?,
-    })
+impl sqlx::FromRow<'_, AnyRow> for AgentRow {
+    fn from_row(r: &AnyRow) -> Result<Self, sqlx::Error> {
+        Ok(AgentRow {
+            id: AgentId(get_i64(r, "id")?),
+            name: get_str(r, "name")?,
+            kind: AgentKind::parse(&get_str(r, "kind")?)?,
+            config: serde_json::from_str(&get_str(r, "config")?)
+                .map_err(|e| corrupt("agent config", e))?,
+            created_at: get_i64(r, "created_at")?,
+            last_seen_at: get_opt_i64(r, "last_seen_at")?,
+            capacity: get_opt_str(r, "capacity")?
+                .map(|c| serde_json::from_str(&c).map_err(|e| corrupt("agent capacity", e)))
+                .transpose()?,
+            runtime_fault: match (
+                get_opt_str(r, "runtime_fault")?,
+                get_opt_i64(r, "runtime_fault_since")?,
+            ) {
+                (Some(f), Some(t)) => Some((f, t)),
+                _ => None,
+            },
+            isolation_warning: get_opt_str(r, "isolation_warning")?,
+        })
+    }
 }
 
 impl Store {
@@ -117,25 +120,22 @@ impl Store {
         .fetch_one(&self.db.pool)
         .await
         .map_err(unique("agents.name"))?;
-        Ok(row(&r)?)
+        Ok(AgentRow::from_row(&r)?)
     }
 
     /// Every agent that runs workspaces: not the rows made for connector mounts.
     pub async fn list_agents(&self) -> Result<Vec<AgentRow>, StoreError> {
-        let rows = sqlx::query(&format!(
+        self.all(sqlx::query_as(&format!(
             "SELECT {COLS} FROM agents WHERE kind = 'runtime' ORDER BY id"
-        ))
-        .fetch_all(&self.db.pool)
-        .await?;
-        Ok(rows.iter().map(row).collect::<Result<_, _>>()?)
+        )))
+        .await
     }
 
     pub async fn agent_by_id(&self, id: AgentId) -> Result<Option<AgentRow>, StoreError> {
-        let r = sqlx::query(&format!("SELECT {COLS} FROM agents WHERE id = $1"))
-            .bind(id.get())
-            .fetch_optional(&self.db.pool)
-            .await?;
-        Ok(r.as_ref().map(row).transpose()?)
+        self.optional(
+            sqlx::query_as(&format!("SELECT {COLS} FROM agents WHERE id = $1")).bind(id.get()),
+        )
+        .await
     }
 
     /// An agent by name, or by id when `key` is all digits.
@@ -154,11 +154,10 @@ impl Store {
                 return Ok(Some(a));
             }
         }
-        let r = sqlx::query(&format!("SELECT {COLS} FROM agents WHERE name = $1"))
-            .bind(key)
-            .fetch_optional(&self.db.pool)
-            .await?;
-        Ok(r.as_ref().map(row).transpose()?)
+        self.optional(
+            sqlx::query_as(&format!("SELECT {COLS} FROM agents WHERE name = $1")).bind(key),
+        )
+        .await
     }
 
     pub async fn update_agent_config(
@@ -167,15 +166,15 @@ impl Store {
         config: &AgentConfig,
         now: i64,
     ) -> Result<Option<AgentRow>, StoreError> {
-        let r = sqlx::query(&format!(
-            "UPDATE agents SET config = $1, updated_at = $2 WHERE id = $3 RETURNING {COLS}"
-        ))
-        .bind(to_json(config)?)
-        .bind(now)
-        .bind(id.get())
-        .fetch_optional(&self.db.pool)
-        .await?;
-        Ok(r.as_ref().map(row).transpose()?)
+        self.optional(
+            sqlx::query_as(&format!(
+                "UPDATE agents SET config = $1, updated_at = $2 WHERE id = $3 RETURNING {COLS}"
+            ))
+            .bind(to_json(config)?)
+            .bind(now)
+            .bind(id.get()),
+        )
+        .await
     }
 
     /// Replaces an agent's token digest; false when no such agent exists.
@@ -206,7 +205,7 @@ impl Store {
         .fetch_optional(&self.db.pool)
         .await?;
         let Some(r) = r else { return Ok(None) };
-        Ok(Some((row(&r)?, get_str(&r, "token_hash")?)))
+        Ok(Some((AgentRow::from_row(&r)?, get_str(&r, "token_hash")?)))
     }
 }
 

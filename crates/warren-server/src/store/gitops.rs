@@ -5,6 +5,7 @@ use super::error::unique;
 use super::{corrupt, get_i64, get_opt_str, get_str, Store, StoreError};
 use crate::db::from_millis;
 use sqlx::any::AnyRow;
+use sqlx::FromRow;
 use warren_types::git::GitCredential;
 use warren_types::gitops::{Policy, Repository, Source, SourceStatus};
 use warren_types::{AgentId, RepositoryId, UserId};
@@ -38,15 +39,17 @@ impl RepositoryRow {
 
 const COLS: &str = "id, name, url, credential, webhook_secret, created_at";
 
-fn row(r: &AnyRow) -> Result<RepositoryRow, sqlx::Error> {
-    Ok(RepositoryRow {
-        id: RepositoryId(get_i64(r, "id")?),
-        name: get_str(r, "name")?,
-        url: get_str(r, "url")?,
-        credential_sealed: get_opt_str(r, "credential")?,
-        webhook_sealed: get_opt_str(r, "webhook_secret")?,
-        created_at: get_i64(r, "created_at")?,
-    })
+impl sqlx::FromRow<'_, AnyRow> for RepositoryRow {
+    fn from_row(r: &AnyRow) -> Result<Self, sqlx::Error> {
+        Ok(RepositoryRow {
+            id: RepositoryId(get_i64(r, "id")?),
+            name: get_str(r, "name")?,
+            url: get_str(r, "url")?,
+            credential_sealed: get_opt_str(r, "credential")?,
+            webhook_sealed: get_opt_str(r, "webhook_secret")?,
+            created_at: get_i64(r, "created_at")?,
+        })
+    }
 }
 
 /// A repository to insert, validated by the caller.
@@ -92,29 +95,27 @@ impl Store {
         .fetch_one(&self.db.pool)
         .await
         .map_err(unique("gitops_repositories.name"))?;
-        Ok(row(&got)?)
+        Ok(RepositoryRow::from_row(&got)?)
     }
 
     pub async fn list_repositories(&self) -> Result<Vec<RepositoryRow>, StoreError> {
-        let rows = sqlx::query(&format!(
+        self.all(sqlx::query_as(&format!(
             "SELECT {COLS} FROM gitops_repositories ORDER BY name"
-        ))
-        .fetch_all(&self.db.pool)
-        .await?;
-        Ok(rows.iter().map(row).collect::<Result<_, _>>()?)
+        )))
+        .await
     }
 
     pub async fn repository_by_name(
         &self,
         name: &str,
     ) -> Result<Option<RepositoryRow>, StoreError> {
-        let r = sqlx::query(&format!(
-            "SELECT {COLS} FROM gitops_repositories WHERE name = $1"
-        ))
-        .bind(name)
-        .fetch_optional(&self.db.pool)
-        .await?;
-        Ok(r.as_ref().map(row).transpose()?)
+        self.optional(
+            sqlx::query_as(&format!(
+                "SELECT {COLS} FROM gitops_repositories WHERE name = $1"
+            ))
+            .bind(name),
+        )
+        .await
     }
 
     /// Every source by repository: `(repository, "agent/source")`, ordered.
@@ -183,16 +184,16 @@ impl Store {
         sealed: Option<String>,
         now: i64,
     ) -> Result<Option<RepositoryRow>, StoreError> {
-        let r = sqlx::query(&format!(
-            "UPDATE gitops_repositories SET {column} = $1, updated_at = $2 WHERE id = $3 \
+        self.optional(
+            sqlx::query_as(&format!(
+                "UPDATE gitops_repositories SET {column} = $1, updated_at = $2 WHERE id = $3 \
              RETURNING {COLS}"
-        ))
-        .bind(sealed)
-        .bind(now)
-        .bind(id.get())
-        .fetch_optional(&self.db.pool)
-        .await?;
-        Ok(r.as_ref().map(row).transpose()?)
+            ))
+            .bind(sealed)
+            .bind(now)
+            .bind(id.get()),
+        )
+        .await
     }
 
     /// The repository's credential, opened.
@@ -260,7 +261,7 @@ impl Store {
         let Some(r) = r else { return Ok(None) };
         let source: Source =
             serde_json::from_str(&get_str(&r, "spec")?).map_err(|e| corrupt("gitops source", e))?;
-        Ok(Some((source, row(&r)?)))
+        Ok(Some((source, RepositoryRow::from_row(&r)?)))
     }
 
     /// Records what the agent last reported for a source.

@@ -38,7 +38,29 @@ impl Store {
     pub fn new(db: Db, sbox: SecretBox) -> Store {
         Store { db, sbox }
     }
+
+    /// The row a query finds, if any, decoded as its typed row.
+    pub(crate) async fn optional<R: Typed>(
+        &self,
+        q: TypedQuery<'_, R>,
+    ) -> Result<Option<R>, StoreError> {
+        Ok(q.fetch_optional(&self.db.pool).await?)
+    }
+
+    /// Every row a query finds, in its order, decoded as typed rows.
+    pub(crate) async fn all<R: Typed>(&self, q: TypedQuery<'_, R>) -> Result<Vec<R>, StoreError> {
+        Ok(q.fetch_all(&self.db.pool).await?)
+    }
 }
+
+/// A typed row: decoded from the database's row by its [`sqlx::FromRow`] implementation,
+/// which names each column once.
+pub(crate) trait Typed: for<'r> sqlx::FromRow<'r, AnyRow> + Send + Unpin {}
+impl<R: for<'r> sqlx::FromRow<'r, AnyRow> + Send + Unpin> Typed for R {}
+
+/// A query whose rows decode as `R`.
+pub(crate) type TypedQuery<'q, R> =
+    sqlx::query::QueryAs<'q, sqlx::Any, R, sqlx::any::AnyArguments<'q>>;
 
 /// A value bound to a dynamically built query.
 #[derive(Debug, Clone)]

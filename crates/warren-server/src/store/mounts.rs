@@ -6,6 +6,7 @@ use super::agents::to_json as config_json;
 use super::error::unique;
 use super::{get_i64, get_opt_i64, get_opt_str, get_str, Store, StoreError};
 use sqlx::any::AnyRow;
+use sqlx::FromRow;
 use warren_types::api::{Condition, WorkspaceGrant};
 use warren_types::config::AgentConfig;
 use warren_types::{AgentId, MountId, SpaceId, UserId, WorkspaceId};
@@ -69,36 +70,61 @@ pub struct NewMount<'a> {
     pub now: i64,
 }
 
+impl<'a> NewMount<'a> {
+    /// A mount with neither target, URL, agent nor connector: each kind sets its own.
+    pub fn new(
+        name: &'a str,
+        kind: &'a str,
+        space_id: SpaceId,
+        owner_id: UserId,
+        now: i64,
+    ) -> Self {
+        NewMount {
+            name,
+            via: None,
+            space_id,
+            owner_id,
+            kind,
+            target: None,
+            url: None,
+            connector: None,
+            now,
+        }
+    }
+}
+
 const COLS: &str = "m.id, m.name, m.space_id, sp.path AS space_path, m.owner_id, \
     u.username AS owner_username, m.kind, m.target, m.url, m.agent_id, m.ports, m.report, \
     m.reported_at, m.created_at, m.updated_at";
 const FROM: &str =
     "mounts m JOIN spaces sp ON sp.id = m.space_id JOIN users u ON u.id = m.owner_id";
 
-fn row(r: &AnyRow) -> Result<MountRow, sqlx::Error> {
-    Ok(MountRow {
-        id: MountId(get_i64(r, "id")?),
-        name: get_str(r, "name")?,
-        space_id: SpaceId(get_i64(r, "space_id")?),
-        space_path: get_str(r, "space_path")?,
-        owner_id: UserId(get_i64(r, "owner_id")?),
-        owner_username: get_str(r, "owner_username")?,
-        kind: get_str(r, "kind")?,
-        target: get_opt_str(r, "target")?,
-        url: get_opt_str(r, "url")?,
-        agent_id: get_opt_i64(r, "agent_id")?.map(AgentId),
-        // Written only by this module from typed values; unreadable JSON reads as nothing
-        // reported rather than failing every listing.
-        ports: get_opt_str(r, "ports")?
-            .and_then(|j| serde_json::from_str(&j).ok())
-            .unwrap_or_default(),
-        conditions: get_opt_str(r, "report")?
-            .and_then(|j| serde_json::from_str(&j).ok())
-            .unwrap_or_default(),
-        reported_at: get_opt_i64(r, "reported_at")?,
-        created_at: get_i64(r, "created_at")?,
-        updated_at: get_i64(r, "updated_at")?,
-    })
+impl sqlx::FromRow<'_, AnyRow> for MountRow {
+    fn from_row(r: &AnyRow) -> Result<Self, sqlx::Error> {
+        Ok(MountRow {
+            id: MountId(get_i64(r, "id")?),
+            name: get_str(r, "name")?,
+            space_id: SpaceId(get_i64(r, "space_id")?),
+            space_path: get_str(r, "space_path")?,
+            owner_id: UserId(get_i64(r, "owner_id")?),
+            owner_username: get_str(r, "owner_username")?,
+            kind: get_str(r, "kind")?,
+            target: get_opt_str(r, "target")?,
+            url: get_opt_str(r, "url")?,
+            agent_id: get_opt_i64(r, "agent_id")?.map(AgentId),
+            // Written only by this module from typed values; unreadable JSON reads as nothing
+            // reported rather than failing every listing.
+            ports: get_opt_str(r, "ports")?
+                .and_then(|j| serde_json::from_str(&j).ok())
+                .unwrap_or_default(),
+            conditions: get_opt_str(r, "report")?
+                .and_then(|j| serde_json::from_str(&j).ok())
+                .unwrap_or_default(),
+            reported_at: get_opt_i64(r, "reported_at")?,
+            created_at: get_i64(r, "created_at")?,
+            updated_at: get_i64(r, "updated_at")?,
+        })
+    }
 }
 
 fn report_json(v: &impl serde::Serialize) -> Result<String, StoreError> {
@@ -110,19 +136,18 @@ fn report_json(v: &impl serde::Serialize) -> Result<String, StoreError> {
 
 impl Store {
     pub async fn mount_by_name(&self, name: &str) -> Result<Option<MountRow>, StoreError> {
-        let r = sqlx::query(&format!("SELECT {COLS} FROM {FROM} WHERE m.name = $1"))
-            .bind(name)
-            .fetch_optional(&self.db.pool)
-            .await?;
-        Ok(r.as_ref().map(row).transpose()?)
+        self.optional(
+            sqlx::query_as(&format!("SELECT {COLS} FROM {FROM} WHERE m.name = $1")).bind(name),
+        )
+        .await
     }
 
     /// Every mount, by name (the caller filters what a user may see).
     pub async fn list_mounts(&self) -> Result<Vec<MountRow>, StoreError> {
-        let rows = sqlx::query(&format!("SELECT {COLS} FROM {FROM} ORDER BY m.name"))
-            .fetch_all(&self.db.pool)
-            .await?;
-        Ok(rows.iter().map(row).collect::<Result<_, _>>()?)
+        self.all(sqlx::query_as(&format!(
+            "SELECT {COLS} FROM {FROM} ORDER BY m.name"
+        )))
+        .await
     }
 
     /// Mounts in the space at `path` or (with `recursive`) below it, by space then name.
@@ -147,7 +172,10 @@ impl Store {
             query = query.bind(p.to_owned());
         }
         let rows = query.fetch_all(&self.db.pool).await?;
-        Ok(rows.iter().map(row).collect::<Result<_, _>>()?)
+        Ok(rows
+            .iter()
+            .map(MountRow::from_row)
+            .collect::<Result<_, _>>()?)
     }
 
     /// Inserts a mount; `Conflict("mount name")` when the name is taken by a mount, or by a
@@ -201,7 +229,7 @@ impl Store {
             .bind(id)
             .fetch_one(&mut *tx)
             .await?;
-        let mount = row(&r)?;
+        let mount = MountRow::from_row(&r)?;
         tx.commit().await?;
         Ok(mount)
     }
@@ -237,13 +265,13 @@ impl Store {
 
     /// The connector mount whose agent row is `agent`, if it is one.
     pub async fn connector_mount(&self, agent: AgentId) -> Result<Option<MountRow>, StoreError> {
-        let r = sqlx::query(&format!(
+        self.optional(
+            sqlx::query_as(&format!(
             "SELECT {COLS} FROM {FROM} WHERE m.agent_id = $1 AND m.kind = 'proxy' AND m.url IS NULL"
         ))
-        .bind(agent.get())
-        .fetch_optional(&self.db.pool)
-        .await?;
-        Ok(r.as_ref().map(row).transpose()?)
+            .bind(agent.get()),
+        )
+        .await
     }
 
     /// The `proxy` mounts agent `agent` reaches (name, URL), by name.

@@ -6,6 +6,7 @@ use super::members::PROJECT_MEMBERS;
 use super::{get_i64, get_opt_str, get_str, Store, StoreError};
 use crate::db::from_millis;
 use sqlx::any::AnyRow;
+use sqlx::FromRow;
 use warren_types::api::{Project, ProjectMember, ProjectRole, ProjectVisibility};
 use warren_types::git::GitCredential;
 use warren_types::{ProjectId, UserId};
@@ -59,18 +60,20 @@ fn role(s: &str) -> ProjectRole {
     }
 }
 
-fn row(r: &AnyRow) -> Result<ProjectRow, sqlx::Error> {
-    Ok(ProjectRow {
-        id: ProjectId(get_i64(r, "id")?),
-        name: get_str(r, "name")?,
-        git_url: get_str(r, "git_url")?,
-        default_ref: get_str(r, "default_ref")?,
-        devfile_path: get_str(r, "devfile_path")?,
-        devfile: get_opt_str(r, "devfile")?,
-        visibility: visibility(&get_str(r, "visibility")?),
-        credential_sealed: get_opt_str(r, "credential")?,
-        created_at: get_i64(r, "created_at")?,
-    })
+impl sqlx::FromRow<'_, AnyRow> for ProjectRow {
+    fn from_row(r: &AnyRow) -> Result<Self, sqlx::Error> {
+        Ok(ProjectRow {
+            id: ProjectId(get_i64(r, "id")?),
+            name: get_str(r, "name")?,
+            git_url: get_str(r, "git_url")?,
+            default_ref: get_str(r, "default_ref")?,
+            devfile_path: get_str(r, "devfile_path")?,
+            devfile: get_opt_str(r, "devfile")?,
+            visibility: visibility(&get_str(r, "visibility")?),
+            credential_sealed: get_opt_str(r, "credential")?,
+            created_at: get_i64(r, "created_at")?,
+        })
+    }
 }
 
 /// A project to insert, validated by the caller.
@@ -107,7 +110,7 @@ impl Store {
         .fetch_one(&mut *tx)
         .await
         .map_err(unique("projects.name"))?;
-        let project = row(&r)?;
+        let project = ProjectRow::from_row(&r)?;
         sqlx::query(
             "INSERT INTO project_members (project_id, user_id, role, created_at) VALUES ($1, $2, $3, $4)",
         )
@@ -157,18 +160,10 @@ impl Store {
         devfile_path: &str,
         git_url: &str,
     ) -> Result<Option<ProjectRow>, StoreError> {
-        let r = sqlx::query(&format!(
+        self.optional(sqlx::query_as(&format!(
             "UPDATE projects SET visibility = $2, default_ref = $3, devfile_path = $4, git_url = $5 \
              WHERE id = $1 RETURNING {COLS}"
-        ))
-        .bind(id.get())
-        .bind(visibility.as_str())
-        .bind(default_ref)
-        .bind(devfile_path)
-        .bind(git_url)
-        .fetch_optional(&self.db.pool)
-        .await?;
-        Ok(r.as_ref().map(row).transpose()?)
+        )).bind(id.get()).bind(visibility.as_str()).bind(default_ref).bind(devfile_path).bind(git_url)).await
     }
 
     /// The user's role on the project, if a member.
@@ -242,12 +237,10 @@ impl Store {
     /// Projects whose `git_url` may carry credentials (user information), for the move into
     /// sealed storage at start.
     pub async fn projects_with_userinfo(&self) -> Result<Vec<ProjectRow>, StoreError> {
-        let rows = sqlx::query(&format!(
+        self.all(sqlx::query_as(&format!(
             "SELECT {COLS} FROM projects WHERE git_url LIKE '%://%@%' ORDER BY id"
-        ))
-        .fetch_all(&self.db.pool)
-        .await?;
-        Ok(rows.iter().map(row).collect::<Result<_, _>>()?)
+        )))
+        .await
     }
 
     /// Moves credentials out of a URL: the clean URL, the sealed credential, and private
@@ -295,7 +288,10 @@ impl Store {
                 .await?
             }
         };
-        Ok(rows.iter().map(row).collect::<Result<_, _>>()?)
+        Ok(rows
+            .iter()
+            .map(ProjectRow::from_row)
+            .collect::<Result<_, _>>()?)
     }
 
     /// A project by name, or by id when `key` is all digits.
@@ -306,14 +302,13 @@ impl Store {
                 .fetch_optional(&self.db.pool)
                 .await?;
             if let Some(r) = r {
-                return Ok(Some(row(&r)?));
+                return Ok(Some(ProjectRow::from_row(&r)?));
             }
         }
-        let r = sqlx::query(&format!("SELECT {COLS} FROM projects WHERE name = $1"))
-            .bind(key)
-            .fetch_optional(&self.db.pool)
-            .await?;
-        Ok(r.as_ref().map(row).transpose()?)
+        self.optional(
+            sqlx::query_as(&format!("SELECT {COLS} FROM projects WHERE name = $1")).bind(key),
+        )
+        .await
     }
 
     pub async fn delete_project(&self, id: ProjectId) -> Result<bool, StoreError> {

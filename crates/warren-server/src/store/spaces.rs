@@ -6,6 +6,7 @@ use super::members::SPACE_MEMBERS;
 use super::{get_i64, get_opt_i64, get_str, Store, StoreError};
 use crate::db::from_millis;
 use sqlx::any::AnyRow;
+use sqlx::FromRow;
 use warren_types::api::{SpaceMember, SpaceRole};
 use warren_types::{SpaceId, UserId};
 
@@ -33,13 +34,15 @@ impl SpaceRow {
 
 const COLS: &str = "id, path, parent_id, created_at";
 
-fn row(r: &AnyRow) -> Result<SpaceRow, sqlx::Error> {
-    Ok(SpaceRow {
-        id: SpaceId(get_i64(r, "id")?),
-        path: get_str(r, "path")?,
-        parent_id: get_opt_i64(r, "parent_id")?.map(SpaceId),
-        created_at: get_i64(r, "created_at")?,
-    })
+impl sqlx::FromRow<'_, AnyRow> for SpaceRow {
+    fn from_row(r: &AnyRow) -> Result<Self, sqlx::Error> {
+        Ok(SpaceRow {
+            id: SpaceId(get_i64(r, "id")?),
+            path: get_str(r, "path")?,
+            parent_id: get_opt_i64(r, "parent_id")?.map(SpaceId),
+            created_at: get_i64(r, "created_at")?,
+        })
+    }
 }
 
 /// A stored role; anything unknown is the least.
@@ -49,27 +52,25 @@ fn role(s: &str) -> SpaceRole {
 
 impl Store {
     pub async fn space_by_path(&self, path: &str) -> Result<Option<SpaceRow>, StoreError> {
-        let r = sqlx::query(&format!("SELECT {COLS} FROM spaces WHERE path = $1"))
-            .bind(path)
-            .fetch_optional(&self.db.pool)
-            .await?;
-        Ok(r.as_ref().map(row).transpose()?)
+        self.optional(
+            sqlx::query_as(&format!("SELECT {COLS} FROM spaces WHERE path = $1")).bind(path),
+        )
+        .await
     }
 
     pub async fn space_by_id(&self, id: SpaceId) -> Result<Option<SpaceRow>, StoreError> {
-        let r = sqlx::query(&format!("SELECT {COLS} FROM spaces WHERE id = $1"))
-            .bind(id.get())
-            .fetch_optional(&self.db.pool)
-            .await?;
-        Ok(r.as_ref().map(row).transpose()?)
+        self.optional(
+            sqlx::query_as(&format!("SELECT {COLS} FROM spaces WHERE id = $1")).bind(id.get()),
+        )
+        .await
     }
 
     /// Every space, by path.
     pub async fn list_spaces(&self) -> Result<Vec<SpaceRow>, StoreError> {
-        let rows = sqlx::query(&format!("SELECT {COLS} FROM spaces ORDER BY path"))
-            .fetch_all(&self.db.pool)
-            .await?;
-        Ok(rows.iter().map(row).collect::<Result<_, _>>()?)
+        self.all(sqlx::query_as(&format!(
+            "SELECT {COLS} FROM spaces ORDER BY path"
+        )))
+        .await
     }
 
     /// Inserts a space (its parent checked by the caller); `Conflict` when the path exists.
@@ -94,7 +95,7 @@ impl Store {
         .fetch_one(&mut *tx)
         .await
         .map_err(unique("space path"))?;
-        let space = row(&r)?;
+        let space = SpaceRow::from_row(&r)?;
         if let Some(owner) = owner {
             sqlx::query(
                 "INSERT INTO space_members (space_id, user_id, role, created_at) \

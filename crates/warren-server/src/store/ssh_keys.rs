@@ -4,6 +4,7 @@ use super::error::unique;
 use super::{get_i64, get_str, Store, StoreError};
 use crate::db::from_millis;
 use sqlx::any::AnyRow;
+use sqlx::FromRow;
 use warren_types::api::SshKey;
 use warren_types::{SshKeyId, UserId};
 
@@ -31,15 +32,17 @@ impl SshKeyRow {
 
 const COLS: &str = "id, user_id, name, public_key, fingerprint, created_at";
 
-fn row(r: &AnyRow) -> Result<SshKeyRow, sqlx::Error> {
-    Ok(SshKeyRow {
-        id: SshKeyId(get_i64(r, "id")?),
-        user_id: UserId(get_i64(r, "user_id")?),
-        name: get_str(r, "name")?,
-        public_key: get_str(r, "public_key")?,
-        fingerprint: get_str(r, "fingerprint")?,
-        created_at: get_i64(r, "created_at")?,
-    })
+impl sqlx::FromRow<'_, AnyRow> for SshKeyRow {
+    fn from_row(r: &AnyRow) -> Result<Self, sqlx::Error> {
+        Ok(SshKeyRow {
+            id: SshKeyId(get_i64(r, "id")?),
+            user_id: UserId(get_i64(r, "user_id")?),
+            name: get_str(r, "name")?,
+            public_key: get_str(r, "public_key")?,
+            fingerprint: get_str(r, "fingerprint")?,
+            created_at: get_i64(r, "created_at")?,
+        })
+    }
 }
 
 impl Store {
@@ -64,17 +67,17 @@ impl Store {
         .fetch_one(&self.db.pool)
         .await
         .map_err(unique("ssh_keys.fingerprint"))?;
-        Ok(row(&r)?)
+        Ok(SshKeyRow::from_row(&r)?)
     }
 
     pub async fn list_ssh_keys(&self, user: UserId) -> Result<Vec<SshKeyRow>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {COLS} FROM ssh_keys WHERE user_id = $1 ORDER BY id"
-        ))
-        .bind(user.get())
-        .fetch_all(&self.db.pool)
-        .await?;
-        Ok(rows.iter().map(row).collect::<Result<_, _>>()?)
+        self.all(
+            sqlx::query_as(&format!(
+                "SELECT {COLS} FROM ssh_keys WHERE user_id = $1 ORDER BY id"
+            ))
+            .bind(user.get()),
+        )
+        .await
     }
 
     /// The key with this fingerprint, for SSH authentication.
@@ -82,13 +85,13 @@ impl Store {
         &self,
         fingerprint: &str,
     ) -> Result<Option<SshKeyRow>, StoreError> {
-        let r = sqlx::query(&format!(
-            "SELECT {COLS} FROM ssh_keys WHERE fingerprint = $1"
-        ))
-        .bind(fingerprint)
-        .fetch_optional(&self.db.pool)
-        .await?;
-        Ok(r.as_ref().map(row).transpose()?)
+        self.optional(
+            sqlx::query_as(&format!(
+                "SELECT {COLS} FROM ssh_keys WHERE fingerprint = $1"
+            ))
+            .bind(fingerprint),
+        )
+        .await
     }
 
     pub async fn delete_ssh_key(&self, user: UserId, id: SshKeyId) -> Result<bool, StoreError> {

@@ -3,6 +3,7 @@
 use super::{get_i64, get_opt_i64, get_str, Store, StoreError};
 use crate::db::from_millis;
 use sqlx::any::AnyRow;
+use sqlx::FromRow;
 use warren_types::api::{Token, TokenScope};
 use warren_types::{TokenId, UserId};
 
@@ -57,17 +58,19 @@ fn parse_scopes(s: &str) -> Result<Vec<TokenScope>, sqlx::Error> {
 
 const COLS: &str = "id, user_id, name, scopes, created_at, expires_at, revoked_at, last_used_at";
 
-fn row(r: &AnyRow) -> Result<TokenRow, sqlx::Error> {
-    Ok(TokenRow {
-        id: TokenId(get_i64(r, "id")?),
-        user_id: UserId(get_i64(r, "user_id")?),
-        name: get_str(r, "name")?,
-        scopes: parse_scopes(&get_str(r, "scopes")?)?,
-        created_at: get_i64(r, "created_at")?,
-        expires_at: get_i64(r, "expires_at")?,
-        revoked_at: get_opt_i64(r, "revoked_at")?,
-        last_used_at: get_opt_i64(r, "last_used_at")?,
-    })
+impl sqlx::FromRow<'_, AnyRow> for TokenRow {
+    fn from_row(r: &AnyRow) -> Result<Self, sqlx::Error> {
+        Ok(TokenRow {
+            id: TokenId(get_i64(r, "id")?),
+            user_id: UserId(get_i64(r, "user_id")?),
+            name: get_str(r, "name")?,
+            scopes: parse_scopes(&get_str(r, "scopes")?)?,
+            created_at: get_i64(r, "created_at")?,
+            expires_at: get_i64(r, "expires_at")?,
+            revoked_at: get_opt_i64(r, "revoked_at")?,
+            last_used_at: get_opt_i64(r, "last_used_at")?,
+        })
+    }
 }
 
 impl Store {
@@ -96,7 +99,7 @@ impl Store {
         .bind(expires_at)
         .fetch_one(&self.db.pool)
         .await?;
-        Ok(row(&r)?)
+        Ok(TokenRow::from_row(&r)?)
     }
 
     /// The token stored under `digest`, with the digest as stored (for a constant-time check).
@@ -111,7 +114,7 @@ impl Store {
         .fetch_optional(&self.db.pool)
         .await?;
         let Some(r) = r else { return Ok(None) };
-        Ok(Some((row(&r)?, get_str(&r, "secret_hash")?)))
+        Ok(Some((TokenRow::from_row(&r)?, get_str(&r, "secret_hash")?)))
     }
 
     /// Records a use of the token.
@@ -125,13 +128,13 @@ impl Store {
     }
 
     pub async fn list_tokens(&self, user: UserId) -> Result<Vec<TokenRow>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {COLS} FROM tokens WHERE user_id = $1 ORDER BY id"
-        ))
-        .bind(user.get())
-        .fetch_all(&self.db.pool)
-        .await?;
-        Ok(rows.iter().map(row).collect::<Result<_, _>>()?)
+        self.all(
+            sqlx::query_as(&format!(
+                "SELECT {COLS} FROM tokens WHERE user_id = $1 ORDER BY id"
+            ))
+            .bind(user.get()),
+        )
+        .await
     }
 
     /// Revokes one of the user's tokens; false when the user has no such token.

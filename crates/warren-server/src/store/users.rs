@@ -6,6 +6,7 @@ use super::error::unique;
 use super::{get_i64, get_opt_i64, get_str, Store, StoreError};
 use crate::db::from_millis;
 use sqlx::any::AnyRow;
+use sqlx::FromRow;
 use warren_types::api::User;
 use warren_types::{TokenId, UserId};
 
@@ -45,18 +46,20 @@ impl UserRow {
     }
 }
 
-fn row(r: &AnyRow) -> Result<UserRow, sqlx::Error> {
-    Ok(UserRow {
-        id: UserId(get_i64(r, "id")?),
-        username: get_str(r, "username")?,
-        password_hash: get_str(r, "password_hash")?,
-        is_admin: get_i64(r, "is_admin")? != 0,
-        created_at: get_i64(r, "created_at")?,
-        disabled_at: get_opt_i64(r, "disabled_at")?,
-        delete_requested_at: get_opt_i64(r, "delete_requested_at")?,
-        sessions_valid_from: get_i64(r, "sessions_valid_from")?,
-        dotfiles_url: super::get_opt_str(r, "dotfiles_url")?,
-    })
+impl sqlx::FromRow<'_, AnyRow> for UserRow {
+    fn from_row(r: &AnyRow) -> Result<Self, sqlx::Error> {
+        Ok(UserRow {
+            id: UserId(get_i64(r, "id")?),
+            username: get_str(r, "username")?,
+            password_hash: get_str(r, "password_hash")?,
+            is_admin: get_i64(r, "is_admin")? != 0,
+            created_at: get_i64(r, "created_at")?,
+            disabled_at: get_opt_i64(r, "disabled_at")?,
+            delete_requested_at: get_opt_i64(r, "delete_requested_at")?,
+            sessions_valid_from: get_i64(r, "sessions_valid_from")?,
+            dotfiles_url: super::get_opt_str(r, "dotfiles_url")?,
+        })
+    }
 }
 
 const COLS: &str = "id, username, password_hash, is_admin, created_at, disabled_at, \
@@ -115,16 +118,16 @@ impl Store {
         .fetch_one(&self.db.pool)
         .await
         .map_err(unique("users.username"))?;
-        Ok(row(&r)?)
+        Ok(UserRow::from_row(&r)?)
     }
 
     /// The account linked to an OpenID provider's subject (`{issuer} {sub}`).
     pub async fn user_by_sso_subject(&self, subject: &str) -> Result<Option<UserRow>, StoreError> {
-        let r = sqlx::query(&format!("SELECT {COLS} FROM users WHERE sso_subject = $1"))
-            .bind(subject)
-            .fetch_optional(&self.db.pool)
-            .await?;
-        Ok(r.as_ref().map(row).transpose()?)
+        self.optional(
+            sqlx::query_as(&format!("SELECT {COLS} FROM users WHERE sso_subject = $1"))
+                .bind(subject),
+        )
+        .await
     }
 
     /// Inserts an account made by its first single sign-on, linked to `subject`.
@@ -148,7 +151,7 @@ impl Store {
         .fetch_one(&self.db.pool)
         .await
         .map_err(unique("users.username"))?;
-        Ok(row(&r)?)
+        Ok(UserRow::from_row(&r)?)
     }
 
     /// Links an account no subject is linked to yet; false when one is (or it is gone).
@@ -207,26 +210,24 @@ impl Store {
     }
 
     pub async fn user_by_id(&self, id: UserId) -> Result<Option<UserRow>, StoreError> {
-        let r = sqlx::query(&format!("SELECT {COLS} FROM users WHERE id = $1"))
-            .bind(id.get())
-            .fetch_optional(&self.db.pool)
-            .await?;
-        Ok(r.as_ref().map(row).transpose()?)
+        self.optional(
+            sqlx::query_as(&format!("SELECT {COLS} FROM users WHERE id = $1")).bind(id.get()),
+        )
+        .await
     }
 
     pub async fn user_by_name(&self, username: &str) -> Result<Option<UserRow>, StoreError> {
-        let r = sqlx::query(&format!("SELECT {COLS} FROM users WHERE username = $1"))
-            .bind(username)
-            .fetch_optional(&self.db.pool)
-            .await?;
-        Ok(r.as_ref().map(row).transpose()?)
+        self.optional(
+            sqlx::query_as(&format!("SELECT {COLS} FROM users WHERE username = $1")).bind(username),
+        )
+        .await
     }
 
     pub async fn list_users(&self) -> Result<Vec<UserRow>, StoreError> {
-        let rows = sqlx::query(&format!("SELECT {COLS} FROM users ORDER BY id"))
-            .fetch_all(&self.db.pool)
-            .await?;
-        Ok(rows.iter().map(row).collect::<Result<_, _>>()?)
+        self.all(sqlx::query_as(&format!(
+            "SELECT {COLS} FROM users ORDER BY id"
+        )))
+        .await
     }
 
     /// Sets the admin flag and whether the account is disabled (`disabled_at` as given),
@@ -268,7 +269,7 @@ impl Store {
 
     async fn guarded(&self, id: UserId, r: Option<AnyRow>) -> Result<Guarded, StoreError> {
         Ok(match r {
-            Some(r) => Guarded::Done(row(&r)?),
+            Some(r) => Guarded::Done(UserRow::from_row(&r)?),
             None if self.user_by_id(id).await?.is_some() => Guarded::LastAdmin,
             None => Guarded::NotFound,
         })

@@ -8,6 +8,7 @@ use super::{
 use crate::db::{from_millis, DbKind, Tx};
 use serde::{Deserialize, Serialize};
 use sqlx::any::AnyRow;
+use sqlx::FromRow;
 use std::collections::BTreeMap;
 use warren_types::api::{Variable, VariableKind, Workspace, WorkspaceResources};
 use warren_types::{ActualState, AgentId, DesiredState, ProjectId, SpaceId, UserId, WorkspaceId};
@@ -273,61 +274,63 @@ fn actual_of(r: &AnyRow) -> Result<ActualState, sqlx::Error> {
         .map_err(|e| corrupt("actual state", e))
 }
 
-pub fn row(r: &AnyRow) -> Result<WorkspaceRow, sqlx::Error> {
-    Ok(WorkspaceRow {
-        id: WorkspaceId(get_i64(r, "id")?),
-        name: get_str(r, "name")?,
-        namespace: get_str(r, "namespace")?,
-        owner_id: UserId(get_i64(r, "owner_id")?),
-        owner_username: get_str(r, "owner_username")?,
-        agent_id: AgentId(get_i64(r, "agent_id")?),
-        agent_name: get_str(r, "agent_name")?,
-        project_id: get_opt_i64(r, "project_id")?.map(ProjectId),
-        project_name: get_opt_str(r, "project_name")?,
-        git_ref: get_opt_str(r, "git_ref")?,
-        starter: get_opt_str(r, "starter")?,
-        space_id: get_opt_i64(r, "space_id")?.map(SpaceId),
-        space_path: get_opt_str(r, "space_path")?.unwrap_or_default(),
-        desired_state: desired_of(r)?,
-        actual_state: actual_of(r)?,
-        desired_state_updated_at: get_i64(r, "desired_state_updated_at")?,
-        actual_state_updated_at: get_i64(r, "actual_state_updated_at")?,
-        responded_to_agent_at: get_opt_i64(r, "responded_to_agent_at")?,
-        deployment_resource_version: get_opt_str(r, "deployment_resource_version")?,
-        force_include_all_resources: get_i64(r, "force_include_all_resources")? != 0,
-        devfile: get_str(r, "devfile")?,
-        rendered_objects: get_str(r, "rendered_objects")?,
-        resources: serde_json::from_str(&get_str(r, "resources")?)
-            .map_err(|e| corrupt("resources", e))?,
-        variables: get_str(r, "variables")?,
-        endpoints: serde_json::from_str(&get_str(r, "endpoints")?)
-            .map_err(|e| corrupt("endpoints", e))?,
-        url: get_opt_str(r, "url")?,
-        failure_reason: get_opt_str(r, "failure_reason")?,
-        created_at: get_i64(r, "created_at")?,
-        updated_at: get_i64(r, "updated_at")?,
-        version: get_i64(r, "version")?,
-        last_activity_at: get_opt_i64(r, "last_activity_at")?,
-        agent_runtime_fault: match (
-            get_opt_str(r, "agent_runtime_fault")?,
-            get_opt_i64(r, "agent_runtime_fault_since")?,
-        ) {
-            (Some(f), Some(t)) => Some((f, t)),
-            _ => None,
-        },
-        agent_isolation_warning: get_opt_str(r, "agent_isolation_warning")?,
-        idle_stopped: get_i64(r, "idle_stopped")? != 0,
-        terminal_url: serde_json::from_str::<AgentDomain>(&get_str(r, "agent_config")?)
-            .ok()
-            .map(|a| {
-                format!(
-                    "{}://terminal-{}.{}/",
-                    a.workspace_scheme,
-                    get_str(r, "name").unwrap_or_default(),
-                    a.workspace_domain
-                )
-            }),
-    })
+impl sqlx::FromRow<'_, AnyRow> for WorkspaceRow {
+    fn from_row(r: &AnyRow) -> Result<Self, sqlx::Error> {
+        Ok(WorkspaceRow {
+            id: WorkspaceId(get_i64(r, "id")?),
+            name: get_str(r, "name")?,
+            namespace: get_str(r, "namespace")?,
+            owner_id: UserId(get_i64(r, "owner_id")?),
+            owner_username: get_str(r, "owner_username")?,
+            agent_id: AgentId(get_i64(r, "agent_id")?),
+            agent_name: get_str(r, "agent_name")?,
+            project_id: get_opt_i64(r, "project_id")?.map(ProjectId),
+            project_name: get_opt_str(r, "project_name")?,
+            git_ref: get_opt_str(r, "git_ref")?,
+            starter: get_opt_str(r, "starter")?,
+            space_id: get_opt_i64(r, "space_id")?.map(SpaceId),
+            space_path: get_opt_str(r, "space_path")?.unwrap_or_default(),
+            desired_state: desired_of(r)?,
+            actual_state: actual_of(r)?,
+            desired_state_updated_at: get_i64(r, "desired_state_updated_at")?,
+            actual_state_updated_at: get_i64(r, "actual_state_updated_at")?,
+            responded_to_agent_at: get_opt_i64(r, "responded_to_agent_at")?,
+            deployment_resource_version: get_opt_str(r, "deployment_resource_version")?,
+            force_include_all_resources: get_i64(r, "force_include_all_resources")? != 0,
+            devfile: get_str(r, "devfile")?,
+            rendered_objects: get_str(r, "rendered_objects")?,
+            resources: serde_json::from_str(&get_str(r, "resources")?)
+                .map_err(|e| corrupt("resources", e))?,
+            variables: get_str(r, "variables")?,
+            endpoints: serde_json::from_str(&get_str(r, "endpoints")?)
+                .map_err(|e| corrupt("endpoints", e))?,
+            url: get_opt_str(r, "url")?,
+            failure_reason: get_opt_str(r, "failure_reason")?,
+            created_at: get_i64(r, "created_at")?,
+            updated_at: get_i64(r, "updated_at")?,
+            version: get_i64(r, "version")?,
+            last_activity_at: get_opt_i64(r, "last_activity_at")?,
+            agent_runtime_fault: match (
+                get_opt_str(r, "agent_runtime_fault")?,
+                get_opt_i64(r, "agent_runtime_fault_since")?,
+            ) {
+                (Some(f), Some(t)) => Some((f, t)),
+                _ => None,
+            },
+            agent_isolation_warning: get_opt_str(r, "agent_isolation_warning")?,
+            idle_stopped: get_i64(r, "idle_stopped")? != 0,
+            terminal_url: serde_json::from_str::<AgentDomain>(&get_str(r, "agent_config")?)
+                .ok()
+                .map(|a| {
+                    format!(
+                        "{}://terminal-{}.{}/",
+                        a.workspace_scheme,
+                        get_str(r, "name").unwrap_or_default(),
+                        a.workspace_domain
+                    )
+                }),
+        })
+    }
 }
 
 /// Everything needed to insert a workspace; objects and variables in plain text (sealed here).
@@ -500,19 +503,17 @@ impl Store {
         &self,
         id: WorkspaceId,
     ) -> Result<Option<WorkspaceRow>, StoreError> {
-        let r = sqlx::query(&format!("SELECT {COLS} FROM {FROM} WHERE w.id = $1"))
-            .bind(id.get())
-            .fetch_optional(&self.db.pool)
-            .await?;
-        Ok(r.as_ref().map(row).transpose()?)
+        self.optional(
+            sqlx::query_as(&format!("SELECT {COLS} FROM {FROM} WHERE w.id = $1")).bind(id.get()),
+        )
+        .await
     }
 
     pub async fn workspace_by_name(&self, name: &str) -> Result<Option<WorkspaceRow>, StoreError> {
-        let r = sqlx::query(&format!("SELECT {COLS} FROM {FROM} WHERE w.name = $1"))
-            .bind(name)
-            .fetch_optional(&self.db.pool)
-            .await?;
-        Ok(r.as_ref().map(row).transpose()?)
+        self.optional(
+            sqlx::query_as(&format!("SELECT {COLS} FROM {FROM} WHERE w.name = $1")).bind(name),
+        )
+        .await
     }
 
     /// A workspace by name, or by id when `key` is all digits.
@@ -538,7 +539,10 @@ impl Store {
         let rows = bind_all(sqlx::query(&sql), &binds)
             .fetch_all(&self.db.pool)
             .await?;
-        Ok(rows.iter().map(row).collect::<Result<_, _>>()?)
+        Ok(rows
+            .iter()
+            .map(WorkspaceRow::from_row)
+            .collect::<Result<_, _>>()?)
     }
 
     /// The workspaces `f` selects as the tree shows them: only the columns it draws, so a tree

@@ -35,6 +35,8 @@ use warren_types::{DesiredState, UserId};
 pub const MAX_CHAIN: usize = 8;
 
 /// The condition a redirect to an entry reports about its target.
+/// The stored kind of every mount a connector or an agent's URL backs.
+const PROXY: &str = MountType::Proxy.as_str();
 const TARGET_CONDITION: &str = "WorkspaceTargetFound";
 /// The condition about a URL mount's URL: the agent's probe, or the server's when the agent
 /// fell silent or is gone.
@@ -315,15 +317,15 @@ pub async fn create(
     let m = insert(
         state,
         &NewMount {
-            name: &req.name,
-            space_id: space.id,
-            owner_id: who.user.id,
-            kind: kind.as_str(),
             target,
             url: url.as_deref(),
-            connector: None,
-            via: None,
-            now: state.clock.now_ms(),
+            ..NewMount::new(
+                &req.name,
+                kind.as_str(),
+                space.id,
+                who.user.id,
+                state.clock.now_ms(),
+            )
         },
     )
     .await?;
@@ -384,19 +386,18 @@ async fn create_connector(
     let m = insert(
         state,
         &NewMount {
-            name: &req.name,
-            space_id: space.id,
-            owner_id: who.user.id,
-            kind: MountType::Proxy.as_str(),
-            target: None,
-            url: None,
-            via: None,
             connector: Some(NewConnector {
                 agent_name: &agent_name,
                 config: &config,
                 token_digest: &crate::crypto::token_digest(&token),
             }),
-            now: state.clock.now_ms(),
+            ..NewMount::new(
+                &req.name,
+                PROXY,
+                space.id,
+                who.user.id,
+                state.clock.now_ms(),
+            )
         },
     )
     .await?;
@@ -433,15 +434,15 @@ async fn create_url_proxy(
     let m = insert(
         state,
         &NewMount {
-            name: &req.name,
-            space_id: space.id,
-            owner_id: who.user.id,
-            kind: MountType::Proxy.as_str(),
-            target: None,
             url: Some(&url),
             via: Some(agent.id),
-            connector: None,
-            now: state.clock.now_ms(),
+            ..NewMount::new(
+                &req.name,
+                PROXY,
+                space.id,
+                who.user.id,
+                state.clock.now_ms(),
+            )
         },
     )
     .await?;

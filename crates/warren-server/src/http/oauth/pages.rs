@@ -36,16 +36,17 @@ fn layout(title: &str, body: &str) -> String {
 /// A page with the headers every OAuth page carries: no caching, no framing.
 pub fn page(status: StatusCode, title: &str, body: &str) -> Response {
     let mut r = (status, Html(layout(title, body))).into_response();
-    let h = r.headers_mut();
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    h.insert("x-frame-options", HeaderValue::from_static("DENY"));
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static("default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'"),
-    );
-    h.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+    crate::http::set_headers(
+        &mut r,
+        &[
+            (header::CACHE_CONTROL, "no-store"),
+            (header::X_FRAME_OPTIONS, "DENY"),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
+            ),
+            (header::REFERRER_POLICY, "no-referrer"),
+        ],
     );
     r
 }

@@ -4,7 +4,7 @@
 
 use axum::extract::Path;
 use axum::response::{IntoResponse, Response};
-use http::{header, HeaderValue, StatusCode};
+use http::{header, StatusCode};
 use sha2::{Digest, Sha256};
 use std::sync::OnceLock;
 
@@ -14,27 +14,36 @@ struct Asset {
     body: &'static [u8],
 }
 
+impl Asset {
+    const fn new(name: &'static str, content_type: &'static str, body: &'static [u8]) -> Asset {
+        Asset {
+            name,
+            content_type,
+            body,
+        }
+    }
+}
+
+const CSS: &str = "text/css; charset=utf-8";
+const JS: &str = "text/javascript; charset=utf-8";
+
 const ASSETS: &[Asset] = &[
-    Asset {
-        name: "warren.css",
-        content_type: "text/css; charset=utf-8",
-        body: include_bytes!("../../../assets/warren.css"),
-    },
-    Asset {
-        name: "warren.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_bytes!("../../../assets/warren.js"),
-    },
-    Asset {
-        name: "htmx.min.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_bytes!("../../../assets/vendor/htmx-2.0.11.min.js"),
-    },
-    Asset {
-        name: "sse.min.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_bytes!("../../../assets/vendor/htmx-ext-sse-2.2.4.min.js"),
-    },
+    Asset::new(
+        "warren.css",
+        CSS,
+        include_bytes!("../../../assets/warren.css"),
+    ),
+    Asset::new("warren.js", JS, include_bytes!("../../../assets/warren.js")),
+    Asset::new(
+        "htmx.min.js",
+        JS,
+        include_bytes!("../../../assets/vendor/htmx-2.0.11.min.js"),
+    ),
+    Asset::new(
+        "sse.min.js",
+        JS,
+        include_bytes!("../../../assets/vendor/htmx-ext-sse-2.2.4.min.js"),
+    ),
 ];
 
 /// Each asset's content hash (first 12 hex digits of its SHA-256), computed once.
@@ -62,18 +71,13 @@ pub async fn serve(Path(file): Path<String>) -> Response {
         return super::html_not_found();
     };
     let mut r = (StatusCode::OK, a.body).into_response();
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(a.content_type),
-    );
-    h.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("public, max-age=31536000, immutable"),
-    );
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
+    crate::http::set_headers(
+        &mut r,
+        &[
+            (header::CONTENT_TYPE, a.content_type),
+            (header::CACHE_CONTROL, "public, max-age=31536000, immutable"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
     );
     r
 }

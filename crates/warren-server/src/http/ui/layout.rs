@@ -6,7 +6,7 @@ use super::assets;
 use super::session::{Viewer, CSRF_FIELD};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
-use http::{header, HeaderValue, StatusCode};
+use http::{header, StatusCode};
 use maud::{html, Markup, DOCTYPE};
 use warren_types::{ActualState, DesiredState};
 
@@ -21,22 +21,18 @@ const HTMX_CONFIG: &str = r#"{"allowEval":false,"includeIndicatorStyles":false,"
 
 /// Adds the headers every UI answer carries.
 pub fn secure(mut r: Response) -> Response {
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CSP),
+    let cached = r.headers().contains_key(header::CACHE_CONTROL);
+    crate::http::set_headers(
+        &mut r,
+        &[
+            (header::CONTENT_SECURITY_POLICY, CSP),
+            (header::X_FRAME_OPTIONS, "DENY"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::REFERRER_POLICY, "same-origin"),
+        ],
     );
-    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("same-origin"),
-    );
-    if !h.contains_key(header::CACHE_CONTROL) {
-        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if !cached {
+        crate::http::set_headers(&mut r, &[(header::CACHE_CONTROL, "no-store")]);
     }
     r
 }

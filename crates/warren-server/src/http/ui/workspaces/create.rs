@@ -135,17 +135,12 @@ pub(super) async fn create_form(
         form.card method="post" action="/workspaces/new" enctype="multipart/form-data" {
             (csrf(viewer))
             (field("name", "Name (optional)", &f.name, "generated when empty"))
-            div.field {
-                label for="project" { "Project" }
-                select id="project" name="project" aria-invalid=[project_err.as_ref().map(|_| "true")]
-                    aria-describedby=[project_err.as_ref().map(|_| "project-error")] {
-                    option value="" selected[f.project.is_empty()] { "None: use the devfile below" }
-                    @for p in &projects {
-                        option value=(p.name) selected[f.project == p.name] { (p.name) " — " (p.git_url) }
-                    }
+            (select_field("project", "Project", project_err.as_deref(), html! {
+                option value="" selected[f.project.is_empty()] { "None: use the devfile below" }
+                @for p in &projects {
+                    option value=(p.name) selected[f.project == p.name] { (p.name) " — " (p.git_url) }
                 }
-                (field_error("project", project_err.as_deref()))
-            }
+            }))
             (field("ref", "Git ref (optional)", &f.git_ref, "the project's default branch"))
             (field("starter", "Starter project (optional)", &f.starter, "without a project: the devfile's first"))
             div.field {
@@ -157,32 +152,22 @@ pub(super) async fn create_form(
                 label for="devfile_file" { "Or upload a devfile" }
                 input type="file" id="devfile_file" name="devfile_file" accept=".yaml,.yml,text/yaml";
             }
-            div.field {
-                label for="agent" { "Agent" }
-                select id="agent" name="agent" aria-invalid=[agent_err.as_ref().map(|_| "true")]
-                    aria-describedby=[agent_err.as_ref().map(|_| "agent-error")] {
-                    @if agents.len() != 1 { option value="" { "Choose an agent" } }
-                    @for a in &agents {
-                        option value=(a.name) selected[f.agent == a.name || agents.len() == 1] {
-                            (a.name)
-                            @if a.last_seen_at.is_none() { " (never connected)" }
-                        }
+            (select_field("agent", "Agent", agent_err.as_deref(), html! {
+                @if agents.len() != 1 { option value="" { "Choose an agent" } }
+                @for a in &agents {
+                    option value=(a.name) selected[f.agent == a.name || agents.len() == 1] {
+                        (a.name)
+                        @if a.last_seen_at.is_none() { " (never connected)" }
                     }
                 }
-                (field_error("agent", agent_err.as_deref()))
-            }
-            div.field {
-                label for="space" { "Space" }
-                select id="space" name="space" aria-invalid=[space_err.as_ref().map(|_| "true")]
-                    aria-describedby=[space_err.as_ref().map(|_| "space-error")] {
-                    @for p in &spaces {
-                        option value=(p) selected[f.space == *p || (f.space.is_empty() && *p == personal)] {
-                            (p) @if *p == personal { " (yours)" }
-                        }
+            }))
+            (select_field("space", "Space", space_err.as_deref(), html! {
+                @for p in &spaces {
+                    option value=(p) selected[f.space == *p || (f.space.is_empty() && *p == personal)] {
+                        (p) @if *p == personal { " (yours)" }
                     }
                 }
-                (field_error("space", space_err.as_deref()))
-            }
+            }))
             div.row {
                 (field("cpu", "CPU (optional)", &f.cpu, "e.g. 2 or 500m"))
                 (field("memory", "Memory (optional)", &f.memory, "e.g. 4Gi"))
@@ -284,6 +269,19 @@ pub(super) fn is_form_error(e: &AppError) -> bool {
 }
 
 // ---- one workspace ----
+
+/// A labelled `<select>` of `options` in a `div.field`, its error (if any) under it and tied
+/// to it for screen readers.
+fn select_field(name: &str, label: &str, error: Option<&str>, options: Markup) -> Markup {
+    html! {
+        div.field {
+            label for=(name) { (label) }
+            select id=(name) name=(name) aria-invalid=[error.map(|_| "true")]
+                aria-describedby=[error.map(|_| format!("{name}-error"))] { (options) }
+            (field_error(name, error))
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -4,7 +4,7 @@ use crate::input::{self, read_text, KeyValue};
 use crate::{CliError, DevfileCommand};
 use std::path::PathBuf;
 use warren_devfile::{ProjectSource, RenderRequest, ResolvedVariable};
-use warren_types::api::{VariableKind, WorkspaceResources};
+use warren_types::api::VariableKind;
 use warren_types::config::AgentConfig;
 use warren_types::{AgentId, DesiredState, WorkspaceId};
 
@@ -24,10 +24,8 @@ pub struct RenderArgs {
     /// Git ref of --git-url.
     #[arg(long = "ref", requires = "git_url")]
     pub git_ref: Option<String>,
-    #[arg(long, value_parser = input::cpu)]
-    pub cpu: Option<String>,
-    #[arg(long, value_parser = input::memory)]
-    pub memory: Option<String>,
+    #[command(flatten)]
+    pub limits: crate::LimitArgs,
     /// Environment variable KEY=VALUE (repeatable).
     #[arg(long = "var", value_name = "KEY=VALUE", value_parser = input::key_value)]
     pub vars: Vec<KeyValue>,
@@ -158,10 +156,7 @@ fn render(a: RenderArgs) -> Result<(), CliError> {
         Some(p) => crate::commands::read_agent_config(p)?,
         None => AgentConfig::default(),
     };
-    let resources = (a.cpu.is_some() || a.memory.is_some()).then(|| WorkspaceResources {
-        cpu: a.cpu.clone(),
-        memory: a.memory.clone(),
-    });
+    let resources = a.limits.resources();
     let variables: Vec<ResolvedVariable> = a
         .vars
         .iter()

@@ -32,7 +32,7 @@ pub use space_args::{
     CredentialArgs, CredentialCommand, MemberCommand, MountCommand, MountGroup, ProjectCommand,
     ProjectGroup, SpaceCommand, SpaceGroup, SpaceMemberCommand,
 };
-pub use ws_args::{WaitArgs, WsActionArgs, WsCommand, WsCreateArgs, WsGroup};
+pub use ws_args::{LimitArgs, WaitArgs, WsActionArgs, WsCommand, WsCreateArgs, WsGroup};
 
 use clap::{Args, Subcommand};
 use input::KeyValue;
@@ -447,6 +447,50 @@ pub fn main(cmd: Command, cli: impl FnOnce() -> clap::Command) -> ExitCode {
     }
 }
 
+/// What the unit tests render and wait on.
+#[cfg(test)]
+pub(crate) mod sample {
+    use warren_types::api::{Workspace, WorkspaceResources};
+    use warren_types::{ActualState, AgentId, DesiredState, UserId, WorkspaceId};
+
+    /// Workspace `dev` of ann on agent `local`, running, with nothing else set.
+    pub(crate) fn workspace() -> Workspace {
+        let t = "2026-03-01T10:00:00Z".parse().unwrap();
+        Workspace {
+            id: WorkspaceId(4),
+            name: "dev".into(),
+            namespace: "warren-ws-dev".into(),
+            owner: UserId(1),
+            owner_username: "ann".into(),
+            space: "users/ann".into(),
+            agent: AgentId(2),
+            agent_name: "local".into(),
+            project: None,
+            project_name: None,
+            desired_state: DesiredState::Running,
+            actual_state: ActualState::Running,
+            desired_state_updated_at: t,
+            actual_state_updated_at: None,
+            created_at: t,
+            updated_at: t,
+            last_activity_at: None,
+            url: None,
+            endpoints: Default::default(),
+            failure_reason: None,
+            agent_fault: None,
+            isolation_warning: None,
+            your_right: None,
+            terminal_url: None,
+            editor_url: None,
+            resources: WorkspaceResources::default(),
+            variables: vec![],
+            version: 1,
+            notices: vec![],
+            commands: vec![],
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -513,7 +557,7 @@ mod tests {
         assert_eq!(c.project.as_deref(), Some("p"));
         assert_eq!(c.devfile, Some(PathBuf::from("d.yaml")));
         assert_eq!(
-            (c.cpu.as_deref(), c.memory.as_deref()),
+            (c.limits.cpu.as_deref(), c.limits.memory.as_deref()),
             (Some("2"), Some("4Gi"))
         );
         assert_eq!(c.vars.len(), 2);

@@ -115,48 +115,15 @@ fn start(command: &str, url: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use warren_types::api::WorkspaceResources;
-    use warren_types::{ActualState, AgentId, DesiredState, UserId, WorkspaceId};
 
     fn ws(endpoints: &[(&str, &str)], main: Option<&str>) -> Workspace {
-        let t = "2026-03-01T10:00:00Z".parse().unwrap();
         Workspace {
-            id: WorkspaceId(4),
-            name: "dev".into(),
-            namespace: "warren-ws-dev".into(),
-            owner: UserId(1),
-            owner_username: "ann".into(),
-            space: "users/ann".into(),
-            agent: AgentId(2),
-            agent_name: "local".into(),
-            project: None,
-            project_name: None,
-            desired_state: DesiredState::Running,
-            actual_state: ActualState::Running,
-            desired_state_updated_at: t,
-            actual_state_updated_at: None,
-            created_at: t,
-            updated_at: t,
-            last_activity_at: None,
             url: main.map(str::to_owned),
             endpoints: endpoints
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
-            failure_reason: None,
-            agent_fault: None,
-            isolation_warning: None,
-            your_right: None,
-            terminal_url: None,
-            editor_url: None,
-            resources: WorkspaceResources {
-                cpu: None,
-                memory: None,
-            },
-            variables: vec![],
-            version: 1,
-            notices: vec![],
-            commands: vec![],
+            ..crate::sample::workspace()
         }
     }
 

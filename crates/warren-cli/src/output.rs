@@ -818,36 +818,16 @@ mod tests {
     use super::*;
 
     use warren_types::api::{Page, Variable, VariableKind, WorkspaceResources};
-    use warren_types::{ActualState, AgentId, DesiredState, UserId, WorkspaceId};
+    use warren_types::{ActualState, DesiredState};
 
     fn ws(name: &str) -> Workspace {
-        let t = "2026-03-01T10:00:00Z".parse().unwrap();
         Workspace {
-            id: WorkspaceId(4),
             name: name.into(),
             namespace: format!("warren-ws-{name}"),
-            owner: UserId(1),
-            owner_username: "ann".into(),
-            space: "users/ann".into(),
-            agent: AgentId(2),
-            agent_name: "local".into(),
-            project: None,
-            project_name: None,
             desired_state: DesiredState::Stopped,
             actual_state: ActualState::Stopping,
-            desired_state_updated_at: t,
-            actual_state_updated_at: None,
-            created_at: t,
-            updated_at: t,
-            last_activity_at: None,
             url: Some("http://3000-dev.ws.localhost".into()),
             endpoints: [("web".to_owned(), "http://3000-dev.ws.localhost".to_owned())].into(),
-            failure_reason: None,
-            agent_fault: None,
-            isolation_warning: None,
-            your_right: None,
-            terminal_url: None,
-            editor_url: None,
             resources: WorkspaceResources {
                 cpu: Some("2".into()),
                 memory: None,
@@ -858,9 +838,7 @@ mod tests {
                 secret: true,
                 value: None,
             }],
-            version: 1,
-            notices: vec![],
-            commands: vec![],
+            ..crate::sample::workspace()
         }
     }
 

@@ -248,42 +248,14 @@ async fn poll(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use warren_types::api::WorkspaceResources;
-    use warren_types::{AgentId, UserId, WorkspaceId};
 
     fn ws(desired: DesiredState, actual: ActualState, updated_at: &str) -> Workspace {
-        let t: DateTime<Utc> = "2026-03-01T10:00:00Z".parse().unwrap();
         Workspace {
-            id: WorkspaceId(1),
-            name: "dev".into(),
-            namespace: "warren-ws-dev".into(),
-            owner: UserId(1),
-            owner_username: "ann".into(),
-            space: "users/ann".into(),
-            agent: AgentId(1),
-            agent_name: "a".into(),
-            project: None,
-            project_name: None,
             desired_state: desired,
             actual_state: actual,
-            desired_state_updated_at: t,
-            actual_state_updated_at: None,
-            created_at: t,
             updated_at: updated_at.parse().unwrap(),
-            last_activity_at: None,
-            url: None,
-            endpoints: Default::default(),
             failure_reason: Some("image \"nope\" cannot be pulled".into()),
-            agent_fault: None,
-            isolation_warning: None,
-            your_right: None,
-            terminal_url: None,
-            editor_url: None,
-            resources: WorkspaceResources::default(),
-            variables: vec![],
-            version: 1,
-            notices: vec![],
-            commands: vec![],
+            ..crate::sample::workspace()
         }
     }
 

@@ -21,6 +21,29 @@ pub struct WaitArgs {
     pub timeout: Duration,
 }
 
+/// `--cpu` and `--memory`: the main container's limits where a workspace is made or rendered.
+#[derive(Debug, Clone, Args)]
+pub struct LimitArgs {
+    /// CPU limit of the main container, e.g. 2 or 500m.
+    #[arg(long, value_parser = input::cpu)]
+    pub cpu: Option<String>,
+    /// Memory limit of the main container, e.g. 4Gi.
+    #[arg(long, value_parser = input::memory)]
+    pub memory: Option<String>,
+}
+
+impl LimitArgs {
+    /// The limits asked for; none when neither flag was given (the agent's defaults apply).
+    pub fn resources(&self) -> Option<warren_types::api::WorkspaceResources> {
+        (self.cpu.is_some() || self.memory.is_some()).then(|| {
+            warren_types::api::WorkspaceResources {
+                cpu: self.cpu.clone(),
+                memory: self.memory.clone(),
+            }
+        })
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct WsCreateArgs {
     /// Project (name or id) whose devfile and repository the workspace uses.
@@ -45,12 +68,8 @@ pub struct WsCreateArgs {
     /// space `users/<you>`.
     #[arg(long)]
     pub space: Option<String>,
-    /// CPU limit of the main container, e.g. 2 or 500m.
-    #[arg(long, value_parser = input::cpu)]
-    pub cpu: Option<String>,
-    /// Memory limit of the main container, e.g. 4Gi.
-    #[arg(long, value_parser = input::memory)]
-    pub memory: Option<String>,
+    #[command(flatten)]
+    pub limits: LimitArgs,
     /// Environment variable KEY=VALUE (repeatable).
     #[arg(long = "var", value_name = "KEY=VALUE", value_parser = input::key_value)]
     pub vars: Vec<KeyValue>,

@@ -3,21 +3,10 @@
 
 use std::sync::Arc;
 use warren_git::{GitError, GitReader, Options, Remote};
-use warren_testkit::git_http::{git, GitHttpServer};
+use warren_testkit::git_http::{git, have_git, GitHttpServer};
 use warren_types::git::GitCredential;
 
 const DEVFILE: &str = "schemaVersion: 2.2.0\nmetadata:\n  name: from-git\n";
-
-fn have_git() -> bool {
-    let ok = std::process::Command::new("git")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("skipping: git is not installed");
-    }
-    ok
-}
 
 fn basic(password: &str) -> GitCredential {
     GitCredential::Basic {

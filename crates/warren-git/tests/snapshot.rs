@@ -5,21 +5,10 @@
 
 use std::path::Path;
 use warren_git::snapshot::{SnapshotError, Snapshots, Want};
-use warren_testkit::git_http::{bare_repo, git, GitHttpServer};
+use warren_testkit::git_http::{bare_repo, git, have_git, GitHttpServer};
 use warren_types::git::GitCredential;
 
 const PASSWORD: &str = "gitops-pass";
-
-fn have_git() -> bool {
-    let ok = std::process::Command::new("git")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("skipping: git is not installed (the tests' Git server needs it)");
-    }
-    ok
-}
 
 /// Clones the bare repository, lets `change` edit the work tree, commits and pushes `main`;
 /// returns the new commit.

@@ -1,6 +1,6 @@
 //! The proxy's configuration, validated before anything is bound.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 /// Longest time a positive authorisation answer may be reused (access.md: ≤ 60 s).
@@ -65,7 +65,7 @@ pub struct ProxyConfig {
 }
 
 /// Bounds on what clients may hold open: slow clients (slowloris) and too many at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ConnectionLimits {
     /// HTTP connections open at once; one more is answered 503 and closed.

@@ -47,49 +47,71 @@ struct Asset {
     immutable: bool,
 }
 
+impl Asset {
+    const fn vendored(
+        path: &'static str,
+        content_type: &'static str,
+        body: &'static [u8],
+    ) -> Asset {
+        Asset {
+            path,
+            content_type,
+            body,
+            immutable: true,
+        }
+    }
+
+    const fn own(path: &'static str, content_type: &'static str, body: &'static [u8]) -> Asset {
+        let vendored = Asset::vendored(path, content_type, body);
+        Asset {
+            immutable: false,
+            ..vendored
+        }
+    }
+}
+
+const JS: &str = "text/javascript; charset=utf-8";
+const CSS: &str = "text/css; charset=utf-8";
+const TEXT: &str = "text/plain; charset=utf-8";
+
+/// The vendored xterm.js and its fit addon (versioned paths: cached for good), then our own
+/// page script and style (revalidated).
 const ASSETS: &[Asset] = &[
-    Asset {
-        path: "/assets/xterm-6.0.0/xterm.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_bytes!("../assets/xterm-6.0.0/xterm.js"),
-        immutable: true,
-    },
-    Asset {
-        path: "/assets/xterm-6.0.0/xterm.css",
-        content_type: "text/css; charset=utf-8",
-        body: include_bytes!("../assets/xterm-6.0.0/xterm.css"),
-        immutable: true,
-    },
-    Asset {
-        path: "/assets/xterm-6.0.0/LICENSE",
-        content_type: "text/plain; charset=utf-8",
-        body: include_bytes!("../assets/xterm-6.0.0/LICENSE"),
-        immutable: true,
-    },
-    Asset {
-        path: "/assets/addon-fit-0.11.0/addon-fit.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_bytes!("../assets/addon-fit-0.11.0/addon-fit.js"),
-        immutable: true,
-    },
-    Asset {
-        path: "/assets/addon-fit-0.11.0/LICENSE",
-        content_type: "text/plain; charset=utf-8",
-        body: include_bytes!("../assets/addon-fit-0.11.0/LICENSE"),
-        immutable: true,
-    },
-    Asset {
-        path: "/assets/terminal.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_bytes!("../assets/terminal.js"),
-        immutable: false,
-    },
-    Asset {
-        path: "/assets/terminal.css",
-        content_type: "text/css; charset=utf-8",
-        body: include_bytes!("../assets/terminal.css"),
-        immutable: false,
-    },
+    Asset::vendored(
+        "/assets/xterm-6.0.0/xterm.js",
+        JS,
+        include_bytes!("../assets/xterm-6.0.0/xterm.js"),
+    ),
+    Asset::vendored(
+        "/assets/xterm-6.0.0/xterm.css",
+        CSS,
+        include_bytes!("../assets/xterm-6.0.0/xterm.css"),
+    ),
+    Asset::vendored(
+        "/assets/xterm-6.0.0/LICENSE",
+        TEXT,
+        include_bytes!("../assets/xterm-6.0.0/LICENSE"),
+    ),
+    Asset::vendored(
+        "/assets/addon-fit-0.11.0/addon-fit.js",
+        JS,
+        include_bytes!("../assets/addon-fit-0.11.0/addon-fit.js"),
+    ),
+    Asset::vendored(
+        "/assets/addon-fit-0.11.0/LICENSE",
+        TEXT,
+        include_bytes!("../assets/addon-fit-0.11.0/LICENSE"),
+    ),
+    Asset::own(
+        "/assets/terminal.js",
+        JS,
+        include_bytes!("../assets/terminal.js"),
+    ),
+    Asset::own(
+        "/assets/terminal.css",
+        CSS,
+        include_bytes!("../assets/terminal.css"),
+    ),
 ];
 
 const PAGE: &str = include_str!("../assets/terminal.html");

@@ -108,21 +108,12 @@ impl ServerClient {
                 Cached::Refused => Err(ServerError::Refused),
             };
         }
-        let url = self.url(AUTHENTICATE_PATH);
-        let jwt = self.keys.mint_for_server(None)?;
-        let resp = self
-            .http
-            .post(&url)
-            .bearer_auth(jwt)
-            .json(&AuthenticateRequest {
-                token: token.to_owned(),
-            })
-            .send()
-            .await
-            .map_err(|source| ServerError::Unreachable {
-                url: url.clone(),
-                source,
-            })?;
+        let request = AuthenticateRequest {
+            token: token.to_owned(),
+        };
+        let (resp, url) = self
+            .post_with(None, AUTHENTICATE_PATH, |r| r.json(&request))
+            .await?;
         let status = resp.status();
         let answer = if status == reqwest::StatusCode::UNAUTHORIZED
             || status == reqwest::StatusCode::FORBIDDEN
@@ -189,7 +180,7 @@ impl ServerClient {
     /// Forwards a reconcile body to the server unchanged, naming the authenticated agent.
     pub async fn reconcile(&self, agent: AgentId, body: Vec<u8>) -> Result<Forwarded, ServerError> {
         let (resp, url) = self
-            .post_with(agent, RECONCILE_PATH, |r| {
+            .post_with(Some(agent), RECONCILE_PATH, |r| {
                 r.header(AGENT_ID_HEADER, agent.to_string())
                     .header(reqwest::header::CONTENT_TYPE, "application/json")
                     .body(body)
@@ -227,19 +218,19 @@ impl ServerClient {
         path: &str,
         body: &impl serde::Serialize,
     ) -> Result<(reqwest::Response, String), ServerError> {
-        self.post_with(agent, path, |r| r.json(body)).await
+        self.post_with(Some(agent), path, |r| r.json(body)).await
     }
 
-    /// POSTs to `path` with a JWT naming `agent`, `body` adding the rest; the answer and
-    /// its URL.
+    /// POSTs to `path` with a JWT naming `agent` (none: the relay itself), `body` adding the
+    /// rest; the answer and its URL.
     async fn post_with(
         &self,
-        agent: AgentId,
+        agent: Option<AgentId>,
         path: &str,
         body: impl FnOnce(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
     ) -> Result<(reqwest::Response, String), ServerError> {
         let url = self.url(path);
-        let jwt = self.keys.mint_for_server(Some(agent))?;
+        let jwt = self.keys.mint_for_server(agent)?;
         let resp = body(self.http.post(&url).bearer_auth(jwt))
             .send()
             .await

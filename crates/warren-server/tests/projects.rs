@@ -10,20 +10,9 @@ use crate::common;
 use common::*;
 use reqwest::Method;
 use serde_json::{json, Value};
-use warren_testkit::git_http::GitHttpServer;
+use warren_testkit::git_http::{have_git, GitHttpServer};
 
 const PASSWORD: &str = "s3cret-git-pass";
-
-fn have_git() -> bool {
-    let ok = std::process::Command::new("git")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("skipping: git is not installed");
-    }
-    ok
-}
 
 fn msg(b: &Value) -> &str {
     b["error"]["message"]

@@ -35,6 +35,18 @@ impl Drop for GitHttpServer {
     }
 }
 
+/// Whether `git` can run here; where it cannot, says that the test skips.
+pub fn have_git() -> bool {
+    let ok = std::process::Command::new("git")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("skipping: git is not installed (the tests' Git servers need it)");
+    }
+    ok
+}
+
 /// Runs `git` with a clean configuration; fails with its stderr.
 pub fn git(dir: &Path, args: &[&str]) -> Result<String> {
     let out = std::process::Command::new("git")

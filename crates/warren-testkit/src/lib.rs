@@ -18,6 +18,7 @@ mod using;
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -285,47 +286,16 @@ impl Stack {
         let relay_internal_url = format!("http://{relay_internal_addr}");
         let pki = match options.tls {
             false => None,
-            true => {
-                let dir = home.path().join("pki");
-                let ca = tls::TestCa::new(&dir, "warren testkit CA")?;
-                let pki = StackTls {
-                    server_dir: dir.join("server"),
-                    relay_dir: dir.join("relay"),
-                    proxy_dir: dir.join("proxy"),
-                    ca,
-                };
-                pki.ca.issue(&pki.server_dir, LOCAL_NAMES)?;
-                pki.ca.issue(&pki.relay_dir, LOCAL_NAMES)?;
-                pki.ca
-                    .issue(&pki.proxy_dir, &[&format!("*.{DOMAIN}"), "localhost"])?;
-                Some(pki)
-            }
+            true => Some(StackTls::issue(&home.path().join("pki"))?),
         };
         let ca_file = pki.as_ref().map(|p| p.ca.ca_file.clone());
 
-        let mut config = ServerConfig::new(home.path().join("server"));
-        if let Some(p) = &pki {
-            config.tls_cert_file = Some(p.server_dir.join("tls.crt"));
-            config.tls_key_file = Some(p.server_dir.join("tls.key"));
-        }
-        config.devfile_registries = options.devfile_registries.clone();
-        // The tests' registries and Git servers listen on 127.0.0.1.
-        config.outbound_allow = vec!["127.0.0.1/32".parse().expect("cidr")];
+        let mut config = server_config(home.path(), &options, pki.as_ref())?;
         config.relay_urls = relay_listeners
             .iter()
             .map(|r| format!("http://{}", r.3))
             .collect();
         config.ssh_public_address = ssh_addr.map(|a| a.to_string());
-        if options.ssh {
-            let key = warren_proxy::ssh::host_public_key(
-                &home
-                    .path()
-                    .join("proxy")
-                    .join(warren_proxy::config::SSH_HOST_KEY_FILE),
-            )
-            .context("preparing the proxy's SSH host key")?;
-            config.ssh_host_keys = vec![key];
-        }
         let clock = options
             .manual_clock
             .then(|| warren_server::clock::ManualClock::new(chrono_now_ms()));
@@ -400,9 +370,11 @@ impl Stack {
                 }
             }
         }));
-        let prefix = format!("warren:testkit:{:016x}:", rand::random::<u64>());
         let mut relay_stops = Vec::new();
+        let prefix = format!("warren:testkit:{:016x}:", rand::random::<u64>());
         for (agents, _, internal, _) in relay_listeners {
+            let stop = shutdown.child_token();
+            relay_stops.push(stop.clone());
             let mut relay_config =
                 warren_relay::RelayConfig::new(api_url.parse()?, shared_secret.clone());
             relay_config.agent_wait_seconds = 5;
@@ -411,46 +383,9 @@ impl Stack {
                 relay_config.tls_key_file = Some(p.relay_dir.join("tls.key"));
                 relay_config.server_ca_file = ca_file.clone();
             }
-            let stop = shutdown.child_token();
-            relay_stops.push(stop.clone());
             let listeners = warren_relay::Listeners { agents, internal };
-            let task = match &options.redis_url {
-                Some(redis) => {
-                    relay_config.peer_secret =
-                        Some("testkit-relay-peer-secret-0123456789abcdef".into());
-                    let (peers, peer_addr) = bind().await?;
-                    let mut rc = warren_relay::redis_registry::RedisRegistryConfig::new(
-                        redis.clone(),
-                        format!("http://{peer_addr}").parse()?,
-                    );
-                    rc.key_prefix = prefix.clone();
-                    rc.entry_ttl = Duration::from_secs(10);
-                    rc.refresh_interval = Duration::from_secs(5);
-                    rc.health_interval = Duration::from_millis(200);
-                    let registry = warren_relay::redis_registry::RedisRegistry::connect(rc)
-                        .await
-                        .context("connecting the relay to Redis")?;
-                    tokio::spawn(async move {
-                        if let Err(e) = warren_relay::run_with_peers(
-                            relay_config,
-                            listeners,
-                            Some(peers),
-                            Arc::new(registry),
-                            stop,
-                        )
-                        .await
-                        {
-                            eprintln!("testkit: relay stopped: {e}");
-                        }
-                    })
-                }
-                None => tokio::spawn(async move {
-                    if let Err(e) = warren_relay::run(relay_config, listeners, stop).await {
-                        eprintln!("testkit: relay stopped: {e}");
-                    }
-                }),
-            };
-            tasks.push(task);
+            let redis = options.redis_url.as_deref();
+            tasks.push(spawn_relay(relay_config, listeners, redis, &prefix, stop).await?);
         }
         let relay_agents_url = if relay_agents_addrs.len() > 1 {
             let (balancer, addr) = balancer::start(relay_agents_addrs).await?;
@@ -525,6 +460,89 @@ impl Stack {
         stack.admin.id = me["id"].as_i64().context("users/me has an id")?;
         Ok(stack)
     }
+}
+
+impl StackTls {
+    /// A CA in `dir` and certificates it issued for the server, the relays and the proxy.
+    fn issue(dir: &Path) -> Result<StackTls> {
+        let ca = tls::TestCa::new(dir, "warren testkit CA")?;
+        let pki = StackTls {
+            server_dir: dir.join("server"),
+            relay_dir: dir.join("relay"),
+            proxy_dir: dir.join("proxy"),
+            ca,
+        };
+        pki.ca.issue(&pki.server_dir, LOCAL_NAMES)?;
+        pki.ca.issue(&pki.relay_dir, LOCAL_NAMES)?;
+        pki.ca
+            .issue(&pki.proxy_dir, &[&format!("*.{DOMAIN}"), "localhost"])?;
+        Ok(pki)
+    }
+}
+
+/// The server's configuration in a stack: its files under `home`, its certificate, the
+/// options' registries, and the proxy's SSH host key published when SSH is on.
+fn server_config(
+    home: &Path,
+    options: &StackOptions,
+    pki: Option<&StackTls>,
+) -> Result<ServerConfig> {
+    let mut config = ServerConfig::new(home.join("server"));
+    if let Some(p) = pki {
+        config.tls_cert_file = Some(p.server_dir.join("tls.crt"));
+        config.tls_key_file = Some(p.server_dir.join("tls.key"));
+    }
+    config.devfile_registries = options.devfile_registries.clone();
+    // The tests' registries and Git servers listen on 127.0.0.1.
+    config.outbound_allow = vec!["127.0.0.1/32".parse().expect("cidr")];
+    if options.ssh {
+        let key = warren_proxy::ssh::host_public_key(
+            &home
+                .join("proxy")
+                .join(warren_proxy::config::SSH_HOST_KEY_FILE),
+        )
+        .context("preparing the proxy's SSH host key")?;
+        config.ssh_host_keys = vec![key];
+    }
+    Ok(config)
+}
+
+/// Runs one relay until `stop`: alone, or with `redis` one of several sharing a routing table
+/// under `prefix` (short lifetimes, so tests see failovers quickly).
+async fn spawn_relay(
+    mut config: warren_relay::RelayConfig,
+    listeners: warren_relay::Listeners,
+    redis: Option<&str>,
+    prefix: &str,
+    stop: CancellationToken,
+) -> Result<tokio::task::JoinHandle<()>> {
+    let Some(redis) = redis else {
+        return Ok(tokio::spawn(async move {
+            if let Err(e) = warren_relay::run(config, listeners, stop).await {
+                eprintln!("testkit: relay stopped: {e}");
+            }
+        }));
+    };
+    config.peer_secret = Some("testkit-relay-peer-secret-0123456789abcdef".into());
+    let (peers, peer_addr) = bind().await?;
+    let mut rc = warren_relay::redis_registry::RedisRegistryConfig::new(
+        redis.to_owned(),
+        format!("http://{peer_addr}").parse()?,
+    );
+    rc.key_prefix = prefix.to_owned();
+    rc.entry_ttl = Duration::from_secs(10);
+    rc.refresh_interval = Duration::from_secs(5);
+    rc.health_interval = Duration::from_millis(200);
+    let registry = warren_relay::redis_registry::RedisRegistry::connect(rc)
+        .await
+        .context("connecting the relay to Redis")?;
+    Ok(tokio::spawn(async move {
+        let run =
+            warren_relay::run_with_peers(config, listeners, Some(peers), Arc::new(registry), stop);
+        if let Err(e) = run.await {
+            eprintln!("testkit: relay stopped: {e}");
+        }
+    }))
 }
 
 /// A plain HTTP/1.1 server on a free local port answering `body` to every request, for the

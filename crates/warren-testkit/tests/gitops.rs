@@ -9,19 +9,8 @@ use reqwest::Method;
 use serde_json::{json, Value};
 use std::path::Path;
 use warren_testkit::git_daemon::GitDaemon;
-use warren_testkit::git_http::{bare_repo, commit_files, git};
+use warren_testkit::git_http::{bare_repo, commit_files, git, have_git};
 use warren_testkit::{wait_for, Stack};
-
-fn have_git() -> bool {
-    let ok = std::process::Command::new("git")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("skipping: git is not installed (the tests' Git server needs it)");
-    }
-    ok
-}
 
 fn bare(root: &Path, name: &str) -> std::path::PathBuf {
     bare_repo(root, name).unwrap()

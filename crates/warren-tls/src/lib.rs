@@ -11,7 +11,7 @@ mod listener;
 mod reload;
 
 pub use client::{trust_ca_file, CaBundle};
-pub use listener::TlsListener;
+pub use listener::{accept, TlsListener};
 pub use reload::{ServerCert, RELOAD_INTERVAL};
 
 use std::path::PathBuf;

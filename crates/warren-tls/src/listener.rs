@@ -85,16 +85,8 @@ async fn accept_loop(
             return;
         };
         let (tcp, peer) = tokio::select! {
-            // Cancel-safe: accept() loses no connection when the other arm wins.
-            r = listener.accept() => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    // Out of file descriptors and the like: wait a moment, keep serving.
-                    tracing::warn!(error = %e, "accepting a connection failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+            // Cancel-safe: `accept` loses no connection when the other arm wins.
+            x = accept(&listener) => x,
             // Cancel-safe: only reports that the listener is gone.
             _ = ready.closed() => return,
         };
@@ -155,6 +147,21 @@ impl Drop for PeerSlot {
             *n -= 1;
             if *n == 0 {
                 map.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// The next connection. A failure to accept (out of file descriptors and the like) is
+/// logged and tried again after a moment: the connections already open keep being served.
+/// Cancel-safe: a connection is taken only when this returns it.
+pub async fn accept(listener: &TcpListener) -> (TcpStream, SocketAddr) {
+    loop {
+        match listener.accept().await {
+            Ok(x) => return x,
+            Err(e) => {
+                tracing::warn!(error = %e, "accepting a connection failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
     }

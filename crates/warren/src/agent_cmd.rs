@@ -1,9 +1,9 @@
 //! `warren agent`: connect to a relay with the agent token, build the chosen workspace runtime
 //! and run the reconcile loop until Ctrl-C or SIGTERM.
 
-use crate::relay_cmd::{read_secret, shutdown_on_signals};
-use anyhow::{bail, Context};
-use serde::Deserialize;
+use crate::relay_cmd::shutdown_on_signals;
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use url::Url;
 use warren_agent::connection::ConnectionConfig;
@@ -13,7 +13,7 @@ use warren_agent::runtime::kubernetes::ComponentPolicy;
 use warren_agent::{AgentConfig, RuntimeChoice};
 use warren_types::AgentId;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RuntimeKind {
     /// Docker or Podman through the Docker-compatible API.
@@ -27,6 +27,21 @@ pub struct AgentArgs {
     /// TOML file with any of the settings below (snake_case keys); flags and variables win.
     #[arg(long, env = "WARREN_AGENT_CONFIG")]
     config: Option<PathBuf>,
+    #[command(flatten)]
+    settings: AgentSettings,
+    /// Output format of the management commands.
+    #[command(flatten)]
+    pub out: warren_cli::OutputArgs,
+    /// Manage agents instead of running one.
+    #[command(subcommand)]
+    pub manage: Option<warren_cli::AgentCommand>,
+}
+
+/// The agent's settings, from flags and variables or from the file (every key optional,
+/// unknown keys refused).
+#[derive(Debug, Default, clap::Args, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct AgentSettings {
     /// The relay's agent listener, e.g. http://relay.example.com:7081.
     #[arg(long, env = "WARREN_RELAY_URL")]
     relay_url: Option<Url>,
@@ -96,32 +111,6 @@ pub struct AgentArgs {
     /// [default: 15].
     #[arg(long, env = "WARREN_AGENT_LEADER_ELECTION_LEASE_SECONDS")]
     leader_election_lease_seconds: Option<u64>,
-    /// Output format of the management commands.
-    #[command(flatten)]
-    pub out: warren_cli::OutputArgs,
-    /// Manage agents instead of running one.
-    #[command(subcommand)]
-    pub manage: Option<warren_cli::AgentCommand>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AgentFile {
-    relay_url: Option<Url>,
-    relay_ca_file: Option<PathBuf>,
-    metrics_listen: Option<std::net::SocketAddr>,
-    token_file: Option<PathBuf>,
-    runtime: Option<RuntimeKind>,
-    state_dir: Option<PathBuf>,
-    image_builds: Option<bool>,
-    component_kinds: Option<Vec<String>>,
-    component_service_types: Option<Vec<String>>,
-    agent_id: Option<i64>,
-    leader_election: Option<bool>,
-    leader_election_namespace: Option<String>,
-    leader_election_lease: Option<String>,
-    leader_election_identity: Option<String>,
-    leader_election_lease_seconds: Option<u64>,
 }
 
 /// The admin's component lists, each defaulting on its own, checked before anything starts.
@@ -144,84 +133,62 @@ pub fn component_policy(
 }
 
 pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
-    let file: AgentFile = crate::settings::read_file(args.config.as_deref())?;
-    let relay_url = args
+    let s: AgentSettings = crate::settings::layered(&args.settings, args.config.as_deref())?;
+    let relay_url = s
         .relay_url
-        .or(file.relay_url)
         .context("the relay URL is required: --relay-url, WARREN_RELAY_URL or relay_url")?;
-    let token = match (
-        std::env::var("WARREN_AGENT_TOKEN").ok(),
-        args.token_file.or(file.token_file),
-    ) {
-        (_, Some(path)) => read_secret(&path, "agent token")?,
-        (Some(t), None) if !t.is_empty() => t,
-        _ => bail!(
+    let token = crate::settings::secret("WARREN_AGENT_TOKEN", s.token_file, "agent token")?
+        .context(
             "the agent token is required: --token-file, WARREN_AGENT_TOKEN_FILE, \
-             WARREN_AGENT_TOKEN or token_file"
-        ),
-    };
-    let kind = args.runtime.or(file.runtime).unwrap_or(RuntimeKind::Engine);
-    let state_dir = args
-        .state_dir
-        .or(file.state_dir)
-        .unwrap_or_else(|| PathBuf::from("warren-agent"));
+             WARREN_AGENT_TOKEN or token_file",
+        )?;
+    let kind = s.runtime.unwrap_or(RuntimeKind::Engine);
+    let state_dir = s.state_dir.unwrap_or_else(|| PathBuf::from("warren-agent"));
     let mut connection = ConnectionConfig::new(relay_url, token);
-    connection.relay_ca_file = args.relay_ca_file.or(file.relay_ca_file);
+    connection.relay_ca_file = s.relay_ca_file;
     if let Some(path) = &connection.relay_ca_file {
         // Named now rather than at the first dial.
         warren_tls::CaBundle::load(path).context("the relay's CA bundle")?;
     }
     let config = AgentConfig {
         connection,
-        agent: args.agent_id.or(file.agent_id).map(AgentId),
+        agent: s.agent_id.map(AgentId),
         runtime: match kind {
             RuntimeKind::Engine => RuntimeChoice::Engine {
                 state_dir,
-                image_builds: args.image_builds.or(file.image_builds).unwrap_or(true),
+                image_builds: s.image_builds.unwrap_or(true),
             },
             RuntimeKind::Kubernetes => RuntimeChoice::Kubernetes {
-                components: component_policy(
-                    args.component_kinds.or(file.component_kinds),
-                    args.component_service_types
-                        .or(file.component_service_types),
-                )?,
+                components: component_policy(s.component_kinds, s.component_service_types)?,
             },
         },
         reconciler: ReconcilerConfig::default(),
-        leader_election: args
+        leader_election: s
             .leader_election
-            .or(file.leader_election)
             .unwrap_or(false)
             .then(|| LeaderElectionConfig {
-                namespace: args
+                namespace: s
                     .leader_election_namespace
-                    .or(file.leader_election_namespace)
                     .or_else(|| {
                         std::env::var("POD_NAMESPACE")
                             .ok()
                             .filter(|s| !s.is_empty())
                     })
                     .unwrap_or_else(|| "warren".into()),
-                lease_name: args
-                    .leader_election_lease
-                    .or(file.leader_election_lease)
-                    .unwrap_or_default(),
-                identity: args
+                lease_name: s.leader_election_lease.unwrap_or_default(),
+                identity: s
                     .leader_election_identity
-                    .or(file.leader_election_identity)
                     .or_else(|| std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()))
                     .unwrap_or_else(default_identity),
                 lease_duration: std::time::Duration::from_secs(
-                    args.leader_election_lease_seconds
-                        .or(file.leader_election_lease_seconds)
-                        .unwrap_or(15),
+                    s.leader_election_lease_seconds.unwrap_or(15),
                 ),
             }),
     };
     let shutdown = shutdown_on_signals();
     // Before anything is recorded: what is recorded without a recorder is lost.
     warren_metrics::handle();
-    let metrics = match args.metrics_listen.or(file.metrics_listen) {
+    let metrics = match s.metrics_listen {
         Some(addr) => {
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
@@ -254,9 +221,9 @@ mod tests {
 
     #[test]
     fn file_refuses_unknown_keys() {
-        let err = toml::from_str::<AgentFile>("token = 'x'").unwrap_err();
+        let err = toml::from_str::<AgentSettings>("token = 'x'").unwrap_err();
         assert!(err.to_string().contains("unknown field `token`"), "{err}");
-        let ok: AgentFile = toml::from_str("runtime = 'kubernetes'").unwrap();
+        let ok: AgentSettings = toml::from_str("runtime = 'kubernetes'").unwrap();
         assert_eq!(ok.runtime, Some(RuntimeKind::Kubernetes));
     }
 
@@ -266,7 +233,7 @@ mod tests {
         assert!(p.kinds.contains(&"Deployment".to_owned()));
         assert!(!p.kinds.contains(&"Ingress".to_owned()));
         assert_eq!(p.service_types, ["ClusterIP"]);
-        let file: AgentFile =
+        let file: AgentSettings =
             toml::from_str("component_kinds = ['ConfigMap', 'Ingress']\ncomponent_service_types = ['ClusterIP', 'NodePort']").unwrap();
         let p = component_policy(file.component_kinds, file.component_service_types).unwrap();
         assert_eq!(p.kinds, ["ConfigMap", "Ingress"]);

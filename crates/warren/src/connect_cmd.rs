@@ -1,9 +1,9 @@
 //! `warren connect`: attach this machine to the tree as the backing of one `proxy` mount,
 //! with the connector token `warren mount create NAME --type proxy --connector` showed.
 
-use crate::relay_cmd::{read_secret, shutdown_on_signals};
+use crate::relay_cmd::shutdown_on_signals;
 use anyhow::{bail, Context};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use url::Url;
 use warren_agent::connection::ConnectionConfig;
@@ -14,6 +14,15 @@ pub struct ConnectArgs {
     /// TOML file with any of the settings below (snake_case keys); flags and variables win.
     #[arg(long, env = "WARREN_CONNECT_CONFIG")]
     config: Option<PathBuf>,
+    #[command(flatten)]
+    settings: ConnectSettings,
+}
+
+/// The connector's settings, from flags and variables or from the file (every key optional,
+/// unknown keys refused).
+#[derive(Debug, Default, clap::Args, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct ConnectSettings {
     /// The relay's agent listener, e.g. https://relay.example.com:7081.
     #[arg(long, env = "WARREN_RELAY_URL")]
     relay_url: Option<Url>,
@@ -32,17 +41,6 @@ pub struct ConnectArgs {
     token_file: Option<PathBuf>,
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ConnectFile {
-    relay_url: Option<Url>,
-    relay_ca_file: Option<PathBuf>,
-    mount: Option<String>,
-    #[serde(default)]
-    ports: Vec<u16>,
-    token_file: Option<PathBuf>,
-}
-
 /// Whether this process runs as root: a connector is meant to run as the user whose machine
 /// it shares, and everything it starts runs as that user.
 fn is_root() -> bool {
@@ -57,32 +55,24 @@ fn is_root() -> bool {
 }
 
 pub async fn run(args: ConnectArgs) -> anyhow::Result<()> {
-    let file: ConnectFile = crate::settings::read_file(args.config.as_deref())?;
-    let relay_url = args
+    let s: ConnectSettings = crate::settings::layered(&args.settings, args.config.as_deref())?;
+    let relay_url = s
         .relay_url
-        .or(file.relay_url)
         .context("the relay URL is required: --relay-url, WARREN_RELAY_URL or relay_url")?;
-    let mount = args
+    let mount = s
         .mount
-        .or(file.mount)
         .context("the mount is required: --mount, WARREN_CONNECT_MOUNT or mount")?;
-    let mut ports = crate::settings::list(args.ports, Some(file.ports));
+    let mut ports = s.ports;
     if ports.contains(&0) {
         bail!("port 0 is not a port a connector can serve");
     }
     ports.sort_unstable();
     ports.dedup();
-    let token = match (
-        std::env::var("WARREN_CONNECTOR_TOKEN").ok(),
-        args.token_file.or(file.token_file),
-    ) {
-        (_, Some(path)) => read_secret(&path, "connector token")?,
-        (Some(t), None) if !t.is_empty() => t,
-        _ => bail!(
+    let token = crate::settings::secret("WARREN_CONNECTOR_TOKEN", s.token_file, "connector token")?
+        .context(
             "the connector token is required: --token-file, WARREN_CONNECTOR_TOKEN_FILE, \
-             WARREN_CONNECTOR_TOKEN or token_file"
-        ),
-    };
+             WARREN_CONNECTOR_TOKEN or token_file",
+        )?;
     if is_root() {
         tracing::warn!(
             "running as root: the web terminal and `warren ws ssh` into this mount get root \
@@ -90,7 +80,7 @@ pub async fn run(args: ConnectArgs) -> anyhow::Result<()> {
         );
     }
     let mut connection = ConnectionConfig::new(relay_url, token);
-    connection.relay_ca_file = args.relay_ca_file.or(file.relay_ca_file);
+    connection.relay_ca_file = s.relay_ca_file;
     if let Some(path) = &connection.relay_ca_file {
         // Named now rather than at the first dial.
         warren_tls::CaBundle::load(path).context("the relay's CA bundle")?;
@@ -110,9 +100,9 @@ mod tests {
 
     #[test]
     fn file_refuses_unknown_keys() {
-        let err = toml::from_str::<ConnectFile>("token = 'x'").unwrap_err();
+        let err = toml::from_str::<ConnectSettings>("token = 'x'").unwrap_err();
         assert!(err.to_string().contains("unknown field `token`"), "{err}");
-        let ok: ConnectFile = toml::from_str("mount = 'gpu'\nports = [22, 8888]").unwrap();
+        let ok: ConnectSettings = toml::from_str("mount = 'gpu'\nports = [22, 8888]").unwrap();
         assert_eq!(ok.ports, vec![22, 8888]);
     }
 }

@@ -8,9 +8,9 @@
 //! `POST /api/v1/oauth/clients` with `first_party: true` and the redirect URI
 //! `{scheme}://auth.{domain}[:port]/oauth/callback`); `warren up` does that itself.
 
-use crate::relay_cmd::{read_secret, shutdown_on_signals};
-use anyhow::{bail, Context};
-use serde::Deserialize;
+use crate::relay_cmd::shutdown_on_signals;
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use tokio::net::TcpListener;
@@ -63,6 +63,15 @@ struct RunArgs {
     /// header_timeout_secs, ssh_handshake_timeout_secs); flags and variables win.
     #[arg(long, env = "WARREN_PROXY_CONFIG")]
     config: Option<PathBuf>,
+    #[command(flatten)]
+    settings: ProxySettings,
+}
+
+/// The proxy's settings, from flags and variables or from the file (every key optional,
+/// unknown keys refused); those without a flag are the file's only.
+#[derive(Debug, Default, clap::Args, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct ProxySettings {
     /// Address of the HTTP listener [default: 0.0.0.0:7080].
     #[arg(long, env = "WARREN_PROXY_HTTP_LISTEN")]
     http_listen: Option<SocketAddr>,
@@ -73,8 +82,15 @@ struct RunArgs {
     #[arg(long, env = "WARREN_PROXY_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
     /// Run no SSH listener.
-    #[arg(long, env = "WARREN_PROXY_NO_SSH")]
-    no_ssh: bool,
+    #[arg(
+        long,
+        env = "WARREN_PROXY_NO_SSH",
+        value_name = "BOOL",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    no_ssh: Option<bool>,
     /// Directory of the proxy's keys (cookie keys, SSH host key).
     #[arg(long, env = "WARREN_PROXY_STATE_DIR")]
     state_dir: Option<PathBuf>,
@@ -125,36 +141,21 @@ struct RunArgs {
     /// CA bundle (PEM) trusted for --server-url besides the public roots.
     #[arg(long, env = "WARREN_PROXY_SERVER_CA_FILE", value_name = "FILE")]
     server_ca_file: Option<PathBuf>,
-}
-
-/// The TOML file; every key optional, unknown keys refused.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ProxyFile {
     /// `[limits]`: connection caps and timeouts (warren_proxy::config::ConnectionLimits).
+    #[arg(skip)]
     limits: Option<config::ConnectionLimits>,
-    http_listen: Option<SocketAddr>,
-    ssh_listen: Option<SocketAddr>,
-    metrics_listen: Option<SocketAddr>,
-    no_ssh: Option<bool>,
-    state_dir: Option<PathBuf>,
-    workspace_domain: Option<String>,
-    public_scheme: Option<String>,
-    public_port: Option<u16>,
-    server_url: Option<Url>,
-    server_public_url: Option<Url>,
-    relay_url: Option<Url>,
-    shared_secret_file: Option<PathBuf>,
-    oauth_client_id: Option<String>,
-    oauth_client_secret_file: Option<PathBuf>,
-    direct_upstream: Option<String>,
+    /// How long a workspace session cookie lasts.
+    #[arg(skip)]
     session_lifetime_secs: Option<u64>,
+    /// How long a positive authorisation answer is reused (at most 60 s).
+    #[arg(skip)]
     authorization_cache_secs: Option<u64>,
+    /// How often the proxy reports workspace activity to the server.
+    #[arg(skip)]
     activity_report_secs: Option<u64>,
+    /// The SSH host key, when not the state directory's.
+    #[arg(skip)]
     ssh_host_key_file: Option<PathBuf>,
-    tls_cert_file: Option<PathBuf>,
-    tls_key_file: Option<PathBuf>,
-    server_ca_file: Option<PathBuf>,
 }
 
 struct Resolved {
@@ -164,85 +165,70 @@ struct Resolved {
     metrics_listen: Option<SocketAddr>,
 }
 
-fn secret_from(env: &str, file: Option<PathBuf>, what: &str, how: &str) -> anyhow::Result<String> {
-    match (std::env::var(env).ok(), file) {
-        (_, Some(path)) => read_secret(&path, what),
-        (Some(s), None) if !s.is_empty() => Ok(s),
-        _ => bail!("the {what} is required: {how} or {env}"),
-    }
-}
-
 fn resolve(args: RunArgs) -> anyhow::Result<Resolved> {
-    let file: ProxyFile = crate::settings::read_file(args.config.as_deref())?;
-    let server_url = args
+    let s: ProxySettings = crate::settings::layered(&args.settings, args.config.as_deref())?;
+    let server_url = s
         .server_url
-        .or(file.server_url)
         .context("the server URL is required: --server-url, WARREN_SERVER_URL or server_url")?;
-    let shared_secret = secret_from(
+    let shared_secret = crate::settings::secret(
         "WARREN_PROXY_SHARED_SECRET",
-        args.shared_secret_file.or(file.shared_secret_file),
+        s.shared_secret_file,
         "shared secret",
-        "--shared-secret-file, WARREN_PROXY_SHARED_SECRET_FILE, shared_secret_file",
+    )?
+    .context(
+        "the shared secret is required: --shared-secret-file, WARREN_PROXY_SHARED_SECRET_FILE, \
+         shared_secret_file or WARREN_PROXY_SHARED_SECRET",
     )?;
-    let oauth_client_secret = secret_from(
+    let oauth_client_secret = crate::settings::secret(
         "WARREN_PROXY_OAUTH_CLIENT_SECRET",
-        args.oauth_client_secret_file.or(file.oauth_client_secret_file),
+        s.oauth_client_secret_file,
         "OAuth client secret",
-        "--oauth-client-secret-file, WARREN_PROXY_OAUTH_CLIENT_SECRET_FILE, oauth_client_secret_file",
+    )?
+    .context(
+        "the OAuth client secret is required: --oauth-client-secret-file, \
+         WARREN_PROXY_OAUTH_CLIENT_SECRET_FILE, oauth_client_secret_file or \
+         WARREN_PROXY_OAUTH_CLIENT_SECRET",
     )?;
     let config = ProxyConfig {
-        state_dir: args
-            .state_dir
-            .or(file.state_dir)
+        state_dir: s.state_dir
             .context("the state directory is required: --state-dir, WARREN_PROXY_STATE_DIR or state_dir")?,
-        workspace_domain: args.workspace_domain.or(file.workspace_domain).context(
+        workspace_domain: s.workspace_domain.context(
             "the workspace domain is required: --workspace-domain, WARREN_WORKSPACE_DOMAIN or workspace_domain",
         )?,
-        public_scheme: args
-            .public_scheme
-            .or(file.public_scheme)
+        public_scheme: s.public_scheme
             .unwrap_or_else(|| "http".into()),
-        public_port: args.public_port.or(file.public_port),
-        server_public_url: args
-            .server_public_url
-            .or(file.server_public_url)
+        public_port: s.public_port,
+        server_public_url: s.server_public_url
             .unwrap_or_else(|| server_url.clone()),
         server_url,
-        relay_url: args
-            .relay_url
-            .or(file.relay_url)
+        relay_url: s.relay_url
             .context("the relay URL is required: --relay-url, WARREN_RELAY_URL or relay_url")?,
         shared_secret,
-        oauth_client_id: args
-            .oauth_client_id
-            .or(file.oauth_client_id)
+        oauth_client_id: s.oauth_client_id
             .unwrap_or_else(|| DEFAULT_OAUTH_CLIENT_ID.into()),
         oauth_client_secret,
-        session_lifetime_secs: file
-            .session_lifetime_secs
+        session_lifetime_secs: s.session_lifetime_secs
             .unwrap_or(config::DEFAULT_SESSION_LIFETIME_SECS),
-        authorization_cache_secs: file
-            .authorization_cache_secs
+        authorization_cache_secs: s.authorization_cache_secs
             .unwrap_or(config::DEFAULT_AUTHORIZATION_CACHE_SECS),
-        activity_report_secs: file
-            .activity_report_secs
+        activity_report_secs: s.activity_report_secs
             .unwrap_or(config::DEFAULT_ACTIVITY_REPORT_SECS),
-        direct_upstream: args.direct_upstream.or(file.direct_upstream),
-        tls_cert_file: args.tls_cert_file.or(file.tls_cert_file),
-        tls_key_file: args.tls_key_file.or(file.tls_key_file),
-        server_ca_file: args.server_ca_file.or(file.server_ca_file),
-        ssh_host_key_file: file.ssh_host_key_file,
-        limits: file.limits.unwrap_or_default(),
+        direct_upstream: s.direct_upstream,
+        tls_cert_file: s.tls_cert_file,
+        tls_key_file: s.tls_key_file,
+        server_ca_file: s.server_ca_file,
+        ssh_host_key_file: s.ssh_host_key_file,
+        limits: s.limits.unwrap_or_default(),
     };
     config.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
-    let http_listen = match args.http_listen.or(file.http_listen) {
+    let http_listen = match s.http_listen {
         Some(a) => a,
         None => DEFAULT_HTTP_LISTEN.parse().expect("valid default"),
     };
-    let ssh_listen = if args.no_ssh || file.no_ssh.unwrap_or(false) {
+    let ssh_listen = if s.no_ssh.unwrap_or(false) {
         None
     } else {
-        Some(match args.ssh_listen.or(file.ssh_listen) {
+        Some(match s.ssh_listen {
             Some(a) => a,
             None => DEFAULT_SSH_LISTEN.parse().expect("valid default"),
         })
@@ -251,7 +237,7 @@ fn resolve(args: RunArgs) -> anyhow::Result<Resolved> {
         config,
         http_listen,
         ssh_listen,
-        metrics_listen: args.metrics_listen.or(file.metrics_listen),
+        metrics_listen: s.metrics_listen,
     })
 }
 

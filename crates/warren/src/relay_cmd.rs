@@ -3,10 +3,11 @@
 //! of several instances: the routing table lives in Redis and a third, relay↔relay listener
 //! (`--peer-listen`, reached by the others at `--advertise-url`) serves forwarded requests.
 
+use crate::settings::set;
 use anyhow::{bail, Context};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use tokio_util::sync::CancellationToken;
 use url::Url;
 use warren_relay::{Listeners, RelayConfig};
@@ -21,6 +22,15 @@ pub struct RelayArgs {
     /// TOML file with any of the settings below (snake_case keys); flags and variables win.
     #[arg(long, env = "WARREN_RELAY_CONFIG")]
     config: Option<PathBuf>,
+    #[command(flatten)]
+    settings: RelaySettings,
+}
+
+/// The relay's settings, from flags and variables or from the file (every key optional,
+/// unknown keys refused); those without a flag are the file's only.
+#[derive(Debug, Default, clap::Args, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct RelaySettings {
     /// Address agents connect to [default: 0.0.0.0:7081].
     #[arg(long, env = "WARREN_RELAY_AGENT_LISTEN")]
     agent_listen: Option<SocketAddr>,
@@ -61,33 +71,29 @@ pub struct RelayArgs {
     /// CA bundle (PEM) trusted for --server-url besides the public roots.
     #[arg(long, env = "WARREN_RELAY_SERVER_CA_FILE", value_name = "FILE")]
     server_ca_file: Option<PathBuf>,
-}
-
-/// The TOML file; every key optional, unknown keys refused.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RelayFile {
-    agent_listen: Option<SocketAddr>,
-    internal_listen: Option<SocketAddr>,
-    server_url: Option<Url>,
-    shared_secret_file: Option<PathBuf>,
+    /// Seconds an accepted agent token is believed without asking the server again.
+    #[arg(skip)]
     auth_cache_seconds: Option<u64>,
+    /// Seconds a refused agent token stays refused without asking the server again.
+    #[arg(skip)]
     auth_failure_cache_seconds: Option<u64>,
+    /// Seconds a request waits for its workspace's agent to connect.
+    #[arg(skip)]
     agent_wait_seconds: Option<u64>,
+    /// Seconds an agent has to answer a dial.
+    #[arg(skip)]
     dial_timeout_seconds: Option<u64>,
+    /// Seconds of silence after which an agent's connection is dropped.
+    #[arg(skip)]
     agent_idle_timeout_seconds: Option<u64>,
-    redis_url: Option<String>,
-    peer_listen: Option<SocketAddr>,
-    advertise_url: Option<Url>,
-    peer_secret_file: Option<PathBuf>,
-    tls_cert_file: Option<PathBuf>,
-    tls_key_file: Option<PathBuf>,
-    server_ca_file: Option<PathBuf>,
     /// Lifetime of an unrefreshed routing entry [default 300].
+    #[arg(skip)]
     redis_entry_ttl_seconds: Option<u64>,
     /// How often routing entries are refreshed [default 240].
+    #[arg(skip)]
     redis_refresh_seconds: Option<u64>,
     /// Prefix of the relay's Redis keys [default `warren:relay:`].
+    #[arg(skip)]
     redis_key_prefix: Option<String>,
 }
 
@@ -102,17 +108,6 @@ struct Resolved {
     agent_listen: SocketAddr,
     internal_listen: SocketAddr,
     cluster: Option<Cluster>,
-}
-
-/// Reads a secret from a file, without the trailing newline editors add.
-pub(crate) fn read_secret(path: &Path, what: &str) -> anyhow::Result<String> {
-    let raw = std::fs::read_to_string(path)
-        .with_context(|| format!("reading the {what} from {}", path.display()))?;
-    let secret = raw.trim_end_matches(['\n', '\r']).to_owned();
-    if secret.is_empty() {
-        bail!("the {what} file {} is empty", path.display());
-    }
-    Ok(secret)
 }
 
 /// A token cancelled on the first Ctrl-C or SIGTERM.
@@ -149,49 +144,39 @@ pub(crate) fn shutdown_on_signals() -> CancellationToken {
 }
 
 fn resolve(args: RelayArgs) -> anyhow::Result<Resolved> {
-    let file: RelayFile = crate::settings::read_file(args.config.as_deref())?;
-    let server_url = args
+    let s: RelaySettings = crate::settings::layered(&args.settings, args.config.as_deref())?;
+    let server_url = s
         .server_url
-        .or(file.server_url)
         .context("the server URL is required: --server-url, WARREN_SERVER_URL or server_url")?;
-    let secret = match (
-        std::env::var("WARREN_RELAY_SHARED_SECRET").ok(),
-        args.shared_secret_file.or(file.shared_secret_file),
-    ) {
-        (_, Some(path)) => read_secret(&path, "shared secret")?,
-        (Some(s), None) if !s.is_empty() => s,
-        _ => bail!(
-            "the relay↔server shared secret is required: --shared-secret-file, \
-             WARREN_RELAY_SHARED_SECRET_FILE, WARREN_RELAY_SHARED_SECRET or shared_secret_file"
-        ),
-    };
+    let secret = crate::settings::secret(
+        "WARREN_RELAY_SHARED_SECRET",
+        s.shared_secret_file,
+        "shared secret",
+    )?
+    .context(
+        "the relay↔server shared secret is required: --shared-secret-file, \
+         WARREN_RELAY_SHARED_SECRET_FILE, WARREN_RELAY_SHARED_SECRET or shared_secret_file",
+    )?;
     let mut config = RelayConfig::new(server_url, secret);
-    if let Some(v) = file.auth_cache_seconds {
-        config.auth_cache_seconds = v;
-    }
-    if let Some(v) = file.auth_failure_cache_seconds {
-        config.auth_failure_cache_seconds = v;
-    }
-    if let Some(v) = file.agent_wait_seconds {
-        config.agent_wait_seconds = v;
-    }
-    if let Some(v) = file.dial_timeout_seconds {
-        config.dial_timeout_seconds = v;
-    }
-    if let Some(v) = file.agent_idle_timeout_seconds {
-        config.agent_idle_timeout_seconds = v;
-    }
-    let redis_url = args.redis_url.or(file.redis_url).filter(|u| !u.is_empty());
-    let peer_listen = args.peer_listen.or(file.peer_listen);
-    let advertise_url = args.advertise_url.or(file.advertise_url);
-    let peer_secret = match (
-        std::env::var("WARREN_RELAY_PEER_SECRET").ok(),
-        args.peer_secret_file.or(file.peer_secret_file),
-    ) {
-        (_, Some(path)) => Some(read_secret(&path, "relay peer secret")?),
-        (Some(s), None) if !s.is_empty() => Some(s),
-        _ => None,
-    };
+    set(&mut config.auth_cache_seconds, s.auth_cache_seconds);
+    set(
+        &mut config.auth_failure_cache_seconds,
+        s.auth_failure_cache_seconds,
+    );
+    set(&mut config.agent_wait_seconds, s.agent_wait_seconds);
+    set(&mut config.dial_timeout_seconds, s.dial_timeout_seconds);
+    set(
+        &mut config.agent_idle_timeout_seconds,
+        s.agent_idle_timeout_seconds,
+    );
+    let redis_url = s.redis_url.filter(|u| !u.is_empty());
+    let peer_listen = s.peer_listen;
+    let advertise_url = s.advertise_url;
+    let peer_secret = crate::settings::secret(
+        "WARREN_RELAY_PEER_SECRET",
+        s.peer_secret_file,
+        "relay peer secret",
+    )?;
     let cluster = match redis_url {
         None => {
             if peer_listen.is_some() || advertise_url.is_some() {
@@ -224,15 +209,13 @@ fn resolve(args: RelayArgs) -> anyhow::Result<Resolved> {
             };
             let mut registry =
                 warren_relay::redis_registry::RedisRegistryConfig::new(redis_url, advertise_url);
-            if let Some(v) = file.redis_entry_ttl_seconds {
+            if let Some(v) = s.redis_entry_ttl_seconds {
                 registry.entry_ttl = std::time::Duration::from_secs(v);
             }
-            if let Some(v) = file.redis_refresh_seconds {
+            if let Some(v) = s.redis_refresh_seconds {
                 registry.refresh_interval = std::time::Duration::from_secs(v);
             }
-            if let Some(p) = file.redis_key_prefix {
-                registry.key_prefix = p;
-            }
+            set(&mut registry.key_prefix, s.redis_key_prefix);
             if registry.refresh_interval.is_zero()
                 || registry.refresh_interval >= registry.entry_ttl
             {
@@ -245,15 +228,15 @@ fn resolve(args: RelayArgs) -> anyhow::Result<Resolved> {
         }
     };
     config.peer_secret = peer_secret;
-    config.tls_cert_file = args.tls_cert_file.or(file.tls_cert_file);
-    config.tls_key_file = args.tls_key_file.or(file.tls_key_file);
-    config.server_ca_file = args.server_ca_file.or(file.server_ca_file);
+    config.tls_cert_file = s.tls_cert_file;
+    config.tls_key_file = s.tls_key_file;
+    config.server_ca_file = s.server_ca_file;
     config.validate().context("invalid relay configuration")?;
-    let agent_listen = match args.agent_listen.or(file.agent_listen) {
+    let agent_listen = match s.agent_listen {
         Some(a) => a,
         None => DEFAULT_AGENT_LISTEN.parse()?,
     };
-    let internal_listen = match args.internal_listen.or(file.internal_listen) {
+    let internal_listen = match s.internal_listen {
         Some(a) => a,
         None => DEFAULT_INTERNAL_LISTEN.parse()?,
     };
@@ -312,12 +295,13 @@ mod tests {
 
     #[test]
     fn file_refuses_unknown_keys() {
-        let err = toml::from_str::<RelayFile>("server_url = 'http://a'\nsecret = 'x'").unwrap_err();
+        let err =
+            toml::from_str::<RelaySettings>("server_url = 'http://a'\nsecret = 'x'").unwrap_err();
         assert!(err.to_string().contains("unknown field `secret`"), "{err}");
-        let ok: RelayFile =
+        let ok: RelaySettings =
             toml::from_str("server_url = 'http://a'\nagent_listen = '127.0.0.1:1'").unwrap();
         assert_eq!(ok.agent_listen, Some("127.0.0.1:1".parse().unwrap()));
-        let cluster: RelayFile = toml::from_str(
+        let cluster: RelaySettings = toml::from_str(
             "redis_url = 'redis://127.0.0.1:6379'\npeer_listen = '127.0.0.1:7083'\n\
              redis_entry_ttl_seconds = 30\nredis_refresh_seconds = 20",
         )

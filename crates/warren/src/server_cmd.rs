@@ -2,9 +2,9 @@
 //! merged into the server's configuration, validated before binding, then run until Ctrl-C
 //! or SIGTERM.
 
-use crate::settings::list;
+use crate::settings::set;
 use anyhow::Context;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use tokio_util::sync::CancellationToken;
@@ -24,6 +24,18 @@ pub struct ServerOptions {
     /// TOML file with any of the settings below (flags and environment win over it).
     #[arg(long, env = "WARREN_SERVER_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Write the bound address (`host:port`) to this file once ready to serve.
+    #[arg(long, env = "WARREN_READY_FILE", value_name = "FILE")]
+    ready_file: Option<PathBuf>,
+    #[command(flatten)]
+    settings: ServerSettings,
+}
+
+/// The server's settings, from flags and variables or from the file (every key optional,
+/// unknown keys refused); those without a flag are the file's only.
+#[derive(Debug, Default, clap::Args, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct ServerSettings {
     /// Address to listen on (port 0 picks a free port; see --ready-file). [default: 127.0.0.1:8080]
     #[arg(long, env = "WARREN_LISTEN", value_name = "ADDR")]
     listen: Option<SocketAddr>,
@@ -112,19 +124,10 @@ pub struct ServerOptions {
         value_name = "CIDR"
     )]
     outbound_allow: Vec<ipnet::IpNet>,
-    /// Single sign-on: the OpenID provider's issuer URL (the rest of `[oidc]` in --config).
-    #[arg(long, env = "WARREN_OIDC_ISSUER_URL", value_name = "URL")]
-    oidc_issuer_url: Option<String>,
-    /// Single sign-on: this server's client id at the provider.
-    #[arg(long, env = "WARREN_OIDC_CLIENT_ID", value_name = "ID")]
-    oidc_client_id: Option<String>,
-    /// Single sign-on: a file holding the client's secret (none: a public client).
-    #[arg(long, env = "WARREN_OIDC_CLIENT_SECRET_FILE", value_name = "FILE")]
-    oidc_client_secret_file: Option<PathBuf>,
-    /// Single sign-on: this server's callback as browsers reach it
-    /// (`https://warren.example.com/oauth/sso/callback`), registered with the provider.
-    #[arg(long, env = "WARREN_OIDC_REDIRECT_URL", value_name = "URL")]
-    oidc_redirect_url: Option<String>,
+    /// Single sign-on (`[oidc]` in the file).
+    #[command(flatten)]
+    #[serde(default)]
+    oidc: OidcSettings,
     /// Whether local passwords sign in (`false` needs single sign-on). [default: true]
     #[arg(long, env = "WARREN_PASSWORD_LOGIN", value_name = "BOOL")]
     password_login: Option<bool>,
@@ -134,189 +137,181 @@ pub struct ServerOptions {
     /// The private key (PEM) of --tls-cert-file; re-read when it changes.
     #[arg(long, env = "WARREN_TLS_KEY_FILE", value_name = "FILE")]
     tls_key_file: Option<PathBuf>,
-    /// Write the bound address (`host:port`) to this file once ready to serve.
-    #[arg(long, env = "WARREN_READY_FILE", value_name = "FILE")]
-    ready_file: Option<PathBuf>,
+    /// Seconds between the full reconciles an agent is asked for.
+    #[arg(skip)]
+    full_reconciliation_interval_seconds: Option<u64>,
+    /// Seconds between an agent's partial reconciles.
+    #[arg(skip)]
+    partial_reconciliation_interval_seconds: Option<u64>,
+    /// The database pool's size.
+    #[arg(skip)]
+    max_db_connections: Option<u32>,
 }
 
-/// `[oidc]` in the `--config` file: `warren_server::OidcConfig`'s fields, the secret also
-/// from a file, the first four also from flags.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct OidcFile {
+/// `[oidc]`: `warren_server::OidcConfig`'s fields, the secret also from a file, the first
+/// four also from flags.
+#[derive(Debug, Default, clap::Args, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct OidcSettings {
+    /// Single sign-on: the OpenID provider's issuer URL (the rest of `[oidc]` in --config).
+    #[arg(
+        long = "oidc-issuer-url",
+        env = "WARREN_OIDC_ISSUER_URL",
+        value_name = "URL"
+    )]
     issuer_url: Option<String>,
+    /// Single sign-on: this server's client id at the provider.
+    #[arg(
+        long = "oidc-client-id",
+        env = "WARREN_OIDC_CLIENT_ID",
+        value_name = "ID"
+    )]
     client_id: Option<String>,
-    client_secret: Option<String>,
+    /// Single sign-on: a file holding the client's secret (none: a public client).
+    #[arg(
+        long = "oidc-client-secret-file",
+        env = "WARREN_OIDC_CLIENT_SECRET_FILE",
+        value_name = "FILE"
+    )]
     client_secret_file: Option<PathBuf>,
+    /// Single sign-on: this server's callback as browsers reach it
+    /// (`https://warren.example.com/oauth/sso/callback`), registered with the provider.
+    #[arg(
+        long = "oidc-redirect-url",
+        env = "WARREN_OIDC_REDIRECT_URL",
+        value_name = "URL"
+    )]
     redirect_url: Option<String>,
+    /// The client's secret itself (prefer `client_secret_file`).
+    #[arg(skip)]
+    client_secret: Option<String>,
+    /// The provider's name on the sign-in button.
+    #[arg(skip)]
     display_name: Option<String>,
+    /// The claim a new account's username comes from.
+    #[arg(skip)]
     username_claim: Option<String>,
+    /// Whether a first sign-on makes an account.
+    #[arg(skip)]
     sign_up: Option<bool>,
+    /// Whether a first sign-on takes over a local account of the same name.
+    #[arg(skip)]
     link_existing_users: Option<bool>,
+    /// The claim listing the user's groups.
+    #[arg(skip)]
     groups_claim: Option<String>,
+    /// Members of this group are admins.
+    #[arg(skip)]
     admin_group: Option<String>,
+    /// Only members of these groups sign on (none: everyone the provider knows).
+    #[arg(skip)]
     allowed_groups: Option<Vec<String>>,
+    /// Scopes asked for.
+    #[arg(skip)]
     scopes: Option<Vec<String>>,
 }
 
-/// The `--config` file: the same settings, unknown keys refused.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileConfig {
-    listen: Option<SocketAddr>,
-    home: Option<PathBuf>,
-    database_url: Option<String>,
-    secret_key_file: Option<PathBuf>,
-    relay_secret: Option<String>,
-    relay_secret_file: Option<PathBuf>,
-    relay_urls: Option<Vec<String>>,
-    devfile_registries: Option<Vec<String>>,
-    default_devfile: Option<PathBuf>,
-    bootstrap_admin_username: Option<String>,
-    lifecycle_interval_seconds: Option<u64>,
-    full_reconciliation_interval_seconds: Option<u64>,
-    partial_reconciliation_interval_seconds: Option<u64>,
-    max_db_connections: Option<u32>,
-    trusted_proxies: Option<Vec<ipnet::IpNet>>,
-    outbound_allow: Option<Vec<ipnet::IpNet>>,
-    ssh_public_address: Option<String>,
-    ssh_host_key_file: Option<PathBuf>,
-    oidc: Option<OidcFile>,
-    password_login: Option<bool>,
-    tls_cert_file: Option<PathBuf>,
-    tls_key_file: Option<PathBuf>,
-}
-
-/// Flags and environment over the file over the defaults.
-fn merge(args: &ServerOptions, file: FileConfig) -> anyhow::Result<(ServerConfig, SocketAddr)> {
-    let home = match args.home.clone().or(file.home) {
+/// The server's configuration from its layered settings, over the defaults.
+fn merge(s: ServerSettings) -> anyhow::Result<(ServerConfig, SocketAddr)> {
+    let home = match s.home {
         Some(h) => h,
         None => dirs::data_dir()
             .map(|d| d.join("warren"))
             .context("no home directory: set --home or WARREN_HOME")?,
     };
     let mut c = ServerConfig::new(home);
-    c.database_url = args.database_url.clone().or(file.database_url);
-    c.secret_key_file = args.secret_key_file.clone().or(file.secret_key_file);
-    c.relay_secret = match args.relay_secret_file.clone().or(file.relay_secret_file) {
-        Some(path) => Some(crate::relay_cmd::read_secret(&path, "relay secret")?),
-        None => args.relay_secret.clone().or(file.relay_secret),
+    c.database_url = s.database_url;
+    c.secret_key_file = s.secret_key_file;
+    c.relay_secret = match s.relay_secret_file {
+        Some(path) => Some(crate::settings::read_secret(&path, "relay secret")?),
+        None => s.relay_secret,
     };
-    c.relay_urls = list(args.relay_urls.clone(), file.relay_urls);
+    c.relay_urls = s.relay_urls;
     c.relay_urls.retain(|u| !u.trim().is_empty());
-    c.devfile_registries = list(args.devfile_registries.clone(), file.devfile_registries);
+    c.devfile_registries = s.devfile_registries;
     c.devfile_registries.retain(|u| !u.trim().is_empty());
-    c.default_devfile_file = args.default_devfile.clone().or(file.default_devfile);
-    if let Some(u) = args
-        .bootstrap_admin_username
-        .clone()
-        .or(file.bootstrap_admin_username)
-    {
-        c.bootstrap_admin_username = u;
+    c.default_devfile_file = s.default_devfile;
+    set(&mut c.bootstrap_admin_username, s.bootstrap_admin_username);
+    set(
+        &mut c.lifecycle_interval_seconds,
+        s.lifecycle_interval_seconds,
+    );
+    set(
+        &mut c.full_reconciliation_interval_seconds,
+        s.full_reconciliation_interval_seconds,
+    );
+    set(
+        &mut c.partial_reconciliation_interval_seconds,
+        s.partial_reconciliation_interval_seconds,
+    );
+    set(&mut c.max_db_connections, s.max_db_connections);
+    c.trusted_proxies = s.trusted_proxies;
+    c.outbound_allow = s.outbound_allow;
+    c.ssh_public_address = s.ssh_public_address;
+    if let Some(path) = s.ssh_host_key_file {
+        c.ssh_host_keys = host_keys(&path)?;
     }
-    if let Some(s) = args
-        .lifecycle_interval_seconds
-        .or(file.lifecycle_interval_seconds)
-    {
-        c.lifecycle_interval_seconds = s;
-    }
-    if let Some(s) = file.full_reconciliation_interval_seconds {
-        c.full_reconciliation_interval_seconds = s;
-    }
-    if let Some(s) = file.partial_reconciliation_interval_seconds {
-        c.partial_reconciliation_interval_seconds = s;
-    }
-    if let Some(n) = file.max_db_connections {
-        c.max_db_connections = n;
-    }
-    c.trusted_proxies = list(args.trusted_proxies.clone(), file.trusted_proxies);
-    c.outbound_allow = list(args.outbound_allow.clone(), file.outbound_allow);
-    c.ssh_public_address = args.ssh_public_address.clone().or(file.ssh_public_address);
-    if let Some(path) = args.ssh_host_key_file.clone().or(file.ssh_host_key_file) {
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading the SSH host key file {}", path.display()))?;
-        c.ssh_host_keys = text
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty() && !l.starts_with('#'))
-            .map(str::to_owned)
-            .collect();
-        if c.ssh_host_keys.is_empty() {
-            anyhow::bail!("the SSH host key file {} holds no key", path.display());
-        }
-    }
-    c.oidc = oidc(args, file.oidc.unwrap_or_default())?;
-    if let Some(p) = args.password_login.or(file.password_login) {
-        c.password_login = p;
-    }
-    c.tls_cert_file = args.tls_cert_file.clone().or(file.tls_cert_file);
-    c.tls_key_file = args.tls_key_file.clone().or(file.tls_key_file);
-    let listen = match args.listen.or(file.listen) {
+    c.oidc = oidc(s.oidc)?;
+    set(&mut c.password_login, s.password_login);
+    c.tls_cert_file = s.tls_cert_file;
+    c.tls_key_file = s.tls_key_file;
+    let listen = match s.listen {
         Some(l) => l,
         None => DEFAULT_LISTEN.parse().context("default listen address")?,
     };
     Ok((c, listen))
 }
 
-/// Single sign-on from flags over `[oidc]`; none when no issuer is given anywhere.
-fn oidc(args: &ServerOptions, f: OidcFile) -> anyhow::Result<Option<warren_server::OidcConfig>> {
-    let Some(issuer) = args.oidc_issuer_url.clone().or(f.issuer_url) else {
-        let other = args.oidc_client_id.is_some()
-            || args.oidc_redirect_url.is_some()
-            || args.oidc_client_secret_file.is_some()
-            || f.client_id.is_some()
-            || f.redirect_url.is_some();
-        if other {
+/// The proxy's SSH host public keys, one OpenSSH line each (comments and blank lines skipped).
+fn host_keys(path: &std::path::Path) -> anyhow::Result<Vec<String>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the SSH host key file {}", path.display()))?;
+    let keys: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_owned)
+        .collect();
+    if keys.is_empty() {
+        anyhow::bail!("the SSH host key file {} holds no key", path.display());
+    }
+    Ok(keys)
+}
+
+/// Single sign-on; none when no issuer is given anywhere.
+fn oidc(f: OidcSettings) -> anyhow::Result<Option<warren_server::OidcConfig>> {
+    let Some(issuer) = f.issuer_url else {
+        if f.client_id.is_some() || f.redirect_url.is_some() || f.client_secret_file.is_some() {
             anyhow::bail!("oidc: settings given without an issuer URL (--oidc-issuer-url)");
         }
         return Ok(None);
     };
-    let client_id = args
-        .oidc_client_id
-        .clone()
-        .or(f.client_id)
+    let client_id = f
+        .client_id
         .context("oidc: no client id (--oidc-client-id)")?;
-    let redirect = args
-        .oidc_redirect_url
-        .clone()
-        .or(f.redirect_url)
+    let redirect = f
+        .redirect_url
         .context("oidc: no redirect URL (--oidc-redirect-url)")?;
     let mut o = warren_server::OidcConfig::new(&issuer, &client_id, &redirect);
-    o.client_secret = match args
-        .oidc_client_secret_file
-        .clone()
-        .or(f.client_secret_file)
-    {
-        Some(path) => Some(crate::relay_cmd::read_secret(&path, "OIDC client secret")?),
+    o.client_secret = match f.client_secret_file {
+        Some(path) => Some(crate::settings::read_secret(&path, "OIDC client secret")?),
         None => f.client_secret,
     };
-    if let Some(v) = f.display_name {
-        o.display_name = v;
-    }
-    if let Some(v) = f.username_claim {
-        o.username_claim = v;
-    }
-    if let Some(v) = f.sign_up {
-        o.sign_up = v;
-    }
-    if let Some(v) = f.link_existing_users {
-        o.link_existing_users = v;
-    }
-    if let Some(v) = f.groups_claim {
-        o.groups_claim = v;
-    }
+    set(&mut o.display_name, f.display_name);
+    set(&mut o.username_claim, f.username_claim);
+    set(&mut o.sign_up, f.sign_up);
+    set(&mut o.link_existing_users, f.link_existing_users);
+    set(&mut o.groups_claim, f.groups_claim);
     o.admin_group = f.admin_group;
     o.allowed_groups = f.allowed_groups.unwrap_or_default();
-    if let Some(v) = f.scopes {
-        o.scopes = v;
-    }
+    set(&mut o.scopes, f.scopes);
     Ok(Some(o))
 }
 
 /// The validated configuration the flags, variables and file describe, and where to listen.
 fn configure(args: &ServerOptions) -> anyhow::Result<(ServerConfig, SocketAddr)> {
-    let file: FileConfig = crate::settings::read_file(args.config.as_deref())?;
-    let (config, listen) = merge(args, file)?;
+    let settings = crate::settings::layered(&args.settings, args.config.as_deref())?;
+    let (config, listen) = merge(settings)?;
     config
         .validate()
         .map_err(|e| anyhow::anyhow!("invalid server configuration: {e}"))?;
@@ -381,22 +376,35 @@ mod tests {
         a: ServerArgs,
     }
 
+    /// The flags of `args` over a file holding `toml`.
+    fn configured(args: &[&str], toml: &str) -> anyhow::Result<(ServerConfig, SocketAddr)> {
+        let t = T::parse_from(args);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("server.toml");
+        std::fs::write(&path, toml).unwrap();
+        merge(crate::settings::layered(
+            &t.a.options.settings,
+            Some(&path),
+        )?)
+    }
+
     #[test]
     fn flags_win_over_the_file_and_the_file_refuses_typos() {
-        let t = T::parse_from(["t", "--home", "/flag", "--relay-url", "http://r1,http://r2"]);
-        let file: FileConfig = toml::from_str(
-            "home = \"/file\"\ndatabase_url = \"postgres://db/x\"\nlisten = \"0.0.0.0:9000\"\nrelay_urls = [\"http://f\"]",
+        let (c, listen) = configured(
+            &["t", "--home", "/flag", "--relay-url", "http://r1,http://r2"],
+            "home = \"/file\"\ndatabase_url = \"postgres://db/x\"\nlisten = \"0.0.0.0:9000\"\n\
+             relay_urls = [\"http://f\"]\nmax_db_connections = 3",
         )
         .unwrap();
-        let (c, listen) = merge(&t.a.options, file).unwrap();
         assert_eq!(c.home, PathBuf::from("/flag"));
         assert_eq!(c.database_url.as_deref(), Some("postgres://db/x"));
         assert_eq!(c.relay_urls, ["http://r1", "http://r2"]);
+        assert_eq!(c.max_db_connections, 3);
         assert_eq!(listen.to_string(), "0.0.0.0:9000");
-        let err = toml::from_str::<FileConfig>("databse_url = \"x\"").unwrap_err();
+        let err = configured(&["t"], "databse_url = \"x\"").unwrap_err();
         assert!(
-            err.to_string().contains("unknown field `databse_url`"),
-            "{err}"
+            format!("{err:#}").contains("unknown field `databse_url`"),
+            "{err:#}"
         );
     }
 
@@ -405,23 +413,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let secret = dir.path().join("oidc.secret");
         std::fs::write(&secret, "the-secret\n").unwrap();
-        let t = T::parse_from([
-            "t",
-            "--home",
-            "/h",
-            "--oidc-issuer-url",
-            "https://id.example.com",
-            "--oidc-client-secret-file",
-            secret.to_str().unwrap(),
-            "--password-login",
-            "false",
-        ]);
-        let file: FileConfig = toml::from_str(
+        let (c, _) = configured(
+            &[
+                "t",
+                "--home",
+                "/h",
+                "--oidc-issuer-url",
+                "https://id.example.com",
+                "--oidc-client-secret-file",
+                secret.to_str().unwrap(),
+                "--password-login",
+                "false",
+            ],
             "[oidc]\nclient_id = \"warren\"\nredirect_url = \"https://w.example.com/oauth/sso/callback\"\n\
              admin_group = \"admins\"\nsign_up = false",
         )
         .unwrap();
-        let (c, _) = merge(&t.a.options, file).unwrap();
         let o = c.oidc.clone().expect("oidc");
         assert_eq!(o.issuer_url, "https://id.example.com");
         assert_eq!(o.client_id, "warren");
@@ -430,10 +437,9 @@ mod tests {
         assert!(!o.sign_up && !c.password_login);
         c.validate().unwrap();
         // Half a configuration is an error naming what is missing.
-        let t = T::parse_from(["t", "--home", "/h", "--oidc-client-id", "warren"]);
-        let err = merge(&t.a.options, FileConfig::default()).unwrap_err();
+        let err = configured(&["t", "--home", "/h", "--oidc-client-id", "warren"], "").unwrap_err();
         assert!(err.to_string().contains("without an issuer"), "{err}");
-        let err = toml::from_str::<FileConfig>("[oidc]\nclient_secrett = \"x\"").unwrap_err();
-        assert!(err.to_string().contains("unknown field"), "{err}");
+        let err = configured(&["t"], "[oidc]\nclient_secrett = \"x\"").unwrap_err();
+        assert!(format!("{err:#}").contains("unknown field"), "{err:#}");
     }
 }

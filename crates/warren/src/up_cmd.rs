@@ -10,7 +10,8 @@
 //! after. The relay and the agent talk over real loopback sockets exactly as separate
 //! processes would, so `warren up` exercises the same code paths as a production deployment.
 
-use crate::relay_cmd::{read_secret, shutdown_on_signals};
+use crate::relay_cmd::shutdown_on_signals;
+use crate::settings::read_secret;
 use anyhow::{bail, Context};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -110,63 +111,35 @@ pub struct UpArgs {
     no_editor_build: bool,
 }
 
-pub async fn run(args: UpArgs) -> anyhow::Result<()> {
-    let home = match args.home.clone() {
-        Some(h) => h,
-        None => credentials::warren_home(None).context("finding WARREN_HOME")?,
-    };
-    std::fs::create_dir_all(&home)
-        .with_context(|| format!("creating the state directory {}", home.display()))?;
-    let mut config = ServerConfig::new(&home);
-    config.partial_reconciliation_interval_seconds = args.partial_reconciliation_interval_seconds;
-    config
-        .validate()
-        .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
-    if args.workspace_domain.trim().is_empty() {
-        bail!("--workspace-domain must not be empty");
-    }
+/// What `warren up` listens on, bound before anything starts.
+struct Bound {
+    api: TcpListener,
+    api_addr: SocketAddr,
+    api_url: String,
+    proxy_http: TcpListener,
+    proxy_port: u16,
+    proxy_ssh: TcpListener,
+    ssh_addr: SocketAddr,
+    relay_agents: TcpListener,
+    relay_agent_url: String,
+    relay_internal: TcpListener,
+    relay_internal_url: String,
+}
 
-    // Configuration is valid: bind. The relay's listeners are private to this process.
-    let api = TcpListener::bind(args.listen).await.with_context(|| {
-        format!(
-            "binding the API to {} (is another Warren running? pass --listen)",
-            args.listen
-        )
-    })?;
-    let api_addr = api.local_addr().context("reading the API address")?;
+/// Binds every listener; an address in use names the flag that moves it.
+async fn bind(args: &UpArgs) -> anyhow::Result<Bound> {
+    let taken = |what: &str, addr: SocketAddr, flag: &str| {
+        format!("binding {what} to {addr} (is another Warren running? pass {flag})")
+    };
+    let api = TcpListener::bind(args.listen)
+        .await
+        .with_context(|| taken("the API", args.listen, "--listen"))?;
     let proxy_http = TcpListener::bind(args.proxy_listen)
         .await
-        .with_context(|| {
-            format!(
-                "binding the proxy to {} (is another Warren running? pass --proxy-listen)",
-                args.proxy_listen
-            )
-        })?;
-    let proxy_addr = proxy_http
-        .local_addr()
-        .context("reading the proxy address")?;
-    let proxy_ssh = TcpListener::bind(args.ssh_listen).await.with_context(|| {
-        format!(
-            "binding the SSH server to {} (is another Warren running? pass --ssh-listen)",
-            args.ssh_listen
-        )
-    })?;
-    let ssh_addr = proxy_ssh.local_addr().context("reading the SSH address")?;
-    config.ssh_public_address = Some(ssh_addr.to_string());
-    // The proxy's host key, made now if new, is published so `warren ws ssh` pins it.
-    let host_key = warren_proxy::ssh::host_public_key(
-        &home
-            .join("proxy")
-            .join(warren_proxy::config::SSH_HOST_KEY_FILE),
-    )
-    .context("preparing the proxy's SSH host key")?;
-    config.ssh_host_keys = vec![host_key];
-    // Endpoint URLs carry the proxy's port unless it is the default one.
-    let url_domain = if proxy_addr.port() == 80 {
-        args.workspace_domain.clone()
-    } else {
-        format!("{}:{}", args.workspace_domain, proxy_addr.port())
-    };
+        .with_context(|| taken("the proxy", args.proxy_listen, "--proxy-listen"))?;
+    let proxy_ssh = TcpListener::bind(args.ssh_listen)
+        .await
+        .with_context(|| taken("the SSH server", args.ssh_listen, "--ssh-listen"))?;
     let relay_agents = TcpListener::bind(args.relay_listen)
         .await
         .with_context(|| {
@@ -178,61 +151,69 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let relay_internal = TcpListener::bind("127.0.0.1:0")
         .await
         .context("binding the relay's internal listener")?;
-    let relay_agent_url = format!("http://{}", relay_agents.local_addr()?);
-    let relay_internal_url = format!("http://{}", relay_internal.local_addr()?);
-    config.relay_urls = vec![relay_internal_url.clone()];
-    config.devfile_registries = args.devfile_registries.clone();
-    config.outbound_allow = args.outbound_allow.clone();
+    let api_addr = api.local_addr().context("reading the API address")?;
+    Ok(Bound {
+        api_addr,
+        api_url: format!("http://{api_addr}"),
+        proxy_port: proxy_http.local_addr()?.port(),
+        ssh_addr: proxy_ssh.local_addr()?,
+        relay_agent_url: format!("http://{}", relay_agents.local_addr()?),
+        relay_internal_url: format!("http://{}", relay_internal.local_addr()?),
+        api,
+        proxy_http,
+        proxy_ssh,
+        relay_agents,
+        relay_internal,
+    })
+}
 
-    let server = Server::prepare(config)
-        .await
-        .context("starting the server")?;
-    let api_url = format!("http://{api_addr}");
-
-    if let Some(admin) = server.bootstrap_admin() {
-        println!(
-            "Created the admin account {:?} with password {:?} (shown only now).",
-            admin.username, admin.password
-        );
-    }
-    let (agent_id, agent_token, agent_config) = ensure_agent(&server, &home, &url_domain).await?;
-    let cred_path = ensure_cli_credentials(&server, &home, &api_url).await?;
-
-    // The runtime is checked before anything serves so a missing one is a clear, early error.
-    let (runtime, engine_runtime): (Arc<dyn WorkspaceRuntime>, Option<EngineRuntime>) = match args
-        .runtime
-    {
+/// The workspace runtime, checked before anything serves so that a missing one is a clear,
+/// early error; the engine's handle too, for what only the engine does.
+async fn connect_runtime(
+    args: &UpArgs,
+    agent_id: AgentId,
+    home: &Path,
+) -> anyhow::Result<(Arc<dyn WorkspaceRuntime>, Option<EngineRuntime>)> {
+    Ok(match args.runtime {
         crate::agent_cmd::RuntimeKind::Engine => {
             let mut engine = EngineConfig::new(agent_id, home.join("agent"));
             engine.host = args.engine.clone();
             let runtime = EngineRuntime::connect(engine).await.context(
                 "warren up runs workspaces on Docker or Podman; install one \
-                     (e.g. `apt-get install podman`) or point DOCKER_HOST at an engine",
+                 (e.g. `apt-get install podman`) or point DOCKER_HOST at an engine",
             )?;
             (Arc::new(runtime.clone()), Some(runtime))
         }
         crate::agent_cmd::RuntimeKind::Kubernetes => {
             let client = kube::Client::try_default().await.context(
                 "--runtime kubernetes runs workspaces on the cluster of KUBECONFIG (or the \
-                     in-cluster configuration), and none could be loaded",
+                 in-cluster configuration), and none could be loaded",
             )?;
             let runtime = KubernetesRuntime::new(client, agent_id, KubernetesOptions::default());
             (Arc::new(runtime), None)
         }
-    };
-    let shared_secret = String::from_utf8(server.relay_secret().to_vec())
-        .context("the relay secret is not text")?;
+    })
+}
 
-    // The proxy's OAuth client: first-party (no consent screen), a fresh secret each run.
-    let proxy_config = ProxyConfig {
+/// The proxy's configuration: its OAuth client is first-party (no consent screen), with a
+/// fresh secret each run.
+fn proxy_config(
+    args: &UpArgs,
+    home: &Path,
+    bound: &Bound,
+    shared_secret: &str,
+) -> anyhow::Result<ProxyConfig> {
+    let api = Url::parse(&bound.api_url).context("the API address is not a URL")?;
+    let config = ProxyConfig {
         state_dir: home.join("proxy"),
         workspace_domain: args.workspace_domain.clone(),
         public_scheme: "http".into(),
-        public_port: Some(proxy_addr.port()),
-        server_url: Url::parse(&api_url).context("the API address is not a URL")?,
-        server_public_url: Url::parse(&api_url).context("the API address is not a URL")?,
-        relay_url: Url::parse(&relay_internal_url).context("the relay address is not a URL")?,
-        shared_secret: shared_secret.clone(),
+        public_port: Some(bound.proxy_port),
+        server_url: api.clone(),
+        server_public_url: api,
+        relay_url: Url::parse(&bound.relay_internal_url)
+            .context("the relay address is not a URL")?,
+        shared_secret: shared_secret.to_owned(),
         oauth_client_id: PROXY_CLIENT_ID.into(),
         oauth_client_secret: random_secret(),
         session_lifetime_secs: warren_proxy::config::DEFAULT_SESSION_LIFETIME_SECS,
@@ -245,9 +226,72 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         ssh_host_key_file: None,
         limits: Default::default(),
     };
-    proxy_config
+    config
         .validate()
         .map_err(|e| anyhow::anyhow!("invalid proxy configuration: {e}"))?;
+    Ok(config)
+}
+
+/// The server's configuration: `warren up`'s defaults, what its flags set, and where the
+/// other components listen.
+fn server_config(args: &UpArgs, home: &Path, bound: &Bound) -> anyhow::Result<ServerConfig> {
+    let mut config = ServerConfig::new(home);
+    config.partial_reconciliation_interval_seconds = args.partial_reconciliation_interval_seconds;
+    config.ssh_public_address = Some(bound.ssh_addr.to_string());
+    // The proxy's host key, made now if new, is published so `warren ws ssh` pins it.
+    let host_key = warren_proxy::ssh::host_public_key(
+        &home
+            .join("proxy")
+            .join(warren_proxy::config::SSH_HOST_KEY_FILE),
+    )
+    .context("preparing the proxy's SSH host key")?;
+    config.ssh_host_keys = vec![host_key];
+    config.relay_urls = vec![bound.relay_internal_url.clone()];
+    config.devfile_registries = args.devfile_registries.clone();
+    config.outbound_allow = args.outbound_allow.clone();
+    config
+        .validate()
+        .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+    Ok(config)
+}
+
+pub async fn run(args: UpArgs) -> anyhow::Result<()> {
+    let home = match args.home.clone() {
+        Some(h) => h,
+        None => credentials::warren_home(None).context("finding WARREN_HOME")?,
+    };
+    std::fs::create_dir_all(&home)
+        .with_context(|| format!("creating the state directory {}", home.display()))?;
+    ServerConfig::new(&home)
+        .validate()
+        .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+    if args.workspace_domain.trim().is_empty() {
+        bail!("--workspace-domain must not be empty");
+    }
+
+    // Configuration is valid: bind. The relay's listeners are private to this process.
+    let bound = bind(&args).await?;
+    // Endpoint URLs carry the proxy's port unless it is the default one.
+    let url_domain = if bound.proxy_port == 80 {
+        args.workspace_domain.clone()
+    } else {
+        format!("{}:{}", args.workspace_domain, bound.proxy_port)
+    };
+    let server = Server::prepare(server_config(&args, &home, &bound)?)
+        .await
+        .context("starting the server")?;
+    if let Some(admin) = server.bootstrap_admin() {
+        println!(
+            "Created the admin account {:?} with password {:?} (shown only now).",
+            admin.username, admin.password
+        );
+    }
+    let (agent_id, agent_token, agent_config) = ensure_agent(&server, &home, &url_domain).await?;
+    let cred_path = ensure_cli_credentials(&server, &home, &bound.api_url).await?;
+    let (runtime, engine_runtime) = connect_runtime(&args, agent_id, &home).await?;
+    let shared_secret = String::from_utf8(server.relay_secret().to_vec())
+        .context("the relay secret is not text")?;
+    let proxy_config = proxy_config(&args, &home, &bound, &shared_secret)?;
     server
         .register_oauth_client(&NewOAuthClient {
             client_id: PROXY_CLIENT_ID.into(),
@@ -259,6 +303,18 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("registering the proxy's OAuth client: {e}"))?;
 
+    let Bound {
+        api,
+        api_addr,
+        api_url,
+        proxy_http,
+        proxy_ssh,
+        ssh_addr,
+        relay_agents,
+        relay_agent_url,
+        relay_internal,
+        ..
+    } = bound;
     let shutdown = shutdown_on_signals();
     let relay_config = warren_relay::RelayConfig::new(
         Url::parse(&api_url).context("the API address is not a URL")?,
@@ -283,7 +339,6 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         },
         shutdown.clone(),
     ));
-
     let agent_task = tokio::spawn(warren_agent::serve(
         ConnectionConfig::new(
             Url::parse(&relay_agent_url).context("the relay address is not a URL")?,
@@ -299,71 +354,17 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         std::fs::write(path, api_addr.to_string())
             .with_context(|| format!("writing the ready file {}", path.display()))?;
     }
-    println!("Warren is up.");
-    println!("  web UI:          {api_url}/    (sign in as \"admin\")");
-    println!("  REST API:        {api_url}/api/v1");
-    println!("  workspace hosts: http://{{port}}-{{workspace}}.{url_domain}/");
-    println!("  web terminal:    http://terminal-{{workspace}}.{url_domain}/");
-    println!(
-        "  SSH:             ssh -p {} {{workspace}}@{}",
-        ssh_addr.port(),
-        ssh_addr.ip()
+    announce(
+        &api_url,
+        &url_domain,
+        ssh_addr,
+        &relay_agent_url,
+        &home,
+        &cred_path,
     );
-    println!("  connectors:      warren connect --relay-url {relay_agent_url} --mount {{mount}} --port {{port}}");
-    println!("  state:           {}", home.display());
-    println!(
-        "  CLI signed in:   {} (credentials in {})",
-        api_url,
-        cred_path.display()
-    );
-    println!("Open the web UI, or try: warren ws create --devfile devfile.yaml --wait    (Ctrl-C stops Warren; workspaces keep running)");
+    let no_build = args.no_editor_build;
     let editor = agent_config.editor.clone();
-    if engine_runtime.is_none() && editor.enabled() && editor.image.is_none() {
-        println!(
-            "editor: the default tools image {} is made locally for Docker or Podman; a cluster \
-             cannot pull it. Build one with `warren tools build --image REGISTRY/warren-tools:TAG`, \
-             push it and set the agent's editor image (`warren agent update`), or workspaces \
-             cannot start their editor's init container.",
-            editor.tools_image()
-        );
-    }
-    // The default tools image is built here on first use, for the engine; one the
-    // configuration names comes from its registry (a cluster always pulls it from there).
-    if let Some(engine_runtime) = engine_runtime
-        .as_ref()
-        .filter(|_| editor.enabled() && editor.image.is_none() && !args.no_editor_build)
-    {
-        let image = editor.tools_image();
-        if !engine_runtime.image_present(&image).await {
-            println!(
-                "Preparing the editor ({image}) on first use, about two minutes; workspaces \
-                 started meanwhile run without it and say why."
-            );
-            let home = home.clone();
-            let runtime = engine_runtime.clone();
-            let shutdown = shutdown.clone();
-            tokio::spawn(async move {
-                let build =
-                    crate::tools_cmd::build(&home, &editor.version, &image, None, None, |l| {
-                        println!("editor tools: {l}")
-                    });
-                tokio::select! {
-                    // Cancel-safe: dropping the build kills the script (kill_on_drop).
-                    _ = shutdown.cancelled() => {}
-                    r = build => match r {
-                        Ok(()) => {
-                            runtime.retry_tools_now().await;
-                            println!("editor tools: {image} is ready; workspaces started from now on get the editor");
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = format!("{e:#}"), "the editor's tools image could not be built");
-                            println!("editor tools: not built ({e:#}); workspaces run without the editor until `warren tools build` succeeds");
-                        }
-                    },
-                }
-            });
-        }
-    }
+    prepare_editor(engine_runtime.as_ref(), &home, editor, no_build, &shutdown).await;
 
     let (server_res, relay_res, proxy_res, agent_res) =
         tokio::join!(server_task, relay, proxy_task, agent_task);
@@ -390,6 +391,94 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     }
     println!("Warren stopped.");
     Ok(())
+}
+
+/// Says where everything is.
+fn announce(
+    api_url: &str,
+    url_domain: &str,
+    ssh_addr: SocketAddr,
+    relay_agent_url: &str,
+    home: &Path,
+    cred_path: &Path,
+) {
+    println!("Warren is up.");
+    println!("  web UI:          {api_url}/    (sign in as \"admin\")");
+    println!("  REST API:        {api_url}/api/v1");
+    println!("  workspace hosts: http://{{port}}-{{workspace}}.{url_domain}/");
+    println!("  web terminal:    http://terminal-{{workspace}}.{url_domain}/");
+    println!(
+        "  SSH:             ssh -p {} {{workspace}}@{}",
+        ssh_addr.port(),
+        ssh_addr.ip()
+    );
+    println!("  connectors:      warren connect --relay-url {relay_agent_url} --mount {{mount}} --port {{port}}");
+    println!("  state:           {}", home.display());
+    println!(
+        "  CLI signed in:   {} (credentials in {})",
+        api_url,
+        cred_path.display()
+    );
+    println!("Open the web UI, or try: warren ws create --devfile devfile.yaml --wait    (Ctrl-C stops Warren; workspaces keep running)");
+}
+
+/// The default tools image is built here on first use, for the engine, in the background:
+/// workspaces started meanwhile run without the editor and say why; those started after get
+/// it. One the configuration names comes from its registry (a cluster always pulls it from
+/// there, so without one a cluster's workspaces cannot start their editor).
+async fn prepare_editor(
+    engine_runtime: Option<&EngineRuntime>,
+    home: &Path,
+    editor: warren_types::config::EditorConfig,
+    no_build: bool,
+    shutdown: &tokio_util::sync::CancellationToken,
+) {
+    if !editor.enabled() || editor.image.is_some() {
+        return;
+    }
+    let Some(engine_runtime) = engine_runtime else {
+        println!(
+            "editor: the default tools image {} is made locally for Docker or Podman; a cluster \
+             cannot pull it. Build one with `warren tools build --image REGISTRY/warren-tools:TAG`, \
+             push it and set the agent's editor image (`warren agent update`), or workspaces \
+             cannot start their editor's init container.",
+            editor.tools_image()
+        );
+        return;
+    };
+    if no_build {
+        return;
+    }
+    let image = editor.tools_image();
+    if engine_runtime.image_present(&image).await {
+        return;
+    }
+    println!(
+        "Preparing the editor ({image}) on first use, about two minutes; workspaces \
+         started meanwhile run without it and say why."
+    );
+    let home = home.to_owned();
+    let runtime = engine_runtime.clone();
+    let shutdown = shutdown.clone();
+    tokio::spawn(async move {
+        let build = crate::tools_cmd::build(&home, &editor.version, &image, None, None, |l| {
+            println!("editor tools: {l}")
+        });
+        tokio::select! {
+            // Cancel-safe: dropping the build kills the script (kill_on_drop).
+            _ = shutdown.cancelled() => {}
+            r = build => match r {
+                Ok(()) => {
+                    runtime.retry_tools_now().await;
+                    println!("editor tools: {image} is ready; workspaces started from now on get the editor");
+                }
+                Err(e) => {
+                    tracing::warn!(error = format!("{e:#}"), "the editor's tools image could not be built");
+                    println!("editor tools: not built ({e:#}); workspaces run without the editor until `warren tools build` succeeds");
+                }
+            },
+        }
+    });
 }
 
 /// Makes sure the default agent exists and that its token is on disk; returns both, with its

@@ -131,19 +131,7 @@ pub(super) async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
                 limit: limit.map(i64::from),
                 cursor: None,
             };
-            let page = if all {
-                Page {
-                    items: c.list_all_workspaces(&query).await?,
-                    next_cursor: None,
-                }
-            } else {
-                c.list_workspaces(&query).await?
-            };
-            print(out, &page, |p| output::workspaces(&p.items));
-            if out == Format::Table && page.next_cursor.is_some() {
-                eprintln!("(more workspaces: use --all)");
-            }
-            Ok(())
+            ws_list(&c, out, &query, all).await
         }
         WsCommand::Grant { name, user } => {
             let g = named("workspace", &name, c.grant_workspace(&name, &user).await)?;
@@ -173,32 +161,7 @@ pub(super) async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
             print(out, &t, output::tree);
             Ok(())
         }
-        WsCommand::Show { name } => {
-            // A mount is an entry too: `ws show` shows it.
-            let w = match entry(&c, &name).await? {
-                Entry::Workspace(w) => *w,
-                Entry::Mount(m) => {
-                    print(out, &*m, output::mount);
-                    return Ok(());
-                }
-            };
-            // Whether the editor runs, or why not, only the workspace's own output says.
-            let editor = if out == Format::Table
-                && w.editor_url.is_some()
-                && w.actual_state == ActualState::Running
-            {
-                c.workspace_logs(&name, Some(500), None)
-                    .await
-                    .ok()
-                    .and_then(|b| output::editor_status(&b))
-            } else {
-                None
-            };
-            print(out, &w, |w| {
-                output::workspace_with_editor(w, editor.as_deref())
-            });
-            Ok(())
-        }
+        WsCommand::Show { name } => ws_show(&c, out, &name).await,
         WsCommand::Start(a) => {
             let w = named(
                 "workspace",
@@ -238,26 +201,7 @@ pub(super) async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
             name,
             ssh_options,
             command,
-        } => {
-            let endpoint = c.access().await?.ssh.ok_or_else(ssh_cmd::no_ssh)?;
-            let target = ssh_target(&c, &name).await?;
-            // The user's own options come first, so they win over the pin (OpenSSH takes
-            // the first value it sees).
-            let mut options = ssh_options;
-            let pinned =
-                ssh_cmd::default_ssh_dir().and_then(|dir| ssh_cmd::pin_host_keys(&dir, &endpoint));
-            match pinned {
-                Ok(Some(file)) => options.extend(ssh_cmd::pin_options(&file)),
-                Ok(None) => {}
-                // A read-only home must not stop the login: ssh checks the key its own way.
-                Err(e) => eprintln!("warning: {e}; ssh checks the host key itself"),
-            }
-            let args = ssh_cmd::ssh_args(&endpoint, &target, &options, &command);
-            match ssh_cmd::exec_ssh(&args)? {
-                0 => Ok(()),
-                code => Err(CliError::Exited(code)),
-            }
-        }
+        } => ws_ssh(&c, &name, ssh_options, &command).await,
         WsCommand::SshConfig { names, write } => ws_ssh_config(&c, names, write).await,
         WsCommand::Run { name, command } => {
             let run = c.run_workspace_command(&name, &command).await;
@@ -276,28 +220,7 @@ pub(super) async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
             tail,
             container,
             follow,
-        } => {
-            let mut stdout = std::io::stdout();
-            // Flushed per write: when following, the point is to see it when it happens.
-            let mut print = |bytes: &[u8]| {
-                stdout
-                    .write_all(bytes)
-                    .and_then(|_| stdout.flush())
-                    .map_err(|e| CliError::Failed(format!("writing the output: {e}")))
-            };
-            let container = container.as_deref();
-            if follow {
-                let following = c.follow_workspace_logs(&name, Some(tail), container).await;
-                let mut chunks = named("workspace", &name, following)?;
-                while let Some(chunk) = chunks.next().await? {
-                    print(&chunk)?;
-                }
-            } else {
-                let text = c.workspace_logs(&name, Some(tail), container).await;
-                print(&named("workspace", &name, text)?)?;
-            }
-            Ok(())
-        }
+        } => ws_logs(&c, &name, tail, container.as_deref(), follow).await,
         WsCommand::Open {
             name,
             endpoint,
@@ -319,30 +242,137 @@ pub(super) async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
             cpu,
             memory,
             wait,
-        } => {
-            let w = named(
-                "workspace",
-                &name,
-                c.resize_workspace(&name, WorkspaceResources { cpu, memory })
-                    .await,
-            )?;
-            // The server restarts a running workspace to apply a new size (desired
-            // RestartRequested) and keeps a stopped one stopped; a server that rolls the new
-            // size out in place keeps desired Running, and then only a report newer than the
-            // request (the server's own clock, never ours) says the new size is running.
-            let goal = match w.desired_state {
-                DesiredState::RestartRequested => Goal::Restarted,
-                DesiredState::Stopped => Goal::Stopped,
-                _ => Goal::Resized {
-                    requested_at: w.updated_at,
-                },
-            };
-            finish_action(&c, out, w, goal, &wait).await
-        }
+        } => ws_resize(&c, out, &name, WorkspaceResources { cpu, memory }, &wait).await,
     }
 }
 
-/// `warren ws ssh-config [NAME…] [--write]`.
+/// `warren ws list`: a page, or with `--all` every page.
+async fn ws_list(
+    c: &Client,
+    out: Format,
+    query: &WorkspaceQuery,
+    all: bool,
+) -> Result<(), CliError> {
+    let page = if all {
+        Page {
+            items: c.list_all_workspaces(query).await?,
+            next_cursor: None,
+        }
+    } else {
+        c.list_workspaces(query).await?
+    };
+    print(out, &page, |p| output::workspaces(&p.items));
+    if out == Format::Table && page.next_cursor.is_some() {
+        eprintln!("(more workspaces: use --all)");
+    }
+    Ok(())
+}
+
+/// `warren ws show NAME`: a workspace, with whether its editor runs; a mount is an entry too.
+async fn ws_show(c: &Client, out: Format, name: &str) -> Result<(), CliError> {
+    let w = match entry(c, name).await? {
+        Entry::Workspace(w) => *w,
+        Entry::Mount(m) => {
+            print(out, &*m, output::mount);
+            return Ok(());
+        }
+    };
+    // Whether the editor runs, or why not, only the workspace's own output says.
+    let editor =
+        if out == Format::Table && w.editor_url.is_some() && w.actual_state == ActualState::Running
+        {
+            c.workspace_logs(name, Some(500), None)
+                .await
+                .ok()
+                .and_then(|b| output::editor_status(&b))
+        } else {
+            None
+        };
+    print(out, &w, |w| {
+        output::workspace_with_editor(w, editor.as_deref())
+    });
+    Ok(())
+}
+
+/// `warren ws ssh NAME [-- COMMAND]`: OpenSSH to the proxy, its host key pinned.
+async fn ws_ssh(
+    c: &Client,
+    name: &str,
+    ssh_options: Vec<String>,
+    command: &[String],
+) -> Result<(), CliError> {
+    let endpoint = c.access().await?.ssh.ok_or_else(ssh_cmd::no_ssh)?;
+    let target = ssh_target(c, name).await?;
+    // The user's own options come first, so they win over the pin (OpenSSH takes the first
+    // value it sees).
+    let mut options = ssh_options;
+    let pinned = ssh_cmd::default_ssh_dir().and_then(|dir| ssh_cmd::pin_host_keys(&dir, &endpoint));
+    match pinned {
+        Ok(Some(file)) => options.extend(ssh_cmd::pin_options(&file)),
+        Ok(None) => {}
+        // A read-only home must not stop the login: ssh checks the key its own way.
+        Err(e) => eprintln!("warning: {e}; ssh checks the host key itself"),
+    }
+    let args = ssh_cmd::ssh_args(&endpoint, &target, &options, command);
+    match ssh_cmd::exec_ssh(&args)? {
+        0 => Ok(()),
+        code => Err(CliError::Exited(code)),
+    }
+}
+
+/// `warren ws logs NAME [-f]`.
+async fn ws_logs(
+    c: &Client,
+    name: &str,
+    tail: u32,
+    container: Option<&str>,
+    follow: bool,
+) -> Result<(), CliError> {
+    let mut stdout = std::io::stdout();
+    // Flushed per write: when following, the point is to see it when it happens.
+    let mut print = |bytes: &[u8]| {
+        stdout
+            .write_all(bytes)
+            .and_then(|_| stdout.flush())
+            .map_err(|e| CliError::Failed(format!("writing the output: {e}")))
+    };
+    if follow {
+        let following = c.follow_workspace_logs(name, Some(tail), container).await;
+        let mut chunks = named("workspace", name, following)?;
+        while let Some(chunk) = chunks.next().await? {
+            print(&chunk)?;
+        }
+    } else {
+        let text = c.workspace_logs(name, Some(tail), container).await;
+        print(&named("workspace", name, text)?)?;
+    }
+    Ok(())
+}
+
+/// `warren ws resize NAME`: waits for what the server made of the new size.
+async fn ws_resize(
+    c: &Client,
+    out: Format,
+    name: &str,
+    resources: WorkspaceResources,
+    wait: &WaitArgs,
+) -> Result<(), CliError> {
+    let w = named("workspace", name, c.resize_workspace(name, resources).await)?;
+    // The server restarts a running workspace to apply a new size (desired RestartRequested)
+    // and keeps a stopped one stopped; a server that rolls the new size out in place keeps
+    // desired Running, and then only a report newer than the request (the server's own
+    // clock, never ours) says the new size is running.
+    let goal = match w.desired_state {
+        DesiredState::RestartRequested => Goal::Restarted,
+        DesiredState::Stopped => Goal::Stopped,
+        _ => Goal::Resized {
+            requested_at: w.updated_at,
+        },
+    };
+    finish_action(c, out, w, goal, wait).await
+}
+
+/// `warren ws ssh-config [NAME…] [--write]`./// `warren ws ssh-config [NAME…] [--write]`.
 pub(super) async fn ws_ssh_config(
     c: &Client,
     names: Vec<String>,
@@ -429,10 +459,7 @@ pub(super) async fn ws_create(c: &Client, out: Format, a: WsCreateArgs) -> Resul
         .map(|p| read_text("devfile", p))
         .transpose()?;
     let variables = input::variables(&a.vars, &a.secret_vars, &a.file_vars)?;
-    let resources = (a.cpu.is_some() || a.memory.is_some()).then_some(WorkspaceResources {
-        cpu: a.cpu,
-        memory: a.memory,
-    });
+    let resources = a.limits.resources();
     let w = c
         .create_workspace(&CreateWorkspaceRequest {
             project: a.project,

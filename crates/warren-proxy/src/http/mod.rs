@@ -85,16 +85,8 @@ pub(crate) async fn serve(
     let first_byte = Duration::from_secs(limits.header_timeout_secs);
     loop {
         let (stream, peer) = tokio::select! {
-            // Cancel-safe: accept() loses no connection when the other arm wins.
-            r = listener.accept() => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    // Out of file descriptors and the like: keep serving the rest.
-                    tracing::warn!(error = %e, "accepting a connection failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+            // Cancel-safe: `accept` loses no connection when the other arm wins.
+            x = warren_tls::accept(&listener) => x,
             // Cancel-safe: cancellation is level-triggered.
             _ = shutdown.cancelled() => break,
         };

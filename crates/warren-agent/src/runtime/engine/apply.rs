@@ -32,34 +32,12 @@ impl EngineRuntime {
             .map(|(volume, labels)| (volume.clone(), labels.clone()))
             .collect();
         let previous = self.read_record(name);
-        // A set of Deployments only is a partial reconcile's: the policy stays as it was.
-        let egress = match &parsed.network_policy {
-            Some(p) => firewall::Egress::from_policy(p),
-            None if parsed.only_deployments => previous.as_ref().and_then(|r| r.egress.clone()),
-            None => None,
-        };
-        let pull_secrets = if parsed.only_deployments {
-            let mut names = previous
-                .as_ref()
-                .map(|r| r.pull_secrets.clone())
-                .unwrap_or_default();
-            names.extend(
-                parsed
-                    .pull_secrets
-                    .iter()
-                    .filter(|n| !names.contains(n))
-                    .cloned()
-                    .collect::<Vec<_>>(),
-            );
-            names
-        } else {
-            parsed.pull_secrets.clone()
-        };
-        let kept = previous.as_ref().filter(|_| !options.complete);
-        let mut secrets = kept.map(|r| r.secrets.clone()).unwrap_or_default();
-        secrets.extend(parsed.secrets.clone());
-        let mut config_maps = kept.map(|r| r.config_maps.clone()).unwrap_or_default();
-        config_maps.extend(parsed.config_maps.clone());
+        let Kept {
+            egress,
+            pull_secrets,
+            secrets,
+            config_maps,
+        } = kept(&parsed, previous.as_ref(), options.complete);
         let labels = self.base_labels(workspace, &parsed.deployment_json);
         let files_dir = self.workspace_dir(name).join("files");
         let cx = plan::PlanContext {
@@ -111,36 +89,12 @@ impl EngineRuntime {
         self.sync_firewall().await?;
         let new_volumes = self.ensure_volumes(&plan, &labels, &shared_labels).await?;
 
-        // Recreate: any container of another pod hash goes, volumes stay. So does a stopped
-        // container about to start whose image reference now names another image (rebuilt
-        // under the same tag): a start runs what the reference names now, as a new pod
-        // would on Kubernetes.
-        let existing = self.workspace_containers(name).await?;
-        // Only a pod about to start: a running one is not restarted behind its user's back.
-        let pod_running = existing
-            .iter()
-            .any(|c| summary_role(c) == Role::App && summary_running(c));
-        let outdated = if plan.replicas == 1 && !pod_running {
-            self.outdated_images(&plan, &existing).await
-        } else {
-            BTreeSet::new()
-        };
-        // One outdated container recreates the whole pod, as Kubernetes would: the others
-        // may join its namespaces.
-        let (current, stale): (Vec<_>, Vec<_>) = existing.into_iter().partition(|c| {
-            label(c, POD_HASH_LABEL) == Some(plan.hash.as_str()) && outdated.is_empty()
-        });
-        let recreated = stale.len();
-        if !stale.is_empty() {
-            tracing::info!(workspace = %workspace, images_changed = outdated.len(), "pod spec or images changed: recreating its containers");
-            self.stop_running(&stale).await?;
-            self.remove_all(stale).await?;
-        }
+        let current = self.remove_stale(workspace, &plan).await?;
         // A pod from Git that ran with this spec and has exited is the supervisor's to
         // restart, after its back-off (`restarts`): a sync's apply must not restart a
         // crash-looping pod at every interval.
         let ran = self.inner.kubernetes_pods.is_some()
-            && recreated == 0
+            && current.recreated == 0
             && previous.as_ref().is_some_and(|p| {
                 // A start that failed (the containers never ran) is tried again here.
                 p.pod_hash == plan.hash
@@ -149,6 +103,7 @@ impl EngineRuntime {
                     && !p.deleting
                     && p.failure.is_none()
             });
+        let current = current.kept;
         let present: BTreeSet<String> = current
             .iter()
             .filter_map(|c| {
@@ -193,6 +148,39 @@ impl EngineRuntime {
             return Ok(None);
         }
         Ok(Some(plan))
+    }
+
+    /// Removes the pod's containers that do not belong to the plan: any of another pod hash
+    /// (volumes stay), and all of them when a stopped pod about to start has a container
+    /// whose image reference now names another image (rebuilt under the same tag) — a start
+    /// runs what the reference names now, as a new pod would on Kubernetes. A running pod is
+    /// not restarted behind its user's back.
+    async fn remove_stale(
+        &self,
+        workspace: &WorkspaceKey,
+        plan: &PodPlan,
+    ) -> Result<Current, RuntimeError> {
+        let existing = self.workspace_containers(&workspace.name).await?;
+        let pod_running = existing
+            .iter()
+            .any(|c| summary_role(c) == Role::App && summary_running(c));
+        let outdated = if plan.replicas == 1 && !pod_running {
+            self.outdated_images(plan, &existing).await
+        } else {
+            BTreeSet::new()
+        };
+        // One outdated container recreates the whole pod, as Kubernetes would: the others
+        // may join its namespaces.
+        let (kept, stale): (Vec<_>, Vec<_>) = existing.into_iter().partition(|c| {
+            label(c, POD_HASH_LABEL) == Some(plan.hash.as_str()) && outdated.is_empty()
+        });
+        let recreated = stale.len();
+        if !stale.is_empty() {
+            tracing::info!(workspace = %workspace, images_changed = outdated.len(), "pod spec or images changed: recreating its containers");
+            self.stop_running(&stale).await?;
+            self.remove_all(stale).await?;
+        }
+        Ok(Current { kept, recreated })
     }
 
     /// `apply`, with the options GitOps needs (see `gitops`).
@@ -322,5 +310,52 @@ impl EngineRuntime {
             text = format!("…{}", &text[cut..]);
         }
         text
+    }
+}
+
+/// The pod's containers an apply keeps, and how many it removed to make again.
+struct Current {
+    kept: Vec<ContainerSummary>,
+    recreated: usize,
+}
+
+/// What an apply carries over from the pod's previous record.
+struct Kept {
+    egress: Option<firewall::Egress>,
+    pull_secrets: Vec<String>,
+    secrets: DataSets,
+    config_maps: DataSets,
+}
+
+/// A set of Deployments only is a partial reconcile's: the policy stays as it was and the
+/// pull secrets it names are added to the earlier ones. An apply that is not `complete`
+/// keeps the Secrets and ConfigMaps it does not name.
+fn kept(parsed: &plan::Objects, previous: Option<&Record>, complete: bool) -> Kept {
+    let egress = match &parsed.network_policy {
+        Some(p) => firewall::Egress::from_policy(p),
+        None if parsed.only_deployments => previous.and_then(|r| r.egress.clone()),
+        None => None,
+    };
+    let pull_secrets = if parsed.only_deployments {
+        let mut names = previous.map(|r| r.pull_secrets.clone()).unwrap_or_default();
+        for n in &parsed.pull_secrets {
+            if !names.contains(n) {
+                names.push(n.clone());
+            }
+        }
+        names
+    } else {
+        parsed.pull_secrets.clone()
+    };
+    let kept = previous.filter(|_| !complete);
+    let mut secrets = kept.map(|r| r.secrets.clone()).unwrap_or_default();
+    secrets.extend(parsed.secrets.clone());
+    let mut config_maps = kept.map(|r| r.config_maps.clone()).unwrap_or_default();
+    config_maps.extend(parsed.config_maps.clone());
+    Kept {
+        egress,
+        pull_secrets,
+        secrets,
+        config_maps,
     }
 }

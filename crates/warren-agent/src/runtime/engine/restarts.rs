@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bollard::models::ContainerSummary;
+use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -71,6 +72,59 @@ pub(super) struct Exit {
 }
 
 impl Crashes {
+    /// Counts an exit of pod `name` once, `finished` telling its run apart: its back-off
+    /// taken, the next one doubled. `None` when the exit was restarted already and the
+    /// engine has not recorded the new run's end yet (Podman lists a container exited
+    /// before it records when): a later look tells. Else when its restart is due, and
+    /// whether the exit is new. An exit whose restart failed (recorded on the pod) counts
+    /// again, with the back-off, so a start that fails never spins.
+    fn note_exit(
+        &mut self,
+        name: &str,
+        record: &super::Record,
+        finished: String,
+        exit: Exit,
+        now: Instant,
+    ) -> Option<(Instant, bool)> {
+        if self.hash != record.pod_hash {
+            // Another pod spec: its restarts and back-off start afresh.
+            *self = Crashes {
+                hash: record.pod_hash.clone(),
+                probe_kill: self.probe_kill.take(),
+                ..Crashes::default()
+            };
+        }
+        let this = (exit.container.clone(), finished);
+        let restarted = self.handled.as_ref() == Some(&this) && self.due.is_none();
+        if restarted && record.failure.is_none() {
+            return None;
+        }
+        let mut new_exit = false;
+        if self.handled.as_ref() != Some(&this) || restarted {
+            if self
+                .restarted_at
+                .is_some_and(|at| now.duration_since(at) >= RESET_AFTER)
+            {
+                self.delay = Duration::ZERO;
+            }
+            self.handled = Some(this);
+            new_exit = true;
+            self.due = Some(now + self.delay);
+            self.delay = if self.delay.is_zero() {
+                FIRST_DELAY
+            } else {
+                (self.delay * 2).min(MAX_DELAY)
+            };
+            let cause = match self.probe_kill.take() {
+                Some((c, reason)) if c == exit.container => Some(reason),
+                _ => None,
+            };
+            tracing::info!(pod = %name, container = %exit.container, code = exit.code, restarts = self.restarts, "a GitOps pod's container exited; restarting it after its back-off");
+            self.last = Some(Exit { cause, ..exit });
+        }
+        Some((self.due.unwrap_or(now), new_exit))
+    }
+
     /// Why the pod is not ready, as far as its restarts tell: `None` when it never exited.
     pub fn describe(&self, now: Instant) -> Option<String> {
         let last = self.last.as_ref()?;
@@ -211,24 +265,7 @@ impl EngineRuntime {
             .copied();
         let init_failed =
             if ended.is_none() && !apps.is_empty() && apps.iter().all(|c| state(c) == "created") {
-                let mut failed = None;
-                for c in &inits {
-                    if state(c) != "exited" {
-                        continue;
-                    }
-                    let id = c.id.clone().unwrap_or_default();
-                    let code = self
-                        .inspect(&id)
-                        .await
-                        .ok()
-                        .and_then(|i| i.state)
-                        .and_then(|s| s.exit_code);
-                    if code.is_some_and(|c| c != 0) {
-                        failed = Some(*c);
-                        break;
-                    }
-                }
-                failed
+                self.failed_init(&inits).await
             } else {
                 None
             };
@@ -260,56 +297,18 @@ impl EngineRuntime {
             st.started_at.as_deref().unwrap_or_default(),
             st.finished_at.as_deref().unwrap_or_default()
         );
-        let mut new_exit = false;
-        let due = {
-            let mut all = lock(&self.inner.crashes);
-            let crashes = all.entry(name.to_owned()).or_default();
-            if crashes.hash != record.pod_hash {
-                // Another pod spec: its restarts and back-off start afresh.
-                *crashes = Crashes {
-                    hash: record.pod_hash.clone(),
-                    probe_kill: crashes.probe_kill.take(),
-                    ..Crashes::default()
-                };
-            }
-            let this = (container.clone(), finished);
-            // An exit already restarted that is still the last: when the restart failed
-            // (recorded), it counts again, with the back-off, so a start that fails never
-            // spins; otherwise the engine has not recorded the new run's end yet (Podman
-            // lists a container exited before it records when), and a later look tells.
-            let restarted = crashes.handled.as_ref() == Some(&this) && crashes.due.is_none();
-            if restarted && record.failure.is_none() {
-                return Ok(Some(now + RETRY_LOOK));
-            }
-            if crashes.handled.as_ref() != Some(&this) || restarted {
-                // A new exit.
-                if crashes
-                    .restarted_at
-                    .is_some_and(|at| now.duration_since(at) >= RESET_AFTER)
-                {
-                    crashes.delay = Duration::ZERO;
-                }
-                crashes.handled = Some(this);
-                new_exit = true;
-                crashes.due = Some(now + crashes.delay);
-                crashes.delay = if crashes.delay.is_zero() {
-                    FIRST_DELAY
-                } else {
-                    (crashes.delay * 2).min(MAX_DELAY)
-                };
-                let cause = match crashes.probe_kill.take() {
-                    Some((c, reason)) if c == container => Some(reason),
-                    _ => None,
-                };
-                crashes.last = Some(Exit {
-                    container: container.clone(),
-                    code,
-                    oom_killed: st.oom_killed.unwrap_or(false),
-                    cause,
-                });
-                tracing::info!(pod = %name, container = %container, code, restarts = crashes.restarts, "a GitOps pod's container exited; restarting it after its back-off");
-            }
-            crashes.due.unwrap_or(now)
+        let exit = Exit {
+            container: container.clone(),
+            code,
+            oom_killed: st.oom_killed.unwrap_or(false),
+            cause: None,
+        };
+        let noted = lock(&self.inner.crashes)
+            .entry(name.to_owned())
+            .or_default()
+            .note_exit(name, &record, finished, exit, now);
+        let Some((due, new_exit)) = noted else {
+            return Ok(Some(now + RETRY_LOOK));
         };
         if due > now {
             if new_exit {
@@ -352,9 +351,44 @@ impl EngineRuntime {
             crashes.due = None;
             crashes.restarted_at = Some(now);
         }
-        // In a task of its own, registered as the pod's start sequence: an init container
-        // that runs long holds this pod only (never the supervisor's other pods), and an
-        // apply or delete of the pod cancels it as it cancels any start sequence.
+        let started = st.started_at.clone().unwrap_or_default();
+        self.spawn_restart(name, guard, order, record.pod_hash.clone(), id, started);
+        Ok(None)
+    }
+
+    /// The init container of `inits` that ended with a non-zero code, if any.
+    async fn failed_init<'c>(
+        &self,
+        inits: &[&'c ContainerSummary],
+    ) -> Option<&'c ContainerSummary> {
+        for c in inits {
+            if c.state.map(|s| s.to_string()).unwrap_or_default() != "exited" {
+                continue;
+            }
+            let id = c.id.clone().unwrap_or_default();
+            let inspected = self.inspect(&id).await.ok();
+            let code = inspected.and_then(|i| i.state).and_then(|s| s.exit_code);
+            if code.is_some_and(|c| c != 0) {
+                return Some(*c);
+            }
+        }
+        None
+    }
+
+    /// Restarts pod `name` (spec `hash`) in a task of its own, registered as the pod's start
+    /// sequence: an init container that runs long holds this pod only (never the
+    /// supervisor's other pods), and an apply or delete of the pod cancels it as it cancels
+    /// any start sequence. `id` is the container whose exit this is, in the run that started
+    /// at `started`.
+    fn spawn_restart(
+        &self,
+        name: &str,
+        guard: OwnedMutexGuard<()>,
+        order: StartOrder,
+        hash: String,
+        id: String,
+        started: String,
+    ) {
         let token = self.inner.shutdown.child_token();
         let generation = self
             .inner
@@ -363,8 +397,6 @@ impl EngineRuntime {
         lock(&self.inner.starters).insert(name.to_owned(), (generation, token.clone()));
         let this = self.clone();
         let name = name.to_owned();
-        let hash = record.pod_hash.clone();
-        let started = st.started_at.clone().unwrap_or_default();
         tokio::spawn(async move {
             let _guard = guard;
             let outcome = tokio::select! {
@@ -391,7 +423,6 @@ impl EngineRuntime {
             }
             this.changed(&name);
         });
-        Ok(None)
     }
 
     /// The restart of pod `name` (spec `hash`), for the exit of container `id` in its run

@@ -314,18 +314,19 @@ pub async fn create(
         }
     }
     let space = for_new_entry(state, who, req.space.as_deref()).await?;
+    let base = NewMount::new(
+        &req.name,
+        kind.as_str(),
+        space.id,
+        who.user.id,
+        state.clock.now_ms(),
+    );
     let m = insert(
         state,
         &NewMount {
             target,
             url: url.as_deref(),
-            ..NewMount::new(
-                &req.name,
-                kind.as_str(),
-                space.id,
-                who.user.id,
-                state.clock.now_ms(),
-            )
+            ..base
         },
     )
     .await?;
@@ -383,6 +384,13 @@ async fn create_connector(
         .unwrap_or_default();
     let token = crate::crypto::new_agent_token();
     let agent_name = format!("{}{}", super::agents::CONNECTOR_PREFIX, req.name);
+    let base = NewMount::new(
+        &req.name,
+        PROXY,
+        space.id,
+        who.user.id,
+        state.clock.now_ms(),
+    );
     let m = insert(
         state,
         &NewMount {
@@ -391,13 +399,7 @@ async fn create_connector(
                 config: &config,
                 token_digest: &crate::crypto::token_digest(&token),
             }),
-            ..NewMount::new(
-                &req.name,
-                PROXY,
-                space.id,
-                who.user.id,
-                state.clock.now_ms(),
-            )
+            ..base
         },
     )
     .await?;
@@ -431,18 +433,19 @@ async fn create_url_proxy(
         .filter(|a| !a.is_connector())
         .ok_or_else(|| AppError::invalid_field("via", format!("no agent named {via:?}")))?;
     let space = for_new_entry(state, who, req.space.as_deref()).await?;
+    let base = NewMount::new(
+        &req.name,
+        PROXY,
+        space.id,
+        who.user.id,
+        state.clock.now_ms(),
+    );
     let m = insert(
         state,
         &NewMount {
             url: Some(&url),
             via: Some(agent.id),
-            ..NewMount::new(
-                &req.name,
-                PROXY,
-                space.id,
-                who.user.id,
-                state.clock.now_ms(),
-            )
+            ..base
         },
     )
     .await?;

@@ -166,12 +166,7 @@ pub fn summary(devfile: &Devfile) -> String {
         let _ = writeln!(s, "name: {name}");
     }
     let names = |cs: &mut dyn Iterator<Item = &Container>| -> String {
-        let v: Vec<&str> = cs.map(|c| c.name.as_str()).collect();
-        if v.is_empty() {
-            "none".into()
-        } else {
-            v.join(", ")
-        }
+        or_none(&cs.map(|c| c.name.clone()).collect::<Vec<_>>())
     };
     let _ = writeln!(
         s,
@@ -199,15 +194,7 @@ pub fn summary(devfile: &Devfile) -> String {
             })
         })
         .collect();
-    let _ = writeln!(
-        s,
-        "endpoints: {}",
-        if eps.is_empty() {
-            "none".into()
-        } else {
-            eps.join(", ")
-        }
-    );
+    let _ = writeln!(s, "endpoints: {}", or_none(&eps));
     let vols: Vec<String> = devfile
         .volumes
         .iter()
@@ -222,15 +209,7 @@ pub fn summary(devfile: &Devfile) -> String {
             d
         })
         .collect();
-    let _ = writeln!(
-        s,
-        "volumes: {}",
-        if vols.is_empty() {
-            "none".into()
-        } else {
-            vols.join(", ")
-        }
-    );
+    let _ = writeln!(s, "volumes: {}", or_none(&vols));
     // Images built for root are the usual surprise: say who the containers run as.
     let security = warren_types::config::SecurityConfig::default();
     let _ = writeln!(
@@ -253,15 +232,7 @@ pub fn summary(devfile: &Devfile) -> String {
             ),
         })
         .collect();
-    let _ = writeln!(
-        s,
-        "commands: {}",
-        if cmds.is_empty() {
-            "none".into()
-        } else {
-            cmds.join(", ")
-        }
-    );
+    let _ = writeln!(s, "commands: {}", or_none(&cmds));
     for im in &devfile.images {
         let _ = writeln!(
             s,
@@ -282,6 +253,25 @@ pub fn summary(devfile: &Devfile) -> String {
     if !devfile.post_start.is_empty() {
         let _ = writeln!(s, "postStart: {}", devfile.post_start.join(", "));
     }
+    write_projects(&mut s, devfile);
+    for n in &devfile.notices {
+        let _ = writeln!(s, "notice: {n}");
+    }
+    s
+}
+
+/// A list for a summary line: its items, or `none`.
+fn or_none(items: &[String]) -> String {
+    if items.is_empty() {
+        "none".into()
+    } else {
+        items.join(", ")
+    }
+}
+
+/// The summary's lines of the projects fetched at the first start and the starter project.
+fn write_projects(s: &mut String, devfile: &Devfile) {
+    use std::fmt::Write;
     let origin = |p: &DevfileProject| match &p.origin {
         ProjectOrigin::Git { url, revision } => match revision {
             Some(r) => format!("{} from {url} at {r}", p.clone_path),
@@ -309,10 +299,6 @@ pub fn summary(devfile: &Devfile) -> String {
                 .unwrap_or_default()
         );
     }
-    for n in &devfile.notices {
-        let _ = writeln!(s, "notice: {n}");
-    }
-    s
 }
 
 #[cfg(test)]

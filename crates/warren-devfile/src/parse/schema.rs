@@ -407,92 +407,31 @@ pub(super) fn structure(value: &Value) -> Result<RawDevfile, Errors> {
     if let Some(v) = top.get("events") {
         raw.events = typed(v, "events", &mut errors);
     }
-    if let Some(v) = top.get("components") {
-        match v {
-            Value::Array(items) => {
-                for (i, item) in items.iter().enumerate() {
-                    let path = format!("components[{i}]");
-                    if let Some(c) = typed::<RawComponent>(item, &path, &mut errors) {
-                        component_structure(&c, &path, &mut errors);
-                        raw.components.push(c);
-                    }
-                }
-            }
-            other => errors.push(DevfileError::new(
-                "components",
-                format!("invalid type: {}, expected a sequence", kind_of(other)),
-            )),
-        }
+    for (path, c) in items::<RawComponent>(top, "components", &mut errors) {
+        component_structure(&c, &path, &mut errors);
+        raw.components.push(c);
     }
-    if let Some(v) = top.get("commands") {
-        match v {
-            Value::Array(items) => {
-                for (i, item) in items.iter().enumerate() {
-                    let path = format!("commands[{i}]");
-                    if let Some(c) = typed::<RawCommand>(item, &path, &mut errors) {
-                        check_name(&c.id, 63, &format!("{path}.id"), &mut errors);
-                        let n = [c.exec.is_some(), c.apply.is_some(), c.composite.is_some()]
-                            .iter()
-                            .filter(|b| **b)
-                            .count();
-                        if n != 1 {
-                            errors.push(DevfileError::new(
-                                path.clone(),
-                                format!(
-                                    "a command must have exactly one of exec, apply, composite (found {n})"
-                                ),
-                            ));
-                        }
-                        raw.commands.push(c);
-                    }
-                }
-            }
-            other => errors.push(DevfileError::new(
-                "commands",
-                format!("invalid type: {}, expected a sequence", kind_of(other)),
-            )),
+    for (path, c) in items::<RawCommand>(top, "commands", &mut errors) {
+        check_name(&c.id, 63, &format!("{path}.id"), &mut errors);
+        let n = [c.exec.is_some(), c.apply.is_some(), c.composite.is_some()]
+            .iter()
+            .filter(|b| **b)
+            .count();
+        if n != 1 {
+            errors.push(DevfileError::new(
+                path.clone(),
+                format!("a command must have exactly one of exec, apply, composite (found {n})"),
+            ));
         }
+        raw.commands.push(c);
     }
     for key in ["projects", "starterProjects", "dependentProjects"] {
-        if let Some(v) = top.get(key) {
-            match v {
-                Value::Array(items) => {
-                    for (i, item) in items.iter().enumerate() {
-                        let path = format!("{key}[{i}]");
-                        if let Some(p) = typed::<RawProject>(item, &path, &mut errors) {
-                            check_name(&p.name, 63, &format!("{path}.name"), &mut errors);
-                            let bad_field = match key {
-                                "starterProjects" => p.clone_path.is_some().then_some("clonePath"),
-                                _ => p
-                                    .description
-                                    .as_ref()
-                                    .map(|_| "description")
-                                    .or(p.sub_dir.as_ref().map(|_| "subDir")),
-                            };
-                            if let Some(f) = bad_field {
-                                errors.push(DevfileError::new(
-                                    path.clone(),
-                                    format!("unknown field `{f}`"),
-                                ));
-                            }
-                            if p.git.is_some() == p.zip.is_some() {
-                                errors.push(DevfileError::new(
-                                    path.clone(),
-                                    "a project must have exactly one of git, zip",
-                                ));
-                            }
-                            if key == "starterProjects" {
-                                raw.starter_projects.push((path, p));
-                            } else {
-                                raw.projects.push((path, p));
-                            }
-                        }
-                    }
-                }
-                other => errors.push(DevfileError::new(
-                    key,
-                    format!("invalid type: {}, expected a sequence", kind_of(other)),
-                )),
+        for (path, p) in items::<RawProject>(top, key, &mut errors) {
+            project_structure(key, &p, &path, &mut errors);
+            if key == "starterProjects" {
+                raw.starter_projects.push((path, p));
+            } else {
+                raw.projects.push((path, p));
             }
         }
     }
@@ -523,6 +462,55 @@ pub(super) fn structure(value: &Value) -> Result<RawDevfile, Errors> {
         Ok(raw)
     } else {
         Err(errors)
+    }
+}
+
+/// Each item of the sequence at `key` read as a `T`, with its path (`key[i]`); an item that
+/// is not a `T`, or a `key` that is not a sequence, is an error naming it.
+fn items<T: serde::de::DeserializeOwned>(
+    top: &serde_json::Map<String, Value>,
+    key: &str,
+    errors: &mut Errors,
+) -> Vec<(String, T)> {
+    let mut out = Vec::new();
+    match top.get(key) {
+        None => {}
+        Some(Value::Array(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                let path = format!("{key}[{i}]");
+                if let Some(t) = typed::<T>(item, &path, errors) {
+                    out.push((path, t));
+                }
+            }
+        }
+        Some(other) => errors.push(DevfileError::new(
+            key,
+            format!("invalid type: {}, expected a sequence", kind_of(other)),
+        )),
+    }
+    out
+}
+
+/// A project's own rules: a name, exactly one source, and only the fields its list has
+/// (`clonePath` is not a starter project's, `description` and `subDir` only a starter's).
+fn project_structure(key: &str, p: &RawProject, path: &str, errors: &mut Errors) {
+    check_name(&p.name, 63, &format!("{path}.name"), errors);
+    let bad_field = match key {
+        "starterProjects" => p.clone_path.is_some().then_some("clonePath"),
+        _ => p
+            .description
+            .as_ref()
+            .map(|_| "description")
+            .or(p.sub_dir.as_ref().map(|_| "subDir")),
+    };
+    if let Some(f) = bad_field {
+        errors.push(DevfileError::new(path, format!("unknown field `{f}`")));
+    }
+    if p.git.is_some() == p.zip.is_some() {
+        errors.push(DevfileError::new(
+            path,
+            "a project must have exactly one of git, zip",
+        ));
     }
 }
 

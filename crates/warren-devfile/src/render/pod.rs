@@ -73,6 +73,29 @@ pub(super) fn security_context(cfg: &warren_types::config::AgentConfig) -> core:
 
 /// The Kubernetes container for devfile container `c`, named `name`; `with_scripts` mounts
 /// the startup scripts (wrapped containers).
+/// An environment variable with a value.
+fn env_var(name: impl Into<String>, value: impl Into<String>) -> core::EnvVar {
+    core::EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        ..Default::default()
+    }
+}
+
+/// A volume mounted at `path`.
+fn volume_mount(
+    name: impl Into<String>,
+    path: impl Into<String>,
+    read_only: bool,
+) -> core::VolumeMount {
+    core::VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: read_only.then_some(true),
+        ..Default::default()
+    }
+}
+
 pub(super) fn container(
     c: &Container,
     name: String,
@@ -91,103 +114,53 @@ pub(super) fn container(
     let mut env = vec![];
     // A home on the volume for the containers the wrapper prepares it in (see `HOME_DIR`).
     if with_scripts && c.mount_sources {
-        env.push(core::EnvVar {
-            name: "HOME".into(),
-            value: Some(format!(
-                "{}/{}",
-                c.source_mapping.trim_end_matches('/'),
-                super::HOME_DIR
-            )),
-            ..Default::default()
-        });
+        let home = format!(
+            "{}/{}",
+            c.source_mapping.trim_end_matches('/'),
+            super::HOME_DIR
+        );
+        env.push(env_var("HOME", home));
         if let Some(url) = req.dotfiles_url.filter(|_| c.main) {
-            env.push(core::EnvVar {
-                name: "WARREN_DOTFILES_URL".into(),
-                value: Some(url.to_owned()),
-                ..Default::default()
-            });
+            env.push(env_var("WARREN_DOTFILES_URL", url.to_owned()));
         }
     }
     env.extend([
-        core::EnvVar {
-            name: "PROJECTS_ROOT".into(),
-            value: Some(c.source_mapping.clone()),
-            ..Default::default()
-        },
-        core::EnvVar {
-            name: "PROJECT_SOURCE".into(),
-            value: Some(project_source(c)),
-            ..Default::default()
-        },
-        core::EnvVar {
-            name: "WARREN_WORKSPACE_NAME".into(),
-            value: Some(name_of(req)),
-            ..Default::default()
-        },
+        env_var("PROJECTS_ROOT", c.source_mapping.clone()),
+        env_var("PROJECT_SOURCE", project_source(c)),
+        env_var("WARREN_WORKSPACE_NAME", name_of(req)),
     ]);
     if c.main {
         // Said outright, so an image's own `ENV` cannot move the editor (which has no password
         // of its own) off the loopback; the engine runtime replaces it (see the constant).
-        env.push(core::EnvVar {
-            name: warren_types::config::EDITOR_ADDRESS_ENV.into(),
-            value: Some("127.0.0.1".into()),
-            ..Default::default()
-        });
+        env.push(env_var(
+            warren_types::config::EDITOR_ADDRESS_ENV,
+            "127.0.0.1",
+        ));
     }
-    env.extend(c.env.iter().map(|e| core::EnvVar {
-        name: e.name.clone(),
-        value: Some(e.value.clone()),
-        ..Default::default()
-    }));
+    env.extend(
+        c.env
+            .iter()
+            .map(|e| env_var(e.name.clone(), e.value.clone())),
+    );
     let mut mounts = Vec::new();
     if c.mount_sources {
-        mounts.push(core::VolumeMount {
-            name: DATA_VOLUME.into(),
-            mount_path: c.source_mapping.clone(),
-            ..Default::default()
-        });
+        mounts.push(volume_mount(DATA_VOLUME, c.source_mapping.clone(), false));
     }
     for m in &c.volume_mounts {
-        mounts.push(core::VolumeMount {
-            name: m.name.clone(),
-            mount_path: m.path.clone(),
-            ..Default::default()
-        });
+        mounts.push(volume_mount(m.name.clone(), m.path.clone(), false));
     }
     if with_scripts {
-        mounts.push(core::VolumeMount {
-            name: SCRIPTS_VOLUME.into(),
-            mount_path: SCRIPTS_MOUNT_PATH.into(),
-            read_only: Some(true),
-            ..Default::default()
-        });
+        mounts.push(volume_mount(SCRIPTS_VOLUME, SCRIPTS_MOUNT_PATH, true));
     }
-    mounts.push(core::VolumeMount {
-        name: FILES_VOLUME.into(),
-        mount_path: FILES_MOUNT_PATH.into(),
-        read_only: Some(true),
-        ..Default::default()
-    });
+    mounts.push(volume_mount(FILES_VOLUME, FILES_MOUNT_PATH, true));
     // The project's credential where the sources are: clone, fetch and push from there.
     if let Some(p) = req
         .project
         .filter(|p| p.credential.is_some() && c.mount_sources)
     {
-        mounts.push(core::VolumeMount {
-            name: GIT_VOLUME.into(),
-            mount_path: GIT_MOUNT_PATH.into(),
-            read_only: Some(true),
-            ..Default::default()
-        });
-        env.extend(
-            super::git_credential_env(&p)
-                .into_iter()
-                .map(|(name, value)| core::EnvVar {
-                    name,
-                    value: Some(value),
-                    ..Default::default()
-                }),
-        );
+        mounts.push(volume_mount(GIT_VOLUME, GIT_MOUNT_PATH, true));
+        let credential = super::git_credential_env(&p).into_iter();
+        env.extend(credential.map(|(name, value)| env_var(name, value)));
     }
     // Endpoints may share a port (two paths of one server): one container port each.
     let mut seen = std::collections::BTreeSet::new();

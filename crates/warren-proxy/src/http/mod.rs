@@ -264,38 +264,9 @@ async fn workspace_host(
         }
     }
     let principal = caller.principal();
-    let access = match shared
-        .front
-        .authz
-        .check(&shared.server, &principal, workspace, target.port())
-        .await
-    {
-        Ok(a) if a.allowed => a,
-        Ok(_) | Err(ServerApiError::Denied) => {
-            let path = parts
-                .uri
-                .path_and_query()
-                .map_or("/", |p| p.as_str())
-                .to_owned();
-            return redirect_or_not_found(&shared, &target, &principal, &parts, &path).await;
-        }
-        // A valid token of the wrong kind: said before any workspace was looked at.
-        Err(ServerApiError::Status {
-            status: 403,
-            message,
-        }) => {
-            return pages::error(
-                &parts.headers,
-                StatusCode::FORBIDDEN,
-                "insufficient_scope",
-                "Token not usable here",
-                &message,
-            )
-        }
-        Err(e) => {
-            tracing::warn!(error = %crate::error_chain(&e), "authorisation check failed");
-            return pages::server_unavailable(&parts.headers);
-        }
+    let access = match authorize(&shared, &target, &principal, &parts).await {
+        Ok(access) => access,
+        Err(answer) => return answer,
     };
     if let Caller::Session { claims, .. } = &caller {
         // The name now belongs to another workspace (terminated and re-created): sign in anew.
@@ -384,6 +355,45 @@ async fn workspace_host(
             }
         }
         Route::Auth => pages::not_found(&http::HeaderMap::new()),
+    }
+}
+
+/// What the server says `principal` may do at `target`, or the answer the request gets
+/// instead: a redirect mount's redirect or a 404 when it may not reach it, a 403 for a token
+/// of the wrong kind (said before any workspace was looked at), a 503 when the server cannot
+/// answer.
+async fn authorize(
+    shared: &Arc<Shared>,
+    target: &Target,
+    principal: &Principal<'_>,
+    parts: &Parts,
+) -> Result<Arc<warren_types::internal::WorkspaceAccess>, Response<Body>> {
+    let workspace = target.workspace().unwrap_or_default();
+    let checked = shared
+        .front
+        .authz
+        .check(&shared.server, principal, workspace, target.port())
+        .await;
+    match checked {
+        Ok(a) if a.allowed => Ok(a),
+        Ok(_) | Err(ServerApiError::Denied) => {
+            let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+            Err(redirect_or_not_found(shared, target, principal, parts, path).await)
+        }
+        Err(ServerApiError::Status {
+            status: 403,
+            message,
+        }) => Err(pages::error(
+            &parts.headers,
+            StatusCode::FORBIDDEN,
+            "insufficient_scope",
+            "Token not usable here",
+            &message,
+        )),
+        Err(e) => {
+            tracing::warn!(error = %crate::error_chain(&e), "authorisation check failed");
+            Err(pages::server_unavailable(&parts.headers))
+        }
     }
 }
 

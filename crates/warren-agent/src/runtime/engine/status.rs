@@ -192,19 +192,7 @@ pub fn synthesise(pod: &PodObservation) -> Synthesised {
         }
     }
 
-    let mut hasher = Sha256::new();
-    hasher.update(canonical_json(&metadata));
-    hasher.update([0]);
-    hasher.update(canonical_json(&spec));
-    hasher.update([0]);
-    hasher.update(canonical_json(&status));
-    hasher.update([0]);
-    if let Some(f) = &pod_failure {
-        hasher.update(&f.reason);
-        hasher.update([0]);
-        hasher.update(&f.message);
-    }
-    metadata["resourceVersion"] = json!(hex::encode(&hasher.finalize()[..8]));
+    metadata["resourceVersion"] = json!(resource_version(&metadata, &spec, &status, &pod_failure));
 
     let deployment = json!({
         "apiVersion": "apps/v1",
@@ -217,6 +205,27 @@ pub fn synthesise(pod: &PodObservation) -> Synthesised {
         deployment,
         pod_failure,
     }
+}
+
+/// A version that changes whenever what the Deployment says changes (its metadata, spec and
+/// status, and the pod's failure), as the API server's does.
+fn resource_version(
+    metadata: &Value,
+    spec: &Value,
+    status: &Value,
+    failure: &Option<PodFailure>,
+) -> String {
+    let mut hasher = Sha256::new();
+    for part in [metadata, spec, status] {
+        hasher.update(canonical_json(part));
+        hasher.update([0]);
+    }
+    if let Some(f) = failure {
+        hasher.update(&f.reason);
+        hasher.update([0]);
+        hasher.update(&f.message);
+    }
+    hex::encode(&hasher.finalize()[..8])
 }
 
 /// Pod failures, most specific first: a failure recorded while applying (missing image,

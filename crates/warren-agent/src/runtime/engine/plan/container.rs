@@ -64,97 +64,15 @@ pub(super) fn container_body(
     if no_escalation {
         security_opt.push("no-new-privileges".to_owned());
     }
-    let named = |list: Option<&Vec<String>>| -> BTreeSet<String> {
-        list.into_iter()
-            .flatten()
-            .map(|c| c.trim_start_matches("CAP_").to_ascii_uppercase())
-            .collect()
-    };
-    let caps = sc.and_then(|s| s.capabilities.as_ref());
-    let added = named(caps.and_then(|c| c.add.as_ref()));
-    let cap_add: Vec<String> = match kubernetes {
-        // A workspace has no capability it does not ask for.
-        None => added.into_iter().collect(),
-        // A pod from Git has the container runtime's defaults (Kubernetes' baseline set),
-        // less what it drops, plus what it adds.
-        Some(_) => {
-            let dropped = named(caps.and_then(|c| c.drop.as_ref()));
-            let mut set: BTreeSet<String> = if dropped.contains("ALL") {
-                BTreeSet::new()
-            } else {
-                warren_admission::BASELINE_CAPABILITIES
-                    .iter()
-                    .map(|c| (*c).to_owned())
-                    .filter(|c| !dropped.contains(c))
-                    .collect()
-            };
-            set.extend(added);
-            set.into_iter().collect()
-        }
-    };
-
-    let (mut memory, mut nano_cpus) = (None, None);
-    if let Some(limits) = c.resources.as_ref().and_then(|r| r.limits.as_ref()) {
-        if let Some(m) = limits.get("memory") {
-            let bytes = warren_types::quantity::parse_memory_bytes(&m.0)
-                .map_err(|e| err(format!("resources.limits.memory: {e}")))?;
-            memory = Some(i64::try_from(bytes).map_err(|_| err("memory limit too large".into()))?);
-        }
-        if let Some(cpu) = limits.get("cpu") {
-            let millis = warren_types::quantity::parse_cpu_millis(&cpu.0)
-                .map_err(|e| err(format!("resources.limits.cpu: {e}")))?;
-            let nanos = millis
-                .checked_mul(1_000_000)
-                .and_then(|n| i64::try_from(n).ok())
-                .ok_or_else(|| err("cpu limit too large".into()))?;
-            nano_cpus = Some(nanos);
-        }
-    }
-
-    let mut mounts = Vec::new();
-    for m in c.volume_mounts.clone().unwrap_or_default() {
-        let source = sources
-            .get(&m.name)
-            .ok_or_else(|| err(format!("volumeMount {:?} names no volume", m.name)))?;
-        let sub = m.sub_path.clone().filter(|s| !s.is_empty());
-        if let Some(s) = &sub {
-            if !is_safe_relative(s) {
-                return Err(err(format!(
-                    "volumeMount {:?}: subPath {s:?} is not allowed",
-                    m.name
-                )));
-            }
-        }
-        let read_only = m.read_only.unwrap_or(false);
-        let mount = match source {
-            Source::Volume(v) => Mount {
-                target: Some(m.mount_path.clone()),
-                source: Some(v.clone()),
-                typ: Some(MountType::VOLUME),
-                read_only: Some(read_only),
-                volume_options: sub.map(|s| bollard::models::MountVolumeOptions {
-                    subpath: Some(s),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-            Source::Dir(dir) => {
-                let mut path = files_dir.join(dir);
-                if let Some(s) = sub {
-                    path = path.join(s);
-                }
-                Mount {
-                    target: Some(m.mount_path.clone()),
-                    source: Some(path.to_string_lossy().into_owned()),
-                    typ: Some(MountType::BIND),
-                    // Secret and ConfigMap files are always read-only, as on Kubernetes.
-                    read_only: Some(true),
-                    ..Default::default()
-                }
-            }
-        };
-        mounts.push(mount);
-    }
+    let cap_add = capabilities(sc, kubernetes);
+    let (memory, nano_cpus) = limits(c).map_err(err)?;
+    let mounts = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .map(|m| mount(m, sources, files_dir))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(err)?;
 
     let mut env = resolve_env(c, env_cx).map_err(err)?;
     // The editor listens on the container's network address: the agent reaches declared ports
@@ -207,6 +125,103 @@ pub(super) fn container_body(
         ..Default::default()
     };
     Ok((body, image_user))
+}
+
+/// The capabilities a container adds to none. A workspace has none it does not ask for; a
+/// pod from Git has the container runtime's defaults (Kubernetes' baseline set), less what
+/// it drops, plus what it adds.
+fn capabilities(sc: Option<&SecurityContext>, kubernetes: Option<KubernetesPods>) -> Vec<String> {
+    let named = |list: Option<&Vec<String>>| -> BTreeSet<String> {
+        list.into_iter()
+            .flatten()
+            .map(|c| c.trim_start_matches("CAP_").to_ascii_uppercase())
+            .collect()
+    };
+    let caps = sc.and_then(|s| s.capabilities.as_ref());
+    let added = named(caps.and_then(|c| c.add.as_ref()));
+    if kubernetes.is_none() {
+        return added.into_iter().collect();
+    }
+    let dropped = named(caps.and_then(|c| c.drop.as_ref()));
+    let mut set: BTreeSet<String> = if dropped.contains("ALL") {
+        BTreeSet::new()
+    } else {
+        warren_admission::BASELINE_CAPABILITIES
+            .iter()
+            .map(|c| (*c).to_owned())
+            .filter(|c| !dropped.contains(c))
+            .collect()
+    };
+    set.extend(added);
+    set.into_iter().collect()
+}
+
+/// The container's memory (bytes) and CPU (nano-CPUs) limits, as the engine takes them.
+fn limits(c: &Container) -> Result<(Option<i64>, Option<i64>), String> {
+    let (mut memory, mut nano_cpus) = (None, None);
+    let Some(limits) = c.resources.as_ref().and_then(|r| r.limits.as_ref()) else {
+        return Ok((None, None));
+    };
+    if let Some(m) = limits.get("memory") {
+        let bytes = warren_types::quantity::parse_memory_bytes(&m.0)
+            .map_err(|e| format!("resources.limits.memory: {e}"))?;
+        memory = Some(i64::try_from(bytes).map_err(|_| "memory limit too large".to_owned())?);
+    }
+    if let Some(cpu) = limits.get("cpu") {
+        let millis = warren_types::quantity::parse_cpu_millis(&cpu.0)
+            .map_err(|e| format!("resources.limits.cpu: {e}"))?;
+        let nanos = millis
+            .checked_mul(1_000_000)
+            .and_then(|n| i64::try_from(n).ok())
+            .ok_or_else(|| "cpu limit too large".to_owned())?;
+        nano_cpus = Some(nanos);
+    }
+    Ok((memory, nano_cpus))
+}
+
+/// One volume mount on the engine: a named volume (a subPath inside it), or the directory of
+/// a Secret's or ConfigMap's files, always read-only as on Kubernetes.
+fn mount(
+    m: &k8s_openapi::api::core::v1::VolumeMount,
+    sources: &HashMap<String, Source>,
+    files_dir: &Path,
+) -> Result<Mount, String> {
+    let source = sources
+        .get(&m.name)
+        .ok_or_else(|| format!("volumeMount {:?} names no volume", m.name))?;
+    let sub = m.sub_path.clone().filter(|s| !s.is_empty());
+    if let Some(s) = sub.as_ref().filter(|s| !is_safe_relative(s)) {
+        return Err(format!(
+            "volumeMount {:?}: subPath {s:?} is not allowed",
+            m.name
+        ));
+    }
+    Ok(match source {
+        Source::Volume(v) => Mount {
+            target: Some(m.mount_path.clone()),
+            source: Some(v.clone()),
+            typ: Some(MountType::VOLUME),
+            read_only: Some(m.read_only.unwrap_or(false)),
+            volume_options: sub.map(|s| bollard::models::MountVolumeOptions {
+                subpath: Some(s),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        Source::Dir(dir) => {
+            let mut path = files_dir.join(dir);
+            if let Some(s) = sub {
+                path = path.join(s);
+            }
+            Mount {
+                target: Some(m.mount_path.clone()),
+                source: Some(path.to_string_lossy().into_owned()),
+                typ: Some(MountType::BIND),
+                read_only: Some(true),
+                ..Default::default()
+            }
+        }
+    })
 }
 
 /// The user a container's securityContext (then its pod's) names.

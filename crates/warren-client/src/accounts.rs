@@ -1,0 +1,158 @@
+//! The client's calls for accounts: the session, users, OAuth clients, tokens, SSH keys and
+//! agents.
+
+use super::*;
+
+impl Client {
+    // ---- session, users ----
+
+    /// `POST /session`: exchanges a username and password for a new token.
+    pub async fn login(&self, req: &PasswordLoginRequest) -> Result<CreatedToken> {
+        self.with_body(Method::POST, &routes::session(), req).await
+    }
+
+    pub async fn me(&self) -> Result<User> {
+        self.get(&routes::me()).await
+    }
+
+    /// How workspaces are reached besides the API (the proxy's SSH address).
+    pub async fn access(&self) -> Result<AccessInfo> {
+        self.get(&routes::access()).await
+    }
+
+    pub async fn list_users(&self) -> Result<Vec<User>> {
+        self.get(&routes::users()).await
+    }
+
+    pub async fn create_user(&self, req: &CreateUserRequest) -> Result<User> {
+        self.with_body(Method::POST, &routes::users(), req).await
+    }
+
+    pub async fn get_user(&self, key: &str) -> Result<User> {
+        self.get(&routes::user(key)).await
+    }
+
+    /// `PATCH /users/{user}`: admin rights, disabled, password reset.
+    pub async fn update_user(&self, key: &str, req: &UpdateUserRequest) -> Result<User> {
+        self.with_body(Method::PATCH, &routes::user(key), req).await
+    }
+
+    /// `DELETE /users/{user}`: `None` once the account is gone, the account while its
+    /// workspaces are terminating.
+    pub async fn delete_user(&self, key: &str, terminate_workspaces: bool) -> Result<Option<User>> {
+        let url = self.url(&routes::user(key));
+        let query = [("terminate_workspaces", terminate_workspaces.to_string())];
+        let (status, bytes) = self
+            .send(Method::DELETE, url.clone(), &query, None::<&()>)
+            .await?;
+        if status == StatusCode::NO_CONTENT {
+            return Ok(None);
+        }
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|source| Error::Decode {
+                url: url.to_string(),
+                status: status.as_u16(),
+                source,
+            })
+    }
+
+    /// `PUT /users/me/dotfiles` (or `DELETE` with `None`).
+    pub async fn set_dotfiles(&self, url: Option<&str>) -> Result<User> {
+        match url {
+            Some(url) => {
+                self.call(
+                    Method::PUT,
+                    &routes::dotfiles(),
+                    &[],
+                    Some(&SetDotfilesRequest {
+                        url: url.to_owned(),
+                    }),
+                )
+                .await
+            }
+            None => {
+                self.call(Method::DELETE, &routes::dotfiles(), &[], None::<&()>)
+                    .await
+            }
+        }
+    }
+
+    /// `POST /users/me/password`.
+    pub async fn change_password(&self, req: &ChangePasswordRequest) -> Result<()> {
+        let url = self.url(&routes::password());
+        self.send(Method::POST, url, &[], Some(req))
+            .await
+            .map(|_| ())
+    }
+
+    // ---- OAuth clients ----
+
+    pub async fn create_oauth_client(&self, req: &CreateOAuthClient) -> Result<CreatedOAuthClient> {
+        self.with_body(Method::POST, &routes::oauth_clients(), req)
+            .await
+    }
+
+    pub async fn list_oauth_clients(&self) -> Result<Vec<OAuthClient>> {
+        self.get(&routes::oauth_clients()).await
+    }
+
+    pub async fn delete_oauth_client(&self, client_id: &str) -> Result<()> {
+        self.call_empty(Method::DELETE, &routes::oauth_client(client_id))
+            .await
+    }
+
+    // ---- tokens ----
+
+    pub async fn list_tokens(&self) -> Result<Vec<Token>> {
+        self.get(&routes::tokens()).await
+    }
+
+    pub async fn create_token(&self, req: &CreateTokenRequest) -> Result<CreatedToken> {
+        self.with_body(Method::POST, &routes::tokens(), req).await
+    }
+
+    pub async fn revoke_token(&self, id: &str) -> Result<()> {
+        self.call_empty(Method::DELETE, &routes::token(id)).await
+    }
+
+    // ---- SSH keys ----
+
+    pub async fn list_ssh_keys(&self) -> Result<Vec<SshKey>> {
+        self.get(&routes::ssh_keys()).await
+    }
+
+    pub async fn add_ssh_key(&self, req: &AddSshKeyRequest) -> Result<SshKey> {
+        self.with_body(Method::POST, &routes::ssh_keys(), req).await
+    }
+
+    pub async fn delete_ssh_key(&self, id: &str) -> Result<()> {
+        self.call_empty(Method::DELETE, &routes::ssh_key(id)).await
+    }
+
+    // ---- agents ----
+
+    pub async fn list_agents(&self) -> Result<Vec<Agent>> {
+        self.get(&routes::agents()).await
+    }
+
+    pub async fn create_agent(&self, req: &CreateAgentRequest) -> Result<CreatedAgent> {
+        self.with_body(Method::POST, &routes::agents(), req).await
+    }
+
+    pub async fn get_agent(&self, name_or_id: &str) -> Result<Agent> {
+        self.get(&routes::agent(name_or_id)).await
+    }
+
+    pub async fn update_agent(&self, name_or_id: &str, req: &UpdateAgentRequest) -> Result<Agent> {
+        self.with_body(Method::PUT, &routes::agent(name_or_id), req)
+            .await
+    }
+
+    /// A new token for the agent (admins only); the old one stops working.
+    pub async fn reset_agent_token(&self, name_or_id: &str) -> Result<CreatedAgent> {
+        let mut route = routes::agent(name_or_id);
+        route.push("token".into());
+        self.call(Method::POST, &route, &[], None::<&()>).await
+    }
+}

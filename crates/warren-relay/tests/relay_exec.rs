@@ -6,9 +6,7 @@ use crate::common;
 
 use common::*;
 use warren_types::reconcile::ReconcileSettings;
-use warren_types::relay::{
-    ExecExit, ExecFrame, ExecQuery, ExecTarget, TerminalSize, TUNNEL_PROTOCOL,
-};
+use warren_types::relay::{ExecExit, ExecFrame, ExecQuery, ExecTarget, TerminalSize};
 use warren_types::AgentId;
 
 fn slow_timers() -> ReconcileSettings {
@@ -39,25 +37,13 @@ async fn open_raw(
     request: &str,
     jwt: &str,
 ) -> Result<reqwest::Upgraded, (u16, String)> {
-    let resp = reqwest::Client::builder()
-        .http1_only()
-        .build()
-        .unwrap()
+    let req = http1()
         .get(format!("{base}/internal/agents/{agent}/exec"))
         .query(&ExecQuery {
             request: request.into(),
         })
-        .bearer_auth(jwt)
-        .header("connection", "upgrade")
-        .header("upgrade", TUNNEL_PROTOCOL)
-        .send()
-        .await
-        .unwrap();
-    if resp.status() != reqwest::StatusCode::SWITCHING_PROTOCOLS {
-        let status = resp.status().as_u16();
-        return Err((status, resp.text().await.unwrap_or_default()));
-    }
-    Ok(resp.upgrade().await.unwrap())
+        .bearer_auth(jwt);
+    upgrade(req).await
 }
 
 async fn open_exec(base: &str, target: &ExecTarget) -> Result<reqwest::Upgraded, (u16, String)> {

@@ -6,7 +6,6 @@ use crate::common;
 use common::*;
 use tokio::io::AsyncReadExt;
 use warren_types::reconcile::ReconcileSettings;
-use warren_types::relay::TUNNEL_PROTOCOL;
 
 async fn setup() -> (TestServer, TestRelay, TestAgent) {
     let server = TestServer::start(ReconcileSettings {
@@ -24,25 +23,21 @@ async fn setup() -> (TestServer, TestRelay, TestAgent) {
     (server, relay, agent)
 }
 
-/// The text, or `Err((status, body))` when refused.
-async fn logs(relay: &TestRelay, query: &[(&str, &str)]) -> Result<String, (u16, String)> {
-    let resp = reqwest::Client::builder()
-        .http1_only()
-        .build()
-        .unwrap()
+/// The logs stream the server asks for with `query`, or `Err((status, body))` when refused.
+async fn logs_upgrade(
+    relay: &TestRelay,
+    query: &[(&str, &str)],
+) -> Result<reqwest::Upgraded, (u16, String)> {
+    let req = http1()
         .get(relay.internal_url(&format!("/internal/agents/{AGENT}/logs")))
         .query(query)
-        .bearer_auth(internal_jwt("warren-server"))
-        .header("connection", "upgrade")
-        .header("upgrade", TUNNEL_PROTOCOL)
-        .send()
-        .await
-        .unwrap();
-    if resp.status() != reqwest::StatusCode::SWITCHING_PROTOCOLS {
-        let status = resp.status().as_u16();
-        return Err((status, resp.text().await.unwrap_or_default()));
-    }
-    let mut io = resp.upgrade().await.unwrap();
+        .bearer_auth(internal_jwt("warren-server"));
+    upgrade(req).await
+}
+
+/// The text, or `Err((status, body))` when refused.
+async fn logs(relay: &TestRelay, query: &[(&str, &str)]) -> Result<String, (u16, String)> {
+    let mut io = logs_upgrade(relay, query).await?;
     let mut text = String::new();
     io.read_to_string(&mut text).await.unwrap();
     Ok(text)
@@ -97,25 +92,14 @@ async fn followed_logs_stream_later_output() {
     let ns = common::model::NAMESPACE;
     agent.runtime.set_logs(&key("ws-a"), None, "one\ntwo\n");
     let open = || async {
-        let resp = reqwest::Client::builder()
-            .http1_only()
-            .build()
-            .unwrap()
-            .get(relay.internal_url(&format!("/internal/agents/{AGENT}/logs")))
-            .query(&[
-                ("workspace", "ws-a"),
-                ("namespace", ns),
-                ("tail", "1"),
-                ("follow", "true"),
-            ])
-            .bearer_auth(internal_jwt("warren-server"))
-            .header("connection", "upgrade")
-            .header("upgrade", TUNNEL_PROTOCOL)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), 101);
-        resp.upgrade().await.unwrap()
+        let query = [
+            ("workspace", "ws-a"),
+            ("namespace", ns),
+            ("tail", "1"),
+            ("follow", "true"),
+        ];
+        let upgraded = logs_upgrade(&relay, &query).await;
+        upgraded.unwrap_or_else(|(status, body)| panic!("refused: {status} {body}"))
     };
     let mut io = open().await;
     assert_eq!(read_until(&mut io, "two\n").await, "two\n");

@@ -37,6 +37,8 @@ pub const DOMAIN: &str = "ws.localhost";
 pub const PASSWORD: &str = "password-123";
 /// The proxy's OAuth client.
 pub const OAUTH_CLIENT_ID: &str = "warren-proxy";
+/// The secret of the proxy's OAuth client in every stack.
+const OAUTH_CLIENT_SECRET: &str = "testkit-oauth-client-secret-0123456789";
 
 /// A devfile whose main container declares public endpoints on 8080 and 3000 and an
 /// internal one on 5005.
@@ -299,49 +301,21 @@ impl Stack {
         let clock = options
             .manual_clock
             .then(|| warren_server::clock::ManualClock::new(chrono_now_ms()));
-        if clock.is_some() {
-            config.lifecycle_interval_seconds = 1;
-        }
-        let server = match &clock {
-            Some(c) => Server::prepare_with_clock(config, Arc::new(c.clone())).await,
-            None => Server::prepare(config).await,
-        }
-        .context("preparing the server")?;
-        let admin_password = server
-            .bootstrap_admin()
-            .map(|a| a.password.clone())
-            .context("a fresh server bootstraps its admin")?;
+        let (server, admin) = prepare_server(config, clock.as_ref()).await?;
         let shared_secret =
             String::from_utf8(server.relay_secret().to_vec()).context("relay secret as text")?;
-        let admin_token = server
-            .issue_token("admin", "testkit", 30)
-            .await
-            .map_err(|e| anyhow::anyhow!("issuing the admin token: {e}"))?
-            .secret;
 
         // The proxy's OAuth client: its redirect URI is fixed on the sign-in host.
-        let oauth_client_secret = "testkit-oauth-client-secret-0123456789".to_owned();
-        let proxy_config = warren_proxy::ProxyConfig {
-            state_dir: home.path().join("proxy"),
-            workspace_domain: DOMAIN.into(),
-            public_scheme: scheme.into(),
-            public_port: Some(proxy_addr.port()),
-            server_url: api_url.parse()?,
-            server_public_url: api_url.parse()?,
-            relay_url: relay_internal_url.parse()?,
-            shared_secret: shared_secret.clone(),
-            oauth_client_id: OAUTH_CLIENT_ID.into(),
-            oauth_client_secret: oauth_client_secret.clone(),
-            session_lifetime_secs: options.session_lifetime_secs,
-            authorization_cache_secs: options.authorization_cache_secs,
-            activity_report_secs: 1,
-            direct_upstream: options.direct_upstream.clone(),
-            tls_cert_file: pki.as_ref().map(|p| p.proxy_dir.join("tls.crt")),
-            tls_key_file: pki.as_ref().map(|p| p.proxy_dir.join("tls.key")),
-            server_ca_file: ca_file.clone(),
-            ssh_host_key_file: None,
-            limits: Default::default(),
-        };
+        let oauth_client_secret = OAUTH_CLIENT_SECRET.to_owned();
+        let urls = [api_url.as_str(), relay_internal_url.as_str()];
+        let proxy_config = proxy_config(
+            home.path(),
+            &options,
+            pki.as_ref(),
+            proxy_addr.port(),
+            urls,
+            &shared_secret,
+        )?;
         server
             .register_oauth_client(&NewOAuthClient {
                 client_id: OAUTH_CLIENT_ID.into(),
@@ -362,30 +336,16 @@ impl Stack {
             .await
             .map_err(|e| anyhow::anyhow!("creating the agent: {e}"))?;
 
-        tasks.push(tokio::spawn({
-            let s = shutdown.clone();
-            async move {
-                if let Err(e) = server.serve(api, s).await {
-                    eprintln!("testkit: server stopped: {e}");
-                }
-            }
-        }));
+        tasks.push(spawn_service("server", server.serve(api, shutdown.clone())));
         let mut relay_stops = Vec::new();
         let prefix = format!("warren:testkit:{:016x}:", rand::random::<u64>());
         for (agents, _, internal, _) in relay_listeners {
             let stop = shutdown.child_token();
             relay_stops.push(stop.clone());
-            let mut relay_config =
-                warren_relay::RelayConfig::new(api_url.parse()?, shared_secret.clone());
-            relay_config.agent_wait_seconds = 5;
-            if let Some(p) = &pki {
-                relay_config.tls_cert_file = Some(p.relay_dir.join("tls.crt"));
-                relay_config.tls_key_file = Some(p.relay_dir.join("tls.key"));
-                relay_config.server_ca_file = ca_file.clone();
-            }
+            let config = relay_config(&api_url, &shared_secret, pki.as_ref())?;
             let listeners = warren_relay::Listeners { agents, internal };
             let redis = options.redis_url.as_deref();
-            tasks.push(spawn_relay(relay_config, listeners, redis, &prefix, stop).await?);
+            tasks.push(spawn_relay(config, listeners, redis, &prefix, stop).await?);
         }
         let relay_agents_url = if relay_agents_addrs.len() > 1 {
             let (balancer, addr) = balancer::start(relay_agents_addrs).await?;
@@ -405,25 +365,15 @@ impl Stack {
         )?;
         tasks.extend(agent_tasks);
 
-        tasks.push(tokio::spawn({
-            let s = shutdown.clone();
-            async move {
-                let listeners = warren_proxy::ProxyListeners {
-                    http: proxy_http,
-                    ssh: proxy_ssh,
-                    metrics: Some(proxy_metrics),
-                };
-                if let Err(e) = warren_proxy::run(proxy_config, listeners, s).await {
-                    eprintln!("testkit: proxy stopped: {e}");
-                }
-            }
-        }));
+        let listeners = warren_proxy::ProxyListeners {
+            http: proxy_http,
+            ssh: proxy_ssh,
+            metrics: Some(proxy_metrics),
+        };
+        let proxy = warren_proxy::run(proxy_config, listeners, shutdown.clone());
+        tasks.push(spawn_service("proxy", proxy));
 
-        let mut http = reqwest::Client::builder().timeout(Duration::from_secs(30));
-        if let Some(p) = &pki {
-            http = p.ca.bundle()?.apply(http);
-        }
-        let http = http.build()?;
+        let http = http_client(pki.as_ref())?;
         let mut stack = Stack {
             home,
             api_url,
@@ -432,12 +382,7 @@ impl Stack {
             ssh_addr,
             proxy_metrics_url: format!("http://{proxy_metrics_addr}"),
             runtime,
-            admin: TestUser {
-                id: 0,
-                username: "admin".into(),
-                password: admin_password,
-                token: admin_token,
-            },
+            admin,
             shared_secret,
             oauth_client_secret,
             options,
@@ -517,11 +462,10 @@ async fn spawn_relay(
     stop: CancellationToken,
 ) -> Result<tokio::task::JoinHandle<()>> {
     let Some(redis) = redis else {
-        return Ok(tokio::spawn(async move {
-            if let Err(e) = warren_relay::run(config, listeners, stop).await {
-                eprintln!("testkit: relay stopped: {e}");
-            }
-        }));
+        return Ok(spawn_service(
+            "relay",
+            warren_relay::run(config, listeners, stop),
+        ));
     };
     config.peer_secret = Some("testkit-relay-peer-secret-0123456789abcdef".into());
     let (peers, peer_addr) = bind().await?;
@@ -536,13 +480,114 @@ async fn spawn_relay(
     let registry = warren_relay::redis_registry::RedisRegistry::connect(rc)
         .await
         .context("connecting the relay to Redis")?;
-    Ok(tokio::spawn(async move {
-        let run =
-            warren_relay::run_with_peers(config, listeners, Some(peers), Arc::new(registry), stop);
-        if let Err(e) = run.await {
-            eprintln!("testkit: relay stopped: {e}");
+    let registry = Arc::new(registry);
+    let relay = warren_relay::run_with_peers(config, listeners, Some(peers), registry, stop);
+    Ok(spawn_service("relay", relay))
+}
+
+/// A relay of a stack: calling the server at `api_url`, quick to give up on an agent, serving
+/// the stack's certificate.
+fn relay_config(
+    api_url: &str,
+    shared_secret: &str,
+    pki: Option<&StackTls>,
+) -> Result<warren_relay::RelayConfig> {
+    let mut config = warren_relay::RelayConfig::new(api_url.parse()?, shared_secret.to_owned());
+    config.agent_wait_seconds = 5;
+    if let Some(p) = pki {
+        config.tls_cert_file = Some(p.relay_dir.join("tls.crt"));
+        config.tls_key_file = Some(p.relay_dir.join("tls.key"));
+        config.server_ca_file = Some(p.ca.ca_file.clone());
+    }
+    Ok(config)
+}
+
+/// The stack's server, prepared on `clock` when the test keeps the time (its lifecycle timers
+/// then run every second), and its bootstrapped admin with a token (the id is the caller's
+/// to look up).
+async fn prepare_server(
+    mut config: ServerConfig,
+    clock: Option<&warren_server::clock::ManualClock>,
+) -> Result<(Server, TestUser)> {
+    let server = match clock {
+        Some(c) => {
+            config.lifecycle_interval_seconds = 1;
+            Server::prepare_with_clock(config, Arc::new(c.clone())).await
         }
-    }))
+        None => Server::prepare(config).await,
+    }
+    .context("preparing the server")?;
+    let password = server
+        .bootstrap_admin()
+        .map(|a| a.password.clone())
+        .context("a fresh server bootstraps its admin")?;
+    let token = server
+        .issue_token("admin", "testkit", 30)
+        .await
+        .map_err(|e| anyhow::anyhow!("issuing the admin token: {e}"))?
+        .secret;
+    let admin = TestUser {
+        id: 0,
+        username: "admin".into(),
+        password,
+        token,
+    };
+    Ok((server, admin))
+}
+
+/// The tests' HTTP client, trusting the stack's CA.
+fn http_client(pki: Option<&StackTls>) -> Result<reqwest::Client> {
+    let mut http = reqwest::Client::builder().timeout(Duration::from_secs(30));
+    if let Some(p) = pki {
+        http = p.ca.bundle()?.apply(http);
+    }
+    Ok(http.build()?)
+}
+
+/// Runs a service of the stack until it stops, saying why when it failed.
+fn spawn_service<E: std::fmt::Display>(
+    what: &'static str,
+    service: impl std::future::Future<Output = Result<(), E>> + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        if let Err(e) = service.await {
+            eprintln!("testkit: {what} stopped: {e}");
+        }
+    })
+}
+
+/// The proxy of a stack: its state under `home`, reached on `port` of the workspace domain,
+/// calling the server and the relay at `urls`, with the options' timings and upstream and
+/// the stack's certificate.
+fn proxy_config(
+    home: &Path,
+    options: &StackOptions,
+    pki: Option<&StackTls>,
+    port: u16,
+    [api_url, relay_url]: [&str; 2],
+    shared_secret: &str,
+) -> Result<warren_proxy::ProxyConfig> {
+    Ok(warren_proxy::ProxyConfig {
+        state_dir: home.join("proxy"),
+        workspace_domain: DOMAIN.into(),
+        public_scheme: if options.tls { "https" } else { "http" }.into(),
+        public_port: Some(port),
+        server_url: api_url.parse()?,
+        server_public_url: api_url.parse()?,
+        relay_url: relay_url.parse()?,
+        shared_secret: shared_secret.to_owned(),
+        oauth_client_id: OAUTH_CLIENT_ID.into(),
+        oauth_client_secret: OAUTH_CLIENT_SECRET.into(),
+        session_lifetime_secs: options.session_lifetime_secs,
+        authorization_cache_secs: options.authorization_cache_secs,
+        activity_report_secs: 1,
+        direct_upstream: options.direct_upstream.clone(),
+        tls_cert_file: pki.map(|p| p.proxy_dir.join("tls.crt")),
+        tls_key_file: pki.map(|p| p.proxy_dir.join("tls.key")),
+        server_ca_file: pki.map(|p| p.ca.ca_file.clone()),
+        ssh_host_key_file: None,
+        limits: Default::default(),
+    })
 }
 
 /// A plain HTTP/1.1 server on a free local port answering `body` to every request, for the

@@ -12,20 +12,12 @@ const MAX_FN_LINES: usize = 150;
 const MAX_FILE_LINES: usize = 800;
 
 /// Functions over the limit: file, name, the most lines it may have, why it is long.
-const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
-    (
-        "crates/warren-admission/src/pod_security.rs",
-        "check_pod",
-        172,
-        "the Pod Security Standard's rules in its table's order, a few lines each, over one pod spec",
-    ),
-    (
-        "crates/warren-testkit/src/lib.rs",
-        "start_with",
-        201,
-        "the whole stack started in order: listeners, server, relays, agent, proxy, client",
-    ),
-];
+const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[(
+    "crates/warren-admission/src/pod_security.rs",
+    "check_pod",
+    172,
+    "the Pod Security Standard's rules in its table's order, a few lines each, over one pod spec",
+)];
 
 /// Product files over the limit: file, the most lines it may have, why it is long.
 const LONG_FILES: &[(&str, usize, &str)] = &[];

@@ -371,12 +371,17 @@ pub async fn open_tunnel(
         "/internal/agents/{agent}/tunnel?workspace={workspace}&namespace={}&port={port}",
         model::NAMESPACE
     ));
-    let resp = reqwest::Client::builder()
-        .http1_only()
-        .build()
-        .unwrap()
-        .get(url)
-        .bearer_auth(jwt)
+    upgrade(http1().get(url).bearer_auth(jwt)).await
+}
+
+/// An HTTP/1.1 client: tunnels are HTTP/1.1 upgrades.
+pub fn http1() -> reqwest::Client {
+    reqwest::Client::builder().http1_only().build().unwrap()
+}
+
+/// Sends `req` as a tunnel upgrade: the upgraded connection, or the refusal's status and body.
+pub async fn upgrade(req: reqwest::RequestBuilder) -> Result<reqwest::Upgraded, (u16, String)> {
+    let resp = req
         .header("connection", "upgrade")
         .header("upgrade", TUNNEL_PROTOCOL)
         .send()

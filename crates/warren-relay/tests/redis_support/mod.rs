@@ -12,7 +12,6 @@ use tokio_util::sync::CancellationToken;
 use warren_relay::redis_registry::{RedisRegistry, RedisRegistryConfig};
 use warren_relay::registry::AgentRegistry;
 use warren_relay::{Listeners, RelayConfig};
-use warren_types::relay::TUNNEL_PROTOCOL;
 use warren_types::AgentId;
 
 pub const PEER_SECRET: &str = "relay-peer-secret-0123456789abcdef";
@@ -181,22 +180,10 @@ pub async fn open_routed_tunnel(
         "http://{internal}/internal/agents/{agent}/tunnel?workspace={workspace}&namespace={}&port={port}",
         common::model::NAMESPACE
     );
-    let resp = reqwest::Client::builder()
-        .http1_only()
-        .build()
-        .unwrap()
+    let req = common::http1()
         .get(url)
-        .bearer_auth(common::internal_jwt("warren-proxy"))
-        .header("connection", "upgrade")
-        .header("upgrade", TUNNEL_PROTOCOL)
-        .send()
-        .await
-        .unwrap();
-    if resp.status() != reqwest::StatusCode::SWITCHING_PROTOCOLS {
-        let status = resp.status().as_u16();
-        return Err((status, resp.text().await.unwrap_or_default()));
-    }
-    Ok(resp.upgrade().await.unwrap())
+        .bearer_auth(common::internal_jwt("warren-proxy"));
+    common::upgrade(req).await
 }
 
 /// Sends `msg` through a fresh tunnel and reads the echo.

@@ -6,6 +6,7 @@
 use std::path::Path;
 use warren_git::snapshot::{SnapshotError, Snapshots, Want};
 use warren_testkit::git_http::{bare_repo, git, have_git, GitHttpServer};
+use warren_testkit::process::output_ok;
 use warren_types::git::GitCredential;
 
 const PASSWORD: &str = "gitops-pass";
@@ -274,15 +275,10 @@ impl Drop for Sshd {
 }
 
 fn keygen(path: &Path) {
-    let out = std::process::Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-C", "test", "-f"])
-        .arg(path)
-        .output()
-        .expect("ssh-keygen");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    output_ok(
+        std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", "test", "-f"])
+            .arg(path),
     );
 }
 

@@ -92,6 +92,8 @@ impl Default for ConnectionLimits {
 /// The SSH host key's file in the state directory (unless `ssh_host_key_file` says otherwise).
 pub const SSH_HOST_KEY_FILE: &str = "ssh_host_ed25519_key";
 
+/// The OAuth client id a proxy uses unless told otherwise (`warren up` registers it).
+pub const DEFAULT_OAUTH_CLIENT_ID: &str = "warren-proxy";
 /// Default session cookie lifetime.
 pub const DEFAULT_SESSION_LIFETIME_SECS: u64 = 12 * 3600;
 /// Default reuse of a positive authorisation answer.
@@ -129,6 +131,39 @@ fn invalid(field: &'static str, message: impl Into<String>) -> ConfigError {
 }
 
 impl ProxyConfig {
+    /// A proxy for `workspace_domain` keeping its state in `state_dir`, calling the server
+    /// (reached by browsers at the same URL) and a relay, with every other setting at its
+    /// default: plain HTTP on the scheme's port, no secrets yet (set `shared_secret` and
+    /// `oauth_client_secret`; [`ProxyConfig::validate`] refuses it without them).
+    pub fn new(
+        state_dir: PathBuf,
+        workspace_domain: &str,
+        server_url: url::Url,
+        relay_url: url::Url,
+    ) -> ProxyConfig {
+        ProxyConfig {
+            state_dir,
+            workspace_domain: workspace_domain.to_owned(),
+            public_scheme: "http".into(),
+            public_port: None,
+            server_public_url: server_url.clone(),
+            server_url,
+            relay_url,
+            shared_secret: String::new(),
+            oauth_client_id: DEFAULT_OAUTH_CLIENT_ID.into(),
+            oauth_client_secret: String::new(),
+            session_lifetime_secs: DEFAULT_SESSION_LIFETIME_SECS,
+            authorization_cache_secs: DEFAULT_AUTHORIZATION_CACHE_SECS,
+            activity_report_secs: DEFAULT_ACTIVITY_REPORT_SECS,
+            direct_upstream: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            server_ca_file: None,
+            ssh_host_key_file: None,
+            limits: ConnectionLimits::default(),
+        }
+    }
+
     /// Checks everything that can be checked without binding or dialling.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let d = &self.workspace_domain;
@@ -256,25 +291,19 @@ pub(crate) mod tests {
 
     pub(crate) fn sample() -> ProxyConfig {
         ProxyConfig {
-            state_dir: std::env::temp_dir(),
-            workspace_domain: "ws.example.com".into(),
-            public_scheme: "http".into(),
             public_port: Some(7080),
-            server_url: "http://127.0.0.1:1".parse().unwrap(),
-            server_public_url: "http://127.0.0.1:1".parse().unwrap(),
-            relay_url: "http://127.0.0.1:2".parse().unwrap(),
             shared_secret: "x".repeat(32),
             oauth_client_id: "proxy".into(),
             oauth_client_secret: "secret".into(),
-            session_lifetime_secs: 3600,
             authorization_cache_secs: 30,
             activity_report_secs: 5,
-            direct_upstream: None,
-            tls_cert_file: None,
-            tls_key_file: None,
-            server_ca_file: None,
-            ssh_host_key_file: None,
-            limits: Default::default(),
+            session_lifetime_secs: 3600,
+            ..ProxyConfig::new(
+                std::env::temp_dir(),
+                "ws.example.com",
+                "http://127.0.0.1:1".parse().unwrap(),
+                "http://127.0.0.1:2".parse().unwrap(),
+            )
         }
     }
 

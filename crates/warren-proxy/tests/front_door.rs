@@ -11,6 +11,7 @@ use crate::common;
 use common::*;
 use std::process::Stdio;
 use std::time::Duration;
+use warren_testkit::process::output_ok;
 use warren_testkit::{wait_for, Stack, StackOptions, TestUser, TestWorkspace};
 
 struct Env {
@@ -976,52 +977,33 @@ async fn tls_with_alpn_http2_and_secure_cookies() {
     let s = &e.stack;
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-    let out = std::process::Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=ws.localhost",
-        ])
-        .args(["-addext", "subjectAltName=DNS:*.ws.localhost"])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    output_ok(
+        std::process::Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "1",
+                "-subj",
+                "/CN=ws.localhost",
+            ])
+            .args(["-addext", "subjectAltName=DNS:*.ws.localhost"])
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let config = warren_proxy::ProxyConfig {
-        state_dir: dir.path().join("state"),
-        workspace_domain: "ws.localhost".into(),
         public_scheme: "https".into(),
         public_port: Some(port),
-        server_url: s.api_url.parse().unwrap(),
-        server_public_url: s.api_url.parse().unwrap(),
-        relay_url: s.relay_internal_url.parse().unwrap(),
-        shared_secret: s.shared_secret.clone(),
-        oauth_client_id: warren_testkit::OAUTH_CLIENT_ID.into(),
-        oauth_client_secret: s.oauth_client_secret.clone(),
-        session_lifetime_secs: 3600,
-        authorization_cache_secs: 30,
-        activity_report_secs: 1,
-        direct_upstream: None,
         tls_cert_file: Some(cert.clone()),
         tls_key_file: Some(key),
-        server_ca_file: None,
-        ssh_host_key_file: None,
-        limits: Default::default(),
+        ..s.another_proxy(dir.path().join("state")).unwrap()
     };
     let stop = tokio_util::sync::CancellationToken::new();
     let _guard = stop.clone().drop_guard();

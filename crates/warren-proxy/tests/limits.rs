@@ -34,27 +34,21 @@ async fn proxy(limits: ConnectionLimits) -> Proxy {
     let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let ssh = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let (http_addr, ssh_addr) = (http.local_addr().unwrap(), ssh.local_addr().unwrap());
+    // Nothing here talks to the server or the relay.
+    let nowhere: url::Url = "http://127.0.0.1:9/".parse().unwrap();
     let config = warren_proxy::ProxyConfig {
-        state_dir: dir.path().join("state"),
-        workspace_domain: "ws.localhost".into(),
-        public_scheme: "http".into(),
         public_port: Some(http_addr.port()),
-        // Nothing here talks to them.
-        server_url: "http://127.0.0.1:9/".parse().unwrap(),
-        server_public_url: "http://127.0.0.1:9/".parse().unwrap(),
-        relay_url: "http://127.0.0.1:9/".parse().unwrap(),
         shared_secret: "limits-test-secret-0123456789abcdef".into(),
-        oauth_client_id: "warren-proxy".into(),
         oauth_client_secret: "limits-test-client-secret-0123456789".into(),
         session_lifetime_secs: 3600,
-        authorization_cache_secs: 30,
         activity_report_secs: 1,
-        direct_upstream: None,
-        tls_cert_file: None,
-        tls_key_file: None,
-        server_ca_file: None,
-        ssh_host_key_file: None,
         limits,
+        ..warren_proxy::ProxyConfig::new(
+            dir.path().join("state"),
+            "ws.localhost",
+            nowhere.clone(),
+            nowhere,
+        )
     };
     let stop = CancellationToken::new();
     tokio::spawn(warren_proxy::run(

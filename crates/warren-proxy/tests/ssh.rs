@@ -542,27 +542,7 @@ async fn extra_proxy(
     let http = TcpListener::bind("127.0.0.1:0").await?;
     let ssh = TcpListener::bind("127.0.0.1:0").await?;
     let addr = ssh.local_addr()?;
-    let config = warren_proxy::ProxyConfig {
-        state_dir: state_dir.to_owned(),
-        workspace_domain: warren_testkit::DOMAIN.into(),
-        public_scheme: "http".into(),
-        public_port: None,
-        server_url: stack.api_url.parse()?,
-        server_public_url: stack.api_url.parse()?,
-        relay_url: stack.relay_internal_url.parse()?,
-        shared_secret: stack.shared_secret.clone(),
-        oauth_client_id: warren_testkit::OAUTH_CLIENT_ID.into(),
-        oauth_client_secret: stack.oauth_client_secret.clone(),
-        session_lifetime_secs: 3600,
-        authorization_cache_secs: 30,
-        activity_report_secs: 1,
-        direct_upstream: None,
-        tls_cert_file: None,
-        tls_key_file: None,
-        server_ca_file: None,
-        ssh_host_key_file: None,
-        limits: Default::default(),
-    };
+    let config = stack.another_proxy(state_dir.to_owned())?;
     let stop = tokio_util::sync::CancellationToken::new();
     let task = tokio::spawn({
         let stop = stop.clone();

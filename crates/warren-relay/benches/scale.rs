@@ -34,11 +34,7 @@ fn settings() -> ReconcileSettings {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(run());
+    block_on(run());
 }
 
 fn pct(samples: &mut [Duration]) -> (Duration, Duration) {
@@ -102,13 +98,7 @@ async fn routed_latency(server: &TestServer, redis: &str, prefix: &Prefix) {
     let gateway = Instance::start(&server.url, redis, &prefix.prefix, |_| {}).await;
     let router = Instance::start(&server.url, redis, &prefix.prefix, |_| {}).await;
     let agent = TestAgent::start(gateway.agent_url(), GOOD_TOKEN);
-    wait_for("the workspace", 30, || async {
-        agent.runtime.workspace(&key("ws-a")).is_some()
-    })
-    .await;
-    agent
-        .runtime
-        .set_endpoint(&key("ws-a"), 8080, echo_server().await);
+    agent.echoing("ws-a").await;
     let rounds = 500;
     for _ in 0..50 {
         open_and_ping(gateway.internal_addr).await;
@@ -153,13 +143,7 @@ async fn convergence(server: &TestServer, redis: &str, prefix: &Prefix) {
         c.initial_backoff = Duration::from_millis(50);
         c.max_backoff = Duration::from_millis(500);
     });
-    wait_for("the workspace", 30, || async {
-        agent.runtime.workspace(&key("ws-a")).is_some()
-    })
-    .await;
-    agent
-        .runtime
-        .set_endpoint(&key("ws-a"), 8080, echo_server().await);
+    agent.echoing("ws-a").await;
     let routable = |deadline: u64| async move {
         let end = Instant::now() + Duration::from_secs(deadline);
         while Instant::now() < end {

@@ -21,11 +21,7 @@ use warren_types::reconcile::ReconcileSettings;
 use warren_types::{ActualState, DesiredState};
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(run());
+    block_on(run());
 }
 
 async fn run() {

@@ -318,11 +318,7 @@ fn main() {
     if let Ok(addr) = std::env::var(CLIENT_ENV) {
         return link_client(addr);
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(run());
+    block_on(run());
 }
 
 async fn run() {

@@ -62,12 +62,7 @@ impl Fleet {
 /// A workspace `ws-a` with an echo endpoint on port 8080, served by an agent dialling `url`.
 async fn agent_with_echo(server: &TestServer, url: url::Url) -> TestAgent {
     let agent = TestAgent::start(url, GOOD_TOKEN);
-    wait_for("the workspace to exist", 20, || async {
-        agent.runtime.workspace(&key("ws-a")).is_some()
-    })
-    .await;
-    let echo = echo_server().await;
-    agent.runtime.set_endpoint(&key("ws-a"), 8080, echo);
+    agent.echoing("ws-a").await;
     let _ = server;
     agent
 }

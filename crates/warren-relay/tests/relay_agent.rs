@@ -163,12 +163,7 @@ async fn tunnel_reaches_the_workspace_endpoint() {
     server.with(|s| s.model.create("ws-a"));
     let relay = TestRelay::start(&server.url).await;
     let agent = TestAgent::start(relay.agent_url(), GOOD_TOKEN);
-    wait_for("the workspace to exist", 20, || async {
-        agent.runtime.workspace(&key("ws-a")).is_some()
-    })
-    .await;
-    let echo = echo_server().await;
-    agent.runtime.set_endpoint(&key("ws-a"), 8080, echo);
+    agent.echoing("ws-a").await;
 
     let jwt = internal_jwt("warren-proxy");
     let mut tunnel = open_tunnel(&relay, AGENT, "ws-a", 8080, &jwt)
@@ -230,10 +225,7 @@ async fn tunnel_waits_for_an_agent_that_connects_late() {
     assert!(!pending.is_finished(), "the request waits for the agent");
     let agent = TestAgent::start(relay.agent_url(), GOOD_TOKEN);
     let echo = echo_server().await;
-    wait_for("the workspace to exist", 20, || async {
-        agent.runtime.workspace(&key("ws-a")).is_some()
-    })
-    .await;
+    agent.has_workspace("ws-a").await;
     agent.runtime.set_endpoint(&key("ws-a"), 8080, echo);
     // The waiting request reached the agent once it connected: it either got through or was
     // answered by the agent (the workspace may not have been applied yet), never "not connected".
@@ -295,13 +287,7 @@ async fn concurrent_streams_are_independent() {
     server.with(|s| s.model.create("ws-a"));
     let relay = Arc::new(TestRelay::start(&server.url).await);
     let agent = TestAgent::start(relay.agent_url(), GOOD_TOKEN);
-    wait_for("the workspace to exist", 20, || async {
-        agent.runtime.workspace(&key("ws-a")).is_some()
-    })
-    .await;
-    agent
-        .runtime
-        .set_endpoint(&key("ws-a"), 8080, echo_server().await);
+    agent.echoing("ws-a").await;
 
     let mut tasks = vec![];
     for i in 0..16u8 {
@@ -336,10 +322,7 @@ async fn a_slow_reader_does_not_stall_other_streams() {
     server.with(|s| s.model.create("ws-a"));
     let relay = TestRelay::start(&server.url).await;
     let agent = TestAgent::start(relay.agent_url(), GOOD_TOKEN);
-    wait_for("the workspace to exist", 20, || async {
-        agent.runtime.workspace(&key("ws-a")).is_some()
-    })
-    .await;
+    agent.has_workspace("ws-a").await;
     // Port 1: a firehose that writes as fast as it is allowed to; port 2: an echo.
     let firehose = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let firehose_addr = firehose.local_addr().unwrap();

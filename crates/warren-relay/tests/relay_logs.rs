@@ -16,10 +16,7 @@ async fn setup() -> (TestServer, TestRelay, TestAgent) {
     server.with(|s| s.model.create("ws-a"));
     let relay = TestRelay::start(&server.url).await;
     let agent = TestAgent::start(relay.agent_url(), GOOD_TOKEN);
-    wait_for("the workspace to exist", 20, || async {
-        agent.runtime.workspace(&key("ws-a")).is_some()
-    })
-    .await;
+    agent.has_workspace("ws-a").await;
     (server, relay, agent)
 }
 

@@ -17,8 +17,7 @@ fn proxy_jwt_with(iss: &str, aud: &str, now: i64) -> String {
 }
 
 async fn proxy_get(s: &TestServer, path_and_query: &str) -> (u16, Value) {
-    s.call(Method::GET, path_and_query, Some(&proxy_jwt()), None)
-        .await
+    s.get(&proxy_jwt(), path_and_query).await
 }
 
 fn access_q(host: &str, port: u16, who: &str) -> String {
@@ -26,9 +25,7 @@ fn access_q(host: &str, port: u16, who: &str) -> String {
 }
 
 async fn user_id(s: &TestServer, token: &str) -> i64 {
-    let (st, b) = s
-        .call(Method::GET, "/api/v1/users/me", Some(token), None)
-        .await;
+    let (st, b) = s.get(token, "/api/v1/users/me").await;
     assert_eq!(st, 200, "{b}");
     b["id"].as_i64().unwrap()
 }
@@ -89,11 +86,10 @@ async fn access_matrix() {
             "[{l}] {b}"
         );
         let (st, tb) = s
-            .call(
-                Method::POST,
+            .post(
+                &alice,
                 "/api/v1/users/me/tokens",
-                Some(&alice),
-                Some(json!({"name": "api-only", "scopes": ["api"]})),
+                json!({"name": "api-only", "scopes": ["api"]}),
             )
             .await;
         assert_eq!(st, 201);
@@ -116,11 +112,10 @@ async fn access_matrix() {
         let (st, _) = proxy_get(&s, &access_q("ws-one", 8080, "bearer=wrn_pat_garbage")).await;
         assert_eq!(st, 404, "[{l}] garbage token");
         let (st, tb) = s
-            .call(
-                Method::POST,
+            .post(
+                &alice,
                 "/api/v1/users/me/tokens",
-                Some(&alice),
-                Some(json!({"name": "short", "scopes": ["workspace"], "expires_in_days": 1})),
+                json!({"name": "short", "scopes": ["workspace"], "expires_in_days": 1}),
             )
             .await;
         assert_eq!(st, 201, "{tb}");
@@ -129,12 +124,7 @@ async fn access_matrix() {
         let (st, _) = proxy_get(&s, &access_q("ws-one", 8080, &format!("bearer={short}"))).await;
         assert_eq!(st, 200, "[{l}]");
         let (st, _) = s
-            .call(
-                Method::DELETE,
-                &format!("/api/v1/users/me/tokens/{short_id}"),
-                Some(&alice),
-                None,
-            )
+            .delete(&alice, &format!("/api/v1/users/me/tokens/{short_id}"))
             .await;
         assert!(st == 204 || st == 200, "[{l}] revoke {st}");
         let (st, _) = proxy_get(&s, &access_q("ws-one", 8080, &format!("bearer={short}"))).await;
@@ -142,11 +132,10 @@ async fn access_matrix() {
 
         // An expired token.
         let (st, tb) = s
-            .call(
-                Method::POST,
+            .post(
+                &alice,
                 "/api/v1/users/me/tokens",
-                Some(&alice),
-                Some(json!({"name": "day", "scopes": ["workspace"], "expires_in_days": 1})),
+                json!({"name": "day", "scopes": ["workspace"], "expires_in_days": 1}),
             )
             .await;
         assert_eq!(st, 201, "{tb}");
@@ -198,14 +187,7 @@ async fn access_matrix() {
         }
 
         // Terminated: 404 at once.
-        let (st, _) = s
-            .call(
-                Method::DELETE,
-                "/api/v1/workspaces/ws-one",
-                Some(&alice),
-                None,
-            )
-            .await;
+        let (st, _) = s.delete(&alice, "/api/v1/workspaces/ws-one").await;
         assert!(st < 300, "[{l}] terminate {st}");
         let (st, _) = proxy_get(&s, &q).await;
         assert_eq!(st, 404, "[{l}] terminated workspace");
@@ -224,11 +206,10 @@ async fn ssh_authorize_by_key_or_token() {
         s.workspace(&alice, json!({"name": "ws-ssh", "devfile": WEB_DEVFILE}))
             .await;
         let (st, k) = s
-            .call(
-                Method::POST,
+            .post(
+                &alice,
                 "/api/v1/users/me/ssh-keys",
-                Some(&alice),
-                Some(json!({"name": "laptop", "public_key": ED25519})),
+                json!({"name": "laptop", "public_key": ED25519}),
             )
             .await;
         assert_eq!(st, 201, "[{l}] {k}");
@@ -273,23 +254,20 @@ async fn ssh_authorize_by_key_or_token() {
 
         // Bob registers the key? It is alice's: unique fingerprints keep it hers.
         let (st, _) = s
-            .call(
-                Method::POST,
+            .post(
+                &bob,
                 "/api/v1/users/me/ssh-keys",
-                Some(&bob),
-                Some(json!({"name": "stolen", "public_key": ED25519})),
+                json!({"name": "stolen", "public_key": ED25519}),
             )
             .await;
         assert_ne!(st, 201, "[{l}]");
         let (st, _) = s
-            .call(
-                Method::GET,
+            .get(
+                &bob,
                 &format!(
                     "/internal/ssh/authorize?username=ws-ssh&public_key_fingerprint={}",
                     enc(&fp)
                 ),
-                Some(&bob),
-                None,
             )
             .await;
         assert_eq!(st, 401, "[{l}] a PAT is not the proxy's JWT");
@@ -298,14 +276,7 @@ async fn ssh_authorize_by_key_or_token() {
 }
 
 async fn desired(s: &TestServer, token: &str, name: &str) -> String {
-    let (st, b) = s
-        .call(
-            Method::GET,
-            &format!("/api/v1/workspaces/{name}"),
-            Some(token),
-            None,
-        )
-        .await;
+    let (st, b) = s.get(token, &format!("/api/v1/workspaces/{name}")).await;
     assert_eq!(st, 200, "{b}");
     b["desired_state"].as_str().unwrap().to_owned()
 }
@@ -335,9 +306,8 @@ async fn idle_timeout_stops_and_activity_postpones() {
         let report = |ms: i64| {
             let s = &s;
             async move {
-                s.call(Method::POST, "/internal/workspaces/activity", Some(&proxy_jwt()),
-                       Some(json!({"workspaces": [{"workspace_id": wid, "last_activity_ms": ms},
-                                                   {"workspace_id": 999999, "last_activity_ms": ms}]})))
+                s.post(&proxy_jwt(), "/internal/workspaces/activity", json!({"workspaces": [{"workspace_id": wid, "last_activity_ms": ms},
+                                                   {"workspace_id": 999999, "last_activity_ms": ms}]}))
                     .await
             }
         };
@@ -385,11 +355,10 @@ async fn idle_timeout_stops_and_activity_postpones() {
 
         // A fresh start counts as activity: no immediate stop after restarting.
         let (st, _) = s
-            .call(
-                Method::PUT,
+            .put(
+                &alice,
                 "/api/v1/workspaces/ws-idle/desired_state",
-                Some(&alice),
-                Some(json!({"desired_state": "Running"})),
+                json!({"desired_state": "Running"}),
             )
             .await;
         assert_eq!(st, 200, "[{l}]");
@@ -429,11 +398,10 @@ async fn idle_timeout_stops_and_activity_postpones() {
             .await;
         assert_eq!(st, 401);
         let (st, b) = s
-            .call(
-                Method::POST,
+            .post(
+                &proxy_jwt(),
                 "/internal/workspaces/activity",
-                Some(&proxy_jwt()),
-                Some(json!({"workspace": []})),
+                json!({"workspace": []}),
             )
             .await;
         assert_eq!(st, 400, "[{l}] {b}");
@@ -457,11 +425,10 @@ async fn start_button_owner_only_and_lifecycle_rules() {
             .await;
         let wid = w["id"].as_i64().unwrap();
         let (st, b) = s
-            .call(
-                Method::PUT,
+            .put(
+                &alice,
                 "/api/v1/workspaces/ws-start/desired_state",
-                Some(&alice),
-                Some(json!({"desired_state": "Stopped"})),
+                json!({"desired_state": "Stopped"}),
             )
             .await;
         assert_eq!(st, 200, "[{l}] {b}");
@@ -471,22 +438,16 @@ async fn start_button_owner_only_and_lifecycle_rules() {
             let body = json!({"workspace_id": wid, "user_id": user});
             let s = &s;
             async move {
-                s.call(
-                    Method::POST,
-                    "/internal/workspaces/start",
-                    Some(&proxy_jwt()),
-                    Some(body),
-                )
-                .await
+                s.post(&proxy_jwt(), "/internal/workspaces/start", body)
+                    .await
             }
         };
         // Without the proxy's JWT: 401.
         let (st, _) = s
-            .call(
-                Method::POST,
+            .post(
+                &alice,
                 "/internal/workspaces/start",
-                Some(&alice),
-                Some(json!({"workspace_id": wid, "user_id": alice_id})),
+                json!({"workspace_id": wid, "user_id": alice_id}),
             )
             .await;
         assert_eq!(st, 401, "[{l}] a personal access token is not the proxy");
@@ -494,11 +455,10 @@ async fn start_button_owner_only_and_lifecycle_rules() {
         let (st_bob, b_bob) = start(bob_id).await;
         let (st_admin, b_admin) = start(admin_id).await;
         let (st_unknown, b_unknown) = s
-            .call(
-                Method::POST,
+            .post(
+                &proxy_jwt(),
                 "/internal/workspaces/start",
-                Some(&proxy_jwt()),
-                Some(json!({"workspace_id": 999_999, "user_id": alice_id})),
+                json!({"workspace_id": 999_999, "user_id": alice_id}),
             )
             .await;
         assert_eq!((st_bob, st_admin, st_unknown), (404, 404, 404), "[{l}]");
@@ -525,14 +485,7 @@ async fn start_button_owner_only_and_lifecycle_rules() {
         );
 
         // Terminated: 409 naming the state.
-        let (st, _) = s
-            .call(
-                Method::DELETE,
-                "/api/v1/workspaces/ws-start",
-                Some(&alice),
-                None,
-            )
-            .await;
+        let (st, _) = s.delete(&alice, "/api/v1/workspaces/ws-start").await;
         assert!(st < 300, "[{l}] terminate {st}");
         let (st, b) = start(alice_id).await;
         assert_eq!(st, 409, "[{l}] {b}");

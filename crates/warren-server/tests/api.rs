@@ -24,14 +24,7 @@ async fn authentication_scopes_and_json_errors() {
             (401, Some("unauthorized")),
             "[{l}] {b}"
         );
-        let (st, _) = s
-            .call(
-                Method::GET,
-                "/api/v1/users/me",
-                Some("wrn_pat_nonsense"),
-                None,
-            )
-            .await;
+        let (st, _) = s.get("wrn_pat_nonsense", "/api/v1/users/me").await;
         assert_eq!(st, 401);
         let (st, b) = s.admin(Method::GET, "/api/v1/users/me", None).await;
         assert_eq!(
@@ -41,24 +34,13 @@ async fn authentication_scopes_and_json_errors() {
 
         // Scopes: read_api reads but cannot write; workspace-only cannot use the API.
         let reader = s.user("reader", &["read_api"]).await;
-        let (st, _) = s
-            .call(Method::GET, "/api/v1/workspaces", Some(&reader), None)
-            .await;
+        let (st, _) = s.get(&reader, "/api/v1/workspaces").await;
         assert_eq!(st, 200, "[{l}]");
-        let (st, b) = s
-            .call(
-                Method::POST,
-                "/api/v1/workspaces",
-                Some(&reader),
-                Some(json!({})),
-            )
-            .await;
+        let (st, b) = s.post(&reader, "/api/v1/workspaces", json!({})).await;
         assert_eq!(st, 403, "[{l}] {b}");
         assert!(msg(&b).contains("api"), "{b}");
         let ws_only = s.user("wsonly", &["workspace"]).await;
-        let (st, _) = s
-            .call(Method::GET, "/api/v1/users/me", Some(&ws_only), None)
-            .await;
+        let (st, _) = s.get(&ws_only, "/api/v1/users/me").await;
         assert_eq!(st, 403);
 
         // axum's own rejections come back in the one JSON error shape.
@@ -184,53 +166,46 @@ async fn users_sessions_and_tokens() {
             )
             .await;
         assert_eq!(st, 409, "{b}");
-        let (st, _) = s.call(Method::GET, "/api/v1/users", Some(&bob), None).await;
+        let (st, _) = s.get(&bob, "/api/v1/users").await;
         assert_eq!(st, 403, "[{l}] users list is for admins");
         let (st, b) = s.admin(Method::GET, "/api/v1/users", None).await;
         assert_eq!((st, b.as_array().map(Vec::len)), (200, Some(2)));
 
         // Tokens: shown once, listed without the secret, expire, revoke.
         let (st, b) = s
-            .call(
-                Method::POST,
+            .post(
+                &bob,
                 "/api/v1/users/me/tokens",
-                Some(&bob),
-                Some(json!({"name": "ci", "scopes": ["read_api"], "expires_in_days": 1})),
+                json!({"name": "ci", "scopes": ["read_api"], "expires_in_days": 1}),
             )
             .await;
         assert_eq!(st, 201, "{b}");
         let ci = b["secret"].as_str().unwrap().to_owned();
         let ci_id = b["token"]["id"].as_i64().unwrap();
         assert!(ci.starts_with("wrn_pat_"));
-        let (st, b) = s
-            .call(Method::GET, "/api/v1/users/me/tokens", Some(&bob), None)
-            .await;
+        let (st, b) = s.get(&bob, "/api/v1/users/me/tokens").await;
         assert_eq!(st, 200);
         assert!(!b.to_string().contains(&ci), "secrets are never listed");
         assert_eq!(b.as_array().unwrap().len(), 2);
         let (st, b) = s
-            .call(
-                Method::POST,
+            .post(
+                &bob,
                 "/api/v1/users/me/tokens",
-                Some(&bob),
-                Some(json!({"name": "x", "scopes": [], "expires_in_days": 1})),
+                json!({"name": "x", "scopes": [], "expires_in_days": 1}),
             )
             .await;
         assert_eq!(st, 400);
         assert!(msg(&b).starts_with("scopes"), "{b}");
         let (st, b) = s
-            .call(
-                Method::POST,
+            .post(
+                &bob,
                 "/api/v1/users/me/tokens",
-                Some(&bob),
-                Some(json!({"name": "x", "scopes": ["api"], "expires_in_days": 999})),
+                json!({"name": "x", "scopes": ["api"], "expires_in_days": 999}),
             )
             .await;
         assert_eq!(st, 400);
         assert!(msg(&b).starts_with("expires_in_days"), "{b}");
-        let (st, _) = s
-            .call(Method::GET, "/api/v1/users/me", Some(&ci), None)
-            .await;
+        let (st, _) = s.get(&ci, "/api/v1/users/me").await;
         assert_eq!(st, 200);
         // Another user cannot revoke bob's token.
         let (st, _) = s
@@ -242,22 +217,13 @@ async fn users_sessions_and_tokens() {
             .await;
         assert_eq!(st, 404);
         s.clock.advance_ms(86_400_000 + 1);
-        let (st, _) = s
-            .call(Method::GET, "/api/v1/users/me", Some(&ci), None)
-            .await;
+        let (st, _) = s.get(&ci, "/api/v1/users/me").await;
         assert_eq!(st, 401, "[{l}] expired");
         let (st, _) = s
-            .call(
-                Method::DELETE,
-                &format!("/api/v1/users/me/tokens/{ci_id}"),
-                Some(&bob),
-                None,
-            )
+            .delete(&bob, &format!("/api/v1/users/me/tokens/{ci_id}"))
             .await;
         assert_eq!(st, 204);
-        let (st, b) = s
-            .call(Method::GET, "/api/v1/users/me/tokens", Some(&bob), None)
-            .await;
+        let (st, b) = s.get(&bob, "/api/v1/users/me/tokens").await;
         assert_eq!(st, 200);
         assert!(
             b.as_array()
@@ -266,14 +232,10 @@ async fn users_sessions_and_tokens() {
                 .any(|t| t["id"] == ci_id && t["revoked"] == true),
             "{b}"
         );
-        let (st, b) = s
-            .call(Method::DELETE, "/api/v1/users/me/tokens", Some(&bob), None)
-            .await;
+        let (st, b) = s.delete(&bob, "/api/v1/users/me/tokens").await;
         assert_eq!(st, 405, "{b}");
         // Revoking the token in use locks it out at once.
-        let (st, b) = s
-            .call(Method::GET, "/api/v1/users/me/tokens", Some(&bob), None)
-            .await;
+        let (st, b) = s.get(&bob, "/api/v1/users/me/tokens").await;
         assert_eq!(st, 200);
         let own = b
             .as_array()
@@ -284,17 +246,10 @@ async fn users_sessions_and_tokens() {
             .as_i64()
             .unwrap();
         let (st, _) = s
-            .call(
-                Method::DELETE,
-                &format!("/api/v1/users/me/tokens/{own}"),
-                Some(&bob),
-                None,
-            )
+            .delete(&bob, &format!("/api/v1/users/me/tokens/{own}"))
             .await;
         assert_eq!(st, 204);
-        let (st, _) = s
-            .call(Method::GET, "/api/v1/users/me", Some(&bob), None)
-            .await;
+        let (st, _) = s.get(&bob, "/api/v1/users/me").await;
         assert_eq!(st, 401);
         s.stop().await;
     }
@@ -306,11 +261,10 @@ async fn ssh_keys() {
         let s = TestServer::start(&db).await;
         let bob = s.user("bob", &["api", "workspace"]).await;
         let (st, b) = s
-            .call(
-                Method::POST,
+            .post(
+                &bob,
                 "/api/v1/users/me/ssh-keys",
-                Some(&bob),
-                Some(json!({"public_key": ED25519})),
+                json!({"public_key": ED25519}),
             )
             .await;
         assert_eq!(st, 201, "[{}] {b}", s.label);
@@ -329,18 +283,15 @@ async fn ssh_keys() {
             .await;
         assert_eq!(st, 409, "one key, one user: {b}");
         let (st, b) = s
-            .call(
-                Method::POST,
+            .post(
+                &bob,
                 "/api/v1/users/me/ssh-keys",
-                Some(&bob),
-                Some(json!({"public_key": "ssh-ed25519 bm9wZQ=="})),
+                json!({"public_key": "ssh-ed25519 bm9wZQ=="}),
             )
             .await;
         assert_eq!(st, 400);
         assert!(msg(&b).starts_with("public_key"), "{b}");
-        let (st, b) = s
-            .call(Method::GET, "/api/v1/users/me/ssh-keys", Some(&bob), None)
-            .await;
+        let (st, b) = s.get(&bob, "/api/v1/users/me/ssh-keys").await;
         assert_eq!((st, b.as_array().map(Vec::len)), (200, Some(1)));
         let (st, _) = s
             .admin(
@@ -351,17 +302,10 @@ async fn ssh_keys() {
             .await;
         assert_eq!(st, 404, "not the admin's key");
         let (st, _) = s
-            .call(
-                Method::DELETE,
-                &format!("/api/v1/users/me/ssh-keys/{id}"),
-                Some(&bob),
-                None,
-            )
+            .delete(&bob, &format!("/api/v1/users/me/ssh-keys/{id}"))
             .await;
         assert_eq!(st, 204);
-        let (st, b) = s
-            .call(Method::GET, "/api/v1/users/me/ssh-keys", Some(&bob), None)
-            .await;
+        let (st, b) = s.get(&bob, "/api/v1/users/me/ssh-keys").await;
         assert_eq!((st, b.as_array().map(Vec::len)), (200, Some(0)));
         s.stop().await;
     }
@@ -373,14 +317,7 @@ async fn agents_and_projects() {
         let s = TestServer::start(&db).await;
         let l = s.label;
         let bob = s.user("bob", &["api", "workspace"]).await;
-        let (st, _) = s
-            .call(
-                Method::POST,
-                "/api/v1/agents",
-                Some(&bob),
-                Some(json!({"name": "a"})),
-            )
-            .await;
+        let (st, _) = s.post(&bob, "/api/v1/agents", json!({"name": "a"})).await;
         assert_eq!(st, 403, "[{l}] admins create agents");
         let (st, b) = s
             .admin(
@@ -413,9 +350,7 @@ async fn agents_and_projects() {
             .admin(Method::POST, "/api/v1/agents", Some(json!({"name": "a1"})))
             .await;
         assert_eq!(st, 409);
-        let (st, b) = s
-            .call(Method::GET, "/api/v1/agents/a1", Some(&bob), None)
-            .await;
+        let (st, b) = s.get(&bob, "/api/v1/agents/a1").await;
         assert_eq!(st, 200);
         assert!(b.get("token").is_none());
         assert_eq!(b["config"]["workspaces_quota"], 5);
@@ -426,27 +361,22 @@ async fn agents_and_projects() {
         assert_eq!(st, 404);
 
         let (st, b) = s
-            .call(
-                Method::POST,
+            .post(
+                &bob,
                 "/api/v1/projects",
-                Some(&bob),
-                Some(json!({"name": "p1", "git_url": "not a url"})),
+                json!({"name": "p1", "git_url": "not a url"}),
             )
             .await;
         assert_eq!(st, 400);
         assert!(msg(&b).starts_with("git_url"), "{b}");
-        let (st, b) = s
-            .call(Method::POST, "/api/v1/projects", Some(&bob),
-                Some(json!({"name": "p1", "git_url": "https://example.com/r.git", "devfile": "schemaVersion: 2.2.0\ncomponents:\n  - name: x\n    container: {}\n"})))
+        let (st, b) = s.post(&bob, "/api/v1/projects", json!({"name": "p1", "git_url": "https://example.com/r.git", "devfile": "schemaVersion: 2.2.0\ncomponents:\n  - name: x\n    container: {}\n"}))
             .await;
         assert_eq!(st, 422, "[{l}] {b}");
         assert!(
             msg(&b).contains("components[0].container"),
             "the error names the path: {b}"
         );
-        let (st, b) = s
-            .call(Method::POST, "/api/v1/projects", Some(&bob),
-                Some(json!({"name": "p1", "git_url": "https://example.com/r.git", "devfile": WEB_DEVFILE, "default_ref": "dev"})))
+        let (st, b) = s.post(&bob, "/api/v1/projects", json!({"name": "p1", "git_url": "https://example.com/r.git", "devfile": WEB_DEVFILE, "default_ref": "dev"}))
             .await;
         assert_eq!(st, 201, "{b}");
         assert_eq!(
@@ -454,32 +384,25 @@ async fn agents_and_projects() {
             (Some(true), Some("dev"))
         );
         let (st, _) = s
-            .call(
-                Method::POST,
+            .post(
+                &bob,
                 "/api/v1/projects",
-                Some(&bob),
-                Some(json!({"name": "p1", "git_url": "git@example.com:r.git"})),
+                json!({"name": "p1", "git_url": "git@example.com:r.git"}),
             )
             .await;
         assert_eq!(st, 409);
-        let (st, b) = s
-            .call(Method::GET, "/api/v1/projects", Some(&bob), None)
-            .await;
+        let (st, b) = s.get(&bob, "/api/v1/projects").await;
         assert_eq!((st, b.as_array().map(Vec::len)), (200, Some(1)));
         // Private by default: another user sees nothing of it; its creator maintains it.
         assert_eq!(b[0]["visibility"], "private", "{b}");
         let carol = s.user("carol", &["api", "workspace"]).await;
-        let (st, b) = s
-            .call(Method::GET, "/api/v1/projects", Some(&carol), None)
-            .await;
+        let (st, b) = s.get(&carol, "/api/v1/projects").await;
         assert_eq!((st, b.as_array().map(Vec::len)), (200, Some(0)), "{b}");
         for m in [Method::GET, Method::DELETE] {
             let (st, _) = s.call(m, "/api/v1/projects/p1", Some(&carol), None).await;
             assert_eq!(st, 404, "[{l}]");
         }
-        let (st, _) = s
-            .call(Method::DELETE, "/api/v1/projects/p1", Some(&bob), None)
-            .await;
+        let (st, _) = s.delete(&bob, "/api/v1/projects/p1").await;
         assert_eq!(st, 204);
         let (st, _) = s.admin(Method::GET, "/api/v1/projects/p1", None).await;
         assert_eq!(st, 404);
@@ -494,23 +417,14 @@ async fn workspace_creation_rendering_quotas_and_visibility() {
         let l = s.label;
         let bob = s.user("bob", &["api", "workspace"]).await;
         let carol = s.user("carol", &["api", "workspace"]).await;
-        let (st, b) = s
-            .call(
-                Method::POST,
-                "/api/v1/workspaces",
-                Some(&bob),
-                Some(json!({})),
-            )
-            .await;
+        let (st, b) = s.post(&bob, "/api/v1/workspaces", json!({})).await;
         assert_eq!(st, 400, "[{l}] {b}");
         assert!(msg(&b).starts_with("agent"), "no agent yet: {b}");
         s.agent("a1", json!({"workspaces_quota": 3, "workspaces_per_user_quota": 2, "workspace_domain": "ws.example.com:8443", "workspace_scheme": "https"})).await;
         s.admin(Method::POST, "/api/v1/projects", Some(json!({"name": "p1", "git_url": "https://example.com/r.git", "devfile": WEB_DEVFILE, "visibility": "internal"}))).await;
 
         // A broken devfile: 422 with every error and its path.
-        let (st, b) = s
-            .call(Method::POST, "/api/v1/workspaces", Some(&bob),
-                Some(json!({"devfile": "schemaVersion: 2.2.0\ncomponents:\n  - name: a\n    container: {image: alpine, memoryLimit: lots}\n  - name: b\n    kubernetes: {uri: ../x}\n"})))
+        let (st, b) = s.post(&bob, "/api/v1/workspaces", json!({"devfile": "schemaVersion: 2.2.0\ncomponents:\n  - name: a\n    container: {image: alpine, memoryLimit: lots}\n  - name: b\n    kubernetes: {uri: ../x}\n"}))
             .await;
         assert_eq!(st, 422, "{b}");
         assert_eq!(b["error"]["code"], "invalid_devfile");
@@ -540,9 +454,7 @@ async fn workspace_creation_rendering_quotas_and_visibility() {
                 "variables: the environment variables take",
             ),
         ] {
-            let (st, b) = s
-                .call(Method::POST, "/api/v1/workspaces", Some(&bob), Some(body))
-                .await;
+            let (st, b) = s.post(&bob, "/api/v1/workspaces", body).await;
             assert_eq!(st, 400, "[{l}] {b}");
             assert!(msg(&b).starts_with(field), "[{l}] expected {field}: {b}");
         }
@@ -575,12 +487,7 @@ async fn workspace_creation_rendering_quotas_and_visibility() {
         );
         assert_eq!(w["variables"][1]["value"], "dev");
         let (st, _) = s
-            .call(
-                Method::POST,
-                "/api/v1/workspaces",
-                Some(&carol),
-                Some(json!({"name": "bobs-ws"})),
-            )
+            .post(&carol, "/api/v1/workspaces", json!({"name": "bobs-ws"}))
             .await;
         assert_eq!(st, 409, "names are unique");
 
@@ -613,14 +520,7 @@ async fn workspace_creation_rendering_quotas_and_visibility() {
 
         // Quotas: per user (2) then per agent (3); the refusal names the quota and the count.
         s.workspace(&bob, json!({})).await;
-        let (st, b) = s
-            .call(
-                Method::POST,
-                "/api/v1/workspaces",
-                Some(&bob),
-                Some(json!({})),
-            )
-            .await;
+        let (st, b) = s.post(&bob, "/api/v1/workspaces", json!({})).await;
         assert_eq!(
             (st, b["error"]["code"].as_str()),
             (403, Some("quota_exceeded")),
@@ -631,53 +531,29 @@ async fn workspace_creation_rendering_quotas_and_visibility() {
             "{b}"
         );
         s.workspace(&carol, json!({})).await;
-        let (st, b) = s
-            .call(
-                Method::POST,
-                "/api/v1/workspaces",
-                Some(&carol),
-                Some(json!({})),
-            )
-            .await;
+        let (st, b) = s.post(&carol, "/api/v1/workspaces", json!({})).await;
         assert_eq!(st, 403);
         assert!(
             msg(&b).contains("workspaces_quota") && msg(&b).contains("3"),
             "{b}"
         );
         // Terminated workspaces do not count.
-        let (st, _) = s
-            .call(
-                Method::DELETE,
-                "/api/v1/workspaces/bobs-ws",
-                Some(&bob),
-                None,
-            )
-            .await;
+        let (st, _) = s.delete(&bob, "/api/v1/workspaces/bobs-ws").await;
         assert_eq!(st, 200);
         s.workspace(&carol, json!({})).await;
 
         // Visibility: others' workspaces are 404; admins see everything.
-        let (st, _) = s
-            .call(
-                Method::GET,
-                "/api/v1/workspaces/bobs-ws",
-                Some(&carol),
-                None,
-            )
-            .await;
+        let (st, _) = s.get(&carol, "/api/v1/workspaces/bobs-ws").await;
         assert_eq!(st, 404);
         let (st, _) = s
-            .call(
-                Method::PUT,
+            .put(
+                &carol,
                 "/api/v1/workspaces/bobs-ws/desired_state",
-                Some(&carol),
-                Some(json!({"desired_state": "Stopped"})),
+                json!({"desired_state": "Stopped"}),
             )
             .await;
         assert_eq!(st, 404);
-        let (st, b) = s
-            .call(Method::GET, "/api/v1/workspaces", Some(&carol), None)
-            .await;
+        let (st, b) = s.get(&carol, "/api/v1/workspaces").await;
         assert_eq!(st, 200);
         assert!(
             b["items"]
@@ -688,14 +564,7 @@ async fn workspace_creation_rendering_quotas_and_visibility() {
             "{b}"
         );
         // Filtering by another owner only narrows what the caller may see: none of bob's.
-        let (st, b) = s
-            .call(
-                Method::GET,
-                "/api/v1/workspaces?owner=bob",
-                Some(&carol),
-                None,
-            )
-            .await;
+        let (st, b) = s.get(&carol, "/api/v1/workspaces?owner=bob").await;
         assert_eq!(
             (st, b["items"].as_array().map(Vec::len)),
             (200, Some(0)),
@@ -727,11 +596,10 @@ async fn workspace_creation_rendering_quotas_and_visibility() {
         assert_eq!(st, 400);
         assert!(msg(&b).starts_with("state"), "{b}");
         let (st, b) = s
-            .call(
-                Method::PUT,
+            .put(
+                &bob,
                 "/api/v1/workspaces/bobs-ws/desired_state",
-                Some(&bob),
-                Some(json!({"desired_state": "Paused"})),
+                json!({"desired_state": "Paused"}),
             )
             .await;
         assert_eq!(st, 400);
@@ -1425,14 +1293,10 @@ async fn a_workspace_says_what_warren_did_with_its_devfile() {
             created.iter().any(|n| n.contains("\"s\" was cloned")),
             "[{l}] {created:?}"
         );
-        let (st, got) = s
-            .call(Method::GET, "/api/v1/workspaces/noticed", Some(&t), None)
-            .await;
+        let (st, got) = s.get(&t, "/api/v1/workspaces/noticed").await;
         assert_eq!(st, 200, "[{l}]");
         assert_eq!(notices(&got), created, "[{l}] the same on reading it");
-        let (_, list) = s
-            .call(Method::GET, "/api/v1/workspaces", Some(&t), None)
-            .await;
+        let (_, list) = s.get(&t, "/api/v1/workspaces").await;
         assert!(
             list["items"][0].get("notices").is_none(),
             "[{l}] not in lists: {list}"
@@ -1450,11 +1314,10 @@ async fn a_workspace_says_what_warren_did_with_its_devfile() {
             "[{l}] {w}"
         );
         let (st, e) = s
-            .call(
-                Method::POST,
+            .post(
+                &t,
                 "/api/v1/workspaces",
-                Some(&t),
-                Some(json!({"name": "third", "devfile": devfile, "starter": "nope"})),
+                json!({"name": "third", "devfile": devfile, "starter": "nope"}),
             )
             .await;
         assert_eq!(st, 400, "[{l}] {e}");

@@ -47,16 +47,13 @@ async fn repositories_keep_their_secrets_sealed_and_only_admins_manage_them() {
         let bob = s.user("bob", &["api", "workspace"]).await;
 
         // Only admins see or register repositories.
-        let (st, b) = s
-            .call(Method::GET, "/api/v1/gitops/repositories", Some(&bob), None)
-            .await;
+        let (st, b) = s.get(&bob, "/api/v1/gitops/repositories").await;
         assert_eq!(st, 403, "[{l}] {b}");
         let (st, b) = s
-            .call(
-                Method::POST,
+            .post(
+                &bob,
                 "/api/v1/gitops/repositories",
-                Some(&bob),
-                Some(json!({"name": "x", "url": "https://git.example.com/x.git"})),
+                json!({"name": "x", "url": "https://git.example.com/x.git"}),
             )
             .await;
         assert_eq!(st, 403, "[{l}] {b}");

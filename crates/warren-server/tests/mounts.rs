@@ -46,7 +46,7 @@ async fn redirect_mounts() {
         }
         let mut ids = std::collections::BTreeMap::new();
         for (who, t) in [("alice", &alice), ("bob", &bob), ("carol", &carol)] {
-            let (_, b) = s.call(Method::GET, "/api/v1/users/me", Some(t), None).await;
+            let (_, b) = s.get(t, "/api/v1/users/me").await;
             ids.insert(who, b["id"].as_i64().unwrap());
         }
         s.workspace(
@@ -59,10 +59,7 @@ async fn redirect_mounts() {
         let create = |token: &str, body: Value| {
             let s = &s;
             let token = token.to_owned();
-            async move {
-                s.call(Method::POST, "/api/v1/mounts", Some(&token), Some(body))
-                    .await
-            }
+            async move { s.post(&token, "/api/v1/mounts", body).await }
         };
 
         // Every bad input is named.
@@ -166,11 +163,10 @@ async fn redirect_mounts() {
         assert_eq!(m["status"]["conditions"][0]["type"], "WorkspaceTargetFound");
         assert_eq!(m["your_right"], "manage");
         let (st, b) = s
-            .call(
-                Method::POST,
+            .post(
+                &alice,
                 "/api/v1/workspaces",
-                Some(&alice),
-                Some(json!({"name": "old-ws", "devfile": WEB_DEVFILE})),
+                json!({"name": "old-ws", "devfile": WEB_DEVFILE}),
             )
             .await;
         assert_eq!(st, 409, "[{l}] {b}");
@@ -198,17 +194,13 @@ async fn redirect_mounts() {
         assert!(msg(&b).contains("more than 8"), "[{l}] {b}");
 
         // Roles: a viewer sees it (not removes it); a stranger gets 404 everywhere.
-        let (st, b) = s
-            .call(Method::GET, "/api/v1/mounts/old-ws", Some(&carol), None)
-            .await;
+        let (st, b) = s.get(&carol, "/api/v1/mounts/old-ws").await;
         assert_eq!(
             (st, b["your_right"].as_str()),
             (200, Some("see")),
             "[{l}] {b}"
         );
-        let (st, b) = s
-            .call(Method::DELETE, "/api/v1/mounts/old-ws", Some(&carol), None)
-            .await;
+        let (st, b) = s.delete(&carol, "/api/v1/mounts/old-ws").await;
         assert_eq!(st, 403, "[{l}] {b}");
         for (method, path) in [
             (Method::GET, "/api/v1/mounts/old-ws"),
@@ -217,13 +209,9 @@ async fn redirect_mounts() {
             let (st, b) = s.call(method, path, Some(&bob), None).await;
             assert_eq!(st, 404, "[{l}] {path}: {b}");
         }
-        let (_, b) = s
-            .call(Method::GET, "/api/v1/mounts", Some(&bob), None)
-            .await;
+        let (_, b) = s.get(&bob, "/api/v1/mounts").await;
         assert_eq!(b, json!([]), "[{l}]");
-        let (_, b) = s
-            .call(Method::GET, "/api/v1/mounts", Some(&carol), None)
-            .await;
+        let (_, b) = s.get(&carol, "/api/v1/mounts").await;
         assert_eq!(
             b.as_array().map(Vec::len),
             Some(1),
@@ -231,9 +219,7 @@ async fn redirect_mounts() {
         );
 
         // The tree shows it beside the workspace.
-        let (st, t) = s
-            .call(Method::GET, "/api/v1/tree?space=acme", Some(&carol), None)
-            .await;
+        let (st, t) = s.get(&carol, "/api/v1/tree?space=acme").await;
         assert_eq!(st, 200, "[{l}] {t}");
         let entries = &t["spaces"][0]["entries"];
         assert_eq!(entries[0]["name"], "old-ws", "[{l}] {t}");
@@ -247,11 +233,9 @@ async fn redirect_mounts() {
             let s = &s;
             let id = ids[user];
             async move {
-                s.call(
-                    Method::GET,
+                s.get(
+                    &proxy_jwt(),
                     &format!("/internal/entries/redirect?host={host}&user={id}"),
-                    Some(&proxy_jwt()),
-                    None,
                 )
                 .await
             }
@@ -295,18 +279,9 @@ async fn redirect_mounts() {
         assert!(msg(&b).contains("1 mount(s)"), "[{l}] {b}");
 
         // The target terminated: the redirect says so, and the proxy is told why.
-        let (st, _) = s
-            .call(
-                Method::DELETE,
-                "/api/v1/workspaces/target-ws",
-                Some(&alice),
-                None,
-            )
-            .await;
+        let (st, _) = s.delete(&alice, "/api/v1/workspaces/target-ws").await;
         assert_eq!(st, 200, "[{l}]");
-        let (_, m) = s
-            .call(Method::GET, "/api/v1/mounts/old-ws", Some(&alice), None)
-            .await;
+        let (_, m) = s.get(&alice, "/api/v1/mounts/old-ws").await;
         assert_eq!(m["status"]["phase"], "Unavailable", "[{l}] {m}");
         assert_eq!(m["status"]["conditions"][0]["status"], "False", "[{l}] {m}");
         assert_eq!(m["status"]["conditions"][0]["reason"], "TargetMissing");
@@ -315,13 +290,9 @@ async fn redirect_mounts() {
         assert!(msg(&b).contains("target-ws"), "[{l}] {b}");
 
         // Removing a link in the chain breaks the rest, which say where.
-        let (st, _) = s
-            .call(Method::DELETE, "/api/v1/mounts/old-ws", Some(&alice), None)
-            .await;
+        let (st, _) = s.delete(&alice, "/api/v1/mounts/old-ws").await;
         assert_eq!(st, 204, "[{l}]");
-        let (_, m) = s
-            .call(Method::GET, "/api/v1/mounts/hop-2", Some(&alice), None)
-            .await;
+        let (_, m) = s.get(&alice, "/api/v1/mounts/hop-2").await;
         assert!(
             m["status"]["conditions"][0]["message"]
                 .as_str()
@@ -346,9 +317,7 @@ async fn softlink_mounts() {
         let mut ids = std::collections::BTreeMap::new();
         for who in ["alice", "bob", "carol", "dan", "erin"] {
             let t = s.user(who, &["api", "workspace"]).await;
-            let (_, b) = s
-                .call(Method::GET, "/api/v1/users/me", Some(&t), None)
-                .await;
+            let (_, b) = s.get(&t, "/api/v1/users/me").await;
             ids.insert(who, b["id"].as_i64().unwrap());
             tokens.insert(who, t);
         }
@@ -383,13 +352,10 @@ async fn softlink_mounts() {
             let s = &s;
             let t = tokens[who].clone();
             async move {
-                s.call(
-                    Method::POST,
+                s.post(
+                    &t,
                     "/api/v1/mounts",
-                    Some(&t),
-                    Some(
-                        json!({"name": name, "type": "workspace", "ref": target, "space": "pairs"}),
-                    ),
+                    json!({"name": name, "type": "workspace", "ref": target, "space": "pairs"}),
                 )
                 .await
             }
@@ -399,11 +365,10 @@ async fn softlink_mounts() {
         let (st, b) = link("bob", "pair", "alices").await;
         assert_eq!(st, 404, "[{l}] {b}");
         let (st, b) = s
-            .call(
-                Method::POST,
+            .post(
+                &tokens["bob"],
                 "/api/v1/mounts",
-                Some(&tokens["bob"]),
-                Some(json!({"name": "pair", "type": "workspace", "url": "https://x.example/"})),
+                json!({"name": "pair", "type": "workspace", "url": "https://x.example/"}),
             )
             .await;
         assert_eq!(st, 400, "[{l}] {b}");
@@ -443,11 +408,10 @@ async fn softlink_mounts() {
         assert_eq!(st, 201, "[{l}] {m2}");
         assert_eq!(m2["status"]["resolved"], "alices");
         let (st, _) = s
-            .call(
-                Method::POST,
+            .post(
+                &tokens["bob"],
                 "/api/v1/mounts",
-                Some(&tokens["bob"]),
-                Some(json!({"name": "moved", "type": "redirect", "ref": "pair", "space": "pairs"})),
+                json!({"name": "moved", "type": "redirect", "ref": "pair", "space": "pairs"}),
             )
             .await;
         assert_eq!(st, 201);
@@ -461,11 +425,9 @@ async fn softlink_mounts() {
             let s = &s;
             let id = ids[who];
             async move {
-                s.call(
-                    Method::GET,
+                s.get(
+                    &proxy_jwt(),
                     &format!("/internal/workspaces/access?host={host}&port=8080&user={id}"),
-                    Some(&proxy_jwt()),
-                    None,
                 )
                 .await
             }
@@ -486,14 +448,12 @@ async fn softlink_mounts() {
             assert_eq!(access(who, "pair").await.0, 404, "[{l}] {who}");
         }
         let (st, b) = s
-            .call(
-                Method::GET,
+            .get(
+                &proxy_jwt(),
                 &format!(
                     "/internal/ssh/authorize?username=pair&token={}",
                     tokens["carol"]
                 ),
-                Some(&proxy_jwt()),
-                None,
             )
             .await;
         assert_eq!(st, 200, "[{l}] {b}");
@@ -505,35 +465,18 @@ async fn softlink_mounts() {
 
         // The grant taken back: the softlinks stop serving and say why.
         let (st, _) = s
-            .call(
-                Method::DELETE,
-                "/api/v1/workspaces/alices/grants/bob",
-                Some(&tokens["alice"]),
-                None,
-            )
+            .delete(&tokens["alice"], "/api/v1/workspaces/alices/grants/bob")
             .await;
         assert_eq!(st, 204, "[{l}]");
         assert_eq!(access("carol", "pair").await.0, 404, "[{l}]");
-        let (_, m) = s
-            .call(
-                Method::GET,
-                "/api/v1/mounts/pair",
-                Some(&tokens["carol"]),
-                None,
-            )
-            .await;
+        let (_, m) = s.get(&tokens["carol"], "/api/v1/mounts/pair").await;
         assert_eq!(m["status"]["phase"], "Unavailable", "[{l}] {m}");
         assert_eq!(
             m["status"]["conditions"][0]["reason"], "GrantRevoked",
             "[{l}] {m}"
         );
         let (st, _) = s
-            .call(
-                Method::DELETE,
-                "/api/v1/workspaces/alices/grants/bob",
-                Some(&tokens["alice"]),
-                None,
-            )
+            .delete(&tokens["alice"], "/api/v1/workspaces/alices/grants/bob")
             .await;
         assert_eq!(st, 404, "[{l}] nothing left to take back");
         s.stop().await;
@@ -555,16 +498,13 @@ async fn connector_mounts() {
         let bob = s.user("bob", &["api", "workspace"]).await;
         let mut ids = std::collections::BTreeMap::new();
         for (who, t) in [("alice", &alice), ("bob", &bob)] {
-            let (_, b) = s.call(Method::GET, "/api/v1/users/me", Some(t), None).await;
+            let (_, b) = s.get(t, "/api/v1/users/me").await;
             ids.insert(who, b["id"].as_i64().unwrap());
         }
         let create = |body: Value| {
             let s = &s;
             let alice = alice.clone();
-            async move {
-                s.call(Method::POST, "/api/v1/mounts", Some(&alice), Some(body))
-                    .await
-            }
+            async move { s.post(&alice, "/api/v1/mounts", body).await }
         };
         // Bad requests name what is wrong.
         for (body, field, words) in [
@@ -594,9 +534,7 @@ async fn connector_mounts() {
         let token = gpu["connector_token"].as_str().unwrap().to_owned();
         assert_eq!(gpu["status"]["phase"], "Connecting", "[{l}] {gpu}");
         assert_eq!(gpu["connector"], true);
-        let (_, shown) = s
-            .call(Method::GET, "/api/v1/mounts/gpu", Some(&alice), None)
-            .await;
+        let (_, shown) = s.get(&alice, "/api/v1/mounts/gpu").await;
         assert!(
             shown.get("connector_token").is_none(),
             "[{l}] once: {shown}"
@@ -608,20 +546,18 @@ async fn connector_mounts() {
         let (_, agents) = s.admin(Method::GET, "/api/v1/agents", None).await;
         assert_eq!(agents.as_array().unwrap().len(), 1, "[{l}] {agents}");
         let (st, b) = s
-            .call(
-                Method::POST,
+            .post(
+                &alice,
                 "/api/v1/workspaces",
-                Some(&alice),
-                Some(json!({"name": "w1", "devfile": WEB_DEVFILE})),
+                json!({"name": "w1", "devfile": WEB_DEVFILE}),
             )
             .await;
         assert_eq!(st, 201, "[{l}] the only agent is still chosen: {b}");
         let (st, b) = s
-            .call(
-                Method::POST,
+            .post(
+                &alice,
                 "/api/v1/workspaces",
-                Some(&alice),
-                Some(json!({"name": "w2", "devfile": WEB_DEVFILE, "agent": "connector-gpu"})),
+                json!({"name": "w2", "devfile": WEB_DEVFILE, "agent": "connector-gpu"}),
             )
             .await;
         assert_eq!(st, 400, "[{l}] {b}");
@@ -637,11 +573,10 @@ async fn connector_mounts() {
 
         // The relay learns the connector's agent from its token.
         let (st, who) = s
-            .call(
-                Method::POST,
+            .post(
+                &s.relay_jwt(0),
                 warren_types::internal::AUTHENTICATE_AGENT_PATH,
-                Some(&s.relay_jwt(0)),
-                Some(json!({"token": token})),
+                json!({"token": token}),
             )
             .await;
         assert_eq!(st, 200, "[{l}] {who}");
@@ -685,11 +620,7 @@ async fn connector_mounts() {
         let (st, b) = s.reconcile(agent, beat("gpu", true)).await;
         assert_eq!(st, 201, "[{l}] {b}");
         assert_eq!(b["workspace_rails_infos"], json!([]));
-        let get = || async {
-            s.call(Method::GET, "/api/v1/mounts/gpu", Some(&alice), None)
-                .await
-                .1
-        };
+        let get = || async { s.get(&alice, "/api/v1/mounts/gpu").await.1 };
         let m = get().await;
         assert_eq!(m["status"]["phase"], "Ready", "[{l}] {m}");
         assert_eq!(m["ports"], json!([22, 8080]), "[{l}] {m}");
@@ -704,11 +635,9 @@ async fn connector_mounts() {
             let s = &s;
             let id = ids[who];
             async move {
-                s.call(
-                    Method::GET,
+                s.get(
+                    &proxy_jwt(),
                     &format!("/internal/workspaces/access?host=gpu&port={port}&user={id}"),
-                    Some(&proxy_jwt()),
-                    None,
                 )
                 .await
             }
@@ -745,11 +674,9 @@ async fn connector_mounts() {
             "[{l}] {a}"
         );
         let (st, b) = s
-            .call(
-                Method::GET,
+            .get(
+                &proxy_jwt(),
                 &format!("/internal/ssh/authorize?username=gpu&token={alice}"),
-                Some(&proxy_jwt()),
-                None,
             )
             .await;
         assert_eq!(st, 200, "[{l}] {b}");
@@ -771,16 +698,13 @@ async fn connector_mounts() {
         );
 
         // Removed, the mount takes its connector's token with it.
-        let (st, _) = s
-            .call(Method::DELETE, "/api/v1/mounts/gpu", Some(&alice), None)
-            .await;
+        let (st, _) = s.delete(&alice, "/api/v1/mounts/gpu").await;
         assert_eq!(st, 204, "[{l}]");
         let (st, _) = s
-            .call(
-                Method::POST,
+            .post(
+                &s.relay_jwt(0),
                 warren_types::internal::AUTHENTICATE_AGENT_PATH,
-                Some(&s.relay_jwt(0)),
-                Some(json!({"token": token})),
+                json!({"token": token}),
             )
             .await;
         assert_eq!(st, 401, "[{l}]");
@@ -789,11 +713,10 @@ async fn connector_mounts() {
         let bad = json!({"update_type": "partial", "workspace_agent_infos": [],
             "connector": {"mount": "gpu2", "ports": [0]}});
         let (st, b) = s
-            .call(
-                Method::POST,
+            .post(
+                &s.relay_jwt(0),
                 warren_types::internal::AUTHENTICATE_AGENT_PATH,
-                Some(&s.relay_jwt(0)),
-                Some(json!({"token": gpu2_token})),
+                json!({"token": gpu2_token}),
             )
             .await;
         assert_eq!(st, 200, "[{l}] {b}");
@@ -802,22 +725,20 @@ async fn connector_mounts() {
         assert_eq!(st, 400, "[{l}] {b}");
         assert!(msg(&b).contains("ports"), "[{l}] {b}");
         let (st, gpu3) = s
-            .call(
-                Method::POST,
+            .post(
+                &bob,
                 "/api/v1/mounts",
-                Some(&bob),
-                Some(json!({"name": "gpu3", "type": "proxy", "connector": true})),
+                json!({"name": "gpu3", "type": "proxy", "connector": true}),
             )
             .await;
         assert_eq!(st, 201, "[{l}] {gpu3}");
         let (st, b) = s.admin(Method::DELETE, "/api/v1/users/bob", None).await;
         assert_eq!(st, 204, "[{l}] {b}");
         let (st, _) = s
-            .call(
-                Method::POST,
+            .post(
+                &s.relay_jwt(0),
                 warren_types::internal::AUTHENTICATE_AGENT_PATH,
-                Some(&s.relay_jwt(0)),
-                Some(json!({"token": gpu3["connector_token"]})),
+                json!({"token": gpu3["connector_token"]}),
             )
             .await;
         assert_eq!(st, 401, "[{l}] the owner's connectors go with the owner");
@@ -838,9 +759,7 @@ async fn url_proxy_mounts() {
         let a1 = s.agent("a1", json!({})).await;
         let a2 = s.agent("a2", json!({})).await;
         let alice = s.user("alice", &["api", "workspace"]).await;
-        let (_, me) = s
-            .call(Method::GET, "/api/v1/users/me", Some(&alice), None)
-            .await;
+        let (_, me) = s.get(&alice, "/api/v1/users/me").await;
         let alice_id = me["id"].as_i64().unwrap();
         assert_eq!(
             s.admin(
@@ -862,13 +781,7 @@ async fn url_proxy_mounts() {
             .0,
             200
         );
-        let (st, b) = s
-            .call(
-                Method::POST,
-                "/api/v1/mounts",
-                Some(&alice),
-                Some(json!({"name": "wiki", "type": "proxy", "url": "http://10.1.2.3:8080/", "via": "a1"})),
-            )
+        let (st, b) = s.post(&alice, "/api/v1/mounts", json!({"name": "wiki", "type": "proxy", "url": "http://10.1.2.3:8080/", "via": "a1"}))
             .await;
         assert_eq!(st, 403, "[{l}] only admins: {b}");
         for (body, field, words) in [
@@ -937,11 +850,7 @@ async fn url_proxy_mounts() {
         };
         // Another agent's word about it counts for nothing.
         assert_eq!(s.reconcile(a2, probe(true)).await.0, 201);
-        let get = || async {
-            s.call(Method::GET, "/api/v1/mounts/wiki", Some(&alice), None)
-                .await
-                .1
-        };
+        let get = || async { s.get(&alice, "/api/v1/mounts/wiki").await.1 };
         assert_eq!(get().await["status"]["phase"], "Connecting", "[{l}]");
         assert_eq!(s.reconcile(a1, probe(true)).await.0, 201);
         let m = get().await;
@@ -956,11 +865,9 @@ async fn url_proxy_mounts() {
         let access = |port: u16| {
             let s = &s;
             async move {
-                s.call(
-                    Method::GET,
+                s.get(
+                    &proxy_jwt(),
                     &format!("/internal/workspaces/access?host=wiki&port={port}&user={alice_id}"),
-                    Some(&proxy_jwt()),
-                    None,
                 )
                 .await
             }
@@ -978,11 +885,9 @@ async fn url_proxy_mounts() {
         );
         assert_eq!(access(8080).await.0, 404, "[{l}] only the URL's port");
         let (st, _) = s
-            .call(
-                Method::GET,
+            .get(
+                &proxy_jwt(),
                 &format!("/internal/ssh/authorize?username=wiki&token={alice}"),
-                Some(&proxy_jwt()),
-                None,
             )
             .await;
         assert_eq!(st, 404, "[{l}] no shell behind a URL");

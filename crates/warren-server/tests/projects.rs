@@ -313,11 +313,10 @@ const INTERNAL_DEVFILE: &str = "schemaVersion: 2.2.0\nmetadata: {name: internal-
 /// `token`'s attempt to create a workspace whose devfile's parent is at `uri`.
 async fn create_with_parent(s: &TestServer, token: &str, uri: &str) -> (u16, Value) {
     let devfile = format!("schemaVersion: 2.2.0\nparent: {{uri: '{uri}'}}\n");
-    s.call(
-        Method::POST,
+    s.post(
+        token,
         "/api/v1/workspaces",
-        Some(token),
-        Some(json!({"name": "probe", "devfile": devfile})),
+        json!({"name": "probe", "devfile": devfile}),
     )
     .await
 }
@@ -431,21 +430,19 @@ async fn attack_a_project_remote_on_a_loopback_service_is_not_read() {
         s.agent("a1", json!({})).await;
         let eve = s.user("eve", &["api", "workspace"]).await;
         let (st, b) = s
-            .call(
-                Method::POST,
+            .post(
+                &eve,
                 "/api/v1/projects",
-                Some(&eve),
-                Some(json!({"name": "internal", "git_url": git.url("internal"),
-                    "credential": {"kind": "basic", "username": "ann", "password": PASSWORD}})),
+                json!({"name": "internal", "git_url": git.url("internal"),
+                    "credential": {"kind": "basic", "username": "ann", "password": PASSWORD}}),
             )
             .await;
         assert_eq!(st, 201, "[{l}] {b}");
         let (st, b) = s
-            .call(
-                Method::POST,
+            .post(
+                &eve,
                 "/api/v1/workspaces",
-                Some(&eve),
-                Some(json!({"project": "internal", "name": "probe"})),
+                json!({"project": "internal", "name": "probe"}),
             )
             .await;
         assert_eq!(st, 422, "[{l}] {b}");

@@ -541,14 +541,7 @@ async fn relay_authentication_and_body_validation() {
         assert_eq!(st, 401, "{b}");
         assert_eq!(b["error"]["code"], "unauthorized");
         // An agent or user token is not a relay JWT.
-        let (st, _) = s
-            .call(
-                Method::POST,
-                path,
-                Some(&s.admin_token.clone()),
-                Some(body.clone()),
-            )
-            .await;
+        let (st, _) = s.post(&s.admin_token.clone(), path, body.clone()).await;
         assert_eq!(st, 401);
         let now = chrono::Utc::now().timestamp();
         let wrong_secret = warren_server::relay::jwt::mint(
@@ -589,9 +582,7 @@ async fn relay_authentication_and_body_validation() {
             ("sub", no_sub),
             ("agent", unknown_agent),
         ] {
-            let (st, b) = s
-                .call(Method::POST, path, Some(&jwt), Some(body.clone()))
-                .await;
+            let (st, b) = s.post(&jwt, path, body.clone()).await;
             assert_eq!(st, 401, "[{}] {label}: {b}", s.label);
             assert!(b["error"]["message"].is_string());
         }
@@ -662,27 +653,13 @@ async fn the_relay_checks_agent_tokens() {
             chrono::Utc::now().timestamp(),
             30,
         );
-        let (st, b) = s
-            .call(
-                Method::POST,
-                path,
-                Some(&jwt),
-                Some(json!({"token": token})),
-            )
-            .await;
+        let (st, b) = s.post(&jwt, path, json!({"token": token})).await;
         assert_eq!(st, 200, "{b}");
         assert_eq!(
             (b["agent_id"].as_i64(), b["agent_name"].as_str()),
             (Some(id), Some("a1"))
         );
-        let (st, _) = s
-            .call(
-                Method::POST,
-                path,
-                Some(&jwt),
-                Some(json!({"token": "wrn_agent_nope"})),
-            )
-            .await;
+        let (st, _) = s.post(&jwt, path, json!({"token": "wrn_agent_nope"})).await;
         assert_eq!(st, 401);
         let (st, _) = s
             .call(Method::POST, path, None, Some(json!({"token": token})))

@@ -39,21 +39,14 @@ async fn spaces_roles_and_workspaces_in_them() {
         let eve = s.user("eve", &["api", "workspace"]).await;
 
         // A personal space is made on first use and owned by its user alone.
-        let (st, b) = s
-            .call(Method::GET, "/api/v1/spaces", Some(&ann), None)
-            .await;
+        let (st, b) = s.get(&ann, "/api/v1/spaces").await;
         assert_eq!(st, 200, "[{l}] {b}");
         assert_eq!(paths(&b), ["users/ann"], "[{l}]");
         assert_eq!(b[0]["your_role"], "owner");
 
         // Top-level spaces are the admins'; bad paths are named.
         let (st, b) = s
-            .call(
-                Method::POST,
-                "/api/v1/spaces",
-                Some(&ann),
-                Some(json!({"path": "acme"})),
-            )
+            .post(&ann, "/api/v1/spaces", json!({"path": "acme"}))
             .await;
         assert_eq!(st, 403, "[{l}] {b}");
         for (path, needle) in [
@@ -95,51 +88,39 @@ async fn spaces_roles_and_workspaces_in_them() {
             .await;
         assert_eq!(st, 200, "[{l}] {b}");
         let (st, b) = s
-            .call(
-                Method::POST,
-                "/api/v1/spaces",
-                Some(&ann),
-                Some(json!({"path": "acme/platform"})),
-            )
+            .post(&ann, "/api/v1/spaces", json!({"path": "acme/platform"}))
             .await;
         assert_eq!(st, 201, "[{l}] {b}");
         assert_eq!(b["your_role"], "owner", "[{l}] inherited from acme");
         let (st, b) = s
-            .call(
-                Method::PUT,
+            .put(
+                &ann,
                 &format!("/api/v1/spaces/{}/members/bob", enc("acme/platform")),
-                Some(&ann),
-                Some(json!({"role": "developer"})),
+                json!({"role": "developer"}),
             )
             .await;
         assert_eq!(st, 200, "[{l}] {b}");
         assert_eq!(b["role"], "developer");
         let (st, b) = s
-            .call(
-                Method::POST,
+            .post(
+                &bob,
                 "/api/v1/spaces",
-                Some(&bob),
-                Some(json!({"path": "acme/platform/tools"})),
+                json!({"path": "acme/platform/tools"}),
             )
             .await;
         assert_eq!(st, 403, "[{l}] a developer does not manage: {b}");
         assert!(msg(&b).contains("owner role"), "[{l}] {b}");
-        let (st, _) = s
-            .call(Method::GET, "/api/v1/spaces/acme", Some(&eve), None)
-            .await;
+        let (st, _) = s.get(&eve, "/api/v1/spaces/acme").await;
         assert_eq!(st, 404, "[{l}] no role: not found");
         let (st, _) = s
-            .call(
-                Method::PUT,
+            .put(
+                &bob,
                 "/api/v1/spaces/acme/members/eve",
-                Some(&bob),
-                Some(json!({"role": "owner"})),
+                json!({"role": "owner"}),
             )
             .await;
         assert_eq!(st, 404, "[{l}] bob has no role on acme itself");
-        let (st, b) = s
-            .call(Method::GET, "/api/v1/spaces", Some(&bob), None)
-            .await;
+        let (st, b) = s.get(&bob, "/api/v1/spaces").await;
         assert_eq!(st, 200);
         assert_eq!(paths(&b), ["acme/platform", "users/bob"], "[{l}]");
         let (st, b) = s.admin(Method::GET, "/api/v1/spaces", None).await;
@@ -158,11 +139,10 @@ async fn spaces_roles_and_workspaces_in_them() {
         let mine = s.workspace(&bob, json!({"name": "bobs-own"})).await;
         assert_eq!(mine["space"], "users/bob", "[{l}]");
         let (st, b) = s
-            .call(
-                Method::POST,
+            .post(
+                &eve,
                 "/api/v1/workspaces",
-                Some(&eve),
-                Some(json!({"name": "sneaky", "space": "acme/platform"})),
+                json!({"name": "sneaky", "space": "acme/platform"}),
             )
             .await;
         assert_eq!(st, 400, "[{l}] {b}");
@@ -176,11 +156,10 @@ async fn spaces_roles_and_workspaces_in_them() {
             .await;
         assert_eq!(st, 200);
         let (st, b) = s
-            .call(
-                Method::POST,
+            .post(
+                &eve,
                 "/api/v1/workspaces",
-                Some(&eve),
-                Some(json!({"name": "sneaky", "space": "acme/platform"})),
+                json!({"name": "sneaky", "space": "acme/platform"}),
             )
             .await;
         assert_eq!(st, 403, "[{l}] a viewer does not create: {b}");
@@ -216,18 +195,11 @@ async fn spaces_roles_and_workspaces_in_them() {
         assert_eq!(st, 400, "[{l}] recursive needs a space: {b}");
 
         // Only empty spaces go; personal ones never through the API.
-        let (st, b) = s
-            .call(Method::DELETE, "/api/v1/spaces/acme", Some(&ann), None)
-            .await;
+        let (st, b) = s.delete(&ann, "/api/v1/spaces/acme").await;
         assert_eq!(st, 409, "[{l}] {b}");
         assert!(msg(&b).contains("1 space(s)"), "[{l}] {b}");
         let (st, b) = s
-            .call(
-                Method::DELETE,
-                &format!("/api/v1/spaces/{}", enc("users/bob")),
-                Some(&bob),
-                None,
-            )
+            .delete(&bob, &format!("/api/v1/spaces/{}", enc("users/bob")))
             .await;
         assert_eq!(st, 403, "[{l}] {b}");
         let (st, _) = s
@@ -239,22 +211,15 @@ async fn spaces_roles_and_workspaces_in_them() {
             .await;
         assert_eq!(st, 201);
         let (st, b) = s
-            .call(
-                Method::DELETE,
-                &format!("/api/v1/spaces/{}", enc("acme/empty")),
-                Some(&ann),
-                None,
-            )
+            .delete(&ann, &format!("/api/v1/spaces/{}", enc("acme/empty")))
             .await;
         assert_eq!(st, 204, "[{l}] {b}");
 
         // Members are listed; a role taken away is gone.
         let (st, b) = s
-            .call(
-                Method::GET,
+            .get(
+                &bob,
                 &format!("/api/v1/spaces/{}/members", enc("acme/platform")),
-                Some(&bob),
-                None,
             )
             .await;
         assert_eq!(st, 200, "[{l}] {b}");
@@ -266,21 +231,14 @@ async fn spaces_roles_and_workspaces_in_them() {
             .collect();
         assert_eq!(names, ["bob", "eve"], "[{l}]");
         let (st, _) = s
-            .call(
-                Method::DELETE,
+            .delete(
+                &ann,
                 &format!("/api/v1/spaces/{}/members/eve", enc("acme/platform")),
-                Some(&ann),
-                None,
             )
             .await;
         assert_eq!(st, 204, "[{l}]");
         let (st, _) = s
-            .call(
-                Method::GET,
-                &format!("/api/v1/spaces/{}", enc("acme/platform")),
-                Some(&eve),
-                None,
-            )
+            .get(&eve, &format!("/api/v1/spaces/{}", enc("acme/platform")))
             .await;
         assert_eq!(st, 404, "[{l}]");
         s.stop().await;
@@ -324,17 +282,13 @@ async fn roles_decide_what_each_user_may_do_with_a_workspace() {
                     .await;
                 assert_eq!(st, 200, "[{l}] {user}: {b}");
             }
-            let (st, b) = s
-                .call(Method::GET, "/api/v1/users/me", Some(&t), None)
-                .await;
+            let (st, b) = s.get(&t, "/api/v1/users/me").await;
             assert_eq!(st, 200, "[{l}] {b}");
             ids.insert(user, b["id"].as_i64().unwrap());
             tokens.insert(user, t);
         }
         let admin = s.admin_token.clone();
-        let (st, b) = s
-            .call(Method::GET, "/api/v1/users/me", Some(&admin), None)
-            .await;
+        let (st, b) = s.get(&admin, "/api/v1/users/me").await;
         assert_eq!(st, 200, "[{l}] {b}");
         ids.insert("admin", b["id"].as_i64().unwrap());
         // The admin became the owner of `acme` by making it; the matrix wants an admin with no
@@ -504,28 +458,24 @@ async fn roles_decide_what_each_user_may_do_with_a_workspace() {
         // The proxy's question: who may reach port 8080. Admins as such may not.
         for who in everyone {
             let (st, b) = s
-                .call(
-                    Method::GET,
+                .get(
+                    &proxy_jwt(),
                     &format!(
                         "/internal/workspaces/access?host=plat-ws&port=8080&user={}",
                         ids[who]
                     ),
-                    Some(&proxy_jwt()),
-                    None,
                 )
                 .await;
             let uses = matches!(who, "wendy" | "olga" | "dev");
             assert_eq!(st, if uses { 200 } else { 404 }, "[{l}] {who} proxy: {b}");
             // SSH with the user's token as the password, answering who connects.
             let (st, b) = s
-                .call(
-                    Method::GET,
+                .get(
+                    &proxy_jwt(),
                     &format!(
                         "/internal/ssh/authorize?username=plat-ws&token={}",
                         tokens[who]
                     ),
-                    Some(&proxy_jwt()),
-                    None,
                 )
                 .await;
             assert_eq!(st, if uses { 200 } else { 404 }, "[{l}] {who} ssh: {b}");
@@ -545,11 +495,10 @@ async fn roles_decide_what_each_user_may_do_with_a_workspace() {
         assert_eq!(st, 200, "[{l}] {b}");
         for (who, want) in [("viv", 404), ("non", 404), ("admin", 404), ("dev", 200)] {
             let (st, b) = s
-                .call(
-                    Method::POST,
+                .post(
+                    &proxy_jwt(),
                     "/internal/workspaces/start",
-                    Some(&proxy_jwt()),
-                    Some(json!({"workspace_id": wid, "user_id": ids[who]})),
+                    json!({"workspace_id": wid, "user_id": ids[who]}),
                 )
                 .await;
             assert_eq!(st, want, "[{l}] {who} start button: {b}");

@@ -547,11 +547,10 @@ async fn the_list_and_the_page_follow_changes_live() {
             .await
             .expect("page events");
         let (st, _) = s
-            .call(
-                Method::PUT,
+            .put(
+                &token,
                 "/api/v1/workspaces/live-one/desired_state",
-                Some(&token),
-                Some(json!({"desired_state": "Stopped"})),
+                json!({"desired_state": "Stopped"}),
             )
             .await;
         assert_eq!(st, 200, "[{l}]");

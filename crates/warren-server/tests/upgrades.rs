@@ -17,6 +17,7 @@ use reqwest::Method;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use warren_server::{backup, Server, ServerConfig};
+use warren_testkit::process::output_ok;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/schema");
 /// Stands for the PostgreSQL schema a fixture is loaded into.
@@ -310,27 +311,19 @@ async fn write_fixtures() {
                         .next()
                         .unwrap()
                         .to_owned();
-                let o = std::process::Command::new("sqlite3")
-                    .args([&file, ".dump"])
-                    .output()
-                    .expect("sqlite3");
-                assert!(o.status.success());
+                let o = output_ok(std::process::Command::new("sqlite3").args([&file, ".dump"]));
                 String::from_utf8(o.stdout).unwrap()
             }
             DbChoice::Postgres(base) => {
                 let schema = s.db.url.rsplit("search_path%3D").next().unwrap().to_owned();
-                let o = std::process::Command::new("pg_dump")
-                    .args([
-                        "--inserts",
-                        "--no-owner",
-                        "--no-privileges",
-                        "--schema",
-                        &schema,
-                        base,
-                    ])
-                    .output()
-                    .expect("pg_dump");
-                assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+                let o = output_ok(std::process::Command::new("pg_dump").args([
+                    "--inserts",
+                    "--no-owner",
+                    "--no-privileges",
+                    "--schema",
+                    &schema,
+                    base,
+                ]));
                 // psql's meta-commands (`\restrict`) are not SQL.
                 String::from_utf8(o.stdout)
                     .unwrap()

@@ -46,25 +46,17 @@ async fn login(s: &TestServer, name: &str, password: &str) -> (u16, Value) {
 }
 
 async fn me(s: &TestServer, token: &str) -> u16 {
-    s.call(Method::GET, "/api/v1/users/me", Some(token), None)
-        .await
-        .0
+    s.get(token, "/api/v1/users/me").await.0
 }
 
 /// May `token`'s user reach the workspace `host` through the proxy (by token)?
 async fn reaches(s: &TestServer, host: &str, token: &str) -> u16 {
     let q = format!("/internal/workspaces/access?host={host}&port=8080&bearer={token}");
-    s.call(Method::GET, &q, Some(&proxy_jwt()), None).await.0
+    s.get(&proxy_jwt(), &q).await.0
 }
 
 async fn patch(s: &TestServer, who: &str, user: &str, body: Value) -> (u16, Value) {
-    s.call(
-        Method::PATCH,
-        &format!("/api/v1/users/{user}"),
-        Some(who),
-        Some(body),
-    )
-    .await
+    s.patch(who, &format!("/api/v1/users/{user}"), body).await
 }
 
 #[tokio::test]
@@ -153,9 +145,7 @@ async fn admin_rights_never_leave_the_server_without_an_active_admin() {
             (200, Some(true)),
             "[{l}] {b}"
         );
-        let (st, _) = s
-            .call(Method::GET, "/api/v1/users", Some(&carol), None)
-            .await;
+        let (st, _) = s.get(&carol, "/api/v1/users").await;
         assert_eq!(st, 200, "[{l}]");
         let (st, b) = patch(&s, &s.admin_token, "admin", json!({"is_admin": false})).await;
         assert_eq!(
@@ -195,34 +185,19 @@ async fn users_change_their_password_keeping_or_revoking_sessions() {
         let path = "/api/v1/users/me/password";
 
         let (st, b) = s
-            .call(
-                Method::POST,
-                path,
-                Some(&bob),
-                Some(change("nope-nope", "new-password-1", false)),
-            )
+            .post(&bob, path, change("nope-nope", "new-password-1", false))
             .await;
         assert_eq!(st, 400, "[{l}] {b}");
         assert!(msg(&b).starts_with("current_password:"), "[{l}] {b}");
         let (st, b) = s
-            .call(
-                Method::POST,
-                path,
-                Some(&bob),
-                Some(change("password-123", "short", false)),
-            )
+            .post(&bob, path, change("password-123", "short", false))
             .await;
         assert_eq!(st, 400, "[{l}] {b}");
         assert!(msg(&b).starts_with("new_password:"), "[{l}] {b}");
 
         // Kept: the other session still works; only the new password signs in.
         let (st, b) = s
-            .call(
-                Method::POST,
-                path,
-                Some(&bob),
-                Some(change("password-123", "new-password-1", false)),
-            )
+            .post(&bob, path, change("password-123", "new-password-1", false))
             .await;
         assert_eq!(st, 204, "[{l}] {b}");
         assert_eq!(me(&s, &other).await, 200, "[{l}]");
@@ -231,12 +206,7 @@ async fn users_change_their_password_keeping_or_revoking_sessions() {
 
         // Revoked: every other token ends, the one asking is kept.
         let (st, b) = s
-            .call(
-                Method::POST,
-                path,
-                Some(&bob),
-                Some(change("new-password-1", "new-password-2", true)),
-            )
+            .post(&bob, path, change("new-password-1", "new-password-2", true))
             .await;
         assert_eq!(st, 204, "[{l}] {b}");
         assert_eq!(me(&s, &other).await, 401, "[{l}]");

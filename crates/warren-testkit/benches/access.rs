@@ -173,17 +173,11 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
 }
 
 fn main() -> Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    rt.block_on(run())
+    warren_testkit::bench::block_on(run())
 }
 
 async fn run() -> Result<()> {
-    let secs: u64 = std::env::var("ACCESS_BENCH_SECS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
+    let secs: u64 = warren_testkit::bench::env_or("ACCESS_BENCH_SECS", 3);
     let up = upstream().await?;
     let (full, full_user, full_host) = stack_with_workspace(StackOptions::default(), up).await?;
     let (direct, direct_user, direct_host) = stack_with_workspace(

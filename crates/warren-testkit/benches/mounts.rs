@@ -52,17 +52,11 @@ async fn until_phase(stack: &Stack, token: &str, name: &str, want: &str) -> Resu
 }
 
 fn main() -> Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    rt.block_on(run())
+    warren_testkit::bench::block_on(run())
 }
 
 async fn run() -> Result<()> {
-    let secs: u64 = std::env::var("MOUNTS_BENCH_SECS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
+    let secs: u64 = warren_testkit::bench::env_or("MOUNTS_BENCH_SECS", 3);
     let up = upstream().await?;
     let port = up.port();
     let stack = Stack::start().await?;

@@ -21,52 +21,10 @@ use anyhow::{bail, Context, Result};
 use futures::StreamExt;
 use serde_json::{json, Value};
 use std::time::Instant;
+use warren_testkit::bench::{self, env_or, list_workspaces, median};
 use warren_testkit::Stack;
 
 const FANOUT: usize = 4;
-
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
-/// Every page of the workspace list: (milliseconds, items).
-async fn list_all(http: &reqwest::Client, base: &str, token: &str) -> Result<(f64, usize)> {
-    let mut elapsed = std::time::Duration::ZERO;
-    let mut items = 0;
-    let mut cursor: Option<String> = None;
-    loop {
-        let mut url = format!("{base}/api/v1/workspaces?limit=500");
-        if let Some(c) = &cursor {
-            url.push_str(&format!("&cursor={c}"));
-        }
-        let t = Instant::now();
-        let body = http
-            .get(url)
-            .bearer_auth(token)
-            .send()
-            .await?
-            .error_for_status()?
-            .bytes()
-            .await?;
-        // Until the last byte arrived: the client's parsing is not the server's time.
-        elapsed += t.elapsed();
-        let page: Value = serde_json::from_slice(&body)?;
-        items += page["items"].as_array().map_or(0, Vec::len);
-        match page["next_cursor"].as_str() {
-            Some(c) => cursor = Some(c.to_owned()),
-            None => break,
-        }
-    }
-    Ok((elapsed.as_secs_f64() * 1e3, items))
-}
 
 /// The whole tree the caller sees: (milliseconds, entries, spaces).
 async fn tree(http: &reqwest::Client, base: &str, token: &str) -> Result<(f64, usize, usize)> {
@@ -200,12 +158,14 @@ async fn main() -> Result<()> {
         ("owner of acme (all)", &owner.token, count),
         ("developer of one team", &dev.token, in_team),
     ] {
-        list_all(&http, &base, token).await?; // warm-up
+        list_workspaces(&http, &base, token).await?; // warm-up
         tree(&http, &base, token).await?;
         let (mut base_ms, mut tree_ms) = (vec![], vec![]);
         let mut shape = (0, 0);
         for _ in 0..rounds {
-            let (ms, items) = list_all(&http, &base, token).await?;
+            let listing = list_workspaces(&http, &base, token).await?;
+            // Until each page's last byte: the client's parsing is not the server's time.
+            let (ms, items) = (bench::ms(listing.fetching), listing.items);
             if items != want {
                 bail!("{who}: the list held {items} workspaces, not {want}");
             }

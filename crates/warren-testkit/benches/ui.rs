@@ -23,58 +23,12 @@ use anyhow::{bail, Context, Result};
 use futures::StreamExt;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
+use warren_testkit::bench::{self, env_or, list_workspaces, median};
 use warren_testkit::browser::Chromium;
 use warren_testkit::{Stack, TestUser};
 
 /// Rows on a page of the list (the server's page size).
 const PAGE_ROWS: usize = 100;
-
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
-/// The API's whole listing: (time to the first page's headers, total, JSON bytes, items).
-async fn api_listing(
-    http: &reqwest::Client,
-    base: &str,
-    token: &str,
-) -> Result<(f64, f64, usize, usize)> {
-    let start = Instant::now();
-    let mut ttfb = None;
-    let mut bytes = 0;
-    let mut items = 0;
-    let mut cursor: Option<String> = None;
-    loop {
-        let mut url = format!("{base}/api/v1/workspaces?limit=500");
-        if let Some(c) = &cursor {
-            url.push_str(&format!("&cursor={c}"));
-        }
-        let resp = http.get(url).bearer_auth(token).send().await?;
-        ttfb.get_or_insert(start.elapsed().as_secs_f64() * 1e3);
-        let body = resp.error_for_status()?.bytes().await?;
-        bytes += body.len();
-        let page: Value = serde_json::from_slice(&body)?;
-        items += page["items"].as_array().map_or(0, Vec::len);
-        match page["next_cursor"].as_str() {
-            Some(c) => cursor = Some(c.to_owned()),
-            None => break,
-        }
-    }
-    Ok((
-        ttfb.unwrap_or_default(),
-        start.elapsed().as_secs_f64() * 1e3,
-        bytes,
-        items,
-    ))
-}
 
 /// The value of cookie `name` set by an answer.
 fn set_cookie(resp: &reqwest::Response, name: &str) -> Option<String> {
@@ -185,15 +139,15 @@ async fn main() -> Result<()> {
     // The baseline: the JSON API.
     let (mut api_ttfb, mut api_total) = (vec![], vec![]);
     let mut api_bytes = 0;
-    api_listing(&http, &base, &user.token).await?; // warm-up
+    list_workspaces(&http, &base, &user.token).await?; // warm-up
     for _ in 0..rounds {
-        let (ttfb, total, bytes, items) = api_listing(&http, &base, &user.token).await?;
-        if items != count {
-            bail!("the API listed {items} workspaces, not {count}");
+        let listing = list_workspaces(&http, &base, &user.token).await?;
+        if listing.items != count {
+            bail!("the API listed {} workspaces, not {count}", listing.items);
         }
-        api_ttfb.push(ttfb);
-        api_total.push(total);
-        api_bytes = bytes;
+        api_ttfb.push(bench::ms(listing.first_headers));
+        api_total.push(bench::ms(listing.total));
+        api_bytes = listing.bytes;
     }
 
     // The page over HTTP.

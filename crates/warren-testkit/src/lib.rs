@@ -8,10 +8,12 @@
 //! exec runs local processes. Everything stops when the [`Stack`] is dropped.
 
 pub mod balancer;
+pub mod bench;
 pub mod browser;
 pub mod files_http;
 pub mod git_daemon;
 pub mod git_http;
+pub mod process;
 pub mod tls;
 mod using;
 
@@ -568,13 +570,8 @@ fn proxy_config(
     shared_secret: &str,
 ) -> Result<warren_proxy::ProxyConfig> {
     Ok(warren_proxy::ProxyConfig {
-        state_dir: home.join("proxy"),
-        workspace_domain: DOMAIN.into(),
         public_scheme: if options.tls { "https" } else { "http" }.into(),
         public_port: Some(port),
-        server_url: api_url.parse()?,
-        server_public_url: api_url.parse()?,
-        relay_url: relay_url.parse()?,
         shared_secret: shared_secret.to_owned(),
         oauth_client_id: OAUTH_CLIENT_ID.into(),
         oauth_client_secret: OAUTH_CLIENT_SECRET.into(),
@@ -585,8 +582,12 @@ fn proxy_config(
         tls_cert_file: pki.map(|p| p.proxy_dir.join("tls.crt")),
         tls_key_file: pki.map(|p| p.proxy_dir.join("tls.key")),
         server_ca_file: pki.map(|p| p.ca.ca_file.clone()),
-        ssh_host_key_file: None,
-        limits: Default::default(),
+        ..warren_proxy::ProxyConfig::new(
+            home.join("proxy"),
+            DOMAIN,
+            api_url.parse()?,
+            relay_url.parse()?,
+        )
     })
 }
 

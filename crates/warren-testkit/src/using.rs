@@ -27,6 +27,28 @@ impl Stack {
         .await
     }
 
+    /// The configuration of one more proxy in front of this stack (plain HTTP, the stack's
+    /// server, relay and OAuth client, activity reported every second), its state in
+    /// `state_dir`: for tests that run a proxy of their own making.
+    pub fn another_proxy(
+        &self,
+        state_dir: std::path::PathBuf,
+    ) -> Result<warren_proxy::ProxyConfig> {
+        Ok(warren_proxy::ProxyConfig {
+            shared_secret: self.shared_secret.clone(),
+            oauth_client_id: OAUTH_CLIENT_ID.into(),
+            oauth_client_secret: self.oauth_client_secret.clone(),
+            session_lifetime_secs: 3600,
+            activity_report_secs: 1,
+            ..warren_proxy::ProxyConfig::new(
+                state_dir,
+                DOMAIN,
+                self.api_url.parse()?,
+                self.relay_internal_url.parse()?,
+            )
+        })
+    }
+
     /// Stops relay `index` (of [`StackOptions::relays`]): its listeners close and its agent
     /// connections end, so the agents reconnect to another relay through the balancer.
     pub fn stop_relay(&self, index: usize) {

@@ -148,14 +148,9 @@ struct Row {
 }
 
 fn main() {
-    if std::env::args().any(|a| a == "--list") {
+    if !podman_bench_runs("density") {
         return;
     }
-    if !podman_available() {
-        eprintln!("skipping the density benchmark: podman not found (install it with .ci/setup-podman.sh)");
-        return;
-    }
-    ensure_image();
     let sizes: Vec<usize> = std::env::var("WARREN_BENCH_DENSITY_SIZES")
         .ok()
         .map(|s| {
@@ -175,19 +170,7 @@ fn main() {
     let devfile = devfile.display().to_string();
     // One unmeasured round warms the stack's connections and the engine.
     let warm = format!("{PREFIX}warm");
-    warren_timed(
-        &home,
-        &[
-            "ws",
-            "create",
-            "--devfile",
-            &devfile,
-            "--name",
-            &warm,
-            "--wait",
-        ],
-    );
-    warren_timed(&home, &["ws", "rm", &warm, "--wait"]);
+    warm_up(&home, &devfile, &warm);
 
     let mut rows = vec![];
     let mut present = 0;
@@ -198,18 +181,7 @@ fn main() {
         let (mut p_run, mut p_rm_ctr) = (vec![], vec![]);
         for i in 0..RUNS {
             let name = format!("{PREFIX}m{size}-{i}");
-            w_create.push(warren_timed(
-                &home,
-                &[
-                    "ws",
-                    "create",
-                    "--devfile",
-                    &devfile,
-                    "--name",
-                    &name,
-                    "--wait",
-                ],
-            ));
+            w_create.push(create_timed(&home, &devfile, &name));
             // The same work by hand: a network, a volume and the container on them.
             let base = format!("warren-bench-{PREFIX}{size}-{i}");
             let (net, vol, ctr) = (

@@ -24,6 +24,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use support::*;
+use warren_testkit::process::output_ok;
 
 const STOP_CYCLES: usize = 10;
 const TIMER_CYCLES: usize = 4;
@@ -319,12 +320,7 @@ fn podman_create(i: usize, reference: &Value) -> Duration {
     );
 
     let run = |a: &[&str]| {
-        let out = Command::new("podman").args(a).output().expect("podman");
-        assert!(
-            out.status.success(),
-            "podman {a:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        output_ok(Command::new("podman").args(a));
     };
     let t0 = Instant::now();
     run(&["network", "create", &net]);

@@ -142,14 +142,9 @@ fn through_the_proxy(baseline_names: &[String]) -> (Vec<Duration>, Vec<Duration>
 }
 
 fn main() {
-    if std::env::args().any(|a| a == "--list") {
+    if !podman_bench_runs("user-wait") {
         return;
     }
-    if !podman_available() {
-        eprintln!("skipping the user-wait benchmark: podman not found (install it with .ci/setup-podman.sh)");
-        return;
-    }
-    ensure_image();
     let names: Vec<String> = (0..RUNS).map(|i| format!("bench-wait-{i}")).collect();
     let _cleanup = Workspaces(names.clone());
     let baseline_names: Vec<String> = (0..RUNS)
@@ -162,35 +157,12 @@ fn main() {
     let devfile = write_file(stack.dir.path(), "devfile.yaml", DEVFILE);
     let devfile = devfile.display().to_string();
     // One unmeasured round warms the stack's connections and the engine.
-    warren_timed(
-        &home,
-        &[
-            "ws",
-            "create",
-            "--devfile",
-            &devfile,
-            "--name",
-            "bench-wait-warm",
-            "--wait",
-        ],
-    );
-    warren_timed(&home, &["ws", "rm", "bench-wait-warm", "--wait"]);
+    warm_up(&home, &devfile, "bench-wait-warm");
 
     let (mut w_create, mut w_stop, mut w_start) = (vec![], vec![], vec![]);
     let (mut p_create, mut p_stop, mut p_start) = (vec![], vec![], vec![]);
     for (name, ctr) in names.iter().zip(&baseline_names) {
-        w_create.push(warren_timed(
-            &home,
-            &[
-                "ws",
-                "create",
-                "--devfile",
-                &devfile,
-                "--name",
-                name,
-                "--wait",
-            ],
-        ));
+        w_create.push(create_timed(&home, &devfile, name));
         p_create.push(podman_timed(&[
             "run",
             "-d",
@@ -222,18 +194,7 @@ fn main() {
     let (mut w_server, mut p_server) = (vec![], vec![]);
     for (i, ctr) in baseline_names.iter().enumerate() {
         let name = format!("bench-wait-srv-{i}");
-        w_server.push(warren_timed(
-            &home,
-            &[
-                "ws",
-                "create",
-                "--devfile",
-                &server_devfile,
-                "--name",
-                &name,
-                "--wait",
-            ],
-        ));
+        w_server.push(create_timed(&home, &server_devfile, &name));
         warren_timed(&home, &["ws", "rm", &name, "--wait"]);
         let port = free_port();
         let t0 = Instant::now();

@@ -22,8 +22,7 @@ use warren_proxy::{config, ProxyConfig, ProxyListeners};
 const DEFAULT_HTTP_LISTEN: &str = "0.0.0.0:7080";
 /// Default address of the SSH listener.
 const DEFAULT_SSH_LISTEN: &str = "0.0.0.0:2222";
-/// Default OAuth client id of the proxy.
-pub(crate) const DEFAULT_OAUTH_CLIENT_ID: &str = "warren-proxy";
+pub(crate) use warren_proxy::config::DEFAULT_OAUTH_CLIENT_ID;
 
 #[derive(Debug, clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]

@@ -204,27 +204,13 @@ fn proxy_config(
     shared_secret: &str,
 ) -> anyhow::Result<ProxyConfig> {
     let api = Url::parse(&bound.api_url).context("the API address is not a URL")?;
+    let relay = Url::parse(&bound.relay_internal_url).context("the relay address is not a URL")?;
     let config = ProxyConfig {
-        state_dir: home.join("proxy"),
-        workspace_domain: args.workspace_domain.clone(),
-        public_scheme: "http".into(),
         public_port: Some(bound.proxy_port),
-        server_url: api.clone(),
-        server_public_url: api,
-        relay_url: Url::parse(&bound.relay_internal_url)
-            .context("the relay address is not a URL")?,
         shared_secret: shared_secret.to_owned(),
         oauth_client_id: PROXY_CLIENT_ID.into(),
         oauth_client_secret: random_secret(),
-        session_lifetime_secs: warren_proxy::config::DEFAULT_SESSION_LIFETIME_SECS,
-        authorization_cache_secs: warren_proxy::config::DEFAULT_AUTHORIZATION_CACHE_SECS,
-        activity_report_secs: warren_proxy::config::DEFAULT_ACTIVITY_REPORT_SECS,
-        direct_upstream: None,
-        tls_cert_file: None,
-        tls_key_file: None,
-        server_ca_file: None,
-        ssh_host_key_file: None,
-        limits: Default::default(),
+        ..ProxyConfig::new(home.join("proxy"), &args.workspace_domain, api, relay)
     };
     config
         .validate()

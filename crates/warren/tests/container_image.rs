@@ -9,6 +9,7 @@ use crate::support;
 use std::process::Command;
 use std::time::Duration;
 use support::*;
+use warren_testkit::process::{output_ok, stdout_ok};
 
 /// Removes the test's container and image, whatever happens.
 struct Cleanup {
@@ -76,13 +77,7 @@ fn the_image_serves_as_an_unprivileged_user_on_a_read_only_root() {
     ]);
     podman(&["rm", "-f", &holder]);
     let sections = |path: &std::path::Path| {
-        let out = Command::new("readelf")
-            .args(["-S", "--wide"])
-            .arg(path)
-            .output()
-            .expect("readelf (binutils)");
-        assert!(out.status.success(), "readelf {}", path.display());
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        stdout_ok(Command::new("readelf").args(["-S", "--wide"]).arg(path))
     };
     let in_image = sections(&shipped);
     assert!(
@@ -110,35 +105,27 @@ fn the_image_serves_as_an_unprivileged_user_on_a_read_only_root() {
     assert_eq!(user.trim(), "65532:65532");
 
     let port = free_port();
-    let out = Command::new("podman")
-        .args([
-            "run",
-            "-d",
-            "--name",
-            &guard.container,
-            "--network",
-            "host",
-            "--read-only",
-            "--tmpfs",
-            "/tmp",
-            "--cap-drop",
-            "ALL",
-            "--security-opt",
-            "no-new-privileges",
-            &guard.image,
-            "server",
-            "--home",
-            "/tmp/home",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .output()
-        .expect("podman run");
-    assert!(
-        out.status.success(),
-        "podman run: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    output_ok(Command::new("podman").args([
+        "run",
+        "-d",
+        "--name",
+        &guard.container,
+        "--network",
+        "host",
+        "--read-only",
+        "--tmpfs",
+        "/tmp",
+        "--cap-drop",
+        "ALL",
+        "--security-opt",
+        "no-new-privileges",
+        &guard.image,
+        "server",
+        "--home",
+        "/tmp/home",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+    ]));
     let logs = || podman(&["logs", &guard.container]);
     let ready = format!("http://127.0.0.1:{port}/readyz");
     wait_for(

@@ -11,6 +11,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 use support::*;
+use warren_testkit::process::stdout_ok;
 
 /// Nothing duplicated or lost: exactly one container and one volume for the workspace.
 fn assert_one_of_each(ws: &str, stack: &Stack) {
@@ -25,16 +26,9 @@ fn exec(ws: &str, script: &str) -> String {
     let live = running(ws);
     assert_eq!(live.len(), 1, "one running container");
     let id = live[0]["Id"].as_str().expect("container id");
-    let out = Command::new("podman")
-        .args(["exec", id, "sh", "-c", script])
-        .output()
-        .expect("podman exec");
-    assert!(
-        out.status.success(),
-        "podman exec {script:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    stdout_ok(Command::new("podman").args(["exec", id, "sh", "-c", script]))
+        .trim()
+        .to_owned()
 }
 
 fn create(stack: &Stack, ws: &str, devfile: &Path) {

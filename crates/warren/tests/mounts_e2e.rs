@@ -18,6 +18,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use support::{api, ensure_image, podman_available, sign_in, Proc, Up, WEB_DEVFILE};
 use warren_testkit::browser::Chromium;
+use warren_testkit::process::output_ok;
 
 /// A process of this machine the test started; killed on drop.
 struct Child(std::process::Child);
@@ -298,28 +299,23 @@ fn a_team_attaches_a_machine_pairs_through_a_softlink_and_follows_a_redirect() {
         ),
     )
     .expect("batch");
-    let out = Command::new("sftp")
-        .args([
-            "-F",
-            "/dev/null",
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "IdentitiesOnly=yes",
-        ])
-        .arg("-o")
-        .arg(format!("UserKnownHostsFile={}", known_hosts.display()))
-        .arg("-i")
-        .arg(dir.path().join("alice_ed25519"))
-        .args(["-P", &ssh_port.to_string(), "-b"])
-        .arg(&batch)
-        .arg(format!("{gpu}@127.0.0.1"))
-        .output()
-        .expect("sftp");
-    assert!(
-        out.status.success(),
-        "sftp: {}",
-        String::from_utf8_lossy(&out.stderr)
+    output_ok(
+        Command::new("sftp")
+            .args([
+                "-F",
+                "/dev/null",
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "IdentitiesOnly=yes",
+            ])
+            .arg("-o")
+            .arg(format!("UserKnownHostsFile={}", known_hosts.display()))
+            .arg("-i")
+            .arg(dir.path().join("alice_ed25519"))
+            .args(["-P", &ssh_port.to_string(), "-b"])
+            .arg(&batch)
+            .arg(format!("{gpu}@127.0.0.1")),
     );
     assert_eq!(std::fs::read(&back).expect("downloaded"), payload);
 

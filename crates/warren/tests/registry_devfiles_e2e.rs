@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use support::{ensure_image, host_address, podman_available, unique_name, Up, IMAGE};
 use warren_devfile::{CommandAction, ProjectOrigin};
 use warren_testkit::git_http::{git, GitHttpServer};
+use warren_testkit::process::output_ok;
 
 /// Workspaces started at once.
 const PARALLEL: usize = 6;
@@ -61,12 +62,7 @@ impl Drop for Tags {
 }
 
 fn podman(args: &[&str]) {
-    let out = Command::new("podman").args(args).output().expect("podman");
-    assert!(
-        out.status.success(),
-        "podman {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    output_ok(Command::new("podman").args(args));
 }
 
 /// What one devfile should give.

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 use support::{ensure_image, free_port, podman, podman_available, unique_name, wait_for, Up};
+use warren_testkit::process::{output_ok, stdout_ok};
 
 fn have(tool: &str) -> bool {
     Command::new("sh")
@@ -37,16 +38,6 @@ fn tools_present() -> bool {
     }
     eprintln!("skipping: {missing:?} missing (.ci/setup-tools.sh installs them)");
     false
-}
-
-fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().expect("run");
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// A private registry: TLS with a throwaway certificate the engine trusts (certs.d), basic
@@ -72,25 +63,27 @@ impl Registry {
         let d = dir.path();
         let port = free_port();
         let addr = format!("127.0.0.1:{port}");
-        run(Command::new("openssl")
-            .args([
-                "req",
-                "-x509",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-days",
-                "1",
-                "-subj",
-                "/CN=127.0.0.1",
-                "-addext",
-                "subjectAltName=IP:127.0.0.1",
-            ])
-            .arg("-keyout")
-            .arg(d.join("key.pem"))
-            .arg("-out")
-            .arg(d.join("cert.pem")));
-        let htpasswd = run(Command::new("htpasswd").args(["-Bbn", user, password]));
+        output_ok(
+            Command::new("openssl")
+                .args([
+                    "req",
+                    "-x509",
+                    "-newkey",
+                    "rsa:2048",
+                    "-nodes",
+                    "-days",
+                    "1",
+                    "-subj",
+                    "/CN=127.0.0.1",
+                    "-addext",
+                    "subjectAltName=IP:127.0.0.1",
+                ])
+                .arg("-keyout")
+                .arg(d.join("key.pem"))
+                .arg("-out")
+                .arg(d.join("cert.pem")),
+        );
+        let htpasswd = stdout_ok(Command::new("htpasswd").args(["-Bbn", user, password]));
         std::fs::write(d.join("htpasswd"), htpasswd).unwrap();
         std::fs::create_dir_all(d.join("storage")).unwrap();
         let config = format!(
@@ -133,15 +126,15 @@ impl Registry {
     /// must pull it.
     fn push(&self, local: &str, repo: &str, user: &str, password: &str) -> String {
         let image = format!("{}/{repo}", self.addr);
-        run(Command::new("podman").args(["tag", local, &image]));
-        run(Command::new("podman").args([
+        output_ok(Command::new("podman").args(["tag", local, &image]));
+        output_ok(Command::new("podman").args([
             "push",
             "--quiet",
             "--creds",
             &format!("{user}:{password}"),
             &image,
         ]));
-        run(Command::new("podman").args(["rmi", &image]));
+        output_ok(Command::new("podman").args(["rmi", &image]));
         image
     }
 }

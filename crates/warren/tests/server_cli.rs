@@ -1,6 +1,7 @@
 //! `warren server` refuses bad configuration before binding anything, naming the problem.
 
 use std::process::Command;
+use warren_testkit::process::output_ok;
 
 fn run(args: &[&str], home: &std::path::Path) -> (bool, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_warren"))
@@ -122,15 +123,10 @@ fn ssh_host_key_file_must_hold_public_keys() {
 fn proxy_host_key_prints_a_stable_public_key() {
     let dir = tempfile::tempdir().unwrap();
     let print = || {
-        let out = Command::new(env!("CARGO_BIN_EXE_warren"))
-            .args(["proxy", "host-key", "--state-dir"])
-            .arg(dir.path())
-            .output()
-            .expect("run warren proxy host-key");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = output_ok(
+            Command::new(env!("CARGO_BIN_EXE_warren"))
+                .args(["proxy", "host-key", "--state-dir"])
+                .arg(dir.path()),
         );
         String::from_utf8(out.stdout).unwrap()
     };

@@ -54,25 +54,26 @@ pub fn usage_metrics(usage: &[WorkspaceUsage]) -> String {
             escape(&u.container)
         )
     };
-    out.push_str(
-        "# HELP warren_workspace_cpu_seconds_total CPU time used by the workspace's containers.\n",
-    );
-    out.push_str("# TYPE warren_workspace_cpu_seconds_total counter\n");
-    for u in usage {
-        out.push_str(&format!(
-            "warren_workspace_cpu_seconds_total{{{}}} {}\n",
-            labels(u),
-            u.cpu_seconds
-        ));
-    }
-    out.push_str("# HELP warren_workspace_memory_bytes Memory the workspace's containers use.\n");
-    out.push_str("# TYPE warren_workspace_memory_bytes gauge\n");
-    for u in usage {
-        out.push_str(&format!(
-            "warren_workspace_memory_bytes{{{}}} {}\n",
-            labels(u),
-            u.memory_bytes
-        ));
+    type Value = fn(&WorkspaceUsage) -> String;
+    let families: [(&str, &str, &str, Value); 2] = [
+        (
+            "warren_workspace_cpu_seconds_total",
+            "CPU time used by the workspace's containers.",
+            "counter",
+            |u| u.cpu_seconds.to_string(),
+        ),
+        (
+            "warren_workspace_memory_bytes",
+            "Memory the workspace's containers use.",
+            "gauge",
+            |u| u.memory_bytes.to_string(),
+        ),
+    ];
+    for (name, help, kind, value) in families {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+        for u in usage {
+            out.push_str(&format!("{name}{{{}}} {}\n", labels(u), value(u)));
+        }
     }
     out
 }
@@ -248,6 +249,33 @@ pub enum RuntimeError {
     /// retried later, and reported to the user meanwhile.
     #[error("deleting {workspace} is blocked: {reason}")]
     Blocked { workspace: String, reason: String },
+}
+
+/// A failure the runtime found itself, with no error of the engine's to carry.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Refused(String);
+
+impl RuntimeError {
+    /// `context` failed because of `message` (the runtime's own finding).
+    pub fn failed(context: String, message: impl Into<String>) -> RuntimeError {
+        RuntimeError::Runtime {
+            context,
+            source: Box::new(Refused(message.into())),
+        }
+    }
+}
+
+impl ExecSpec {
+    /// What every failure of this exec in `workspace` names; an empty command is refused
+    /// here, before any runtime is asked.
+    pub fn context_in(&self, workspace: &WorkspaceKey) -> Result<String, RuntimeError> {
+        let context = format!("exec in workspace {workspace}");
+        if self.command.is_empty() {
+            return Err(RuntimeError::failed(context, "the command is empty"));
+        }
+        Ok(context)
+    }
 }
 
 /// One GitOps sync of one source, as the agent hands it to its runtime.

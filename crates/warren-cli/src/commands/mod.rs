@@ -1,7 +1,10 @@
 //! The commands that talk to a server: each resolves credentials, calls the API, prints.
 
+mod projects;
 mod users;
 mod ws;
+
+pub(crate) use projects::read_credential;
 
 use crate::credentials::{self, Credentials};
 use crate::input::{self, read_text};
@@ -45,7 +48,7 @@ pub async fn run(cmd: Command) -> Result<(), CliError> {
         Command::Token(g) => token(g.out.output, g.cmd).await,
         Command::SshKey(g) => ssh_key(g.out.output, g.cmd).await,
         Command::Agent(g) => agent(g.out.output, g.cmd).await,
-        Command::Project(g) => project(g.out.output, g.cmd).await,
+        Command::Project(g) => projects::project(g.out.output, g.cmd).await,
         Command::Space(g) => space(g.out.output, g.cmd).await,
         Command::Mount(g) => mount(g.out.output, g.cmd).await,
         Command::Ws(g) => ws::ws(g.out.output, g.cmd).await,
@@ -107,6 +110,31 @@ pub(crate) fn named<T>(
         })),
         r => Ok(r?),
     }
+}
+
+/// Prints the named thing a request answered, naming it when it is not found.
+pub(crate) fn show<T: serde::Serialize>(
+    out: Format,
+    kind: &str,
+    name: &str,
+    r: Result<T, warren_client::Error>,
+    human: impl FnOnce(&T) -> String,
+) -> Result<(), CliError> {
+    print(out, &named(kind, name, r)?, human);
+    Ok(())
+}
+
+/// Says on standard error what a request for a named thing did, once it succeeded; the data
+/// channel (standard output) stays empty for scripts.
+pub(crate) fn done<T>(
+    kind: &str,
+    name: &str,
+    r: Result<T, warren_client::Error>,
+    said: &str,
+) -> Result<(), CliError> {
+    named(kind, name, r)?;
+    eprintln!("{said}");
+    Ok(())
 }
 
 /// One line of standard input, without its line ending.
@@ -288,8 +316,12 @@ async fn token(out: Format, cmd: TokenCommand) -> Result<(), CliError> {
         TokenCommand::List => print(out, &c.list_tokens().await?, |t| output::tokens(t)),
         TokenCommand::Revoke { id } => {
             let id = id.to_string();
-            named("token", &id, c.revoke_token(&id).await)?;
-            eprintln!("Token {id} revoked.");
+            done(
+                "token",
+                &id,
+                c.revoke_token(&id).await,
+                &format!("Token {id} revoked."),
+            )?;
         }
     }
     Ok(())
@@ -323,8 +355,12 @@ async fn ssh_key(out: Format, cmd: SshKeyCommand) -> Result<(), CliError> {
         SshKeyCommand::List => print(out, &c.list_ssh_keys().await?, |k| output::ssh_keys(k)),
         SshKeyCommand::Rm { id } => {
             let id = id.to_string();
-            named("SSH key", &id, c.delete_ssh_key(&id).await)?;
-            eprintln!("SSH key {id} removed.");
+            done(
+                "SSH key",
+                &id,
+                c.delete_ssh_key(&id).await,
+                &format!("SSH key {id} removed."),
+            )?;
         }
     }
     Ok(())
@@ -389,8 +425,7 @@ async fn agent(out: Format, cmd: AgentCommand) -> Result<(), CliError> {
         }
         AgentCommand::List => print(out, &c.list_agents().await?, |a| output::agents(a)),
         AgentCommand::Show { name } => {
-            let a = named("agent", &name, c.get_agent(&name).await)?;
-            print(out, &a, output::agent);
+            show(out, "agent", &name, c.get_agent(&name).await, output::agent)?
         }
         AgentCommand::Update { name, config } => {
             let config = read_agent_config(&config)?;
@@ -442,13 +477,14 @@ async fn mount(out: Format, cmd: MountCommand) -> Result<(), CliError> {
         }
         MountCommand::List => print(out, &c.list_mounts().await?, |m| output::mounts(m)),
         MountCommand::Show { name } => {
-            let m = named("mount", &name, c.get_mount(&name).await)?;
-            print(out, &m, output::mount);
+            show(out, "mount", &name, c.get_mount(&name).await, output::mount)?
         }
-        MountCommand::Rm { name } => {
-            named("mount", &name, c.delete_mount(&name).await)?;
-            eprintln!("Mount {name:?} removed.");
-        }
+        MountCommand::Rm { name } => done(
+            "mount",
+            &name,
+            c.delete_mount(&name).await,
+            &format!("Mount {name:?} removed."),
+        )?,
     }
     Ok(())
 }
@@ -468,17 +504,19 @@ async fn space(out: Format, cmd: SpaceCommand) -> Result<(), CliError> {
         }
         SpaceCommand::List => print(out, &c.list_spaces().await?, |s| output::spaces(s)),
         SpaceCommand::Show { path } => {
-            let s = named("space", &path, c.get_space(&path).await)?;
-            print(out, &s, output::space);
+            show(out, "space", &path, c.get_space(&path).await, output::space)?
         }
-        SpaceCommand::Rm { path } => {
-            named("space", &path, c.delete_space(&path).await)?;
-            eprintln!("Space {path:?} removed.");
-        }
+        SpaceCommand::Rm { path } => done(
+            "space",
+            &path,
+            c.delete_space(&path).await,
+            &format!("Space {path:?} removed."),
+        )?,
         SpaceCommand::Member { cmd } => match cmd {
             SpaceMemberCommand::List { path } => {
-                let m = named("space", &path, c.space_members(&path).await)?;
-                print(out, &m, |m| output::space_members(m));
+                show(out, "space", &path, c.space_members(&path).await, |m| {
+                    output::space_members(m)
+                })?
             }
             SpaceMemberCommand::Add { path, user, role } => {
                 let role = SpaceRole::parse(&role).unwrap_or(SpaceRole::Developer);
@@ -491,174 +529,15 @@ async fn space(out: Format, cmd: SpaceCommand) -> Result<(), CliError> {
                     )
                 });
             }
-            SpaceMemberCommand::Rm { path, user } => {
-                named("space", &path, c.remove_space_member(&path, &user).await)?;
-                eprintln!("{user:?} no longer holds a role on space {path:?}.");
-            }
+            SpaceMemberCommand::Rm { path, user } => done(
+                "space",
+                &path,
+                c.remove_space_member(&path, &user).await,
+                &format!("{user:?} no longer holds a role on space {path:?}."),
+            )?,
         },
     }
     Ok(())
-}
-
-async fn project(out: Format, cmd: ProjectCommand) -> Result<(), CliError> {
-    let (c, _) = client()?;
-    match cmd {
-        ProjectCommand::Create {
-            name,
-            git_url,
-            git_ref,
-            devfile_path,
-            devfile,
-            visibility,
-            credential,
-        } => {
-            let devfile = devfile
-                .as_deref()
-                .map(|p| read_text("devfile", p))
-                .transpose()?;
-            let p = c
-                .create_project(&CreateProjectRequest {
-                    name,
-                    git_url,
-                    default_ref: git_ref,
-                    devfile_path,
-                    devfile,
-                    visibility: visibility.as_deref().map(parse_visibility),
-                    credential: read_credential(&credential)?,
-                })
-                .await?;
-            print(out, &p, |p| {
-                format!(
-                    "Project {:?} created (id {}, {} at {}, {}{}).",
-                    p.name,
-                    p.id,
-                    p.git_url,
-                    p.default_ref,
-                    p.visibility.as_str(),
-                    p.credential
-                        .as_deref()
-                        .map(|k| format!(", {k} credential"))
-                        .unwrap_or_default()
-                )
-            });
-        }
-        ProjectCommand::Update {
-            name,
-            git_ref,
-            devfile_path,
-            visibility,
-        } => {
-            let req = UpdateProjectRequest {
-                visibility: visibility.as_deref().map(parse_visibility),
-                default_ref: git_ref,
-                devfile_path,
-            };
-            let p = named("project", &name, c.update_project(&name, &req).await)?;
-            print(out, &p, output::project);
-        }
-        ProjectCommand::Credential { cmd } => match cmd {
-            CredentialCommand::Set { name, credential } => {
-                let Some(cred) = read_credential(&credential)? else {
-                    return Err(CliError::Usage(
-                        "give one of --token-stdin, --password-stdin (with --username) or --ssh-key"
-                            .into(),
-                    ));
-                };
-                let p = named(
-                    "project",
-                    &name,
-                    c.set_project_credential(&name, &cred).await,
-                )?;
-                eprintln!("Project {:?}: {} credential stored.", p.name, cred.kind());
-            }
-            CredentialCommand::Rm { name } => {
-                named("project", &name, c.delete_project_credential(&name).await)?;
-                eprintln!("Project {name:?}: credential removed.");
-            }
-        },
-        ProjectCommand::Member { cmd } => match cmd {
-            MemberCommand::List { project } => {
-                let m = named("project", &project, c.list_project_members(&project).await)?;
-                print(out, &m, |m| output::members(m));
-            }
-            MemberCommand::Add {
-                project,
-                user,
-                role,
-            } => {
-                let role = if role == "maintainer" {
-                    ProjectRole::Maintainer
-                } else {
-                    ProjectRole::Developer
-                };
-                let m = named(
-                    "project",
-                    &project,
-                    c.set_project_member(&project, &user, role).await,
-                )?;
-                print(out, &m, |m| output::members(m));
-            }
-            MemberCommand::Rm { project, user } => {
-                named(
-                    "project",
-                    &project,
-                    c.remove_project_member(&project, &user).await,
-                )?;
-                eprintln!("{user:?} is no longer a member of project {project:?}.");
-            }
-        },
-        ProjectCommand::List => print(out, &c.list_projects().await?, |p| output::projects(p)),
-        ProjectCommand::Show { name } => {
-            let p = named("project", &name, c.get_project(&name).await)?;
-            print(out, &p, output::project);
-        }
-        ProjectCommand::Rm { name } => {
-            named("project", &name, c.delete_project(&name).await)?;
-            eprintln!("Project {name:?} deleted.");
-        }
-    }
-    Ok(())
-}
-
-fn parse_visibility(s: &str) -> ProjectVisibility {
-    if s == "internal" {
-        ProjectVisibility::Internal
-    } else {
-        ProjectVisibility::Private
-    }
-}
-
-/// The credential the options give, read from standard input or files; `None` for none.
-pub(crate) fn read_credential(a: &CredentialArgs) -> Result<Option<GitCredential>, CliError> {
-    if a.token_stdin {
-        return Ok(Some(GitCredential::Token {
-            token: read_stdin_line("token")?,
-            username: a.username.clone(),
-        }));
-    }
-    if a.password_stdin {
-        return Ok(Some(GitCredential::Basic {
-            username: a.username.clone().unwrap_or_default(),
-            password: read_stdin_line("password")?,
-        }));
-    }
-    if let Some(key) = &a.ssh_key {
-        let known_hosts = a
-            .known_hosts
-            .as_deref()
-            .map(|p| read_text("known_hosts", p))
-            .transpose()?;
-        return Ok(Some(GitCredential::SshKey {
-            private_key: read_text("SSH key", key)?,
-            known_hosts,
-        }));
-    }
-    if a.username.is_some() {
-        return Err(CliError::Usage(
-            "--username goes with --password-stdin or --token-stdin".into(),
-        ));
-    }
-    Ok(None)
 }
 
 async fn oauth_client(out: Format, cmd: OAuthClientCommand) -> Result<(), CliError> {
@@ -700,12 +579,12 @@ async fn oauth_client(out: Format, cmd: OAuthClientCommand) -> Result<(), CliErr
             output::oauth_clients(l)
         }),
         OAuthClientCommand::Delete { client_id } => {
-            named(
+            done(
                 "oauth client",
                 &client_id,
                 c.delete_oauth_client(&client_id).await,
+                &format!("OAuth client {client_id:?} deleted."),
             )?;
-            eprintln!("OAuth client {client_id:?} deleted.");
         }
     }
     Ok(())

@@ -33,10 +33,13 @@ pub(super) async fn user(out: Format, cmd: UserCommand) -> Result<(), CliError> 
             print(out, &u, output::user);
         }
         UserCommand::List => print(out, &c.list_users().await?, |u| output::users(u)),
-        UserCommand::Show { username } => {
-            let u = named("user", &username, c.get_user(&username).await)?;
-            print(out, &u, output::user);
-        }
+        UserCommand::Show { username } => show(
+            out,
+            "user",
+            &username,
+            c.get_user(&username).await,
+            output::user,
+        )?,
         UserCommand::Disable { username } => {
             update_user(&c, out, &username, |r| r.disabled = Some(true)).await?
         }

@@ -139,20 +139,19 @@ pub(super) async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
             print(out, &g, |g| output::grants(g));
             Ok(())
         }
-        WsCommand::Revoke { name, user } => {
-            named(
-                "workspace",
-                &name,
-                c.revoke_workspace_grant(&name, &user).await,
-            )?;
-            eprintln!("{user} may no longer make softlinks to {name}; theirs stop serving.");
-            Ok(())
-        }
-        WsCommand::Grants { name } => {
-            let g = named("workspace", &name, c.workspace_grants(&name).await)?;
-            print(out, &g, |g| output::grants(g));
-            Ok(())
-        }
+        WsCommand::Revoke { name, user } => done(
+            "workspace",
+            &name,
+            c.revoke_workspace_grant(&name, &user).await,
+            &format!("{user} may no longer make softlinks to {name}; theirs stop serving."),
+        ),
+        WsCommand::Grants { name } => show(
+            out,
+            "workspace",
+            &name,
+            c.workspace_grants(&name).await,
+            |g| output::grants(g),
+        ),
         WsCommand::Tree { path } => {
             let t = match &path {
                 Some(p) => named("space", p, c.tree(Some(p)).await)?,

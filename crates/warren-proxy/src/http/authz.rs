@@ -161,11 +161,16 @@ impl AuthzCache {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn answer(name: &str) -> Arc<WorkspaceAccess> {
-        Arc::new(WorkspaceAccess {
+        Arc::new(sample(name))
+    }
+
+    /// A running workspace `name` the caller may use, on port 8080.
+    pub(crate) fn sample(name: &str) -> WorkspaceAccess {
+        WorkspaceAccess {
             allowed: true,
             workspace_id: warren_types::ids::WorkspaceId(1),
             workspace_name: name.into(),
@@ -180,7 +185,7 @@ mod tests {
             unavailable: None,
             mount_url: None,
             may_start: true,
-        })
+        }
     }
 
     #[test]

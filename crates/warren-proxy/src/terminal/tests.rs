@@ -15,9 +15,8 @@ use tokio_util::sync::CancellationToken;
 use warren_agent::connection::{ConnectionConfig, RelayConnection};
 use warren_agent::runtime::simulated::SimulatedRuntime;
 use warren_agent::runtime::{WorkspaceKey, WorkspaceRuntime};
-use warren_types::ids::{AgentId, UserId, WorkspaceId};
+use warren_types::ids::{AgentId, WorkspaceId};
 use warren_types::relay::{AuthenticateResponse, AUTHENTICATE_PATH};
-use warren_types::{ActualState, DesiredState};
 
 const SECRET: &str = "terminal-test-secret-0123456789abcdef";
 const AGENT: AgentId = AgentId(7);
@@ -40,20 +39,11 @@ impl Drop for Env {
 
 fn access(workspace: &str) -> WorkspaceAccess {
     WorkspaceAccess {
-        allowed: true,
         workspace_id: WorkspaceId(42),
-        workspace_name: workspace.into(),
         agent_id: AGENT,
         namespace: NAMESPACE.into(),
         port: None,
-        desired_state: DesiredState::Running,
-        actual_state: ActualState::Running,
-        user_id: UserId(1),
-        wake_on_request: false,
-        mount: false,
-        unavailable: None,
-        mount_url: None,
-        may_start: true,
+        ..crate::http::authz::tests::sample(workspace)
     }
 }
 
@@ -126,25 +116,16 @@ async fn start(workspace: &str) -> Env {
     tokio::spawn(async move { c.run(s).await });
 
     let proxy_config = ProxyConfig {
-        state_dir: dir.path().join("state"),
-        workspace_domain: "ws.localhost".into(),
-        public_scheme: "http".into(),
-        public_port: None,
-        server_url: server_url.clone(),
-        server_public_url: server_url.clone(),
-        relay_url: relay_url.clone(),
         shared_secret: SECRET.into(),
         oauth_client_id: "proxy".into(),
         oauth_client_secret: "proxy-secret".into(),
         session_lifetime_secs: 3600,
-        authorization_cache_secs: 30,
-        activity_report_secs: 5,
-        direct_upstream: None,
-        tls_cert_file: None,
-        tls_key_file: None,
-        server_ca_file: None,
-        ssh_host_key_file: None,
-        limits: Default::default(),
+        ..ProxyConfig::new(
+            dir.path().join("state"),
+            "ws.localhost",
+            server_url.clone(),
+            relay_url.clone(),
+        )
     };
     std::fs::create_dir_all(&proxy_config.state_dir).unwrap();
     let shared = Arc::new(Shared {

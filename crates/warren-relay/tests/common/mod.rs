@@ -315,6 +315,32 @@ impl TestAgent {
     }
 }
 
+impl TestAgent {
+    /// Waits until the agent runs workspace `name` (the server double wants it).
+    pub async fn has_workspace(&self, name: &str) {
+        wait_for(&format!("workspace {name} to exist"), 20, || async {
+            self.runtime.workspace(&key(name)).is_some()
+        })
+        .await;
+    }
+
+    /// Waits for workspace `name`, then answers its port 8080 with an echo server.
+    pub async fn echoing(&self, name: &str) {
+        self.has_workspace(name).await;
+        self.runtime
+            .set_endpoint(&key(name), 8080, echo_server().await);
+    }
+}
+
+/// Runs `body` (a benchmark's) to its end on a multi-threaded runtime.
+pub fn block_on<F: Future>(body: F) -> F::Output {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+        .block_on(body)
+}
+
 pub fn key(name: &str) -> WorkspaceKey {
     WorkspaceKey {
         name: name.into(),

@@ -232,6 +232,32 @@ impl TestServer {
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
+    /// `GET path` as the holder of `token`.
+    pub async fn get(&self, token: &str, path: &str) -> (u16, Value) {
+        self.call(Method::GET, path, Some(token), None).await
+    }
+
+    /// `DELETE path` as the holder of `token`.
+    pub async fn delete(&self, token: &str, path: &str) -> (u16, Value) {
+        self.call(Method::DELETE, path, Some(token), None).await
+    }
+
+    /// `POST path` with JSON `body` as the holder of `token`.
+    pub async fn post(&self, token: &str, path: &str, body: Value) -> (u16, Value) {
+        self.call(Method::POST, path, Some(token), Some(body)).await
+    }
+
+    /// `PUT path` with JSON `body` as the holder of `token`.
+    pub async fn put(&self, token: &str, path: &str, body: Value) -> (u16, Value) {
+        self.call(Method::PUT, path, Some(token), Some(body)).await
+    }
+
+    /// `PATCH path` with JSON `body` as the holder of `token`.
+    pub async fn patch(&self, token: &str, path: &str, body: Value) -> (u16, Value) {
+        self.call(Method::PATCH, path, Some(token), Some(body))
+            .await
+    }
+
     pub async fn admin(&self, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
         self.call(method, path, Some(&self.admin_token.clone()), body)
             .await

@@ -9,6 +9,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use warren_testkit::process::output_ok;
 
 pub const IMAGE: &str = "localhost/warren-test:latest";
 
@@ -1147,16 +1148,11 @@ pub fn http_get(port: u16, path: &str) -> Option<String> {
 
 /// Runs `git` in `dir` as a throwaway identity; panics with its error output when it fails.
 pub fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .args(["-c", "user.name=ops", "-c", "user.email=ops@example.test"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("running git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
+    output_ok(
+        Command::new("git")
+            .args(["-c", "user.name=ops", "-c", "user.email=ops@example.test"])
+            .args(args)
+            .current_dir(dir),
     );
 }
 
@@ -1318,17 +1314,49 @@ pub fn warren_timed(home: &Path, args: &[&str]) -> Duration {
     took
 }
 
+/// `warren ws create --devfile DEVFILE --name NAME --wait` under `home`, timed as
+/// [`warren_timed`].
+pub fn create_timed(home: &Path, devfile: &str, name: &str) -> Duration {
+    let args = [
+        "ws",
+        "create",
+        "--devfile",
+        devfile,
+        "--name",
+        name,
+        "--wait",
+    ];
+    warren_timed(home, &args)
+}
+
+/// One unmeasured create and removal of workspace `name`, to warm a benchmark's stack (its
+/// connections, the engine's caches) before it measures.
+pub fn warm_up(home: &Path, devfile: &str, name: &str) {
+    create_timed(home, devfile, name);
+    warren_timed(home, &["ws", "rm", name, "--wait"]);
+}
+
+/// Whether a benchmark on Podman runs: not when cargo only lists benchmarks (`--list`), nor
+/// without Podman (then it says so, naming `what`); the test image is built when it is not.
+pub fn podman_bench_runs(what: &str) -> bool {
+    if std::env::args().any(|a| a == "--list") {
+        return false;
+    }
+    if !podman_available() {
+        eprintln!(
+            "skipping the {what} benchmark: podman not found (install it with .ci/setup-podman.sh)"
+        );
+        return false;
+    }
+    ensure_image();
+    true
+}
+
 /// Runs the `podman` CLI, failing loudly when it fails; how long it took.
 pub fn podman_timed(args: &[&str]) -> Duration {
     let t0 = Instant::now();
-    let out = Command::new("podman").args(args).output().expect("podman");
-    let took = t0.elapsed();
-    assert!(
-        out.status.success(),
-        "podman {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    took
+    output_ok(Command::new("podman").args(args));
+    t0.elapsed()
 }
 
 /// One `warren up` (and so one Podman service) at a time among the tests that take this:

@@ -37,15 +37,8 @@ const EXIT_SETTLE: Duration = Duration::from_secs(10);
 /// How long a connection to an unpublished port may take.
 const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
 
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct ExecFailure(String);
-
 fn failure(context: String, message: impl Into<String>) -> RuntimeError {
-    RuntimeError::Runtime {
-        context,
-        source: Box::new(ExecFailure(message.into())),
-    }
+    RuntimeError::failed(context, message)
 }
 
 /// Sends `SIGHUP` to the process of exec `exec_id` if it still runs (see the module comment).
@@ -197,10 +190,7 @@ impl EngineRuntime {
         workspace: &WorkspaceKey,
         spec: ExecSpec,
     ) -> Result<ExecSession, RuntimeError> {
-        let context = format!("exec in workspace {workspace}");
-        if spec.command.is_empty() {
-            return Err(failure(context, "the command is empty"));
-        }
+        let context = spec.context_in(workspace)?;
         let containers = self.app_containers(workspace).await?;
         let Some(target) = pick(&containers, spec.container.as_deref()) else {
             return Err(failure(

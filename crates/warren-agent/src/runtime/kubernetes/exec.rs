@@ -34,15 +34,8 @@ use std::task::{Context, Poll};
 use tokio::io::AsyncWrite;
 use warren_types::relay::{ExecExit, TerminalSize};
 
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct ExecFailure(String);
-
 fn failure(context: String, message: impl Into<String>) -> RuntimeError {
-    RuntimeError::Runtime {
-        context,
-        source: Box::new(ExecFailure(message.into())),
-    }
+    RuntimeError::failed(context, message)
 }
 
 /// Aborts kube-rs's message loop when the session is dropped, which closes the WebSocket
@@ -258,10 +251,7 @@ impl KubernetesRuntime {
         workspace: &WorkspaceKey,
         spec: ExecSpec,
     ) -> Result<ExecSession, RuntimeError> {
-        let context = format!("exec in workspace {workspace}");
-        if spec.command.is_empty() {
-            return Err(failure(context, "the command is empty"));
-        }
+        let context = spec.context_in(workspace)?;
         let deployment = self.deployment_of(workspace).await?;
         let pod = self
             .pods

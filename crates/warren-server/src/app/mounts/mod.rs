@@ -313,14 +313,7 @@ pub async fn create(
             }
         }
     }
-    let space = for_new_entry(state, who, req.space.as_deref()).await?;
-    let base = NewMount::new(
-        &req.name,
-        kind.as_str(),
-        space.id,
-        who.user.id,
-        state.clock.now_ms(),
-    );
+    let base = new_entry(state, who, req, kind.as_str()).await?;
     let m = insert(
         state,
         &NewMount {
@@ -372,7 +365,6 @@ async fn create_connector(
             ))
         }
     }
-    let space = for_new_entry(state, who, req.space.as_deref()).await?;
     // The connector's hosts are under the same domain as the workspaces of the first agent.
     let config = state
         .store
@@ -384,13 +376,7 @@ async fn create_connector(
         .unwrap_or_default();
     let token = crate::crypto::new_agent_token();
     let agent_name = format!("{}{}", super::agents::CONNECTOR_PREFIX, req.name);
-    let base = NewMount::new(
-        &req.name,
-        PROXY,
-        space.id,
-        who.user.id,
-        state.clock.now_ms(),
-    );
+    let base = new_entry(state, who, req, PROXY).await?;
     let m = insert(
         state,
         &NewMount {
@@ -432,14 +418,7 @@ async fn create_url_proxy(
         .await?
         .filter(|a| !a.is_connector())
         .ok_or_else(|| AppError::invalid_field("via", format!("no agent named {via:?}")))?;
-    let space = for_new_entry(state, who, req.space.as_deref()).await?;
-    let base = NewMount::new(
-        &req.name,
-        PROXY,
-        space.id,
-        who.user.id,
-        state.clock.now_ms(),
-    );
+    let base = new_entry(state, who, req, PROXY).await?;
     let m = insert(
         state,
         &NewMount {
@@ -454,6 +433,24 @@ async fn create_url_proxy(
     state.signals.notify(agent.id);
     state.changed();
     to_api(state, &m, Some(Right::Manage)).await
+}
+
+/// A new mount of `kind` named as the request asks, in the space it names once the caller may
+/// add entries there: neither target, URL, agent nor connector yet, each kind sets its own.
+async fn new_entry<'a>(
+    state: &AppState,
+    who: &Principal,
+    req: &'a CreateMountRequest,
+    kind: &'a str,
+) -> Result<NewMount<'a>, AppError> {
+    let space = for_new_entry(state, who, req.space.as_deref()).await?;
+    Ok(NewMount::new(
+        &req.name,
+        kind,
+        space.id,
+        who.user.id,
+        state.clock.now_ms(),
+    ))
 }
 
 /// The port a URL mount serves as (`{port}-{mount}.{domain}`): its URL's.

@@ -1,0 +1,174 @@
+//! `warren project`: projects, their repository credential and their members.
+
+use super::*;
+
+pub(super) async fn project(out: Format, cmd: ProjectCommand) -> Result<(), CliError> {
+    let (c, _) = client()?;
+    match cmd {
+        ProjectCommand::Create {
+            name,
+            git_url,
+            git_ref,
+            devfile_path,
+            devfile,
+            visibility,
+            credential,
+        } => {
+            let devfile = devfile
+                .as_deref()
+                .map(|p| read_text("devfile", p))
+                .transpose()?;
+            let p = c
+                .create_project(&CreateProjectRequest {
+                    name,
+                    git_url,
+                    default_ref: git_ref,
+                    devfile_path,
+                    devfile,
+                    visibility: visibility.as_deref().map(parse_visibility),
+                    credential: read_credential(&credential)?,
+                })
+                .await?;
+            print(out, &p, |p| {
+                format!(
+                    "Project {:?} created (id {}, {} at {}, {}{}).",
+                    p.name,
+                    p.id,
+                    p.git_url,
+                    p.default_ref,
+                    p.visibility.as_str(),
+                    p.credential
+                        .as_deref()
+                        .map(|k| format!(", {k} credential"))
+                        .unwrap_or_default()
+                )
+            });
+        }
+        ProjectCommand::Update {
+            name,
+            git_ref,
+            devfile_path,
+            visibility,
+        } => {
+            let req = UpdateProjectRequest {
+                visibility: visibility.as_deref().map(parse_visibility),
+                default_ref: git_ref,
+                devfile_path,
+            };
+            let p = named("project", &name, c.update_project(&name, &req).await)?;
+            print(out, &p, output::project);
+        }
+        ProjectCommand::Credential { cmd } => match cmd {
+            CredentialCommand::Set { name, credential } => {
+                let Some(cred) = read_credential(&credential)? else {
+                    return Err(CliError::Usage(
+                        "give one of --token-stdin, --password-stdin (with --username) or --ssh-key"
+                            .into(),
+                    ));
+                };
+                let p = named(
+                    "project",
+                    &name,
+                    c.set_project_credential(&name, &cred).await,
+                )?;
+                eprintln!("Project {:?}: {} credential stored.", p.name, cred.kind());
+            }
+            CredentialCommand::Rm { name } => done(
+                "project",
+                &name,
+                c.delete_project_credential(&name).await,
+                &format!("Project {name:?}: credential removed."),
+            )?,
+        },
+        ProjectCommand::Member { cmd } => match cmd {
+            MemberCommand::List { project } => show(
+                out,
+                "project",
+                &project,
+                c.list_project_members(&project).await,
+                |m| output::members(m),
+            )?,
+            MemberCommand::Add {
+                project,
+                user,
+                role,
+            } => {
+                let role = if role == "maintainer" {
+                    ProjectRole::Maintainer
+                } else {
+                    ProjectRole::Developer
+                };
+                let m = named(
+                    "project",
+                    &project,
+                    c.set_project_member(&project, &user, role).await,
+                )?;
+                print(out, &m, |m| output::members(m));
+            }
+            MemberCommand::Rm { project, user } => {
+                named(
+                    "project",
+                    &project,
+                    c.remove_project_member(&project, &user).await,
+                )?;
+                eprintln!("{user:?} is no longer a member of project {project:?}.");
+            }
+        },
+        ProjectCommand::List => print(out, &c.list_projects().await?, |p| output::projects(p)),
+        ProjectCommand::Show { name } => show(
+            out,
+            "project",
+            &name,
+            c.get_project(&name).await,
+            output::project,
+        )?,
+        ProjectCommand::Rm { name } => done(
+            "project",
+            &name,
+            c.delete_project(&name).await,
+            &format!("Project {name:?} deleted."),
+        )?,
+    }
+    Ok(())
+}
+
+fn parse_visibility(s: &str) -> ProjectVisibility {
+    if s == "internal" {
+        ProjectVisibility::Internal
+    } else {
+        ProjectVisibility::Private
+    }
+}
+
+/// The credential the options give, read from standard input or files; `None` for none.
+pub(crate) fn read_credential(a: &CredentialArgs) -> Result<Option<GitCredential>, CliError> {
+    if a.token_stdin {
+        return Ok(Some(GitCredential::Token {
+            token: read_stdin_line("token")?,
+            username: a.username.clone(),
+        }));
+    }
+    if a.password_stdin {
+        return Ok(Some(GitCredential::Basic {
+            username: a.username.clone().unwrap_or_default(),
+            password: read_stdin_line("password")?,
+        }));
+    }
+    if let Some(key) = &a.ssh_key {
+        let known_hosts = a
+            .known_hosts
+            .as_deref()
+            .map(|p| read_text("known_hosts", p))
+            .transpose()?;
+        return Ok(Some(GitCredential::SshKey {
+            private_key: read_text("SSH key", key)?,
+            known_hosts,
+        }));
+    }
+    if a.username.is_some() {
+        return Err(CliError::Usage(
+            "--username goes with --password-stdin or --token-stdin".into(),
+        ));
+    }
+    Ok(None)
+}

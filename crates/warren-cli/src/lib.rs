@@ -12,6 +12,7 @@
 mod agent_args;
 mod commands;
 pub mod credentials;
+mod devcontainer_cmd;
 mod devfile_cmd;
 mod gitops_cmd;
 pub mod input;
@@ -97,6 +98,9 @@ pub enum Command {
     Gitops(GitopsGroup),
     /// Check and render devfiles locally, without a server.
     Devfile(DevfileGroup),
+    /// Check dev container configurations (`devcontainer.json`) locally, and show the devfile
+    /// Warren runs one as.
+    Devcontainer(devcontainer_cmd::DevcontainerGroup),
     /// Print a shell completion script.
     Completions(CompletionsArgs),
 }
@@ -431,6 +435,7 @@ pub fn main(cmd: Command, cli: impl FnOnce() -> clap::Command) -> ExitCode {
             Ok(())
         }
         Command::Devfile(group) => devfile_cmd::run(group.cmd),
+        Command::Devcontainer(group) => devcontainer_cmd::run(group.cmd),
         cmd => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

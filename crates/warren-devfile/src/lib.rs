@@ -38,6 +38,11 @@ pub use yaml::{is_static_object, objects_to_yaml, set_replicas};
 use serde::Serialize;
 use std::fmt;
 
+/// The top-level attribute of a devfile made from a dev container configuration (by
+/// `warren-devcontainer`): `{"path": <the configuration's path>, "notices": [{"path", "message"}]}`,
+/// so the workspace shows what Warren did with that configuration as it shows a devfile's notices.
+pub const DEVCONTAINER_ATTRIBUTE: &str = "warren.dev/devcontainer";
+
 /// Devfiles larger than this are refused before any parsing. Published devfiles are a few
 /// KiB; the cap bounds what one request can make the server parse and hold.
 pub const MAX_DEVFILE_BYTES: usize = 1024 * 1024;

@@ -37,7 +37,10 @@
 //! in one bare repository per URL under the cache directory, so later fetches are
 //! incremental.
 
+mod auth;
 pub mod snapshot;
+
+use auth::Auth;
 
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -62,12 +65,16 @@ pub enum GitError {
     NotInstalled,
     #[error("repository {repo}: ref {reference:?} not found")]
     RefNotFound { repo: String, reference: String },
-    #[error("repository {repo}: {path:?} not found at ref {reference:?} (commit {commit})")]
+    #[error(
+        "repository {repo}: {} not found at ref {reference:?} (commit {commit})",
+        one_of(paths)
+    )]
     PathNotFound {
         repo: String,
         reference: String,
         commit: String,
-        path: String,
+        /// Every path looked for, none of which is a file there.
+        paths: Vec<String>,
     },
     #[error("repository {repo}: {path:?} at ref {reference:?} is {size} bytes, more than the {max} bytes allowed")]
     TooLarge {
@@ -129,6 +136,25 @@ pub struct FileAtRef {
     /// The commit the ref resolved to.
     pub commit: String,
     pub contents: Arc<Vec<u8>>,
+}
+
+/// `"a"`, `"a" or "b"`, `"a", "b" or "c"`.
+fn one_of(paths: &[String]) -> String {
+    let quoted: Vec<String> = paths.iter().map(|p| format!("{p:?}")).collect();
+    match quoted.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => "no path".into(),
+    }
+}
+
+/// A commit fetched into the repository's cache directory, and how to reach it.
+struct At<'a> {
+    repo_dir: &'a Path,
+    auth: &'a Auth,
+    url: &'a str,
+    reference: &'a str,
+    commit: &'a str,
 }
 
 type CacheKey = (String, String, String);
@@ -314,18 +340,40 @@ impl GitReader {
         reference: &str,
         path: &str,
     ) -> Result<FileAtRef, GitError> {
+        Ok(self.read_first(remote, reference, &[path]).await?.1)
+    }
+
+    /// The first of `paths` that is a file in the repository at `reference` (its index and
+    /// the file): one resolve and at most one fetch for all of them, so looking for a devfile
+    /// and then a dev container configuration costs the remote no more than one read. When
+    /// none is there, the error names them all.
+    pub async fn read_first(
+        &self,
+        remote: Remote<'_>,
+        reference: &str,
+        paths: &[&str],
+    ) -> Result<(usize, FileAtRef), GitError> {
         validate_remote_url(remote.url).map_err(GitError::InvalidUrl)?;
         // One credential directory for the whole read: resolving, fetching, reading.
         let mut auth = Auth::prepare(remote.credential, &self.inner.dir).map_err(GitError::Io)?;
         auth.pins = self.pins(remote.url).await?;
         let commit = self.resolve_with(&auth, remote.url, reference).await?;
-        let path = path.trim_start_matches("./").to_owned();
-        let key = (remote.url.to_owned(), commit.clone(), path.clone());
-        if let Some(hit) = self.cached(&key) {
-            return Ok(FileAtRef {
-                commit,
-                contents: hit,
-            });
+        let paths: Vec<String> = paths
+            .iter()
+            .map(|p| p.trim_start_matches("./").to_owned())
+            .collect();
+        // Only the first can be answered from memory: an earlier path's absence is not kept.
+        if let Some(first) = paths.first() {
+            let key = (remote.url.to_owned(), commit.clone(), first.clone());
+            if let Some(hit) = self.cached(&key) {
+                return Ok((
+                    0,
+                    FileAtRef {
+                        commit,
+                        contents: hit,
+                    },
+                ));
+            }
         }
         let repo_dir = self.repo_dir(remote.url);
         let lock = self.lock_for(&repo_dir);
@@ -374,32 +422,53 @@ impl GitReader {
                 });
             }
         }
-        let object = format!("{commit}:{path}");
-        let not_found = || GitError::PathNotFound {
+        for (i, path) in paths.iter().enumerate() {
+            let at = At {
+                repo_dir: &repo_dir,
+                auth: &auth,
+                url: remote.url,
+                reference,
+                commit: &commit,
+            };
+            match self.blob_at(&at, path).await {
+                Ok(contents) => {
+                    let key = (remote.url.to_owned(), commit.clone(), path.clone());
+                    self.remember(key, contents.clone());
+                    return Ok((i, FileAtRef { commit, contents }));
+                }
+                Err(GitError::PathNotFound { .. }) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(GitError::PathNotFound {
             repo: display_url(remote.url),
             reference: reference.to_owned(),
             commit: commit.clone(),
-            path: path.clone(),
+            paths,
+        })
+    }
+
+    /// The blob at `path` of an already fetched commit, within the size limit.
+    async fn blob_at(&self, at: &At<'_>, path: &str) -> Result<Arc<Vec<u8>>, GitError> {
+        let (repo_dir, auth, url, reference, commit) =
+            (at.repo_dir, at.auth, at.url, at.reference, at.commit);
+        let path = path.to_owned();
+        let object = format!("{commit}:{path}");
+        let not_found = || GitError::PathNotFound {
+            repo: display_url(url),
+            reference: reference.to_owned(),
+            commit: commit.to_owned(),
+            paths: vec![path.clone()],
         };
         let kind = self
-            .git(
-                Some(&repo_dir),
-                &auth,
-                remote.url,
-                &["cat-file", "-t", &object],
-            )
+            .git(Some(repo_dir), auth, url, &["cat-file", "-t", &object])
             .await
             .map_err(|_| not_found())?;
         if kind.trim() != "blob" {
             return Err(not_found());
         }
         let size: u64 = self
-            .git(
-                Some(&repo_dir),
-                &auth,
-                remote.url,
-                &["cat-file", "-s", &object],
-            )
+            .git(Some(repo_dir), auth, url, &["cat-file", "-s", &object])
             .await?
             .trim()
             .parse()
@@ -407,7 +476,7 @@ impl GitReader {
         let max = self.inner.options.max_file_bytes;
         if size > max {
             return Err(GitError::TooLarge {
-                repo: display_url(remote.url),
+                repo: display_url(url),
                 reference: reference.to_owned(),
                 path,
                 size,
@@ -415,16 +484,10 @@ impl GitReader {
             });
         }
         let contents = Arc::new(
-            self.git_bytes(
-                Some(&repo_dir),
-                &auth,
-                remote.url,
-                &["cat-file", "blob", &object],
-            )
-            .await?,
+            self.git_bytes(Some(repo_dir), auth, url, &["cat-file", "blob", &object])
+                .await?,
         );
-        self.remember(key, contents.clone());
-        Ok(FileAtRef { commit, contents })
+        Ok(contents)
     }
 
     /// Checks where `url`'s host resolves and returns the git configuration that holds git
@@ -648,88 +711,6 @@ fn classify(url: &str, stderr: &str) -> GitError {
     } else {
         GitError::Remote { repo, detail }
     }
-}
-
-/// The credential of one call, as files in a private directory removed on drop.
-struct Auth {
-    _dir: Option<tempfile::TempDir>,
-    /// `credential.helper` value printing the username and password.
-    helper: Option<String>,
-    ssh_command: Option<String>,
-    /// Configuration holding git to the addresses the guard checked.
-    pins: Vec<(&'static str, String)>,
-}
-
-impl Auth {
-    fn prepare(credential: Option<&GitCredential>, base: &Path) -> std::io::Result<Auth> {
-        let Some(c) = credential else {
-            return Ok(Auth {
-                _dir: None,
-                helper: None,
-                ssh_command: None,
-                pins: vec![],
-            });
-        };
-        std::fs::create_dir_all(base)?;
-        let dir = tempfile::Builder::new().prefix("cred-").tempdir_in(base)?;
-        let mut auth = Auth {
-            helper: None,
-            ssh_command: None,
-            _dir: None,
-            pins: vec![],
-        };
-        match c {
-            GitCredential::SshKey {
-                private_key,
-                known_hosts,
-            } => {
-                let key = dir.path().join("key");
-                let mut text = private_key.trim_end().to_owned();
-                text.push('\n');
-                write_private(&key, text.as_bytes())?;
-                let kh = dir.path().join("known_hosts");
-                write_private(&kh, known_hosts.as_deref().unwrap_or("").as_bytes())?;
-                let strict = if known_hosts.as_deref().is_some_and(|k| !k.trim().is_empty()) {
-                    "yes"
-                } else {
-                    "accept-new"
-                };
-                auth.ssh_command = Some(format!(
-                    "ssh -F /dev/null -i '{}' -o IdentitiesOnly=yes -o BatchMode=yes \
-                     -o UserKnownHostsFile='{}' -o StrictHostKeyChecking={strict}",
-                    key.display(),
-                    kh.display()
-                ));
-            }
-            other => {
-                if let Some((user, password)) = other.username_password() {
-                    let file = dir.path().join("credential");
-                    write_private(
-                        &file,
-                        format!("username={user}\npassword={password}\n").as_bytes(),
-                    )?;
-                    // Answers `get` only; `store`/`erase` are ignored.
-                    auth.helper = Some(format!(
-                        "!f() {{ test \"$1\" = get && cat '{}'; }}; f",
-                        file.display()
-                    ));
-                }
-            }
-        }
-        auth._dir = Some(dir);
-        Ok(auth)
-    }
-}
-
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)?;
-    f.write_all(bytes)
 }
 
 #[cfg(test)]

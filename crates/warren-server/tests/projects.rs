@@ -459,3 +459,107 @@ async fn attack_a_project_remote_on_a_loopback_service_is_not_read() {
         "the internal forge was never contacted"
     );
 }
+
+/// A repository holding only a dev container configuration: the workspace runs it (its port,
+/// its environment with `${localEnv:…}` from the workspace's variables, its lifecycle command)
+/// and says so in its notices; a devfile beside one is the one used; a configuration Warren
+/// cannot run is refused naming the property; a secret variable is never written into it.
+#[tokio::test]
+async fn a_repository_with_only_a_dev_container_configuration() {
+    if !have_git() {
+        return;
+    }
+    let git = GitHttpServer::start("ann", PASSWORD).await.unwrap();
+    let config = r#"// The shop's dev container.
+        {
+          "name": "Shop",
+          "image": "localhost/warren-test:latest",
+          "forwardPorts": [8080],
+          "containerEnv": { "GREETING": "hello ${localEnv:WHO}" },
+          "postCreateCommand": "echo created",
+          "remoteUser": "vscode",
+        }"#;
+    git.create_repo("dc", &[(".devcontainer/devcontainer.json", config)])
+        .unwrap();
+    git.create_repo(
+        "both",
+        &[
+            (".devfile.yaml", WEB_DEVFILE),
+            (".devcontainer.json", config),
+        ],
+    )
+    .unwrap();
+    git.create_repo(
+        "bad",
+        &[(
+            ".devcontainer.json",
+            r#"{ "image": "busybox", "privileged": true }"#,
+        )],
+    )
+    .unwrap();
+    let credential = json!({"kind": "basic", "username": "ann", "password": PASSWORD});
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        let agent = s.agent("a1", json!({})).await;
+        let bob = s.user("bob", &["api", "workspace"]).await;
+        for name in ["dc", "both", "bad"] {
+            let body = json!({"name": name, "git_url": git.url(name), "credential": credential});
+            let (st, b) = s.post(&bob, "/api/v1/projects", body).await;
+            assert_eq!(st, 201, "[{l}] {b}");
+        }
+
+        let vars = json!([{"key": "WHO", "value": "bob"}, {"key": "TOKEN", "value": "t0k3n-s3cret", "secret": true}]);
+        let w = s
+            .workspace(
+                &bob,
+                json!({"project": "dc", "name": "bob-dc", "variables": vars}),
+            )
+            .await;
+        assert!(
+            w["url"].as_str().unwrap_or("").contains("8080-bob-dc."),
+            "[{l}] the forwarded port is the workspace's: {w}"
+        );
+        let notices = w["notices"].to_string();
+        for said in [
+            ".devcontainer/devcontainer.json: the workspace runs this dev container configuration",
+            ".devcontainer/devcontainer.json: remoteUser: the image's users are not switched to",
+        ] {
+            assert!(notices.contains(said), "[{l}] {said:?} not in {notices}");
+        }
+        let infos = s.reconcile_ok(agent, "full", json!([])).await;
+        let yaml = infos["bob-dc"]["config_to_apply"].as_str().unwrap();
+        assert!(yaml.contains("hello bob"), "[{l}] {yaml}");
+        assert!(yaml.contains("echo created"), "[{l}] {yaml}");
+        assert!(
+            !yaml.contains("t0k3n-s3cret"),
+            "[{l}] a secret is never in the clear: {yaml}"
+        );
+
+        // A devfile beside a dev container configuration wins.
+        let w = s
+            .workspace(&bob, json!({"project": "both", "name": "bob-both"}))
+            .await;
+        assert!(
+            !w["notices"].to_string().contains("dev container"),
+            "[{l}] {w}"
+        );
+
+        // What Warren cannot run is refused by name, with the file and the ref.
+        let (st, b) = s
+            .post(&bob, "/api/v1/workspaces", json!({"project": "bad"}))
+            .await;
+        assert_eq!(
+            (st, b["error"]["code"].as_str()),
+            (422, Some("invalid_devcontainer")),
+            "[{l}] {b}"
+        );
+        let m = msg(&b);
+        assert!(
+            m.contains(".devcontainer.json")
+                && m.contains("privileged: a privileged container is not supported by Warren"),
+            "[{l}] {m}"
+        );
+        s.stop().await;
+    }
+}

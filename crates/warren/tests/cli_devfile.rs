@@ -193,3 +193,67 @@ fn the_readme_devfile_is_valid() {
         text(&out.stdout)
     );
 }
+
+/// `warren devcontainer validate|render` on a repository's configuration: the project is the
+/// folder holding `.devcontainer`, notices go to stderr, the devfile to stdout, and a
+/// configuration Warren cannot run exits non-zero naming each property.
+#[test]
+fn cli_devcontainer_validates_renders_and_refuses_by_name() {
+    let repo = tempfile::Builder::new().prefix("shop-").tempdir().unwrap();
+    let dir = repo.path().join(".devcontainer");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("devcontainer.json");
+    std::fs::write(
+        &file,
+        r#"{ "image": "localhost/warren-test:latest", // comment
+             "forwardPorts": [3000], "remoteUser": "root",
+             "containerEnv": { "WHO": "${localEnv:WHO}" }, }"#,
+    )
+    .unwrap();
+    let path = file.to_str().unwrap();
+    let v = warren(&["devcontainer", "validate", path]);
+    assert!(v.status.success(), "{}", text(&v.stderr));
+    assert!(text(&v.stdout).contains("Warren can run this dev container"));
+    assert!(
+        text(&v.stderr).contains("note: remoteUser: root never runs a workspace"),
+        "{}",
+        text(&v.stderr)
+    );
+    let r = warren(&["devcontainer", "render", path, "--var", "WHO=ann"]);
+    assert!(r.status.success(), "{}", text(&r.stderr));
+    let devfile = text(&r.stdout);
+    let base = repo.path().file_name().unwrap().to_str().unwrap();
+    assert!(devfile.contains("sourceMapping: /workspaces"), "{devfile}");
+    assert!(
+        devfile.contains("targetPort: 3000") && devfile.contains("value: ann"),
+        "{devfile}"
+    );
+    // The devfile it prints is one `warren devfile validate` accepts.
+    let printed = repo.path().join("devfile.yaml");
+    std::fs::write(&printed, &devfile).unwrap();
+    let d = warren(&["devfile", "validate", printed.to_str().unwrap()]);
+    assert!(d.status.success(), "{}", text(&d.stderr));
+    assert!(
+        text(&d.stdout).contains("devcontainer"),
+        "the main container of {base}: {}",
+        text(&d.stdout)
+    );
+
+    std::fs::write(
+        &file,
+        r#"{ "image": "busybox", "privileged": true, "capAdd": ["NET_ADMIN"] }"#,
+    )
+    .unwrap();
+    let v = warren(&["devcontainer", "validate", path]);
+    assert!(!v.status.success());
+    let err = text(&v.stderr);
+    assert!(
+        err.contains("capAdd[0]: the capability \"NET_ADMIN\" is not supported by Warren"),
+        "{err}"
+    );
+    assert!(
+        err.contains("privileged: a privileged container is not supported by Warren"),
+        "{err}"
+    );
+    assert!(err.contains("2 problems"), "{err}");
+}

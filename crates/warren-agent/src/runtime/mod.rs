@@ -55,22 +55,24 @@ pub fn usage_metrics(usage: &[WorkspaceUsage]) -> String {
         )
     };
     type Value = fn(&WorkspaceUsage) -> String;
-    let families: [(&str, &str, &str, Value); 2] = [
+    // Each family's header written out whole: the metrics test finds recorded names by their
+    // `# TYPE` lines.
+    let families: [(&str, &str, Value); 2] = [
         (
             "warren_workspace_cpu_seconds_total",
-            "CPU time used by the workspace's containers.",
-            "counter",
+            "# HELP warren_workspace_cpu_seconds_total CPU time used by the workspace's containers.\n\
+             # TYPE warren_workspace_cpu_seconds_total counter\n",
             |u| u.cpu_seconds.to_string(),
         ),
         (
             "warren_workspace_memory_bytes",
-            "Memory the workspace's containers use.",
-            "gauge",
+            "# HELP warren_workspace_memory_bytes Memory the workspace's containers use.\n\
+             # TYPE warren_workspace_memory_bytes gauge\n",
             |u| u.memory_bytes.to_string(),
         ),
     ];
-    for (name, help, kind, value) in families {
-        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+    for (name, header, value) in families {
+        out.push_str(header);
         for u in usage {
             out.push_str(&format!("{name}{{{}}} {}\n", labels(u), value(u)));
         }

@@ -57,7 +57,7 @@ pub async fn run(cmd: Command) -> Result<(), CliError> {
         Command::Dotfiles(g) => dotfiles(g.out.output, g.cmd).await,
         Command::OAuthClient(g) => oauth_client(g.out.output, g.cmd).await,
         Command::Gitops(g) => crate::gitops_cmd::gitops(g.out.output, g.cmd).await,
-        Command::Devfile(_) | Command::Completions(_) => {
+        Command::Devfile(_) | Command::Devcontainer(_) | Command::Completions(_) => {
             Err(CliError::Usage("this command runs without a server".into()))
         }
     }

@@ -440,6 +440,26 @@ fn refused_and_unused(raw: &RawDevfile, errors: &mut Errors, notices: &mut Vec<N
             message: format!("merged in from {from}"),
         });
     }
+    if let Some(Value::Object(dc)) = raw.attributes.get(crate::DEVCONTAINER_ATTRIBUTE) {
+        let file = dc
+            .get("path")
+            .and_then(Value::as_str)
+            .unwrap_or("devcontainer.json");
+        notices.push(Notice {
+            path: file.to_owned(),
+            message: "the workspace runs this dev container configuration, as the devfile `warren devcontainer render` shows".into(),
+        });
+        let said = dc.get("notices").and_then(Value::as_array);
+        for n in said.into_iter().flatten() {
+            let (Some(p), Some(m)) = (n["path"].as_str(), n["message"].as_str()) else {
+                continue;
+            };
+            notices.push(Notice {
+                path: format!("{file}: {p}"),
+                message: m.to_owned(),
+            });
+        }
+    }
     if let Some(m) = &raw.metadata {
         let shown_nowhere: Vec<&str> = [
             ("architectures", m.architectures.is_some()),

@@ -13,10 +13,11 @@
 use super::agents::validate_name;
 use super::{render, AppError, AppState, ErrorKind, Principal};
 use crate::store::projects::{NewProject, ProjectRow};
+use crate::store::workspaces::StoredVariable;
 use warren_git::{GitError, Remote};
 use warren_types::api::{
     CreateProjectRequest, Project, ProjectMember, ProjectRole, ProjectVisibility,
-    SetProjectMemberRequest, UpdateProjectRequest,
+    SetProjectMemberRequest, UpdateProjectRequest, VariableKind,
 };
 use warren_types::git::GitCredential;
 use warren_types::UserId;
@@ -295,33 +296,74 @@ pub async fn remove_member(
 }
 
 /// The devfile in the project's repository at `git_ref`, read with its credential; errors
-/// name the repository, ref and path.
+/// name the repository, ref and path. When the project's devfile path holds none, a dev
+/// container configuration (`.devcontainer/devcontainer.json`, then `.devcontainer.json`)
+/// is read instead and turned into the devfile the workspace runs, its `${localEnv:…}` read
+/// from the workspace's `variables`; a devfile path naming a dev container configuration is
+/// read as one. One read of the repository either way.
 pub async fn devfile_from_repository(
     state: &AppState,
     p: &ProjectRow,
     git_ref: &str,
+    variables: &[StoredVariable],
 ) -> Result<String, AppError> {
     let credential = state.store.project_credential(p)?;
     let remote = Remote {
         url: &p.git_url,
         credential: credential.as_ref(),
     };
-    let file = state
+    let mut paths = vec![p.devfile_path.as_str()];
+    if !warren_devcontainer::is_config_path(&p.devfile_path) {
+        paths.extend(warren_devcontainer::LOCATIONS);
+    }
+    let (found, file) = state
         .git
-        .read_file(remote, git_ref, &p.devfile_path)
+        .read_first(remote, git_ref, &paths)
         .await
         .map_err(|e| git_error(&p.name, &e))?;
-    tracing::info!(project = %p.name, git_ref, commit = %file.commit, path = %p.devfile_path, "devfile read from the repository");
-    String::from_utf8(file.contents.to_vec()).map_err(|_| {
+    let path = paths[found];
+    tracing::info!(project = %p.name, git_ref, commit = %file.commit, path, "workspace definition read from the repository");
+    let text = String::from_utf8(file.contents.to_vec()).map_err(|_| {
         AppError::new(
             ErrorKind::Unprocessable,
             "invalid_devfile",
             format!(
-                "project {:?}: {:?} at ref {git_ref:?} is not UTF-8 text",
-                p.name, p.devfile_path
+                "project {:?}: {path:?} at ref {git_ref:?} is not UTF-8 text",
+                p.name
             ),
         )
-    })
+    })?;
+    if !warren_devcontainer::is_config_path(path) {
+        return Ok(text);
+    }
+    let local_env = variables
+        .iter()
+        .filter(|v| v.kind == VariableKind::Env && !v.secret)
+        .map(|v| (v.key.clone(), v.value.clone()))
+        .collect();
+    let secrets = variables
+        .iter()
+        .filter(|v| v.secret)
+        .map(|v| v.key.clone())
+        .collect();
+    let input = warren_devcontainer::Input {
+        text: &text,
+        path,
+        project: &p.name,
+        local_env: &local_env,
+        secrets: &secrets,
+    };
+    match warren_devcontainer::convert(&input) {
+        Ok(c) => Ok(c.devfile),
+        Err(problems) => Err(AppError::new(
+            ErrorKind::Unprocessable,
+            "invalid_devcontainer",
+            format!(
+                "project {:?}: {path} at ref {git_ref:?} is not a dev container Warren can run:\n{problems}",
+                p.name
+            ),
+        )),
+    }
 }
 
 fn git_error(project: &str, e: &GitError) -> AppError {

@@ -358,6 +358,7 @@ pub async fn create(
                     state,
                     p,
                     git_ref.as_deref().unwrap_or(&p.default_ref),
+                    &variables,
                 )
                 .await?,
                 "repository devfile",

@@ -1,0 +1,217 @@
+//! The devfile a [`Config`] runs as: one main container component (`devcontainer`) with the
+//! image, environment, forwarded ports as public endpoints, volumes and resources; the
+//! lifecycle commands as `postStart` exec commands, the once-per-workspace ones guarded by a
+//! marker on the workspace's volume.
+//!
+//! Where the sources go: Warren clones the repository into `<sourceMapping>/<project>`, so a
+//! `workspaceFolder` of `/workspaces/<project>` (the specification's default) is kept exactly;
+//! another folder becomes the `sourceMapping` with the repository inside it, said by a notice.
+
+use crate::properties::{Config, Lifecycle, Stage};
+use crate::Notice;
+use serde_json::{json, Value};
+
+/// The main container component's name.
+pub const COMPONENT: &str = "devcontainer";
+
+/// Where the once-per-workspace commands leave their marks, under `$HOME` (on the
+/// workspace's volume, so a stop and start keeps them and a new workspace has none).
+pub const MARKER_DIR: &str = ".warren/devcontainer";
+
+/// The devfile of `config`, for a repository named `project`.
+pub fn build(config: &Config, project: &str, notices: &mut Vec<Notice>) -> Value {
+    let (source_mapping, sources) = sources(&config.workspace_folder, project);
+    if sources != config.workspace_folder {
+        notices.push(Notice {
+            path: "workspaceFolder".into(),
+            message: format!(
+                "Warren clones the repository into a folder of its name, so its sources are at {sources} (the volume is mounted at {source_mapping})"
+            ),
+        });
+    }
+    let mut container = json!({
+        "image": config.image,
+        "mountSources": true,
+        "sourceMapping": source_mapping,
+    });
+    if !config.env.is_empty() {
+        container["env"] = config
+            .env
+            .iter()
+            .map(|(name, value)| json!({"name": name, "value": value}))
+            .collect();
+    }
+    if !config.ports.is_empty() {
+        let mut names = Vec::new();
+        container["endpoints"] = config
+            .ports
+            .iter()
+            .map(|p| {
+                let name = endpoint_name(p.label.as_deref(), p.port, &names);
+                names.push(name.clone());
+                json!({
+                    "name": name,
+                    "targetPort": p.port,
+                    "exposure": "public",
+                    "protocol": if p.https { "https" } else { "http" },
+                })
+            })
+            .collect();
+    }
+    if let Some(cpus) = config.cpus {
+        container["cpuRequest"] = json!(cpus.to_string());
+        container["cpuLimit"] = json!(cpus.to_string());
+    }
+    if let Some(m) = &config.memory {
+        container["memoryRequest"] = json!(m);
+        container["memoryLimit"] = json!(m);
+    }
+    let mut components = vec![];
+    let mut volume_mounts = vec![];
+    let mut volume_names: Vec<String> = vec![COMPONENT.into()];
+    for m in &config.mounts {
+        let name = unique(&label(&m.source, 63, "volume"), &volume_names);
+        volume_names.push(name.clone());
+        volume_mounts.push(json!({"name": name, "path": m.target}));
+        components.push(json!({"name": name, "volume": {"ephemeral": m.ephemeral}}));
+    }
+    if !volume_mounts.is_empty() {
+        container["volumeMounts"] = Value::Array(volume_mounts);
+    }
+    components.insert(
+        0,
+        json!({
+            "name": COMPONENT,
+            "attributes": {"warren.dev/main": true},
+            "container": container,
+        }),
+    );
+    let mut commands = vec![];
+    let mut post_start = vec![];
+    for (stage, command) in &config.lifecycle {
+        let id = command_id(*stage);
+        let line = command_line(command);
+        let line = if stage.once() { once(&id, &line) } else { line };
+        commands.push(json!({
+            "id": id,
+            "exec": {"component": COMPONENT, "commandLine": line, "workingDir": sources},
+        }));
+        post_start.push(id);
+        if *stage == Stage::UpdateContent {
+            notices.push(Notice {
+                path: stage.property().into(),
+                message: "runs once, at the workspace's first start, after the clone: Warren does not update a workspace's sources by itself".into(),
+            });
+        }
+    }
+    let mut devfile = json!({
+        "schemaVersion": "2.2.0",
+        "metadata": {"name": label(config.name.as_deref().unwrap_or(""), 63, COMPONENT)},
+        "components": components,
+    });
+    if !commands.is_empty() {
+        devfile["commands"] = Value::Array(commands);
+        devfile["events"] = json!({"postStart": post_start});
+    }
+    devfile
+}
+
+/// (`sourceMapping`, the repository's folder) for the configuration's `workspaceFolder`.
+fn sources(folder: &str, project: &str) -> (String, String) {
+    match folder.rsplit_once('/') {
+        Some((parent, base)) if base == project && !parent.is_empty() => {
+            (parent.to_owned(), folder.to_owned())
+        }
+        _ => (folder.to_owned(), format!("{folder}/{project}")),
+    }
+}
+
+fn command_id(stage: Stage) -> String {
+    match stage {
+        Stage::OnCreate => "on-create",
+        Stage::UpdateContent => "update-content",
+        Stage::PostCreate => "post-create",
+        Stage::PostStart => "post-start",
+    }
+    .into()
+}
+
+/// Single-quotes a word for `/bin/sh`.
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// The shell text of a lifecycle command: a string as written, an array as its quoted words,
+/// an object as its commands run at once, failing when any of them fails.
+fn command_line(c: &Lifecycle) -> String {
+    match c {
+        Lifecycle::Shell(s) => s.clone(),
+        Lifecycle::Exec(argv) => argv.iter().map(|a| quote(a)).collect::<Vec<_>>().join(" "),
+        Lifecycle::Parallel(parts) => {
+            let mut s = String::from("pids=\n");
+            for (name, part) in parts {
+                s.push_str(&format!(
+                    "( echo {}; {} ) & pids=\"$pids $!\"\n",
+                    quote(&format!("running {name}")),
+                    command_line(part)
+                ));
+            }
+            s.push_str("status=0\nfor p in $pids; do wait \"$p\" || status=1; done\nexit $status");
+            s
+        }
+    }
+}
+
+/// `line` run at the first start only: a marker under `$HOME` records that it succeeded, so a
+/// failed run is tried again at the next start.
+fn once(id: &str, line: &str) -> String {
+    format!(
+        "mark=\"$HOME/{MARKER_DIR}/{id}.done\"\nif [ -e \"$mark\" ]; then exit 0; fi\n( {line}\n) || exit $?\nmkdir -p \"$HOME/{MARKER_DIR}\" && : >\"$mark\""
+    )
+}
+
+/// A DNS label of at most `max` characters made of `s` (lowercase, other characters as `-`),
+/// or `fallback` when nothing is left.
+fn label(s: &str, max: usize, fallback: &str) -> String {
+    let mut out = String::new();
+    for c in s.chars() {
+        let c = c.to_ascii_lowercase();
+        if c.is_ascii_lowercase() || c.is_ascii_digit() {
+            out.push(c);
+        } else if !out.ends_with('-') && !out.is_empty() {
+            out.push('-');
+        }
+    }
+    let out: String = out.chars().take(max).collect();
+    let out = out.trim_end_matches('-').to_owned();
+    if out.is_empty() {
+        fallback.to_owned()
+    } else {
+        out
+    }
+}
+
+/// `name`, or `name-2`, `name-3`… when taken.
+fn unique(name: &str, taken: &[String]) -> String {
+    let mut candidate = name.to_owned();
+    let mut n = 2;
+    while taken.contains(&candidate) {
+        candidate = format!("{}-{n}", &name[..name.len().min(60)]);
+        n += 1;
+    }
+    candidate
+}
+
+/// An endpoint's name (at most 15 characters): its label's, else `port-<port>`.
+fn endpoint_name(label_text: Option<&str>, port: u16, taken: &[String]) -> String {
+    let fallback = format!("port-{port}");
+    let name = match label_text {
+        Some(l) => label(l, 15, &fallback),
+        None => fallback.clone(),
+    };
+    if taken.contains(&name) {
+        fallback
+    } else {
+        name
+    }
+}

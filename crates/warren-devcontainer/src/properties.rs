@@ -1,0 +1,701 @@
+//! Every property of the specification (`devContainer.base.schema.json`), each honoured,
+//! accepted with a notice of what Warren does instead, or refused by name with the reason.
+//! The result is [`Config`]: only what the devfile is made of.
+
+use crate::{problem, unsupported, Input, Notice, Problem, Problems};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+/// The lifecycle stages that run in the workspace, in the specification's order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Stage {
+    OnCreate,
+    UpdateContent,
+    PostCreate,
+    PostStart,
+}
+
+impl Stage {
+    pub fn property(self) -> &'static str {
+        match self {
+            Stage::OnCreate => "onCreateCommand",
+            Stage::UpdateContent => "updateContentCommand",
+            Stage::PostCreate => "postCreateCommand",
+            Stage::PostStart => "postStartCommand",
+        }
+    }
+
+    /// Whether the stage runs once per workspace (at its first start) rather than every start.
+    pub fn once(self) -> bool {
+        self != Stage::PostStart
+    }
+}
+
+/// One lifecycle command in any of the specification's three forms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lifecycle {
+    /// A string: run by a shell.
+    Shell(String),
+    /// An array: the program and its arguments, no shell.
+    Exec(Vec<String>),
+    /// An object: named commands (each a string or an array) run at the same time.
+    Parallel(BTreeMap<String, Lifecycle>),
+}
+
+/// A forwarded port and how it is shown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Port {
+    pub port: u16,
+    /// `portsAttributes.<port>.label`.
+    pub label: Option<String>,
+    /// `portsAttributes.<port>.protocol` is `https`: the server in the container speaks TLS.
+    pub https: bool,
+}
+
+/// A named volume mounted into the container (`mounts` of `type=volume`, or `tmpfs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeMount {
+    pub source: String,
+    pub target: String,
+    /// A `tmpfs` mount: lives as long as the container.
+    pub ephemeral: bool,
+}
+
+/// What a configuration asks of Warren, once every property has been looked at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub name: Option<String>,
+    pub image: String,
+    /// The sources' folder in the container.
+    pub workspace_folder: String,
+    pub ports: Vec<Port>,
+    /// `containerEnv`, then `remoteEnv` (which wins for a name in both), in name order.
+    pub env: BTreeMap<String, String>,
+    pub mounts: Vec<VolumeMount>,
+    pub lifecycle: Vec<(Stage, Lifecycle)>,
+    /// `hostRequirements.cpus`.
+    pub cpus: Option<u64>,
+    /// `hostRequirements.memory`, as a Kubernetes quantity.
+    pub memory: Option<String>,
+}
+
+/// Reads `value` (an object, variables already substituted).
+pub fn read(
+    value: &Value,
+    input: &Input<'_>,
+    notices: &mut Vec<Notice>,
+) -> Result<Config, Problems> {
+    let empty = Map::new();
+    let top = value.as_object().unwrap_or(&empty);
+    let mut r = Reader {
+        problems: Vec::new(),
+        notices,
+        ports_attributes: BTreeMap::new(),
+    };
+    let mut config = Config {
+        name: None,
+        image: String::new(),
+        workspace_folder: format!("/workspaces/{}", input.project),
+        ports: Vec::new(),
+        env: BTreeMap::new(),
+        mounts: Vec::new(),
+        lifecycle: Vec::new(),
+        cpus: None,
+        memory: None,
+    };
+    // Attributes first: the ports read later are labelled with them.
+    if let Some(v) = top.get("portsAttributes") {
+        r.ports_attributes(v);
+    }
+    let mut remote_env = BTreeMap::new();
+    for (key, v) in top {
+        r.property(key, v, &mut config, &mut remote_env);
+    }
+    if config.image.is_empty()
+        && !["build", "dockerFile", "dockerComposeFile"]
+            .iter()
+            .any(|k| top.contains_key(*k))
+    {
+        r.problems.push(problem(
+            "",
+            "a dev container names its `image` (or a `build` or `dockerComposeFile`, which Warren refuses for now)",
+        ));
+    }
+    config.env.extend(remote_env);
+    config.lifecycle.sort_by_key(|(stage, _)| *stage);
+    for p in &mut config.ports {
+        if let Some(a) = r.ports_attributes.get(&p.port) {
+            p.label.clone_from(&a.0);
+            p.https = a.1;
+        }
+    }
+    if r.problems.is_empty() {
+        Ok(config)
+    } else {
+        Err(Problems(r.problems))
+    }
+}
+
+struct Reader<'n> {
+    problems: Vec<Problem>,
+    notices: &'n mut Vec<Notice>,
+    /// Port → (label, https).
+    ports_attributes: BTreeMap<u16, (Option<String>, bool)>,
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+impl Reader<'_> {
+    fn notice(&mut self, path: &str, message: impl Into<String>) {
+        self.notices.push(Notice {
+            path: path.to_owned(),
+            message: message.into(),
+        });
+    }
+
+    fn wrong_type(&mut self, path: &str, want: &str, v: &Value) {
+        self.problems.push(problem(
+            path,
+            format!("must be {want}, not {}", type_name(v)),
+        ));
+    }
+
+    fn string<'v>(&mut self, path: &str, v: &'v Value) -> Option<&'v str> {
+        match v {
+            Value::String(s) => Some(s),
+            _ => {
+                self.wrong_type(path, "a string", v);
+                None
+            }
+        }
+    }
+
+    fn boolean(&mut self, path: &str, v: &Value) -> Option<bool> {
+        match v {
+            Value::Bool(b) => Some(*b),
+            _ => {
+                self.wrong_type(path, "a boolean", v);
+                None
+            }
+        }
+    }
+
+    fn refuse(&mut self, path: &str, what: &str, why: &str) {
+        self.problems.push(unsupported(path, what, why));
+    }
+
+    fn property(
+        &mut self,
+        key: &str,
+        v: &Value,
+        config: &mut Config,
+        remote_env: &mut BTreeMap<String, String>,
+    ) {
+        match key {
+            // The schema's own URL: nothing to do.
+            "$schema" => {}
+            "name" => config.name = self.string(key, v).map(str::to_owned),
+            "image" => {
+                if let Some(s) = self.string(key, v) {
+                    if s.trim().is_empty() || s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                        self.problems.push(problem(key, format!("{s:?} is not an image name")));
+                    } else {
+                        config.image = s.to_owned();
+                    }
+                }
+            }
+            "build" | "dockerFile" | "context" => self.refuse(
+                key,
+                "building the dev container's image from a Dockerfile",
+                "not yet: Warren builds images on demand (a devfile `image` component and `warren ws run`), not before a workspace starts; name a prebuilt `image`",
+            ),
+            "dockerComposeFile" | "service" | "runServices" => self.refuse(
+                key,
+                "a Docker Compose dev container",
+                "not yet: name the dev container's `image`, or write a devfile with one container component per service",
+            ),
+            "features" => self.features(v),
+            "overrideFeatureInstallOrder" => self.notice(
+                key,
+                "no Features are installed (Warren refuses `features` for now), so there is nothing to order",
+            ),
+            "secrets" => self.notice(
+                key,
+                "recommended secrets are not asked for: give them as the workspace's variables, which `${localEnv:NAME}` reads",
+            ),
+            "forwardPorts" => self.forward_ports(v, config),
+            "appPort" => self.app_port(v, config),
+            // Read before the others (see `read`).
+            "portsAttributes" => {}
+            "otherPortsAttributes" => self.notice(
+                key,
+                "Warren forwards only the ports the configuration lists (each on its own authenticated host), so attributes for other ports have nothing to apply to",
+            ),
+            "updateRemoteUserUID" => self.notice(
+                key,
+                "every workspace runs as the agent's unprivileged user (its `security.runAsUser`), so the user's id is never changed",
+            ),
+            "containerEnv" => self.env(key, v, &mut config.env),
+            "remoteEnv" => self.env(key, v, remote_env),
+            "containerUser" | "remoteUser" => {
+                if let Some(u) = self.string(key, v) {
+                    let what = if u == "root" || u == "0" {
+                        "root never runs a workspace (tenants share the machine)"
+                    } else {
+                        "the image's users are not switched to"
+                    };
+                    self.notice(
+                        key,
+                        format!("{what}: Warren runs the container, its commands, terminals and SSH sessions as the agent's unprivileged user (its `security.runAsUser`), with `$HOME` on the workspace's volume"),
+                    );
+                }
+            }
+            "mounts" => self.mounts(v, config),
+            "init" => {
+                if self.boolean(key, v) == Some(false) {
+                    self.notice(key, "Warren's workspace always runs an init process that reaps orphans and passes signals on");
+                }
+            }
+            "privileged" => {
+                if self.boolean(key, v) == Some(true) {
+                    self.refuse(key, "a privileged container", "it would reach the machine and the other tenants' workspaces");
+                }
+            }
+            "capAdd" | "securityOpt" => self.isolation_list(key, v),
+            "runArgs" => {
+                if v.as_array().is_some_and(|a| !a.is_empty()) || !v.is_array() {
+                    self.refuse(key, "`runArgs` (options of `docker run`)", "Warren starts the container itself, on Podman, Docker or Kubernetes, with its isolation; say what they do with the configuration's own properties");
+                }
+            }
+            "initializeCommand" => self.refuse(
+                key,
+                "`initializeCommand`",
+                "it runs on the user's own machine before the container is made, and a Warren workspace is made on the server's agents",
+            ),
+            "onCreateCommand" => self.lifecycle(Stage::OnCreate, v, config),
+            "updateContentCommand" => self.lifecycle(Stage::UpdateContent, v, config),
+            "postCreateCommand" => self.lifecycle(Stage::PostCreate, v, config),
+            "postStartCommand" => self.lifecycle(Stage::PostStart, v, config),
+            "postAttachCommand" => self.refuse(
+                key,
+                "`postAttachCommand`",
+                "not yet: Warren runs no command when a terminal, editor or SSH session attaches; use `postStartCommand`",
+            ),
+            "waitFor" => {
+                if let Some(s) = self.string(key, v) {
+                    self.notice(key, format!("the workspace is Running once its container runs; the lifecycle commands (up to {s}) go on in the background, their output in `warren ws logs`"));
+                }
+            }
+            "userEnvProbe" => self.notice(
+                key,
+                "Warren probes no shell for its environment: commands and sessions get the container's environment (`containerEnv`, `remoteEnv`)",
+            ),
+            "hostRequirements" => self.host_requirements(v, config),
+            "customizations" => {
+                if let Some(m) = v.as_object() {
+                    for tool in m.keys() {
+                        self.notice(
+                            &format!("customizations.{tool}"),
+                            "tool customizations are not applied yet (the editor Warren injects starts without these extensions and settings)",
+                        );
+                    }
+                } else {
+                    self.wrong_type(key, "an object", v);
+                }
+            }
+            "shutdownAction" => self.notice(
+                key,
+                "Warren's workspaces are stopped by their users or by the idle and lifetime policies, not when a tool closes",
+            ),
+            "overrideCommand" => {
+                if self.boolean(key, v) == Some(false) {
+                    self.refuse(key, "`overrideCommand: false` (running the image's own command)", "not yet: Warren keeps the dev container running itself and cannot know the image's command before it runs; start the service from `postStartCommand`");
+                }
+            }
+            "workspaceFolder" => {
+                if let Some(f) = self.string(key, v) {
+                    if !f.starts_with('/') || f.split('/').any(|p| p == "..") {
+                        self.problems.push(problem(key, format!("{f:?} must be an absolute path without `..`")));
+                    } else {
+                        config.workspace_folder = f.trim_end_matches('/').to_owned();
+                        if config.workspace_folder.is_empty() {
+                            self.problems.push(problem(key, "the sources cannot be the container's root"));
+                        }
+                    }
+                }
+            }
+            "workspaceMount" => self.notice(
+                key,
+                "Warren puts the repository's sources on the workspace's own volume at `workspaceFolder` itself; the mount of a folder of the user's machine is not made",
+            ),
+            other => self.notice(
+                other,
+                "not a property of the dev container specification (a misspelling, or another tool's): ignored",
+            ),
+        }
+    }
+
+    fn features(&mut self, v: &Value) {
+        let Some(m) = v.as_object() else {
+            self.wrong_type("features", "an object", v);
+            return;
+        };
+        for id in m.keys() {
+            self.refuse(
+                &format!("features.{id}"),
+                "installing Dev Container Features",
+                "not yet: Warren does not fetch and install Features; use an image that has what the Feature installs",
+            );
+        }
+    }
+
+    fn isolation_list(&mut self, key: &str, v: &Value) {
+        let Some(items) = v.as_array() else {
+            self.wrong_type(key, "an array", v);
+            return;
+        };
+        for (i, item) in items.iter().enumerate() {
+            let what = match key {
+                "capAdd" => format!("the capability {item}"),
+                _ => format!("the security option {item}"),
+            };
+            self.refuse(
+                &format!("{key}[{i}]"),
+                &what,
+                "workspaces run with no added capabilities and the engine's default confinement, so that one tenant cannot reach another's",
+            );
+        }
+    }
+
+    fn port(&mut self, path: &str, v: &Value) -> Option<u16> {
+        match v {
+            Value::Number(n) => match n.as_u64().and_then(|p| u16::try_from(p).ok()) {
+                Some(p) if p > 0 => Some(p),
+                _ => {
+                    self.problems
+                        .push(problem(path, format!("{n} is not a port (1-65535)")));
+                    None
+                }
+            },
+            Value::String(s) => match s.split_once(':') {
+                Some((host, _)) => {
+                    self.refuse(
+                        path,
+                        &format!("forwarding {s:?} (a port of another host or service)"),
+                        &format!(
+                            "Warren forwards the dev container's own ports; {host:?} is not it"
+                        ),
+                    );
+                    None
+                }
+                None => match s.parse::<u16>() {
+                    Ok(p) if p > 0 => Some(p),
+                    _ => {
+                        self.problems
+                            .push(problem(path, format!("{s:?} is not a port (1-65535)")));
+                        None
+                    }
+                },
+            },
+            _ => {
+                self.wrong_type(path, "a port number", v);
+                None
+            }
+        }
+    }
+
+    fn add_port(&mut self, port: u16, config: &mut Config) {
+        if !config.ports.iter().any(|p| p.port == port) {
+            config.ports.push(Port {
+                port,
+                label: None,
+                https: false,
+            });
+        }
+    }
+
+    fn forward_ports(&mut self, v: &Value, config: &mut Config) {
+        let Some(items) = v.as_array() else {
+            self.wrong_type("forwardPorts", "an array", v);
+            return;
+        };
+        for (i, item) in items.iter().enumerate() {
+            if let Some(p) = self.port(&format!("forwardPorts[{i}]"), item) {
+                self.add_port(p, config);
+            }
+        }
+    }
+
+    /// `appPort`: a port, `"host:container"`, or an array of them; Warren forwards the
+    /// container's port on its own host, as `forwardPorts` does.
+    fn app_port(&mut self, v: &Value, config: &mut Config) {
+        let items = match v {
+            Value::Array(items) => items.clone(),
+            other => vec![other.clone()],
+        };
+        for (i, item) in items.iter().enumerate() {
+            let path = if v.is_array() {
+                format!("appPort[{i}]")
+            } else {
+                "appPort".into()
+            };
+            let port = match item {
+                Value::String(s) if s.contains(':') => {
+                    let container = s.rsplit(':').next().unwrap_or_default();
+                    self.notice(&path, format!("{s:?}: no port of the machine is published; the container's port {container} is forwarded on its own authenticated host"));
+                    self.port(&path, &Value::String(container.to_owned()))
+                }
+                other => self.port(&path, other),
+            };
+            if let Some(p) = port {
+                self.add_port(p, config);
+            }
+        }
+        self.notice("appPort", "forwarded as `forwardPorts` is: on the workspace's authenticated host for the port, not on the machine's own port");
+    }
+
+    fn ports_attributes(&mut self, v: &Value) {
+        let Some(m) = v.as_object() else {
+            self.wrong_type("portsAttributes", "an object", v);
+            return;
+        };
+        for (key, attrs) in m {
+            let path = format!("portsAttributes.{key}");
+            let Ok(port) = key.parse::<u16>() else {
+                self.notice(&path, "attributes of a port range or of a process's command line apply to ports found by watching the container, and Warren forwards only the ports the configuration lists");
+                continue;
+            };
+            let Some(a) = attrs.as_object() else {
+                self.wrong_type(&path, "an object", attrs);
+                continue;
+            };
+            let mut label = None;
+            let mut https = false;
+            for (k, x) in a {
+                let p = format!("{path}.{k}");
+                match k.as_str() {
+                    "label" => label = self.string(&p, x).map(str::to_owned),
+                    "protocol" => match x.as_str() {
+                        Some("https") => https = true,
+                        Some("http") => {}
+                        _ => self.problems.push(problem(&p, "must be \"http\" or \"https\"")),
+                    },
+                    "requireLocalPort" | "elevateIfNeeded" => self.notice(&p, "no port of the user's machine is used: the port is reached on its own authenticated host"),
+                    "onAutoForward" => self.notice(&p, "Warren forwards the listed ports when the workspace starts and opens nothing by itself; `warren ws show` and the web UI list their URLs"),
+                    _ => self.notice(&p, "not an attribute of a port in the specification: ignored"),
+                }
+            }
+            self.ports_attributes.insert(port, (label, https));
+        }
+    }
+
+    fn env(&mut self, key: &str, v: &Value, into: &mut BTreeMap<String, String>) {
+        let Some(m) = v.as_object() else {
+            self.wrong_type(key, "an object", v);
+            return;
+        };
+        for (name, value) in m {
+            let path = format!("{key}.{name}");
+            // The API server's rule, the one the devfile is checked against.
+            if let Some(why) = warren_devfile::k8s::env_name_problem(name) {
+                self.problems.push(problem(&path, why));
+                continue;
+            }
+            match value {
+                Value::String(s) => {
+                    into.insert(name.clone(), s.clone());
+                }
+                // `remoteEnv` may unset a variable with null.
+                Value::Null if key == "remoteEnv" => {
+                    into.remove(name);
+                }
+                other => self.wrong_type(&path, "a string", other),
+            }
+        }
+    }
+
+    fn mounts(&mut self, v: &Value, config: &mut Config) {
+        let Some(items) = v.as_array() else {
+            self.wrong_type("mounts", "an array", v);
+            return;
+        };
+        for (i, item) in items.iter().enumerate() {
+            let path = format!("mounts[{i}]");
+            let fields: BTreeMap<String, String> = match item {
+                Value::String(s) => s
+                    .split(',')
+                    .map(|kv| {
+                        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+                        (k.trim().to_owned(), v.trim().to_owned())
+                    })
+                    .collect(),
+                Value::Object(m) => m
+                    .iter()
+                    .map(|(k, v)| {
+                        (
+                            k.clone(),
+                            v.as_str().map_or_else(|| v.to_string(), str::to_owned),
+                        )
+                    })
+                    .collect(),
+                other => {
+                    self.wrong_type(&path, "a string or an object", other);
+                    continue;
+                }
+            };
+            let get = |k: &[&str]| {
+                k.iter()
+                    .find_map(|k| fields.get(*k))
+                    .cloned()
+                    .unwrap_or_default()
+            };
+            let kind = get(&["type"]);
+            let target = get(&["target", "destination", "dst"]);
+            let source = get(&["source", "src"]);
+            match kind.as_str() {
+                "bind" => {
+                    self.refuse(&path, &format!("a bind mount of {source:?}"), "it would expose a folder of the machine the workspace runs on; use a named volume (`type=volume`)");
+                    continue;
+                }
+                "volume" | "tmpfs" => {}
+                other => {
+                    self.problems.push(problem(
+                        &path,
+                        format!("{other:?} is not a mount type (volume, bind or tmpfs)"),
+                    ));
+                    continue;
+                }
+            }
+            if !target.starts_with('/') || target.split('/').any(|p| p == "..") {
+                self.problems.push(problem(
+                    &path,
+                    format!("the target {target:?} must be an absolute path without `..`"),
+                ));
+                continue;
+            }
+            let ephemeral = kind == "tmpfs";
+            if !ephemeral && source.is_empty() {
+                self.problems
+                    .push(problem(&path, "a volume mount names its volume (`source`)"));
+                continue;
+            }
+            config.mounts.push(VolumeMount {
+                source: if ephemeral {
+                    format!("tmpfs-{i}")
+                } else {
+                    source
+                },
+                target,
+                ephemeral,
+            });
+        }
+    }
+
+    fn lifecycle(&mut self, stage: Stage, v: &Value, config: &mut Config) {
+        let path = stage.property();
+        let command = match v {
+            Value::Object(m) => {
+                let mut parts = BTreeMap::new();
+                for (name, c) in m {
+                    let p = format!("{path}.{name}");
+                    if let Some(c) = self.one_command(&p, c) {
+                        parts.insert(name.clone(), c);
+                    }
+                }
+                if parts.is_empty() {
+                    return;
+                }
+                Lifecycle::Parallel(parts)
+            }
+            other => match self.one_command(path, other) {
+                Some(c) => c,
+                None => return,
+            },
+        };
+        config.lifecycle.push((stage, command));
+    }
+
+    fn one_command(&mut self, path: &str, v: &Value) -> Option<Lifecycle> {
+        match v {
+            Value::String(s) if s.trim().is_empty() => None,
+            Value::String(s) => Some(Lifecycle::Shell(s.clone())),
+            Value::Array(items) => {
+                let argv: Option<Vec<String>> = items
+                    .iter()
+                    .map(|x| x.as_str().map(str::to_owned))
+                    .collect();
+                match argv {
+                    Some(a) if !a.is_empty() => Some(Lifecycle::Exec(a)),
+                    Some(_) => None,
+                    None => {
+                        self.problems.push(problem(
+                            path,
+                            "a command given as an array holds strings only",
+                        ));
+                        None
+                    }
+                }
+            }
+            other => {
+                self.wrong_type(path, "a string or an array of strings", other);
+                None
+            }
+        }
+    }
+
+    fn host_requirements(&mut self, v: &Value, config: &mut Config) {
+        let Some(m) = v.as_object() else {
+            self.wrong_type("hostRequirements", "an object", v);
+            return;
+        };
+        for (k, x) in m {
+            let path = format!("hostRequirements.{k}");
+            match k.as_str() {
+                "cpus" => match x.as_u64() {
+                    Some(n) if n >= 1 => config.cpus = Some(n),
+                    _ => self.problems.push(problem(&path, "must be a whole number of CPUs, at least 1")),
+                },
+                "memory" => match x.as_str().and_then(quantity) {
+                    Some(q) => config.memory = Some(q),
+                    None => self.problems.push(problem(&path, format!("{x} is not an amount of memory (a number with kb, mb, gb or tb)"))),
+                },
+                "storage" => self.notice(&path, "the workspace's volume has the size the agent gives workspaces; check `warren ws show` for it"),
+                "gpu" => match x {
+                    Value::Bool(false) => {}
+                    Value::String(s) if s == "optional" => self.notice(&path, "no GPU is given to the workspace: Warren does not schedule GPUs yet"),
+                    _ => self.refuse(&path, "a GPU", "not yet: Warren does not schedule GPUs to workspaces"),
+                },
+                _ => self.notice(&path, "not a host requirement of the specification: ignored"),
+            }
+        }
+    }
+}
+
+/// `4gb` → `4Gi`: the specification's units, read as binary multiples (so the workspace gets
+/// at least what was asked).
+fn quantity(s: &str) -> Option<String> {
+    let s = s.trim().to_ascii_lowercase();
+    let (digits, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => (&s[..i], &s[i..]),
+        None => (s.as_str(), ""),
+    };
+    let n: u64 = digits.parse().ok()?;
+    let unit = match unit {
+        "" => "",
+        "kb" => "Ki",
+        "mb" => "Mi",
+        "gb" => "Gi",
+        "tb" => "Ti",
+        _ => return None,
+    };
+    (n > 0).then(|| format!("{n}{unit}"))
+}

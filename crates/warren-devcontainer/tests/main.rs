@@ -1,0 +1,4 @@
+//! The dev container reader's tests: one test binary, each file beside this one a module.
+
+mod corpus;
+mod rules;

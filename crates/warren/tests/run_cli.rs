@@ -54,7 +54,7 @@ commands:
   - id: deploy-k8s
     apply: {{component: deploy}}
   - id: long
-    exec: {{component: dev, commandLine: 'echo $$ > long.pid; exec sleep 300', workingDir: {dir}}}
+    exec: {{component: dev, commandLine: 'echo $$ > long.pid.tmp && mv long.pid.tmp long.pid; exec sleep 300', workingDir: {dir}}}
 "#
     )
 }
@@ -219,6 +219,8 @@ async fn devfile_commands_run_on_demand_through_api_and_cli() -> Result<()> {
     let mut resp = run(&alice.token, "long").await?;
     assert_eq!(resp.status(), 200);
     let pid_file = dir.path().join("long.pid");
+    // The pid file appears whole (written aside, then renamed): `echo $$ > long.pid` creates it
+    // empty before writing, and CI run 8 read it in between.
     wait_for("the long command to start", 20, || async {
         pid_file.exists()
     })

@@ -218,6 +218,7 @@ pub async fn serve(
 ) -> Result<(), AgentError> {
     let connection =
         RelayConnection::new(connection, runtime.clone()).map_err(AgentError::Connection)?;
+    runtime.use_build_contexts(connection.build_contexts());
     let reconciler = Reconciler::new(Arc::new(connection.clone()), runtime.clone(), reconciler)
         .with_url_mounts(connection.url_mounts());
     let probe_task = tokio::spawn(connection.url_mounts().run(shutdown.clone()));

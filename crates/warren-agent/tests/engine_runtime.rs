@@ -1357,34 +1357,6 @@ async fn a_stale_firewall_table_is_removed_when_an_agent_starts() -> Result<()> 
     Ok(())
 }
 
-/// Removes, when dropped, the names a test gave images (untagged: the image stays under its
-/// other names), the images it made and every image built for the named workspaces. Made
-/// before the workspaces, so it goes after them: an image a pod runs cannot be removed.
-#[derive(Default)]
-struct Images {
-    made: Vec<String>,
-    names: Vec<String>,
-    built_for: Vec<String>,
-}
-
-impl Drop for Images {
-    fn drop(&mut self) {
-        for w in &self.built_for {
-            let filter = format!("label=warren.dev/built-for={w}");
-            // Intermediate images of a build carry its labels too.
-            for id in cli_lines(&["images", "-a", "-q", "--filter", &filter]) {
-                let _ = cli_run(&["rmi", "-f", &id]);
-            }
-        }
-        for name in &self.names {
-            let _ = cli_run(&["rmi", name]);
-        }
-        for id in &self.made {
-            let _ = cli_run(&["rmi", "-f", id]);
-        }
-    }
-}
-
 /// Removes volume `.0` when dropped.
 struct Volume(String);
 
@@ -1411,27 +1383,6 @@ fn container_image(ws: &Workspace, container: &str) -> Result<String> {
         .to_owned())
 }
 
-/// A build context: a tar archive of `files` (path, contents), made by the system's `tar`.
-fn tar_context(files: &[(&str, &str)]) -> Result<warren_agent::runtime::BuildContext> {
-    use futures::StreamExt;
-    let dir = tempfile::tempdir()?;
-    for (path, text) in files {
-        std::fs::write(dir.path().join(path), text)?;
-    }
-    let out = std::process::Command::new("tar")
-        .arg("-C")
-        .arg(dir.path())
-        .args(["-cf", "-", "."])
-        .output()?;
-    anyhow::ensure!(
-        out.status.success(),
-        "tar: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let archive = bytes::Bytes::from(out.stdout);
-    Ok(futures::stream::once(async move { Ok(archive) }).boxed())
-}
-
 /// Builds `image` for `ws` from `dockerfile`, as a devfile `image` component does; the
 /// build's output.
 async fn build(h: &Harness, ws: &Workspace, image: &str, dockerfile: &str) -> Result<String> {
@@ -1440,6 +1391,7 @@ async fn build(h: &Harness, ws: &Workspace, image: &str, dockerfile: &str) -> Re
         image: image.to_owned(),
         dockerfile: "Dockerfile".into(),
         args: vec![],
+        target: None,
     };
     let context = tar_context(&[("Dockerfile", dockerfile)])?;
     let mut progress = h.runtime.build_image(&ws.key, &task, context).await?;
@@ -1603,6 +1555,7 @@ async fn an_agent_with_image_builds_off_refuses_every_build() -> Result<()> {
         image: format!("localhost/warren-nobuild-{}:1", ws.name()),
         dockerfile: "Dockerfile".into(),
         args: vec![],
+        target: None,
     };
     // Should a build happen after all.
     images.names.push(task.image.clone());

@@ -11,6 +11,7 @@ mod common;
 mod kube_common;
 mod reconciler_model;
 
+mod engine_autobuild;
 mod engine_devfile;
 mod engine_exec;
 mod engine_gitops;

@@ -208,7 +208,8 @@ pub enum WsCommand {
         /// The last this many lines (1–10000).
         #[arg(long, short = 'n', default_value_t = 200)]
         tail: u32,
-        /// The container, by its devfile component name [default: the main one].
+        /// The container, by its devfile component name [default: the main one];
+        /// `warren-build` for the output of the last image build at start.
         #[arg(long, short = 'c')]
         container: Option<String>,
         /// Keep printing what the container writes until it stops (Ctrl-C to leave).

@@ -1,5 +1,6 @@
 //! The devfile a [`Config`] runs as: one main container component (`devcontainer`) with the
-//! image, environment, forwarded ports as public endpoints, volumes and resources; the
+//! image (built first by an `image` component with `autoBuild` when the configuration has a
+//! `build`), environment, forwarded ports as public endpoints, volumes and resources; the
 //! lifecycle commands as `postStart` exec commands, the once-per-workspace ones guarded by a
 //! marker on the workspace's volume.
 //!
@@ -13,6 +14,8 @@ use serde_json::{json, Value};
 
 /// The main container component's name.
 pub const COMPONENT: &str = "devcontainer";
+/// The name of the `image` component that builds it, when the configuration has a `build`.
+pub const IMAGE_COMPONENT: &str = "devcontainer-build";
 
 /// Where the once-per-workspace commands leave their marks, under `$HOME` (on the
 /// workspace's volume, so a stop and start keeps them and a new workspace has none).
@@ -68,7 +71,7 @@ pub fn build(config: &Config, project: &str, notices: &mut Vec<Notice>) -> Value
     }
     let mut components = vec![];
     let mut volume_mounts = vec![];
-    let mut volume_names: Vec<String> = vec![COMPONENT.into()];
+    let mut volume_names: Vec<String> = vec![COMPONENT.into(), IMAGE_COMPONENT.into()];
     for m in &config.mounts {
         let name = unique(&label(&m.source, 63, "volume"), &volume_names);
         volume_names.push(name.clone());
@@ -86,6 +89,20 @@ pub fn build(config: &Config, project: &str, notices: &mut Vec<Notice>) -> Value
             "container": container,
         }),
     );
+    if let Some(b) = &config.build {
+        let mut dockerfile = json!({"uri": b.dockerfile, "buildContext": b.context});
+        if !b.args.is_empty() {
+            dockerfile["args"] = json!(b.args);
+        }
+        let mut image = json!({
+            "name": IMAGE_COMPONENT,
+            "image": {"imageName": config.image, "autoBuild": true, "dockerfile": dockerfile},
+        });
+        if let Some(t) = &b.target {
+            image["attributes"] = json!({(warren_devfile::BUILD_TARGET_ATTRIBUTE): t});
+        }
+        components.insert(1, image);
+    }
     let mut commands = vec![];
     let mut post_start = vec![];
     for (stage, command) in &config.lifecycle {

@@ -13,6 +13,7 @@
 //! Nothing here reads files or the network: the caller hands in the text and says where it
 //! was found; the Dockerfile and the build context are paths relative to that place.
 
+pub mod build;
 pub mod devfile;
 pub mod jsonc;
 pub mod properties;

@@ -77,6 +77,9 @@ pub struct Config {
     pub cpus: Option<u64>,
     /// `hostRequirements.memory`, as a Kubernetes quantity.
     pub memory: Option<String>,
+    /// The image built from a Dockerfile instead of `image` (which is then
+    /// [`crate::build::IMAGE`]).
+    pub build: Option<crate::build::Build>,
 }
 
 /// Reads `value` (an object, variables already substituted).
@@ -102,6 +105,7 @@ pub fn read(
         lifecycle: Vec::new(),
         cpus: None,
         memory: None,
+        build: None,
     };
     // Attributes first: the ports read later are labelled with them.
     if let Some(v) = top.get("portsAttributes") {
@@ -111,15 +115,30 @@ pub fn read(
     for (key, v) in top {
         r.property(key, v, &mut config, &mut remote_env);
     }
-    if config.image.is_empty()
-        && !["build", "dockerFile", "dockerComposeFile"]
-            .iter()
-            .any(|k| top.contains_key(*k))
-    {
-        r.problems.push(problem(
-            "",
-            "a dev container names its `image` (or a `build` or `dockerComposeFile`, which Warren refuses for now)",
-        ));
+    let folder = input.path.rsplit_once('/').map_or("", |(f, _)| f);
+    config.build = crate::build::Reading {
+        folder,
+        problems: &mut r.problems,
+        notices: &mut *r.notices,
+    }
+    .read(top);
+    match (&config.build, config.image.is_empty()) {
+        (Some(_), false) => r.problems.push(problem(
+            "image",
+            "name either the `image` to run or the Dockerfile to `build` it from, not both",
+        )),
+        (Some(_), true) => config.image = crate::build::IMAGE.to_owned(),
+        (None, true)
+            if !["build", "dockerFile", "context", "dockerComposeFile"]
+                .iter()
+                .any(|k| top.contains_key(*k)) =>
+        {
+            r.problems.push(problem(
+                "",
+                "a dev container names its `image`, or the Dockerfile to `build` it from (or a `dockerComposeFile`, which Warren refuses for now)",
+            ))
+        }
+        (None, _) => {}
     }
     config.env.extend(remote_env);
     config.lifecycle.sort_by_key(|(stage, _)| *stage);
@@ -143,7 +162,7 @@ struct Reader<'n> {
     ports_attributes: BTreeMap<u16, (Option<String>, bool)>,
 }
 
-fn type_name(v: &Value) -> &'static str {
+pub(crate) fn type_name(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -213,11 +232,8 @@ impl Reader<'_> {
                     }
                 }
             }
-            "build" | "dockerFile" | "context" => self.refuse(
-                key,
-                "building the dev container's image from a Dockerfile",
-                "not yet: Warren builds images on demand (a devfile `image` component and `warren ws run`), not before a workspace starts; name a prebuilt `image`",
-            ),
+            // Read together, after the rest (`crate::build`).
+            "build" | "dockerFile" | "context" => {}
             "dockerComposeFile" | "service" | "runServices" => self.refuse(
                 key,
                 "a Docker Compose dev container",

@@ -1,4 +1,5 @@
 //! The dev container reader's tests: one test binary, each file beside this one a module.
 
+mod build;
 mod corpus;
 mod rules;

@@ -23,9 +23,9 @@ mod render;
 mod yaml;
 
 pub use model::{
-    Command, CommandAction, Container, Devfile, DevfileEndpoint, DevfileProject, EnvVar, Exposure,
-    ImageComponent, ManifestComponent, ManifestSource, Notice, ProjectOrigin, Protocol, Volume,
-    VolumeMount, MAX_COMPOSITE_DEPTH,
+    under_sources, Command, CommandAction, Container, Devfile, DevfileEndpoint, DevfileProject,
+    EnvVar, Exposure, ImageComponent, ManifestComponent, ManifestSource, Notice, ProjectOrigin,
+    Protocol, Volume, VolumeMount, MAX_COMPOSITE_DEPTH,
 };
 pub use parse::check_structure;
 pub use render::{
@@ -42,6 +42,11 @@ use std::fmt;
 /// `warren-devcontainer`): `{"path": <the configuration's path>, "notices": [{"path", "message"}]}`,
 /// so the workspace shows what Warren did with that configuration as it shows a devfile's notices.
 pub const DEVCONTAINER_ATTRIBUTE: &str = "warren.dev/devcontainer";
+
+/// Attribute of an `image` component: the Dockerfile stage to build (`docker build
+/// --target`), which the devfile schema has no field for. A dev container's `build.target`
+/// travels in it.
+pub const BUILD_TARGET_ATTRIBUTE: &str = "warren.dev/build-target";
 
 /// Devfiles larger than this are refused before any parsing. Published devfiles are a few
 /// KiB; the cap bounds what one request can make the server parse and hold.

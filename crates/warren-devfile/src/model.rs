@@ -54,6 +54,56 @@ pub struct ImageComponent {
     pub args: Vec<String>,
     /// Whether the build needs root (`rootRequired`).
     pub root_required: bool,
+    /// Built before the workspace's containers start (`autoBuild`), from the workspace's
+    /// project at its ref; otherwise on demand, by an `apply` command.
+    pub auto_build: bool,
+    /// The Dockerfile stage to build ([`crate::BUILD_TARGET_ATTRIBUTE`]); the last when
+    /// `None`.
+    pub target: Option<String>,
+}
+
+impl ImageComponent {
+    /// The build context relative to the project's sources (`.` for their root) and the
+    /// Dockerfile relative to that context: what an engine's build is given. An error says
+    /// why there is none (a Dockerfile at a URL, or outside the context).
+    pub fn build_paths(&self) -> Result<(String, String), String> {
+        if self.dockerfile.starts_with("http://") || self.dockerfile.starts_with("https://") {
+            return Err(format!(
+                "image {}: building from a Dockerfile at a URL ({}) is not available yet; keep the Dockerfile in the project's sources",
+                self.image_name, self.dockerfile
+            ));
+        }
+        let context = under_sources(&self.build_context);
+        let dockerfile = under_sources(&self.dockerfile);
+        let inside = if context == "." {
+            Some(dockerfile)
+        } else {
+            dockerfile
+                .strip_prefix(&format!("{context}/"))
+                .map(str::to_owned)
+        };
+        inside.map(|d| (context, d)).ok_or_else(|| {
+            format!(
+                "image {}: the Dockerfile {} is outside the build context {}; the engine only sees the context",
+                self.image_name, self.dockerfile, self.build_context
+            )
+        })
+    }
+}
+
+/// `path` relative to the project's sources (`${PROJECT_SOURCE}/x`, `./x` and `x` alike;
+/// `.` for the root).
+pub fn under_sources(path: &str) -> String {
+    let p = path.strip_prefix("${PROJECT_SOURCE}").unwrap_or(path);
+    let parts: Vec<&str> = p
+        .split('/')
+        .filter(|s| !s.is_empty() && *s != ".")
+        .collect();
+    if parts.is_empty() {
+        ".".into()
+    } else {
+        parts.join("/")
+    }
 }
 
 /// A `kubernetes` or `openshift` component: objects to apply in the workspace's namespace.

@@ -212,15 +212,19 @@ fn outer_loop_parts_are_checked() {
         "commands[5].composite.commands",
         "lists no command",
     );
-    // Building or deploying at start is not done (yet), and says so by name.
+    // Deploying at start is not done (yet), and says so by name; building at start is
+    // (`image_builds_at_start_are_listed_on_the_pod`), unless the engine could not be given
+    // the Dockerfile.
     let e = errors(&format!(
         "{BASE}{}",
-        OUTER.replace("imageName: app:1,", "imageName: app:1, autoBuild: true,")
+        OUTER.replace(
+            "imageName: app:1, dockerfile: {uri: docker/Dockerfile, buildContext: .}",
+            "imageName: app:1, autoBuild: true, dockerfile: {uri: docker/Dockerfile, buildContext: web}"
+        )
     ));
     assert!(
         e.0.iter().any(|x| x.path == "components[1].image.autoBuild"
-            && x.is_unsupported()
-            && x.message.contains("\"build\"")),
+            && x.message.contains("outside the build context")),
         "{e}"
     );
     let e = errors(&format!(
@@ -1097,5 +1101,64 @@ fn fields_warren_does_not_use_are_listed_not_dropped() {
     assert!(
         parse_devfile(BASE).unwrap().notices.is_empty(),
         "a plain devfile has no notices"
+    );
+}
+
+#[test]
+fn image_builds_at_start_are_listed_on_the_pod() {
+    let text = format!(
+        "{BASE}{}",
+        OUTER
+            .replace(
+                "imageName: app:1, dockerfile: {uri: docker/Dockerfile, buildContext: .}",
+                "imageName: app:1, autoBuild: true, dockerfile: {uri: ./docker/Dockerfile, buildContext: docker, args: [A=1]}"
+            )
+            .replace(
+                "  - name: build\n",
+                "  - name: build\n    attributes: {warren.dev/build-target: dev}\n"
+            )
+    );
+    let d = parse_devfile(&text).unwrap_or_else(|e| panic!("{e}"));
+    let im = &d.images[0];
+    assert!(im.auto_build);
+    assert_eq!(im.target.as_deref(), Some("dev"));
+    let agent = warren_types::config::AgentConfig::default();
+    let rendered = warren_devfile::render_preview(&d, "ws", &agent).unwrap();
+    let deployment = rendered
+        .objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .unwrap();
+    let builds = deployment["spec"]["template"]["metadata"]["annotations"]
+        [warren_types::relay::IMAGE_BUILDS_ANNOTATION]
+        .as_str()
+        .expect("the builds are on the pod template");
+    let builds: Vec<warren_types::relay::BuildImageTask> = serde_json::from_str(builds).unwrap();
+    assert_eq!(
+        builds,
+        [warren_types::relay::BuildImageTask {
+            image: "app:1".into(),
+            dockerfile: "Dockerfile".into(),
+            args: vec!["A=1".into()],
+            target: Some("dev".into()),
+        }]
+    );
+    // Without autoBuild, nothing is built at start.
+    let d = parse_devfile(&format!("{BASE}{OUTER}")).unwrap();
+    let rendered = warren_devfile::render_preview(&d, "ws", &agent).unwrap();
+    let deployment = rendered
+        .objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .unwrap();
+    assert!(deployment["spec"]["template"]["metadata"]["annotations"]
+        .get(warren_types::relay::IMAGE_BUILDS_ANNOTATION)
+        .is_none());
+    // A stage name that is not one is an error, not a flag.
+    let e = errors(&text.replace("build-target: dev", "build-target: '--network=host'"));
+    assert!(
+        e.0.iter()
+            .any(|x| x.path.ends_with("warren.dev/build-target")),
+        "{e}"
     );
 }

@@ -37,8 +37,12 @@
 //! in one bare repository per URL under the cache directory, so later fetches are
 //! incremental.
 
+mod archive;
 mod auth;
+mod cache;
 pub mod snapshot;
+
+pub use archive::Archive;
 
 use auth::Auth;
 
@@ -82,6 +86,13 @@ pub enum GitError {
         reference: String,
         path: String,
         size: u64,
+        max: u64,
+    },
+    #[error("repository {repo}: directory {path:?} at ref {reference:?} archives to more than the {max} bytes a build context may have")]
+    ArchiveTooLarge {
+        repo: String,
+        reference: String,
+        path: String,
         max: u64,
     },
     #[error(
@@ -378,50 +389,8 @@ impl GitReader {
         let repo_dir = self.repo_dir(remote.url);
         let lock = self.lock_for(&repo_dir);
         let _guard = lock.lock().await;
-        if !repo_dir.join("HEAD").exists() {
-            tokio::fs::create_dir_all(&repo_dir)
-                .await
-                .map_err(GitError::Io)?;
-            self.git(
-                Some(&repo_dir),
-                &auth,
-                remote.url,
-                &["init", "--quiet", "--bare"],
-            )
+        self.ensure_fetched(&repo_dir, &auth, remote.url, reference, &commit)
             .await?;
-        }
-        if !self.has_commit(&repo_dir, &auth, remote.url, &commit).await {
-            // A branch or tag by name (resolved above, so it exists), else the commit itself.
-            let what = if reference.is_empty() {
-                "HEAD".to_owned()
-            } else if is_commit_id(reference) {
-                commit.clone()
-            } else {
-                reference.to_owned()
-            };
-            self.git(
-                Some(&repo_dir),
-                &auth,
-                remote.url,
-                &[
-                    "fetch",
-                    "--quiet",
-                    "--no-tags",
-                    "--depth",
-                    "1",
-                    "--",
-                    remote.url,
-                    &what,
-                ],
-            )
-            .await?;
-            if !self.has_commit(&repo_dir, &auth, remote.url, &commit).await {
-                return Err(GitError::Remote {
-                    repo: display_url(remote.url),
-                    detail: format!("commit {commit} of ref {reference:?} could not be fetched"),
-                });
-            }
-        }
         for (i, path) in paths.iter().enumerate() {
             let at = At {
                 repo_dir: &repo_dir,
@@ -552,14 +521,6 @@ impl GitReader {
         locks.entry(dir.to_owned()).or_default().clone()
     }
 
-    /// Whether the local clone at `repo_dir` holds `commit` (fetched before, or just now).
-    async fn has_commit(&self, repo_dir: &Path, auth: &Auth, url: &str, commit: &str) -> bool {
-        let object = format!("{commit}^{{commit}}");
-        self.git(Some(repo_dir), auth, url, &["cat-file", "-e", &object])
-            .await
-            .is_ok()
-    }
-
     async fn git(
         &self,
         cwd: Option<&Path>,
@@ -578,10 +539,32 @@ impl GitReader {
         url: &str,
         args: &[&str],
     ) -> Result<Vec<u8>, GitError> {
+        let child = spawned(self.command(cwd, auth, args).stdout(Stdio::piped()))?;
+        let secs = self.inner.options.timeout.as_secs();
+        let out = match tokio::time::timeout(self.inner.options.timeout, child.wait_with_output())
+            .await
+        {
+            Ok(r) => r.map_err(GitError::Io)?,
+            // Dropping the child (kill_on_drop) ends it.
+            Err(_) => {
+                return Err(GitError::Timeout {
+                    repo: display_url(url),
+                    secs,
+                })
+            }
+        };
+        if out.status.success() {
+            return Ok(out.stdout);
+        }
+        Err(classify(url, &String::from_utf8_lossy(&out.stderr)))
+    }
+
+    /// git with `args`, a clean configuration, no prompt and only `auth`'s credential;
+    /// stderr piped, stdout for the caller to choose.
+    fn command(&self, cwd: Option<&Path>, auth: &Auth, args: &[&str]) -> tokio::process::Command {
         let mut cmd = tokio::process::Command::new("git");
         cmd.args(args)
             .stdin(Stdio::null())
-            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .env("GIT_TERMINAL_PROMPT", "0")
@@ -636,30 +619,16 @@ impl GitReader {
         } else {
             cmd.env("GIT_SSH_COMMAND", "ssh -o BatchMode=yes -F /dev/null");
         }
-        let child = match cmd.spawn() {
-            Ok(c) => c,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(GitError::NotInstalled)
-            }
-            Err(e) => return Err(GitError::Io(e)),
-        };
-        let secs = self.inner.options.timeout.as_secs();
-        let out = match tokio::time::timeout(self.inner.options.timeout, child.wait_with_output())
-            .await
-        {
-            Ok(r) => r.map_err(GitError::Io)?,
-            // Dropping the child (kill_on_drop) ends it.
-            Err(_) => {
-                return Err(GitError::Timeout {
-                    repo: display_url(url),
-                    secs,
-                })
-            }
-        };
-        if out.status.success() {
-            return Ok(out.stdout);
-        }
-        Err(classify(url, &String::from_utf8_lossy(&out.stderr)))
+        cmd
+    }
+}
+
+/// Starts git; its absence is named as such.
+fn spawned(cmd: &mut tokio::process::Command) -> Result<tokio::process::Child, GitError> {
+    match cmd.spawn() {
+        Ok(c) => Ok(c),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(GitError::NotInstalled),
+        Err(e) => Err(GitError::Io(e)),
     }
 }
 

@@ -7,5 +7,6 @@
 // plain tests); the tokio-clock rule of clippy.toml is for product code.
 #![allow(clippy::disallowed_methods)]
 
+mod archive;
 mod read;
 mod snapshot;

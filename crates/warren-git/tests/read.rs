@@ -222,7 +222,7 @@ async fn read_devfile(
 
 /// Options whose guard lets the reader reach the tests' Git server on 127.0.0.1 (and no
 /// other special-purpose address).
-fn loopback() -> Options {
+pub(crate) fn loopback() -> Options {
     Options {
         guard: warren_netguard::Guard::new(vec!["127.0.0.1/32".parse().unwrap()]),
         ..Options::default()

@@ -198,6 +198,22 @@ impl ServerClient {
     }
 }
 
+/// The server's answer to an agent's request for a build context.
+#[derive(Debug)]
+pub enum BuildContextAnswer {
+    /// The archive follows in `response`'s body.
+    Archive {
+        commit: String,
+        response: reqwest::Response,
+    },
+    /// No archive: the server's status and message (a workspace that is not the agent's, a
+    /// repository that cannot be read, a context too large).
+    Refused { status: u16, message: String },
+}
+
+/// Time allowed for a build context to arrive whole: a large repository over a slow link.
+const BUILD_CONTEXT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
 /// The server's answer to a relay's question about a source.
 #[derive(Debug)]
 pub enum SourceAnswer {
@@ -278,6 +294,43 @@ impl ServerClient {
         Err(ServerError::Status {
             url,
             status: status.as_u16(),
+        })
+    }
+
+    /// Asks for the build context of an image of `agent`'s workspace; the archive is read
+    /// from the answer as it comes.
+    pub async fn build_context(
+        &self,
+        agent: AgentId,
+        req: &warren_types::relay::BuildContextRequest,
+    ) -> Result<BuildContextAnswer, ServerError> {
+        let (resp, url) = self
+            .post_with(Some(agent), warren_types::relay::BUILD_CONTEXT_PATH, |r| {
+                r.json(req).timeout(BUILD_CONTEXT_TIMEOUT)
+            })
+            .await?;
+        let status = resp.status();
+        if status.is_success() {
+            let commit = resp
+                .headers()
+                .get(warren_types::relay::BUILD_COMMIT_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            return Ok(BuildContextAnswer::Archive {
+                commit,
+                response: resp,
+            });
+        }
+        // Every refusal goes back to the agent whole: it ends up on the workspace.
+        let message = resp
+            .json::<warren_types::api::ApiError>()
+            .await
+            .map(|e| e.error.message)
+            .unwrap_or_else(|_| format!("the server answered {status} to {url}"));
+        Ok(BuildContextAnswer::Refused {
+            status: status.as_u16(),
+            message,
         })
     }
 

@@ -12,6 +12,7 @@ mod common;
 mod access;
 mod api;
 mod backup;
+mod builds;
 mod concurrency;
 mod fuzz_api;
 mod gitops;

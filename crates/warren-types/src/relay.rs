@@ -139,6 +139,44 @@ pub enum StreamOpen {
     /// Agent → relay: keep this GitOps source in sync; [`crate::gitops::GitopsFrame`]s
     /// follow in both directions until either side closes.
     Gitops { source: String },
+    /// Agent → relay: the build context of an image a workspace builds before it starts
+    /// ([`IMAGE_BUILDS_ANNOTATION`]); the relay answers with a [`BuildContextReply`], then
+    /// (on 200) the tar archive in frames, ended by an empty frame.
+    BuildContext(BuildContextRequest),
+}
+
+/// Pod template annotation of a workspace whose images are built before its containers
+/// start (devfile `image` components with `autoBuild`, a dev container's `build`): a JSON
+/// list of [`BuildImageTask`]s. The runtime builds each one its workspace does not have yet,
+/// from the context the server archives out of the project's repository.
+pub const IMAGE_BUILDS_ANNOTATION: &str = "warren.dev/image-builds";
+
+/// Server endpoint (relay → server, JWT naming the agent) answering a
+/// [`BuildContextRequest`] with the context as a tar archive (`application/x-tar`), the
+/// commit it was archived from in [`BUILD_COMMIT_HEADER`].
+pub const BUILD_CONTEXT_PATH: &str = "/internal/agents/build-context";
+/// Response header of [`BUILD_CONTEXT_PATH`]: the commit the context was archived from.
+pub const BUILD_COMMIT_HEADER: &str = "warren-build-commit";
+
+/// Which build context an agent wants: the one of image `image` of its workspace
+/// `workspace`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BuildContextRequest {
+    pub workspace: String,
+    pub image: String,
+}
+
+/// The relay's first answer on a [`StreamOpen::BuildContext`] stream: the server's status,
+/// and its commit (200) or its message (otherwise).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BuildContextReply {
+    pub status: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// Most lines of output a logs request may ask for.
@@ -220,6 +258,9 @@ pub struct BuildImageTask {
     /// `--build-arg`s, `NAME=value`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub args: Vec<String>,
+    /// The Dockerfile stage to build (`--target`); the last when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

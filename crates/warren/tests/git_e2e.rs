@@ -8,7 +8,7 @@
 
 use crate::support;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 use support::{ensure_image, host_address, podman_available, running, unique_name, wait_for, Up};
 use warren_testkit::git_http::GitHttpServer;
@@ -60,39 +60,11 @@ fn a_workspace_clones_and_pushes_a_private_repository_without_exposing_the_secre
     let mut up = Up::start();
     up.allow_egress_to(&host_address());
     let project = unique_name("app");
-    let out = Command::new(env!("CARGO_BIN_EXE_warren"))
-        .args([
-            "project",
-            "create",
-            &project,
-            "--git-url",
-            &url,
-            "--devfile-path",
-            "tools/devfile.yaml",
-            "--username",
-            "ann",
-            "--password-stdin",
-        ])
-        .env("WARREN_HOME", up.home.path())
-        .env_remove("WARREN_URL")
-        .env_remove("WARREN_TOKEN")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .and_then(|mut c| {
-            use std::io::Write;
-            c.stdin
-                .take()
-                .expect("stdin")
-                .write_all(format!("{PASSWORD}\n").as_bytes())?;
-            c.wait_with_output()
-        })
-        .expect("warren project create");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    up.create_private_project(
+        &project,
+        &url,
+        ("ann", PASSWORD),
+        &["--devfile-path", "tools/devfile.yaml"],
     );
     let shown = up.cli_ok(&["project", "show", &project, "-o", "json"]);
     assert!(!shown.contains(PASSWORD), "{shown}");

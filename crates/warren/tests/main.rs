@@ -15,6 +15,7 @@ mod access_e2e;
 mod cli_devfile;
 mod cli_e2e;
 mod container_image;
+mod devcontainer_e2e;
 mod devfile_e2e;
 mod editor_e2e;
 mod failures_e2e;

@@ -324,7 +324,10 @@ impl RelayConnection {
             StreamOpen::Dial(target) => self.serve_dial(stream, target).await,
             StreamOpen::Exec(target) => self.serve_exec(stream, target).await,
             StreamOpen::Logs(target) => self.serve_logs(stream, target).await,
-            StreamOpen::Reconcile | StreamOpen::Ping | StreamOpen::Gitops { .. } => {
+            StreamOpen::Reconcile
+            | StreamOpen::Ping
+            | StreamOpen::Gitops { .. }
+            | StreamOpen::BuildContext(_) => {
                 tracing::warn!("the relay opened an agent-to-relay stream; ignored");
             }
         }
@@ -496,5 +499,6 @@ async fn handshake(
 
 use warren_types::error_chain;
 
+mod build_context;
 mod exec;
 mod streams;

@@ -12,6 +12,7 @@ pub mod kubernetes;
 
 use async_trait::async_trait;
 use std::fmt;
+use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
 use warren_types::reconcile::{PodFailure, TerminationProgress};
 
@@ -207,6 +208,22 @@ pub type BuildContext = futures::stream::BoxStream<'static, Result<bytes::Bytes,
 /// An image build's progress: lines of text, then the end (or the error).
 pub type BuildProgress = futures::stream::BoxStream<'static, Result<String, RuntimeError>>;
 
+/// A build context fetched for an image a workspace builds before it starts.
+pub struct FetchedContext {
+    /// The commit of the project it was archived from.
+    pub commit: String,
+    pub archive: BuildContext,
+}
+
+/// Where the build contexts of images built at start come from: the server, which archives
+/// them out of the workspace's project, through the relay.
+#[async_trait]
+pub trait BuildContexts: Send + Sync + 'static {
+    /// The context of image `image` of workspace `workspace`; the error says why there is
+    /// none, for the user.
+    async fn fetch(&self, workspace: &str, image: &str) -> Result<FetchedContext, String>;
+}
+
 /// A running exec'd process. Dropping it detaches from (and, where the runtime allows,
 /// ends) the process.
 pub struct ExecSession {
@@ -329,6 +346,12 @@ pub trait WorkspaceRuntime: Send + Sync + 'static {
         workspace: &WorkspaceKey,
         objects: &[serde_json::Value],
     ) -> Result<(), RuntimeError>;
+
+    /// Gives the runtime where to fetch the contexts of images built at start (devfile
+    /// `autoBuild`, a dev container's `build`). Runtimes without a builder ignore it.
+    fn use_build_contexts(&self, contexts: Arc<dyn BuildContexts>) {
+        let _ = contexts;
+    }
 
     /// Starts or continues deleting everything of the workspace, volumes included.
     /// Returns `Terminated` once nothing remains, `Terminating` while something does, and

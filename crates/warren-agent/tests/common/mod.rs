@@ -344,3 +344,52 @@ pub fn trace_to_test_output() {
         .with_test_writer()
         .try_init();
 }
+
+/// Removes, when dropped, the names a test gave images (untagged: the image stays under its
+/// other names), the images it made and every image built for the named workspaces. Made
+/// before the workspaces, so it goes after them: an image a pod runs cannot be removed.
+#[derive(Default)]
+pub struct Images {
+    pub made: Vec<String>,
+    pub names: Vec<String>,
+    pub built_for: Vec<String>,
+}
+
+impl Drop for Images {
+    fn drop(&mut self) {
+        for w in &self.built_for {
+            let filter = format!("label=warren.dev/built-for={w}");
+            // Intermediate images of a build carry its labels too.
+            for id in cli_lines(&["images", "-a", "-q", "--filter", &filter]) {
+                let _ = cli_run(&["rmi", "-f", &id]);
+            }
+        }
+        for name in &self.names {
+            let _ = cli_run(&["rmi", name]);
+        }
+        for id in &self.made {
+            let _ = cli_run(&["rmi", "-f", id]);
+        }
+    }
+}
+
+/// A build context: a tar archive of `files` (path, contents), made by the system's `tar`.
+pub fn tar_context(files: &[(&str, &str)]) -> Result<warren_agent::runtime::BuildContext> {
+    use futures::StreamExt;
+    let dir = tempfile::tempdir()?;
+    for (path, text) in files {
+        std::fs::write(dir.path().join(path), text)?;
+    }
+    let out = std::process::Command::new("tar")
+        .arg("-C")
+        .arg(dir.path())
+        .args(["-cf", "-", "."])
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "tar: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let archive = bytes::Bytes::from(out.stdout);
+    Ok(futures::stream::once(async move { Ok(archive) }).boxed())
+}

@@ -37,6 +37,15 @@ fn location_problem(s: &str) -> Option<&'static str> {
     }
 }
 
+/// A name a Dockerfile's `FROM … AS <name>` can give.
+fn is_stage_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 128
+        && s.starts_with(|c: char| c.is_ascii_alphabetic())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+}
+
 pub(super) fn image(
     c: &RawComponent,
     im: &RawImage,
@@ -60,13 +69,6 @@ pub(super) fn image(
                 "{:?} is not an image name (no spaces or control characters)",
                 im.image_name
             ),
-        ));
-    }
-    if im.auto_build == Some(true) {
-        errors.push(unsupported(
-            format!("{p}.autoBuild"),
-            &format!("component {:?}: building an image at workspace start is", c.name),
-            "Warren builds images on demand only; remove `autoBuild` and run an apply command of it with `warren ws run`",
         ));
     }
     let Some(df) = &im.dockerfile else {
@@ -112,14 +114,37 @@ pub(super) fn image(
             format!("{context:?} {why}"),
         ));
     }
-    Some(ImageComponent {
+    let image = ImageComponent {
         name: c.name.clone(),
         image_name: im.image_name.clone(),
         dockerfile: uri,
         build_context: context,
         args: df.args.clone().unwrap_or_default(),
         root_required: df.root_required.unwrap_or(false),
-    })
+        auto_build: im.auto_build == Some(true),
+        target: None,
+    };
+    let mut image = image;
+    if let Some(t) = c
+        .attributes
+        .as_ref()
+        .and_then(|a| a.get(crate::BUILD_TARGET_ATTRIBUTE))
+    {
+        match t.as_str() {
+            Some(t) if is_stage_name(t) => image.target = Some(t.to_owned()),
+            _ => errors.push(DevfileError::new(
+                format!("{path}.attributes.{}", crate::BUILD_TARGET_ATTRIBUTE),
+                format!("{t} is not a Dockerfile stage name (letters, digits, `-`, `_` and `.`)"),
+            )),
+        }
+    }
+    // Checked here, not when the workspace starts: a build at start has no one to tell.
+    if image.auto_build {
+        if let Err(why) = image.build_paths() {
+            errors.push(DevfileError::new(format!("{p}.autoBuild"), why));
+        }
+    }
+    Some(image)
 }
 
 pub(super) fn manifest(

@@ -4,6 +4,7 @@
 //! Service with the endpoints, the NetworkPolicy and ResourceQuota, the Deployment.
 
 use super::*;
+use warren_types::relay::{BuildImageTask, IMAGE_BUILDS_ANNOTATION};
 
 pub(super) fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rendered, RenderError> {
     let namespace = check_request(req)?;
@@ -20,6 +21,27 @@ pub(super) fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rende
         objects,
         endpoints,
     })
+}
+
+/// The images built before the containers start, as the agent reads them
+/// ([`IMAGE_BUILDS_ANNOTATION`]); `None` when there are none.
+fn image_builds(devfile: &Devfile) -> Option<String> {
+    let builds: Vec<BuildImageTask> = devfile
+        .images
+        .iter()
+        .filter(|i| i.auto_build)
+        // Parsing refused an autoBuild image without build paths.
+        .filter_map(|i| {
+            let (_, dockerfile) = i.build_paths().ok()?;
+            Some(BuildImageTask {
+                image: i.image_name.clone(),
+                dockerfile,
+                args: i.args.clone(),
+                target: i.target.clone(),
+            })
+        })
+        .collect();
+    (!builds.is_empty()).then(|| serde_json::to_string(&builds).unwrap_or_default())
 }
 
 /// Adds an object's JSON to the output.
@@ -653,7 +675,14 @@ impl<'a, 'r> Plan<'a, 'r> {
                 template: core::PodTemplateSpec {
                     metadata: Some(ObjectMeta {
                         labels: Some(ctx.labels.clone()),
-                        annotations: Some(deployment_annotations),
+                        annotations: Some({
+                            // On the pod: a change of what is built makes a new pod.
+                            let mut a = deployment_annotations;
+                            if let Some(builds) = image_builds(devfile) {
+                                a.insert(IMAGE_BUILDS_ANNOTATION.into(), builds);
+                            }
+                            a
+                        }),
                         ..Default::default()
                     }),
                     spec: Some(core::PodSpec {

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::registry::{AgentSession, ConnectionEntry, ConnectionId, InstanceId};
-use crate::server::ServerError;
+use crate::server::{BuildContextAnswer, ServerError};
 use crate::tunnel::{self, read_frame, read_json, write_frame, write_json, TunnelStream};
 use crate::Relay;
 use axum::extract::{Request, State};
@@ -18,7 +18,8 @@ use tokio::time::Instant;
 use warren_jwt::bearer;
 use warren_types::api::{ApiError, ApiErrorBody};
 use warren_types::relay::{
-    AuthenticateResponse, ReconcileReply, StreamOpen, AGENT_CONNECT_PATH, AGENT_ID_RESPONSE_HEADER,
+    AuthenticateResponse, BuildContextReply, ReconcileReply, StreamOpen, AGENT_CONNECT_PATH,
+    AGENT_ID_RESPONSE_HEADER,
 };
 use warren_types::AgentId;
 
@@ -95,6 +96,16 @@ pub(super) async fn idle_watchdog(last_seen: &Mutex<Instant>, limit: Duration) {
 
 pub(crate) use warren_types::error_chain;
 
+/// What the first frames of a stream an agent opened ask for.
+enum Head {
+    Reconcile(Vec<u8>),
+    Gitops(String),
+    BuildContext(warren_types::relay::BuildContextRequest),
+    /// Answered already (a ping).
+    Done,
+    NotServed,
+}
+
 impl Relay {
     /// Holds one agent connection until it closes or the relay stops; it is routable exactly
     /// while this runs.
@@ -168,7 +179,8 @@ impl Relay {
         tracing::info!(agent = %agent.agent_id, connection = %entry.connection.0, "agent disconnected");
     }
 
-    /// Serves a stream the agent opened: reconcile calls, pings and GitOps sources.
+    /// Serves a stream the agent opened: reconcile calls, pings, GitOps sources and build
+    /// contexts.
     pub(super) async fn serve_agent_stream(
         &self,
         agent: AgentId,
@@ -177,31 +189,35 @@ impl Relay {
     ) {
         let head = tokio::time::timeout(STREAM_HEADER_TIMEOUT, async {
             let open: StreamOpen = read_json(&mut stream).await?;
-            let body = match open {
-                StreamOpen::Reconcile => read_frame(&mut stream).await?,
+            Ok::<_, tunnel::TunnelError>(match open {
+                StreamOpen::Reconcile => Head::Reconcile(read_frame(&mut stream).await?),
                 StreamOpen::Ping => {
                     write_frame(&mut stream, b"").await?;
                     stream
                         .shutdown()
                         .await
                         .map_err(tunnel::TunnelError::Write)?;
-                    return Ok(Some(None));
+                    Head::Done
                 }
-                StreamOpen::Gitops { source } => return Ok(Some(Some(Err(source)))),
-                _ => return Ok(None),
-            };
-            Ok::<_, tunnel::TunnelError>(Some(Some(Ok(body))))
+                StreamOpen::Gitops { source } => Head::Gitops(source),
+                StreamOpen::BuildContext(req) => Head::BuildContext(req),
+                _ => Head::NotServed,
+            })
         })
         .await;
         let body = match head {
-            Ok(Ok(Some(Some(Ok(body))))) => body,
-            Ok(Ok(Some(Some(Err(source))))) => {
+            Ok(Ok(Head::Reconcile(body))) => body,
+            Ok(Ok(Head::Gitops(source))) => {
                 self.serve_gitops(agent, token_digest.to_owned(), source, stream)
                     .await;
                 return;
             }
-            Ok(Ok(Some(None))) => return,
-            Ok(Ok(None)) => {
+            Ok(Ok(Head::BuildContext(req))) => {
+                self.serve_build_context(agent, req, stream).await;
+                return;
+            }
+            Ok(Ok(Head::Done)) => return,
+            Ok(Ok(Head::NotServed)) => {
                 tracing::warn!(agent = %agent, "agent opened a stream the relay does not serve");
                 return;
             }
@@ -243,6 +259,67 @@ impl Relay {
         };
         if let Err(e) = reply.await {
             tracing::info!(agent = %agent, error = %error_chain(&e), "cannot answer a reconcile call");
+        }
+    }
+
+    /// Answers an agent's request for a build context: the server's answer, then its tar
+    /// archive in frames and an empty frame at the end. A server that fails part way makes
+    /// the stream end without that frame, which the agent takes as a failed build.
+    async fn serve_build_context(
+        &self,
+        agent: AgentId,
+        req: warren_types::relay::BuildContextRequest,
+        mut stream: TunnelStream,
+    ) {
+        let answer = self.server.build_context(agent, &req).await;
+        let result = async {
+            let mut resp = match answer {
+                Ok(BuildContextAnswer::Refused { status, message }) => {
+                    let reply = BuildContextReply {
+                        status,
+                        commit: None,
+                        message: Some(message),
+                    };
+                    write_json(&mut stream, &reply).await?;
+                    return stream.shutdown().await.map_err(tunnel::TunnelError::Write);
+                }
+                Ok(BuildContextAnswer::Archive { commit, response }) => {
+                    let reply = BuildContextReply {
+                        status: 200,
+                        commit: Some(commit),
+                        message: None,
+                    };
+                    write_json(&mut stream, &reply).await?;
+                    response
+                }
+                Err(e) => {
+                    tracing::warn!(agent = %agent, error = %error_chain(&e), "cannot fetch a build context");
+                    let reply = BuildContextReply {
+                        status: 502,
+                        commit: None,
+                        message: Some("the relay cannot reach the server".into()),
+                    };
+                    write_json(&mut stream, &reply).await?;
+                    return stream.shutdown().await.map_err(tunnel::TunnelError::Write);
+                }
+            };
+            loop {
+                match resp.chunk().await {
+                    Ok(Some(chunk)) if chunk.is_empty() => continue,
+                    Ok(Some(chunk)) => write_frame(&mut stream, &chunk).await?,
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::warn!(agent = %agent, workspace = %req.workspace, error = %error_chain(&e), "the server's build context broke off");
+                        // No end frame: the agent sees the context cut short.
+                        return stream.shutdown().await.map_err(tunnel::TunnelError::Write);
+                    }
+                }
+            }
+            write_frame(&mut stream, b"").await?;
+            stream.shutdown().await.map_err(tunnel::TunnelError::Write)
+        };
+        if let Err(e) = result.await {
+            tracing::info!(agent = %agent, workspace = %req.workspace, error = %error_chain(&e), "cannot pass on a build context");
         }
     }
 

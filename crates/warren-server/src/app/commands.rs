@@ -197,6 +197,7 @@ impl Runner<'_> {
                 context,
                 dockerfile,
                 args,
+                target,
             } => {
                 // The main container has the sources; it archives the context for the agent.
                 let script = format!(
@@ -207,6 +208,7 @@ impl Runner<'_> {
                     image: image_name.clone(),
                     dockerfile: dockerfile.clone(),
                     args: args.clone(),
+                    target: target.clone(),
                 });
                 self.session(id, None, script, Some(task)).await
             }

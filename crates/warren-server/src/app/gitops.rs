@@ -354,7 +354,7 @@ pub async fn set_policy(
 }
 
 /// The agent a relay's JWT speaks for.
-async fn relay_agent(
+pub(super) async fn relay_agent(
     state: &AppState,
     bearer: Option<&str>,
 ) -> Result<crate::store::agents::AgentRow, AppError> {

@@ -6,6 +6,7 @@
 pub mod access;
 pub mod agents;
 pub mod auth;
+pub mod builds;
 pub mod commands;
 pub mod error;
 pub mod gitops;

@@ -366,7 +366,7 @@ pub async fn devfile_from_repository(
     }
 }
 
-fn git_error(project: &str, e: &GitError) -> AppError {
+pub(super) fn git_error(project: &str, e: &GitError) -> AppError {
     let message = format!("project {project:?}: {e}");
     match e {
         GitError::Auth { .. } => {
@@ -382,6 +382,9 @@ fn git_error(project: &str, e: &GitError) -> AppError {
         }
         GitError::Refused { .. } => {
             AppError::new(ErrorKind::Unprocessable, "address_not_allowed", message)
+        }
+        GitError::ArchiveTooLarge { .. } => {
+            AppError::new(ErrorKind::Unprocessable, "build_context_too_large", message)
         }
         GitError::Remote { .. } | GitError::Timeout { .. } => {
             AppError::new(ErrorKind::Upstream, "repository_unavailable", message)

@@ -217,52 +217,16 @@ pub fn normalise_replicas(objects: &mut [Value]) {
     warren_devfile::set_replicas(objects, 0);
 }
 
-/// `path` relative to the project's sources (`${PROJECT_SOURCE}/x`, `./x` and `x` alike;
-/// `.` for the root).
-fn under_sources(path: &str) -> String {
-    let p = path.strip_prefix("${PROJECT_SOURCE}").unwrap_or(path);
-    let parts: Vec<&str> = p
-        .split('/')
-        .filter(|s| !s.is_empty() && *s != ".")
-        .collect();
-    if parts.is_empty() {
-        ".".into()
-    } else {
-        parts.join("/")
-    }
-}
-
 fn image_target(im: &warren_devfile::ImageComponent) -> ApplyTarget {
-    if im.dockerfile.starts_with("http://") || im.dockerfile.starts_with("https://") {
-        return ApplyTarget::Unavailable {
-            why: format!(
-                "image {}: building from a Dockerfile at a URL ({}) is not available yet; keep the Dockerfile in the project's sources",
-                im.image_name, im.dockerfile
-            ),
-        };
-    }
-    let context = under_sources(&im.build_context);
-    let dockerfile = under_sources(&im.dockerfile);
-    let inside = if context == "." {
-        Some(dockerfile.clone())
-    } else {
-        dockerfile
-            .strip_prefix(&format!("{context}/"))
-            .map(str::to_owned)
-    };
-    match inside {
-        Some(dockerfile) => ApplyTarget::Image {
+    match im.build_paths() {
+        Ok((context, dockerfile)) => ApplyTarget::Image {
             image_name: im.image_name.clone(),
             context,
             dockerfile,
             args: im.args.clone(),
+            target: im.target.clone(),
         },
-        None => ApplyTarget::Unavailable {
-            why: format!(
-                "image {}: the Dockerfile {} is outside the build context {}; the engine only sees the context",
-                im.image_name, im.dockerfile, im.build_context
-            ),
-        },
+        Err(why) => ApplyTarget::Unavailable { why },
     }
 }
 
@@ -292,7 +256,7 @@ fn manifest_target(m: &warren_devfile::ManifestComponent) -> ApplyTarget {
         }
         warren_devfile::ManifestSource::Uri(u) => format!(
             "cd \"$PROJECT_SOURCE\" && exec cat -- {}",
-            quote(&under_sources(u))
+            quote(&warren_devfile::under_sources(u))
         ),
     };
     ApplyTarget::Manifest {
@@ -336,6 +300,7 @@ pub enum ApplyTarget {
         context: String,
         dockerfile: String,
         args: Vec<String>,
+        target: Option<String>,
     },
     /// Something Warren cannot do for this component, and why.
     Unavailable { why: String },

@@ -316,7 +316,7 @@ pub fn running(ws: &str) -> Vec<Value> {
         .collect()
 }
 
-/// Removes every container, volume and network of a workspace.
+/// Removes every container, volume, network and built image of a workspace.
 pub fn remove_workspace_objects(ws: &str) {
     for id in containers(ws) {
         let _ = podman(&["rm", "-f", "-t", "0", &id]);
@@ -325,6 +325,15 @@ pub fn remove_workspace_objects(ws: &str) {
         let _ = podman(&["volume", "rm", "-f", &v]);
     }
     let _ = podman(&["network", "rm", "-f", &format!("warren-{ws}")]);
+    let built = podman(&[
+        "images",
+        "-q",
+        "--filter",
+        &format!("label=warren.dev/built-for={ws}"),
+    ]);
+    for id in built.split_whitespace() {
+        let _ = podman(&["rmi", "-f", id]);
+    }
 }
 
 /// Polls `probe` until it returns `Some`, panicking with `what` and `context()` at the deadline.
@@ -1043,6 +1052,30 @@ impl Up {
         }
         let home = tempfile::tempdir().expect("temp dir");
         std::mem::replace(&mut self.home, home)
+    }
+
+    /// `warren project create` of a private repository, its password given on stdin (never
+    /// on the command line), with `extra` arguments.
+    pub fn create_private_project(
+        &self,
+        name: &str,
+        url: &str,
+        (username, password): (&str, &str),
+        extra: &[&str],
+    ) {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_warren"));
+        cmd.args(["project", "create", name, "--git-url", url])
+            .args(extra)
+            .args(["--username", username, "--password-stdin"])
+            .env("WARREN_HOME", self.home.path())
+            .env_remove("WARREN_URL")
+            .env_remove("WARREN_TOKEN");
+        let out = output_with_stdin(cmd, format!("{password}\n").as_bytes());
+        assert!(
+            out.status.success(),
+            "warren project create {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// Stops `warren up` with SIGTERM and returns its exit status.

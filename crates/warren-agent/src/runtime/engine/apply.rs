@@ -4,13 +4,23 @@
 
 use super::*;
 
+/// What an apply leaves to do after it, out of the reconcile loop's way.
+pub(super) enum Next {
+    /// Nothing: the pod is as it should be, or stopped, or failed.
+    Nothing,
+    /// Start the pod's containers.
+    Start(Box<PodPlan>),
+    /// Build these images, then apply again (`autobuild`).
+    Build(Vec<warren_types::relay::BuildImageTask>),
+}
+
 impl EngineRuntime {
     pub(super) async fn apply_locked(
         &self,
         workspace: &WorkspaceKey,
         objects: &[serde_json::Value],
         options: &ApplyOptions,
-    ) -> Result<Option<PodPlan>, RuntimeError> {
+    ) -> Result<Next, RuntimeError> {
         let shared = &options.shared;
         let name = &workspace.name;
         let apply_err = |message: String| RuntimeError::Apply {
@@ -114,6 +124,12 @@ impl EngineRuntime {
         if let Some(tools) = plan.tools.as_ref().filter(|_| plan.replicas == 1) {
             self.ensure_tools(tools, &pull_secrets).await;
         }
+        if plan.replicas == 1 && present.is_empty() {
+            let missing = self.missing_builds(workspace, &parsed.deployment_json, &scope);
+            if let Some(tasks) = missing.await? {
+                return Ok(Next::Build(tasks));
+            }
+        }
         let mut created = false;
         for c in &plan.containers {
             if present.contains(&format!("{}/{}", c.role.label(), c.name)) {
@@ -125,7 +141,7 @@ impl EngineRuntime {
                 record.failure = Some(failure);
                 record.starting = false;
                 self.write_record(&record)?;
-                return Ok(None);
+                return Ok(Next::Nothing);
             }
         }
 
@@ -136,7 +152,7 @@ impl EngineRuntime {
         let containers = self.workspace_containers(name).await?;
         if plan.replicas == 0 {
             self.stop_running(&containers).await?;
-            return Ok(None);
+            return Ok(Next::Nothing);
         }
         let all_running = containers
             .iter()
@@ -145,9 +161,9 @@ impl EngineRuntime {
         if all_running || (ran && !created) {
             record.starting = false;
             self.write_record(&record)?;
-            return Ok(None);
+            return Ok(Next::Nothing);
         }
-        Ok(Some(plan))
+        Ok(Next::Start(Box::new(plan)))
     }
 
     /// Removes the pod's containers that do not belong to the plan: any of another pod hash
@@ -190,14 +206,18 @@ impl EngineRuntime {
         objects: &[serde_json::Value],
         options: &ApplyOptions,
     ) -> Result<(), RuntimeError> {
+        let digest = autobuild::objects_digest(objects);
+        if self.building_for(&workspace.name, &digest) {
+            // The build under way applies these very objects when it ends.
+            return Ok(());
+        }
         let guard = self.lock_workspace(&workspace.name).await;
         let result = self.apply_locked(workspace, objects, options).await;
         self.changed(&workspace.name);
-        let plan = match result {
-            Ok(Some(plan)) => plan,
-            Ok(None) => return Ok(()),
-            Err(e) => return Err(e),
-        };
+        let next = result?;
+        if matches!(next, Next::Nothing) {
+            return Ok(());
+        }
         let token = self.inner.shutdown.child_token();
         let generation = self
             .inner
@@ -205,16 +225,88 @@ impl EngineRuntime {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         lock(&self.inner.starters).insert(workspace.name.clone(), (generation, token.clone()));
         let this = self.clone();
-        let name = workspace.name.clone();
+        let key = workspace.clone();
+        let again = match &next {
+            Next::Build(_) => {
+                self.mark_building(&workspace.name, &digest, true);
+                Some((objects.to_vec(), options.clone()))
+            }
+            _ => None,
+        };
         tokio::spawn(async move {
             let _guard = guard;
-            this.start_sequence(name.clone(), plan, token).await;
+            let plan = match next {
+                Next::Start(plan) => Some(*plan),
+                Next::Build(tasks) => {
+                    let (objects, options) = again.unwrap_or_default();
+                    let plan = this
+                        .build_then_apply(&key, &tasks, &objects, &options, &token)
+                        .await;
+                    this.mark_building(&key.name, &digest, false);
+                    plan
+                }
+                Next::Nothing => None,
+            };
+            if let Some(plan) = plan {
+                this.start_sequence(key.name.clone(), plan, token).await;
+            }
             let mut starters = lock(&this.inner.starters);
-            if starters.get(&name).is_some_and(|(g, _)| *g == generation) {
-                starters.remove(&name);
+            if starters
+                .get(&key.name)
+                .is_some_and(|(g, _)| *g == generation)
+            {
+                starters.remove(&key.name);
             }
         });
         Ok(())
+    }
+
+    /// The builds an apply left (`autobuild`), then the same apply again; the plan to start,
+    /// if any. A failed build is the workspace's failure; cancelling (the next apply or
+    /// delete) drops the build.
+    async fn build_then_apply(
+        &self,
+        workspace: &WorkspaceKey,
+        tasks: &[warren_types::relay::BuildImageTask],
+        objects: &[serde_json::Value],
+        options: &ApplyOptions,
+        cancel: &CancellationToken,
+    ) -> Option<PodPlan> {
+        let built = tokio::select! {
+            // Cancel-safe: a dropped build leaves no container; the next apply builds again.
+            _ = cancel.cancelled() => return None,
+            r = self.build_at_start(workspace, tasks) => r,
+        };
+        let failure = match built {
+            Ok(()) => match self.apply_locked(workspace, objects, options).await {
+                Ok(Next::Start(plan)) => return Some(*plan),
+                Ok(Next::Nothing) => None,
+                Ok(Next::Build(left)) => Some(PodFailure {
+                    reason: autobuild::BUILD_FAILED_REASON.into(),
+                    message: format!(
+                        "image {} was built but is not found among this workspace's images",
+                        left.first().map(|t| t.image.as_str()).unwrap_or_default()
+                    ),
+                }),
+                Err(e) => Some(PodFailure {
+                    reason: "RunContainerError".into(),
+                    message: warren_types::error_chain(&e),
+                }),
+            },
+            Err(failure) => Some(failure),
+        };
+        if let Some(failure) = failure {
+            tracing::info!(workspace = %workspace, reason = %failure.reason, message = %failure.message, "the workspace's images could not be built");
+            if let Some(mut record) = self.read_record(&workspace.name) {
+                record.failure = Some(failure);
+                record.starting = false;
+                if let Err(e) = self.write_record(&record) {
+                    tracing::warn!(workspace = %workspace, error = %warren_types::error_chain(&e), "cannot record a failed build");
+                }
+            }
+        }
+        self.changed(&workspace.name);
+        None
     }
 
     /// The containers of the current pod. Exit codes and log tails are read only when the

@@ -80,7 +80,7 @@ impl EngineRuntime {
             (BUILD_SCOPE_LABEL.to_owned(), scope.label().to_owned()),
         ]);
         let json = |v: &HashMap<String, String>| serde_json::to_string(v).unwrap_or_default();
-        let query = vec![
+        let mut query = vec![
             ("t", tag.clone()),
             ("dockerfile", task.dockerfile.clone()),
             ("rm", "1".to_owned()),
@@ -90,6 +90,9 @@ impl EngineRuntime {
             ("networkmode", "bridge".to_owned()),
             ("nsoptions", PODMAN_PRIVATE_NETWORK.to_owned()),
         ];
+        if let Some(target) = &task.target {
+            query.push(("target", target.clone()));
+        }
         let (client, base) = endpoint(&self.inner.host).map_err(refused)?;
         let version = self.inner.docker.client_version();
         let url = format!(

@@ -419,24 +419,7 @@ impl EngineRuntime {
                 continue;
             };
             if !known.contains_key(&image) {
-                let own = match scope.image_for(&image) {
-                    Ok(candidate) => match self.inner.docker.inspect_image(&candidate).await {
-                        Ok(i) => {
-                            let labels = i.config.and_then(|c| c.labels).unwrap_or_default();
-                            (labels.get(BUILD_SCOPE_LABEL).map(String::as_str)
-                                == Some(scope.label()))
-                            .then_some(candidate)
-                        }
-                        Err(e) if status_of(&e) == Some(404) => None,
-                        // Unsure: running the name as it stands could pull a stranger's image
-                        // of that name instead of this workspace's build.
-                        Err(e) => {
-                            return Err(runtime_err(format!("inspecting image {candidate}"), e))
-                        }
-                    },
-                    // No build could have that name (a digest, an image id).
-                    Err(_) => None,
-                };
+                let own = self.own_build(scope, &image).await?;
                 known.insert(image.clone(), own);
             }
             if let Some(Some(own)) = known.get(&image) {
@@ -444,6 +427,32 @@ impl EngineRuntime {
             }
         }
         Ok(())
+    }
+
+    /// This workspace's build of `image`, when it has one: the scoped name, checked to be
+    /// labelled as the workspace's.
+    pub(super) async fn own_build(
+        &self,
+        scope: &BuildScope,
+        image: &str,
+    ) -> Result<Option<String>, RuntimeError> {
+        // No build could have a name without a scoped form (a digest, an image id).
+        let Ok(candidate) = scope.image_for(image) else {
+            return Ok(None);
+        };
+        match self.inner.docker.inspect_image(&candidate).await {
+            Ok(i) => {
+                let labels = i.config.and_then(|c| c.labels).unwrap_or_default();
+                Ok(
+                    (labels.get(BUILD_SCOPE_LABEL).map(String::as_str) == Some(scope.label()))
+                        .then_some(candidate),
+                )
+            }
+            Err(e) if status_of(&e) == Some(404) => Ok(None),
+            // Unsure: running the name as it stands could pull a stranger's image of that
+            // name instead of this workspace's build.
+            Err(e) => Err(runtime_err(format!("inspecting image {candidate}"), e)),
+        }
     }
 
     /// Ids of the stopped containers in `existing` whose planned image reference now

@@ -153,6 +153,11 @@ impl EngineRuntime {
         tail: u32,
         follow: bool,
     ) -> Result<crate::runtime::LogStream, RuntimeError> {
+        if container == Some(super::autobuild::BUILD_LOG) {
+            // A file, not a container: what is there now (a build's end shows on the workspace).
+            let text = bytes::Bytes::from(self.build_log(workspace, tail)?);
+            return Ok(futures::stream::once(async move { Ok(text) }).boxed());
+        }
         let context = format!("reading the output of workspace {workspace}");
         let id = self.log_container(workspace, container).await?;
         let options = bollard::query_parameters::LogsOptions {

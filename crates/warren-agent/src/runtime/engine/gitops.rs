@@ -280,6 +280,7 @@ impl EngineRuntime {
                         owner: format!("{}g", self.inner.owner),
                         changes,
                         locks: Default::default(),
+                        builds: Default::default(),
                         starters: Default::default(),
                         restarted: Default::default(),
                         next_starter: std::sync::atomic::AtomicU64::new(0),

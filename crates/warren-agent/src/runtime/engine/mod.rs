@@ -14,6 +14,7 @@
 //! containers) runs in the background and is reported through `changes()` and `list()`.
 
 mod apply;
+mod autobuild;
 mod background;
 mod build;
 mod connect;
@@ -77,7 +78,7 @@ use super::{
 pub(super) type SharedClaims = BTreeMap<String, (String, BTreeMap<String, String>)>;
 
 /// How an apply treats its objects beyond what they say.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(super) struct ApplyOptions {
     /// Claims backed by volumes the pod does not own.
     pub shared: SharedClaims,
@@ -236,6 +237,8 @@ struct Inner {
     changes: watch::Sender<u64>,
     /// One lock per workspace: applies and deletes of one workspace never interleave.
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Builds at start: where their contexts come from, which are under way (`autobuild`).
+    builds: autobuild::Builds,
     /// The running start sequence per workspace, cancelled by the next apply or delete.
     starters: Mutex<HashMap<String, (u64, CancellationToken)>>,
     next_starter: std::sync::atomic::AtomicU64,
@@ -382,6 +385,7 @@ impl EngineRuntime {
             owner,
             changes,
             locks: Mutex::default(),
+            builds: Default::default(),
             starters: Mutex::default(),
             restarted: Mutex::default(),
             next_starter: std::sync::atomic::AtomicU64::new(0),

@@ -5,6 +5,10 @@ use super::*;
 
 #[async_trait]
 impl WorkspaceRuntime for EngineRuntime {
+    fn use_build_contexts(&self, contexts: Arc<dyn crate::runtime::BuildContexts>) {
+        self.set_build_contexts(contexts);
+    }
+
     async fn logs(
         &self,
         workspace: &WorkspaceKey,

@@ -57,6 +57,25 @@ impl WorkspaceRuntime for KubernetesRuntime {
             workspace: workspace.to_string(),
             message,
         })?;
+        // Before anything exists: a pod naming an image never built would pull whatever a
+        // registry has under that name.
+        let builds = objects
+            .iter()
+            .find(|o| o["kind"] == "Deployment")
+            .and_then(|d| {
+                d.pointer("/spec/template/metadata/annotations")?
+                    .get(warren_types::relay::IMAGE_BUILDS_ANNOTATION)
+            });
+        if builds.is_some() {
+            return Err(RuntimeError::Apply {
+                workspace: workspace.to_string(),
+                message: "its images are built when it starts (devfile `autoBuild`, a dev \
+                          container's `build`), and this agent runs on Kubernetes, which has no \
+                          image builder yet; run it on an agent on Podman or Docker, or build \
+                          the image elsewhere and name it in `image`"
+                    .into(),
+            });
+        }
         let prepared = objects::prepare(workspace, &self.agent_id, objects)?;
         // The strongest Pod Security level the workspace's own pod meets (`restricted`
         // unless the agent's configuration allows privilege escalation) is the namespace's.

@@ -314,6 +314,53 @@ pub async fn terminate(
     for_caller(state, who, &w).await
 }
 
+/// What a new workspace's definition must be beyond parsing: a devfile that builds an image
+/// at start needs a project (the build context comes from its repository), and a starter
+/// project is for a workspace without one and must be among the devfile's.
+fn check_for_creation(
+    devfile: &warren_devfile::Devfile,
+    field: &str,
+    has_project: bool,
+    starter: Option<&str>,
+) -> Result<(), AppError> {
+    if let Some(i) = devfile.images.iter().find(|i| i.auto_build && !has_project) {
+        return Err(AppError::invalid_field(
+            field,
+            format!(
+                "image component {:?} is built when the workspace starts (`autoBuild`), from the workspace's project; create the workspace with a project",
+                i.name
+            ),
+        ));
+    }
+    if let Some(s) = starter {
+        if has_project {
+            return Err(AppError::invalid_field(
+                "starter",
+                "a starter project is for a workspace without a project repository",
+            ));
+        }
+        if !devfile.starter_projects.iter().any(|p| p.name == s) {
+            let names: Vec<&str> = devfile
+                .starter_projects
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect();
+            return Err(AppError::invalid_field(
+                "starter",
+                if names.is_empty() {
+                    format!("the devfile has no starter projects, so none named {s:?}")
+                } else {
+                    format!(
+                        "the devfile has no starter project {s:?} (it has {})",
+                        names.join(", ")
+                    )
+                },
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Creates a workspace from the request's devfile, else the project's, else the server's
 /// default; renders its objects and asks for `Running`.
 pub async fn create(
@@ -368,32 +415,7 @@ pub async fn create(
     };
     let devfile_text = render::resolve_parent(&state.parents, &devfile_text, field).await?;
     let devfile = render::parse(&devfile_text, field)?;
-    if let Some(s) = &req.starter {
-        if project.is_some() {
-            return Err(AppError::invalid_field(
-                "starter",
-                "a starter project is for a workspace without a project repository",
-            ));
-        }
-        if !devfile.starter_projects.iter().any(|p| &p.name == s) {
-            let names: Vec<&str> = devfile
-                .starter_projects
-                .iter()
-                .map(|p| p.name.as_str())
-                .collect();
-            return Err(AppError::invalid_field(
-                "starter",
-                if names.is_empty() {
-                    format!("the devfile has no starter projects, so none named {s:?}")
-                } else {
-                    format!(
-                        "the devfile has no starter project {s:?} (it has {})",
-                        names.join(", ")
-                    )
-                },
-            ));
-        }
-    }
+    check_for_creation(&devfile, field, project.is_some(), req.starter.as_deref())?;
     let now = state.clock.now_ms();
     let mut attempts = 0;
     loop {

@@ -1,8 +1,9 @@
-//! The internal endpoints the relays (reconcile, authenticate) and proxies (access, start,
+//! The internal endpoints the relays (reconcile, authenticate, GitOps, build contexts) and proxies (access, start,
 //! activity, SSH) call, authenticated by their JWTs.
 
 pub mod access;
 pub mod authenticate;
+pub mod builds;
 pub mod gitops;
 pub mod reconcile;
 
@@ -43,6 +44,10 @@ pub fn router() -> Router<crate::http::HttpState> {
         .route(
             warren_types::internal::SSH_AUTHORIZE_PATH,
             get(access::ssh_authorize),
+        )
+        .route(
+            warren_types::relay::BUILD_CONTEXT_PATH,
+            post(builds::context),
         )
         .route(
             warren_types::internal::ENTRY_REDIRECT_PATH,

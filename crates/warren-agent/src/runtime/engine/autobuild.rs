@@ -1,0 +1,235 @@
+//! Images a workspace builds before its containers start: the builds its pod template lists
+//! under [`IMAGE_BUILDS_ANNOTATION`] (devfile `image` components with `autoBuild`, a dev
+//! container's `build`). An apply that finds one of them not built yet leaves the
+//! workspace starting and hands the builds to a task of its own, so the reconcile loop
+//! never waits minutes for a build; the task fetches each context from the server (the
+//! project's repository at the workspace's ref, through the relay), builds it in the
+//! workspace's scope as a build on demand is, and then applies the same objects again.
+//! The next apply or delete cancels it, as it cancels a start.
+//!
+//! The whole output goes to `build.log` in the workspace's state directory, and its last
+//! lines into the failure shown on the workspace when a build fails.
+
+use super::scope::BuildScope;
+use super::*;
+use crate::runtime::BuildContexts;
+use futures::StreamExt;
+use sha2::{Digest, Sha256};
+use std::collections::VecDeque;
+use std::io::Write;
+use warren_types::relay::{BuildImageTask, IMAGE_BUILDS_ANNOTATION};
+
+/// Lines of a failed build's output kept in the workspace's failure.
+const FAILURE_LINES: usize = 15;
+/// The `reason` of a workspace whose image could not be built.
+pub const BUILD_FAILED_REASON: &str = "ImageBuildFailed";
+/// The name `warren ws logs --container` gives the output of the workspace's last build at
+/// start (no devfile component may be called `warren-…`).
+pub const BUILD_LOG: &str = "warren-build";
+
+/// The runtime's state of builds at start.
+#[derive(Default)]
+pub(super) struct Builds {
+    /// Where contexts come from; set once the agent's relay connection exists.
+    contexts: std::sync::OnceLock<Arc<dyn BuildContexts>>,
+    /// Workspaces building now → the digest of the objects the build is for.
+    running: Mutex<HashMap<String, String>>,
+}
+
+impl std::fmt::Debug for Builds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Builds")
+            .field("contexts", &self.contexts.get().is_some())
+            .field("running", &self.running)
+            .finish()
+    }
+}
+
+/// What identifies an apply's objects: the same digest, the same apply.
+pub(super) fn objects_digest(objects: &[serde_json::Value]) -> String {
+    let mut hasher = Sha256::new();
+    for o in objects {
+        hasher.update(serde_json::to_vec(o).unwrap_or_default());
+        hasher.update([0]);
+    }
+    hex::encode(hasher.finalize())
+}
+
+/// The builds the pod template asks for before its containers start.
+pub(super) fn requested_builds(
+    deployment: &serde_json::Value,
+) -> Result<Vec<BuildImageTask>, String> {
+    let Some(text) = deployment
+        .pointer("/spec/template/metadata/annotations")
+        .and_then(|a| a.get(IMAGE_BUILDS_ANNOTATION))
+        .and_then(serde_json::Value::as_str)
+    else {
+        return Ok(vec![]);
+    };
+    serde_json::from_str(text).map_err(|e| {
+        format!("annotation {IMAGE_BUILDS_ANNOTATION} is not a list of image builds: {e}")
+    })
+}
+
+fn failure(task: &BuildImageTask, why: impl std::fmt::Display) -> PodFailure {
+    PodFailure {
+        reason: BUILD_FAILED_REASON.into(),
+        message: format!("building image {}: {why}", task.image),
+    }
+}
+
+impl EngineRuntime {
+    /// Where builds at start get their contexts; set once, when the agent's relay
+    /// connection exists.
+    pub(super) fn set_build_contexts(&self, contexts: Arc<dyn BuildContexts>) {
+        let _ = self.inner.builds.contexts.set(contexts);
+    }
+
+    /// Whether workspace `name` is building for exactly these objects: an apply of them
+    /// again (a full reconcile) leaves the build alone instead of starting it over.
+    pub(super) fn building_for(&self, name: &str, digest: &str) -> bool {
+        lock(&self.inner.builds.running)
+            .get(name)
+            .map(String::as_str)
+            == Some(digest)
+    }
+
+    /// Marks workspace `name` building for `digest` (`Some`) or done building for it.
+    pub(super) fn mark_building(&self, name: &str, digest: &str, building: bool) {
+        let mut running = lock(&self.inner.builds.running);
+        if building {
+            running.insert(name.to_owned(), digest.to_owned());
+        } else if running.get(name).map(String::as_str) == Some(digest) {
+            running.remove(name);
+        }
+    }
+
+    /// The last `tail` lines of the workspace's last build at start.
+    pub(super) fn build_log(
+        &self,
+        workspace: &WorkspaceKey,
+        tail: u32,
+    ) -> Result<Vec<u8>, RuntimeError> {
+        let path = self.workspace_dir(&workspace.name).join("build.log");
+        let text = match std::fs::read(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(RuntimeError::NotFound(format!(
+                    "a build of workspace {workspace}: none has run at its start on this agent"
+                )))
+            }
+            Err(e) => return Err(runtime_err(format!("reading {}", path.display()), e)),
+        };
+        let lines: Vec<&[u8]> = text.split_inclusive(|b| *b == b'\n').collect();
+        let from = lines.len().saturating_sub(tail as usize);
+        Ok(crate::runtime::log_tail(lines[from..].concat()))
+    }
+
+    /// The builds the pod template of `deployment` asks for whose image this workspace
+    /// has not built yet; `None` when there are none.
+    pub(super) async fn missing_builds(
+        &self,
+        workspace: &WorkspaceKey,
+        deployment: &serde_json::Value,
+        scope: &BuildScope,
+    ) -> Result<Option<Vec<BuildImageTask>>, RuntimeError> {
+        let tasks = requested_builds(deployment).map_err(|message| RuntimeError::Apply {
+            workspace: workspace.to_string(),
+            message,
+        })?;
+        let mut missing = vec![];
+        for task in tasks {
+            if self.own_build(scope, &task.image).await?.is_none() {
+                missing.push(task);
+            }
+        }
+        Ok((!missing.is_empty()).then_some(missing))
+    }
+
+    /// Builds `tasks` for `workspace`, one after the other; the failure to show on the
+    /// workspace when one cannot be built.
+    pub(super) async fn build_at_start(
+        &self,
+        workspace: &WorkspaceKey,
+        tasks: &[BuildImageTask],
+    ) -> Result<(), PodFailure> {
+        let path = self.workspace_dir(&workspace.name).join("build.log");
+        let mut log = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(&path)
+            .map_err(|e| PodFailure {
+                reason: BUILD_FAILED_REASON.into(),
+                message: format!("opening the build log {}: {e}", path.display()),
+            })?;
+        for task in tasks {
+            let Some(contexts) = self.inner.builds.contexts.get() else {
+                return Err(failure(
+                    task,
+                    "this agent has no relay connection to fetch the build context through",
+                ));
+            };
+            tracing::info!(workspace = %workspace, image = %task.image, "fetching a build context");
+            let fetched = contexts
+                .fetch(&workspace.name, &task.image)
+                .await
+                .map_err(|why| failure(task, why))?;
+            let _ = writeln!(
+                log,
+                "warren: building image {} from commit {} of the workspace's project",
+                task.image, fetched.commit
+            );
+            let mut progress = self
+                .build(workspace, task, fetched.archive)
+                .await
+                .map_err(|e| failure(task, warren_types::error_chain(&e)))?;
+            let mut tail: VecDeque<String> = VecDeque::new();
+            while let Some(item) = progress.next().await {
+                match item {
+                    Ok(line) => {
+                        let _ = log.write_all(line.as_bytes());
+                        if tail.len() == FAILURE_LINES {
+                            tail.pop_front();
+                        }
+                        tail.push_back(line.trim_end().to_owned());
+                    }
+                    Err(e) => {
+                        let why = warren_types::error_chain(&e);
+                        let _ = writeln!(log, "warren: {why}");
+                        let lines: Vec<String> = tail.into_iter().collect();
+                        return Err(failure(
+                            task,
+                            format!("{why}\nthe build's last lines:\n{}", lines.join("\n")),
+                        ));
+                    }
+                }
+            }
+            tracing::info!(workspace = %workspace, image = %task.image, commit = %fetched.commit, "image built");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builds_are_read_from_the_pod_template() {
+        let none = serde_json::json!({"spec": {"template": {"metadata": {}}}});
+        assert!(requested_builds(&none).unwrap().is_empty());
+        let one = serde_json::json!({"spec": {"template": {"metadata": {"annotations": {
+            IMAGE_BUILDS_ANNOTATION: r#"[{"image":"app:dev","dockerfile":"Dockerfile"}]"#
+        }}}}});
+        let tasks = requested_builds(&one).unwrap();
+        assert_eq!(tasks.len(), 1);
+        assert_eq!(tasks[0].image, "app:dev");
+        let bad = serde_json::json!({"spec": {"template": {"metadata": {"annotations": {
+            IMAGE_BUILDS_ANNOTATION: "[{\"image\": 3}]"
+        }}}}});
+        assert!(requested_builds(&bad)
+            .unwrap_err()
+            .contains(IMAGE_BUILDS_ANNOTATION));
+    }
+}

@@ -1,0 +1,181 @@
+//! Images a workspace builds before it starts, on a real engine: the pod waits for its
+//! build (run out of the reconcile loop's way), runs the workspace's own scoped build, and
+//! a stop and start or a repeated apply never builds again; a failed build or a context that
+//! cannot be had fails the workspace with the reason and the build's last lines.
+//!
+//! The contexts come from a stand-in for the relay ([`BuildContexts`] is the seam): the
+//! server's side is tested in warren-server's `builds`, the whole path in warren's
+//! `devcontainer_e2e`. Skips with a notice when no engine exists; fails instead under
+//! `WARREN_REQUIRE_ENGINE=1`.
+
+use crate::common;
+
+use anyhow::{Context, Result};
+use async_trait::async_trait;
+use common::*;
+use serde_json::Value;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use warren_agent::runtime::{BuildContexts, FetchedContext, WorkspaceRuntime};
+use warren_types::relay::IMAGE_BUILDS_ANNOTATION;
+use warren_types::state::ActualState;
+
+/// Serves one Dockerfile as every context, after `gate` lets it (`None`: at once), or
+/// refuses with `refusal`.
+struct Contexts {
+    dockerfile: String,
+    refusal: Option<String>,
+    gate: tokio::sync::Semaphore,
+    fetches: AtomicUsize,
+}
+
+impl Contexts {
+    fn new(dockerfile: &str, open: bool) -> Arc<Contexts> {
+        Arc::new(Contexts {
+            dockerfile: dockerfile.to_owned(),
+            refusal: None,
+            gate: tokio::sync::Semaphore::new(if open { 1_000 } else { 0 }),
+            fetches: AtomicUsize::new(0),
+        })
+    }
+}
+
+#[async_trait]
+impl BuildContexts for Contexts {
+    async fn fetch(&self, _workspace: &str, _image: &str) -> Result<FetchedContext, String> {
+        self.fetches.fetch_add(1, Ordering::SeqCst);
+        let _permit = self.gate.acquire().await.map_err(|e| e.to_string())?;
+        if let Some(r) = &self.refusal {
+            return Err(r.clone());
+        }
+        let archive =
+            tar_context(&[("Dockerfile", &self.dockerfile)]).map_err(|e| e.to_string())?;
+        Ok(FetchedContext {
+            commit: "c0ffee".into(),
+            archive,
+        })
+    }
+}
+
+/// `ws`'s objects with its main container running `image`, built at start.
+fn building(ws: &Workspace, image: &str) -> Vec<Value> {
+    let mut objects = ws.objects();
+    pod_spec(&mut objects)["containers"][0]["image"] = image.into();
+    let d = objects
+        .iter_mut()
+        .find(|o| o["kind"] == "Deployment")
+        .expect("a Deployment");
+    let builds = serde_json::json!([{"image": image, "dockerfile": "Dockerfile"}]);
+    d["spec"]["template"]["metadata"]["annotations"] =
+        serde_json::json!({ IMAGE_BUILDS_ANNOTATION: builds.to_string() });
+    objects
+}
+
+#[tokio::test]
+async fn an_image_built_at_start_runs_and_is_built_once() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    // Before the workspace, so dropped after it: an image a container runs stays.
+    let mut images = Images::default();
+    let ws = Workspace::new("autobuild", h.agent_id);
+    images.built_for.push(ws.name().to_owned());
+    let image = format!("localhost/warren-autobuild-{}:1", ws.name());
+    let contexts = Contexts::new(
+        &format!("FROM {IMAGE}\nRUN echo built-at-start > /tmp/built\n"),
+        false,
+    );
+    h.runtime.use_build_contexts(contexts.clone());
+    let objects = building(&ws, &image);
+
+    // The apply returns while the build waits for its context.
+    h.runtime.apply(&ws.key, &objects).await?;
+    wait_for(&h.runtime, &ws, "asking for its context", |_| {
+        contexts.fetches.load(Ordering::SeqCst) == 1
+    })
+    .await?;
+    let o = observe(&h.runtime, &ws).await?.context("listed")?;
+    assert!(o.pod_failure.is_none(), "{o:?}");
+    assert_ne!(derive(&o), ActualState::Running);
+    // A full reconcile applies the same objects again: the build goes on, not over.
+    h.runtime.apply(&ws.key, &objects).await?;
+    contexts.gate.add_permits(1_000);
+    wait_state(&h.runtime, &ws, ActualState::Running).await?;
+    assert_eq!(contexts.fetches.load(Ordering::SeqCst), 1);
+    assert_eq!(exec(&ws, "dev", "cat /tmp/built")?.trim(), "built-at-start");
+    let log = h.runtime.logs(&ws.key, Some("warren-build"), 100).await?;
+    let log = String::from_utf8_lossy(&log);
+    assert!(
+        log.contains("from commit c0ffee") && log.contains("/tmp/built"),
+        "{log}"
+    );
+
+    // Stopped and started again: the build is there, nothing is fetched or built.
+    h.runtime
+        .apply(&ws.key, &with_replicas(objects.clone(), 0))
+        .await?;
+    wait_state(&h.runtime, &ws, ActualState::Stopped).await?;
+    h.runtime.apply(&ws.key, &objects).await?;
+    wait_state(&h.runtime, &ws, ActualState::Running).await?;
+    assert_eq!(contexts.fetches.load(Ordering::SeqCst), 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_failed_build_or_a_missing_context_fails_the_workspace_saying_why() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    // Before the workspace, so dropped after it: an image a container runs stays.
+    let mut images = Images::default();
+    let ws = Workspace::new("badbuild", h.agent_id);
+    images.built_for.push(ws.name().to_owned());
+    let image = format!("localhost/warren-badbuild-{}:1", ws.name());
+    let contexts = Contexts::new(
+        &format!("FROM {IMAGE}\nRUN echo the-last-words && exit 4\n"),
+        true,
+    );
+    h.runtime.use_build_contexts(contexts.clone());
+    h.runtime.apply(&ws.key, &building(&ws, &image)).await?;
+    let o = wait_for(&h.runtime, &ws, "failed", |o| o.pod_failure.is_some()).await?;
+    let failure = o.pod_failure.context("failure")?;
+    assert_eq!(failure.reason, "ImageBuildFailed");
+    assert!(
+        failure
+            .message
+            .starts_with(&format!("building image {image}:"))
+            && failure.message.contains("the-last-words"),
+        "{failure:?}"
+    );
+    assert!(
+        cli_lines(&[
+            "ps",
+            "-a",
+            "-q",
+            "--filter",
+            &format!("label=warren.dev/workspace-name={}", ws.name())
+        ])
+        .is_empty(),
+        "no container without its image"
+    );
+
+    // A context the server would not give: its reason is the workspace's.
+    let h2 = Harness::new().await?;
+    let ws2 = Workspace::new("noctx", h2.agent_id);
+    let refusing = Arc::new(Contexts {
+        refusal: Some("project \"shop\": repository unreachable".into()),
+        ..Arc::into_inner(Contexts::new("", true)).context("fresh")?
+    });
+    h2.runtime.use_build_contexts(refusing);
+    let image2 = format!("localhost/warren-noctx-{}:1", ws2.name());
+    h2.runtime.apply(&ws2.key, &building(&ws2, &image2)).await?;
+    let o = wait_for(&h2.runtime, &ws2, "failed", |o| o.pod_failure.is_some()).await?;
+    let failure = o.pod_failure.context("failure")?;
+    assert_eq!(
+        failure.message,
+        format!("building image {image2}: project \"shop\": repository unreachable")
+    );
+    Ok(())
+}

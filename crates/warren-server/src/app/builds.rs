@@ -1,0 +1,80 @@
+//! The build context of an image a workspace builds before it starts (a devfile `image`
+//! component with `autoBuild`, a dev container's `build`): its agent asks through its relay,
+//! and gets the component's build context archived out of the workspace's project at the
+//! workspace's ref, read with the project's credential — which never leaves the server.
+//!
+//! Only the agent that runs the workspace may ask, and only for an image its devfile builds
+//! at start; the archive holds the context directory alone, at most
+//! [`MAX_BUILD_CONTEXT_BYTES`].
+
+use super::{AppError, AppState, ErrorKind};
+use warren_git::{Archive, Remote};
+use warren_types::relay::BuildContextRequest;
+use warren_types::DesiredState;
+
+/// Largest build context the server archives for an agent.
+pub const MAX_BUILD_CONTEXT_BYTES: u64 = 1 << 30;
+
+/// The context of `req.image` of `req.workspace`, for the agent the relay's JWT names.
+pub async fn context(
+    state: &AppState,
+    bearer: Option<&str>,
+    req: &BuildContextRequest,
+) -> Result<Archive, AppError> {
+    let agent = super::gitops::relay_agent(state, bearer).await?;
+    // Another agent's workspace is as absent as a deleted one.
+    let w = state
+        .store
+        .workspace_by_name(&req.workspace)
+        .await?
+        .filter(|w| w.agent_id == agent.id && w.desired_state != DesiredState::Terminated)
+        .ok_or_else(|| {
+            AppError::not_found(format!(
+                "workspace {:?} of agent {:?}",
+                req.workspace, agent.name
+            ))
+        })?;
+    let devfile = super::render::parse(&w.devfile, "devfile")?;
+    let image = devfile
+        .images
+        .iter()
+        .find(|i| i.auto_build && i.image_name == req.image)
+        .ok_or_else(|| {
+            AppError::not_found(format!(
+                "image {:?} built at the start of workspace {:?} (no image component with \
+                 `autoBuild` names it)",
+                req.image, w.name
+            ))
+        })?;
+    let (context, _) = image
+        .build_paths()
+        .map_err(|why| AppError::new(ErrorKind::Unprocessable, "invalid_devfile", why))?;
+    let unusable = |why: &str| {
+        AppError::new(
+            ErrorKind::Unprocessable,
+            "no_build_context",
+            format!("image {:?} of workspace {:?}: {why}", req.image, w.name),
+        )
+    };
+    let project_id = w
+        .project_id
+        .ok_or_else(|| unusable("the workspace has no project to take the build context from"))?;
+    let project = state
+        .store
+        .project_by_key(&project_id.0.to_string())
+        .await?
+        .ok_or_else(|| unusable("its project no longer exists"))?;
+    let credential = state.store.project_credential(&project)?;
+    let remote = Remote {
+        url: &project.git_url,
+        credential: credential.as_ref(),
+    };
+    let git_ref = w.git_ref.as_deref().unwrap_or(&project.default_ref);
+    let archive = state
+        .git
+        .archive(remote, git_ref, &context, MAX_BUILD_CONTEXT_BYTES)
+        .await
+        .map_err(|e| super::projects::git_error(&project.name, &e))?;
+    tracing::info!(workspace = %w.name, image = %req.image, project = %project.name, git_ref, commit = %archive.commit, bytes = archive.len, "build context archived");
+    Ok(archive)
+}

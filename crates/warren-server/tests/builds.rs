@@ -1,0 +1,190 @@
+//! Build contexts (`POST /internal/agents/build-context`): a dev container with a `build`
+//! becomes a workspace whose pod lists the image to build at start, and its agent — only its
+//! agent, through its relay — gets the context archived out of the private repository at the
+//! workspace's ref. Another agent, an image not built at start, a missing JWT and a devfile
+//! that builds without a project are each refused. Skips with a notice where `git` is
+//! missing.
+
+use crate::common;
+
+use common::*;
+use reqwest::Method;
+use serde_json::{json, Value};
+use warren_testkit::git_http::{have_git, GitHttpServer};
+use warren_types::relay::{
+    BuildImageTask, BUILD_COMMIT_HEADER, BUILD_CONTEXT_PATH, IMAGE_BUILDS_ANNOTATION,
+};
+
+const PASSWORD: &str = "build-ctx-pass";
+
+const CONFIG: &str = r#"{
+  "build": { "dockerfile": "Dockerfile", "context": "..", "args": { "V": "1" }, "target": "dev" },
+  "postCreateCommand": "echo created"
+}"#;
+
+/// The relay's request for a build context, as `agent`: status, headers, body.
+async fn fetch(
+    s: &TestServer,
+    jwt: Option<&str>,
+    workspace: &str,
+    image: &str,
+) -> (u16, reqwest::header::HeaderMap, Vec<u8>) {
+    let mut req = s
+        .http
+        .post(format!("{}{BUILD_CONTEXT_PATH}", s.base))
+        .json(&json!({"workspace": workspace, "image": image}));
+    if let Some(jwt) = jwt {
+        req = req.bearer_auth(jwt);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    (status, headers, resp.bytes().await.unwrap().to_vec())
+}
+
+/// The names in a tar archive, as the `tar` program lists them.
+fn listing(tar: &[u8]) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.tar");
+    std::fs::write(&path, tar).unwrap();
+    let out = std::process::Command::new("tar")
+        .arg("-tf")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.ends_with('/'))
+        .map(str::to_owned)
+        .collect();
+    names.sort();
+    names
+}
+
+fn message(body: &[u8]) -> String {
+    let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    v["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_dev_container_build_gets_its_context_from_the_server_and_only_its_agent_does() {
+    if !have_git() {
+        return;
+    }
+    let git = GitHttpServer::start("ann", PASSWORD).await.unwrap();
+    let commit = git
+        .create_repo(
+            "shop",
+            &[
+                (".devcontainer/devcontainer.json", CONFIG),
+                (".devcontainer/Dockerfile", "FROM busybox AS dev\n"),
+                ("src/app.txt", "the sources\n"),
+            ],
+        )
+        .unwrap();
+    let credential = json!({"kind": "basic", "username": "ann", "password": PASSWORD});
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        let agent = s.agent("a1", json!({})).await;
+        let other = s.agent("a2", json!({})).await;
+        let bob = s.user("bob", &["api", "workspace"]).await;
+        let body = json!({"name": "shop", "git_url": git.url("shop"), "credential": credential});
+        let (st, b) = s.post(&bob, "/api/v1/projects", body).await;
+        assert_eq!(st, 201, "[{l}] {b}");
+        s.workspace(
+            &bob,
+            json!({"project": "shop", "name": "bob-shop", "agent": "a1"}),
+        )
+        .await;
+
+        // The pod lists the build, with the Dockerfile from the context's root.
+        let infos = s.reconcile_ok(agent, "full", json!([])).await;
+        let yaml = infos["bob-shop"]["config_to_apply"].as_str().unwrap();
+        let objects: Vec<Value> = serde_yaml::Deserializer::from_str(yaml)
+            .map(|d| serde::Deserialize::deserialize(d).unwrap())
+            .collect();
+        let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+        let builds = deployment["spec"]["template"]["metadata"]["annotations"]
+            [IMAGE_BUILDS_ANNOTATION]
+            .as_str()
+            .unwrap_or_else(|| panic!("[{l}] no builds on the pod: {deployment}"));
+        let builds: Vec<BuildImageTask> = serde_json::from_str(builds).unwrap();
+        assert_eq!(builds.len(), 1, "[{l}] {builds:?}");
+        assert_eq!(builds[0].dockerfile, ".devcontainer/Dockerfile", "[{l}]");
+        assert_eq!(builds[0].args, ["V=1"], "[{l}]");
+        assert_eq!(builds[0].target.as_deref(), Some("dev"), "[{l}]");
+        let image = builds[0].image.clone();
+
+        // Its agent gets the whole repository (the context is `..`) at the commit.
+        let (st, headers, tar) = fetch(&s, Some(&s.relay_jwt(agent)), "bob-shop", &image).await;
+        assert_eq!(st, 200, "[{l}] {}", String::from_utf8_lossy(&tar));
+        assert_eq!(
+            headers[BUILD_COMMIT_HEADER].to_str().unwrap(),
+            commit,
+            "[{l}]"
+        );
+        assert_eq!(
+            listing(&tar),
+            [
+                ".devcontainer/Dockerfile",
+                ".devcontainer/devcontainer.json",
+                "src/app.txt"
+            ],
+            "[{l}]"
+        );
+        assert!(
+            !String::from_utf8_lossy(&tar).contains(PASSWORD),
+            "[{l}] the credential is not in the context"
+        );
+
+        // Another agent is told the workspace does not exist; so is a guess at a name.
+        let (st, _, b) = fetch(&s, Some(&s.relay_jwt(other)), "bob-shop", &image).await;
+        assert_eq!(st, 404, "[{l}] {}", String::from_utf8_lossy(&b));
+        let (st, _, _) = fetch(&s, Some(&s.relay_jwt(agent)), "nobody", &image).await;
+        assert_eq!(st, 404, "[{l}]");
+        // Only an image built at start has a context to fetch.
+        let (st, _, b) = fetch(&s, Some(&s.relay_jwt(agent)), "bob-shop", "busybox").await;
+        assert_eq!(st, 404, "[{l}]");
+        assert!(message(&b).contains("autoBuild"), "[{l}] {}", message(&b));
+        // No relay JWT, no context.
+        let (st, _, _) = fetch(&s, None, "bob-shop", &image).await;
+        assert_eq!(st, 401, "[{l}]");
+        let (st, _, _) = fetch(&s, Some("not-a-jwt"), "bob-shop", &image).await;
+        assert_eq!(st, 401, "[{l}]");
+
+        // A terminated workspace's context is gone with it.
+        let (st, b) = s.delete(&bob, "/api/v1/workspaces/bob-shop").await;
+        assert!(st < 300, "[{l}] {b}");
+        let (st, _, _) = fetch(&s, Some(&s.relay_jwt(agent)), "bob-shop", &image).await;
+        assert_eq!(st, 404, "[{l}]");
+
+        // A devfile that builds at start needs a project to build from.
+        let devfile = "schemaVersion: 2.2.0\ncomponents:\n  - name: dev\n    container: {image: app:1}\n  - name: img\n    image: {imageName: app:1, autoBuild: true, dockerfile: {uri: Dockerfile}}\n";
+        let (st, b) = s
+            .call(
+                Method::POST,
+                "/api/v1/workspaces",
+                Some(&bob),
+                Some(json!({"devfile": devfile, "agent": "a1"})),
+            )
+            .await;
+        assert_eq!(st, 400, "[{l}] {b}");
+        assert!(
+            b["error"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("create the workspace with a project"),
+            "[{l}] {b}"
+        );
+        s.stop().await;
+    }
+}

@@ -13,6 +13,7 @@ use crate::common;
 use anyhow::{Context, Result};
 use async_trait::async_trait;
 use common::*;
+use futures::StreamExt;
 use serde_json::Value;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -24,6 +25,8 @@ use warren_types::state::ActualState;
 /// refuses with `refusal`.
 struct Contexts {
     dockerfile: String,
+    /// The build key the "server" gives.
+    key: std::sync::Mutex<Option<String>>,
     refusal: Option<String>,
     gate: tokio::sync::Semaphore,
     fetches: AtomicUsize,
@@ -33,6 +36,7 @@ impl Contexts {
     fn new(dockerfile: &str, open: bool) -> Arc<Contexts> {
         Arc::new(Contexts {
             dockerfile: dockerfile.to_owned(),
+            key: Default::default(),
             refusal: None,
             gate: tokio::sync::Semaphore::new(if open { 1_000 } else { 0 }),
             fetches: AtomicUsize::new(0),
@@ -52,6 +56,7 @@ impl BuildContexts for Contexts {
             tar_context(&[("Dockerfile", &self.dockerfile)]).map_err(|e| e.to_string())?;
         Ok(FetchedContext {
             commit: "c0ffee".into(),
+            key: self.key.lock().unwrap().clone(),
             archive,
         })
     }
@@ -178,4 +183,94 @@ async fn a_failed_build_or_a_missing_context_fails_the_workspace_saying_why() ->
         format!("building image {image2}: project \"shop\": repository unreachable")
     );
     Ok(())
+}
+
+/// The output of the workspace's last build at start.
+async fn build_log(h: &Harness, ws: &Workspace) -> Result<String> {
+    let log = h.runtime.logs(&ws.key, Some("warren-build"), 1000).await?;
+    Ok(String::from_utf8_lossy(&log).into_owned())
+}
+
+#[tokio::test]
+async fn a_second_workspace_with_the_same_build_key_reuses_the_image_and_a_label_cannot_fake_one(
+) -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    let mut images = Images::default();
+    let (first, second, forger, victim) = (
+        Workspace::new("keyone", h.agent_id),
+        Workspace::new("keytwo", h.agent_id),
+        Workspace::new("forger", h.agent_id),
+        Workspace::new("victim", h.agent_id),
+    );
+    for ws in [&first, &second, &forger, &victim] {
+        images.built_for.push(ws.name().to_owned());
+    }
+    // What the step writes differs at every run: equal output means it ran once.
+    let dockerfile =
+        format!("FROM {IMAGE}\nRUN head -c 16 /dev/urandom | od -An -tx1 > /tmp/once\n");
+    let key = format!("{:064x}", rand::random::<u128>());
+    let contexts = Contexts::new(&dockerfile, true);
+    *contexts.key.lock().unwrap() = Some(key.clone());
+    h.runtime.use_build_contexts(contexts.clone());
+    let image = "localhost/warren/devcontainer:latest";
+    for ws in [&first, &second] {
+        h.runtime.apply(&ws.key, &building(ws, image)).await?;
+        wait_state(&h.runtime, ws, ActualState::Running).await?;
+    }
+    assert!(!build_log(&h, &first).await?.contains("reusing image"));
+    let log = build_log(&h, &second).await?;
+    assert!(log.contains("reusing image"), "{log}");
+    assert_eq!(
+        exec(&first, "dev", "cat /tmp/once")?,
+        exec(&second, "dev", "cat /tmp/once")?,
+        "the step ran once"
+    );
+    // Each runs its own name for it: deleting the first leaves the second's.
+    assert_ne!(
+        container_image_name(&first)?,
+        container_image_name(&second)?
+    );
+
+    // A build that labels itself with a key (on demand, no key of its own) is never taken
+    // for a build with that key.
+    let forged = format!("{:064x}", rand::random::<u128>());
+    h.runtime.apply(&forger.key, &forger.objects()).await?;
+    wait_state(&h.runtime, &forger, ActualState::Running).await?;
+    let task = warren_types::relay::BuildImageTask {
+        image: "localhost/forged:1".into(),
+        dockerfile: "Dockerfile".into(),
+        args: vec![],
+        target: None,
+    };
+    let context = tar_context(&[(
+        "Dockerfile",
+        &format!(
+            "FROM {IMAGE}\nLABEL warren.dev/build-key={forged}\nRUN echo forged > /tmp/once\n"
+        ),
+    )])?;
+    let mut progress = h.runtime.build_image(&forger.key, &task, context).await?;
+    while let Some(line) = progress.next().await {
+        line?;
+    }
+    // The next build's key is the one the forger claimed.
+    *contexts.key.lock().unwrap() = Some(forged);
+    h.runtime
+        .apply(&victim.key, &building(&victim, image))
+        .await?;
+    wait_state(&h.runtime, &victim, ActualState::Running).await?;
+    let log = build_log(&h, &victim).await?;
+    assert!(!log.contains("reusing image"), "{log}");
+    assert_ne!(exec(&victim, "dev", "cat /tmp/once")?.trim(), "forged");
+    Ok(())
+}
+
+/// The image name a workspace's main container was created with.
+fn container_image_name(ws: &Workspace) -> Result<String> {
+    let name = format!("warren-{}.c.dev", ws.name());
+    Ok(cli_run(&["inspect", "--format", "{{.ImageName}}", &name])?
+        .trim()
+        .to_owned())
 }

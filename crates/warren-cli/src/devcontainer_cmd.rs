@@ -76,6 +76,10 @@ pub fn run(cmd: DevcontainerCommand) -> Result<(), CliError> {
         print!("{}", converted.devfile);
     } else {
         println!("{file}: Warren can run this dev container.");
+        // What it becomes, as `warren devfile validate` says it of a devfile.
+        if let Ok(d) = warren_devfile::parse_devfile(&converted.devfile) {
+            print!("{}", warren_devfile::summary(&d));
+        }
     }
     Ok(())
 }

@@ -220,6 +220,24 @@ pub fn summary(devfile: &Devfile) -> String {
         })
         .collect();
     let _ = writeln!(s, "volumes: {}", or_none(&vols));
+    let built: Vec<String> = devfile
+        .images
+        .iter()
+        .filter(|i| i.auto_build)
+        .map(|i| {
+            format!(
+                "{} (from {}, context {})",
+                i.image_name, i.dockerfile, i.build_context
+            )
+        })
+        .collect();
+    if !built.is_empty() {
+        let _ = writeln!(
+            s,
+            "built when the workspace starts, from its project: {}",
+            built.join(", ")
+        );
+    }
     // Images built for root are the usual surprise: say who the containers run as.
     let security = warren_types::config::SecurityConfig::default();
     let _ = writeln!(

@@ -1104,6 +1104,21 @@ fn fields_warren_does_not_use_are_listed_not_dropped() {
     );
 }
 
+/// The builds at start the rendered pod template lists, if any.
+fn pod_builds(d: &warren_devfile::Devfile) -> Option<String> {
+    let agent = warren_types::config::AgentConfig::default();
+    let rendered = warren_devfile::render_preview(d, "ws", &agent).unwrap();
+    let deployment = rendered
+        .objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .unwrap();
+    deployment["spec"]["template"]["metadata"]["annotations"]
+        .get(warren_types::relay::IMAGE_BUILDS_ANNOTATION)
+        .and_then(|b| b.as_str())
+        .map(str::to_owned)
+}
+
 #[test]
 fn image_builds_at_start_are_listed_on_the_pod() {
     let text = format!(
@@ -1122,18 +1137,8 @@ fn image_builds_at_start_are_listed_on_the_pod() {
     let im = &d.images[0];
     assert!(im.auto_build);
     assert_eq!(im.target.as_deref(), Some("dev"));
-    let agent = warren_types::config::AgentConfig::default();
-    let rendered = warren_devfile::render_preview(&d, "ws", &agent).unwrap();
-    let deployment = rendered
-        .objects
-        .iter()
-        .find(|o| o["kind"] == "Deployment")
-        .unwrap();
-    let builds = deployment["spec"]["template"]["metadata"]["annotations"]
-        [warren_types::relay::IMAGE_BUILDS_ANNOTATION]
-        .as_str()
-        .expect("the builds are on the pod template");
-    let builds: Vec<warren_types::relay::BuildImageTask> = serde_json::from_str(builds).unwrap();
+    let builds = pod_builds(&d).expect("the builds are on the pod template");
+    let builds: Vec<warren_types::relay::BuildImageTask> = serde_json::from_str(&builds).unwrap();
     assert_eq!(
         builds,
         [warren_types::relay::BuildImageTask {
@@ -1145,15 +1150,7 @@ fn image_builds_at_start_are_listed_on_the_pod() {
     );
     // Without autoBuild, nothing is built at start.
     let d = parse_devfile(&format!("{BASE}{OUTER}")).unwrap();
-    let rendered = warren_devfile::render_preview(&d, "ws", &agent).unwrap();
-    let deployment = rendered
-        .objects
-        .iter()
-        .find(|o| o["kind"] == "Deployment")
-        .unwrap();
-    assert!(deployment["spec"]["template"]["metadata"]["annotations"]
-        .get(warren_types::relay::IMAGE_BUILDS_ANNOTATION)
-        .is_none());
+    assert!(pod_builds(&d).is_none());
     // A stage name that is not one is an error, not a flag.
     let e = errors(&text.replace("build-target: dev", "build-target: '--network=host'"));
     assert!(

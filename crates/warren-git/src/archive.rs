@@ -13,6 +13,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 pub struct Archive {
     /// The commit the ref resolved to.
     pub commit: String,
+    /// The id of the directory's tree at that commit: equal ids, equal contents.
+    pub tree: String,
     /// The tar archive, positioned at its start.
     pub file: std::fs::File,
     /// Its size in bytes.
@@ -62,6 +64,25 @@ impl GitReader {
         if !matches!(kind.trim(), "tree" | "commit") {
             return Err(not_found());
         }
+        let tree_id = self
+            .git(
+                Some(&repo_dir),
+                &auth,
+                remote.url,
+                // `<commit>:<dir>` names a tree already (a suffix would be part of the path).
+                &[
+                    "rev-parse",
+                    "--verify",
+                    &if tree == commit {
+                        format!("{commit}^{{tree}}")
+                    } else {
+                        tree.clone()
+                    },
+                ],
+            )
+            .await?
+            .trim()
+            .to_owned();
         let file = tempfile::tempfile_in(&self.inner.dir).map_err(GitError::Io)?;
         let mut cmd = self.command(Some(&repo_dir), &auth, &["archive", "--format=tar", &tree]);
         let mut child = spawned(cmd.stdout(Stdio::piped()))?;
@@ -111,6 +132,11 @@ impl GitReader {
             })??;
         let mut file = file;
         file.rewind().map_err(GitError::Io)?;
-        Ok(Archive { commit, file, len })
+        Ok(Archive {
+            commit,
+            tree: tree_id,
+            file,
+            len,
+        })
     }
 }

@@ -7,30 +7,11 @@ use warren_git::{GitError, GitReader, Remote};
 use warren_testkit::git_http::{have_git, GitHttpServer};
 use warren_types::git::GitCredential;
 
-/// The names in a tar archive, as the `tar` program lists them.
+/// The names in the archive, read from its start.
 fn listing(archive: &mut std::fs::File) -> Vec<String> {
     let mut bytes = Vec::new();
     archive.read_to_end(&mut bytes).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("context.tar");
-    std::fs::write(&path, &bytes).unwrap();
-    let out = std::process::Command::new("tar")
-        .arg("-tf")
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| !l.ends_with('/'))
-        .map(str::to_owned)
-        .collect();
-    names.sort();
-    names
+    warren_testkit::process::tar_names(&bytes)
 }
 
 #[tokio::test]
@@ -82,6 +63,14 @@ async fn a_directory_at_a_ref_is_archived_alone_within_its_limit() {
             "src/main.rs"
         ]
     );
+    // The trees, the contents' identity: one per directory, 40 hex digits.
+    for t in [&sub.tree, &root.tree] {
+        assert!(
+            t.len() == 40 && t.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{t}"
+        );
+    }
+    assert_ne!(sub.tree, root.tree);
     // tar pads to whole records; the length given is the file's.
     assert_eq!(root.len, root.file.metadata().unwrap().len());
     assert_eq!(sub.len, sub.file.metadata().unwrap().len());

@@ -204,6 +204,8 @@ pub enum BuildContextAnswer {
     /// The archive follows in `response`'s body.
     Archive {
         commit: String,
+        /// The build's key, when the server gave one.
+        key: Option<String>,
         response: reqwest::Response,
     },
     /// No archive: the server's status and message (a workspace that is not the agent's, a
@@ -311,14 +313,17 @@ impl ServerClient {
             .await?;
         let status = resp.status();
         if status.is_success() {
-            let commit = resp
-                .headers()
-                .get(warren_types::relay::BUILD_COMMIT_HEADER)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_owned();
+            let header = |name: &str| {
+                resp.headers()
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned)
+            };
+            let commit = header(warren_types::relay::BUILD_COMMIT_HEADER).unwrap_or_default();
+            let key = header(warren_types::relay::BUILD_KEY_HEADER);
             return Ok(BuildContextAnswer::Archive {
                 commit,
+                key,
                 response: resp,
             });
         }

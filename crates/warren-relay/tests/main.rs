@@ -12,6 +12,7 @@ mod redis_support;
 
 mod redis_routing;
 mod relay_agent;
+mod relay_build_context;
 mod relay_exec;
 mod relay_faults;
 mod relay_logs;

@@ -12,7 +12,8 @@ use reqwest::Method;
 use serde_json::{json, Value};
 use warren_testkit::git_http::{have_git, GitHttpServer};
 use warren_types::relay::{
-    BuildImageTask, BUILD_COMMIT_HEADER, BUILD_CONTEXT_PATH, IMAGE_BUILDS_ANNOTATION,
+    BuildImageTask, BUILD_COMMIT_HEADER, BUILD_CONTEXT_PATH, BUILD_KEY_HEADER,
+    IMAGE_BUILDS_ANNOTATION,
 };
 
 const PASSWORD: &str = "build-ctx-pass";
@@ -40,30 +41,6 @@ async fn fetch(
     let status = resp.status().as_u16();
     let headers = resp.headers().clone();
     (status, headers, resp.bytes().await.unwrap().to_vec())
-}
-
-/// The names in a tar archive, as the `tar` program lists them.
-fn listing(tar: &[u8]) -> Vec<String> {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("c.tar");
-    std::fs::write(&path, tar).unwrap();
-    let out = std::process::Command::new("tar")
-        .arg("-tf")
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| !l.ends_with('/'))
-        .map(str::to_owned)
-        .collect();
-    names.sort();
-    names
 }
 
 fn message(body: &[u8]) -> String {
@@ -133,7 +110,7 @@ async fn a_dev_container_build_gets_its_context_from_the_server_and_only_its_age
             "[{l}]"
         );
         assert_eq!(
-            listing(&tar),
+            warren_testkit::process::tar_names(&tar),
             [
                 ".devcontainer/Dockerfile",
                 ".devcontainer/devcontainer.json",
@@ -145,6 +122,14 @@ async fn a_dev_container_build_gets_its_context_from_the_server_and_only_its_age
             !String::from_utf8_lossy(&tar).contains(PASSWORD),
             "[{l}] the credential is not in the context"
         );
+        // The build's key: the same sources, the same key.
+        let key = headers[BUILD_KEY_HEADER].to_str().unwrap().to_owned();
+        assert!(
+            key.len() == 64 && key.bytes().all(|b| b.is_ascii_hexdigit()),
+            "[{l}] {key}"
+        );
+        let (_, again, _) = fetch(&s, Some(&s.relay_jwt(agent)), "bob-shop", &image).await;
+        assert_eq!(again[BUILD_KEY_HEADER].to_str().unwrap(), key, "[{l}]");
 
         // Another agent is told the workspace does not exist; so is a guess at a name.
         let (st, _, b) = fetch(&s, Some(&s.relay_jwt(other)), "bob-shop", &image).await;
@@ -186,5 +171,25 @@ async fn a_dev_container_build_gets_its_context_from_the_server_and_only_its_age
             "[{l}] {b}"
         );
         s.stop().await;
+    }
+}
+
+#[test]
+fn a_build_key_changes_with_everything_a_build_is_made_of() {
+    use warren_server::app::builds::build_key;
+    let base = build_key("t1", "Dockerfile", &["A=1".into()], Some("dev"));
+    assert_eq!(
+        base,
+        build_key("t1", "Dockerfile", &["A=1".into()], Some("dev"))
+    );
+    for other in [
+        build_key("t2", "Dockerfile", &["A=1".into()], Some("dev")),
+        build_key("t1", "other/Dockerfile", &["A=1".into()], Some("dev")),
+        build_key("t1", "Dockerfile", &["A=2".into()], Some("dev")),
+        build_key("t1", "Dockerfile", &[], Some("dev")),
+        build_key("t1", "Dockerfile", &["A=1".into()], None),
+        build_key("t1", "Dockerfile", &["A=1".into(), "dev".into()], None),
+    ] {
+        assert_ne!(base, other);
     }
 }

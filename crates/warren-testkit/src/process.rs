@@ -1,5 +1,5 @@
 //! Test-only: running a program to its end and failing the test, with the program's own words,
-//! when it does not succeed.
+//! when it does not succeed; reading a tar archive with the system's `tar`.
 
 use std::process::{Command, Output};
 
@@ -32,6 +32,23 @@ pub fn output(command: &mut Command) -> Output {
         Ok(out) => out,
         Err(e) => panic!("{} could not start: {e}", describe(command)),
     }
+}
+
+/// The names of the files (not directories) in tar archive `tar`, sorted, as the system's
+/// `tar` lists them: a test of an archive reads it with the tool users have.
+#[track_caller]
+pub fn tar_names(tar: &[u8]) -> Vec<String> {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("archive.tar");
+    std::fs::write(&path, tar).expect("writing the archive");
+    let listed = stdout_ok(Command::new("tar").arg("-tf").arg(&path));
+    let mut names: Vec<String> = listed
+        .lines()
+        .filter(|l| !l.ends_with('/'))
+        .map(str::to_owned)
+        .collect();
+    names.sort();
+    names
 }
 
 /// The program and its arguments, as a reader would type them.

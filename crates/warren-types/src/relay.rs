@@ -157,6 +157,11 @@ pub const IMAGE_BUILDS_ANNOTATION: &str = "warren.dev/image-builds";
 pub const BUILD_CONTEXT_PATH: &str = "/internal/agents/build-context";
 /// Response header of [`BUILD_CONTEXT_PATH`]: the commit the context was archived from.
 pub const BUILD_COMMIT_HEADER: &str = "warren-build-commit";
+/// Response header of [`BUILD_CONTEXT_PATH`]: the build's key, a digest of everything the
+/// build is made of (the context's contents, the Dockerfile's path, the arguments, the
+/// target). Two builds with one key build the same thing, so an agent may reuse the image
+/// of one for the other instead of building again.
+pub const BUILD_KEY_HEADER: &str = "warren-build-key";
 
 /// Which build context an agent wants: the one of image `image` of its workspace
 /// `workspace`.
@@ -168,13 +173,16 @@ pub struct BuildContextRequest {
 }
 
 /// The relay's first answer on a [`StreamOpen::BuildContext`] stream: the server's status,
-/// and its commit (200) or its message (otherwise).
+/// and its commit and key (200) or its message (otherwise).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BuildContextReply {
     pub status: u16,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
+    /// The build's key ([`BUILD_KEY_HEADER`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }

@@ -239,6 +239,23 @@ fn cli_devcontainer_validates_renders_and_refuses_by_name() {
         text(&d.stdout)
     );
 
+    // A build: said, with where it comes from.
+    std::fs::write(
+        &file,
+        r#"{ "build": { "dockerfile": "Dockerfile", "context": ".." } }"#,
+    )
+    .unwrap();
+    let v = warren(&["devcontainer", "validate", path]);
+    assert!(v.status.success(), "{}", text(&v.stderr));
+    assert!(
+        text(&v.stdout).contains(
+            "built when the workspace starts, from its project: \
+             localhost/warren/devcontainer:latest (from .devcontainer/Dockerfile, context .)"
+        ),
+        "{}",
+        text(&v.stdout)
+    );
+
     std::fs::write(
         &file,
         r#"{ "image": "busybox", "privileged": true, "capAdd": ["NET_ADMIN"] }"#,

@@ -10,7 +10,6 @@
 
 use crate::support;
 
-use std::process::Command;
 use std::time::Duration;
 use support::{
     ensure_image, host_address, podman_available, running, show, unique_name, wait_for, Up,
@@ -45,11 +44,9 @@ const FAILING: &str = "FROM localhost/warren-test:latest
 RUN echo the-step-before-the-failure && exit 3
 ";
 
+/// What a shell command in the container prints, trimmed.
 fn sh(id: &str, script: &str) -> String {
-    let out = Command::new("podman")
-        .args(["exec", id, "sh", "-c", script])
-        .output()
-        .expect("podman exec");
+    let out = support::podman_sh(id, script);
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
@@ -132,6 +129,23 @@ fn a_dev_container_with_a_dockerfile_is_built_then_run_and_a_failed_build_says_w
         || (sh(&id, "cat \"$HOME/created.txt\"") == "hello-from-the-build").then_some(()),
         || sh(&id, "cat /projects/.warren/logs/*.log"),
     );
+    // A second workspace of the same configuration takes the image over: no step runs again.
+    let again = unique_name("dcagain");
+    let _cleanup_again = support::Workspaces(vec![again.clone()]);
+    up.cli_ok(&[
+        "ws",
+        "create",
+        "--project",
+        &project,
+        "--name",
+        &again,
+        "--wait",
+        "--timeout",
+        "5m",
+    ]);
+    let output = up.cli_ok(&["ws", "logs", &again, "--container", "warren-build"]);
+    assert!(output.contains("reusing image"), "{output}");
+    up.cli_ok(&["ws", "rm", &again, "--wait", "--timeout", "2m"]);
     // The password reached the build through the server only.
     let log = up.log();
     assert!(!log.contains(PASSWORD), "the password shows in the log");

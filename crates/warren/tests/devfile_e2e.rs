@@ -10,15 +10,10 @@ use crate::support;
 
 use std::process::Command;
 use std::time::Duration;
-use support::{ensure_image, host_address, podman_available, unique_name, wait_for, Up};
+use support::{
+    ensure_image, host_address, podman_available, podman_sh as sh, unique_name, wait_for, Up,
+};
 use warren_testkit::git_http::{git, GitHttpServer};
-
-fn sh(container: &str, script: &str) -> std::process::Output {
-    Command::new("podman")
-        .args(["exec", container, "sh", "-c", script])
-        .output()
-        .expect("podman exec")
-}
 
 fn devfile(lib: &str, starters: &str, image: &str) -> String {
     format!(

@@ -10,7 +10,10 @@ use crate::support;
 
 use std::process::Command;
 use std::time::Duration;
-use support::{ensure_image, host_address, podman_available, running, unique_name, wait_for, Up};
+use support::{
+    ensure_image, host_address, podman_available, podman_sh as sh, running, unique_name, wait_for,
+    Up,
+};
 use warren_testkit::git_http::GitHttpServer;
 
 const PASSWORD: &str = "pw-never-shown-7f3a";
@@ -25,14 +28,6 @@ components:
       memoryLimit: 256Mi
       mountSources: true
 "#;
-
-/// Runs a shell command in the workspace's container as its user.
-fn sh(id: &str, script: &str) -> std::process::Output {
-    Command::new("podman")
-        .args(["exec", id, "sh", "-c", script])
-        .output()
-        .expect("podman exec")
-}
 
 #[test]
 fn a_workspace_clones_and_pushes_a_private_repository_without_exposing_the_secret() {

@@ -79,6 +79,7 @@ impl RelayConnection {
         .boxed();
         Ok(FetchedContext {
             commit: reply.commit.unwrap_or_default(),
+            key: reply.key,
             archive,
         })
     }

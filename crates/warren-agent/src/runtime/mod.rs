@@ -212,6 +212,9 @@ pub type BuildProgress = futures::stream::BoxStream<'static, Result<String, Runt
 pub struct FetchedContext {
     /// The commit of the project it was archived from.
     pub commit: String,
+    /// The build's key (`warren_types::relay::BUILD_KEY_HEADER`), when the server gave one:
+    /// an image built with the same key may be used instead of building again.
+    pub key: Option<String>,
     pub archive: BuildContext,
 }
 

@@ -278,15 +278,21 @@ impl Relay {
                     let reply = BuildContextReply {
                         status,
                         commit: None,
+                        key: None,
                         message: Some(message),
                     };
                     write_json(&mut stream, &reply).await?;
                     return stream.shutdown().await.map_err(tunnel::TunnelError::Write);
                 }
-                Ok(BuildContextAnswer::Archive { commit, response }) => {
+                Ok(BuildContextAnswer::Archive {
+                    commit,
+                    key,
+                    response,
+                }) => {
                     let reply = BuildContextReply {
                         status: 200,
                         commit: Some(commit),
+                        key,
                         message: None,
                     };
                     write_json(&mut stream, &reply).await?;
@@ -297,6 +303,7 @@ impl Relay {
                     let reply = BuildContextReply {
                         status: 502,
                         commit: None,
+                        key: None,
                         message: Some("the relay cannot reach the server".into()),
                     };
                     write_json(&mut stream, &reply).await?;

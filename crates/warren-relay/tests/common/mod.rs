@@ -1,5 +1,5 @@
 //! Test harness: a server double on a real socket (authenticate + reconcile per the spec,
-//! JWT checked), a relay on port 0, an agent (real connection + reconciler + simulated
+//! build contexts; JWT checked), a relay on port 0, an agent (real connection + reconciler + simulated
 //! runtime), and helpers to call the relay's internal endpoints.
 #![allow(dead_code)]
 
@@ -11,6 +11,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
+use futures::StreamExt;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use model::ServerModel;
 use std::collections::HashMap;
@@ -138,6 +139,56 @@ async fn reconcile(
     (StatusCode::CREATED, Json(response)).into_response()
 }
 
+/// Breaks the connection of the double's `broken` build context.
+pub static BREAK_CONTEXT: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// Bytes of the build context the double serves for workspace `whole`.
+pub const CONTEXT_BYTES: usize = 300 * 1024;
+
+/// The double's build contexts: `whole` gets [`CONTEXT_BYTES`] bytes, `broken` half of them
+/// and then a broken connection ([`BREAK_CONTEXT`]), any other workspace a 404 naming it.
+async fn build_context(
+    headers: HeaderMap,
+    Json(req): Json<warren_types::relay::BuildContextRequest>,
+) -> Response {
+    let Ok(claims) = check_relay_jwt(&headers) else {
+        return StatusCode::UNAUTHORIZED.into_response();
+    };
+    let body = |n: usize| (0..n).map(|i| (i % 251) as u8).collect::<Vec<u8>>();
+    match req.workspace.as_str() {
+        "whole" => (
+            [(warren_types::relay::BUILD_COMMIT_HEADER, "c0ffee")],
+            body(CONTEXT_BYTES),
+        )
+            .into_response(),
+        "broken" => {
+            // Half, then the connection breaks once the test says so: by then the relay has
+            // passed on the answer, so only the archive can be cut short.
+            let half = bytes::Bytes::from(body(CONTEXT_BYTES / 2));
+            let chunks = futures::stream::once(async move { Ok(half) }).chain(
+                futures::stream::once(async {
+                    BREAK_CONTEXT.notified().await;
+                    Err(std::io::Error::other("the repository went away"))
+                }),
+            );
+            (
+                [(warren_types::relay::BUILD_COMMIT_HEADER, "c0ffee")],
+                axum::body::Body::from_stream(chunks),
+            )
+                .into_response()
+        }
+        other => (
+            StatusCode::NOT_FOUND,
+            Json(
+                serde_json::json!({"error": {"code": "not_found", "message": format!(
+                    "workspace {other:?} of agent {}", claims.sub.unwrap_or_default()
+                )}}),
+            ),
+        )
+            .into_response(),
+    }
+}
+
 impl TestServer {
     pub async fn start(settings: ReconcileSettings) -> TestServer {
         Self::start_on("127.0.0.1:0".parse().unwrap(), settings).await
@@ -160,6 +211,7 @@ impl TestServer {
         let app = Router::new()
             .route(AUTHENTICATE_PATH, post(authenticate))
             .route(RECONCILE_PATH, post(reconcile))
+            .route(warren_types::relay::BUILD_CONTEXT_PATH, post(build_context))
             .with_state(state.clone());
         let listener = TcpListener::bind(addr).await.unwrap();
         let addr = listener.local_addr().unwrap();

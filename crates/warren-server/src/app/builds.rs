@@ -8,6 +8,7 @@
 //! [`MAX_BUILD_CONTEXT_BYTES`].
 
 use super::{AppError, AppState, ErrorKind};
+use sha2::{Digest, Sha256};
 use warren_git::{Archive, Remote};
 use warren_types::relay::BuildContextRequest;
 use warren_types::DesiredState;
@@ -15,12 +16,37 @@ use warren_types::DesiredState;
 /// Largest build context the server archives for an agent.
 pub const MAX_BUILD_CONTEXT_BYTES: u64 = 1 << 30;
 
+/// A build context and the build's key.
+#[derive(Debug)]
+pub struct BuildContext {
+    pub archive: Archive,
+    /// [`warren_types::relay::BUILD_KEY_HEADER`]: see [`build_key`].
+    pub key: String,
+}
+
+/// The key of a build: a digest of the context's tree (its contents), the Dockerfile's path in
+/// it, the arguments and the target — all a build is made of besides what its steps fetch.
+pub fn build_key(tree: &str, dockerfile: &str, args: &[String], target: Option<&str>) -> String {
+    let mut h = Sha256::new();
+    for part in ["warren build key 1", tree, dockerfile] {
+        h.update(part.as_bytes());
+        h.update([0]);
+    }
+    for a in args {
+        h.update(a.as_bytes());
+        h.update([0]);
+    }
+    h.update([1]);
+    h.update(target.unwrap_or_default().as_bytes());
+    hex::encode(h.finalize())
+}
+
 /// The context of `req.image` of `req.workspace`, for the agent the relay's JWT names.
 pub async fn context(
     state: &AppState,
     bearer: Option<&str>,
     req: &BuildContextRequest,
-) -> Result<Archive, AppError> {
+) -> Result<BuildContext, AppError> {
     let agent = super::gitops::relay_agent(state, bearer).await?;
     // Another agent's workspace is as absent as a deleted one.
     let w = state
@@ -46,7 +72,7 @@ pub async fn context(
                 req.image, w.name
             ))
         })?;
-    let (context, _) = image
+    let (context, dockerfile) = image
         .build_paths()
         .map_err(|why| AppError::new(ErrorKind::Unprocessable, "invalid_devfile", why))?;
     let unusable = |why: &str| {
@@ -75,6 +101,12 @@ pub async fn context(
         .archive(remote, git_ref, &context, MAX_BUILD_CONTEXT_BYTES)
         .await
         .map_err(|e| super::projects::git_error(&project.name, &e))?;
+    let key = build_key(
+        &archive.tree,
+        &dockerfile,
+        &image.args,
+        image.target.as_deref(),
+    );
     tracing::info!(workspace = %w.name, image = %req.image, project = %project.name, git_ref, commit = %archive.commit, bytes = archive.len, "build context archived");
-    Ok(archive)
+    Ok(BuildContext { archive, key })
 }

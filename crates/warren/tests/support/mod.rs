@@ -263,6 +263,14 @@ pub fn ensure_image() {
     }
 }
 
+/// Runs a shell command in a container as its user (`podman exec`).
+pub fn podman_sh(container: &str, script: &str) -> Output {
+    Command::new("podman")
+        .args(["exec", container, "sh", "-c", script])
+        .output()
+        .expect("podman exec")
+}
+
 pub fn podman(args: &[&str]) -> String {
     let out = Command::new("podman").args(args).output().expect("podman");
     String::from_utf8_lossy(&out.stdout).into_owned()

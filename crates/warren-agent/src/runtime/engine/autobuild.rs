@@ -9,6 +9,12 @@
 //!
 //! The whole output goes to `build.log` in the workspace's state directory, and its last
 //! lines into the failure shown on the workspace when a build fails.
+//!
+//! A build the installation has made before — the server's key for it, a digest of the
+//! context's contents, Dockerfile, arguments and target, equal to an image's
+//! `warren.dev/build-key` — is not run again: the image is taken over under the workspace's
+//! own name by a build of `FROM <that image>` alone, which runs no step. The layer cache
+//! already shares steps between workspaces of one engine; this only skips re-running them.
 
 use super::scope::BuildScope;
 use super::*;
@@ -104,6 +110,38 @@ impl EngineRuntime {
         }
     }
 
+    /// An image of this installation built with `key`, when there is one: the same build,
+    /// whichever workspace it was made for. Only the agent writes the owner and key labels
+    /// (`build` sets both on every build), so a Dockerfile's `LABEL` cannot pass for one.
+    async fn reusable_build(&self, key: &str) -> Result<Option<String>, String> {
+        // One label filter: Podman 4's compatible API answers none for two.
+        let options = bollard::query_parameters::ListImagesOptions {
+            filters: Some(HashMap::from([(
+                "label".to_owned(),
+                vec![format!("{}={key}", super::scope::BUILD_KEY_LABEL)],
+            )])),
+            ..Default::default()
+        };
+        let images = self
+            .inner
+            .docker
+            .list_images(Some(options))
+            .await
+            .map_err(|e| format!("looking for an image built from the same sources: {e}"))?;
+        // The owner checked here, the key again: an engine that ignored the filter must not
+        // make a stranger's image ours.
+        Ok(images
+            .into_iter()
+            .find(|i| {
+                i.labels.get(OWNER_LABEL) == Some(&self.inner.owner)
+                    && i.labels
+                        .get(super::scope::BUILD_KEY_LABEL)
+                        .map(String::as_str)
+                        == Some(key)
+            })
+            .map(|i| i.id.trim_start_matches("sha256:").to_owned()))
+    }
+
     /// The last `tail` lines of the workspace's last build at start.
     pub(super) fn build_log(
         &self,
@@ -180,10 +218,37 @@ impl EngineRuntime {
                 "warren: building image {} from commit {} of the workspace's project",
                 task.image, fetched.commit
             );
-            let mut progress = self
-                .build(workspace, task, fetched.archive)
-                .await
-                .map_err(|e| failure(task, warren_types::error_chain(&e)))?;
+            let reuse = match &fetched.key {
+                Some(key) => self
+                    .reusable_build(key)
+                    .await
+                    .map_err(|e| failure(task, e))?,
+                None => None,
+            };
+            let mut progress = match reuse {
+                // Dropping the archive ends the transfer: nothing of it is needed.
+                Some(id) => {
+                    let _ = writeln!(
+                        log,
+                        "warren: reusing image {id}, built from the same sources: no step runs again"
+                    );
+                    let relabel = BuildImageTask {
+                        image: task.image.clone(),
+                        dockerfile: "Dockerfile".into(),
+                        args: vec![],
+                        target: None,
+                    };
+                    let context = single_file_context("Dockerfile", &format!("FROM {id}\n"))
+                        .map_err(|e| failure(task, e))?;
+                    self.build(workspace, &relabel, context, fetched.key.as_deref())
+                        .await
+                }
+                None => {
+                    self.build(workspace, task, fetched.archive, fetched.key.as_deref())
+                        .await
+                }
+            }
+            .map_err(|e| failure(task, warren_types::error_chain(&e)))?;
             let mut tail: VecDeque<String> = VecDeque::new();
             while let Some(item) = progress.next().await {
                 match item {
@@ -209,6 +274,18 @@ impl EngineRuntime {
         }
         Ok(())
     }
+}
+
+/// A build context of one file.
+fn single_file_context(name: &str, text: &str) -> std::io::Result<crate::runtime::BuildContext> {
+    let mut archive = tar::Builder::new(Vec::new());
+    let mut header = tar::Header::new_ustar();
+    header.set_size(text.len() as u64);
+    header.set_mode(0o644);
+    header.set_cksum();
+    archive.append_data(&mut header, name, text.as_bytes())?;
+    let bytes = bytes::Bytes::from(archive.into_inner()?);
+    Ok(futures::stream::once(async move { Ok(bytes) }).boxed())
 }
 
 #[cfg(test)]

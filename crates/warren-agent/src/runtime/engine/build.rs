@@ -21,7 +21,7 @@
 //! directory unchecked (and takes a JSON list as absolute paths), which would read a file of
 //! the engine's host.
 
-use super::scope::{BUILD_SCOPE_LABEL, BUILT_FOR_LABEL};
+use super::scope::{BUILD_KEY_LABEL, BUILD_SCOPE_LABEL, BUILT_FOR_LABEL};
 use super::{EngineRuntime, OWNER_LABEL};
 use crate::runtime::{BuildContext, BuildProgress, RuntimeError, WorkspaceKey, AGENT_ID_LABEL};
 use futures::StreamExt;
@@ -43,6 +43,7 @@ impl EngineRuntime {
         workspace: &WorkspaceKey,
         task: &BuildImageTask,
         context: BuildContext,
+        key: Option<&str>,
     ) -> Result<BuildProgress, RuntimeError> {
         let refused = |why: String| {
             RuntimeError::NotAvailable(format!("building image {}: {why}", task.image))
@@ -78,6 +79,10 @@ impl EngineRuntime {
             (OWNER_LABEL.to_owned(), self.inner.owner.clone()),
             (BUILT_FOR_LABEL.to_owned(), name.clone()),
             (BUILD_SCOPE_LABEL.to_owned(), scope.label().to_owned()),
+            (
+                BUILD_KEY_LABEL.to_owned(),
+                key.unwrap_or_default().to_owned(),
+            ),
         ]);
         let json = |v: &HashMap<String, String>| serde_json::to_string(v).unwrap_or_default();
         let mut query = vec![

@@ -32,6 +32,10 @@ pub const BUILD_SCOPE_LABEL: &str = "warren.dev/build-scope";
 /// Label of an image a workspace built: the workspace's name. Builds before
 /// [`BUILD_SCOPE_LABEL`] existed carry only this one (and the name they were asked for).
 pub const BUILT_FOR_LABEL: &str = "warren.dev/built-for";
+/// Label of an image a workspace built: the build's key (`warren_types::relay::BUILD_KEY_HEADER`)
+/// when built at start, else empty — always set by the agent, so a Dockerfile's own `LABEL`
+/// can never claim a key.
+pub const BUILD_KEY_LABEL: &str = "warren.dev/build-key";
 /// Where every build's name starts.
 pub const SCOPE_ROOT: &str = "localhost/warren-ws";
 /// Longest repository name an engine accepts (the distribution specification's limit).

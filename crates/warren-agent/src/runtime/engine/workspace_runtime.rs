@@ -41,7 +41,7 @@ impl WorkspaceRuntime for EngineRuntime {
         task: &warren_types::relay::BuildImageTask,
         context: crate::runtime::BuildContext,
     ) -> Result<crate::runtime::BuildProgress, RuntimeError> {
-        self.build(workspace, task, context).await
+        self.build(workspace, task, context, None).await
     }
 
     async fn apply(

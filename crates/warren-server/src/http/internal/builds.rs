@@ -8,7 +8,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::response::Response;
 use http::{header, HeaderMap, HeaderValue, StatusCode};
-use warren_types::relay::{BuildContextRequest, BUILD_COMMIT_HEADER};
+use warren_types::relay::{BuildContextRequest, BUILD_COMMIT_HEADER, BUILD_KEY_HEADER};
 
 pub async fn context(
     State(state): State<AppState>,
@@ -16,7 +16,8 @@ pub async fn context(
     InternalJson(req): InternalJson<BuildContextRequest>,
 ) -> Result<Response, HttpError> {
     let bearer = crate::relay::jwt::bearer(&headers);
-    let archive = app::builds::context(&state, bearer, &req).await?;
+    let app::builds::BuildContext { archive, key } =
+        app::builds::context(&state, bearer, &req).await?;
     let body = Body::from_stream(tokio_util::io::ReaderStream::new(
         tokio::fs::File::from_std(archive.file),
     ));
@@ -28,8 +29,13 @@ pub async fn context(
         HeaderValue::from_static("application/x-tar"),
     );
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(archive.len));
-    if let Ok(commit) = HeaderValue::from_str(&archive.commit) {
-        h.insert(BUILD_COMMIT_HEADER, commit);
+    for (name, value) in [
+        (BUILD_COMMIT_HEADER, &archive.commit),
+        (BUILD_KEY_HEADER, &key),
+    ] {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            h.insert(name, v);
+        }
     }
     Ok(resp)
 }

@@ -103,10 +103,26 @@ async fn an_image_built_at_start_runs_and_is_built_once() -> Result<()> {
     let o = observe(&h.runtime, &ws).await?.context("listed")?;
     assert!(o.pod_failure.is_none(), "{o:?}");
     assert_ne!(derive(&o), ActualState::Running);
+    // Followed from now, the build's output comes as it is written and ends with it.
+    let mut follow = h
+        .runtime
+        .follow_logs(&ws.key, Some("warren-build"), 100)
+        .await?;
+    let followed = tokio::spawn(async move {
+        let mut text = Vec::new();
+        while let Some(chunk) = follow.next().await {
+            text.extend_from_slice(&chunk?);
+        }
+        anyhow::Ok(String::from_utf8_lossy(&text).into_owned())
+    });
     // A full reconcile applies the same objects again: the build goes on, not over.
     h.runtime.apply(&ws.key, &objects).await?;
     contexts.gate.add_permits(1_000);
     wait_state(&h.runtime, &ws, ActualState::Running).await?;
+    let followed = tokio::time::timeout(std::time::Duration::from_secs(120), followed)
+        .await
+        .context("the followed build log ends with the build")???;
+    assert!(followed.contains("/tmp/built"), "{followed}");
     assert_eq!(contexts.fetches.load(Ordering::SeqCst), 1);
     assert_eq!(exec(&ws, "dev", "cat /tmp/built")?.trim(), "built-at-start");
     let log = h.runtime.logs(&ws.key, Some("warren-build"), 100).await?;

@@ -540,8 +540,13 @@ async fn a_repository_with_only_a_dev_container_configuration() {
         let w = s
             .workspace(&bob, json!({"project": "both", "name": "bob-both"}))
             .await;
+        let notices = w["notices"].to_string();
         assert!(
-            !w["notices"].to_string().contains("dev container"),
+            notices.contains(".devcontainer.json: the repository also has this dev container configuration; the devfile .devfile.yaml is the one used"),
+            "[{l}] the choice is shown: {notices}"
+        );
+        assert!(
+            !notices.contains("runs this dev container configuration"),
             "[{l}] {w}"
         );
 

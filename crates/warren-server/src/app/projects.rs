@@ -295,6 +295,16 @@ pub async fn remove_member(
     }
 }
 
+/// A workspace definition read from a repository.
+#[derive(Debug)]
+pub struct FromRepository {
+    /// The devfile (a dev container configuration converted).
+    pub devfile: String,
+    /// Said to whoever creates the workspace: which definition was chosen when the
+    /// repository has both a devfile and a dev container configuration.
+    pub notice: Option<String>,
+}
+
 /// The devfile in the project's repository at `git_ref`, read with its credential; errors
 /// name the repository, ref and path. When the project's devfile path holds none, a dev
 /// container configuration (`.devcontainer/devcontainer.json`, then `.devcontainer.json`)
@@ -306,7 +316,7 @@ pub async fn devfile_from_repository(
     p: &ProjectRow,
     git_ref: &str,
     variables: &[StoredVariable],
-) -> Result<String, AppError> {
+) -> Result<FromRepository, AppError> {
     let credential = state.store.project_credential(p)?;
     let remote = Remote {
         url: &p.git_url,
@@ -334,7 +344,20 @@ pub async fn devfile_from_repository(
         )
     })?;
     if !warren_devcontainer::is_config_path(path) {
-        return Ok(text);
+        // A dev container beside the devfile: said, since the user may have meant it. The
+        // commit is read already, so this costs no fetch.
+        let beside = state
+            .git
+            .read_first(remote, &file.commit, &warren_devcontainer::LOCATIONS)
+            .await
+            .ok()
+            .map(|(i, _)| warren_devcontainer::LOCATIONS[i]);
+        return Ok(FromRepository {
+            devfile: text,
+            notice: beside.map(|b| {
+                format!("{b}: the repository also has this dev container configuration; the devfile {path} is the one used (a devfile wins)")
+            }),
+        });
     }
     let local_env = variables
         .iter()
@@ -354,7 +377,10 @@ pub async fn devfile_from_repository(
         secrets: &secrets,
     };
     match warren_devcontainer::convert(&input) {
-        Ok(c) => Ok(c.devfile),
+        Ok(c) => Ok(FromRepository {
+            devfile: c.devfile,
+            notice: None,
+        }),
         Err(problems) => Err(AppError::new(
             ErrorKind::Unprocessable,
             "invalid_devcontainer",

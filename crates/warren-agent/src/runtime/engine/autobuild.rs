@@ -29,6 +29,8 @@ use warren_types::relay::{BuildImageTask, IMAGE_BUILDS_ANNOTATION};
 const FAILURE_LINES: usize = 15;
 /// The `reason` of a workspace whose image could not be built.
 pub const BUILD_FAILED_REASON: &str = "ImageBuildFailed";
+/// How often a followed build log is looked at for more.
+const FOLLOW_INTERVAL: std::time::Duration = std::time::Duration::from_millis(250);
 /// The name `warren ws logs --container` gives the output of the workspace's last build at
 /// start (no devfile component may be called `warren-…`).
 pub const BUILD_LOG: &str = "warren-build";
@@ -142,12 +144,12 @@ impl EngineRuntime {
             .map(|i| i.id.trim_start_matches("sha256:").to_owned()))
     }
 
-    /// The last `tail` lines of the workspace's last build at start.
-    pub(super) fn build_log(
+    /// The last `tail` lines of the workspace's last build at start, and its length then.
+    fn build_log(
         &self,
         workspace: &WorkspaceKey,
         tail: u32,
-    ) -> Result<Vec<u8>, RuntimeError> {
+    ) -> Result<(Vec<u8>, u64), RuntimeError> {
         let path = self.workspace_dir(&workspace.name).join("build.log");
         let text = match std::fs::read(&path) {
             Ok(t) => t,
@@ -158,9 +160,54 @@ impl EngineRuntime {
             }
             Err(e) => return Err(runtime_err(format!("reading {}", path.display()), e)),
         };
+        let len = text.len() as u64;
         let lines: Vec<&[u8]> = text.split_inclusive(|b| *b == b'\n').collect();
         let from = lines.len().saturating_sub(tail as usize);
-        Ok(crate::runtime::log_tail(lines[from..].concat()))
+        Ok((crate::runtime::log_tail(lines[from..].concat()), len))
+    }
+
+    /// The last `tail` lines of the workspace's last build at start; following, what the
+    /// build writes next, until it ends (a build that is not running ends the stream at once).
+    pub(super) fn build_log_stream(
+        &self,
+        workspace: &WorkspaceKey,
+        tail: u32,
+        follow: bool,
+    ) -> Result<crate::runtime::LogStream, RuntimeError> {
+        let (first, offset) = self.build_log(workspace, tail)?;
+        let first = futures::stream::once(async move { Ok(bytes::Bytes::from(first)) });
+        if !follow {
+            return Ok(first.boxed());
+        }
+        let this = self.clone();
+        let name = workspace.name.clone();
+        let path = self.workspace_dir(&name).join("build.log");
+        let rest = futures::stream::unfold(Some(offset), move |state| {
+            let (this, name, path) = (this.clone(), name.clone(), path.clone());
+            async move {
+                let mut offset = state?;
+                loop {
+                    let building = lock(&this.inner.builds.running).contains_key(&name);
+                    let text = std::fs::read(&path).unwrap_or_default();
+                    // A new build starts its log afresh.
+                    if (text.len() as u64) < offset {
+                        offset = 0;
+                    }
+                    let new = text[offset as usize..].to_vec();
+                    offset = text.len() as u64;
+                    if !new.is_empty() {
+                        let next = building.then_some(offset);
+                        return Some((Ok(bytes::Bytes::from(new)), next));
+                    }
+                    if !building {
+                        return None;
+                    }
+                    // A file has no change events the engine would send: look again soon.
+                    tokio::time::sleep(FOLLOW_INTERVAL).await;
+                }
+            }
+        });
+        Ok(first.chain(rest).boxed())
     }
 
     /// The builds the pod template of `deployment` asks for whose image this workspace

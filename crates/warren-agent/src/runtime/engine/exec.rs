@@ -154,9 +154,8 @@ impl EngineRuntime {
         follow: bool,
     ) -> Result<crate::runtime::LogStream, RuntimeError> {
         if container == Some(super::autobuild::BUILD_LOG) {
-            // A file, not a container: what is there now (a build's end shows on the workspace).
-            let text = bytes::Bytes::from(self.build_log(workspace, tail)?);
-            return Ok(futures::stream::once(async move { Ok(text) }).boxed());
+            // A file, not a container.
+            return self.build_log_stream(workspace, tail, follow);
         }
         let context = format!("reading the output of workspace {workspace}");
         let id = self.log_container(workspace, container).await?;

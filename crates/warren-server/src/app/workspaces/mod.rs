@@ -396,20 +396,22 @@ pub async fn create(
         .or_else(|| project.as_ref().map(|p| p.default_ref.clone()));
     // The request's devfile, else the project's stored one, else the one in its repository
     // at the workspace's ref; the server default only without a project.
+    let mut chosen = None;
     let (devfile_text, field) = match (&req.devfile, &project) {
         (Some(d), _) => (d.clone(), "devfile"),
         (None, Some(p)) => match &p.devfile {
             Some(d) => (d.clone(), "project devfile"),
-            None => (
-                super::projects::devfile_from_repository(
+            None => {
+                let read = super::projects::devfile_from_repository(
                     state,
                     p,
                     git_ref.as_deref().unwrap_or(&p.default_ref),
                     &variables,
                 )
-                .await?,
-                "repository devfile",
-            ),
+                .await?;
+                chosen = read.notice;
+                (read.devfile, "repository devfile")
+            }
         },
         (None, None) => (state.default_devfile.as_str().to_owned(), "default devfile"),
     };
@@ -467,7 +469,9 @@ pub async fn create(
             Ok(w) => {
                 state.signals.notify(agent.id);
                 state.changed();
-                return with_notices(&w, for_caller(state, who, &w).await?);
+                let mut shown = with_notices(&w, for_caller(state, who, &w).await?)?;
+                shown.notices.splice(0..0, chosen);
+                return Ok(shown);
             }
             // A generated name collided: draw another.
             // The insert's only unique key is the name: a conflict is a name collision.

@@ -8,7 +8,6 @@ use crate::common;
 use common::*;
 use futures::StreamExt;
 use warren_agent::runtime::FetchedContext;
-use warren_types::reconcile::ReconcileSettings;
 
 /// The context of `workspace` as the runtime gets it, or the reason there is none.
 async fn open(agent: &TestAgent, workspace: &str) -> Result<FetchedContext, String> {
@@ -32,15 +31,7 @@ async fn read(fetched: FetchedContext) -> Result<Vec<u8>, String> {
 #[test]
 fn a_build_context_arrives_whole_or_not_at_all() {
     block_on(async {
-        let server = TestServer::start(ReconcileSettings {
-            full_reconciliation_interval_seconds: 3600,
-            partial_reconciliation_interval_seconds: 3600,
-        })
-        .await;
-        server.with(|s| s.model.create("ws-a"));
-        let relay = TestRelay::start(&server.url).await;
-        let agent = TestAgent::start(relay.agent_url(), GOOD_TOKEN);
-        agent.has_workspace("ws-a").await;
+        let (_server, relay, agent) = one_workspace().await;
 
         let fetched = open(&agent, "whole").await.expect("the whole context");
         assert_eq!(fetched.commit, "c0ffee");

@@ -5,20 +5,6 @@ use crate::common;
 
 use common::*;
 use tokio::io::AsyncReadExt;
-use warren_types::reconcile::ReconcileSettings;
-
-async fn setup() -> (TestServer, TestRelay, TestAgent) {
-    let server = TestServer::start(ReconcileSettings {
-        full_reconciliation_interval_seconds: 3600,
-        partial_reconciliation_interval_seconds: 3600,
-    })
-    .await;
-    server.with(|s| s.model.create("ws-a"));
-    let relay = TestRelay::start(&server.url).await;
-    let agent = TestAgent::start(relay.agent_url(), GOOD_TOKEN);
-    agent.has_workspace("ws-a").await;
-    (server, relay, agent)
-}
 
 /// The logs stream the server asks for with `query`, or `Err((status, body))` when refused.
 async fn logs_upgrade(
@@ -42,7 +28,7 @@ async fn logs(relay: &TestRelay, query: &[(&str, &str)]) -> Result<String, (u16,
 
 #[tokio::test]
 async fn logs_come_back_as_text_with_the_tail_asked_for() {
-    let (_server, relay, agent) = setup().await;
+    let (_server, relay, agent) = one_workspace().await;
     let ns = common::model::NAMESPACE;
     agent
         .runtime
@@ -85,7 +71,7 @@ async fn logs_come_back_as_text_with_the_tail_asked_for() {
 /// it on the agent's side too (a new follower still works).
 #[tokio::test]
 async fn followed_logs_stream_later_output() {
-    let (_server, relay, agent) = setup().await;
+    let (_server, relay, agent) = one_workspace().await;
     let ns = common::model::NAMESPACE;
     agent.runtime.set_logs(&key("ws-a"), None, "one\ntwo\n");
     let open = || async {

@@ -14,7 +14,6 @@ use std::time::Duration;
 use support::{
     ensure_image, host_address, podman_available, running, show, unique_name, wait_for, Up,
 };
-use warren_testkit::git_http::GitHttpServer;
 
 const PASSWORD: &str = "dc-build-pass-41c7";
 
@@ -58,13 +57,7 @@ fn a_dev_container_with_a_dockerfile_is_built_then_run_and_a_failed_build_says_w
     let _serial = support::one_warren_up_at_a_time();
     ensure_image();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let git = rt
-        .block_on(GitHttpServer::start_on(
-            "0.0.0.0:0".parse().unwrap(),
-            "ann",
-            PASSWORD,
-        ))
-        .expect("git server");
+    let git = support::git_server_for_workspaces(&rt, "ann", PASSWORD);
     git.create_repo(
         "built",
         &[

@@ -14,7 +14,6 @@ use support::{
     ensure_image, host_address, podman_available, podman_sh as sh, running, unique_name, wait_for,
     Up,
 };
-use warren_testkit::git_http::GitHttpServer;
 
 const PASSWORD: &str = "pw-never-shown-7f3a";
 
@@ -37,13 +36,7 @@ fn a_workspace_clones_and_pushes_a_private_repository_without_exposing_the_secre
     let _serial = support::one_warren_up_at_a_time();
     ensure_image();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let git = rt
-        .block_on(GitHttpServer::start_on(
-            "0.0.0.0:0".parse().unwrap(),
-            "ann",
-            PASSWORD,
-        ))
-        .expect("git server");
+    let git = support::git_server_for_workspaces(&rt, "ann", PASSWORD);
     let first = git
         .create_repo(
             "app",
@@ -178,13 +171,7 @@ fn the_home_persists_across_a_restart_and_dotfiles_install_once() {
     ensure_image();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     // A public host: dotfiles repositories are cloned without credentials.
-    let git = rt
-        .block_on(GitHttpServer::start_on(
-            "0.0.0.0:0".parse().unwrap(),
-            "",
-            "",
-        ))
-        .expect("git server");
+    let git = support::git_server_for_workspaces(&rt, "", "");
     git.create_repo(
         "dotfiles",
         &[(

@@ -569,3 +569,18 @@ async fn pump(
         }
     }
 }
+
+/// The server double wanting workspace `ws-a`, a relay, and an agent running it (reconciles
+/// an hour apart: only what a test asks for happens).
+pub async fn one_workspace() -> (TestServer, TestRelay, TestAgent) {
+    let server = TestServer::start(ReconcileSettings {
+        full_reconciliation_interval_seconds: 3600,
+        partial_reconciliation_interval_seconds: 3600,
+    })
+    .await;
+    server.with(|s| s.model.create("ws-a"));
+    let relay = TestRelay::start(&server.url).await;
+    let agent = TestAgent::start(relay.agent_url(), GOOD_TOKEN);
+    agent.has_workspace("ws-a").await;
+    (server, relay, agent)
+}

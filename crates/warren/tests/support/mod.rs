@@ -263,6 +263,21 @@ pub fn ensure_image() {
     }
 }
 
+/// A Git server (http-backend, basic auth as `user`/`password`; empty: none) that
+/// workspaces reach: it listens on every address, for `host_address()`.
+pub fn git_server_for_workspaces(
+    rt: &tokio::runtime::Runtime,
+    user: &str,
+    password: &str,
+) -> warren_testkit::git_http::GitHttpServer {
+    rt.block_on(warren_testkit::git_http::GitHttpServer::start_on(
+        "0.0.0.0:0".parse().unwrap(),
+        user,
+        password,
+    ))
+    .expect("git server")
+}
+
 /// Runs a shell command in a container as its user (`podman exec`).
 pub fn podman_sh(container: &str, script: &str) -> Output {
     Command::new("podman")

@@ -24,6 +24,8 @@ pub enum RuntimeChoice {
     Engine {
         state_dir: PathBuf,
         image_builds: bool,
+        /// Registries the agent itself reaches over plain HTTP (Features).
+        plain_http_registries: Vec<String>,
     },
     /// The cluster of the in-cluster configuration or KUBECONFIG; `components` is what devfile
     /// `kubernetes` components may apply there.
@@ -142,9 +144,13 @@ async fn run_agent(
             RuntimeChoice::Engine {
                 state_dir,
                 image_builds,
+                plain_http_registries,
             } => {
                 let mut engine_config = EngineConfig::new(agent, state_dir);
                 engine_config.image_builds = *image_builds;
+                engine_config
+                    .plain_http_registries
+                    .clone_from(plain_http_registries);
                 let engine = EngineRuntime::connect(engine_config)
                     .await
                     .map_err(AgentError::Engine)?;

@@ -18,7 +18,6 @@ use serde_json::Value;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use warren_agent::runtime::{BuildContexts, FetchedContext, WorkspaceRuntime};
-use warren_types::relay::IMAGE_BUILDS_ANNOTATION;
 use warren_types::state::ActualState;
 
 /// Serves one Dockerfile as every context, after `gate` lets it (`None`: at once), or
@@ -46,7 +45,12 @@ impl Contexts {
 
 #[async_trait]
 impl BuildContexts for Contexts {
-    async fn fetch(&self, _workspace: &str, _image: &str) -> Result<FetchedContext, String> {
+    async fn fetch(
+        &self,
+        _workspace: &str,
+        _image: &str,
+        _feature: Option<&str>,
+    ) -> Result<FetchedContext, String> {
         self.fetches.fetch_add(1, Ordering::SeqCst);
         let _permit = self.gate.acquire().await.map_err(|e| e.to_string())?;
         if let Some(r) = &self.refusal {
@@ -62,18 +66,16 @@ impl BuildContexts for Contexts {
     }
 }
 
-/// `ws`'s objects with its main container running `image`, built at start.
+/// `ws`'s objects with its main container running `image`, built at start from a Dockerfile.
 fn building(ws: &Workspace, image: &str) -> Vec<Value> {
-    let mut objects = ws.objects();
-    pod_spec(&mut objects)["containers"][0]["image"] = image.into();
-    let d = objects
-        .iter_mut()
-        .find(|o| o["kind"] == "Deployment")
-        .expect("a Deployment");
-    let builds = serde_json::json!([{"image": image, "dockerfile": "Dockerfile"}]);
-    d["spec"]["template"]["metadata"]["annotations"] =
-        serde_json::json!({ IMAGE_BUILDS_ANNOTATION: builds.to_string() });
-    objects
+    let task = warren_types::relay::BuildImageTask {
+        image: image.to_owned(),
+        dockerfile: "Dockerfile".into(),
+        args: vec![],
+        target: None,
+        features: None,
+    };
+    with_builds(ws, image, &[task])
 }
 
 #[tokio::test]
@@ -260,6 +262,7 @@ async fn a_second_workspace_with_the_same_build_key_reuses_the_image_and_a_label
         dockerfile: "Dockerfile".into(),
         args: vec![],
         target: None,
+        features: None,
     };
     let context = tar_context(&[(
         "Dockerfile",

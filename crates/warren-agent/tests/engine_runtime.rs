@@ -1392,6 +1392,7 @@ async fn build(h: &Harness, ws: &Workspace, image: &str, dockerfile: &str) -> Re
         dockerfile: "Dockerfile".into(),
         args: vec![],
         target: None,
+        features: None,
     };
     let context = tar_context(&[("Dockerfile", dockerfile)])?;
     let mut progress = h.runtime.build_image(&ws.key, &task, context).await?;
@@ -1556,6 +1557,7 @@ async fn an_agent_with_image_builds_off_refuses_every_build() -> Result<()> {
         dockerfile: "Dockerfile".into(),
         args: vec![],
         target: None,
+        features: None,
     };
     // Should a build happen after all.
     images.names.push(task.image.clone());

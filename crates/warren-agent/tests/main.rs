@@ -14,6 +14,7 @@ mod reconciler_model;
 mod engine_autobuild;
 mod engine_devfile;
 mod engine_exec;
+mod engine_features;
 mod engine_gitops;
 mod engine_plan;
 mod engine_runtime;

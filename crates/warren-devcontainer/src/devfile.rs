@@ -1,6 +1,6 @@
 //! The devfile a [`Config`] runs as: one main container component (`devcontainer`) with the
 //! image (built first by an `image` component with `autoBuild` when the configuration has a
-//! `build`), environment, forwarded ports as public endpoints, volumes and resources; the
+//! `build` or `features`), environment, forwarded ports as public endpoints, volumes and resources; the
 //! lifecycle commands as `postStart` exec commands, the once-per-workspace ones guarded by a
 //! marker on the workspace's volume.
 //!
@@ -11,6 +11,7 @@
 use crate::properties::{Config, Lifecycle, Stage};
 use crate::Notice;
 use serde_json::{json, Value};
+use warren_types::features::HOOKS_DIR;
 
 /// The main container component's name.
 pub const COMPONENT: &str = "devcontainer";
@@ -89,32 +90,20 @@ pub fn build(config: &Config, project: &str, notices: &mut Vec<Notice>) -> Value
             "container": container,
         }),
     );
-    if let Some(b) = &config.build {
-        let mut dockerfile = json!({"uri": b.dockerfile, "buildContext": b.context});
-        if !b.args.is_empty() {
-            dockerfile["args"] = json!(b.args);
-        }
-        let mut image = json!({
-            "name": IMAGE_COMPONENT,
-            "image": {"imageName": config.image, "autoBuild": true, "dockerfile": dockerfile},
-        });
-        if let Some(t) = &b.target {
-            image["attributes"] = json!({(warren_devfile::BUILD_TARGET_ATTRIBUTE): t});
-        }
-        components.insert(1, image);
+    if config.build.is_some() || config.features.is_some() {
+        components.insert(1, image_component(config));
     }
     let mut commands = vec![];
     let mut post_start = vec![];
-    for (stage, command) in &config.lifecycle {
-        let id = command_id(*stage);
-        let line = command_line(command);
+    for (stage, line) in stage_lines(config) {
+        let id = command_id(stage);
         let line = if stage.once() { once(&id, &line) } else { line };
         commands.push(json!({
             "id": id,
             "exec": {"component": COMPONENT, "commandLine": line, "workingDir": sources},
         }));
         post_start.push(id);
-        if *stage == Stage::UpdateContent {
+        if stage == Stage::UpdateContent && config.lifecycle.iter().any(|(s, _)| *s == stage) {
             notices.push(Notice {
                 path: stage.property().into(),
                 message: "runs once, at the workspace's first start, after the clone: Warren does not update a workspace's sources by itself".into(),
@@ -133,6 +122,65 @@ pub fn build(config: &Config, project: &str, notices: &mut Vec<Notice>) -> Value
     devfile
 }
 
+/// The `image` component that builds the dev container's image at the workspace's start:
+/// from its Dockerfile, or from its `image` as the base, with its Features on top.
+fn image_component(config: &Config) -> Value {
+    let mut image = json!({"imageName": config.image, "autoBuild": true});
+    let mut attributes = serde_json::Map::new();
+    if let Some(b) = &config.build {
+        let mut dockerfile = json!({"uri": b.dockerfile, "buildContext": b.context});
+        if !b.args.is_empty() {
+            dockerfile["args"] = json!(b.args);
+        }
+        image["dockerfile"] = dockerfile;
+        if let Some(t) = &b.target {
+            attributes.insert(warren_devfile::BUILD_TARGET_ATTRIBUTE.into(), json!(t));
+        }
+    }
+    if let Some(f) = &config.features {
+        attributes.insert(
+            warren_types::features::FEATURES_ATTRIBUTE.into(),
+            serde_json::to_value(f).unwrap_or_default(),
+        );
+    }
+    let mut component = json!({"name": IMAGE_COMPONENT, "image": image});
+    if !attributes.is_empty() {
+        component["attributes"] = Value::Object(attributes);
+    }
+    component
+}
+
+/// The shell text each lifecycle stage runs, in the specification's order: the
+/// configuration's command, after the commands its Features contribute (which the build that
+/// installs them leaves in [`HOOKS_DIR`]; with Features, every stage looks there).
+fn stage_lines(config: &Config) -> Vec<(Stage, String)> {
+    let mut out = vec![];
+    for stage in [
+        Stage::OnCreate,
+        Stage::UpdateContent,
+        Stage::PostCreate,
+        Stage::PostStart,
+    ] {
+        let own = config
+            .lifecycle
+            .iter()
+            .find(|(s, _)| *s == stage)
+            .map(|(_, c)| command_line(c));
+        let hooks = config.features.as_ref().map(|_| {
+            format!(
+                "for hook in {HOOKS_DIR}/{}/*; do\n  [ -f \"$hook\" ] || continue\n  echo \"warren: running the Feature command $hook\"\n  sh \"$hook\" || exit $?\ndone",
+                command_id(stage)
+            )
+        });
+        match (hooks, own) {
+            (Some(h), Some(o)) => out.push((stage, format!("{h}\n{o}"))),
+            (Some(line), None) | (None, Some(line)) => out.push((stage, line)),
+            (None, None) => {}
+        }
+    }
+    out
+}
+
 /// (`sourceMapping`, the repository's folder) for the configuration's `workspaceFolder`.
 fn sources(folder: &str, project: &str) -> (String, String) {
     match folder.rsplit_once('/') {
@@ -143,7 +191,8 @@ fn sources(folder: &str, project: &str) -> (String, String) {
     }
 }
 
-fn command_id(stage: Stage) -> String {
+/// The id of a stage's devfile command, and the folder of its Feature commands.
+pub fn command_id(stage: Stage) -> String {
     match stage {
         Stage::OnCreate => "on-create",
         Stage::UpdateContent => "update-content",
@@ -160,7 +209,7 @@ fn quote(s: &str) -> String {
 
 /// The shell text of a lifecycle command: a string as written, an array as its quoted words,
 /// an object as its commands run at once, failing when any of them fails.
-fn command_line(c: &Lifecycle) -> String {
+pub fn command_line(c: &Lifecycle) -> String {
     match c {
         Lifecycle::Shell(s) => s.clone(),
         Lifecycle::Exec(argv) => argv.iter().map(|a| quote(a)).collect::<Vec<_>>().join(" "),

@@ -30,10 +30,7 @@ pub fn parse(text: &str) -> Result<Value, Problem> {
         .map_err(|e| problem("", format!("not valid JSON with comments: {e}")))?;
     match value {
         Some(v @ Value::Object(_)) => Ok(v),
-        Some(_) => Err(problem(
-            "",
-            "a dev container configuration is a JSON object",
-        )),
+        Some(_) => Err(problem("", "the text must be a JSON object at its top")),
         None => Err(problem("", "the configuration is empty")),
     }
 }

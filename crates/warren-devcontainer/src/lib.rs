@@ -15,6 +15,7 @@
 
 pub mod build;
 pub mod devfile;
+pub mod features;
 pub mod jsonc;
 pub mod properties;
 pub mod variables;

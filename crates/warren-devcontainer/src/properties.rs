@@ -5,6 +5,7 @@
 use crate::{problem, unsupported, Input, Notice, Problem, Problems};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
+use warren_types::features::FeatureBuild;
 
 /// The lifecycle stages that run in the workspace, in the specification's order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -80,6 +81,9 @@ pub struct Config {
     /// The image built from a Dockerfile instead of `image` (which is then
     /// [`crate::build::IMAGE`]).
     pub build: Option<crate::build::Build>,
+    /// The Features installed on top of the image (or of what `build` makes); with an
+    /// `image`, that image becomes the base and `image` [`crate::build::IMAGE`].
+    pub features: Option<FeatureBuild>,
 }
 
 /// Reads `value` (an object, variables already substituted).
@@ -106,6 +110,7 @@ pub fn read(
         cpus: None,
         memory: None,
         build: None,
+        features: None,
     };
     // Attributes first: the ports read later are labelled with them.
     if let Some(v) = top.get("portsAttributes") {
@@ -140,6 +145,26 @@ pub fn read(
         }
         (None, _) => {}
     }
+    let (features, install_order) = crate::features::Reading {
+        folder,
+        problems: &mut r.problems,
+        notices: &mut *r.notices,
+    }
+    .read(top);
+    if !features.is_empty() && !config.image.is_empty() {
+        let base_image = (config.build.is_none()).then(|| config.image.clone());
+        if base_image.is_some() {
+            config.image = crate::build::IMAGE.to_owned();
+        }
+        let user = |key: &str| top.get(key).and_then(Value::as_str).map(str::to_owned);
+        config.features = Some(FeatureBuild {
+            base_image,
+            features,
+            install_order,
+            container_user: user("containerUser"),
+            remote_user: user("remoteUser"),
+        });
+    }
     config.env.extend(remote_env);
     config.lifecycle.sort_by_key(|(stage, _)| *stage);
     for p in &mut config.ports {
@@ -150,6 +175,23 @@ pub fn read(
     }
     if r.problems.is_empty() {
         Ok(config)
+    } else {
+        Err(Problems(r.problems))
+    }
+}
+
+/// A lifecycle command given elsewhere than in a configuration (a Feature's metadata), read
+/// by the same rules; `path` names it in the problems. `None` when it is empty.
+pub fn lifecycle_command(path: &str, v: &Value) -> Result<Option<Lifecycle>, Problems> {
+    let mut notices = Vec::new();
+    let mut r = Reader {
+        problems: Vec::new(),
+        notices: &mut notices,
+        ports_attributes: BTreeMap::new(),
+    };
+    let command = r.command(path, v);
+    if r.problems.is_empty() {
+        Ok(command)
     } else {
         Err(Problems(r.problems))
     }
@@ -239,11 +281,8 @@ impl Reader<'_> {
                 "a Docker Compose dev container",
                 "not yet: name the dev container's `image`, or write a devfile with one container component per service",
             ),
-            "features" => self.features(v),
-            "overrideFeatureInstallOrder" => self.notice(
-                key,
-                "no Features are installed (Warren refuses `features` for now), so there is nothing to order",
-            ),
+            // Read together, after the rest (`crate::features`).
+            "features" | "overrideFeatureInstallOrder" => {}
             "secrets" => self.notice(
                 key,
                 "recommended secrets are not asked for: give them as the workspace's variables, which `${localEnv:NAME}` reads",
@@ -357,20 +396,6 @@ impl Reader<'_> {
                 other,
                 "not a property of the dev container specification (a misspelling, or another tool's): ignored",
             ),
-        }
-    }
-
-    fn features(&mut self, v: &Value) {
-        let Some(m) = v.as_object() else {
-            self.wrong_type("features", "an object", v);
-            return;
-        };
-        for id in m.keys() {
-            self.refuse(
-                &format!("features.{id}"),
-                "installing Dev Container Features",
-                "not yet: Warren does not fetch and install Features; use an image that has what the Feature installs",
-            );
         }
     }
 
@@ -617,8 +642,14 @@ impl Reader<'_> {
     }
 
     fn lifecycle(&mut self, stage: Stage, v: &Value, config: &mut Config) {
-        let path = stage.property();
-        let command = match v {
+        if let Some(command) = self.command(stage.property(), v) {
+            config.lifecycle.push((stage, command));
+        }
+    }
+
+    /// A lifecycle command in any of its three forms; `None` when it is empty or wrong.
+    fn command(&mut self, path: &str, v: &Value) -> Option<Lifecycle> {
+        Some(match v {
             Value::Object(m) => {
                 let mut parts = BTreeMap::new();
                 for (name, c) in m {
@@ -628,16 +659,12 @@ impl Reader<'_> {
                     }
                 }
                 if parts.is_empty() {
-                    return;
+                    return None;
                 }
                 Lifecycle::Parallel(parts)
             }
-            other => match self.one_command(path, other) {
-                Some(c) => c,
-                None => return,
-            },
-        };
-        config.lifecycle.push((stage, command));
+            other => self.one_command(path, other)?,
+        })
     }
 
     fn one_command(&mut self, path: &str, v: &Value) -> Option<Lifecycle> {

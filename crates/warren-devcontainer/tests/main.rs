@@ -2,4 +2,5 @@
 
 mod build;
 mod corpus;
+mod features;
 mod rules;

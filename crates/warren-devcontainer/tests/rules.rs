@@ -320,8 +320,8 @@ fn what_warren_does_not_do_yet_is_refused_by_name_not_dropped() {
             "dockerComposeFile",
         ),
         (
-            r#"{ "image": "busybox", "features": { "ghcr.io/devcontainers/features/node:1": {} } }"#,
-            "features.ghcr.io/devcontainers/features/node:1",
+            r#"{ "image": "busybox", "features": { "https://example.com/devcontainer-feature-go.tgz": {} } }"#,
+            "features.https://example.com/devcontainer-feature-go.tgz",
         ),
         (
             r#"{ "image": "busybox", "postAttachCommand": "echo hi" }"#,
@@ -439,7 +439,7 @@ fn another_workspace_folder_holds_the_repository_and_says_so() {
 fn malformed_configurations_get_a_clear_error_never_a_panic() {
     for (text, want) in [
         ("", "the configuration is empty"),
-        ("[1, 2]", "a dev container configuration is a JSON object"),
+        ("[1, 2]", "must be a JSON object at its top"),
         ("{ \"image\": ", "not valid JSON with comments"),
         (r#"{ "name": "x" }"#, "a dev container names its `image`"),
         (r#"{ "image": 7 }"#, "image: must be a string, not a number"),

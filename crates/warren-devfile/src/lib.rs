@@ -225,18 +225,29 @@ pub fn summary(devfile: &Devfile) -> String {
         .iter()
         .filter(|i| i.auto_build)
         .map(|i| {
-            format!(
-                "{} (from {}, context {})",
-                i.image_name, i.dockerfile, i.build_context
-            )
+            let base = match i.features.as_ref().and_then(|f| f.base_image.as_ref()) {
+                Some(base) => format!("on {base}"),
+                None => format!("from {}, context {}", i.dockerfile, i.build_context),
+            };
+            let features: Vec<String> = i
+                .features
+                .iter()
+                .flat_map(|f| &f.features)
+                .map(|f| f.source.to_string())
+                .collect();
+            if features.is_empty() {
+                format!("{} ({base})", i.image_name)
+            } else {
+                format!(
+                    "{} ({base}, with the Features {})",
+                    i.image_name,
+                    features.join(", ")
+                )
+            }
         })
         .collect();
     if !built.is_empty() {
-        let _ = writeln!(
-            s,
-            "built when the workspace starts, from its project: {}",
-            built.join(", ")
-        );
+        let _ = writeln!(s, "built when the workspace starts: {}", built.join(", "));
     }
     // Images built for root are the usual surprise: say who the containers run as.
     let security = warren_types::config::SecurityConfig::default();

@@ -60,6 +60,11 @@ pub struct ImageComponent {
     /// The Dockerfile stage to build ([`crate::BUILD_TARGET_ATTRIBUTE`]); the last when
     /// `None`.
     pub target: Option<String>,
+    /// A dev container's image: the Features installed on top, and the image to start from
+    /// when there is no Dockerfile (`dockerfile` is then empty).
+    /// ([`warren_types::features::FEATURES_ATTRIBUTE`]).
+    #[serde(default)]
+    pub features: Option<warren_types::features::FeatureBuild>,
 }
 
 impl ImageComponent {
@@ -67,6 +72,10 @@ impl ImageComponent {
     /// Dockerfile relative to that context: what an engine's build is given. An error says
     /// why there is none (a Dockerfile at a URL, or outside the context).
     pub fn build_paths(&self) -> Result<(String, String), String> {
+        if self.dockerfile.is_empty() {
+            // A dev container's image with Features: no Dockerfile, so no context either.
+            return Ok((".".into(), String::new()));
+        }
         if self.dockerfile.starts_with("http://") || self.dockerfile.starts_with("https://") {
             return Err(format!(
                 "image {}: building from a Dockerfile at a URL ({}) is not available yet; keep the Dockerfile in the project's sources",

@@ -1146,6 +1146,7 @@ fn image_builds_at_start_are_listed_on_the_pod() {
             dockerfile: "Dockerfile".into(),
             args: vec!["A=1".into()],
             target: Some("dev".into()),
+            features: None,
         }]
     );
     // Without autoBuild, nothing is built at start.

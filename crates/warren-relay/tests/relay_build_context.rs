@@ -14,7 +14,7 @@ async fn open(agent: &TestAgent, workspace: &str) -> Result<FetchedContext, Stri
     agent
         .connection
         .build_contexts()
-        .fetch(workspace, "localhost/warren/devcontainer:latest")
+        .fetch(workspace, "localhost/warren/devcontainer:latest", None)
         .await
 }
 

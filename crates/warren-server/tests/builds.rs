@@ -43,6 +43,20 @@ async fn fetch(
     (status, headers, resp.bytes().await.unwrap().to_vec())
 }
 
+/// The images workspace `ws`'s pod builds at start, from `agent`'s full reconcile.
+async fn pod_builds(s: &TestServer, agent: i64, ws: &str) -> Vec<BuildImageTask> {
+    let infos = s.reconcile_ok(agent, "full", json!([])).await;
+    let yaml = infos[ws]["config_to_apply"].as_str().unwrap();
+    let objects: Vec<Value> = serde_yaml::Deserializer::from_str(yaml)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
+    let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    let builds = deployment["spec"]["template"]["metadata"]["annotations"][IMAGE_BUILDS_ANNOTATION]
+        .as_str()
+        .unwrap_or_else(|| panic!("[{}] no builds on the pod: {deployment}", s.label));
+    serde_json::from_str(builds).unwrap()
+}
+
 fn message(body: &[u8]) -> String {
     let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     v["error"]["message"]
@@ -84,17 +98,7 @@ async fn a_dev_container_build_gets_its_context_from_the_server_and_only_its_age
         .await;
 
         // The pod lists the build, with the Dockerfile from the context's root.
-        let infos = s.reconcile_ok(agent, "full", json!([])).await;
-        let yaml = infos["bob-shop"]["config_to_apply"].as_str().unwrap();
-        let objects: Vec<Value> = serde_yaml::Deserializer::from_str(yaml)
-            .map(|d| serde::Deserialize::deserialize(d).unwrap())
-            .collect();
-        let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
-        let builds = deployment["spec"]["template"]["metadata"]["annotations"]
-            [IMAGE_BUILDS_ANNOTATION]
-            .as_str()
-            .unwrap_or_else(|| panic!("[{l}] no builds on the pod: {deployment}"));
-        let builds: Vec<BuildImageTask> = serde_json::from_str(builds).unwrap();
+        let builds = pod_builds(&s, agent, "bob-shop").await;
         assert_eq!(builds.len(), 1, "[{l}] {builds:?}");
         assert_eq!(builds[0].dockerfile, ".devcontainer/Dockerfile", "[{l}]");
         assert_eq!(builds[0].args, ["V=1"], "[{l}]");
@@ -170,6 +174,96 @@ async fn a_dev_container_build_gets_its_context_from_the_server_and_only_its_age
                 .contains("create the workspace with a project"),
             "[{l}] {b}"
         );
+        s.stop().await;
+    }
+}
+
+/// The relay's request for a local Feature's folder.
+async fn fetch_feature(
+    s: &TestServer,
+    jwt: &str,
+    workspace: &str,
+    image: &str,
+    feature: &str,
+) -> (u16, Vec<u8>) {
+    let resp = s
+        .http
+        .post(format!("{}{BUILD_CONTEXT_PATH}", s.base))
+        .bearer_auth(jwt)
+        .json(&json!({"workspace": workspace, "image": image, "feature": feature}))
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.bytes().await.unwrap().to_vec())
+}
+
+#[tokio::test]
+async fn a_local_feature_folder_is_given_only_when_the_configuration_names_it() {
+    if !have_git() {
+        return;
+    }
+    let git = GitHttpServer::start("ann", PASSWORD).await.unwrap();
+    let config = r#"{
+      "image": "busybox",
+      "features": { "./tool": { "flavour": "spicy" }, "ghcr.io/devcontainers/features/node:1": {} }
+    }"#;
+    git.create_repo(
+        "featured",
+        &[
+            (".devcontainer/devcontainer.json", config),
+            (".devcontainer/tool/devcontainer-feature.json", "{}"),
+            (".devcontainer/tool/install.sh", "#!/bin/sh\n"),
+            (".devcontainer/secret-notes/notes.txt", "not a Feature\n"),
+        ],
+    )
+    .unwrap();
+    let credential = json!({"kind": "basic", "username": "ann", "password": PASSWORD});
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        let agent = s.agent("a1", json!({})).await;
+        let bob = s.user("bob", &["api", "workspace"]).await;
+        let body =
+            json!({"name": "featured", "git_url": git.url("featured"), "credential": credential});
+        let (st, b) = s.post(&bob, "/api/v1/projects", body).await;
+        assert_eq!(st, 201, "[{l}] {b}");
+        s.workspace(
+            &bob,
+            json!({"project": "featured", "name": "bob-feat", "agent": "a1"}),
+        )
+        .await;
+        let builds = pod_builds(&s, agent, "bob-feat").await;
+        let features = builds[0]
+            .features
+            .as_ref()
+            .expect("the Features are on the pod");
+        assert_eq!(features.base_image.as_deref(), Some("busybox"), "[{l}]");
+        assert_eq!(features.features.len(), 2, "[{l}] {features:?}");
+        let image = builds[0].image.clone();
+        let jwt = s.relay_jwt(agent);
+
+        // The folder the configuration names, alone.
+        let (st, tar) = fetch_feature(&s, &jwt, "bob-feat", &image, ".devcontainer/tool").await;
+        assert_eq!(st, 200, "[{l}] {}", String::from_utf8_lossy(&tar));
+        assert_eq!(
+            warren_testkit::process::tar_names(&tar),
+            ["devcontainer-feature.json", "install.sh"],
+            "[{l}]"
+        );
+        // Any other folder of the repository is not a Feature of this workspace.
+        for other in [".devcontainer/secret-notes", ".devcontainer", "."] {
+            let (st, b) = fetch_feature(&s, &jwt, "bob-feat", &image, other).await;
+            assert_eq!(st, 404, "[{l}] {other}");
+            assert!(
+                message(&b).contains("names no such Feature"),
+                "[{l}] {}",
+                message(&b)
+            );
+        }
+        // The image itself has no context: its base is an image, not the repository.
+        let (st, _, b) = fetch(&s, Some(&jwt), "bob-feat", &image).await;
+        assert_eq!(st, 422, "[{l}] {}", message(&b));
         s.stop().await;
     }
 }

@@ -14,6 +14,7 @@ pub mod files_http;
 pub mod git_daemon;
 pub mod git_http;
 pub mod process;
+pub mod registry;
 pub mod tls;
 mod using;
 

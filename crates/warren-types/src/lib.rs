@@ -8,6 +8,7 @@
 pub mod api;
 pub mod bounded;
 pub mod config;
+pub mod features;
 pub mod git;
 pub mod gitops;
 pub mod ids;

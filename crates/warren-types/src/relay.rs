@@ -170,6 +170,11 @@ pub const BUILD_KEY_HEADER: &str = "warren-build-key";
 pub struct BuildContextRequest {
     pub workspace: String,
     pub image: String,
+    /// A local Feature of the image's dev container (its folder, from the repository's
+    /// root, as [`crate::features::FeatureSource::Local`] names it): that folder is the
+    /// context instead of the image's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feature: Option<String>,
 }
 
 /// The relay's first answer on a [`StreamOpen::BuildContext`] stream: the server's status,
@@ -261,7 +266,9 @@ pub const MAX_MANIFEST_BYTES: usize = 1 << 20;
 pub struct BuildImageTask {
     /// The name (and tag) the image gets.
     pub image: String,
-    /// The Dockerfile's path inside the build context.
+    /// The Dockerfile's path inside the build context; empty when a dev container's image
+    /// is the base ([`crate::features::FeatureBuild::base_image`]).
+    #[serde(default)]
     pub dockerfile: String,
     /// `--build-arg`s, `NAME=value`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -269,6 +276,10 @@ pub struct BuildImageTask {
     /// The Dockerfile stage to build (`--target`); the last when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+    /// A dev container's Features, installed on top of what the Dockerfile (or the base
+    /// image) makes. Only builds at start have them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub features: Option<Box<crate::features::FeatureBuild>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

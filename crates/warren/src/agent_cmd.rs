@@ -65,6 +65,16 @@ struct AgentSettings {
     /// Dockerfiles turns them off.
     #[arg(long, env = "WARREN_AGENT_IMAGE_BUILDS", value_name = "BOOL")]
     image_builds: Option<bool>,
+    /// Registries (host[:port], comma-separated) the agent itself reaches over plain HTTP
+    /// when it fetches a dev container's Features (a local mirror); others over HTTPS,
+    /// trusting `/etc/containers/certs.d/<registry>/*.crt` besides the public roots.
+    #[arg(
+        long,
+        env = "WARREN_AGENT_PLAIN_HTTP_REGISTRIES",
+        value_delimiter = ',',
+        value_name = "REGISTRIES"
+    )]
+    plain_http_registries: Option<Vec<String>>,
     /// Kinds a devfile `kubernetes` component may apply, comma-separated (kubernetes
     /// runtime) [default: ConfigMap, Secret, PersistentVolumeClaim, Service, Pod, Deployment,
     /// StatefulSet, Job, CronJob; Ingress and Route publish a workspace past the proxy].
@@ -157,6 +167,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             RuntimeKind::Engine => RuntimeChoice::Engine {
                 state_dir,
                 image_builds: s.image_builds.unwrap_or(true),
+                plain_http_registries: s.plain_http_registries.unwrap_or_default(),
             },
             RuntimeKind::Kubernetes => RuntimeChoice::Kubernetes {
                 components: component_policy(s.component_kinds, s.component_service_types)?,

@@ -249,8 +249,24 @@ fn cli_devcontainer_validates_renders_and_refuses_by_name() {
     assert!(v.status.success(), "{}", text(&v.stderr));
     assert!(
         text(&v.stdout).contains(
-            "built when the workspace starts, from its project: \
+            "built when the workspace starts: \
              localhost/warren/devcontainer:latest (from .devcontainer/Dockerfile, context .)"
+        ),
+        "{}",
+        text(&v.stdout)
+    );
+    // Features: on the configuration's image.
+    std::fs::write(
+        &file,
+        r#"{ "image": "busybox", "features": { "ghcr.io/devcontainers/features/node:1": "lts" } }"#,
+    )
+    .unwrap();
+    let v = warren(&["devcontainer", "validate", path]);
+    assert!(v.status.success(), "{}", text(&v.stderr));
+    assert!(
+        text(&v.stdout).contains(
+            "localhost/warren/devcontainer:latest (on busybox, with the Features \
+             ghcr.io/devcontainers/features/node:1)"
         ),
         "{}",
         text(&v.stdout)

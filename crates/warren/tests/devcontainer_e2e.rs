@@ -1,12 +1,18 @@
-//! A repository holding only a `.devcontainer/` folder with a Dockerfile, end to end on
-//! Podman: `warren ws create --project P --wait` has the agent build the image first — the
-//! context archived by the server out of the private repository, the build's `args` and
-//! `target` honoured, the image tagged in the workspace's own namespace — and the workspace
-//! then runs it, its `postCreateCommand` included. A Dockerfile that fails leaves the
-//! workspace failed with the build's own last lines, and the image it did not build is
-//! never pulled from anywhere.
+//! A repository holding only a `.devcontainer/` folder, end to end on Podman, through
+//! `warren ws create --project P --wait`.
 //!
-//! Skips with a notice when no Podman exists; fails instead under `WARREN_REQUIRE_ENGINE=1`.
+//! With a Dockerfile: the agent builds the image first — the context archived by the server
+//! out of the private repository, the build's `args` and `target` honoured, the image tagged
+//! in the workspace's own namespace — and the workspace then runs it, its `postCreateCommand`
+//! included. A Dockerfile that fails leaves the workspace failed with the build's own last
+//! lines, and the image it did not build is never pulled from anywhere.
+//!
+//! With Features: one from a private registry (TLS trusted through certs.d, the agent's pull
+//! secret for its password) and one from the repository, installed with their options on the
+//! configuration's image; the Feature's own lifecycle command runs before the configuration's.
+//!
+//! Skips with a notice when no Podman (or, for Features, no docker-registry) exists; fails
+//! instead under `WARREN_REQUIRE_ENGINE=1` / `WARREN_REQUIRE_TOOLS=1`.
 
 use crate::support;
 
@@ -42,6 +48,24 @@ RUN exit 7
 const FAILING: &str = "FROM localhost/warren-test:latest
 RUN echo the-step-before-the-failure && exit 3
 ";
+
+/// Creates workspace `ws` of `project`, waiting for it to run; its one running container.
+fn create_running(up: &Up, project: &str, ws: &str) -> serde_json::Value {
+    up.cli_ok(&[
+        "ws",
+        "create",
+        "--project",
+        project,
+        "--name",
+        ws,
+        "--wait",
+        "--timeout",
+        "5m",
+    ]);
+    let live = running(ws);
+    assert_eq!(live.len(), 1, "{live:#?}");
+    live[0].clone()
+}
 
 /// What a shell command in the container prints, trimmed.
 fn sh(id: &str, script: &str) -> String {
@@ -81,32 +105,14 @@ fn a_dev_container_with_a_dockerfile_is_built_then_run_and_a_failed_build_says_w
 
     let mut up = Up::start();
     up.allow_egress_to(&host_address());
-    let project = unique_name("built");
-    up.create_private_project(
-        &project,
-        &git.url_via(&host_address(), "built"),
-        ("ann", PASSWORD),
-        &[],
-    );
+    let project = up.project_of(&git, "built", PASSWORD);
     let ws = unique_name("dcbuild");
     let bad = unique_name("dcfail");
     let _cleanup = support::Workspaces(vec![ws.clone(), bad.clone()]);
-    up.cli_ok(&[
-        "ws",
-        "create",
-        "--project",
-        &project,
-        "--name",
-        &ws,
-        "--wait",
-        "--timeout",
-        "5m",
-    ]);
-    let live = running(&ws);
-    assert_eq!(live.len(), 1, "{live:#?}");
-    let id = live[0]["Id"].as_str().expect("container id").to_owned();
+    let live = create_running(&up, &project, &ws);
+    let id = live["Id"].as_str().expect("container id").to_owned();
     // The workspace's own build, never the name the configuration asked for.
-    let image = live[0]["ImageName"].as_str().unwrap_or_default().to_owned();
+    let image = live["ImageName"].as_str().unwrap_or_default().to_owned();
     assert!(
         image.starts_with("localhost/warren-ws/") && image.contains(&ws),
         "the container runs {image}"
@@ -144,13 +150,7 @@ fn a_dev_container_with_a_dockerfile_is_built_then_run_and_a_failed_build_says_w
     assert!(!log.contains(PASSWORD), "the password shows in the log");
 
     // A failing Dockerfile: the workspace fails with the build's own words.
-    let broken = unique_name("broken");
-    up.create_private_project(
-        &broken,
-        &git.url_via(&host_address(), "broken"),
-        ("ann", PASSWORD),
-        &[],
-    );
+    let broken = up.project_of(&git, "broken", PASSWORD);
     let out = up.cli(&[
         "ws",
         "create",
@@ -197,6 +197,130 @@ fn a_dev_container_with_a_dockerfile_is_built_then_run_and_a_failed_build_says_w
     assert!(output.contains("/tmp/greeting"), "{output}");
 
     up.cli_ok(&["ws", "rm", &bad, "--wait", "--timeout", "2m"]);
+    up.cli_ok(&["ws", "rm", &ws, "--wait", "--timeout", "2m"]);
+    let status = up.stop();
+    assert!(status.success(), "{}", up.log());
+}
+
+/// A Feature of the repository itself, below `.devcontainer/`.
+const LOCAL_FEATURE: &str = r#"{
+  "id": "local-tool", "version": "0.1.0", "name": "A tool of this repository",
+  "options": { "flavour": { "type": "string", "enum": ["plain", "spicy"], "default": "plain" } }
+}"#;
+
+#[test]
+fn a_dev_container_with_features_from_a_private_registry_and_the_repository_runs_with_them() {
+    use warren_testkit::registry::{self, borrowed, simple_feature, Registry, RegistryOptions};
+    if !podman_available() || !registry::available() {
+        return;
+    }
+    let _serial = support::one_warren_up_at_a_time();
+    ensure_image();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    // A private registry over TLS, trusted as Podman trusts it (certs.d), with one user.
+    let features = rt
+        .block_on(Registry::start(&RegistryOptions {
+            trust_in: Some("/etc/containers/certs.d".into()),
+            user: Some(("ann".into(), "feature-pass-9".into())),
+        }))
+        .expect("registry");
+    let greet = simple_feature(
+        "greet",
+        r#", "options": { "greeting": { "type": "string", "default": "hello" } },
+            "containerEnv": { "GREETING_FROM_FEATURE": "set-in-the-image" },
+            "postCreateCommand": "echo from-the-feature-hook > \"$HOME/hook.txt\"" "#,
+        "$GREETING",
+    );
+    let (greet_ref, _) = rt
+        .block_on(features.push_feature(
+            "features/greet:1",
+            &borrowed(&greet),
+            Some(("ann", "feature-pass-9")),
+        ))
+        .expect("publishing the Feature");
+    let config = format!(
+        r#"{{
+  "image": "localhost/warren-test:latest",
+  "features": {{
+    "{greet_ref}": {{ "greeting": "hi-from-the-registry" }},
+    "./local-tool": {{ "flavour": "spicy" }},
+  }},
+  // After the Feature's own postCreateCommand.
+  "postCreateCommand": "cat \"$HOME/hook.txt\" /usr/local/share/greet.txt > \"$HOME/created.txt\"",
+}}"#
+    );
+    let git = support::git_server_for_workspaces(&rt, "ann", PASSWORD);
+    git.create_repo(
+        "featured",
+        &[
+            (".devcontainer/devcontainer.json", config.as_str()),
+            (
+                ".devcontainer/local-tool/devcontainer-feature.json",
+                LOCAL_FEATURE,
+            ),
+            (
+                ".devcontainer/local-tool/install.sh",
+                "#!/bin/sh\necho \"local $FLAVOUR\" > /usr/local/share/local-tool.txt\n",
+            ),
+        ],
+    )
+    .expect("repository");
+
+    let mut up = Up::start();
+    up.allow_egress_to(&host_address());
+    // The Feature's registry is reached with the agent's pull secret.
+    up.update_agent_config(|config| {
+        config["image_pull_secrets"] =
+            serde_json::json!([{"name": "features", "namespace": "default"}]);
+    });
+    registry::auth_file(
+        &up.home.path().join("agent/pull-secrets/features.json"),
+        &features.addr,
+        "ann",
+        "feature-pass-9",
+    );
+    let project = up.project_of(&git, "featured", PASSWORD);
+    let ws = unique_name("dcfeat");
+    let _cleanup = support::Workspaces(vec![ws.clone()]);
+    let live = create_running(&up, &project, &ws);
+    let id = live["Id"].as_str().expect("container id").to_owned();
+    assert_eq!(
+        sh(&id, "cat /usr/local/share/greet.txt"),
+        "hi-from-the-registry"
+    );
+    assert_eq!(
+        sh(&id, "cat /usr/local/share/local-tool.txt"),
+        "local spicy"
+    );
+    assert_eq!(sh(&id, "echo $GREETING_FROM_FEATURE"), "set-in-the-image");
+    // The Feature's lifecycle command ran first, then the configuration's.
+    wait_for(
+        "the postCreateCommand",
+        Duration::from_secs(120),
+        || {
+            (sh(&id, "cat \"$HOME/created.txt\"") == "from-the-feature-hook\nhi-from-the-registry")
+                .then_some(())
+        },
+        || sh(&id, "cat /projects/.warren/logs/*.log"),
+    );
+    let output = up.cli_ok(&[
+        "ws",
+        "logs",
+        &ws,
+        "--container",
+        "warren-build",
+        "--tail",
+        "1000",
+    ]);
+    assert!(
+        output.contains("installing in this order") && output.contains(&greet_ref),
+        "{output}"
+    );
+    let log = up.log();
+    assert!(
+        !log.contains("feature-pass-9"),
+        "the registry password shows in the log"
+    );
     up.cli_ok(&["ws", "rm", &ws, "--wait", "--timeout", "2m"]);
     let status = up.stop();
     assert!(status.success(), "{}", up.log());

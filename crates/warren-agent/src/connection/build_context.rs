@@ -23,12 +23,19 @@ struct ThroughRelay(std::sync::Weak<Inner>);
 
 #[async_trait]
 impl BuildContexts for ThroughRelay {
-    async fn fetch(&self, workspace: &str, image: &str) -> Result<FetchedContext, String> {
+    async fn fetch(
+        &self,
+        workspace: &str,
+        image: &str,
+        feature: Option<&str>,
+    ) -> Result<FetchedContext, String> {
         let Some(inner) = self.0.upgrade() else {
             return Err("the agent is shutting down".into());
         };
         let connection = RelayConnection { inner };
-        connection.fetch_build_context(workspace, image).await
+        connection
+            .fetch_build_context(workspace, image, feature)
+            .await
     }
 }
 
@@ -37,10 +44,12 @@ impl RelayConnection {
         &self,
         workspace: &str,
         image: &str,
+        feature: Option<&str>,
     ) -> Result<FetchedContext, String> {
         let header = StreamOpen::BuildContext(BuildContextRequest {
             workspace: workspace.to_owned(),
             image: image.to_owned(),
+            feature: feature.map(str::to_owned),
         });
         let opened = async {
             let mut stream = self.open(&header).await?;

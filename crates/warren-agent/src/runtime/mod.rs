@@ -222,9 +222,15 @@ pub struct FetchedContext {
 /// them out of the workspace's project, through the relay.
 #[async_trait]
 pub trait BuildContexts: Send + Sync + 'static {
-    /// The context of image `image` of workspace `workspace`; the error says why there is
+    /// The context of image `image` of workspace `workspace` — or, given `feature`, the
+    /// folder of that local Feature of the image's dev container; the error says why there is
     /// none, for the user.
-    async fn fetch(&self, workspace: &str, image: &str) -> Result<FetchedContext, String>;
+    async fn fetch(
+        &self,
+        workspace: &str,
+        image: &str,
+        feature: Option<&str>,
+    ) -> Result<FetchedContext, String>;
 }
 
 /// A running exec'd process. Dropping it detaches from (and, where the runtime allows,

@@ -86,9 +86,18 @@ pub struct Harness {
 
 impl Harness {
     pub async fn new() -> Result<Harness> {
+        Harness::configured(|_| {}).await
+    }
+
+    /// A harness whose engine configuration `edit` changes first.
+    pub async fn configured(edit: impl FnOnce(&mut EngineConfig)) -> Result<Harness> {
         let state_dir = tempfile::tempdir()?;
         let agent_id = AgentId(rand::random::<u32>() as i64 + 1_000_000);
-        let runtime = connect(agent_id, state_dir.path().to_path_buf()).await?;
+        trace_to_test_output();
+        let mut config = EngineConfig::new(agent_id, state_dir.path().to_path_buf());
+        config.stop_timeout_secs = 2;
+        edit(&mut config);
+        let runtime = EngineRuntime::connect(config).await?;
         Ok(Harness {
             runtime,
             state_dir,
@@ -279,6 +288,25 @@ pub async fn wait_for(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// `ws`'s objects with its main container running `image`, the pod listing `builds` to make
+/// before its containers start.
+pub fn with_builds(
+    ws: &Workspace,
+    image: &str,
+    builds: &[warren_types::relay::BuildImageTask],
+) -> Vec<Value> {
+    let mut objects = ws.objects();
+    pod_spec(&mut objects)["containers"][0]["image"] = image.into();
+    let d = objects
+        .iter_mut()
+        .find(|o| o["kind"] == "Deployment")
+        .expect("a Deployment");
+    d["spec"]["template"]["metadata"]["annotations"] = serde_json::json!({
+        (warren_types::relay::IMAGE_BUILDS_ANNOTATION): serde_json::to_string(builds).expect("JSON")
+    });
+    objects
 }
 
 /// Sets `spec.replicas` of the Deployment among `objects`.

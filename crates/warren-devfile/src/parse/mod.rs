@@ -17,6 +17,7 @@ use warren_types::quantity::{parse_cpu_millis, parse_memory_bytes};
 
 type Errors = Vec<DevfileError>;
 mod containers;
+mod features;
 mod outer;
 mod projects;
 mod raw;

@@ -6,7 +6,7 @@
 //! with a message naming the component.
 
 use super::raw::{RawComponent, RawImage, RawKubernetes};
-use super::{unsupported, Errors};
+use super::{features, unsupported, Errors};
 use crate::model::*;
 use crate::DevfileError;
 use serde_json::{Map, Value};
@@ -71,6 +71,34 @@ pub(super) fn image(
             ),
         ));
     }
+    let features = features::read(c.attributes.as_ref(), path, errors);
+    let base_image = features.as_ref().and_then(|f| f.base_image.as_ref());
+    if let (Some(base), Some(_)) = (base_image, &im.dockerfile) {
+        errors.push(DevfileError::new(
+            format!("{p}.dockerfile"),
+            format!("component {:?}: the image is built either from a Dockerfile or on top of {base}, not both", c.name),
+        ));
+        return None;
+    }
+    if base_image.is_some() {
+        if im.auto_build != Some(true) {
+            errors.push(DevfileError::new(
+                format!("{p}.autoBuild"),
+                format!("component {:?}: a dev container's image is built at the workspace's start (`autoBuild: true`)", c.name),
+            ));
+        }
+        return Some(ImageComponent {
+            name: c.name.clone(),
+            image_name: im.image_name.clone(),
+            dockerfile: String::new(),
+            build_context: ".".into(),
+            args: vec![],
+            root_required: false,
+            auto_build: true,
+            target: None,
+            features,
+        });
+    }
     let Some(df) = &im.dockerfile else {
         errors.push(DevfileError::new(
             format!("{p}.dockerfile"),
@@ -123,6 +151,7 @@ pub(super) fn image(
         root_required: df.root_required.unwrap_or(false),
         auto_build: im.auto_build == Some(true),
         target: None,
+        features,
     };
     let mut image = image;
     if let Some(t) = c
@@ -137,6 +166,12 @@ pub(super) fn image(
                 format!("{t} is not a Dockerfile stage name (letters, digits, `-`, `_` and `.`)"),
             )),
         }
+    }
+    if image.features.is_some() && !image.auto_build {
+        errors.push(DevfileError::new(
+            format!("{p}.autoBuild"),
+            format!("component {:?}: Features are installed in a build at the workspace's start (`autoBuild: true`)", c.name),
+        ));
     }
     // Checked here, not when the workspace starts: a build at start has no one to tell.
     if image.auto_build {

@@ -563,7 +563,14 @@ pub(super) fn component_structure(c: &RawComponent, path: &str, errors: &mut Err
     }
     if let Some(img) = &c.image {
         let p = format!("{path}.image");
+        // A dev container's image built on its `image` has no Dockerfile (`parse/features`).
+        let on_base = c
+            .attributes
+            .as_ref()
+            .and_then(|a| a.get(warren_types::features::FEATURES_ATTRIBUTE))
+            .is_some_and(|f| f.get("baseImage").is_some());
         match &img.dockerfile {
+            None if on_base => {}
             None => errors.push(DevfileError::new(p, "missing field `dockerfile`")),
             Some(d) => {
                 let n = [

@@ -4,6 +4,7 @@
 //! Service with the endpoints, the NetworkPolicy and ResourceQuota, the Deployment.
 
 use super::*;
+use warren_types::features::FeatureSource;
 use warren_types::relay::{BuildImageTask, IMAGE_BUILDS_ANNOTATION};
 
 pub(super) fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rendered, RenderError> {
@@ -25,7 +26,9 @@ pub(super) fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rende
 
 /// The images built before the containers start, as the agent reads them
 /// ([`IMAGE_BUILDS_ANNOTATION`]); `None` when there are none.
-fn image_builds(devfile: &Devfile) -> Option<String> {
+/// A dev container's base image and OCI Features come through the agent's mirrors, as its
+/// containers' images do.
+fn image_builds(devfile: &Devfile, cfg: &AgentConfig) -> Option<String> {
     let builds: Vec<BuildImageTask> = devfile
         .images
         .iter()
@@ -33,11 +36,21 @@ fn image_builds(devfile: &Devfile) -> Option<String> {
         // Parsing refused an autoBuild image without build paths.
         .filter_map(|i| {
             let (_, dockerfile) = i.build_paths().ok()?;
+            let features = i.features.clone().map(|mut f| {
+                f.base_image = f.base_image.map(|b| cfg.mirrored_image(&b));
+                for feature in &mut f.features {
+                    if let FeatureSource::Oci(r) = &mut feature.source {
+                        *r = cfg.mirrored_image(r);
+                    }
+                }
+                f
+            });
             Some(BuildImageTask {
                 image: i.image_name.clone(),
                 dockerfile,
                 args: i.args.clone(),
                 target: i.target.clone(),
+                features: features.map(Box::new),
             })
         })
         .collect();
@@ -678,7 +691,7 @@ impl<'a, 'r> Plan<'a, 'r> {
                         annotations: Some({
                             // On the pod: a change of what is built makes a new pod.
                             let mut a = deployment_annotations;
-                            if let Some(builds) = image_builds(devfile) {
+                            if let Some(builds) = image_builds(devfile, cfg) {
                                 a.insert(IMAGE_BUILDS_ANNOTATION.into(), builds);
                             }
                             a

@@ -4,8 +4,8 @@
 //! workspace's ref, read with the project's credential — which never leaves the server.
 //!
 //! Only the agent that runs the workspace may ask, and only for an image its devfile builds
-//! at start; the archive holds the context directory alone, at most
-//! [`MAX_BUILD_CONTEXT_BYTES`].
+//! at start (or a local Feature its dev container names); the archive holds the context
+//! directory (the Feature's folder) alone, at most [`MAX_BUILD_CONTEXT_BYTES`].
 
 use super::{AppError, AppState, ErrorKind};
 use sha2::{Digest, Sha256};
@@ -72,15 +72,35 @@ pub async fn context(
                 req.image, w.name
             ))
         })?;
-    let (context, dockerfile) = image
-        .build_paths()
-        .map_err(|why| AppError::new(ErrorKind::Unprocessable, "invalid_devfile", why))?;
     let unusable = |why: &str| {
         AppError::new(
             ErrorKind::Unprocessable,
             "no_build_context",
             format!("image {:?} of workspace {:?}: {why}", req.image, w.name),
         )
+    };
+    // A local Feature of the image's dev container: its folder, when the image names it.
+    let (context, dockerfile) = match &req.feature {
+        Some(dir) => {
+            let named = image.features.iter().flat_map(|f| &f.features).any(|f| {
+                matches!(&f.source, warren_types::features::FeatureSource::Local(d) if d == dir)
+            });
+            if !named {
+                return Err(AppError::not_found(format!(
+                    "local Feature {dir:?} of image {:?} of workspace {:?} (its dev container names no such Feature)",
+                    req.image, w.name
+                )));
+            }
+            (dir.clone(), String::new())
+        }
+        None if image.dockerfile.is_empty() => {
+            return Err(unusable(
+                "it is built on its dev container's image, from no context of the project",
+            ))
+        }
+        None => image
+            .build_paths()
+            .map_err(|why| AppError::new(ErrorKind::Unprocessable, "invalid_devfile", why))?,
     };
     let project_id = w
         .project_id
@@ -107,6 +127,6 @@ pub async fn context(
         &image.args,
         image.target.as_deref(),
     );
-    tracing::info!(workspace = %w.name, image = %req.image, project = %project.name, git_ref, commit = %archive.commit, bytes = archive.len, "build context archived");
+    tracing::info!(workspace = %w.name, image = %req.image, feature = ?req.feature, project = %project.name, git_ref, commit = %archive.commit, bytes = archive.len, "build context archived");
     Ok(BuildContext { archive, key })
 }

@@ -209,6 +209,7 @@ impl Runner<'_> {
                     dockerfile: dockerfile.clone(),
                     args: args.clone(),
                     target: target.clone(),
+                    features: None,
                 });
                 self.session(id, None, script, Some(task)).await
             }

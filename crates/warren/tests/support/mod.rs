@@ -1077,6 +1077,24 @@ impl Up {
         std::mem::replace(&mut self.home, home)
     }
 
+    /// A project (a unique name made of `repo`'s) of repository `repo` of `git`, reached at
+    /// the host's address as workspaces reach it, with `ann`'s `password`.
+    pub fn project_of(
+        &self,
+        git: &warren_testkit::git_http::GitHttpServer,
+        repo: &str,
+        password: &str,
+    ) -> String {
+        let project = unique_name(repo);
+        self.create_private_project(
+            &project,
+            &git.url_via(&host_address(), repo),
+            ("ann", password),
+            &[],
+        );
+        project
+    }
+
     /// `warren project create` of a private repository, its password given on stdin (never
     /// on the command line), with `extra` arguments.
     pub fn create_private_project(

@@ -154,11 +154,7 @@ impl EngineRuntime {
             self.stop_running(&containers).await?;
             return Ok(Next::Nothing);
         }
-        let all_running = containers
-            .iter()
-            .filter(|c| summary_role(c) != Role::Init)
-            .all(summary_running);
-        if all_running || (ran && !created) {
+        if apps_all_running(&containers) || (ran && !created) {
             record.starting = false;
             self.write_record(&record)?;
             return Ok(Next::Nothing);
@@ -450,4 +446,14 @@ fn kept(parsed: &plan::Objects, previous: Option<&Record>, complete: bool) -> Ke
         secrets,
         config_maps,
     }
+}
+
+/// Whether the pod's app containers are listed and all run: none listed is not running,
+/// whatever `all` says of an empty list.
+fn apps_all_running(containers: &[ContainerSummary]) -> bool {
+    let mut apps = containers
+        .iter()
+        .filter(|c| summary_role(c) != Role::Init)
+        .peekable();
+    apps.peek().is_some() && apps.all(summary_running)
 }

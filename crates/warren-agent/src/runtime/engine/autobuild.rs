@@ -79,7 +79,7 @@ pub(super) fn requested_builds(
     })
 }
 
-fn failure(task: &BuildImageTask, why: impl std::fmt::Display) -> PodFailure {
+pub(super) fn failure(task: &BuildImageTask, why: impl std::fmt::Display) -> PodFailure {
     PodFailure {
         reason: BUILD_FAILED_REASON.into(),
         message: format!("building image {}: {why}", task.image),
@@ -124,10 +124,8 @@ impl EngineRuntime {
             )])),
             ..Default::default()
         };
-        let images = self
-            .inner
-            .docker
-            .list_images(Some(options))
+        let docker = &self.inner.docker;
+        let images = super::retry_transient(|| docker.list_images(Some(options.clone())))
             .await
             .map_err(|e| format!("looking for an image built from the same sources: {e}"))?;
         // The owner checked here, the key again: an engine that ignored the filter must not
@@ -249,82 +247,150 @@ impl EngineRuntime {
                 message: format!("opening the build log {}: {e}", path.display()),
             })?;
         for task in tasks {
-            let Some(contexts) = self.inner.builds.contexts.get() else {
-                return Err(failure(
-                    task,
-                    "this agent has no relay connection to fetch the build context through",
-                ));
-            };
-            tracing::info!(workspace = %workspace, image = %task.image, "fetching a build context");
-            let fetched = contexts
-                .fetch(&workspace.name, &task.image)
-                .await
-                .map_err(|why| failure(task, why))?;
-            let _ = writeln!(
-                log,
-                "warren: building image {} from commit {} of the workspace's project",
-                task.image, fetched.commit
-            );
-            let reuse = match &fetched.key {
-                Some(key) => self
-                    .reusable_build(key)
-                    .await
-                    .map_err(|e| failure(task, e))?,
-                None => None,
-            };
-            let mut progress = match reuse {
-                // Dropping the archive ends the transfer: nothing of it is needed.
-                Some(id) => {
-                    let _ = writeln!(
-                        log,
-                        "warren: reusing image {id}, built from the same sources: no step runs again"
-                    );
-                    let relabel = BuildImageTask {
-                        image: task.image.clone(),
-                        dockerfile: "Dockerfile".into(),
-                        args: vec![],
-                        target: None,
-                    };
-                    let context = single_file_context("Dockerfile", &format!("FROM {id}\n"))
-                        .map_err(|e| failure(task, e))?;
-                    self.build(workspace, &relabel, context, fetched.key.as_deref())
-                        .await
-                }
+            match &task.features {
                 None => {
-                    self.build(workspace, task, fetched.archive, fetched.key.as_deref())
-                        .await
+                    self.build_from_dockerfile(workspace, task, &task.image, &mut log)
+                        .await?;
+                }
+                Some(features) => {
+                    self.build_with_features(workspace, task, features, &mut log)
+                        .await?
                 }
             }
-            .map_err(|e| failure(task, warren_types::error_chain(&e)))?;
-            let mut tail: VecDeque<String> = VecDeque::new();
-            while let Some(item) = progress.next().await {
-                match item {
-                    Ok(line) => {
-                        let _ = log.write_all(line.as_bytes());
-                        if tail.len() == FAILURE_LINES {
-                            tail.pop_front();
-                        }
-                        tail.push_back(line.trim_end().to_owned());
-                    }
-                    Err(e) => {
-                        let why = warren_types::error_chain(&e);
-                        let _ = writeln!(log, "warren: {why}");
-                        let lines: Vec<String> = tail.into_iter().collect();
-                        return Err(failure(
-                            task,
-                            format!("{why}\nthe build's last lines:\n{}", lines.join("\n")),
-                        ));
-                    }
-                }
-            }
-            tracing::info!(workspace = %workspace, image = %task.image, commit = %fetched.commit, "image built");
         }
         Ok(())
     }
+
+    /// Where builds at start fetch from, or the failure saying there is nowhere.
+    pub(super) fn contexts(
+        &self,
+        task: &BuildImageTask,
+    ) -> Result<Arc<dyn BuildContexts>, PodFailure> {
+        self.inner.builds.contexts.get().cloned().ok_or_else(|| {
+            failure(
+                task,
+                "this agent has no relay connection to fetch the build context through",
+            )
+        })
+    }
+
+    /// Builds `task` from its Dockerfile and the context the server archives, as image
+    /// `name` (the task's own, or a name of its own for the base of Features), or takes over
+    /// an image built with the same key; the key it built with.
+    pub(super) async fn build_from_dockerfile(
+        &self,
+        workspace: &WorkspaceKey,
+        task: &BuildImageTask,
+        name: &str,
+        log: &mut std::fs::File,
+    ) -> Result<Option<String>, PodFailure> {
+        let contexts = self.contexts(task)?;
+        tracing::info!(workspace = %workspace, image = %task.image, "fetching a build context");
+        let fetched = contexts
+            .fetch(&workspace.name, &task.image, None)
+            .await
+            .map_err(|why| failure(task, why))?;
+        let _ = writeln!(
+            log,
+            "warren: building image {} from commit {} of the workspace's project",
+            task.image, fetched.commit
+        );
+        let plain = BuildImageTask {
+            image: name.to_owned(),
+            features: None,
+            ..task.clone()
+        };
+        self.build_or_reuse(
+            workspace,
+            &plain,
+            fetched.archive,
+            fetched.key.as_deref(),
+            log,
+        )
+        .await?;
+        tracing::info!(workspace = %workspace, image = %task.image, commit = %fetched.commit, "image built");
+        Ok(fetched.key)
+    }
+
+    /// Builds `task` from `context` with `key` — or, when an image of this installation was
+    /// built with that key, takes it over under the workspace's name — writing the output
+    /// to `log`.
+    pub(super) async fn build_or_reuse(
+        &self,
+        workspace: &WorkspaceKey,
+        task: &BuildImageTask,
+        context: crate::runtime::BuildContext,
+        key: Option<&str>,
+        log: &mut std::fs::File,
+    ) -> Result<(), PodFailure> {
+        let reuse = match key {
+            Some(key) => self
+                .reusable_build(key)
+                .await
+                .map_err(|e| failure(task, e))?,
+            None => None,
+        };
+        let progress = match reuse {
+            // Dropping the context ends its transfer: nothing of it is needed.
+            Some(id) => {
+                let _ = writeln!(
+                    log,
+                    "warren: reusing image {id}, built from the same sources: no step runs again"
+                );
+                let relabel = BuildImageTask {
+                    image: task.image.clone(),
+                    dockerfile: "Dockerfile".into(),
+                    args: vec![],
+                    target: None,
+                    features: None,
+                };
+                let context = single_file_context("Dockerfile", &format!("FROM {id}\n"))
+                    .map_err(|e| failure(task, e))?;
+                self.build(workspace, &relabel, context, key).await
+            }
+            None => self.build(workspace, task, context, key).await,
+        }
+        .map_err(|e| failure(task, warren_types::error_chain(&e)))?;
+        follow(task, progress, log).await
+    }
+}
+
+/// Writes a build's output to `log` until it ends; a failed build's last lines go into the
+/// failure.
+async fn follow(
+    task: &BuildImageTask,
+    mut progress: crate::runtime::BuildProgress,
+    log: &mut std::fs::File,
+) -> Result<(), PodFailure> {
+    let mut tail: VecDeque<String> = VecDeque::new();
+    while let Some(item) = progress.next().await {
+        match item {
+            Ok(line) => {
+                let _ = log.write_all(line.as_bytes());
+                if tail.len() == FAILURE_LINES {
+                    tail.pop_front();
+                }
+                tail.push_back(line.trim_end().to_owned());
+            }
+            Err(e) => {
+                let why = warren_types::error_chain(&e);
+                let _ = writeln!(log, "warren: {why}");
+                let lines: Vec<String> = tail.into_iter().collect();
+                return Err(failure(
+                    task,
+                    format!("{why}\nthe build's last lines:\n{}", lines.join("\n")),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A build context of one file.
-fn single_file_context(name: &str, text: &str) -> std::io::Result<crate::runtime::BuildContext> {
+pub(super) fn single_file_context(
+    name: &str,
+    text: &str,
+) -> std::io::Result<crate::runtime::BuildContext> {
     let mut archive = tar::Builder::new(Vec::new());
     let mut header = tar::Header::new_ustar();
     header.set_size(text.len() as u64);

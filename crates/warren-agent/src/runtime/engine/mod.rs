@@ -17,9 +17,11 @@ mod apply;
 mod autobuild;
 mod background;
 mod build;
+mod config;
 mod connect;
 mod containers;
 mod exec;
+mod feature_build;
 mod files;
 pub mod firewall;
 mod gitops;
@@ -61,6 +63,7 @@ use tokio_util::sync::CancellationToken;
 use warren_types::reconcile::{PodFailure, TerminationProgress};
 use warren_types::AgentId;
 
+pub use config::EngineConfig;
 pub use connect::{services_on, ConnectError, PodmanService};
 use plan::{
     ContainerPlan, DataSets, PodPlan, Role, CONTAINER_LABEL, ORDER_LABEL, POD_HASH_LABEL,
@@ -112,88 +115,6 @@ fn load_or_create_owner(state_dir: &std::path::Path) -> std::io::Result<String> 
     std::fs::write(&tmp, &id)?;
     std::fs::rename(&tmp, &path)?;
     Ok(id)
-}
-
-/// Configuration of the engine runtime.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EngineConfig {
-    /// The agent this runtime belongs to; every container, volume and network is labelled
-    /// with it, and only those are listed.
-    pub agent_id: AgentId,
-    /// `unix:///path`, `tcp://host:port`; auto-detected when absent (`DOCKER_HOST`,
-    /// `/var/run/docker.sock`, `/run/podman/podman.sock`,
-    /// `$XDG_RUNTIME_DIR/podman/podman.sock`, then a `podman system service` of our own).
-    #[serde(default)]
-    pub host: Option<String>,
-    /// Start our own `podman system service` even when another socket answers.
-    #[serde(default)]
-    pub own_podman_service: bool,
-    /// Where Secret/ConfigMap files and per-workspace records live (created 0700).
-    pub state_dir: PathBuf,
-    /// Seconds a container gets to stop on SIGTERM before it is killed.
-    #[serde(default = "default_stop_timeout")]
-    pub stop_timeout_secs: u32,
-    /// Where image pull secrets are kept, `<dir>/<name>.json` each (see `registry_auth`);
-    /// `<state_dir>/pull-secrets` when absent.
-    #[serde(default)]
-    pub pull_secrets_dir: Option<PathBuf>,
-    /// Whether workspaces may build images here (devfile `image` components). Builds run
-    /// on the engine's default network, outside the workspaces' NetworkPolicies, with what
-    /// the Dockerfile says; an agent whose engine should run only pulled images turns them
-    /// off, and a build is then refused saying so.
-    #[serde(default = "default_image_builds")]
-    pub image_builds: bool,
-}
-
-fn default_stop_timeout() -> u32 {
-    10
-}
-
-fn default_image_builds() -> bool {
-    true
-}
-
-impl EngineConfig {
-    pub fn new(agent_id: AgentId, state_dir: impl Into<PathBuf>) -> Self {
-        EngineConfig {
-            agent_id,
-            host: None,
-            own_podman_service: false,
-            state_dir: state_dir.into(),
-            stop_timeout_secs: default_stop_timeout(),
-            pull_secrets_dir: None,
-            image_builds: default_image_builds(),
-        }
-    }
-
-    /// The directory of image pull secrets in use.
-    pub fn pull_secrets_dir(&self) -> PathBuf {
-        self.pull_secrets_dir
-            .clone()
-            .unwrap_or_else(|| self.state_dir.join("pull-secrets"))
-    }
-
-    /// Checks the configuration before anything is bound or started.
-    pub fn validate(&self) -> Result<(), EngineError> {
-        if self.state_dir.as_os_str().is_empty() {
-            return Err(EngineError::Config("state_dir must not be empty".into()));
-        }
-        if self.stop_timeout_secs > 600 {
-            return Err(EngineError::Config(format!(
-                "stop_timeout_secs is {}; at most 600 is allowed",
-                self.stop_timeout_secs
-            )));
-        }
-        if let Some(h) = &self.host {
-            if !(h.starts_with("unix://") || h.starts_with("tcp://") || h.starts_with("http://")) {
-                return Err(EngineError::Config(format!(
-                    "host {h:?} must start with unix://, tcp:// or http://"
-                )));
-            }
-        }
-        Ok(())
-    }
 }
 
 /// Why the runtime could not be created.
@@ -702,9 +623,10 @@ impl EngineRuntime {
 }
 
 /// Podman reports a container that has just exited as `stopped` for a few milliseconds, a
-/// state Docker's API (and so bollard's types) does not have, and a listing that races with a
-/// container's exit can fail with a 500 naming the vanished process; both answers are retried
-/// briefly.
+/// state Docker's API (and so bollard's types) does not have, a listing that races with a
+/// container's exit can fail with a 500 naming the vanished process, and a listing of images
+/// that races with an image's removal (another workspace's build going) with a 500 saying the
+/// image is "not known"; these answers are retried briefly.
 async fn retry_transient<T, F, Fut>(mut call: F) -> Result<T, bollard::errors::Error>
 where
     F: FnMut() -> Fut,
@@ -729,7 +651,11 @@ fn is_transient(e: &bollard::errors::Error) -> bool {
         bollard::errors::Error::DockerResponseServerError {
             status_code: 500,
             message,
-        } => message.contains("no such process") || message.contains("no such file or directory"),
+        } => {
+            message.contains("no such process")
+                || message.contains("no such file or directory")
+                || message.contains("image not known")
+        }
         _ => false,
     }
 }

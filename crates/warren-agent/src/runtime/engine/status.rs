@@ -83,13 +83,15 @@ pub struct Synthesised {
 /// `metadata.resourceVersion` is a hash of spec, status, labels and the pod failure, so it
 /// changes when, and only when, what is reported changes.
 pub fn synthesise(pod: &PodObservation) -> Synthesised {
-    let ready = !pod.containers.is_empty()
-        && pod
-            .containers
-            .iter()
-            .filter(|c| c.role != Role::Init)
-            .all(|c| c.status == "running")
-        && pod.waiting.is_none();
+    // Ready: the app containers exist and all run. An init container alone is a pod whose
+    // app containers are not created yet (a look between the creates once said Running).
+    let mut apps = pod
+        .containers
+        .iter()
+        .filter(|c| c.role != Role::Init)
+        .peekable();
+    let ready =
+        apps.peek().is_some() && apps.all(|c| c.status == "running") && pod.waiting.is_none();
     let any_running = pod.containers.iter().any(ContainerObservation::running);
     let pod_failure = if pod.replicas == 1 {
         detect_failure(pod, ready)
@@ -387,6 +389,19 @@ mod tests {
                 None,
             ),
             ("starting", starting, Starting, None),
+            (
+                // The init container created, the app containers not yet: a look between
+                // the creates once said Running.
+                "only the init container created",
+                {
+                    let mut p = pod(1, ["created", "created", "created"], 0);
+                    p.starting = true;
+                    p.containers.retain(|c| c.role == Role::Init);
+                    p
+                },
+                Starting,
+                None,
+            ),
             (
                 "just created",
                 {

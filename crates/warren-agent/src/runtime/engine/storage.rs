@@ -286,7 +286,8 @@ impl EngineRuntime {
             )])),
             ..Default::default()
         };
-        let images = match self.inner.docker.list_images(Some(options)).await {
+        let docker = &self.inner.docker;
+        let images = match retry_transient(|| docker.list_images(Some(options.clone()))).await {
             Ok(i) => i,
             Err(e) => {
                 tracing::warn!(workspace = name, error = %error_message(&e), "listing the images the workspace built failed; they stay");

@@ -323,7 +323,21 @@ fn check_for_creation(
     has_project: bool,
     starter: Option<&str>,
 ) -> Result<(), AppError> {
-    if let Some(i) = devfile.images.iter().find(|i| i.auto_build && !has_project) {
+    // A build at start reads the project when it has a Dockerfile or a local Feature; a dev
+    // container's image with published Features needs none.
+    let reads_project = |i: &&warren_devfile::ImageComponent| {
+        !i.dockerfile.is_empty()
+            || i.features
+                .iter()
+                .flat_map(|f| &f.features)
+                .any(|f| matches!(f.source, warren_types::features::FeatureSource::Local(_)))
+    };
+    if let Some(i) = devfile
+        .images
+        .iter()
+        .filter(|i| i.auto_build)
+        .find(|i| reads_project(i) && !has_project)
+    {
         return Err(AppError::invalid_field(
             field,
             format!(

@@ -61,6 +61,11 @@ pub struct WsCreateArgs {
     /// Git ref to check out instead of the project's default.
     #[arg(long = "ref")]
     pub git_ref: Option<String>,
+    /// With --project: the definition in its repository to run instead of the project's (a
+    /// devfile, or a dev container configuration such as
+    /// `.devcontainer/python/devcontainer.json`).
+    #[arg(long, value_name = "PATH")]
+    pub definition: Option<String>,
     /// Without --project: the devfile's starter project to clone (default: its first).
     #[arg(long)]
     pub starter: Option<String>,

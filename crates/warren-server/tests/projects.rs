@@ -497,13 +497,29 @@ async fn a_repository_with_only_a_dev_container_configuration() {
         )],
     )
     .unwrap();
+    // Several configurations: a workspace names the one it runs.
+    git.create_repo(
+        "several",
+        &[
+            (".devfile.yaml", WEB_DEVFILE),
+            (
+                ".devcontainer/python/devcontainer.json",
+                r#"{ "image": "localhost/warren-test:latest", "containerEnv": { "FLAVOUR": "python" } }"#,
+            ),
+            (
+                ".devcontainer/node/devcontainer.json",
+                r#"{ "image": "localhost/warren-test:latest", "containerEnv": { "FLAVOUR": "node" } }"#,
+            ),
+        ],
+    )
+    .unwrap();
     let credential = json!({"kind": "basic", "username": "ann", "password": PASSWORD});
     for db in databases() {
         let s = TestServer::start(&db).await;
         let l = s.label;
         let agent = s.agent("a1", json!({})).await;
         let bob = s.user("bob", &["api", "workspace"]).await;
-        for name in ["dc", "both", "bad"] {
+        for name in ["dc", "both", "bad", "several"] {
             let body = json!({"name": name, "git_url": git.url(name), "credential": credential});
             let (st, b) = s.post(&bob, "/api/v1/projects", body).await;
             assert_eq!(st, 201, "[{l}] {b}");
@@ -549,6 +565,57 @@ async fn a_repository_with_only_a_dev_container_configuration() {
             !notices.contains("runs this dev container configuration"),
             "[{l}] {w}"
         );
+
+        // A workspace's own choice among several configurations, read as a dev container.
+        let w = s
+            .workspace(
+                &bob,
+                json!({"project": "several", "name": "bob-node", "definition": ".devcontainer/node/devcontainer.json"}),
+            )
+            .await;
+        assert!(
+            w["notices"].to_string().contains(".devcontainer/node/devcontainer.json: the workspace runs this dev container configuration"),
+            "[{l}] {w}"
+        );
+        let infos = s.reconcile_ok(agent, "full", json!([])).await;
+        let yaml = infos["bob-node"]["config_to_apply"].as_str().unwrap();
+        assert!(
+            yaml.contains("node") && !yaml.contains("python"),
+            "[{l}] {yaml}"
+        );
+        // Without a definition, the project's devfile as before.
+        let w = s
+            .workspace(&bob, json!({"project": "several", "name": "bob-default"}))
+            .await;
+        assert!(
+            !w["notices"]
+                .to_string()
+                .contains("dev container configuration"),
+            "[{l}] {w}"
+        );
+        // A definition is a path of the project's repository, and nothing else.
+        for (body, says) in [
+            (
+                json!({"project": "several", "definition": "../etc/passwd"}),
+                "no `.`, `..`",
+            ),
+            (
+                json!({"project": "several", "definition": "/etc/passwd"}),
+                "relative to the repository's root",
+            ),
+            (
+                json!({"definition": ".devcontainer/node/devcontainer.json"}),
+                "give the project too",
+            ),
+            (
+                json!({"project": "several", "definition": "nowhere/devcontainer.json"}),
+                "nowhere/devcontainer.json",
+            ),
+        ] {
+            let (st, b) = s.post(&bob, "/api/v1/workspaces", body.clone()).await;
+            assert!((400..500).contains(&st), "[{l}] {body}: {st} {b}");
+            assert!(msg(&b).contains(says), "[{l}] {body}: {}", msg(&b));
+        }
 
         // What Warren cannot run is refused by name, with the file and the ref.
         let (st, b) = s

@@ -468,6 +468,7 @@ pub(super) async fn ws_create(c: &Client, out: Format, a: WsCreateArgs) -> Resul
             resources,
             variables,
             git_ref: a.git_ref,
+            definition: a.definition,
             starter: a.starter,
             space: a.space,
         })

@@ -310,20 +310,22 @@ pub struct FromRepository {
 /// container configuration (`.devcontainer/devcontainer.json`, then `.devcontainer.json`)
 /// is read instead and turned into the devfile the workspace runs, its `${localEnv:…}` read
 /// from the workspace's `variables`; a devfile path naming a dev container configuration is
-/// read as one. One read of the repository either way.
+/// read as one. `definition` (a workspace's own choice) is read alone instead, as a dev
+/// container configuration when it is one. One read of the repository either way.
 pub async fn devfile_from_repository(
     state: &AppState,
     p: &ProjectRow,
     git_ref: &str,
     variables: &[StoredVariable],
+    definition: Option<&str>,
 ) -> Result<FromRepository, AppError> {
     let credential = state.store.project_credential(p)?;
     let remote = Remote {
         url: &p.git_url,
         credential: credential.as_ref(),
     };
-    let mut paths = vec![p.devfile_path.as_str()];
-    if !warren_devcontainer::is_config_path(&p.devfile_path) {
+    let mut paths = vec![definition.unwrap_or(p.devfile_path.as_str())];
+    if definition.is_none() && !warren_devcontainer::is_config_path(&p.devfile_path) {
         paths.extend(warren_devcontainer::LOCATIONS);
     }
     let (found, file) = state
@@ -343,7 +345,15 @@ pub async fn devfile_from_repository(
             ),
         )
     })?;
-    if !warren_devcontainer::is_config_path(path) {
+    let devcontainer = warren_devcontainer::is_config_path(path)
+        || (definition.is_some() && path.ends_with("devcontainer.json"));
+    if !devcontainer && definition.is_some() {
+        return Ok(FromRepository {
+            devfile: text,
+            notice: None,
+        });
+    }
+    if !devcontainer {
         // A dev container beside the devfile: said, since the user may have meant it. The
         // commit is read already, so this costs no fetch.
         let beside = state

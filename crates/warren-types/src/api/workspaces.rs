@@ -69,6 +69,11 @@ pub struct CreateWorkspaceRequest {
     /// Git ref to check out instead of the project's default.
     #[serde(default, rename = "ref")]
     pub git_ref: Option<String>,
+    /// With a project: the definition in its repository to run instead of the project's
+    /// (a devfile, or a dev container configuration such as
+    /// `.devcontainer/python/devcontainer.json` when the repository has several).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub definition: Option<String>,
     /// Without a project: the devfile's starter project to clone, by name (default: its
     /// first).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -314,6 +314,37 @@ pub async fn terminate(
     for_caller(state, who, &w).await
 }
 
+/// The request's `definition`: a path in the project's repository, given with a project and
+/// without a devfile of its own.
+fn check_definition(req: &CreateWorkspaceRequest) -> Result<Option<&str>, AppError> {
+    let Some(path) = req.definition.as_deref() else {
+        return Ok(None);
+    };
+    let bad = |why: &str| {
+        Err(AppError::invalid_field(
+            "definition",
+            format!("{path:?} {why}"),
+        ))
+    };
+    if req.project.is_none() {
+        return bad("names a file of a project's repository: give the project too");
+    }
+    if req.devfile.is_some() {
+        return bad("would be read instead of the devfile given: give one or the other");
+    }
+    if path.is_empty() || path.len() > 1024 || path.contains(['\\', '\0']) || path.starts_with('/')
+    {
+        return bad("must be a path relative to the repository's root");
+    }
+    if path
+        .split('/')
+        .any(|p| p.is_empty() || p == "." || p == "..")
+    {
+        return bad("must be a plain path inside the repository (no `.`, `..` or empty parts)");
+    }
+    Ok(Some(path))
+}
+
 /// What a new workspace's definition must be beyond parsing: a devfile that builds an image
 /// at start needs a project (the build context comes from its repository), and a starter
 /// project is for a workspace without one and must be among the devfile's.
@@ -409,18 +440,21 @@ pub async fn create(
         .clone()
         .or_else(|| project.as_ref().map(|p| p.default_ref.clone()));
     // The request's devfile, else the project's stored one, else the one in its repository
-    // at the workspace's ref; the server default only without a project.
+    // at the workspace's ref (the request's `definition` there, when given); the server
+    // default only without a project.
+    let definition = check_definition(req)?;
     let mut chosen = None;
     let (devfile_text, field) = match (&req.devfile, &project) {
         (Some(d), _) => (d.clone(), "devfile"),
-        (None, Some(p)) => match &p.devfile {
-            Some(d) => (d.clone(), "project devfile"),
-            None => {
+        (None, Some(p)) => match (&p.devfile, definition) {
+            (Some(d), None) => (d.clone(), "project devfile"),
+            (_, definition) => {
                 let read = super::projects::devfile_from_repository(
                     state,
                     p,
                     git_ref.as_deref().unwrap_or(&p.default_ref),
                     &variables,
+                    definition,
                 )
                 .await?;
                 chosen = read.notice;

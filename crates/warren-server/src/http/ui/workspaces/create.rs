@@ -24,6 +24,9 @@ pub struct CreateForm {
     memory: String,
     #[serde(default, rename = "ref")]
     git_ref: String,
+    /// With a project: the definition in its repository to run instead of the project's.
+    #[serde(default)]
+    definition: String,
     /// Without a project: the devfile's starter project to clone.
     #[serde(default)]
     starter: String,
@@ -79,6 +82,7 @@ pub(super) fn form_field(e: &AppError) -> Option<&'static str> {
         "devfile" => "devfile",
         "ref" => "ref",
         "starter" => "starter",
+        "definition" => "definition",
         f if f.starts_with("resources.cpu") || f == "cpu" => "cpu",
         f if f.starts_with("resources.memory") || f == "memory" => "memory",
         f if f.starts_with("resources") => "cpu",
@@ -142,6 +146,7 @@ pub(super) async fn create_form(
                 }
             }))
             (field("ref", "Git ref (optional)", &f.git_ref, "the project's default branch"))
+            (field("definition", "Definition in the repository (optional)", &f.definition, "the project's devfile, else .devcontainer/devcontainer.json; e.g. .devcontainer/python/devcontainer.json"))
             (field("starter", "Starter project (optional)", &f.starter, "without a project: the devfile's first"))
             div.field {
                 label for="devfile" { "Devfile (YAML)" }
@@ -235,6 +240,7 @@ pub async fn create(
             resources,
             variables,
             git_ref: opt(&f.git_ref),
+            definition: opt(&f.definition),
             starter: opt(&f.starter),
             space: opt(&f.space),
         })

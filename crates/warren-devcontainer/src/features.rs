@@ -11,7 +11,9 @@
 use crate::{problem, unsupported, Notice, Problem};
 use serde_json::Value;
 use std::collections::BTreeMap;
-use warren_types::features::{oci_name, FeatureRequest, FeatureSource, FeatureValue, MAX_FEATURES};
+use warren_types::features::{
+    oci_feature, oci_name, FeatureRequest, FeatureSource, FeatureValue, MAX_FEATURES,
+};
 
 /// Published Features whose metadata asks for what no workspace gets, refused before any
 /// workspace is made (the agent would refuse them when it reads their metadata): what each
@@ -121,13 +123,7 @@ impl Reading<'_> {
             self.problems.push(problem(path, format!("{key:?} {why}")));
             return None;
         }
-        // The specification's implicit tag.
-        let tagged = reference.contains('@') || oci_name(&reference) != reference;
-        Some(FeatureSource::Oci(if tagged {
-            reference
-        } else {
-            format!("{reference}:latest")
-        }))
+        Some(oci_feature(&reference))
     }
 
     /// A Feature in a folder of the repository: the specification has it below the

@@ -282,12 +282,5 @@ fn dependency_source(of: &FeatureSource, key: &str) -> Result<FeatureSource, Fea
             why: "Warren fetches Features from OCI registries or the repository only".into(),
         });
     }
-    let reference = key.to_ascii_lowercase();
-    let tagged =
-        reference.contains('@') || warren_types::features::oci_name(&reference) != reference;
-    Ok(FeatureSource::Oci(if tagged {
-        reference
-    } else {
-        format!("{reference}:latest")
-    }))
+    Ok(warren_types::features::oci_feature(key))
 }

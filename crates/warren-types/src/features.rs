@@ -86,6 +86,18 @@ impl std::fmt::Display for FeatureSource {
     }
 }
 
+/// A Feature's OCI reference as the specification reads it: lowercased, `:latest` when it has
+/// neither a tag nor a digest.
+pub fn oci_feature(reference: &str) -> FeatureSource {
+    let reference = reference.to_ascii_lowercase();
+    let tagged = reference.contains('@') || oci_name(&reference) != reference;
+    FeatureSource::Oci(if tagged {
+        reference
+    } else {
+        format!("{reference}:latest")
+    })
+}
+
 /// An OCI reference without its tag or digest.
 pub fn oci_name(reference: &str) -> &str {
     let without_digest = reference.split('@').next().unwrap_or(reference);

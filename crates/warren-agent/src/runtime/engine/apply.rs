@@ -457,3 +457,35 @@ fn apps_all_running(containers: &[ContainerSummary]) -> bool {
         .peekable();
     apps.peek().is_some() && apps.all(summary_running)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(role: Role, state: bollard::models::ContainerSummaryStateEnum) -> ContainerSummary {
+        ContainerSummary {
+            labels: Some(HashMap::from([(
+                ROLE_LABEL.to_owned(),
+                role.label().to_owned(),
+            )])),
+            state: Some(state),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_pod_with_no_app_container_listed_is_not_running() {
+        use bollard::models::ContainerSummaryStateEnum::{CREATED, RUNNING};
+        assert!(!apps_all_running(&[]));
+        // The init container alone: the app containers are not created yet.
+        assert!(!apps_all_running(&[summary(Role::Init, CREATED)]));
+        assert!(!apps_all_running(&[
+            summary(Role::Init, CREATED),
+            summary(Role::App, CREATED)
+        ]));
+        assert!(apps_all_running(&[
+            summary(Role::Init, CREATED),
+            summary(Role::App, RUNNING)
+        ]));
+    }
+}

@@ -195,6 +195,64 @@ fn the_hash_follows_the_pod_spec_not_the_replicas() -> Result<()> {
 }
 
 #[test]
+fn host_aliases_reach_every_network_namespace_and_exec_post_start_hooks_are_kept() -> Result<()> {
+    let ws = workspace();
+    let mut objects = ws.objects();
+    common::pod_spec(&mut objects)["hostAliases"] =
+        json!([{"ip": "127.0.0.1", "hostnames": ["db", "cache"]}]);
+    common::pod_spec(&mut objects)["containers"][1]["lifecycle"] = json!({"postStart": {"exec": {"command": ["/bin/sh", "-c", "until ready; do sleep 1; done"]}}});
+    let plan = plan_of(&ws, &objects)?;
+    let hosts = |c: &plan::ContainerPlan| {
+        c.body
+            .host_config
+            .as_ref()
+            .and_then(|h| h.extra_hosts.clone())
+            .unwrap_or_default()
+    };
+    let apps: Vec<&plan::ContainerPlan> = plan
+        .containers
+        .iter()
+        .filter(|c| c.role == Role::App)
+        .collect();
+    // The namespace's owner has the names; a joiner shares its hosts file (Podman and
+    // Docker refuse `--add-host` beside `--network container:`).
+    assert_eq!(hosts(apps[0]), ["db:127.0.0.1", "cache:127.0.0.1"]);
+    assert!(hosts(apps[1]).is_empty());
+    for init in plan.containers.iter().filter(|c| c.role == Role::Init) {
+        assert_eq!(
+            hosts(init),
+            ["db:127.0.0.1", "cache:127.0.0.1"],
+            "{}",
+            init.name
+        );
+    }
+    assert_eq!(
+        apps[1].post_start.as_deref(),
+        Some(
+            &[
+                "/bin/sh".to_owned(),
+                "-c".into(),
+                "until ready; do sleep 1; done".into()
+            ][..]
+        )
+    );
+    assert!(apps[0].post_start.is_none());
+    // The hook is part of what the pod is: changing it makes a new pod.
+    let before = plan.hash.clone();
+    common::pod_spec(&mut objects)["containers"][1]["lifecycle"]["postStart"]["exec"]["command"] =
+        json!(["true"]);
+    assert_ne!(plan_of(&ws, &objects)?.hash, before);
+    // A hook the engine cannot run is refused, not skipped.
+    common::pod_spec(&mut objects)["containers"][1]["lifecycle"] =
+        json!({"postStart": {"httpGet": {"port": 80}}});
+    let err = plan_of(&ws, &objects)
+        .expect_err("an HTTP hook")
+        .to_string();
+    assert!(err.contains("only an exec postStart hook"), "{err}");
+    Ok(())
+}
+
+#[test]
 fn objects_an_engine_cannot_honour_are_refused_by_name() {
     let ws = workspace();
     let refuse = |change: &dyn Fn(&mut Vec<Value>), want: &str| {

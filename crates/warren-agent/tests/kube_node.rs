@@ -458,6 +458,42 @@ async fn a_crash_looping_command_fails_with_the_kubelets_reason() {
     terminate(&s, &key).await;
 }
 
+/// What a Compose dev container's pod asks of the node: its containers reach one another by
+/// name (`hostAliases`), and a container's `postStart` hook holding the next one until its
+/// service answers (a healthy dependency), as the engine runtime does too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_resolve_to_the_pod_and_a_held_start_waits_for_the_service() {
+    let Some(s) = setup().await else { return };
+    let key = key("held");
+    let mut objs = objects(&key, s.agent);
+    deployment(&mut objs)["spec"]["template"]["spec"]["hostAliases"] =
+        serde_json::json!([{"ip": "127.0.0.1", "hostnames": ["db", "cache"]}]);
+    // The "database" answers only after 2 s; its hook holds the next container until then.
+    let dev = container(&mut objs, "dev");
+    dev["command"] = serde_json::json!([
+        "/bin/sh", "-c",
+        "sleep 2; mkdir -p /tmp/www; echo db-is-up > /tmp/www/index.html; exec httpd -f -p 8080 -h /tmp/www"
+    ]);
+    dev["lifecycle"] = serde_json::json!({"postStart": {"exec": {"command": [
+        "/bin/sh", "-c", "until wget -q -O /dev/null http://127.0.0.1:8080/; do sleep 1; done"
+    ]}}});
+    container(&mut objs, "tools")["command"] = serde_json::json!([
+        "/bin/sh",
+        "-c",
+        "wget -qO- http://db:8080/ > /tmp/at-start 2>&1; exec sleep 2147483647"
+    ]);
+    // The main container is the one the Deployment names, not the first.
+    deployment(&mut objs)["metadata"]["annotations"]["warren.dev/main-container"] = "tools".into();
+    s.runtime.apply(&key, &objs).await.expect("apply");
+    wait_state(&s, &key, ActualState::Running).await;
+    assert_eq!(
+        exec_ok(&s, &key, None, "cat /tmp/at-start").await,
+        "db-is-up",
+        "the second container started once the first one's service answered, reached by name"
+    );
+    terminate(&s, &key).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_image_fails_with_the_kubelets_reason() {
     let Some(s) = setup().await else { return };

@@ -51,12 +51,16 @@ pub fn run(cmd: DevcontainerCommand) -> Result<(), CliError> {
         .iter()
         .map(|kv| (kv.key.clone(), kv.value.clone()))
         .collect();
+    let path = relative_path(&args.file);
+    let secrets = Default::default();
+    let files = named_files(&args.file, &text, &path, &project, &local_env);
     let input = warren_devcontainer::Input {
         text: &text,
-        path: &relative_path(&args.file),
+        path: &path,
         project: &project,
         local_env: &local_env,
-        secrets: &Default::default(),
+        secrets: &secrets,
+        files: &files,
     };
     let file = args.file.display();
     let converted = warren_devcontainer::convert(&input).map_err(|problems| {
@@ -98,6 +102,49 @@ fn project_of(file: &Path) -> String {
         }
     }
     "workspace".into()
+}
+
+/// The other files of the repository the configuration names (its Compose files and what
+/// they name), read from the folders around `file` as the server reads them from the
+/// repository; one that cannot be read is left out, for the conversion to name.
+fn named_files(
+    file: &Path,
+    text: &str,
+    path: &str,
+    project: &str,
+    local_env: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    // The repository's root: the configuration's folder, up as many levels as `path` has.
+    let mut root = file.parent().map(Path::to_path_buf).unwrap_or_default();
+    for _ in 1..path.split('/').count() {
+        root = root.join("..");
+    }
+    let secrets = Default::default();
+    let mut files = BTreeMap::new();
+    let mut tried = std::collections::BTreeSet::new();
+    loop {
+        let input = warren_devcontainer::Input {
+            text,
+            path,
+            project,
+            local_env,
+            secrets: &secrets,
+            files: &files,
+        };
+        let wanted: Vec<String> = warren_devcontainer::needed_files(&input)
+            .into_iter()
+            .map(|n| n.path)
+            .filter(|p| tried.insert(p.clone()))
+            .collect();
+        if wanted.is_empty() || tried.len() > warren_devcontainer::MAX_FILES {
+            return files;
+        }
+        for p in wanted {
+            if let Ok(t) = std::fs::read_to_string(root.join(&p)) {
+                files.insert(p, t);
+            }
+        }
+    }
 }
 
 /// The configuration's path from its repository's root (its folder decides where a

@@ -184,7 +184,10 @@ pub fn join(folder: &str, rel: &str) -> Result<String, &'static str> {
     if rel.starts_with('/') || rel.contains('\0') || rel.contains('\\') {
         return Err("must be a relative path inside the repository");
     }
-    let mut parts: Vec<&str> = folder.split('/').filter(|p| !p.is_empty()).collect();
+    let mut parts: Vec<&str> = folder
+        .split('/')
+        .filter(|p| !p.is_empty() && *p != ".")
+        .collect();
     for part in rel.split('/') {
         match part {
             "" | "." => {}
@@ -219,6 +222,7 @@ mod tests {
             "docker/Dockerfile"
         );
         assert_eq!(join("", "Dockerfile").unwrap(), "Dockerfile");
+        assert_eq!(join(".", "a/Dockerfile").unwrap(), "a/Dockerfile");
         assert!(join(".devcontainer", "../..").is_err());
         assert!(join(".devcontainer", "/etc/passwd").is_err());
     }

@@ -8,6 +8,7 @@
 //! `workspaceFolder` of `/workspaces/<project>` (the specification's default) is kept exactly;
 //! another folder becomes the `sourceMapping` with the repository inside it, said by a notice.
 
+use crate::compose::{Mount, Service};
 use crate::properties::{Config, Lifecycle, Stage};
 use crate::Notice;
 use serde_json::{json, Value};
@@ -33,33 +34,28 @@ pub fn build(config: &Config, project: &str, notices: &mut Vec<Notice>) -> Value
             ),
         });
     }
+    let compose = config.compose.as_ref();
+    let main_name = compose.map_or(COMPONENT.to_owned(), |c| c.services[c.main].name.clone());
     let mut container = json!({
         "image": config.image,
         "mountSources": true,
         "sourceMapping": source_mapping,
     });
-    if !config.env.is_empty() {
-        container["env"] = config
-            .env
-            .iter()
-            .map(|(name, value)| json!({"name": name, "value": value}))
-            .collect();
+    if !config.command.is_empty() {
+        container["command"] = json!(config.command);
     }
+    if !config.args.is_empty() {
+        container["args"] = json!(config.args);
+    }
+    if !config.env.is_empty() {
+        container["env"] = env_list(&config.env);
+    }
+    let mut endpoint_names = Vec::new();
     if !config.ports.is_empty() {
-        let mut names = Vec::new();
         container["endpoints"] = config
             .ports
             .iter()
-            .map(|p| {
-                let name = endpoint_name(p.label.as_deref(), p.port, &names);
-                names.push(name.clone());
-                json!({
-                    "name": name,
-                    "targetPort": p.port,
-                    "exposure": "public",
-                    "protocol": if p.https { "https" } else { "http" },
-                })
-            })
+            .map(|p| endpoint(p.label.as_deref(), p.port, p.https, &mut endpoint_names))
             .collect();
     }
     if let Some(cpus) = config.cpus {
@@ -70,37 +66,72 @@ pub fn build(config: &Config, project: &str, notices: &mut Vec<Notice>) -> Value
         container["memoryRequest"] = json!(m);
         container["memoryLimit"] = json!(m);
     }
-    let mut components = vec![];
-    let mut volume_mounts = vec![];
-    let mut volume_names: Vec<String> = vec![COMPONENT.into(), IMAGE_COMPONENT.into()];
-    for m in &config.mounts {
-        let name = unique(&label(&m.source, 63, "volume"), &volume_names);
-        volume_names.push(name.clone());
-        volume_mounts.push(json!({"name": name, "path": m.target}));
-        components.push(json!({"name": name, "volume": {"ephemeral": m.ephemeral}}));
-    }
-    if !volume_mounts.is_empty() {
-        container["volumeMounts"] = Value::Array(volume_mounts);
-    }
-    components.insert(
-        0,
-        json!({
-            "name": COMPONENT,
-            "attributes": {"warren.dev/main": true},
-            "container": container,
-        }),
+    let mut taken: Vec<String> = vec![COMPONENT.into(), IMAGE_COMPONENT.into()];
+    taken.extend(
+        compose
+            .into_iter()
+            .flat_map(|c| c.services.iter().map(|s| s.name.clone())),
     );
-    if config.build.is_some() || config.features.is_some() {
-        components.insert(1, image_component(config));
+    let mut volumes = Volumes {
+        taken,
+        named: Default::default(),
+        components: vec![],
+    };
+    let mounts: Vec<Value> = config
+        .mounts
+        .iter()
+        .map(|m| json!({"name": volumes.component(&m.source, m.ephemeral), "path": m.target}))
+        .collect();
+    if !mounts.is_empty() {
+        container["volumeMounts"] = Value::Array(mounts);
     }
+    let mut main = json!({
+        "name": main_name,
+        "attributes": {"warren.dev/main": true},
+        "container": container,
+    });
+    let mut components = vec![];
     let mut commands = vec![];
+    let mut pre_start = vec![];
+    if let Some(c) = compose {
+        let main_service = &c.services[c.main];
+        resources(
+            &mut main["container"],
+            main_service,
+            config.cpus.is_some(),
+            config.memory.is_some(),
+        );
+        healthcheck(&mut main, main_service);
+        for (i, s) in c.services.iter().enumerate() {
+            if i == c.main {
+                components.push(main.take());
+                continue;
+            }
+            components.extend(service_components(s, &mut volumes, &mut endpoint_names));
+            if s.init {
+                let id = format!("run-{}", s.name);
+                commands.push(json!({"id": id, "apply": {"component": s.name}}));
+                pre_start.push(id);
+            }
+        }
+    } else {
+        components.push(main);
+    }
+    components.append(&mut volumes.components);
+    if config.build.is_some() || config.features.is_some() {
+        let at = components
+            .iter()
+            .position(|c| c["name"] == main_name.as_str())
+            .unwrap_or(0);
+        components.insert(at + 1, image_component(config));
+    }
     let mut post_start = vec![];
     for (stage, line) in stage_lines(config) {
         let id = command_id(stage);
         let line = if stage.once() { once(&id, &line) } else { line };
         commands.push(json!({
             "id": id,
-            "exec": {"component": COMPONENT, "commandLine": line, "workingDir": sources},
+            "exec": {"component": main_name, "commandLine": line, "workingDir": sources},
         }));
         post_start.push(id);
         if stage == Stage::UpdateContent && config.lifecycle.iter().any(|(s, _)| *s == stage) {
@@ -115,11 +146,164 @@ pub fn build(config: &Config, project: &str, notices: &mut Vec<Notice>) -> Value
         "metadata": {"name": label(config.name.as_deref().unwrap_or(""), 63, COMPONENT)},
         "components": components,
     });
+    if let Some(c) = compose {
+        devfile["attributes"][warren_devfile::HOST_ALIASES_ATTRIBUTE] = json!(c.host_aliases);
+    }
+    if let Some(e) = &config.editor {
+        devfile["attributes"][warren_devfile::EDITOR_ATTRIBUTE] = json!(e);
+    }
     if !commands.is_empty() {
         devfile["commands"] = Value::Array(commands);
-        devfile["events"] = json!({"postStart": post_start});
+    }
+    let mut events = serde_json::Map::new();
+    if !pre_start.is_empty() {
+        events.insert("preStart".into(), json!(pre_start));
+    }
+    if !post_start.is_empty() {
+        events.insert("postStart".into(), json!(post_start));
+    }
+    if !events.is_empty() {
+        devfile["events"] = Value::Object(events);
     }
     devfile
+}
+
+/// The volume components of the workspace, one per named volume (shared by the containers
+/// that mount it) and one per anonymous or `tmpfs` mount.
+struct Volumes {
+    /// Component names in use.
+    taken: Vec<String>,
+    /// Named volume → its component.
+    named: std::collections::BTreeMap<String, String>,
+    components: Vec<Value>,
+}
+
+impl Volumes {
+    /// The component mounted for `source` (empty: anonymous), made when new.
+    fn component(&mut self, source: &str, ephemeral: bool) -> String {
+        if !ephemeral && !source.is_empty() {
+            if let Some(name) = self.named.get(source) {
+                return name.clone();
+            }
+        }
+        let name = unique(&label(source, 63, "volume"), &self.taken);
+        self.taken.push(name.clone());
+        if !ephemeral && !source.is_empty() {
+            self.named.insert(source.to_owned(), name.clone());
+        }
+        self.components
+            .push(json!({"name": name, "volume": {"ephemeral": ephemeral}}));
+        name
+    }
+}
+
+fn env_list(env: &std::collections::BTreeMap<String, String>) -> Value {
+    env.iter()
+        .map(|(name, value)| json!({"name": name, "value": value}))
+        .collect()
+}
+
+/// A public endpoint on `port`, its name unique among `names` (recorded there).
+fn endpoint(label_text: Option<&str>, port: u16, https: bool, names: &mut Vec<String>) -> Value {
+    let name = endpoint_name(label_text, port, names);
+    names.push(name.clone());
+    json!({
+        "name": name,
+        "targetPort": port,
+        "exposure": "public",
+        "protocol": if https { "https" } else { "http" },
+    })
+}
+
+/// A Compose service's limits and reservations on its container component (the dev
+/// container's own only where `hostRequirements` did not size it).
+fn resources(container: &mut Value, s: &Service, cpu_set: bool, memory_set: bool) {
+    for (key, value, set) in [
+        ("cpuLimit", &s.cpu_limit, cpu_set),
+        ("cpuRequest", &s.cpu_request, cpu_set),
+        ("memoryLimit", &s.memory_limit, memory_set),
+        ("memoryRequest", &s.memory_request, memory_set),
+    ] {
+        if let (Some(v), false) = (value, set) {
+            container[key] = json!(v);
+        }
+    }
+}
+
+/// The healthcheck a dependent waits on, as the component's attribute.
+fn healthcheck(component: &mut Value, s: &Service) {
+    if let (Some(h), true) = (&s.healthcheck, s.hold) {
+        component["attributes"][warren_devfile::HEALTHCHECK_ATTRIBUTE] = json!({
+            "test": h.test,
+            "intervalSeconds": h.interval,
+            "timeoutSeconds": h.timeout,
+            "retries": h.retries,
+            "startPeriodSeconds": h.start_period,
+        });
+    }
+}
+
+/// The components of a Compose service beside the dev container: its container, and the
+/// `image` component building its image when it has a `build`.
+fn service_components(
+    s: &Service,
+    volumes: &mut Volumes,
+    endpoint_names: &mut Vec<String>,
+) -> Vec<Value> {
+    let built = format!("localhost/warren/compose-{}:latest", s.name);
+    let image = match (&s.build, &s.image) {
+        (Some(_), _) => built.clone(),
+        (None, Some(i)) => i.clone(),
+        (None, None) => String::new(),
+    };
+    let mut container = json!({"image": image, "mountSources": false});
+    if let Some(e) = &s.entrypoint {
+        container["command"] = json!(e);
+    }
+    if let Some(c) = &s.command {
+        container["args"] = json!(c);
+    }
+    if !s.env.is_empty() {
+        container["env"] = env_list(&s.env);
+    }
+    if !s.ports.is_empty() {
+        container["endpoints"] = s
+            .ports
+            .iter()
+            .map(|p| endpoint(None, *p, false, endpoint_names))
+            .collect();
+    }
+    let mounts: Vec<Value> = s
+        .volumes
+        .iter()
+        .map(|m| match m {
+            Mount::Named { name, target } => {
+                json!({"name": volumes.component(name, false), "path": target})
+            }
+            Mount::Ephemeral { target } => {
+                json!({"name": volumes.component("", true), "path": target})
+            }
+        })
+        .collect();
+    if !mounts.is_empty() {
+        container["volumeMounts"] = Value::Array(mounts);
+    }
+    resources(&mut container, s, false, false);
+    let mut component = json!({"name": s.name, "container": container});
+    healthcheck(&mut component, s);
+    let mut out = vec![component];
+    if let Some(b) = &s.build {
+        let mut dockerfile = json!({"uri": b.dockerfile, "buildContext": b.context});
+        if !b.args.is_empty() {
+            dockerfile["args"] = json!(b.args);
+        }
+        let mut image = json!({"name": format!("{}-build", s.name), "image": {"imageName": built, "autoBuild": true, "dockerfile": dockerfile}});
+        if let Some(t) = &b.target {
+            image["attributes"] = json!({(warren_devfile::BUILD_TARGET_ATTRIBUTE): t});
+        }
+        out.push(image);
+    }
+    out
 }
 
 /// The `image` component that builds the dev container's image at the workspace's start:

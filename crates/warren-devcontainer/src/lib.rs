@@ -11,9 +11,13 @@
 //! for both definitions.
 //!
 //! Nothing here reads files or the network: the caller hands in the text and says where it
-//! was found; the Dockerfile and the build context are paths relative to that place.
+//! was found; the Dockerfile and the build context are paths relative to that place. The
+//! other files a configuration reads (its Compose files) are handed in too, after
+//! [`needed_files`] has said which.
 
 pub mod build;
+pub mod compose;
+mod customizations;
 pub mod devfile;
 pub mod features;
 pub mod jsonc;
@@ -28,6 +32,10 @@ pub use warren_devfile::Notice;
 /// Configurations larger than this are refused before any parsing (published ones are a few
 /// KiB; the cap bounds what one request can make the server parse).
 pub const MAX_CONFIG_BYTES: usize = 256 * 1024;
+
+/// At most this many other files of the repository are read for one configuration (its
+/// Compose files, `.env` and `env_file`s): a bound on what one create makes the server read.
+pub const MAX_FILES: usize = 32;
 
 /// Where the specification has tools look for a configuration, first match first. A third
 /// form, `.devcontainer/<folder>/devcontainer.json`, names one of several configurations.
@@ -84,6 +92,23 @@ pub struct Input<'a> {
     /// since the definition is stored as text and a secret is kept encrypted (the workspace
     /// has it in its environment anyway).
     pub secrets: &'a BTreeSet<String>,
+    /// The other files of the repository the configuration reads, by path from the
+    /// repository's root, as [`needed_files`] names them; a missing one is a problem.
+    pub files: &'a BTreeMap<String, String>,
+}
+
+/// The files of the repository a configuration reads besides itself, as far as
+/// `input.files` tells (a Compose file names its services' `env_file`s): a caller reads
+/// these, adds them to `files` and asks again until no new one is named. None for a
+/// configuration that is not valid (its conversion says why).
+pub fn needed_files(input: &Input<'_>) -> Vec<compose::Needed> {
+    let Ok(value) = jsonc::parse(input.text) else {
+        return vec![];
+    };
+    let Ok(value) = variables::substitute(value, input) else {
+        return vec![];
+    };
+    compose::needed_files(&value, input)
 }
 
 /// A configuration as Warren runs it.
@@ -105,9 +130,8 @@ pub fn convert(input: &Input<'_>) -> Result<Converted, Problems> {
     let config = properties::read(&value, input, &mut notices)?;
     let mut devfile = devfile::build(&config, input.project, &mut notices);
     // The notices travel with the devfile, so the workspace shows them as a devfile's own.
-    devfile["attributes"] = serde_json::json!({
-        (warren_devfile::DEVCONTAINER_ATTRIBUTE): {"path": input.path, "notices": notices},
-    });
+    devfile["attributes"][warren_devfile::DEVCONTAINER_ATTRIBUTE] =
+        serde_json::json!({"path": input.path, "notices": notices});
     // The devfile's own checks are the last word: a conversion that produced something they
     // refuse is reported with their paths, prefixed so the reader knows whose words they are.
     let text = serde_yaml::to_string(&devfile).map_err(|e| {

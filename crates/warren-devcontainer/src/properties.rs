@@ -53,6 +53,15 @@ pub struct Port {
     pub https: bool,
 }
 
+/// A port another Compose service listens on (`forwardPorts` of `"db:5432"`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServicePort {
+    /// Where it was named (`forwardPorts[1]`).
+    pub path: String,
+    pub service: String,
+    pub port: u16,
+}
+
 /// A named volume mounted into the container (`mounts` of `type=volume`, or `tmpfs`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VolumeMount {
@@ -84,6 +93,15 @@ pub struct Config {
     /// The Features installed on top of the image (or of what `build` makes); with an
     /// `image`, that image becomes the base and `image` [`crate::build::IMAGE`].
     pub features: Option<FeatureBuild>,
+    /// A Compose dev container: its services (the dev container's own among them, whose
+    /// image, environment, ports and volumes are also in the fields above).
+    pub compose: Option<crate::compose::Compose>,
+    /// What the dev container runs (a Compose service's `entrypoint` and `command`, run by
+    /// Warren's start script), when not Warren's keep-alive.
+    pub command: Vec<String>,
+    pub args: Vec<String>,
+    /// `customizations.vscode`, for the injected editor.
+    pub editor: Option<warren_devfile::EditorCustomizations>,
 }
 
 /// Reads `value` (an object, variables already substituted).
@@ -98,6 +116,8 @@ pub fn read(
         problems: Vec::new(),
         notices,
         ports_attributes: BTreeMap::new(),
+        service_ports: Vec::new(),
+        override_command: None,
     };
     let mut config = Config {
         name: None,
@@ -111,6 +131,10 @@ pub fn read(
         memory: None,
         build: None,
         features: None,
+        compose: None,
+        command: vec![],
+        args: vec![],
+        editor: None,
     };
     // Attributes first: the ports read later are labelled with them.
     if let Some(v) = top.get("portsAttributes") {
@@ -127,7 +151,41 @@ pub fn read(
         notices: &mut *r.notices,
     }
     .read(top);
-    match (&config.build, config.image.is_empty()) {
+    if let Some(v) = top.get("customizations") {
+        config.editor = crate::customizations::Reading {
+            folder,
+            workspace_folder: &config.workspace_folder.clone(),
+            problems: &mut r.problems,
+            notices: &mut *r.notices,
+        }
+        .read(v);
+    }
+    let compose = crate::compose::Reading {
+        input,
+        folder,
+        workspace_folder: &config.workspace_folder.clone(),
+        problems: &mut r.problems,
+        notices: &mut *r.notices,
+    }
+    .read(top);
+    let pending = crate::compose::config::Pending {
+        service_ports: std::mem::take(&mut r.service_ports),
+        override_command: r.override_command,
+    };
+    crate::compose::config::apply(
+        compose,
+        top,
+        pending,
+        &mut config,
+        &mut r.problems,
+        &mut *r.notices,
+    );
+    // A Compose dev container's image and build are its service's (`compose::config`).
+    let own_image = config
+        .compose
+        .is_none()
+        .then_some((&config.build, config.image.is_empty()));
+    match own_image.unwrap_or((&None, false)) {
         (Some(_), false) => r.problems.push(problem(
             "image",
             "name either the `image` to run or the Dockerfile to `build` it from, not both",
@@ -140,7 +198,7 @@ pub fn read(
         {
             r.problems.push(problem(
                 "",
-                "a dev container names its `image`, or the Dockerfile to `build` it from (or a `dockerComposeFile`, which Warren refuses for now)",
+                "a dev container names its `image`, the Dockerfile to `build` it from, or its `dockerComposeFile`",
             ))
         }
         (None, _) => {}
@@ -188,6 +246,8 @@ pub fn lifecycle_command(path: &str, v: &Value) -> Result<Option<Lifecycle>, Pro
         problems: Vec::new(),
         notices: &mut notices,
         ports_attributes: BTreeMap::new(),
+        service_ports: Vec::new(),
+        override_command: None,
     };
     let command = r.command(path, v);
     if r.problems.is_empty() {
@@ -202,6 +262,10 @@ struct Reader<'n> {
     notices: &'n mut Vec<Notice>,
     /// Port → (label, https).
     ports_attributes: BTreeMap<u16, (Option<String>, bool)>,
+    /// `forwardPorts` of other services' ports, placed once the Compose files are read.
+    service_ports: Vec<ServicePort>,
+    /// `overrideCommand`, as given.
+    override_command: Option<bool>,
 }
 
 pub(crate) fn type_name(v: &Value) -> &'static str {
@@ -276,11 +340,8 @@ impl Reader<'_> {
             }
             // Read together, after the rest (`crate::build`).
             "build" | "dockerFile" | "context" => {}
-            "dockerComposeFile" | "service" | "runServices" => self.refuse(
-                key,
-                "a Docker Compose dev container",
-                "not yet: name the dev container's `image`, or write a devfile with one container component per service",
-            ),
+            // Read together, after the rest (`crate::compose`).
+            "dockerComposeFile" | "service" | "runServices" => {}
             // Read together, after the rest (`crate::features`).
             "features" | "overrideFeatureInstallOrder" => {}
             "secrets" => self.notice(
@@ -355,27 +416,14 @@ impl Reader<'_> {
                 "Warren probes no shell for its environment: commands and sessions get the container's environment (`containerEnv`, `remoteEnv`)",
             ),
             "hostRequirements" => self.host_requirements(v, config),
-            "customizations" => {
-                if let Some(m) = v.as_object() {
-                    for tool in m.keys() {
-                        self.notice(
-                            &format!("customizations.{tool}"),
-                            "tool customizations are not applied yet (the editor Warren injects starts without these extensions and settings)",
-                        );
-                    }
-                } else {
-                    self.wrong_type(key, "an object", v);
-                }
-            }
+            // Read together, after the rest (`crate::customizations`).
+            "customizations" => {}
             "shutdownAction" => self.notice(
                 key,
                 "Warren's workspaces are stopped by their users or by the idle and lifetime policies, not when a tool closes",
             ),
-            "overrideCommand" => {
-                if self.boolean(key, v) == Some(false) {
-                    self.refuse(key, "`overrideCommand: false` (running the image's own command)", "not yet: Warren keeps the dev container running itself and cannot know the image's command before it runs; start the service from `postStartCommand`");
-                }
-            }
+            // Decided with the Compose files (`Reader::compose`).
+            "overrideCommand" => self.override_command = self.boolean(key, v),
             "workspaceFolder" => {
                 if let Some(f) = self.string(key, v) {
                     if !f.starts_with('/') || f.split('/').any(|p| p == "..") {
@@ -428,14 +476,18 @@ impl Reader<'_> {
                 }
             },
             Value::String(s) => match s.split_once(':') {
-                Some((host, _)) => {
-                    self.refuse(
-                        path,
-                        &format!("forwarding {s:?} (a port of another host or service)"),
-                        &format!(
-                            "Warren forwards the dev container's own ports; {host:?} is not it"
-                        ),
-                    );
+                Some((host, port)) => {
+                    // Another Compose service's: placed once the services are read.
+                    match port.parse::<u16>() {
+                        Ok(p) if p > 0 => self.service_ports.push(ServicePort {
+                            path: path.to_owned(),
+                            service: host.to_owned(),
+                            port: p,
+                        }),
+                        _ => self
+                            .problems
+                            .push(problem(path, format!("{s:?} is not a port (1-65535)"))),
+                    }
                     None
                 }
                 None => match s.parse::<u16>() {

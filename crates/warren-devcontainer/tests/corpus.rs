@@ -22,6 +22,37 @@ fn corpus() -> Vec<(String, String)> {
     out
 }
 
+/// The other files of template `name`'s repository its configuration names
+/// (`testdata/devcontainers/files/<name>/`), read as the server reads them.
+fn template_files(name: &str, text: &str) -> BTreeMap<String, String> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/testdata/devcontainers/files")
+        .join(name);
+    let env = BTreeMap::new();
+    let mut files = BTreeMap::new();
+    loop {
+        let input = Input {
+            text,
+            path: ".devcontainer/devcontainer.json",
+            project: name,
+            local_env: &env,
+            secrets: &Default::default(),
+            files: &files,
+        };
+        let before = files.len();
+        for n in warren_devcontainer::needed_files(&input) {
+            if let Ok(t) = std::fs::read_to_string(root.join(&n.path)) {
+                files.insert(n.path, t);
+            } else {
+                assert!(n.optional, "{name}: {} is not in the corpus", n.path);
+            }
+        }
+        if files.len() == before {
+            return files;
+        }
+    }
+}
+
 #[test]
 fn every_public_template_is_run_or_refused_by_name() {
     let configs = corpus();
@@ -34,12 +65,14 @@ fn every_public_template_is_run_or_refused_by_name() {
     let agent = warren_types::config::AgentConfig::default();
     let mut accepted = Vec::new();
     for (name, text) in &configs {
+        let files = template_files(name, text);
         let input = Input {
             text,
             path: ".devcontainer/devcontainer.json",
             project: name,
             local_env: &env,
             secrets: &Default::default(),
+            files: &files,
         };
         match convert(&input) {
             Ok(c) => {

@@ -7,6 +7,7 @@ use warren_devcontainer::{convert, is_config_path, Converted, Input, Problems};
 use warren_devfile::{parse_devfile, CommandAction, Devfile};
 
 static NO_SECRETS: BTreeSet<String> = BTreeSet::new();
+static NO_FILES: BTreeMap<String, String> = BTreeMap::new();
 
 fn input<'a>(text: &'a str, env: &'a BTreeMap<String, String>) -> Input<'a> {
     Input {
@@ -15,6 +16,7 @@ fn input<'a>(text: &'a str, env: &'a BTreeMap<String, String>) -> Input<'a> {
         project: "shop",
         local_env: env,
         secrets: &NO_SECRETS,
+        files: &NO_FILES,
     }
 }
 
@@ -110,7 +112,7 @@ fn a_port_of_another_host_and_a_port_out_of_range_are_refused_by_name() {
     let p = refused(r#"{ "image": "busybox", "forwardPorts": ["db:5432", 70000, 0] }"#);
     let all = p.to_string();
     assert!(
-        all.contains("forwardPorts[0]: forwarding \"db:5432\""),
+        all.contains("forwardPorts[0]: forwarding db:5432 (a port of another host or service)"),
         "{all}"
     );
     assert!(all.contains("not supported by Warren"), "{all}");
@@ -316,10 +318,6 @@ fn isolation_breaking_properties_are_refused_by_name() {
 fn what_warren_does_not_do_yet_is_refused_by_name_not_dropped() {
     for (text, path) in [
         (
-            r#"{ "dockerComposeFile": "compose.yml", "service": "app" }"#,
-            "dockerComposeFile",
-        ),
-        (
             r#"{ "image": "busybox", "features": { "https://example.com/devcontainer-feature-go.tgz": {} } }"#,
             "features.https://example.com/devcontainer-feature-go.tgz",
         ),
@@ -357,7 +355,7 @@ fn accepted_properties_warren_handles_its_own_way_each_get_a_notice() {
         "secrets": { "TOKEN": {} },
         "otherPortsAttributes": {},
         "workspaceMount": "source=${localWorkspaceFolder},target=/src,type=bind",
-        "customizations": { "vscode": { "extensions": ["rust-lang.rust-analyzer"] } },
+        "customizations": { "jetbrains": { "backend": "IntelliJ" } },
         "hostRequirements": { "storage": "32gb" },
         "featurez": {}
     }"#);
@@ -372,7 +370,7 @@ fn accepted_properties_warren_handles_its_own_way_each_get_a_notice() {
         "secrets",
         "otherPortsAttributes",
         "workspaceMount",
-        "customizations.vscode",
+        "customizations.jetbrains",
         "hostRequirements.storage",
         "featurez",
     ] {
@@ -515,4 +513,63 @@ fn a_secret_variable_is_never_written_into_the_definition() {
         one(&p).starts_with("containerEnv.T: `${localEnv:TOKEN}` names a secret variable"),
         "{p}"
     );
+}
+
+#[test]
+fn vscode_customizations_go_to_the_injected_editor() {
+    let env = BTreeMap::new();
+    let c = convert(&input(
+        r#"{
+        "image": "x",
+        "customizations": {
+            "vscode": {
+                "extensions": ["rust-lang.rust-analyzer", "ms-python.python@2024.1.0", "tools/ours.vsix",
+                    "${containerWorkspaceFolder}/build/theirs.vsix", "-ms-azuretools.vscode-docker"],
+                "settings": { "editor.tabSize": 2, "files.trimTrailingWhitespace": true },
+                "devPort": 1234
+            }
+        }
+    }"#,
+        &env,
+    ))
+    .unwrap();
+    let d = parse_devfile(&c.devfile).unwrap();
+    let e = d.editor.expect("the editor's customizations");
+    assert_eq!(
+        e.extensions,
+        ["rust-lang.rust-analyzer", "ms-python.python@2024.1.0"]
+    );
+    assert_eq!(
+        e.vsix,
+        [".devcontainer/tools/ours.vsix", "build/theirs.vsix"]
+    );
+    assert_eq!(e.settings["editor.tabSize"], 2);
+    let paths: Vec<&str> = c.notices.iter().map(|n| n.path.as_str()).collect();
+    assert!(
+        paths.contains(&"customizations.vscode.extensions[4]"),
+        "{paths:?}"
+    );
+    assert!(
+        paths.contains(&"customizations.vscode.devPort"),
+        "{paths:?}"
+    );
+    // What is not an extension, or leaves the repository, is named.
+    for (bad, want) in [
+        (
+            r#""extensions": ["not an id"]"#,
+            "customizations.vscode.extensions[0]: \"not an id\" is not an extension id",
+        ),
+        (
+            r#""extensions": ["../../up.vsix"]"#,
+            "customizations.vscode.extensions[0]: \"../../up.vsix\" leaves the repository",
+        ),
+        (
+            r#""settings": []"#,
+            "customizations.vscode.settings: must be an object",
+        ),
+    ] {
+        let text = format!(r#"{{"image": "x", "customizations": {{"vscode": {{ {bad} }}}}}}"#);
+        let p = convert(&input(&text, &env)).unwrap_err();
+        assert!(p.to_string().contains(want), "{bad}: {p}");
+    }
 }

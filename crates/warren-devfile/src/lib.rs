@@ -24,8 +24,8 @@ mod yaml;
 
 pub use model::{
     under_sources, Command, CommandAction, Container, Devfile, DevfileEndpoint, DevfileProject,
-    EnvVar, Exposure, ImageComponent, ManifestComponent, ManifestSource, Notice, ProjectOrigin,
-    Protocol, Volume, VolumeMount, MAX_COMPOSITE_DEPTH,
+    EditorCustomizations, EnvVar, Exposure, Healthcheck, ImageComponent, ManifestComponent,
+    ManifestSource, Notice, ProjectOrigin, Protocol, Volume, VolumeMount, MAX_COMPOSITE_DEPTH,
 };
 pub use parse::check_structure;
 pub use render::{
@@ -47,6 +47,19 @@ pub const DEVCONTAINER_ATTRIBUTE: &str = "warren.dev/devcontainer";
 /// --target`), which the devfile schema has no field for. A dev container's `build.target`
 /// travels in it.
 pub const BUILD_TARGET_ATTRIBUTE: &str = "warren.dev/build-target";
+
+/// Top-level attribute: a list of names that resolve to the workspace's pod (Kubernetes'
+/// `hostAliases` for 127.0.0.1), so its containers reach one another by name. A Compose dev
+/// container's service names travel in it.
+pub const HOST_ALIASES_ATTRIBUTE: &str = "warren.dev/host-aliases";
+
+/// Attribute of a container component: a [`Healthcheck`]; the containers after it
+/// start once it passes (a Compose `depends_on` with `condition: service_healthy`).
+pub const HEALTHCHECK_ATTRIBUTE: &str = "warren.dev/healthcheck";
+
+/// Top-level attribute: an [`EditorCustomizations`] for the injected editor (a dev
+/// container's `customizations.vscode` travels in it).
+pub const EDITOR_ATTRIBUTE: &str = "warren.dev/editor";
 
 /// Devfiles larger than this are refused before any parsing. Published devfiles are a few
 /// KiB; the cap bounds what one request can make the server parse and hold.

@@ -38,6 +38,30 @@ pub struct Devfile {
     /// commands).
     #[serde(default)]
     pub manifests: Vec<ManifestComponent>,
+    /// Names that resolve to the workspace's pod itself ([`crate::HOST_ALIASES_ATTRIBUTE`]):
+    /// its containers reach one another by them, as Compose services do by their names.
+    #[serde(default)]
+    pub host_aliases: Vec<String>,
+    /// What the injected editor is given ([`crate::EDITOR_ATTRIBUTE`]): a dev container's
+    /// `customizations.vscode`.
+    #[serde(default)]
+    pub editor: Option<EditorCustomizations>,
+}
+
+/// Extensions and settings for the injected editor.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EditorCustomizations {
+    /// Extension ids (`publisher.name`, optionally `@version`), installed from the agent's
+    /// extension gallery.
+    #[serde(default)]
+    pub extensions: Vec<String>,
+    /// `.vsix` files of the repository, by path from its root, installed as they are.
+    #[serde(default)]
+    pub vsix: Vec<String>,
+    /// Settings, as `settings.json` holds them; the machine's, under the user's own.
+    #[serde(default)]
+    pub settings: serde_json::Map<String, serde_json::Value>,
 }
 
 /// An `image` component: an image to build from a Dockerfile.
@@ -193,6 +217,8 @@ impl Devfile {
             notices: Vec::new(),
             images: Vec::new(),
             manifests: Vec::new(),
+            host_aliases: Vec::new(),
+            editor: None,
         }
     }
 
@@ -258,6 +284,24 @@ pub struct Container {
     /// Applied by a `preStart` event: runs as an init container only, not in the pod's main set.
     pub init_only: bool,
     pub main: bool,
+    /// [`crate::HEALTHCHECK_ATTRIBUTE`]: the containers after this one start once it passes.
+    #[serde(default)]
+    pub healthcheck: Option<Healthcheck>,
+}
+
+/// A command that says whether a container's service is up (a Compose `healthcheck`): the
+/// containers after it in the pod start once it succeeds, and the start fails when it has
+/// not within `start_period + interval × retries` seconds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Healthcheck {
+    /// The program and its arguments.
+    pub test: Vec<String>,
+    pub interval_seconds: u32,
+    pub timeout_seconds: u32,
+    pub retries: u32,
+    #[serde(default)]
+    pub start_period_seconds: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,6 +9,7 @@
 
 mod common;
 
+mod attributes;
 mod fuzz;
 mod parent;
 mod registry;

@@ -167,6 +167,12 @@ impl GitHttpServer {
     /// Creates the bare repository `name` with one commit on `main` holding `files`
     /// (path → contents); returns the commit.
     pub fn create_repo(&self, name: &str, files: &[(&str, &str)]) -> Result<String> {
+        let files: Vec<(&str, &[u8])> = files.iter().map(|(p, c)| (*p, c.as_bytes())).collect();
+        self.create_repo_bytes(name, &files)
+    }
+
+    /// [`Self::create_repo`] with files of any bytes (an archive, an image).
+    pub fn create_repo_bytes(&self, name: &str, files: &[(&str, &[u8])]) -> Result<String> {
         let bare = self.path(name);
         git(
             self.root.path(),

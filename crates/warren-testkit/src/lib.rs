@@ -17,6 +17,7 @@ pub mod process;
 pub mod registry;
 pub mod tls;
 mod using;
+pub mod vsix;
 
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};

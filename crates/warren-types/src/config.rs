@@ -104,6 +104,11 @@ pub fn editor_status(container_output: &[u8]) -> Option<String> {
 /// whatever the cluster's network does; the agent reaches it through the API server's port
 /// forwarding.
 pub const EDITOR_PORT_ANNOTATION: &str = "warren.dev/editor-port";
+
+/// Annotation on a workspace's Deployment: the name of its main container, where terminals,
+/// SSH sessions, commands and logs go when no container is named. Not the pod's first
+/// container always: a Compose dev container's services start before it.
+pub const MAIN_CONTAINER_ANNOTATION: &str = "warren.dev/main-container";
 /// Set by the engine runtime in a workspace's containers: the address the editor listens on.
 /// Containers there are reached on their network's address (the firewall keeps every other
 /// workspace out), where the editor would otherwise take the loopback.
@@ -138,6 +143,11 @@ pub struct EditorConfig {
     /// The port the editor listens on inside the workspace; the next free one when the
     /// devfile declares an endpoint on it.
     pub port: u16,
+    /// An extension gallery compatible with VS Code's (Open VSX's is
+    /// `https://open-vsx.org/vscode/gallery`), where the editor installs the extensions a
+    /// dev container names; none: those extensions are not installed, and the workspace's
+    /// editor log says so.
+    pub extensions_gallery: Option<String>,
 }
 
 impl Default for EditorConfig {
@@ -147,6 +157,7 @@ impl Default for EditorConfig {
             version: DEFAULT_EDITOR_VERSION.into(),
             image: None,
             port: DEFAULT_EDITOR_PORT,
+            extensions_gallery: None,
         }
     }
 }

@@ -11,6 +11,10 @@
 //! secret for its password) and one from the repository, installed with their options on the
 //! configuration's image; the Feature's own lifecycle command runs before the configuration's.
 //!
+//! With Docker Compose: the services run as containers of the workspace, started in
+//! dependency order (a healthy dependency first), reached by name, a built image and a named
+//! volume among them, a service's port forwarded through the proxy.
+//!
 //! Skips with a notice when no Podman (or, for Features, no docker-registry) exists; fails
 //! instead under `WARREN_REQUIRE_ENGINE=1` / `WARREN_REQUIRE_TOOLS=1`.
 
@@ -51,17 +55,7 @@ RUN echo the-step-before-the-failure && exit 3
 
 /// Creates workspace `ws` of `project`, waiting for it to run; its one running container.
 fn create_running(up: &Up, project: &str, ws: &str) -> serde_json::Value {
-    up.cli_ok(&[
-        "ws",
-        "create",
-        "--project",
-        project,
-        "--name",
-        ws,
-        "--wait",
-        "--timeout",
-        "5m",
-    ]);
+    up.create_of_project(project, ws);
     let live = running(ws);
     assert_eq!(live.len(), 1, "{live:#?}");
     live[0].clone()
@@ -131,17 +125,7 @@ fn a_dev_container_with_a_dockerfile_is_built_then_run_and_a_failed_build_says_w
     // A second workspace of the same configuration takes the image over: no step runs again.
     let again = unique_name("dcagain");
     let _cleanup_again = support::Workspaces(vec![again.clone()]);
-    up.cli_ok(&[
-        "ws",
-        "create",
-        "--project",
-        &project,
-        "--name",
-        &again,
-        "--wait",
-        "--timeout",
-        "5m",
-    ]);
+    up.create_of_project(&project, &again);
     let output = up.cli_ok(&["ws", "logs", &again, "--container", "warren-build"]);
     assert!(output.contains("reusing image"), "{output}");
     up.cli_ok(&["ws", "rm", &again, "--wait", "--timeout", "2m"]);
@@ -321,6 +305,185 @@ fn a_dev_container_with_features_from_a_private_registry_and_the_repository_runs
         !log.contains("feature-pass-9"),
         "the registry password shows in the log"
     );
+    up.cli_ok(&["ws", "rm", &ws, "--wait", "--timeout", "2m"]);
+    let status = up.stop();
+    assert!(status.success(), "{}", up.log());
+}
+
+/// A Compose dev container: the dev container's service and a "database" (a web server on
+/// the database's port, its image built from the repository), which starts 2 s late, so only
+/// a start held until its healthcheck passes lets the dev container reach it at once.
+const COMPOSE_CONFIG: &str = r#"{
+  "name": "Composed",
+  "dockerComposeFile": "docker-compose.yml",
+  "service": "app",
+  "workspaceFolder": "/workspaces/${localWorkspaceFolderBasename}",
+  "forwardPorts": ["db:5432"],
+  "postCreateCommand": "wget -qO- http://db:5432/ > \"$HOME/created.txt\"",
+}"#;
+
+const COMPOSE_FILE: &str = r#"
+services:
+  app:
+    image: localhost/warren-test:latest
+    volumes: ["../..:/workspaces:cached"]
+    # What the database said when the dev container started.
+    command: ["/bin/sh", "-c", "wget -qO- http://db:5432/ > /tmp/at-start.txt 2>&1; exec sleep 2147483647"]
+    network_mode: service:db
+    depends_on:
+      db: { condition: service_healthy }
+  db:
+    build:
+      context: .
+      dockerfile: db.Dockerfile
+    environment:
+      GREETING: "${GREETING:-unset}"
+    command: ["/bin/sh", "-c", "sleep 2; mkdir -p /data/www; [ -f /data/www/index.html ] || echo \"db-says-$$GREETING\" > /data/www/index.html; exec httpd -f -p 5432 -h /data/www"]
+    volumes: ["db-data:/data"]
+    healthcheck:
+      test: ["CMD", "wget", "-q", "-O", "/dev/null", "http://127.0.0.1:5432/"]
+      interval: 1s
+      retries: 60
+volumes:
+  db-data:
+"#;
+
+#[test]
+fn a_compose_dev_container_runs_its_services_in_order_reached_by_name_and_through_the_proxy() {
+    if !podman_available() {
+        return;
+    }
+    let _serial = support::one_warren_up_at_a_time();
+    ensure_image();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let git = support::git_server_for_workspaces(&rt, "ann", PASSWORD);
+    git.create_repo(
+        "composed",
+        &[
+            (".devcontainer/devcontainer.json", COMPOSE_CONFIG),
+            (".devcontainer/docker-compose.yml", COMPOSE_FILE),
+            (".devcontainer/.env", "GREETING=from-the-env-file\n"),
+            (
+                ".devcontainer/db.Dockerfile",
+                "FROM localhost/warren-test:latest\nRUN echo built > /built.txt\n",
+            ),
+        ],
+    )
+    .expect("repository");
+    let mut up = Up::start();
+    up.allow_egress_to(&host_address());
+    let project = up.project_of(&git, "composed", PASSWORD);
+    let ws = unique_name("dccompose");
+    let _cleanup = support::Workspaces(vec![ws.clone()]);
+    up.create_of_project(&project, &ws);
+    let id_of = |service: &str| {
+        running(&ws)
+            .iter()
+            .find(|c| {
+                c["Name"]
+                    .as_str()
+                    .is_some_and(|n| n.ends_with(&format!(".c.{service}")))
+            })
+            .and_then(|c| c["Id"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| {
+                let all = std::process::Command::new("podman")
+                    .args(["ps", "-a", "--format", "{{.Names}} {{.Status}}"])
+                    .output()
+                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                    .unwrap_or_default();
+                panic!(
+                    "no running container of {service}:\n{all}\n{:?}\n{}",
+                    show(up.home.path(), &ws),
+                    up.log()
+                )
+            })
+    };
+    let (app, db) = (id_of("app"), id_of("db"));
+    // Built from the repository, its variable from the `.env` file.
+    assert_eq!(sh(&db, "cat /built.txt"), "built");
+    // The database was healthy before the dev container started, and is reached by name.
+    assert_eq!(
+        sh(&app, "cat /tmp/at-start.txt"),
+        "db-says-from-the-env-file"
+    );
+    wait_for(
+        "the postCreateCommand",
+        Duration::from_secs(120),
+        || (sh(&app, "cat \"$HOME/created.txt\"") == "db-says-from-the-env-file").then_some(()),
+        || sh(&app, "cat /workspaces/.warren/logs/*.log"),
+    );
+    // SSH lands in the dev container's service, which reaches the database by name.
+    let keys = tempfile::tempdir().expect("temp dir");
+    let key = keys.path().join("id_ed25519");
+    let made = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(&key)
+        .status()
+        .expect("ssh-keygen");
+    assert!(made.success());
+    up.cli_ok(&[
+        "ssh-key",
+        "add",
+        key.with_extension("pub").to_str().unwrap(),
+    ]);
+    let out = std::process::Command::new(support::warren_bin())
+        .env("WARREN_HOME", up.home.path())
+        // The CLI pins the proxy's host key under ~/.ssh: the test's own directory.
+        .env("HOME", keys.path())
+        .args(["ws", "ssh", &ws])
+        .args(["--ssh-option", &format!("IdentityFile={}", key.display())])
+        .args(["--ssh-option", "IdentitiesOnly=yes", "--ssh-option", "BatchMode=yes"])
+        .args(["--", "wget -qO- http://db:5432/; if [ -e /built.txt ]; then echo the-db-image; else echo its-own-image; fi"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("warren ws ssh");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "db-says-from-the-env-file\nits-own-image",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The database's port, forwarded on its own authenticated host through the proxy.
+    let w = show(up.home.path(), &ws).expect("the workspace");
+    let url = w["endpoints"]["port-5432"]
+        .as_str()
+        .unwrap_or_else(|| panic!("an endpoint for db:5432: {w}"))
+        .to_owned();
+    let token =
+        warren_cli::credentials::load(&up.home.path().join(warren_cli::credentials::FILE_NAME))
+            .expect("CLI credentials")
+            .expect("credentials written by warren up")
+            .token;
+    let host = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let (name, port) = host.rsplit_once(':').expect("a port in the URL");
+    let port: u16 = port.parse().expect("port");
+    rt.block_on(async {
+        let http = reqwest::Client::builder()
+            .resolve(name, ([127, 0, 0, 1], port).into())
+            .build()
+            .expect("client");
+        let r = http
+            .get(&url)
+            .bearer_auth(&token)
+            .send()
+            .await
+            .expect("through the proxy");
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.text().await.expect("body"), "db-says-from-the-env-file\n");
+        let r = http.get(&url).send().await.expect("anonymous request");
+        assert_eq!(r.status(), 401);
+    });
+    // The named volume outlives a stop and start: the page written at the first start stays.
+    sh(&db, "echo kept > /data/www/index.html");
+    up.cli_ok(&["ws", "stop", &ws, "--wait", "--timeout", "2m"]);
+    up.cli_ok(&["ws", "start", &ws, "--wait", "--timeout", "5m"]);
+    let app = id_of("app");
+    assert_eq!(sh(&app, "cat /tmp/at-start.txt"), "kept");
     up.cli_ok(&["ws", "rm", &ws, "--wait", "--timeout", "2m"]);
     let status = up.stop();
     assert!(status.success(), "{}", up.log());

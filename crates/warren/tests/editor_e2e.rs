@@ -365,3 +365,75 @@ fn the_injected_editor_shows_the_project_to_its_owner_only_and_keeps_its_files()
     let status = up.stop();
     assert!(status.success(), "{}", up.log());
 }
+
+/// A dev container's `customizations.vscode`, given to the injected editor: the repository's
+/// `.vsix` installed by code-server before it starts, the settings written as the machine's,
+/// and an extension id the agent has no gallery for named in the workspace's output.
+#[test]
+fn a_dev_containers_vscode_customizations_reach_the_injected_editor() {
+    if !podman_available() || !images_available() {
+        return;
+    }
+    let _serial = support::one_warren_up_at_a_time();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let git = support::git_server_for_workspaces(&rt, "ann", "vsix-pass-3");
+    let config = format!(
+        r#"{{
+  "image": "{DEBIAN_IMAGE}",
+  "hostRequirements": {{ "memory": "1536mb" }},
+  "customizations": {{
+    "vscode": {{
+      "extensions": ["ours.vsix", "rust-lang.rust-analyzer"],
+      "settings": {{ "editor.tabSize": 3 }}
+    }}
+  }}
+}}"#
+    );
+    let vsix = warren_testkit::vsix::vsix("warren-test", "hello", "0.0.1");
+    git.create_repo_bytes(
+        "customized",
+        &[
+            (".devcontainer/devcontainer.json", config.as_bytes()),
+            (".devcontainer/ours.vsix", &vsix),
+        ],
+    )
+    .expect("repository");
+    let mut up = Up::start();
+    up.allow_egress_to(&host_address());
+    let project = up.project_of(&git, "customized", "vsix-pass-3");
+    let ws = support::unique_name("dcvsix");
+    let _cleanup = support::Workspaces(vec![ws.clone()]);
+    up.create_of_project(&project, &ws);
+    let id = running(&ws)[0]["Id"]
+        .as_str()
+        .expect("container id")
+        .to_owned();
+    let data = "$HOME/.local/share/code-server";
+    wait_for(
+        "the repository's extension installed",
+        Duration::from_secs(180),
+        || {
+            let out = exec(&id, &format!("ls {data}/extensions"));
+            String::from_utf8_lossy(&out.stdout)
+                .contains("warren-test.hello-0.0.1")
+                .then_some(())
+        },
+        || {
+            let logs = exec(&id, "tail -n 40 /workspaces/.warren/logs/*.log");
+            String::from_utf8_lossy(&logs.stdout).into_owned()
+        },
+    );
+    let settings = exec(&id, &format!("cat {data}/Machine/settings.json"));
+    let settings: Value =
+        serde_json::from_slice(&settings.stdout).expect("the machine's settings, as JSON");
+    assert_eq!(settings["editor.tabSize"], 3);
+    let output = up.cli_ok(&["ws", "logs", &ws]);
+    assert!(
+        output.contains("editor extensions not installed: rust-lang.rust-analyzer")
+            && output.contains("names no extension gallery"),
+        "{output}"
+    );
+    up.cli_ok(&["ws", "rm", &ws, "--wait", "--timeout", "2m"]);
+    let status = up.stop();
+    assert!(status.success(), "{}", up.log());
+}

@@ -245,6 +245,10 @@ fn every_registry_devfile_runs_unmodified_on_podman() {
         report.extend(outcomes);
     }
     let failures: Vec<&String> = report.iter().filter_map(|r| r.as_ref().err()).collect();
+    // The failures first: CI shows only the start of a long output.
+    for f in &failures {
+        eprintln!("FAIL {f}");
+    }
     eprintln!(
         "{} registry devfiles in {:?}:\n{}",
         report.len(),

@@ -111,6 +111,7 @@ fn container(
             false
         }
     };
+    let healthcheck = healthcheck(c.attributes.as_ref(), path, errors);
     Container {
         name: c.name.clone(),
         image: ct.image.clone(),
@@ -129,7 +130,63 @@ fn container(
         service_annotations,
         init_only: init_only.contains(&c.name),
         main,
+        healthcheck,
     }
+}
+
+/// Most words of a healthcheck, and most bytes of each.
+const MAX_HEALTHCHECK_WORDS: usize = 64;
+const MAX_HEALTHCHECK_WORD_BYTES: usize = 4096;
+/// The longest any of a healthcheck's times may be (an hour).
+const MAX_HEALTHCHECK_SECONDS: u32 = 3600;
+
+/// The component's [`crate::HEALTHCHECK_ATTRIBUTE`], checked.
+fn healthcheck(
+    attrs: Option<&Map<String, Value>>,
+    path: &str,
+    errors: &mut Errors,
+) -> Option<Healthcheck> {
+    let v = attrs?.get(crate::HEALTHCHECK_ATTRIBUTE)?;
+    let at = format!("{path}.attributes.{}", crate::HEALTHCHECK_ATTRIBUTE);
+    let h: Healthcheck = match serde_json::from_value(v.clone()) {
+        Ok(h) => h,
+        Err(e) => {
+            errors.push(DevfileError::new(
+                at,
+                format!("expected {{test: [program, args…], intervalSeconds, timeoutSeconds, retries, startPeriodSeconds}}: {e}"),
+            ));
+            return None;
+        }
+    };
+    let mut bad =
+        |field: &str, why: String| errors.push(DevfileError::new(format!("{at}.{field}"), why));
+    if h.test.is_empty() || h.test[0].is_empty() {
+        bad("test", "must name the program to run".into());
+    }
+    if h.test.len() > MAX_HEALTHCHECK_WORDS
+        || h.test
+            .iter()
+            .any(|w| w.len() > MAX_HEALTHCHECK_WORD_BYTES || w.contains('\0'))
+    {
+        bad(
+            "test",
+            format!("at most {MAX_HEALTHCHECK_WORDS} words of at most {MAX_HEALTHCHECK_WORD_BYTES} bytes, without NUL"),
+        );
+    }
+    for (field, value, least) in [
+        ("intervalSeconds", h.interval_seconds, 1),
+        ("timeoutSeconds", h.timeout_seconds, 1),
+        ("retries", h.retries, 1),
+        ("startPeriodSeconds", h.start_period_seconds, 0),
+    ] {
+        if value < least || value > MAX_HEALTHCHECK_SECONDS {
+            bad(
+                field,
+                format!("{value} is not within {least}..={MAX_HEALTHCHECK_SECONDS}"),
+            );
+        }
+    }
+    Some(h)
 }
 
 /// The container's resources (its `container-overrides` over its own), each checked and

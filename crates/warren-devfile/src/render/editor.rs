@@ -16,7 +16,8 @@
 //! NetworkPolicies, finds nothing on the pod's address.
 
 use super::resources::{parse_q, Res};
-use crate::model::{Container, Devfile};
+use super::scripts::sh_quote;
+use crate::model::{Container, Devfile, EditorCustomizations};
 use k8s_openapi::api::core::v1 as core;
 use warren_types::config::{
     AgentConfig, EDITOR_ADDRESS_ENV, EDITOR_ENDPOINT, TOOLS_IMAGE_ROOT, TOOLS_MOUNT_PATH,
@@ -31,6 +32,10 @@ pub(super) struct EditorPlan {
     pub port: u16,
     pub image: String,
     pub version: String,
+    /// The devfile's extensions and settings for it.
+    pub customizations: Option<EditorCustomizations>,
+    /// The agent's extension gallery.
+    pub gallery: Option<String>,
 }
 
 /// The editor of this workspace, if the agent injects one: in the main container, on the
@@ -51,6 +56,8 @@ pub(super) fn plan(devfile: &Devfile, cfg: &AgentConfig) -> Option<EditorPlan> {
         port,
         image: cfg.editor.tools_image(),
         version: cfg.editor.version.clone(),
+        customizations: devfile.editor.clone(),
+        gallery: cfg.editor.extensions_gallery.clone(),
     })
 }
 
@@ -126,9 +133,9 @@ pub(super) fn start_lines(e: &EditorPlan, c: &Container) -> String {
     mkdir -p "$editor_data/extensions" 2>/dev/null || editor_data=/tmp/warren-code-server
     editor_folder="${{PROJECT_SOURCE:-$root}}"
     [ -d "$editor_folder" ] || editor_folder="$root"
-    editor_says "starting the editor (code-server {version}) on port {port}, opening $editor_folder"
+{customize}    editor_says "starting the editor (code-server {version}) on port {port}, opening $editor_folder"
     (
-      # Restarted if it ends (a crash, an out-of-memory kill) for as long as the container runs.
+{install}      # Restarted if it ends (a crash, an out-of-memory kill) for as long as the container runs.
       while :; do
         "$tools/bin/node" "$tools/node_modules/code-server/out/node/entry.js" \
           --auth none --bind-addr "${{{EDITOR_ADDRESS_ENV}:-127.0.0.1}}:{port}" \
@@ -140,8 +147,87 @@ pub(super) fn start_lines(e: &EditorPlan, c: &Container) -> String {
       done
     ) &
   fi
-"#
+"#,
+        customize = settings_lines(e),
+        install = install_lines(e),
     )
+}
+
+/// The settings, written as the machine's (under the user's own, which the user's changes in
+/// the editor go to), and the extension gallery, when there are any.
+fn settings_lines(e: &EditorPlan) -> String {
+    let mut s = String::new();
+    if let Some(g) = &e.gallery {
+        let gallery = serde_json::json!({"serviceUrl": g}).to_string();
+        s.push_str(&format!(
+            "    export EXTENSIONS_GALLERY={}\n",
+            sh_quote(&gallery)
+        ));
+    }
+    let Some(c) = e.customizations.as_ref().filter(|c| !c.settings.is_empty()) else {
+        return s;
+    };
+    let settings = serde_json::to_string_pretty(&c.settings).unwrap_or_default();
+    s.push_str(&format!(
+        "    mkdir -p \"$editor_data/Machine\" && printf '%s\\n' {} >\"$editor_data/Machine/settings.json\"\n",
+        sh_quote(&settings)
+    ));
+    s
+}
+
+/// The installs of the extensions, before the editor starts (in its background, so the
+/// workspace is not held): once per list, a marker in the extensions' folder saying it was
+/// done; a failure or a missing gallery is said in the log and the editor starts anyway.
+fn install_lines(e: &EditorPlan) -> String {
+    use sha2::Digest;
+    let Some(c) = e
+        .customizations
+        .as_ref()
+        .filter(|c| !c.extensions.is_empty() || !c.vsix.is_empty())
+    else {
+        return String::new();
+    };
+    let key = hex::encode(&sha2::Sha256::digest(format!("{:?}{:?}", c.extensions, c.vsix))[..8]);
+    let mut s = format!(
+        r#"      installed="$editor_data/extensions/.warren-installed-{key}"
+      if [ ! -e "$installed" ]; then
+        all=1
+        install_extension() {{
+          if "$tools/bin/node" "$tools/node_modules/code-server/out/node/entry.js" \
+            --user-data-dir "$editor_data" --extensions-dir "$editor_data/extensions" \
+            --install-extension "$2" >>"$logs/editor.log" 2>&1 </dev/null 3>&-; then
+            say "installed the editor extension $1"
+          else
+            all=
+            editor_says "installing the editor extension $1 failed: its output is in $logs/editor.log"
+          fi
+        }}
+"#
+    );
+    if !c.extensions.is_empty() {
+        if e.gallery.is_some() {
+            let ids: Vec<String> = c.extensions.iter().map(|i| sh_quote(i)).collect();
+            s.push_str(&format!(
+                "        for id in {}; do install_extension \"$id\" \"$id\"; done\n",
+                ids.join(" ")
+            ));
+        } else {
+            let why = format!(
+                "editor extensions not installed: {} (the agent's configuration names no extension gallery, editor.extensions_gallery)",
+                c.extensions.join(", ")
+            );
+            s.push_str(&format!("        all=; editor_says {}\n", sh_quote(&why)));
+        }
+    }
+    for v in &c.vsix {
+        let q = sh_quote(v);
+        let missing = sh_quote(&format!("the editor extension {v} is not in the sources"));
+        s.push_str(&format!(
+            "        if [ -f \"$PROJECT_SOURCE\"/{q} ]; then install_extension {q} \"$PROJECT_SOURCE\"/{q}; else all=; editor_says {missing}; fi\n"
+        ));
+    }
+    s.push_str("        if [ -n \"$all\" ]; then : >\"$installed\"; fi\n      fi\n");
+    s
 }
 
 /// The editor's endpoint, as the devfile's own are listed.

@@ -569,6 +569,9 @@ impl<'a, 'r> Plan<'a, 'r> {
             let wrap = wrapped(c);
             let mut k = build(c, c.name.clone(), wrap);
             k.readiness_probe = pod::readiness_probe(c, wrap);
+            if let Some(h) = &c.healthcheck {
+                k.lifecycle = Some(pod::healthcheck_hook(&c.name, h));
+            }
             if let Some(e) = editor.as_ref().filter(|e| e.container == c.name) {
                 k.volume_mounts
                     .get_or_insert_with(Vec::new)
@@ -669,6 +672,10 @@ impl<'a, 'r> Plan<'a, 'r> {
                     if let Some(e) = &editor {
                         a.insert(EDITOR_PORT_ANNOTATION.into(), e.port.to_string());
                     }
+                    a.insert(
+                        warren_types::config::MAIN_CONTAINER_ANNOTATION.into(),
+                        devfile.main_container().name.clone(),
+                    );
                     a
                 }),
                 ..ctx.meta(object_name(name))
@@ -726,6 +733,13 @@ impl<'a, 'r> Plan<'a, 'r> {
                             ..Default::default()
                         }),
                         init_containers: (!init_containers.is_empty()).then_some(init_containers),
+                        // The names the containers reach one another by (Compose services').
+                        host_aliases: (!devfile.host_aliases.is_empty()).then(|| {
+                            vec![core::HostAlias {
+                                ip: "127.0.0.1".into(),
+                                hostnames: Some(devfile.host_aliases.clone()),
+                            }]
+                        }),
                         containers,
                         volumes: Some(pod_volumes),
                         ..Default::default()

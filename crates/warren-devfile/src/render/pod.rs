@@ -7,7 +7,7 @@ use super::{
     RenderRequest, DATA_VOLUME, FILES_MOUNT_PATH, FILES_VOLUME, GIT_MOUNT_PATH, GIT_VOLUME,
     SCRIPTS_MOUNT_PATH, SCRIPTS_VOLUME,
 };
-use crate::model::{Container, Protocol};
+use crate::model::{Container, Healthcheck, Protocol};
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -193,6 +193,58 @@ pub(super) fn container(
         resources: res.and_then(Res::to_k8s),
         security_context: Some(sec),
         volume_mounts: Some(mounts),
+        ..Default::default()
+    }
+}
+
+/// Waits for a container's healthcheck to pass: the `postStart` hook of a container with a
+/// [`Healthcheck`]. Kubernetes (and the engine runtime, as the kubelet does) starts the pod's
+/// next container only once this hook has returned, and kills the container when it fails.
+/// The check is tried every second (Compose would wait `interval` before its first try) and
+/// given up on past `start_period + interval × retries`, the time after which Compose calls
+/// the service unhealthy; each try is bounded by `timeout`. Needs `/bin/sh`, as Compose's
+/// `CMD-SHELL` does.
+const HEALTHCHECK_SCRIPT: &str = r#"name=$1 timeout=$2 bound=$3; shift 3
+log=$(mktemp 2>/dev/null) || log=/dev/null
+start=$(date +%s)
+while :; do
+  "$@" >"$log" 2>&1 </dev/null & pid=$!
+  ( sleep "$timeout"; kill -9 "$pid" ) >/dev/null 2>&1 & watcher=$!
+  if wait "$pid"; then
+    kill "$watcher" 2>/dev/null
+    [ "$log" = /dev/null ] || rm -f "$log"
+    exit 0
+  fi
+  kill "$watcher" 2>/dev/null
+  if [ $(( $(date +%s) - start )) -ge "$bound" ]; then
+    echo "the healthcheck of $name did not pass within ${bound}s; its last output: $(head -c 400 "$log" 2>/dev/null)" >&2
+    [ "$log" = /dev/null ] || rm -f "$log"
+    exit 1
+  fi
+  sleep 1
+done"#;
+
+/// The `postStart` hook that holds the pod's later containers until `h` passes.
+pub(super) fn healthcheck_hook(name: &str, h: &Healthcheck) -> core::Lifecycle {
+    let bound =
+        u64::from(h.start_period_seconds) + u64::from(h.interval_seconds) * u64::from(h.retries);
+    let mut command = vec![
+        "/bin/sh".to_owned(),
+        "-c".to_owned(),
+        HEALTHCHECK_SCRIPT.to_owned(),
+        "warren-healthcheck".to_owned(),
+        name.to_owned(),
+        h.timeout_seconds.to_string(),
+        bound.to_string(),
+    ];
+    command.extend(h.test.iter().cloned());
+    core::Lifecycle {
+        post_start: Some(core::LifecycleHandler {
+            exec: Some(core::ExecAction {
+                command: Some(command),
+            }),
+            ..Default::default()
+        }),
         ..Default::default()
     }
 }

@@ -177,6 +177,19 @@ fn check_editor(e: &warren_types::config::EditorConfig) -> Result<(), AppError> 
             return Err(AppError::invalid_field("config.editor.image", problem));
         }
     }
+    if let Some(g) = &e.extensions_gallery {
+        let url_ok = (g.starts_with("https://") || g.starts_with("http://"))
+            && g.len() <= 2048
+            && !g.chars().any(|ch| {
+                ch.is_whitespace() || ch.is_control() || matches!(ch, '"' | '\'' | '\\' | '`' | '$')
+            });
+        if !url_ok {
+            return Err(AppError::invalid_field(
+                "config.editor.extensions_gallery",
+                format!("{g:?} is not an http(s) URL (without spaces, quotes, '$' or '`')"),
+            ));
+        }
+    }
     if e.port < 1024 {
         return Err(AppError::invalid_field(
             "config.editor.port",
@@ -356,6 +369,19 @@ mod tests {
             ..ok.clone()
         });
         assert!(low_port.contains("privileged port"), "{low_port}");
+        let bad_gallery = problem(EditorConfig {
+            extensions_gallery: Some("https://gallery.example/$(reboot)".into()),
+            ..ok.clone()
+        });
+        assert!(
+            bad_gallery.contains("is not an http(s) URL"),
+            "{bad_gallery}"
+        );
+        assert!(check_editor(&EditorConfig {
+            extensions_gallery: Some("https://open-vsx.org/vscode/gallery".into()),
+            ..ok.clone()
+        })
+        .is_ok());
         let mut config = AgentConfig::default();
         config.editor.port = 0;
         let e = validate_agent_config(&config).unwrap_err();

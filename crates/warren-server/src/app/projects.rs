@@ -14,6 +14,7 @@ use super::agents::validate_name;
 use super::{render, AppError, AppState, ErrorKind, Principal};
 use crate::store::projects::{NewProject, ProjectRow};
 use crate::store::workspaces::StoredVariable;
+use std::collections::{BTreeMap, BTreeSet};
 use warren_git::{GitError, Remote};
 use warren_types::api::{
     CreateProjectRequest, Project, ProjectMember, ProjectRole, ProjectVisibility,
@@ -379,12 +380,24 @@ pub async fn devfile_from_repository(
         .filter(|v| v.secret)
         .map(|v| v.key.clone())
         .collect();
+    let files = named_files(
+        state,
+        remote,
+        p,
+        &file.commit,
+        path,
+        &text,
+        &local_env,
+        &secrets,
+    )
+    .await?;
     let input = warren_devcontainer::Input {
         text: &text,
         path,
         project: &p.name,
         local_env: &local_env,
         secrets: &secrets,
+        files: &files,
     };
     match warren_devcontainer::convert(&input) {
         Ok(c) => Ok(FromRepository {
@@ -399,6 +412,67 @@ pub async fn devfile_from_repository(
                 p.name
             ),
         )),
+    }
+}
+
+/// The other files of the repository the dev container configuration `text` (at `path`)
+/// names, read at `commit`: a Compose file names its `env_file`s, so reads go on until nothing
+/// new is named (bounded by `MAX_FILES`, each a read of the commit already fetched). A file
+/// that is not there is left out; the conversion says so when it was required.
+#[allow(clippy::too_many_arguments)]
+async fn named_files(
+    state: &AppState,
+    remote: Remote<'_>,
+    p: &ProjectRow,
+    commit: &str,
+    path: &str,
+    text: &str,
+    local_env: &BTreeMap<String, String>,
+    secrets: &BTreeSet<String>,
+) -> Result<BTreeMap<String, String>, AppError> {
+    let mut files = BTreeMap::new();
+    let mut absent = BTreeSet::new();
+    loop {
+        let input = warren_devcontainer::Input {
+            text,
+            path,
+            project: &p.name,
+            local_env,
+            secrets,
+            files: &files,
+        };
+        let wanted: Vec<_> = warren_devcontainer::needed_files(&input)
+            .into_iter()
+            .filter(|n| !files.contains_key(&n.path) && !absent.contains(&n.path))
+            .collect();
+        if wanted.is_empty() || files.len() + absent.len() >= warren_devcontainer::MAX_FILES {
+            return Ok(files);
+        }
+        for n in wanted {
+            match state
+                .git
+                .read_first(remote, commit, &[n.path.as_str()])
+                .await
+            {
+                Ok((_, f)) => {
+                    let text = String::from_utf8(f.contents.to_vec()).map_err(|_| {
+                        AppError::new(
+                            ErrorKind::Unprocessable,
+                            "invalid_devcontainer",
+                            format!(
+                                "project {:?}: {:?}, which {path} names, is not UTF-8 text",
+                                p.name, n.path
+                            ),
+                        )
+                    })?;
+                    files.insert(n.path, text);
+                }
+                Err(GitError::PathNotFound { .. }) => {
+                    absent.insert(n.path);
+                }
+                Err(e) => return Err(git_error(&p.name, &e)),
+            }
+        }
     }
 }
 

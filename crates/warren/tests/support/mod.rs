@@ -1095,6 +1095,22 @@ impl Up {
         project
     }
 
+    /// `warren ws create` of workspace `ws` from `project`, waiting (at most 5 minutes) for
+    /// it to run.
+    pub fn create_of_project(&self, project: &str, ws: &str) {
+        self.cli_ok(&[
+            "ws",
+            "create",
+            "--project",
+            project,
+            "--name",
+            ws,
+            "--wait",
+            "--timeout",
+            "5m",
+        ]);
+    }
+
     /// `warren project create` of a private repository, its password given on stdin (never
     /// on the command line), with `extra` arguments.
     pub fn create_private_project(

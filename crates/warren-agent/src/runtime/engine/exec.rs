@@ -73,20 +73,36 @@ async fn hang_up(docker: &bollard::Docker, container: &str, exec_id: &str, marke
     }
 }
 
-/// The main app container (`None`) or the one the devfile names `container`.
+/// The main app container (`None`: the one `main` names, else the first) or the one the
+/// devfile names `container`.
 fn pick<'a>(
     containers: &'a [ContainerSummary],
     container: Option<&str>,
+    main: Option<&str>,
 ) -> Option<&'a ContainerSummary> {
-    match container {
-        None => containers.iter().find(|c| summary_order(c) == 0),
-        Some(name) => containers
+    let named = |name: &str| {
+        containers
             .iter()
-            .find(|c| label(c, CONTAINER_LABEL) == Some(name)),
+            .find(|c| label(c, CONTAINER_LABEL) == Some(name))
+    };
+    match container.or(main) {
+        Some(name) => named(name),
+        None => containers.iter().find(|c| summary_order(c) == 0),
     }
 }
 
 impl EngineRuntime {
+    /// The main container the workspace's Deployment names, if it names one.
+    fn main_container(&self, workspace: &WorkspaceKey) -> Option<String> {
+        let record = self.read_record(&workspace.name)?;
+        record
+            .deployment
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(warren_types::config::MAIN_CONTAINER_ANNOTATION))
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+    }
+
     /// The app containers of the workspace's current pod.
     async fn app_containers(
         &self,
@@ -117,7 +133,8 @@ impl EngineRuntime {
         container: Option<&str>,
     ) -> Result<String, RuntimeError> {
         let containers = self.app_containers(workspace).await?;
-        let Some(target) = pick(&containers, container) else {
+        let main = self.main_container(workspace);
+        let Some(target) = pick(&containers, container, main.as_deref()) else {
             return Err(RuntimeError::NotFound(format!(
                 "container {} of workspace {workspace}",
                 container.unwrap_or("(main)")
@@ -196,7 +213,8 @@ impl EngineRuntime {
     ) -> Result<ExecSession, RuntimeError> {
         let context = spec.context_in(workspace)?;
         let containers = self.app_containers(workspace).await?;
-        let Some(target) = pick(&containers, spec.container.as_deref()) else {
+        let main = self.main_container(workspace);
+        let Some(target) = pick(&containers, spec.container.as_deref(), main.as_deref()) else {
             return Err(failure(
                 context,
                 format!(

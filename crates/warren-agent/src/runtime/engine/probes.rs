@@ -494,8 +494,26 @@ impl EngineRuntime {
 
     /// Runs an exec probe's command in `container`: passes when it exits 0.
     async fn exec_probe(&self, container: &str, command: &[String]) -> Result<(), String> {
+        match self.run_exec(container, command).await? {
+            (0, _) => Ok(()),
+            (code, text) if text.is_empty() => {
+                Err(format!("command {command:?} exited with code {code}"))
+            }
+            (code, text) => Err(format!(
+                "command {command:?} exited with code {code}: {text}"
+            )),
+        }
+    }
+
+    /// Runs `command` in `container` to its end: its exit code and the start of its output
+    /// (at most [`OUTPUT_KEPT`] bytes, trimmed).
+    pub(super) async fn run_exec(
+        &self,
+        container: &str,
+        command: &[String],
+    ) -> Result<(i64, String), String> {
         if command.is_empty() {
-            return Err("the probe's command is empty".into());
+            return Err("the command is empty".into());
         }
         let docker = &self.inner.docker;
         let config = ExecConfig {
@@ -532,18 +550,9 @@ impl EngineRuntime {
             .await
             .map_err(|e| super::error_message(&e))?
             .exit_code;
-        match code {
-            Some(0) => Ok(()),
-            Some(code) => {
-                let text = String::from_utf8_lossy(&output).trim().to_owned();
-                Err(if text.is_empty() {
-                    format!("command {command:?} exited with code {code}")
-                } else {
-                    format!("command {command:?} exited with code {code}: {text}")
-                })
-            }
-            None => Err(format!("command {command:?} did not report an exit code")),
-        }
+        let text = String::from_utf8_lossy(&output).trim().to_owned();
+        code.map(|c| (c, text))
+            .ok_or_else(|| format!("command {command:?} did not report an exit code"))
     }
 }
 

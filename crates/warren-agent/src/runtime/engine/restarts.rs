@@ -341,6 +341,10 @@ impl EngineRuntime {
                 Vec::new()
             },
             apps: apps.iter().filter_map(|c| c.id.clone()).collect(),
+            // A restarted container's postStart hook is not run again: the hooks hold the
+            // first start of a pod in order (Compose's healthy dependencies), and a restart
+            // is one container's alone.
+            hooks: BTreeMap::new(),
         };
         // The restarted containers start unready, probed afresh.
         self.forget_prober(name);

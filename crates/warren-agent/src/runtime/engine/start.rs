@@ -1,5 +1,7 @@
 //! The start sequence of a pod: its init containers to completion in order, then its app
-//! containers, the namespace owner first; in the background, holding the workspace's lock.
+//! containers, the namespace owner first, each one's `postStart` exec hook run to its end
+//! before the next starts (as the kubelet does: a Compose dev container's healthy dependency
+//! holds the dev container so); in the background, holding the workspace's lock.
 
 use super::*;
 
@@ -16,6 +18,9 @@ pub(super) struct StartOrder {
     pub init: Vec<String>,
     /// App containers; the first owns the pod's network namespace.
     pub apps: Vec<String>,
+    /// The `postStart` exec hooks of app containers, by engine name: run after the container
+    /// starts and before the next one does, as the kubelet runs them.
+    pub hooks: BTreeMap<String, Vec<String>>,
 }
 
 impl StartOrder {
@@ -30,6 +35,12 @@ impl StartOrder {
         StartOrder {
             init: named(Role::Init),
             apps: named(Role::App),
+            hooks: plan
+                .containers
+                .iter()
+                .filter(|c| c.role == Role::App)
+                .filter_map(|c| Some((c.engine_name.clone(), c.post_start.clone()?)))
+                .collect(),
         }
     }
 }
@@ -192,6 +203,26 @@ impl EngineRuntime {
         lock(&self.inner.restarted).contains_key(name)
     }
 
+    /// Runs container `c`'s `postStart` hook, if it has one, to its end; the pod's failure
+    /// when the hook fails (the container is stopped, as the kubelet kills it).
+    async fn post_start_hook(&self, c: &str, order: &StartOrder) -> Option<PodFailure> {
+        let command = order.hooks.get(c)?;
+        tracing::debug!(container = %c, "running its postStart hook");
+        let why = match self.run_exec(c, command).await {
+            Ok((0, _)) => return None,
+            Ok((code, text)) if text.is_empty() => format!("exited with code {code}"),
+            Ok((code, text)) => format!("exited with code {code}: {text}"),
+            Err(e) => format!("could not run: {e}"),
+        };
+        if let Err(e) = self.stop(c).await {
+            tracing::warn!(container = %c, error = %e, "stopping a container whose postStart hook failed");
+        }
+        Some(PodFailure {
+            reason: "PostStartHookError".into(),
+            message: format!("container {c}: its postStart hook {why}"),
+        })
+    }
+
     /// Starts the pod's containers in order; a pod failure found while starting is in
     /// the answer, an unreachable engine the error.
     pub(super) async fn run_start(&self, order: &StartOrder) -> Result<Started, RuntimeError> {
@@ -225,7 +256,7 @@ impl EngineRuntime {
             let mut retries = 0u64;
             loop {
                 return match docker.start_container(&name, None).await {
-                    Err(e) if status_of(&e) == Some(304) => Ok(()),
+                    Err(e) if status_of(&e) == Some(304) => Ok(false),
                     // Podman picks a published port's host port at create; by the start,
                     // another socket (a client's ephemeral port, most often) may hold it for
                     // a moment. Tried again a few times before it is the pod's failure.
@@ -243,14 +274,14 @@ impl EngineRuntime {
                         message: format!("starting {name}: {}", error_message(&e)),
                     })),
                     Err(e) => Err(Err(runtime_err(format!("starting {name}"), e))),
-                    Ok(()) => Ok(()),
+                    Ok(()) => Ok(true),
                 };
             }
         };
         macro_rules! start_or_fail {
             ($name:expr) => {
                 match start($name).await {
-                    Ok(()) => {}
+                    Ok(_) => {}
                     Err(Ok(failure)) => return Ok(Started::failed(failure)),
                     Err(Err(e)) => return Err(e),
                 }
@@ -294,7 +325,13 @@ impl EngineRuntime {
             .is_some_and(|f| !f.is_empty() && !f.starts_with("0001-"));
         for c in &order.apps {
             match start(c.clone()).await {
-                Ok(()) => {}
+                // Started now: its hook runs before the next container starts.
+                Ok(true) => {
+                    if let Some(failure) = self.post_start_hook(c, order).await {
+                        return Ok(Started::failed(failure));
+                    }
+                }
+                Ok(false) => {}
                 // A joiner cannot start once the owner has exited: the owner's exit (with its
                 // log, reported by `list`) is the failure the user needs to see.
                 Err(Ok(_)) if c != owner && !running(owner).await? => return Ok(Started::default()),

@@ -166,14 +166,23 @@ async fn hang_up(pods: &Api<Pod>, pod: &str, container: &str, marker: &str) {
     }
 }
 
-/// The first container of the pod template: the workspace's main one.
+/// The workspace's main container: the one the Deployment names
+/// ([`warren_types::config::MAIN_CONTAINER_ANNOTATION`]), else the pod template's first.
 fn main_container(deployment: &Deployment) -> Option<String> {
-    deployment
-        .spec
+    let named = deployment
+        .metadata
+        .annotations
         .as_ref()
-        .and_then(|s| s.template.spec.as_ref())
-        .and_then(|s| s.containers.first())
-        .map(|c| c.name.clone())
+        .and_then(|a| a.get(warren_types::config::MAIN_CONTAINER_ANNOTATION))
+        .cloned();
+    named.or_else(|| {
+        deployment
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|s| s.containers.first())
+            .map(|c| c.name.clone())
+    })
 }
 
 impl KubernetesRuntime {

@@ -238,6 +238,8 @@ pub struct ContainerPlan {
     /// Set where the container runs as its image's user (a pod from Git naming none): what
     /// to check of that user at create.
     pub image_user: Option<ImageUser>,
+    /// Its `postStart` exec hook (`lifecycle.postStart.exec.command`).
+    pub post_start: Option<Vec<String>>,
 }
 
 /// A file to write under the workspace's state directory before the containers start.

@@ -347,6 +347,23 @@ fn container_plan(
             AUTO_USER_NAMESPACE.to_owned()
         });
     }
+    if role != Role::App || order == 0 {
+        // The pod's `hostAliases`, in the hosts file of each network namespace it has (the
+        // joiners share the owner's).
+        let aliases: Vec<String> = pcx
+            .pod
+            .host_aliases
+            .iter()
+            .flatten()
+            .flat_map(|a| {
+                a.hostnames
+                    .iter()
+                    .flatten()
+                    .map(move |h| format!("{h}:{}", a.ip))
+            })
+            .collect();
+        host_config.extra_hosts = (!aliases.is_empty()).then_some(aliases);
+    }
     if role == Role::App && order == 0 {
         host_config.network_mode = Some(pcx.network.to_owned());
         let loopback = || PortBinding {
@@ -383,7 +400,27 @@ fn container_plan(
             .unwrap_or_else(|| "IfNotPresent".into()),
         body,
         image_user,
+        post_start: post_start_hook(c)?,
     })
+}
+
+/// A container's `postStart` hook: an exec hook runs as the kubelet runs it (`start`); an
+/// HTTP, TCP or sleep hook is refused by name rather than skipped.
+fn post_start_hook(c: &Container) -> Result<Option<Vec<String>>, PlanError> {
+    let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) else {
+        return Ok(None);
+    };
+    match &hook.exec {
+        Some(exec)
+            if hook.http_get.is_none() && hook.tcp_socket.is_none() && hook.sleep.is_none() =>
+        {
+            Ok(exec.command.clone().filter(|c| !c.is_empty()))
+        }
+        _ => Err(spec_err(format!(
+            "container {:?}: only an exec postStart hook is supported on the container engine",
+            c.name
+        ))),
+    }
 }
 
 /// The filler of the shared tools volume: filled once for every workspace, by root (on
@@ -421,6 +458,10 @@ fn pod_hash(
         hasher.update([0]);
         hasher.update(canonical_json(&v));
         hasher.update([0]);
+        if let Some(hook) = &c.post_start {
+            hasher.update(canonical_json(&serde_json::json!(hook)));
+            hasher.update([0]);
+        }
     }
     for (engine, claim) in volumes {
         hasher.update(format!("volume {engine} {claim}\0"));

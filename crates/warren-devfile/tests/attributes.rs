@@ -1,0 +1,167 @@
+//! Warren's own devfile attributes beyond the schema: names that resolve to the pod
+//! (`warren.dev/host-aliases`), a container's healthcheck holding the next ones
+//! (`warren.dev/healthcheck`), and the injected editor's extensions and settings
+//! (`warren.dev/editor`): each checked by name, and rendered as Kubernetes runs it.
+
+use crate::common;
+
+use common::*;
+use warren_devfile::{parse_devfile, render};
+use warren_types::config::AgentConfig;
+
+const DEVFILE: &str = r#"
+schemaVersion: 2.2.0
+metadata: {name: held}
+attributes:
+  warren.dev/host-aliases: [db, cache.internal]
+  warren.dev/editor:
+    extensions: [rust-lang.rust-analyzer]
+    vsix: [tools/ours.vsix]
+    settings: {editor.tabSize: 2}
+components:
+  - name: db
+    attributes:
+      warren.dev/healthcheck:
+        test: [pg_isready, -U, postgres]
+        intervalSeconds: 2
+        timeoutSeconds: 1
+        retries: 5
+        startPeriodSeconds: 10
+    container: {image: "postgres:16", mountSources: false}
+  - name: tools
+    attributes: {warren.dev/main: true}
+    container: {image: "localhost/warren-test:latest"}
+"#;
+
+fn problems(devfile: &str) -> String {
+    parse_devfile(devfile).expect_err("refused").to_string()
+}
+
+#[test]
+fn the_attributes_are_read_and_rendered() {
+    let d = parse_devfile(DEVFILE).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(d.host_aliases, ["db", "cache.internal"]);
+    let h = d.container("db").unwrap().healthcheck.clone().unwrap();
+    assert_eq!(h.test, ["pg_isready", "-U", "postgres"]);
+    let cfg = AgentConfig::default();
+    let r = render(&d, &request(&cfg, &[])).unwrap();
+    let dep = r
+        .objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .unwrap();
+    let pod = &dep["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["hostAliases"],
+        serde_json::json!([{"ip": "127.0.0.1", "hostnames": ["db", "cache.internal"]}])
+    );
+    let hook: Vec<&str> = pod["containers"][0]["lifecycle"]["postStart"]["exec"]["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        hook[3..],
+        [
+            "warren-healthcheck",
+            "db",
+            "1",
+            "20",
+            "pg_isready",
+            "-U",
+            "postgres"
+        ]
+    );
+    assert!(pod["containers"][1]["lifecycle"].is_null());
+    // The editor: settings as the machine's, the repository's .vsix installed, and the ids
+    // not, without a gallery (said in the log).
+    let cm = r.objects.iter().find(|o| o["kind"] == "ConfigMap").unwrap();
+    let script = cm["data"]["start-tools.sh"].as_str().unwrap();
+    assert!(
+        script.contains("\"$editor_data/Machine/settings.json\""),
+        "{script}"
+    );
+    assert!(script.contains("\"editor.tabSize\": 2"), "{script}");
+    assert!(
+        script
+            .contains("install_extension 'tools/ours.vsix' \"$PROJECT_SOURCE\"/'tools/ours.vsix'"),
+        "{script}"
+    );
+    assert!(script.contains("names no extension gallery"), "{script}");
+    assert!(!script.contains("EXTENSIONS_GALLERY"), "{script}");
+    // With a gallery, the ids are installed from it.
+    let mut cfg = AgentConfig::default();
+    cfg.editor.extensions_gallery = Some("https://open-vsx.example/vscode/gallery".into());
+    let r = render(&d, &request(&cfg, &[])).unwrap();
+    let cm = r.objects.iter().find(|o| o["kind"] == "ConfigMap").unwrap();
+    let script = cm["data"]["start-tools.sh"].as_str().unwrap();
+    assert!(
+        script.contains(
+            "export EXTENSIONS_GALLERY='{\"serviceUrl\":\"https://open-vsx.example/vscode/gallery\"}'"
+        ),
+        "{script}"
+    );
+    assert!(
+        script.contains("for id in 'rust-lang.rust-analyzer'; do install_extension"),
+        "{script}"
+    );
+}
+
+#[test]
+fn a_wrong_attribute_is_named() {
+    let cases = [
+        (
+            "warren.dev/host-aliases: [localhost]",
+            "attributes.warren.dev/host-aliases[0]: \"localhost\" is not a host name",
+        ),
+        (
+            "warren.dev/host-aliases: [\"Not_A_Name\"]",
+            "is not a host name",
+        ),
+        (
+            "warren.dev/host-aliases: db",
+            "attributes.warren.dev/host-aliases: expected a list",
+        ),
+        (
+            "warren.dev/editor: {extensions: [\"rm -rf\"]}",
+            "attributes.warren.dev/editor.extensions[0]: \"rm -rf\" is not an extension id",
+        ),
+        (
+            "warren.dev/editor: {vsix: [../up.vsix]}",
+            "attributes.warren.dev/editor.vsix[0]: \"../up.vsix\" is not the path of a .vsix file",
+        ),
+        (
+            "warren.dev/editor: {themes: []}",
+            "attributes.warren.dev/editor: expected",
+        ),
+    ];
+    for (attr, want) in cases {
+        let text = format!(
+            "schemaVersion: 2.2.0\nmetadata: {{name: x}}\nattributes:\n  {attr}\ncomponents:\n  - name: dev\n    container: {{image: x}}\n"
+        );
+        let p = problems(&text);
+        assert!(p.contains(want), "{attr}: {p}");
+    }
+    let held = |h: &str| {
+        format!(
+            "schemaVersion: 2.2.0\nmetadata: {{name: x}}\ncomponents:\n  - name: dev\n    attributes:\n      warren.dev/healthcheck: {h}\n    container: {{image: x}}\n"
+        )
+    };
+    let p = problems(&held(
+        "{test: [], intervalSeconds: 1, timeoutSeconds: 1, retries: 1}",
+    ));
+    assert!(
+        p.contains("warren.dev/healthcheck.test: must name the program"),
+        "{p}"
+    );
+    let p = problems(&held(
+        "{test: [x], intervalSeconds: 0, timeoutSeconds: 1, retries: 1}",
+    ));
+    assert!(
+        p.contains("warren.dev/healthcheck.intervalSeconds: 0 is not within 1..=3600"),
+        "{p}"
+    );
+    let p = problems(&held("{test: [x], interval: 1}"));
+    assert!(p.contains("warren.dev/healthcheck: expected"), "{p}");
+}

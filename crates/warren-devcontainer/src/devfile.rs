@@ -126,6 +126,7 @@ pub fn build(config: &Config, project: &str, notices: &mut Vec<Notice>) -> Value
         components.insert(at + 1, image_component(config));
     }
     let mut post_start = vec![];
+    let mut post_attach = vec![];
     for (stage, line) in stage_lines(config) {
         let id = command_id(stage);
         let line = if stage.once() { once(&id, &line) } else { line };
@@ -133,6 +134,10 @@ pub fn build(config: &Config, project: &str, notices: &mut Vec<Notice>) -> Value
             "id": id,
             "exec": {"component": main_name, "commandLine": line, "workingDir": sources},
         }));
+        if stage == Stage::PostAttach {
+            post_attach.push(id);
+            continue;
+        }
         post_start.push(id);
         if stage == Stage::UpdateContent && config.lifecycle.iter().any(|(s, _)| *s == stage) {
             notices.push(Notice {
@@ -152,20 +157,31 @@ pub fn build(config: &Config, project: &str, notices: &mut Vec<Notice>) -> Value
     if let Some(e) = &config.editor {
         devfile["attributes"][warren_devfile::EDITOR_ATTRIBUTE] = json!(e);
     }
+    if !post_attach.is_empty() {
+        devfile["attributes"][warren_devfile::POST_ATTACH_ATTRIBUTE] = json!(post_attach);
+    }
     if !commands.is_empty() {
         devfile["commands"] = Value::Array(commands);
     }
-    let mut events = serde_json::Map::new();
-    if !pre_start.is_empty() {
-        events.insert("preStart".into(), json!(pre_start));
-    }
-    if !post_start.is_empty() {
-        events.insert("postStart".into(), json!(post_start));
-    }
-    if !events.is_empty() {
-        devfile["events"] = Value::Object(events);
+    let events = events(&[("preStart", pre_start), ("postStart", post_start)]);
+    if !events.is_null() {
+        devfile["events"] = events;
     }
     devfile
+}
+
+/// The devfile's `events`, those with commands; `null` when none has any.
+fn events(lists: &[(&str, Vec<String>)]) -> Value {
+    let events: serde_json::Map<String, Value> = lists
+        .iter()
+        .filter(|(_, ids)| !ids.is_empty())
+        .map(|(event, ids)| ((*event).to_owned(), json!(ids)))
+        .collect();
+    if events.is_empty() {
+        Value::Null
+    } else {
+        Value::Object(events)
+    }
 }
 
 /// The volume components of the workspace, one per named volume (shared by the containers
@@ -344,13 +360,15 @@ fn stage_lines(config: &Config) -> Vec<(Stage, String)> {
         Stage::UpdateContent,
         Stage::PostCreate,
         Stage::PostStart,
+        Stage::PostAttach,
     ] {
         let own = config
             .lifecycle
             .iter()
             .find(|(s, _)| *s == stage)
             .map(|(_, c)| command_line(c));
-        let hooks = config.features.as_ref().map(|_| {
+        // A Feature's own postAttachCommand is not run (the build says so).
+        let hooks = config.features.as_ref().filter(|_| stage != Stage::PostAttach).map(|_| {
             format!(
                 "for hook in {HOOKS_DIR}/{}/*; do\n  [ -f \"$hook\" ] || continue\n  echo \"warren: running the Feature command $hook\"\n  sh \"$hook\" || exit $?\ndone",
                 command_id(stage)
@@ -382,6 +400,7 @@ pub fn command_id(stage: Stage) -> String {
         Stage::UpdateContent => "update-content",
         Stage::PostCreate => "post-create",
         Stage::PostStart => "post-start",
+        Stage::PostAttach => "post-attach",
     }
     .into()
 }

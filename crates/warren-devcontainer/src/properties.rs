@@ -14,6 +14,8 @@ pub enum Stage {
     UpdateContent,
     PostCreate,
     PostStart,
+    /// Whenever a session attaches: a terminal or SSH shell opened, the editor started.
+    PostAttach,
 }
 
 impl Stage {
@@ -23,12 +25,13 @@ impl Stage {
             Stage::UpdateContent => "updateContentCommand",
             Stage::PostCreate => "postCreateCommand",
             Stage::PostStart => "postStartCommand",
+            Stage::PostAttach => "postAttachCommand",
         }
     }
 
     /// Whether the stage runs once per workspace (at its first start) rather than every start.
     pub fn once(self) -> bool {
-        self != Stage::PostStart
+        !matches!(self, Stage::PostStart | Stage::PostAttach)
     }
 }
 
@@ -401,11 +404,7 @@ impl Reader<'_> {
             "updateContentCommand" => self.lifecycle(Stage::UpdateContent, v, config),
             "postCreateCommand" => self.lifecycle(Stage::PostCreate, v, config),
             "postStartCommand" => self.lifecycle(Stage::PostStart, v, config),
-            "postAttachCommand" => self.refuse(
-                key,
-                "`postAttachCommand`",
-                "not yet: Warren runs no command when a terminal, editor or SSH session attaches; use `postStartCommand`",
-            ),
+            "postAttachCommand" => self.lifecycle(Stage::PostAttach, v, config),
             "waitFor" => {
                 if let Some(s) = self.string(key, v) {
                     self.notice(key, format!("the workspace is Running once its container runs; the lifecycle commands (up to {s}) go on in the background, their output in `warren ws logs`"));

@@ -139,24 +139,17 @@ fn compose_variables_come_from_the_workspace_then_the_env_file() {
         (".devcontainer/docker-compose.yml", TEMPLATE),
         (".devcontainer/.env", "PG_VERSION=15\nPOSTGRES_USER=u\n"),
     ];
-    let c = run(CONFIG, &files, &[]).unwrap();
-    assert!(
+    let db_image = |env: &[(&str, &str)]| {
+        let c = run(CONFIG, &files, env).unwrap();
         parse_devfile(&c.devfile)
             .unwrap()
             .container("db")
             .unwrap()
             .image
-            == "postgres:15"
-    );
-    let c = run(CONFIG, &files, &[("PG_VERSION", "17")]).unwrap();
-    assert!(
-        parse_devfile(&c.devfile)
-            .unwrap()
-            .container("db")
-            .unwrap()
-            .image
-            == "postgres:17"
-    );
+            .clone()
+    };
+    assert_eq!(db_image(&[]), "postgres:15");
+    assert_eq!(db_image(&[("PG_VERSION", "17")]), "postgres:17");
     let required = TEMPLATE.replace("${PG_VERSION:-16}", "${PG_VERSION:?pick one}");
     let p = problems(
         CONFIG,

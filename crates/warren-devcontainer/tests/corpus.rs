@@ -22,25 +22,31 @@ fn corpus() -> Vec<(String, String)> {
     out
 }
 
+static NO_ENV: BTreeMap<String, String> = BTreeMap::new();
+static NO_SECRETS: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+
+/// Template `name` as a repository holding it (and `files`) gives it to a conversion.
+fn template<'a>(name: &'a str, text: &'a str, files: &'a BTreeMap<String, String>) -> Input<'a> {
+    Input {
+        text,
+        path: ".devcontainer/devcontainer.json",
+        project: name,
+        local_env: &NO_ENV,
+        secrets: &NO_SECRETS,
+        files,
+    }
+}
+
 /// The other files of template `name`'s repository its configuration names
 /// (`testdata/devcontainers/files/<name>/`), read as the server reads them.
 fn template_files(name: &str, text: &str) -> BTreeMap<String, String> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/testdata/devcontainers/files")
         .join(name);
-    let env = BTreeMap::new();
     let mut files = BTreeMap::new();
     loop {
-        let input = Input {
-            text,
-            path: ".devcontainer/devcontainer.json",
-            project: name,
-            local_env: &env,
-            secrets: &Default::default(),
-            files: &files,
-        };
         let before = files.len();
-        for n in warren_devcontainer::needed_files(&input) {
+        for n in warren_devcontainer::needed_files(&template(name, text, &files)) {
             if let Ok(t) = std::fs::read_to_string(root.join(&n.path)) {
                 files.insert(n.path, t);
             } else {
@@ -61,20 +67,11 @@ fn every_public_template_is_run_or_refused_by_name() {
         "the corpus is missing: {}",
         configs.len()
     );
-    let env = BTreeMap::new();
     let agent = warren_types::config::AgentConfig::default();
     let mut accepted = Vec::new();
     for (name, text) in &configs {
         let files = template_files(name, text);
-        let input = Input {
-            text,
-            path: ".devcontainer/devcontainer.json",
-            project: name,
-            local_env: &env,
-            secrets: &Default::default(),
-            files: &files,
-        };
-        match convert(&input) {
+        match convert(&template(name, text, &files)) {
             Ok(c) => {
                 let devfile = warren_devfile::parse_devfile(&c.devfile).unwrap();
                 warren_devfile::render_preview(&devfile, "corpus", &agent).unwrap_or_else(|e| {

@@ -322,10 +322,6 @@ fn what_warren_does_not_do_yet_is_refused_by_name_not_dropped() {
             "features.https://example.com/devcontainer-feature-go.tgz",
         ),
         (
-            r#"{ "image": "busybox", "postAttachCommand": "echo hi" }"#,
-            "postAttachCommand",
-        ),
-        (
             r#"{ "image": "busybox", "overrideCommand": false }"#,
             "overrideCommand",
         ),
@@ -571,5 +567,30 @@ fn vscode_customizations_go_to_the_injected_editor() {
         let text = format!(r#"{{"image": "x", "customizations": {{"vscode": {{ {bad} }}}}}}"#);
         let p = convert(&input(&text, &env)).unwrap_err();
         assert!(p.to_string().contains(want), "{bad}: {p}");
+    }
+}
+
+#[test]
+fn post_attach_runs_in_the_dev_container_whenever_a_session_attaches() {
+    let env = BTreeMap::new();
+    let c = convert(&input(
+        r#"{ "image": "x", "postAttachCommand": ["git", "status"], "postStartCommand": "true" }"#,
+        &env,
+    ))
+    .unwrap();
+    let d = parse_devfile(&c.devfile).unwrap();
+    assert_eq!(d.post_attach, ["post-attach"]);
+    // Not a start command: only run when a session attaches.
+    assert_eq!(d.post_start, ["post-start"]);
+    match &d.command("post-attach").unwrap().action {
+        CommandAction::Exec {
+            component,
+            command_line,
+            ..
+        } => {
+            assert_eq!(component, "devcontainer");
+            assert_eq!(command_line, "'git' 'status'");
+        }
+        other => panic!("{other:?}"),
     }
 }

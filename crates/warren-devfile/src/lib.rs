@@ -61,6 +61,14 @@ pub const HEALTHCHECK_ATTRIBUTE: &str = "warren.dev/healthcheck";
 /// container's `customizations.vscode` travels in it).
 pub const EDITOR_ATTRIBUTE: &str = "warren.dev/editor";
 
+/// Top-level attribute: the ids of exec commands of the main container to run whenever a
+/// session attaches to the workspace (a terminal or SSH shell opened, the editor started),
+/// each time, in order, their output in the workspace's `post-attach` log. A dev container's
+/// `postAttachCommand` travels in it.
+pub const POST_ATTACH_ATTRIBUTE: &str = "warren.dev/post-attach";
+
+pub use warren_types::config::POST_ATTACH_SCRIPT;
+
 /// Devfiles larger than this are refused before any parsing. Published devfiles are a few
 /// KiB; the cap bounds what one request can make the server parse and hold.
 pub const MAX_DEVFILE_BYTES: usize = 1024 * 1024;

@@ -46,6 +46,11 @@ pub struct Devfile {
     /// `customizations.vscode`.
     #[serde(default)]
     pub editor: Option<EditorCustomizations>,
+    /// Exec commands of the main container run whenever a session attaches (a terminal, an
+    /// SSH shell, the editor starting): [`crate::POST_ATTACH_ATTRIBUTE`], a dev container's
+    /// `postAttachCommand`.
+    #[serde(default)]
+    pub post_attach: Vec<String>,
 }
 
 /// Extensions and settings for the injected editor.
@@ -219,6 +224,7 @@ impl Devfile {
             manifests: Vec::new(),
             host_aliases: Vec::new(),
             editor: None,
+            post_attach: Vec::new(),
         }
     }
 

@@ -165,3 +165,60 @@ fn a_wrong_attribute_is_named() {
     let p = problems(&held("{test: [x], interval: 1}"));
     assert!(p.contains("warren.dev/healthcheck: expected"), "{p}");
 }
+
+const ATTACHED: &str = r#"
+schemaVersion: 2.2.0
+metadata: {name: attached}
+attributes:
+  warren.dev/post-attach: [status]
+components:
+  - name: tools
+    container: {image: "localhost/warren-test:latest"}
+commands:
+  - id: status
+    exec: {component: tools, commandLine: "git status", workingDir: "${PROJECT_SOURCE}"}
+"#;
+
+#[test]
+fn post_attach_commands_become_a_script_the_agent_and_the_editor_run() {
+    let d = parse_devfile(ATTACHED).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(d.post_attach, ["status"]);
+    let cfg = AgentConfig::default();
+    let r = render(&d, &request(&cfg, &[])).unwrap();
+    let cm = r.objects.iter().find(|o| o["kind"] == "ConfigMap").unwrap();
+    let script = cm["data"]["post-attach.sh"]
+        .as_str()
+        .expect("the post-attach script");
+    assert!(
+        script.contains("running postAttach command status"),
+        "{script}"
+    );
+    assert!(script.contains("git status"), "{script}");
+    assert!(script.contains(">>\"$logs/post-attach.log\""), "{script}");
+    // The editor starting is a session attaching.
+    let start = cm["data"]["start-tools.sh"].as_str().unwrap();
+    assert!(
+        start.contains("/bin/sh /warren/scripts/post-attach.sh &"),
+        "{start}"
+    );
+    // Without post-attach commands, neither is there.
+    let plain =
+        parse_devfile(&ATTACHED.replace("attributes:\n  warren.dev/post-attach: [status]\n", ""))
+            .unwrap();
+    let r = render(&plain, &request(&cfg, &[])).unwrap();
+    let cm = r.objects.iter().find(|o| o["kind"] == "ConfigMap").unwrap();
+    assert!(cm["data"]["post-attach.sh"].is_null());
+    assert!(!cm["data"]["start-tools.sh"]
+        .as_str()
+        .unwrap()
+        .contains("post-attach"));
+    // Only exec commands of the main container.
+    for bad in ["[nope]", "[status, 3]", "status"] {
+        let text = ATTACHED.replace("[status]", bad);
+        let p = problems(&text);
+        assert!(
+            p.contains("attributes.warren.dev/post-attach"),
+            "{bad}: {p}"
+        );
+    }
+}

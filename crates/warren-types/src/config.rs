@@ -105,6 +105,11 @@ pub fn editor_status(container_output: &[u8]) -> Option<String> {
 /// forwarding.
 pub const EDITOR_PORT_ANNOTATION: &str = "warren.dev/editor-port";
 
+/// The script a workspace's renderer writes for its post-attach commands (a dev container's
+/// `postAttachCommand`), in the main container's scripts volume; the agent runs it there
+/// beside every terminal or SSH shell of that container.
+pub const POST_ATTACH_SCRIPT: &str = "/warren/scripts/post-attach.sh";
+
 /// Annotation on a workspace's Deployment: the name of its main container, where terminals,
 /// SSH sessions, commands and logs go when no container is named. Not the pod's first
 /// container always: a Compose dev container's services start before it.

@@ -320,6 +320,7 @@ const COMPOSE_CONFIG: &str = r#"{
   "workspaceFolder": "/workspaces/${localWorkspaceFolderBasename}",
   "forwardPorts": ["db:5432"],
   "postCreateCommand": "wget -qO- http://db:5432/ > \"$HOME/created.txt\"",
+  "postAttachCommand": "echo attached >> \"$HOME/attached.txt\"",
 }"#;
 
 const COMPOSE_FILE: &str = r#"
@@ -433,15 +434,25 @@ fn a_compose_dev_container_runs_its_services_in_order_reached_by_name_and_throug
         .args(["ws", "ssh", &ws])
         .args(["--ssh-option", &format!("IdentityFile={}", key.display())])
         .args(["--ssh-option", "IdentitiesOnly=yes", "--ssh-option", "BatchMode=yes"])
+        // A terminal: a session attaching, which runs the postAttachCommand.
+        .args(["--ssh-option", "RequestTTY=force"])
         .args(["--", "wget -qO- http://db:5432/; if [ -e /built.txt ]; then echo the-db-image; else echo its-own-image; fi"])
         .stdin(std::process::Stdio::null())
         .output()
         .expect("warren ws ssh");
     assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
+        String::from_utf8_lossy(&out.stdout)
+            .replace("\r\n", "\n")
+            .trim(),
         "db-says-from-the-env-file\nits-own-image",
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for(
+        "the postAttachCommand",
+        Duration::from_secs(60),
+        || (sh(&app, "cat \"$HOME/attached.txt\"") == "attached").then_some(()),
+        || sh(&app, "cat /workspaces/.warren/logs/*.log"),
     );
     // The database's port, forwarded on its own authenticated host through the proxy.
     let w = show(up.home.path(), &ws).expect("the workspace");

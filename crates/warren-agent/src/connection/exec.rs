@@ -14,6 +14,8 @@ impl RelayConnection {
             namespace: target.namespace.clone(),
         };
         let task = target.task.clone();
+        // A terminal or SSH shell in the main container: a session attaching.
+        let attaching = target.tty && task.is_none() && target.container.is_none();
         let started = if target.command.is_empty() {
             Err(DialReply::Failed {
                 code: DialErrorCode::ExecFailed,
@@ -59,6 +61,9 @@ impl RelayConnection {
                 return self.serve_apply(stream, key, session, component).await
             }
             None => {}
+        }
+        if attaching {
+            post_attach(self.inner.runtime.clone(), key.clone());
         }
         let ExecSession {
             stdin,
@@ -250,4 +255,43 @@ where
             tracing::debug!(task = what, error = %error_chain(&e), "client gone before the end");
         },
     }
+}
+
+/// Runs the workspace's post-attach commands ([`warren_types::config::POST_ATTACH_SCRIPT`], a dev
+/// container's `postAttachCommand`) beside a session that attached, in its main container:
+/// in the background, so the session never waits for them, and to their end (dropping the
+/// exec would hang them up). A workspace without such commands costs one exec that finds no
+/// script.
+fn post_attach(runtime: Arc<dyn WorkspaceRuntime>, key: WorkspaceKey) {
+    tokio::spawn(async move {
+        let script = warren_types::config::POST_ATTACH_SCRIPT;
+        let spec = ExecSpec {
+            container: None,
+            command: vec![
+                "/bin/sh".into(),
+                "-c".into(),
+                format!("[ -f {script} ] || exit 0; exec /bin/sh {script}"),
+            ],
+            env: vec![],
+            tty: false,
+            size: None,
+        };
+        match runtime.exec(&key, spec).await {
+            Ok(ExecSession {
+                mut stdin,
+                mut output,
+                exit,
+                ..
+            }) => {
+                let _ = stdin.shutdown().await;
+                while output.next().await.is_some() {}
+                if let Ok(e) = exit.await {
+                    tracing::debug!(workspace = %key, code = ?e.code, "post-attach commands ended");
+                }
+            }
+            Err(e) => {
+                tracing::info!(workspace = %key, error = %error_chain(&e), "running the post-attach commands failed")
+            }
+        }
+    });
 }

@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use warren_types::quantity::{parse_cpu_millis, parse_memory_bytes};
 
 type Errors = Vec<DevfileError>;
+mod attributes;
 mod containers;
 mod features;
 mod outer;

@@ -36,6 +36,8 @@ pub(super) struct EditorPlan {
     pub customizations: Option<EditorCustomizations>,
     /// The agent's extension gallery.
     pub gallery: Option<String>,
+    /// The devfile has commands to run when a session attaches (the editor starting is one).
+    pub post_attach: bool,
 }
 
 /// The editor of this workspace, if the agent injects one: in the main container, on the
@@ -58,6 +60,7 @@ pub(super) fn plan(devfile: &Devfile, cfg: &AgentConfig) -> Option<EditorPlan> {
         version: cfg.editor.version.clone(),
         customizations: devfile.editor.clone(),
         gallery: cfg.editor.extensions_gallery.clone(),
+        post_attach: !devfile.post_attach.is_empty(),
     })
 }
 
@@ -133,7 +136,7 @@ pub(super) fn start_lines(e: &EditorPlan, c: &Container) -> String {
     mkdir -p "$editor_data/extensions" 2>/dev/null || editor_data=/tmp/warren-code-server
     editor_folder="${{PROJECT_SOURCE:-$root}}"
     [ -d "$editor_folder" ] || editor_folder="$root"
-{customize}    editor_says "starting the editor (code-server {version}) on port {port}, opening $editor_folder"
+{customize}{post_attach}    editor_says "starting the editor (code-server {version}) on port {port}, opening $editor_folder"
     (
 {install}      # Restarted if it ends (a crash, an out-of-memory kill) for as long as the container runs.
       while :; do
@@ -149,6 +152,12 @@ pub(super) fn start_lines(e: &EditorPlan, c: &Container) -> String {
   fi
 "#,
         customize = settings_lines(e),
+        post_attach = if e.post_attach {
+            // The editor starting is a session attaching.
+            format!("    /bin/sh {} &\n", crate::POST_ATTACH_SCRIPT)
+        } else {
+            String::new()
+        },
         install = install_lines(e),
     )
 }

@@ -317,6 +317,16 @@ impl<'a, 'r> Plan<'a, 'r> {
                 startup_script(devfile, c, req, editor.as_ref()),
             );
         }
+        if let Some(script) = super::scripts::post_attach_script(devfile) {
+            scripts.insert(
+                crate::POST_ATTACH_SCRIPT
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned(),
+                script,
+            );
+        }
         push(
             objects,
             serde_json::to_value(core::ConfigMap {

@@ -385,3 +385,42 @@ pub(super) fn startup_script(
     let _ = writeln!(s, "while :; do sleep 3600 & wait $!; done");
     s
 }
+
+/// The script run whenever a session attaches ([`crate::POST_ATTACH_SCRIPT`]): the devfile's
+/// post-attach commands in order, each in a shell of its own (a failure is said and the next
+/// runs), their output in the `post-attach` log. `None` when the devfile has none.
+pub(super) fn post_attach_script(devfile: &Devfile) -> Option<String> {
+    use std::fmt::Write;
+    if devfile.post_attach.is_empty() {
+        return None;
+    }
+    let mut s = String::from("#!/bin/sh\n# Warren: the commands run when a session attaches.\n");
+    s.push_str("root=\"${PROJECTS_ROOT:-/projects}\"\nlogs=\"$root/.warren/logs\"\n");
+    s.push_str("mkdir -p \"$logs\" 2>/dev/null || logs=/tmp\n");
+    s.push_str("say() { echo \"$(date -u +%Y-%m-%dT%H:%M:%SZ) $*\"; }\n{\n");
+    for id in &devfile.post_attach {
+        let Some(CommandAction::Exec {
+            command_line,
+            working_dir,
+            env,
+            ..
+        }) = devfile.command(id).map(|c| &c.action)
+        else {
+            continue;
+        };
+        let script = super::exec_command_script(command_line, working_dir.as_deref(), env);
+        let _ = writeln!(
+            s,
+            "  say {}",
+            sh_quote(&format!("running postAttach command {id}"))
+        );
+        let _ = writeln!(
+            s,
+            "  /bin/sh -c {} || say {}\"$?\"",
+            sh_quote(&script),
+            sh_quote(&format!("postAttach command {id} failed with status "))
+        );
+    }
+    s.push_str("} >>\"$logs/post-attach.log\" 2>&1\n");
+    Some(s)
+}

@@ -13,7 +13,10 @@ use crate::connection::{identify, ConnectError, ConnectionConfig, RelayConnectio
 use crate::leader::{run_elected, Elector, LeaderElectionConfig};
 use crate::reconciler::{Reconciler, ReconcilerConfig};
 use crate::runtime::engine::{EngineConfig, EngineError, EngineRuntime};
-use crate::runtime::kubernetes::{ComponentPolicy, KubernetesOptions, KubernetesRuntime};
+use crate::runtime::kubernetes::{
+    BuildSettings, BuilderError, ComponentPolicy, ImageBuilder, KubernetesOptions,
+    KubernetesRuntime,
+};
 use crate::runtime::WorkspaceRuntime;
 
 /// Which runtime runs the workspaces.
@@ -28,8 +31,12 @@ pub enum RuntimeChoice {
         plain_http_registries: Vec<String>,
     },
     /// The cluster of the in-cluster configuration or KUBECONFIG; `components` is what devfile
-    /// `kubernetes` components may apply there.
-    Kubernetes { components: ComponentPolicy },
+    /// `kubernetes` components may apply there; `builds`, where images built at a
+    /// workspace's start are built and pushed (none: such workspaces are refused).
+    Kubernetes {
+        components: ComponentPolicy,
+        builds: Option<BuildSettings>,
+    },
 }
 
 /// Everything [`run`] needs.
@@ -54,6 +61,8 @@ pub enum AgentError {
     Engine(#[source] EngineError),
     #[error("connecting to Kubernetes (in-cluster configuration or KUBECONFIG)")]
     Kubernetes(#[source] kube::Error),
+    #[error("setting up the image builder")]
+    Builder(#[source] BuilderError),
     #[error("setting up the relay connection")]
     Connection(#[source] ConnectError),
     #[error("leader election needs the kubernetes runtime (the lease is a Kubernetes object)")]
@@ -156,7 +165,7 @@ async fn run_agent(
                     .map_err(AgentError::Engine)?;
                 (Arc::new(engine.clone()), Some(engine))
             }
-            RuntimeChoice::Kubernetes { components } => {
+            RuntimeChoice::Kubernetes { components, builds } => {
                 let client = kube::Client::try_default()
                     .await
                     .map_err(AgentError::Kubernetes)?;
@@ -165,7 +174,13 @@ async fn run_agent(
                     components: components.clone(),
                     ..KubernetesOptions::default()
                 };
-                let runtime = KubernetesRuntime::new(client, agent, options);
+                let mut runtime = KubernetesRuntime::new(client, agent, options);
+                if let Some(settings) = builds {
+                    let builder = ImageBuilder::connect(agent, settings.clone())
+                        .await
+                        .map_err(AgentError::Builder)?;
+                    runtime = runtime.with_builder(builder);
+                }
                 (Arc::new(runtime), None)
             }
         };

@@ -293,3 +293,117 @@ fn container_image_name(ws: &Workspace) -> Result<String> {
         .trim()
         .to_owned())
 }
+
+/// The builder of a Kubernetes agent: a workspace's build pushed to a private registry over
+/// TLS with the push credentials (refused without them), under the workspace's scoped name
+/// tagged with the image's id; a second call builds nothing and pushes the same reference;
+/// forgetting the workspace drops its images, so the next call builds again.
+#[tokio::test]
+async fn a_builder_pushes_a_workspaces_build_and_builds_it_once() -> Result<()> {
+    use bollard::auth::DockerCredentials;
+    use warren_agent::runtime::engine::push::PushTarget;
+    use warren_testkit::registry::{self, Registry, RegistryOptions};
+    if !engine_available() || !registry::available() {
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    let registry = Registry::start(&RegistryOptions {
+        trust_in: Some("/etc/containers/certs.d".into()),
+        user: Some(("ann".into(), "push-pass-3".into())),
+    })
+    .await?;
+    let state = tempfile::tempdir()?;
+    let mut config =
+        warren_agent::runtime::engine::EngineConfig::new(h.agent_id, state.path().to_path_buf());
+    config.host = Some(h.runtime.host().to_owned());
+    let builder = warren_agent::runtime::engine::EngineRuntime::connect_builder(config).await?;
+    let mut images = Images::default();
+    let ws = Workspace::new("pushed", h.agent_id);
+    images.built_for.push(ws.name().to_owned());
+    let image = format!("localhost/warren-pushed-{}:1", ws.name());
+    let contexts = Contexts::new(
+        &format!("FROM {IMAGE}\nRUN echo pushed > /tmp/pushed\n"),
+        true,
+    );
+    builder.use_build_contexts(contexts.clone());
+    let objects = building(&ws, &image);
+    let deployment = objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .context("a Deployment")?;
+    let builds = format!("{}/builds", registry.addr);
+    let anonymous = PushTarget {
+        registry: builds.clone(),
+        credentials: None,
+    };
+    let refused = builder
+        .build_and_push(&ws.key, deployment, vec![], &anonymous)
+        .await
+        .expect_err("an anonymous push to a registry with users");
+    assert!(
+        refused
+            .message
+            .contains(&format!("pushing it to the build registry {builds}")),
+        "{refused:?}"
+    );
+    assert_eq!(contexts.fetches.load(Ordering::SeqCst), 1);
+
+    let target = PushTarget {
+        registry: builds.clone(),
+        credentials: Some(DockerCredentials {
+            username: Some("ann".into()),
+            password: Some("push-pass-3".into()),
+            serveraddress: Some(registry.addr.clone()),
+            ..Default::default()
+        }),
+    };
+    let pushed = builder
+        .build_and_push(&ws.key, deployment, vec![], &target)
+        .await
+        .map_err(|f| anyhow::anyhow!("{f:?}"))?;
+    // Built once: the anonymous attempt's build is the one pushed now.
+    assert_eq!(contexts.fetches.load(Ordering::SeqCst), 1);
+    let reference = pushed.get(&image).context("the image's reference")?.clone();
+    let prefix = format!(
+        "{builds}/warren-ws/localhost/warren-pushed-{}/{}.",
+        ws.name(),
+        ws.name()
+    );
+    assert!(reference.starts_with(&prefix), "{reference} vs {prefix}");
+    let tag = reference
+        .rsplit_once(':')
+        .map(|(_, t)| t)
+        .unwrap_or_default();
+    assert!(tag.starts_with("sha-") && tag.len() == 68, "{reference}");
+    // The registry has it: the engine pulls it under that name alone.
+    let pulled = cli_run(&["pull", "--creds", "ann:push-pass-3", "-q", &reference]);
+    images.names.push(reference.clone());
+    assert!(pulled.is_ok(), "{pulled:?}");
+    let log = builder
+        .builds_log(&ws.key, 1000, false)?
+        .map(|c| c.map(|b| String::from_utf8_lossy(&b).into_owned()))
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<String, _>>()?;
+    assert!(
+        log.contains(&format!("pushing {image} as {reference}")),
+        "{log}"
+    );
+
+    // Again (an agent restart, a new start): nothing built, the same reference.
+    let again = builder
+        .build_and_push(&ws.key, deployment, vec![], &target)
+        .await
+        .map_err(|f| anyhow::anyhow!("{f:?}"))?;
+    assert_eq!(again.get(&image), Some(&reference));
+    assert_eq!(contexts.fetches.load(Ordering::SeqCst), 1);
+    builder.forget_builds(&ws.key).await?;
+    builder
+        .build_and_push(&ws.key, deployment, vec![], &target)
+        .await
+        .map_err(|f| anyhow::anyhow!("{f:?}"))?;
+    assert_eq!(contexts.fetches.load(Ordering::SeqCst), 2);
+    builder.forget_builds(&ws.key).await?;
+    Ok(())
+}

@@ -4,7 +4,8 @@
 //! Features to it, as the reference tools publish them.
 //!
 //! The registry process is killed when the [`Registry`] is dropped, and the certificate
-//! trust it was given (a `certs.d/<addr>/ca.crt`) removed.
+//! trust it was given (a `certs.d/<addr>/ca.crt`, with the `hosts.toml` containerd reads
+//! there) removed.
 
 use anyhow::{bail, Context, Result};
 use oci_client::client::{
@@ -116,6 +117,15 @@ impl Registry {
             let t = trust_in.join(&addr);
             std::fs::create_dir_all(&t).with_context(|| format!("creating {}", t.display()))?;
             std::fs::write(t.join("ca.crt"), &pem)?;
+            // containerd reads the same layout (a node's `config_path`), but speaks plain
+            // HTTP to a loopback registry unless told otherwise; Podman ignores this file.
+            std::fs::write(
+                t.join("hosts.toml"),
+                format!(
+                    "server = \"https://{addr}\"\n[host.\"https://{addr}\"]\n  ca = \"{}\"\n",
+                    t.join("ca.crt").display()
+                ),
+            )?;
             trusted = Some(t);
             ca_pem = Some(pem);
         }

@@ -9,7 +9,7 @@ use url::Url;
 use warren_agent::connection::ConnectionConfig;
 use warren_agent::leader::LeaderElectionConfig;
 use warren_agent::reconciler::ReconcilerConfig;
-use warren_agent::runtime::kubernetes::ComponentPolicy;
+use warren_agent::runtime::kubernetes::{BuildSettings, ComponentPolicy};
 use warren_agent::{AgentConfig, RuntimeChoice};
 use warren_types::AgentId;
 
@@ -94,6 +94,20 @@ struct AgentSettings {
         value_name = "TYPES"
     )]
     component_service_types: Option<Vec<String>>,
+    /// Where images built at a workspace's start (devfile `autoBuild`, a dev container's
+    /// `build` and Features) are pushed for the cluster to pull, `host[:port][/path]`
+    /// (kubernetes runtime; none: such workspaces are refused). The workspaces' image pull
+    /// secrets must let the cluster pull from it.
+    #[arg(long, env = "WARREN_AGENT_BUILD_REGISTRY", value_name = "REGISTRY")]
+    build_registry: Option<String>,
+    /// The Docker-compatible engine that builds them (`unix://…`, `tcp://…`) (kubernetes
+    /// runtime) [default: found as the engine runtime finds one].
+    #[arg(long, env = "WARREN_AGENT_BUILD_ENGINE", value_name = "URL")]
+    build_engine: Option<String>,
+    /// `namespace/name` of a kubernetes.io/dockerconfigjson Secret with the credentials for
+    /// pushing to the build registry (kubernetes runtime) [default: push anonymously].
+    #[arg(long, env = "WARREN_AGENT_BUILD_PUSH_SECRET", value_name = "SECRET")]
+    build_push_secret: Option<String>,
     /// This agent's id; asked from the relay when absent.
     #[arg(long, env = "WARREN_AGENT_ID")]
     agent_id: Option<i64>,
@@ -142,6 +156,37 @@ pub fn component_policy(
     .map_err(|e| anyhow::anyhow!("the agent's component settings: {e}"))
 }
 
+/// The Kubernetes runtime's builder, when a build registry is set; checked before anything
+/// starts.
+pub fn build_settings(
+    registry: Option<String>,
+    engine: Option<String>,
+    push_secret: Option<String>,
+    state_dir: PathBuf,
+    plain_http_registries: Vec<String>,
+) -> anyhow::Result<Option<BuildSettings>> {
+    let Some(registry) = registry.filter(|r| !r.trim().is_empty()) else {
+        if engine.is_some() || push_secret.is_some() {
+            anyhow::bail!(
+                "build_engine and build_push_secret need build_registry: where the built \
+                 images go"
+            );
+        }
+        return Ok(None);
+    };
+    let settings = BuildSettings {
+        engine,
+        registry: registry.trim().to_owned(),
+        push_secret,
+        state_dir,
+        plain_http_registries,
+    };
+    settings
+        .validate()
+        .map_err(|e| anyhow::anyhow!("the agent's build settings: {e}"))?;
+    Ok(Some(settings))
+}
+
 pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let s: AgentSettings = crate::settings::layered(&args.settings, args.config.as_deref())?;
     let relay_url = s
@@ -171,6 +216,13 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             },
             RuntimeKind::Kubernetes => RuntimeChoice::Kubernetes {
                 components: component_policy(s.component_kinds, s.component_service_types)?,
+                builds: build_settings(
+                    s.build_registry,
+                    s.build_engine,
+                    s.build_push_secret,
+                    state_dir.join("builder"),
+                    s.plain_http_registries.unwrap_or_default(),
+                )?,
             },
         },
         reconciler: ReconcilerConfig::default(),
@@ -236,6 +288,51 @@ mod tests {
         assert!(err.to_string().contains("unknown field `token`"), "{err}");
         let ok: AgentSettings = toml::from_str("runtime = 'kubernetes'").unwrap();
         assert_eq!(ok.runtime, Some(RuntimeKind::Kubernetes));
+    }
+
+    #[test]
+    fn build_settings_need_a_valid_registry() {
+        let none = build_settings(None, None, None, "s".into(), vec![]).unwrap();
+        assert!(none.is_none());
+        let e = build_settings(
+            None,
+            Some("unix:///run/podman.sock".into()),
+            None,
+            "s".into(),
+            vec![],
+        )
+        .unwrap_err();
+        assert!(format!("{e:#}").contains("need build_registry"), "{e:#}");
+        let e = build_settings(
+            Some("https://r.example.com".into()),
+            None,
+            None,
+            "s".into(),
+            vec![],
+        )
+        .unwrap_err();
+        assert!(format!("{e:#}").contains("without a scheme"), "{e:#}");
+        let e = build_settings(
+            Some("r.example.com".into()),
+            None,
+            Some("builds".into()),
+            "s".into(),
+            vec![],
+        )
+        .unwrap_err();
+        assert!(format!("{e:#}").contains("namespace/name"), "{e:#}");
+        let ok = build_settings(
+            Some("r.example.com:5000/builds".into()),
+            None,
+            Some("warren/push".into()),
+            "s".into(),
+            vec![],
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(ok.registry, "r.example.com:5000/builds");
+        let file: AgentSettings = toml::from_str("build_registry = 'r.example.com'").unwrap();
+        assert_eq!(file.build_registry.as_deref(), Some("r.example.com"));
     }
 
     #[test]

@@ -21,7 +21,7 @@ use url::Url;
 use warren_agent::connection::ConnectionConfig;
 use warren_agent::reconciler::ReconcilerConfig;
 use warren_agent::runtime::engine::{EngineConfig, EngineRuntime};
-use warren_agent::runtime::kubernetes::{KubernetesOptions, KubernetesRuntime};
+use warren_agent::runtime::kubernetes::{ImageBuilder, KubernetesOptions, KubernetesRuntime};
 use warren_agent::runtime::WorkspaceRuntime;
 use warren_cli::credentials::{self, Credentials};
 use warren_proxy::{ProxyConfig, ProxyListeners};
@@ -84,6 +84,15 @@ pub struct UpArgs {
     /// pods' IPs, as a node does).
     #[arg(long, env = "WARREN_UP_RUNTIME", value_enum, default_value = "engine")]
     runtime: crate::agent_cmd::RuntimeKind,
+    /// With `--runtime kubernetes`: where images built at a workspace's start are pushed for
+    /// the cluster to pull, `host[:port][/path]`; the engine (`--engine`) builds them
+    /// [default: none, such workspaces are refused].
+    #[arg(long, env = "WARREN_UP_BUILD_REGISTRY", value_name = "REGISTRY")]
+    build_registry: Option<String>,
+    /// With `--build-registry`: `namespace/name` of a kubernetes.io/dockerconfigjson Secret
+    /// with the credentials for pushing there [default: push anonymously].
+    #[arg(long, env = "WARREN_UP_BUILD_PUSH_SECRET", value_name = "SECRET")]
+    build_push_secret: Option<String>,
     /// A devfile registry searched for parents named by `id` (repeat, or comma-separate).
     #[arg(
         long = "devfile-registry",
@@ -189,7 +198,21 @@ async fn connect_runtime(
                 "--runtime kubernetes runs workspaces on the cluster of KUBECONFIG (or the \
                  in-cluster configuration), and none could be loaded",
             )?;
-            let runtime = KubernetesRuntime::new(client, agent_id, KubernetesOptions::default());
+            let mut runtime =
+                KubernetesRuntime::new(client, agent_id, KubernetesOptions::default());
+            let builds = crate::agent_cmd::build_settings(
+                args.build_registry.clone(),
+                args.build_registry.as_ref().and(args.engine.clone()),
+                args.build_push_secret.clone(),
+                home.join("agent").join("builder"),
+                vec![],
+            )?;
+            if let Some(settings) = builds {
+                let builder = ImageBuilder::connect(agent_id, settings)
+                    .await
+                    .context("connecting the engine that builds images for the cluster")?;
+                runtime = runtime.with_builder(builder);
+            }
             (Arc::new(runtime), None)
         }
     })
@@ -254,6 +277,16 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     if args.workspace_domain.trim().is_empty() {
         bail!("--workspace-domain must not be empty");
     }
+    if args.build_registry.is_some() && args.runtime != crate::agent_cmd::RuntimeKind::Kubernetes {
+        bail!("--build-registry is for --runtime kubernetes (the engine runtime builds on its own engine)");
+    }
+    crate::agent_cmd::build_settings(
+        args.build_registry.clone(),
+        None,
+        args.build_push_secret.clone(),
+        home.join("agent").join("builder"),
+        vec![],
+    )?;
 
     // Configuration is valid: bind. The relay's listeners are private to this process.
     let bound = bind(&args).await?;

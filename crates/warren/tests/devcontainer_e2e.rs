@@ -169,15 +169,7 @@ fn a_dev_container_with_a_dockerfile_is_built_then_run_and_a_failed_build_says_w
         "{output}"
     );
     // The good workspace's build, too.
-    let output = up.cli_ok(&[
-        "ws",
-        "logs",
-        &ws,
-        "--container",
-        "warren-build",
-        "--tail",
-        "1000",
-    ]);
+    let output = up.build_log(&ws);
     assert!(output.contains("/tmp/greeting"), "{output}");
 
     up.cli_ok(&["ws", "rm", &bad, "--wait", "--timeout", "2m"]);
@@ -194,7 +186,7 @@ const LOCAL_FEATURE: &str = r#"{
 
 #[test]
 fn a_dev_container_with_features_from_a_private_registry_and_the_repository_runs_with_them() {
-    use warren_testkit::registry::{self, borrowed, simple_feature, Registry, RegistryOptions};
+    use warren_testkit::registry;
     if !podman_available() || !registry::available() {
         return;
     }
@@ -202,26 +194,12 @@ fn a_dev_container_with_features_from_a_private_registry_and_the_repository_runs
     ensure_image();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     // A private registry over TLS, trusted as Podman trusts it (certs.d), with one user.
-    let features = rt
-        .block_on(Registry::start(&RegistryOptions {
-            trust_in: Some("/etc/containers/certs.d".into()),
-            user: Some(("ann".into(), "feature-pass-9".into())),
-        }))
-        .expect("registry");
-    let greet = simple_feature(
-        "greet",
-        r#", "options": { "greeting": { "type": "string", "default": "hello" } },
-            "containerEnv": { "GREETING_FROM_FEATURE": "set-in-the-image" },
-            "postCreateCommand": "echo from-the-feature-hook > \"$HOME/hook.txt\"" "#,
-        "$GREETING",
+    let (features, greet_ref) = support::registry_with_feature(
+        &rt,
+        "feature-pass-9",
+        r#", "containerEnv": { "GREETING_FROM_FEATURE": "set-in-the-image" },
+            "postCreateCommand": "echo from-the-feature-hook > \"$HOME/hook.txt\"""#,
     );
-    let (greet_ref, _) = rt
-        .block_on(features.push_feature(
-            "features/greet:1",
-            &borrowed(&greet),
-            Some(("ann", "feature-pass-9")),
-        ))
-        .expect("publishing the Feature");
     let config = format!(
         r#"{{
   "image": "localhost/warren-test:latest",
@@ -287,15 +265,7 @@ fn a_dev_container_with_features_from_a_private_registry_and_the_repository_runs
         },
         || sh(&id, "cat /projects/.warren/logs/*.log"),
     );
-    let output = up.cli_ok(&[
-        "ws",
-        "logs",
-        &ws,
-        "--container",
-        "warren-build",
-        "--tail",
-        "1000",
-    ]);
+    let output = up.build_log(&ws);
     assert!(
         output.contains("installing in this order") && output.contains(&greet_ref),
         "{output}"
@@ -313,7 +283,7 @@ fn a_dev_container_with_features_from_a_private_registry_and_the_repository_runs
 /// A Compose dev container: the dev container's service and a "database" (a web server on
 /// the database's port, its image built from the repository), which starts 2 s late, so only
 /// a start held until its healthcheck passes lets the dev container reach it at once.
-const COMPOSE_CONFIG: &str = r#"{
+pub(crate) const COMPOSE_CONFIG: &str = r#"{
   "name": "Composed",
   "dockerComposeFile": "docker-compose.yml",
   "service": "app",
@@ -323,7 +293,7 @@ const COMPOSE_CONFIG: &str = r#"{
   "postAttachCommand": "echo attached >> \"$HOME/attached.txt\"",
 }"#;
 
-const COMPOSE_FILE: &str = r#"
+pub(crate) const COMPOSE_FILE: &str = r#"
 services:
   app:
     image: localhost/warren-test:latest
@@ -414,40 +384,13 @@ fn a_compose_dev_container_runs_its_services_in_order_reached_by_name_and_throug
         || sh(&app, "cat /workspaces/.warren/logs/*.log"),
     );
     // SSH lands in the dev container's service, which reaches the database by name.
-    let keys = tempfile::tempdir().expect("temp dir");
-    let key = keys.path().join("id_ed25519");
-    let made = std::process::Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-        .arg(&key)
-        .status()
-        .expect("ssh-keygen");
-    assert!(made.success());
-    up.cli_ok(&[
-        "ssh-key",
-        "add",
-        key.with_extension("pub").to_str().unwrap(),
-    ]);
-    let out = std::process::Command::new(support::warren_bin())
-        .env("WARREN_HOME", up.home.path())
-        // The CLI pins the proxy's host key under ~/.ssh: the test's own directory.
-        .env("HOME", keys.path())
-        .args(["ws", "ssh", &ws])
-        .args(["--ssh-option", &format!("IdentityFile={}", key.display())])
-        .args(["--ssh-option", "IdentitiesOnly=yes", "--ssh-option", "BatchMode=yes"])
-        // A terminal: a session attaching, which runs the postAttachCommand.
-        .args(["--ssh-option", "RequestTTY=force"])
-        .args(["--", "wget -qO- http://db:5432/; if [ -e /built.txt ]; then echo the-db-image; else echo its-own-image; fi"])
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("warren ws ssh");
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout)
-            .replace("\r\n", "\n")
-            .trim(),
-        "db-says-from-the-env-file\nits-own-image",
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let keys = up.ssh_key();
+    let (out, err) = up.ssh_terminal(
+        keys.path(),
+        &ws,
+        "wget -qO- http://db:5432/; if [ -e /built.txt ]; then echo the-db-image; else echo its-own-image; fi",
     );
+    assert_eq!(out, "db-says-from-the-env-file\nits-own-image", "{err}");
     wait_for(
         "the postAttachCommand",
         Duration::from_secs(60),
@@ -455,40 +398,12 @@ fn a_compose_dev_container_runs_its_services_in_order_reached_by_name_and_throug
         || sh(&app, "cat /workspaces/.warren/logs/*.log"),
     );
     // The database's port, forwarded on its own authenticated host through the proxy.
-    let w = show(up.home.path(), &ws).expect("the workspace");
-    let url = w["endpoints"]["port-5432"]
-        .as_str()
-        .unwrap_or_else(|| panic!("an endpoint for db:5432: {w}"))
-        .to_owned();
-    let token =
-        warren_cli::credentials::load(&up.home.path().join(warren_cli::credentials::FILE_NAME))
-            .expect("CLI credentials")
-            .expect("credentials written by warren up")
-            .token;
-    let host = url
-        .trim_start_matches("http://")
-        .split('/')
-        .next()
-        .unwrap()
-        .to_owned();
-    let (name, port) = host.rsplit_once(':').expect("a port in the URL");
-    let port: u16 = port.parse().expect("port");
-    rt.block_on(async {
-        let http = reqwest::Client::builder()
-            .resolve(name, ([127, 0, 0, 1], port).into())
-            .build()
-            .expect("client");
-        let r = http
-            .get(&url)
-            .bearer_auth(&token)
-            .send()
-            .await
-            .expect("through the proxy");
-        assert_eq!(r.status(), 200);
-        assert_eq!(r.text().await.expect("body"), "db-says-from-the-env-file\n");
-        let r = http.get(&url).send().await.expect("anonymous request");
-        assert_eq!(r.status(), 401);
-    });
+    let ((status, body), anonymous) = up.get_endpoint(&rt, &ws, "port-5432");
+    assert_eq!(
+        (status, body.as_str()),
+        (200, "db-says-from-the-env-file\n")
+    );
+    assert_eq!(anonymous, 401);
     // The named volume outlives a stop and start: the page written at the first start stays.
     sh(&db, "echo kept > /data/www/index.html");
     up.cli_ok(&["ws", "stop", &ws, "--wait", "--timeout", "2m"]);

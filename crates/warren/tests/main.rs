@@ -16,6 +16,7 @@ mod cli_devfile;
 mod cli_e2e;
 mod container_image;
 mod devcontainer_e2e;
+mod devcontainer_kube_e2e;
 mod devfile_e2e;
 mod editor_e2e;
 mod failures_e2e;

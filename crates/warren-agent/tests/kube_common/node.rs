@@ -144,6 +144,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "@DIR@/cni"
+  # Registries' CAs as Podman trusts them (`<registry>/*.crt`): tests' private registries
+  # (the build registry) are trusted by both.
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "/etc/containers/certs.d"
 "#;
 
 /// A running one-node cluster.

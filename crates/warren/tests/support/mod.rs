@@ -1135,6 +1135,115 @@ impl Up {
         );
     }
 
+    /// The output of workspace `ws`'s builds at start (`warren ws logs --container
+    /// warren-build`).
+    pub fn build_log(&self, ws: &str) -> String {
+        self.cli_ok(&[
+            "ws",
+            "logs",
+            ws,
+            "--container",
+            "warren-build",
+            "--tail",
+            "1000",
+        ])
+    }
+
+    /// An SSH key made for the test and added to the signed-in user; the directory holds
+    /// it as `id_ed25519` and is the `HOME` under which `warren ws ssh` pins host keys.
+    pub fn ssh_key(&self) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let key = dir.path().join("id_ed25519");
+        let made = Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(&key)
+            .status()
+            .expect("ssh-keygen");
+        assert!(made.success());
+        self.cli_ok(&[
+            "ssh-key",
+            "add",
+            key.with_extension("pub").to_str().unwrap(),
+        ]);
+        dir
+    }
+
+    /// `warren ws ssh WS` with a terminal (a session attaching) and the key of `keys`
+    /// ([`Up::ssh_key`]), running `command`: its output, lines ending in `\n`, trimmed; and
+    /// what the client said on stderr.
+    pub fn ssh_terminal(&self, keys: &Path, ws: &str, command: &str) -> (String, String) {
+        let key = keys.join("id_ed25519");
+        let out = Command::new(warren_bin())
+            .env("WARREN_HOME", self.home.path())
+            // The CLI pins the proxy's host key under ~/.ssh: the test's own directory.
+            .env("HOME", keys)
+            .args(["ws", "ssh", ws])
+            .args(["--ssh-option", &format!("IdentityFile={}", key.display())])
+            .args([
+                "--ssh-option",
+                "IdentitiesOnly=yes",
+                "--ssh-option",
+                "BatchMode=yes",
+            ])
+            .args(["--ssh-option", "RequestTTY=force"])
+            .args(["--", command])
+            .stdin(Stdio::null())
+            .output()
+            .expect("warren ws ssh");
+        (
+            String::from_utf8_lossy(&out.stdout)
+                .replace("\r\n", "\n")
+                .trim()
+                .to_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// A GET of workspace `ws`'s endpoint `endpoint` (`port-8080`) through the proxy: the
+    /// status and body with the CLI's token, and the status without it.
+    pub fn get_endpoint(
+        &self,
+        rt: &tokio::runtime::Runtime,
+        ws: &str,
+        endpoint: &str,
+    ) -> ((u16, String), u16) {
+        let w = show(self.home.path(), ws).expect("the workspace");
+        let url = w["endpoints"][endpoint]
+            .as_str()
+            .unwrap_or_else(|| panic!("an endpoint {endpoint}: {w}"))
+            .to_owned();
+        let token = warren_cli::credentials::load(
+            &self.home.path().join(warren_cli::credentials::FILE_NAME),
+        )
+        .expect("CLI credentials")
+        .expect("credentials written by warren up")
+        .token;
+        let host = url
+            .trim_start_matches("http://")
+            .split('/')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        let (name, port) = host.rsplit_once(':').expect("a port in the URL");
+        let port: u16 = port.parse().expect("port");
+        rt.block_on(async {
+            let http = reqwest::Client::builder()
+                .resolve(name, ([127, 0, 0, 1], port).into())
+                .build()
+                .expect("client");
+            let r = http
+                .get(&url)
+                .bearer_auth(&token)
+                .send()
+                .await
+                .expect("through the proxy");
+            let status = r.status().as_u16();
+            let body = r.text().await.expect("body");
+            let anonymous = http.get(&url).send().await.expect("anonymous request");
+            ((status, body), anonymous.status().as_u16())
+        })
+    }
+
     /// Stops `warren up` with SIGTERM and returns its exit status.
     pub fn stop(&mut self) -> std::process::ExitStatus {
         let mut child = self.child.take().expect("running");
@@ -1214,6 +1323,39 @@ pub fn unique_name(prefix: &str) -> String {
 /// registries listen on 127.0.0.1 and the host's address, which it refuses unless told.
 pub fn outbound_allow() -> String {
     format!("127.0.0.1/32,{}/32", host_address())
+}
+
+/// A private registry over TLS (trusted through `/etc/containers/certs.d`, as Podman and a
+/// node's containerd read it) with one user, `ann`, and the Feature `features/greet:1` on it
+/// (option `greeting`, installed into `/usr/local/share/greet.txt`; `extra` more metadata);
+/// the registry and the Feature's reference.
+pub fn registry_with_feature(
+    rt: &tokio::runtime::Runtime,
+    password: &str,
+    extra: &str,
+) -> (warren_testkit::registry::Registry, String) {
+    use warren_testkit::registry::{borrowed, simple_feature, Registry, RegistryOptions};
+    let registry = rt
+        .block_on(Registry::start(&RegistryOptions {
+            trust_in: Some("/etc/containers/certs.d".into()),
+            user: Some(("ann".into(), password.into())),
+        }))
+        .expect("registry");
+    let greet = simple_feature(
+        "greet",
+        &format!(
+            r#", "options": {{ "greeting": {{ "type": "string", "default": "hello" }} }}{extra} "#
+        ),
+        "$GREETING",
+    );
+    let (reference, _) = rt
+        .block_on(registry.push_feature(
+            "features/greet:1",
+            &borrowed(&greet),
+            Some(("ann", password)),
+        ))
+        .expect("publishing the Feature");
+    (registry, reference)
 }
 
 pub fn host_address() -> String {

@@ -31,6 +31,7 @@ mod observed;
 pub mod plan;
 mod policy;
 mod probes;
+pub mod push;
 mod ready;
 pub mod registry_auth;
 mod restarts;
@@ -63,6 +64,7 @@ use tokio_util::sync::CancellationToken;
 use warren_types::reconcile::{PodFailure, TerminationProgress};
 use warren_types::AgentId;
 
+pub use autobuild::BUILD_FAILED_REASON;
 pub use config::EngineConfig;
 pub use connect::{services_on, ConnectError, PodmanService};
 use plan::{
@@ -130,6 +132,15 @@ pub enum EngineError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// What an engine connection is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    /// Running workspaces: the [`WorkspaceRuntime`].
+    Workspaces,
+    /// Building images pushed for another runtime ([`EngineRuntime::connect_builder`]).
+    Builds,
 }
 
 /// The container-engine [`WorkspaceRuntime`].
@@ -251,6 +262,18 @@ impl EngineRuntime {
     /// Connects to the configured or auto-detected engine, starting `podman system service`
     /// when only the `podman` binary exists.
     pub async fn connect(config: EngineConfig) -> Result<Self, EngineError> {
+        Self::connect_as(config, Purpose::Workspaces).await
+    }
+
+    /// Connects to an engine that only builds images for another runtime (`push`): the
+    /// Kubernetes runtime's builder. It runs no workspace, so it neither watches the
+    /// engine's events nor touches the firewall, whose tables other runtimes on the same
+    /// machine may own.
+    pub async fn connect_builder(config: EngineConfig) -> Result<Self, EngineError> {
+        Self::connect_as(config, Purpose::Builds).await
+    }
+
+    async fn connect_as(config: EngineConfig, purpose: Purpose) -> Result<Self, EngineError> {
         config.validate()?;
         create_private_dir(&config.state_dir).map_err(|source| EngineError::StateDir {
             path: config.state_dir.clone(),
@@ -288,7 +311,10 @@ impl EngineRuntime {
         // Podman lists `name=userns` for a rootless service too; a user namespace it makes
         // per container (`plan::AUTO_USER_NAMESPACE`) is what counts there.
         let remapped_users = !is_podman && security_options.iter().any(|o| o.contains("userns"));
-        let isolation_warning = firewall::unavailable(&connection.host, rootless).await;
+        let isolation_warning = match purpose {
+            Purpose::Workspaces => firewall::unavailable(&connection.host, rootless).await,
+            Purpose::Builds => None,
+        };
         if let Some(w) = &isolation_warning {
             tracing::warn!("{w}");
         }
@@ -330,10 +356,12 @@ impl EngineRuntime {
             crashes: Mutex::default(),
             probers: Mutex::default(),
         });
-        tokio::spawn(background::watch_events(
-            Arc::downgrade(&inner),
-            inner.shutdown.clone(),
-        ));
+        if purpose == Purpose::Workspaces {
+            tokio::spawn(background::watch_events(
+                Arc::downgrade(&inner),
+                inner.shutdown.clone(),
+            ));
+        }
         if inner.service.lock().await.is_some() {
             tokio::spawn(background::supervise_service(
                 Arc::downgrade(&inner),
@@ -341,6 +369,9 @@ impl EngineRuntime {
             ));
         }
         let runtime = EngineRuntime { inner };
+        if purpose == Purpose::Builds {
+            return Ok(runtime);
+        }
         // Made now, so the first firewall rules already cover GitOps pods that kept running.
         runtime.gitops_engine();
         runtime.collect_stale_firewall_tables().await;
@@ -709,6 +740,15 @@ fn runtime_err(
         context,
         source: Box::new(source),
     }
+}
+
+/// Writes `bytes` as file `name` of `dir` (made 0700 when missing), readable by the agent
+/// alone: a secret's copy.
+pub fn write_secret_file(dir: &std::path::Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    create_private_dir(dir)?;
+    let tmp = dir.join(format!("{name}.tmp"));
+    write_private_file(&tmp, bytes)?;
+    std::fs::rename(&tmp, dir.join(name))
 }
 
 fn is_dns_label(s: &str) -> bool {

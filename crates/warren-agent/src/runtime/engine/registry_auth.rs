@@ -65,7 +65,7 @@ pub fn lookup(dir: &Path, names: &[String], image: &str) -> Lookup {
 }
 
 /// The entry of `registry` in a `{"auths": {...}}` document.
-fn credentials_in(text: &str, registry: &str) -> Result<Option<DockerCredentials>, String> {
+pub fn credentials_in(text: &str, registry: &str) -> Result<Option<DockerCredentials>, String> {
     let doc: serde_json::Value =
         serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
     let auths = doc

@@ -277,7 +277,7 @@ impl EngineRuntime {
 impl EngineRuntime {
     /// Untags the images the workspace built (its own names only, so an image also tagged
     /// elsewhere stays); best effort, as an image is not the workspace's state.
-    async fn remove_builds(&self, name: &str, deployment: &serde_json::Value) {
+    pub(super) async fn remove_builds(&self, name: &str, deployment: &serde_json::Value) {
         let scope = self.build_scope(name, deployment);
         let options = bollard::query_parameters::ListImagesOptions {
             filters: Some(HashMap::from([(

@@ -28,6 +28,7 @@
 //! agent's configuration allows privilege escalation), and the agent itself holds a devfile
 //! component's objects to `restricted` before applying them (components.rs).
 
+mod builds;
 mod components;
 mod exec;
 mod gitops;
@@ -36,6 +37,7 @@ mod quantity;
 mod status;
 mod workspace_runtime;
 
+pub use builds::{BuildSettings, BuilderError, ImageBuilder, BUILD_LOG};
 pub use components::{ComponentPolicy, DEFAULT_COMPONENT_KINDS};
 pub use exec::exit_from_status;
 pub use objects::{dedicated_namespace, inventory_name, KINDS, WORKSPACE_NAME_LABEL};
@@ -104,10 +106,14 @@ pub struct KubernetesRuntime {
     pods: Store<Pod>,
     namespaces: Store<Namespace>,
     changes: watch::Receiver<u64>,
+    /// What the watches send `changes` with, for changes they cannot see (builds).
+    changed: Arc<watch::Sender<u64>>,
     last_error: LastError,
     tasks: Vec<JoinHandle<()>>,
     /// Whether exec can tell a process where its stdin ends (asked once, see `exec.rs`).
     exec_closes_stdin: tokio::sync::OnceCell<bool>,
+    /// Images built at workspaces' starts (`builds`).
+    builds: Arc<builds::Builds>,
 }
 
 impl Drop for KubernetesRuntime {
@@ -143,7 +149,7 @@ impl KubernetesRuntime {
         let (namespaces, n) = spawn_reflector(
             Api::<Namespace>::all(client.clone()),
             &selector,
-            sender,
+            sender.clone(),
             last_error.clone(),
         );
         KubernetesRuntime {
@@ -154,10 +160,19 @@ impl KubernetesRuntime {
             pods,
             namespaces,
             changes,
+            changed: sender,
             last_error,
             tasks: vec![d, p, n],
             exec_closes_stdin: tokio::sync::OnceCell::new(),
+            builds: Arc::default(),
         }
+    }
+
+    /// Builds the images workspaces ask for at start with `builder` (without one, such a
+    /// workspace is refused by name).
+    pub fn with_builder(mut self, builder: ImageBuilder) -> Self {
+        self.builds = Arc::new(builds::Builds::new(Some(Arc::new(builder))));
+        self
     }
 
     /// Whether the API server's exec carries the end of stdin (`v5.channel.k8s.io`, from

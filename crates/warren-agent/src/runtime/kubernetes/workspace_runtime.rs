@@ -11,6 +11,14 @@ impl WorkspaceRuntime for KubernetesRuntime {
         container: Option<&str>,
         tail: u32,
     ) -> Result<Vec<u8>, RuntimeError> {
+        if let Some(stream) = self.build_log(workspace, container, tail, false) {
+            let mut stream = stream?;
+            let mut out = Vec::new();
+            while let Some(chunk) = stream.next().await {
+                out.extend_from_slice(&chunk?);
+            }
+            return Ok(crate::runtime::log_tail(out));
+        }
         self.logs_of(workspace, container, tail).await
     }
 
@@ -20,7 +28,14 @@ impl WorkspaceRuntime for KubernetesRuntime {
         container: Option<&str>,
         tail: u32,
     ) -> Result<crate::runtime::LogStream, RuntimeError> {
+        if let Some(stream) = self.build_log(workspace, container, tail, true) {
+            return stream;
+        }
         self.follow_logs_of(workspace, container, tail).await
+    }
+
+    fn use_build_contexts(&self, contexts: Arc<dyn crate::runtime::BuildContexts>) {
+        self.builder_contexts(contexts);
     }
 
     async fn exec(
@@ -58,68 +73,12 @@ impl WorkspaceRuntime for KubernetesRuntime {
             message,
         })?;
         // Before anything exists: a pod naming an image never built would pull whatever a
-        // registry has under that name.
-        let builds = objects
-            .iter()
-            .find(|o| o["kind"] == "Deployment")
-            .and_then(|d| {
-                d.pointer("/spec/template/metadata/annotations")?
-                    .get(warren_types::relay::IMAGE_BUILDS_ANNOTATION)
-            });
-        if builds.is_some() {
-            return Err(RuntimeError::Apply {
-                workspace: workspace.to_string(),
-                message: "its images are built when it starts (devfile `autoBuild`, a dev \
-                          container's `build`), and this agent runs on Kubernetes, which has no \
-                          image builder yet; run it on an agent on Podman or Docker, or build \
-                          the image elsewhere and name it in `image`"
-                    .into(),
-            });
-        }
-        let prepared = objects::prepare(workspace, &self.agent_id, objects)?;
-        // The strongest Pod Security level the workspace's own pod meets (`restricted`
-        // unless the agent's configuration allows privilege escalation) is the namespace's.
-        let level = match objects.iter().find(|o| o["kind"] == "Deployment") {
-            Some(d)
-                if !warren_admission::pod_security(d, warren_admission::Level::Restricted)
-                    .is_empty() =>
-            {
-                warren_admission::Level::Baseline
-            }
-            _ => warren_admission::Level::Restricted,
+        // registry has under that name; its images are built and pushed first (`builds`).
+        let objects = match self.with_builds(workspace, objects)? {
+            builds::Prepared::Apply(objects) => objects,
+            builds::Prepared::Building => return Ok(()),
         };
-        self.ensure_namespace(workspace, level).await?;
-        self.copy_pull_secrets(workspace, objects).await?;
-        let previous = self.read_inventory(workspace).await?;
-        let current: BTreeSet<ObjectRef> = prepared.iter().map(|p| p.reference.clone()).collect();
-        // Record the union before applying: if the agent dies half-way, the next apply still
-        // knows every object that may exist and prunes what is not wanted.
-        let previous_set = previous.clone().unwrap_or_default();
-        let union: BTreeSet<ObjectRef> = previous_set.union(&current).cloned().collect();
-        if previous.as_ref() != Some(&union) {
-            self.write_inventory(workspace, &union).await?;
-        }
-        let params = self.patch_params();
-        for object in &prepared {
-            let api: Api<DynamicObject> =
-                Api::namespaced_with(self.client.clone(), &workspace.namespace, &object.resource);
-            api.patch(&object.reference.name, &params, &Patch::Apply(&object.body))
-                .await
-                .map_err(|e| apply_error(workspace, &object.reference.to_string(), e))?;
-        }
-        if objects::is_partial(&prepared) {
-            // Only the Deployment: a partial response leaves out the objects that do not
-            // change with desired state (reconcile.md; the renderer's `is_static_object`),
-            // and those must not be pruned; the volumes among them hold the user's files.
-            return Ok(());
-        }
-        for stale in previous_set.difference(&current) {
-            self.delete_object(workspace, stale).await?;
-        }
-        if union != current {
-            self.write_inventory(workspace, &current).await?;
-        }
-        Ok(())
+        self.apply_objects(workspace, &objects).await
     }
 
     async fn delete(&self, workspace: &WorkspaceKey) -> Result<TerminationProgress, RuntimeError> {
@@ -127,6 +86,7 @@ impl WorkspaceRuntime for KubernetesRuntime {
         // would address the whole cluster).
         objects::check_key(workspace)
             .map_err(|m| RuntimeError::NotFound(format!("workspace {workspace:?} ({m})")))?;
+        self.delete_builds(workspace).await?;
         if let Some(progress) = self.delete_namespace(workspace).await? {
             return Ok(progress);
         }
@@ -241,7 +201,7 @@ impl WorkspaceRuntime for KubernetesRuntime {
                 });
             }
         }
-        observed.sort_by(|a, b| a.key.cmp(&b.key));
+        self.overlay_builds(&mut observed);
         Ok(observed)
     }
 
@@ -296,5 +256,60 @@ impl WorkspaceRuntime for KubernetesRuntime {
             Ok(Err(e)) => Err(dial_error(Box::new(e))),
             Err(_) => Err(dial_error("timed out".into())),
         }
+    }
+}
+
+impl KubernetesRuntime {
+    /// Applies a workspace's objects as they are (their builds done): namespace, pull
+    /// secrets, inventory, server-side apply, prune.
+    pub(super) async fn apply_objects(
+        &self,
+        workspace: &WorkspaceKey,
+        objects: &[serde_json::Value],
+    ) -> Result<(), RuntimeError> {
+        let prepared = objects::prepare(workspace, &self.agent_id, objects)?;
+        // The strongest Pod Security level the workspace's own pod meets (`restricted`
+        // unless the agent's configuration allows privilege escalation) is the namespace's.
+        let level = match objects.iter().find(|o| o["kind"] == "Deployment") {
+            Some(d)
+                if !warren_admission::pod_security(d, warren_admission::Level::Restricted)
+                    .is_empty() =>
+            {
+                warren_admission::Level::Baseline
+            }
+            _ => warren_admission::Level::Restricted,
+        };
+        self.ensure_namespace(workspace, level).await?;
+        self.copy_pull_secrets(workspace, objects).await?;
+        let previous = self.read_inventory(workspace).await?;
+        let current: BTreeSet<ObjectRef> = prepared.iter().map(|p| p.reference.clone()).collect();
+        // Record the union before applying: if the agent dies half-way, the next apply still
+        // knows every object that may exist and prunes what is not wanted.
+        let previous_set = previous.clone().unwrap_or_default();
+        let union: BTreeSet<ObjectRef> = previous_set.union(&current).cloned().collect();
+        if previous.as_ref() != Some(&union) {
+            self.write_inventory(workspace, &union).await?;
+        }
+        let params = self.patch_params();
+        for object in &prepared {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(self.client.clone(), &workspace.namespace, &object.resource);
+            api.patch(&object.reference.name, &params, &Patch::Apply(&object.body))
+                .await
+                .map_err(|e| apply_error(workspace, &object.reference.to_string(), e))?;
+        }
+        if objects::is_partial(&prepared) {
+            // Only the Deployment: a partial response leaves out the objects that do not
+            // change with desired state (reconcile.md; the renderer's `is_static_object`),
+            // and those must not be pruned; the volumes among them hold the user's files.
+            return Ok(());
+        }
+        for stale in previous_set.difference(&current) {
+            self.delete_object(workspace, stale).await?;
+        }
+        if union != current {
+            self.write_inventory(workspace, &current).await?;
+        }
+        Ok(())
     }
 }

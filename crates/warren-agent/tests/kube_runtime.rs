@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use kube_common::fixtures::{key, unique, workspace_objects};
-use kube_common::{cluster, eventually};
+use kube_common::{cluster, eventually, observed};
 use serde_json::json;
 use std::collections::BTreeMap;
 use warren_agent::runtime::kubernetes::{
@@ -39,15 +39,6 @@ async fn setup() -> Option<(Client, i64, KubernetesRuntime)> {
     let runtime =
         KubernetesRuntime::new(client.clone(), AgentId(agent), KubernetesOptions::default());
     Some((client, agent, runtime))
-}
-
-async fn observed(runtime: &KubernetesRuntime, key: &WorkspaceKey) -> Option<ObservedWorkspace> {
-    runtime
-        .list()
-        .await
-        .expect("list")
-        .into_iter()
-        .find(|o| &o.key == key)
 }
 
 fn derived(o: &ObservedWorkspace) -> ActualState {

@@ -444,3 +444,17 @@ where
 }
 pub mod fixtures;
 pub mod node;
+
+/// What `runtime` lists for workspace `key`, if anything.
+pub async fn observed(
+    runtime: &warren_agent::runtime::kubernetes::KubernetesRuntime,
+    key: &warren_agent::runtime::WorkspaceKey,
+) -> Option<warren_agent::runtime::ObservedWorkspace> {
+    use warren_agent::runtime::WorkspaceRuntime;
+    runtime
+        .list()
+        .await
+        .expect("list")
+        .into_iter()
+        .find(|o| &o.key == key)
+}

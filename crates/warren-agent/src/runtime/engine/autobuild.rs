@@ -54,7 +54,7 @@ impl std::fmt::Debug for Builds {
 }
 
 /// What identifies an apply's objects: the same digest, the same apply.
-pub(super) fn objects_digest(objects: &[serde_json::Value]) -> String {
+pub fn objects_digest(objects: &[serde_json::Value]) -> String {
     let mut hasher = Sha256::new();
     for o in objects {
         hasher.update(serde_json::to_vec(o).unwrap_or_default());

@@ -64,7 +64,7 @@ use tokio_util::sync::CancellationToken;
 use warren_types::reconcile::{PodFailure, TerminationProgress};
 use warren_types::AgentId;
 
-pub use autobuild::BUILD_FAILED_REASON;
+pub use autobuild::{objects_digest, BUILD_FAILED_REASON, BUILD_LOG};
 pub use config::EngineConfig;
 pub use connect::{services_on, ConnectError, PodmanService};
 use plan::{

@@ -15,13 +15,11 @@
 //! a node that has the old one cached never runs it in its place.
 
 use super::autobuild::{failure, requested_builds, BUILD_FAILED_REASON};
-use super::scope::SCOPE_ROOT;
+use super::scope::{is_domain, is_path_component, MAX_NAME_LEN, SCOPE_ROOT};
 use super::*;
 use bollard::auth::DockerCredentials;
 use std::io::Write;
 
-/// Longest repository name a registry accepts (the distribution specification's limit).
-const MAX_NAME_LEN: usize = 255;
 /// What `building_for` holds while a build for a registry runs (its log is followed).
 const PUSHING: &str = "push";
 
@@ -53,37 +51,21 @@ pub fn check_registry(registry: &str) -> Result<(), String> {
     }
     let mut parts = registry.split('/');
     let host = parts.next().unwrap_or_default();
-    let (name, port) = match host.rsplit_once(':') {
-        Some((n, p)) => (n, Some(p)),
-        None => (host, None),
-    };
-    let host_ok = !name.is_empty()
-        && name.split('.').all(|l| {
-            !l.is_empty()
-                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-        });
-    if !host_ok {
-        return bad("the host is not a host name or IPv4 address");
+    if !is_domain(host) {
+        return bad("the host is not a lowercase host name or IPv4 address with an optional port");
     }
-    if port.is_some_and(|p| p.parse::<u16>().map_or(true, |p| p == 0)) {
+    if host
+        .split_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().map_or(true, |p| p == 0))
+    {
         return bad("the port is not a number from 1 to 65535");
     }
     // Without a `.`, `:` or `localhost`, engines read the first part as a Docker Hub user.
     if !host.contains(['.', ':']) && host != "localhost" {
         return bad("the host must contain a '.' or a port, or be localhost");
     }
-    for part in parts {
-        let ok = !part.is_empty()
-            && part
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
-            && part.starts_with(|c: char| c.is_ascii_alphanumeric())
-            && part.ends_with(|c: char| c.is_ascii_alphanumeric());
-        if !ok {
-            return bad("a path component is not a lowercase repository name");
-        }
+    if !parts.all(is_path_component) {
+        return bad("a path component is not a lowercase repository name");
     }
     Ok(())
 }

@@ -39,7 +39,7 @@ pub const BUILD_KEY_LABEL: &str = "warren.dev/build-key";
 /// Where every build's name starts.
 pub const SCOPE_ROOT: &str = "localhost/warren-ws";
 /// Longest repository name an engine accepts (the distribution specification's limit).
-const MAX_NAME_LEN: usize = 255;
+pub(super) const MAX_NAME_LEN: usize = 255;
 
 /// Why a requested image name has no workspace-scoped form.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -227,7 +227,7 @@ impl Reference {
 }
 
 /// `[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*`
-fn is_path_component(s: &str) -> bool {
+pub(super) fn is_path_component(s: &str) -> bool {
     let b = s.as_bytes();
     let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
     if b.is_empty() || !alnum(b[0]) || !alnum(b[b.len() - 1]) {
@@ -259,7 +259,7 @@ fn is_tag(t: &str) -> bool {
 
 /// A host name or IPv4 address (lowercase), with an optional numeric port; once its `:` is
 /// `_`, a valid path component.
-fn is_domain(d: &str) -> bool {
+pub(super) fn is_domain(d: &str) -> bool {
     let (host, port) = match d.split_once(':') {
         Some((h, p)) => (h, Some(p)),
         None => (d, None),

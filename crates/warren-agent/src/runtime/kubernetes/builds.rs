@@ -23,15 +23,16 @@
 
 use super::*;
 use crate::runtime::engine::push::{check_registry, PushTarget};
-use crate::runtime::engine::{EngineConfig, EngineError, EngineRuntime};
+use crate::runtime::engine::{objects_digest, EngineConfig, EngineError, EngineRuntime};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use tokio_util::sync::CancellationToken;
 use warren_types::reconcile::PodFailure;
 use warren_types::relay::IMAGE_BUILDS_ANNOTATION;
 
-/// The container name `warren ws logs --container` reads a workspace's build output with.
-pub const BUILD_LOG: &str = "warren-build";
+/// The container name `warren ws logs --container` reads a workspace's build output with,
+/// as on the engine.
+pub use crate::runtime::engine::BUILD_LOG;
 
 /// How the builder is set up.
 #[derive(Debug, Clone)]
@@ -54,7 +55,7 @@ impl BuildSettings {
     pub fn validate(&self) -> Result<(), String> {
         check_registry(&self.registry)?;
         if let Some(secret) = &self.push_secret {
-            split_source(secret)?;
+            objects::secret_source(secret)?;
         }
         Ok(())
     }
@@ -98,7 +99,7 @@ impl ImageBuilder {
             .await
             .map_err(BuilderError::Engine)?;
         let push_secret = match &settings.push_secret {
-            Some(s) => Some(split_source(s).map_err(BuilderError::Settings)?),
+            Some(s) => Some(objects::secret_source(s).map_err(BuilderError::Settings)?),
             None => None,
         };
         Ok(ImageBuilder {
@@ -111,24 +112,6 @@ impl ImageBuilder {
     /// The engine that builds (its handle is shared).
     pub fn engine(&self) -> &EngineRuntime {
         &self.engine
-    }
-}
-
-/// `namespace/name`.
-fn split_source(source: &str) -> Result<(String, String), String> {
-    match source.split_once('/') {
-        Some((ns, name))
-            if objects::check_key(&WorkspaceKey {
-                name: name.to_owned(),
-                namespace: ns.to_owned(),
-            })
-            .is_ok() =>
-        {
-            Ok((ns.to_owned(), name.to_owned()))
-        }
-        _ => Err(format!(
-            "push secret {source:?} is not namespace/name of a Secret"
-        )),
     }
 }
 
@@ -186,17 +169,6 @@ pub(super) enum Prepared {
     Apply(Vec<serde_json::Value>),
     /// A build runs (or failed) for these objects: nothing to apply now.
     Building,
-}
-
-/// The digest of an apply's objects.
-fn objects_digest(objects: &[serde_json::Value]) -> String {
-    use sha2::{Digest, Sha256};
-    let mut hasher = Sha256::new();
-    for o in objects {
-        hasher.update(serde_json::to_vec(o).unwrap_or_default());
-        hasher.update([0]);
-    }
-    hex::encode(hasher.finalize())
 }
 
 /// The pod template's containers and init containers whose image is a key of `pushed` run
@@ -504,7 +476,7 @@ impl KubernetesRuntime {
     ) -> Result<Vec<String>, String> {
         let dir = builder.engine.pull_secrets_dir();
         let mut names = vec![];
-        for (namespace, name) in pull_secret_sources(objects)? {
+        for (namespace, name) in objects::pull_secret_sources(objects)? {
             let text = self.docker_config(&namespace, &name).await?;
             let file = format!("{namespace}.{name}");
             crate::runtime::engine::write_secret_file(
@@ -594,26 +566,6 @@ impl KubernetesRuntime {
     }
 }
 
-/// The `namespace/name` sources of the pull secrets the objects' ServiceAccount names.
-fn pull_secret_sources(objects: &[serde_json::Value]) -> Result<Vec<(String, String)>, String> {
-    let sources = objects
-        .iter()
-        .filter(|o| o["kind"] == "ServiceAccount")
-        .find_map(|o| {
-            o["metadata"]["annotations"][warren_types::reconcile::PULL_SECRET_SOURCES_ANNOTATION]
-                .as_str()
-                .map(str::to_owned)
-        })
-        .unwrap_or_default();
-    sources
-        .split(',')
-        .filter(|s| !s.is_empty())
-        .map(|s| {
-            split_source(s).map_err(|_| format!("image pull secret {s:?} is not namespace/name"))
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -694,15 +646,16 @@ mod tests {
     #[test]
     fn pull_secret_sources_and_push_secrets_are_namespace_and_name() {
         assert_eq!(
-            pull_secret_sources(&objects("x")).unwrap(),
+            objects::pull_secret_sources(&objects("x")).unwrap(),
             vec![
                 ("warren".to_owned(), "regcred".to_owned()),
                 ("default".to_owned(), "builds".to_owned())
             ]
         );
-        assert!(split_source("default/builds").is_ok());
+        assert!(objects::secret_source("default/builds").is_ok());
+        assert!(objects::secret_source("default/registry.push").is_ok());
         for bad in ["builds", "/builds", "Default/builds", "a/b/c", "ns/"] {
-            assert!(split_source(bad).is_err(), "{bad}");
+            assert!(objects::secret_source(bad).is_err(), "{bad}");
         }
     }
 }

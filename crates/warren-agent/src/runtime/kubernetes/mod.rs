@@ -305,28 +305,13 @@ impl KubernetesRuntime {
         workspace: &WorkspaceKey,
         objects: &[serde_json::Value],
     ) -> Result<(), RuntimeError> {
-        let sources = objects
-            .iter()
-            .filter(|o| o["kind"] == "ServiceAccount")
-            .find_map(|o| {
-                o["metadata"]["annotations"]
-                    [warren_types::reconcile::PULL_SECRET_SOURCES_ANNOTATION]
-                    .as_str()
-                    .map(str::to_owned)
-            });
-        let Some(sources) = sources else {
-            return Ok(());
-        };
         let apply_err = |message: String| RuntimeError::Apply {
             workspace: workspace.to_string(),
             message,
         };
-        for source in sources.split(',').filter(|s| !s.is_empty()) {
-            let Some((namespace, name)) = source.split_once('/') else {
-                return Err(apply_err(format!(
-                    "image pull secret {source:?} is not namespace/name"
-                )));
-            };
+        for (namespace, name) in objects::pull_secret_sources(objects).map_err(apply_err)? {
+            let source = format!("{namespace}/{name}");
+            let (namespace, name) = (namespace.as_str(), name.as_str());
             if namespace == workspace.namespace {
                 continue;
             }

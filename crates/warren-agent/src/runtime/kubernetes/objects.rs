@@ -32,6 +32,58 @@ pub fn rank_of(kind: &str) -> usize {
         .unwrap_or(KINDS.len())
 }
 
+/// A Secret's `namespace/name` (a pull secret's source, the push secret): the namespace a
+/// DNS label, the name a DNS subdomain.
+pub(super) fn secret_source(source: &str) -> Result<(String, String), String> {
+    let subdomain = |n: &str| {
+        !n.is_empty()
+            && n.len() <= 253
+            && n.split('.').all(|l| {
+                !l.is_empty()
+                    && l.bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                    && !l.starts_with('-')
+                    && !l.ends_with('-')
+            })
+    };
+    match source.split_once('/') {
+        Some((ns, name))
+            if subdomain(name)
+                && check_key(&WorkspaceKey {
+                    name: "x".into(),
+                    namespace: ns.to_owned(),
+                })
+                .is_ok() =>
+        {
+            Ok((ns.to_owned(), name.to_owned()))
+        }
+        _ => Err(format!("secret {source:?} is not namespace/name")),
+    }
+}
+
+/// The `namespace/name` sources of the pull secrets the objects' ServiceAccount names
+/// (`PULL_SECRET_SOURCES_ANNOTATION`, the agent configuration's `image_pull_secrets`).
+pub(super) fn pull_secret_sources(
+    objects: &[serde_json::Value],
+) -> Result<Vec<(String, String)>, String> {
+    let sources = objects
+        .iter()
+        .filter(|o| o["kind"] == "ServiceAccount")
+        .find_map(|o| {
+            o["metadata"]["annotations"][warren_types::reconcile::PULL_SECRET_SOURCES_ANNOTATION]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .unwrap_or_default();
+    sources
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            secret_source(s).map_err(|_| format!("image pull secret {s:?} is not namespace/name"))
+        })
+        .collect()
+}
+
 /// Checks that a workspace key names a DNS-1123 label name in a DNS-1123 label namespace.
 pub fn check_key(key: &WorkspaceKey) -> Result<(), String> {
     let label = |what: &str, text: &str| {

@@ -219,7 +219,8 @@ fn names_built_image(objects: &[serde_json::Value], registry: &str) -> Option<St
                 })
         })
         .filter_map(|c| c["image"].as_str())
-        .find(|i| i.starts_with(&prefix))
+        // Host names are case-insensitive: `Registry.Example.com/…` is the same registry.
+        .find(|i| i.to_ascii_lowercase().starts_with(&prefix))
         .map(str::to_owned)
 }
 
@@ -620,6 +621,8 @@ mod tests {
 
     #[test]
     fn an_image_of_the_build_registry_named_by_a_devfile_is_found() {
+        let shouted = objects("R.Example.COM/builds/warren-ws/app/other.2.k:sha-9");
+        assert!(names_built_image(&shouted, "r.example.com/builds").is_some());
         let stolen = objects("r.example.com/builds/warren-ws/app/other.2.k:sha-9");
         assert_eq!(
             names_built_image(&stolen, "r.example.com/builds").as_deref(),

@@ -727,7 +727,8 @@ async fn two_installations_with_the_same_agent_id_never_see_each_other() -> Resu
 }
 
 /// A container's output: the tail asked for, stdout and stderr, another container by name,
-/// and still there once the workspace is stopped (when a failed start is looked into).
+/// still there once the workspace is stopped (when a failed start is looked into), and that of
+/// its new run alone once it started again.
 #[tokio::test]
 async fn logs_show_a_containers_output_running_or_stopped() -> Result<()> {
     if !engine_available() {
@@ -764,10 +765,42 @@ async fn logs_show_a_containers_output_running_or_stopped() -> Result<()> {
     let err = h.runtime.logs(&ws.key, Some("db"), 10).await.unwrap_err();
     assert!(err.to_string().contains("container db"), "{err}");
 
-    h.runtime.apply(&ws.key, &with_replicas(objects, 0)).await?;
+    // An engine that stamps lines in whole seconds (Podman 4) tells a run's lines from the
+    // next run's only when they are of an earlier second than the run's end: until the clock
+    // turns, the stop waits.
+    let second = |t: std::time::SystemTime| {
+        t.duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or_default()
+    };
+    let written = second(std::time::SystemTime::now());
+    while second(std::time::SystemTime::now()) == written {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    h.runtime
+        .apply(&ws.key, &with_replicas(objects.clone(), 0))
+        .await?;
     wait_state(&h.runtime, &ws, ActualState::Stopped).await?;
     let stopped = String::from_utf8(h.runtime.logs(&ws.key, None, 100).await?)?;
     assert!(stopped.contains("line 5"), "{stopped}");
+
+    // Started again, it shows its new run's output only, as Kubernetes shows a container's.
+    h.runtime.apply(&ws.key, &objects).await?;
+    wait_state(&h.runtime, &ws, ActualState::Running).await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let again = loop {
+        let text = String::from_utf8(h.runtime.logs(&ws.key, None, 100).await?)?;
+        if text.contains("trouble") {
+            break text;
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the new run's output never showed: {text:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(again.matches("line 1\n").count(), 1, "{again}");
+    assert_eq!(again.matches("trouble").count(), 1, "{again}");
     Ok(())
 }
 

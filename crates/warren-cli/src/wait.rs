@@ -1,4 +1,5 @@
-//! `--wait`: poll a workspace until its actual state is the one the action aims at.
+//! `--wait`: poll a workspace until its actual state is the one the action aims at, and a
+//! running one until its startup (clone, commands) is through.
 //!
 //! The decision is a pure function of the goal, what was seen so far and the latest answer,
 //! so every rule is unit-tested without a server.
@@ -8,6 +9,7 @@ use std::io::IsTerminal;
 use std::time::Duration;
 use warren_client::Client;
 use warren_types::api::Workspace;
+use warren_types::startup::{StartupState, WorkspaceStartup};
 use warren_types::{ActualState, DesiredState};
 
 /// What an action waits for.
@@ -140,6 +142,14 @@ pub fn step(goal: Goal, progress: &mut Progress, w: &Workspace) -> Step {
 pub enum WaitError {
     #[error("{0}")]
     Failed(String),
+    #[error("workspace {name:?} is Running, but its startup failed: {reason}; it runs on, to be fixed in (its output: warren ws logs {name})")]
+    Startup { name: String, reason: String },
+    #[error("timed out after {after:?} waiting for the startup of workspace {name:?} (now {now})")]
+    StartupTimeout {
+        name: String,
+        after: Duration,
+        now: String,
+    },
     #[error("timed out after {after:?} waiting for workspace {name:?} to become {target} (now {actual}{reason})")]
     Timeout {
         name: String,
@@ -171,7 +181,8 @@ pub async fn wait(
     } else {
         None
     };
-    let result = poll(client, name, goal, since, timeout, interval, |w| {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut result = poll(client, name, goal, since, timeout, interval, |w| {
         if let Some(pb) = &spinner {
             pb.set_message(format!(
                 "{}: {} (waiting for {})",
@@ -182,6 +193,20 @@ pub async fn wait(
         }
     })
     .await;
+    // Running is the container; usable is its startup (the clone, the commands) through.
+    if let (Ok(Some(_)), ActualState::Running) = (&result, goal.target()) {
+        let settled = settle(client, name, goal, deadline, timeout, interval, |s| {
+            if let Some(pb) = &spinner {
+                pb.set_message(format!("{name}: Running, startup {}", s.describe()));
+            }
+        })
+        .await;
+        result = match settled {
+            Ok(Some(w)) => Ok(Some(w)),
+            Ok(None) => result,
+            Err(e) => Err(e),
+        };
+    }
     if let Some(pb) = spinner {
         pb.finish_and_clear();
     }
@@ -242,6 +267,80 @@ async fn poll(
         if w.version == 0 {
             tokio::time::sleep(interval).await;
         }
+    }
+}
+
+/// After the workspace is `Running`: waits until its startup says it is usable (ready or
+/// done) or failed. `Some` with the workspace as last read when it was waited for; `None`
+/// when there is no startup to wait for (a server without the status, a workspace whose
+/// startup does not tell it), which is said.
+async fn settle(
+    client: &Client,
+    name: &str,
+    goal: Goal,
+    deadline: tokio::time::Instant,
+    timeout: Duration,
+    interval: Duration,
+    mut show: impl FnMut(&WorkspaceStartup),
+) -> Result<Option<Workspace>, WaitError> {
+    let mut progress = Progress::default();
+    let mut last = WorkspaceStartup::unknown();
+    loop {
+        match client.workspace_startup(name).await {
+            Ok(startup) => last = startup,
+            Err(e) if e.is_not_found() => {
+                eprintln!("note: not waiting for the startup of {name}: {e}");
+                return Ok(None);
+            }
+            // Its output out of reach for a moment (an agent reconnecting): asked again.
+            Err(e) => last.step = Some(format!("its status cannot be read now: {e}")),
+        }
+        show(&last);
+        match last.state {
+            StartupState::Ready | StartupState::Done => {
+                return client
+                    .get_workspace(name)
+                    .await
+                    .map(Some)
+                    .map_err(Into::into)
+            }
+            StartupState::Failed if last.was_ready => {
+                eprintln!(
+                    "warning: {name} is usable, but a later step of its startup failed: {} (its output: warren ws logs {name})",
+                    last.reason.as_deref().unwrap_or("no reason said")
+                );
+                return client
+                    .get_workspace(name)
+                    .await
+                    .map(Some)
+                    .map_err(Into::into);
+            }
+            StartupState::Failed => {
+                return Err(WaitError::Startup {
+                    name: name.to_owned(),
+                    reason: last.reason.unwrap_or_else(|| "no reason said".to_owned()),
+                })
+            }
+            StartupState::Untold => {
+                eprintln!("note: {name} was started before its startup told its status; not waiting for it");
+                return Ok(None);
+            }
+            StartupState::Starting | StartupState::Unknown => {}
+        }
+        // Still wanted running and running: a stop or a failure meanwhile ends the wait.
+        let w = client.get_workspace(name).await?;
+        match step(goal, &mut progress, &w) {
+            Step::Fail(msg) => return Err(WaitError::Failed(msg)),
+            Step::Done | Step::Continue => {}
+        }
+        if tokio::time::Instant::now() + interval > deadline {
+            return Err(WaitError::StartupTimeout {
+                name: name.to_owned(),
+                after: timeout,
+                now: last.describe(),
+            });
+        }
+        tokio::time::sleep(interval).await;
     }
 }
 

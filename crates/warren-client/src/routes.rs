@@ -103,6 +103,10 @@ pub fn workspace_logs(name: &str) -> Vec<String> {
     segs(&["workspaces", name, "logs"])
 }
 
+pub fn workspace_startup(name: &str) -> Vec<String> {
+    segs(&["workspaces", name, "startup"])
+}
+
 pub fn workspace_command_run(name: &str, command: &str) -> Vec<String> {
     segs(&["workspaces", name, "commands", command, "run"])
 }

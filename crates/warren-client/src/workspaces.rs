@@ -113,6 +113,15 @@ impl Client {
             .map(|(_, bytes)| bytes)
     }
 
+    /// `GET /workspaces/{name}/startup`: how the main container's startup went, as its
+    /// output says.
+    pub async fn workspace_startup(
+        &self,
+        name_or_id: &str,
+    ) -> Result<warren_types::startup::WorkspaceStartup> {
+        self.get(&routes::workspace_startup(name_or_id)).await
+    }
+
     /// `GET /workspaces/{name}/logs?follow=true`: the tail, then what the container writes
     /// next, chunk by chunk, until it stops.
     pub async fn follow_workspace_logs(

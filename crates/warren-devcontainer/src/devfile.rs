@@ -125,27 +125,11 @@ pub fn build(config: &Config, project: &str, notices: &mut Vec<Notice>) -> Value
             .unwrap_or(0);
         components.insert(at + 1, image_component(config));
     }
-    let mut post_start = vec![];
-    let mut post_attach = vec![];
-    for (stage, line) in stage_lines(config) {
-        let id = command_id(stage);
-        let line = if stage.once() { once(&id, &line) } else { line };
-        commands.push(json!({
-            "id": id,
-            "exec": {"component": main_name, "commandLine": line, "workingDir": sources},
-        }));
-        if stage == Stage::PostAttach {
-            post_attach.push(id);
-            continue;
-        }
-        post_start.push(id);
-        if stage == Stage::UpdateContent && config.lifecycle.iter().any(|(s, _)| *s == stage) {
-            notices.push(Notice {
-                path: stage.property().into(),
-                message: "runs once, at the workspace's first start, after the clone: Warren does not update a workspace's sources by itself".into(),
-            });
-        }
-    }
+    let Lifecycles {
+        post_start,
+        post_attach,
+        waited,
+    } = lifecycle_commands(config, &main_name, &sources, &mut commands, notices);
     let mut devfile = json!({
         "schemaVersion": "2.2.0",
         "metadata": {"name": label(config.name.as_deref().unwrap_or(""), 63, COMPONENT)},
@@ -160,6 +144,11 @@ pub fn build(config: &Config, project: &str, notices: &mut Vec<Notice>) -> Value
     if !post_attach.is_empty() {
         devfile["attributes"][warren_devfile::POST_ATTACH_ATTRIBUTE] = json!(post_attach);
     }
+    // Only when commands come after it: otherwise usable is when every command ran.
+    if post_start.last() != waited.as_ref() {
+        devfile["attributes"][warren_devfile::WAIT_FOR_ATTRIBUTE] =
+            json!(waited.unwrap_or_default());
+    }
     if !commands.is_empty() {
         devfile["commands"] = Value::Array(commands);
     }
@@ -168,6 +157,56 @@ pub fn build(config: &Config, project: &str, notices: &mut Vec<Notice>) -> Value
         devfile["events"] = events;
     }
     devfile
+}
+
+/// The lifecycle commands of a dev container, as exec commands of its main container.
+struct Lifecycles {
+    /// Run at each start, in order (the once-per-workspace ones guarded).
+    post_start: Vec<String>,
+    post_attach: Vec<String>,
+    /// The last command `waitFor` covers (none: usable once the sources are in place).
+    waited: Option<String>,
+}
+
+/// Adds a command per lifecycle stage to `commands`, labelled with its property's name.
+fn lifecycle_commands(
+    config: &Config,
+    main_name: &str,
+    sources: &str,
+    commands: &mut Vec<Value>,
+    notices: &mut Vec<Notice>,
+) -> Lifecycles {
+    let mut post_start = vec![];
+    let mut post_attach = vec![];
+    let mut waited: Option<String> = None;
+    for (stage, line) in stage_lines(config) {
+        let id = command_id(stage);
+        let line = if stage.once() { once(&id, &line) } else { line };
+        commands.push(json!({
+            "id": id,
+            "exec": {"component": main_name, "commandLine": line, "workingDir": sources,
+                "label": stage.property()},
+        }));
+        if stage == Stage::PostAttach {
+            post_attach.push(id);
+            continue;
+        }
+        if config.wait_for.is_some_and(|w| stage <= w) {
+            waited = Some(id.clone());
+        }
+        post_start.push(id);
+        if stage == Stage::UpdateContent && config.lifecycle.iter().any(|(s, _)| *s == stage) {
+            notices.push(Notice {
+                path: stage.property().into(),
+                message: "runs once, at the workspace's first start, after the clone: Warren does not update a workspace's sources by itself".into(),
+            });
+        }
+    }
+    Lifecycles {
+        post_start,
+        post_attach,
+        waited,
+    }
 }
 
 /// The devfile's `events`, those with commands; `null` when none has any.

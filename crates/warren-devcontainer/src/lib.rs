@@ -21,6 +21,7 @@ mod customizations;
 pub mod devfile;
 pub mod features;
 pub mod jsonc;
+pub mod lifecycle;
 pub mod properties;
 pub mod variables;
 

@@ -7,44 +7,7 @@ use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use warren_types::features::FeatureBuild;
 
-/// The lifecycle stages that run in the workspace, in the specification's order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Stage {
-    OnCreate,
-    UpdateContent,
-    PostCreate,
-    PostStart,
-    /// Whenever a session attaches: a terminal or SSH shell opened, the editor started.
-    PostAttach,
-}
-
-impl Stage {
-    pub fn property(self) -> &'static str {
-        match self {
-            Stage::OnCreate => "onCreateCommand",
-            Stage::UpdateContent => "updateContentCommand",
-            Stage::PostCreate => "postCreateCommand",
-            Stage::PostStart => "postStartCommand",
-            Stage::PostAttach => "postAttachCommand",
-        }
-    }
-
-    /// Whether the stage runs once per workspace (at its first start) rather than every start.
-    pub fn once(self) -> bool {
-        !matches!(self, Stage::PostStart | Stage::PostAttach)
-    }
-}
-
-/// One lifecycle command in any of the specification's three forms.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Lifecycle {
-    /// A string: run by a shell.
-    Shell(String),
-    /// An array: the program and its arguments, no shell.
-    Exec(Vec<String>),
-    /// An object: named commands (each a string or an array) run at the same time.
-    Parallel(BTreeMap<String, Lifecycle>),
-}
+pub use crate::lifecycle::{Lifecycle, Stage};
 
 /// A forwarded port and how it is shown.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,6 +49,10 @@ pub struct Config {
     pub env: BTreeMap<String, String>,
     pub mounts: Vec<VolumeMount>,
     pub lifecycle: Vec<(Stage, Lifecycle)>,
+    /// `waitFor`: the last stage a workspace waits for before it is usable (the
+    /// specification's default `updateContentCommand`); `None` for `initializeCommand`: usable
+    /// once the sources are in place.
+    pub wait_for: Option<Stage>,
     /// `hostRequirements.cpus`.
     pub cpus: Option<u64>,
     /// `hostRequirements.memory`, as a Kubernetes quantity.
@@ -130,6 +97,7 @@ pub fn read(
         env: BTreeMap::new(),
         mounts: Vec::new(),
         lifecycle: Vec::new(),
+        wait_for: Some(Stage::UpdateContent),
         cpus: None,
         memory: None,
         build: None,
@@ -407,7 +375,13 @@ impl Reader<'_> {
             "postAttachCommand" => self.lifecycle(Stage::PostAttach, v, config),
             "waitFor" => {
                 if let Some(s) = self.string(key, v) {
-                    self.notice(key, format!("the workspace is Running once its container runs; the lifecycle commands (up to {s}) go on in the background, their output in `warren ws logs`"));
+                    match Stage::waited_for(s) {
+                        Some(stage) => {
+                            config.wait_for = stage;
+                            self.notice(key, format!("`warren ws create --wait` returns once the lifecycle commands up to {s} ran; the later ones go on in the background, their output in `warren ws logs`"));
+                        }
+                        None => self.problems.push(problem(key, format!("{s:?} is not a lifecycle command: expected initializeCommand, onCreateCommand, updateContentCommand, postCreateCommand or postStartCommand"))),
+                    }
                 }
             }
             "userEnvProbe" => self.notice(

@@ -243,6 +243,36 @@ fn lifecycle_commands_run_in_order_the_creation_ones_once_per_workspace() {
             c.notices
         );
     }
+    // Each is known by its property's name; the workspace is usable after `waitFor`'s.
+    assert_eq!(
+        d.command("post-create").unwrap().label.as_deref(),
+        Some("postCreateCommand")
+    );
+    assert_eq!(d.wait_for.as_deref(), Some("post-create"));
+}
+
+#[test]
+fn wait_for_names_the_last_command_a_workspace_is_usable_after() {
+    // By default `updateContentCommand`: here none, nor an `onCreateCommand`, so usable once
+    // the sources are in place.
+    let (d, _) = ok(r#"{ "image": "busybox", "postCreateCommand": "make" }"#);
+    assert_eq!(d.wait_for.as_deref(), Some(""));
+    let (d, _) = ok(r#"{ "image": "busybox", "onCreateCommand": "a", "postCreateCommand": "b" }"#);
+    assert_eq!(d.wait_for.as_deref(), Some("on-create"));
+    // Waiting for the last command is waiting for them all.
+    let (d, _) = ok(
+        r#"{ "image": "busybox", "onCreateCommand": "a", "postStartCommand": "b", "waitFor": "postStartCommand" }"#,
+    );
+    assert_eq!(d.wait_for, None);
+    let (d, _) =
+        ok(r#"{ "image": "busybox", "postCreateCommand": "b", "waitFor": "initializeCommand" }"#);
+    assert_eq!(d.wait_for.as_deref(), Some(""));
+    let p = refused(r#"{ "image": "busybox", "waitFor": "postAttachCommand" }"#);
+    assert!(
+        one(&p).starts_with("waitFor: \"postAttachCommand\" is not a lifecycle command"),
+        "{}",
+        one(&p)
+    );
 }
 
 #[test]

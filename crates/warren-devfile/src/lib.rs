@@ -67,6 +67,12 @@ pub const EDITOR_ATTRIBUTE: &str = "warren.dev/editor";
 /// `postAttachCommand` travels in it.
 pub const POST_ATTACH_ATTRIBUTE: &str = "warren.dev/post-attach";
 
+/// Top-level attribute: when the workspace is usable, for `--wait` and the startup status:
+/// once the `postStart` exec command of the main container with this id ran, or, given `""`,
+/// once the sources are in place; the later commands go on in the background. Without it, once
+/// every command ran. A dev container's `waitFor` travels in it.
+pub const WAIT_FOR_ATTRIBUTE: &str = "warren.dev/wait-for";
+
 pub use warren_types::config::POST_ATTACH_SCRIPT;
 
 /// Devfiles larger than this are refused before any parsing. Published devfiles are a few

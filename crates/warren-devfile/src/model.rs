@@ -51,6 +51,11 @@ pub struct Devfile {
     /// `postAttachCommand`.
     #[serde(default)]
     pub post_attach: Vec<String>,
+    /// When the workspace is usable ([`crate::WAIT_FOR_ATTRIBUTE`]): after the main
+    /// container's `postStart` command with this id, or after the sources are in place (`""`);
+    /// `None`: after every command.
+    #[serde(default)]
+    pub wait_for: Option<String>,
 }
 
 /// Extensions and settings for the injected editor.
@@ -225,6 +230,7 @@ impl Devfile {
             host_aliases: Vec::new(),
             editor: None,
             post_attach: Vec::new(),
+            wait_for: None,
         }
     }
 

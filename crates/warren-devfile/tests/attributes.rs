@@ -222,3 +222,33 @@ fn post_attach_commands_become_a_script_the_agent_and_the_editor_run() {
         );
     }
 }
+
+#[test]
+fn wait_for_names_a_post_start_command_of_the_main_container_or_the_sources() {
+    let text = r#"
+schemaVersion: 2.2.0
+metadata: {name: waits}
+attributes:
+  warren.dev/wait-for: setup
+components:
+  - name: tools
+    container: {image: "localhost/warren-test:latest"}
+commands:
+  - id: setup
+    exec: {component: tools, commandLine: "make setup"}
+  - id: later
+    exec: {component: tools, commandLine: "make later"}
+  - id: not-started
+    exec: {component: tools, commandLine: "make other"}
+events:
+  postStart: [setup, later]
+"#;
+    let d = parse_devfile(text).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(d.wait_for.as_deref(), Some("setup"));
+    let d = parse_devfile(&text.replace("wait-for: setup", "wait-for: ''")).unwrap();
+    assert_eq!(d.wait_for.as_deref(), Some(""));
+    for bad in ["not-started", "nope", "[setup]", "3"] {
+        let p = problems(&text.replace("wait-for: setup", &format!("wait-for: {bad}")));
+        assert!(p.contains("attributes.warren.dev/wait-for"), "{bad}: {p}");
+    }
+}

@@ -80,19 +80,33 @@ events:
 "#;
 
 fn wait_for(path: &Path, needle: &str) -> String {
+    wait_until(path, needle, |text| text.contains(needle))
+}
+
+/// The text of `path` once `done` holds of it (`what` names it in a timeout's message).
+fn wait_until(path: &Path, what: &str, done: impl Fn(&str) -> bool) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let text = std::fs::read_to_string(path).unwrap_or_default();
-        if text.contains(needle) {
+        if done(&text) {
             return text;
         }
         assert!(
             Instant::now() < deadline,
-            "timed out waiting for {needle:?} in {}:\n{text}",
+            "timed out waiting for {what:?} in {}:\n{text}",
             path.display()
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The text of `path` once it holds the startup's outcome: "startup of container tools done"
+/// or "… failed".
+fn wait_outcome(path: &Path) -> String {
+    wait_until(path, "the startup's outcome", |text| {
+        text.contains("startup of container tools done")
+            || text.contains("startup of container tools failed")
+    })
 }
 
 /// The rendered startup script of the `tools` container, cloning `project`.
@@ -154,8 +168,7 @@ fn run_script(root: &Path, url: &str, git_ref: &str) -> String {
         .status()
         .expect("sh runs");
     assert!(status.success());
-    // Ends with "startup of container tools done" or "… failed".
-    wait_for(&log, "startup of container tools ")
+    wait_outcome(&log)
 }
 
 #[test]
@@ -221,14 +234,93 @@ fn startup_script_clones_and_runs_post_start_commands() {
     );
     let _ = wait_for(&root.join("projects/.warren/logs/tools.log"), "unshallow");
 
-    // A failing clone is logged; the postStart command that needs it fails and says so.
+    // A failing clone fails the startup with git's own reason; the postStart commands that
+    // need the sources do not run.
     let root = tmp.0.join("bad-url");
     std::fs::create_dir_all(&root).unwrap();
     let log = run_script(&root, "file:///nonexistent/repo", "main");
-    assert!(log.contains("cloning project demo failed"), "{log}");
-    assert!(log.contains("postStart command first failed"), "{log}");
-    assert!(log.contains("startup of container tools failed"), "{log}");
-    assert!(!log.contains("running postStart command second"), "{log}");
+    assert!(
+        log.contains("startup of container tools failed: cloning project demo failed: fatal:"),
+        "{log}"
+    );
+    assert!(log.contains("/nonexistent/repo"), "{log}");
+    assert!(!log.contains("running postStart command"), "{log}");
+}
+
+/// What `warren ws logs`, `ws show` and `--wait` read: the container's own output carries each
+/// step's status, the commands' output, the point a `waitFor` makes it usable, and a failed
+/// command's exit code, read back by `warren_types::startup`.
+#[test]
+fn startup_script_tells_its_steps_and_a_commands_exit_code_on_the_container_output() {
+    use warren_types::startup::{startup_status, StartupState};
+    if !have("sh") {
+        eprintln!("skipping: needs sh");
+        return;
+    }
+    let devfile = r#"
+schemaVersion: 2.2.0
+attributes:
+  warren.dev/wait-for: setup
+components:
+  - name: tools
+    container: {image: busybox}
+commands:
+  - id: setup
+    exec: {component: tools, commandLine: "echo set-up-output", label: onCreateCommand}
+  - id: serve
+    exec: {component: tools, commandLine: "echo serve-output >&2; exit 3", label: postStartCommand}
+  - id: never
+    exec: {component: tools, commandLine: "echo never-output"}
+events:
+  postStart: [setup, serve, never]
+"#;
+    let tmp = TempDir::new("tell");
+    let script_path = tmp.0.join("start-tools.sh");
+    std::fs::write(&script_path, main_script_of(devfile, None)).unwrap();
+    let projects = tmp.0.join("projects");
+    std::fs::create_dir_all(&projects).unwrap();
+    let home = prepared_home(&tmp.0);
+    let output_path = tmp.0.join("container-output");
+    let status = Command::new("sh")
+        .arg(&script_path)
+        .arg("true")
+        .env("PROJECTS_ROOT", &projects)
+        .env("PROJECT_SOURCE", &projects)
+        .env("HOME", &home)
+        .stderr(std::fs::File::create(&output_path).unwrap())
+        .status()
+        .expect("sh runs");
+    assert!(status.success(), "the container's command ran");
+    let output = wait_outcome(&output_path);
+    for said in [
+        "warren: startup of container tools: starting",
+        "warren: startup of container tools: running postStart command setup (onCreateCommand)",
+        "set-up-output",
+        "warren: startup of container tools ready",
+        "serve-output",
+        "warren: startup of container tools failed: postStart command serve (postStartCommand) exited with code 3",
+    ] {
+        assert!(output.contains(said), "{said:?} in:\n{output}");
+    }
+    assert!(!output.contains("never-output"), "{output}");
+    let ready = output.find("tools ready").unwrap();
+    assert!(ready > output.find("set-up-output").unwrap(), "{output}");
+    assert!(ready < output.find("serve-output").unwrap(), "{output}");
+    let status = startup_status(output.as_bytes());
+    assert_eq!(status.state, StartupState::Failed, "{output}");
+    assert_eq!(
+        status.reason.as_deref(),
+        Some("postStart command serve (postStartCommand) exited with code 3")
+    );
+    // The startup log has it all as well (`tee` writes it after the output).
+    let log = wait_for(
+        &projects.join(".warren/logs/tools.log"),
+        "startup of container tools failed",
+    );
+    assert!(
+        log.contains("serve-output") && log.contains("exited with code 3"),
+        "{log}"
+    );
 }
 
 /// Where the editor's files are missing (no tools volume, as on this host), the workspace runs
@@ -322,7 +414,7 @@ fn startup_script_clones_the_devfiles_projects_and_starter() {
             .status()
             .expect("sh runs");
         assert!(status.success());
-        wait_for(&log, "startup of container tools ")
+        wait_outcome(&log)
     };
     let text = run();
     assert!(

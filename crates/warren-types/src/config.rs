@@ -94,8 +94,8 @@ pub const EDITOR_ENDPOINT: &str = "warren-editor";
 pub fn editor_status(container_output: &[u8]) -> Option<String> {
     String::from_utf8_lossy(container_output)
         .lines()
-        .filter_map(|l| l.trim().strip_prefix("warren: "))
-        .rfind(|l| l.contains("editor"))
+        .filter_map(crate::startup::said)
+        .rfind(|l| l.contains("editor") && !l.starts_with("startup of container "))
         .map(str::to_owned)
 }
 

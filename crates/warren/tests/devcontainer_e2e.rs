@@ -96,13 +96,19 @@ fn a_dev_container_with_a_dockerfile_is_built_then_run_and_a_failed_build_says_w
         ],
     )
     .expect("repository");
+    git.create_repo(
+        "hooks-fail",
+        &[(".devcontainer/devcontainer.json", LIFECYCLE_FAILS)],
+    )
+    .expect("repository");
 
     let mut up = Up::start();
     up.allow_egress_to(&host_address());
     let project = up.project_of(&git, "built", PASSWORD);
     let ws = unique_name("dcbuild");
     let bad = unique_name("dcfail");
-    let _cleanup = support::Workspaces(vec![ws.clone(), bad.clone()]);
+    let hooks = unique_name("dchooks");
+    let _cleanup = support::Workspaces(vec![ws.clone(), bad.clone(), hooks.clone()]);
     let live = create_running(&up, &project, &ws);
     let id = live["Id"].as_str().expect("container id").to_owned();
     // The workspace's own build, never the name the configuration asked for.
@@ -116,12 +122,15 @@ fn a_dev_container_with_a_dockerfile_is_built_then_run_and_a_failed_build_says_w
         sh(&id, "cat /tmp/readme-from-the-context"),
         "the repository's readme"
     );
+    // `--wait` returned at `waitFor` (by default `updateContentCommand`, which it has not):
+    // the `postCreateCommand` goes on, and the startup is done once it ran.
     wait_for(
         "the postCreateCommand",
         Duration::from_secs(120),
         || (sh(&id, "cat \"$HOME/created.txt\"") == "hello-from-the-build").then_some(()),
         || sh(&id, "cat /projects/.warren/logs/*.log"),
     );
+    up.startup_done(&ws);
     // A second workspace of the same configuration takes the image over: no step runs again.
     let again = unique_name("dcagain");
     let _cleanup_again = support::Workspaces(vec![again.clone()]);
@@ -172,10 +181,71 @@ fn a_dev_container_with_a_dockerfile_is_built_then_run_and_a_failed_build_says_w
     let output = up.build_log(&ws);
     assert!(output.contains("/tmp/greeting"), "{output}");
 
+    a_failed_lifecycle_command_is_the_startups_failure(&up, &rt, &git, &hooks);
+
     up.cli_ok(&["ws", "rm", &bad, "--wait", "--timeout", "2m"]);
     up.cli_ok(&["ws", "rm", &ws, "--wait", "--timeout", "2m"]);
     let status = up.stop();
     assert!(status.success(), "{}", up.log());
+}
+
+/// A lifecycle command that fails: the ones after it do not run.
+const LIFECYCLE_FAILS: &str = r#"{
+  "image": "localhost/warren-test:latest",
+  "onCreateCommand": "echo on-create-output; exit 7",
+  "postCreateCommand": "echo post-create-never-runs"
+}"#;
+
+/// `ws create --wait` of a dev container whose `onCreateCommand` fails: the create fails with
+/// the command and its exit code, the workspace runs on (to be fixed in), and `ws show` and
+/// the API say the same; `ws logs` has the command's output.
+fn a_failed_lifecycle_command_is_the_startups_failure(
+    up: &Up,
+    rt: &tokio::runtime::Runtime,
+    git: &warren_testkit::git_http::GitHttpServer,
+    ws: &str,
+) {
+    let project = up.project_of(git, "hooks-fail", PASSWORD);
+    let out = up.cli(&[
+        "ws",
+        "create",
+        "--project",
+        &project,
+        "--name",
+        ws,
+        "--wait",
+        "--timeout",
+        "5m",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let said = "postStart command on-create (onCreateCommand) exited with code 7";
+    assert!(
+        stderr.contains(&format!("is Running, but its startup failed: {said}")),
+        "{stderr}"
+    );
+    let w = show(up.home.path(), ws).expect("the workspace");
+    assert_eq!(w["actual_state"], "Running", "{w:#}");
+    let shown = up.cli_ok(&["ws", "show", ws]);
+    assert!(shown.contains(&format!("failed: {said}")), "{shown}");
+    let output = up.cli_ok(&["ws", "logs", ws]);
+    assert!(output.contains("on-create-output"), "{output}");
+    assert!(!output.contains("post-create-never-runs"), "{output}");
+    let token = up.admin_token();
+    let api: serde_json::Value = rt.block_on(async {
+        reqwest::Client::new()
+            .get(format!("{}/api/v1/workspaces/{ws}/startup", up.api_base()))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .expect("the API answers")
+            .json()
+            .await
+            .expect("JSON")
+    });
+    assert_eq!(api["state"], "failed", "{api:#}");
+    assert_eq!(api["reason"], said, "{api:#}");
+    up.cli_ok(&["ws", "rm", ws, "--wait", "--timeout", "2m"]);
 }
 
 /// A Feature of the repository itself, below `.devcontainer/`.

@@ -164,6 +164,8 @@ fn on_kubernetes_a_dev_containers_build_and_features_are_pushed_pulled_and_reach
             format!("{out}\n{err}")
         },
     );
+    // The startup through, as the pod's own output says: its lifecycle commands ran.
+    up.startup_done(&ws);
     // The forwarded port through the proxy, with a token and not without.
     let ((status, body), anonymous) = up.get_endpoint(&rt, &ws, "port-8080");
     assert_eq!((status, body.as_str()), (200, "built-for-kube-spicy\n"));

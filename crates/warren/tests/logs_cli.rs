@@ -1,6 +1,7 @@
 //! `GET /api/v1/workspaces/{ws}/logs` and `warren ws logs` against the in-process stack
 //! (server → relay → agent connection → simulated runtime): the owner reads the tail asked
-//! for, of the main or a named container; others get 404; bad queries name the field.
+//! for, of the main or a named container; others get 404; bad queries name the field. The
+//! startup status read from that output, through the API, `warren ws show` and the web UI.
 
 use anyhow::Result;
 use std::process::Stdio;
@@ -127,4 +128,115 @@ async fn next_line(
     out: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
 ) -> Result<Option<String>> {
     Ok(tokio::time::timeout(std::time::Duration::from_secs(20), out.next_line()).await??)
+}
+
+/// The startup's status as the main container's output tells it, through the API
+/// (`GET …/startup`), `warren ws show` and the web UI's workspace page: unknown while the
+/// output says nothing, the step under way, then a failed command with its exit code. Its
+/// output is the owner's: others get 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_startup_status_is_read_from_the_main_containers_output() -> Result<()> {
+    let stack = Stack::start().await?;
+    let alice = stack.user("alice").await?;
+    let bob = stack.user("bob").await?;
+    let ws = stack.workspace(&alice, "alice-start").await?;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()?;
+    let startup = |token: &str| {
+        http.get(format!(
+            "{}/api/v1/workspaces/alice-start/startup",
+            stack.api_url
+        ))
+        .bearer_auth(token.to_owned())
+        .send()
+    };
+    let v: serde_json::Value = startup(&alice.token).await?.json().await?;
+    assert_eq!(v, serde_json::json!({"state": "unknown"}));
+
+    let starting = "the image's own line\n\
+        2026-11-30T10:00:00Z warren: startup of container dev: starting\n\
+        2026-11-30T10:00:00Z warren: startup of container dev: cloning project app\n";
+    stack.runtime.set_logs(&ws.key(), Some("dev"), starting);
+    let v: serde_json::Value = startup(&alice.token).await?.json().await?;
+    assert_eq!(v["state"], "starting", "{v}");
+    assert_eq!(v["step"], "cloning project app", "{v}");
+    assert_eq!(v["container"], "dev", "{v}");
+
+    let said = "postStart command post-create (postCreateCommand) exited with code 7";
+    stack.runtime.append_logs(
+        &ws.key(),
+        Some("dev"),
+        &format!("make: *** [all] Error 7\n2026-11-30T10:00:03Z warren: startup of container dev failed: {said}\n"),
+    );
+    let v: serde_json::Value = startup(&alice.token).await?.json().await?;
+    assert_eq!(v["state"], "failed", "{v}");
+    assert_eq!(v["reason"], said, "{v}");
+    let resp = startup(&bob.token).await?;
+    assert_eq!(resp.status(), 404);
+    assert!(!resp.text().await?.contains("post-create"));
+
+    // `warren ws show` has a row for it.
+    let home = tempfile::tempdir()?;
+    let out = Command::new(env!("CARGO_BIN_EXE_warren"))
+        .args(["ws", "show", "alice-start"])
+        .env("HOME", home.path())
+        .env("WARREN_HOME", home.path().join("warren"))
+        .env("WARREN_URL", &stack.api_url)
+        .env("WARREN_TOKEN", &alice.token)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await?;
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown
+            .lines()
+            .any(|l| l.starts_with("Startup") && l.ends_with(&format!("failed: {said}"))),
+        "{shown}"
+    );
+
+    // The web UI's page of the workspace, signed in through its form.
+    let login = http.get(format!("{}/login", stack.api_url)).send().await?;
+    let mut cookies = set_cookies(&login);
+    let form = login.text().await?;
+    let csrf = form
+        .split("name=\"csrf_token\" value=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .expect("the sign-in form's CSRF token")
+        .to_owned();
+    let signed = http
+        .post(format!("{}/login", stack.api_url))
+        .header(reqwest::header::COOKIE, cookies.join("; "))
+        .form(&[
+            ("username", alice.username.as_str()),
+            ("password", alice.password.as_str()),
+            ("csrf_token", csrf.as_str()),
+            ("next", "/"),
+        ])
+        .send()
+        .await?;
+    assert_eq!(signed.status(), 303, "signed in");
+    cookies.extend(set_cookies(&signed));
+    let page = http
+        .get(format!("{}/workspaces/alice-start", stack.api_url))
+        .header(reqwest::header::COOKIE, cookies.join("; "))
+        .send()
+        .await?
+        .text()
+        .await?;
+    assert!(page.contains(&format!("Startup failed: {said}")), "{page}");
+    Ok(())
+}
+
+/// The `name=value` of each cookie an answer sets.
+fn set_cookies(resp: &reqwest::Response) -> Vec<String> {
+    resp.headers()
+        .get_all(reqwest::header::SET_COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .filter_map(|v| v.split(';').next())
+        .map(str::to_owned)
+        .collect()
 }

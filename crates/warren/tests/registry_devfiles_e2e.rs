@@ -12,7 +12,8 @@
 //! name; images pinned by digest, which no tag can stand in for, reach the stand-in through
 //! the agent's `image_mirrors`, as an air-gapped site's would reach its copies. Zip archives
 //! (code.quarkus.io) have no stand-in: their download fails and the
-//! workspace says so, still Running. The images the registry uses hold the language
+//! workspace says so, still Running (`ws create --wait` ends with the startup's failure, naming
+//! the step). The images the registry uses hold the language
 //! toolchains; the stand-in does not, so a command's exit code is whatever its shell gives
 //! (127 for a missing tool) — what is checked is that it runs, in its container, and that
 //! its code comes back.
@@ -311,7 +312,27 @@ fn one(up: &Up, e: &Expect) -> Result<String, String> {
         "4m",
     ]);
     let result = (|| {
-        if !out.status.success() {
+        // A startup step that cannot succeed here (a zip download, a toolchain the stand-in
+        // lacks) fails the wait with the step's name, and the workspace runs on.
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let startup = stderr
+            .split("is Running, but its startup failed: ")
+            .nth(1)
+            .map(|r| {
+                r.split("; it runs on")
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned()
+            });
+        let said = startup
+            .as_deref()
+            .is_some_and(|r| r.contains("postStart command ") || r.contains(" project "));
+        // Every Git remote has its stand-in: a clone that fails is a failure of Warren's.
+        if (!out.status.success() && !said)
+            || startup
+                .as_deref()
+                .is_some_and(|r| r.contains("cloning project"))
+        {
             return Err(fail("ws create", &out));
         }
         let created = t0.elapsed();
@@ -372,8 +393,11 @@ fn one(up: &Up, e: &Expect) -> Result<String, String> {
             }
         };
         let _ = logs;
+        let startup = startup
+            .map(|r| format!(", startup failed: {r}"))
+            .unwrap_or_default();
         Ok(format!(
-            "{}: Running, {} project(s), {ran} (created {created:.1?}, fetched {fetched:.1?}, ran {:.1?})",
+            "{}: Running, {} project(s), {ran}{startup} (created {created:.1?}, fetched {fetched:.1?}, ran {:.1?})",
             e.file,
             e.projects.len(),
             t0.elapsed()

@@ -30,6 +30,7 @@ use warren_types::api::{
 };
 use warren_types::config::AgentConfig;
 use warren_types::git::GitCredential;
+use warren_types::startup::StartupState;
 use warren_types::{ActualState, DesiredState};
 
 /// How often `--wait` polls.

@@ -267,7 +267,8 @@ async fn ws_list(
     Ok(())
 }
 
-/// `warren ws show NAME`: a workspace, with whether its editor runs; a mount is an entry too.
+/// `warren ws show NAME`: a workspace, with its startup and whether its editor runs; a mount
+/// is an entry too.
 async fn ws_show(c: &Client, out: Format, name: &str) -> Result<(), CliError> {
     let w = match entry(c, name).await? {
         Entry::Workspace(w) => *w,
@@ -276,19 +277,28 @@ async fn ws_show(c: &Client, out: Format, name: &str) -> Result<(), CliError> {
             return Ok(());
         }
     };
-    // Whether the editor runs, or why not, only the workspace's own output says.
-    let editor =
-        if out == Format::Table && w.editor_url.is_some() && w.actual_state == ActualState::Running
-        {
-            c.workspace_logs(name, Some(500), None)
-                .await
-                .ok()
-                .and_then(|b| output::editor_status(&b))
-        } else {
-            None
-        };
+    // How its startup went and whether the editor runs, or why not, only the workspace's own
+    // output says.
+    let running = out == Format::Table && w.actual_state == ActualState::Running;
+    let startup = if running {
+        c.workspace_startup(name)
+            .await
+            .ok()
+            .filter(|s| !matches!(s.state, StartupState::Unknown | StartupState::Untold))
+            .map(|s| s.describe())
+    } else {
+        None
+    };
+    let editor = if running && w.editor_url.is_some() {
+        c.workspace_logs(name, Some(500), None)
+            .await
+            .ok()
+            .and_then(|b| output::editor_status(&b))
+    } else {
+        None
+    };
     print(out, &w, |w| {
-        output::workspace_with_editor(w, editor.as_deref())
+        output::workspace_with_status(w, startup.as_deref(), editor.as_deref())
     });
     Ok(())
 }

@@ -119,14 +119,19 @@ pub fn workspaces(items: &[Workspace]) -> String {
 }
 
 pub fn workspace(w: &Workspace) -> String {
-    workspace_with_editor(w, None)
+    workspace_with_status(w, None, None)
 }
 
 /// What the workspace's own output last said about its editor.
 pub use warren_types::config::editor_status;
 
-/// [`workspace`], with the editor's status as the workspace's output gives it.
-pub fn workspace_with_editor(w: &Workspace, editor_status: Option<&str>) -> String {
+/// [`workspace`], with its startup and its editor's status as the workspace's output gives
+/// them.
+pub fn workspace_with_status(
+    w: &Workspace,
+    startup: Option<&str>,
+    editor_status: Option<&str>,
+) -> String {
     let mut rows = vec![
         ("Name", w.name.clone()),
         ("ID", w.id.to_string()),
@@ -144,6 +149,9 @@ pub fn workspace_with_editor(w: &Workspace, editor_status: Option<&str>) -> Stri
         ("Resources", resources(&w.resources)),
         ("URL", opt(&w.url)),
     ];
+    if let Some(startup) = startup {
+        rows.push(("Startup", startup.to_owned()));
+    }
     if let Some(editor) = &w.editor_url {
         rows.push((
             "Editor",

@@ -1,7 +1,7 @@
 //! Warren's own top-level devfile attributes, checked: the names that resolve to the pod
 //! (`warren.dev/host-aliases`), the injected editor's extensions and settings
-//! (`warren.dev/editor`) and the commands run when a session attaches
-//! (`warren.dev/post-attach`).
+//! (`warren.dev/editor`), the commands run when a session attaches
+//! (`warren.dev/post-attach`) and when the workspace is usable (`warren.dev/wait-for`).
 
 use super::*;
 
@@ -35,6 +35,43 @@ pub(super) fn post_attach(
         }
     }
     out
+}
+
+/// The top-level [`crate::WAIT_FOR_ATTRIBUTE`]: `""` or the id of a `postStart` exec command
+/// of the main container.
+pub(super) fn wait_for(
+    attrs: &Map<String, Value>,
+    d: &Devfile,
+    errors: &mut Errors,
+) -> Option<String> {
+    let v = attrs.get(crate::WAIT_FOR_ATTRIBUTE)?;
+    let at = format!("attributes.{}", crate::WAIT_FOR_ATTRIBUTE);
+    let main = d.containers.get(d.main).map(|c| c.name.as_str());
+    match v.as_str() {
+        Some("") => Some(String::new()),
+        Some(id) => {
+            let found = d.post_start.iter().find(|p| p.as_str() == id);
+            let of_main = found
+                .and_then(|id| d.command(id))
+                .is_some_and(|c| matches!(&c.action, CommandAction::Exec { component, .. } if Some(component.as_str()) == main));
+            if of_main {
+                Some(id.to_owned())
+            } else {
+                errors.push(DevfileError::new(
+                    at,
+                    format!("{id} is not the id of a postStart exec command of the main container"),
+                ));
+                None
+            }
+        }
+        None => {
+            errors.push(DevfileError::new(
+                at,
+                "expected a command id, or \"\" for \"once the sources are in place\"",
+            ));
+            None
+        }
+    }
 }
 
 /// Most extensions (ids and files together) an editor is given, and most bytes of its

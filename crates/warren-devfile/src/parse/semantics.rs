@@ -77,9 +77,11 @@ pub(super) fn semantics(raw: RawDevfile, errors: &mut Errors) -> Option<Devfile>
         host_aliases: super::attributes::host_aliases(&raw.attributes, errors),
         editor: super::attributes::editor(&raw.attributes, errors),
         post_attach: Vec::new(),
+        wait_for: None,
     })
     .map(|mut d| {
         d.post_attach = super::attributes::post_attach(&raw.attributes, &d, errors);
+        d.wait_for = super::attributes::wait_for(&raw.attributes, &d, errors);
         d
     })
 }

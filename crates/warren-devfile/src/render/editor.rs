@@ -116,14 +116,14 @@ pub(super) fn mount() -> core::VolumeMount {
 }
 
 /// The lines of the main container's background start-up that start the editor (after
-/// `postStart`), or say why it cannot run. `say` writes to the start-up log; file descriptor
-/// 3 is the container's own output, where `warren ws logs` finds the reason.
+/// `postStart`), or say why it cannot run. `tell` writes to the start-up log and the
+/// container's own output, where `warren ws logs` finds the reason.
 pub(super) fn start_lines(e: &EditorPlan, c: &Container) -> String {
     let image = c.image.replace(['\n', '"', '`', '$', '\\'], "_");
     let version = e.version.replace(['\n', '"', '`', '$', '\\'], "_");
     let port = e.port;
     format!(
-        r#"  editor_says() {{ say "$*"; echo "warren: $*" >&3; }}
+        r#"  editor_says() {{ tell "$*"; }}
   tools={TOOLS_MOUNT_PATH}/code-server
   if [ ! -x "$tools/bin/node" ]; then
     editor_says "editor not started: its files are missing from $tools (the agent could not prepare the tools image; its log says why)"

@@ -686,6 +686,19 @@ impl<'a, 'r> Plan<'a, 'r> {
                         warren_types::config::MAIN_CONTAINER_ANNOTATION.into(),
                         devfile.main_container().name.clone(),
                     );
+                    // Whose output tells the startup's status (the main container first).
+                    let mut telling = vec![devfile.main_container().name.clone()];
+                    telling.extend(
+                        devfile
+                            .containers
+                            .iter()
+                            .filter(|c| !c.main && !c.init_only && self.wrapped(c))
+                            .map(|c| c.name.clone()),
+                    );
+                    a.insert(
+                        warren_types::startup::STARTUP_CONTAINERS_ANNOTATION.into(),
+                        telling.join(","),
+                    );
                     a
                 }),
                 ..ctx.meta(object_name(name))

@@ -125,7 +125,7 @@ fn place(f: &Fetch<'_>, verb: &str) -> String {
         r#"      if [ -d {from} ] && mkdir -p "$(dirname "$dest")" && mv {from} "$dest"; then
         say "{verb} project {label} into $dest"
       else
-        say "project {label}: {missing}"
+        fail "project {label}: {missing}"
       fi
 "#,
         label = f.label,
@@ -145,19 +145,21 @@ fn git_fetch(f: &Fetch<'_>) -> String {
     let mut s = format!(
         r#"  dest="$root"/{dest}
   tmp="$state"/{tmp}-{label}
+  err="$logs"/{tmp}-{label}.err
   url={url}
   ref={git_ref}
   if [ -e "$dest" ]; then
     say "project {label} already present in $dest, not cloning"
   elif ! command -v git >/dev/null 2>&1; then
-    say "cannot clone project {label}: git is not installed in image {image}"
+    fail "cannot clone project {label}: git is not installed in image {image}"
   else
     rm -rf "$tmp"
+    status ": cloning project {label}"
     say "cloning project {label} (shallow)"
-    if {{ [ -n "$ref" ] && git clone --quiet --depth 1 --branch "$ref" -- "$url" "$tmp"; }} ||
+    if {{ {{ [ -n "$ref" ] && git clone --quiet --depth 1 --branch "$ref" -- "$url" "$tmp"; }} ||
        {{ [ -z "$ref" ] && git clone --quiet --depth 1 -- "$url" "$tmp"; }} ||
        {{ rm -rf "$tmp" && git init --quiet "$tmp" && git -C "$tmp" remote add origin "$url" &&
-          git -C "$tmp" fetch --quiet --depth 1 origin "$ref" && git -C "$tmp" checkout --quiet FETCH_HEAD; }}; then
+          git -C "$tmp" fetch --quiet --depth 1 origin "$ref" && git -C "$tmp" checkout --quiet FETCH_HEAD; }}; }} 2>"$err"; then
 "#,
         dest = f.dest,
         tmp = f.tmp,
@@ -180,9 +182,13 @@ fn git_fetch(f: &Fetch<'_>) -> String {
     }
     s.push_str(&format!(
         r#"    else
-      say "cloning project {label} failed (see the messages above)"
+      # Git's own words: its last `fatal:` says why (an unreachable host, a missing ref).
+      cat "$err" 2>/dev/null
+      reason="$(grep '^fatal:' "$err" 2>/dev/null | tail -n 1 | tr -d '\r')"
+      [ -n "$reason" ] || reason="$(grep -v '^[[:space:]]*$' "$err" 2>/dev/null | tail -n 1 | tr -d '\r')"
+      fail "cloning project {label} failed: ${{reason:-git said nothing}}"
     fi
-    rm -rf "$tmp"
+    rm -rf "$tmp" "$err"
   fi
 "#,
         label = f.label
@@ -200,6 +206,7 @@ fn zip_fetch(f: &Fetch<'_>) -> String {
     say "project {label} already present in $dest, not downloading"
   else
     rm -rf "$tmp" "$tmp.zip" && mkdir -p "$tmp"
+    status ": downloading project {label}"
     say "downloading project {label}"
     if {{ command -v curl >/dev/null 2>&1 && curl -fsSL -o "$tmp.zip" -- "$url"; }} ||
        {{ command -v wget >/dev/null 2>&1 && wget -q -O "$tmp.zip" "$url"; }}; then
@@ -213,10 +220,10 @@ fn zip_fetch(f: &Fetch<'_>) -> String {
     s.push_str(&place(f, "extracted"));
     s.push_str(&format!(
         r#"      else
-        say "extracting project {label} failed: image {image} needs unzip, and the download must be a zip archive"
+        fail "extracting project {label} failed: image {image} needs unzip, and the download must be a zip archive"
       fi
     else
-      say "downloading project {label} failed: image {image} needs curl or wget, and the location must be reachable"
+      fail "downloading project {label} failed: image {image} needs curl or wget, and the location must be reachable"
     fi
     rm -rf "$tmp" "$tmp.zip"
   fi
@@ -263,6 +270,21 @@ fn project_fetch(p: &crate::model::DevfileProject, tmp: &str, image: &str) -> St
     }
 }
 
+/// What the startup says for Warren to read back: a `warren: ` line in the container's own
+/// output (file descriptor 3 when the startup's output is not copied there already), and in
+/// the startup log. `status` lines are the startup's state ([`warren_types::startup`]).
+const TELL: &str = r#"teed=
+command -v tee >/dev/null 2>&1 && teed=1
+tell() { say "warren: $*"; [ -n "$teed" ] || echo "warren: $*" >&3; }
+"#;
+
+/// Lines of the startup that fail it: the first failure is its reason; the later steps are
+/// skipped, and the editor still starts, to fix things in.
+const FAIL: &str = r#"  ok=1
+  why=
+  fail() { say "$*"; ok=0; [ -n "$why" ] || why="$*"; }
+"#;
+
 pub(super) fn startup_script(
     devfile: &Devfile,
     c: &Container,
@@ -275,7 +297,8 @@ pub(super) fn startup_script(
     let _ = writeln!(
         s,
         "# Warren startup for container {} of workspace {}: the startup work runs in the\n\
-         # background (log: $PROJECTS_ROOT/.warren/logs/{}.log), then the container's command runs.",
+         # background (log: $PROJECTS_ROOT/.warren/logs/{}.log, and the container's output),\n\
+         # then the container's command runs.",
         c.name, req.workspace_name, c.name
     );
     let _ = writeln!(s, "root=\"${{PROJECTS_ROOT:-/projects}}\"");
@@ -289,13 +312,20 @@ pub(super) fn startup_script(
         s.push_str(HOME_SEED);
     }
     let editor = editor.filter(|e| e.container == c.name);
-    if editor.is_some() {
-        // The container's own output, for what `warren ws logs` must show (the editor's fate).
-        let _ = writeln!(s, "exec 3>&2");
-    }
-    let _ = writeln!(s, "(");
-    let _ = writeln!(s, "  say \"starting container {}\"", c.name);
-    let _ = writeln!(s, "  ok=1");
+    // The container's own output, where `warren ws logs` and the startup status read.
+    let _ = writeln!(s, "exec 3>&2");
+    s.push_str(TELL);
+    let _ = writeln!(
+        s,
+        "status() {{ tell \"startup of container {}$*\"; }}",
+        c.name
+    );
+    let _ = writeln!(s, "startup() {{");
+    let _ = writeln!(s, "  status \": starting\"");
+    s.push_str(FAIL);
+    let ready = |s: &mut String| {
+        let _ = writeln!(s, "  [ \"$ok\" = 1 ] && status \" ready\"");
+    };
     if c.main {
         let image = c.image.replace(['\n', '"', '`', '$', '\\'], "_");
         if let Some(p) = &req.project {
@@ -320,11 +350,15 @@ pub(super) fn startup_script(
         }
         let _ = writeln!(s, "  touch \"$state/cloned\"");
         s.push_str(DOTFILES);
+        if devfile.wait_for.as_deref() == Some("") {
+            ready(&mut s);
+        }
     } else if c.mount_sources
         && (req.project.is_some()
             || !devfile.projects.is_empty()
             || !devfile.starter_projects.is_empty())
     {
+        let _ = writeln!(s, "  status \": waiting for the sources\"");
         let _ = writeln!(
             s,
             "  i=0; while [ ! -e \"$state/cloned\" ] && [ \"$i\" -lt 600 ]; do sleep 1; i=$((i+1)); done"
@@ -352,38 +386,52 @@ pub(super) fn startup_script(
             "${PROJECT_SOURCE}",
             env,
         );
-        // A failed command skips the later ones; the editor still starts, to fix things in.
+        // The label (a dev container's property name) is what its author knows it by.
+        let what = match &cmd.label {
+            Some(l) => format!("postStart command {id} ({})", safe_word(l)),
+            None => format!("postStart command {id}"),
+        };
         let _ = writeln!(s, "  if [ \"$ok\" = 1 ]; then");
-        let _ = writeln!(s, "    say \"running postStart command {id}\"");
+        let _ = writeln!(s, "    status \": running {what}\"");
         let _ = writeln!(s, "    if /bin/sh -c {} ; then", sh_quote(&body));
-        let _ = writeln!(s, "      say \"postStart command {id} succeeded\"");
+        let _ = writeln!(s, "      say \"{what} succeeded\"");
         let _ = writeln!(s, "    else");
         let _ = writeln!(
             s,
-            "      say \"postStart command {id} failed with status $?; not running the later ones\""
+            "      fail \"{what} exited with code $?\"; say \"not running the later ones\""
         );
-        let _ = writeln!(s, "      ok=0");
         let _ = writeln!(s, "    fi");
         let _ = writeln!(s, "  fi");
+        if devfile.wait_for.as_deref() == Some(id.as_str()) {
+            ready(&mut s);
+        }
     }
     let _ = writeln!(s, "  if [ \"$ok\" = 1 ]; then");
-    let _ = writeln!(s, "    say \"startup of container {} done\"", c.name);
+    let _ = writeln!(s, "    status \" done\"");
     let _ = writeln!(s, "  else");
-    let _ = writeln!(s, "    say \"startup of container {} failed\"", c.name);
+    let _ = writeln!(s, "    status \" failed: $why\"");
     let _ = writeln!(s, "  fi");
     if let Some(e) = editor {
         s.push_str(&super::editor::start_lines(e, c));
     }
-    let _ = writeln!(s, ") >>\"$log\" 2>&1 &");
-    if editor.is_some() {
-        let _ = writeln!(s, "if [ \"$#\" -gt 0 ]; then exec \"$@\" 3>&-; fi");
-        let _ = writeln!(s, "exec 3>&-");
-    } else {
-        let _ = writeln!(s, "if [ \"$#\" -gt 0 ]; then exec \"$@\"; fi");
-    }
+    let _ = writeln!(s, "}}");
+    // Copied to the container's output when the image has `tee`, so `warren ws logs` shows
+    // each step's output; the status lines reach it either way.
+    let _ = writeln!(s, "if [ -n \"$teed\" ]; then");
+    let _ = writeln!(s, "  startup 2>&1 | tee -a \"$log\" >&3 &");
+    let _ = writeln!(s, "else");
+    let _ = writeln!(s, "  startup >>\"$log\" 2>&1 &");
+    let _ = writeln!(s, "fi");
+    let _ = writeln!(s, "if [ \"$#\" -gt 0 ]; then exec \"$@\" 3>&-; fi");
+    let _ = writeln!(s, "exec 3>&-");
     let _ = writeln!(s, "trap 'exit 0' TERM INT");
     let _ = writeln!(s, "while :; do sleep 3600 & wait $!; done");
     s
+}
+
+/// `s` made safe inside a double-quoted shell word of one line.
+fn safe_word(s: &str) -> String {
+    s.replace(['\n', '\r', '"', '`', '$', '\\'], "_")
 }
 
 /// The script run whenever a session attaches ([`crate::POST_ATTACH_SCRIPT`]): the devfile's

@@ -77,6 +77,7 @@ use utoipa::{Modify, OpenApi};
         api::workspaces::create,
         api::workspaces::resize,
         api::workspaces::logs,
+        api::workspaces::startup,
         api::workspaces::run_command,
         api::workspaces::get_one,
         api::workspaces::set_desired_state,

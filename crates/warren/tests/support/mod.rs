@@ -1111,6 +1111,22 @@ impl Up {
         ]);
     }
 
+    /// Waits until `warren ws show WS` says the workspace's startup is done.
+    pub fn startup_done(&self, ws: &str) {
+        wait_for(
+            "the startup done in ws show",
+            Duration::from_secs(60),
+            || {
+                let shown = self.cli_ok(&["ws", "show", ws]);
+                shown
+                    .lines()
+                    .any(|l| l.starts_with("Startup") && l.ends_with(" done"))
+                    .then_some(())
+            },
+            || self.cli_ok(&["ws", "show", ws]) + &self.cli_ok(&["ws", "logs", ws]),
+        );
+    }
+
     /// `warren project create` of a private repository, its password given on stdin (never
     /// on the command line), with `extra` arguments.
     pub fn create_private_project(

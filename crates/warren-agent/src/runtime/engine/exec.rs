@@ -176,17 +176,34 @@ impl EngineRuntime {
         }
         let context = format!("reading the output of workspace {workspace}");
         let id = self.log_container(workspace, container).await?;
+        // A running container's output is that of its current run, as Kubernetes gives it: a
+        // restarted container keeps its earlier runs' output, whose startup is not this one's.
+        // Those runs ended by the time the last one finished, which the current run's first
+        // lines may precede the recorded start of; the engine's `since` counts whole seconds,
+        // so each line's own time decides. A container that is not running shows all it wrote.
+        let after = match self.inspect(&id).await {
+            Ok(inspect) => inspect
+                .state
+                .filter(|s| s.running == Some(true))
+                .and_then(|s| s.finished_at)
+                .and_then(|t| chrono::DateTime::parse_from_rfc3339(&t).ok())
+                .map(|t| t.with_timezone(&chrono::Utc))
+                .filter(|t| t.timestamp() > 0),
+            Err(e) => return Err(runtime_err(context, e)),
+        };
         let options = bollard::query_parameters::LogsOptions {
             follow,
             stdout: true,
             stderr: true,
             tail: tail.to_string(),
+            since: after.map_or(0, |t| i32::try_from(t.timestamp()).unwrap_or(0)),
+            timestamps: true,
             ..Default::default()
         };
         let docker = self.inner.docker.clone();
         let stream = docker.logs(&id, Some(options)).map(move |chunk| {
             chunk
-                .map(LogOutput::into_bytes)
+                .map(|c| current_run(&c.into_bytes(), after))
                 .map_err(|e| runtime_err(context.clone(), e))
         });
         Ok(Box::pin(stream))
@@ -401,4 +418,70 @@ pub(super) fn pod_addresses(
         .filter_map(|n| n.ip_address)
         .filter_map(|ip| ip.parse().ok())
         .collect()
+}
+
+/// `chunk` of a log read with timestamps, without them and without the lines written by
+/// `after` (an earlier run's). A line whose time cannot be read is kept as it is, and so is
+/// one stamped in `after`'s own second by an engine that stamps whole seconds (Podman 4):
+/// either run may have written it, and the current run's lines are never dropped.
+fn current_run(chunk: &[u8], after: Option<chrono::DateTime<chrono::Utc>>) -> bytes::Bytes {
+    let mut out = Vec::with_capacity(chunk.len());
+    for line in chunk.split_inclusive(|b| *b == b'\n') {
+        let stamped = line
+            .iter()
+            .position(|b| *b == b' ')
+            .filter(|at| *at <= 40)
+            .and_then(|at| {
+                let text = std::str::from_utf8(&line[..at]).ok()?;
+                let time = chrono::DateTime::parse_from_rfc3339(text).ok()?;
+                Some((
+                    time.with_timezone(&chrono::Utc),
+                    text.contains('.'),
+                    &line[at + 1..],
+                ))
+            });
+        match stamped {
+            Some((time, precise, _)) if after.is_some_and(|a| earlier(time, precise, a)) => {}
+            Some((_, _, text)) => out.extend_from_slice(text),
+            None => out.extend_from_slice(line),
+        }
+    }
+    bytes::Bytes::from(out)
+}
+
+/// Whether a line stamped `time` was written by `after`: surely so, for a stamp of whole
+/// seconds only when its second is before `after`'s.
+fn earlier(
+    time: chrono::DateTime<chrono::Utc>,
+    precise: bool,
+    after: chrono::DateTime<chrono::Utc>,
+) -> bool {
+    if precise {
+        time <= after
+    } else {
+        time.timestamp() < after.timestamp()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::current_run;
+
+    #[test]
+    fn a_log_keeps_the_current_runs_lines_without_their_times() {
+        let chunk = b"2026-11-30T10:00:00.100000000Z old run\n\
+2026-11-30T10:00:01.500000000+00:00 still the old run\n\
+2026-11-30T10:00:01.500000001Z new run\n\
+no time at all\n";
+        let after = "2026-11-30T10:00:01.5Z".parse().ok();
+        assert_eq!(&current_run(chunk, after)[..], b"new run\nno time at all\n");
+        // Whole seconds (Podman 4): only a second before `after`'s is surely an earlier run's.
+        let whole = b"2026-11-30T10:00:00Z old run\n2026-11-30T10:00:01Z either run\n2026-11-30T10:00:02Z new run\n";
+        assert_eq!(&current_run(whole, after)[..], b"either run\nnew run\n");
+        // Never restarted: everything, the times taken off.
+        assert_eq!(
+            &current_run(b"2026-11-30T10:00:00Z a\n2026-11-30T10:00:00Z b", None)[..],
+            b"a\nb"
+        );
+    }
 }

@@ -8,6 +8,9 @@
 //! [`change_desired_state`].
 
 mod checks;
+mod startup;
+
+pub use startup::startup;
 
 use super::lifecycle::check_desired_state_request;
 use super::render::{self, ProjectInput, RenderInput};

@@ -152,6 +152,7 @@ pub fn router() -> Router<crate::http::HttpState> {
         )
         .route("/workspaces/{workspace}/resources", put(workspaces::resize))
         .route("/workspaces/{workspace}/logs", get(workspaces::logs))
+        .route("/workspaces/{workspace}/startup", get(workspaces::startup))
         .route(
             "/workspaces/{workspace}/commands/{command}/run",
             post(workspaces::run_command),

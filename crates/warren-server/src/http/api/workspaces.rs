@@ -1,4 +1,5 @@
-//! Workspaces: create, list, get, change desired state, resize, terminate, read output —
+//! Workspaces: create, list, get, change desired state, resize, terminate, read output and
+//! the startup's status —
 //! each handler one call into `crate::app::workspaces`.
 
 use super::Auth;
@@ -14,6 +15,7 @@ use warren_types::api::{
     ApiError, CommandRunEvent, CreateWorkspaceRequest, Page, ResizeWorkspaceRequest,
     UpdateDesiredStateRequest, Workspace, WorkspaceListQuery,
 };
+use warren_types::startup::WorkspaceStartup;
 
 #[utoipa::path(get, path = "/api/v1/workspaces", params(WorkspaceListQuery),
     responses((status = 200, body = Page<Workspace>), (status = 400, body = ApiError)), tag = "workspaces",
@@ -170,6 +172,24 @@ pub async fn logs(
             (text_plain, body).into_response()
         }
     })
+}
+
+/// How the startup of the workspace's main container went — the clone, the `postStart`
+/// commands, a dev container's lifecycle commands — as its own output says: `starting` with the
+/// step under way, `ready` (a dev container's `waitFor` reached), `done`, or `failed` with the
+/// step and its exit code; `unknown` when it is not Running or its output does not say.
+#[utoipa::path(get, path = "/api/v1/workspaces/{workspace}/startup",
+    params(("workspace" = String, Path, description = "workspace name or id")),
+    responses((status = 200, body = WorkspaceStartup),
+    (status = 403, description = "a viewer of its space: the startup needs the right to read its logs", body = ApiError),
+    (status = 404, body = ApiError), (status = 502, body = ApiError),
+    (status = 503, body = ApiError)), tag = "workspaces", security(("bearer" = [])))]
+pub async fn startup(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(key): Path<String>,
+) -> Result<Json<WorkspaceStartup>, HttpError> {
+    Ok(Json(workspaces::startup(&state, &who, &key).await?))
 }
 
 /// Runs a command of the workspace's devfile (exec, apply, or a composite of them) and

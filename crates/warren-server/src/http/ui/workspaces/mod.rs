@@ -24,6 +24,7 @@ use warren_types::api::{
     CreateWorkspaceRequest, ResizeWorkspaceRequest, SpaceRole, VariableInput, VariableKind,
     Workspace, WorkspaceResources, WorkspaceRight,
 };
+use warren_types::startup::{StartupState, WorkspaceStartup};
 use warren_types::{ActualState, DesiredState};
 
 mod create;
@@ -261,33 +262,53 @@ pub async fn show(
     Path(name): Path<String>,
 ) -> Result<Response, UiError> {
     let w = domain::get(&state, &viewer.who, &name).await?;
-    let editor = editor_note(&state, &viewer, &w).await;
+    let notes = output_notes(&state, &viewer, &w).await;
     Ok(workspace_page(
         &viewer,
         &w,
         StatusCode::OK,
         None,
         &ResizeForm::default(),
-        editor.as_deref(),
+        &notes,
     ))
 }
 
-/// What a running workspace's output says about its editor (started, or why not), as
-/// `warren ws show` says it; `None` when the output cannot be read at once (the page does
-/// not wait long for it).
-async fn editor_note(state: &AppState, viewer: &Viewer, w: &Workspace) -> Option<String> {
-    if w.actual_state != ActualState::Running || w.editor_url.is_none() {
-        return None;
+/// What a running workspace's own output says: how its startup went, and whether its editor
+/// started or why not, as `warren ws show` says them.
+#[derive(Debug, Default)]
+struct OutputNotes {
+    startup: Option<WorkspaceStartup>,
+    editor: Option<String>,
+}
+
+/// The notes of a running workspace's output; each `None` when it cannot be read at once
+/// (the page does not wait long for it).
+async fn output_notes(state: &AppState, viewer: &Viewer, w: &Workspace) -> OutputNotes {
+    if w.actual_state != ActualState::Running || w.your_right < Some(WorkspaceRight::Use) {
+        return OutputNotes::default();
     }
-    let req = LogsRequest {
-        tail: Some(200),
-        container: None,
-        follow: false,
+    let patience = Duration::from_secs(2);
+    let startup = tokio::time::timeout(patience, domain::startup(state, &viewer.who, &w.name));
+    let editor = async {
+        w.editor_url.as_ref()?;
+        let req = LogsRequest {
+            tail: Some(200),
+            container: None,
+            follow: false,
+        };
+        match tokio::time::timeout(patience, domain::logs(state, &viewer.who, &w.name, &req)).await
+        {
+            Ok(Ok(Logs::Text(t))) => warren_types::config::editor_status(&t),
+            _ => None,
+        }
     };
-    let read = domain::logs(state, &viewer.who, &w.name, &req);
-    match tokio::time::timeout(Duration::from_secs(2), read).await {
-        Ok(Ok(Logs::Text(t))) => warren_types::config::editor_status(&t),
-        _ => None,
+    let (startup, editor) = tokio::join!(startup, editor);
+    OutputNotes {
+        startup: startup
+            .ok()
+            .and_then(Result::ok)
+            .filter(|s| !matches!(s.state, StartupState::Unknown | StartupState::Untold)),
+        editor,
     }
 }
 
@@ -305,7 +326,7 @@ fn workspace_page(
     status: StatusCode,
     resize_error: Option<&AppError>,
     resize: &ResizeForm,
-    editor: Option<&str>,
+    notes: &OutputNotes,
 ) -> Response {
     let now = Utc::now();
     let base = format!("/workspaces/{}", w.name);
@@ -332,7 +353,14 @@ fn workspace_page(
         div hx-ext="sse" sse-connect=(format!("{base}/events?v={}", w.version)) {
             (live_panel(w, viewer))
         }
-        @if let Some(e) = editor {
+        @if let Some(st) = &notes.startup {
+            @if st.state == StartupState::Failed {
+                p.warning role="status" { "Startup " (st.describe()) ". The workspace runs on, to be fixed in; its logs show the output." }
+            } @else {
+                p.hint role="status" { "Startup: " (st.describe()) }
+            }
+        }
+        @if let Some(e) = &notes.editor {
             @if e.starts_with("editor not started") {
                 p.warning role="status" { "Editor: " (e) }
             } @else {
@@ -510,7 +538,14 @@ pub async fn resize(
         Err(e) if is_form_error(&e) => {
             let w = domain::get(&state, &viewer.who, &name).await?;
             let status = crate::http::error::status_of(e.kind);
-            Ok(workspace_page(&viewer, &w, status, Some(&e), &form, None))
+            Ok(workspace_page(
+                &viewer,
+                &w,
+                status,
+                Some(&e),
+                &form,
+                &OutputNotes::default(),
+            ))
         }
         Err(e) => Err(e.into()),
     }

@@ -322,7 +322,9 @@ async fn settle(
                 })
             }
             StartupState::Untold => {
-                eprintln!("note: {name} was started before its startup told its status; not waiting for it");
+                eprintln!(
+                    "note: the startup of {name} does not tell its status here; not waiting for it"
+                );
                 return Ok(None);
             }
             StartupState::Starting | StartupState::Unknown => {}

@@ -195,6 +195,17 @@ impl Tab {
         Ok(())
     }
 
+    /// Waits until the page shown is a 404 answer that has finished loading: its status is
+    /// known from the answer's headers, before its body is there to read.
+    pub async fn wait_not_found(&mut self, secs: u64) -> Result<()> {
+        self.wait_until(
+            "performance.getEntriesByType('navigation')[0]?.responseStatus === 404 \
+             && document.readyState === 'complete'",
+            secs,
+        )
+        .await
+    }
+
     /// Evaluates `expression` in the page and returns its value.
     pub async fn eval(&mut self, expression: &str) -> Result<Value> {
         let r = self

@@ -120,14 +120,13 @@ async fn a_user_signs_in_sees_the_workspace_and_uses_the_terminal_another_user_g
     let mut bob_tab = bob_browser.tab().await?;
     bob_tab.goto(&page).await?;
     bob_tab.sign_in(&bob).await?;
-    let not_found = "performance.getEntriesByType('navigation')[0].responseStatus === 404";
-    bob_tab.wait_until(not_found, 30).await?;
+    bob_tab.wait_not_found(30).await?;
     let alices = bob_tab.text().await?;
     assert!(!alices.contains("Hello from alice-web"), "{alices}");
     bob_tab
         .goto(&stack.url(8080, "no-such-workspace", "/some/page?x=1"))
         .await?;
-    bob_tab.wait_until(not_found, 30).await?;
+    bob_tab.wait_not_found(30).await?;
     let missing = bob_tab.text().await?;
     assert_eq!(
         alices, missing,
@@ -162,6 +161,6 @@ async fn a_user_signs_in_sees_the_workspace_and_uses_the_terminal_another_user_g
     bob_tab
         .goto(&stack.url(8080, "alice-old", "/moved?y=2"))
         .await?;
-    bob_tab.wait_until(not_found, 30).await?;
+    bob_tab.wait_not_found(30).await?;
     Ok(())
 }

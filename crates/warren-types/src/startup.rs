@@ -31,8 +31,9 @@ pub enum StartupState {
     Done,
     /// A step failed; the later ones did not run. The workspace runs on, to be fixed in.
     Failed,
-    /// The workspace's startup does not tell its status: it was rendered before Warren's
-    /// startup did (a change that renders it again, such as a resize, makes it tell).
+    /// Its status cannot be had: the workspace was rendered before Warren's startup told it (a
+    /// change that renders it again, such as a resize, makes it tell), or the server reads no
+    /// workspace's output (it has no relay).
     Untold,
 }
 

@@ -182,10 +182,7 @@ fn with_warren_up_a_user_reaches_the_workspace_in_the_browser_terminal_ssh_and_s
         bob_tab.goto(&page).await.expect("open");
         sign_in(&mut bob_tab, &bob.name, &bob.password).await;
         bob_tab
-            .wait_until(
-                "performance.getEntriesByType('navigation')[0].responseStatus === 404",
-                60,
-            )
+            .wait_not_found(60)
             .await
             .expect("404 for another user");
         assert!(!bob_tab

@@ -295,7 +295,7 @@ fn the_injected_editor_shows_the_project_to_its_owner_only_and_keeps_its_files()
         bob_tab.goto(&editor_url).await.expect("open");
         sign_in(&mut bob_tab, &bob.name, &bob.password).await;
         bob_tab
-            .wait_until("performance.getEntriesByType('navigation')[0].responseStatus === 404", 60)
+            .wait_not_found(60)
             .await
             .expect("404 for another user");
         assert!(bob_tab.eval("document.querySelector('.monaco-workbench') === null").await.expect("eval") == json!(true));

@@ -247,15 +247,17 @@ fn a_new_user_creates_opens_stops_and_deletes_a_workspace_in_the_browser() {
             at(&mut tab, &path).await;
         }
 
-        // The page says why the busybox image has no editor, as `warren ws show` does.
+        // The page says how its startup went and why the busybox image has no editor, as
+        // `warren ws show` does.
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             tab.goto(&format!("{base}/workspaces/{name}")).await.expect("page");
             at(&mut tab, &format!("/workspaces/{name}")).await;
-            if text(&mut tab).await.contains("Editor: editor not started: its Node.js cannot run") {
+            let t = text(&mut tab).await;
+            if t.contains("Editor: editor not started: its Node.js cannot run") && t.contains("Startup: done") {
                 break;
             }
-            assert!(Instant::now() < deadline, "no editor status on the page: {}", text(&mut tab).await);
+            assert!(Instant::now() < deadline, "no editor or startup status on the page: {t}");
         }
 
         // Its page: the variable's script is text.

@@ -17,7 +17,8 @@ const STARTUP_TAIL: u32 = MAX_LOG_TAIL;
 /// How the startup of the workspace went (clone, `postStart` commands, a dev container's
 /// lifecycle commands), as the startup script says in the output of each container that runs
 /// it: `unknown` unless the workspace is Running, `untold` for a workspace rendered before the
-/// startup said it. Needs the right to read its logs.
+/// startup said it or on a server that reads no output (no relay). Needs the right to read its
+/// logs.
 pub async fn startup(
     state: &AppState,
     who: &Principal,
@@ -27,7 +28,10 @@ pub async fn startup(
     if w.actual_state != ActualState::Running {
         return Ok(WorkspaceStartup::unknown());
     }
-    let Some(containers) = startup_containers(&w.objects(&state.store)?) else {
+    // A server without a relay reads no workspace's output: it cannot be told.
+    let told =
+        startup_containers(&w.objects(&state.store)?).filter(|_| !state.relay_urls.is_empty());
+    let Some(containers) = told else {
         return Ok(WorkspaceStartup::of(StartupState::Untold));
     };
     let mut each = Vec::with_capacity(containers.len());

@@ -744,18 +744,7 @@ async fn logs_show_a_containers_output_running_or_stopped() -> Result<()> {
     ]);
     h.runtime.apply(&ws.key, &objects).await?;
     wait_state(&h.runtime, &ws, ActualState::Running).await?;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let all = loop {
-        let text = String::from_utf8(h.runtime.logs(&ws.key, None, 100).await?)?;
-        if text.contains("trouble") && text.contains("line 5") {
-            break text;
-        }
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "the output never showed: {text:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let all = output_once(&h, &ws, |t| t.contains("trouble") && t.contains("line 5")).await?;
     assert!(all.contains("line 1\n"), "{all}");
     let tail = String::from_utf8(h.runtime.logs(&ws.key, None, 2).await?)?;
     assert_eq!(tail.lines().count(), 2, "{tail}");
@@ -787,21 +776,26 @@ async fn logs_show_a_containers_output_running_or_stopped() -> Result<()> {
     // Started again, it shows its new run's output only, as Kubernetes shows a container's.
     h.runtime.apply(&ws.key, &objects).await?;
     wait_state(&h.runtime, &ws, ActualState::Running).await?;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let again = loop {
-        let text = String::from_utf8(h.runtime.logs(&ws.key, None, 100).await?)?;
-        if text.contains("trouble") {
-            break text;
-        }
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "the new run's output never showed: {text:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let again = output_once(&h, &ws, |t| t.contains("trouble")).await?;
     assert_eq!(again.matches("line 1\n").count(), 1, "{again}");
     assert_eq!(again.matches("trouble").count(), 1, "{again}");
     Ok(())
+}
+
+/// The main container's last 100 lines of output once `done` holds of them (30 s at most).
+async fn output_once(h: &Harness, ws: &Workspace, done: impl Fn(&str) -> bool) -> Result<String> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = String::from_utf8(h.runtime.logs(&ws.key, None, 100).await?)?;
+        if done(&text) {
+            return Ok(text);
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the output never showed: {text:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Following a container: the tail, then lines as it writes them; the stream ends when the

@@ -109,6 +109,29 @@ fn wait_outcome(path: &Path) -> String {
     })
 }
 
+/// Runs `script` as the container's start in `tmp` (its projects root, a prepared home, and
+/// `source` below the root as `PROJECT_SOURCE`), `true` as the container's command; the
+/// projects root and the file the container's own output (stderr) goes to.
+fn start_in(tmp: &TempDir, script: &str, source: &str) -> (PathBuf, PathBuf) {
+    let script_path = tmp.0.join("start-tools.sh");
+    std::fs::write(&script_path, script).unwrap();
+    let projects = tmp.0.join("projects");
+    std::fs::create_dir_all(projects.join(source)).unwrap();
+    let home = prepared_home(&tmp.0);
+    let output_path = tmp.0.join("container-output");
+    let status = Command::new("sh")
+        .arg(&script_path)
+        .arg("true")
+        .env("PROJECTS_ROOT", &projects)
+        .env("PROJECT_SOURCE", projects.join(source))
+        .env("HOME", &home)
+        .stderr(std::fs::File::create(&output_path).unwrap())
+        .status()
+        .expect("sh runs");
+    assert!(status.success(), "the container's command ran");
+    (projects, output_path)
+}
+
 /// The rendered startup script of the `tools` container, cloning `project`.
 fn main_script(project: Option<ProjectSource<'_>>) -> String {
     main_script_of(DEVFILE, project)
@@ -275,22 +298,7 @@ events:
   postStart: [setup, serve, never]
 "#;
     let tmp = TempDir::new("tell");
-    let script_path = tmp.0.join("start-tools.sh");
-    std::fs::write(&script_path, main_script_of(devfile, None)).unwrap();
-    let projects = tmp.0.join("projects");
-    std::fs::create_dir_all(&projects).unwrap();
-    let home = prepared_home(&tmp.0);
-    let output_path = tmp.0.join("container-output");
-    let status = Command::new("sh")
-        .arg(&script_path)
-        .arg("true")
-        .env("PROJECTS_ROOT", &projects)
-        .env("PROJECT_SOURCE", &projects)
-        .env("HOME", &home)
-        .stderr(std::fs::File::create(&output_path).unwrap())
-        .status()
-        .expect("sh runs");
-    assert!(status.success(), "the container's command ran");
+    let (projects, output_path) = start_in(&tmp, &main_script_of(devfile, None), "");
     let output = wait_outcome(&output_path);
     for said in [
         "warren: startup of container tools: starting",
@@ -332,22 +340,7 @@ fn startup_script_explains_a_missing_editor_on_the_container_output() {
         return;
     }
     let tmp = TempDir::new("editor");
-    let script_path = tmp.0.join("start-tools.sh");
-    std::fs::write(&script_path, main_script(None)).unwrap();
-    let projects = tmp.0.join("projects");
-    std::fs::create_dir_all(projects.join("demo")).unwrap();
-    let home = prepared_home(&tmp.0);
-    let stderr_path = tmp.0.join("container-output");
-    let status = Command::new("sh")
-        .arg(&script_path)
-        .arg("true")
-        .env("PROJECTS_ROOT", &projects)
-        .env("PROJECT_SOURCE", projects.join("demo"))
-        .env("HOME", &home)
-        .stderr(std::fs::File::create(&stderr_path).unwrap())
-        .status()
-        .expect("sh runs");
-    assert!(status.success(), "the container's command ran");
+    let (projects, stderr_path) = start_in(&tmp, &main_script(None), "demo");
     let output = wait_for(&stderr_path, "editor not started");
     assert!(
         output.contains(

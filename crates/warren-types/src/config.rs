@@ -96,7 +96,8 @@ pub fn editor_status(container_output: &[u8]) -> Option<String> {
         .lines()
         .filter_map(crate::startup::said)
         .rfind(|l| l.contains("editor") && !l.starts_with("startup of container "))
-        .map(str::to_owned)
+        // The workspace wrote it: no terminal control sequence reaches whoever reads it.
+        .map(|l| l.chars().filter(|c| !c.is_control()).collect())
 }
 
 /// Annotation on a workspace's Deployment naming the port its editor listens on. On

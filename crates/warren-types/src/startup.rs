@@ -161,8 +161,10 @@ pub fn startup_status(container_output: &[u8]) -> WorkspaceStartup {
         };
         let end = rest.find([' ', ':']).unwrap_or(rest.len());
         let (container, rest) = rest.split_at(end);
-        let what = rest.trim_start_matches(':').trim();
-        status.container = Some(container.to_owned());
+        // The workspace wrote it: no terminal control sequence reaches whoever reads it.
+        let what: String = rest.chars().filter(|c| !c.is_control()).collect();
+        let what = what.trim_start_matches(':').trim();
+        status.container = Some(container.chars().filter(|c| !c.is_control()).collect());
         if what == "starting" {
             status.state = StartupState::Starting;
             status.step = None;
@@ -320,5 +322,9 @@ cloning...\n";
         assert_eq!(said("warren: x"), Some("x"));
         assert_eq!(said("12 warren: x"), None);
         assert_eq!(said("2026-11-30T10:00:00Z nothing"), None);
+        // A workspace's own words never carry terminal control sequences to a reader.
+        let s =
+            startup_status(b"warren: startup of container x failed: \x1b]0;pwned\x07red\x1b[31m\n");
+        assert_eq!(s.reason.as_deref(), Some("]0;pwnedred[31m"));
     }
 }

@@ -29,6 +29,8 @@ pub enum RuntimeChoice {
         image_builds: bool,
         /// Registries the agent itself reaches over plain HTTP (Features).
         plain_http_registries: Vec<String>,
+        /// Special-purpose ranges the agent's own fetches may reach (Features).
+        outbound_allow: Vec<ipnet::IpNet>,
     },
     /// The cluster of the in-cluster configuration or KUBECONFIG; `components` is what devfile
     /// `kubernetes` components may apply there; `builds`, where images built at a
@@ -154,12 +156,14 @@ async fn run_agent(
                 state_dir,
                 image_builds,
                 plain_http_registries,
+                outbound_allow,
             } => {
                 let mut engine_config = EngineConfig::new(agent, state_dir);
                 engine_config.image_builds = *image_builds;
                 engine_config
                     .plain_http_registries
                     .clone_from(plain_http_registries);
+                engine_config.outbound_allow.clone_from(outbound_allow);
                 let engine = EngineRuntime::connect(engine_config)
                     .await
                     .map_err(AgentError::Engine)?;

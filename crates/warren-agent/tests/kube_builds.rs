@@ -89,6 +89,7 @@ async fn a_build_shows_starting_then_its_failure_and_a_stop_is_applied_at_once()
             push_secret: None,
             state_dir: state.path().to_path_buf(),
             plain_http_registries: vec![],
+            outbound_allow: vec![],
         },
     )
     .await

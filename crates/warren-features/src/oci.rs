@@ -9,6 +9,12 @@
 //! names. The manifest is asked for every time (a tag moves); the layer is kept by its
 //! digest, checked on the way in and again when read back, so a second build does not
 //! download it again.
+//!
+//! A configuration names the registry, and the registry names its token realm and its
+//! redirects: all three are held to the agent's outbound guard ([`Registries::guard`], through
+//! a `warren_netguard` proxy the client must go through), so a Feature cannot make the agent
+//! reach the cloud's metadata service or a loopback port. The registries the operator
+//! configured (plain-HTTP ones, those with certificates in `certs.d`) are trusted by name.
 
 use crate::FeatureError;
 use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
@@ -47,6 +53,9 @@ pub struct Registries {
     pub cache_dir: PathBuf,
     /// The credentials for a registry host, if any.
     pub credentials: Credentials,
+    /// The outbound guard every request is held to; `None` reaches any address (tests of
+    /// the fetch itself).
+    pub guard: Option<warren_netguard::Guard>,
 }
 
 impl std::fmt::Debug for Registries {
@@ -55,6 +64,7 @@ impl std::fmt::Debug for Registries {
             .field("certs_dir", &self.certs_dir)
             .field("plain_http", &self.plain_http)
             .field("cache_dir", &self.cache_dir)
+            .field("guard", &self.guard)
             .finish_non_exhaustive()
     }
 }
@@ -76,16 +86,54 @@ impl Registries {
         let parsed: Reference = reference
             .parse()
             .map_err(|e| FeatureError::invalid(reference, format!("not an OCI reference: {e}")))?;
-        let registry = parsed.registry().to_owned();
+        let session = match &self.guard {
+            Some(guard) => Some(
+                warren_netguard::proxy::Session::start(guard.clone(), &self.trusted())
+                    .await
+                    .map_err(|e| fetch_error(reference, e))?,
+            ),
+            None => None,
+        };
         let client = self
-            .client(&registry)
+            .client(parsed.registry(), session.as_ref())
             .map_err(|e| fetch_error(reference, e))?;
+        let fetched = self.fetch_with(&client, reference, &parsed).await;
+        match (fetched, session.as_ref().and_then(|s| s.refusal())) {
+            // Whatever the client made of the proxy's refusal ("unsuccessful tunnel", a
+            // 403 where a token was expected), the refusal is why.
+            (Err(_), Some(refusal)) => Err(fetch_error(reference, refusal)),
+            (fetched, _) => fetched,
+        }
+    }
+
+    /// The registries the operator configured, trusted by name: the plain-HTTP ones and
+    /// those with certificates of their own.
+    fn trusted(&self) -> Vec<String> {
+        let mut trusted = self.plain_http.clone();
+        if let Ok(entries) = std::fs::read_dir(&self.certs_dir) {
+            trusted.extend(
+                entries
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .filter_map(|e| e.file_name().into_string().ok()),
+            );
+        }
+        trusted
+    }
+
+    async fn fetch_with(
+        &self,
+        client: &Client,
+        reference: &str,
+        parsed: &Reference,
+    ) -> Result<(Vec<u8>, String, bool), FeatureError> {
+        let registry = parsed.registry().to_owned();
         let auth = match (self.credentials)(&registry) {
             Some((user, password)) => RegistryAuth::Basic(user, password),
             None => RegistryAuth::Anonymous,
         };
         let (bytes, digest) = client
-            .pull_manifest_raw(&parsed, &auth, &[MANIFEST_MEDIA_TYPE])
+            .pull_manifest_raw(parsed, &auth, &[MANIFEST_MEDIA_TYPE])
             .await
             .map_err(|e| fetch_error(reference, e))?;
         if bytes.len() > MAX_MANIFEST_BYTES {
@@ -158,7 +206,7 @@ impl Registries {
         };
         // The client checks the bytes against the layer's digest.
         client
-            .pull_blob(&parsed, layer, &mut out)
+            .pull_blob(parsed, layer, &mut out)
             .await
             .map_err(|e| fetch_error(reference, e))?;
         if let Err(e) = self.keep(&cached, &out.data).await {
@@ -167,7 +215,11 @@ impl Registries {
         Ok((out.data, digest, false))
     }
 
-    fn client(&self, registry: &str) -> Result<Client, std::io::Error> {
+    fn client(
+        &self,
+        registry: &str,
+        session: Option<&warren_netguard::proxy::Session>,
+    ) -> Result<Client, Box<dyn std::error::Error + Send + Sync>> {
         // reqwest 0.13 is built without a TLS provider of its own (as gix's is): Warren's,
         // ring, for the process; a no-op once one is installed.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -186,13 +238,17 @@ impl Registries {
                 }
             }
         }
-        Ok(Client::new(ClientConfig {
+        // Not `Client::new`: on a bad certificate it falls back to a default client, one
+        // without the proxy.
+        Ok(Client::try_from(ClientConfig {
             protocol: ClientProtocol::HttpsExcept(self.plain_http.clone()),
             extra_root_certificates,
             connect_timeout: Some(Duration::from_secs(10)),
             read_timeout: Some(Duration::from_secs(60)),
+            https_proxy: session.map(|s| s.url()),
+            http_proxy: session.map(|s| s.url()),
             ..Default::default()
-        }))
+        })?)
     }
 
     /// Writes a fetched archive to the cache (a whole file or none).

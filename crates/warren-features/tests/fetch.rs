@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use warren_features::oci::Registries;
 use warren_features::{resolve, FeatureError, LocalFeatures};
+use warren_netguard::Guard;
 use warren_testkit::registry::{self, borrowed, simple_feature, Registry, RegistryOptions};
 use warren_types::features::{FeatureBuild, FeatureRequest, FeatureSource, FeatureValue};
 
@@ -36,6 +37,7 @@ fn registries(r: &Registry, cache: &std::path::Path, certs: &std::path::Path) ->
         },
         cache_dir: cache.to_owned(),
         credentials: Arc::new(|_: &str| None),
+        guard: None,
     }
 }
 
@@ -80,7 +82,11 @@ async fn a_published_feature_is_fetched_by_digest_and_kept_by_it() {
         .await
         .unwrap();
     let cache = tempfile::tempdir().unwrap();
-    let regs = registries(&r, cache.path(), cache.path());
+    // Through the agent's guard: a plain-HTTP registry the operator named is trusted by name.
+    let regs = Registries {
+        guard: Some(Guard::default()),
+        ..registries(&r, cache.path(), cache.path())
+    };
     let b = build(vec![request(&reference)]);
 
     let (first, log) = run(&b, &regs, &no_local()).await;
@@ -157,6 +163,15 @@ async fn the_registry_is_reached_with_the_agents_credentials_and_certificate_tru
         ..anonymous.clone()
     };
     let (ok, _) = run(&b, &right, &no_local()).await;
+    assert_eq!(ok.unwrap()[0].metadata.id, "hello");
+    // Through the agent's guard too: a registry with certificates in certs.d is trusted by
+    // name, its TLS carried in a tunnel.
+    let tunnelled = Registries {
+        guard: Some(Guard::default()),
+        cache_dir: cache.path().join("tunnelled"),
+        ..right.clone()
+    };
+    let (ok, _) = run(&b, &tunnelled, &no_local()).await;
     assert_eq!(ok.unwrap()[0].metadata.id, "hello");
 
     // The certificate is trusted for that registry only because certs.d says so.

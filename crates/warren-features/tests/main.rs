@@ -2,4 +2,5 @@
 
 mod context;
 mod fetch;
+mod guard;
 mod order;

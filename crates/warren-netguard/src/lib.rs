@@ -16,6 +16,8 @@
 //! resolver, and redirects to address literals are checked by the redirect policy, because
 //! an address literal never reaches a resolver.
 
+pub mod proxy;
+
 use ipnet::IpNet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
@@ -27,14 +29,14 @@ use std::time::Duration;
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum GuardError {
     #[error(
-        "{host} does not resolve to a public address; the server fetches only from public \
+        "{host} does not resolve to a public address; Warren fetches only from public \
          addresses unless its operator allows the range"
     )]
     NotPublic { host: String },
     /// Said in the same words as [`GuardError::NotPublic`]: otherwise a user could tell
     /// which internal names the server's resolver knows.
     #[error(
-        "{host} does not resolve to a public address; the server fetches only from public \
+        "{host} does not resolve to a public address; Warren fetches only from public \
          addresses unless its operator allows the range"
     )]
     Unresolved { host: String },

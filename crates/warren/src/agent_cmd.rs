@@ -75,6 +75,17 @@ struct AgentSettings {
         value_name = "REGISTRIES"
     )]
     plain_http_registries: Option<Vec<String>>,
+    /// A special-purpose address range (loopback, private, link-local, …) the agent's own
+    /// fetches of Features may reach (repeat, or comma-separate); the registries above and
+    /// those with certificates in certs.d are trusted by name. None: public addresses only,
+    /// so a configuration cannot make the agent reach what only it reaches.
+    #[arg(
+        long = "outbound-allow",
+        env = "WARREN_AGENT_OUTBOUND_ALLOW",
+        value_delimiter = ',',
+        value_name = "CIDR"
+    )]
+    outbound_allow: Option<Vec<ipnet::IpNet>>,
     /// Kinds a devfile `kubernetes` component may apply, comma-separated (kubernetes
     /// runtime) [default: ConfigMap, Secret, PersistentVolumeClaim, Service, Pod, Deployment,
     /// StatefulSet, Job, CronJob; Ingress and Route publish a workspace past the proxy].
@@ -164,6 +175,7 @@ pub fn build_settings(
     push_secret: Option<String>,
     state_dir: PathBuf,
     plain_http_registries: Vec<String>,
+    outbound_allow: Vec<ipnet::IpNet>,
 ) -> anyhow::Result<Option<BuildSettings>> {
     let Some(registry) = registry.filter(|r| !r.trim().is_empty()) else {
         if engine.is_some() || push_secret.is_some() {
@@ -180,6 +192,7 @@ pub fn build_settings(
         push_secret,
         state_dir,
         plain_http_registries,
+        outbound_allow,
     };
     settings
         .validate()
@@ -213,6 +226,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
                 state_dir,
                 image_builds: s.image_builds.unwrap_or(true),
                 plain_http_registries: s.plain_http_registries.unwrap_or_default(),
+                outbound_allow: s.outbound_allow.unwrap_or_default(),
             },
             RuntimeKind::Kubernetes => RuntimeChoice::Kubernetes {
                 components: component_policy(s.component_kinds, s.component_service_types)?,
@@ -222,6 +236,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
                     s.build_push_secret,
                     state_dir.join("builder"),
                     s.plain_http_registries.unwrap_or_default(),
+                    s.outbound_allow.unwrap_or_default(),
                 )?,
             },
         },
@@ -292,13 +307,14 @@ mod tests {
 
     #[test]
     fn build_settings_need_a_valid_registry() {
-        let none = build_settings(None, None, None, "s".into(), vec![]).unwrap();
+        let none = build_settings(None, None, None, "s".into(), vec![], vec![]).unwrap();
         assert!(none.is_none());
         let e = build_settings(
             None,
             Some("unix:///run/podman.sock".into()),
             None,
             "s".into(),
+            vec![],
             vec![],
         )
         .unwrap_err();
@@ -309,6 +325,7 @@ mod tests {
             None,
             "s".into(),
             vec![],
+            vec![],
         )
         .unwrap_err();
         assert!(format!("{e:#}").contains("without a scheme"), "{e:#}");
@@ -318,6 +335,7 @@ mod tests {
             Some("builds".into()),
             "s".into(),
             vec![],
+            vec![],
         )
         .unwrap_err();
         assert!(format!("{e:#}").contains("namespace/name"), "{e:#}");
@@ -326,6 +344,7 @@ mod tests {
             None,
             Some("warren/push".into()),
             "s".into(),
+            vec![],
             vec![],
         )
         .unwrap()

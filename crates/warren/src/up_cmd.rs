@@ -102,8 +102,9 @@ pub struct UpArgs {
     )]
     pub devfile_registries: Vec<String>,
     /// A special-purpose address range (loopback, private, …) the server may fetch devfile
-    /// parents and Git remotes from on a user's behalf (repeat, or comma-separate); none:
-    /// public addresses only, so a local registry or forge must be named here.
+    /// parents and Git remotes from on a user's behalf, and the agent a dev container's
+    /// Features (repeat, or comma-separate); none: public addresses only, so a local
+    /// registry or forge must be named here.
     #[arg(
         long = "outbound-allow",
         env = "WARREN_OUTBOUND_ALLOW",
@@ -187,6 +188,9 @@ async fn connect_runtime(
         crate::agent_cmd::RuntimeKind::Engine => {
             let mut engine = EngineConfig::new(agent_id, home.join("agent"));
             engine.host = args.engine.clone();
+            // The agent's own fetches (a dev container's Features) are held to the same
+            // ranges as the server's.
+            engine.outbound_allow = args.outbound_allow.clone();
             let runtime = EngineRuntime::connect(engine).await.context(
                 "warren up runs workspaces on Docker or Podman; install one \
                  (e.g. `apt-get install podman`) or point DOCKER_HOST at an engine",
@@ -206,6 +210,7 @@ async fn connect_runtime(
                 args.build_push_secret.clone(),
                 home.join("agent").join("builder"),
                 vec![],
+                args.outbound_allow.clone(),
             )?;
             if let Some(settings) = builds {
                 let builder = ImageBuilder::connect(agent_id, settings)
@@ -285,6 +290,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         None,
         args.build_push_secret.clone(),
         home.join("agent").join("builder"),
+        vec![],
         vec![],
     )?;
 

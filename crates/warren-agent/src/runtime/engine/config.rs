@@ -45,6 +45,11 @@ pub struct EngineConfig {
     /// every other one over HTTPS.
     #[serde(default)]
     pub plain_http_registries: Vec<String>,
+    /// Special-purpose address ranges (loopback, private, …) the agent's own registry
+    /// fetches may reach besides public addresses; the registries above and those with
+    /// certificates in `registry_certs_dir` are trusted by name. Empty: no other.
+    #[serde(default)]
+    pub outbound_allow: Vec<ipnet::IpNet>,
 }
 
 fn default_stop_timeout() -> u32 {
@@ -67,6 +72,7 @@ impl EngineConfig {
             image_builds: default_image_builds(),
             registry_certs_dir: None,
             plain_http_registries: vec![],
+            outbound_allow: vec![],
         }
     }
 

@@ -51,7 +51,7 @@ impl warren_features::LocalFeatures for FromServer {
 
 impl EngineRuntime {
     /// How this agent reaches registries for Features, with the credentials of
-    /// `pull_secrets`.
+    /// `pull_secrets`, held to its outbound guard.
     fn feature_registries(&self, pull_secrets: Vec<String>) -> Registries {
         let dir = self.inner.config.pull_secrets_dir();
         Registries {
@@ -67,6 +67,9 @@ impl EngineRuntime {
                 let c = found.credentials?;
                 Some((c.username?, c.password?))
             }),
+            guard: Some(warren_netguard::Guard::new(
+                self.inner.config.outbound_allow.clone(),
+            )),
         }
     }
 

@@ -48,6 +48,8 @@ pub struct BuildSettings {
     pub state_dir: PathBuf,
     /// Registries the agent reaches over plain HTTP for Features.
     pub plain_http_registries: Vec<String>,
+    /// Special-purpose ranges the agent's fetches of Features may reach.
+    pub outbound_allow: Vec<ipnet::IpNet>,
 }
 
 impl BuildSettings {
@@ -95,6 +97,7 @@ impl ImageBuilder {
         let mut config = EngineConfig::new(agent, &settings.state_dir);
         config.host = settings.engine.clone();
         config.plain_http_registries = settings.plain_http_registries.clone();
+        config.outbound_allow = settings.outbound_allow.clone();
         let engine = EngineRuntime::connect_builder(config)
             .await
             .map_err(BuilderError::Engine)?;

@@ -11,9 +11,9 @@
 //! download it again.
 //!
 //! A configuration names the registry, and the registry names its token realm and its
-//! redirects: all three are held to the agent's outbound guard ([`Registries::guard`], through
-//! a `warren_netguard` proxy the client must go through), so a Feature cannot make the agent
-//! reach the cloud's metadata service or a loopback port. The registries the operator
+//! redirects: all three are held to the agent's outbound guard ([`Registries::guard`]; the
+//! client goes through a `warren_netguard` proxy, as it takes no resolver), so a Feature
+//! cannot make the agent reach the cloud's metadata service or a loopback port. The registries the operator
 //! configured (plain-HTTP ones, those with certificates in `certs.d`) are trusted by name.
 
 use crate::FeatureError;

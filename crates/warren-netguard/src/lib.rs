@@ -1,7 +1,8 @@
 //! Which addresses Warren's own outbound requests may reach on a user's behalf.
 //!
 //! A signed-in user can make the server fetch a URL (a devfile's `parent.uri`, a registry, a
-//! project's Git remote). Without a guard that is server-side request forgery: the server
+//! project's Git remote), and the agent fetch one (a dev container's Features, whose registry
+//! names its own token realm and redirects: [`proxy`]). Without a guard that is server-side request forgery: the server
 //! sits inside the operator's network, so "fetch `http://127.0.0.1:9090/`" or "fetch
 //! `http://169.254.169.254/`" (every cloud's instance credentials) reads what only the server
 //! can reach, and the error text maps the network for the attacker.
@@ -146,7 +147,7 @@ impl Guard {
     /// refused address is refused whole: connecting to "the other one" would let a record
     /// set choose the target.
     pub async fn resolve(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, GuardError> {
-        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        let bare = bare(host);
         if let Ok(ip) = bare.parse::<IpAddr>() {
             return self
                 .check_ip(host, ip)
@@ -227,6 +228,11 @@ impl Guard {
             .no_proxy()
             .connect_timeout(Duration::from_secs(10))
     }
+}
+
+/// `host` without the brackets of an IPv6 literal (`[::1]` → `::1`).
+pub(crate) fn bare(host: &str) -> &str {
+    host.trim_start_matches('[').trim_end_matches(']')
 }
 
 impl reqwest::dns::Resolve for Guard {

@@ -18,7 +18,7 @@
 //! reqwest drops a proxy's credentials from a plain-HTTP redirect it follows, so they could
 //! not be relied on anyway.
 
-use crate::{Guard, GuardError};
+use crate::{bare, Guard, GuardError};
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
@@ -116,11 +116,6 @@ impl Trusted {
     fn admits(&self, host: &str, port: u16) -> bool {
         self.host == bare(host).to_ascii_lowercase() && self.port.is_none_or(|p| p == port)
     }
-}
-
-/// `host` without the brackets of an IPv6 literal.
-fn bare(host: &str) -> &str {
-    host.trim_start_matches('[').trim_end_matches(']')
 }
 
 impl Session {

@@ -36,11 +36,20 @@ events:
 "#;
 
 fn rendered(ws: &Workspace, desired: DesiredState) -> Result<Vec<serde_json::Value>> {
-    let devfile = parse_devfile(DEVFILE).map_err(|e| anyhow::anyhow!("{e}"))?;
     let config = AgentConfig {
         workspace_domain: "ws.example.test".into(),
         ..Default::default()
     };
+    rendered_with(DEVFILE, &config, ws, desired)
+}
+
+fn rendered_with(
+    text: &str,
+    config: &AgentConfig,
+    ws: &Workspace,
+    desired: DesiredState,
+) -> Result<Vec<serde_json::Value>> {
+    let devfile = parse_devfile(text).map_err(|e| anyhow::anyhow!("{e}"))?;
     let variables = [
         ResolvedVariable {
             key: "GREETING".into(),
@@ -57,7 +66,7 @@ fn rendered(ws: &Workspace, desired: DesiredState) -> Result<Vec<serde_json::Val
         workspace_name: ws.name(),
         workspace_id: WorkspaceId(4242),
         agent_id: ws.agent_id,
-        agent_config: &config,
+        agent_config: config,
         project: None,
         resources: None,
         variables: &variables,
@@ -123,5 +132,61 @@ async fn a_rendered_devfile_runs_stops_and_starts() -> Result<()> {
         exec(&ws, "dev", "cat /projects/.prepared")?.trim(),
         "prepared"
     );
+    Ok(())
+}
+
+/// What the agent's admin allows a workspace (a debugger's `SYS_PTRACE`, no seccomp filter)
+/// is what the container's processes have, the terminal's among them; the container that
+/// asked for nothing has nothing.
+#[tokio::test]
+async fn the_exceptions_an_admin_allows_are_what_the_processes_get() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    const DEBUG: &str = r#"
+schemaVersion: 2.2.0
+metadata: {name: debug}
+components:
+  - name: dev
+    attributes:
+      warren.dev/main: true
+      warren.dev/isolation: {capAdd: [SYS_PTRACE], securityOpt: [seccomp=unconfined]}
+    container: {image: localhost/warren-test:latest, command: [sleep, infinity]}
+  - name: tools
+    container: {image: localhost/warren-test:latest, command: [sleep, infinity], mountSources: false}
+"#;
+    let h = Harness::new().await?;
+    let mut ws = Workspace::new("exceptions", h.agent_id);
+    let mut config = AgentConfig::default();
+    config.security.allowed_capabilities = vec!["SYS_PTRACE".into()];
+    config.security.allowed_security_options = vec!["seccomp=unconfined".into()];
+    let objects = rendered_with(DEBUG, &config, &ws, DesiredState::Running)?;
+    ws.key.namespace = objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .and_then(|d| d["metadata"]["namespace"].as_str())
+        .context("namespace")?
+        .to_owned();
+    h.runtime.apply(&ws.key, &objects).await?;
+    wait_state(&h.runtime, &ws, ActualState::Running).await?;
+    // CAP_SYS_PTRACE is bit 19.
+    let status = |c: &str, pid: &str| {
+        exec(
+            &ws,
+            c,
+            &format!("grep -E '^(CapEff|Seccomp):' /proc/{pid}/status"),
+        )
+    };
+    for pid in ["1", "self"] {
+        let dev = status("dev", pid)?;
+        assert!(dev.contains("CapEff:\t0000000000080000"), "{pid}: {dev}");
+        assert!(dev.contains("Seccomp:\t0"), "{pid}: {dev}");
+        let tools = status("tools", pid)?;
+        assert!(
+            tools.contains("CapEff:\t0000000000000000"),
+            "{pid}: {tools}"
+        );
+        assert!(tools.contains("Seccomp:\t2"), "{pid}: {tools}");
+    }
     Ok(())
 }

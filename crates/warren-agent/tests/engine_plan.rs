@@ -179,6 +179,46 @@ fn the_fixture_maps_to_init_containers_and_app_containers_sharing_a_namespace() 
     Ok(())
 }
 
+/// A capability or an unconfined profile is in a workspace's objects only when the agent's
+/// admin allowed it (the server's renderer refuses the rest); the engine gets them as its
+/// options, with every other capability still dropped.
+#[test]
+fn the_exceptions_an_admin_allows_reach_the_engine_as_its_options() -> Result<()> {
+    let ws = workspace();
+    let mut objects = ws.objects();
+    let dep = objects
+        .iter_mut()
+        .find(|o| o["kind"] == "Deployment")
+        .expect("a Deployment");
+    let sc = &mut dep["spec"]["template"]["spec"]["containers"][0]["securityContext"];
+    sc["capabilities"]["add"] = json!(["SYS_PTRACE"]);
+    sc["seccompProfile"] = json!({"type": "Unconfined"});
+    sc["appArmorProfile"] = json!({"type": "Unconfined"});
+    let p = plan_of(&ws, &objects)?;
+    let dev = p.containers.iter().find(|c| c.role == Role::App).unwrap();
+    let hc = dev.body.host_config.as_ref().unwrap();
+    assert_eq!(hc.cap_drop.as_deref(), Some(&["ALL".to_owned()][..]));
+    assert_eq!(hc.cap_add.as_deref(), Some(&["SYS_PTRACE".to_owned()][..]));
+    assert_eq!(
+        hc.security_opt.clone().unwrap_or_default(),
+        [
+            "no-new-privileges",
+            "seccomp=unconfined",
+            "apparmor=unconfined"
+        ]
+    );
+    assert_eq!(hc.privileged, Some(false));
+    // The other container asked for nothing and gets nothing.
+    let tools = p.containers.iter().rfind(|c| c.role == Role::App).unwrap();
+    let hc = tools.body.host_config.as_ref().unwrap();
+    assert_eq!(hc.cap_add, None);
+    assert_eq!(
+        hc.security_opt.clone().unwrap_or_default(),
+        ["no-new-privileges"]
+    );
+    Ok(())
+}
+
 #[test]
 fn the_hash_follows_the_pod_spec_not_the_replicas() -> Result<()> {
     let ws = workspace();

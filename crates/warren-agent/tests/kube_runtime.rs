@@ -1076,7 +1076,7 @@ async fn a_components_objects_never_escape_the_workspace() {
 
 /// A workspace's own namespace carries the API server's PodSecurity labels at the level its
 /// pod meets (`restricted` for Warren's pods; `baseline` when the agent's configuration allows
-/// privilege escalation), added to a namespace made before them; a shared namespace is the
+/// privilege escalation; `privileged` for an exception its admin allowed), added to a namespace made before them; a shared namespace is the
 /// admin's and is left as it is.
 #[tokio::test]
 async fn a_workspaces_own_namespace_is_labelled_for_pod_security_admission() {
@@ -1128,6 +1128,25 @@ async fn a_workspaces_own_namespace_is_labelled_for_pod_security_admission() {
         Some("baseline")
     );
 
+    // An exception the agent's admin allowed (the server renders no other): a capability
+    // and no seccomp filter are beyond `baseline`, so the namespace enforces none.
+    let c = key(&unique("pss-debug"));
+    let mut objects = workspace_objects(&c, agent, 43, 0, false);
+    let deployment = objects
+        .iter_mut()
+        .find(|o| o["kind"] == "Deployment")
+        .unwrap();
+    let sc = &mut deployment["spec"]["template"]["spec"]["containers"][0]["securityContext"];
+    sc["capabilities"]["add"] = json!(["SYS_PTRACE"]);
+    sc["seccompProfile"] = json!({"type": "Unconfined"});
+    runtime.apply(&c, &objects).await.expect("apply");
+    assert_eq!(
+        level(namespaces.get(&c.namespace).await.unwrap())
+            .0
+            .as_deref(),
+        Some("privileged")
+    );
+
     let shared = WorkspaceKey {
         name: unique("pss-shared"),
         namespace: unique("team"),
@@ -1140,7 +1159,7 @@ async fn a_workspaces_own_namespace_is_labelled_for_pod_security_admission() {
         level(namespaces.get(&shared.namespace).await.unwrap()),
         (None, None)
     );
-    for k in [&a, &b, &shared] {
+    for k in [&a, &b, &c, &shared] {
         eventually(60, "the workspace to be terminated", || async {
             let p = runtime.delete(k).await.expect("delete");
             (p == TerminationProgress::Terminated).then_some(p)

@@ -90,6 +90,7 @@ pub fn build(config: &Config, project: &str, notices: &mut Vec<Notice>) -> Value
         "attributes": {"warren.dev/main": true},
         "container": container,
     });
+    isolation_attribute(&mut main, &main_isolation(config, compose));
     let mut components = vec![];
     let mut commands = vec![];
     let mut pre_start = vec![];
@@ -298,6 +299,37 @@ fn healthcheck(component: &mut Value, s: &Service) {
     }
 }
 
+/// A container component's [`warren_devfile::ISOLATION_ATTRIBUTE`], when it asks for anything.
+fn isolation_attribute(component: &mut Value, x: &warren_devfile::IsolationExceptions) {
+    if !x.is_empty() {
+        component["attributes"][warren_devfile::ISOLATION_ATTRIBUTE] =
+            json!({"capAdd": x.cap_add, "securityOpt": x.security_opt});
+    }
+}
+
+/// What the dev container asks beyond the confinement: its own, and (with Compose) its
+/// service's.
+fn main_isolation(
+    config: &Config,
+    compose: Option<&crate::compose::Compose>,
+) -> warren_devfile::IsolationExceptions {
+    let mut isolation = config.isolation.clone();
+    if let Some(c) = compose {
+        let own = &c.services[c.main].isolation;
+        for cap in &own.cap_add {
+            if !isolation.cap_add.contains(cap) {
+                isolation.cap_add.push(cap.clone());
+            }
+        }
+        for o in &own.security_opt {
+            if !isolation.security_opt.contains(o) {
+                isolation.security_opt.push(o.clone());
+            }
+        }
+    }
+    isolation
+}
+
 /// The components of a Compose service beside the dev container: its container, and the
 /// `image` component building its image when it has a `build`.
 fn service_components(
@@ -346,6 +378,7 @@ fn service_components(
     resources(&mut container, s, false, false);
     let mut component = json!({"name": s.name, "container": container});
     healthcheck(&mut component, s);
+    isolation_attribute(&mut component, &s.isolation);
     let mut out = vec![component];
     if let Some(b) = &s.build {
         let mut dockerfile = json!({"uri": b.dockerfile, "buildContext": b.context});

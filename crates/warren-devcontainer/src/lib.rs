@@ -20,6 +20,7 @@ pub mod compose;
 mod customizations;
 pub mod devfile;
 pub mod features;
+mod isolation;
 pub mod jsonc;
 pub mod lifecycle;
 pub mod properties;

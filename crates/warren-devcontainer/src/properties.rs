@@ -72,6 +72,8 @@ pub struct Config {
     pub args: Vec<String>,
     /// `customizations.vscode`, for the injected editor.
     pub editor: Option<warren_devfile::EditorCustomizations>,
+    /// `capAdd`, `securityOpt` and those given in `runArgs` (`crate::isolation`).
+    pub isolation: warren_devfile::IsolationExceptions,
 }
 
 /// Reads `value` (an object, variables already substituted).
@@ -106,6 +108,7 @@ pub fn read(
         command: vec![],
         args: vec![],
         editor: None,
+        isolation: Default::default(),
     };
     // Attributes first: the ports read later are labelled with them.
     if let Some(v) = top.get("portsAttributes") {
@@ -357,10 +360,15 @@ impl Reader<'_> {
                     self.refuse(key, "a privileged container", "it would reach the machine and the other tenants' workspaces");
                 }
             }
-            "capAdd" | "securityOpt" => self.isolation_list(key, v),
-            "runArgs" => {
-                if v.as_array().is_some_and(|a| !a.is_empty()) || !v.is_array() {
-                    self.refuse(key, "`runArgs` (options of `docker run`)", "Warren starts the container itself, on Podman, Docker or Kubernetes, with its isolation; say what they do with the configuration's own properties");
+            "capAdd" | "securityOpt" | "runArgs" => {
+                let mut out = crate::isolation::Out {
+                    problems: &mut self.problems,
+                    notices: &mut *self.notices,
+                    isolation: &mut config.isolation,
+                };
+                match key {
+                    "runArgs" => crate::isolation::run_args(&mut out, v, &mut config.env),
+                    _ => out.list(key, v, key == "capAdd"),
                 }
             }
             "initializeCommand" => self.refuse(
@@ -417,24 +425,6 @@ impl Reader<'_> {
                 other,
                 "not a property of the dev container specification (a misspelling, or another tool's): ignored",
             ),
-        }
-    }
-
-    fn isolation_list(&mut self, key: &str, v: &Value) {
-        let Some(items) = v.as_array() else {
-            self.wrong_type(key, "an array", v);
-            return;
-        };
-        for (i, item) in items.iter().enumerate() {
-            let what = match key {
-                "capAdd" => format!("the capability {item}"),
-                _ => format!("the security option {item}"),
-            };
-            self.refuse(
-                &format!("{key}[{i}]"),
-                &what,
-                "workspaces run with no added capabilities and the engine's default confinement, so that one tenant cannot reach another's",
-            );
         }
     }
 

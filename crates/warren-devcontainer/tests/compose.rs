@@ -211,6 +211,96 @@ fn the_files_read_are_named_before_they_are_given() {
     );
 }
 
+/// A service written once: `include` adds another file's services and volumes, `extends`
+/// merges a service (of the same document or of a file beside it) under another, as Compose
+/// does, before the services are read; the files are asked for before they are given.
+#[test]
+fn include_and_extends_are_resolved_as_compose_resolves_them() {
+    let config = r#"{"dockerComposeFile": "docker-compose.yml", "service": "app"}"#;
+    let main = "include: [db.yml]\nservices:\n  app:\n    extends: {file: common.yml, service: job}\n    image: x\n    environment: {B: '3'}\n  worker:\n    extends: app\n    command: [run]\n";
+    let common = "services:\n  job:\n    image: z\n    environment: {B: '2', C: '4'}\n";
+    let db = "services:\n  db:\n    image: postgres:16\n    volumes: [data:/var/lib/postgresql/data]\nvolumes:\n  data: {}\n";
+    let files = [
+        (".devcontainer/docker-compose.yml", main),
+        (".devcontainer/common.yml", common),
+        (".devcontainer/db.yml", db),
+    ];
+    let (_, d) = ok(config, &files);
+    let env = |name: &str| -> Vec<(String, String)> {
+        let c = d
+            .containers
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("{name}"));
+        c.env
+            .iter()
+            .filter(|e| e.name.len() == 1)
+            .map(|e| (e.name.clone(), e.value.clone()))
+            .collect()
+    };
+    let both = vec![
+        ("B".to_owned(), "3".to_owned()),
+        ("C".to_owned(), "4".to_owned()),
+    ];
+    assert_eq!(env("app"), both);
+    assert_eq!(env("worker"), both, "extends what app extends, too");
+    let image = |name: &str| {
+        d.containers
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap()
+            .image
+            .clone()
+    };
+    assert_eq!(
+        (image("app"), image("worker"), image("db")),
+        ("x".into(), "x".into(), "postgres:16".into())
+    );
+    assert_eq!(
+        d.containers
+            .iter()
+            .find(|c| c.name == "worker")
+            .unwrap()
+            .args,
+        ["run"]
+    );
+
+    // Asked for before they are given.
+    let env = BTreeMap::new();
+    let given: BTreeMap<String, String> = [files[0]]
+        .iter()
+        .map(|(p, t)| (p.to_string(), t.to_string()))
+        .collect();
+    let named: Vec<String> = needed_files(&Input {
+        text: config,
+        path: ".devcontainer/devcontainer.json",
+        project: "shop",
+        local_env: &env,
+        secrets: &NO_SECRETS,
+        files: &given,
+    })
+    .into_iter()
+    .map(|n| n.path)
+    .collect();
+    for f in [".devcontainer/db.yml", ".devcontainer/common.yml"] {
+        assert!(named.contains(&f.to_owned()), "{f}: {named:?}");
+    }
+
+    // A cycle, a service defined twice, a file elsewhere, a base that is not there.
+    for (compose, extra, want) in [
+        ("services:\n  app:\n    extends: b\n  b:\n    extends: app\n", None, "services.app.extends: a chain of `extends` that does not end: app → b → app"),
+        ("include: [db.yml]\nservices:\n  app: {image: x}\n  db: {image: y}\n", Some((".devcontainer/db.yml", db)), "include[0]: .devcontainer/db.yml defines services.db, which this project defines already"),
+        ("include: [../db.yml]\nservices:\n  app: {image: x}\n", Some(("db.yml", db)), "include[0]: a Compose file in another folder (db.yml) is not supported by Warren"),
+        ("services:\n  app:\n    extends: {service: nowhere}\n", None, "services.app.extends: \"nowhere\" is not a service"),
+        ("include: [docker-compose.yml]\nservices:\n  app: {image: x}\n", None, "include[0]: includes itself again"),
+    ] {
+        let mut files = vec![(".devcontainer/docker-compose.yml", compose)];
+        files.extend(extra);
+        let p = problems(config, &files);
+        assert!(p.iter().any(|p| p.starts_with(want)), "{compose}: {p:#?}");
+    }
+}
+
 const HEALTHY: &str = r#"
 x-db: &db
   image: postgres:16
@@ -334,7 +424,8 @@ fn what_would_reach_past_the_workspace_is_refused_by_name() {
     let config = r#"{"dockerComposeFile": "docker-compose.yml", "service": "app"}"#;
     let cases: &[(&str, &str)] = &[
         ("privileged: true", "services.app.privileged: `privileged` is not supported by Warren"),
-        ("cap_add: [SYS_ADMIN]", "services.app.cap_add: `cap_add` is not supported by Warren"),
+        ("cap_add: [ALL]", "services.app.cap_add[0]: `ALL` is every capability"),
+        ("security_opt: [label=disable]", "services.app.security_opt[0]: the security option \"label=disable\" is not supported by Warren"),
         ("network_mode: host", "services.app.network_mode: `network_mode: \"host\"` is not supported by Warren"),
         ("volumes: [/var/run/docker.sock:/var/run/docker.sock]", "services.app.volumes[0]: a bind mount of \"/var/run/docker.sock\" is not supported by Warren"),
         ("devices: [/dev/kvm]", "services.app.devices: `devices` is not supported by Warren"),
@@ -354,6 +445,22 @@ fn what_would_reach_past_the_workspace_is_refused_by_name() {
         p[0].starts_with("volumes.v.external: an external volume is not supported by Warren"),
         "{p:#?}"
     );
+}
+
+/// A service's `cap_add` and `security_opt` are asked of the agent's admin, as the dev
+/// container's own `capAdd` and `securityOpt` are; the dev container's service gets both.
+#[test]
+fn capabilities_of_services_are_asked_of_the_agents_admin() {
+    let config =
+        r#"{"dockerComposeFile": "docker-compose.yml", "service": "app", "capAdd": ["NET_ADMIN"]}"#;
+    let compose = "services:\n  app:\n    image: x\n    cap_add: [SYS_PTRACE]\n  db:\n    image: y\n    security_opt: [\"seccomp:unconfined\"]\n";
+    let (_, d) = ok(config, &[(".devcontainer/docker-compose.yml", compose)]);
+    let app = d.containers.iter().find(|c| c.main).unwrap();
+    assert_eq!(app.isolation.cap_add, ["NET_ADMIN", "SYS_PTRACE"]);
+    assert!(app.isolation.security_opt.is_empty());
+    let db = d.containers.iter().find(|c| c.name == "db").unwrap();
+    assert!(db.isolation.cap_add.is_empty());
+    assert_eq!(db.isolation.security_opt, ["seccomp=unconfined"]);
 }
 
 #[test]

@@ -317,9 +317,9 @@ fn isolation_breaking_properties_are_refused_by_name() {
         r#"{
         "image": "busybox",
         "privileged": true,
-        "capAdd": ["SYS_PTRACE"],
-        "securityOpt": ["seccomp=unconfined"],
-        "runArgs": ["--network=host"],
+        "capAdd": ["ALL", "SYS_PTRACE"],
+        "securityOpt": ["seccomp=/home/me/profile.json", "label=disable"],
+        "runArgs": ["--network=host", "--privileged", "-v", "/:/host"],
         "initializeCommand": "docker login",
         "mounts": ["source=/var/run/docker.sock,target=/var/run/docker.sock,type=bind"]
     }"#,
@@ -332,16 +332,87 @@ fn isolation_breaking_properties_are_refused_by_name() {
             "initializeCommand",
             "mounts[0]",
             "privileged",
-            "runArgs",
-            "securityOpt[0]"
+            "runArgs[0]",
+            "runArgs[1]",
+            "runArgs[2]",
+            "securityOpt[0]",
+            "securityOpt[1]"
         ]
     );
-    assert!(p.0.iter().all(|e| e.is_unsupported()), "{p}");
     assert!(
-        p.to_string()
-            .contains("a bind mount of \"/var/run/docker.sock\""),
+        p.0.iter()
+            .filter(|e| e.path != "capAdd[0]")
+            .all(|e| e.is_unsupported()),
         "{p}"
     );
+    let text = p.to_string();
+    assert!(text.contains("`ALL` is every capability"), "{text}");
+    assert!(
+        text.contains("a bind mount of \"/var/run/docker.sock\""),
+        "{text}"
+    );
+    assert!(text.contains("profile file"), "{text}");
+}
+
+/// The debugger's wishes of the language templates (`--cap-add=SYS_PTRACE --security-opt
+/// seccomp=unconfined`), in properties or in `runArgs`, travel to the agent, which gives them
+/// when its admin allows them; `runArgs` that have a property of their own become it.
+#[test]
+fn capabilities_and_security_options_are_asked_of_the_agents_admin() {
+    let (d, c) = ok(r#"{
+        "image": "busybox",
+        "capAdd": ["sys_ptrace"],
+        "runArgs": ["--cap-add=SYS_PTRACE", "--cap-add", "NET_ADMIN", "--security-opt", "seccomp:unconfined",
+                    "-e", "MODE=debug", "--init", "--name", "mine", "--shm-size=2g"]
+    }"#);
+    let main = d.main_container();
+    assert_eq!(main.isolation.cap_add, ["SYS_PTRACE", "NET_ADMIN"]);
+    assert_eq!(main.isolation.security_opt, ["seccomp=unconfined"]);
+    assert!(
+        main.env
+            .iter()
+            .any(|e| e.name == "MODE" && e.value == "debug"),
+        "{:?}",
+        main.env
+    );
+    let noticed: Vec<&str> = c.notices.iter().map(|n| n.path.as_str()).collect();
+    for path in [
+        "capAdd[0]",
+        "runArgs[1]",
+        "runArgs[3]",
+        "runArgs[7]",
+        "runArgs[8]",
+        "runArgs[10]",
+    ] {
+        assert!(noticed.contains(&path), "{path}: {:?}", c.notices);
+    }
+    assert!(
+        c.notices
+            .iter()
+            .any(|n| n.message.contains("security.allowed_capabilities")),
+        "{:?}",
+        c.notices
+    );
+    // Without a value, or with one of the user's machine, or an option Warren does not know.
+    for (args, path, wanted) in [
+        (r#"["--cap-add"]"#, "runArgs[0]", "needs a value"),
+        (r#"["-e", "TOKEN"]"#, "runArgs[0]", "${localEnv:TOKEN}"),
+        (
+            r#"["--frobnicate"]"#,
+            "runArgs[0]",
+            "the `docker run` option --frobnicate",
+        ),
+        (r#"["busybox"]"#, "runArgs[0]", "not an option"),
+        (r#"["--gpus", "all"]"#, "runArgs[0]", "GPU"),
+        (r#""--privileged""#, "runArgs", "an array"),
+    ] {
+        let p = refused(&format!(r#"{{ "image": "busybox", "runArgs": {args} }}"#));
+        let e = one(&p);
+        assert!(
+            e.starts_with(&format!("{path}: ")) && e.contains(wanted),
+            "{args}: {e}"
+        );
+    }
 }
 
 #[test]

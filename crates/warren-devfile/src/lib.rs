@@ -24,14 +24,15 @@ mod yaml;
 
 pub use model::{
     under_sources, Command, CommandAction, Container, Devfile, DevfileEndpoint, DevfileProject,
-    EditorCustomizations, EnvVar, Exposure, Healthcheck, ImageComponent, ManifestComponent,
-    ManifestSource, Notice, ProjectOrigin, Protocol, Volume, VolumeMount, MAX_COMPOSITE_DEPTH,
+    EditorCustomizations, EnvVar, Exposure, Healthcheck, ImageComponent, IsolationExceptions,
+    ManifestComponent, ManifestSource, Notice, ProjectOrigin, Protocol, Volume, VolumeMount,
+    MAX_COMPOSITE_DEPTH,
 };
 pub use parse::check_structure;
 pub use render::{
-    exec_command_script, protected_egress, render, Endpoint, ProjectSource, RenderError,
-    RenderRequest, Rendered, ResolvedVariable, FILES_MOUNT_PATH, PROTECTED_EGRESS,
-    SCRIPTS_MOUNT_PATH,
+    check_rendered_isolation, exec_command_script, protected_egress, render, Endpoint,
+    ProjectSource, RenderError, RenderRequest, Rendered, ResolvedVariable, FILES_MOUNT_PATH,
+    PROTECTED_EGRESS, SCRIPTS_MOUNT_PATH,
 };
 pub use yaml::{is_static_object, objects_to_yaml, set_replicas};
 
@@ -56,6 +57,12 @@ pub const HOST_ALIASES_ATTRIBUTE: &str = "warren.dev/host-aliases";
 /// Attribute of a container component: a [`Healthcheck`]; the containers after it
 /// start once it passes (a Compose `depends_on` with `condition: service_healthy`).
 pub const HEALTHCHECK_ATTRIBUTE: &str = "warren.dev/healthcheck";
+
+/// Attribute of a container component: an [`IsolationExceptions`], what the container asks
+/// beyond the confinement every workspace container gets (a dev container's `capAdd` and
+/// `securityOpt` travel in it). The workspace is refused unless its agent's admin allows each
+/// value (`security.allowed_capabilities`, `security.allowed_security_options`).
+pub const ISOLATION_ATTRIBUTE: &str = "warren.dev/isolation";
 
 /// Top-level attribute: an [`EditorCustomizations`] for the injected editor (a dev
 /// container's `customizations.vscode` travels in it).

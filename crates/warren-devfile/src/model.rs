@@ -299,6 +299,29 @@ pub struct Container {
     /// [`crate::HEALTHCHECK_ATTRIBUTE`]: the containers after this one start once it passes.
     #[serde(default)]
     pub healthcheck: Option<Healthcheck>,
+    /// [`crate::ISOLATION_ATTRIBUTE`]: what it asks beyond the locked-down context.
+    #[serde(default)]
+    pub isolation: IsolationExceptions,
+}
+
+/// Capabilities and security options a container asks for beyond the confinement of every
+/// workspace container, in the engines' one spelling ([`warren_types::isolation`]); rendered
+/// only when the agent's admin allows each.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct IsolationExceptions {
+    /// Capability names without `CAP_` (`SYS_PTRACE`).
+    #[serde(default)]
+    pub cap_add: Vec<String>,
+    /// `seccomp=unconfined`, `apparmor=unconfined`.
+    #[serde(default)]
+    pub security_opt: Vec<String>,
+}
+
+impl IsolationExceptions {
+    pub fn is_empty(&self) -> bool {
+        self.cap_add.is_empty() && self.security_opt.is_empty()
+    }
 }
 
 /// A command that says whether a container's service is up (a Compose `healthcheck`): the

@@ -252,3 +252,90 @@ events:
         assert!(p.contains("attributes.warren.dev/wait-for"), "{bad}: {p}");
     }
 }
+
+const ISOLATED: &str = r#"
+schemaVersion: 2.2.0
+metadata: {name: debug}
+components:
+  - name: tools
+    attributes:
+      warren.dev/isolation: {capAdd: [cap_sys_ptrace], securityOpt: ["seccomp:unconfined"]}
+    container: {image: "localhost/warren-test:latest"}
+  - name: db
+    container: {image: "postgres:16", mountSources: false}
+"#;
+
+/// A container's `warren.dev/isolation` is refused at render unless the agent's admin allows
+/// each value; allowed, it is in that container's security context only, every other
+/// capability still dropped.
+#[test]
+fn capabilities_and_security_options_are_the_agents_admin_to_allow() {
+    let d = parse_devfile(ISOLATED).unwrap_or_else(|e| panic!("{e}"));
+    let tools = d.container("tools").unwrap();
+    assert_eq!(tools.isolation.cap_add, ["SYS_PTRACE"]);
+    assert_eq!(tools.isolation.security_opt, ["seccomp=unconfined"]);
+
+    let mut cfg = AgentConfig::default();
+    let e = render(&d, &request(&cfg, &[])).unwrap_err().to_string();
+    assert!(
+        e.contains("container \"tools\" asks for the capability SYS_PTRACE, which this agent does not allow")
+            && e.contains("security.allowed_capabilities"),
+        "{e}"
+    );
+    cfg.security.allowed_capabilities = vec!["CAP_SYS_PTRACE".into()];
+    let e = render(&d, &request(&cfg, &[])).unwrap_err().to_string();
+    assert!(
+        e.contains("the security option seccomp=unconfined")
+            && e.contains("security.allowed_security_options"),
+        "{e}"
+    );
+    cfg.security.allowed_security_options = vec!["seccomp=unconfined".into()];
+    let r = render(&d, &request(&cfg, &[])).unwrap_or_else(|e| panic!("{e}"));
+    let dep = r
+        .objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .unwrap();
+    let containers = dep["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap();
+    let sc = |name: &str| {
+        containers
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("{name}"))["securityContext"]
+            .clone()
+    };
+    let tools = sc("tools");
+    assert_eq!(tools["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    assert_eq!(
+        tools["capabilities"]["add"],
+        serde_json::json!(["SYS_PTRACE"])
+    );
+    assert_eq!(tools["seccompProfile"]["type"], "Unconfined");
+    assert_eq!(tools["privileged"], false);
+    assert_eq!(tools["allowPrivilegeEscalation"], false);
+    let db = sc("db");
+    assert!(db["capabilities"]["add"].is_null(), "{db}");
+    assert!(db["seccompProfile"].is_null(), "{db}");
+
+    for (attr, wanted) in [
+        ("{capAdd: [ALL]}", "capAdd[0]: `ALL` is every capability"),
+        (
+            "{capAdd: [PTRACE]}",
+            "capAdd[0]: \"PTRACE\" is not a Linux capability",
+        ),
+        (
+            "{securityOpt: [label=disable]}",
+            "securityOpt[0]: \"label=disable\"",
+        ),
+        ("{privileged: true}", "expected {capAdd"),
+    ] {
+        let text = ISOLATED.replace(
+            "{capAdd: [cap_sys_ptrace], securityOpt: [\"seccomp:unconfined\"]}",
+            attr,
+        );
+        let e = problems(&text);
+        assert!(e.contains(wanted), "{attr}: {e}");
+    }
+}

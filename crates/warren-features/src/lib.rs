@@ -7,8 +7,9 @@
 //!    agent's credentials and trusted certificates, cached by digest; a local one through
 //!    [`LocalFeatures`], which the agent answers from the server), and its
 //!    `devcontainer-feature.json` read ([`metadata`]): what Warren cannot honour inside a
-//!    workspace's isolation (`privileged`, `capAdd`, `securityOpt`, `mounts`, `entrypoint`) is
-//!    refused by name;
+//!    workspace's isolation (`privileged`, `mounts`, `entrypoint`) is refused by name; its
+//!    `capAdd` and `securityOpt` are not given, with a note in the build's log (the
+//!    configuration's own may ask for them);
 //! 2. `dependsOn` is followed (recursively, the same Feature with the same options only once),
 //!    and the set ordered by the specification's round-based algorithm ([`order`]);
 //! 3. the build context is made: a Dockerfile `FROM` the base that copies each Feature in and

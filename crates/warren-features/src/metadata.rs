@@ -87,6 +87,21 @@ pub fn parse(source: &FeatureSource, text: &str) -> Result<Metadata, FeatureErro
         not_applied: vec![],
     };
     refuse_isolation(source, &top)?;
+    for key in ["capAdd", "securityOpt"] {
+        if let Some(items) = top
+            .get(key)
+            .and_then(Value::as_array)
+            .filter(|a| !a.is_empty())
+        {
+            let list: Vec<String> = items.iter().map(|i| i.to_string()).collect();
+            // Mostly debuggers' wishes (the Go, Rust and C++ Features): the Feature works
+            // without them, and refusing it would refuse the languages' own Features.
+            m.not_applied.push(format!(
+                "its `{key}` {} is not given to the container: a Feature cannot widen the workspace's confinement; the dev container's own `{key}` may ask for it, which the agent's admin may allow",
+                list.join(", ")
+            ));
+        }
+    }
     if let Some(v) = top.get("options") {
         m.options = options(source, v)?;
     }
@@ -141,7 +156,8 @@ pub fn parse(source: &FeatureSource, text: &str) -> Result<Metadata, FeatureErro
     Ok(m)
 }
 
-/// What a Feature may ask of the container that Warren does not give any workspace.
+/// What a Feature may ask of the container that Warren does not give any workspace (its
+/// `capAdd` and `securityOpt` are only noted as not given: see [`parse`]).
 fn refuse_isolation(
     source: &FeatureSource,
     top: &serde_json::Map<String, Value>,
@@ -156,19 +172,6 @@ fn refuse_isolation(
             "a privileged container (`privileged`)",
             "it would reach the machine and the other tenants' workspaces",
         ));
-    }
-    for key in ["capAdd", "securityOpt"] {
-        if let Some(items) = top
-            .get(key)
-            .and_then(Value::as_array)
-            .filter(|a| !a.is_empty())
-        {
-            let list: Vec<String> = items.iter().map(|i| i.to_string()).collect();
-            return Err(refuse(
-                &format!("`{key}` {}", list.join(", ")),
-                "workspaces run with no added capabilities and the engine's default confinement, so that one tenant cannot reach another's",
-            ));
-        }
     }
     if top
         .get("mounts")

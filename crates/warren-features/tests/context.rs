@@ -274,8 +274,6 @@ fn a_compressed_archive_is_read_and_a_bomb_is_stopped() {
 fn metadata_that_would_reach_past_the_isolation_is_refused_by_name() {
     for (extra, what) in [
         (r#""privileged": true"#, "privileged"),
-        (r#""capAdd": ["SYS_PTRACE"]"#, "capAdd"),
-        (r#""securityOpt": ["seccomp=unconfined"]"#, "securityOpt"),
         (
             r#""mounts": [{"source": "/var/run/docker.sock", "target": "/var/run/docker.sock", "type": "bind"}]"#,
             "mounts",
@@ -292,6 +290,20 @@ fn metadata_that_would_reach_past_the_isolation_is_refused_by_name() {
             "{extra}: {e}"
         );
     }
+    // The Go, Rust and C++ Features ask for a debugger's rights: installed without them, said.
+    let go = parse(
+        &source("go"),
+        r#"{"id": "go", "version": "1", "name": "Go", "capAdd": ["SYS_PTRACE"], "securityOpt": ["seccomp=unconfined"]}"#,
+    )
+    .expect("installed");
+    assert_eq!(go.not_applied.len(), 2, "{:?}", go.not_applied);
+    assert!(
+        go.not_applied[0].contains("`capAdd` \"SYS_PTRACE\" is not given")
+            && go.not_applied[1].contains("seccomp=unconfined")
+            && go.not_applied[1].contains("the dev container's own `securityOpt`"),
+        "{:?}",
+        go.not_applied
+    );
     for (text, wanted) in [
         (r#"{"version": "1", "name": "x"}"#, "no `id`"),
         (

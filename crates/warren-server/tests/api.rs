@@ -7,12 +7,6 @@ use common::*;
 use reqwest::Method;
 use serde_json::{json, Value};
 
-fn msg(b: &Value) -> &str {
-    b["error"]["message"]
-        .as_str()
-        .unwrap_or_else(|| panic!("not an API error: {b}"))
-}
-
 #[tokio::test]
 async fn authentication_scopes_and_json_errors() {
     for db in databases() {

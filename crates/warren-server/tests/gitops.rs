@@ -7,17 +7,11 @@ use crate::common;
 
 use common::*;
 use reqwest::Method;
-use serde_json::{json, Value};
+use serde_json::json;
 use sqlx::Row;
 
 const TOKEN: &str = "glpat-never-shown-0123456789";
 const HOOK: &str = "webhook-secret-never-shown-42";
-
-fn msg(b: &Value) -> &str {
-    b["error"]["message"]
-        .as_str()
-        .unwrap_or_else(|| panic!("not an API error: {b}"))
-}
 
 /// Every text column of the GitOps tables, for checking that no secret is stored in clear.
 async fn stored_text(s: &TestServer) -> String {

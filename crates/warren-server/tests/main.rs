@@ -14,6 +14,7 @@ mod api;
 mod backup;
 mod builds;
 mod concurrency;
+mod exceptions;
 mod fuzz_api;
 mod gitops;
 mod layers;

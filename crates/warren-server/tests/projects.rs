@@ -14,12 +14,6 @@ use warren_testkit::git_http::{have_git, GitHttpServer};
 
 const PASSWORD: &str = "s3cret-git-pass";
 
-fn msg(b: &Value) -> &str {
-    b["error"]["message"]
-        .as_str()
-        .unwrap_or_else(|| panic!("not an API error: {b}"))
-}
-
 #[tokio::test]
 async fn a_private_repository_with_only_a_devfile_path() {
     if !have_git() {

@@ -295,6 +295,32 @@ pub struct SecurityConfig {
     pub runtime_class_name: Option<String>,
     /// Run pods in a user namespace (`hostUsers: false`).
     pub use_user_namespaces: bool,
+    /// Capabilities a workspace may add when its definition asks (a dev container's
+    /// `capAdd`), each named (`SYS_PTRACE`); none by default. On Podman and Docker the
+    /// workspace's processes get them; Kubernetes gives a non-root container's processes
+    /// no added capability (no ambient set), so there they reach only the bounding set.
+    pub allowed_capabilities: Vec<String>,
+    /// Security options a workspace may run with when its definition asks (a dev
+    /// container's `securityOpt`): `seccomp=unconfined`, `apparmor=unconfined`; none by
+    /// default.
+    pub allowed_security_options: Vec<String>,
+}
+
+impl SecurityConfig {
+    /// Whether the admin allows capability `cap` (a name of
+    /// [`crate::isolation::CAPABILITIES`]), however the list spells it.
+    pub fn allows_capability(&self, cap: &str) -> bool {
+        self.allowed_capabilities
+            .iter()
+            .any(|a| crate::isolation::capability(a) == Ok(cap))
+    }
+
+    /// Whether the admin allows security option `opt`, however the list spells it.
+    pub fn allows_security_option(&self, opt: crate::isolation::SecurityOption) -> bool {
+        self.allowed_security_options
+            .iter()
+            .any(|a| crate::isolation::SecurityOption::parse(a) == Ok(opt))
+    }
 }
 
 impl Default for SecurityConfig {
@@ -305,6 +331,8 @@ impl Default for SecurityConfig {
             allow_privilege_escalation: false,
             runtime_class_name: None,
             use_user_namespaces: false,
+            allowed_capabilities: Vec::new(),
+            allowed_security_options: Vec::new(),
         }
     }
 }

@@ -13,6 +13,7 @@ pub mod git;
 pub mod gitops;
 pub mod ids;
 pub mod internal;
+pub mod isolation;
 pub mod lifecycle;
 pub mod quantity;
 pub mod reconcile;

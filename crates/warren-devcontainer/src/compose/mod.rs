@@ -18,11 +18,14 @@
 //!
 //! Compose's own variables are substituted from the workspace's variables and the `.env`
 //! file beside the first Compose file. Several Compose files are merged in order, as
-//! `docker compose -f a -f b` does. Whatever would reach past the workspace's isolation
-//! (`privileged`, capabilities, host devices, host networking, bind mounts of the machine's
-//! folders) is refused by name; what Warren does differently is said in a notice.
+//! `docker compose -f a -f b` does; then `include` and services' `extends` are resolved
+//! (`extends`). Whatever would reach past the workspace's isolation
+//! (`privileged`, host devices, host networking, bind mounts of the machine's folders) is
+//! refused by name; `cap_add` and `security_opt` are given when the agent's admin allows each
+//! value (`crate::isolation`); what Warren does differently is said in a notice.
 
 pub(crate) mod config;
+mod extends;
 mod health;
 mod interpolate;
 mod service;
@@ -117,10 +120,26 @@ pub fn needed_files(top: &Value, input: &Input<'_>) -> Vec<Needed> {
         path: join(project, ".env").unwrap_or_default(),
         optional: true,
     });
-    for f in &files {
-        let Some(doc) = input.files.get(f).and_then(|t| parse(t, f).ok()) else {
+    // The files `include` and `extends` name are read too, and what they name in turn.
+    let mut read = files.clone();
+    let mut i = 0;
+    while i < read.len() {
+        let f = read[i].clone();
+        i += 1;
+        let Some(doc) = input.files.get(&f).and_then(|t| parse(t, &f).ok()) else {
             continue;
         };
+        for rel in extends::named_files(&doc) {
+            if let Ok(path) = join(project, &rel) {
+                if !read.contains(&path) {
+                    read.push(path.clone());
+                    out.push(Needed {
+                        path,
+                        optional: false,
+                    });
+                }
+            }
+        }
         for s in doc
             .get("services")
             .and_then(Value::as_object)
@@ -204,6 +223,37 @@ fn merge(a: &mut Value, b: Value, key: &str) {
     }
 }
 
+/// Every string of `v` (and every mapping key) with Compose's variables substituted.
+fn substitute(
+    v: Value,
+    path: &str,
+    values: &interpolate::Values<'_>,
+    unset: &mut Vec<String>,
+) -> Result<Value, Problem> {
+    Ok(match v {
+        Value::String(s) => Value::String(interpolate::substitute(&s, path, values, unset)?),
+        Value::Array(a) => Value::Array(
+            a.into_iter()
+                .enumerate()
+                .map(|(i, v)| substitute(v, &format!("{path}[{i}]"), values, unset))
+                .collect::<Result<_, _>>()?,
+        ),
+        Value::Object(m) => {
+            let mut out = serde_json::Map::new();
+            for (k, v) in m {
+                // Extension fields (`x-…`) hold anchors' sources; nothing reads them.
+                if k.starts_with("x-") {
+                    continue;
+                }
+                let p = format!("{path}.{k}");
+                out.insert(k, substitute(v, &p, values, unset)?);
+            }
+            Value::Object(out)
+        }
+        other => other,
+    })
+}
+
 /// A list of `NAME=value` (or `NAME`, which Compose takes from the shell: left unset) as
 /// the mapping it stands for.
 fn as_mapping(v: &mut Value) {
@@ -256,10 +306,22 @@ impl Reading<'_, '_> {
                 ));
                 continue;
             };
-            match parse(text, f).and_then(|v| self.substitute(v, f, &values, &mut unset)) {
+            match parse(text, f).and_then(|v| substitute(v, f, &values, &mut unset)) {
                 Ok(v) => merge(&mut merged, v, ""),
                 Err(p) => self.problems.push(p),
             }
+        }
+        if self.problems.is_empty() {
+            let mut loader = extends::Loader {
+                project: &project,
+                files: self.input.files,
+                values: &values,
+                unset: &mut unset,
+                problems: &mut *self.problems,
+                loaded: BTreeMap::new(),
+            };
+            loader.include(&mut merged, &mut files.clone());
+            loader.extends(&mut merged);
         }
         if !self.problems.is_empty() {
             return None;
@@ -280,38 +342,6 @@ impl Reading<'_, '_> {
         });
     }
 
-    /// Every string of `v` (and every mapping key) with Compose's variables substituted.
-    fn substitute(
-        &mut self,
-        v: Value,
-        path: &str,
-        values: &interpolate::Values<'_>,
-        unset: &mut Vec<String>,
-    ) -> Result<Value, Problem> {
-        Ok(match v {
-            Value::String(s) => Value::String(interpolate::substitute(&s, path, values, unset)?),
-            Value::Array(a) => Value::Array(
-                a.into_iter()
-                    .enumerate()
-                    .map(|(i, v)| self.substitute(v, &format!("{path}[{i}]"), values, unset))
-                    .collect::<Result<_, _>>()?,
-            ),
-            Value::Object(m) => {
-                let mut out = serde_json::Map::new();
-                for (k, v) in m {
-                    // Extension fields (`x-…`) hold anchors' sources; nothing reads them.
-                    if k.starts_with("x-") {
-                        continue;
-                    }
-                    let p = format!("{path}.{k}");
-                    out.insert(k, self.substitute(v, &p, values, unset)?);
-                }
-                Value::Object(out)
-            }
-            other => other,
-        })
-    }
-
     /// The merged document: its top-level keys, its services read, the ones that run chosen
     /// and ordered.
     fn document(
@@ -326,10 +356,10 @@ impl Reading<'_, '_> {
             match key.as_str() {
                 "services" | "volumes" | "version" | "name" => {}
                 "networks" => self.notice("networks", "the services share the workspace's one network, where each reaches the others by name; the networks are not made"),
-                "secrets" | "configs" | "include" => self.problems.push(unsupported(
+                "secrets" | "configs" => self.problems.push(unsupported(
                     key,
                     &format!("Compose's top-level `{key}`"),
-                    "not yet: give secrets as the workspace's secret variables, and write the services in the Compose files themselves",
+                    "not yet: give secrets as the workspace's secret variables",
                 )),
                 other => self.problems.push(problem(other, "not a top-level key of a Compose file")),
             }

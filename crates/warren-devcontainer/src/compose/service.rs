@@ -60,6 +60,8 @@ pub struct Service {
     pub hold: bool,
     /// A dependent waits for it to complete: it runs to completion first (init container).
     pub init: bool,
+    /// `cap_add`, `security_opt`: given when the agent's admin allows them.
+    pub isolation: warren_devfile::IsolationExceptions,
 }
 
 /// The `env_file`s of a service (raw), with whether each may be missing.
@@ -170,6 +172,7 @@ impl Reader<'_, '_> {
             memory_request: None,
             hold: false,
             init: false,
+            isolation: Default::default(),
         };
         for (key, v) in m {
             self.key(key, v, &mut s);
@@ -264,8 +267,17 @@ impl Reader<'_, '_> {
             "cpus" => s.cpu_limit = self.quantity(key, v),
             "user" => self.notice(key, "Warren runs every container as the agent's unprivileged user (its `security.runAsUser`), so the image's users are not switched to"),
             "restart" => self.notice(key, "Warren restarts a container that exits, with a back-off, as Kubernetes does; the policy is not chosen per service"),
-            "init" | "stdin_open" | "tty" | "container_name" | "labels" | "logging" | "stop_signal" | "stop_grace_period" | "platform" | "pull_policy" | "shm_size" | "ulimits" | "working_dir" | "domainname" | "extra_hosts" | "dns" | "dns_search" | "mac_address" | "oom_score_adj" | "read_only" | "scale" | "sysctls" | "extends" | "secrets" | "configs" | "volumes_from" => self.other(key, v),
-            "privileged" | "cap_add" | "security_opt" | "devices" | "device_cgroup_rules" | "pid" | "ipc" | "userns_mode" | "cgroup" | "cgroup_parent" | "runtime" | "external_links" | "group_add" | "isolation" => {
+            "init" | "stdin_open" | "tty" | "container_name" | "labels" | "logging" | "stop_signal" | "stop_grace_period" | "platform" | "pull_policy" | "shm_size" | "ulimits" | "working_dir" | "domainname" | "extra_hosts" | "dns" | "dns_search" | "mac_address" | "oom_score_adj" | "read_only" | "scale" | "sysctls" | "secrets" | "configs" | "volumes_from" => self.other(key, v),
+            "cap_add" | "security_opt" => {
+                let path = self.at(key);
+                crate::isolation::Out {
+                    problems: &mut *self.problems,
+                    notices: &mut *self.notices,
+                    isolation: &mut s.isolation,
+                }
+                .list(&path, v, key == "cap_add");
+            }
+            "privileged" | "devices" | "device_cgroup_rules" | "pid" | "ipc" | "userns_mode" | "cgroup" | "cgroup_parent" | "runtime" | "external_links" | "group_add" | "isolation" => {
                 if !matches!(v, Value::Bool(false)) {
                     self.refuse(key, &format!("`{key}`"), "it would reach past the workspace's isolation to the machine and the other tenants' workspaces");
                 }
@@ -290,7 +302,6 @@ impl Reader<'_, '_> {
                 let why = match key {
                     "extra_hosts" | "dns" | "dns_search" | "mac_address" | "domainname" => "the workspace's network is Warren's: the services reach each other by name, and the rest as the agent's network policy allows",
                     "secrets" | "configs" => "give secrets as the workspace's secret variables, which reach the containers' environment",
-                    "extends" => "write the service out in full",
                     "volumes_from" => "name the volumes themselves",
                     _ => "it is not part of what Warren sets for a container",
                 };

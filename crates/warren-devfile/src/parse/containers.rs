@@ -112,6 +112,7 @@ fn container(
         }
     };
     let healthcheck = healthcheck(c.attributes.as_ref(), path, errors);
+    let isolation = isolation(c.attributes.as_ref(), path, errors);
     Container {
         name: c.name.clone(),
         image: ct.image.clone(),
@@ -131,7 +132,49 @@ fn container(
         init_only: init_only.contains(&c.name),
         main,
         healthcheck,
+        isolation,
     }
+}
+
+/// The component's [`crate::ISOLATION_ATTRIBUTE`], each value checked and spelled as the
+/// engines spell it (whether the agent allows it is the renderer's to say).
+fn isolation(
+    attrs: Option<&Map<String, Value>>,
+    path: &str,
+    errors: &mut Errors,
+) -> IsolationExceptions {
+    let Some(v) = attrs.and_then(|a| a.get(crate::ISOLATION_ATTRIBUTE)) else {
+        return IsolationExceptions::default();
+    };
+    let at = format!("{path}.attributes.{}", crate::ISOLATION_ATTRIBUTE);
+    let asked: IsolationExceptions = match serde_json::from_value(v.clone()) {
+        Ok(x) => x,
+        Err(e) => {
+            errors.push(DevfileError::new(
+                at,
+                format!("expected {{capAdd: [capability…], securityOpt: [option…]}}: {e}"),
+            ));
+            return IsolationExceptions::default();
+        }
+    };
+    let mut out = IsolationExceptions::default();
+    for (i, c) in asked.cap_add.iter().enumerate() {
+        match warren_types::isolation::capability(c) {
+            Ok(c) if !out.cap_add.iter().any(|x| x == c) => out.cap_add.push(c.to_owned()),
+            Ok(_) => {}
+            Err(e) => errors.push(DevfileError::new(format!("{at}.capAdd[{i}]"), e)),
+        }
+    }
+    for (i, o) in asked.security_opt.iter().enumerate() {
+        match warren_types::isolation::SecurityOption::parse(o) {
+            Ok(o) if !out.security_opt.iter().any(|x| x == o.as_str()) => {
+                out.security_opt.push(o.as_str().to_owned())
+            }
+            Ok(_) => {}
+            Err(e) => errors.push(DevfileError::new(format!("{at}.securityOpt[{i}]"), e)),
+        }
+    }
+    out
 }
 
 /// Most words of a healthcheck, and most bytes of each.

@@ -56,6 +56,7 @@ pub(crate) use names::object_name;
 use names::*;
 use network::network_policy;
 pub use network::{protected_egress, PROTECTED as PROTECTED_EGRESS};
+pub use pod::check_rendered_isolation;
 use resources::*;
 use scripts::*;
 
@@ -199,6 +200,14 @@ pub enum RenderError {
     Variable { key: String, reason: String },
     #[error("invalid label or annotation {key:?} in the agent configuration: {reason}")]
     Metadata { key: String, reason: String },
+    #[error(
+        "container {container:?} asks for {what}, which this agent does not allow: workspaces run without it so that one tenant cannot reach another's; an admin may allow that value in the agent's configuration ({setting})"
+    )]
+    NotAllowed {
+        container: String,
+        what: String,
+        setting: &'static str,
+    },
 }
 
 /// The `/bin/sh -c` script that runs an exec command on demand (`warren ws run`): its

@@ -9,6 +9,7 @@ use warren_types::relay::{BuildImageTask, IMAGE_BUILDS_ANNOTATION};
 
 pub(super) fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rendered, RenderError> {
     let namespace = check_request(req)?;
+    pod::check_isolation(devfile, req.agent_config)?;
     let ctx = context(req, namespace.clone());
     let (env_data, file_data) = variables::secret_data(req)?;
     let plan = Plan::new(devfile, req, ctx)?;

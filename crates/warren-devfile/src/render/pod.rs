@@ -71,6 +71,128 @@ pub(super) fn security_context(cfg: &warren_types::config::AgentConfig) -> core:
     }
 }
 
+/// Refuses a container that asks for a capability or a security option its agent's admin
+/// has not allowed, naming the first.
+pub(super) fn check_isolation(
+    devfile: &crate::model::Devfile,
+    cfg: &warren_types::config::AgentConfig,
+) -> Result<(), super::RenderError> {
+    use warren_types::isolation::SecurityOption;
+    for c in &devfile.containers {
+        let refuse = |what: String, setting| super::RenderError::NotAllowed {
+            container: c.name.clone(),
+            what,
+            setting,
+        };
+        if let Some(cap) = c
+            .isolation
+            .cap_add
+            .iter()
+            .find(|cap| !cfg.security.allows_capability(cap))
+        {
+            return Err(refuse(
+                format!("the capability {cap}"),
+                "security.allowed_capabilities",
+            ));
+        }
+        for o in &c.isolation.security_opt {
+            let allowed =
+                SecurityOption::parse(o).is_ok_and(|o| cfg.security.allows_security_option(o));
+            if !allowed {
+                return Err(refuse(
+                    format!("the security option {o}"),
+                    "security.allowed_security_options",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Refuses stored objects whose containers have a capability or an unconfined profile the
+/// agent's admin no longer allows (one allowed when they were rendered): a workspace does not
+/// start again with an exception taken back.
+pub fn check_rendered_isolation(
+    objects: &[serde_json::Value],
+    cfg: &warren_types::config::AgentConfig,
+) -> Result<(), super::RenderError> {
+    use warren_types::isolation::SecurityOption;
+    let pods = objects
+        .iter()
+        .filter(|o| o["kind"] == "Deployment")
+        .map(|o| &o["spec"]["template"]["spec"]);
+    for pod in pods {
+        let containers = ["initContainers", "containers"]
+            .iter()
+            .filter_map(|k| pod[*k].as_array())
+            .flatten();
+        for c in containers {
+            let refuse = |what: String, setting| super::RenderError::NotAllowed {
+                container: c["name"].as_str().unwrap_or_default().to_owned(),
+                what,
+                setting,
+            };
+            let sc = &c["securityContext"];
+            for cap in sc["capabilities"]["add"].as_array().into_iter().flatten() {
+                let cap = cap.as_str().unwrap_or_default();
+                if !cfg.security.allows_capability(cap) {
+                    return Err(refuse(
+                        format!("the capability {cap}"),
+                        "security.allowed_capabilities",
+                    ));
+                }
+            }
+            for (field, option) in [
+                ("seccompProfile", SecurityOption::SeccompUnconfined),
+                ("appArmorProfile", SecurityOption::ApparmorUnconfined),
+            ] {
+                if sc[field]["type"] == "Unconfined" && !cfg.security.allows_security_option(option)
+                {
+                    return Err(refuse(
+                        format!("the security option {option}"),
+                        "security.allowed_security_options",
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The locked-down context with what the container asks beyond it ([`check_isolation`]
+/// allowed each): capabilities added after every other is dropped, and the unconfined
+/// profiles as Kubernetes names them (the engine runtime reads them back as its options).
+fn with_exceptions(
+    mut sec: core::SecurityContext,
+    x: &crate::model::IsolationExceptions,
+) -> core::SecurityContext {
+    use warren_types::isolation::SecurityOption;
+    if !x.cap_add.is_empty() {
+        if let Some(caps) = sec.capabilities.as_mut() {
+            caps.add = Some(x.cap_add.clone());
+        }
+    }
+    for o in &x.security_opt {
+        match SecurityOption::parse(o) {
+            Ok(SecurityOption::SeccompUnconfined) => {
+                sec.seccomp_profile = Some(core::SeccompProfile {
+                    type_: "Unconfined".into(),
+                    localhost_profile: None,
+                });
+            }
+            Ok(SecurityOption::ApparmorUnconfined) => {
+                sec.app_armor_profile = Some(core::AppArmorProfile {
+                    type_: "Unconfined".into(),
+                    localhost_profile: None,
+                });
+            }
+            // Parsing kept only the options above.
+            Err(_) => {}
+        }
+    }
+    sec
+}
+
 /// The Kubernetes container for devfile container `c`, named `name`; `with_scripts` mounts
 /// the startup scripts (wrapped containers).
 /// An environment variable with a value.
@@ -110,7 +232,7 @@ pub(super) fn container(
         Some(p) => format!("{}/{}", c.source_mapping.trim_end_matches('/'), p),
         None => c.source_mapping.clone(),
     };
-    let sec = security_context(cfg);
+    let sec = with_exceptions(security_context(cfg), &c.isolation);
     let mut env = vec![];
     // A home on the volume for the containers the wrapper prepares it in (see `HOME_DIR`).
     if with_scripts && c.mount_sources {

@@ -297,6 +297,16 @@ pub fn validate_agent_config(c: &AgentConfig) -> Result<(), AppError> {
         return Err(AppError::invalid_field("config.annotations", p));
     }
     check_editor(&c.editor)?;
+    for (i, cap) in c.security.allowed_capabilities.iter().enumerate() {
+        warren_types::isolation::capability(cap).map_err(|e| {
+            AppError::invalid_field(&format!("config.security.allowed_capabilities[{i}]"), e)
+        })?;
+    }
+    for (i, opt) in c.security.allowed_security_options.iter().enumerate() {
+        warren_types::isolation::SecurityOption::parse(opt).map_err(|e| {
+            AppError::invalid_field(&format!("config.security.allowed_security_options[{i}]"), e)
+        })?;
+    }
     for (from, to) in &c.image_mirrors {
         let bad =
             |s: &str| s.is_empty() || s.chars().any(|ch| ch.is_whitespace() || ch.is_control());
@@ -346,6 +356,37 @@ mod tests {
                         .is_some_and(|f| f.starts_with("config.image_mirrors")),
                 "{from} → {to}: {e:?}"
             );
+        }
+    }
+
+    #[test]
+    fn isolation_exceptions_are_checked_by_name() {
+        let with = |caps: &[&str], opts: &[&str]| {
+            let mut c = AgentConfig::default();
+            c.security.allowed_capabilities = caps.iter().map(|s| (*s).to_owned()).collect();
+            c.security.allowed_security_options = opts.iter().map(|s| (*s).to_owned()).collect();
+            validate_agent_config(&c)
+        };
+        assert!(with(&["SYS_PTRACE", "cap_net_admin"], &["seccomp=unconfined"]).is_ok());
+        for (caps, opts, field) in [
+            (
+                &["ALL"][..],
+                &[][..],
+                "config.security.allowed_capabilities[0]",
+            ),
+            (
+                &["SYS_PTRACE", "PTRACE"],
+                &[],
+                "config.security.allowed_capabilities[1]",
+            ),
+            (
+                &[],
+                &["label=disable"],
+                "config.security.allowed_security_options[0]",
+            ),
+        ] {
+            let e = with(caps, opts).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some(field), "{e:?}");
         }
     }
 

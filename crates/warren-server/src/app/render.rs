@@ -144,6 +144,19 @@ pub struct RenderInput<'a> {
     pub starter: Option<&'a str>,
 }
 
+/// The code of a refusal because the workspace asks for a capability or a security option its
+/// agent's admin does not allow.
+pub const NOT_ALLOWED_BY_AGENT: &str = "not_allowed_by_agent";
+
+/// A renderer's refusal as the API says it.
+pub fn render_error(e: warren_devfile::RenderError) -> AppError {
+    let code = match e {
+        warren_devfile::RenderError::NotAllowed { .. } => NOT_ALLOWED_BY_AGENT,
+        _ => "render_failed",
+    };
+    AppError::new(ErrorKind::Unprocessable, code, error_chain(&e))
+}
+
 /// Renders a workspace's objects and computes its URLs; a refusal says why.
 pub fn render_workspace(
     devfile: &Devfile,
@@ -176,8 +189,7 @@ pub fn render_workspace(
         dotfiles_url: input.dotfiles_url,
         starter: input.starter,
     };
-    let rendered = warren_devfile::render(devfile, &req)
-        .map_err(|e| AppError::new(ErrorKind::Unprocessable, "render_failed", error_chain(&e)))?;
+    let rendered = warren_devfile::render(devfile, &req).map_err(render_error)?;
     let cfg = &input.agent.config;
     let url_of = |port: u16, path: &Option<String>| {
         let path = path.as_deref().unwrap_or("").trim_start_matches('/');

@@ -170,6 +170,13 @@ async fn rerender_all(
                             .store
                             .set_failure_reason(w.id, &format!("{failure}: {}", e.message))
                             .await?;
+                        // An exception the admin took back: the workspace does not keep
+                        // running with it (and cannot start again with it).
+                        if e.code == super::render::NOT_ALLOWED_BY_AGENT
+                            && w.desired_state != DesiredState::Stopped
+                        {
+                            stop(state, &w).await?;
+                        }
                         break;
                     }
                 }
@@ -177,4 +184,33 @@ async fn rerender_all(
         }
     }
     Ok(changed)
+}
+
+/// Stops `w` (reloading it after a lost race) and signals its agent.
+async fn stop(state: &AppState, w: &WorkspaceRow) -> Result<(), AppError> {
+    let mut w = w.clone();
+    for _ in 0..WRITE_ATTEMPTS {
+        if matches!(
+            w.desired_state,
+            DesiredState::Stopped | DesiredState::Terminated
+        ) {
+            return Ok(());
+        }
+        let now = state.clock.now_ms();
+        if state
+            .store
+            .set_desired_state(w.id, w.version, DesiredState::Stopped, now, false)
+            .await?
+            .is_some()
+        {
+            state.signals.notify(w.agent_id);
+            state.changed();
+            return Ok(());
+        }
+        match state.store.workspace_by_id(w.id).await? {
+            Some(fresh) => w = fresh,
+            None => return Ok(()),
+        }
+    }
+    Ok(())
 }

@@ -427,6 +427,13 @@ pub fn running(name: &str, rv: &str) -> Value {
            "latest_k8s_deployment_info": deployment(name, Some(rv), Some(1), Some(NRA), Some(MRA), (Some(1), None))})
 }
 
+/// The message of an API error body; panics on anything else.
+pub fn msg(b: &Value) -> &str {
+    b["error"]["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("not an API error: {b}"))
+}
+
 /// The report of a stopped workspace.
 pub fn stopped(name: &str, rv: &str) -> Value {
     json!({"name": name, "namespace": format!("warren-ws-{name}"),

@@ -358,12 +358,12 @@ impl KubernetesRuntime {
 
     /// Creates the namespace when missing, labelled with this agent (and with the workspace
     /// when it is the workspace's own); an existing shared namespace is left as it is. The
-    /// workspace's own namespace carries the PodSecurity admission labels for `level`, added
-    /// to one made before them.
+    /// workspace's own namespace carries the PodSecurity admission labels for `level`
+    /// (`restricted`, `baseline` or `privileged`), added to one made before them.
     async fn ensure_namespace(
         &self,
         workspace: &WorkspaceKey,
-        level: warren_admission::Level,
+        level: &str,
     ) -> Result<(), RuntimeError> {
         let api: Api<Namespace> = Api::all(self.client.clone());
         let existing = api
@@ -373,7 +373,7 @@ impl KubernetesRuntime {
         let own = owns_namespace(workspace);
         let security: BTreeMap<String, String> = if own {
             [
-                (POD_SECURITY_ENFORCE.to_owned(), level.as_str().to_owned()),
+                (POD_SECURITY_ENFORCE.to_owned(), level.to_owned()),
                 (POD_SECURITY_VERSION.to_owned(), "latest".to_owned()),
             ]
             .into()

@@ -268,16 +268,20 @@ impl KubernetesRuntime {
         objects: &[serde_json::Value],
     ) -> Result<(), RuntimeError> {
         let prepared = objects::prepare(workspace, &self.agent_id, objects)?;
-        // The strongest Pod Security level the workspace's own pod meets (`restricted`
-        // unless the agent's configuration allows privilege escalation) is the namespace's.
+        // The strongest Pod Security level the workspace's own pod meets is the namespace's:
+        // `restricted`, unless the agent's configuration allows privilege escalation
+        // (`baseline`) or its admin allowed the workspace a capability or an unconfined
+        // profile (`privileged`: the server renders no exception the admin did not allow).
+        use warren_admission::{pod_security, Level};
         let level = match objects.iter().find(|o| o["kind"] == "Deployment") {
-            Some(d)
-                if !warren_admission::pod_security(d, warren_admission::Level::Restricted)
-                    .is_empty() =>
-            {
-                warren_admission::Level::Baseline
+            Some(d) if !pod_security(d, Level::Restricted).is_empty() => {
+                if pod_security(d, Level::Baseline).is_empty() {
+                    Level::Baseline.as_str()
+                } else {
+                    "privileged"
+                }
             }
-            _ => warren_admission::Level::Restricted,
+            _ => Level::Restricted.as_str(),
         };
         self.ensure_namespace(workspace, level).await?;
         self.copy_pull_secrets(workspace, objects).await?;

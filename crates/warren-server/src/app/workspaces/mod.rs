@@ -266,6 +266,12 @@ where
         if w.desired_state == requested {
             return Ok(w);
         }
+        if matches!(
+            requested,
+            DesiredState::Running | DesiredState::RestartRequested
+        ) {
+            still_allowed(state, &w).await?;
+        }
         if state
             .store
             .set_desired_state(w.id, w.version, requested, state.clock.now_ms(), false)
@@ -281,6 +287,16 @@ where
         "conflict",
         "the workspace changed too often while updating it; try again",
     ))
+}
+
+/// Refuses to start a workspace whose stored objects have a capability or a security option
+/// its agent's admin has taken back since they were rendered.
+async fn still_allowed(state: &AppState, w: &WorkspaceRow) -> Result<(), AppError> {
+    let Some(agent) = state.store.agent_by_id(w.agent_id).await? else {
+        return Ok(());
+    };
+    warren_devfile::check_rendered_isolation(&w.objects(&state.store)?, &agent.config)
+        .map_err(super::render::render_error)
 }
 
 /// A user's desired-state request through the API.

@@ -300,7 +300,7 @@ fn agent_view(
             (csrf(viewer))
             div.field {
                 label for="config" { "Configuration (YAML)" }
-                p.hint id="config-hint" { "Domain, quotas (" code { "workspaces_quota" } ", " code { "workspaces_per_user_quota" } "; -1: unlimited), default and maximum resources, policies, the editor. Saving re-renders this agent's workspaces." }
+                p.hint id="config-hint" { "Domain, quotas (" code { "workspaces_quota" } ", " code { "workspaces_per_user_quota" } "; -1: unlimited), default and maximum resources, policies, the editor, the exceptions to the confinement workspaces may ask for (" code { "security.allowed_capabilities" } ", " code { "security.allowed_security_options" } "). Saving re-renders this agent's workspaces." }
                 textarea id="config" name="config" rows="24" spellcheck="false"
                     aria-describedby=(described.unwrap_or_else(|| "config-hint".into())) aria-invalid=[bad] { (config_text) }
                 (field_error("config", error))

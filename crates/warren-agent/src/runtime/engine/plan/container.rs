@@ -64,6 +64,21 @@ pub(super) fn container_body(
     if no_escalation {
         security_opt.push("no-new-privileges".to_owned());
     }
+    // What the server rendered because the agent's admin allows it for this workspace
+    // (`security.allowed_security_options`); a pod from Git never gets here with it, as its
+    // admission refuses unconfined profiles.
+    if sc
+        .and_then(|s| s.seccomp_profile.as_ref())
+        .is_some_and(|p| p.type_ == "Unconfined")
+    {
+        security_opt.push("seccomp=unconfined".to_owned());
+    }
+    if sc
+        .and_then(|s| s.app_armor_profile.as_ref())
+        .is_some_and(|p| p.type_ == "Unconfined")
+    {
+        security_opt.push("apparmor=unconfined".to_owned());
+    }
     let cap_add = capabilities(sc, kubernetes);
     let (memory, nano_cpus) = limits(c).map_err(err)?;
     let mounts = c

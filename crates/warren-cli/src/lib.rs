@@ -22,6 +22,7 @@ mod port_forward_cmd;
 mod run_cmd;
 mod space_args;
 pub mod ssh_cmd;
+pub mod ssh_identity;
 pub mod wait;
 mod ws_args;
 

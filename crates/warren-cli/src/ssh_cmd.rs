@@ -101,7 +101,7 @@ pub fn pin_options(known_hosts: &Path) -> Vec<String> {
 }
 
 /// A path as OpenSSH reads it in an option (double quotes when it has spaces).
-fn quoted(p: &Path) -> String {
+pub(crate) fn quoted(p: &Path) -> String {
     let s = p.display().to_string();
     if s.chars().any(char::is_whitespace) {
         format!("\"{s}\"")
@@ -265,7 +265,7 @@ fn read_or_empty(p: &Path) -> std::io::Result<String> {
     }
 }
 
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+pub(crate) fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     if dir.is_dir() {
         return Ok(());
     }

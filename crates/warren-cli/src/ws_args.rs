@@ -278,8 +278,11 @@ Examples:
 const WS_SSH_HELP: &str = "\
 Runs your OpenSSH client against the Warren proxy's SSH server as
 `ssh -p PORT -l WORKSPACE HOST [COMMAND…]`; the exit code is ssh's (the remote command's).
-The proxy accepts the SSH keys registered with `warren ssh-key add`, or a personal access
-token with the `workspace` scope as the password. WARREN_SSH names another ssh program.
+Nothing needs setting up: the first time, the CLI makes a key of its own (in Warren's home,
+ssh/id_ed25519_<you>, with ssh-keygen) and registers it as yours, saying so; ssh is given that
+key alone. The proxy also accepts the keys you register with `warren ssh-key add`, or a
+personal access token with the `workspace` scope as the password. WARREN_SSH names another ssh
+program, WARREN_SSH_KEYGEN another ssh-keygen.
 
 Examples:
   warren ws ssh dev
@@ -300,18 +303,20 @@ Prints one OpenSSH `Host` block per workspace:
       User NAME
       UserKnownHostsFile ~/.ssh/warren_known_hosts
       StrictHostKeyChecking yes
+      IdentityFile <Warren's home>/ssh/id_ed25519_<you>
+      IdentitiesOnly yes
 
-The last two lines pin the proxy's host key, which the server publishes and this command
+The known-hosts lines pin the proxy's host key, which the server publishes and this command
 records in ~/.ssh/warren_known_hosts (printed or written, the blocks never trust a first
-key blindly); they are left out when the server publishes no key.
+key blindly); they are left out when the server publishes no key. The identity lines name the
+CLI's own key, made and registered as yours the first time (as `warren ws ssh` does).
 
 With --write the blocks go to ~/.ssh/warren.config (merged with the ones already there;
 without NAMEs the file is rewritten with all your workspaces) and ~/.ssh/config gets an
 `Include warren.config` line at its top, once. Running it again changes nothing.
 
 Then `ssh warren-NAME` works, and VS Code Remote-SSH (\"Connect to Host…\") and JetBrains
-Gateway list the hosts. Authentication uses your SSH keys registered with
-`warren ssh-key add`.";
+Gateway list the hosts and connect with no key set up.";
 
 fn parse_actual_state(s: &str) -> Result<ActualState, String> {
     s.parse()

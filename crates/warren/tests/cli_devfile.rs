@@ -272,16 +272,25 @@ fn cli_devcontainer_validates_renders_and_refuses_by_name() {
         text(&v.stdout)
     );
 
+    // A capability is the agent's admin's to allow (said); a privileged container never is.
+    std::fs::write(&file, r#"{ "image": "busybox", "capAdd": ["NET_ADMIN"] }"#).unwrap();
+    let v = warren(&["devcontainer", "validate", path]);
+    assert!(v.status.success(), "{}", text(&v.stderr));
+    let said = format!("{}{}", text(&v.stdout), text(&v.stderr));
+    assert!(
+        said.contains("the capability NET_ADMIN is given only when the agent's admin allows"),
+        "{said}"
+    );
     std::fs::write(
         &file,
-        r#"{ "image": "busybox", "privileged": true, "capAdd": ["NET_ADMIN"] }"#,
+        r#"{ "image": "busybox", "privileged": true, "capAdd": ["ALL"] }"#,
     )
     .unwrap();
     let v = warren(&["devcontainer", "validate", path]);
     assert!(!v.status.success());
     let err = text(&v.stderr);
     assert!(
-        err.contains("capAdd[0]: the capability \"NET_ADMIN\" is not supported by Warren"),
+        err.contains("capAdd[0]: `ALL` is every capability"),
         "{err}"
     );
     assert!(

@@ -187,8 +187,16 @@ async fn ws_ssh_config_prints_blocks_and_writes_them_once() -> Result<()> {
         "    UserKnownHostsFile {}\n    StrictHostKeyChecking yes\n",
         known_hosts.display()
     );
+    // …and name the CLI's own key (made and registered by the first command above).
+    let identity = format!(
+        "    IdentityFile {}\n    IdentitiesOnly yes\n",
+        e.home.path().join("warren/ssh/id_ed25519_alice").display()
+    );
     let out = e.warren(&["ws", "ssh-config", "alice-two"]).await?;
-    assert_eq!(text(&out.stdout), format!("{}{pin}", block("alice-two")));
+    assert_eq!(
+        text(&out.stdout),
+        format!("{}{pin}{identity}", block("alice-two"))
+    );
     assert!(
         std::fs::read_to_string(&known_hosts)?.contains(&format!(
             "[{}]:{}",
@@ -366,6 +374,104 @@ async fn the_published_host_key_is_pinned_without_trust_on_first_use() -> Result
     );
     assert!(
         text(&out.stderr).contains("Host key verification failed"),
+        "{}",
+        text(&out.stderr)
+    );
+    Ok(())
+}
+
+/// Right after `warren up`, with no key registered and none of the user's own offered: the
+/// first `warren ws ssh` makes the CLI's key, registers it (saying so) and logs in; the next
+/// one uses it as it is; without `ssh-keygen` the CLI says how to go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ws_ssh_works_on_first_use_with_the_clis_own_key() -> Result<()> {
+    if !tools_present() {
+        return Ok(());
+    }
+    let e = env().await?;
+    let bob = e.stack.user("bob").await?;
+    e.stack.workspace(&bob, "bob-first").await?;
+    // No key of the test's: only what the CLI gives ssh.
+    let bare = e.home.path().join("ssh-bare");
+    std::fs::write(
+        &bare,
+        format!(
+            "#!/bin/sh\nexec ssh -F /dev/null -o UserKnownHostsFile={kh} -o GlobalKnownHostsFile=/dev/null \
+             -o StrictHostKeyChecking=accept-new -o IdentityAgent=none -o BatchMode=yes -o LogLevel=ERROR \"$@\"\n",
+            kh = e.home.path().join("known_hosts").display()
+        ),
+    )?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&bare, std::fs::Permissions::from_mode(0o755))?;
+    }
+    let home = tempfile::tempdir()?;
+    let run = |keygen: &str| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_warren"));
+        cmd.args(["ws", "ssh", "bob-first", "--", "echo", "in"])
+            .env("HOME", home.path())
+            .env("WARREN_HOME", home.path().join("warren"))
+            .env("WARREN_URL", &e.stack.api_url)
+            .env("WARREN_TOKEN", &bob.token)
+            .env("WARREN_SSH", &bare)
+            .env("WARREN_SSH_KEYGEN", keygen)
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        async move {
+            tokio::time::timeout(Duration::from_secs(60), cmd.output())
+                .await
+                .context("warren hung")?
+                .context("running warren")
+        }
+    };
+
+    // Without ssh-keygen: refused as before, and the CLI says what to do.
+    let out = run("/nonexistent/ssh-keygen").await?;
+    assert_eq!(out.status.code(), Some(255), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("warren ssh-key add"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let out = run("ssh-keygen").await?;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "in\n");
+    let key = home.path().join("warren/ssh/id_ed25519_bob");
+    assert!(
+        text(&out.stderr).contains(&format!("registered the CLI's SSH key {}", key.display())),
+        "{}",
+        text(&out.stderr)
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&key)?.permissions().mode() & 0o777, 0o600);
+        let dir = key.parent().unwrap();
+        assert_eq!(std::fs::metadata(dir)?.permissions().mode() & 0o777, 0o700);
+    }
+    let keys = e
+        .stack
+        .api(
+            reqwest::Method::GET,
+            "/api/v1/users/me/ssh-keys",
+            &bob.token,
+            None,
+        )
+        .await?;
+    let public = std::fs::read_to_string(key.with_extension("pub"))?;
+    let words: Vec<&str> = public.split_whitespace().take(2).collect();
+    assert!(
+        keys.to_string().contains(&words.join(" ")),
+        "{keys} lacks {public}"
+    );
+
+    // The next time: the same key, not registered again.
+    let out = run("/nonexistent/ssh-keygen").await?;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert!(
+        !text(&out.stderr).contains("registered"),
         "{}",
         text(&out.stderr)
     );

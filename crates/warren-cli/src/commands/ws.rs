@@ -322,6 +322,12 @@ async fn ws_ssh(
         // A read-only home must not stop the login: ssh checks the key its own way.
         Err(e) => eprintln!("warning: {e}; ssh checks the host key itself"),
     }
+    // Works on first use: the CLI's own key, registered when it is not yet. Without it
+    // (no ssh-keygen, a token that may not add keys), the user's own keys may still work.
+    match crate::ssh_identity::ensure(c).await {
+        Ok(key) => options.extend(crate::ssh_identity::options(&key)),
+        Err(e) => eprintln!("warning: {e}; ssh offers your own keys"),
+    }
     let args = ssh_cmd::ssh_args(&endpoint, &target, &options, command);
     match ssh_cmd::exec_ssh(&args)? {
         0 => Ok(()),
@@ -381,7 +387,7 @@ async fn ws_resize(
     finish_action(c, out, w, goal, wait).await
 }
 
-/// `warren ws ssh-config [NAME…] [--write]`./// `warren ws ssh-config [NAME…] [--write]`.
+/// `warren ws ssh-config [NAME…] [--write]`.
 pub(super) async fn ws_ssh_config(
     c: &Client,
     names: Vec<String>,
@@ -420,11 +426,19 @@ pub(super) async fn ws_ssh_config(
             file.display()
         );
     }
+    // The blocks name the CLI's own key, so an IDE connects with no key set up.
+    let identity = match crate::ssh_identity::ensure(c).await {
+        Ok(key) => crate::ssh_identity::block_lines(&key),
+        Err(e) => {
+            eprintln!("warning: {e}; the blocks leave the key to your SSH configuration");
+            String::new()
+        }
+    };
     let blocks: std::collections::BTreeMap<String, String> = workspaces
         .iter()
         .map(|w| {
             let block = ssh_cmd::host_block(&endpoint, &w.name, known_hosts.as_deref());
-            (w.name.clone(), block)
+            (w.name.clone(), format!("{block}{identity}"))
         })
         .collect();
     if !write {

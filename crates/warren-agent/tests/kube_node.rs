@@ -494,6 +494,46 @@ async fn names_resolve_to_the_pod_and_a_held_start_waits_for_the_service() {
     terminate(&s, &key).await;
 }
 
+/// An exception the agent's admin allowed (the server renders no other) runs on the node:
+/// its namespace admits the pod, the container has no seccomp filter and the capability in its
+/// bounding set; Kubernetes gives the non-root process no effective capability (no ambient
+/// set), as the README says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allowed_exception_runs_on_the_node_as_kubernetes_gives_it() {
+    let Some(s) = setup().await else { return };
+    let key = key("except");
+    let mut objs = objects(&key, s.agent);
+    // The pod's default, as the renderer writes it.
+    deployment(&mut objs)["spec"]["template"]["spec"]["securityContext"]["seccompProfile"] =
+        serde_json::json!({"type": "RuntimeDefault"});
+    let sc = &mut container(&mut objs, "dev")["securityContext"];
+    sc["capabilities"]["add"] = serde_json::json!(["SYS_PTRACE"]);
+    sc["seccompProfile"] = serde_json::json!({"type": "Unconfined"});
+    s.runtime.apply(&key, &objs).await.expect("apply");
+    wait_state(&s, &key, ActualState::Running).await;
+    let status = exec_ok(
+        &s,
+        &key,
+        Some("dev"),
+        "grep -E '^(CapEff|CapBnd|Seccomp):' /proc/1/status",
+    )
+    .await;
+    assert!(status.contains("Seccomp:\t0"), "{status}");
+    let bounding = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapBnd:\t"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .expect("CapBnd");
+    assert_ne!(bounding & (1 << 19), 0, "CAP_SYS_PTRACE bounded: {status}");
+    assert!(status.contains("CapEff:\t0000000000000000"), "{status}");
+    let tools = exec_ok(&s, &key, Some("tools"), "grep '^Seccomp:' /proc/1/status").await;
+    assert!(
+        tools.contains("Seccomp:\t2"),
+        "the neighbour keeps its filter: {tools}"
+    );
+    terminate(&s, &key).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_image_fails_with_the_kubelets_reason() {
     let Some(s) = setup().await else { return };

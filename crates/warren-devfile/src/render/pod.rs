@@ -10,6 +10,8 @@ use super::{
 use crate::model::{Container, Healthcheck, Protocol};
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use warren_types::config::AgentConfig;
+use warren_types::isolation::SecurityOption;
 
 /// Commands devfiles use only to keep a container alive (the registry's `tail -f
 /// /dev/null`): they serve nothing, so there is nothing to wait for.
@@ -56,7 +58,7 @@ pub(super) fn readiness_probe(c: &Container, wrapped: bool) -> Option<core::Prob
 }
 
 /// The locked-down security context of every workspace container.
-pub(super) fn security_context(cfg: &warren_types::config::AgentConfig) -> core::SecurityContext {
+pub(super) fn security_context(cfg: &AgentConfig) -> core::SecurityContext {
     core::SecurityContext {
         run_as_non_root: Some(true),
         run_as_user: Some(cfg.security.run_as_user),
@@ -75,36 +77,17 @@ pub(super) fn security_context(cfg: &warren_types::config::AgentConfig) -> core:
 /// has not allowed, naming the first.
 pub(super) fn check_isolation(
     devfile: &crate::model::Devfile,
-    cfg: &warren_types::config::AgentConfig,
+    cfg: &AgentConfig,
 ) -> Result<(), super::RenderError> {
-    use warren_types::isolation::SecurityOption;
     for c in &devfile.containers {
-        let refuse = |what: String, setting| super::RenderError::NotAllowed {
-            container: c.name.clone(),
-            what,
-            setting,
-        };
-        if let Some(cap) = c
-            .isolation
-            .cap_add
-            .iter()
-            .find(|cap| !cfg.security.allows_capability(cap))
-        {
-            return Err(refuse(
-                format!("the capability {cap}"),
-                "security.allowed_capabilities",
-            ));
-        }
-        for o in &c.isolation.security_opt {
-            let allowed =
-                SecurityOption::parse(o).is_ok_and(|o| cfg.security.allows_security_option(o));
-            if !allowed {
-                return Err(refuse(
-                    format!("the security option {o}"),
-                    "security.allowed_security_options",
-                ));
-            }
-        }
+        // The parser kept only options that parse.
+        let options = c.isolation.security_opt.iter();
+        first_not_allowed(
+            cfg,
+            &c.name,
+            c.isolation.cap_add.iter().map(String::as_str),
+            options.filter_map(|o| SecurityOption::parse(o).ok()),
+        )?;
     }
     Ok(())
 }
@@ -114,9 +97,8 @@ pub(super) fn check_isolation(
 /// start again with an exception taken back.
 pub fn check_rendered_isolation(
     objects: &[serde_json::Value],
-    cfg: &warren_types::config::AgentConfig,
+    cfg: &AgentConfig,
 ) -> Result<(), super::RenderError> {
-    use warren_types::isolation::SecurityOption;
     let pods = objects
         .iter()
         .filter(|o| o["kind"] == "Deployment")
@@ -127,34 +109,50 @@ pub fn check_rendered_isolation(
             .filter_map(|k| pod[*k].as_array())
             .flatten();
         for c in containers {
-            let refuse = |what: String, setting| super::RenderError::NotAllowed {
-                container: c["name"].as_str().unwrap_or_default().to_owned(),
-                what,
-                setting,
-            };
             let sc = &c["securityContext"];
-            for cap in sc["capabilities"]["add"].as_array().into_iter().flatten() {
-                let cap = cap.as_str().unwrap_or_default();
-                if !cfg.security.allows_capability(cap) {
-                    return Err(refuse(
-                        format!("the capability {cap}"),
-                        "security.allowed_capabilities",
-                    ));
-                }
-            }
-            for (field, option) in [
+            let caps = sc["capabilities"]["add"].as_array().into_iter().flatten();
+            let unconfined = [
                 ("seccompProfile", SecurityOption::SeccompUnconfined),
                 ("appArmorProfile", SecurityOption::ApparmorUnconfined),
-            ] {
-                if sc[field]["type"] == "Unconfined" && !cfg.security.allows_security_option(option)
-                {
-                    return Err(refuse(
-                        format!("the security option {option}"),
-                        "security.allowed_security_options",
-                    ));
-                }
-            }
+            ]
+            .into_iter()
+            .filter(|(field, _)| sc[*field]["type"] == "Unconfined")
+            .map(|(_, option)| option);
+            first_not_allowed(
+                cfg,
+                c["name"].as_str().unwrap_or_default(),
+                caps.map(|c| c.as_str().unwrap_or_default()),
+                unconfined,
+            )?;
         }
+    }
+    Ok(())
+}
+
+/// The first of a container's capabilities and security options its agent's admin does not
+/// allow, as the renderer's refusal.
+fn first_not_allowed<'a>(
+    cfg: &AgentConfig,
+    container: &str,
+    mut caps: impl Iterator<Item = &'a str>,
+    mut options: impl Iterator<Item = SecurityOption>,
+) -> Result<(), super::RenderError> {
+    let refuse = |what: String, setting| super::RenderError::NotAllowed {
+        container: container.to_owned(),
+        what,
+        setting,
+    };
+    if let Some(cap) = caps.find(|c| !cfg.security.allows_capability(c)) {
+        return Err(refuse(
+            format!("the capability {cap}"),
+            "security.allowed_capabilities",
+        ));
+    }
+    if let Some(o) = options.find(|o| !cfg.security.allows_security_option(*o)) {
+        return Err(refuse(
+            format!("the security option {o}"),
+            "security.allowed_security_options",
+        ));
     }
     Ok(())
 }
@@ -166,7 +164,6 @@ fn with_exceptions(
     mut sec: core::SecurityContext,
     x: &crate::model::IsolationExceptions,
 ) -> core::SecurityContext {
-    use warren_types::isolation::SecurityOption;
     if !x.cap_add.is_empty() {
         if let Some(caps) = sec.capabilities.as_mut() {
             caps.add = Some(x.cap_add.clone());

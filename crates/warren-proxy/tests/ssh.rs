@@ -423,6 +423,49 @@ async fn local_forwarding_reaches_a_workspace_port_and_nothing_else() -> Result<
     Ok(())
 }
 
+/// A forward whose workspace side says its piece and closes, while the client still has
+/// input open (`ssh -W` under an editor's ProxyCommand): the channel is closed both ways and
+/// the client exits. With russh 0.54 the proxy never answered the client's own close, and
+/// `warren ws ssh` now and then hung after its session ended (issue 38).
+#[tokio::test]
+async fn a_forward_the_workspace_closes_first_ends_and_the_client_exits() -> Result<()> {
+    if !tools_present(&["ssh", "ssh-keygen"]) {
+        return Ok(());
+    }
+    let w = world("alice-bye").await?;
+    let l = TcpListener::bind("127.0.0.1:0").await?;
+    let upstream = l.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let _ = s.write_all(b"bye\n").await;
+        }
+    });
+    w.stack.set_endpoint(&w.ws, 8080, upstream);
+    for _ in 0..3 {
+        let mut cmd = w.client.ssh(&w.key, &w.ws.name);
+        cmd.args(["-W", "localhost:8080"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().context("starting ssh")?;
+        // Held open until ssh has exited: only the workspace's side ends the forward.
+        let input = child.stdin.take().context("stdin")?;
+        let out = tokio::time::timeout(CLIENT_TIMEOUT, child.wait_with_output())
+            .await
+            .context("ssh did not end after the workspace closed the forward")??;
+        drop(input);
+        assert_eq!(text(&out.stdout), "bye\n", "stderr: {}", text(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{:?}: {}",
+            out.status,
+            text(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn password_is_a_personal_access_token_and_a_revoked_one_is_refused() -> Result<()> {
     if !tools_present(&["ssh", "ssh-keygen", "sshpass"]) {
@@ -614,7 +657,7 @@ impl russh::client::Handler for TrustingClient {
 
     async fn check_server_key(
         &mut self,
-        _key: &russh::keys::PublicKey,
+        _key: &russh::keys::PublicKeyOrCertificate,
     ) -> Result<bool, Self::Error> {
         Ok(true)
     }

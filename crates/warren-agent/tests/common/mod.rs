@@ -371,6 +371,40 @@ pub fn trace_to_test_output() {
         .with_env_filter(filter)
         .with_test_writer()
         .try_init();
+    say_panics_at_once();
+}
+
+/// A test's panic message, written to the process's own standard error as it happens, then
+/// handled as usual. The harness shows a failed test's captured output with its panic last,
+/// after thousands of lines of debug log: CI's excerpt of a run keeps the first lines, so a
+/// failure seen once in CI showed its log but not what failed (issue 38). Written around
+/// the harness's capture, this line lands beside the test's `FAILED` in the summary.
+fn say_panics_at_once() {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let usual = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            use std::io::Write as _;
+            let thread = std::thread::current();
+            let test = thread.name().unwrap_or("a thread");
+            let message = info
+                .payload()
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| info.payload().downcast_ref::<&str>().copied())
+                .unwrap_or("(no message)");
+            let place = info
+                .location()
+                .map(|l| format!("{}:{}", l.file(), l.line()))
+                .unwrap_or_default();
+            // `std::io::stderr()` is not the harness's capture (that takes `eprint!` only).
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "\n{test} panicked at {place}: {message}\n"
+            );
+            usual(info);
+        }));
+    });
 }
 
 /// Removes, when dropped, the names a test gave images (untagged: the image stays under its

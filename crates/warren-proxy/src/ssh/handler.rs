@@ -12,7 +12,7 @@
 use super::{forward, session, MAX_AUTH_ATTEMPTS};
 use crate::Shared;
 use russh::keys::{HashAlg, PublicKey};
-use russh::server::{Auth, Msg, Session};
+use russh::server::{Auth, ChannelOpenHandle, Msg, PublicKeyOffer, Session, VerifiedPublicKey};
 use russh::{Channel, ChannelId};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -308,7 +308,7 @@ impl russh::server::Handler for Handler {
     async fn auth_publickey_offered(
         &mut self,
         _user: &str,
-        _key: &PublicKey,
+        _offer: PublicKeyOffer<'_>,
     ) -> Result<Auth, Self::Error> {
         // Any key may be tried; whether it opens the workspace is asked of the server once
         // russh has verified the signature (`auth_publickey`), so an offered key costs no
@@ -319,8 +319,12 @@ impl russh::server::Handler for Handler {
         Ok(Auth::Accept)
     }
 
-    async fn auth_publickey(&mut self, user: &str, key: &PublicKey) -> Result<Auth, Self::Error> {
-        let fingerprint = fingerprint(key);
+    async fn auth_publickey(
+        &mut self,
+        user: &str,
+        key: VerifiedPublicKey<'_>,
+    ) -> Result<Auth, Self::Error> {
+        let fingerprint = fingerprint(key.public_key);
         Ok(self.check(user, Credential::Key { fingerprint }).await)
     }
 
@@ -342,13 +346,15 @@ impl russh::server::Handler for Handler {
     async fn channel_open_session(
         &mut self,
         channel: Channel<Msg>,
+        reply: ChannelOpenHandle,
         _session: &mut Session,
-    ) -> Result<bool, Self::Error> {
+    ) -> Result<(), Self::Error> {
+        // A handle dropped unanswered refuses the channel (administratively prohibited).
         if self.auth.is_none() || self.pending.len() >= MAX_PENDING_CHANNELS {
-            return Ok(false);
+            return Ok(());
         }
         let Ok(permit) = self.channels.clone().try_acquire_owned() else {
-            return Ok(false);
+            return Ok(());
         };
         self.pending.insert(
             channel.id(),
@@ -359,7 +365,8 @@ impl russh::server::Handler for Handler {
                 env: Vec::new(),
             },
         );
-        Ok(true)
+        reply.accept().await;
+        Ok(())
     }
 
     async fn channel_open_direct_tcpip(
@@ -369,35 +376,38 @@ impl russh::server::Handler for Handler {
         port_to_connect: u32,
         _originator_address: &str,
         _originator_port: u32,
+        reply: ChannelOpenHandle,
         _session: &mut Session,
-    ) -> Result<bool, Self::Error> {
+    ) -> Result<(), Self::Error> {
+        // A handle dropped unanswered refuses the channel (administratively prohibited).
         let Some(auth) = self.auth.clone() else {
-            return Ok(false);
+            return Ok(());
         };
         let cached = auth.cached();
         let port = match u16::try_from(port_to_connect) {
             Ok(p) if p != 0 => p,
-            _ => return Ok(false),
+            _ => return Ok(()),
         };
         if !local_host(host_to_connect, &cached.workspace_name) {
             tracing::debug!(
                 host = host_to_connect,
                 "direct-tcpip to a foreign host refused"
             );
-            return Ok(false);
+            return Ok(());
         }
         if cached.actual_state != warren_types::ActualState::Running {
-            return Ok(false);
+            return Ok(());
         }
         let Ok(permit) = self.channels.clone().try_acquire_owned() else {
-            return Ok(false);
+            return Ok(());
         };
         let run = forward::run(self.shared.clone(), auth, channel, port, self.stop.clone());
+        reply.accept().await;
         tokio::spawn(async move {
             run.await;
             drop(permit);
         });
-        Ok(true)
+        Ok(())
     }
 
     async fn channel_close(
@@ -506,11 +516,7 @@ mod tests {
     fn fingerprint_is_sha256_of_the_blob_unpadded() {
         use base64::Engine;
         use sha2::Digest;
-        let key = russh::keys::PrivateKey::random(
-            &mut rand::rngs::OsRng,
-            russh::keys::Algorithm::Ed25519,
-        )
-        .unwrap();
+        let key = crate::ssh::host_key::generate_ed25519();
         let blob = key.public_key().to_bytes().unwrap();
         let want = format!(
             "SHA256:{}",

@@ -3,7 +3,7 @@
 //! a key that cannot be read is a startup error the operator has to look at.
 
 use russh::keys::ssh_key::LineEnding;
-use russh::keys::{Algorithm, PrivateKey};
+use russh::keys::PrivateKey;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -59,13 +59,22 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<PrivateKey, HostKeyError> {
     Ok(key)
 }
 
+/// A new Ed25519 key from the operating system's random source. (russh's `random` wants
+/// the `rand_core` of a newer `rand` than the one the workspace shares.)
+pub(crate) fn generate_ed25519() -> PrivateKey {
+    use rand::RngCore as _;
+    let mut seed = [0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut seed);
+    let pair = russh::keys::ssh_key::private::Ed25519Keypair::from_seed(&seed);
+    PrivateKey::from(pair)
+}
+
 fn create(path: &Path) -> Result<PrivateKey, HostKeyError> {
     let write_err = |source| HostKeyError::Write {
         path: path.to_owned(),
         source,
     };
-    let mut key = PrivateKey::random(&mut rand::rngs::OsRng, Algorithm::Ed25519)
-        .map_err(HostKeyError::Generate)?;
+    let mut key = generate_ed25519();
     key.set_comment("warren proxy host key");
     let pem = key
         .to_openssh(LineEnding::LF)
@@ -114,6 +123,7 @@ fn open_private(path: &Path) -> std::io::Result<std::fs::File> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use russh::keys::Algorithm;
 
     #[test]
     fn generated_once_then_loaded_and_private() {

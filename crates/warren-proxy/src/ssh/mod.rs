@@ -143,7 +143,9 @@ fn is_transient_accept_error(e: &std::io::Error) -> bool {
 fn server_config(key: russh::keys::PrivateKey) -> russh::server::Config {
     use russh::MethodKind;
     russh::server::Config {
-        server_id: russh::SshId::Standard(format!("SSH-2.0-warren_{}", env!("CARGO_PKG_VERSION"))),
+        server_id: russh::SshId::Standard(
+            format!("SSH-2.0-warren_{}", env!("CARGO_PKG_VERSION")).into(),
+        ),
         methods: russh::MethodSet::from(&[MethodKind::PublicKey, MethodKind::Password][..]),
         auth_rejection_time: AUTH_REJECTION_DELAY,
         // OpenSSH probes with "none" first to learn the methods; that is not a failure.

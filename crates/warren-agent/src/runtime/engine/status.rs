@@ -302,14 +302,25 @@ fn detect_failure(pod: &PodObservation, ready: bool) -> Option<PodFailure> {
             reason: reason.into(),
             message: with_logs(
                 format!(
-                    "container {} exited with code {} while the workspace should run",
-                    c.name, c.exit_code
+                    "container {} exited {} while the workspace should run",
+                    c.name,
+                    exit_words(c.exit_code)
                 ),
                 c,
             ),
         });
     }
     None
+}
+
+/// How a container's exit is told. Podman records -1 when the OCI runtime no longer knows
+/// the container and the exit file of its monitor is missing: no code of the command's.
+fn exit_words(code: i64) -> String {
+    if code < 0 {
+        "without an exit code (the engine lost it)".to_owned()
+    } else {
+        format!("with code {code}")
+    }
 }
 
 #[cfg(test)]
@@ -498,6 +509,19 @@ mod tests {
                 "{label}"
             );
         }
+    }
+
+    #[test]
+    fn an_exit_code_the_engine_lost_is_not_told_as_the_commands() {
+        let mut p = pod(1, ["running", "exited", "exited"], 0);
+        p.containers[2].exit_code = -1;
+        let f = synthesise(&p).pod_failure.expect("a failure");
+        assert!(
+            f.message
+                .contains("container tools exited without an exit code (the engine lost it)"),
+            "{}",
+            f.message
+        );
     }
 
     #[test]

@@ -250,6 +250,24 @@ pub enum WsCommand {
         #[arg(long)]
         write: bool,
     },
+    /// Make the workspace again from its definition as it is now: the devfile given, else
+    /// its project's at its ref, else the one it was made from. Its volume and home are
+    /// kept; what changes is shown first, and a running workspace restarts.
+    #[command(after_long_help = WS_REBUILD_HELP)]
+    Rebuild {
+        name: String,
+        /// A devfile to use from now on; `-` for stdin.
+        #[arg(long)]
+        devfile: Option<PathBuf>,
+        /// Show what would change and change nothing.
+        #[arg(long, conflicts_with = "yes")]
+        dry_run: bool,
+        /// Apply without asking (needed when stdin is not a terminal).
+        #[arg(long, short = 'y')]
+        yes: bool,
+        #[command(flatten)]
+        wait: WaitArgs,
+    },
     /// Change the workspace's size; it restarts, keeping its volume.
     #[command(group = clap::ArgGroup::new("size").required(true).multiple(true))]
     Resize {
@@ -262,6 +280,15 @@ pub enum WsCommand {
         wait: WaitArgs,
     },
 }
+
+const WS_REBUILD_HELP: &str = "\
+Use it after the project's devfile or dev container configuration changed (the web UI marks a
+workspace whose project's definition moved on), or to try a devfile of your own with --devfile.
+What changes is listed (containers, endpoints, volumes, start-up commands; environment values
+are never shown, only that they changed) and asked about before anything happens. A definition
+that does not validate, or that the agent does not allow, is refused with its reasons and the
+workspace keeps running as it was. Exit codes: 0 rebuilt (or nothing applied with --dry-run),
+1 refused or not confirmed, 2 asked without a terminal to answer on (pass --yes).";
 
 const WS_RUN_HELP: &str = "\
 Steps are announced on stderr (`==> ID (exec in COMPONENT)`); a step's stdout and stderr go to

@@ -99,6 +99,10 @@ pub fn workspace_resources(name: &str) -> Vec<String> {
     segs(&["workspaces", name, "resources"])
 }
 
+pub fn workspace_rebuild(name: &str) -> Vec<String> {
+    segs(&["workspaces", name, "rebuild"])
+}
+
 pub fn workspace_logs(name: &str) -> Vec<String> {
     segs(&["workspaces", name, "logs"])
 }

@@ -92,6 +92,17 @@ impl Client {
             .await
     }
 
+    /// `POST /workspaces/{name}/rebuild`: makes the workspace again from its definition (or
+    /// with `dry_run`, tells what that would change).
+    pub async fn rebuild_workspace(
+        &self,
+        name_or_id: &str,
+        req: &RebuildWorkspaceRequest,
+    ) -> Result<RebuildOutcome> {
+        self.with_body(Method::POST, &routes::workspace_rebuild(name_or_id), req)
+            .await
+    }
+
     /// `GET /workspaces/{name}/logs`: the last `tail` lines a container wrote (`None`: the
     /// main container), as bytes (the workspace's own text, not necessarily UTF-8).
     pub async fn workspace_logs(

@@ -15,6 +15,7 @@
 //!
 //! See [`render`] for how the startup scripts keep the main container alive.
 
+pub mod diff;
 pub mod k8s;
 mod model;
 pub mod parent;

@@ -22,6 +22,7 @@ mod leases;
 mod mounts;
 mod oauth;
 mod projects;
+mod rebuild;
 mod reconcile;
 mod signal;
 mod spaces;

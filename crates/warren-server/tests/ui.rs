@@ -143,7 +143,7 @@ async fn the_session_cookie_is_secure_by_what_the_server_knows() {
     task.await.unwrap().unwrap();
 }
 
-async fn signed_in(s: &TestServer, user: &str, password: &str) -> Browser {
+pub(crate) async fn signed_in(s: &TestServer, user: &str, password: &str) -> Browser {
     let mut b = Browser::new(&s.base);
     let p = sign_in(&mut b, user, password).await;
     assert_eq!(p.status, 303, "[{}] {}", s.label, p.body);
@@ -396,6 +396,7 @@ async fn errors_beside_fields_escaping_and_404_for_others() {
             "/workspaces/alices/logs",
             "/workspaces/alices/events",
             "/workspaces/alices/confirm/delete",
+            "/workspaces/alices/rebuild",
             "/admin",
             "/admin/agents/local",
             "/no-such-page",
@@ -408,6 +409,7 @@ async fn errors_beside_fields_escaping_and_404_for_others() {
         for path in [
             "/workspaces/alices/action/delete",
             "/workspaces/alices/resize",
+            "/workspaces/alices/rebuild",
             "/admin/agents",
         ] {
             let p = bob
@@ -769,6 +771,95 @@ async fn spaces_in_the_list_the_page_and_the_form() {
             .admin(Method::GET, "/api/v1/workspaces/shared", None)
             .await;
         assert_eq!(w["desired_state"], "Running", "[{l}] untouched");
+        s.stop().await;
+    }
+}
+
+/// The rebuild page (issue 41, item 1): a pasted devfile's changes are listed before anything
+/// happens, a definition that does not validate is refused on the page with the workspace as
+/// it was, and the button rebuilds (restarting a running workspace).
+#[tokio::test]
+async fn the_rebuild_page_shows_what_changes_then_rebuilds() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        s.agent("local", json!({})).await;
+        let token = s.user("alice", &["api", "workspace"]).await;
+        s.workspace(&token, json!({"name": "rb", "devfile": DEVFILE}))
+            .await;
+        let mut alice = signed_in(&s, "alice", "password-123").await;
+        let page = alice.get("/workspaces/rb").await;
+        assert!(
+            page.body.contains("/workspaces/rb/rebuild"),
+            "[{l}] {}",
+            page.body
+        );
+        let page = alice.get("/workspaces/rb/rebuild").await;
+        assert_eq!(page.status, 200, "[{l}] {}", page.body);
+        assert!(
+            page.body.contains("No change to its containers"),
+            "[{l}] {}",
+            page.body
+        );
+        let csrf = csrf_of(&page);
+        let next = DEVFILE.replace("image: busybox", "image: alpine:3");
+        assert_ne!(next, DEVFILE, "the test's devfile names busybox");
+        let p = alice
+            .post_form(
+                "/workspaces/rb/rebuild",
+                &[
+                    ("devfile".into(), next.clone()),
+                    ("csrf_token".into(), csrf.clone()),
+                ],
+            )
+            .await;
+        assert_eq!(p.status, 200, "[{l}] {}", p.body);
+        assert!(
+            p.body.contains("container dev") && p.body.contains("image alpine:3"),
+            "[{l}] {}",
+            p.body
+        );
+        let (_, w) = s
+            .call(Method::GET, "/api/v1/workspaces/rb", Some(&token), None)
+            .await;
+        let version = w["version"].clone();
+        let bad = "schemaVersion: 2.2.0\ncomponents: 7\n";
+        let p = alice
+            .post_form(
+                "/workspaces/rb/rebuild",
+                &[
+                    ("devfile".into(), bad.into()),
+                    ("apply".into(), "1".into()),
+                    ("csrf_token".into(), csrf.clone()),
+                ],
+            )
+            .await;
+        assert_eq!(p.status, 422, "[{l}] {}", p.body);
+        assert!(p.body.contains("Not rebuilt: "), "[{l}] {}", p.body);
+        let (_, w) = s
+            .call(Method::GET, "/api/v1/workspaces/rb", Some(&token), None)
+            .await;
+        assert_eq!(w["version"], version, "[{l}] untouched: {w}");
+        let p = alice
+            .post_form(
+                "/workspaces/rb/rebuild",
+                &[
+                    ("devfile".into(), next),
+                    ("apply".into(), "1".into()),
+                    ("csrf_token".into(), csrf),
+                ],
+            )
+            .await;
+        assert_eq!(
+            (p.status, p.location.as_deref()),
+            (303, Some("/workspaces/rb")),
+            "[{l}] {}",
+            p.body
+        );
+        let (_, w) = s
+            .call(Method::GET, "/api/v1/workspaces/rb", Some(&token), None)
+            .await;
+        assert_eq!(w["desired_state"], "RestartRequested", "[{l}] {w}");
         s.stop().await;
     }
 }

@@ -592,6 +592,51 @@ fn cli_drives_a_real_server() {
         let w = cli.json(&[&["ws", "resize", "waited", "--memory", "2Gi"][..], &wait].concat());
         assert_eq!(w["actual_state"], "Running", "{w}");
         assert_eq!(w["resources"]["memory"], "2Gi", "{w}");
+        // Rebuild (issue 41, item 1): what changes first, asked before applying, a
+        // definition that does not validate refused with the workspace untouched.
+        let next = tmp.path().join("next.yaml");
+        std::fs::write(
+            &next,
+            DEVFILE.replace("targetPort: 3000", "targetPort: 4000"),
+        )
+        .unwrap();
+        let next = next.to_str().unwrap();
+        let out = cli.ok(&["ws", "rebuild", "waited", "--devfile", next, "--dry-run"]);
+        assert!(
+            out.contains("Rebuilding waited from the devfile given changes 1 part(s):")
+                && out.contains("~ endpoint web:")
+                && out.contains("was: port 3000")
+                && out.contains("now: port 4000"),
+            "{out}"
+        );
+        let out = cli.run(&["ws", "rebuild", "waited", "--devfile", next]);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert!(stderr(&out).contains("pass --yes"), "{}", stderr(&out));
+        let before = cli.json(&["ws", "show", "waited"]);
+        let out = cli.run(&[
+            "ws",
+            "rebuild",
+            "waited",
+            "--yes",
+            "--devfile",
+            bad_devfile.to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert!(stderr(&out).contains("memoryLimit"), "{}", stderr(&out));
+        let after = cli.json(&["ws", "show", "waited"]);
+        assert_eq!(before["version"], after["version"], "untouched: {after}");
+        let w = cli.json(
+            &[
+                &["ws", "rebuild", "waited", "--yes", "--devfile", next][..],
+                &wait,
+            ]
+            .concat(),
+        );
+        assert_eq!(w["actual_state"], "Running", "{w}");
+        assert!(
+            w["url"].as_str().unwrap_or_default().contains("4000"),
+            "{w}"
+        );
         let out = cli.run(&[&["ws", "rm", "waited"][..], &wait].concat());
         assert!(out.status.success(), "{}", stderr(&out));
         let w = cli.json(&["ws", "show", "waited"]);

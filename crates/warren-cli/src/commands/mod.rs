@@ -25,8 +25,9 @@ use warren_client::{Client, WorkspaceQuery};
 use warren_types::api::{
     AddSshKeyRequest, ChangePasswordRequest, CreateAgentRequest, CreateOAuthClient,
     CreateProjectRequest, CreateTokenRequest, CreateUserRequest, CreateWorkspaceRequest, Page,
-    PasswordLoginRequest, ProjectRole, ProjectVisibility, SpaceRole, TokenScope,
-    UpdateAgentRequest, UpdateProjectRequest, UpdateUserRequest, Workspace, WorkspaceResources,
+    PasswordLoginRequest, ProjectRole, ProjectVisibility, RebuildWorkspaceRequest, SpaceRole,
+    TokenScope, UpdateAgentRequest, UpdateProjectRequest, UpdateUserRequest, Workspace,
+    WorkspaceResources,
 };
 use warren_types::config::AgentConfig;
 use warren_types::git::GitCredential;

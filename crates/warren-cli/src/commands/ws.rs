@@ -242,6 +242,19 @@ pub(super) async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
             memory,
             wait,
         } => ws_resize(&c, out, &name, WorkspaceResources { cpu, memory }, &wait).await,
+        WsCommand::Rebuild {
+            name,
+            devfile,
+            dry_run,
+            yes,
+            wait,
+        } => {
+            let devfile = devfile
+                .as_deref()
+                .map(|p| read_text("devfile", p))
+                .transpose()?;
+            ws_rebuild(&c, out, &name, devfile, dry_run, yes, &wait).await
+        }
     }
 }
 
@@ -385,6 +398,56 @@ async fn ws_resize(
         },
     };
     finish_action(c, out, w, goal, wait).await
+}
+
+/// `warren ws rebuild NAME`: shows what would change, asks, applies, and waits when asked.
+async fn ws_rebuild(
+    c: &Client,
+    out: Format,
+    name: &str,
+    devfile: Option<String>,
+    dry_run: bool,
+    yes: bool,
+    wait: &WaitArgs,
+) -> Result<(), CliError> {
+    let mut req = RebuildWorkspaceRequest {
+        devfile,
+        dry_run: true,
+    };
+    let plan = named("workspace", name, c.rebuild_workspace(name, &req).await)?;
+    if dry_run {
+        print(out, &plan, output::rebuild_plan);
+        return Ok(());
+    }
+    if !yes {
+        eprintln!("{}", output::rebuild_plan(&plan));
+        if !std::io::stdin().is_terminal() {
+            return Err(CliError::Usage(
+                "not rebuilt: pass --yes to rebuild without being asked".into(),
+            ));
+        }
+        let running = plan.workspace.desired_state != DesiredState::Stopped;
+        let question = if running {
+            format!("Rebuild {name} (it restarts; its volume is kept)? [y/N] ")
+        } else {
+            format!("Rebuild {name} (it starts with this next time)? [y/N] ")
+        };
+        if !matches!(prompt_line(&question)?.trim(), "y" | "Y" | "yes") {
+            return Err(CliError::Failed(
+                "not confirmed; nothing was changed".into(),
+            ));
+        }
+    }
+    req.dry_run = false;
+    let done = named("workspace", name, c.rebuild_workspace(name, &req).await)?;
+    if out == Format::Table && yes {
+        eprintln!("{}", output::rebuild_plan(&done));
+    }
+    let goal = match done.workspace.desired_state {
+        DesiredState::Stopped => Goal::Stopped,
+        _ => Goal::Restarted,
+    };
+    finish_action(c, out, done.workspace, goal, wait).await
 }
 
 /// `warren ws ssh-config [NAME…] [--write]`.

@@ -15,6 +15,43 @@ mod tree;
 pub use gitops::*;
 pub use tree::*;
 
+/// What a rebuild changes (or would): one line per part, with before and after.
+pub fn rebuild_plan(plan: &warren_types::api::RebuildOutcome) -> String {
+    use warren_types::api::ChangeKind;
+    let verb = if plan.applied {
+        "Rebuilt"
+    } else {
+        "Rebuilding"
+    };
+    let mut s = format!("{verb} {} from {}", plan.workspace.name, plan.source);
+    if plan.changes.is_empty() {
+        s.push_str(": no change to its containers, endpoints, volumes or start-up commands.");
+        return s;
+    }
+    s.push_str(&format!(" changes {} part(s):", plan.changes.len()));
+    for c in &plan.changes {
+        match c.change {
+            ChangeKind::Added => s.push_str(&format!(
+                "\n  + {}: {}",
+                c.part,
+                c.after.as_deref().unwrap_or("")
+            )),
+            ChangeKind::Removed => s.push_str(&format!(
+                "\n  - {}: {}",
+                c.part,
+                c.before.as_deref().unwrap_or("")
+            )),
+            ChangeKind::Changed => s.push_str(&format!(
+                "\n  ~ {}:\n      was: {}\n      now: {}",
+                c.part,
+                c.before.as_deref().unwrap_or(""),
+                c.after.as_deref().unwrap_or("")
+            )),
+        }
+    }
+    s
+}
+
 /// `-o/--output`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {

@@ -4,7 +4,7 @@
 use super::render::{self, ProjectInput, RenderInput};
 use super::{AppError, AppState};
 use crate::store::agents::AgentRow;
-use crate::store::workspaces::{WorkspaceFilter, WorkspaceRow};
+use crate::store::workspaces::{RenderedObjects, WorkspaceFilter, WorkspaceRow};
 use warren_types::api::WorkspaceResources;
 use warren_types::DesiredState;
 
@@ -24,42 +24,14 @@ pub async fn rerender(
     always: bool,
     restart: bool,
 ) -> Result<Option<bool>, AppError> {
-    let project = match w.project_id {
-        Some(p) => state.store.project_by_key(&p.to_string()).await?,
-        None => None,
-    };
-    let credential = match &project {
-        Some(p) => state.store.project_credential(p)?,
-        None => None,
-    };
     let devfile = render::parse(&w.devfile, "stored devfile")?;
-    let variables = w.stored_variables(&state.store)?;
-    let owner = state.store.user_by_id(w.owner_id).await?;
     let desired = match w.desired_state {
         DesiredState::Running | DesiredState::RestartRequested if restart => {
             DesiredState::RestartRequested
         }
         other => other,
     };
-    let rendered = render::render_workspace(
-        &devfile,
-        RenderInput {
-            name: &w.name,
-            id: w.id,
-            agent,
-            project: project.as_ref().map(|p| ProjectInput {
-                name: &p.name,
-                git_url: &p.git_url,
-                git_ref: w.git_ref.as_deref().unwrap_or(&p.default_ref),
-                credential: credential.as_ref(),
-            }),
-            resources,
-            variables: &variables,
-            desired,
-            dotfiles_url: owner.as_ref().and_then(|u| u.dotfiles_url.as_deref()),
-            starter: w.starter.as_deref(),
-        },
-    )?;
+    let rendered = render_row(state, w, agent, &devfile, resources, desired).await?;
     if !always {
         let mut old = w.objects(&state.store)?;
         let mut new = rendered.objects.clone();
@@ -79,6 +51,7 @@ pub async fn rerender(
             resources,
             desired,
             state.clock.now_ms(),
+            None,
         )
         .await?;
     if stored.is_some() {
@@ -86,6 +59,47 @@ pub async fn rerender(
         state.changed();
     }
     Ok(stored.map(|()| true))
+}
+
+/// The objects of workspace `w` made from `devfile` (its own, or a rebuild's) under
+/// `agent`'s configuration, with its project, variables and owner as they are now.
+pub async fn render_row(
+    state: &AppState,
+    w: &WorkspaceRow,
+    agent: &AgentRow,
+    devfile: &warren_devfile::Devfile,
+    resources: &WorkspaceResources,
+    desired: DesiredState,
+) -> Result<RenderedObjects, AppError> {
+    let project = match w.project_id {
+        Some(p) => state.store.project_by_key(&p.to_string()).await?,
+        None => None,
+    };
+    let credential = match &project {
+        Some(p) => state.store.project_credential(p)?,
+        None => None,
+    };
+    let variables = w.stored_variables(&state.store)?;
+    let owner = state.store.user_by_id(w.owner_id).await?;
+    render::render_workspace(
+        devfile,
+        RenderInput {
+            name: &w.name,
+            id: w.id,
+            agent,
+            project: project.as_ref().map(|p| ProjectInput {
+                name: &p.name,
+                git_url: &p.git_url,
+                git_ref: w.git_ref.as_deref().unwrap_or(&p.default_ref),
+                credential: credential.as_ref(),
+            }),
+            resources,
+            variables: &variables,
+            desired,
+            dotfiles_url: owner.as_ref().and_then(|u| u.dotfiles_url.as_deref()),
+            starter: w.starter.as_deref(),
+        },
+    )
 }
 
 /// After an agent's configuration changed: re-render its workspaces, restarting those whose

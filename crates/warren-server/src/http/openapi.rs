@@ -76,6 +76,7 @@ use utoipa::{Modify, OpenApi};
         api::workspaces::list,
         api::workspaces::create,
         api::workspaces::resize,
+        api::workspaces::rebuild,
         api::workspaces::logs,
         api::workspaces::startup,
         api::workspaces::run_command,

@@ -629,8 +629,10 @@ impl Store {
         Ok((r.rows_affected() == 1).then_some(()))
     }
 
-    /// Stores re-rendered objects and resources (resize), forcing a full send to the agent
-    /// and a desired state; `Ok(None)` on a lost race.
+    /// Stores what a workspace renders to now — objects, endpoints, URL, size and desired
+    /// state — forcing a full send; with `devfile`, its new definition too (a rebuild). Only
+    /// when the row is still at `version` (`None`: it changed meanwhile).
+    #[allow(clippy::too_many_arguments)]
     pub async fn set_rendered(
         &self,
         id: WorkspaceId,
@@ -639,10 +641,12 @@ impl Store {
         resources: &WorkspaceResources,
         desired: DesiredState,
         now: i64,
+        devfile: Option<&str>,
     ) -> Result<Option<()>, StoreError> {
         let r = sqlx::query(&format!(
             "UPDATE workspaces SET rendered_objects = $1, resources = $2, {}, \
              force_include_all_resources = 1, config_running = $7, config_stopped = $8, \
+             endpoints = $9, url = $10, devfile = COALESCE($11, devfile), \
              updated_at = $4, version = version + 1 WHERE id = $5 AND version = $6",
             set_desired_sql(3, 4, false)
         ))
@@ -654,6 +658,9 @@ impl Store {
         .bind(version)
         .bind(self.sbox.seal(rendered.config_running.as_bytes()))
         .bind(self.sbox.seal(rendered.config_stopped.as_bytes()))
+        .bind(serde_json::to_string(&rendered.endpoints).unwrap_or_default())
+        .bind(rendered.url.clone())
+        .bind(devfile)
         .execute(&self.db.pool)
         .await?;
         Ok((r.rows_affected() == 1).then_some(()))

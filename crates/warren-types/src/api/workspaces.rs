@@ -226,6 +226,52 @@ pub struct ResizeWorkspaceRequest {
     pub resources: WorkspaceResources,
 }
 
+/// `POST /api/v1/workspaces/{name}/rebuild`: the workspace made again from its definition —
+/// the request's devfile (or dev container configuration), else its project's at the
+/// workspace's ref, else the one it was made from — keeping its volume and home. With
+/// `dry_run`, only what would change is answered.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RebuildWorkspaceRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub devfile: Option<String>,
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// How one part of a workspace's definition changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ChangeKind {
+    Added,
+    Removed,
+    Changed,
+}
+
+/// One difference between a workspace's definition and another: a container, an endpoint,
+/// a volume or the start-up commands, each told as a line of its settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct DefinitionChange {
+    /// `container dev`, `endpoint web`, `volume cache`, `events`.
+    pub part: String,
+    pub change: ChangeKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+}
+
+/// What a rebuild changes (or would change, for a dry run) and the workspace after it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RebuildOutcome {
+    /// Where the new definition was read from.
+    pub source: String,
+    pub changes: Vec<DefinitionChange>,
+    /// The workspace was made again (restarted when it ran). False for a dry run.
+    pub applied: bool,
+    pub workspace: Workspace,
+}
+
 /// `GET /api/v1/access`: how users reach their workspaces besides the API (for the CLI's
 /// `warren ws ssh` and `warren ws ssh-config`). Any authenticated user may ask.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

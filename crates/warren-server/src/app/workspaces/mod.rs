@@ -8,8 +8,10 @@
 //! [`change_desired_state`].
 
 mod checks;
+mod rebuild;
 mod startup;
 
+pub use rebuild::rebuild;
 pub use startup::startup;
 
 use super::lifecycle::check_desired_state_request;
@@ -40,7 +42,7 @@ fn shown_right(
 }
 
 /// The API form of `w` for the caller, with `your_right`.
-async fn for_caller(
+pub(super) async fn for_caller(
     state: &AppState,
     who: &Principal,
     w: &WorkspaceRow,
@@ -173,7 +175,7 @@ pub async fn get(state: &AppState, who: &Principal, key: &str) -> Result<Workspa
 }
 
 /// The answer about one workspace: its API form and what Warren did with its devfile.
-fn with_notices(row: &WorkspaceRow, mut w: Workspace) -> Result<Workspace, AppError> {
+pub(super) fn with_notices(row: &WorkspaceRow, mut w: Workspace) -> Result<Workspace, AppError> {
     w.notices = render::notices(
         &row.devfile,
         row.project_id.is_some(),
@@ -367,7 +369,7 @@ fn check_definition(req: &CreateWorkspaceRequest) -> Result<Option<&str>, AppErr
 /// What a new workspace's definition must be beyond parsing: a devfile that builds an image
 /// at start needs a project (the build context comes from its repository), and a starter
 /// project is for a workspace without one and must be among the devfile's.
-fn check_for_creation(
+pub(super) fn check_for_creation(
     devfile: &warren_devfile::Devfile,
     field: &str,
     has_project: bool,
@@ -557,6 +559,28 @@ pub async fn create(
     }
 }
 
+/// A workspace the caller is about to make again (resize, rebuild), and its agent: the
+/// caller must be allowed to manage it, and it must be one that may be restarted.
+pub(super) async fn to_remake(
+    state: &AppState,
+    who: &Principal,
+    key: &str,
+) -> Result<(WorkspaceRow, crate::store::agents::AgentRow), AppError> {
+    let w = rights::authorized(state, who, key, Right::Manage).await?;
+    check_desired_state_request(
+        &w.name,
+        w.desired_state,
+        w.actual_state,
+        DesiredState::RestartRequested,
+    )?;
+    let agent = state
+        .store
+        .agent_by_id(w.agent_id)
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("agent {}", w.agent_id)))?;
+    Ok((w, agent))
+}
+
 /// Resizes a workspace: re-renders its objects with the new size and restarts it (desired
 /// `RestartRequested` when it was `Running`), keeping its volume. A field left out keeps
 /// the size asked for earlier. A stopped workspace keeps `Stopped` and starts with the new
@@ -568,18 +592,7 @@ pub async fn resize(
     req: &ResizeWorkspaceRequest,
 ) -> Result<Workspace, AppError> {
     for _ in 0..rerender::WRITE_ATTEMPTS {
-        let w = rights::authorized(state, who, key, Right::Manage).await?;
-        check_desired_state_request(
-            &w.name,
-            w.desired_state,
-            w.actual_state,
-            DesiredState::RestartRequested,
-        )?;
-        let agent = state
-            .store
-            .agent_by_id(w.agent_id)
-            .await?
-            .ok_or_else(|| AppError::not_found(format!("agent {}", w.agent_id)))?;
+        let (w, agent) = to_remake(state, who, key).await?;
         // A resize changes what it names and keeps the rest: `--cpu` after `--memory` keeps
         // the memory asked for earlier. Only what it names is checked here: a kept value was
         // accepted when it was asked for.

@@ -151,6 +151,7 @@ pub fn router() -> Router<crate::http::HttpState> {
             put(workspaces::set_desired_state),
         )
         .route("/workspaces/{workspace}/resources", put(workspaces::resize))
+        .route("/workspaces/{workspace}/rebuild", post(workspaces::rebuild))
         .route("/workspaces/{workspace}/logs", get(workspaces::logs))
         .route("/workspaces/{workspace}/startup", get(workspaces::startup))
         .route(

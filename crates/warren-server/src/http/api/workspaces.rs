@@ -12,8 +12,9 @@ use futures::StreamExt;
 use http::StatusCode;
 use serde::Deserialize;
 use warren_types::api::{
-    ApiError, CommandRunEvent, CreateWorkspaceRequest, Page, ResizeWorkspaceRequest,
-    UpdateDesiredStateRequest, Workspace, WorkspaceListQuery,
+    ApiError, CommandRunEvent, CreateWorkspaceRequest, Page, RebuildOutcome,
+    RebuildWorkspaceRequest, ResizeWorkspaceRequest, UpdateDesiredStateRequest, Workspace,
+    WorkspaceListQuery,
 };
 use warren_types::startup::WorkspaceStartup;
 
@@ -129,6 +130,27 @@ pub async fn resize(
     Json(req): Json<ResizeWorkspaceRequest>,
 ) -> Result<Json<Workspace>, HttpError> {
     Ok(Json(workspaces::resize(&state, &who, &key, &req).await?))
+}
+
+/// Rebuilds a workspace from its definition as it is now (the body's devfile, else its
+/// project's at the workspace's ref, else the one it was made from), keeping its volume and
+/// home, and restarts it when it runs. The answer lists what changed; with `dry_run` nothing
+/// is applied. A definition that does not validate or render is refused (422) and the
+/// workspace is left as it was.
+#[utoipa::path(post, path = "/api/v1/workspaces/{workspace}/rebuild",
+    params(("workspace" = String, Path, description = "workspace name or id")),
+    request_body = RebuildWorkspaceRequest,
+    responses((status = 200, body = RebuildOutcome), (status = 400, body = ApiError),
+    (status = 403, description = "a developer or viewer of its space: rebuilding needs more", body = ApiError), (status = 404, body = ApiError),
+    (status = 409, body = ApiError), (status = 422, description = "the definition does not validate, the agent does not allow it, or the project's repository cannot be read", body = ApiError)),
+    tag = "workspaces", security(("bearer" = [])))]
+pub async fn rebuild(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(key): Path<String>,
+    Json(req): Json<RebuildWorkspaceRequest>,
+) -> Result<Json<RebuildOutcome>, HttpError> {
+    Ok(Json(workspaces::rebuild(&state, &who, &key, &req).await?))
 }
 
 /// Query of `GET /api/v1/workspaces/{workspace}/logs`.

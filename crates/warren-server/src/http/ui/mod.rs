@@ -45,6 +45,10 @@ pub fn router() -> Router<crate::http::HttpState> {
         )
         .route("/workspaces/{name}/action/{action}", post(workspaces::act))
         .route("/workspaces/{name}/resize", post(workspaces::resize))
+        .route(
+            "/workspaces/{name}/rebuild",
+            get(workspaces::rebuild_page).post(workspaces::rebuild),
+        )
         .route("/workspaces/{name}/logs", get(workspaces::logs_page))
         .route(
             "/workspaces/{name}/logs/stream",

@@ -32,10 +32,12 @@ mod create;
 use create::{form_field, is_form_error, opt};
 mod events;
 mod logs;
+mod rebuild;
 
 pub use create::{create, new_page};
 pub use events::{list_events, show_events};
 pub use logs::{logs_page, logs_stream};
+pub use rebuild::{page as rebuild_page, submit as rebuild};
 
 /// How often a live view looks again without a change of this server's: another server
 /// sharing the database may have made one.
@@ -262,7 +264,11 @@ pub async fn show(
     Path(name): Path<String>,
 ) -> Result<Response, UiError> {
     let w = domain::get(&state, &viewer.who, &name).await?;
-    let notes = output_notes(&state, &viewer, &w).await;
+    let (mut notes, update) = tokio::join!(
+        output_notes(&state, &viewer, &w),
+        definition_update(&state, &viewer, &w)
+    );
+    notes.update = update;
     Ok(workspace_page(
         &viewer,
         &w,
@@ -279,6 +285,33 @@ pub async fn show(
 struct OutputNotes {
     startup: Option<WorkspaceStartup>,
     editor: Option<String>,
+    /// How many parts its project's definition changed since it was built (the "update
+    /// available" mark); `None` when nothing changed or it cannot be told at once.
+    update: Option<usize>,
+}
+
+/// Whether a project's workspace would change if rebuilt now: a dry run of the rebuild,
+/// which reads the project's definition at the workspace's ref. Only for who may rebuild it,
+/// and given as long as the page waits for the rest.
+async fn definition_update(state: &AppState, viewer: &Viewer, w: &Workspace) -> Option<usize> {
+    if w.project.is_none()
+        || w.your_right < Some(WorkspaceRight::Manage)
+        || w.desired_state == DesiredState::Terminated
+    {
+        return None;
+    }
+    let req = warren_types::api::RebuildWorkspaceRequest {
+        devfile: None,
+        dry_run: true,
+    };
+    let plan = tokio::time::timeout(
+        Duration::from_secs(2),
+        domain::rebuild(state, &viewer.who, &w.name, &req),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    (!plan.changes.is_empty()).then_some(plan.changes.len())
 }
 
 /// The notes of a running workspace's output; each `None` when it cannot be read at once
@@ -309,12 +342,13 @@ async fn output_notes(state: &AppState, viewer: &Viewer, w: &Workspace) -> Outpu
             .and_then(Result::ok)
             .filter(|s| !matches!(s.state, StartupState::Unknown | StartupState::Untold)),
         editor,
+        update: None,
     }
 }
 
 fn right_words(r: Option<WorkspaceRight>) -> &'static str {
     match r {
-        Some(WorkspaceRight::Manage) => "use, resize and delete it",
+        Some(WorkspaceRight::Manage) => "use, resize, rebuild and delete it",
         Some(WorkspaceRight::Use) => "use it (start, stop, open, logs)",
         Some(WorkspaceRight::See) | None => "see it (a viewer of its space)",
     }
@@ -360,6 +394,10 @@ fn workspace_page(
                 p.hint role="status" { "Startup: " (st.describe()) }
             }
         }
+        @if let Some(n) = notes.update {
+            p.warning role="status" { "Its project's definition changed since it was built (" (n) " change(s)). "
+                a href=(format!("{base}/rebuild")) { "Review and rebuild…" } }
+        }
         @if let Some(e) = &notes.editor {
             @if e.starts_with("editor not started") {
                 p.warning role="status" { "Editor: " (e) }
@@ -382,6 +420,9 @@ fn workspace_page(
                 p.hint { "A running workspace restarts with the new size; its volume is kept." }
                 button type="submit" { "Resize" }
             }
+            h2 { "Rebuild" }
+            p { "Make it again from its definition as it is now (after its devfile or dev container configuration changed), or from another devfile; what changes is shown first. "
+                a.button href=(format!("{base}/rebuild")) { "Rebuild…" } }
         }
         h2 { "Details" }
         dl.details {

@@ -73,6 +73,16 @@ fn terminal_address(endpoint: &str) -> Option<String> {
     Some(u.into())
 }
 
+/// Prints `url` when asked to (`--print`) or when nothing could open it, else opens it and
+/// says so.
+pub fn hand_over(url: &str, print: bool) {
+    if print || !launch(url) {
+        println!("{url}");
+    } else {
+        eprintln!("opened {url}");
+    }
+}
+
 /// Starts the user's browser on `url` ($BROWSER, else the desktop's opener); `false` when
 /// none could be started.
 pub fn launch(url: &str) -> bool {

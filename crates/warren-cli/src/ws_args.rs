@@ -236,6 +236,12 @@ pub enum WsCommand {
         /// Open the devfile's main endpoint instead of the editor.
         #[arg(long)]
         main: bool,
+        /// Open it in VS Code over Remote-SSH (installs its SSH host first).
+        #[arg(long, conflicts_with_all = ["endpoint", "terminal", "main", "jetbrains"])]
+        vscode: bool,
+        /// Open it in JetBrains Gateway over SSH (installs its SSH host first).
+        #[arg(long, conflicts_with_all = ["endpoint", "terminal", "main"])]
+        jetbrains: bool,
         /// Only print the address.
         #[arg(long)]
         print: bool,
@@ -246,8 +252,8 @@ pub enum WsCommand {
     SshConfig {
         /// Workspaces (names or ids); default: all of yours.
         names: Vec<String>,
-        /// Write ~/.ssh/warren.config and include it from ~/.ssh/config.
-        #[arg(long)]
+        /// Write ~/.ssh/warren.config and include it from ~/.ssh/config (idempotent).
+        #[arg(long, alias = "install")]
         write: bool,
     },
     /// Make the workspace again from its definition as it is now: the devfile given, else

@@ -863,3 +863,47 @@ async fn the_rebuild_page_shows_what_changes_then_rebuilds() {
         s.stop().await;
     }
 }
+
+/// The page of a workspace `ide` of a new user's, as that user sees it.
+async fn a_users_workspace_page(s: &TestServer) -> Page {
+    s.agent("local", json!({})).await;
+    let token = s.user("alice", &["api", "workspace"]).await;
+    s.workspace(&token, json!({"name": "ide", "devfile": DEVFILE}))
+        .await;
+    let mut alice = signed_in(s, "alice", "password-123").await;
+    alice.get("/workspaces/ide").await
+}
+
+/// The workspace page's desktop IDE links (issue 41, item 6): with SSH offered, VS Code's
+/// Remote-SSH link and JetBrains Gateway's name the host `warren ws open --vscode` installs
+/// and the project's folder; without SSH, none is offered.
+#[tokio::test]
+async fn the_page_links_desktop_ides_when_ssh_is_offered() {
+    for db in databases() {
+        let s = TestServer::start_with(&db, |c| {
+            c.ssh_public_address = Some("ssh.example.com:2222".into())
+        })
+        .await;
+        let l = s.label;
+        let page = a_users_workspace_page(&s).await;
+        assert!(
+            page.body
+                .contains("href=\"vscode://vscode-remote/ssh-remote+warren-ide/projects\""),
+            "[{l}] {}",
+            page.body
+        );
+        assert!(
+            page.body.contains(
+                "href=\"jetbrains-gateway://connect#type=ssh&amp;deploy=false&amp;host=warren-ide&amp;port=2222&amp;user=ide&amp;projectPath=%2Fprojects\""
+            ),
+            "[{l}] {}",
+            page.body
+        );
+        s.stop().await;
+    }
+    let db = databases().into_iter().next().expect("sqlite");
+    let s = TestServer::start(&db).await;
+    let page = a_users_workspace_page(&s).await;
+    assert!(!page.body.contains("vscode://"), "{}", page.body);
+    s.stop().await;
+}

@@ -477,3 +477,129 @@ async fn ws_ssh_works_on_first_use_with_the_clis_own_key() -> Result<()> {
     );
     Ok(())
 }
+
+/// VS Code's Remote-SSH, as it connects (issue 41, item 6): `warren ws open NAME --vscode`
+/// installs the workspace's SSH host once and gives the link; OpenSSH with that host runs
+/// `ssh -T -D PORT warren-NAME sh` — a shell reading its script from stdin for as long as the
+/// window is open — and reaches the workspace's ports through the dynamic (SOCKS) forward of
+/// the same connection. JetBrains Gateway's link names the same host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vs_code_remote_ssh_connects_as_it_does() -> Result<()> {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+    if !tools_present() {
+        return Ok(());
+    }
+    let e = env().await?;
+    let ws = e.stack.workspace(&e.alice, "alice-code").await?;
+    let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let upstream_addr = upstream.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = upstream.accept().await {
+            tokio::spawn(async move {
+                let _ = s.write_all(b"hello\n").await;
+                let (mut r, mut w) = s.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    e.stack.set_endpoint(&ws, 8080, upstream_addr);
+
+    let out = e
+        .warren(&["ws", "open", "alice-code", "--vscode", "--print"])
+        .await?;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "vscode://vscode-remote/ssh-remote+warren-alice-code/projects\n"
+    );
+    assert!(
+        text(&out.stderr).contains("wrote the SSH host warren-alice-code"),
+        "{}",
+        text(&out.stderr)
+    );
+    let config = e.ssh_dir().join("warren.config");
+    let written = std::fs::read_to_string(&config)?;
+    let out = e
+        .warren(&["ws", "open", "alice-code", "--jetbrains", "--print"])
+        .await?;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).starts_with(
+            "jetbrains-gateway://connect#type=ssh&deploy=false&host=warren-alice-code&port="
+        ) && text(&out.stdout).ends_with("&user=alice-code&projectPath=%2Fprojects\n"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(
+        !text(&out.stderr).contains("wrote"),
+        "installed once: {}",
+        text(&out.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&config)?, written, "unchanged");
+
+    let socks_port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        l.local_addr()?.port()
+    };
+    let mut ssh = Command::new("ssh")
+        .arg("-F")
+        .arg(&config)
+        .args([
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "GlobalKnownHostsFile=/dev/null",
+            "-o",
+            "IdentityAgent=none",
+            "-T",
+            "-D",
+            &format!("127.0.0.1:{socks_port}"),
+            "warren-alice-code",
+            "sh",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut stdin = ssh.stdin.take().context("stdin")?;
+    let mut lines = tokio::io::BufReader::new(ssh.stdout.take().context("stdout")?).lines();
+    stdin.write_all(b"echo ready-$((40 + 2))\n").await?;
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .context("the shell never answered")??;
+    assert_eq!(line.as_deref(), Some("ready-42"));
+
+    // SOCKS5, as VS Code reaches its server's port: no authentication, CONNECT 127.0.0.1:8080.
+    let mut socks = tokio::net::TcpStream::connect(("127.0.0.1", socks_port)).await?;
+    socks.write_all(&[5, 1, 0]).await?;
+    let mut chosen = [0u8; 2];
+    socks.read_exact(&mut chosen).await?;
+    assert_eq!(chosen, [5, 0]);
+    socks
+        .write_all(&[5, 1, 0, 1, 127, 0, 0, 1, 0x1f, 0x90])
+        .await?;
+    let mut reply = [0u8; 10];
+    tokio::time::timeout(Duration::from_secs(30), socks.read_exact(&mut reply))
+        .await
+        .context("no SOCKS reply")??;
+    assert_eq!(reply[1], 0, "SOCKS reply {reply:?}");
+    socks.write_all(b"ping\n").await?;
+    let mut got = vec![0u8; "hello\nping\n".len()];
+    tokio::time::timeout(Duration::from_secs(30), socks.read_exact(&mut got))
+        .await
+        .context("nothing came back through the forward")??;
+    assert_eq!(text(&got), "hello\nping\n");
+    drop(socks);
+
+    // The shell still answers on the same connection; closing its input ends it.
+    stdin.write_all(b"echo still-here\n").await?;
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await??;
+    assert_eq!(line.as_deref(), Some("still-here"));
+    drop(stdin);
+    let status = tokio::time::timeout(Duration::from_secs(30), ssh.wait())
+        .await
+        .context("ssh did not end after its input closed")??;
+    assert!(status.success(), "{status:?}");
+    Ok(())
+}

@@ -26,8 +26,8 @@ use warren_types::api::{
     AddSshKeyRequest, ChangePasswordRequest, CreateAgentRequest, CreateOAuthClient,
     CreateProjectRequest, CreateTokenRequest, CreateUserRequest, CreateWorkspaceRequest, Page,
     PasswordLoginRequest, ProjectRole, ProjectVisibility, RebuildWorkspaceRequest, SpaceRole,
-    TokenScope, UpdateAgentRequest, UpdateProjectRequest, UpdateUserRequest, Workspace,
-    WorkspaceResources,
+    SshEndpoint, TokenScope, UpdateAgentRequest, UpdateProjectRequest, UpdateUserRequest,
+    Workspace, WorkspaceResources,
 };
 use warren_types::config::AgentConfig;
 use warren_types::git::GitCredential;

@@ -225,15 +225,16 @@ pub(super) async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
             endpoint,
             terminal,
             main,
+            vscode,
+            jetbrains,
             print,
         } => {
             let w = workspace_following(&c, &name).await?;
-            let url = open_cmd::address(&w, endpoint.as_deref(), terminal, main)?;
-            if print || !open_cmd::launch(&url) {
-                println!("{url}");
-            } else {
-                eprintln!("opened {url}");
+            if vscode || jetbrains {
+                return ws_open_ide(&c, &w, vscode, print).await;
             }
+            let url = open_cmd::address(&w, endpoint.as_deref(), terminal, main)?;
+            open_cmd::hand_over(&url, print);
             Ok(())
         }
         WsCommand::Resize {
@@ -248,13 +249,7 @@ pub(super) async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
             dry_run,
             yes,
             wait,
-        } => {
-            let devfile = devfile
-                .as_deref()
-                .map(|p| read_text("devfile", p))
-                .transpose()?;
-            ws_rebuild(&c, out, &name, devfile, dry_run, yes, &wait).await
-        }
+        } => ws_rebuild(&c, out, &name, devfile.as_deref(), dry_run, yes, &wait).await,
     }
 }
 
@@ -405,11 +400,12 @@ async fn ws_rebuild(
     c: &Client,
     out: Format,
     name: &str,
-    devfile: Option<String>,
+    devfile: Option<&Path>,
     dry_run: bool,
     yes: bool,
     wait: &WaitArgs,
 ) -> Result<(), CliError> {
+    let devfile = devfile.map(|p| read_text("devfile", p)).transpose()?;
     let mut req = RebuildWorkspaceRequest {
         devfile,
         dry_run: true,
@@ -450,6 +446,71 @@ async fn ws_rebuild(
     finish_action(c, out, done.workspace, goal, wait).await
 }
 
+/// The `Host` blocks of `workspaces`. Every block pins the published host keys, printed
+/// ones too (they are pasted into a config as they are): the keys go to
+/// ~/.ssh/warren_known_hosts, which only Warren's blocks name, as `warren ws ssh` does. The
+/// blocks name the CLI's own key, so an IDE connects with no key set up.
+async fn host_blocks(
+    c: &Client,
+    endpoint: &SshEndpoint,
+    workspaces: &[Workspace],
+    say_pinned: bool,
+) -> Result<std::collections::BTreeMap<String, String>, CliError> {
+    let known_hosts = ssh_cmd::pin_host_keys(&ssh_cmd::default_ssh_dir()?, endpoint)?;
+    if let (Some(file), true) = (&known_hosts, say_pinned) {
+        eprintln!(
+            "pinned the proxy's SSH host keys in {} (the blocks below name it)",
+            file.display()
+        );
+    }
+    let identity = match crate::ssh_identity::ensure(c).await {
+        Ok(key) => crate::ssh_identity::block_lines(&key),
+        Err(e) => {
+            eprintln!("warning: {e}; the blocks leave the key to your SSH configuration");
+            String::new()
+        }
+    };
+    Ok(workspaces
+        .iter()
+        .map(|w| {
+            let block = ssh_cmd::host_block(endpoint, &w.name, known_hosts.as_deref());
+            (w.name.clone(), format!("{block}{identity}"))
+        })
+        .collect())
+}
+
+/// `warren ws open NAME --vscode|--jetbrains`: installs the workspace's `Host` block (as
+/// `ws ssh-config --write NAME` does; nothing changes when it is there), then hands the IDE's
+/// link to the desktop.
+async fn ws_open_ide(c: &Client, w: &Workspace, vscode: bool, print: bool) -> Result<(), CliError> {
+    let endpoint = c.access().await?.ssh.ok_or_else(ssh_cmd::no_ssh)?;
+    let blocks = host_blocks(c, &endpoint, std::slice::from_ref(w), false).await?;
+    let dir = ssh_cmd::default_ssh_dir()?;
+    let written = ssh_cmd::write_config(&dir, blocks, false)?;
+    if written.changed {
+        eprintln!(
+            "wrote the SSH host {}{} in {}",
+            ssh_cmd::HOST_PREFIX,
+            w.name,
+            written.file.display()
+        );
+    }
+    if written.include_added {
+        eprintln!(
+            "added `Include warren.config` to {}",
+            dir.join("config").display()
+        );
+    }
+    let folder = SshEndpoint::folder(w.project_name.as_deref());
+    let url = if vscode {
+        SshEndpoint::vscode_url(&w.name, &folder)
+    } else {
+        endpoint.gateway_url(&w.name, &folder)
+    };
+    open_cmd::hand_over(&url, print);
+    Ok(())
+}
+
 /// `warren ws ssh-config [NAME…] [--write]`.
 pub(super) async fn ws_ssh_config(
     c: &Client,
@@ -479,31 +540,7 @@ pub(super) async fn ws_ssh_config(
         }
         ws
     };
-    // Every block pins the published host keys, printed ones too (they are pasted into a
-    // config as they are): the keys go to ~/.ssh/warren_known_hosts, which only Warren's
-    // blocks name, as `warren ws ssh` does.
-    let known_hosts = ssh_cmd::pin_host_keys(&ssh_cmd::default_ssh_dir()?, &endpoint)?;
-    if let (Some(file), false) = (&known_hosts, write) {
-        eprintln!(
-            "pinned the proxy's SSH host keys in {} (the blocks below name it)",
-            file.display()
-        );
-    }
-    // The blocks name the CLI's own key, so an IDE connects with no key set up.
-    let identity = match crate::ssh_identity::ensure(c).await {
-        Ok(key) => crate::ssh_identity::block_lines(&key),
-        Err(e) => {
-            eprintln!("warning: {e}; the blocks leave the key to your SSH configuration");
-            String::new()
-        }
-    };
-    let blocks: std::collections::BTreeMap<String, String> = workspaces
-        .iter()
-        .map(|w| {
-            let block = ssh_cmd::host_block(&endpoint, &w.name, known_hosts.as_deref());
-            (w.name.clone(), format!("{block}{identity}"))
-        })
-        .collect();
+    let blocks = host_blocks(c, &endpoint, &workspaces, !write).await?;
     if !write {
         let text: Vec<&str> = blocks.values().map(String::as_str).collect();
         let mut stdout = std::io::stdout().lock();

@@ -311,6 +311,33 @@ impl SshEndpoint {
         block
     }
 
+    /// The folder a desktop IDE opens in a workspace: its project's clone, else the sources
+    /// root.
+    pub fn folder(project: Option<&str>) -> String {
+        match project {
+            Some(p) => format!("/projects/{p}"),
+            None => "/projects".to_owned(),
+        }
+    }
+
+    /// The link that has VS Code open `folder` of `workspace` over Remote-SSH, through the
+    /// `Host` block `ssh-config --write` installs (`warren-<workspace>`).
+    pub fn vscode_url(workspace: &str, folder: &str) -> String {
+        format!("vscode://vscode-remote/ssh-remote+{SSH_HOST_PREFIX}{workspace}{folder}")
+    }
+
+    /// The link that has JetBrains Gateway connect over SSH and open `folder`: the host is the
+    /// installed `Host` block's name (Gateway reads `~/.ssh/config` for its key and host key),
+    /// the user and port as the block says.
+    pub fn gateway_url(&self, workspace: &str, folder: &str) -> String {
+        format!(
+            "jetbrains-gateway://connect#type=ssh&deploy=false&host={SSH_HOST_PREFIX}{workspace}\
+             &port={}&user={workspace}&projectPath={}",
+            self.port,
+            folder.replace('%', "%25").replace('/', "%2F")
+        )
+    }
+
     /// `known_hosts` lines for the published host keys (`[host]:port key`, or `host key` on
     /// port 22, as OpenSSH looks them up).
     pub fn known_hosts_lines(&self) -> Vec<String> {

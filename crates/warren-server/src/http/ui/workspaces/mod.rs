@@ -260,6 +260,7 @@ fn live_contents(w: &Workspace, viewer: &Viewer) -> Markup {
 /// `GET /workspaces/{name}`
 pub async fn show(
     State(state): State<AppState>,
+    State(http): State<crate::http::HttpState>,
     viewer: Viewer,
     Path(name): Path<String>,
 ) -> Result<Response, UiError> {
@@ -269,6 +270,7 @@ pub async fn show(
         definition_update(&state, &viewer, &w)
     );
     notes.update = update;
+    notes.ssh = http.access.ssh.clone();
     Ok(workspace_page(
         &viewer,
         &w,
@@ -288,6 +290,8 @@ struct OutputNotes {
     /// How many parts its project's definition changed since it was built (the "update
     /// available" mark); `None` when nothing changed or it cannot be told at once.
     update: Option<usize>,
+    /// The proxy's SSH server, for the desktop IDEs' links.
+    ssh: Option<warren_types::api::SshEndpoint>,
 }
 
 /// Whether a project's workspace would change if rebuilt now: a dry run of the rebuild,
@@ -343,6 +347,7 @@ async fn output_notes(state: &AppState, viewer: &Viewer, w: &Workspace) -> Outpu
             .filter(|s| !matches!(s.state, StartupState::Unknown | StartupState::Untold)),
         editor,
         update: None,
+        ssh: None,
     }
 }
 
@@ -408,6 +413,15 @@ fn workspace_page(
         @if may_use {
             h2 { "Logs" }
             p { a href=(format!("{base}/logs")) { "Recent output" } " · " a href=(format!("{base}/logs?follow=true")) { "Follow output" } }
+            @if let Some(ssh) = &notes.ssh {
+                @let folder = warren_types::api::SshEndpoint::folder(w.project_name.as_deref());
+                h2 { "Desktop IDE" }
+                p {
+                    a.button href=(warren_types::api::SshEndpoint::vscode_url(&w.name, &folder)) { "Open in VS Code" } " "
+                    a.button href=(ssh.gateway_url(&w.name, &folder)) { "Open in JetBrains Gateway" }
+                }
+                p.hint { "Over SSH, through the host " code { "warren-" (w.name) } " that " code { "warren ws open " (w.name) " --vscode" } " (or " code { "warren ws ssh-config --write" } ") installs on your machine once." }
+            }
         }
         @if w.desired_state != DesiredState::Terminated && may_manage {
             h2 { "Resize" }

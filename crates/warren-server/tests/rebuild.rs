@@ -279,6 +279,56 @@ async fn a_projects_workspace_takes_the_repositorys_definition_as_it_is_now() {
             "[{l}] {}",
             page.body
         );
+
+        // Bob owns the space of alice's workspace, so he manages it, but the private project
+        // is not his to read: a rebuild from it is refused; a devfile of his own is not.
+        let bob = s.user("bob", &["api", "workspace"]).await;
+        let (st, b) = s
+            .admin(
+                Method::POST,
+                "/api/v1/spaces",
+                Some(json!({"path": "team"})),
+            )
+            .await;
+        assert_eq!(st, 201, "[{l}] {b}");
+        for (who, role) in [("bob", "owner"), ("alice", "developer")] {
+            let (st, b) = s
+                .admin(
+                    Method::PUT,
+                    &format!("/api/v1/spaces/team/members/{who}"),
+                    Some(json!({"role": role})),
+                )
+                .await;
+            assert_eq!(st, 200, "[{l}] {b}");
+        }
+        s.workspace(
+            &alice,
+            json!({"name": "tw", "project": "app", "space": "team"}),
+        )
+        .await;
+        let (st, b) = s
+            .call(
+                Method::POST,
+                "/api/v1/workspaces/tw/rebuild",
+                Some(&bob),
+                Some(json!({"dry_run": true})),
+            )
+            .await;
+        assert_eq!(st, 403, "[{l}] {b}");
+        assert!(msg(&b).contains("needs access"), "[{l}] {b}");
+        assert!(
+            !b.to_string().contains("postgres"),
+            "[{l}] nothing of it: {b}"
+        );
+        let (st, b) = s
+            .call(
+                Method::POST,
+                "/api/v1/workspaces/tw/rebuild",
+                Some(&bob),
+                Some(json!({"dry_run": true, "devfile": WEB_DEVFILE})),
+            )
+            .await;
+        assert_eq!(st, 200, "[{l}] {b}");
         s.stop().await;
     }
 }

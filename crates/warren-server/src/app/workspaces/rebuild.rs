@@ -32,7 +32,7 @@ pub async fn rebuild(
 ) -> Result<RebuildOutcome, AppError> {
     for _ in 0..WRITE_ATTEMPTS {
         let (w, agent) = super::to_remake(state, who, key).await?;
-        let definition = definition(state, &w, req).await?;
+        let definition = definition(state, who, &w, req).await?;
         let text =
             render::resolve_parent(&state.parents, &definition.text, definition.field).await?;
         let new = render::parse(&text, definition.field)?;
@@ -98,6 +98,7 @@ pub async fn rebuild(
 /// workspace's ref, else the definition the workspace was made from.
 async fn definition(
     state: &AppState,
+    who: &Principal,
     w: &WorkspaceRow,
     req: &RebuildWorkspaceRequest,
 ) -> Result<Definition, AppError> {
@@ -119,6 +120,25 @@ async fn definition(
             source: "the definition it was made from".into(),
         });
     };
+    // The project's definition as it is now is the project's to show: only to who may use
+    // the project (as at creation), not to whoever manages the workspace (a space's owner
+    // need not be a member of a private project).
+    let p = crate::app::projects::usable(state, who, &p.id.to_string())
+        .await
+        .map_err(|e| {
+            if e.kind == crate::app::ErrorKind::NotFound {
+                AppError::new(
+                    crate::app::ErrorKind::Forbidden,
+                    "forbidden",
+                    format!(
+                        "rebuilding from project {:?} needs access to it; give a devfile instead",
+                        p.name
+                    ),
+                )
+            } else {
+                e
+            }
+        })?;
     if let Some(d) = &p.devfile {
         return Ok(Definition {
             text: d.clone(),

@@ -308,13 +308,15 @@ async fn definition_update(state: &AppState, viewer: &Viewer, w: &Workspace) -> 
         devfile: None,
         dry_run: true,
     };
-    let plan = tokio::time::timeout(
-        Duration::from_secs(2),
-        domain::rebuild(state, &viewer.who, &w.name, &req),
-    )
-    .await
-    .ok()?
-    .ok()?;
+    // Run apart and waited for at most 2 s, never cancelled: cancelling would kill a `git
+    // fetch` of the project's cache half-way (leaving its lock behind).
+    let (state, who, name) = (state.clone(), viewer.who.clone(), w.name.clone());
+    let run = tokio::spawn(async move { domain::rebuild(&state, &who, &name, &req).await });
+    let plan = tokio::time::timeout(Duration::from_secs(2), run)
+        .await
+        .ok()?
+        .ok()?
+        .ok()?;
     (!plan.changes.is_empty()).then_some(plan.changes.len())
 }
 

@@ -20,6 +20,7 @@ pub mod open_cmd;
 pub mod output;
 mod port_forward_cmd;
 mod run_cmd;
+mod share_cmd;
 mod space_args;
 pub mod ssh_cmd;
 pub mod ssh_identity;
@@ -473,6 +474,8 @@ pub(crate) mod sample {
             agent_name: "local".into(),
             project: None,
             project_name: None,
+            repository: None,
+            git_ref: None,
             desired_state: DesiredState::Running,
             actual_state: ActualState::Running,
             desired_state_updated_at: t,

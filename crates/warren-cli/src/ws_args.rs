@@ -47,8 +47,13 @@ impl LimitArgs {
 #[derive(Debug, Args)]
 pub struct WsCreateArgs {
     /// Project (name or id) whose devfile and repository the workspace uses.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "repo")]
     pub project: Option<String>,
+    /// A Git repository to open without a project: `URL[#REF]` (http, https, ssh, git or
+    /// `user@host:path`). Its devfile is used, else its dev container configuration, else
+    /// the server's default devfile, with the repository cloned into /projects.
+    #[arg(long, value_name = "URL[#REF]", conflicts_with = "starter")]
+    pub repo: Option<String>,
     /// A devfile to use instead of the project's (or the server's default); `-` for stdin.
     #[arg(long)]
     pub devfile: Option<PathBuf>,
@@ -58,10 +63,10 @@ pub struct WsCreateArgs {
     /// Workspace name; generated when absent.
     #[arg(long)]
     pub name: Option<String>,
-    /// Git ref to check out instead of the project's default.
+    /// Git ref to check out instead of the project's (or the repository's) default.
     #[arg(long = "ref")]
     pub git_ref: Option<String>,
-    /// With --project: the definition in its repository to run instead of the project's (a
+    /// With --project or --repo: the definition in its repository to run instead of the default (a
     /// devfile, or a dev container configuration such as
     /// `.devcontainer/python/devcontainer.json`).
     #[arg(long, value_name = "PATH")]
@@ -87,6 +92,44 @@ pub struct WsCreateArgs {
     #[command(flatten)]
     pub wait: WaitArgs,
 }
+
+#[derive(Debug, Args)]
+pub struct WsPortArgs {
+    /// Workspace name or id.
+    pub name: String,
+    /// A port the proxy serves (`warren ws port NAME` lists them).
+    pub port: Option<u16>,
+    /// Who may reach it: private (you), space (whoever may use the workspace),
+    /// authenticated (every signed-in user) or public (anyone); never wider than its agent
+    /// allows.
+    #[arg(long, requires = "port", value_parser = parse_visibility,
+        conflicts_with_all = ["default", "share", "revoke"])]
+    pub visibility: Option<warren_types::sharing::PortVisibility>,
+    /// Back to its devfile's visibility (else the agent's default).
+    #[arg(long, requires = "port", conflicts_with_all = ["share", "revoke"])]
+    pub default: bool,
+    /// Make a link that opens this port for whoever holds it, without signing in; printed
+    /// once.
+    #[arg(long, requires = "port", conflicts_with = "revoke")]
+    pub share: bool,
+    /// How long the link lasts (default: a day; at most what the agent allows).
+    #[arg(long, requires = "share", value_parser = input::duration)]
+    pub expires: Option<std::time::Duration>,
+    /// End share link ID now.
+    #[arg(long, value_name = "ID")]
+    pub revoke: Option<i64>,
+}
+
+fn parse_visibility(s: &str) -> Result<warren_types::sharing::PortVisibility, String> {
+    s.parse()
+}
+
+const WS_PORT_HELP: &str = "Examples:
+  warren ws port app                              # the ports, who may reach each, the links
+  warren ws port app 8080 --visibility authenticated
+  warren ws port app 8080 --default              # back to the devfile's (or the agent's) choice
+  warren ws port app 3000 --share --expires 2h   # prints a link that opens port 3000 for 2 hours
+  warren ws port app --revoke 7";
 
 #[derive(Debug, Args)]
 pub struct WsActionArgs {
@@ -274,6 +317,10 @@ pub enum WsCommand {
         #[command(flatten)]
         wait: WaitArgs,
     },
+    /// Who may reach the workspace's ports (private, space, authenticated, public), and
+    /// share links that open one port without signing in. Without PORT: lists them.
+    #[command(after_long_help = WS_PORT_HELP)]
+    Port(Box<WsPortArgs>),
     /// Change the workspace's size; it restarts, keeping its volume.
     #[command(group = clap::ArgGroup::new("size").required(true).multiple(true))]
     Resize {

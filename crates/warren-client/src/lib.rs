@@ -30,10 +30,12 @@ use warren_types::api::{
     SetProjectMemberRequest, SetSpaceMemberRequest, Space, SpaceMember, SpaceRole, Tree,
     UpdateProjectRequest, WorkspaceGrant,
 };
+use warren_types::api::{CreateShareLinkRequest, SetPortRequest, ShareLink, WorkspacePort};
 use warren_types::git::GitCredential;
 use warren_types::gitops::{
     AgentGitops, CreateRepositoryRequest, Policy, Repository, SourceStatus, WebhookSecretRequest,
 };
+use warren_types::sharing::PortVisibility;
 use warren_types::state::DesiredState;
 
 /// Why a call failed.

@@ -404,3 +404,62 @@ impl CommandRun {
         }
     }
 }
+
+/// A workspace's ports and share links (issue 41, item 4).
+impl Client {
+    /// `GET /workspaces/{name}/ports`: the ports the proxy serves and who may reach each.
+    pub async fn workspace_ports(&self, ws: &str) -> Result<Vec<WorkspacePort>> {
+        let mut seg = routes::workspace(ws);
+        seg.push("ports".to_owned());
+        self.get(&seg).await
+    }
+
+    /// `PUT /workspaces/{name}/ports/{port}`: who may reach it (`None`: back to its
+    /// definition's choice).
+    pub async fn set_workspace_port(
+        &self,
+        ws: &str,
+        port: u16,
+        visibility: Option<PortVisibility>,
+    ) -> Result<WorkspacePort> {
+        let mut seg = routes::workspace(ws);
+        seg.extend(["ports".to_owned(), port.to_string()]);
+        self.with_body(Method::PUT, &seg, &SetPortRequest { visibility })
+            .await
+    }
+
+    /// `GET /workspaces/{name}/share-links`.
+    pub async fn share_links(&self, ws: &str) -> Result<Vec<ShareLink>> {
+        let mut seg = routes::workspace(ws);
+        seg.push("share-links".to_owned());
+        self.get(&seg).await
+    }
+
+    /// `POST /workspaces/{name}/ports/{port}/share-links`: the new link, with its secret.
+    pub async fn create_share_link(
+        &self,
+        ws: &str,
+        port: u16,
+        expires_in_secs: Option<u64>,
+    ) -> Result<ShareLink> {
+        let mut seg = routes::workspace(ws);
+        seg.extend([
+            "ports".to_owned(),
+            port.to_string(),
+            "share-links".to_owned(),
+        ]);
+        self.with_body(
+            Method::POST,
+            &seg,
+            &CreateShareLinkRequest { expires_in_secs },
+        )
+        .await
+    }
+
+    /// `DELETE /workspaces/{name}/share-links/{id}`.
+    pub async fn revoke_share_link(&self, ws: &str, id: i64) -> Result<()> {
+        let mut seg = routes::workspace(ws);
+        seg.extend(["share-links".to_owned(), id.to_string()]);
+        self.call_empty(Method::DELETE, &seg).await
+    }
+}

@@ -145,6 +145,9 @@ fn endpoints(d: &Devfile) -> BTreeMap<String, String> {
             if let Some(p) = &e.path {
                 line.push_str(&format!(", path {p}"));
             }
+            if let Some(v) = e.visibility {
+                line.push_str(&format!(", visibility {v}"));
+            }
             (e.name.clone(), line)
         })
         .collect()

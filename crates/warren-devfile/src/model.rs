@@ -353,6 +353,10 @@ pub struct DevfileEndpoint {
     pub protocol: Protocol,
     pub path: Option<String>,
     pub secure: bool,
+    /// Who may reach it (the attribute `warren.dev/visibility`); `None`: the agent's
+    /// default for exposed endpoints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub visibility: Option<warren_types::sharing::PortVisibility>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,5 +1,5 @@
 //! The proxy's calls to the server's internal endpoints (access.md): authorisation, SSH
-//! authorisation, activity reports and the stopped page's start button.
+//! authorisation, activity reports, the stopped page's start button and share links.
 
 use crate::jwt::InternalKeys;
 use reqwest::StatusCode;
@@ -7,9 +7,10 @@ use serde::de::DeserializeOwned;
 use std::time::Duration;
 use warren_types::api::ApiError;
 use warren_types::internal::{
-    ActivityReport, EntryRedirect, SshAuthorization, SshAuthorizeQuery, WorkspaceAccess,
-    WorkspaceAccessQuery, WorkspaceStartRequest, ENTRY_REDIRECT_PATH, SSH_AUTHORIZE_PATH,
-    WORKSPACE_ACCESS_PATH, WORKSPACE_ACTIVITY_PATH, WORKSPACE_START_PATH,
+    ActivityReport, EntryRedirect, ShareRedeemRequest, ShareRedemption, SshAuthorization,
+    SshAuthorizeQuery, WorkspaceAccess, WorkspaceAccessQuery, WorkspaceStartRequest,
+    ENTRY_REDIRECT_PATH, SHARE_REDEEM_PATH, SSH_AUTHORIZE_PATH, WORKSPACE_ACCESS_PATH,
+    WORKSPACE_ACTIVITY_PATH, WORKSPACE_START_PATH,
 };
 use warren_types::reconcile::SERVER_JWT_AUDIENCE;
 
@@ -155,6 +156,16 @@ impl ServerApi {
         request: &WorkspaceStartRequest,
     ) -> Result<WorkspaceAccess, ServerApiError> {
         let url = self.url(WORKSPACE_START_PATH);
+        self.call(url.clone(), self.http.post(&url).json(request))
+            .await
+    }
+
+    /// A share link's secret, brought to the workspace host it opens.
+    pub async fn redeem_share(
+        &self,
+        request: &ShareRedeemRequest,
+    ) -> Result<ShareRedemption, ServerApiError> {
+        let url = self.url(SHARE_REDEEM_PATH);
         self.call(url.clone(), self.http.post(&url).json(request))
             .await
     }

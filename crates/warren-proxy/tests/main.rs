@@ -11,4 +11,5 @@ mod common;
 
 mod front_door;
 mod limits;
+mod sharing;
 mod ssh;

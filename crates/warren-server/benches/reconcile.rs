@@ -93,6 +93,7 @@ async fn bench(label: &str, url: String, home: &std::path::Path) {
             agent_id: agent.id,
             project_id: None,
             git_ref: None,
+            repository: None,
             devfile: render::builtin_default_devfile().to_owned(),
             resources: WorkspaceResources::default(),
             variables: vec![],

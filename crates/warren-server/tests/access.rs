@@ -144,9 +144,15 @@ async fn access_matrix() {
         let (st, _) = proxy_get(&s, &access_q("ws-one", 8080, &format!("bearer={day}"))).await;
         assert_eq!(st, 404, "[{l}] expired token");
 
-        // Exactly one of user and bearer.
-        let (st, _) = proxy_get(&s, "/internal/workspaces/access?host=ws-one&port=8080").await;
+        // At most one of user, bearer and share; none asks for anyone (a public port only).
+        let (st, _) = proxy_get(
+            &s,
+            &access_q("ws-one", 8080, &format!("user={alice_id}&bearer={alice}")),
+        )
+        .await;
         assert_eq!(st, 400, "[{l}]");
+        let (st, _) = proxy_get(&s, "/internal/workspaces/access?host=ws-one&port=8080").await;
+        assert_eq!(st, 404, "[{l}] not public");
 
         // The proxy's JWT: missing, wrong audience, wrong issuer, expired, wrong secret → 401.
         let q = access_q("ws-one", 8080, &format!("user={alice_id}"));

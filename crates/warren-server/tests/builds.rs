@@ -171,7 +171,7 @@ async fn a_dev_container_build_gets_its_context_from_the_server_and_only_its_age
             b["error"]["message"]
                 .as_str()
                 .unwrap_or("")
-                .contains("create the workspace with a project"),
+                .contains("create the workspace from a project or a repository"),
             "[{l}] {b}"
         );
         s.stop().await;

@@ -24,6 +24,8 @@ mod oauth;
 mod projects;
 mod rebuild;
 mod reconcile;
+mod repositories;
+mod sharing;
 mod signal;
 mod spaces;
 mod sso;

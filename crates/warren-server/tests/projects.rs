@@ -599,7 +599,7 @@ async fn a_repository_with_only_a_dev_container_configuration() {
             ),
             (
                 json!({"definition": ".devcontainer/node/devcontainer.json"}),
-                "give the project too",
+                "give the project or the repository too",
             ),
             (
                 json!({"project": "several", "definition": "nowhere/devcontainer.json"}),

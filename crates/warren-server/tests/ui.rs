@@ -35,7 +35,7 @@ async fn sign_in(b: &mut Browser, user: &str, password: &str) -> Page {
 }
 
 /// The CSRF token of the forms on `page`.
-fn csrf_of(page: &Page) -> String {
+pub(crate) fn csrf_of(page: &Page) -> String {
     page.hidden()
         .into_iter()
         .find(|(k, _)| k == "csrf_token")

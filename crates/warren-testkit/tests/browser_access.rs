@@ -164,3 +164,109 @@ async fn a_user_signs_in_sees_the_workspace_and_uses_the_terminal_another_user_g
     bob_tab.wait_not_found(30).await?;
     Ok(())
 }
+
+/// Issue 41, item 4 in a real browser: Alice, on her workspace's *Ports and sharing* page in
+/// the web UI, shares port 3000 with every signed-in user and makes a link for port 8080; Bob
+/// signs in and reaches port 3000; a browser that never signed in opens the link and sees
+/// port 8080, with the secret gone from its address bar, and nothing of port 3000.
+#[tokio::test]
+async fn a_port_is_shared_from_the_web_ui_and_a_link_opens_it_without_signing_in() -> Result<()> {
+    let Some(chromium) = browser().await? else {
+        return Ok(());
+    };
+    let stack = Stack::start().await?;
+    let alice = stack.user("alice").await?;
+    let bob = stack.user("bob").await?;
+    let ws = stack.workspace(&alice, "alice-web").await?;
+    stack.set_endpoint(&ws, 8080, web_server("alice-web").await?);
+    stack.set_endpoint(&ws, 3000, web_server("alice-app").await?);
+
+    let mut tab = chromium.tab().await?;
+    let ports = format!("{}/workspaces/alice-web/ports", stack.api_url);
+    tab.goto(&ports).await?;
+    tab.sign_in(&alice).await?;
+    tab.wait_until("document.getElementById('visibility-3000') !== null", 30)
+        .await?;
+    let row = |port: u16| {
+        format!("[...document.querySelectorAll('tbody tr')].find(r => r.querySelector('th').innerText === '{port}').innerText")
+    };
+    let before = tab.eval(&row(3000)).await?;
+    assert!(
+        before.as_str().unwrap_or_default().contains("space"),
+        "{before}"
+    );
+    tab.eval(
+        "const s = document.getElementById('visibility-3000'); s.value = 'authenticated'; \
+         s.form.submit(); true",
+    )
+    .await?;
+    tab.wait_until(
+        &format!(
+            "document.readyState === 'complete' && ({}).includes('every signed-in user')",
+            row(3000)
+        ),
+        30,
+    )
+    .await?;
+    tab.eval(
+        "const e = document.getElementById('expires-8080'); e.value = '3600'; e.form.submit(); true",
+    )
+    .await?;
+    tab.wait_until("document.getElementById('share-url') !== null", 30)
+        .await?;
+    let link = tab
+        .eval("document.getElementById('share-url').value")
+        .await?
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        link.starts_with(&stack.url(8080, "alice-web", "/.warren/share?token=wrn_share_")),
+        "{link}"
+    );
+
+    // Bob, signed in, reaches port 3000 now (and still not 8080).
+    let bob_browser = Chromium::start().await?.context("a second Chromium")?;
+    let mut bob_tab = bob_browser.tab().await?;
+    bob_tab.goto(&stack.url(3000, "alice-web", "/")).await?;
+    bob_tab.sign_in(&bob).await?;
+    bob_tab
+        .wait_until(
+            "document.getElementById('hello') !== null && \
+             document.getElementById('hello').innerText === 'Hello from alice-app'",
+            30,
+        )
+        .await?;
+    bob_tab.goto(&stack.url(8080, "alice-web", "/")).await?;
+    bob_tab.wait_not_found(30).await?;
+
+    // A browser that never signed in opens the link.
+    let guest_browser = Chromium::start().await?.context("a third Chromium")?;
+    let mut guest = guest_browser.tab().await?;
+    guest.goto(&link).await?;
+    guest
+        .wait_until(
+            "document.getElementById('hello') !== null && \
+             document.getElementById('hello').innerText === 'Hello from alice-web'",
+            30,
+        )
+        .await?;
+    assert_eq!(
+        guest.url().await?,
+        stack.url(8080, "alice-web", "/"),
+        "the secret is gone from the address bar"
+    );
+    let seen = guest
+        .eval("document.getElementById('cookies').innerText")
+        .await?;
+    assert!(
+        !seen.as_str().unwrap_or_default().contains("warren"),
+        "the workspace saw the share cookie: {seen}"
+    );
+    // Nothing else: port 3000 asks it to sign in.
+    guest.goto(&stack.url(3000, "alice-web", "/")).await?;
+    guest
+        .wait_until("document.getElementById('password') !== null", 30)
+        .await?;
+    Ok(())
+}

@@ -10,11 +10,13 @@ use utoipa::ToSchema;
 
 mod accounts;
 mod lists;
+mod ports;
 mod tree;
 mod workspaces;
 
 pub use accounts::*;
 pub use lists::{Page, WorkspaceListQuery};
+pub use ports::*;
 pub use tree::*;
 pub use workspaces::*;
 

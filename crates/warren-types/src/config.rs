@@ -45,6 +45,8 @@ pub struct AgentConfig {
     /// air-gapped site's mirror (`mirror.example/docker.io/`) or a local copy. The longest
     /// matching key wins; a prefix keeps the rest of the reference.
     pub image_mirrors: BTreeMap<String, String>,
+    /// Who may reach its workspaces' ports, and share links (issue 41, item 4).
+    pub ports: crate::sharing::PortPolicy,
 }
 
 impl AgentConfig {
@@ -81,6 +83,7 @@ impl Default for AgentConfig {
             data_volume_size: "20Gi".into(),
             editor: EditorConfig::default(),
             image_mirrors: BTreeMap::new(),
+            ports: crate::sharing::PortPolicy::default(),
         }
     }
 }

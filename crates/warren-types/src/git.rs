@@ -126,9 +126,84 @@ pub fn validate_ref(r: &str) -> Result<(), String> {
     }
 }
 
+/// Where a repository opened without a project is looked in for its devfile, in order (a dev
+/// container configuration is looked for after these).
+pub const DEVFILE_LOCATIONS: [&str; 4] = [
+    ".devfile.yaml",
+    "devfile.yaml",
+    ".devfile.yml",
+    "devfile.yml",
+];
+
+/// `URL#REF` as users write a repository with a branch, tag or commit (`warren ws create
+/// --repo`, the web UI's `/new?repo=`): the URL, and the ref when a non-empty one follows
+/// the last `#` (a Git URL has no fragment of its own).
+pub fn split_repository_ref(s: &str) -> (&str, Option<&str>) {
+    match s.rsplit_once('#') {
+        Some((url, r)) if !r.is_empty() => (url, Some(r)),
+        Some((url, _)) => (url, None),
+        None => (s, None),
+    }
+}
+
+/// The folder under `/projects` a repository opened without a project is cloned into: the
+/// last segment of its path without `.git`, as a DNS label (`My_Repo.git` → `my-repo`), and
+/// `repository` when nothing usable is left.
+pub fn repository_folder(url: &str) -> String {
+    let path = url.trim_end_matches('/');
+    let last = path
+        .rsplit(['/', ':'])
+        .next()
+        .unwrap_or_default()
+        .trim_end_matches(".git");
+    let mut label = String::new();
+    for c in last.chars().flat_map(char::to_lowercase) {
+        let c = if c.is_ascii_alphanumeric() { c } else { '-' };
+        if !(c == '-' && (label.is_empty() || label.ends_with('-'))) {
+            label.push(c);
+        }
+        if label.len() == 63 {
+            break;
+        }
+    }
+    let label = label.trim_end_matches('-');
+    if label.is_empty() {
+        "repository".to_owned()
+    } else {
+        label.to_owned()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn repositories_are_split_from_their_ref_and_named_as_folders() {
+        assert_eq!(
+            split_repository_ref("https://git.example/a/b.git#feature/x"),
+            ("https://git.example/a/b.git", Some("feature/x"))
+        );
+        assert_eq!(
+            split_repository_ref("git@host:a/b.git"),
+            ("git@host:a/b.git", None)
+        );
+        assert_eq!(split_repository_ref("https://h/r#"), ("https://h/r", None));
+        for (url, folder) in [
+            ("https://git.example/org/My_Repo.git", "my-repo"),
+            ("https://git.example/org/app/", "app"),
+            ("git@host:team/api.server.git", "api-server"),
+            ("ssh://git@host:2222/x/--odd--", "odd"),
+            ("https://git.example/.git", "repository"),
+            ("https://host/Ünïcode", "n-code"),
+        ] {
+            assert_eq!(repository_folder(url), folder, "{url}");
+        }
+        assert_eq!(
+            repository_folder(&format!("https://h/{}", "a".repeat(100))).len(),
+            63
+        );
+    }
 
     #[test]
     fn debug_never_shows_the_secret() {

@@ -78,9 +78,15 @@ pub const SSH_AUTHORIZE_PATH: &str = "/internal/ssh/authorize";
 /// mount the caller may see, and where does it lead? Query: [`WorkspaceAccessQuery`] (the
 /// port is not looked at); 200 [`EntryRedirect`], else the same 404 as every refusal.
 pub const ENTRY_REDIRECT_PATH: &str = "/internal/entries/redirect";
+/// `POST` with [`ShareRedeemRequest`] → 200 [`ShareRedemption`]: a share link's secret,
+/// brought to the workspace host it opens. Every refusal (unknown, expired, revoked, another
+/// host or port) is the same 404.
+pub const SHARE_REDEEM_PATH: &str = "/internal/share-links/redeem";
 
-/// Query of [`WORKSPACE_ACCESS_PATH`]: exactly one of `user` (the user id from the proxy's
-/// session cookie) and `bearer` (a personal access token with the `workspace` scope).
+/// Query of [`WORKSPACE_ACCESS_PATH`]: at most one of `user` (the user id from the proxy's
+/// session cookie), `bearer` (a personal access token with the `workspace` scope) and
+/// `share` (a share link the proxy's share cookie names); none asks for anyone, without
+/// signing in (a public port).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkspaceAccessQuery {
@@ -93,6 +99,29 @@ pub struct WorkspaceAccessQuery {
     pub user: Option<crate::ids::UserId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bearer: Option<String>,
+    /// A share link's id, from the proxy's signed share cookie for this host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<i64>,
+}
+
+/// Body of [`SHARE_REDEEM_PATH`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShareRedeemRequest {
+    /// The workspace's name (from the host the link was opened on).
+    pub host: String,
+    pub port: u16,
+    /// The link's secret (`wrn_share_…`).
+    pub token: String,
+}
+
+/// 200 answer of [`SHARE_REDEEM_PATH`]: what the proxy's share cookie carries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShareRedemption {
+    pub link_id: i64,
+    pub workspace_id: crate::ids::WorkspaceId,
+    /// When the link ends (unix ms); the cookie ends then too.
+    pub expires_at_ms: i64,
 }
 
 /// 200 answer of [`WORKSPACE_ACCESS_PATH`]; every refusal is a 404 that says nothing more.

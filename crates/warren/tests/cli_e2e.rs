@@ -637,6 +637,63 @@ fn cli_drives_a_real_server() {
             w["url"].as_str().unwrap_or_default().contains("4000"),
             "{w}"
         );
+        // Sharing a port (issue 41, item 4): listed, changed, a link printed once, revoked.
+        let out = cli.ok(&["ws", "port", "waited"]);
+        assert!(
+            out.contains("PORT") && out.contains("4000") && out.contains("space"),
+            "{out}"
+        );
+        let out = cli.run(&["ws", "port", "waited", "4000", "--visibility", "public"]);
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("ports.max_visibility"),
+            "public is the admin's to allow: {}",
+            stderr(&out)
+        );
+        let out = cli.run(&["ws", "port", "waited", "4000", "--visibility", "everyone"]);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        let out = cli.run(&[
+            "ws",
+            "port",
+            "waited",
+            "4000",
+            "--visibility",
+            "authenticated",
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("every signed-in user"),
+            "{}",
+            stderr(&out)
+        );
+        let out = cli.run(&["ws", "port", "waited", "4000", "--share", "--expires", "2h"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let link = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert!(
+            link.contains("4000-waited.") && link.contains("/.warren/share?token=wrn_share_"),
+            "{link}"
+        );
+        assert!(stderr(&out).contains("not shown again"), "{}", stderr(&out));
+        let listed = cli.json(&["ws", "port", "waited"]);
+        assert_eq!(
+            listed["ports"][0]["visibility"], "authenticated",
+            "{listed}"
+        );
+        let id = listed["share_links"][0]["id"].as_i64().expect("a link");
+        assert!(!listed.to_string().contains("wrn_share_"), "{listed}");
+        cli.ok(&["ws", "port", "waited", "--revoke", &id.to_string()]);
+        let listed = cli.json(&["ws", "port", "waited"]);
+        assert!(
+            listed["share_links"][0]["revoked_at"].is_string(),
+            "{listed}"
+        );
+        let out = cli.run(&["ws", "port", "waited", "4001", "--default"]);
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("the proxy serves 4000"),
+            "{}",
+            stderr(&out)
+        );
         let out = cli.run(&[&["ws", "rm", "waited"][..], &wait].concat());
         assert!(out.status.success(), "{}", stderr(&out));
         let w = cli.json(&["ws", "show", "waited"]);

@@ -48,17 +48,6 @@ fn images_available() -> bool {
     false
 }
 
-fn chromium_available() -> bool {
-    if warren_testkit::browser::chromium_path().is_some() {
-        return true;
-    }
-    if std::env::var_os("WARREN_REQUIRE_TOOLS").is_some() {
-        panic!("WARREN_REQUIRE_TOOLS is set but Chromium is missing; run .ci/setup-tools.sh");
-    }
-    eprintln!("skipping: Chromium missing (.ci/setup-tools.sh installs it)");
-    false
-}
-
 struct User {
     name: String,
     password: String,
@@ -131,7 +120,7 @@ fn exec(id: &str, script: &str) -> std::process::Output {
 
 #[test]
 fn the_injected_editor_shows_the_project_to_its_owner_only_and_keeps_its_files() {
-    if !podman_available() || !chromium_available() || !images_available() {
+    if !podman_available() || !support::chromium_available() || !images_available() {
         return;
     }
     ensure_image();

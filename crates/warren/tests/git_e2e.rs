@@ -246,3 +246,127 @@ fn the_home_persists_across_a_restart_and_dotfiles_install_once() {
     up.cli_ok(&["ws", "rm", &ws2, "--wait", "--timeout", "2m"]);
     assert!(up.stop().success(), "{}", up.log());
 }
+
+/// Issue 41, item 2: a repository opened without a project. `warren ws create --repo URL#REF`
+/// clones it at that tag; a link `/new?repo=URL` opened in Chromium by someone not signed
+/// in leads through the sign-in back to the form, filled in, and its button makes a workspace
+/// that clones the repository's default branch, with its devfile.
+#[test]
+fn a_repository_opens_by_url_from_the_cli_and_from_a_link() {
+    if !podman_available() || !support::chromium_available() {
+        return;
+    }
+    let _serial = support::one_warren_up_at_a_time();
+    ensure_image();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let git = support::git_server_for_workspaces(&rt, "", "");
+    let first = git
+        .create_repo(
+            "Tool_Box",
+            &[(".devfile.yaml", DEVFILE), ("README", "one\n")],
+        )
+        .expect("repository");
+    // The files of `main` are replaced: the devfile stays, the README changes.
+    let second = warren_testkit::git_http::commit_files(
+        &git.path("Tool_Box"),
+        &[(".devfile.yaml", DEVFILE), ("README", "two\n")],
+    )
+    .expect("a second commit");
+    warren_testkit::git_http::git(&git.path("Tool_Box"), &["tag", "v1", &first]).expect("a tag");
+    let url = git.url_via(&host_address(), "Tool_Box");
+    let linked = unique_name("link");
+    // Dropped after `up` (declared before it), once warren is gone: removes what a failure
+    // leaves of the second workspace (`up` removes the first).
+    let _cleanup = support::Workspaces(vec![linked.clone()]);
+
+    let mut up = Up::start();
+    up.allow_egress_to(&host_address());
+    let head_of = |ws: &str| {
+        let id = container_of(ws);
+        wait_for(
+            "the clone",
+            Duration::from_secs(120),
+            || {
+                sh(&id, "test -d /projects/tool-box/.git")
+                    .status
+                    .success()
+                    .then_some(())
+            },
+            || stdout(sh(&id, "cat /projects/.warren/logs/*.log")),
+        );
+        stdout(sh(&id, "git -C /projects/tool-box rev-parse HEAD"))
+    };
+
+    // The CLI, at a commit.
+    let ws = unique_name("repo");
+    up.workspace = Some(ws.clone());
+    up.cli_ok(&[
+        "ws",
+        "create",
+        "--repo",
+        &format!("{url}#v1"),
+        "--name",
+        &ws,
+        "--wait",
+        "--timeout",
+        "3m",
+    ]);
+    assert_eq!(head_of(&ws), first);
+    let shown = up.cli_ok(&["ws", "show", &ws]);
+    assert!(
+        shown.contains(&url) && shown.contains("v1"),
+        "ws show tells the repository and its ref: {shown}"
+    );
+
+    // A link, in the browser.
+    let (web, password) = up.web_ui_and_password();
+    let base = web.trim_end_matches('/').to_owned();
+    rt.block_on(async {
+        let chromium = warren_testkit::browser::Chromium::start()
+            .await
+            .expect("Chromium")
+            .expect("installed");
+        let mut tab = chromium.tab().await.expect("tab");
+        let link = format!(
+            "{base}/new?repo={}",
+            url::form_urlencoded::byte_serialize(url.as_bytes()).collect::<String>()
+        );
+        tab.goto(&link).await.expect("open the link");
+        support::sign_in(&mut tab, "admin", &password).await;
+        tab.wait_until(
+            "location.pathname === '/new' && document.getElementById('repository') !== null",
+            60,
+        )
+        .await
+        .expect("back at the link's form after signing in");
+        let filled = tab
+            .eval("document.getElementById('repository').value")
+            .await
+            .expect("the repository field");
+        assert_eq!(filled, serde_json::json!(url), "the form is filled in");
+        tab.eval(&format!(
+            "document.getElementById('name').value = {linked:?}; \
+             document.querySelector('form.card button[type=submit]').click(); true"
+        ))
+        .await
+        .expect("create");
+        tab.wait_until(&format!("location.pathname === '/workspaces/{linked}'"), 60)
+            .await
+            .expect("the new workspace's page");
+        let text = tab
+            .eval("document.querySelector('main').innerText")
+            .await
+            .expect("page text");
+        assert!(
+            text.as_str()
+                .is_some_and(|t| t.contains("Repository") && t.contains(&url)),
+            "the page tells the repository: {text}"
+        );
+    });
+    up.cli_ok(&["ws", "start", &linked, "--wait", "--timeout", "3m"]);
+    assert_eq!(head_of(&linked), second, "the default branch");
+    up.cli_ok(&["ws", "rm", &linked, "--wait", "--timeout", "2m"]);
+    up.cli_ok(&["ws", "rm", &ws, "--wait", "--timeout", "2m"]);
+    let status = up.stop();
+    assert!(status.success(), "{}", up.log());
+}

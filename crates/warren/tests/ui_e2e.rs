@@ -26,17 +26,6 @@ const BAD_DEVFILE: &str = "schemaVersion: 2.2.0\ncomponents:\n  - name: \"<scrip
 const XSS_VALUE: &str =
     "<script>window.__xss='variable'</script><img src=x onerror=\"window.__xss='img'\">";
 
-fn chromium_available() -> bool {
-    if warren_testkit::browser::chromium_path().is_some() {
-        return true;
-    }
-    if std::env::var("WARREN_REQUIRE_ENGINE").as_deref() == Ok("1") {
-        panic!("WARREN_REQUIRE_ENGINE=1 but Chromium is missing (.ci/setup-tools.sh)");
-    }
-    eprintln!("skipping: Chromium is not installed (.ci/setup-tools.sh)");
-    false
-}
-
 fn shots() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ui-screenshots")
 }
@@ -111,7 +100,7 @@ fn state_is(state: &str) -> String {
 
 #[test]
 fn a_new_user_creates_opens_stops_and_deletes_a_workspace_in_the_browser() {
-    if !podman_available() || !chromium_available() {
+    if !podman_available() || !support::chromium_available() {
         return;
     }
     ensure_image();

@@ -243,6 +243,7 @@ pub(super) async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
             memory,
             wait,
         } => ws_resize(&c, out, &name, WorkspaceResources { cpu, memory }, &wait).await,
+        WsCommand::Port(a) => crate::share_cmd::run(&c, out, *a).await,
         WsCommand::Rebuild {
             name,
             devfile,
@@ -501,7 +502,7 @@ async fn ws_open_ide(c: &Client, w: &Workspace, vscode: bool, print: bool) -> Re
             dir.join("config").display()
         );
     }
-    let folder = SshEndpoint::folder(w.project_name.as_deref());
+    let folder = SshEndpoint::folder(w);
     let url = if vscode {
         SshEndpoint::vscode_url(&w.name, &folder)
     } else {
@@ -583,15 +584,31 @@ pub(super) async fn ws_create(c: &Client, out: Format, a: WsCreateArgs) -> Resul
         .transpose()?;
     let variables = input::variables(&a.vars, &a.secret_vars, &a.file_vars)?;
     let resources = a.limits.resources();
+    let split = a
+        .repo
+        .as_deref()
+        .map(warren_types::git::split_repository_ref)
+        .map(|(url, r)| (url.to_owned(), r.map(str::to_owned)));
+    let (repository, git_ref) = match split {
+        Some((url, Some(r))) if a.git_ref.is_none() => (Some(url), Some(r)),
+        Some((_, Some(_))) => {
+            return Err(CliError::Usage(
+                "give the ref once: as --repo URL#REF or as --ref REF".into(),
+            ))
+        }
+        Some((url, None)) => (Some(url), a.git_ref),
+        None => (None, a.git_ref),
+    };
     let w = c
         .create_workspace(&CreateWorkspaceRequest {
             project: a.project,
+            repository,
             devfile,
             agent: a.agent,
             name: a.name,
             resources,
             variables,
-            git_ref: a.git_ref,
+            git_ref,
             definition: a.definition,
             starter: a.starter,
             space: a.space,

@@ -148,7 +148,8 @@ pub fn workspaces(items: &[Workspace]) -> String {
             w.desired_state.to_string(),
             w.owner_username.clone(),
             w.agent_name.clone(),
-            opt(&w.project_name),
+            // A repository opened without a project stands where the project would.
+            opt(&w.project_name.clone().or_else(|| w.repository.clone())),
             opt(&w.url),
         ]);
     }
@@ -182,10 +183,18 @@ pub fn workspace_with_status(
         ),
         ("Agent", w.agent_name.clone()),
         ("Project", opt(&w.project_name)),
+    ];
+    if let Some(r) = &w.repository {
+        rows.push(("Repository", r.clone()));
+    }
+    if let Some(r) = &w.git_ref {
+        rows.push(("Ref", r.clone()));
+    }
+    rows.extend([
         ("Namespace", w.namespace.clone()),
         ("Resources", resources(&w.resources)),
         ("URL", opt(&w.url)),
-    ];
+    ]);
     if let Some(startup) = startup {
         rows.push(("Startup", startup.to_owned()));
     }

@@ -349,6 +349,7 @@ fn endpoints(
                 "Warren exposes endpoints through its own proxy, not an Ingress or Route",
             ));
         }
+        let visibility = visibility_of(e, &ep, errors);
         let port = match u16::try_from(e.target_port) {
             Ok(p) if p > 0 => p,
             _ => {
@@ -391,9 +392,44 @@ fn endpoints(
                 }
             }),
             secure: e.secure.unwrap_or(false),
+            visibility,
         });
     }
     endpoints
+}
+
+/// The endpoint's `warren.dev/visibility` attribute: one of the levels, and only on an
+/// endpoint the proxy serves (`exposure: public`).
+fn visibility_of(
+    e: &super::raw::RawEndpoint,
+    ep: &str,
+    errors: &mut Errors,
+) -> Option<warren_types::sharing::PortVisibility> {
+    use warren_types::sharing::VISIBILITY_ATTRIBUTE;
+    let value = e.attributes.as_ref()?.get(VISIBILITY_ATTRIBUTE)?;
+    let path = format!("{ep}.attributes.{VISIBILITY_ATTRIBUTE}");
+    let parsed = match value.as_str() {
+        Some(s) => s.parse(),
+        None => Err(format!("{value} is not a string")),
+    };
+    match parsed {
+        Ok(v) if e.exposure.unwrap_or(Exposure::Public) == Exposure::Public => Some(v),
+        Ok(_) => {
+            errors.push(DevfileError::new(
+                path,
+                format!(
+                    "endpoint {:?} is not exposed (`exposure: {}`): only a public endpoint is reached through Warren's proxy, so only it has a visibility",
+                    e.name,
+                    e.exposure.unwrap_or(Exposure::Public).as_str()
+                ),
+            ));
+            None
+        }
+        Err(why) => {
+            errors.push(DevfileError::new(path, why));
+            None
+        }
+    }
 }
 
 /// Whether the container mounts the sources, and its volume mounts: of volume components,

@@ -249,6 +249,7 @@ pub(super) fn manifest(
             protocol: e.protocol.unwrap_or(Protocol::Http),
             path: e.path.clone(),
             secure: e.secure.unwrap_or(false),
+            visibility: None,
         });
     }
     if !endpoints.is_empty() {

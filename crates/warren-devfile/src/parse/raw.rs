@@ -54,7 +54,6 @@ pub(super) struct RawEndpoint {
     // i128: the schema says "integer", any size; the port range is checked later.
     pub(super) target_port: i128,
     pub(super) annotation: Option<BTreeMap<String, String>>,
-    #[allow(dead_code)]
     pub(super) attributes: Option<Map<String, Value>>,
     pub(super) exposure: Option<Exposure>,
     pub(super) path: Option<String>,

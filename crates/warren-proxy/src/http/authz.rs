@@ -23,21 +23,29 @@ pub(crate) enum Principal<'a> {
     User(UserId),
     /// A personal access token (`Authorization: Bearer`).
     Token(&'a str),
+    /// Whoever holds share link `id` (from a valid share cookie for the host).
+    Share(i64),
+    /// Someone who has not signed in: only a public port lets them in.
+    Anyone,
 }
 
 impl Principal<'_> {
     /// The server's question about `host` (a workspace's or a mount's name) for this caller.
     pub(crate) fn query(&self, host: &str, port: Option<u16>) -> WorkspaceAccessQuery {
-        let (user, bearer) = match self {
-            Principal::User(u) => (Some(*u), None),
-            Principal::Token(t) => (None, Some((*t).to_owned())),
-        };
-        WorkspaceAccessQuery {
+        let mut q = WorkspaceAccessQuery {
             host: host.to_owned(),
             port,
-            user,
-            bearer,
+            user: None,
+            bearer: None,
+            share: None,
+        };
+        match self {
+            Principal::User(u) => q.user = Some(*u),
+            Principal::Token(t) => q.bearer = Some((*t).to_owned()),
+            Principal::Share(id) => q.share = Some(*id),
+            Principal::Anyone => {}
         }
+        q
     }
 }
 
@@ -46,7 +54,14 @@ enum Who {
     User(UserId),
     /// SHA-256 of the token: the cache never holds secrets.
     Token([u8; 32]),
+    Share(i64),
+    Anyone,
 }
+
+/// How long "no" is remembered for someone who has not signed in: every request of a
+/// stranger would otherwise cost a server call (a flood of them, many); short, so a port
+/// just made public opens within seconds.
+const ANYONE_REFUSED_SECS: u64 = 5;
 
 /// Answers for one workspace name, per caller and port.
 type PerWorkspace = HashMap<(Who, Option<u16>), (Arc<WorkspaceAccess>, Instant)>;
@@ -103,6 +118,8 @@ impl Entries {
 pub(crate) struct AuthzCache {
     ttl: Duration,
     entries: Mutex<Entries>,
+    /// Refusals of [`Principal::Anyone`], by workspace and port, with when they were given.
+    refused_anyone: Mutex<HashMap<(String, Option<u16>), Instant>>,
 }
 
 impl AuthzCache {
@@ -110,6 +127,7 @@ impl AuthzCache {
         Self {
             ttl: Duration::from_secs(ttl_secs),
             entries: Mutex::default(),
+            refused_anyone: Mutex::default(),
         }
     }
 
@@ -117,7 +135,33 @@ impl AuthzCache {
         match principal {
             Principal::User(u) => Who::User(*u),
             Principal::Token(t) => Who::Token(sha2::Sha256::digest(t.as_bytes()).into()),
+            Principal::Share(id) => Who::Share(*id),
+            Principal::Anyone => Who::Anyone,
         }
+    }
+
+    /// Whether the server refused someone who has not signed in this workspace's port
+    /// moments ago.
+    fn refused_anyone_recently(&self, workspace: &str, port: Option<u16>) -> bool {
+        let refused = self.refused_anyone.lock().expect("authz lock poisoned");
+        refused
+            .get(&(workspace.to_owned(), port))
+            .is_some_and(|at| at.elapsed() < self.anyone_refused_ttl())
+    }
+
+    fn anyone_refused_ttl(&self) -> Duration {
+        self.ttl.min(Duration::from_secs(ANYONE_REFUSED_SECS))
+    }
+
+    fn remember_anyone_refused(&self, workspace: &str, port: Option<u16>) {
+        if self.anyone_refused_ttl().is_zero() {
+            return;
+        }
+        let mut refused = self.refused_anyone.lock().expect("authz lock poisoned");
+        if refused.len() >= MAX_ENTRIES {
+            refused.clear();
+        }
+        refused.insert((workspace.to_owned(), port), Instant::now());
     }
 
     /// May `principal` reach `port` of `workspace` (`None`: the workspace itself)?
@@ -129,6 +173,9 @@ impl AuthzCache {
         port: Option<u16>,
     ) -> Result<Arc<WorkspaceAccess>, ServerApiError> {
         let who = Self::who(principal);
+        if who == Who::Anyone && self.refused_anyone_recently(workspace, port) {
+            return Err(ServerApiError::Denied);
+        }
         if !self.ttl.is_zero() {
             let entries = self.entries.lock().expect("authz lock poisoned");
             if let Some((a, at)) = entries.get(&who, workspace, port) {
@@ -145,6 +192,10 @@ impl AuthzCache {
                 entries.insert(who, workspace, port, a.clone());
             }
             _ => entries.remove(&who, workspace, port),
+        }
+        drop(entries);
+        if who == Who::Anyone && matches!(&answer, Err(ServerApiError::Denied)) {
+            self.remember_anyone_refused(workspace, port);
         }
         answer
     }

@@ -18,6 +18,8 @@ use std::borrow::Cow;
 pub(crate) const SESSION: &str = "warren_session";
 /// Binds a sign-in to the browser that started it, on the workspace host.
 pub(crate) const BIND: &str = "warren_bind";
+/// A share link opened on one endpoint host.
+pub(crate) const SHARE: &str = "warren_share";
 /// Prefix of the per-sign-in state cookies on the auth host (`warren_st_{state}`).
 pub(crate) const STATE_PREFIX: &str = "warren_st_";
 /// Browsers accept a cookie so named only from its own host over https, with `Secure`,
@@ -40,6 +42,7 @@ fn is_ours(name: &str) -> bool {
         .unwrap_or(name);
     bare.eq_ignore_ascii_case(SESSION)
         || bare.eq_ignore_ascii_case(BIND)
+        || bare.eq_ignore_ascii_case(SHARE)
         || strip_prefix_ci(bare, STATE_PREFIX).is_some()
 }
 
@@ -178,7 +181,7 @@ mod tests {
         h.append(
             COOKIE,
             HeaderValue::from_static(
-                "warren_bind=q; warren_st_abc=z; c=3; __Host-warren_session=h",
+                "warren_bind=q; warren_st_abc=z; c=3; __Host-warren_session=h; warren_share=s",
             ),
         );
         assert_eq!(get_all(&h, SESSION, false).collect::<Vec<_>>(), ["xyz"]);

@@ -10,9 +10,10 @@
 //!
 //! Answers: unknown hosts, unknown or other people's workspaces, undeclared ports and
 //! refused tokens are all the same 404. No credentials: browsers are redirected to sign
-//! in, API clients get 401. Reserved paths on workspace hosts: `/.warren/session` (the
-//! sign-in hand-off) and `POST /.warren/start` (the stopped page's button); everything
-//! else goes to the workspace. WebSocket over HTTP/2 (RFC 8441) is not offered; browsers
+//! in, API clients get 401 — unless the port is shared with anyone, or a share link opened on
+//! this host (`share`) lets them in. Reserved paths on workspace hosts: `/.warren/session`
+//! (the sign-in hand-off), `/.warren/share` (a share link) and `POST /.warren/start` (the
+//! stopped page's button); everything else goes to the workspace. WebSocket over HTTP/2 (RFC 8441) is not offered; browsers
 //! fall back to HTTP/1.1 for it.
 
 pub(crate) mod authz;
@@ -22,6 +23,7 @@ pub(crate) mod forward;
 pub(crate) mod host;
 pub mod keys;
 pub(crate) mod pages;
+pub(crate) mod share;
 pub(crate) mod signin;
 
 use crate::server_api::ServerApiError;
@@ -43,6 +45,8 @@ use tokio_util::sync::CancellationToken;
 
 /// Reserved path on workspace hosts: the stopped page's start button posts here.
 pub(crate) const START_PATH: &str = "/.warren/start";
+/// Reserved path on endpoint hosts: a share link is opened here (`?token=`).
+use warren_types::sharing::SHARE_PATH;
 /// Longest wait for open connections to finish after shutdown.
 const DRAIN: Duration = Duration::from_secs(5);
 /// Longest TLS handshake before the connection is dropped.
@@ -211,13 +215,16 @@ async fn handle(
     resp
 }
 
-/// Who the request comes from: a session on this host, else a personal access token.
+/// Who the request comes from: a session on this host, else a personal access token, else
+/// the holder of a share link opened on this host, else someone who has not signed in.
 enum Caller {
     Session {
         claims: signin::SessionClaims,
         raw: String,
     },
     Token(String),
+    Share(share::ShareClaims),
+    Anyone,
 }
 
 impl Caller {
@@ -225,6 +232,8 @@ impl Caller {
         match self {
             Caller::Session { claims, .. } => Principal::User(claims.sub),
             Caller::Token(t) => Principal::Token(t),
+            Caller::Share(c) => Principal::Share(c.link),
+            Caller::Anyone => Principal::Anyone,
         }
     }
 }
@@ -243,12 +252,21 @@ async fn workspace_host(
     if parts.uri.path() == signin::HANDOFF_PATH {
         return signin::complete_handoff(&shared, &target, &parts).await;
     }
+    let endpoint = matches!(target.route, Route::Endpoint { .. });
+    if endpoint && parts.uri.path() == SHARE_PATH && parts.method == Method::GET {
+        return share::redeem(&shared, &target, &parts).await;
+    }
     let workspace = target.workspace().unwrap_or_default();
     let caller = match signin::session(&shared, &target, &parts.headers) {
         Some((claims, raw)) => Caller::Session { claims, raw },
         None => match bearer(&parts) {
             Some(t) => Caller::Token(t),
-            None => return signin::anonymous(&shared, &parts),
+            // A terminal is never shared: signing in is the only way.
+            None if !endpoint => return signin::anonymous(&shared, &parts),
+            None => match share::cookie(&shared, &target, &parts.headers) {
+                Some(c) => Caller::Share(c),
+                None => Caller::Anyone,
+            },
         },
     };
     if let Caller::Session { .. } = &caller {
@@ -268,11 +286,14 @@ async fn workspace_host(
         Ok(access) => access,
         Err(answer) => return answer,
     };
-    if let Caller::Session { claims, .. } = &caller {
-        // The name now belongs to another workspace (terminated and re-created): sign in anew.
-        if claims.ws != access.workspace_id {
-            return signin::anonymous(&shared, &parts);
-        }
+    let bound_to = match &caller {
+        Caller::Session { claims, .. } => Some(claims.ws),
+        Caller::Share(c) => Some(c.ws),
+        Caller::Token(_) | Caller::Anyone => None,
+    };
+    // The name now belongs to another workspace (terminated and re-created): sign in anew.
+    if bound_to.is_some_and(|ws| ws != access.workspace_id) {
+        return signin::anonymous(&shared, &parts);
     }
     let authority = signin::request_authority(&parts).unwrap_or_else(|| target.host.clone());
     let req = Request::from_parts(parts, body);
@@ -283,6 +304,9 @@ async fn workspace_host(
         shared.activity.touch(access.workspace_id);
     }
     if req.uri().path() == START_PATH && req.method() == Method::POST {
+        if !access.may_start {
+            return pages::not_found(req.headers());
+        }
         return start(&shared, &caller, &access, req).await;
     }
     if access.actual_state != warren_types::ActualState::Running {
@@ -291,7 +315,7 @@ async fn workspace_host(
         }
         let csrf = match &caller {
             Caller::Session { raw, .. } => Some(signin::csrf_token(raw)),
-            Caller::Token(_) => None,
+            Caller::Token(_) | Caller::Share(_) | Caller::Anyone => None,
         };
         return pages::not_running(req.headers(), &access, csrf.as_deref());
     }
@@ -359,8 +383,9 @@ async fn workspace_host(
 }
 
 /// What the server says `principal` may do at `target`, or the answer the request gets
-/// instead: a redirect mount's redirect or a 404 when it may not reach it, a 403 for a token
-/// of the wrong kind (said before any workspace was looked at), a 503 when the server cannot
+/// instead: a redirect mount's redirect or a 404 when it may not reach it (someone not signed
+/// in, or whose share link stopped working, is sent to sign in instead), a 403 for a token of
+/// the wrong kind (said before any workspace was looked at), a 503 when the server cannot
 /// answer.
 async fn authorize(
     shared: &Arc<Shared>,
@@ -376,6 +401,11 @@ async fn authorize(
         .await;
     match checked {
         Ok(a) if a.allowed => Ok(a),
+        Ok(_) | Err(ServerApiError::Denied)
+            if matches!(principal, Principal::Share(_) | Principal::Anyone) =>
+        {
+            Err(signin::anonymous(shared, parts))
+        }
         Ok(_) | Err(ServerApiError::Denied) => {
             let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
             Err(redirect_or_not_found(shared, target, principal, parts, path).await)

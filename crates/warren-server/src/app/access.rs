@@ -2,8 +2,10 @@
 //! token open a workspace; the stopped page's start button; activity for the idle policy.
 //!
 //! Those who may use a workspace reach it: its owner, and the developers and owners of its
-//! space (spec/mounts.md, [`Right::Use`]). Admins as such are refused, as access.md says;
-//! they manage workspaces through the API instead.
+//! space (spec/mounts.md, [`Right::Use`]) — its terminal, and the ports shared with its space
+//! (the owner every port). A port shared wider lets in every signed-in user or anyone, and a
+//! share link its own port (`ports`). Admins as such are refused, as access.md says; they
+//! manage workspaces through the API instead.
 //! Every refusal (unknown workspace, another user, undeclared port, terminated workspace,
 //! bad token) is the same "not found", so the answer never tells whether a workspace exists.
 //! A connector mount (spec/mounts.md) is answered like a workspace served by the connector's
@@ -18,6 +20,7 @@ use warren_types::internal::{
     ActivityReport, EntryRedirect, SshAuthorization, SshAuthorizeQuery, WorkspaceAccess,
     WorkspaceAccessQuery, WorkspaceStartRequest,
 };
+use warren_types::sharing::PortVisibility;
 use warren_types::{ActualState, AgentId, DesiredState, UserId, WorkspaceId};
 
 /// Most workspaces one activity report may carry.
@@ -34,12 +37,36 @@ fn exactly_one_of(a: &str, b: &str) -> AppError {
 
 /// Who asks: the user the proxy names, or the owner of a `workspace`-scoped token.
 async fn asking(state: &AppState, q: &WorkspaceAccessQuery) -> Result<UserId, AppError> {
-    match (q.user, q.bearer.as_deref()) {
-        (Some(u), None) => Ok(u),
-        (None, Some(b)) => auth::workspace_token_user(state, b)
+    match asker(state, q).await? {
+        Asker::User(u) => Ok(u),
+        Asker::Share(_) | Asker::Anyone => Err(hidden()),
+    }
+}
+
+/// Who asks about a workspace port.
+enum Asker {
+    /// A user (named by the proxy's session, or by a `workspace`-scoped token).
+    User(UserId),
+    /// Whoever holds share link `id` (the proxy's share cookie names it).
+    Share(i64),
+    /// Someone who has not signed in.
+    Anyone,
+}
+
+async fn asker(state: &AppState, q: &WorkspaceAccessQuery) -> Result<Asker, AppError> {
+    match (q.user, q.bearer.as_deref(), q.share) {
+        (Some(u), None, None) => Ok(Asker::User(u)),
+        (None, Some(b), None) => auth::workspace_token_user(state, b)
             .await?
+            .map(Asker::User)
             .ok_or_else(hidden),
-        _ => Err(exactly_one_of("user", "bearer")),
+        (None, None, Some(id)) => Ok(Asker::Share(id)),
+        (None, None, None) => Ok(Asker::Anyone),
+        _ => Err(AppError::new(
+            super::ErrorKind::Invalid,
+            "invalid_query",
+            "query string: at most one of `user`, `bearer` and `share`",
+        )),
     }
 }
 
@@ -278,16 +305,32 @@ pub async fn redirect(
     }
 }
 
-/// May the user (named, or by a `workspace`-scoped token) reach the workspace `q.host`,
-/// and port `q.port` of it?
+/// May the caller reach the workspace `q.host`, and port `q.port` of it? Those who may use
+/// the workspace reach its terminal and the ports it shares with its space (its owner every
+/// port); a port shared wider lets in every signed-in user, or anyone; a share link opens its
+/// own port (`ports`).
 pub async fn workspace(
     state: &AppState,
     q: &WorkspaceAccessQuery,
 ) -> Result<WorkspaceAccess, AppError> {
-    let user = asking(state, q).await?;
+    let user = match asker(state, q).await? {
+        Asker::User(u) => u,
+        Asker::Share(id) => {
+            let port = q.port.ok_or_else(hidden)?;
+            let link = state.store.share_link_by_id(id).await?;
+            let (_, w) = super::ports::open_link(state, link, &q.host, port).await?;
+            return Ok(outsider_answer(w, UserId(0), port));
+        }
+        Asker::Anyone => return beyond_use(state, q, None).await,
+    };
     let (w, _) = match usable_or_linked(state, &q.host, user).await {
         Err(e) if e.kind == super::ErrorKind::NotFound => {
-            let (m, _, unavailable) = usable_proxy_mount(state, &q.host, user).await?;
+            let (m, _, unavailable) = match usable_proxy_mount(state, &q.host, user).await {
+                Err(e) if e.kind == super::ErrorKind::NotFound => {
+                    return beyond_use(state, q, Some(user)).await
+                }
+                r => r?,
+            };
             // A URL serves its own port and no terminal; a connector the ports it declared
             // (none known before its first heartbeat).
             let serves = match (&m.url, q.port) {
@@ -303,8 +346,14 @@ pub async fn workspace(
         }
         r => r?,
     };
-    if q.port.is_some_and(|p| !declared_ports(&w).contains(&p)) {
-        return Err(hidden());
+    if let Some(p) = q.port {
+        if !declared_ports(&w).contains(&p) {
+            return Err(hidden());
+        }
+        // Its owner reaches every port; the others who use it those shared with its space.
+        if w.owner_id != user && port_reach(state, &w, p).await? < Some(PortVisibility::Space) {
+            return Err(hidden());
+        }
     }
     let wake = wakes(state, &w).await?;
     // Through a softlink, the target's start button only for those who use it themselves.
@@ -313,6 +362,56 @@ pub async fn workspace(
         may_start,
         ..answer(w, user, q.port, wake && may_start)
     })
+}
+
+/// Who may reach port `port` of `w` now (`None`: the proxy does not serve it).
+async fn port_reach(
+    state: &AppState,
+    w: &WorkspaceRow,
+    port: u16,
+) -> Result<Option<PortVisibility>, AppError> {
+    let Some(agent) = state.store.agent_by_id(w.agent_id).await? else {
+        return Ok(None);
+    };
+    super::ports::reach(state, w, &agent, port).await
+}
+
+/// A caller who may not use workspace `q.host` (a signed-in `user`, or anyone): only a port
+/// shared with every signed-in user, or with anyone, and nothing else (no terminal, no start).
+async fn beyond_use(
+    state: &AppState,
+    q: &WorkspaceAccessQuery,
+    user: Option<UserId>,
+) -> Result<WorkspaceAccess, AppError> {
+    let port = q.port.ok_or_else(hidden)?;
+    let needed = match user {
+        Some(u) => {
+            active_user(state, u).await?;
+            PortVisibility::Authenticated
+        }
+        None => PortVisibility::Public,
+    };
+    let w = state
+        .store
+        .workspace_by_name(&q.host)
+        .await?
+        .filter(|w| {
+            w.desired_state != DesiredState::Terminated && w.actual_state != ActualState::Terminated
+        })
+        .ok_or_else(hidden)?;
+    if !declared_ports(&w).contains(&port) || port_reach(state, &w, port).await? < Some(needed) {
+        return Err(hidden());
+    }
+    Ok(outsider_answer(w, user.unwrap_or(UserId(0)), port))
+}
+
+/// The answer for someone let in by a port's visibility or a share link: that port only,
+/// and never waking or starting the workspace on its owner's behalf.
+fn outsider_answer(w: WorkspaceRow, user: UserId, port: u16) -> WorkspaceAccess {
+    WorkspaceAccess {
+        may_start: false,
+        ..answer(w, user, Some(port), false)
+    }
 }
 
 /// The stopped-workspace page's start button, on a user's behalf: the same rules as a

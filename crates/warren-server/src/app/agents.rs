@@ -245,6 +245,9 @@ pub fn validate_agent_config(c: &AgentConfig) -> Result<(), AppError> {
             "must be http or https",
         ));
     }
+    c.ports
+        .validate()
+        .map_err(|e| AppError::invalid_field("config.ports", e))?;
     if c.workspaces_quota < -1 {
         return Err(AppError::invalid_field(
             "config.workspaces_quota",

@@ -1,7 +1,8 @@
 //! The build context of an image a workspace builds before it starts (a devfile `image`
 //! component with `autoBuild`, a dev container's `build`): its agent asks through its relay,
-//! and gets the component's build context archived out of the workspace's project at the
-//! workspace's ref, read with the project's credential — which never leaves the server.
+//! and gets the component's build context archived out of the workspace's project (or the
+//! repository it was opened from) at the workspace's ref, read with the project's credential
+//! — which never leaves the server.
 //!
 //! Only the agent that runs the workspace may ask, and only for an image its devfile builds
 //! at start (or a local Feature its dev container names); the archive holds the context
@@ -9,7 +10,7 @@
 
 use super::{AppError, AppState, ErrorKind};
 use sha2::{Digest, Sha256};
-use warren_git::{Archive, Remote};
+use warren_git::Archive;
 use warren_types::relay::BuildContextRequest;
 use warren_types::DesiredState;
 
@@ -102,31 +103,21 @@ pub async fn context(
             .build_paths()
             .map_err(|why| AppError::new(ErrorKind::Unprocessable, "invalid_devfile", why))?,
     };
-    let project_id = w
-        .project_id
-        .ok_or_else(|| unusable("the workspace has no project to take the build context from"))?;
-    let project = state
-        .store
-        .project_by_key(&project_id.0.to_string())
+    let source = super::sources::of_workspace(state, &w)
         .await?
-        .ok_or_else(|| unusable("its project no longer exists"))?;
-    let credential = state.store.project_credential(&project)?;
-    let remote = Remote {
-        url: &project.git_url,
-        credential: credential.as_ref(),
-    };
-    let git_ref = w.git_ref.as_deref().unwrap_or(&project.default_ref);
+        .ok_or_else(|| unusable("the workspace has no project or repository to take the build context from (its project may have been deleted)"))?;
+    let git_ref = w.git_ref.as_deref().unwrap_or(&source.default_ref);
     let archive = state
         .git
-        .archive(remote, git_ref, &context, MAX_BUILD_CONTEXT_BYTES)
+        .archive(source.remote(), git_ref, &context, MAX_BUILD_CONTEXT_BYTES)
         .await
-        .map_err(|e| super::projects::git_error(&project.name, &e))?;
+        .map_err(|e| source.git_error(&e))?;
     let key = build_key(
         &archive.tree,
         &dockerfile,
         &image.args,
         image.target.as_deref(),
     );
-    tracing::info!(workspace = %w.name, image = %req.image, feature = ?req.feature, project = %project.name, git_ref, commit = %archive.commit, bytes = archive.len, "build context archived");
+    tracing::info!(workspace = %w.name, image = %req.image, feature = ?req.feature, source = %source.label, git_ref, commit = %archive.commit, bytes = archive.len, "build context archived");
     Ok(BuildContext { archive, key })
 }

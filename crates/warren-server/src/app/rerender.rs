@@ -1,7 +1,7 @@
 //! Re-rendering: a workspace's objects made again from its stored devfile when what they were
 //! made from changed (its size, its agent's configuration, its project's credential).
 
-use super::render::{self, ProjectInput, RenderInput};
+use super::render::{self, RenderInput};
 use super::{AppError, AppState};
 use crate::store::agents::AgentRow;
 use crate::store::workspaces::{RenderedObjects, WorkspaceFilter, WorkspaceRow};
@@ -62,7 +62,8 @@ pub async fn rerender(
 }
 
 /// The objects of workspace `w` made from `devfile` (its own, or a rebuild's) under
-/// `agent`'s configuration, with its project, variables and owner as they are now.
+/// `agent`'s configuration, with its sources (project or repository), variables and owner as
+/// they are now.
 pub async fn render_row(
     state: &AppState,
     w: &WorkspaceRow,
@@ -71,14 +72,7 @@ pub async fn render_row(
     resources: &WorkspaceResources,
     desired: DesiredState,
 ) -> Result<RenderedObjects, AppError> {
-    let project = match w.project_id {
-        Some(p) => state.store.project_by_key(&p.to_string()).await?,
-        None => None,
-    };
-    let credential = match &project {
-        Some(p) => state.store.project_credential(p)?,
-        None => None,
-    };
+    let source = super::sources::of_workspace(state, w).await?;
     let variables = w.stored_variables(&state.store)?;
     let owner = state.store.user_by_id(w.owner_id).await?;
     render::render_workspace(
@@ -87,12 +81,9 @@ pub async fn render_row(
             name: &w.name,
             id: w.id,
             agent,
-            project: project.as_ref().map(|p| ProjectInput {
-                name: &p.name,
-                git_url: &p.git_url,
-                git_ref: w.git_ref.as_deref().unwrap_or(&p.default_ref),
-                credential: credential.as_ref(),
-            }),
+            project: source
+                .as_ref()
+                .map(|s| s.project_input(w.git_ref.as_deref())),
             resources,
             variables: &variables,
             desired,

@@ -12,6 +12,7 @@ pub mod leases;
 mod members;
 pub mod mounts;
 pub mod oauth;
+pub mod ports;
 pub mod projects;
 pub mod reconcile;
 pub mod spaces;

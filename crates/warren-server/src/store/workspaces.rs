@@ -40,6 +40,8 @@ pub struct WorkspaceRow {
     pub project_id: Option<ProjectId>,
     pub project_name: Option<String>,
     pub git_ref: Option<String>,
+    /// The repository it was opened from without a project (`ws create --repo`).
+    pub repository: Option<String>,
     /// The starter project asked for at creation (the devfile's first when `None`).
     pub starter: Option<String>,
     /// The space it lives in, and that space's path.
@@ -96,6 +98,8 @@ impl WorkspaceRow {
             agent_name: self.agent_name.clone(),
             project: self.project_id,
             project_name: self.project_name.clone(),
+            repository: self.repository.clone(),
+            git_ref: self.git_ref.clone(),
             desired_state: self.desired_state,
             actual_state: self.actual_state,
             desired_state_updated_at: from_millis(self.desired_state_updated_at),
@@ -172,7 +176,7 @@ pub const COLS: &str = "w.id, w.name, w.namespace, w.owner_id, u.username AS own
     w.variables, w.endpoints, w.url, w.failure_reason, w.created_at, w.updated_at, w.version, \
     x.last_activity_at, a.runtime_fault AS agent_runtime_fault, \
     a.runtime_fault_since AS agent_runtime_fault_since, a.isolation_warning AS agent_isolation_warning, \
-    w.idle_stopped, a.config AS agent_config, w.starter, w.space_id, sp.path AS space_path";
+    w.idle_stopped, a.config AS agent_config, w.starter, w.space_id, sp.path AS space_path, w.repository";
 
 pub const FROM: &str =
     "workspaces w JOIN users u ON u.id = w.owner_id JOIN agents a ON a.id = w.agent_id \
@@ -287,6 +291,7 @@ impl sqlx::FromRow<'_, AnyRow> for WorkspaceRow {
             project_id: get_opt_i64(r, "project_id")?.map(ProjectId),
             project_name: get_opt_str(r, "project_name")?,
             git_ref: get_opt_str(r, "git_ref")?,
+            repository: get_opt_str(r, "repository")?,
             starter: get_opt_str(r, "starter")?,
             space_id: get_opt_i64(r, "space_id")?.map(SpaceId),
             space_path: get_opt_str(r, "space_path")?.unwrap_or_default(),
@@ -341,6 +346,8 @@ pub struct NewWorkspace {
     pub agent_id: AgentId,
     pub project_id: Option<ProjectId>,
     pub git_ref: Option<String>,
+    /// The repository opened without a project.
+    pub repository: Option<String>,
     pub devfile: String,
     pub resources: WorkspaceResources,
     pub variables: Vec<StoredVariable>,
@@ -458,8 +465,8 @@ impl Store {
         let id = sqlx::query(
             "INSERT INTO workspaces (name, namespace, owner_id, agent_id, project_id, git_ref, desired_state, \
              actual_state, desired_state_updated_at, actual_state_updated_at, force_include_all_resources, devfile, \
-             rendered_objects, resources, variables, endpoints, url, created_at, updated_at, version, starter, space_id) \
-             VALUES ($1, '', $2, $3, $4, $5, 'Running', 'CreationRequested', $6, $6, 1, $7, '', $8, $9, '{}', NULL, $6, $6, 1, $10, $11) \
+             rendered_objects, resources, variables, endpoints, url, created_at, updated_at, version, starter, space_id, repository) \
+             VALUES ($1, '', $2, $3, $4, $5, 'Running', 'CreationRequested', $6, $6, 1, $7, '', $8, $9, '{}', NULL, $6, $6, 1, $10, $11, $12) \
              RETURNING id",
         )
         .bind(&w.name)
@@ -473,6 +480,7 @@ impl Store {
         .bind(seal_json(self, &w.variables))
         .bind(w.starter.clone())
         .bind(w.space_id.get())
+        .bind(w.repository.clone())
         .fetch_one(&mut *tx)
         .await
         .map_err(unique("workspaces.name"))?;

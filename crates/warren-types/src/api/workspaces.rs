@@ -66,9 +66,15 @@ pub struct CreateWorkspaceRequest {
     pub resources: Option<WorkspaceResources>,
     #[serde(default)]
     pub variables: Vec<VariableInput>,
-    /// Git ref to check out instead of the project's default.
+    /// Git ref to check out instead of the project's (or the repository's) default.
     #[serde(default, rename = "ref")]
     pub git_ref: Option<String>,
+    /// A Git repository to open without registering a project (the Gitpod and Codespaces
+    /// habit): its URL (http, https, ssh or git; no credentials in it). The definition is
+    /// read from it at `ref` (a devfile, else a dev container configuration, else the
+    /// server's default devfile with the repository cloned), unless `devfile` is given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repository: Option<String>,
     /// With a project: the definition in its repository to run instead of the project's
     /// (a devfile, or a dev container configuration such as
     /// `.devcontainer/python/devcontainer.json` when the repository has several).
@@ -98,6 +104,13 @@ pub struct Workspace {
     pub agent_name: String,
     pub project: Option<ProjectId>,
     pub project_name: Option<String>,
+    /// The Git repository it was opened from without a project (`warren ws create --repo`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repository: Option<String>,
+    /// The branch, tag or commit its project or repository was checked out at (`None`: the
+    /// repository's default branch).
+    #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
+    pub git_ref: Option<String>,
     pub desired_state: DesiredState,
     pub actual_state: ActualState,
     pub desired_state_updated_at: DateTime<Utc>,
@@ -311,10 +324,14 @@ impl SshEndpoint {
         block
     }
 
-    /// The folder a desktop IDE opens in a workspace: its project's clone, else the sources
-    /// root.
-    pub fn folder(project: Option<&str>) -> String {
-        match project {
+    /// The folder a desktop IDE opens in workspace `w`: its project's clone (or that of the
+    /// repository it was opened from), else the sources root.
+    pub fn folder(w: &Workspace) -> String {
+        let cloned = w
+            .project_name
+            .clone()
+            .or_else(|| w.repository.as_deref().map(crate::git::repository_folder));
+        match cloned {
             Some(p) => format!("/projects/{p}"),
             None => "/projects".to_owned(),
         }

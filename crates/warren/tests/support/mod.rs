@@ -101,6 +101,21 @@ pub async fn create_user(
     (password, token)
 }
 
+/// Whether headless Chromium is here; a missing one fails the test when the tools are
+/// required (CI), and skips it with a notice elsewhere.
+pub fn chromium_available() -> bool {
+    if warren_testkit::browser::chromium_path().is_some() {
+        return true;
+    }
+    if std::env::var_os("WARREN_REQUIRE_TOOLS").is_some()
+        || std::env::var("WARREN_REQUIRE_ENGINE").as_deref() == Ok("1")
+    {
+        panic!("the tools are required but Chromium is missing; run .ci/setup-tools.sh");
+    }
+    eprintln!("skipping: Chromium is not installed (.ci/setup-tools.sh)");
+    false
+}
+
 /// Fills in and submits the server's login form once the tab shows it.
 pub async fn sign_in(tab: &mut warren_testkit::browser::Tab, username: &str, password: &str) {
     tab.wait_until("document.getElementById('password') !== null", 60)

@@ -8,24 +8,26 @@
 //! [`change_desired_state`].
 
 mod checks;
+mod create;
 mod rebuild;
 mod startup;
 
+use create::check_for_creation;
+pub use create::create;
 pub use rebuild::rebuild;
 pub use startup::startup;
 
 use super::lifecycle::check_desired_state_request;
-use super::render::{self, ProjectInput, RenderInput};
+use super::render;
 use super::rerender;
 use super::rights::{self, Right};
-use super::{names, AppError, AppState, ErrorKind, Principal};
+use super::{AppError, AppState, ErrorKind, Principal};
 use crate::relay::logs::RelayLogsError;
-use crate::store::workspaces::{NewWorkspace, WorkspaceFilter, WorkspaceRow};
-use checks::{check_quotas, check_resources, check_variables, choose_agent};
+use crate::store::workspaces::{WorkspaceFilter, WorkspaceRow};
+use checks::check_resources;
 use std::future::Future;
 use warren_types::api::{
-    CreateWorkspaceRequest, Page, ResizeWorkspaceRequest, SpaceRole, Workspace, WorkspaceListQuery,
-    WorkspaceResources,
+    Page, ResizeWorkspaceRequest, SpaceRole, Workspace, WorkspaceListQuery, WorkspaceResources,
 };
 use warren_types::relay::{LogsTarget, MAX_LOG_TAIL};
 use warren_types::{ActualState, DesiredState, UserId};
@@ -333,230 +335,6 @@ pub async fn terminate(
     )
     .await?;
     for_caller(state, who, &w).await
-}
-
-/// The request's `definition`: a path in the project's repository, given with a project and
-/// without a devfile of its own.
-fn check_definition(req: &CreateWorkspaceRequest) -> Result<Option<&str>, AppError> {
-    let Some(path) = req.definition.as_deref() else {
-        return Ok(None);
-    };
-    let bad = |why: &str| {
-        Err(AppError::invalid_field(
-            "definition",
-            format!("{path:?} {why}"),
-        ))
-    };
-    if req.project.is_none() {
-        return bad("names a file of a project's repository: give the project too");
-    }
-    if req.devfile.is_some() {
-        return bad("would be read instead of the devfile given: give one or the other");
-    }
-    if path.is_empty() || path.len() > 1024 || path.contains(['\\', '\0']) || path.starts_with('/')
-    {
-        return bad("must be a path relative to the repository's root");
-    }
-    if path
-        .split('/')
-        .any(|p| p.is_empty() || p == "." || p == "..")
-    {
-        return bad("must be a plain path inside the repository (no `.`, `..` or empty parts)");
-    }
-    Ok(Some(path))
-}
-
-/// What a new workspace's definition must be beyond parsing: a devfile that builds an image
-/// at start needs a project (the build context comes from its repository), and a starter
-/// project is for a workspace without one and must be among the devfile's.
-pub(super) fn check_for_creation(
-    devfile: &warren_devfile::Devfile,
-    field: &str,
-    has_project: bool,
-    starter: Option<&str>,
-) -> Result<(), AppError> {
-    // A build at start reads the project when it has a Dockerfile or a local Feature; a dev
-    // container's image with published Features needs none.
-    let reads_project = |i: &&warren_devfile::ImageComponent| {
-        !i.dockerfile.is_empty()
-            || i.features
-                .iter()
-                .flat_map(|f| &f.features)
-                .any(|f| matches!(f.source, warren_types::features::FeatureSource::Local(_)))
-    };
-    if let Some(i) = devfile
-        .images
-        .iter()
-        .filter(|i| i.auto_build)
-        .find(|i| reads_project(i) && !has_project)
-    {
-        return Err(AppError::invalid_field(
-            field,
-            format!(
-                "image component {:?} is built when the workspace starts (`autoBuild`), from the workspace's project; create the workspace with a project",
-                i.name
-            ),
-        ));
-    }
-    if let Some(s) = starter {
-        if has_project {
-            return Err(AppError::invalid_field(
-                "starter",
-                "a starter project is for a workspace without a project repository",
-            ));
-        }
-        if !devfile.starter_projects.iter().any(|p| p.name == s) {
-            let names: Vec<&str> = devfile
-                .starter_projects
-                .iter()
-                .map(|p| p.name.as_str())
-                .collect();
-            return Err(AppError::invalid_field(
-                "starter",
-                if names.is_empty() {
-                    format!("the devfile has no starter projects, so none named {s:?}")
-                } else {
-                    format!(
-                        "the devfile has no starter project {s:?} (it has {})",
-                        names.join(", ")
-                    )
-                },
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Creates a workspace from the request's devfile, else the project's, else the server's
-/// default; renders its objects and asks for `Running`.
-pub async fn create(
-    state: &AppState,
-    who: &Principal,
-    req: &CreateWorkspaceRequest,
-) -> Result<Workspace, AppError> {
-    if let Some(n) = &req.name {
-        names::validate(n).map_err(|e| AppError::invalid_field("name", e))?;
-    }
-    let resources = req.resources.clone().unwrap_or_default();
-    let variables = check_variables(&req.variables)?;
-    let space = rights::for_new_entry(state, who, req.space.as_deref()).await?;
-    let agent = choose_agent(state, req.agent.as_deref()).await?;
-    check_resources(&resources, &agent)?;
-    let project = match &req.project {
-        Some(p) => Some(super::projects::usable(state, who, p).await.map_err(|e| {
-            if e.kind == ErrorKind::NotFound {
-                AppError::invalid_field("project", format!("no project named {p:?}"))
-            } else {
-                e
-            }
-        })?),
-        None => None,
-    };
-    let credential = match &project {
-        Some(p) => state.store.project_credential(p)?,
-        None => None,
-    };
-    let git_ref = req
-        .git_ref
-        .clone()
-        .or_else(|| project.as_ref().map(|p| p.default_ref.clone()));
-    // The request's devfile, else the project's stored one, else the one in its repository
-    // at the workspace's ref (the request's `definition` there, when given); the server
-    // default only without a project.
-    let definition = check_definition(req)?;
-    let mut chosen = None;
-    let (devfile_text, field) = match (&req.devfile, &project) {
-        (Some(d), _) => (d.clone(), "devfile"),
-        (None, Some(p)) => match (&p.devfile, definition) {
-            (Some(d), None) => (d.clone(), "project devfile"),
-            (_, definition) => {
-                let read = super::projects::devfile_from_repository(
-                    state,
-                    p,
-                    git_ref.as_deref().unwrap_or(&p.default_ref),
-                    &variables,
-                    definition,
-                )
-                .await?;
-                chosen = read.notice;
-                (read.devfile, "repository devfile")
-            }
-        },
-        (None, None) => (state.default_devfile.as_str().to_owned(), "default devfile"),
-    };
-    let devfile_text = render::resolve_parent(&state.parents, &devfile_text, field).await?;
-    let devfile = render::parse(&devfile_text, field)?;
-    check_for_creation(&devfile, field, project.is_some(), req.starter.as_deref())?;
-    let now = state.clock.now_ms();
-    let mut attempts = 0;
-    loop {
-        attempts += 1;
-        let name = req.name.clone().unwrap_or_else(names::generate);
-        let new = NewWorkspace {
-            name: name.clone(),
-            owner_id: who.user.id,
-            agent_id: agent.id,
-            project_id: project.as_ref().map(|p| p.id),
-            git_ref: git_ref.clone(),
-            devfile: devfile_text.clone(),
-            resources: resources.clone(),
-            variables: variables.clone(),
-            starter: req.starter.clone(),
-            space_id: space.id,
-        };
-        let project_input = project.as_ref().map(|p| ProjectInput {
-            name: &p.name,
-            git_url: &p.git_url,
-            git_ref: git_ref.as_deref().unwrap_or(""),
-            credential: credential.as_ref(),
-        });
-        let result = state
-            .store
-            .insert_workspace(
-                &new,
-                now,
-                |counts| check_quotas(&agent, counts),
-                |id| {
-                    render::render_workspace(
-                        &devfile,
-                        RenderInput {
-                            name: &name,
-                            id,
-                            agent: &agent,
-                            project: project_input,
-                            resources: &resources,
-                            variables: &variables,
-                            desired: DesiredState::Running,
-                            dotfiles_url: who.user.dotfiles_url.as_deref(),
-                            starter: req.starter.as_deref(),
-                        },
-                    )
-                },
-            )
-            .await;
-        match result {
-            Ok(w) => {
-                state.signals.notify(agent.id);
-                state.changed();
-                let mut shown = with_notices(&w, for_caller(state, who, &w).await?)?;
-                shown.notices.splice(0..0, chosen);
-                return Ok(shown);
-            }
-            // A generated name collided: draw another.
-            // The insert's only unique key is the name: a conflict is a name collision.
-            Err(e) if e.kind == ErrorKind::Conflict && req.name.is_none() && attempts < 5 => {
-                continue
-            }
-            Err(e) if e.kind == ErrorKind::Conflict => {
-                return Err(AppError::conflict(
-                    "already_exists",
-                    format!("name: an entry (workspace or mount) named {name:?} already exists"),
-                )
-                .with_field("name"))
-            }
-            Err(e) => return Err(e),
-        }
-    }
 }
 
 /// A workspace the caller is about to make again (resize, rebuild), and its agent: the

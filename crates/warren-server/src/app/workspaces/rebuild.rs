@@ -1,5 +1,6 @@
 //! Rebuilding a workspace: made again from its definition as it is now — a devfile the user
-//! gives, else its project's at the workspace's ref, else the one it was made from — keeping
+//! gives, else its project's (or its repository's) at the workspace's ref, else the one it
+//! was made from — keeping
 //! its volume and home. What changes is told before (a dry run) and with the answer; a
 //! definition that no longer validates or renders is refused with its reasons and the
 //! workspace runs on as it was.
@@ -7,6 +8,7 @@
 use super::{check_for_creation, for_caller, with_notices};
 use crate::app::rerender::{self, WRITE_ATTEMPTS};
 use crate::app::rights;
+use crate::app::sources::{self, Source};
 use crate::app::{render, AppError, AppState, Principal};
 use crate::store::workspaces::WorkspaceRow;
 use warren_types::api::{RebuildOutcome, RebuildWorkspaceRequest};
@@ -39,7 +41,7 @@ pub async fn rebuild(
         check_for_creation(
             &new,
             definition.field,
-            w.project_id.is_some(),
+            w.project_id.is_some() || w.repository.is_some(),
             w.starter.as_deref(),
         )?;
         let old = render::parse(&w.devfile, "stored devfile")?;
@@ -109,6 +111,10 @@ async fn definition(
             source: "the devfile given".into(),
         });
     }
+    if let Some(url) = &w.repository {
+        let source = Source::of_repository(url);
+        return from_source(state, w, &source).await;
+    }
     let project = match w.project_id {
         Some(p) => state.store.project_by_key(&p.to_string()).await?,
         None => None,
@@ -146,13 +152,30 @@ async fn definition(
             source: format!("project {}'s devfile", p.name),
         });
     }
-    let git_ref = w.git_ref.clone().unwrap_or_else(|| p.default_ref.clone());
+    from_source(state, w, &Source::of_project(state, &p)?).await
+}
+
+/// The definition in the workspace's project's repository or the repository it was opened
+/// from, at its ref.
+async fn from_source(
+    state: &AppState,
+    w: &WorkspaceRow,
+    source: &Source,
+) -> Result<Definition, AppError> {
+    let git_ref = w
+        .git_ref
+        .clone()
+        .unwrap_or_else(|| source.default_ref.clone());
     let variables = w.stored_variables(&state.store)?;
-    let read = crate::app::projects::devfile_from_repository(state, &p, &git_ref, &variables, None)
-        .await?;
+    let read = sources::definition(state, source, &git_ref, &variables, None).await?;
+    let at = if git_ref.is_empty() {
+        "its default branch"
+    } else {
+        git_ref.as_str()
+    };
     Ok(Definition {
         text: read.devfile,
         field: "repository devfile",
-        source: format!("project {} at {git_ref}", p.name),
+        source: format!("{source} at {at}"),
     })
 }

@@ -6,6 +6,7 @@ pub mod access;
 pub mod agents;
 pub mod gitops;
 pub mod mounts;
+pub mod ports;
 pub mod projects;
 pub mod spaces;
 pub mod users;
@@ -152,6 +153,17 @@ pub fn router() -> Router<crate::http::HttpState> {
         )
         .route("/workspaces/{workspace}/resources", put(workspaces::resize))
         .route("/workspaces/{workspace}/rebuild", post(workspaces::rebuild))
+        .route("/workspaces/{workspace}/ports", get(ports::list))
+        .route("/workspaces/{workspace}/ports/{port}", put(ports::set))
+        .route(
+            "/workspaces/{workspace}/ports/{port}/share-links",
+            post(ports::create_link),
+        )
+        .route("/workspaces/{workspace}/share-links", get(ports::links))
+        .route(
+            "/workspaces/{workspace}/share-links/{id}",
+            delete(ports::revoke_link),
+        )
         .route("/workspaces/{workspace}/logs", get(workspaces::logs))
         .route("/workspaces/{workspace}/startup", get(workspaces::startup))
         .route(

@@ -6,8 +6,8 @@ use crate::http::error::{HttpError, InternalJson, Json, Query};
 use axum::extract::State;
 use http::{HeaderMap, StatusCode};
 use warren_types::internal::{
-    ActivityReport, EntryRedirect, SshAuthorization, SshAuthorizeQuery, WorkspaceAccess,
-    WorkspaceAccessQuery, WorkspaceStartRequest,
+    ActivityReport, EntryRedirect, ShareRedeemRequest, ShareRedemption, SshAuthorization,
+    SshAuthorizeQuery, WorkspaceAccess, WorkspaceAccessQuery, WorkspaceStartRequest,
 };
 
 fn check_proxy(state: &AppState, headers: &HeaderMap) -> Result<(), HttpError> {
@@ -64,4 +64,14 @@ pub async fn redirect(
 ) -> Result<Json<EntryRedirect>, HttpError> {
     check_proxy(&state, &headers)?;
     Ok(Json(access::redirect(&state, &q).await?))
+}
+
+/// `POST /internal/share-links/redeem`: a share link's secret, brought to the host it opens.
+pub async fn redeem_share(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    InternalJson(req): InternalJson<ShareRedeemRequest>,
+) -> Result<Json<ShareRedemption>, HttpError> {
+    check_proxy(&state, &headers)?;
+    Ok(Json(crate::app::ports::redeem(&state, &req).await?))
 }

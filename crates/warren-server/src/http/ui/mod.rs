@@ -37,6 +37,8 @@ pub fn router() -> Router<crate::http::HttpState> {
             "/workspaces/new",
             get(workspaces::new_page).post(workspaces::create),
         )
+        // `/new?repo=URL`: a link that opens a repository (the form, filled in).
+        .route("/new", get(workspaces::new_page))
         .route("/workspaces/{name}", get(workspaces::show))
         .route("/workspaces/{name}/events", get(workspaces::show_events))
         .route(
@@ -48,6 +50,19 @@ pub fn router() -> Router<crate::http::HttpState> {
         .route(
             "/workspaces/{name}/rebuild",
             get(workspaces::rebuild_page).post(workspaces::rebuild),
+        )
+        .route("/workspaces/{name}/ports", get(workspaces::ports_page))
+        .route(
+            "/workspaces/{name}/ports/{port}",
+            post(workspaces::set_port),
+        )
+        .route(
+            "/workspaces/{name}/ports/{port}/share",
+            post(workspaces::share_port),
+        )
+        .route(
+            "/workspaces/{name}/share-links/{id}/revoke",
+            post(workspaces::revoke_share_link),
         )
         .route("/workspaces/{name}/logs", get(workspaces::logs_page))
         .route(

@@ -8,6 +8,9 @@ pub struct CreateForm {
     name: String,
     #[serde(default)]
     project: String,
+    /// A Git repository to open without a project (`URL` or `URL#REF`).
+    #[serde(default)]
+    repository: String,
     #[serde(default)]
     devfile: String,
     /// An uploaded devfile (multipart); wins over the pasted one when not empty.
@@ -79,6 +82,7 @@ pub(super) fn form_field(e: &AppError) -> Option<&'static str> {
         "agent" => "agent",
         "space" => "space",
         "project" | "project devfile" | "repository devfile" => "project",
+        "repository" => "repository",
         "devfile" => "devfile",
         "ref" => "ref",
         "starter" => "starter",
@@ -109,7 +113,15 @@ pub(super) async fn create_form(
         .map(|s| s.path)
         .collect();
     let personal = format!("users/{}", viewer.who.user.username);
-    let err_field = error.and_then(form_field);
+    // A repository's definition that is wrong is the repository field's business when one
+    // was opened by URL, the project's otherwise.
+    let err_field = error.and_then(form_field).map(|f_| {
+        if f_ == "project" && !f.repository.trim().is_empty() {
+            "repository"
+        } else {
+            f_
+        }
+    });
     let err_for = |name: &str| -> Option<String> {
         error
             .filter(|_| err_field == Some(name))
@@ -145,8 +157,9 @@ pub(super) async fn create_form(
                     option value=(p.name) selected[f.project == p.name] { (p.name) " — " (p.git_url) }
                 }
             }))
-            (field("ref", "Git ref (optional)", &f.git_ref, "the project's default branch"))
-            (field("definition", "Definition in the repository (optional)", &f.definition, "the project's devfile, else .devcontainer/devcontainer.json; e.g. .devcontainer/python/devcontainer.json"))
+            (field("repository", "Or a repository (optional)", &f.repository, "a Git URL to open without a project: https://git.example.com/team/app.git"))
+            (field("ref", "Git ref (optional)", &f.git_ref, "the default branch"))
+            (field("definition", "Definition in the repository (optional)", &f.definition, "its devfile, else .devcontainer/devcontainer.json; e.g. .devcontainer/python/devcontainer.json"))
             (field("starter", "Starter project (optional)", &f.starter, "without a project: the devfile's first"))
             div.field {
                 label for="devfile" { "Devfile (YAML)" }
@@ -201,16 +214,32 @@ pub(super) async fn create_form(
 pub struct NewQuery {
     #[serde(default)]
     project: Option<String>,
+    /// A repository to open (`URL`, or `URL#REF` with the `#` escaped as `%23`).
+    #[serde(default)]
+    repo: Option<String>,
+    #[serde(default, rename = "ref")]
+    git_ref: Option<String>,
 }
 
-/// `GET /workspaces/new`
+/// `GET /workspaces/new`, and `GET /new?repo=URL[&ref=REF]` (the Gitpod and Codespaces
+/// habit of a link that opens a repository): the form, filled in. A GET creates nothing (a
+/// link must not make workspaces on its visitor's behalf); the visitor confirms.
 pub async fn new_page(
     State(state): State<AppState>,
     viewer: Viewer,
     Query(q): Query<NewQuery>,
 ) -> Result<Response, UiError> {
+    let (repository, in_url) = match q.repo.as_deref().map(str::trim) {
+        Some(r) => {
+            let (url, r) = warren_types::git::split_repository_ref(r);
+            (url.to_owned(), r.map(str::to_owned))
+        }
+        None => (String::new(), None),
+    };
     let f = CreateForm {
         project: q.project.unwrap_or_default(),
+        repository,
+        git_ref: q.git_ref.or(in_url).unwrap_or_default(),
         ..CreateForm::default()
     };
     create_form(&state, &viewer, StatusCode::OK, &f, None).await
@@ -232,14 +261,31 @@ pub async fn create(
             (None, None) => None,
             (cpu, memory) => Some(WorkspaceResources { cpu, memory }),
         };
+        let (repository, in_url) = match opt(&f.repository) {
+            Some(r) => {
+                let (url, r) = warren_types::git::split_repository_ref(&r);
+                (Some(url.to_owned()), r.map(str::to_owned))
+            }
+            None => (None, None),
+        };
+        let git_ref = match (opt(&f.git_ref), in_url) {
+            (Some(_), Some(_)) => {
+                return Err(AppError::invalid_field(
+                    "ref",
+                    "give the ref once: in the repository's URL after # or here",
+                ))
+            }
+            (a, b) => a.or(b),
+        };
         Ok(CreateWorkspaceRequest {
             project: opt(&f.project),
+            repository,
             devfile: opt(&f.devfile_file).or_else(|| opt(&f.devfile)),
             agent: opt(&f.agent),
             name: opt(&f.name),
             resources,
             variables,
-            git_ref: opt(&f.git_ref),
+            git_ref,
             definition: opt(&f.definition),
             starter: opt(&f.starter),
             space: opt(&f.space),
@@ -309,6 +355,7 @@ mod tests {
         assert_eq!(f("resources.memory"), Some("memory"));
         assert_eq!(f("variables[3].key"), Some("variables"));
         assert_eq!(f("repository devfile"), Some("project"));
+        assert_eq!(f("repository"), Some("repository"));
         assert_eq!(f("devfile"), Some("devfile"));
         assert_eq!(f("limit"), None);
     }

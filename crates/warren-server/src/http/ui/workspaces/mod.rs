@@ -32,11 +32,15 @@ mod create;
 use create::{form_field, is_form_error, opt};
 mod events;
 mod logs;
+mod ports;
 mod rebuild;
 
 pub use create::{create, new_page};
 pub use events::{list_events, show_events};
 pub use logs::{logs_page, logs_stream};
+pub use ports::{
+    page as ports_page, revoke as revoke_share_link, set as set_port, share as share_port,
+};
 pub use rebuild::{page as rebuild_page, submit as rebuild};
 
 /// How often a live view looks again without a change of this server's: another server
@@ -298,7 +302,7 @@ struct OutputNotes {
 /// which reads the project's definition at the workspace's ref. Only for who may rebuild it,
 /// and given as long as the page waits for the rest.
 async fn definition_update(state: &AppState, viewer: &Viewer, w: &Workspace) -> Option<usize> {
-    if w.project.is_none()
+    if (w.project.is_none() && w.repository.is_none())
         || w.your_right < Some(WorkspaceRight::Manage)
         || w.desired_state == DesiredState::Terminated
     {
@@ -402,7 +406,7 @@ fn workspace_page(
             }
         }
         @if let Some(n) = notes.update {
-            p.warning role="status" { "Its project's definition changed since it was built (" (n) " change(s)). "
+            p.warning role="status" { (if w.project.is_some() { "Its project's" } else { "Its repository's" }) " definition changed since it was built (" (n) " change(s)). "
                 a href=(format!("{base}/rebuild")) { "Review and rebuild…" } }
         }
         @if let Some(e) = &notes.editor {
@@ -415,8 +419,12 @@ fn workspace_page(
         @if may_use {
             h2 { "Logs" }
             p { a href=(format!("{base}/logs")) { "Recent output" } " · " a href=(format!("{base}/logs?follow=true")) { "Follow output" } }
+            @if !w.endpoints.is_empty() {
+                h2 { "Ports" }
+                p { "Who may reach each port, and links that open one without signing in: " a href=(format!("{base}/ports")) { "Ports and sharing" } }
+            }
             @if let Some(ssh) = &notes.ssh {
-                @let folder = warren_types::api::SshEndpoint::folder(w.project_name.as_deref());
+                @let folder = warren_types::api::SshEndpoint::folder(w);
                 h2 { "Desktop IDE" }
                 p {
                     a.button href=(warren_types::api::SshEndpoint::vscode_url(&w.name, &folder)) { "Open in VS Code" } " "
@@ -447,6 +455,8 @@ fn workspace_page(
             dt { "Owner" } dd { (w.owner_username) }
             dt { "Agent" } dd { (w.agent_name) }
             @if let Some(p) = &w.project_name { dt { "Project" } dd { (p) } }
+            @if let Some(r) = &w.repository { dt { "Repository" } dd { code { (r) } } }
+            @if let Some(r) = &w.git_ref { dt { "Ref" } dd { code { (r) } } }
             dt { "Resources" } dd { (resources_text(&w.resources)) }
             dt { "Created" } dd { (ago(w.created_at, now)) }
             dt { "Last used" } dd { @match w.last_activity_at { Some(t) => (ago(t, now)), None => "never" } }

@@ -1,0 +1,250 @@
+//! Creating a workspace: from a devfile given, a project (its stored devfile or its
+//! repository's definition at the workspace's ref), a repository opened by URL without a
+//! project, or the server's default devfile.
+
+use super::checks::{check_quotas, check_resources, check_variables, choose_agent};
+use super::{for_caller, with_notices};
+use crate::app::render::{self, RenderInput};
+use crate::app::sources::{self, Source};
+use crate::app::{names, rights, AppError, AppState, ErrorKind, Principal};
+use crate::store::workspaces::NewWorkspace;
+use warren_types::api::{CreateWorkspaceRequest, Workspace};
+use warren_types::DesiredState;
+
+/// The request's `definition`: a path in the project's (or the repository's) repository, given
+/// with a project or a repository and without a devfile of its own.
+fn check_definition(req: &CreateWorkspaceRequest) -> Result<Option<&str>, AppError> {
+    let Some(path) = req.definition.as_deref() else {
+        return Ok(None);
+    };
+    let bad = |why: &str| {
+        Err(AppError::invalid_field(
+            "definition",
+            format!("{path:?} {why}"),
+        ))
+    };
+    if req.project.is_none() && req.repository.is_none() {
+        return bad("names a file of a repository: give the project or the repository too");
+    }
+    if req.devfile.is_some() {
+        return bad("would be read instead of the devfile given: give one or the other");
+    }
+    if path.is_empty() || path.len() > 1024 || path.contains(['\\', '\0']) || path.starts_with('/')
+    {
+        return bad("must be a path relative to the repository's root");
+    }
+    if path
+        .split('/')
+        .any(|p| p.is_empty() || p == "." || p == "..")
+    {
+        return bad("must be a plain path inside the repository (no `.`, `..` or empty parts)");
+    }
+    Ok(Some(path))
+}
+
+/// What a new workspace's definition must be beyond parsing: a devfile that builds an image
+/// at start needs a project or a repository (the build context comes from it), and a starter
+/// project is for a workspace without one and must be among the devfile's.
+pub(super) fn check_for_creation(
+    devfile: &warren_devfile::Devfile,
+    field: &str,
+    has_sources: bool,
+    starter: Option<&str>,
+) -> Result<(), AppError> {
+    // A build at start reads the project when it has a Dockerfile or a local Feature; a dev
+    // container's image with published Features needs none.
+    let reads_project = |i: &&warren_devfile::ImageComponent| {
+        !i.dockerfile.is_empty()
+            || i.features
+                .iter()
+                .flat_map(|f| &f.features)
+                .any(|f| matches!(f.source, warren_types::features::FeatureSource::Local(_)))
+    };
+    if let Some(i) = devfile
+        .images
+        .iter()
+        .filter(|i| i.auto_build)
+        .find(|i| reads_project(i) && !has_sources)
+    {
+        return Err(AppError::invalid_field(
+            field,
+            format!(
+                "image component {:?} is built when the workspace starts (`autoBuild`), from the workspace's project or repository; create the workspace from a project or a repository",
+                i.name
+            ),
+        ));
+    }
+    if let Some(s) = starter {
+        if has_sources {
+            return Err(AppError::invalid_field(
+                "starter",
+                "a starter project is for a workspace without a project repository",
+            ));
+        }
+        if !devfile.starter_projects.iter().any(|p| p.name == s) {
+            let names: Vec<&str> = devfile
+                .starter_projects
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect();
+            return Err(AppError::invalid_field(
+                "starter",
+                if names.is_empty() {
+                    format!("the devfile has no starter projects, so none named {s:?}")
+                } else {
+                    format!(
+                        "the devfile has no starter project {s:?} (it has {})",
+                        names.join(", ")
+                    )
+                },
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Creates a workspace from the request's devfile, else the project's, else the server's
+/// default; renders its objects and asks for `Running`.
+pub async fn create(
+    state: &AppState,
+    who: &Principal,
+    req: &CreateWorkspaceRequest,
+) -> Result<Workspace, AppError> {
+    if let Some(n) = &req.name {
+        names::validate(n).map_err(|e| AppError::invalid_field("name", e))?;
+    }
+    let resources = req.resources.clone().unwrap_or_default();
+    let variables = check_variables(&req.variables)?;
+    let space = rights::for_new_entry(state, who, req.space.as_deref()).await?;
+    let agent = choose_agent(state, req.agent.as_deref()).await?;
+    check_resources(&resources, &agent)?;
+    if req.project.is_some() && req.repository.is_some() {
+        return Err(AppError::invalid_field(
+            "repository",
+            "give a project or a repository, not both",
+        ));
+    }
+    let project = match &req.project {
+        Some(p) => Some(
+            crate::app::projects::usable(state, who, p)
+                .await
+                .map_err(|e| {
+                    if e.kind == ErrorKind::NotFound {
+                        AppError::invalid_field("project", format!("no project named {p:?}"))
+                    } else {
+                        e
+                    }
+                })?,
+        ),
+        None => None,
+    };
+    let source = match (&project, &req.repository) {
+        (Some(p), _) => Some(Source::of_project(state, p)?),
+        (None, Some(url)) => {
+            sources::check_repository_url(url)?;
+            Some(Source::of_repository(url))
+        }
+        (None, None) => None,
+    };
+    if let Some(r) = &req.git_ref {
+        warren_types::git::validate_ref(r).map_err(|e| AppError::invalid_field("ref", e))?;
+    }
+    let git_ref = req
+        .git_ref
+        .clone()
+        .or_else(|| project.as_ref().map(|p| p.default_ref.clone()));
+    // The request's devfile, else the project's stored one, else the one in the repository
+    // at the workspace's ref (the request's `definition` there, when given); the server
+    // default only without either.
+    let definition = check_definition(req)?;
+    let mut chosen = None;
+    let stored = project.as_ref().and_then(|p| p.devfile.as_ref());
+    let (devfile_text, field) = match (&req.devfile, &source) {
+        (Some(d), _) => (d.clone(), "devfile"),
+        (None, Some(_)) if stored.is_some() && definition.is_none() => {
+            (stored.cloned().unwrap_or_default(), "project devfile")
+        }
+        (None, Some(s)) => {
+            let read = sources::definition(
+                state,
+                s,
+                git_ref.as_deref().unwrap_or(&s.default_ref),
+                &variables,
+                definition,
+            )
+            .await?;
+            chosen = read.notice;
+            (read.devfile, "repository devfile")
+        }
+        (None, None) => (state.default_devfile.as_str().to_owned(), "default devfile"),
+    };
+    let devfile_text = render::resolve_parent(&state.parents, &devfile_text, field).await?;
+    let devfile = render::parse(&devfile_text, field)?;
+    check_for_creation(&devfile, field, source.is_some(), req.starter.as_deref())?;
+    let now = state.clock.now_ms();
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let name = req.name.clone().unwrap_or_else(names::generate);
+        let new = NewWorkspace {
+            name: name.clone(),
+            owner_id: who.user.id,
+            agent_id: agent.id,
+            project_id: project.as_ref().map(|p| p.id),
+            git_ref: git_ref.clone(),
+            repository: req.repository.clone().filter(|_| project.is_none()),
+            devfile: devfile_text.clone(),
+            resources: resources.clone(),
+            variables: variables.clone(),
+            starter: req.starter.clone(),
+            space_id: space.id,
+        };
+        let project_input = source.as_ref().map(|s| s.project_input(git_ref.as_deref()));
+        let result = state
+            .store
+            .insert_workspace(
+                &new,
+                now,
+                |counts| check_quotas(&agent, counts),
+                |id| {
+                    render::render_workspace(
+                        &devfile,
+                        RenderInput {
+                            name: &name,
+                            id,
+                            agent: &agent,
+                            project: project_input,
+                            resources: &resources,
+                            variables: &variables,
+                            desired: DesiredState::Running,
+                            dotfiles_url: who.user.dotfiles_url.as_deref(),
+                            starter: req.starter.as_deref(),
+                        },
+                    )
+                },
+            )
+            .await;
+        match result {
+            Ok(w) => {
+                state.signals.notify(agent.id);
+                state.changed();
+                let mut shown = with_notices(&w, for_caller(state, who, &w).await?)?;
+                shown.notices.splice(0..0, chosen);
+                return Ok(shown);
+            }
+            // A generated name collided: draw another.
+            // The insert's only unique key is the name: a conflict is a name collision.
+            Err(e) if e.kind == ErrorKind::Conflict && req.name.is_none() && attempts < 5 => {
+                continue
+            }
+            Err(e) if e.kind == ErrorKind::Conflict => {
+                return Err(AppError::conflict(
+                    "already_exists",
+                    format!("name: an entry (workspace or mount) named {name:?} already exists"),
+                )
+                .with_field("name"))
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}

@@ -15,6 +15,7 @@ pub mod credentials;
 mod devcontainer_cmd;
 mod devfile_cmd;
 mod gitops_cmd;
+mod hours_args;
 pub mod input;
 pub mod open_cmd;
 pub mod output;
@@ -26,6 +27,8 @@ pub mod ssh_cmd;
 pub mod ssh_identity;
 pub mod wait;
 mod ws_args;
+
+pub use hours_args::{WorkingHoursCommand, WorkingHoursGroup};
 
 pub use agent_args::{
     AgentCommand, AgentGitopsCommand, AgentGroup, GitopsCommand, GitopsGroup, PolicyCommand,
@@ -93,6 +96,10 @@ pub enum Command {
     Passwd(PasswdArgs),
     /// Your dotfiles repository, installed into the home of your new workspaces.
     Dotfiles(DotfilesGroup),
+    /// Your working hours: your running workspaces stop at the end of the day and start
+    /// again in the morning.
+    #[command(name = "working-hours")]
+    WorkingHours(WorkingHoursGroup),
     /// OAuth clients of the server's sign-in (admin): the proxy's, or a third-party tool's.
     #[command(name = "oauth-client")]
     OAuthClient(OAuthClientGroup),
@@ -486,6 +493,7 @@ pub(crate) mod sample {
             url: None,
             endpoints: Default::default(),
             failure_reason: None,
+            planned: None,
             agent_fault: None,
             isolation_warning: None,
             your_right: None,

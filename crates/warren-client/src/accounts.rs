@@ -57,6 +57,23 @@ impl Client {
             })
     }
 
+    /// `PUT /users/me/working-hours` (or `DELETE` with `None`).
+    pub async fn set_working_hours(
+        &self,
+        hours: Option<&warren_types::schedule::WorkingHours>,
+    ) -> Result<User> {
+        match hours {
+            Some(h) => {
+                self.call(Method::PUT, &routes::working_hours(), &[], Some(h))
+                    .await
+            }
+            None => {
+                self.call(Method::DELETE, &routes::working_hours(), &[], None::<&()>)
+                    .await
+            }
+        }
+    }
+
     /// `PUT /users/me/dotfiles` (or `DELETE` with `None`).
     pub async fn set_dotfiles(&self, url: Option<&str>) -> Result<User> {
         match url {

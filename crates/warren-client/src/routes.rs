@@ -135,6 +135,11 @@ pub fn dotfiles() -> Vec<String> {
     segs(&["users", "me", "dotfiles"])
 }
 
+/// `PUT|DELETE /users/me/working-hours`.
+pub fn working_hours() -> Vec<String> {
+    segs(&["users", "me", "working-hours"])
+}
+
 /// `GET|PUT /agents/{name-or-id}/gitops`.
 pub fn agent_gitops(agent: &str) -> Vec<String> {
     segs(&["agents", agent, "gitops"])

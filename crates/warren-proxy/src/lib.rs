@@ -19,6 +19,7 @@ mod port_forward;
 pub mod relay;
 pub mod server_api;
 pub mod ssh;
+mod stop_warning;
 mod terminal;
 
 pub use config::ProxyConfig;

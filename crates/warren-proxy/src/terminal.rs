@@ -6,7 +6,9 @@
 //! binary messages = terminal bytes both ways; text messages = JSON,
 //! `{"type":"resize","cols":C,"rows":R}` from the page, and from the proxy
 //! `{"type":"exit","code":N|null,"message"?:M}` when the process ended or
-//! `{"type":"error","message":M}` when it could not start, each followed by a close.
+//! `{"type":"error","message":M}` when it could not start, each followed by a close. Ten
+//! minutes before a lifecycle timer stops the workspace, a warning line is written into the
+//! terminal (`stop_warning`).
 
 use crate::relay::ExecSession;
 use crate::Shared;
@@ -372,7 +374,9 @@ async fn bridge(
     size: TerminalSize,
     socket: WebSocket,
 ) {
-    let (mut to_page, mut from_page) = socket.split();
+    let (to_page, mut from_page) = socket.split();
+    // Written by the output copy and by the stop warnings, one message at a time.
+    let to_page = tokio::sync::Mutex::new(to_page);
     let target = ExecTarget {
         workspace: access.workspace_name.clone(),
         namespace: access.namespace.clone(),
@@ -403,6 +407,7 @@ async fn bridge(
                 ),
             };
             tracing::info!(workspace = %access.workspace_name, error = %crate::error_chain(&e), "terminal exec failed");
+            let mut to_page = to_page.lock().await;
             send_json(&mut to_page, &ProxyMessage::Error { message }).await;
             close(&mut to_page, 1011).await;
             return;
@@ -443,7 +448,13 @@ async fn bridge(
             match reader.next().await {
                 Ok(Some(ExecFrame::Stdout(b) | ExecFrame::Stderr(b))) => {
                     activity.touch(workspace);
-                    if to_page.send(Message::Binary(b.into())).await.is_err() {
+                    if to_page
+                        .lock()
+                        .await
+                        .send(Message::Binary(b.into()))
+                        .await
+                        .is_err()
+                    {
                         return;
                     }
                 }
@@ -466,6 +477,7 @@ async fn bridge(
                 }
             }
         };
+        let mut to_page = to_page.lock().await;
         send_json(
             &mut to_page,
             &ProxyMessage::Exit {
@@ -476,12 +488,46 @@ async fn bridge(
         .await;
         close(&mut to_page, 1000).await;
     };
+    let warnings = warn_of_stops(&shared, &access, &to_page);
     tokio::select! {
         // Cancel-safe: when the page is gone the whole session is dropped; the half-read
         // exec frame of the other arm is never needed.
         _ = input => tracing::debug!(workspace = %access.workspace_name, "terminal page gone"),
         // Cancel-safe: as above, the page side is dropped with it.
         _ = output => {}
+        // Cancel-safe: a warning is a whole message sent under the lock, or not at all; it
+        // ends only when the page is gone.
+        _ = warnings => {}
+    }
+}
+
+type PageSink = futures::stream::SplitSink<WebSocket, Message>;
+
+/// Writes a line into the page's terminal ten minutes before each planned stop, until the
+/// page is gone.
+async fn warn_of_stops(
+    shared: &Shared,
+    access: &WorkspaceAccess,
+    to_page: &tokio::sync::Mutex<PageSink>,
+) {
+    let mut warnings = crate::stop_warning::StopWarnings::new(
+        shared,
+        access.user_id,
+        &access.workspace_name,
+        access.planned_stop.clone(),
+    );
+    loop {
+        let line = warnings.next().await;
+        tracing::info!(workspace = %access.workspace_name, "warned a terminal of the planned stop");
+        if to_page
+            .lock()
+            .await
+            .send(Message::Binary(line.into_bytes().into()))
+            .await
+            .is_err()
+        {
+            return;
+        }
     }
 }
 

@@ -672,20 +672,7 @@ async fn window_change_resizes_the_terminal_and_several_channels_share_a_connect
         return Ok(());
     }
     let w = world("alice-resize").await?;
-    let key = russh::keys::load_secret_key(&w.key, None)?;
-    let mut session = russh::client::connect(
-        std::sync::Arc::new(russh::client::Config::default()),
-        w.client.addr,
-        TrustingClient,
-    )
-    .await?;
-    let auth = session
-        .authenticate_publickey(
-            w.ws.name.clone(),
-            russh::keys::PrivateKeyWithHashAlg::new(std::sync::Arc::new(key), None),
-        )
-        .await?;
-    assert!(auth.success());
+    let session = signed_in(&w).await?;
 
     let mut tty = session.channel_open_session().await?;
     tty.request_pty(true, "xterm", 90, 30, 0, 0, &[]).await?;
@@ -720,6 +707,25 @@ async fn window_change_resizes_the_terminal_and_several_channels_share_a_connect
     assert_eq!(text(&out), "still here\r\n");
     assert_eq!(code, Some(0));
     Ok(())
+}
+
+/// A russh client connection to `w`'s workspace, signed in with its key.
+async fn signed_in(w: &World) -> Result<russh::client::Handle<TrustingClient>> {
+    let key = russh::keys::load_secret_key(&w.key, None)?;
+    let mut session = russh::client::connect(
+        std::sync::Arc::new(russh::client::Config::default()),
+        w.client.addr,
+        TrustingClient,
+    )
+    .await?;
+    let auth = session
+        .authenticate_publickey(
+            w.ws.name.clone(),
+            russh::keys::PrivateKeyWithHashAlg::new(std::sync::Arc::new(key), None),
+        )
+        .await?;
+    assert!(auth.success());
+    Ok(session)
 }
 
 /// Reads a channel to its end: everything it sent as data, and its exit status.
@@ -781,5 +787,65 @@ async fn a_closed_connection_ends_its_processes() -> Result<()> {
         async move { !alive(&pid) }
     })
     .await?;
+    Ok(())
+}
+
+/// Issue 41, item 7: an interactive shell is told, on its stderr, ten minutes before a timer
+/// stops the workspace (here the agent's idle timeout of ten minutes: at once); a command
+/// session is not.
+#[tokio::test]
+async fn an_interactive_shell_is_warned_of_the_planned_stop() -> Result<()> {
+    if !tools_present(&["ssh-keygen"]) {
+        return Ok(());
+    }
+    let w = world("alice-warned").await?;
+    let admin = w.stack.admin.token.clone();
+    let agent = w
+        .stack
+        .api(reqwest::Method::GET, "/api/v1/agents/local", &admin, None)
+        .await?;
+    let mut config = agent["config"].clone();
+    config["lifecycle"]["idle_timeout_minutes"] = json!(10);
+    w.stack
+        .api(
+            reqwest::Method::PUT,
+            "/api/v1/agents/local",
+            &admin,
+            Some(json!({ "config": config })),
+        )
+        .await?;
+    let session = signed_in(&w).await?;
+    let mut shell = session.channel_open_session().await?;
+    shell.request_pty(true, "xterm", 80, 24, 0, 0, &[]).await?;
+    shell.request_shell(true).await?;
+    let mut warned = String::new();
+    while !warned.contains("[warren] This workspace stops in") {
+        match tokio::time::timeout(CLIENT_TIMEOUT, shell.wait()).await? {
+            Some(russh::ChannelMsg::ExtendedData { data, ext: 1 }) => warned.push_str(&text(&data)),
+            Some(_) => {}
+            None => anyhow::bail!("the shell ended before the warning: {warned}"),
+        }
+    }
+    assert!(warned.contains("idle timeout"), "{warned}");
+    shell.data(&b"exit 4\n"[..]).await?;
+    let (_, code) = drain(&mut shell).await?;
+    assert_eq!(code, Some(4));
+
+    // A command (what an editor runs) gets only its own output.
+    let mut command = session.channel_open_session().await?;
+    command.exec(true, "echo plain").await?;
+    let mut stderr = Vec::new();
+    let mut stdout = Vec::new();
+    while let Some(msg) = tokio::time::timeout(CLIENT_TIMEOUT, command.wait()).await? {
+        match msg {
+            russh::ChannelMsg::Data { data } => stdout.extend_from_slice(&data),
+            russh::ChannelMsg::ExtendedData { data, .. } => stderr.extend_from_slice(&data),
+            _ => {}
+        }
+    }
+    assert_eq!(
+        (text(&stdout), text(&stderr)),
+        ("plain\n".to_owned(), String::new())
+    );
     Ok(())
 }

@@ -47,8 +47,16 @@ async fn access_matrix() {
         let wid = w["id"].as_i64().unwrap();
 
         // The owner on a declared port.
-        let (st, b) = proxy_get(&s, &access_q("ws-one", 8080, &format!("user={alice_id}"))).await;
+        let (st, mut b) =
+            proxy_get(&s, &access_q("ws-one", 8080, &format!("user={alice_id}"))).await;
         assert_eq!(st, 200, "[{l}] {b}");
+        // The next timer (the agent's 36 hours of running), for the terminal's warning.
+        let planned = b.as_object_mut().unwrap().remove("planned_stop").unwrap();
+        assert_eq!(planned["terminated"], false, "[{l}] {planned}");
+        assert!(
+            planned["reason"].as_str().unwrap().contains("36 hours"),
+            "[{l}] {planned}"
+        );
         assert_eq!(
             b,
             json!({"allowed": true, "workspace_id": wid, "workspace_name": "ws-one",

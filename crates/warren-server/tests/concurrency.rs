@@ -1,6 +1,7 @@
 //! Concurrent writes to one workspace never lose one (optimistic `version`), on both databases.
 
 use crate::common;
+use warren_server::store::workspaces::ChangedBy;
 
 use common::*;
 use reqwest::Method;
@@ -33,7 +34,7 @@ async fn parallel_read_modify_writes_all_land() {
                         let now = s.state.clock.now_ms();
                         if s.state
                             .store
-                            .set_desired_state(id, row.version, next, now, false)
+                            .set_desired_state(id, row.version, next, now, ChangedBy::Other)
                             .await
                             .unwrap()
                             .is_some()
@@ -139,7 +140,13 @@ async fn a_change_committed_during_a_reconcile_is_not_marked_sent() {
             async move {
                 let row = store.workspace_by_id(id).await.unwrap().unwrap();
                 store
-                    .set_desired_state(id, row.version, DesiredState::Stopped, now, false)
+                    .set_desired_state(
+                        id,
+                        row.version,
+                        DesiredState::Stopped,
+                        now,
+                        ChangedBy::Other,
+                    )
                     .await
                     .unwrap()
                     .expect("written");

@@ -25,6 +25,7 @@ mod projects;
 mod rebuild;
 mod reconcile;
 mod repositories;
+mod schedules;
 mod sharing;
 mod signal;
 mod spaces;

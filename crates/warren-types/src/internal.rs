@@ -157,6 +157,20 @@ pub struct WorkspaceAccess {
     /// someone who reaches it through a softlink without using the workspace itself.
     #[serde(default = "yes")]
     pub may_start: bool,
+    /// When a lifecycle timer stops or terminates the workspace next, and why: the web
+    /// terminal warns its user ten minutes before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned_stop: Option<PlannedStop>,
+}
+
+/// A lifecycle timer's next change of a workspace, as the proxy tells it in terminals.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedStop {
+    /// Unix ms.
+    pub at_ms: i64,
+    /// Terminated rather than stopped.
+    pub terminated: bool,
+    pub reason: String,
 }
 
 fn yes() -> bool {
@@ -220,6 +234,9 @@ pub struct SshAuthorization {
     /// As [`WorkspaceAccess::unavailable`]: the session is refused with this reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unavailable: Option<String>,
+    /// As [`WorkspaceAccess::planned_stop`]: a shell session is warned ten minutes before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned_stop: Option<PlannedStop>,
 }
 
 /// 200 answer of [`ENTRY_REDIRECT_PATH`]: exactly one of the two is set.

@@ -18,6 +18,7 @@ pub mod lifecycle;
 pub mod quantity;
 pub mod reconcile;
 pub mod relay;
+pub mod schedule;
 pub mod sharing;
 pub mod startup;
 pub mod state;

@@ -694,6 +694,52 @@ fn cli_drives_a_real_server() {
             "{}",
             stderr(&out)
         );
+        // What stops it next (issue 41, item 7), and working hours.
+        let out = cli.ok(&["ws", "show", "waited"]);
+        assert!(
+            out.contains("Next:") && out.contains("max_active_hours_before_stop"),
+            "{out}"
+        );
+        cli.ok(&[
+            "working-hours",
+            "set",
+            "--days",
+            "mon-fri",
+            "--start",
+            "08:30",
+            "--stop",
+            "18:00",
+            "--timezone",
+            "Europe/Paris",
+        ]);
+        let out = cli.ok(&["working-hours", "show"]);
+        assert!(
+            out.contains("mon,tue,wed,thu,fri 08:30–18:00 Europe/Paris"),
+            "{out}"
+        );
+        let out = cli.run(&[
+            "working-hours",
+            "set",
+            "--days",
+            "mon-funday",
+            "--stop",
+            "18:00",
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        let out = cli.run(&[
+            "working-hours",
+            "set",
+            "--days",
+            "mon",
+            "--stop",
+            "6pm",
+            "--timezone",
+            "UTC",
+        ]);
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert!(stderr(&out).contains("stop: \"6pm\""), "{}", stderr(&out));
+        let out = cli.ok(&["working-hours", "clear"]);
+        assert!(out.contains("No working hours"), "{out}");
         let out = cli.run(&[&["ws", "rm", "waited"][..], &wait].concat());
         assert!(out.status.success(), "{}", stderr(&out));
         let w = cli.json(&["ws", "show", "waited"]);

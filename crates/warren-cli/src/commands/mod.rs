@@ -16,7 +16,7 @@ use crate::{
     AgentCommand, CliError, Command, CredentialArgs, CredentialCommand, DotfilesCommand, LoginArgs,
     MemberCommand, MountCommand, OAuthClientCommand, PasswdArgs, ProjectCommand, ScopeArg,
     SpaceCommand, SpaceMemberCommand, SshKeyCommand, TokenCommand, UserCommand, WaitArgs,
-    WsCommand, WsCreateArgs,
+    WorkingHoursCommand, WsCommand, WsCreateArgs,
 };
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
@@ -57,6 +57,7 @@ pub async fn run(cmd: Command) -> Result<(), CliError> {
         Command::User(g) => users::user(g.out.output, g.cmd).await,
         Command::Passwd(a) => passwd(a).await,
         Command::Dotfiles(g) => dotfiles(g.out.output, g.cmd).await,
+        Command::WorkingHours(g) => working_hours(g.out.output, g.cmd).await,
         Command::OAuthClient(g) => oauth_client(g.out.output, g.cmd).await,
         Command::Gitops(g) => crate::gitops_cmd::gitops(g.out.output, g.cmd).await,
         Command::Devfile(_) | Command::Devcontainer(_) | Command::Completions(_) => {
@@ -602,6 +603,67 @@ async fn dotfiles(out: Format, cmd: DotfilesCommand) -> Result<(), CliError> {
     print(out, &u, |u| match &u.dotfiles_url {
         Some(url) => format!("Dotfiles: {url} (installed at the first start of new workspaces)"),
         None => "No dotfiles repository.".into(),
+    });
+    Ok(())
+}
+
+/// This machine's IANA time zone: `$TZ`, else `/etc/timezone`, else where `/etc/localtime`
+/// links in the zone database.
+fn local_timezone() -> Option<String> {
+    if let Ok(tz) = std::env::var("TZ") {
+        let tz = tz.trim_start_matches(':').trim().to_owned();
+        if !tz.is_empty() {
+            return Some(tz);
+        }
+    }
+    if let Ok(tz) = std::fs::read_to_string("/etc/timezone") {
+        let tz = tz.trim().to_owned();
+        if !tz.is_empty() {
+            return Some(tz);
+        }
+    }
+    let link = std::fs::read_link("/etc/localtime").ok()?;
+    let path = link.to_string_lossy().into_owned();
+    path.split_once("zoneinfo/").map(|(_, tz)| tz.to_owned())
+}
+
+async fn working_hours(out: Format, cmd: WorkingHoursCommand) -> Result<(), CliError> {
+    let (c, _) = client()?;
+    let u = match cmd {
+        WorkingHoursCommand::Set {
+            days,
+            start,
+            stop,
+            timezone,
+        } => {
+            let timezone = timezone.or_else(local_timezone).ok_or_else(|| {
+                CliError::Usage(
+                    "this machine's time zone is not known; give --timezone (e.g. Europe/Paris)"
+                        .into(),
+                )
+            })?;
+            let hours = warren_types::schedule::WorkingHours {
+                timezone,
+                days,
+                start,
+                stop,
+            };
+            c.set_working_hours(Some(&hours)).await?
+        }
+        WorkingHoursCommand::Clear => c.set_working_hours(None).await?,
+        WorkingHoursCommand::Show => c.me().await?,
+    };
+    print(out, &u, |u| match &u.working_hours {
+        Some(h) => format!(
+            "Working hours: {} — your running workspaces stop at {}{}.",
+            h.describe(),
+            h.stop,
+            match &h.start {
+                Some(s) => format!(", and those they stopped start again at {s}"),
+                None => String::new(),
+            }
+        ),
+        None => "No working hours: your workspaces run until the agents' limits.".into(),
     });
     Ok(())
 }

@@ -114,6 +114,32 @@ fn finish(t: Table) -> String {
     trim_lines(&t.to_string())
 }
 
+/// What a timer will do next, in words: `stops at 2026-12-01 18:00:00 UTC (in 2 h 5 min): …`.
+pub fn planned(p: &warren_types::api::PlannedChange, now: DateTime<Utc>) -> String {
+    let verb = match p.desired_state {
+        warren_types::DesiredState::Terminated => "terminated",
+        _ => "stopped",
+    };
+    format!(
+        "{verb} at {} UTC ({}): {}",
+        time(&p.at),
+        until(p.at, now),
+        p.reason
+    )
+}
+
+/// `in 2 h 5 min`, `in 9 min`, `in 40 s`, `due now`.
+pub fn until(at: DateTime<Utc>, now: DateTime<Utc>) -> String {
+    let secs = (at - now).num_seconds();
+    match secs {
+        s if s <= 0 => "due now".into(),
+        s if s < 60 => format!("in {s} s"),
+        s if s < 3600 => format!("in {} min", s / 60),
+        s if s < 86_400 => format!("in {} h {} min", s / 3600, (s % 3600) / 60),
+        s => format!("in {} d {} h", s / 86_400, (s % 86_400) / 3600),
+    }
+}
+
 pub fn time(t: &DateTime<Utc>) -> String {
     t.format("%Y-%m-%d %H:%M:%S").to_string()
 }
@@ -195,6 +221,9 @@ pub fn workspace_with_status(
         ("Resources", resources(&w.resources)),
         ("URL", opt(&w.url)),
     ]);
+    if let Some(p) = &w.planned {
+        rows.push(("Next", planned(p, Utc::now())));
+    }
     if let Some(startup) = startup {
         rows.push(("Startup", startup.to_owned()));
     }

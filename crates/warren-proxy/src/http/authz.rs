@@ -236,6 +236,7 @@ pub(crate) mod tests {
             unavailable: None,
             mount_url: None,
             may_start: true,
+            planned_stop: None,
         }
     }
 

@@ -190,7 +190,24 @@ pub(crate) async fn run(
     let activity = || shared.activity.touch(a.workspace_id);
     let input = pump_input(&mut rx, exec.writer, tty, &activity);
     let output = pump_output(exec.reader, &tx, &activity);
-    tokio::pin!(input, output);
+    // An interactive shell is told ten minutes before a timer stops the workspace (on
+    // stderr, so a program reading the session's output is not fed it).
+    let shell = tty && request.kind == Kind::Shell;
+    let warnings = async {
+        if !shell {
+            return std::future::pending().await;
+        }
+        let plan = a.planned_stop.clone();
+        let mut w =
+            crate::stop_warning::StopWarnings::new(&shared, a.user_id, &a.workspace_name, plan);
+        loop {
+            let line = w.next().await;
+            if tx.extended_data(1, line.as_bytes()).await.is_err() {
+                return std::future::pending().await;
+            }
+        }
+    };
+    tokio::pin!(input, output, warnings);
     tokio::select! {
         // Not cancel-safe and need not be: whichever branch wins, the session ends and
         // the other pump is dropped on purpose (dropping the exec stream ends the process).
@@ -217,6 +234,8 @@ pub(crate) async fn run(
         _ = &mut input => {}
         // The proxy is shutting down or the connection ended.
         _ = stop.cancelled() => {}
+        // Never ends: warnings go on until the session does.
+        () = &mut warnings => {}
     }
 }
 

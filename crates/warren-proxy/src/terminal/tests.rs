@@ -16,6 +16,7 @@ use warren_agent::connection::{ConnectionConfig, RelayConnection};
 use warren_agent::runtime::simulated::SimulatedRuntime;
 use warren_agent::runtime::{WorkspaceKey, WorkspaceRuntime};
 use warren_types::ids::{AgentId, WorkspaceId};
+use warren_types::internal::PlannedStop;
 use warren_types::relay::{AuthenticateResponse, AUTHENTICATE_PATH};
 
 const SECRET: &str = "terminal-test-secret-0123456789abcdef";
@@ -37,12 +38,13 @@ impl Drop for Env {
     }
 }
 
-fn access(workspace: &str) -> WorkspaceAccess {
+fn access(workspace: &str, planned_stop: Option<PlannedStop>) -> WorkspaceAccess {
     WorkspaceAccess {
         workspace_id: WorkspaceId(42),
         agent_id: AGENT,
         namespace: NAMESPACE.into(),
         port: None,
+        planned_stop,
         ..crate::http::authz::tests::sample(workspace)
     }
 }
@@ -58,20 +60,35 @@ async fn serve(listener: TcpListener, app: Router, shutdown: CancellationToken) 
 /// A server double that accepts any agent token, a relay, an agent with workspace `ws-a`,
 /// and an HTTP listener that hands every request to `handle` for `workspace`.
 async fn start(workspace: &str) -> Env {
+    start_planned(workspace, None).await
+}
+
+/// [`start`], with a workspace a timer stops as `planned` says (the server double answers
+/// the proxy's questions with it too).
+async fn start_planned(workspace: &str, planned: Option<PlannedStop>) -> Env {
     let shutdown = CancellationToken::new();
     let server = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let server_url: url::Url = format!("http://{}", server.local_addr().unwrap())
         .parse()
         .unwrap();
-    let app = Router::new().route(
-        AUTHENTICATE_PATH,
-        post(|| async {
-            axum::Json(AuthenticateResponse {
-                agent_id: AGENT,
-                agent_name: "agent-seven".into(),
-            })
-        }),
-    );
+    let answer = access(workspace, planned.clone());
+    let app = Router::new()
+        .route(
+            AUTHENTICATE_PATH,
+            post(|| async {
+                axum::Json(AuthenticateResponse {
+                    agent_id: AGENT,
+                    agent_name: "agent-seven".into(),
+                })
+            }),
+        )
+        .route(
+            warren_types::internal::WORKSPACE_ACCESS_PATH,
+            axum::routing::get(move || {
+                let a = answer.clone();
+                async move { axum::Json(a) }
+            }),
+        );
     serve(server, app, shutdown.clone()).await;
 
     let agents = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -140,7 +157,8 @@ async fn start(workspace: &str) -> Env {
     let (sh, ws) = (shared.clone(), workspace.to_owned());
     let app = Router::new().fallback(move |req: axum::extract::Request| {
         let (sh, ws) = (sh.clone(), ws.clone());
-        async move { handle(sh, Arc::new(access(&ws)), req).await }
+        let planned = planned.clone();
+        async move { handle(sh, Arc::new(access(&ws, planned)), req).await }
     });
     serve(http, app, shutdown.clone()).await;
 
@@ -247,6 +265,43 @@ async fn the_terminal_runs_a_login_shell_with_size_resize_and_exit_code() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(env.shared.activity.pending(), vec![WorkspaceId(42)]);
+}
+
+#[tokio::test]
+async fn a_planned_stop_is_told_in_the_terminal_ten_minutes_before() {
+    let planned = PlannedStop {
+        at_ms: warren_types::unix_millis() + 5 * 60_000,
+        terminated: false,
+        reason: "it will then have been unused for 30 minutes".into(),
+    };
+    let env = start_planned("ws-a", Some(planned)).await;
+    let mut ws = connect(&env, "", None).await.unwrap();
+    let mut out = Vec::new();
+    let deadline = Duration::from_secs(20);
+    while !String::from_utf8_lossy(&out).contains("[warren] This workspace stops in 5 min") {
+        match tokio::time::timeout(deadline, ws.next())
+            .await
+            .expect("the warning in time")
+        {
+            Some(Ok(WsMessage::Binary(b))) => out.extend_from_slice(&b),
+            Some(Ok(_)) => {}
+            other => panic!(
+                "the terminal ended first: {other:?}; {}",
+                String::from_utf8_lossy(&out)
+            ),
+        }
+    }
+    let text = String::from_utf8_lossy(&out).into_owned();
+    assert!(text.contains("unused for 30 minutes"), "{text}");
+    // Once only, and the shell goes on.
+    ws.send(WsMessage::Binary(
+        b"echo still-here; exit 0\r".to_vec().into(),
+    ))
+    .await
+    .unwrap();
+    let (rest, _) = until_close(&mut ws).await;
+    assert!(rest.contains("still-here"), "{rest}");
+    assert!(!rest.contains("[warren]"), "warned once: {rest}");
 }
 
 #[tokio::test]

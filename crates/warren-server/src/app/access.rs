@@ -17,8 +17,8 @@ use crate::store::mounts::MountRow;
 use crate::store::workspaces::WorkspaceRow;
 use warren_types::api::{MountPhase, MountType};
 use warren_types::internal::{
-    ActivityReport, EntryRedirect, SshAuthorization, SshAuthorizeQuery, WorkspaceAccess,
-    WorkspaceAccessQuery, WorkspaceStartRequest,
+    ActivityReport, EntryRedirect, PlannedStop, SshAuthorization, SshAuthorizeQuery,
+    WorkspaceAccess, WorkspaceAccessQuery, WorkspaceStartRequest,
 };
 use warren_types::sharing::PortVisibility;
 use warren_types::{ActualState, AgentId, DesiredState, UserId, WorkspaceId};
@@ -168,8 +168,19 @@ async fn wakes(state: &AppState, w: &WorkspaceRow) -> Result<bool, AppError> {
         .is_some_and(|a| a.config.lifecycle.wake_on_request))
 }
 
+/// What a timer will do to `w` next, as the proxy tells it in terminals.
+fn planned_stop(w: &WorkspaceRow) -> Option<PlannedStop> {
+    super::lifecycle::planned_for(w).map(|p| PlannedStop {
+        at_ms: p.at,
+        terminated: p.to == DesiredState::Terminated,
+        reason: p.reason,
+    })
+}
+
 fn answer(w: WorkspaceRow, user: UserId, port: Option<u16>, wake: bool) -> WorkspaceAccess {
+    let planned_stop = planned_stop(&w);
     WorkspaceAccess {
+        planned_stop,
         wake_on_request: wake,
         allowed: true,
         workspace_id: w.id,
@@ -256,6 +267,7 @@ fn mount_answer(
         unavailable,
         mount_url: m.url.clone(),
         may_start: false,
+        planned_stop: None,
     }
 }
 
@@ -499,6 +511,7 @@ pub async fn ssh(state: &AppState, q: &SshAuthorizeQuery) -> Result<SshAuthoriza
                 wake_on_request: false,
                 mount: true,
                 unavailable: a.unavailable,
+                planned_stop: None,
             });
         }
         r => r?,
@@ -508,6 +521,7 @@ pub async fn ssh(state: &AppState, q: &SshAuthorizeQuery) -> Result<SshAuthoriza
         w.name == q.username || member_right(state, user, &w).await? >= Some(Right::Use);
     let wake_on_request = may_start && wakes(state, &w).await?;
     Ok(SshAuthorization {
+        planned_stop: planned_stop(&w),
         wake_on_request,
         user_id: user,
         username,

@@ -4,7 +4,7 @@
 use super::render::{self, RenderInput};
 use super::{AppError, AppState};
 use crate::store::agents::AgentRow;
-use crate::store::workspaces::{RenderedObjects, WorkspaceFilter, WorkspaceRow};
+use crate::store::workspaces::{ChangedBy, RenderedObjects, WorkspaceFilter, WorkspaceRow};
 use warren_types::api::WorkspaceResources;
 use warren_types::DesiredState;
 
@@ -204,7 +204,13 @@ async fn stop(state: &AppState, w: &WorkspaceRow) -> Result<(), AppError> {
         let now = state.clock.now_ms();
         if state
             .store
-            .set_desired_state(w.id, w.version, DesiredState::Stopped, now, false)
+            .set_desired_state(
+                w.id,
+                w.version,
+                DesiredState::Stopped,
+                now,
+                ChangedBy::Other,
+            )
             .await?
             .is_some()
         {

@@ -488,6 +488,30 @@ pub async fn set_dotfiles(
     Ok(u.to_api())
 }
 
+/// Sets or (with `None`) clears the caller's working hours: their running workspaces stop at
+/// the end of each day they name, and those that stopped start again at its start (the
+/// lifecycle sweep applies them, after the agents' limits).
+pub async fn set_working_hours(
+    state: &AppState,
+    who: &Principal,
+    hours: Option<&warren_types::schedule::WorkingHours>,
+) -> Result<User, AppError> {
+    if let Some(h) = hours {
+        h.validate().map_err(|e| {
+            let field = e.split(':').next().unwrap_or("working_hours").to_owned();
+            AppError::invalid_field(&field, e.split_once(": ").map_or(e.as_str(), |(_, m)| m))
+        })?;
+    }
+    state.store.set_working_hours(who.user.id, hours).await?;
+    tracing::info!(user = %who.user.username, hours = ?hours.map(|h| h.describe()), "working hours set");
+    let u = state
+        .store
+        .user_by_id(who.user.id)
+        .await?
+        .ok_or_else(|| AppError::not_found("user"))?;
+    Ok(u.to_api())
+}
+
 async fn hash(password: &str) -> Result<String, AppError> {
     let password = password.to_owned();
     tokio::task::spawn_blocking(move || crypto::hash_password(&password))

@@ -20,6 +20,8 @@ use utoipa::{Modify, OpenApi};
         api::users::change_password,
         api::users::set_dotfiles,
         api::users::delete_dotfiles,
+        api::users::set_working_hours,
+        api::users::delete_working_hours,
         api::users::list_tokens,
         api::users::create_token,
         api::users::revoke_token,

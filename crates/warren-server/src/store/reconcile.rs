@@ -213,7 +213,12 @@ impl ReconcileTx {
             "actual_state_updated_at"
         };
         let desired = if u.desired.is_some() {
-            format!(", {}", set_desired_sql(6, 4, u.idle_stop))
+            let by = if u.idle_stop {
+                super::workspaces::ChangedBy::IdleTimeout
+            } else {
+                super::workspaces::ChangedBy::Other
+            };
+            format!(", {}", set_desired_sql(6, 4, by))
         } else {
             String::new()
         };

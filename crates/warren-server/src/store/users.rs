@@ -25,6 +25,8 @@ pub struct UserRow {
     pub sessions_valid_from: i64,
     /// The user's dotfiles repository.
     pub dotfiles_url: Option<String>,
+    /// The user's working hours (a stored value this release cannot read is none).
+    pub working_hours: Option<Box<warren_types::schedule::WorkingHours>>,
 }
 
 impl UserRow {
@@ -37,6 +39,7 @@ impl UserRow {
             disabled_at: self.disabled_at.map(from_millis),
             deletion_requested_at: self.delete_requested_at.map(from_millis),
             dotfiles_url: self.dotfiles_url.clone(),
+            working_hours: self.working_hours.as_deref().cloned(),
         }
     }
 
@@ -58,12 +61,14 @@ impl sqlx::FromRow<'_, AnyRow> for UserRow {
             delete_requested_at: get_opt_i64(r, "delete_requested_at")?,
             sessions_valid_from: get_i64(r, "sessions_valid_from")?,
             dotfiles_url: super::get_opt_str(r, "dotfiles_url")?,
+            working_hours: super::get_opt_str(r, "working_hours")?
+                .and_then(|j| serde_json::from_str(&j).ok()),
         })
     }
 }
 
 const COLS: &str = "id, username, password_hash, is_admin, created_at, disabled_at, \
-                    delete_requested_at, sessions_valid_from, dotfiles_url";
+                    delete_requested_at, sessions_valid_from, dotfiles_url, working_hours";
 
 /// True when some account other than `$1` is an active admin: the guard of every change
 /// that could take the last one away.
@@ -376,6 +381,21 @@ impl Store {
         }
         tx.commit().await?;
         Ok(true)
+    }
+
+    /// Sets or (with `None`) clears the user's working hours.
+    pub async fn set_working_hours(
+        &self,
+        id: UserId,
+        hours: Option<&warren_types::schedule::WorkingHours>,
+    ) -> Result<bool, StoreError> {
+        let json = hours.map(|h| serde_json::to_string(h).unwrap_or_default());
+        let r = sqlx::query("UPDATE users SET working_hours = $2 WHERE id = $1")
+            .bind(id.get())
+            .bind(json)
+            .execute(&self.db.pool)
+            .await?;
+        Ok(r.rows_affected() == 1)
     }
 
     /// Sets or (with `None`) clears the user's dotfiles repository.

@@ -75,6 +75,10 @@ pub struct WorkspaceRow {
     pub idle_stopped: bool,
     /// `scheme://terminal-{name}.{domain}/`, from the agent's configuration.
     pub terminal_url: Option<String>,
+    /// The agent's lifecycle policy (its timers), from its configuration.
+    pub agent_lifecycle: warren_types::config::LifecyclePolicy,
+    /// Its owner's working hours.
+    pub owner_working_hours: Option<warren_types::schedule::WorkingHours>,
 }
 
 /// The two fields of an agent's configuration the terminal's address needs.
@@ -82,6 +86,8 @@ pub struct WorkspaceRow {
 struct AgentDomain {
     workspace_domain: String,
     workspace_scheme: String,
+    #[serde(default)]
+    lifecycle: warren_types::config::LifecyclePolicy,
 }
 
 impl WorkspaceRow {
@@ -115,6 +121,7 @@ impl WorkspaceRow {
                 .cloned(),
             endpoints: self.endpoints.clone(),
             failure_reason: self.failure_reason.clone(),
+            planned: None,
             // The reason itself (paths, hosts of the agent's machine) is for admins, on the
             // agent.
             agent_fault: self.agent_runtime_fault.as_ref().map(|(_, since)| {
@@ -176,7 +183,8 @@ pub const COLS: &str = "w.id, w.name, w.namespace, w.owner_id, u.username AS own
     w.variables, w.endpoints, w.url, w.failure_reason, w.created_at, w.updated_at, w.version, \
     x.last_activity_at, a.runtime_fault AS agent_runtime_fault, \
     a.runtime_fault_since AS agent_runtime_fault_since, a.isolation_warning AS agent_isolation_warning, \
-    w.idle_stopped, a.config AS agent_config, w.starter, w.space_id, sp.path AS space_path, w.repository";
+    w.idle_stopped, a.config AS agent_config, w.starter, w.space_id, sp.path AS space_path, w.repository, \
+    u.working_hours AS owner_working_hours";
 
 pub const FROM: &str =
     "workspaces w JOIN users u ON u.id = w.owner_id JOIN agents a ON a.id = w.agent_id \
@@ -280,6 +288,7 @@ fn actual_of(r: &AnyRow) -> Result<ActualState, sqlx::Error> {
 
 impl sqlx::FromRow<'_, AnyRow> for WorkspaceRow {
     fn from_row(r: &AnyRow) -> Result<Self, sqlx::Error> {
+        let agent = serde_json::from_str::<AgentDomain>(&get_str(r, "agent_config")?).ok();
         Ok(WorkspaceRow {
             id: WorkspaceId(get_i64(r, "id")?),
             name: get_str(r, "name")?,
@@ -324,16 +333,17 @@ impl sqlx::FromRow<'_, AnyRow> for WorkspaceRow {
             },
             agent_isolation_warning: get_opt_str(r, "agent_isolation_warning")?,
             idle_stopped: get_i64(r, "idle_stopped")? != 0,
-            terminal_url: serde_json::from_str::<AgentDomain>(&get_str(r, "agent_config")?)
-                .ok()
-                .map(|a| {
-                    format!(
-                        "{}://terminal-{}.{}/",
-                        a.workspace_scheme,
-                        get_str(r, "name").unwrap_or_default(),
-                        a.workspace_domain
-                    )
-                }),
+            terminal_url: agent.as_ref().map(|a| {
+                format!(
+                    "{}://terminal-{}.{}/",
+                    a.workspace_scheme,
+                    get_str(r, "name").unwrap_or_default(),
+                    a.workspace_domain
+                )
+            }),
+            agent_lifecycle: agent.map(|a| a.lifecycle).unwrap_or_default(),
+            owner_working_hours: get_opt_str(r, "owner_working_hours")?
+                .and_then(|j| serde_json::from_str(&j).ok()),
         })
     }
 }
@@ -406,17 +416,28 @@ pub struct RenderedObjects {
 /// is flagged for the next response.
 /// `idle` marks the assignment as the idle timeout's stop (any other assignment clears the
 /// mark), which lets a request wake the workspace.
-pub(crate) fn set_desired_sql(d: usize, now: usize, idle: bool) -> String {
+pub(crate) fn set_desired_sql(d: usize, now: usize, by: ChangedBy) -> String {
     format!(
         "desired_state = ${d}, desired_state_updated_at = CASE WHEN responded_to_agent_at IS NOT NULL \
          AND responded_to_agent_at > ${now} THEN responded_to_agent_at ELSE ${now} END, needs_response = 1, \
-         idle_stopped = {}",
-        i64::from(idle)
+         idle_stopped = {}, schedule_stopped = {}",
+        i64::from(by == ChangedBy::IdleTimeout),
+        i64::from(by == ChangedBy::WorkingHours)
     )
 }
 
+/// What moved a workspace's desired state, as the flags that remember it say: a request may
+/// undo the idle timeout's stop (a wake), and the working hours' start undoes their stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangedBy {
+    /// A user, another timer, a reconcile.
+    Other,
+    IdleTimeout,
+    WorkingHours,
+}
+
 /// What the lifecycle timers need of a workspace.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct TimerRow {
     pub id: WorkspaceId,
     pub version: i64,
@@ -424,6 +445,10 @@ pub struct TimerRow {
     pub desired_state_updated_at: i64,
     pub created_at: i64,
     pub last_activity_at: Option<i64>,
+    /// The owner's working hours stopped it (and nothing since).
+    pub schedule_stopped: bool,
+    /// Its owner's working hours.
+    pub working_hours: Option<warren_types::schedule::WorkingHours>,
 }
 
 impl Store {
@@ -622,11 +647,11 @@ impl Store {
         version: i64,
         desired: DesiredState,
         now: i64,
-        idle: bool,
+        by: ChangedBy,
     ) -> Result<Option<()>, StoreError> {
         let r = sqlx::query(&format!(
             "UPDATE workspaces SET {}, updated_at = $2, version = version + 1 WHERE id = $3 AND version = $4",
-            set_desired_sql(1, 2, idle)
+            set_desired_sql(1, 2, by)
         ))
         .bind(desired.as_str())
         .bind(now)
@@ -656,7 +681,7 @@ impl Store {
              force_include_all_resources = 1, config_running = $7, config_stopped = $8, \
              endpoints = $9, url = $10, devfile = COALESCE($11, devfile), \
              updated_at = $4, version = version + 1 WHERE id = $5 AND version = $6",
-            set_desired_sql(3, 4, false)
+            set_desired_sql(3, 4, ChangedBy::Other)
         ))
         .bind(seal_json(self, &rendered.objects))
         .bind(serde_json::to_string(resources).unwrap_or_default())
@@ -678,7 +703,8 @@ impl Store {
     pub async fn timer_rows(&self, agent: AgentId) -> Result<Vec<TimerRow>, StoreError> {
         let rows = sqlx::query(
             "SELECT w.id, w.version, w.desired_state, w.desired_state_updated_at, w.created_at, \
-             x.last_activity_at FROM workspaces w \
+             x.last_activity_at, w.schedule_stopped, u.working_hours FROM workspaces w \
+             JOIN users u ON u.id = w.owner_id \
              LEFT JOIN workspace_activity x ON x.workspace_id = w.id \
              WHERE w.agent_id = $1 AND w.desired_state <> 'Terminated' ORDER BY w.id",
         )
@@ -697,6 +723,9 @@ impl Store {
                     desired_state_updated_at: get_i64(r, "desired_state_updated_at")?,
                     created_at: get_i64(r, "created_at")?,
                     last_activity_at: get_opt_i64(r, "last_activity_at")?,
+                    schedule_stopped: get_i64(r, "schedule_stopped")? != 0,
+                    working_hours: get_opt_str(r, "working_hours")?
+                        .and_then(|j| serde_json::from_str(&j).ok()),
                 })
             })
             .collect::<Result<_, sqlx::Error>>()?)

@@ -22,6 +22,10 @@ pub struct User {
     /// first start, its install script run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dotfiles_url: Option<String>,
+    /// The user's working hours: their running workspaces stop at the end of the day, and
+    /// those that stopped start again in the morning (on top of the agents' limits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working_hours: Option<crate::schedule::WorkingHours>,
 }
 
 /// Body of `PUT /users/me/dotfiles`.

@@ -138,6 +138,9 @@ pub struct Workspace {
     pub endpoints: BTreeMap<String, String>,
     /// Why the workspace is `Failed` or `Error`, in words a user can act on.
     pub failure_reason: Option<String>,
+    /// What a lifecycle timer will do to it next (stop or terminate it), when, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned: Option<PlannedChange>,
     /// Set while the workspace's agent cannot see its runtime: the states shown are the
     /// last ones it reported and may be out of date.
     #[serde(default)]
@@ -164,6 +167,19 @@ pub struct Workspace {
     /// run`). In the answers about one workspace (create, get), not in lists.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub commands: Vec<WorkspaceCommand>,
+}
+
+/// What a lifecycle timer (its agent's limits, the idle timeout, its owner's working hours)
+/// will do to a workspace next, unless it is used or its desired state changes first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PlannedChange {
+    /// `Stopped` or `Terminated`.
+    pub desired_state: DesiredState,
+    pub at: DateTime<Utc>,
+    /// Why, in words a user can act on.
+    pub reason: String,
+    /// Whether using the workspace (a page, a terminal, SSH) postpones it.
+    pub postponed_by_use: bool,
 }
 
 /// A command of a workspace's devfile.

@@ -23,11 +23,12 @@ use super::rerender;
 use super::rights::{self, Right};
 use super::{AppError, AppState, ErrorKind, Principal};
 use crate::relay::logs::RelayLogsError;
-use crate::store::workspaces::{WorkspaceFilter, WorkspaceRow};
+use crate::store::workspaces::{ChangedBy, WorkspaceFilter, WorkspaceRow};
 use checks::check_resources;
 use std::future::Future;
 use warren_types::api::{
-    Page, ResizeWorkspaceRequest, SpaceRole, Workspace, WorkspaceListQuery, WorkspaceResources,
+    Page, PlannedChange, ResizeWorkspaceRequest, SpaceRole, Workspace, WorkspaceListQuery,
+    WorkspaceResources,
 };
 use warren_types::relay::{LogsTarget, MAX_LOG_TAIL};
 use warren_types::{ActualState, DesiredState, UserId};
@@ -49,9 +50,26 @@ pub(super) async fn for_caller(
     who: &Principal,
     w: &WorkspaceRow,
 ) -> Result<Workspace, AppError> {
-    let mut a = w.to_api(&state.store)?;
     let memberships = state.store.memberships(who.user.id).await?;
-    a.your_right = shown_right(&memberships, who, w);
+    shown(state, &memberships, who, w)
+}
+
+/// The API form of `w` for a caller with `memberships`: with `your_right` and what a timer
+/// will do to it next.
+fn shown(
+    state: &AppState,
+    memberships: &[(String, SpaceRole)],
+    who: &Principal,
+    w: &WorkspaceRow,
+) -> Result<Workspace, AppError> {
+    let mut a = w.to_api(&state.store)?;
+    a.your_right = shown_right(memberships, who, w);
+    a.planned = super::lifecycle::planned_for(w).map(|p| PlannedChange {
+        desired_state: p.to,
+        at: crate::db::from_millis(p.at),
+        reason: p.reason,
+        postponed_by_use: p.postponed_by_use,
+    });
     Ok(a)
 }
 
@@ -137,11 +155,7 @@ pub async fn list(
     let memberships = state.store.memberships(who.user.id).await?;
     let items = rows
         .iter()
-        .map(|w| {
-            let mut a = w.to_api(&state.store)?;
-            a.your_right = shown_right(&memberships, who, w);
-            Ok(a)
-        })
+        .map(|w| shown(state, &memberships, who, w))
         .collect::<Result<Vec<_>, AppError>>()?;
     Ok(Page { items, next_cursor })
 }
@@ -278,7 +292,13 @@ where
         }
         if state
             .store
-            .set_desired_state(w.id, w.version, requested, state.clock.now_ms(), false)
+            .set_desired_state(
+                w.id,
+                w.version,
+                requested,
+                state.clock.now_ms(),
+                ChangedBy::Other,
+            )
             .await?
             .is_some()
         {

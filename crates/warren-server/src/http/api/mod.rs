@@ -58,6 +58,10 @@ pub fn router() -> Router<crate::http::HttpState> {
             put(users::set_dotfiles).delete(users::delete_dotfiles),
         )
         .route(
+            "/users/me/working-hours",
+            put(users::set_working_hours).delete(users::delete_working_hours),
+        )
+        .route(
             "/users/{user}",
             get(users::get_user)
                 .patch(users::update_user)

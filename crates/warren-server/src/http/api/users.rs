@@ -12,6 +12,7 @@ use warren_types::api::{
     AddSshKeyRequest, ApiError, ChangePasswordRequest, CreateTokenRequest, CreateUserRequest,
     CreatedToken, PasswordLoginRequest, SetDotfilesRequest, SshKey, Token, UpdateUserRequest, User,
 };
+use warren_types::schedule::WorkingHours;
 use warren_types::{SshKeyId, TokenId};
 
 /// Exchange a username and password for a new personal access token (`warren login`).
@@ -78,6 +79,33 @@ pub async fn set_dotfiles(
 ) -> Result<Json<User>, HttpError> {
     Ok(Json(
         app::users::set_dotfiles(&state, &who, Some(&req.url)).await?,
+    ))
+}
+
+/// Set the caller's working hours: their running workspaces stop at `stop` on the days
+/// named (in their time zone), and those that stopped start again at `start`.
+#[utoipa::path(put, path = "/api/v1/users/me/working-hours", request_body = WorkingHours,
+    responses((status = 200, body = User), (status = 400, body = ApiError)), tag = "users",
+    security(("bearer" = [])))]
+pub async fn set_working_hours(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Json(req): Json<WorkingHours>,
+) -> Result<Json<User>, HttpError> {
+    Ok(Json(
+        app::users::set_working_hours(&state, &who, Some(&req)).await?,
+    ))
+}
+
+/// Forget the caller's working hours.
+#[utoipa::path(delete, path = "/api/v1/users/me/working-hours",
+    responses((status = 200, body = User)), tag = "users", security(("bearer" = [])))]
+pub async fn delete_working_hours(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+) -> Result<Json<User>, HttpError> {
+    Ok(Json(
+        app::users::set_working_hours(&state, &who, None).await?,
     ))
 }
 

@@ -1,5 +1,5 @@
-//! The account page: personal access tokens (a new one's secret shown once), SSH keys, and
-//! the `ssh-config` snippet for the user's workspaces.
+//! The account page: personal access tokens (a new one's secret shown once), SSH keys, the
+//! password, working hours, and the `ssh-config` snippet for the user's workspaces.
 
 use super::layout::{self, ago, csrf, field_error, input, invalid, Input};
 use super::session::{Posted, Viewer};
@@ -38,6 +38,7 @@ struct Extra<'a> {
     key_text: &'a str,
     password_error: Option<&'a AppError>,
     password_changed: bool,
+    hours_error: Option<&'a AppError>,
 }
 
 /// The page; its status says what happened (201 for a new token, a form error's status).
@@ -46,7 +47,8 @@ async fn render(http: &HttpState, viewer: &Viewer, extra: Extra<'_>) -> Result<R
     let error = extra
         .token_error
         .or(extra.key_error)
-        .or(extra.password_error);
+        .or(extra.password_error)
+        .or(extra.hours_error);
     let status = match (extra.created, error) {
         (Some(_), _) => StatusCode::CREATED,
         (None, Some(e)) => crate::http::error::status_of(e.kind),
@@ -164,6 +166,7 @@ async fn render(http: &HttpState, viewer: &Viewer, extra: Extra<'_>) -> Result<R
                 button.primary type="submit" { "Change password" }
             }
         }
+        (hours_section(viewer, extra.hours_error))
         section aria-labelledby="ssh-h" {
             h2 id="ssh-h" { "SSH config" }
             @match (ssh, &snippet) {
@@ -185,12 +188,111 @@ async fn render(http: &HttpState, viewer: &Viewer, extra: Extra<'_>) -> Result<R
     Ok(layout::page(viewer, status, "Account", body))
 }
 
+/// The working hours' section: what they are, and the form that sets or clears them.
+fn hours_section(viewer: &Viewer, error: Option<&AppError>) -> maud::Markup {
+    html! {
+        section aria-labelledby="hours-h" {
+            h2 id="hours-h" { "Working hours" }
+            @let hours = viewer.who.user.working_hours.as_deref();
+            p { @match hours {
+                Some(h) => { "Your running workspaces stop at " (h.stop) " on " (h.describe()) "." @if let Some(s) = &h.start { " Those they stopped start again at " (s) "." } }
+                None => { "None: your workspaces run until their agents' limits." }
+            } }
+            @if let Some(e) = error { p.error role="alert" { (e.message) } }
+            form.card method="post" action="/account/working-hours" {
+                (csrf(viewer))
+                fieldset {
+                    legend { "Days" }
+                    @for d in warren_types::schedule::Day::ALL {
+                        @let on = hours.map_or(d <= warren_types::schedule::Day::Fri, |h| h.days.contains(&d));
+                        label { input type="checkbox" name="day" value=(d.as_str()) checked[on]; " " (d.as_str()) } " "
+                    }
+                }
+                div.row {
+                    (input(Input { id: "start", label: "Start again at (optional, HH:MM)", value: Some(hours.and_then(|h| h.start.as_deref()).unwrap_or("")), placeholder: Some("08:30"), ..Input::default() }))
+                    (input(Input { id: "stop", label: "Stop at (HH:MM)", value: Some(hours.map_or("18:00", |h| h.stop.as_str())), required: true, ..Input::default() }))
+                }
+                (input(Input { id: "timezone", label: "Time zone (IANA)", value: Some(hours.map_or("UTC", |h| h.timezone.as_str())), placeholder: Some("Europe/Paris"), required: true, ..Input::default() }))
+                div.actions {
+                    button.primary type="submit" { "Save working hours" }
+                    @if hours.is_some() { button type="submit" name="clear" value="1" { "Clear" } }
+                }
+            }
+        }
+    }
+}
+
 /// Errors the forms show beside their fields (the rest get an error page).
 fn form_error(e: &AppError) -> bool {
     matches!(
         e.kind,
         ErrorKind::Invalid | ErrorKind::Forbidden | ErrorKind::Conflict
     )
+}
+
+#[derive(Debug, Default)]
+pub struct HoursForm {
+    days: Vec<String>,
+    start: String,
+    stop: String,
+    timezone: String,
+    clear: bool,
+}
+
+impl<'de> Deserialize<'de> for HoursForm {
+    // Repeated `day` fields (checkboxes) are read as a list.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let pairs: Vec<(String, String)> = Deserialize::deserialize(d)?;
+        let mut f = HoursForm::default();
+        for (k, v) in pairs {
+            match k.as_str() {
+                "day" => f.days.push(v),
+                "start" => f.start = v,
+                "stop" => f.stop = v,
+                "timezone" => f.timezone = v,
+                "clear" => f.clear = true,
+                _ => {}
+            }
+        }
+        Ok(f)
+    }
+}
+
+/// `POST /account/working-hours`: set them, or clear them.
+pub async fn set_working_hours(
+    State(http): State<HttpState>,
+    Posted { viewer, form }: Posted<HoursForm>,
+) -> Result<Response, UiError> {
+    let state = &http.app;
+    let hours = if form.clear {
+        Ok(None)
+    } else {
+        warren_types::schedule::Day::parse_list(&form.days.join(","))
+            .map_err(|e| AppError::invalid_field("days", e))
+            .map(|days| {
+                Some(warren_types::schedule::WorkingHours {
+                    timezone: form.timezone.trim().to_owned(),
+                    days,
+                    start: Some(form.start.trim().to_owned()).filter(|s| !s.is_empty()),
+                    stop: form.stop.trim().to_owned(),
+                })
+            })
+    };
+    let result = match hours {
+        Ok(h) => users::set_working_hours(state, &viewer.who, h.as_ref()).await,
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(_) => Ok(Redirect::to("/account#hours-h").into_response()),
+        Err(e) if form_error(&e) => {
+            let extra = Extra {
+                hours_error: Some(&e),
+                ..Extra::default()
+            };
+            render(&http, &viewer, extra).await
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// `GET /account`

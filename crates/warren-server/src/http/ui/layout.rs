@@ -191,6 +191,24 @@ pub fn date(t: DateTime<Utc>) -> Markup {
     html! { time datetime=(t.to_rfc3339()) { (t.format("%Y-%m-%d %H:%M")) } }
 }
 
+/// A time to come as "in 3 min" (or, once passed, "now"), with the exact time in a `<time>`
+/// element.
+pub fn ago_or_in(t: DateTime<Utc>, now: DateTime<Utc>) -> Markup {
+    let secs = (t - now).num_seconds();
+    let text = if secs <= 0 {
+        "now".to_owned()
+    } else if secs < 60 {
+        format!("in {secs} s")
+    } else if secs < 3600 {
+        format!("in {} min", secs / 60)
+    } else if secs < 86_400 {
+        format!("in {} h {} min", secs / 3600, (secs % 3600) / 60)
+    } else {
+        format!("in {} d {} h", secs / 86_400, (secs % 86_400) / 3600)
+    };
+    html! { time datetime=(t.to_rfc3339()) title=(t.to_rfc3339()) { (text) } }
+}
+
 /// A time as "3 min ago", with the exact time in a `<time>` element.
 pub fn ago(t: DateTime<Utc>, now: DateTime<Utc>) -> Markup {
     let secs = (now - t).num_seconds().max(0);

@@ -72,6 +72,7 @@ pub fn router() -> Router<crate::http::HttpState> {
         .route("/account", get(account::page))
         .route("/account/tokens", post(account::create_token))
         .route("/account/password", post(account::change_password))
+        .route("/account/working-hours", post(account::set_working_hours))
         .route("/account/tokens/{id}/revoke", post(account::revoke_token))
         .route("/account/ssh-keys", post(account::add_ssh_key))
         .route(

@@ -205,6 +205,23 @@ fn live_panel(w: &Workspace, viewer: &Viewer) -> Markup {
     html! { div id="live" sse-swap="live" hx-swap="innerHTML" { (live_contents(w, viewer)) } }
 }
 
+/// When a timer stops or terminates the workspace next, and why: a warning in its last ten
+/// minutes, a hint before.
+fn planned_banner(p: &warren_types::api::PlannedChange) -> Markup {
+    let now = Utc::now();
+    let verb = if p.desired_state == DesiredState::Terminated {
+        "Terminated"
+    } else {
+        "Stops"
+    };
+    let soon = p.at - now <= chrono::Duration::minutes(10);
+    html! {
+        p class=(if soon { "warning" } else { "hint" }) role="status" id="planned" {
+            (verb) " " (layout::ago_or_in(p.at, now)) " (" (layout::date(p.at)) " UTC): " (p.reason) "."
+        }
+    }
+}
+
 fn live_contents(w: &Workspace, viewer: &Viewer) -> Markup {
     let running = w.actual_state == ActualState::Running;
     let terminated = w.desired_state == DesiredState::Terminated;
@@ -219,6 +236,7 @@ fn live_contents(w: &Workspace, viewer: &Viewer) -> Markup {
                 p.warning { "The agent cannot see its runtime; the state shown may be out of date: " (f) }
             }
             @if let Some(i) = &w.isolation_warning { p.warning { (i) } }
+            @if let Some(p) = &w.planned { (planned_banner(p)) }
             @if !running && !terminated && w.desired_state == DesiredState::Running {
                 p.progress role="status" { span.spinner aria-hidden="true" {} "Starting… this page updates by itself." }
             }

@@ -234,6 +234,57 @@ fn the_hash_follows_the_pod_spec_not_the_replicas() -> Result<()> {
     Ok(())
 }
 
+/// A value the environment takes from a Secret (a user's secret, say) is read when the pod is
+/// made, as on Kubernetes: changing it alone is not a new pod spec (a running pod stays),
+/// but changes the hash a starting pod is compared with.
+#[test]
+fn values_from_objects_are_the_next_starts_not_a_new_pod_spec() -> Result<()> {
+    let ws = workspace();
+    let objects = ws.objects();
+    let a = plan_of(&ws, &objects)?;
+    let secret_env = |objects: &mut Vec<Value>, value: &str| {
+        for o in objects.iter_mut() {
+            if o["kind"] == "Secret"
+                && o["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.ends_with("-env"))
+            {
+                o["stringData"]["GREETING"] = json!(value);
+            }
+        }
+    };
+    let mut changed = ws.objects();
+    secret_env(&mut changed, "hello again");
+    let b = plan_of(&ws, &changed)?;
+    assert_eq!(a.hash, b.hash, "the pod spec is the same");
+    assert_ne!(a.env_hash, b.env_hash, "a starting pod takes the new value");
+    let app = |p: &PodPlan| {
+        p.containers
+            .iter()
+            .find(|c| c.role == Role::App)
+            .and_then(|c| c.body.env.clone())
+            .unwrap_or_default()
+    };
+    assert!(
+        app(&b).contains(&"GREETING=hello again".to_owned()),
+        "{:?}",
+        app(&b)
+    );
+    let labels = b.containers[0].body.labels.clone().unwrap_or_default();
+    assert_eq!(labels["warren.dev/objects-env-hash"], b.env_hash);
+    // A literal value in the spec is the pod spec's.
+    let literal = |value: &str| -> Result<PodPlan> {
+        let mut objects = ws.objects();
+        let env = &mut common::pod_spec(&mut objects)["containers"][0]["env"];
+        env.as_array_mut()
+            .expect("env")
+            .push(json!({"name": "GREETING", "value": value}));
+        Ok(plan_of(&ws, &objects)?)
+    };
+    assert_ne!(literal("one")?.hash, literal("two")?.hash);
+    Ok(())
+}
+
 #[test]
 fn host_aliases_reach_every_network_namespace_and_exec_post_start_hooks_are_kept() -> Result<()> {
     let ws = workspace();

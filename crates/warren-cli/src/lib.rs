@@ -21,6 +21,7 @@ pub mod open_cmd;
 pub mod output;
 mod port_forward_cmd;
 mod run_cmd;
+mod secret_cmd;
 mod share_cmd;
 mod space_args;
 pub mod ssh_cmd;
@@ -96,6 +97,13 @@ pub enum Command {
     Passwd(PasswdArgs),
     /// Your dotfiles repository, installed into the home of your new workspaces.
     Dotfiles(DotfilesGroup),
+    /// Your secrets: environment variables and files given to your workspaces.
+    Secret(secret_cmd::SecretGroup),
+    /// The name and email address your commits are made with in your workspaces.
+    Profile(secret_cmd::ProfileGroup),
+    /// Your own credentials for forges, used by your workspaces' Git instead of a project's.
+    #[command(name = "git-credential")]
+    GitCredential(secret_cmd::GitCredentialGroup),
     /// Your working hours: your running workspaces stop at the end of the day and start
     /// again in the morning.
     #[command(name = "working-hours")]

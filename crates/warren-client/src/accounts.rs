@@ -74,6 +74,45 @@ impl Client {
         }
     }
 
+    // ---- the user's own secrets and identity ----
+
+    pub async fn list_secrets(&self) -> Result<Vec<UserSecret>> {
+        self.get(&routes::secrets()).await
+    }
+
+    /// `PUT /users/me/secrets/{name}`: sets (or replaces) one.
+    pub async fn set_secret(&self, name: &str, req: &SetSecretRequest) -> Result<UserSecret> {
+        self.with_body(Method::PUT, &routes::secret(name), req)
+            .await
+    }
+
+    pub async fn delete_secret(&self, name: &str) -> Result<()> {
+        self.call_empty(Method::DELETE, &routes::secret(name)).await
+    }
+
+    pub async fn list_git_credentials(&self) -> Result<Vec<UserGitCredential>> {
+        self.get(&routes::git_credentials()).await
+    }
+
+    /// `POST /users/me/git-credentials`: sets (or replaces) the one for a host.
+    pub async fn set_git_credential(
+        &self,
+        req: &SetGitCredentialRequest,
+    ) -> Result<UserGitCredential> {
+        self.with_body(Method::POST, &routes::git_credentials(), req)
+            .await
+    }
+
+    pub async fn delete_git_credential(&self, id: i64) -> Result<()> {
+        self.call_empty(Method::DELETE, &routes::git_credential(id))
+            .await
+    }
+
+    /// `PUT /users/me/profile`: the name and email address commits are made with.
+    pub async fn set_profile(&self, req: &SetProfileRequest) -> Result<User> {
+        self.with_body(Method::PUT, &routes::profile(), req).await
+    }
+
     /// `PUT /users/me/dotfiles` (or `DELETE` with `None`).
     pub async fn set_dotfiles(&self, url: Option<&str>) -> Result<User> {
         match url {

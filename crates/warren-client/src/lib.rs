@@ -31,6 +31,9 @@ use warren_types::api::{
     UpdateProjectRequest, WorkspaceGrant,
 };
 use warren_types::api::{CreateShareLinkRequest, SetPortRequest, ShareLink, WorkspacePort};
+use warren_types::api::{
+    SetGitCredentialRequest, SetProfileRequest, SetSecretRequest, UserGitCredential, UserSecret,
+};
 use warren_types::git::GitCredential;
 use warren_types::gitops::{
     AgentGitops, CreateRepositoryRequest, Policy, Repository, SourceStatus, WebhookSecretRequest,

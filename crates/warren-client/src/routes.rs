@@ -135,6 +135,31 @@ pub fn dotfiles() -> Vec<String> {
     segs(&["users", "me", "dotfiles"])
 }
 
+/// `GET /users/me/secrets`.
+pub fn secrets() -> Vec<String> {
+    segs(&["users", "me", "secrets"])
+}
+
+/// `PUT|DELETE /users/me/secrets/{name}`.
+pub fn secret(name: &str) -> Vec<String> {
+    segs(&["users", "me", "secrets", name])
+}
+
+/// `GET|POST /users/me/git-credentials`.
+pub fn git_credentials() -> Vec<String> {
+    segs(&["users", "me", "git-credentials"])
+}
+
+/// `DELETE /users/me/git-credentials/{id}`.
+pub fn git_credential(id: i64) -> Vec<String> {
+    segs(&["users", "me", "git-credentials", &id.to_string()])
+}
+
+/// `PUT /users/me/profile`.
+pub fn profile() -> Vec<String> {
+    segs(&["users", "me", "profile"])
+}
+
 /// `PUT|DELETE /users/me/working-hours`.
 pub fn working_hours() -> Vec<String> {
     segs(&["users", "me", "working-hours"])

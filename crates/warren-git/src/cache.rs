@@ -23,6 +23,7 @@ impl GitReader {
                 .await?;
         }
         if !self.has_commit(repo_dir, auth, url, commit).await {
+            remove_stale_locks(repo_dir).await;
             // A branch or tag by name (resolved above, so it exists), else the commit itself.
             let what = if reference.is_empty() {
                 "HEAD".to_owned()
@@ -63,5 +64,39 @@ impl GitReader {
         self.git(Some(repo_dir), auth, url, &["cat-file", "-e", &object])
             .await
             .is_ok()
+    }
+}
+
+/// The lock files git leaves behind when it is killed in a fetch (the server stopped, or a
+/// fetch cancelled with its request): each would fail every later fetch of the repository
+/// ("Unable to create '…/shallow.lock': File exists") until removed by hand. Only this
+/// process writes the cache directory and the caller holds its per-directory lock, so
+/// any lock found here is stale.
+async fn remove_stale_locks(repo_dir: &Path) {
+    for name in [
+        "shallow.lock",
+        "packed-refs.lock",
+        "config.lock",
+        "HEAD.lock",
+        "FETCH_HEAD.lock",
+        "index.lock",
+    ] {
+        let _ = tokio::fs::remove_file(repo_dir.join(name)).await;
+    }
+    let mut dirs = vec![repo_dir.join("refs")];
+    while let Some(dir) = dirs.pop() {
+        let Ok(mut entries) = tokio::fs::read_dir(&dir).await else {
+            continue;
+        };
+        while let Ok(Some(entry)) = entries.next_entry().await {
+            let path = entry.path();
+            match entry.file_type().await {
+                Ok(kind) if kind.is_dir() => dirs.push(path),
+                Ok(_) if path.extension().is_some_and(|e| e == "lock") => {
+                    let _ = tokio::fs::remove_file(&path).await;
+                }
+                _ => {}
+            }
+        }
     }
 }

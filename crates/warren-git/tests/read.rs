@@ -197,6 +197,47 @@ async fn every_failure_names_the_repository_and_what_is_missing() {
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
 
+/// A fetch killed half-way (the server stopped, or its request cancelled) leaves git's lock
+/// files in the cache repository; the next read must not fail on them forever.
+#[tokio::test]
+async fn locks_a_killed_fetch_left_do_not_stop_the_next_one() {
+    if !have_git() {
+        return;
+    }
+    let (server, cache, reader) = served_app(loopback()).await;
+    let url = server.url("app");
+    let cred = basic("s3cret-pass");
+    let first = read_devfile(&reader, &url, Some(&cred)).await.unwrap();
+    let repos: Vec<_> = std::fs::read_dir(cache.path().join("repos"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(repos.len(), 1, "{repos:?}");
+    let repo = &repos[0];
+    std::fs::create_dir_all(repo.join("refs/heads")).unwrap();
+    for lock in [
+        "shallow.lock",
+        "packed-refs.lock",
+        "config.lock",
+        "refs/heads/main.lock",
+    ] {
+        std::fs::write(repo.join(lock), "").unwrap();
+    }
+
+    let moved = warren_testkit::git_http::commit_files(
+        &server.path("app"),
+        &[(
+            ".devfile.yaml",
+            "schemaVersion: 2.2.0\nmetadata:\n  name: moved\n",
+        )],
+    )
+    .unwrap();
+    let next = read_devfile(&reader, &url, Some(&cred)).await.unwrap();
+    assert_ne!(next.commit, first.commit);
+    assert_eq!(next.commit, moved);
+    assert!(String::from_utf8_lossy(&next.contents).contains("moved"));
+}
+
 /// A Git server holding repository `app` with [`DEVFILE`], and a reader with `options` (the
 /// cache directory lives as long as the reader is used).
 async fn served_app(options: Options) -> (GitHttpServer, tempfile::TempDir, GitReader) {

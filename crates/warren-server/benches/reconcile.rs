@@ -94,6 +94,7 @@ async fn bench(label: &str, url: String, home: &std::path::Path) {
             project_id: None,
             git_ref: None,
             repository: None,
+            definition_path: None,
             devfile: render::builtin_default_devfile().to_owned(),
             resources: WorkspaceResources::default(),
             variables: vec![],

@@ -26,6 +26,7 @@ mod rebuild;
 mod reconcile;
 mod repositories;
 mod schedules;
+mod secrets;
 mod sharing;
 mod signal;
 mod spaces;

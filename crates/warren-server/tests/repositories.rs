@@ -39,6 +39,15 @@ async fn a_repository_opens_without_a_project_and_rebuilds_from_it() {
     git.create_repo("plain", &[("README.md", "nothing to run\n")])
         .unwrap();
     let web = git.url("web-app");
+    git.create_repo(
+        "two-defs",
+        &[
+            (".devfile.yaml", WEB_DEVFILE),
+            ("tools/other.yaml", &WEB_DEVFILE.replace("8080", "7000")),
+        ],
+    )
+    .unwrap();
+    let two_defs = git.url("two-defs");
     // As forges do: a commit may be fetched by its id (`ws create --repo URL#COMMIT`).
     git_in(
         &git.path("web-app"),
@@ -149,6 +158,32 @@ async fn a_repository_opens_without_a_project_and_rebuilds_from_it() {
             )
             .await;
         assert_eq!((st, b["changes"].clone()), (200, json!([])), "[{l}] {b}");
+
+        // A definition chosen at creation (`--definition`) is the one a rebuild reads again,
+        // not the usual locations.
+        let w = s
+            .workspace(
+                &alice,
+                json!({"name": "r5", "repository": two_defs, "definition": "tools/other.yaml"}),
+            )
+            .await;
+        assert!(
+            w["url"].as_str().unwrap_or("").contains("7000-r5."),
+            "[{l}] {w}"
+        );
+        let (st, b) = s
+            .call(
+                Method::POST,
+                "/api/v1/workspaces/r5/rebuild",
+                Some(&alice),
+                Some(json!({"dry_run": true})),
+            )
+            .await;
+        assert_eq!(
+            (st, b["changes"].clone()),
+            (200, json!([])),
+            "[{l}] the chosen file again, not .devfile.yaml's port 8080: {b}"
+        );
 
         // The list shows the repository where a project would be; a project and a
         // repository together, or a starter project with a repository, are refused.

@@ -11,12 +11,14 @@ use utoipa::ToSchema;
 mod accounts;
 mod lists;
 mod ports;
+mod secrets;
 mod tree;
 mod workspaces;
 
 pub use accounts::*;
 pub use lists::{Page, WorkspaceListQuery};
 pub use ports::*;
+pub use secrets::*;
 pub use tree::*;
 pub use workspaces::*;
 

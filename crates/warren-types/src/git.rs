@@ -174,8 +174,96 @@ pub fn repository_folder(url: &str) -> String {
     }
 }
 
+/// The host a user's own Git credential is for, as Warren matches it to a repository's URL:
+/// `https://host[:port]` or `http://host[:port]` (an HTTP origin, for a token or password),
+/// `ssh://host[:port]` (for a private key; `user@host:path` is `ssh://host`). Takes a
+/// repository URL or the host alone in one of those forms; the user, path and case of the
+/// host are left out.
+pub fn credential_host(url: &str) -> Result<String, String> {
+    let url = url.trim();
+    let bad = || format!("{url:?} is not an https://, http:// or ssh:// host or repository URL");
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (scheme.to_ascii_lowercase(), rest),
+        // `user@host:path`, as scp and Git write SSH remotes.
+        None => match url.split_once(':') {
+            Some((user_host, _)) if user_host.contains('@') && !user_host.contains('/') => {
+                ("ssh".to_owned(), user_host)
+            }
+            _ => return Err(bad()),
+        },
+    };
+    if !matches!(scheme.as_str(), "https" | "http" | "ssh") {
+        return Err(bad());
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = authority.rsplit('@').next().unwrap_or_default();
+    // A name or an IPv4 address (an IPv6 literal is not taken).
+    let (name, port) = match host.split_once(':') {
+        Some((name, port)) => (name, Some(port)),
+        None => (host, None),
+    };
+    let name_ok = !name.is_empty()
+        && name.len() <= 253
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-.".contains(c));
+    let port_ok =
+        port.is_none_or(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()));
+    if !name_ok || !port_ok {
+        return Err(bad());
+    }
+    let mut out = format!("{scheme}://{}", name.to_ascii_lowercase());
+    if let Some(p) = port {
+        out.push(':');
+        out.push_str(p);
+    }
+    Ok(out)
+}
+
+impl GitCredential {
+    /// Whether this kind of credential is used for `host` (a [`credential_host`]): a key for
+    /// SSH, a token or password for HTTP(S).
+    pub fn fits(&self, host: &str) -> bool {
+        matches!(self, GitCredential::SshKey { .. }) == host.starts_with("ssh://")
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn credential_hosts_match_repository_urls() {
+        for (url, host) in [
+            (
+                "https://Git.Example.com/acme/app.git",
+                "https://git.example.com",
+            ),
+            ("https://git.example.com", "https://git.example.com"),
+            ("http://127.0.0.1:8080/app", "http://127.0.0.1:8080"),
+            (
+                "https://ann@git.example.com:8443/x",
+                "https://git.example.com:8443",
+            ),
+            (
+                "ssh://git@git.example.com:2222/acme/app.git",
+                "ssh://git.example.com:2222",
+            ),
+            ("git@github.com:acme/app.git", "ssh://github.com"),
+        ] {
+            assert_eq!(super::credential_host(url).as_deref(), Ok(host), "{url}");
+        }
+        for bad in [
+            "git.example.com",
+            "file:///etc",
+            "ftp://x",
+            "https://",
+            "https://a b/",
+            "/etc/passwd",
+            "https://h:99999999/",
+        ] {
+            assert!(super::credential_host(bad).is_err(), "{bad}");
+        }
+    }
+
     use super::*;
 
     #[test]

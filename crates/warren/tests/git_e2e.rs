@@ -370,3 +370,187 @@ fn a_repository_opens_by_url_from_the_cli_and_from_a_link() {
     let status = up.stop();
     assert!(status.success(), "{}", up.log());
 }
+
+const SECRET_TOKEN: &str = "npm-tok-never-logged-5b1c";
+
+/// Issue 41, item 5, on Podman: a user's secrets (an environment variable given on standard
+/// input, a file), their own Git credential and commit identity reach their workspace — a
+/// private repository opened by URL clones with the credential, and a commit pushed from it
+/// is theirs; a changed file follows in place, a changed variable at the next start; a
+/// removed one leaves; and no secret shows in `warren up`'s log.
+#[test]
+fn your_secrets_and_identity_reach_your_workspace() {
+    if !podman_available() {
+        return;
+    }
+    let _serial = support::one_warren_up_at_a_time();
+    ensure_image();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let git = support::git_server_for_workspaces(&rt, "ann", PASSWORD);
+    let first = git
+        .create_repo("mine", &[(".devfile.yaml", DEVFILE), ("README", "hello\n")])
+        .expect("repository");
+    let url = git.url_via(&host_address(), "mine");
+    let mut up = Up::start();
+    up.allow_egress_to(&host_address());
+    let home = up.home.path().to_path_buf();
+    let cli = |args: &[&str], stdin: Option<&str>| {
+        let out = support::cli(&home, args, stdin);
+        assert!(
+            out.status.success(),
+            "warren {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    cli(
+        &[
+            "profile",
+            "set",
+            "--full-name",
+            "Ann Dev",
+            "--email",
+            "ann@example.com",
+        ],
+        None,
+    );
+    cli(
+        &["secret", "set", "NPM_TOKEN"],
+        Some(&format!("{SECRET_TOKEN}\n")),
+    );
+    let npmrc = up.home.path().join("npmrc");
+    let set_npmrc = |text: &str| {
+        std::fs::write(&npmrc, text).expect("write npmrc");
+        cli(
+            &[
+                "secret",
+                "set",
+                "npmrc",
+                "--file",
+                "--from-file",
+                npmrc.to_str().expect("utf-8"),
+            ],
+            None,
+        );
+    };
+    set_npmrc("//registry/:_authToken=first\n");
+    let listed = cli(&["secret", "list"], None);
+    assert!(
+        listed.contains("NPM_TOKEN") && listed.contains("npmrc") && !listed.contains(SECRET_TOKEN),
+        "{listed}"
+    );
+    cli(
+        &[
+            "git-credential",
+            "add",
+            &url,
+            "--username",
+            "ann",
+            "--password-stdin",
+        ],
+        Some(PASSWORD),
+    );
+    let listed = cli(&["git-credential", "list"], None);
+    assert!(
+        listed.contains("basic") && !listed.contains(PASSWORD),
+        "{listed}"
+    );
+
+    // The private repository by URL: its definition read, and cloned, with her credential.
+    let ws = unique_name("secrets");
+    up.workspace = Some(ws.clone());
+    up.cli_ok(&[
+        "ws",
+        "create",
+        "--repo",
+        &url,
+        "--name",
+        &ws,
+        "--wait",
+        "--timeout",
+        "3m",
+    ]);
+    let id = container_of(&ws);
+    wait_for(
+        "the clone",
+        Duration::from_secs(120),
+        || {
+            sh(&id, "test -d /projects/mine/.git")
+                .status
+                .success()
+                .then_some(())
+        },
+        || stdout(sh(&id, "cat /projects/.warren/logs/*.log")),
+    );
+    assert_eq!(
+        stdout(sh(&id, "git -C /projects/mine rev-parse HEAD")),
+        first
+    );
+    assert_eq!(
+        stdout(sh(&id, "echo \"$NPM_TOKEN\"")),
+        SECRET_TOKEN,
+        "the trailing newline of `echo` is not part of it"
+    );
+    assert_eq!(
+        stdout(sh(&id, "cat /warren/variables/npmrc")),
+        "//registry/:_authToken=first"
+    );
+    // A commit made and pushed with no set-up is hers.
+    let push = sh(
+        &id,
+        "cd /projects/mine && echo change >> README && git commit --quiet -am 'from the workspace' \
+         && git push --quiet origin HEAD:main && git log -1 --format='%an <%ae>|%cn <%ce>|%H'",
+    );
+    assert!(
+        push.status.success(),
+        "push failed: {}",
+        String::from_utf8_lossy(&push.stderr)
+    );
+    let pushed = stdout(push);
+    let (who, sha) = pushed.rsplit_once('|').expect("log line");
+    assert_eq!(
+        who, "Ann Dev <ann@example.com>|Ann Dev <ann@example.com>",
+        "commits are made as the account's identity"
+    );
+    assert_eq!(git.head("mine", "main").expect("server head"), sha);
+
+    // A changed file follows in place; the changed variable and a removed one at the
+    // next start.
+    set_npmrc("//registry/:_authToken=second\n");
+    cli(&["secret", "set", "NPM_TOKEN"], Some("rotated-token"));
+    wait_for(
+        "the new file in the workspace",
+        Duration::from_secs(60),
+        || {
+            (stdout(sh(&id, "cat /warren/variables/npmrc")) == "//registry/:_authToken=second")
+                .then_some(())
+        },
+        || up.log(),
+    );
+    assert_eq!(
+        container_of(&ws),
+        id,
+        "a running workspace is not restarted behind its user's back"
+    );
+    assert_eq!(
+        stdout(sh(&id, "echo \"$NPM_TOKEN\"")),
+        SECRET_TOKEN,
+        "until its next start"
+    );
+    cli(&["secret", "rm", "npmrc"], None);
+    up.cli_ok(&["ws", "restart", &ws, "--wait", "--timeout", "3m"]);
+    let id = container_of(&ws);
+    assert_eq!(stdout(sh(&id, "echo \"$NPM_TOKEN\"")), "rotated-token");
+    assert!(
+        !sh(&id, "test -e /warren/variables/npmrc").status.success(),
+        "a removed secret leaves the workspace"
+    );
+
+    up.cli_ok(&["ws", "rm", &ws, "--wait", "--timeout", "2m"]);
+    let status = up.stop();
+    assert!(status.success(), "{}", up.log());
+    let log = up.log();
+    for secret in [SECRET_TOKEN, "rotated-token", PASSWORD] {
+        assert!(!log.contains(secret), "a secret shows in warren up's log");
+    }
+}

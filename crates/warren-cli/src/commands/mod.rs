@@ -1,6 +1,6 @@
 //! The commands that talk to a server: each resolves credentials, calls the API, prints.
 
-mod projects;
+pub(crate) mod projects;
 mod users;
 mod ws;
 
@@ -58,6 +58,9 @@ pub async fn run(cmd: Command) -> Result<(), CliError> {
         Command::Passwd(a) => passwd(a).await,
         Command::Dotfiles(g) => dotfiles(g.out.output, g.cmd).await,
         Command::WorkingHours(g) => working_hours(g.out.output, g.cmd).await,
+        Command::Secret(g) => crate::secret_cmd::secret(g.out.output, g.cmd).await,
+        Command::Profile(g) => crate::secret_cmd::profile(g.out.output, g.cmd).await,
+        Command::GitCredential(g) => crate::secret_cmd::git_credential(g.out.output, g.cmd).await,
         Command::OAuthClient(g) => oauth_client(g.out.output, g.cmd).await,
         Command::Gitops(g) => crate::gitops_cmd::gitops(g.out.output, g.cmd).await,
         Command::Devfile(_) | Command::Devcontainer(_) | Command::Completions(_) => {

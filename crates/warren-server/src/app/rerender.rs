@@ -62,8 +62,8 @@ pub async fn rerender(
 }
 
 /// The objects of workspace `w` made from `devfile` (its own, or a rebuild's) under
-/// `agent`'s configuration, with its sources (project or repository), variables and owner as
-/// they are now.
+/// `agent`'s configuration, with its sources (project or repository), variables, owner and
+/// the owner's secrets as they are now.
 pub async fn render_row(
     state: &AppState,
     w: &WorkspaceRow,
@@ -73,8 +73,23 @@ pub async fn render_row(
     desired: DesiredState,
 ) -> Result<RenderedObjects, AppError> {
     let source = super::sources::of_workspace(state, w).await?;
-    let variables = w.stored_variables(&state.store)?;
     let owner = state.store.user_by_id(w.owner_id).await?;
+    let variables = match &owner {
+        Some(o) => {
+            let folder = w
+                .repository
+                .as_deref()
+                .map(warren_types::git::repository_folder);
+            let at = super::personal::Placement {
+                space: &w.space_path,
+                project: w.project_name.as_deref().or(folder.as_deref()),
+                granted: !state.store.grants(w.id).await?.is_empty(),
+            };
+            let personal = super::personal::personal(state, o, at).await?;
+            super::personal::merged(personal.variables, &w.stored_variables(&state.store)?)
+        }
+        None => w.stored_variables(&state.store)?,
+    };
     render::render_workspace(
         devfile,
         RenderInput {
@@ -131,6 +146,57 @@ pub async fn rerender_project_workspaces(
         "the project's new credential cannot be applied",
     )
     .await
+}
+
+/// After a user's secrets or identity changed: re-render their workspaces so they follow,
+/// without restarting them (files are rewritten in place; the environment is the next
+/// start's).
+pub async fn rerender_owner_workspaces(
+    state: &AppState,
+    owner: warren_types::UserId,
+) -> Result<usize, AppError> {
+    let filter = WorkspaceFilter {
+        owner: Some(owner),
+        ..Default::default()
+    };
+    rerender_all(
+        state,
+        filter,
+        false,
+        "its owner's secrets cannot be applied",
+    )
+    .await
+}
+
+/// After who may use workspace `id` changed (a softlink grant given or taken back):
+/// re-render it. With `restart` (it widened), a running one whose objects changed — its
+/// owner's secrets withdrawn — restarts, so none stays in its processes' environment.
+pub async fn rerender_workspace(
+    state: &AppState,
+    id: warren_types::WorkspaceId,
+    restart: bool,
+) -> Result<(), AppError> {
+    for _ in 0..WRITE_ATTEMPTS {
+        let Some(w) = state.store.workspace_by_id(id).await? else {
+            return Ok(());
+        };
+        if w.desired_state == DesiredState::Terminated {
+            return Ok(());
+        }
+        let Some(agent) = state.store.agent_by_id(w.agent_id).await? else {
+            return Ok(());
+        };
+        if rerender(state, &w, &agent, &w.resources, false, restart)
+            .await?
+            .is_some()
+        {
+            return Ok(());
+        }
+    }
+    Err(AppError::conflict(
+        "conflict",
+        "the workspace changed too often while re-rendering it; try again",
+    ))
 }
 
 async fn rerender_all(

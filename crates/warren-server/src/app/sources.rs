@@ -1,9 +1,11 @@
 //! Where a workspace's sources come from: its project's repository (with the project's
 //! credential, default ref and devfile path), or a repository opened by URL without a project
-//! (`warren ws create --repo`: public, its default branch, the usual definition locations).
+//! (`warren ws create --repo`: its default branch, the usual definition locations, read with
+//! its owner's own credential for the host when they have one).
 //! The definition is read from either the same way ([`definition`]), a workspace's clone and
 //! its build contexts are made from either the same way.
 
+use super::personal::{self, OwnerCredential};
 use super::render::ProjectInput;
 use super::{AppError, AppState, ErrorKind};
 use crate::store::projects::ProjectRow;
@@ -31,6 +33,12 @@ pub struct Source {
     pub label: String,
     /// Whether it is a project's (whose name prefixes git's errors, which name the URL).
     project: bool,
+    /// The workspace owner's own credential for its host, which the workspace's credential
+    /// helper uses instead of the project's (issue 41, item 5); the server reads a project
+    /// with the project's.
+    owner_credential: Option<GitCredential>,
+    /// The host of an owner's credential withheld from this workspace (others may use it).
+    withheld_host: Option<String>,
 }
 
 impl std::fmt::Display for Source {
@@ -61,6 +69,8 @@ impl Source {
             default_definition: false,
             label: format!("project {:?}", p.name),
             project: true,
+            owner_credential: None,
+            withheld_host: None,
         })
     }
 
@@ -79,7 +89,36 @@ impl Source {
             default_definition: true,
             label: format!("repository {}", warren_git::display_url(url)),
             project: false,
+            owner_credential: None,
+            withheld_host: None,
         }
+    }
+
+    /// With the owner's credential for its host: the workspace's from now on, and the
+    /// server's for a repository opened by URL (which has no other).
+    pub fn with_owner(mut self, owner: OwnerCredential) -> Source {
+        match owner {
+            OwnerCredential::None => {}
+            OwnerCredential::Given(c) => {
+                if !self.project {
+                    self.credential = Some(c.clone());
+                }
+                self.owner_credential = Some(c);
+            }
+            OwnerCredential::Withheld { host } => self.withheld_host = Some(host),
+        }
+        self
+    }
+
+    /// Attaches `owner`'s credential for a workspace others may use when `shared`.
+    pub async fn for_owner(
+        self,
+        state: &AppState,
+        owner: warren_types::UserId,
+        shared: bool,
+    ) -> Result<Source, AppError> {
+        let found = personal::owner_git_credential(state, owner, &self.url, shared).await?;
+        Ok(self.with_owner(found))
     }
 
     pub fn remote(&self) -> Remote<'_> {
@@ -95,7 +134,7 @@ impl Source {
             name: &self.name,
             git_url: &self.url,
             git_ref: git_ref.unwrap_or(&self.default_ref),
-            credential: self.credential.as_ref(),
+            credential: self.owner_credential.as_ref().or(self.credential.as_ref()),
         }
     }
 
@@ -106,26 +145,40 @@ impl Source {
         }
         let mut error = git_error("", e);
         if matches!(e, GitError::Auth { .. }) {
-            // Git's own words ask for the project's credentials, which a repository opened
-            // by URL has none of.
-            error.message = format!(
-                "{}: it needs credentials, which a repository opened by URL has none of; register it as a project with its credential (warren project create NAME --git-url URL --token-stdin) and create the workspace from the project",
-                self.label
-            );
+            // Git's own words ask for the project's credentials: say what this user can do.
+            let host = warren_types::git::credential_host(&self.url).unwrap_or_default();
+            error.message = match &self.withheld_host {
+                Some(host) => format!(
+                    "{}: it needs credentials, and yours for {host} are not given to a workspace others may use (a team space or a softlink grant); allow that with `warren git-credential add {host} --shared-workspaces`, or create the workspace in your own space",
+                    self.label
+                ),
+                None if self.credential.is_some() => format!(
+                    "{}: your credential for {host} was refused; replace it with `warren git-credential add {host}`",
+                    self.label
+                ),
+                None => format!(
+                    "{}: it needs credentials; add yours for {host} with `warren git-credential add {host} --token-stdin` (or --ssh-key), or register it as a project with its credential",
+                    self.label
+                ),
+            };
         }
         error
     }
 }
 
 /// The sources of workspace `w`: its project's (while the project exists) or its repository.
+/// With its owner's credential for the repository's host, as [`Source::for_owner`] gives it.
 pub async fn of_workspace(state: &AppState, w: &WorkspaceRow) -> Result<Option<Source>, AppError> {
-    if let Some(p) = w.project_id {
-        return match state.store.project_by_key(&p.to_string()).await? {
-            Some(p) => Source::of_project(state, &p).map(Some),
-            None => Ok(None),
-        };
-    }
-    Ok(w.repository.as_deref().map(Source::of_repository))
+    let source = match (w.project_id, &w.repository) {
+        (Some(p), _) => match state.store.project_by_key(&p.to_string()).await? {
+            Some(p) => Source::of_project(state, &p)?,
+            None => return Ok(None),
+        },
+        (None, Some(url)) => Source::of_repository(url),
+        (None, None) => return Ok(None),
+    };
+    let shared = personal::is_shared(state, w).await?;
+    source.for_owner(state, w.owner_id, shared).await.map(Some)
 }
 
 /// Checks a repository URL a user opens without a project: one the server may read

@@ -301,7 +301,7 @@ pub enum Deletion {
     /// The account is gone.
     Deleted,
     /// The account is disabled and goes once its workspaces are terminated.
-    Pending(User),
+    Pending(Box<User>),
 }
 
 /// Deletes an account (admins only, never one's own nor the last active admin). One with
@@ -351,7 +351,7 @@ pub async fn delete(
         return Ok(Deletion::Deleted);
     }
     match state.store.user_by_id(user.id).await? {
-        Some(pending) => Ok(Deletion::Pending(pending.to_api())),
+        Some(pending) => Ok(Deletion::Pending(Box::new(pending.to_api()))),
         // The deletion job (here or on another replica) finished it in between.
         None => {
             tracing::info!(user = %user.username, "account deleted");

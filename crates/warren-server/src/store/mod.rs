@@ -15,6 +15,7 @@ pub mod oauth;
 pub mod ports;
 pub mod projects;
 pub mod reconcile;
+pub mod secrets;
 pub mod spaces;
 pub mod ssh_keys;
 pub mod tokens;

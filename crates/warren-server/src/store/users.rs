@@ -27,6 +27,9 @@ pub struct UserRow {
     pub dotfiles_url: Option<String>,
     /// The user's working hours (a stored value this release cannot read is none).
     pub working_hours: Option<Box<warren_types::schedule::WorkingHours>>,
+    /// The name and email address the user's commits are made with.
+    pub full_name: Option<String>,
+    pub email: Option<String>,
 }
 
 impl UserRow {
@@ -40,6 +43,8 @@ impl UserRow {
             deletion_requested_at: self.delete_requested_at.map(from_millis),
             dotfiles_url: self.dotfiles_url.clone(),
             working_hours: self.working_hours.as_deref().cloned(),
+            full_name: self.full_name.clone(),
+            email: self.email.clone(),
         }
     }
 
@@ -63,12 +68,15 @@ impl sqlx::FromRow<'_, AnyRow> for UserRow {
             dotfiles_url: super::get_opt_str(r, "dotfiles_url")?,
             working_hours: super::get_opt_str(r, "working_hours")?
                 .and_then(|j| serde_json::from_str(&j).ok()),
+            full_name: super::get_opt_str(r, "full_name")?,
+            email: super::get_opt_str(r, "email")?,
         })
     }
 }
 
 const COLS: &str = "id, username, password_hash, is_admin, created_at, disabled_at, \
-                    delete_requested_at, sessions_valid_from, dotfiles_url, working_hours";
+                    delete_requested_at, sessions_valid_from, dotfiles_url, working_hours, \
+                    full_name, email";
 
 /// True when some account other than `$1` is an active admin: the guard of every change
 /// that could take the last one away.

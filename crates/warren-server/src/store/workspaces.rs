@@ -42,6 +42,8 @@ pub struct WorkspaceRow {
     pub git_ref: Option<String>,
     /// The repository it was opened from without a project (`ws create --repo`).
     pub repository: Option<String>,
+    /// The file of its repository chosen as its definition at creation (`--definition`).
+    pub definition_path: Option<String>,
     /// The starter project asked for at creation (the devfile's first when `None`).
     pub starter: Option<String>,
     /// The space it lives in, and that space's path.
@@ -183,7 +185,7 @@ pub const COLS: &str = "w.id, w.name, w.namespace, w.owner_id, u.username AS own
     w.variables, w.endpoints, w.url, w.failure_reason, w.created_at, w.updated_at, w.version, \
     x.last_activity_at, a.runtime_fault AS agent_runtime_fault, \
     a.runtime_fault_since AS agent_runtime_fault_since, a.isolation_warning AS agent_isolation_warning, \
-    w.idle_stopped, a.config AS agent_config, w.starter, w.space_id, sp.path AS space_path, w.repository, \
+    w.idle_stopped, a.config AS agent_config, w.starter, w.space_id, sp.path AS space_path, w.repository, w.definition_path, \
     u.working_hours AS owner_working_hours";
 
 pub const FROM: &str =
@@ -301,6 +303,7 @@ impl sqlx::FromRow<'_, AnyRow> for WorkspaceRow {
             project_name: get_opt_str(r, "project_name")?,
             git_ref: get_opt_str(r, "git_ref")?,
             repository: get_opt_str(r, "repository")?,
+            definition_path: get_opt_str(r, "definition_path")?,
             starter: get_opt_str(r, "starter")?,
             space_id: get_opt_i64(r, "space_id")?.map(SpaceId),
             space_path: get_opt_str(r, "space_path")?.unwrap_or_default(),
@@ -358,6 +361,8 @@ pub struct NewWorkspace {
     pub git_ref: Option<String>,
     /// The repository opened without a project.
     pub repository: Option<String>,
+    /// The repository's file chosen as the definition.
+    pub definition_path: Option<String>,
     pub devfile: String,
     pub resources: WorkspaceResources,
     pub variables: Vec<StoredVariable>,
@@ -490,8 +495,8 @@ impl Store {
         let id = sqlx::query(
             "INSERT INTO workspaces (name, namespace, owner_id, agent_id, project_id, git_ref, desired_state, \
              actual_state, desired_state_updated_at, actual_state_updated_at, force_include_all_resources, devfile, \
-             rendered_objects, resources, variables, endpoints, url, created_at, updated_at, version, starter, space_id, repository) \
-             VALUES ($1, '', $2, $3, $4, $5, 'Running', 'CreationRequested', $6, $6, 1, $7, '', $8, $9, '{}', NULL, $6, $6, 1, $10, $11, $12) \
+             rendered_objects, resources, variables, endpoints, url, created_at, updated_at, version, starter, space_id, repository, definition_path) \
+             VALUES ($1, '', $2, $3, $4, $5, 'Running', 'CreationRequested', $6, $6, 1, $7, '', $8, $9, '{}', NULL, $6, $6, 1, $10, $11, $12, $13) \
              RETURNING id",
         )
         .bind(&w.name)
@@ -506,6 +511,7 @@ impl Store {
         .bind(w.starter.clone())
         .bind(w.space_id.get())
         .bind(w.repository.clone())
+        .bind(w.definition_path.clone())
         .fetch_one(&mut *tx)
         .await
         .map_err(unique("workspaces.name"))?;

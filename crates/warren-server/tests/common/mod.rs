@@ -367,6 +367,26 @@ impl TestServer {
         b
     }
 
+    /// Space `path`, made by the admin, with `user` among its developers.
+    pub async fn space_with(&self, path: &str, user: &str) {
+        let (st, b) = self
+            .admin(
+                Method::POST,
+                "/api/v1/spaces",
+                Some(json!({ "path": path })),
+            )
+            .await;
+        assert_eq!(st, 201, "[{}] {b}", self.label);
+        let (st, b) = self
+            .admin(
+                Method::PUT,
+                &format!("/api/v1/spaces/{path}/members/{user}"),
+                Some(json!({"role": "developer"})),
+            )
+            .await;
+        assert_eq!(st, 200, "[{}] {b}", self.label);
+    }
+
     pub async fn stop(mut self) {
         self.shutdown.cancel();
         if let Some(t) = self.task.take() {

@@ -26,6 +26,13 @@ pub struct User {
     /// those that stopped start again in the morning (on top of the agents' limits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub working_hours: Option<crate::schedule::WorkingHours>,
+    /// The name the user's commits are made with in their workspaces (their username when
+    /// absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub full_name: Option<String>,
+    /// The email address the user's commits are made with in their workspaces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub email: Option<String>,
 }
 
 /// Body of `PUT /users/me/dotfiles`.

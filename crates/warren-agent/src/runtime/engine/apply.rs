@@ -176,15 +176,23 @@ impl EngineRuntime {
         let pod_running = existing
             .iter()
             .any(|c| summary_role(c) == Role::App && summary_running(c));
-        let outdated = if plan.replicas == 1 && !pod_running {
+        let starting = plan.replicas == 1 && !pod_running;
+        let outdated = if starting {
             self.outdated_images(plan, &existing).await
         } else {
             BTreeSet::new()
         };
+        // A start takes the environment's values from the objects as they are now.
+        let env_changed = starting
+            && existing
+                .iter()
+                .any(|c| label(c, OBJECTS_ENV_LABEL) != Some(plan.env_hash.as_str()));
         // One outdated container recreates the whole pod, as Kubernetes would: the others
         // may join its namespaces.
         let (kept, stale): (Vec<_>, Vec<_>) = existing.into_iter().partition(|c| {
-            label(c, POD_HASH_LABEL) == Some(plan.hash.as_str()) && outdated.is_empty()
+            label(c, POD_HASH_LABEL) == Some(plan.hash.as_str())
+                && outdated.is_empty()
+                && !env_changed
         });
         let recreated = stale.len();
         if !stale.is_empty() {

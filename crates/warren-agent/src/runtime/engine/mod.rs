@@ -68,8 +68,8 @@ pub use autobuild::{objects_digest, BUILD_FAILED_REASON, BUILD_LOG};
 pub use config::EngineConfig;
 pub use connect::{services_on, ConnectError, PodmanService};
 use plan::{
-    ContainerPlan, DataSets, PodPlan, Role, CONTAINER_LABEL, ORDER_LABEL, POD_HASH_LABEL,
-    PORTS_LABEL, ROLE_LABEL, WORKSPACE_NAMESPACE_LABEL, WORKSPACE_NAME_LABEL,
+    ContainerPlan, DataSets, PodPlan, Role, CONTAINER_LABEL, OBJECTS_ENV_LABEL, ORDER_LABEL,
+    POD_HASH_LABEL, PORTS_LABEL, ROLE_LABEL, WORKSPACE_NAMESPACE_LABEL, WORKSPACE_NAME_LABEL,
 };
 use select::Selector;
 use status::{ContainerObservation, PodObservation};

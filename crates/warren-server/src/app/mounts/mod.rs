@@ -567,6 +567,8 @@ pub async fn grant(
         .set_grant(w.id, user.id, state.clock.now_ms())
         .await?;
     tracing::info!(workspace = %w.name, to = %user.username, by = %who.user.username, "softlink grant given");
+    // Now someone else may use it: its owner's personal secrets leave it.
+    super::rerender::rerender_workspace(state, w.id, true).await?;
     state.changed();
     Ok(state.store.grants(w.id).await?)
 }
@@ -588,6 +590,9 @@ pub async fn revoke(
         )));
     }
     tracing::info!(workspace = %w.name, from = %user.username, by = %who.user.username, "softlink grant taken back");
+    // When no one else may use it any more, its owner's secrets come back (files at once,
+    // the environment at its next start).
+    super::rerender::rerender_workspace(state, w.id, false).await?;
     state.changed();
     Ok(())
 }

@@ -426,7 +426,7 @@ pub async fn session_user(
 #[derive(Debug)]
 pub enum SignIn {
     /// Signed in; the session cookie's value, valid for [`signed::SESSION_TTL_MS`].
-    Ok { user: UserRow, session: String },
+    Ok { user: Box<UserRow>, session: String },
     /// Held back by the throttle for this many seconds.
     Throttled(u64),
     /// Wrong or malformed credentials (one answer for all, no user enumeration).
@@ -469,7 +469,10 @@ pub async fn sign_in(
         return Ok(SignIn::Disabled);
     }
     let session = signed::session_value(key, user.id, now + signed::SESSION_TTL_MS);
-    Ok(SignIn::Ok { user, session })
+    Ok(SignIn::Ok {
+        user: Box::new(user),
+        session,
+    })
 }
 
 // ---- token endpoint and userinfo ----

@@ -13,7 +13,7 @@ use warren_types::quantity::{parse_cpu_millis, parse_memory_bytes};
 const MAX_VARIABLES: usize = 200;
 const MAX_VARIABLE_BYTES: usize = 256 * 1024;
 
-pub(super) fn check_variables(vars: &[VariableInput]) -> Result<Vec<StoredVariable>, AppError> {
+pub(crate) fn check_variables(vars: &[VariableInput]) -> Result<Vec<StoredVariable>, AppError> {
     if vars.len() > MAX_VARIABLES {
         return Err(AppError::invalid_field(
             "variables",

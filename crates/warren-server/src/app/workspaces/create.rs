@@ -7,6 +7,7 @@ use super::{for_caller, with_notices};
 use crate::app::render::{self, RenderInput};
 use crate::app::sources::{self, Source};
 use crate::app::{names, rights, AppError, AppState, ErrorKind, Principal};
+use crate::store::projects::ProjectRow;
 use crate::store::workspaces::NewWorkspace;
 use warren_types::api::{CreateWorkspaceRequest, Workspace};
 use warren_types::DesiredState;
@@ -103,21 +104,12 @@ pub(super) fn check_for_creation(
     Ok(())
 }
 
-/// Creates a workspace from the request's devfile, else the project's, else the server's
-/// default; renders its objects and asks for `Running`.
-pub async fn create(
+/// The request's project (one the caller may use) or repository, and where its source is.
+async fn project_and_source(
     state: &AppState,
     who: &Principal,
     req: &CreateWorkspaceRequest,
-) -> Result<Workspace, AppError> {
-    if let Some(n) = &req.name {
-        names::validate(n).map_err(|e| AppError::invalid_field("name", e))?;
-    }
-    let resources = req.resources.clone().unwrap_or_default();
-    let variables = check_variables(&req.variables)?;
-    let space = rights::for_new_entry(state, who, req.space.as_deref()).await?;
-    let agent = choose_agent(state, req.agent.as_deref()).await?;
-    check_resources(&resources, &agent)?;
+) -> Result<(Option<ProjectRow>, Option<Source>), AppError> {
     if req.project.is_some() && req.repository.is_some() {
         return Err(AppError::invalid_field(
             "repository",
@@ -145,6 +137,31 @@ pub async fn create(
             Some(Source::of_repository(url))
         }
         (None, None) => None,
+    };
+    Ok((project, source))
+}
+
+/// Creates a workspace from the request's devfile, else the project's, else the server's
+/// default; renders its objects and asks for `Running`.
+pub async fn create(
+    state: &AppState,
+    who: &Principal,
+    req: &CreateWorkspaceRequest,
+) -> Result<Workspace, AppError> {
+    if let Some(n) = &req.name {
+        names::validate(n).map_err(|e| AppError::invalid_field("name", e))?;
+    }
+    let resources = req.resources.clone().unwrap_or_default();
+    let variables = check_variables(&req.variables)?;
+    let space = rights::for_new_entry(state, who, req.space.as_deref()).await?;
+    let agent = choose_agent(state, req.agent.as_deref()).await?;
+    check_resources(&resources, &agent)?;
+    let (project, source) = project_and_source(state, who, req).await?;
+    // The creator's own credential for its host; at creation only a team space shares it.
+    let shared = space.path != crate::app::personal::personal_space(&who.user.username);
+    let source = match source {
+        Some(s) => Some(s.for_owner(state, who.user.id, shared).await?),
+        None => None,
     };
     if let Some(r) = &req.git_ref {
         warren_types::git::validate_ref(r).map_err(|e| AppError::invalid_field("ref", e))?;
@@ -181,6 +198,21 @@ pub async fn create(
     let devfile_text = render::resolve_parent(&state.parents, &devfile_text, field).await?;
     let devfile = render::parse(&devfile_text, field)?;
     check_for_creation(&devfile, field, source.is_some(), req.starter.as_deref())?;
+    // Its owner's identity and secrets, under its own variables.
+    let folder = (req.repository.as_ref())
+        .filter(|_| project.is_none())
+        .map(|u| warren_types::git::repository_folder(u));
+    let at = crate::app::personal::Placement {
+        space: &space.path,
+        project: project
+            .as_ref()
+            .map(|p| p.name.as_str())
+            .or(folder.as_deref()),
+        granted: false,
+    };
+    let personal = crate::app::personal::personal(state, &who.user, at).await?;
+    let withheld = crate::app::personal::withheld_notice(&personal.withheld);
+    let all_variables = crate::app::personal::merged(personal.variables, &variables);
     let now = state.clock.now_ms();
     let mut attempts = 0;
     loop {
@@ -193,6 +225,10 @@ pub async fn create(
             project_id: project.as_ref().map(|p| p.id),
             git_ref: git_ref.clone(),
             repository: req.repository.clone().filter(|_| project.is_none()),
+            // Only when it was read: a devfile given wins over it.
+            definition_path: definition
+                .filter(|_| req.devfile.is_none() && source.is_some())
+                .map(str::to_owned),
             devfile: devfile_text.clone(),
             resources: resources.clone(),
             variables: variables.clone(),
@@ -215,7 +251,7 @@ pub async fn create(
                             agent: &agent,
                             project: project_input,
                             resources: &resources,
-                            variables: &variables,
+                            variables: &all_variables,
                             desired: DesiredState::Running,
                             dotfiles_url: who.user.dotfiles_url.as_deref(),
                             starter: req.starter.as_deref(),
@@ -229,7 +265,9 @@ pub async fn create(
                 state.signals.notify(agent.id);
                 state.changed();
                 let mut shown = with_notices(&w, for_caller(state, who, &w).await?)?;
-                shown.notices.splice(0..0, chosen);
+                shown
+                    .notices
+                    .splice(0..0, chosen.into_iter().chain(withheld));
                 return Ok(shown);
             }
             // A generated name collided: draw another.

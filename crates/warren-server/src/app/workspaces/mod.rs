@@ -12,6 +12,7 @@ mod create;
 mod rebuild;
 mod startup;
 
+pub(crate) use checks::check_variables;
 use create::check_for_creation;
 pub use create::create;
 pub use rebuild::rebuild;

@@ -97,7 +97,8 @@ pub async fn rebuild(
 }
 
 /// The request's devfile, else the project's stored one, else its repository's at the
-/// workspace's ref, else the definition the workspace was made from.
+/// workspace's ref (the file chosen at creation, when one was), else the definition the
+/// workspace was made from.
 async fn definition(
     state: &AppState,
     who: &Principal,
@@ -111,9 +112,11 @@ async fn definition(
             source: "the devfile given".into(),
         });
     }
-    if let Some(url) = &w.repository {
-        let source = Source::of_repository(url);
-        return from_source(state, w, &source).await;
+    if w.repository.is_some() {
+        // With the owner's credential, as the workspace clones it.
+        if let Some(source) = crate::app::sources::of_workspace(state, w).await? {
+            return from_source(state, w, &source).await;
+        }
     }
     let project = match w.project_id {
         Some(p) => state.store.project_by_key(&p.to_string()).await?,
@@ -145,7 +148,7 @@ async fn definition(
                 e
             }
         })?;
-    if let Some(d) = &p.devfile {
+    if let (Some(d), None) = (&p.devfile, &w.definition_path) {
         return Ok(Definition {
             text: d.clone(),
             field: "project devfile",
@@ -167,7 +170,8 @@ async fn from_source(
         .clone()
         .unwrap_or_else(|| source.default_ref.clone());
     let variables = w.stored_variables(&state.store)?;
-    let read = sources::definition(state, source, &git_ref, &variables, None).await?;
+    let chosen = w.definition_path.as_deref();
+    let read = sources::definition(state, source, &git_ref, &variables, chosen).await?;
     let at = if git_ref.is_empty() {
         "its default branch"
     } else {

@@ -8,6 +8,7 @@ pub mod gitops;
 pub mod mounts;
 pub mod ports;
 pub mod projects;
+pub mod secrets;
 pub mod spaces;
 pub mod users;
 pub mod workspaces;
@@ -60,6 +61,20 @@ pub fn router() -> Router<crate::http::HttpState> {
         .route(
             "/users/me/working-hours",
             put(users::set_working_hours).delete(users::delete_working_hours),
+        )
+        .route("/users/me/secrets", get(secrets::list))
+        .route(
+            "/users/me/secrets/{name}",
+            put(secrets::set).delete(secrets::delete),
+        )
+        .route("/users/me/profile", put(secrets::set_profile))
+        .route(
+            "/users/me/git-credentials",
+            get(secrets::list_git_credentials).post(secrets::set_git_credential),
+        )
+        .route(
+            "/users/me/git-credentials/{id}",
+            delete(secrets::delete_git_credential),
         )
         .route(
             "/users/{user}",

@@ -74,6 +74,7 @@ async fn render(http: &HttpState, viewer: &Viewer, extra: Extra<'_>) -> Result<R
             .join("\n")
     });
     let body = html! {
+        p { a href="/account/secrets" { "Secrets and commit identity" } ": environment variables and files for your workspaces, and the name your commits are made with." }
         section aria-labelledby="tokens-h" {
             h2 id="tokens-h" { "Personal access tokens" }
             p.hint { "For the CLI and the API (" code { "api" } ", " code { "read_api" } ") and for reaching workspaces from scripts and SSH (" code { "workspace" } ")." }

@@ -18,6 +18,7 @@ mod admin;
 mod assets;
 mod errors;
 mod layout;
+mod secrets;
 mod session;
 mod sign_in;
 mod workspaces;
@@ -73,6 +74,17 @@ pub fn router() -> Router<crate::http::HttpState> {
         .route("/account/tokens", post(account::create_token))
         .route("/account/password", post(account::change_password))
         .route("/account/working-hours", post(account::set_working_hours))
+        .route("/account/secrets", get(secrets::page).post(secrets::set))
+        .route("/account/secrets/{name}/delete", post(secrets::delete))
+        .route("/account/profile", post(secrets::set_profile))
+        .route(
+            "/account/git-credentials",
+            post(secrets::set_git_credential),
+        )
+        .route(
+            "/account/git-credentials/{id}/delete",
+            post(secrets::delete_git_credential),
+        )
         .route("/account/tokens/{id}/revoke", post(account::revoke_token))
         .route("/account/ssh-keys", post(account::add_ssh_key))
         .route(

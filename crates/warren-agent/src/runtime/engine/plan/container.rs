@@ -298,6 +298,41 @@ pub(super) fn pod_user(
     Ok(PodUser { uid, gid, non_root })
 }
 
+/// The names of `c`'s environment whose values come from Secrets and ConfigMaps (`envFrom`,
+/// `valueFrom` key references). Kubernetes reads them when it makes a pod, so a change of
+/// them alone leaves a running pod as it is and reaches the next one; the engine does the
+/// same: they are left out of the pod's hash and kept in a hash of their own, compared only
+/// when a stopped pod is about to start (`OBJECTS_ENV_LABEL`).
+pub(super) fn object_env_names(c: &Container, cx: &EnvContext<'_>) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for from in c.env_from.iter().flatten() {
+        let prefix = from.prefix.clone().unwrap_or_default();
+        let data = if let Some(s) = &from.secret_ref {
+            cx.secrets.get(&s.name)
+        } else if let Some(m) = &from.config_map_ref {
+            cx.config_maps.get(&m.name)
+        } else {
+            None
+        };
+        for k in data.into_iter().flat_map(|d| d.keys()) {
+            names.insert(format!("{prefix}{k}"));
+        }
+    }
+    // Later entries win, as in `resolve_env`.
+    for e in c.env.iter().flatten() {
+        let from_object = e.value.is_none()
+            && e.value_from
+                .as_ref()
+                .is_some_and(|f| f.secret_key_ref.is_some() || f.config_map_key_ref.is_some());
+        if from_object {
+            names.insert(e.name.clone());
+        } else {
+            names.remove(&e.name);
+        }
+    }
+    names
+}
+
 pub(super) fn resolve_env(c: &Container, cx: &EnvContext<'_>) -> Result<Vec<String>, String> {
     // Later entries win, as on Kubernetes (env over envFrom).
     let mut vars: Vec<(String, String)> = Vec::new();

@@ -31,6 +31,10 @@ pub const WORKSPACE_NAME_LABEL: &str = "warren.dev/workspace-name";
 pub const WORKSPACE_NAMESPACE_LABEL: &str = "warren.dev/workspace-namespace";
 /// Label: hash of the pod spec a container was created from (Recreate when it differs).
 pub const POD_HASH_LABEL: &str = "warren.dev/pod-hash";
+/// Label: hash of the environment's values from Secrets and ConfigMaps a container was
+/// created with (`object_env_names`): a stopped pod whose values changed is made again
+/// when it starts, as a new pod would be on Kubernetes; a running one is left as it is.
+pub const OBJECTS_ENV_LABEL: &str = "warren.dev/objects-env-hash";
 /// Label: `init` or `container`.
 pub const ROLE_LABEL: &str = "warren.dev/role";
 /// Label: the container's name in the pod spec.
@@ -295,6 +299,8 @@ pub const AUTO_USER_NAMESPACE: &str = "auto:size=65536";
 #[derive(Debug, Clone)]
 pub struct PodPlan {
     pub hash: String,
+    /// The hash of the environment's values from objects (`OBJECTS_ENV_LABEL`).
+    pub env_hash: String,
     pub replicas: i32,
     pub network: String,
     /// Engine volume name → PVC name.
@@ -381,7 +387,9 @@ pub struct PlanContext<'a> {
 mod container;
 mod pod;
 
-use container::{container_body, is_safe_relative, pod_user, project, EnvContext, Source};
+use container::{
+    container_body, is_safe_relative, object_env_names, pod_user, project, EnvContext, Source,
+};
 pub use pod::plan;
 
 /// JSON with object keys sorted, so the hash does not depend on map order.

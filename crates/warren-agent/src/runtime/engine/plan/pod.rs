@@ -72,13 +72,21 @@ pub fn plan(
         Some(init) => Some(tools_plan(&pod_cx, init)?),
         None => None,
     };
-    let hash = pod_hash(&containers, &placed.volumes)?;
-    // Labels last: they carry the hash.
+    let from_objects: Vec<BTreeSet<String>> = [(&init_containers), (&pod.containers)]
+        .into_iter()
+        .flat_map(|list| list.iter().map(|c| object_env_names(c, &env_cx)))
+        .collect();
+    let hash = pod_hash(&containers, &from_objects, &placed.volumes)?;
+    let env_hash = objects_env_hash(&containers, &from_objects);
+    // Labels last: they carry the hashes.
     for c in &mut containers {
-        c.body.labels = Some(container_labels(cx, c, &hash, &ports));
+        let mut labels = container_labels(cx, c, &hash, &ports);
+        labels.insert(OBJECTS_ENV_LABEL.into(), env_hash.clone());
+        c.body.labels = Some(labels);
     }
     Ok(PodPlan {
         hash,
+        env_hash,
         replicas,
         network,
         volumes: placed.volumes,
@@ -444,14 +452,27 @@ fn tools_plan(pcx: &PodContext<'_>, init: &Container) -> Result<ToolsPlan, PlanE
 
 /// The pod's hash: what the containers are created from and the volumes they mount, not the
 /// contents of mounted files (those are rewritten in place, as Kubernetes updates Secret
-/// volumes in place).
+/// volumes in place) nor the values of variables from objects (`from_objects`, one set per
+/// container: see `object_env_names`).
 fn pod_hash(
     containers: &[ContainerPlan],
+    from_objects: &[BTreeSet<String>],
     volumes: &BTreeMap<String, String>,
 ) -> Result<String, PlanError> {
     let mut hasher = Sha256::new();
-    for c in containers {
-        let v = serde_json::to_value(&c.body).map_err(|e| spec_err(e.to_string()))?;
+    let none = BTreeSet::new();
+    for (i, c) in containers.iter().enumerate() {
+        let masked = from_objects.get(i).unwrap_or(&none);
+        let mut body = c.body.clone();
+        if let Some(env) = &mut body.env {
+            for e in env.iter_mut() {
+                let name = e.split_once('=').map_or(e.as_str(), |(n, _)| n);
+                if masked.contains(name) {
+                    *e = name.to_owned();
+                }
+            }
+        }
+        let v = serde_json::to_value(&body).map_err(|e| spec_err(e.to_string()))?;
         hasher.update(c.role.label());
         hasher.update([0]);
         hasher.update(&c.engine_name);
@@ -467,6 +488,23 @@ fn pod_hash(
         hasher.update(format!("volume {engine} {claim}\0"));
     }
     Ok(hex::encode(&hasher.finalize()[..12]))
+}
+
+/// The hash of the values `pod_hash` leaves out: compared when a stopped pod starts.
+fn objects_env_hash(containers: &[ContainerPlan], from_objects: &[BTreeSet<String>]) -> String {
+    let mut hasher = Sha256::new();
+    for (c, names) in containers.iter().zip(from_objects) {
+        hasher.update(&c.engine_name);
+        hasher.update([0]);
+        for e in c.body.env.iter().flatten() {
+            let name = e.split_once('=').map_or(e.as_str(), |(n, _)| n);
+            if names.contains(name) {
+                hasher.update(e);
+                hasher.update([0]);
+            }
+        }
+    }
+    hex::encode(&hasher.finalize()[..12])
 }
 
 /// A container's labels: the workspace's, the pod hash, its role, name and order, and on the

@@ -69,6 +69,7 @@ fn rendered_with(
         agent_config: config,
         project: None,
         resources: None,
+        machine: None,
         variables: &variables,
         desired_state: desired,
         dotfiles_url: None,

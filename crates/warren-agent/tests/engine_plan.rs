@@ -45,6 +45,15 @@ fn plan_as(
     objects: &[Value],
     kubernetes: Option<plan::KubernetesPods>,
 ) -> Result<PodPlan, PlanError> {
+    plan_on(ws, objects, kubernetes, &plan::CdiDevices::default())
+}
+
+fn plan_on(
+    ws: &Workspace,
+    objects: &[Value],
+    kubernetes: Option<plan::KubernetesPods>,
+    cdi: &plan::CdiDevices,
+) -> Result<PodPlan, PlanError> {
     let parsed = plan::parse_objects(objects)?;
     let labels = BTreeMap::from([("warren.dev/agent-id".to_owned(), "7".to_owned())]);
     let cx = PlanContext {
@@ -52,6 +61,7 @@ fn plan_as(
         files_dir: Path::new("/state/ws/files"),
         labels: &labels,
         kubernetes,
+        cdi,
     };
     plan::plan(&parsed, &parsed.secrets, &parsed.config_maps, &cx)
 }
@@ -398,6 +408,97 @@ fn objects_an_engine_cannot_honour_are_refused_by_name() {
 }
 
 /// A Deployment as public examples write it: no securityContext at all.
+/// A machine class's devices (extended resources in the main container's limits) become
+/// the host's CDI devices of that kind, their specification's edits applied; a kind the host lacks, or too few, is refused
+/// naming it (issue 41, item 3).
+#[test]
+fn devices_are_the_hosts_cdi_devices_of_their_kind() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    std::fs::write(
+        dir.path().join("dongle.yaml"),
+        "cdiVersion: 0.5.0\nkind: example.com/dongle\ncontainerEdits:\n  env: [DONGLE_LIB=/opt/dongle]\ndevices:\n  - name: first\n    containerEdits:\n      deviceNodes:\n        - {path: /dev/dongle-first, hostPath: /dev/null}\n  - name: second\n    containerEdits:\n      deviceNodes:\n        - {path: /dev/dongle-second, hostPath: /dev/zero}\n",
+    )?;
+    let cdi = plan::CdiDevices::read(&[dir.path().to_owned()]);
+    let ws = workspace();
+    let with = |count: &str| {
+        let mut objects = ws.objects();
+        let dep = objects
+            .iter_mut()
+            .find(|o| o["kind"] == "Deployment")
+            .expect("a Deployment");
+        dep["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+            ["example.com/dongle"] = json!(count);
+        objects
+    };
+    let p = plan_on(&ws, &with("2"), None, &cdi)?;
+    let dev = p.containers.iter().find(|c| c.role == Role::App).unwrap();
+    let devices: Vec<(String, String)> = (dev.body.host_config.as_ref().unwrap().devices.iter())
+        .flatten()
+        .map(|d| {
+            (
+                d.path_on_host.clone().unwrap_or_default(),
+                d.path_in_container.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        devices,
+        [
+            ("/dev/null".to_owned(), "/dev/dongle-first".to_owned()),
+            ("/dev/zero".to_owned(), "/dev/dongle-second".to_owned())
+        ]
+    );
+    assert!(
+        dev.body
+            .env
+            .iter()
+            .flatten()
+            .any(|e| e == "DONGLE_LIB=/opt/dongle"),
+        "{:?}",
+        dev.body.env
+    );
+    let others = p.containers.iter().filter(|c| c.role == Role::App).skip(1);
+    for c in others {
+        assert_eq!(c.body.host_config.as_ref().unwrap().devices, None);
+    }
+
+    let too_many = plan_on(&ws, &with("3"), None, &cdi)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        too_many.contains("has 2 example.com/dongle device(s)"),
+        "{too_many}"
+    );
+    let none = plan_of(&ws, &with("1")).unwrap_err().to_string();
+    assert!(
+        none.contains("this host has no example.com/dongle devices"),
+        "{none}"
+    );
+    let half = plan_on(&ws, &with("500m"), None, &cdi)
+        .unwrap_err()
+        .to_string();
+    assert!(half.contains("whole number of devices"), "{half}");
+
+    // A pod from Git never reaches the host's devices, whatever its manifest asks.
+    let git = git_deployment(
+        json!([{"name": "web", "image": "nginx",
+                "resources": {"limits": {"example.com/dongle": "1"}}}]),
+        json!({}),
+    );
+    let user_namespace = Some(plan::KubernetesPods {
+        user_namespace: true,
+        remapped_users: false,
+    });
+    let refused = plan_on(&ws, &git, user_namespace, &cdi)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("only a workspace's machine class gives devices"),
+        "{refused}"
+    );
+    Ok(())
+}
+
 fn git_deployment(containers: Value, pod_extra: Value) -> Vec<Value> {
     let mut spec = json!({"containers": containers});
     if let (Some(spec), Some(extra)) = (spec.as_object_mut(), pod_extra.as_object()) {

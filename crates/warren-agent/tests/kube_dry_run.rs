@@ -69,6 +69,7 @@ fn request<'a>(
             credential: None,
         }),
         resources: Some(res),
+        machine: None,
         variables: &[],
         desired_state: DesiredState::Running,
         dotfiles_url: None,

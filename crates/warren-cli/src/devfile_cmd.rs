@@ -179,6 +179,7 @@ fn render(a: RenderArgs) -> Result<(), CliError> {
             credential: None,
         }),
         resources: resources.as_ref(),
+        machine: None,
         variables: &variables,
         desired_state: if a.stopped {
             DesiredState::Stopped

@@ -10,6 +10,7 @@
 //! reached or answered something that is not the API; 4 not signed in or the token was refused.
 
 mod agent_args;
+mod classes_cmd;
 mod commands;
 pub mod credentials;
 mod devcontainer_cmd;

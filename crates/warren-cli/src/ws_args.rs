@@ -37,6 +37,7 @@ impl LimitArgs {
     pub fn resources(&self) -> Option<warren_types::api::WorkspaceResources> {
         (self.cpu.is_some() || self.memory.is_some()).then(|| {
             warren_types::api::WorkspaceResources {
+                class: None,
                 cpu: self.cpu.clone(),
                 memory: self.memory.clone(),
             }
@@ -78,6 +79,10 @@ pub struct WsCreateArgs {
     /// space `users/<you>`.
     #[arg(long)]
     pub space: Option<String>,
+    /// A machine class of the agent's (`warren ws classes` lists them) instead of a size in
+    /// numbers.
+    #[arg(long, conflicts_with_all = ["cpu", "memory"])]
+    pub class: Option<String>,
     #[command(flatten)]
     pub limits: LimitArgs,
     /// Environment variable KEY=VALUE (repeatable).
@@ -143,6 +148,12 @@ pub struct WsActionArgs {
 pub enum WsCommand {
     /// Create a workspace (desired Running).
     Create(Box<WsCreateArgs>),
+    /// The machine classes an agent offers (for `create --class` and `resize --class`).
+    Classes {
+        /// Only this agent's (name or id); default: every agent's.
+        #[arg(long)]
+        agent: Option<String>,
+    },
     /// List workspaces (without --all: the first page only).
     #[command(visible_alias = "ls")]
     List {
@@ -321,10 +332,13 @@ pub enum WsCommand {
     /// share links that open one port without signing in. Without PORT: lists them.
     #[command(after_long_help = WS_PORT_HELP)]
     Port(Box<WsPortArgs>),
-    /// Change the workspace's size; it restarts, keeping its volume.
+    /// Change the workspace's size or machine class; it restarts, keeping its volume.
     #[command(group = clap::ArgGroup::new("size").required(true).multiple(true))]
     Resize {
         name: String,
+        /// Another machine class of its agent's (`warren ws classes`).
+        #[arg(long, group = "size", conflicts_with_all = ["cpu", "memory"])]
+        class: Option<String>,
         #[arg(long, value_parser = input::cpu, group = "size")]
         cpu: Option<String>,
         #[arg(long, value_parser = input::memory, group = "size")]

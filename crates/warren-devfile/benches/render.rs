@@ -75,6 +75,7 @@ fn main() {
             credential: None,
         }),
         resources: None,
+        machine: None,
         variables: &[],
         desired_state: DesiredState::Running,
         dotfiles_url: None,

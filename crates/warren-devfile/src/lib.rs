@@ -194,6 +194,7 @@ pub fn render_preview(
             agent_config,
             project: None,
             resources: None,
+            machine: None,
             variables: &[],
             desired_state: warren_types::DesiredState::Running,
             dotfiles_url: None,

@@ -653,6 +653,7 @@ fn requested_size_sets_main_limits_and_clamps_requests() {
     .unwrap();
     let cfg = AgentConfig::default();
     let size = WorkspaceResources {
+        class: None,
         cpu: Some("1".into()),
         memory: Some("3Gi".into()),
     };
@@ -678,6 +679,7 @@ fn requested_size_sets_main_limits_and_clamps_requests() {
     ));
     // A bad requested quantity is named.
     let bad = WorkspaceResources {
+        class: None,
         cpu: Some("lots".into()),
         memory: None,
     };

@@ -19,6 +19,7 @@ mod fuzz_api;
 mod gitops;
 mod layers;
 mod leases;
+mod machines;
 mod mounts;
 mod oauth;
 mod projects;

@@ -14,15 +14,6 @@ fn b64(s: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(s)
 }
 
-/// Workspace `name`'s objects as the agent receives them (a full reconcile).
-async fn config_of(s: &TestServer, agent: i64, name: &str) -> String {
-    let infos = s.reconcile_ok(agent, "full", json!([])).await;
-    infos[name]["config_to_apply"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
-}
-
 /// Whether `config` gives `key` the value `value` (a Secret's data, base64).
 fn gives(config: &str, key: &str, value: &str) -> bool {
     config.contains(&format!("{key}: {}", b64(value)))
@@ -119,7 +110,7 @@ async fn a_users_secrets_reach_their_workspaces_and_no_one_elses() {
         // Alice's workspace (her personal space, no project): her identity, her secrets but
         // the project-scoped one.
         s.workspace(&alice, json!({"name": "aw"})).await;
-        let c = config_of(&s, agent, "aw").await;
+        let c = s.config_of(agent, "aw").await;
         assert!(gives(&c, "API_TOKEN", "tok-2-s3cret"), "[{l}] {c}");
         assert!(
             gives(&c, "npmrc", "//reg/:_authToken=n9m"),
@@ -140,7 +131,7 @@ async fn a_users_secrets_reach_their_workspaces_and_no_one_elses() {
             json!({"name": "aw2", "variables": [{"key": "API_TOKEN", "value": "own-value"}]}),
         )
         .await;
-        let c = config_of(&s, agent, "aw2").await;
+        let c = s.config_of(agent, "aw2").await;
         assert!(
             gives(&c, "API_TOKEN", "own-value") && !c.contains(&b64("tok-2-s3cret")),
             "[{l}] {c}"
@@ -148,7 +139,7 @@ async fn a_users_secrets_reach_their_workspaces_and_no_one_elses() {
 
         // Bob's workspace has none of hers.
         s.workspace(&bob, json!({"name": "bw"})).await;
-        let c = config_of(&s, agent, "bw").await;
+        let c = s.config_of(agent, "bw").await;
         assert!(
             !c.contains("API_TOKEN") && !c.contains("npmrc") && !c.contains(&b64("tok-2-s3cret")),
             "[{l}] {c}"
@@ -170,7 +161,7 @@ async fn a_users_secrets_reach_their_workspaces_and_no_one_elses() {
         assert_eq!(st, 200, "[{l}]");
         let (st, _) = s.delete(&alice, "/api/v1/users/me/secrets/npmrc").await;
         assert_eq!(st, 204, "[{l}]");
-        let c = config_of(&s, agent, "aw").await;
+        let c = s.config_of(agent, "aw").await;
         assert!(
             gives(&c, "GIT_AUTHOR_EMAIL", "alice@example.com"),
             "[{l}] {c}"
@@ -203,7 +194,7 @@ async fn a_users_secrets_reach_their_workspaces_and_no_one_elses() {
                 && w["notices"].to_string().contains("--shared-workspaces"),
             "[{l}] {w}"
         );
-        let c = config_of(&s, agent, "tw").await;
+        let c = s.config_of(agent, "tw").await;
         assert!(
             !c.contains(&b64("tok-2-s3cret")) && gives(&c, "SHARED_OK", "sh4red"),
             "[{l}] {c}"
@@ -220,7 +211,7 @@ async fn a_users_secrets_reach_their_workspaces_and_no_one_elses() {
             )
             .await;
         assert!(st == 200 || st == 201, "[{l}] {st} {b}");
-        let c = config_of(&s, agent, "aw").await;
+        let c = s.config_of(agent, "aw").await;
         assert!(
             !c.contains(&b64("tok-2-s3cret")) && gives(&c, "SHARED_OK", "sh4red"),
             "[{l}] {c}"
@@ -229,7 +220,7 @@ async fn a_users_secrets_reach_their_workspaces_and_no_one_elses() {
         assert_eq!(w["desired_state"], "RestartRequested", "[{l}] {w}");
         let (st, b) = s.delete(&alice, "/api/v1/workspaces/aw/grants/bob").await;
         assert!(st == 200 || st == 204, "[{l}] {st} {b}");
-        let c = config_of(&s, agent, "aw").await;
+        let c = s.config_of(agent, "aw").await;
         assert!(gives(&c, "API_TOKEN", "tok-2-s3cret"), "[{l}] {c}");
 
         // A project-scoped secret goes to a matching project's workspace.
@@ -242,7 +233,7 @@ async fn a_users_secrets_reach_their_workspaces_and_no_one_elses() {
             json!({"name": "pw", "project": "web-shop", "devfile": WEB_DEVFILE}),
         )
         .await;
-        let c = config_of(&s, agent, "pw").await;
+        let c = s.config_of(agent, "pw").await;
         assert!(gives(&c, "WEB_ONLY", "w3b"), "[{l}] {c}");
         s.stop().await;
     }
@@ -373,14 +364,7 @@ async fn the_secrets_page_sets_lists_and_removes() {
     assert_eq!(page.status, 200, "{}", page.body);
     assert!(page.body.contains("No secrets yet."), "{}", page.body);
     let csrf = crate::ui::csrf_of(&page);
-    let form = |pairs: &[(&str, &str)]| {
-        let mut v: Vec<(String, String)> = pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
-        v.push(("csrf_token".into(), csrf.clone()));
-        v
-    };
+    let form = |pairs: &[(&str, &str)]| crate::ui::form_with(&csrf, pairs);
 
     let p = b
         .post_form(
@@ -616,7 +600,7 @@ async fn your_git_credential_opens_your_private_repositories() {
             w["url"].as_str().unwrap_or("").contains("8080-mine."),
             "[{l}] its devfile was read with her credential: {w}"
         );
-        let c = config_of(&s, agent, "mine").await;
+        let c = s.config_of(agent, "mine").await;
         assert!(
             gives(&c, "credentials", "username=ann\npassword=s3cret-pass\n"),
             "[{l}] {c}"
@@ -666,7 +650,7 @@ async fn your_git_credential_opens_your_private_repositories() {
             json!({"project": "app", "name": "pw", "devfile": WEB_DEVFILE}),
         )
         .await;
-        let c = config_of(&s, agent, "pw").await;
+        let c = s.config_of(agent, "pw").await;
         assert!(
             gives(&c, "credentials", "username=ann\npassword=s3cret-pass\n")
                 && !c.contains(&b64("project-tok")),
@@ -679,12 +663,12 @@ async fn your_git_credential_opens_your_private_repositories() {
             .delete(&ann, &format!("/api/v1/users/me/git-credentials/{id}"))
             .await;
         assert_eq!(st, 204, "[{l}] {b}");
-        let c = config_of(&s, agent, "pw").await;
+        let c = s.config_of(agent, "pw").await;
         assert!(
             gives(&c, "credentials", "username=ann\npassword=project-tok\n"),
             "[{l}] {c}"
         );
-        let c = config_of(&s, agent, "mine").await;
+        let c = s.config_of(agent, "mine").await;
         assert!(
             !c.contains(&b64("username=ann\npassword=s3cret-pass\n")),
             "[{l}] {c}"

@@ -34,6 +34,16 @@ async fn sign_in(b: &mut Browser, user: &str, password: &str) -> Page {
     .await
 }
 
+/// A form's fields as `post_form` takes them, with the CSRF token `csrf` added.
+pub(crate) fn form_with(csrf: &str, pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    v.push(("csrf_token".into(), csrf.to_owned()));
+    v
+}
+
 /// The CSRF token of the forms on `page`.
 pub(crate) fn csrf_of(page: &Page) -> String {
     page.hidden()

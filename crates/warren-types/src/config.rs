@@ -47,9 +47,33 @@ pub struct AgentConfig {
     pub image_mirrors: BTreeMap<String, String>,
     /// Who may reach its workspaces' ports, and share links (issue 41, item 4).
     pub ports: crate::sharing::PortPolicy,
+    /// The sizes users pick from at create and resize (issue 41, item 3).
+    pub machine_classes: Vec<crate::machine::MachineClass>,
+    /// The class a workspace gets when its creator names none and gives no size; the
+    /// first class when absent.
+    pub default_machine_class: Option<String>,
+    /// Whether users may still give a size in numbers (`--cpu`, `--memory`) instead of a
+    /// class; only where classes are defined does `false` refuse them.
+    pub custom_sizes: bool,
+    /// Most weight (a class's `weight`, 1 for a workspace of no class) one user's
+    /// running workspaces may add up to on this agent; -1 unlimited.
+    pub weight_per_user_quota: i64,
 }
 
 impl AgentConfig {
+    /// The class named `name`.
+    pub fn machine_class(&self, name: &str) -> Option<&crate::machine::MachineClass> {
+        self.machine_classes.iter().find(|c| c.name == name)
+    }
+
+    /// The class a workspace gets when its creator names none and gives no size.
+    pub fn default_class(&self) -> Option<&crate::machine::MachineClass> {
+        match &self.default_machine_class {
+            Some(name) => self.machine_class(name),
+            None => self.machine_classes.first(),
+        }
+    }
+
     /// `image` as this agent's workspaces pull it ([`AgentConfig::image_mirrors`]).
     pub fn mirrored_image(&self, image: &str) -> String {
         if let Some(to) = self.image_mirrors.get(image) {
@@ -84,6 +108,10 @@ impl Default for AgentConfig {
             editor: EditorConfig::default(),
             image_mirrors: BTreeMap::new(),
             ports: crate::sharing::PortPolicy::default(),
+            machine_classes: vec![],
+            default_machine_class: None,
+            custom_sizes: true,
+            weight_per_user_quota: -1,
         }
     }
 }

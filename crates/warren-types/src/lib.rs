@@ -15,6 +15,7 @@ pub mod ids;
 pub mod internal;
 pub mod isolation;
 pub mod lifecycle;
+pub mod machine;
 pub mod quantity;
 pub mod reconcile;
 pub mod relay;

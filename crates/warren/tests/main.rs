@@ -27,6 +27,7 @@ mod ha_e2e;
 mod isolation_e2e;
 mod kube_e2e;
 mod logs_cli;
+mod machines_e2e;
 mod mounts_e2e;
 mod parent_e2e;
 mod port_forward_cli;

@@ -107,10 +107,27 @@ pub(super) async fn finish_action(
     Ok(())
 }
 
+/// `ws resize`: a class, or numbers.
+async fn resize_command(c: &Client, out: Format, cmd: WsCommand) -> Result<(), CliError> {
+    let WsCommand::Resize {
+        name,
+        class,
+        cpu,
+        memory,
+        wait,
+    } = cmd
+    else {
+        return Ok(());
+    };
+    let size = WorkspaceResources { class, cpu, memory };
+    ws_resize(c, out, &name, size, &wait).await
+}
+
 pub(super) async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
     let (c, _) = client()?;
     match cmd {
         WsCommand::Create(args) => ws_create(&c, out, *args).await,
+        WsCommand::Classes { agent } => crate::classes_cmd::run(&c, out, agent.as_deref()).await,
         WsCommand::List {
             state,
             agent,
@@ -237,12 +254,7 @@ pub(super) async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
             open_cmd::hand_over(&url, print);
             Ok(())
         }
-        WsCommand::Resize {
-            name,
-            cpu,
-            memory,
-            wait,
-        } => ws_resize(&c, out, &name, WorkspaceResources { cpu, memory }, &wait).await,
+        resize @ WsCommand::Resize { .. } => resize_command(&c, out, resize).await,
         WsCommand::Port(a) => crate::share_cmd::run(&c, out, *a).await,
         WsCommand::Rebuild {
             name,
@@ -583,7 +595,13 @@ pub(super) async fn ws_create(c: &Client, out: Format, a: WsCreateArgs) -> Resul
         .map(|p| read_text("devfile", p))
         .transpose()?;
     let variables = input::variables(&a.vars, &a.secret_vars, &a.file_vars)?;
-    let resources = a.limits.resources();
+    let resources = match &a.class {
+        Some(class) => Some(WorkspaceResources {
+            class: Some(class.clone()),
+            ..Default::default()
+        }),
+        None => a.limits.resources(),
+    };
     let split = a
         .repo
         .as_deref()

@@ -149,6 +149,9 @@ fn opt(v: &Option<String>) -> String {
 }
 
 pub fn resources(r: &warren_types::api::WorkspaceResources) -> String {
+    if let Some(class) = &r.class {
+        return format!("class {class}");
+    }
     match (&r.cpu, &r.memory) {
         (None, None) => "default".into(),
         (cpu, mem) => format!("cpu {} / memory {}", opt(cpu), opt(mem)),
@@ -542,6 +545,7 @@ mod tests {
             url: Some("http://3000-dev.ws.localhost".into()),
             endpoints: [("web".to_owned(), "http://3000-dev.ws.localhost".to_owned())].into(),
             resources: WorkspaceResources {
+                class: None,
                 cpu: Some("2".into()),
                 memory: None,
             },

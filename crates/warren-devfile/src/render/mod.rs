@@ -131,6 +131,9 @@ pub struct RenderRequest<'a> {
     /// User-requested whole-workspace size (create/resize): sets the MAIN container's limits
     /// (cpu/memory); its requests become min(request, limit). None = devfile/defaults.
     pub resources: Option<&'a WorkspaceResources>,
+    /// The workspace's machine class (its `cpu` and `memory` already in `resources`): the
+    /// volume's size, the main container's devices, and the pod's placement.
+    pub machine: Option<&'a warren_types::machine::MachineClass>,
     pub variables: &'a [ResolvedVariable],
     pub desired_state: DesiredState,
     /// The owner's dotfiles repository, cloned into the home and installed at first start.

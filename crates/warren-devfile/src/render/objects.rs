@@ -208,9 +208,14 @@ impl<'a, 'r> Plan<'a, 'r> {
         if let Some(cap) = &cfg.max_resources_per_workspace {
             check_cap(&app_res, &init_res, cap)?;
         }
-        let data_size = parse_memory_bytes(&cfg.data_volume_size)
-            .map(|_| cfg.data_volume_size.clone())
-            .map_err(quantity_err("data_volume_size"))?;
+        let data_size = match req.machine.and_then(|m| m.storage.as_ref()) {
+            Some(size) => parse_memory_bytes(size)
+                .map(|_| size.clone())
+                .map_err(quantity_err("machine class storage"))?,
+            None => parse_memory_bytes(&cfg.data_volume_size)
+                .map(|_| cfg.data_volume_size.clone())
+                .map_err(quantity_err("data_volume_size"))?,
+        };
         Ok(Plan {
             devfile,
             req,
@@ -579,6 +584,11 @@ impl<'a, 'r> Plan<'a, 'r> {
         for c in devfile.containers.iter().filter(|c| !c.init_only) {
             let wrap = wrapped(c);
             let mut k = build(c, c.name.clone(), wrap);
+            if c.main {
+                if let Some(m) = self.req.machine {
+                    pod::add_devices(&mut k, &m.devices);
+                }
+            }
             k.readiness_probe = pod::readiness_probe(c, wrap);
             if let Some(h) = &c.healthcheck {
                 k.lifecycle = Some(pod::healthcheck_hook(&c.name, h));
@@ -741,7 +751,15 @@ impl<'a, 'r> Plan<'a, 'r> {
                         // shared one would let each read the others' files and environment.
                         termination_grace_period_seconds: Some(10),
                         host_users: cfg.security.use_user_namespaces.then_some(false),
-                        runtime_class_name: cfg.security.runtime_class_name.clone(),
+                        runtime_class_name: (req.machine)
+                            .and_then(|m| m.runtime_class.clone())
+                            .or_else(|| cfg.security.runtime_class_name.clone()),
+                        node_selector: (req.machine)
+                            .filter(|m| !m.node_selector.is_empty())
+                            .map(|m| m.node_selector.clone()),
+                        tolerations: (req.machine)
+                            .filter(|m| !m.tolerations.is_empty())
+                            .map(|m| m.tolerations.iter().map(pod::toleration).collect()),
                         security_context: Some(core::PodSecurityContext {
                             run_as_non_root: Some(true),
                             run_as_user: Some(cfg.security.run_as_user),

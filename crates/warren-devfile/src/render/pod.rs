@@ -367,3 +367,33 @@ pub(super) fn healthcheck_hook(name: &str, h: &Healthcheck) -> core::Lifecycle {
         ..Default::default()
     }
 }
+
+/// Gives container `k` its machine class's devices, as extended resources in its limits
+/// (Kubernetes takes the request to be the limit for them).
+pub(super) fn add_devices(
+    k: &mut core::Container,
+    devices: &std::collections::BTreeMap<String, u32>,
+) {
+    if devices.is_empty() {
+        return;
+    }
+    let resources = k.resources.get_or_insert_with(Default::default);
+    let limits = resources.limits.get_or_insert_with(Default::default);
+    for (name, count) in devices {
+        limits.insert(
+            name.clone(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity(count.to_string()),
+        );
+    }
+}
+
+/// A machine class's toleration as the pod spec takes it.
+pub(super) fn toleration(t: &warren_types::machine::Toleration) -> core::Toleration {
+    core::Toleration {
+        key: (!t.key.is_empty()).then(|| t.key.clone()),
+        operator: t.operator.clone(),
+        value: t.value.clone(),
+        effect: t.effect.clone().filter(|e| !e.is_empty()),
+        toleration_seconds: t.toleration_seconds,
+    }
+}

@@ -55,6 +55,7 @@ pub fn request<'a>(
             credential: None,
         }),
         resources: None,
+        machine: None,
         variables,
         desired_state: DesiredState::Running,
         dotfiles_url: None,

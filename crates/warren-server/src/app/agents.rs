@@ -288,6 +288,19 @@ pub fn validate_agent_config(c: &AgentConfig) -> Result<(), AppError> {
     }
     parse_memory_bytes(&c.data_volume_size)
         .map_err(|e| AppError::invalid_field("config.data_volume_size", e))?;
+    let classes = warren_types::machine::check_classes(
+        &c.machine_classes,
+        c.default_machine_class.as_deref(),
+    );
+    if let Some((field, problem)) = classes.into_iter().next() {
+        return Err(AppError::invalid_field(&format!("config.{field}"), problem));
+    }
+    if c.weight_per_user_quota < -1 {
+        return Err(AppError::invalid_field(
+            "config.weight_per_user_quota",
+            "must be -1 (unlimited) or at least 0",
+        ));
+    }
     // Every workspace object carries these: a key Kubernetes refuses would make every
     // workspace of the agent fail at apply time.
     use warren_devfile::k8s;

@@ -264,6 +264,10 @@ async fn startable(
     let Some(w) = state.store.workspace_by_id(id).await? else {
         return Ok(false);
     };
+    if super::render::machine_class(agent, &w.resources).is_err() {
+        tracing::info!(agent = %agent.name, workspace = %w.name, "working hours did not start a workspace of a machine class its agent no longer offers");
+        return Ok(false);
+    }
     match warren_devfile::check_rendered_isolation(&w.objects(&state.store)?, &agent.config) {
         Ok(()) => Ok(true),
         Err(e) => {

@@ -7,6 +7,7 @@ use crate::store::workspaces::{RenderedObjects, StoredVariable};
 use serde_json::Value;
 use warren_devfile::{Devfile, ProjectSource, RenderRequest, ResolvedVariable};
 use warren_types::api::WorkspaceResources;
+use warren_types::machine::MachineClass;
 use warren_types::{error_chain, DesiredState, WorkspaceId};
 
 /// The YAML the agent applies for replicas 1 and for replicas 0, rendered once when the
@@ -157,6 +158,47 @@ pub fn render_error(e: warren_devfile::RenderError) -> AppError {
     AppError::new(ErrorKind::Unprocessable, code, error_chain(&e))
 }
 
+/// The code of a refusal because a workspace's machine class is not (or no longer) one
+/// its agent offers.
+pub const NO_SUCH_CLASS: &str = "no_such_machine_class";
+
+/// The machine class `resources` names, among those `agent` offers.
+pub fn machine_class<'a>(
+    agent: &'a AgentRow,
+    resources: &WorkspaceResources,
+) -> Result<Option<&'a MachineClass>, AppError> {
+    let Some(name) = &resources.class else {
+        return Ok(None);
+    };
+    match agent.config.machine_class(name) {
+        Some(c) => Ok(Some(c)),
+        None => Err(AppError::new(
+            ErrorKind::Unprocessable,
+            NO_SUCH_CLASS,
+            format!(
+                "resources.class: agent {} offers no machine class {name:?}; {}",
+                agent.name,
+                offered(&agent.config)
+            ),
+        )
+        .with_field("resources.class")),
+    }
+}
+
+/// What an agent offers, said for a refusal.
+pub fn offered(cfg: &warren_types::config::AgentConfig) -> String {
+    if cfg.machine_classes.is_empty() {
+        "it has none (give --cpu and --memory instead)".into()
+    } else {
+        let names: Vec<&str> = cfg
+            .machine_classes
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
+        format!("it offers {}", names.join(", "))
+    }
+}
+
 /// Renders a workspace's objects and computes its URLs; a refusal says why.
 pub fn render_workspace(
     devfile: &Devfile,
@@ -171,7 +213,20 @@ pub fn render_workspace(
             kind: v.kind,
         })
         .collect();
-    let has_resources = input.resources.cpu.is_some() || input.resources.memory.is_some();
+    let machine = machine_class(input.agent, input.resources)?;
+    let sized;
+    let resources = match machine {
+        Some(m) => {
+            sized = WorkspaceResources {
+                class: None,
+                cpu: m.cpu.clone(),
+                memory: m.memory.clone(),
+            };
+            &sized
+        }
+        None => input.resources,
+    };
+    let has_resources = resources.cpu.is_some() || resources.memory.is_some();
     let req = RenderRequest {
         workspace_name: input.name,
         workspace_id: input.id,
@@ -183,7 +238,8 @@ pub fn render_workspace(
             git_ref: p.git_ref,
             credential: p.credential,
         }),
-        resources: has_resources.then_some(input.resources),
+        resources: has_resources.then_some(resources),
+        machine,
         variables: &variables,
         desired_state: input.desired,
         dotfiles_url: input.dotfiles_url,

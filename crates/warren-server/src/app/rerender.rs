@@ -243,9 +243,10 @@ async fn rerender_all(
                             .await?;
                         // An exception the admin took back: the workspace does not keep
                         // running with it (and cannot start again with it).
-                        if e.code == super::render::NOT_ALLOWED_BY_AGENT
-                            && w.desired_state != DesiredState::Stopped
-                        {
+                        // So is a machine class the agent no longer offers.
+                        let withdrawn = e.code == super::render::NOT_ALLOWED_BY_AGENT
+                            || e.code == super::render::NO_SUCH_CLASS;
+                        if withdrawn && w.desired_state != DesiredState::Stopped {
                             stop(state, &w).await?;
                         }
                         break;

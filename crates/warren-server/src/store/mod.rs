@@ -14,6 +14,7 @@ pub mod mounts;
 pub mod oauth;
 pub mod ports;
 pub mod projects;
+mod quota;
 pub mod reconcile;
 pub mod secrets;
 pub mod spaces;

@@ -5,7 +5,7 @@ use super::error::unique;
 use super::{
     bind_all, corrupt, get_i64, get_opt_i64, get_opt_str, get_str, Bind, Store, StoreError,
 };
-use crate::db::{from_millis, DbKind, Tx};
+use crate::db::{from_millis, DbKind};
 use serde::{Deserialize, Serialize};
 use sqlx::any::AnyRow;
 use sqlx::FromRow;
@@ -396,12 +396,7 @@ pub struct WorkspaceFilter {
     pub limit: i64,
 }
 
-/// Quota counts at creation time: workspaces not desired `Terminated` on the agent.
-#[derive(Debug, Clone, Copy)]
-pub struct QuotaCounts {
-    pub agent_total: i64,
-    pub user_total: i64,
-}
+pub use super::quota::QuotaCounts;
 
 /// A workspace's rendered objects as stored: the objects (sealed), its URLs, and the YAML
 /// the agent applies for replicas 1 and 0 (sealed), rendered once so reconciles only decrypt.
@@ -481,7 +476,7 @@ impl Store {
                 .await
                 .map_err(StoreError::from)?;
         }
-        let counts = quota_counts(&mut tx, w.agent_id, w.owner_id).await?;
+        let counts = super::quota::quota_counts(&mut tx, w.agent_id, w.owner_id).await?;
         check(counts)?;
         // A name is a host name: a mount may hold it too.
         let mount = sqlx::query("SELECT 1 FROM mounts WHERE name = $1")
@@ -771,23 +766,4 @@ impl Store {
             })
             .collect::<Result<_, sqlx::Error>>()?)
     }
-}
-
-async fn quota_counts(
-    tx: &mut Tx,
-    agent: AgentId,
-    owner: UserId,
-) -> Result<QuotaCounts, StoreError> {
-    let r = sqlx::query(
-        "SELECT COUNT(*) AS total, COALESCE(SUM(CASE WHEN owner_id = $2 THEN 1 ELSE 0 END), 0) AS mine \
-         FROM workspaces WHERE agent_id = $1 AND desired_state <> 'Terminated'",
-    )
-    .bind(agent.get())
-    .bind(owner.get())
-    .fetch_one(&mut **tx)
-    .await?;
-    Ok(QuotaCounts {
-        agent_total: get_i64(&r, "total")?,
-        user_total: get_i64(&r, "mine")?,
-    })
 }

@@ -359,6 +359,15 @@ impl TestServer {
     }
 
     /// Creates a workspace through the API (default devfile unless `extra` says otherwise).
+    /// Workspace `name`'s objects as the agent receives them (a full reconcile).
+    pub async fn config_of(&self, agent: i64, name: &str) -> String {
+        let infos = self.reconcile_ok(agent, "full", json!([])).await;
+        infos[name]["config_to_apply"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
     pub async fn workspace(&self, token: &str, extra: Value) -> Value {
         let (s, b) = self
             .call(Method::POST, "/api/v1/workspaces", Some(token), Some(extra))

@@ -41,6 +41,10 @@ pub struct Variable {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WorkspaceResources {
+    /// A machine class of the agent's, by name: its size, storage, devices and placement
+    /// (with no `cpu` or `memory` beside it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
     #[serde(default)]
     pub cpu: Option<String>,
     #[serde(default)]

@@ -55,6 +55,7 @@ impl EngineRuntime {
             files_dir: &files_dir,
             labels: &labels,
             kubernetes: self.inner.kubernetes_pods,
+            cdi: &plan::CdiDevices::read(&self.inner.config.cdi_spec_dirs),
         };
         let mut plan = plan::plan(&parsed, &secrets, &config_maps, &cx)
             .map_err(|e| apply_err(e.to_string()))?;

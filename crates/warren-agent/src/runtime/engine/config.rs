@@ -50,6 +50,18 @@ pub struct EngineConfig {
     /// certificates in `registry_certs_dir` are trusted by name. Empty: no other.
     #[serde(default)]
     pub outbound_allow: Vec<ipnet::IpNet>,
+    /// Where the engine reads Container Device Interface specifications (a machine class's
+    /// devices); the specification's defaults, `/etc/cdi` and `/var/run/cdi`, which Podman
+    /// reads, when absent. Docker's daemon may be configured with others (`cdi-spec-dirs`).
+    #[serde(default = "default_cdi_dirs")]
+    pub cdi_spec_dirs: Vec<PathBuf>,
+}
+
+fn default_cdi_dirs() -> Vec<PathBuf> {
+    super::plan::cdi::SPEC_DIRS
+        .iter()
+        .map(PathBuf::from)
+        .collect()
 }
 
 fn default_stop_timeout() -> u32 {
@@ -73,6 +85,7 @@ impl EngineConfig {
             registry_certs_dir: None,
             plain_http_registries: vec![],
             outbound_allow: vec![],
+            cdi_spec_dirs: default_cdi_dirs(),
         }
     }
 

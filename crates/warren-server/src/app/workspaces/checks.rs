@@ -2,7 +2,7 @@
 //! variables, its resources against the agent's limits, the agent it goes to and the agent's
 //! quotas.
 
-use super::super::{AppError, AppState, ErrorKind};
+use super::super::{render, AppError, AppState, ErrorKind};
 use crate::store::agents::AgentRow;
 use crate::store::workspaces::{QuotaCounts, StoredVariable};
 use warren_devfile::{MAX_ENV_BYTES, MAX_ENV_VAR_BYTES};
@@ -101,6 +101,105 @@ const MIN_WORKSPACE_MEMORY_BYTES: u64 = 64 << 20;
 /// Checks a requested workspace size: valid quantities, not below the floors, and within
 /// what `agent` reported it can give one workspace (its host's CPUs and memory). The agent's
 /// `max_resources_per_workspace` is checked by rendering.
+/// The size a new workspace gets: the machine class it names (one of the agent's, alone),
+/// else a size in numbers (where the agent takes them), else the agent's default class,
+/// else nothing (the devfile's and the agent's defaults).
+pub(super) fn size_at_creation(
+    asked: WorkspaceResources,
+    agent: &AgentRow,
+) -> Result<WorkspaceResources, AppError> {
+    let cfg = &agent.config;
+    let numbers = asked.cpu.is_some() || asked.memory.is_some();
+    if asked.class.is_some() {
+        if numbers {
+            return Err(AppError::invalid_field(
+                "resources.class",
+                "give a machine class or a size in numbers, not both",
+            ));
+        }
+        render::machine_class(agent, &asked)?;
+        return Ok(asked);
+    }
+    if numbers {
+        if !cfg.machine_classes.is_empty() && !cfg.custom_sizes {
+            return Err(AppError::invalid_field(
+                "resources",
+                format!(
+                    "agent {} takes a machine class, not a size in numbers: {}",
+                    agent.name,
+                    render::offered(cfg)
+                ),
+            ));
+        }
+        check_resources(&asked, agent)?;
+        return Ok(asked);
+    }
+    Ok(WorkspaceResources {
+        class: cfg.default_class().map(|c| c.name.clone()),
+        ..asked
+    })
+}
+
+/// The size a resize leaves workspace size `now` with: another class replaces the whole of
+/// it; numbers replace what they name (a workspace of a class changes class instead). A
+/// volume never shrinks (Kubernetes refuses it), so a class with less storage is refused.
+pub(super) fn size_after_resize(
+    now: &WorkspaceResources,
+    asked: &WorkspaceResources,
+    agent: &AgentRow,
+) -> Result<WorkspaceResources, AppError> {
+    let numbers = asked.cpu.is_some() || asked.memory.is_some();
+    if asked.class.is_none() && now.class.is_some() && numbers {
+        return Err(AppError::invalid_field(
+            "resources",
+            format!(
+                "the workspace is of machine class {}: resize it to another class; {}",
+                now.class.as_deref().unwrap_or_default(),
+                render::offered(&agent.config)
+            ),
+        ));
+    }
+    let next = if asked.class.is_some() {
+        size_at_creation(asked.clone(), agent)?
+    } else {
+        if numbers && !agent.config.machine_classes.is_empty() && !agent.config.custom_sizes {
+            return Err(AppError::invalid_field(
+                "resources",
+                format!(
+                    "agent {} takes a machine class, not a size in numbers: {}",
+                    agent.name,
+                    render::offered(&agent.config)
+                ),
+            ));
+        }
+        check_resources(asked, agent)?;
+        WorkspaceResources {
+            class: None,
+            cpu: asked.cpu.clone().or_else(|| now.cpu.clone()),
+            memory: asked.memory.clone().or_else(|| now.memory.clone()),
+        }
+    };
+    let storage = |r: &WorkspaceResources| -> Option<(u64, String)> {
+        let size = (r.class.as_ref())
+            .and_then(|n| agent.config.machine_class(n))
+            .and_then(|c| c.storage.clone())
+            .unwrap_or_else(|| agent.config.data_volume_size.clone());
+        parse_memory_bytes(&size).ok().map(|b| (b, size))
+    };
+    if let (Some((had, had_words)), Some((gets, gets_words))) = (storage(now), storage(&next)) {
+        if gets < had {
+            return Err(AppError::invalid_field(
+                "resources.class",
+                format!(
+                    "a workspace's volume does not shrink: it has {had_words}, and class {} has {gets_words}",
+                    next.class.as_deref().unwrap_or("(none)")
+                ),
+            ));
+        }
+    }
+    Ok(next)
+}
+
 pub(super) fn check_resources(r: &WorkspaceResources, agent: &AgentRow) -> Result<(), AppError> {
     /// One requested quantity and its bounds.
     struct Size<'a> {
@@ -197,7 +296,61 @@ pub(super) async fn choose_agent(
 }
 
 /// A quota refusal names the quota and the count.
-pub(super) fn check_quotas(agent: &AgentRow, counts: QuotaCounts) -> Result<(), AppError> {
+/// What workspace size `r` counts for against the agent's weight quota: its class's
+/// weight, 1 for a workspace of no class (or of a class the agent no longer offers).
+fn weight(agent: &AgentRow, r: &WorkspaceResources) -> i64 {
+    (r.class.as_ref())
+        .and_then(|n| agent.config.machine_class(n))
+        .map_or(1, |c| i64::from(c.weight()))
+}
+
+/// Refuses a resize that would take the owner's workspaces on the agent over its weight
+/// quota (their other workspaces as they are, this one at its new size).
+pub(super) async fn check_weight_after_resize(
+    state: &AppState,
+    w: &crate::store::workspaces::WorkspaceRow,
+    agent: &AgentRow,
+    next: &WorkspaceResources,
+) -> Result<(), AppError> {
+    let quota = agent.config.weight_per_user_quota;
+    if quota < 0 {
+        return Ok(());
+    }
+    let others: i64 = (state.store.user_sizes(agent.id, w.owner_id).await?)
+        .iter()
+        .filter(|(id, _)| *id != w.id)
+        .map(|(_, r)| weight(agent, r))
+        .sum();
+    let adds = weight(agent, next);
+    if others + adds > quota && adds > weight(agent, &w.resources) {
+        return Err(AppError::new(
+            ErrorKind::Forbidden,
+            "quota_exceeded",
+            format!(
+                "weight_per_user_quota of this agent is {quota}: the owner's other workspaces on it weigh {others} and this one would weigh {adds}; remove one, or pick a lighter machine class"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn check_quotas(
+    agent: &AgentRow,
+    counts: QuotaCounts,
+    new: &WorkspaceResources,
+) -> Result<(), AppError> {
+    let weight_quota = agent.config.weight_per_user_quota;
+    let held: i64 = counts.user_sizes.iter().map(|r| weight(agent, r)).sum();
+    let adds = weight(agent, new);
+    if weight_quota >= 0 && held + adds > weight_quota {
+        return Err(AppError::new(
+            ErrorKind::Forbidden,
+            "quota_exceeded",
+            format!(
+                "weight_per_user_quota of this agent is {weight_quota}: your workspaces on it weigh {held} and this one {adds}; remove one, or pick a lighter machine class"
+            ),
+        ));
+    }
     let quota = agent.config.workspaces_quota;
     let per_user_quota = agent.config.workspaces_per_user_quota;
     if quota >= 0 && counts.agent_total >= quota {

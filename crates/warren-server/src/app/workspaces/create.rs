@@ -2,7 +2,7 @@
 //! repository's definition at the workspace's ref), a repository opened by URL without a
 //! project, or the server's default devfile.
 
-use super::checks::{check_quotas, check_resources, check_variables, choose_agent};
+use super::checks::{check_quotas, check_variables, choose_agent, size_at_creation};
 use super::{for_caller, with_notices};
 use crate::app::render::{self, RenderInput};
 use crate::app::sources::{self, Source};
@@ -151,11 +151,10 @@ pub async fn create(
     if let Some(n) = &req.name {
         names::validate(n).map_err(|e| AppError::invalid_field("name", e))?;
     }
-    let resources = req.resources.clone().unwrap_or_default();
     let variables = check_variables(&req.variables)?;
     let space = rights::for_new_entry(state, who, req.space.as_deref()).await?;
     let agent = choose_agent(state, req.agent.as_deref()).await?;
-    check_resources(&resources, &agent)?;
+    let resources = size_at_creation(req.resources.clone().unwrap_or_default(), &agent)?;
     let (project, source) = project_and_source(state, who, req).await?;
     // The creator's own credential for its host; at creation only a team space shares it.
     let shared = space.path != crate::app::personal::personal_space(&who.user.username);
@@ -241,7 +240,7 @@ pub async fn create(
             .insert_workspace(
                 &new,
                 now,
-                |counts| check_quotas(&agent, counts),
+                |counts| check_quotas(&agent, counts, &resources),
                 |id| {
                     render::render_workspace(
                         &devfile,

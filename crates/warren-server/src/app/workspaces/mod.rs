@@ -25,11 +25,9 @@ use super::rights::{self, Right};
 use super::{AppError, AppState, ErrorKind, Principal};
 use crate::relay::logs::RelayLogsError;
 use crate::store::workspaces::{ChangedBy, WorkspaceFilter, WorkspaceRow};
-use checks::check_resources;
 use std::future::Future;
 use warren_types::api::{
     Page, PlannedChange, ResizeWorkspaceRequest, SpaceRole, Workspace, WorkspaceListQuery,
-    WorkspaceResources,
 };
 use warren_types::relay::{LogsTarget, MAX_LOG_TAIL};
 use warren_types::{ActualState, DesiredState, UserId};
@@ -315,11 +313,13 @@ where
 }
 
 /// Refuses to start a workspace whose stored objects have a capability or a security option
-/// its agent's admin has taken back since they were rendered.
+/// its agent's admin has taken back since they were rendered, or of a machine class it no
+/// longer offers.
 async fn still_allowed(state: &AppState, w: &WorkspaceRow) -> Result<(), AppError> {
     let Some(agent) = state.store.agent_by_id(w.agent_id).await? else {
         return Ok(());
     };
+    super::render::machine_class(&agent, &w.resources)?;
     warren_devfile::check_rendered_isolation(&w.objects(&state.store)?, &agent.config)
         .map_err(super::render::render_error)
 }
@@ -395,19 +395,8 @@ pub async fn resize(
         // A resize changes what it names and keeps the rest: `--cpu` after `--memory` keeps
         // the memory asked for earlier. Only what it names is checked here: a kept value was
         // accepted when it was asked for.
-        check_resources(&req.resources, &agent)?;
-        let resources = WorkspaceResources {
-            cpu: req
-                .resources
-                .cpu
-                .clone()
-                .or_else(|| w.resources.cpu.clone()),
-            memory: req
-                .resources
-                .memory
-                .clone()
-                .or_else(|| w.resources.memory.clone()),
-        };
+        let resources = checks::size_after_resize(&w.resources, &req.resources, &agent)?;
+        checks::check_weight_after_resize(state, &w, &agent, &resources).await?;
         if rerender::rerender(state, &w, &agent, &resources, true, true)
             .await?
             .is_some()

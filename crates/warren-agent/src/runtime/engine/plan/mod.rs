@@ -382,10 +382,15 @@ pub struct PlanContext<'a> {
     /// world-readable. `None`: a workspace's pod (Warren's user 5001:0, no capability it does
     /// not ask for, private files).
     pub kubernetes: Option<KubernetesPods>,
+    /// The host's CDI devices, for containers that ask for devices (a machine class's).
+    pub cdi: &'a CdiDevices,
 }
 
+pub mod cdi;
 mod container;
 mod pod;
+
+pub use cdi::CdiDevices;
 
 use container::{
     container_body, is_safe_relative, object_env_names, pod_user, project, EnvContext, Source,

@@ -346,6 +346,23 @@ fn container_plan(
         cx.kubernetes,
     )?;
     let host_config = body.host_config.get_or_insert_with(Default::default);
+    let injected = devices(c, cx.cdi, cx.kubernetes.is_some())?;
+    if !injected.devices.is_empty() {
+        host_config.devices = Some(injected.devices);
+    }
+    host_config
+        .mounts
+        .get_or_insert_with(Vec::new)
+        .extend(injected.mounts);
+    if !injected.env.is_empty() {
+        let env = body.env.get_or_insert_with(Vec::new);
+        for e in injected.env {
+            let key = e.split('=').next().unwrap_or_default().to_owned();
+            env.retain(|x| x.split('=').next() != Some(key.as_str()));
+            env.push(e);
+        }
+    }
+    let host_config = body.host_config.get_or_insert_with(Default::default);
     if cx.kubernetes.is_some_and(|k| k.user_namespace) {
         // The app containers share the owner's, as they share its network; init containers
         // run before it exists, each in one of its own.
@@ -528,4 +545,47 @@ fn container_labels(
         labels.insert(PORTS_LABEL.into(), ports.join(","));
     }
     labels
+}
+
+/// What the extended resources container `c` asks for (`nvidia.com/gpu: 1` in its limits,
+/// or requests when it has no limit for them) add to it: the host's CDI devices of that kind.
+/// Only a workspace's pod gets them, by its machine class (an admin's choice): a pod from
+/// Git asking for one is refused, so a GitOps repository cannot reach the host's devices.
+fn devices(c: &Container, cdi: &CdiDevices, from_git: bool) -> Result<cdi::Injected, PlanError> {
+    let mut out = cdi::Injected::default();
+    let Some(r) = c.resources.as_ref() else {
+        return Ok(out);
+    };
+    let mut wanted: BTreeMap<&str, &str> = BTreeMap::new();
+    for list in [r.requests.as_ref(), r.limits.as_ref()]
+        .into_iter()
+        .flatten()
+    {
+        for (name, q) in list {
+            // Only vendors' resources: `cpu`, `memory`, `ephemeral-storage`, `hugepages-…`
+            // are the engine's own limits.
+            if name.contains('/') && !name.starts_with("kubernetes.io/") {
+                wanted.insert(name, &q.0);
+            }
+        }
+    }
+    if let (true, Some(kind)) = (from_git, wanted.keys().next()) {
+        return Err(PlanError::Spec(format!(
+            "container {:?} asks for {kind}: on the container engine only a workspace's machine class gives devices, never a pod from Git",
+            c.name
+        )));
+    }
+    for (kind, count) in wanted {
+        let count: u32 = count.parse().map_err(|_| {
+            PlanError::Spec(format!(
+                "container {:?}: {kind} must be a whole number of devices, not {count:?}",
+                c.name
+            ))
+        })?;
+        if count > 0 {
+            cdi.inject(kind, count, &mut out)
+                .map_err(|e| PlanError::Spec(format!("container {:?}: {e}", c.name)))?;
+        }
+    }
+    Ok(out)
 }

@@ -21,6 +21,9 @@ pub struct CreateForm {
     /// The space's path; empty: the creator's personal space.
     #[serde(default)]
     space: String,
+    /// A machine class of the agent's; empty: its default, or the size in numbers.
+    #[serde(default)]
+    class: String,
     #[serde(default)]
     cpu: String,
     #[serde(default)]
@@ -87,6 +90,7 @@ pub(super) fn form_field(e: &AppError) -> Option<&'static str> {
         "ref" => "ref",
         "starter" => "starter",
         "definition" => "definition",
+        "resources.class" | "resources" => "class",
         f if f.starts_with("resources.cpu") || f == "cpu" => "cpu",
         f if f.starts_with("resources.memory") || f == "memory" => "memory",
         f if f.starts_with("resources") => "cpu",
@@ -186,6 +190,19 @@ pub(super) async fn create_form(
                     }
                 }
             }))
+            @if agents.iter().any(|a| !a.config.machine_classes.is_empty()) {
+                (select_field("class", "Machine class", err_for("class").as_deref(), html! {
+                    option value="" selected[f.class.is_empty()] { "The agent's default (or the size below)" }
+                    @for a in &agents {
+                        @for c in &a.config.machine_classes {
+                            option value=(c.name) selected[f.class == c.name] {
+                                (c.name) @if !c.description.is_empty() { " — " (c.description) }
+                                @if agents.len() > 1 { " (agent " (a.name) ")" }
+                            }
+                        }
+                    }
+                }))
+            }
             div.row {
                 (field("cpu", "CPU (optional)", &f.cpu, "e.g. 2 or 500m"))
                 (field("memory", "Memory (optional)", &f.memory, "e.g. 4Gi"))
@@ -257,9 +274,9 @@ pub async fn create(
             true,
             "secret_variables",
         )?);
-        let resources = match (opt(&f.cpu), opt(&f.memory)) {
-            (None, None) => None,
-            (cpu, memory) => Some(WorkspaceResources { cpu, memory }),
+        let resources = match (opt(&f.class), opt(&f.cpu), opt(&f.memory)) {
+            (None, None, None) => None,
+            (class, cpu, memory) => Some(WorkspaceResources { class, cpu, memory }),
         };
         let (repository, in_url) = match opt(&f.repository) {
             Some(r) => {

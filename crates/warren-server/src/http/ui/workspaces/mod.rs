@@ -84,6 +84,9 @@ fn row(id: &str, cells: &Markup) -> Markup {
 }
 
 fn resources_text(r: &WorkspaceResources) -> String {
+    if let Some(class) = &r.class {
+        return format!("class {class}");
+    }
     match (&r.cpu, &r.memory) {
         (None, None) => "agent default".into(),
         (c, m) => format!(
@@ -293,6 +296,7 @@ pub async fn show(
     );
     notes.update = update;
     notes.ssh = http.access.ssh.clone();
+    notes.sizes = sizes(&state, &viewer, &w.agent_name).await;
     Ok(workspace_page(
         &viewer,
         &w,
@@ -314,6 +318,29 @@ struct OutputNotes {
     update: Option<usize>,
     /// The proxy's SSH server, for the desktop IDEs' links.
     ssh: Option<warren_types::api::SshEndpoint>,
+    /// The machine classes its agent offers, for the resize form.
+    sizes: Sizes,
+}
+
+/// What sizes an agent offers: its machine classes, and whether numbers are taken too.
+#[derive(Debug, Default)]
+pub(super) struct Sizes {
+    pub classes: Vec<warren_types::machine::MachineClass>,
+    pub numbers: bool,
+}
+
+/// The sizes agent `agent` offers (numbers only, when it cannot be read).
+pub(super) async fn sizes(state: &AppState, viewer: &Viewer, agent: &str) -> Sizes {
+    match crate::app::agents::get(state, &viewer.who, agent).await {
+        Ok(a) => Sizes {
+            numbers: a.config.custom_sizes || a.config.machine_classes.is_empty(),
+            classes: a.config.machine_classes,
+        },
+        Err(_) => Sizes {
+            classes: vec![],
+            numbers: true,
+        },
+    }
 }
 
 /// Whether a project's workspace would change if rebuilt now: a dry run of the rebuild,
@@ -372,6 +399,7 @@ async fn output_notes(state: &AppState, viewer: &Viewer, w: &Workspace) -> Outpu
         editor,
         update: None,
         ssh: None,
+        sizes: Sizes::default(),
     }
 }
 
@@ -396,8 +424,11 @@ fn workspace_page(
     let may_manage = w.your_right >= Some(WorkspaceRight::Manage);
     let may_use = w.your_right >= Some(WorkspaceRight::Use);
     let resize_field = resize_error.and_then(form_field);
+    let class_err = resize_error
+        .filter(|_| resize_field == Some("class"))
+        .map(|e| e.message.clone());
     let cpu_err = resize_error
-        .filter(|_| resize_field != Some("memory"))
+        .filter(|_| !matches!(resize_field, Some("memory" | "class")))
         .map(|e| e.message.clone());
     let mem_err = resize_error
         .filter(|_| resize_field == Some("memory"))
@@ -412,6 +443,9 @@ fn workspace_page(
         .clone()
         .or(w.resources.memory.clone())
         .unwrap_or_default();
+    let class_value = resize.class.clone().or(w.resources.class.clone());
+    let sizes = &notes.sizes;
+    let numbers = sizes.numbers && w.resources.class.is_none();
     let body = html! {
         div hx-ext="sse" sse-connect=(format!("{base}/events?v={}", w.version)) {
             (live_panel(w, viewer))
@@ -455,11 +489,16 @@ fn workspace_page(
             h2 { "Resize" }
             form.card.inline method="post" action=(format!("{base}/resize")) {
                 (csrf(viewer))
-                div.row {
-                    (layout::input(layout::Input { id: "cpu", label: "CPU", value: Some(&cpu_value), placeholder: Some("e.g. 2"), error: cpu_err.as_deref(), ..layout::Input::default() }))
-                    (layout::input(layout::Input { id: "memory", label: "Memory", value: Some(&memory_value), placeholder: Some("e.g. 4Gi"), error: mem_err.as_deref(), ..layout::Input::default() }))
+                @if !sizes.classes.is_empty() {
+                    (class_select(&sizes.classes, class_value.as_deref(), numbers, class_err.as_deref()))
                 }
-                p.hint { "A running workspace restarts with the new size; its volume is kept." }
+                @if numbers {
+                    div.row {
+                        (layout::input(layout::Input { id: "cpu", label: "CPU", value: Some(&cpu_value), placeholder: Some("e.g. 2"), error: cpu_err.as_deref(), ..layout::Input::default() }))
+                        (layout::input(layout::Input { id: "memory", label: "Memory", value: Some(&memory_value), placeholder: Some("e.g. 4Gi"), error: mem_err.as_deref(), ..layout::Input::default() }))
+                    }
+                }
+                p.hint { "A running workspace restarts with the new size; its volume is kept (and never shrinks)." }
                 button type="submit" { "Resize" }
             }
             h2 { "Rebuild" }
@@ -598,8 +637,34 @@ pub async fn act(
     Ok(Redirect::to(&format!("/workspaces/{}", w.name)).into_response())
 }
 
+/// A select of an agent's machine classes (`class`), `chosen` selected; with `numbers`, a
+/// first choice of none (a size in numbers instead).
+pub(super) fn class_select(
+    classes: &[warren_types::machine::MachineClass],
+    chosen: Option<&str>,
+    numbers: bool,
+    error: Option<&str>,
+) -> Markup {
+    html! {
+        label for="class" { "Machine class" }
+        select #class name="class" aria-invalid=[error.map(|_| "true")] {
+            @if numbers {
+                option value="" selected[chosen.is_none()] { "None: the size below" }
+            }
+            @for c in classes {
+                option value=(c.name) selected[chosen == Some(c.name.as_str())] {
+                    (c.name) @if !c.description.is_empty() { " — " (c.description) }
+                }
+            }
+        }
+        @if let Some(e) = error { small.error { (e) } }
+    }
+}
+
 #[derive(Debug, Default, Deserialize)]
 pub struct ResizeForm {
+    #[serde(default)]
+    class: Option<String>,
     #[serde(default)]
     cpu: Option<String>,
     #[serde(default)]
@@ -614,6 +679,7 @@ pub async fn resize(
 ) -> Result<Response, UiError> {
     let req = ResizeWorkspaceRequest {
         resources: WorkspaceResources {
+            class: form.class.as_deref().and_then(opt),
             cpu: form.cpu.as_deref().and_then(opt),
             memory: form.memory.as_deref().and_then(opt),
         },
@@ -623,14 +689,11 @@ pub async fn resize(
         Err(e) if is_form_error(&e) => {
             let w = domain::get(&state, &viewer.who, &name).await?;
             let status = crate::http::error::status_of(e.kind);
-            Ok(workspace_page(
-                &viewer,
-                &w,
-                status,
-                Some(&e),
-                &form,
-                &OutputNotes::default(),
-            ))
+            let notes = OutputNotes {
+                sizes: sizes(&state, &viewer, &w.agent_name).await,
+                ..OutputNotes::default()
+            };
+            Ok(workspace_page(&viewer, &w, status, Some(&e), &form, &notes))
         }
         Err(e) => Err(e.into()),
     }

@@ -1,0 +1,191 @@
+//! Machine classes on Podman (issue 41, item 3): a class's size and its devices — a harmless
+//! device (`/dev/null` under a vendor's name) given by a Container Device Interface
+//! specification — reach the workspace's container; a class whose devices the host lacks
+//! fails the workspace naming them; a resize moves between classes.
+
+use crate::support;
+
+use serde_json::json;
+use std::path::PathBuf;
+use std::time::Duration;
+use support::{
+    ensure_image, podman_available, podman_sh as sh, running, unique_name, wait_for, Up,
+};
+
+const DEVFILE: &str = r#"schemaVersion: 2.2.0
+metadata:
+  name: classes
+components:
+  - name: dev
+    container:
+      image: localhost/warren-test:latest
+"#;
+
+/// A CDI specification in the engine's directory, removed when dropped.
+struct Spec(PathBuf);
+
+impl Drop for Spec {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Writes a specification of kind `kind` with one device, `one`: `/dev/null` as
+/// `/dev/warren-dongle`, and a variable; `None` where this user may not write there.
+fn dongle_spec(kind: &str) -> Option<Spec> {
+    let dir = PathBuf::from("/var/run/cdi");
+    let path = dir.join(format!("{}.yaml", kind.replace(['/', '.'], "-")));
+    let text = format!(
+        "cdiVersion: 0.5.0\nkind: {kind}\ndevices:\n  - name: one\n    containerEdits:\n      deviceNodes:\n        - {{path: /dev/warren-dongle, hostPath: /dev/null}}\n      env: [DONGLE_READY=yes]\n"
+    );
+    std::fs::create_dir_all(&dir).ok()?;
+    std::fs::write(&path, text).ok()?;
+    Some(Spec(path))
+}
+
+fn out(o: std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stdout).trim().to_owned()
+}
+
+fn container_of(ws: &str) -> String {
+    let live = running(ws);
+    assert_eq!(live.len(), 1, "{live:#?}");
+    live[0]["Id"].as_str().expect("container id").to_owned()
+}
+
+#[test]
+fn a_class_gives_its_size_and_the_hosts_devices() {
+    if !podman_available() {
+        return;
+    }
+    let _serial = support::one_warren_up_at_a_time();
+    ensure_image();
+    let suffix = unique_name("d").replace('-', "");
+    let kind = format!("warren.test/dongle{suffix}");
+    let Some(_spec) = dongle_spec(&kind) else {
+        assert!(
+            std::env::var_os("WARREN_REQUIRE_ENGINE").is_none(),
+            "cannot write a CDI specification in /var/run/cdi"
+        );
+        eprintln!("notice: skipped, /var/run/cdi is not writable here");
+        return;
+    };
+    let mut up = Up::start();
+    let devices = |kind: String| {
+        let mut m = serde_json::Map::new();
+        m.insert(kind, json!(1));
+        serde_json::Value::Object(m)
+    };
+    up.update_agent_config(|config| {
+        config["machine_classes"] = json!([
+            {"name": "small", "description": "the smallest", "memory": "192Mi"},
+            {"name": "dongle", "description": "with a dongle", "memory": "256Mi",
+             "devices": devices(kind.clone())},
+            {"name": "absent", "memory": "256Mi",
+             "devices": devices(format!("warren.test/absent{suffix}"))}
+        ]);
+        config["default_machine_class"] = json!("small");
+    });
+    let classes = up.cli_ok(&["ws", "classes"]);
+    assert!(
+        classes.contains("small (default)") && classes.contains("with a dongle"),
+        "{classes}"
+    );
+    let devfile = up.home.path().join("devfile.yaml");
+    std::fs::write(&devfile, DEVFILE).expect("devfile");
+    let devfile = devfile.to_str().expect("utf-8");
+
+    let ws = unique_name("classes");
+    up.workspace = Some(ws.clone());
+    up.cli_ok(&[
+        "ws",
+        "create",
+        "--devfile",
+        devfile,
+        "--name",
+        &ws,
+        "--class",
+        "dongle",
+        "--wait",
+        "--timeout",
+        "3m",
+    ]);
+    let id = container_of(&ws);
+    assert_eq!(
+        out(sh(
+            &id,
+            "test -c /dev/warren-dongle && echo \"$DONGLE_READY\""
+        )),
+        "yes",
+        "the device node and the specification's variable"
+    );
+    let memory = support::podman(&["inspect", "--format", "{{.HostConfig.Memory}}", &id]);
+    assert_eq!(
+        memory.trim(),
+        (256u64 << 20).to_string(),
+        "the class's memory"
+    );
+
+    // A class whose devices this host lacks: the workspace fails, naming them.
+    let absent = unique_name("absent");
+    let made = support::cli(
+        up.home.path(),
+        &[
+            "ws",
+            "create",
+            "--devfile",
+            devfile,
+            "--name",
+            &absent,
+            "--class",
+            "absent",
+            "--wait",
+            "--timeout",
+            "2m",
+        ],
+        None,
+    );
+    assert!(!made.status.success(), "it cannot run");
+    let said = String::from_utf8_lossy(&made.stderr);
+    assert!(
+        said.contains(&format!(
+            "this host has no warren.test/absent{suffix} devices"
+        )),
+        "{said}"
+    );
+
+    // Resized to the small class: restarted without the device, with the smaller size.
+    up.cli_ok(&[
+        "ws",
+        "resize",
+        &ws,
+        "--class",
+        "small",
+        "--wait",
+        "--timeout",
+        "3m",
+    ]);
+    let id = wait_for(
+        "the resized container",
+        Duration::from_secs(120),
+        || {
+            let live = running(&ws);
+            (live.len() == 1)
+                .then(|| live[0]["Id"].as_str().map(str::to_owned))
+                .flatten()
+                .filter(|new| *new != id)
+        },
+        || up.log(),
+    );
+    assert!(
+        !sh(&id, "test -e /dev/warren-dongle").status.success(),
+        "the device is gone"
+    );
+    let memory = support::podman(&["inspect", "--format", "{{.HostConfig.Memory}}", &id]);
+    assert_eq!(memory.trim(), (192u64 << 20).to_string());
+
+    up.cli_ok(&["ws", "rm", &absent, "--wait", "--timeout", "2m"]);
+    up.cli_ok(&["ws", "rm", &ws, "--wait", "--timeout", "2m"]);
+    let status = up.stop();
+    assert!(status.success(), "{}", up.log());
+}

@@ -17,8 +17,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use warren_types::error_chain;
 use warren_types::reconcile::{
-    ErrorDetails, ErrorType, PodFailure, ReconcileRequest, ReconcileResponse, ReconcileSettings,
-    TerminationProgress, UpdateType, WorkspaceAgentInfo, WorkspaceRailsInfo,
+    ErrorDetails, ErrorType, PodFailure, PodWaiting, ReconcileRequest, ReconcileResponse,
+    ReconcileSettings, TerminationProgress, UpdateType, WorkspaceAgentInfo, WorkspaceRailsInfo,
 };
 use warren_types::trace::TraceId;
 use warren_types::{ActualState, DesiredState};
@@ -121,6 +121,8 @@ struct Tracked {
     error: Option<PendingError>,
     /// The pod failure last reported, so a new or cleared one is reported at once.
     reported_pod_failure: Option<PodFailure>,
+    /// Why the pod waited when last reported, for the same reason.
+    reported_pod_waiting: Option<PodWaiting>,
     /// An unfinished deletion's next attempt: when, and after how many unfinished ones.
     delete_retry: Option<(Instant, u32)>,
     /// Why the deletion last could not progress, once reported (said again only if it
@@ -493,6 +495,7 @@ impl Reconciler {
             };
             if let Some(t) = self.tracked.get_mut(&key) {
                 t.reported_pod_failure = info.pod_failure.clone();
+                t.reported_pod_waiting = info.pod_waiting.clone();
             }
         }
         self.settings = response.settings;
@@ -596,6 +599,7 @@ impl Reconciler {
             let changed = t.is_none_or(|t| {
                 t.echoed_version.as_deref() != resource_version(&o.deployment)
                     || t.reported_pod_failure != o.pod_failure
+                    || t.reported_pod_waiting != o.pod_waiting
                     || t.has_pending()
             });
             if kind == UpdateType::Partial && !changed && !o.terminating {
@@ -616,6 +620,7 @@ impl Reconciler {
                 termination_progress: termination,
                 error_details: error.map(|e| e.details),
                 pod_failure: o.pod_failure,
+                pod_waiting: o.pod_waiting,
             });
         }
         // Workspaces the runtime no longer shows but that still have something to say
@@ -634,6 +639,7 @@ impl Reconciler {
                 termination_progress: t.termination,
                 error_details: t.error.as_ref().map(|e| e.details.clone()),
                 pod_failure: None,
+                pod_waiting: None,
             });
         }
         (infos, sent_errors)

@@ -685,3 +685,226 @@ async fn public_examples_reach_the_outcome_they_reach_on_the_engine() {
     assert!(!restarted.contains("restarted 0 times"), "{restarted}");
     let _ = namespaces.delete(&ns, &Default::default()).await;
 }
+
+/// The devfile of the machine-class test: one container on the node's image, doing nothing.
+const CLASS_DEVFILE: &str = r#"schemaVersion: 2.2.0
+metadata:
+  name: classy
+components:
+  - name: dev
+    container:
+      image: localhost/warren-test:node
+      command: ["/bin/sh", "-c", "exec sleep 2147483647"]
+      memoryLimit: 256Mi
+"#;
+
+/// The extended resource the node is made to advertise, as a device plugin would.
+const FAKE_GPU: &str = "example.com/gpu";
+/// The label of the node a class's selector picks.
+const ACCELERATOR_LABEL: &str = "warren.dev/test-accelerator";
+
+/// What the server renders for a workspace of `class` on this agent (no editor: the node
+/// has no tools image), and its key.
+fn render_class(
+    s: &Setup,
+    prefix: &str,
+    class: &warren_types::machine::MachineClass,
+) -> (WorkspaceKey, Vec<Value>) {
+    let name = kube_common::fixtures::unique(prefix);
+    let mut cfg = warren_types::config::AgentConfig::default();
+    cfg.editor.name = warren_types::config::EditorName::None;
+    let devfile = warren_devfile::parse_devfile(CLASS_DEVFILE).expect("the test devfile");
+    let resources = warren_types::api::WorkspaceResources {
+        class: Some(class.name.clone()),
+        cpu: class.cpu.clone(),
+        memory: class.memory.clone(),
+    };
+    let rendered = warren_devfile::render(
+        &devfile,
+        &warren_devfile::RenderRequest {
+            workspace_name: &name,
+            workspace_id: warren_types::WorkspaceId(41),
+            agent_id: AgentId(s.agent),
+            agent_config: &cfg,
+            project: None,
+            resources: Some(&resources),
+            machine: Some(class),
+            variables: &[],
+            desired_state: warren_types::DesiredState::Running,
+            dotfiles_url: None,
+            starter: None,
+        },
+    )
+    .expect("render");
+    let key = WorkspaceKey {
+        name,
+        namespace: rendered.namespace.clone(),
+    };
+    (key, rendered.objects)
+}
+
+/// Makes the node advertise `count` of the fake device (capacity and allocatable, as a device
+/// plugin's registration ends up) and carry the accelerator label; `None` takes both away.
+async fn advertise_fake_gpus(s: &Setup, count: Option<u32>) {
+    use kube::api::{Patch, PatchParams};
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(s.client.clone());
+    let quantity = count.map(|c| c.to_string());
+    let status = serde_json::json!({"status": {
+        "capacity": {FAKE_GPU: quantity},
+        "allocatable": {FAKE_GPU: quantity},
+    }});
+    nodes
+        .patch_status(
+            &s.node.name,
+            &PatchParams::default(),
+            &Patch::Merge(&status),
+        )
+        .await
+        .expect("patch the node's status");
+    let label = serde_json::json!({"metadata": {"labels": {
+        ACCELERATOR_LABEL: count.map(|_| "fake"),
+    }}});
+    nodes
+        .patch(&s.node.name, &PatchParams::default(), &Patch::Merge(&label))
+        .await
+        .expect("label the node");
+    // The scheduler reads the node from its own cache: wait until the API server shows it
+    // as the kubelet's next status update leaves it.
+    let want = quantity.clone();
+    eventually(60, "the node to advertise the fake device", || {
+        let nodes = nodes.clone();
+        let want = want.clone();
+        async move {
+            let node = nodes.get(&s.node.name).await.ok()?;
+            let have = node
+                .status?
+                .allocatable
+                .and_then(|a| a.get(FAKE_GPU).map(|q| q.0.clone()));
+            (have == want).then_some(())
+        }
+    })
+    .await;
+}
+
+/// The pod's main container's limit of `resource`.
+fn limit_of(pod: &Pod, container: &str, resource: &str) -> Option<String> {
+    pod.spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == container)?
+        .resources
+        .as_ref()?
+        .limits
+        .as_ref()?
+        .get(resource)
+        .map(|q| q.0.clone())
+}
+
+/// Waits until the runtime reports that the workspace's pod waits for a node with a message
+/// that says `words` (before its volume is bound the scheduler says that first); the message.
+async fn wait_pod_waiting(s: &Setup, key: &WorkspaceKey, words: &str) -> String {
+    let what = format!("the pod to wait for a node, saying {words:?}");
+    eventually(POD_SECS, &what, || async {
+        let o = observed(s, key).await?;
+        assert!(o.pod_failure.is_none(), "waiting is not failing: {o:?}");
+        let w = o.pod_waiting.clone()?;
+        assert_eq!(w.reason, "Unschedulable");
+        assert_eq!(derived(&o), ActualState::Starting, "still starting: {o:?}");
+        w.message.contains(words).then_some(w.message)
+    })
+    .await
+}
+
+/// Issue 41, item 3 on the real node: a machine class's devices are an extended resource the
+/// node advertises (`example.com/gpu`, patched into its status as a device plugin does), its
+/// node selector and tolerations place the pod. A pod of the class runs there with its device
+/// and its volume's size; one asking for more devices than are free waits, with the
+/// scheduler's reason, and runs once the first is gone; one whose selector no node matches
+/// waits saying so. Nothing is a failure: a node may be added.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_class_places_its_pod_on_a_node_with_its_devices() {
+    use warren_types::machine::{MachineClass, Toleration};
+    let Some(s) = setup().await else { return };
+    advertise_fake_gpus(&s, Some(2)).await;
+    let one = MachineClass {
+        name: "fake-gpu".into(),
+        cpu: Some("500m".into()),
+        memory: Some("256Mi".into()),
+        storage: Some("2Gi".into()),
+        devices: [(FAKE_GPU.to_owned(), 1)].into(),
+        node_selector: [(ACCELERATOR_LABEL.to_owned(), "fake".to_owned())].into(),
+        tolerations: vec![Toleration {
+            key: FAKE_GPU.into(),
+            operator: Some("Exists".into()),
+            effect: Some("NoSchedule".into()),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let (first, objs) = render_class(&s, "gpu1", &one);
+    s.runtime.apply(&first, &objs).await.expect("apply");
+    wait_state(&s, &first, ActualState::Running).await;
+    let pods = live_pods(&s.client, &first).await;
+    let pod = pods.first().expect("a pod");
+    let spec = pod.spec.as_ref().expect("spec");
+    assert_eq!(spec.node_name.as_deref(), Some(s.node.name.as_str()));
+    assert_eq!(limit_of(pod, "dev", FAKE_GPU).as_deref(), Some("1"));
+    assert_eq!(limit_of(pod, "dev", "cpu").as_deref(), Some("500m"));
+    assert_eq!(
+        spec.node_selector
+            .as_ref()
+            .and_then(|n| n.get(ACCELERATOR_LABEL))
+            .map(String::as_str),
+        Some("fake")
+    );
+    assert!(
+        spec.tolerations
+            .iter()
+            .flatten()
+            .any(|t| t.key.as_deref() == Some(FAKE_GPU)),
+        "{:?}",
+        spec.tolerations
+    );
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(s.client.clone(), &first.namespace);
+    let claim = claims
+        .get(&format!("{}-warren-data", first.name))
+        .await
+        .expect("the data claim");
+    let size = claim
+        .spec
+        .and_then(|c| c.resources)
+        .and_then(|r| r.requests)
+        .and_then(|r| r.get("storage").map(|q| q.0.clone()));
+    assert_eq!(size.as_deref(), Some("2Gi"), "the class's storage");
+
+    // Two more devices than are free: it waits, in the scheduler's words, and is not failed.
+    let two = MachineClass {
+        name: "fake-gpu-2".into(),
+        devices: [(FAKE_GPU.to_owned(), 2)].into(),
+        ..one.clone()
+    };
+    let (second, objs) = render_class(&s, "gpu2", &two);
+    s.runtime.apply(&second, &objs).await.expect("apply");
+    let why = wait_pod_waiting(&s, &second, &format!("Insufficient {FAKE_GPU}")).await;
+    assert!(why.starts_with("0/1 nodes are available"), "{why}");
+    // The first one gone, the scheduler places it by itself.
+    terminate(&s, &first).await;
+    let running = wait_state(&s, &second, ActualState::Running).await;
+    assert!(running.pod_waiting.is_none(), "{running:?}");
+    terminate(&s, &second).await;
+
+    // A selector no node matches.
+    let elsewhere = MachineClass {
+        name: "elsewhere".into(),
+        devices: Default::default(),
+        node_selector: [("warren.dev/test-pool".to_owned(), "none-such".to_owned())].into(),
+        ..one.clone()
+    };
+    let (third, objs) = render_class(&s, "nowhere", &elsewhere);
+    s.runtime.apply(&third, &objs).await.expect("apply");
+    // "node selector" (Kubernetes 1.20) or "Pod's node affinity/selector" (later ones).
+    wait_pod_waiting(&s, &third, "didn't match").await;
+    terminate(&s, &third).await;
+    advertise_fake_gpus(&s, None).await;
+}

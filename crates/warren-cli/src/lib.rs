@@ -502,6 +502,7 @@ pub(crate) mod sample {
             url: None,
             endpoints: Default::default(),
             failure_reason: None,
+            waiting_reason: None,
             planned: None,
             agent_fault: None,
             isolation_warning: None,

@@ -182,14 +182,24 @@ pub async fn wait(
         None
     };
     let deadline = tokio::time::Instant::now() + timeout;
+    // Said once each time it changes when there is no spinner to show it (a script's log).
+    let mut said_waiting: Option<String> = None;
     let mut result = poll(client, name, goal, since, timeout, interval, |w| {
+        let waiting = w
+            .waiting_reason
+            .as_ref()
+            .map(|r| format!("; {r}"))
+            .unwrap_or_default();
         if let Some(pb) = &spinner {
             pb.set_message(format!(
-                "{}: {} (waiting for {})",
+                "{}: {} (waiting for {}){waiting}",
                 w.name,
                 w.actual_state,
                 goal.target()
             ));
+        } else if w.waiting_reason.is_some() && w.waiting_reason != said_waiting {
+            said_waiting.clone_from(&w.waiting_reason);
+            eprintln!("{}: {}{waiting}", w.name, w.actual_state);
         }
     })
     .await;
@@ -259,6 +269,7 @@ async fn poll(
                 reason: w
                     .failure_reason
                     .as_ref()
+                    .or(w.waiting_reason.as_ref())
                     .map(|r| format!(": {r}"))
                     .unwrap_or_default(),
             });

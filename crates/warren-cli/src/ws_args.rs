@@ -80,7 +80,8 @@ pub struct WsCreateArgs {
     #[arg(long)]
     pub space: Option<String>,
     /// A machine class of the agent's (`warren ws classes` lists them) instead of a size in
-    /// numbers.
+    /// numbers. Without it, the definition's `hostRequirements` pick the class (the agent's
+    /// default when it meets them, else the smallest that does).
     #[arg(long, conflicts_with_all = ["cpu", "memory"])]
     pub class: Option<String>,
     #[command(flatten)]

@@ -145,6 +145,15 @@ pub fn build(config: &Config, project: &str, notices: &mut Vec<Notice>) -> Value
     if !post_attach.is_empty() {
         devfile["attributes"][warren_devfile::POST_ATTACH_ATTRIBUTE] = json!(post_attach);
     }
+    let needs = warren_types::host_requirements::HostRequirements {
+        cpus: config.cpus,
+        memory: config.memory.clone(),
+        storage: config.storage.clone(),
+        gpu: config.gpu,
+    };
+    if !needs.is_empty() {
+        devfile["attributes"][warren_devfile::HOST_REQUIREMENTS_ATTRIBUTE] = json!(needs);
+    }
     // Only when commands come after it: otherwise usable is when every command ran.
     if post_start.last() != waited.as_ref() {
         devfile["attributes"][warren_devfile::WAIT_FOR_ATTRIBUTE] =

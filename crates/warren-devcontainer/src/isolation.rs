@@ -230,8 +230,8 @@ fn option(name: &str) -> Option<Takes> {
         "--gpus" => V(|out, path, _, _| {
             out.problems.push(unsupported(
                 path,
-                "a GPU",
-                "not yet: Warren does not schedule GPUs to workspaces",
+                "`--gpus`",
+                "a GPU comes with a machine class: ask for one with `\"hostRequirements\": {\"gpu\": true}` (or `warren ws create --class`)",
             ))
         }),
         "--network"

@@ -57,6 +57,10 @@ pub struct Config {
     pub cpus: Option<u64>,
     /// `hostRequirements.memory`, as a Kubernetes quantity.
     pub memory: Option<String>,
+    /// `hostRequirements.storage`, as a Kubernetes quantity: only a machine class gives it.
+    pub storage: Option<String>,
+    /// `hostRequirements.gpu`: only a machine class gives one.
+    pub gpu: warren_types::host_requirements::GpuRequirement,
     /// The image built from a Dockerfile instead of `image` (which is then
     /// [`crate::build::IMAGE`]).
     pub build: Option<crate::build::Build>,
@@ -102,6 +106,8 @@ pub fn read(
         wait_for: Some(Stage::UpdateContent),
         cpus: None,
         memory: None,
+        storage: None,
+        gpu: Default::default(),
         build: None,
         features: None,
         compose: None,
@@ -720,19 +726,50 @@ impl Reader<'_> {
             match k.as_str() {
                 "cpus" => match x.as_u64() {
                     Some(n) if n >= 1 => config.cpus = Some(n),
-                    _ => self.problems.push(problem(&path, "must be a whole number of CPUs, at least 1")),
+                    _ => self
+                        .problems
+                        .push(problem(&path, "must be a whole number of CPUs, at least 1")),
                 },
                 "memory" => match x.as_str().and_then(quantity) {
                     Some(q) => config.memory = Some(q),
-                    None => self.problems.push(problem(&path, format!("{x} is not an amount of memory (a number with kb, mb, gb or tb)"))),
+                    None => self.problems.push(problem(
+                        &path,
+                        format!("{x} is not an amount of memory (a number with kb, mb, gb or tb)"),
+                    )),
                 },
-                "storage" => self.notice(&path, "the workspace's volume has the size the agent gives workspaces; check `warren ws show` for it"),
-                "gpu" => match x {
-                    Value::Bool(false) => {}
-                    Value::String(s) if s == "optional" => self.notice(&path, "no GPU is given to the workspace: Warren does not schedule GPUs yet"),
-                    _ => self.refuse(&path, "a GPU", "not yet: Warren does not schedule GPUs to workspaces"),
+                "storage" => match x.as_str().and_then(quantity) {
+                    Some(q) => config.storage = Some(q),
+                    None => self.problems.push(problem(
+                        &path,
+                        format!("{x} is not an amount of storage (a number with kb, mb, gb or tb)"),
+                    )),
                 },
-                _ => self.notice(&path, "not a host requirement of the specification: ignored"),
+                // `true`, `"optional"`, or `{cores, memory}` (a GPU of at least that much,
+                // which a machine class's device name cannot tell: any GPU).
+                "gpu" => {
+                    use warren_types::host_requirements::GpuRequirement;
+                    config.gpu = match x {
+                        Value::Bool(false) => GpuRequirement::No,
+                        Value::Bool(true) => GpuRequirement::Required,
+                        Value::String(s) if s == "optional" => GpuRequirement::Optional,
+                        Value::Object(_) => {
+                            self.notice(&path, "any GPU meets it: a machine class says how many GPUs it has, not their cores or memory");
+                            GpuRequirement::Required
+                        }
+                        other => {
+                            self.wrong_type(
+                                &path,
+                                "true, false, \"optional\" or {cores, memory}",
+                                other,
+                            );
+                            GpuRequirement::No
+                        }
+                    };
+                }
+                _ => self.notice(
+                    &path,
+                    "not a host requirement of the specification: ignored",
+                ),
             }
         }
     }

@@ -426,10 +426,6 @@ fn what_warren_does_not_do_yet_is_refused_by_name_not_dropped() {
             r#"{ "image": "busybox", "overrideCommand": false }"#,
             "overrideCommand",
         ),
-        (
-            r#"{ "image": "busybox", "hostRequirements": { "gpu": true } }"#,
-            "hostRequirements.gpu",
-        ),
     ] {
         let p = refused(text);
         assert!(
@@ -453,7 +449,7 @@ fn accepted_properties_warren_handles_its_own_way_each_get_a_notice() {
         "otherPortsAttributes": {},
         "workspaceMount": "source=${localWorkspaceFolder},target=/src,type=bind",
         "customizations": { "jetbrains": { "backend": "IntelliJ" } },
-        "hostRequirements": { "storage": "32gb" },
+        "hostRequirements": { "gpu": { "cores": 1000 } },
         "featurez": {}
     }"#);
     let paths: Vec<&str> = c.notices.iter().map(|n| n.path.as_str()).collect();
@@ -468,7 +464,7 @@ fn accepted_properties_warren_handles_its_own_way_each_get_a_notice() {
         "otherPortsAttributes",
         "workspaceMount",
         "customizations.jetbrains",
-        "hostRequirements.storage",
+        "hostRequirements.gpu",
         "featurez",
     ] {
         assert!(paths.contains(&path), "no notice for {path}: {paths:?}");
@@ -495,6 +491,32 @@ fn host_requirements_size_the_container_and_volumes_are_mounted() {
     let c = d.main_container();
     assert_eq!(c.cpu_request.as_deref(), Some("2"));
     assert_eq!(c.memory_limit.as_deref(), Some("4Gi"));
+    // What picks the machine class travels with the devfile.
+    let needs = d.host_requirements.as_ref().expect("the host requirements");
+    assert_eq!(
+        (needs.cpus, needs.memory.as_deref()),
+        (Some(2), Some("4Gi"))
+    );
+    assert_eq!(
+        needs.gpu,
+        warren_types::host_requirements::GpuRequirement::No
+    );
+    let (roomy, _) = ok(
+        r#"{ "image": "busybox", "hostRequirements": { "storage": "64gb", "gpu": "optional" } }"#,
+    );
+    assert_eq!(
+        roomy.host_requirements,
+        Some(warren_types::host_requirements::HostRequirements {
+            storage: Some("64Gi".into()),
+            gpu: warren_types::host_requirements::GpuRequirement::Optional,
+            ..Default::default()
+        })
+    );
+    let (gpu, _) = ok(r#"{ "image": "busybox", "hostRequirements": { "gpu": true } }"#);
+    assert_eq!(
+        gpu.host_requirements.map(|r| r.gpu),
+        Some(warren_types::host_requirements::GpuRequirement::Required)
+    );
     let mounts: Vec<(&str, &str)> = c
         .volume_mounts
         .iter()

@@ -81,6 +81,12 @@ pub const POST_ATTACH_ATTRIBUTE: &str = "warren.dev/post-attach";
 /// every command ran. A dev container's `waitFor` travels in it.
 pub const WAIT_FOR_ATTRIBUTE: &str = "warren.dev/wait-for";
 
+/// Top-level attribute: a [`warren_types::host_requirements::HostRequirements`] (`cpus`,
+/// `memory`, `storage`, `gpu`: `no`, `optional` or `required`), the least the workspace's
+/// machine must have; on an agent with machine classes it picks the class a workspace gets
+/// when its creator names none. A dev container's `hostRequirements` travels in it.
+pub const HOST_REQUIREMENTS_ATTRIBUTE: &str = "warren.dev/host-requirements";
+
 pub use warren_types::config::POST_ATTACH_SCRIPT;
 
 /// Devfiles larger than this are refused before any parsing. Published devfiles are a few

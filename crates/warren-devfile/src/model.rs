@@ -56,6 +56,10 @@ pub struct Devfile {
     /// `None`: after every command.
     #[serde(default)]
     pub wait_for: Option<String>,
+    /// The least its machine must have ([`crate::HOST_REQUIREMENTS_ATTRIBUTE`], a dev
+    /// container's `hostRequirements`): the machine class it gets when its creator names none.
+    #[serde(default)]
+    pub host_requirements: Option<warren_types::host_requirements::HostRequirements>,
 }
 
 /// Extensions and settings for the injected editor.
@@ -231,6 +235,7 @@ impl Devfile {
             editor: None,
             post_attach: Vec::new(),
             wait_for: None,
+            host_requirements: None,
         }
     }
 

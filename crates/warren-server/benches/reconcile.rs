@@ -49,6 +49,7 @@ fn running(name: &str, rv: u64) -> WorkspaceAgentInfo {
         termination_progress: None,
         error_details: None,
         pod_failure: None,
+        pod_waiting: None,
     }
 }
 

@@ -204,6 +204,129 @@ async fn a_class_sizes_equips_and_places_a_workspace() {
     }
 }
 
+/// A devfile asking `cpus`, `memory`, `storage` and `gpu` of its machine.
+fn needing(needs: Value) -> String {
+    format!(
+        "schemaVersion: 2.2.0\nmetadata: {{name: needs}}\nattributes:\n  warren.dev/host-requirements: {needs}\ncomponents:\n  - name: dev\n    container: {{image: busybox}}\n"
+    )
+}
+
+/// A definition's host requirements (a dev container's `hostRequirements`, carried as the
+/// devfile attribute) pick the class when the creator names none: the default when it meets
+/// them, else the smallest that does, with a notice; a named class that does not meet them,
+/// a GPU no class has, and requirements no class meets are refused saying what is missing.
+#[tokio::test]
+async fn host_requirements_choose_the_class() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        let mut cfg = classes_config();
+        cfg["weight_per_user_quota"] = json!(100);
+        cfg["machine_classes"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "medium", "cpu": "4", "memory": "8Gi", "weight": 2}));
+        s.agent("a1", cfg).await;
+        let ann = s.user("ann", &["api", "workspace"]).await;
+        let create = |name: &str, needs: Value, resources: Option<Value>| {
+            let mut body = json!({"name": name, "devfile": needing(needs)});
+            if let Some(r) = resources {
+                body["resources"] = r;
+            }
+            let (s, ann) = (&s, ann.clone());
+            async move { s.post(&ann, "/api/v1/workspaces", body).await }
+        };
+        // The default meets them: no notice.
+        let (st, w) = create("fits", json!({"cpus": 1}), None).await;
+        assert_eq!(st, 201, "[{l}] {w}");
+        assert_eq!(w["resources"]["class"], "small", "[{l}] {w}");
+        assert!(!w.to_string().contains("hostRequirements"), "[{l}] {w}");
+        // More than the default: the smallest that meets them (medium weighs less than gpu).
+        let (st, w) = create("bigger", json!({"cpus": 2, "memory": "4Gi"}), None).await;
+        assert_eq!(st, 201, "[{l}] {w}");
+        assert_eq!(w["resources"]["class"], "medium", "[{l}] {w}");
+        assert!(
+            w["notices"]
+                .to_string()
+                .contains("machine class medium chosen"),
+            "[{l}] {w}"
+        );
+        // A GPU: the class with one; optional, the same, as there is one.
+        for gpu in ["required", "optional"] {
+            let name = format!("gpu-{gpu}");
+            let (st, w) = create(&name, json!({"gpu": gpu}), None).await;
+            assert_eq!(st, 201, "[{l}] {w}");
+            assert_eq!(w["resources"]["class"], "gpu", "[{l}] {gpu}: {w}");
+        }
+        // Storage: only the gpu class's volume is large enough.
+        let (st, w) = create("roomy", json!({"storage": "40Gi"}), None).await;
+        assert_eq!(st, 201, "[{l}] {w}");
+        assert_eq!(w["resources"]["class"], "gpu", "[{l}] {w}");
+
+        // Refusals, nothing made.
+        let before = s.get(&ann, "/api/v1/workspaces").await.1["items"]
+            .as_array()
+            .map(Vec::len);
+        for (needs, resources, field, words) in [
+            (
+                json!({"cpus": 2}),
+                Some(json!({"class": "small"})),
+                "resources.class",
+                "machine class small does not meet the definition's host requirements (2 CPUs): it lacks 2 CPUs (it has 1); gpu, medium would",
+            ),
+            (
+                json!({"cpus": 64}),
+                None,
+                "resources",
+                "no machine class meets them: small lacks 64 CPUs (it has 1)",
+            ),
+            (
+                json!({"gpu": "required"}),
+                Some(json!({"class": "medium"})),
+                "resources.class",
+                "it lacks a GPU (it has none); gpu would",
+            ),
+        ] {
+            let (st, b) = create("refused", needs.clone(), resources).await;
+            assert_eq!(st, 400, "[{l}] {needs}: {b}");
+            assert!(
+                msg(&b).starts_with(field) && msg(&b).contains(words),
+                "[{l}] {needs}: {b}"
+            );
+        }
+        let (st, b) = create("bad", json!({"memory": "lots", "gpu": "maybe"}), None).await;
+        assert_eq!(st, 422, "[{l}] {b}");
+        assert!(
+            b.to_string().contains("warren.dev/host-requirements"),
+            "[{l}] the attribute is named: {b}"
+        );
+        let after = s.get(&ann, "/api/v1/workspaces").await.1["items"]
+            .as_array()
+            .map(Vec::len);
+        assert_eq!(before, after, "[{l}] nothing made");
+
+        // An agent with no classes: a GPU cannot be had; the rest sizes the container.
+        s.agent("plain", json!({})).await;
+        let mut body = json!({"name": "no-gpu", "agent": "plain", "devfile": needing(json!({"gpu": "required"}))});
+        let (st, b) = s.post(&ann, "/api/v1/workspaces", body.clone()).await;
+        assert_eq!(st, 400, "[{l}] {b}");
+        assert!(
+            msg(&b).contains("agent plain does not give: it has no machine class with one"),
+            "[{l}] {b}"
+        );
+        body["devfile"] = json!(needing(json!({"storage": "500Gi"})));
+        let (st, w) = s.post(&ann, "/api/v1/workspaces", body).await;
+        assert_eq!(st, 201, "[{l}] {w}");
+        assert!(
+            w["notices"]
+                .to_string()
+                .contains("hostRequirements.storage: the workspace's volume is 20Gi"),
+            "[{l}] {w}"
+        );
+        s.stop().await;
+    }
+}
+
 #[tokio::test]
 async fn attack_bad_machine_classes_are_refused_by_field() {
     let s = TestServer::start(&DbChoice::Sqlite).await;

@@ -182,6 +182,66 @@ async fn every_derivation_rule_through_the_handler() {
     }
 }
 
+/// A pod no node can take (a machine class's devices or node selector the cluster lacks) is
+/// not a failure: the workspace stays `Starting` and says why in the scheduler's words; when
+/// the Deployment's deadline passes it fails with that reason; once it runs, neither remains.
+#[tokio::test]
+async fn a_pod_no_node_can_run_waits_and_says_why() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let agent = s.agent("a1", json!({})).await;
+        let l = s.label;
+        s.workspace(&s.admin_token, json!({"name": "gpu"})).await;
+        let why =
+            "0/1 nodes are available: 1 Insufficient example.com/gpu. preemption: not helpful";
+        let starting = |rv: &str| {
+            json!({"name": "gpu", "namespace": "warren-ws-gpu",
+                   "latest_k8s_deployment_info": deployment("gpu", Some(rv), Some(1), Some("ReplicaSetUpdated"), Some(MRU), (None, Some(1)))})
+        };
+        let mut report = starting("1");
+        report["pod_waiting"] = json!({"reason": "Unschedulable", "message": why});
+        s.reconcile_ok(agent, "partial", json!([report])).await;
+        let w = ws_state(&s, "gpu").await;
+        assert_eq!(w["actual_state"], "Starting", "[{l}] {w}");
+        assert!(w["failure_reason"].is_null(), "[{l}] not a failure: {w}");
+        let waiting = w["waiting_reason"].as_str().unwrap_or_default();
+        assert!(
+            waiting.starts_with("no node can run it yet: ") && waiting.ends_with(why),
+            "[{l}] {waiting:?}"
+        );
+        // The same report again changes nothing; one without the reason clears it.
+        let version = w["version"].clone();
+        s.reconcile_ok(agent, "partial", json!([report])).await;
+        assert_eq!(ws_state(&s, "gpu").await["version"], version, "[{l}]");
+        s.reconcile_ok(agent, "partial", json!([starting("2")]))
+            .await;
+        let w = ws_state(&s, "gpu").await;
+        assert!(w["waiting_reason"].is_null(), "[{l}] cleared: {w}");
+        // Past the Deployment's deadline: Failed, and the reason says what held it.
+        let mut late = json!({"name": "gpu", "namespace": "warren-ws-gpu",
+            "latest_k8s_deployment_info": deployment("gpu", Some("3"), Some(1), Some("ProgressDeadlineExceeded"), Some(MRU), (None, Some(1))),
+            "pod_waiting": {"reason": "Unschedulable", "message": why}});
+        s.reconcile_ok(agent, "partial", json!([late.take()])).await;
+        let w = ws_state(&s, "gpu").await;
+        assert_eq!(w["actual_state"], "Failed", "[{l}] {w}");
+        let failure = w["failure_reason"].as_str().unwrap_or_default();
+        assert!(
+            failure.starts_with("ProgressDeadlineExceeded") && failure.contains(why),
+            "[{l}] {failure:?}"
+        );
+        assert!(w["waiting_reason"].is_null(), "[{l}] {w}");
+        // Running: neither.
+        s.reconcile_ok(agent, "partial", json!([running("gpu", "4")]))
+            .await;
+        let w = ws_state(&s, "gpu").await;
+        assert!(
+            w["failure_reason"].is_null() && w["waiting_reason"].is_null(),
+            "[{l}] {w}"
+        );
+        s.stop().await;
+    }
+}
+
 #[tokio::test]
 async fn selection_and_config_to_apply_rules() {
     for db in databases() {

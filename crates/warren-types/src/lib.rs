@@ -11,6 +11,7 @@ pub mod config;
 pub mod features;
 pub mod git;
 pub mod gitops;
+pub mod host_requirements;
 pub mod ids;
 pub mod internal;
 pub mod isolation;

@@ -148,6 +148,7 @@ mod tests {
             termination_progress: None,
             error_details: None,
             pod_failure: None,
+            pod_waiting: None,
         }
     }
 

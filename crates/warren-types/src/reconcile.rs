@@ -113,6 +113,10 @@ pub struct WorkspaceAgentInfo {
     pub error_details: Option<ErrorDetails>,
     #[serde(default)]
     pub pod_failure: Option<PodFailure>,
+    /// Why the workspace's pod does not run yet although nothing failed (it cannot be
+    /// scheduled on any node): the workspace stays `Starting` and shows this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_waiting: Option<PodWaiting>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -139,6 +143,16 @@ pub struct ErrorDetails {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PodFailure {
+    pub reason: String,
+    #[serde(default)]
+    pub message: String,
+}
+
+/// Why a pod waits without having failed: the scheduler found no node for it (reason
+/// `Unschedulable`, the scheduler's message naming what no node has).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PodWaiting {
     pub reason: String,
     #[serde(default)]
     pub message: String,

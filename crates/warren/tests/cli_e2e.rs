@@ -142,6 +142,7 @@ async fn agent_loop(endpoint: String, agent_id: i64, stop: Arc<AtomicBool>) {
                 termination_progress: f.terminated.then_some(TerminationProgress::Terminated),
                 error_details: None,
                 pod_failure: None,
+                pod_waiting: None,
             })
             .collect();
         runtime.retain(|_, f| !f.terminated);

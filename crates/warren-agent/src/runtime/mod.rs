@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use std::fmt;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
-use warren_types::reconcile::{PodFailure, TerminationProgress};
+use warren_types::reconcile::{PodFailure, PodWaiting, TerminationProgress};
 
 /// Label every object and container of a workspace carries: the owning agent.
 pub const AGENT_ID_LABEL: &str = "warren.dev/agent-id";
@@ -103,6 +103,8 @@ pub struct ObservedWorkspace {
     pub deployment: Option<serde_json::Value>,
     /// A pod-level failure the Deployment status alone would hide.
     pub pod_failure: Option<PodFailure>,
+    /// Why its pod waits without having failed (no node can take it).
+    pub pod_waiting: Option<PodWaiting>,
     /// Set while the runtime still deletes the workspace's objects.
     pub terminating: bool,
 }

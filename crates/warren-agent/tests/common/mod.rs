@@ -247,6 +247,7 @@ pub fn derive(o: &ObservedWorkspace) -> ActualState {
             .then_some(warren_types::reconcile::TerminationProgress::Terminating),
         error_details: None,
         pod_failure: o.pod_failure.clone(),
+        pod_waiting: o.pod_waiting.clone(),
     })
 }
 

@@ -403,6 +403,7 @@ pub fn info_of(
         termination_progress: None,
         error_details: None,
         pod_failure: o.pod_failure.clone(),
+        pod_waiting: o.pod_waiting.clone(),
     }
 }
 

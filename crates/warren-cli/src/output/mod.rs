@@ -242,6 +242,9 @@ pub fn workspace_with_status(
     if let Some(reason) = &w.failure_reason {
         rows.push(("Failure", reason.clone()));
     }
+    if let Some(reason) = &w.waiting_reason {
+        rows.push(("Waiting", reason.clone()));
+    }
     if let Some(fault) = &w.agent_fault {
         rows.push(("Agent fault", fault.clone()));
     }

@@ -1,7 +1,8 @@
 //! Warren's own top-level devfile attributes, checked: the names that resolve to the pod
 //! (`warren.dev/host-aliases`), the injected editor's extensions and settings
 //! (`warren.dev/editor`), the commands run when a session attaches
-//! (`warren.dev/post-attach`) and when the workspace is usable (`warren.dev/wait-for`).
+//! (`warren.dev/post-attach`), when the workspace is usable (`warren.dev/wait-for`) and the
+//! least its machine must have (`warren.dev/host-requirements`).
 
 use super::*;
 
@@ -72,6 +73,31 @@ pub(super) fn wait_for(
             None
         }
     }
+}
+
+/// The top-level [`crate::HOST_REQUIREMENTS_ATTRIBUTE`], each field checked by name.
+pub(super) fn host_requirements(
+    attrs: &Map<String, Value>,
+    errors: &mut Errors,
+) -> Option<warren_types::host_requirements::HostRequirements> {
+    let v = attrs.get(crate::HOST_REQUIREMENTS_ATTRIBUTE)?;
+    let at = format!("attributes.{}", crate::HOST_REQUIREMENTS_ATTRIBUTE);
+    let r: warren_types::host_requirements::HostRequirements =
+        match serde_json::from_value(v.clone()) {
+            Ok(r) => r,
+            Err(e) => {
+                errors.push(DevfileError::new(
+                    at,
+                    format!("expected {{cpus, memory, storage, gpu: no|optional|required}}: {e}"),
+                ));
+                return None;
+            }
+        };
+    let problems = r.problems();
+    for (field, why) in &problems {
+        errors.push(DevfileError::new(format!("{at}.{field}"), why.clone()));
+    }
+    (problems.is_empty() && !r.is_empty()).then_some(r)
 }
 
 /// Most extensions (ids and files together) an editor is given, and most bytes of its

@@ -78,6 +78,7 @@ pub(super) fn semantics(raw: RawDevfile, errors: &mut Errors) -> Option<Devfile>
         editor: super::attributes::editor(&raw.attributes, errors),
         post_attach: Vec::new(),
         wait_for: None,
+        host_requirements: super::attributes::host_requirements(&raw.attributes, errors),
     })
     .map(|mut d| {
         d.post_attach = super::attributes::post_attach(&raw.attributes, &d, errors);

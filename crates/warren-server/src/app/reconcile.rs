@@ -279,13 +279,41 @@ fn failure_reason(
                     .and_then(|c| c.get("message"))
                     .and_then(|m| m.as_str())
                     .unwrap_or("the workspace did not become ready in time");
-                format!("ProgressDeadlineExceeded: {msg}")
+                // The deadline's message names only the ReplicaSet; what held the pod is
+                // what the user can act on.
+                match info.pod_waiting.as_ref().filter(|w| !w.message.is_empty()) {
+                    Some(w) => format!(
+                        "ProgressDeadlineExceeded: {msg}; no node could run it: {}",
+                        w.message
+                    ),
+                    None => format!("ProgressDeadlineExceeded: {msg}"),
+                }
             }
         }),
         // Not enough information to say it recovered.
         ActualState::Unknown => old.clone(),
         _ => None,
     }
+}
+
+/// Why a starting workspace waits without having failed, in words; cleared in any other
+/// state.
+fn waiting_reason(info: &WorkspaceAgentInfo, derived: ActualState) -> Option<String> {
+    if derived != ActualState::Starting {
+        return None;
+    }
+    info.pod_waiting.as_ref().map(|w| {
+        let what = if w.reason == "Unschedulable" {
+            "no node can run it yet".to_owned()
+        } else {
+            w.reason.clone()
+        };
+        if w.message.is_empty() {
+            what
+        } else {
+            format!("{what}: {}", w.message)
+        }
+    })
 }
 
 /// What a committed reconcile changed.
@@ -442,6 +470,7 @@ async fn apply_report(
         .map(str::to_owned)
         .or_else(|| row.resource_version.clone());
     let failure = failure_reason(info, actual, &row.failure_reason);
+    let waiting = waiting_reason(info, actual);
     let mut desired = row.desired;
     let mut desired_at = row.desired_state_updated_at;
     if desired == DesiredState::RestartRequested && actual == ActualState::Stopped {
@@ -470,6 +499,7 @@ async fn apply_report(
     if actual == row.actual
         && resource_version == row.resource_version
         && failure == row.failure_reason
+        && waiting == row.waiting_reason
         && !desired_changed
     {
         return Ok((false, false));
@@ -479,6 +509,7 @@ async fn apply_report(
         actual_changed: actual != row.actual,
         resource_version,
         failure_reason: failure,
+        waiting_reason: waiting,
         desired: desired_changed.then_some(desired),
         idle_stop,
     };

@@ -22,6 +22,7 @@ pub struct ReportedRow {
     pub created_at: i64,
     pub resource_version: Option<String>,
     pub failure_reason: Option<String>,
+    pub waiting_reason: Option<String>,
     pub last_activity_at: Option<i64>,
 }
 
@@ -33,6 +34,7 @@ pub struct ReportUpdate {
     pub actual_changed: bool,
     pub resource_version: Option<String>,
     pub failure_reason: Option<String>,
+    pub waiting_reason: Option<String>,
     /// A new desired state, written the one way desired states are written.
     pub desired: Option<DesiredState>,
     /// The new desired state is the idle timeout's stop.
@@ -172,7 +174,7 @@ impl ReconcileTx {
         let binds: Vec<Bind> = names.iter().map(|n| Bind::S((*n).to_owned())).collect();
         let sql = format!(
             "SELECT w.id, w.name, w.agent_id, w.desired_state, w.actual_state, w.desired_state_updated_at, \
-             w.created_at, w.deployment_resource_version, w.failure_reason, \
+             w.created_at, w.deployment_resource_version, w.failure_reason, w.waiting_reason, \
              (SELECT x.last_activity_at FROM workspace_activity x WHERE x.workspace_id = w.id) AS last_activity_at \
              FROM workspaces w WHERE w.name IN ({}) ORDER BY w.id{}",
             placeholders(1, binds.len()),
@@ -193,6 +195,7 @@ impl ReconcileTx {
                     created_at: get_i64(&r, "created_at")?,
                     resource_version: get_opt_str(&r, "deployment_resource_version")?,
                     failure_reason: get_opt_str(&r, "failure_reason")?,
+                    waiting_reason: get_opt_str(&r, "waiting_reason")?,
                     last_activity_at: get_opt_i64(&r, "last_activity_at")?,
                 },
             );
@@ -218,20 +221,22 @@ impl ReconcileTx {
             } else {
                 super::workspaces::ChangedBy::Other
             };
-            format!(", {}", set_desired_sql(6, 4, by))
+            format!(", {}", set_desired_sql(7, 4, by))
         } else {
             String::new()
         };
         let sql = format!(
             "UPDATE workspaces SET actual_state = $1, deployment_resource_version = $2, failure_reason = $3, \
-             actual_state_updated_at = {actual_at}, updated_at = $4, version = version + 1{desired} WHERE id = $5"
+             waiting_reason = $6, actual_state_updated_at = {actual_at}, updated_at = $4, version = version + 1{desired} \
+             WHERE id = $5"
         );
         let mut q = sqlx::query(&sql)
             .bind(u.actual.as_str())
             .bind(u.resource_version.clone())
             .bind(u.failure_reason.clone())
             .bind(now)
-            .bind(id);
+            .bind(id)
+            .bind(u.waiting_reason.clone());
         // PostgreSQL refuses more binds than placeholders.
         if let Some(d) = u.desired {
             q = q.bind(d.as_str());

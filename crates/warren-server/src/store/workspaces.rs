@@ -65,6 +65,8 @@ pub struct WorkspaceRow {
     pub endpoints: BTreeMap<String, String>,
     pub url: Option<String>,
     pub failure_reason: Option<String>,
+    /// Why it waits while starting (no node can run it yet).
+    pub waiting_reason: Option<String>,
     pub created_at: i64,
     pub updated_at: i64,
     pub version: i64,
@@ -123,6 +125,7 @@ impl WorkspaceRow {
                 .cloned(),
             endpoints: self.endpoints.clone(),
             failure_reason: self.failure_reason.clone(),
+            waiting_reason: self.waiting_reason.clone(),
             planned: None,
             // The reason itself (paths, hosts of the agent's machine) is for admins, on the
             // agent.
@@ -182,7 +185,7 @@ pub const COLS: &str = "w.id, w.name, w.namespace, w.owner_id, u.username AS own
     a.name AS agent_name, w.project_id, p.name AS project_name, w.git_ref, w.desired_state, w.actual_state, \
     w.desired_state_updated_at, w.actual_state_updated_at, w.responded_to_agent_at, \
     w.deployment_resource_version, w.force_include_all_resources, w.devfile, w.rendered_objects, w.resources, \
-    w.variables, w.endpoints, w.url, w.failure_reason, w.created_at, w.updated_at, w.version, \
+    w.variables, w.endpoints, w.url, w.failure_reason, w.waiting_reason, w.created_at, w.updated_at, w.version, \
     x.last_activity_at, a.runtime_fault AS agent_runtime_fault, \
     a.runtime_fault_since AS agent_runtime_fault_since, a.isolation_warning AS agent_isolation_warning, \
     w.idle_stopped, a.config AS agent_config, w.starter, w.space_id, sp.path AS space_path, w.repository, w.definition_path, \
@@ -323,6 +326,7 @@ impl sqlx::FromRow<'_, AnyRow> for WorkspaceRow {
                 .map_err(|e| corrupt("endpoints", e))?,
             url: get_opt_str(r, "url")?,
             failure_reason: get_opt_str(r, "failure_reason")?,
+            waiting_reason: get_opt_str(r, "waiting_reason")?,
             created_at: get_i64(r, "created_at")?,
             updated_at: get_i64(r, "updated_at")?,
             version: get_i64(r, "version")?,

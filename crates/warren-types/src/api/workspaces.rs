@@ -142,6 +142,11 @@ pub struct Workspace {
     pub endpoints: BTreeMap<String, String>,
     /// Why the workspace is `Failed` or `Error`, in words a user can act on.
     pub failure_reason: Option<String>,
+    /// Why a `Starting` workspace does not run yet although nothing failed: no node of the
+    /// cluster can take its pod (its machine class's devices or node selector, the cluster's
+    /// capacity), in the scheduler's words. It keeps waiting (a node may be added).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_reason: Option<String>,
     /// What a lifecycle timer will do to it next (stop or terminate it), when, and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub planned: Option<PlannedChange>,

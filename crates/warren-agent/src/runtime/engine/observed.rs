@@ -239,6 +239,7 @@ impl EngineRuntime {
                 key,
                 deployment: Some(s.deployment),
                 pod_failure: s.pod_failure,
+                pod_waiting: None,
                 terminating: false,
             };
         };
@@ -247,6 +248,7 @@ impl EngineRuntime {
                 key,
                 deployment: None,
                 pod_failure: None,
+                pod_waiting: None,
                 terminating: true,
             };
         }
@@ -300,6 +302,7 @@ impl EngineRuntime {
             key,
             deployment: Some(s.deployment),
             pod_failure: s.pod_failure,
+            pod_waiting: None,
             terminating: false,
         }
     }

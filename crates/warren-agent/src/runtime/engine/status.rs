@@ -370,6 +370,7 @@ mod tests {
             termination_progress: None,
             error_details: None,
             pod_failure: s.pod_failure.clone(),
+            pod_waiting: None,
         })
     }
 

@@ -528,6 +528,7 @@ impl KubernetesRuntime {
                 key: build.key.clone(),
                 deployment: Some(building_deployment(&build.deployment, build.generation)),
                 pod_failure,
+                pod_waiting: None,
                 terminating: false,
             };
             match observed.iter_mut().find(|o| o.key == build.key) {

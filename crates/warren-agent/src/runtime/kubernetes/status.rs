@@ -3,7 +3,7 @@
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use std::collections::BTreeMap;
-use warren_types::reconcile::PodFailure;
+use warren_types::reconcile::{PodFailure, PodWaiting};
 
 /// Waiting reasons that mean the pod will not become ready without a change by the user.
 pub const FAILURE_REASONS: [&str; 5] = [
@@ -50,6 +50,55 @@ pub fn pod_failure(pod: &Pod) -> Option<PodFailure> {
     }
     let containers = status.container_statuses.as_deref().unwrap_or_default();
     containers.iter().find_map(waiting_failure)
+}
+
+/// Why a pending pod has not been placed on a node, when the scheduler gave up on it for now
+/// (`PodScheduled` false, reason `Unschedulable`): no node has the devices, capacity, labels
+/// or taints' tolerations it asks for. Not a failure: a node may be added or freed, and the
+/// scheduler tries again by itself.
+pub fn pod_waiting(pod: &Pod) -> Option<PodWaiting> {
+    let status = pod.status.as_ref()?;
+    if status.phase.as_deref().is_some_and(|p| p != "Pending") {
+        return None;
+    }
+    let scheduled = status
+        .conditions
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .find(|c| c.type_ == "PodScheduled")?;
+    if scheduled.status != "False" || scheduled.reason.as_deref() != Some("Unschedulable") {
+        return None;
+    }
+    Some(PodWaiting {
+        reason: "Unschedulable".into(),
+        message: scheduler_words(scheduled.message.as_deref().unwrap_or_default()),
+    })
+}
+
+/// The scheduler's message as a workspace's users may read it: what no node has, without
+/// the taints' keys and values (`{dedicated: finance}`, which name other teams' node pools)
+/// and without the preemption sentence that follows (`preemption: 0/3 nodes …`).
+fn scheduler_words(message: &str) -> String {
+    let head = message
+        .split_once(" preemption:")
+        .map_or(message, |(head, _)| head);
+    let mut out = String::with_capacity(head.len());
+    let mut depth = 0usize;
+    for c in head.chars() {
+        match c {
+            '{' => {
+                if depth == 0 {
+                    out.push_str("{…}");
+                }
+                depth += 1;
+            }
+            '}' => depth = depth.saturating_sub(1),
+            _ if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    out.trim().to_owned()
 }
 
 fn waiting_failure(container: &ContainerStatus) -> Option<PodFailure> {
@@ -176,5 +225,40 @@ mod tests {
              "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}));
         assert_eq!(pod_failure(&init_ok), None);
         assert_eq!(pod_failure(&pod(json!({}))), None);
+    }
+
+    #[test]
+    fn an_unschedulable_pod_waits_with_the_schedulers_words() {
+        let message = "0/1 nodes are available: 1 Insufficient example.com/gpu.";
+        let unschedulable = pod(json!({"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+        ]}));
+        assert_eq!(
+            pod_waiting(&unschedulable),
+            Some(PodWaiting {
+                reason: "Unschedulable".into(),
+                message: message.into()
+            })
+        );
+        assert_eq!(pod_failure(&unschedulable), None, "not a failure");
+        let scheduled = pod(json!({"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "True"}
+        ]}));
+        assert_eq!(pod_waiting(&scheduled), None);
+        // Scheduling gates and the like are not the scheduler giving up.
+        let gated = pod(json!({"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}
+        ]}));
+        assert_eq!(pod_waiting(&gated), None);
+        assert_eq!(pod_waiting(&pod(json!({}))), None);
+        // Other teams' taints stay in the cluster; the preemption sentence is left out.
+        let tainted = pod(json!({"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+             "message": "0/3 nodes are available: 1 node(s) had untolerated taint {dedicated: finance}, 2 Insufficient example.com/gpu. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod."}
+        ]}));
+        assert_eq!(
+            pod_waiting(&tainted).unwrap().message,
+            "0/3 nodes are available: 1 node(s) had untolerated taint {…}, 2 Insufficient example.com/gpu."
+        );
     }
 }

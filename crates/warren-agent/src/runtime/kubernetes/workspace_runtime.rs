@@ -168,6 +168,18 @@ impl WorkspaceRuntime for KubernetesRuntime {
                 .flatten()
                 .filter(|p| status::selects(&deployment, p))
                 .find_map(|p| pod_failure(p));
+            // Only while no pod of it runs: during a rollout the old pod still serves.
+            let candidates: Vec<_> = pods
+                .get(&namespace)
+                .into_iter()
+                .flatten()
+                .filter(|p| status::selects(&deployment, p))
+                .collect();
+            let pod_waiting = if candidates.iter().any(|p| status::pod_waiting(p).is_none()) {
+                None
+            } else {
+                candidates.iter().find_map(|p| status::pod_waiting(p))
+            };
             let terminating =
                 deployment.metadata.deletion_timestamp.is_some() || ns_terminating(&namespace);
             let key = WorkspaceKey { name, namespace };
@@ -176,6 +188,7 @@ impl WorkspaceRuntime for KubernetesRuntime {
                 key,
                 deployment: status::deployment_json(&deployment),
                 pod_failure,
+                pod_waiting,
                 terminating,
             });
         }
@@ -197,6 +210,7 @@ impl WorkspaceRuntime for KubernetesRuntime {
                     key,
                     deployment: None,
                     pod_failure: None,
+                    pod_waiting: None,
                     terminating: true,
                 });
             }

@@ -336,6 +336,7 @@ impl WorkspaceRuntime for SimulatedRuntime {
                 key: key.clone(),
                 deployment: Some(Self::deployment(key, w)),
                 pod_failure: w.pod_failure.clone(),
+                pod_waiting: None,
                 terminating: w.terminating,
             })
             .collect())

@@ -7,6 +7,7 @@ use crate::store::agents::AgentRow;
 use crate::store::workspaces::{QuotaCounts, StoredVariable};
 use warren_devfile::{MAX_ENV_BYTES, MAX_ENV_VAR_BYTES};
 use warren_types::api::{VariableInput, VariableKind, WorkspaceResources};
+use warren_types::host_requirements::{GpuRequirement, HostRequirements};
 use warren_types::quantity::{parse_cpu_millis, parse_memory_bytes};
 
 /// Most variables one workspace may carry, and the largest value.
@@ -138,6 +139,109 @@ pub(super) fn size_at_creation(
         class: cfg.default_class().map(|c| c.name.clone()),
         ..asked
     })
+}
+
+/// The size a new workspace gets from its definition's host requirements (a dev container's
+/// `hostRequirements`): when its creator named no class and no numbers, the class that meets
+/// them (the default when it does, else the smallest), with a notice when that is not the
+/// default. A named class that does not meet them is refused saying what it lacks and which
+/// classes would do, as is a GPU that no class (or a size in numbers) can give.
+pub(super) fn size_for_requirements(
+    asked: &WorkspaceResources,
+    chosen: WorkspaceResources,
+    needs: Option<&HostRequirements>,
+    agent: &AgentRow,
+) -> Result<(WorkspaceResources, Option<String>), AppError> {
+    let Some(needs) = needs else {
+        return Ok((chosen, None));
+    };
+    let cfg = &agent.config;
+    let storage = cfg.data_volume_size.as_str();
+    let meeting = || {
+        let names: Vec<&str> = cfg
+            .machine_classes
+            .iter()
+            .filter(|c| needs.lacks(c, storage).is_empty())
+            .map(|c| c.name.as_str())
+            .collect();
+        if names.is_empty() {
+            "no class of the agent's does".to_owned()
+        } else {
+            format!("{} would", names.join(", "))
+        }
+    };
+    if let Some(class) = render::machine_class(agent, asked)? {
+        let lacks = needs.lacks(class, storage);
+        if !lacks.is_empty() {
+            return Err(AppError::invalid_field(
+                "resources.class",
+                format!(
+                    "machine class {} does not meet the definition's host requirements ({needs}): it lacks {}; {}",
+                    class.name,
+                    lacks.join(", "),
+                    meeting()
+                ),
+            ));
+        }
+        return Ok((chosen, None));
+    }
+    let gpu_refused = |why: String| {
+        AppError::invalid_field(
+            "resources",
+            format!("the definition's host requirements ask for a GPU, which {why}"),
+        )
+    };
+    if asked.cpu.is_some() || asked.memory.is_some() {
+        if needs.gpu == GpuRequirement::Required {
+            return Err(gpu_refused(format!(
+                "only a machine class gives, not a size in numbers; {}",
+                meeting()
+            )));
+        }
+        return Ok((chosen, None));
+    }
+    match needs.choose(&cfg.machine_classes, cfg.default_class(), storage) {
+        Ok(Some(class)) => {
+            let notice = (Some(class.name.as_str()) != chosen.class.as_deref()).then(|| {
+                format!(
+                    "hostRequirements: machine class {} chosen, the agent's {} that meets them ({needs})",
+                    class.name,
+                    if cfg.machine_classes.len() > 1 { "smallest" } else { "only one" }
+                )
+            });
+            let sized = WorkspaceResources {
+                class: Some(class.name.clone()),
+                cpu: None,
+                memory: None,
+            };
+            Ok((sized, notice))
+        }
+        Ok(None) => {
+            if needs.gpu == GpuRequirement::Required {
+                return Err(gpu_refused(format!(
+                    "agent {} does not give: it has no machine class with one",
+                    agent.name
+                )));
+            }
+            let small = needs.storage.as_deref().filter(|s| {
+                parse_memory_bytes(s).unwrap_or(0) > parse_memory_bytes(storage).unwrap_or(0)
+            });
+            let notice = small.map(|s| {
+                format!(
+                    "hostRequirements.storage: the workspace's volume is {storage} (agent {}'s size), not the {s} asked for",
+                    agent.name
+                )
+            });
+            Ok((chosen, notice))
+        }
+        Err(why) => Err(AppError::invalid_field(
+            "resources",
+            format!(
+                "the definition's host requirements ({needs}) on agent {}: {why}",
+                agent.name
+            ),
+        )),
+    }
 }
 
 /// The size a resize leaves workspace size `now` with: another class replaces the whole of

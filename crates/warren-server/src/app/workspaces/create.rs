@@ -2,7 +2,9 @@
 //! repository's definition at the workspace's ref), a repository opened by URL without a
 //! project, or the server's default devfile.
 
-use super::checks::{check_quotas, check_variables, choose_agent, size_at_creation};
+use super::checks::{
+    check_quotas, check_variables, choose_agent, size_at_creation, size_for_requirements,
+};
 use super::{for_caller, with_notices};
 use crate::app::render::{self, RenderInput};
 use crate::app::sources::{self, Source};
@@ -154,7 +156,8 @@ pub async fn create(
     let variables = check_variables(&req.variables)?;
     let space = rights::for_new_entry(state, who, req.space.as_deref()).await?;
     let agent = choose_agent(state, req.agent.as_deref()).await?;
-    let resources = size_at_creation(req.resources.clone().unwrap_or_default(), &agent)?;
+    let asked = req.resources.clone().unwrap_or_default();
+    let resources = size_at_creation(asked.clone(), &agent)?;
     let (project, source) = project_and_source(state, who, req).await?;
     // The creator's own credential for its host; at creation only a team space shares it.
     let shared = space.path != crate::app::personal::personal_space(&who.user.username);
@@ -197,6 +200,13 @@ pub async fn create(
     let devfile_text = render::resolve_parent(&state.parents, &devfile_text, field).await?;
     let devfile = render::parse(&devfile_text, field)?;
     check_for_creation(&devfile, field, source.is_some(), req.starter.as_deref())?;
+    // The definition's host requirements pick the class when its creator named none.
+    let (resources, sized) = size_for_requirements(
+        &asked,
+        resources,
+        devfile.host_requirements.as_ref(),
+        &agent,
+    )?;
     // Its owner's identity and secrets, under its own variables.
     let folder = (req.repository.as_ref())
         .filter(|_| project.is_none())
@@ -266,7 +276,7 @@ pub async fn create(
                 let mut shown = with_notices(&w, for_caller(state, who, &w).await?)?;
                 shown
                     .notices
-                    .splice(0..0, chosen.into_iter().chain(withheld));
+                    .splice(0..0, chosen.into_iter().chain(sized).chain(withheld));
                 return Ok(shown);
             }
             // A generated name collided: draw another.

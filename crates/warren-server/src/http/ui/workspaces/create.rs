@@ -192,7 +192,7 @@ pub(super) async fn create_form(
             }))
             @if agents.iter().any(|a| !a.config.machine_classes.is_empty()) {
                 (select_field("class", "Machine class", err_for("class").as_deref(), html! {
-                    option value="" selected[f.class.is_empty()] { "The agent's default (or the size below)" }
+                    option value="" selected[f.class.is_empty()] { "Automatic: what the definition's hostRequirements need, else the agent's default (or the size below)" }
                     @for a in &agents {
                         @for c in &a.config.machine_classes {
                             option value=(c.name) selected[f.class == c.name] {

@@ -60,6 +60,7 @@ fn cells(w: &Workspace) -> Markup {
         td {
             (state_badge(w.actual_state, w.desired_state))
             @if let Some(r) = &w.failure_reason { p.reason { (r) } }
+            @if let Some(r) = &w.waiting_reason { p.reason { "Waiting: " (r) } }
             @if let Some(f) = &w.agent_fault { p.reason { "Agent: " (f) } }
         }
         td.space { (w.space) }
@@ -235,6 +236,7 @@ fn live_contents(w: &Workspace, viewer: &Viewer) -> Markup {
         div.live-body {
             p.state-line { "State: " (state_badge(w.actual_state, w.desired_state)) }
             @if let Some(r) = &w.failure_reason { p.error role="alert" { (r) } }
+            @if let Some(r) = &w.waiting_reason { p.warning { "Waiting: " (r) } }
             @if let Some(f) = &w.agent_fault {
                 p.warning { "The agent cannot see its runtime; the state shown may be out of date: " (f) }
             }

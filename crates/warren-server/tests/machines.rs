@@ -327,6 +327,50 @@ async fn host_requirements_choose_the_class() {
     }
 }
 
+/// The seam end to end: a repository holding only a dev container configuration with
+/// `hostRequirements`, opened by URL on an agent with classes, gets the class that meets
+/// them — the configuration read from a real Git server, turned into a devfile, its
+/// requirements carried and used.
+#[tokio::test]
+async fn a_dev_containers_host_requirements_pick_the_class() {
+    if !warren_testkit::git_http::have_git() {
+        return;
+    }
+    let git = warren_testkit::git_http::GitHttpServer::start("", "")
+        .await
+        .unwrap();
+    git.create_repo(
+        "trainer",
+        &[(
+            ".devcontainer/devcontainer.json",
+            r#"{ "image": "alpine:3", "hostRequirements": { "cpus": 2, "gpu": true } }"#,
+        )],
+    )
+    .unwrap();
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        let agent = s.agent("a1", classes_config()).await;
+        let ann = s.user("ann", &["api", "workspace"]).await;
+        let w = s
+            .workspace(
+                &ann,
+                json!({"name": "t1", "repository": git.url("trainer")}),
+            )
+            .await;
+        assert_eq!(w["resources"]["class"], "gpu", "[{l}] {w}");
+        assert!(
+            w["notices"]
+                .to_string()
+                .contains("machine class gpu chosen"),
+            "[{l}] {w}"
+        );
+        let c = s.config_of(agent, "t1").await;
+        assert!(c.contains("example.com/gpu: '1'"), "[{l}] {c}");
+        s.stop().await;
+    }
+}
+
 #[tokio::test]
 async fn attack_bad_machine_classes_are_refused_by_field() {
     let s = TestServer::start(&DbChoice::Sqlite).await;

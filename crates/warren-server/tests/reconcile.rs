@@ -191,9 +191,9 @@ async fn a_pod_no_node_can_run_waits_and_says_why() {
         let s = TestServer::start(&db).await;
         let agent = s.agent("a1", json!({})).await;
         let l = s.label;
-        s.workspace(&s.admin_token, json!({"name": "gpu"})).await;
-        let why =
-            "0/1 nodes are available: 1 Insufficient example.com/gpu. preemption: not helpful";
+        let ann = s.user("ann", &["api", "workspace"]).await;
+        s.workspace(&ann, json!({"name": "gpu"})).await;
+        let why = "0/1 nodes are available: 1 Insufficient example.com/gpu.";
         let starting = |rv: &str| {
             json!({"name": "gpu", "namespace": "warren-ws-gpu",
                    "latest_k8s_deployment_info": deployment("gpu", Some(rv), Some(1), Some("ReplicaSetUpdated"), Some(MRU), (None, Some(1)))})
@@ -209,6 +209,15 @@ async fn a_pod_no_node_can_run_waits_and_says_why() {
             waiting.starts_with("no node can run it yet: ") && waiting.ends_with(why),
             "[{l}] {waiting:?}"
         );
+        // The web UI says it on the workspace's page and in the list.
+        let mut browser = crate::ui::signed_in(&s, "ann", "password-123").await;
+        for page in ["/workspaces/gpu", "/"] {
+            let body = browser.get(page).await.body;
+            assert!(
+                body.contains("Waiting: no node can run it yet: 0/1 nodes are available"),
+                "[{l}] {page}: {body}"
+            );
+        }
         // The same report again changes nothing; one without the reason clears it.
         let version = w["version"].clone();
         s.reconcile_ok(agent, "partial", json!([report])).await;

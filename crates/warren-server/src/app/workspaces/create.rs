@@ -10,7 +10,7 @@ use crate::app::render::{self, RenderInput};
 use crate::app::sources::{self, Source};
 use crate::app::{names, rights, AppError, AppState, ErrorKind, Principal};
 use crate::store::projects::ProjectRow;
-use crate::store::workspaces::NewWorkspace;
+use crate::store::workspaces::{NewWorkspace, StoredVariable};
 use warren_types::api::{CreateWorkspaceRequest, Workspace};
 use warren_types::DesiredState;
 
@@ -143,6 +143,44 @@ async fn project_and_source(
     Ok((project, source))
 }
 
+/// The new workspace's definition, its parent resolved: the request's devfile, else the
+/// project's stored one, else the one in the repository at the workspace's ref (the
+/// request's `definition` there, when given); the server default only without either. With
+/// the field it came from, for errors, and a notice of which file was chosen.
+async fn definition_text(
+    state: &AppState,
+    req: &CreateWorkspaceRequest,
+    project: Option<&ProjectRow>,
+    source: Option<&Source>,
+    git_ref: Option<&str>,
+    variables: &[StoredVariable],
+    definition: Option<&str>,
+) -> Result<(String, &'static str, Option<String>), AppError> {
+    let mut chosen = None;
+    let stored = project.and_then(|p| p.devfile.as_ref());
+    let (text, field) = match (&req.devfile, source) {
+        (Some(d), _) => (d.clone(), "devfile"),
+        (None, Some(_)) if stored.is_some() && definition.is_none() => {
+            (stored.cloned().unwrap_or_default(), "project devfile")
+        }
+        (None, Some(s)) => {
+            let read = sources::definition(
+                state,
+                s,
+                git_ref.unwrap_or(&s.default_ref),
+                variables,
+                definition,
+            )
+            .await?;
+            chosen = read.notice;
+            (read.devfile, "repository devfile")
+        }
+        (None, None) => (state.default_devfile.as_str().to_owned(), "default devfile"),
+    };
+    let text = render::resolve_parent(&state.parents, &text, field).await?;
+    Ok((text, field, chosen))
+}
+
 /// Creates a workspace from the request's devfile, else the project's, else the server's
 /// default; renders its objects and asks for `Running`.
 pub async fn create(
@@ -172,32 +210,17 @@ pub async fn create(
         .git_ref
         .clone()
         .or_else(|| project.as_ref().map(|p| p.default_ref.clone()));
-    // The request's devfile, else the project's stored one, else the one in the repository
-    // at the workspace's ref (the request's `definition` there, when given); the server
-    // default only without either.
     let definition = check_definition(req)?;
-    let mut chosen = None;
-    let stored = project.as_ref().and_then(|p| p.devfile.as_ref());
-    let (devfile_text, field) = match (&req.devfile, &source) {
-        (Some(d), _) => (d.clone(), "devfile"),
-        (None, Some(_)) if stored.is_some() && definition.is_none() => {
-            (stored.cloned().unwrap_or_default(), "project devfile")
-        }
-        (None, Some(s)) => {
-            let read = sources::definition(
-                state,
-                s,
-                git_ref.as_deref().unwrap_or(&s.default_ref),
-                &variables,
-                definition,
-            )
-            .await?;
-            chosen = read.notice;
-            (read.devfile, "repository devfile")
-        }
-        (None, None) => (state.default_devfile.as_str().to_owned(), "default devfile"),
-    };
-    let devfile_text = render::resolve_parent(&state.parents, &devfile_text, field).await?;
+    let (devfile_text, field, chosen) = definition_text(
+        state,
+        req,
+        project.as_ref(),
+        source.as_ref(),
+        git_ref.as_deref(),
+        &variables,
+        definition,
+    )
+    .await?;
     let devfile = render::parse(&devfile_text, field)?;
     check_for_creation(&devfile, field, source.is_some(), req.starter.as_deref())?;
     // The definition's host requirements pick the class when its creator named none.

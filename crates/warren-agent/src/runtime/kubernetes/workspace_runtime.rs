@@ -162,23 +162,19 @@ impl WorkspaceRuntime for KubernetesRuntime {
             ) else {
                 continue;
             };
-            let pod_failure = pods
-                .get(&namespace)
-                .into_iter()
-                .flatten()
-                .filter(|p| status::selects(&deployment, p))
-                .find_map(|p| pod_failure(p));
-            // Only while no pod of it runs: during a rollout the old pod still serves.
-            let candidates: Vec<_> = pods
+            let own: Vec<_> = pods
                 .get(&namespace)
                 .into_iter()
                 .flatten()
                 .filter(|p| status::selects(&deployment, p))
                 .collect();
-            let pod_waiting = if candidates.iter().any(|p| status::pod_waiting(p).is_none()) {
-                None
+            let pod_failure = own.iter().find_map(|p| pod_failure(p));
+            // Only while every pod of it waits: during a rollout the old pod still serves.
+            let waits: Vec<_> = own.iter().map(|p| status::pod_waiting(p)).collect();
+            let pod_waiting = if waits.iter().all(Option::is_some) {
+                waits.into_iter().flatten().next()
             } else {
-                candidates.iter().find_map(|p| status::pod_waiting(p))
+                None
             };
             let terminating =
                 deployment.metadata.deletion_timestamp.is_some() || ns_terminating(&namespace);

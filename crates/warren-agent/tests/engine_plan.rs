@@ -410,7 +410,8 @@ fn objects_an_engine_cannot_honour_are_refused_by_name() {
 /// A Deployment as public examples write it: no securityContext at all.
 /// A machine class's devices (extended resources in the main container's limits) become
 /// the host's CDI devices of that kind, their specification's edits applied; a kind the host lacks, or too few, is refused
-/// naming it (issue 41, item 3).
+/// naming it (issue 41, item 3); a specification with hooks goes to an engine that applies
+/// it whole, or is refused naming the engine.
 #[test]
 fn devices_are_the_hosts_cdi_devices_of_their_kind() -> Result<()> {
     let dir = tempfile::tempdir()?;
@@ -478,6 +479,70 @@ fn devices_are_the_hosts_cdi_devices_of_their_kind() -> Result<()> {
         .unwrap_err()
         .to_string();
     assert!(half.contains("whole number of devices"), "{half}");
+
+    // A device whose specification runs hooks: requested from the engine by name where it
+    // applies such requests (hooks and all), refused naming the engine elsewhere.
+    std::fs::write(
+        dir.path().join("gpu.yaml"),
+        "cdiVersion: 0.6.0\nkind: example.com/gpu\ncontainerEdits:\n  env: [GPU_LIB=1]\n  hooks:\n    - {hookName: createContainer, path: /usr/bin/vendor-ctk, args: [vendor-ctk, hook, update-ldcache]}\ndevices:\n  - name: '0'\n    containerEdits:\n      deviceNodes: [{path: /dev/gpu0, hostPath: /dev/null}]\n",
+    )?;
+    let gpu = |count: &str| {
+        let mut objects = ws.objects();
+        let dep = objects
+            .iter_mut()
+            .find(|o| o["kind"] == "Deployment")
+            .expect("a Deployment");
+        dep["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+            ["example.com/gpu"] = json!(count);
+        objects
+    };
+    let cdi = plan::CdiDevices::read(&[dir.path().to_owned()]);
+    let refused = plan_on(&ws, &gpu("1"), None, &cdi).unwrap_err().to_string();
+    assert!(
+        refused.contains("example.com/gpu=0 runs hooks")
+            && refused.contains("Podman 5.4 or later, or Docker 25 or later with CDI enabled"),
+        "{refused}"
+    );
+    let old_podman = cdi
+        .clone()
+        .on_engine(plan::cdi::EngineCdi::of(true, "4.3.1", &[]));
+    let refused = plan_on(&ws, &gpu("1"), None, &old_podman)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("which Podman 4.3.1 cannot apply"),
+        "{refused}"
+    );
+    let applies = cdi.clone().on_engine(plan::cdi::EngineCdi::Applies);
+    let p = plan_on(&ws, &gpu("1"), None, &applies)?;
+    let dev = p.containers.iter().find(|c| c.role == Role::App).unwrap();
+    let host = dev.body.host_config.as_ref().unwrap();
+    let requests: Vec<(Option<&str>, Option<&Vec<String>>)> = (host.device_requests.iter())
+        .flatten()
+        .map(|r| (r.driver.as_deref(), r.device_ids.as_ref()))
+        .collect();
+    assert_eq!(
+        requests,
+        [(Some("cdi"), Some(&vec!["example.com/gpu=0".to_owned()]))],
+        "one request by name, which the engine applies whole"
+    );
+    assert_eq!(host.devices, None, "no device node applied by the agent");
+    assert!(
+        !dev.body
+            .env
+            .iter()
+            .flatten()
+            .any(|e| e.starts_with("GPU_LIB=")),
+        "the specification's edits are the engine's to apply, once"
+    );
+    let p = plan_on(&ws, &with("1"), None, &applies)?;
+    let dev = p.containers.iter().find(|c| c.role == Role::App).unwrap();
+    let host = dev.body.host_config.as_ref().unwrap();
+    assert_eq!(
+        (host.devices.as_ref().map(Vec::len), &host.device_requests),
+        (Some(1), &None),
+        "a specification without hooks is still applied by the agent, on every engine"
+    );
 
     // A pod from Git never reaches the host's devices, whatever its manifest asks.
     let git = git_deployment(

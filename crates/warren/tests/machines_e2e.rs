@@ -1,7 +1,9 @@
 //! Machine classes on Podman (issue 41, item 3): a class's size and its devices — a harmless
 //! device (`/dev/null` under a vendor's name) given by a Container Device Interface
 //! specification — reach the workspace's container; a class whose devices the host lacks
-//! fails the workspace naming them; a resize moves between classes.
+//! fails the workspace naming them; a device whose specification runs hooks is applied whole
+//! by an engine that can, and refused naming the engine by one that cannot; a resize moves
+//! between classes.
 
 use crate::support;
 
@@ -43,6 +45,30 @@ fn dongle_spec(kind: &str) -> Option<Spec> {
     Some(Spec(path))
 }
 
+/// A specification of kind `kind` whose one device runs a hook on the host when a container
+/// is created (as NVIDIA's generated ones run `nvidia-ctk hook …`): it writes `marker`.
+fn hooked_spec(kind: &str, marker: &std::path::Path) -> Option<Spec> {
+    let path =
+        PathBuf::from("/var/run/cdi").join(format!("{}.yaml", kind.replace(['/', '.'], "-")));
+    let text = format!(
+        "cdiVersion: 0.6.0\nkind: {kind}\ndevices:\n  - name: one\n    containerEdits:\n      deviceNodes:\n        - {{path: /dev/warren-hooked, hostPath: /dev/null}}\n      hooks:\n        - {{hookName: createRuntime, path: /bin/sh, args: [sh, -c, 'echo ran > {}']}}\n",
+        marker.display()
+    );
+    std::fs::write(&path, text).ok()?;
+    Some(Spec(path))
+}
+
+/// Whether this Podman applies a CDI device requested by name through its
+/// Docker-compatible API (5.4 and later).
+fn podman_applies_cdi_requests() -> bool {
+    let version = support::podman(&["version", "--format", "{{.Server.Version}}"]);
+    let mut parts = version
+        .trim()
+        .split('.')
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (5, 4)
+}
+
 fn out(o: std::process::Output) -> String {
     String::from_utf8_lossy(&o.stdout).trim().to_owned()
 }
@@ -70,6 +96,10 @@ fn a_class_gives_its_size_and_the_hosts_devices() {
         eprintln!("notice: skipped, /var/run/cdi is not writable here");
         return;
     };
+    let hooked_kind = format!("warren.test/hooked{suffix}");
+    let marker_dir = tempfile::tempdir().expect("a directory");
+    let marker = marker_dir.path().join("hook-ran");
+    let _hooked = hooked_spec(&hooked_kind, &marker).expect("a specification beside the first");
     let mut up = Up::start();
     let devices = |kind: String| {
         let mut m = serde_json::Map::new();
@@ -82,7 +112,8 @@ fn a_class_gives_its_size_and_the_hosts_devices() {
             {"name": "dongle", "description": "with a dongle", "memory": "256Mi",
              "devices": devices(kind.clone())},
             {"name": "absent", "memory": "256Mi",
-             "devices": devices(format!("warren.test/absent{suffix}"))}
+             "devices": devices(format!("warren.test/absent{suffix}"))},
+            {"name": "hooked", "memory": "256Mi", "devices": devices(hooked_kind.clone())}
         ]);
         config["default_machine_class"] = json!("small");
     });
@@ -153,6 +184,56 @@ fn a_class_gives_its_size_and_the_hosts_devices() {
         )),
         "{said}"
     );
+
+    // A device whose specification runs a hook: the agent cannot give a container hooks
+    // through the Docker-compatible API, so an engine that applies CDI requests by name
+    // gets the device by name (and runs the hook); an older one refuses, naming itself.
+    let hooked = unique_name("hooked");
+    let made = support::cli(
+        up.home.path(),
+        &[
+            "ws",
+            "create",
+            "--devfile",
+            devfile,
+            "--name",
+            &hooked,
+            "--class",
+            "hooked",
+            "--wait",
+            "--timeout",
+            "2m",
+        ],
+        None,
+    );
+    let said = String::from_utf8_lossy(&made.stderr);
+    if podman_applies_cdi_requests() {
+        assert!(made.status.success(), "{said}");
+        let id = container_of(&hooked);
+        assert!(
+            sh(&id, "test -c /dev/warren-hooked").status.success(),
+            "the engine applied the device"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&marker).unwrap_or_default().trim(),
+            "ran",
+            "the engine ran the specification's hook"
+        );
+    } else {
+        assert!(!made.status.success(), "it cannot run here");
+        assert!(
+            said.contains(&format!("{hooked_kind}=one runs hooks"))
+                && said.contains("which Podman ")
+                && said.contains("Podman 5.4 or later"),
+            "{said}"
+        );
+        assert!(!marker.exists(), "no hook ran");
+        assert!(
+            running(&hooked).is_empty(),
+            "no container runs without its hook"
+        );
+    }
+    up.cli_ok(&["ws", "rm", &hooked, "--wait", "--timeout", "2m"]);
 
     // Resized to the small class: restarted without the device, with the smaller size.
     up.cli_ok(&[

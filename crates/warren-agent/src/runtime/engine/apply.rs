@@ -55,7 +55,8 @@ impl EngineRuntime {
             files_dir: &files_dir,
             labels: &labels,
             kubernetes: self.inner.kubernetes_pods,
-            cdi: &plan::CdiDevices::read(&self.inner.config.cdi_spec_dirs),
+            cdi: &plan::CdiDevices::read(&self.inner.config.cdi_spec_dirs)
+                .on_engine(self.inner.engine_cdi.clone()),
         };
         let mut plan = plan::plan(&parsed, &secrets, &config_maps, &cx)
             .map_err(|e| apply_err(e.to_string()))?;

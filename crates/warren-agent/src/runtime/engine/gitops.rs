@@ -276,6 +276,7 @@ impl EngineRuntime {
                         docker: self.inner.docker.clone(),
                         host: self.inner.host.clone(),
                         is_podman: self.inner.is_podman,
+                        engine_cdi: self.inner.engine_cdi.clone(),
                         config,
                         owner: format!("{}g", self.inner.owner),
                         changes,

@@ -163,6 +163,8 @@ struct Inner {
     host: String,
     /// Podman answers the Docker API with a few differences the runtime tolerates.
     is_podman: bool,
+    /// Whether the engine applies a CDI device requested by name (`plan::cdi`).
+    engine_cdi: plan::cdi::EngineCdi,
     config: EngineConfig,
     /// This installation's owner id (see [`OWNER_LABEL`]).
     owner: String,
@@ -293,20 +295,26 @@ impl EngineRuntime {
         } else {
             connect::auto(&config.state_dir).await?
         };
-        let is_podman = match connection.docker.version().await {
-            Ok(v) => v
-                .components
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.name.to_ascii_lowercase().contains("podman")),
+        let (is_podman, version) = match connection.docker.version().await {
+            Ok(v) => (
+                v.components
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.name.to_ascii_lowercase().contains("podman")),
+                v.version.unwrap_or_default(),
+            ),
             // Both engines answer `version`; assume Docker, whose handling is the safe one.
-            Err(_) => false,
+            Err(_) => (false, String::new()),
         };
-        tracing::info!(host = %connection.host, is_podman, "connected to the container engine");
-        let security_options = match connection.docker.info().await {
-            Ok(info) => info.security_options.unwrap_or_default(),
-            Err(_) => Vec::new(),
+        let (security_options, cdi_spec_dirs) = match connection.docker.info().await {
+            Ok(info) => (
+                info.security_options.unwrap_or_default(),
+                info.cdi_spec_dirs.unwrap_or_default(),
+            ),
+            Err(_) => (Vec::new(), Vec::new()),
         };
+        let engine_cdi = plan::cdi::EngineCdi::of(is_podman, &version, &cdi_spec_dirs);
+        tracing::info!(host = %connection.host, is_podman, %version, ?engine_cdi, "connected to the container engine");
         let rootless = security_options.iter().any(|o| o.contains("rootless"));
         // Podman lists `name=userns` for a rootless service too; a user namespace it makes
         // per container (`plan::AUTO_USER_NAMESPACE`) is what counts there.
@@ -328,6 +336,7 @@ impl EngineRuntime {
             docker: connection.docker,
             host: connection.host,
             is_podman,
+            engine_cdi,
             config,
             owner,
             changes,

@@ -3,11 +3,15 @@
 //! Docker, where Kubernetes takes a count.
 //!
 //! The agent applies a specification's edits itself — its device nodes, environment and
-//! mounts — because the engines' Docker-compatible API, which the agent speaks, does not
-//! take CDI names (Podman 4 answers "stat nvidia.com/gpu=0: no such file"; only its own
-//! API and `podman run --device` do). Edits it cannot make through that API (OCI hooks, as
-//! NVIDIA's generated specifications carry) are refused by name rather than left out, so a
-//! workspace never runs with half a device.
+//! mounts — because not every engine's Docker-compatible API, which the agent speaks, takes
+//! CDI names (Podman before 5.4 answers "stat nvidia.com/gpu=0: no such file" or ignores a
+//! `cdi` device request; Docker before 25, or without CDI enabled, refuses the driver).
+//! OCI hooks, which NVIDIA's generated specifications carry, cannot be given through that
+//! API at all: a device whose edits hold hooks is requested from the engine by its CDI name
+//! (a device request with the `cdi` driver, as `docker run --device vendor.com/x=y` sends)
+//! where the engine applies such requests itself ([`EngineCdi::Applies`]), and refused by
+//! name elsewhere rather than given without its hooks, so a workspace never runs with half
+//! a device.
 
 use bollard::models::{DeviceMapping, Mount, MountType};
 use serde::Deserialize;
@@ -24,6 +28,57 @@ pub struct CdiDevices {
     kinds: BTreeMap<String, Kind>,
     /// The directories read, for messages.
     dirs: Vec<PathBuf>,
+    /// Whether the engine applies a device requested by name.
+    engine: EngineCdi,
+}
+
+/// Whether the container engine applies a CDI device requested by its name through the
+/// Docker-compatible API (`HostConfig.DeviceRequests` with the `cdi` driver): the whole
+/// specification, hooks included.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EngineCdi {
+    /// Podman 5.4 and later; Docker with CDI enabled (from 25 when configured, by default
+    /// from 28.2), which says so by listing its specification directories in `info`.
+    Applies,
+    /// It ignores or refuses such a request; the engine and its version, for messages.
+    Ignores(String),
+}
+
+impl Default for EngineCdi {
+    fn default() -> Self {
+        EngineCdi::Ignores("the container engine".into())
+    }
+}
+
+impl EngineCdi {
+    /// What an engine does with CDI requests, from its `version` and, for Docker, the
+    /// specification directories its `info` lists (present only while CDI is enabled).
+    /// Podman's `info` never lists them, so its version decides: 5.4 passes a `cdi`
+    /// request's names on to its own CDI support, earlier versions drop the request
+    /// without a word — a workspace would start without its device.
+    pub fn of(is_podman: bool, version: &str, docker_cdi_dirs: &[String]) -> EngineCdi {
+        let version = match version.trim() {
+            "" => "(version unknown)",
+            v => v,
+        };
+        if is_podman {
+            let mut parts = version
+                .trim_start_matches('v')
+                .split(|c: char| !c.is_ascii_digit())
+                .map(|p| p.parse::<u32>().ok());
+            let major = parts.next().flatten().unwrap_or(0);
+            let minor = parts.next().flatten().unwrap_or(0);
+            if (major, minor) >= (5, 4) {
+                EngineCdi::Applies
+            } else {
+                EngineCdi::Ignores(format!("Podman {version}"))
+            }
+        } else if docker_cdi_dirs.iter().any(|d| !d.is_empty()) {
+            EngineCdi::Applies
+        } else {
+            EngineCdi::Ignores(format!("Docker {version} without CDI enabled"))
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -88,6 +143,9 @@ pub struct Injected {
     pub devices: Vec<DeviceMapping>,
     pub env: Vec<String>,
     pub mounts: Vec<Mount>,
+    /// Fully qualified names (`vendor.com/class=name`) of devices the engine applies
+    /// itself: one device request with the `cdi` driver.
+    pub requests: Vec<String>,
 }
 
 impl CdiDevices {
@@ -129,7 +187,14 @@ impl CdiDevices {
         CdiDevices {
             kinds,
             dirs: dirs.to_vec(),
+            engine: EngineCdi::default(),
         }
+    }
+
+    /// The same devices, on an engine that does `engine` with requests by name.
+    pub fn on_engine(mut self, engine: EngineCdi) -> CdiDevices {
+        self.engine = engine;
+        self
     }
 
     /// The edits of `count` devices of `kind` (the first ones its specifications list), or
@@ -157,12 +222,26 @@ impl CdiDevices {
                 names.join(", ")
             ));
         }
-        for (name, edits) in &devices.devices[..wanted] {
-            if !edits.hooks.is_empty() {
-                return Err(format!(
-                    "the CDI specification of {kind}={name} runs hooks when a container starts, which the agent cannot give a container through the engine's Docker-compatible API; a specification with device nodes, environment and mounts only works"
-                ));
-            }
+        let chosen = &devices.devices[..wanted];
+        // All of a kind or none goes to the engine: the specification's own edits, which
+        // each device carries here, must not be applied twice.
+        if let Some((name, _)) = chosen.iter().find(|(_, e)| !e.hooks.is_empty()) {
+            return match &self.engine {
+                EngineCdi::Applies => {
+                    for (name, _) in chosen {
+                        let qualified = format!("{kind}={name}");
+                        if !into.requests.contains(&qualified) {
+                            into.requests.push(qualified);
+                        }
+                    }
+                    Ok(())
+                }
+                EngineCdi::Ignores(engine) => Err(format!(
+                    "the CDI specification of {kind}={name} runs hooks when a container starts, which {engine} cannot apply through its Docker-compatible API (Podman 5.4 or later, or Docker 25 or later with CDI enabled, applies the whole specification); on this engine only a specification of device nodes, environment and mounts works"
+                )),
+            };
+        }
+        for (_, edits) in chosen {
             for n in &edits.device_nodes {
                 let mapping = DeviceMapping {
                     path_on_host: Some(n.host_path.clone().unwrap_or_else(|| n.path.clone())),
@@ -278,7 +357,24 @@ mod tests {
         let hooks = cdi
             .inject("example.org/gpu", 1, &mut Injected::default())
             .unwrap_err();
-        assert!(hooks.contains("runs hooks"), "{hooks}");
+        assert!(
+            hooks.contains("runs hooks") && hooks.contains("the container engine cannot apply"),
+            "{hooks}"
+        );
+        // An engine that applies requests by name gets the device by its name, whole.
+        let mut requested = Injected::default();
+        cdi.clone()
+            .on_engine(EngineCdi::Applies)
+            .inject("example.org/gpu", 1, &mut requested)
+            .unwrap();
+        assert_eq!(
+            requested,
+            Injected {
+                requests: vec!["example.org/gpu=0".into()],
+                ..Injected::default()
+            },
+            "nothing applied by the agent beside the request"
+        );
         let too_many = cdi
             .inject("example.com/dongle", 3, &mut Injected::default())
             .unwrap_err();
@@ -298,5 +394,32 @@ mod tests {
             .inject("example.net/x", 1, &mut Injected::default())
             .unwrap_err();
         assert!(relative.contains("no example.net/x devices"), "{relative}");
+    }
+
+    #[test]
+    fn the_engines_version_says_whether_it_applies_requests_by_name() {
+        assert_eq!(EngineCdi::of(true, "5.4.0", &[]), EngineCdi::Applies);
+        assert_eq!(EngineCdi::of(true, "v6.0.1", &[]), EngineCdi::Applies);
+        assert_eq!(
+            EngineCdi::of(true, "5.3.2", &[]),
+            EngineCdi::Ignores("Podman 5.3.2".into())
+        );
+        assert_eq!(
+            EngineCdi::of(true, "4.3.1", &["/etc/cdi".into()]),
+            EngineCdi::Ignores("Podman 4.3.1".into()),
+            "Podman's version decides"
+        );
+        assert_eq!(
+            EngineCdi::of(true, "", &[]),
+            EngineCdi::Ignores("Podman (version unknown)".into())
+        );
+        assert_eq!(
+            EngineCdi::of(false, "28.2.1", &["/etc/cdi".into(), "/var/run/cdi".into()]),
+            EngineCdi::Applies
+        );
+        assert_eq!(
+            EngineCdi::of(false, "27.5.1", &[]),
+            EngineCdi::Ignores("Docker 27.5.1 without CDI enabled".into())
+        );
     }
 }

@@ -350,6 +350,14 @@ fn container_plan(
     if !injected.devices.is_empty() {
         host_config.devices = Some(injected.devices);
     }
+    if !injected.requests.is_empty() {
+        // The engine applies these itself, hooks included (`cdi::EngineCdi::Applies`).
+        host_config.device_requests = Some(vec![bollard::models::DeviceRequest {
+            driver: Some("cdi".into()),
+            device_ids: Some(injected.requests),
+            ..Default::default()
+        }]);
+    }
     host_config
         .mounts
         .get_or_insert_with(Vec::new)

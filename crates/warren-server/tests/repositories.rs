@@ -298,8 +298,9 @@ async fn attack_repositories_the_server_must_not_read_are_refused_by_name() {
     );
 }
 
-/// The web UI's link `/new?repo=URL%23REF`: the form filled in (a GET makes nothing), its
-/// button makes the workspace, and its page names the repository and the ref.
+/// The web UI's link `/new?repo=URL%23REF` (or a forge's address of a branch): the form
+/// filled in (a GET makes nothing), its button makes the workspace, and its page names the
+/// repository and the ref.
 #[tokio::test]
 async fn a_link_fills_in_the_new_workspace_form() {
     if !have_git() {
@@ -324,6 +325,16 @@ async fn a_link_fills_in_the_new_workspace_form() {
         assert!(
             page.body.contains(&format!("value=\"{web}\"")) && page.body.contains("value=\"v1\""),
             "[{l}] the form is filled in: {}",
+            page.body
+        );
+        // The address of a branch as a forge's pages show it is the repository and the ref.
+        let page = b
+            .get("/new?repo=https%3A%2F%2Fgithub.com%2Forg%2Fapp%2Ftree%2Ffeature%2Fx")
+            .await;
+        assert!(
+            page.body.contains("value=\"https://github.com/org/app\"")
+                && page.body.contains("value=\"feature/x\""),
+            "[{l}] a forge's address is split: {}",
             page.body
         );
         let (_, list) = s

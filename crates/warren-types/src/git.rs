@@ -138,12 +138,56 @@ pub const DEVFILE_LOCATIONS: [&str; 4] = [
 /// `URL#REF` as users write a repository with a branch, tag or commit (`warren ws create
 /// --repo`, the web UI's `/new?repo=`): the URL, and the ref when a non-empty one follows
 /// the last `#` (a Git URL has no fragment of its own).
+///
+/// The address of a branch or tag as a forge's web pages show it, which users copy from the
+/// address bar, is taken too: `https://HOST/OWNER/REPO/tree/REF` (GitHub and GitHub
+/// Enterprise), `…/-/tree/REF` (GitLab, in subgroups too) and `…/src/branch/REF`,
+/// `…/src/tag/REF`, `…/src/commit/REF` (Gitea, Forgejo) become the repository's URL and the
+/// ref. Everything after the marker is the ref (`tree/feature/x` is `feature/x`): a forge
+/// shows a folder of a branch the same way, and such a ref then fails to resolve, naming it.
 pub fn split_repository_ref(s: &str) -> (&str, Option<&str>) {
-    match s.rsplit_once('#') {
+    let (url, r) = match s.rsplit_once('#') {
         Some((url, r)) if !r.is_empty() => (url, Some(r)),
         Some((url, _)) => (url, None),
         None => (s, None),
+    };
+    match (r, browser_ref(url)) {
+        (None, Some((url, r))) => (url, Some(r)),
+        _ => (url, r),
     }
+}
+
+/// A forge's web address of a ref (see [`split_repository_ref`]) as the repository's URL and
+/// the ref; `None` for anything else, a clone URL ending in `.git` included.
+fn browser_ref(url: &str) -> Option<(&str, &str)> {
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))?;
+    let path_at = rest.find('/')?;
+    let path = &rest[path_at..];
+    let base = url.len() - rest.len() + path_at;
+    let found = |marker: &str| {
+        path.find(marker).map(|at| {
+            let r = path[at + marker.len()..].trim_end_matches('/');
+            (&url[..base + at], r)
+        })
+    };
+    let (repo, r) = found("/-/tree/")
+        .or_else(|| found("/src/branch/"))
+        .or_else(|| found("/src/tag/"))
+        .or_else(|| found("/src/commit/"))
+        .or_else(|| {
+            // GitHub: exactly OWNER/REPO before `tree`.
+            let mut segments = path.splitn(5, '/').skip(1);
+            let (owner, repo, tree) = (segments.next()?, segments.next()?, segments.next()?);
+            (!owner.is_empty() && !repo.is_empty() && tree == "tree").then(|| {
+                let prefix = 1 + owner.len() + 1 + repo.len();
+                let r = segments.next().unwrap_or_default().trim_end_matches('/');
+                (&url[..base + prefix], r)
+            })
+        })?;
+    let plain_repo = !repo.ends_with(".git") && !repo.ends_with('/');
+    (plain_repo && !r.is_empty()).then_some((repo, r))
 }
 
 /// The folder under `/projects` a repository opened without a project is cloned into: the
@@ -277,6 +321,53 @@ mod tests {
             ("git@host:a/b.git", None)
         );
         assert_eq!(split_repository_ref("https://h/r#"), ("https://h/r", None));
+        // Addresses copied from a forge's web pages.
+        for (address, url, r) in [
+            (
+                "https://github.com/org/app/tree/main",
+                "https://github.com/org/app",
+                "main",
+            ),
+            (
+                "https://github.com/org/app/tree/feature/x/",
+                "https://github.com/org/app",
+                "feature/x",
+            ),
+            (
+                "https://gitlab.example/group/sub/app/-/tree/v1.2",
+                "https://gitlab.example/group/sub/app",
+                "v1.2",
+            ),
+            (
+                "http://gitea.example:3000/org/app/src/branch/dev",
+                "http://gitea.example:3000/org/app",
+                "dev",
+            ),
+            (
+                "https://codeberg.org/org/app/src/tag/v2",
+                "https://codeberg.org/org/app",
+                "v2",
+            ),
+        ] {
+            assert_eq!(split_repository_ref(address), (url, Some(r)), "{address}");
+        }
+        for kept in [
+            // A ref after `#` wins; the path is the repository's.
+            "https://github.com/org/app/tree/main#v1",
+            // Clone URLs, and paths that are not a ref's page.
+            "https://github.com/org/app.git",
+            "https://github.com/org/app",
+            "https://git.example/a/b/c/tree/main",
+            "https://github.com/org/app/tree/",
+            "https://github.com/org/app.git/tree/main",
+            "git@github.com:org/app/tree/main",
+            "ssh://git@host/org/app/-/tree/main",
+        ] {
+            let (url, r) = split_repository_ref(kept);
+            let expected = kept.rsplit_once('#').map_or(kept, |(u, _)| u);
+            assert_eq!(url, expected, "{kept}");
+            assert_eq!(r.is_some(), kept.contains('#'), "{kept}");
+        }
         for (url, folder) in [
             ("https://git.example/org/My_Repo.git", "my-repo"),
             ("https://git.example/org/app/", "app"),

@@ -250,7 +250,8 @@ fn the_home_persists_across_a_restart_and_dotfiles_install_once() {
 /// Issue 41, item 2: a repository opened without a project. `warren ws create --repo URL#REF`
 /// clones it at that tag; a link `/new?repo=URL` opened in Chromium by someone not signed
 /// in leads through the sign-in back to the form, filled in, and its button makes a workspace
-/// that clones the repository's default branch, with its devfile.
+/// that clones the repository's default branch, with its devfile; when the branch's
+/// definition moves on, `ws show` marks that workspace (issue 41, item 1).
 #[test]
 fn a_repository_opens_by_url_from_the_cli_and_from_a_link() {
     if !podman_available() || !support::chromium_available() {
@@ -365,6 +366,37 @@ fn a_repository_opens_by_url_from_the_cli_and_from_a_link() {
     });
     up.cli_ok(&["ws", "start", &linked, "--wait", "--timeout", "3m"]);
     assert_eq!(head_of(&linked), second, "the default branch");
+
+    // The branch's definition moves on: `ws show` marks the workspace built from the branch
+    // ("update available", as its page does), not the one pinned to the tag.
+    let shown = up.cli_ok(&["ws", "show", &linked]);
+    assert!(
+        !shown.contains("changed since it was built"),
+        "nothing changed yet: {shown}"
+    );
+    warren_testkit::git_http::commit_files(
+        &git.path("Tool_Box"),
+        &[
+            (
+                ".devfile.yaml",
+                &DEVFILE.replace("memoryLimit: 256Mi", "memoryLimit: 320Mi"),
+            ),
+            ("README", "three\n"),
+        ],
+    )
+    .expect("a third commit");
+    let shown = up.cli_ok(&["ws", "show", &linked]);
+    assert!(
+        shown.contains(&format!(
+            "its repository's definition changed since it was built (1 change(s)): warren ws rebuild {linked}"
+        )),
+        "{shown}"
+    );
+    let shown = up.cli_ok(&["ws", "show", &ws]);
+    assert!(
+        !shown.contains("changed since it was built"),
+        "the tag did not move: {shown}"
+    );
     up.cli_ok(&["ws", "rm", &linked, "--wait", "--timeout", "2m"]);
     up.cli_ok(&["ws", "rm", &ws, "--wait", "--timeout", "2m"]);
     let status = up.stop();

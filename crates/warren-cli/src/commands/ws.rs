@@ -318,10 +318,38 @@ async fn ws_show(c: &Client, out: Format, name: &str) -> Result<(), CliError> {
     } else {
         None
     };
+    let update = if out == Format::Table {
+        definition_update(c, &w).await
+    } else {
+        None
+    };
     print(out, &w, |w| {
-        output::workspace_with_status(w, startup.as_deref(), editor.as_deref())
+        output::workspace_with_status(w, startup.as_deref(), editor.as_deref(), update)
     });
     Ok(())
+}
+
+/// How many parts of a project's or repository's workspace would change if rebuilt now (the
+/// "update available" mark the web UI's page shows): a dry run of the rebuild, asked only by
+/// who may rebuild it and waited for a few seconds at most (it reads the repository).
+async fn definition_update(c: &Client, w: &Workspace) -> Option<usize> {
+    let from_repository = w.project_name.is_some() || w.repository.is_some();
+    if !from_repository
+        || w.your_right < Some(warren_types::api::WorkspaceRight::Manage)
+        || w.desired_state == DesiredState::Terminated
+    {
+        return None;
+    }
+    let req = RebuildWorkspaceRequest {
+        devfile: None,
+        dry_run: true,
+    };
+    // Said only when known: a slow or failing read leaves the row out, as the page does.
+    let plan = tokio::time::timeout(Duration::from_secs(5), c.rebuild_workspace(&w.name, &req))
+        .await
+        .ok()?
+        .ok()?;
+    (!plan.changes.is_empty()).then_some(plan.changes.len())
 }
 
 /// `warren ws ssh NAME [-- COMMAND]`: OpenSSH to the proxy, its host key pinned.

@@ -186,18 +186,19 @@ pub fn workspaces(items: &[Workspace]) -> String {
 }
 
 pub fn workspace(w: &Workspace) -> String {
-    workspace_with_status(w, None, None)
+    workspace_with_status(w, None, None, None)
 }
 
 /// What the workspace's own output last said about its editor.
 pub use warren_types::config::editor_status;
 
 /// [`workspace`], with its startup and its editor's status as the workspace's output gives
-/// them.
+/// them, and how many parts of its definition changed since it was built (`update`).
 pub fn workspace_with_status(
     w: &Workspace,
     startup: Option<&str>,
     editor_status: Option<&str>,
+    update: Option<usize>,
 ) -> String {
     let mut rows = vec![
         ("Name", w.name.clone()),
@@ -244,6 +245,20 @@ pub fn workspace_with_status(
     }
     if let Some(reason) = &w.waiting_reason {
         rows.push(("Waiting", reason.clone()));
+    }
+    if let Some(n) = update {
+        let whose = if w.project_name.is_some() {
+            "its project's"
+        } else {
+            "its repository's"
+        };
+        rows.push((
+            "Update",
+            format!(
+                "{whose} definition changed since it was built ({n} change(s)): warren ws rebuild {} shows them",
+                w.name
+            ),
+        ));
     }
     if let Some(fault) = &w.agent_fault {
         rows.push(("Agent fault", fault.clone()));

@@ -421,16 +421,18 @@ fn devices_are_the_hosts_cdi_devices_of_their_kind() -> Result<()> {
     )?;
     let cdi = plan::CdiDevices::read(&[dir.path().to_owned()]);
     let ws = workspace();
-    let with = |count: &str| {
+    // The workspace's objects with its main container asking for `count` devices of `kind`.
+    let asking = |kind: &str, count: &str| {
         let mut objects = ws.objects();
         let dep = objects
             .iter_mut()
             .find(|o| o["kind"] == "Deployment")
             .expect("a Deployment");
-        dep["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
-            ["example.com/dongle"] = json!(count);
+        dep["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"][kind] =
+            json!(count);
         objects
     };
+    let with = |count: &str| asking("example.com/dongle", count);
     let p = plan_on(&ws, &with("2"), None, &cdi)?;
     let dev = p.containers.iter().find(|c| c.role == Role::App).unwrap();
     let devices: Vec<(String, String)> = (dev.body.host_config.as_ref().unwrap().devices.iter())
@@ -486,16 +488,7 @@ fn devices_are_the_hosts_cdi_devices_of_their_kind() -> Result<()> {
         dir.path().join("gpu.yaml"),
         "cdiVersion: 0.6.0\nkind: example.com/gpu\ncontainerEdits:\n  env: [GPU_LIB=1]\n  hooks:\n    - {hookName: createContainer, path: /usr/bin/vendor-ctk, args: [vendor-ctk, hook, update-ldcache]}\ndevices:\n  - name: '0'\n    containerEdits:\n      deviceNodes: [{path: /dev/gpu0, hostPath: /dev/null}]\n",
     )?;
-    let gpu = |count: &str| {
-        let mut objects = ws.objects();
-        let dep = objects
-            .iter_mut()
-            .find(|o| o["kind"] == "Deployment")
-            .expect("a Deployment");
-        dep["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
-            ["example.com/gpu"] = json!(count);
-        objects
-    };
+    let gpu = |count: &str| asking("example.com/gpu", count);
     let cdi = plan::CdiDevices::read(&[dir.path().to_owned()]);
     let refused = plan_on(&ws, &gpu("1"), None, &cdi).unwrap_err().to_string();
     assert!(

@@ -125,6 +125,26 @@ fn a_class_gives_its_size_and_the_hosts_devices() {
     let devfile = up.home.path().join("devfile.yaml");
     std::fs::write(&devfile, DEVFILE).expect("devfile");
     let devfile = devfile.to_str().expect("utf-8");
+    // `ws create` of workspace `name` in class `class`, waited for; its output, whatever it is.
+    let create_in_class = |name: &str, class: &str| {
+        support::cli(
+            up.home.path(),
+            &[
+                "ws",
+                "create",
+                "--devfile",
+                devfile,
+                "--name",
+                name,
+                "--class",
+                class,
+                "--wait",
+                "--timeout",
+                "2m",
+            ],
+            None,
+        )
+    };
 
     let ws = unique_name("classes");
     up.workspace = Some(ws.clone());
@@ -159,23 +179,7 @@ fn a_class_gives_its_size_and_the_hosts_devices() {
 
     // A class whose devices this host lacks: the workspace fails, naming them.
     let absent = unique_name("absent");
-    let made = support::cli(
-        up.home.path(),
-        &[
-            "ws",
-            "create",
-            "--devfile",
-            devfile,
-            "--name",
-            &absent,
-            "--class",
-            "absent",
-            "--wait",
-            "--timeout",
-            "2m",
-        ],
-        None,
-    );
+    let made = create_in_class(&absent, "absent");
     assert!(!made.status.success(), "it cannot run");
     let said = String::from_utf8_lossy(&made.stderr);
     assert!(
@@ -189,23 +193,7 @@ fn a_class_gives_its_size_and_the_hosts_devices() {
     // through the Docker-compatible API, so an engine that applies CDI requests by name
     // gets the device by name (and runs the hook); an older one refuses, naming itself.
     let hooked = unique_name("hooked");
-    let made = support::cli(
-        up.home.path(),
-        &[
-            "ws",
-            "create",
-            "--devfile",
-            devfile,
-            "--name",
-            &hooked,
-            "--class",
-            "hooked",
-            "--wait",
-            "--timeout",
-            "2m",
-        ],
-        None,
-    );
+    let made = create_in_class(&hooked, "hooked");
     let said = String::from_utf8_lossy(&made.stderr);
     if podman_applies_cdi_requests() {
         assert!(made.status.success(), "{said}");

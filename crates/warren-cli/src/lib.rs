@@ -114,6 +114,9 @@ pub enum Command {
     OAuthClient(OAuthClientGroup),
     /// GitOps (admin): repositories the relays read for agents, and the policy capping sources.
     Gitops(GitopsGroup),
+    /// Rotate the proxies' cookie-signing key (admin); run as `warren proxy rotate-key`.
+    #[command(name = "rotate-proxy-key", hide = true)]
+    RotateProxyKey(OutputArgs),
     /// Check and render devfiles locally, without a server.
     Devfile(DevfileGroup),
     /// Check dev container configurations (`devcontainer.json`) locally, and show the devfile

@@ -20,6 +20,16 @@ impl Client {
         self.get(&routes::access()).await
     }
 
+    /// Rotates the proxies' cookie-signing key (admin).
+    pub async fn rotate_proxy_cookie_key(&self) -> Result<ProxyKeyRotation> {
+        self.with_body(
+            Method::POST,
+            &routes::rotate_proxy_cookie_key(),
+            &serde_json::json!({}),
+        )
+        .await
+    }
+
     pub async fn list_users(&self) -> Result<Vec<User>> {
         self.get(&routes::users()).await
     }

@@ -21,9 +21,9 @@ use warren_types::api::{
     AccessInfo, AddSshKeyRequest, Agent, ApiError, ChangePasswordRequest, CreateAgentRequest,
     CreateOAuthClient, CreateProjectRequest, CreateTokenRequest, CreateUserRequest,
     CreateWorkspaceRequest, CreatedAgent, CreatedOAuthClient, CreatedToken, OAuthClient, Page,
-    PasswordLoginRequest, Project, RebuildOutcome, RebuildWorkspaceRequest, ResizeWorkspaceRequest,
-    SshKey, Token, UpdateAgentRequest, UpdateDesiredStateRequest, UpdateUserRequest, User,
-    Workspace, WorkspaceResources, API_PREFIX,
+    PasswordLoginRequest, Project, ProxyKeyRotation, RebuildOutcome, RebuildWorkspaceRequest,
+    ResizeWorkspaceRequest, SshKey, Token, UpdateAgentRequest, UpdateDesiredStateRequest,
+    UpdateUserRequest, User, Workspace, WorkspaceResources, API_PREFIX,
 };
 use warren_types::api::{
     CreateMountRequest, CreateSpaceRequest, Mount, ProjectMember, ProjectRole, SetDotfilesRequest,

@@ -18,6 +18,11 @@ pub fn access() -> Vec<String> {
     segs(&["access"])
 }
 
+/// `POST /proxy/cookie-keys/rotate` (admin).
+pub fn rotate_proxy_cookie_key() -> Vec<String> {
+    segs(&["proxy", "cookie-keys", "rotate"])
+}
+
 /// `GET|POST /users` (admin).
 pub fn users() -> Vec<String> {
     segs(&["users"])

@@ -5,7 +5,9 @@
 //! personal access token, SSH key) and may they reach this workspace (the server's answer,
 //! cached ≤ 60 s). Traffic then goes proxy → relay → the agent's connection → the workspace,
 //! or straight to the workspace in direct mode. The proxy keeps no sessions of its own: the
-//! signed cookie is the session, so instances can be added freely.
+//! signed cookie is the session, its keys and the SSH host key are shared by the server, and
+//! hand-offs are used once through the server — so replicas behind one load balancer are
+//! interchangeable, with no sticky sessions.
 //!
 //! Module map: `http` (host routing, sign-in, forwarding), `terminal` (the web terminal's
 //! page and WebSocket ⇄ exec bridge), `ssh` (the SSH server), `server_api` and `relay` (the
@@ -23,12 +25,13 @@ mod stop_warning;
 mod terminal;
 
 pub use config::ProxyConfig;
-pub use http::keys as http_keys;
-pub use http::keys::{rotate as rotate_cookie_key, KeyError, KEY_FILE as COOKIE_KEY_FILE};
+pub use http::keys::{KeyError, KEY_FILE as COOKIE_KEY_FILE};
 
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use warren_types::internal::{ProxyKeyOffer, ProxyKeys};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
@@ -40,6 +43,8 @@ pub enum ProxyError {
     ServerClient(#[source] reqwest::Error),
     #[error("preparing the proxy's cookie keys")]
     CookieKeys(#[from] http::keys::KeyError),
+    #[error("the server refused to share the proxies' keys")]
+    SharedKeys(#[source] server_api::ServerApiError),
     #[error("preparing the proxy's keys in {path}")]
     Keys {
         path: String,
@@ -89,28 +94,44 @@ pub async fn run(
         path: config.state_dir.display().to_string(),
         source,
     })?;
-    if listeners.ssh.is_some() {
-        // A missing host key is created here and a broken one stops the start, before any
-        // listener serves.
-        ssh::check_host_key(&config)?;
-    }
+    // A broken host key stops the start, before any listener serves.
+    let offer = ProxyKeyOffer {
+        cookie_key: Some(http::keys::offer(&config.state_dir)?),
+        ssh_host_key: match listeners.ssh {
+            Some(_) => ssh::offered_host_key(&config)?,
+            None => None,
+        },
+    };
     let tls = warren_tls::ServerCert::from_options(
         config.tls_cert_file.clone(),
         config.tls_key_file.clone(),
     )?;
     let server_roots = warren_tls::CaBundle::load_optional(config.server_ca_file.as_deref())?;
+    let server = server_api::ServerApi::new(
+        config.server_url.clone(),
+        config.shared_secret.as_bytes(),
+        server_roots.as_ref(),
+    )
+    .map_err(ProxyError::ServerClient)?;
+    let Some(keys) = shared_keys(&server, &offer, &shutdown).await? else {
+        return Ok(());
+    };
+    let cookie_keys = http::keys::CookieKeys::new(&keys.cookie_keys, config.session_lifetime_secs)?;
+    let ssh_key = match listeners.ssh {
+        Some(_) => Some(ssh::host_key(&config, keys.ssh_host_key.as_deref())?),
+        None => None,
+    };
     let shared = Arc::new(Shared {
-        server: server_api::ServerApi::new(
-            config.server_url.clone(),
-            config.shared_secret.as_bytes(),
-            server_roots.as_ref(),
-        )
-        .map_err(ProxyError::ServerClient)?,
+        server,
         relay: relay::RelayClient::new(config.relay_url.clone(), config.shared_secret.as_bytes()),
         activity: activity::Activity::default(),
-        front: http::Front::new(&config)?,
+        front: http::Front::new(&config, cookie_keys),
         config,
     });
+    tokio::spawn(http::keys::poll_loop(
+        shared.clone(),
+        shutdown.child_token(),
+    ));
     let reporter = tokio::spawn(shared.activity.clone().report_loop(
         shared.server.clone(),
         std::time::Duration::from_secs(shared.config.activity_report_secs),
@@ -124,9 +145,9 @@ pub async fn run(
     }
     let http = http::serve(shared.clone(), listeners.http, tls, shutdown.clone());
     let ssh = async {
-        match listeners.ssh {
-            Some(l) => ssh::serve(shared.clone(), l, shutdown.clone()).await,
-            None => Ok(()),
+        match (listeners.ssh, ssh_key) {
+            (Some(l), Some(key)) => ssh::serve(shared.clone(), l, key, shutdown.clone()).await,
+            _ => Ok(()),
         }
     };
     let metrics = async {
@@ -144,6 +165,39 @@ pub async fn run(
     shutdown.cancel();
     let _ = reporter.await;
     h.and(s).and(m)
+}
+
+/// The keys every replica shares, from the server (adopting `offer` if it holds none yet);
+/// asked again while the server cannot be reached, `None` when shut down first; a refusal (a
+/// wrong shared secret, an offer it cannot take) stops the start. Nothing is served before:
+/// without the shared keys a replica would sign cookies its peers refuse.
+async fn shared_keys(
+    server: &server_api::ServerApi,
+    offer: &ProxyKeyOffer,
+    shutdown: &CancellationToken,
+) -> Result<Option<ProxyKeys>, ProxyError> {
+    let mut wait = Duration::from_millis(200);
+    loop {
+        match server.adopt_keys(offer).await {
+            Ok(k) => return Ok(Some(k)),
+            Err(
+                e @ server_api::ServerApiError::Status {
+                    status: 400..=499, ..
+                },
+            )
+            | Err(e @ server_api::ServerApiError::Denied) => return Err(ProxyError::SharedKeys(e)),
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), retry_in = ?wait, "getting the shared keys from the server")
+            }
+        }
+        tokio::select! {
+            // Cancel-safe: a sleep holds nothing.
+            _ = tokio::time::sleep(wait) => {}
+            // Cancel-safe: cancellation is level-triggered.
+            _ = shutdown.cancelled() => return Ok(None),
+        }
+        wait = (wait * 2).min(Duration::from_secs(5));
+    }
 }
 
 /// The whole chain of an error on one line, for logs.

@@ -1,5 +1,6 @@
 //! The proxy's calls to the server's internal endpoints (access.md): authorisation, SSH
-//! authorisation, activity reports, the stopped page's start button and share links.
+//! authorisation, activity reports, the stopped page's start button, share links, and the
+//! keys and hand-offs every replica shares.
 
 use crate::jwt::InternalKeys;
 use reqwest::StatusCode;
@@ -7,10 +8,11 @@ use serde::de::DeserializeOwned;
 use std::time::Duration;
 use warren_types::api::ApiError;
 use warren_types::internal::{
-    ActivityReport, EntryRedirect, ShareRedeemRequest, ShareRedemption, SshAuthorization,
-    SshAuthorizeQuery, WorkspaceAccess, WorkspaceAccessQuery, WorkspaceStartRequest,
-    ENTRY_REDIRECT_PATH, SHARE_REDEEM_PATH, SSH_AUTHORIZE_PATH, WORKSPACE_ACCESS_PATH,
-    WORKSPACE_ACTIVITY_PATH, WORKSPACE_START_PATH,
+    ActivityReport, EntryRedirect, HandoffUse, ProxyKeyOffer, ProxyKeys, ShareRedeemRequest,
+    ShareRedemption, SshAuthorization, SshAuthorizeQuery, WorkspaceAccess, WorkspaceAccessQuery,
+    WorkspaceStartRequest, ENTRY_REDIRECT_PATH, PROXY_HANDOFF_PATH, PROXY_KEYS_PATH,
+    SHARE_REDEEM_PATH, SSH_AUTHORIZE_PATH, WORKSPACE_ACCESS_PATH, WORKSPACE_ACTIVITY_PATH,
+    WORKSPACE_START_PATH,
 };
 use warren_types::reconcile::SERVER_JWT_AUDIENCE;
 
@@ -168,6 +170,61 @@ impl ServerApi {
         let url = self.url(SHARE_REDEEM_PATH);
         self.call(url.clone(), self.http.post(&url).json(request))
             .await
+    }
+
+    /// Offers this proxy's keys; the keys every replica shares.
+    pub async fn adopt_keys(&self, offer: &ProxyKeyOffer) -> Result<ProxyKeys, ServerApiError> {
+        let url = self.url(PROXY_KEYS_PATH);
+        self.call(url.clone(), self.http.post(&url).json(offer))
+            .await
+    }
+
+    /// The shared cookie keys (polled).
+    pub async fn cookie_keys(&self) -> Result<ProxyKeys, ServerApiError> {
+        let url = self.url(PROXY_KEYS_PATH);
+        self.call(url.clone(), self.http.get(&url)).await
+    }
+
+    /// Whether this is the first use of sign-in hand-off `jti` on any replica.
+    pub async fn first_handoff_use(
+        &self,
+        jti: &str,
+        expires_at: i64,
+    ) -> Result<bool, ServerApiError> {
+        let url = self.url(PROXY_HANDOFF_PATH);
+        let token = self
+            .keys
+            .mint(SERVER_JWT_AUDIENCE)
+            .map_err(ServerApiError::Sign)?;
+        let body = HandoffUse {
+            jti: jti.to_owned(),
+            expires_at,
+        };
+        let resp = self
+            .http
+            .post(&url)
+            .json(&body)
+            .bearer_auth(token)
+            .send()
+            .await
+            .map_err(|source| ServerApiError::Unavailable {
+                url: url.clone(),
+                source,
+            })?;
+        match resp.status() {
+            StatusCode::NO_CONTENT => Ok(true),
+            StatusCode::CONFLICT => Ok(false),
+            status => Err(ServerApiError::Status {
+                status: status.as_u16(),
+                message: resp
+                    .text()
+                    .await
+                    .unwrap_or_default()
+                    .chars()
+                    .take(200)
+                    .collect(),
+            }),
+        }
     }
 
     /// Reports the last activity of workspaces.

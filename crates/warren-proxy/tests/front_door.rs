@@ -289,21 +289,12 @@ fn enc(s: &str) -> String {
 }
 
 /// Mints a session cookie with the proxy's own key (for expiry and replay cases).
-fn forge_session(s: &Stack, claims: serde_json::Value, key_b64: Option<&str>) -> String {
+async fn forge_session(s: &Stack, claims: serde_json::Value, key_b64: Option<&str>) -> String {
     use base64::Engine;
-    let file: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(
-            s.home
-                .path()
-                .join("proxy")
-                .join(warren_proxy::COOKIE_KEY_FILE),
-        )
-        .unwrap(),
-    )
-    .unwrap();
-    let key_b64 = key_b64
-        .unwrap_or(file["current"].as_str().unwrap())
-        .to_owned();
+    let key_b64 = match key_b64 {
+        Some(k) => k.to_owned(),
+        None => signing_key(s).await,
+    };
     let key = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(&key_b64)
         .unwrap();
@@ -445,12 +436,12 @@ async fn authorisation_matrix() {
         serde_json::json!({"aud": "warren-session", "sub": e.alice.id, "ws": e.ws.id,
             "host": host, "iat": now() - 7200, "exp": exp})
     };
-    let expired = forge_session(s, claims(now() - 5, &host_only(&host)), None);
+    let expired = forge_session(s, claims(now() - 5, &host_only(&host)), None).await;
     let (st, loc) = try_cookie(expired, url.clone()).await;
     assert_eq!(st, 302);
     assert!(loc.unwrap().starts_with(&sign_in_again(&url)));
     // A correctly signed cookie proves the forging helper matches the real format.
-    let fresh = forge_session(s, claims(now() + 600, &host_only(&host)), None);
+    let fresh = forge_session(s, claims(now() + 600, &host_only(&host)), None).await;
     assert_eq!(try_cookie(fresh, url.clone()).await.0, 200);
 
     // Tampered cookie (claims changed, signature kept): sign in again.
@@ -902,10 +893,11 @@ async fn unreachable_endpoint_is_a_502_page() {
     );
 }
 
-/// Rotating the cookie key signs nobody out; the previous key lapses after one session
-/// lifetime.
+/// Rotating the cookie key (an admin, through the server) signs nobody out: the new key is
+/// published before it signs, the previous one still verifies, and a generation the server
+/// no longer keeps verifies nothing.
 #[tokio::test]
-async fn key_rotation_keeps_sessions_for_one_lifetime() {
+async fn key_rotation_keeps_sessions_signed_with_the_previous_key() {
     let e = env().await;
     let s = &e.stack;
     let host = s.host(8080, "alice-web");
@@ -913,8 +905,29 @@ async fn key_rotation_keeps_sessions_for_one_lifetime() {
     let mut b = browser(s, std::slice::from_ref(&host));
     b.sign_in(&url, "alice", "password-123").await;
     let old = b.cookie(&host_only(&host), "warren_session").unwrap();
-    let state_dir = s.home.path().join("proxy");
-    let rotated = warren_proxy::rotate_cookie_key(&state_dir).unwrap();
+    let old_kid = jwt_kid(&old);
+
+    // Only an admin rotates.
+    const ROTATE: &str = "/api/v1/proxy/cookie-keys/rotate";
+    let post = reqwest::Method::POST;
+    let refused = s.api(post.clone(), ROTATE, &e.alice.token, None).await;
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("403")),
+        "{refused:?}"
+    );
+    let rotated = s
+        .api(post.clone(), ROTATE, &s.admin.token, None)
+        .await
+        .unwrap();
+    assert_eq!(rotated["generation"], 2, "{rotated}");
+    let signing_from = rotated["signing_from"].as_i64().unwrap();
+    assert!(signing_from > now(), "published before it signs: {rotated}");
+    let keys = cookie_keys(s).await;
+    assert_eq!(keys.len(), 2);
+    let new_key = keys[1].secret.clone();
+
     let http = s.client_for(std::slice::from_ref(&host));
     let status = |cookie: String| {
         let http = http.clone();
@@ -930,14 +943,11 @@ async fn key_rotation_keeps_sessions_for_one_lifetime() {
                 .as_u16()
         }
     };
-    // A cookie signed with the new key is accepted once the proxy picked the rotation up.
-    let new_key_cookie = forge_session(
-        s,
-        serde_json::json!({"aud": "warren-session", "sub": e.alice.id, "ws": e.ws.id,
-            "host": host_only(&host), "iat": now(), "exp": now() + 600}),
-        Some(&rotated.current),
-    );
-    wait_for("the proxy to load the rotated key", 10, || {
+    // A cookie signed with the new key is accepted once the proxy polled, before it signs.
+    let claims = serde_json::json!({"aud": "warren-session", "sub": e.alice.id, "ws": e.ws.id,
+        "host": host_only(&host), "iat": now(), "exp": now() + 600});
+    let new_key_cookie = forge_session(s, claims, Some(&new_key)).await;
+    wait_for("the proxy to learn the published key", 15, || {
         let f = status(new_key_cookie.clone());
         async move { f.await == 200 }
     })
@@ -946,18 +956,36 @@ async fn key_rotation_keeps_sessions_for_one_lifetime() {
     assert_eq!(
         status(old.clone()).await,
         200,
-        "the previous key is still accepted"
+        "the previous key still verifies"
     );
-    // New sign-ins get cookies signed with the new key.
-    let mut b2 = browser(s, std::slice::from_ref(&host));
-    assert_eq!(b2.sign_in(&url, "alice", "password-123").await.status, 200);
 
-    // One session lifetime later the previous key is refused.
-    let path = state_dir.join(warren_proxy::COOKIE_KEY_FILE);
-    let mut f: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-    f["rotated_at"] = serde_json::json!(now() - 3601);
-    std::fs::write(&path, f.to_string()).unwrap();
-    wait_for("the previous key to lapse", 10, || {
+    // From `signing_from`, sign-ins get cookies signed with the new key.
+    wait_for("a sign-in signed with the new key", 40, || {
+        let mut b2 = browser(s, std::slice::from_ref(&host));
+        let (url, host) = (url.clone(), host.clone());
+        let old_kid = old_kid.clone();
+        async move {
+            assert_eq!(b2.sign_in(&url, "alice", "password-123").await.status, 200);
+            let c = b2.cookie(&host_only(&host), "warren_session").unwrap();
+            jwt_kid(&c) != old_kid
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        status(old.clone()).await,
+        200,
+        "the previous key still verifies"
+    );
+
+    // Two more rotations: the server keeps three generations, so the first is gone and its
+    // cookies are refused (a browser is sent to sign in again).
+    for _ in 0..2 {
+        s.api(post.clone(), ROTATE, &s.admin.token, None)
+            .await
+            .unwrap();
+    }
+    wait_for("the first generation to be forgotten", 15, || {
         let f = status(old.clone());
         async move { f.await == 302 }
     })
@@ -1443,7 +1471,8 @@ async fn workspaces_cannot_plant_or_shadow_the_proxys_cookies() {
         serde_json::json!({"aud": "warren-session", "sub": e.alice.id, "ws": e.ws.id,
             "host": host_only(&s.host(3000, "alice-web")), "iat": now(), "exp": now() + 600}),
         None,
-    );
+    )
+    .await;
     for planted in ["garbage", elsewhere.as_str()] {
         let resp = http
             .get(&url)

@@ -2,8 +2,8 @@
 //! a request's headers one piece at a time and stops, is closed after the header timeout;
 //! past the connection cap a new client is refused at once while the open ones keep their
 //! connections; on SSH, a client that never finishes the handshake is closed, and past the
-//! cap a new one gets no banner. Real sockets on loopback; no server or relay is needed for
-//! any of it.
+//! cap a new one gets no banner. Real sockets on loopback; of the server only the keys it
+//! shares are needed (a stand-in hands a starting proxy back what it offers), and no relay.
 
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -34,8 +34,9 @@ async fn proxy(limits: ConnectionLimits) -> Proxy {
     let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let ssh = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let (http_addr, ssh_addr) = (http.local_addr().unwrap(), ssh.local_addr().unwrap());
-    // Nothing here talks to the server or the relay.
+    // Nothing here talks to the relay; of the server only the shared keys are asked for.
     let nowhere: url::Url = "http://127.0.0.1:9/".parse().unwrap();
+    let keys_server = keys_stand_in().await;
     let config = warren_proxy::ProxyConfig {
         public_port: Some(http_addr.port()),
         shared_secret: "limits-test-secret-0123456789abcdef".into(),
@@ -46,7 +47,7 @@ async fn proxy(limits: ConnectionLimits) -> Proxy {
         ..warren_proxy::ProxyConfig::new(
             dir.path().join("state"),
             "ws.localhost",
-            nowhere.clone(),
+            keys_server,
             nowhere,
         )
     };
@@ -66,6 +67,29 @@ async fn proxy(limits: ConnectionLimits) -> Proxy {
         stop,
         _dir: dir,
     }
+}
+
+/// Answers a starting proxy's offer of keys with those keys, as a server holding none does;
+/// the test's runtime ends it.
+async fn keys_stand_in() -> url::Url {
+    use warren_types::internal::{ProxyCookieKey, ProxyKeyOffer, ProxyKeys, PROXY_KEYS_PATH};
+    let app = axum::Router::new().route(
+        PROXY_KEYS_PATH,
+        axum::routing::post(|axum::Json(offer): axum::Json<ProxyKeyOffer>| async move {
+            axum::Json(ProxyKeys {
+                cookie_keys: vec![ProxyCookieKey {
+                    generation: 1,
+                    secret: offer.cookie_key.unwrap_or_default(),
+                    signing_from: 0,
+                }],
+                ssh_host_key: offer.ssh_host_key.map(|k| k.private_key),
+            })
+        }),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}/").parse().unwrap()
 }
 
 /// Everything the peer sends until it closes.

@@ -11,5 +11,6 @@ mod common;
 
 mod front_door;
 mod limits;
+mod replicas;
 mod sharing;
 mod ssh;

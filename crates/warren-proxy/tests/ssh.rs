@@ -582,10 +582,20 @@ async fn extra_proxy(
     tokio_util::sync::CancellationToken,
     tokio::task::JoinHandle<()>,
 )> {
+    extra_proxy_with(stack.another_proxy(state_dir.to_owned())?).await
+}
+
+/// A second proxy of `config`.
+async fn extra_proxy_with(
+    config: warren_proxy::ProxyConfig,
+) -> Result<(
+    SocketAddr,
+    tokio_util::sync::CancellationToken,
+    tokio::task::JoinHandle<()>,
+)> {
     let http = TcpListener::bind("127.0.0.1:0").await?;
     let ssh = TcpListener::bind("127.0.0.1:0").await?;
     let addr = ssh.local_addr()?;
-    let config = stack.another_proxy(state_dir.to_owned())?;
     let stop = tokio_util::sync::CancellationToken::new();
     let task = tokio::spawn({
         let stop = stop.clone();
@@ -603,47 +613,75 @@ async fn extra_proxy(
     Ok((addr, stop, task))
 }
 
+/// Every replica shows the same host key, the one the server publishes, across restarts and
+/// with nothing in its own state directory: a client's `known_hosts` entry holds whichever
+/// replica answers. A configured host key file is each replica's own, and a corrupt one is a
+/// startup error that leaves the file alone.
 #[tokio::test]
-async fn the_host_key_survives_a_restart() -> Result<()> {
+async fn every_replica_and_restart_shows_the_same_host_key() -> Result<()> {
     if !tools_present(&["ssh", "ssh-keygen"]) {
         return Ok(());
     }
     let w = world("alice-hostkey").await?;
-    let state = tempfile::tempdir()?;
+    let published = w
+        .stack
+        .api(reqwest::Method::GET, "/api/v1/access", &w.alice.token, None)
+        .await?;
+    let published: Vec<String> = published["ssh"]["host_keys"]
+        .as_array()
+        .context("host keys")?
+        .iter()
+        .map(|k| k.as_str().unwrap_or_default().to_owned())
+        .collect();
 
+    let state = tempfile::tempdir()?;
     let (addr, stop, task) = extra_proxy(&w.stack, state.path()).await?;
     let client = Client::new(addr)?;
     let out = run(client.ssh(&w.key, &w.ws.name).arg("exit 6"), b"").await?;
     assert_eq!(out.status.code(), Some(6), "stderr: {}", text(&out.stderr));
     let known = std::fs::read_to_string(client.path("known_hosts"))?;
-    assert!(known.contains("ssh-ed25519"), "{known}");
-    let key_file = state.path().join("ssh_host_ed25519_key");
-    let first = std::fs::read(&key_file)?;
+    let shown = known
+        .split_whitespace()
+        .skip(1)
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(published.contains(&shown), "{shown} not in {published:?}");
     stop.cancel();
     task.await?;
-
-    let (addr2, stop, task) = extra_proxy(&w.stack, state.path()).await?;
-    // The same known_hosts entry, moved to the new port (`[127.0.0.1]:port key`).
-    let client2 = Client::new(addr2)?;
-    let moved = known.replace(
-        &format!("]:{} ", addr.port()),
-        &format!("]:{} ", addr2.port()),
+    assert!(
+        !state.path().join("ssh_host_ed25519_key").exists(),
+        "a replica keeps no host key of its own"
     );
-    assert_ne!(moved, known, "the entry names the port");
-    std::fs::write(client2.path("known_hosts"), moved)?;
-    let out = run(
-        client2.ssh_with(&w.key, &w.ws.name, true).arg("exit 6"),
-        b"",
-    )
-    .await?;
-    assert_eq!(out.status.code(), Some(6), "stderr: {}", text(&out.stderr));
-    assert_eq!(std::fs::read(&key_file)?, first);
+
+    // The stack's own proxy and a restarted replica (another empty state directory) pass
+    // strict checking with the entry the first replica left, moved to their ports.
+    let state2 = tempfile::tempdir()?;
+    let (addr2, stop, task) = extra_proxy(&w.stack, state2.path()).await?;
+    for other in [addr2, w.stack.ssh_addr.context("ssh")?] {
+        let client2 = Client::new(other)?;
+        let moved = known.replace(
+            &format!("]:{} ", addr.port()),
+            &format!("]:{} ", other.port()),
+        );
+        assert_ne!(moved, known, "the entry names the port");
+        std::fs::write(client2.path("known_hosts"), moved)?;
+        let out = run(
+            client2.ssh_with(&w.key, &w.ws.name, true).arg("exit 6"),
+            b"",
+        )
+        .await?;
+        assert_eq!(out.status.code(), Some(6), "{other}: {}", text(&out.stderr));
+    }
     stop.cancel();
     task.await?;
 
-    // A corrupt key is a startup error, and the file is left alone.
+    // A corrupt configured key is a startup error, and the file is left alone.
+    let key_file = state.path().join("configured_host_key");
     std::fs::write(&key_file, b"garbage")?;
-    let (_addr3, _stop, task) = extra_proxy(&w.stack, state.path()).await?;
+    let mut config = w.stack.another_proxy(state.path().to_owned())?;
+    config.ssh_host_key_file = Some(key_file.clone());
+    let (_addr3, _stop, task) = extra_proxy_with(config).await?;
     tokio::time::timeout(CLIENT_TIMEOUT, task).await??;
     assert_eq!(std::fs::read(&key_file)?, b"garbage");
     Ok(())

@@ -514,3 +514,138 @@ async fn start_button_owner_only_and_lifecycle_rules() {
         s.stop().await;
     }
 }
+
+const PEM_A: &str =
+    "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n";
+const PUBLIC_A: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGx0";
+
+fn key_b64(byte: u8) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode([byte; 32])
+}
+
+/// The keys proxy replicas share: the first offer is adopted and every later replica gets
+/// it; only proxies read them; a rotation (admins only) is published before it signs and
+/// three generations are kept; a hand-off is used once.
+#[tokio::test]
+async fn proxy_keys_are_adopted_once_shared_and_rotated_by_admins() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        let alice = s.user("alice", &["api", "workspace"]).await;
+        let proxy = proxy_jwt();
+        const KEYS: &str = "/internal/proxy/keys";
+        const HANDOFFS: &str = "/internal/proxy/handoffs";
+
+        let (st, b) = s.get(&proxy, KEYS).await;
+        assert_eq!((st, &b["cookie_keys"]), (200, &json!([])), "[{l}] {b}");
+
+        let offer = |cookie: &str, private: &str, public: &str| {
+            json!({"cookie_key": cookie,
+                   "ssh_host_key": {"private_key": private, "public_key": public}})
+        };
+        let (st, first) = s
+            .post(&proxy, KEYS, offer(&key_b64(1), PEM_A, PUBLIC_A))
+            .await;
+        assert_eq!(st, 200, "[{l}] {first}");
+        assert_eq!(first["cookie_keys"][0]["secret"], key_b64(1), "[{l}]");
+        assert_eq!(first["cookie_keys"][0]["generation"], 1, "[{l}]");
+        assert_eq!(first["ssh_host_key"], PEM_A, "[{l}]");
+        // A second replica's offer changes nothing: it gets the first one's keys.
+        let pem_b = PEM_A.replace("AAAAA", "BBBBB");
+        let (st, second) = s
+            .post(
+                &proxy,
+                KEYS,
+                offer(
+                    &key_b64(2),
+                    &pem_b,
+                    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5BBBBBBBB",
+                ),
+            )
+            .await;
+        assert_eq!((st, &second), (200, &first), "[{l}]");
+        let (_, polled) = s.get(&proxy, KEYS).await;
+        assert_eq!(polled["cookie_keys"], first["cookie_keys"], "[{l}]");
+        assert!(
+            polled.get("ssh_host_key").is_none(),
+            "[{l}] polls carry no host key"
+        );
+
+        // Malformed offers name their field.
+        for (body, field) in [
+            (json!({"cookie_key": "c2hvcnQ"}), "cookie_key"),
+            (
+                offer(&key_b64(3), "not a key", PUBLIC_A),
+                "ssh_host_key.private_key",
+            ),
+            (
+                offer(&key_b64(3), PEM_A, "garbage"),
+                "ssh_host_key.public_key",
+            ),
+            (json!({"cookie_key": key_b64(3), "extra": 1}), "extra"),
+        ] {
+            let (st, b) = s.post(&proxy, KEYS, body).await;
+            assert_eq!(st, 400, "[{l}] {field}: {b}");
+            assert!(b.to_string().contains(field), "[{l}] {field}: {b}");
+        }
+
+        // Only the proxies' JWT reads or uses them.
+        let now = chrono::Utc::now().timestamp();
+        let relay = proxy_jwt_with(RELAY_JWT_ISSUER, SERVER_JWT_AUDIENCE, now);
+        for token in [
+            None,
+            Some(relay.as_str()),
+            Some(alice.as_str()),
+            Some(s.admin_token.as_str()),
+        ] {
+            let (st, b) = s.call(Method::GET, KEYS, token, None).await;
+            assert_eq!(st, 401, "[{l}] {token:?}: {b}");
+            let (st, _) = s.call(Method::POST, KEYS, token, Some(json!({}))).await;
+            assert_eq!(st, 401, "[{l}]");
+            let body = json!({"jti": "x", "expires_at": now + 60});
+            let (st, _) = s.call(Method::POST, HANDOFFS, token, Some(body)).await;
+            assert_eq!(st, 401, "[{l}]");
+        }
+
+        // Rotation: admins only; published before it signs; three generations kept.
+        const ROTATE: &str = "/api/v1/proxy/cookie-keys/rotate";
+        let (st, b) = s.post(&alice, ROTATE, json!({})).await;
+        assert_eq!(st, 403, "[{l}] {b}");
+        let (st, r) = s.admin(Method::POST, ROTATE, None).await;
+        assert_eq!(st, 200, "[{l}] {r}");
+        assert_eq!(r["generation"], 2, "[{l}]");
+        let (_, polled) = s.get(&proxy, KEYS).await;
+        let keys = polled["cookie_keys"].as_array().unwrap();
+        assert_eq!(keys.len(), 2, "[{l}]");
+        assert_eq!(keys[1]["signing_from"], r["signing_from"], "[{l}]");
+        assert!(
+            keys[1]["signing_from"].as_i64().unwrap()
+                >= keys[0]["signing_from"].as_i64().unwrap() + 15,
+            "[{l}] published ahead: {polled}"
+        );
+        assert_ne!(keys[1]["secret"], keys[0]["secret"], "[{l}]");
+        for _ in 0..2 {
+            let (st, _) = s.admin(Method::POST, ROTATE, None).await;
+            assert_eq!(st, 200, "[{l}]");
+        }
+        let (_, polled) = s.get(&proxy, KEYS).await;
+        let generations: Vec<i64> = polled["cookie_keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k["generation"].as_i64().unwrap())
+            .collect();
+        assert_eq!(generations, [2, 3, 4], "[{l}]");
+
+        // A hand-off is used once, whichever replica asks.
+        let use_once = |jti: &str| json!({"jti": jti, "expires_at": now + 60});
+        for (jti, want) in [("h1", 204), ("h1", 409), ("h2", 204), ("h1", 409)] {
+            let (st, _) = s.post(&proxy, HANDOFFS, use_once(jti)).await;
+            assert_eq!(st, want, "[{l}] {jti}");
+        }
+        let (st, b) = s.post(&proxy, HANDOFFS, use_once("")).await;
+        assert_eq!(st, 400, "[{l}] {b}");
+        s.stop().await;
+    }
+}

@@ -78,6 +78,10 @@ pub struct StackOptions {
     pub direct_upstream: Option<String>,
     /// Whether the proxy runs its SSH listener.
     pub ssh: bool,
+    /// Proxy replicas (at least 1), each with its own state directory. With more than one,
+    /// clients reach them through TCP balancers (HTTP and SSH) that take turns per
+    /// connection — no stickiness — and skip a stopped replica ([`Stack::stop_proxy`]).
+    pub proxies: usize,
     /// The server's clock moves only when the test says ([`Stack::clock`]), and its lifecycle
     /// timers run every second, so tests can make timers fire (the idle timeout) at once.
     pub manual_clock: bool,
@@ -102,6 +106,7 @@ impl Default for StackOptions {
             authorization_cache_secs: 30,
             direct_upstream: None,
             ssh: true,
+            proxies: 1,
             manual_clock: false,
             devfile_registries: vec![],
             relays: 1,
@@ -145,10 +150,14 @@ pub struct Stack {
     pub api_url: String,
     /// The relay's internal listener.
     pub relay_internal_url: String,
-    /// The proxy's HTTP listener.
+    /// The proxy's HTTP listener (the balancer's, with several replicas).
     pub proxy_addr: SocketAddr,
-    /// The proxy's SSH listener (when enabled).
+    /// The proxy's SSH listener (when enabled; the balancer's, with several replicas).
     pub ssh_addr: Option<SocketAddr>,
+    /// Each proxy replica's own HTTP and SSH listeners.
+    pub proxy_replicas: Vec<(SocketAddr, Option<SocketAddr>)>,
+    /// Steers the HTTP and SSH balancers, with several replicas.
+    pub proxy_balancers: Option<(balancer::Balancer, Option<balancer::Balancer>)>,
     /// The proxy's metrics listener: `{proxy_metrics_url}/metrics`.
     pub proxy_metrics_url: String,
     pub runtime: Arc<SimulatedRuntime>,
@@ -167,6 +176,8 @@ pub struct Stack {
     relay_agents_url: String,
     /// Each relay's stop switch (see [`Stack::stop_relay`]).
     relay_stops: Vec<CancellationToken>,
+    /// Each proxy replica's stop switch and task (see [`Stack::stop_proxy`]).
+    proxy_stops: Vec<(CancellationToken, tokio::task::AbortHandle)>,
     shutdown: CancellationToken,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -279,14 +290,8 @@ impl Stack {
         }
         let relay_internal_addr = relay_listeners[0].3;
         let relay_agents_addrs: Vec<SocketAddr> = relay_listeners.iter().map(|r| r.1).collect();
-        let (proxy_http, proxy_addr) = bind().await?;
-        let (proxy_metrics, proxy_metrics_addr) = bind().await?;
-        let (proxy_ssh, ssh_addr) = if options.ssh {
-            let (l, a) = bind().await?;
-            (Some(l), Some(a))
-        } else {
-            (None, None)
-        };
+        let proxies = ProxyReplicas::bind(&options, &mut tasks).await?;
+        let (proxy_addr, ssh_addr) = (proxies.http_addr, proxies.ssh_addr);
         let scheme = if options.tls { "https" } else { "http" };
         let api_url = format!("{scheme}://{api_addr}");
         let relay_internal_url = format!("http://{relay_internal_addr}");
@@ -369,13 +374,9 @@ impl Stack {
         )?;
         tasks.extend(agent_tasks);
 
-        let listeners = warren_proxy::ProxyListeners {
-            http: proxy_http,
-            ssh: proxy_ssh,
-            metrics: Some(proxy_metrics),
-        };
-        let proxy = warren_proxy::run(proxy_config, listeners, shutdown.clone());
-        tasks.push(spawn_service("proxy", proxy));
+        let (proxy_replicas, proxy_balancers) = (proxies.addrs(), proxies.balancers.clone());
+        let proxy_metrics_addr = proxies.metrics_addr;
+        let proxy_stops = proxies.spawn(&proxy_config, home.path(), &shutdown, &mut tasks);
 
         let http = http_client(pki.as_ref())?;
         let mut stack = Stack {
@@ -384,6 +385,8 @@ impl Stack {
             relay_internal_url,
             proxy_addr,
             ssh_addr,
+            proxy_replicas,
+            proxy_balancers,
             proxy_metrics_url: format!("http://{proxy_metrics_addr}"),
             runtime,
             admin,
@@ -395,6 +398,7 @@ impl Stack {
             http,
             relay_agents_url,
             relay_stops,
+            proxy_stops,
             shutdown,
             tasks,
         };
@@ -558,6 +562,104 @@ fn spawn_service<E: std::fmt::Display>(
             eprintln!("testkit: {what} stopped: {e}");
         }
     })
+}
+
+/// The proxy replicas' listeners, bound before anything starts (their public port is in
+/// every other piece's configuration), and the balancers in front when there are several.
+struct ProxyReplicas {
+    /// Per replica: HTTP, its address, SSH and its address.
+    listeners: Vec<(
+        TcpListener,
+        SocketAddr,
+        Option<TcpListener>,
+        Option<SocketAddr>,
+    )>,
+    metrics: TcpListener,
+    metrics_addr: SocketAddr,
+    /// Where clients connect: the only replica's, or the balancers'.
+    http_addr: SocketAddr,
+    ssh_addr: Option<SocketAddr>,
+    balancers: Option<(balancer::Balancer, Option<balancer::Balancer>)>,
+}
+
+impl ProxyReplicas {
+    async fn bind(
+        options: &StackOptions,
+        tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+    ) -> Result<ProxyReplicas> {
+        let mut listeners = Vec::new();
+        for _ in 0..options.proxies.max(1) {
+            let (http, http_addr) = bind().await?;
+            let (ssh, ssh_addr) = if options.ssh {
+                let (l, a) = bind().await?;
+                (Some(l), Some(a))
+            } else {
+                (None, None)
+            };
+            listeners.push((http, http_addr, ssh, ssh_addr));
+        }
+        let (metrics, metrics_addr) = bind().await?;
+        let (http_addr, ssh_addr, balancers) = if listeners.len() == 1 {
+            (listeners[0].1, listeners[0].3, None)
+        } else {
+            // Taking turns per connection: no stickiness, as the replicas must not need it.
+            let mode = balancer::Mode::RoundRobin;
+            let https: Vec<SocketAddr> = listeners.iter().map(|r| r.1).collect();
+            let (task, http_addr, http_steer) = balancer::start_with(https, mode).await?;
+            tasks.push(task);
+            let (ssh_addr, ssh_steer) = if options.ssh {
+                let sshs: Vec<SocketAddr> = listeners.iter().filter_map(|r| r.3).collect();
+                let (task, addr, steer) = balancer::start_with(sshs, mode).await?;
+                tasks.push(task);
+                (Some(addr), Some(steer))
+            } else {
+                (None, None)
+            };
+            (http_addr, ssh_addr, Some((http_steer, ssh_steer)))
+        };
+        Ok(ProxyReplicas {
+            listeners,
+            metrics,
+            metrics_addr,
+            http_addr,
+            ssh_addr,
+            balancers,
+        })
+    }
+
+    fn addrs(&self) -> Vec<(SocketAddr, Option<SocketAddr>)> {
+        self.listeners.iter().map(|l| (l.1, l.3)).collect()
+    }
+
+    /// Runs every replica with `config` (each but the first in a state directory of its own
+    /// under `home`; the first serves metrics); their stop switches and tasks.
+    fn spawn(
+        self,
+        config: &warren_proxy::ProxyConfig,
+        home: &Path,
+        shutdown: &CancellationToken,
+        tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+    ) -> Vec<(CancellationToken, tokio::task::AbortHandle)> {
+        let mut stops = Vec::new();
+        let mut metrics = Some(self.metrics);
+        for (i, (http, _, ssh, _)) in self.listeners.into_iter().enumerate() {
+            let listeners = warren_proxy::ProxyListeners {
+                http,
+                ssh,
+                metrics: metrics.take(),
+            };
+            let mut config = config.clone();
+            if i > 0 {
+                // Replicas share nothing on disk: what they share, the server holds.
+                config.state_dir = home.join(format!("proxy-{i}"));
+            }
+            let stop = shutdown.child_token();
+            let proxy = spawn_service("proxy", warren_proxy::run(config, listeners, stop.clone()));
+            stops.push((stop, proxy.abort_handle()));
+            tasks.push(proxy);
+        }
+        stops
+    }
 }
 
 /// The proxy of a stack: its state under `home`, reached on `port` of the workspace domain,

@@ -55,6 +55,22 @@ impl Stack {
         self.relay_stops[index].cancel();
     }
 
+    /// Stops proxy replica `index` as a terminated pod stops (its shutdown): its listeners
+    /// close, open connections finish what they are doing, and the balancers send new
+    /// connections to the others.
+    pub fn stop_proxy(&self, index: usize) {
+        self.proxy_stops[index].0.cancel();
+    }
+
+    /// Kills proxy replica `index` as a crashed process dies: its listeners and every
+    /// connection it holds close at once, whatever was in flight.
+    pub fn kill_proxy(&self, index: usize) {
+        let (stop, task) = &self.proxy_stops[index];
+        task.abort();
+        // Its background tasks (key polls, activity reports) end with it.
+        stop.cancel();
+    }
+
     /// Registers another agent (as an admin would) and runs it on its own simulated runtime
     /// against the same relay; its runtime.
     pub async fn add_agent(&mut self, name: &str) -> Result<Arc<SimulatedRuntime>> {

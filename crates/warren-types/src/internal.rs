@@ -250,3 +250,103 @@ pub struct EntryRedirect {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
 }
+
+/// `POST`: a proxy starting offers the keys it holds and gets the keys every replica shares
+/// (the first offer is adopted, so a proxy upgraded from keeping its own keeps its sessions and
+/// host key); `GET`: the cookie keys alone, which replicas poll to learn rotations.
+pub const PROXY_KEYS_PATH: &str = "/internal/proxy/keys";
+
+/// How long a new cookie key is published to replicas before it signs: several of their polls.
+pub const PROXY_KEY_PUBLISH_SECS: i64 = 20;
+
+/// `POST` [`HandoffUse`]: 204 the first time a sign-in hand-off is used, 409 after, whichever
+/// replica asks.
+pub const PROXY_HANDOFF_PATH: &str = "/internal/proxy/handoffs";
+
+/// Body of `POST` [`PROXY_KEYS_PATH`]: what the starting proxy would use on its own.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyKeyOffer {
+    /// A cookie-signing key: 32 bytes, base64url without padding.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cookie_key: Option<String>,
+    /// An SSH host key, OpenSSH private key format, and its public key (`ssh-ed25519 …`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh_host_key: Option<OfferedHostKey>,
+}
+
+/// An SSH host key offered by a proxy.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OfferedHostKey {
+    pub private_key: String,
+    pub public_key: String,
+}
+
+/// One cookie-signing key as replicas get it.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProxyCookieKey {
+    /// Its generation: each rotation adds one.
+    pub generation: i64,
+    /// 32 bytes, base64url without padding.
+    pub secret: String,
+    /// From when (unix seconds) it signs; until then it only verifies.
+    pub signing_from: i64,
+}
+
+/// Answer of [`PROXY_KEYS_PATH`].
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProxyKeys {
+    /// Oldest first; at most the last few generations.
+    pub cookie_keys: Vec<ProxyCookieKey>,
+    /// The shared SSH host key (OpenSSH private key format); only in answers to `POST`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh_host_key: Option<String>,
+}
+
+impl std::fmt::Debug for ProxyKeyOffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxyKeyOffer")
+            .field("cookie_key", &self.cookie_key.as_ref().map(|_| "…"))
+            .field(
+                "ssh_host_key",
+                &self.ssh_host_key.as_ref().map(|k| &k.public_key),
+            )
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for OfferedHostKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OfferedHostKey")
+            .field("public_key", &self.public_key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for ProxyCookieKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxyCookieKey")
+            .field("generation", &self.generation)
+            .field("signing_from", &self.signing_from)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for ProxyKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxyKeys")
+            .field("cookie_keys", &self.cookie_keys)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Body of `POST` [`PROXY_HANDOFF_PATH`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HandoffUse {
+    /// The hand-off's id (random, from its signed claims).
+    pub jti: String,
+    /// When it expires (unix seconds); it is remembered until then.
+    pub expires_at: i64,
+}

@@ -32,7 +32,8 @@ enum Command {
     /// Run a relay: agents connect to it; it forwards their calls and carries traffic to them.
     Relay(relay_cmd::RelayArgs),
     /// Run the proxy: workspace hosts in the browser (sign-in, WebSocket, HTTP/2) and SSH;
-    /// `warren proxy rotate-key` rotates its cookie key, `host-key` prints its SSH host key.
+    /// `warren proxy rotate-key` rotates the replicas' cookie key, `host-key` prints an SSH
+    /// host key.
     Proxy(Box<proxy_cmd::ProxyArgs>),
     /// Run an agent (no subcommand), or manage agents: create, list, show, update.
     #[command(args_conflicts_with_subcommands = true)]
@@ -64,10 +65,13 @@ fn main() -> ExitCode {
             telemetry::init();
             run_service(relay_cmd::run(args))
         }
-        Command::Proxy(args) => {
-            telemetry::init();
-            run_service(proxy_cmd::run(*args))
-        }
+        Command::Proxy(mut args) => match args.rotate_key() {
+            Some(out) => warren_cli::main(warren_cli::Command::RotateProxyKey(out), Cli::command),
+            None => {
+                telemetry::init();
+                run_service(proxy_cmd::run(*args))
+            }
+        },
         Command::Agent(mut args) => match args.manage.take() {
             Some(cmd) => warren_cli::main(
                 warren_cli::Command::Agent(warren_cli::AgentGroup {

@@ -1,8 +1,9 @@
 //! `warren proxy`: read the proxy's settings (flags, `WARREN_*` variables, an optional TOML
 //! file), validate them, bind its listeners (HTTP, and SSH unless `--no-ssh`) and run it
-//! until Ctrl-C or SIGTERM. `warren proxy rotate-key` rotates the cookie-signing key (the
-//! previous key stays valid for one session lifetime; a running proxy picks it up);
-//! `warren proxy host-key` prints the SSH host public key for the server to publish.
+//! until Ctrl-C or SIGTERM. `warren proxy rotate-key` asks the server (as a signed-in admin)
+//! to rotate the cookie-signing key every replica shares (the previous key stays valid for
+//! one session lifetime; running replicas pick it up); `warren proxy host-key` prints the SSH
+//! host public key of a host key file.
 //!
 //! The proxy's OAuth client must be registered on the server first (an admin:
 //! `POST /api/v1/oauth/clients` with `first_party: true` and the redirect URI
@@ -35,13 +36,10 @@ pub struct ProxyArgs {
 
 #[derive(Debug, clap::Subcommand)]
 enum ProxyCommand {
-    /// Rotate the cookie-signing key in the state directory; sessions signed with the
-    /// previous key stay valid for one session lifetime.
-    RotateKey {
-        /// The proxy's state directory.
-        #[arg(long, env = "WARREN_PROXY_STATE_DIR")]
-        state_dir: PathBuf,
-    },
+    /// Rotate the cookie-signing key every proxy replica shares (admin, through the server
+    /// you are signed in to); sessions signed with the previous key stay valid for one
+    /// session lifetime.
+    RotateKey(warren_cli::OutputArgs),
     /// Print the SSH host public key (creating the key if the proxy never ran), for the
     /// server's --ssh-host-key-file so that clients pin it.
     HostKey {
@@ -240,9 +238,24 @@ fn resolve(args: RunArgs) -> anyhow::Result<Resolved> {
     })
 }
 
+impl ProxyArgs {
+    /// `rotate-key` is a client's command (the server rotates); its output settings.
+    pub fn rotate_key(&mut self) -> Option<warren_cli::OutputArgs> {
+        match self.command.take() {
+            Some(ProxyCommand::RotateKey(out)) => Some(out),
+            other => {
+                self.command = other;
+                None
+            }
+        }
+    }
+}
+
 pub async fn run(args: ProxyArgs) -> anyhow::Result<()> {
     match args.command {
-        Some(ProxyCommand::RotateKey { state_dir }) => rotate_key(&state_dir),
+        Some(ProxyCommand::RotateKey(_)) => {
+            anyhow::bail!("`warren proxy rotate-key` is a client command, run by main")
+        }
         Some(ProxyCommand::HostKey {
             state_dir,
             ssh_host_key_file,
@@ -256,17 +269,6 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<()> {
         }
         None => serve(args.run).await,
     }
-}
-
-fn rotate_key(state_dir: &std::path::Path) -> anyhow::Result<()> {
-    let f = warren_proxy::rotate_cookie_key(state_dir)
-        .with_context(|| format!("rotating the cookie key in {}", state_dir.display()))?;
-    println!(
-        "Rotated the cookie key in {}; the previous key stays valid for one session lifetime (rotated at unix time {}).",
-        state_dir.display(),
-        f.rotated_at.unwrap_or_default()
-    );
-    Ok(())
 }
 
 async fn serve(args: RunArgs) -> anyhow::Result<()> {
@@ -365,16 +367,5 @@ mod tests {
         .unwrap();
         let t = T::parse_from(["t", "--config", cfg.to_str().unwrap()]);
         assert!(format!("{:#}", resolve(t.a).err().unwrap()).contains("workspace_domain"));
-    }
-
-    #[test]
-    fn rotate_key_keeps_the_previous_key() {
-        let dir = tempfile::tempdir().unwrap();
-        let first = warren_proxy::http_keys::load_or_create(dir.path()).unwrap();
-        rotate_key(dir.path()).unwrap();
-        let after = warren_proxy::http_keys::load_or_create(dir.path()).unwrap();
-        assert_eq!(after.previous.as_deref(), Some(first.current.as_str()));
-        assert_ne!(after.current, first.current);
-        assert!(after.rotated_at.is_some());
     }
 }

@@ -880,6 +880,19 @@ fn cli_administers_users() {
     let out = admin.run(&["oauth-client", "rm", "proxy"]);
     assert!(stderr(&out).contains("not found"), "{}", stderr(&out));
 
+    // The proxies' cookie key: an admin rotates it through the server, a user may not.
+    let rotated = admin.ok(&["proxy", "rotate-key"]);
+    assert!(
+        rotated.contains("generation 1") && rotated.contains("previous key stay valid"),
+        "{rotated}"
+    );
+    let json = admin.ok(&["proxy", "rotate-key", "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["generation"], 2, "{json}");
+    let out = bob.run(&["proxy", "rotate-key"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("admin"), "{}", stderr(&out));
+
     // Delete (no workspaces: nothing to confirm).
     let out = admin.run(&["user", "rm", "bob"]);
     assert!(out.status.success(), "{}", stderr(&out));

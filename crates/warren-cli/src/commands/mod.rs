@@ -63,6 +63,7 @@ pub async fn run(cmd: Command) -> Result<(), CliError> {
         Command::GitCredential(g) => crate::secret_cmd::git_credential(g.out.output, g.cmd).await,
         Command::OAuthClient(g) => oauth_client(g.out.output, g.cmd).await,
         Command::Gitops(g) => crate::gitops_cmd::gitops(g.out.output, g.cmd).await,
+        Command::RotateProxyKey(out) => rotate_proxy_key(out.output).await,
         Command::Devfile(_) | Command::Devcontainer(_) | Command::Completions(_) => {
             Err(CliError::Usage("this command runs without a server".into()))
         }
@@ -543,6 +544,23 @@ async fn space(out: Format, cmd: SpaceCommand) -> Result<(), CliError> {
             )?,
         },
     }
+    Ok(())
+}
+
+/// `warren proxy rotate-key`: a new cookie-signing key for every proxy replica.
+async fn rotate_proxy_key(out: Format) -> Result<(), CliError> {
+    let (c, _) = client()?;
+    let r = c.rotate_proxy_cookie_key().await?;
+    print(out, &r, |r| {
+        format!(
+            "Rotated the proxies' cookie key (generation {}). Every replica signs with it from {} \
+             (unix time, in {} s); sessions signed with the previous key stay valid for one \
+             session lifetime after that.\n",
+            r.generation,
+            r.signing_from,
+            warren_types::internal::PROXY_KEY_PUBLISH_SECS,
+        )
+    });
     Ok(())
 }
 

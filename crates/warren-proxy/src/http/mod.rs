@@ -60,17 +60,15 @@ pub(crate) struct Front {
     pub keys: keys::CookieKeys,
     pub authz: AuthzCache,
     pub upstreams: forward::Upstreams,
-    pub used_handoffs: signin::UsedHandoffs,
 }
 
 impl Front {
-    pub(crate) fn new(config: &crate::ProxyConfig) -> Result<Self, keys::KeyError> {
-        Ok(Front {
-            keys: keys::CookieKeys::open(&config.state_dir, config.session_lifetime_secs)?,
+    pub(crate) fn new(config: &crate::ProxyConfig, keys: keys::CookieKeys) -> Self {
+        Front {
+            keys,
             authz: AuthzCache::new(config.authorization_cache_secs),
             upstreams: forward::Upstreams::default(),
-            used_handoffs: signin::UsedHandoffs::default(),
-        })
+        }
     }
 }
 
@@ -139,6 +137,9 @@ pub(crate) async fn serve(
         // Reap finished connections so the set does not grow forever.
         while conns.try_join_next().is_some() {}
     }
+    // Closed before draining: a new connection is refused at once (the load balancer sends
+    // it to another replica) instead of waiting in the backlog of a socket nobody accepts.
+    drop(listener);
     let _ = tokio::time::timeout(DRAIN, async { while conns.join_next().await.is_some() {} }).await;
     conns.abort_all();
     Ok(())

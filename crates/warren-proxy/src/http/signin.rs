@@ -24,7 +24,6 @@ use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use warren_types::{UserId, WorkspaceId};
 
 /// The path on workspace hosts that turns a hand-off into a session.
@@ -84,24 +83,6 @@ pub(crate) enum SignInError {
     },
     #[error("the server's {what} endpoint answered {status}")]
     Status { what: &'static str, status: u16 },
-}
-
-/// Hand-offs already used (single use), until they expire anyway.
-#[derive(Debug, Default)]
-pub(crate) struct UsedHandoffs {
-    seen: Mutex<HashMap<String, i64>>,
-}
-
-impl UsedHandoffs {
-    /// True the first time `jti` is presented.
-    fn first_use(&self, jti: &str, exp: i64) -> bool {
-        let now = now_secs();
-        let mut seen = self.seen.lock().expect("hand-off lock poisoned");
-        if seen.len() > 10_000 {
-            seen.retain(|_, e| *e >= now);
-        }
-        seen.insert(jti.to_owned(), exp).is_none()
-    }
 }
 
 pub(crate) fn random_token(bytes: usize) -> String {
@@ -459,11 +440,19 @@ pub(crate) async fn complete_handoff(
             "This sign-in link is not valid here (expired, for another host, or opened in another browser). Open the workspace address again.",
         );
     };
-    if !shared.front.used_handoffs.first_use(&h.jti, h.exp) {
-        return pages::bad_request(
-            headers,
-            "This sign-in link was already used. Open the workspace address again.",
-        );
+    // Single use on every replica: the server remembers used hand-offs until they expire.
+    match shared.server.first_handoff_use(&h.jti, h.exp).await {
+        Ok(true) => {}
+        Ok(false) => {
+            return pages::bad_request(
+                headers,
+                "This sign-in link was already used. Open the workspace address again.",
+            )
+        }
+        Err(e) => {
+            tracing::warn!(error = %crate::error_chain(&e), "recording the hand-off's use failed");
+            return pages::server_unavailable(headers);
+        }
     }
     let workspace = target.workspace().unwrap_or_default();
     let access = match shared

@@ -1,6 +1,8 @@
-//! The SSH host key: ed25519, generated once and kept (OpenSSH private key format, 0600) so
-//! clients' `known_hosts` stay valid across restarts. An existing key is never overwritten:
-//! a key that cannot be read is a startup error the operator has to look at.
+//! The SSH host key: ed25519, the same on every replica so clients' `known_hosts` stay valid
+//! whichever answers — the server shares the first one offered, or the operator gives every
+//! replica the same file (OpenSSH private key format, 0600, generated there on first use). An
+//! existing key is never overwritten: a key that cannot be read is a startup error the
+//! operator has to look at.
 
 use russh::keys::ssh_key::LineEnding;
 use russh::keys::PrivateKey;
@@ -27,6 +29,8 @@ pub enum HostKeyError {
     },
     #[error("generating the SSH host key")]
     Generate(#[source] russh::keys::ssh_key::Error),
+    #[error("the server shares no SSH host key")]
+    NotShared,
     #[error("writing the SSH host key {path}")]
     Write {
         path: PathBuf,
@@ -47,7 +51,19 @@ pub fn load_or_create(path: &Path) -> Result<PrivateKey, HostKeyError> {
     }
 }
 
-fn parse(path: &Path, bytes: &[u8]) -> Result<PrivateKey, HostKeyError> {
+/// The host key at `path`, or `None` when there is none.
+pub(crate) fn load_existing(path: &Path) -> Result<Option<PrivateKey>, HostKeyError> {
+    match std::fs::read(path) {
+        Ok(bytes) => parse(path, &bytes).map(Some),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(HostKeyError::Read {
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
+pub(crate) fn parse(path: &Path, bytes: &[u8]) -> Result<PrivateKey, HostKeyError> {
     let corrupt = |source| HostKeyError::Corrupt {
         path: path.to_owned(),
         source,

@@ -40,14 +40,56 @@ pub enum SshError {
     Accept(#[source] std::io::Error),
 }
 
-/// Loads the host key, generating it on first use; a key that cannot be read is an error.
-pub(crate) fn check_host_key(config: &crate::ProxyConfig) -> Result<(), ProxyError> {
-    host_key::load_or_create(&config.ssh_host_key_path())
-        .map(|_| ())
-        .map_err(|e| ProxyError::Serve {
-            what: "ssh",
-            source: Box::new(SshError::HostKey(e)),
-        })
+fn host_key_error(e: HostKeyError) -> ProxyError {
+    ProxyError::Serve {
+        what: "ssh",
+        source: Box::new(SshError::HostKey(e)),
+    }
+}
+
+/// The host key this proxy offers the server to share with every replica, when no host key
+/// file is configured: the key it kept in its state directory before keys were shared (so
+/// clients' `known_hosts` stay valid), else a new one (nothing is written).
+pub(crate) fn offered_host_key(
+    config: &crate::ProxyConfig,
+) -> Result<Option<warren_types::internal::OfferedHostKey>, ProxyError> {
+    if config.ssh_host_key_file.is_some() {
+        return Ok(None);
+    }
+    let mut key = host_key::load_existing(&config.ssh_host_key_path())
+        .map_err(host_key_error)?
+        .unwrap_or_else(host_key::generate_ed25519);
+    key.set_comment("warren proxy host key");
+    let private_key = key
+        .to_openssh(russh::keys::ssh_key::LineEnding::LF)
+        .map_err(|e| host_key_error(HostKeyError::Generate(e)))?
+        .to_string();
+    let mut public = key.public_key().clone();
+    public.set_comment("");
+    let public_key = public
+        .to_openssh()
+        .map_err(|e| host_key_error(HostKeyError::Generate(e)))?;
+    Ok(Some(warren_types::internal::OfferedHostKey {
+        private_key,
+        public_key,
+    }))
+}
+
+/// The host key to serve with: the configured file's (generated there on first use), else the
+/// one the server shares among replicas.
+pub(crate) fn host_key(
+    config: &crate::ProxyConfig,
+    shared_key: Option<&str>,
+) -> Result<russh::keys::PrivateKey, ProxyError> {
+    if let Some(path) = &config.ssh_host_key_file {
+        return host_key::load_or_create(path).map_err(host_key_error);
+    }
+    let pem = shared_key.ok_or_else(|| host_key_error(HostKeyError::NotShared))?;
+    host_key::parse(
+        std::path::Path::new("(the server's shared host key)"),
+        pem.as_bytes(),
+    )
+    .map_err(host_key_error)
 }
 
 /// The public half of the host key (`ssh-ed25519 AAAA…`, no comment), generating the key on
@@ -65,14 +107,9 @@ pub fn host_public_key(path: &std::path::Path) -> Result<String, SshError> {
 pub(crate) async fn serve(
     shared: Arc<Shared>,
     listener: TcpListener,
+    key: russh::keys::PrivateKey,
     shutdown: CancellationToken,
 ) -> Result<(), ProxyError> {
-    let serve_err = |e: SshError| ProxyError::Serve {
-        what: "ssh",
-        source: Box::new(e),
-    };
-    let key = host_key::load_or_create(&shared.config.ssh_host_key_path())
-        .map_err(|e| serve_err(e.into()))?;
     tracing::info!(
         address = ?listener.local_addr().ok(),
         fingerprint = %key.fingerprint(russh::keys::HashAlg::Sha256),
@@ -123,9 +160,16 @@ pub(crate) async fn serve(
                 tracing::warn!(error = %e, "ssh accept failed; retrying");
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            Err(e) => break Err(serve_err(SshError::Accept(e))),
+            Err(e) => {
+                break Err(ProxyError::Serve {
+                    what: "ssh",
+                    source: Box::new(SshError::Accept(e)),
+                })
+            }
         }
     };
+    // Closed at once so new connections are refused (and go to another replica).
+    drop(listener);
     tasks.close();
     // Connections end with `shutdown` (each one watches it); wait briefly for their goodbyes.
     let _ = tokio::time::timeout(Duration::from_secs(5), tasks.wait()).await;

@@ -146,7 +146,18 @@ async fn start_planned(workspace: &str, planned: Option<PlannedStop>) -> Env {
     };
     std::fs::create_dir_all(&proxy_config.state_dir).unwrap();
     let shared = Arc::new(Shared {
-        front: crate::http::Front::new(&proxy_config).unwrap(),
+        front: crate::http::Front::new(
+            &proxy_config,
+            crate::http::keys::CookieKeys::new(
+                &[warren_types::internal::ProxyCookieKey {
+                    generation: 1,
+                    secret: crate::http::keys::offer(&proxy_config.state_dir).unwrap(),
+                    signing_from: 0,
+                }],
+                3600,
+            )
+            .unwrap(),
+        ),
         server: crate::server_api::ServerApi::new(server_url, SECRET.as_bytes(), None).unwrap(),
         relay: crate::relay::RelayClient::new(relay_url, SECRET.as_bytes()),
         activity: Activity::default(),

@@ -301,3 +301,34 @@ impl Browser {
             .await
     }
 }
+
+/// The cookie keys the server shares with the proxies, as a proxy polls them.
+pub async fn cookie_keys(s: &warren_testkit::Stack) -> Vec<warren_types::internal::ProxyCookieKey> {
+    let api = warren_proxy::server_api::ServerApi::new(
+        s.api_url.parse().unwrap(),
+        s.shared_secret.as_bytes(),
+        None,
+    )
+    .unwrap();
+    api.cookie_keys().await.unwrap().cookie_keys
+}
+
+/// The key proxies sign with now (base64url).
+pub async fn signing_key(s: &warren_testkit::Stack) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let keys = cookie_keys(s).await;
+    keys.iter()
+        .rev()
+        .find(|k| k.signing_from <= now)
+        .unwrap_or(&keys[0])
+        .secret
+        .clone()
+}
+
+/// The `kid` in a JWT's header.
+pub fn jwt_kid(token: &str) -> String {
+    jsonwebtoken::decode_header(token).unwrap().kid.unwrap()
+}

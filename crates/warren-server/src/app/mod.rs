@@ -19,6 +19,7 @@ pub mod oauth;
 pub mod personal;
 pub mod ports;
 pub mod projects;
+pub mod proxy_keys;
 pub mod reconcile;
 pub mod render;
 pub mod rerender;

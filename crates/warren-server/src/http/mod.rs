@@ -33,6 +33,24 @@ pub struct HttpState {
     pub access: Arc<warren_types::api::AccessInfo>,
 }
 
+impl HttpState {
+    /// How users reach workspaces: the configured SSH address and host keys, and the proxies'
+    /// shared host key once a proxy offered it (so clients pin the key every replica shows).
+    pub async fn access_info(&self) -> warren_types::api::AccessInfo {
+        let mut info = (*self.access).clone();
+        if let Some(ssh) = &mut info.ssh {
+            match crate::app::proxy_keys::ssh_public_key(&self.app).await {
+                Ok(Some(k)) if !ssh.host_keys.contains(&k) => ssh.host_keys.push(k),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading the proxies' SSH host key");
+                }
+            }
+        }
+        info
+    }
+}
+
 impl FromRef<HttpState> for AppState {
     fn from_ref(s: &HttpState) -> AppState {
         s.app.clone()

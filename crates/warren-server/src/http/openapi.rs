@@ -12,6 +12,7 @@ use utoipa::{Modify, OpenApi};
         api::users::create_session,
         api::users::me,
         api::access::access_info,
+        api::access::rotate_cookie_key,
         api::users::list_users,
         api::users::create_user,
         api::users::get_user,

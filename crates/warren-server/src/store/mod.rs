@@ -14,6 +14,7 @@ pub mod mounts;
 pub mod oauth;
 pub mod ports;
 pub mod projects;
+pub mod proxy_keys;
 mod quota;
 pub mod reconcile;
 pub mod secrets;

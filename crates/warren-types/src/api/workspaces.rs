@@ -318,6 +318,16 @@ pub struct AccessInfo {
     pub ssh: Option<SshEndpoint>,
 }
 
+/// Answer to an admin's rotation of the proxies' cookie-signing key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ProxyKeyRotation {
+    /// The new key's generation.
+    pub generation: i64,
+    /// When (unix seconds) replicas start signing with it; cookies signed with the previous
+    /// key stay valid for one session lifetime after that.
+    pub signing_from: i64,
+}
+
 /// Where the proxy's SSH server is reached: `ssh -p {port} {workspace}@{host}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct SshEndpoint {

@@ -52,6 +52,7 @@ pub fn router() -> Router<crate::http::HttpState> {
         .route("/session", post(users::create_session))
         .route("/users/me", get(users::me))
         .route("/access", get(access::access_info))
+        .route("/proxy/cookie-keys/rotate", post(access::rotate_cookie_key))
         .route("/users", get(users::list_users).post(users::create_user))
         .route("/users/me/password", post(users::change_password))
         .route(

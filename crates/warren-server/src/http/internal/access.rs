@@ -6,8 +6,9 @@ use crate::http::error::{HttpError, InternalJson, Json, Query};
 use axum::extract::State;
 use http::{HeaderMap, StatusCode};
 use warren_types::internal::{
-    ActivityReport, EntryRedirect, ShareRedeemRequest, ShareRedemption, SshAuthorization,
-    SshAuthorizeQuery, WorkspaceAccess, WorkspaceAccessQuery, WorkspaceStartRequest,
+    ActivityReport, EntryRedirect, HandoffUse, ProxyKeyOffer, ProxyKeys, ShareRedeemRequest,
+    ShareRedemption, SshAuthorization, SshAuthorizeQuery, WorkspaceAccess, WorkspaceAccessQuery,
+    WorkspaceStartRequest,
 };
 
 fn check_proxy(state: &AppState, headers: &HeaderMap) -> Result<(), HttpError> {
@@ -74,4 +75,37 @@ pub async fn redeem_share(
 ) -> Result<Json<ShareRedemption>, HttpError> {
     check_proxy(&state, &headers)?;
     Ok(Json(crate::app::ports::redeem(&state, &req).await?))
+}
+
+/// `POST /internal/proxy/keys`: a starting proxy's offer; the keys every replica shares.
+pub async fn adopt_keys(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    InternalJson(offer): InternalJson<ProxyKeyOffer>,
+) -> Result<Json<ProxyKeys>, HttpError> {
+    check_proxy(&state, &headers)?;
+    Ok(Json(crate::app::proxy_keys::adopt(&state, &offer).await?))
+}
+
+/// `GET /internal/proxy/keys`: the cookie keys, polled by replicas.
+pub async fn cookie_keys(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<ProxyKeys>, HttpError> {
+    check_proxy(&state, &headers)?;
+    Ok(Json(crate::app::proxy_keys::current(&state).await?))
+}
+
+/// `POST /internal/proxy/handoffs`: 204 the first time a hand-off is used, 409 after.
+pub async fn use_handoff(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    InternalJson(h): InternalJson<HandoffUse>,
+) -> Result<StatusCode, HttpError> {
+    check_proxy(&state, &headers)?;
+    if crate::app::proxy_keys::use_handoff(&state, &h).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Ok(StatusCode::CONFLICT)
+    }
 }

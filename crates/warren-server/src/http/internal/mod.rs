@@ -54,6 +54,14 @@ pub fn router() -> Router<crate::http::HttpState> {
             post(builds::context),
         )
         .route(
+            warren_types::internal::PROXY_KEYS_PATH,
+            get(access::cookie_keys).post(access::adopt_keys),
+        )
+        .route(
+            warren_types::internal::PROXY_HANDOFF_PATH,
+            post(access::use_handoff),
+        )
+        .route(
             warren_types::internal::ENTRY_REDIRECT_PATH,
             get(access::redirect),
         )

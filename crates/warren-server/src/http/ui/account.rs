@@ -65,7 +65,8 @@ async fn render(http: &HttpState, viewer: &Viewer, extra: Extra<'_>) -> Result<R
     let token_err = extra.token_error.map(|e| e.message.clone());
     let key_err = extra.key_error.map(|e| e.message.clone());
     let (key_described, key_bad) = invalid("public_key", key_err.as_deref());
-    let ssh = http.access.ssh.as_ref();
+    let access = http.access_info().await;
+    let ssh = access.ssh.as_ref();
     let snippet = ssh.map(|e| {
         let file = (!e.host_keys.is_empty()).then_some(KNOWN_HOSTS);
         mine.iter()

@@ -297,7 +297,7 @@ pub async fn show(
         definition_update(&state, &viewer, &w)
     );
     notes.update = update;
-    notes.ssh = http.access.ssh.clone();
+    notes.ssh = http.access_info().await.ssh;
     notes.sizes = sizes(&state, &viewer, &w.agent_name).await;
     Ok(workspace_page(
         &viewer,

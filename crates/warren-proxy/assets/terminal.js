@@ -2,7 +2,8 @@
 // Binary messages carry terminal bytes both ways; text messages are JSON:
 // {"type":"resize","cols":C,"rows":R} from here, {"type":"exit","code":N} and
 // {"type":"error","message":M} from the proxy. The body's data-state ("connecting",
-// "connected", "exited", "closed") and data-exit-code let tests and users see how it ended.
+// "connected", "reconnecting", "exited", "closed"), data-connections and data-exit-code let
+// tests and users see how it went.
 (function () {
   "use strict";
   const body = document.body;
@@ -17,41 +18,67 @@
   try { fit.fit(); } catch (e) { /* not laid out yet: the default size stands */ }
 
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-  const ws = new WebSocket(
-    scheme + "//" + location.host + "/ws?cols=" + term.cols + "&rows=" + term.rows);
-  ws.binaryType = "arraybuffer";
   const encoder = new TextEncoder();
+  // A connection lost while the shell ran (a proxy replica went away, the network dropped)
+  // is made again, with a growing pause, up to MAX_RETRIES times in a row: the proxy's
+  // other replicas take the same session cookie. The shell is a new one; what ran in the old
+  // one ended with its connection. A first connection that fails is not retried.
+  const MAX_RETRIES = 8;
+  let ws = null;
   let ended = false;
+  let opened = 0;
+  let retries = 0;
 
-  ws.onopen = function () {
-    body.dataset.state = "connected";
-    term.focus();
-  };
-  ws.onmessage = function (ev) {
-    if (typeof ev.data !== "string") {
-      term.write(new Uint8Array(ev.data));
-      return;
-    }
-    let msg;
-    try { msg = JSON.parse(ev.data); } catch (e) { return; }
-    if (msg.type === "exit") {
-      ended = true;
-      body.dataset.state = "exited";
-      body.dataset.exitCode = msg.code === null ? "" : String(msg.code);
-      const how = msg.code === null ? (msg.message || "unknown status") : "code " + msg.code;
-      term.write("\r\n\x1b[2m[process exited: " + how + "]\x1b[0m\r\n");
-    } else if (msg.type === "error") {
-      ended = true;
-      body.dataset.state = "closed";
-      term.write("\r\n\x1b[31m" + msg.message + "\x1b[0m\r\n");
-    }
-  };
-  ws.onclose = function () {
-    if (!ended) {
+  function connect() {
+    ws = new WebSocket(
+      scheme + "//" + location.host + "/ws?cols=" + term.cols + "&rows=" + term.rows);
+    ws.binaryType = "arraybuffer";
+    ws.onopen = function () {
+      if (opened > 0) {
+        term.write("\r\n\x1b[2m[reconnected: a new shell]\x1b[0m\r\n");
+      }
+      opened += 1;
+      retries = 0;
+      body.dataset.connections = String(opened);
+      body.dataset.state = "connected";
+      term.focus();
+    };
+    ws.onmessage = function (ev) {
+      if (typeof ev.data !== "string") {
+        term.write(new Uint8Array(ev.data));
+        return;
+      }
+      let msg;
+      try { msg = JSON.parse(ev.data); } catch (e) { return; }
+      if (msg.type === "exit") {
+        ended = true;
+        body.dataset.state = "exited";
+        body.dataset.exitCode = msg.code === null ? "" : String(msg.code);
+        const how = msg.code === null ? (msg.message || "unknown status") : "code " + msg.code;
+        term.write("\r\n\x1b[2m[process exited: " + how + "]\x1b[0m\r\n");
+      } else if (msg.type === "error") {
+        ended = true;
+        body.dataset.state = "closed";
+        term.write("\r\n\x1b[31m" + msg.message + "\x1b[0m\r\n");
+      }
+    };
+    ws.onclose = function () {
+      if (ended) return;
+      if (opened > 0 && retries < MAX_RETRIES) {
+        if (retries === 0) {
+          term.write("\r\n\x1b[2m[connection lost: reconnecting…]\x1b[0m\r\n");
+        }
+        body.dataset.state = "reconnecting";
+        const pause = Math.min(250 * Math.pow(2, retries), 8000);
+        retries += 1;
+        setTimeout(connect, pause);
+        return;
+      }
       body.dataset.state = "closed";
       term.write("\r\n\x1b[2m[connection closed]\x1b[0m\r\n");
-    }
-  };
+    };
+  }
+  connect();
 
   function send(data) {
     if (ws.readyState === WebSocket.OPEN) ws.send(data);

@@ -80,6 +80,9 @@ pub(crate) struct Shared {
     pub activity: activity::Activity,
     /// The HTTP front door's keys, caches and upstream connections.
     pub front: http::Front,
+    /// Cancelled when the proxy stops: long-lived upgraded connections (WebSockets, the web
+    /// terminal) end then, as they would with the process, so clients reconnect elsewhere.
+    pub closing: CancellationToken,
 }
 
 /// Runs the proxy until `shutdown` is cancelled.
@@ -127,6 +130,7 @@ pub async fn run(
         activity: activity::Activity::default(),
         front: http::Front::new(&config, cookie_keys),
         config,
+        closing: shutdown.clone(),
     });
     tokio::spawn(http::keys::poll_loop(
         shared.clone(),

@@ -343,7 +343,17 @@ async fn websocket(
     shared.activity.touch(access.workspace_id);
     upgrade
         .max_message_size(1 << 20)
-        .on_upgrade(move |socket| bridge(shared, access, size, socket))
+        .on_upgrade(move |socket| async move {
+            let closing = shared.closing.clone();
+            tokio::select! {
+                // Not resumed when the other arm wins: dropping it closes the page's socket
+                // and the exec session, which is the intent.
+                _ = bridge(shared, access, size, socket) => {}
+                // Cancel-safe: level-triggered. The proxy stops; the page reconnects to
+                // another replica.
+                _ = closing.cancelled() => {}
+            }
+        })
 }
 
 async fn send_json(

@@ -893,13 +893,20 @@ async fn unreachable_endpoint_is_a_502_page() {
     );
 }
 
-/// Rotating the cookie key (an admin, through the server) signs nobody out: the new key is
-/// published before it signs, the previous one still verifies, and a generation the server
-/// no longer keeps verifies nothing.
+/// Rotating the cookie key (an admin, through the server) while two replicas serve signs
+/// nobody out: both learn the new key before it signs, the previous one still verifies on
+/// both, and a generation the server no longer keeps verifies on neither.
 #[tokio::test]
 async fn key_rotation_keeps_sessions_signed_with_the_previous_key() {
-    let e = env().await;
+    // Two replicas: each learns the rotation from the server.
+    let e = env_with(StackOptions {
+        ssh: false,
+        proxies: 2,
+        ..StackOptions::default()
+    })
+    .await;
     let s = &e.stack;
+    let steer = s.proxy_balancers.clone().unwrap().0;
     let host = s.host(8080, "alice-web");
     let url = s.url(8080, "alice-web", "/");
     let mut b = browser(s, std::slice::from_ref(&host));
@@ -928,11 +935,19 @@ async fn key_rotation_keeps_sessions_signed_with_the_previous_key() {
     assert_eq!(keys.len(), 2);
     let new_key = keys[1].secret.clone();
 
-    let http = s.client_for(std::slice::from_ref(&host));
-    let status = |cookie: String| {
+    // A new connection per request, through the replica the balancer is pointed at.
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .pool_max_idle_per_host(0)
+        .resolve(&host_only(&host), s.proxy_addr)
+        .build()
+        .unwrap();
+    let on = |replica: usize, cookie: String| {
         let http = http.clone();
         let url = url.clone();
+        let steer = steer.clone();
         async move {
+            steer.prefer(Some(replica));
             http.get(&url)
                 .header("accept", "text/html")
                 .header("cookie", format!("warren_session={cookie}"))
@@ -943,23 +958,28 @@ async fn key_rotation_keeps_sessions_signed_with_the_previous_key() {
                 .as_u16()
         }
     };
+    let status = |cookie: String| {
+        let on = &on;
+        async move { (on(0, cookie.clone()).await, on(1, cookie).await) }
+    };
     // A cookie signed with the new key is accepted once the proxy polled, before it signs.
     let claims = serde_json::json!({"aud": "warren-session", "sub": e.alice.id, "ws": e.ws.id,
         "host": host_only(&host), "iat": now(), "exp": now() + 600});
     let new_key_cookie = forge_session(s, claims, Some(&new_key)).await;
-    wait_for("the proxy to learn the published key", 15, || {
+    wait_for("both replicas to learn the published key", 15, || {
         let f = status(new_key_cookie.clone());
-        async move { f.await == 200 }
+        async move { f.await == (200, 200) }
     })
     .await
     .unwrap();
     assert_eq!(
         status(old.clone()).await,
-        200,
+        (200, 200),
         "the previous key still verifies"
     );
 
     // From `signing_from`, sign-ins get cookies signed with the new key.
+    steer.prefer(None);
     wait_for("a sign-in signed with the new key", 40, || {
         let mut b2 = browser(s, std::slice::from_ref(&host));
         let (url, host) = (url.clone(), host.clone());
@@ -974,7 +994,7 @@ async fn key_rotation_keeps_sessions_signed_with_the_previous_key() {
     .unwrap();
     assert_eq!(
         status(old.clone()).await,
-        200,
+        (200, 200),
         "the previous key still verifies"
     );
 
@@ -987,11 +1007,11 @@ async fn key_rotation_keeps_sessions_signed_with_the_previous_key() {
     }
     wait_for("the first generation to be forgotten", 15, || {
         let f = status(old.clone());
-        async move { f.await == 302 }
+        async move { f.await == (302, 302) }
     })
     .await
     .unwrap();
-    assert_eq!(status(new_key_cookie).await, 200);
+    assert_eq!(status(new_key_cookie).await, (200, 200));
 }
 
 /// TLS on the proxy's listener (a self-signed wildcard certificate made with openssl):

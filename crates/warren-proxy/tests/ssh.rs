@@ -187,7 +187,11 @@ struct World {
 }
 
 async fn world(ws_name: &str) -> Result<World> {
-    let stack = Stack::start().await?;
+    world_with(ws_name, warren_testkit::StackOptions::default()).await
+}
+
+async fn world_with(ws_name: &str, options: warren_testkit::StackOptions) -> Result<World> {
+    let stack = Stack::start_with(options).await?;
     let files = tempfile::tempdir()?;
     stack.runtime.enable_exec(files.path());
     let client = Client::new(stack.ssh_addr.context("the stack runs SSH")?)?;
@@ -885,5 +889,66 @@ async fn an_interactive_shell_is_warned_of_the_planned_stop() -> Result<()> {
         (text(&stdout), text(&stderr)),
         ("plain\n".to_owned(), String::new())
     );
+    Ok(())
+}
+
+/// Issue 42: an SSH session through replica A ends when A is killed; connecting again — what
+/// VS Code Remote-SSH does by itself, and a user with the same command — reaches replica B
+/// with the same pinned host key (strict checking) and the same key.
+#[tokio::test]
+async fn a_session_cut_by_a_killed_replica_connects_again_through_another() -> Result<()> {
+    if !tools_present(&["ssh", "ssh-keygen"]) {
+        return Ok(());
+    }
+    let w = world_with(
+        "alice-replicas",
+        warren_testkit::StackOptions {
+            proxies: 2,
+            ..warren_testkit::StackOptions::default()
+        },
+    )
+    .await?;
+    let steer = w
+        .stack
+        .proxy_balancers
+        .clone()
+        .and_then(|b| b.1)
+        .context("an SSH balancer")?;
+    steer.prefer(Some(0));
+    let out = run(w.client.ssh(&w.key, &w.ws.name).arg("exit 6"), b"").await?;
+    assert_eq!(out.status.code(), Some(6), "stderr: {}", text(&out.stderr));
+
+    // A long session on replica A.
+    let mut long = w.client.ssh(&w.key, &w.ws.name);
+    long.arg("echo started; sleep 600")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = long.spawn()?;
+    let mut stdout = child.stdout.take().context("stdout")?;
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 256];
+    while !text(&seen).contains("started") {
+        let n = tokio::time::timeout(CLIENT_TIMEOUT, stdout.read(&mut buf)).await??;
+        if n == 0 {
+            bail!("the session ended before it started: {}", text(&seen));
+        }
+        seen.extend_from_slice(&buf[..n]);
+    }
+    steer.prefer(None);
+    w.stack.kill_proxy(0);
+    let status = tokio::time::timeout(CLIENT_TIMEOUT, child.wait()).await??;
+    assert!(!status.success(), "the cut session ends: {status}");
+
+    // Again, with strict host key checking: replica B answers as A did.
+    let out = run(
+        w.client.ssh_with(&w.key, &w.ws.name, true).arg("exit 7"),
+        b"",
+    )
+    .await?;
+    assert_eq!(out.status.code(), Some(7), "stderr: {}", text(&out.stderr));
+    let taken = steer.connections();
+    assert!(taken[1] > 0, "replica B took the new connection: {taken:?}");
     Ok(())
 }

@@ -7,6 +7,9 @@
 //!   proxy → relay → agent → workspace. Requests carry a personal access token, so every
 //!   one goes through authentication and the authorisation cache.
 //! - WebSocket echo round trip through the full path against the upstream directly.
+//! - Proxy replicas (issue 42): requests/s of two replicas (direct mode) behind one TCP
+//!   balancer against one replica behind the same balancer, and a kill of one replica under
+//!   load: failed requests against the connections it held.
 //! - Bulk upload throughput through a relay tunnel against direct TCP is in
 //!   `cargo bench -p warren-relay --bench tunnel`.
 //!
@@ -26,7 +29,7 @@ use warren_testkit::{Stack, StackOptions, TestUser};
 
 #[path = "support/load.rs"]
 mod load;
-use load::{devfile, line, measure, ms, upstream, wait_ok, BODY, CONNECTIONS};
+use load::{devfile, line, measure, ms, upstream, wait_ok, Conn, BODY, CONNECTIONS};
 
 /// WebSocket echo round trips (p50, p99) of 1 KiB binary messages.
 async fn ws_rtt(addr: SocketAddr, host: &str, token: Option<&str>) -> Result<(Duration, Duration)> {
@@ -308,5 +311,75 @@ async fn run() -> Result<()> {
     drop(nginx);
     drop(full);
     drop(direct);
+    replicas(up, secs, rounds).await
+}
+
+/// Two proxy replicas against one, and a kill under load (issue 42).
+async fn replicas(up: SocketAddr, secs: u64, rounds: usize) -> Result<()> {
+    let (stack, user, host) = stack_with_workspace(
+        StackOptions {
+            direct_upstream: Some("127.0.0.1:{port}".into()),
+            ssh: false,
+            proxies: 2,
+            ..StackOptions::default()
+        },
+        up,
+    )
+    .await?;
+    let steer = stack.proxy_balancers.clone().context("replicas")?.0;
+    let token = Some(user.token.as_str());
+    wait_ok(stack.proxy_addr, &host, token).await?;
+    let (mut one, mut two) = (vec![], vec![]);
+    for _ in 0..rounds {
+        steer.prefer(Some(0));
+        one.push(measure(stack.proxy_addr, &host, token, secs).await?.rps);
+        steer.prefer(None);
+        two.push(measure(stack.proxy_addr, &host, token, secs).await?.rps);
+    }
+    let (Some(one), Some(two)) = (median(one), median(two)) else {
+        bail!("no replica rounds");
+    };
+    println!(
+        "proxy replicas (direct mode, behind the test's TCP balancer, median of {rounds} alternating rounds): \
+         1 replica {one:.0} req/s (base), 2 replicas {two:.0} req/s ({:.2}×; two cores: ~flat expected)",
+        two / one
+    );
+
+    // Every connection a client of its own that opens a new one when a request fails (the
+    // usual retry); replica 0 is killed halfway.
+    let taken_before = steer.connections()[0];
+    let deadline = Instant::now() + Duration::from_secs(secs.max(2));
+    let kill_at = Instant::now() + Duration::from_secs(secs.max(2)) / 2;
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..CONNECTIONS {
+        let (host, token) = (host.clone(), user.token.clone());
+        let addr = stack.proxy_addr;
+        tasks.spawn(async move {
+            let (mut answered, mut failed) = (0u64, 0u64);
+            let mut conn = Conn::open(addr, &host, Some(&token)).await?;
+            while Instant::now() < deadline {
+                if conn.get().await.is_ok() {
+                    answered += 1;
+                    continue;
+                }
+                failed += 1;
+                conn = Conn::open(addr, &host, Some(&token)).await?;
+            }
+            Ok::<_, anyhow::Error>((answered, failed))
+        });
+    }
+    tokio::time::sleep_until(kill_at.into()).await;
+    let held = steer.connections()[0] - taken_before;
+    stack.kill_proxy(0);
+    let (mut answered, mut failed) = (0, 0);
+    while let Some(r) = tasks.join_next().await {
+        let (a, f) = r??;
+        answered += a;
+        failed += f;
+    }
+    println!(
+        "killing 1 of 2 replicas under load ({CONNECTIONS} connections): {answered} answered, {failed} failed; \
+         the killed replica had taken {held} connections (goal: failed ≤ those, the requests in flight)"
+    );
     Ok(())
 }

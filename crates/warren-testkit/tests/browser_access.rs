@@ -270,3 +270,65 @@ async fn a_port_is_shared_from_the_web_ui_and_a_link_opens_it_without_signing_in
         .await?;
     Ok(())
 }
+
+/// The screen of the web terminal, as text.
+const SCREEN: &str = "(() => { const b = window.warrenTerminal.buffer.active; let s = ''; \
+    for (let i = 0; i < b.length; i++) { s += b.getLine(i).translateToString(true) + '\\n'; } \
+    return s; })()";
+
+/// Issue 42: two proxy replicas; the web terminal's WebSocket goes through replica A, which
+/// is killed. The page reconnects by itself through replica B with the session it has — no
+/// sign-in page — and the new shell runs commands.
+#[tokio::test]
+async fn the_web_terminal_reconnects_through_another_replica() -> Result<()> {
+    let Some(chromium) = browser().await? else {
+        return Ok(());
+    };
+    let stack = Stack::start_with(warren_testkit::StackOptions {
+        ssh: false,
+        proxies: 2,
+        ..warren_testkit::StackOptions::default()
+    })
+    .await?;
+    let alice = stack.user("alice").await?;
+    stack.workspace(&alice, "alice-web").await?;
+    let steer = &stack.proxy_balancers.as_ref().context("replicas")?.0;
+
+    steer.prefer(Some(0));
+    let mut tab = chromium.tab().await?;
+    let terminal = stack.terminal_url("alice-web", "/");
+    tab.goto(&terminal).await?;
+    tab.sign_in(&alice).await?;
+    tab.wait_until(
+        "document.body && document.body.dataset.state === 'connected'",
+        30,
+    )
+    .await?;
+    tab.eval("window.warrenTerminal.input('echo first-$((6*7))\\r'); true")
+        .await?;
+    tab.wait_until(&format!("{SCREEN}.includes('first-42')"), 30)
+        .await?;
+
+    steer.prefer(None);
+    stack.kill_proxy(0);
+    tab.wait_until(
+        "document.body.dataset.state === 'connected' && document.body.dataset.connections === '2'",
+        30,
+    )
+    .await?;
+    let screen = tab.eval(SCREEN).await?;
+    let screen = screen.as_str().unwrap_or_default();
+    assert!(
+        screen.contains("[connection lost: reconnecting…]")
+            && screen.contains("[reconnected: a new shell]"),
+        "{screen}"
+    );
+    tab.eval("window.warrenTerminal.input('echo second-$((7*7))\\r'); true")
+        .await?;
+    tab.wait_until(&format!("{SCREEN}.includes('second-49')"), 30)
+        .await?;
+    assert_eq!(tab.url().await?, terminal, "no sign-in on the way");
+    let taken = steer.connections();
+    assert!(taken[1] > 0, "replica B took the reconnection: {taken:?}");
+    Ok(())
+}

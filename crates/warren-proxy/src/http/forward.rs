@@ -517,7 +517,14 @@ pub(crate) fn finish_response(
             };
             let mut c = shared.activity.touching(TokioIo::new(c), workspace);
             let mut u = shared.activity.touching(TokioIo::new(u), workspace);
-            let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
+            tokio::select! {
+                // Not resumed when the other arm wins: bytes it holds are lost with the
+                // connection, which is closing anyway.
+                _ = tokio::io::copy_bidirectional(&mut c, &mut u) => {}
+                // Cancel-safe: level-triggered. The proxy stops; both sides close when the
+                // copy is dropped, and the client reconnects to another replica.
+                _ = shared.closing.cancelled() => {}
+            }
         });
         let upgrade = resp.headers().get(header::UPGRADE).cloned();
         let (mut parts, _) = resp.into_parts();

@@ -162,6 +162,7 @@ async fn start_planned(workspace: &str, planned: Option<PlannedStop>) -> Env {
         relay: crate::relay::RelayClient::new(relay_url, SECRET.as_bytes()),
         activity: Activity::default(),
         config: proxy_config,
+        closing: shutdown.clone(),
     });
     let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = http.local_addr().unwrap();

@@ -191,66 +191,58 @@ impl ServerApi {
         jti: &str,
         expires_at: i64,
     ) -> Result<bool, ServerApiError> {
-        let url = self.url(PROXY_HANDOFF_PATH);
-        let token = self
-            .keys
-            .mint(SERVER_JWT_AUDIENCE)
-            .map_err(ServerApiError::Sign)?;
         let body = HandoffUse {
             jti: jti.to_owned(),
             expires_at,
         };
-        let resp = self
-            .http
-            .post(&url)
-            .json(&body)
-            .bearer_auth(token)
-            .send()
-            .await
-            .map_err(|source| ServerApiError::Unavailable {
-                url: url.clone(),
-                source,
-            })?;
+        let resp = self.post_raw(PROXY_HANDOFF_PATH, &body).await?;
         match resp.status() {
             StatusCode::NO_CONTENT => Ok(true),
             StatusCode::CONFLICT => Ok(false),
-            status => Err(ServerApiError::Status {
-                status: status.as_u16(),
-                message: resp
-                    .text()
-                    .await
-                    .unwrap_or_default()
-                    .chars()
-                    .take(200)
-                    .collect(),
-            }),
+            _ => Err(Self::refusal(resp).await),
+        }
+    }
+
+    /// `POST`s `body` with a fresh internal JWT; the answer, whatever its status.
+    async fn post_raw<B: serde::Serialize>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<reqwest::Response, ServerApiError> {
+        let url = self.url(path);
+        let token = self
+            .keys
+            .mint(SERVER_JWT_AUDIENCE)
+            .map_err(ServerApiError::Sign)?;
+        self.http
+            .post(&url)
+            .json(body)
+            .bearer_auth(token)
+            .send()
+            .await
+            .map_err(|source| ServerApiError::Unavailable { url, source })
+    }
+
+    /// An answer that is not what the call expects, with the start of its body.
+    async fn refusal(resp: reqwest::Response) -> ServerApiError {
+        ServerApiError::Status {
+            status: resp.status().as_u16(),
+            message: resp
+                .text()
+                .await
+                .unwrap_or_default()
+                .chars()
+                .take(200)
+                .collect(),
         }
     }
 
     /// Reports the last activity of workspaces.
     pub async fn report_activity(&self, report: &ActivityReport) -> Result<(), ServerApiError> {
-        let url = self.url(WORKSPACE_ACTIVITY_PATH);
-        let token = self
-            .keys
-            .mint(SERVER_JWT_AUDIENCE)
-            .map_err(ServerApiError::Sign)?;
-        let resp = self
-            .http
-            .post(&url)
-            .json(report)
-            .bearer_auth(token)
-            .send()
-            .await
-            .map_err(|source| ServerApiError::Unavailable {
-                url: url.clone(),
-                source,
-            })?;
+        let resp = self.post_raw(WORKSPACE_ACTIVITY_PATH, report).await?;
         if resp.status().is_success() {
             return Ok(());
         }
-        Err(ServerApiError::Status {
-            status: resp.status().as_u16(),
-            message: resp.text().await.unwrap_or_default(),
-        })
+        Err(Self::refusal(resp).await)
     }
 }

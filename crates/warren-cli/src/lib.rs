@@ -117,6 +117,9 @@ pub enum Command {
     /// Rotate the proxies' cookie-signing key (admin); run as `warren proxy rotate-key`.
     #[command(name = "rotate-proxy-key", hide = true)]
     RotateProxyKey(OutputArgs),
+    /// The proxies and their regions (admin); run as `warren proxy list`.
+    #[command(name = "list-proxies", hide = true)]
+    ListProxies(OutputArgs),
     /// Check and render devfiles locally, without a server.
     Devfile(DevfileGroup),
     /// Check dev container configurations (`devcontainer.json`) locally, and show the devfile
@@ -512,6 +515,7 @@ pub(crate) mod sample {
             your_right: None,
             terminal_url: None,
             editor_url: None,
+            region: None,
             resources: WorkspaceResources::default(),
             variables: vec![],
             version: 1,

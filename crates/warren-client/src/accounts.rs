@@ -20,6 +20,11 @@ impl Client {
         self.get(&routes::access()).await
     }
 
+    /// Every proxy the server heard from in the last day (admin).
+    pub async fn proxies(&self) -> Result<Vec<warren_types::api::RegionProxy>> {
+        self.get(&routes::proxies()).await
+    }
+
     /// Rotates the proxies' cookie-signing key (admin).
     pub async fn rotate_proxy_cookie_key(&self) -> Result<ProxyKeyRotation> {
         self.with_body(

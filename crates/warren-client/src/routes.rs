@@ -18,6 +18,11 @@ pub fn access() -> Vec<String> {
     segs(&["access"])
 }
 
+/// `GET /proxies` (admin).
+pub fn proxies() -> Vec<String> {
+    segs(&["proxies"])
+}
+
 /// `POST /proxy/cookie-keys/rotate` (admin).
 pub fn rotate_proxy_cookie_key() -> Vec<String> {
     segs(&["proxy", "cookie-keys", "rotate"])

@@ -62,6 +62,15 @@ pub struct ProxyConfig {
     /// Bounds on slow and numerous clients.
     #[serde(default)]
     pub limits: ConnectionLimits,
+    /// The region this proxy is the front door of (a DNS label, as the region's agents'
+    /// `region` says); `None`: a central proxy. The server points the workspace URLs of the
+    /// region's agents at this proxy's `workspace_domain` while it serves.
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Where SSH clients reach this proxy's SSH server (`host:port`), when it is a region's:
+    /// `warren ws ssh` to the region's workspaces goes there instead of the central proxy.
+    #[serde(default)]
+    pub ssh_public_address: Option<String>,
 }
 
 /// Bounds on what clients may hold open: slow clients (slowloris) and too many at once.
@@ -161,6 +170,8 @@ impl ProxyConfig {
             server_ca_file: None,
             ssh_host_key_file: None,
             limits: ConnectionLimits::default(),
+            region: None,
+            ssh_public_address: None,
         }
     }
 
@@ -239,6 +250,25 @@ impl ProxyConfig {
                 "must be `https` when the proxy serves TLS",
             ));
         }
+        if let Some(r) = &self.region {
+            if !warren_types::is_dns_label(r, 63) {
+                return Err(invalid(
+                    "region",
+                    format!("`{r}` is not a region name (1-63 of a-z, 0-9 and '-', not starting or ending with '-')"),
+                ));
+            }
+        }
+        if let Some(a) = &self.ssh_public_address {
+            let ok = a
+                .rsplit_once(':')
+                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0));
+            if !ok {
+                return Err(invalid(
+                    "ssh_public_address",
+                    format!("`{a}` is not host:port"),
+                ));
+            }
+        }
         for (field, u) in [
             ("server_url", &self.server_url),
             ("server_public_url", &self.server_public_url),
@@ -278,6 +308,21 @@ impl ProxyConfig {
         )
     }
 
+    /// What this proxy tells the server about where it serves, as process `instance`.
+    pub fn presence(&self, instance: &str) -> warren_types::internal::ProxyPresence {
+        let authority = self.public_authority(&self.workspace_domain);
+        warren_types::internal::ProxyPresence {
+            instance: instance.to_owned(),
+            region: self.region.clone(),
+            workspace_domain: self.workspace_domain.clone(),
+            public_scheme: self.public_scheme.clone(),
+            public_port: (authority != self.workspace_domain)
+                .then_some(self.public_port)
+                .flatten(),
+            ssh_address: self.ssh_public_address.clone(),
+        }
+    }
+
     pub fn ssh_host_key_path(&self) -> PathBuf {
         self.ssh_host_key_file
             .clone()
@@ -305,6 +350,40 @@ pub(crate) mod tests {
                 "http://127.0.0.1:2".parse().unwrap(),
             )
         }
+    }
+
+    #[test]
+    fn regions_and_ssh_addresses_are_checked() {
+        for (region, ssh, field) in [
+            (Some("EU"), None, "region"),
+            (Some("-eu"), None, "region"),
+            (None, Some("ssh.eu.example"), "ssh_public_address"),
+            (None, Some("ssh.eu.example:0"), "ssh_public_address"),
+        ] {
+            let c = ProxyConfig {
+                region: region.map(str::to_owned),
+                ssh_public_address: ssh.map(str::to_owned),
+                ..sample()
+            };
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains(field), "{e}");
+        }
+        let c = ProxyConfig {
+            region: Some("eu-west".into()),
+            ssh_public_address: Some("ssh.eu.example:2222".into()),
+            ..sample()
+        };
+        c.validate().unwrap();
+        let p = c.presence("i");
+        assert_eq!(
+            (p.region.as_deref(), p.public_port, p.ssh_address.as_deref()),
+            (Some("eu-west"), Some(7080), Some("ssh.eu.example:2222"))
+        );
+        let default_port = ProxyConfig {
+            public_port: Some(80),
+            ..c
+        };
+        assert_eq!(default_port.presence("i").public_port, None);
     }
 
     #[test]

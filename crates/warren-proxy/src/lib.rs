@@ -11,13 +11,14 @@
 //!
 //! Module map: `http` (host routing, sign-in, forwarding), `terminal` (the web terminal's
 //! page and WebSocket ⇄ exec bridge), `ssh` (the SSH server), `server_api` and `relay` (the
-//! two peers), `activity` (idle-policy reports).
+//! two peers), `activity` (idle-policy reports), `presence` (which region this proxy serves).
 
 pub mod activity;
 pub mod config;
 mod http;
 mod jwt;
 mod port_forward;
+mod presence;
 pub mod relay;
 pub mod server_api;
 pub mod ssh;
@@ -136,6 +137,12 @@ pub async fn run(
         shared.clone(),
         shutdown.child_token(),
     ));
+    // Not spawned: it ends with this future, so a proxy that dies says nothing more.
+    let presence = presence::run(
+        shared.clone(),
+        http::signin::random_token(24),
+        shutdown.clone(),
+    );
     let reporter = tokio::spawn(shared.activity.clone().report_loop(
         shared.server.clone(),
         std::time::Duration::from_secs(shared.config.activity_report_secs),
@@ -165,7 +172,7 @@ pub async fn run(
             None => Ok(()),
         }
     };
-    let (h, s, m) = tokio::join!(http, ssh, metrics);
+    let (h, s, m, ()) = tokio::join!(http, ssh, metrics, presence);
     shutdown.cancel();
     let _ = reporter.await;
     h.and(s).and(m)

@@ -1,6 +1,6 @@
 //! The proxy's calls to the server's internal endpoints (access.md): authorisation, SSH
 //! authorisation, activity reports, the stopped page's start button, share links, and the
-//! keys and hand-offs every replica shares.
+//! keys and hand-offs every replica shares, and its presence (which region it serves).
 
 use crate::jwt::InternalKeys;
 use reqwest::StatusCode;
@@ -8,11 +8,11 @@ use serde::de::DeserializeOwned;
 use std::time::Duration;
 use warren_types::api::ApiError;
 use warren_types::internal::{
-    ActivityReport, EntryRedirect, HandoffUse, ProxyKeyOffer, ProxyKeys, ShareRedeemRequest,
-    ShareRedemption, SshAuthorization, SshAuthorizeQuery, WorkspaceAccess, WorkspaceAccessQuery,
-    WorkspaceStartRequest, ENTRY_REDIRECT_PATH, PROXY_HANDOFF_PATH, PROXY_KEYS_PATH,
-    SHARE_REDEEM_PATH, SSH_AUTHORIZE_PATH, WORKSPACE_ACCESS_PATH, WORKSPACE_ACTIVITY_PATH,
-    WORKSPACE_START_PATH,
+    ActivityReport, EntryRedirect, HandoffUse, ProxyKeyOffer, ProxyKeys, ProxyLeaving,
+    ProxyPresence, ShareRedeemRequest, ShareRedemption, SshAuthorization, SshAuthorizeQuery,
+    WorkspaceAccess, WorkspaceAccessQuery, WorkspaceStartRequest, ENTRY_REDIRECT_PATH,
+    PROXY_HANDOFF_PATH, PROXY_KEYS_PATH, PROXY_PRESENCE_PATH, SHARE_REDEEM_PATH,
+    SSH_AUTHORIZE_PATH, WORKSPACE_ACCESS_PATH, WORKSPACE_ACTIVITY_PATH, WORKSPACE_START_PATH,
 };
 use warren_types::reconcile::SERVER_JWT_AUDIENCE;
 
@@ -210,17 +210,49 @@ impl ServerApi {
         body: &B,
     ) -> Result<reqwest::Response, ServerApiError> {
         let url = self.url(path);
+        let req = self.http.post(&url).json(body);
+        self.send_raw(url, req).await
+    }
+
+    /// Sends `req` to `url` with a fresh internal JWT; the answer, whatever its status.
+    async fn send_raw(
+        &self,
+        url: String,
+        req: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, ServerApiError> {
         let token = self
             .keys
             .mint(SERVER_JWT_AUDIENCE)
             .map_err(ServerApiError::Sign)?;
-        self.http
-            .post(&url)
-            .json(body)
-            .bearer_auth(token)
+        req.bearer_auth(token)
             .send()
             .await
             .map_err(|source| ServerApiError::Unavailable { url, source })
+    }
+
+    /// An answer with no body expected: `Ok` on success, else the refusal.
+    async fn done(resp: reqwest::Response) -> Result<(), ServerApiError> {
+        if resp.status().is_success() {
+            return Ok(());
+        }
+        Err(Self::refusal(resp).await)
+    }
+
+    /// Says this proxy serves, and where (its region's workspace URLs point here while it does).
+    pub async fn present(&self, presence: &ProxyPresence) -> Result<(), ServerApiError> {
+        let url = self.url(PROXY_PRESENCE_PATH);
+        let req = self.http.put(&url).json(presence);
+        Self::done(self.send_raw(url, req).await?).await
+    }
+
+    /// Says this proxy stops serving (its region's URLs move on at once).
+    pub async fn leaving(&self, instance: &str) -> Result<(), ServerApiError> {
+        let url = self.url(PROXY_PRESENCE_PATH);
+        let query = ProxyLeaving {
+            instance: instance.to_owned(),
+        };
+        let req = self.http.delete(&url).query(&query);
+        Self::done(self.send_raw(url, req).await?).await
     }
 
     /// An answer that is not what the call expects, with the start of its body.
@@ -239,10 +271,6 @@ impl ServerApi {
 
     /// Reports the last activity of workspaces.
     pub async fn report_activity(&self, report: &ActivityReport) -> Result<(), ServerApiError> {
-        let resp = self.post_raw(WORKSPACE_ACTIVITY_PATH, report).await?;
-        if resp.status().is_success() {
-            return Ok(());
-        }
-        Err(Self::refusal(resp).await)
+        Self::done(self.post_raw(WORKSPACE_ACTIVITY_PATH, report).await?).await
     }
 }

@@ -11,6 +11,7 @@ mod common;
 
 mod front_door;
 mod limits;
+mod regions;
 mod replicas;
 mod sharing;
 mod ssh;

@@ -6,6 +6,7 @@
 use crate::common;
 
 use common::*;
+use futures::StreamExt;
 use warren_testkit::{Stack, StackOptions};
 
 async fn two_replicas() -> (Stack, warren_testkit::TestUser, Upstream) {
@@ -284,5 +285,74 @@ async fn a_replica_the_server_refuses_stops_at_start() {
     assert!(
         err.contains("the server refused to share the proxies' keys") && err.contains("401"),
         "{err}"
+    );
+}
+
+/// A long download cut by a killed replica: what had arrived is kept, and the client resumes
+/// it through another replica with a range request (as `curl -C -` and browsers' download
+/// managers do) at once and with no sign-in; the bytes add up to the file.
+#[tokio::test]
+async fn a_long_download_cut_by_a_killed_replica_resumes_through_another() {
+    let (s, alice, up) = two_replicas().await;
+    let url = s.url(8080, "alice-web", "/big");
+    let host = s.host(8080, "alice-web");
+    let client = reqwest::Client::builder()
+        .resolve(host.split(':').next().unwrap(), s.proxy_addr)
+        .timeout(std::time::Duration::from_secs(60))
+        .build()
+        .unwrap();
+    steer(&s, Some(0));
+    let resp = client
+        .get(&url)
+        .bearer_auth(&alice.token)
+        .send()
+        .await
+        .expect("download");
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.content_length(), Some(BIG_LEN as u64));
+    let mut body = resp.bytes_stream();
+    let mut got: Vec<u8> = Vec::with_capacity(BIG_LEN);
+    while got.len() < 1 << 20 {
+        got.extend_from_slice(&body.next().await.expect("more").expect("bytes"));
+    }
+    s.kill_proxy(0);
+    let mut cut = false;
+    while let Some(chunk) = body.next().await {
+        match chunk {
+            Ok(b) => got.extend_from_slice(&b),
+            Err(_) => {
+                cut = true;
+                break;
+            }
+        }
+    }
+    assert!(
+        cut && got.len() < BIG_LEN,
+        "the kill cut the download ({} of {BIG_LEN} bytes)",
+        got.len()
+    );
+
+    // Still pointed at A: the balancer finds it gone and the resumption lands on B.
+    let resp = client
+        .get(&url)
+        .bearer_auth(&alice.token)
+        .header("range", format!("bytes={}-", got.len()))
+        .send()
+        .await
+        .expect("resumed download");
+    assert_eq!(resp.status(), 206);
+    let rest = resp.bytes().await.expect("the rest");
+    got.extend_from_slice(&rest);
+    assert_eq!(got.len(), BIG_LEN);
+    let wrong = got.iter().enumerate().position(|(i, b)| *b != big_byte(i));
+    assert_eq!(wrong, None, "every byte where it belongs");
+    let taken = s.proxy_balancers.as_ref().unwrap().0.connections();
+    assert!(taken[1] >= 1, "B served the rest: {taken:?}");
+    assert!(
+        up.seen()
+            .iter()
+            .filter(|r| r.starts_with("GET /big"))
+            .count()
+            >= 2
     );
 }

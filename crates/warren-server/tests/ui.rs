@@ -917,3 +917,60 @@ async fn the_page_links_desktop_ides_when_ssh_is_offered() {
     assert!(!page.body.contains("vscode://"), "{}", page.body);
     s.stop().await;
 }
+
+/// A workspace of a region's agent (issue 42, item 2): the page and the API say it is
+/// reached through the central proxy, and why, until a proxy of the region says it serves;
+/// then its addresses are the region's. On both databases (the proxies' presence is stored).
+#[tokio::test]
+async fn the_page_names_the_region_and_its_fallback() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        s.agent(
+            "local",
+            json!({"region": "eu", "workspace_domain": "ws.example"}),
+        )
+        .await;
+        let token = s.user("alice", &["api", "workspace"]).await;
+        s.workspace(&token, json!({"name": "ide", "devfile": DEVFILE}))
+            .await;
+        let mut alice = signed_in(&s, "alice", "password-123").await;
+        let page = alice.get("/workspaces/ide").await;
+        assert!(
+            page.body.contains("region eu has no proxy serving"),
+            "[{l}] {}",
+            page.body
+        );
+        let (status, _) = s
+            .call(
+                Method::PUT,
+                "/internal/proxy/presence",
+                Some(&proxy_jwt()),
+                Some(json!({
+                    "instance": "eu-proxy-0123456789",
+                    "region": "eu",
+                    "workspace_domain": "ws.eu.example",
+                    "public_scheme": "https",
+                    "ssh_address": "ssh.eu.example:22",
+                })),
+            )
+            .await;
+        assert_eq!(status, 204, "[{l}]");
+        let page = alice.get("/workspaces/ide").await;
+        assert!(
+            page.body
+                .contains("Region: eu (reached through its own proxy)"),
+            "[{l}] {}",
+            page.body
+        );
+        let (_, w) = s
+            .call(Method::GET, "/api/v1/workspaces/ide", Some(&token), None)
+            .await;
+        assert_eq!(
+            w["terminal_url"], "https://terminal-ide.ws.eu.example/",
+            "[{l}] {w}"
+        );
+        assert_eq!(w["region"]["ssh_address"], "ssh.eu.example:22", "[{l}] {w}");
+        s.stop().await;
+    }
+}

@@ -10,11 +10,15 @@
 //! - Proxy replicas (issue 42): requests/s of two replicas (direct mode) behind one TCP
 //!   balancer against one replica behind the same balancer, and a kill of one replica under
 //!   load: failed requests against the connections it held.
+//! - Regional proxies (issue 42): the p50 of a request to a workspace through its region's
+//!   proxy and through the central proxy, against the round trip within the region, with
+//!   distance added by user-space latency links (this machine's kernel has no `netem`).
 //! - Bulk upload throughput through a relay tunnel against direct TCP is in
 //!   `cargo bench -p warren-relay --bench tunnel`.
 //!
 //! `cargo bench -p warren-testkit --bench access` (`ACCESS_BENCH_SECS` per load run, default 3;
-//! `ACCESS_BENCH_ROUNDS` rounds of the wrk rows, default 3).
+//! `ACCESS_BENCH_ROUNDS` rounds of the wrk rows, default 3; `ACCESS_BENCH_ONLY=regions` runs
+//! the regional section alone).
 
 // A benchmark measures wall time with the standard clock; clippy.toml's tokio-clock rule
 // is for product code.
@@ -25,7 +29,7 @@ use futures::{SinkExt, StreamExt};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
-use warren_testkit::{Stack, StackOptions, TestUser};
+use warren_testkit::{ProxyAt, Stack, StackOptions, TestUser};
 
 #[path = "support/load.rs"]
 mod load;
@@ -182,6 +186,9 @@ fn main() -> Result<()> {
 async fn run() -> Result<()> {
     let secs: u64 = warren_testkit::bench::env_or("ACCESS_BENCH_SECS", 3);
     let up = upstream().await?;
+    if std::env::var("ACCESS_BENCH_ONLY").as_deref() == Ok("regions") {
+        return regions(up).await;
+    }
     let (full, full_user, full_host) = stack_with_workspace(StackOptions::default(), up).await?;
     let (direct, direct_user, direct_host) = stack_with_workspace(
         StackOptions {
@@ -311,7 +318,100 @@ async fn run() -> Result<()> {
     drop(nginx);
     drop(full);
     drop(direct);
-    replicas(up, secs, rounds).await
+    replicas(up, secs, rounds).await?;
+    regions(up).await
+}
+
+/// p50 of `samples` sequential requests on one warm connection.
+async fn p50(addr: SocketAddr, host: &str, token: &str, samples: usize) -> Result<Duration> {
+    let mut c = Conn::open(addr, host, Some(token)).await?;
+    for _ in 0..5 {
+        c.get().await?;
+    }
+    let mut v = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let t = Instant::now();
+        c.get().await?;
+        v.push(t.elapsed());
+    }
+    v.sort();
+    Ok(v[v.len() / 2])
+}
+
+/// A request to a workspace through its region's proxy against through the central one
+/// (issue 42, item 4). The user, the agent, the relay and the region's proxy are in one
+/// region; the server and the central proxy in another. User-space links add the distance,
+/// as `tc netem` would on each way: 80 ms between the regions, 1 ms between the user and
+/// anything in the region (tokio's timers count whole milliseconds, so each way costs 1–2 ms).
+async fn regions(up: SocketAddr) -> Result<()> {
+    let (stack, user, _) = stack_with_workspace(
+        StackOptions {
+            ssh: false,
+            ..StackOptions::default()
+        },
+        up,
+    )
+    .await?;
+    let (far, near) = (Duration::from_millis(80), Duration::from_millis(1));
+    let addr_of = |url: &str| -> Result<SocketAddr> {
+        Ok(url
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .parse()?)
+    };
+    let link = |to: SocketAddr, d: Duration| warren_testkit::latency::start(to, d);
+    // The region's proxy calls the far server (authorisation, cached; activity reports);
+    // the central proxy reaches the region's relay across the distance.
+    let (l1, server_far) = link(addr_of(&stack.api_url)?, far).await?;
+    let (l2, relay_far) = link(addr_of(&stack.relay_internal_url)?, far).await?;
+    let eu = stack
+        .proxy_at(ProxyAt {
+            region: Some("eu".into()),
+            domain: "eu.localhost".into(),
+            server_url: Some(format!("http://{server_far}")),
+            relay_url: None,
+        })
+        .await?;
+    let central = stack
+        .proxy_at(ProxyAt {
+            region: None,
+            domain: "central.localhost".into(),
+            server_url: None,
+            relay_url: Some(format!("http://{relay_far}")),
+        })
+        .await?;
+    // Where the user connects: the workspace itself within the region (the base), the
+    // region's proxy nearby, the central proxy far away.
+    let (l3, to_up) = link(up, near).await?;
+    let (l4, to_eu) = link(eu.http_addr, near).await?;
+    let (l5, to_central) = link(central.http_addr, far).await?;
+    let port = up.port();
+    let eu_host = format!("{port}-bench.eu.localhost:{}", eu.http_addr.port());
+    let central_host = format!(
+        "{port}-bench.central.localhost:{}",
+        central.http_addr.port()
+    );
+    let token = user.token.as_str();
+    let base = p50(to_up, &up.to_string(), token, 200).await?;
+    let regional = p50(to_eu, &eu_host, token, 200).await?;
+    let via_central = p50(to_central, &central_host, token, 30).await?;
+    println!(
+        "regions (80 ms added each way between regions, 1 ms within; p50 on one warm connection): \
+         in-region round trip to the workspace {:.2} ms (base); through the region's proxy {:.2} ms \
+         (+{:.2} ms; goal ≤ +2 ms, {:.2}×); through the central proxy {:.2} ms ({:.2}×)",
+        ms(base),
+        ms(regional),
+        ms(regional) - ms(base),
+        ms(regional) / ms(base),
+        ms(via_central),
+        ms(via_central) / ms(base),
+    );
+    for l in [l1, l2, l3, l4, l5] {
+        l.abort();
+    }
+    eu.stop().await;
+    central.stop().await;
+    Ok(())
 }
 
 /// Two proxy replicas against one, and a kill under load (issue 42).

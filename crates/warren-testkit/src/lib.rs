@@ -13,11 +13,15 @@ pub mod browser;
 pub mod files_http;
 pub mod git_daemon;
 pub mod git_http;
+pub mod latency;
 pub mod process;
+mod regional;
 pub mod registry;
 pub mod tls;
 mod using;
 pub mod vsix;
+
+pub use regional::{ProxyAt, RegionalProxy};
 
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};

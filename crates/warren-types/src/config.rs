@@ -18,6 +18,12 @@ pub struct AgentConfig {
     pub workspace_domain: String,
     /// URL scheme users reach workspace hosts with (`http` for `*.localhost`, else `https`).
     pub workspace_scheme: String,
+    /// The region whose proxy is its workspaces' front door (a DNS label, as that proxy's
+    /// `--region` says). While one of the region's proxies serves, workspace URLs use its
+    /// domain; otherwise they fall back to `workspace_domain` (the central proxy) with a
+    /// notice. `None`: always the central proxy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
     /// Put every workspace in this namespace instead of `warren-ws-<name>`.
     pub shared_namespace: Option<String>,
     /// Max workspaces not desired `Terminated` on this agent; -1 unlimited, 0 blocks creation.
@@ -93,6 +99,7 @@ impl Default for AgentConfig {
         AgentConfig {
             workspace_domain: "ws.localhost".into(),
             workspace_scheme: "http".into(),
+            region: None,
             shared_namespace: None,
             workspaces_quota: -1,
             workspaces_per_user_quota: -1,

@@ -341,6 +341,44 @@ impl std::fmt::Debug for ProxyKeys {
     }
 }
 
+/// `PUT` [`ProxyPresence`]: a proxy says it serves, every few seconds (with its key poll);
+/// `DELETE ?instance=`: it stops. The server points the workspace URLs of a region's agents at
+/// that region's proxies while one of them has said so within [`PROXY_PRESENCE_STALE_SECS`],
+/// and at the central proxy otherwise.
+pub const PROXY_PRESENCE_PATH: &str = "/internal/proxy/presence";
+
+/// How long a proxy's presence holds without a new one: three of its polls, so one lost
+/// poll does not send users elsewhere.
+pub const PROXY_PRESENCE_STALE_SECS: i64 = 15;
+
+/// Body of `PUT` [`PROXY_PRESENCE_PATH`]: where a proxy serves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyPresence {
+    /// Random for each start of the process (16 to 64 of `A-Z a-z 0-9 _ -`).
+    pub instance: String,
+    /// The region it is the front door of (a DNS label); `None`: the central proxy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// Workspace hosts on it are `{port}-{workspace}.{workspace_domain}`.
+    pub workspace_domain: String,
+    /// `http` or `https`, as browsers reach it.
+    pub public_scheme: String,
+    /// The port browsers reach it on; `None`: the scheme's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_port: Option<u16>,
+    /// Its SSH server as clients reach it (`host:port`), when it serves SSH and was told.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh_address: Option<String>,
+}
+
+/// Query of `DELETE` [`PROXY_PRESENCE_PATH`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyLeaving {
+    pub instance: String,
+}
+
 /// Body of `POST` [`PROXY_HANDOFF_PATH`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

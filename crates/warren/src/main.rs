@@ -65,8 +65,8 @@ fn main() -> ExitCode {
             telemetry::init();
             run_service(relay_cmd::run(args))
         }
-        Command::Proxy(mut args) => match args.rotate_key() {
-            Some(out) => warren_cli::main(warren_cli::Command::RotateProxyKey(out), Cli::command),
+        Command::Proxy(mut args) => match args.client_command() {
+            Some(cmd) => warren_cli::main(cmd, Cli::command),
             None => {
                 telemetry::init();
                 run_service(proxy_cmd::run(*args))

@@ -40,6 +40,11 @@ enum ProxyCommand {
     /// you are signed in to); sessions signed with the previous key stay valid for one
     /// session lifetime.
     RotateKey(warren_cli::OutputArgs),
+    /// List the proxies the server heard from in the last day (admin, through the server
+    /// you are signed in to): each one's region, workspace domain, SSH address and whether it
+    /// serves now.
+    #[command(visible_alias = "ls")]
+    List(warren_cli::OutputArgs),
     /// Print the SSH host public key (creating the key if the proxy never ran), for the
     /// server's --ssh-host-key-file so that clients pin it.
     HostKey {
@@ -138,6 +143,15 @@ struct ProxySettings {
     /// CA bundle (PEM) trusted for --server-url besides the public roots.
     #[arg(long, env = "WARREN_PROXY_SERVER_CA_FILE", value_name = "FILE")]
     server_ca_file: Option<PathBuf>,
+    /// The region this proxy is the front door of (its agents are configured with the same
+    /// `region`); their workspace URLs point here while it serves. Sign-in stays on the
+    /// server. None: a central proxy.
+    #[arg(long, env = "WARREN_PROXY_REGION")]
+    region: Option<String>,
+    /// Where SSH clients reach this proxy's SSH server (`host:port`); a region's proxy gives
+    /// it so that `warren ws ssh` to the region's workspaces comes here.
+    #[arg(long, env = "WARREN_PROXY_SSH_PUBLIC_ADDRESS")]
+    ssh_public_address: Option<String>,
     /// `[limits]`: connection caps and timeouts (warren_proxy::config::ConnectionLimits).
     #[arg(skip)]
     limits: Option<config::ConnectionLimits>,
@@ -216,6 +230,8 @@ fn resolve(args: RunArgs) -> anyhow::Result<Resolved> {
         server_ca_file: s.server_ca_file,
         ssh_host_key_file: s.ssh_host_key_file,
         limits: s.limits.unwrap_or_default(),
+        region: s.region,
+        ssh_public_address: s.ssh_public_address,
     };
     config.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
     let http_listen = match s.http_listen {
@@ -239,10 +255,12 @@ fn resolve(args: RunArgs) -> anyhow::Result<Resolved> {
 }
 
 impl ProxyArgs {
-    /// `rotate-key` is a client's command (the server rotates); its output settings.
-    pub fn rotate_key(&mut self) -> Option<warren_cli::OutputArgs> {
+    /// `rotate-key` and `list` are a client's commands (the server answers them); the
+    /// command for the CLI, if it is one of them.
+    pub fn client_command(&mut self) -> Option<warren_cli::Command> {
         match self.command.take() {
-            Some(ProxyCommand::RotateKey(out)) => Some(out),
+            Some(ProxyCommand::RotateKey(out)) => Some(warren_cli::Command::RotateProxyKey(out)),
+            Some(ProxyCommand::List(out)) => Some(warren_cli::Command::ListProxies(out)),
             other => {
                 self.command = other;
                 None
@@ -253,8 +271,8 @@ impl ProxyArgs {
 
 pub async fn run(args: ProxyArgs) -> anyhow::Result<()> {
     match args.command {
-        Some(ProxyCommand::RotateKey(_)) => {
-            anyhow::bail!("`warren proxy rotate-key` is a client command, run by main")
+        Some(ProxyCommand::RotateKey(_) | ProxyCommand::List(_)) => {
+            anyhow::bail!("`warren proxy rotate-key` and `list` are client commands, run by main")
         }
         Some(ProxyCommand::HostKey {
             state_dir,

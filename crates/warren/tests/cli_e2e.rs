@@ -892,6 +892,13 @@ fn cli_administers_users() {
     let out = bob.run(&["proxy", "rotate-key"]);
     assert!(!out.status.success());
     assert!(stderr(&out).contains("admin"), "{}", stderr(&out));
+    // The proxies the server heard from (none here: this server runs alone), admins only.
+    let listed = admin.ok(&["proxy", "list"]);
+    assert!(listed.contains("No proxy has said it serves"), "{listed}");
+    assert_eq!(admin.ok(&["proxy", "ls", "-o", "json"]).trim(), "[]");
+    let out = bob.run(&["proxy", "list"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("admin"), "{}", stderr(&out));
 
     // Delete (no workspaces: nothing to confirm).
     let out = admin.run(&["user", "rm", "bob"]);

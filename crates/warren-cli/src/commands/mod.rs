@@ -64,6 +64,12 @@ pub async fn run(cmd: Command) -> Result<(), CliError> {
         Command::OAuthClient(g) => oauth_client(g.out.output, g.cmd).await,
         Command::Gitops(g) => crate::gitops_cmd::gitops(g.out.output, g.cmd).await,
         Command::RotateProxyKey(out) => rotate_proxy_key(out.output).await,
+        Command::ListProxies(out) => {
+            let (c, _) = client()?;
+            let proxies = c.proxies().await?;
+            print(out.output, &proxies, |p| output::proxies(p));
+            Ok(())
+        }
         Command::Devfile(_) | Command::Devcontainer(_) | Command::Completions(_) => {
             Err(CliError::Usage("this command runs without a server".into()))
         }

@@ -16,16 +16,46 @@ pub(super) async fn entry(c: &Client, name: &str) -> Result<Entry, CliError> {
 
 /// The name `warren ws ssh NAME` logs in as: a workspace's, a softlink's or a connector's
 /// own (the proxy finds what serves it), or where a redirect leads.
-pub(super) async fn ssh_target(c: &Client, name: &str) -> Result<String, CliError> {
+pub(super) async fn ssh_target(
+    c: &Client,
+    name: &str,
+) -> Result<(String, Option<warren_types::api::WorkspaceRegion>), CliError> {
     match entry(c, name).await? {
-        Entry::Workspace(w) => Ok(w.name),
+        Entry::Workspace(w) => Ok((w.name, w.region)),
         Entry::Mount(m)
             if m.mount_type == warren_types::api::MountType::Workspace || m.connector =>
         {
-            Ok(m.name)
+            Ok((m.name, None))
         }
-        Entry::Mount(m) => Ok(followed(c, &m).await?.name),
+        Entry::Mount(m) => {
+            let w = followed(c, &m).await?;
+            Ok((w.name, w.region))
+        }
     }
+}
+
+/// The SSH front door of a workspace: its region's proxy when that serves SSH and says
+/// where, else `central` (the same host keys: every proxy shares them).
+fn regional_endpoint(
+    central: &SshEndpoint,
+    region: Option<&warren_types::api::WorkspaceRegion>,
+) -> SshEndpoint {
+    let mut e = central.clone();
+    let door = region
+        .filter(|r| r.regional)
+        .and_then(|r| r.ssh_address.as_deref())
+        .and_then(|a| a.rsplit_once(':'))
+        .and_then(|(h, p)| {
+            Some((
+                h.trim_start_matches('[').trim_end_matches(']'),
+                p.parse().ok()?,
+            ))
+        });
+    if let Some((host, port)) = door {
+        e.host = host.to_owned();
+        e.port = port;
+    }
+    e
 }
 
 /// The workspace `name`, or — when `name` is a redirect mount — the workspace it leads to,
@@ -359,8 +389,9 @@ async fn ws_ssh(
     ssh_options: Vec<String>,
     command: &[String],
 ) -> Result<(), CliError> {
-    let endpoint = c.access().await?.ssh.ok_or_else(ssh_cmd::no_ssh)?;
-    let target = ssh_target(c, name).await?;
+    let central = c.access().await?.ssh.ok_or_else(ssh_cmd::no_ssh)?;
+    let (target, region) = ssh_target(c, name).await?;
+    let endpoint = regional_endpoint(&central, region.as_ref());
     // The user's own options come first, so they win over the pin (OpenSSH takes the first
     // value it sees).
     let mut options = ssh_options;
@@ -497,7 +528,18 @@ async fn host_blocks(
     workspaces: &[Workspace],
     say_pinned: bool,
 ) -> Result<std::collections::BTreeMap<String, String>, CliError> {
-    let known_hosts = ssh_cmd::pin_host_keys(&ssh_cmd::default_ssh_dir()?, endpoint)?;
+    let doors: Vec<SshEndpoint> = workspaces
+        .iter()
+        .map(|w| regional_endpoint(endpoint, w.region.as_ref()))
+        .collect();
+    let dir = ssh_cmd::default_ssh_dir()?;
+    let mut known_hosts = ssh_cmd::pin_host_keys(&dir, endpoint)?;
+    for d in doors
+        .iter()
+        .filter(|d| (&d.host, d.port) != (&endpoint.host, endpoint.port))
+    {
+        known_hosts = ssh_cmd::pin_host_keys(&dir, d)?;
+    }
     if let (Some(file), true) = (&known_hosts, say_pinned) {
         eprintln!(
             "pinned the proxy's SSH host keys in {} (the blocks below name it)",
@@ -513,8 +555,9 @@ async fn host_blocks(
     };
     Ok(workspaces
         .iter()
-        .map(|w| {
-            let block = ssh_cmd::host_block(endpoint, &w.name, known_hosts.as_deref());
+        .zip(&doors)
+        .map(|(w, door)| {
+            let block = ssh_cmd::host_block(door, &w.name, known_hosts.as_deref());
             (w.name.clone(), format!("{block}{identity}"))
         })
         .collect())

@@ -266,6 +266,15 @@ pub fn workspace_with_status(
     if let Some(warning) = &w.isolation_warning {
         rows.push(("Warning", warning.clone()));
     }
+    if let Some(r) = &w.region {
+        rows.push((
+            "Region",
+            match &r.notice {
+                Some(n) => format!("{} (central proxy: {n})", r.name),
+                None => format!("{} (its own proxy)", r.name),
+            },
+        ));
+    }
     for (name, url) in &w.endpoints {
         rows.push(("Endpoint", format!("{name} {url}")));
     }
@@ -326,6 +335,32 @@ pub fn agents(items: &[Agent]) -> String {
     finish(t)
 }
 
+/// `warren proxy list`.
+pub fn proxies(items: &[warren_types::api::RegionProxy]) -> String {
+    if items.is_empty() {
+        return "No proxy has said it serves in the last day.".into();
+    }
+    let mut t = table(&[
+        "REGION",
+        "WORKSPACE DOMAIN",
+        "SSH",
+        "SERVING",
+        "LAST SEEN",
+        "STARTED",
+    ]);
+    for p in items {
+        t.add_row(vec![
+            p.region.clone().unwrap_or_else(|| "(central)".into()),
+            format!("{}://*.{}", p.public_scheme, p.workspace_domain),
+            p.ssh_address.clone().unwrap_or_else(|| "-".into()),
+            if p.serving { "yes" } else { "no" }.into(),
+            time(&p.last_seen_at),
+            time(&p.started_at),
+        ]);
+    }
+    finish(t)
+}
+
 pub fn agent(a: &Agent) -> String {
     let quota = |q: i64| {
         if q < 0 {
@@ -360,6 +395,13 @@ pub fn agent(a: &Agent) -> String {
                 .unwrap_or_else(|| "enforced".into()),
         ),
         ("Domain", a.config.workspace_domain.clone()),
+        (
+            "Region",
+            a.config
+                .region
+                .clone()
+                .unwrap_or_else(|| "none (the central proxy)".into()),
+        ),
         ("Workspaces quota", quota(a.config.workspaces_quota)),
         ("Per-user quota", quota(a.config.workspaces_per_user_quota)),
         (

@@ -94,6 +94,7 @@ pub async fn upstream(name: &'static str) -> Upstream {
                 .into_response()
             }),
         )
+        .route("/big", get(big))
         .route(
             "/toss",
             get(|| async {
@@ -134,6 +135,48 @@ pub async fn upstream(name: &'static str) -> Upstream {
             .ok();
     });
     Upstream { addr, seen, stop }
+}
+
+/// Size of the upstream's `/big` download.
+pub const BIG_LEN: usize = 64 << 20;
+
+/// Byte `i` of `/big`: not a short cycle, so a resumed download at the wrong offset shows.
+pub fn big_byte(i: usize) -> u8 {
+    ((i as u64).wrapping_mul(2_654_435_761) >> 11) as u8
+}
+
+/// `GET /big`: [`BIG_LEN`] bytes streamed in 64 KiB chunks; `Range: bytes=N-` answers the
+/// rest from `N` (206), as a server of large files does for a resumed download.
+async fn big(req: Request) -> axum::response::Response {
+    let from = req
+        .headers()
+        .get("range")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|r| r.strip_prefix("bytes="))
+        .and_then(|r| r.strip_suffix('-'))
+        .and_then(|n| n.parse::<usize>().ok())
+        .filter(|&n| n < BIG_LEN);
+    let start = from.unwrap_or(0);
+    let chunks = futures::stream::iter((start..BIG_LEN).step_by(64 * 1024).map(|at| {
+        let end = (at + 64 * 1024).min(BIG_LEN);
+        Ok::<_, std::io::Error>(bytes::Bytes::from(
+            (at..end).map(big_byte).collect::<Vec<u8>>(),
+        ))
+    }));
+    let mut resp = axum::response::Response::new(axum::body::Body::from_stream(chunks));
+    if from.is_some() {
+        *resp.status_mut() = axum::http::StatusCode::PARTIAL_CONTENT;
+        let range = format!("bytes {start}-{}/{BIG_LEN}", BIG_LEN - 1);
+        resp.headers_mut()
+            .insert("content-range", range.parse().unwrap());
+    }
+    let h = resp.headers_mut();
+    h.insert("content-length", (BIG_LEN - start).into());
+    h.insert(
+        "accept-ranges",
+        axum::http::HeaderValue::from_static("bytes"),
+    );
+    resp
 }
 
 pub fn hex(b: &[u8]) -> String {

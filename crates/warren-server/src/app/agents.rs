@@ -222,22 +222,9 @@ fn image_reference_problem(image: &str) -> Option<String> {
 }
 
 pub fn validate_agent_config(c: &AgentConfig) -> Result<(), AppError> {
-    let host = c.workspace_domain.split(':').next().unwrap_or_default();
-    let host_ok = !host.is_empty()
-        && host.len() <= 200
-        && host
-            .split('.')
-            .all(|l| !l.is_empty() && l.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '-'));
-    if !host_ok {
-        return Err(AppError::invalid_field(
-            "config.workspace_domain",
-            format!("{:?} is not a host name", c.workspace_domain),
-        ));
-    }
-    if let Some(port) = c.workspace_domain.split(':').nth(1) {
-        port.parse::<u16>().map_err(|_| {
-            AppError::invalid_field("config.workspace_domain", format!("{port:?} is not a port"))
-        })?;
+    super::regions::check_workspace_domain("config.workspace_domain", &c.workspace_domain)?;
+    if let Some(r) = &c.region {
+        super::regions::check_region("config.region", r)?;
     }
     if c.workspace_scheme != "http" && c.workspace_scheme != "https" {
         return Err(AppError::invalid_field(

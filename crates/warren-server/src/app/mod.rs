@@ -21,6 +21,7 @@ pub mod ports;
 pub mod projects;
 pub mod proxy_keys;
 pub mod reconcile;
+pub mod regions;
 pub mod render;
 pub mod rerender;
 pub mod rights;

@@ -13,6 +13,7 @@ use utoipa::{Modify, OpenApi};
         api::users::me,
         api::access::access_info,
         api::access::rotate_cookie_key,
+        api::access::proxies,
         api::users::list_users,
         api::users::create_user,
         api::users::get_user,

@@ -15,6 +15,7 @@ pub mod oauth;
 pub mod ports;
 pub mod projects;
 pub mod proxy_keys;
+pub mod proxy_presence;
 mod quota;
 pub mod reconcile;
 pub mod secrets;

@@ -79,17 +79,31 @@ pub struct WorkspaceRow {
     pub idle_stopped: bool,
     /// `scheme://terminal-{name}.{domain}/`, from the agent's configuration.
     pub terminal_url: Option<String>,
+    /// Where its agent's workspaces are reached (`None`: the agent's configuration is
+    /// unreadable).
+    pub agent_front: Option<AgentFront>,
     /// The agent's lifecycle policy (its timers), from its configuration.
     pub agent_lifecycle: warren_types::config::LifecyclePolicy,
     /// Its owner's working hours.
     pub owner_working_hours: Option<warren_types::schedule::WorkingHours>,
 }
 
-/// The two fields of an agent's configuration the terminal's address needs.
+/// The part of a workspace's agent configuration that places its URLs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentFront {
+    pub region: Option<String>,
+    pub workspace_scheme: String,
+    /// `host[:port]` of the central proxy's workspace hosts.
+    pub workspace_domain: String,
+}
+
+/// The fields of an agent's configuration a workspace's addresses and timers need.
 #[derive(serde::Deserialize)]
 struct AgentDomain {
     workspace_domain: String,
     workspace_scheme: String,
+    #[serde(default)]
+    region: Option<String>,
     #[serde(default)]
     lifecycle: warren_types::config::LifecyclePolicy,
 }
@@ -119,6 +133,7 @@ impl WorkspaceRow {
             last_activity_at: self.last_activity_at.map(from_millis),
             url: self.url.clone(),
             terminal_url: self.terminal_url.clone(),
+            region: None,
             editor_url: self
                 .endpoints
                 .get(warren_types::config::EDITOR_ENDPOINT)
@@ -347,6 +362,11 @@ impl sqlx::FromRow<'_, AnyRow> for WorkspaceRow {
                     get_str(r, "name").unwrap_or_default(),
                     a.workspace_domain
                 )
+            }),
+            agent_front: agent.as_ref().map(|a| AgentFront {
+                region: a.region.clone(),
+                workspace_scheme: a.workspace_scheme.clone(),
+                workspace_domain: a.workspace_domain.clone(),
             }),
             agent_lifecycle: agent.map(|a| a.lifecycle).unwrap_or_default(),
             owner_working_hours: get_opt_str(r, "owner_working_hours")?

@@ -140,6 +140,10 @@ pub struct Workspace {
     pub editor_url: Option<String>,
     /// Every declared endpoint: name → URL.
     pub endpoints: BTreeMap<String, String>,
+    /// The region of its agent, and whether its URLs point at that region's proxy or (while
+    /// none of the region's proxies serves) at the central one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<WorkspaceRegion>,
     /// Why the workspace is `Failed` or `Error`, in words a user can act on.
     pub failure_reason: Option<String>,
     /// Why a `Starting` workspace does not run yet although nothing failed: no node of the
@@ -176,6 +180,39 @@ pub struct Workspace {
     /// run`). In the answers about one workspace (create, get), not in lists.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub commands: Vec<WorkspaceCommand>,
+}
+
+/// Which front door a workspace of a region is reached through.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct WorkspaceRegion {
+    /// The region's name (its agent's `region`).
+    pub name: String,
+    /// `true`: its URLs point at the region's proxy (traffic stays in the region); `false`:
+    /// at the central proxy, because none of the region's proxies serves now.
+    pub regional: bool,
+    /// The region's SSH front door (`host:port`), when its proxy serves one and says where.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh_address: Option<String>,
+    /// Why the central proxy is used instead, in words a user can act on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notice: Option<String>,
+}
+
+/// One proxy as `GET /api/v1/regions` shows it (admins).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct RegionProxy {
+    /// The region it serves; `None`: a central proxy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// Its workspace hosts' domain, with the port browsers use when not the scheme's.
+    pub workspace_domain: String,
+    pub public_scheme: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh_address: Option<String>,
+    pub started_at: DateTime<Utc>,
+    pub last_seen_at: DateTime<Utc>,
+    /// It said it serves within the last few seconds.
+    pub serving: bool,
 }
 
 /// What a lifecycle timer (its agent's limits, the idle timeout, its owner's working hours)

@@ -50,18 +50,23 @@ pub(super) async fn for_caller(
     w: &WorkspaceRow,
 ) -> Result<Workspace, AppError> {
     let memberships = state.store.memberships(who.user.id).await?;
-    shown(state, &memberships, who, w)
+    let doors = super::regions::FrontDoors::load(state).await?;
+    shown(state, &memberships, &doors, who, w)
 }
 
-/// The API form of `w` for a caller with `memberships`: with `your_right` and what a timer
-/// will do to it next.
+/// The API form of `w` for a caller with `memberships`: with `your_right`, what a timer will
+/// do to it next, and its URLs on its region's proxy when that serves.
 fn shown(
     state: &AppState,
     memberships: &[(String, SpaceRole)],
+    doors: &super::regions::FrontDoors,
     who: &Principal,
     w: &WorkspaceRow,
 ) -> Result<Workspace, AppError> {
     let mut a = w.to_api(&state.store)?;
+    if let Some(front) = &w.agent_front {
+        doors.apply(&mut a, front);
+    }
     a.your_right = shown_right(memberships, who, w);
     a.planned = super::lifecycle::planned_for(w).map(|p| PlannedChange {
         desired_state: p.to,
@@ -152,9 +157,10 @@ pub async fn list(
         None
     };
     let memberships = state.store.memberships(who.user.id).await?;
+    let doors = super::regions::FrontDoors::load(state).await?;
     let items = rows
         .iter()
-        .map(|w| shown(state, &memberships, who, w))
+        .map(|w| shown(state, &memberships, &doors, who, w))
         .collect::<Result<Vec<_>, AppError>>()?;
     Ok(Page { items, next_cursor })
 }

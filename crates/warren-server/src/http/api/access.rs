@@ -1,5 +1,6 @@
 //! `GET /api/v1/access`: how users reach workspaces besides the API (the proxy's SSH
-//! address), for `warren ws ssh` and `warren ws ssh-config`; and the proxies' key rotation.
+//! address), for `warren ws ssh` and `warren ws ssh-config`; the proxies' key rotation; and
+//! which proxies serve which region.
 
 use super::Auth;
 use crate::app::AppState;
@@ -7,7 +8,7 @@ use crate::http::error::HttpError;
 use crate::http::error::Json;
 use crate::http::HttpState;
 use axum::extract::State;
-use warren_types::api::{AccessInfo, ProxyKeyRotation};
+use warren_types::api::{AccessInfo, ProxyKeyRotation, RegionProxy};
 
 /// How to reach workspaces from outside (any authenticated user).
 #[utoipa::path(get, path = "/api/v1/access", responses((status = 200, body = AccessInfo)), tag = "access",
@@ -27,4 +28,16 @@ pub async fn rotate_cookie_key(
     Auth(who): Auth,
 ) -> Result<Json<ProxyKeyRotation>, HttpError> {
     Ok(Json(crate::app::proxy_keys::rotate(&state, &who).await?))
+}
+
+/// Every proxy seen in the last day: its region, where it serves, and whether it serves now
+/// (admins only).
+#[utoipa::path(get, path = "/api/v1/proxies",
+    responses((status = 200, body = Vec<RegionProxy>), (status = 403, body = warren_types::api::ApiError)),
+    tag = "access", security(("bearer" = [])))]
+pub async fn proxies(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+) -> Result<Json<Vec<RegionProxy>>, HttpError> {
+    Ok(Json(crate::app::regions::list(&state, &who).await?))
 }

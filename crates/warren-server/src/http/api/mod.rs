@@ -53,6 +53,7 @@ pub fn router() -> Router<crate::http::HttpState> {
         .route("/users/me", get(users::me))
         .route("/access", get(access::access_info))
         .route("/proxy/cookie-keys/rotate", post(access::rotate_cookie_key))
+        .route("/proxies", get(access::proxies))
         .route("/users", get(users::list_users).post(users::create_user))
         .route("/users/me/password", post(users::change_password))
         .route(

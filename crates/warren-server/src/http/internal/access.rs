@@ -6,9 +6,9 @@ use crate::http::error::{HttpError, InternalJson, Json, Query};
 use axum::extract::State;
 use http::{HeaderMap, StatusCode};
 use warren_types::internal::{
-    ActivityReport, EntryRedirect, HandoffUse, ProxyKeyOffer, ProxyKeys, ShareRedeemRequest,
-    ShareRedemption, SshAuthorization, SshAuthorizeQuery, WorkspaceAccess, WorkspaceAccessQuery,
-    WorkspaceStartRequest,
+    ActivityReport, EntryRedirect, HandoffUse, ProxyKeyOffer, ProxyKeys, ProxyLeaving,
+    ProxyPresence, ShareRedeemRequest, ShareRedemption, SshAuthorization, SshAuthorizeQuery,
+    WorkspaceAccess, WorkspaceAccessQuery, WorkspaceStartRequest,
 };
 
 fn check_proxy(state: &AppState, headers: &HeaderMap) -> Result<(), HttpError> {
@@ -108,4 +108,26 @@ pub async fn use_handoff(
     } else {
         Ok(StatusCode::CONFLICT)
     }
+}
+
+/// `PUT /internal/proxy/presence`: a proxy says it serves, and where.
+pub async fn presence(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    InternalJson(p): InternalJson<ProxyPresence>,
+) -> Result<StatusCode, HttpError> {
+    check_proxy(&state, &headers)?;
+    crate::app::regions::announce(&state, &p).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `DELETE /internal/proxy/presence?instance=`: a proxy stops serving.
+pub async fn leaving(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<ProxyLeaving>,
+) -> Result<StatusCode, HttpError> {
+    check_proxy(&state, &headers)?;
+    crate::app::regions::leave(&state, &q.instance).await?;
+    Ok(StatusCode::NO_CONTENT)
 }

@@ -8,7 +8,7 @@ pub mod gitops;
 pub mod reconcile;
 
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::Router;
 use warren_types::internal::AUTHENTICATE_AGENT_PATH;
 use warren_types::reconcile::RECONCILE_PATH;
@@ -56,6 +56,10 @@ pub fn router() -> Router<crate::http::HttpState> {
         .route(
             warren_types::internal::PROXY_KEYS_PATH,
             get(access::cookie_keys).post(access::adopt_keys),
+        )
+        .route(
+            warren_types::internal::PROXY_PRESENCE_PATH,
+            put(access::presence).delete(access::leaving),
         )
         .route(
             warren_types::internal::PROXY_HANDOFF_PATH,

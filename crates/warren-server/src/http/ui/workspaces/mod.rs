@@ -241,6 +241,12 @@ fn live_contents(w: &Workspace, viewer: &Viewer) -> Markup {
                 p.warning { "The agent cannot see its runtime; the state shown may be out of date: " (f) }
             }
             @if let Some(i) = &w.isolation_warning { p.warning { (i) } }
+            @if let Some(r) = &w.region {
+                @match &r.notice {
+                    Some(n) => p.warning role="status" data-region=(r.name) { (n) },
+                    None => p.region data-region=(r.name) { "Region: " (r.name) " (reached through its own proxy)" },
+                }
+            }
             @if let Some(p) = &w.planned { (planned_banner(p)) }
             @if !running && !terminated && w.desired_state == DesiredState::Running {
                 p.progress role="status" { span.spinner aria-hidden="true" {} "Starting… this page updates by itself." }

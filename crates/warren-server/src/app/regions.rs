@@ -1,0 +1,369 @@
+//! Regional proxies (issue 42): a proxy started with `--region` is the front door of that
+//! region's agents. Every proxy says it serves every few seconds; while one of a region's
+//! proxies has said so lately, the workspaces of agents configured with that region are shown
+//! with URLs on its domain (their traffic then stays in the region), and otherwise with the
+//! central proxy's URLs and a notice saying why — a user is sent to a proxy that serves, never
+//! to an error page.
+//!
+//! Sign-in stays central: a regional proxy sends browsers to this server's authorize
+//! endpoint like any proxy, so one sign-in holds across regions.
+
+use super::{AppError, AppState, Principal};
+use crate::store::proxy_presence::PresenceRow;
+pub use crate::store::workspaces::AgentFront;
+use warren_types::api::{RegionProxy, Workspace, WorkspaceRegion};
+use warren_types::internal::{ProxyPresence, PROXY_PRESENCE_STALE_SECS};
+
+fn check_instance(v: &str) -> Result<(), AppError> {
+    let ok = (16..=64).contains(&v.len())
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(AppError::invalid_field(
+            "instance",
+            "must be 16 to 64 of A-Z a-z 0-9 _ -",
+        ))
+    }
+}
+
+/// Why `v` is not `host:port` (an SSH front door as clients reach it).
+fn ssh_address_problem(v: &str) -> Option<&'static str> {
+    let Some((host, port)) = v.rsplit_once(':') else {
+        return Some("must be host:port");
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let host_ok = !host.is_empty()
+        && v.len() <= 255
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':'));
+    match (host_ok, port.parse::<u16>()) {
+        (true, Ok(p)) if p > 0 => None,
+        _ => Some("must be host:port"),
+    }
+}
+
+/// A proxy says it serves (checked: what it says becomes the URLs users are given).
+pub async fn announce(state: &AppState, p: &ProxyPresence) -> Result<(), AppError> {
+    check_instance(&p.instance)?;
+    if let Some(r) = &p.region {
+        check_region("region", r)?;
+    }
+    let domain = match p.public_port {
+        Some(port) => format!("{}:{port}", p.workspace_domain),
+        None => p.workspace_domain.clone(),
+    };
+    check_workspace_domain("workspace_domain", &domain)?;
+    if p.public_scheme != "http" && p.public_scheme != "https" {
+        return Err(AppError::invalid_field(
+            "public_scheme",
+            "must be http or https",
+        ));
+    }
+    if let Some(a) = &p.ssh_address {
+        if let Some(problem) = ssh_address_problem(a) {
+            return Err(AppError::invalid_field("ssh_address", problem));
+        }
+    }
+    let now = state.clock.now_ms();
+    state
+        .store
+        .record_proxy_presence(&PresenceRow {
+            instance: p.instance.clone(),
+            region: p.region.clone().unwrap_or_default(),
+            workspace_domain: domain,
+            public_scheme: p.public_scheme.clone(),
+            ssh_address: p.ssh_address.clone(),
+            started_at: now,
+            last_seen: now,
+        })
+        .await?;
+    Ok(())
+}
+
+/// A proxy stops: its region's URLs move to another of its proxies, or the central one, at
+/// once instead of after [`PROXY_PRESENCE_STALE_SECS`].
+pub async fn leave(state: &AppState, instance: &str) -> Result<(), AppError> {
+    check_instance(instance)?;
+    Ok(state.store.forget_proxy_presence(instance).await?)
+}
+
+/// Checks a domain of workspace hosts, `host[:port]` (an agent's, a regional proxy's).
+pub(crate) fn check_workspace_domain(field: &'static str, domain: &str) -> Result<(), AppError> {
+    let host = domain.split(':').next().unwrap_or_default();
+    let host_ok = !host.is_empty()
+        && host.len() <= 200
+        && host
+            .split('.')
+            .all(|l| !l.is_empty() && l.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '-'));
+    if !host_ok {
+        return Err(AppError::invalid_field(
+            field,
+            format!("{domain:?} is not a host name"),
+        ));
+    }
+    if let Some(port) = domain.split(':').nth(1) {
+        port.parse::<u16>()
+            .map_err(|_| AppError::invalid_field(field, format!("{port:?} is not a port")))?;
+    }
+    Ok(())
+}
+
+/// A region name: a DNS label, as in host names.
+pub fn check_region(field: &'static str, v: &str) -> Result<(), AppError> {
+    if warren_types::is_dns_label(v, 63) {
+        Ok(())
+    } else {
+        Err(AppError::invalid_field(
+            field,
+            format!("{v:?} is not a region name (1-63 of a-z, 0-9 and '-', not starting or ending with '-')"),
+        ))
+    }
+}
+
+/// Every proxy seen in the last day and whether it serves now (admins).
+pub async fn list(state: &AppState, who: &Principal) -> Result<Vec<RegionProxy>, AppError> {
+    who.require_admin()?;
+    let now = state.clock.now_ms();
+    let rows = state.store.proxy_presences(0).await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| RegionProxy {
+            serving: serving(&r, now),
+            region: (!r.region.is_empty()).then_some(r.region),
+            workspace_domain: r.workspace_domain,
+            public_scheme: r.public_scheme,
+            ssh_address: r.ssh_address,
+            started_at: crate::db::from_millis(r.started_at),
+            last_seen_at: crate::db::from_millis(r.last_seen),
+        })
+        .collect())
+}
+
+fn serving(r: &PresenceRow, now_ms: i64) -> bool {
+    r.last_seen >= now_ms - PROXY_PRESENCE_STALE_SECS * 1000
+}
+
+/// The regional proxies as one request sees them: read once, applied to every workspace it
+/// shows.
+#[derive(Debug, Default)]
+pub struct FrontDoors {
+    /// Regional proxies seen in the last day, the most recently seen first.
+    regional: Vec<PresenceRow>,
+    now_ms: i64,
+}
+
+impl FrontDoors {
+    pub async fn load(state: &AppState) -> Result<FrontDoors, AppError> {
+        let mut regional = state.store.proxy_presences(0).await?;
+        regional.retain(|r| !r.region.is_empty());
+        Ok(FrontDoors {
+            regional,
+            now_ms: state.clock.now_ms(),
+        })
+    }
+
+    /// The region's proxy that serves, if any: the same choice for every request while the
+    /// set does not change (replicas of one region normally say the same).
+    fn serving(&self, region: &str) -> Option<&PresenceRow> {
+        self.regional
+            .iter()
+            .filter(|r| r.region == region && serving(r, self.now_ms))
+            .min_by(|a, b| {
+                (&a.workspace_domain, &a.public_scheme)
+                    .cmp(&(&b.workspace_domain, &b.public_scheme))
+            })
+    }
+
+    /// Points `w`'s URLs at its region's proxy when one serves, and says which door it got.
+    pub fn apply(&self, w: &mut Workspace, agent: &AgentFront) {
+        let urls = w
+            .url
+            .iter_mut()
+            .chain(w.terminal_url.iter_mut())
+            .chain(w.editor_url.iter_mut())
+            .chain(w.endpoints.values_mut());
+        w.region = self.move_urls(urls, agent);
+    }
+
+    /// Moves `urls` to the region's proxy of `agent` when one serves; the region as shown.
+    fn move_urls<'a>(
+        &self,
+        urls: impl Iterator<Item = &'a mut String>,
+        agent: &AgentFront,
+    ) -> Option<WorkspaceRegion> {
+        let region = agent.region.as_ref()?;
+        let Some(door) = self.serving(region) else {
+            let last = self.regional.iter().find(|r| &r.region == region);
+            let notice = match last {
+                Some(r) => format!(
+                    "region {region}'s proxy has not answered since {}; this workspace is reached through the central proxy until it is back",
+                    crate::db::from_millis(r.last_seen).format("%Y-%m-%d %H:%M:%S UTC")
+                ),
+                None => format!(
+                    "region {region} has no proxy serving; this workspace is reached through the central proxy"
+                ),
+            };
+            return Some(WorkspaceRegion {
+                name: region.clone(),
+                regional: false,
+                ssh_address: None,
+                notice: Some(notice),
+            });
+        };
+        let from = (
+            agent.workspace_scheme.as_str(),
+            agent.workspace_domain.as_str(),
+        );
+        let to = (door.public_scheme.as_str(), door.workspace_domain.as_str());
+        for u in urls {
+            if let Some(m) = moved(u, from, to) {
+                *u = m;
+            }
+        }
+        Some(WorkspaceRegion {
+            name: region.clone(),
+            regional: true,
+            ssh_address: door.ssh_address.clone(),
+            notice: None,
+        })
+    }
+}
+
+/// `url` on host `{label}.{from domain}` with `from`'s scheme, moved to the same label under
+/// `to`; `None` for any other URL (left as it is).
+fn moved(
+    url: &str,
+    (from_scheme, from_domain): (&str, &str),
+    (to_scheme, to_domain): (&str, &str),
+) -> Option<String> {
+    let rest = url.strip_prefix(from_scheme)?.strip_prefix("://")?;
+    let (host, path) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, "/"),
+    };
+    let label = host.strip_suffix(from_domain)?.strip_suffix('.')?;
+    if label.is_empty() || label.contains('.') {
+        return None;
+    }
+    Some(format!("{to_scheme}://{label}.{to_domain}{path}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_workspace_hosts_of_the_central_domain_move() {
+        let from = ("http", "ws.example:8080");
+        let to = ("https", "eu.ws.example");
+        assert_eq!(
+            moved("http://8080-a.ws.example:8080/x?y=1", from, to).as_deref(),
+            Some("https://8080-a.eu.ws.example/x?y=1")
+        );
+        assert_eq!(
+            moved("http://terminal-a.ws.example:8080", from, to).as_deref(),
+            Some("https://terminal-a.eu.ws.example/")
+        );
+        // Another scheme, another domain, a deeper host, a look-alike: unchanged.
+        for u in [
+            "https://8080-a.ws.example:8080/",
+            "http://8080-a.other.example/",
+            "http://x.8080-a.ws.example:8080/",
+            "http://8080-aws.example:8080/",
+            "http://ws.example:8080/",
+        ] {
+            assert_eq!(moved(u, from, to), None, "{u}");
+        }
+    }
+
+    #[test]
+    fn ssh_addresses_are_host_and_port() {
+        assert_eq!(ssh_address_problem("ssh.eu.example:2222"), None);
+        assert_eq!(ssh_address_problem("[::1]:22"), None);
+        for bad in ["ssh.eu.example", "h:0", "h:x", ":22", "h o:22", "h/x:22"] {
+            assert!(ssh_address_problem(bad).is_some(), "{bad}");
+        }
+    }
+
+    fn row(region: &str, domain: &str, last_seen: i64) -> PresenceRow {
+        PresenceRow {
+            instance: format!("{region}-{domain}"),
+            region: region.into(),
+            workspace_domain: domain.into(),
+            public_scheme: "https".into(),
+            ssh_address: Some(format!("ssh.{domain}:22")),
+            started_at: 0,
+            last_seen,
+        }
+    }
+
+    fn urls() -> Vec<String> {
+        vec![
+            "http://8080-a.ws.example/".into(),
+            "http://terminal-a.ws.example/".into(),
+        ]
+    }
+
+    fn shown(doors: &FrontDoors, agent: &AgentFront) -> (Vec<String>, Option<WorkspaceRegion>) {
+        let mut u = urls();
+        let r = doors.move_urls(u.iter_mut(), agent);
+        (u, r)
+    }
+
+    #[test]
+    fn a_region_whose_proxy_serves_gets_its_urls_and_else_the_central_ones_with_a_notice() {
+        let agent = AgentFront {
+            region: Some("eu".into()),
+            workspace_scheme: "http".into(),
+            workspace_domain: "ws.example".into(),
+        };
+        let now = 1_000_000;
+        let doors = FrontDoors {
+            regional: vec![
+                row("eu", "eu.example", now - 1000),
+                row("us", "us.example", now),
+            ],
+            now_ms: now,
+        };
+        let (u, r) = shown(&doors, &agent);
+        assert_eq!(
+            u,
+            [
+                "https://8080-a.eu.example/",
+                "https://terminal-a.eu.example/"
+            ]
+        );
+        let r = r.expect("region");
+        assert!(r.regional && r.notice.is_none());
+        assert_eq!(r.ssh_address.as_deref(), Some("ssh.eu.example:22"));
+
+        // Seen too long ago: central URLs, and since when.
+        let stale = FrontDoors {
+            regional: vec![row(
+                "eu",
+                "eu.example",
+                now - PROXY_PRESENCE_STALE_SECS * 1000 - 1,
+            )],
+            now_ms: now,
+        };
+        let (u, r) = shown(&stale, &agent);
+        assert_eq!(u, urls());
+        let r = r.expect("region");
+        assert!(!r.regional);
+        assert!(r.notice.unwrap().contains("has not answered since"));
+
+        // Never seen.
+        let (_, r) = shown(&FrontDoors::default(), &agent);
+        assert!(r.unwrap().notice.unwrap().contains("has no proxy serving"));
+
+        // An agent of no region: nothing changes.
+        let none = AgentFront {
+            region: None,
+            ..agent
+        };
+        assert_eq!(shown(&doors, &none), (urls(), None));
+    }
+}

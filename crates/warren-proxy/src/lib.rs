@@ -141,6 +141,7 @@ pub async fn run(
     let presence = presence::run(
         shared.clone(),
         http::signin::random_token(24),
+        ssh_key.is_some(),
         shutdown.clone(),
     );
     let reporter = tokio::spawn(shared.activity.clone().report_loop(
@@ -154,10 +155,21 @@ pub async fn run(
                 .watch(warren_tls::RELOAD_INTERVAL, shutdown.child_token()),
         );
     }
-    let http = http::serve(shared.clone(), listeners.http, tls, shutdown.clone());
+    // A server that fails stops the whole proxy (and its presence): a half-serving proxy
+    // must not keep saying it serves.
+    let failed = |r: Result<(), ProxyError>| {
+        if r.is_err() {
+            shutdown.cancel();
+        }
+        r
+    };
+    let http =
+        async { failed(http::serve(shared.clone(), listeners.http, tls, shutdown.clone()).await) };
     let ssh = async {
         match (listeners.ssh, ssh_key) {
-            (Some(l), Some(key)) => ssh::serve(shared.clone(), l, key, shutdown.clone()).await,
+            (Some(l), Some(key)) => {
+                failed(ssh::serve(shared.clone(), l, key, shutdown.clone()).await)
+            }
             _ => Ok(()),
         }
     };

@@ -162,6 +162,12 @@ async fn a_regions_workspaces_go_through_its_proxy_and_fall_back_to_the_central_
     // on there with no password (the server's session signs it in).
     let eu_addr = eu.http_addr;
     eu.stop().await;
+    // It said it leaves (the server may take a moment to hear it on a busy machine).
+    warren_testkit::wait_for("the stopped proxy to be gone", 60, || async {
+        shown(&s, &alice).await["region"]["regional"] == false
+    })
+    .await
+    .expect("fallback");
     let w = shown(&s, &alice).await;
     assert_eq!(w["endpoints"]["web"], central_web.as_str(), "{w:#}");
     assert_eq!(w["region"]["regional"], false);

@@ -40,6 +40,8 @@ impl RegionalProxy {
     /// Ends it at once, saying nothing to anyone (a crash, a lost machine).
     pub fn kill(&self) {
         self.task.abort();
+        // Its background tasks (key polls, activity reports) end with it.
+        self.stop.cancel();
     }
 }
 

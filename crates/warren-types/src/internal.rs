@@ -341,7 +341,7 @@ impl std::fmt::Debug for ProxyKeys {
     }
 }
 
-/// `PUT` [`ProxyPresence`]: a proxy says it serves, every few seconds (with its key poll);
+/// `PUT` [`ProxyPresence`]: a proxy says it serves, every few seconds;
 /// `DELETE ?instance=`: it stops. The server points the workspace URLs of a region's agents at
 /// that region's proxies while one of them has said so within [`PROXY_PRESENCE_STALE_SECS`],
 /// and at the central proxy otherwise.

@@ -51,7 +51,8 @@ fn regional_endpoint(
                 p.parse().ok()?,
             ))
         });
-    if let Some((host, port)) = door {
+    // A host starting with '-' would read as an option on ssh's command line.
+    if let Some((host, port)) = door.filter(|(h, _)| !h.is_empty() && !h.starts_with('-')) {
         e.host = host.to_owned();
         e.port = port;
     }

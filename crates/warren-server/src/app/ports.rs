@@ -147,9 +147,15 @@ pub async fn list(
     let w = rights::authorized(state, who, key, Right::Use).await?;
     let agent = agent_of(state, &w).await?;
     let mut set = state.store.port_visibilities(w.id).await?;
+    let doors = super::regions::FrontDoors::load(state).await?;
     Ok(declared(&w)
         .into_iter()
-        .map(|(port, d)| port_view(port, d, &agent.config.ports, set.remove(&port)))
+        .map(|(port, mut d)| {
+            if let Some(front) = &w.agent_front {
+                doors.move_url(&mut d.url, front);
+            }
+            port_view(port, d, &agent.config.ports, set.remove(&port))
+        })
         .collect())
 }
 

@@ -34,7 +34,9 @@ fn ssh_address_problem(v: &str) -> Option<&'static str> {
         return Some("must be host:port");
     };
     let host = host.trim_start_matches('[').trim_end_matches(']');
+    // A leading '-' would read as an option on ssh's command line.
     let host_ok = !host.is_empty()
+        && !host.starts_with('-')
         && v.len() <= 255
         && host
             .bytes()
@@ -50,6 +52,12 @@ pub async fn announce(state: &AppState, p: &ProxyPresence) -> Result<(), AppErro
     check_instance(&p.instance)?;
     if let Some(r) = &p.region {
         check_region("region", r)?;
+    }
+    if p.public_port.is_some() && p.workspace_domain.contains(':') {
+        return Err(AppError::invalid_field(
+            "workspace_domain",
+            "give the port in public_port only",
+        ));
     }
     let domain = match p.public_port {
         Some(port) => format!("{}:{port}", p.workspace_domain),
@@ -90,9 +98,13 @@ pub async fn leave(state: &AppState, instance: &str) -> Result<(), AppError> {
     Ok(state.store.forget_proxy_presence(instance).await?)
 }
 
-/// Checks a domain of workspace hosts, `host[:port]` (an agent's, a regional proxy's).
+/// Checks a domain of workspace hosts, `host[:port]` (an agent's, a regional proxy's): a
+/// host name and at most one port, nothing else (it becomes part of every URL users get).
 pub(crate) fn check_workspace_domain(field: &'static str, domain: &str) -> Result<(), AppError> {
-    let host = domain.split(':').next().unwrap_or_default();
+    let (host, port) = match domain.split_once(':') {
+        Some((h, p)) => (h, Some(p)),
+        None => (domain, None),
+    };
     let host_ok = !host.is_empty()
         && host.len() <= 200
         && host
@@ -104,9 +116,14 @@ pub(crate) fn check_workspace_domain(field: &'static str, domain: &str) -> Resul
             format!("{domain:?} is not a host name"),
         ));
     }
-    if let Some(port) = domain.split(':').nth(1) {
-        port.parse::<u16>()
-            .map_err(|_| AppError::invalid_field(field, format!("{port:?} is not a port")))?;
+    if let Some(port) = port {
+        let digits = !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit());
+        if !digits || port.parse::<u16>().is_err() {
+            return Err(AppError::invalid_field(
+                field,
+                format!("{port:?} is not a port"),
+            ));
+        }
     }
     Ok(())
 }
@@ -171,9 +188,13 @@ impl FrontDoors {
         self.regional
             .iter()
             .filter(|r| r.region == region && serving(r, self.now_ms))
-            .min_by(|a, b| {
-                (&a.workspace_domain, &a.public_scheme)
-                    .cmp(&(&b.workspace_domain, &b.public_scheme))
+            .min_by_key(|r| {
+                (
+                    &r.workspace_domain,
+                    &r.public_scheme,
+                    &r.ssh_address,
+                    &r.instance,
+                )
             })
     }
 
@@ -186,6 +207,11 @@ impl FrontDoors {
             .chain(w.editor_url.iter_mut())
             .chain(w.endpoints.values_mut());
         w.region = self.move_urls(urls, agent);
+    }
+
+    /// Moves one URL of a workspace of `agent` (a port's) as [`FrontDoors::apply`] does.
+    pub fn move_url(&self, url: &mut String, agent: &AgentFront) {
+        self.move_urls(std::iter::once(url), agent);
     }
 
     /// Moves `urls` to the region's proxy of `agent` when one serves; the region as shown.
@@ -283,8 +309,34 @@ mod tests {
     fn ssh_addresses_are_host_and_port() {
         assert_eq!(ssh_address_problem("ssh.eu.example:2222"), None);
         assert_eq!(ssh_address_problem("[::1]:22"), None);
-        for bad in ["ssh.eu.example", "h:0", "h:x", ":22", "h o:22", "h/x:22"] {
+        for bad in [
+            "ssh.eu.example",
+            "h:0",
+            "h:x",
+            ":22",
+            "h o:22",
+            "h/x:22",
+            "-D1080:22",
+        ] {
             assert!(ssh_address_problem(bad).is_some(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_workspace_domain_is_a_host_and_at_most_one_port() {
+        for ok in ["ws.example", "ws.example:8443", "localhost:1"] {
+            assert!(check_workspace_domain("d", ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "eu.example:443:@evil.com",
+            "eu.example:443:8443",
+            "eu.example:",
+            "eu.example:+443",
+            "eu.example/x",
+            ":443",
+            "a..b",
+        ] {
+            assert!(check_workspace_domain("d", bad).is_err(), "{bad}");
         }
     }
 

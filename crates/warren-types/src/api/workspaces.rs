@@ -198,7 +198,7 @@ pub struct WorkspaceRegion {
     pub notice: Option<String>,
 }
 
-/// One proxy as `GET /api/v1/regions` shows it (admins).
+/// One proxy as `GET /api/v1/proxies` shows it (admins).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct RegionProxy {
     /// The region it serves; `None`: a central proxy.

@@ -297,3 +297,25 @@ fn every_test_the_threat_model_names_exists() {
         "docs/security.md names tests that do not exist: {missing:#?}"
     );
 }
+
+/// Every transaction of the store starts with `Db::begin` (`BEGIN IMMEDIATE` on SQLite): a
+/// deferred one that reads and then writes fails at once with "database is locked" when
+/// another writer committed in between — the busy timeout does not cover a snapshot's
+/// upgrade. (Found as an intermittent "database query failed" of `warren secret set` in CI,
+/// with proxies writing their presence every 5 s.)
+#[test]
+fn store_transactions_take_the_write_lock_first() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store");
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    let deferred: Vec<String> = files
+        .iter()
+        .filter(|f| {
+            std::fs::read_to_string(f)
+                .unwrap_or_default()
+                .contains("pool.begin()")
+        })
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(deferred.is_empty(), "deferred transactions in {deferred:?}");
+}

@@ -133,7 +133,7 @@ impl Store {
     ) -> Result<i64, StoreError> {
         let sealed = self.sbox.seal(secret.as_bytes());
         for _ in 0..5 {
-            let mut tx = self.db.pool.begin().await?;
+            let mut tx = self.db.begin().await?;
             let row = sqlx::query(
                 "SELECT COALESCE(MAX(generation), 0) AS g FROM proxy_keys WHERE kind = $1",
             )

@@ -91,7 +91,7 @@ impl Store {
         now: i64,
         max: usize,
     ) -> Result<Option<bool>, StoreError> {
-        let mut tx = self.db.pool.begin().await?;
+        let mut tx = self.db.begin().await?;
         let existing = sqlx::query("SELECT name FROM user_secrets WHERE user_id = $1")
             .bind(user.get())
             .fetch_all(&mut *tx)
@@ -222,7 +222,7 @@ impl Store {
         now: i64,
         max: usize,
     ) -> Result<Option<bool>, StoreError> {
-        let mut tx = self.db.pool.begin().await?;
+        let mut tx = self.db.begin().await?;
         let existing = sqlx::query("SELECT host FROM user_git_credentials WHERE user_id = $1")
             .bind(user.get())
             .fetch_all(&mut *tx)

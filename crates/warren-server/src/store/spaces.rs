@@ -83,7 +83,7 @@ impl Store {
         owner: Option<UserId>,
         now: i64,
     ) -> Result<SpaceRow, StoreError> {
-        let mut tx = self.db.pool.begin().await?;
+        let mut tx = self.db.begin().await?;
         let r = sqlx::query(&format!(
             "INSERT INTO spaces (path, parent_id, created_by, created_at) VALUES ($1, $2, $3, $4) \
              RETURNING {COLS}"

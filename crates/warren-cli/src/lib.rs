@@ -21,6 +21,7 @@ pub mod input;
 pub mod open_cmd;
 pub mod output;
 mod port_forward_cmd;
+mod region_cmd;
 mod run_cmd;
 mod secret_cmd;
 mod share_cmd;
@@ -114,6 +115,8 @@ pub enum Command {
     OAuthClient(OAuthClientGroup),
     /// GitOps (admin): repositories the relays read for agents, and the policy capping sources.
     Gitops(GitopsGroup),
+    /// Regions (admin): where each region's workspaces are reached while its proxies serve.
+    Region(region_cmd::RegionGroup),
     /// Rotate the proxies' cookie-signing key (admin); run as `warren proxy rotate-key`.
     #[command(name = "rotate-proxy-key", hide = true)]
     RotateProxyKey(OutputArgs),

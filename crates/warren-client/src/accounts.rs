@@ -25,6 +25,26 @@ impl Client {
         self.get(&routes::proxies()).await
     }
 
+    /// The registered regions and their doors (admin).
+    pub async fn regions(&self) -> Result<Vec<warren_types::api::Region>> {
+        self.get(&routes::regions()).await
+    }
+
+    /// Registers region `name` with its door, or changes it (admin).
+    pub async fn set_region(
+        &self,
+        name: &str,
+        door: &warren_types::api::RegionSpec,
+    ) -> Result<warren_types::api::Region> {
+        self.with_body(Method::PUT, &routes::region(name), door)
+            .await
+    }
+
+    /// Removes region `name` (admin).
+    pub async fn delete_region(&self, name: &str) -> Result<()> {
+        self.call_empty(Method::DELETE, &routes::region(name)).await
+    }
+
     /// Rotates the proxies' cookie-signing key (admin).
     pub async fn rotate_proxy_cookie_key(&self) -> Result<ProxyKeyRotation> {
         self.with_body(

@@ -23,6 +23,16 @@ pub fn proxies() -> Vec<String> {
     segs(&["proxies"])
 }
 
+/// `GET /regions` (admin).
+pub fn regions() -> Vec<String> {
+    segs(&["regions"])
+}
+
+/// `PUT|DELETE /regions/{name}` (admin).
+pub fn region(name: &str) -> Vec<String> {
+    segs(&["regions", name])
+}
+
 /// `POST /proxy/cookie-keys/rotate` (admin).
 pub fn rotate_proxy_cookie_key() -> Vec<String> {
     segs(&["proxy", "cookie-keys", "rotate"])

@@ -259,13 +259,12 @@ impl ProxyConfig {
             }
         }
         if let Some(a) = &self.ssh_public_address {
-            let ok = a
-                .rsplit_once(':')
-                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0));
-            if !ok {
+            if warren_types::parse_ssh_address(a).is_none() {
                 return Err(invalid(
                     "ssh_public_address",
-                    format!("`{a}` is not host:port"),
+                    format!(
+                        "`{a}` is not host:port (a host not starting with '-', a port 1-65535)"
+                    ),
                 ));
             }
         }
@@ -359,6 +358,7 @@ pub(crate) mod tests {
             (Some("-eu"), None, "region"),
             (None, Some("ssh.eu.example"), "ssh_public_address"),
             (None, Some("ssh.eu.example:0"), "ssh_public_address"),
+            (None, Some("-oProxyCommand=x:22"), "ssh_public_address"),
         ] {
             let c = ProxyConfig {
                 region: region.map(str::to_owned),

@@ -89,17 +89,14 @@ async fn a_regions_workspaces_go_through_its_proxy_and_fall_back_to_the_central_
     s.set_endpoint(&ws, 8080, up.addr);
     let central_web = s.url(8080, "alice-web", "/");
 
-    // A region with no proxy yet: the central proxy's URLs, and why.
+    // A region not registered yet: the central proxy's URLs, and why.
     set_region(&s, Some("eu")).await;
     let w = shown(&s, &alice).await;
     assert_eq!(w["endpoints"]["web"], central_web.as_str(), "{w:#}");
     assert_eq!(w["region"]["name"], "eu");
     assert_eq!(w["region"]["regional"], false);
     let notice = w["region"]["notice"].as_str().expect("notice");
-    assert!(
-        notice.contains("region eu has no proxy serving"),
-        "{notice}"
-    );
+    assert!(notice.contains("region eu is not registered"), "{notice}");
 
     // The region's proxy serves: its URLs, its SSH address.
     let eu = s
@@ -279,6 +276,39 @@ async fn presence_needs_the_proxies_secret_and_a_well_formed_door() {
         assert!(
             text.contains("400") && text.contains(field),
             "{field}: {text}"
+        );
+    }
+    // A well-formed presence still cannot switch on a region no administrator registered,
+    // nor point a registered one at another door: a relay holds the same secret.
+    let text = api
+        .present(&presence)
+        .await
+        .expect_err("unregistered")
+        .to_string();
+    assert!(
+        text.contains("403") && text.contains("region eu is not registered"),
+        "{text}"
+    );
+    s.api(
+        Method::PUT,
+        "/api/v1/regions/eu",
+        &s.admin.token,
+        Some(json!({"workspace_domain": "eu.example"})),
+    )
+    .await
+    .expect("registering eu");
+    for spoil in [
+        (|p: &mut ProxyPresence| p.workspace_domain = "evil.example".into()) as Spoil,
+        |p| p.public_scheme = "http".into(),
+        |p| p.ssh_address = Some("evil.example:22".into()),
+        |p| p.public_port = Some(8443),
+    ] {
+        let mut p = presence.clone();
+        spoil(&mut p);
+        let text = api.present(&p).await.expect_err("another door").to_string();
+        assert!(
+            text.contains("403") && text.contains("registered for https://*.eu.example"),
+            "{text}"
         );
     }
     api.present(&presence).await.expect("presence");

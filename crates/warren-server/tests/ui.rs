@@ -937,6 +937,64 @@ async fn the_page_names_the_region_and_its_fallback() {
         let mut alice = signed_in(&s, "alice", "password-123").await;
         let page = alice.get("/workspaces/ide").await;
         assert!(
+            page.body.contains("region eu is not registered"),
+            "[{l}] {}",
+            page.body
+        );
+        let presence = |domain: &str| {
+            json!({
+                "instance": "eu-proxy-0123456789",
+                "region": "eu",
+                "workspace_domain": domain,
+                "public_scheme": "https",
+                "ssh_address": "ssh.eu.example:22",
+            })
+        };
+        // An unregistered region cannot be switched on by a holder of the internal secret.
+        let (status, body) = s
+            .call(
+                Method::PUT,
+                "/internal/proxy/presence",
+                Some(&proxy_jwt()),
+                Some(presence("ws.eu.example")),
+            )
+            .await;
+        assert_eq!(status, 403, "[{l}] {body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("region eu is not registered"),
+            "[{l}] {body}"
+        );
+        let (status, body) = s
+            .call(
+                Method::PUT,
+                "/api/v1/regions/eu",
+                Some(&s.admin_token),
+                Some(json!({"workspace_domain": "ws.eu.example", "ssh_address": "ssh.eu.example:22"})),
+            )
+            .await;
+        assert_eq!(status, 200, "[{l}] {body}");
+        assert_eq!(body["serving"], false, "[{l}] {body}");
+        let page = alice.get("/workspaces/ide").await;
+        assert!(
+            page.body.contains("region eu has no proxy serving"),
+            "[{l}] {}",
+            page.body
+        );
+        // Nor pointed at another door once it is registered.
+        let (status, body) = s
+            .call(
+                Method::PUT,
+                "/internal/proxy/presence",
+                Some(&proxy_jwt()),
+                Some(presence("ws.evil.example")),
+            )
+            .await;
+        assert_eq!(status, 403, "[{l}] {body}");
+        let page = alice.get("/workspaces/ide").await;
+        assert!(
             page.body.contains("region eu has no proxy serving"),
             "[{l}] {}",
             page.body
@@ -946,13 +1004,7 @@ async fn the_page_names_the_region_and_its_fallback() {
                 Method::PUT,
                 "/internal/proxy/presence",
                 Some(&proxy_jwt()),
-                Some(json!({
-                    "instance": "eu-proxy-0123456789",
-                    "region": "eu",
-                    "workspace_domain": "ws.eu.example",
-                    "public_scheme": "https",
-                    "ssh_address": "ssh.eu.example:22",
-                })),
+                Some(presence("ws.eu.example")),
             )
             .await;
         assert_eq!(status, 204, "[{l}]");
@@ -971,6 +1023,63 @@ async fn the_page_names_the_region_and_its_fallback() {
             "[{l}] {w}"
         );
         assert_eq!(w["region"]["ssh_address"], "ssh.eu.example:22", "[{l}] {w}");
+        // A user cannot see or change regions; an admin's change of the door takes the
+        // region's URLs back to the central proxy until a proxy serves the new door.
+        let (status, _) = s
+            .call(Method::GET, "/api/v1/regions", Some(&token), None)
+            .await;
+        assert_eq!(status, 403, "[{l}]");
+        let (status, _) = s
+            .call(
+                Method::PUT,
+                "/api/v1/regions/eu",
+                Some(&token),
+                Some(json!({"workspace_domain": "ws.evil.example"})),
+            )
+            .await;
+        assert_eq!(status, 403, "[{l}]");
+        let (_, regions) = s
+            .call(Method::GET, "/api/v1/regions", Some(&s.admin_token), None)
+            .await;
+        assert_eq!(regions[0]["serving"], true, "[{l}] {regions}");
+        let (status, body) = s
+            .call(
+                Method::PUT,
+                "/api/v1/regions/eu",
+                Some(&s.admin_token),
+                Some(json!({"workspace_domain": "ws2.eu.example"})),
+            )
+            .await;
+        assert_eq!(status, 200, "[{l}] {body}");
+        assert_eq!(body["serving"], false, "[{l}] {body}");
+        let (_, w) = s
+            .call(Method::GET, "/api/v1/workspaces/ide", Some(&token), None)
+            .await;
+        assert_eq!(w["region"]["regional"], false, "[{l}] {w}");
+        assert!(
+            w["terminal_url"]
+                .as_str()
+                .is_some_and(|u| u.ends_with("://terminal-ide.ws.example/")),
+            "[{l}] {w}"
+        );
+        let (status, _) = s
+            .call(
+                Method::DELETE,
+                "/api/v1/regions/eu",
+                Some(&s.admin_token),
+                None,
+            )
+            .await;
+        assert_eq!(status, 204, "[{l}]");
+        let (status, _) = s
+            .call(
+                Method::DELETE,
+                "/api/v1/regions/eu",
+                Some(&s.admin_token),
+                None,
+            )
+            .await;
+        assert_eq!(status, 404, "[{l}]");
         s.stop().await;
     }
 }

@@ -70,7 +70,8 @@ impl Stack {
     }
 
     /// Starts a proxy as `at` says, with its own OAuth client, calling the stack's server and
-    /// first relay unless told otherwise; returns once the server lists it as serving.
+    /// first relay unless told otherwise, its region registered with (or changed to) this
+    /// proxy's door; returns once the server lists it as serving.
     pub async fn proxy_at(&self, at: ProxyAt) -> Result<RegionalProxy> {
         let (http, http_addr) = bind().await?;
         let (ssh, ssh_addr) = match self.options.ssh {
@@ -119,6 +120,22 @@ impl Stack {
             .as_str()
             .context("a confidential client has a secret")?
             .to_owned();
+        // A region's door is an administrator's word: registered (or changed to this
+        // proxy's) before the proxy says it serves it.
+        if let Some(region) = &at.region {
+            self.api(
+                reqwest::Method::PUT,
+                &format!("/api/v1/regions/{region}"),
+                &self.admin.token,
+                Some(json!({
+                    "workspace_domain": format!("{}:{port}", at.domain),
+                    "public_scheme": config.public_scheme,
+                    "ssh_address": config.ssh_public_address,
+                })),
+            )
+            .await
+            .context("registering the proxy's region")?;
+        }
         let stop = self.shutdown.child_token();
         let listeners = warren_proxy::ProxyListeners {
             http,

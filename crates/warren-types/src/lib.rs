@@ -55,6 +55,26 @@ pub fn is_dns_label(s: &str, max: usize) -> bool {
         && !s.ends_with('-')
 }
 
+/// An SSH front door as clients reach it, `host:port` (`[v6]:port` too), split into the
+/// host (brackets removed) and a non-zero port: the one home of the rule for a proxy's
+/// `ssh_public_address`, the server's check of a presence and the CLI's use of it. A host
+/// starting with '-' is refused, since it would read as an option on ssh's command line.
+pub fn parse_ssh_address(v: &str) -> Option<(&str, u16)> {
+    let (host, port) = v.rsplit_once(':')?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    let host_ok = !host.is_empty()
+        && !host.starts_with('-')
+        && v.len() <= 255
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':'));
+    let port = port.parse::<u16>().ok().filter(|p| *p > 0)?;
+    host_ok.then_some((host, port))
+}
+
 /// SHA-256 of a high-entropy token (an agent's, an API token), hex: what the server stores
 /// and looks up by, and what the relay presents for an agent it has not seen.
 pub fn token_digest(token: &str) -> String {

@@ -899,6 +899,51 @@ fn cli_administers_users() {
     let out = bob.run(&["proxy", "list"]);
     assert!(!out.status.success());
     assert!(stderr(&out).contains("admin"), "{}", stderr(&out));
+    // Regions and their doors: registered, changed, listed and removed by admins only.
+    let listed = admin.ok(&["region", "list"]);
+    assert!(listed.contains("No region is registered"), "{listed}");
+    let set = admin.ok(&[
+        "region",
+        "set",
+        "eu",
+        "--workspace-domain",
+        "ws.eu.example",
+        "--ssh-address",
+        "ssh.eu.example:22",
+    ]);
+    assert!(
+        set.contains("https://*.ws.eu.example") && set.contains("ssh.eu.example:22"),
+        "{set}"
+    );
+    let out = admin.run(&[
+        "region",
+        "set",
+        "eu",
+        "--workspace-domain",
+        "ws.eu.example",
+        "--ssh-address=-oProxyCommand=x:22",
+    ]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("ssh_address"), "{}", stderr(&out));
+    admin.ok(&[
+        "region",
+        "set",
+        "eu",
+        "--workspace-domain",
+        "ws2.eu.example:8443",
+    ]);
+    let json = admin.ok(&["region", "ls", "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v[0]["workspace_domain"], "ws2.eu.example:8443", "{json}");
+    assert_eq!(v[0]["serving"], false, "{json}");
+    assert!(v[0].get("ssh_address").is_none(), "{json}");
+    let out = bob.run(&["region", "set", "eu", "--workspace-domain", "evil.example"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("admin"), "{}", stderr(&out));
+    let out = admin.run(&["region", "rm", "eu"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = admin.run(&["region", "rm", "eu"]);
+    assert!(stderr(&out).contains("not found"), "{}", stderr(&out));
 
     // Delete (no workspaces: nothing to confirm).
     let out = admin.run(&["user", "rm", "bob"]);

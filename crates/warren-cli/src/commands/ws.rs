@@ -44,15 +44,8 @@ fn regional_endpoint(
     let door = region
         .filter(|r| r.regional)
         .and_then(|r| r.ssh_address.as_deref())
-        .and_then(|a| a.rsplit_once(':'))
-        .and_then(|(h, p)| {
-            Some((
-                h.trim_start_matches('[').trim_end_matches(']'),
-                p.parse().ok()?,
-            ))
-        });
-    // A host starting with '-' would read as an option on ssh's command line.
-    if let Some((host, port)) = door.filter(|(h, _)| !h.is_empty() && !h.starts_with('-')) {
+        .and_then(warren_types::parse_ssh_address);
+    if let Some((host, port)) = door {
         e.host = host.to_owned();
         e.port = port;
     }
@@ -714,4 +707,44 @@ pub(super) async fn ws_create(c: &Client, out: Format, a: WsCreateArgs) -> Resul
         }
     }
     finish_action(c, out, w, Goal::Running, &a.wait).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use warren_types::api::WorkspaceRegion;
+
+    fn region(regional: bool, ssh: &str) -> WorkspaceRegion {
+        WorkspaceRegion {
+            name: "eu".into(),
+            regional,
+            ssh_address: Some(ssh.into()),
+            notice: None,
+        }
+    }
+
+    #[test]
+    fn a_regions_ssh_door_is_used_only_while_it_serves_and_when_well_formed() {
+        let central = SshEndpoint {
+            host: "ssh.example".into(),
+            port: 2222,
+            host_keys: vec!["ssh-ed25519 AAAA".into()],
+        };
+        let e = regional_endpoint(&central, Some(&region(true, "[::1]:22")));
+        assert_eq!((e.host.as_str(), e.port), ("::1", 22));
+        assert_eq!(
+            e.host_keys, central.host_keys,
+            "every proxy shares the host keys"
+        );
+        for (regional, ssh) in [
+            (false, "ssh.eu.example:22"),
+            (true, "-oProxyCommand=x:22"),
+            (true, "ssh.eu.example"),
+        ] {
+            let e = regional_endpoint(&central, Some(&region(regional, ssh)));
+            assert_eq!((e.host.as_str(), e.port), ("ssh.example", 2222), "{ssh}");
+        }
+        let e = regional_endpoint(&central, None);
+        assert_eq!(e.host, "ssh.example");
+    }
 }

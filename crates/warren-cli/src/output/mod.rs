@@ -361,6 +361,25 @@ pub fn proxies(items: &[warren_types::api::RegionProxy]) -> String {
     finish(t)
 }
 
+/// `warren region list` (and `set`).
+pub fn regions(items: &[warren_types::api::Region]) -> String {
+    if items.is_empty() {
+        return "No region is registered: every workspace is reached through the central proxy."
+            .into();
+    }
+    let mut t = table(&["REGION", "WORKSPACE DOMAIN", "SSH", "SERVING", "CHANGED"]);
+    for r in items {
+        t.add_row(vec![
+            r.name.clone(),
+            format!("{}://*.{}", r.public_scheme, r.workspace_domain),
+            r.ssh_address.clone().unwrap_or_else(|| "(central)".into()),
+            if r.serving { "yes" } else { "no" }.into(),
+            time(&r.updated_at),
+        ]);
+    }
+    finish(t)
+}
+
 pub fn agent(a: &Agent) -> String {
     let quota = |q: i64| {
         if q < 0 {

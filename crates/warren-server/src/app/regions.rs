@@ -7,11 +7,17 @@
 //!
 //! Sign-in stays central: a regional proxy sends browsers to this server's authorize
 //! endpoint like any proxy, so one sign-in holds across regions.
+//!
+//! Where a region's URLs point is an administrator's word, not a proxy's: a region is
+//! registered with its door (workspace domain, scheme, SSH address), and a presence only
+//! switches it on while it says exactly that door. The internal secret a presence is signed
+//! with is held by every proxy and relay; without the registration any of them could send a
+//! region's users (and their session hand-offs) to a host of its choosing.
 
-use super::{AppError, AppState, Principal};
-use crate::store::proxy_presence::PresenceRow;
+use super::{AppError, AppState, ErrorKind, Principal};
+use crate::store::proxy_presence::{PresenceRow, RegionRow};
 pub use crate::store::workspaces::AgentFront;
-use warren_types::api::{RegionProxy, Workspace, WorkspaceRegion};
+use warren_types::api::{Region, RegionProxy, RegionSpec, Workspace, WorkspaceRegion};
 use warren_types::internal::{ProxyPresence, PROXY_PRESENCE_STALE_SECS};
 
 fn check_instance(v: &str) -> Result<(), AppError> {
@@ -25,25 +31,6 @@ fn check_instance(v: &str) -> Result<(), AppError> {
             "instance",
             "must be 16 to 64 of A-Z a-z 0-9 _ -",
         ))
-    }
-}
-
-/// Why `v` is not `host:port` (an SSH front door as clients reach it).
-fn ssh_address_problem(v: &str) -> Option<&'static str> {
-    let Some((host, port)) = v.rsplit_once(':') else {
-        return Some("must be host:port");
-    };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    // A leading '-' would read as an option on ssh's command line.
-    let host_ok = !host.is_empty()
-        && !host.starts_with('-')
-        && v.len() <= 255
-        && host
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':'));
-    match (host_ok, port.parse::<u16>()) {
-        (true, Ok(p)) if p > 0 => None,
-        _ => Some("must be host:port"),
     }
 }
 
@@ -64,6 +51,7 @@ pub async fn announce(state: &AppState, p: &ProxyPresence) -> Result<(), AppErro
         None => p.workspace_domain.clone(),
     };
     check_workspace_domain("workspace_domain", &domain)?;
+    let domain = without_default_port(&p.public_scheme, &domain).to_owned();
     if p.public_scheme != "http" && p.public_scheme != "https" {
         return Err(AppError::invalid_field(
             "public_scheme",
@@ -71,8 +59,33 @@ pub async fn announce(state: &AppState, p: &ProxyPresence) -> Result<(), AppErro
         ));
     }
     if let Some(a) = &p.ssh_address {
-        if let Some(problem) = ssh_address_problem(a) {
-            return Err(AppError::invalid_field("ssh_address", problem));
+        if warren_types::parse_ssh_address(a).is_none() {
+            return Err(AppError::invalid_field("ssh_address", "must be host:port"));
+        }
+    }
+    if let Some(r) = &p.region {
+        let Some(reg) = state.store.region(r).await? else {
+            return Err(AppError::new(
+                ErrorKind::Forbidden,
+                "region_not_registered",
+                format!("region {r} is not registered: an administrator registers it and its door with `warren region set {r} --workspace-domain …`"),
+            ));
+        };
+        let said = (
+            domain.as_str(),
+            p.public_scheme.as_str(),
+            p.ssh_address.as_deref(),
+        );
+        if said != door(&reg) {
+            return Err(AppError::new(
+                ErrorKind::Forbidden,
+                "not_the_regions_door",
+                format!(
+                    "this proxy serves {}, but region {r} is registered for {}: the region's URLs never point elsewhere (`warren region set` changes them)",
+                    describe(said),
+                    describe(door(&reg))
+                ),
+            ));
         }
     }
     let now = state.clock.now_ms();
@@ -89,6 +102,119 @@ pub async fn announce(state: &AppState, p: &ProxyPresence) -> Result<(), AppErro
         })
         .await?;
     Ok(())
+}
+
+/// `domain` without the scheme's default port, as browsers write the host (so that
+/// `ws.eu.example:443` and `ws.eu.example` are one door for `https`).
+fn without_default_port<'a>(scheme: &str, domain: &'a str) -> &'a str {
+    let default = match scheme {
+        "https" => ":443",
+        "http" => ":80",
+        _ => return domain,
+    };
+    domain.strip_suffix(default).unwrap_or(domain)
+}
+
+/// What a region's URLs are made of: workspace domain, scheme, SSH address.
+type Door<'a> = (&'a str, &'a str, Option<&'a str>);
+
+fn door(r: &RegionRow) -> Door<'_> {
+    (
+        &r.workspace_domain,
+        &r.public_scheme,
+        r.ssh_address.as_deref(),
+    )
+}
+
+fn presence_door(r: &PresenceRow) -> Door<'_> {
+    (
+        &r.workspace_domain,
+        &r.public_scheme,
+        r.ssh_address.as_deref(),
+    )
+}
+
+fn describe((domain, scheme, ssh): Door<'_>) -> String {
+    match ssh {
+        Some(a) => format!("{scheme}://*.{domain} with SSH at {a}"),
+        None => format!("{scheme}://*.{domain} without SSH"),
+    }
+}
+
+/// Registers region `name` with its door, or changes the door (admins). Its workspaces move
+/// to the new door once one of its proxies says it serves it.
+pub async fn register(
+    state: &AppState,
+    who: &Principal,
+    name: &str,
+    spec: &RegionSpec,
+) -> Result<Region, AppError> {
+    who.require_admin()?;
+    check_region("name", name)?;
+    check_workspace_domain("workspace_domain", &spec.workspace_domain)?;
+    if spec.public_scheme != "http" && spec.public_scheme != "https" {
+        return Err(AppError::invalid_field(
+            "public_scheme",
+            "must be http or https",
+        ));
+    }
+    if let Some(a) = &spec.ssh_address {
+        if warren_types::parse_ssh_address(a).is_none() {
+            return Err(AppError::invalid_field(
+                "ssh_address",
+                format!("{a:?} is not host:port (a host not starting with '-', a port 1-65535)"),
+            ));
+        }
+    }
+    let now = state.clock.now_ms();
+    state
+        .store
+        .put_region(&RegionRow {
+            name: name.to_owned(),
+            workspace_domain: without_default_port(&spec.public_scheme, &spec.workspace_domain)
+                .to_owned(),
+            public_scheme: spec.public_scheme.clone(),
+            ssh_address: spec.ssh_address.clone(),
+            created_at: now,
+            updated_at: now,
+        })
+        .await?;
+    let shown = regions(state, who).await?;
+    shown
+        .into_iter()
+        .find(|r| r.name == name)
+        .ok_or_else(|| AppError::not_found(format!("region {name}")))
+}
+
+/// Removes region `name` (admins): its workspaces are shown with the central proxy's URLs
+/// at once, and its proxies' presences are refused from then on.
+pub async fn unregister(state: &AppState, who: &Principal, name: &str) -> Result<(), AppError> {
+    who.require_admin()?;
+    check_region("name", name)?;
+    if state.store.remove_region(name).await? {
+        Ok(())
+    } else {
+        Err(AppError::not_found(format!("region {name}")))
+    }
+}
+
+/// Every registered region and whether one of its proxies serves its door now (admins).
+pub async fn regions(state: &AppState, who: &Principal) -> Result<Vec<Region>, AppError> {
+    who.require_admin()?;
+    let doors = FrontDoors::load(state).await?;
+    Ok(doors
+        .registered
+        .iter()
+        .map(|r| Region {
+            serving: doors.serving(&r.name).is_some(),
+            name: r.name.clone(),
+            workspace_domain: r.workspace_domain.clone(),
+            public_scheme: r.public_scheme.clone(),
+            ssh_address: r.ssh_address.clone(),
+            created_at: crate::db::from_millis(r.created_at),
+            updated_at: crate::db::from_millis(r.updated_at),
+        })
+        .collect())
 }
 
 /// A proxy stops: its region's URLs move to another of its proxies, or the central one, at
@@ -167,6 +293,8 @@ fn serving(r: &PresenceRow, now_ms: i64) -> bool {
 /// shows.
 #[derive(Debug, Default)]
 pub struct FrontDoors {
+    /// The registered regions, by name.
+    registered: Vec<RegionRow>,
     /// Regional proxies seen in the last day, the most recently seen first.
     regional: Vec<PresenceRow>,
     now_ms: i64,
@@ -174,28 +302,24 @@ pub struct FrontDoors {
 
 impl FrontDoors {
     pub async fn load(state: &AppState) -> Result<FrontDoors, AppError> {
+        let registered = state.store.regions().await?;
         let mut regional = state.store.proxy_presences(0).await?;
         regional.retain(|r| !r.region.is_empty());
         Ok(FrontDoors {
+            registered,
             regional,
             now_ms: state.clock.now_ms(),
         })
     }
 
-    /// The region's proxy that serves, if any: the same choice for every request while the
-    /// set does not change (replicas of one region normally say the same).
-    fn serving(&self, region: &str) -> Option<&PresenceRow> {
+    /// The region's registered door, when one of its proxies says lately that it serves
+    /// exactly that door (a presence said before the door changed does not count).
+    fn serving(&self, region: &str) -> Option<&RegionRow> {
+        let reg = self.registered.iter().find(|r| r.name == region)?;
         self.regional
             .iter()
-            .filter(|r| r.region == region && serving(r, self.now_ms))
-            .min_by_key(|r| {
-                (
-                    &r.workspace_domain,
-                    &r.public_scheme,
-                    &r.ssh_address,
-                    &r.instance,
-                )
-            })
+            .any(|p| p.region == region && serving(p, self.now_ms) && presence_door(p) == door(reg))
+            .then_some(reg)
     }
 
     /// Points `w`'s URLs at its region's proxy when one serves, and says which door it got.
@@ -223,7 +347,11 @@ impl FrontDoors {
         let region = agent.region.as_ref()?;
         let Some(door) = self.serving(region) else {
             let last = self.regional.iter().find(|r| &r.region == region);
+            let registered = self.registered.iter().any(|r| &r.name == region);
             let notice = match last {
+                _ if !registered => format!(
+                    "region {region} is not registered; this workspace is reached through the central proxy"
+                ),
                 Some(r) => format!(
                     "region {region}'s proxy has not answered since {}; this workspace is reached through the central proxy until it is back",
                     crate::db::from_millis(r.last_seen).format("%Y-%m-%d %H:%M:%S UTC")
@@ -307,8 +435,9 @@ mod tests {
 
     #[test]
     fn ssh_addresses_are_host_and_port() {
-        assert_eq!(ssh_address_problem("ssh.eu.example:2222"), None);
-        assert_eq!(ssh_address_problem("[::1]:22"), None);
+        use warren_types::parse_ssh_address as parse;
+        assert_eq!(parse("ssh.eu.example:2222"), Some(("ssh.eu.example", 2222)));
+        assert_eq!(parse("[::1]:22"), Some(("::1", 22)));
         for bad in [
             "ssh.eu.example",
             "h:0",
@@ -318,8 +447,17 @@ mod tests {
             "h/x:22",
             "-D1080:22",
         ] {
-            assert!(ssh_address_problem(bad).is_some(), "{bad}");
+            assert_eq!(parse(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_door_is_the_same_with_or_without_the_schemes_default_port() {
+        assert_eq!(without_default_port("https", "ws.eu:443"), "ws.eu");
+        assert_eq!(without_default_port("http", "ws.eu:80"), "ws.eu");
+        assert_eq!(without_default_port("https", "ws.eu:80"), "ws.eu:80");
+        assert_eq!(without_default_port("http", "ws.eu:8443"), "ws.eu:8443");
+        assert_eq!(without_default_port("https", "ws.eu:4430"), "ws.eu:4430");
     }
 
     #[test]
@@ -352,6 +490,17 @@ mod tests {
         }
     }
 
+    fn reg(name: &str, domain: &str) -> RegionRow {
+        RegionRow {
+            name: name.into(),
+            workspace_domain: domain.into(),
+            public_scheme: "https".into(),
+            ssh_address: Some(format!("ssh.{domain}:22")),
+            created_at: 0,
+            updated_at: 0,
+        }
+    }
+
     fn urls() -> Vec<String> {
         vec![
             "http://8080-a.ws.example/".into(),
@@ -373,7 +522,9 @@ mod tests {
             workspace_domain: "ws.example".into(),
         };
         let now = 1_000_000;
+        let registered = vec![reg("eu", "eu.example"), reg("us", "us.example")];
         let doors = FrontDoors {
+            registered: registered.clone(),
             regional: vec![
                 row("eu", "eu.example", now - 1000),
                 row("us", "us.example", now),
@@ -394,6 +545,7 @@ mod tests {
 
         // Seen too long ago: central URLs, and since when.
         let stale = FrontDoors {
+            registered: registered.clone(),
             regional: vec![row(
                 "eu",
                 "eu.example",
@@ -407,9 +559,33 @@ mod tests {
         assert!(!r.regional);
         assert!(r.notice.unwrap().contains("has not answered since"));
 
-        // Never seen.
-        let (_, r) = shown(&FrontDoors::default(), &agent);
+        // A fresh presence for another door than the registered one does not count.
+        let elsewhere = FrontDoors {
+            registered: registered.clone(),
+            regional: vec![row("eu", "evil.example", now)],
+            now_ms: now,
+        };
+        let (u, r) = shown(&elsewhere, &agent);
+        assert_eq!(u, urls());
+        assert!(!r.expect("region").regional);
+
+        // Registered, never seen.
+        let never = FrontDoors {
+            registered,
+            ..FrontDoors::default()
+        };
+        let (_, r) = shown(&never, &agent);
         assert!(r.unwrap().notice.unwrap().contains("has no proxy serving"));
+
+        // Not registered: a presence alone moves nothing.
+        let unregistered = FrontDoors {
+            regional: vec![row("eu", "eu.example", now)],
+            now_ms: now,
+            ..FrontDoors::default()
+        };
+        let (u, r) = shown(&unregistered, &agent);
+        assert_eq!(u, urls());
+        assert!(r.unwrap().notice.unwrap().contains("is not registered"));
 
         // An agent of no region: nothing changes.
         let none = AgentFront {

@@ -1,4 +1,5 @@
-//! Which proxies serve, and for which region (issue 42): each proxy process's latest word.
+//! Which proxies serve, and for which region (issue 42): each proxy process's latest word, and
+//! the regions administrators registered (the one door each may be shown with).
 
 use super::{get_i64, get_opt_str, get_str, Store, StoreError};
 
@@ -78,4 +79,81 @@ impl Store {
             })
             .collect()
     }
+}
+
+/// A region an administrator registered: the only door its workspaces are shown with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegionRow {
+    pub name: String,
+    /// `host[:port]` of its workspace hosts.
+    pub workspace_domain: String,
+    pub public_scheme: String,
+    pub ssh_address: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+impl Store {
+    /// Registers region `r.name` or changes its door (`r.created_at` is kept on a change).
+    pub async fn put_region(&self, r: &RegionRow) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO regions \
+             (name, workspace_domain, public_scheme, ssh_address, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (name) DO UPDATE SET workspace_domain = $2, public_scheme = $3, \
+             ssh_address = $4, updated_at = $6",
+        )
+        .bind(&r.name)
+        .bind(&r.workspace_domain)
+        .bind(&r.public_scheme)
+        .bind(&r.ssh_address)
+        .bind(r.created_at)
+        .bind(r.updated_at)
+        .execute(&self.db.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Removes region `name`; whether it was registered.
+    pub async fn remove_region(&self, name: &str) -> Result<bool, StoreError> {
+        let done = sqlx::query("DELETE FROM regions WHERE name = $1")
+            .bind(name)
+            .execute(&self.db.pool)
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// Every registered region, by name.
+    pub async fn regions(&self) -> Result<Vec<RegionRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT name, workspace_domain, public_scheme, ssh_address, created_at, updated_at \
+             FROM regions ORDER BY name",
+        )
+        .fetch_all(&self.db.pool)
+        .await?;
+        rows.iter().map(region_row).collect()
+    }
+
+    /// Region `name`, when registered.
+    pub async fn region(&self, name: &str) -> Result<Option<RegionRow>, StoreError> {
+        let row = sqlx::query(
+            "SELECT name, workspace_domain, public_scheme, ssh_address, created_at, updated_at \
+             FROM regions WHERE name = $1",
+        )
+        .bind(name)
+        .fetch_optional(&self.db.pool)
+        .await?;
+        row.as_ref().map(region_row).transpose()
+    }
+}
+
+fn region_row(r: &sqlx::any::AnyRow) -> Result<RegionRow, StoreError> {
+    Ok(RegionRow {
+        name: get_str(r, "name")?,
+        workspace_domain: get_str(r, "workspace_domain")?,
+        public_scheme: get_str(r, "public_scheme")?,
+        ssh_address: get_opt_str(r, "ssh_address")?,
+        created_at: get_i64(r, "created_at")?,
+        updated_at: get_i64(r, "updated_at")?,
+    })
 }

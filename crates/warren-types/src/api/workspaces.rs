@@ -215,6 +215,42 @@ pub struct RegionProxy {
     pub serving: bool,
 }
 
+/// A region as an administrator registers it (`PUT /api/v1/regions/{name}`): the one door
+/// its workspaces may be shown with. A regional proxy's presence only switches the region
+/// on, and only while it says exactly this door.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RegionSpec {
+    /// The domain of the region's workspace hosts, `host[:port]` (the port browsers use,
+    /// when not the scheme's).
+    pub workspace_domain: String,
+    /// `https` (the default) or `http`.
+    #[serde(default = "default_region_scheme")]
+    pub public_scheme: String,
+    /// The region's SSH front door, `host:port`; without it, SSH goes through the central
+    /// proxy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh_address: Option<String>,
+}
+
+fn default_region_scheme() -> String {
+    "https".into()
+}
+
+/// A registered region as `GET /api/v1/regions` shows it (admins).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Region {
+    pub name: String,
+    pub workspace_domain: String,
+    pub public_scheme: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh_address: Option<String>,
+    /// One of its proxies says it serves this door now.
+    pub serving: bool,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
 /// What a lifecycle timer (its agent's limits, the idle timeout, its owner's working hours)
 /// will do to a workspace next, unless it is used or its desired state changes first.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

@@ -1,14 +1,15 @@
 //! `GET /api/v1/access`: how users reach workspaces besides the API (the proxy's SSH
-//! address), for `warren ws ssh` and `warren ws ssh-config`; the proxies' key rotation; and
-//! which proxies serve which region.
+//! address), for `warren ws ssh` and `warren ws ssh-config`; the proxies' key rotation;
+//! which proxies serve which region; and the regions administrators registered.
 
 use super::Auth;
 use crate::app::AppState;
 use crate::http::error::HttpError;
-use crate::http::error::Json;
+use crate::http::error::{Json, Path};
 use crate::http::HttpState;
 use axum::extract::State;
-use warren_types::api::{AccessInfo, ProxyKeyRotation, RegionProxy};
+use http::StatusCode;
+use warren_types::api::{AccessInfo, ApiError, ProxyKeyRotation, Region, RegionProxy, RegionSpec};
 
 /// How to reach workspaces from outside (any authenticated user).
 #[utoipa::path(get, path = "/api/v1/access", responses((status = 200, body = AccessInfo)), tag = "access",
@@ -40,4 +41,49 @@ pub async fn proxies(
     Auth(who): Auth,
 ) -> Result<Json<Vec<RegionProxy>>, HttpError> {
     Ok(Json(crate::app::regions::list(&state, &who).await?))
+}
+
+/// The registered regions, their doors and whether one of their proxies serves now (admins
+/// only).
+#[utoipa::path(get, path = "/api/v1/regions",
+    responses((status = 200, body = Vec<Region>), (status = 403, body = ApiError)),
+    tag = "access", security(("bearer" = [])))]
+pub async fn regions(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+) -> Result<Json<Vec<Region>>, HttpError> {
+    Ok(Json(crate::app::regions::regions(&state, &who).await?))
+}
+
+/// Register a region with its door (workspace domain, scheme, SSH address), or change the
+/// door (admins only). A regional proxy's presence switches the region on only while it says
+/// exactly this door.
+#[utoipa::path(put, path = "/api/v1/regions/{name}", request_body = RegionSpec,
+    params(("name" = String, Path, description = "the region's name (the agents' `region`)")),
+    responses((status = 200, body = Region), (status = 400, body = ApiError), (status = 403, body = ApiError)),
+    tag = "access", security(("bearer" = [])))]
+pub async fn set_region(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(name): Path<String>,
+    Json(spec): Json<RegionSpec>,
+) -> Result<Json<Region>, HttpError> {
+    Ok(Json(
+        crate::app::regions::register(&state, &who, &name, &spec).await?,
+    ))
+}
+
+/// Remove a region (admins only): its workspaces are reached through the central proxy at
+/// once.
+#[utoipa::path(delete, path = "/api/v1/regions/{name}",
+    params(("name" = String, Path, description = "the region's name")),
+    responses((status = 204), (status = 403, body = ApiError), (status = 404, body = ApiError)),
+    tag = "access", security(("bearer" = [])))]
+pub async fn delete_region(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(name): Path<String>,
+) -> Result<StatusCode, HttpError> {
+    crate::app::regions::unregister(&state, &who, &name).await?;
+    Ok(StatusCode::NO_CONTENT)
 }

@@ -54,6 +54,11 @@ pub fn router() -> Router<crate::http::HttpState> {
         .route("/access", get(access::access_info))
         .route("/proxy/cookie-keys/rotate", post(access::rotate_cookie_key))
         .route("/proxies", get(access::proxies))
+        .route("/regions", get(access::regions))
+        .route(
+            "/regions/{name}",
+            put(access::set_region).delete(access::delete_region),
+        )
         .route("/users", get(users::list_users).post(users::create_user))
         .route("/users/me/password", post(users::change_password))
         .route(

@@ -941,24 +941,29 @@ async fn the_page_names_the_region_and_its_fallback() {
             "[{l}] {}",
             page.body
         );
-        let presence = |domain: &str| {
-            json!({
+        // A proxy of region eu says it serves `domain`.
+        let present = |domain: &str| {
+            let body = json!({
                 "instance": "eu-proxy-0123456789",
                 "region": "eu",
                 "workspace_domain": domain,
                 "public_scheme": "https",
                 "ssh_address": "ssh.eu.example:22",
-            })
+            });
+            let jwt = proxy_jwt();
+            let s = &s;
+            async move {
+                s.call(
+                    Method::PUT,
+                    "/internal/proxy/presence",
+                    Some(&jwt),
+                    Some(body),
+                )
+                .await
+            }
         };
         // An unregistered region cannot be switched on by a holder of the internal secret.
-        let (status, body) = s
-            .call(
-                Method::PUT,
-                "/internal/proxy/presence",
-                Some(&proxy_jwt()),
-                Some(presence("ws.eu.example")),
-            )
-            .await;
+        let (status, body) = present("ws.eu.example").await;
         assert_eq!(status, 403, "[{l}] {body}");
         assert!(
             body["error"]["message"]
@@ -984,14 +989,7 @@ async fn the_page_names_the_region_and_its_fallback() {
             page.body
         );
         // Nor pointed at another door once it is registered.
-        let (status, body) = s
-            .call(
-                Method::PUT,
-                "/internal/proxy/presence",
-                Some(&proxy_jwt()),
-                Some(presence("ws.evil.example")),
-            )
-            .await;
+        let (status, body) = present("ws.evil.example").await;
         assert_eq!(status, 403, "[{l}] {body}");
         let page = alice.get("/workspaces/ide").await;
         assert!(
@@ -999,14 +997,7 @@ async fn the_page_names_the_region_and_its_fallback() {
             "[{l}] {}",
             page.body
         );
-        let (status, _) = s
-            .call(
-                Method::PUT,
-                "/internal/proxy/presence",
-                Some(&proxy_jwt()),
-                Some(presence("ws.eu.example")),
-            )
-            .await;
+        let (status, _) = present("ws.eu.example").await;
         assert_eq!(status, 204, "[{l}]");
         let page = alice.get("/workspaces/ide").await;
         assert!(

@@ -50,19 +50,7 @@ pub async fn announce(state: &AppState, p: &ProxyPresence) -> Result<(), AppErro
         Some(port) => format!("{}:{port}", p.workspace_domain),
         None => p.workspace_domain.clone(),
     };
-    check_workspace_domain("workspace_domain", &domain)?;
-    let domain = without_default_port(&p.public_scheme, &domain).to_owned();
-    if p.public_scheme != "http" && p.public_scheme != "https" {
-        return Err(AppError::invalid_field(
-            "public_scheme",
-            "must be http or https",
-        ));
-    }
-    if let Some(a) = &p.ssh_address {
-        if warren_types::parse_ssh_address(a).is_none() {
-            return Err(AppError::invalid_field("ssh_address", "must be host:port"));
-        }
-    }
+    let domain = checked_door(&domain, &p.public_scheme, p.ssh_address.as_deref())?;
     if let Some(r) = &p.region {
         let Some(reg) = state.store.region(r).await? else {
             return Err(AppError::new(
@@ -115,6 +103,27 @@ fn without_default_port<'a>(scheme: &str, domain: &'a str) -> &'a str {
     domain.strip_suffix(default).unwrap_or(domain)
 }
 
+/// Checks a door as a proxy says it or an admin registers it (each part becomes part of the
+/// URLs or SSH command users are given); its workspace domain as browsers write it.
+fn checked_door(domain: &str, scheme: &str, ssh: Option<&str>) -> Result<String, AppError> {
+    check_workspace_domain("workspace_domain", domain)?;
+    if scheme != "http" && scheme != "https" {
+        return Err(AppError::invalid_field(
+            "public_scheme",
+            "must be http or https",
+        ));
+    }
+    if let Some(a) = ssh {
+        if warren_types::parse_ssh_address(a).is_none() {
+            return Err(AppError::invalid_field(
+                "ssh_address",
+                format!("{a:?} is not host:port (a host not starting with '-', a port 1-65535)"),
+            ));
+        }
+    }
+    Ok(without_default_port(scheme, domain).to_owned())
+}
+
 /// What a region's URLs are made of: workspace domain, scheme, SSH address.
 type Door<'a> = (&'a str, &'a str, Option<&'a str>);
 
@@ -151,28 +160,17 @@ pub async fn register(
 ) -> Result<Region, AppError> {
     who.require_admin()?;
     check_region("name", name)?;
-    check_workspace_domain("workspace_domain", &spec.workspace_domain)?;
-    if spec.public_scheme != "http" && spec.public_scheme != "https" {
-        return Err(AppError::invalid_field(
-            "public_scheme",
-            "must be http or https",
-        ));
-    }
-    if let Some(a) = &spec.ssh_address {
-        if warren_types::parse_ssh_address(a).is_none() {
-            return Err(AppError::invalid_field(
-                "ssh_address",
-                format!("{a:?} is not host:port (a host not starting with '-', a port 1-65535)"),
-            ));
-        }
-    }
+    let domain = checked_door(
+        &spec.workspace_domain,
+        &spec.public_scheme,
+        spec.ssh_address.as_deref(),
+    )?;
     let now = state.clock.now_ms();
     state
         .store
         .put_region(&RegionRow {
             name: name.to_owned(),
-            workspace_domain: without_default_port(&spec.public_scheme, &spec.workspace_domain)
-                .to_owned(),
+            workspace_domain: domain,
             public_scheme: spec.public_scheme.clone(),
             ssh_address: spec.ssh_address.clone(),
             created_at: now,

@@ -52,7 +52,10 @@ pub fn handle() -> Option<&'static PrometheusHandle> {
             };
             let handle = recorder.handle();
             match metrics::set_global_recorder(recorder) {
-                Ok(()) => Some(handle),
+                Ok(()) => {
+                    start_upkeep(handle.clone());
+                    Some(handle)
+                }
                 Err(_) => {
                     tracing::warn!("another metrics recorder is installed; /metrics will be empty");
                     None
@@ -60,6 +63,35 @@ pub fn handle() -> Option<&'static PrometheusHandle> {
             }
         })
         .as_ref()
+}
+
+/// How often recorded histogram samples are folded into their buckets.
+const UPKEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Upkeeps done since the recorder was installed (tests).
+static UPKEEPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Folds recorded histogram samples into their buckets every [`UPKEEP_EVERY`], for the life
+/// of the process. The recorder keeps every sample of a histogram (each request's duration,
+/// 8 bytes and more) until it is folded, and without this it is folded only when someone
+/// scrapes `/metrics`: a service nobody scrapes, `warren up` by default, would grow by every
+/// request it ever served.
+///
+/// A thread of its own rather than a task: the recorder outlives any one runtime (tests
+/// start one per test, and the first to install the recorder may end first).
+fn start_upkeep(handle: PrometheusHandle) {
+    let started = std::thread::Builder::new()
+        .name("metrics-upkeep".into())
+        .spawn(move || loop {
+            // Not an executor thread: sleeping blocks nothing but this loop.
+            #[allow(clippy::disallowed_methods)]
+            std::thread::sleep(UPKEEP_EVERY);
+            handle.run_upkeep();
+            UPKEEPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        });
+    if let Err(e) = started {
+        tracing::warn!(error = %e, "starting the metrics upkeep failed; histograms are folded only when /metrics is scraped");
+    }
 }
 
 /// The Prometheus text exposition of every metric recorded in this process.
@@ -92,12 +124,44 @@ pub async fn track(State(service): State<&'static str>, req: Request, next: Next
     let method = method_label(req.method());
     let started = tokio::time::Instant::now();
     let resp = next.run(req).await;
-    let status = resp.status().as_u16().to_string();
+    let status = status_label(resp.status());
     metrics::counter!("warren_http_requests_total", "service" => service, "method" => method, "route" => route.clone(), "status" => status)
         .increment(1);
     metrics::histogram!("warren_http_request_duration_seconds", "service" => service, "method" => method, "route" => route)
         .record(started.elapsed().as_secs_f64());
     resp
+}
+
+/// The `status` label: the code's three digits, without an allocation for the codes most
+/// answers have (this runs on every request the proxy forwards).
+pub fn status_label(status: http::StatusCode) -> metrics::SharedString {
+    const COMMON: [(u16, &str); 20] = [
+        (200, "200"),
+        (201, "201"),
+        (204, "204"),
+        (206, "206"),
+        (301, "301"),
+        (302, "302"),
+        (303, "303"),
+        (304, "304"),
+        (307, "307"),
+        (308, "308"),
+        (400, "400"),
+        (401, "401"),
+        (403, "403"),
+        (404, "404"),
+        (409, "409"),
+        (429, "429"),
+        (500, "500"),
+        (502, "502"),
+        (503, "503"),
+        (504, "504"),
+    ];
+    let code = status.as_u16();
+    match COMMON.iter().find(|(c, _)| *c == code) {
+        Some((_, label)) => metrics::SharedString::const_str(label),
+        None => code.to_string().into(),
+    }
 }
 
 /// The `method` label: a standard method's name, else `other` (any token is a valid method,
@@ -252,6 +316,41 @@ impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for CountingIo<S> {
 mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[test]
+    // The upkeep runs on the real clock in a thread of its own; this waits on that clock.
+    #[allow(clippy::disallowed_methods)]
+    fn recorded_samples_are_folded_without_a_scrape_and_kept() {
+        handle().expect("the first recorder of this test process");
+        for _ in 0..1000 {
+            metrics::histogram!("warren_test_upkeep_seconds").record(0.002);
+        }
+        let before = UPKEEPS.load(std::sync::atomic::Ordering::Relaxed);
+        // Waits for the condition (the next upkeep), polling; the upkeep's own clock is the
+        // real one, so no paused time here.
+        let deadline = std::time::Instant::now() + UPKEEP_EVERY * 4;
+        while UPKEEPS.load(std::sync::atomic::Ordering::Relaxed) == before {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no upkeep within {:?}",
+                UPKEEP_EVERY * 4
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let text = render();
+        assert!(
+            text.contains("warren_test_upkeep_seconds_count 1000"),
+            "folded samples are still counted: {text}"
+        );
+    }
+
+    #[test]
+    fn a_status_label_is_its_three_digits() {
+        for code in [200, 204, 404, 418, 503, 599] {
+            let status = http::StatusCode::from_u16(code).unwrap();
+            assert_eq!(&*status_label(status), code.to_string());
+        }
+    }
 
     #[test]
     fn unknown_methods_share_one_label() {

@@ -97,6 +97,9 @@ where
     let mut conn = yamux::Connection::new(Coalesced::new(io).compat(), config(), mode);
     let driver = async move {
         let mut waiting: VecDeque<OpenReply> = VecDeque::new();
+        // Checked on every wake-up, and checking locks the token: one of this session's own
+        // rather than the service's, which its other tasks check as often.
+        let shutdown = shutdown.child_token();
         let cancelled = shutdown.cancelled();
         tokio::pin!(cancelled);
         let result = poll_fn(|cx| {

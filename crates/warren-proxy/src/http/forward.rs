@@ -366,17 +366,18 @@ fn replayable(req: &Request<Body>) -> Option<Request<Body>> {
     Some(copy)
 }
 
-/// Hop-by-hop headers (RFC 9110 §7.6.1) plus the legacy ones proxies still see.
-const HOP_BY_HOP: [&str; 9] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
+/// Hop-by-hop headers (RFC 9110 §7.6.1) plus the legacy ones proxies still see. Names, not
+/// strings: removing by a string parses it first, twice per request for each of the nine.
+const HOP_BY_HOP: [HeaderName; 9] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
 ];
 
 /// Removes hop-by-hop headers and those `Connection` lists; returns the `Upgrade` value
@@ -400,7 +401,7 @@ fn remove_hop_by_hop(h: &mut HeaderMap) -> Option<HeaderValue> {
     for n in listed {
         h.remove(n);
     }
-    for n in HOP_BY_HOP {
+    for n in &HOP_BY_HOP {
         h.remove(n);
     }
     upgrade.filter(|_| listed_upgrade)
@@ -452,12 +453,13 @@ pub(crate) fn prepare_request(
         h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
         h.insert(header::UPGRADE, u.clone());
     }
+    // Origin form, from the parsed path and query as they are (no copy, no second parse).
     let pq = req
         .uri()
         .path_and_query()
-        .map(|p| p.as_str().to_owned())
-        .unwrap_or_else(|| "/".into());
-    *req.uri_mut() = pq.parse().unwrap_or_else(|_| http::Uri::from_static("/"));
+        .cloned()
+        .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
+    *req.uri_mut() = http::Uri::from(pq);
     *req.version_mut() = Version::HTTP_11;
     let on_upgrade = if upgrade.is_some() { on_upgrade } else { None };
     (req, on_upgrade)

@@ -102,7 +102,9 @@ pub(crate) async fn serve(
             continue;
         };
         let shared = shared.clone();
-        let shutdown = shutdown.clone();
+        // A token of its own, cancelled with the proxy's: the connection checks it each time
+        // it is polled, and checking locks the token, which every connection would share.
+        let shutdown = shutdown.child_token();
         let tls = tls.clone();
         metrics::counter!("warren_proxy_connections_total", "protocol" => "http").increment(1);
         conns.spawn(async move {
@@ -208,7 +210,7 @@ async fn handle(
             Route::Terminal { .. } => ("terminal", workspace_host(shared, target, req, peer).await),
         },
     };
-    let status = resp.status().as_u16().to_string();
+    let status = warren_metrics::status_label(resp.status());
     metrics::counter!("warren_http_requests_total", "service" => "proxy", "method" => method, "route" => kind, "status" => status)
         .increment(1);
     metrics::histogram!("warren_http_request_duration_seconds", "service" => "proxy", "method" => method, "route" => kind)

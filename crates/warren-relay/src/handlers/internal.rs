@@ -359,7 +359,9 @@ where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let on_upgrade = hyper::upgrade::on(&mut req);
-    let shutdown = relay.shutdown.clone();
+    // A token of its own, cancelled with the relay's: the copy checks it on every wake-up,
+    // and checking locks the token, which every tunnel would share.
+    let shutdown = relay.shutdown.child_token();
     let (open, from_agent, to_agent) = match counted {
         Some(kind) => {
             metrics::counter!("warren_relay_streams_total", "kind" => kind).increment(1);

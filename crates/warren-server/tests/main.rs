@@ -33,5 +33,6 @@ mod signal;
 mod spaces;
 mod sso;
 mod ui;
+mod ui_regions;
 mod upgrades;
 mod users;

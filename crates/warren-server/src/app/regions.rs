@@ -125,7 +125,7 @@ fn checked_door(domain: &str, scheme: &str, ssh: Option<&str>) -> Result<String,
 }
 
 /// What a region's URLs are made of: workspace domain, scheme, SSH address.
-type Door<'a> = (&'a str, &'a str, Option<&'a str>);
+pub type Door<'a> = (&'a str, &'a str, Option<&'a str>);
 
 fn door(r: &RegionRow) -> Door<'_> {
     (
@@ -143,7 +143,8 @@ fn presence_door(r: &PresenceRow) -> Door<'_> {
     )
 }
 
-fn describe((domain, scheme, ssh): Door<'_>) -> String {
+/// A door in words, as messages and the regions page show it.
+pub fn describe((domain, scheme, ssh): Door<'_>) -> String {
     match ssh {
         Some(a) => format!("{scheme}://*.{domain} with SSH at {a}"),
         None => format!("{scheme}://*.{domain} without SSH"),

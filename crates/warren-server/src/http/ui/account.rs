@@ -1,7 +1,7 @@
 //! The account page: personal access tokens (a new one's secret shown once), SSH keys, the
 //! password, working hours, and the `ssh-config` snippet for the user's workspaces.
 
-use super::layout::{self, ago, csrf, field_error, input, invalid, Input};
+use super::layout::{self, ago, csrf, danger_button, field_error, input, invalid, Input};
 use super::session::{Posted, Viewer};
 use super::UiError;
 use crate::app::{ssh_keys, tokens, users, workspaces, AppError, ErrorKind};
@@ -98,10 +98,7 @@ async fn render(http: &HttpState, viewer: &Viewer, extra: Extra<'_>) -> Result<R
                             td { @match t.last_used_at { Some(u) => (ago(u, now)), None => "never" } }
                             td {
                                 @if t.revoked { "revoked" } @else if t.expires_at <= now { "expired" } @else {
-                                    form method="post" action=(format!("/account/tokens/{}/revoke", t.id)) {
-                                        (csrf(viewer))
-                                        button.danger type="submit" aria-label=(format!("Revoke token {}", t.name)) { "Revoke" }
-                                    }
+                                    (danger_button(viewer, &format!("/account/tokens/{}/revoke", t.id), "Revoke", &format!("token {}", t.name)))
                                 }
                             }
                         }
@@ -131,10 +128,7 @@ async fn render(http: &HttpState, viewer: &Viewer, extra: Extra<'_>) -> Result<R
                 ul.plain { @for k in &keys {
                     li.key {
                         strong { (k.name) } " " code { (k.fingerprint) } " · added " (ago(k.created_at, now))
-                        form.inline method="post" action=(format!("/account/ssh-keys/{}/delete", k.id)) {
-                            (csrf(viewer))
-                            button.danger type="submit" aria-label=(format!("Remove SSH key {}", k.name)) { "Remove" }
-                        }
+                        (danger_button(viewer, &format!("/account/ssh-keys/{}/delete", k.id), "Remove", &format!("SSH key {}", k.name)))
                     }
                 } }
             }

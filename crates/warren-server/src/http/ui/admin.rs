@@ -31,7 +31,7 @@ fn connected(state: &AppState, a: &Agent) -> bool {
 
 /// Admin pages do not exist for others (404, as for anything a user may not see); the
 /// domain refuses them too.
-fn admin_only(viewer: &Viewer) -> Result<(), UiError> {
+pub(super) fn admin_only(viewer: &Viewer) -> Result<(), UiError> {
     if viewer.is_admin() {
         Ok(())
     } else {
@@ -68,6 +68,7 @@ async fn render(state: &AppState, viewer: &Viewer, extra: Extra<'_>) -> Result<R
     let agent_err = extra.agent_error.map(|e| e.message.clone());
     let (uname_err, pw_err) = (user_field("username"), user_field("password"));
     let body = html! {
+        nav aria-label="Administration" { p { a href="/admin/regions" { "Regions and proxies" } } }
         section aria-labelledby="users-h" {
             h2 id="users-h" { "Users" }
             div.table-wrap { table {
@@ -165,7 +166,7 @@ pub async fn page(State(state): State<AppState>, viewer: Viewer) -> Result<Respo
     render(&state, &viewer, Extra::default()).await
 }
 
-fn form_error(e: &AppError) -> bool {
+pub(super) fn form_error(e: &AppError) -> bool {
     matches!(e.kind, ErrorKind::Invalid | ErrorKind::Conflict)
 }
 

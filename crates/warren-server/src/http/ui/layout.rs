@@ -116,6 +116,17 @@ pub fn field_error(field: &str, error: Option<&str>) -> Markup {
     }
 }
 
+/// A form of one danger button posting to `action` (remove, revoke), with its CSRF field;
+/// the button's accessible name says what it acts on (`"{verb} {what}"`).
+pub fn danger_button(viewer: &Viewer, action: &str, verb: &str, what: &str) -> Markup {
+    html! {
+        form.inline method="post" action=(action) {
+            (csrf(viewer))
+            button.danger type="submit" aria-label=(format!("{verb} {what}")) { (verb) }
+        }
+    }
+}
+
 /// A labelled one-line input in a `div.field`, its error (if any) under it and tied to it
 /// for screen readers. `name` defaults to `id`.
 #[derive(Default)]
@@ -141,6 +152,19 @@ pub fn input(f: Input<'_>) -> Markup {
                 value=[f.value] placeholder=[f.placeholder] autocomplete=[f.autocomplete]
                 required[f.required] aria-describedby=[described] aria-invalid=[bad];
             (field_error(f.id, f.error))
+        }
+    }
+}
+
+/// A labelled `<select>` of `options` in a `div.field`, its error (if any) under it and tied
+/// to it for screen readers.
+pub fn select_field(name: &str, label: &str, error: Option<&str>, options: Markup) -> Markup {
+    html! {
+        div.field {
+            label for=(name) { (label) }
+            select id=(name) name=(name) aria-invalid=[error.map(|_| "true")]
+                aria-describedby=[error.map(|_| format!("{name}-error"))] { (options) }
+            (field_error(name, error))
         }
     }
 }

@@ -18,6 +18,7 @@ mod admin;
 mod assets;
 mod errors;
 mod layout;
+mod regions;
 mod secrets;
 mod session;
 mod sign_in;
@@ -99,5 +100,7 @@ pub fn router() -> Router<crate::http::HttpState> {
             "/admin/agents/{name}",
             get(admin::agent_page).post(admin::update_agent),
         )
+        .route("/admin/regions", get(regions::page).post(regions::save))
+        .route("/admin/regions/{name}/delete", post(regions::remove))
         .route("/assets/{file}", get(assets::serve))
 }

@@ -1,7 +1,7 @@
 //! The account's secrets page: the user's secrets and Git credentials (names and hosts only —
 //! a value is never shown again), forms to set them, and the name and email address their commits are made with.
 
-use super::layout::{self, ago, csrf, input, Input};
+use super::layout::{self, ago, csrf, danger_button, input, Input};
 use super::session::{Posted, Viewer};
 use super::UiError;
 use crate::app::{secrets, AppError, ErrorKind};
@@ -62,10 +62,7 @@ async fn render(http: &HttpState, viewer: &Viewer, shown: Shown<'_>) -> Result<R
                             td { (s.projects.as_deref().unwrap_or("all")) }
                             td { @if s.shared_workspaces { "yes" } @else { "no" } }
                             td { (ago(s.updated_at, now)) }
-                            td { form method="post" action=(format!("/account/secrets/{}/delete", s.name)) {
-                                (csrf(viewer))
-                                button.danger type="submit" aria-label=(format!("Remove {}", s.name)) { "Remove" }
-                            } }
+                            td { (danger_button(viewer, &format!("/account/secrets/{}/delete", s.name), "Remove", &s.name)) }
                         }
                     } }
                 } }
@@ -108,10 +105,7 @@ async fn render(http: &HttpState, viewer: &Viewer, shown: Shown<'_>) -> Result<R
                             td { (c.kind) }
                             td { @if c.shared_workspaces { "yes" } @else { "no" } }
                             td { (ago(c.updated_at, now)) }
-                            td { form method="post" action=(format!("/account/git-credentials/{}/delete", c.id)) {
-                                (csrf(viewer))
-                                button.danger type="submit" aria-label=(format!("Remove the credential for {}", c.host)) { "Remove" }
-                            } }
+                            td { (danger_button(viewer, &format!("/account/git-credentials/{}/delete", c.id), "Remove", &format!("the credential for {}", c.host))) }
                         }
                     } }
                 } }

@@ -337,21 +337,6 @@ pub(super) fn is_form_error(e: &AppError) -> bool {
     ) || e.code == "quota_exceeded"
 }
 
-// ---- one workspace ----
-
-/// A labelled `<select>` of `options` in a `div.field`, its error (if any) under it and tied
-/// to it for screen readers.
-fn select_field(name: &str, label: &str, error: Option<&str>, options: Markup) -> Markup {
-    html! {
-        div.field {
-            label for=(name) { (label) }
-            select id=(name) name=(name) aria-invalid=[error.map(|_| "true")]
-                aria-describedby=[error.map(|_| format!("{name}-error"))] { (options) }
-            (field_error(name, error))
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

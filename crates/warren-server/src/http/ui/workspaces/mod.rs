@@ -2,7 +2,7 @@
 //! workspace's page (state, links, actions with confirmation, resize) and its logs (tail
 //! and follow). Each handler calls the same `crate::app::workspaces` function as the API.
 
-use super::layout::{self, ago, csrf, field_error, invalid, state_badge};
+use super::layout::{self, ago, csrf, field_error, invalid, select_field, state_badge};
 use super::session::{Posted, Viewer};
 use super::UiError;
 use crate::app::workspaces::{self as domain, Logs, LogsRequest};

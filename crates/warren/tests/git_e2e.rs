@@ -351,9 +351,15 @@ fn a_repository_opens_by_url_from_the_cli_and_from_a_link() {
         ))
         .await
         .expect("create");
-        tab.wait_until(&format!("location.pathname === '/workspaces/{linked}'"), 60)
-            .await
-            .expect("the new workspace's page");
+        // The new address shows before its document is whole: read it once loaded.
+        tab.wait_until(
+            &format!(
+                "location.pathname === '/workspaces/{linked}' && document.readyState === 'complete'"
+            ),
+            60,
+        )
+        .await
+        .expect("the new workspace's page");
         let text = tab
             .eval("document.querySelector('main').innerText")
             .await

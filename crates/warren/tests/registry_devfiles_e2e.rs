@@ -235,16 +235,29 @@ fn every_registry_devfile_runs_unmodified_on_podman() {
     });
     let started = Instant::now();
     let mut report = Vec::new();
-    for batch in expects.chunks(PARALLEL) {
-        let outcomes: Vec<Result<String, String>> = std::thread::scope(|s| {
-            let handles: Vec<_> = batch.iter().map(|e| s.spawn(|| one(&up, e))).collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("thread"))
-                .collect()
-        });
-        report.extend(outcomes);
-    }
+    // PARALLEL workers take the next devfile as each finishes its own: one slow devfile
+    // holds up only its worker, not a whole batch.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..PARALLEL)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(e) = expects.get(i) else { break done };
+                        done.push((i, one(&up, e)));
+                    }
+                })
+            })
+            .collect();
+        let mut outcomes: Vec<(usize, Result<String, String>)> = workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("worker"))
+            .collect();
+        outcomes.sort_by_key(|(i, _)| *i);
+        report.extend(outcomes.into_iter().map(|(_, r)| r));
+    });
     let failures: Vec<&String> = report.iter().filter_map(|r| r.as_ref().err()).collect();
     // The failures first: CI shows only the start of a long output.
     for f in &failures {

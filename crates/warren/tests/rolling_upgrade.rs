@@ -96,6 +96,10 @@ fn previous_release() -> Result<PathBuf, String> {
         // A binary to run, not to debug: no debug info builds and links much faster.
         .env("CARGO_PROFILE_DEV_DEBUG", "0")
         .env("CARGO_INCREMENTAL", "0")
+        // This toolchain's compiler, not whatever `rustc` the PATH finds: rustup's proxy
+        // would pick the toolchain a dependency's own `rust-toolchain.toml` names (dashmap's
+        // says 1.85), which is not installed, when this binary runs outside `cargo test`.
+        .env("RUSTC", this_rustc())
         .output()
         .map_err(|e| format!("running cargo: {e}"))?;
     // The build is the test's setup: if it fails, say why rather than skip.
@@ -304,5 +308,16 @@ async fn the_previous_release_and_this_one_serve_one_database_side_by_side() {
         ("new", new.proc.log_text()),
     ] {
         assert!(!log.contains("panicked"), "{name} server:\n{log}");
+    }
+}
+
+/// The compiler beside the `cargo` that built these tests (rustup's toolchain directory),
+/// or `rustc` from the PATH when there is none there.
+fn this_rustc() -> PathBuf {
+    let beside = Path::new(env!("CARGO")).with_file_name("rustc");
+    if beside.exists() {
+        beside
+    } else {
+        PathBuf::from("rustc")
     }
 }

@@ -1,14 +1,14 @@
 //! Which proxies serve, and for which region (issue 42): each proxy process's latest word, and
 //! the regions administrators registered (the one door each may be shown with).
 
-use super::{get_i64, get_opt_str, get_str, Store, StoreError};
+use super::{Store, StoreError};
 
 /// How long a proxy that stopped saying it serves stays listed (for admins) before its row
 /// is dropped.
 const KEEP_GONE_MS: i64 = 24 * 3600 * 1000;
 
 /// A proxy's latest presence.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct PresenceRow {
     pub instance: String,
     /// Empty: a central proxy.
@@ -57,32 +57,20 @@ impl Store {
 
     /// Every proxy seen since `since_ms` (all kept rows with 0), the most recently seen first.
     pub async fn proxy_presences(&self, since_ms: i64) -> Result<Vec<PresenceRow>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT instance, region, workspace_domain, public_scheme, ssh_address, started_at, \
-             last_seen FROM proxy_presence WHERE last_seen >= $1 \
-             ORDER BY last_seen DESC, instance",
+        self.all(
+            sqlx::query_as(
+                "SELECT instance, region, workspace_domain, public_scheme, ssh_address, \
+                 started_at, last_seen FROM proxy_presence WHERE last_seen >= $1 \
+                 ORDER BY last_seen DESC, instance",
+            )
+            .bind(since_ms),
         )
-        .bind(since_ms)
-        .fetch_all(&self.db.pool)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(PresenceRow {
-                    instance: get_str(r, "instance")?,
-                    region: get_str(r, "region")?,
-                    workspace_domain: get_str(r, "workspace_domain")?,
-                    public_scheme: get_str(r, "public_scheme")?,
-                    ssh_address: get_opt_str(r, "ssh_address")?,
-                    started_at: get_i64(r, "started_at")?,
-                    last_seen: get_i64(r, "last_seen")?,
-                })
-            })
-            .collect()
+        .await
     }
 }
 
 /// A region an administrator registered: the only door its workspaces are shown with.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct RegionRow {
     pub name: String,
     /// `host[:port]` of its workspace hosts.
@@ -125,35 +113,22 @@ impl Store {
 
     /// Every registered region, by name.
     pub async fn regions(&self) -> Result<Vec<RegionRow>, StoreError> {
-        let rows = sqlx::query(
+        self.all(sqlx::query_as(
             "SELECT name, workspace_domain, public_scheme, ssh_address, created_at, updated_at \
              FROM regions ORDER BY name",
-        )
-        .fetch_all(&self.db.pool)
-        .await?;
-        rows.iter().map(region_row).collect()
+        ))
+        .await
     }
 
     /// Region `name`, when registered.
     pub async fn region(&self, name: &str) -> Result<Option<RegionRow>, StoreError> {
-        let row = sqlx::query(
-            "SELECT name, workspace_domain, public_scheme, ssh_address, created_at, updated_at \
-             FROM regions WHERE name = $1",
+        self.optional(
+            sqlx::query_as(
+                "SELECT name, workspace_domain, public_scheme, ssh_address, created_at, \
+                 updated_at FROM regions WHERE name = $1",
+            )
+            .bind(name),
         )
-        .bind(name)
-        .fetch_optional(&self.db.pool)
-        .await?;
-        row.as_ref().map(region_row).transpose()
+        .await
     }
-}
-
-fn region_row(r: &sqlx::any::AnyRow) -> Result<RegionRow, StoreError> {
-    Ok(RegionRow {
-        name: get_str(r, "name")?,
-        workspace_domain: get_str(r, "workspace_domain")?,
-        public_scheme: get_str(r, "public_scheme")?,
-        ssh_address: get_opt_str(r, "ssh_address")?,
-        created_at: get_i64(r, "created_at")?,
-        updated_at: get_i64(r, "updated_at")?,
-    })
 }

@@ -1,16 +1,17 @@
 //! SSH public keys per user, identified by their SHA256 fingerprint.
 
 use super::error::unique;
-use super::{get_i64, get_str, Store, StoreError};
+use super::{Store, StoreError};
 use crate::db::from_millis;
-use sqlx::any::AnyRow;
 use sqlx::FromRow;
 use warren_types::api::SshKey;
 use warren_types::{SshKeyId, UserId};
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct SshKeyRow {
+    #[sqlx(try_from = "i64")]
     pub id: SshKeyId,
+    #[sqlx(try_from = "i64")]
     pub user_id: UserId,
     pub name: String,
     pub public_key: String,
@@ -31,19 +32,6 @@ impl SshKeyRow {
 }
 
 const COLS: &str = "id, user_id, name, public_key, fingerprint, created_at";
-
-impl sqlx::FromRow<'_, AnyRow> for SshKeyRow {
-    fn from_row(r: &AnyRow) -> Result<Self, sqlx::Error> {
-        Ok(SshKeyRow {
-            id: SshKeyId(get_i64(r, "id")?),
-            user_id: UserId(get_i64(r, "user_id")?),
-            name: get_str(r, "name")?,
-            public_key: get_str(r, "public_key")?,
-            fingerprint: get_str(r, "fingerprint")?,
-            created_at: get_i64(r, "created_at")?,
-        })
-    }
-}
 
 impl Store {
     /// Inserts a key (normalised `type base64`) under its fingerprint, unique server-wide.

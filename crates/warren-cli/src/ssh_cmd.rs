@@ -92,6 +92,60 @@ pub fn host_block(endpoint: &SshEndpoint, workspace: &str, known_hosts: Option<&
     endpoint.host_block(workspace, known_hosts.map(quoted).as_deref())
 }
 
+/// The `ProxyCommand` that has OpenSSH reach `workspace` through this program's `ws
+/// ssh-proxy`, which picks the door at connect time (the region's proxy, else the central
+/// one). `program` is this executable; `warren_home` the `WARREN_HOME` in force, kept so the
+/// command finds the same sign-in when an IDE runs ssh without it.
+pub fn proxy_command(program: &Path, warren_home: Option<&Path>, workspace: &str) -> String {
+    let mut line = String::new();
+    if let Some(home) = warren_home {
+        line.push_str(&format!(
+            "env {}={} ",
+            crate::credentials::HOME_ENV,
+            shell_word(&home.display().to_string())
+        ));
+    }
+    line.push_str(&format!(
+        "{} ws ssh-proxy {} --host %h --port %p",
+        shell_word(&program.display().to_string()),
+        shell_word(workspace)
+    ));
+    line
+}
+
+/// [`proxy_command`] for this very program and the `WARREN_HOME` in force; `None` when the
+/// program's own path cannot be known (ssh then connects to the door directly).
+pub fn own_proxy_command(workspace: &str) -> Option<String> {
+    let program = std::env::current_exe().ok()?;
+    let home = std::env::var_os(crate::credentials::HOME_ENV)
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from);
+    Some(proxy_command(&program, home.as_deref(), workspace))
+}
+
+/// A host or workspace name that can stand in an SSH config line as it is: letters, digits
+/// and `.-:_` (IPv6 addresses included), nothing that could end the line or start a comment.
+pub fn plain_word(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || ".-:_".contains(c))
+}
+
+/// `word` as one shell word in a `ProxyCommand` (OpenSSH runs it with `sh -c` after expanding
+/// its own `%` tokens, so a literal `%` is doubled).
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+:@,".contains(c));
+    let quoted = if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    };
+    quoted.replace('%', "%%")
+}
+
 /// The `ssh` options that pin the host key to `known_hosts`.
 pub fn pin_options(known_hosts: &Path) -> Vec<String> {
     vec![
@@ -341,6 +395,44 @@ mod tests {
                 "ls",
                 "-la"
             ]
+        );
+    }
+
+    #[test]
+    fn only_plain_words_go_into_a_config() {
+        for ok in ["dev", "ssh.example.com", "::1", "10.0.0.1", "a_b-c"] {
+            assert!(plain_word(ok), "{ok}");
+        }
+        for bad in ["", "dev\n    ProxyCommand sh", "a b", "a#b", "a\"b", "%h"] {
+            assert!(!plain_word(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_proxy_command_is_one_shell_command_whatever_the_paths() {
+        assert_eq!(
+            proxy_command(Path::new("/usr/bin/warren"), None, "dev"),
+            "/usr/bin/warren ws ssh-proxy dev --host %h --port %p"
+        );
+        assert_eq!(
+            proxy_command(
+                Path::new("/opt/my tools/it's 100%/warren"),
+                Some(Path::new("/home/a b/.warren")),
+                "dev"
+            ),
+            "env WARREN_HOME='/home/a b/.warren' '/opt/my tools/it'\\''s 100%%/warren' ws \
+             ssh-proxy dev --host %h --port %p"
+        );
+        // What sh makes of it, once OpenSSH has undone the doubled `%`.
+        let line =
+            proxy_command(Path::new("/x/it's; rm -rf ~/$HOME"), None, "dev").replace("%%", "%");
+        let out = std::process::Command::new("sh")
+            .args(["-c", &format!("printf '%s\\n' {line}")])
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(out.stdout).unwrap(),
+            "/x/it's; rm -rf ~/$HOME\nws\nssh-proxy\ndev\n--host\n%h\n--port\n%p\n"
         );
     }
 

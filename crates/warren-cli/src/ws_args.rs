@@ -311,6 +311,21 @@ pub enum WsCommand {
         #[arg(long, alias = "install")]
         write: bool,
     },
+    /// Connect standard input and output to the workspace's SSH front door, as OpenSSH's
+    /// `ProxyCommand` (the Host blocks of workspaces in a region use it): the region's proxy
+    /// while it answers, else the central one, saying so.
+    #[command(name = "ssh-proxy", after_long_help = WS_SSH_PROXY_HELP)]
+    SshProxy {
+        /// Workspace name or id.
+        name: String,
+        /// The door the Host block was written with (OpenSSH's `%h`): used as it is when the
+        /// server cannot be asked.
+        #[arg(long)]
+        host: String,
+        /// Its port (OpenSSH's `%p`).
+        #[arg(long)]
+        port: u16,
+    },
     /// Make the workspace again from its definition as it is now: the devfile given, else
     /// its project's at its ref, else the one it was made from. Its volume and home are
     /// kept; what changes is shown first, and a running workspace restarts.
@@ -411,7 +426,20 @@ without NAMEs the file is rewritten with all your workspaces) and ~/.ssh/config 
 `Include warren.config` line at its top, once. Running it again changes nothing.
 
 Then `ssh warren-NAME` works, and VS Code Remote-SSH (\"Connect to Host…\") and JetBrains
-Gateway list the hosts and connect with no key set up.";
+Gateway list the hosts and connect with no key set up.
+
+A workspace whose agent is in a region gets one more line,
+`ProxyCommand <this warren> ws ssh-proxy NAME --host %h --port %p`: each connection then goes
+to the region's proxy while it answers, else to the central one, so a block written while the
+region served keeps working when it fails over (every proxy shows the same host key).";
+
+const WS_SSH_PROXY_HELP: &str = "\
+OpenSSH runs this as the ProxyCommand of a workspace's Host block (see `warren ws ssh-config`);
+it is not meant to be typed. It asks the server where the workspace is reached now: the
+region's SSH door while its proxy serves, tried first, else the central proxy's, with a notice
+on standard error saying why. When the server cannot be asked, it connects to --host/--port
+(the door the block was written with). The bytes are passed on unchanged: the SSH session,
+its keys and its host-key check are ssh's alone.";
 
 fn parse_actual_state(s: &str) -> Result<ActualState, String> {
     s.parse()

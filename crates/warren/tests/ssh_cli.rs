@@ -41,7 +41,11 @@ struct Env {
 }
 
 async fn env() -> Result<Env> {
-    let stack = Stack::start().await?;
+    env_with(warren_testkit::StackOptions::default()).await
+}
+
+async fn env_with(options: warren_testkit::StackOptions) -> Result<Env> {
+    let stack = Stack::start_with(options).await?;
     stack.runtime.enable_exec(std::env::temp_dir());
     let alice = stack.user("alice").await?;
     let home = tempfile::tempdir()?;
@@ -107,6 +111,21 @@ impl Env {
     fn ssh_dir(&self) -> PathBuf {
         self.home.path().join(".ssh")
     }
+}
+
+/// OpenSSH with Warren's written config alone, as an IDE runs it: the block's own key and
+/// pinned host keys, no agent, no questions.
+fn ide_ssh(config: &std::path::Path) -> Command {
+    let mut cmd = Command::new("ssh");
+    cmd.arg("-F").arg(config).args([
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "GlobalKnownHostsFile=/dev/null",
+        "-o",
+        "IdentityAgent=none",
+    ]);
+    cmd
 }
 
 fn text(b: &[u8]) -> String {
@@ -541,16 +560,8 @@ async fn vs_code_remote_ssh_connects_as_it_does() -> Result<()> {
         let l = std::net::TcpListener::bind("127.0.0.1:0")?;
         l.local_addr()?.port()
     };
-    let mut ssh = Command::new("ssh")
-        .arg("-F")
-        .arg(&config)
+    let mut ssh = ide_ssh(&config)
         .args([
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "GlobalKnownHostsFile=/dev/null",
-            "-o",
-            "IdentityAgent=none",
             "-T",
             "-D",
             &format!("127.0.0.1:{socks_port}"),
@@ -601,5 +612,158 @@ async fn vs_code_remote_ssh_connects_as_it_does() -> Result<()> {
         .await
         .context("ssh did not end after its input closed")??;
     assert!(status.success(), "{status:?}");
+    Ok(())
+}
+
+/// Issue 42: the Host block of a workspace in a region is written once and keeps working as
+/// the region's proxy comes and goes. Its `ProxyCommand` (`warren ws ssh-proxy`) picks the door
+/// when ssh connects: the region's proxy while it serves (the central one sees nothing), the
+/// central one when it died — before the server noticed too — saying so, and the region's new
+/// proxy when it is back; OpenSSH's pinned host-key check passes on every door, since all
+/// proxies show the server's shared key. Without a sign-in it goes to the door the block
+/// names. `warren ws ssh` takes the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_regions_ssh_host_follows_its_door_through_failover() -> Result<()> {
+    if !tools_present() {
+        return Ok(());
+    }
+    let e = env_with(warren_testkit::StackOptions {
+        proxies: 2,
+        ..Default::default()
+    })
+    .await?;
+    let s = &e.stack;
+    s.workspace(&e.alice, "alice-eu").await?;
+    let admin = &s.admin.token;
+    let agent = s
+        .api(reqwest::Method::GET, "/api/v1/agents/local", admin, None)
+        .await?;
+    let mut config = agent["config"].clone();
+    config["region"] = json!("eu");
+    s.api(
+        reqwest::Method::PUT,
+        "/api/v1/agents/local",
+        admin,
+        Some(json!({ "config": config })),
+    )
+    .await?;
+    let eu = s.regional_proxy("eu", "eu.localhost").await?;
+    let eu_ssh = eu.ssh_addr.context("the region's SSH door")?;
+    let central_ssh = || -> usize {
+        let balancers = s.proxy_balancers.as_ref().expect("two central replicas");
+        balancers
+            .1
+            .as_ref()
+            .expect("an SSH balancer")
+            .connections()
+            .iter()
+            .sum()
+    };
+
+    let out = e
+        .warren(&["ws", "ssh-config", "alice-eu", "--write"])
+        .await?;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let config = e.ssh_dir().join("warren.config");
+    let written = std::fs::read_to_string(&config)?;
+    assert!(
+        written.contains(&format!(
+            "Host warren-alice-eu\n    HostName {}\n    Port {}\n",
+            eu_ssh.ip(),
+            eu_ssh.port()
+        )),
+        "the region's door: {written}"
+    );
+    let proxy_command = format!(
+        "    ProxyCommand env WARREN_HOME={} {} ws ssh-proxy alice-eu --host %h --port %p\n",
+        e.home.path().join("warren").display(),
+        env!("CARGO_BIN_EXE_warren")
+    );
+    assert!(written.contains(&proxy_command), "{written}");
+
+    // OpenSSH as an IDE runs it: the block's own key, pinned host key and ProxyCommand; the
+    // sign-in is the CLI's (here its environment, as `warren login` would leave a file).
+    let ssh = |signed_in: bool| {
+        let mut cmd = ide_ssh(&config);
+        cmd.args(["warren-alice-eu", "exit 4"])
+            .env("HOME", e.home.path())
+            .env_remove("WARREN_URL")
+            .env_remove("WARREN_TOKEN")
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        if signed_in {
+            cmd.env("WARREN_URL", &s.api_url)
+                .env("WARREN_TOKEN", &e.alice.token);
+        }
+        async move {
+            let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+                .await
+                .context("ssh hung")??;
+            anyhow::Ok((out.status.code(), text(&out.stderr)))
+        }
+    };
+
+    // The region serves: its door, not a byte through the central proxy.
+    let before = central_ssh();
+    let (code, stderr) = ssh(true).await?;
+    assert_eq!(code, Some(4), "{stderr}");
+    assert!(!stderr.contains("warren:"), "no notice: {stderr}");
+    // Not signed in where ssh runs: the door the block names, saying why.
+    let (code, stderr) = ssh(false).await?;
+    assert_eq!(code, Some(4), "{stderr}");
+    assert!(
+        stderr.contains("could not ask the server where alice-eu is reached")
+            && stderr.contains(&format!("trying {eu_ssh} as the SSH config says")),
+        "{stderr}"
+    );
+    assert_eq!(central_ssh(), before, "the central proxy saw no SSH");
+
+    // The region's proxy dies: the same block logs in through the central proxy, whether
+    // the server has noticed yet (then the door is refused and passed over) or not.
+    eu.kill();
+    warren_testkit::wait_for("the killed proxy's SSH door to close", 30, || async {
+        tokio::net::TcpStream::connect(eu_ssh).await.is_err()
+    })
+    .await?;
+    let (code, stderr) = ssh(true).await?;
+    assert_eq!(code, Some(4), "{stderr}");
+    assert!(
+        stderr.contains("connecting through the central proxy")
+            || stderr.contains("region eu's proxy has not answered since"),
+        "{stderr}"
+    );
+    assert_eq!(central_ssh(), before + 1, "through the central proxy");
+    warren_testkit::wait_for("the dead proxy's presence to expire", 60, || async {
+        let w = s
+            .api(
+                reqwest::Method::GET,
+                "/api/v1/workspaces/alice-eu",
+                admin,
+                None,
+            )
+            .await
+            .expect("workspace");
+        w["region"]["regional"] == false
+    })
+    .await?;
+    let (code, stderr) = ssh(true).await?;
+    assert_eq!(code, Some(4), "{stderr}");
+    assert!(
+        stderr.contains("warren: region eu's proxy has not answered since"),
+        "the server's notice: {stderr}"
+    );
+    // `warren ws ssh` goes the same way.
+    let out = e.warren(&["ws", "ssh", "alice-eu", "--", "exit 5"]).await?;
+    assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
+    assert_eq!(central_ssh(), before + 3);
+
+    // The region is back, at the port the OS gave it: the block written before finds it.
+    let _back = s.regional_proxy("eu", "eu.localhost").await?;
+    let (code, stderr) = ssh(true).await?;
+    assert_eq!(code, Some(4), "{stderr}");
+    assert!(!stderr.contains("warren:"), "no notice: {stderr}");
+    let out = e.warren(&["ws", "ssh", "alice-eu", "--", "exit 6"]).await?;
+    assert_eq!(out.status.code(), Some(6), "{}", text(&out.stderr));
+    assert_eq!(central_ssh(), before + 3, "the region's proxy again");
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! The commands that talk to a server: each resolves credentials, calls the API, prints.
 
 pub(crate) mod projects;
+mod ssh_proxy;
 mod users;
 mod ws;
 

@@ -36,7 +36,7 @@ pub(super) async fn ssh_target(
 
 /// The SSH front door of a workspace: its region's proxy when that serves SSH and says
 /// where, else `central` (the same host keys: every proxy shares them).
-fn regional_endpoint(
+pub(super) fn regional_endpoint(
     central: &SshEndpoint,
     region: Option<&warren_types::api::WorkspaceRegion>,
 ) -> SshEndpoint {
@@ -148,7 +148,10 @@ async fn resize_command(c: &Client, out: Format, cmd: WsCommand) -> Result<(), C
 }
 
 pub(super) async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
-    let (c, _) = client()?;
+    let c = match client() {
+        Ok((c, _)) => c,
+        Err(e) => return super::ssh_proxy::unless_signed_in(e, cmd).await,
+    };
     match cmd {
         WsCommand::Create(args) => ws_create(&c, out, *args).await,
         WsCommand::Classes { agent } => crate::classes_cmd::run(&c, out, agent.as_deref()).await,
@@ -243,6 +246,9 @@ pub(super) async fn ws(out: Format, cmd: WsCommand) -> Result<(), CliError> {
             command,
         } => ws_ssh(&c, &name, ssh_options, &command).await,
         WsCommand::SshConfig { names, write } => ws_ssh_config(&c, names, write).await,
+        WsCommand::SshProxy { name, host, port } => {
+            super::ssh_proxy::run(Ok(&c), &name, host, port).await
+        }
         WsCommand::Run { name, command } => {
             let run = c.run_workspace_command(&name, &command).await;
             match crate::run_cmd::follow(named("workspace", &name, run)?).await? {
@@ -402,6 +408,11 @@ async fn ws_ssh(
         Ok(key) => options.extend(crate::ssh_identity::options(&key)),
         Err(e) => eprintln!("warning: {e}; ssh offers your own keys"),
     }
+    // In a region, the door is chosen again when ssh connects: a proxy that died since the
+    // server last heard of it is passed over for the central one.
+    if let (Some(_), Some(line)) = (&region, ssh_cmd::own_proxy_command(&target)) {
+        options.push(format!("ProxyCommand={line}"));
+    }
     let args = ssh_cmd::ssh_args(&endpoint, &target, &options, command);
     match ssh_cmd::exec_ssh(&args)? {
         0 => Ok(()),
@@ -526,6 +537,17 @@ async fn host_blocks(
         .iter()
         .map(|w| regional_endpoint(endpoint, w.region.as_ref()))
         .collect();
+    // What the server answers lands in ~/.ssh, where a line break would start a new option
+    // (a ProxyCommand, say): a name or host that is not one plain word is refused.
+    let words = workspaces.iter().map(|w| w.name.as_str());
+    if let Some(bad) = words
+        .chain(doors.iter().map(|d| d.host.as_str()))
+        .find(|w| !ssh_cmd::plain_word(w))
+    {
+        return Err(CliError::Failed(format!(
+            "the server named {bad:?} for an SSH config, which is not a plain host or workspace name; nothing was written"
+        )));
+    }
     let dir = ssh_cmd::default_ssh_dir()?;
     let mut known_hosts = ssh_cmd::pin_host_keys(&dir, endpoint)?;
     for d in doors
@@ -547,12 +569,20 @@ async fn host_blocks(
             String::new()
         }
     };
+    // A workspace in a region: the door is chosen at connect time, so the block survives
+    // the region failing over (or coming back).
     Ok(workspaces
         .iter()
         .zip(&doors)
         .map(|(w, door)| {
             let block = ssh_cmd::host_block(door, &w.name, known_hosts.as_deref());
-            (w.name.clone(), format!("{block}{identity}"))
+            let proxy = match w.region {
+                Some(_) => ssh_cmd::own_proxy_command(&w.name)
+                    .map(|line| format!("    ProxyCommand {line}\n"))
+                    .unwrap_or_default(),
+                None => String::new(),
+            };
+            (w.name.clone(), format!("{block}{identity}{proxy}"))
         })
         .collect())
 }

@@ -74,6 +74,7 @@ fn rendered_with(
         desired_state: desired,
         dotfiles_url: None,
         starter: None,
+        prebuild: false,
     };
     Ok(render(&devfile, &req)?.objects)
 }

@@ -74,6 +74,7 @@ fn request<'a>(
         desired_state: DesiredState::Running,
         dotfiles_url: None,
         starter: None,
+        prebuild: false,
     }
 }
 

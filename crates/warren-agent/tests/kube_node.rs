@@ -733,6 +733,7 @@ fn render_class(
             desired_state: warren_types::DesiredState::Running,
             dotfiles_url: None,
             starter: None,
+            prebuild: false,
         },
     )
     .expect("render");

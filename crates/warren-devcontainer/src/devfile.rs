@@ -130,6 +130,7 @@ pub fn build(config: &Config, project: &str, notices: &mut Vec<Notice>) -> Value
         post_start,
         post_attach,
         waited,
+        prebuild,
     } = lifecycle_commands(config, &main_name, &sources, &mut commands, notices);
     let mut devfile = json!({
         "schemaVersion": "2.2.0",
@@ -144,6 +145,9 @@ pub fn build(config: &Config, project: &str, notices: &mut Vec<Notice>) -> Value
     }
     if !post_attach.is_empty() {
         devfile["attributes"][warren_devfile::POST_ATTACH_ATTRIBUTE] = json!(post_attach);
+    }
+    if !prebuild.is_empty() {
+        devfile["attributes"][warren_devfile::PREBUILD_ATTRIBUTE] = json!(prebuild);
     }
     let needs = warren_types::host_requirements::HostRequirements {
         cpus: config.cpus,
@@ -176,6 +180,9 @@ struct Lifecycles {
     post_attach: Vec<String>,
     /// The last command `waitFor` covers (none: usable once the sources are in place).
     waited: Option<String>,
+    /// What a prebuild runs: `onCreateCommand` and `updateContentCommand`, as the
+    /// specification's prebuilds do (`postCreateCommand` waits for the workspace's user).
+    prebuild: Vec<String>,
 }
 
 /// Adds a command per lifecycle stage to `commands`, labelled with its property's name.
@@ -189,6 +196,7 @@ fn lifecycle_commands(
     let mut post_start = vec![];
     let mut post_attach = vec![];
     let mut waited: Option<String> = None;
+    let mut prebuild = vec![];
     for (stage, line) in stage_lines(config) {
         let id = command_id(stage);
         let line = if stage.once() { once(&id, &line) } else { line };
@@ -204,6 +212,9 @@ fn lifecycle_commands(
         if config.wait_for.is_some_and(|w| stage <= w) {
             waited = Some(id.clone());
         }
+        if matches!(stage, Stage::OnCreate | Stage::UpdateContent) {
+            prebuild.push(id.clone());
+        }
         post_start.push(id);
         if stage == Stage::UpdateContent && config.lifecycle.iter().any(|(s, _)| *s == stage) {
             notices.push(Notice {
@@ -216,6 +227,7 @@ fn lifecycle_commands(
         post_start,
         post_attach,
         waited,
+        prebuild,
     }
 }
 

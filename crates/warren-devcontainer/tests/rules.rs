@@ -249,6 +249,10 @@ fn lifecycle_commands_run_in_order_the_creation_ones_once_per_workspace() {
         Some("postCreateCommand")
     );
     assert_eq!(d.wait_for.as_deref(), Some("post-create"));
+    // A prebuild runs what the specification's prebuilds run; postCreate waits for the user.
+    assert_eq!(d.prebuild, ["on-create", "update-content"]);
+    let (d, _) = ok(r#"{ "image": "busybox", "postCreateCommand": "make" }"#);
+    assert!(d.prebuild.is_empty());
 }
 
 #[test]

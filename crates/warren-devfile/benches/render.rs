@@ -80,6 +80,7 @@ fn main() {
         desired_state: DesiredState::Running,
         dotfiles_url: None,
         starter: None,
+        prebuild: false,
     };
 
     // Every registry file, also as the parent of a small child (by id, at its version).

@@ -81,6 +81,13 @@ pub const POST_ATTACH_ATTRIBUTE: &str = "warren.dev/post-attach";
 /// every command ran. A dev container's `waitFor` travels in it.
 pub const WAIT_FOR_ATTRIBUTE: &str = "warren.dev/wait-for";
 
+/// Top-level attribute: the ids of `postStart` exec commands a prebuild runs (after the
+/// clone, in `postStart`'s order; the others wait for a workspace). A workspace started from
+/// that prebuild's volume fetches the commits since and does not run these again at its first
+/// start; later starts run them as any workspace's. A dev container's `onCreateCommand` and
+/// `updateContentCommand` travel in it.
+pub const PREBUILD_ATTRIBUTE: &str = "warren.dev/prebuild";
+
 /// Top-level attribute: a [`warren_types::host_requirements::HostRequirements`] (`cpus`,
 /// `memory`, `storage`, `gpu`: `no`, `optional` or `required`), the least the workspace's
 /// machine must have; on an agent with machine classes it picks the class a workspace gets
@@ -205,6 +212,7 @@ pub fn render_preview(
             desired_state: warren_types::DesiredState::Running,
             dotfiles_url: None,
             starter: None,
+            prebuild: false,
         },
     )
 }

@@ -56,6 +56,10 @@ pub struct Devfile {
     /// `None`: after every command.
     #[serde(default)]
     pub wait_for: Option<String>,
+    /// The `postStart` exec commands a prebuild runs ([`crate::PREBUILD_ATTRIBUTE`]), in
+    /// `postStart`'s order.
+    #[serde(default)]
+    pub prebuild: Vec<String>,
     /// The least its machine must have ([`crate::HOST_REQUIREMENTS_ATTRIBUTE`], a dev
     /// container's `hostRequirements`): the machine class it gets when its creator names none.
     #[serde(default)]
@@ -235,6 +239,7 @@ impl Devfile {
             editor: None,
             post_attach: Vec::new(),
             wait_for: None,
+            prebuild: Vec::new(),
             host_requirements: None,
         }
     }

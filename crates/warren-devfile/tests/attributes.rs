@@ -253,6 +253,40 @@ events:
     }
 }
 
+#[test]
+fn prebuild_names_post_start_exec_commands_kept_in_their_order() {
+    let text = r#"
+schemaVersion: 2.2.0
+metadata: {name: prebuilt}
+attributes:
+  warren.dev/prebuild: [later, setup]
+components:
+  - name: tools
+    container: {image: "localhost/warren-test:latest"}
+  - name: db
+    container: {image: "localhost/warren-test:latest"}
+commands:
+  - id: setup
+    exec: {component: tools, commandLine: "make setup"}
+  - id: seed
+    exec: {component: db, commandLine: "make seed"}
+  - id: later
+    exec: {component: tools, commandLine: "make later"}
+  - id: not-started
+    exec: {component: tools, commandLine: "make other"}
+events:
+  postStart: [setup, seed, later]
+"#;
+    let d = parse_devfile(text).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(d.prebuild, ["setup", "later"], "postStart's order");
+    let d = parse_devfile(&text.replace("[later, setup]", "[seed]")).unwrap();
+    assert_eq!(d.prebuild, ["seed"], "any container's");
+    for bad in ["[not-started]", "[nope]", "setup", "[3]"] {
+        let p = problems(&text.replace("[later, setup]", bad));
+        assert!(p.contains("attributes.warren.dev/prebuild"), "{bad}: {p}");
+    }
+}
+
 const ISOLATED: &str = r#"
 schemaVersion: 2.2.0
 metadata: {name: debug}

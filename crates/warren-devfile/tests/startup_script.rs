@@ -139,10 +139,17 @@ fn main_script(project: Option<ProjectSource<'_>>) -> String {
 
 /// The rendered startup script of the `tools` container of `devfile`.
 fn main_script_of(devfile: &str, project: Option<ProjectSource<'_>>) -> String {
+    tools_script(devfile, project, false)
+}
+
+/// The rendered startup script of the `tools` container of `devfile`, a prebuild's with
+/// `prebuild`.
+fn tools_script(devfile: &str, project: Option<ProjectSource<'_>>, prebuild: bool) -> String {
     let d = parse_devfile(devfile).expect("valid");
     let cfg = AgentConfig::default();
     let mut req = request(&cfg, &[]);
     req.project = project;
+    req.prebuild = prebuild;
     let r = render(&d, &req).expect("renders");
     let cm = r
         .objects
@@ -165,12 +172,20 @@ fn prepared_home(root: &Path) -> PathBuf {
 }
 
 fn run_script(root: &Path, url: &str, git_ref: &str) -> String {
-    let script = main_script(Some(ProjectSource {
+    run_script_of(root, DEVFILE, false, url, git_ref)
+}
+
+/// Renders `devfile`'s script of the `tools` container (a prebuild's, with `prebuild`) cloning
+/// project `demo` from `url`, runs it under `root` and returns the log once it is done.
+fn run_script_of(root: &Path, devfile: &str, prebuild: bool, url: &str, git_ref: &str) -> String {
+    let project = ProjectSource {
         name: "demo",
         git_url: url,
         git_ref,
         credential: None,
-    }));
+    };
+    let script = tools_script(devfile, Some(project), prebuild);
+    std::fs::create_dir_all(root).expect("root");
     let script_path = root.join("start-tools.sh");
     std::fs::write(&script_path, script).expect("write script");
     let projects = root.join("projects");
@@ -194,13 +209,9 @@ fn run_script(root: &Path, url: &str, git_ref: &str) -> String {
     wait_outcome(&log)
 }
 
-#[test]
-fn startup_script_clones_and_runs_post_start_commands() {
-    if !have("sh") || !have("git") {
-        eprintln!("skipping: needs sh and git");
-        return;
-    }
-    let tmp = TempDir::new("script");
+/// A repository in `tmp` with one commit (a `README` of "first"): its folder, that commit and
+/// its `file://` URL.
+fn origin(tmp: &TempDir) -> (PathBuf, String, String) {
     let repo = tmp.0.join("repo");
     std::fs::create_dir_all(&repo).unwrap();
     git(&repo, &["init", "--quiet"]);
@@ -208,9 +219,20 @@ fn startup_script_clones_and_runs_post_start_commands() {
     git(&repo, &["add", "README"]);
     git(&repo, &["commit", "--quiet", "-m", "one"]);
     let first = git(&repo, &["rev-parse", "HEAD"]);
+    let url = format!("file://{}", repo.display());
+    (repo, first, url)
+}
+
+#[test]
+fn startup_script_clones_and_runs_post_start_commands() {
+    if !have("sh") || !have("git") {
+        eprintln!("skipping: needs sh and git");
+        return;
+    }
+    let tmp = TempDir::new("script");
+    let (repo, first, url) = origin(&tmp);
     std::fs::write(repo.join("README"), "second\n").unwrap();
     git(&repo, &["commit", "--quiet", "-am", "two"]);
-    let url = format!("file://{}", repo.display());
 
     // By branch.
     let root = tmp.0.join("by-branch");
@@ -438,5 +460,110 @@ fn startup_script_clones_the_devfiles_projects_and_starter() {
     assert_eq!(
         std::fs::read_to_string(projects.join("apps/app/README")).unwrap(),
         "mine\n"
+    );
+}
+
+const PREBUILT_DEVFILE: &str = r#"
+schemaVersion: 2.2.0
+attributes:
+  warren.dev/prebuild: [deps]
+components:
+  - name: tools
+    container: {image: busybox}
+commands:
+  - id: deps
+    exec: {component: tools, commandLine: "echo installed >> ../deps-ran"}
+  - id: greet
+    exec: {component: tools, commandLine: "echo hello >> ../greet-ran"}
+events:
+  postStart: [greet, deps]
+"#;
+
+/// Issue 43: a prebuild clones and runs only its commands, marking each in the volume; the
+/// first start of a workspace from that volume brings the checkout up to the ref's newest
+/// commit and does not run them again; its later starts run them as any workspace's do.
+#[test]
+fn a_prebuild_runs_its_commands_once_and_a_workspace_from_it_catches_up() {
+    if !have("sh") || !have("git") {
+        eprintln!("skipping: needs sh and git");
+        return;
+    }
+    let tmp = TempDir::new("prebuild");
+    let (repo, first, url) = origin(&tmp);
+    let root = tmp.0.join("volume");
+    let projects = root.join("projects");
+    let lines = |file: &str| {
+        std::fs::read_to_string(projects.join(file))
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+
+    let log = run_script_of(&root, PREBUILT_DEVFILE, true, &url, "main");
+    assert!(log.contains("tools done"), "{log}");
+    assert_eq!((lines("deps-ran"), lines("greet-ran")), (1, 0), "{log}");
+    assert!(!log.contains("postStart command greet"), "{log}");
+    let prebuilt = projects.join(".warren/prebuilt");
+    assert_eq!(
+        std::fs::read_to_string(prebuilt.join("sources"))
+            .unwrap()
+            .trim(),
+        first
+    );
+    assert!(prebuilt.join("step-deps").exists());
+    let _ = wait_for(&projects.join(".warren/logs/tools.log"), "unshallow");
+
+    // A commit after the prebuild: the workspace starts at it, without installing again.
+    std::fs::write(repo.join("README"), "second\n").unwrap();
+    git(&repo, &["commit", "--quiet", "-am", "two"]);
+    let second = git(&repo, &["rev-parse", "HEAD"]);
+    let log = run_script_of(&root, PREBUILT_DEVFILE, false, &url, "main");
+    assert!(log.contains("tools done"), "{log}");
+    assert!(
+        log.contains(&format!(
+            "project demo started from the prebuild of {first}, now at {second}"
+        )),
+        "{log}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(projects.join("demo/README")).unwrap(),
+        "second\n"
+    );
+    assert!(
+        log.contains("postStart command deps ran in the prebuild; not again"),
+        "{log}"
+    );
+    assert_eq!((lines("deps-ran"), lines("greet-ran")), (1, 1), "{log}");
+    assert!(!prebuilt.join("sources").exists() && !prebuilt.join("step-deps").exists());
+
+    // A restart is any workspace's restart: the checkout left alone, every command run.
+    std::fs::write(repo.join("README"), "third\n").unwrap();
+    git(&repo, &["commit", "--quiet", "-am", "three"]);
+    let log = run_script_of(&root, PREBUILT_DEVFILE, false, &url, "main");
+    assert!(
+        log.contains("already present") && log.contains("tools done"),
+        "{log}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(projects.join("demo/README")).unwrap(),
+        "second\n"
+    );
+    assert_eq!((lines("deps-ran"), lines("greet-ran")), (2, 2), "{log}");
+
+    // A prebuild whose commit the remote no longer has a way forward from fails the start,
+    // saying so, rather than hiding stale sources.
+    let root = tmp.0.join("diverged");
+    let projects = root.join("projects");
+    let log = run_script_of(&root, PREBUILT_DEVFILE, true, &url, "main");
+    assert!(log.contains("tools done"), "{log}");
+    let _ = wait_for(&projects.join(".warren/logs/tools.log"), "unshallow");
+    git(&repo, &["reset", "--quiet", "--hard", &first]);
+    std::fs::write(repo.join("README"), "rewritten\n").unwrap();
+    git(&repo, &["commit", "--quiet", "-am", "rewritten"]);
+    let log = run_script_of(&root, PREBUILT_DEVFILE, false, &url, "main");
+    assert!(
+        log.contains("failed: bringing project demo up to date from the prebuild of")
+            && log.contains("fatal:"),
+        "{log}"
     );
 }

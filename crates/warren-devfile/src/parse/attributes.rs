@@ -1,8 +1,9 @@
 //! Warren's own top-level devfile attributes, checked: the names that resolve to the pod
 //! (`warren.dev/host-aliases`), the injected editor's extensions and settings
 //! (`warren.dev/editor`), the commands run when a session attaches
-//! (`warren.dev/post-attach`), when the workspace is usable (`warren.dev/wait-for`) and the
-//! least its machine must have (`warren.dev/host-requirements`).
+//! (`warren.dev/post-attach`), when the workspace is usable (`warren.dev/wait-for`), what a
+//! prebuild runs (`warren.dev/prebuild`) and the least its machine must have
+//! (`warren.dev/host-requirements`).
 
 use super::*;
 
@@ -73,6 +74,46 @@ pub(super) fn wait_for(
             None
         }
     }
+}
+
+/// The top-level [`crate::PREBUILD_ATTRIBUTE`]: ids of `postStart` exec commands, kept in
+/// `postStart`'s order (the order they run in).
+pub(super) fn prebuild(
+    attrs: &Map<String, Value>,
+    d: &Devfile,
+    errors: &mut Errors,
+) -> Vec<String> {
+    let Some(v) = attrs.get(crate::PREBUILD_ATTRIBUTE) else {
+        return vec![];
+    };
+    let at = format!("attributes.{}", crate::PREBUILD_ATTRIBUTE);
+    let Some(ids) = v.as_array() else {
+        errors.push(DevfileError::new(
+            at,
+            "expected a list of postStart command ids",
+        ));
+        return vec![];
+    };
+    let mut named = vec![];
+    for (i, id) in ids.iter().enumerate() {
+        let exec = id
+            .as_str()
+            .filter(|id| d.post_start.iter().any(|p| p == id))
+            .and_then(|id| d.command(id))
+            .filter(|c| matches!(c.action, CommandAction::Exec { .. }));
+        match exec {
+            Some(c) => named.push(c.id.clone()),
+            None => errors.push(DevfileError::new(
+                format!("{at}[{i}]"),
+                format!("{id} is not the id of a postStart exec command"),
+            )),
+        }
+    }
+    d.post_start
+        .iter()
+        .filter(|id| named.contains(id))
+        .cloned()
+        .collect()
 }
 
 /// The top-level [`crate::HOST_REQUIREMENTS_ATTRIBUTE`], each field checked by name.

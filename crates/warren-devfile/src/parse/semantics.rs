@@ -78,11 +78,13 @@ pub(super) fn semantics(raw: RawDevfile, errors: &mut Errors) -> Option<Devfile>
         editor: super::attributes::editor(&raw.attributes, errors),
         post_attach: Vec::new(),
         wait_for: None,
+        prebuild: Vec::new(),
         host_requirements: super::attributes::host_requirements(&raw.attributes, errors),
     })
     .map(|mut d| {
         d.post_attach = super::attributes::post_attach(&raw.attributes, &d, errors);
         d.wait_for = super::attributes::wait_for(&raw.attributes, &d, errors);
+        d.prebuild = super::attributes::prebuild(&raw.attributes, &d, errors);
         d
     })
 }

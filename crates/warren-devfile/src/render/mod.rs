@@ -141,6 +141,10 @@ pub struct RenderRequest<'a> {
     /// The starter project cloned when there is no `project`, by name; the devfile's first
     /// when `None` (or when it names none).
     pub starter: Option<&'a str>,
+    /// A prebuild's run ([`crate::PREBUILD_ATTRIBUTE`]): the startup clones, runs only the
+    /// prebuild's commands and marks what it did in the volume, for a workspace started from
+    /// it; no dotfiles, no editor.
+    pub prebuild: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

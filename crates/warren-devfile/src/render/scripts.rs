@@ -196,6 +196,33 @@ fn git_fetch(f: &Fetch<'_>) -> String {
     s
 }
 
+/// The first start of a workspace made from a prebuild's volume: the project's checkout is
+/// the prebuild's (its commit in `$prebuilt/sources`), brought up to the ref's newest commit
+/// (a fast-forward: the prebuild's checkout has no work of anyone's) before the clone step
+/// finds it present; the marker goes, so later starts leave the checkout alone.
+fn from_prebuild(name: &str) -> String {
+    format!(
+        r#"  if [ -f "$prebuilt/sources" ] && [ -d "$root"/{dest}/.git ]; then
+    was="$(cat "$prebuilt/sources")"
+    rm -f "$prebuilt/sources"
+    err="$logs"/update-{label}.err
+    status ": bringing project {label} up to date from its prebuild"
+    if {{ git -C "$root"/{dest} fetch --quiet origin "${{WARREN_PROJECT_GIT_REF:-HEAD}}" &&
+         git -C "$root"/{dest} merge --quiet --ff-only FETCH_HEAD; }} 2>"$err"; then
+      say "project {label} started from the prebuild of $was, now at $(git -C "$root"/{dest} rev-parse HEAD)"
+    else
+      cat "$err" 2>/dev/null
+      reason="$(grep '^fatal:' "$err" 2>/dev/null | tail -n 1 | tr -d '\r')"
+      fail "bringing project {label} up to date from the prebuild of $was failed: ${{reason:-git said nothing}}"
+    fi
+    rm -f "$err"
+  fi
+"#,
+        dest = sh_quote(name),
+        label = name,
+    )
+}
+
 /// Downloads and extracts a zip archive (curl or wget, then unzip, from the image).
 fn zip_fetch(f: &Fetch<'_>) -> String {
     let mut s = format!(
@@ -278,6 +305,14 @@ command -v tee >/dev/null 2>&1 && teed=1
 tell() { say "warren: $*"; [ -n "$teed" ] || echo "warren: $*" >&3; }
 "#;
 
+/// The startup's last word: done, or failed with the first failure's reason.
+const OUTCOME: &str = r#"  if [ "$ok" = 1 ]; then
+    status " done"
+  else
+    status " failed: $why"
+  fi
+"#;
+
 /// Lines of the startup that fail it: the first failure is its reason; the later steps are
 /// skipped, and the editor still starts, to fix things in.
 const FAIL: &str = r#"  ok=1
@@ -303,6 +338,8 @@ pub(super) fn startup_script(
     );
     let _ = writeln!(s, "root=\"${{PROJECTS_ROOT:-/projects}}\"");
     let _ = writeln!(s, "state=\"$root/.warren\"");
+    // What a prebuild did, for the first start of a workspace made from its volume.
+    let _ = writeln!(s, "prebuilt=\"$state/prebuilt\"");
     let _ = writeln!(s, "logs=\"$state/logs\"");
     let _ = writeln!(s, "mkdir -p \"$logs\" 2>/dev/null || logs=/tmp");
     let _ = writeln!(s, "log=\"$logs/{}.log\"", c.name);
@@ -311,7 +348,7 @@ pub(super) fn startup_script(
         // Before the command runs, so it (and every later shell) finds its home.
         s.push_str(HOME_SEED);
     }
-    let editor = editor.filter(|e| e.container == c.name);
+    let editor = editor.filter(|e| e.container == c.name && !req.prebuild);
     // The container's own output, where `warren ws logs` and the startup status read.
     let _ = writeln!(s, "exec 3>&2");
     s.push_str(TELL);
@@ -328,6 +365,9 @@ pub(super) fn startup_script(
     };
     if c.main {
         let image = c.image.replace(['\n', '"', '`', '$', '\\'], "_");
+        if let (Some(p), false) = (&req.project, req.prebuild) {
+            s.push_str(&from_prebuild(p.name));
+        }
         if let Some(p) = &req.project {
             s.push_str(&git_fetch(&Fetch {
                 label: p.name,
@@ -338,6 +378,13 @@ pub(super) fn startup_script(
                 sub_dir: None,
                 image: &image,
             }));
+            if req.prebuild {
+                let _ = writeln!(
+                    s,
+                    "  [ \"$ok\" = 1 ] && mkdir -p \"$prebuilt\" && git -C \"$root\"/{} rev-parse HEAD >\"$prebuilt/sources\"",
+                    sh_quote(p.name)
+                );
+            }
         }
         for (i, p) in devfile.projects.iter().enumerate() {
             s.push_str(&project_fetch(p, &format!("project-{i}"), &image));
@@ -349,7 +396,10 @@ pub(super) fn startup_script(
             }
         }
         let _ = writeln!(s, "  touch \"$state/cloned\"");
-        s.push_str(DOTFILES);
+        // A prebuild belongs to no one: the dotfiles are each workspace owner's.
+        if !req.prebuild {
+            s.push_str(DOTFILES);
+        }
         if devfile.wait_for.as_deref() == Some("") {
             ready(&mut s);
         }
@@ -377,7 +427,8 @@ pub(super) fn startup_script(
         else {
             continue;
         };
-        if component != &c.name {
+        let in_prebuilds = devfile.prebuild.contains(id);
+        if component != &c.name || (req.prebuild && !in_prebuilds) {
             continue;
         }
         let body = command_script(
@@ -386,31 +437,19 @@ pub(super) fn startup_script(
             "${PROJECT_SOURCE}",
             env,
         );
-        // The label (a dev container's property name) is what its author knows it by.
-        let what = match &cmd.label {
-            Some(l) => format!("postStart command {id} ({})", safe_word(l)),
-            None => format!("postStart command {id}"),
-        };
-        let _ = writeln!(s, "  if [ \"$ok\" = 1 ]; then");
-        let _ = writeln!(s, "    status \": running {what}\"");
-        let _ = writeln!(s, "    if /bin/sh -c {} ; then", sh_quote(&body));
-        let _ = writeln!(s, "      say \"{what} succeeded\"");
-        let _ = writeln!(s, "    else");
-        let _ = writeln!(
-            s,
-            "      fail \"{what} exited with code $?\"; say \"not running the later ones\""
-        );
-        let _ = writeln!(s, "    fi");
-        let _ = writeln!(s, "  fi");
+        let label = cmd.label.as_deref();
+        s.push_str(&post_start_step(
+            id,
+            label,
+            &body,
+            in_prebuilds,
+            req.prebuild,
+        ));
         if devfile.wait_for.as_deref() == Some(id.as_str()) {
             ready(&mut s);
         }
     }
-    let _ = writeln!(s, "  if [ \"$ok\" = 1 ]; then");
-    let _ = writeln!(s, "    status \" done\"");
-    let _ = writeln!(s, "  else");
-    let _ = writeln!(s, "    status \" failed: $why\"");
-    let _ = writeln!(s, "  fi");
+    s.push_str(OUTCOME);
     if let Some(e) = editor {
         s.push_str(&super::editor::start_lines(e, c));
     }
@@ -426,6 +465,49 @@ pub(super) fn startup_script(
     let _ = writeln!(s, "exec 3>&-");
     let _ = writeln!(s, "trap 'exit 0' TERM INT");
     let _ = writeln!(s, "while :; do sleep 3600 & wait $!; done");
+    s
+}
+
+/// One `postStart` command's lines in the startup: run unless an earlier step failed. A
+/// prebuild's run marks it done in the volume; a command a prebuild runs is, at the first
+/// start after that prebuild, skipped once (its marker consumed).
+fn post_start_step(
+    id: &str,
+    label: Option<&str>,
+    body: &str,
+    in_prebuilds: bool,
+    prebuild: bool,
+) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    // The label (a dev container's property name) is what its author knows it by.
+    let what = match label {
+        Some(l) => format!("postStart command {id} ({})", safe_word(l)),
+        None => format!("postStart command {id}"),
+    };
+    let marker = format!("\"$prebuilt\"/{}", sh_quote(&format!("step-{id}")));
+    if in_prebuilds && !prebuild {
+        // Once: the workspace's later starts run it as any workspace's do.
+        let _ = writeln!(s, "  if [ \"$ok\" = 1 ] && [ -e {marker} ]; then");
+        let _ = writeln!(s, "    rm -f {marker}");
+        let _ = writeln!(s, "    say \"{what} ran in the prebuild; not again\"");
+        let _ = writeln!(s, "  elif [ \"$ok\" = 1 ]; then");
+    } else {
+        let _ = writeln!(s, "  if [ \"$ok\" = 1 ]; then");
+    }
+    let _ = writeln!(s, "    status \": running {what}\"");
+    let _ = writeln!(s, "    if /bin/sh -c {} ; then", sh_quote(body));
+    let _ = writeln!(s, "      say \"{what} succeeded\"");
+    if prebuild {
+        let _ = writeln!(s, "      mkdir -p \"$prebuilt\" && : >{marker}");
+    }
+    let _ = writeln!(s, "    else");
+    let _ = writeln!(
+        s,
+        "      fail \"{what} exited with code $?\"; say \"not running the later ones\""
+    );
+    let _ = writeln!(s, "    fi");
+    let _ = writeln!(s, "  fi");
     s
 }
 

@@ -60,6 +60,7 @@ pub fn request<'a>(
         desired_state: DesiredState::Running,
         dotfiles_url: None,
         starter: None,
+        prebuild: false,
     }
 }
 

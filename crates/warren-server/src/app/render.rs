@@ -244,6 +244,7 @@ pub fn render_workspace(
         desired_state: input.desired,
         dotfiles_url: input.dotfiles_url,
         starter: input.starter,
+        prebuild: false,
     };
     let rendered = warren_devfile::render(devfile, &req).map_err(render_error)?;
     let cfg = &input.agent.config;

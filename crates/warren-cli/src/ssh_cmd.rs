@@ -116,11 +116,27 @@ pub fn proxy_command(program: &Path, warren_home: Option<&Path>, workspace: &str
 /// [`proxy_command`] for this very program and the `WARREN_HOME` in force; `None` when the
 /// program's own path cannot be known (ssh then connects to the door directly).
 pub fn own_proxy_command(workspace: &str) -> Option<String> {
-    let program = std::env::current_exe().ok()?;
+    let program = stable_program(std::env::current_exe().ok()?);
+    // Absolute: an IDE runs ssh from a folder of its own.
     let home = std::env::var_os(crate::credentials::HOME_ENV)
         .filter(|h| !h.is_empty())
-        .map(PathBuf::from);
+        .map(|h| std::path::absolute(PathBuf::from(&h)).unwrap_or_else(|_| PathBuf::from(h)));
     Some(proxy_command(&program, home.as_deref(), workspace))
+}
+
+/// The path to write for this program: the `PATH` entry that leads to it when there is one
+/// (`/usr/local/bin/warren`, say), which outlives an upgrade, rather than the versioned file
+/// a package manager's link resolves to (what the kernel reports as the executable).
+fn stable_program(exe: PathBuf) -> PathBuf {
+    let (Some(name), Some(path)) = (exe.file_name(), std::env::var_os("PATH")) else {
+        return exe;
+    };
+    let real = std::fs::canonicalize(&exe).unwrap_or_else(|_| exe.clone());
+    std::env::split_paths(&path)
+        .filter(|dir| dir.is_absolute())
+        .map(|dir| dir.join(name))
+        .find(|candidate| std::fs::canonicalize(candidate).is_ok_and(|c| c == real))
+        .unwrap_or(exe)
 }
 
 /// A host or workspace name that can stand in an SSH config line as it is: letters, digits
@@ -131,8 +147,9 @@ pub fn plain_word(s: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || ".-:_".contains(c))
 }
 
-/// `word` as one shell word in a `ProxyCommand` (OpenSSH runs it with `sh -c` after expanding
-/// its own `%` tokens, so a literal `%` is doubled).
+/// `word` as one shell word in a `ProxyCommand` (OpenSSH expands its own `%` tokens, so a
+/// literal `%` is doubled, then runs the line with the user's `$SHELL -c`: POSIX quoting,
+/// which sh, bash, zsh and dash read alike).
 fn shell_word(word: &str) -> String {
     let plain = !word.is_empty()
         && word

@@ -199,7 +199,11 @@ fn lifecycle_commands(
     let mut prebuild = vec![];
     for (stage, line) in stage_lines(config) {
         let id = command_id(stage);
-        let line = if stage.once() { once(&id, &line) } else { line };
+        let line = if stage.once() {
+            once(&id, &line, stage == Stage::UpdateContent)
+        } else {
+            line
+        };
         commands.push(json!({
             "id": id,
             "exec": {"component": main_name, "commandLine": line, "workingDir": sources,
@@ -526,9 +530,16 @@ pub fn command_line(c: &Lifecycle) -> String {
 
 /// `line` run at the first start only: a marker under `$HOME` records that it succeeded, so a
 /// failed run is tried again at the next start.
-fn once(id: &str, line: &str) -> String {
+fn once(id: &str, line: &str, again_for_new_sources: bool) -> String {
+    // A workspace started from a prebuild whose sources have moved on since (the startup
+    // script says so) runs `updateContentCommand` again: it is there for new content.
+    let done = if again_for_new_sources {
+        "[ -e \"$mark\" ] && [ -z \"${WARREN_SOURCES_UPDATED:-}\" ]"
+    } else {
+        "[ -e \"$mark\" ]"
+    };
     format!(
-        "mark=\"$HOME/{MARKER_DIR}/{id}.done\"\nif [ -e \"$mark\" ]; then exit 0; fi\n( {line}\n) || exit $?\nmkdir -p \"$HOME/{MARKER_DIR}\" && : >\"$mark\""
+        "mark=\"$HOME/{MARKER_DIR}/{id}.done\"\nif {done}; then exit 0; fi\n( {line}\n) || exit $?\nmkdir -p \"$HOME/{MARKER_DIR}\" && : >\"$mark\""
     )
 }
 

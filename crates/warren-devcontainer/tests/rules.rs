@@ -223,6 +223,13 @@ fn lifecycle_commands_run_in_order_the_creation_ones_once_per_workspace() {
         "{on_create}"
     );
     assert!(on_create.contains("echo created"));
+    // New sources since a prebuild run `updateContentCommand` again, never `onCreateCommand`.
+    assert!(!on_create.contains("WARREN_SOURCES_UPDATED"), "{on_create}");
+    let update = line("update-content");
+    assert!(
+        update.contains("[ -z \"${WARREN_SOURCES_UPDATED:-}\" ]"),
+        "{update}"
+    );
     // An array is run without a shell's word splitting: each word quoted.
     assert_eq!(line("post-start"), r#"'echo' 'it'\''s started'"#);
     // An object's commands run at the same time, the whole failing when one does.

@@ -479,9 +479,32 @@ events:
   postStart: [greet, deps]
 "#;
 
-/// Issue 43: a prebuild clones and runs only its commands, marking each in the volume; the
-/// first start of a workspace from that volume brings the checkout up to the ref's newest
-/// commit and does not run them again; its later starts run them as any workspace's do.
+/// Runs a prebuild of `PREBUILT_DEVFILE` in a new volume `root` (waiting for its background
+/// unshallow), and says what it left: the cloned commit.
+fn prebuild_in(root: &Path, url: &str) -> String {
+    let log = run_script_of(root, PREBUILT_DEVFILE, true, url, "main");
+    assert!(log.contains("tools done"), "{log}");
+    let prebuilt = root.join("projects/.warren/prebuilt");
+    assert!(prebuilt.join("step-deps").exists(), "{log}");
+    std::fs::read_to_string(prebuilt.join("sources"))
+        .expect("the cloned commit")
+        .trim()
+        .to_owned()
+}
+
+/// How many times a test command ran in volume `root` (the lines of its file).
+fn runs(root: &Path, file: &str) -> usize {
+    std::fs::read_to_string(root.join("projects").join(file))
+        .unwrap_or_default()
+        .lines()
+        .count()
+}
+
+/// Issue 43: a prebuild clones and runs only its commands, marking each in the volume. The
+/// first start of a workspace from that volume does not run them again when the ref has not
+/// moved; when it has, the checkout is fast-forwarded and they run again for the new commits.
+/// A failed catch-up is tried again at the next start; a ref that no longer leads on from the
+/// prebuild fails the start. Later starts run every command, as any workspace's do.
 #[test]
 fn a_prebuild_runs_its_commands_once_and_a_workspace_from_it_catches_up() {
     if !have("sh") || !have("git") {
@@ -490,80 +513,82 @@ fn a_prebuild_runs_its_commands_once_and_a_workspace_from_it_catches_up() {
     }
     let tmp = TempDir::new("prebuild");
     let (repo, first, url) = origin(&tmp);
-    let root = tmp.0.join("volume");
-    let projects = root.join("projects");
-    let lines = |file: &str| {
-        std::fs::read_to_string(projects.join(file))
-            .unwrap_or_default()
-            .lines()
-            .count()
-    };
 
-    let log = run_script_of(&root, PREBUILT_DEVFILE, true, &url, "main");
-    assert!(log.contains("tools done"), "{log}");
-    assert_eq!((lines("deps-ran"), lines("greet-ran")), (1, 0), "{log}");
-    assert!(!log.contains("postStart command greet"), "{log}");
-    let prebuilt = projects.join(".warren/prebuilt");
-    assert_eq!(
-        std::fs::read_to_string(prebuilt.join("sources"))
-            .unwrap()
-            .trim(),
-        first
-    );
-    assert!(prebuilt.join("step-deps").exists());
-    let _ = wait_for(&projects.join(".warren/logs/tools.log"), "unshallow");
-
-    // A commit after the prebuild: the workspace starts at it, without installing again.
-    std::fs::write(repo.join("README"), "second\n").unwrap();
-    git(&repo, &["commit", "--quiet", "-am", "two"]);
-    let second = git(&repo, &["rev-parse", "HEAD"]);
+    // The ref has not moved: nothing is installed again.
+    let root = tmp.0.join("same");
+    assert_eq!(prebuild_in(&root, &url), first);
+    assert_eq!((runs(&root, "deps-ran"), runs(&root, "greet-ran")), (1, 0));
     let log = run_script_of(&root, PREBUILT_DEVFILE, false, &url, "main");
     assert!(log.contains("tools done"), "{log}");
     assert!(
         log.contains(&format!(
-            "project demo started from the prebuild of {first}, now at {second}"
-        )),
+            "project demo started from the prebuild of {first}, the ref's newest commit"
+        )) && log.contains("postStart command deps ran in the prebuild; not again"),
         "{log}"
     );
-    assert_eq!(
-        std::fs::read_to_string(projects.join("demo/README")).unwrap(),
-        "second\n"
-    );
-    assert!(
-        log.contains("postStart command deps ran in the prebuild; not again"),
-        "{log}"
-    );
-    assert_eq!((lines("deps-ran"), lines("greet-ran")), (1, 1), "{log}");
+    assert_eq!((runs(&root, "deps-ran"), runs(&root, "greet-ran")), (1, 1));
+    let prebuilt = root.join("projects/.warren/prebuilt");
     assert!(!prebuilt.join("sources").exists() && !prebuilt.join("step-deps").exists());
-
-    // A restart is any workspace's restart: the checkout left alone, every command run.
-    std::fs::write(repo.join("README"), "third\n").unwrap();
-    git(&repo, &["commit", "--quiet", "-am", "three"]);
+    // A restart is any workspace's restart: every command runs.
     let log = run_script_of(&root, PREBUILT_DEVFILE, false, &url, "main");
     assert!(
         log.contains("already present") && log.contains("tools done"),
         "{log}"
     );
+    assert_eq!((runs(&root, "deps-ran"), runs(&root, "greet-ran")), (2, 2));
+
+    // A commit after the prebuild: the workspace starts at it, and installs again for it.
+    let moved = tmp.0.join("moved");
+    prebuild_in(&moved, &url);
+    std::fs::write(repo.join("README"), "second\n").unwrap();
+    git(&repo, &["commit", "--quiet", "-am", "two"]);
+    let second = git(&repo, &["rev-parse", "HEAD"]);
+    let log = run_script_of(&moved, PREBUILT_DEVFILE, false, &url, "main");
+    assert!(
+        log.contains("tools done")
+            && log.contains(&format!(
+                "started from the prebuild of {first}, now at {second}: the prebuild's commands run again"
+            )),
+        "{log}"
+    );
     assert_eq!(
-        std::fs::read_to_string(projects.join("demo/README")).unwrap(),
+        std::fs::read_to_string(moved.join("projects/demo/README")).unwrap(),
         "second\n"
     );
-    assert_eq!((lines("deps-ran"), lines("greet-ran")), (2, 2), "{log}");
+    assert_eq!(
+        (runs(&moved, "deps-ran"), runs(&moved, "greet-ran")),
+        (2, 1)
+    );
 
-    // A prebuild whose commit the remote no longer has a way forward from fails the start,
-    // saying so, rather than hiding stale sources.
-    let root = tmp.0.join("diverged");
-    let projects = root.join("projects");
-    let log = run_script_of(&root, PREBUILT_DEVFILE, true, &url, "main");
-    assert!(log.contains("tools done"), "{log}");
-    let _ = wait_for(&projects.join(".warren/logs/tools.log"), "unshallow");
+    // The remote unreachable at the first start: it fails saying so, and the next start
+    // catches up (and still does not install again).
+    let blip = tmp.0.join("blip");
+    prebuild_in(&blip, &url);
+    let away = tmp.0.join("repo-away");
+    std::fs::rename(&repo, &away).unwrap();
+    let log = run_script_of(&blip, PREBUILT_DEVFILE, false, &url, "main");
+    std::fs::rename(&away, &repo).unwrap();
+    assert!(
+        log.contains("failed: bringing project demo up to date from the prebuild of"),
+        "{log}"
+    );
+    assert_eq!(runs(&blip, "deps-ran"), 1, "{log}");
+    let log = run_script_of(&blip, PREBUILT_DEVFILE, false, &url, "main");
+    assert!(
+        log.contains("tools done") && log.contains("ran in the prebuild; not again"),
+        "{log}"
+    );
+    assert_eq!((runs(&blip, "deps-ran"), runs(&blip, "greet-ran")), (1, 1));
+
+    // History rewritten after the prebuild: the start fails rather than hide other sources.
+    let rewritten = tmp.0.join("rewritten");
+    prebuild_in(&rewritten, &url);
     git(&repo, &["reset", "--quiet", "--hard", &first]);
     std::fs::write(repo.join("README"), "rewritten\n").unwrap();
     git(&repo, &["commit", "--quiet", "-am", "rewritten"]);
-    let log = run_script_of(&root, PREBUILT_DEVFILE, false, &url, "main");
+    let log = run_script_of(&rewritten, PREBUILT_DEVFILE, false, &url, "main");
     assert!(
-        log.contains("failed: bringing project demo up to date from the prebuild of")
-            && log.contains("fatal:"),
+        log.contains("failed: project demo: its ref no longer leads on from the prebuild's commit"),
         "{log}"
     );
 }

@@ -15,9 +15,10 @@ use warren_client::Client;
 /// usually refuses at once; this bounds a door that drops packets instead.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How long the server may take to say where the workspace is reached: ssh is waiting, and
-/// the door the block names is there to fall back on.
-const ASK_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long the server may take to say where the workspace is reached: ssh is waiting (VS
+/// Code's Remote-SSH gives up after 15 s), and the door the block names is there to fall back
+/// on.
+const ASK_TIMEOUT: Duration = Duration::from_secs(8);
 
 /// One place to connect to, and what to say when it is skipped.
 #[derive(Debug, Clone, PartialEq, Eq)]

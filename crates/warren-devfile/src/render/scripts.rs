@@ -197,23 +197,38 @@ fn git_fetch(f: &Fetch<'_>) -> String {
 }
 
 /// The first start of a workspace made from a prebuild's volume: the project's checkout is
-/// the prebuild's (its commit in `$prebuilt/sources`), brought up to the ref's newest commit
-/// (a fast-forward: the prebuild's checkout has no work of anyone's) before the clone step
-/// finds it present; the marker goes, so later starts leave the checkout alone.
+/// the prebuild's (its commit in `$prebuilt/sources`), brought forward to the ref's newest
+/// commit (a fast-forward: the prebuild's checkout has no one's work) before the clone step
+/// finds it present. A ref that no longer leads on from that commit (history rewritten, moved
+/// back) fails the start rather than leave other sources than asked for unsaid. The marker goes
+/// only once that worked, so a start that failed (a network blip) tries again. New commits
+/// mean the prebuild's commands ran on other sources: their markers go, and
+/// `WARREN_SOURCES_UPDATED` lets a dev container's `updateContentCommand` run again.
 fn from_prebuild(name: &str) -> String {
     format!(
         r#"  if [ -f "$prebuilt/sources" ] && [ -d "$root"/{dest}/.git ]; then
     was="$(cat "$prebuilt/sources")"
-    rm -f "$prebuilt/sources"
     err="$logs"/update-{label}.err
     status ": bringing project {label} up to date from its prebuild"
-    if {{ git -C "$root"/{dest} fetch --quiet origin "${{WARREN_PROJECT_GIT_REF:-HEAD}}" &&
-         git -C "$root"/{dest} merge --quiet --ff-only FETCH_HEAD; }} 2>"$err"; then
-      say "project {label} started from the prebuild of $was, now at $(git -C "$root"/{dest} rev-parse HEAD)"
-    else
+    if ! git -C "$root"/{dest} fetch --quiet origin "${{WARREN_PROJECT_GIT_REF:-HEAD}}" 2>"$err" ||
+       {{ git -C "$root"/{dest} merge-base --is-ancestor HEAD FETCH_HEAD 2>>"$err" &&
+          ! git -C "$root"/{dest} merge --quiet --ff-only FETCH_HEAD >>"$err" 2>&1; }}; then
       cat "$err" 2>/dev/null
       reason="$(grep '^fatal:' "$err" 2>/dev/null | tail -n 1 | tr -d '\r')"
+      [ -n "$reason" ] || reason="$(grep -v '^[[:space:]]*$' "$err" 2>/dev/null | tail -n 1 | tr -d '\r')"
       fail "bringing project {label} up to date from the prebuild of $was failed: ${{reason:-git said nothing}}"
+    elif [ "$(git -C "$root"/{dest} rev-parse HEAD)" != "$(git -C "$root"/{dest} rev-parse FETCH_HEAD)" ]; then
+      fail "project {label}: its ref no longer leads on from the prebuild's commit $was (history rewritten or moved back); make the workspace again to start from the ref"
+    else
+      now="$(git -C "$root"/{dest} rev-parse HEAD)"
+      rm -f "$prebuilt/sources"
+      if [ "$now" = "$was" ]; then
+        say "project {label} started from the prebuild of $was, the ref's newest commit"
+      else
+        rm -f "$prebuilt"/step-*
+        export WARREN_SOURCES_UPDATED=1
+        say "project {label} started from the prebuild of $was, now at $now: the prebuild's commands run again for the new commits"
+      fi
     fi
     rm -f "$err"
   fi
@@ -379,9 +394,11 @@ pub(super) fn startup_script(
                 image: &image,
             }));
             if req.prebuild {
+                // The unshallow finishes before the volume is kept: a fetch cut short there
+                // would leave a lock the workspace's catch-up trips on.
                 let _ = writeln!(
                     s,
-                    "  [ \"$ok\" = 1 ] && mkdir -p \"$prebuilt\" && git -C \"$root\"/{} rev-parse HEAD >\"$prebuilt/sources\"",
+                    "  wait; [ \"$ok\" = 1 ] && mkdir -p \"$prebuilt\" && git -C \"$root\"/{} rev-parse HEAD >\"$prebuilt/sources\"",
                     sh_quote(p.name)
                 );
             }

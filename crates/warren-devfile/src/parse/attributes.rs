@@ -14,25 +14,46 @@ pub(super) fn post_attach(
     d: &Devfile,
     errors: &mut Errors,
 ) -> Vec<String> {
-    let Some(v) = attrs.get(crate::POST_ATTACH_ATTRIBUTE) else {
-        return vec![];
-    };
-    let at = format!("attributes.{}", crate::POST_ATTACH_ATTRIBUTE);
-    let Some(ids) = v.as_array() else {
-        errors.push(DevfileError::new(at, "expected a list of command ids"));
-        return vec![];
-    };
     let main = d.containers.get(d.main).map(|c| c.name.as_str());
+    command_ids(
+        attrs,
+        d,
+        crate::POST_ATTACH_ATTRIBUTE,
+        ("command ids", "an exec command of the main container"),
+        |c| matches!(&c.action, CommandAction::Exec { component, .. } if Some(component.as_str()) == main),
+        errors,
+    )
+}
+
+/// A top-level attribute that lists command ids, each one a command `fits`: those ids, in the
+/// attribute's order; the rest named by their index. `words` says what the list holds and
+/// what each id must be, for the errors.
+fn command_ids(
+    attrs: &Map<String, Value>,
+    d: &Devfile,
+    attribute: &str,
+    words: (&str, &str),
+    fits: impl Fn(&crate::model::Command) -> bool,
+    errors: &mut Errors,
+) -> Vec<String> {
+    let Some(v) = attrs.get(attribute) else {
+        return vec![];
+    };
+    let at = format!("attributes.{attribute}");
+    let Some(ids) = v.as_array() else {
+        errors.push(DevfileError::new(
+            at,
+            format!("expected a list of {}", words.0),
+        ));
+        return vec![];
+    };
     let mut out = vec![];
     for (i, id) in ids.iter().enumerate() {
-        let found = id.as_str().and_then(|id| d.command(id));
-        match found.map(|c| &c.action) {
-            Some(CommandAction::Exec { component, .. }) if Some(component.as_str()) == main => {
-                out.push(found.map(|c| c.id.clone()).unwrap_or_default());
-            }
+        match id.as_str() {
+            Some(id) if d.command(id).is_some_and(&fits) => out.push(id.to_owned()),
             _ => errors.push(DevfileError::new(
                 format!("{at}[{i}]"),
-                format!("{id} is not the id of an exec command of the main container"),
+                format!("{id} is not the id of {}", words.1),
             )),
         }
     }
@@ -83,32 +104,14 @@ pub(super) fn prebuild(
     d: &Devfile,
     errors: &mut Errors,
 ) -> Vec<String> {
-    let Some(v) = attrs.get(crate::PREBUILD_ATTRIBUTE) else {
-        return vec![];
-    };
-    let at = format!("attributes.{}", crate::PREBUILD_ATTRIBUTE);
-    let Some(ids) = v.as_array() else {
-        errors.push(DevfileError::new(
-            at,
-            "expected a list of postStart command ids",
-        ));
-        return vec![];
-    };
-    let mut named = vec![];
-    for (i, id) in ids.iter().enumerate() {
-        let exec = id
-            .as_str()
-            .filter(|id| d.post_start.iter().any(|p| p == id))
-            .and_then(|id| d.command(id))
-            .filter(|c| matches!(c.action, CommandAction::Exec { .. }));
-        match exec {
-            Some(c) => named.push(c.id.clone()),
-            None => errors.push(DevfileError::new(
-                format!("{at}[{i}]"),
-                format!("{id} is not the id of a postStart exec command"),
-            )),
-        }
-    }
+    let named = command_ids(
+        attrs,
+        d,
+        crate::PREBUILD_ATTRIBUTE,
+        ("postStart command ids", "a postStart exec command"),
+        |c| matches!(c.action, CommandAction::Exec { .. }) && d.post_start.contains(&c.id),
+        errors,
+    );
     d.post_start
         .iter()
         .filter(|id| named.contains(id))

@@ -75,6 +75,7 @@ fn rendered_with(
         dotfiles_url: None,
         starter: None,
         prebuild: false,
+        seed: None,
     };
     Ok(render(&devfile, &req)?.objects)
 }

@@ -75,6 +75,7 @@ fn request<'a>(
         dotfiles_url: None,
         starter: None,
         prebuild: false,
+        seed: None,
     }
 }
 

@@ -734,6 +734,7 @@ fn render_class(
             dotfiles_url: None,
             starter: None,
             prebuild: false,
+            seed: None,
         },
     )
     .expect("render");

@@ -18,6 +18,7 @@ mod engine_features;
 mod engine_gitops;
 mod engine_plan;
 mod engine_runtime;
+mod engine_seed;
 mod kube_builds;
 mod kube_dry_run;
 mod kube_exec;

@@ -189,6 +189,7 @@ fn render(a: RenderArgs) -> Result<(), CliError> {
         dotfiles_url: None,
         starter: None,
         prebuild: false,
+        seed: None,
     };
     let rendered = warren_devfile::render(&devfile, &req)
         .map_err(|e| CliError::Failed(format!("{}: cannot render: {e}", a.file.display())))?;

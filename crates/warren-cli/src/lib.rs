@@ -38,8 +38,8 @@ pub use agent_args::{
     RepoCommand,
 };
 pub use space_args::{
-    CredentialArgs, CredentialCommand, MemberCommand, MountCommand, MountGroup, ProjectCommand,
-    ProjectGroup, SpaceCommand, SpaceGroup, SpaceMemberCommand,
+    CredentialArgs, CredentialCommand, MemberCommand, MountCommand, MountGroup, PrebuildCommand,
+    ProjectCommand, ProjectGroup, SpaceCommand, SpaceGroup, SpaceMemberCommand,
 };
 pub use ws_args::{LimitArgs, WaitArgs, WsActionArgs, WsCommand, WsCreateArgs, WsGroup};
 

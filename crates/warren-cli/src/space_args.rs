@@ -64,6 +64,16 @@ pub enum ProjectCommand {
         #[command(subcommand)]
         cmd: MemberCommand,
     },
+    /// Prebuilds: the clone and the create-time steps run ahead of time, so new workspaces
+    /// of the default ref start from them.
+    #[command(after_help = "Examples:\n  \
+        warren project prebuild on app --agent local\n  \
+        warren project prebuild list app\n  \
+        warren project prebuild log app")]
+    Prebuild {
+        #[command(subcommand)]
+        cmd: PrebuildCommand,
+    },
     /// Delete a project (maintainers).
     #[command(visible_alias = "remove")]
     Rm { name: String },
@@ -101,6 +111,26 @@ pub enum CredentialCommand {
     /// Remove the credential.
     #[command(visible_alias = "remove")]
     Rm { name: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PrebuildCommand {
+    /// Turn prebuilds of the default ref on (maintainers): each new commit gets one, on the
+    /// agent given (the only agent when there is one).
+    On {
+        project: String,
+        #[arg(long)]
+        agent: Option<String>,
+    },
+    /// Turn them off (maintainers): the prebuilds and their volumes are removed.
+    Off { project: String },
+    /// Prebuild the default ref's newest commit now (maintainers).
+    Run { project: String },
+    /// The project's prebuilds, the newest first.
+    #[command(visible_alias = "ls")]
+    List { project: String },
+    /// The output of a finished prebuild (the newest when no id is given).
+    Log { project: String, id: Option<i64> },
 }
 
 #[derive(Debug, Subcommand)]

@@ -143,6 +143,14 @@ pub fn project_credential(name: &str) -> Vec<String> {
     segs(&["projects", name, "credential"])
 }
 
+pub fn project_prebuilds(name: &str) -> Vec<String> {
+    segs(&["projects", name, "prebuilds"])
+}
+
+pub fn project_prebuild_settings(name: &str) -> Vec<String> {
+    segs(&["projects", name, "prebuilds", "settings"])
+}
+
 pub fn project_members(name: &str) -> Vec<String> {
     segs(&["projects", name, "members"])
 }

@@ -109,6 +109,35 @@ impl Client {
         .await
     }
 
+    /// `GET /projects/{name}/prebuilds`: the newest first.
+    pub async fn list_prebuilds(&self, name: &str) -> Result<Vec<Prebuild>> {
+        self.get(&routes::project_prebuilds(name)).await
+    }
+
+    /// `POST /projects/{name}/prebuilds`: a prebuild of the default ref's newest commit now.
+    pub async fn run_prebuild(&self, name: &str) -> Result<Prebuild> {
+        self.call(
+            Method::POST,
+            &routes::project_prebuilds(name),
+            &[],
+            None::<&()>,
+        )
+        .await
+    }
+
+    /// `PUT` or `DELETE /projects/{name}/prebuilds/settings`: prebuilds on (on `agent`) or off.
+    pub async fn set_prebuilds(
+        &self,
+        name: &str,
+        on: Option<SetPrebuildsRequest>,
+    ) -> Result<Project> {
+        let route = routes::project_prebuild_settings(name);
+        match on {
+            Some(req) => self.with_body(Method::PUT, &route, &req).await,
+            None => self.call(Method::DELETE, &route, &[], None::<&()>).await,
+        }
+    }
+
     pub async fn list_project_members(&self, name: &str) -> Result<Vec<ProjectMember>> {
         self.get(&routes::project_members(name)).await
     }

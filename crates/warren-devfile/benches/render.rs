@@ -81,6 +81,7 @@ fn main() {
         dotfiles_url: None,
         starter: None,
         prebuild: false,
+        seed: None,
     };
 
     // Every registry file, also as the parent of a small child (by id, at its version).

@@ -213,6 +213,7 @@ pub fn render_preview(
             dotfiles_url: None,
             starter: None,
             prebuild: false,
+            seed: None,
         },
     )
 }

@@ -101,6 +101,8 @@ async fn bench(label: &str, url: String, home: &std::path::Path) {
             variables: vec![],
             starter: None,
             space_id: space.id,
+            prebuild_id: None,
+            seed: None,
         };
         state
             .store
@@ -121,6 +123,8 @@ async fn bench(label: &str, url: String, home: &std::path::Path) {
                             desired: DesiredState::Running,
                             dotfiles_url: None,
                             starter: None,
+                            prebuild: false,
+                            seed: None,
                         },
                     )
                 },

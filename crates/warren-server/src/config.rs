@@ -37,6 +37,9 @@ pub struct ServerConfig {
     /// How often the lifecycle timers run.
     #[serde(default = "default_lifecycle_interval")]
     pub lifecycle_interval_seconds: u64,
+    /// How often the refs of projects with prebuilds are read for new commits.
+    #[serde(default = "default_prebuild_poll")]
+    pub prebuild_poll_seconds: u64,
     #[serde(default = "default_full_interval")]
     pub full_reconciliation_interval_seconds: u64,
     #[serde(default = "default_partial_interval")]
@@ -221,6 +224,9 @@ fn default_admin_username() -> String {
 fn default_lifecycle_interval() -> u64 {
     60
 }
+fn default_prebuild_poll() -> u64 {
+    60
+}
 fn default_full_interval() -> u64 {
     3600
 }
@@ -244,6 +250,7 @@ impl ServerConfig {
             devfile_registries: vec![],
             bootstrap_admin_username: default_admin_username(),
             lifecycle_interval_seconds: default_lifecycle_interval(),
+            prebuild_poll_seconds: default_prebuild_poll(),
             full_reconciliation_interval_seconds: default_full_interval(),
             partial_reconciliation_interval_seconds: default_partial_interval(),
             max_db_connections: default_max_connections(),
@@ -330,6 +337,9 @@ impl ServerConfig {
         }
         if self.lifecycle_interval_seconds == 0 {
             return Err("lifecycle_interval_seconds: must be at least 1".into());
+        }
+        if self.prebuild_poll_seconds == 0 {
+            return Err("prebuild_poll_seconds: must be at least 1".into());
         }
         if self.full_reconciliation_interval_seconds == 0
             || self.partial_reconciliation_interval_seconds == 0

@@ -266,6 +266,7 @@ impl Server {
         };
         let tasks = shutdown.child_token();
         let interval = Duration::from_secs(self.config.lifecycle_interval_seconds);
+        let prebuild_poll = Duration::from_secs(self.config.prebuild_poll_seconds);
         let housekeeping = tokio::spawn({
             let state = self.state.clone();
             let tasks = tasks.clone();
@@ -275,11 +276,17 @@ impl Server {
                     interval,
                     tasks.clone(),
                 ));
+                let prebuilds = tokio::spawn(app::prebuilds::prebuild_task(
+                    state.clone(),
+                    prebuild_poll,
+                    tasks.clone(),
+                ));
                 let deletions =
                     tokio::spawn(app::users::deletion_task(state.clone(), interval, tasks));
                 let _ = timers.await;
+                let _ = prebuilds.await;
                 let _ = deletions.await;
-                // Both jobs stopped at the start of shutdown: another replica may take them
+                // The jobs stopped at the start of shutdown: another replica may take them
                 // now, without waiting for open connections to drain.
                 state.housekeeping.release(&state).await;
             }

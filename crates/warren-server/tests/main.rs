@@ -22,6 +22,7 @@ mod leases;
 mod machines;
 mod mounts;
 mod oauth;
+mod prebuilds;
 mod projects;
 mod rebuild;
 mod reconcile;

@@ -206,6 +206,26 @@ impl GitHttpServer {
         Ok(git(work.path(), &["rev-parse", "HEAD"])?.trim().to_owned())
     }
 
+    /// Pushes one commit onto `main` of `name` that writes `files` (path → contents) over
+    /// its tree, as a developer's push would (a fast-forward); returns the commit.
+    pub fn push_commit(&self, name: &str, files: &[(&str, &str)]) -> Result<String> {
+        let bare = self.path(name);
+        let work = tempfile::tempdir()?;
+        let from = bare.to_str().unwrap_or_default();
+        git(work.path(), &["clone", "--quiet", from, "."])?;
+        for (path, contents) in files {
+            let p = work.path().join(path);
+            if let Some(d) = p.parent() {
+                std::fs::create_dir_all(d)?;
+            }
+            std::fs::write(&p, contents)?;
+        }
+        git(work.path(), &["add", "--all"])?;
+        git(work.path(), &["commit", "--quiet", "-m", "next"])?;
+        git(work.path(), &["push", "--quiet", "origin", "main"])?;
+        Ok(git(work.path(), &["rev-parse", "HEAD"])?.trim().to_owned())
+    }
+
     /// The commit a branch of `name` points at (e.g. after a push from a workspace).
     pub fn head(&self, name: &str, branch: &str) -> Result<String> {
         Ok(git(

@@ -17,6 +17,7 @@ pub mod internal;
 pub mod isolation;
 pub mod lifecycle;
 pub mod machine;
+pub mod prebuild;
 pub mod quantity;
 pub mod reconcile;
 pub mod relay;

@@ -97,6 +97,9 @@ struct ServerSettings {
         value_name = "SECONDS"
     )]
     lifecycle_interval_seconds: Option<u64>,
+    /// Seconds between reads of the refs of projects with prebuilds (new commits start one).
+    #[arg(long, env = "WARREN_PREBUILD_POLL_SECONDS", value_name = "SECONDS")]
+    prebuild_poll_seconds: Option<u64>,
     /// Where users reach the proxy's SSH server (`host[:port]`), told to `warren ws ssh`
     /// and `warren ws ssh-config`; none: the installation offers no SSH to the CLI.
     #[arg(long, env = "WARREN_SSH_PUBLIC_ADDRESS", value_name = "HOST:PORT")]
@@ -236,6 +239,7 @@ fn merge(s: ServerSettings) -> anyhow::Result<(ServerConfig, SocketAddr)> {
         &mut c.lifecycle_interval_seconds,
         s.lifecycle_interval_seconds,
     );
+    set(&mut c.prebuild_poll_seconds, s.prebuild_poll_seconds);
     set(
         &mut c.full_reconciliation_interval_seconds,
         s.full_reconciliation_interval_seconds,

@@ -69,6 +69,14 @@ pub struct UpArgs {
         value_parser = clap::value_parser!(u64).range(1..=3600)
     )]
     partial_reconciliation_interval_seconds: u64,
+    /// Seconds between reads of the refs of projects with prebuilds (a new commit starts one).
+    #[arg(
+        long,
+        env = "WARREN_PREBUILD_POLL_SECONDS",
+        default_value_t = 60,
+        value_parser = clap::value_parser!(u64).range(1..=86400)
+    )]
+    prebuild_poll_seconds: u64,
     /// Address of the relay's listener for agents and connectors (`warren connect`); the
     /// default is a free loopback port, printed at start.
     #[arg(long, env = "WARREN_RELAY_LISTEN", default_value = "127.0.0.1:0")]
@@ -251,6 +259,7 @@ fn proxy_config(
 fn server_config(args: &UpArgs, home: &Path, bound: &Bound) -> anyhow::Result<ServerConfig> {
     let mut config = ServerConfig::new(home);
     config.partial_reconciliation_interval_seconds = args.partial_reconciliation_interval_seconds;
+    config.prebuild_poll_seconds = args.prebuild_poll_seconds;
     config.ssh_public_address = Some(bound.ssh_addr.to_string());
     // The proxy's host key, made now if new, is published so `warren ws ssh` pins it.
     let host_key = warren_proxy::ssh::host_public_key(

@@ -31,6 +31,7 @@ mod machines_e2e;
 mod mounts_e2e;
 mod parent_e2e;
 mod port_forward_cli;
+mod prebuild_e2e;
 mod registry_devfiles_e2e;
 mod registry_e2e;
 mod rolling_upgrade;

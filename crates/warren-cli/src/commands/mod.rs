@@ -15,8 +15,8 @@ use crate::ssh_cmd;
 use crate::wait::{self, Goal};
 use crate::{
     AgentCommand, CliError, Command, CredentialArgs, CredentialCommand, DotfilesCommand, LoginArgs,
-    MemberCommand, MountCommand, OAuthClientCommand, PasswdArgs, ProjectCommand, ScopeArg,
-    SpaceCommand, SpaceMemberCommand, SshKeyCommand, TokenCommand, UserCommand, WaitArgs,
+    MemberCommand, MountCommand, OAuthClientCommand, PasswdArgs, PrebuildCommand, ProjectCommand,
+    ScopeArg, SpaceCommand, SpaceMemberCommand, SshKeyCommand, TokenCommand, UserCommand, WaitArgs,
     WorkingHoursCommand, WsCommand, WsCreateArgs,
 };
 use std::io::{BufRead, IsTerminal, Write};

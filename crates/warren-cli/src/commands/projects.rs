@@ -114,6 +114,7 @@ pub(super) async fn project(out: Format, cmd: ProjectCommand) -> Result<(), CliE
                 eprintln!("{user:?} is no longer a member of project {project:?}.");
             }
         },
+        ProjectCommand::Prebuild { cmd } => prebuild(out, &c, cmd).await?,
         ProjectCommand::List => print(out, &c.list_projects().await?, |p| output::projects(p)),
         ProjectCommand::Show { name } => show(
             out,
@@ -128,6 +129,80 @@ pub(super) async fn project(out: Format, cmd: ProjectCommand) -> Result<(), CliE
             c.delete_project(&name).await,
             &format!("Project {name:?} deleted."),
         )?,
+    }
+    Ok(())
+}
+
+async fn prebuild(out: Format, c: &Client, cmd: PrebuildCommand) -> Result<(), CliError> {
+    match cmd {
+        PrebuildCommand::On { project, agent } => {
+            let req = warren_types::prebuild::SetPrebuildsRequest { agent };
+            let p = named(
+                "project",
+                &project,
+                c.set_prebuilds(&project, Some(req)).await,
+            )?;
+            print(out, &p, |p| {
+                format!(
+                    "Project {:?}: prebuilds of {} on agent {}; the next read of the ref starts one (or `warren project prebuild run {}`).",
+                    p.name,
+                    p.default_ref,
+                    p.prebuild_agent.as_deref().unwrap_or("?"),
+                    p.name
+                )
+            });
+        }
+        PrebuildCommand::Off { project } => {
+            let p = named("project", &project, c.set_prebuilds(&project, None).await)?;
+            print(out, &p, |p| {
+                format!(
+                    "Project {:?}: prebuilds off; their volumes are removed.",
+                    p.name
+                )
+            });
+        }
+        PrebuildCommand::Run { project } => {
+            let b = named("project", &project, c.run_prebuild(&project).await)?;
+            print(out, &b, |b| {
+                format!(
+                    "Prebuild {} of project {:?} at {} ({}): {}.",
+                    b.id,
+                    b.project,
+                    b.git_ref,
+                    b.commit.get(..12).unwrap_or(&b.commit),
+                    output::prebuild_state(b)
+                )
+            });
+        }
+        PrebuildCommand::List { project } => show(
+            out,
+            "project",
+            &project,
+            c.list_prebuilds(&project).await,
+            |b| output::prebuilds(b),
+        )?,
+        PrebuildCommand::Log { project, id } => {
+            let all = named("project", &project, c.list_prebuilds(&project).await)?;
+            let found = match id {
+                Some(id) => all.iter().find(|b| b.id == id),
+                None => all.iter().find(|b| b.log.is_some()),
+            };
+            let Some(b) = found else {
+                return Err(CliError::Usage(match id {
+                    Some(id) => format!("project {project:?} has no prebuild {id}"),
+                    None => format!("project {project:?} has no finished prebuild yet"),
+                }));
+            };
+            print(out, b, |b| {
+                b.log.clone().unwrap_or_else(|| {
+                    format!(
+                        "Prebuild {} has no output kept ({}).",
+                        b.id,
+                        output::prebuild_state(b)
+                    )
+                })
+            });
+        }
     }
     Ok(())
 }

@@ -493,8 +493,55 @@ pub fn project(p: &Project) -> String {
             "Credential",
             p.credential.clone().unwrap_or_else(|| "none".into()),
         ),
+        (
+            "Prebuilds",
+            p.prebuild_agent
+                .as_ref()
+                .map(|a| format!("on agent {a}"))
+                .unwrap_or_else(|| "off".into()),
+        ),
         ("Created", time(&p.created_at)),
     ])
+}
+
+/// A prebuild's state, with why it failed or went.
+pub fn prebuild_state(b: &warren_types::prebuild::Prebuild) -> String {
+    use warren_types::prebuild::PrebuildState;
+    let state = match b.state {
+        PrebuildState::Running => "running",
+        PrebuildState::Ready => "ready",
+        PrebuildState::Failed => "failed",
+        PrebuildState::Removed => "removed",
+    };
+    match &b.reason {
+        Some(r) => format!("{state}: {r}"),
+        None => state.to_owned(),
+    }
+}
+
+pub fn prebuilds(items: &[warren_types::prebuild::Prebuild]) -> String {
+    if items.is_empty() {
+        return "No prebuilds.".into();
+    }
+    let mut t = table(&[
+        "ID", "REF", "COMMIT", "AGENT", "TRIGGER", "USED", "CREATED", "STATE",
+    ]);
+    for b in items {
+        t.add_row(vec![
+            b.id.to_string(),
+            b.git_ref.clone(),
+            b.commit.get(..12).unwrap_or(&b.commit).to_owned(),
+            b.agent.clone(),
+            match b.trigger {
+                warren_types::prebuild::PrebuildTrigger::Push => "push".into(),
+                warren_types::prebuild::PrebuildTrigger::Manual => "manual".into(),
+            },
+            b.used.to_string(),
+            time(&b.created_at),
+            prebuild_state(b),
+        ]);
+    }
+    finish(t)
 }
 
 fn scopes(t: &Token) -> String {

@@ -145,6 +145,9 @@ pub struct RenderRequest<'a> {
     /// prebuild's commands and marks what it did in the volume, for a workspace started from
     /// it; no dotfiles, no editor.
     pub prebuild: bool,
+    /// The prebuild whose volumes this workspace's new volumes start as copies of: its
+    /// PersistentVolumeClaims name it, and its first start says when no copy was made.
+    pub seed: Option<warren_types::prebuild::Seed<'a>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

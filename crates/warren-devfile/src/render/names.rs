@@ -1,5 +1,6 @@
 //! Names and metadata: object names within Kubernetes' limits, port names, the checks of
-//! variable keys and of the agent's labels and annotations, and the shared object metadata.
+//! variable keys, of the agent's labels and annotations and of the request's names, and the
+//! shared object metadata.
 
 use super::{RenderError, RenderRequest};
 use crate::model::Protocol;
@@ -107,4 +108,42 @@ pub(super) fn port_name(name: &str, port: u16) -> String {
     } else {
         format!("p{port}")
     }
+}
+
+/// What the agent's configuration and the request must be for a rendering: the workspace's
+/// namespace when they are.
+pub(super) fn check_request(req: &RenderRequest<'_>) -> Result<String, RenderError> {
+    let cfg = req.agent_config;
+    let name = req.workspace_name;
+    if let Some(problem) = crate::k8s::dns1035_label_problem(name, 40) {
+        return Err(RenderError::WorkspaceName(problem));
+    }
+    let namespace = match &cfg.shared_namespace {
+        Some(ns) => {
+            // `warren-ws-<name>` is a workspace's own namespace to the agent, which deletes it
+            // with the workspace.
+            if !crate::parse::is_dns_label(ns, 63) || ns.starts_with("warren-ws-") {
+                return Err(RenderError::Namespace(ns.clone()));
+            }
+            ns.clone()
+        }
+        None => format!("warren-ws-{name}"),
+    };
+    let agent_namespace = &cfg.network_policy.agent_namespace;
+    if !crate::parse::is_dns_label(agent_namespace, 63) {
+        return Err(RenderError::Namespace(agent_namespace.clone()));
+    }
+    if let Some(p) = req.project.as_ref().filter(|p| {
+        p.name.is_empty()
+            || p.name == "."
+            || p.name == ".."
+            || p.name.contains('/')
+            || p.name.contains('\0')
+            || p.name.len() > 255
+    }) {
+        return Err(RenderError::ProjectName(p.name.to_owned()));
+    }
+    check_metadata_map(&cfg.labels, true)?;
+    check_metadata_map(&cfg.annotations, false)?;
+    Ok(namespace)
 }

@@ -5,6 +5,7 @@
 
 use super::*;
 use warren_types::features::FeatureSource;
+use warren_types::prebuild::{PREBUILD_LABEL, SEED_FROM_ANNOTATION, SEED_FROM_ID_ANNOTATION};
 use warren_types::relay::{BuildImageTask, IMAGE_BUILDS_ANNOTATION};
 
 pub(super) fn render(devfile: &Devfile, req: &RenderRequest<'_>) -> Result<Rendered, RenderError> {
@@ -66,44 +67,6 @@ fn push(objects: &mut Vec<serde_json::Value>, v: Result<serde_json::Value, serde
     }
 }
 
-/// What the agent's configuration and the request must be for a rendering: the workspace's
-/// namespace when they are.
-fn check_request(req: &RenderRequest<'_>) -> Result<String, RenderError> {
-    let cfg = req.agent_config;
-    let name = req.workspace_name;
-    if let Some(problem) = crate::k8s::dns1035_label_problem(name, 40) {
-        return Err(RenderError::WorkspaceName(problem));
-    }
-    let namespace = match &cfg.shared_namespace {
-        Some(ns) => {
-            // `warren-ws-<name>` is a workspace's own namespace to the agent, which deletes it
-            // with the workspace.
-            if !crate::parse::is_dns_label(ns, 63) || ns.starts_with("warren-ws-") {
-                return Err(RenderError::Namespace(ns.clone()));
-            }
-            ns.clone()
-        }
-        None => format!("warren-ws-{name}"),
-    };
-    let agent_namespace = &cfg.network_policy.agent_namespace;
-    if !crate::parse::is_dns_label(agent_namespace, 63) {
-        return Err(RenderError::Namespace(agent_namespace.clone()));
-    }
-    if let Some(p) = req.project.as_ref().filter(|p| {
-        p.name.is_empty()
-            || p.name == "."
-            || p.name == ".."
-            || p.name.contains('/')
-            || p.name.contains('\0')
-            || p.name.len() > 255
-    }) {
-        return Err(RenderError::ProjectName(p.name.to_owned()));
-    }
-    check_metadata_map(&cfg.labels, true)?;
-    check_metadata_map(&cfg.annotations, false)?;
-    Ok(namespace)
-}
-
 /// The labels, annotations and selector every object of the workspace carries.
 fn context<'r>(req: &RenderRequest<'r>, namespace: String) -> Ctx<'r> {
     let cfg = req.agent_config;
@@ -111,6 +74,9 @@ fn context<'r>(req: &RenderRequest<'r>, namespace: String) -> Ctx<'r> {
     let mut labels = cfg.labels.clone();
     labels.insert(LABEL_AGENT.into(), req.agent_id.to_string());
     labels.insert(LABEL_WORKSPACE.into(), req.workspace_id.to_string());
+    if req.prebuild {
+        labels.insert(PREBUILD_LABEL.into(), "true".into());
+    }
     let mut annotations = cfg.annotations.clone();
     annotations.insert(
         ANNOTATION_HOST.into(),
@@ -362,8 +328,22 @@ impl<'a, 'r> Plan<'a, 'r> {
     ) -> Vec<core::Volume> {
         let (devfile, name, ctx) = (self.devfile, self.name, &self.ctx);
         let (editor, data_size) = (&self.editor, &self.data_size);
+        // A new workspace's claims name the prebuild whose same-named volumes they start
+        // as copies of.
+        let claim_meta = |claim: String| {
+            let mut meta = ctx.meta(claim);
+            if let Some(seed) = &self.req.seed {
+                let annotations = meta.annotations.get_or_insert_with(Default::default);
+                annotations.insert(SEED_FROM_ANNOTATION.into(), seed.workspace.to_owned());
+                annotations.insert(
+                    SEED_FROM_ID_ANNOTATION.into(),
+                    seed.workspace_id.to_string(),
+                );
+            }
+            meta
+        };
         let pvc = |claim: String, size: &str| core::PersistentVolumeClaim {
-            metadata: ctx.meta(claim),
+            metadata: claim_meta(claim),
             spec: Some(core::PersistentVolumeClaimSpec {
                 access_modes: Some(vec!["ReadWriteOnce".into()]),
                 resources: Some(core::VolumeResourceRequirements {

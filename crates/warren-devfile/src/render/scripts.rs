@@ -204,9 +204,26 @@ fn git_fetch(f: &Fetch<'_>) -> String {
 /// only once that worked, so a start that failed (a network blip) tries again. New commits
 /// mean the prebuild's commands ran on other sources: their markers go, and
 /// `WARREN_SOURCES_UPDATED` lets a dev container's `updateContentCommand` run again.
-fn from_prebuild(name: &str) -> String {
+fn from_prebuild(name: &str, seed: Option<&str>) -> String {
+    // Rendered from a prebuild whose volume did not reach this one (the copy failed, or the
+    // prebuild was collected meanwhile): a cold start, said as such.
+    let cold = seed.map(|commit| {
+        let commit: String = commit.chars().filter(char::is_ascii_hexdigit).collect();
+        format!(
+            "  elif [ ! -d \"$root\"/{dest}/.git ]; then\n    say \"project {name}: the prebuild of {commit} was not copied into this workspace's volume; starting without it\"\n",
+            dest = sh_quote(name),
+        )
+    });
+    let cut = if seed.is_some() {
+        format!(
+            "  if [ -e \"$root\"/{marker} ]; then\n    fail \"project {name}: copying the prebuild into this workspace's volume was cut short; make the workspace again\"\n  el",
+            marker = warren_types::prebuild::SEEDING_MARKER,
+        )
+    } else {
+        "  ".to_owned()
+    };
     format!(
-        r#"  if [ -f "$prebuilt/sources" ] && [ -d "$root"/{dest}/.git ]; then
+        r#"{cut}if [ -f "$prebuilt/sources" ] && [ -d "$root"/{dest}/.git ]; then
     was="$(cat "$prebuilt/sources")"
     err="$logs"/update-{label}.err
     status ": bringing project {label} up to date from its prebuild"
@@ -231,10 +248,11 @@ fn from_prebuild(name: &str) -> String {
       fi
     fi
     rm -f "$err"
-  fi
+{cold}  fi
 "#,
         dest = sh_quote(name),
         label = name,
+        cold = cold.unwrap_or_default(),
     )
 }
 
@@ -381,7 +399,7 @@ pub(super) fn startup_script(
     if c.main {
         let image = c.image.replace(['\n', '"', '`', '$', '\\'], "_");
         if let (Some(p), false) = (&req.project, req.prebuild) {
-            s.push_str(&from_prebuild(p.name));
+            s.push_str(&from_prebuild(p.name, req.seed.map(|s| s.commit)));
         }
         if let Some(p) = &req.project {
             s.push_str(&git_fetch(&Fetch {

@@ -61,6 +61,7 @@ pub fn request<'a>(
         dotfiles_url: None,
         starter: None,
         prebuild: false,
+        seed: None,
     }
 }
 

@@ -49,10 +49,10 @@ pub async fn context(
     req: &BuildContextRequest,
 ) -> Result<BuildContext, AppError> {
     let agent = super::gitops::relay_agent(state, bearer).await?;
-    // Another agent's workspace is as absent as a deleted one.
+    // Another agent's workspace is as absent as a deleted one; a prebuild's builds too.
     let w = state
         .store
-        .workspace_by_name(&req.workspace)
+        .agent_workspace_by_name(&req.workspace)
         .await?
         .filter(|w| w.agent_id == agent.id && w.desired_state != DesiredState::Terminated)
         .ok_or_else(|| {

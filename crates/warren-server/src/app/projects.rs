@@ -25,9 +25,14 @@ fn not_found(key: &str) -> AppError {
 }
 
 /// The API's view of a project.
-fn view(p: &ProjectRow, state: &AppState) -> Result<Project, AppError> {
+async fn view(p: &ProjectRow, state: &AppState) -> Result<Project, AppError> {
     let kind = state.store.project_credential(p)?.map(|c| c.kind());
-    Ok(p.to_api(kind))
+    let mut shown = p.to_api(kind);
+    if let Some(a) = p.prebuild_agent_id {
+        let agent = state.store.agent_by_id(a).await?;
+        shown.prebuild_agent = agent.map(|a| a.name);
+    }
+    Ok(shown)
 }
 
 /// The caller's role on a project: `Some(Maintainer)` for admins.
@@ -57,7 +62,11 @@ pub async fn usable(state: &AppState, who: &Principal, key: &str) -> Result<Proj
 }
 
 /// A project the caller maintains; one they only use is refused naming the role needed.
-async fn maintained(state: &AppState, who: &Principal, key: &str) -> Result<ProjectRow, AppError> {
+pub(crate) async fn maintained(
+    state: &AppState,
+    who: &Principal,
+    key: &str,
+) -> Result<ProjectRow, AppError> {
     let p = usable(state, who, key).await?;
     match role_of(state, who, &p).await? {
         Some(ProjectRole::Maintainer) => Ok(p),
@@ -71,18 +80,16 @@ async fn maintained(state: &AppState, who: &Principal, key: &str) -> Result<Proj
 /// The projects the caller may see.
 pub async fn list(state: &AppState, who: &Principal) -> Result<Vec<Project>, AppError> {
     let filter = (!who.user.is_admin).then_some(who.user.id);
-    state
-        .store
-        .list_projects(filter)
-        .await?
-        .iter()
-        .map(|p| view(p, state))
-        .collect()
+    let mut shown = vec![];
+    for p in state.store.list_projects(filter).await? {
+        shown.push(view(&p, state).await?);
+    }
+    Ok(shown)
 }
 
 /// One project the caller may see, by name or id.
 pub async fn get(state: &AppState, who: &Principal, key: &str) -> Result<Project, AppError> {
-    view(&usable(state, who, key).await?, state)
+    view(&usable(state, who, key).await?, state).await
 }
 
 fn check_devfile_path(path: &str) -> Result<(), AppError> {
@@ -157,7 +164,7 @@ pub async fn create(
             format!("a project named {:?} already exists", req.name)
         }))?;
     tracing::info!(project = %p.name, by = %who.user.username, credential = ?req.credential.as_ref().map(GitCredential::kind), "project created");
-    view(&p, state)
+    view(&p, state).await
 }
 
 /// A maintainer's change of visibility, default ref or devfile path.
@@ -184,7 +191,7 @@ pub async fn update(
         )
         .await?
         .ok_or_else(|| not_found(key))?;
-    view(&updated, state)
+    view(&updated, state).await
 }
 
 /// Deletes a project (admins and its maintainers); its workspaces keep running and only
@@ -215,7 +222,7 @@ pub async fn set_credential(
         .project_by_key(&p.id.to_string())
         .await?
         .ok_or_else(|| not_found(key))?;
-    view(&p, state)
+    view(&p, state).await
 }
 
 /// The project's members (whoever may see the project).

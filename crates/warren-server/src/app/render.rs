@@ -143,6 +143,10 @@ pub struct RenderInput<'a> {
     pub dotfiles_url: Option<&'a str>,
     /// The starter project chosen at creation (the devfile's first when `None`).
     pub starter: Option<&'a str>,
+    /// A prebuild's own workspace (`app::prebuilds`).
+    pub prebuild: bool,
+    /// The prebuild its volumes start from.
+    pub seed: Option<warren_types::prebuild::Seed<'a>>,
 }
 
 /// The code of a refusal because the workspace asks for a capability or a security option its
@@ -244,7 +248,8 @@ pub fn render_workspace(
         desired_state: input.desired,
         dotfiles_url: input.dotfiles_url,
         starter: input.starter,
-        prebuild: false,
+        prebuild: input.prebuild,
+        seed: input.seed,
     };
     let rendered = warren_devfile::render(devfile, &req).map_err(render_error)?;
     let cfg = &input.agent.config;

@@ -74,6 +74,8 @@ pub async fn render_row(
 ) -> Result<RenderedObjects, AppError> {
     let source = super::sources::of_workspace(state, w).await?;
     let owner = state.store.user_by_id(w.owner_id).await?;
+    // A prebuild's own workspace belongs to no one: nobody's secrets, variables or dotfiles.
+    let owner = owner.filter(|_| w.prebuild_id.is_none());
     let variables = match &owner {
         Some(o) => {
             let folder = w
@@ -104,6 +106,8 @@ pub async fn render_row(
             desired,
             dotfiles_url: owner.as_ref().and_then(|u| u.dotfiles_url.as_deref()),
             starter: w.starter.as_deref(),
+            prebuild: w.prebuild_id.is_some(),
+            seed: w.seed.as_ref().map(|s| s.as_seed()),
         },
     )
 }
@@ -118,6 +122,7 @@ pub async fn rerender_agent_workspaces(
 ) -> Result<usize, AppError> {
     let filter = WorkspaceFilter {
         agent: Some(agent.id),
+        include_prebuilds: true,
         ..Default::default()
     };
     rerender_all(
@@ -137,6 +142,7 @@ pub async fn rerender_project_workspaces(
 ) -> Result<usize, AppError> {
     let filter = WorkspaceFilter {
         project: Some(project),
+        include_prebuilds: true,
         ..Default::default()
     };
     rerender_all(

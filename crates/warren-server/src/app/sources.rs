@@ -177,6 +177,10 @@ pub async fn of_workspace(state: &AppState, w: &WorkspaceRow) -> Result<Option<S
         (None, Some(url)) => Source::of_repository(url),
         (None, None) => return Ok(None),
     };
+    // A prebuild's checkout is copied to every user: the project's own credential only.
+    if w.prebuild_id.is_some() {
+        return Ok(Some(source));
+    }
     let shared = personal::is_shared(state, w).await?;
     source.for_owner(state, w.owner_id, shared).await.map(Some)
 }

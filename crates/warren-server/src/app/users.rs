@@ -520,13 +520,15 @@ async fn hash(password: &str) -> Result<String, AppError> {
         .map_err(|e| AppError::internal("hashing the password", &e))
 }
 
-/// The account's workspaces that are not both desired and actually terminated.
+/// The account's workspaces that are not both desired and actually terminated (the runs of
+/// the prebuilds it turned on too).
 async fn live_workspaces(
     state: &AppState,
     owner: UserId,
 ) -> Result<Vec<crate::store::workspaces::WorkspaceRow>, AppError> {
     let f = WorkspaceFilter {
         owner: Some(owner),
+        include_prebuilds: true,
         limit: i64::MAX,
         ..Default::default()
     };

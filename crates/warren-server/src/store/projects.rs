@@ -3,13 +3,13 @@
 
 use super::error::unique;
 use super::members::PROJECT_MEMBERS;
-use super::{get_i64, get_opt_str, get_str, Store, StoreError};
+use super::{get_i64, get_opt_i64, get_opt_str, get_str, Store, StoreError};
 use crate::db::from_millis;
 use sqlx::any::AnyRow;
 use sqlx::FromRow;
 use warren_types::api::{Project, ProjectMember, ProjectRole, ProjectVisibility};
 use warren_types::git::GitCredential;
-use warren_types::{ProjectId, UserId};
+use warren_types::{AgentId, ProjectId, UserId};
 
 #[derive(Debug, Clone)]
 pub struct ProjectRow {
@@ -23,6 +23,9 @@ pub struct ProjectRow {
     /// The sealed credential, opened only where it is used ([`Store::project_credential`]).
     pub credential_sealed: Option<String>,
     pub created_at: i64,
+    /// Where its prebuilds run, while it has them, and the maintainer they run as.
+    pub prebuild_agent_id: Option<AgentId>,
+    pub prebuild_by: Option<UserId>,
 }
 
 impl ProjectRow {
@@ -38,12 +41,14 @@ impl ProjectRow {
             visibility: self.visibility,
             credential: credential_kind.map(str::to_owned),
             created_at: from_millis(self.created_at),
+            prebuild_agent: None,
         }
     }
 }
 
 const COLS: &str =
-    "id, name, git_url, default_ref, devfile_path, devfile, visibility, credential, created_at";
+    "id, name, git_url, default_ref, devfile_path, devfile, visibility, credential, created_at, \
+    prebuild_agent_id, prebuild_by";
 
 fn visibility(s: &str) -> ProjectVisibility {
     match s {
@@ -72,6 +77,8 @@ impl sqlx::FromRow<'_, AnyRow> for ProjectRow {
             visibility: visibility(&get_str(r, "visibility")?),
             credential_sealed: get_opt_str(r, "credential")?,
             created_at: get_i64(r, "created_at")?,
+            prebuild_agent_id: get_opt_i64(r, "prebuild_agent_id")?.map(AgentId),
+            prebuild_by: get_opt_i64(r, "prebuild_by")?.map(UserId),
         })
     }
 }

@@ -8,7 +8,9 @@ use sqlx::any::AnyRow;
 use warren_types::api::WorkspaceResources;
 use warren_types::{AgentId, UserId, WorkspaceId};
 
-/// Quota counts at creation time: workspaces not desired `Terminated` on the agent.
+/// Quota counts at creation time: workspaces not desired `Terminated` on the agent (a
+/// prebuild's own counts as a workspace of the maintainer who turned prebuilds on, so that
+/// no one gets workspaces past their quota by making projects).
 #[derive(Debug, Clone)]
 pub struct QuotaCounts {
     pub agent_total: i64,

@@ -86,6 +86,10 @@ pub struct WorkspaceRow {
     pub agent_lifecycle: warren_types::config::LifecyclePolicy,
     /// Its owner's working hours.
     pub owner_working_hours: Option<warren_types::schedule::WorkingHours>,
+    /// The prebuild it is the run of: hidden from every user, rendered as a prebuild.
+    pub prebuild_id: Option<i64>,
+    /// The prebuild its volumes started from.
+    pub seed: Option<StoredSeed>,
 }
 
 /// The part of a workspace's agent configuration that places its URLs.
@@ -204,7 +208,7 @@ pub const COLS: &str = "w.id, w.name, w.namespace, w.owner_id, u.username AS own
     x.last_activity_at, a.runtime_fault AS agent_runtime_fault, \
     a.runtime_fault_since AS agent_runtime_fault_since, a.isolation_warning AS agent_isolation_warning, \
     w.idle_stopped, a.config AS agent_config, w.starter, w.space_id, sp.path AS space_path, w.repository, w.definition_path, \
-    u.working_hours AS owner_working_hours";
+    u.working_hours AS owner_working_hours, w.prebuild_id, w.seed";
 
 pub const FROM: &str =
     "workspaces w JOIN users u ON u.id = w.owner_id JOIN agents a ON a.id = w.agent_id \
@@ -277,6 +281,9 @@ fn filter_sql(f: &WorkspaceFilter) -> (String, Vec<Bind>) {
     }
     if let Some(after) = f.after {
         push("w.id >", Bind::I(after), &mut sql);
+    }
+    if !f.include_prebuilds {
+        sql.push_str(" AND w.prebuild_id IS NULL");
     }
     (sql, binds)
 }
@@ -371,6 +378,10 @@ impl sqlx::FromRow<'_, AnyRow> for WorkspaceRow {
             agent_lifecycle: agent.map(|a| a.lifecycle).unwrap_or_default(),
             owner_working_hours: get_opt_str(r, "owner_working_hours")?
                 .and_then(|j| serde_json::from_str(&j).ok()),
+            prebuild_id: get_opt_i64(r, "prebuild_id")?,
+            seed: get_opt_str(r, "seed")?
+                .map(|j| serde_json::from_str(&j).map_err(|e| corrupt("seed", e)))
+                .transpose()?,
         })
     }
 }
@@ -394,6 +405,10 @@ pub struct NewWorkspace {
     pub starter: Option<String>,
     /// The space it lives in.
     pub space_id: SpaceId,
+    /// The prebuild it is the run of (no user lists or opens it).
+    pub prebuild_id: Option<i64>,
+    /// The prebuild its volumes start from.
+    pub seed: Option<StoredSeed>,
 }
 
 /// Filters of the workspace list.
@@ -415,12 +430,16 @@ pub struct WorkspaceFilter {
     pub state: Option<ActualState>,
     /// Include workspaces both desired and actual `Terminated`.
     pub include_terminated: bool,
+    /// Include prebuilds' own workspaces (no user's list shows them).
+    pub include_prebuilds: bool,
     /// Only ids greater than this (cursor).
     pub after: Option<i64>,
     pub limit: i64,
 }
 
+pub use super::prebuilds::StoredSeed;
 pub use super::quota::QuotaCounts;
+pub use super::timers::TimerRow;
 
 /// A workspace's rendered objects as stored: the objects (sealed), its URLs, and the YAML
 /// the agent applies for replicas 1 and 0 (sealed), rendered once so reconciles only decrypt.
@@ -458,21 +477,6 @@ pub enum ChangedBy {
     Other,
     IdleTimeout,
     WorkingHours,
-}
-
-/// What the lifecycle timers need of a workspace.
-#[derive(Debug, Clone)]
-pub struct TimerRow {
-    pub id: WorkspaceId,
-    pub version: i64,
-    pub desired: DesiredState,
-    pub desired_state_updated_at: i64,
-    pub created_at: i64,
-    pub last_activity_at: Option<i64>,
-    /// The owner's working hours stopped it (and nothing since).
-    pub schedule_stopped: bool,
-    /// Its owner's working hours.
-    pub working_hours: Option<warren_types::schedule::WorkingHours>,
 }
 
 impl Store {
@@ -514,8 +518,8 @@ impl Store {
         let id = sqlx::query(
             "INSERT INTO workspaces (name, namespace, owner_id, agent_id, project_id, git_ref, desired_state, \
              actual_state, desired_state_updated_at, actual_state_updated_at, force_include_all_resources, devfile, \
-             rendered_objects, resources, variables, endpoints, url, created_at, updated_at, version, starter, space_id, repository, definition_path) \
-             VALUES ($1, '', $2, $3, $4, $5, 'Running', 'CreationRequested', $6, $6, 1, $7, '', $8, $9, '{}', NULL, $6, $6, 1, $10, $11, $12, $13) \
+             rendered_objects, resources, variables, endpoints, url, created_at, updated_at, version, starter, space_id, repository, definition_path, prebuild_id, seed) \
+             VALUES ($1, '', $2, $3, $4, $5, 'Running', 'CreationRequested', $6, $6, 1, $7, '', $8, $9, '{}', NULL, $6, $6, 1, $10, $11, $12, $13, $14, $15) \
              RETURNING id",
         )
         .bind(&w.name)
@@ -531,6 +535,8 @@ impl Store {
         .bind(w.space_id.get())
         .bind(w.repository.clone())
         .bind(w.definition_path.clone())
+        .bind(w.prebuild_id)
+        .bind(w.seed.as_ref().map(|s| serde_json::to_string(s).unwrap_or_default()))
         .fetch_one(&mut *tx)
         .await
         .map_err(unique("workspaces.name"))?;
@@ -567,17 +573,34 @@ impl Store {
         .await
     }
 
+    /// A workspace by the name users know it by: never a prebuild's own (no one opens,
+    /// changes or mounts one; its volumes are copied into others').
     pub async fn workspace_by_name(&self, name: &str) -> Result<Option<WorkspaceRow>, StoreError> {
+        self.optional(
+            sqlx::query_as(&format!(
+                "SELECT {COLS} FROM {FROM} WHERE w.name = $1 AND w.prebuild_id IS NULL"
+            ))
+            .bind(name),
+        )
+        .await
+    }
+
+    /// A workspace by name, a prebuild's own too: only for what an agent asks of its own.
+    pub async fn agent_workspace_by_name(
+        &self,
+        name: &str,
+    ) -> Result<Option<WorkspaceRow>, StoreError> {
         self.optional(
             sqlx::query_as(&format!("SELECT {COLS} FROM {FROM} WHERE w.name = $1")).bind(name),
         )
         .await
     }
 
-    /// A workspace by name, or by id when `key` is all digits.
+    /// A workspace by name, or by id when `key` is all digits; never a prebuild's own.
     pub async fn workspace_by_key(&self, key: &str) -> Result<Option<WorkspaceRow>, StoreError> {
         if let Ok(id) = key.parse::<i64>() {
-            if let Some(w) = self.workspace_by_id(WorkspaceId(id)).await? {
+            let found = self.workspace_by_id(WorkspaceId(id)).await?;
+            if let Some(w) = found.filter(|w| w.prebuild_id.is_none()) {
                 return Ok(Some(w));
             }
         }
@@ -722,38 +745,6 @@ impl Store {
         .execute(&self.db.pool)
         .await?;
         Ok((r.rows_affected() == 1).then_some(()))
-    }
-
-    /// The workspaces of `agent` not desired `Terminated`, as the lifecycle timers see them.
-    pub async fn timer_rows(&self, agent: AgentId) -> Result<Vec<TimerRow>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT w.id, w.version, w.desired_state, w.desired_state_updated_at, w.created_at, \
-             x.last_activity_at, w.schedule_stopped, u.working_hours FROM workspaces w \
-             JOIN users u ON u.id = w.owner_id \
-             LEFT JOIN workspace_activity x ON x.workspace_id = w.id \
-             WHERE w.agent_id = $1 AND w.desired_state <> 'Terminated' ORDER BY w.id",
-        )
-        .bind(agent.get())
-        .fetch_all(&self.db.pool)
-        .await?;
-        Ok(rows
-            .iter()
-            .map(|r| {
-                Ok(TimerRow {
-                    id: WorkspaceId(get_i64(r, "id")?),
-                    version: get_i64(r, "version")?,
-                    desired: get_str(r, "desired_state")?
-                        .parse()
-                        .map_err(|e| corrupt("desired state", e))?,
-                    desired_state_updated_at: get_i64(r, "desired_state_updated_at")?,
-                    created_at: get_i64(r, "created_at")?,
-                    last_activity_at: get_opt_i64(r, "last_activity_at")?,
-                    schedule_stopped: get_i64(r, "schedule_stopped")? != 0,
-                    working_hours: get_opt_str(r, "working_hours")?
-                        .and_then(|j| serde_json::from_str(&j).ok()),
-                })
-            })
-            .collect::<Result<_, sqlx::Error>>()?)
     }
 
     /// Records why a workspace cannot follow a change (shown to its owner).

@@ -79,6 +79,9 @@ pub struct Project {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credential: Option<String>,
     pub created_at: DateTime<Utc>,
+    /// The agent its prebuilds run on, while it has them (`warren project prebuilds`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prebuild_agent: Option<String>,
 }
 
 /// A maintainer's change to a project; absent fields stay as they are.

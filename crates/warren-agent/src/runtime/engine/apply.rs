@@ -88,6 +88,9 @@ impl EngineRuntime {
             config_maps,
             egress,
             pull_secrets: pull_secrets.clone(),
+            pending_seeds: previous
+                .as_ref()
+                .map_or(vec![], |p| p.pending_seeds.clone()),
         };
         self.write_record(&record)?;
         write_files(&files_dir, &plan).map_err(|e| {
@@ -100,6 +103,7 @@ impl EngineRuntime {
         // Before any container exists: a workspace never runs without its rules.
         self.sync_firewall().await?;
         let new_volumes = self.ensure_volumes(&plan, &labels, &shared_labels).await?;
+        self.note_seeds(&mut record, &plan, &new_volumes)?;
 
         let current = self.remove_stale(workspace, &plan).await?;
         // A pod from Git that ran with this spec and has exited is the supervisor's to
@@ -116,13 +120,7 @@ impl EngineRuntime {
                     && p.failure.is_none()
             });
         let current = current.kept;
-        let present: BTreeSet<String> = current
-            .iter()
-            .filter_map(|c| {
-                label(c, CONTAINER_LABEL)
-                    .map(|n| format!("{}/{n}", label(c, ROLE_LABEL).unwrap_or("")))
-            })
-            .collect();
+        let present = present_containers(&current);
         if let Some(tools) = plan.tools.as_ref().filter(|_| plan.replicas == 1) {
             self.ensure_tools(tools, &pull_secrets).await;
         }
@@ -147,7 +145,8 @@ impl EngineRuntime {
             }
         }
 
-        // After the creates: the image is pulled by now.
+        // After the creates: the image is pulled by now; before anything starts.
+        self.fill_seeds(&mut record, &plan, &labels).await?;
         self.give_volumes_to_pod_user(&plan, &new_volumes, &labels)
             .await;
 
@@ -466,6 +465,16 @@ fn apps_all_running(containers: &[ContainerSummary]) -> bool {
         .filter(|c| summary_role(c) != Role::Init)
         .peekable();
     apps.peek().is_some() && apps.all(summary_running)
+}
+
+/// The role and name (`app/dev`) of each container present.
+fn present_containers(current: &[ContainerSummary]) -> BTreeSet<String> {
+    current
+        .iter()
+        .filter_map(|c| {
+            label(c, CONTAINER_LABEL).map(|n| format!("{}/{n}", label(c, ROLE_LABEL).unwrap_or("")))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -36,6 +36,7 @@ mod ready;
 pub mod registry_auth;
 mod restarts;
 pub mod scope;
+mod seed;
 mod select;
 mod start;
 pub mod status;
@@ -258,6 +259,10 @@ struct Record {
     /// Its image pull secrets' names (a partial reconcile omits the ServiceAccount).
     #[serde(default)]
     pull_secrets: Vec<String>,
+    /// New volumes still to be filled from a prebuild's before the pod first starts (kept
+    /// across a build's wait and an agent restart).
+    #[serde(default)]
+    pending_seeds: Vec<String>,
 }
 
 impl EngineRuntime {
@@ -648,8 +653,13 @@ impl EngineRuntime {
         {
             labels.insert(WORKSPACE_ID_LABEL.to_owned(), id.to_owned());
         }
-        // A GitOps unit's containers, network and volumes name their source (`gitops`).
-        for key in [super::GITOPS_AGENT_LABEL, super::GITOPS_SOURCE_LABEL] {
+        // A GitOps unit's containers, network and volumes name their source (`gitops`); a
+        // prebuild's volumes are marked as the only ones a new workspace's may copy (`seed`).
+        for key in [
+            super::GITOPS_AGENT_LABEL,
+            super::GITOPS_SOURCE_LABEL,
+            warren_types::prebuild::PREBUILD_LABEL,
+        ] {
             if let Some(v) = deployment
                 .pointer("/metadata/labels")
                 .and_then(|l| l.get(key))

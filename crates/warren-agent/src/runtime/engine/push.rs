@@ -130,6 +130,7 @@ impl EngineRuntime {
             config_maps: DataSets::default(),
             egress: None,
             pull_secrets,
+            pending_seeds: Vec::new(),
         };
         self.write_record(&record)
             .map_err(|e| as_failure(warren_types::error_chain(&e)))?;

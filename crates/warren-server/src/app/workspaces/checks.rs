@@ -105,7 +105,7 @@ const MIN_WORKSPACE_MEMORY_BYTES: u64 = 64 << 20;
 /// The size a new workspace gets: the machine class it names (one of the agent's, alone),
 /// else a size in numbers (where the agent takes them), else the agent's default class,
 /// else nothing (the devfile's and the agent's defaults).
-pub(super) fn size_at_creation(
+pub(crate) fn size_at_creation(
     asked: WorkspaceResources,
     agent: &AgentRow,
 ) -> Result<WorkspaceResources, AppError> {
@@ -146,7 +146,7 @@ pub(super) fn size_at_creation(
 /// them (the default when it does, else the smallest), with a notice when that is not the
 /// default. A named class that does not meet them is refused saying what it lacks and which
 /// classes would do, as is a GPU that no class (or a size in numbers) can give.
-pub(super) fn size_for_requirements(
+pub(crate) fn size_for_requirements(
     asked: &WorkspaceResources,
     chosen: WorkspaceResources,
     needs: Option<&HostRequirements>,
@@ -364,7 +364,7 @@ pub(super) fn check_resources(r: &WorkspaceResources, agent: &AgentRow) -> Resul
     Ok(())
 }
 
-pub(super) async fn choose_agent(
+pub(crate) async fn choose_agent(
     state: &AppState,
     key: Option<&str>,
 ) -> Result<AgentRow, AppError> {
@@ -438,7 +438,7 @@ pub(super) async fn check_weight_after_resize(
     Ok(())
 }
 
-pub(super) fn check_quotas(
+pub(crate) fn check_quotas(
     agent: &AgentRow,
     counts: QuotaCounts,
     new: &WorkspaceResources,

@@ -10,8 +10,9 @@ use crate::app::render::{self, RenderInput};
 use crate::app::sources::{self, Source};
 use crate::app::{names, rights, AppError, AppState, ErrorKind, Principal};
 use crate::store::projects::ProjectRow;
-use crate::store::workspaces::{NewWorkspace, StoredVariable};
+use crate::store::workspaces::{NewWorkspace, StoredSeed, StoredVariable};
 use warren_types::api::{CreateWorkspaceRequest, Workspace};
+use warren_types::AgentId;
 use warren_types::DesiredState;
 
 /// The request's `definition`: a path in the project's (or the repository's) repository, given
@@ -181,6 +182,42 @@ async fn definition_text(
     Ok((text, field, chosen))
 }
 
+/// The ready prebuild a new workspace of project `p` at `git_ref` on `agent` starts from
+/// (the newest of the project's default ref on its prebuilds' agent, when the workspace's
+/// definition is the project's own: a devfile given may want other volumes), and the notice
+/// that says so.
+async fn seed_for(
+    state: &AppState,
+    p: &ProjectRow,
+    agent: AgentId,
+    git_ref: &str,
+) -> Result<(Option<StoredSeed>, Option<String>), AppError> {
+    if p.prebuild_agent_id != Some(agent) || git_ref != p.default_ref {
+        return Ok((None, None));
+    }
+    let newest = (state.store).usable_prebuild(p.id, agent, git_ref).await?;
+    let Some(seed) = newest.and_then(|r| {
+        Some(StoredSeed {
+            prebuild: r.id,
+            workspace_id: r.workspace()?,
+            workspace: r.workspace_name.clone()?,
+            commit: r.commit_sha,
+        })
+    }) else {
+        return Ok((None, None));
+    };
+    // Before the insert: the collector keeps a prebuild chosen this recently.
+    state
+        .store
+        .prebuild_used(seed.prebuild, state.clock.now_ms())
+        .await?;
+    let notice = format!(
+        "starts from the prebuild of commit {}: the commits since are fetched and only the steps of every start run",
+        seed.commit.get(..12).unwrap_or(&seed.commit)
+    );
+    Ok((Some(seed), Some(notice)))
+}
+
 /// Creates a workspace from the request's devfile, else the project's, else the server's
 /// default; renders its objects and asks for `Running`.
 pub async fn create(
@@ -242,6 +279,12 @@ pub async fn create(
             .or(folder.as_deref()),
         granted: false,
     };
+    let (seed, from_prebuild) = match (&project, &git_ref) {
+        (Some(p), Some(r)) if req.devfile.is_none() && definition.is_none() => {
+            seed_for(state, p, agent.id, r).await?
+        }
+        _ => (None, None),
+    };
     let personal = crate::app::personal::personal(state, &who.user, at).await?;
     let withheld = crate::app::personal::withheld_notice(&personal.withheld);
     let all_variables = crate::app::personal::merged(personal.variables, &variables);
@@ -266,6 +309,8 @@ pub async fn create(
             variables: variables.clone(),
             starter: req.starter.clone(),
             space_id: space.id,
+            prebuild_id: None,
+            seed: seed.clone(),
         };
         let project_input = source.as_ref().map(|s| s.project_input(git_ref.as_deref()));
         let result = state
@@ -287,6 +332,8 @@ pub async fn create(
                             desired: DesiredState::Running,
                             dotfiles_url: who.user.dotfiles_url.as_deref(),
                             starter: req.starter.as_deref(),
+                            prebuild: false,
+                            seed: seed.as_ref().map(StoredSeed::as_seed),
                         },
                     )
                 },
@@ -300,6 +347,7 @@ pub async fn create(
                 shown
                     .notices
                     .splice(0..0, chosen.into_iter().chain(sized).chain(withheld));
+                shown.notices.extend(from_prebuild);
                 return Ok(shown);
             }
             // A generated name collided: draw another.

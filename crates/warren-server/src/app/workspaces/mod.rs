@@ -7,10 +7,10 @@
 //! change a user asks for — through the API or the proxy's stopped page — goes through
 //! [`change_desired_state`].
 
-mod checks;
+pub(crate) mod checks;
 mod create;
 mod rebuild;
-mod startup;
+pub(crate) mod startup;
 
 pub(crate) use checks::check_variables;
 use create::check_for_creation;

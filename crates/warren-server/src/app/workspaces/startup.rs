@@ -56,7 +56,7 @@ pub async fn startup(
 
 /// The containers whose output tells the startup (the Deployment's
 /// [`warren_types::startup::STARTUP_CONTAINERS_ANNOTATION`]), when it has them.
-fn startup_containers(objects: &[serde_json::Value]) -> Option<Vec<String>> {
+pub(crate) fn startup_containers(objects: &[serde_json::Value]) -> Option<Vec<String>> {
     let names = objects
         .iter()
         .filter(|o| o["kind"] == "Deployment")

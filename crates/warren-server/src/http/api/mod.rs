@@ -162,6 +162,14 @@ pub fn router() -> Router<crate::http::HttpState> {
         )
         .route("/projects/{project}/members", get(projects::members))
         .route(
+            "/projects/{project}/prebuilds",
+            get(projects::prebuilds).post(projects::prebuild),
+        )
+        .route(
+            "/projects/{project}/prebuilds/settings",
+            put(projects::prebuilds_on).delete(projects::prebuilds_off),
+        )
+        .route(
             "/projects/{project}/members/{user}",
             put(projects::set_member).delete(projects::remove_member),
         )

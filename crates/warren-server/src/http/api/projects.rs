@@ -11,6 +11,7 @@ use warren_types::api::{
     UpdateProjectRequest,
 };
 use warren_types::git::GitCredential;
+use warren_types::prebuild::{Prebuild, SetPrebuildsRequest};
 
 #[utoipa::path(get, path = "/api/v1/projects", responses((status = 200, body = Vec<Project>)), tag = "projects",
     security(("bearer" = [])))]
@@ -147,4 +148,60 @@ pub async fn remove_member(
 ) -> Result<StatusCode, HttpError> {
     app::projects::remove_member(&state, &who, &key, &user).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// The project's prebuilds, the newest first (anyone who may use the project).
+#[utoipa::path(get, path = "/api/v1/projects/{project}/prebuilds",
+    params(("project" = String, Path, description = "project name or id")),
+    responses((status = 200, body = Vec<Prebuild>), (status = 404, body = ApiError)), tag = "projects",
+    security(("bearer" = [])))]
+pub async fn prebuilds(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(key): Path<String>,
+) -> Result<Json<Vec<Prebuild>>, HttpError> {
+    Ok(Json(app::prebuilds::list(&state, &who, &key).await?))
+}
+
+/// A prebuild of the default ref's newest commit now (maintainers); the running one when a
+/// prebuild of the ref runs already.
+#[utoipa::path(post, path = "/api/v1/projects/{project}/prebuilds",
+    params(("project" = String, Path, description = "project name or id")),
+    responses((status = 202, body = Prebuild), (status = 404, body = ApiError), (status = 409, body = ApiError)),
+    tag = "projects", security(("bearer" = [])))]
+pub async fn prebuild(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(key): Path<String>,
+) -> Result<(StatusCode, Json<Prebuild>), HttpError> {
+    let p = app::prebuilds::trigger(&state, &who, &key).await?;
+    Ok((StatusCode::ACCEPTED, Json(p)))
+}
+
+/// Turns prebuilds of the default ref on, on an agent (maintainers).
+#[utoipa::path(put, path = "/api/v1/projects/{project}/prebuilds/settings", request_body = SetPrebuildsRequest,
+    params(("project" = String, Path, description = "project name or id")),
+    responses((status = 200, body = Project), (status = 400, body = ApiError), (status = 404, body = ApiError)),
+    tag = "projects", security(("bearer" = [])))]
+pub async fn prebuilds_on(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(key): Path<String>,
+    Json(req): Json<SetPrebuildsRequest>,
+) -> Result<Json<Project>, HttpError> {
+    let p = app::prebuilds::turn_on(&state, &who, &key, req.agent.as_deref()).await?;
+    Ok(Json(p))
+}
+
+/// Turns prebuilds off (maintainers): the project's prebuilds and their volumes are removed.
+#[utoipa::path(delete, path = "/api/v1/projects/{project}/prebuilds/settings",
+    params(("project" = String, Path, description = "project name or id")),
+    responses((status = 200, body = Project), (status = 404, body = ApiError)), tag = "projects",
+    security(("bearer" = [])))]
+pub async fn prebuilds_off(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(key): Path<String>,
+) -> Result<Json<Project>, HttpError> {
+    Ok(Json(app::prebuilds::turn_off(&state, &who, &key).await?))
 }

@@ -91,6 +91,9 @@ pub struct Objects {
     /// Claims backed by a volume the pod does not own (PVC name → engine volume): a GitOps
     /// PersistentVolumeClaim outlives the Deployments that mount it, as on Kubernetes.
     pub claim_volumes: BTreeMap<String, String>,
+    /// Claims that start as copies of a prebuild's (PVC name → the prebuild's workspace and
+    /// id, from the claim's [`warren_types::prebuild::SEED_FROM_ANNOTATION`]).
+    pub seeds: BTreeMap<String, (String, String)>,
 }
 
 /// Parses the objects, keeping the kinds the engine realises (the NetworkPolicy as firewall
@@ -102,6 +105,7 @@ pub fn parse_objects(objects: &[Value]) -> Result<Objects, PlanError> {
     let mut secrets = DataSets::new();
     let mut config_maps = DataSets::new();
     let mut claims = BTreeSet::new();
+    let mut seeds = BTreeMap::new();
     let mut network_policy = None;
     let mut only_deployments = true;
     let mut pull_secrets: Vec<String> = Vec::new();
@@ -157,7 +161,15 @@ pub fn parse_objects(objects: &[Value]) -> Result<Objects, PlanError> {
             "PersistentVolumeClaim" => {
                 let p: PersistentVolumeClaim =
                     serde_json::from_value(object.clone()).map_err(invalid)?;
-                claims.insert(p.metadata.name.unwrap_or_default());
+                let name = p.metadata.name.unwrap_or_default();
+                let annotations = p.metadata.annotations.unwrap_or_default();
+                if let (Some(from), Some(id)) = (
+                    annotations.get(warren_types::prebuild::SEED_FROM_ANNOTATION),
+                    annotations.get(warren_types::prebuild::SEED_FROM_ID_ANNOTATION),
+                ) {
+                    seeds.insert(name.clone(), (from.clone(), id.clone()));
+                }
+                claims.insert(name);
             }
             "NetworkPolicy" => {
                 network_policy = Some(serde_json::from_value(object.clone()).map_err(invalid)?);
@@ -199,6 +211,7 @@ pub fn parse_objects(objects: &[Value]) -> Result<Objects, PlanError> {
         only_deployments,
         pull_secrets,
         claim_volumes: BTreeMap::new(),
+        seeds,
     })
 }
 
@@ -308,6 +321,8 @@ pub struct PodPlan {
     /// The volumes of `volumes` the pod uses but does not own (`Objects::claim_volumes`):
     /// created with their own labels, never removed with the pod.
     pub shared_volumes: BTreeSet<String>,
+    /// Volumes of `volumes` that start as copies of a prebuild's, when they are created.
+    pub seeds: BTreeMap<String, VolumeSeed>,
     pub files: Vec<PlannedFile>,
     /// Published target ports (`<port>/<proto>`).
     pub ports: Vec<String>,
@@ -324,6 +339,15 @@ pub struct PodPlan {
     /// The injected tools (the editor), filled into a volume shared by every workspace
     /// instead of copied by an init container at every start.
     pub tools: Option<ToolsPlan>,
+}
+
+/// The prebuild volume a new volume is copied from, and the prebuild workspace whose labels
+/// that volume must carry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeSeed {
+    pub source: String,
+    pub workspace: String,
+    pub workspace_id: String,
 }
 
 /// The shared tools volume of a pod, and how to fill it.

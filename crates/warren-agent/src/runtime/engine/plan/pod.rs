@@ -91,6 +91,7 @@ pub fn plan(
         network,
         volumes: placed.volumes,
         shared_volumes: placed.shared_volumes,
+        seeds: placed.seeds,
         files: placed.files,
         ports,
         uid,
@@ -155,10 +156,27 @@ struct Placed {
     volumes: BTreeMap<String, String>,
     /// Of those, the ones the pod does not own.
     shared_volumes: BTreeSet<String>,
+    /// Of those, the ones that start as copies of a prebuild's.
+    seeds: BTreeMap<String, VolumeSeed>,
     /// The Secret and ConfigMap files.
     files: Vec<PlannedFile>,
     /// Pod volume name → where it comes from.
     sources: HashMap<String, Source>,
+}
+
+/// The prebuild volume claim `claim` of workspace `ws` starts as a copy of: the same volume
+/// of the prebuild's workspace (`<ws>-data` ← `warren-<prebuild>-data`).
+fn seed_of(ws: &str, claim: &str, objects: &Objects) -> Option<VolumeSeed> {
+    let (from, id) = objects.seeds.get(claim)?;
+    let volume = claim.strip_prefix(&format!("{ws}-"))?;
+    if !warren_types::is_dns_label(from, 63) {
+        return None;
+    }
+    Some(VolumeSeed {
+        source: volume_name(from, &format!("{from}-{volume}")),
+        workspace: from.clone(),
+        workspace_id: id.clone(),
+    })
 }
 
 /// Places each volume: a PVC and an emptyDir become named volumes (a claim the pod does not
@@ -176,6 +194,7 @@ fn volumes(
     let mut placed = Placed {
         volumes: BTreeMap::new(),
         shared_volumes: BTreeSet::new(),
+        seeds: BTreeMap::new(),
         files: Vec::new(),
         sources: HashMap::new(),
     };
@@ -192,7 +211,13 @@ fn volumes(
                     placed.shared_volumes.insert(shared.clone());
                     shared.clone()
                 }
-                None => volume_name(ws, &pvc.claim_name),
+                None => {
+                    let engine = volume_name(ws, &pvc.claim_name);
+                    if let Some(seed) = seed_of(ws, &pvc.claim_name, objects) {
+                        placed.seeds.insert(engine.clone(), seed);
+                    }
+                    engine
+                }
             };
             placed
                 .volumes

@@ -1,0 +1,202 @@
+//! Starting a new workspace's volumes as copies of a prebuild's: the server names the
+//! prebuild workspace on the claims (`warren_types::prebuild`), and before the pod first
+//! starts a short-lived container copies that workspace's same-named volume into each one.
+//!
+//! Only a volume this installation made for that very prebuild (its workspace's name and id,
+//! the prebuild mark, no GitOps source) is ever read: a claim cannot name another tenant's
+//! volume, nor can a GitOps unit's objects make a volume look like a prebuild's. A copy that
+//! cannot be made leaves the volume empty, and the workspace starts cold and says so (its
+//! startup script tells that the prebuild was not copied).
+
+use super::plan::{PodPlan, VolumeSeed};
+use super::*;
+use warren_types::prebuild::{PREBUILD_LABEL, SEEDING_MARKER};
+
+/// How long a copy may take (a prebuild of many gigabytes on a slow disk).
+const COPY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
+/// The copy, run as root in the helper: a failure empties the volume again (it was new, so
+/// nothing of anyone's is lost), so the workspace starts cold rather than from part of it.
+fn copy_script() -> String {
+    format!(
+        "touch /to/{SEEDING_MARKER} && cp -a /from/. /to/ && rm -f /to/{SEEDING_MARKER} \
+         || {{ find /to -mindepth 1 -delete; exit 1; }}"
+    )
+}
+
+impl EngineRuntime {
+    /// Records which of the volumes just made start as copies (kept until copied, across a
+    /// build's wait and an agent restart).
+    pub(super) fn note_seeds(
+        &self,
+        record: &mut Record,
+        plan: &PodPlan,
+        new_volumes: &[String],
+    ) -> Result<(), RuntimeError> {
+        let to_seed = new_volumes.iter().filter(|v| plan.seeds.contains_key(*v));
+        let to_seed: Vec<String> = to_seed.cloned().collect();
+        if to_seed.is_empty() {
+            return Ok(());
+        }
+        record.pending_seeds.extend(to_seed);
+        self.write_record(record)
+    }
+
+    /// Fills the volumes still to be copied, once: a copy that failed is not tried again.
+    pub(super) async fn fill_seeds(
+        &self,
+        record: &mut Record,
+        plan: &PodPlan,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<(), RuntimeError> {
+        if record.pending_seeds.is_empty() {
+            return Ok(());
+        }
+        self.seed_volumes(plan, &record.pending_seeds, labels).await;
+        record.pending_seeds.clear();
+        self.write_record(record)
+    }
+
+    /// Fills each of `volumes` (new volumes of the pod that start from a prebuild) from its
+    /// seed. Never fails the apply: a volume not filled leaves the workspace a cold start.
+    pub(super) async fn seed_volumes(
+        &self,
+        plan: &PodPlan,
+        volumes: &[String],
+        labels: &BTreeMap<String, String>,
+    ) {
+        let workspace = labels
+            .get(WORKSPACE_NAME_LABEL)
+            .cloned()
+            .unwrap_or_default();
+        if labels.contains_key(super::super::GITOPS_SOURCE_LABEL) {
+            tracing::warn!(workspace = %workspace, "a GitOps unit's claims name a prebuild: not copied");
+            return;
+        }
+        for volume in volumes {
+            let Some(seed) = plan.seeds.get(volume) else {
+                continue;
+            };
+            match self.seed_volume(plan, volume, seed, labels).await {
+                Ok(()) => {
+                    tracing::info!(workspace = %workspace, volume = %volume, from = %seed.source, "volume copied from the prebuild")
+                }
+                Err(reason) => {
+                    tracing::warn!(workspace = %workspace, volume = %volume, from = %seed.source, reason = %reason, "volume not copied from the prebuild: the workspace starts without it")
+                }
+            }
+        }
+    }
+
+    /// Whether `source` is the prebuild volume `seed` names, made by this installation.
+    async fn check_seed_source(&self, seed: &VolumeSeed) -> Result<(), String> {
+        let v = match self.inner.docker.inspect_volume(&seed.source).await {
+            Ok(v) => v,
+            Err(e) if status_of(&e) == Some(404) => {
+                return Err(format!("the prebuild's volume {} is gone", seed.source))
+            }
+            Err(e) => return Err(format!("inspecting volume {}: {e}", seed.source)),
+        };
+        let selector = self.selector().workspace(&seed.workspace);
+        let is_prebuilds = selector.matches_map(&v.labels)
+            && v.labels.get(WORKSPACE_ID_LABEL) == Some(&seed.workspace_id)
+            && v.labels.get(PREBUILD_LABEL).map(String::as_str) == Some("true")
+            && !v.labels.contains_key(super::super::GITOPS_SOURCE_LABEL);
+        if !is_prebuilds {
+            return Err(format!(
+                "volume {} is not prebuild workspace {}'s (id {}) on this installation",
+                seed.source, seed.workspace, seed.workspace_id
+            ));
+        }
+        Ok(())
+    }
+
+    async fn seed_volume(
+        &self,
+        plan: &PodPlan,
+        volume: &str,
+        seed: &VolumeSeed,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<(), String> {
+        self.check_seed_source(seed).await?;
+        // The pod's own image, pulled by now (its containers exist): any image a workspace
+        // runs has a shell and `cp`.
+        let image = plan
+            .owner()
+            .and_then(|o| o.body.image.clone())
+            .ok_or("the pod has no image to copy with")?;
+        let mount = |source: &str, target: &str, read_only: bool| bollard::models::Mount {
+            target: Some(target.to_owned()),
+            source: Some(source.to_owned()),
+            typ: Some(bollard::models::MountType::VOLUME),
+            read_only: Some(read_only),
+            ..Default::default()
+        };
+        let body = bollard::models::ContainerCreateBody {
+            image: Some(image),
+            entrypoint: Some(vec!["/bin/sh".into(), "-c".into(), copy_script()]),
+            cmd: Some(vec![]),
+            user: Some("0:0".into()),
+            labels: Some(labels.clone().into_iter().collect()),
+            host_config: Some(bollard::models::HostConfig {
+                // What `cp -a` needs to read every file and keep its owner, mode and times.
+                cap_drop: Some(vec!["ALL".into()]),
+                cap_add: Some(
+                    ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID"]
+                        .map(String::from)
+                        .to_vec(),
+                ),
+                security_opt: Some(vec!["no-new-privileges".into()]),
+                network_mode: Some("none".into()),
+                mounts: Some(vec![
+                    mount(&seed.source, "/from", true),
+                    mount(volume, "/to", false),
+                ]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let name = format!("{}.seed", plan.network);
+        let docker = &self.inner.docker;
+        let options = CreateContainerOptions {
+            name: Some(name.clone()),
+            ..Default::default()
+        };
+        let _ = self.remove(&name).await;
+        let outcome = async {
+            docker
+                .create_container(Some(options), body)
+                .await
+                .map_err(|e| format!("creating the copying container: {e}"))?;
+            docker
+                .start_container(&name, None)
+                .await
+                .map_err(|e| format!("starting the copying container: {e}"))?;
+            // A copy that hangs (a shell of the image that never ends) is cut short: the
+            // marker it leaves fails the workspace's start by name.
+            if tokio::time::timeout(COPY_TIMEOUT, self.wait_stopped(&name))
+                .await
+                .is_err()
+            {
+                return Err(format!(
+                    "the copy took longer than {} minutes",
+                    COPY_TIMEOUT.as_secs() / 60
+                ));
+            }
+            let code = self
+                .inspect(&name)
+                .await
+                .ok()
+                .and_then(|i| i.state)
+                .and_then(|s| s.exit_code);
+            match code {
+                Some(0) => Ok(()),
+                Some(c) => Err(format!("the copy failed (exit code {c})")),
+                None => Err("the copying container's end is unknown".to_owned()),
+            }
+        }
+        .await;
+        let _ = self.remove(&name).await;
+        outcome
+    }
+}

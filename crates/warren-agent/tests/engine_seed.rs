@@ -1,0 +1,152 @@
+//! A new workspace's volume started as a copy of a prebuild's (issue 43), on a real Podman:
+//! copied only from the volume of the very prebuild its claim names (that workspace's name
+//! and id, the prebuild mark), never from another workspace's volume however the claim names
+//! it, and only when the agent creates the volume.
+
+use crate::common;
+
+use anyhow::Result;
+use common::*;
+use serde_json::{json, Value};
+use warren_agent::runtime::WorkspaceRuntime;
+use warren_types::prebuild::{PREBUILD_LABEL, SEED_FROM_ANNOTATION, SEED_FROM_ID_ANNOTATION};
+use warren_types::state::ActualState;
+
+/// `ws`'s fixture objects with workspace id `id`, marked as a prebuild's when `prebuild`, its
+/// claim naming `seed` (workspace, id) when given.
+fn objects(ws: &Workspace, id: &str, prebuild: bool, seed: Option<(&str, &str)>) -> Vec<Value> {
+    let mut objects = ws.objects();
+    for o in &mut objects {
+        if let Some(labels) = o["metadata"]["labels"].as_object_mut() {
+            labels.insert("warren.dev/workspace-id".into(), json!(id));
+            if prebuild {
+                labels.insert(PREBUILD_LABEL.into(), json!("true"));
+            }
+        }
+        if o["kind"] == "PersistentVolumeClaim" {
+            if let Some((from, from_id)) = seed {
+                o["metadata"]["annotations"] = json!({
+                    SEED_FROM_ANNOTATION: from,
+                    SEED_FROM_ID_ANNOTATION: from_id,
+                });
+            }
+        }
+    }
+    objects
+}
+
+async fn run(h: &Harness, ws: &Workspace, objects: &[Value]) -> Result<()> {
+    h.runtime.apply(&ws.key, objects).await?;
+    wait_state(&h.runtime, ws, ActualState::Running).await?;
+    Ok(())
+}
+
+fn listing(ws: &Workspace) -> Result<String> {
+    Ok(exec(ws, "dev", "ls -A /projects | sort | tr '\\n' ' '")?
+        .trim()
+        .to_owned())
+}
+
+#[tokio::test]
+async fn a_new_volume_is_copied_only_from_the_prebuild_its_claim_names() -> Result<()> {
+    if !engine_available() {
+        return Ok(());
+    }
+    let h = Harness::new().await?;
+    // The prebuild: its volume holds the checkout and the setup's result; then it stops.
+    let prebuild = Workspace::new("prebuilt", h.agent_id);
+    let prebuild_objects = objects(&prebuild, "7001", true, None);
+    run(&h, &prebuild, &prebuild_objects).await?;
+    exec(
+        &prebuild,
+        "dev",
+        "mkdir -p /projects/app/node_modules && echo built > /projects/app/node_modules/marker && chmod 640 /projects/app/node_modules/marker",
+    )?;
+    h.runtime
+        .apply(&prebuild.key, &with_replicas(prebuild_objects.clone(), 0))
+        .await?;
+    wait_state(&h.runtime, &prebuild, ActualState::Stopped).await?;
+
+    // Another tenant's workspace, with a secret in its volume.
+    let victim = Workspace::new("victim", h.agent_id);
+    run(&h, &victim, &objects(&victim, "7002", false, None)).await?;
+    exec(&victim, "dev", "echo s3cret > /projects/secret.txt")?;
+
+    // A claim naming that workspace (its true id even) gets an empty volume: not a prebuild's.
+    let thief = Workspace::new("thief", h.agent_id);
+    run(
+        &h,
+        &thief,
+        &objects(&thief, "7003", false, Some((victim.name(), "7002"))),
+    )
+    .await?;
+    let seen = listing(&thief)?;
+    assert!(
+        !seen.contains("secret.txt"),
+        "copied another's volume: {seen}"
+    );
+
+    // The prebuild's name with another id (a name taken again after it went): not copied.
+    let stale = Workspace::new("stale", h.agent_id);
+    run(
+        &h,
+        &stale,
+        &objects(&stale, "7004", false, Some((prebuild.name(), "7999"))),
+    )
+    .await?;
+    let seen = listing(&stale)?;
+    assert!(
+        !seen.contains("app"),
+        "copied from a prebuild of another id: {seen}"
+    );
+
+    // The prebuild it names: copied before the pod started, with owners and modes kept.
+    let fresh = Workspace::new("fresh", h.agent_id);
+    let fresh_objects = objects(&fresh, "7005", false, Some((prebuild.name(), "7001")));
+    run(&h, &fresh, &fresh_objects).await?;
+    assert_eq!(
+        exec(&fresh, "dev", "cat /projects/app/node_modules/marker")?.trim(),
+        "built"
+    );
+    assert_eq!(
+        exec(
+            &fresh,
+            "dev",
+            "stat -c '%u %a' /projects/app/node_modules/marker"
+        )?
+        .trim(),
+        "5001 640"
+    );
+    assert!(
+        !listing(&fresh)?.contains(warren_types::prebuild::SEEDING_MARKER),
+        "a finished copy leaves no marker"
+    );
+    // The workspace writes its own volume, and the prebuild's stays as it was.
+    exec(
+        &fresh,
+        "dev",
+        "echo mine > /projects/app/node_modules/marker && touch /projects/new",
+    )?;
+
+    // Applied again (a restart, a re-render): its volume exists, so nothing is copied over it.
+    h.runtime
+        .apply(&fresh.key, &with_replicas(fresh_objects.clone(), 0))
+        .await?;
+    wait_state(&h.runtime, &fresh, ActualState::Stopped).await?;
+    run(&h, &fresh, &fresh_objects).await?;
+    assert_eq!(
+        exec(&fresh, "dev", "cat /projects/app/node_modules/marker")?.trim(),
+        "mine"
+    );
+    run(&h, &prebuild, &prebuild_objects).await?;
+    assert_eq!(
+        exec(&prebuild, "dev", "cat /projects/app/node_modules/marker")?.trim(),
+        "built",
+        "the prebuild's volume is untouched"
+    );
+    assert!(
+        !listing(&prebuild)?.contains("new"),
+        "the prebuild's volume is untouched"
+    );
+    Ok(())
+}

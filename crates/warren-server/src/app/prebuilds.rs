@@ -1,0 +1,640 @@
+//! Prebuilds (issue 43): a project's clone and create-time steps (`warren.dev/prebuild`, a dev
+//! container's `onCreateCommand` and `updateContentCommand`) run ahead of time on the agent
+//! its maintainers chose, in a workspace of their own that no user lists or opens. When its
+//! startup is done the workspace is stopped and its volumes kept; new workspaces of the
+//! project's default ref on that agent start as copies of them (`workspaces::create`), fetch
+//! the commits since and run only what runs at every start.
+//!
+//! The driver ([`prebuild_task`]) is a reconciler told nothing about what changed: at every
+//! tick it polls the projects' refs (every `poll` interval) and starts a prebuild of a commit
+//! none was made for, advances running prebuilds from their workspace's startup status, and
+//! collects: the newest [`KEEP_READY`] ready prebuilds of a ref are kept, older ones and
+//! failed ones lose their workspace. A prebuild runs with the project's credential only, no
+//! one's secrets, variables or dotfiles; its workspace is owned by, and counts against every
+//! quota of, the maintainer who turned prebuilds on (any user can make a project: prebuilds
+//! must not be a way past one's quota).
+
+use super::render::{self, RenderInput};
+use super::sources::{self, Source};
+use super::workspaces::checks::{
+    check_quotas, choose_agent, size_at_creation, size_for_requirements,
+};
+use super::{AppError, AppState, Principal};
+use crate::store::prebuilds::{Finish, PrebuildRow};
+use crate::store::projects::ProjectRow;
+use crate::store::workspaces::{ChangedBy, NewWorkspace, WorkspaceRow};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use warren_types::api::Project;
+use warren_types::prebuild::{Prebuild, PrebuildState, PrebuildTrigger};
+use warren_types::relay::{LogsTarget, MAX_LOG_TAIL};
+use warren_types::startup::{startup_status, StartupState};
+use warren_types::{ActualState, AgentId, DesiredState, UserId, WorkspaceId};
+
+/// Ready prebuilds kept per project, agent and ref: the newest serves new workspaces, the one
+/// before it those created while the newest was being chosen.
+pub const KEEP_READY: usize = 2;
+
+/// A prebuild still running after this long has failed.
+const TIMEOUT_MS: i64 = 60 * 60 * 1000;
+
+/// How often running prebuilds are looked at.
+const CHECK_EVERY: Duration = Duration::from_secs(2);
+
+/// A ready prebuild chosen for a workspace this recently is not collected: the agent may not
+/// have copied it yet.
+const IN_USE_MS: i64 = 10 * 60 * 1000;
+
+/// How long a prebuild may be without its workspace while `start` makes it.
+const MAKING_MS: i64 = 2 * 60 * 1000;
+
+/// The end of a finished prebuild's output kept with it (bytes).
+const LOG_KEEP: usize = 16 * 1024;
+
+/// How many of a project's prebuilds its list shows.
+const LIST_LIMIT: i64 = 50;
+
+fn view(r: &PrebuildRow) -> Prebuild {
+    Prebuild {
+        id: r.id,
+        project: r.project_name.clone(),
+        agent: r.agent_name.clone(),
+        git_ref: r.git_ref.clone(),
+        commit: r.commit_sha.clone(),
+        state: r.state(),
+        trigger: r.trigger(),
+        reason: r.reason.clone(),
+        log: r.log.clone(),
+        used: r.used,
+        created_at: crate::db::from_millis(r.created_at),
+        finished_at: r.finished_at.map(crate::db::from_millis),
+    }
+}
+
+/// A project's prebuilds, the newest first, for anyone who may use the project.
+pub async fn list(state: &AppState, who: &Principal, key: &str) -> Result<Vec<Prebuild>, AppError> {
+    let p = super::projects::usable(state, who, key).await?;
+    let rows = state.store.project_prebuilds(p.id, LIST_LIMIT).await?;
+    Ok(rows.iter().map(view).collect())
+}
+
+/// A prebuild of the project's default ref's newest commit, now (its maintainers); the one
+/// running already when there is one.
+pub async fn trigger(state: &AppState, who: &Principal, key: &str) -> Result<Prebuild, AppError> {
+    let p = super::projects::maintained(state, who, key).await?;
+    let (Some(agent), Some(by)) = (p.prebuild_agent_id, p.prebuild_by) else {
+        return Err(AppError::conflict(
+            "prebuilds_off",
+            format!(
+                "project {:?} has no prebuilds: turn them on with `warren project prebuild on {}`",
+                p.name, p.name
+            ),
+        ));
+    };
+    let row = start(state, &p, agent, by, PrebuildTrigger::Manual, None).await?;
+    tracing::info!(project = %p.name, by = %who.user.username, prebuild = row.id, "prebuild asked for");
+    Ok(view(&row))
+}
+
+/// Turns the project's prebuilds on (its maintainers), on `agent` (the only agent when
+/// `None`), run as the caller: the next poll starts the first.
+pub async fn turn_on(
+    state: &AppState,
+    who: &Principal,
+    key: &str,
+    agent: Option<&str>,
+) -> Result<Project, AppError> {
+    let p = super::projects::maintained(state, who, key).await?;
+    let agent = choose_agent(state, agent).await.map_err(|mut e| {
+        if e.field.is_some() {
+            e.message = e.message.replacen("agent", "prebuilds' agent", 1);
+        }
+        e
+    })?;
+    state
+        .store
+        .set_project_prebuilds(p.id, Some((agent.id, who.user.id)))
+        .await?;
+    tracing::info!(project = %p.name, agent = %agent.name, by = %who.user.username, "project prebuilds turned on");
+    collect(state).await?;
+    super::projects::get(state, who, key).await
+}
+
+/// Turns the project's prebuilds off (its maintainers): its prebuilds are removed and their
+/// workspaces terminated.
+pub async fn turn_off(state: &AppState, who: &Principal, key: &str) -> Result<Project, AppError> {
+    let p = super::projects::maintained(state, who, key).await?;
+    state.store.set_project_prebuilds(p.id, None).await?;
+    tracing::info!(project = %p.name, by = %who.user.username, "project prebuilds turned off");
+    collect(state).await?;
+    super::projects::get(state, who, key).await
+}
+
+/// Records a prebuild of `commit` (the ref's newest when `None`) and makes its workspace; a
+/// prebuild of the ref already running is answered instead.
+async fn start(
+    state: &AppState,
+    p: &ProjectRow,
+    agent: AgentId,
+    by: UserId,
+    cause: PrebuildTrigger,
+    commit: Option<String>,
+) -> Result<PrebuildRow, AppError> {
+    let store = &state.store;
+    let running = store
+        .newest_prebuild(p.id, agent, &p.default_ref, Some(PrebuildState::Running))
+        .await?;
+    if let Some(r) = running {
+        return Ok(r);
+    }
+    // The project's own credential only: a prebuild's checkout is copied to every user.
+    let source = Source::of_project(state, p)?;
+    let commit = match commit {
+        Some(c) => c,
+        None => (state.git.resolve(source.remote(), &p.default_ref).await)
+            .map_err(|e| source.git_error(&e))?,
+    };
+    let now = state.clock.now_ms();
+    let inserted = (store.insert_prebuild(p.id, agent, &p.default_ref, &commit, cause, now)).await;
+    let id = match inserted {
+        Ok(id) => id,
+        // Another server or maintainer started one meanwhile (one runs per ref and agent).
+        Err(crate::store::StoreError::Conflict(_)) => {
+            let running = store
+                .newest_prebuild(p.id, agent, &p.default_ref, Some(PrebuildState::Running))
+                .await?;
+            return running.ok_or_else(|| {
+                AppError::conflict(
+                    "prebuild_changed",
+                    "a prebuild of the ref started and ended meanwhile; ask again",
+                )
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
+    match make_workspace(state, p, &source, agent, by, id, &commit).await {
+        Ok(w) => store.set_prebuild_workspace(id, w).await?,
+        Err(e) => {
+            let reason = format!("its workspace could not be made: {}", e.message);
+            tracing::warn!(project = %p.name, prebuild = id, reason = %reason, "prebuild failed");
+            let f = Finish {
+                state: PrebuildState::Failed,
+                reason: Some(&reason),
+                log: None,
+            };
+            store
+                .finish_prebuild(id, PrebuildState::Running, &f, now)
+                .await?;
+        }
+    }
+    let rows = store.project_prebuilds(p.id, LIST_LIMIT).await?;
+    rows.into_iter()
+        .find(|r| r.id == id)
+        .ok_or_else(|| AppError::not_found(format!("prebuild {id}")))
+}
+
+/// The prebuild's own workspace: the project's definition at `commit`, rendered as a
+/// prebuild, owned by the maintainer who turned prebuilds on and shown to no one.
+async fn make_workspace(
+    state: &AppState,
+    p: &ProjectRow,
+    source: &Source,
+    agent: AgentId,
+    by: UserId,
+    prebuild: i64,
+    commit: &str,
+) -> Result<WorkspaceId, AppError> {
+    let store = &state.store;
+    let agent = choose_agent(state, Some(&agent.to_string())).await?;
+    let owner = (store.user_by_id(by).await?)
+        .filter(|u| u.is_active())
+        .ok_or_else(|| {
+            AppError::conflict(
+                "prebuilds_owner_gone",
+                "the maintainer who turned prebuilds on is disabled or gone: turn them on again",
+            )
+        })?;
+    let now = state.clock.now_ms();
+    let space = store.personal_space(owner.id, &owner.username, now).await?;
+    let (text, field) = match &p.devfile {
+        Some(d) => (d.clone(), "project devfile"),
+        None => {
+            let read = sources::definition(state, source, commit, &[], None).await?;
+            (read.devfile, "repository devfile")
+        }
+    };
+    let text = render::resolve_parent(&state.parents, &text, field).await?;
+    let devfile = render::parse(&text, field)?;
+    let asked = Default::default();
+    let resources = size_at_creation(Default::default(), &agent)?;
+    let needs = devfile.host_requirements.as_ref();
+    let (resources, _) = size_for_requirements(&asked, resources, needs, &agent)?;
+    let name = format!("prebuild-{}", super::names::generate());
+    let new = NewWorkspace {
+        name: name.clone(),
+        owner_id: owner.id,
+        agent_id: agent.id,
+        project_id: Some(p.id),
+        git_ref: Some(p.default_ref.clone()),
+        repository: None,
+        definition_path: None,
+        devfile: text,
+        resources: resources.clone(),
+        variables: vec![],
+        starter: None,
+        space_id: space.id,
+        prebuild_id: Some(prebuild),
+        seed: None,
+    };
+    let w = store
+        .insert_workspace(
+            &new,
+            now,
+            |counts| {
+                // The maintainer's quotas: prebuilds are workspaces of theirs that no one sees.
+                check_quotas(&agent, counts, &resources).map_err(|mut e| {
+                    e.message = format!(
+                        "it counts against {}'s quotas: {}",
+                        owner.username, e.message
+                    );
+                    e
+                })
+            },
+            |id| {
+                render::render_workspace(
+                    &devfile,
+                    RenderInput {
+                        name: &name,
+                        id,
+                        agent: &agent,
+                        project: Some(source.project_input(Some(&p.default_ref))),
+                        resources: &resources,
+                        variables: &[],
+                        desired: DesiredState::Running,
+                        dotfiles_url: None,
+                        starter: None,
+                        prebuild: true,
+                        seed: None,
+                    },
+                )
+            },
+        )
+        .await?;
+    state.signals.notify(agent.id);
+    state.changed();
+    tracing::info!(project = %p.name, prebuild, workspace = %w.name, commit, "prebuild started");
+    Ok(w.id)
+}
+
+/// The driver: polls the refs every `poll`, advances running prebuilds and collects, on the
+/// replica that holds the housekeeping lease.
+pub async fn prebuild_task(state: AppState, poll: Duration, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(CHECK_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut next_poll = tokio::time::Instant::now();
+    loop {
+        tokio::select! {
+            // Cancel-safe: cancellation only flips a flag.
+            _ = shutdown.cancelled() => return,
+            // Cancel-safe: a lost tick is simply taken on the next iteration.
+            _ = tick.tick() => {}
+        }
+        let polls = tokio::time::Instant::now() >= next_poll;
+        // The lease is renewed when the refs are polled (the lifecycle timers renew it too);
+        // between polls the last renewal says whether this server drives prebuilds.
+        let held = if polls {
+            next_poll = tokio::time::Instant::now() + poll;
+            state.housekeeping.hold(&state).await
+        } else {
+            state.housekeeping.is_held()
+        };
+        if !held {
+            continue;
+        }
+        if let Err(e) = run_once(&state, polls).await {
+            tracing::warn!(error = %warren_types::error_chain(&e), "prebuilds failed; retrying on the next tick");
+        }
+    }
+}
+
+/// One pass of the driver (tests call it directly).
+pub async fn run_once(state: &AppState, poll_refs: bool) -> Result<(), AppError> {
+    if poll_refs {
+        poll(state).await?;
+    }
+    advance(state).await?;
+    collect(state).await
+}
+
+/// Starts a prebuild of each project whose ref's newest commit has none yet (not while one
+/// of the ref runs: the next poll after it ends starts the newer one).
+async fn poll(state: &AppState) -> Result<(), AppError> {
+    // What no list shows any more is forgotten (a list shows a project's newest).
+    state.store.prune_prebuilds(LIST_LIMIT).await?;
+    for (project, agent, by) in state.store.projects_with_prebuilds().await? {
+        let Some(p) = state.store.project_by_key(&project.to_string()).await? else {
+            continue;
+        };
+        let (agent, by) = (AgentId(agent), UserId(by));
+        let source = match Source::of_project(state, &p) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(project = %p.name, error = %e.message, "prebuilds: the project's source is unusable");
+                continue;
+            }
+        };
+        let head = match state.git.resolve(source.remote(), &p.default_ref).await {
+            Ok(c) => c,
+            Err(e) => {
+                let e = source.git_error(&e);
+                tracing::warn!(project = %p.name, error = %e.message, "prebuilds: the ref could not be read");
+                continue;
+            }
+        };
+        let newest = (state.store)
+            .newest_prebuild(p.id, agent, &p.default_ref, None)
+            .await?;
+        match newest {
+            Some(n) if n.commit_sha == head || n.state() == PrebuildState::Running => continue,
+            _ => {}
+        }
+        if let Err(e) = start(state, &p, agent, by, PrebuildTrigger::Push, Some(head)).await {
+            tracing::warn!(project = %p.name, error = %e.message, "prebuilds: could not start one");
+        }
+    }
+    Ok(())
+}
+
+/// What a running prebuild's workspace says: done (its output), stopped after that, failed
+/// (why, and its output when read), or not yet.
+enum Progress {
+    Waiting,
+    Done(String),
+    Stopped,
+    Failed(String, Option<String>),
+}
+
+async fn progress(
+    state: &AppState,
+    r: &PrebuildRow,
+    w: &WorkspaceRow,
+) -> Result<Progress, AppError> {
+    let now = state.clock.now_ms();
+    if w.desired_state == DesiredState::Terminated {
+        return Ok(Progress::Failed("its workspace was removed".into(), None));
+    }
+    if matches!(w.actual_state, ActualState::Failed | ActualState::Error) {
+        let why = w
+            .failure_reason
+            .clone()
+            .unwrap_or_else(|| "no reason given".into());
+        return Ok(Progress::Failed(
+            format!("its workspace failed: {why}"),
+            None,
+        ));
+    }
+    let timed_out = now - r.created_at > TIMEOUT_MS;
+    let timeout = || format!("it ran longer than {} minutes", TIMEOUT_MS / 60_000);
+    if w.actual_state != ActualState::Running {
+        return Ok(if timed_out {
+            Progress::Failed(timeout(), None)
+        } else {
+            Progress::Waiting
+        });
+    }
+    let Some(container) = super::workspaces::startup::startup_containers(&w.objects(&state.store)?)
+        .and_then(|c| c.into_iter().next())
+    else {
+        return Ok(Progress::Failed(
+            "its workspace has no startup to watch".into(),
+            None,
+        ));
+    };
+    if state.relay_urls.is_empty() {
+        return Ok(Progress::Failed("the server reads no workspace's output (it has no relay), so it cannot tell a prebuild's end".into(), None));
+    }
+    let target = LogsTarget {
+        workspace: w.name.clone(),
+        namespace: w.namespace.clone(),
+        container: Some(container),
+        tail: MAX_LOG_TAIL,
+        follow: false,
+    };
+    let output =
+        crate::relay::logs::fetch(&state.relay_urls, &state.relay_secret, w.agent_id, &target)
+            .await;
+    let output = match output {
+        Ok(o) => o,
+        // Not reachable now (the agent reconnects, the pod is replaced): asked again later.
+        Err(e) => {
+            tracing::debug!(prebuild = r.id, error = %warren_types::error_chain(&e), "prebuild output not read");
+            return Ok(if timed_out {
+                Progress::Failed(timeout(), None)
+            } else {
+                Progress::Waiting
+            });
+        }
+    };
+    let status = startup_status(&output);
+    let log = tail_of(&output);
+    Ok(match status.state {
+        StartupState::Done => Progress::Done(log),
+        StartupState::Failed => Progress::Failed(
+            status.reason.unwrap_or_else(|| "a step failed".into()),
+            Some(log),
+        ),
+        StartupState::Untold => {
+            Progress::Failed("its workspace does not tell its startup".into(), Some(log))
+        }
+        _ if timed_out => Progress::Failed(timeout(), Some(log)),
+        _ => Progress::Waiting,
+    })
+}
+
+/// A done prebuild's workspace on its way to `Stopped`.
+fn stopping(r: &PrebuildRow, w: &WorkspaceRow, now: i64) -> Progress {
+    if w.desired_state == DesiredState::Terminated {
+        Progress::Failed("its workspace was removed".into(), None)
+    } else if w.actual_state == ActualState::Stopped && w.desired_state == DesiredState::Stopped {
+        Progress::Stopped
+    } else if matches!(w.actual_state, ActualState::Failed | ActualState::Error) {
+        let why = w
+            .failure_reason
+            .clone()
+            .unwrap_or_else(|| "no reason given".into());
+        Progress::Failed(format!("its workspace failed while stopping: {why}"), None)
+    } else if now - r.created_at > TIMEOUT_MS {
+        Progress::Failed("its workspace did not stop".into(), None)
+    } else {
+        Progress::Waiting
+    }
+}
+
+/// The end of a prebuild's output, at a line start, as kept with it.
+fn tail_of(output: &[u8]) -> String {
+    let text = String::from_utf8_lossy(output);
+    if text.len() <= LOG_KEEP {
+        return text.into_owned();
+    }
+    let mut from = text.len() - LOG_KEEP;
+    while !text.is_char_boundary(from) {
+        from += 1;
+    }
+    let rest = &text[from..];
+    rest.find('\n').map_or(rest, |n| &rest[n + 1..]).to_owned()
+}
+
+/// Moves each running prebuild on: a done one is stopped and kept, a failed one loses its
+/// workspace (the collector terminates it) and keeps its reason and output.
+async fn advance(state: &AppState) -> Result<(), AppError> {
+    let now = state.clock.now_ms();
+    for r in state.store.prebuilds_in(PrebuildState::Running).await? {
+        let w = match r.workspace() {
+            Some(id) => state.store.workspace_by_id(id).await?,
+            None => None,
+        };
+        let progress = match &w {
+            // Its steps are done (their output kept): ready once its workspace stopped.
+            Some(w) if r.log.is_some() => stopping(&r, w, now),
+            Some(w) => progress(state, &r, w).await?,
+            // Being made (its definition read from git) by `start`, maybe on another server.
+            None if r.workspace_id.is_none() && now - r.created_at < MAKING_MS => continue,
+            None => Progress::Failed("its workspace is gone".into(), None),
+        };
+        let f = match &progress {
+            Progress::Waiting => continue,
+            Progress::Done(log) => {
+                // Kept now (the output is read while it runs), then stopped: no workspace
+                // copies a volume still written to.
+                state.store.set_prebuild_log(r.id, log).await?;
+                if let Some(w) = &w {
+                    stop_workspace(state, w.id).await?;
+                }
+                continue;
+            }
+            Progress::Stopped => Finish {
+                state: PrebuildState::Ready,
+                reason: None,
+                log: None,
+            },
+            Progress::Failed(reason, log) => Finish {
+                state: PrebuildState::Failed,
+                reason: Some(reason),
+                log: log.as_deref(),
+            },
+        };
+        if !state
+            .store
+            .finish_prebuild(r.id, PrebuildState::Running, &f, now)
+            .await?
+        {
+            continue;
+        }
+        match &progress {
+            Progress::Failed(reason, _) => {
+                tracing::warn!(project = %r.project_name, prebuild = r.id, commit = %r.commit_sha, reason = %reason, "prebuild failed; new workspaces start without it")
+            }
+            _ => {
+                tracing::info!(project = %r.project_name, prebuild = r.id, commit = %r.commit_sha, "prebuild ready")
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Asks a prebuild's workspace to stop (nothing when it is stopped or going already).
+async fn stop_workspace(state: &AppState, id: WorkspaceId) -> Result<(), AppError> {
+    let load = || async {
+        (state.store.workspace_by_id(id).await?)
+            .ok_or_else(|| AppError::not_found(format!("workspace {id}")))
+    };
+    let w = load().await?;
+    if matches!(
+        w.desired_state,
+        DesiredState::Stopped | DesiredState::Terminated
+    ) {
+        return Ok(());
+    }
+    super::workspaces::change_desired_state(state, load, DesiredState::Stopped, false).await?;
+    Ok(())
+}
+
+/// Keeps the newest [`KEEP_READY`] ready prebuilds of each ref (and any chosen for a workspace
+/// within [`IN_USE_MS`]), removes the others and those whose workspace went (a lifecycle
+/// timer, an admin), and terminates every prebuild workspace no prebuild keeps.
+async fn collect(state: &AppState) -> Result<(), AppError> {
+    let now = state.clock.now_ms();
+    let ready = state.store.prebuilds_in(PrebuildState::Ready).await?;
+    let mut kept: std::collections::HashMap<(i64, i64, &str), usize> = Default::default();
+    // Newest first.
+    for r in ready.iter().rev() {
+        let w = match r.workspace() {
+            Some(id) => state.store.workspace_by_id(id).await?,
+            None => None,
+        };
+        let gone = w
+            .as_ref()
+            .is_none_or(|w| w.desired_state == DesiredState::Terminated);
+        let n = kept
+            .entry((r.project_id, r.agent_id, r.git_ref.as_str()))
+            .or_default();
+        let reason = if gone {
+            "its workspace was removed"
+        } else if r.project_agent != Some(r.agent_id) {
+            "the project's prebuilds were turned off or moved to another agent"
+        } else if r.project_ref != r.git_ref {
+            "the project's default ref changed"
+        } else if *n < KEEP_READY || r.last_used_at.is_some_and(|t| now - t < IN_USE_MS) {
+            *n += 1;
+            // A stop that failed after the prebuild ended, or a start someone slipped in.
+            if let Some(w) = w.filter(|w| w.desired_state != DesiredState::Stopped) {
+                stop_workspace(state, w.id).await?;
+            }
+            continue;
+        } else {
+            "newer prebuilds of its ref replaced it"
+        };
+        let f = Finish {
+            state: PrebuildState::Removed,
+            reason: Some(reason),
+            log: None,
+        };
+        state
+            .store
+            .finish_prebuild(r.id, PrebuildState::Ready, &f, now)
+            .await?;
+    }
+    // A prebuild running when its project's prebuilds were turned off or moved ends now.
+    for r in state.store.prebuilds_in(PrebuildState::Running).await? {
+        if r.project_agent != Some(r.agent_id) || r.project_ref != r.git_ref {
+            let reason =
+                "the project's prebuilds were turned off, moved or re-pointed while it ran";
+            let f = Finish {
+                state: PrebuildState::Removed,
+                reason: Some(reason),
+                log: None,
+            };
+            state
+                .store
+                .finish_prebuild(r.id, PrebuildState::Running, &f, now)
+                .await?;
+        }
+    }
+    for (id, version, agent) in state.store.loose_prebuild_workspaces().await? {
+        let set = state
+            .store
+            .set_desired_state(
+                WorkspaceId(id),
+                version,
+                DesiredState::Terminated,
+                now,
+                ChangedBy::Other,
+            )
+            .await?;
+        if set.is_some() {
+            state.signals.notify(AgentId(agent));
+            state.changed();
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,341 @@
+//! Prebuilds through the API (issue 43), on SQLite and (when configured) PostgreSQL, against a
+//! real Git server: only a project's maintainers turn them on, run them and turn them off;
+//! its users list them; a prebuild's own workspace is rendered as a prebuild with the
+//! project's credential and nobody's secrets, and no one lists, opens or changes it; a new
+//! workspace of the default ref on the prebuilds' agent starts from the newest ready one
+//! (and only then); turned off, the prebuilds go and their workspaces are terminated.
+
+use crate::common;
+
+use common::*;
+use reqwest::Method;
+use serde_json::json;
+use warren_testkit::git_http::{have_git, GitHttpServer};
+
+fn b64(s: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+const PASSWORD: &str = "pb-git-pass-5d1";
+const SECRET: &str = "bobs-own-npm-token-77";
+
+const DEVFILE: &str = r#"schemaVersion: 2.2.0
+metadata: {name: prebuilt}
+attributes:
+  warren.dev/prebuild: [deps]
+components:
+  - name: dev
+    container: {image: localhost/warren-test:latest, mountSources: true}
+commands:
+  - id: deps
+    exec: {component: dev, commandLine: "npm ci"}
+events:
+  postStart: [deps]
+"#;
+
+#[tokio::test]
+async fn prebuilds_are_the_maintainers_and_start_the_projects_next_workspaces() {
+    if !have_git() {
+        return;
+    }
+    let git = GitHttpServer::start("ann", PASSWORD).await.unwrap();
+    let head = git
+        .create_repo("app", &[(".devfile.yaml", DEVFILE)])
+        .unwrap();
+    let url = git.url("app");
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        let agent = s.agent("a1", json!({})).await;
+        let bob = s.user("bob", &["api", "workspace"]).await;
+        let carol = s.user("carol", &["api", "workspace"]).await;
+        let dave = s.user("dave", &["api", "workspace"]).await;
+        let (st, b) = s
+            .post(
+                &bob,
+                "/api/v1/projects",
+                json!({"name": "app", "git_url": url,
+                       "credential": {"kind": "basic", "username": "ann", "password": PASSWORD}}),
+            )
+            .await;
+        assert_eq!(st, 201, "[{l}] {b}");
+        let (st, b) = s
+            .put(
+                &bob,
+                "/api/v1/projects/app/members/carol",
+                json!({"role": "developer"}),
+            )
+            .await;
+        assert_eq!(st, 200, "[{l}] {b}");
+        // Bob's own secret: never in a prebuild, which belongs to no one.
+        let (st, b) = s
+            .put(
+                &bob,
+                "/api/v1/users/me/secrets/NPM_TOKEN",
+                json!({"value": SECRET}),
+            )
+            .await;
+        assert_eq!(st, 201, "[{l}] {b}");
+
+        // Only maintainers turn prebuilds on, run and off; others are told why (or nothing).
+        let settings = "/api/v1/projects/app/prebuilds/settings";
+        let (st, b) = s.put(&carol, settings, json!({})).await;
+        assert_eq!(st, 403, "[{l}] a developer: {b}");
+        let (st, b) = s.put(&dave, settings, json!({})).await;
+        assert_eq!(st, 404, "[{l}] not a member: {b}");
+        let (st, b) = s
+            .post(&bob, "/api/v1/projects/app/prebuilds", json!(null))
+            .await;
+        assert_eq!(st, 409, "[{l}] off: {b}");
+        assert!(msg(&b).contains("prebuild on app"), "[{l}] {b}");
+        let (st, b) = s.put(&bob, settings, json!({"agent": "nope"})).await;
+        assert_eq!(st, 400, "[{l}] {b}");
+        assert!(msg(&b).contains("nope"), "[{l}] {b}");
+        let (st, b) = s.put(&bob, settings, json!({"agents": "a1"})).await;
+        assert_eq!(st, 400, "[{l}] unknown field: {b}");
+        let (st, b) = s.put(&bob, settings, json!({})).await;
+        assert_eq!(st, 200, "[{l}] {b}");
+        assert_eq!(b["prebuild_agent"], "a1", "[{l}] the only agent: {b}");
+
+        let (st, run) = s
+            .post(&bob, "/api/v1/projects/app/prebuilds", json!(null))
+            .await;
+        assert_eq!(st, 202, "[{l}] {run}");
+        assert_eq!(
+            (&run["state"], &run["trigger"], &run["commit"], &run["ref"]),
+            (
+                &json!("running"),
+                &json!("manual"),
+                &json!(head),
+                &json!("main")
+            ),
+            "[{l}] {run}"
+        );
+        // Asked again while it runs: the same prebuild.
+        let (st, again) = s
+            .post(&bob, "/api/v1/projects/app/prebuilds", json!(null))
+            .await;
+        assert_eq!((st, &again["id"]), (202, &run["id"]), "[{l}] {again}");
+        let (st, b) = s
+            .post(&carol, "/api/v1/projects/app/prebuilds", json!(null))
+            .await;
+        assert_eq!(st, 403, "[{l}] {b}");
+        let (st, list) = s.get(&carol, "/api/v1/projects/app/prebuilds").await;
+        assert_eq!(st, 200, "[{l}] {list}");
+        assert_eq!(list.as_array().map(Vec::len), Some(1), "[{l}] {list}");
+        let (st, _) = s.get(&dave, "/api/v1/projects/app/prebuilds").await;
+        assert_eq!(st, 404, "[{l}]");
+
+        // Its workspace: the agent gets it, as a prebuild, with the project's credential and
+        // without Bob's secret; nobody lists, opens or changes it.
+        let infos = s.reconcile_ok(agent, "full", json!([])).await;
+        let (name, info) = infos
+            .iter()
+            .find(|(n, _)| n.starts_with("prebuild-"))
+            .unwrap_or_else(|| panic!("[{l}] the prebuild's workspace is sent: {infos:?}"));
+        let config = info["config_to_apply"].as_str().unwrap_or_default();
+        assert!(
+            config.contains("warren.dev/prebuild: 'true'")
+                || config.contains("warren.dev/prebuild: \"true\""),
+            "[{l}] {config}"
+        );
+        assert!(
+            !config.contains(&b64(SECRET)) && !config.contains(SECRET),
+            "[{l}] a secret in a prebuild"
+        );
+        assert!(!config.contains("NPM_TOKEN"), "[{l}] {config}");
+        assert!(
+            config.contains(&format!("name: {name}-git")),
+            "[{l}] the project's credential: {config}"
+        );
+        for who in [&bob, &s.admin_token.clone()] {
+            let (_, listed) = s.get(who, "/api/v1/workspaces").await;
+            assert!(!listed.to_string().contains("prebuild-"), "[{l}] {listed}");
+            for (m, path) in [
+                (Method::GET, format!("/api/v1/workspaces/{name}")),
+                (Method::DELETE, format!("/api/v1/workspaces/{name}")),
+                (Method::GET, format!("/api/v1/workspaces/{name}/logs")),
+                (
+                    Method::PUT,
+                    format!("/api/v1/workspaces/{name}/desired_state"),
+                ),
+            ] {
+                let body = (m == Method::PUT).then(|| json!({"desired_state": "Stopped"}));
+                let (st, b) = s.call(m.clone(), &path, Some(who), body).await;
+                assert_eq!(st, 404, "[{l}] {m} {path}: {b}");
+            }
+        }
+
+        // Ready (the driver's verdict, set here: this server reads no workspace output), a
+        // new workspace of the default ref starts from it; one with its own devfile or of
+        // another ref does not.
+        let id = run["id"].as_i64().expect("id");
+        let finish = warren_server::store::prebuilds::Finish {
+            state: warren_types::prebuild::PrebuildState::Ready,
+            reason: None,
+            log: Some("done"),
+        };
+        let from = warren_types::prebuild::PrebuildState::Running;
+        assert!(s
+            .state
+            .store
+            .finish_prebuild(id, from, &finish, 0)
+            .await
+            .unwrap());
+        // Ready, but its workspace has not stopped yet: its volume may still be written to,
+        // so a new workspace starts without it.
+        let w = s
+            .workspace(&carol, json!({"project": "app", "name": "early"}))
+            .await;
+        assert!(!w["notices"].to_string().contains("prebuild"), "[{l}] {w}");
+        assert!(
+            !s.config_of(agent, "early").await.contains("seed-from"),
+            "[{l}]"
+        );
+        // The driver stops it; once the agent reports it stopped, it is used.
+        warren_server::app::prebuilds::run_once(&s.state, false)
+            .await
+            .unwrap();
+        let (desired,): (String,) =
+            sqlx::query_as("SELECT desired_state FROM workspaces WHERE prebuild_id = $1")
+                .bind(id)
+                .fetch_one(&s.state.store.db.pool)
+                .await
+                .unwrap();
+        assert_eq!(
+            desired, "Stopped",
+            "[{l}] a ready prebuild's workspace is stopped"
+        );
+        sqlx::query("UPDATE workspaces SET actual_state = 'Stopped' WHERE prebuild_id = $1")
+            .bind(id)
+            .execute(&s.state.store.db.pool)
+            .await
+            .unwrap();
+        let w = s
+            .workspace(&carol, json!({"project": "app", "name": "mine"}))
+            .await;
+        let notices = w["notices"].to_string();
+        assert!(
+            notices.contains(&format!("prebuild of commit {}", &head[..12])),
+            "[{l}] {w}"
+        );
+        let config = s.config_of(agent, "mine").await;
+        assert!(
+            config.contains(&format!("warren.dev/seed-from: {name}")),
+            "[{l}] {config}"
+        );
+        for (ws, extra) in [
+            ("own-devfile", json!({"devfile": DEVFILE})),
+            ("other-ref", json!({"ref": head})),
+        ] {
+            let mut req = json!({"project": "app", "name": ws});
+            req.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            let w = s.workspace(&carol, req).await;
+            assert!(
+                !w["notices"].to_string().contains("prebuild"),
+                "[{l}] {ws}: {w}"
+            );
+            let config = s.config_of(agent, ws).await;
+            assert!(!config.contains("seed-from"), "[{l}] {ws}");
+        }
+        let (_, list) = s.get(&bob, "/api/v1/projects/app/prebuilds").await;
+        assert_eq!(list[0]["used"], 1, "[{l}] {list}");
+
+        // Off: the prebuild is removed and its workspace asked to go.
+        let (st, b) = s.delete(&bob, settings).await;
+        assert_eq!(st, 200, "[{l}] {b}");
+        assert!(b.get("prebuild_agent").is_none(), "[{l}] {b}");
+        let (_, list) = s.get(&bob, "/api/v1/projects/app/prebuilds").await;
+        assert_eq!(list[0]["state"], "removed", "[{l}] {list}");
+        let gone: Vec<(String,)> =
+            sqlx::query_as("SELECT desired_state FROM workspaces WHERE prebuild_id IS NOT NULL")
+                .fetch_all(&s.state.store.db.pool)
+                .await
+                .unwrap();
+        assert_eq!(gone, [("Terminated".to_owned(),)], "[{l}]");
+        let (st, b) = s.get(&carol, "/api/v1/workspaces/early").await;
+        assert_eq!(st, 200, "[{l}] {b}");
+        // A workspace already started from it keeps running, untouched.
+        let (st, b) = s.get(&carol, "/api/v1/workspaces/mine").await;
+        assert_eq!(
+            (st, &b["desired_state"]),
+            (200, &json!("Running")),
+            "[{l}] {b}"
+        );
+    }
+}
+
+/// Anyone may make a project: a prebuild's workspace counts against every quota of the
+/// maintainer who turned prebuilds on, or prebuilds would be a way past one.
+#[tokio::test]
+async fn a_prebuild_counts_against_the_quotas_of_whoever_turned_them_on() {
+    if !have_git() {
+        return;
+    }
+    let git = GitHttpServer::start("ann", PASSWORD).await.unwrap();
+    git.create_repo("app", &[(".devfile.yaml", DEVFILE)])
+        .unwrap();
+    let url = git.url("app");
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        s.agent("a1", json!({"workspaces_per_user_quota": 1})).await;
+        let bob = s.user("bob", &["api", "workspace"]).await;
+        let (st, b) = s
+            .post(
+                &bob,
+                "/api/v1/projects",
+                json!({"name": "app", "git_url": url,
+                       "credential": {"kind": "basic", "username": "ann", "password": PASSWORD}}),
+            )
+            .await;
+        assert_eq!(st, 201, "[{l}] {b}");
+        let settings = "/api/v1/projects/app/prebuilds/settings";
+        let (st, b) = s.put(&bob, settings, json!({})).await;
+        assert_eq!(st, 200, "[{l}] {b}");
+        let runs = "/api/v1/projects/app/prebuilds";
+        let (st, run) = s.post(&bob, runs, json!(null)).await;
+        assert_eq!((st, &run["state"]), (202, &json!("running")), "[{l}] {run}");
+        // Its running prebuild is Bob's one workspace on the agent.
+        let (st, b) = s
+            .call(
+                Method::POST,
+                "/api/v1/workspaces",
+                Some(&bob),
+                Some(json!({"name": "w1"})),
+            )
+            .await;
+        assert_eq!(st, 403, "[{l}] {b}");
+        assert!(msg(&b).contains("workspaces_per_user_quota"), "[{l}] {b}");
+
+        // Once it failed and its workspace went, Bob's own takes the place; the next prebuild
+        // then fails saying whose quota it would exceed.
+        let finish = warren_server::store::prebuilds::Finish {
+            state: warren_types::prebuild::PrebuildState::Failed,
+            reason: Some("a step failed"),
+            log: None,
+        };
+        let from = warren_types::prebuild::PrebuildState::Running;
+        let id = run["id"].as_i64().expect("id");
+        assert!(s
+            .state
+            .store
+            .finish_prebuild(id, from, &finish, 0)
+            .await
+            .unwrap());
+        warren_server::app::prebuilds::run_once(&s.state, false)
+            .await
+            .unwrap();
+        s.workspace(&bob, json!({"name": "w1"})).await;
+        let (st, run) = s.post(&bob, runs, json!(null)).await;
+        assert_eq!((st, &run["state"]), (202, &json!("failed")), "[{l}] {run}");
+        let reason = run["reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.contains("bob's quotas") && reason.contains("workspaces_per_user_quota"),
+            "[{l}] {run}"
+        );
+    }
+}

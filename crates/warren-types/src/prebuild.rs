@@ -1,0 +1,133 @@
+//! Prebuilds: a project's clone and create-time steps run ahead of time in a workspace of
+//! their own, whose volumes new workspaces of the project start as copies of.
+//!
+//! The names here are the contract between the renderer (which marks a prebuild's objects and
+//! the volumes a new workspace seeds from one) and the agents (which copy only from a volume
+//! that carries the mark of the very prebuild named).
+
+use crate::WorkspaceId;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// Label on every object of a prebuild's own workspace, and on the engine volumes made for
+/// it: only such a volume is ever copied into another workspace's.
+pub const PREBUILD_LABEL: &str = "warren.dev/prebuild";
+
+/// Annotation on a new workspace's PersistentVolumeClaims: the name of the prebuild workspace
+/// whose same-named volume it starts as a copy of (when the agent creates it; a volume that
+/// exists is left alone).
+pub const SEED_FROM_ANNOTATION: &str = "warren.dev/seed-from";
+
+/// Annotation beside [`SEED_FROM_ANNOTATION`]: that workspace's id, which its volume's labels
+/// must carry too (a name can be taken again after a workspace is gone).
+pub const SEED_FROM_ID_ANNOTATION: &str = "warren.dev/seed-from-id";
+
+/// File at the root of a volume while the agent fills it from a prebuild's: a copy cut short
+/// (the agent stopped mid-way) is found by the workspace's startup, which fails saying so
+/// rather than run on part of a checkout.
+pub const SEEDING_MARKER: &str = ".warren-seeding";
+
+/// The source a new workspace's volumes are copied from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seed<'a> {
+    /// The prebuild's own workspace.
+    pub workspace: &'a str,
+    pub workspace_id: WorkspaceId,
+    /// The commit the prebuild built, for the startup's messages.
+    pub commit: &'a str,
+}
+
+/// Where a prebuild is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PrebuildState {
+    /// Its workspace clones and runs the prebuild's commands.
+    Running,
+    /// Done: its volumes are what new workspaces of its ref start from.
+    Ready,
+    /// A step failed or it took too long; new workspaces start cold.
+    Failed,
+    /// A newer prebuild of the ref replaced it, or it was collected: its volumes are gone.
+    Removed,
+}
+
+impl PrebuildState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PrebuildState::Running => "running",
+            PrebuildState::Ready => "ready",
+            PrebuildState::Failed => "failed",
+            PrebuildState::Removed => "removed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<PrebuildState> {
+        Some(match s {
+            "running" => PrebuildState::Running,
+            "ready" => PrebuildState::Ready,
+            "failed" => PrebuildState::Failed,
+            "removed" => PrebuildState::Removed,
+            _ => return None,
+        })
+    }
+}
+
+/// What started a prebuild.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PrebuildTrigger {
+    /// The ref moved (the server's poll of the repository, or a push webhook).
+    Push,
+    /// Someone asked (`warren project prebuild`).
+    Manual,
+}
+
+impl PrebuildTrigger {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PrebuildTrigger::Push => "push",
+            PrebuildTrigger::Manual => "manual",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<PrebuildTrigger> {
+        Some(match s {
+            "push" => PrebuildTrigger::Push,
+            "manual" => PrebuildTrigger::Manual,
+            _ => return None,
+        })
+    }
+}
+
+/// One prebuild of a project (`GET /api/v1/projects/{p}/prebuilds`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Prebuild {
+    pub id: i64,
+    pub project: String,
+    pub agent: String,
+    #[serde(rename = "ref")]
+    pub git_ref: String,
+    pub commit: String,
+    pub state: PrebuildState,
+    pub trigger: PrebuildTrigger,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The end of its startup's output, kept when it finished (its workspace is stopped then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<String>,
+    /// Workspaces created from it.
+    pub used: i64,
+    pub created_at: DateTime<Utc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// `PUT /api/v1/projects/{p}/prebuilds`: prebuilds of the project's default ref, on `agent`
+/// (the only agent when absent).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetPrebuildsRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+}

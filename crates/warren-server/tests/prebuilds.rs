@@ -34,6 +34,15 @@ events:
   postStart: [deps]
 "#;
 
+/// Project `app` of `url`, made by `token`'s user (its maintainer), with the repository's
+/// password as its credential.
+async fn make_project(s: &TestServer, token: &str, url: &str) {
+    let project = json!({"name": "app", "git_url": url,
+        "credential": {"kind": "basic", "username": "ann", "password": PASSWORD}});
+    let (st, b) = s.post(token, "/api/v1/projects", project).await;
+    assert_eq!(st, 201, "[{}] {b}", s.label);
+}
+
 #[tokio::test]
 async fn prebuilds_are_the_maintainers_and_start_the_projects_next_workspaces() {
     if !have_git() {
@@ -51,15 +60,7 @@ async fn prebuilds_are_the_maintainers_and_start_the_projects_next_workspaces() 
         let bob = s.user("bob", &["api", "workspace"]).await;
         let carol = s.user("carol", &["api", "workspace"]).await;
         let dave = s.user("dave", &["api", "workspace"]).await;
-        let (st, b) = s
-            .post(
-                &bob,
-                "/api/v1/projects",
-                json!({"name": "app", "git_url": url,
-                       "credential": {"kind": "basic", "username": "ann", "password": PASSWORD}}),
-            )
-            .await;
-        assert_eq!(st, 201, "[{l}] {b}");
+        make_project(&s, &bob, &url).await;
         let (st, b) = s
             .put(
                 &bob,
@@ -284,15 +285,7 @@ async fn a_prebuild_counts_against_the_quotas_of_whoever_turned_them_on() {
         let l = s.label;
         s.agent("a1", json!({"workspaces_per_user_quota": 1})).await;
         let bob = s.user("bob", &["api", "workspace"]).await;
-        let (st, b) = s
-            .post(
-                &bob,
-                "/api/v1/projects",
-                json!({"name": "app", "git_url": url,
-                       "credential": {"kind": "basic", "username": "ann", "password": PASSWORD}}),
-            )
-            .await;
-        assert_eq!(st, 201, "[{l}] {b}");
+        make_project(&s, &bob, &url).await;
         let settings = "/api/v1/projects/app/prebuilds/settings";
         let (st, b) = s.put(&bob, settings, json!({})).await;
         assert_eq!(st, 200, "[{l}] {b}");

@@ -542,6 +542,20 @@ async fn advance(state: &AppState) -> Result<(), AppError> {
     Ok(())
 }
 
+/// Removes a prebuild (the collector then terminates its workspace), saying why.
+async fn remove(state: &AppState, r: &PrebuildRow, reason: &str, now: i64) -> Result<(), AppError> {
+    let f = Finish {
+        state: PrebuildState::Removed,
+        reason: Some(reason),
+        log: None,
+    };
+    state
+        .store
+        .finish_prebuild(r.id, r.state(), &f, now)
+        .await?;
+    Ok(())
+}
+
 /// Asks a prebuild's workspace to stop (nothing when it is stopped or going already).
 async fn stop_workspace(state: &AppState, id: WorkspaceId) -> Result<(), AppError> {
     let load = || async {
@@ -594,30 +608,14 @@ async fn collect(state: &AppState) -> Result<(), AppError> {
         } else {
             "newer prebuilds of its ref replaced it"
         };
-        let f = Finish {
-            state: PrebuildState::Removed,
-            reason: Some(reason),
-            log: None,
-        };
-        state
-            .store
-            .finish_prebuild(r.id, PrebuildState::Ready, &f, now)
-            .await?;
+        remove(state, r, reason, now).await?;
     }
     // A prebuild running when its project's prebuilds were turned off or moved ends now.
     for r in state.store.prebuilds_in(PrebuildState::Running).await? {
         if r.project_agent != Some(r.agent_id) || r.project_ref != r.git_ref {
             let reason =
                 "the project's prebuilds were turned off, moved or re-pointed while it ran";
-            let f = Finish {
-                state: PrebuildState::Removed,
-                reason: Some(reason),
-                log: None,
-            };
-            state
-                .store
-                .finish_prebuild(r.id, PrebuildState::Running, &f, now)
-                .await?;
+            remove(state, &r, reason, now).await?;
         }
     }
     for (id, version, agent) in state.store.loose_prebuild_workspaces().await? {

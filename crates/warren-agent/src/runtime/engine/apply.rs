@@ -145,10 +145,11 @@ impl EngineRuntime {
             }
         }
 
-        // After the creates: the image is pulled by now; before anything starts.
-        self.fill_seeds(&mut record, &plan, &labels).await?;
+        // After the creates: the image is pulled by now; before anything starts. The volumes
+        // are the pod user's first: the prebuild's copy runs as that user.
         self.give_volumes_to_pod_user(&plan, &new_volumes, &labels)
             .await;
+        self.fill_seeds(&mut record, &plan, &labels).await?;
 
         let containers = self.workspace_containers(name).await?;
         if plan.replicas == 0 {

@@ -6,7 +6,8 @@
 //! the prebuild mark, no GitOps source) is ever read: a claim cannot name another tenant's
 //! volume, nor can a GitOps unit's objects make a volume look like a prebuild's. A copy that
 //! cannot be made leaves the volume empty, and the workspace starts cold and says so (its
-//! startup script tells that the prebuild was not copied).
+//! startup script tells that the prebuild was not copied). The copy runs as the pod's user
+//! with no capability, after the new volumes were given to that user.
 
 use super::plan::{PodPlan, VolumeSeed};
 use super::*;
@@ -15,8 +16,9 @@ use warren_types::prebuild::{PREBUILD_LABEL, SEEDING_MARKER};
 /// How long a copy may take (a prebuild of many gigabytes on a slow disk).
 const COPY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15 * 60);
 
-/// The copy, run as root in the helper: a failure empties the volume again (it was new, so
-/// nothing of anyone's is lost), so the workspace starts cold rather than from part of it.
+/// The copy, run as the pod's user in the helper: a failure empties the volume again (it was
+/// new, so nothing of anyone's is lost), so the workspace starts cold rather than from part of
+/// it.
 fn copy_script() -> String {
     format!(
         "touch /to/{SEEDING_MARKER} && cp -a /from/. /to/ && rm -f /to/{SEEDING_MARKER} \
@@ -136,16 +138,13 @@ impl EngineRuntime {
             image: Some(image),
             entrypoint: Some(vec!["/bin/sh".into(), "-c".into(), copy_script()]),
             cmd: Some(vec![]),
-            user: Some("0:0".into()),
+            // The pod's own user, without a capability: the project's image runs no more
+            // privileged here than in the workspace. The prebuild's files are that user's
+            // (the prebuild ran as it); a file it cannot read fails the copy, a cold start.
+            user: Some(format!("{}:{}", plan.uid, plan.gid)),
             labels: Some(labels.clone().into_iter().collect()),
             host_config: Some(bollard::models::HostConfig {
-                // What `cp -a` needs to read every file and keep its owner, mode and times.
                 cap_drop: Some(vec!["ALL".into()]),
-                cap_add: Some(
-                    ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID"]
-                        .map(String::from)
-                        .to_vec(),
-                ),
                 security_opt: Some(vec!["no-new-privileges".into()]),
                 network_mode: Some("none".into()),
                 mounts: Some(vec![

@@ -273,6 +273,32 @@ impl KubernetesRuntime {
         }
     }
 
+    /// The API server's resource for `api_version` `kind`. The API server serves a CRD's
+    /// kind a moment after the CRD says `Established`, so a kind of a group a CRD of this
+    /// sync brings (`brought`) is looked for again until `CRD_ESTABLISHED` has passed.
+    async fn discover(
+        &self,
+        api_version: &str,
+        kind: &str,
+        brought: bool,
+    ) -> Result<(ApiResource, ApiCapabilities), String> {
+        let deadline = tokio::time::Instant::now() + CRD_ESTABLISHED;
+        loop {
+            match kube::discovery::pinned_kind(&self.client, &gvk(api_version, kind)).await {
+                Ok(found) => return Ok(found),
+                Err(_) if brought && tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => {
+                    return Err(format!(
+                        "the API server does not serve {api_version} {kind}: {}",
+                        kube_message(&e)
+                    ))
+                }
+            }
+        }
+    }
+
     /// See the module docs.
     pub(super) async fn sync_gitops_objects(
         &self,
@@ -298,16 +324,8 @@ impl KubernetesRuntime {
                 // Looked up once per kind, and only now: a kind a CRD of this sync brings
                 // exists once that CRD (an earlier rank) is established.
                 if !kinds.contains_key(&key) {
-                    let found = kube::discovery::pinned_kind(&self.client, &gvk(&key.0, &key.1))
-                        .await
-                        .map_err(|e| {
-                            format!(
-                                "the API server does not serve {} {}: {}",
-                                key.0,
-                                key.1,
-                                kube_message(&e)
-                            )
-                        });
+                    let brought = brought_by_a_crd(sync.objects, &key.0);
+                    let found = self.discover(&key.0, &key.1, brought).await;
                     kinds.insert(key.clone(), found);
                 }
                 let (res, caps) = match &kinds[&key] {
@@ -653,6 +671,15 @@ fn owned_fields(object: &Value) -> Option<&Value> {
         .iter()
         .find(|m| m["manager"] == GITOPS_FIELD_MANAGER && m["operation"] == "Apply")
         .map(|m| &m["fieldsV1"])
+}
+
+/// Whether a CustomResourceDefinition among `objects` defines group of `api_version`.
+fn brought_by_a_crd(objects: &[warren_gitops::Manifest], api_version: &str) -> bool {
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    !group.is_empty()
+        && objects
+            .iter()
+            .any(|o| o.kind() == "CustomResourceDefinition" && o.object["spec"]["group"] == group)
 }
 
 #[cfg(test)]

@@ -190,15 +190,7 @@ impl GitHttpServer {
             work.path(),
             &["init", "--quiet", "--initial-branch=main", "."],
         )?;
-        for (path, contents) in files {
-            let p = work.path().join(path);
-            if let Some(d) = p.parent() {
-                std::fs::create_dir_all(d)?;
-            }
-            std::fs::write(&p, contents)?;
-        }
-        git(work.path(), &["add", "--all"])?;
-        git(work.path(), &["commit", "--quiet", "-m", "first"])?;
+        commit_in(work.path(), files, "first")?;
         git(
             work.path(),
             &["push", "--quiet", bare.to_str().unwrap_or_default(), "main"],
@@ -213,15 +205,7 @@ impl GitHttpServer {
         let work = tempfile::tempdir()?;
         let from = bare.to_str().unwrap_or_default();
         git(work.path(), &["clone", "--quiet", from, "."])?;
-        for (path, contents) in files {
-            let p = work.path().join(path);
-            if let Some(d) = p.parent() {
-                std::fs::create_dir_all(d)?;
-            }
-            std::fs::write(&p, contents)?;
-        }
-        git(work.path(), &["add", "--all"])?;
-        git(work.path(), &["commit", "--quiet", "-m", "next"])?;
+        commit_in(work.path(), files, "next")?;
         git(work.path(), &["push", "--quiet", "origin", "main"])?;
         Ok(git(work.path(), &["rev-parse", "HEAD"])?.trim().to_owned())
     }
@@ -400,4 +384,18 @@ pub fn commit_files(bare: &Path, files: &[(&str, &str)]) -> Result<String> {
         .with_context(|| format!("{} is not UTF-8", bare.display()))?;
     git(work.path(), &["push", "--quiet", "--force", target, "main"])?;
     Ok(git(work.path(), &["rev-parse", "HEAD"])?.trim().to_owned())
+}
+
+/// Writes `files` (path → contents) into the checkout `work` and commits them all.
+fn commit_in<C: AsRef<[u8]>>(work: &Path, files: &[(&str, C)], message: &str) -> Result<()> {
+    for (path, contents) in files {
+        let p = work.join(path);
+        if let Some(d) = p.parent() {
+            std::fs::create_dir_all(d)?;
+        }
+        std::fs::write(&p, contents)?;
+    }
+    git(work, &["add", "--all"])?;
+    git(work, &["commit", "--quiet", "-m", message])?;
+    Ok(())
 }

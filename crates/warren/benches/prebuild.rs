@@ -158,27 +158,6 @@ fn used(up: &Up, project: &str) -> u64 {
     all.iter().filter_map(|b| b["used"].as_u64()).sum()
 }
 
-/// Removes what the installation made for prebuilds, whatever happened.
-struct PrebuildObjects(String);
-
-impl Drop for PrebuildObjects {
-    fn drop(&mut self) {
-        let owner = format!("label=warren.dev/engine-owner={}", self.0);
-        let mark = "label=warren.dev/prebuild=true";
-        for id in podman(&["ps", "-aq", "--filter", &owner, "--filter", mark]).split_whitespace() {
-            let _ = podman(&["rm", "-f", "-t", "0", id]);
-        }
-        let volumes = podman(&["volume", "ls", "-q", "--filter", &owner, "--filter", mark]);
-        for v in volumes.split_whitespace() {
-            let _ = podman(&["volume", "rm", "-f", v]);
-        }
-        let networks = podman(&["network", "ls", "-q", "--filter", &owner, "--filter", mark]);
-        for n in networks.split_whitespace() {
-            let _ = podman(&["network", "rm", "-f", n]);
-        }
-    }
-}
-
 fn main() {
     if !podman_bench_runs("prebuild") {
         return;

@@ -13,7 +13,7 @@ use serde_json::Value;
 use std::time::Duration;
 use support::{
     ensure_image, host_address, podman, podman_available, podman_sh as sh, running, unique_name,
-    wait_for, Up,
+    wait_for, PrebuildObjects, Up,
 };
 
 const PASSWORD: &str = "pw-prebuilds-41c9";
@@ -54,27 +54,6 @@ const DEPS_FAILING_IN_PREBUILDS: &str =
     "case \"$WARREN_WORKSPACE_NAME\" in prebuild-*) echo 'no registry here' >&2; exit 3;; esac\n\
     echo \"run $(git -C \"$PROJECT_SOURCE\" rev-parse --short HEAD)\" >> /projects/.deps-runs\n\
     cp \"$PROJECT_SOURCE/README\" /projects/.installed\n";
-
-/// Removes what the installation made for prebuilds, even when the test failed half-way.
-struct PrebuildObjects(String);
-
-impl Drop for PrebuildObjects {
-    fn drop(&mut self) {
-        let owner = format!("label=warren.dev/engine-owner={}", self.0);
-        let mark = "label=warren.dev/prebuild=true";
-        for id in podman(&["ps", "-aq", "--filter", &owner, "--filter", mark]).split_whitespace() {
-            let _ = podman(&["rm", "-f", "-t", "0", id]);
-        }
-        let volumes = podman(&["volume", "ls", "-q", "--filter", &owner, "--filter", mark]);
-        for v in volumes.split_whitespace() {
-            let _ = podman(&["volume", "rm", "-f", v]);
-        }
-        let networks = podman(&["network", "ls", "-q", "--filter", &owner, "--filter", mark]);
-        for n in networks.split_whitespace() {
-            let _ = podman(&["network", "rm", "-f", n]);
-        }
-    }
-}
 
 fn prebuilds(up: &Up, project: &str) -> Vec<Value> {
     let out = up.cli_ok(&["project", "prebuild", "list", project, "-o", "json"]);

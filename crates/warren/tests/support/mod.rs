@@ -1632,3 +1632,24 @@ pub fn one_warren_up_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
 }
+
+/// Removes what the installation made for prebuilds, even when the test failed half-way.
+pub struct PrebuildObjects(pub String);
+
+impl Drop for PrebuildObjects {
+    fn drop(&mut self) {
+        let owner = format!("label=warren.dev/engine-owner={}", self.0);
+        let mark = "label=warren.dev/prebuild=true";
+        for id in podman(&["ps", "-aq", "--filter", &owner, "--filter", mark]).split_whitespace() {
+            let _ = podman(&["rm", "-f", "-t", "0", id]);
+        }
+        let volumes = podman(&["volume", "ls", "-q", "--filter", &owner, "--filter", mark]);
+        for v in volumes.split_whitespace() {
+            let _ = podman(&["volume", "rm", "-f", v]);
+        }
+        let networks = podman(&["network", "ls", "-q", "--filter", &owner, "--filter", mark]);
+        for n in networks.split_whitespace() {
+            let _ = podman(&["network", "rm", "-f", n]);
+        }
+    }
+}

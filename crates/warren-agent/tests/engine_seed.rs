@@ -1,15 +1,17 @@
 //! A new workspace's volume started as a copy of a prebuild's (issue 43), on a real Podman:
 //! copied only from the volume of the very prebuild its claim names (that workspace's name
 //! and id, the prebuild mark), never from another workspace's volume however the claim names
-//! it, and only when the agent creates the volume.
+//! it, and only when the agent creates the volume. On Podman the stopped prebuild is saved
+//! as a snapshot and the new volume is a copy-on-write clone of it; without one, a copy.
 
 use crate::common;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use common::*;
 use serde_json::{json, Value};
 use warren_agent::runtime::WorkspaceRuntime;
 use warren_types::prebuild::{PREBUILD_LABEL, SEED_FROM_ANNOTATION, SEED_FROM_ID_ANNOTATION};
+use warren_types::reconcile::TerminationProgress;
 use warren_types::state::ActualState;
 
 /// `ws`'s fixture objects with workspace id `id`, marked as a prebuild's when `prebuild`, its
@@ -100,27 +102,45 @@ async fn a_new_volume_is_copied_only_from_the_prebuild_its_claim_names() -> Resu
         "copied from a prebuild of another id: {seen}"
     );
 
-    // The prebuild it names: copied before the pod started, with owners and modes kept.
+    // The prebuild was saved as a snapshot when it stopped, labelled as its own.
+    let prebuild_volume = volume_of(&prebuild)?;
+    let snapshot = format!("localhost/warren-snapshot/{prebuild_volume}:id-7001");
+    assert_eq!(
+        cli_run(&[
+            "image",
+            "inspect",
+            "--format",
+            "{{index .Labels \"warren.dev/snapshot-of\"}}",
+            &snapshot
+        ])?
+        .trim(),
+        prebuild_volume
+    );
+
+    // Without its snapshot (gone, or never saved: Docker), a new volume is a copy, made
+    // before the pod started, with owners and modes kept.
+    cli_run(&["rmi", &snapshot])?;
+    let copied = Workspace::new("copied", h.agent_id);
+    let copied_objects = objects(&copied, "7006", false, Some((prebuild.name(), "7001")));
+    run(&h, &copied, &copied_objects).await?;
+    assert_eq!(driver_of(&copied)?, "local");
+    assert_started_from_prebuild(&copied)?;
+
+    // Applied stopped again, the prebuild saves its snapshot again; until then it is not
+    // reported stopped.
+    h.runtime
+        .apply(&prebuild.key, &with_replicas(prebuild_objects.clone(), 0))
+        .await?;
+    wait_state(&h.runtime, &prebuild, ActualState::Stopped).await?;
+    cli_run(&["image", "inspect", &snapshot]).context("saved again")?;
+
+    // With it, a new volume is a copy-on-write clone of the snapshot: the same files, owners
+    // and modes, and its root open to the pod's user.
     let fresh = Workspace::new("fresh", h.agent_id);
     let fresh_objects = objects(&fresh, "7005", false, Some((prebuild.name(), "7001")));
     run(&h, &fresh, &fresh_objects).await?;
-    assert_eq!(
-        exec(&fresh, "dev", "cat /projects/app/node_modules/marker")?.trim(),
-        "built"
-    );
-    assert_eq!(
-        exec(
-            &fresh,
-            "dev",
-            "stat -c '%u %a' /projects/app/node_modules/marker"
-        )?
-        .trim(),
-        "5001 640"
-    );
-    assert!(
-        !listing(&fresh)?.contains(warren_types::prebuild::SEEDING_MARKER),
-        "a finished copy leaves no marker"
-    );
+    assert_eq!(driver_of(&fresh)?, "image");
+    assert_started_from_prebuild(&fresh)?;
     // The workspace writes its own volume, and the prebuild's stays as it was.
     exec(
         &fresh,
@@ -138,6 +158,7 @@ async fn a_new_volume_is_copied_only_from_the_prebuild_its_claim_names() -> Resu
         exec(&fresh, "dev", "cat /projects/app/node_modules/marker")?.trim(),
         "mine"
     );
+    assert!(listing(&fresh)?.contains("new"), "{}", listing(&fresh)?);
     run(&h, &prebuild, &prebuild_objects).await?;
     assert_eq!(
         exec(&prebuild, "dev", "cat /projects/app/node_modules/marker")?.trim(),
@@ -147,6 +168,81 @@ async fn a_new_volume_is_copied_only_from_the_prebuild_its_claim_names() -> Resu
     assert!(
         !listing(&prebuild)?.contains("new"),
         "the prebuild's volume is untouched"
+    );
+
+    // The prebuild removed, the clone keeps its files (the engine keeps the snapshot while a
+    // volume is made of it); the clone removed too, the snapshot goes.
+    assert_eq!(
+        h.runtime.delete(&prebuild.key).await?,
+        TerminationProgress::Terminated
+    );
+    assert!(
+        prebuild.leftovers().is_empty(),
+        "{:?}",
+        prebuild.leftovers()
+    );
+    cli_run(&["image", "inspect", &snapshot]).context("kept while cloned")?;
+    h.runtime
+        .apply(&fresh.key, &with_replicas(fresh_objects.clone(), 0))
+        .await?;
+    wait_state(&h.runtime, &fresh, ActualState::Stopped).await?;
+    run(&h, &fresh, &fresh_objects).await?;
+    assert_eq!(
+        exec(&fresh, "dev", "cat /projects/app/node_modules/marker")?.trim(),
+        "mine"
+    );
+    assert_eq!(
+        h.runtime.delete(&fresh.key).await?,
+        TerminationProgress::Terminated
+    );
+    assert!(
+        cli_run(&["image", "inspect", &snapshot]).is_err(),
+        "the snapshot of a removed prebuild outlived its last clone"
+    );
+    Ok(())
+}
+
+/// The one volume of `ws`.
+fn volume_of(ws: &Workspace) -> Result<String> {
+    let filter = format!("label=warren.dev/workspace-name={}", ws.name());
+    let volumes = cli_lines(&["volume", "ls", "-q", "--filter", &filter]);
+    match volumes.as_slice() {
+        [one] => Ok(one.clone()),
+        other => anyhow::bail!("{} has volumes {other:?}", ws.name()),
+    }
+}
+
+/// The driver of the one volume of `ws`.
+fn driver_of(ws: &Workspace) -> Result<String> {
+    let volume = volume_of(ws)?;
+    Ok(
+        cli_run(&["volume", "inspect", "--format", "{{.Driver}}", &volume])?
+            .trim()
+            .to_owned(),
+    )
+}
+
+/// The prebuild's result is in `ws`'s volume, owners and modes kept, the volume's root
+/// writable by the pod's user, no copying marker left.
+fn assert_started_from_prebuild(ws: &Workspace) -> Result<()> {
+    assert_eq!(
+        exec(ws, "dev", "cat /projects/app/node_modules/marker")?.trim(),
+        "built"
+    );
+    assert_eq!(
+        exec(
+            ws,
+            "dev",
+            "stat -c '%u %a' /projects/app/node_modules/marker"
+        )?
+        .trim(),
+        "5001 640"
+    );
+    exec(ws, "dev", "touch /projects/mine && rm /projects/mine")
+        .context("the volume's root is the pod user's to write")?;
+    assert!(
+        !listing(ws)?.contains(warren_types::prebuild::SEEDING_MARKER),
+        "a finished copy leaves no marker"
     );
     Ok(())
 }

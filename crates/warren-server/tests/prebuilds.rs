@@ -6,6 +6,7 @@
 //! (and only then); turned off, the prebuilds go and their workspaces are terminated.
 
 use crate::common;
+use crate::ui::{csrf_of, form_with, signed_in};
 
 use common::*;
 use reqwest::Method;
@@ -127,6 +128,38 @@ async fn prebuilds_are_the_maintainers_and_start_the_projects_next_workspaces() 
         assert_eq!(list.as_array().map(Vec::len), Some(1), "[{l}] {list}");
         let (st, _) = s.get(&dave, "/api/v1/projects/app/prebuilds").await;
         assert_eq!(st, 404, "[{l}]");
+
+        // The web UI: the project's users see its prebuilds; only maintainers ask for one.
+        let mut carol_ui = signed_in(&s, "carol", "password-123").await;
+        let page = carol_ui.get("/projects/app/prebuilds").await;
+        assert_eq!(page.status, 200, "[{l}] {}", page.body);
+        assert!(page.body.contains(&head[..12]), "[{l}] {}", page.body);
+        assert!(page.body.contains("running"), "[{l}] {}", page.body);
+        let csrf = csrf_of(&page);
+        let refused = carol_ui
+            .post_form("/projects/app/prebuilds", &form_with(&csrf, &[]))
+            .await;
+        assert_eq!(refused.status, 403, "[{l}] {}", refused.body);
+        let mut dave_ui = signed_in(&s, "dave", "password-123").await;
+        let hidden = dave_ui.get("/projects/app/prebuilds").await;
+        assert_eq!(hidden.status, 404, "[{l}] {}", hidden.body);
+        let mut bob_ui = signed_in(&s, "bob", "password-123").await;
+        let page = bob_ui.get("/projects/app/prebuilds").await;
+        let asked = bob_ui
+            .post_form("/projects/app/prebuilds", &form_with(&csrf_of(&page), &[]))
+            .await;
+        assert_eq!(asked.status, 303, "[{l}] {}", asked.body);
+        assert_eq!(
+            asked.location.as_deref(),
+            Some("/projects/app/prebuilds"),
+            "[{l}]"
+        );
+        let (_, list) = s.get(&carol, "/api/v1/projects/app/prebuilds").await;
+        assert_eq!(
+            list.as_array().map(Vec::len),
+            Some(1),
+            "[{l}] the running one, not a second: {list}"
+        );
 
         // Its workspace: the agent gets it, as a prebuild, with the project's credential and
         // without Bob's secret; nobody lists, opens or changes it.

@@ -159,6 +159,18 @@ fn a_pushed_commit_is_prebuilt_and_the_next_workspace_starts_from_it() {
         startup.contains(&format!("started from the prebuild of {first}")),
         "{startup}"
     );
+    // On Podman, a clone of the prebuild's snapshot, whose root its user writes.
+    let mounts = podman(&[
+        "inspect",
+        "--format",
+        "{{range .Mounts}}{{.Destination}}={{.Driver}} {{end}}",
+        &id,
+    ]);
+    assert!(mounts.contains("/projects=image"), "{mounts}");
+    assert_eq!(
+        text(sh(&id, "touch /projects/mine && echo written")),
+        "written"
+    );
     up.cli_ok(&["ws", "rm", &ws, "--wait", "--timeout", "2m"]);
 
     // A commit whose prebuild fails: said, with its output; workspaces go on from the last
@@ -215,7 +227,7 @@ fn a_pushed_commit_is_prebuilt_and_the_next_workspace_starts_from_it() {
     up.cli_ok(&["project", "prebuild", "off", &project]);
     let owner_filter = format!("label=warren.dev/engine-owner={owner}");
     wait_for(
-        "the prebuilds' volumes to go",
+        "the prebuilds' volumes and snapshots to go",
         Duration::from_secs(120),
         || {
             let left = podman(&[
@@ -227,7 +239,16 @@ fn a_pushed_commit_is_prebuilt_and_the_next_workspace_starts_from_it() {
                 "--filter",
                 "label=warren.dev/prebuild=true",
             ]);
-            left.trim().is_empty().then_some(())
+            // Their snapshots with them, no workspace cloning them any more.
+            let snapshots = podman(&[
+                "images",
+                "-q",
+                "--filter",
+                &owner_filter,
+                "--filter",
+                "label=warren.dev/snapshot-of",
+            ]);
+            (left.trim().is_empty() && snapshots.trim().is_empty()).then_some(())
         },
         || format!("{:#?}\n{}", prebuilds(&up, &project), up.log()),
     );

@@ -201,6 +201,10 @@ pub fn remove_labelled(filter: &str) {
     for n in cli_lines(&["network", "ls", "-q", "--filter", filter]) {
         let _ = cli_run(&["network", "rm", "-f", &n]);
     }
+    // A prebuild's snapshots (once no volume is a clone of them).
+    for i in cli_lines(&["images", "-q", "--filter", filter]) {
+        let _ = cli_run(&["rmi", &i]);
+    }
 }
 
 pub fn cli_lines(args: &[&str]) -> Vec<String> {

@@ -12,6 +12,8 @@ pub(super) enum Next {
     Start(Box<PodPlan>),
     /// Build these images, then apply again (`autobuild`).
     Build(Vec<warren_types::relay::BuildImageTask>),
+    /// Save these volumes of the stopped prebuild pod as its snapshots (`snapshot`).
+    Save(Box<PodPlan>, Vec<String>, BTreeMap<String, String>),
 }
 
 impl EngineRuntime {
@@ -91,7 +93,18 @@ impl EngineRuntime {
             pending_seeds: previous
                 .as_ref()
                 .map_or(vec![], |p| p.pending_seeds.clone()),
+            saving: false,
+            // Kept while the pod stays stopped: a failed save is not tried at every apply.
+            save_failed: plan.replicas == 0 && previous.as_ref().is_some_and(|p| p.save_failed),
         };
+        // Known before anything is written, so that a look between this apply's steps never
+        // reports a prebuild stopped whose snapshots are still to be saved.
+        let unsaved = if plan.replicas == 0 && !record.save_failed {
+            self.unsaved_snapshots(&record.volumes, &labels).await
+        } else {
+            vec![]
+        };
+        record.saving = !unsaved.is_empty();
         self.write_record(&record)?;
         write_files(&files_dir, &plan).map_err(|e| {
             runtime_err(
@@ -154,6 +167,9 @@ impl EngineRuntime {
         let containers = self.workspace_containers(name).await?;
         if plan.replicas == 0 {
             self.stop_running(&containers).await?;
+            if !unsaved.is_empty() {
+                return Ok(Next::Save(Box::new(plan), unsaved, labels));
+            }
             return Ok(Next::Nothing);
         }
         if apps_all_running(&containers) || (ran && !created) {
@@ -251,6 +267,11 @@ impl EngineRuntime {
                     this.mark_building(&key.name, &digest, false);
                     plan
                 }
+                Next::Save(plan, volumes, labels) => {
+                    this.save_then_record(&key.name, &plan, &volumes, &labels, &token)
+                        .await;
+                    None
+                }
                 Next::Nothing => None,
             };
             if let Some(plan) = plan {
@@ -265,6 +286,30 @@ impl EngineRuntime {
             }
         });
         Ok(())
+    }
+
+    /// Saves the stopped prebuild's snapshots (holding its lock), then records that it is
+    /// stopped; cancelled, it leaves the record saying it saves, for the next apply to judge.
+    async fn save_then_record(
+        &self,
+        name: &str,
+        plan: &PodPlan,
+        volumes: &[String],
+        labels: &BTreeMap<String, String>,
+        cancel: &CancellationToken,
+    ) {
+        let saved = self.save_snapshots(plan, volumes, labels, cancel).await;
+        if cancel.is_cancelled() {
+            return;
+        }
+        if let Some(mut record) = self.read_record(name) {
+            record.saving = false;
+            record.save_failed = !saved;
+            if let Err(e) = self.write_record(&record) {
+                tracing::warn!(workspace = name, error = %warren_types::error_chain(&e), "recording the saved snapshots failed");
+            }
+        }
+        self.changed(name);
     }
 
     /// The builds an apply left (`autobuild`), then the same apply again; the plan to start,
@@ -287,6 +332,12 @@ impl EngineRuntime {
             Ok(()) => match self.apply_locked(workspace, objects, options).await {
                 Ok(Next::Start(plan)) => return Some(*plan),
                 Ok(Next::Nothing) => None,
+                // Not after a build (only a pod to start builds), but never left unsaved.
+                Ok(Next::Save(plan, volumes, labels)) => {
+                    self.save_then_record(&workspace.name, &plan, &volumes, &labels, cancel)
+                        .await;
+                    None
+                }
                 Ok(Next::Build(left)) => Some(PodFailure {
                     reason: autobuild::BUILD_FAILED_REASON.into(),
                     message: format!(

@@ -25,6 +25,7 @@ mod feature_build;
 mod files;
 pub mod firewall;
 mod gitops;
+mod helpers;
 mod index;
 mod networks;
 mod observed;
@@ -38,6 +39,7 @@ mod restarts;
 pub mod scope;
 mod seed;
 mod select;
+mod snapshot;
 mod start;
 pub mod status;
 mod storage;
@@ -263,6 +265,13 @@ struct Record {
     /// across a build's wait and an agent restart).
     #[serde(default)]
     pending_seeds: Vec<String>,
+    /// A stopped prebuild whose volumes are being saved as snapshots (`snapshot`): reported
+    /// as stopping until they are.
+    #[serde(default)]
+    saving: bool,
+    /// Saving them failed since the pod last ran: not tried again until it runs and stops.
+    #[serde(default)]
+    save_failed: bool,
 }
 
 impl EngineRuntime {

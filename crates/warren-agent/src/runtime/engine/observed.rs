@@ -233,6 +233,7 @@ impl EngineRuntime {
                 starting: false,
                 recorded_failure: None,
                 waiting: None,
+                saving: false,
             };
             let s = status::synthesise(&pod);
             return ObservedWorkspace {
@@ -296,6 +297,7 @@ impl EngineRuntime {
             starting: record.starting,
             recorded_failure: record.failure.clone(),
             waiting,
+            saving: record.saving,
         };
         let s = status::synthesise(&pod);
         ObservedWorkspace {

@@ -131,6 +131,8 @@ impl EngineRuntime {
             egress: None,
             pull_secrets,
             pending_seeds: Vec::new(),
+            saving: false,
+            save_failed: false,
         };
         self.write_record(&record)
             .map_err(|e| as_failure(warren_types::error_chain(&e)))?;

@@ -1,6 +1,8 @@
 //! Starting a new workspace's volumes as copies of a prebuild's: the server names the
 //! prebuild workspace on the claims (`warren_types::prebuild`), and before the pod first
 //! starts a short-lived container copies that workspace's same-named volume into each one.
+//! Where the prebuild was saved as a snapshot (`snapshot`: Podman), the volume was made as
+//! a clone of it instead, and only its root is opened to the pod's user here.
 //!
 //! Only a volume this installation made for that very prebuild (its workspace's name and id,
 //! the prebuild mark, no GitOps source) is ever read: a claim cannot name another tenant's
@@ -9,6 +11,7 @@
 //! startup script tells that the prebuild was not copied). The copy runs as the pod's user
 //! with no capability, after the new volumes were given to that user.
 
+use super::helpers::Helper;
 use super::plan::{PodPlan, VolumeSeed};
 use super::*;
 use warren_types::prebuild::{PREBUILD_LABEL, SEEDING_MARKER};
@@ -61,7 +64,7 @@ impl EngineRuntime {
 
     /// Fills each of `volumes` (new volumes of the pod that start from a prebuild) from its
     /// seed. Never fails the apply: a volume not filled leaves the workspace a cold start.
-    pub(super) async fn seed_volumes(
+    async fn seed_volumes(
         &self,
         plan: &PodPlan,
         volumes: &[String],
@@ -81,7 +84,7 @@ impl EngineRuntime {
             };
             match self.seed_volume(plan, volume, seed, labels).await {
                 Ok(()) => {
-                    tracing::info!(workspace = %workspace, volume = %volume, from = %seed.source, "volume copied from the prebuild")
+                    tracing::info!(workspace = %workspace, volume = %volume, from = %seed.source, "volume started from the prebuild")
                 }
                 Err(reason) => {
                     tracing::warn!(workspace = %workspace, volume = %volume, from = %seed.source, reason = %reason, "volume not copied from the prebuild: the workspace starts without it")
@@ -91,7 +94,7 @@ impl EngineRuntime {
     }
 
     /// Whether `source` is the prebuild volume `seed` names, made by this installation.
-    async fn check_seed_source(&self, seed: &VolumeSeed) -> Result<(), String> {
+    pub(super) async fn check_seed_source(&self, seed: &VolumeSeed) -> Result<(), String> {
         let v = match self.inner.docker.inspect_volume(&seed.source).await {
             Ok(v) => v,
             Err(e) if status_of(&e) == Some(404) => {
@@ -121,81 +124,36 @@ impl EngineRuntime {
         labels: &BTreeMap<String, String>,
     ) -> Result<(), String> {
         self.check_seed_source(seed).await?;
-        // The pod's own image, pulled by now (its containers exist): any image a workspace
-        // runs has a shell and `cp`.
-        let image = plan
-            .owner()
-            .and_then(|o| o.body.image.clone())
-            .ok_or("the pod has no image to copy with")?;
-        let mount = |source: &str, target: &str, read_only: bool| bollard::models::Mount {
-            target: Some(target.to_owned()),
-            source: Some(source.to_owned()),
-            typ: Some(bollard::models::MountType::VOLUME),
-            read_only: Some(read_only),
-            ..Default::default()
-        };
-        let body = bollard::models::ContainerCreateBody {
-            image: Some(image),
-            entrypoint: Some(vec!["/bin/sh".into(), "-c".into(), copy_script()]),
-            cmd: Some(vec![]),
-            // The pod's own user, without a capability: the project's image runs no more
-            // privileged here than in the workspace. The prebuild's files are that user's
-            // (the prebuild ran as it); a file it cannot read fails the copy, a cold start.
-            user: Some(format!("{}:{}", plan.uid, plan.gid)),
-            labels: Some(labels.clone().into_iter().collect()),
-            host_config: Some(bollard::models::HostConfig {
-                cap_drop: Some(vec!["ALL".into()]),
-                security_opt: Some(vec!["no-new-privileges".into()]),
-                network_mode: Some("none".into()),
-                mounts: Some(vec![
-                    mount(&seed.source, "/from", true),
-                    mount(volume, "/to", false),
-                ]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let name = format!("{}.seed", plan.network);
-        let docker = &self.inner.docker;
-        let options = CreateContainerOptions {
-            name: Some(name.clone()),
-            ..Default::default()
-        };
-        let _ = self.remove(&name).await;
-        let outcome = async {
-            docker
-                .create_container(Some(options), body)
-                .await
-                .map_err(|e| format!("creating the copying container: {e}"))?;
-            docker
-                .start_container(&name, None)
-                .await
-                .map_err(|e| format!("starting the copying container: {e}"))?;
-            // A copy that hangs (a shell of the image that never ends) is cut short: the
-            // marker it leaves fails the workspace's start by name.
-            if tokio::time::timeout(COPY_TIMEOUT, self.wait_stopped(&name))
-                .await
-                .is_err()
-            {
-                return Err(format!(
-                    "the copy took longer than {} minutes",
-                    COPY_TIMEOUT.as_secs() / 60
-                ));
-            }
-            let code = self
-                .inspect(&name)
-                .await
-                .ok()
-                .and_then(|i| i.state)
-                .and_then(|s| s.exit_code);
-            match code {
-                Some(0) => Ok(()),
-                Some(c) => Err(format!("the copy failed (exit code {c})")),
-                None => Err("the copying container's end is unknown".to_owned()),
-            }
+        let target = self
+            .inner
+            .docker
+            .inspect_volume(volume)
+            .await
+            .map_err(|e| format!("inspecting volume {volume}: {}", error_message(&e)))?;
+        if target.driver == "image" {
+            // Made as a clone of the prebuild's snapshot (`snapshot`): filled already.
+            return self.open_cloned_volume(plan, volume, labels).await;
         }
-        .await;
-        let _ = self.remove(&name).await;
-        outcome
+        // The pod's own user, without a capability: the project's image runs no more
+        // privileged here than in the workspace. The prebuild's files are that user's (the
+        // prebuild ran as it); a file it cannot read fails the copy, a cold start.
+        let helper = Helper {
+            suffix: "seed",
+            user: format!("{}:{}", plan.uid, plan.gid),
+            cap_add: vec![],
+            command: vec!["/bin/sh".into(), "-c".into(), copy_script()],
+            mounts: vec![
+                (seed.source.clone(), "/from".into(), true),
+                (volume.to_owned(), "/to".into(), false),
+            ],
+            labels,
+        };
+        // A copy that hangs (a shell of the image that never ends) is cut short: the marker
+        // it leaves fails the workspace's start by name.
+        match self.run_helper(plan, &helper, COPY_TIMEOUT).await {
+            Ok(0) => Ok(()),
+            Ok(code) => Err(format!("the copy failed (exit code {code})")),
+            Err(e) => Err(format!("copying: {e}")),
+        }
     }
 }

@@ -58,6 +58,8 @@ pub struct PodObservation {
     pub recorded_failure: Option<PodFailure>,
     /// Every app container runs, but the pod is not usable yet: why (see `ready`).
     pub waiting: Option<String>,
+    /// A stopped prebuild's volumes are being saved (`snapshot`): still stopping.
+    pub saving: bool,
 }
 
 /// The result of synthesis.
@@ -75,7 +77,7 @@ pub struct Synthesised {
 /// - R=1, not ready → replicas 1, unavailable 1; `Progressing` `ReplicaSetUpdated`,
 ///   `Available` (False) `MinimumReplicasUnavailable` → **Starting** (or **Failed** with a
 ///   pod failure).
-/// - R=0, some container still runs → replicas 1 (available 1 when ready);
+/// - R=0, some container still runs, or a prebuild's volumes are being saved → replicas 1 (available 1 when ready);
 ///   `Progressing` `ReplicaSetUpdated`, `Available` `MinimumReplicasAvailable` → **Stopping**.
 /// - R=0, nothing runs → replicas 0; `Progressing` `NewReplicaSetAvailable`, `Available`
 ///   `MinimumReplicasAvailable` → **Stopped**.
@@ -92,7 +94,8 @@ pub fn synthesise(pod: &PodObservation) -> Synthesised {
         .peekable();
     let ready =
         apps.peek().is_some() && apps.all(|c| c.status == "running") && pod.waiting.is_none();
-    let any_running = pod.containers.iter().any(ContainerObservation::running);
+    let any_running = pod.containers.iter().any(ContainerObservation::running)
+        || (pod.replicas == 0 && pod.saving);
     let pod_failure = if pod.replicas == 1 {
         detect_failure(pod, ready)
     } else {
@@ -154,7 +157,11 @@ pub fn synthesise(pod: &PodObservation) -> Synthesised {
                     "Available",
                     "True",
                     "MinimumReplicasAvailable",
-                    "scaling to zero",
+                    if pod.saving {
+                        "saving the prebuild's volumes"
+                    } else {
+                        "scaling to zero"
+                    },
                 ),
             )
         }
@@ -359,6 +366,7 @@ mod tests {
             starting: false,
             recorded_failure: None,
             waiting: None,
+            saving: false,
         }
     }
 
@@ -441,6 +449,18 @@ mod tests {
                 "stopped",
                 pod(0, ["exited", "exited", "exited"], 0),
                 Stopped,
+                None,
+            ),
+            (
+                // The server marks a prebuild ready once it is stopped: not before its
+                // volumes are saved.
+                "stopped, a prebuild's volumes being saved",
+                {
+                    let mut p = pod(0, ["exited", "exited", "exited"], 0);
+                    p.saving = true;
+                    p
+                },
+                Stopping,
                 None,
             ),
             (

@@ -2,6 +2,7 @@
 //! and removed with the workspace (only its own; see `select`), as are the images it built
 //! (`scope`).
 
+use super::helpers::Helper;
 use super::*;
 
 impl EngineRuntime {
@@ -76,12 +77,24 @@ impl EngineRuntime {
                 Err(e) if status_of(&e) == Some(404) => {}
                 Err(e) => return Err(runtime_err(format!("inspecting volume {name}"), e)),
             }
-            let request = VolumeCreateRequest {
-                name: Some(name.clone()),
-                labels: Some(labels.clone().into_iter().collect()),
-                ..Default::default()
+            // A volume that starts from a prebuild is a clone of its snapshot where there is
+            // one (`snapshot`); otherwise it is made empty and copied into (`seed`).
+            let clone_of = match plan.seeds.get(name) {
+                Some(seed) => self.clone_source(seed, labels).await,
+                None => None,
             };
-            let fresh = match docker.create_volume(request).await {
+            let made = match &clone_of {
+                Some(image) => self.create_cloned_volume(name, labels, image).await,
+                None => {
+                    let request = VolumeCreateRequest {
+                        name: Some(name.clone()),
+                        labels: Some(labels.clone().into_iter().collect()),
+                        ..Default::default()
+                    };
+                    docker.create_volume(request).await.map(|_| ())
+                }
+            };
+            let fresh = match made {
                 Err(e) if status_of(&e) == Some(409) => false,
                 Err(e) => return Err(runtime_err(format!("creating volume {name}"), e)),
                 Ok(_) => true,
@@ -116,54 +129,32 @@ impl EngineRuntime {
         if self.inner.is_podman || volumes.is_empty() || plan.kubernetes {
             return;
         }
-        let Some(image) = plan.owner().and_then(|o| o.body.image.clone()) else {
-            return;
-        };
-        let name = format!("{}.volume-owner", plan.network);
-        let mut cmd = vec!["chown".to_owned(), format!("{}:{}", plan.uid, plan.gid)];
+        let mut command = vec!["chown".to_owned(), format!("{}:{}", plan.uid, plan.gid)];
         let mut mounts = Vec::new();
         for (i, v) in volumes.iter().enumerate() {
-            cmd.push(format!("/v/{i}"));
-            mounts.push(bollard::models::Mount {
-                target: Some(format!("/v/{i}")),
-                source: Some(v.clone()),
-                typ: Some(bollard::models::MountType::VOLUME),
-                ..Default::default()
-            });
+            command.push(format!("/v/{i}"));
+            mounts.push((v.clone(), format!("/v/{i}"), false));
         }
-        let body = bollard::models::ContainerCreateBody {
-            image: Some(image),
-            entrypoint: Some(cmd),
-            cmd: Some(vec![]),
-            user: Some("0:0".into()),
-            labels: Some(labels.clone().into_iter().collect()),
-            host_config: Some(bollard::models::HostConfig {
-                cap_drop: Some(vec!["ALL".into()]),
-                cap_add: Some(vec!["CHOWN".into()]),
-                security_opt: Some(vec!["no-new-privileges".into()]),
-                network_mode: Some("none".into()),
-                mounts: Some(mounts),
-                ..Default::default()
-            }),
-            ..Default::default()
+        let helper = Helper {
+            suffix: "volume-owner",
+            user: "0:0".into(),
+            cap_add: vec!["CHOWN".into()],
+            command,
+            mounts,
+            labels,
         };
-        let docker = &self.inner.docker;
-        let options = CreateContainerOptions {
-            name: Some(name.clone()),
-            ..Default::default()
-        };
-        let _ = self.remove(&name).await;
-        let outcome = async {
-            docker.create_container(Some(options), body).await?;
-            docker.start_container(&name, None).await?;
-            self.wait_stopped(&name).await;
-            Ok::<_, bollard::errors::Error>(())
+        match self
+            .run_helper(plan, &helper, super::helpers::HELPER_TIMEOUT)
+            .await
+        {
+            Ok(0) => {}
+            Ok(code) => {
+                tracing::warn!(volumes = ?volumes, code, "could not give new volumes to the pod's user")
+            }
+            Err(e) => {
+                tracing::warn!(volumes = ?volumes, error = %e, "could not give new volumes to the pod's user")
+            }
         }
-        .await;
-        if let Err(e) = outcome {
-            tracing::warn!(volumes = ?volumes, error = %e, "could not give new volumes to the pod's user");
-        }
-        let _ = self.remove(&name).await;
     }
 
     /// Removes what is left of workspace `name`: containers, then networks and volumes.
@@ -270,6 +261,9 @@ impl EngineRuntime {
         // found it gone; anything else returned above), and none can have been added: the
         // caller holds the workspace's lock, and only this runtime makes a workspace's
         // objects.
+        // Its volumes are gone: a snapshot of it, or one only its volumes still cloned, may
+        // go now.
+        self.prune_snapshots(name).await;
         Ok(TerminationProgress::Terminated)
     }
 }

@@ -18,6 +18,7 @@ mod admin;
 mod assets;
 mod errors;
 mod layout;
+mod prebuilds;
 mod regions;
 mod secrets;
 mod session;
@@ -70,6 +71,10 @@ pub fn router() -> Router<crate::http::HttpState> {
         .route(
             "/workspaces/{name}/logs/stream",
             get(workspaces::logs_stream),
+        )
+        .route(
+            "/projects/{project}/prebuilds",
+            get(prebuilds::page).post(prebuilds::run),
         )
         .route("/account", get(account::page))
         .route("/account/tokens", post(account::create_token))

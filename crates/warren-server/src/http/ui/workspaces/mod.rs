@@ -519,7 +519,7 @@ fn workspace_page(
             dt { "You may" } dd { (right_words(w.your_right)) }
             dt { "Owner" } dd { (w.owner_username) }
             dt { "Agent" } dd { (w.agent_name) }
-            @if let Some(p) = &w.project_name { dt { "Project" } dd { (p) } }
+            @if let Some(p) = &w.project_name { dt { "Project" } dd { (p) " · " a href=(format!("/projects/{p}/prebuilds")) { "its prebuilds" } } }
             @if let Some(r) = &w.repository { dt { "Repository" } dd { code { (r) } } }
             @if let Some(r) = &w.git_ref { dt { "Ref" } dd { code { (r) } } }
             dt { "Resources" } dd { (resources_text(&w.resources)) }

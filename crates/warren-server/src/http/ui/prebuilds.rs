@@ -1,0 +1,88 @@
+//! A project's prebuilds page (anyone who may use the project): each prebuild's commit,
+//! state, trigger, failure and the end of its output, and — for its maintainers — a button
+//! that asks for one now. The rules are `crate::app::prebuilds`'s, as for the API.
+
+use super::layout::{self, ago, csrf};
+use super::session::{Posted, Viewer};
+use super::UiError;
+use crate::app::{prebuilds, AppState};
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Redirect, Response};
+use chrono::Utc;
+use http::StatusCode;
+use maud::html;
+use warren_types::prebuild::PrebuildState;
+
+/// `GET /projects/{project}/prebuilds`.
+pub async fn page(
+    State(state): State<AppState>,
+    Path(project): Path<String>,
+    viewer: Viewer,
+) -> Result<Response, UiError> {
+    let all = prebuilds::list(&state, &viewer.who, &project).await?;
+    let now = Utc::now();
+    let action = format!("/projects/{project}/prebuilds");
+    let body = html! {
+        p { a href="/" { "← Workspaces" } }
+        section aria-labelledby="prebuilds-h" {
+            h2 id="prebuilds-h" { "Prebuilds of " (project) }
+            p.hint { "A prebuild runs the project's setup for a commit of its default branch ahead of time; a new workspace of that branch starts from the newest ready one and only fetches what came since. A failed prebuild never blocks a workspace: it starts without it and says so." }
+            form method="post" action=(action) {
+                (csrf(&viewer))
+                button type="submit" { "Prebuild the newest commit now" }
+                " "
+                span.hint { "(the project's maintainers)" }
+            }
+            @if all.is_empty() {
+                p { "No prebuilds yet. A maintainer turns them on with " code { "warren project prebuild on " (project) } "." }
+            } @else {
+                table {
+                    thead { tr { th { "Commit" } th { "Ref" } th { "State" } th { "Trigger" } th { "Agent" } th { "Workspaces" } th { "Started" } th { "Finished" } } }
+                    tbody {
+                        @for b in &all {
+                            tr {
+                                td { code { (b.commit.get(..12).unwrap_or(&b.commit)) } }
+                                td { code { (b.git_ref) } }
+                                td {
+                                    span class=(format!("badge prebuild-{}", b.state.as_str())) { (b.state.as_str()) }
+                                    @if let Some(r) = &b.reason { br; span.error { (r) } }
+                                }
+                                td { (b.trigger.as_str()) }
+                                td { (b.agent) }
+                                td { (b.used) }
+                                td { (ago(b.created_at, now)) }
+                                td { @match b.finished_at { Some(t) => (ago(t, now)), None => "—" } }
+                            }
+                            @if let Some(log) = b.log.as_deref().filter(|l| !l.is_empty()) {
+                                tr {
+                                    td colspan="8" {
+                                        details open[b.state == PrebuildState::Failed] {
+                                            summary { "Output of " (b.commit.get(..12).unwrap_or(&b.commit)) }
+                                            pre.log { (log) }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    Ok(layout::page(
+        &viewer,
+        StatusCode::OK,
+        &format!("Prebuilds of {project}"),
+        body,
+    ))
+}
+
+/// `POST /projects/{project}/prebuilds`: a prebuild now (maintainers), then the page.
+pub async fn run(
+    State(state): State<AppState>,
+    Path(project): Path<String>,
+    posted: Posted<serde::de::IgnoredAny>,
+) -> Result<Response, UiError> {
+    prebuilds::trigger(&state, &posted.viewer.who, &project).await?;
+    Ok(Redirect::to(&format!("/projects/{project}/prebuilds")).into_response())
+}

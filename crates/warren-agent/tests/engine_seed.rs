@@ -149,15 +149,7 @@ async fn a_new_volume_is_copied_only_from_the_prebuild_its_claim_names() -> Resu
     )?;
 
     // Applied again (a restart, a re-render): its volume exists, so nothing is copied over it.
-    h.runtime
-        .apply(&fresh.key, &with_replicas(fresh_objects.clone(), 0))
-        .await?;
-    wait_state(&h.runtime, &fresh, ActualState::Stopped).await?;
-    run(&h, &fresh, &fresh_objects).await?;
-    assert_eq!(
-        exec(&fresh, "dev", "cat /projects/app/node_modules/marker")?.trim(),
-        "mine"
-    );
+    restart_keeps_own_files(&h, &fresh, &fresh_objects).await?;
     assert!(listing(&fresh)?.contains("new"), "{}", listing(&fresh)?);
     run(&h, &prebuild, &prebuild_objects).await?;
     assert_eq!(
@@ -182,15 +174,7 @@ async fn a_new_volume_is_copied_only_from_the_prebuild_its_claim_names() -> Resu
         prebuild.leftovers()
     );
     cli_run(&["image", "inspect", &snapshot]).context("kept while cloned")?;
-    h.runtime
-        .apply(&fresh.key, &with_replicas(fresh_objects.clone(), 0))
-        .await?;
-    wait_state(&h.runtime, &fresh, ActualState::Stopped).await?;
-    run(&h, &fresh, &fresh_objects).await?;
-    assert_eq!(
-        exec(&fresh, "dev", "cat /projects/app/node_modules/marker")?.trim(),
-        "mine"
-    );
+    restart_keeps_own_files(&h, &fresh, &fresh_objects).await?;
     assert_eq!(
         h.runtime.delete(&fresh.key).await?,
         TerminationProgress::Terminated
@@ -198,6 +182,21 @@ async fn a_new_volume_is_copied_only_from_the_prebuild_its_claim_names() -> Resu
     assert!(
         cli_run(&["image", "inspect", &snapshot]).is_err(),
         "the snapshot of a removed prebuild outlived its last clone"
+    );
+    Ok(())
+}
+
+/// Stops and starts `ws` again: its volume exists, so nothing is copied or cloned over its
+/// own change to the marker.
+async fn restart_keeps_own_files(h: &Harness, ws: &Workspace, objects: &[Value]) -> Result<()> {
+    h.runtime
+        .apply(&ws.key, &with_replicas(objects.to_vec(), 0))
+        .await?;
+    wait_state(&h.runtime, ws, ActualState::Stopped).await?;
+    run(h, ws, objects).await?;
+    assert_eq!(
+        exec(ws, "dev", "cat /projects/app/node_modules/marker")?.trim(),
+        "mine"
     );
     Ok(())
 }

@@ -250,7 +250,51 @@ fn a_pushed_commit_is_prebuilt_and_the_next_workspace_starts_from_it() {
             ]);
             (left.trim().is_empty() && snapshots.trim().is_empty()).then_some(())
         },
-        || format!("{:#?}\n{}", prebuilds(&up, &project), up.log()),
+        || {
+            // What is left and what the agent said of it first: the whole log is long.
+            let left = podman(&[
+                "volume",
+                "ls",
+                "--filter",
+                &owner_filter,
+                "--format",
+                "{{.Name}} {{.Driver}} {{.Labels}}",
+            ]);
+            let images = podman(&[
+                "images",
+                "-a",
+                "--filter",
+                &owner_filter,
+                "--format",
+                "{{.ID}} {{.Repository}}:{{.Tag}} {{.Labels}}",
+            ]);
+            let containers = podman(&[
+                "ps",
+                "-a",
+                "--filter",
+                &owner_filter,
+                "--format",
+                "{{.Names}} {{.Status}}",
+            ]);
+            let log = up.log();
+            let said: Vec<&str> = log
+                .lines()
+                .filter(|l| {
+                    [
+                        "snapshot", "volume", "delet", "remov", "blocked", "WARN", "ERROR",
+                    ]
+                    .iter()
+                    .any(|w| l.contains(w))
+                })
+                .map(|l| l.get(..400).unwrap_or(l))
+                .collect::<Vec<_>>();
+            let said = said.join("\n");
+            format!(
+                "volumes:\n{left}\nimages:\n{images}\ncontainers:\n{containers}\n\
+                 the log on these:\n{said}\n{:#?}",
+                prebuilds(&up, &project)
+            )
+        },
     );
     let all = prebuilds(&up, &project);
     assert!(

@@ -44,12 +44,8 @@ impl EngineRuntime {
             .map(|(volume, labels)| (volume.clone(), labels.clone()))
             .collect();
         let previous = self.read_record(name);
-        let Kept {
-            egress,
-            pull_secrets,
-            secrets,
-            config_maps,
-        } = kept(&parsed, previous.as_ref(), options.complete);
+        let kept = kept(&parsed, previous.as_ref(), options.complete);
+        let pull_secrets = kept.pull_secrets.clone();
         let labels = self.base_labels(workspace, &parsed.deployment_json);
         let files_dir = self.workspace_dir(name).join("files");
         let cx = plan::PlanContext {
@@ -60,7 +56,7 @@ impl EngineRuntime {
             cdi: &plan::CdiDevices::read(&self.inner.config.cdi_spec_dirs)
                 .on_engine(self.inner.engine_cdi.clone()),
         };
-        let mut plan = plan::plan(&parsed, &secrets, &config_maps, &cx)
+        let mut plan = plan::plan(&parsed, &kept.secrets, &kept.config_maps, &cx)
             .map_err(|e| apply_err(e.to_string()))?;
         // After the hash: a build changes what a name runs at the pod's next start, as a
         // rebuilt tag does (`outdated_images`), never a running pod.
@@ -68,35 +64,7 @@ impl EngineRuntime {
         self.use_own_builds(&mut plan, &scope).await?;
         tracing::debug!(workspace = %workspace, replicas = plan.replicas, hash = %plan.hash, "applying");
 
-        let mut record = Record {
-            agent_id: self.inner.config.agent_id,
-            name: name.clone(),
-            namespace: workspace.namespace.clone(),
-            replicas: plan.replicas,
-            pod_hash: plan.hash.clone(),
-            deployment: parsed.deployment_json.clone(),
-            volumes: plan
-                .volumes
-                .keys()
-                .filter(|v| !plan.shared_volumes.contains(*v))
-                .cloned()
-                .collect(),
-            // Set until the pod is known to run, so `list` never mistakes containers not
-            // created or started yet for missing or exited ones.
-            starting: plan.replicas == 1,
-            failure: None,
-            deleting: false,
-            secrets,
-            config_maps,
-            egress,
-            pull_secrets: pull_secrets.clone(),
-            pending_seeds: previous
-                .as_ref()
-                .map_or(vec![], |p| p.pending_seeds.clone()),
-            saving: false,
-            // Kept while the pod stays stopped: a failed save is not tried at every apply.
-            save_failed: plan.replicas == 0 && previous.as_ref().is_some_and(|p| p.save_failed),
-        };
+        let mut record = self.record_for(workspace, &plan, &parsed, previous.as_ref(), kept);
         // Known before anything is written, so that a look between this apply's steps never
         // reports a prebuild stopped whose snapshots are still to be saved.
         let unsaved = if plan.replicas == 0 && !record.save_failed {
@@ -178,6 +146,45 @@ impl EngineRuntime {
             return Ok(Next::Nothing);
         }
         Ok(Next::Start(Box::new(plan)))
+    }
+
+    /// The record an apply writes first: what the plan asks for, with what carries over
+    /// from the previous record (seeds still to fill, a failed save while still stopped).
+    fn record_for(
+        &self,
+        workspace: &WorkspaceKey,
+        plan: &PodPlan,
+        parsed: &plan::Objects,
+        previous: Option<&Record>,
+        kept: Kept,
+    ) -> Record {
+        Record {
+            agent_id: self.inner.config.agent_id,
+            name: workspace.name.clone(),
+            namespace: workspace.namespace.clone(),
+            replicas: plan.replicas,
+            pod_hash: plan.hash.clone(),
+            deployment: parsed.deployment_json.clone(),
+            volumes: plan
+                .volumes
+                .keys()
+                .filter(|v| !plan.shared_volumes.contains(*v))
+                .cloned()
+                .collect(),
+            // Set until the pod is known to run, so `list` never mistakes containers not
+            // created or started yet for missing or exited ones.
+            starting: plan.replicas == 1,
+            failure: None,
+            deleting: false,
+            secrets: kept.secrets,
+            config_maps: kept.config_maps,
+            egress: kept.egress,
+            pull_secrets: kept.pull_secrets,
+            pending_seeds: previous.map_or(vec![], |p| p.pending_seeds.clone()),
+            saving: false,
+            // Kept while the pod stays stopped: a failed save is not tried at every apply.
+            save_failed: plan.replicas == 0 && previous.is_some_and(|p| p.save_failed),
+        }
     }
 
     /// Removes the pod's containers that do not belong to the plan: any of another pod hash

@@ -398,6 +398,9 @@ impl EngineRuntime {
         // Made now, so the first firewall rules already cover GitOps pods that kept running.
         runtime.gitops_engine();
         runtime.collect_stale_firewall_tables().await;
+        // Snapshots whose prebuild went while the agent was away, or whose removal was
+        // refused then (a clone still used them) and no later removal came.
+        runtime.prune_snapshots("").await;
         // Rules for workspaces that kept running while the agent was away (or a reboot).
         if let Err(e) = runtime.sync_firewall().await {
             tracing::warn!(error = %warren_types::error_chain(&e), "restoring the workspaces' firewall rules failed; retried at the next apply");

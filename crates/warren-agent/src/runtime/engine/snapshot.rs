@@ -362,8 +362,8 @@ impl EngineRuntime {
     }
 
     /// Removes the snapshots of prebuilds this agent no longer has (their workspace gone)
-    /// or of `removed`; one still cloned by a volume stays (the engine refuses) until a later
-    /// removal finds it unused.
+    /// or of `removed` (`""` for none); one still cloned by a volume stays (the engine
+    /// refuses) until a later removal, or the agent's next start, finds it unused.
     pub(super) async fn prune_snapshots(&self, removed: &str) {
         if !self.keeps_snapshots() {
             return;
@@ -395,7 +395,9 @@ impl EngineRuntime {
             if workspace != removed && self.read_record(workspace).is_some() {
                 continue;
             }
-            let reference = image.repo_tags.first().cloned().unwrap_or(image.id.clone());
+            // By id: a save cut short after its import ended leaves an untagged image (the
+            // next save took the tag), which the engine lists under no usable name.
+            let reference = image.id.clone();
             match self
                 .inner
                 .docker
@@ -407,8 +409,11 @@ impl EngineRuntime {
                 .await
             {
                 Ok(_) => tracing::info!(image = %reference, "prebuild snapshot removed"),
-                Err(e) => {
+                Err(e) if status_of(&e) == Some(409) => {
                     tracing::debug!(image = %reference, error = %error_message(&e), "prebuild snapshot kept (still cloned)")
+                }
+                Err(e) => {
+                    tracing::warn!(image = %reference, error = %error_message(&e), "removing a prebuild snapshot failed; tried again at the next removal")
                 }
             }
         }

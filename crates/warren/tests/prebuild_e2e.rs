@@ -12,8 +12,8 @@ use crate::support;
 use serde_json::Value;
 use std::time::Duration;
 use support::{
-    ensure_image, host_address, podman, podman_available, podman_sh as sh, running, unique_name,
-    wait_for, PrebuildObjects, Up,
+    ensure_image, host_address, podman, podman_available, podman_labelled, podman_sh as sh,
+    running, unique_name, wait_for, PrebuildObjects, Up,
 };
 
 const PASSWORD: &str = "pw-prebuilds-41c9";
@@ -230,25 +230,13 @@ fn a_pushed_commit_is_prebuilt_and_the_next_workspace_starts_from_it() {
         "the prebuilds' volumes and snapshots to go",
         Duration::from_secs(120),
         || {
-            let left = podman(&[
-                "volume",
-                "ls",
-                "-q",
-                "--filter",
-                &owner_filter,
-                "--filter",
-                "label=warren.dev/prebuild=true",
-            ]);
+            // Only this installation's: Podman ORs label filters on volumes and images, and
+            // another's prebuilds (a test or bench beside this one) are none of its business.
+            let owner = format!("warren.dev/engine-owner={owner}");
+            let left = podman_labelled(&["volume", "ls"], &[&owner, "warren.dev/prebuild=true"]);
             // Their snapshots with them, no workspace cloning them any more.
-            let snapshots = podman(&[
-                "images",
-                "-q",
-                "--filter",
-                &owner_filter,
-                "--filter",
-                "label=warren.dev/snapshot-of",
-            ]);
-            (left.trim().is_empty() && snapshots.trim().is_empty()).then_some(())
+            let snapshots = podman_labelled(&["images"], &[&owner, "warren.dev/snapshot-of"]);
+            (left.is_empty() && snapshots.is_empty()).then_some(())
         },
         || {
             // What is left and what the agent said of it first: the whole log is long.

@@ -1633,23 +1633,63 @@ pub fn one_warren_up_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Removes what the installation made for prebuilds, even when the test failed half-way.
+/// The objects `list` names (e.g. `["volume", "ls"]`, `["images"]`) that carry every one of
+/// `labels` (`key=value`, or `key` for any value). Podman 4.3 ORs several label filters on
+/// volumes, networks and images (it ANDs them on containers), so `--filter a --filter b` there
+/// also lists other installations' objects: the engine narrows by the first label only and the
+/// rest are checked here.
+pub fn podman_labelled(list: &[&str], labels: &[&str]) -> Vec<String> {
+    let Some(first) = labels.first() else {
+        panic!("podman_labelled needs at least one label");
+    };
+    let filter = format!("label={first}");
+    let mut args = list.to_vec();
+    args.extend(["--filter", &filter, "--format", "json"]);
+    let out = podman(&args);
+    let objects: Vec<serde_json::Value> = if out.trim().is_empty() {
+        Vec::new()
+    } else {
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("podman {args:?} as JSON: {e}\n{out}"))
+    };
+    let carries_all = |o: &serde_json::Value| {
+        let tags = o.get("Labels").or_else(|| o.get("labels"));
+        labels.iter().all(|want| {
+            let (key, value) = match want.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (*want, None),
+            };
+            let have = tags.and_then(|t| t.get(key)).and_then(|v| v.as_str());
+            value.map_or(have.is_some(), |v| have == Some(v))
+        })
+    };
+    objects
+        .iter()
+        .filter(|o| carries_all(o))
+        .filter_map(|o| {
+            ["Name", "name", "Id", "id"]
+                .iter()
+                .find_map(|k| o.get(*k).and_then(|v| v.as_str()))
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+/// Removes what the installation made for prebuilds, even when the test failed half-way (and
+/// only that: not another installation's prebuilds, nor its own other objects).
 pub struct PrebuildObjects(pub String);
 
 impl Drop for PrebuildObjects {
     fn drop(&mut self) {
-        let owner = format!("label=warren.dev/engine-owner={}", self.0);
-        let mark = "label=warren.dev/prebuild=true";
-        for id in podman(&["ps", "-aq", "--filter", &owner, "--filter", mark]).split_whitespace() {
-            let _ = podman(&["rm", "-f", "-t", "0", id]);
+        let owner = format!("warren.dev/engine-owner={}", self.0);
+        let mark = "warren.dev/prebuild=true";
+        for id in podman_labelled(&["ps", "-a"], &[&owner, mark]) {
+            let _ = podman(&["rm", "-f", "-t", "0", &id]);
         }
-        let volumes = podman(&["volume", "ls", "-q", "--filter", &owner, "--filter", mark]);
-        for v in volumes.split_whitespace() {
-            let _ = podman(&["volume", "rm", "-f", v]);
+        for v in podman_labelled(&["volume", "ls"], &[&owner, mark]) {
+            let _ = podman(&["volume", "rm", "-f", &v]);
         }
-        let networks = podman(&["network", "ls", "-q", "--filter", &owner, "--filter", mark]);
-        for n in networks.split_whitespace() {
-            let _ = podman(&["network", "rm", "-f", n]);
+        for n in podman_labelled(&["network", "ls"], &[&owner, mark]) {
+            let _ = podman(&["network", "rm", "-f", &n]);
         }
     }
 }

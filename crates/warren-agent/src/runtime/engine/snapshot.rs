@@ -395,8 +395,7 @@ impl EngineRuntime {
             if workspace != removed && self.read_record(workspace).is_some() {
                 continue;
             }
-            // By id: a save cut short after its import ended leaves an untagged image (the
-            // next save took the tag), which the engine lists under no usable name.
+            // By id: the image goes whatever tags it has (its one, or none if it lost it).
             let reference = image.id.clone();
             match self
                 .inner

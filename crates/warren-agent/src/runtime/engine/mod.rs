@@ -570,7 +570,7 @@ impl EngineRuntime {
                         continue;
                     }
                 }
-                Err(e) if status_of(&e) == Some(404) => {}
+                Err(e) if container_gone(&e) => {}
                 Err(e) => return Err(runtime_err(format!("inspecting container {name}"), e)),
             }
             lock(&self.inner.index).forget(workspace, &name, since);
@@ -753,6 +753,17 @@ fn status_of(e: &bollard::errors::Error) -> Option<u16> {
     match e {
         bollard::errors::Error::DockerResponseServerError { status_code, .. } => Some(*status_code),
         _ => None,
+    }
+}
+
+/// The container no longer exists. Podman 4.3 answers an inspect of a container removed while
+/// it looked it up (a helper ending between the listing and the inspect) with 500 "no such
+/// container" rather than 404; engine_seed saw it fail a whole listing.
+fn container_gone(e: &bollard::errors::Error) -> bool {
+    match status_of(e) {
+        Some(404) => true,
+        Some(500) => error_message(e).contains("no such container"),
+        _ => false,
     }
 }
 

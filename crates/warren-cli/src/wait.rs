@@ -52,6 +52,11 @@ impl Goal {
 /// Longest single wait on the server for a change (its limit is 60 s).
 const WATCH_SECS: u64 = 30;
 
+/// How long the first look at a startup waits; each later one waits twice as long, up to the
+/// wait's interval. A startup from a prebuild (a fetch, the steps marked for it skipped) is
+/// through in well under a second: a fixed half-second poll was up to half its time.
+const FIRST_STARTUP_POLL: Duration = Duration::from_millis(100);
+
 /// What to do after one poll.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
@@ -296,6 +301,7 @@ async fn settle(
 ) -> Result<Option<Workspace>, WaitError> {
     let mut progress = Progress::default();
     let mut last = WorkspaceStartup::unknown();
+    let mut pause = FIRST_STARTUP_POLL.min(interval);
     loop {
         match client.workspace_startup(name).await {
             Ok(startup) => last = startup,
@@ -346,14 +352,15 @@ async fn settle(
             Step::Fail(msg) => return Err(WaitError::Failed(msg)),
             Step::Done | Step::Continue => {}
         }
-        if tokio::time::Instant::now() + interval > deadline {
+        if tokio::time::Instant::now() + pause > deadline {
             return Err(WaitError::StartupTimeout {
                 name: name.to_owned(),
                 after: timeout,
                 now: last.describe(),
             });
         }
-        tokio::time::sleep(interval).await;
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(interval);
     }
 }
 

@@ -33,14 +33,14 @@ fn agent_id() -> i64 {
     i64::from(std::process::id()) * 1000 + N.fetch_add(1, Ordering::Relaxed)
 }
 
-struct Setup {
-    node: &'static Node,
-    client: Client,
-    agent: i64,
-    runtime: KubernetesRuntime,
+pub(crate) struct Setup {
+    pub(crate) node: &'static Node,
+    pub(crate) client: Client,
+    pub(crate) agent: i64,
+    pub(crate) runtime: KubernetesRuntime,
 }
 
-async fn setup() -> Option<Setup> {
+pub(crate) async fn setup() -> Option<Setup> {
     // The public examples' images too: the node imports images only when it starts.
     if let Err(e) = public::build_images() {
         panic!("building the public examples' images: {e:#}");
@@ -114,7 +114,11 @@ async fn observed(s: &Setup, key: &WorkspaceKey) -> Option<ObservedWorkspace> {
         .find(|o| &o.key == key)
 }
 
-async fn wait_state(s: &Setup, key: &WorkspaceKey, state: ActualState) -> ObservedWorkspace {
+pub(crate) async fn wait_state(
+    s: &Setup,
+    key: &WorkspaceKey,
+    state: ActualState,
+) -> ObservedWorkspace {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(POD_SECS);
     loop {
         let o = observed(s, key).await;
@@ -148,13 +152,13 @@ async fn pods_summary(client: &Client, key: &WorkspaceKey) -> String {
 }
 
 /// The live (not deleted) pods of the workspace.
-async fn live_pods(client: &Client, key: &WorkspaceKey) -> Vec<Pod> {
+pub(crate) async fn live_pods(client: &Client, key: &WorkspaceKey) -> Vec<Pod> {
     kube_common::live_pods(client, &key.namespace).await
 }
 
 /// Runs `script` with `sh -c` in `container` through the runtime's exec (API server →
 /// kubelet → containerd): its stdout, stderr and exit code.
-async fn exec(
+pub(crate) async fn exec(
     s: &Setup,
     key: &WorkspaceKey,
     container: Option<&str>,
@@ -215,7 +219,12 @@ async fn try_exec(
     ))
 }
 
-async fn exec_ok(s: &Setup, key: &WorkspaceKey, container: Option<&str>, script: &str) -> String {
+pub(crate) async fn exec_ok(
+    s: &Setup,
+    key: &WorkspaceKey,
+    container: Option<&str>,
+    script: &str,
+) -> String {
     let (out, err, code) = exec(s, key, container, script).await;
     assert_eq!(code, Some(0), "{script:?} failed: {out}{err}");
     out.trim().to_owned()
@@ -554,7 +563,7 @@ async fn a_missing_image_fails_with_the_kubelets_reason() {
     terminate(&s, &key).await;
 }
 
-async fn terminate(s: &Setup, key: &WorkspaceKey) {
+pub(crate) async fn terminate(s: &Setup, key: &WorkspaceKey) {
     eventually(POD_SECS, "the workspace to be terminated", || async {
         (s.runtime.delete(key).await.ok()? == TerminationProgress::Terminated).then_some(())
     })

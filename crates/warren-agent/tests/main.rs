@@ -27,4 +27,5 @@ mod kube_manifests;
 mod kube_mock;
 mod kube_node;
 mod kube_runtime;
+mod kube_seed;
 mod reconciler_loop;

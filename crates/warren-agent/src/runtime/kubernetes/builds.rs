@@ -256,7 +256,7 @@ fn building_deployment(deployment: &serde_json::Value, generation: u64) -> serde
 impl KubernetesRuntime {
     /// A second handle on this runtime for a task: the same client, watches and builds,
     /// owning none of the watch tasks (dropping it stops nothing).
-    fn handle(&self) -> KubernetesRuntime {
+    pub(super) fn handle(&self) -> KubernetesRuntime {
         KubernetesRuntime {
             client: self.client.clone(),
             agent_id: self.agent_id.clone(),
@@ -270,6 +270,7 @@ impl KubernetesRuntime {
             tasks: vec![],
             exec_closes_stdin: tokio::sync::OnceCell::new(),
             builds: self.builds.clone(),
+            seeding: self.seeding.clone(),
         }
     }
 

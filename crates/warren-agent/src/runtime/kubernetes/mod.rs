@@ -34,6 +34,7 @@ mod exec;
 mod gitops;
 mod objects;
 mod quantity;
+mod seed;
 mod status;
 mod workspace_runtime;
 
@@ -114,6 +115,8 @@ pub struct KubernetesRuntime {
     exec_closes_stdin: tokio::sync::OnceCell<bool>,
     /// Images built at workspaces' starts (`builds`).
     builds: Arc<builds::Builds>,
+    /// The seeding containers a copy was started for (`seed`): pod uid, pod, container.
+    seeding: Arc<Mutex<std::collections::HashSet<String>>>,
 }
 
 impl Drop for KubernetesRuntime {
@@ -165,6 +168,7 @@ impl KubernetesRuntime {
             tasks: vec![d, p, n],
             exec_closes_stdin: tokio::sync::OnceCell::new(),
             builds: Arc::default(),
+            seeding: Arc::default(),
         }
     }
 

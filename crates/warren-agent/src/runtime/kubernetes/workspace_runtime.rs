@@ -212,6 +212,8 @@ impl WorkspaceRuntime for KubernetesRuntime {
             }
         }
         self.overlay_builds(&mut observed);
+        // Pods waiting for a prebuild's files get them (`seed`).
+        self.start_seeding();
         Ok(observed)
     }
 
@@ -277,6 +279,13 @@ impl KubernetesRuntime {
         workspace: &WorkspaceKey,
         objects: &[serde_json::Value],
     ) -> Result<(), RuntimeError> {
+        let live = self.deployments.get(
+            &kube::runtime::reflector::ObjectRef::<k8s_openapi::api::apps::v1::Deployment>::new(
+                &workspace.name,
+            )
+            .within(&workspace.namespace),
+        );
+        let objects = &seed::with_seed_containers(objects, live.as_deref());
         let prepared = objects::prepare(workspace, &self.agent_id, objects)?;
         // The strongest Pod Security level the workspace's own pod meets is the namespace's:
         // `restricted`, unless the agent's configuration allows privilege escalation

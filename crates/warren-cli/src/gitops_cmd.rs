@@ -13,7 +13,7 @@ use warren_client::Client;
 use warren_types::gitops::{AgentGitops, CreateRepositoryRequest, Policy};
 
 /// A fresh webhook secret: 32 random bytes, hex.
-fn new_webhook_secret() -> String {
+pub(crate) fn new_webhook_secret() -> String {
     let mut b = [0u8; 32];
     rand::rngs::OsRng.fill_bytes(&mut b);
     b.iter().map(|x| format!("{x:02x}")).collect()

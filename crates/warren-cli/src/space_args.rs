@@ -131,6 +131,22 @@ pub enum PrebuildCommand {
     List { project: String },
     /// The output of a finished prebuild (the newest when no id is given).
     Log { project: String, id: Option<i64> },
+    /// Set, generate or remove the secret the project's push webhook is checked with
+    /// (maintainers). The forge then POSTs its push events to
+    /// `…/api/v1/projects/<project>/prebuilds/webhook`, and a new commit gets its prebuild at
+    /// once rather than at the next poll of the ref.
+    WebhookSecret {
+        project: String,
+        /// Read the new secret from standard input.
+        #[arg(long, conflicts_with_all = ["generate", "remove"])]
+        stdin: bool,
+        /// Generate a secret and print it once.
+        #[arg(long, conflicts_with = "remove")]
+        generate: bool,
+        /// Remove the secret: the project's webhooks are refused.
+        #[arg(long)]
+        remove: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -151,6 +151,10 @@ pub fn project_prebuild_settings(name: &str) -> Vec<String> {
     segs(&["projects", name, "prebuilds", "settings"])
 }
 
+pub fn project_prebuild_webhook(name: &str) -> Vec<String> {
+    segs(&["projects", name, "prebuilds", "webhook"])
+}
+
 pub fn project_members(name: &str) -> Vec<String> {
     segs(&["projects", name, "members"])
 }

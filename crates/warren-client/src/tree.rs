@@ -138,6 +138,28 @@ impl Client {
         }
     }
 
+    /// `PUT` or `DELETE /projects/{name}/prebuilds/webhook`: the secret the project's push
+    /// webhook is checked with, set or removed.
+    pub async fn set_prebuild_webhook_secret(
+        &self,
+        name: &str,
+        secret: Option<&str>,
+    ) -> Result<()> {
+        let route = routes::project_prebuild_webhook(name);
+        match secret {
+            Some(secret) => {
+                let req = warren_types::gitops::WebhookSecretRequest {
+                    secret: secret.to_owned(),
+                };
+                let url = self.url(&route);
+                self.send(Method::PUT, url, &[], Some(&req))
+                    .await
+                    .map(|_| ())
+            }
+            None => self.call_empty(Method::DELETE, &route).await,
+        }
+    }
+
     pub async fn list_project_members(&self, name: &str) -> Result<Vec<ProjectMember>> {
         self.get(&routes::project_members(name)).await
     }

@@ -365,3 +365,155 @@ async fn a_prebuild_counts_against_the_quotas_of_whoever_turned_them_on() {
         );
     }
 }
+
+/// A forge's push webhook for a project: only with the project's secret (set by a
+/// maintainer, stored sealed, never shown), and then the ref's new commit gets its prebuild
+/// at once instead of at the next poll. What the body claims is never the commit: the ref is
+/// read. A missing project and one without a secret answer alike.
+#[tokio::test]
+async fn a_signed_push_webhook_prebuilds_the_refs_new_commit_at_once() {
+    if !have_git() {
+        return;
+    }
+    const HOOK_SECRET: &str = "prebuild-hook-secret-4f1e9";
+    let git = GitHttpServer::start("ann", PASSWORD).await.unwrap();
+    git.create_repo("app", &[(".devfile.yaml", DEVFILE)])
+        .unwrap();
+    let url = git.url("app");
+    let sign = |secret: &str, body: &[u8]| {
+        use hmac::Mac;
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+        mac.update(body);
+        format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+    };
+    for db in databases() {
+        // The ref's head as this database's run finds it (an earlier run pushed to it).
+        let first = git.head("app", "main").unwrap();
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        s.agent("a1", json!({})).await;
+        let bob = s.user("bob", &["api", "workspace"]).await;
+        let carol = s.user("carol", &["api", "workspace"]).await;
+        make_project(&s, &bob, &url).await;
+        let (st, b) = s
+            .put(
+                &bob,
+                "/api/v1/projects/app/members/carol",
+                json!({"role": "developer"}),
+            )
+            .await;
+        assert_eq!(st, 200, "[{l}] {b}");
+        let (st, b) = s
+            .put(&bob, "/api/v1/projects/app/prebuilds/settings", json!({}))
+            .await;
+        assert_eq!(st, 200, "[{l}] {b}");
+
+        let hook =
+            |project: &str| format!("{}/api/v1/projects/{project}/prebuilds/webhook", s.base);
+        let body = format!(
+            r#"{{"ref":"refs/heads/main","after":"{}"}}"#,
+            "f".repeat(40)
+        );
+        let push = |project: &str, header: Option<(&str, String)>| {
+            let mut req = s.http.post(hook(project)).body(body.clone());
+            if let Some((name, value)) = header {
+                req = req.header(name, value);
+            }
+            async move {
+                let r = req.send().await.expect("webhook");
+                let status = r.status().as_u16();
+                (
+                    status,
+                    r.json::<serde_json::Value>().await.unwrap_or_default(),
+                )
+            }
+        };
+        let signed = || Some(("X-Hub-Signature-256", sign(HOOK_SECRET, body.as_bytes())));
+
+        // No secret yet: no webhook, said as for a project that does not exist.
+        let (st, none) = push("app", signed()).await;
+        assert_eq!(st, 404, "[{l}] {none}");
+        let (st, missing) = push("no-such-project", signed()).await;
+        assert_eq!(st, 404, "[{l}] {missing}");
+        assert_eq!(
+            msg(&none).replace("\"app\"", "X"),
+            msg(&missing).replace("\"no-such-project\"", "X"),
+            "[{l}] the answers tell the projects apart"
+        );
+
+        // Maintainers set it, within bounds; developers cannot.
+        let secret_path = "/api/v1/projects/app/prebuilds/webhook";
+        let (st, b) = s
+            .put(&carol, secret_path, json!({"secret": HOOK_SECRET}))
+            .await;
+        assert_eq!(st, 403, "[{l}] {b}");
+        let (st, b) = s.put(&bob, secret_path, json!({"secret": "short"})).await;
+        assert_eq!(st, 400, "[{l}] {b}");
+        assert!(msg(&b).contains("secret"), "[{l}] {b}");
+        let (st, b) = s
+            .put(&bob, secret_path, json!({"secret": HOOK_SECRET}))
+            .await;
+        assert_eq!(st, 204, "[{l}] {b}");
+        let (_, project) = s.get(&bob, "/api/v1/projects/app").await;
+        assert!(
+            !project.to_string().contains(HOOK_SECRET),
+            "[{l}] {project}"
+        );
+
+        // Wrong or missing proof: refused, nothing started.
+        for header in [
+            None,
+            Some((
+                "X-Hub-Signature-256",
+                sign("another-secret-entirely", body.as_bytes()),
+            )),
+            Some(("X-Gitlab-Token", "prebuild-hook-secret-4f1e8".to_owned())),
+            Some(("X-Gitea-Signature", "00".repeat(32))),
+        ] {
+            let (st, b) = push("app", header).await;
+            assert_eq!(st, 401, "[{l}] {b}");
+        }
+        let (_, list) = s.get(&bob, "/api/v1/projects/app/prebuilds").await;
+        assert_eq!(list.as_array().map(Vec::len), Some(0), "[{l}] {list}");
+
+        // Signed: the ref's newest commit (not the body's) is prebuilt at once.
+        let (st, b) = push("app", signed()).await;
+        assert_eq!(st, 202, "[{l}] {b}");
+        assert_eq!(
+            (&b["started"]["commit"], &b["started"]["trigger"]),
+            (&json!(first), &json!("push")),
+            "[{l}] {b}"
+        );
+        // Again while it runs: nothing more. GitLab's token works as well.
+        let (st, b) = push("app", Some(("X-Gitlab-Token", HOOK_SECRET.to_owned()))).await;
+        assert_eq!((st, &b["started"]), (202, &json!(null)), "[{l}] {b}");
+
+        // A new commit, its predecessor's prebuild finished: the next push prebuilds it.
+        let second = git
+            .push_commit("app", &[("README.md", &format!("second, {l}\n"))])
+            .unwrap();
+        let (_, list) = s.get(&bob, "/api/v1/projects/app/prebuilds").await;
+        let id = list[0]["id"].as_i64().expect("id");
+        let finish = warren_server::store::prebuilds::Finish {
+            state: warren_types::prebuild::PrebuildState::Failed,
+            reason: Some("a step failed"),
+            log: None,
+        };
+        let from = warren_types::prebuild::PrebuildState::Running;
+        assert!(s
+            .state
+            .store
+            .finish_prebuild(id, from, &finish, 0)
+            .await
+            .unwrap());
+        let (st, b) = push("app", signed()).await;
+        assert_eq!(st, 202, "[{l}] {b}");
+        assert_eq!(b["started"]["commit"], json!(second), "[{l}] {b}");
+
+        // Removed: refused as if there were none.
+        let (st, b) = s.call(Method::DELETE, secret_path, Some(&bob), None).await;
+        assert_eq!(st, 204, "[{l}] {b}");
+        let (st, b) = push("app", signed()).await;
+        assert_eq!(st, 404, "[{l}] {b}");
+    }
+}

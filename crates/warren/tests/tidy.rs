@@ -12,20 +12,12 @@ const MAX_FN_LINES: usize = 150;
 const MAX_FILE_LINES: usize = 800;
 
 /// Functions over the limit: file, name, the most lines it may have, why it is long.
-const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
-    (
-        "crates/warren-admission/src/pod_security.rs",
-        "check_pod",
-        172,
-        "the Pod Security Standard's rules in its table's order, a few lines each, over one pod spec",
-    ),
-    (
-        "crates/warren-server/src/http/api/mod.rs",
-        "router",
-        160,
-        "the table of every /api/v1 route, read (and checked against the client's routes) as one",
-    ),
-];
+const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[(
+    "crates/warren-admission/src/pod_security.rs",
+    "check_pod",
+    172,
+    "the Pod Security Standard's rules in its table's order, a few lines each, over one pod spec",
+)];
 
 /// Product files over the limit: file, the most lines it may have, why it is long.
 const LONG_FILES: &[(&str, usize, &str)] = &[];

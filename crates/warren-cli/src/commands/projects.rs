@@ -203,6 +203,40 @@ async fn prebuild(out: Format, c: &Client, cmd: PrebuildCommand) -> Result<(), C
                 })
             });
         }
+        PrebuildCommand::WebhookSecret {
+            project,
+            stdin,
+            generate,
+            remove,
+        } => {
+            let secret = match (stdin, generate, remove) {
+                (true, _, _) => Some(super::read_stdin_line("webhook secret")?),
+                (_, true, _) => Some(crate::gitops_cmd::new_webhook_secret()),
+                (_, _, true) => None,
+                _ => {
+                    return Err(CliError::Usage(
+                        "say what to do: --stdin, --generate or --remove".into(),
+                    ))
+                }
+            };
+            named(
+                "project",
+                &project,
+                c.set_prebuild_webhook_secret(&project, secret.as_deref())
+                    .await,
+            )?;
+            if let (true, Some(s)) = (generate, &secret) {
+                eprintln!(
+                    "Webhook secret of project {project:?}, shown only this once: give it to the \
+                     forge's push webhook (POST …/api/v1/projects/{project}/prebuilds/webhook):"
+                );
+                println!("{s}");
+            }
+            eprintln!(
+                "Prebuild webhook secret of project {project:?} {}.",
+                if secret.is_some() { "set" } else { "removed" }
+            );
+        }
     }
     Ok(())
 }

@@ -18,10 +18,6 @@ use warren_types::gitops::{
 };
 use warren_types::RepositoryId;
 
-/// Bytes a webhook secret must have at least, and may have at most.
-const WEBHOOK_SECRET_MIN: usize = 16;
-const WEBHOOK_SECRET_MAX: usize = 256;
-
 fn not_found(name: &str) -> AppError {
     AppError::not_found(format!("repository {name:?}"))
 }
@@ -106,19 +102,7 @@ fn check_credential(c: &GitCredential) -> Result<(), AppError> {
 }
 
 fn check_webhook_secret(field: &str, s: &str) -> Result<(), AppError> {
-    if s.len() < WEBHOOK_SECRET_MIN || s.len() > WEBHOOK_SECRET_MAX {
-        return Err(AppError::invalid_field(
-            field,
-            format!("must be {WEBHOOK_SECRET_MIN} to {WEBHOOK_SECRET_MAX} bytes"),
-        ));
-    }
-    if s.chars().any(char::is_control) {
-        return Err(AppError::invalid_field(
-            field,
-            "must be one line without control characters",
-        ));
-    }
-    Ok(())
+    super::webhooks::check_secret(field, s)
 }
 
 /// Every registered repository.
@@ -452,26 +436,7 @@ pub async fn agent_status(
     Ok(state.store.source_statuses(id).await?)
 }
 
-/// What a push webhook presented to prove it comes from the forge (each forge sends one).
-#[derive(Debug, Clone, Default)]
-pub struct WebhookProof {
-    /// GitHub: `X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>`.
-    pub github: Option<String>,
-    /// Gitea (and Gogs): `X-Gitea-Signature: <hex HMAC-SHA256 of the body>`.
-    pub gitea: Option<String>,
-    /// GitLab: `X-Gitlab-Token: <the secret itself>`.
-    pub gitlab: Option<String>,
-}
-
-fn hmac_hex(secret: &[u8], body: &[u8]) -> Result<String, AppError> {
-    use hmac::Mac;
-    // HMAC takes keys of any length, so this does not fail; if it ever did, the webhook is
-    // refused rather than the server brought down.
-    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret)
-        .map_err(|e| AppError::internal("keying the webhook HMAC", &e))?;
-    mac.update(body);
-    Ok(hex::encode(mac.finalize().into_bytes()))
-}
+pub use super::webhooks::WebhookProof;
 
 /// Checks a push webhook against the repository's secret (constant-time) and tells every
 /// relay to poll the sources reading it now; answers how many relays took it.
@@ -487,25 +452,9 @@ pub async fn webhook(
             "a webhook for repository {repository:?} (it has no webhook secret)"
         )));
     };
-    let expected = hmac_hex(&secret, body)?;
-    let valid = match (&proof.github, &proof.gitea, &proof.gitlab) {
-        (Some(sig), _, _) => sig
-            .strip_prefix("sha256=")
-            .is_some_and(|hex| crate::crypto::ct_eq(&hex.to_ascii_lowercase(), &expected)),
-        (None, Some(sig), _) => crate::crypto::ct_eq(&sig.to_ascii_lowercase(), &expected),
-        (None, None, Some(token)) => crate::crypto::ct_eq(token, &String::from_utf8_lossy(&secret)),
-        (None, None, None) => {
-            return Err(AppError::unauthenticated(
-                "the webhook carries no signature (X-Hub-Signature-256, X-Gitea-Signature or \
-                 X-Gitlab-Token)",
-            ))
-        }
-    };
-    if !valid {
-        tracing::warn!(repository = %repository, "gitops webhook with a bad signature refused");
-        return Err(AppError::unauthenticated(
-            "the webhook's signature does not match the repository's webhook secret",
-        ));
+    if let Err(e) = super::webhooks::verify(&secret, proof, body, "the repository's") {
+        tracing::warn!(repository = %repository, "gitops webhook refused: {}", e.message);
+        return Err(e);
     }
     metrics::counter!("warren_gitops_webhooks_total").increment(1);
     let relays = poke_relays(state, &r.url).await;

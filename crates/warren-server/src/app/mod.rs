@@ -34,6 +34,7 @@ pub mod sso;
 pub mod throttle;
 pub mod tokens;
 pub mod users;
+pub mod webhooks;
 pub mod workspaces;
 
 pub use error::{AppError, ErrorKind};

@@ -331,38 +331,109 @@ pub async fn run_once(state: &AppState, poll_refs: bool) -> Result<(), AppError>
 async fn poll(state: &AppState) -> Result<(), AppError> {
     // What no list shows any more is forgotten (a list shows a project's newest).
     state.store.prune_prebuilds(LIST_LIMIT).await?;
-    for (project, agent, by) in state.store.projects_with_prebuilds().await? {
+    for (project, _, _) in state.store.projects_with_prebuilds().await? {
         let Some(p) = state.store.project_by_key(&project.to_string()).await? else {
             continue;
         };
-        let (agent, by) = (AgentId(agent), UserId(by));
-        let source = match Source::of_project(state, &p) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(project = %p.name, error = %e.message, "prebuilds: the project's source is unusable");
-                continue;
-            }
-        };
-        let head = match state.git.resolve(source.remote(), &p.default_ref).await {
-            Ok(c) => c,
-            Err(e) => {
-                let e = source.git_error(&e);
-                tracing::warn!(project = %p.name, error = %e.message, "prebuilds: the ref could not be read");
-                continue;
-            }
-        };
-        let newest = (state.store)
-            .newest_prebuild(p.id, agent, &p.default_ref, None)
-            .await?;
-        match newest {
-            Some(n) if n.commit_sha == head || n.state() == PrebuildState::Running => continue,
-            _ => {}
-        }
-        if let Err(e) = start(state, &p, agent, by, PrebuildTrigger::Push, Some(head)).await {
+        if let Err(e) = poll_project(state, &p).await {
             tracing::warn!(project = %p.name, error = %e.message, "prebuilds: could not start one");
         }
     }
     Ok(())
+}
+
+/// Starts a prebuild of the project's ref's newest commit if it has none and none of the ref
+/// runs; the one started. Many servers may ask at once: the database keeps one running per
+/// ref and agent.
+async fn poll_project(state: &AppState, p: &ProjectRow) -> Result<Option<PrebuildRow>, AppError> {
+    let (Some(agent), Some(by)) = (p.prebuild_agent_id, p.prebuild_by) else {
+        return Ok(None);
+    };
+    let source = Source::of_project(state, p).map_err(|e| {
+        AppError::conflict(
+            "prebuild_source",
+            format!("the project's source is unusable: {}", e.message),
+        )
+    })?;
+    let head = match state.git.resolve(source.remote(), &p.default_ref).await {
+        Ok(c) => c,
+        Err(e) => {
+            let e = source.git_error(&e);
+            return Err(AppError::conflict(
+                "prebuild_source",
+                format!("the ref could not be read: {}", e.message),
+            ));
+        }
+    };
+    let newest = (state.store)
+        .newest_prebuild(p.id, agent, &p.default_ref, None)
+        .await?;
+    match newest {
+        Some(n) if n.commit_sha == head || n.state() == PrebuildState::Running => Ok(None),
+        _ => start(state, p, agent, by, PrebuildTrigger::Push, Some(head))
+            .await
+            .map(Some),
+    }
+}
+
+/// Sets (or with `None` removes) the secret the project's push webhooks are checked with
+/// (its maintainers); stored sealed, never shown.
+pub async fn set_webhook_secret(
+    state: &AppState,
+    who: &Principal,
+    key: &str,
+    secret: Option<&str>,
+) -> Result<(), AppError> {
+    let p = super::projects::maintained(state, who, key).await?;
+    if let Some(s) = secret {
+        super::webhooks::check_secret("secret", s)?;
+    }
+    state
+        .store
+        .set_prebuild_webhook_secret(p.id, secret)
+        .await?;
+    tracing::info!(project = %p.name, by = %who.user.username, set = secret.is_some(), "prebuild webhook secret changed");
+    Ok(())
+}
+
+/// A forge's push webhook for the project (no caller: the proof is the signature): checked
+/// against the project's webhook secret in constant time, then its ref is looked at now as
+/// a poll does. The body is not read for a commit: only the ref's own answer is trusted.
+/// The prebuild started, if any (none when the newest commit has one or one runs).
+pub async fn webhook(
+    state: &AppState,
+    key: &str,
+    proof: &super::webhooks::WebhookProof,
+    body: &[u8],
+) -> Result<Option<Prebuild>, AppError> {
+    // One answer whether the project is missing or has no secret: a webhook tells nobody
+    // which projects exist.
+    let no_hook = || AppError::not_found(format!("a prebuild webhook for project {key:?}"));
+    let p = state.store.project_by_key(key).await?.ok_or_else(no_hook)?;
+    let secret = state
+        .store
+        .prebuild_webhook_secret(p.id)
+        .await?
+        .ok_or_else(no_hook)?;
+    if let Err(e) = super::webhooks::verify(&secret, proof, body, "the project's") {
+        tracing::warn!(project = %p.name, "prebuild webhook refused: {}", e.message);
+        return Err(e);
+    }
+    // As the poll: not for a project whose prebuilds' maintainer was disabled.
+    let on = state.store.projects_with_prebuilds().await?;
+    if !on.iter().any(|(id, _, _)| *id == p.id.get()) {
+        return Err(AppError::conflict(
+            "prebuilds_off",
+            format!(
+                "project {:?} has no prebuilds (or the maintainer who turned them on can no \
+                 longer sign in)",
+                p.name
+            ),
+        ));
+    }
+    let started = poll_project(state, &p).await?;
+    tracing::info!(project = %p.name, started = ?started.as_ref().map(|r| r.id), "prebuild webhook accepted");
+    Ok(started.as_ref().map(view))
 }
 
 /// What a running prebuild's workspace says: done (its output), stopped after that, failed

@@ -1,7 +1,7 @@
 //! Prebuilds (issue 43): each run of a project's ref on an agent, with its own workspace (whose
 //! stopped volumes new workspaces start as copies of) and what became of it.
 
-use super::{Store, StoreError};
+use super::{get_opt_str, Store, StoreError};
 use warren_types::prebuild::{PrebuildState, PrebuildTrigger};
 use warren_types::{AgentId, ProjectId, WorkspaceId};
 
@@ -241,6 +241,39 @@ impl Store {
             .execute(&self.db.pool)
             .await?;
         Ok(())
+    }
+
+    /// Seals and sets (or with `None` removes) the secret the project's prebuild webhooks
+    /// are checked with.
+    pub async fn set_prebuild_webhook_secret(
+        &self,
+        project: ProjectId,
+        secret: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let sealed = secret.map(|s| self.sbox.seal(s.as_bytes()));
+        sqlx::query("UPDATE projects SET prebuild_webhook_secret = $1 WHERE id = $2")
+            .bind(sealed)
+            .bind(project.get())
+            .execute(&self.db.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// The project's prebuild webhook secret, opened; `None` when it has none.
+    pub async fn prebuild_webhook_secret(
+        &self,
+        project: ProjectId,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let r = sqlx::query("SELECT prebuild_webhook_secret FROM projects WHERE id = $1")
+            .bind(project.get())
+            .fetch_optional(&self.db.pool)
+            .await?;
+        let sealed = r
+            .as_ref()
+            .map(|r| get_opt_str(r, "prebuild_webhook_secret"))
+            .transpose()?
+            .flatten();
+        Ok(sealed.as_deref().map(|s| self.sbox.open(s)).transpose()?)
     }
 
     /// Forgets finished prebuilds beyond each project's newest `keep` (their workspaces are

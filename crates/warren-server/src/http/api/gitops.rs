@@ -203,19 +203,24 @@ pub async fn webhook(
     headers: http::HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<(StatusCode, Json<WebhookAccepted>), HttpError> {
+    let proof = webhook_proof(&headers);
+    let relays = app::gitops::webhook(&state, &name, &proof, &body).await?;
+    Ok((StatusCode::ACCEPTED, Json(WebhookAccepted { relays })))
+}
+
+/// What a forge's webhook request presents as proof (each forge sends one of these headers).
+pub(super) fn webhook_proof(headers: &http::HeaderMap) -> app::webhooks::WebhookProof {
     let header = |n: &str| {
         headers
             .get(n)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned)
     };
-    let proof = app::gitops::WebhookProof {
+    app::webhooks::WebhookProof {
         github: header("x-hub-signature-256"),
         gitea: header("x-gitea-signature").or_else(|| header("x-gogs-signature")),
         gitlab: header("x-gitlab-token"),
-    };
-    let relays = app::gitops::webhook(&state, &name, &proof, &body).await?;
-    Ok((StatusCode::ACCEPTED, Json(WebhookAccepted { relays })))
+    }
 }
 
 /// A webhook's answer.

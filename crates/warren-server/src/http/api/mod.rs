@@ -149,30 +149,6 @@ pub fn router() -> Router<crate::http::HttpState> {
             "/spaces/{space}/members/{user}",
             put(spaces::set_member).delete(spaces::remove_member),
         )
-        .route("/projects", get(projects::list).post(projects::create))
-        .route(
-            "/projects/{project}",
-            get(projects::get_one)
-                .patch(projects::update)
-                .delete(projects::delete_one),
-        )
-        .route(
-            "/projects/{project}/credential",
-            put(projects::set_credential).delete(projects::delete_credential),
-        )
-        .route("/projects/{project}/members", get(projects::members))
-        .route(
-            "/projects/{project}/prebuilds",
-            get(projects::prebuilds).post(projects::prebuild),
-        )
-        .route(
-            "/projects/{project}/prebuilds/settings",
-            put(projects::prebuilds_on).delete(projects::prebuilds_off),
-        )
-        .route(
-            "/projects/{project}/members/{user}",
-            put(projects::set_member).delete(projects::remove_member),
-        )
         .route(
             "/workspaces",
             get(workspaces::list).post(workspaces::create),
@@ -205,5 +181,42 @@ pub fn router() -> Router<crate::http::HttpState> {
             post(workspaces::run_command),
         )
         .route("/openapi.json", get(super::openapi::serve));
+    let v1 = project_routes(v1);
     Router::new().nest(warren_types::api::API_PREFIX, v1)
+}
+
+/// The projects' routes (their members, credential and prebuilds).
+fn project_routes(v1: Router<crate::http::HttpState>) -> Router<crate::http::HttpState> {
+    v1.route("/projects", get(projects::list).post(projects::create))
+        .route(
+            "/projects/{project}",
+            get(projects::get_one)
+                .patch(projects::update)
+                .delete(projects::delete_one),
+        )
+        .route(
+            "/projects/{project}/credential",
+            put(projects::set_credential).delete(projects::delete_credential),
+        )
+        .route("/projects/{project}/members", get(projects::members))
+        .route(
+            "/projects/{project}/prebuilds",
+            get(projects::prebuilds).post(projects::prebuild),
+        )
+        .route(
+            "/projects/{project}/prebuilds/settings",
+            put(projects::prebuilds_on).delete(projects::prebuilds_off),
+        )
+        // PUT and DELETE set its secret (maintainers); POST is the forge's push, proved by
+        // its signature alone.
+        .route(
+            "/projects/{project}/prebuilds/webhook",
+            put(projects::set_prebuild_webhook_secret)
+                .delete(projects::delete_prebuild_webhook_secret)
+                .post(projects::prebuild_webhook),
+        )
+        .route(
+            "/projects/{project}/members/{user}",
+            put(projects::set_member).delete(projects::remove_member),
+        )
 }

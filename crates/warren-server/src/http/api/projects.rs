@@ -205,3 +205,64 @@ pub async fn prebuilds_off(
 ) -> Result<Json<Project>, HttpError> {
     Ok(Json(app::prebuilds::turn_off(&state, &who, &key).await?))
 }
+
+/// Sets the secret the project's push webhooks are checked with (maintainers); stored
+/// sealed, never returned.
+#[utoipa::path(put, path = "/api/v1/projects/{project}/prebuilds/webhook",
+    request_body = warren_types::gitops::WebhookSecretRequest,
+    params(("project" = String, Path, description = "project name or id")),
+    responses((status = 204), (status = 400, body = ApiError), (status = 403, body = ApiError), (status = 404, body = ApiError)),
+    tag = "projects", security(("bearer" = [])))]
+pub async fn set_prebuild_webhook_secret(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(key): Path<String>,
+    Json(req): Json<warren_types::gitops::WebhookSecretRequest>,
+) -> Result<StatusCode, HttpError> {
+    app::prebuilds::set_webhook_secret(&state, &who, &key, Some(&req.secret)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Removes the project's webhook secret (maintainers): its webhooks are refused from then on.
+#[utoipa::path(delete, path = "/api/v1/projects/{project}/prebuilds/webhook",
+    params(("project" = String, Path, description = "project name or id")),
+    responses((status = 204), (status = 403, body = ApiError), (status = 404, body = ApiError)),
+    tag = "projects", security(("bearer" = [])))]
+pub async fn delete_prebuild_webhook_secret(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(key): Path<String>,
+) -> Result<StatusCode, HttpError> {
+    app::prebuilds::set_webhook_secret(&state, &who, &key, None).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// A forge's push webhook for the project (GitHub's `X-Hub-Signature-256`, Gitea's
+/// `X-Gitea-Signature`, GitLab's `X-Gitlab-Token`, checked against its webhook secret); a
+/// valid one makes the server look at the project's ref now and start a prebuild of a new
+/// commit. No bearer token.
+#[utoipa::path(post, path = "/api/v1/projects/{project}/prebuilds/webhook",
+    params(("project" = String, Path, description = "project name or id")),
+    request_body(content = String, description = "the forge's event, as sent", content_type = "application/json"),
+    responses((status = 202, body = PrebuildWebhookAccepted), (status = 401, body = ApiError), (status = 404, body = ApiError), (status = 409, body = ApiError)),
+    tag = "projects")]
+pub async fn prebuild_webhook(
+    State(state): State<AppState>,
+    Path(key): Path<String>,
+    headers: http::HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<(StatusCode, Json<PrebuildWebhookAccepted>), HttpError> {
+    let proof = super::gitops::webhook_proof(&headers);
+    let started = app::prebuilds::webhook(&state, &key, &proof, &body).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(PrebuildWebhookAccepted { started }),
+    ))
+}
+
+/// A prebuild webhook's answer.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct PrebuildWebhookAccepted {
+    /// The prebuild it started; none when the ref's newest commit has one or one runs.
+    pub started: Option<Prebuild>,
+}

@@ -55,7 +55,7 @@ pub fn memory(s: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
-/// clap value parser of a duration: `90` (seconds), `30s`, `5m`, `1h`, `1m30s`.
+/// clap value parser of a duration: `90` (seconds), `30s`, `5m`, `1h`, `1d`, `1m30s`.
 pub fn duration(s: &str) -> Result<Duration, String> {
     let bad = || format!("{s:?} is not a duration like 30s, 5m or 1h");
     if s.is_empty() {
@@ -75,6 +75,7 @@ pub fn duration(s: &str) -> Result<Duration, String> {
             's' => 1,
             'm' => 60,
             'h' => 3600,
+            'd' => 86_400,
             _ => return Err(bad()),
         };
         let n: u64 = digits.parse().map_err(|_| bad())?;
@@ -88,6 +89,18 @@ pub fn duration(s: &str) -> Result<Duration, String> {
         return Err(bad());
     }
     Ok(Duration::from_secs(total))
+}
+
+/// clap value parser of a whole number of hours, written as a duration (`12h`, `1d`).
+pub fn hours(s: &str) -> Result<u32, String> {
+    let d = duration(s)?;
+    let secs = d.as_secs();
+    if secs == 0 || secs % 3600 != 0 {
+        return Err(format!(
+            "{s:?} is not a whole number of hours, like 12h or 1d"
+        ));
+    }
+    u32::try_from(secs / 3600).map_err(|_| format!("{s:?} is too long"))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -177,8 +190,18 @@ mod tests {
         assert_eq!(duration("5m").unwrap(), Duration::from_secs(300));
         assert_eq!(duration("1h").unwrap(), Duration::from_secs(3600));
         assert_eq!(duration("1m30s").unwrap(), Duration::from_secs(90));
+        assert_eq!(duration("2d").unwrap(), Duration::from_secs(2 * 86_400));
         for bad in ["", "m", "5x", "5m3", "-1s", "99999999999999999999h"] {
             assert!(duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn schedules_are_whole_hours() {
+        assert_eq!(hours("12h").unwrap(), 12);
+        assert_eq!(hours("1d").unwrap(), 24);
+        for bad in ["0h", "90m", "30s", "x"] {
+            assert!(hours(bad).is_err(), "{bad}");
         }
     }
 

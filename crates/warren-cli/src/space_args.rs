@@ -67,7 +67,7 @@ pub enum ProjectCommand {
     /// Prebuilds: the clone and the create-time steps run ahead of time, so new workspaces
     /// of the default ref start from them.
     #[command(after_help = "Examples:\n  \
-        warren project prebuild on app --agent local\n  \
+        warren project prebuild on app --agent local --ref release --every 1d\n  \
         warren project prebuild list app\n  \
         warren project prebuild log app")]
     Prebuild {
@@ -115,17 +115,29 @@ pub enum CredentialCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum PrebuildCommand {
-    /// Turn prebuilds of the default ref on (maintainers): each new commit gets one, on the
-    /// agent given (the only agent when there is one).
+    /// Turn prebuilds on, or change them (maintainers): each new commit of the default ref
+    /// (and of each --ref) gets one, on the agent given (the only agent when there is one).
+    /// What was set before is replaced.
     On {
         project: String,
         #[arg(long)]
         agent: Option<String>,
+        /// Another branch to prebuild besides the default ref (repeatable).
+        #[arg(long = "ref", value_name = "REF")]
+        refs: Vec<String>,
+        /// Also prebuild a ref again, at the same commit, once its newest prebuild is this
+        /// old (e.g. 1d), so moving dependencies and base images are caught without a push.
+        #[arg(long, value_name = "HOURS", value_parser = crate::input::hours)]
+        every: Option<u32>,
     },
     /// Turn them off (maintainers): the prebuilds and their volumes are removed.
     Off { project: String },
-    /// Prebuild the default ref's newest commit now (maintainers).
-    Run { project: String },
+    /// Prebuild a ref's newest commit now (maintainers; the default ref unless --ref).
+    Run {
+        project: String,
+        #[arg(long = "ref", value_name = "REF")]
+        git_ref: Option<String>,
+    },
     /// The project's prebuilds, the newest first.
     #[command(visible_alias = "ls")]
     List { project: String },

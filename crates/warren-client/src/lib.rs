@@ -38,7 +38,7 @@ use warren_types::git::GitCredential;
 use warren_types::gitops::{
     AgentGitops, CreateRepositoryRequest, Policy, Repository, SourceStatus, WebhookSecretRequest,
 };
-use warren_types::prebuild::{Prebuild, SetPrebuildsRequest};
+use warren_types::prebuild::{Prebuild, RunPrebuildRequest, SetPrebuildsRequest};
 use warren_types::sharing::PortVisibility;
 use warren_types::state::DesiredState;
 

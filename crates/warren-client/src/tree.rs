@@ -114,15 +114,14 @@ impl Client {
         self.get(&routes::project_prebuilds(name)).await
     }
 
-    /// `POST /projects/{name}/prebuilds`: a prebuild of the default ref's newest commit now.
-    pub async fn run_prebuild(&self, name: &str) -> Result<Prebuild> {
-        self.call(
-            Method::POST,
-            &routes::project_prebuilds(name),
-            &[],
-            None::<&()>,
-        )
-        .await
+    /// `POST /projects/{name}/prebuilds`: a prebuild of `git_ref`'s (the default ref's)
+    /// newest commit now.
+    pub async fn run_prebuild(&self, name: &str, git_ref: Option<&str>) -> Result<Prebuild> {
+        let req = RunPrebuildRequest {
+            git_ref: git_ref.map(str::to_owned),
+        };
+        let route = routes::project_prebuilds(name);
+        self.with_body(Method::POST, &route, &req).await
     }
 
     /// `PUT` or `DELETE /projects/{name}/prebuilds/settings`: prebuilds on (on `agent`) or off.

@@ -35,6 +35,19 @@ events:
   postStart: [deps]
 "#;
 
+/// A Git server holding repository `app` with [`DEVFILE`], and its URL; `None` (the test
+/// skips) without git.
+async fn app_repo() -> Option<(GitHttpServer, String)> {
+    if !have_git() {
+        return None;
+    }
+    let git = GitHttpServer::start("ann", PASSWORD).await.unwrap();
+    git.create_repo("app", &[(".devfile.yaml", DEVFILE)])
+        .unwrap();
+    let url = git.url("app");
+    Some((git, url))
+}
+
 /// Project `app` of `url`, made by `token`'s user (its maintainer), with the repository's
 /// password as its credential.
 async fn make_project(s: &TestServer, token: &str, url: &str) {
@@ -46,14 +59,10 @@ async fn make_project(s: &TestServer, token: &str, url: &str) {
 
 #[tokio::test]
 async fn prebuilds_are_the_maintainers_and_start_the_projects_next_workspaces() {
-    if !have_git() {
+    let Some((git, url)) = app_repo().await else {
         return;
-    }
-    let git = GitHttpServer::start("ann", PASSWORD).await.unwrap();
-    let head = git
-        .create_repo("app", &[(".devfile.yaml", DEVFILE)])
-        .unwrap();
-    let url = git.url("app");
+    };
+    let head = git.head("app", "main").unwrap();
     for db in databases() {
         let s = TestServer::start(&db).await;
         let l = s.label;
@@ -306,13 +315,9 @@ async fn prebuilds_are_the_maintainers_and_start_the_projects_next_workspaces() 
 /// maintainer who turned prebuilds on, or prebuilds would be a way past one.
 #[tokio::test]
 async fn a_prebuild_counts_against_the_quotas_of_whoever_turned_them_on() {
-    if !have_git() {
+    let Some((git, url)) = app_repo().await else {
         return;
-    }
-    let git = GitHttpServer::start("ann", PASSWORD).await.unwrap();
-    git.create_repo("app", &[(".devfile.yaml", DEVFILE)])
-        .unwrap();
-    let url = git.url("app");
+    };
     for db in databases() {
         let s = TestServer::start(&db).await;
         let l = s.label;
@@ -372,14 +377,10 @@ async fn a_prebuild_counts_against_the_quotas_of_whoever_turned_them_on() {
 /// read. A missing project and one without a secret answer alike.
 #[tokio::test]
 async fn a_signed_push_webhook_prebuilds_the_refs_new_commit_at_once() {
-    if !have_git() {
-        return;
-    }
     const HOOK_SECRET: &str = "prebuild-hook-secret-4f1e9";
-    let git = GitHttpServer::start("ann", PASSWORD).await.unwrap();
-    git.create_repo("app", &[(".devfile.yaml", DEVFILE)])
-        .unwrap();
-    let url = git.url("app");
+    let Some((git, url)) = app_repo().await else {
+        return;
+    };
     let sign = |secret: &str, body: &[u8]| {
         use hmac::Mac;
         let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
@@ -480,13 +481,14 @@ async fn a_signed_push_webhook_prebuilds_the_refs_new_commit_at_once() {
         let (st, b) = push("app", signed()).await;
         assert_eq!(st, 202, "[{l}] {b}");
         assert_eq!(
-            (&b["started"]["commit"], &b["started"]["trigger"]),
+            (&b["started"][0]["commit"], &b["started"][0]["trigger"]),
             (&json!(first), &json!("push")),
             "[{l}] {b}"
         );
+        assert_eq!(b["started"].as_array().map(Vec::len), Some(1), "[{l}] {b}");
         // Again while it runs: nothing more. GitLab's token works as well.
         let (st, b) = push("app", Some(("X-Gitlab-Token", HOOK_SECRET.to_owned()))).await;
-        assert_eq!((st, &b["started"]), (202, &json!(null)), "[{l}] {b}");
+        assert_eq!((st, &b["started"]), (202, &json!([])), "[{l}] {b}");
 
         // A new commit, its predecessor's prebuild finished: the next push prebuilds it.
         let second = git
@@ -508,12 +510,207 @@ async fn a_signed_push_webhook_prebuilds_the_refs_new_commit_at_once() {
             .unwrap());
         let (st, b) = push("app", signed()).await;
         assert_eq!(st, 202, "[{l}] {b}");
-        assert_eq!(b["started"]["commit"], json!(second), "[{l}] {b}");
+        assert_eq!(b["started"][0]["commit"], json!(second), "[{l}] {b}");
 
         // Removed: refused as if there were none.
         let (st, b) = s.call(Method::DELETE, secret_path, Some(&bob), None).await;
         assert_eq!(st, 204, "[{l}] {b}");
         let (st, b) = push("app", signed()).await;
         assert_eq!(st, 404, "[{l}] {b}");
+    }
+}
+
+/// Maintainers choose more refs than the default one, and a schedule: each ref's newest commit
+/// gets its prebuild (a ref that cannot be read keeps no other from its own), a workspace of a
+/// prebuilt ref starts from that ref's prebuild, a ref's unchanged commit is prebuilt again
+/// once its newest prebuild is as old as the schedule says, and a ref taken off the list loses
+/// its prebuilds.
+#[tokio::test]
+async fn more_refs_are_prebuilt_and_a_schedule_prebuilds_an_unchanged_commit_again() {
+    let Some((git, url)) = app_repo().await else {
+        return;
+    };
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        let main = git.head("app", "main").unwrap();
+        let release = git
+            .push_commit_to("app", "release", &[("RELEASE", l)])
+            .unwrap();
+        let agent = s.agent("a1", json!({})).await;
+        let bob = s.user("bob", &["api", "workspace"]).await;
+        make_project(&s, &bob, &url).await;
+        let settings = "/api/v1/projects/app/prebuilds/settings";
+        let prebuilds = "/api/v1/projects/app/prebuilds";
+
+        // Settings out of bounds are refused, naming what is wrong.
+        let many: Vec<String> = (0..11).map(|i| format!("b{i}")).collect();
+        for (body, names) in [
+            (json!({"refs": ["bad..ref"]}), "bad..ref"),
+            (json!({"refs": many}), "at most 10"),
+            (json!({"every_hours": 0}), "not 0"),
+            (json!({"every_hours": 100_000}), "not 100000"),
+            (json!({"refs": "release"}), "sequence"),
+        ] {
+            let (st, b) = s.put(&bob, settings, body.clone()).await;
+            assert_eq!(st, 400, "[{l}] {body}: {b}");
+            assert!(msg(&b).contains(names), "[{l}] {body}: {b}");
+        }
+        let (_, project) = s.get(&bob, "/api/v1/projects/app").await;
+        assert!(project.get("prebuild_agent").is_none(), "[{l}] {project}");
+
+        // The default ref first, each ref once; "gone" does not exist (yet).
+        let (st, p) = s
+            .put(
+                &bob,
+                settings,
+                json!({"refs": ["release", "main", "release", "gone"], "every_hours": 24}),
+            )
+            .await;
+        assert_eq!(st, 200, "[{l}] {p}");
+        assert_eq!(
+            (&p["prebuild_refs"], &p["prebuild_every_hours"]),
+            (&json!(["main", "release", "gone"]), &json!(24)),
+            "[{l}] {p}"
+        );
+
+        let poll = || warren_server::app::prebuilds::run_once(&s.state, true);
+        poll().await.unwrap();
+        let (_, list) = s.get(&bob, prebuilds).await;
+        let of = |list: &serde_json::Value, r: &str| -> Vec<serde_json::Value> {
+            let all = list.as_array().cloned().unwrap_or_default();
+            all.into_iter().filter(|b| b["ref"] == r).collect()
+        };
+        for (r, commit) in [("main", &main), ("release", &release)] {
+            let mine = of(&list, r);
+            assert_eq!(mine.len(), 1, "[{l}] {r}: {list}");
+            assert_eq!(
+                (&mine[0]["commit"], &mine[0]["trigger"], &mine[0]["state"]),
+                (&json!(commit), &json!("push"), &json!("running")),
+                "[{l}] {r}: {list}"
+            );
+        }
+        assert!(of(&list, "gone").is_empty(), "[{l}] {list}");
+        let release_id = of(&list, "release")[0]["id"].as_i64().expect("id");
+        let main_id = of(&list, "main")[0]["id"].as_i64().expect("id");
+
+        // Asked for by hand: only a prebuilt ref; the running one of it is answered.
+        let (st, b) = s.post(&bob, prebuilds, json!({"ref": "feature"})).await;
+        assert_eq!(st, 400, "[{l}] {b}");
+        assert!(
+            msg(&b).contains("\"feature\"") && msg(&b).contains("--ref feature"),
+            "[{l}] {b}"
+        );
+        let (st, b) = s.post(&bob, prebuilds, json!({"reff": "release"})).await;
+        assert_eq!(st, 400, "[{l}] unknown field: {b}");
+        let (st, b) = s.post(&bob, prebuilds, json!({"ref": "release"})).await;
+        assert_eq!((st, &b["id"]), (202, &json!(release_id)), "[{l}] {b}");
+
+        // Release's prebuild ready and its workspace stopped: a workspace of release starts
+        // from it; one of main (whose prebuild still runs) does not.
+        let ready = warren_server::store::prebuilds::Finish {
+            state: warren_types::prebuild::PrebuildState::Ready,
+            reason: None,
+            log: Some("done"),
+        };
+        let running = warren_types::prebuild::PrebuildState::Running;
+        let store = &s.state.store;
+        assert!(store
+            .finish_prebuild(release_id, running, &ready, 0)
+            .await
+            .unwrap());
+        warren_server::app::prebuilds::run_once(&s.state, false)
+            .await
+            .unwrap();
+        sqlx::query("UPDATE workspaces SET actual_state = 'Stopped' WHERE prebuild_id = $1")
+            .bind(release_id)
+            .execute(&store.db.pool)
+            .await
+            .unwrap();
+        let (release_ws,): (String,) =
+            sqlx::query_as("SELECT name FROM workspaces WHERE prebuild_id = $1")
+                .bind(release_id)
+                .fetch_one(&store.db.pool)
+                .await
+                .unwrap();
+        let w = s
+            .workspace(
+                &bob,
+                json!({"project": "app", "name": "rel", "ref": "release"}),
+            )
+            .await;
+        assert!(
+            w["notices"]
+                .to_string()
+                .contains(&format!("prebuild of commit {}", &release[..12])),
+            "[{l}] {w}"
+        );
+        let config = s.config_of(agent, "rel").await;
+        assert!(
+            config.contains(&format!("warren.dev/seed-from: {release_ws}")),
+            "[{l}] {config}"
+        );
+        let w = s
+            .workspace(&bob, json!({"project": "app", "name": "trunk"}))
+            .await;
+        assert!(!w["notices"].to_string().contains("prebuild"), "[{l}] {w}");
+
+        // Main's failed; a day has not passed: the same commits are not prebuilt again.
+        let failed = warren_server::store::prebuilds::Finish {
+            state: warren_types::prebuild::PrebuildState::Failed,
+            reason: Some("a step failed"),
+            log: None,
+        };
+        assert!(store
+            .finish_prebuild(main_id, running, &failed, 0)
+            .await
+            .unwrap());
+        s.clock.advance_ms(23 * 3_600_000);
+        poll().await.unwrap();
+        let (_, list) = s.get(&bob, prebuilds).await;
+        assert_eq!(list.as_array().map(Vec::len), Some(2), "[{l}] {list}");
+        // A day after they started: both again, at the same commits, said to be scheduled.
+        s.clock.advance_ms(3_600_000);
+        poll().await.unwrap();
+        let (_, list) = s.get(&bob, prebuilds).await;
+        for (r, commit) in [("main", &main), ("release", &release)] {
+            let mine = of(&list, r);
+            assert_eq!(mine.len(), 2, "[{l}] {r}: {list}");
+            assert_eq!(
+                (&mine[0]["commit"], &mine[0]["trigger"], &mine[0]["state"]),
+                (&json!(commit), &json!("schedule"), &json!("running")),
+                "[{l}] {r}: {list}"
+            );
+        }
+
+        // Release off the list (the schedule too): its prebuilds go, their workspaces with
+        // them; the workspace made from one keeps running.
+        let (st, p) = s.put(&bob, settings, json!({})).await;
+        assert_eq!(st, 200, "[{l}] {p}");
+        assert_eq!(p["prebuild_refs"], json!(["main"]), "[{l}] {p}");
+        assert!(p.get("prebuild_every_hours").is_none(), "[{l}] {p}");
+        let (_, list) = s.get(&bob, prebuilds).await;
+        for b in of(&list, "release") {
+            assert_eq!(b["state"], "removed", "[{l}] {list}");
+            let reason = b["reason"].as_str().unwrap_or_default();
+            assert!(reason.contains("no longer prebuilt"), "[{l}] {b}");
+        }
+        let kept: Vec<(String,)> = sqlx::query_as(
+            "SELECT w.desired_state FROM workspaces w JOIN prebuilds b ON b.id = w.prebuild_id \
+             WHERE b.git_ref = 'release'",
+        )
+        .fetch_all(&store.db.pool)
+        .await
+        .unwrap();
+        assert!(
+            !kept.is_empty() && kept.iter().all(|(d,)| d == "Terminated"),
+            "[{l}] {kept:?}"
+        );
+        let (st, b) = s.get(&bob, "/api/v1/workspaces/rel").await;
+        assert_eq!(
+            (st, &b["desired_state"]),
+            (200, &json!("Running")),
+            "[{l}] {b}"
+        );
     }
 }

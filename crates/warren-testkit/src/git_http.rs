@@ -201,12 +201,29 @@ impl GitHttpServer {
     /// Pushes one commit onto `main` of `name` that writes `files` (path → contents) over
     /// its tree, as a developer's push would (a fast-forward); returns the commit.
     pub fn push_commit(&self, name: &str, files: &[(&str, &str)]) -> Result<String> {
+        self.push_commit_to(name, "main", files)
+    }
+
+    /// As [`Self::push_commit`], onto `branch` (made from `main` when it does not exist).
+    pub fn push_commit_to(
+        &self,
+        name: &str,
+        branch: &str,
+        files: &[(&str, &str)],
+    ) -> Result<String> {
         let bare = self.path(name);
         let work = tempfile::tempdir()?;
         let from = bare.to_str().unwrap_or_default();
         git(work.path(), &["clone", "--quiet", from, "."])?;
+        let remote = format!("origin/{branch}");
+        let start = if git(work.path(), &["rev-parse", "--verify", "--quiet", &remote]).is_ok() {
+            remote
+        } else {
+            "origin/main".to_owned()
+        };
+        git(work.path(), &["checkout", "--quiet", "-B", branch, &start])?;
         commit_in(work.path(), files, "next")?;
-        git(work.path(), &["push", "--quiet", "origin", "main"])?;
+        git(work.path(), &["push", "--quiet", "origin", branch])?;
         Ok(git(work.path(), &["rev-parse", "HEAD"])?.trim().to_owned())
     }
 

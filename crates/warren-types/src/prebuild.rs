@@ -80,6 +80,9 @@ pub enum PrebuildTrigger {
     Push,
     /// Someone asked (`warren project prebuild`).
     Manual,
+    /// The ref's newest prebuild was older than the project's schedule allows (its
+    /// dependencies and base image move without a push).
+    Schedule,
 }
 
 impl PrebuildTrigger {
@@ -87,6 +90,7 @@ impl PrebuildTrigger {
         match self {
             PrebuildTrigger::Push => "push",
             PrebuildTrigger::Manual => "manual",
+            PrebuildTrigger::Schedule => "schedule",
         }
     }
 
@@ -94,6 +98,7 @@ impl PrebuildTrigger {
         Some(match s {
             "push" => PrebuildTrigger::Push,
             "manual" => PrebuildTrigger::Manual,
+            "schedule" => PrebuildTrigger::Schedule,
             _ => return None,
         })
     }
@@ -123,11 +128,34 @@ pub struct Prebuild {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
-/// `PUT /api/v1/projects/{p}/prebuilds`: prebuilds of the project's default ref, on `agent`
-/// (the only agent when absent).
+/// The most refs a project prebuilds besides its default ref (each is polled and keeps its
+/// own snapshots).
+pub const MAX_PREBUILD_REFS: usize = 10;
+
+/// The longest schedule: a month.
+pub const MAX_PREBUILD_EVERY_HOURS: u32 = 24 * 31;
+
+/// `PUT /api/v1/projects/{p}/prebuilds/settings`: prebuilds of the project's default ref and
+/// of `refs`, on `agent` (the only agent when absent), of each new commit and, with
+/// `every_hours`, again whenever a ref's newest prebuild is older than that. Replaces what
+/// was set before.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SetPrebuildsRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
+    /// Branches (or other refs) prebuilt besides the default ref.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refs: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub every_hours: Option<u32>,
+}
+
+/// `POST /api/v1/projects/{p}/prebuilds`: a prebuild of `ref` (the default ref when absent)
+/// now.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunPrebuildRequest {
+    #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
+    pub git_ref: Option<String>,
 }

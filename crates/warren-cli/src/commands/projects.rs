@@ -135,8 +135,17 @@ pub(super) async fn project(out: Format, cmd: ProjectCommand) -> Result<(), CliE
 
 async fn prebuild(out: Format, c: &Client, cmd: PrebuildCommand) -> Result<(), CliError> {
     match cmd {
-        PrebuildCommand::On { project, agent } => {
-            let req = warren_types::prebuild::SetPrebuildsRequest { agent };
+        PrebuildCommand::On {
+            project,
+            agent,
+            refs,
+            every,
+        } => {
+            let req = warren_types::prebuild::SetPrebuildsRequest {
+                agent,
+                refs,
+                every_hours: every,
+            };
             let p = named(
                 "project",
                 &project,
@@ -144,9 +153,9 @@ async fn prebuild(out: Format, c: &Client, cmd: PrebuildCommand) -> Result<(), C
             )?;
             print(out, &p, |p| {
                 format!(
-                    "Project {:?}: prebuilds of {} on agent {}; the next read of the ref starts one (or `warren project prebuild run {}`).",
+                    "Project {:?}: prebuilds of {} on agent {}; the next read of the refs starts them (or `warren project prebuild run {}`).",
                     p.name,
-                    p.default_ref,
+                    p.prebuild_refs.join(", "),
                     p.prebuild_agent.as_deref().unwrap_or("?"),
                     p.name
                 )
@@ -161,8 +170,9 @@ async fn prebuild(out: Format, c: &Client, cmd: PrebuildCommand) -> Result<(), C
                 )
             });
         }
-        PrebuildCommand::Run { project } => {
-            let b = named("project", &project, c.run_prebuild(&project).await)?;
+        PrebuildCommand::Run { project, git_ref } => {
+            let ran = c.run_prebuild(&project, git_ref.as_deref()).await;
+            let b = named("project", &project, ran)?;
             print(out, &b, |b| {
                 format!(
                     "Prebuild {} of project {:?} at {} ({}): {}.",

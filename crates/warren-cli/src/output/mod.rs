@@ -497,7 +497,13 @@ pub fn project(p: &Project) -> String {
             "Prebuilds",
             p.prebuild_agent
                 .as_ref()
-                .map(|a| format!("on agent {a}"))
+                .map(|a| {
+                    let every = p
+                        .prebuild_every_hours
+                        .map(|h| format!(", again every {h}h"))
+                        .unwrap_or_default();
+                    format!("{} on agent {a}{every}", p.prebuild_refs.join(", "))
+                })
                 .unwrap_or_else(|| "off".into()),
         ),
         ("Created", time(&p.created_at)),
@@ -532,10 +538,7 @@ pub fn prebuilds(items: &[warren_types::prebuild::Prebuild]) -> String {
             b.git_ref.clone(),
             b.commit.get(..12).unwrap_or(&b.commit).to_owned(),
             b.agent.clone(),
-            match b.trigger {
-                warren_types::prebuild::PrebuildTrigger::Push => "push".into(),
-                warren_types::prebuild::PrebuildTrigger::Manual => "manual".into(),
-            },
+            b.trigger.as_str().to_owned(),
             b.used.to_string(),
             time(&b.created_at),
             prebuild_state(b),

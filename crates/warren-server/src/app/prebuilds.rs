@@ -2,12 +2,14 @@
 //! container's `onCreateCommand` and `updateContentCommand`) run ahead of time on the agent
 //! its maintainers chose, in a workspace of their own that no user lists or opens. When its
 //! startup is done the workspace is stopped and its volumes kept; new workspaces of the
-//! project's default ref on that agent start as copies of them (`workspaces::create`), fetch
-//! the commits since and run only what runs at every start.
+//! project's default ref (or another ref its maintainers asked for) on that agent start as
+//! copies of them (`workspaces::create`), fetch the commits since and run only what runs at
+//! every start.
 //!
 //! The driver ([`prebuild_task`]) is a reconciler told nothing about what changed: at every
 //! tick it polls the projects' refs (every `poll` interval) and starts a prebuild of a commit
-//! none was made for, advances running prebuilds from their workspace's startup status, and
+//! none was made for (or of the same commit, when the project has a schedule and the ref's
+//! newest prebuild is older than it allows), advances running prebuilds from their workspace's startup status, and
 //! collects: the newest [`KEEP_READY`] ready prebuilds of a ref are kept, older ones and
 //! failed ones lose their workspace. A prebuild runs with the project's credential only, no
 //! one's secrets, variables or dotfiles; its workspace is owned by, and counts against every
@@ -20,13 +22,16 @@ use super::workspaces::checks::{
     check_quotas, choose_agent, size_at_creation, size_for_requirements,
 };
 use super::{AppError, AppState, Principal};
-use crate::store::prebuilds::{Finish, PrebuildRow};
+use crate::store::prebuilds::{Finish, PrebuildRow, PrebuildSettings};
 use crate::store::projects::ProjectRow;
 use crate::store::workspaces::{ChangedBy, NewWorkspace, WorkspaceRow};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use warren_types::api::Project;
-use warren_types::prebuild::{Prebuild, PrebuildState, PrebuildTrigger};
+use warren_types::prebuild::{
+    Prebuild, PrebuildState, PrebuildTrigger, SetPrebuildsRequest, MAX_PREBUILD_EVERY_HOURS,
+    MAX_PREBUILD_REFS,
+};
 use warren_types::relay::{LogsTarget, MAX_LOG_TAIL};
 use warren_types::startup::{startup_status, StartupState};
 use warren_types::{ActualState, AgentId, DesiredState, UserId, WorkspaceId};
@@ -78,9 +83,14 @@ pub async fn list(state: &AppState, who: &Principal, key: &str) -> Result<Vec<Pr
     Ok(rows.iter().map(view).collect())
 }
 
-/// A prebuild of the project's default ref's newest commit, now (its maintainers); the one
-/// running already when there is one.
-pub async fn trigger(state: &AppState, who: &Principal, key: &str) -> Result<Prebuild, AppError> {
+/// A prebuild of the newest commit of `git_ref` (the default ref when `None`), now (its
+/// maintainers); the one running already when there is one.
+pub async fn trigger(
+    state: &AppState,
+    who: &Principal,
+    key: &str,
+    git_ref: Option<&str>,
+) -> Result<Prebuild, AppError> {
     let p = super::projects::maintained(state, who, key).await?;
     let (Some(agent), Some(by)) = (p.prebuild_agent_id, p.prebuild_by) else {
         return Err(AppError::conflict(
@@ -91,33 +101,85 @@ pub async fn trigger(state: &AppState, who: &Principal, key: &str) -> Result<Pre
             ),
         ));
     };
-    let row = start(state, &p, agent, by, PrebuildTrigger::Manual, None).await?;
+    let git_ref = git_ref.unwrap_or(&p.default_ref);
+    if !p.prebuilt_refs().contains(&git_ref) {
+        return Err(AppError::invalid_field(
+            "ref",
+            format!(
+                "project {:?} prebuilds {}, not {git_ref:?}: add it with `warren project prebuild on {} --ref {git_ref}`",
+                p.name,
+                p.prebuilt_refs().join(", "),
+                p.name
+            ),
+        ));
+    }
+    let row = start(state, &p, git_ref, agent, by, PrebuildTrigger::Manual, None).await?;
     tracing::info!(project = %p.name, by = %who.user.username, prebuild = row.id, "prebuild asked for");
     Ok(view(&row))
 }
 
-/// Turns the project's prebuilds on (its maintainers), on `agent` (the only agent when
-/// `None`), run as the caller: the next poll starts the first.
+/// Turns the project's prebuilds on, or changes them (its maintainers): on the agent asked
+/// for (the only agent when none is), of the refs and on the schedule asked for, run as the
+/// caller. The next poll starts the first.
 pub async fn turn_on(
     state: &AppState,
     who: &Principal,
     key: &str,
-    agent: Option<&str>,
+    req: &SetPrebuildsRequest,
 ) -> Result<Project, AppError> {
     let p = super::projects::maintained(state, who, key).await?;
-    let agent = choose_agent(state, agent).await.map_err(|mut e| {
-        if e.field.is_some() {
-            e.message = e.message.replacen("agent", "prebuilds' agent", 1);
+    let refs = prebuild_refs(&p, &req.refs)?;
+    if let Some(h) = req.every_hours {
+        if !(1..=MAX_PREBUILD_EVERY_HOURS).contains(&h) {
+            return Err(AppError::invalid_field(
+                "every_hours",
+                format!("must be 1 to {MAX_PREBUILD_EVERY_HOURS} hours, not {h}"),
+            ));
         }
-        e
-    })?;
+    }
+    let agent = choose_agent(state, req.agent.as_deref())
+        .await
+        .map_err(|mut e| {
+            if e.field.is_some() {
+                e.message = e.message.replacen("agent", "prebuilds' agent", 1);
+            }
+            e
+        })?;
+    let settings = PrebuildSettings {
+        agent: agent.id,
+        by: who.user.id,
+        refs,
+        every_hours: req.every_hours,
+    };
     state
         .store
-        .set_project_prebuilds(p.id, Some((agent.id, who.user.id)))
+        .set_project_prebuilds(p.id, Some(&settings))
         .await?;
-    tracing::info!(project = %p.name, agent = %agent.name, by = %who.user.username, "project prebuilds turned on");
+    tracing::info!(project = %p.name, agent = %agent.name, refs = ?settings.refs, every_hours = ?settings.every_hours, by = %who.user.username, "project prebuilds turned on");
     collect(state).await?;
     super::projects::get(state, who, key).await
+}
+
+/// The refs asked to be prebuilt besides the default ref: valid ref names, within
+/// [`MAX_PREBUILD_REFS`], without the default ref or one twice.
+fn prebuild_refs(p: &ProjectRow, asked: &[String]) -> Result<Vec<String>, AppError> {
+    let mut refs: Vec<String> = Vec::new();
+    for r in asked {
+        warren_types::git::validate_ref(r).map_err(|e| AppError::invalid_field("refs", e))?;
+        if *r != p.default_ref && !refs.contains(r) {
+            refs.push(r.clone());
+        }
+    }
+    if refs.len() > MAX_PREBUILD_REFS {
+        return Err(AppError::invalid_field(
+            "refs",
+            format!(
+                "at most {MAX_PREBUILD_REFS} refs besides the default ref are prebuilt, not {}",
+                refs.len()
+            ),
+        ));
+    }
+    Ok(refs)
 }
 
 /// Turns the project's prebuilds off (its maintainers): its prebuilds are removed and their
@@ -135,6 +197,7 @@ pub async fn turn_off(state: &AppState, who: &Principal, key: &str) -> Result<Pr
 async fn start(
     state: &AppState,
     p: &ProjectRow,
+    git_ref: &str,
     agent: AgentId,
     by: UserId,
     cause: PrebuildTrigger,
@@ -142,7 +205,7 @@ async fn start(
 ) -> Result<PrebuildRow, AppError> {
     let store = &state.store;
     let running = store
-        .newest_prebuild(p.id, agent, &p.default_ref, Some(PrebuildState::Running))
+        .newest_prebuild(p.id, agent, git_ref, Some(PrebuildState::Running))
         .await?;
     if let Some(r) = running {
         return Ok(r);
@@ -151,17 +214,18 @@ async fn start(
     let source = Source::of_project(state, p)?;
     let commit = match commit {
         Some(c) => c,
-        None => (state.git.resolve(source.remote(), &p.default_ref).await)
-            .map_err(|e| source.git_error(&e))?,
+        None => {
+            (state.git.resolve(source.remote(), git_ref).await).map_err(|e| source.git_error(&e))?
+        }
     };
     let now = state.clock.now_ms();
-    let inserted = (store.insert_prebuild(p.id, agent, &p.default_ref, &commit, cause, now)).await;
+    let inserted = (store.insert_prebuild(p.id, agent, git_ref, &commit, cause, now)).await;
     let id = match inserted {
         Ok(id) => id,
         // Another server or maintainer started one meanwhile (one runs per ref and agent).
         Err(crate::store::StoreError::Conflict(_)) => {
             let running = store
-                .newest_prebuild(p.id, agent, &p.default_ref, Some(PrebuildState::Running))
+                .newest_prebuild(p.id, agent, git_ref, Some(PrebuildState::Running))
                 .await?;
             return running.ok_or_else(|| {
                 AppError::conflict(
@@ -172,7 +236,7 @@ async fn start(
         }
         Err(e) => return Err(e.into()),
     };
-    match make_workspace(state, p, &source, agent, by, id, &commit).await {
+    match make_workspace(state, p, &source, git_ref, agent, by, id, &commit).await {
         Ok(w) => store.set_prebuild_workspace(id, w).await?,
         Err(e) => {
             let reason = format!("its workspace could not be made: {}", e.message);
@@ -193,12 +257,14 @@ async fn start(
         .ok_or_else(|| AppError::not_found(format!("prebuild {id}")))
 }
 
-/// The prebuild's own workspace: the project's definition at `commit`, rendered as a
-/// prebuild, owned by the maintainer who turned prebuilds on and shown to no one.
+/// The prebuild's own workspace: the project's definition at `commit` of `git_ref`, rendered
+/// as a prebuild, owned by the maintainer who turned prebuilds on and shown to no one.
+#[allow(clippy::too_many_arguments)] // One call site; a struct would only rename them.
 async fn make_workspace(
     state: &AppState,
     p: &ProjectRow,
     source: &Source,
+    git_ref: &str,
     agent: AgentId,
     by: UserId,
     prebuild: i64,
@@ -235,7 +301,7 @@ async fn make_workspace(
         owner_id: owner.id,
         agent_id: agent.id,
         project_id: Some(p.id),
-        git_ref: Some(p.default_ref.clone()),
+        git_ref: Some(git_ref.to_owned()),
         repository: None,
         definition_path: None,
         devfile: text,
@@ -267,7 +333,7 @@ async fn make_workspace(
                         name: &name,
                         id,
                         agent: &agent,
-                        project: Some(source.project_input(Some(&p.default_ref))),
+                        project: Some(source.project_input(Some(git_ref))),
                         resources: &resources,
                         variables: &[],
                         desired: DesiredState::Running,
@@ -282,7 +348,7 @@ async fn make_workspace(
         .await?;
     state.signals.notify(agent.id);
     state.changed();
-    tracing::info!(project = %p.name, prebuild, workspace = %w.name, commit, "prebuild started");
+    tracing::info!(project = %p.name, prebuild, workspace = %w.name, git_ref, commit, "prebuild started");
     Ok(w.id)
 }
 
@@ -342,12 +408,13 @@ async fn poll(state: &AppState) -> Result<(), AppError> {
     Ok(())
 }
 
-/// Starts a prebuild of the project's ref's newest commit if it has none and none of the ref
-/// runs; the one started. Many servers may ask at once: the database keeps one running per
-/// ref and agent.
-async fn poll_project(state: &AppState, p: &ProjectRow) -> Result<Option<PrebuildRow>, AppError> {
+/// Starts a prebuild of each of the project's refs whose newest commit has none, or whose
+/// newest prebuild is older than the project's schedule allows (not while one of the ref
+/// runs); those started. Many servers may ask at once: the database keeps one running per ref
+/// and agent. A ref that cannot be read does not keep the others from their prebuilds.
+async fn poll_project(state: &AppState, p: &ProjectRow) -> Result<Vec<PrebuildRow>, AppError> {
     let (Some(agent), Some(by)) = (p.prebuild_agent_id, p.prebuild_by) else {
-        return Ok(None);
+        return Ok(vec![]);
     };
     let source = Source::of_project(state, p).map_err(|e| {
         AppError::conflict(
@@ -355,25 +422,45 @@ async fn poll_project(state: &AppState, p: &ProjectRow) -> Result<Option<Prebuil
             format!("the project's source is unusable: {}", e.message),
         )
     })?;
-    let head = match state.git.resolve(source.remote(), &p.default_ref).await {
-        Ok(c) => c,
-        Err(e) => {
-            let e = source.git_error(&e);
-            return Err(AppError::conflict(
-                "prebuild_source",
-                format!("the ref could not be read: {}", e.message),
-            ));
+    let mut started = Vec::new();
+    let mut failed = Vec::new();
+    for git_ref in p.prebuilt_refs() {
+        let head = match state.git.resolve(source.remote(), git_ref).await {
+            Ok(c) => c,
+            Err(e) => {
+                let e = source.git_error(&e);
+                failed.push(format!("ref {git_ref:?} could not be read: {}", e.message));
+                continue;
+            }
+        };
+        let newest = (state.store)
+            .newest_prebuild(p.id, agent, git_ref, None)
+            .await?;
+        let cause = match &newest {
+            Some(n) if n.state() == PrebuildState::Running => continue,
+            Some(n) if n.commit_sha == head => {
+                let every = p.prebuild_every_hours.map(|h| h * 3_600_000);
+                match every {
+                    Some(ms) if state.clock.now_ms() - n.created_at >= ms => {
+                        PrebuildTrigger::Schedule
+                    }
+                    _ => continue,
+                }
+            }
+            _ => PrebuildTrigger::Push,
+        };
+        match start(state, p, git_ref, agent, by, cause, Some(head)).await {
+            Ok(r) => started.push(r),
+            Err(e) => failed.push(format!("ref {git_ref:?}: {}", e.message)),
         }
-    };
-    let newest = (state.store)
-        .newest_prebuild(p.id, agent, &p.default_ref, None)
-        .await?;
-    match newest {
-        Some(n) if n.commit_sha == head || n.state() == PrebuildState::Running => Ok(None),
-        _ => start(state, p, agent, by, PrebuildTrigger::Push, Some(head))
-            .await
-            .map(Some),
     }
+    if started.is_empty() && !failed.is_empty() {
+        return Err(AppError::conflict("prebuild_source", failed.join("; ")));
+    }
+    for why in &failed {
+        tracing::warn!(project = %p.name, "prebuilds: {why}");
+    }
+    Ok(started)
 }
 
 /// Sets (or with `None` removes) the secret the project's push webhooks are checked with
@@ -399,13 +486,13 @@ pub async fn set_webhook_secret(
 /// A forge's push webhook for the project (no caller: the proof is the signature): checked
 /// against the project's webhook secret in constant time, then its ref is looked at now as
 /// a poll does. The body is not read for a commit: only the ref's own answer is trusted.
-/// The prebuild started, if any (none when the newest commit has one or one runs).
+/// The prebuilds started (none when each ref's newest commit has one or one runs).
 pub async fn webhook(
     state: &AppState,
     key: &str,
     proof: &super::webhooks::WebhookProof,
     body: &[u8],
-) -> Result<Option<Prebuild>, AppError> {
+) -> Result<Vec<Prebuild>, AppError> {
     // One answer whether the project is missing or has no secret: a webhook tells nobody
     // which projects exist.
     let no_hook = || AppError::not_found(format!("a prebuild webhook for project {key:?}"));
@@ -432,8 +519,8 @@ pub async fn webhook(
         ));
     }
     let started = poll_project(state, &p).await?;
-    tracing::info!(project = %p.name, started = ?started.as_ref().map(|r| r.id), "prebuild webhook accepted");
-    Ok(started.as_ref().map(view))
+    tracing::info!(project = %p.name, started = ?started.iter().map(|r| r.id).collect::<Vec<_>>(), "prebuild webhook accepted");
+    Ok(started.iter().map(view).collect())
 }
 
 /// What a running prebuild's workspace says: done (its output), stopped after that, failed
@@ -644,6 +731,17 @@ async fn stop_workspace(state: &AppState, id: WorkspaceId) -> Result<(), AppErro
     Ok(())
 }
 
+/// Why the project no longer wants prebuild `r`, if it does not.
+fn unwanted(r: &PrebuildRow) -> Option<&'static str> {
+    if r.project_agent != Some(r.agent_id) {
+        Some("the project's prebuilds were turned off or moved to another agent")
+    } else if !r.still_wanted() {
+        Some("its ref is no longer prebuilt (the project's default ref or prebuild refs changed)")
+    } else {
+        None
+    }
+}
+
 /// Keeps the newest [`KEEP_READY`] ready prebuilds of each ref (and any chosen for a workspace
 /// within [`IN_USE_MS`]), removes the others and those whose workspace went (a lifecycle
 /// timer, an admin), and terminates every prebuild workspace no prebuild keeps.
@@ -665,10 +763,8 @@ async fn collect(state: &AppState) -> Result<(), AppError> {
             .or_default();
         let reason = if gone {
             "its workspace was removed"
-        } else if r.project_agent != Some(r.agent_id) {
-            "the project's prebuilds were turned off or moved to another agent"
-        } else if r.project_ref != r.git_ref {
-            "the project's default ref changed"
+        } else if let Some(why) = unwanted(r) {
+            why
         } else if *n < KEEP_READY || r.last_used_at.is_some_and(|t| now - t < IN_USE_MS) {
             *n += 1;
             // A stop that failed after the prebuild ended, or a start someone slipped in.
@@ -683,10 +779,8 @@ async fn collect(state: &AppState) -> Result<(), AppError> {
     }
     // A prebuild running when its project's prebuilds were turned off or moved ends now.
     for r in state.store.prebuilds_in(PrebuildState::Running).await? {
-        if r.project_agent != Some(r.agent_id) || r.project_ref != r.git_ref {
-            let reason =
-                "the project's prebuilds were turned off, moved or re-pointed while it ran";
-            remove(state, &r, reason, now).await?;
+        if let Some(why) = unwanted(&r) {
+            remove(state, &r, why, now).await?;
         }
     }
     for (id, version, agent) in state.store.loose_prebuild_workspaces().await? {

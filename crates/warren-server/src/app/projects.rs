@@ -31,6 +31,8 @@ async fn view(p: &ProjectRow, state: &AppState) -> Result<Project, AppError> {
     if let Some(a) = p.prebuild_agent_id {
         let agent = state.store.agent_by_id(a).await?;
         shown.prebuild_agent = agent.map(|a| a.name);
+        shown.prebuild_refs = p.prebuilt_refs().into_iter().map(str::to_owned).collect();
+        shown.prebuild_every_hours = p.prebuild_every_hours.and_then(|h| u32::try_from(h).ok());
     }
     Ok(shown)
 }

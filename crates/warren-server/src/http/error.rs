@@ -169,36 +169,82 @@ where
 
     async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, HttpError> {
         if !is_json(req.headers()) {
-            return Err(HttpError::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported_media_type",
-                "expected a request body with `Content-Type: application/json`",
-            ));
+            return Err(not_json());
         }
-        let bytes = axum::body::Bytes::from_request(req, state)
-            .await
-            .map_err(|r| {
-                if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    too_large()
-                } else {
-                    HttpError::new(r.status(), "invalid_body", r.body_text())
-                }
-            })?;
-        let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
-            HttpError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_json",
-                format!("request body: {e}"),
-            )
-        })?;
-        super::strict::from_value(value).map(Json).map_err(|e| {
-            HttpError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_body",
-                format!("request body: {e}"),
-            )
-        })
+        let bytes = body_bytes(req, state).await?;
+        decode(&bytes).map(Json)
     }
+}
+
+/// A JSON body that may be left out, or be `null`: `T::default()` then (e.g. a `POST` whose
+/// options are all optional).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OptionalJson<T>(pub T);
+
+impl<T, S> axum::extract::FromRequest<S> for OptionalJson<T>
+where
+    T: serde::de::DeserializeOwned + Default,
+    S: Send + Sync,
+{
+    type Rejection = HttpError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, HttpError> {
+        let json = is_json(req.headers());
+        let bytes = body_bytes(req, state).await?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(OptionalJson(T::default()));
+        }
+        if !json {
+            return Err(not_json());
+        }
+        match decode::<Option<T>>(&bytes)? {
+            Some(v) => Ok(OptionalJson(v)),
+            None => Ok(OptionalJson(T::default())),
+        }
+    }
+}
+
+fn not_json() -> HttpError {
+    HttpError::new(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+        "expected a request body with `Content-Type: application/json`",
+    )
+}
+
+/// The request's body, within the API's limit.
+async fn body_bytes<S: Send + Sync>(
+    req: axum::extract::Request,
+    state: &S,
+) -> Result<axum::body::Bytes, HttpError> {
+    use axum::extract::FromRequest;
+    axum::body::Bytes::from_request(req, state)
+        .await
+        .map_err(|r| {
+            if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                too_large()
+            } else {
+                HttpError::new(r.status(), "invalid_body", r.body_text())
+            }
+        })
+}
+
+/// A JSON body as `T`, strictly (unknown fields refused, as `strict` says).
+fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, HttpError> {
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| {
+        HttpError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_json",
+            format!("request body: {e}"),
+        )
+    })?;
+    super::strict::from_value(value).map_err(|e| {
+        HttpError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_body",
+            format!("request body: {e}"),
+        )
+    })
 }
 
 fn too_large() -> HttpError {

@@ -23,9 +23,10 @@ pub struct PrebuildRow {
     pub reason: Option<String>,
     pub log: Option<String>,
     pub used: i64,
-    /// The project's default ref and prebuilds' agent now (a prebuild of another is
-    /// collected).
+    /// The project's default ref, its other prebuilt refs (JSON) and its prebuilds' agent
+    /// now (a prebuild of another ref or agent is collected).
     pub project_ref: String,
+    pub project_refs: Option<String>,
     pub project_agent: Option<i64>,
     pub last_used_at: Option<i64>,
     pub created_at: i64,
@@ -44,11 +45,31 @@ impl PrebuildRow {
     pub fn workspace(&self) -> Option<WorkspaceId> {
         self.workspace_id.map(WorkspaceId)
     }
+
+    /// Whether its project still prebuilds its ref on its agent.
+    pub fn still_wanted(&self) -> bool {
+        // An unreadable list counts as the default ref alone: no prebuild is kept by mistake.
+        let others = super::projects::refs_column(self.project_refs.as_deref()).unwrap_or_default();
+        self.project_agent == Some(self.agent_id)
+            && (self.git_ref == self.project_ref || others.contains(&self.git_ref))
+    }
+}
+
+/// How a project's prebuilds run while they are on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrebuildSettings {
+    pub agent: AgentId,
+    /// The maintainer they run as.
+    pub by: warren_types::UserId,
+    /// The refs prebuilt besides the default ref.
+    pub refs: Vec<String>,
+    pub every_hours: Option<u32>,
 }
 
 const COLS: &str = "b.id, b.project_id, p.name AS project_name, b.agent_id, a.name AS agent_name, \
     b.git_ref, b.commit_sha, b.workspace_id, w.name AS workspace_name, b.state, b.cause, \
-    b.reason, b.log, b.used, p.default_ref AS project_ref, p.prebuild_agent_id AS project_agent, \
+    b.reason, b.log, b.used, p.default_ref AS project_ref, p.prebuild_refs AS project_refs, \
+    p.prebuild_agent_id AS project_agent, \
     b.last_used_at, b.created_at, b.finished_at";
 
 const FROM: &str = "prebuilds b JOIN projects p ON p.id = b.project_id \
@@ -228,18 +249,26 @@ impl Store {
         .await
     }
 
-    /// Turns the project's prebuilds on (on `agent`, run as `by`) or off (`None`).
+    /// Turns the project's prebuilds on (as `on` says) or off (`None`).
     pub async fn set_project_prebuilds(
         &self,
         project: ProjectId,
-        on: Option<(AgentId, warren_types::UserId)>,
+        on: Option<&PrebuildSettings>,
     ) -> Result<(), StoreError> {
-        sqlx::query("UPDATE projects SET prebuild_agent_id = $1, prebuild_by = $2 WHERE id = $3")
-            .bind(on.map(|(a, _)| a.get()))
-            .bind(on.map(|(_, u)| u.get()))
-            .bind(project.get())
-            .execute(&self.db.pool)
-            .await?;
+        let refs = on
+            .filter(|o| !o.refs.is_empty())
+            .map(|o| serde_json::json!(o.refs).to_string());
+        sqlx::query(
+            "UPDATE projects SET prebuild_agent_id = $1, prebuild_by = $2, prebuild_refs = $3, \
+             prebuild_every_hours = $4 WHERE id = $5",
+        )
+        .bind(on.map(|o| o.agent.get()))
+        .bind(on.map(|o| o.by.get()))
+        .bind(refs)
+        .bind(on.and_then(|o| o.every_hours).map(i64::from))
+        .bind(project.get())
+        .execute(&self.db.pool)
+        .await?;
         Ok(())
     }
 

@@ -26,9 +26,24 @@ pub struct ProjectRow {
     /// Where its prebuilds run, while it has them, and the maintainer they run as.
     pub prebuild_agent_id: Option<AgentId>,
     pub prebuild_by: Option<UserId>,
+    /// The refs prebuilt besides the default ref, and how often a ref gets a prebuild of an
+    /// unchanged commit (hours; `None`: on pushes only).
+    pub prebuild_refs: Vec<String>,
+    pub prebuild_every_hours: Option<i64>,
 }
 
 impl ProjectRow {
+    /// The refs its prebuilds are of: the default ref first, then the others asked for.
+    pub fn prebuilt_refs(&self) -> Vec<&str> {
+        let mut refs = vec![self.default_ref.as_str()];
+        for r in &self.prebuild_refs {
+            if !refs.contains(&r.as_str()) {
+                refs.push(r);
+            }
+        }
+        refs
+    }
+
     /// The API's view; `credential_kind` is the stored credential's kind, if any.
     pub fn to_api(&self, credential_kind: Option<&str>) -> Project {
         Project {
@@ -42,13 +57,15 @@ impl ProjectRow {
             credential: credential_kind.map(str::to_owned),
             created_at: from_millis(self.created_at),
             prebuild_agent: None,
+            prebuild_refs: vec![],
+            prebuild_every_hours: None,
         }
     }
 }
 
 const COLS: &str =
     "id, name, git_url, default_ref, devfile_path, devfile, visibility, credential, created_at, \
-    prebuild_agent_id, prebuild_by";
+    prebuild_agent_id, prebuild_by, prebuild_refs, prebuild_every_hours";
 
 fn visibility(s: &str) -> ProjectVisibility {
     match s {
@@ -79,8 +96,17 @@ impl sqlx::FromRow<'_, AnyRow> for ProjectRow {
             created_at: get_i64(r, "created_at")?,
             prebuild_agent_id: get_opt_i64(r, "prebuild_agent_id")?.map(AgentId),
             prebuild_by: get_opt_i64(r, "prebuild_by")?.map(UserId),
+            prebuild_refs: refs_column(get_opt_str(r, "prebuild_refs")?.as_deref())?,
+            prebuild_every_hours: get_opt_i64(r, "prebuild_every_hours")?,
         })
     }
+}
+
+/// A JSON array of refs as `projects.prebuild_refs` keeps it (NULL: none).
+pub(crate) fn refs_column(text: Option<&str>) -> Result<Vec<String>, sqlx::Error> {
+    text.map_or(Ok(vec![]), |t| {
+        serde_json::from_str(t).map_err(|e| sqlx::Error::Decode(Box::new(e)))
+    })
 }
 
 /// A project to insert, validated by the caller.

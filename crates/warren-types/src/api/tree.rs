@@ -82,6 +82,12 @@ pub struct Project {
     /// The agent its prebuilds run on, while it has them (`warren project prebuilds`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prebuild_agent: Option<String>,
+    /// The refs prebuilt, the default ref first, while it has prebuilds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prebuild_refs: Vec<String>,
+    /// A ref's newest prebuild older than this many hours gets a new one (none: pushes only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prebuild_every_hours: Option<u32>,
 }
 
 /// A maintainer's change to a project; absent fields stay as they are.

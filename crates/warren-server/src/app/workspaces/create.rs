@@ -183,16 +183,16 @@ async fn definition_text(
 }
 
 /// The ready prebuild a new workspace of project `p` at `git_ref` on `agent` starts from
-/// (the newest of the project's default ref on its prebuilds' agent, when the workspace's
-/// definition is the project's own: a devfile given may want other volumes), and the notice
-/// that says so.
+/// (the newest of that ref on the project's prebuilds' agent, when the project prebuilds the
+/// ref and the workspace's definition is the project's own: a devfile given may want other
+/// volumes), and the notice that says so.
 async fn seed_for(
     state: &AppState,
     p: &ProjectRow,
     agent: AgentId,
     git_ref: &str,
 ) -> Result<(Option<StoredSeed>, Option<String>), AppError> {
-    if p.prebuild_agent_id != Some(agent) || git_ref != p.default_ref {
+    if p.prebuild_agent_id != Some(agent) || !p.prebuilt_refs().contains(&git_ref) {
         return Ok((None, None));
     }
     let newest = (state.store).usable_prebuild(p.id, agent, git_ref).await?;

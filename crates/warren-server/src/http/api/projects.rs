@@ -3,7 +3,7 @@
 
 use super::Auth;
 use crate::app::{self, AppState};
-use crate::http::error::{HttpError, Json, Path};
+use crate::http::error::{HttpError, Json, OptionalJson, Path};
 use axum::extract::State;
 use http::StatusCode;
 use warren_types::api::{
@@ -11,7 +11,7 @@ use warren_types::api::{
     UpdateProjectRequest,
 };
 use warren_types::git::GitCredential;
-use warren_types::prebuild::{Prebuild, SetPrebuildsRequest};
+use warren_types::prebuild::{Prebuild, RunPrebuildRequest, SetPrebuildsRequest};
 
 #[utoipa::path(get, path = "/api/v1/projects", responses((status = 200, body = Vec<Project>)), tag = "projects",
     security(("bearer" = [])))]
@@ -163,9 +163,10 @@ pub async fn prebuilds(
     Ok(Json(app::prebuilds::list(&state, &who, &key).await?))
 }
 
-/// A prebuild of the default ref's newest commit now (maintainers); the running one when a
-/// prebuild of the ref runs already.
+/// A prebuild of a ref's newest commit now (maintainers; the default ref when the body names
+/// none); the running one when a prebuild of the ref runs already.
 #[utoipa::path(post, path = "/api/v1/projects/{project}/prebuilds",
+    request_body(content = Option<RunPrebuildRequest>, description = "optional"),
     params(("project" = String, Path, description = "project name or id")),
     responses((status = 202, body = Prebuild), (status = 404, body = ApiError), (status = 409, body = ApiError)),
     tag = "projects", security(("bearer" = [])))]
@@ -173,12 +174,14 @@ pub async fn prebuild(
     State(state): State<AppState>,
     Auth(who): Auth,
     Path(key): Path<String>,
+    OptionalJson(req): OptionalJson<RunPrebuildRequest>,
 ) -> Result<(StatusCode, Json<Prebuild>), HttpError> {
-    let p = app::prebuilds::trigger(&state, &who, &key).await?;
+    let p = app::prebuilds::trigger(&state, &who, &key, req.git_ref.as_deref()).await?;
     Ok((StatusCode::ACCEPTED, Json(p)))
 }
 
-/// Turns prebuilds of the default ref on, on an agent (maintainers).
+/// Turns prebuilds on, or changes them (maintainers): on an agent, of the default ref and
+/// the refs named, of each new commit and on an optional schedule.
 #[utoipa::path(put, path = "/api/v1/projects/{project}/prebuilds/settings", request_body = SetPrebuildsRequest,
     params(("project" = String, Path, description = "project name or id")),
     responses((status = 200, body = Project), (status = 400, body = ApiError), (status = 404, body = ApiError)),
@@ -189,7 +192,7 @@ pub async fn prebuilds_on(
     Path(key): Path<String>,
     Json(req): Json<SetPrebuildsRequest>,
 ) -> Result<Json<Project>, HttpError> {
-    let p = app::prebuilds::turn_on(&state, &who, &key, req.agent.as_deref()).await?;
+    let p = app::prebuilds::turn_on(&state, &who, &key, &req).await?;
     Ok(Json(p))
 }
 
@@ -239,8 +242,8 @@ pub async fn delete_prebuild_webhook_secret(
 
 /// A forge's push webhook for the project (GitHub's `X-Hub-Signature-256`, Gitea's
 /// `X-Gitea-Signature`, GitLab's `X-Gitlab-Token`, checked against its webhook secret); a
-/// valid one makes the server look at the project's ref now and start a prebuild of a new
-/// commit. No bearer token.
+/// valid one makes the server look at the project's prebuilt refs now and start a prebuild of
+/// each new commit. No bearer token.
 #[utoipa::path(post, path = "/api/v1/projects/{project}/prebuilds/webhook",
     params(("project" = String, Path, description = "project name or id")),
     request_body(content = String, description = "the forge's event, as sent", content_type = "application/json"),
@@ -263,6 +266,7 @@ pub async fn prebuild_webhook(
 /// A prebuild webhook's answer.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct PrebuildWebhookAccepted {
-    /// The prebuild it started; none when the ref's newest commit has one or one runs.
-    pub started: Option<Prebuild>,
+    /// The prebuilds it started, one per ref at most; none when each ref's newest commit has
+    /// one or one runs.
+    pub started: Vec<Prebuild>,
 }

@@ -1,6 +1,6 @@
-//! A project's prebuilds page (anyone who may use the project): each prebuild's commit,
-//! state, trigger, failure and the end of its output, and — for its maintainers — a button
-//! that asks for one now. The rules are `crate::app::prebuilds`'s, as for the API.
+//! A project's prebuilds page (anyone who may use the project): the refs prebuilt and the
+//! schedule, each prebuild's commit, state, trigger, failure and the end of its output, and —
+//! for its maintainers — a button that asks for one of a ref now. The rules are `crate::app::prebuilds`'s, as for the API.
 
 use super::layout::{self, ago, csrf};
 use super::session::{Posted, Viewer};
@@ -20,18 +20,38 @@ pub async fn page(
     viewer: Viewer,
 ) -> Result<Response, UiError> {
     let all = prebuilds::list(&state, &viewer.who, &project).await?;
+    let shown = crate::app::projects::get(&state, &viewer.who, &project).await?;
+    let refs = shown.prebuild_refs;
     let now = Utc::now();
     let action = format!("/projects/{project}/prebuilds");
     let body = html! {
         p { a href="/" { "← Workspaces" } }
         section aria-labelledby="prebuilds-h" {
             h2 id="prebuilds-h" { "Prebuilds of " (project) }
-            p.hint { "A prebuild runs the project's setup for a commit of its default branch ahead of time; a new workspace of that branch starts from the newest ready one and only fetches what came since. A failed prebuild never blocks a workspace: it starts without it and says so." }
-            form method="post" action=(action) {
-                (csrf(&viewer))
-                button type="submit" { "Prebuild the newest commit now" }
-                " "
-                span.hint { "(the project's maintainers)" }
+            p.hint { "A prebuild runs the project's setup for a commit of a prebuilt branch ahead of time; a new workspace of that branch starts from the newest ready one and only fetches what came since. A failed prebuild never blocks a workspace: it starts without it and says so." }
+            @if !refs.is_empty() {
+                p {
+                    "Prebuilt: "
+                    @for (i, r) in refs.iter().enumerate() { @if i > 0 { ", " } code { (r) } }
+                    " on agent " (shown.prebuild_agent.as_deref().unwrap_or("?"))
+                    @match shown.prebuild_every_hours {
+                        Some(h) => { "; each new commit, and again when a branch's newest prebuild is " (h) " hours old." }
+                        None => { "; each new commit." }
+                    }
+                }
+                form method="post" action=(action) {
+                    (csrf(&viewer))
+                    @if refs.len() > 1 {
+                        label for="prebuild-ref" { "Branch " }
+                        select id="prebuild-ref" name="ref" {
+                            @for r in &refs { option value=(r) { (r) } }
+                        }
+                        " "
+                    }
+                    button type="submit" { "Prebuild the newest commit now" }
+                    " "
+                    span.hint { "(the project's maintainers)" }
+                }
             }
             @if all.is_empty() {
                 p { "No prebuilds yet. A maintainer turns them on with " code { "warren project prebuild on " (project) } "." }
@@ -77,12 +97,20 @@ pub async fn page(
     ))
 }
 
+/// The run form: the ref (the default ref when left out).
+#[derive(Debug, serde::Deserialize)]
+pub struct RunForm {
+    #[serde(default, rename = "ref")]
+    git_ref: Option<String>,
+}
+
 /// `POST /projects/{project}/prebuilds`: a prebuild now (maintainers), then the page.
 pub async fn run(
     State(state): State<AppState>,
     Path(project): Path<String>,
-    posted: Posted<serde::de::IgnoredAny>,
+    posted: Posted<RunForm>,
 ) -> Result<Response, UiError> {
-    prebuilds::trigger(&state, &posted.viewer.who, &project).await?;
+    let git_ref = posted.form.git_ref.as_deref().filter(|r| !r.is_empty());
+    prebuilds::trigger(&state, &posted.viewer.who, &project, git_ref).await?;
     Ok(Redirect::to(&format!("/projects/{project}/prebuilds")).into_response())
 }

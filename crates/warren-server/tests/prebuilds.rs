@@ -315,7 +315,7 @@ async fn prebuilds_are_the_maintainers_and_start_the_projects_next_workspaces() 
 /// maintainer who turned prebuilds on, or prebuilds would be a way past one.
 #[tokio::test]
 async fn a_prebuild_counts_against_the_quotas_of_whoever_turned_them_on() {
-    let Some((git, url)) = app_repo().await else {
+    let Some((_git, url)) = app_repo().await else {
         return;
     };
     for db in databases() {

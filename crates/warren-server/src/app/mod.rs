@@ -18,6 +18,7 @@ pub mod names;
 pub mod oauth;
 pub mod personal;
 pub mod ports;
+pub mod prebuild_webhook;
 pub mod prebuilds;
 pub mod projects;
 pub mod proxy_keys;

@@ -222,7 +222,7 @@ pub async fn set_prebuild_webhook_secret(
     Path(key): Path<String>,
     Json(req): Json<warren_types::gitops::WebhookSecretRequest>,
 ) -> Result<StatusCode, HttpError> {
-    app::prebuilds::set_webhook_secret(&state, &who, &key, Some(&req.secret)).await?;
+    app::prebuild_webhook::set_webhook_secret(&state, &who, &key, Some(&req.secret)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -236,7 +236,7 @@ pub async fn delete_prebuild_webhook_secret(
     Auth(who): Auth,
     Path(key): Path<String>,
 ) -> Result<StatusCode, HttpError> {
-    app::prebuilds::set_webhook_secret(&state, &who, &key, None).await?;
+    app::prebuild_webhook::set_webhook_secret(&state, &who, &key, None).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -256,7 +256,7 @@ pub async fn prebuild_webhook(
     body: axum::body::Bytes,
 ) -> Result<(StatusCode, Json<PrebuildWebhookAccepted>), HttpError> {
     let proof = super::gitops::webhook_proof(&headers);
-    let started = app::prebuilds::webhook(&state, &key, &proof, &body).await?;
+    let started = app::prebuild_webhook::webhook(&state, &key, &proof, &body).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(PrebuildWebhookAccepted { started }),

@@ -127,6 +127,7 @@ async fn a_new_workspace_starts_with_a_copy_of_its_prebuilds_volume() {
         workspace: &prebuild,
         workspace_id: WorkspaceId(prebuild_id),
         commit: "0123456789abcdef0123456789abcdef01234567",
+        pooled: false,
     };
     let name = crate::kube_common::fixtures::unique("from-pb");
     let (key, objs) = render(

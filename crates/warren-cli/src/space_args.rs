@@ -129,6 +129,10 @@ pub enum PrebuildCommand {
         /// old (e.g. 1d), so moving dependencies and base images are caught without a push.
         #[arg(long, value_name = "HOURS", value_parser = crate::input::hours)]
         every: Option<u32>,
+        /// Keep a warm pool of this many stopped workspaces made from the default ref's
+        /// newest prebuild: the next users who create a workspace of the project take one.
+        #[arg(long, value_name = "N")]
+        pool: Option<u32>,
     },
     /// Turn them off (maintainers): the prebuilds and their volumes are removed.
     Off { project: String },

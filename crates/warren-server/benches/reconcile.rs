@@ -102,6 +102,7 @@ async fn bench(label: &str, url: String, home: &std::path::Path) {
             starter: None,
             space_id: space.id,
             prebuild_id: None,
+            pool_of: None,
             seed: None,
         };
         state

@@ -714,3 +714,209 @@ async fn more_refs_are_prebuilt_and_a_schedule_prebuilds_an_unchanged_commit_aga
         );
     }
 }
+
+/// The names and desired states of the workspaces waiting in a warm pool (not terminated).
+async fn pool_of(s: &TestServer) -> Vec<(String, String)> {
+    sqlx::query_as(
+        "SELECT name, desired_state FROM workspaces WHERE pool_of IS NOT NULL \
+         AND desired_state <> 'Terminated' ORDER BY id",
+    )
+    .fetch_all(&s.state.store.db.pool)
+    .await
+    .unwrap()
+}
+
+/// A warm pool: its workspaces are made from the newest ready prebuild with nobody's secrets,
+/// shown to no one, stopped once their startup is done, and handed whole to the next user
+/// who creates a workspace of the default ref (rendered as theirs, catching up from the
+/// prebuild at their start); the pool is refilled, shrunk, and emptied when turned off, and
+/// the workspace taken keeps running.
+#[tokio::test]
+async fn a_warm_pool_hands_its_workspaces_to_the_next_users_and_is_refilled() {
+    let Some((git, url)) = app_repo().await else {
+        return;
+    };
+    let head = git.head("app", "main").unwrap();
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        let agent = s.agent("a1", json!({})).await;
+        let bob = s.user("bob", &["api", "workspace"]).await;
+        let carol = s.user("carol", &["api", "workspace"]).await;
+        make_project(&s, &bob, &url).await;
+        let (st, b) = s
+            .put(
+                &bob,
+                "/api/v1/projects/app/members/carol",
+                json!({"role": "developer"}),
+            )
+            .await;
+        assert_eq!(st, 200, "[{l}] {b}");
+        let (st, b) = s
+            .put(
+                &bob,
+                "/api/v1/users/me/secrets/NPM_TOKEN",
+                json!({"value": SECRET}),
+            )
+            .await;
+        assert_eq!(st, 201, "[{l}] {b}");
+        let settings = "/api/v1/projects/app/prebuilds/settings";
+        let (st, b) = s.put(&bob, settings, json!({"pool": 21})).await;
+        assert_eq!(st, 400, "[{l}] {b}");
+        assert!(
+            msg(&b).contains("at most 20") && msg(&b).contains("21"),
+            "[{l}] {b}"
+        );
+        let (st, p) = s.put(&bob, settings, json!({"pool": 2})).await;
+        assert_eq!((st, &p["prebuild_pool"]), (200, &json!(2)), "[{l}] {p}");
+
+        // No ready prebuild yet: nothing to fill the pool from.
+        let run_once = || warren_server::app::prebuilds::run_once(&s.state, false);
+        run_once().await.unwrap();
+        assert!(pool_of(&s).await.is_empty(), "[{l}]");
+        let (st, run) = s
+            .post(&bob, "/api/v1/projects/app/prebuilds", json!(null))
+            .await;
+        assert_eq!(st, 202, "[{l}] {run}");
+        let id = run["id"].as_i64().expect("id");
+        let store = &s.state.store;
+        let ready = warren_server::store::prebuilds::Finish {
+            state: warren_types::prebuild::PrebuildState::Ready,
+            reason: None,
+            log: Some("done"),
+        };
+        let running = warren_types::prebuild::PrebuildState::Running;
+        assert!(store.finish_prebuild(id, running, &ready, 0).await.unwrap());
+        run_once().await.unwrap();
+        assert!(
+            pool_of(&s).await.is_empty(),
+            "[{l}] its workspace has not stopped yet"
+        );
+        sqlx::query("UPDATE workspaces SET actual_state = 'Stopped' WHERE prebuild_id = $1")
+            .bind(id)
+            .execute(&store.db.pool)
+            .await
+            .unwrap();
+        run_once().await.unwrap();
+        let members = pool_of(&s).await;
+        assert_eq!(members.len(), 2, "[{l}] {members:?}");
+        assert!(
+            members.iter().all(|(_, d)| d == "Running"),
+            "[{l}] started once: {members:?}"
+        );
+
+        // Sent to the agent as copies of the prebuild with the project's credential, nobody's
+        // secret, and no catch-up (that is for whoever takes it); hidden from everyone.
+        let (prebuild_ws,): (String,) =
+            sqlx::query_as("SELECT name FROM workspaces WHERE prebuild_id = $1")
+                .bind(id)
+                .fetch_one(&store.db.pool)
+                .await
+                .unwrap();
+        for (name, _) in &members {
+            let config = s.config_of(agent, name).await;
+            assert!(
+                config.contains(&format!("warren.dev/seed-from: {prebuild_ws}")),
+                "[{l}] {config}"
+            );
+            assert!(
+                config.contains(&format!("name: {name}-git")),
+                "[{l}] {config}"
+            );
+            assert!(
+                !config.contains(&b64(SECRET)) && !config.contains("NPM_TOKEN"),
+                "[{l}] a secret in a pooled workspace"
+            );
+            assert!(
+                !config.contains("up to date from its prebuild"),
+                "[{l}] a pooled workspace catches up at its first start: {config}"
+            );
+            for who in [&bob, &carol, &s.admin_token.clone()] {
+                let (st, b) = s.get(who, &format!("/api/v1/workspaces/{name}")).await;
+                assert_eq!(st, 404, "[{l}] {b}");
+                let (_, listed) = s.get(who, "/api/v1/workspaces").await;
+                assert!(
+                    !listed.to_string().contains(name.as_str()),
+                    "[{l}] {listed}"
+                );
+            }
+        }
+        // Still starting: nothing to take yet; a workspace starts from the prebuild instead.
+        let w = s.workspace(&carol, json!({"project": "app"})).await;
+        let notices = w["notices"].to_string();
+        assert!(!notices.contains("warm pool"), "[{l}] {w}");
+        assert!(notices.contains("prebuild of commit"), "[{l}] {w}");
+        let cold = w["name"].as_str().unwrap_or_default().to_owned();
+        assert!(members.iter().all(|(n, _)| *n != cold), "[{l}] {w}");
+
+        // Their startup done and stopped (the driver's verdict, set here: this server reads
+        // no workspace's output), the next workspace of the default ref is one of them.
+        sqlx::query(
+            "UPDATE workspaces SET desired_state = 'Stopped', actual_state = 'Stopped' \
+             WHERE pool_of IS NOT NULL",
+        )
+        .execute(&store.db.pool)
+        .await
+        .unwrap();
+        let named = s
+            .workspace(&carol, json!({"project": "app", "name": "mine"}))
+            .await;
+        assert!(
+            !named["notices"].to_string().contains("warm pool"),
+            "[{l}] a name asked for is a new workspace: {named}"
+        );
+        let other_ref = s
+            .workspace(&carol, json!({"project": "app", "ref": head}))
+            .await;
+        assert!(
+            !other_ref["notices"].to_string().contains("warm pool"),
+            "[{l}] {other_ref}"
+        );
+        let w = s.workspace(&carol, json!({"project": "app"})).await;
+        let taken = w["name"].as_str().unwrap_or_default().to_owned();
+        assert!(
+            w["notices"].to_string().contains(&format!(
+                "warm pool: made from the prebuild of commit {}",
+                &head[..12]
+            )),
+            "[{l}] {w}"
+        );
+        assert_eq!(&taken, &members[0].0, "[{l}] the oldest member: {w}");
+        assert_eq!(
+            (&w["owner_username"], &w["desired_state"]),
+            (&json!("carol"), &json!("Running")),
+            "[{l}] {w}"
+        );
+        let (st, b) = s.get(&carol, &format!("/api/v1/workspaces/{taken}")).await;
+        assert_eq!(st, 200, "[{l}] {b}");
+        let (_, listed) = s.get(&carol, "/api/v1/workspaces").await;
+        assert!(listed.to_string().contains(&taken), "[{l}] {listed}");
+        let config = s.config_of(agent, &taken).await;
+        assert!(
+            config.contains("up to date from its prebuild"),
+            "[{l}] taken, it catches up from the prebuild: {config}"
+        );
+        assert!(pool_of(&s).await.iter().all(|(n, _)| *n != taken), "[{l}]");
+
+        // Refilled to two; made smaller, then turned off: the pool's go, the one taken stays.
+        run_once().await.unwrap();
+        let members = pool_of(&s).await;
+        assert_eq!(members.len(), 2, "[{l}] refilled: {members:?}");
+        let (st, p) = s.put(&bob, settings, json!({"pool": 1})).await;
+        assert_eq!(st, 200, "[{l}] {p}");
+        run_once().await.unwrap();
+        let left = pool_of(&s).await;
+        assert_eq!(left, members[..1], "[{l}] the oldest stays");
+        let (st, p) = s.put(&bob, settings, json!({})).await;
+        assert_eq!(st, 200, "[{l}] {p}");
+        assert!(p.get("prebuild_pool").is_none(), "[{l}] {p}");
+        run_once().await.unwrap();
+        assert!(pool_of(&s).await.is_empty(), "[{l}]");
+        let (st, b) = s.get(&carol, &format!("/api/v1/workspaces/{taken}")).await;
+        assert_eq!(
+            (st, &b["desired_state"]),
+            (200, &json!("Running")),
+            "[{l}] {b}"
+        );
+    }
+}

@@ -35,6 +35,10 @@ pub struct Seed<'a> {
     pub workspace_id: WorkspaceId,
     /// The commit the prebuild built, for the startup's messages.
     pub commit: &'a str,
+    /// Made for a project's warm pool: its first start leaves bringing the checkout up to
+    /// date to the start of whoever takes it, which then fetches the commits since the
+    /// prebuild's (a pooled workspace may wait long).
+    pub pooled: bool,
 }
 
 /// Where a prebuild is.
@@ -135,10 +139,13 @@ pub const MAX_PREBUILD_REFS: usize = 10;
 /// The longest schedule: a month.
 pub const MAX_PREBUILD_EVERY_HOURS: u32 = 24 * 31;
 
+/// The largest warm pool a project keeps.
+pub const MAX_PREBUILD_POOL: u32 = 20;
+
 /// `PUT /api/v1/projects/{p}/prebuilds/settings`: prebuilds of the project's default ref and
 /// of `refs`, on `agent` (the only agent when absent), of each new commit and, with
-/// `every_hours`, again whenever a ref's newest prebuild is older than that. Replaces what
-/// was set before.
+/// `every_hours`, again whenever a ref's newest prebuild is older than that; with `pool`, a
+/// warm pool of that many workspaces. Replaces what was set before.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SetPrebuildsRequest {
@@ -149,6 +156,10 @@ pub struct SetPrebuildsRequest {
     pub refs: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub every_hours: Option<u32>,
+    /// A warm pool: this many stopped workspaces made from the default ref's newest
+    /// prebuild, handed to the next users who create one of that ref (none when absent or 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<u32>,
 }
 
 /// `POST /api/v1/projects/{p}/prebuilds`: a prebuild of `ref` (the default ref when absent)

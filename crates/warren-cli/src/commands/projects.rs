@@ -140,11 +140,13 @@ async fn prebuild(out: Format, c: &Client, cmd: PrebuildCommand) -> Result<(), C
             agent,
             refs,
             every,
+            pool,
         } => {
             let req = warren_types::prebuild::SetPrebuildsRequest {
                 agent,
                 refs,
                 every_hours: every,
+                pool,
             };
             let p = named(
                 "project",

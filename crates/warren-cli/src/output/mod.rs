@@ -502,7 +502,11 @@ pub fn project(p: &Project) -> String {
                         .prebuild_every_hours
                         .map(|h| format!(", again every {h}h"))
                         .unwrap_or_default();
-                    format!("{} on agent {a}{every}", p.prebuild_refs.join(", "))
+                    let pool = p
+                        .prebuild_pool
+                        .map(|n| format!(", a warm pool of {n}"))
+                        .unwrap_or_default();
+                    format!("{} on agent {a}{every}{pool}", p.prebuild_refs.join(", "))
                 })
                 .unwrap_or_else(|| "off".into()),
         ),

@@ -196,6 +196,12 @@ fn git_fetch(f: &Fetch<'_>) -> String {
     s
 }
 
+/// Whether a workspace's first start leaves the catch-up from a prebuild to a later one: a
+/// prebuild's own (it is the prebuild), and one waiting in a warm pool (its taker's start).
+fn catches_up_later(req: &RenderRequest<'_>) -> bool {
+    req.prebuild || req.seed.is_some_and(|s| s.pooled)
+}
+
 /// The first start of a workspace made from a prebuild's volume: the project's checkout is
 /// the prebuild's (its commit in `$prebuilt/sources`), brought forward to the ref's newest
 /// commit (a fast-forward: the prebuild's checkout has no one's work) before the clone step
@@ -398,7 +404,7 @@ pub(super) fn startup_script(
     };
     if c.main {
         let image = c.image.replace(['\n', '"', '`', '$', '\\'], "_");
-        if let (Some(p), false) = (&req.project, req.prebuild) {
+        if let (Some(p), false) = (&req.project, catches_up_later(req)) {
             s.push_str(&from_prebuild(p.name, req.seed.map(|s| s.commit)));
         }
         if let Some(p) = &req.project {

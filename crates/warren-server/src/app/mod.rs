@@ -18,6 +18,8 @@ pub mod names;
 pub mod oauth;
 pub mod personal;
 pub mod ports;
+pub mod prebuild_pools;
+pub mod prebuild_progress;
 pub mod prebuild_webhook;
 pub mod prebuilds;
 pub mod projects;

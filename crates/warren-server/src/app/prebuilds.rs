@@ -16,6 +16,7 @@
 //! quota of, the maintainer who turned prebuilds on (any user can make a project: prebuilds
 //! must not be a way past one's quota).
 
+use super::prebuild_progress::{progress, Progress, TIMEOUT_MS};
 use super::render::{self, RenderInput};
 use super::sources::{self, Source};
 use super::workspaces::checks::{
@@ -30,18 +31,13 @@ use tokio_util::sync::CancellationToken;
 use warren_types::api::Project;
 use warren_types::prebuild::{
     Prebuild, PrebuildState, PrebuildTrigger, SetPrebuildsRequest, MAX_PREBUILD_EVERY_HOURS,
-    MAX_PREBUILD_REFS,
+    MAX_PREBUILD_POOL, MAX_PREBUILD_REFS,
 };
-use warren_types::relay::{LogsTarget, MAX_LOG_TAIL};
-use warren_types::startup::{startup_status, StartupState};
 use warren_types::{ActualState, AgentId, DesiredState, UserId, WorkspaceId};
 
 /// Ready prebuilds kept per project, agent and ref: the newest serves new workspaces, the one
 /// before it those created while the newest was being chosen.
 pub const KEEP_READY: usize = 2;
-
-/// A prebuild still running after this long has failed.
-const TIMEOUT_MS: i64 = 60 * 60 * 1000;
 
 /// How often running prebuilds are looked at.
 const CHECK_EVERY: Duration = Duration::from_secs(2);
@@ -52,9 +48,6 @@ const IN_USE_MS: i64 = 10 * 60 * 1000;
 
 /// How long a prebuild may be without its workspace while `start` makes it.
 const MAKING_MS: i64 = 2 * 60 * 1000;
-
-/// The end of a finished prebuild's output kept with it (bytes).
-const LOG_KEEP: usize = 16 * 1024;
 
 /// How many of a project's prebuilds its list shows.
 const LIST_LIMIT: i64 = 50;
@@ -129,6 +122,12 @@ pub async fn turn_on(
 ) -> Result<Project, AppError> {
     let p = super::projects::maintained(state, who, key).await?;
     let refs = prebuild_refs(&p, &req.refs)?;
+    if let Some(n) = req.pool.filter(|n| *n > MAX_PREBUILD_POOL) {
+        return Err(AppError::invalid_field(
+            "pool",
+            format!("a warm pool holds at most {MAX_PREBUILD_POOL} workspaces, not {n}"),
+        ));
+    }
     if let Some(h) = req.every_hours {
         if !(1..=MAX_PREBUILD_EVERY_HOURS).contains(&h) {
             return Err(AppError::invalid_field(
@@ -150,12 +149,13 @@ pub async fn turn_on(
         by: who.user.id,
         refs,
         every_hours: req.every_hours,
+        pool: req.pool,
     };
     state
         .store
         .set_project_prebuilds(p.id, Some(&settings))
         .await?;
-    tracing::info!(project = %p.name, agent = %agent.name, refs = ?settings.refs, every_hours = ?settings.every_hours, by = %who.user.username, "project prebuilds turned on");
+    tracing::info!(project = %p.name, agent = %agent.name, refs = ?settings.refs, every_hours = ?settings.every_hours, pool = ?settings.pool, by = %who.user.username, "project prebuilds turned on");
     collect(state).await?;
     super::projects::get(state, who, key).await
 }
@@ -311,6 +311,7 @@ async fn make_workspace(
         space_id: space.id,
         prebuild_id: Some(prebuild),
         seed: None,
+        pool_of: None,
     };
     let w = store
         .insert_workspace(
@@ -389,7 +390,8 @@ pub async fn run_once(state: &AppState, poll_refs: bool) -> Result<(), AppError>
         poll(state).await?;
     }
     advance(state).await?;
-    collect(state).await
+    collect(state).await?;
+    super::prebuild_pools::refill(state).await
 }
 
 /// Starts a prebuild of each project whose ref's newest commit has none yet (not while one
@@ -466,92 +468,6 @@ pub(super) async fn poll_project(
     Ok(started)
 }
 
-/// What a running prebuild's workspace says: done (its output), stopped after that, failed
-/// (why, and its output when read), or not yet.
-enum Progress {
-    Waiting,
-    Done(String),
-    Stopped,
-    Failed(String, Option<String>),
-}
-
-async fn progress(
-    state: &AppState,
-    r: &PrebuildRow,
-    w: &WorkspaceRow,
-) -> Result<Progress, AppError> {
-    let now = state.clock.now_ms();
-    if w.desired_state == DesiredState::Terminated {
-        return Ok(Progress::Failed("its workspace was removed".into(), None));
-    }
-    if matches!(w.actual_state, ActualState::Failed | ActualState::Error) {
-        let why = w
-            .failure_reason
-            .clone()
-            .unwrap_or_else(|| "no reason given".into());
-        return Ok(Progress::Failed(
-            format!("its workspace failed: {why}"),
-            None,
-        ));
-    }
-    let timed_out = now - r.created_at > TIMEOUT_MS;
-    let timeout = || format!("it ran longer than {} minutes", TIMEOUT_MS / 60_000);
-    if w.actual_state != ActualState::Running {
-        return Ok(if timed_out {
-            Progress::Failed(timeout(), None)
-        } else {
-            Progress::Waiting
-        });
-    }
-    let Some(container) = super::workspaces::startup::startup_containers(&w.objects(&state.store)?)
-        .and_then(|c| c.into_iter().next())
-    else {
-        return Ok(Progress::Failed(
-            "its workspace has no startup to watch".into(),
-            None,
-        ));
-    };
-    if state.relay_urls.is_empty() {
-        return Ok(Progress::Failed("the server reads no workspace's output (it has no relay), so it cannot tell a prebuild's end".into(), None));
-    }
-    let target = LogsTarget {
-        workspace: w.name.clone(),
-        namespace: w.namespace.clone(),
-        container: Some(container),
-        tail: MAX_LOG_TAIL,
-        follow: false,
-    };
-    let output =
-        crate::relay::logs::fetch(&state.relay_urls, &state.relay_secret, w.agent_id, &target)
-            .await;
-    let output = match output {
-        Ok(o) => o,
-        // Not reachable now (the agent reconnects, the pod is replaced): asked again later.
-        Err(e) => {
-            tracing::debug!(prebuild = r.id, error = %warren_types::error_chain(&e), "prebuild output not read");
-            return Ok(if timed_out {
-                Progress::Failed(timeout(), None)
-            } else {
-                Progress::Waiting
-            });
-        }
-    };
-    let status = startup_status(&output);
-    let log = tail_of(&output);
-    Ok(match status.state {
-        StartupState::Done => Progress::Done(log),
-        StartupState::Failed => Progress::Failed(
-            status.reason.unwrap_or_else(|| "a step failed".into()),
-            Some(log),
-        ),
-        StartupState::Untold => {
-            Progress::Failed("its workspace does not tell its startup".into(), Some(log))
-        }
-        _ if timed_out => Progress::Failed(timeout(), Some(log)),
-        _ => Progress::Waiting,
-    })
-}
-
 /// A done prebuild's workspace on its way to `Stopped`.
 fn stopping(r: &PrebuildRow, w: &WorkspaceRow, now: i64) -> Progress {
     if w.desired_state == DesiredState::Terminated {
@@ -571,20 +487,6 @@ fn stopping(r: &PrebuildRow, w: &WorkspaceRow, now: i64) -> Progress {
     }
 }
 
-/// The end of a prebuild's output, at a line start, as kept with it.
-fn tail_of(output: &[u8]) -> String {
-    let text = String::from_utf8_lossy(output);
-    if text.len() <= LOG_KEEP {
-        return text.into_owned();
-    }
-    let mut from = text.len() - LOG_KEEP;
-    while !text.is_char_boundary(from) {
-        from += 1;
-    }
-    let rest = &text[from..];
-    rest.find('\n').map_or(rest, |n| &rest[n + 1..]).to_owned()
-}
-
 /// Moves each running prebuild on: a done one is stopped and kept, a failed one loses its
 /// workspace (the collector terminates it) and keeps its reason and output.
 async fn advance(state: &AppState) -> Result<(), AppError> {
@@ -597,7 +499,7 @@ async fn advance(state: &AppState) -> Result<(), AppError> {
         let progress = match &w {
             // Its steps are done (their output kept): ready once its workspace stopped.
             Some(w) if r.log.is_some() => stopping(&r, w, now),
-            Some(w) => progress(state, &r, w).await?,
+            Some(w) => progress(state, r.created_at, w).await?,
             // Being made (its definition read from git) by `start`, maybe on another server.
             None if r.workspace_id.is_none() && now - r.created_at < MAKING_MS => continue,
             None => Progress::Failed("its workspace is gone".into(), None),

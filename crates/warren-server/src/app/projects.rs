@@ -33,6 +33,7 @@ async fn view(p: &ProjectRow, state: &AppState) -> Result<Project, AppError> {
         shown.prebuild_agent = agent.map(|a| a.name);
         shown.prebuild_refs = p.prebuilt_refs().into_iter().map(str::to_owned).collect();
         shown.prebuild_every_hours = p.prebuild_every_hours.and_then(|h| u32::try_from(h).ok());
+        shown.prebuild_pool = p.prebuild_pool.and_then(|n| u32::try_from(n).ok());
     }
     Ok(shown)
 }

@@ -74,8 +74,9 @@ pub async fn render_row(
 ) -> Result<RenderedObjects, AppError> {
     let source = super::sources::of_workspace(state, w).await?;
     let owner = state.store.user_by_id(w.owner_id).await?;
-    // A prebuild's own workspace belongs to no one: nobody's secrets, variables or dotfiles.
-    let owner = owner.filter(|_| w.prebuild_id.is_none());
+    // A prebuild's own workspace, and one waiting in a warm pool, belong to no one yet:
+    // nobody's secrets, variables or dotfiles.
+    let owner = owner.filter(|_| !w.is_hidden());
     let variables = match &owner {
         Some(o) => {
             let folder = w
@@ -107,7 +108,10 @@ pub async fn render_row(
             dotfiles_url: owner.as_ref().and_then(|u| u.dotfiles_url.as_deref()),
             starter: w.starter.as_deref(),
             prebuild: w.prebuild_id.is_some(),
-            seed: w.seed.as_ref().map(|s| s.as_seed()),
+            seed: w.seed.as_ref().map(|s| warren_types::prebuild::Seed {
+                pooled: w.pool_of.is_some(),
+                ..s.as_seed()
+            }),
         },
     )
 }

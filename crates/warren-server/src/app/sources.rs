@@ -177,8 +177,9 @@ pub async fn of_workspace(state: &AppState, w: &WorkspaceRow) -> Result<Option<S
         (None, Some(url)) => Source::of_repository(url),
         (None, None) => return Ok(None),
     };
-    // A prebuild's checkout is copied to every user: the project's own credential only.
-    if w.prebuild_id.is_some() {
+    // A prebuild's checkout is copied to every user, and a pooled workspace goes to one not
+    // known yet: the project's own credential only.
+    if w.is_hidden() {
         return Ok(Some(source));
     }
     let shared = personal::is_shared(state, w).await?;

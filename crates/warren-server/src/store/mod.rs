@@ -12,6 +12,7 @@ pub mod leases;
 mod members;
 pub mod mounts;
 pub mod oauth;
+pub mod pools;
 pub mod ports;
 pub mod prebuilds;
 pub mod projects;

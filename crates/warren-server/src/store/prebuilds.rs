@@ -64,6 +64,8 @@ pub struct PrebuildSettings {
     /// The refs prebuilt besides the default ref.
     pub refs: Vec<String>,
     pub every_hours: Option<u32>,
+    /// The size of the warm pool (`None`: no pool).
+    pub pool: Option<u32>,
 }
 
 const COLS: &str = "b.id, b.project_id, p.name AS project_name, b.agent_id, a.name AS agent_name, \
@@ -260,13 +262,14 @@ impl Store {
             .map(|o| serde_json::json!(o.refs).to_string());
         sqlx::query(
             "UPDATE projects SET prebuild_agent_id = $1, prebuild_by = $2, prebuild_refs = $3, \
-             prebuild_every_hours = $4 WHERE id = $5",
+             prebuild_every_hours = $4, prebuild_pool = $6 WHERE id = $5",
         )
         .bind(on.map(|o| o.agent.get()))
         .bind(on.map(|o| o.by.get()))
         .bind(refs)
         .bind(on.and_then(|o| o.every_hours).map(i64::from))
         .bind(project.get())
+        .bind(on.and_then(|o| o.pool).filter(|n| *n > 0).map(i64::from))
         .execute(&self.db.pool)
         .await?;
         Ok(())
@@ -347,6 +350,7 @@ impl StoredSeed {
             workspace: &self.workspace,
             workspace_id: self.workspace_id,
             commit: &self.commit,
+            pooled: false,
         }
     }
 }

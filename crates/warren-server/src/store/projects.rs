@@ -30,6 +30,8 @@ pub struct ProjectRow {
     /// unchanged commit (hours; `None`: on pushes only).
     pub prebuild_refs: Vec<String>,
     pub prebuild_every_hours: Option<i64>,
+    /// The size of its warm pool (`None`: no pool).
+    pub prebuild_pool: Option<i64>,
 }
 
 impl ProjectRow {
@@ -59,13 +61,14 @@ impl ProjectRow {
             prebuild_agent: None,
             prebuild_refs: vec![],
             prebuild_every_hours: None,
+            prebuild_pool: None,
         }
     }
 }
 
 const COLS: &str =
     "id, name, git_url, default_ref, devfile_path, devfile, visibility, credential, created_at, \
-    prebuild_agent_id, prebuild_by, prebuild_refs, prebuild_every_hours";
+    prebuild_agent_id, prebuild_by, prebuild_refs, prebuild_every_hours, prebuild_pool";
 
 fn visibility(s: &str) -> ProjectVisibility {
     match s {
@@ -98,6 +101,7 @@ impl sqlx::FromRow<'_, AnyRow> for ProjectRow {
             prebuild_by: get_opt_i64(r, "prebuild_by")?.map(UserId),
             prebuild_refs: refs_column(get_opt_str(r, "prebuild_refs")?.as_deref())?,
             prebuild_every_hours: get_opt_i64(r, "prebuild_every_hours")?,
+            prebuild_pool: get_opt_i64(r, "prebuild_pool")?,
         })
     }
 }

@@ -20,14 +20,15 @@ pub struct TimerRow {
 
 impl Store {
     /// The workspaces of `agent` not desired `Terminated`, as the lifecycle timers see them
-    /// (not prebuilds' own: the prebuild driver alone stops and removes those).
+    /// (not prebuilds' own nor those waiting in a warm pool: the prebuild driver alone stops and
+    /// removes those).
     pub async fn timer_rows(&self, agent: AgentId) -> Result<Vec<TimerRow>, StoreError> {
         let rows = sqlx::query(
             "SELECT w.id, w.version, w.desired_state, w.desired_state_updated_at, w.created_at, \
              x.last_activity_at, w.schedule_stopped, u.working_hours FROM workspaces w \
              JOIN users u ON u.id = w.owner_id \
              LEFT JOIN workspace_activity x ON x.workspace_id = w.id \
-             WHERE w.agent_id = $1 AND w.desired_state <> 'Terminated' AND w.prebuild_id IS NULL ORDER BY w.id",
+             WHERE w.agent_id = $1 AND w.desired_state <> 'Terminated' AND w.prebuild_id IS NULL AND w.pool_of IS NULL ORDER BY w.id",
         )
         .bind(agent.get())
         .fetch_all(&self.db.pool)

@@ -90,7 +90,19 @@ pub struct WorkspaceRow {
     pub prebuild_id: Option<i64>,
     /// The prebuild its volumes started from.
     pub seed: Option<StoredSeed>,
+    /// The prebuild it was made from while it waits, hidden, in its project's warm pool.
+    pub pool_of: Option<i64>,
 }
+
+impl WorkspaceRow {
+    /// Whether no user sees it: a prebuild's own, or one waiting in a warm pool.
+    pub fn is_hidden(&self) -> bool {
+        self.prebuild_id.is_some() || self.pool_of.is_some()
+    }
+}
+
+/// The SQL condition (on `workspaces w`) of a workspace users see: not hidden.
+pub const SHOWN: &str = "w.prebuild_id IS NULL AND w.pool_of IS NULL";
 
 /// The part of a workspace's agent configuration that places its URLs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -208,7 +220,7 @@ pub const COLS: &str = "w.id, w.name, w.namespace, w.owner_id, u.username AS own
     x.last_activity_at, a.runtime_fault AS agent_runtime_fault, \
     a.runtime_fault_since AS agent_runtime_fault_since, a.isolation_warning AS agent_isolation_warning, \
     w.idle_stopped, a.config AS agent_config, w.starter, w.space_id, sp.path AS space_path, w.repository, w.definition_path, \
-    u.working_hours AS owner_working_hours, w.prebuild_id, w.seed";
+    u.working_hours AS owner_working_hours, w.prebuild_id, w.seed, w.pool_of";
 
 pub const FROM: &str =
     "workspaces w JOIN users u ON u.id = w.owner_id JOIN agents a ON a.id = w.agent_id \
@@ -283,7 +295,7 @@ fn filter_sql(f: &WorkspaceFilter) -> (String, Vec<Bind>) {
         push("w.id >", Bind::I(after), &mut sql);
     }
     if !f.include_prebuilds {
-        sql.push_str(" AND w.prebuild_id IS NULL");
+        sql.push_str(&format!(" AND {SHOWN}"));
     }
     (sql, binds)
 }
@@ -382,6 +394,7 @@ impl sqlx::FromRow<'_, AnyRow> for WorkspaceRow {
             seed: get_opt_str(r, "seed")?
                 .map(|j| serde_json::from_str(&j).map_err(|e| corrupt("seed", e)))
                 .transpose()?,
+            pool_of: get_opt_i64(r, "pool_of")?,
         })
     }
 }
@@ -409,6 +422,8 @@ pub struct NewWorkspace {
     pub prebuild_id: Option<i64>,
     /// The prebuild its volumes start from.
     pub seed: Option<StoredSeed>,
+    /// The prebuild it is made from for its project's warm pool.
+    pub pool_of: Option<i64>,
 }
 
 /// Filters of the workspace list.
@@ -518,8 +533,8 @@ impl Store {
         let id = sqlx::query(
             "INSERT INTO workspaces (name, namespace, owner_id, agent_id, project_id, git_ref, desired_state, \
              actual_state, desired_state_updated_at, actual_state_updated_at, force_include_all_resources, devfile, \
-             rendered_objects, resources, variables, endpoints, url, created_at, updated_at, version, starter, space_id, repository, definition_path, prebuild_id, seed) \
-             VALUES ($1, '', $2, $3, $4, $5, 'Running', 'CreationRequested', $6, $6, 1, $7, '', $8, $9, '{}', NULL, $6, $6, 1, $10, $11, $12, $13, $14, $15) \
+             rendered_objects, resources, variables, endpoints, url, created_at, updated_at, version, starter, space_id, repository, definition_path, prebuild_id, seed, pool_of) \
+             VALUES ($1, '', $2, $3, $4, $5, 'Running', 'CreationRequested', $6, $6, 1, $7, '', $8, $9, '{}', NULL, $6, $6, 1, $10, $11, $12, $13, $14, $15, $16) \
              RETURNING id",
         )
         .bind(&w.name)
@@ -537,6 +552,7 @@ impl Store {
         .bind(w.definition_path.clone())
         .bind(w.prebuild_id)
         .bind(w.seed.as_ref().map(|s| serde_json::to_string(s).unwrap_or_default()))
+        .bind(w.pool_of)
         .fetch_one(&mut *tx)
         .await
         .map_err(unique("workspaces.name"))?;
@@ -573,12 +589,12 @@ impl Store {
         .await
     }
 
-    /// A workspace by the name users know it by: never a prebuild's own (no one opens,
-    /// changes or mounts one; its volumes are copied into others').
+    /// A workspace by the name users know it by: never a hidden one (no one opens, changes or
+    /// mounts a prebuild's own or one waiting in a warm pool).
     pub async fn workspace_by_name(&self, name: &str) -> Result<Option<WorkspaceRow>, StoreError> {
         self.optional(
             sqlx::query_as(&format!(
-                "SELECT {COLS} FROM {FROM} WHERE w.name = $1 AND w.prebuild_id IS NULL"
+                "SELECT {COLS} FROM {FROM} WHERE w.name = $1 AND {SHOWN}"
             ))
             .bind(name),
         )
@@ -596,11 +612,11 @@ impl Store {
         .await
     }
 
-    /// A workspace by name, or by id when `key` is all digits; never a prebuild's own.
+    /// A workspace by name, or by id when `key` is all digits; never a hidden one.
     pub async fn workspace_by_key(&self, key: &str) -> Result<Option<WorkspaceRow>, StoreError> {
         if let Ok(id) = key.parse::<i64>() {
             let found = self.workspace_by_id(WorkspaceId(id)).await?;
-            if let Some(w) = found.filter(|w| w.prebuild_id.is_none()) {
+            if let Some(w) = found.filter(|w| !w.is_hidden()) {
                 return Ok(Some(w));
             }
         }

@@ -88,6 +88,10 @@ pub struct Project {
     /// A ref's newest prebuild older than this many hours gets a new one (none: pushes only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prebuild_every_hours: Option<u32>,
+    /// The size of its warm pool (stopped workspaces made from the default ref's newest
+    /// prebuild, waiting for the next users who create one), while it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prebuild_pool: Option<u32>,
 }
 
 /// A maintainer's change to a project; absent fields stay as they are.

@@ -279,15 +279,42 @@ pub async fn create(
             .or(folder.as_deref()),
         granted: false,
     };
-    let (seed, from_prebuild) = match (&project, &git_ref) {
-        (Some(p), Some(r)) if req.devfile.is_none() && definition.is_none() => {
-            seed_for(state, p, agent.id, r).await?
-        }
-        _ => (None, None),
-    };
     let personal = crate::app::personal::personal(state, &who.user, at).await?;
     let withheld = crate::app::personal::withheld_notice(&personal.withheld);
     let all_variables = crate::app::personal::merged(personal.variables, &variables);
+    // The project's own definition at a ref it prebuilds: a warm pool's workspace, else a
+    // copy of the newest prebuild. A name asked for is the agent's key of a new workspace, so
+    // only a generated one comes from the pool.
+    let own_definition = req.devfile.is_none() && definition.is_none();
+    if let (Some(p), Some(r), true, None, None) =
+        (&project, &git_ref, own_definition, &req.name, &req.starter)
+    {
+        let claim = super::pool::Claim {
+            project: p,
+            agent: &agent,
+            git_ref: r,
+            devfile_text: &devfile_text,
+            devfile: &devfile,
+            resources: &resources,
+            owner: &who.user,
+            space: space.id,
+            variables: &variables,
+            all_variables: &all_variables,
+            source: source.as_ref(),
+        };
+        if let Some((w, pooled)) = super::pool::claim(state, &claim).await? {
+            let mut shown = with_notices(&w, for_caller(state, who, &w).await?)?;
+            shown
+                .notices
+                .splice(0..0, chosen.into_iter().chain(sized).chain(withheld));
+            shown.notices.push(pooled);
+            return Ok(shown);
+        }
+    }
+    let (seed, from_prebuild) = match (&project, &git_ref) {
+        (Some(p), Some(r)) if own_definition => seed_for(state, p, agent.id, r).await?,
+        _ => (None, None),
+    };
     let now = state.clock.now_ms();
     let mut attempts = 0;
     loop {
@@ -310,6 +337,7 @@ pub async fn create(
             starter: req.starter.clone(),
             space_id: space.id,
             prebuild_id: None,
+            pool_of: None,
             seed: seed.clone(),
         };
         let project_input = source.as_ref().map(|s| s.project_input(git_ref.as_deref()));

@@ -9,6 +9,7 @@
 
 pub(crate) mod checks;
 mod create;
+pub mod pool;
 mod rebuild;
 pub(crate) mod startup;
 

@@ -39,6 +39,9 @@ pub async fn page(
                         None => { "; each new commit." }
                     }
                 }
+                @if let Some(n) = shown.prebuild_pool {
+                    p { "Warm pool: " (n) " stopped workspaces made from the newest prebuild of " code { (refs[0]) } ", handed to the next users who create one." }
+                }
                 form method="post" action=(action) {
                     (csrf(&viewer))
                     @if refs.len() > 1 {

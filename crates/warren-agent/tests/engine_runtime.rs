@@ -157,6 +157,30 @@ async fn running_workspace_has_limits_user_security_and_files() -> Result<()> {
         assert_eq!(b.host_ip.as_deref(), Some("127.0.0.1"), "{bindings:?}");
         assert_ne!(b.host_port.as_deref(), Some("8080"));
     }
+    // Chosen by the agent below the kernel's ephemeral ports, which a socket bound to port 0
+    // or an outgoing connection could otherwise take before the pod (re)starts; labelled so
+    // no other workspace is given it while this one is stopped.
+    let ephemeral_low: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")?
+        .split_whitespace()
+        .next()
+        .context("ip_local_port_range")?
+        .parse()?;
+    if ephemeral_low > 21_000 {
+        let host_port: u16 = bindings[0]
+            .host_port
+            .as_deref()
+            .context("host port")?
+            .parse()?;
+        assert!(
+            (20_000..ephemeral_low.min(30_000)).contains(&host_port),
+            "{host_port} is below the ephemeral ports ({ephemeral_low}) and the NodePorts"
+        );
+        let labels = owner.config.and_then(|c| c.labels).unwrap_or_default();
+        assert_eq!(
+            labels.get("warren.dev/host-ports"),
+            Some(&host_port.to_string())
+        );
+    }
 
     // Applying the same objects again changes nothing.
     let before = container_ids(&h, &ws).await?;

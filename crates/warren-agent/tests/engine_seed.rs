@@ -9,7 +9,7 @@ use crate::common;
 use anyhow::{Context, Result};
 use common::*;
 use serde_json::{json, Value};
-use warren_agent::runtime::WorkspaceRuntime;
+use warren_agent::runtime::{ObservedWorkspace, WorkspaceRuntime};
 use warren_types::prebuild::{PREBUILD_LABEL, SEED_FROM_ANNOTATION, SEED_FROM_ID_ANNOTATION};
 use warren_types::reconcile::TerminationProgress;
 use warren_types::state::ActualState;
@@ -67,7 +67,8 @@ async fn a_new_volume_is_copied_only_from_the_prebuild_its_claim_names() -> Resu
     h.runtime
         .apply(&prebuild.key, &with_replicas(prebuild_objects.clone(), 0))
         .await?;
-    wait_state(&h.runtime, &prebuild, ActualState::Stopped).await?;
+    let stopped = wait_state(&h.runtime, &prebuild, ActualState::Stopped).await?;
+    let kept = stored_bytes(&stopped).context("a stopped prebuild reports what it keeps")?;
 
     // Another tenant's workspace, with a secret in its volume.
     let victim = Workspace::new("victim", h.agent_id);
@@ -115,6 +116,14 @@ async fn a_new_volume_is_copied_only_from_the_prebuild_its_claim_names() -> Resu
         ])?
         .trim(),
         prebuild_volume
+    );
+    // What it keeps: its volume's blocks and that snapshot.
+    let image_size: u64 = cli_run(&["image", "inspect", "--format", "{{.Size}}", &snapshot])?
+        .trim()
+        .parse()?;
+    assert!(
+        kept >= image_size + 4096,
+        "the volume and its snapshot ({image_size} bytes) take {kept} bytes"
     );
 
     // Without its snapshot (gone, or never saved: Docker), a new volume is a copy, made
@@ -188,6 +197,17 @@ async fn a_new_volume_is_copied_only_from_the_prebuild_its_claim_names() -> Resu
 
 /// Stops and starts `ws` again: its volume exists, so nothing is copied or cloned over its
 /// own change to the marker.
+/// The space a stopped prebuild's report says it keeps.
+fn stored_bytes(o: &ObservedWorkspace) -> Option<u64> {
+    o.deployment
+        .as_ref()?
+        .pointer("/metadata/annotations")?
+        .get(warren_types::prebuild::STORED_BYTES_ANNOTATION)?
+        .as_str()?
+        .parse()
+        .ok()
+}
+
 async fn restart_keeps_own_files(h: &Harness, ws: &Workspace, objects: &[Value]) -> Result<()> {
     h.runtime
         .apply(&ws.key, &with_replicas(objects.to_vec(), 0))

@@ -120,7 +120,36 @@ async fn a_new_workspace_starts_with_a_copy_of_its_prebuilds_volume() {
         .apply(&pkey, &objs)
         .await
         .expect("stop the prebuild");
-    wait_state(&s, &pkey, ActualState::Stopped).await;
+    let stopped = wait_state(&s, &pkey, ActualState::Stopped).await;
+    // Its report says what it keeps: the capacity of its bound claims.
+    let claims = kube::Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(
+        s.client.clone(),
+        &pkey.namespace,
+    )
+    .list(&Default::default())
+    .await
+    .expect("claims");
+    let capacity: u64 = claims
+        .items
+        .iter()
+        .filter_map(|c| {
+            c.status
+                .as_ref()?
+                .capacity
+                .as_ref()?
+                .get("storage")
+                .cloned()
+        })
+        .map(|q| warren_types::quantity::parse_memory_bytes(&q.0).expect("a quantity"))
+        .sum();
+    let reported = stopped
+        .deployment
+        .as_ref()
+        .and_then(|d| d.pointer("/metadata/annotations"))
+        .and_then(|a| a.get(warren_types::prebuild::STORED_BYTES_ANNOTATION))
+        .cloned();
+    assert!(capacity > 0, "{claims:?}");
+    assert_eq!(reported, Some(Value::String(capacity.to_string())));
 
     // A new workspace from it: its pod waits for the files, then runs with them.
     let seed = Seed {

@@ -127,15 +127,8 @@ pub enum RepoCommand {
     /// Set, generate or remove the secret push webhooks are checked with.
     WebhookSecret {
         name: String,
-        /// Read the new secret from standard input.
-        #[arg(long, conflicts_with_all = ["generate", "remove"])]
-        stdin: bool,
-        /// Generate a secret and print it once.
-        #[arg(long, conflicts_with = "remove")]
-        generate: bool,
-        /// Remove the secret: webhooks for this repository are refused.
-        #[arg(long)]
-        remove: bool,
+        #[command(flatten)]
+        choice: crate::webhook_secret::SecretChoice,
     },
 }
 

@@ -3,21 +3,14 @@
 use crate::commands::{client, named, print, read_credential, read_stdin_line};
 use crate::input::read_text;
 use crate::output::{self, Format};
+use crate::webhook_secret::new_webhook_secret;
 use crate::{
     AgentGitopsCommand, CliError, CredentialCommand, GitopsCommand, PolicyCommand, RepoCommand,
 };
-use rand::RngCore;
 use serde::de::DeserializeOwned;
 use std::path::Path;
 use warren_client::Client;
 use warren_types::gitops::{AgentGitops, CreateRepositoryRequest, Policy};
-
-/// A fresh webhook secret: 32 random bytes, hex.
-pub(crate) fn new_webhook_secret() -> String {
-    let mut b = [0u8; 32];
-    rand::rngs::OsRng.fill_bytes(&mut b);
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
 
 /// Prints a generated secret once, on standard output, with how to use it on standard error.
 fn show_secret(repository: &str, secret: &str) {
@@ -110,22 +103,9 @@ pub(crate) async fn gitops(out: Format, cmd: GitopsCommand) -> Result<(), CliErr
                 )?;
                 print(out, &r, output::repository);
             }
-            RepoCommand::WebhookSecret {
-                name,
-                stdin,
-                generate,
-                remove,
-            } => {
-                let secret = match (stdin, generate, remove) {
-                    (true, _, _) => Some(read_stdin_line("webhook secret")?),
-                    (_, true, _) => Some(new_webhook_secret()),
-                    (_, _, true) => None,
-                    _ => {
-                        return Err(CliError::Usage(
-                            "say what to do: --stdin, --generate or --remove".into(),
-                        ))
-                    }
-                };
+            RepoCommand::WebhookSecret { name, choice } => {
+                let secret = choice.secret()?;
+                let generate = choice.generate;
                 let r = named(
                     "repository",
                     &name,

@@ -29,14 +29,14 @@ mod space_args;
 pub mod ssh_cmd;
 pub mod ssh_identity;
 pub mod wait;
+mod webhook_secret;
 mod ws_args;
-
-pub use hours_args::{WorkingHoursCommand, WorkingHoursGroup};
 
 pub use agent_args::{
     AgentCommand, AgentGitopsCommand, AgentGroup, GitopsCommand, GitopsGroup, PolicyCommand,
     RepoCommand,
 };
+pub use hours_args::{WorkingHoursCommand, WorkingHoursGroup};
 pub use space_args::{
     CredentialArgs, CredentialCommand, MemberCommand, MountCommand, MountGroup, PrebuildCommand,
     ProjectCommand, ProjectGroup, SpaceCommand, SpaceGroup, SpaceMemberCommand,

@@ -153,15 +153,8 @@ pub enum PrebuildCommand {
     /// once rather than at the next poll of the ref.
     WebhookSecret {
         project: String,
-        /// Read the new secret from standard input.
-        #[arg(long, conflicts_with_all = ["generate", "remove"])]
-        stdin: bool,
-        /// Generate a secret and print it once.
-        #[arg(long, conflicts_with = "remove")]
-        generate: bool,
-        /// Remove the secret: the project's webhooks are refused.
-        #[arg(long)]
-        remove: bool,
+        #[command(flatten)]
+        choice: crate::webhook_secret::SecretChoice,
     },
 }
 

@@ -145,11 +145,29 @@ fn main_script_of(devfile: &str, project: Option<ProjectSource<'_>>) -> String {
 /// The rendered startup script of the `tools` container of `devfile`, a prebuild's with
 /// `prebuild`.
 fn tools_script(devfile: &str, project: Option<ProjectSource<'_>>, prebuild: bool) -> String {
+    tools_script_as(devfile, project, prebuild, false)
+}
+
+/// `tools_script`, of a warm pool's workspace made from a prebuild with `pooled`.
+fn tools_script_as(
+    devfile: &str,
+    project: Option<ProjectSource<'_>>,
+    prebuild: bool,
+    pooled: bool,
+) -> String {
     let d = parse_devfile(devfile).expect("valid");
     let cfg = AgentConfig::default();
     let mut req = request(&cfg, &[]);
     req.project = project;
     req.prebuild = prebuild;
+    if pooled {
+        req.seed = Some(warren_types::prebuild::Seed {
+            workspace: "prebuild-demo",
+            workspace_id: warren_types::WorkspaceId(1),
+            commit: "0123456789abcdef0123456789abcdef01234567",
+            pooled: true,
+        });
+    }
     let r = render(&d, &req).expect("renders");
     let cm = r
         .objects
@@ -178,13 +196,25 @@ fn run_script(root: &Path, url: &str, git_ref: &str) -> String {
 /// Renders `devfile`'s script of the `tools` container (a prebuild's, with `prebuild`) cloning
 /// project `demo` from `url`, runs it under `root` and returns the log once it is done.
 fn run_script_of(root: &Path, devfile: &str, prebuild: bool, url: &str, git_ref: &str) -> String {
+    run_script_as(root, devfile, prebuild, false, url, git_ref)
+}
+
+/// `run_script_of`, of a warm pool's workspace made from a prebuild with `pooled`.
+fn run_script_as(
+    root: &Path,
+    devfile: &str,
+    prebuild: bool,
+    pooled: bool,
+    url: &str,
+    git_ref: &str,
+) -> String {
     let project = ProjectSource {
         name: "demo",
         git_url: url,
         git_ref,
         credential: None,
     };
-    let script = tools_script(devfile, Some(project), prebuild);
+    let script = tools_script_as(devfile, Some(project), prebuild, pooled);
     std::fs::create_dir_all(root).expect("root");
     let script_path = root.join("start-tools.sh");
     std::fs::write(&script_path, script).expect("write script");
@@ -504,7 +534,8 @@ fn runs(root: &Path, file: &str) -> usize {
 /// first start of a workspace from that volume does not run them again when the ref has not
 /// moved; when it has, the checkout is fast-forwarded and they run again for the new commits.
 /// A failed catch-up is tried again at the next start; a ref that no longer leads on from the
-/// prebuild fails the start. Later starts run every command, as any workspace's do.
+/// prebuild fails the start. A warm pool's workspace leaves all that to its taker's first
+/// start. Later starts run every command, as any workspace's do.
 #[test]
 fn a_prebuild_runs_its_commands_once_and_a_workspace_from_it_catches_up() {
     if !have("sh") || !have("git") {
@@ -529,6 +560,32 @@ fn a_prebuild_runs_its_commands_once_and_a_workspace_from_it_catches_up() {
     assert_eq!((runs(&root, "deps-ran"), runs(&root, "greet-ran")), (1, 1));
     let prebuilt = root.join("projects/.warren/prebuilt");
     assert!(!prebuilt.join("sources").exists() && !prebuilt.join("step-deps").exists());
+    // A warm pool's workspace: its own start runs none of the prebuild's commands and leaves
+    // the catch-up and the marks to its taker's first start, which then skips them once.
+    let pooled = tmp.0.join("pooled");
+    prebuild_in(&pooled, &url);
+    let log = run_script_as(&pooled, PREBUILT_DEVFILE, false, true, &url, "main");
+    assert!(
+        log.contains("tools done") && log.contains("kept so for whoever takes this workspace"),
+        "{log}"
+    );
+    assert_eq!(
+        (runs(&pooled, "deps-ran"), runs(&pooled, "greet-ran")),
+        (1, 1)
+    );
+    let kept = pooled.join("projects/.warren/prebuilt");
+    assert!(kept.join("sources").exists() && kept.join("step-deps").exists());
+    let log = run_script_of(&pooled, PREBUILT_DEVFILE, false, &url, "main");
+    assert!(
+        log.contains("the ref's newest commit")
+            && log.contains("postStart command deps ran in the prebuild; not again"),
+        "{log}"
+    );
+    assert_eq!(
+        (runs(&pooled, "deps-ran"), runs(&pooled, "greet-ran")),
+        (1, 2)
+    );
+
     // A restart is any workspace's restart: every command runs.
     let log = run_script_of(&root, PREBUILT_DEVFILE, false, &url, "main");
     assert!(

@@ -250,11 +250,30 @@ async fn prebuilds_are_the_maintainers_and_start_the_projects_next_workspaces() 
             desired, "Stopped",
             "[{l}] a ready prebuild's workspace is stopped"
         );
-        sqlx::query("UPDATE workspaces SET actual_state = 'Stopped' WHERE prebuild_id = $1")
-            .bind(id)
-            .execute(&s.state.store.db.pool)
-            .await
-            .unwrap();
+        // The agent reports it stopped, with what it keeps: a figure that is no count of
+        // bytes is ignored, the agent's measure is shown per prebuild and for the project.
+        let stopped_with = |rv: &str, bytes: &str| {
+            let mut report = stopped(name, rv);
+            report["namespace"] = info["namespace"].clone();
+            report["latest_k8s_deployment_info"]["metadata"]["annotations"] =
+                json!({ warren_types::prebuild::STORED_BYTES_ANNOTATION: bytes });
+            report
+        };
+        s.reconcile_ok(agent, "partial", json!([stopped_with("7", "a lot")]))
+            .await;
+        let (_, list) = s.get(&carol, "/api/v1/projects/app/prebuilds").await;
+        assert_eq!(list[0]["state"], "ready", "[{l}] {list}");
+        assert!(list[0].get("stored_bytes").is_none(), "[{l}] {list}");
+        s.reconcile_ok(agent, "partial", json!([stopped_with("8", "1610612736")]))
+            .await;
+        let (_, list) = s.get(&carol, "/api/v1/projects/app/prebuilds").await;
+        assert_eq!(list[0]["stored_bytes"], 1_610_612_736u64, "[{l}] {list}");
+        let page = carol_ui.get("/projects/app/prebuilds").await;
+        assert!(
+            page.body.contains("1.5 GiB"),
+            "[{l}] the space, per prebuild and in all: {}",
+            page.body
+        );
         let w = s
             .workspace(&carol, json!({"project": "app", "name": "mine"}))
             .await;
@@ -293,6 +312,10 @@ async fn prebuilds_are_the_maintainers_and_start_the_projects_next_workspaces() 
         assert!(b.get("prebuild_agent").is_none(), "[{l}] {b}");
         let (_, list) = s.get(&bob, "/api/v1/projects/app/prebuilds").await;
         assert_eq!(list[0]["state"], "removed", "[{l}] {list}");
+        assert!(
+            list[0].get("stored_bytes").is_none(),
+            "[{l}] a removed prebuild keeps nothing: {list}"
+        );
         let gone: Vec<(String,)> =
             sqlx::query_as("SELECT desired_state FROM workspaces WHERE prebuild_id IS NOT NULL")
                 .fetch_all(&s.state.store.db.pool)
@@ -858,6 +881,9 @@ async fn a_warm_pool_hands_its_workspaces_to_the_next_users_and_is_refilled() {
         .execute(&store.db.pool)
         .await
         .unwrap();
+        // Its users see how many wait (not who made them or what they are called).
+        let (_, list) = s.get(&carol, "/api/v1/projects/app/prebuilds").await;
+        assert_eq!(list[0]["pool_ready"], 2, "[{l}] {list}");
         let named = s
             .workspace(&carol, json!({"project": "app", "name": "mine"}))
             .await;
@@ -897,6 +923,8 @@ async fn a_warm_pool_hands_its_workspaces_to_the_next_users_and_is_refilled() {
             "[{l}] taken, it catches up from the prebuild: {config}"
         );
         assert!(pool_of(&s).await.iter().all(|(n, _)| *n != taken), "[{l}]");
+        let (_, list) = s.get(&carol, "/api/v1/projects/app/prebuilds").await;
+        assert_eq!(list[0]["pool_ready"], 1, "[{l}] {list}");
 
         // Refilled to two; made smaller, then turned off: the pool's go, the one taken stays.
         run_once().await.unwrap();

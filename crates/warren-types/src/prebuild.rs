@@ -22,6 +22,11 @@ pub const SEED_FROM_ANNOTATION: &str = "warren.dev/seed-from";
 /// must carry too (a name can be taken again after a workspace is gone).
 pub const SEED_FROM_ID_ANNOTATION: &str = "warren.dev/seed-from-id";
 
+/// Annotation on the Deployment an agent reports for a stopped prebuild: the bytes its kept
+/// volumes and snapshots take on the agent's disk, measured once they are kept (absent where
+/// the runtime cannot tell).
+pub const STORED_BYTES_ANNOTATION: &str = "warren.dev/stored-bytes";
+
 /// File at the root of a volume while the agent fills it from a prebuild's: a copy cut short
 /// (the agent stopped mid-way) is found by the workspace's startup, which fails saying so
 /// rather than run on part of a checkout.
@@ -127,6 +132,13 @@ pub struct Prebuild {
     pub log: Option<String>,
     /// Workspaces created from it.
     pub used: i64,
+    /// The space its volumes and snapshots take on its agent, as the agent last measured it
+    /// (none before it is kept, once it is removed, or where the runtime cannot tell).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored_bytes: Option<u64>,
+    /// The warm pool's workspaces made from it that wait, stopped, for someone to take them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool_ready: Option<u32>,
     pub created_at: DateTime<Utc>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<DateTime<Utc>>,

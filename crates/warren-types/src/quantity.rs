@@ -126,6 +126,22 @@ pub fn format_memory_bytes(b: u64) -> String {
     b.to_string()
 }
 
+/// Formats a size on disk for people, to one decimal in the largest binary unit it reaches
+/// ("0 B", "512 B", "1.5 KiB", "2.0 GiB").
+pub fn format_size(b: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if b < 1024 {
+        return format!("{b} B");
+    }
+    let mut value = b as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
 /// A CPU and memory pair in exact units.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CpuMemory {
@@ -147,6 +163,15 @@ impl fmt::Display for CpuMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_for_people() {
+        assert_eq!(format_size(0), "0 B");
+        assert_eq!(format_size(1023), "1023 B");
+        assert_eq!(format_size(1536), "1.5 KiB");
+        assert_eq!(format_size(2 << 30), "2.0 GiB");
+        assert_eq!(format_size(u64::MAX), "16384.0 PiB");
+    }
 
     #[test]
     fn cpu() {

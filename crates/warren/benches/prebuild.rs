@@ -7,6 +7,8 @@
 //! - cold: `warren ws create --project <prebuilds off> --wait`, which returns once the startup
 //!   (clone, setup) is through; the setup's marker (`/projects/.ready-to-code`) is then checked
 //! - prebuilt: the same on a project whose prebuild is ready (goal: ≤ empty + 1 s)
+//! - pooled: `warren ws create --project <a warm pool of one> --wait` (no name, so it takes
+//!   the pool's stopped workspace); the pool is refilled before the next run
 //!
 //! The registry is an HTTP server on the host serving `WARREN_BENCH_PACKAGES` (1,500) packages
 //! of `WARREN_BENCH_PACKAGE_FILES` (40) files each as tar archives; the setup downloads and
@@ -144,6 +146,56 @@ fn create_timed(up: &Up, ws: &str, args: &[&str], ready: bool) -> Duration {
     took
 }
 
+/// `warren ws create` of a workspace of `project` with no name and `--wait`, which takes the
+/// project's warm pool's workspace: its name and how long until it returned (then the setup's
+/// marker must be there, and the workspace must be the pool's).
+fn create_pooled(up: &Up, project: &str) -> (String, Duration) {
+    let t0 = Instant::now();
+    let out = up.cli_ok(&[
+        "ws",
+        "create",
+        "--project",
+        project,
+        "--wait",
+        "--timeout",
+        "10m",
+        "-o",
+        "json",
+    ]);
+    let took = t0.elapsed();
+    assert!(
+        out.contains("taken from the project's warm pool"),
+        "not taken from the pool: {out}"
+    );
+    let created: serde_json::Value = serde_json::from_str(&out).expect("workspace as JSON");
+    let ws = created["name"].as_str().expect("its name").to_owned();
+    assert!(
+        is_ready(&ws),
+        "`ws create --wait` returned before {ws}'s setup left its marker"
+    );
+    eprintln!("  {ws} (pooled): {:.1} s", took.as_secs_f64());
+    (ws, took)
+}
+
+/// Waits until `project`'s warm pool has a workspace waiting, stopped, to be taken.
+fn wait_pool(up: &Up, project: &str) {
+    wait_for(
+        "the warm pool to be filled",
+        Duration::from_secs(900),
+        || {
+            let out = up.cli_ok(&["project", "prebuild", "list", project, "-o", "json"]);
+            let all: serde_json::Value = serde_json::from_str(&out).ok()?;
+            let waiting: u64 = all
+                .as_array()?
+                .iter()
+                .filter_map(|b| b["pool_ready"].as_u64())
+                .sum();
+            (waiting > 0).then_some(())
+        },
+        || up.log(),
+    );
+}
+
 /// How many workspaces started from `project`'s prebuilds.
 fn used(up: &Up, project: &str) -> u64 {
     let out = up.cli_ok(&["project", "prebuild", "list", project, "-o", "json"]);
@@ -194,10 +246,13 @@ fn main() {
         .expect("the agent's owner id")
         .trim()
         .to_owned();
-    let _prebuilds = PrebuildObjects(owner);
+    let _prebuilds = PrebuildObjects(owner.clone());
+    // The warm pool's workspaces have names the benchmark does not know.
+    let _pool = InstallationObjects(owner);
     up.allow_egress_to(&host_address());
     let cold = up.project_of(&git, "app", PASSWORD);
     let warm = up.project_of(&git, "app", PASSWORD);
+    let pooled = up.project_of(&git, "app", PASSWORD);
     let empty = write_file(up.home.path(), "empty.yaml", EMPTY)
         .display()
         .to_string();
@@ -214,26 +269,30 @@ fn main() {
         up.cli_ok(&["ws", "create", "--devfile", &empty, "--name", &ws, "--wait"]);
     }
 
-    // The prebuild, made without anyone asking once turned on.
+    // The prebuilds, made without anyone asking once turned on; one project keeps a warm
+    // pool of one.
     let t0 = Instant::now();
     up.cli_ok(&["project", "prebuild", "on", &warm]);
-    wait_for(
-        "the prebuild to be ready",
-        Duration::from_secs(900),
-        || {
-            let out = up.cli_ok(&["project", "prebuild", "list", &warm, "-o", "json"]);
-            let all: serde_json::Value = serde_json::from_str(&out).ok()?;
-            match all[0]["state"].as_str() {
-                Some("ready") => Some(()),
-                Some("failed") => panic!("the prebuild failed: {:#}", all[0]),
-                _ => None,
-            }
-        },
-        || up.log(),
-    );
+    up.cli_ok(&["project", "prebuild", "on", &pooled, "--pool", "1"]);
+    for project in [&warm, &pooled] {
+        wait_for(
+            "the prebuild to be ready",
+            Duration::from_secs(900),
+            || {
+                let out = up.cli_ok(&["project", "prebuild", "list", project, "-o", "json"]);
+                let all: serde_json::Value = serde_json::from_str(&out).ok()?;
+                match all[0]["state"].as_str() {
+                    Some("ready") => Some(()),
+                    Some("failed") => panic!("the prebuild failed: {:#}", all[0]),
+                    _ => None,
+                }
+            },
+            || up.log(),
+        );
+    }
     let prebuild_took = t0.elapsed();
 
-    let (mut e, mut c, mut p) = (vec![], vec![], vec![]);
+    let (mut e, mut c, mut p, mut w) = (vec![], vec![], vec![], vec![]);
     for i in 0..RUNS {
         let (we, wc, wp) = (
             format!("bench-pb-e-{i}"),
@@ -248,15 +307,19 @@ fn main() {
             i as u64 + 1,
             "{wp} did not start from the prebuild"
         );
-        for ws in [&we, &wc, &wp] {
+        wait_pool(&up, &pooled);
+        let (ww, took) = create_pooled(&up, &pooled);
+        w.push(took);
+        for ws in [&we, &wc, &wp, &ww] {
             up.cli_ok(&["ws", "rm", ws, "--wait", "--timeout", "5m"]);
         }
     }
     up.cli_ok(&["project", "prebuild", "off", &warm]);
+    up.cli_ok(&["project", "prebuild", "off", &pooled]);
     let status = up.stop();
     assert!(status.success(), "{}", up.log());
 
-    let (e, c, p) = (median(e), median(c), median(p));
+    let (e, c, p, w) = (median(e), median(c), median(p), median(w));
     let s = |d: Duration| d.as_secs_f64();
     println!(
         "prebuilds ({} build; {packages} packages of {files} files; {background} workspaces \
@@ -286,5 +349,11 @@ fn main() {
         s(p),
         s(p) / s(e),
         s(p) - s(e)
+    );
+    println!(
+        "  pooled create -> ready to code: {:.1} s  ratio {:.2}x  ({:+.1} s)",
+        s(w),
+        s(w) / s(e),
+        s(w) - s(e)
     );
 }

@@ -2,8 +2,9 @@
 //! counts its runs in the volume). Turned on, a prebuild of the default ref starts without
 //! anyone asking; the next workspace starts from its volume (the setup's result is there, the
 //! step did not run again); a commit whose prebuild fails leaves workspaces to the last good
-//! prebuild, which they bring up to the new commit (and run the setup again for it); turned
-//! off, every prebuild volume is gone.
+//! prebuild, which they bring up to the new commit (and run the setup again for it); a warm
+//! pool's workspace is made, stopped and taken by the next workspace without a name, its setup
+//! not run again, and refilled; turned off, every prebuild volume is gone.
 //!
 //! Skips with a notice when no Podman exists; fails instead under `WARREN_REQUIRE_ENGINE=1`.
 
@@ -13,7 +14,7 @@ use serde_json::Value;
 use std::time::Duration;
 use support::{
     ensure_image, host_address, podman, podman_available, podman_labelled, podman_sh as sh,
-    running, unique_name, wait_for, PrebuildObjects, Up,
+    running, unique_name, wait_for, InstallationObjects, PrebuildObjects, Up,
 };
 
 const PASSWORD: &str = "pw-prebuilds-41c9";
@@ -92,6 +93,8 @@ fn a_pushed_commit_is_prebuilt_and_the_next_workspace_starts_from_it() {
         .trim()
         .to_owned();
     let _cleanup = PrebuildObjects(owner.clone());
+    // A warm pool's workspaces have names the test does not know.
+    let _pool = InstallationObjects(owner.clone());
     up.allow_egress_to(&host_address());
     let project = unique_name("app");
     up.create_private_project(&project, &url, ("ann", PASSWORD), &[]);
@@ -172,6 +175,43 @@ fn a_pushed_commit_is_prebuilt_and_the_next_workspace_starts_from_it() {
         "written"
     );
     up.cli_ok(&["ws", "rm", &ws, "--wait", "--timeout", "2m"]);
+
+    // A warm pool of one: made from the ready prebuild and started once, then stopped,
+    // unasked; the next workspace without a name takes it, its setup not run again, and the
+    // pool is refilled; turned off, its workspace goes.
+    up.cli_ok(&["project", "prebuild", "on", &project, "--pool", "1"]);
+    wait_pool(&up, &project, 1);
+    let created = up.cli_ok(&[
+        "ws",
+        "create",
+        "--project",
+        &project,
+        "--wait",
+        "--timeout",
+        "3m",
+        "-o",
+        "json",
+    ]);
+    assert!(
+        created.contains("taken from the project's warm pool"),
+        "{created}"
+    );
+    let created: Value = serde_json::from_str(&created).expect("workspace as JSON");
+    let taken = created["name"].as_str().expect("its name").to_owned();
+    up.workspace = Some(taken.clone());
+    let id = wait_started(&up, &taken, 2);
+    assert_eq!(
+        text(sh(&id, "cat /projects/.deps-runs")),
+        format!("run {}", &first[..7]),
+        "the setup ran in the prebuild only"
+    );
+    assert_eq!(text(sh(&id, "cat /projects/.installed")), "v1");
+    let listed = up.cli_ok(&["ws", "list", "-o", "json"]);
+    assert!(listed.contains(&taken), "the taker's now: {listed}");
+    wait_pool(&up, &project, 1);
+    up.cli_ok(&["ws", "rm", &taken, "--wait", "--timeout", "2m"]);
+    up.cli_ok(&["project", "prebuild", "on", &project]);
+    wait_pool(&up, &project, 0);
 
     // A commit whose prebuild fails: said, with its output; workspaces go on from the last
     // good prebuild and catch up, running the setup again for the new sources.
@@ -295,6 +335,22 @@ fn a_pushed_commit_is_prebuilt_and_the_next_workspace_starts_from_it() {
     assert!(
         !up.log().contains(PASSWORD),
         "the password shows in the log"
+    );
+}
+
+/// Waits until `waiting` workspaces of `project`'s warm pool wait, stopped, to be taken.
+fn wait_pool(up: &Up, project: &str, waiting: u64) {
+    wait_for(
+        &format!("{waiting} workspaces waiting in the warm pool"),
+        Duration::from_secs(240),
+        || {
+            let n: u64 = prebuilds(up, project)
+                .iter()
+                .filter_map(|b| b["pool_ready"].as_u64())
+                .sum();
+            (n == waiting).then_some(())
+        },
+        || format!("{:#?}\n{}", prebuilds(up, project), up.log()),
     );
 }
 

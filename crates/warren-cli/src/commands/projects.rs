@@ -215,22 +215,9 @@ async fn prebuild(out: Format, c: &Client, cmd: PrebuildCommand) -> Result<(), C
                 })
             });
         }
-        PrebuildCommand::WebhookSecret {
-            project,
-            stdin,
-            generate,
-            remove,
-        } => {
-            let secret = match (stdin, generate, remove) {
-                (true, _, _) => Some(super::read_stdin_line("webhook secret")?),
-                (_, true, _) => Some(crate::gitops_cmd::new_webhook_secret()),
-                (_, _, true) => None,
-                _ => {
-                    return Err(CliError::Usage(
-                        "say what to do: --stdin, --generate or --remove".into(),
-                    ))
-                }
-            };
+        PrebuildCommand::WebhookSecret { project, choice } => {
+            let secret = choice.secret()?;
+            let generate = choice.generate;
             named(
                 "project",
                 &project,

@@ -118,7 +118,13 @@ pub(super) async fn finish_action(
         // the previous attempt's.
         let since = Some(w.updated_at);
         match wait::wait(c, &w.name, goal, since, wait_args.timeout, POLL_INTERVAL).await? {
-            Some(w) => w,
+            // What the action's answer said (a prebuild or a warm pool it started from) is
+            // still said: a later read of the workspace does not repeat it.
+            Some(done) if done.notices.is_empty() => Workspace {
+                notices: w.notices,
+                ..done
+            },
+            Some(done) => done,
             None => {
                 eprintln!("Workspace {:?} is gone.", w.name);
                 return Ok(());

@@ -534,7 +534,7 @@ pub fn prebuilds(items: &[warren_types::prebuild::Prebuild]) -> String {
         return "No prebuilds.".into();
     }
     let mut t = table(&[
-        "ID", "REF", "COMMIT", "AGENT", "TRIGGER", "USED", "CREATED", "STATE",
+        "ID", "REF", "COMMIT", "AGENT", "TRIGGER", "USED", "SPACE", "CREATED", "STATE",
     ]);
     for b in items {
         t.add_row(vec![
@@ -544,11 +544,29 @@ pub fn prebuilds(items: &[warren_types::prebuild::Prebuild]) -> String {
             b.agent.clone(),
             b.trigger.as_str().to_owned(),
             b.used.to_string(),
+            b.stored_bytes
+                .map(warren_types::quantity::format_size)
+                .unwrap_or_else(|| "-".into()),
             time(&b.created_at),
-            prebuild_state(b),
+            match b.pool_ready {
+                Some(n) => format!("{}, {n} in the warm pool", prebuild_state(b)),
+                None => prebuild_state(b),
+            },
         ]);
     }
-    finish(t)
+    format!("{}\n{}", finish(t), prebuild_space(items))
+}
+
+/// What a project's kept prebuilds take on their agents, in all.
+pub fn prebuild_space(items: &[warren_types::prebuild::Prebuild]) -> String {
+    let measured: Vec<u64> = items.iter().filter_map(|b| b.stored_bytes).collect();
+    let total = measured.iter().fold(0u64, |a, b| a.saturating_add(*b));
+    format!(
+        "Space kept: {} in {} prebuild{} measured",
+        warren_types::quantity::format_size(total),
+        measured.len(),
+        if measured.len() == 1 { "" } else { "s" }
+    )
 }
 
 fn scopes(t: &Token) -> String {

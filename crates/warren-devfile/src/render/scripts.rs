@@ -484,7 +484,7 @@ pub(super) fn startup_script(
             label,
             &body,
             in_prebuilds,
-            req.prebuild,
+            Run::of(req),
         ));
         if devfile.wait_for.as_deref() == Some(id.as_str()) {
             ready(&mut s);
@@ -509,16 +509,42 @@ pub(super) fn startup_script(
     s
 }
 
+/// Whose start a script is, as far as a prebuild's commands go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Run {
+    /// The prebuild's own: it runs them and marks each done in the volume.
+    Prebuild,
+    /// A warm pool's workspace waiting for someone: it skips them and keeps their marks for
+    /// the first start of whoever takes it.
+    Pooled,
+    /// Any other workspace's.
+    Workspace,
+}
+
+impl Run {
+    fn of(req: &RenderRequest<'_>) -> Run {
+        if req.prebuild {
+            Run::Prebuild
+        } else if catches_up_later(req) {
+            Run::Pooled
+        } else {
+            Run::Workspace
+        }
+    }
+}
+
 /// One `postStart` command's lines in the startup: run unless an earlier step failed. A
 /// prebuild's run marks it done in the volume; a command a prebuild runs is, at the first
-/// start after that prebuild, skipped once (its marker consumed).
+/// start after that prebuild, skipped once (its marker consumed) — by the start of whoever
+/// takes a pooled workspace, not by the pooled workspace's own.
 fn post_start_step(
     id: &str,
     label: Option<&str>,
     body: &str,
     in_prebuilds: bool,
-    prebuild: bool,
+    run: Run,
 ) -> String {
+    let prebuild = run == Run::Prebuild;
     use std::fmt::Write;
     let mut s = String::new();
     // The label (a dev container's property name) is what its author knows it by.
@@ -527,7 +553,14 @@ fn post_start_step(
         None => format!("postStart command {id}"),
     };
     let marker = format!("\"$prebuilt\"/{}", sh_quote(&format!("step-{id}")));
-    if in_prebuilds && !prebuild {
+    if in_prebuilds && run == Run::Pooled {
+        let _ = writeln!(s, "  if [ \"$ok\" = 1 ] && [ -e {marker} ]; then");
+        let _ = writeln!(
+            s,
+            "    say \"{what} ran in the prebuild; not again (kept so for whoever takes this workspace)\""
+        );
+        let _ = writeln!(s, "  elif [ \"$ok\" = 1 ]; then");
+    } else if in_prebuilds && !prebuild {
         // Once: the workspace's later starts run it as any workspace's do.
         let _ = writeln!(s, "  if [ \"$ok\" = 1 ] && [ -e {marker} ]; then");
         let _ = writeln!(s, "    rm -f {marker}");

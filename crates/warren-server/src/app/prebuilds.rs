@@ -64,6 +64,12 @@ pub(super) fn view(r: &PrebuildRow) -> Prebuild {
         reason: r.reason.clone(),
         log: r.log.clone(),
         used: r.used,
+        // Only a ready prebuild is kept; a removed or failed one's space went with it.
+        stored_bytes: r
+            .stored_bytes
+            .filter(|_| r.state() == PrebuildState::Ready)
+            .and_then(|b| u64::try_from(b).ok()),
+        pool_ready: u32::try_from(r.pool_ready).ok().filter(|n| *n > 0),
         created_at: crate::db::from_millis(r.created_at),
         finished_at: r.finished_at.map(crate::db::from_millis),
     }

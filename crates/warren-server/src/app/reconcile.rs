@@ -447,6 +447,19 @@ async fn reconcile_once(
     ))
 }
 
+/// What the agent measured of a workspace's kept volumes and snapshots (a stopped prebuild's),
+/// from its report's annotation; a value that is no count of bytes is ignored.
+fn stored_bytes(info: &WorkspaceAgentInfo) -> Option<i64> {
+    info.latest_k8s_deployment_info
+        .as_ref()?
+        .pointer("/metadata/annotations")?
+        .get(warren_types::prebuild::STORED_BYTES_ANNOTATION)?
+        .as_str()?
+        .parse::<u64>()
+        .ok()
+        .and_then(|b| i64::try_from(b).ok())
+}
+
 /// Stores one report; returns whether it wrote anything, and whether the desired state
 /// changed.
 async fn apply_report(
@@ -471,6 +484,9 @@ async fn apply_report(
         .or_else(|| row.resource_version.clone());
     let failure = failure_reason(info, actual, &row.failure_reason);
     let waiting = waiting_reason(info, actual);
+    if let Some(bytes) = stored_bytes(info) {
+        tx.set_stored_bytes(row.id, bytes).await?;
+    }
     let mut desired = row.desired;
     let mut desired_at = row.desired_state_updated_at;
     if desired == DesiredState::RestartRequested && actual == ActualState::Stopped {

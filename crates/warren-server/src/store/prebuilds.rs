@@ -23,6 +23,10 @@ pub struct PrebuildRow {
     pub reason: Option<String>,
     pub log: Option<String>,
     pub used: i64,
+    /// What its workspace's agent last said its volumes and snapshots take.
+    pub stored_bytes: Option<i64>,
+    /// Its warm pool's workspaces that wait, stopped, to be taken.
+    pub pool_ready: i64,
     /// The project's default ref, its other prebuilt refs (JSON) and its prebuilds' agent
     /// now (a prebuild of another ref or agent is collected).
     pub project_ref: String,
@@ -70,7 +74,9 @@ pub struct PrebuildSettings {
 
 const COLS: &str = "b.id, b.project_id, p.name AS project_name, b.agent_id, a.name AS agent_name, \
     b.git_ref, b.commit_sha, b.workspace_id, w.name AS workspace_name, b.state, b.cause, \
-    b.reason, b.log, b.used, p.default_ref AS project_ref, p.prebuild_refs AS project_refs, \
+    b.reason, b.log, b.used, w.stored_bytes, \
+    (SELECT COUNT(*) FROM workspaces m WHERE m.pool_of = b.id AND m.desired_state = 'Stopped' \
+     AND m.actual_state = 'Stopped') AS pool_ready, p.default_ref AS project_ref, p.prebuild_refs AS project_refs, \
     p.prebuild_agent_id AS project_agent, \
     b.last_used_at, b.created_at, b.finished_at";
 

@@ -245,6 +245,16 @@ impl ReconcileTx {
         Ok(())
     }
 
+    /// Keeps what the agent measured of workspace `id`'s kept volumes and snapshots.
+    pub async fn set_stored_bytes(&mut self, id: i64, bytes: i64) -> Result<(), StoreError> {
+        sqlx::query("UPDATE workspaces SET stored_bytes = $1 WHERE id = $2")
+            .bind(bytes)
+            .bind(id)
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(())
+    }
+
     /// The rows of `agent` that go back, by id, locked on PostgreSQL.
     pub async fn response_rows(
         &mut self,

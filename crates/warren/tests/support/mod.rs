@@ -1674,6 +1674,26 @@ pub fn podman_labelled(list: &[&str], labels: &[&str]) -> Vec<String> {
         .collect()
 }
 
+/// Removes every container, volume and network of the installation with this owner id, even
+/// when the test failed half-way: what it made under names the test does not know (a warm
+/// pool's workspaces). Only that installation's: another's objects are none of its business.
+pub struct InstallationObjects(pub String);
+
+impl Drop for InstallationObjects {
+    fn drop(&mut self) {
+        let owner = format!("warren.dev/engine-owner={}", self.0);
+        for id in podman_labelled(&["ps", "-a"], &[&owner]) {
+            let _ = podman(&["rm", "-f", "-t", "0", &id]);
+        }
+        for v in podman_labelled(&["volume", "ls"], &[&owner]) {
+            let _ = podman(&["volume", "rm", "-f", &v]);
+        }
+        for n in podman_labelled(&["network", "ls"], &[&owner]) {
+            let _ = podman(&["network", "rm", "-f", &n]);
+        }
+    }
+}
+
 /// Removes what the installation made for prebuilds, even when the test failed half-way (and
 /// only that: not another installation's prebuilds, nor its own other objects).
 pub struct PrebuildObjects(pub String);

@@ -2,6 +2,7 @@
 //! and files, the containers made again where the pod spec or an image changed, the start;
 //! and the look at the result.
 
+use super::snapshot::is_prebuild;
 use super::*;
 
 /// What an apply leaves to do after it, out of the reconcile loop's way.
@@ -135,7 +136,9 @@ impl EngineRuntime {
         let containers = self.workspace_containers(name).await?;
         if plan.replicas == 0 {
             self.stop_running(&containers).await?;
-            if !unsaved.is_empty() {
+            // A stopped prebuild not measured yet is measured after any saving, off the
+            // apply's path.
+            if !unsaved.is_empty() || (is_prebuild(&labels) && record.stored_bytes.is_none()) {
                 return Ok(Next::Save(Box::new(plan), unsaved, labels));
             }
             return Ok(Next::Nothing);
@@ -184,6 +187,10 @@ impl EngineRuntime {
             saving: false,
             // Kept while the pod stays stopped: a failed save is not tried at every apply.
             save_failed: plan.replicas == 0 && previous.is_some_and(|p| p.save_failed),
+            // Measured once per stop: what a stopped prebuild keeps does not change.
+            stored_bytes: previous
+                .filter(|p| plan.replicas == 0 && p.replicas == 0)
+                .and_then(|p| p.stored_bytes),
         }
     }
 
@@ -295,8 +302,9 @@ impl EngineRuntime {
         Ok(())
     }
 
-    /// Saves the stopped prebuild's snapshots (holding its lock), then records that it is
-    /// stopped; cancelled, it leaves the record saying it saves, for the next apply to judge.
+    /// Saves the stopped prebuild's snapshots (holding its lock), measures what it keeps, then
+    /// records that it is stopped; cancelled, it leaves the record saying it saves, for the
+    /// next apply to judge.
     async fn save_then_record(
         &self,
         name: &str,
@@ -310,8 +318,13 @@ impl EngineRuntime {
             return;
         }
         if let Some(mut record) = self.read_record(name) {
+            let space = self.prebuild_space(&record.volumes, labels).await;
             record.saving = false;
-            record.save_failed = !saved;
+            // Nothing to save: only measured, and a failed save stays failed.
+            if !volumes.is_empty() {
+                record.save_failed = !saved;
+            }
+            record.stored_bytes = space;
             if let Err(e) = self.write_record(&record) {
                 tracing::warn!(workspace = name, error = %warren_types::error_chain(&e), "recording the saved snapshots failed");
             }

@@ -35,12 +35,12 @@ impl EngineRuntime {
                 .remove_container(name, Some(options.clone()))
                 .await
             {
-                Ok(()) => {
+                Ok(())
+                | Err(bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404, ..
+                }) => {
                     lock(&self.inner.index).remove(name);
-                    return Ok(());
-                }
-                Err(e) if status_of(&e) == Some(404) => {
-                    lock(&self.inner.index).remove(name);
+                    self.release_host_ports(name);
                     return Ok(());
                 }
                 // Podman 4.3 removes a container that ran in a user namespace while its own
@@ -128,9 +128,10 @@ impl EngineRuntime {
             self.remove(&id)
                 .await
                 .map_err(|e| runtime_err(format!("removing container {id}"), e))?;
-            // Removed by id: the index knows it by name.
+            // Removed by id: the index and the host ports know it by name.
             if let Some(name) = index::summary_name(&c) {
                 lock(&self.inner.index).remove(name);
+                self.release_host_ports(name);
             }
         }
         Ok(())
@@ -156,16 +157,20 @@ impl EngineRuntime {
             name: Some(c.engine_name.clone()),
             ..Default::default()
         };
+        let mut body = c.body.clone();
+        self.assign_host_ports(&c.engine_name, &mut body);
         let mut pulled = false;
         loop {
-            match docker
-                .create_container(Some(options()), c.body.clone())
-                .await
-            {
+            match docker.create_container(Some(options()), body.clone()).await {
                 Ok(_) => self.indexed(workspace, &c.engine_name),
                 // Created by an earlier, interrupted apply: the name carries the pod hash in
                 // its labels, checked by the caller; its image is checked below as a new one's.
-                Err(e) if status_of(&e) == Some(409) => self.indexed(workspace, &c.engine_name),
+                Err(e) if status_of(&e) == Some(409) => {
+                    // It holds the host ports it was made with (learnt at the next full
+                    // listing), not those just chosen.
+                    self.release_host_ports(&c.engine_name);
+                    self.indexed(workspace, &c.engine_name)
+                }
                 Err(e) if status_of(&e) == Some(404) && c.pull_policy == "Never" => {
                     return Ok(Err(PodFailure {
                         reason: "ErrImageNeverPull".into(),

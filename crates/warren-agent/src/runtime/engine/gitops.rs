@@ -307,6 +307,7 @@ impl EngineRuntime {
                         remapped_users: self.inner.remapped_users,
                         crashes: Default::default(),
                         probers: Default::default(),
+                        host_ports: self.inner.host_ports.clone(),
                     }),
                 };
                 // Its own events (its containers carry its owner id) wake its restarts.

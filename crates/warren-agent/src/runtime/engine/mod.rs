@@ -26,6 +26,7 @@ mod files;
 pub mod firewall;
 mod gitops;
 mod helpers;
+mod host_ports;
 mod index;
 mod networks;
 mod observed;
@@ -44,6 +45,7 @@ mod start;
 pub mod status;
 mod storage;
 mod tools;
+mod transient;
 mod workspace_runtime;
 
 use files::{create_private_dir, write_files, write_private_file};
@@ -76,6 +78,7 @@ use plan::{
 };
 use select::Selector;
 use status::{ContainerObservation, PodObservation};
+use transient::retry_transient;
 
 use super::{
     ByteStream, ObservedWorkspace, RuntimeError, WorkspaceKey, WorkspaceRuntime, AGENT_ID_LABEL,
@@ -226,6 +229,8 @@ struct Inner {
     crashes: Mutex<HashMap<String, restarts::Crashes>>,
     /// The probers of running pods (`probes`; the sibling's only).
     probers: Mutex<probes::Probers>,
+    /// The host ports of published ports (`host_ports`), shared with the sibling.
+    host_ports: Arc<host_ports::HostPorts>,
 }
 
 impl Drop for Inner {
@@ -272,6 +277,10 @@ struct Record {
     /// Saving them failed since the pod last ran: not tried again until it runs and stops.
     #[serde(default)]
     save_failed: bool,
+    /// What a stopped prebuild's volumes and snapshots take (`snapshot::prebuild_space`),
+    /// reported on its Deployment; measured once per stop.
+    #[serde(default)]
+    stored_bytes: Option<u64>,
 }
 
 impl EngineRuntime {
@@ -378,6 +387,7 @@ impl EngineRuntime {
             remapped_users,
             crashes: Mutex::default(),
             probers: Mutex::default(),
+            host_ports: host_ports::HostPorts::for_this_host(),
         });
         if purpose == Purpose::Workspaces {
             tokio::spawn(background::watch_events(
@@ -546,6 +556,7 @@ impl EngineRuntime {
                 ))
             });
             lock(&self.inner.index).set_all(listed.collect::<Vec<_>>(), since);
+            self.note_host_ports(&selected);
         }
         Ok(selected)
     }
@@ -681,44 +692,6 @@ impl EngineRuntime {
             }
         }
         labels
-    }
-}
-
-/// Podman reports a container that has just exited as `stopped` for a few milliseconds, a
-/// state Docker's API (and so bollard's types) does not have, a listing that races with a
-/// container's exit can fail with a 500 naming the vanished process, and a listing of images
-/// that races with an image's removal (another workspace's build going) with a 500 saying the
-/// image is "not known"; these answers are retried briefly.
-async fn retry_transient<T, F, Fut>(mut call: F) -> Result<T, bollard::errors::Error>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, bollard::errors::Error>>,
-{
-    let mut attempts = 0;
-    loop {
-        match call().await {
-            Err(e) if attempts < 40 && is_transient(&e) => {
-                attempts += 1;
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            other => return other,
-        }
-    }
-}
-
-fn is_transient(e: &bollard::errors::Error) -> bool {
-    match e {
-        bollard::errors::Error::JsonDataError { .. } => true,
-        // e.g. "read /proc/24709/cgroup: no such process" while a container exits.
-        bollard::errors::Error::DockerResponseServerError {
-            status_code: 500,
-            message,
-        } => {
-            message.contains("no such process")
-                || message.contains("no such file or directory")
-                || message.contains("image not known")
-        }
-        _ => false,
     }
 }
 

@@ -234,6 +234,7 @@ impl EngineRuntime {
                 recorded_failure: None,
                 waiting: None,
                 saving: false,
+                stored_bytes: None,
             };
             let s = status::synthesise(&pod);
             return ObservedWorkspace {
@@ -298,6 +299,7 @@ impl EngineRuntime {
             recorded_failure: record.failure.clone(),
             waiting,
             saving: record.saving,
+            stored_bytes: record.stored_bytes,
         };
         let s = status::synthesise(&pod);
         ObservedWorkspace {

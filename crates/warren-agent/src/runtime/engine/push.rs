@@ -132,6 +132,7 @@ impl EngineRuntime {
             pull_secrets,
             pending_seeds: Vec::new(),
             saving: false,
+            stored_bytes: None,
             save_failed: false,
         };
         self.write_record(&record)

@@ -17,6 +17,7 @@
 
 use bytes::Bytes;
 use futures::StreamExt;
+use std::path::Path;
 
 use super::helpers::Helper;
 use super::plan::{PodPlan, VolumeSeed};
@@ -61,7 +62,62 @@ fn label_instruction(key: &str, value: &str) -> String {
     format!("LABEL {key}={quoted}")
 }
 
+/// Whether a workspace of `labels` is a prebuild's own (marked by the server, not from a
+/// GitOps source, which never is one).
+pub(super) fn is_prebuild(labels: &BTreeMap<String, String>) -> bool {
+    labels.get(PREBUILD_LABEL).map(String::as_str) == Some("true")
+        && !labels.contains_key(super::super::GITOPS_SOURCE_LABEL)
+}
+
+/// Each of `volumes` as a seed of the workspace `labels` name (its name and id): how its
+/// snapshot is found. `None` without both labels.
+fn own_seeds(volumes: &[String], labels: &BTreeMap<String, String>) -> Option<Vec<VolumeSeed>> {
+    let name = labels.get(WORKSPACE_NAME_LABEL)?;
+    let id = labels.get(WORKSPACE_ID_LABEL)?;
+    let seed = |volume: &String| VolumeSeed {
+        source: volume.clone(),
+        workspace: name.clone(),
+        workspace_id: id.clone(),
+    };
+    Some(volumes.iter().map(seed).collect())
+}
+
 impl EngineRuntime {
+    /// What a stopped prebuild keeps on this machine: its volumes (their blocks on disk,
+    /// walked where the agent can read the engine's volume directories) and the snapshots
+    /// saved of them. `None` when any part cannot be measured: a partial figure would
+    /// understate what the prebuild costs.
+    pub(super) async fn prebuild_space(
+        &self,
+        volumes: &[String],
+        labels: &BTreeMap<String, String>,
+    ) -> Option<u64> {
+        let mut total = 0u64;
+        for seed in own_seeds(volumes, labels)? {
+            let volume = &seed.source;
+            let mountpoint = self
+                .inner
+                .docker
+                .inspect_volume(volume)
+                .await
+                .ok()?
+                .mountpoint;
+            let used = tokio::task::spawn_blocking(move || disk_usage(Path::new(&mountpoint)))
+                .await
+                .ok()?;
+            let Some(used) = used else {
+                tracing::debug!(volume = %volume, "the volume's directory cannot be read: its space is not known");
+                return None;
+            };
+            total = total.saturating_add(used);
+            if let Some(image) = self.snapshot_of(&seed).await {
+                let size = self.inner.docker.inspect_image(&image).await.ok()?.size?;
+                total = total.saturating_add(u64::try_from(size).unwrap_or(0));
+            }
+        }
+        Some(total)
+    }
+
     /// Whether prebuilds are kept as snapshots here: on Podman, for workspaces (not for
     /// GitOps units, which never are prebuilds).
     pub(super) fn keeps_snapshots(&self) -> bool {
@@ -75,26 +131,13 @@ impl EngineRuntime {
         volumes: &[String],
         labels: &BTreeMap<String, String>,
     ) -> Vec<String> {
-        let is_prebuild = labels.get(PREBUILD_LABEL).map(String::as_str) == Some("true")
-            && !labels.contains_key(super::super::GITOPS_SOURCE_LABEL);
-        let (Some(name), Some(id)) = (
-            labels.get(WORKSPACE_NAME_LABEL),
-            labels.get(WORKSPACE_ID_LABEL),
-        ) else {
-            return vec![];
-        };
-        if !is_prebuild || !self.keeps_snapshots() {
+        if !is_prebuild(labels) || !self.keeps_snapshots() {
             return vec![];
         }
         let mut unsaved = Vec::new();
-        for volume in volumes {
-            let seed = VolumeSeed {
-                source: volume.clone(),
-                workspace: name.clone(),
-                workspace_id: id.clone(),
-            };
+        for seed in own_seeds(volumes, labels).unwrap_or_default() {
             if self.snapshot_of(&seed).await.is_none() {
-                unsaved.push(volume.clone());
+                unsaved.push(seed.source);
             }
         }
         unsaved
@@ -416,5 +459,46 @@ impl EngineRuntime {
                 }
             }
         }
+    }
+}
+
+/// The blocks on disk of everything under `root`, without following links or leaving its
+/// file system; `None` when any of it cannot be read.
+fn disk_usage(root: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let top = std::fs::symlink_metadata(root).ok()?;
+    let mut total = top.blocks().saturating_mul(512);
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).ok()? {
+            let path = entry.ok()?.path();
+            let meta = std::fs::symlink_metadata(&path).ok()?;
+            total = total.saturating_add(meta.blocks().saturating_mul(512));
+            if meta.is_dir() && meta.dev() == top.dev() {
+                pending.push(path);
+            }
+        }
+    }
+    Some(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn disk_usage_counts_every_file_below_once_and_follows_no_link() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let empty = disk_usage(dir.path()).expect("readable");
+        std::fs::create_dir(dir.path().join("sub")).expect("mkdir");
+        std::fs::write(dir.path().join("sub/data"), vec![7u8; 256 * 1024]).expect("write");
+        std::os::unix::fs::symlink("/usr", dir.path().join("link")).expect("symlink");
+        let used = disk_usage(dir.path()).expect("readable");
+        assert!(used >= empty + 256 * 1024, "{used} after {empty}");
+        assert!(
+            used < empty + 1024 * 1024,
+            "the link's target is not counted: {used}"
+        );
+        assert_eq!(disk_usage(&dir.path().join("missing")), None);
     }
 }

@@ -6,6 +6,7 @@
 
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
+use warren_types::prebuild::STORED_BYTES_ANNOTATION;
 use warren_types::reconcile::PodFailure;
 
 use super::plan::{canonical_json, Role};
@@ -60,6 +61,9 @@ pub struct PodObservation {
     pub waiting: Option<String>,
     /// A stopped prebuild's volumes are being saved (`snapshot`): still stopping.
     pub saving: bool,
+    /// What a stopped prebuild keeps, once measured: reported as the Deployment's
+    /// `warren.dev/stored-bytes` annotation.
+    pub stored_bytes: Option<u64>,
 }
 
 /// The result of synthesis.
@@ -67,6 +71,26 @@ pub struct PodObservation {
 pub struct Synthesised {
     pub deployment: Value,
     pub pod_failure: Option<PodFailure>,
+}
+
+/// Sets what a stopped pod keeps (`snapshot::prebuild_space`) as the metadata's
+/// [`STORED_BYTES_ANNOTATION`]: the agent's measure only, never one the applied objects claim.
+fn stored_bytes_annotation(metadata: &mut Value, pod: &PodObservation) {
+    if let Some(annotations) = metadata
+        .get_mut("annotations")
+        .and_then(Value::as_object_mut)
+    {
+        annotations.remove(STORED_BYTES_ANNOTATION);
+    }
+    if let Some(bytes) = pod
+        .stored_bytes
+        .filter(|_| pod.replicas == 0 && !pod.saving)
+    {
+        if !metadata["annotations"].is_object() {
+            metadata["annotations"] = json!({});
+        }
+        metadata["annotations"][STORED_BYTES_ANNOTATION] = json!(bytes.to_string());
+    }
 }
 
 /// The rules (first match wins), desired replicas R:
@@ -200,6 +224,7 @@ pub fn synthesise(pod: &PodObservation) -> Synthesised {
             metadata[field] = v.clone();
         }
     }
+    stored_bytes_annotation(&mut metadata, pod);
 
     metadata["resourceVersion"] = json!(resource_version(&metadata, &spec, &status, &pod_failure));
 
@@ -367,6 +392,7 @@ mod tests {
             recorded_failure: None,
             waiting: None,
             saving: false,
+            stored_bytes: None,
         }
     }
 
@@ -380,6 +406,32 @@ mod tests {
             pod_failure: s.pod_failure.clone(),
             pod_waiting: None,
         })
+    }
+
+    #[test]
+    fn a_stopped_pod_reports_only_the_space_the_agent_measured() {
+        let annotation = |p: &PodObservation| {
+            synthesise(p)
+                .deployment
+                .pointer("/metadata/annotations")
+                .and_then(|a| a.get(STORED_BYTES_ANNOTATION))
+                .cloned()
+        };
+        let mut stopped = pod(0, ["exited", "exited", "exited"], 0);
+        // The applied objects' own claim is never reported.
+        stopped.applied.as_mut().unwrap()["metadata"]["annotations"] =
+            json!({ STORED_BYTES_ANNOTATION: "1", "other": "kept" });
+        assert_eq!(annotation(&stopped), None);
+        stopped.stored_bytes = Some(1 << 30);
+        assert_eq!(annotation(&stopped), Some(json!("1073741824")));
+        let other = synthesise(&stopped).deployment["metadata"]["annotations"]["other"].clone();
+        assert_eq!(other, json!("kept"));
+        // Not while its snapshots are saved, nor once it runs again.
+        stopped.saving = true;
+        assert_eq!(annotation(&stopped), None);
+        let mut running = pod(1, ["running", "exited", "running"], 0);
+        running.stored_bytes = Some(1 << 30);
+        assert_eq!(annotation(&running), None);
     }
 
     #[test]

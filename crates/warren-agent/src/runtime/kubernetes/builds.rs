@@ -271,6 +271,7 @@ impl KubernetesRuntime {
             exec_closes_stdin: tokio::sync::OnceCell::new(),
             builds: self.builds.clone(),
             seeding: self.seeding.clone(),
+            measured: self.measured.clone(),
         }
     }
 

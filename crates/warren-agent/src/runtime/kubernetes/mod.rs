@@ -35,6 +35,7 @@ mod gitops;
 mod objects;
 mod quantity;
 mod seed;
+mod space;
 mod status;
 mod workspace_runtime;
 
@@ -117,6 +118,8 @@ pub struct KubernetesRuntime {
     builds: Arc<builds::Builds>,
     /// The seeding containers a copy was started for (`seed`): pod uid, pod, container.
     seeding: Arc<Mutex<std::collections::HashSet<String>>>,
+    /// What stopped prebuilds keep (`space`).
+    measured: Arc<space::Measured>,
 }
 
 impl Drop for KubernetesRuntime {
@@ -169,6 +172,7 @@ impl KubernetesRuntime {
             exec_closes_stdin: tokio::sync::OnceCell::new(),
             builds: Arc::default(),
             seeding: Arc::default(),
+            measured: Default::default(),
         }
     }
 

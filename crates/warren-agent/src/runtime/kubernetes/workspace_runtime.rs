@@ -212,6 +212,7 @@ impl WorkspaceRuntime for KubernetesRuntime {
             }
         }
         self.overlay_builds(&mut observed);
+        self.report_stored_bytes(&mut observed).await;
         // Pods waiting for a prebuild's files get them (`seed`).
         self.start_seeding();
         Ok(observed)

@@ -1,5 +1,5 @@
 //! A project's prebuilds page (anyone who may use the project): the refs prebuilt and the
-//! schedule, each prebuild's commit, state, trigger, failure and the end of its output, and —
+//! schedule, each prebuild's commit, state, trigger, failure, the space it takes and the end of its output, and —
 //! for its maintainers — a button that asks for one of a ref now. The rules are `crate::app::prebuilds`'s, as for the API.
 
 use super::layout::{self, ago, csrf};
@@ -12,6 +12,7 @@ use chrono::Utc;
 use http::StatusCode;
 use maud::html;
 use warren_types::prebuild::PrebuildState;
+use warren_types::quantity::format_size;
 
 /// `GET /projects/{project}/prebuilds`.
 pub async fn page(
@@ -40,7 +41,10 @@ pub async fn page(
                     }
                 }
                 @if let Some(n) = shown.prebuild_pool {
-                    p { "Warm pool: " (n) " stopped workspaces made from the newest prebuild of " code { (refs[0]) } ", handed to the next users who create one." }
+                    p {
+                        "Warm pool: " (n) " stopped workspaces made from the newest prebuild of " code { (refs[0]) } ", handed to the next users who create one; "
+                        (all.iter().filter_map(|b| b.pool_ready).sum::<u32>()) " waiting now."
+                    }
                 }
                 form method="post" action=(action) {
                     (csrf(&viewer))
@@ -59,8 +63,13 @@ pub async fn page(
             @if all.is_empty() {
                 p { "No prebuilds yet. A maintainer turns them on with " code { "warren project prebuild on " (project) } "." }
             } @else {
+                @let measured: Vec<u64> = all.iter().filter_map(|b| b.stored_bytes).collect();
+                p {
+                    "Space kept on the agents: " strong { (format_size(measured.iter().fold(0u64, |a, b| a.saturating_add(*b)))) }
+                    " in " (measured.len()) " ready prebuilds, as their agents measured them."
+                }
                 table {
-                    thead { tr { th { "Commit" } th { "Ref" } th { "State" } th { "Trigger" } th { "Agent" } th { "Workspaces" } th { "Started" } th { "Finished" } } }
+                    thead { tr { th { "Commit" } th { "Ref" } th { "State" } th { "Trigger" } th { "Agent" } th { "Workspaces" } th { "Space" } th { "Started" } th { "Finished" } } }
                     tbody {
                         @for b in &all {
                             tr {
@@ -73,12 +82,13 @@ pub async fn page(
                                 td { (b.trigger.as_str()) }
                                 td { (b.agent) }
                                 td { (b.used) }
+                                td { @match b.stored_bytes { Some(n) => (format_size(n)), None => "—" } }
                                 td { (ago(b.created_at, now)) }
                                 td { @match b.finished_at { Some(t) => (ago(t, now)), None => "—" } }
                             }
                             @if let Some(log) = b.log.as_deref().filter(|l| !l.is_empty()) {
                                 tr {
-                                    td colspan="8" {
+                                    td colspan="9" {
                                         details open[b.state == PrebuildState::Failed] {
                                             summary { "Output of " (b.commit.get(..12).unwrap_or(&b.commit)) }
                                             pre.log { (log) }

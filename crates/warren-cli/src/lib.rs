@@ -9,7 +9,9 @@
 //! out, invalid devfile); 2 usage (bad arguments or input files); 3 the server could not be
 //! reached or answered something that is not the API; 4 not signed in or the token was refused.
 
+mod account_args;
 mod agent_args;
+mod audit_cmd;
 mod classes_cmd;
 mod commands;
 pub mod credentials;
@@ -32,6 +34,7 @@ pub mod wait;
 mod webhook_secret;
 mod ws_args;
 
+pub use account_args::{ScopeArg, SshKeyCommand, SshKeyGroup, TokenCommand, TokenGroup};
 pub use agent_args::{
     AgentCommand, AgentGitopsCommand, AgentGroup, GitopsCommand, GitopsGroup, PolicyCommand,
     RepoCommand,
@@ -117,6 +120,8 @@ pub enum Command {
     Gitops(GitopsGroup),
     /// Regions (admin): where each region's workspaces are reached while its proxies serve.
     Region(region_cmd::RegionGroup),
+    /// The audit log: who did what, when and from where (admins; owners for their spaces).
+    Audit(audit_cmd::AuditGroup),
     /// Rotate the proxies' cookie-signing key (admin); run as `warren proxy rotate-key`.
     #[command(name = "rotate-proxy-key", hide = true)]
     RotateProxyKey(OutputArgs),
@@ -160,67 +165,6 @@ pub struct LoginArgs {
     /// Read the password from standard input (first line) instead of prompting.
     #[arg(long)]
     pub password_stdin: bool,
-}
-
-#[derive(Debug, Args)]
-pub struct TokenGroup {
-    #[command(flatten)]
-    pub out: OutputArgs,
-    #[command(subcommand)]
-    pub cmd: TokenCommand,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-#[value(rename_all = "snake_case")]
-pub enum ScopeArg {
-    Api,
-    ReadApi,
-    Workspace,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum TokenCommand {
-    /// Create a token; its secret is printed once, on standard output.
-    Create {
-        name: String,
-        /// What the token may do (repeatable); default: api (the REST API only). Workspace
-        /// URLs (`curl -H "Authorization: Bearer …"`) and SSH need `--scope workspace`.
-        #[arg(long = "scope", value_enum)]
-        scopes: Vec<ScopeArg>,
-        /// Days until it expires (server default 30, at most 365).
-        #[arg(long)]
-        expires_in_days: Option<u32>,
-    },
-    /// List your tokens.
-    #[command(visible_alias = "ls")]
-    List,
-    /// Revoke a token by id.
-    Revoke { id: i64 },
-}
-
-#[derive(Debug, Args)]
-pub struct SshKeyGroup {
-    #[command(flatten)]
-    pub out: OutputArgs,
-    #[command(subcommand)]
-    pub cmd: SshKeyCommand,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum SshKeyCommand {
-    /// Add an OpenSSH public key from FILE, or from standard input with `-`.
-    Add {
-        file: PathBuf,
-        /// Name shown in lists (default: the key's comment).
-        #[arg(long)]
-        name: Option<String>,
-    },
-    /// List your SSH keys.
-    #[command(visible_alias = "ls")]
-    List,
-    /// Remove a key by id.
-    #[command(visible_alias = "remove")]
-    Rm { id: i64 },
 }
 
 #[derive(Debug, Args)]

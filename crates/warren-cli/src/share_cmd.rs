@@ -67,7 +67,7 @@ fn listing(l: &Listing) -> String {
     out
 }
 
-fn trimmed(t: &Table) -> String {
+pub(crate) fn trimmed(t: &Table) -> String {
     t.to_string()
         .lines()
         .map(|l| l.trim_end().strip_prefix(' ').unwrap_or(l.trim_end()))

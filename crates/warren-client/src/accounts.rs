@@ -3,12 +3,56 @@
 
 use super::*;
 
+/// The query keys of `GET /audit`.
+const AUDIT_FILTERS: [&str; 10] = [
+    "actor",
+    "target",
+    "target_kind",
+    "action",
+    "outcome",
+    "space",
+    "since",
+    "until",
+    "limit",
+    "cursor",
+];
+
 impl Client {
     // ---- session, users ----
 
     /// `POST /session`: exchanges a username and password for a new token.
     pub async fn login(&self, req: &PasswordLoginRequest) -> Result<CreatedToken> {
         self.with_body(Method::POST, &routes::session(), req).await
+    }
+
+    /// One page of `GET /audit`, newest first.
+    pub async fn audit(
+        &self,
+        query: &warren_types::api::AuditQuery,
+    ) -> Result<Page<warren_types::api::AuditEntry>> {
+        // The filters as the server reads them: each set field a `key=value` pair.
+        let pairs: Vec<(&str, String)> = match serde_json::to_value(query) {
+            Ok(serde_json::Value::Object(m)) => m
+                .into_iter()
+                .filter_map(|(k, v)| {
+                    let key = AUDIT_FILTERS.iter().find(|f| **f == k)?;
+                    let value = match v {
+                        serde_json::Value::String(s) => s,
+                        other => other.to_string(),
+                    };
+                    Some((*key, value))
+                })
+                .collect(),
+            _ => vec![],
+        };
+        self.call(Method::GET, &routes::audit(), &pairs, None::<&()>)
+            .await
+    }
+
+    /// `POST /audit/verify`: checks the log's hash chain (admin).
+    pub async fn verify_audit(&self) -> Result<warren_types::api::AuditVerification> {
+        self.with_body(Method::POST, &routes::audit_verify(), &())
+            .await
     }
 
     pub async fn me(&self) -> Result<User> {

@@ -231,3 +231,11 @@ pub fn gitops_webhook_secret(name: &str) -> Vec<String> {
 pub fn gitops_policy() -> Vec<String> {
     segs(&["gitops", "policy"])
 }
+
+pub fn audit() -> Vec<String> {
+    segs(&["audit"])
+}
+
+pub fn audit_verify() -> Vec<String> {
+    segs(&["audit", "verify"])
+}

@@ -79,6 +79,13 @@ pub struct ServerConfig {
     pub tls_cert_file: Option<PathBuf>,
     #[serde(default)]
     pub tls_key_file: Option<PathBuf>,
+    /// Days audit entries are kept (0: forever); older ones are removed by the housekeeping
+    /// replica, the chain still verifying from the last one removed.
+    #[serde(default = "default_audit_retention")]
+    pub audit_retention_days: u32,
+    /// A file every audit entry is also appended to as one JSON line, for a SIEM to collect.
+    #[serde(default)]
+    pub audit_file: Option<PathBuf>,
 }
 
 /// An OpenID Connect provider users sign in through (`[oidc]` in the server's file).
@@ -202,6 +209,10 @@ impl OidcConfig {
     }
 }
 
+fn default_audit_retention() -> u32 {
+    365
+}
+
 fn yes() -> bool {
     true
 }
@@ -262,6 +273,8 @@ impl ServerConfig {
             password_login: true,
             tls_cert_file: None,
             tls_key_file: None,
+            audit_retention_days: default_audit_retention(),
+            audit_file: None,
         }
     }
 

@@ -15,12 +15,20 @@ pub enum ServerError {
         #[source]
         source: std::io::Error,
     },
+    #[error("opening the audit file {path}")]
+    AuditFile {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("serving HTTP")]
     Serve(#[source] std::io::Error),
     #[error("holding the database")]
     DatabaseHeld(#[source] crate::backup::BackupError),
     #[error("loading the TLS certificate")]
     Tls(#[from] warren_tls::TlsError),
+    #[error("reading the audit log")]
+    AuditLog(#[source] crate::app::AppError),
     #[error("start-up")]
     Startup(#[from] crate::app::AppError),
 }

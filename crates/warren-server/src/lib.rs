@@ -25,4 +25,4 @@ pub use config::{OidcConfig, ServerConfig};
 /// Where an OpenID provider sends the browser back after single sign-on.
 pub const SSO_CALLBACK_PATH: &str = "/oauth/sso/callback";
 pub use error::ServerError;
-pub use server::{run, Server};
+pub use server::{run, verify_audit, Server};

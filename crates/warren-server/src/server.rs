@@ -105,7 +105,17 @@ impl Server {
                     e
                 }),
         });
+        let audit = match &config.audit_file {
+            Some(path) => app::audit::Stream::to_file(path.clone())
+                .await
+                .map_err(|e| ServerError::AuditFile {
+                    path: path.clone(),
+                    source: e,
+                })?,
+            None => app::audit::Stream::default(),
+        };
         let state = AppState {
+            audit: Arc::new(audit),
             sso,
             password_login: config.password_login,
             // Three missed rounds before another replica takes the jobs over.
@@ -267,6 +277,7 @@ impl Server {
         let tasks = shutdown.child_token();
         let interval = Duration::from_secs(self.config.lifecycle_interval_seconds);
         let prebuild_poll = Duration::from_secs(self.config.prebuild_poll_seconds);
+        let retention_days = self.config.audit_retention_days;
         let housekeeping = tokio::spawn({
             let state = self.state.clone();
             let tasks = tasks.clone();
@@ -281,11 +292,17 @@ impl Server {
                     prebuild_poll,
                     tasks.clone(),
                 ));
+                let retention = tokio::spawn(app::audit::retention_task(
+                    state.clone(),
+                    retention_days,
+                    tasks.clone(),
+                ));
                 let deletions =
                     tokio::spawn(app::users::deletion_task(state.clone(), interval, tasks));
                 let _ = timers.await;
                 let _ = prebuilds.await;
                 let _ = deletions.await;
+                let _ = retention.await;
                 // The jobs stopped at the start of shutdown: another replica may take them
                 // now, without waiting for open connections to drain.
                 state.housekeeping.release(&state).await;
@@ -352,4 +369,18 @@ pub async fn run(
     let server = Server::prepare(config).await?;
     server.announce_bootstrap_admin();
     server.serve(listener, shutdown).await
+}
+
+/// Checks the audit log's hash chain straight in the database `config` names (`warren admin
+/// audit verify`): no server has to run, nor be trusted to answer truly.
+pub async fn verify_audit(
+    config: &ServerConfig,
+) -> Result<warren_types::api::AuditVerification, ServerError> {
+    config.validate().map_err(ServerError::Config)?;
+    let db = Db::connect(&config.effective_database_url(), 1).await?;
+    // The log holds no sealed secret: a key that opens nothing is enough.
+    let store = Store::new(db.clone(), SecretBox::new([0; 32]));
+    let result = app::audit::verify(&store).await;
+    db.pool.close().await;
+    result.map_err(ServerError::AuditLog)
 }

@@ -11,6 +11,7 @@ mod common;
 
 mod access;
 mod api;
+mod audit;
 mod backup;
 mod builds;
 mod concurrency;

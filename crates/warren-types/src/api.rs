@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use utoipa::ToSchema;
 
 mod accounts;
+mod audit;
 mod lists;
 mod ports;
 mod secrets;
@@ -16,6 +17,7 @@ mod tree;
 mod workspaces;
 
 pub use accounts::*;
+pub use audit::*;
 pub use lists::{Page, WorkspaceListQuery};
 pub use ports::*;
 pub use secrets::*;

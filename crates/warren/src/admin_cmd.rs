@@ -34,6 +34,25 @@ enum AdminCommand {
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// The audit log, read straight from the database.
+    Audit {
+        #[command(subcommand)]
+        cmd: AuditCommand,
+    },
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum AuditCommand {
+    /// Check that no entry was changed or removed since it was written: every entry's hash
+    /// must cover the one before it, and the last must be the newest appended. Exit code 1
+    /// when the chain is broken.
+    Verify {
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
 }
 
 pub async fn run(args: AdminArgs) -> anyhow::Result<()> {
@@ -66,6 +85,23 @@ pub async fn run(args: AdminArgs) -> anyhow::Result<()> {
                 m.warren_version,
                 config.home.display()
             );
+        }
+        AdminCommand::Audit {
+            cmd: AuditCommand::Verify { json, server },
+        } => {
+            let config = server_cmd::config_of(server)?;
+            let v = warren_server::verify_audit(&config).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                print!("{}", warren_cli::output::audit_verification(&v));
+            }
+            if v.broken.is_some() {
+                anyhow::bail!(
+                    "the audit log's chain is broken at entry {}",
+                    v.broken.map_or(0, |b| b.seq)
+                );
+            }
         }
     }
     Ok(())

@@ -149,6 +149,12 @@ struct ServerSettings {
     /// The database pool's size.
     #[arg(skip)]
     max_db_connections: Option<u32>,
+    /// Days audit entries are kept (0: forever). [default: 365]
+    #[arg(long, env = "WARREN_AUDIT_RETENTION_DAYS", value_name = "DAYS")]
+    audit_retention_days: Option<u32>,
+    /// Also append every audit entry to FILE as a JSON line (for a SIEM to collect).
+    #[arg(long, env = "WARREN_AUDIT_FILE", value_name = "FILE")]
+    audit_file: Option<PathBuf>,
 }
 
 /// `[oidc]`: `warren_server::OidcConfig`'s fields, the secret also from a file, the first
@@ -259,6 +265,8 @@ fn merge(s: ServerSettings) -> anyhow::Result<(ServerConfig, SocketAddr)> {
     set(&mut c.password_login, s.password_login);
     c.tls_cert_file = s.tls_cert_file;
     c.tls_key_file = s.tls_key_file;
+    set(&mut c.audit_retention_days, s.audit_retention_days);
+    c.audit_file = s.audit_file;
     let listen = match s.listen {
         Some(l) => l,
         None => DEFAULT_LISTEN.parse().context("default listen address")?,

@@ -19,7 +19,7 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[(
     "the Pod Security Standard's rules in its table's order, a few lines each, over one pod spec",
 ), (
     "crates/warren-server/src/app/workspaces/create.rs",
-    "create",
+    "create_unaudited",
     180,
     "its stages (inputs, definition and size, the owner's secrets, a warm pool's workspace, a prebuild's seed, the insert) each use most of what the ones before found; split, they would hand a dozen values along",
 )];

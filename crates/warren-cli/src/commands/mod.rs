@@ -65,6 +65,7 @@ pub async fn run(cmd: Command) -> Result<(), CliError> {
         Command::OAuthClient(g) => oauth_client(g.out.output, g.cmd).await,
         Command::Gitops(g) => crate::gitops_cmd::gitops(g.out.output, g.cmd).await,
         Command::Region(g) => crate::region_cmd::region(g.out.output, g.cmd).await,
+        Command::Audit(g) => crate::audit_cmd::audit(g.out.output, g.cmd).await,
         Command::RotateProxyKey(out) => rotate_proxy_key(out.output).await,
         Command::ListProxies(out) => {
             let (c, _) = client()?;

@@ -9,8 +9,11 @@ use warren_types::api::{
 };
 use warren_types::gitops::{AgentGitops, Policy, Repository, SourceStatus};
 
+mod audit;
 mod gitops;
 mod tree;
+
+pub use audit::audit_verification;
 
 pub use gitops::*;
 pub use tree::*;

@@ -1,6 +1,7 @@
 //! Agents: admins create and configure them; every signed-in user may list them (to pick
 //! one). A configuration change re-renders the agent's workspaces.
 
+use super::audit;
 use super::{AppError, AppState, Principal};
 use crate::crypto;
 use crate::store::agents::AgentRow;
@@ -42,8 +43,16 @@ pub async fn create(
     who: &Principal,
     req: CreateAgentRequest,
 ) -> Result<CreatedAgent, AppError> {
-    who.require_admin()?;
-    register(state, &req.name, &req.config.unwrap_or_default()).await
+    let r: Result<CreatedAgent, AppError> = async {
+        who.require_admin()?;
+        register(state, &req.name, &req.config.clone().unwrap_or_default()).await
+    }
+    .await;
+    let target = match &r {
+        Ok(c) => audit::Target::new("agent", c.agent.id, &c.agent.name),
+        Err(_) => audit::Target::named("agent", &req.name),
+    };
+    audit::audited(state, who, "agent.create", target, r).await
 }
 
 /// Creates an agent on the operator's behalf (`warren up`'s default agent); its token is
@@ -103,14 +112,25 @@ pub async fn rotate_token(
     who: &Principal,
     key: &str,
 ) -> Result<CreatedAgent, AppError> {
-    who.require_admin()?;
-    let a = by_key(state, key).await?;
-    let token = reset_token(state, a.id).await?;
-    tracing::info!(agent = %a.name, by = %who.user.username, "agent token reset");
-    Ok(CreatedAgent {
-        agent: a.to_api(),
-        token,
-    })
+    let r: Result<CreatedAgent, AppError> = async {
+        who.require_admin()?;
+        let a = by_key(state, key).await?;
+        let token = reset_token(state, a.id).await?;
+        tracing::info!(agent = %a.name, by = %who.user.username, "agent token reset");
+        Ok(CreatedAgent {
+            agent: a.to_api(),
+            token,
+        })
+    }
+    .await;
+    audit::audited(
+        state,
+        who,
+        "agent.rotate_token",
+        audit::Target::named("agent", key),
+        r,
+    )
+    .await
 }
 
 /// Replaces an agent's configuration (admins only) and re-renders its workspaces,
@@ -121,20 +141,31 @@ pub async fn update(
     key: &str,
     req: &UpdateAgentRequest,
 ) -> Result<Agent, AppError> {
-    who.require_admin()?;
-    let a = by_key(state, key).await?;
-    validate_agent_config(&req.config)?;
-    let a = state
-        .store
-        .update_agent_config(a.id, &req.config, state.clock.now_ms())
-        .await?
-        .ok_or_else(|| AppError::not_found(format!("agent {key:?}")))?;
-    let changed = super::rerender::rerender_agent_workspaces(state, &a).await?;
-    if changed > 0 {
-        tracing::info!(agent = %a.name, workspaces = changed, "re-rendered workspaces after a configuration change");
+    let r: Result<Agent, AppError> = async {
+        who.require_admin()?;
+        let a = by_key(state, key).await?;
+        validate_agent_config(&req.config)?;
+        let a = state
+            .store
+            .update_agent_config(a.id, &req.config, state.clock.now_ms())
+            .await?
+            .ok_or_else(|| AppError::not_found(format!("agent {key:?}")))?;
+        let changed = super::rerender::rerender_agent_workspaces(state, &a).await?;
+        if changed > 0 {
+            tracing::info!(agent = %a.name, workspaces = changed, "re-rendered workspaces after a configuration change");
+        }
+        state.signals.notify(a.id);
+        Ok(a.to_api())
     }
-    state.signals.notify(a.id);
-    Ok(a.to_api())
+    .await;
+    audit::audited(
+        state,
+        who,
+        "agent.update",
+        audit::Target::named("agent", key),
+        r,
+    )
+    .await
 }
 
 /// Names of agents and projects: DNS-label-like, 1–63 characters.

@@ -64,11 +64,11 @@ pub async fn api_principal(
     let secret = bearer.ok_or_else(|| {
         AppError::unauthenticated("missing `Authorization: Bearer <personal access token>` header")
     })?;
-    let (token, user) = token(state, secret).await?.ok_or_else(|| {
-        AppError::unauthenticated(
-            "the token is not valid, has expired or was revoked, or its account is disabled",
-        )
-    })?;
+    let Some((token, user)) = token(state, secret).await? else {
+        let why = "the token is not valid, has expired or was revoked, or its account is disabled";
+        super::audit::refused_credential(state, "token.use", "token", why).await;
+        return Err(AppError::unauthenticated(why));
+    };
     let allowed = token.has_scope(TokenScope::Api)
         || (access == Access::Read && token.has_scope(TokenScope::ReadApi));
     if !allowed {

@@ -8,6 +8,7 @@
 
 use super::agents::validate_name;
 use super::{AppError, AppState, ErrorKind, Principal};
+use crate::app::audit;
 use crate::store::gitops::{NewRepository, RepositoryRow};
 use std::collections::BTreeMap;
 use warren_gitops::Problem;
@@ -136,35 +137,46 @@ pub async fn create_repository(
     who: &Principal,
     req: &CreateRepositoryRequest,
 ) -> Result<Repository, AppError> {
-    who.require_admin()?;
-    validate_name(&req.name).map_err(|e| AppError::invalid_field("name", e))?;
-    if let Some(c) = &req.credential {
-        check_credential(c)?;
+    let r: Result<Repository, AppError> = async {
+        who.require_admin()?;
+        validate_name(&req.name).map_err(|e| AppError::invalid_field("name", e))?;
+        if let Some(c) = &req.credential {
+            check_credential(c)?;
+        }
+        check_url(&req.url, req.credential.as_ref())?;
+        if let Some(s) = &req.webhook_secret {
+            check_webhook_secret("webhook_secret", s)?;
+        }
+        let r = state
+            .store
+            .insert_repository(
+                &NewRepository {
+                    name: &req.name,
+                    url: &req.url,
+                    credential: req.credential.as_ref(),
+                    webhook_secret: req.webhook_secret.as_deref(),
+                    created_by: who.user.id,
+                },
+                state.clock.now_ms(),
+            )
+            .await
+            .map_err(super::error::already_exists(|| {
+                format!("a repository named {:?} already exists", req.name)
+            }))?;
+        tracing::info!(repository = %r.name, url = %r.url, by = %who.user.username,
+            credential = ?req.credential.as_ref().map(GitCredential::kind),
+            webhook = req.webhook_secret.is_some(), "gitops repository registered");
+        view(state, &r, &BTreeMap::new())
     }
-    check_url(&req.url, req.credential.as_ref())?;
-    if let Some(s) = &req.webhook_secret {
-        check_webhook_secret("webhook_secret", s)?;
-    }
-    let r = state
-        .store
-        .insert_repository(
-            &NewRepository {
-                name: &req.name,
-                url: &req.url,
-                credential: req.credential.as_ref(),
-                webhook_secret: req.webhook_secret.as_deref(),
-                created_by: who.user.id,
-            },
-            state.clock.now_ms(),
-        )
-        .await
-        .map_err(super::error::already_exists(|| {
-            format!("a repository named {:?} already exists", req.name)
-        }))?;
-    tracing::info!(repository = %r.name, url = %r.url, by = %who.user.username,
-        credential = ?req.credential.as_ref().map(GitCredential::kind),
-        webhook = req.webhook_secret.is_some(), "gitops repository registered");
-    view(state, &r, &BTreeMap::new())
+    .await;
+    audit::audited(
+        state,
+        who,
+        "gitops.create_repository",
+        audit::Target::named("gitops_repository", &req.name),
+        r,
+    )
+    .await
 }
 
 /// Removes a repository no source uses; one in use is refused naming its sources.
@@ -173,34 +185,45 @@ pub async fn delete_repository(
     who: &Principal,
     name: &str,
 ) -> Result<(), AppError> {
-    who.require_admin()?;
-    let r = by_name(state, name).await?;
-    let in_use = |users: &[String]| {
-        AppError::conflict(
-            "in_use",
-            format!(
-                "repository {name:?} is used by source(s) {}; remove them first \
-                 (warren agent gitops set)",
-                users.join(", ")
-            ),
-        )
-    };
-    if let Some(users) = users_by_repository(state).await?.get(&r.id) {
-        return Err(in_use(users));
-    }
-    match state.store.delete_repository(r.id).await {
-        Ok(true) => {
-            tracing::info!(repository = %name, by = %who.user.username, "gitops repository removed");
-            Ok(())
+    let r: Result<(), AppError> = async {
+        who.require_admin()?;
+        let r = by_name(state, name).await?;
+        let in_use = |users: &[String]| {
+            AppError::conflict(
+                "in_use",
+                format!(
+                    "repository {name:?} is used by source(s) {}; remove them first \
+                     (warren agent gitops set)",
+                    users.join(", ")
+                ),
+            )
+        };
+        if let Some(users) = users_by_repository(state).await?.get(&r.id) {
+            return Err(in_use(users));
         }
-        Ok(false) => Err(not_found(name)),
-        // A source was given this repository since we looked.
-        Err(crate::store::StoreError::Conflict(_)) => {
-            let users = users_by_repository(state).await?;
-            Err(in_use(users.get(&r.id).map_or(&[][..], Vec::as_slice)))
+        match state.store.delete_repository(r.id).await {
+            Ok(true) => {
+                tracing::info!(repository = %name, by = %who.user.username, "gitops repository removed");
+                Ok(())
+            }
+            Ok(false) => Err(not_found(name)),
+            // A source was given this repository since we looked.
+            Err(crate::store::StoreError::Conflict(_)) => {
+                let users = users_by_repository(state).await?;
+                Err(in_use(users.get(&r.id).map_or(&[][..], Vec::as_slice)))
+            }
+            Err(e) => Err(e.into()),
         }
-        Err(e) => Err(e.into()),
     }
+    .await;
+    audit::audited(
+        state,
+        who,
+        "gitops.delete_repository",
+        audit::Target::named("gitops_repository", name),
+        r,
+    )
+    .await
 }
 
 /// Sets (or with `None` removes) a repository's credential.
@@ -210,20 +233,36 @@ pub async fn set_credential(
     name: &str,
     credential: Option<&GitCredential>,
 ) -> Result<Repository, AppError> {
-    who.require_admin()?;
-    let r = by_name(state, name).await?;
-    if let Some(c) = credential {
-        check_credential(c)?;
-        check_url(&r.url, Some(c))?;
+    let r: Result<Repository, AppError> = async {
+        who.require_admin()?;
+        let r = by_name(state, name).await?;
+        if let Some(c) = credential {
+            check_credential(c)?;
+            check_url(&r.url, Some(c))?;
+        }
+        let r = state
+            .store
+            .set_repository_credential(r.id, credential, state.clock.now_ms())
+            .await?
+            .ok_or_else(|| not_found(name))?;
+        tracing::info!(repository = %name, by = %who.user.username,
+            credential = ?credential.map(GitCredential::kind), "gitops repository credential changed");
+        view(state, &r, &users_by_repository(state).await?)
     }
-    let r = state
-        .store
-        .set_repository_credential(r.id, credential, state.clock.now_ms())
-        .await?
-        .ok_or_else(|| not_found(name))?;
-    tracing::info!(repository = %name, by = %who.user.username,
-        credential = ?credential.map(GitCredential::kind), "gitops repository credential changed");
-    view(state, &r, &users_by_repository(state).await?)
+    .await;
+    audit::audited_with(
+        state,
+        who,
+        "gitops.set_credential",
+        audit::Target::named("gitops_repository", name),
+        if credential.is_some() {
+            "set".to_owned()
+        } else {
+            "removed".to_owned()
+        },
+        r,
+    )
+    .await
 }
 
 /// Sets (or with `None` removes) a repository's webhook secret.
@@ -233,19 +272,35 @@ pub async fn set_webhook_secret(
     name: &str,
     secret: Option<&str>,
 ) -> Result<Repository, AppError> {
-    who.require_admin()?;
-    let r = by_name(state, name).await?;
-    if let Some(s) = secret {
-        check_webhook_secret("secret", s)?;
+    let r: Result<Repository, AppError> = async {
+        who.require_admin()?;
+        let r = by_name(state, name).await?;
+        if let Some(s) = secret {
+            check_webhook_secret("secret", s)?;
+        }
+        let r = state
+            .store
+            .set_webhook_secret(r.id, secret, state.clock.now_ms())
+            .await?
+            .ok_or_else(|| not_found(name))?;
+        tracing::info!(repository = %name, by = %who.user.username, set = secret.is_some(),
+            "gitops webhook secret changed");
+        view(state, &r, &users_by_repository(state).await?)
     }
-    let r = state
-        .store
-        .set_webhook_secret(r.id, secret, state.clock.now_ms())
-        .await?
-        .ok_or_else(|| not_found(name))?;
-    tracing::info!(repository = %name, by = %who.user.username, set = secret.is_some(),
-        "gitops webhook secret changed");
-    view(state, &r, &users_by_repository(state).await?)
+    .await;
+    audit::audited_with(
+        state,
+        who,
+        "gitops.set_webhook_secret",
+        audit::Target::named("gitops_repository", name),
+        if secret.is_some() {
+            "set".to_owned()
+        } else {
+            "removed".to_owned()
+        },
+        r,
+    )
+    .await
 }
 
 async fn agent_id(state: &AppState, key: &str) -> Result<warren_types::AgentId, AppError> {
@@ -280,39 +335,50 @@ pub async fn set_agent_gitops(
     agent: &str,
     config: &AgentGitops,
 ) -> Result<AgentGitops, AppError> {
-    who.require_admin()?;
-    let id = agent_id(state, agent).await?;
-    let repositories: BTreeMap<String, RepositoryId> = state
-        .store
-        .list_repositories()
-        .await?
-        .into_iter()
-        .map(|r| (r.name, r.id))
-        .collect();
-    let policy = state.store.gitops_policy().await?;
-    warren_gitops::validate_sources(config, &policy, &|r| repositories.contains_key(r))
-        .map_err(|p| refusal(&p))?;
-    let rows: Vec<_> = config
-        .sources
-        .iter()
-        .filter_map(|s| Some((s.clone(), *repositories.get(&s.repository)?)))
-        .collect();
-    state
-        .store
-        .set_agent_sources(id, &rows, state.clock.now_ms())
-        .await
-        .map_err(|e| match e {
-            crate::store::StoreError::NotFound(_) => AppError::conflict(
-                "conflict",
-                "a repository was removed while the sources were being set; try again",
-            ),
-            e => e.into(),
-        })?;
-    tracing::info!(agent = %agent, by = %who.user.username, sources = rows.len(),
-        "gitops sources set");
-    // The agent learns its sources with the next reconcile answer: ask for one now.
-    state.signals.notify(id);
-    agent_gitops(state, who, agent).await
+    let r: Result<AgentGitops, AppError> = async {
+        who.require_admin()?;
+        let id = agent_id(state, agent).await?;
+        let repositories: BTreeMap<String, RepositoryId> = state
+            .store
+            .list_repositories()
+            .await?
+            .into_iter()
+            .map(|r| (r.name, r.id))
+            .collect();
+        let policy = state.store.gitops_policy().await?;
+        warren_gitops::validate_sources(config, &policy, &|r| repositories.contains_key(r))
+            .map_err(|p| refusal(&p))?;
+        let rows: Vec<_> = config
+            .sources
+            .iter()
+            .filter_map(|s| Some((s.clone(), *repositories.get(&s.repository)?)))
+            .collect();
+        state
+            .store
+            .set_agent_sources(id, &rows, state.clock.now_ms())
+            .await
+            .map_err(|e| match e {
+                crate::store::StoreError::NotFound(_) => AppError::conflict(
+                    "conflict",
+                    "a repository was removed while the sources were being set; try again",
+                ),
+                e => e.into(),
+            })?;
+        tracing::info!(agent = %agent, by = %who.user.username, sources = rows.len(),
+            "gitops sources set");
+        // The agent learns its sources with the next reconcile answer: ask for one now.
+        state.signals.notify(id);
+        agent_gitops(state, who, agent).await
+    }
+    .await;
+    audit::audited(
+        state,
+        who,
+        "gitops.set_agent",
+        audit::Target::named("agent", agent),
+        r,
+    )
+    .await
 }
 
 pub async fn policy(state: &AppState, who: &Principal) -> Result<Policy, AppError> {
@@ -326,15 +392,26 @@ pub async fn set_policy(
     who: &Principal,
     policy: &Policy,
 ) -> Result<Policy, AppError> {
-    who.require_admin()?;
-    warren_gitops::validate_policy(policy).map_err(|p| refusal(&p))?;
-    state
-        .store
-        .set_gitops_policy(policy, state.clock.now_ms())
-        .await?;
-    tracing::info!(by = %who.user.username, deny = ?policy.deny,
-        allow_cluster_mode = policy.allow_cluster_mode, "gitops policy set");
-    Ok(policy.clone())
+    let r: Result<Policy, AppError> = async {
+        who.require_admin()?;
+        warren_gitops::validate_policy(policy).map_err(|p| refusal(&p))?;
+        state
+            .store
+            .set_gitops_policy(policy, state.clock.now_ms())
+            .await?;
+        tracing::info!(by = %who.user.username, deny = ?policy.deny,
+            allow_cluster_mode = policy.allow_cluster_mode, "gitops policy set");
+        Ok(policy.clone())
+    }
+    .await;
+    audit::audited(
+        state,
+        who,
+        "gitops.set_policy",
+        audit::Target::named("gitops_policy", ""),
+        r,
+    )
+    .await
 }
 
 /// The agent a relay's JWT speaks for.

@@ -243,6 +243,16 @@ pub async fn run_timers_once(state: &AppState) -> Result<Vec<AgentId>, StoreErro
             {
                 tracing::info!(agent = %agent.name, workspace_id = %w.id, from = %w.desired, %to, ?by, "lifecycle timer changed desired state");
                 changed += 1;
+                let why = match by {
+                    ChangedBy::IdleTimeout => "idle timeout",
+                    ChangedBy::WorkingHours => "working hours",
+                    ChangedBy::Other => "lifecycle policy",
+                };
+                let target = match state.store.workspace_by_id(w.id).await? {
+                    Some(row) => super::audit::Target::workspace(&row),
+                    None => super::audit::Target::new("workspace", w.id, ""),
+                };
+                super::audit::by_system(state, super::audit::desired_action(to), target, why).await;
             }
         }
         if changed > 0 {

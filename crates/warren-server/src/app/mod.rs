@@ -5,6 +5,7 @@
 
 pub mod access;
 pub mod agents;
+pub mod audit;
 pub mod auth;
 pub mod builds;
 pub mod commands;
@@ -81,6 +82,8 @@ pub struct AppState {
     pub password_login: bool,
     /// The lease of the jobs one replica runs (lifecycle timers, account deletions).
     pub housekeeping: Arc<leases::Lease>,
+    /// Where audit entries are copied besides the database.
+    pub audit: Arc<audit::Stream>,
 }
 
 impl AppState {

@@ -12,6 +12,7 @@
 
 use super::rights::{self, Right};
 use super::{AppError, AppState, ErrorKind, Principal};
+use crate::app::audit;
 use crate::crypto;
 use crate::store::agents::AgentRow;
 use crate::store::ports::ShareLinkRow;
@@ -213,27 +214,43 @@ pub async fn set(
     port: u16,
     req: &SetPortRequest,
 ) -> Result<WorkspacePort, AppError> {
-    let (w, agent, d) = shareable(state, who, key, port).await?;
-    let policy = &agent.config.ports;
-    if let Some(v) = req.visibility {
-        if v > policy.max_visibility {
-            return Err(AppError::new(
-                ErrorKind::Unprocessable,
-                "not_allowed_by_agent",
-                format!(
-                    "visibility {v} is wider than agent {:?} allows (its ports.max_visibility is {}); an admin may widen it",
-                    agent.name, policy.max_visibility
-                ),
-            )
-            .with_field("visibility"));
+    let r: Result<WorkspacePort, AppError> = async {
+        let (w, agent, d) = shareable(state, who, key, port).await?;
+        let policy = &agent.config.ports;
+        if let Some(v) = req.visibility {
+            if v > policy.max_visibility {
+                return Err(AppError::new(
+                    ErrorKind::Unprocessable,
+                    "not_allowed_by_agent",
+                    format!(
+                        "visibility {v} is wider than agent {:?} allows (its ports.max_visibility is {}); an admin may widen it",
+                        agent.name, policy.max_visibility
+                    ),
+                )
+                .with_field("visibility"));
+            }
         }
+        state
+            .store
+            .set_port_visibility(w.id, port, req.visibility, state.clock.now_ms())
+            .await?;
+        tracing::info!(workspace = %w.name, port, visibility = ?req.visibility, by = %who.user.username, "port visibility set");
+        Ok(port_view(port, d, policy, req.visibility))
     }
-    state
-        .store
-        .set_port_visibility(w.id, port, req.visibility, state.clock.now_ms())
-        .await?;
-    tracing::info!(workspace = %w.name, port, visibility = ?req.visibility, by = %who.user.username, "port visibility set");
-    Ok(port_view(port, d, policy, req.visibility))
+    .await;
+    audit::audited_with(
+        state,
+        who,
+        "port.set_visibility",
+        audit::Target::workspace_key(state, key).await,
+        format!(
+            "port {port}: {}",
+            req.visibility
+                .map_or_else(|| "default".to_owned(), |v| v.to_string())
+        ),
+        r,
+    )
+    .await
 }
 
 fn link_view(l: &ShareLinkRow, url: Option<String>) -> ShareLink {
@@ -276,59 +293,71 @@ pub async fn create_share_link(
     port: u16,
     req: &CreateShareLinkRequest,
 ) -> Result<ShareLink, AppError> {
-    let (w, agent, _) = shareable(state, who, key, port).await?;
-    let policy = &agent.config.ports;
-    let refused =
-        |code: &'static str, why: String| AppError::new(ErrorKind::Unprocessable, code, why);
-    if !policy.share_links {
-        return Err(refused(
-            "not_allowed_by_agent",
-            format!(
-                "agent {:?} does not allow share links (its ports.share_links is false)",
-                agent.name
-            ),
-        ));
+    let r: Result<ShareLink, AppError> = async {
+        let (w, agent, _) = shareable(state, who, key, port).await?;
+        let policy = &agent.config.ports;
+        let refused =
+            |code: &'static str, why: String| AppError::new(ErrorKind::Unprocessable, code, why);
+        if !policy.share_links {
+            return Err(refused(
+                "not_allowed_by_agent",
+                format!(
+                    "agent {:?} does not allow share links (its ports.share_links is false)",
+                    agent.name
+                ),
+            ));
+        }
+        let secs = req
+            .expires_in_secs
+            .unwrap_or(DEFAULT_SHARE_LINK_SECS.min(policy.max_share_link_secs));
+        if secs == 0 || secs > policy.max_share_link_secs {
+            return Err(refused(
+                "invalid_field",
+                format!(
+                    "expires_in_secs: between 1 and {} (agent {:?}'s ports.max_share_link_secs)",
+                    policy.max_share_link_secs, agent.name
+                ),
+            )
+            .with_field("expires_in_secs"));
+        }
+        let now = state.clock.now_ms();
+        let _ = state.store.purge_share_links(now - KEEP_ENDED_MS).await;
+        let token = format!("{SHARE_TOKEN_PREFIX}{}", crypto::random_secret(32));
+        let expires_at = now.saturating_add(i64::try_from(secs * 1000).unwrap_or(i64::MAX));
+        let id = state
+            .store
+            .insert_share_link(
+                w.id,
+                port,
+                &crypto::token_digest(&token),
+                who.user.id,
+                now,
+                expires_at,
+            )
+            .await?;
+        let cfg = &agent.config;
+        let url = format!(
+            "{}://{port}-{}.{}{SHARE_PATH}?token={token}",
+            cfg.workspace_scheme, w.name, cfg.workspace_domain
+        );
+        tracing::info!(workspace = %w.name, port, link = id, secs, by = %who.user.username, "share link made");
+        let row = state
+            .store
+            .share_link_by_id(id)
+            .await?
+            .ok_or_else(|| AppError::not_found(format!("share link {id}")))?;
+        Ok(link_view(&row, Some(url)))
     }
-    let secs = req
-        .expires_in_secs
-        .unwrap_or(DEFAULT_SHARE_LINK_SECS.min(policy.max_share_link_secs));
-    if secs == 0 || secs > policy.max_share_link_secs {
-        return Err(refused(
-            "invalid_field",
-            format!(
-                "expires_in_secs: between 1 and {} (agent {:?}'s ports.max_share_link_secs)",
-                policy.max_share_link_secs, agent.name
-            ),
-        )
-        .with_field("expires_in_secs"));
-    }
-    let now = state.clock.now_ms();
-    let _ = state.store.purge_share_links(now - KEEP_ENDED_MS).await;
-    let token = format!("{SHARE_TOKEN_PREFIX}{}", crypto::random_secret(32));
-    let expires_at = now.saturating_add(i64::try_from(secs * 1000).unwrap_or(i64::MAX));
-    let id = state
-        .store
-        .insert_share_link(
-            w.id,
-            port,
-            &crypto::token_digest(&token),
-            who.user.id,
-            now,
-            expires_at,
-        )
-        .await?;
-    let cfg = &agent.config;
-    let url = format!(
-        "{}://{port}-{}.{}{SHARE_PATH}?token={token}",
-        cfg.workspace_scheme, w.name, cfg.workspace_domain
-    );
-    tracing::info!(workspace = %w.name, port, link = id, secs, by = %who.user.username, "share link made");
-    let row = state
-        .store
-        .share_link_by_id(id)
-        .await?
-        .ok_or_else(|| AppError::not_found(format!("share link {id}")))?;
-    Ok(link_view(&row, Some(url)))
+    .await;
+    audit::audited_with(
+        state,
+        who,
+        "share_link.create",
+        audit::Target::workspace_key(state, key).await,
+        format!("port {port}"),
+        r,
+    )
+    .await
 }
 
 /// Revokes share link `id` of workspace `key` (again: no change); the proxy stops honouring
@@ -339,19 +368,31 @@ pub async fn revoke_share_link(
     key: &str,
     id: i64,
 ) -> Result<(), AppError> {
-    let w = rights::authorized(state, who, key, Right::Manage).await?;
-    if !state
-        .store
-        .revoke_share_link(w.id, id, state.clock.now_ms())
-        .await?
-    {
-        return Err(AppError::not_found(format!(
-            "share link {id} of workspace {:?}",
-            w.name
-        )));
+    let r: Result<(), AppError> = async {
+        let w = rights::authorized(state, who, key, Right::Manage).await?;
+        if !state
+            .store
+            .revoke_share_link(w.id, id, state.clock.now_ms())
+            .await?
+        {
+            return Err(AppError::not_found(format!(
+                "share link {id} of workspace {:?}",
+                w.name
+            )));
+        }
+        tracing::info!(workspace = %w.name, link = id, by = %who.user.username, "share link revoked");
+        Ok(())
     }
-    tracing::info!(workspace = %w.name, link = id, by = %who.user.username, "share link revoked");
-    Ok(())
+    .await;
+    audit::audited_with(
+        state,
+        who,
+        "share_link.revoke",
+        audit::Target::workspace_key(state, key).await,
+        format!("link {id}"),
+        r,
+    )
+    .await
 }
 
 fn hidden() -> AppError {

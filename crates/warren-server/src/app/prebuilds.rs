@@ -23,6 +23,7 @@ use super::workspaces::checks::{
     check_quotas, choose_agent, size_at_creation, size_for_requirements,
 };
 use super::{AppError, AppState, Principal};
+use crate::app::audit;
 use crate::store::prebuilds::{Finish, PrebuildRow, PrebuildSettings};
 use crate::store::projects::ProjectRow;
 use crate::store::workspaces::{ChangedBy, NewWorkspace, WorkspaceRow};
@@ -90,31 +91,42 @@ pub async fn trigger(
     key: &str,
     git_ref: Option<&str>,
 ) -> Result<Prebuild, AppError> {
-    let p = super::projects::maintained(state, who, key).await?;
-    let (Some(agent), Some(by)) = (p.prebuild_agent_id, p.prebuild_by) else {
-        return Err(AppError::conflict(
-            "prebuilds_off",
-            format!(
-                "project {:?} has no prebuilds: turn them on with `warren project prebuild on {}`",
-                p.name, p.name
-            ),
-        ));
-    };
-    let git_ref = git_ref.unwrap_or(&p.default_ref);
-    if !p.prebuilt_refs().contains(&git_ref) {
-        return Err(AppError::invalid_field(
-            "ref",
-            format!(
-                "project {:?} prebuilds {}, not {git_ref:?}: add it with `warren project prebuild on {} --ref {git_ref}`",
-                p.name,
-                p.prebuilt_refs().join(", "),
-                p.name
-            ),
-        ));
+    let r: Result<Prebuild, AppError> = async {
+        let p = super::projects::maintained(state, who, key).await?;
+        let (Some(agent), Some(by)) = (p.prebuild_agent_id, p.prebuild_by) else {
+            return Err(AppError::conflict(
+                "prebuilds_off",
+                format!(
+                    "project {:?} has no prebuilds: turn them on with `warren project prebuild on {}`",
+                    p.name, p.name
+                ),
+            ));
+        };
+        let git_ref = git_ref.unwrap_or(&p.default_ref);
+        if !p.prebuilt_refs().contains(&git_ref) {
+            return Err(AppError::invalid_field(
+                "ref",
+                format!(
+                    "project {:?} prebuilds {}, not {git_ref:?}: add it with `warren project prebuild on {} --ref {git_ref}`",
+                    p.name,
+                    p.prebuilt_refs().join(", "),
+                    p.name
+                ),
+            ));
+        }
+        let row = start(state, &p, git_ref, agent, by, PrebuildTrigger::Manual, None).await?;
+        tracing::info!(project = %p.name, by = %who.user.username, prebuild = row.id, "prebuild asked for");
+        Ok(view(&row))
     }
-    let row = start(state, &p, git_ref, agent, by, PrebuildTrigger::Manual, None).await?;
-    tracing::info!(project = %p.name, by = %who.user.username, prebuild = row.id, "prebuild asked for");
-    Ok(view(&row))
+    .await;
+    audit::audited(
+        state,
+        who,
+        "prebuild.run",
+        audit::Target::named("project", key),
+        r,
+    )
+    .await
 }
 
 /// Turns the project's prebuilds on, or changes them (its maintainers): on the agent asked
@@ -126,44 +138,55 @@ pub async fn turn_on(
     key: &str,
     req: &SetPrebuildsRequest,
 ) -> Result<Project, AppError> {
-    let p = super::projects::maintained(state, who, key).await?;
-    let refs = prebuild_refs(&p, &req.refs)?;
-    if let Some(n) = req.pool.filter(|n| *n > MAX_PREBUILD_POOL) {
-        return Err(AppError::invalid_field(
-            "pool",
-            format!("a warm pool holds at most {MAX_PREBUILD_POOL} workspaces, not {n}"),
-        ));
-    }
-    if let Some(h) = req.every_hours {
-        if !(1..=MAX_PREBUILD_EVERY_HOURS).contains(&h) {
+    let r: Result<Project, AppError> = async {
+        let p = super::projects::maintained(state, who, key).await?;
+        let refs = prebuild_refs(&p, &req.refs)?;
+        if let Some(n) = req.pool.filter(|n| *n > MAX_PREBUILD_POOL) {
             return Err(AppError::invalid_field(
-                "every_hours",
-                format!("must be 1 to {MAX_PREBUILD_EVERY_HOURS} hours, not {h}"),
+                "pool",
+                format!("a warm pool holds at most {MAX_PREBUILD_POOL} workspaces, not {n}"),
             ));
         }
-    }
-    let agent = choose_agent(state, req.agent.as_deref())
-        .await
-        .map_err(|mut e| {
-            if e.field.is_some() {
-                e.message = e.message.replacen("agent", "prebuilds' agent", 1);
+        if let Some(h) = req.every_hours {
+            if !(1..=MAX_PREBUILD_EVERY_HOURS).contains(&h) {
+                return Err(AppError::invalid_field(
+                    "every_hours",
+                    format!("must be 1 to {MAX_PREBUILD_EVERY_HOURS} hours, not {h}"),
+                ));
             }
-            e
-        })?;
-    let settings = PrebuildSettings {
-        agent: agent.id,
-        by: who.user.id,
-        refs,
-        every_hours: req.every_hours,
-        pool: req.pool,
-    };
-    state
-        .store
-        .set_project_prebuilds(p.id, Some(&settings))
-        .await?;
-    tracing::info!(project = %p.name, agent = %agent.name, refs = ?settings.refs, every_hours = ?settings.every_hours, pool = ?settings.pool, by = %who.user.username, "project prebuilds turned on");
-    collect(state).await?;
-    super::projects::get(state, who, key).await
+        }
+        let agent = choose_agent(state, req.agent.as_deref())
+            .await
+            .map_err(|mut e| {
+                if e.field.is_some() {
+                    e.message = e.message.replacen("agent", "prebuilds' agent", 1);
+                }
+                e
+            })?;
+        let settings = PrebuildSettings {
+            agent: agent.id,
+            by: who.user.id,
+            refs,
+            every_hours: req.every_hours,
+            pool: req.pool,
+        };
+        state
+            .store
+            .set_project_prebuilds(p.id, Some(&settings))
+            .await?;
+        tracing::info!(project = %p.name, agent = %agent.name, refs = ?settings.refs, every_hours = ?settings.every_hours, pool = ?settings.pool, by = %who.user.username, "project prebuilds turned on");
+        collect(state).await?;
+        super::projects::get(state, who, key).await
+    }
+    .await;
+    audit::audited(
+        state,
+        who,
+        "prebuild.turn_on",
+        audit::Target::named("project", key),
+        r,
+    )
+    .await
 }
 
 /// The refs asked to be prebuilt besides the default ref: valid ref names, within
@@ -191,11 +214,22 @@ fn prebuild_refs(p: &ProjectRow, asked: &[String]) -> Result<Vec<String>, AppErr
 /// Turns the project's prebuilds off (its maintainers): its prebuilds are removed and their
 /// workspaces terminated.
 pub async fn turn_off(state: &AppState, who: &Principal, key: &str) -> Result<Project, AppError> {
-    let p = super::projects::maintained(state, who, key).await?;
-    state.store.set_project_prebuilds(p.id, None).await?;
-    tracing::info!(project = %p.name, by = %who.user.username, "project prebuilds turned off");
-    collect(state).await?;
-    super::projects::get(state, who, key).await
+    let r: Result<Project, AppError> = async {
+        let p = super::projects::maintained(state, who, key).await?;
+        state.store.set_project_prebuilds(p.id, None).await?;
+        tracing::info!(project = %p.name, by = %who.user.username, "project prebuilds turned off");
+        collect(state).await?;
+        super::projects::get(state, who, key).await
+    }
+    .await;
+    audit::audited(
+        state,
+        who,
+        "prebuild.turn_off",
+        audit::Target::named("project", key),
+        r,
+    )
+    .await
 }
 
 /// Records a prebuild of `commit` (the ref's newest when `None`) and makes its workspace; a

@@ -12,6 +12,7 @@
 
 use super::agents::validate_name;
 use super::{render, AppError, AppState, ErrorKind, Principal};
+use crate::app::audit;
 use crate::store::projects::{NewProject, ProjectRow};
 use warren_types::api::{
     CreateProjectRequest, Project, ProjectMember, ProjectRole, ProjectVisibility,
@@ -130,44 +131,55 @@ pub async fn create(
     who: &Principal,
     req: &CreateProjectRequest,
 ) -> Result<Project, AppError> {
-    if let Some(text) = &req.devfile {
-        // The project keeps the text as given: its parent is fetched again for each
-        // workspace, so a registry's fixes reach new workspaces.
-        let flat = render::resolve_parent(&state.parents, text, "devfile").await?;
-        render::parse(&flat, "devfile")?;
+    let r: Result<Project, AppError> = async {
+        if let Some(text) = &req.devfile {
+            // The project keeps the text as given: its parent is fetched again for each
+            // workspace, so a registry's fixes reach new workspaces.
+            let flat = render::resolve_parent(&state.parents, text, "devfile").await?;
+            render::parse(&flat, "devfile")?;
+        }
+        validate_name(&req.name).map_err(|e| AppError::invalid_field("name", e))?;
+        validate_git_url(&req.git_url).map_err(|e| AppError::invalid_field("git_url", e))?;
+        let default_ref = req.default_ref.clone().unwrap_or_else(|| "main".into());
+        warren_types::git::validate_ref(&default_ref)
+            .map_err(|e| AppError::invalid_field("default_ref", e))?;
+        let devfile_path = req
+            .devfile_path
+            .clone()
+            .unwrap_or_else(|| ".devfile.yaml".into());
+        check_devfile_path(&devfile_path)?;
+        if let Some(c) = &req.credential {
+            check_credential(c)?;
+        }
+        let new = NewProject {
+            name: req.name.clone(),
+            git_url: req.git_url.clone(),
+            default_ref,
+            devfile_path,
+            devfile: req.devfile.clone(),
+            created_by: who.user.id,
+            visibility: req.visibility.unwrap_or(ProjectVisibility::Private),
+            credential: req.credential.clone(),
+        };
+        let p = state
+            .store
+            .insert_project(&new, state.clock.now_ms())
+            .await
+            .map_err(super::error::already_exists(|| {
+                format!("a project named {:?} already exists", req.name)
+            }))?;
+        tracing::info!(project = %p.name, by = %who.user.username, credential = ?req.credential.as_ref().map(GitCredential::kind), "project created");
+        view(&p, state).await
     }
-    validate_name(&req.name).map_err(|e| AppError::invalid_field("name", e))?;
-    validate_git_url(&req.git_url).map_err(|e| AppError::invalid_field("git_url", e))?;
-    let default_ref = req.default_ref.clone().unwrap_or_else(|| "main".into());
-    warren_types::git::validate_ref(&default_ref)
-        .map_err(|e| AppError::invalid_field("default_ref", e))?;
-    let devfile_path = req
-        .devfile_path
-        .clone()
-        .unwrap_or_else(|| ".devfile.yaml".into());
-    check_devfile_path(&devfile_path)?;
-    if let Some(c) = &req.credential {
-        check_credential(c)?;
-    }
-    let new = NewProject {
-        name: req.name.clone(),
-        git_url: req.git_url.clone(),
-        default_ref,
-        devfile_path,
-        devfile: req.devfile.clone(),
-        created_by: who.user.id,
-        visibility: req.visibility.unwrap_or(ProjectVisibility::Private),
-        credential: req.credential.clone(),
-    };
-    let p = state
-        .store
-        .insert_project(&new, state.clock.now_ms())
-        .await
-        .map_err(super::error::already_exists(|| {
-            format!("a project named {:?} already exists", req.name)
-        }))?;
-    tracing::info!(project = %p.name, by = %who.user.username, credential = ?req.credential.as_ref().map(GitCredential::kind), "project created");
-    view(&p, state).await
+    .await;
+    audit::audited(
+        state,
+        who,
+        "project.create",
+        audit::Target::named("project", &req.name),
+        r,
+    )
+    .await
 }
 
 /// A maintainer's change of visibility, default ref or devfile path.
@@ -177,32 +189,54 @@ pub async fn update(
     key: &str,
     req: &UpdateProjectRequest,
 ) -> Result<Project, AppError> {
-    let p = maintained(state, who, key).await?;
-    let default_ref = req.default_ref.clone().unwrap_or(p.default_ref.clone());
-    warren_types::git::validate_ref(&default_ref)
-        .map_err(|e| AppError::invalid_field("default_ref", e))?;
-    let devfile_path = req.devfile_path.clone().unwrap_or(p.devfile_path.clone());
-    check_devfile_path(&devfile_path)?;
-    let updated = state
-        .store
-        .update_project(
-            p.id,
-            req.visibility.unwrap_or(p.visibility),
-            &default_ref,
-            &devfile_path,
-            &p.git_url,
-        )
-        .await?
-        .ok_or_else(|| not_found(key))?;
-    view(&updated, state).await
+    let r: Result<Project, AppError> = async {
+        let p = maintained(state, who, key).await?;
+        let default_ref = req.default_ref.clone().unwrap_or(p.default_ref.clone());
+        warren_types::git::validate_ref(&default_ref)
+            .map_err(|e| AppError::invalid_field("default_ref", e))?;
+        let devfile_path = req.devfile_path.clone().unwrap_or(p.devfile_path.clone());
+        check_devfile_path(&devfile_path)?;
+        let updated = state
+            .store
+            .update_project(
+                p.id,
+                req.visibility.unwrap_or(p.visibility),
+                &default_ref,
+                &devfile_path,
+                &p.git_url,
+            )
+            .await?
+            .ok_or_else(|| not_found(key))?;
+        view(&updated, state).await
+    }
+    .await;
+    audit::audited(
+        state,
+        who,
+        "project.update",
+        audit::Target::named("project", key),
+        r,
+    )
+    .await
 }
 
 /// Deletes a project (admins and its maintainers); its workspaces keep running and only
 /// lose the link.
 pub async fn delete(state: &AppState, who: &Principal, key: &str) -> Result<(), AppError> {
-    let p = maintained(state, who, key).await?;
-    state.store.delete_project(p.id).await?;
-    Ok(())
+    let r: Result<(), AppError> = async {
+        let p = maintained(state, who, key).await?;
+        state.store.delete_project(p.id).await?;
+        Ok(())
+    }
+    .await;
+    audit::audited(
+        state,
+        who,
+        "project.delete",
+        audit::Target::named("project", key),
+        r,
+    )
+    .await
 }
 
 /// Sets (or with `None` removes) the project's credential; its workspaces get it too (their
@@ -213,19 +247,35 @@ pub async fn set_credential(
     key: &str,
     credential: Option<&GitCredential>,
 ) -> Result<Project, AppError> {
-    let p = maintained(state, who, key).await?;
-    if let Some(c) = credential {
-        check_credential(c)?;
+    let r: Result<Project, AppError> = async {
+        let p = maintained(state, who, key).await?;
+        if let Some(c) = credential {
+            check_credential(c)?;
+        }
+        state.store.set_project_credential(p.id, credential).await?;
+        tracing::info!(project = %p.name, by = %who.user.username, credential = ?credential.map(GitCredential::kind), "project credential changed");
+        super::rerender::rerender_project_workspaces(state, p.id).await?;
+        let p = state
+            .store
+            .project_by_key(&p.id.to_string())
+            .await?
+            .ok_or_else(|| not_found(key))?;
+        view(&p, state).await
     }
-    state.store.set_project_credential(p.id, credential).await?;
-    tracing::info!(project = %p.name, by = %who.user.username, credential = ?credential.map(GitCredential::kind), "project credential changed");
-    super::rerender::rerender_project_workspaces(state, p.id).await?;
-    let p = state
-        .store
-        .project_by_key(&p.id.to_string())
-        .await?
-        .ok_or_else(|| not_found(key))?;
-    view(&p, state).await
+    .await;
+    audit::audited_with(
+        state,
+        who,
+        "project.set_credential",
+        audit::Target::named("project", key),
+        if credential.is_some() {
+            "set".to_owned()
+        } else {
+            "removed".to_owned()
+        },
+        r,
+    )
+    .await
 }
 
 /// The project's members (whoever may see the project).
@@ -250,26 +300,38 @@ pub async fn set_member(
     user: &str,
     req: &SetProjectMemberRequest,
 ) -> Result<Vec<ProjectMember>, AppError> {
-    let p = maintained(state, who, key).await?;
-    let uid = user_by_key(state, user).await?;
-    if req.role == ProjectRole::Developer
-        && state.store.project_role(p.id, uid).await? == Some(ProjectRole::Maintainer)
-        && state
+    let r: Result<Vec<ProjectMember>, AppError> = async {
+        let p = maintained(state, who, key).await?;
+        let uid = user_by_key(state, user).await?;
+        if req.role == ProjectRole::Developer
+            && state.store.project_role(p.id, uid).await? == Some(ProjectRole::Maintainer)
+            && state
+                .store
+                .project_members(p.id)
+                .await?
+                .iter()
+                .filter(|m| m.role == ProjectRole::Maintainer)
+                .count()
+                == 1
+        {
+            return Err(last_maintainer(&p.name));
+        }
+        state
             .store
-            .project_members(p.id)
-            .await?
-            .iter()
-            .filter(|m| m.role == ProjectRole::Maintainer)
-            .count()
-            == 1
-    {
-        return Err(last_maintainer(&p.name));
+            .set_project_member(p.id, uid, req.role, state.clock.now_ms())
+            .await?;
+        Ok(state.store.project_members(p.id).await?)
     }
-    state
-        .store
-        .set_project_member(p.id, uid, req.role, state.clock.now_ms())
-        .await?;
-    Ok(state.store.project_members(p.id).await?)
+    .await;
+    audit::audited_with(
+        state,
+        who,
+        "project.set_member",
+        audit::Target::named("project", key),
+        format!("{user}: {}", req.role.as_str()),
+        r,
+    )
+    .await
 }
 
 fn last_maintainer(project: &str) -> AppError {
@@ -288,19 +350,31 @@ pub async fn remove_member(
     key: &str,
     user: &str,
 ) -> Result<(), AppError> {
-    let p = usable(state, who, key).await?;
-    let uid = user_by_key(state, user).await?;
-    if uid != who.user.id {
-        maintained(state, who, key).await?;
+    let r: Result<(), AppError> = async {
+        let p = usable(state, who, key).await?;
+        let uid = user_by_key(state, user).await?;
+        if uid != who.user.id {
+            maintained(state, who, key).await?;
+        }
+        match state.store.remove_project_member(p.id, uid).await? {
+            Some(true) => Ok(()),
+            Some(false) => Err(last_maintainer(&p.name)),
+            None => Err(AppError::not_found(format!(
+                "member {user:?} of project {:?}",
+                p.name
+            ))),
+        }
     }
-    match state.store.remove_project_member(p.id, uid).await? {
-        Some(true) => Ok(()),
-        Some(false) => Err(last_maintainer(&p.name)),
-        None => Err(AppError::not_found(format!(
-            "member {user:?} of project {:?}",
-            p.name
-        ))),
-    }
+    .await;
+    audit::audited_with(
+        state,
+        who,
+        "project.remove_member",
+        audit::Target::named("project", key),
+        user.to_owned(),
+        r,
+    )
+    .await
 }
 
 /// Splits credentials out of a URL: the URL without them and the credential, if it had one

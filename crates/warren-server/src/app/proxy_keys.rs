@@ -7,6 +7,7 @@
 //! it; nobody is sent to sign in again by a replica that has not heard of the rotation yet.
 
 use super::{AppError, AppState, Principal};
+use crate::app::audit;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use warren_types::api::{ProxyKeyRotation as Rotation, SshEndpoint};
@@ -85,18 +86,29 @@ pub async fn current(state: &AppState) -> Result<ProxyKeys, AppError> {
 
 /// Rotates the proxies' cookie key (admins only): a new key, signing in [`PUBLISH_SECS`].
 pub async fn rotate(state: &AppState, who: &Principal) -> Result<Rotation, AppError> {
-    who.require_admin()?;
-    let now = state.clock.now_ms();
-    let signing_from = now + PUBLISH_SECS * 1000;
-    let generation = state
-        .store
-        .rotate_proxy_cookie_key(&crate::crypto::random_secret(32), signing_from, now)
-        .await?;
-    tracing::info!(generation, by = %who.user.username, "proxy cookie key rotated");
-    Ok(Rotation {
-        generation,
-        signing_from: signing_from.div_euclid(1000),
-    })
+    let r: Result<Rotation, AppError> = async {
+        who.require_admin()?;
+        let now = state.clock.now_ms();
+        let signing_from = now + PUBLISH_SECS * 1000;
+        let generation = state
+            .store
+            .rotate_proxy_cookie_key(&crate::crypto::random_secret(32), signing_from, now)
+            .await?;
+        tracing::info!(generation, by = %who.user.username, "proxy cookie key rotated");
+        Ok(Rotation {
+            generation,
+            signing_from: signing_from.div_euclid(1000),
+        })
+    }
+    .await;
+    audit::audited(
+        state,
+        who,
+        "proxy.rotate_cookie_key",
+        audit::Target::named("proxy_keys", ""),
+        r,
+    )
+    .await
 }
 
 /// Whether this is the first use of a sign-in hand-off (each is used once, on any replica).

@@ -15,6 +15,7 @@
 //! region's users (and their session hand-offs) to a host of its choosing.
 
 use super::{AppError, AppState, ErrorKind, Principal};
+use crate::app::audit;
 use crate::store::proxy_presence::{PresenceRow, RegionRow};
 pub use crate::store::workspaces::AgentFront;
 use warren_types::api::{Region, RegionProxy, RegionSpec, Workspace, WorkspaceRegion};
@@ -159,42 +160,64 @@ pub async fn register(
     name: &str,
     spec: &RegionSpec,
 ) -> Result<Region, AppError> {
-    who.require_admin()?;
-    check_region("name", name)?;
-    let domain = checked_door(
-        &spec.workspace_domain,
-        &spec.public_scheme,
-        spec.ssh_address.as_deref(),
-    )?;
-    let now = state.clock.now_ms();
-    state
-        .store
-        .put_region(&RegionRow {
-            name: name.to_owned(),
-            workspace_domain: domain,
-            public_scheme: spec.public_scheme.clone(),
-            ssh_address: spec.ssh_address.clone(),
-            created_at: now,
-            updated_at: now,
-        })
-        .await?;
-    let shown = regions(state, who).await?;
-    shown
-        .into_iter()
-        .find(|r| r.name == name)
-        .ok_or_else(|| AppError::not_found(format!("region {name}")))
+    let r: Result<Region, AppError> = async {
+        who.require_admin()?;
+        check_region("name", name)?;
+        let domain = checked_door(
+            &spec.workspace_domain,
+            &spec.public_scheme,
+            spec.ssh_address.as_deref(),
+        )?;
+        let now = state.clock.now_ms();
+        state
+            .store
+            .put_region(&RegionRow {
+                name: name.to_owned(),
+                workspace_domain: domain,
+                public_scheme: spec.public_scheme.clone(),
+                ssh_address: spec.ssh_address.clone(),
+                created_at: now,
+                updated_at: now,
+            })
+            .await?;
+        let shown = regions(state, who).await?;
+        shown
+            .into_iter()
+            .find(|r| r.name == name)
+            .ok_or_else(|| AppError::not_found(format!("region {name}")))
+    }
+    .await;
+    audit::audited(
+        state,
+        who,
+        "region.set",
+        audit::Target::named("region", name),
+        r,
+    )
+    .await
 }
 
 /// Removes region `name` (admins): its workspaces are shown with the central proxy's URLs
 /// at once, and its proxies' presences are refused from then on.
 pub async fn unregister(state: &AppState, who: &Principal, name: &str) -> Result<(), AppError> {
-    who.require_admin()?;
-    check_region("name", name)?;
-    if state.store.remove_region(name).await? {
-        Ok(())
-    } else {
-        Err(AppError::not_found(format!("region {name}")))
+    let r: Result<(), AppError> = async {
+        who.require_admin()?;
+        check_region("name", name)?;
+        if state.store.remove_region(name).await? {
+            Ok(())
+        } else {
+            Err(AppError::not_found(format!("region {name}")))
+        }
     }
+    .await;
+    audit::audited(
+        state,
+        who,
+        "region.remove",
+        audit::Target::named("region", name),
+        r,
+    )
+    .await
 }
 
 /// Every registered region and whether one of its proxies serves its door now (admins).

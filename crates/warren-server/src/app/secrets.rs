@@ -10,6 +10,7 @@
 
 use super::personal::patterns;
 use super::{AppError, AppState, Principal};
+use crate::app::audit;
 use crate::db::from_millis;
 use crate::store::secrets::{NewSecret, UserGitCredentialRow, UserSecretRow};
 use crate::store::users::UserRow;
@@ -47,68 +48,90 @@ pub async fn set(
     name: &str,
     req: &SetSecretRequest,
 ) -> Result<(bool, UserSecret), AppError> {
-    check_name(name, req.kind)?;
-    if req.value.len() > MAX_USER_SECRET_BYTES {
-        return Err(AppError::invalid_field(
-            "value",
-            format!("longer than {MAX_USER_SECRET_BYTES} bytes"),
-        ));
+    let r: Result<(bool, UserSecret), AppError> = async {
+        check_name(name, req.kind)?;
+        if req.value.len() > MAX_USER_SECRET_BYTES {
+            return Err(AppError::invalid_field(
+                "value",
+                format!("longer than {MAX_USER_SECRET_BYTES} bytes"),
+            ));
+        }
+        // The variables' own rules (names, the environment's size limits) in one place.
+        super::workspaces::check_variables(&[VariableInput {
+            key: name.to_owned(),
+            value: req.value.clone(),
+            kind: req.kind,
+            secret: true,
+        }])
+        .map_err(|e| AppError::invalid_field("value", after_field(&e.message)))?;
+        let projects = req
+            .projects
+            .as_deref()
+            .map(str::trim)
+            .filter(|p| !p.is_empty());
+        if let Some(p) = projects {
+            patterns(p).map_err(|e| AppError::invalid_field("projects", e))?;
+        }
+        let new = NewSecret {
+            name,
+            kind: req.kind,
+            value: &req.value,
+            projects,
+            shared_workspaces: req.shared_workspaces,
+        };
+        let now = state.clock.now_ms();
+        let Some(created) = state
+            .store
+            .put_user_secret(who.user.id, new, now, MAX_USER_SECRETS)
+            .await?
+        else {
+            return Err(AppError::conflict(
+                "too_many_secrets",
+                format!("at most {MAX_USER_SECRETS} secrets per user; remove one first"),
+            ));
+        };
+        tracing::info!(user = %who.user.username, secret = name, kind = ?req.kind, created, "user secret set");
+        reapply(state, &who.user).await;
+        let shown = state
+            .store
+            .user_secrets(who.user.id)
+            .await?
+            .iter()
+            .find(|s| s.name == name)
+            .map(to_api)
+            .ok_or_else(|| AppError::not_found(format!("secret {name:?}")))?;
+        Ok((created, shown))
     }
-    // The variables' own rules (names, the environment's size limits) in one place.
-    super::workspaces::check_variables(&[VariableInput {
-        key: name.to_owned(),
-        value: req.value.clone(),
-        kind: req.kind,
-        secret: true,
-    }])
-    .map_err(|e| AppError::invalid_field("value", after_field(&e.message)))?;
-    let projects = req
-        .projects
-        .as_deref()
-        .map(str::trim)
-        .filter(|p| !p.is_empty());
-    if let Some(p) = projects {
-        patterns(p).map_err(|e| AppError::invalid_field("projects", e))?;
-    }
-    let new = NewSecret {
-        name,
-        kind: req.kind,
-        value: &req.value,
-        projects,
-        shared_workspaces: req.shared_workspaces,
-    };
-    let now = state.clock.now_ms();
-    let Some(created) = state
-        .store
-        .put_user_secret(who.user.id, new, now, MAX_USER_SECRETS)
-        .await?
-    else {
-        return Err(AppError::conflict(
-            "too_many_secrets",
-            format!("at most {MAX_USER_SECRETS} secrets per user; remove one first"),
-        ));
-    };
-    tracing::info!(user = %who.user.username, secret = name, kind = ?req.kind, created, "user secret set");
-    reapply(state, &who.user).await;
-    let shown = state
-        .store
-        .user_secrets(who.user.id)
-        .await?
-        .iter()
-        .find(|s| s.name == name)
-        .map(to_api)
-        .ok_or_else(|| AppError::not_found(format!("secret {name:?}")))?;
-    Ok((created, shown))
+    .await;
+    audit::audited(
+        state,
+        who,
+        "secret.set",
+        audit::Target::named("secret", name),
+        r,
+    )
+    .await
 }
 
 /// Removes the caller's secret `name` from the server and from their workspaces.
 pub async fn delete(state: &AppState, who: &Principal, name: &str) -> Result<(), AppError> {
-    if !state.store.delete_user_secret(who.user.id, name).await? {
-        return Err(AppError::not_found(format!("secret {name:?}")));
+    let r: Result<(), AppError> = async {
+        if !state.store.delete_user_secret(who.user.id, name).await? {
+            return Err(AppError::not_found(format!("secret {name:?}")));
+        }
+        tracing::info!(user = %who.user.username, secret = name, "user secret removed");
+        reapply(state, &who.user).await;
+        Ok(())
     }
-    tracing::info!(user = %who.user.username, secret = name, "user secret removed");
-    reapply(state, &who.user).await;
-    Ok(())
+    .await;
+    audit::audited(
+        state,
+        who,
+        "secret.remove",
+        audit::Target::named("secret", name),
+        r,
+    )
+    .await
 }
 
 /// Sets (or, absent, clears) the name and email address the caller's commits are made with.
@@ -221,54 +244,65 @@ pub async fn set_git_credential(
     who: &Principal,
     req: &SetGitCredentialRequest,
 ) -> Result<(bool, UserGitCredential), AppError> {
-    let host = warren_types::git::credential_host(&req.host)
-        .map_err(|e| AppError::invalid_field("host", e))?;
-    req.credential.validate().map_err(|e| {
-        AppError::invalid_field(
-            &format!("credential.{}", e.split(':').next().unwrap_or("")),
-            after_field(&e),
-        )
-    })?;
-    if !req.credential.fits(&host) {
-        return Err(AppError::invalid_field(
-            "credential",
-            match req.credential {
-                GitCredential::SshKey { .. } => {
-                    format!("a private key is for ssh:// hosts, not {host}")
-                }
-                _ => format!("a token or password is for https:// and http:// hosts, not {host}"),
-            },
-        ));
+    let r: Result<(bool, UserGitCredential), AppError> = async {
+        let host = warren_types::git::credential_host(&req.host)
+            .map_err(|e| AppError::invalid_field("host", e))?;
+        req.credential.validate().map_err(|e| {
+            AppError::invalid_field(
+                &format!("credential.{}", e.split(':').next().unwrap_or("")),
+                after_field(&e),
+            )
+        })?;
+        if !req.credential.fits(&host) {
+            return Err(AppError::invalid_field(
+                "credential",
+                match req.credential {
+                    GitCredential::SshKey { .. } => {
+                        format!("a private key is for ssh:// hosts, not {host}")
+                    }
+                    _ => format!("a token or password is for https:// and http:// hosts, not {host}"),
+                },
+            ));
+        }
+        let now = state.clock.now_ms();
+        let Some(created) = state
+            .store
+            .put_user_git_credential(
+                who.user.id,
+                &host,
+                &req.credential,
+                req.shared_workspaces,
+                now,
+                MAX_GIT_CREDENTIALS,
+            )
+            .await?
+        else {
+            return Err(AppError::conflict(
+                "too_many_credentials",
+                format!("at most {MAX_GIT_CREDENTIALS} Git credentials per user; remove one first"),
+            ));
+        };
+        tracing::info!(user = %who.user.username, %host, kind = req.credential.kind(), created, "user git credential set");
+        reapply(state, &who.user).await;
+        let shown = state
+            .store
+            .user_git_credentials(who.user.id)
+            .await?
+            .iter()
+            .find(|c| c.host == host)
+            .map(git_to_api)
+            .ok_or_else(|| AppError::not_found(format!("git credential for {host}")))?;
+        Ok((created, shown))
     }
-    let now = state.clock.now_ms();
-    let Some(created) = state
-        .store
-        .put_user_git_credential(
-            who.user.id,
-            &host,
-            &req.credential,
-            req.shared_workspaces,
-            now,
-            MAX_GIT_CREDENTIALS,
-        )
-        .await?
-    else {
-        return Err(AppError::conflict(
-            "too_many_credentials",
-            format!("at most {MAX_GIT_CREDENTIALS} Git credentials per user; remove one first"),
-        ));
-    };
-    tracing::info!(user = %who.user.username, %host, kind = req.credential.kind(), created, "user git credential set");
-    reapply(state, &who.user).await;
-    let shown = state
-        .store
-        .user_git_credentials(who.user.id)
-        .await?
-        .iter()
-        .find(|c| c.host == host)
-        .map(git_to_api)
-        .ok_or_else(|| AppError::not_found(format!("git credential for {host}")))?;
-    Ok((created, shown))
+    .await;
+    audit::audited(
+        state,
+        who,
+        "git_credential.set",
+        audit::Target::named("git_credential", &req.host),
+        r,
+    )
+    .await
 }
 
 /// Removes the caller's Git credential `id`, from the server and from their workspaces.
@@ -277,14 +311,25 @@ pub async fn delete_git_credential(
     who: &Principal,
     id: i64,
 ) -> Result<(), AppError> {
-    if !state
-        .store
-        .delete_user_git_credential(who.user.id, id)
-        .await?
-    {
-        return Err(AppError::not_found(format!("git credential {id}")));
+    let r: Result<(), AppError> = async {
+        if !state
+            .store
+            .delete_user_git_credential(who.user.id, id)
+            .await?
+        {
+            return Err(AppError::not_found(format!("git credential {id}")));
+        }
+        tracing::info!(user = %who.user.username, id, "user git credential removed");
+        reapply(state, &who.user).await;
+        Ok(())
     }
-    tracing::info!(user = %who.user.username, id, "user git credential removed");
-    reapply(state, &who.user).await;
-    Ok(())
+    .await;
+    audit::audited(
+        state,
+        who,
+        "git_credential.remove",
+        audit::Target::new("git_credential", id, ""),
+        r,
+    )
+    .await
 }

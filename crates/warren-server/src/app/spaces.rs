@@ -6,6 +6,7 @@
 //! members. Every user has the personal space `users/<username>`, made on first use, which
 //! only they own. Anyone with no role on a space (and no admin) is told "not found".
 
+use super::audit;
 use super::{rights, AppError, AppState, Principal};
 use crate::store::spaces::USERS_ROOT;
 use crate::store::workspaces::{TreeRow, WorkspaceFilter};
@@ -61,31 +62,42 @@ pub async fn create(
     who: &Principal,
     req: &CreateSpaceRequest,
 ) -> Result<Space, AppError> {
-    validate_path(&req.path)?;
-    let now = state.clock.now_ms();
-    let created = match req.path.rsplit_once('/') {
-        None => {
-            who.require_admin()?;
-            // The admin who makes it owns it, so it can be handed on with `member add`.
-            state
-                .store
-                .insert_space(&req.path, None, Some(who.user.id), Some(who.user.id), now)
-                .await
+    let r: Result<Space, AppError> = async {
+        validate_path(&req.path)?;
+        let now = state.clock.now_ms();
+        let created = match req.path.rsplit_once('/') {
+            None => {
+                who.require_admin()?;
+                // The admin who makes it owns it, so it can be handed on with `member add`.
+                state
+                    .store
+                    .insert_space(&req.path, None, Some(who.user.id), Some(who.user.id), now)
+                    .await
+            }
+            Some((parent, _)) => {
+                let p = rights::managed_space(state, who, parent).await?;
+                state
+                    .store
+                    .insert_space(&req.path, Some(p.id), Some(who.user.id), None, now)
+                    .await
+            }
         }
-        Some((parent, _)) => {
-            let p = rights::managed_space(state, who, parent).await?;
-            state
-                .store
-                .insert_space(&req.path, Some(p.id), Some(who.user.id), None, now)
-                .await
-        }
+        .map_err(super::error::already_exists(|| {
+            format!("a space {:?} already exists", req.path)
+        }))?;
+        tracing::info!(space = %created.path, by = %who.user.username, "space created");
+        let role = rights::role_on(state, who.user.id, &created.path).await?;
+        Ok(created.to_api(role))
     }
-    .map_err(super::error::already_exists(|| {
-        format!("a space {:?} already exists", req.path)
-    }))?;
-    tracing::info!(space = %created.path, by = %who.user.username, "space created");
-    let role = rights::role_on(state, who.user.id, &created.path).await?;
-    Ok(created.to_api(role))
+    .await;
+    audit::audited(
+        state,
+        who,
+        "space.create",
+        audit::Target::named("space", &req.path).in_space(&req.path),
+        r,
+    )
+    .await
 }
 
 /// The spaces the caller has a role on (every space for an admin), with the caller's
@@ -112,27 +124,38 @@ pub async fn get(state: &AppState, who: &Principal, path: &str) -> Result<Space,
 
 /// Removes an empty space; personal spaces and the root of them stay.
 pub async fn remove(state: &AppState, who: &Principal, path: &str) -> Result<(), AppError> {
-    let s = rights::managed_space(state, who, path).await?;
-    if rights::within(&s.path, USERS_ROOT) {
-        return Err(AppError::forbidden(format!(
-            "{path:?} is a personal space (or their root); it goes with its user"
-        )));
+    let r: Result<(), AppError> = async {
+        let s = rights::managed_space(state, who, path).await?;
+        if rights::within(&s.path, USERS_ROOT) {
+            return Err(AppError::forbidden(format!(
+                "{path:?} is a personal space (or their root); it goes with its user"
+            )));
+        }
+        let (spaces, workspaces, mounts) = state.store.space_contents(s.id).await?;
+        if spaces > 0 || workspaces > 0 || mounts > 0 {
+            return Err(AppError::conflict(
+                "not_empty",
+                format!(
+                    "space {path:?} still holds {spaces} space(s), {workspaces} workspace(s) and \
+                     {mounts} mount(s); remove them first"
+                ),
+            ));
+        }
+        if !state.store.delete_space(s.id).await? {
+            return Err(rights::space_not_found(path));
+        }
+        tracing::info!(space = %path, by = %who.user.username, "space removed");
+        Ok(())
     }
-    let (spaces, workspaces, mounts) = state.store.space_contents(s.id).await?;
-    if spaces > 0 || workspaces > 0 || mounts > 0 {
-        return Err(AppError::conflict(
-            "not_empty",
-            format!(
-                "space {path:?} still holds {spaces} space(s), {workspaces} workspace(s) and \
-                 {mounts} mount(s); remove them first"
-            ),
-        ));
-    }
-    if !state.store.delete_space(s.id).await? {
-        return Err(rights::space_not_found(path));
-    }
-    tracing::info!(space = %path, by = %who.user.username, "space removed");
-    Ok(())
+    .await;
+    audit::audited(
+        state,
+        who,
+        "space.remove",
+        audit::Target::named("space", path).in_space(path),
+        r,
+    )
+    .await
 }
 
 /// The members of a space (those holding a role on it directly).
@@ -153,25 +176,37 @@ pub async fn set_member(
     username: &str,
     req: &SetSpaceMemberRequest,
 ) -> Result<SpaceMember, AppError> {
-    let s = rights::managed_space(state, who, path).await?;
-    if rights::within(&s.path, USERS_ROOT) {
-        return Err(AppError::forbidden(format!(
-            "{path:?} is a personal space; share an entry from a team space instead"
-        )));
+    let r: Result<SpaceMember, AppError> = async {
+        let s = rights::managed_space(state, who, path).await?;
+        if rights::within(&s.path, USERS_ROOT) {
+            return Err(AppError::forbidden(format!(
+                "{path:?} is a personal space; share an entry from a team space instead"
+            )));
+        }
+        let user = super::lookup::user_named(state, username).await?;
+        state
+            .store
+            .set_space_member(s.id, user.id, req.role, state.clock.now_ms())
+            .await?;
+        tracing::info!(space = %s.path, member = %user.username, role = req.role.as_str(), by = %who.user.username, "space member set");
+        state
+            .store
+            .space_members(s.id)
+            .await?
+            .into_iter()
+            .find(|m| m.user_id == user.id)
+            .ok_or_else(|| AppError::not_found(format!("member {username:?}")))
     }
-    let user = super::lookup::user_named(state, username).await?;
-    state
-        .store
-        .set_space_member(s.id, user.id, req.role, state.clock.now_ms())
-        .await?;
-    tracing::info!(space = %s.path, member = %user.username, role = req.role.as_str(), by = %who.user.username, "space member set");
-    state
-        .store
-        .space_members(s.id)
-        .await?
-        .into_iter()
-        .find(|m| m.user_id == user.id)
-        .ok_or_else(|| AppError::not_found(format!("member {username:?}")))
+    .await;
+    audit::audited_with(
+        state,
+        who,
+        "space.set_member",
+        audit::Target::named("user", username).in_space(path),
+        format!("role: {}", req.role.as_str()),
+        r,
+    )
+    .await
 }
 
 /// Takes `username`'s role on the space away (roles held above it stay).
@@ -181,15 +216,26 @@ pub async fn remove_member(
     path: &str,
     username: &str,
 ) -> Result<(), AppError> {
-    let s = rights::managed_space(state, who, path).await?;
-    let user = super::lookup::user_named(state, username).await?;
-    if !state.store.remove_space_member(s.id, user.id).await? {
-        return Err(AppError::not_found(format!(
-            "a membership of {username:?} in space {path:?}"
-        )));
+    let r: Result<(), AppError> = async {
+        let s = rights::managed_space(state, who, path).await?;
+        let user = super::lookup::user_named(state, username).await?;
+        if !state.store.remove_space_member(s.id, user.id).await? {
+            return Err(AppError::not_found(format!(
+                "a membership of {username:?} in space {path:?}"
+            )));
+        }
+        tracing::info!(space = %s.path, member = %user.username, by = %who.user.username, "space member removed");
+        Ok(())
     }
-    tracing::info!(space = %s.path, member = %user.username, by = %who.user.username, "space member removed");
-    Ok(())
+    .await;
+    audit::audited(
+        state,
+        who,
+        "space.remove_member",
+        audit::Target::named("user", username).in_space(path),
+        r,
+    )
+    .await
 }
 
 /// The tree the caller sees (`warren ws tree [PATH]`): the spaces at or below `root` where

@@ -1,6 +1,7 @@
 //! SSH public keys per user: OpenSSH format validated, identified by their SHA256
 //! fingerprint (unique server-wide, so a key names one user).
 
+use super::audit;
 use super::{AppError, AppState, Principal};
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD};
 use base64::Engine;
@@ -25,46 +26,71 @@ pub async fn add(
     who: &Principal,
     req: &AddSshKeyRequest,
 ) -> Result<SshKey, AppError> {
-    let parsed =
-        parse_public_key(&req.public_key).map_err(|e| AppError::invalid_field("public_key", e))?;
-    let name = req
-        .name
-        .clone()
-        .or_else(|| parsed.comment.clone())
-        .unwrap_or_else(|| parsed.key_type.clone());
-    if name.len() > 200 {
-        return Err(AppError::invalid_field(
-            "name",
-            "must be at most 200 characters",
-        ));
-    }
-    let normalised = format!("{} {}", parsed.key_type, parsed.blob_b64);
-    let k = state
-        .store
-        .insert_ssh_key(
-            who.user.id,
-            &name,
-            &normalised,
-            &parsed.fingerprint,
-            state.clock.now_ms(),
-        )
-        .await
-        .map_err(super::error::already_exists(|| {
-            format!(
-                "public_key: the key {} is already registered",
-                parsed.fingerprint
+    let r: Result<SshKey, AppError> = async {
+        let parsed = parse_public_key(&req.public_key)
+            .map_err(|e| AppError::invalid_field("public_key", e))?;
+        let name = req
+            .name
+            .clone()
+            .or_else(|| parsed.comment.clone())
+            .unwrap_or_else(|| parsed.key_type.clone());
+        if name.len() > 200 {
+            return Err(AppError::invalid_field(
+                "name",
+                "must be at most 200 characters",
+            ));
+        }
+        let normalised = format!("{} {}", parsed.key_type, parsed.blob_b64);
+        let k = state
+            .store
+            .insert_ssh_key(
+                who.user.id,
+                &name,
+                &normalised,
+                &parsed.fingerprint,
+                state.clock.now_ms(),
             )
-        }))?;
-    Ok(k.to_api())
+            .await
+            .map_err(super::error::already_exists(|| {
+                format!(
+                    "public_key: the key {} is already registered",
+                    parsed.fingerprint
+                )
+            }))?;
+        Ok(k.to_api())
+    }
+    .await;
+    audit::audited(
+        state,
+        who,
+        "ssh_key.add",
+        match &r {
+            Ok(k) => audit::Target::new("ssh_key", k.id, &k.fingerprint),
+            Err(_) => audit::Target::named("ssh_key", req.name.as_deref().unwrap_or("")),
+        },
+        r,
+    )
+    .await
 }
 
 /// Deletes one of the caller's keys.
 pub async fn delete(state: &AppState, who: &Principal, id: SshKeyId) -> Result<(), AppError> {
-    if state.store.delete_ssh_key(who.user.id, id).await? {
-        Ok(())
-    } else {
-        Err(AppError::not_found(format!("SSH key {id}")))
+    let r: Result<(), AppError> = async {
+        if state.store.delete_ssh_key(who.user.id, id).await? {
+            Ok(())
+        } else {
+            Err(AppError::not_found(format!("SSH key {id}")))
+        }
     }
+    .await;
+    audit::audited(
+        state,
+        who,
+        "ssh_key.remove",
+        audit::Target::new("ssh_key", id, ""),
+        r,
+    )
+    .await
 }
 
 const KEY_TYPES: [&str; 7] = [

@@ -240,6 +240,19 @@ impl Sso {
         cookie: Option<&str>,
         cb: &Callback,
     ) -> Result<SignedIn, AppError> {
+        let r = self.finish_unaudited(state, key, cookie, cb).await;
+        let user = r.as_ref().ok().map(|s| &s.user);
+        super::audit::sign_in(state, "", "sso", user, &r).await;
+        r
+    }
+
+    async fn finish_unaudited(
+        &self,
+        state: &AppState,
+        key: &[u8],
+        cookie: Option<&str>,
+        cb: &Callback,
+    ) -> Result<SignedIn, AppError> {
         let now = state.clock.now_ms();
         let pending: Pending = cookie
             .and_then(|c| signed::check_sso(key, c))

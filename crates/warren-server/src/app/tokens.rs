@@ -1,6 +1,7 @@
 //! Personal access tokens: shown once, stored as SHA-256 digests, scoped, expiring,
 //! revocable. A token can only mint tokens if it may write.
 
+use super::audit;
 use super::{AppError, AppState, Principal};
 use crate::crypto;
 use crate::store::users::UserRow;
@@ -61,34 +62,59 @@ pub async fn create(
     who: &Principal,
     req: &CreateTokenRequest,
 ) -> Result<CreatedToken, AppError> {
-    let days = req.expires_in_days.unwrap_or(30);
-    if !(1..=365).contains(&days) {
-        return Err(AppError::invalid_field(
-            "expires_in_days",
-            "must be between 1 and 365",
-        ));
+    let r: Result<CreatedToken, AppError> = async {
+        let days = req.expires_in_days.unwrap_or(30);
+        if !(1..=365).contains(&days) {
+            return Err(AppError::invalid_field(
+                "expires_in_days",
+                "must be between 1 and 365",
+            ));
+        }
+        // A read-only token cannot mint a token that may write.
+        if !who.has_scope(TokenScope::Api) {
+            return Err(AppError::forbidden(
+                "creating tokens needs a token with the `api` scope",
+            ));
+        }
+        let expires = state.clock.now_ms() + i64::from(days) * DAY_MS;
+        issue(state, &who.user, &req.name, &req.scopes, expires).await
     }
-    // A read-only token cannot mint a token that may write.
-    if !who.has_scope(TokenScope::Api) {
-        return Err(AppError::forbidden(
-            "creating tokens needs a token with the `api` scope",
-        ));
-    }
-    let expires = state.clock.now_ms() + i64::from(days) * DAY_MS;
-    issue(state, &who.user, &req.name, &req.scopes, expires).await
+    .await;
+    audit::audited(
+        state,
+        who,
+        "token.create",
+        match &r {
+            Ok(c) => audit::Target::new("token", c.token.id, &c.token.name),
+            Err(_) => audit::Target::named("token", &req.name),
+        },
+        r,
+    )
+    .await
 }
 
 /// Revokes one of the caller's tokens.
 pub async fn revoke(state: &AppState, who: &Principal, id: TokenId) -> Result<(), AppError> {
-    if state
-        .store
-        .revoke_token(who.user.id, id, state.clock.now_ms())
-        .await?
-    {
-        Ok(())
-    } else {
-        Err(AppError::not_found(format!("token {id}")))
+    let r: Result<(), AppError> = async {
+        if state
+            .store
+            .revoke_token(who.user.id, id, state.clock.now_ms())
+            .await?
+        {
+            Ok(())
+        } else {
+            Err(AppError::not_found(format!("token {id}")))
+        }
     }
+    .await;
+    audit::audited(
+        state,
+        who,
+        "token.revoke",
+        audit::Target::new("token", id, ""),
+        r,
+    )
+    .await
 }
 
 /// Issues a token (scopes `api` and `workspace`, valid `days`) for an existing user, e.g.

@@ -2,6 +2,7 @@
 //! promote and delete them; never the last active admin), password changes, the first admin
 //! of an empty database, and what every user may read of their own account.
 
+use super::audit;
 use super::throttle::Throttled;
 use super::{AppError, AppState, ErrorKind, Principal};
 use crate::crypto;
@@ -113,29 +114,37 @@ pub async fn password_session(
     req: PasswordLoginRequest,
     client: Option<IpAddr>,
 ) -> Result<CreatedToken, AppError> {
-    password_login_allowed(state)?;
-    let now = state.clock.now_ms();
-    state
-        .login_throttle
-        .check(&req.username, client, now)
-        .map_err(throttled)?;
-    let Some(user) = check_password(state, &req.username, &req.password).await? else {
-        state.login_throttle.failed(&req.username, client, now);
-        return Err(AppError::unauthenticated("wrong username or password"));
-    };
-    state.login_throttle.succeeded(&req.username);
-    if !user.is_active() {
-        return Err(disabled());
+    let tried = req.username.clone();
+    let mut signed_in = None;
+    let r: Result<CreatedToken, AppError> = async {
+        password_login_allowed(state)?;
+        let now = state.clock.now_ms();
+        state
+            .login_throttle
+            .check(&req.username, client, now)
+            .map_err(throttled)?;
+        let Some(user) = check_password(state, &req.username, &req.password).await? else {
+            state.login_throttle.failed(&req.username, client, now);
+            return Err(AppError::unauthenticated("wrong username or password"));
+        };
+        state.login_throttle.succeeded(&req.username);
+        signed_in = Some(user.clone());
+        if !user.is_active() {
+            return Err(disabled());
+        }
+        let name = req.token_name.unwrap_or_else(|| "warren login".into());
+        super::tokens::issue(
+            state,
+            &user,
+            &name,
+            &[TokenScope::Api, TokenScope::Workspace],
+            now + SESSION_TOKEN_DAYS * DAY_MS,
+        )
+        .await
     }
-    let name = req.token_name.unwrap_or_else(|| "warren login".into());
-    super::tokens::issue(
-        state,
-        &user,
-        &name,
-        &[TokenScope::Api, TokenScope::Workspace],
-        now + SESSION_TOKEN_DAYS * DAY_MS,
-    )
-    .await
+    .await;
+    audit::sign_in(state, &tried, "password", signed_in.as_ref(), &r).await;
+    r
 }
 
 fn disabled() -> AppError {
@@ -176,9 +185,24 @@ pub async fn create(
     who: &Principal,
     req: &CreateUserRequest,
 ) -> Result<User, AppError> {
-    who.require_admin()?;
-    let u = insert(state, &req.username, &req.password, req.is_admin).await?;
-    Ok(u.to_api())
+    let r: Result<User, AppError> = async {
+        who.require_admin()?;
+        let u = insert(state, &req.username, &req.password, req.is_admin).await?;
+        Ok(u.to_api())
+    }
+    .await;
+    audit::audited_with(
+        state,
+        who,
+        "user.create",
+        match &r {
+            Ok(u) => audit::Target::new("user", u.id, &u.username),
+            Err(_) => audit::Target::named("user", &req.username),
+        },
+        format!("admin: {}", req.is_admin),
+        r,
+    )
+    .await
 }
 
 async fn insert(
@@ -240,59 +264,89 @@ pub async fn update(
     key: &str,
     req: &UpdateUserRequest,
 ) -> Result<User, AppError> {
-    let user = by_key(state, who, key).await?;
-    if user.delete_requested_at.is_some() {
-        return Err(AppError::conflict(
-            "user_being_deleted",
-            format!(
-                "{:?} is being deleted (its workspaces are terminating)",
-                user.username
-            ),
-        ));
-    }
-    if req.disabled == Some(true) && user.id == who.user.id {
-        return Err(AppError::invalid_field(
-            "disabled",
-            "admins cannot disable their own account; ask another admin",
-        ));
-    }
-    let hash = match &req.password {
-        Some(p) => {
-            validate_password(p).map_err(|e| AppError::invalid_field("password", e))?;
-            Some(hash(p).await?)
+    let r: Result<User, AppError> = async {
+        let user = by_key(state, who, key).await?;
+        if user.delete_requested_at.is_some() {
+            return Err(AppError::conflict(
+                "user_being_deleted",
+                format!(
+                    "{:?} is being deleted (its workspaces are terminating)",
+                    user.username
+                ),
+            ));
         }
-        None => None,
-    };
-    let now = state.clock.now_ms();
-    let is_admin = req.is_admin.unwrap_or(user.is_admin);
-    let disabled_at = match req.disabled {
-        Some(true) => user.disabled_at.or(Some(now)),
-        Some(false) => None,
-        None => user.disabled_at,
-    };
-    let mut updated = match state
-        .store
-        .update_user_access(user.id, is_admin, disabled_at)
-        .await?
-    {
-        Guarded::Done(u) => u,
-        Guarded::NotFound => return Err(AppError::not_found(format!("user {key:?}"))),
-        Guarded::LastAdmin => return Err(last_admin(&user.username)),
-    };
-    if let Some(hash) = hash {
-        let revoke = Sessions::Revoke { keep: None };
-        state
+        if req.disabled == Some(true) && user.id == who.user.id {
+            return Err(AppError::invalid_field(
+                "disabled",
+                "admins cannot disable their own account; ask another admin",
+            ));
+        }
+        let hash = match &req.password {
+            Some(p) => {
+                validate_password(p).map_err(|e| AppError::invalid_field("password", e))?;
+                Some(hash(p).await?)
+            }
+            None => None,
+        };
+        let now = state.clock.now_ms();
+        let is_admin = req.is_admin.unwrap_or(user.is_admin);
+        let disabled_at = match req.disabled {
+            Some(true) => user.disabled_at.or(Some(now)),
+            Some(false) => None,
+            None => user.disabled_at,
+        };
+        let mut updated = match state
             .store
-            .set_password(user.id, &hash, revoke, now)
-            .await?;
-        tracing::info!(user = %user.username, by = %who.user.username, "password reset by an admin; sessions revoked");
-        updated = state.store.user_by_id(user.id).await?.unwrap_or(updated);
+            .update_user_access(user.id, is_admin, disabled_at)
+            .await?
+        {
+            Guarded::Done(u) => u,
+            Guarded::NotFound => return Err(AppError::not_found(format!("user {key:?}"))),
+            Guarded::LastAdmin => return Err(last_admin(&user.username)),
+        };
+        if let Some(hash) = hash {
+            let revoke = Sessions::Revoke { keep: None };
+            state
+                .store
+                .set_password(user.id, &hash, revoke, now)
+                .await?;
+            tracing::info!(user = %user.username, by = %who.user.username, "password reset by an admin; sessions revoked");
+            updated = state.store.user_by_id(user.id).await?.unwrap_or(updated);
+        }
+        if updated.disabled_at.is_some() && user.disabled_at.is_none() {
+            tracing::info!(user = %user.username, by = %who.user.username, "account disabled");
+            move_workspaces(state, user.id, DesiredState::Stopped).await?;
+        }
+        Ok(updated.to_api())
     }
-    if updated.disabled_at.is_some() && user.disabled_at.is_none() {
-        tracing::info!(user = %user.username, by = %who.user.username, "account disabled");
-        move_workspaces(state, user.id, DesiredState::Stopped).await?;
+    .await;
+    audit::audited_with(
+        state,
+        who,
+        "user.update",
+        match &r {
+            Ok(u) => audit::Target::new("user", u.id, &u.username),
+            Err(_) => audit::Target::named("user", key),
+        },
+        update_detail(req),
+        r,
+    )
+    .await
+}
+
+/// What an admin's change of an account asked for, for the audit log (never the password).
+fn update_detail(req: &UpdateUserRequest) -> String {
+    let mut parts = vec![];
+    if let Some(a) = req.is_admin {
+        parts.push(format!("admin: {a}"));
     }
-    Ok(updated.to_api())
+    if let Some(d) = req.disabled {
+        parts.push(format!("disabled: {d}"));
+    }
+    if req.password.is_some() {
+        parts.push("password reset".to_owned());
+    }
+    parts.join(", ")
 }
 
 /// What became of a deletion request.
@@ -313,51 +367,63 @@ pub async fn delete(
     key: &str,
     terminate_workspaces: bool,
 ) -> Result<Deletion, AppError> {
-    let user = by_key(state, who, key).await?;
-    if user.id == who.user.id {
-        return Err(AppError::new(
-            ErrorKind::Invalid,
-            "own_account",
-            "admins cannot delete their own account; ask another admin",
-        ));
-    }
-    let live = live_workspaces(state, user.id).await?;
-    if !live.is_empty() && !terminate_workspaces {
-        let names: Vec<_> = live.iter().map(|w| w.name.as_str()).collect();
-        return Err(AppError::conflict(
-            "user_has_workspaces",
-            format!(
-                "{:?} still has {} workspace(s) ({}); terminate them first, or ask for \
-                 `terminate_workspaces` to have them terminated with their volumes",
-                user.username,
-                names.len(),
-                names.join(", ")
-            ),
-        ));
-    }
-    match state
-        .store
-        .request_user_deletion(user.id, state.clock.now_ms())
-        .await?
-    {
-        Guarded::Done(_) => {}
-        Guarded::NotFound => return Err(AppError::not_found(format!("user {key:?}"))),
-        Guarded::LastAdmin => return Err(last_admin(&user.username)),
-    }
-    tracing::info!(user = %user.username, by = %who.user.username, workspaces = live.len(), "account deletion requested");
-    move_workspaces(state, user.id, DesiredState::Terminated).await?;
-    if state.store.delete_user_if_done(user.id).await? {
-        tracing::info!(user = %user.username, "account deleted");
-        return Ok(Deletion::Deleted);
-    }
-    match state.store.user_by_id(user.id).await? {
-        Some(pending) => Ok(Deletion::Pending(Box::new(pending.to_api()))),
-        // The deletion job (here or on another replica) finished it in between.
-        None => {
+    let r: Result<Deletion, AppError> = async {
+        let user = by_key(state, who, key).await?;
+        if user.id == who.user.id {
+            return Err(AppError::new(
+                ErrorKind::Invalid,
+                "own_account",
+                "admins cannot delete their own account; ask another admin",
+            ));
+        }
+        let live = live_workspaces(state, user.id).await?;
+        if !live.is_empty() && !terminate_workspaces {
+            let names: Vec<_> = live.iter().map(|w| w.name.as_str()).collect();
+            return Err(AppError::conflict(
+                "user_has_workspaces",
+                format!(
+                    "{:?} still has {} workspace(s) ({}); terminate them first, or ask for \
+                     `terminate_workspaces` to have them terminated with their volumes",
+                    user.username,
+                    names.len(),
+                    names.join(", ")
+                ),
+            ));
+        }
+        match state
+            .store
+            .request_user_deletion(user.id, state.clock.now_ms())
+            .await?
+        {
+            Guarded::Done(_) => {}
+            Guarded::NotFound => return Err(AppError::not_found(format!("user {key:?}"))),
+            Guarded::LastAdmin => return Err(last_admin(&user.username)),
+        }
+        tracing::info!(user = %user.username, by = %who.user.username, workspaces = live.len(), "account deletion requested");
+        move_workspaces(state, user.id, DesiredState::Terminated).await?;
+        if state.store.delete_user_if_done(user.id).await? {
             tracing::info!(user = %user.username, "account deleted");
-            Ok(Deletion::Deleted)
+            return Ok(Deletion::Deleted);
+        }
+        match state.store.user_by_id(user.id).await? {
+            Some(pending) => Ok(Deletion::Pending(Box::new(pending.to_api()))),
+            // The deletion job (here or on another replica) finished it in between.
+            None => {
+                tracing::info!(user = %user.username, "account deleted");
+                Ok(Deletion::Deleted)
+            }
         }
     }
+    .await;
+    audit::audited_with(
+        state,
+        who,
+        "user.delete",
+        audit::Target::named("user", key),
+        format!("terminate_workspaces: {terminate_workspaces}"),
+        r,
+    )
+    .await
 }
 
 /// Deletes the accounts whose workspaces have all terminated since their deletion was
@@ -421,52 +487,76 @@ pub async fn change_password(
     req: &ChangePasswordRequest,
     client: Option<IpAddr>,
 ) -> Result<(), AppError> {
-    let now = state.clock.now_ms();
-    let username = &who.user.username;
-    state
-        .login_throttle
-        .check(username, client, now)
-        .map_err(throttled)?;
-    if check_password(state, username, &req.current_password)
-        .await?
-        .is_none()
-    {
-        state.login_throttle.failed(username, client, now);
-        return Err(AppError::invalid_field(
-            "current_password",
-            "is not this account's password",
-        ));
-    }
-    state.login_throttle.succeeded(username);
-    validate_password(&req.new_password).map_err(|e| AppError::invalid_field("new_password", e))?;
-    let hash = hash(&req.new_password).await?;
-    let sessions = if req.revoke_sessions {
-        Sessions::Revoke {
-            keep: who.token.as_ref().map(|t| t.id),
+    let r: Result<(), AppError> = async {
+        let now = state.clock.now_ms();
+        let username = &who.user.username;
+        state
+            .login_throttle
+            .check(username, client, now)
+            .map_err(throttled)?;
+        if check_password(state, username, &req.current_password)
+            .await?
+            .is_none()
+        {
+            state.login_throttle.failed(username, client, now);
+            return Err(AppError::invalid_field(
+                "current_password",
+                "is not this account's password",
+            ));
         }
-    } else {
-        Sessions::Keep
-    };
-    if !state
-        .store
-        .set_password(who.user.id, &hash, sessions, now)
-        .await?
-    {
-        return Err(AppError::not_found("user"));
+        state.login_throttle.succeeded(username);
+        validate_password(&req.new_password)
+            .map_err(|e| AppError::invalid_field("new_password", e))?;
+        let hash = hash(&req.new_password).await?;
+        let sessions = if req.revoke_sessions {
+            Sessions::Revoke {
+                keep: who.token.as_ref().map(|t| t.id),
+            }
+        } else {
+            Sessions::Keep
+        };
+        if !state
+            .store
+            .set_password(who.user.id, &hash, sessions, now)
+            .await?
+        {
+            return Err(AppError::not_found("user"));
+        }
+        tracing::info!(user = %username, revoke_sessions = req.revoke_sessions, "password changed");
+        Ok(())
     }
-    tracing::info!(user = %username, revoke_sessions = req.revoke_sessions, "password changed");
-    Ok(())
+    .await;
+    audit::audited_with(
+        state,
+        who,
+        "user.change_password",
+        audit::Target::user(&who.user),
+        format!("revoke_sessions: {}", req.revoke_sessions),
+        r,
+    )
+    .await
 }
 
 /// Signs the caller's browser out: every browser session of the account ends (session
 /// cookies are signed, not stored, so one cannot be ended alone); tokens stay valid.
 pub async fn sign_out(state: &AppState, who: &Principal) -> Result<(), AppError> {
-    state
-        .store
-        .end_browser_sessions(who.user.id, state.clock.now_ms())
-        .await?;
-    tracing::info!(user = %who.user.username, "signed out of the web UI");
-    Ok(())
+    let r: Result<(), AppError> = async {
+        state
+            .store
+            .end_browser_sessions(who.user.id, state.clock.now_ms())
+            .await?;
+        tracing::info!(user = %who.user.username, "signed out of the web UI");
+        Ok(())
+    }
+    .await;
+    audit::audited(
+        state,
+        who,
+        "session.sign_out",
+        audit::Target::user(&who.user),
+        r,
+    )
+    .await
 }
 
 /// Sets or (with `None`) clears the caller's dotfiles repository; new workspaces (and

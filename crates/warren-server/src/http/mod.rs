@@ -110,7 +110,10 @@ pub fn router(state: HttpState) -> Router {
         ))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         // Outside the trace layer, so its span (and every log line in it) names the trace id.
-        .layer(axum::middleware::from_fn(trace::layer))
+        .layer(axum::middleware::from_fn_with_state(
+            state.trusted_proxies.clone(),
+            trace::layer,
+        ))
         .layer(DefaultBodyLimit::max(api::BODY_LIMIT))
         .with_state(state)
 }

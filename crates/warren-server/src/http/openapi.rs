@@ -7,7 +7,7 @@ use utoipa::{Modify, OpenApi};
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "Warren API", description = "Warren's REST API: users, tokens, SSH keys, OAuth clients, agents, spaces, mounts, projects, workspaces, GitOps."),
+    info(title = "Warren API", description = "Warren's REST API: users, tokens, SSH keys, OAuth clients, agents, spaces, mounts, projects, workspaces, GitOps, the audit log."),
     paths(
         api::users::create_session,
         api::users::me,
@@ -18,6 +18,8 @@ use utoipa::{Modify, OpenApi};
         api::access::set_region,
         api::access::delete_region,
         api::users::list_users,
+        api::audit::list,
+        api::audit::verify,
         api::users::create_user,
         api::users::get_user,
         api::users::update_user,

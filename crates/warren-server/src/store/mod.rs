@@ -6,6 +6,7 @@
 
 pub mod activity;
 pub mod agents;
+pub mod audit;
 pub mod error;
 pub mod gitops;
 pub mod leases;

@@ -15,6 +15,7 @@
 mod chains;
 mod status;
 
+use crate::app::audit;
 pub use chains::{resolve, resolve_link, Linked, Resolved};
 use status::status;
 pub use status::{failing, get_status, heartbeat_deadline_ms};
@@ -216,116 +217,127 @@ pub async fn create(
     who: &Principal,
     req: &CreateMountRequest,
 ) -> Result<Mount, AppError> {
-    names::validate(&req.name).map_err(|e| AppError::invalid_field("name", e))?;
-    let kind = MountType::parse(&req.mount_type).ok_or_else(|| {
-        AppError::invalid_field(
-            "type",
-            format!(
-                "{:?} is not a mount type: redirect, proxy or workspace",
-                req.mount_type
-            ),
-        )
-    })?;
-    if kind == MountType::Proxy {
-        return create_connector(state, who, req).await;
-    }
-    if req.connector {
-        return Err(AppError::invalid_field(
-            "connector",
-            "only proxy mounts are backed by a connector",
-        ));
-    }
-    if req.via.is_some() {
-        return Err(AppError::invalid_field(
-            "via",
-            "only proxy mounts reach their URL through an agent",
-        ));
-    }
-    let (target, url) =
-        match (&req.reference, &req.url, kind) {
-            (Some(r), None, _) => (Some(r.as_str()), None),
-            (None, Some(u), MountType::Redirect) => (None, Some(check_url(u)?)),
-            (_, _, MountType::Redirect) => {
-                return Err(AppError::invalid_field(
-                    "ref",
-                    "a redirect needs exactly one of `ref` (an entry) and `url`",
-                ))
-            }
-            _ => return Err(AppError::invalid_field(
-                "ref",
-                "a workspace mount needs `ref`, the workspace (or softlink) it stands for, and \
-                 no `url`",
-            )),
-        };
-    if let (Some(t), MountType::Workspace) = (target, kind) {
-        if t == req.name {
+    let r: Result<Mount, AppError> = async {
+        names::validate(&req.name).map_err(|e| AppError::invalid_field("name", e))?;
+        let kind = MountType::parse(&req.mount_type).ok_or_else(|| {
+            AppError::invalid_field(
+                "type",
+                format!(
+                    "{:?} is not a mount type: redirect, proxy or workspace",
+                    req.mount_type
+                ),
+            )
+        })?;
+        if kind == MountType::Proxy {
+            return create_connector(state, who, req).await;
+        }
+        if req.connector {
             return Err(AppError::invalid_field(
-                "ref",
-                format!("{t:?} would link to itself"),
+                "connector",
+                "only proxy mounts are backed by a connector",
             ));
         }
-        if let Err(e) = check_target(state, who, t).await {
-            // A grant on a workspace lets its holder link to it without seeing it.
-            let granted = match state.store.workspace_by_name(t).await? {
-                Some(w) => state.store.has_grant(w.id, who.user.id).await?,
-                None => false,
-            };
-            if !granted {
-                return Err(e);
-            }
-        }
-        check_link(state, who.user.id, t).await?;
-    }
-    if let (Some(t), MountType::Redirect) = (target, kind) {
-        if t == req.name {
+        if req.via.is_some() {
             return Err(AppError::invalid_field(
-                "ref",
-                format!("{t:?} would redirect to itself"),
+                "via",
+                "only proxy mounts reach their URL through an agent",
             ));
         }
-        check_target(state, who, t).await?;
-        match resolve(state, t).await? {
-            Resolved::Entry(_) | Resolved::Url(_) | Resolved::Missing(_) => {
-                // The new mount adds one hop to the chain from `t`.
-                let hops = chain_length(state, t, MountType::Redirect).await? + 1;
-                if hops > MAX_CHAIN {
+        let (target, url) =
+            match (&req.reference, &req.url, kind) {
+                (Some(r), None, _) => (Some(r.as_str()), None),
+                (None, Some(u), MountType::Redirect) => (None, Some(check_url(u)?)),
+                (_, _, MountType::Redirect) => {
                     return Err(AppError::invalid_field(
                         "ref",
-                        format!(
-                            "{t:?} starts a chain of {} redirects; with this one it would be \
-                             {hops}, more than {MAX_CHAIN}",
-                            hops - 1
-                        ),
-                    ));
+                        "a redirect needs exactly one of `ref` (an entry) and `url`",
+                    ))
+                }
+                _ => return Err(AppError::invalid_field(
+                    "ref",
+                    "a workspace mount needs `ref`, the workspace (or softlink) it stands for, and \
+                     no `url`",
+                )),
+            };
+        if let (Some(t), MountType::Workspace) = (target, kind) {
+            if t == req.name {
+                return Err(AppError::invalid_field(
+                    "ref",
+                    format!("{t:?} would link to itself"),
+                ));
+            }
+            if let Err(e) = check_target(state, who, t).await {
+                // A grant on a workspace lets its holder link to it without seeing it.
+                let granted = match state.store.workspace_by_name(t).await? {
+                    Some(w) => state.store.has_grant(w.id, who.user.id).await?,
+                    None => false,
+                };
+                if !granted {
+                    return Err(e);
                 }
             }
-            Resolved::Cycle(e) => {
+            check_link(state, who.user.id, t).await?;
+        }
+        if let (Some(t), MountType::Redirect) = (target, kind) {
+            if t == req.name {
                 return Err(AppError::invalid_field(
                     "ref",
-                    format!("the redirects from {t:?} come back to {e:?}"),
-                ))
+                    format!("{t:?} would redirect to itself"),
+                ));
             }
-            Resolved::TooLong => {
-                return Err(AppError::invalid_field(
-                    "ref",
-                    format!("{t:?} starts a chain of more than {MAX_CHAIN} redirects"),
-                ))
+            check_target(state, who, t).await?;
+            match resolve(state, t).await? {
+                Resolved::Entry(_) | Resolved::Url(_) | Resolved::Missing(_) => {
+                    // The new mount adds one hop to the chain from `t`.
+                    let hops = chain_length(state, t, MountType::Redirect).await? + 1;
+                    if hops > MAX_CHAIN {
+                        return Err(AppError::invalid_field(
+                            "ref",
+                            format!(
+                                "{t:?} starts a chain of {} redirects; with this one it would be \
+                                 {hops}, more than {MAX_CHAIN}",
+                                hops - 1
+                            ),
+                        ));
+                    }
+                }
+                Resolved::Cycle(e) => {
+                    return Err(AppError::invalid_field(
+                        "ref",
+                        format!("the redirects from {t:?} come back to {e:?}"),
+                    ))
+                }
+                Resolved::TooLong => {
+                    return Err(AppError::invalid_field(
+                        "ref",
+                        format!("{t:?} starts a chain of more than {MAX_CHAIN} redirects"),
+                    ))
+                }
             }
         }
+        let base = new_entry(state, who, req, kind.as_str()).await?;
+        let m = insert(
+            state,
+            &NewMount {
+                target,
+                url: url.as_deref(),
+                ..base
+            },
+        )
+        .await?;
+        tracing::info!(mount = %m.name, kind = %m.kind, space = %m.space_path, by = %who.user.username, "mount created");
+        state.changed();
+        to_api(state, &m, Some(Right::Manage)).await
     }
-    let base = new_entry(state, who, req, kind.as_str()).await?;
-    let m = insert(
+    .await;
+    audit::audited(
         state,
-        &NewMount {
-            target,
-            url: url.as_deref(),
-            ..base
-        },
+        who,
+        "mount.create",
+        audit::Target::named("mount", &req.name),
+        r,
     )
-    .await?;
-    tracing::info!(mount = %m.name, kind = %m.kind, space = %m.space_path, by = %who.user.username, "mount created");
-    state.changed();
-    to_api(state, &m, Some(Right::Manage)).await
+    .await
 }
 
 /// Makes a `proxy` mount backed by a connector, and the agent row its token belongs to; the
@@ -516,13 +528,24 @@ pub async fn get(state: &AppState, who: &Principal, name: &str) -> Result<Mount,
 /// Removes a mount (its owner, an owner of its space, or an admin). Redirects that led to it
 /// now show that their target is missing.
 pub async fn remove(state: &AppState, who: &Principal, name: &str) -> Result<(), AppError> {
-    let (m, _) = authorized(state, who, name, Right::Manage).await?;
-    if !state.store.delete_mount(m.id).await? {
-        return Err(not_found(name));
+    let r: Result<(), AppError> = async {
+        let (m, _) = authorized(state, who, name, Right::Manage).await?;
+        if !state.store.delete_mount(m.id).await? {
+            return Err(not_found(name));
+        }
+        tracing::info!(mount = %m.name, by = %who.user.username, "mount removed");
+        state.changed();
+        Ok(())
     }
-    tracing::info!(mount = %m.name, by = %who.user.username, "mount removed");
-    state.changed();
-    Ok(())
+    .await;
+    audit::audited(
+        state,
+        who,
+        "mount.remove",
+        audit::Target::named("mount", name),
+        r,
+    )
+    .await
 }
 
 /// The mounts at or below `root` a user sees, for the tree: (space path, name, type, phase,
@@ -560,17 +583,29 @@ pub async fn grant(
     key: &str,
     username: &str,
 ) -> Result<Vec<WorkspaceGrant>, AppError> {
-    let w = rights::authorized(state, who, key, Right::Manage).await?;
-    let user = super::lookup::user_named(state, username).await?;
-    state
-        .store
-        .set_grant(w.id, user.id, state.clock.now_ms())
-        .await?;
-    tracing::info!(workspace = %w.name, to = %user.username, by = %who.user.username, "softlink grant given");
-    // Now someone else may use it: its owner's personal secrets leave it.
-    super::rerender::rerender_workspace(state, w.id, true).await?;
-    state.changed();
-    Ok(state.store.grants(w.id).await?)
+    let r: Result<Vec<WorkspaceGrant>, AppError> = async {
+        let w = rights::authorized(state, who, key, Right::Manage).await?;
+        let user = super::lookup::user_named(state, username).await?;
+        state
+            .store
+            .set_grant(w.id, user.id, state.clock.now_ms())
+            .await?;
+        tracing::info!(workspace = %w.name, to = %user.username, by = %who.user.username, "softlink grant given");
+        // Now someone else may use it: its owner's personal secrets leave it.
+        super::rerender::rerender_workspace(state, w.id, true).await?;
+        state.changed();
+        Ok(state.store.grants(w.id).await?)
+    }
+    .await;
+    audit::audited_with(
+        state,
+        who,
+        "workspace.grant",
+        audit::Target::workspace_key(state, key).await,
+        format!("to {username}"),
+        r,
+    )
+    .await
 }
 
 /// Takes a grant back: the user's softlinks to the workspace stop serving (at once at the
@@ -581,18 +616,30 @@ pub async fn revoke(
     key: &str,
     username: &str,
 ) -> Result<(), AppError> {
-    let w = rights::authorized(state, who, key, Right::Manage).await?;
-    let user = super::lookup::user_named(state, username).await?;
-    if !state.store.remove_grant(w.id, user.id).await? {
-        return Err(AppError::not_found(format!(
-            "grant of {} to {username:?}",
-            w.name
-        )));
+    let r: Result<(), AppError> = async {
+        let w = rights::authorized(state, who, key, Right::Manage).await?;
+        let user = super::lookup::user_named(state, username).await?;
+        if !state.store.remove_grant(w.id, user.id).await? {
+            return Err(AppError::not_found(format!(
+                "grant of {} to {username:?}",
+                w.name
+            )));
+        }
+        tracing::info!(workspace = %w.name, from = %user.username, by = %who.user.username, "softlink grant taken back");
+        // When no one else may use it any more, its owner's secrets come back (files at once,
+        // the environment at its next start).
+        super::rerender::rerender_workspace(state, w.id, false).await?;
+        state.changed();
+        Ok(())
     }
-    tracing::info!(workspace = %w.name, from = %user.username, by = %who.user.username, "softlink grant taken back");
-    // When no one else may use it any more, its owner's secrets come back (files at once,
-    // the environment at its next start).
-    super::rerender::rerender_workspace(state, w.id, false).await?;
-    state.changed();
-    Ok(())
+    .await;
+    audit::audited_with(
+        state,
+        who,
+        "workspace.revoke_grant",
+        audit::Target::workspace_key(state, key).await,
+        format!("from {username}"),
+        r,
+    )
+    .await
 }

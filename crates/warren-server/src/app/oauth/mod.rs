@@ -9,6 +9,7 @@
 pub mod signed;
 
 use super::{AppError, AppState, ErrorKind, Principal};
+use crate::app::audit;
 use crate::crypto;
 use crate::store::oauth::{OAuthClientRecord, OAuthClientRow};
 use crate::store::users::UserRow;
@@ -143,24 +144,36 @@ pub async fn create_client(
     who: &Principal,
     req: CreateOAuthClient,
 ) -> Result<CreatedOAuthClient, AppError> {
-    who.require_admin()?;
-    let secret = req
-        .confidential
-        .then(|| format!("wrn_cs_{}", crypto::random_secret(32)));
-    let new = NewOAuthClient {
-        client_id: req
-            .client_id
-            .unwrap_or_else(|| format!("wrn_client_{}", crypto::random_secret(9))),
-        name: req.name,
-        redirect_uris: req.redirect_uris,
-        first_party: req.first_party,
-        secret: secret.clone(),
-    };
-    let row = write_client(state, &new, false).await?;
-    Ok(CreatedOAuthClient {
-        client: (&row).into(),
-        client_secret: secret,
-    })
+    let name = req.name.clone();
+    let r: Result<CreatedOAuthClient, AppError> = async move {
+        who.require_admin()?;
+        let secret = req
+            .confidential
+            .then(|| format!("wrn_cs_{}", crypto::random_secret(32)));
+        let new = NewOAuthClient {
+            client_id: req
+                .client_id
+                .unwrap_or_else(|| format!("wrn_client_{}", crypto::random_secret(9))),
+            name: req.name,
+            redirect_uris: req.redirect_uris,
+            first_party: req.first_party,
+            secret: secret.clone(),
+        };
+        let row = write_client(state, &new, false).await?;
+        Ok(CreatedOAuthClient {
+            client: (&row).into(),
+            client_secret: secret,
+        })
+    }
+    .await;
+    audit::audited(
+        state,
+        who,
+        "oauth_client.create",
+        audit::Target::named("oauth_client", &name),
+        r,
+    )
+    .await
 }
 
 /// Every registered client (admins only).
@@ -177,13 +190,24 @@ pub async fn delete_client(
     who: &Principal,
     client_id: &str,
 ) -> Result<(), AppError> {
-    who.require_admin()?;
-    if state.store.delete_oauth_client(client_id).await? {
-        tracing::info!(client_id, by = %who.user.username, "oauth client deleted");
-        Ok(())
-    } else {
-        Err(AppError::not_found(format!("oauth client {client_id:?}")))
+    let r: Result<(), AppError> = async {
+        who.require_admin()?;
+        if state.store.delete_oauth_client(client_id).await? {
+            tracing::info!(client_id, by = %who.user.username, "oauth client deleted");
+            Ok(())
+        } else {
+            Err(AppError::not_found(format!("oauth client {client_id:?}")))
+        }
     }
+    .await;
+    audit::audited(
+        state,
+        who,
+        "oauth_client.remove",
+        audit::Target::named("oauth_client", client_id),
+        r,
+    )
+    .await
 }
 
 // ---- authorization requests ----
@@ -437,6 +461,35 @@ pub enum SignIn {
 
 /// Checks the login form's credentials, throttled like the API's password session.
 pub async fn sign_in(
+    state: &AppState,
+    key: &[u8],
+    username: &str,
+    password: &str,
+    client: Option<IpAddr>,
+) -> Result<SignIn, AppError> {
+    let r = sign_in_unaudited(state, key, username, password, client).await;
+    let (user, result) = match &r {
+        Ok(SignIn::Ok { user, .. }) => (Some(&**user), Ok(())),
+        Ok(SignIn::Throttled(secs)) => (
+            None,
+            Err(AppError::new(
+                ErrorKind::TooManyRequests,
+                "too_many_attempts",
+                format!("too many failed attempts; held back for {secs} s"),
+            )),
+        ),
+        Ok(SignIn::Failed) => (
+            None,
+            Err(AppError::unauthenticated("wrong username or password")),
+        ),
+        Ok(SignIn::Disabled) => (None, Err(AppError::forbidden("the account is disabled"))),
+        Err(e) => (None, Err(e.clone())),
+    };
+    super::audit::sign_in(state, username, "password", user, &result).await;
+    r
+}
+
+async fn sign_in_unaudited(
     state: &AppState,
     key: &[u8],
     username: &str,

@@ -225,6 +225,19 @@ pub async fn create(
     who: &Principal,
     req: &CreateWorkspaceRequest,
 ) -> Result<Workspace, AppError> {
+    let r = create_unaudited(state, who, req).await;
+    let target = match &r {
+        Ok(w) => crate::app::audit::Target::shown_workspace(w),
+        Err(_) => crate::app::audit::Target::named("workspace", req.name.as_deref().unwrap_or("")),
+    };
+    crate::app::audit::audited(state, who, "workspace.create", target, r).await
+}
+
+async fn create_unaudited(
+    state: &AppState,
+    who: &Principal,
+    req: &CreateWorkspaceRequest,
+) -> Result<Workspace, AppError> {
     if let Some(n) = &req.name {
         names::validate(n).map_err(|e| AppError::invalid_field("name", e))?;
     }

@@ -19,6 +19,7 @@ pub use create::create;
 pub use rebuild::rebuild;
 pub use startup::startup;
 
+use super::audit;
 use super::lifecycle::check_desired_state_request;
 use super::render;
 use super::rerender;
@@ -338,6 +339,17 @@ pub async fn set_desired_state(
     key: &str,
     requested: DesiredState,
 ) -> Result<Workspace, AppError> {
+    let r = desired_state_unaudited(state, who, key, requested).await;
+    let target = audit::Target::workspace_or_key(&r, key);
+    audit::audited(state, who, audit::desired_action(requested), target, r).await
+}
+
+async fn desired_state_unaudited(
+    state: &AppState,
+    who: &Principal,
+    key: &str,
+    requested: DesiredState,
+) -> Result<Workspace, AppError> {
     let w = change_desired_state(
         state,
         || rights::authorized(state, who, key, Right::Use),
@@ -351,6 +363,16 @@ pub async fn set_desired_state(
 /// Asks for `Terminated`: the agent deletes everything, volume included. Repeating it is
 /// harmless.
 pub async fn terminate(
+    state: &AppState,
+    who: &Principal,
+    key: &str,
+) -> Result<Workspace, AppError> {
+    let r = terminate_unaudited(state, who, key).await;
+    let target = audit::Target::workspace_or_key(&r, key);
+    audit::audited(state, who, "workspace.delete", target, r).await
+}
+
+async fn terminate_unaudited(
     state: &AppState,
     who: &Principal,
     key: &str,
@@ -392,6 +414,18 @@ pub(super) async fn to_remake(
 /// the size asked for earlier. A stopped workspace keeps `Stopped` and starts with the new
 /// size next time.
 pub async fn resize(
+    state: &AppState,
+    who: &Principal,
+    key: &str,
+    req: &ResizeWorkspaceRequest,
+) -> Result<Workspace, AppError> {
+    let r = resize_unaudited(state, who, key, req).await;
+    let target = audit::Target::workspace_or_key(&r, key);
+    let asked = serde_json::to_string(&req.resources).unwrap_or_default();
+    audit::audited_with(state, who, "workspace.resize", target, asked, r).await
+}
+
+async fn resize_unaudited(
     state: &AppState,
     who: &Principal,
     key: &str,

@@ -32,6 +32,24 @@ pub async fn rebuild(
     key: &str,
     req: &RebuildWorkspaceRequest,
 ) -> Result<RebuildOutcome, AppError> {
+    let r = rebuild_unaudited(state, who, key, req).await;
+    if req.dry_run {
+        // A dry run changes nothing.
+        return r;
+    }
+    let target = match &r {
+        Ok(o) => crate::app::audit::Target::shown_workspace(&o.workspace),
+        Err(_) => crate::app::audit::Target::named("workspace", key),
+    };
+    crate::app::audit::audited(state, who, "workspace.rebuild", target, r).await
+}
+
+async fn rebuild_unaudited(
+    state: &AppState,
+    who: &Principal,
+    key: &str,
+    req: &RebuildWorkspaceRequest,
+) -> Result<RebuildOutcome, AppError> {
     for _ in 0..WRITE_ATTEMPTS {
         let (w, agent) = super::to_remake(state, who, key).await?;
         let definition = definition(state, who, &w, req).await?;

@@ -4,6 +4,7 @@
 
 pub mod access;
 pub mod agents;
+pub mod audit;
 pub mod gitops;
 pub mod mounts;
 pub mod ports;
@@ -60,6 +61,8 @@ pub fn router() -> Router<crate::http::HttpState> {
             put(access::set_region).delete(access::delete_region),
         )
         .route("/users", get(users::list_users).post(users::create_user))
+        .route("/audit", get(audit::list))
+        .route("/audit/verify", post(audit::verify))
         .route("/users/me/password", post(users::change_password))
         .route(
             "/users/me/dotfiles",

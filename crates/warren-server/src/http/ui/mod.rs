@@ -16,6 +16,7 @@
 mod account;
 mod admin;
 mod assets;
+mod audit;
 mod errors;
 mod layout;
 mod prebuilds;
@@ -98,6 +99,7 @@ pub fn router() -> Router<crate::http::HttpState> {
             post(account::delete_ssh_key),
         )
         .route("/admin", get(admin::page))
+        .route("/audit", get(audit::page))
         .route("/admin/users", post(admin::create_user))
         .route("/admin/users/{name}", post(admin::update_user))
         .route("/admin/agents", post(admin::create_agent))

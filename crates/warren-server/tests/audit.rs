@@ -1,0 +1,477 @@
+//! The audit log on SQLite and PostgreSQL: every audited action recorded exactly once with its
+//! actor, credential, target, source address, request id and outcome; refused sign-ins and
+//! tokens recorded (bad tokens once per source and minute); the filters and pages of the list;
+//! admins reading everything and owners only their spaces; the JSON-lines stream matching the
+//! database; the database refusing updates and early deletes; a tampered entry found by the
+//! check, through the API and straight from the database; retention keeping what is left
+//! verifiable.
+
+use crate::common;
+
+use common::*;
+use reqwest::Method;
+use serde_json::{json, Value};
+use warren_server::ServerConfig;
+
+/// Every entry matching `query`, newest first, as the admin reads them.
+async fn entries(s: &TestServer, query: &str) -> Vec<Value> {
+    let (st, b) = s
+        .admin(Method::GET, &format!("/api/v1/audit?{query}"), None)
+        .await;
+    assert_eq!(st, 200, "[{}] {query}: {b}", s.label);
+    b["items"].as_array().expect("items").clone()
+}
+
+fn actions(items: &[Value]) -> Vec<String> {
+    items
+        .iter()
+        .map(|e| e["action"].as_str().unwrap_or("?").to_owned())
+        .collect()
+}
+
+async fn raw(url: &str) -> sqlx::AnyConnection {
+    sqlx::any::install_default_drivers();
+    <sqlx::AnyConnection as sqlx::Connection>::connect(url)
+        .await
+        .expect("connect to the test database")
+}
+
+#[tokio::test]
+async fn every_action_is_recorded_once_with_who_what_where_and_how_it_ended() {
+    for db in databases() {
+        let stream_dir = tempfile::tempdir().expect("tempdir");
+        let stream = stream_dir.path().join("audit.jsonl");
+        let file = stream.clone();
+        let s = TestServer::start_with(&db, move |c| c.audit_file = Some(file)).await;
+        let l = s.label;
+        s.agent("a1", json!({})).await;
+        let ann = s.user("ann", &["api", "workspace"]).await;
+        let eve = s.user("eve", &["api", "workspace"]).await;
+
+        // A sign-in with a wrong password: denied, by nobody known, naming the account tried.
+        let (st, _) = s
+            .call(
+                Method::POST,
+                "/api/v1/session",
+                None,
+                Some(json!({"username": "ann", "password": "not-her-password"})),
+            )
+            .await;
+        assert_eq!(st, 401, "[{l}]");
+        // Bad tokens: denied, recorded once per source and minute.
+        for _ in 0..3 {
+            let (st, _) = s.get("wrn_pat_not-a-real-token", "/api/v1/users/me").await;
+            assert_eq!(st, 401, "[{l}]");
+        }
+
+        // Ann's workspace, created under a request id of hers, stopped, started, deleted.
+        let resp = s
+            .http
+            .post(format!("{}/api/v1/workspaces", s.base))
+            .bearer_auth(&ann)
+            .header("x-request-id", "req-ann-create-1")
+            .json(&json!({"name": "ann-ws"}))
+            .send()
+            .await
+            .expect("create");
+        assert_eq!(resp.status().as_u16(), 201, "[{l}]");
+        for desired in ["Stopped", "Running"] {
+            let (st, b) = s
+                .put(
+                    &ann,
+                    "/api/v1/workspaces/ann-ws/desired_state",
+                    json!({ "desired_state": desired }),
+                )
+                .await;
+            assert_eq!(st, 200, "[{l}] {b}");
+        }
+        // Eve may not even see it: a failure, recorded as hers.
+        let (st, _) = s
+            .put(
+                &eve,
+                "/api/v1/workspaces/ann-ws/desired_state",
+                json!({"desired_state": "Stopped"}),
+            )
+            .await;
+        assert_eq!(st, 404, "[{l}]");
+        let (st, b) = s
+            .post(
+                &ann,
+                "/api/v1/users/me/tokens",
+                json!({"name": "ci", "scopes": ["read_api"]}),
+            )
+            .await;
+        assert_eq!(st, 201, "[{l}] {b}");
+        let token_id = b["token"]["id"].as_i64().expect("token id");
+        let (st, _) = s
+            .delete(&ann, &format!("/api/v1/users/me/tokens/{token_id}"))
+            .await;
+        assert_eq!(st, 204, "[{l}]");
+        let (st, _) = s.delete(&ann, "/api/v1/workspaces/ann-ws").await;
+        assert_eq!(st, 200, "[{l}]");
+
+        let all = entries(&s, "limit=1000").await;
+        let expected = [
+            "workspace.delete",
+            "token.revoke",
+            "token.create",
+            "workspace.stop",
+            "workspace.start",
+            "workspace.stop",
+            "workspace.create",
+            "token.use",
+            "session.sign_in",
+            "session.sign_in",
+            "user.create",
+            "session.sign_in",
+            "user.create",
+            "agent.create",
+            "session.sign_in",
+        ];
+        assert_eq!(actions(&all), expected, "[{l}] {all:#?}");
+        // Numbered from 1 without gaps, newest first.
+        let seqs: Vec<i64> = all.iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+        assert_eq!(
+            seqs,
+            (1..=expected.len() as i64).rev().collect::<Vec<_>>(),
+            "[{l}]"
+        );
+
+        let create = &all[6];
+        assert_eq!(create["actor"], "ann", "[{l}] {create}");
+        assert_eq!(create["actor_kind"], "user");
+        assert!(
+            create["credential"].as_str().unwrap().starts_with("token "),
+            "[{l}] {create}"
+        );
+        assert_eq!(create["target_kind"], "workspace");
+        assert_eq!(create["target"], "ann-ws");
+        assert_eq!(create["space"], "users/ann");
+        assert_eq!(create["source"], "127.0.0.1");
+        assert_eq!(create["request_id"], "req-ann-create-1");
+        assert_eq!(create["channel"], "api");
+        assert_eq!(create["outcome"], "success");
+
+        let eves = &all[3];
+        assert_eq!(
+            (&eves["actor"], &eves["outcome"], &eves["target"]),
+            (&json!("eve"), &json!("failure"), &json!("ann-ws")),
+            "[{l}] {eves}"
+        );
+        assert!(
+            eves["detail"].as_str().unwrap().contains("not found"),
+            "[{l}] {eves}"
+        );
+        let bad_token = &all[7];
+        assert_eq!(bad_token["actor_kind"], "anonymous", "[{l}] {bad_token}");
+        assert_eq!(bad_token["outcome"], "denied");
+        let wrong_password = &all[8];
+        assert_eq!(
+            (
+                &wrong_password["actor_kind"],
+                &wrong_password["actor"],
+                &wrong_password["outcome"]
+            ),
+            (&json!("anonymous"), &json!("ann"), &json!("denied")),
+            "[{l}] {wrong_password}"
+        );
+        assert_eq!(wrong_password["credential"], "password");
+        let signed_in = &all[9];
+        assert_eq!(
+            (&signed_in["actor"], &signed_in["outcome"]),
+            (&json!("eve"), &json!("success")),
+            "[{l}] {signed_in}"
+        );
+        // No secret is ever recorded.
+        let text = serde_json::to_string(&all).unwrap();
+        assert!(
+            !text.contains("not-her-password") && !text.contains(&ann),
+            "[{l}]"
+        );
+
+        // Filters: actor, action kinds, target, outcome, time, and pages.
+        let anns = entries(&s, "actor=ann").await;
+        assert!(anns.iter().all(|e| e["actor"] == "ann"), "[{l}] {anns:#?}");
+        assert_eq!(anns.len(), 8, "[{l}] {anns:#?}");
+        let ws = entries(&s, "action=workspace.*&target=ann-ws").await;
+        assert_eq!(ws.len(), 5, "[{l}] {ws:#?}");
+        let denied = entries(&s, "outcome=denied").await;
+        assert_eq!(actions(&denied), ["token.use", "session.sign_in"], "[{l}]");
+        let future = (chrono::Utc::now() + chrono::Duration::days(1)).to_rfc3339();
+        let none = entries(&s, &format!("since={}", urlencoding(&future))).await;
+        assert!(none.is_empty(), "[{l}] {none:#?}");
+        let (st, page) = s.admin(Method::GET, "/api/v1/audit?limit=4", None).await;
+        assert_eq!(st, 200);
+        let cursor = page["next_cursor"]
+            .as_str()
+            .expect("a next page")
+            .to_owned();
+        let (_, next) = s
+            .admin(
+                Method::GET,
+                &format!("/api/v1/audit?limit=4&cursor={cursor}"),
+                None,
+            )
+            .await;
+        assert_eq!(next["items"][0]["seq"], all[4]["seq"], "[{l}] {next}");
+        let (st, b) = s.admin(Method::GET, "/api/v1/audit?limit=0", None).await;
+        assert_eq!(st, 400, "[{l}] {b}");
+        let (st, b) = s
+            .admin(Method::GET, "/api/v1/audit?outcome=maybe", None)
+            .await;
+        assert_eq!(st, 400, "[{l}] {b}");
+        assert!(msg(&b).contains("outcome"), "[{l}] {b}");
+
+        // Owners read what happened in their spaces, and nothing else.
+        let (st, b) = s.get(&ann, "/api/v1/audit?limit=1000").await;
+        assert_eq!(st, 200, "[{l}] {b}");
+        let hers = b["items"].as_array().unwrap();
+        assert!(!hers.is_empty(), "[{l}]");
+        assert!(hers.iter().all(|e| e["space"] == "users/ann"), "[{l}] {b}");
+        let (st, b) = s.get(&eve, "/api/v1/audit?space=users/ann").await;
+        assert_eq!(st, 403, "[{l}] {b}");
+        let (st, b) = s.post(&ann, "/api/v1/audit/verify", json!({})).await;
+        assert_eq!(st, 403, "[{l}] {b}");
+
+        // The stream holds the same entries, chained the same way.
+        let lines = std::fs::read_to_string(&stream).expect("audit stream");
+        let streamed: Vec<warren_types::api::AuditEntry> = lines
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON line"))
+            .collect();
+        assert_eq!(streamed.len(), expected.len(), "[{l}] {lines}");
+        warren_types::api::verify_chain(warren_types::api::AUDIT_GENESIS, 0, &streamed)
+            .expect("the streamed copy verifies");
+
+        let (st, v) = s.admin(Method::POST, "/api/v1/audit/verify", None).await;
+        assert_eq!(st, 200, "[{l}] {v}");
+        assert_eq!(v["entries"], expected.len(), "[{l}] {v}");
+        assert!(v["broken"].is_null(), "[{l}] {v}");
+        s.stop().await;
+    }
+}
+
+/// Percent-encodes what a query value may not hold as is.
+fn urlencoding(s: &str) -> String {
+    s.replace('+', "%2B").replace(':', "%3A")
+}
+
+/// The server's configuration for `warren admin audit verify` on the test's database.
+fn config_of(s: &TestServer) -> ServerConfig {
+    let mut c = ServerConfig::new(s.db.dir.path().join("home"));
+    c.database_url = Some(s.db.url.clone());
+    c.relay_secret = Some("unused-but-long-enough-for-the-check".into());
+    c
+}
+
+#[tokio::test]
+async fn the_database_refuses_to_rewrite_the_log_and_a_rewrite_is_found() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        s.agent("a1", json!({})).await;
+        s.user("ann", &["api", "workspace"]).await;
+        let before = warren_server::verify_audit(&config_of(&s))
+            .await
+            .expect("verify");
+        assert!(before.broken.is_none(), "[{l}] {before:?}");
+        assert_eq!(before.entries, 4, "[{l}] {before:?}");
+
+        let mut conn = raw(&s.db.url).await;
+        let row = sqlx::query("SELECT actor FROM audit_log WHERE seq = 2")
+            .fetch_one(&mut conn)
+            .await
+            .expect("entry 2");
+        let original: String = sqlx::Row::get(&row, "actor");
+        for attack in [
+            "UPDATE audit_log SET actor = 'mallory' WHERE seq = 2",
+            "DELETE FROM audit_log WHERE seq = 4",
+        ] {
+            let e = sqlx::query(attack)
+                .execute(&mut conn)
+                .await
+                .expect_err("the database refuses");
+            assert!(e.to_string().contains("append-only"), "[{l}] {attack}: {e}");
+        }
+        // Someone who owns the database can drop the guards; the chain then tells.
+        let drop = if l == "postgres" {
+            vec!["DROP TRIGGER audit_log_guard ON audit_log"]
+        } else {
+            vec![
+                "DROP TRIGGER audit_log_no_update",
+                "DROP TRIGGER audit_log_no_delete",
+            ]
+        };
+        for d in drop {
+            sqlx::query(d).execute(&mut conn).await.expect("drop guard");
+        }
+        sqlx::query("UPDATE audit_log SET actor = 'mallory' WHERE seq = 2")
+            .execute(&mut conn)
+            .await
+            .expect("rewrite");
+        let (st, v) = s.admin(Method::POST, "/api/v1/audit/verify", None).await;
+        assert_eq!(st, 200, "[{l}] {v}");
+        assert_eq!(v["broken"]["seq"], 2, "[{l}] {v}");
+        assert_eq!(v["entries"], 1, "[{l}] {v}");
+        let direct = warren_server::verify_audit(&config_of(&s))
+            .await
+            .expect("verify");
+        assert_eq!(direct.broken.map(|b| b.seq), Some(2), "[{l}]");
+
+        // Removing the newest entries leaves an intact chain that ends too early.
+        sqlx::query("UPDATE audit_log SET actor = $1 WHERE seq = 2")
+            .bind(&original)
+            .execute(&mut conn)
+            .await
+            .expect("undo");
+        let head = sqlx::query("SELECT MAX(seq) AS n FROM audit_log")
+            .fetch_one(&mut conn)
+            .await
+            .expect("max");
+        let n: i64 = sqlx::Row::get(&head, "n");
+        sqlx::query(&format!("DELETE FROM audit_log WHERE seq = {n}"))
+            .execute(&mut conn)
+            .await
+            .expect("remove the newest");
+        let v = warren_server::verify_audit(&config_of(&s))
+            .await
+            .expect("verify");
+        let b = v.broken.expect("a truncated log is found");
+        assert!(
+            b.reason.contains("newest were removed"),
+            "[{l}] {}",
+            b.reason
+        );
+        drop_conn(conn).await;
+        s.stop().await;
+    }
+}
+
+async fn drop_conn(conn: sqlx::AnyConnection) {
+    let _ = sqlx::Connection::close(conn).await;
+}
+
+#[tokio::test]
+async fn retention_removes_the_oldest_and_what_is_left_still_verifies() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        s.agent("a1", json!({})).await;
+        s.agent("a2", json!({})).await;
+        s.clock.advance_ms(3 * 86_400_000);
+        s.agent("a3", json!({})).await;
+        let gone = warren_server::app::audit::prune(&s.state, 2)
+            .await
+            .expect("prune");
+        assert_eq!(gone, 3, "[{l}]");
+        let left = entries(&s, "").await;
+        assert_eq!(actions(&left), ["agent.create"], "[{l}] {left:#?}");
+        assert_eq!(left[0]["target"], "a3");
+        // The database lets retention's deletes through, and no others.
+        let mut conn = raw(&s.db.url).await;
+        let e = sqlx::query("DELETE FROM audit_log")
+            .execute(&mut conn)
+            .await
+            .expect_err("refused");
+        assert!(e.to_string().contains("append-only"), "[{l}] {e}");
+        drop_conn(conn).await;
+        s.agent("a4", json!({})).await;
+        let (_, v) = s.admin(Method::POST, "/api/v1/audit/verify", None).await;
+        assert!(v["broken"].is_null(), "[{l}] {v}");
+        assert_eq!(
+            (&v["first_seq"], &v["entries"]),
+            (&json!(4), &json!(2)),
+            "[{l}] {v}"
+        );
+        s.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn projects_spaces_secrets_and_regions_changes_are_each_recorded_once() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        let bob = s.user("bob", &["api", "workspace"]).await;
+        let start = entries(&s, "limit=1").await[0]["seq"].as_i64().unwrap();
+        let steps: Vec<(&str, Method, String, Value, u16)> = vec![
+            (
+                "project.create",
+                Method::POST,
+                "/api/v1/projects".into(),
+                json!({"name": "p1", "git_url": "https://example.com/r.git", "devfile": WEB_DEVFILE}),
+                201,
+            ),
+            (
+                "project.set_member",
+                Method::PUT,
+                "/api/v1/projects/p1/members/bob".into(),
+                json!({"role": "developer"}),
+                200,
+            ),
+            (
+                "space.create",
+                Method::POST,
+                "/api/v1/spaces".into(),
+                json!({"path": "acme"}),
+                201,
+            ),
+            (
+                "space.set_member",
+                Method::PUT,
+                "/api/v1/spaces/acme/members/bob".into(),
+                json!({"role": "owner"}),
+                200,
+            ),
+            (
+                "secret.set",
+                Method::PUT,
+                "/api/v1/users/me/secrets/API_TOKEN".into(),
+                json!({"value": "tok-s3cret-value"}),
+                201,
+            ),
+            (
+                "secret.remove",
+                Method::DELETE,
+                "/api/v1/users/me/secrets/API_TOKEN".into(),
+                Value::Null,
+                204,
+            ),
+            (
+                "project.delete",
+                Method::DELETE,
+                "/api/v1/projects/p1".into(),
+                Value::Null,
+                204,
+            ),
+        ];
+        for (action, method, path, body, want) in &steps {
+            let body = (!body.is_null()).then(|| body.clone());
+            let (st, b) = s.admin(method.clone(), path, body).await;
+            assert_eq!(st, *want, "[{l}] {action}: {b}");
+        }
+        let got = entries(&s, "limit=1000").await;
+        let new: Vec<String> = got
+            .iter()
+            .filter(|e| e["seq"].as_i64().unwrap() > start)
+            .rev()
+            .map(|e| e["action"].as_str().unwrap().to_owned())
+            .collect();
+        let want: Vec<&str> = steps.iter().map(|s| s.0).collect();
+        assert_eq!(new, want, "[{l}] {got:#?}");
+        let text = serde_json::to_string(&got).unwrap();
+        assert!(
+            !text.contains("tok-s3cret-value"),
+            "[{l}] a secret's value was recorded"
+        );
+        // Bob, made an owner of acme, now reads acme's entries: the role he was given there.
+        let (st, b) = s.get(&bob, "/api/v1/audit?space=acme").await;
+        assert_eq!(st, 200, "[{l}] {b}");
+        assert_eq!(
+            actions(b["items"].as_array().unwrap()),
+            ["space.set_member", "space.create"],
+            "[{l}] {b}"
+        );
+        s.stop().await;
+    }
+}

@@ -71,15 +71,9 @@ impl Activity {
         interval: Duration,
         shutdown: CancellationToken,
     ) {
-        let mut tick = tokio::time::interval(interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut rounds = Rounds::new(interval);
         loop {
-            let last = tokio::select! {
-                // Cancel-safe: a tick holds no state.
-                _ = tick.tick() => false,
-                // Cancel-safe: cancellation is level-triggered.
-                _ = shutdown.cancelled() => true,
-            };
+            let last = rounds.next(&shutdown).await;
             let items = self.take();
             if !items.is_empty() {
                 let report = ActivityReport { workspaces: items };
@@ -91,6 +85,27 @@ impl Activity {
             if last {
                 return;
             }
+        }
+    }
+}
+
+/// The rounds of a report loop: one per `interval`, and a last one at shutdown.
+pub(crate) struct Rounds(tokio::time::Interval);
+
+impl Rounds {
+    pub(crate) fn new(interval: Duration) -> Rounds {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Rounds(tick)
+    }
+
+    /// Waits for the next round; true for the last one (`shutdown` was cancelled).
+    pub(crate) async fn next(&mut self, shutdown: &CancellationToken) -> bool {
+        tokio::select! {
+            // Cancel-safe: a tick holds no state.
+            _ = self.0.tick() => false,
+            // Cancel-safe: cancellation is level-triggered.
+            _ = shutdown.cancelled() => true,
         }
     }
 }

@@ -21,6 +21,7 @@ mod port_forward;
 mod presence;
 pub mod relay;
 pub mod server_api;
+mod sessions;
 pub mod ssh;
 mod stop_warning;
 mod terminal;
@@ -79,6 +80,8 @@ pub(crate) struct Shared {
     pub server: server_api::ServerApi,
     pub relay: relay::RelayClient,
     pub activity: activity::Activity,
+    /// Terminals and SSH sessions opened and closed, for the audit log.
+    pub sessions: sessions::Sessions,
     /// The HTTP front door's keys, caches and upstream connections.
     pub front: http::Front,
     /// Cancelled when the proxy stops: long-lived upgraded connections (WebSockets, the web
@@ -129,6 +132,7 @@ pub async fn run(
         server,
         relay: relay::RelayClient::new(config.relay_url.clone(), config.shared_secret.as_bytes()),
         activity: activity::Activity::default(),
+        sessions: sessions::Sessions::default(),
         front: http::Front::new(&config, cookie_keys),
         config,
         closing: shutdown.clone(),
@@ -144,6 +148,11 @@ pub async fn run(
         ssh_key.is_some(),
         shutdown.clone(),
     );
+    let session_reporter = tokio::spawn(shared.sessions.clone().report_loop(
+        shared.server.clone(),
+        std::time::Duration::from_secs(shared.config.activity_report_secs),
+        shutdown.clone(),
+    ));
     let reporter = tokio::spawn(shared.activity.clone().report_loop(
         shared.server.clone(),
         std::time::Duration::from_secs(shared.config.activity_report_secs),
@@ -187,6 +196,7 @@ pub async fn run(
     let (h, s, m, ()) = tokio::join!(http, ssh, metrics, presence);
     shutdown.cancel();
     let _ = reporter.await;
+    let _ = session_reporter.await;
     h.and(s).and(m)
 }
 

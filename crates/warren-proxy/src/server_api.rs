@@ -269,6 +269,18 @@ impl ServerApi {
         }
     }
 
+    /// Reports terminals and SSH sessions opened and closed, for the audit log.
+    pub async fn report_sessions(
+        &self,
+        report: &warren_types::internal::SessionReport,
+    ) -> Result<(), ServerApiError> {
+        Self::done(
+            self.post_raw(warren_types::internal::SESSIONS_PATH, report)
+                .await?,
+        )
+        .await
+    }
+
     /// Reports the last activity of workspaces.
     pub async fn report_activity(&self, report: &ActivityReport) -> Result<(), ServerApiError> {
         Self::done(self.post_raw(WORKSPACE_ACTIVITY_PATH, report).await?).await

@@ -125,6 +125,7 @@ pub(crate) async fn handle(
     shared: Arc<Shared>,
     access: Arc<WorkspaceAccess>,
     req: axum::extract::Request,
+    peer: Option<std::net::IpAddr>,
 ) -> Response {
     let path = req.uri().path().to_owned();
     let method = req.method().clone();
@@ -136,7 +137,7 @@ pub(crate) async fn handle(
                 "the terminal WebSocket takes GET",
             );
         }
-        return websocket(shared, access, req).await;
+        return websocket(shared, access, req, peer).await;
     }
     if method != Method::GET && method != Method::HEAD {
         return error(
@@ -329,6 +330,7 @@ async fn websocket(
     shared: Arc<Shared>,
     access: Arc<WorkspaceAccess>,
     req: axum::extract::Request,
+    peer: Option<std::net::IpAddr>,
 ) -> Response {
     let (upgrade, parts) = match same_origin_upgrade(
         req,
@@ -348,7 +350,7 @@ async fn websocket(
             tokio::select! {
                 // Not resumed when the other arm wins: dropping it closes the page's socket
                 // and the exec session, which is the intent.
-                _ = bridge(shared, access, size, socket) => {}
+                _ = bridge(shared, access, size, socket, peer) => {}
                 // Cancel-safe: level-triggered. The proxy stops; the page reconnects to
                 // another replica.
                 _ = closing.cancelled() => {}
@@ -383,6 +385,7 @@ async fn bridge(
     access: Arc<WorkspaceAccess>,
     size: TerminalSize,
     socket: WebSocket,
+    peer: Option<std::net::IpAddr>,
 ) {
     let (to_page, mut from_page) = socket.split();
     // Written by the output copy and by the stop warnings, one message at a time.
@@ -427,6 +430,14 @@ async fn bridge(
         mut reader,
         mut writer,
     } = session;
+    // Recorded as opened now, and as closed when this returns, however the session ends.
+    let _audited = shared.sessions.open(
+        warren_types::internal::SessionKind::Terminal,
+        access.workspace_id,
+        access.user_id,
+        peer,
+        None,
+    );
     let workspace = access.workspace_id;
     let activity = shared.activity.clone();
     let input = async {

@@ -86,6 +86,10 @@ pub struct ServerConfig {
     /// A file every audit entry is also appended to as one JSON line, for a SIEM to collect.
     #[serde(default)]
     pub audit_file: Option<PathBuf>,
+    /// A syslog receiver every audit entry is also sent to (`udp://HOST:PORT`, or
+    /// `unix:/dev/log`), as an RFC 5424 message (`authpriv.info`) whose text is its JSON.
+    #[serde(default)]
+    pub audit_syslog: Option<String>,
 }
 
 /// An OpenID Connect provider users sign in through (`[oidc]` in the server's file).
@@ -275,6 +279,7 @@ impl ServerConfig {
             tls_key_file: None,
             audit_retention_days: default_audit_retention(),
             audit_file: None,
+            audit_syslog: None,
         }
     }
 

@@ -21,6 +21,12 @@ pub enum ServerError {
         #[source]
         source: std::io::Error,
     },
+    #[error("connecting to the audit syslog receiver {target}")]
+    AuditSyslog {
+        target: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("serving HTTP")]
     Serve(#[source] std::io::Error),
     #[error("holding the database")]

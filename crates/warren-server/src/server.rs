@@ -114,6 +114,18 @@ impl Server {
                 })?,
             None => app::audit::Stream::default(),
         };
+        let audit = match &config.audit_syslog {
+            Some(target) => {
+                audit
+                    .with_syslog(target)
+                    .await
+                    .map_err(|e| ServerError::AuditSyslog {
+                        target: target.clone(),
+                        source: e,
+                    })?
+            }
+            None => audit,
+        };
         let state = AppState {
             audit: Arc::new(audit),
             sso,

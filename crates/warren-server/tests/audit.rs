@@ -42,7 +42,15 @@ async fn every_action_is_recorded_once_with_who_what_where_and_how_it_ended() {
         let stream_dir = tempfile::tempdir().expect("tempdir");
         let stream = stream_dir.path().join("audit.jsonl");
         let file = stream.clone();
-        let s = TestServer::start_with(&db, move |c| c.audit_file = Some(file)).await;
+        let syslog = tokio::net::UdpSocket::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let syslog_at = format!("udp://{}", syslog.local_addr().unwrap());
+        let s = TestServer::start_with(&db, move |c| {
+            c.audit_file = Some(file);
+            c.audit_syslog = Some(syslog_at);
+        })
+        .await;
         let l = s.label;
         s.agent("a1", json!({})).await;
         let ann = s.user("ann", &["api", "workspace"]).await;
@@ -242,6 +250,21 @@ async fn every_action_is_recorded_once_with_who_what_where_and_how_it_ended() {
         assert_eq!(streamed.len(), expected.len(), "[{l}] {lines}");
         warren_types::api::verify_chain(warren_types::api::AUDIT_GENESIS, 0, &streamed)
             .expect("the streamed copy verifies");
+
+        // And so does the syslog receiver, one RFC 5424 message per entry.
+        let mut got = vec![];
+        let mut buf = vec![0u8; 65536];
+        while got.len() < expected.len() {
+            let n = tokio::time::timeout(std::time::Duration::from_secs(10), syslog.recv(&mut buf))
+                .await
+                .unwrap_or_else(|_| panic!("[{l}] only {} syslog messages", got.len()))
+                .expect("recv");
+            let text = String::from_utf8(buf[..n].to_vec()).expect("utf-8");
+            assert!(text.starts_with("<86>1 "), "[{l}] {text}");
+            let json = text.split_once(" warren - audit - ").expect("the entry").1;
+            got.push(serde_json::from_str::<warren_types::api::AuditEntry>(json).expect("JSON"));
+        }
+        assert_eq!(got, streamed, "[{l}]");
 
         let (st, v) = s.admin(Method::POST, "/api/v1/audit/verify", None).await;
         assert_eq!(st, 200, "[{l}] {v}");
@@ -472,6 +495,90 @@ async fn projects_spaces_secrets_and_regions_changes_are_each_recorded_once() {
             ["space.set_member", "space.create"],
             "[{l}] {b}"
         );
+        s.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn terminals_and_ssh_sessions_a_proxy_reports_are_recorded_with_who_where_and_how_long() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        s.agent("a1", json!({})).await;
+        let ann = s.user("ann", &["api", "workspace"]).await;
+        let w = s.workspace(&ann, json!({"name": "ann-ws"})).await;
+        let (ws_id, user_id) = (w["id"].as_i64().unwrap(), w["owner"].as_i64().unwrap());
+        let t0 = chrono::Utc::now().timestamp_millis() - 600_000;
+        let event = |kind: &str, closed: Option<i64>, what: Option<&str>| {
+            let mut e = json!({"kind": kind, "workspace_id": ws_id, "user_id": user_id,
+                "source": "203.0.113.9", "opened_at_ms": t0});
+            if let Some(c) = closed {
+                e["closed_at_ms"] = json!(c);
+            }
+            if let Some(w) = what {
+                e["what"] = json!(w);
+            }
+            e
+        };
+        let report = json!({"events": [
+            event("terminal", None, None),
+            event("ssh", None, Some("shell")),
+            event("terminal", Some(t0 + 303_000), None),
+        ]});
+        // Only a proxy reports sessions.
+        let (st, _) = s.post(&ann, "/internal/sessions", report.clone()).await;
+        assert_eq!(st, 401, "[{l}]");
+        let (st, b) = s.post(&proxy_jwt(), "/internal/sessions", report).await;
+        assert_eq!(st, 204, "[{l}] {b}");
+
+        let terminal = entries(&s, "target=ann-ws&action=terminal.*").await;
+        assert_eq!(
+            actions(&terminal),
+            ["terminal.close", "terminal.open"],
+            "[{l}]"
+        );
+        let closed = &terminal[0];
+        assert_eq!(
+            (&closed["actor"], &closed["source"], &closed["channel"]),
+            (&json!("ann"), &json!("203.0.113.9"), &json!("proxy")),
+            "[{l}] {closed}"
+        );
+        assert_eq!(closed["detail"], "lasted 5 min 3 s", "[{l}] {closed}");
+        assert_eq!(closed["space"], "users/ann");
+        let at = chrono::DateTime::parse_from_rfc3339(closed["at"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            at.timestamp_millis(),
+            t0 + 303_000,
+            "[{l}] recorded when it happened"
+        );
+        let ssh = entries(&s, "action=ssh.open").await;
+        assert_eq!(ssh.len(), 1, "[{l}] {ssh:#?}");
+        assert_eq!(
+            (&ssh[0]["channel"], &ssh[0]["detail"]),
+            (&json!("ssh"), &json!("shell"))
+        );
+        // "Who opened a terminal in ann-ws in the last hour?"
+        let since = (chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339();
+        let who = entries(
+            &s,
+            &format!(
+                "target=ann-ws&action=terminal.open&since={}",
+                urlencoding(&since)
+            ),
+        )
+        .await;
+        assert_eq!(who.len(), 1, "[{l}] {who:#?}");
+        assert_eq!(who[0]["actor"], "ann");
+
+        let flood: Vec<Value> = (0..1001).map(|_| event("terminal", None, None)).collect();
+        let (st, b) = s
+            .post(
+                &proxy_jwt(),
+                "/internal/sessions",
+                json!({ "events": flood }),
+            )
+            .await;
+        assert_eq!(st, 400, "[{l}] {b}");
         s.stop().await;
     }
 }

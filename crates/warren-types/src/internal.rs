@@ -72,6 +72,57 @@ pub const WORKSPACE_ACTIVITY_PATH: &str = "/internal/workspaces/activity";
 /// stopped-workspace page's start button. 404 unless the user owns the workspace; 409 when
 /// its state allows no start.
 pub const WORKSPACE_START_PATH: &str = "/internal/workspaces/start";
+/// `POST` with [`SessionReport`] (204): terminals and SSH sessions opened and closed through a
+/// proxy, recorded in the audit log (who, from where, how long).
+pub const SESSIONS_PATH: &str = "/internal/sessions";
+/// Most events in one [`SessionReport`].
+pub const MAX_SESSION_EVENTS: usize = 1000;
+
+/// What kind of session a proxy carried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionKind {
+    /// The web terminal.
+    Terminal,
+    /// A shell, command or subsystem over SSH.
+    Ssh,
+}
+
+impl SessionKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionKind::Terminal => "terminal",
+            SessionKind::Ssh => "ssh",
+        }
+    }
+}
+
+/// One session's opening (no `closed_at_ms`) or end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionEvent {
+    pub kind: SessionKind,
+    pub workspace_id: crate::ids::WorkspaceId,
+    /// Who opened it.
+    pub user_id: crate::ids::UserId,
+    /// The client's address as the proxy saw it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    pub opened_at_ms: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closed_at_ms: Option<i64>,
+    /// What ran: `shell`, `exec`, a subsystem's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub what: Option<String>,
+}
+
+/// Body of [`SESSIONS_PATH`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionReport {
+    pub events: Vec<SessionEvent>,
+}
+
 /// `GET` with [`SshAuthorizeQuery`]: may this SSH key or token open this workspace?
 pub const SSH_AUTHORIZE_PATH: &str = "/internal/ssh/authorize";
 /// The proxy's question about a host that is no workspace it may reach: is it a redirect

@@ -155,6 +155,9 @@ struct ServerSettings {
     /// Also append every audit entry to FILE as a JSON line (for a SIEM to collect).
     #[arg(long, env = "WARREN_AUDIT_FILE", value_name = "FILE")]
     audit_file: Option<PathBuf>,
+    /// Also send every audit entry to a syslog receiver: udp://HOST:PORT or unix:/dev/log.
+    #[arg(long, env = "WARREN_AUDIT_SYSLOG", value_name = "TARGET")]
+    audit_syslog: Option<String>,
 }
 
 /// `[oidc]`: `warren_server::OidcConfig`'s fields, the secret also from a file, the first
@@ -267,6 +270,7 @@ fn merge(s: ServerSettings) -> anyhow::Result<(ServerConfig, SocketAddr)> {
     c.tls_key_file = s.tls_key_file;
     set(&mut c.audit_retention_days, s.audit_retention_days);
     c.audit_file = s.audit_file;
+    c.audit_syslog = s.audit_syslog;
     let listen = match s.listen {
         Some(l) => l,
         None => DEFAULT_LISTEN.parse().context("default listen address")?,

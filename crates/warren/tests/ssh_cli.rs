@@ -149,6 +149,33 @@ async fn ws_ssh_runs_the_command_and_returns_its_exit_code() -> Result<()> {
     assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "hello from /bin/sh\n");
 
+    // Both sessions are in the audit log, read by their owner with the CLI: opened and closed,
+    // by alice, from the loopback address, what ran (the program, never its arguments) and
+    // how long. The proxy reports them every second.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let entries = loop {
+        let out = e
+            .warren(&["audit", "list", "--target", "alice-cli", "--action", "ssh.*", "-o", "json"])
+            .await?;
+        assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+        let entries: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout)?;
+        if entries.len() >= 4 {
+            break entries;
+        }
+        assert!(std::time::Instant::now() < deadline, "audit entries: {entries:#?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(entries.len(), 4, "{entries:#?}");
+    for en in &entries {
+        assert_eq!(en["actor"], "alice", "{en}");
+        assert_eq!(en["source"], "127.0.0.1", "{en}");
+        assert_eq!(en["channel"], "ssh", "{en}");
+        assert!(en["detail"].as_str().unwrap().starts_with("exec "), "{en}");
+        assert!(!en["detail"].as_str().unwrap().contains("hello"), "{en}");
+    }
+    let closed = entries.iter().filter(|e| e["action"] == "ssh.close").count();
+    assert_eq!(closed, 2, "{entries:#?}");
+
     // No ssh program: a clear error, not a panic.
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_warren"));
     cmd.args(["ws", "ssh", "alice-cli"])

@@ -325,7 +325,7 @@ async fn workspace_host(
     match target.route {
         Route::Terminal { .. } => match crate::port_forward::port_of(req.uri().path()) {
             Some(port) => crate::port_forward::handle(shared.clone(), access, port, req).await,
-            None => crate::terminal::handle(shared.clone(), access, req).await,
+            None => crate::terminal::handle(shared.clone(), access, req, Some(peer.ip())).await,
         },
         Route::Endpoint { port, .. } => {
             let client = forward::ClientInfo {

@@ -245,6 +245,7 @@ impl Handler {
             kind,
             tty: pending.pty.as_ref().map(|(_, size)| *size),
             env,
+            peer: Some(self.peer.ip()),
         };
         let run = session::run(
             self.shared.clone(),

@@ -53,6 +53,23 @@ pub(crate) struct Request {
     /// `Some` when the client asked for a terminal (`pty-req`); sftp never gets one.
     pub tty: Option<TerminalSize>,
     pub env: Vec<EnvVar>,
+    /// The client's address, for the audit log.
+    pub peer: Option<std::net::IpAddr>,
+}
+
+impl Kind {
+    /// What the audit log says ran: never an exec's arguments, which may carry secrets.
+    fn audited(&self) -> String {
+        match self {
+            Kind::Shell => "shell".to_owned(),
+            Kind::Exec(c) => {
+                let program = c.split_whitespace().next().unwrap_or("");
+                let program: String = program.chars().take(64).collect();
+                format!("exec {program}")
+            }
+            Kind::Sftp => "sftp".to_owned(),
+        }
+    }
 }
 
 /// Why a session could not start, as the user reads it on stderr.
@@ -122,6 +139,7 @@ pub(crate) async fn run(
     stop: CancellationToken,
 ) {
     let tty = request.kind != Kind::Sftp && request.tty.is_some();
+    let what = request.kind.audited();
     let (mut rx, tx) = channel.split();
     let fail = |message: String| {
         let tx = &tx;
@@ -186,6 +204,14 @@ pub(crate) async fn run(
             return fail(format!("starting the session failed: {e}")).await;
         }
     };
+    // Recorded as opened now, and as closed when this returns, however the session ends.
+    let _audited = shared.sessions.open(
+        warren_types::internal::SessionKind::Ssh,
+        a.workspace_id,
+        a.user_id,
+        request.peer,
+        Some(&what),
+    );
     shared.activity.touch(a.workspace_id);
     let activity = || shared.activity.touch(a.workspace_id);
     let input = pump_input(&mut rx, exec.writer, tty, &activity);

@@ -161,6 +161,7 @@ async fn start_planned(workspace: &str, planned: Option<PlannedStop>) -> Env {
         server: crate::server_api::ServerApi::new(server_url, SECRET.as_bytes(), None).unwrap(),
         relay: crate::relay::RelayClient::new(relay_url, SECRET.as_bytes()),
         activity: Activity::default(),
+        sessions: crate::sessions::Sessions::default(),
         config: proxy_config,
         closing: shutdown.clone(),
     });
@@ -170,7 +171,15 @@ async fn start_planned(workspace: &str, planned: Option<PlannedStop>) -> Env {
     let app = Router::new().fallback(move |req: axum::extract::Request| {
         let (sh, ws) = (sh.clone(), ws.clone());
         let planned = planned.clone();
-        async move { handle(sh, Arc::new(access(&ws, planned)), req).await }
+        async move {
+            handle(
+                sh,
+                Arc::new(access(&ws, planned)),
+                req,
+                Some([127, 0, 0, 1].into()),
+            )
+            .await
+        }
     });
     serve(http, app, shutdown.clone()).await;
 
@@ -277,6 +286,22 @@ async fn the_terminal_runs_a_login_shell_with_size_resize_and_exit_code() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(env.shared.activity.pending(), vec![WorkspaceId(42)]);
+    // For the audit log: the session opened, and closed once the shell ended.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while env.shared.sessions.pending().len() < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "sessions: {:?}",
+            env.shared.sessions.pending()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let events = env.shared.sessions.pending();
+    assert_eq!(events[0].closed_at_ms, None, "{events:?}");
+    assert!(events[1].closed_at_ms.is_some(), "{events:?}");
+    assert!(events.iter().all(|e| e.workspace_id == WorkspaceId(42)
+        && e.source.as_deref() == Some("127.0.0.1")
+        && e.kind == warren_types::internal::SessionKind::Terminal));
 }
 
 #[tokio::test]

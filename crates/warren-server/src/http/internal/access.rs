@@ -47,6 +47,17 @@ pub async fn activity(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// `POST /internal/sessions` → 204: terminals and SSH sessions a proxy opened and closed.
+pub async fn sessions(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    InternalJson(report): InternalJson<warren_types::internal::SessionReport>,
+) -> Result<StatusCode, HttpError> {
+    check_proxy(&state, &headers)?;
+    crate::app::audit::sessions(&state, &report).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
 /// `GET /internal/ssh/authorize?username=<workspace>&public_key_fingerprint=|token=`
 pub async fn ssh_authorize(
     State(state): State<AppState>,

@@ -38,6 +38,10 @@ pub fn router() -> Router<crate::http::HttpState> {
             post(access::activity),
         )
         .route(
+            warren_types::internal::SESSIONS_PATH,
+            post(access::sessions),
+        )
+        .route(
             warren_types::internal::SHARE_REDEEM_PATH,
             post(access::redeem_share),
         )

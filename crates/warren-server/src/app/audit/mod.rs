@@ -4,12 +4,15 @@
 //! JSON line to the configured stream. Reading it: admins everything, a space's owners what
 //! happened in their spaces.
 
+mod stream;
+
+pub use stream::Stream;
+
 use super::{AppError, AppState, ErrorKind, Principal};
 use crate::store::audit::{AuditFilter, NewAuditEntry};
 use crate::store::users::UserRow;
 use crate::store::workspaces::WorkspaceRow;
-use std::path::PathBuf;
-use tokio::io::AsyncWriteExt;
+use crate::trace::Channel;
 use warren_types::api::Workspace;
 use warren_types::api::{
     AuditActorKind, AuditEntry, AuditOutcome, AuditQuery, AuditVerification, Page, SpaceRole,
@@ -146,92 +149,6 @@ impl Target {
     }
 }
 
-/// Where entries go besides the database (a file of JSON lines a SIEM collects), and the
-/// quiet windows of anonymous refusals.
-#[derive(Debug, Default)]
-pub struct Stream {
-    file: Option<tokio::sync::Mutex<tokio::fs::File>>,
-    path: Option<PathBuf>,
-    quiet: std::sync::Mutex<Quiet>,
-}
-
-/// Refusals of anyone's credentials are recorded once per source and minute, with the count
-/// of those left out: anyone can send bad tokens as fast as the network allows, and each
-/// entry is a write under the chain's one lock.
-#[derive(Debug, Default)]
-struct Quiet {
-    /// (action, source) → (end of its window, refusals left out in it).
-    windows: std::collections::HashMap<(String, String), (i64, u64)>,
-}
-
-const QUIET_WINDOW_MS: i64 = 60_000;
-/// Sources tracked at once; past it, expired windows are dropped, and if none has expired
-/// every refusal shares one window (memory stays bounded under a spread-out flood).
-const QUIET_SOURCES: usize = 4096;
-
-impl Quiet {
-    /// Whether to record a refusal now, with how many earlier ones it stands for.
-    fn admit(&mut self, action: &str, source: &str, now: i64) -> Option<u64> {
-        if self.windows.len() >= QUIET_SOURCES {
-            self.windows.retain(|_, (end, _)| *end > now);
-        }
-        let source = if self.windows.len() >= QUIET_SOURCES {
-            "*"
-        } else {
-            source
-        };
-        let key = (action.to_owned(), source.to_owned());
-        match self.windows.get_mut(&key) {
-            Some((end, left_out)) if *end > now => {
-                *left_out += 1;
-                None
-            }
-            Some((end, left_out)) => {
-                let earlier = *left_out;
-                (*end, *left_out) = (now + QUIET_WINDOW_MS, 0);
-                Some(earlier)
-            }
-            None => {
-                self.windows.insert(key, (now + QUIET_WINDOW_MS, 0));
-                Some(0)
-            }
-        }
-    }
-}
-
-impl Stream {
-    /// Appends to `path` (made if missing, readable by its owner only).
-    pub async fn to_file(path: PathBuf) -> std::io::Result<Stream> {
-        let mut opts = tokio::fs::OpenOptions::new();
-        opts.create(true).append(true);
-        #[cfg(unix)]
-        opts.mode(0o600);
-        let file = opts.open(&path).await?;
-        Ok(Stream {
-            file: Some(tokio::sync::Mutex::new(file)),
-            path: Some(path),
-            quiet: Default::default(),
-        })
-    }
-
-    async fn send(&self, e: &AuditEntry) {
-        let Some(file) = &self.file else { return };
-        let mut line = serde_json::to_vec(e).unwrap_or_default();
-        line.push(b'\n');
-        let mut f = file.lock().await;
-        // One write per line, under the lock: lines never interleave.
-        let written = async {
-            f.write_all(&line).await?;
-            f.flush().await
-        }
-        .await;
-        if let Err(e) = written {
-            let path = self.path.as_deref().unwrap_or(std::path::Path::new(""));
-            tracing::error!(error = %e, path = %path.display(), "writing the audit stream");
-        }
-    }
-}
-
 fn clip(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_owned();
@@ -276,40 +193,141 @@ pub async fn record(
     detail: Option<String>,
 ) {
     let origin = crate::trace::origin();
-    let target = target.unwrap_or(Target {
+    let entry = Entry {
+        at_ms: state.clock.now_ms(),
+        actor,
+        action,
+        target,
+        outcome,
+        detail,
+        source: origin.addr.map(|a| a.to_string()),
+        channel: origin.channel,
+    };
+    append(state, entry).await;
+}
+
+/// An entry as the domain has it, before the store's form.
+struct Entry<'a> {
+    at_ms: i64,
+    actor: Actor,
+    action: &'a str,
+    target: Option<Target>,
+    outcome: AuditOutcome,
+    detail: Option<String>,
+    source: Option<String>,
+    channel: Channel,
+}
+
+async fn append(state: &AppState, e: Entry<'_>) {
+    let target = e.target.unwrap_or(Target {
         kind: "",
         id: None,
         name: None,
         space: None,
     });
     let entry = NewAuditEntry {
-        at_ms: state.clock.now_ms(),
-        actor_kind: actor.kind,
-        actor_id: actor.id,
-        actor: actor.name,
-        credential: actor.credential,
-        action: action.to_owned(),
+        at_ms: e.at_ms,
+        actor_kind: e.actor.kind,
+        actor_id: e.actor.id,
+        actor: e.actor.name,
+        credential: e.actor.credential,
+        action: e.action.to_owned(),
         target_kind: (!target.kind.is_empty()).then(|| target.kind.to_owned()),
         target_id: target.id,
         target: target.name,
         space: target.space,
-        source: origin.addr.map(|a| a.to_string()),
+        source: e.source.map(|s| clip(&s, FIELD_MAX)),
         request_id: crate::trace::current().map(|t| t.as_str().to_owned()),
-        channel: origin.channel.as_str().to_owned(),
-        outcome,
-        detail: detail.map(|d| clip(&d, DETAIL_MAX)),
+        channel: e.channel.as_str().to_owned(),
+        outcome: e.outcome,
+        detail: e.detail.map(|d| clip(&d, DETAIL_MAX)),
     };
     match state.store.append_audit(entry).await {
         Ok(e) => state.audit.send(&e).await,
-        Err(e) => {
+        Err(err) => {
             metrics::counter!("warren_audit_failures_total").increment(1);
             tracing::error!(
-                error = %warren_types::error_chain(&e),
-                action,
+                error = %warren_types::error_chain(&err),
+                action = e.action,
                 "recording an audit entry"
             );
         }
     }
+}
+
+/// A session's length for people: `42 s`, `5 min 3 s`, `2 h 7 min`.
+fn lasted(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    match s {
+        0..=59 => format!("{s} s"),
+        60..=3599 => format!("{} min {} s", s / 60, s % 60),
+        _ => format!("{} h {} min", s / 3600, s % 3600 / 60),
+    }
+}
+
+/// Records the terminals and SSH sessions a proxy reports opened and closed: each as its
+/// user's, on its workspace, from the address the proxy saw, at the time it happened; a
+/// session's end says how long it lasted. An event naming a user or workspace that no longer
+/// exists is recorded with the ids alone.
+pub async fn sessions(
+    state: &AppState,
+    report: &warren_types::internal::SessionReport,
+) -> Result<(), AppError> {
+    use warren_types::internal::{SessionKind, MAX_SESSION_EVENTS};
+    if report.events.len() > MAX_SESSION_EVENTS {
+        return Err(AppError::invalid_field(
+            "events",
+            format!("at most {MAX_SESSION_EVENTS} per report"),
+        ));
+    }
+    for ev in &report.events {
+        let actor = match state.store.user_by_id(ev.user_id).await? {
+            Some(u) => Actor::user(&u, ev.kind.as_str()),
+            None => Actor {
+                kind: AuditActorKind::User,
+                id: Some(ev.user_id),
+                name: None,
+                credential: Some(ev.kind.as_str().to_owned()),
+            },
+        };
+        let target = match state.store.workspace_by_id(ev.workspace_id).await? {
+            Some(w) => Target::workspace(&w),
+            None => Target {
+                kind: "workspace",
+                id: Some(ev.workspace_id.to_string()),
+                name: None,
+                space: None,
+            },
+        };
+        let what = ev.what.as_deref().map(|w| clip(w, FIELD_MAX));
+        let (action, at_ms, detail) = match ev.closed_at_ms {
+            None => ("open", ev.opened_at_ms, what),
+            Some(end) => {
+                let length = format!("lasted {}", lasted(end - ev.opened_at_ms));
+                let detail = match what {
+                    Some(w) => format!("{w}, {length}"),
+                    None => length,
+                };
+                ("close", end, Some(detail))
+            }
+        };
+        let action = format!("{}.{action}", ev.kind.as_str());
+        let entry = Entry {
+            at_ms,
+            actor,
+            action: &action,
+            target: Some(target),
+            outcome: AuditOutcome::Success,
+            detail,
+            source: ev.source.clone(),
+            channel: match ev.kind {
+                SessionKind::Terminal => Channel::Proxy,
+                SessionKind::Ssh => Channel::Ssh,
+            },
+        };
+        append(state, entry).await;
+    }
+    Ok(())
 }
 
 /// Records `result` of `action` by `who` on `target`, and hands it back.
@@ -366,7 +384,7 @@ pub async fn refused_credential(state: &AppState, action: &str, credential: &str
         .addr
         .map_or_else(|| "unknown".to_owned(), |a| a.to_string());
     let admitted = {
-        let mut quiet = state.audit.quiet.lock().unwrap_or_else(|e| e.into_inner());
+        let mut quiet = state.audit.quiet().unwrap_or_else(|e| e.into_inner());
         quiet.admit(action, &source, state.clock.now_ms())
     };
     let Some(earlier) = admitted else { return };
@@ -608,23 +626,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn refusals_are_recorded_once_per_source_and_minute_with_the_count_left_out() {
-        let mut q = Quiet::default();
-        assert_eq!(q.admit("token.use", "10.0.0.1", 0), Some(0));
-        assert_eq!(q.admit("token.use", "10.0.0.1", 1_000), None);
-        assert_eq!(q.admit("token.use", "10.0.0.1", 2_000), None);
-        assert_eq!(q.admit("token.use", "10.0.0.2", 2_000), Some(0));
-        assert_eq!(q.admit("token.use", "10.0.0.1", 60_000), Some(2));
-        assert_eq!(q.admit("token.use", "10.0.0.1", 60_001), None);
-    }
-
-    #[test]
-    fn a_spread_out_flood_keeps_memory_bounded() {
-        let mut q = Quiet::default();
-        for i in 0..(QUIET_SOURCES as u32 * 3) {
-            q.admit("token.use", &std::net::Ipv4Addr::from(i).to_string(), 10);
-        }
-        assert!(q.windows.len() <= QUIET_SOURCES + 1);
+    fn session_lengths_read_as_people_say_them() {
+        assert_eq!(lasted(42_400), "42 s");
+        assert_eq!(lasted(303_000), "5 min 3 s");
+        assert_eq!(lasted(7_620_000), "2 h 7 min");
+        assert_eq!(lasted(-5), "0 s");
     }
 
     #[test]

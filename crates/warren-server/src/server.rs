@@ -127,7 +127,7 @@ impl Server {
             None => audit,
         };
         let state = AppState {
-            audit: Arc::new(audit),
+            audit: Arc::new(app::audit::Log::start(store.clone(), audit)),
             sso,
             password_login: config.password_login,
             // Three missed rounds before another replica takes the jobs over.
@@ -361,6 +361,13 @@ impl Server {
         tasks.cancel();
         let _ = housekeeping.await;
         let _ = signals.await;
+        // What was recorded up to the end is written before the process may exit.
+        if tokio::time::timeout(Duration::from_secs(10), self.state.audit.flush())
+            .await
+            .is_err()
+        {
+            tracing::error!("the audit log's last entries were not written within 10 s");
+        }
         result.map_err(ServerError::Serve)
     }
 }

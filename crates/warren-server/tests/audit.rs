@@ -294,6 +294,7 @@ async fn the_database_refuses_to_rewrite_the_log_and_a_rewrite_is_found() {
         let l = s.label;
         s.agent("a1", json!({})).await;
         s.user("ann", &["api", "workspace"]).await;
+        s.state.audit.flush().await;
         let before = warren_server::verify_audit(&config_of(&s))
             .await
             .expect("verify");

@@ -155,14 +155,26 @@ async fn ws_ssh_runs_the_command_and_returns_its_exit_code() -> Result<()> {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let entries = loop {
         let out = e
-            .warren(&["audit", "list", "--target", "alice-cli", "--action", "ssh.*", "-o", "json"])
+            .warren(&[
+                "audit",
+                "list",
+                "--target",
+                "alice-cli",
+                "--action",
+                "ssh.*",
+                "-o",
+                "json",
+            ])
             .await?;
         assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
         let entries: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout)?;
         if entries.len() >= 4 {
             break entries;
         }
-        assert!(std::time::Instant::now() < deadline, "audit entries: {entries:#?}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "audit entries: {entries:#?}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert_eq!(entries.len(), 4, "{entries:#?}");
@@ -173,7 +185,10 @@ async fn ws_ssh_runs_the_command_and_returns_its_exit_code() -> Result<()> {
         assert!(en["detail"].as_str().unwrap().starts_with("exec "), "{en}");
         assert!(!en["detail"].as_str().unwrap().contains("hello"), "{en}");
     }
-    let closed = entries.iter().filter(|e| e["action"] == "ssh.close").count();
+    let closed = entries
+        .iter()
+        .filter(|e| e["action"] == "ssh.close")
+        .count();
     assert_eq!(closed, 2, "{entries:#?}");
 
     // No ssh program: a clear error, not a panic.

@@ -27,9 +27,10 @@ CREATE INDEX audit_log_at ON audit_log(at);
 CREATE INDEX audit_log_actor_id ON audit_log(actor_id, seq);
 CREATE INDEX audit_log_actor ON audit_log(actor, seq);
 CREATE INDEX audit_log_target ON audit_log(target_id, seq);
-CREATE INDEX audit_log_target_name ON audit_log(target, seq);
+CREATE INDEX audit_log_target_name ON audit_log(target, action, seq);
 CREATE INDEX audit_log_action ON audit_log(action, seq);
 CREATE INDEX audit_log_space ON audit_log(space, seq);
+CREATE INDEX audit_log_outcome ON audit_log(outcome, seq);
 
 CREATE TABLE audit_head (
     id          BIGINT PRIMARY KEY CHECK (id = 1),

@@ -82,8 +82,8 @@ pub struct AppState {
     pub password_login: bool,
     /// The lease of the jobs one replica runs (lifecycle timers, account deletions).
     pub housekeeping: Arc<leases::Lease>,
-    /// Where audit entries are copied besides the database.
-    pub audit: Arc<audit::Stream>,
+    /// The audit log's writer (and its copies besides the database).
+    pub audit: Arc<audit::Log>,
 }
 
 impl AppState {

@@ -102,10 +102,14 @@ fn actor_kind(k: AuditActorKind) -> &'static str {
 }
 
 impl Store {
-    /// Appends `e` as the entry after the chain's end, hashed onto it, and moves the end.
-    /// Appends queue on the head row (SQLite: on its one writer), so numbers have no gaps
-    /// and each entry's hash covers the one committed before it.
-    pub async fn append_audit(&self, e: NewAuditEntry) -> Result<AuditEntry, StoreError> {
+    /// Appends `entries`, in order, after the chain's end, each hashed onto the one before,
+    /// in one transaction, and moves the end. Appends queue on the head row (SQLite: on its
+    /// one writer), so numbers have no gaps and each entry's hash covers the one committed
+    /// before it.
+    pub async fn append_audit(
+        &self,
+        entries: Vec<NewAuditEntry>,
+    ) -> Result<Vec<AuditEntry>, StoreError> {
         let mut tx = self.db.begin().await?;
         let lock = if self.db.kind == DbKind::Postgres {
             " FOR UPDATE"
@@ -117,53 +121,59 @@ impl Store {
         ))
         .fetch_one(&mut *tx)
         .await?;
-        let (prev_seq, prev_hash): (i64, String) = (head.try_get("seq")?, head.try_get("hash")?);
-        let mut out = AuditEntry {
-            seq: prev_seq + 1,
-            at: from_millis(e.at_ms),
-            actor_kind: e.actor_kind,
-            actor_id: e.actor_id,
-            actor: e.actor,
-            credential: e.credential,
-            action: e.action,
-            target_kind: e.target_kind,
-            target_id: e.target_id,
-            target: e.target,
-            space: e.space,
-            source: e.source,
-            request_id: e.request_id,
-            channel: e.channel,
-            outcome: e.outcome,
-            detail: e.detail,
-            hash: String::new(),
-        };
-        out.hash = out.chain_hash(&prev_hash);
-        sqlx::query(&format!(
-            "INSERT INTO audit_log ({COLS}) VALUES \
-             ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
-        ))
-        .bind(out.seq)
-        .bind(e.at_ms)
-        .bind(actor_kind(out.actor_kind))
-        .bind(out.actor_id.map(|u| u.get()))
-        .bind(&out.actor)
-        .bind(&out.credential)
-        .bind(&out.action)
-        .bind(&out.target_kind)
-        .bind(&out.target_id)
-        .bind(&out.target)
-        .bind(&out.space)
-        .bind(&out.source)
-        .bind(&out.request_id)
-        .bind(&out.channel)
-        .bind(out.outcome.as_str())
-        .bind(&out.detail)
-        .bind(&out.hash)
-        .execute(&mut *tx)
-        .await?;
+        let (mut prev_seq, mut prev_hash): (i64, String) =
+            (head.try_get("seq")?, head.try_get("hash")?);
+        let mut out = Vec::with_capacity(entries.len());
+        for e in entries {
+            let mut entry = AuditEntry {
+                seq: prev_seq + 1,
+                at: from_millis(e.at_ms),
+                actor_kind: e.actor_kind,
+                actor_id: e.actor_id,
+                actor: e.actor,
+                credential: e.credential,
+                action: e.action,
+                target_kind: e.target_kind,
+                target_id: e.target_id,
+                target: e.target,
+                space: e.space,
+                source: e.source,
+                request_id: e.request_id,
+                channel: e.channel,
+                outcome: e.outcome,
+                detail: e.detail,
+                hash: String::new(),
+            };
+            entry.hash = entry.chain_hash(&prev_hash);
+            sqlx::query(&format!(
+                "INSERT INTO audit_log ({COLS}) VALUES \
+                 ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
+            ))
+            .bind(entry.seq)
+            .bind(e.at_ms)
+            .bind(actor_kind(entry.actor_kind))
+            .bind(entry.actor_id.map(|u| u.get()))
+            .bind(&entry.actor)
+            .bind(&entry.credential)
+            .bind(&entry.action)
+            .bind(&entry.target_kind)
+            .bind(&entry.target_id)
+            .bind(&entry.target)
+            .bind(&entry.space)
+            .bind(&entry.source)
+            .bind(&entry.request_id)
+            .bind(&entry.channel)
+            .bind(entry.outcome.as_str())
+            .bind(&entry.detail)
+            .bind(&entry.hash)
+            .execute(&mut *tx)
+            .await?;
+            (prev_seq, prev_hash) = (entry.seq, entry.hash.clone());
+            out.push(entry);
+        }
         sqlx::query("UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1")
-            .bind(out.seq)
-            .bind(&out.hash)
+            .bind(prev_seq)
+            .bind(&prev_hash)
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -193,10 +203,14 @@ impl Store {
             (None, None) => {}
         }
         if let Some(t) = &f.target {
-            // Two conditions on one value: each indexed on its own, so SQLite and
-            // PostgreSQL can answer the OR from both indexes.
-            push(" AND (target_id = ?", Bind::S(t.clone()), &mut sql);
-            push(" OR target = ?)", Bind::S(t.clone()), &mut sql);
+            // A name alone when it cannot be an id: one index answers it, where an OR would
+            // have the planners walk the whole log newest first.
+            if t.parse::<i64>().is_ok() {
+                push(" AND (target_id = ?", Bind::S(t.clone()), &mut sql);
+                push(" OR target = ?)", Bind::S(t.clone()), &mut sql);
+            } else {
+                push(" AND target = ?", Bind::S(t.clone()), &mut sql);
+            }
         }
         if let Some(k) = &f.target_kind {
             push(" AND target_kind = ?", Bind::S(k.clone()), &mut sql);

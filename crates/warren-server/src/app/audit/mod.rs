@@ -5,8 +5,10 @@
 //! happened in their spaces.
 
 mod stream;
+mod writer;
 
 pub use stream::Stream;
+pub use writer::Log;
 
 use super::{AppError, AppState, ErrorKind, Principal};
 use crate::store::audit::{AuditFilter, NewAuditEntry};
@@ -182,8 +184,10 @@ fn outcome_of<T>(r: &Result<T, AppError>) -> (AuditOutcome, Option<String>) {
     }
 }
 
-/// Records one action. The entry is appended after the action itself committed: a failure to
-/// record is logged with its cause and counted, and does not undo or fail the action.
+/// Records one action, after the action itself committed: the entry is queued for this
+/// server's writer ([`Log`]), which appends it (reads of the log wait for it); a failure to
+/// append is logged with its cause, counted and tried again, and never undoes or fails the
+/// action.
 pub async fn record(
     state: &AppState,
     actor: Actor,
@@ -242,17 +246,7 @@ async fn append(state: &AppState, e: Entry<'_>) {
         outcome: e.outcome,
         detail: e.detail.map(|d| clip(&d, DETAIL_MAX)),
     };
-    match state.store.append_audit(entry).await {
-        Ok(e) => state.audit.send(&e).await,
-        Err(err) => {
-            metrics::counter!("warren_audit_failures_total").increment(1);
-            tracing::error!(
-                error = %warren_types::error_chain(&err),
-                action = e.action,
-                "recording an audit entry"
-            );
-        }
-    }
+    state.audit.enqueue(entry).await;
 }
 
 /// A session's length for people: `42 s`, `5 min 3 s`, `2 h 7 min`.
@@ -384,7 +378,7 @@ pub async fn refused_credential(state: &AppState, action: &str, credential: &str
         .addr
         .map_or_else(|| "unknown".to_owned(), |a| a.to_string());
     let admitted = {
-        let mut quiet = state.audit.quiet().unwrap_or_else(|e| e.into_inner());
+        let mut quiet = state.audit.quiet();
         quiet.admit(action, &source, state.clock.now_ms())
     };
     let Some(earlier) = admitted else { return };
@@ -428,6 +422,8 @@ pub async fn list(
     who: &Principal,
     q: &AuditQuery,
 ) -> Result<Page<AuditEntry>, AppError> {
+    // What this server recorded before the question is in the answer.
+    state.audit.flush().await;
     let owned: Option<Vec<String>> = if who.user.is_admin {
         None
     } else {
@@ -571,6 +567,7 @@ pub async fn verify(store: &crate::store::Store) -> Result<AuditVerification, Ap
 /// [`verify`] through the API: admins only.
 pub async fn verify_for(state: &AppState, who: &Principal) -> Result<AuditVerification, AppError> {
     who.require_admin()?;
+    state.audit.flush().await;
     verify(&state.store).await
 }
 
@@ -610,6 +607,7 @@ pub async fn prune(state: &AppState, retention_days: u32) -> Result<u64, AppErro
     if retention_days == 0 {
         return Ok(0);
     }
+    state.audit.flush().await;
     let before = state.clock.now_ms() - i64::from(retention_days) * 86_400_000;
     let mut gone = 0;
     loop {

@@ -5,14 +5,12 @@ use super::AuditEntry;
 use std::path::PathBuf;
 use tokio::io::AsyncWriteExt;
 
-/// Where entries go besides the database (a file of JSON lines a SIEM collects), and the
-/// quiet windows of anonymous refusals.
+/// Where entries go besides the database: a file of JSON lines, a syslog receiver.
 #[derive(Debug, Default)]
 pub struct Stream {
     file: Option<tokio::sync::Mutex<tokio::fs::File>>,
     path: Option<PathBuf>,
     syslog: Option<Syslog>,
-    quiet: std::sync::Mutex<Quiet>,
 }
 
 /// Refusals of anyone's credentials are recorded once per source and minute, with the count
@@ -201,13 +199,6 @@ fn message(host: &str, e: &AuditEntry) -> Vec<u8> {
     .into_bytes();
     msg.truncate(SYSLOG_MAX);
     msg
-}
-
-impl Stream {
-    /// The quiet windows of refusals from anyone.
-    pub(super) fn quiet(&self) -> std::sync::LockResult<std::sync::MutexGuard<'_, Quiet>> {
-        self.quiet.lock()
-    }
 }
 
 #[cfg(test)]

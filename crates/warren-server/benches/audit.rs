@@ -14,6 +14,8 @@
 // is for product code.
 #![allow(clippy::disallowed_methods)]
 
+mod support;
+
 use serde_json::json;
 use std::time::{Duration, Instant};
 use warren_server::app::{audit, workspaces, Principal};
@@ -254,35 +256,5 @@ async fn bench(label: &str, url: String, home: &std::path::Path) {
 }
 
 fn main() {
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    rt.block_on(async {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!(
-            "sqlite://{}?mode=rwc",
-            dir.path().join("bench.db").display()
-        );
-        bench("sqlite", url, dir.path()).await;
-        match std::env::var("WARREN_TEST_DATABASE_URL") {
-            Ok(base) if !base.is_empty() => {
-                sqlx::any::install_default_drivers();
-                let schema = format!("bench_{}", uuid::Uuid::new_v4().simple());
-                let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&base)
-                    .await
-                    .unwrap();
-                sqlx::query(&format!("CREATE SCHEMA {schema}"))
-                    .execute(&mut conn)
-                    .await
-                    .unwrap();
-                let sep = if base.contains('?') { '&' } else { '?' };
-                let url = format!("{base}{sep}options=-c%20search_path%3D{schema}");
-                let pg_home = tempfile::tempdir().unwrap();
-                bench("postgres", url, pg_home.path()).await;
-                sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
-                    .execute(&mut conn)
-                    .await
-                    .unwrap();
-            }
-            _ => eprintln!("skipping PostgreSQL: WARREN_TEST_DATABASE_URL is not set"),
-        }
-    });
+    support::on_each_database(|label, url, home| async move { bench(label, url, &home).await });
 }

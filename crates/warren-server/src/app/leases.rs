@@ -14,6 +14,32 @@ use std::sync::Arc;
 /// The lease of the housekeeping jobs.
 pub const HOUSEKEEPING: &str = "housekeeping";
 
+/// Runs `round` every `interval` (the first at once) until `shutdown`, on the rounds this
+/// server holds the housekeeping lease: the loop of every job that must run once.
+pub async fn housekeeping_rounds<F, Fut>(
+    state: &AppState,
+    interval: std::time::Duration,
+    shutdown: &tokio_util::sync::CancellationToken,
+    mut round: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            // Cancel-safe: cancellation only flips a flag.
+            _ = shutdown.cancelled() => return,
+            // Cancel-safe: a lost tick is simply taken on the next iteration.
+            _ = tick.tick() => {}
+        }
+        if state.housekeeping.hold(state).await {
+            round().await;
+        }
+    }
+}
+
 /// This server's claim on one lease.
 #[derive(Debug)]
 pub struct Lease {

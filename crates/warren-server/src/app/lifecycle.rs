@@ -290,22 +290,12 @@ async fn startable(
 /// Runs the timers every `interval` until `shutdown`, while this server holds the housekeeping
 /// lease (`leases`).
 pub async fn timer_task(state: AppState, interval: Duration, shutdown: CancellationToken) {
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            // Cancel-safe: cancellation only flips a flag.
-            _ = shutdown.cancelled() => return,
-            // Cancel-safe: a lost tick is simply taken on the next iteration.
-            _ = tick.tick() => {}
-        }
-        if !state.housekeeping.hold(&state).await {
-            continue;
-        }
+    super::leases::housekeeping_rounds(&state, interval, &shutdown, || async {
         if let Err(e) = run_timers_once(&state).await {
             tracing::warn!(error = %warren_types::error_chain(&e), "lifecycle timers failed; retrying on the next tick");
         }
-    }
+    })
+    .await;
 }
 
 #[cfg(test)]

@@ -578,18 +578,8 @@ pub async fn retention_task(
     retention_days: u32,
     shutdown: tokio_util::sync::CancellationToken,
 ) {
-    let mut tick = tokio::time::interval(std::time::Duration::from_secs(3600));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            // Cancel-safe: cancellation only flips a flag.
-            _ = shutdown.cancelled() => return,
-            // Cancel-safe: a lost tick is simply taken on the next iteration.
-            _ = tick.tick() => {}
-        }
-        if !state.housekeeping.hold(&state).await {
-            continue;
-        }
+    let hour = std::time::Duration::from_secs(3600);
+    super::leases::housekeeping_rounds(&state, hour, &shutdown, || async {
         match prune(&state, retention_days).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(entries = n, retention_days, "removed old audit entries"),
@@ -598,7 +588,8 @@ pub async fn retention_task(
                 "removing old audit entries failed; retrying in an hour"
             ),
         }
-    }
+    })
+    .await;
 }
 
 /// Removes entries older than the retention (oldest first, in batches), moving the anchor

@@ -68,7 +68,7 @@ pub struct ListArgs {
 }
 
 /// A time as `--since` takes it, relative to now for an age.
-fn parse_time(s: &str) -> Result<DateTime<Utc>, String> {
+pub(crate) fn parse_time(s: &str) -> Result<DateTime<Utc>, String> {
     time_at(s, Utc::now())
 }
 
@@ -154,24 +154,58 @@ fn entries(items: &[AuditEntry]) -> String {
             (Some(k), _, None) => k.clone(),
             _ => String::new(),
         };
+        let text = |s: &Option<String>| printable(s.as_deref().unwrap_or_default());
         t.add_row(vec![
             e.at.format("%Y-%m-%d %H:%M:%S").to_string(),
-            actor,
-            e.action.clone(),
-            target,
-            e.space.clone().unwrap_or_default(),
-            e.source.clone().unwrap_or_default(),
-            e.channel.clone(),
+            printable(&actor),
+            printable(&e.action),
+            printable(&target),
+            text(&e.space),
+            text(&e.source),
+            printable(&e.channel),
             e.outcome.as_str().to_owned(),
-            e.detail.clone().unwrap_or_default(),
+            text(&e.detail),
         ]);
     }
     crate::share_cmd::trimmed(&t)
 }
 
+/// `s` with its control characters written out: what the log holds came partly from anyone
+/// (a name tried at sign-in), and must not act on the reader's terminal — whatever server
+/// recorded it.
+fn printable(s: &str) -> String {
+    if !s.chars().any(char::is_control) {
+        return s.to_owned();
+    }
+    s.chars()
+        .map(|c| match c {
+            c if c.is_control() => format!("\\u{{{:x}}}", c as u32),
+            c => c.to_string(),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_characters_in_entries_do_not_reach_the_terminal() {
+        let e: AuditEntry = serde_json::from_value(serde_json::json!({
+            "seq": 1, "at": "2026-12-06T12:00:00Z", "actor_kind": "anonymous",
+            "actor": "x\u{1b}[2J\u{1b}]0;owned\u{7}", "credential": "password",
+            "action": "session.sign_in", "channel": "api", "outcome": "denied",
+            "detail": "line one\nline two", "hash": "00"
+        }))
+        .unwrap();
+        let shown = entries(&[e]);
+        assert!(
+            !shown.contains('\u{1b}') && !shown.contains('\u{7}'),
+            "{shown:?}"
+        );
+        assert!(shown.contains("x\\u{1b}[2J"), "{shown}");
+        assert!(shown.contains("line one\\u{a}line two"), "{shown}");
+    }
 
     #[test]
     fn times_are_read_as_rfc3339_dates_or_ages() {

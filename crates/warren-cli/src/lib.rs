@@ -18,6 +18,7 @@ pub mod credentials;
 mod devcontainer_cmd;
 mod devfile_cmd;
 mod gitops_cmd;
+mod group_cmd;
 mod hours_args;
 pub mod input;
 pub mod open_cmd;
@@ -30,6 +31,7 @@ mod share_cmd;
 mod space_args;
 pub mod ssh_cmd;
 pub mod ssh_identity;
+mod usage_cmd;
 pub mod wait;
 mod webhook_secret;
 mod ws_args;
@@ -122,6 +124,12 @@ pub enum Command {
     Region(region_cmd::RegionGroup),
     /// The audit log: who did what, when and from where (admins; owners for their spaces).
     Audit(audit_cmd::AuditGroup),
+    /// Groups of users (kept by hand, or from the identity provider's groups claim): a role
+    /// a group holds on a space holds for each member.
+    Group(group_cmd::GroupArgs),
+    /// What ran: running hours and the CPU, memory and storage asked for, by space, user,
+    /// workspace or machine class.
+    Usage(usage_cmd::UsageArgs),
     /// Rotate the proxies' cookie-signing key (admin); run as `warren proxy rotate-key`.
     #[command(name = "rotate-proxy-key", hide = true)]
     RotateProxyKey(OutputArgs),

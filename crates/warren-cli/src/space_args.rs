@@ -252,6 +252,16 @@ pub enum SpaceCommand {
         #[command(subcommand)]
         cmd: SpaceMemberCommand,
     },
+    /// Groups and their roles, which hold for each of their members.
+    Group {
+        #[command(subcommand)]
+        cmd: crate::group_cmd::SpaceGroupCommand,
+    },
+    /// The space's budget of weighted hours per month.
+    Budget {
+        #[command(subcommand)]
+        cmd: crate::usage_cmd::BudgetCommand,
+    },
 }
 
 #[derive(Debug, Subcommand)]

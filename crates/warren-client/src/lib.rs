@@ -5,8 +5,10 @@
 //! error that is the server's own `message`, which names the offending field or state.
 
 mod accounts;
+mod groups;
 pub mod routes;
 mod tree;
+mod usage;
 mod workspaces;
 
 pub use workspaces::{CommandRun, LogFollow, PortForward};

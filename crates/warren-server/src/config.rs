@@ -83,6 +83,10 @@ pub struct ServerConfig {
     /// replica, the chain still verifying from the last one removed.
     #[serde(default = "default_audit_retention")]
     pub audit_retention_days: u32,
+    /// Days hourly usage is kept (0: forever); older hours are removed by the housekeeping
+    /// replica.
+    #[serde(default = "default_usage_retention")]
+    pub usage_retention_days: u32,
     /// A file every audit entry is also appended to as one JSON line, for a SIEM to collect.
     #[serde(default)]
     pub audit_file: Option<PathBuf>,
@@ -132,6 +136,11 @@ pub struct OidcConfig {
     /// provider does not decide who is an admin.
     #[serde(default)]
     pub admin_group: Option<String>,
+    /// How long a membership of an `oidc` group lasts after the sign-in whose groups claim
+    /// gave it (each sign-in renews or ends it): the longest a removal at the provider takes
+    /// to reach a session that never signs in again (personal access tokens among them).
+    #[serde(default = "default_group_ttl_hours")]
+    pub group_ttl_hours: u32,
     /// Scopes asked besides `openid`.
     #[serde(default = "default_scopes")]
     pub scopes: Vec<String>,
@@ -150,6 +159,7 @@ impl std::fmt::Debug for OidcConfig {
             .field("link_existing_users", &self.link_existing_users)
             .field("admin_group", &self.admin_group)
             .field("allowed_groups", &self.allowed_groups)
+            .field("group_ttl_hours", &self.group_ttl_hours)
             .finish_non_exhaustive()
     }
 }
@@ -168,6 +178,7 @@ impl OidcConfig {
             link_existing_users: false,
             groups_claim: default_groups_claim(),
             admin_group: None,
+            group_ttl_hours: default_group_ttl_hours(),
             allowed_groups: vec![],
             scopes: default_scopes(),
         }
@@ -203,6 +214,9 @@ impl OidcConfig {
         if self.username_claim.is_empty() || self.groups_claim.is_empty() {
             return Err("oidc.username_claim, oidc.groups_claim: must not be empty".into());
         }
+        if !(1..=8760).contains(&self.group_ttl_hours) {
+            return Err("oidc.group_ttl_hours: must be between 1 and 8760 (a year)".into());
+        }
         if self.display_name.trim().is_empty() {
             return Err("oidc.display_name: must not be empty".into());
         }
@@ -211,6 +225,11 @@ impl OidcConfig {
         }
         Ok(())
     }
+}
+
+fn default_usage_retention() -> u32 {
+    // Over a year: this month's report beside the same month a year before.
+    400
 }
 
 fn default_audit_retention() -> u32 {
@@ -225,6 +244,10 @@ fn default_oidc_name() -> String {
 }
 fn default_username_claim() -> String {
     "preferred_username".into()
+}
+fn default_group_ttl_hours() -> u32 {
+    // A browser session's length: a user who signs in every morning never notices.
+    12
 }
 fn default_groups_claim() -> String {
     "groups".into()
@@ -278,6 +301,7 @@ impl ServerConfig {
             tls_cert_file: None,
             tls_key_file: None,
             audit_retention_days: default_audit_retention(),
+            usage_retention_days: default_usage_retention(),
             audit_file: None,
             audit_syslog: None,
         }

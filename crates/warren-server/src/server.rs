@@ -290,6 +290,7 @@ impl Server {
         let interval = Duration::from_secs(self.config.lifecycle_interval_seconds);
         let prebuild_poll = Duration::from_secs(self.config.prebuild_poll_seconds);
         let retention_days = self.config.audit_retention_days;
+        let usage_days = self.config.usage_retention_days;
         let housekeeping = tokio::spawn({
             let state = self.state.clone();
             let tasks = tasks.clone();
@@ -309,12 +310,18 @@ impl Server {
                     retention_days,
                     tasks.clone(),
                 ));
+                let usage = tokio::spawn(app::usage::usage_task(
+                    state.clone(),
+                    usage_days,
+                    tasks.clone(),
+                ));
                 let deletions =
                     tokio::spawn(app::users::deletion_task(state.clone(), interval, tasks));
                 let _ = timers.await;
                 let _ = prebuilds.await;
                 let _ = deletions.await;
                 let _ = retention.await;
+                let _ = usage.await;
                 // The jobs stopped at the start of shutdown: another replica may take them
                 // now, without waiting for open connections to drain.
                 state.housekeeping.release(&state).await;

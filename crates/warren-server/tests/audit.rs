@@ -274,6 +274,53 @@ async fn every_action_is_recorded_once_with_who_what_where_and_how_it_ended() {
     }
 }
 
+#[tokio::test]
+async fn a_flood_of_held_back_sign_ins_is_recorded_once_and_names_cannot_steer_a_terminal() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        // A guessing run against one account: the first wrong passwords are each recorded,
+        // then the throttle holds the rest back, and those are recorded once for the minute.
+        let mut held_back = 0;
+        for _ in 0..30 {
+            let (st, b) = s
+                .call(
+                    Method::POST,
+                    "/api/v1/session",
+                    None,
+                    Some(json!({"username": "ann\u{1b}]0;owned\u{7}", "password": "guess"})),
+                )
+                .await;
+            match st {
+                401 => {}
+                429 => held_back += 1,
+                _ => panic!("[{l}] {st} {b}"),
+            }
+        }
+        assert!(held_back > 0, "[{l}] the throttle held nothing back");
+        // The admin's own sign-in (the test's token) aside.
+        let tries: Vec<Value> = entries(&s, "action=session.sign_in")
+            .await
+            .into_iter()
+            .filter(|e| e["actor_kind"] == "anonymous")
+            .collect();
+        let (throttled, wrong): (Vec<&Value>, Vec<&Value>) = tries.iter().partition(|e| {
+            e["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("too many failed"))
+        });
+        assert_eq!(throttled.len(), 1, "[{l}] {tries:#?}");
+        assert_eq!(wrong.len(), 30 - held_back, "[{l}] {tries:#?}");
+        assert!(tries.iter().all(|e| e["outcome"] == "denied"), "[{l}]");
+        // The name tried is kept, with its control characters written out.
+        for e in &tries {
+            let actor = e["actor"].as_str().expect("the name tried");
+            assert_eq!(actor, "ann\\u{1b}]0;owned\\u{7}", "[{l}] {e}");
+        }
+        s.stop().await;
+    }
+}
+
 /// Percent-encodes what a query value may not hold as is.
 fn urlencoding(s: &str) -> String {
     s.replace('+', "%2B").replace(':', "%3A")

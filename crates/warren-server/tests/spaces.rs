@@ -249,11 +249,22 @@ async fn spaces_roles_and_workspaces_in_them() {
 /// owner of `acme` (the role held downwards), a developer and a viewer of `acme/platform`, a
 /// developer of the sibling `acme/sibling`, a user with no role, and an admin — through the
 /// API (see, use, manage), the proxy's access question, SSH's, and the stopped page's button.
+/// Run twice: with each role given to the user, and (issue 44) with each given to a group
+/// the user is in, which must decide exactly the same.
 #[tokio::test]
 async fn roles_decide_what_each_user_may_do_with_a_workspace() {
     for db in databases() {
-        let s = TestServer::start(&db).await;
-        let l = s.label;
+        for via in ["user", "group"] {
+            roles_matrix(&db, via).await;
+        }
+    }
+}
+
+async fn roles_matrix(db: &DbChoice, via: &str) {
+    {
+        let s = TestServer::start(db).await;
+        let l = format!("{} via {via}", s.label);
+        let l = l.as_str();
         s.agent("a1", json!({})).await;
         for path in ["acme", "acme/platform", "acme/sibling"] {
             let (st, b) = s
@@ -273,10 +284,28 @@ async fn roles_decide_what_each_user_may_do_with_a_workspace() {
         ] {
             let t = s.user(user, &["api", "workspace"]).await;
             if let Some(role) = role {
+                let holder = if via == "group" {
+                    let group = format!("team-{user}");
+                    let (st, b) = s
+                        .admin(Method::POST, "/api/v1/groups", Some(json!({"name": group})))
+                        .await;
+                    assert_eq!(st, 201, "[{l}] {b}");
+                    let (st, b) = s
+                        .admin(
+                            Method::PUT,
+                            &format!("/api/v1/groups/{group}/members/{user}"),
+                            None,
+                        )
+                        .await;
+                    assert_eq!(st, 200, "[{l}] {b}");
+                    format!("groups/{group}")
+                } else {
+                    format!("members/{user}")
+                };
                 let (st, b) = s
                     .admin(
                         Method::PUT,
-                        &format!("/api/v1/spaces/{}/members/{user}", enc(space)),
+                        &format!("/api/v1/spaces/{}/{holder}", enc(space)),
                         Some(json!({"role": role})),
                     )
                     .await;
@@ -524,14 +553,13 @@ async fn roles_decide_what_each_user_may_do_with_a_workspace() {
         assert_eq!(st, 200, "[{l}] {b}");
         assert_eq!(b["desired_state"], "Terminated", "[{l}]");
 
-        // A role taken away takes the rights with it.
-        let (st, _) = s
-            .admin(
-                Method::DELETE,
-                &format!("/api/v1/spaces/{}/members/dev", enc("acme/platform")),
-                None,
-            )
-            .await;
+        // A role taken away (or the user taken out of the group) takes the rights with it.
+        let taken = if via == "group" {
+            "/api/v1/groups/team-dev/members/dev".to_owned()
+        } else {
+            format!("/api/v1/spaces/{}/members/dev", enc("acme/platform"))
+        };
+        let (st, _) = s.admin(Method::DELETE, &taken, None).await;
         assert_eq!(st, 204, "[{l}]");
         let (st, _) = call(
             "dev",

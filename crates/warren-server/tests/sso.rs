@@ -359,6 +359,46 @@ async fn single_sign_on_through_a_real_openid_provider() {
         assert!(signed_in(&sign_in(&mut Browser::new(&s.base)).await), "{l}");
         assert_eq!(user(&s, "carol").await.unwrap()["is_admin"], false, "{l}");
 
+        // The groups claim fills the `oidc` groups Warren has (a name it has no group for is
+        // ignored), and a sign-in whose claim leaves one out takes the member out.
+        let (st, b) = s
+            .admin(
+                Method::POST,
+                "/api/v1/groups",
+                Some(json!({"name": "dev", "source": "oidc"})),
+            )
+            .await;
+        assert_eq!(st, 201, "{l}: {b}");
+        let dev_members = || async {
+            let (st, b) = s.admin(Method::GET, "/api/v1/groups/dev", None).await;
+            assert_eq!(st, 200, "{l}: {b}");
+            b["members"].as_array().unwrap().clone()
+        };
+        assert!(dev_members().await.is_empty(), "{l}");
+        p.login_as(
+            "sub-carol",
+            json!({"preferred_username": "carol", "groups": ["dev", "no-such-group"]}),
+        )
+        .await;
+        assert!(signed_in(&sign_in(&mut Browser::new(&s.base)).await), "{l}");
+        let members = dev_members().await;
+        assert_eq!(members.len(), 1, "{l}: {members:?}");
+        assert_eq!(members[0]["username"], "carol", "{l}");
+        let until: chrono::DateTime<chrono::Utc> =
+            serde_json::from_value(members[0]["expires_at"].clone()).expect("expires_at");
+        let left = until - chrono::Utc::now();
+        assert!(
+            left > chrono::Duration::hours(11) && left <= chrono::Duration::hours(12),
+            "{l}: the membership lasts oidc.group_ttl_hours (12 h by default): {left}"
+        );
+        p.login_as(
+            "sub-carol",
+            json!({"preferred_username": "carol", "groups": ["other"]}),
+        )
+        .await;
+        assert!(signed_in(&sign_in(&mut Browser::new(&s.base)).await), "{l}");
+        assert!(dev_members().await.is_empty(), "{l}");
+
         // ID tokens that must not be believed: each refused with its reason, no session.
         p.login_as("sub-mallory", json!({"preferred_username": "mallory"}))
             .await;
@@ -376,6 +416,24 @@ async fn single_sign_on_through_a_real_openid_provider() {
             assert!(!bad.jar.contains_key("warren_session"), "{l} {mode}");
         }
         assert!(user(&s, "mallory").await.is_none(), "{l}");
+        // Anyone can send refused callbacks: the four from this address in this minute are
+        // recorded once.
+        let (st, log) = s
+            .admin(
+                Method::GET,
+                "/api/v1/audit?action=session.sign_in&outcome=denied",
+                None,
+            )
+            .await;
+        assert_eq!(st, 200, "{l}: {log}");
+        let refused: Vec<&Value> = log["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["credential"] == "sso")
+            .collect();
+        assert_eq!(refused.len(), 1, "{l}: {refused:#?}");
+        assert_eq!(refused[0]["actor_kind"], "anonymous", "{l}");
 
         // A replayed callback: refused with the browser's cookie gone, and with it restored.
         let mut b3 = Browser::new(&s.base);

@@ -1,7 +1,9 @@
 //! Bodies of the REST API under `/api/v1`, shared by the server, the client and the CLI.
 
 use crate::config::AgentConfig;
-use crate::ids::{AgentId, MountId, ProjectId, SpaceId, SshKeyId, TokenId, UserId, WorkspaceId};
+use crate::ids::{
+    AgentId, GroupId, MountId, ProjectId, SpaceId, SshKeyId, TokenId, UserId, WorkspaceId,
+};
 use crate::state::{ActualState, DesiredState};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -10,18 +12,22 @@ use utoipa::ToSchema;
 
 mod accounts;
 mod audit;
+mod groups;
 mod lists;
 mod ports;
 mod secrets;
 mod tree;
+mod usage;
 mod workspaces;
 
 pub use accounts::*;
 pub use audit::*;
+pub use groups::*;
 pub use lists::{Page, WorkspaceListQuery};
 pub use ports::*;
 pub use secrets::*;
 pub use tree::*;
+pub use usage::*;
 pub use workspaces::*;
 
 /// Prefix of every REST route.

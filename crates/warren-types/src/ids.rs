@@ -75,6 +75,10 @@ typed_id!(
     SpaceId
 );
 typed_id!(
+    /// A group of users, which can hold roles on spaces.
+    GroupId
+);
+typed_id!(
     /// A mount: an entry of the tree Warren does not run as containers (spec/mounts.md).
     MountId
 );

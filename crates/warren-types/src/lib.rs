@@ -28,7 +28,8 @@ pub mod state;
 pub mod trace;
 
 pub use ids::{
-    AgentId, MountId, ProjectId, RepositoryId, SpaceId, SshKeyId, TokenId, UserId, WorkspaceId,
+    AgentId, GroupId, MountId, ProjectId, RepositoryId, SpaceId, SshKeyId, TokenId, UserId,
+    WorkspaceId,
 };
 
 /// The rule for the names of Warren's objects (agents, projects, repositories, GitOps

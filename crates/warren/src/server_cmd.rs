@@ -152,6 +152,9 @@ struct ServerSettings {
     /// Days audit entries are kept (0: forever). [default: 365]
     #[arg(long, env = "WARREN_AUDIT_RETENTION_DAYS", value_name = "DAYS")]
     audit_retention_days: Option<u32>,
+    /// Days hourly usage is kept (0: forever). [default: 400]
+    #[arg(long, env = "WARREN_USAGE_RETENTION_DAYS", value_name = "DAYS")]
+    usage_retention_days: Option<u32>,
     /// Also append every audit entry to FILE as a JSON line (for a SIEM to collect).
     #[arg(long, env = "WARREN_AUDIT_FILE", value_name = "FILE")]
     audit_file: Option<PathBuf>,
@@ -269,6 +272,7 @@ fn merge(s: ServerSettings) -> anyhow::Result<(ServerConfig, SocketAddr)> {
     c.tls_cert_file = s.tls_cert_file;
     c.tls_key_file = s.tls_key_file;
     set(&mut c.audit_retention_days, s.audit_retention_days);
+    set(&mut c.usage_retention_days, s.usage_retention_days);
     c.audit_file = s.audit_file;
     c.audit_syslog = s.audit_syslog;
     let listen = match s.listen {

@@ -66,6 +66,8 @@ pub async fn run(cmd: Command) -> Result<(), CliError> {
         Command::Gitops(g) => crate::gitops_cmd::gitops(g.out.output, g.cmd).await,
         Command::Region(g) => crate::region_cmd::region(g.out.output, g.cmd).await,
         Command::Audit(g) => crate::audit_cmd::audit(g.out.output, g.cmd).await,
+        Command::Group(g) => crate::group_cmd::group(g.out.output, g.cmd).await,
+        Command::Usage(a) => crate::usage_cmd::usage(a).await,
         Command::RotateProxyKey(out) => rotate_proxy_key(out.output).await,
         Command::ListProxies(out) => {
             let (c, _) = client()?;
@@ -552,6 +554,8 @@ async fn space(out: Format, cmd: SpaceCommand) -> Result<(), CliError> {
                 &format!("{user:?} no longer holds a role on space {path:?}."),
             )?,
         },
+        SpaceCommand::Group { cmd } => crate::group_cmd::space_group(out, cmd).await?,
+        SpaceCommand::Budget { cmd } => crate::usage_cmd::budget(out, cmd).await?,
     }
     Ok(())
 }

@@ -11,11 +11,13 @@ use warren_types::gitops::{AgentGitops, Policy, Repository, SourceStatus};
 
 mod audit;
 mod gitops;
+mod groups;
 mod tree;
 
 pub use audit::audit_verification;
 
 pub use gitops::*;
+pub use groups::*;
 pub use tree::*;
 
 /// What a rebuild changes (or would): one line per part, with before and after.

@@ -202,7 +202,7 @@ fn answer(w: WorkspaceRow, user: UserId, port: Option<u16>, wake: bool) -> Works
 /// "not found".
 async fn mount_user(state: &AppState, m: &MountRow, user: UserId) -> Result<String, AppError> {
     let u = active_user(state, user).await?;
-    let memberships = state.store.memberships(user).await?;
+    let memberships = super::rights::memberships(state, user).await?;
     if super::mounts::member_right(&memberships, user, m) < Some(Right::Use) {
         return Err(hidden());
     }
@@ -287,7 +287,7 @@ pub async fn redirect(
         .await?
         .filter(|m| m.kind == MountType::Redirect.as_str())
         .ok_or_else(hidden)?;
-    let memberships = state.store.memberships(u.id).await?;
+    let memberships = super::rights::memberships(state, u.id).await?;
     if super::mounts::member_right(&memberships, u.id, &m).is_none() {
         return Err(hidden());
     }

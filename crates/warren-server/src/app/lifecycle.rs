@@ -278,6 +278,11 @@ async fn startable(
         tracing::info!(agent = %agent.name, workspace = %w.name, "working hours did not start a workspace of a machine class its agent no longer offers");
         return Ok(false);
     }
+    if let Err(e) = super::budgets::check_start(state, w.owner_id, &w.space_path).await {
+        // Past a budget, or the budget could not be read: the next round asks again.
+        tracing::info!(agent = %agent.name, workspace = %w.name, reason = %e.message, "working hours did not start a workspace");
+        return Ok(false);
+    }
     match warren_devfile::check_rendered_isolation(&w.objects(&state.store)?, &agent.config) {
         Ok(()) => Ok(true),
         Err(e) => {

@@ -43,7 +43,7 @@ pub async fn member_right(
     if w.owner_id == user {
         return Ok(Some(Right::Manage));
     }
-    let memberships = state.store.memberships(user).await?;
+    let memberships = memberships(state, user).await?;
     Ok(entry_right(&memberships, user, w.owner_id, &w.space_path))
 }
 
@@ -128,6 +128,14 @@ pub fn within(path: &str, ancestor: &str) -> bool {
             .is_some_and(|rest| rest.starts_with('/'))
 }
 
+/// Every role `user` holds now, directly or through their groups: (space path, role).
+pub async fn memberships(
+    state: &AppState,
+    user: UserId,
+) -> Result<Vec<(String, SpaceRole)>, AppError> {
+    Ok(state.store.memberships(user, state.clock.now_ms()).await?)
+}
+
 /// The highest role among `memberships` that holds on `path`.
 pub fn role_in(memberships: &[(String, SpaceRole)], path: &str) -> Option<SpaceRole> {
     memberships
@@ -143,7 +151,7 @@ pub async fn role_on(
     user: UserId,
     path: &str,
 ) -> Result<Option<SpaceRole>, AppError> {
-    Ok(role_in(&state.store.memberships(user).await?, path))
+    Ok(role_in(&memberships(state, user).await?, path))
 }
 
 /// The space at `path` if the caller has a role there (or is an admin), with that role.

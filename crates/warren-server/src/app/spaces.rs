@@ -104,7 +104,7 @@ pub async fn create(
 /// personal space made if missing.
 pub async fn list(state: &AppState, who: &Principal) -> Result<Vec<Space>, AppError> {
     rights::personal(state, who).await?;
-    let memberships = state.store.memberships(who.user.id).await?;
+    let memberships = rights::memberships(state, who.user.id).await?;
     Ok(state
         .store
         .list_spaces()
@@ -248,7 +248,7 @@ pub async fn tree(state: &AppState, who: &Principal, root: Option<&str>) -> Resu
         rights::visible_space(state, who, root).await?;
     }
     let under = |path: &str| root.is_none_or(|r| rights::within(path, r));
-    let memberships = state.store.memberships(who.user.id).await?;
+    let memberships = rights::memberships(state, who.user.id).await?;
     // The spaces where the caller holds a role, anywhere: their workspaces are visible.
     let mut role_spaces = vec![];
     let mut spaces: BTreeMap<String, TreeSpace> = state

@@ -467,6 +467,8 @@ impl Sso {
                 "this account is disabled; ask an administrator",
             ));
         }
+        let ttl_ms = i64::from(c.group_ttl_hours) * 3_600_000;
+        super::groups::synced(state, &user, &groups, ttl_ms).await?;
         match admin {
             Some(admin) if admin != user.is_admin => {
                 match state

@@ -7,7 +7,7 @@ use utoipa::{Modify, OpenApi};
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "Warren API", description = "Warren's REST API: users, tokens, SSH keys, OAuth clients, agents, spaces, mounts, projects, workspaces, GitOps, the audit log."),
+    info(title = "Warren API", description = "Warren's REST API: users, tokens, SSH keys, OAuth clients, agents, spaces, mounts, projects, workspaces, GitOps, groups, usage, the audit log."),
     paths(
         api::users::create_session,
         api::users::me,
@@ -72,6 +72,19 @@ use utoipa::{Modify, OpenApi};
         api::spaces::set_member,
         api::spaces::remove_member,
         api::spaces::tree,
+        api::groups::list,
+        api::groups::create,
+        api::groups::get_one,
+        api::groups::delete_one,
+        api::groups::add_member,
+        api::groups::remove_member,
+        api::groups::space_roles,
+        api::groups::set_space_role,
+        api::groups::remove_space_role,
+        api::usage::report,
+        api::usage::budgets,
+        api::usage::set_budget,
+        api::usage::remove_budget,
         api::mounts::list,
         api::mounts::create,
         api::mounts::get_one,

@@ -9,6 +9,7 @@ pub mod agents;
 pub mod audit;
 pub mod error;
 pub mod gitops;
+pub mod groups;
 pub mod leases;
 mod members;
 pub mod mounts;
@@ -26,6 +27,7 @@ pub mod spaces;
 pub mod ssh_keys;
 mod timers;
 pub mod tokens;
+pub mod usage;
 pub mod users;
 pub mod workspaces;
 

@@ -175,13 +175,23 @@ impl Store {
         Ok(r.rows_affected() == 1)
     }
 
-    /// Every membership of a user: (space path, role).
-    pub async fn memberships(&self, user: UserId) -> Result<Vec<(String, SpaceRole)>, StoreError> {
-        let rows = sqlx::query(
+    /// Every role a user holds at `now`, directly or through a group: (space path, role),
+    /// a path more than once when roles come from several places.
+    pub async fn memberships(
+        &self,
+        user: UserId,
+        now: i64,
+    ) -> Result<Vec<(String, SpaceRole)>, StoreError> {
+        let rows = sqlx::query(&format!(
             "SELECT s.path, m.role FROM space_members m JOIN spaces s ON s.id = m.space_id \
-             WHERE m.user_id = $1",
-        )
+             WHERE m.user_id = $1 \
+             UNION ALL SELECT s.path, r.role FROM group_members gm \
+             JOIN space_group_roles r ON r.group_id = gm.group_id \
+             JOIN spaces s ON s.id = r.space_id WHERE gm.user_id = $1 AND {}",
+            super::groups::counts_at("$2")
+        ))
         .bind(user.get())
+        .bind(now)
         .fetch_all(&self.db.pool)
         .await?;
         rows.iter()

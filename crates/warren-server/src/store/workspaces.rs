@@ -264,13 +264,8 @@ fn filter_sql(f: &WorkspaceFilter) -> (String, Vec<Bind>) {
         cond.push(')');
         sql.push_str(&cond);
     } else if let Some(u) = f.visible_to {
-        binds.push(Bind::I(u.get()));
-        let n = binds.len();
-        sql.push_str(&format!(
-            " AND (w.owner_id = ${n} OR EXISTS (SELECT 1 FROM space_members m \
-                 JOIN spaces ms ON ms.id = m.space_id WHERE m.user_id = ${n} AND \
-                 (sp.path = ms.path OR substr(sp.path, 1, length(ms.path) + 1) = ms.path || '/')))"
-        ));
+        binds.extend([Bind::I(u.get()), Bind::I(f.now)]);
+        sql.push_str(&super::groups::visible_sql(binds.len() - 1));
     }
     let mut push = |cond: &str, b: Bind, sql: &mut String| {
         binds.push(b);
@@ -431,8 +426,10 @@ pub struct NewWorkspace {
 pub struct WorkspaceFilter {
     pub owner: Option<UserId>,
     /// Only those this user owns or holds a role on (a membership of their space or of one
-    /// above it).
+    /// above it, theirs or a group's they belong to at `now`).
     pub visible_to: Option<UserId>,
+    /// The time at which group memberships are judged (those of `oidc` groups expire).
+    pub now: i64,
     /// With `visible_to`: the spaces the user holds a role on, when the caller has them at
     /// hand (the tree): matched by id instead of asking the memberships row by row.
     pub role_spaces: Option<Vec<SpaceId>>,

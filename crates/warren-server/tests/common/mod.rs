@@ -378,6 +378,12 @@ impl TestServer {
 
     /// Space `path`, made by the admin, with `user` among its developers.
     pub async fn space_with(&self, path: &str, user: &str) {
+        self.space(path).await;
+        self.member(path, user, "developer").await;
+    }
+
+    /// Space `path`, made by the admin.
+    pub async fn space(&self, path: &str) {
         let (st, b) = self
             .admin(
                 Method::POST,
@@ -386,11 +392,15 @@ impl TestServer {
             )
             .await;
         assert_eq!(st, 201, "[{}] {b}", self.label);
+    }
+
+    /// The admin gives `user` the `role` in space `path`.
+    pub async fn member(&self, path: &str, user: &str, role: &str) {
         let (st, b) = self
             .admin(
                 Method::PUT,
                 &format!("/api/v1/spaces/{path}/members/{user}"),
-                Some(json!({"role": "developer"})),
+                Some(json!({ "role": role })),
             )
             .await;
         assert_eq!(st, 200, "[{}] {b}", self.label);

@@ -152,14 +152,21 @@ impl Target {
 }
 
 fn clip(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
+    // Control characters are written out (`\u{1b}`): a name tried at sign-in is anyone's,
+    // and raw escapes would act on the terminal of whoever reads the log.
+    let mut out = String::with_capacity(s.len().min(max + 4));
+    for c in s.chars() {
+        if out.len() >= max {
+            out.push('…');
+            break;
+        }
+        if c.is_control() {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
     }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
+    out
 }
 
 /// How a result is recorded: refusals for who the actor is (or is not) are `denied`, other
@@ -354,7 +361,10 @@ pub async fn audited_with<T>(
 
 /// Records a sign-in by `method` (`password`, `sso`) of the account `tried`: `user` once its
 /// credentials were found right (a disabled account's sign-in is then recorded as that
-/// user's, refused).
+/// user's, refused). Refusals anyone can cause without knowing a password — a held-back
+/// attempt, a failed single sign-on callback — are recorded at most once per source and
+/// minute ([`Quiet`](stream::Quiet)), so a flood of them cannot flood the log; each wrong
+/// password is recorded (the throttle bounds how many there are).
 pub async fn sign_in<T>(
     state: &AppState,
     tried: &str,
@@ -367,35 +377,54 @@ pub async fn sign_in<T>(
         Some(u) => Actor::user(u, method),
         None => Actor::anonymous(Some(tried).filter(|t| !t.is_empty()), method),
     };
+    let floodable = user.is_none()
+        && match result {
+            Ok(_) => false,
+            Err(e) => e.kind == ErrorKind::TooManyRequests || method == "sso",
+        };
+    if floodable {
+        let key = format!("session.sign_in {method} {}", outcome.as_str());
+        quietly(state, &key, actor, "session.sign_in", outcome, detail).await;
+        return;
+    }
     let target = user.map(Target::user);
     record(state, actor, "session.sign_in", target, outcome, detail).await;
 }
 
 /// Records a refused credential (a token that is not valid) from anyone, at most once per
-/// source and minute ([`Quiet`]).
+/// source and minute ([`Quiet`](stream::Quiet)).
 pub async fn refused_credential(state: &AppState, action: &str, credential: &str, why: &str) {
+    let actor = Actor::anonymous(None, credential);
+    let detail = Some(why.to_owned());
+    quietly(state, action, actor, action, AuditOutcome::Denied, detail).await;
+}
+
+/// Records a refusal at most once per source and minute for each `key`; the entry recorded
+/// says how many it stands for.
+async fn quietly(
+    state: &AppState,
+    key: &str,
+    actor: Actor,
+    action: &str,
+    outcome: AuditOutcome,
+    detail: Option<String>,
+) {
     let source = crate::trace::origin()
         .addr
         .map_or_else(|| "unknown".to_owned(), |a| a.to_string());
     let admitted = {
         let mut quiet = state.audit.quiet();
-        quiet.admit(action, &source, state.clock.now_ms())
+        quiet.admit(key, &source, state.clock.now_ms())
     };
     let Some(earlier) = admitted else { return };
-    let detail = if earlier > 0 {
-        format!("{why} (and {earlier} more from this source in the minute before)")
-    } else {
-        why.to_owned()
+    let detail = match (detail, earlier) {
+        (d, 0) => d,
+        (Some(d), n) => Some(format!(
+            "{d} (and {n} more from this source in the minute before)"
+        )),
+        (None, n) => Some(format!("{n} more from this source in the minute before")),
     };
-    record(
-        state,
-        Actor::anonymous(None, credential),
-        action,
-        None,
-        AuditOutcome::Denied,
-        Some(detail),
-    )
-    .await;
+    record(state, actor, action, None, outcome, detail).await;
 }
 
 /// Records a step of Warren's own (a policy stopping a workspace).
@@ -427,7 +456,7 @@ pub async fn list(
     let owned: Option<Vec<String>> = if who.user.is_admin {
         None
     } else {
-        let m = state.store.memberships(who.user.id).await?;
+        let m = crate::app::rights::memberships(state, who.user.id).await?;
         Some(
             m.into_iter()
                 .filter(|(_, r)| *r == SpaceRole::Owner)
@@ -628,5 +657,14 @@ mod tests {
         let c = clip(&long, FIELD_MAX);
         assert!(c.len() <= FIELD_MAX + "…".len());
         assert!(c.ends_with('…'));
+        assert_eq!(clip("short", FIELD_MAX), "short");
+    }
+
+    #[test]
+    fn control_characters_are_written_out() {
+        let tried = "root\u{1b}]0;pwned\u{7}\r\nadmin signed in";
+        let c = clip(tried, FIELD_MAX);
+        assert!(!c.chars().any(char::is_control), "{c:?}");
+        assert_eq!(c, "root\\u{1b}]0;pwned\\u{7}\\u{d}\\u{a}admin signed in");
     }
 }

@@ -161,7 +161,7 @@ async fn authorized(
         .mount_by_name(name)
         .await?
         .ok_or_else(|| not_found(name))?;
-    let memberships = state.store.memberships(who.user.id).await?;
+    let memberships = crate::app::rights::memberships(state, who.user.id).await?;
     match shown_right(&memberships, who, &m) {
         None => Err(not_found(name)),
         Some(r) if r >= need => Ok((m, r)),
@@ -198,7 +198,7 @@ fn check_url(raw: &str) -> Result<String, AppError> {
 async fn check_target(state: &AppState, who: &Principal, target: &str) -> Result<(), AppError> {
     let hidden = || AppError::not_found(format!("entry {target:?}")).with_field("ref");
     if let Some(m) = state.store.mount_by_name(target).await? {
-        let memberships = state.store.memberships(who.user.id).await?;
+        let memberships = crate::app::rights::memberships(state, who.user.id).await?;
         return shown_right(&memberships, who, &m)
             .map(|_| ())
             .ok_or_else(hidden);
@@ -510,7 +510,7 @@ async fn chain_length(state: &AppState, name: &str, kind: MountType) -> Result<u
 
 /// The mounts the caller may see, by name.
 pub async fn list(state: &AppState, who: &Principal) -> Result<Vec<Mount>, AppError> {
-    let memberships = state.store.memberships(who.user.id).await?;
+    let memberships = crate::app::rights::memberships(state, who.user.id).await?;
     let mut out = vec![];
     for m in state.store.list_mounts().await? {
         if let Some(r) = shown_right(&memberships, who, &m) {

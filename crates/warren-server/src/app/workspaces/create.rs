@@ -243,6 +243,7 @@ async fn create_unaudited(
     }
     let variables = check_variables(&req.variables)?;
     let space = rights::for_new_entry(state, who, req.space.as_deref()).await?;
+    crate::app::budgets::check_start(state, who.user.id, &space.path).await?;
     let agent = choose_agent(state, req.agent.as_deref()).await?;
     let asked = req.resources.clone().unwrap_or_default();
     let resources = size_at_creation(asked.clone(), &agent)?;

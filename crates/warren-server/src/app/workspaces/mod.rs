@@ -51,7 +51,7 @@ pub(super) async fn for_caller(
     who: &Principal,
     w: &WorkspaceRow,
 ) -> Result<Workspace, AppError> {
-    let memberships = state.store.memberships(who.user.id).await?;
+    let memberships = crate::app::rights::memberships(state, who.user.id).await?;
     let doors = super::regions::FrontDoors::load(state).await?;
     shown(state, &memberships, &doors, who, w)
 }
@@ -151,6 +151,7 @@ pub async fn list(
     // The same rule as [`member_right`], in SQL: owned, or in a space at or below one of the
     // caller's memberships.
     f.visible_to = (!who.user.is_admin).then_some(who.user.id);
+    f.now = state.clock.now_ms();
     let mut rows = state.store.list_workspaces(&f).await?;
     let next_cursor = if rows.len() as i64 > limit {
         rows.truncate(limit as usize);
@@ -158,7 +159,7 @@ pub async fn list(
     } else {
         None
     };
-    let memberships = state.store.memberships(who.user.id).await?;
+    let memberships = crate::app::rights::memberships(state, who.user.id).await?;
     let doors = super::regions::FrontDoors::load(state).await?;
     let items = rows
         .iter()
@@ -296,6 +297,10 @@ where
             DesiredState::Running | DesiredState::RestartRequested
         ) {
             still_allowed(state, &w).await?;
+            // A start (not a restart of what runs) spends from the space's budgets.
+            if w.desired_state != DesiredState::Running {
+                super::budgets::check_start(state, w.owner_id, &w.space_path).await?;
+            }
         }
         if state
             .store

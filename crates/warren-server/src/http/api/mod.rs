@@ -6,11 +6,13 @@ pub mod access;
 pub mod agents;
 pub mod audit;
 pub mod gitops;
+pub mod groups;
 pub mod mounts;
 pub mod ports;
 pub mod projects;
 pub mod secrets;
 pub mod spaces;
+pub mod usage;
 pub mod users;
 pub mod workspaces;
 
@@ -184,8 +186,33 @@ pub fn router() -> Router<crate::http::HttpState> {
             post(workspaces::run_command),
         )
         .route("/openapi.json", get(super::openapi::serve));
-    let v1 = project_routes(v1);
+    let v1 = governance_routes(project_routes(v1));
     Router::new().nest(warren_types::api::API_PREFIX, v1)
+}
+
+/// Groups, usage and budgets (issue 44).
+fn governance_routes(v1: Router<crate::http::HttpState>) -> Router<crate::http::HttpState> {
+    v1.route("/spaces/{space}/groups", get(groups::space_roles))
+        .route(
+            "/spaces/{space}/groups/{group}",
+            put(groups::set_space_role).delete(groups::remove_space_role),
+        )
+        .route("/groups", get(groups::list).post(groups::create))
+        .route(
+            "/groups/{group}",
+            get(groups::get_one).delete(groups::delete_one),
+        )
+        .route(
+            "/groups/{group}/members/{user}",
+            put(groups::add_member).delete(groups::remove_member),
+        )
+        .route("/usage", get(usage::report))
+        .route(
+            "/spaces/{space}/budget",
+            get(usage::budgets)
+                .put(usage::set_budget)
+                .delete(usage::remove_budget),
+        )
 }
 
 /// The projects' routes (their members, credential and prebuilds).

@@ -67,6 +67,8 @@ pub fn page(viewer: &Viewer, status: StatusCode, title: &str, body: Markup) -> R
                         a href="/workspaces/new" { "New workspace" }
                         a href="/account" { "Account" }
                         @if viewer.is_admin() { a href="/admin" { "Admin" } }
+                        a href="/groups" { "Groups" }
+                        a href="/usage" { "Usage" }
                         a href="/audit" { "Audit log" }
                     }
                     form.signout method="post" action="/logout" {

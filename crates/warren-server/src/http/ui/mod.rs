@@ -18,12 +18,14 @@ mod admin;
 mod assets;
 mod audit;
 mod errors;
+mod groups;
 mod layout;
 mod prebuilds;
 mod regions;
 mod secrets;
 mod session;
 mod sign_in;
+mod usage;
 mod workspaces;
 
 use axum::routing::{get, post};
@@ -100,6 +102,17 @@ pub fn router() -> Router<crate::http::HttpState> {
         )
         .route("/admin", get(admin::page))
         .route("/audit", get(audit::page))
+        .route("/usage", get(usage::page))
+        .route("/usage.csv", get(usage::csv))
+        .route("/groups", get(groups::page).post(groups::create))
+        .route("/groups/{name}/delete", post(groups::delete))
+        .route("/groups/{name}/members", post(groups::add_member))
+        .route(
+            "/groups/{name}/members/{user}/remove",
+            post(groups::remove_member),
+        )
+        .route("/groups/{name}/roles", post(groups::set_role))
+        .route("/groups/{name}/roles/remove", post(groups::remove_role))
         .route("/admin/users", post(admin::create_user))
         .route("/admin/users/{name}", post(admin::update_user))
         .route("/admin/agents", post(admin::create_agent))

@@ -71,6 +71,7 @@ fn report(config: &ConnectorConfig) -> ReconcileRequest {
         runtime_fault: None,
         isolation_warning: None,
         mounts: vec![],
+        used: vec![],
         connector: Some(MountReport {
             mount: config.mount.clone(),
             ports: config.ports.clone(),

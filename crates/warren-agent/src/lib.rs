@@ -6,6 +6,7 @@ pub mod connection;
 pub mod connector;
 pub mod gitops;
 pub mod leader;
+pub mod meter;
 pub mod reconciler;
 pub mod runtime;
 mod service;

@@ -147,6 +147,8 @@ pub struct Reconciler {
     /// The `proxy` mounts the server lists for this agent: kept current from each answer,
     /// their probes reported with each call.
     url_mounts: crate::url_mounts::UrlMounts,
+    /// What the workspaces use, reported with the calls.
+    meter: crate::meter::Meter,
 }
 
 impl std::fmt::Debug for Reconciler {
@@ -225,6 +227,7 @@ impl Reconciler {
             error_seq: 0,
             status: watch::channel(ReconcilerStatus::default()).0,
             url_mounts: Default::default(),
+            meter: Default::default(),
         }
     }
 
@@ -441,6 +444,7 @@ impl Reconciler {
                     connector: None,
                     // A URL has nothing to do with the runtime: its probes still count.
                     mounts: self.url_mounts.reports(),
+                    used: vec![],
                 };
                 if let Err(t) = self.transport.reconcile(&fault).await {
                     tracing::debug!(error = %error_chain(&t), "reporting the runtime fault failed");
@@ -475,8 +479,10 @@ impl Reconciler {
             isolation_warning,
             connector: None,
             mounts: self.url_mounts.reports(),
+            used: self.meter.take(self.runtime.as_ref()).await,
         };
         let response = self.transport.reconcile(&request).await?;
+        self.meter.reported();
         self.url_mounts.set(&response.mounts);
         tracing::debug!(kind = ?kind, reported = request.workspace_agent_infos.len(), returned = response.workspace_rails_infos.len(), "reconciled");
 

@@ -526,3 +526,51 @@ async fn a_blocked_deletion_backs_off_says_why_once_and_finishes_when_unblocked(
     })
     .await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn what_workspaces_use_goes_with_a_call_each_minute_and_again_after_a_failure() {
+    use warren_agent::runtime::WorkspaceUsage;
+    let used = |cpu_seconds: f64| {
+        vec![WorkspaceUsage {
+            workspace: key("a"),
+            container: "tools".into(),
+            cpu_seconds,
+            memory_bytes: 256 << 20,
+        }]
+    };
+    let h = Harness::new(settings(3600, 10), &["a"]);
+    h.runtime.set_usage(used(100.0));
+    // The first reading only sets the counters.
+    h.run_for(59.5).await;
+    let sent = |h: &Harness| {
+        h.transport
+            .calls
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, r)| r.used.clone())
+            .collect::<Vec<_>>()
+    };
+    assert!(sent(&h).iter().all(Vec::is_empty), "{:?}", sent(&h));
+    // A minute on: 3 s of CPU and 256 MiB for a minute, in the call that fails and its retry.
+    h.runtime.set_usage(used(103.0));
+    *h.transport.fail_next.lock().unwrap() = 1;
+    let before = sent(&h).len();
+    h.until(30, "the retry", |h| sent(h).len() >= before + 2)
+        .await;
+    let calls = sent(&h);
+    for u in &calls[before..before + 2] {
+        assert_eq!(u.len(), 1, "{calls:?}");
+        assert_eq!((u[0].name.as_str(), u[0].cpu_ms), ("a", 3000), "{calls:?}");
+        // The reading falls on the first call at least a minute after the last one.
+        assert!(
+            (256 * 60..=256 * 70).contains(&u[0].memory_mib_s),
+            "{calls:?}"
+        );
+    }
+    // Delivered: the next call carries nothing new.
+    let before = sent(&h).len();
+    h.until(15, "the next call", |h| sent(h).len() > before)
+        .await;
+    assert!(sent(&h)[before].is_empty(), "{:?}", sent(&h));
+}

@@ -70,7 +70,9 @@ fn table(r: &UsageReport) -> String {
         "HOURS",
         "WEIGHTED",
         "CPU-HOURS",
+        "USED",
         "GIB-HOURS",
+        "USED",
         "STORAGE GIB-HOURS",
     ]);
     for row in &r.rows {
@@ -80,7 +82,9 @@ fn table(r: &UsageReport) -> String {
             format!("{:.1}", row.running_hours),
             format!("{:.1}", row.weighted_hours),
             format!("{:.1}", row.cpu_core_hours),
+            format!("{:.1}", row.cpu_used_core_hours),
             format!("{:.1}", row.memory_gib_hours),
+            format!("{:.1}", row.memory_used_gib_hours),
             format!("{:.1}", row.storage_gib_hours),
         ]);
     }

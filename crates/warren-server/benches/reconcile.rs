@@ -160,6 +160,7 @@ async fn bench(label: &str, url: String, home: &std::path::Path) {
         isolation_warning: None,
         connector: None,
         mounts: vec![],
+        used: vec![],
     };
     let first = Instant::now();
     let resp =
@@ -191,6 +192,7 @@ async fn bench(label: &str, url: String, home: &std::path::Path) {
         isolation_warning: None,
         connector: None,
         mounts: vec![],
+        used: vec![],
     };
     let resp =
         warren_server::app::reconcile::reconcile(&state, &fresh(&state, &agent).await, &partial)

@@ -54,6 +54,23 @@ pub struct ReconcileRequest {
     /// extension; [`ReconcileResponse::mounts`] lists them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mounts: Vec<MountReport>,
+    /// What the agent measured its workspaces using since it last reported (a Warren
+    /// extension, issue 44): sent about once a minute, and again when the call that carried
+    /// it failed. The server adds it to the workspaces' usage.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub used: Vec<WorkspaceUsed>,
+}
+
+/// What one workspace's containers used over an interval the agent measured.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceUsed {
+    pub name: String,
+    pub namespace: String,
+    /// CPU time, in milliseconds (that is, millicore-seconds).
+    pub cpu_ms: u64,
+    /// Working-set memory times the seconds it was held, in MiB-seconds.
+    pub memory_mib_s: u64,
 }
 
 /// A `proxy` mount an agent reaches: it probes `url` and dials it for the mount's tunnels,

@@ -165,6 +165,7 @@ async fn agent_loop(endpoint: String, agent_id: i64, stop: Arc<AtomicBool>) {
             isolation_warning: None,
             connector: None,
             mounts: vec![],
+            used: vec![],
         };
         let resp = http
             .post(&endpoint)

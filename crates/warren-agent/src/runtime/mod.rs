@@ -393,7 +393,8 @@ pub trait WorkspaceRuntime: Send + Sync + 'static {
     fn resync(&self) {}
 
     /// What the running workspaces use now, where the runtime reports it (the container
-    /// engine's statistics); empty where it does not. Read when metrics are scraped.
+    /// engine's statistics); empty where it does not. Read when metrics are scraped, and once a
+    /// minute for the server's usage (`crate::meter`).
     async fn usage(&self) -> Result<Vec<WorkspaceUsage>, RuntimeError> {
         Ok(Vec::new())
     }

@@ -11,6 +11,7 @@
 //! A connector mount (spec/mounts.md) is answered like a workspace served by the connector's
 //! agent, with the reason it cannot serve when its connector is silent or down.
 
+use super::budgets::Spent;
 use super::rights::{member_right, Right};
 use super::{auth, AppError, AppState};
 use crate::store::mounts::MountRow;
@@ -169,16 +170,22 @@ async fn wakes(state: &AppState, w: &WorkspaceRow) -> Result<bool, AppError> {
 }
 
 /// What a timer will do to `w` next, as the proxy tells it in terminals.
-fn planned_stop(w: &WorkspaceRow) -> Option<PlannedStop> {
-    super::lifecycle::planned_for(w).map(|p| PlannedStop {
+fn planned_stop(w: &WorkspaceRow, spent: &Spent) -> Option<PlannedStop> {
+    super::lifecycle::planned_for(w, spent).map(|p| PlannedStop {
         at_ms: p.at,
         terminated: p.to == DesiredState::Terminated,
         reason: p.reason,
     })
 }
 
-fn answer(w: WorkspaceRow, user: UserId, port: Option<u16>, wake: bool) -> WorkspaceAccess {
-    let planned_stop = planned_stop(&w);
+fn answer(
+    w: WorkspaceRow,
+    user: UserId,
+    port: Option<u16>,
+    wake: bool,
+    spent: &Spent,
+) -> WorkspaceAccess {
+    let planned_stop = planned_stop(&w, spent);
     WorkspaceAccess {
         planned_stop,
         wake_on_request: wake,
@@ -370,9 +377,10 @@ pub async fn workspace(
     let wake = wakes(state, &w).await?;
     // Through a softlink, the target's start button only for those who use it themselves.
     let may_start = w.name == q.host || member_right(state, user, &w).await? >= Some(Right::Use);
+    let spent = Spent::load_for(state, &w).await?;
     Ok(WorkspaceAccess {
         may_start,
-        ..answer(w, user, q.port, wake && may_start)
+        ..answer(w, user, q.port, wake && may_start, &spent)
     })
 }
 
@@ -422,7 +430,8 @@ async fn beyond_use(
 fn outsider_answer(w: WorkspaceRow, user: UserId, port: u16) -> WorkspaceAccess {
     WorkspaceAccess {
         may_start: false,
-        ..answer(w, user, Some(port), false)
+        // Outsiders get no terminal to be warned in.
+        ..answer(w, user, Some(port), false, &Spent::default())
     }
 }
 
@@ -454,7 +463,8 @@ pub async fn start(
     };
     let w =
         super::workspaces::change_desired_state(state, load, DesiredState::Running, false).await?;
-    Ok(answer(w, req.user_id, None, false))
+    // Just started, so within its budgets.
+    Ok(answer(w, req.user_id, None, false, &Spent::default()))
 }
 
 /// Records the proxy's activity report.
@@ -520,8 +530,9 @@ pub async fn ssh(state: &AppState, q: &SshAuthorizeQuery) -> Result<SshAuthoriza
     let may_start =
         w.name == q.username || member_right(state, user, &w).await? >= Some(Right::Use);
     let wake_on_request = may_start && wakes(state, &w).await?;
+    let spent = Spent::load_for(state, &w).await?;
     Ok(SshAuthorization {
-        planned_stop: planned_stop(&w),
+        planned_stop: planned_stop(&w, &spent),
         wake_on_request,
         user_id: user,
         username,

@@ -5,15 +5,95 @@
 //! working hours — with a message that says which budget, how much was used and when it
 //! renews. Admins set budgets; admins' own workspaces are exempt only where the budget says
 //! so. Everyone who sees a space sees what remains.
+//!
+//! What runs when a budget is spent goes on for [`GRACE_MS`] — the lifecycle timers plan
+//! its stop, so the API, the CLI and its terminals warn of it as of any timer's — and is then
+//! stopped. The usage sampler marks a budget spent when it finds it so ([`mark_spent`]);
+//! setting the budget again (raising it) or a new month lifts the mark.
 
 use super::audit::{self, Target};
 use super::{rights, AppError, AppState, ErrorKind, Principal};
 use crate::store::usage::Budget;
+use crate::store::StoreError;
 use chrono::{DateTime, Datelike, TimeZone, Utc};
 use warren_types::api::{SetBudgetRequest, SpaceBudget, MAX_BUDGET_HOURS};
 use warren_types::UserId;
 
 const HOUR_MS: i64 = 3_600_000;
+/// How long a running workspace goes on once its space's budget is found spent.
+pub const GRACE_MS: i64 = 30 * 60_000;
+
+/// The budgets found spent this month, as the lifecycle timers and the views apply them.
+#[derive(Debug, Default)]
+pub struct Spent(Vec<Budget>);
+
+impl Spent {
+    pub async fn load(state: &AppState) -> Result<Self, StoreError> {
+        let (start, _) = month_of(state.clock.now_ms());
+        Ok(Spent(
+            state.store.spent_budgets(start.timestamp_millis()).await?,
+        ))
+    }
+
+    /// [`Spent::load`] where `w` runs (a budget stops nothing else).
+    pub async fn load_for(
+        state: &AppState,
+        w: &crate::store::workspaces::WorkspaceRow,
+    ) -> Result<Self, StoreError> {
+        if w.desired_state == warren_types::DesiredState::Running {
+            Self::load(state).await
+        } else {
+            Ok(Self::default())
+        }
+    }
+
+    /// When a running workspace in the space at `space`, of an owner who is an admin or
+    /// not, is stopped for a spent budget (there or above), if it is.
+    pub fn stop_at(&self, space: &str, owner_is_admin: bool) -> Option<i64> {
+        self.0
+            .iter()
+            .filter(|b| {
+                space == b.space
+                    || space
+                        .strip_prefix(&b.space)
+                        .is_some_and(|r| r.starts_with('/'))
+            })
+            .filter(|b| !(b.admins_exempt && owner_is_admin))
+            .filter_map(|b| b.spent_at)
+            .map(|t| t + GRACE_MS)
+            .min()
+    }
+}
+
+/// Marks each budget spent this month when it is and was not yet, and lifts the mark of one
+/// no longer spent (a new month; a raised budget is unmarked when set). After each usage
+/// sample, on the housekeeping replica.
+pub async fn mark_spent(state: &AppState) -> Result<(), AppError> {
+    let now = state.clock.now_ms();
+    let start = month_of(now).0.timestamp_millis();
+    for b in state.store.all_budgets().await? {
+        let used = state.store.weighted_ms_under(&b.space, start).await?;
+        let spent = used >= b.weighted_hours.saturating_mul(HOUR_MS);
+        let marked = b.spent_at.is_some_and(|t| t >= start);
+        if spent && !marked {
+            if !state.store.mark_budget_spent(&b.space, now, start).await? {
+                // Another replica marked it a moment ago.
+                continue;
+            }
+            tracing::info!(space = %b.space, hours = b.weighted_hours, "budget spent: what runs in the space stops after the grace period");
+            let t = Target::named("space", &b.space).in_space(&b.space);
+            let detail = format!(
+                "{} weighted hours this month; running workspaces stop in {} minutes",
+                b.weighted_hours,
+                GRACE_MS / 60_000
+            );
+            audit::by_system(state, "space.budget_spent", t, &detail).await;
+        } else if !spent && b.spent_at.is_some() {
+            state.store.clear_budget_spent(&b.space).await?;
+        }
+    }
+    Ok(())
+}
 
 /// The calendar month (UTC) `now_ms` falls in: its start and the next month's.
 pub fn month_of(now_ms: i64) -> (DateTime<Utc>, DateTime<Utc>) {
@@ -152,6 +232,7 @@ pub async fn set(
             space: s.path,
             weighted_hours: req.weighted_hours,
             admins_exempt: req.admins_exempt,
+            spent_at: None,
         };
         shown(state, &b).await
     }

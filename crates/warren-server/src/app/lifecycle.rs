@@ -2,7 +2,7 @@
 //! timers (max active hours, max stopped hours, the 8760 h ceiling, the idle timeout) —
 //! each rule written once, applied by the periodic sweep and by every reconcile alike — and
 //! a user's working hours (stop in the evening, start again in the morning), applied by the
-//! sweep after the agent's timers, which win.
+//! sweep after the agent's timers and a spent budget's stop (`budgets`), which win.
 
 use super::{AppError, AppState};
 use crate::store::workspaces::ChangedBy;
@@ -171,15 +171,41 @@ pub fn planned(
         .min_by_key(|p| (p.at, p.to != DesiredState::Terminated))
 }
 
-/// [`planned`] for a workspace as stored: its agent's policy and its owner's working hours.
-pub fn planned_for(w: &crate::store::workspaces::WorkspaceRow) -> Option<Planned> {
+/// [`planned`] for a workspace as stored: its agent's policy and its owner's working hours,
+/// and the stop of a running workspace whose space's budget is `spent`, when that is earlier.
+pub fn planned_for(
+    w: &crate::store::workspaces::WorkspaceRow,
+    spent: &super::budgets::Spent,
+) -> Option<Planned> {
     let input = TimerInput {
         desired: w.desired_state,
         desired_state_updated_at: w.desired_state_updated_at,
         created_at: w.created_at,
         last_activity_at: w.last_activity_at,
     };
-    planned(&w.agent_lifecycle, input, w.owner_working_hours.as_ref())
+    let timers = planned(&w.agent_lifecycle, input, w.owner_working_hours.as_ref());
+    let budget = spent
+        .stop_at(&w.space_path, w.owner_is_admin)
+        .filter(|_| w.desired_state == DesiredState::Running);
+    match (timers, budget) {
+        (Some(p), Some(at)) if p.at <= at => Some(p),
+        (_, Some(at)) => Some(budget_stop(at)),
+        (p, None) => p,
+    }
+}
+
+/// What a lifecycle timer plans for a running workspace a spent budget stops at `at`.
+fn budget_stop(at: i64) -> Planned {
+    Planned {
+        to: warren_types::DesiredState::Stopped,
+        at,
+        reason: format!(
+            "the budget of its space (or of one above it) is spent for this month, and what runs \
+             there stops {} minutes later; an admin can raise it (warren space budget show)",
+            super::budgets::GRACE_MS / 60_000
+        ),
+        postponed_by_use: false,
+    }
 }
 
 /// What the owner's working hours do to `w` now, after the agent's timers (which win): stop
@@ -209,6 +235,7 @@ pub fn schedule_decision(
 pub async fn run_timers_once(state: &AppState) -> Result<Vec<AgentId>, StoreError> {
     let now = state.clock.now_ms();
     let mut touched = vec![];
+    let spent = super::budgets::Spent::load(state).await?;
     for agent in state.store.list_agents().await? {
         let mut changed = 0;
         for w in state.store.timer_rows(agent.id).await? {
@@ -223,6 +250,13 @@ pub async fn run_timers_once(state: &AppState) -> Result<Vec<AgentId>, StoreErro
                     (to, ChangedBy::IdleTimeout)
                 }
                 Some(to) => (to, ChangedBy::Other),
+                None if w.desired == DesiredState::Running
+                    && spent
+                        .stop_at(&w.space_path, w.owner_is_admin)
+                        .is_some_and(|at| now >= at) =>
+                {
+                    (DesiredState::Stopped, ChangedBy::Budget)
+                }
                 None => match w
                     .working_hours
                     .as_ref()
@@ -246,6 +280,7 @@ pub async fn run_timers_once(state: &AppState) -> Result<Vec<AgentId>, StoreErro
                 let why = match by {
                     ChangedBy::IdleTimeout => "idle timeout",
                     ChangedBy::WorkingHours => "working hours",
+                    ChangedBy::Budget => "the space's budget is spent",
                     ChangedBy::Other => "lifecycle policy",
                 };
                 let target = match state.store.workspace_by_id(w.id).await? {

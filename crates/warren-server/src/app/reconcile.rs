@@ -235,6 +235,9 @@ pub async fn reconcile(
             }
             Err(e) => return Err(e.into()),
             Ok((resp, changes)) => {
+                if !req.used.is_empty() {
+                    super::usage::record_used(state, agent, &req.used).await;
+                }
                 if changes.desired {
                     state.signals.notify(agent.id);
                 }

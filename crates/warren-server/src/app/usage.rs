@@ -5,6 +5,9 @@
 //! now. Reports sum the hours by workspace, user, space or class; admins read everything,
 //! others what their own workspaces ran and what ran in the spaces they own.
 //!
+//! Beside what each asked for, what it used: its agent measures CPU time and working-set
+//! memory and reports them with its reconciles ([`record_used`]), added to the same hours.
+//!
 //! Counting is the server's view of what ran: an interval the server was down for longer than
 //! [`MAX_GAP_MS`] is not counted (agents keep their workspaces running meanwhile).
 
@@ -14,6 +17,7 @@ use crate::store::usage::{Accrual, Running, UsageFilter};
 use std::collections::HashMap;
 use warren_types::api::{SpaceRole, UsageQuery, UsageReport, WorkspaceResources};
 use warren_types::quantity::{parse_cpu_millis, parse_memory_bytes};
+use warren_types::reconcile::WorkspaceUsed;
 
 /// How often running workspaces are sampled.
 pub const SAMPLE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
@@ -87,21 +91,76 @@ fn accruals(w: &Running, size: &Size, agent: &str, from: i64, to: i64) -> Vec<Ac
     by_hour(from, to)
         .into_iter()
         .map(|(hour, ms)| Accrual {
-            workspace_id: w.id,
-            hour,
-            workspace: w.name.clone(),
-            owner_id: w.owner_id,
-            owner: w.owner.clone(),
-            space: w.space.clone(),
-            agent: agent.to_owned(),
-            class: size.class.clone(),
             running_ms: ms,
             weighted_ms: ms.saturating_mul(size.weight),
             cpu_mcore_s: per_second(size.cpu_millis, ms, 1),
             memory_mib_s: per_second(size.memory_bytes, ms, MIB),
             storage_mib_s: per_second(size.storage_bytes, ms, MIB),
+            ..nothing(w, size, agent, hour)
         })
         .collect()
+}
+
+/// `w`'s row of usage for `hour`, with nothing counted yet.
+fn nothing(w: &Running, size: &Size, agent: &str, hour: i64) -> Accrual {
+    Accrual {
+        workspace_id: w.id,
+        hour,
+        workspace: w.name.clone(),
+        owner_id: w.owner_id,
+        owner: w.owner.clone(),
+        space: w.space.clone(),
+        agent: agent.to_owned(),
+        class: size.class.clone(),
+        running_ms: 0,
+        weighted_ms: 0,
+        cpu_mcore_s: 0,
+        memory_mib_s: 0,
+        storage_mib_s: 0,
+        cpu_used_mcore_s: 0,
+        memory_used_mib_s: 0,
+    }
+}
+
+/// The most one report may say a workspace used: 1,024 cores and 64 TiB for ten minutes.
+/// An agent claiming more is believed up to that (its own workspaces' hours are all it can
+/// inflate).
+const MAX_USED_CPU_MS: u64 = 1024 * 600_000;
+const MAX_USED_MEMORY_MIB_S: u64 = 64 * 1024 * 1024 * 600;
+
+/// Adds what `agent` measured its workspaces using to the current hour of each (their names
+/// now); workspaces it does not run are ignored. Best effort: the agent does not wait for it.
+pub async fn record_used(state: &AppState, agent: &AgentRow, used: &[WorkspaceUsed]) {
+    let names: Vec<String> = used.iter().map(|u| u.name.clone()).collect();
+    let subjects = match state.store.agent_usage_subjects(agent.id, &names).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(agent = %agent.name, error = %warren_types::error_chain(&e), "reading the workspaces an agent measured failed");
+            return;
+        }
+    };
+    let by_name: HashMap<&str, &Running> = subjects.iter().map(|w| (w.name.as_str(), w)).collect();
+    let hour = state.clock.now_ms().div_euclid(HOUR_MS) * HOUR_MS;
+    let mut all = vec![];
+    for u in used {
+        let Some(w) = by_name.get(u.name.as_str()) else {
+            tracing::debug!(agent = %agent.name, workspace = %u.name, "usage of a workspace the agent does not run ignored");
+            continue;
+        };
+        if u.cpu_ms > MAX_USED_CPU_MS || u.memory_mib_s > MAX_USED_MEMORY_MIB_S {
+            tracing::warn!(agent = %agent.name, workspace = %u.name, cpu_ms = u.cpu_ms, memory_mib_s = u.memory_mib_s, "an agent reported more usage than one report can hold; counted up to the most");
+        }
+        let size = size_of(&w.resources, Some(agent));
+        let num = |v: u64, max: u64| i64::try_from(v.min(max)).unwrap_or(i64::MAX);
+        all.push(Accrual {
+            cpu_used_mcore_s: num(u.cpu_ms, MAX_USED_CPU_MS),
+            memory_used_mib_s: num(u.memory_mib_s, MAX_USED_MEMORY_MIB_S),
+            ..nothing(w, &size, &agent.name, hour)
+        });
+    }
+    if let Err(e) = state.store.add_used(&all).await {
+        tracing::warn!(agent = %agent.name, error = %warren_types::error_chain(&e), "adding what an agent measured to usage failed");
+    }
 }
 
 /// One sample: counts the time since the last one for every running workspace. The first
@@ -161,6 +220,9 @@ pub async fn usage_task(
         async move {
             if let Err(e) = sample(state).await {
                 tracing::warn!(error = %warren_types::error_chain(&e), "sampling usage failed; trying again in a minute");
+            }
+            if let Err(e) = super::budgets::mark_spent(state).await {
+                tracing::warn!(error = %warren_types::error_chain(&e), "checking budgets failed; trying again in a minute");
             }
             let now = state.clock.now_ms();
             if retention_days > 0 && now.saturating_sub(pruned.load(Ordering::Relaxed)) >= HOUR_MS {

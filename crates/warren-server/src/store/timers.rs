@@ -16,6 +16,9 @@ pub struct TimerRow {
     pub schedule_stopped: bool,
     /// Its owner's working hours.
     pub working_hours: Option<warren_types::schedule::WorkingHours>,
+    /// Its space's path, and whether its owner is an admin: for budgets.
+    pub space_path: String,
+    pub owner_is_admin: bool,
 }
 
 impl Store {
@@ -25,9 +28,11 @@ impl Store {
     pub async fn timer_rows(&self, agent: AgentId) -> Result<Vec<TimerRow>, StoreError> {
         let rows = sqlx::query(
             "SELECT w.id, w.version, w.desired_state, w.desired_state_updated_at, w.created_at, \
-             x.last_activity_at, w.schedule_stopped, u.working_hours FROM workspaces w \
+             x.last_activity_at, w.schedule_stopped, u.working_hours, u.is_admin, \
+             sp.path AS space_path FROM workspaces w \
              JOIN users u ON u.id = w.owner_id \
              LEFT JOIN workspace_activity x ON x.workspace_id = w.id \
+             LEFT JOIN spaces sp ON sp.id = w.space_id \
              WHERE w.agent_id = $1 AND w.desired_state <> 'Terminated' AND w.prebuild_id IS NULL AND w.pool_of IS NULL ORDER BY w.id",
         )
         .bind(agent.get())
@@ -48,6 +53,8 @@ impl Store {
                     schedule_stopped: get_i64(r, "schedule_stopped")? != 0,
                     working_hours: get_opt_str(r, "working_hours")?
                         .and_then(|j| serde_json::from_str(&j).ok()),
+                    space_path: get_opt_str(r, "space_path")?.unwrap_or_default(),
+                    owner_is_admin: get_i64(r, "is_admin")? != 0,
                 })
             })
             .collect::<Result<_, sqlx::Error>>()?)

@@ -3,7 +3,7 @@
 //! same transaction), the sums a report asks for, and retention. What counts and how is
 //! `app::usage`'s.
 
-use super::{bind_all, get_i64, get_str, Bind, Store, StoreError};
+use super::{bind_all, get_i64, get_opt_i64, get_str, Bind, Store, StoreError};
 use warren_types::api::{UsageBy, UsageRow};
 use warren_types::{AgentId, SpaceId, UserId, WorkspaceId};
 
@@ -36,6 +36,9 @@ pub struct Accrual {
     pub cpu_mcore_s: i64,
     pub memory_mib_s: i64,
     pub storage_mib_s: i64,
+    /// What the agent measured it using.
+    pub cpu_used_mcore_s: i64,
+    pub memory_used_mib_s: i64,
 }
 
 /// Which rows a report sums.
@@ -57,6 +60,8 @@ pub struct Budget {
     pub space: String,
     pub weighted_hours: i64,
     pub admins_exempt: bool,
+    /// When the sampler found it spent (possibly in an earlier month: see `app::budgets`).
+    pub spent_at: Option<i64>,
 }
 
 const CURSOR_ID: i64 = 1;
@@ -73,13 +78,35 @@ impl Store {
 
     /// Every workspace running now.
     pub async fn running_for_usage(&self) -> Result<Vec<Running>, StoreError> {
-        let rows = sqlx::query(
+        self.usage_subjects("w.actual_state = 'Running'", &[]).await
+    }
+
+    /// The workspaces of `agent` named in `names`, in any state (what a workspace used
+    /// before it stopped is reported after).
+    pub async fn agent_usage_subjects(
+        &self,
+        agent: AgentId,
+        names: &[String],
+    ) -> Result<Vec<Running>, StoreError> {
+        if names.is_empty() {
+            return Ok(vec![]);
+        }
+        let mut binds = vec![Bind::I(agent.get())];
+        binds.extend(names.iter().map(|n| Bind::S(n.clone())));
+        let list: Vec<String> = (2..=binds.len()).map(|i| format!("${i}")).collect();
+        let cond = format!("w.agent_id = $1 AND w.name IN ({})", list.join(", "));
+        self.usage_subjects(&cond, &binds).await
+    }
+
+    async fn usage_subjects(&self, cond: &str, binds: &[Bind]) -> Result<Vec<Running>, StoreError> {
+        let sql = format!(
             "SELECT w.id, w.name, w.owner_id, u.username, sp.path, w.agent_id, w.resources \
              FROM workspaces w JOIN users u ON u.id = w.owner_id \
-             JOIN spaces sp ON sp.id = w.space_id WHERE w.actual_state = 'Running'",
-        )
-        .fetch_all(&self.db.pool)
-        .await?;
+             JOIN spaces sp ON sp.id = w.space_id WHERE {cond}"
+        );
+        let rows = bind_all(sqlx::query(&sql), binds)
+            .fetch_all(&self.db.pool)
+            .await?;
         rows.iter()
             .map(|r| {
                 Ok(Running {
@@ -130,37 +157,20 @@ impl Store {
             return Ok(false);
         }
         for a in accruals {
-            sqlx::query(
-                "INSERT INTO usage_hours (workspace_id, hour, workspace, owner_id, owner, space, \
-                 agent, class, running_ms, weighted_ms, cpu_mcore_s, memory_mib_s, storage_mib_s) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
-                 ON CONFLICT (workspace_id, hour) DO UPDATE SET \
-                 workspace = excluded.workspace, owner = excluded.owner, \
-                 space = excluded.space, agent = excluded.agent, class = excluded.class, \
-                 running_ms = usage_hours.running_ms + excluded.running_ms, \
-                 weighted_ms = usage_hours.weighted_ms + excluded.weighted_ms, \
-                 cpu_mcore_s = usage_hours.cpu_mcore_s + excluded.cpu_mcore_s, \
-                 memory_mib_s = usage_hours.memory_mib_s + excluded.memory_mib_s, \
-                 storage_mib_s = usage_hours.storage_mib_s + excluded.storage_mib_s",
-            )
-            .bind(a.workspace_id.get())
-            .bind(a.hour)
-            .bind(&a.workspace)
-            .bind(a.owner_id.get())
-            .bind(&a.owner)
-            .bind(&a.space)
-            .bind(&a.agent)
-            .bind(&a.class)
-            .bind(a.running_ms)
-            .bind(a.weighted_ms)
-            .bind(a.cpu_mcore_s)
-            .bind(a.memory_mib_s)
-            .bind(a.storage_mib_s)
-            .execute(&mut *tx)
-            .await?;
+            add_accrual(&mut tx, a).await?;
         }
         tx.commit().await?;
         Ok(true)
+    }
+
+    /// Adds what agents measured (`accruals` of used amounts only) to their hours.
+    pub async fn add_used(&self, accruals: &[Accrual]) -> Result<(), StoreError> {
+        let mut tx = self.db.begin().await?;
+        for a in accruals {
+            add_accrual(&mut tx, a).await?;
+        }
+        tx.commit().await?;
+        Ok(())
     }
 
     /// The sums `f` asks for, largest running time first.
@@ -175,7 +185,8 @@ impl Store {
         let mut sql = format!(
             "SELECT {key} AS k, COUNT(DISTINCT workspace_id) AS n, CAST(SUM(running_ms) AS BIGINT) AS running, \
              CAST(SUM(weighted_ms) AS BIGINT) AS weighted, CAST(SUM(cpu_mcore_s) AS BIGINT) AS cpu, CAST(SUM(memory_mib_s) AS BIGINT) AS mem, \
-             CAST(SUM(storage_mib_s) AS BIGINT) AS storage FROM usage_hours WHERE hour >= $1 AND hour < $2"
+             CAST(SUM(storage_mib_s) AS BIGINT) AS storage, CAST(SUM(cpu_used_mcore_s) AS BIGINT) AS cpu_used, \
+             CAST(SUM(memory_used_mib_s) AS BIGINT) AS mem_used FROM usage_hours WHERE hour >= $1 AND hour < $2"
         );
         let under = |path: &str, binds: &mut Vec<Bind>| {
             binds.push(Bind::S(path.to_owned()));
@@ -214,6 +225,8 @@ impl Store {
                     cpu_core_hours: per_hour(get_i64(r, "cpu")?, 1000.0),
                     memory_gib_hours: per_hour(get_i64(r, "mem")?, 1024.0),
                     storage_gib_hours: per_hour(get_i64(r, "storage")?, 1024.0),
+                    cpu_used_core_hours: per_hour(get_i64(r, "cpu_used")?, 1000.0),
+                    memory_used_gib_hours: per_hour(get_i64(r, "mem_used")?, 1024.0),
                 })
             })
             .collect::<Result<_, sqlx::Error>>()
@@ -240,13 +253,28 @@ impl Store {
             return Ok(vec![]);
         }
         let list: Vec<String> = (1..=paths.len()).map(|i| format!("${i}")).collect();
-        let sql = format!(
-            "SELECT s.path, b.weighted_hours, b.admins_exempt FROM space_budgets b \
-             JOIN spaces s ON s.id = b.space_id WHERE s.path IN ({}) ORDER BY s.path",
-            list.join(", ")
-        );
         let binds: Vec<Bind> = paths.iter().map(|p| Bind::S(p.clone())).collect();
-        let rows = bind_all(sqlx::query(&sql), &binds)
+        self.budgets_where(&format!("s.path IN ({})", list.join(", ")), &binds)
+            .await
+    }
+
+    /// Every budget.
+    pub async fn all_budgets(&self) -> Result<Vec<Budget>, StoreError> {
+        self.budgets_where("1 = 1", &[]).await
+    }
+
+    /// The budgets found spent from `since` on.
+    pub async fn spent_budgets(&self, since: i64) -> Result<Vec<Budget>, StoreError> {
+        self.budgets_where("b.spent_at >= $1", &[Bind::I(since)])
+            .await
+    }
+
+    async fn budgets_where(&self, cond: &str, binds: &[Bind]) -> Result<Vec<Budget>, StoreError> {
+        let sql = format!(
+            "SELECT s.path, b.weighted_hours, b.admins_exempt, b.spent_at FROM space_budgets b \
+             JOIN spaces s ON s.id = b.space_id WHERE {cond} ORDER BY s.path"
+        );
+        let rows = bind_all(sqlx::query(&sql), binds)
             .fetch_all(&self.db.pool)
             .await?;
         rows.iter()
@@ -255,10 +283,44 @@ impl Store {
                     space: get_str(r, "path")?,
                     weighted_hours: get_i64(r, "weighted_hours")?,
                     admins_exempt: get_i64(r, "admins_exempt")? != 0,
+                    spent_at: get_opt_i64(r, "spent_at")?,
                 })
             })
             .collect::<Result<_, sqlx::Error>>()
             .map_err(Into::into)
+    }
+
+    /// Marks the budget of the space at `path` spent at `at` unless it was marked from
+    /// `since` on; whether this call marked it (two replicas never both do).
+    pub async fn mark_budget_spent(
+        &self,
+        path: &str,
+        at: i64,
+        since: i64,
+    ) -> Result<bool, StoreError> {
+        let r = sqlx::query(
+            "UPDATE space_budgets SET spent_at = $1 \
+             WHERE space_id = (SELECT id FROM spaces WHERE path = $2) \
+             AND (spent_at IS NULL OR spent_at < $3)",
+        )
+        .bind(at)
+        .bind(path)
+        .bind(since)
+        .execute(&self.db.pool)
+        .await?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    /// Lifts the mark of the budget of the space at `path`.
+    pub async fn clear_budget_spent(&self, path: &str) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE space_budgets SET spent_at = NULL \
+             WHERE space_id = (SELECT id FROM spaces WHERE path = $1)",
+        )
+        .bind(path)
+        .execute(&self.db.pool)
+        .await?;
+        Ok(())
     }
 
     /// Sets the budget of a space.
@@ -273,7 +335,7 @@ impl Store {
             "INSERT INTO space_budgets (space_id, weighted_hours, admins_exempt, updated_at) \
              VALUES ($1, $2, $3, $4) ON CONFLICT (space_id) DO UPDATE SET \
              weighted_hours = excluded.weighted_hours, admins_exempt = excluded.admins_exempt, \
-             updated_at = excluded.updated_at",
+             updated_at = excluded.updated_at, spent_at = NULL",
         )
         .bind(space.get())
         .bind(weighted_hours)
@@ -301,4 +363,42 @@ impl Store {
             .await?;
         Ok(r.rows_affected())
     }
+}
+
+/// Adds one accrual to its hour's row (made with the names it carries when missing).
+async fn add_accrual(tx: &mut crate::db::Tx, a: &Accrual) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO usage_hours (workspace_id, hour, workspace, owner_id, owner, space, \
+         agent, class, running_ms, weighted_ms, cpu_mcore_s, memory_mib_s, storage_mib_s, \
+         cpu_used_mcore_s, memory_used_mib_s) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
+         ON CONFLICT (workspace_id, hour) DO UPDATE SET \
+         workspace = excluded.workspace, owner = excluded.owner, \
+         space = excluded.space, agent = excluded.agent, class = excluded.class, \
+         running_ms = usage_hours.running_ms + excluded.running_ms, \
+         weighted_ms = usage_hours.weighted_ms + excluded.weighted_ms, \
+         cpu_mcore_s = usage_hours.cpu_mcore_s + excluded.cpu_mcore_s, \
+         memory_mib_s = usage_hours.memory_mib_s + excluded.memory_mib_s, \
+         storage_mib_s = usage_hours.storage_mib_s + excluded.storage_mib_s, \
+         cpu_used_mcore_s = usage_hours.cpu_used_mcore_s + excluded.cpu_used_mcore_s, \
+         memory_used_mib_s = usage_hours.memory_used_mib_s + excluded.memory_used_mib_s",
+    )
+    .bind(a.workspace_id.get())
+    .bind(a.hour)
+    .bind(&a.workspace)
+    .bind(a.owner_id.get())
+    .bind(&a.owner)
+    .bind(&a.space)
+    .bind(&a.agent)
+    .bind(&a.class)
+    .bind(a.running_ms)
+    .bind(a.weighted_ms)
+    .bind(a.cpu_mcore_s)
+    .bind(a.memory_mib_s)
+    .bind(a.storage_mib_s)
+    .bind(a.cpu_used_mcore_s)
+    .bind(a.memory_used_mib_s)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }

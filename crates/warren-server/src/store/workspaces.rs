@@ -92,6 +92,7 @@ pub struct WorkspaceRow {
     pub seed: Option<StoredSeed>,
     /// The prebuild it was made from while it waits, hidden, in its project's warm pool.
     pub pool_of: Option<i64>,
+    pub owner_is_admin: bool, // budgets may exempt admins' workspaces
 }
 
 impl WorkspaceRow {
@@ -220,7 +221,7 @@ pub const COLS: &str = "w.id, w.name, w.namespace, w.owner_id, u.username AS own
     x.last_activity_at, a.runtime_fault AS agent_runtime_fault, \
     a.runtime_fault_since AS agent_runtime_fault_since, a.isolation_warning AS agent_isolation_warning, \
     w.idle_stopped, a.config AS agent_config, w.starter, w.space_id, sp.path AS space_path, w.repository, w.definition_path, \
-    u.working_hours AS owner_working_hours, w.prebuild_id, w.seed, w.pool_of";
+    u.working_hours AS owner_working_hours, w.prebuild_id, w.seed, w.pool_of, u.is_admin AS owner_is_admin";
 
 pub const FROM: &str =
     "workspaces w JOIN users u ON u.id = w.owner_id JOIN agents a ON a.id = w.agent_id \
@@ -390,6 +391,7 @@ impl sqlx::FromRow<'_, AnyRow> for WorkspaceRow {
                 .map(|j| serde_json::from_str(&j).map_err(|e| corrupt("seed", e)))
                 .transpose()?,
             pool_of: get_opt_i64(r, "pool_of")?,
+            owner_is_admin: get_i64(r, "owner_is_admin")? != 0,
         })
     }
 }
@@ -489,6 +491,7 @@ pub enum ChangedBy {
     Other,
     IdleTimeout,
     WorkingHours,
+    Budget,
 }
 
 impl Store {

@@ -48,7 +48,9 @@ pub struct UsageQuery {
 }
 
 /// One row of the report. Hours are fractional; CPU, memory and storage are what the
-/// workspaces asked for (their size or machine class), times the hours they ran.
+/// workspaces asked for (their size or machine class), times the hours they ran; the `used`
+/// figures are what their agents measured them using (CPU time, and working-set memory over
+/// time), where the runtime can tell.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct UsageRow {
     /// The workspace, username, space path or machine class (`-` for workspaces of none).
@@ -62,6 +64,12 @@ pub struct UsageRow {
     pub cpu_core_hours: f64,
     pub memory_gib_hours: f64,
     pub storage_gib_hours: f64,
+    /// CPU time used, in core-hours.
+    #[serde(default)]
+    pub cpu_used_core_hours: f64,
+    /// Working-set memory used over time, in GiB-hours.
+    #[serde(default)]
+    pub memory_used_gib_hours: f64,
 }
 
 /// Answer of `GET /usage`.
@@ -92,19 +100,22 @@ impl UsageReport {
             }
         }
         let mut out = format!(
-            "{},workspaces,running_hours,weighted_hours,cpu_core_hours,memory_gib_hours,storage_gib_hours\n",
+            "{},workspaces,running_hours,weighted_hours,cpu_core_hours,memory_gib_hours,storage_gib_hours,\
+             cpu_used_core_hours,memory_used_gib_hours\n",
             self.by.as_str()
         );
         for r in &self.rows {
             out.push_str(&format!(
-                "{},{},{:.3},{:.3},{:.3},{:.3},{:.3}\n",
+                "{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3}\n",
                 field(&r.key),
                 r.workspaces,
                 r.running_hours,
                 r.weighted_hours,
                 r.cpu_core_hours,
                 r.memory_gib_hours,
-                r.storage_gib_hours
+                r.storage_gib_hours,
+                r.cpu_used_core_hours,
+                r.memory_used_gib_hours
             ));
         }
         out
@@ -159,6 +170,8 @@ mod tests {
             cpu_core_hours: 3.0,
             memory_gib_hours: 6.0,
             storage_gib_hours: 30.0,
+            cpu_used_core_hours: 0.25,
+            memory_used_gib_hours: 2.0,
         };
         let r = UsageReport {
             by: UsageBy::Space,
@@ -169,7 +182,10 @@ mod tests {
         let csv = r.to_csv();
         let lines: Vec<&str> = csv.lines().collect();
         assert!(lines[0].starts_with("space,workspaces,running_hours"));
-        assert_eq!(lines[1], "\"acme/a,b\",1,1.500,3.000,3.000,6.000,30.000");
+        assert_eq!(
+            lines[1],
+            "\"acme/a,b\",1,1.500,3.000,3.000,6.000,30.000,0.250,2.000"
+        );
         assert!(
             lines[2].starts_with("\"'=HYPERLINK(\"\"x\"\")\",1,"),
             "{}",

@@ -272,6 +272,7 @@ impl KubernetesRuntime {
             builds: self.builds.clone(),
             seeding: self.seeding.clone(),
             measured: self.measured.clone(),
+            usage: self.usage.clone(),
         }
     }
 

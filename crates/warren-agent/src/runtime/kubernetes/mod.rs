@@ -21,7 +21,8 @@
 //! The agent's service account needs, cluster-wide: namespaces get/list/watch/create/delete;
 //! deployments and pods list/watch; and in workspace namespaces get/patch/delete on the kinds
 //! of [`KINDS`] (server-side apply is a PATCH); pods/exec and pods/portforward (the editor
-//! listens on its pod's loopback, reached by port forwarding).
+//! listens on its pod's loopback, reached by port forwarding); and list on
+//! `pods.metrics.k8s.io` for what workspaces use (`usage`).
 //!
 //! Namespaces the agent makes for a workspace are labelled for the API server's PodSecurity
 //! admission at the strongest level the workspace's own pod meets (`restricted` unless the
@@ -37,6 +38,7 @@ mod quantity;
 mod seed;
 mod space;
 mod status;
+mod usage;
 mod workspace_runtime;
 
 pub use builds::{BuildSettings, BuilderError, ImageBuilder, BUILD_LOG};
@@ -120,6 +122,8 @@ pub struct KubernetesRuntime {
     seeding: Arc<Mutex<std::collections::HashSet<String>>>,
     /// What stopped prebuilds keep (`space`).
     measured: Arc<space::Measured>,
+    /// Containers' CPU seconds, integrated from the Metrics API's rates (`usage`).
+    usage: std::sync::Arc<usage::Integrated>,
 }
 
 impl Drop for KubernetesRuntime {
@@ -173,6 +177,7 @@ impl KubernetesRuntime {
             builds: Arc::default(),
             seeding: Arc::default(),
             measured: Default::default(),
+            usage: Default::default(),
         }
     }
 

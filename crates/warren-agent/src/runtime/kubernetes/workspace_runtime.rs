@@ -218,6 +218,10 @@ impl WorkspaceRuntime for KubernetesRuntime {
         Ok(observed)
     }
 
+    async fn usage(&self) -> Result<Vec<crate::runtime::WorkspaceUsage>, RuntimeError> {
+        self.metrics_usage().await
+    }
+
     fn changes(&self) -> watch::Receiver<u64> {
         self.changes.clone()
     }

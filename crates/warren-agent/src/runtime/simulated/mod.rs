@@ -61,6 +61,8 @@ struct State {
     /// GitOps objects by identity (group, kind, namespace, name), as a cluster would hold
     /// them; each carries its source's label.
     gitops: BTreeMap<(String, String, String, String), serde_json::Value>,
+    /// What `usage` answers.
+    usage: Vec<crate::runtime::WorkspaceUsage>,
 }
 
 #[derive(Debug)]
@@ -111,6 +113,15 @@ impl SimulatedRuntime {
         drop(st);
         self.changes.send_modify(|c| *c += 1);
         true
+    }
+
+    /// What the workspaces' containers use from now on, as `usage` reports it.
+    pub fn set_usage(&self, usage: Vec<crate::runtime::WorkspaceUsage>) {
+        self.lock().usage = usage;
+    }
+
+    pub(crate) fn usage_now(&self) -> Vec<crate::runtime::WorkspaceUsage> {
+        self.lock().usage.clone()
     }
 
     /// Rollouts finish as soon as they start.

@@ -342,6 +342,10 @@ impl WorkspaceRuntime for SimulatedRuntime {
             .collect())
     }
 
+    async fn usage(&self) -> Result<Vec<crate::runtime::WorkspaceUsage>, RuntimeError> {
+        Ok(self.usage_now())
+    }
+
     fn changes(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()
     }

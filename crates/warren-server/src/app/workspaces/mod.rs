@@ -20,6 +20,7 @@ pub use rebuild::rebuild;
 pub use startup::startup;
 
 use super::audit;
+use super::budgets::Spent;
 use super::lifecycle::check_desired_state_request;
 use super::render;
 use super::rerender;
@@ -53,7 +54,8 @@ pub(super) async fn for_caller(
 ) -> Result<Workspace, AppError> {
     let memberships = crate::app::rights::memberships(state, who.user.id).await?;
     let doors = super::regions::FrontDoors::load(state).await?;
-    shown(state, &memberships, &doors, who, w)
+    let spent = Spent::load_for(state, w).await?;
+    shown(state, &memberships, &doors, &spent, who, w)
 }
 
 /// The API form of `w` for a caller with `memberships`: with `your_right`, what a timer will
@@ -62,6 +64,7 @@ fn shown(
     state: &AppState,
     memberships: &[(String, SpaceRole)],
     doors: &super::regions::FrontDoors,
+    spent: &Spent,
     who: &Principal,
     w: &WorkspaceRow,
 ) -> Result<Workspace, AppError> {
@@ -70,7 +73,7 @@ fn shown(
         doors.apply(&mut a, front);
     }
     a.your_right = shown_right(memberships, who, w);
-    a.planned = super::lifecycle::planned_for(w).map(|p| PlannedChange {
+    a.planned = super::lifecycle::planned_for(w, spent).map(|p| PlannedChange {
         desired_state: p.to,
         at: crate::db::from_millis(p.at),
         reason: p.reason,
@@ -161,9 +164,10 @@ pub async fn list(
     };
     let memberships = crate::app::rights::memberships(state, who.user.id).await?;
     let doors = super::regions::FrontDoors::load(state).await?;
+    let spent = Spent::load(state).await?;
     let items = rows
         .iter()
-        .map(|w| shown(state, &memberships, &doors, who, w))
+        .map(|w| shown(state, &memberships, &doors, &spent, who, w))
         .collect::<Result<Vec<_>, AppError>>()?;
     Ok(Page { items, next_cursor })
 }

@@ -104,6 +104,8 @@ pub fn router() -> Router<crate::http::HttpState> {
         .route("/audit", get(audit::page))
         .route("/usage", get(usage::page))
         .route("/usage.csv", get(usage::csv))
+        .route("/usage/budget", post(usage::set_budget))
+        .route("/usage/budget/remove", post(usage::remove_budget))
         .route("/groups", get(groups::page).post(groups::create))
         .route("/groups/{name}/delete", post(groups::delete))
         .route("/groups/{name}/members", post(groups::add_member))

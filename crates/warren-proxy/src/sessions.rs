@@ -1,8 +1,10 @@
-//! Terminals and SSH sessions opened and closed through this proxy, reported to the server's
-//! audit log (who, on which workspace, from where, how long). Reported in batches beside the
-//! activity reports, never on the data path: a session that opens waits for nothing.
+//! Terminals, SSH sessions and editor sessions opened and closed through this proxy,
+//! reported to the server's audit log (who, on which workspace, from where, how long).
+//! Reported in batches beside the activity reports, never on the data path: a session that
+//! opens waits for nothing.
 
 use crate::server_api::ServerApi;
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -15,10 +17,44 @@ use warren_types::unix_millis as now_ms;
 /// so an unreachable server never grows the proxy's memory without end.
 const MAX_PENDING: usize = 20 * MAX_SESSION_EVENTS;
 
+/// An editor session: one caller from one address on one workspace.
+type EditorKey = (WorkspaceId, UserId, Option<IpAddr>);
+
 /// The events not yet reported; cheap to clone.
 #[derive(Debug, Clone, Default)]
 pub struct Sessions {
     pending: Arc<Mutex<Vec<SessionEvent>>>,
+    /// Editor sessions open now, with how many WebSockets each holds (bounded by the open
+    /// connections: an entry goes with its last one).
+    editors: Arc<Mutex<HashMap<EditorKey, (usize, SessionGuard)>>>,
+}
+
+/// One WebSocket of an editor session; the session ends when its last one does.
+#[derive(Debug)]
+pub struct EditorHold {
+    sessions: Sessions,
+    key: EditorKey,
+}
+
+impl Drop for EditorHold {
+    fn drop(&mut self) {
+        let ended = {
+            let mut open = self
+                .sessions
+                .editors
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            match open.get_mut(&self.key) {
+                Some((n, _)) if *n > 1 => {
+                    *n -= 1;
+                    None
+                }
+                _ => open.remove(&self.key).map(|(_, guard)| guard),
+            }
+        };
+        // Its end is recorded outside the lock of open sessions.
+        drop(ended);
+    }
 }
 
 /// An open session: its end is recorded when this is dropped, however the session ends.
@@ -59,6 +95,30 @@ impl Sessions {
         SessionGuard {
             sessions: self.clone(),
             opened,
+        }
+    }
+
+    /// Records a WebSocket to a workspace's editor: the first of a caller from an address
+    /// opens an editor session (a browser window holds several, and reconnects them), the
+    /// end of the last one closes it. Keep the hold for as long as the WebSocket lasts.
+    pub fn editor(
+        &self,
+        workspace_id: WorkspaceId,
+        user_id: UserId,
+        source: Option<IpAddr>,
+    ) -> EditorHold {
+        let key = (workspace_id, user_id, source.map(|a| a.to_canonical()));
+        let mut open = self.editors.lock().unwrap_or_else(|e| e.into_inner());
+        match open.get_mut(&key) {
+            Some((n, _)) => *n += 1,
+            None => {
+                let guard = self.open(SessionKind::Editor, workspace_id, user_id, source, None);
+                open.insert(key, (1, guard));
+            }
+        }
+        EditorHold {
+            sessions: self.clone(),
+            key,
         }
     }
 
@@ -149,6 +209,32 @@ mod tests {
         assert!(both[1].closed_at_ms.unwrap() >= both[1].opened_at_ms);
         assert_eq!(both[1].what.as_deref(), Some("shell"));
         assert!(s.take().is_empty());
+    }
+
+    #[test]
+    fn an_editors_websockets_make_one_session_until_the_last_ends() {
+        let s = Sessions::default();
+        let from = Some("10.1.2.3".parse().unwrap());
+        let a = s.editor(WorkspaceId(7), UserId(3), from);
+        let b = s.editor(WorkspaceId(7), UserId(3), from);
+        // Another user, or the same from elsewhere, is a session of its own.
+        let c = s.editor(WorkspaceId(7), UserId(4), from);
+        let d = s.editor(WorkspaceId(7), UserId(3), None);
+        assert_eq!(s.take().len(), 3);
+        drop(a);
+        assert!(s.take().is_empty(), "one WebSocket of two ended");
+        drop(b);
+        let closed = s.take();
+        assert_eq!(closed.len(), 1);
+        assert_eq!(closed[0].kind, SessionKind::Editor);
+        assert_eq!(closed[0].user_id, UserId(3));
+        assert!(closed[0].closed_at_ms.is_some());
+        drop((c, d));
+        assert_eq!(s.take().len(), 2);
+        assert!(s.editors.lock().unwrap().is_empty(), "nothing kept");
+        // A new WebSocket after the end opens a new session.
+        let _e = s.editor(WorkspaceId(7), UserId(3), from);
+        assert_eq!(s.take().len(), 1);
     }
 
     #[test]

@@ -690,6 +690,90 @@ async fn websocket_echo() {
     let _ = child.kill().await;
 }
 
+/// The editor's WebSockets (a window holds several) make one editor session in the audit
+/// log, opened and closed, by whom, from where and how long; another port's do not.
+#[tokio::test]
+async fn the_editors_websockets_are_one_audited_editor_session() {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Message;
+    use warren_types::config::DEFAULT_EDITOR_PORT;
+    let e = env().await;
+    let s = &e.stack;
+    s.set_endpoint(&e.ws, DEFAULT_EDITOR_PORT, e.up.addr);
+    let connect = |port: u16| {
+        let mut req = format!("ws://{}/ws", s.host(port, "alice-web"))
+            .into_client_request()
+            .unwrap();
+        req.headers_mut().insert(
+            "authorization",
+            format!("Bearer {}", e.alice.token).parse().unwrap(),
+        );
+        async move {
+            let tcp = tokio::net::TcpStream::connect(s.proxy_addr).await.unwrap();
+            let (mut ws, resp) = tokio_tungstenite::client_async(req, tcp).await.unwrap();
+            assert_eq!(resp.status().as_u16(), 101);
+            ws.send(Message::Text("hi".into())).await.unwrap();
+            let m = ws.next().await.unwrap().unwrap();
+            assert_eq!(m.into_text().unwrap().as_str(), "echo: hi");
+            ws
+        }
+    };
+    let first = connect(DEFAULT_EDITOR_PORT).await;
+    let second = connect(DEFAULT_EDITOR_PORT).await;
+    let app = connect(8080).await;
+    // Each closed, and its connection with it.
+    for mut ws in [first, second, app] {
+        ws.close(None).await.unwrap();
+        while ws.next().await.is_some() {}
+    }
+
+    let http = reqwest::Client::new();
+    let url = format!(
+        "{}/api/v1/audit?action=editor.*&target=alice-web",
+        s.api_url
+    );
+    let entries = || async {
+        let page: serde_json::Value = http
+            .get(&url)
+            .bearer_auth(&s.admin.token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        page["items"].as_array().cloned().unwrap_or_default()
+    };
+    wait_for("the editor session's end in the audit log", 30, || async {
+        entries()
+            .await
+            .iter()
+            .any(|en| en["action"] == "editor.close")
+    })
+    .await
+    .unwrap();
+    let entries = entries().await;
+    let actions: Vec<&str> = entries
+        .iter()
+        .map(|en| en["action"].as_str().unwrap())
+        .collect();
+    // Newest first: one session, not one per WebSocket, and none for port 8080.
+    assert_eq!(actions, ["editor.close", "editor.open"], "{entries:#?}");
+    for en in &entries {
+        assert_eq!(en["actor"], "alice", "{en}");
+        assert_eq!(en["source"], "127.0.0.1", "{en}");
+        assert_eq!(en["channel"], "proxy", "{en}");
+    }
+    assert!(
+        entries[0]["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("lasted "),
+        "{entries:#?}"
+    );
+}
+
 /// HTTP/2 (prior knowledge, as curl does it) and a large streamed upload both ways.
 #[tokio::test]
 async fn http2_and_large_streamed_upload() {

@@ -3,6 +3,8 @@
 //!
 //! - what recording costs an audited action: workspace create's p50 beside the p50 of the one
 //!   append it makes (goal: the append < 5 % of the create);
+//! - what it costs the proxy's check of each connection: nothing for a signed-in caller, and
+//!   for a refused token the p50 of recording it beside the check's;
 //! - the admin's queries (newest page; by actor; by target; "who opened a terminal in X that
 //!   day"; by action kind and time; by space), each p50 beside a `SELECT 1` baseline on the
 //!   same pool (goal: < 100 ms on PostgreSQL).
@@ -18,12 +20,13 @@ mod support;
 
 use serde_json::json;
 use std::time::{Duration, Instant};
-use warren_server::app::{audit, workspaces, Principal};
+use warren_server::app::{access, audit, workspaces, Principal};
 use warren_server::db::DbKind;
 use warren_server::store::audit::NewAuditEntry;
 use warren_server::{Server, ServerConfig};
 use warren_testkit::bench::{env_or, median, ms};
 use warren_types::api::{AuditActorKind, AuditOutcome, AuditQuery, CreateWorkspaceRequest};
+use warren_types::internal::WorkspaceAccessQuery;
 
 /// Generates `n` entries: 2,000 users, 20,000 workspaces in 50 spaces, five actions, over the
 /// last 100 days.
@@ -181,6 +184,47 @@ async fn bench(label: &str, url: String, home: &std::path::Path) {
         ms(one),
         100.0 * one.as_secs_f64() / create.as_secs_f64(),
         ms(hundred)
+    );
+
+    // The proxy's check of each connection: a signed-in caller's records nothing; a refused
+    // token is recorded once per address and minute, and otherwise only counted.
+    let allowed = WorkspaceAccessQuery {
+        host: "bench-0".into(),
+        port: None,
+        user: Some(who.user.id),
+        bearer: None,
+        share: None,
+        source: None,
+    };
+    let check = p50(runs, |_| async {
+        access::workspace(&state, &allowed).await.expect("allowed");
+    })
+    .await;
+    let refused_query = WorkspaceAccessQuery {
+        user: None,
+        bearer: Some(format!(
+            "{}bench-not-a-token",
+            warren_server::crypto::PAT_PREFIX
+        )),
+        ..allowed.clone()
+    };
+    let refused = p50(runs, |_| async {
+        access::workspace(&state, &refused_query)
+            .await
+            .expect_err("refused");
+    })
+    .await;
+    let recording = p50(runs, |_| async {
+        audit::refused_credential(&state, "token.use", "token", "bench").await
+    })
+    .await;
+    println!(
+        "  the proxy's check per connection: signed in {:.2} ms (records nothing: 0 %); a \
+         refused token {:.2} ms, of which recording it {:.3} ms = {:.2} % (goal < 5 %)",
+        ms(check),
+        ms(refused),
+        ms(recording),
+        100.0 * recording.as_secs_f64() / refused.as_secs_f64()
     );
 
     let day = chrono::DateTime::from_timestamp_millis(now - 3 * 86_400_000).unwrap();

@@ -572,6 +572,8 @@ async fn terminals_and_ssh_sessions_a_proxy_reports_are_recorded_with_who_where_
             event("terminal", None, None),
             event("ssh", None, Some("shell")),
             event("terminal", Some(t0 + 303_000), None),
+            event("editor", None, None),
+            event("editor", Some(t0 + 60_000), None),
         ]});
         // Only a proxy reports sessions.
         let (st, _) = s.post(&ann, "/internal/sessions", report.clone()).await;
@@ -605,6 +607,17 @@ async fn terminals_and_ssh_sessions_a_proxy_reports_are_recorded_with_who_where_
             (&ssh[0]["channel"], &ssh[0]["detail"]),
             (&json!("ssh"), &json!("shell"))
         );
+        let editor = entries(&s, "target=ann-ws&action=editor.*").await;
+        assert_eq!(actions(&editor), ["editor.close", "editor.open"], "[{l}]");
+        assert_eq!(
+            (
+                &editor[0]["actor"],
+                &editor[0]["channel"],
+                &editor[0]["detail"]
+            ),
+            (&json!("ann"), &json!("proxy"), &json!("lasted 1 min 0 s")),
+            "[{l}] {editor:#?}"
+        );
         // "Who opened a terminal in ann-ws in the last hour?"
         let since = (chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339();
         let who = entries(
@@ -627,6 +640,64 @@ async fn terminals_and_ssh_sessions_a_proxy_reports_are_recorded_with_who_where_
             )
             .await;
         assert_eq!(st, 400, "[{l}] {b}");
+        s.stop().await;
+    }
+}
+
+/// SSH keys no account has and tokens that are not valid, tried at the proxy's SSH door or
+/// on a workspace's URL, are recorded as refused from the client's address (which the proxy
+/// names), once per address and minute however many keys a client tries.
+#[tokio::test]
+async fn refused_credentials_at_the_proxy_are_recorded_from_its_client_once_a_minute() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        s.agent("a1", json!({})).await;
+        let ann = s.user("ann", &["api", "workspace"]).await;
+        s.workspace(&ann, json!({"name": "ann-ws"})).await;
+        let try_ssh = |q: String| {
+            let s = &s;
+            async move {
+                let path = format!("/internal/ssh/authorize?username=ann-ws&{q}");
+                s.get(&proxy_jwt(), &path).await.0
+            }
+        };
+        for q in [
+            "public_key_fingerprint=SHA256:nokey&source=198.51.100.7",
+            "token=wrt_not_a_token&source=198.51.100.7",
+            "public_key_fingerprint=SHA256:another&source=198.51.100.7",
+            "public_key_fingerprint=SHA256:nokey&source=198.51.100.8",
+        ] {
+            assert_eq!(try_ssh(q.to_owned()).await, 404, "[{l}] {q}");
+        }
+        // The account's own token opens it, and is no refusal.
+        assert_eq!(
+            try_ssh(format!("token={ann}&source=198.51.100.7")).await,
+            200
+        );
+        let got = entries(&s, "action=ssh.sign_in").await;
+        let sources: Vec<&str> = got.iter().map(|e| e["source"].as_str().unwrap()).collect();
+        assert_eq!(sources, ["198.51.100.8", "198.51.100.7"], "[{l}] {got:#?}");
+        for e in &got {
+            assert_eq!(
+                (&e["outcome"], &e["channel"], &e["actor"]),
+                (&json!("denied"), &json!("ssh"), &Value::Null),
+                "[{l}] {e}"
+            );
+        }
+        // A workspace URL with a token that is not valid.
+        for _ in 0..3 {
+            let path =
+                "/internal/workspaces/access?host=ann-ws&bearer=wrt_nothing&source=203.0.113.50";
+            assert_eq!(s.get(&proxy_jwt(), path).await.0, 404, "[{l}]");
+        }
+        let got = entries(&s, "action=token.use").await;
+        assert_eq!(got.len(), 1, "[{l}] {got:#?}");
+        assert_eq!(
+            (&got[0]["source"], &got[0]["channel"], &got[0]["outcome"]),
+            (&json!("203.0.113.50"), &json!("proxy"), &json!("denied")),
+            "[{l}] {got:#?}"
+        );
         s.stop().await;
     }
 }

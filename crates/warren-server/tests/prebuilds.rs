@@ -391,6 +391,7 @@ async fn a_prebuild_counts_against_the_quotas_of_whoever_turned_them_on() {
             reason.contains("bob's quotas") && reason.contains("workspaces_per_user_quota"),
             "[{l}] {run}"
         );
+        s.stop().await;
     }
 }
 

@@ -558,6 +558,15 @@ async fn what_agents_measure_adds_to_their_own_workspaces_usage() {
         assert_eq!(row["memory_used_gib_hours"], 1.0, "[{l}] {b}");
         // What it asked for is the sampler's, not the agent's.
         assert_eq!(row["cpu_core_hours"], 0.0, "[{l}] {b}");
+        // And on /metrics, by space and class.
+        let text = s.http.get(format!("{}/metrics", s.base)).send().await;
+        let text = text.expect("metrics").text().await.expect("metrics text");
+        for name in [
+            "warren_usage_cpu_used_milliseconds_total",
+            "warren_usage_memory_used_mib_seconds_total",
+        ] {
+            assert!(text.contains(name), "[{l}] no {name} in {text}");
+        }
 
         // A claim past what one report can hold counts up to that (1,024 cores for ten
         // minutes); a malformed one is refused whole.

@@ -86,6 +86,9 @@ pub enum SessionKind {
     Terminal,
     /// A shell, command or subsystem over SSH.
     Ssh,
+    /// The injected editor in the browser: from its first WebSocket of a caller, source and
+    /// workspace to its last one's end (a window holds several, and reconnects).
+    Editor,
 }
 
 impl SessionKind {
@@ -93,6 +96,7 @@ impl SessionKind {
         match self {
             SessionKind::Terminal => "terminal",
             SessionKind::Ssh => "ssh",
+            SessionKind::Editor => "editor",
         }
     }
 }
@@ -153,6 +157,9 @@ pub struct WorkspaceAccessQuery {
     /// A share link's id, from the proxy's signed share cookie for this host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub share: Option<i64>,
+    /// The client's address, for the audit log's record of a refused token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<std::net::IpAddr>,
 }
 
 /// Body of [`SHARE_REDEEM_PATH`].
@@ -212,6 +219,10 @@ pub struct WorkspaceAccess {
     /// terminal warns its user ten minutes before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub planned_stop: Option<PlannedStop>,
+    /// The port is the workspace's injected editor: the proxy records its WebSockets as an
+    /// editor session for the audit log.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub editor: bool,
 }
 
 /// A lifecycle timer's next change of a workspace, as the proxy tells it in terminals.
@@ -262,6 +273,9 @@ pub struct SshAuthorizeQuery {
     pub public_key_fingerprint: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
+    /// The SSH client's address, for the audit log's record of a refusal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<std::net::IpAddr>,
 }
 
 /// 200 answer of [`SSH_AUTHORIZE_PATH`]; every refusal is a 404.

@@ -38,6 +38,7 @@ impl Principal<'_> {
             user: None,
             bearer: None,
             share: None,
+            source: None,
         };
         match self {
             Principal::User(u) => q.user = Some(*u),
@@ -164,13 +165,15 @@ impl AuthzCache {
         refused.insert((workspace.to_owned(), port), Instant::now());
     }
 
-    /// May `principal` reach `port` of `workspace` (`None`: the workspace itself)?
+    /// May `principal` reach `port` of `workspace` (`None`: the workspace itself)? `source`
+    /// is the client's address, which the server records a refused token from.
     pub(crate) async fn check(
         &self,
         server: &ServerApi,
         principal: &Principal<'_>,
         workspace: &str,
         port: Option<u16>,
+        source: Option<std::net::IpAddr>,
     ) -> Result<Arc<WorkspaceAccess>, ServerApiError> {
         let who = Self::who(principal);
         if who == Who::Anyone && self.refused_anyone_recently(workspace, port) {
@@ -184,7 +187,8 @@ impl AuthzCache {
                 }
             }
         }
-        let query = principal.query(workspace, port);
+        let mut query = principal.query(workspace, port);
+        query.source = source.map(|a| a.to_canonical());
         let answer = server.access(&query).await.map(Arc::new);
         let mut entries = self.entries.lock().expect("authz lock poisoned");
         match &answer {
@@ -237,6 +241,7 @@ pub(crate) mod tests {
             mount_url: None,
             may_start: true,
             planned_stop: None,
+            editor: false,
         }
     }
 

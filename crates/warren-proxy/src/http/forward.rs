@@ -23,7 +23,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite};
-use warren_types::ids::{AgentId, WorkspaceId};
+use warren_types::ids::{AgentId, UserId, WorkspaceId};
 use warren_types::internal::WorkspaceAccess;
 use warren_types::relay::DialTarget;
 
@@ -495,11 +495,14 @@ pub(crate) fn aim_at_url(req: &mut Request<Body>, mount_url: &str) {
 }
 
 /// Rewrites the upstream's answer for the client; a switch of protocols is wired up here.
+/// `editor` names the caller and their address when the port is the workspace's editor:
+/// its WebSockets are an editor session for the audit log.
 pub(crate) fn finish_response(
     shared: &std::sync::Arc<Shared>,
     workspace: WorkspaceId,
     mut resp: Response<UpstreamBody>,
     client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    editor: Option<(UserId, std::net::IpAddr)>,
 ) -> Response<Body> {
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
         let Some(client_upgrade) = client_upgrade else {
@@ -517,6 +520,8 @@ pub(crate) fn finish_response(
             let (Ok(c), Ok(u)) = (c, u) else {
                 return;
             };
+            let _session =
+                editor.map(|(user, ip)| shared.sessions.editor(workspace, user, Some(ip)));
             let mut c = shared.activity.touching(TokioIo::new(c), workspace);
             let mut u = shared.activity.touching(TokioIo::new(u), workspace);
             tokio::select! {

@@ -285,7 +285,7 @@ async fn workspace_host(
         }
     }
     let principal = caller.principal();
-    let access = match authorize(&shared, &target, &principal, &parts).await {
+    let access = match authorize(&shared, &target, &principal, &parts, peer).await {
         Ok(access) => access,
         Err(answer) => return answer,
     };
@@ -354,9 +354,12 @@ async fn workspace_host(
             }
             let workspace_id = access.workspace_id;
             let mount = access.mount;
+            let editor = access.editor.then_some((access.user_id, peer.ip()));
             let key = forward::Upstream { access, port };
             match shared.front.upstreams.send(&shared, &key, req).await {
-                Ok(resp) => forward::finish_response(&shared, workspace_id, resp, client_upgrade),
+                Ok(resp) => {
+                    forward::finish_response(&shared, workspace_id, resp, client_upgrade, editor)
+                }
                 Err(e) => {
                     tracing::info!(workspace = %workspace, port, error = %crate::error_chain(&e), "forwarding failed");
                     shared.front.authz.forget(&principal, workspace, Some(port));
@@ -395,12 +398,14 @@ async fn authorize(
     target: &Target,
     principal: &Principal<'_>,
     parts: &Parts,
+    peer: SocketAddr,
 ) -> Result<Arc<warren_types::internal::WorkspaceAccess>, Response<Body>> {
     let workspace = target.workspace().unwrap_or_default();
+    let source = Some(peer.ip());
     let checked = shared
         .front
         .authz
-        .check(&shared.server, principal, workspace, target.port())
+        .check(&shared.server, principal, workspace, target.port(), source)
         .await;
     match checked {
         Ok(a) if a.allowed => Ok(a),

@@ -463,6 +463,7 @@ pub(crate) async fn complete_handoff(
             &super::authz::Principal::User(h.sub),
             workspace,
             target.port(),
+            None,
         )
         .await
     {

@@ -61,6 +61,8 @@ pub(crate) struct Refused;
 pub(crate) struct Authorized {
     username: String,
     credential: Credential,
+    /// The client's address.
+    source: std::net::IpAddr,
     snapshot: std::sync::Mutex<(SshAuthorization, Instant)>,
     /// One refresh at a time; the others wait for its answer.
     refreshing: tokio::sync::Mutex<()>,
@@ -81,7 +83,7 @@ impl Authorized {
         if let Some(a) = self.fresh_snapshot() {
             return Ok(a);
         }
-        let fresh = authorize(shared, &self.username, &self.credential).await?;
+        let fresh = authorize(shared, &self.username, &self.credential, Some(self.source)).await?;
         *self.snapshot.lock().expect("authorisation lock poisoned") =
             (fresh.clone(), Instant::now());
         Ok(fresh)
@@ -90,7 +92,7 @@ impl Authorized {
     /// The authorisation as the server sees it this moment (a workspace being woken).
     pub(crate) async fn refreshed(&self, shared: &Shared) -> Result<SshAuthorization, Refused> {
         let _one = self.refreshing.lock().await;
-        let fresh = authorize(shared, &self.username, &self.credential).await?;
+        let fresh = authorize(shared, &self.username, &self.credential, Some(self.source)).await?;
         *self.snapshot.lock().expect("authorisation lock poisoned") =
             (fresh.clone(), Instant::now());
         Ok(fresh)
@@ -110,11 +112,13 @@ async fn authorize(
     shared: &Shared,
     username: &str,
     credential: &Credential,
+    source: Option<std::net::IpAddr>,
 ) -> Result<SshAuthorization, Refused> {
     let mut query = SshAuthorizeQuery {
         username: username.to_owned(),
         public_key_fingerprint: None,
         token: None,
+        source: source.map(|a| a.to_canonical()),
     };
     match credential {
         Credential::Key { fingerprint } => query.public_key_fingerprint = Some(fingerprint.clone()),
@@ -182,7 +186,7 @@ impl Handler {
         if self.failed_attempts >= MAX_AUTH_ATTEMPTS {
             return no_more_attempts();
         }
-        match authorize(&self.shared, user, &credential).await {
+        match authorize(&self.shared, user, &credential, Some(self.peer.ip())).await {
             Ok(a) => {
                 tracing::info!(
                     peer = %self.peer,
@@ -194,6 +198,7 @@ impl Handler {
                 self.auth = Some(Arc::new(Authorized {
                     username: user.to_owned(),
                     credential,
+                    source: self.peer.ip(),
                     snapshot: std::sync::Mutex::new((a, Instant::now())),
                     refreshing: tokio::sync::Mutex::new(()),
                 }));

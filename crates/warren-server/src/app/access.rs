@@ -57,10 +57,14 @@ enum Asker {
 async fn asker(state: &AppState, q: &WorkspaceAccessQuery) -> Result<Asker, AppError> {
     match (q.user, q.bearer.as_deref(), q.share) {
         (Some(u), None, None) => Ok(Asker::User(u)),
-        (None, Some(b), None) => auth::workspace_token_user(state, b)
-            .await?
-            .map(Asker::User)
-            .ok_or_else(hidden),
+        (None, Some(b), None) => match auth::workspace_token_user(state, b).await? {
+            Some(u) => Ok(Asker::User(u)),
+            None => {
+                let why = auth::REFUSED_TOKEN;
+                super::audit::refused_credential(state, "token.use", "token", why).await;
+                Err(hidden())
+            }
+        },
         (None, None, Some(id)) => Ok(Asker::Share(id)),
         (None, None, None) => Ok(Asker::Anyone),
         _ => Err(AppError::new(
@@ -186,6 +190,7 @@ fn answer(
     spent: &Spent,
 ) -> WorkspaceAccess {
     let planned_stop = planned_stop(&w, spent);
+    let editor = port.is_some_and(|p| super::ports::is_editor(&w, p));
     WorkspaceAccess {
         planned_stop,
         wake_on_request: wake,
@@ -202,6 +207,7 @@ fn answer(
         unavailable: None,
         mount_url: None,
         may_start: true,
+        editor,
     }
 }
 
@@ -275,6 +281,7 @@ fn mount_answer(
         mount_url: m.url.clone(),
         may_start: false,
         planned_stop: None,
+        editor: false,
     }
 }
 
@@ -489,17 +496,26 @@ pub async fn record_activity(state: &AppState, report: &ActivityReport) -> Resul
 
 /// May this SSH key or token open the workspace named `q.username`?
 pub async fn ssh(state: &AppState, q: &SshAuthorizeQuery) -> Result<SshAuthorization, AppError> {
-    let user = match (q.public_key_fingerprint.as_deref(), q.token.as_deref()) {
-        (Some(fp), None) => state
-            .store
-            .ssh_key_by_fingerprint(fp)
-            .await?
-            .map(|k| k.user_id)
-            .ok_or_else(hidden)?,
-        (None, Some(t)) => auth::workspace_token_user(state, t)
-            .await?
-            .ok_or_else(hidden)?,
+    let (user, credential) = match (q.public_key_fingerprint.as_deref(), q.token.as_deref()) {
+        (Some(fp), None) => (
+            state
+                .store
+                .ssh_key_by_fingerprint(fp)
+                .await?
+                .map(|k| k.user_id),
+            "ssh key",
+        ),
+        (None, Some(t)) => (auth::workspace_token_user(state, t).await?, "token"),
         _ => return Err(exactly_one_of("public_key_fingerprint", "token")),
+    };
+    let Some(user) = user else {
+        // A client tries its keys one after another: once per source and minute.
+        let why = match credential {
+            "token" => auth::REFUSED_TOKEN,
+            _ => "no account has this SSH key",
+        };
+        super::audit::refused_credential(state, "ssh.sign_in", credential, why).await;
+        return Err(hidden());
     };
     let (w, username) = match usable_or_linked(state, &q.username, user).await {
         Err(e) if e.kind == super::ErrorKind::NotFound => {

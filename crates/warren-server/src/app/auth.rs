@@ -55,6 +55,10 @@ pub async fn token(
     Ok(Some((t, user)))
 }
 
+/// Why a token was refused, for its caller and the audit log alike.
+pub const REFUSED_TOKEN: &str =
+    "the token is not valid, has expired or was revoked, or its account is disabled";
+
 /// The principal of an API request: a valid token whose scopes allow `access`.
 pub async fn api_principal(
     state: &AppState,
@@ -65,9 +69,8 @@ pub async fn api_principal(
         AppError::unauthenticated("missing `Authorization: Bearer <personal access token>` header")
     })?;
     let Some((token, user)) = token(state, secret).await? else {
-        let why = "the token is not valid, has expired or was revoked, or its account is disabled";
-        super::audit::refused_credential(state, "token.use", "token", why).await;
-        return Err(AppError::unauthenticated(why));
+        super::audit::refused_credential(state, "token.use", "token", REFUSED_TOKEN).await;
+        return Err(AppError::unauthenticated(REFUSED_TOKEN));
     };
     let allowed = token.has_scope(TokenScope::Api)
         || (access == Access::Read && token.has_scope(TokenScope::ReadApi));

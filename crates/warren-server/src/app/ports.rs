@@ -72,6 +72,13 @@ fn declared(w: &WorkspaceRow) -> BTreeMap<u16, Declared> {
     out
 }
 
+/// Whether `port` of `w` is its injected editor's.
+pub(super) fn is_editor(w: &WorkspaceRow, port: u16) -> bool {
+    w.endpoints
+        .iter()
+        .any(|(name, url)| name == EDITOR_ENDPOINT && port_of_url(&w.name, url) == Some(port))
+}
+
 /// The port of an endpoint URL of workspace `name`: `{scheme}://{port}-{name}.{domain}/…`.
 fn port_of_url(name: &str, url: &str) -> Option<u16> {
     let u = url::Url::parse(url).ok()?;

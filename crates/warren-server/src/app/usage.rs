@@ -160,6 +160,15 @@ pub async fn record_used(state: &AppState, agent: &AgentRow, used: &[WorkspaceUs
     }
     if let Err(e) = state.store.add_used(&all).await {
         tracing::warn!(agent = %agent.name, error = %warren_types::error_chain(&e), "adding what an agent measured to usage failed");
+        return;
+    }
+    // In milliseconds and MiB-seconds, as measured: a minute's CPU time is often under a second.
+    for a in &all {
+        let labels = [("space", a.space.clone()), ("class", a.class.clone())];
+        metrics::counter!("warren_usage_cpu_used_milliseconds_total", &labels)
+            .increment(u64::try_from(a.cpu_used_mcore_s).unwrap_or(0));
+        metrics::counter!("warren_usage_memory_used_mib_seconds_total", &labels)
+            .increment(u64::try_from(a.memory_used_mib_s).unwrap_or(0));
     }
 }
 

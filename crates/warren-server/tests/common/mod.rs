@@ -85,7 +85,10 @@ impl TestDb {
                     .expect("create schema");
                 let sep = if base.contains('?') { '&' } else { '?' };
                 TestDb {
-                    url: format!("{base}{sep}options=-c%20search_path%3D{schema}"),
+                    // Named after the schema, so the cleanup can end what still uses it.
+                    url: format!(
+                        "{base}{sep}options=-c%20search_path%3D{schema}&application_name={schema}"
+                    ),
                     dir,
                     pg: Some((base.clone(), schema)),
                 }
@@ -107,6 +110,16 @@ impl Drop for TestDb {
                     let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&base)
                         .await
                         .ok()?;
+                    // A server dropped without `stop` may still hold a transaction open on the
+                    // test's runtime, which this thread blocks: end its connections first, or
+                    // the drop would wait for them forever.
+                    sqlx::query(&format!(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                         WHERE application_name = '{schema}' AND pid <> pg_backend_pid()"
+                    ))
+                    .execute(&mut conn)
+                    .await
+                    .ok()?;
                     sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
                         .execute(&mut conn)
                         .await

@@ -322,7 +322,7 @@ pub async fn sessions(
             detail,
             source: ev.source.clone(),
             channel: match ev.kind {
-                SessionKind::Terminal => Channel::Proxy,
+                SessionKind::Terminal | SessionKind::Editor => Channel::Proxy,
                 SessionKind::Ssh => Channel::Ssh,
             },
         };

@@ -23,7 +23,14 @@ pub async fn access(
     Query(q): Query<WorkspaceAccessQuery>,
 ) -> Result<Json<WorkspaceAccess>, HttpError> {
     check_proxy(&state, &headers)?;
-    Ok(Json(access::workspace(&state, &q).await?))
+    // The proxy names its client: the audit log records a refused token from there.
+    let origin = crate::trace::Origin {
+        addr: q.source,
+        channel: crate::trace::Channel::Proxy,
+    };
+    Ok(Json(
+        crate::trace::with_origin(origin, access::workspace(&state, &q)).await?,
+    ))
 }
 
 /// `POST /internal/workspaces/start`: the stopped-workspace page's start button.
@@ -65,7 +72,14 @@ pub async fn ssh_authorize(
     Query(q): Query<SshAuthorizeQuery>,
 ) -> Result<Json<SshAuthorization>, HttpError> {
     check_proxy(&state, &headers)?;
-    Ok(Json(access::ssh(&state, &q).await?))
+    // The proxy names its client: the audit log records a refusal from there.
+    let origin = crate::trace::Origin {
+        addr: q.source,
+        channel: crate::trace::Channel::Ssh,
+    };
+    Ok(Json(
+        crate::trace::with_origin(origin, access::ssh(&state, &q)).await?,
+    ))
 }
 
 /// `GET /internal/entries/redirect?host=&user=|bearer=`: where a redirect mount leads.

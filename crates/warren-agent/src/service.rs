@@ -39,6 +39,10 @@ pub enum RuntimeChoice {
         components: ComponentPolicy,
         builds: Option<BuildSettings>,
     },
+    /// No runtime at all: workspaces exist in memory, become ready at once and go at once
+    /// when deleted, as reported to the server like a real runtime's (`warren scaletest`'s
+    /// stand-ins for thousands of workspaces). Nothing runs, so nothing can be exec'd.
+    Simulated,
 }
 
 /// Everything [`run`] needs.
@@ -185,6 +189,13 @@ async fn run_agent(
                         .map_err(AgentError::Builder)?;
                     runtime = runtime.with_builder(builder);
                 }
+                (Arc::new(runtime), None)
+            }
+            RuntimeChoice::Simulated => {
+                let runtime = crate::runtime::simulated::SimulatedRuntime::new();
+                runtime.set_auto_settle(true);
+                runtime.set_auto_delete(true);
+                runtime.disable_exec();
                 (Arc::new(runtime), None)
             }
         };

@@ -34,6 +34,10 @@ pub enum AgentCommand {
     /// Give the agent a new token (printed once); the old one stops working (relays may
     /// accept new connections with it for up to their auth cache, 300 s by default).
     ResetToken { name: String },
+    /// Delete an agent that has no workspaces left (terminate them first); its token stops
+    /// working.
+    #[command(visible_alias = "delete")]
+    Rm { name: String },
     /// The agent's GitOps sources: what it keeps in sync with Git.
     Gitops {
         #[command(subcommand)]

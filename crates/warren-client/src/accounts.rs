@@ -284,6 +284,12 @@ impl Client {
             .await
     }
 
+    /// Deletes an agent with no workspaces left (admins only); its token stops working.
+    pub async fn delete_agent(&self, name_or_id: &str) -> Result<()> {
+        self.call_empty(Method::DELETE, &routes::agent(name_or_id))
+            .await
+    }
+
     /// A new token for the agent (admins only); the old one stops working.
     pub async fn reset_agent_token(&self, name_or_id: &str) -> Result<CreatedAgent> {
         let mut route = routes::agent(name_or_id);

@@ -84,7 +84,7 @@ pub fn agents() -> Vec<String> {
     segs(&["agents"])
 }
 
-/// `GET|PUT /agents/{name-or-id}`.
+/// `GET|PUT|DELETE /agents/{name-or-id}`.
 pub fn agent(name: &str) -> Vec<String> {
     segs(&["agents", name])
 }

@@ -405,6 +405,73 @@ async fn agents_and_projects() {
 }
 
 #[tokio::test]
+async fn an_agent_is_deleted_only_once_its_workspaces_are_gone_and_its_token_then_fails() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        let bob = s.user("bob", &["api", "workspace"]).await;
+        let agent = s.agent("short-lived", json!({})).await;
+        let (st, _) = s.delete(&bob, "/api/v1/agents/short-lived").await;
+        assert_eq!(st, 403, "[{l}] admins delete agents");
+        let (st, _) = s.admin(Method::DELETE, "/api/v1/agents/nope", None).await;
+        assert_eq!(st, 404, "[{l}]");
+
+        s.workspace(&bob, json!({"name": "w1", "agent": "short-lived"}))
+            .await;
+        let (st, b) = s
+            .admin(Method::DELETE, "/api/v1/agents/short-lived", None)
+            .await;
+        assert_eq!(st, 409, "[{l}] {b}");
+        assert!(
+            msg(&b).contains("still has 1 workspace"),
+            "[{l}] the refusal says why: {b}"
+        );
+        // Terminated but not yet removed by the agent: still there.
+        let (st, _) = s.delete(&bob, "/api/v1/workspaces/w1").await;
+        assert!(st == 200 || st == 202 || st == 204, "[{l}] {st}");
+        let (st, _) = s
+            .admin(Method::DELETE, "/api/v1/agents/short-lived", None)
+            .await;
+        assert_eq!(st, 409, "[{l}] the agent has not removed it yet");
+        s.reconcile_ok(
+            agent,
+            "partial",
+            json!([{"name": "w1", "namespace": "warren-ws-w1", "termination_progress": "Terminated"}]),
+        )
+        .await;
+
+        let (st, b) = s
+            .admin(Method::DELETE, "/api/v1/agents/short-lived", None)
+            .await;
+        assert_eq!(st, 204, "[{l}] {b}");
+        let (st, _) = s
+            .admin(Method::GET, "/api/v1/agents/short-lived", None)
+            .await;
+        assert_eq!(st, 404, "[{l}]");
+        // Its relay-vouched calls are refused from now on.
+        let (st, _) = s
+            .reconcile(
+                agent,
+                json!({"update_type": "full", "workspace_agent_infos": []}),
+            )
+            .await;
+        assert_eq!(st, 401, "[{l}] a deleted agent's calls are refused");
+        // The name is free again.
+        s.agent("short-lived", json!({})).await;
+        s.state.audit.flush().await;
+        let (st, b) = s
+            .admin(Method::GET, "/api/v1/audit?action=agent.delete", None)
+            .await;
+        assert_eq!(st, 200, "[{l}] {b}");
+        assert!(
+            b.to_string().contains("short-lived"),
+            "[{l}] the deletion is audited: {b}"
+        );
+        s.stop().await;
+    }
+}
+
+#[tokio::test]
 async fn workspace_creation_rendering_quotas_and_visibility() {
     for db in databases() {
         let s = TestServer::start(&db).await;

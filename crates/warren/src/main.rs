@@ -5,6 +5,7 @@ mod agent_cmd;
 mod connect_cmd;
 mod proxy_cmd;
 mod relay_cmd;
+mod scaletest_cmd;
 mod server_cmd;
 mod settings;
 mod telemetry;
@@ -46,6 +47,9 @@ enum Command {
     Tools(tools_cmd::ToolsArgs),
     /// Operations on the server's own files: `backup` and `restore` (SQLite).
     Admin(admin_cmd::AdminArgs),
+    /// Load a running installation (as an admin): users, workspaces on simulated agents, a
+    /// mixed API workload at a rate; prints latency percentiles, then removes what it made.
+    Scaletest(scaletest_cmd::ScaletestArgs),
     #[command(flatten)]
     User(warren_cli::Command),
 }
@@ -91,6 +95,20 @@ fn main() -> ExitCode {
         }
         Command::Tools(args) => run_service(tools_cmd::run(args)),
         Command::Admin(args) => run_service(admin_cmd::run(args)),
+        Command::Scaletest(args) => {
+            telemetry::init_at("warn");
+            let mut clean = true;
+            let code = run_service(async {
+                clean = scaletest_cmd::run(args).await?;
+                Ok(())
+            });
+            if code == ExitCode::SUCCESS && !clean {
+                // The report says what failed or was left behind.
+                ExitCode::FAILURE
+            } else {
+                code
+            }
+        }
         Command::User(cmd) => warren_cli::main(cmd, Cli::command),
     }
 }

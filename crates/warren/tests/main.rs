@@ -36,6 +36,7 @@ mod registry_devfiles_e2e;
 mod registry_e2e;
 mod rolling_upgrade;
 mod run_cli;
+mod scaletest_e2e;
 mod server_cli;
 mod server_crash;
 mod ssh_cli;

@@ -441,6 +441,12 @@ async fn agent(out: Format, cmd: AgentCommand) -> Result<(), CliError> {
                 print(out, &created, |_| String::new());
             }
         }
+        AgentCommand::Rm { name } => done(
+            "agent",
+            &name,
+            c.delete_agent(&name).await,
+            &format!("Agent {name:?} deleted; its token no longer works."),
+        )?,
         AgentCommand::List => print(out, &c.list_agents().await?, |a| output::agents(a)),
         AgentCommand::Show { name } => {
             show(out, "agent", &name, c.get_agent(&name).await, output::agent)?

@@ -4,7 +4,7 @@
 use super::audit;
 use super::{AppError, AppState, Principal};
 use crate::crypto;
-use crate::store::agents::AgentRow;
+use crate::store::agents::{AgentDeletion, AgentRow};
 use warren_types::api::{Agent, CreateAgentRequest, CreatedAgent, UpdateAgentRequest};
 use warren_types::config::{AgentConfig, ResourceList};
 use warren_types::quantity::{parse_cpu_millis, parse_memory_bytes};
@@ -127,6 +127,51 @@ pub async fn rotate_token(
         state,
         who,
         "agent.rotate_token",
+        audit::Target::named("agent", key),
+        r,
+    )
+    .await
+}
+
+/// Deletes an agent (admins only) once it has no workspaces left but gone ones: its token
+/// stops working at once (the server refuses its next call), its GitOps sources and
+/// prebuilds go with it. A connector's agent goes with its mount instead.
+pub async fn delete(state: &AppState, who: &Principal, key: &str) -> Result<(), AppError> {
+    let r: Result<(), AppError> = async {
+        who.require_admin()?;
+        let a = by_key(state, key).await?;
+        if a.is_connector() {
+            return Err(AppError::conflict(
+                "agent_is_connector",
+                format!(
+                    "agent {} is a connector's; it goes with its mount (`warren mount rm`)",
+                    a.name
+                ),
+            ));
+        }
+        match state.store.delete_agent(a.id).await? {
+            None => Err(AppError::not_found(format!("agent {key:?}"))),
+            Some(AgentDeletion::HasWorkspaces(n)) => Err(AppError::conflict(
+                "agent_has_workspaces",
+                format!(
+                    "agent {} still has {n} workspace(s); terminate them (`warren ws rm`) and \
+                     let the agent remove them first",
+                    a.name
+                ),
+            )),
+            Some(AgentDeletion::Deleted) => {
+                tracing::info!(agent = %a.name, by = %who.user.username, "agent deleted");
+                // Its row is gone: pages showing agents change.
+                state.changed();
+                Ok(())
+            }
+        }
+    }
+    .await;
+    audit::audited(
+        state,
+        who,
+        "agent.delete",
         audit::Target::named("agent", key),
         r,
     )

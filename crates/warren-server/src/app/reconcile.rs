@@ -387,19 +387,18 @@ async fn reconcile_once(
     };
     let rows = tx.response_rows(agent.id, selection).await?;
     let mut out = Vec::with_capacity(rows.len());
-    let sent: Vec<WorkspaceId> = rows.iter().map(|r| r.id).collect();
+    // Flagged rows have their flags cleared; the others go out and stay as they are.
+    let flagged: Vec<WorkspaceId> = rows
+        .iter()
+        .filter(|r| r.forced || r.needs_response)
+        .map(|r| r.id)
+        .collect();
     for r in rows {
-        // Objects go out on a full reconcile, when forced, or when the row changed.
-        let config_to_apply = match r.desired.replicas() {
-            Some(replicas) if full || r.forced || r.needs_response => {
-                let sealed = if replicas > 0 {
-                    &r.config_running
-                } else {
-                    &r.config_stopped
-                };
-                Some(store.sbox.open_string(sealed).map_err(StoreError::from)?)
-            }
-            _ => None,
+        // The store read the configuration only where objects go out (reconcile.md): on a
+        // full reconcile, when forced, or when the row changed.
+        let config_to_apply = match &r.config {
+            Some(sealed) => Some(store.sbox.open_string(sealed).map_err(StoreError::from)?),
+            None => None,
         };
         out.push(WorkspaceRailsInfo {
             name: r.name,
@@ -411,9 +410,7 @@ async fn reconcile_once(
             image_pull_secrets: agent.config.image_pull_secrets.clone(),
         });
     }
-    if !out.is_empty() {
-        tx.mark_responded(agent.id, &sent, now).await?;
-    }
+    tx.mark_responded(agent.id, &flagged, now).await?;
     if agent.runtime_fault.is_some() {
         tx.clear_runtime_fault(agent.id).await?;
         changes.any = true;

@@ -49,6 +49,7 @@ use utoipa::{Modify, OpenApi};
         api::agents::create,
         api::agents::get_one,
         api::agents::update,
+        api::agents::delete_one,
         api::agents::reset_token,
         api::gitops::agent_gitops,
         api::gitops::set_agent_gitops,

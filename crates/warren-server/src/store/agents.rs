@@ -2,13 +2,21 @@
 
 use super::error::unique;
 use super::{corrupt, get_i64, get_opt_i64, get_opt_str, get_str, Store, StoreError};
-use crate::db::from_millis;
+use crate::db::{from_millis, DbKind};
 use sqlx::any::AnyRow;
 use sqlx::FromRow;
 use warren_types::api::Agent;
 use warren_types::config::AgentConfig;
 use warren_types::reconcile::HostCapacity;
 use warren_types::AgentId;
+
+/// What [`Store::delete_agent`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentDeletion {
+    Deleted,
+    /// Nothing: this many of its workspaces are not gone.
+    HasWorkspaces(i64),
+}
 
 /// What an agent row is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,6 +199,47 @@ impl Store {
             .execute(&self.db.pool)
             .await?;
         Ok(done.rows_affected() == 1)
+    }
+
+    /// Deletes an agent none of whose workspaces is left but gone ones (which go with it;
+    /// their history stays in the audit log and usage), with its GitOps sources and
+    /// prebuilds. The workspaces still there are counted instead; `None`: no such agent.
+    pub async fn delete_agent(&self, id: AgentId) -> Result<Option<AgentDeletion>, StoreError> {
+        let mut tx = self.db.begin().await?;
+        // A workspace created meanwhile locks the agent's row first (insert_workspace);
+        // SQLite's write transactions are exclusive.
+        let lock = match self.db.kind {
+            DbKind::Postgres => " FOR UPDATE",
+            DbKind::Sqlite => "",
+        };
+        let found = sqlx::query(&format!("SELECT id FROM agents WHERE id = $1{lock}"))
+            .bind(id.get())
+            .fetch_optional(&mut *tx)
+            .await?;
+        if found.is_none() {
+            return Ok(None);
+        }
+        let live = sqlx::query(&format!(
+            "SELECT COUNT(*) AS n FROM workspaces WHERE agent_id = $1 AND {}",
+            super::workspaces::NOT_GONE
+        ))
+        .bind(id.get())
+        .fetch_one(&mut *tx)
+        .await?;
+        let live = get_i64(&live, "n")?;
+        if live > 0 {
+            return Ok(Some(AgentDeletion::HasWorkspaces(live)));
+        }
+        sqlx::query("DELETE FROM workspaces WHERE agent_id = $1")
+            .bind(id.get())
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM agents WHERE id = $1")
+            .bind(id.get())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Some(AgentDeletion::Deleted))
     }
 
     /// The agent stored under a token digest, with the digest as stored.

@@ -41,7 +41,7 @@ pub struct ReportUpdate {
     pub idle_stop: bool,
 }
 
-/// A row that goes back to the agent, with both sealed configurations.
+/// A row that goes back to the agent, with its sealed configuration when it carries one.
 #[derive(Debug, Clone)]
 pub struct ResponseRow {
     pub id: WorkspaceId,
@@ -50,9 +50,10 @@ pub struct ResponseRow {
     pub desired: DesiredState,
     pub actual: ActualState,
     pub resource_version: Option<String>,
-    /// Sealed YAML for replicas 1 and for replicas 0.
-    pub config_running: String,
-    pub config_stopped: String,
+    /// Sealed YAML for the desired state's replicas, when the answer carries objects for this
+    /// row (a full reconcile, forced, or changed since the last answer: reconcile.md); `None`
+    /// for desired `Terminated`, whose answer carries none.
+    pub config: Option<String>,
     pub forced: bool,
     pub needs_response: bool,
 }
@@ -67,23 +68,42 @@ pub enum Selection<'a> {
 }
 
 impl Selection<'_> {
-    /// The predicate with its placeholders numbered from `first`, and its binds.
-    fn predicate(&self, first: usize) -> (String, Vec<Bind>) {
+    /// The `WHERE` clause for the agent bound at `$1`, its other placeholders numbered from
+    /// `$2`, and their binds.
+    fn predicate(&self, kind: DbKind) -> (String, Vec<Bind>) {
         match self {
-            Selection::Full => (super::workspaces::NOT_GONE.to_owned(), vec![]),
+            Selection::Full => (
+                format!("agent_id = $1 AND {}", super::workspaces::NOT_GONE),
+                vec![],
+            ),
             // `needs_response` is set by every write that sets desired_state_updated_at or
             // the force flag, and cleared with responded_to_agent_at: it is reconcile.md's
             // rule (desired_state_updated_at >= responded_to_agent_at, never responded, or
             // forced), kept in an indexed column.
-            Selection::Partial { reported: [] } => ("needs_response = 1".to_owned(), vec![]),
+            Selection::Partial { reported: [] } => {
+                ("agent_id = $1 AND needs_response = 1".to_owned(), vec![])
+            }
+            // Each side of the OR on its own index (the pending flag's, the name's), so one
+            // reported workspace among 10,000 costs two index lookups, not a scan of the
+            // agent's rows; `+agent_id` keeps SQLite from choosing the agent's index for the
+            // second side (PostgreSQL reads it as the plain column).
             Selection::Partial { reported } => (
                 format!(
-                    "(needs_response = 1 OR name IN ({}))",
-                    placeholders(first, reported.len())
+                    "(agent_id = $1 AND needs_response = 1) OR (name IN ({}) AND +agent_id = $1)",
+                    json_texts(kind, 2)
                 ),
-                reported.iter().map(|n| Bind::S(n.clone())).collect(),
+                vec![Bind::S(json_list(reported))],
             ),
         }
+    }
+}
+
+/// `FOR UPDATE` of one table of a join (PostgreSQL refuses to lock the nullable side of an
+/// outer join).
+fn for_update_of(kind: DbKind, table: &str) -> String {
+    match kind {
+        DbKind::Postgres => format!(" FOR UPDATE OF {table}"),
+        DbKind::Sqlite => String::new(),
     }
 }
 
@@ -94,11 +114,27 @@ fn for_update(kind: DbKind) -> &'static str {
     }
 }
 
-fn placeholders(start: usize, n: usize) -> String {
-    (start..start + n)
-        .map(|i| format!("${i}"))
-        .collect::<Vec<_>>()
-        .join(", ")
+/// A subquery yielding the strings of the JSON array bound at `$n`: one bind however long the
+/// list (a full reconcile of 10,000 workspaces named each in an `IN (…)` list cost more to
+/// parse and plan than to run).
+fn json_texts(kind: DbKind, n: usize) -> String {
+    match kind {
+        DbKind::Postgres => format!("SELECT json_array_elements_text(${n}::json)"),
+        DbKind::Sqlite => format!("SELECT value FROM json_each(${n})"),
+    }
+}
+
+/// As [`json_texts`], for a JSON array of integers.
+fn json_ints(kind: DbKind, n: usize) -> String {
+    match kind {
+        DbKind::Postgres => format!("SELECT json_array_elements_text(${n}::json)::bigint"),
+        DbKind::Sqlite => format!("SELECT value FROM json_each(${n})"),
+    }
+}
+
+fn json_list<T: serde::Serialize>(items: &[T]) -> String {
+    // Strings and integers always serialise.
+    serde_json::to_string(items).unwrap_or_else(|_| "[]".to_owned())
 }
 
 fn parse_state<T: std::str::FromStr>(s: &str) -> Result<T, sqlx::Error>
@@ -171,16 +207,17 @@ impl ReconcileTx {
         if names.is_empty() {
             return Ok(out);
         }
-        let binds: Vec<Bind> = names.iter().map(|n| Bind::S((*n).to_owned())).collect();
         let sql = format!(
             "SELECT w.id, w.name, w.agent_id, w.desired_state, w.actual_state, w.desired_state_updated_at, \
              w.created_at, w.deployment_resource_version, w.failure_reason, w.waiting_reason, \
-             (SELECT x.last_activity_at FROM workspace_activity x WHERE x.workspace_id = w.id) AS last_activity_at \
-             FROM workspaces w WHERE w.name IN ({}) ORDER BY w.id{}",
-            placeholders(1, binds.len()),
-            for_update(self.kind)
+             x.last_activity_at \
+             FROM workspaces w LEFT JOIN workspace_activity x ON x.workspace_id = w.id \
+             WHERE w.name IN ({}) ORDER BY w.id{}",
+            json_texts(self.kind, 1),
+            for_update_of(self.kind, "w")
         );
-        for r in bind_all(sqlx::query(&sql), &binds)
+        for r in sqlx::query(&sql)
+            .bind(json_list(names))
             .fetch_all(&mut *self.tx)
             .await?
         {
@@ -261,12 +298,21 @@ impl ReconcileTx {
         agent: AgentId,
         selection: Selection<'_>,
     ) -> Result<Vec<ResponseRow>, StoreError> {
-        let (predicate, mut binds) = selection.predicate(2);
+        let (predicate, mut binds) = selection.predicate(self.kind);
         binds.insert(0, Bind::I(agent.get()));
+        // Only the configuration that goes out is read (and later opened): each is several
+        // KiB, and a full reconcile of 10,000 workspaces read both of every row.
+        let carries = match selection {
+            Selection::Full => "1 = 1",
+            Selection::Partial { .. } => "(force_include_all_resources = 1 OR needs_response = 1)",
+        };
         let sql = format!(
-            "SELECT id, name, namespace, desired_state, actual_state, deployment_resource_version, config_running, \
-             config_stopped, force_include_all_resources, needs_response \
-             FROM workspaces WHERE agent_id = $1 AND {predicate} ORDER BY id{}",
+            "SELECT id, name, namespace, desired_state, actual_state, deployment_resource_version, \
+             CASE WHEN NOT ({carries}) THEN NULL \
+                  WHEN desired_state = 'Running' THEN config_running \
+                  WHEN desired_state IN ('Stopped', 'RestartRequested') THEN config_stopped END AS config, \
+             force_include_all_resources, needs_response \
+             FROM workspaces WHERE {predicate} ORDER BY id{}",
             for_update(self.kind)
         );
         let rows = bind_all(sqlx::query(&sql), &binds)
@@ -281,8 +327,7 @@ impl ReconcileTx {
                 desired: parse_state(&get_str(r, "desired_state")?)?,
                 actual: parse_state(&get_str(r, "actual_state")?)?,
                 resource_version: get_opt_str(r, "deployment_resource_version")?,
-                config_running: get_str(r, "config_running")?,
-                config_stopped: get_str(r, "config_stopped")?,
+                config: get_opt_str(r, "config")?,
                 forced: get_i64(r, "force_include_all_resources")? != 0,
                 needs_response: get_i64(r, "needs_response")? != 0,
             });
@@ -290,29 +335,34 @@ impl ReconcileTx {
         Ok(out)
     }
 
-    /// Marks the rows just sent (`ids`, from [`ReconcileTx::response_rows`]) as answered.
-    /// By id, not by the selection again: on PostgreSQL a row flagged by a write committed
-    /// after the rows were read would match the selection now and be cleared unsent (the
-    /// rows read are locked, so none of them can change in between).
+    /// Marks the rows just sent that were flagged (`ids`: those of
+    /// [`ReconcileTx::response_rows`] forced or needing a response) as answered. By id, not by
+    /// the selection again: on PostgreSQL a row flagged by a write committed after the rows
+    /// were read would match the selection now and be cleared unsent (the rows read are
+    /// locked, so none of them can change in between). Rows sent without a flag keep their
+    /// `responded_to_agent_at` (it only ever bounds a later desired-state time from below):
+    /// a full reconcile of 10,000 unchanged workspaces then writes nothing.
     pub async fn mark_responded(
         &mut self,
         agent: AgentId,
         ids: &[WorkspaceId],
         now: i64,
     ) -> Result<(), StoreError> {
-        // Well under both databases' limits on bound values per statement.
-        for chunk in ids.chunks(500) {
-            let sql = format!(
-                "UPDATE workspaces SET responded_to_agent_at = $1, force_include_all_resources = 0, \
-                 needs_response = 0 WHERE agent_id = $2 AND id IN ({})",
-                placeholders(3, chunk.len())
-            );
-            let mut q = sqlx::query(&sql).bind(now).bind(agent.get());
-            for id in chunk {
-                q = q.bind(id.get());
-            }
-            q.execute(&mut *self.tx).await?;
+        if ids.is_empty() {
+            return Ok(());
         }
+        let ids: Vec<i64> = ids.iter().map(|id| id.get()).collect();
+        let sql = format!(
+            "UPDATE workspaces SET responded_to_agent_at = $1, force_include_all_resources = 0, \
+             needs_response = 0 WHERE agent_id = $2 AND id IN ({})",
+            json_ints(self.kind, 3)
+        );
+        sqlx::query(&sql)
+            .bind(now)
+            .bind(agent.get())
+            .bind(json_list(&ids))
+            .execute(&mut *self.tx)
+            .await?;
         Ok(())
     }
 
@@ -378,12 +428,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn selections_number_their_placeholders() {
-        let names = ["a".to_owned(), "b".to_owned()];
-        let (p, binds) = Selection::Partial { reported: &names }.predicate(3);
-        assert_eq!(p, "(needs_response = 1 OR name IN ($3, $4))");
-        assert_eq!(binds.len(), 2);
-        assert_eq!(placeholders(2, 3), "$2, $3, $4");
-        assert!(Selection::Full.predicate(2).1.is_empty());
+    fn selections_bind_their_names_as_one_json_list() {
+        let names = ["a".to_owned(), "b\"c".to_owned()];
+        let (p, binds) = Selection::Partial { reported: &names }.predicate(DbKind::Sqlite);
+        assert_eq!(
+            p,
+            "(agent_id = $1 AND needs_response = 1) OR \
+             (name IN (SELECT value FROM json_each($2)) AND +agent_id = $1)"
+        );
+        assert!(matches!(&binds[..], [Bind::S(s)] if s == r#"["a","b\"c"]"#));
+        let (p, _) = Selection::Partial { reported: &names }.predicate(DbKind::Postgres);
+        assert!(p.contains("json_array_elements_text($2::json)"), "{p}");
+        assert!(Selection::Full.predicate(DbKind::Sqlite).1.is_empty());
     }
 }

@@ -781,6 +781,18 @@ impl Stack {
     /// Starts the server (signalling the relay when `signal`), signs the CLI in as the bootstrap admin, registers an agent, then
     /// starts the relay and the agent.
     pub fn start(signal: bool) -> Stack {
+        let mut stack = Stack::control_plane(signal);
+        stack.start_agent();
+        stack
+    }
+
+    /// The relay's URL for agents.
+    pub fn agent_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.agent_port)
+    }
+
+    /// As [`Stack::start`] without starting the agent (its token is registered).
+    pub fn control_plane(signal: bool) -> Stack {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut stack = Stack {
             dir,
@@ -827,7 +839,6 @@ impl Stack {
             .expect("the new agent's token")
             .to_owned();
         stack.start_relay();
-        stack.start_agent();
         stack
     }
 

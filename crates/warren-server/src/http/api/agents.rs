@@ -65,3 +65,16 @@ pub async fn update(
 ) -> Result<Json<Agent>, HttpError> {
     Ok(Json(app::agents::update(&state, &who, &key, &req).await?))
 }
+
+/// Deletes the agent once it has no workspaces left but gone ones; its token stops working.
+#[utoipa::path(delete, path = "/api/v1/agents/{agent}", params(("agent" = String, Path, description = "agent name or id")),
+    responses((status = 204), (status = 403, body = ApiError), (status = 404, body = ApiError), (status = 409, body = ApiError)),
+    tag = "agents", security(("bearer" = [])))]
+pub async fn delete_one(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(key): Path<String>,
+) -> Result<StatusCode, HttpError> {
+    app::agents::delete(&state, &who, &key).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -105,7 +105,12 @@ pub fn router() -> Router<crate::http::HttpState> {
         )
         .route("/users/me/ssh-keys/{id}", delete(users::delete_ssh_key))
         .route("/agents", get(agents::list).post(agents::create))
-        .route("/agents/{agent}", get(agents::get_one).put(agents::update))
+        .route(
+            "/agents/{agent}",
+            get(agents::get_one)
+                .put(agents::update)
+                .delete(agents::delete_one),
+        )
         .route("/agents/{agent}/token", post(agents::reset_token))
         .route(
             "/agents/{agent}/gitops",

@@ -392,19 +392,7 @@ async fn create_workspaces(
             .map(|i| {
                 let owner = i % users.len();
                 let name = format!("{run_id}-w{i}");
-                let req = CreateWorkspaceRequest {
-                    project: None,
-                    devfile: None,
-                    agent: agents.get(i % agents.len().max(1)).cloned(),
-                    name: Some(name.clone()),
-                    resources: None,
-                    variables: vec![],
-                    git_ref: None,
-                    repository: None,
-                    definition: None,
-                    starter: None,
-                    space: None,
-                };
+                let req = workspace_request(&name, agents.get(i % agents.len().max(1)));
                 async move {
                     let t = Instant::now();
                     let r = users[owner].client.create_workspace(&req).await;
@@ -417,6 +405,23 @@ async fn create_workspaces(
             .collect()
             .await;
     results.into_iter().collect()
+}
+
+/// A workspace of the default definition named `name`, on `agent`.
+pub(crate) fn workspace_request(name: &str, agent: Option<&String>) -> CreateWorkspaceRequest {
+    CreateWorkspaceRequest {
+        project: None,
+        devfile: None,
+        agent: agent.cloned(),
+        name: Some(name.to_owned()),
+        resources: None,
+        variables: vec![],
+        git_ref: None,
+        repository: None,
+        definition: None,
+        starter: None,
+        space: None,
+    }
 }
 
 /// Waits until the run's `total` workspaces are running on `agents`.

@@ -11,7 +11,6 @@ use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use warren_client::WorkspaceQuery;
-use warren_types::api::CreateWorkspaceRequest;
 use warren_types::DesiredState;
 
 /// The operations and their weights (of 100).
@@ -170,19 +169,8 @@ async fn call(plan: Arc<Plan>, op: Op, rec: Arc<Recorder>) {
                 .created
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let name = format!("{}-c{n}", plan.run_id);
-            let req = CreateWorkspaceRequest {
-                project: None,
-                devfile: None,
-                agent: plan.agents.get(n % plan.agents.len().max(1)).cloned(),
-                name: Some(name.clone()),
-                resources: None,
-                variables: vec![],
-                git_ref: None,
-                repository: None,
-                definition: None,
-                starter: None,
-                space: None,
-            };
+            let req =
+                super::workspace_request(&name, plan.agents.get(n % plan.agents.len().max(1)));
             let r = plan.users[rng_user].client.create_workspace(&req).await;
             if r.is_ok() {
                 put(&plan.churn, (rng_user, name));

@@ -41,7 +41,9 @@ pub enum RuntimeChoice {
     },
     /// No runtime at all: workspaces exist in memory, become ready at once and go at once
     /// when deleted, as reported to the server like a real runtime's (`warren scaletest`'s
-    /// stand-ins for thousands of workspaces). Nothing runs, so nothing can be exec'd.
+    /// stand-ins for thousands of workspaces). Nothing runs: every exec (a web terminal, an
+    /// SSH session) writes back what it reads, so terminal load can be carried and its echo
+    /// timed, and nothing anyone sends runs on the host.
     Simulated,
 }
 
@@ -195,7 +197,7 @@ async fn run_agent(
                 let runtime = crate::runtime::simulated::SimulatedRuntime::new();
                 runtime.set_auto_settle(true);
                 runtime.set_auto_delete(true);
-                runtime.disable_exec();
+                runtime.echo_exec();
                 (Arc::new(runtime), None)
             }
         };

@@ -11,7 +11,7 @@ mod tree;
 mod usage;
 mod workspaces;
 
-pub use workspaces::{CommandRun, LogFollow, PortForward};
+pub use workspaces::{CommandRun, LogFollow, PortForward, TerminalSocket};
 
 use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;

@@ -211,13 +211,41 @@ impl Client {
     /// `terminal_url` (`Workspace::terminal_url`): a WebSocket through the proxy carrying the
     /// bytes as binary messages. The token must have the `workspace` scope.
     pub async fn open_port_forward(&self, terminal_url: &str, port: u16) -> Result<PortForward> {
-        use base64::Engine;
         let url = Url::parse(terminal_url)
             .and_then(|u| u.join(&format!(".warren/port-forward/{port}")))
             .map_err(|e| Error::InvalidUrl {
                 url: terminal_url.to_owned(),
                 reason: e.to_string(),
             })?;
+        Ok(PortForward {
+            ws: self.open_websocket(url).await?,
+        })
+    }
+
+    /// Opens the web terminal of the workspace whose terminal is at `terminal_url`
+    /// (`Workspace::terminal_url`) at `cols`×`rows`, as the browser's page does: binary
+    /// messages carry the terminal's bytes both ways; text messages are the proxy's JSON
+    /// (`{"type":"resize",…}` from the client, `{"type":"exit"|"error",…}` to it). The token
+    /// must have the `workspace` scope.
+    pub async fn open_terminal(
+        &self,
+        terminal_url: &str,
+        cols: u16,
+        rows: u16,
+    ) -> Result<TerminalSocket> {
+        let url = Url::parse(terminal_url)
+            .and_then(|u| u.join(&format!("ws?cols={cols}&rows={rows}")))
+            .map_err(|e| Error::InvalidUrl {
+                url: terminal_url.to_owned(),
+                reason: e.to_string(),
+            })?;
+        self.open_websocket(url).await
+    }
+
+    /// A WebSocket to `url` (`http`/`https`) with the client's token, through the same
+    /// connection settings as its calls.
+    async fn open_websocket(&self, url: Url) -> Result<TerminalSocket> {
+        use base64::Engine;
         let key = base64::engine::general_purpose::STANDARD.encode(rand::random::<[u8; 16]>());
         // `*.localhost` is loopback (RFC 6761) even where the system resolver does not say
         // so (`warren up`'s default workspace domain is `ws.localhost`).
@@ -265,15 +293,17 @@ impl Client {
             });
         }
         let io = resp.upgrade().await.map_err(transport)?;
-        let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+        Ok(tokio_tungstenite::WebSocketStream::from_raw_socket(
             io,
             tokio_tungstenite::tungstenite::protocol::Role::Client,
             None,
         )
-        .await;
-        Ok(PortForward { ws })
+        .await)
     }
 }
+
+/// A WebSocket through the proxy ([`Client::open_terminal`]).
+pub type TerminalSocket = tokio_tungstenite::WebSocketStream<reqwest::Upgraded>;
 
 /// One forwarded connection ([`Client::open_port_forward`]).
 pub struct PortForward {

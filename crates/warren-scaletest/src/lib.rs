@@ -8,6 +8,7 @@
 //! to the server only through the public API, with an admin's token; simulated agents are
 //! started by the caller ([`AgentLauncher`]) and dial the relay as real ones do.
 
+mod sessions;
 pub mod stats;
 mod workload;
 
@@ -23,6 +24,7 @@ use warren_client::{Client, WorkspaceQuery};
 use warren_types::api::{
     CreateAgentRequest, CreateUserRequest, CreateWorkspaceRequest, PasswordLoginRequest,
 };
+use warren_types::config::AgentConfig;
 
 /// What one scale test does.
 #[derive(Debug, Clone)]
@@ -45,6 +47,12 @@ pub struct ScaletestConfig {
     pub ready_timeout: Duration,
     /// How often progress is reported while the workload runs.
     pub progress_every: Duration,
+    /// Web terminals held open through the proxy while the workload runs.
+    pub terminals: usize,
+    /// SSH sessions held open through the proxy while the workload runs.
+    pub ssh_sessions: usize,
+    /// Bytes a second each terminal and SSH session writes (and gets back).
+    pub session_rate: u64,
 }
 
 impl Default for ScaletestConfig {
@@ -59,6 +67,9 @@ impl Default for ScaletestConfig {
             concurrency: 16,
             ready_timeout: Duration::from_secs(300),
             progress_every: Duration::from_secs(10),
+            terminals: 0,
+            ssh_sessions: 0,
+            session_rate: 4096,
         }
     }
 }
@@ -93,6 +104,23 @@ impl ScaletestConfig {
         }
         if self.ready_timeout.is_zero() || self.progress_every.is_zero() {
             return bad("timeouts and the progress interval must be more than zero");
+        }
+        let sessions = self.terminals.saturating_add(self.ssh_sessions);
+        if sessions > 100_000 {
+            return bad("at most 100,000 terminal and SSH sessions per run");
+        }
+        if sessions > 0 && self.workspaces == 0 {
+            return bad(
+                "terminal and SSH sessions need workspaces: --workspaces must be at least 1",
+            );
+        }
+        // A real workspace's shell would run what the sessions type; simulated agents only
+        // write it back, which is also what the echo is timed and checked against.
+        if sessions > 0 && self.agents == 0 {
+            return bad("terminal and SSH sessions run against simulated agents (--agents at least 1): a real workspace's shell would run what they type");
+        }
+        if sessions > 0 && !(10..=10_000_000).contains(&self.session_rate) {
+            return bad("--session-rate must be between 10 and 10000000 bytes per second");
         }
         Ok(())
     }
@@ -148,6 +176,8 @@ pub struct Report {
     /// The mixed workload, per operation.
     pub load: Vec<OpStats>,
     pub load_seconds: f64,
+    /// Bytes the terminal and SSH sessions wrote and got back intact, over all of them.
+    pub session_bytes: u64,
     pub cleanup: Cleanup,
 }
 
@@ -173,6 +203,8 @@ struct Made {
 #[derive(Debug, Clone)]
 pub(crate) struct RunUser {
     pub(crate) client: Client,
+    /// The client's token (it has the `workspace` scope): the SSH sessions' password.
+    pub(crate) token: String,
 }
 
 /// Runs one scale test with `admin` (an admin's client) and removes what it made. `shutdown`
@@ -211,6 +243,7 @@ pub async fn run(
         ready_seconds: None,
         load: vec![],
         load_seconds: 0.0,
+        session_bytes: 0,
         cleanup: Cleanup::default(),
     };
     let phases = phases(
@@ -265,6 +298,7 @@ async fn phases(
     let setup = Recorder::default();
     let started = Instant::now();
     let mut agents = vec![];
+    let agent_config = agent_config(config, admin).await?;
     for i in 0..config.agents {
         let name = format!("{run_id}-a{i}");
         lock(made).agents.push(name.clone());
@@ -272,7 +306,7 @@ async fn phases(
         let created = admin
             .create_agent(&CreateAgentRequest {
                 name: name.clone(),
-                config: None,
+                config: agent_config.clone(),
             })
             .await;
         setup.record(
@@ -311,15 +345,105 @@ async fn phases(
         names.len(),
         ready_from.elapsed().as_secs_f64()
     ));
-    if config.api_rate > 0.0 && !config.duration.is_zero() {
-        let load = Arc::new(Recorder::default());
-        let t = Instant::now();
-        let plan = Arc::new(workload::Plan::new(users, names, agents, run_id));
-        workload::drive(config, plan, load.clone(), progress, shutdown).await;
-        report.load_seconds = t.elapsed().as_secs_f64();
-        report.load = load.stats(t.elapsed());
-    }
+    let load = Arc::new(Recorder::default());
+    let sessions = config.terminals + config.ssh_sessions;
+    // The sessions' workspaces are kept out of the workload's stops and deletes (half of the
+    // workspaces at most, so the workload still has some to churn).
+    let hosts = sessions.min(names.len().div_ceil(2));
+    let targets = session_targets(config, &users, &names[..hosts]).await?;
+    let ssh = if config.ssh_sessions > 0 {
+        let access = admin
+            .access()
+            .await
+            .map_err(api("reading the SSH endpoint"))?;
+        Some(access.ssh.ok_or_else(|| {
+            ScaletestError::Invalid("this installation offers no SSH: drop --ssh".to_owned())
+        })?)
+    } else {
+        None
+    };
+    let t = Instant::now();
+    let until = t + config.duration;
+    let terminals = sessions::drive(
+        targets,
+        ssh,
+        config.session_rate,
+        until,
+        load.clone(),
+        shutdown.clone(),
+    );
+    let api_load = async {
+        if config.api_rate > 0.0 && !config.duration.is_zero() {
+            let plan = Arc::new(workload::Plan::new(users, names, hosts, agents, run_id));
+            workload::drive(config, plan, load.clone(), progress, shutdown).await;
+        }
+    };
+    let (carried, ()) = tokio::join!(terminals, api_load);
+    report.session_bytes = carried.echoed_bytes;
+    report.load_seconds = t.elapsed().as_secs_f64();
+    report.load = load.stats(t.elapsed());
     Ok(())
+}
+
+/// The sessions to open, spread over `hosts` (as their owners), with their terminal URLs.
+async fn session_targets(
+    config: &ScaletestConfig,
+    users: &[RunUser],
+    hosts: &[(usize, String)],
+) -> Result<Vec<sessions::Target>, ScaletestError> {
+    let mut urls = Vec::with_capacity(hosts.len());
+    for (owner, name) in hosts {
+        let ws = users[*owner]
+            .client
+            .get_workspace(name)
+            .await
+            .map_err(api(format!("reading workspace {name}")))?;
+        urls.push(ws.terminal_url.unwrap_or_default());
+    }
+    let kinds = std::iter::repeat_n(sessions::Kind::Web, config.terminals).chain(
+        std::iter::repeat_n(sessions::Kind::Ssh, config.ssh_sessions),
+    );
+    Ok(kinds
+        .enumerate()
+        .map(|(i, kind)| {
+            let (owner, name) = &hosts[i % hosts.len()];
+            sessions::Target {
+                kind,
+                owner: users[*owner].clone(),
+                workspace: name.clone(),
+                terminal_url: urls[i % hosts.len()].clone(),
+            }
+        })
+        .collect())
+}
+
+/// The simulated agents' configuration: the server's defaults, but with sessions to hold,
+/// their workspaces' hosts on the front door the server last heard from (a central proxy), as
+/// the installation's real agents have theirs.
+async fn agent_config(
+    config: &ScaletestConfig,
+    admin: &Client,
+) -> Result<Option<AgentConfig>, ScaletestError> {
+    if config.terminals + config.ssh_sessions == 0 {
+        return Ok(None);
+    }
+    let proxies = admin.proxies().await.map_err(api(
+        "listing the proxies (terminal and SSH sessions go through one)",
+    ))?;
+    let front = proxies
+        .iter()
+        .filter(|p| p.region.is_none() && p.serving)
+        .max_by_key(|p| p.last_seen_at)
+        .ok_or_else(|| {
+            ScaletestError::Invalid(
+                "no central proxy is serving: terminal and SSH sessions go through one".to_owned(),
+            )
+        })?;
+    Ok(Some(AgentConfig {
+        workspace_domain: front.workspace_domain.clone(),
+        workspace_scheme: front.public_scheme.clone(),
+        ..AgentConfig::default()
+    }))
 }
 
 fn lock(made: &Mutex<Made>) -> std::sync::MutexGuard<'_, Made> {
@@ -370,8 +494,12 @@ async fn create_users(
                     .await;
                 setup.record("user.login", t.elapsed(), r.as_ref().err().map(short));
                 let token = r.map_err(api(format!("signing in as {name}")))?;
-                let client = Client::new(&base, token.secret).map_err(api("the server URL"))?;
-                Ok(RunUser { client })
+                let client =
+                    Client::new(&base, token.secret.clone()).map_err(api("the server URL"))?;
+                Ok(RunUser {
+                    client,
+                    token: token.secret,
+                })
             }
         })
         .buffered(config.concurrency)

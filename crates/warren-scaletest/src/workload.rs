@@ -72,14 +72,17 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
+    /// The first `reserved` workspaces hold terminal sessions: the workload never stops
+    /// them.
     pub(crate) fn new(
         users: Vec<RunUser>,
         workspaces: Vec<(usize, String)>,
+        reserved: usize,
         agents: Vec<String>,
         run_id: &str,
     ) -> Plan {
         Plan {
-            running: Mutex::new((0..workspaces.len()).collect()),
+            running: Mutex::new((reserved.min(workspaces.len())..workspaces.len()).collect()),
             stopped: Mutex::default(),
             churn: Mutex::default(),
             created: Default::default(),

@@ -7,7 +7,7 @@ use crate::common;
 use common::*;
 use reqwest::Method;
 use serde_json::{json, Value};
-use warren_types::reconcile::AGENT_ID_HEADER;
+use warren_types::reconcile::{AGENT_ID_HEADER, CONFIG_GENERATION_ANNOTATION};
 
 async fn ws_state(s: &TestServer, name: &str) -> Value {
     let (st, b) = s
@@ -393,6 +393,164 @@ async fn selection_and_config_to_apply_rules() {
         assert!(
             s.reconcile_ok(agent, "full", json!([])).await.is_empty(),
             "[{l}]"
+        );
+        s.stop().await;
+    }
+}
+
+/// The generation annotation of the Deployment in `config` (a multi-document YAML stream).
+fn generation_of(config: &str) -> String {
+    use serde::Deserialize;
+    for doc in serde_yaml::Deserializer::from_str(config) {
+        let object = Value::deserialize(doc).expect("the config is YAML");
+        if object["kind"] == "Deployment" {
+            return object["metadata"]["annotations"][CONFIG_GENERATION_ANNOTATION]
+                .as_str()
+                .expect("the Deployment carries its generation")
+                .to_owned();
+        }
+    }
+    panic!("no Deployment in {config}");
+}
+
+/// `report` with its Deployment annotated as having applied `generation`.
+fn applied(mut report: Value, generation: &str) -> Value {
+    report["latest_k8s_deployment_info"]["metadata"]["annotations"] =
+        json!({ CONFIG_GENERATION_ANNOTATION: generation });
+    report
+}
+
+#[tokio::test]
+async fn a_full_reconcile_leaves_out_only_the_objects_an_agent_has_applied_and_settled() {
+    for db in databases() {
+        let s = TestServer::start(&db).await;
+        let l = s.label;
+        let agent = s.agent("a1", json!({})).await;
+        for w in ["w1", "w2", "w3"] {
+            s.workspace(&s.admin_token, json!({"name": w, "agent": "a1"}))
+                .await;
+        }
+        // Nothing reported: every workspace's objects go out, each rendering with its own
+        // generation.
+        let infos = s.reconcile_ok(agent, "full", json!([])).await;
+        let generation: std::collections::BTreeMap<&str, String> = ["w1", "w2", "w3"]
+            .into_iter()
+            .map(|w| {
+                (
+                    w,
+                    generation_of(infos[w]["config_to_apply"].as_str().unwrap()),
+                )
+            })
+            .collect();
+        assert_ne!(generation["w1"], generation["w2"], "[{l}]");
+
+        // w1 applied and running; w2 running an older rendering; w3 applied but not up yet.
+        let mut starting = applied(running("w3", "3"), &generation["w3"]);
+        starting["latest_k8s_deployment_info"]["status"] = json!({});
+        let reports = json!([
+            applied(running("w1", "1"), &generation["w1"]),
+            applied(running("w2", "2"), "an-older-rendering"),
+            starting,
+        ]);
+        let infos = s.reconcile_ok(agent, "full", reports.clone()).await;
+        assert_eq!(infos.len(), 3, "[{l}] every workspace still goes back");
+        assert!(
+            infos["w1"]["config_to_apply"].is_null(),
+            "[{l}] {:?}",
+            infos["w1"]
+        );
+        assert_eq!(infos["w1"]["actual_state"], "Running");
+        assert!(
+            infos["w2"]["config_to_apply"].is_string(),
+            "[{l}] older rendering"
+        );
+        assert!(
+            infos["w3"]["config_to_apply"].is_string(),
+            "[{l}] not settled"
+        );
+        // The same again: nothing of it was marked, so the answer is the same.
+        let again = s.reconcile_ok(agent, "full", reports).await;
+        assert_eq!(again, infos, "[{l}]");
+
+        // Scaled down behind Warren's back: the generation is current, but the workspace is
+        // not in its desired state, so its objects go out again.
+        let infos = s
+            .reconcile_ok(
+                agent,
+                "full",
+                json!([applied(stopped("w1", "4"), &generation["w1"])]),
+            )
+            .await;
+        assert!(infos["w1"]["config_to_apply"].is_string(), "[{l}] drifted");
+
+        // Stopped on purpose: the change goes out at once; once stopped, a full answer
+        // leaves the objects out again.
+        let (st, b) = s
+            .admin(
+                Method::PUT,
+                "/api/v1/workspaces/w1/desired_state",
+                Some(json!({"desired_state": "Stopped"})),
+            )
+            .await;
+        assert_eq!(st, 200, "{b}");
+        let infos = s
+            .reconcile_ok(
+                agent,
+                "full",
+                json!([applied(running("w1", "5"), &generation["w1"])]),
+            )
+            .await;
+        assert!(
+            infos["w1"]["config_to_apply"]
+                .as_str()
+                .unwrap()
+                .contains("replicas: 0"),
+            "[{l}] a changed desired state always carries objects"
+        );
+        let infos = s
+            .reconcile_ok(
+                agent,
+                "full",
+                json!([applied(stopped("w1", "6"), &generation["w1"])]),
+            )
+            .await;
+        assert!(
+            infos["w1"]["config_to_apply"].is_null(),
+            "[{l}] stopped and settled"
+        );
+
+        // A resize renders anew: forced, with a new generation, whatever the agent reports.
+        let (st, b) = s
+            .admin(
+                Method::PUT,
+                "/api/v1/workspaces/w1/resources",
+                Some(json!({"resources": {"cpu": "1"}})),
+            )
+            .await;
+        assert_eq!(st, 200, "{b}");
+        let infos = s
+            .reconcile_ok(
+                agent,
+                "full",
+                json!([applied(stopped("w1", "6"), &generation["w1"])]),
+            )
+            .await;
+        let config = infos["w1"]["config_to_apply"].as_str().expect("forced");
+        assert_ne!(
+            generation_of(config),
+            generation["w1"],
+            "[{l}] a new rendering"
+        );
+        let infos = s
+            .reconcile_ok(
+                agent,
+                "full",
+                json!([applied(stopped("w1", "7"), &generation["w1"])]),
+            )
+            .await;
+        assert!(
+            infos["w1"]["config_to_apply"].is_string(),
+            "[{l}] the old rendering is no longer current"
         );
         s.stop().await;
     }

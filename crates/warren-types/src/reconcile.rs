@@ -216,6 +216,15 @@ pub struct WorkspaceRailsInfo {
     pub image_pull_secrets: Vec<ImagePullSecretRef>,
 }
 
+/// Annotation of a workspace's Deployment in `config_to_apply`: which rendering of the
+/// workspace's objects it is (random, new at every render). The agent applies the Deployment
+/// last and reports it back with its annotations, so a reported generation says every object of
+/// that rendering was applied; a full reconcile then leaves out the objects of a workspace that
+/// reports its current generation and is settled in its desired state (reconcile.md, as Warren
+/// deviates from it: ten thousand unchanged configurations are not sent, opened and re-applied
+/// every hour).
+pub const CONFIG_GENERATION_ANNOTATION: &str = "warren.dev/config-generation";
+
 /// Annotation of a workspace's ServiceAccount: `namespace/name,…` of its image pull secrets,
 /// so a Kubernetes agent can copy each into the workspace's namespace (an engine agent reads
 /// them by name from its own directory).

@@ -57,6 +57,17 @@ pub struct ScaletestArgs {
     /// Seconds between progress lines (on standard error).
     #[arg(long, default_value_t = 10)]
     progress_every: u64,
+    /// Web terminals to hold open through the proxy while the workload runs (simulated
+    /// agents only: their terminals write back what they read, which is timed and checked).
+    #[arg(long, default_value_t = 0)]
+    terminals: usize,
+    /// SSH sessions to hold open through the proxy while the workload runs (simulated agents
+    /// only), signed in with each user's token as the password.
+    #[arg(long = "ssh", default_value_t = 0)]
+    ssh_sessions: usize,
+    /// Bytes a second each terminal and SSH session writes, in chunks ten times a second.
+    #[arg(long, default_value_t = 4096)]
+    session_rate: u64,
     /// The report's format on standard output.
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
     output: Output,
@@ -73,6 +84,9 @@ pub async fn run(args: ScaletestArgs) -> anyhow::Result<bool> {
         concurrency: args.concurrency,
         ready_timeout: Duration::from_secs(args.ready_timeout),
         progress_every: Duration::from_secs(args.progress_every),
+        terminals: args.terminals,
+        ssh_sessions: args.ssh_sessions,
+        session_rate: args.session_rate,
     };
     config.validate()?;
     let launcher = if args.agents > 0 {
@@ -149,6 +163,13 @@ fn text(r: &warren_scaletest::Report) -> String {
             "\nmixed workload over {:.1} s\n{}",
             r.load_seconds,
             table(&r.load)
+        ));
+    }
+    if r.session_bytes > 0 {
+        out.push_str(&format!(
+            "terminal and SSH sessions: {} KiB written and echoed intact ({:.1} KiB/s)\n",
+            r.session_bytes >> 10,
+            r.session_bytes as f64 / 1024.0 / r.load_seconds.max(0.001)
         ));
     }
     if r.interrupted {

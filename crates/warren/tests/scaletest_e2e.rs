@@ -2,7 +2,7 @@
 //! simulated agents dialling the relay, the mixed workload with its percentiles, and a
 //! clean-up that leaves nothing — also when interrupted with Ctrl-C halfway.
 
-use crate::support::{wait_for, warren_bin, Stack};
+use crate::support::{wait_for, warren_bin, Stack, Up};
 use serde_json::Value;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -167,4 +167,72 @@ fn ctrl_c_stops_a_scale_test_and_it_still_cleans_up() {
     let run = report["run"].as_str().unwrap();
     assert!(leftovers(&stack, run).is_empty());
     assert!(text().contains("interrupted: cleaning up"), "{}", text());
+}
+
+/// Web terminals and SSH sessions through `warren up`'s proxy and relay to workspaces on the
+/// scale test's simulated agents: every chunk written comes back intact and is timed, and
+/// nothing is left behind.
+#[test]
+fn terminal_and_ssh_sessions_carry_their_rate_through_the_proxy_and_are_timed() {
+    if !crate::support::podman_available() {
+        return;
+    }
+    let up = Up::start();
+    let out = Command::new(warren_bin())
+        .arg("scaletest")
+        .args(["--relay-url", &up.relay_url(), "-o", "json"])
+        .args([
+            "--users",
+            "2",
+            "--workspaces",
+            "4",
+            "--agents",
+            "1",
+            "--api-rate",
+            "0",
+            "--terminals",
+            "3",
+            "--ssh",
+            "2",
+            "--session-rate",
+            "2000",
+            "--duration",
+            "3",
+        ])
+        .env("WARREN_URL", up.api_base())
+        .env("WARREN_TOKEN", up.admin_token())
+        .env("WARREN_HOME", up.home.path().join("scaletest-cli"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run warren scaletest");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "scaletest failed: {stderr}\n{}",
+        up.log()
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("the JSON report");
+    for (name, count) in [("terminal.open", 3), ("ssh.open", 2)] {
+        let o = op(&report["load"], name).unwrap_or_else(|| panic!("{name}: {report:#}"));
+        assert_eq!(o["count"], count, "{report:#}");
+        assert_eq!(o["errors"], 0, "{report:#}");
+    }
+    // Ten chunks a second for 3 s per session, each echoed: about 30 per session.
+    for (name, sessions) in [("terminal.echo", 3), ("ssh.echo", 2)] {
+        let o = op(&report["load"], name).unwrap_or_else(|| panic!("{name}: {report:#}"));
+        assert_eq!(o["errors"], 0, "{report:#}");
+        let n = o["count"].as_u64().unwrap();
+        assert!(
+            (20 * sessions..=40 * sessions).contains(&n),
+            "{name}: {n} echoes: {report:#}"
+        );
+    }
+    // 200 bytes a chunk, every one back.
+    let bytes = report["session_bytes"].as_u64().unwrap();
+    assert!(bytes >= 5 * 20 * 200, "{bytes} bytes: {report:#}");
+    assert_eq!(
+        report["cleanup"]["leftovers"],
+        Value::Array(vec![]),
+        "{report:#}"
+    );
 }

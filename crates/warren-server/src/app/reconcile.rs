@@ -6,13 +6,13 @@
 use super::lifecycle::{is_idle_stop, timer_decision, TimerInput};
 use super::{auth, AppError, AppState};
 use crate::store::agents::AgentRow;
-use crate::store::reconcile::{ReconcileTx, ReportUpdate, ReportedRow, Selection};
+use crate::store::reconcile::{ReconcileTx, ReportUpdate, ReportedRow, ResponseRow, Selection};
 use crate::store::StoreError;
 use std::collections::BTreeMap;
 use warren_types::lifecycle::derive_actual_state;
 use warren_types::reconcile::{
     ReconcileRequest, ReconcileResponse, UpdateType, WorkspaceAgentInfo, WorkspaceRailsInfo,
-    AGENT_ID_HEADER,
+    AGENT_ID_HEADER, CONFIG_GENERATION_ANNOTATION,
 };
 use warren_types::{ActualState, AgentId, DesiredState, WorkspaceId};
 
@@ -319,6 +319,43 @@ fn waiting_reason(info: &WorkspaceAgentInfo, derived: ActualState) -> Option<Str
     })
 }
 
+/// The rendering of its objects the agent says it applied to a workspace: its Deployment's
+/// [`CONFIG_GENERATION_ANNOTATION`].
+fn applied_generation<'a>(info: Option<&&'a WorkspaceAgentInfo>) -> Option<&'a str> {
+    info?
+        .latest_k8s_deployment_info
+        .as_ref()?
+        .get("metadata")?
+        .get("annotations")?
+        .get(CONFIG_GENERATION_ANNOTATION)?
+        .as_str()
+}
+
+/// Whether row `r`'s answer carries its objects (reconcile.md): never for desired
+/// `Terminated`; always when forced or changed since the last answer. A partial answer carries
+/// no others. A full one carries all others too but those the agent has applied and settled:
+/// the workspace reports the row's current generation and is in its desired state. Those
+/// would be re-applied unchanged (ten thousand of them every hour, each opened, sent and
+/// applied); one that is not settled (starting, failed, stopped behind Warren's back, or
+/// never applied) gets its objects again, as reconcile.md has every full answer do.
+fn carries_objects(r: &ResponseRow, full: bool, applied: Option<&str>) -> bool {
+    if r.desired == DesiredState::Terminated {
+        return false;
+    }
+    if r.forced || r.needs_response {
+        return true;
+    }
+    if !full {
+        return false;
+    }
+    let settled = matches!(
+        (r.desired, r.actual),
+        (DesiredState::Running, ActualState::Running)
+            | (DesiredState::Stopped, ActualState::Stopped)
+    );
+    !(settled && applied.is_some() && applied == r.config_generation.as_deref())
+}
+
 /// What a committed reconcile changed.
 #[derive(Debug, Default, Clone, Copy)]
 struct Changes {
@@ -393,11 +430,15 @@ async fn reconcile_once(
         .filter(|r| r.forced || r.needs_response)
         .map(|r| r.id)
         .collect();
+    let carrying: Vec<WorkspaceId> = rows
+        .iter()
+        .filter(|r| carries_objects(r, full, applied_generation(infos.get(r.name.as_str()))))
+        .map(|r| r.id)
+        .collect();
+    let mut configs = tx.configs(agent.id, &carrying).await?;
     for r in rows {
-        // The store read the configuration only where objects go out (reconcile.md): on a
-        // full reconcile, when forced, or when the row changed.
-        let config_to_apply = match &r.config {
-            Some(sealed) => Some(store.sbox.open_string(sealed).map_err(StoreError::from)?),
+        let config_to_apply = match configs.remove(&r.id) {
+            Some(sealed) => Some(store.sbox.open_string(&sealed).map_err(StoreError::from)?),
             None => None,
         };
         out.push(WorkspaceRailsInfo {

@@ -8,12 +8,24 @@ use serde_json::Value;
 use warren_devfile::{Devfile, ProjectSource, RenderRequest, ResolvedVariable};
 use warren_types::api::WorkspaceResources;
 use warren_types::machine::MachineClass;
+use warren_types::reconcile::CONFIG_GENERATION_ANNOTATION;
 use warren_types::{error_chain, DesiredState, WorkspaceId};
 
 /// The YAML the agent applies for replicas 1 and for replicas 0, rendered once when the
-/// objects are stored so reconciles only decrypt.
-fn configs(objects: &[Value]) -> (String, String) {
+/// objects are stored so reconciles only decrypt, each Deployment annotated with `generation`
+/// ([`CONFIG_GENERATION_ANNOTATION`]). Only here: the stored objects stay without it, so
+/// comparing two renderings still compares what they ask of the runtime.
+fn configs(objects: &[Value], generation: &str) -> (String, String) {
     let mut objects = objects.to_vec();
+    for o in objects.iter_mut() {
+        if o.get("kind").and_then(Value::as_str) != Some("Deployment") {
+            continue;
+        }
+        if !o["metadata"]["annotations"].is_object() {
+            o["metadata"]["annotations"] = Value::Object(Default::default());
+        }
+        o["metadata"]["annotations"][CONFIG_GENERATION_ANNOTATION] = Value::from(generation);
+    }
     warren_devfile::set_replicas(&mut objects, 1);
     let running = warren_devfile::objects_to_yaml(&objects);
     warren_devfile::set_replicas(&mut objects, 0);
@@ -275,7 +287,10 @@ pub fn render_workspace(
         .find(|e| e.main)
         .or_else(|| reachable.first())
         .map(|e| url_of(e.port, &e.path));
-    let (config_running, config_stopped) = configs(&rendered.objects);
+    // Random, not a digest of the objects: it says which rendering an agent applied, and
+    // stored in clear beside the sealed objects it must reveal nothing about them.
+    let config_generation = crate::crypto::random_secret(12);
+    let (config_running, config_stopped) = configs(&rendered.objects, &config_generation);
     Ok(RenderedObjects {
         namespace: rendered.namespace,
         objects: rendered.objects,
@@ -283,6 +298,7 @@ pub fn render_workspace(
         url,
         config_running,
         config_stopped,
+        config_generation,
     })
 }
 

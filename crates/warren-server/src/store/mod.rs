@@ -22,6 +22,7 @@ pub mod proxy_keys;
 pub mod proxy_presence;
 mod quota;
 pub mod reconcile;
+mod rendered;
 pub mod secrets;
 pub mod spaces;
 pub mod ssh_keys;

@@ -110,7 +110,7 @@ impl Store {
             "UPDATE workspaces SET owner_id = $1, space_id = $2, variables = $3, namespace = $4, \
              rendered_objects = $5, endpoints = $6, url = $7, config_running = $8, \
              config_stopped = $9, {}, force_include_all_resources = 1, created_at = $11, \
-             updated_at = $11, version = version + 1, pool_of = NULL \
+             updated_at = $11, version = version + 1, pool_of = NULL, config_generation = $13 \
              WHERE id = $12 AND pool_of IS NOT NULL",
             set_desired_sql(10, 11, ChangedBy::Other)
         ))
@@ -126,6 +126,7 @@ impl Store {
         .bind(DesiredState::Running.as_str())
         .bind(now)
         .bind(taken.id.get())
+        .bind(&r.config_generation)
         .execute(&mut *tx)
         .await
         .map_err(StoreError::from)?;

@@ -41,7 +41,9 @@ pub struct ReportUpdate {
     pub idle_stop: bool,
 }
 
-/// A row that goes back to the agent, with its sealed configuration when it carries one.
+/// A row that goes back to the agent. Its configuration, when the answer carries one, is read
+/// apart ([`ReconcileTx::configs`]): which rows carry one also depends on what the agent
+/// reported.
 #[derive(Debug, Clone)]
 pub struct ResponseRow {
     pub id: WorkspaceId,
@@ -50,10 +52,9 @@ pub struct ResponseRow {
     pub desired: DesiredState,
     pub actual: ActualState,
     pub resource_version: Option<String>,
-    /// Sealed YAML for the desired state's replicas, when the answer carries objects for this
-    /// row (a full reconcile, forced, or changed since the last answer: reconcile.md); `None`
-    /// for desired `Terminated`, whose answer carries none.
-    pub config: Option<String>,
+    /// Which rendering the row's configurations are (`None` for rows rendered before
+    /// generations were kept).
+    pub config_generation: Option<String>,
     pub forced: bool,
     pub needs_response: bool,
 }
@@ -300,18 +301,9 @@ impl ReconcileTx {
     ) -> Result<Vec<ResponseRow>, StoreError> {
         let (predicate, mut binds) = selection.predicate(self.kind);
         binds.insert(0, Bind::I(agent.get()));
-        // Only the configuration that goes out is read (and later opened): each is several
-        // KiB, and a full reconcile of 10,000 workspaces read both of every row.
-        let carries = match selection {
-            Selection::Full => "1 = 1",
-            Selection::Partial { .. } => "(force_include_all_resources = 1 OR needs_response = 1)",
-        };
         let sql = format!(
             "SELECT id, name, namespace, desired_state, actual_state, deployment_resource_version, \
-             CASE WHEN NOT ({carries}) THEN NULL \
-                  WHEN desired_state = 'Running' THEN config_running \
-                  WHEN desired_state IN ('Stopped', 'RestartRequested') THEN config_stopped END AS config, \
-             force_include_all_resources, needs_response \
+             config_generation, force_include_all_resources, needs_response \
              FROM workspaces WHERE {predicate} ORDER BY id{}",
             for_update(self.kind)
         );
@@ -327,10 +319,43 @@ impl ReconcileTx {
                 desired: parse_state(&get_str(r, "desired_state")?)?,
                 actual: parse_state(&get_str(r, "actual_state")?)?,
                 resource_version: get_opt_str(r, "deployment_resource_version")?,
-                config: get_opt_str(r, "config")?,
+                config_generation: get_opt_str(r, "config_generation")?,
                 forced: get_i64(r, "force_include_all_resources")? != 0,
                 needs_response: get_i64(r, "needs_response")? != 0,
             });
+        }
+        Ok(out)
+    }
+
+    /// The sealed configuration for its desired state of each of `ids` (of `agent`, as
+    /// [`ReconcileTx::response_rows`] read them in this transaction), by id; none for desired
+    /// `Terminated`, whose answer carries no objects. Only these are read: each is several
+    /// KiB, and a full reconcile of 10,000 workspaces read both of every row.
+    pub async fn configs(
+        &mut self,
+        agent: AgentId,
+        ids: &[WorkspaceId],
+    ) -> Result<BTreeMap<WorkspaceId, String>, StoreError> {
+        if ids.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let ids: Vec<i64> = ids.iter().map(|id| id.get()).collect();
+        let sql = format!(
+            "SELECT id, CASE WHEN desired_state = 'Running' THEN config_running \
+                  WHEN desired_state IN ('Stopped', 'RestartRequested') THEN config_stopped END AS config \
+             FROM workspaces WHERE agent_id = $1 AND id IN ({})",
+            json_ints(self.kind, 2)
+        );
+        let rows = sqlx::query(&sql)
+            .bind(agent.get())
+            .bind(json_list(&ids))
+            .fetch_all(&mut *self.tx)
+            .await?;
+        let mut out = BTreeMap::new();
+        for r in &rows {
+            if let Some(config) = get_opt_str(r, "config")? {
+                out.insert(WorkspaceId(get_i64(r, "id")?), config);
+            }
         }
         Ok(out)
     }

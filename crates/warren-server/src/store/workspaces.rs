@@ -453,19 +453,9 @@ pub struct WorkspaceFilter {
 
 pub use super::prebuilds::StoredSeed;
 pub use super::quota::QuotaCounts;
+pub use super::rendered::RenderedObjects;
 pub use super::timers::TimerRow;
 
-/// A workspace's rendered objects as stored: the objects (sealed), its URLs, and the YAML
-/// the agent applies for replicas 1 and 0 (sealed), rendered once so reconciles only decrypt.
-#[derive(Debug, Clone)]
-pub struct RenderedObjects {
-    pub namespace: String,
-    pub objects: Vec<serde_json::Value>,
-    pub endpoints: BTreeMap<String, String>,
-    pub url: Option<String>,
-    pub config_running: String,
-    pub config_stopped: String,
-}
 
 /// The assignment of a new desired state at `$d` and time `$now`, the one way every writer
 /// sets it. `desired_state_updated_at` never goes below the last response to the agent, so
@@ -560,7 +550,7 @@ impl Store {
         let r = render(id)?;
         sqlx::query(
             "UPDATE workspaces SET namespace = $1, rendered_objects = $2, endpoints = $3, url = $4, \
-             config_running = $6, config_stopped = $7 WHERE id = $5",
+             config_running = $6, config_stopped = $7, config_generation = $8 WHERE id = $5",
         )
         .bind(&r.namespace)
         .bind(seal_json(self, &r.objects))
@@ -569,6 +559,7 @@ impl Store {
         .bind(id.get())
         .bind(self.sbox.seal(r.config_running.as_bytes()))
         .bind(self.sbox.seal(r.config_stopped.as_bytes()))
+        .bind(&r.config_generation)
         .execute(&mut *tx)
         .await
         .map_err(StoreError::from)?;
@@ -743,7 +734,7 @@ impl Store {
         let r = sqlx::query(&format!(
             "UPDATE workspaces SET rendered_objects = $1, resources = $2, {}, \
              force_include_all_resources = 1, config_running = $7, config_stopped = $8, \
-             endpoints = $9, url = $10, devfile = COALESCE($11, devfile), \
+             endpoints = $9, url = $10, devfile = COALESCE($11, devfile), config_generation = $12, \
              updated_at = $4, version = version + 1 WHERE id = $5 AND version = $6",
             set_desired_sql(3, 4, ChangedBy::Other)
         ))
@@ -758,6 +749,7 @@ impl Store {
         .bind(serde_json::to_string(&rendered.endpoints).unwrap_or_default())
         .bind(rendered.url.clone())
         .bind(devfile)
+        .bind(&rendered.config_generation)
         .execute(&self.db.pool)
         .await?;
         Ok((r.rows_affected() == 1).then_some(()))

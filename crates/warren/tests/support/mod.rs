@@ -506,13 +506,13 @@ impl Proc {
             .and_then(|c| c.try_wait().ok().flatten())
     }
 
-    /// SIGKILL and reap: the crash the fault tests inject. A Podman service the process
-    /// started is stopped too; containers keep running, as after a real crash.
     /// The process id, while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
     }
 
+    /// SIGKILL and reap: the crash the fault tests inject. A Podman service the process
+    /// started is stopped too; containers keep running, as after a real crash.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
@@ -944,6 +944,11 @@ impl Up {
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.home.path().join("up.log")).unwrap_or_default()
+    }
+
+    /// The process id of `warren up`, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// The proxy's HTTP and SSH ports, as the last start printed them (a restarted `warren

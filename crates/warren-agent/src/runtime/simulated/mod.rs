@@ -5,7 +5,8 @@
 //! the command as a local child process (no PTY; with `tty`, CR in the input becomes LF and
 //! LF in the output CR LF, as a terminal's line discipline would do) in the system's
 //! temporary directory, or where [`SimulatedRuntime::enable_exec`] says, unless a test
-//! turned it off with [`SimulatedRuntime::disable_exec`].
+//! turned it off with [`SimulatedRuntime::disable_exec`] or made every session an echo with
+//! [`SimulatedRuntime::echo_exec`].
 
 use super::{
     ByteStream, ExecOutput, ExecSession, ExecSpec, ObservedWorkspace, RuntimeError, WorkspaceKey,
@@ -54,6 +55,8 @@ struct State {
     /// Working directory of exec'd processes (default: the temporary directory).
     exec_dir: Option<std::path::PathBuf>,
     exec_disabled: bool,
+    /// Every exec is a terminal that writes back what it reads (`echo_exec`).
+    exec_echo: bool,
     /// What `logs` answers, per workspace and container (`None`: the main one).
     logs: HashMap<(WorkspaceKey, Option<String>), String>,
     /// Objects of devfile components, as last applied.
@@ -307,6 +310,16 @@ impl SimulatedRuntime {
         self.lock().exec_disabled = true;
     }
 
+    /// Every `exec` from now on, whatever its command, is a terminal that writes back each
+    /// byte it reads and ends when its input does: terminals and SSH sessions to simulated
+    /// workspaces carry load and measure echo without anything running on the host (a scale
+    /// test's agents, `warren scaletest`).
+    pub fn echo_exec(&self) {
+        let mut st = self.lock();
+        st.exec_echo = true;
+        st.exec_disabled = false;
+    }
+
     /// Every terminal size exec sessions asked for, initial sizes and resizes, in order.
     pub fn exec_resizes(&self) -> Vec<TerminalSize> {
         self.resizes
@@ -380,6 +393,49 @@ impl SimulatedRuntime {
             ],
         });
         dep
+    }
+}
+
+impl SimulatedRuntime {
+    /// An exec session that writes back what it reads ([`SimulatedRuntime::echo_exec`]). Its
+    /// input and output are one bounded pipe, so a client that stops reading holds up its own
+    /// writes (back-pressure through the relay), never the agent's memory.
+    fn echo_session(&self, spec: &ExecSpec) -> ExecSession {
+        let (writer, reader) = tokio::io::duplex(64 * 1024);
+        let resizes = self.resizes.clone();
+        let record = move |size: TerminalSize| {
+            resizes.lock().unwrap_or_else(|p| p.into_inner()).push(size);
+        };
+        if let Some(size) = spec.size.filter(|_| spec.tty) {
+            record(size);
+        }
+        let (resize, mut sizes) = tokio::sync::mpsc::channel::<TerminalSize>(16);
+        // Drained at once so sizes never hold up the input; ends with the session.
+        tokio::spawn(async move {
+            while let Some(size) = sizes.recv().await {
+                record(size);
+            }
+        });
+        let output = tokio_util::io::ReaderStream::new(reader)
+            .map(|r| {
+                r.map(ExecOutput::Stdout)
+                    .map_err(|e| RuntimeError::Runtime {
+                        context: "reading a simulated echo session".into(),
+                        source: Box::new(e),
+                    })
+            })
+            .boxed();
+        ExecSession {
+            stdin: Box::pin(writer),
+            output,
+            resize,
+            // The output ends when the input does; the session then exits cleanly.
+            exit: futures::future::ready(Ok(ExecExit {
+                code: Some(0),
+                message: None,
+            }))
+            .boxed(),
+        }
     }
 }
 
@@ -565,6 +621,37 @@ mod tests {
             TerminationProgress::Terminated
         );
         assert!(rt.list().await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_echo_session_writes_back_what_it_reads_and_runs_nothing() {
+        use tokio::io::AsyncWriteExt;
+        let rt = SimulatedRuntime::new();
+        rt.set_auto_settle(true);
+        rt.echo_exec();
+        rt.apply(&key(), &objects(1)).await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("ran");
+        let spec = ExecSpec {
+            container: None,
+            command: vec!["touch".into(), marker.display().to_string()],
+            env: vec![],
+            tty: true,
+            size: Some(TerminalSize { cols: 80, rows: 24 }),
+        };
+        let mut session = rt.exec(&key(), spec).await.unwrap();
+        session.stdin.write_all(b"typed\r").await.unwrap();
+        session.stdin.shutdown().await.unwrap();
+        let mut out = vec![];
+        while let Some(chunk) = session.output.next().await {
+            match chunk.unwrap() {
+                ExecOutput::Stdout(b) | ExecOutput::Stderr(b) => out.extend_from_slice(&b),
+            }
+        }
+        assert_eq!(out, b"typed\r", "byte for byte, no line discipline");
+        assert_eq!(session.exit.await.unwrap().code, Some(0));
+        assert!(!marker.exists(), "the command never ran");
+        assert_eq!(rt.exec_resizes(), [TerminalSize { cols: 80, rows: 24 }]);
     }
 
     #[tokio::test]

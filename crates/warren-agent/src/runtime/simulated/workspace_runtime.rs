@@ -101,6 +101,10 @@ impl WorkspaceRuntime for SimulatedRuntime {
             if !running {
                 return Err(exec_error(key, "the workspace is not running".into()));
             }
+            if st.exec_echo {
+                drop(st);
+                return Ok(self.echo_session(&spec));
+            }
             if st.exec_disabled {
                 return Err(exec_error(
                     key,

@@ -456,7 +456,6 @@ pub use super::quota::QuotaCounts;
 pub use super::rendered::RenderedObjects;
 pub use super::timers::TimerRow;
 
-
 /// The assignment of a new desired state at `$d` and time `$now`, the one way every writer
 /// sets it. `desired_state_updated_at` never goes below the last response to the agent, so
 /// a server whose clock lags cannot hide a change from partial reconciliation, and the row

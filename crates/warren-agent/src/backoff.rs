@@ -6,7 +6,7 @@ use std::time::Duration;
 
 /// The delay before retry number `failures + 1`: uniformly in [d/2, d], where d is `initial`
 /// doubled per earlier failure, at most `max`.
-pub(crate) fn jittered(initial: Duration, max: Duration, failures: u32) -> Duration {
+pub fn jittered(initial: Duration, max: Duration, failures: u32) -> Duration {
     let d = initial.saturating_mul(1u32 << failures.min(20)).min(max);
     let half = d / 2;
     half + rand::thread_rng().gen_range(Duration::ZERO..=half)

@@ -1,7 +1,7 @@
 //! Warren's agent: reconciles a workspace runtime (Kubernetes, container engine) with the server;
 //! and `warren connect`, which attaches a machine as a mount over the same relay connection.
 
-mod backoff;
+pub mod backoff;
 pub mod connection;
 pub mod connector;
 pub mod gitops;

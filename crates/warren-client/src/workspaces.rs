@@ -211,12 +211,7 @@ impl Client {
     /// `terminal_url` (`Workspace::terminal_url`): a WebSocket through the proxy carrying the
     /// bytes as binary messages. The token must have the `workspace` scope.
     pub async fn open_port_forward(&self, terminal_url: &str, port: u16) -> Result<PortForward> {
-        let url = Url::parse(terminal_url)
-            .and_then(|u| u.join(&format!(".warren/port-forward/{port}")))
-            .map_err(|e| Error::InvalidUrl {
-                url: terminal_url.to_owned(),
-                reason: e.to_string(),
-            })?;
+        let url = beside_terminal(terminal_url, &format!(".warren/port-forward/{port}"))?;
         Ok(PortForward {
             ws: self.open_websocket(url).await?,
         })
@@ -233,12 +228,7 @@ impl Client {
         cols: u16,
         rows: u16,
     ) -> Result<TerminalSocket> {
-        let url = Url::parse(terminal_url)
-            .and_then(|u| u.join(&format!("ws?cols={cols}&rows={rows}")))
-            .map_err(|e| Error::InvalidUrl {
-                url: terminal_url.to_owned(),
-                reason: e.to_string(),
-            })?;
+        let url = beside_terminal(terminal_url, &format!("ws?cols={cols}&rows={rows}"))?;
         self.open_websocket(url).await
     }
 
@@ -492,4 +482,15 @@ impl Client {
         seg.extend(["share-links".to_owned(), id.to_string()]);
         self.call_empty(Method::DELETE, &seg).await
     }
+}
+
+/// `path` resolved against a workspace's terminal URL (the proxy serves the terminal's socket
+/// and port forwards beside its page).
+fn beside_terminal(terminal_url: &str, path: &str) -> Result<Url> {
+    Url::parse(terminal_url)
+        .and_then(|u| u.join(path))
+        .map_err(|e| Error::InvalidUrl {
+            url: terminal_url.to_owned(),
+            reason: e.to_string(),
+        })
 }

@@ -11,8 +11,20 @@ use warren_types::reconcile::{AGENT_ID_HEADER, RECONCILE_PATH};
 use warren_types::relay::{AuthenticateRequest, AuthenticateResponse, AUTHENTICATE_PATH};
 use warren_types::AgentId;
 
-/// At most this many cached token answers; beyond it expired ones are purged, then all.
-const CACHE_CAPACITY: usize = 10_000;
+/// At most this many cached acceptances; beyond it expired ones are purged, then all. Only a
+/// valid agent token is accepted, so this bounds nothing an outsider controls: it is sized
+/// above any one relay's agents (about 100 bytes each; a smaller cache would be wiped by
+/// every reconnect of a large fleet and send each agent's next connection to the server).
+const ACCEPTED_CAPACITY: usize = 1_000_000;
+/// At most this many cached refusals: anyone can send tokens, so they are kept apart and few.
+const REFUSED_CAPACITY: usize = 10_000;
+/// Token checks in flight to the server at once. When a relay restarts, every agent dials
+/// again within seconds; beyond this they wait here instead of each opening a connection
+/// (a descriptor on both sides) and a request to the server, which has a bounded database
+/// pool behind it anyway.
+const AUTHENTICATE_CONCURRENCY: usize = 32;
+/// Idle connections to the server kept for reuse.
+const POOL_IDLE: usize = 64;
 /// Time allowed for one call to the server.
 const SERVER_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -44,6 +56,28 @@ enum Cached {
     Refused,
 }
 
+/// Token answers by the token's SHA-256, each with when it expires.
+type AnswerCache<V> = HashMap<[u8; 32], (V, Instant)>;
+
+/// Inserts into a cache of at most `capacity` answers: when full, expired ones are purged,
+/// then all.
+fn insert_bounded<V>(
+    cache: &mut AnswerCache<V>,
+    capacity: usize,
+    key: [u8; 32],
+    value: V,
+    now: Instant,
+    ttl: Duration,
+) {
+    if cache.len() >= capacity {
+        cache.retain(|_, (_, expires)| *expires > now);
+        if cache.len() >= capacity {
+            cache.clear();
+        }
+    }
+    cache.insert(key, (value, now + ttl));
+}
+
 /// A forwarded response: the server's status and body, unchanged.
 #[derive(Debug)]
 pub struct Forwarded {
@@ -57,7 +91,9 @@ pub struct ServerClient {
     keys: JwtKeys,
     accepted_ttl: Duration,
     refused_ttl: Duration,
-    cache: Mutex<HashMap<[u8; 32], (Cached, Instant)>>,
+    accepted: Mutex<AnswerCache<AuthenticateResponse>>,
+    refused: Mutex<AnswerCache<()>>,
+    authenticating: tokio::sync::Semaphore,
 }
 
 impl std::fmt::Debug for ServerClient {
@@ -76,7 +112,9 @@ impl ServerClient {
         refused_ttl: Duration,
         extra_roots: Option<&warren_tls::CaBundle>,
     ) -> Result<Self, reqwest::Error> {
-        let mut builder = reqwest::Client::builder().timeout(SERVER_TIMEOUT);
+        let mut builder = reqwest::Client::builder()
+            .timeout(SERVER_TIMEOUT)
+            .pool_max_idle_per_host(POOL_IDLE);
         if let Some(roots) = extra_roots {
             builder = roots.apply(builder);
         }
@@ -87,7 +125,9 @@ impl ServerClient {
             keys,
             accepted_ttl,
             refused_ttl,
-            cache: Mutex::new(HashMap::new()),
+            accepted: Mutex::new(HashMap::new()),
+            refused: Mutex::new(HashMap::new()),
+            authenticating: tokio::sync::Semaphore::new(AUTHENTICATE_CONCURRENCY),
         })
     }
 
@@ -103,10 +143,13 @@ impl ServerClient {
     pub async fn authenticate(&self, token: &str) -> Result<AuthenticateResponse, ServerError> {
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         if let Some(hit) = self.cached(&key) {
-            return match hit {
-                Cached::Accepted(a) => Ok(a),
-                Cached::Refused => Err(ServerError::Refused),
-            };
+            return hit;
+        }
+        // Never closed, so acquiring only waits; held until the answer is read.
+        let _permit = self.authenticating.acquire().await;
+        // Answered while this call waited (the same agent dialling twice).
+        if let Some(hit) = self.cached(&key) {
+            return hit;
         }
         let request = AuthenticateRequest {
             token: token.to_owned(),
@@ -139,12 +182,18 @@ impl ServerClient {
         }
     }
 
-    fn cached(&self, key: &[u8; 32]) -> Option<Cached> {
-        let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        cache
+    fn cached(&self, key: &[u8; 32]) -> Option<Result<AuthenticateResponse, ServerError>> {
+        let now = Instant::now();
+        let accepted = self.accepted.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((a, _)) = accepted.get(key).filter(|(_, expires)| *expires > now) {
+            return Some(Ok(a.clone()));
+        }
+        drop(accepted);
+        let refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        refused
             .get(key)
-            .filter(|(_, expires)| *expires > Instant::now())
-            .map(|(c, _)| c.clone())
+            .filter(|(_, expires)| *expires > now)
+            .map(|_| Err(ServerError::Refused))
     }
 
     /// Drops a cached acceptance of the token with this digest (hex SHA-256), once the
@@ -157,24 +206,36 @@ impl ServerClient {
         let Ok(key) = <[u8; 32]>::try_from(bytes.as_slice()) else {
             return;
         };
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        cache.remove(&key);
+        let mut accepted = self.accepted.lock().unwrap_or_else(|p| p.into_inner());
+        accepted.remove(&key);
     }
 
     fn store(&self, key: [u8; 32], answer: Cached) {
-        let ttl = match answer {
-            Cached::Accepted(_) => self.accepted_ttl,
-            Cached::Refused => self.refused_ttl,
-        };
         let now = Instant::now();
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        if cache.len() >= CACHE_CAPACITY {
-            cache.retain(|_, (_, expires)| *expires > now);
-            if cache.len() >= CACHE_CAPACITY {
-                cache.clear();
+        match answer {
+            Cached::Accepted(a) => {
+                let mut accepted = self.accepted.lock().unwrap_or_else(|p| p.into_inner());
+                insert_bounded(
+                    &mut accepted,
+                    ACCEPTED_CAPACITY,
+                    key,
+                    a,
+                    now,
+                    self.accepted_ttl,
+                );
+            }
+            Cached::Refused => {
+                let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+                insert_bounded(
+                    &mut refused,
+                    REFUSED_CAPACITY,
+                    key,
+                    (),
+                    now,
+                    self.refused_ttl,
+                );
             }
         }
-        cache.insert(key, (answer, now + ttl));
     }
 
     /// Forwards a reconcile body to the server unchanged, naming the authenticated agent.
@@ -360,3 +421,46 @@ impl ServerClient {
 
 /// The digest the server keeps of an agent token.
 pub use warren_types::token_digest;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client() -> ServerClient {
+        ServerClient::new(
+            "http://127.0.0.1:9/".parse().unwrap(),
+            JwtKeys::new(b"a shared secret of sufficient length"),
+            Duration::from_secs(60),
+            Duration::from_secs(60),
+            None,
+        )
+        .unwrap()
+    }
+
+    fn key(n: usize) -> [u8; 32] {
+        Sha256::digest(n.to_le_bytes()).into()
+    }
+
+    #[test]
+    fn a_flood_of_refused_tokens_never_evicts_an_accepted_one() {
+        let client = client();
+        let answer = AuthenticateResponse {
+            agent_id: AgentId(7),
+            agent_name: "builder".into(),
+        };
+        client.store(key(0), Cached::Accepted(answer.clone()));
+        // Three times what the refusals may hold: their cache is wiped more than once.
+        for n in 1..=3 * REFUSED_CAPACITY {
+            client.store(key(n), Cached::Refused);
+        }
+        match client.cached(&key(0)) {
+            Some(Ok(hit)) => assert_eq!(hit, answer),
+            other => panic!("the accepted token's answer is gone: {other:?}"),
+        }
+        assert!(client.refused.lock().unwrap().len() <= REFUSED_CAPACITY);
+        assert!(matches!(
+            client.cached(&key(3 * REFUSED_CAPACITY)),
+            Some(Err(ServerError::Refused))
+        ));
+    }
+}

@@ -89,6 +89,49 @@ async fn bad_agent_token_is_refused_and_refusals_are_cached() {
     assert!(server.with(|s| s.model.requests.is_empty()));
 }
 
+/// A fleet reconnecting at once (a relay restart) does not become as many concurrent
+/// requests (and connections) to the server: token checks wait for a bounded number of
+/// slots, and every agent still gets in.
+#[tokio::test]
+async fn a_reconnect_storm_reaches_the_server_a_bounded_number_at_a_time() {
+    let server = TestServer::start(slow_timers()).await;
+    let fleet = 150;
+    server.with(|s| {
+        s.auth_delay = Duration::from_millis(50);
+        for i in 0..fleet {
+            s.tokens.insert(
+                format!("storm-{i}"),
+                warren_types::relay::AuthenticateResponse {
+                    agent_id: AgentId(1_000 + i),
+                    agent_name: format!("storm-{i}"),
+                },
+            );
+        }
+    });
+    let relay = TestRelay::start(&server.url).await;
+    let client = reqwest::Client::builder().http1_only().build().unwrap();
+    let dials = (0..fleet).map(|i| {
+        client
+            .get(format!("{}v1/agent/connect", relay.agent_url()))
+            .bearer_auth(format!("storm-{i}"))
+            .header("connection", "upgrade")
+            .header("upgrade", "warren-tunnel/1")
+            .send()
+    });
+    let answers = futures::future::join_all(dials).await;
+    let upgraded = answers
+        .iter()
+        .filter(|r| r.as_ref().is_ok_and(|r| r.status() == 101))
+        .count();
+    assert_eq!(upgraded, fleet as usize, "every agent of the storm gets in");
+    let (calls, most) = server.with(|s| (s.auth_calls, s.auth_in_flight_max));
+    assert_eq!(calls, fleet as usize, "one check per token");
+    assert!(
+        (2..=32).contains(&most),
+        "{most} token checks at once: the relay must bound them (and still overlap them)"
+    );
+}
+
 #[tokio::test]
 async fn accepted_tokens_are_cached() {
     let server = TestServer::start(slow_timers()).await;

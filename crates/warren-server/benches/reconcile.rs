@@ -12,8 +12,11 @@
 // is for product code.
 #![allow(clippy::disallowed_methods)]
 
+#[path = "../tests/common/generation.rs"]
+mod generation;
 mod support;
 
+use generation::generation_of;
 use serde_json::json;
 use std::time::{Duration, Instant};
 use warren_server::app::render::{self, RenderInput};
@@ -50,25 +53,6 @@ fn cpu_time() -> Option<Duration> {
     let stime: u64 = fields.get(12)?.parse().ok()?;
     // The kernel's USER_HZ is 100 on every mainstream Linux.
     Some(Duration::from_millis((utime + stime) * 10))
-}
-
-/// The generation annotation of the Deployment in `config` (what an agent reports back once
-/// it applied it).
-fn generation_of(config: &str) -> String {
-    use serde::Deserialize;
-    for doc in serde_yaml::Deserializer::from_str(config) {
-        let Ok(object) = serde_json::Value::deserialize(doc) else {
-            continue;
-        };
-        if object["kind"] == "Deployment" {
-            if let Some(g) =
-                object["metadata"]["annotations"][CONFIG_GENERATION_ANNOTATION].as_str()
-            {
-                return g.to_owned();
-            }
-        }
-    }
-    panic!("no generation in the configuration");
 }
 
 fn ms(d: Duration) -> f64 {

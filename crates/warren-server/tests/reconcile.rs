@@ -4,6 +4,7 @@
 
 use crate::common;
 
+use common::generation::generation_of;
 use common::*;
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -396,21 +397,6 @@ async fn selection_and_config_to_apply_rules() {
         );
         s.stop().await;
     }
-}
-
-/// The generation annotation of the Deployment in `config` (a multi-document YAML stream).
-fn generation_of(config: &str) -> String {
-    use serde::Deserialize;
-    for doc in serde_yaml::Deserializer::from_str(config) {
-        let object = Value::deserialize(doc).expect("the config is YAML");
-        if object["kind"] == "Deployment" {
-            return object["metadata"]["annotations"][CONFIG_GENERATION_ANNOTATION]
-                .as_str()
-                .expect("the Deployment carries its generation")
-                .to_owned();
-        }
-    }
-    panic!("no Deployment in {config}");
 }
 
 /// `report` with its Deployment annotated as having applied `generation`.

@@ -10,6 +10,7 @@
 //! then share the write: with many busy streams (the proxy's pooled connections) that is
 //! one system call for many requests.
 
+use bytes::{Buf, BytesMut};
 use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
@@ -19,28 +20,48 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 const HOLD_BELOW: usize = 4 * 1024;
 /// Bytes held before they are written out even without a flush.
 const HOLD_MAX: usize = 256 * 1024;
+/// Capacity of the hold kept once it is written out; a larger one is given back.
+const HOLD_KEEP: usize = 16 * 1024;
 /// Size of the read buffer: several 16 KiB data frames with their headers per call.
 const READ_BUFFER: usize = 128 * 1024;
+/// A read shorter than this says the traffic is small: the read buffer is given back once
+/// read out, and taken again (without zeroing) for the next read, at [`READ_SMALL_BUFFER`].
+const READ_SMALL: usize = 4 * 1024;
+/// Size of the read buffer while reads are small: an allocation the allocator serves from
+/// its free lists, where one of [`READ_BUFFER`] for each keystroke's frame could cost a
+/// system call.
+const READ_SMALL_BUFFER: usize = 16 * 1024;
 
+/// Both buffers are taken only while bytes pass: a session that is idle (an agent between
+/// heartbeats, of which a relay holds tens of thousands) holds neither.
 pub struct Coalesced<T> {
     io: T,
     held: Vec<u8>,
     /// A flush was put off once to gather what else is ready (see `poll_flush`).
     flush_deferred: bool,
-    read_buf: Box<[u8]>,
-    read_pos: usize,
-    read_end: usize,
+    /// Bytes read and not yet handed out; no capacity while idle.
+    read_buf: BytesMut,
+    /// The last read from `io` was at least [`READ_SMALL`]: keep the buffer for the next.
+    bulk: bool,
 }
 
 impl<T> Coalesced<T> {
     pub fn new(io: T) -> Self {
         Coalesced {
             io,
-            held: Vec::with_capacity(HOLD_MAX),
+            held: Vec::new(),
             flush_deferred: false,
-            read_buf: vec![0u8; READ_BUFFER].into_boxed_slice(),
-            read_pos: 0,
-            read_end: 0,
+            read_buf: BytesMut::new(),
+            bulk: false,
+        }
+    }
+
+    /// The hold is written out: a large one's memory goes back.
+    fn release_hold(&mut self) {
+        if self.held.capacity() > HOLD_KEEP {
+            self.held = Vec::new();
+        } else {
+            self.held.clear();
         }
     }
 }
@@ -55,6 +76,7 @@ impl<T: AsyncWrite + Unpin> Coalesced<T> {
             }
             self.held.drain(..n);
         }
+        self.release_hold();
         self.flush_deferred = false;
         Poll::Ready(Ok(()))
     }
@@ -67,19 +89,40 @@ impl<T: AsyncRead + Unpin> AsyncRead for Coalesced<T> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
-        if this.read_pos == this.read_end {
+        if this.read_buf.is_empty() {
             // Nothing buffered: a read at least as large as the buffer gains nothing from it.
-            if buf.remaining() >= this.read_buf.len() {
+            if buf.remaining() >= READ_BUFFER {
                 return Pin::new(&mut this.io).poll_read(cx, buf);
             }
-            let mut fill = ReadBuf::new(&mut this.read_buf);
-            ready!(Pin::new(&mut this.io).poll_read(cx, &mut fill))?;
-            this.read_pos = 0;
-            this.read_end = fill.filled().len();
+            // Taken without zeroing (`poll_read_buf` reads into spare capacity), so taking it
+            // again for every small read costs an allocation, not a clearing.
+            this.read_buf.reserve(if this.bulk {
+                READ_BUFFER
+            } else {
+                READ_SMALL_BUFFER
+            });
+            let polled =
+                tokio_util::io::poll_read_buf(Pin::new(&mut this.io), cx, &mut this.read_buf);
+            let n = match polled {
+                Poll::Ready(Ok(n)) => n,
+                Poll::Ready(Err(e)) => {
+                    this.read_buf = BytesMut::new();
+                    return Poll::Ready(Err(e));
+                }
+                // Nothing to read: an idle session holds no buffer while it waits.
+                Poll::Pending => {
+                    this.read_buf = BytesMut::new();
+                    return Poll::Pending;
+                }
+            };
+            this.bulk = n >= READ_SMALL;
         }
-        let n = buf.remaining().min(this.read_end - this.read_pos);
-        buf.put_slice(&this.read_buf[this.read_pos..this.read_pos + n]);
-        this.read_pos += n;
+        let n = buf.remaining().min(this.read_buf.len());
+        buf.put_slice(&this.read_buf[..n]);
+        this.read_buf.advance(n);
+        if this.read_buf.is_empty() && !this.bulk {
+            this.read_buf = BytesMut::new();
+        }
         Poll::Ready(Ok(()))
     }
 }
@@ -111,7 +154,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Coalesced<T> {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
             if n >= held {
-                this.held.clear();
+                this.release_hold();
                 this.flush_deferred = false;
                 return Poll::Ready(Ok(n - held));
             }
@@ -231,6 +274,46 @@ mod tests {
             next = next.wrapping_add(1);
             assert_eq!(*b, next, "byte {i} out of order");
         }
+    }
+
+    /// What an idle relay holds per agent: neither buffer once the bytes have passed.
+    #[tokio::test]
+    async fn an_idle_session_holds_no_buffer() {
+        use futures::FutureExt;
+        let (a, b) = tokio::io::duplex(1024 * 1024);
+        let mut w = Coalesced::new(a);
+        let mut r = Coalesced::new(b);
+        let mut got = vec![0u8; 64 * 1024];
+        assert!(
+            r.read(&mut got).now_or_never().is_none(),
+            "nothing to read yet"
+        );
+        assert_eq!(r.read_buf.capacity(), 0, "no buffer while waiting");
+
+        // A heartbeat's frame: read whole, then the buffer goes back.
+        w.write_all(b"ping-frame").await.unwrap();
+        w.flush().await.unwrap();
+        r.read_exact(&mut got[..10]).await.unwrap();
+        assert_eq!(&got[..10], b"ping-frame");
+        assert_eq!(r.read_buf.capacity(), 0);
+
+        // A burst of small writes held together: written out, the large hold goes back.
+        for _ in 0..4000 {
+            w.write_all(&[7u8; 12]).await.unwrap();
+        }
+        assert!(w.held.capacity() > HOLD_KEEP);
+        w.flush().await.unwrap();
+        assert_eq!(w.held.capacity(), 0, "a large hold is not kept");
+        // Read in small pieces: the buffer is kept while bulk bytes are pending, and given
+        // back once the reader finds nothing more.
+        let mut left = 4000 * 12;
+        while left > 0 {
+            let n = r.read(&mut got[..100.min(left)]).await.unwrap();
+            assert!(got[..n].iter().all(|b| *b == 7));
+            left -= n;
+        }
+        assert!(r.read(&mut got).now_or_never().is_none());
+        assert_eq!(r.read_buf.capacity(), 0, "no buffer once idle again");
     }
 
     #[tokio::test]

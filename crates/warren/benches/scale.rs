@@ -12,13 +12,16 @@
 //!   `WARREN_BENCH_SCALE_API` (default 50,100,250,500 requests a second): per-operation p95 as a
 //!   ratio to the same at 5 requests a second (the baseline); goal p95 < 100 ms, no errors.
 //!   The full size is `WARREN_BENCH_SCALE_WORKSPACES=10000 WARREN_BENCH_SCALE_USERS=2000`.
+//!   As in production when `WARREN_TEST_DATABASE_URL` and `WARREN_TEST_REDIS_URL` are set:
+//!   `warren server` on a PostgreSQL database of its own and `warren relay` on Redis, each its
+//!   own process; otherwise against `warren up` (SQLite).
 //! - **Soak**: `WARREN_BENCH_SCALE_SOAK` seconds (default 300) of the mixed workload at 20
 //!   requests a second with 50 terminals open, sampling `warren up`'s resident memory and
 //!   open file descriptors every 10 s: first and last samples and their ratio (flat is 1.0).
 //!
 //! Run it on a release build: `cargo bench -p warren --bench scale` (`WARREN_BENCH_SCALE_ONLY=
-//! terminals|api|soak` runs one part). Skips with a message when Podman is absent (`warren
-//! up` runs its own agent on it); everything the scale tests make is removed by them.
+//! terminals|api|soak` runs one part). The parts on `warren up` skip with a message when Podman
+//! is absent (it runs its own agent on it); everything the scale tests make is removed by them.
 
 // A benchmark measures wall time with the standard clock; clippy.toml's tokio-clock rule
 // is for product code.
@@ -46,15 +49,46 @@ fn number(var: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// One `warren scaletest` run against `up`; its JSON report.
-fn scaletest(up: &Up, args: &[String]) -> Value {
+/// Where a scale test runs: an installation's relay for its agents, and the CLI's
+/// environment reaching its API as the admin.
+struct Target {
+    relay_url: String,
+    env: Vec<(&'static str, String)>,
+}
+
+impl Target {
+    fn up(up: &Up) -> Target {
+        Target {
+            relay_url: up.relay_url(),
+            env: vec![
+                ("WARREN_URL", up.api_base()),
+                ("WARREN_TOKEN", up.admin_token()),
+                (
+                    "WARREN_HOME",
+                    up.home.path().join("scaletest-cli").display().to_string(),
+                ),
+            ],
+        }
+    }
+
+    /// A server and relay as separate processes, the admin signed in with the CLI.
+    fn stack(stack: &Stack) -> Target {
+        Target {
+            relay_url: stack.agent_url(),
+            env: vec![("WARREN_HOME", stack.cli_home().display().to_string())],
+        }
+    }
+}
+
+/// One `warren scaletest` run against `target`; its JSON report.
+fn scaletest(target: &Target, args: &[String]) -> Value {
     let out = Command::new(warren_bin())
         .arg("scaletest")
-        .args(["--relay-url", &up.relay_url(), "-o", "json"])
+        .args(["--relay-url", &target.relay_url, "-o", "json"])
         .args(args)
-        .env("WARREN_URL", up.api_base())
-        .env("WARREN_TOKEN", up.admin_token())
-        .env("WARREN_HOME", up.home.path().join("scaletest-cli"))
+        .env_remove("WARREN_URL")
+        .env_remove("WARREN_TOKEN")
+        .envs(target.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
@@ -65,6 +99,52 @@ fn scaletest(up: &Up, args: &[String]) -> Value {
         eprintln!("the scale test reported a failure: {}", report["error"]);
     }
     report
+}
+
+/// A database of its own on the PostgreSQL of `WARREN_TEST_DATABASE_URL`, dropped on drop.
+struct Database {
+    admin_url: String,
+    name: String,
+    url: String,
+}
+
+impl Database {
+    fn create(admin_url: &str) -> Database {
+        let name = format!("warren_bench_scale_{}", std::process::id());
+        let mut url: url::Url = admin_url
+            .parse()
+            .expect("WARREN_TEST_DATABASE_URL is a URL");
+        url.set_path(&name);
+        let db = Database {
+            admin_url: admin_url.to_owned(),
+            name,
+            url: url.to_string(),
+        };
+        db.psql(&format!("DROP DATABASE IF EXISTS {}", db.name));
+        db.psql(&format!("CREATE DATABASE {}", db.name));
+        db
+    }
+
+    fn psql(&self, sql: &str) {
+        let out = Command::new("psql")
+            .args([self.admin_url.as_str(), "-v", "ON_ERROR_STOP=1", "-qc", sql])
+            .output()
+            .expect("run psql");
+        assert!(
+            out.status.success(),
+            "{sql}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        self.psql(&format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            self.name
+        ));
+    }
 }
 
 fn args(pairs: &[(&str, u64)]) -> Vec<String> {
@@ -103,7 +183,7 @@ fn error_kinds(report: &Value) -> String {
     kinds.join("; ")
 }
 
-fn terminals(up: &Up) {
+fn terminals(up: &Target) {
     let rate = number("WARREN_BENCH_SCALE_RATE", 40 * 1024);
     let sizes = list("WARREN_BENCH_SCALE_TERMINALS", &[100, 250, 500, 1000, 2000]);
     let run = |n: u64, seconds: u64| {
@@ -161,7 +241,7 @@ fn terminals(up: &Up) {
     }
 }
 
-fn api(up: &Up) {
+fn api(up: &Target, on: &str) {
     let users = number("WARREN_BENCH_SCALE_USERS", 200);
     let workspaces = number("WARREN_BENCH_SCALE_WORKSPACES", 1000);
     let rates = list("WARREN_BENCH_SCALE_API", &[50, 100, 250, 500]);
@@ -180,7 +260,7 @@ fn api(up: &Up) {
         )
     };
     let base = run(5);
-    println!("== the mixed API workload over {workspaces} workspaces of {users} users ==");
+    println!("== the mixed API workload over {workspaces} workspaces of {users} users, {on} ==");
     println!(
         "  set-up: {} users, {} workspaces; all running after {:.1} s",
         users, workspaces, base["ready_seconds"]
@@ -252,6 +332,7 @@ fn footprint(pid: u32) -> (u64, usize) {
 fn soak(up: &Up) {
     let seconds = number("WARREN_BENCH_SCALE_SOAK", 300);
     let pid = up.pid().expect("warren up runs");
+    let target = Target::up(up);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let samples = std::sync::Arc::new(std::sync::Mutex::new(vec![]));
     let sampler = {
@@ -268,7 +349,7 @@ fn soak(up: &Up) {
         })
     };
     let r = scaletest(
-        up,
+        &target,
         &args(&[
             ("users", 50),
             ("workspaces", 200),
@@ -303,22 +384,60 @@ fn soak(up: &Up) {
 }
 
 fn main() {
+    let only = std::env::var("WARREN_BENCH_SCALE_ONLY").ok();
+    let want = |part: &str| only.as_deref().is_none_or(|o| o == part);
+    let t = Instant::now();
+    // The API as in production: the server on PostgreSQL, the relay on Redis, each its own
+    // process; `warren up` (SQLite) where those are not given.
+    let production = match (
+        std::env::var("WARREN_TEST_DATABASE_URL"),
+        std::env::var("WARREN_TEST_REDIS_URL"),
+    ) {
+        (Ok(db), Ok(redis)) if !db.is_empty() && !redis.is_empty() => Some((db, redis)),
+        _ => None,
+    };
+    if want("api") {
+        if let Some((db, redis)) = &production {
+            let database = Database::create(db);
+            let peer = free_port();
+            let stack = Stack::control_plane_with(
+                true,
+                vec![("WARREN_DATABASE_URL", database.url.clone())],
+                vec![
+                    ("WARREN_REDIS_URL", redis.clone()),
+                    ("WARREN_RELAY_PEER_LISTEN", format!("127.0.0.1:{peer}")),
+                    (
+                        "WARREN_RELAY_PEER_SECRET",
+                        "scale-bench-peer-secret-0123456789".into(),
+                    ),
+                ],
+            );
+            api(
+                &Target::stack(&stack),
+                "server on PostgreSQL, relay on Redis",
+            );
+            drop(stack);
+        }
+    }
+    if !want("terminals") && !want("soak") && (!want("api") || production.is_some()) {
+        eprintln!("scale benchmark: {:.0} s", t.elapsed().as_secs_f64());
+        return;
+    }
     if !podman_available() {
         eprintln!(
-            "scale benchmark skipped: `warren up` runs its agent on Podman, which is not available"
+            "scale benchmark: `warren up` runs its agent on Podman, which is not available; its parts are skipped"
         );
         return;
     }
-    let only = std::env::var("WARREN_BENCH_SCALE_ONLY").ok();
     let up = Up::start();
-    let t = Instant::now();
-    if only.as_deref().is_none_or(|o| o == "terminals") {
-        terminals(&up);
+    let target = Target::up(&up);
+    if want("terminals") {
+        terminals(&target);
     }
-    if only.as_deref().is_none_or(|o| o == "api") {
-        api(&up);
+    if want("api") && production.is_none() {
+        api(&target, "warren up on SQLite");
     }
-    if only.as_deref().is_none_or(|o| o == "soak") {
+    if want("soak") {
         soak(&up);
     }
     eprintln!("scale benchmark: {:.0} s", t.elapsed().as_secs_f64());

@@ -50,6 +50,11 @@ fn now() -> i64 {
 pub struct ServerState {
     pub model: ServerModel,
     pub auth_calls: usize,
+    /// Token checks being answered now, and the most at once.
+    pub auth_in_flight: usize,
+    pub auth_in_flight_max: usize,
+    /// How long each token check takes (a loaded server).
+    pub auth_delay: Duration,
     /// Agent ids of reconcile calls, as named by header and JWT `sub`.
     pub reconcile_agents: Vec<(String, String)>,
     pub rejected_jwts: usize,
@@ -95,12 +100,22 @@ async fn authenticate(
     headers: HeaderMap,
     Json(body): Json<AuthenticateRequest>,
 ) -> Response {
-    let mut st = state.lock().unwrap();
-    if check_relay_jwt(&headers).is_err() {
-        st.rejected_jwts += 1;
-        return StatusCode::UNAUTHORIZED.into_response();
+    let delay = {
+        let mut st = state.lock().unwrap();
+        if check_relay_jwt(&headers).is_err() {
+            st.rejected_jwts += 1;
+            return StatusCode::UNAUTHORIZED.into_response();
+        }
+        st.auth_calls += 1;
+        st.auth_in_flight += 1;
+        st.auth_in_flight_max = st.auth_in_flight_max.max(st.auth_in_flight);
+        st.auth_delay
+    };
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
     }
-    st.auth_calls += 1;
+    let mut st = state.lock().unwrap();
+    st.auth_in_flight -= 1;
     match st.tokens.get(&body.token) {
         Some(a) => Json(a.clone()).into_response(),
         None => StatusCode::UNAUTHORIZED.into_response(),

@@ -116,19 +116,30 @@ impl Instance {
         prefix: &str,
         tweak: impl FnOnce(&mut RelayConfig),
     ) -> Instance {
+        let agents = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::start_on(agents, server, redis_url, prefix, |c, _| tweak(c)).await
+    }
+
+    /// An instance whose agent listener is `agents` (a restarted instance takes its
+    /// predecessor's address), with its registry's timings tweaked too.
+    pub async fn start_on(
+        agents: TcpListener,
+        server: &url::Url,
+        redis_url: &str,
+        prefix: &str,
+        tweak: impl FnOnce(&mut RelayConfig, &mut RedisRegistryConfig),
+    ) -> Instance {
         let mut config = RelayConfig::new(server.clone(), SECRET.into());
         config.agent_wait_seconds = 5;
         config.peer_secret = Some(PEER_SECRET.into());
-        tweak(&mut config);
-        let agents = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let internal = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let peers = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let agent_addr = agents.local_addr().unwrap();
         let internal_addr = internal.local_addr().unwrap();
         let peer_addr = peers.local_addr().unwrap();
-        let registry = RedisRegistry::connect(registry_config(redis_url, prefix, peer_addr))
-            .await
-            .unwrap();
+        let mut registry_config = registry_config(redis_url, prefix, peer_addr);
+        tweak(&mut config, &mut registry_config);
+        let registry = RedisRegistry::connect(registry_config).await.unwrap();
         let instance = registry.local_instance().unwrap().0;
         let shutdown = CancellationToken::new();
         let s = shutdown.clone();

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod browser;
+pub mod generation;
 
 use reqwest::Method;
 use serde_json::{json, Value};

@@ -645,6 +645,9 @@ pub struct Stack {
     /// The agent's `--metrics-listen` port.
     pub metrics_port: u16,
     agent_token: String,
+    /// Extra environment of the server and the relay (a database, a Redis).
+    server_env: Vec<(&'static str, String)>,
+    relay_env: Vec<(&'static str, String)>,
     pub server: Option<Proc>,
     pub relay: Option<Proc>,
     pub agent: Option<Proc>,
@@ -702,11 +705,11 @@ impl Stack {
         }
         let log = self.dir.path().join("server.log");
         let deadline = Instant::now() + Duration::from_secs(180);
-        let mut proc = Proc::spawn("server", &args, &[], &log);
+        let mut proc = Proc::spawn("server", &args, &self.server_env, &log);
         while !std::fs::read_to_string(&ready).is_ok_and(|s| !s.trim().is_empty()) {
             if proc.exited().is_some() {
                 assert!(Instant::now() < deadline, "server exits:\n{}", self.logs());
-                proc = Proc::spawn("server", &args, &[], &log);
+                proc = Proc::spawn("server", &args, &self.server_env, &log);
             }
             assert!(
                 Instant::now() < deadline,
@@ -729,7 +732,8 @@ impl Stack {
             "--server-url".into(),
             self.url(),
         ];
-        let envs = [("WARREN_RELAY_SHARED_SECRET", RELAY_SECRET.to_owned())];
+        let mut envs = vec![("WARREN_RELAY_SHARED_SECRET", RELAY_SECRET.to_owned())];
+        envs.extend(self.relay_env.iter().cloned());
         let log = self.dir.path().join("relay.log");
         let deadline = Instant::now() + Duration::from_secs(180);
         let mut proc = Proc::spawn("relay", &args, &envs, &log);
@@ -793,10 +797,22 @@ impl Stack {
 
     /// As [`Stack::start`] without starting the agent (its token is registered).
     pub fn control_plane(signal: bool) -> Stack {
+        Stack::control_plane_with(signal, vec![], vec![])
+    }
+
+    /// As [`Stack::control_plane`], the server and the relay started with extra environment
+    /// (`WARREN_DATABASE_URL`, `WARREN_REDIS_URL`, …).
+    pub fn control_plane_with(
+        signal: bool,
+        server_env: Vec<(&'static str, String)>,
+        relay_env: Vec<(&'static str, String)>,
+    ) -> Stack {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut stack = Stack {
             dir,
             signal,
+            server_env,
+            relay_env,
             server_port: free_port(),
             agent_port: free_port(),
             internal_port: free_port(),

